@@ -1,0 +1,135 @@
+// The immutable tensor graph: nodes in topological order, built by validating constructors.
+#pragma once
+
+#include "ir/types.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::ir {
+
+enum class OpKind : uint8_t {
+#define KILN_OP(name, arity, category) name,
+#include "ir/ops.def"
+#undef KILN_OP
+};
+
+enum class OpCategory : uint8_t { input, matmul, binary, unary, cast, softmax };
+
+std::string_view to_string(OpKind kind);
+std::optional<OpKind> parse_op_kind(std::string_view text);
+OpCategory category(OpKind kind);
+
+// Values written nested deeper than this are given names when a graph is printed, and the parser
+// reports deeper nesting as an error, so no walk over user input recurses further.
+inline constexpr int k_max_nesting = 256;
+
+// Index of a node in Graph::nodes(); operands always point to earlier nodes.
+using NodeId = int32_t;
+
+// Which side of a binary op is a float literal, if any.
+enum class LiteralSide : uint8_t { none, lhs, rhs };
+
+// Attributes; each op kind reads only its own.
+struct Attrs {
+  bool transpose_a = false;                 // matmul
+  bool transpose_b = false;                 // matmul
+  std::optional<Precision> precision;       // matmul: overrides the graph mode (never automatic)
+  LiteralSide literal_side = LiteralSide::none;  // binary
+  double literal = 0.0;                     // binary, when literal_side != none
+  DType cast_to = DType::f32;               // cast
+  int axis = 0;                             // softmax, normalised to 0..rank-1
+  bool operator==(const Attrs&) const = default;
+};
+
+// One value of the graph. `name` is for people only: it never enters the hash.
+// An empty name marks a value written nested inside another expression.
+struct Node {
+  OpKind kind = OpKind::input;
+  std::vector<NodeId> operands;
+  Attrs attrs;
+  TensorType type;
+  std::string name;
+};
+
+class Graph;
+
+// Builds a Graph one node at a time; every add_* validates its operands and infers the result
+// type, returning an error (without location) that the parser decorates with file:line:col.
+class Builder {
+public:
+  explicit Builder(std::string graph_name);
+
+  Expected<NodeId> add_input(std::string name, TensorType type);
+  Expected<NodeId> add_matmul(NodeId a, NodeId b, bool transpose_a = false,
+                              bool transpose_b = false,
+                              std::optional<Precision> precision = std::nullopt,
+                              std::string name = {});
+  // kind must be add/sub/mul/div.
+  Expected<NodeId> add_binary(OpKind kind, NodeId a, NodeId b, std::string name = {});
+  // A binary op with one float-literal operand on `side`.
+  Expected<NodeId> add_binary_literal(OpKind kind, NodeId tensor, double literal, LiteralSide side,
+                                      std::string name = {});
+  // kind must be one of the unary activations.
+  Expected<NodeId> add_unary(OpKind kind, NodeId x, std::string name = {});
+  Expected<NodeId> add_cast(NodeId x, DType to, std::string name = {});
+  // axis may be negative (counted from the end).
+  Expected<NodeId> add_softmax(NodeId x, int axis = -1, std::string name = {});
+  Status add_output(NodeId value);
+
+  // Gives a value its name after the fact (the parser names a value once its statement ends).
+  Status set_name(NodeId id, std::string name);
+  // Finds a named value.
+  std::optional<NodeId> find(std::string_view name) const;
+  const Node& node(NodeId id) const { return m_nodes[static_cast<size_t>(id)]; }
+  size_t size() const { return m_nodes.size(); }
+  const std::vector<NodeId>& outputs() const { return m_outputs; }
+
+  // Checks the whole graph (at least one output, every computed value used) and freezes it.
+  // Unnamed values that could not be printed nested where they stand (used twice, an output,
+  // out of order, nested too deep) get names t0, t1, ... so printing and parsing keep node order.
+  Expected<Graph> finish() &&;
+
+private:
+  Expected<NodeId> push(Node node);
+  Status check_operand(NodeId id) const;
+
+  std::string m_name;
+  std::vector<Node> m_nodes;
+  std::unordered_map<std::string, NodeId> m_names;  // lookup only, never iterated
+  std::vector<NodeId> m_inputs;
+  std::vector<NodeId> m_outputs;
+};
+
+// A verified graph. Immutable; cheap to copy (shares its nodes).
+class Graph {
+public:
+  const std::string& name() const { return m_data->name; }
+  const std::vector<Node>& nodes() const { return m_data->nodes; }
+  const Node& node(NodeId id) const { return m_data->nodes[static_cast<size_t>(id)]; }
+  // Inputs in declaration order: the calling convention.
+  const std::vector<NodeId>& inputs() const { return m_data->inputs; }
+  // Outputs in declaration order.
+  const std::vector<NodeId>& outputs() const { return m_data->outputs; }
+  // How many nodes use each node as an operand (outputs count as a use too).
+  const std::vector<int>& use_counts() const { return m_data->use_counts; }
+
+private:
+  friend class Builder;
+  struct Data {
+    std::string name;
+    std::vector<Node> nodes;
+    std::vector<NodeId> inputs;
+    std::vector<NodeId> outputs;
+    std::vector<int> use_counts;
+  };
+  explicit Graph(std::shared_ptr<const Data> data) : m_data(std::move(data)) {}
+  std::shared_ptr<const Data> m_data;
+};
+
+}  // namespace kiln::ir

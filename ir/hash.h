@@ -1,0 +1,30 @@
+// Canonical bytes of a graph and their XXH3-128 hash: the graph's identity in the cache.
+#pragma once
+
+#include "ir/graph.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace kiln::ir {
+
+// Bumped whenever the byte layout below changes, so old hashes never collide with new ones.
+inline constexpr uint32_t k_canonical_format_version = 1;
+
+// Bytes covering every op, operand, attribute, shape, dtype and precision annotation, in node
+// order; value names, comments and layout of the source do not enter.
+std::string canonical_bytes(const Graph& graph);
+
+struct Hash128 {
+  uint64_t high = 0;
+  uint64_t low = 0;
+  bool operator==(const Hash128&) const = default;
+  // 32 lower-case hex digits, high half first.
+  std::string hex() const;
+};
+
+Hash128 hash_bytes(const void* data, size_t size);
+Hash128 graph_hash(const Graph& graph);
+
+}  // namespace kiln::ir

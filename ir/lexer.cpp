@@ -1,0 +1,125 @@
+// Tokenizer for the graph text format: identifiers, numbers, punctuation, '#' comments.
+#include "ir/lexer.h"
+
+#include <array>
+#include <cstdio>
+
+namespace kiln::ir {
+
+namespace {
+
+bool is_ident_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_ident_char(char c) { return is_ident_start(c) || is_digit(c); }
+
+// Printable names for bytes that cannot start a token, kept static so tokens can point at them.
+struct ByteNames {
+  std::array<std::array<char, 8>, 256> names{};
+  ByteNames() {
+    for (int b = 0; b < 256; ++b) {
+      if (b >= 0x21 && b < 0x7f) {
+        std::snprintf(names[b].data(), names[b].size(), "'%c'", b);
+      } else {
+        std::snprintf(names[b].data(), names[b].size(), "'\\x%02x'", b);
+      }
+    }
+  }
+};
+const ByteNames k_byte_names;
+
+}  // namespace
+
+std::string describe(const Token& token) {
+  std::string out;
+  switch (token.kind) {
+    case TokenKind::identifier:
+      out.append("identifier '").append(token.text).append("'");
+      break;
+    case TokenKind::number:
+      out.append("number ").append(token.text);
+      break;
+    case TokenKind::end:
+      out.append("end of file");
+      break;
+    case TokenKind::invalid:
+      out.append("unexpected character ").append(token.text);
+      break;
+    default:
+      out.append("'").append(token.text).append("'");
+      break;
+  }
+  return out;
+}
+
+void Lexer::advance() {
+  if (m_source[m_pos] == '\n') {
+    ++m_location.line;
+    m_location.column = 1;
+  } else {
+    ++m_location.column;
+  }
+  ++m_pos;
+}
+
+void Lexer::skip_space_and_comments() {
+  while (m_pos < m_source.size()) {
+    char c = m_source[m_pos];
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ';') {
+      advance();
+    } else if (c == '#') {
+      while (m_pos < m_source.size() && m_source[m_pos] != '\n') advance();
+    } else {
+      return;
+    }
+  }
+}
+
+Token Lexer::next() {
+  skip_space_and_comments();
+  Token token;
+  token.location = m_location;
+  if (m_pos >= m_source.size()) {
+    token.kind = TokenKind::end;
+    token.text = "end of file";
+    return token;
+  }
+  size_t begin = m_pos;
+  char c = peek();
+  if (is_ident_start(c)) {
+    while (is_ident_char(peek())) advance();
+    token.kind = TokenKind::identifier;
+  } else if (is_digit(c) || ((c == '-' || c == '+' || c == '.') &&
+                             (is_digit(peek(1)) || (peek(1) == '.' && is_digit(peek(2)))))) {
+    // Sign, digits, fraction, exponent; the parser converts and range-checks the text.
+    if (c == '-' || c == '+') advance();
+    while (is_digit(peek()) || peek() == '.') advance();
+    if ((peek() == 'e' || peek() == 'E') &&
+        (is_digit(peek(1)) || ((peek(1) == '-' || peek(1) == '+') && is_digit(peek(2))))) {
+      advance();
+      if (peek() == '-' || peek() == '+') advance();
+      while (is_digit(peek())) advance();
+    }
+    token.kind = TokenKind::number;
+  } else {
+    static constexpr std::string_view k_punct = "{}()[],:=";
+    static constexpr std::array<TokenKind, 9> k_kinds = {
+        TokenKind::lbrace,   TokenKind::rbrace, TokenKind::lparen,
+        TokenKind::rparen,   TokenKind::lbracket, TokenKind::rbracket,
+        TokenKind::comma,    TokenKind::colon,  TokenKind::equals};
+    size_t which = k_punct.find(c);
+    if (which == std::string_view::npos) {
+      token.kind = TokenKind::invalid;
+      token.text = k_byte_names.names[static_cast<unsigned char>(c)].data();
+      advance();
+      return token;
+    }
+    advance();
+    token.kind = k_kinds[which];
+  }
+  token.text = m_source.substr(begin, m_pos - begin);
+  return token;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,513 @@
+// Recursive-descent parser for .kg graph text with bounded nesting and located errors.
+#include "ir/parse.h"
+
+#include "ir/lexer.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace kiln::ir {
+
+namespace {
+
+// An expression's value: a graph value or a float literal.
+struct Operand {
+  bool is_literal = false;
+  NodeId node = -1;
+  double literal = 0.0;
+  Location location;
+  std::string_view text;
+};
+
+struct NamedArg {
+  std::string_view name;
+  Token value;
+};
+
+class Parser {
+public:
+  Parser(std::string_view source, std::string_view file)
+      : m_lexer(source), m_file(file), m_builder("") {
+    m_token = m_lexer.next();
+  }
+
+  Expected<Graph> parse();
+
+private:
+  Error error_at(Location at, const std::string& message) const {
+    return Error{std::string(m_file) + ":" + std::to_string(at.line) + ":" +
+                 std::to_string(at.column) + ": error: " + message};
+  }
+  Error expected(const std::string& what) const {
+    return error_at(m_token.location, "expected " + what + ", got " + describe(m_token));
+  }
+  void advance() { m_token = m_lexer.next(); }
+  bool at(TokenKind kind) const { return m_token.kind == kind; }
+  bool at_word(std::string_view word) const {
+    return m_token.kind == TokenKind::identifier && m_token.text == word;
+  }
+
+  Status expect(TokenKind kind, const char* what);
+  Status parse_input();
+  Status parse_output();
+  Status parse_assignment();
+  Expected<Operand> parse_expr(int depth);
+  Expected<Operand> parse_call(const Token& op_token, int depth);
+  Expected<NodeId> build(const Token& op_token, const std::vector<Operand>& args,
+                         const std::vector<NamedArg>& named);
+  Expected<NodeId> tensor_arg(const Token& op_token, const Operand& operand, size_t index);
+  Status define(NodeId id, const Token& name_token);
+
+  Lexer m_lexer;
+  std::string_view m_file;
+  Builder m_builder;
+  Token m_token;
+  std::vector<Location> m_defined_at;  // by NodeId
+};
+
+Status Parser::expect(TokenKind kind, const char* what) {
+  if (!at(kind)) return expected(what);
+  advance();
+  return Status::success();
+}
+
+Status Parser::define(NodeId id, const Token& name_token) {
+  std::string name(name_token.text);
+  if (auto previous = m_builder.find(name)) {
+    Location was = m_defined_at[static_cast<size_t>(*previous)];
+    return error_at(name_token.location, "'" + name + "' is already defined at " +
+                                             std::to_string(was.line) + ":" +
+                                             std::to_string(was.column));
+  }
+  if (Status s = m_builder.set_name(id, name); !s) {
+    return error_at(name_token.location, s.error().message);
+  }
+  m_defined_at[static_cast<size_t>(id)] = name_token.location;
+  return Status::success();
+}
+
+Status Parser::parse_input() {
+  Location input_at = m_token.location;
+  advance();  // 'input'
+  if (!at(TokenKind::identifier)) return expected("an input name");
+  Token name = m_token;
+  advance();
+  if (Status s = expect(TokenKind::colon, "':' and a type after the input name"); !s) return s;
+  if (!at(TokenKind::identifier)) return expected("a dtype (f32, f16 or bf16)");
+  Token dtype_token = m_token;
+  auto dtype = parse_dtype(dtype_token.text);
+  if (!dtype) {
+    return error_at(dtype_token.location, "unknown dtype '" + std::string(dtype_token.text) +
+                                              "'; expected f32, f16 or bf16");
+  }
+  advance();
+  Location shape_at = m_token.location;
+  if (Status s = expect(TokenKind::lbracket, "'[' and a shape after the dtype"); !s) return s;
+  std::vector<int64_t> dims;
+  while (true) {
+    if (!at(TokenKind::number)) return expected("a dimension (a positive integer)");
+    std::string_view text = m_token.text;
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data() + (text[0] == '+'), text.data() + text.size(),
+                                     value);
+    if (ec == std::errc::result_out_of_range) {
+      return error_at(m_token.location, "dimension " + std::string(text) + " is too large");
+    }
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      return error_at(m_token.location,
+                      "expected a dimension (a positive integer), got " + std::string(text));
+    }
+    if (value <= 0) {
+      return error_at(m_token.location,
+                      "dimension " + std::string(text) + " must be positive");
+    }
+    if (dims.size() == static_cast<size_t>(k_max_rank)) {
+      return error_at(m_token.location, "a shape has at most " + std::to_string(k_max_rank) +
+                                            " dimensions");
+    }
+    dims.push_back(value);
+    advance();
+    if (at(TokenKind::comma)) {
+      advance();
+      continue;
+    }
+    if (Status s = expect(TokenKind::rbracket, "',' or ']' in the shape"); !s) return s;
+    break;
+  }
+  auto shape = Shape::make(std::move(dims));
+  if (!shape) return error_at(shape_at, shape.error().message);
+  if (auto previous = m_builder.find(name.text)) {
+    return define(*previous, name);  // reports the duplicate with both locations
+  }
+  auto id = m_builder.add_input(std::string(name.text), TensorType{*dtype, std::move(*shape)});
+  if (!id) return error_at(input_at, id.error().message);
+  m_defined_at.resize(m_builder.size(), name.location);
+  return Status::success();
+}
+
+Status Parser::parse_output() {
+  advance();  // 'output'
+  while (true) {
+    if (!at(TokenKind::identifier)) return expected("the name of a value to output");
+    Token name = m_token;
+    auto id = m_builder.find(name.text);
+    if (!id) return error_at(name.location, "undefined value '" + std::string(name.text) + "'");
+    if (Status s = m_builder.add_output(*id); !s) return error_at(name.location, s.error().message);
+    advance();
+    if (!at(TokenKind::comma)) return Status::success();
+    advance();
+  }
+}
+
+Status Parser::parse_assignment() {
+  Token name = m_token;
+  advance();
+  if (!at(TokenKind::equals)) {
+    return error_at(m_token.location, "expected '=' after '" + std::string(name.text) +
+                                          "' (or a statement: input, output), got " +
+                                          describe(m_token));
+  }
+  advance();
+  Location value_at = m_token.location;
+  auto value = parse_expr(1);
+  if (!value) return value.error();
+  if (value->is_literal) {
+    return error_at(value_at, "expected an op call such as relu(x), got the literal " +
+                                  std::string(value->text));
+  }
+  if (!m_builder.node(value->node).name.empty()) {
+    return error_at(value_at, "'" + std::string(name.text) + " = " + std::string(value->text) +
+                                  "' only renames a value; compute it with an op");
+  }
+  return define(value->node, name);
+}
+
+Expected<Operand> Parser::parse_expr(int depth) {
+  Token token = m_token;
+  if (at(TokenKind::number)) {
+    advance();
+    Operand literal;
+    literal.is_literal = true;
+    literal.location = token.location;
+    literal.text = token.text;
+    std::string_view text = token.text[0] == '+' ? token.text.substr(1) : token.text;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), literal.literal);
+    if (ec == std::errc::result_out_of_range || (ec == std::errc() && !std::isfinite(literal.literal))) {
+      return error_at(token.location, "literal " + std::string(token.text) + " is out of range");
+    }
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      return error_at(token.location, "malformed number " + std::string(token.text));
+    }
+    return literal;
+  }
+  if (!at(TokenKind::identifier)) return expected("a value name, a number or an op call");
+  advance();
+  if (at(TokenKind::lparen)) return parse_call(token, depth);
+  auto id = m_builder.find(token.text);
+  if (!id) {
+    if (parse_op_kind(token.text)) {
+      return error_at(m_token.location, "expected '(' after op '" + std::string(token.text) +
+                                            "', got " + describe(m_token));
+    }
+    return error_at(token.location, "undefined value '" + std::string(token.text) + "'");
+  }
+  Operand operand;
+  operand.node = *id;
+  operand.location = token.location;
+  operand.text = token.text;
+  return operand;
+}
+
+Expected<Operand> Parser::parse_call(const Token& op_token, int depth) {
+  if (depth > k_max_nesting) {
+    return error_at(op_token.location, "expressions nest deeper than " +
+                                           std::to_string(k_max_nesting) +
+                                           " calls; name intermediate values");
+  }
+  advance();  // '('
+  std::vector<Operand> args;
+  std::vector<NamedArg> named;
+  while (!at(TokenKind::rparen)) {
+    if (!args.empty() || !named.empty()) {
+      if (Status s = expect(TokenKind::comma, "',' or ')' in the argument list"); !s) {
+        return s.error();
+      }
+    }
+    if (at(TokenKind::identifier)) {
+      // name=value, or an operand that starts with an identifier.
+      Token first = m_token;
+      advance();
+      if (at(TokenKind::equals)) {
+        advance();
+        if (!at(TokenKind::identifier) && !at(TokenKind::number)) {
+          return expected("a value for argument '" + std::string(first.text) + "'");
+        }
+        for (const NamedArg& seen : named) {
+          if (seen.name == first.text) {
+            return error_at(first.location,
+                            "argument '" + std::string(first.text) + "' is given twice");
+          }
+        }
+        named.push_back({first.text, m_token});
+        advance();
+        continue;
+      }
+      if (!named.empty()) {
+        return error_at(first.location, "operands must come before named arguments");
+      }
+      Operand operand;
+      if (at(TokenKind::lparen)) {
+        auto call = parse_call(first, depth + 1);
+        if (!call) return call.error();
+        operand = *call;
+      } else {
+        auto id = m_builder.find(first.text);
+        if (!id) {
+          return error_at(first.location, "undefined value '" + std::string(first.text) + "'");
+        }
+        operand.node = *id;
+        operand.location = first.location;
+        operand.text = first.text;
+      }
+      args.push_back(operand);
+      continue;
+    }
+    if (!named.empty()) {
+      return error_at(m_token.location, "operands must come before named arguments");
+    }
+    auto operand = parse_expr(depth + 1);
+    if (!operand) return operand.error();
+    args.push_back(*operand);
+  }
+  advance();  // ')'
+  auto id = build(op_token, args, named);
+  if (!id) return id.error();
+  m_defined_at.resize(m_builder.size(), op_token.location);
+  Operand result;
+  result.node = *id;
+  result.location = op_token.location;
+  result.text = op_token.text;
+  return result;
+}
+
+Expected<NodeId> Parser::tensor_arg(const Token& op_token, const Operand& operand,
+                                    size_t index) {
+  if (operand.is_literal) {
+    return error_at(operand.location, std::string(op_token.text) + " operand " +
+                                          std::to_string(index + 1) +
+                                          " must be a tensor, got the literal " +
+                                          std::string(operand.text));
+  }
+  return operand.node;
+}
+
+// Reads `true`/`false`.
+std::optional<bool> parse_bool(const Token& token) {
+  if (token.kind != TokenKind::identifier) return std::nullopt;
+  if (token.text == "true") return true;
+  if (token.text == "false") return false;
+  return std::nullopt;
+}
+
+Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>& args,
+                               const std::vector<NamedArg>& named) {
+  std::string op_name(op_token.text);
+  auto kind = parse_op_kind(op_token.text);
+  if (!kind || *kind == OpKind::input) {
+    return error_at(op_token.location,
+                    "unknown op '" + op_name +
+                        "'; expected matmul, add, sub, mul, div, relu, gelu, silu, sigmoid, "
+                        "tanh, exp, neg, cast or softmax");
+  }
+  OpCategory cat = category(*kind);
+  size_t arity = cat == OpCategory::matmul || cat == OpCategory::binary ? 2 : 1;
+  if (args.size() != arity) {
+    return error_at(op_token.location, op_name + " takes " + std::to_string(arity) + " operand" +
+                                           (arity == 1 ? "" : "s") + ", got " +
+                                           std::to_string(args.size()));
+  }
+  auto unknown_arg = [&](const NamedArg& arg, const char* accepted) {
+    return error_at(arg.value.location, op_name + " has no argument '" + std::string(arg.name) +
+                                            "'; " + accepted);
+  };
+  auto bad_value = [&](const NamedArg& arg, const std::string& wanted) {
+    return error_at(arg.value.location, "expected " + wanted + " for '" +
+                                            std::string(arg.name) + "', got " +
+                                            describe(arg.value));
+  };
+  auto located = [&](Expected<NodeId> id) -> Expected<NodeId> {
+    if (!id) return error_at(op_token.location, id.error().message);
+    return id;
+  };
+
+  switch (cat) {
+    case OpCategory::matmul: {
+      bool transpose_a = false;
+      bool transpose_b = false;
+      std::optional<Precision> precision;
+      for (const NamedArg& arg : named) {
+        if (arg.name == "transpose_a" || arg.name == "transpose_b") {
+          auto value = parse_bool(arg.value);
+          if (!value) return bad_value(arg, "true or false");
+          (arg.name == "transpose_a" ? transpose_a : transpose_b) = *value;
+        } else if (arg.name == "precision") {
+          precision = arg.value.kind == TokenKind::identifier
+                          ? parse_precision(arg.value.text)
+                          : std::nullopt;
+          if (!precision) return bad_value(arg, "highest, high, tf32x3 or medium");
+        } else {
+          return unknown_arg(arg, "expected transpose_a, transpose_b or precision");
+        }
+      }
+      auto a = tensor_arg(op_token, args[0], 0);
+      if (!a) return a;
+      auto b = tensor_arg(op_token, args[1], 1);
+      if (!b) return b;
+      return located(m_builder.add_matmul(*a, *b, transpose_a, transpose_b, precision));
+    }
+    case OpCategory::binary: {
+      if (!named.empty()) return unknown_arg(named[0], "it takes two operands only");
+      if (args[0].is_literal && args[1].is_literal) {
+        return error_at(op_token.location, op_name + " needs at least one tensor operand");
+      }
+      if (args[0].is_literal) {
+        return located(m_builder.add_binary_literal(*kind, args[1].node, args[0].literal,
+                                                    LiteralSide::lhs));
+      }
+      if (args[1].is_literal) {
+        return located(m_builder.add_binary_literal(*kind, args[0].node, args[1].literal,
+                                                    LiteralSide::rhs));
+      }
+      return located(m_builder.add_binary(*kind, args[0].node, args[1].node));
+    }
+    case OpCategory::unary: {
+      if (!named.empty()) return unknown_arg(named[0], "it takes one operand only");
+      auto x = tensor_arg(op_token, args[0], 0);
+      if (!x) return x;
+      return located(m_builder.add_unary(*kind, *x));
+    }
+    case OpCategory::cast: {
+      std::optional<DType> to;
+      for (const NamedArg& arg : named) {
+        if (arg.name != "to") return unknown_arg(arg, "expected to");
+        to = arg.value.kind == TokenKind::identifier ? parse_dtype(arg.value.text)
+                                                     : std::nullopt;
+        if (!to) return bad_value(arg, "a dtype (f32, f16 or bf16)");
+      }
+      if (!to) return error_at(op_token.location, "cast needs a target dtype: cast(x, to=bf16)");
+      auto x = tensor_arg(op_token, args[0], 0);
+      if (!x) return x;
+      return located(m_builder.add_cast(*x, *to));
+    }
+    case OpCategory::softmax: {
+      int axis = -1;
+      for (const NamedArg& arg : named) {
+        if (arg.name != "axis") return unknown_arg(arg, "expected axis");
+        int value = 0;
+        std::string_view text = arg.value.text;
+        auto [end, ec] = std::from_chars(text.data() + (text[0] == '+'),
+                                         text.data() + text.size(), value);
+        if (arg.value.kind != TokenKind::number || ec != std::errc() ||
+            end != text.data() + text.size()) {
+          return bad_value(arg, "an integer axis");
+        }
+        axis = value;
+      }
+      auto x = tensor_arg(op_token, args[0], 0);
+      if (!x) return x;
+      return located(m_builder.add_softmax(*x, axis));
+    }
+    case OpCategory::input:
+      break;
+  }
+  return error_at(op_token.location, "unknown op '" + op_name + "'");
+}
+
+Expected<Graph> Parser::parse() {
+  if (at(TokenKind::end)) {
+    return error_at(m_token.location, "empty graph file: expected 'graph NAME { ... }'");
+  }
+  if (!at_word("graph")) return expected("'graph'");
+  advance();
+  if (!at(TokenKind::identifier)) return expected("a graph name after 'graph'");
+  std::string name(m_token.text);
+  m_builder = Builder(name);
+  advance();
+  if (Status s = expect(TokenKind::lbrace, "'{' after the graph name"); !s) return s.error();
+  while (!at(TokenKind::rbrace)) {
+    Status s;
+    if (at(TokenKind::end)) return expected("'}' to close graph '" + name + "'");
+    if (!at(TokenKind::identifier)) {
+      return expected("a statement (input, output or NAME = op(...))");
+    }
+    if (at_word("input")) {
+      s = parse_input();
+    } else if (at_word("output")) {
+      s = parse_output();
+    } else {
+      s = parse_assignment();
+    }
+    if (!s) return s.error();
+  }
+  Location close = m_token.location;
+  advance();
+  if (!at(TokenKind::end)) return expected("end of file after the graph's closing '}'");
+
+  if (m_builder.outputs().empty()) {
+    return error_at(close, "graph '" + name + "' has no output; expected 'output NAME' before '}'");
+  }
+  std::vector<int> uses(m_builder.size(), 0);
+  for (size_t i = 0; i < m_builder.size(); ++i) {
+    for (NodeId op : m_builder.node(static_cast<NodeId>(i)).operands) {
+      ++uses[static_cast<size_t>(op)];
+    }
+  }
+  for (NodeId out : m_builder.outputs()) ++uses[static_cast<size_t>(out)];
+  for (size_t i = 0; i < uses.size(); ++i) {
+    const Node& node = m_builder.node(static_cast<NodeId>(i));
+    if (node.kind != OpKind::input && uses[i] == 0) {
+      return error_at(m_defined_at[i], "value '" + node.name +
+                                           "' is never used: output it or remove it");
+    }
+  }
+  auto graph = std::move(m_builder).finish();
+  if (!graph) return error_at(close, graph.error().message);
+  return graph;
+}
+
+}  // namespace
+
+Expected<Graph> parse_graph(std::string_view text, std::string_view file) {
+  return Parser(text, file).parse();
+}
+
+Expected<Graph> parse_graph_file(const std::string& path) {
+  std::FILE* file = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
+  std::string shown = path == "-" ? "<stdin>" : path;
+  if (!file) return make_error(shown, ": error: cannot read: ", std::strerror(errno));
+  std::string text;
+  char chunk[65536];
+  bool too_large = false;
+  bool failed = false;
+  while (size_t got = std::fread(chunk, 1, sizeof chunk, file)) {
+    if (text.size() + got > k_max_source_bytes) {
+      too_large = true;
+      break;
+    }
+    text.append(chunk, got);
+  }
+  int saved_errno = errno;
+  failed = std::ferror(file) != 0;
+  if (file != stdin) std::fclose(file);
+  if (too_large) {
+    return make_error(shown, ": error: larger than ", std::to_string(k_max_source_bytes >> 20),
+                      " MiB; kiln graph files are small text");
+  }
+  if (failed) return make_error(shown, ": error: cannot read: ", std::strerror(saved_errno));
+  return parse_graph(text, shown);
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,119 @@
+// Canonical printer: one statement per named value, nested values inline, defaults omitted.
+#include "ir/print.h"
+
+#include <charconv>
+
+namespace kiln::ir {
+
+namespace {
+
+// Shortest text that reads back as the same double, always with a '.' or exponent.
+std::string format_literal(double value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  std::string text(buffer, end);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+class Printer {
+public:
+  explicit Printer(const Graph& graph) : m_graph(graph) {}
+
+  // Writes node `id` as an expression; named operands appear by name. Recursion follows only
+  // unnamed values, whose nesting Builder::finish keeps below k_max_nesting.
+  void expr(NodeId id, std::string& out) const {
+    const Node& node = m_graph.node(id);
+    out += to_string(node.kind);
+    out += '(';
+    const Attrs& attrs = node.attrs;
+    bool first = true;
+    auto separator = [&] {
+      if (!first) out += ", ";
+      first = false;
+    };
+    if (attrs.literal_side == LiteralSide::lhs) {
+      separator();
+      out += format_literal(attrs.literal);
+    }
+    for (NodeId operand : node.operands) {
+      separator();
+      operand_ref(operand, out);
+    }
+    if (attrs.literal_side == LiteralSide::rhs) {
+      separator();
+      out += format_literal(attrs.literal);
+    }
+    switch (node.kind) {
+      case OpKind::matmul:
+        if (attrs.transpose_a) out += ", transpose_a=true";
+        if (attrs.transpose_b) out += ", transpose_b=true";
+        if (attrs.precision) {
+          out += ", precision=";
+          out += to_string(*attrs.precision);
+        }
+        break;
+      case OpKind::cast:
+        out += ", to=";
+        out += to_string(attrs.cast_to);
+        break;
+      case OpKind::softmax:
+        if (attrs.axis != node.type.shape.rank() - 1) {
+          out += ", axis=" + std::to_string(attrs.axis);
+        }
+        break;
+      default:
+        break;
+    }
+    out += ')';
+  }
+
+  void operand_ref(NodeId id, std::string& out) const {
+    const Node& node = m_graph.node(id);
+    if (!node.name.empty()) {
+      out += node.name;
+      return;
+    }
+    expr(id, out);
+  }
+
+  std::string graph() const {
+    std::string out = "graph " + m_graph.name() + " {\n";
+    for (size_t i = 0; i < m_graph.nodes().size(); ++i) {
+      const Node& node = m_graph.nodes()[i];
+      if (node.name.empty()) continue;  // printed inside its user
+      out += "  ";
+      if (node.kind == OpKind::input) {
+        out += "input " + node.name + ": " + to_string(node.type) + "\n";
+        continue;
+      }
+      out += node.name + " = ";
+      expr(static_cast<NodeId>(i), out);
+      out += '\n';
+    }
+    out += "  output ";
+    for (size_t i = 0; i < m_graph.outputs().size(); ++i) {
+      if (i) out += ", ";
+      out += m_graph.node(m_graph.outputs()[i]).name;
+    }
+    out += "\n}\n";
+    return out;
+  }
+
+private:
+  const Graph& m_graph;
+};
+
+}  // namespace
+
+std::string print_graph(const Graph& graph) {
+  return Printer(graph).graph();
+}
+
+std::string print_expr(const Graph& graph, NodeId id) {
+  std::string out;
+  Printer(graph).expr(id, out);
+  return out;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,101 @@
+// Element types, shapes and precision modes: names, sizes and validating constructors.
+#include "ir/types.h"
+
+#include <array>
+
+namespace kiln::ir {
+
+namespace {
+
+struct DTypeName {
+  DType dtype;
+  std::string_view name;
+  int64_t bytes;
+};
+constexpr std::array<DTypeName, 3> k_dtypes = {{
+    {DType::f32, "f32", 4},
+    {DType::f16, "f16", 2},
+    {DType::bf16, "bf16", 2},
+}};
+
+struct PrecisionName {
+  Precision precision;
+  std::string_view name;
+};
+constexpr std::array<PrecisionName, 5> k_precisions = {{
+    {Precision::highest, "highest"},
+    {Precision::high, "high"},
+    {Precision::tf32x3, "tf32x3"},
+    {Precision::medium, "medium"},
+    {Precision::automatic, "auto"},
+}};
+
+}  // namespace
+
+std::string_view to_string(DType dtype) {
+  return k_dtypes[static_cast<size_t>(dtype)].name;
+}
+
+std::optional<DType> parse_dtype(std::string_view text) {
+  for (const auto& entry : k_dtypes) {
+    if (entry.name == text) return entry.dtype;
+  }
+  return std::nullopt;
+}
+
+int64_t byte_size(DType dtype) {
+  return k_dtypes[static_cast<size_t>(dtype)].bytes;
+}
+
+std::string_view to_string(Precision precision) {
+  return k_precisions[static_cast<size_t>(precision)].name;
+}
+
+std::optional<Precision> parse_precision(std::string_view text) {
+  for (const auto& entry : k_precisions) {
+    if (entry.name == text) return entry.precision;
+  }
+  return std::nullopt;
+}
+
+Expected<Shape> Shape::make(std::vector<int64_t> dims) {
+  if (dims.empty() || dims.size() > static_cast<size_t>(k_max_rank)) {
+    return make_error("a shape must have rank 1 to ", std::to_string(k_max_rank), ", got rank ",
+                      std::to_string(dims.size()));
+  }
+  Shape shape;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = dims[i];
+    if (d <= 0) {
+      return make_error("dimension ", std::to_string(i), " is ", std::to_string(d),
+                        "; dimensions must be positive");
+    }
+    if (d > k_max_elements || shape.m_elements > k_max_elements / d) {
+      return make_error("shape ", to_string_unchecked(dims), " has more than ",
+                        std::to_string(k_max_elements), " elements (2^31 - 1), kiln's limit");
+    }
+    shape.m_elements *= d;
+  }
+  shape.m_dims = std::move(dims);
+  return shape;
+}
+
+std::string to_string(const Shape& shape) {
+  return to_string_unchecked(shape.dims());
+}
+
+std::string to_string_unchecked(const std::vector<int64_t>& dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(dims[i]);
+  }
+  out += "]";
+  return out;
+}
+
+std::string to_string(const TensorType& type) {
+  return std::string(to_string(type.dtype)) + to_string(type.shape);
+}
+
+}  // namespace kiln::ir

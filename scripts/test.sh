@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds kiln and runs the whole test suite through ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh
+ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 900
+if command -v clang++ >/dev/null; then
+  scripts/fuzz.sh "${KILN_FUZZ_SECONDS:-30}"
+fi

@@ -1,0 +1,21 @@
+// Shared pieces of the kiln CLI: exit codes and the registration hook every command file provides.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace kiln::tools {
+
+inline constexpr int k_exit_ok = 0;       // the work succeeded
+inline constexpr int k_exit_failure = 1;  // the work failed (a compile error, a bad cache entry)
+inline constexpr int k_exit_usage = 2;    // bad usage or bad input
+
+// Each command file adds its subcommands to `app`; a subcommand's callback stores its exit code
+// in `exit_code`.
+void register_fmt_commands(CLI::App& app, int& exit_code);  // fmt, hash
+
+// Prints "kiln: <message>" to stderr (messages that already carry file:line:col go as they are).
+void print_error(const std::string& message);
+
+}  // namespace kiln::tools

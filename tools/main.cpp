@@ -1,0 +1,25 @@
+// Entry point of the kiln CLI: parses the command line and dispatches to one command.
+#include "tools/cli.h"
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: compile tensor graphs to CUDA kernels and cache them"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "kiln 0.1.0");
+  int exit_code = kiln::tools::k_exit_ok;
+  kiln::tools::register_fmt_commands(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : kiln::tools::k_exit_usage;
+  }
+  return exit_code;
+}
+
+namespace kiln::tools {
+void print_error(const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+}
+}  // namespace kiln::tools
