@@ -14,8 +14,9 @@ inline constexpr int k_exit_usage = 2;    // bad usage or bad input
 // Each command file adds its subcommands to `app`; a subcommand's callback stores its exit code
 // in `exit_code`.
 void register_fmt_commands(CLI::App& app, int& exit_code);  // fmt, hash
+void register_audit_commands(CLI::App& app, int& exit_code);  // audit
 
-// Prints "kiln: <message>" to stderr (messages that already carry file:line:col go as they are).
+// Prints a message to stderr as it is; messages carry their own context (file:line:col, "audit: ").
 void print_error(const std::string& message);
 
 }  // namespace kiln::tools

@@ -1,0 +1,90 @@
+// The precision audit behind `kiln audit`: per-output tolerances and the fp64 comparison.
+#include "reference/audit.h"
+
+#include "reference/metrics.h"
+#include "reference/tensor.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdio>
+
+namespace kiln::reference {
+namespace {
+
+std::string scientific(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2e", value);
+  return buffer;
+}
+
+}  // namespace
+
+double tolerance(ir::Precision precision) {
+  switch (precision) {
+    case ir::Precision::highest:
+      return k_tolerance_highest;
+    case ir::Precision::high:
+      return k_tolerance_high;
+    case ir::Precision::tf32x3:
+      return k_tolerance_tf32x3;
+    case ir::Precision::medium:
+      return k_tolerance_medium;
+    case ir::Precision::automatic:
+      break;
+  }
+  assert(false && "tolerance of an unresolved precision");
+  return k_tolerance_highest;
+}
+
+double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision precision) {
+  double result = k_tolerance_highest;
+  std::vector<bool> seen(graph.nodes().size(), false);
+  std::vector<ir::NodeId> stack{output};
+  seen[static_cast<size_t>(output)] = true;
+  while (!stack.empty()) {
+    const ir::Node& node = graph.node(stack.back());
+    stack.pop_back();
+    if (node.type.dtype != ir::DType::f32) result = std::max(result, k_tolerance_half);
+    if (node.kind == ir::OpKind::matmul && node.type.dtype == ir::DType::f32)
+      result = std::max(result, tolerance(node.attrs.precision.value_or(precision)));
+    for (ir::NodeId operand : node.operands) {
+      if (seen[static_cast<size_t>(operand)]) continue;
+      seen[static_cast<size_t>(operand)] = true;
+      stack.push_back(operand);
+    }
+  }
+  return result;
+}
+
+Expected<AuditReport> audit(const ir::Graph& graph, ir::Precision precision, uint64_t seed,
+                            RunLimits limits) {
+  if (precision == ir::Precision::automatic)
+    return make_error("audit: precision 'auto' must be resolved for an arch first");
+  std::vector<Tensor> inputs = random_inputs(graph, seed);
+  auto truth = run(graph, inputs, RunMode::fp64(), limits);
+  if (!truth) return truth.error();
+  auto emulated = run(graph, inputs, RunMode::emulate(precision), limits);
+  if (!emulated) return emulated.error();
+
+  AuditReport report;
+  report.precision = precision;
+  report.seed = seed;
+  for (size_t i = 0; i < graph.outputs().size(); ++i) {
+    ir::NodeId id = graph.outputs()[i];
+    OutputAudit out;
+    out.name = graph.node(id).name;
+    out.rel_l2 = relative_l2((*emulated)[i].values, (*truth)[i].values);
+    out.max_abs = max_abs_error((*emulated)[i].values, (*truth)[i].values);
+    out.tolerance = output_tolerance(graph, id, precision);
+    out.ok = out.rel_l2 <= out.tolerance;
+    if (!out.ok)
+      report.warnings.push_back("output '" + out.name + "': relative l2 error " +
+                                scientific(out.rel_l2) + " exceeds the tolerance " +
+                                scientific(out.tolerance) + " of precision " +
+                                std::string(ir::to_string(precision)));
+    report.outputs.push_back(std::move(out));
+  }
+  return report;
+}
+
+}  // namespace kiln::reference

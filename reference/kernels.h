@@ -1,0 +1,18 @@
+// The reference executor's per-op kernels (internal to kiln_reference).
+#pragma once
+
+#include "ir/graph.h"
+#include "reference/execute.h"
+#include "reference/tensor.h"
+
+namespace kiln::reference::detail {
+
+// Each kernel computes `node` (whose type is the result type) from its operand tensors.
+Tensor run_matmul(const ir::Node& node, const Tensor& a, const Tensor& b, const RunMode& mode);
+// `b` is null when the node has a literal operand.
+Tensor run_binary(const ir::Node& node, const Tensor& a, const Tensor* b, const RunMode& mode);
+Tensor run_unary(const ir::Node& node, const Tensor& x, const RunMode& mode);
+Tensor run_cast(const ir::Node& node, const Tensor& x, const RunMode& mode);
+Tensor run_softmax(const ir::Node& node, const Tensor& x, const RunMode& mode);
+
+}  // namespace kiln::reference::detail

@@ -1,0 +1,16 @@
+// Error metrics between a computed tensor and its reference.
+#pragma once
+
+#include <vector>
+
+namespace kiln::reference {
+
+// ||actual - expected||_2 / ||expected||_2. When the reference is all zeros the absolute
+// ||actual - expected||_2 is returned instead (0 when both are zero). NaN anywhere gives NaN.
+// Sizes must match (asserted).
+double relative_l2(const std::vector<double>& actual, const std::vector<double>& expected);
+
+// max |actual - expected|; NaN anywhere gives NaN.
+double max_abs_error(const std::vector<double>& actual, const std::vector<double>& expected);
+
+}  // namespace kiln::reference

@@ -1,0 +1,50 @@
+// Host tensors of the reference executor and the seeded random inputs every check runs on.
+#pragma once
+
+#include "ir/graph.h"
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace kiln::reference {
+
+// A dense row-major tensor. Values are held as doubles whatever the dtype; in the emulated modes
+// every value is exactly representable in `dtype` (see store_value).
+struct Tensor {
+  ir::DType dtype = ir::DType::f32;
+  ir::Shape shape;
+  std::vector<double> values;
+
+  ir::TensorType type() const { return ir::TensorType{dtype, shape}; }
+};
+
+// A zero-filled tensor of `type`.
+Tensor zeros(const ir::TensorType& type);
+
+// `value` rounded to `dtype` the way a kernel stores it: to fp32 (round to nearest even), then for
+// f16/bf16 to the 16-bit format (round to nearest even).
+double store_value(ir::DType dtype, double value);
+
+// Deterministic uniform numbers from a seed, identical on every platform and standard library:
+// std::mt19937_64 (fully specified by the standard) with kiln's own mapping to doubles.
+class Rng {
+public:
+  explicit Rng(uint64_t seed);
+  // Uniform in [0, 1) with 53 random bits.
+  double next_unit();
+  // Uniform in [-1, 1).
+  double next_symmetric();
+
+private:
+  std::mt19937_64 m_engine;
+};
+
+// A tensor of `type` with values uniform in [-1, 1], each rounded to the dtype.
+Tensor random_tensor(const ir::TensorType& type, Rng& rng);
+
+// One random tensor per graph input, in calling-convention order, all from one stream seeded by
+// `seed`: the same seed always gives the same inputs.
+std::vector<Tensor> random_inputs(const ir::Graph& graph, uint64_t seed);
+
+}  // namespace kiln::reference

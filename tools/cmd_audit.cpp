@@ -1,0 +1,172 @@
+// `kiln audit FILE --precision MODE`: a mode's rounding against fp64 on seeded random inputs.
+//
+// Exit codes: 0 when the audit ran, even when an output passed its tolerance (the warnings go to
+// stderr and, with --json, into "warnings"); with --strict such a warning exits 1. Bad usage or
+// input (unreadable graph, unknown precision or arch) exits 2; a graph above --max-memory, or a
+// run out of host memory, exits 1 (the work could not be done).
+#include "tools/cli.h"
+
+#include "ir/hash.h"
+#include "ir/parse.h"
+#include "reference/audit.h"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cctype>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace kiln::tools {
+namespace {
+
+// Above this many matmul multiply-adds, the audit says up front that it will be slow.
+constexpr int64_t k_slow_multiply_adds = int64_t{20} * 1000 * 1000 * 1000;
+
+struct AuditArgs {
+  std::string file;
+  std::string precision;
+  std::string arch = "sm_90";
+  uint64_t seed = 0;
+  std::string max_memory = "4G";
+  std::string cache_dir;
+  bool json = false;
+  bool strict = false;
+};
+
+// Compute capability (major * 10 + minor) of an "sm_XX" that NVRTC in CUDA 13 lists.
+std::optional<int> parse_arch(const std::string& arch) {
+  constexpr std::array<int, 12> k_known = {75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121};
+  if (arch.size() < 5 || arch.size() > 6 || arch.compare(0, 3, "sm_") != 0) return std::nullopt;
+  int value = 0;
+  for (size_t i = 3; i < arch.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(arch[i]))) return std::nullopt;
+    value = value * 10 + (arch[i] - '0');
+  }
+  for (int known : k_known)
+    if (known == value) return value;
+  return std::nullopt;
+}
+
+// "4G", "512M", "64K" or plain bytes; nullopt for anything else or past 2^62.
+std::optional<int64_t> parse_size(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  int64_t value = 0;
+  size_t i = 0;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+    if (value > (int64_t{1} << 50)) return std::nullopt;
+    value = value * 10 + (text[i] - '0');
+  }
+  if (i == 0) return std::nullopt;
+  if (i == text.size()) return value;
+  if (i + 1 != text.size()) return std::nullopt;
+  int shift = 0;
+  switch (std::toupper(static_cast<unsigned char>(text[i]))) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    default: return std::nullopt;
+  }
+  if (value > (int64_t{1} << (62 - shift))) return std::nullopt;
+  return value << shift;
+}
+
+std::string format_error(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3e", value);
+  return buffer;
+}
+
+int run_audit(const AuditArgs& args) {
+  auto requested = ir::parse_precision(args.precision);
+  if (!requested) {
+    print_error("audit: unknown precision '" + args.precision +
+                "' (expected highest, high, tf32x3, medium or auto)");
+    return k_exit_usage;
+  }
+  auto capability = parse_arch(args.arch);
+  if (!capability) {
+    print_error("audit: unknown arch '" + args.arch + "' (expected sm_XX, e.g. sm_90)");
+    return k_exit_usage;
+  }
+  auto max_bytes = parse_size(args.max_memory);
+  if (!max_bytes) {
+    print_error("audit: --max-memory '" + args.max_memory +
+                "' is not a size (bytes, or a number with K, M or G)");
+    return k_exit_usage;
+  }
+  auto graph = ir::parse_graph_file(args.file);
+  if (!graph) {
+    print_error(graph.error().message);
+    return k_exit_usage;
+  }
+  ir::Precision precision = *requested;
+  if (precision == ir::Precision::automatic)
+    precision = *capability >= 80 ? ir::Precision::high : ir::Precision::highest;
+
+  reference::RunLimits limits;
+  limits.max_bytes = *max_bytes;
+  // Nothing caps the work itself; a long run is announced rather than refused.
+  reference::RunCost cost = reference::estimate_cost(*graph);
+  if (cost.multiply_adds > k_slow_multiply_adds && cost.bytes <= limits.max_bytes)
+    print_error("audit: note: the graph needs about " + std::to_string(cost.multiply_adds) +
+                " multiply-adds, run twice (fp64 and emulated) on one CPU core; this can take "
+                "minutes");
+  auto report = reference::audit(*graph, precision, args.seed, limits);
+  if (!report) {
+    print_error("audit: " + report.error().message);
+    return k_exit_failure;
+  }
+  for (const std::string& warning : report->warnings)
+    print_error("audit: warning: " + warning);
+
+  std::string hash = ir::graph_hash(*graph).hex();
+  if (args.json) {
+    nlohmann::json out;
+    out["graph"] = hash;
+    out["precision"] = std::string(ir::to_string(precision));
+    out["seed"] = args.seed;
+    out["outputs"] = nlohmann::json::array();
+    for (const auto& o : report->outputs)
+      out["outputs"].push_back({{"name", o.name}, {"rel_l2", o.rel_l2}, {"max_abs", o.max_abs},
+                                {"tolerance", o.tolerance}, {"ok", o.ok}});
+    out["warnings"] = report->warnings;
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("graph %s (%s), precision %s", graph->name().c_str(), hash.c_str(),
+                std::string(ir::to_string(precision)).c_str());
+    if (*requested == ir::Precision::automatic) std::printf(" (auto on %s)", args.arch.c_str());
+    std::printf(", seed %llu, inputs uniform in [-1, 1]\n",
+                static_cast<unsigned long long>(args.seed));
+    std::printf("%-20s %-12s %-12s %-12s %s\n", "output", "rel_l2", "max_abs", "tolerance", "ok");
+    for (const auto& o : report->outputs)
+      std::printf("%-20s %-12s %-12s %-12s %s\n", o.name.c_str(), format_error(o.rel_l2).c_str(),
+                  format_error(o.max_abs).c_str(), format_error(o.tolerance).c_str(),
+                  o.ok ? "yes" : "NO");
+  }
+  if (args.strict && !report->warnings.empty()) return k_exit_failure;
+  return k_exit_ok;
+}
+
+}  // namespace
+
+void register_audit_commands(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<AuditArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "audit", "compare a precision mode's rounding with fp64 on seeded random inputs");
+  cmd->add_option("FILE", args->file, "graph file (.kg) or -")->required();
+  cmd->add_option("--precision", args->precision, "highest, high, tf32x3, medium or auto")
+      ->required();
+  cmd->add_option("--arch", args->arch, "sm_XX, used only to resolve auto (default sm_90)");
+  cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
+  cmd->add_option("--max-memory", args->max_memory,
+                  "refuse graphs needing more host memory than this (default 4G)");
+  cmd->add_option("--cache-dir", args->cache_dir, "accepted for uniformity; audit uses no cache");
+  cmd->add_flag("--json", args->json, "print the report as JSON");
+  cmd->add_flag("--strict", args->strict, "exit 1 when an output passes its tolerance");
+  cmd->callback([args, &exit_code] { exit_code = run_audit(*args); });
+}
+
+}  // namespace kiln::tools
