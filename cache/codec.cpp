@@ -1,0 +1,48 @@
+// zstd compression and XXH3 checksums for payloads.
+#include "cache/codec.h"
+
+#include <xxhash.h>
+#include <zstd.h>
+
+namespace kiln::cache {
+
+namespace {
+constexpr int k_zstd_level = 3;
+}
+
+uint64_t checksum(const std::string& bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+Expected<Encoded> encode(const std::string& raw) {
+  if (raw.size() > k_max_payload_bytes)
+    return make_error("payload of ", std::to_string(raw.size()), " bytes exceeds the limit");
+  Encoded out;
+  out.raw_size = raw.size();
+  out.checksum = checksum(raw);
+  out.compressed.resize(ZSTD_compressBound(raw.size()));
+  size_t n = ZSTD_compress(out.compressed.data(), out.compressed.size(), raw.data(), raw.size(),
+                           k_zstd_level);
+  if (ZSTD_isError(n)) return make_error("zstd: compressing failed: ", ZSTD_getErrorName(n));
+  out.compressed.resize(n);
+  return out;
+}
+
+Expected<std::string> decode(const Encoded& encoded) {
+  if (encoded.raw_size > k_max_payload_bytes)
+    return make_error("stored size ", std::to_string(encoded.raw_size), " exceeds the limit");
+  unsigned long long frame =
+      ZSTD_getFrameContentSize(encoded.compressed.data(), encoded.compressed.size());
+  if (frame == ZSTD_CONTENTSIZE_ERROR || frame == ZSTD_CONTENTSIZE_UNKNOWN)
+    return make_error("compressed data is not a zstd frame");
+  if (frame != encoded.raw_size)
+    return make_error("compressed frame holds ", std::to_string(frame), " bytes, expected ",
+                      std::to_string(encoded.raw_size));
+  std::string raw(encoded.raw_size, '\0');
+  size_t n =
+      ZSTD_decompress(raw.data(), raw.size(), encoded.compressed.data(), encoded.compressed.size());
+  if (ZSTD_isError(n)) return make_error("zstd: ", ZSTD_getErrorName(n));
+  if (n != encoded.raw_size) return make_error("decompressed size does not match");
+  if (checksum(raw) != encoded.checksum) return make_error("checksum mismatch");
+  return raw;
+}
+
+}  // namespace kiln::cache

@@ -1,0 +1,32 @@
+// Entry accessors and verification of a stored entry against its key and checksums.
+#include "cache/entry.h"
+
+namespace kiln::cache {
+
+std::string EntryInfo::field(const std::string& name) const {
+  for (const KeyField& f : fields)
+    if (f.name == name) return f.value;
+  return {};
+}
+
+const Payload* Entry::find_payload(const std::string& name) const {
+  for (const Payload& p : payloads)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+Expected<Entry> verify_stored(const StoredEntry& stored) {
+  if (make_key(stored.info.fields) != stored.info.key)
+    return make_error("stored key fields do not hash to the key");
+  Entry entry;
+  entry.info = stored.info;
+  entry.payloads.reserve(stored.payloads.size());
+  for (const StoredPayload& p : stored.payloads) {
+    auto raw = decode(p.encoded);
+    if (!raw) return make_error("payload '", p.name, "': ", raw.error().message);
+    entry.payloads.push_back({p.name, std::move(*raw)});
+  }
+  return entry;
+}
+
+}  // namespace kiln::cache

@@ -1,0 +1,73 @@
+// What a cache entry holds: key fields, named opaque payloads, a display summary, bookkeeping.
+#pragma once
+
+#include "cache/codec.h"
+#include "cache/key.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::cache {
+
+// Payload names by convention (FORMAT.md): "source", "log", "ptx:<kernel>", "cubin:<kernel>";
+// any other name is allowed and stored as it is.
+inline constexpr const char* k_payload_source = "source";
+inline constexpr const char* k_payload_log = "log";
+inline constexpr const char* k_payload_ptx_prefix = "ptx:";
+inline constexpr const char* k_payload_cubin_prefix = "cubin:";
+
+// One named blob of opaque bytes.
+struct Payload {
+  std::string name;
+  std::string bytes;
+  bool operator==(const Payload&) const = default;
+};
+
+// What a producer (the compiler) hands to the cache for one key.
+struct Contents {
+  std::string summary;  // a small JSON object for display (`kiln ls`, `kiln show`)
+  std::vector<Payload> payloads;
+  int64_t compile_ms = 0;
+};
+
+// Everything about an entry except its payload bytes.
+struct EntryInfo {
+  std::string key;
+  std::vector<KeyField> fields;  // sorted by name
+  std::string summary;
+  int64_t compile_ms = 0;
+  uint64_t stored_bytes = 0;  // compressed payloads + summary + fields: what counts to the cap
+  uint64_t raw_bytes = 0;     // uncompressed payloads
+  int64_t created_ms = 0;     // unix time in milliseconds
+  int64_t last_used_ms = 0;
+  int64_t hits = 0;
+
+  // The value of field `name`, or "" when absent.
+  std::string field(const std::string& name) const;
+};
+
+// A verified entry: its payloads are decompressed and their checksums matched.
+struct Entry {
+  EntryInfo info;
+  std::vector<Payload> payloads;
+
+  const Payload* find_payload(const std::string& name) const;
+};
+
+// A payload as stored (compressed, with size and checksum); used by bundles and verification.
+struct StoredPayload {
+  std::string name;
+  Encoded encoded;
+};
+
+struct StoredEntry {
+  EntryInfo info;
+  std::vector<StoredPayload> payloads;
+};
+
+// Decodes every payload of `stored` and checks that its fields hash to its key; the error says
+// which payload or field failed.
+Expected<Entry> verify_stored(const StoredEntry& stored);
+
+}  // namespace kiln::cache

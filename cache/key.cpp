@@ -1,0 +1,76 @@
+// Key composition: length-prefixed tagged fields under a format version, hashed with XXH3-128.
+#include "cache/key.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+
+namespace kiln::cache {
+namespace {
+
+void append_u64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+void append_bytes(std::string& out, const std::string& bytes) {
+  append_u64(out, bytes.size());
+  out.append(bytes);
+}
+
+std::string hex64(uint64_t v) {
+  static constexpr char k_digits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) out[i] = k_digits[v & 0xf];
+  return out;
+}
+
+}  // namespace
+
+void sort_fields(std::vector<KeyField>& fields) {
+  std::sort(fields.begin(), fields.end(), [](const KeyField& a, const KeyField& b) {
+    return a.name != b.name ? a.name < b.name : a.value < b.value;
+  });
+}
+
+std::string make_key(std::vector<KeyField> fields) {
+  sort_fields(fields);
+  std::string bytes = "kiln-cache-key";
+  append_u64(bytes, k_key_format_version);
+  append_u64(bytes, fields.size());
+  for (const KeyField& field : fields) {
+    append_bytes(bytes, field.name);
+    append_bytes(bytes, field.value);
+  }
+  XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  return hex64(h.high64) + hex64(h.low64);
+}
+
+bool is_key_prefix(const std::string& text) {
+  if (text.empty() || text.size() > 32) return false;
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+std::vector<FieldDiff> diff_fields(const std::vector<KeyField>& requested,
+                                   const std::vector<KeyField>& stored) {
+  std::map<std::string, std::pair<const std::string*, const std::string*>> by_name;
+  for (const KeyField& f : requested) by_name[f.name].first = &f.value;
+  for (const KeyField& f : stored) by_name[f.name].second = &f.value;
+  std::vector<FieldDiff> diffs;
+  for (const auto& [name, values] : by_name) {
+    const auto [req, sto] = values;
+    if (req && sto && *req == *sto) continue;
+    FieldDiff d;
+    d.name = name;
+    d.requested_present = req != nullptr;
+    d.stored_present = sto != nullptr;
+    if (req) d.requested = *req;
+    if (sto) d.stored = *sto;
+    diffs.push_back(std::move(d));
+  }
+  return diffs;
+}
+
+}  // namespace kiln::cache

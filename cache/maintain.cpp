@@ -1,0 +1,271 @@
+// Whole-cache operations: listing, prefix and field queries, verification, eviction, pruning,
+// and moving entries in and out (for bundles).
+#include "cache/cache.h"
+
+#include "cache/sqlite.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+
+namespace kiln::cache {
+namespace {
+
+using sql::Transaction;
+
+// Key, size and last-used time of every entry, least recently used first.
+struct EntryAge {
+  std::string key;
+  uint64_t bytes;
+  int64_t last_used_ms;
+};
+
+Expected<std::vector<EntryAge>> entries_oldest_first(sql::Db& db) {
+  auto st = db.prepare(
+      "SELECT key, stored_bytes, last_used_ms FROM entries"
+      " ORDER BY last_used_ms, rowid");
+  if (!st) return st.error();
+  std::vector<EntryAge> out;
+  for (;;) {
+    auto row = st->step();
+    if (!row) return row.error();
+    if (!*row) return out;
+    out.push_back(
+        {st->column_text(0), static_cast<uint64_t>(st->column_int64(1)), st->column_int64(2)});
+  }
+}
+
+}  // namespace
+
+Expected<std::vector<EntryInfo>> Cache::list() {
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
+  if (Status s = flush_locked(); !s) return s.error();
+  return list_locked(nullptr);
+}
+
+Expected<std::vector<EntryInfo>> Cache::list_locked(const KeyField* where) {
+  auto txn = Transaction::begin(*m_db, Transaction::Kind::read);
+  if (!txn) return txn.error();
+  std::vector<EntryInfo> out;
+  std::map<std::string, size_t> index;
+  {
+    auto st = m_db->prepare(
+        "SELECT key, summary, compile_ms, stored_bytes, raw_bytes, created_ms, last_used_ms, hits"
+        " FROM entries WHERE ?1 IS NULL"
+        " OR key IN (SELECT key FROM fields WHERE name = ?1 AND value = ?2)"
+        " ORDER BY last_used_ms DESC, key");
+    if (!st) return st.error();
+    if (where) st->bind_text(1, where->name).bind_blob(2, where->value);
+    for (;;) {
+      auto row = st->step();
+      if (!row) return row.error();
+      if (!*row) break;
+      EntryInfo info;
+      info.key = st->column_text(0);
+      info.summary = st->column_text(1);
+      info.compile_ms = st->column_int64(2);
+      info.stored_bytes = st->column_int64(3);
+      info.raw_bytes = st->column_int64(4);
+      info.created_ms = st->column_int64(5);
+      info.last_used_ms = st->column_int64(6);
+      info.hits = st->column_int64(7);
+      index[info.key] = out.size();
+      out.push_back(std::move(info));
+    }
+  }
+  auto st = m_db->prepare(
+      "SELECT key, name, value FROM fields WHERE ?1 IS NULL"
+      " OR key IN (SELECT key FROM fields WHERE name = ?1 AND value = ?2) ORDER BY key, name");
+  if (!st) return st.error();
+  if (where) st->bind_text(1, where->name).bind_blob(2, where->value);
+  for (;;) {
+    auto row = st->step();
+    if (!row) return row.error();
+    if (!*row) break;
+    auto it = index.find(st->column_text(0));
+    if (it != index.end())
+      out[it->second].fields.push_back({st->column_text(1), st->column_blob(2)});
+  }
+  if (Status s = txn->commit(); !s) return s.error();
+  return out;
+}
+
+Expected<std::vector<std::string>> Cache::keys_with_prefix(const std::string& prefix, int limit) {
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
+  // Keys are lower-case hex, so a range scan on the primary key finds the prefix.
+  auto st =
+      m_db->prepare("SELECT key FROM entries WHERE key >= ? AND key < ? ORDER BY key LIMIT ?");
+  if (!st) return st.error();
+  st->bind_text(1, prefix).bind_text(2, prefix + "\x7f").bind(3, limit);
+  std::vector<std::string> out;
+  for (;;) {
+    auto row = st->step();
+    if (!row) return row.error();
+    if (!*row) return out;
+    out.push_back(st->column_text(0));
+  }
+}
+
+Expected<std::vector<Nearest>> Cache::nearest(const std::vector<KeyField>& request,
+                                              const std::string& anchor) {
+  KeyField where{anchor, ""};
+  for (const KeyField& f : request)
+    if (f.name == anchor) where.value = f.value;
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
+  if (Status s = flush_locked(); !s) return s.error();
+  auto matching = list_locked(&where);  // through the fields_by_value index
+  if (!matching) return matching.error();
+  std::vector<Nearest> out;
+  for (EntryInfo& info : *matching) {
+    Nearest n;
+    n.diffs = diff_fields(request, info.fields);
+    n.info = std::move(info);
+    out.push_back(std::move(n));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Nearest& a, const Nearest& b) {
+    return a.diffs.size() < b.diffs.size();
+  });
+  return out;
+}
+
+Expected<VerifyReport> Cache::verify(Fix fix) {
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
+  if (Status s = flush_locked(); !s) return s.error();
+  auto ages = entries_oldest_first(*m_db);
+  if (!ages) return ages.error();
+  VerifyReport report;
+  for (const EntryAge& v : *ages) {
+    Checked checked = read_checked(v.key);
+    if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
+    if (checked.kind == Checked::Kind::absent) continue;  // removed meanwhile
+    ++report.checked;
+    if (checked.kind == Checked::Kind::bad) report.bad.push_back({v.key, checked.reason});
+  }
+  if (fix == Fix::no || report.bad.empty()) return report;
+  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+  if (!txn) return txn.error();
+  for (const BadEntry& bad : report.bad)
+    if (Status s = drop(bad.key); !s) return s.error();
+  if (Status s = txn->commit(); !s) return s.error();
+  m_pending.errors += report.bad.size();
+  report.removed = true;
+  return report;
+}
+
+Expected<PruneReport> Cache::evict_locked(uint64_t cap, const std::string& keep) {
+  if (Status s = flush_locked(); !s) return s.error();
+  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+  if (!txn) return txn.error();
+  auto total = m_db->query_int("SELECT coalesce(sum(stored_bytes), 0) FROM entries");
+  if (!total) return total.error();
+  PruneReport report;
+  auto bytes = static_cast<uint64_t>(*total);
+  if (bytes > cap) {
+    auto ages = entries_oldest_first(*m_db);
+    if (!ages) return ages.error();
+    for (const EntryAge& v : *ages) {
+      if (bytes <= cap) break;
+      if (v.key == keep) continue;
+      if (Status s = drop(v.key); !s) return s.error();
+      bytes -= std::min(bytes, v.bytes);
+      ++report.removed;
+      report.freed_bytes += v.bytes;
+    }
+  }
+  if (Status s = txn->commit(); !s) return s.error();
+  return report;
+}
+
+Expected<PruneReport> Cache::prune(std::optional<uint64_t> max_size,
+                                   std::optional<uint64_t> older_than_s) {
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
+  if (Status s = flush_locked(); !s) return s.error();
+  PruneReport report;
+  if (older_than_s) {
+    int64_t cutoff =
+        now() - static_cast<int64_t>(std::min<uint64_t>(*older_than_s, INT64_MAX / 1000) * 1000);
+    auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+    if (!txn) return txn.error();
+    auto ages = entries_oldest_first(*m_db);
+    if (!ages) return ages.error();
+    for (const EntryAge& v : *ages) {
+      if (v.last_used_ms >= cutoff) break;
+      if (Status s = drop(v.key); !s) return s.error();
+      ++report.removed;
+      report.freed_bytes += v.bytes;
+    }
+    if (Status s = txn->commit(); !s) return s.error();
+  }
+  if (max_size) {
+    auto evicted = evict_locked(*max_size, "");
+    if (!evicted) return evicted.error();
+    report.removed += evicted->removed;
+    report.freed_bytes += evicted->freed_bytes;
+  }
+  (void)m_db->exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  return report;
+}
+
+Expected<PruneReport> Cache::clear() {
+  auto report = prune(0, std::nullopt);
+  if (!report) return report;
+  std::lock_guard lock(m_mutex);
+  if (m_db) (void)m_db->exec("VACUUM");  // give the space back; fails harmlessly when busy
+  return report;
+}
+
+Expected<std::vector<StoredEntry>> Cache::export_entries() {
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
+  if (Status s = flush_locked(); !s) return s.error();
+  auto ages = entries_oldest_first(*m_db);
+  if (!ages) return ages.error();
+  std::vector<StoredEntry> out;
+  for (const EntryAge& v : *ages) {
+    Checked checked = read_checked(v.key);
+    if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
+    if (checked.kind == Checked::Kind::bad)
+      warn("not exporting bad entry " + v.key + ": " + checked.reason);
+    if (checked.kind == Checked::Kind::good) out.push_back(std::move(checked.stored));
+  }
+  return out;
+}
+
+Expected<ImportReport> Cache::import_entries(const std::vector<StoredEntry>& entries) {
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
+  ImportReport report;
+  {
+    auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+    if (!txn) return txn.error();
+    for (const StoredEntry& entry : entries) {
+      auto present = m_db->prepare("SELECT 1 FROM entries WHERE key = ?");
+      if (!present) return present.error();
+      present->bind_text(1, entry.info.key);
+      auto row = present->step();
+      if (!row) return row.error();
+      if (*row) {
+        ++report.already_present;
+        continue;
+      }
+      StoredEntry fresh = entry;
+      fresh.info.hits = 0;
+      fresh.info.last_used_ms = now();
+      if (Status s = insert_rows(fresh); !s) return s.error();
+      ++report.imported;
+    }
+    if (Status s = txn->commit(); !s) return s.error();
+  }
+  if (m_max_size != 0) {
+    auto evicted = evict_locked(m_max_size, "");
+    if (!evicted) return evicted.error();
+  }
+  return report;
+}
+
+}  // namespace kiln::cache

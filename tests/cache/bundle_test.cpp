@@ -1,0 +1,124 @@
+// Export and import of bundles: round trip, and rejection of damaged bundles.
+#include "cache/bundle.h"
+#include "cache/cache.h"
+#include "test_util.h"
+
+#include <xxhash.h>
+
+#include <fstream>
+#include <iterator>
+
+#include <gtest/gtest.h>
+
+namespace kiln::cache {
+namespace {
+
+using testing::contents_for;
+using testing::fields_for;
+using testing::options_in;
+using testing::TempDir;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+}
+
+class CacheBundle : public ::testing::Test {
+protected:
+  void SetUp() override {
+    auto cache = Cache::open(options_in(tmp.sub("from"), &warnings));
+    for (const char* g : {"a", "b", "c"}) {
+      auto fields = fields_for(g);
+      ASSERT_TRUE(cache->store(make_key(fields), fields, contents_for(g, 3000)).ok());
+    }
+    auto entries = cache->export_entries();
+    ASSERT_TRUE(entries.ok());
+    ASSERT_EQ(entries->size(), 3u);
+    ASSERT_TRUE(write_bundle(bundle, *entries).ok());
+  }
+
+  TempDir tmp;
+  std::vector<std::string> warnings;
+  std::string bundle = tmp.sub("cache.kbundle");
+};
+
+TEST_F(CacheBundle, ImportedEntriesAreHitsInTheOtherCache) {
+  auto entries = read_bundle(bundle);
+  ASSERT_TRUE(entries.ok()) << entries.error().message;
+  auto other = Cache::open(options_in(tmp.sub("to"), &warnings));
+  auto report = other->import_entries(*entries);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->imported, 3u);
+  for (const char* g : {"a", "b", "c"}) {
+    auto fields = fields_for(g);
+    Lookup found = other->lookup(make_key(fields), fields);
+    ASSERT_TRUE(found.hit()) << g;
+    EXPECT_EQ(found.entry.payloads, contents_for(g, 3000).payloads);
+  }
+  report = other->import_entries(*entries);
+  EXPECT_EQ(report->imported, 0u);
+  EXPECT_EQ(report->already_present, 3u);
+}
+
+TEST_F(CacheBundle, FlippedByteIsRejected) {
+  std::string data = read_file(bundle);
+  data[data.size() / 2] ^= 0x20;
+  write_file(bundle, data);
+  auto entries = read_bundle(bundle);
+  ASSERT_FALSE(entries.ok());
+  EXPECT_NE(entries.error().message.find("bad bundle"), std::string::npos);
+}
+
+TEST_F(CacheBundle, TruncatedBundleIsRejected) {
+  std::string data = read_file(bundle);
+  write_file(bundle, data.substr(0, data.size() - 100));
+  EXPECT_FALSE(read_bundle(bundle).ok());
+}
+
+TEST_F(CacheBundle, BadPayloadIsRejectedEvenWithAValidFileChecksum) {
+  auto entries = read_bundle(bundle);
+  ASSERT_TRUE(entries.ok());
+  (*entries)[1].payloads[0].encoded.checksum ^= 1;
+  ASSERT_TRUE(write_bundle(bundle, *entries).ok());
+  auto reread = read_bundle(bundle);
+  ASSERT_FALSE(reread.ok());
+  EXPECT_NE(reread.error().message.find("entry 1"), std::string::npos) << reread.error().message;
+  EXPECT_NE(reread.error().message.find("checksum mismatch"), std::string::npos);
+}
+
+TEST_F(CacheBundle, EveryTruncationIsRejected) {
+  const std::string data = read_file(bundle);
+  for (size_t size = 0; size < data.size(); ++size) {
+    EXPECT_FALSE(parse_bundle(data.substr(0, size), "b").ok()) << "truncated to " << size;
+  }
+}
+
+TEST_F(CacheBundle, DamageUnderAValidFileChecksumNeverYieldsABadEntry) {
+  // Change each byte in turn and re-seal the file checksum, so that the length checks and the
+  // per-entry checks are what stands between the damage and the cache.
+  const std::string data = read_file(bundle);
+  for (size_t at = 8; at + 8 < data.size(); ++at) {
+    std::string damaged = data;
+    damaged[at] = static_cast<char>(damaged[at] ^ 0xff);
+    uint64_t sum = XXH3_64bits(damaged.data(), damaged.size() - 8);
+    for (int i = 0; i < 8; ++i) damaged[damaged.size() - 8 + i] = static_cast<char>(sum >> (8 * i));
+    auto entries = parse_bundle(damaged, "b");
+    if (!entries) continue;
+    for (const StoredEntry& e : *entries) EXPECT_TRUE(verify_stored(e).ok()) << "byte " << at;
+  }
+}
+
+TEST_F(CacheBundle, NonBundleFileIsRejected) {
+  write_file(bundle, "hello, this is not a bundle at all, but long enough to have a header");
+  auto entries = read_bundle(bundle);
+  ASSERT_FALSE(entries.ok());
+  EXPECT_NE(entries.error().message.find("not a kiln cache bundle"), std::string::npos);
+  EXPECT_FALSE(read_bundle(tmp.sub("missing")).ok());
+}
+
+}  // namespace
+}  // namespace kiln::cache

@@ -1,0 +1,66 @@
+// Helpers for cache tests: a scratch directory and small entries.
+#pragma once
+
+#include "cache/cache.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kiln::cache::testing {
+
+// A fresh directory under the system temp dir, removed with everything in it at the end.
+class TempDir {
+public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "kiln-cache-test-XXXXXX").string();
+    char* made = ::mkdtemp(pattern.data());
+    EXPECT_NE(made, nullptr);
+    m_path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(m_path, ec);
+  }
+  const std::string& path() const { return m_path; }
+  std::string sub(const std::string& name) const { return m_path + "/" + name; }
+
+private:
+  std::string m_path;
+};
+
+inline std::vector<KeyField> fields_for(const std::string& graph,
+                                        const std::string& arch = "sm_90") {
+  return {{"graph", "canonical:" + graph},
+          {"graph_hash", "h-" + graph},
+          {"arch", arch},
+          {"precision", "high"},
+          {"nvrtc_version", "13.0"},
+          {"codegen_version", "cg1"},
+          {"options", ""}};
+}
+
+inline Contents contents_for(const std::string& graph, size_t payload_bytes = 1000) {
+  Contents c;
+  c.summary = R"({"graph":")" + graph + R"("})";
+  c.compile_ms = 250;
+  std::string ptx;
+  for (size_t i = 0; ptx.size() < payload_bytes; ++i) ptx += graph + ":" + std::to_string(i) + ";";
+  ptx.resize(payload_bytes);
+  c.payloads = {{"source", "// source of " + graph}, {"ptx:mm_0", ptx}, {"log", ""}};
+  return c;
+}
+
+// Options for a cache in `dir` whose warnings are collected into `warnings`.
+inline Options options_in(const std::string& dir, std::vector<std::string>* warnings) {
+  Options o;
+  o.dir = dir;
+  o.warn = [warnings](const std::string& w) { warnings->push_back(w); };
+  return o;
+}
+
+}  // namespace kiln::cache::testing

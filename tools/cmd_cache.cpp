@@ -1,0 +1,352 @@
+// Cache commands: `kiln stats`, `ls`, `show`, `prune`, `clear`, `verify`, `export`, `import`.
+// None of them needs CUDA. Exit 0 on success; 1 when the work fails (an unusable cache, a damaged
+// entry, `verify` finding any bad entry even with --fix); 2 on bad usage or input (a bad size, an
+// ambiguous key prefix, a bad bundle).
+#include "tools/cli.h"
+
+#include "cache/bundle.h"
+#include "cache/cache.h"
+#include "cache/units.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <ctime>
+#include <memory>
+
+namespace kiln::tools {
+namespace {
+
+using nlohmann::json;
+
+struct CacheArgs {
+  std::string dir;
+  bool json = false;
+  bool zero = false;
+  std::string target;  // KEY for show, FILE for export and import
+  bool source = false, ptx = false, log = false;
+  std::string max_size, older_than;
+  bool fix = false;
+};
+
+std::string iso_time(int64_t unix_ms) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string dump(const json& j) { return j.dump(2, ' ', false, json::error_handler_t::replace); }
+
+// A field value fit to print as text: short and printable ASCII.
+bool printable(const std::string& value) {
+  if (value.size() > 120) return false;
+  for (char c : value)
+    if (c < 0x20 || c > 0x7e) return false;
+  return true;
+}
+
+// The opened cache, or nullptr after an error (the cache has already said why on stderr).
+std::unique_ptr<cache::Cache> open_cache(const CacheArgs& args) {
+  cache::Options options;
+  options.dir = args.dir;
+  auto opened = cache::Cache::open(options);
+  if (!opened->enabled()) return nullptr;
+  return opened;
+}
+
+int fail(const std::string& message, int code) {
+  print_error("kiln: " + message);
+  return code;
+}
+
+int run_stats(const CacheArgs& args) {
+  auto c = open_cache(args);
+  if (!c) return k_exit_failure;
+  if (args.zero) {
+    if (Status s = c->zero_stats(); !s) return fail(s.error().message, k_exit_failure);
+    if (!args.json) std::printf("statistics zeroed\n");
+  }
+  auto stats = c->stats();
+  if (!stats) return fail(stats.error().message, k_exit_failure);
+  if (args.json) {
+    json j = {{"dir", c->dir()},
+              {"entries", stats->entries},
+              {"bytes", stats->bytes},
+              {"raw_bytes", stats->raw_bytes},
+              {"max_size", c->max_size()},
+              {"hits", stats->hits},
+              {"misses", stats->misses},
+              {"errors", stats->errors},
+              {"time_saved_ms", stats->time_saved_ms}};
+    std::printf("%s\n", dump(j).c_str());
+    return k_exit_ok;
+  }
+  if (args.zero) return k_exit_ok;
+  std::printf("cache dir     %s\n", c->dir().c_str());
+  std::printf("entries       %llu\n", static_cast<unsigned long long>(stats->entries));
+  std::printf("size          %s (%s uncompressed, cap %s)\n",
+              cache::format_size(stats->bytes).c_str(),
+              cache::format_size(stats->raw_bytes).c_str(),
+              c->max_size() ? cache::format_size(c->max_size()).c_str() : "none");
+  std::printf("hits          %llu\n", static_cast<unsigned long long>(stats->hits));
+  std::printf("misses        %llu\n", static_cast<unsigned long long>(stats->misses));
+  std::printf("errors        %llu\n", static_cast<unsigned long long>(stats->errors));
+  std::printf("time saved    %.3f s\n", static_cast<double>(stats->time_saved_ms) / 1000.0);
+  if (stats->zeroed_ms) std::printf("since         %s\n", iso_time(stats->zeroed_ms).c_str());
+  return k_exit_ok;
+}
+
+int run_ls(const CacheArgs& args) {
+  auto c = open_cache(args);
+  if (!c) return k_exit_failure;
+  auto entries = c->list();
+  if (!entries) return fail(entries.error().message, k_exit_failure);
+  if (args.json) {
+    json list = json::array();
+    for (const cache::EntryInfo& e : *entries)
+      list.push_back({{"key", e.key},
+                      {"graph", e.field("graph_hash")},
+                      {"arch", e.field("arch")},
+                      {"precision", e.field("precision")},
+                      {"size", e.stored_bytes},
+                      {"compile_ms", e.compile_ms},
+                      {"hits", e.hits},
+                      {"created", iso_time(e.created_ms)},
+                      {"last_used", iso_time(e.last_used_ms)}});
+    std::printf("%s\n", dump(json{{"entries", list}}).c_str());
+    return k_exit_ok;
+  }
+  std::printf("%-32s  %-12s  %-7s  %-9s  %10s  %10s  %6s  %s\n", "KEY", "GRAPH", "ARCH",
+              "PRECISION", "SIZE", "COMPILE_MS", "HITS", "LAST_USED");
+  for (const cache::EntryInfo& e : *entries)
+    std::printf("%-32s  %-12.12s  %-7s  %-9s  %10s  %10lld  %6lld  %s\n", e.key.c_str(),
+                e.field("graph_hash").c_str(), e.field("arch").c_str(),
+                e.field("precision").c_str(), cache::format_size(e.stored_bytes).c_str(),
+                static_cast<long long>(e.compile_ms), static_cast<long long>(e.hits),
+                iso_time(e.last_used_ms).c_str());
+  return k_exit_ok;
+}
+
+// Prints the payloads `show --source/--ptx/--log` asked for; 1 when there are none.
+int print_payloads(const cache::Entry& entry, const CacheArgs& args) {
+  std::vector<const cache::Payload*> chosen;
+  for (const cache::Payload& p : entry.payloads) {
+    bool is_ptx = p.name == "ptx" || p.name.rfind(cache::k_payload_ptx_prefix, 0) == 0;
+    if ((args.ptx && is_ptx) || (args.source && p.name == cache::k_payload_source) ||
+        (args.log && p.name == cache::k_payload_log))
+      chosen.push_back(&p);
+  }
+  const char* what = args.ptx ? "ptx" : args.source ? "source" : "log";
+  if (chosen.empty()) return fail("entry " + entry.info.key + " holds no " + what, k_exit_failure);
+  for (const cache::Payload* p : chosen) {
+    if (chosen.size() > 1) std::printf("// %s\n", p->name.c_str());
+    std::fwrite(p->bytes.data(), 1, p->bytes.size(), stdout);
+    if (!p->bytes.empty() && p->bytes.back() != '\n') std::printf("\n");
+  }
+  return k_exit_ok;
+}
+
+int print_entry(const cache::Entry& entry, bool as_json) {
+  const cache::EntryInfo& info = entry.info;
+  json summary = json::parse(info.summary, nullptr, false);
+  if (summary.is_discarded()) summary = info.summary;
+  if (as_json) {
+    json fields = json::object();
+    for (const cache::KeyField& f : info.fields)
+      fields[f.name] = printable(f.value) ? json(f.value) : json{{"size", f.value.size()}};
+    json payloads = json::array();
+    for (const cache::Payload& p : entry.payloads)
+      payloads.push_back({{"name", p.name}, {"size", p.bytes.size()}});
+    json j = {{"key", info.key},
+              {"fields", fields},
+              {"summary", summary},
+              {"payloads", payloads},
+              {"size", info.stored_bytes},
+              {"raw_size", info.raw_bytes},
+              {"compile_ms", info.compile_ms},
+              {"hits", info.hits},
+              {"created", iso_time(info.created_ms)},
+              {"last_used", iso_time(info.last_used_ms)}};
+    std::printf("%s\n", dump(j).c_str());
+    return k_exit_ok;
+  }
+  std::printf("key         %s\n", info.key.c_str());
+  std::printf("created     %s\n", iso_time(info.created_ms).c_str());
+  std::printf("last used   %s\n", iso_time(info.last_used_ms).c_str());
+  std::printf("hits        %lld\n", static_cast<long long>(info.hits));
+  std::printf("compile     %lld ms\n", static_cast<long long>(info.compile_ms));
+  std::printf("size        %s (%s uncompressed)\n", cache::format_size(info.stored_bytes).c_str(),
+              cache::format_size(info.raw_bytes).c_str());
+  std::printf("fields\n");
+  for (const cache::KeyField& f : info.fields)
+    std::printf("  %-16s %s\n", f.name.c_str(),
+                printable(f.value) ? f.value.c_str()
+                                   : ("<" + std::to_string(f.value.size()) + " bytes>").c_str());
+  std::printf("payloads\n");
+  for (const cache::Payload& p : entry.payloads)
+    std::printf("  %-16s %s\n", p.name.c_str(), cache::format_size(p.bytes.size()).c_str());
+  std::printf("summary\n%s\n", dump(summary).c_str());
+  return k_exit_ok;
+}
+
+int run_show(const CacheArgs& args) {
+  if (!cache::is_key_prefix(args.target))
+    return fail("'" + args.target + "' is not a key or key prefix (lower-case hex digits)",
+                k_exit_usage);
+  auto c = open_cache(args);
+  if (!c) return k_exit_failure;
+  auto keys = c->keys_with_prefix(args.target);
+  if (!keys) return fail(keys.error().message, k_exit_failure);
+  if (keys->empty()) return fail("no cache entry matches '" + args.target + "'", k_exit_failure);
+  if (keys->size() > 1)
+    return fail("key prefix '" + args.target + "' matches several entries; give more digits",
+                k_exit_usage);
+  cache::Lookup found = c->read(keys->front());
+  if (!found.hit())
+    return fail("entry " + keys->front() + " could not be read" +
+                    (found.failure.empty() ? "" : ": " + found.failure),
+                k_exit_failure);
+  if (args.source || args.ptx || args.log) return print_payloads(found.entry, args);
+  return print_entry(found.entry, args.json);
+}
+
+int print_removed(const cache::PruneReport& report) {
+  std::printf("removed %llu entries (%s)\n", static_cast<unsigned long long>(report.removed),
+              cache::format_size(report.freed_bytes).c_str());
+  return k_exit_ok;
+}
+
+int run_prune(const CacheArgs& args) {
+  std::optional<uint64_t> max_size, older_than;
+  if (!args.max_size.empty()) {
+    auto size = cache::parse_size(args.max_size);
+    if (!size) return fail("--max-size: " + size.error().message, k_exit_usage);
+    max_size = *size;
+  }
+  if (!args.older_than.empty()) {
+    auto age = cache::parse_duration(args.older_than);
+    if (!age) return fail("--older-than: " + age.error().message, k_exit_usage);
+    older_than = *age;
+  }
+  auto c = open_cache(args);
+  if (!c) return k_exit_failure;
+  if (!max_size && !older_than && c->max_size() != 0) max_size = c->max_size();
+  auto report = c->prune(max_size, older_than);
+  if (!report) return fail(report.error().message, k_exit_failure);
+  return print_removed(*report);
+}
+
+int run_clear(const CacheArgs& args) {
+  auto c = open_cache(args);
+  if (!c) return k_exit_failure;
+  auto report = c->clear();
+  if (!report) return fail(report.error().message, k_exit_failure);
+  return print_removed(*report);
+}
+
+int run_verify(const CacheArgs& args) {
+  auto c = open_cache(args);
+  if (!c) return k_exit_failure;
+  auto report = c->verify(args.fix ? cache::Fix::yes : cache::Fix::no);
+  if (!report) return fail(report.error().message, k_exit_failure);
+  int code = report->bad.empty() ? k_exit_ok : k_exit_failure;
+  if (args.json) {
+    json bad = json::array();
+    for (const cache::BadEntry& b : report->bad)
+      bad.push_back({{"key", b.key}, {"reason", b.reason}});
+    std::printf("%s\n",
+                dump(json{{"checked", report->checked}, {"bad", bad}, {"removed", report->removed}})
+                    .c_str());
+    return code;
+  }
+  for (const cache::BadEntry& b : report->bad)
+    std::printf("%s %s: %s\n", report->removed ? "removed" : "bad", b.key.c_str(),
+                b.reason.c_str());
+  std::printf("checked %llu entries, %zu bad\n", static_cast<unsigned long long>(report->checked),
+              report->bad.size());
+  return code;
+}
+
+int run_export(const CacheArgs& args) {
+  auto c = open_cache(args);
+  if (!c) return k_exit_failure;
+  auto entries = c->export_entries();
+  if (!entries) return fail(entries.error().message, k_exit_failure);
+  if (Status s = cache::write_bundle(args.target, *entries); !s)
+    return fail(s.error().message, k_exit_failure);
+  std::printf("exported %zu entries to %s\n", entries->size(), args.target.c_str());
+  return k_exit_ok;
+}
+
+int run_import(const CacheArgs& args) {
+  auto entries = cache::read_bundle(args.target);
+  if (!entries) return fail(entries.error().message, k_exit_usage);
+  auto c = open_cache(args);
+  if (!c) return k_exit_failure;
+  auto report = c->import_entries(*entries);
+  if (!report) return fail(report.error().message, k_exit_failure);
+  std::printf("imported %llu entries (%llu already present)\n",
+              static_cast<unsigned long long>(report->imported),
+              static_cast<unsigned long long>(report->already_present));
+  return k_exit_ok;
+}
+
+}  // namespace
+
+void register_cache_commands(CLI::App& app, int& exit_code) {
+  struct Command {
+    const char* name;
+    const char* help;
+    int (*run)(const CacheArgs&);
+  };
+  static const Command k_commands[] = {
+      {"stats", "print cache statistics (hits, misses, entries, bytes, time saved, errors)",
+       run_stats},
+      {"ls", "list cache entries, most recently used first", run_ls},
+      {"show", "print one cache entry, or its source, PTX or log", run_show},
+      {"prune", "evict entries by age and then least recently used down to a size", run_prune},
+      {"clear", "remove every cache entry", run_clear},
+      {"verify", "check every entry's checksums (exit 1 and a list when any is bad)", run_verify},
+      {"export", "write every cache entry to one bundle file", run_export},
+      {"import", "add the entries of a bundle file (every checksum is verified first)", run_import},
+  };
+  for (const Command& command : k_commands) {
+    auto args = std::make_shared<CacheArgs>();
+    CLI::App* sub = app.add_subcommand(command.name, command.help);
+    sub->add_option("--cache-dir", args->dir,
+                    "cache directory (default: $KILN_CACHE_DIR, "
+                    "$XDG_CACHE_HOME/kiln, ~/.cache/kiln)")
+        ->type_name("DIR");
+    std::string name = command.name;
+    if (name == "stats" || name == "ls" || name == "show" || name == "verify")
+      sub->add_flag("--json", args->json, "print JSON");
+    if (name == "stats") sub->add_flag("--zero", args->zero, "zero the counters");
+    if (name == "show") {
+      sub->add_option("KEY", args->target, "a key or a unique prefix of one")->required();
+      auto* source = sub->add_flag("--source", args->source, "print the generated source");
+      auto* ptx = sub->add_flag("--ptx", args->ptx, "print the PTX of every kernel");
+      auto* log = sub->add_flag("--log", args->log, "print the compiler log");
+      source->excludes(ptx)->excludes(log);
+      ptx->excludes(log);
+    }
+    if (name == "prune") {
+      sub->add_option("--max-size", args->max_size,
+                      "evict least recently used entries down to SIZE (500M, 2G, 0); "
+                      "without options: down to the cache's size cap")
+          ->type_name("SIZE");
+      sub->add_option("--older-than", args->older_than,
+                      "evict entries unused for DURATION (30d, 12h, 15m, 45s)")
+          ->type_name("DURATION");
+    }
+    if (name == "verify") sub->add_flag("--fix", args->fix, "remove the bad entries");
+    if (name == "export" || name == "import")
+      sub->add_option("FILE", args->target, "bundle file")->required();
+    auto run = command.run;
+    sub->callback([args, run, &exit_code] { exit_code = run(*args); });
+  }
+}
+
+}  // namespace kiln::tools
