@@ -15,7 +15,9 @@ inline constexpr int k_exit_usage = 2;    // bad usage or bad input
 // in `exit_code`.
 void register_fmt_commands(CLI::App& app, int& exit_code);  // fmt, hash
 void register_audit_commands(CLI::App& app, int& exit_code);  // audit
-void register_cache_commands(CLI::App& app, int& exit_code);  // stats ls show prune clear verify export import
+void register_run_commands(CLI::App& app, int& exit_code);  // run
+void register_cache_commands(CLI::App& app, int& exit_code);  // stats ls show prune clear ...
+void register_compile_commands(CLI::App& app, int& exit_code);  // emit compile
 
 // Prints a message to stderr as it is; messages carry their own context (file:line:col, "audit: ").
 void print_error(const std::string& message);

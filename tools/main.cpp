@@ -10,7 +10,9 @@ int main(int argc, char** argv) {
   int exit_code = kiln::tools::k_exit_ok;
   kiln::tools::register_fmt_commands(app, exit_code);
   kiln::tools::register_audit_commands(app, exit_code);
+  kiln::tools::register_run_commands(app, exit_code);
   kiln::tools::register_cache_commands(app, exit_code);
+  kiln::tools::register_compile_commands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,108 @@
+// Micro-benchmarks of the warm path's parts (hash, key, lookup, decompress, verify, decode), so
+// that a regression shows where it happens. Uses a real compile of examples/graphs/mlp.kg.
+#include "cache/cache.h"
+#include "cache/codec.h"
+#include "compiler/artifact.h"
+#include "ir/hash.h"
+#include "ir/parse.h"
+#include "runtime/compile_service.h"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+namespace {
+
+using namespace kiln;
+
+struct Fixture {
+  ir::Graph graph;
+  compiler::CompileOptions options;
+  runtime::CompileRequest request;
+  std::string dir;
+  std::unique_ptr<cache::Cache> cache;
+  std::string cubin;
+  cache::Encoded encoded_cubin;
+  std::string artifact_bytes;
+};
+
+Fixture& fixture() {
+  static Fixture* f = [] {
+    auto* f = new Fixture{ir::parse_graph_file(KILN_EXAMPLES_DIR "/mlp.kg").value(), {}, {}, {},
+                          {}, {}, {}, {}};
+    f->options.sm = 90;
+    f->options.precision = ir::Precision::high;
+    char name[] = "/tmp/kiln-warm-bench-XXXXXX";
+    f->dir = mkdtemp(name);
+    cache::Options options;
+    options.dir = f->dir;
+    f->cache = cache::Cache::open(options);
+    f->request = runtime::prepare_compile(f->graph, f->options).value();
+    auto result = runtime::compile_prepared(f->graph, f->options, f->request, f->cache.get());
+    if (!result) {
+      std::fprintf(stderr, "warm_path_bench: %s\n", result.error().message.c_str());
+      std::exit(1);
+    }
+    f->cubin = result->artifact.kernels.at(0).cubin;
+    f->encoded_cubin = cache::encode(f->cubin).value();
+    f->artifact_bytes = compiler::serialize(result->artifact);
+    std::atexit([] { std::filesystem::remove_all(fixture().dir); });
+    return f;
+  }();
+  return *f;
+}
+
+void graph_hash(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(ir::graph_hash(fixture().graph));
+}
+BENCHMARK(graph_hash);
+
+void prepare_key(benchmark::State& state) {
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(runtime::prepare_compile(fixture().graph, fixture().options));
+  }
+}
+BENCHMARK(prepare_key);
+
+void cache_lookup(benchmark::State& state) {
+  Fixture& f = fixture();
+  for (auto _ : state) {
+    auto found = f.cache->lookup(f.request.key, f.request.fields);
+    if (!found.hit()) state.SkipWithError("lookup missed");
+    benchmark::DoNotOptimize(found);
+  }
+}
+BENCHMARK(cache_lookup);
+
+void decompress_and_verify_cubin(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(cache::decode(fixture().encoded_cubin));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * fixture().cubin.size()));
+}
+BENCHMARK(decompress_and_verify_cubin);
+
+void checksum_cubin(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(cache::checksum(fixture().cubin));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * fixture().cubin.size()));
+}
+BENCHMARK(checksum_cubin);
+
+void decode_artifact(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(compiler::deserialize(fixture().artifact_bytes));
+}
+BENCHMARK(decode_artifact);
+
+void whole_warm_path(benchmark::State& state) {
+  Fixture& f = fixture();
+  for (auto _ : state) {
+    auto result = runtime::compile_graph(f.graph, f.options, f.cache.get());
+    if (!result || !result->hit) state.SkipWithError("warm path missed");
+    benchmark::DoNotOptimize(result);
+  }
+}
+BENCHMARK(whole_warm_path);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,210 @@
+// Versioned, bounds-checked binary form of an Artifact.
+#include "compiler/artifact.h"
+
+#include <cstring>
+
+namespace kiln::compiler {
+
+namespace {
+
+constexpr std::string_view k_magic{"KILNART\0", 8};
+
+class Writer {
+ public:
+  void u8(uint8_t v) { m_out.push_back(static_cast<char>(v)); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void i32(int32_t v) { u32(static_cast<uint32_t>(v)); }
+  void str(std::string_view s) {
+    u64(s.size());
+    m_out.append(s);
+  }
+  void raw(std::string_view s) { m_out.append(s); }
+  std::string take() { return std::move(m_out); }
+
+ private:
+  std::string m_out;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : m_in(in) {}
+  bool ok() const { return m_ok; }
+  bool done() const { return m_pos == m_in.size(); }
+  size_t left() const { return m_in.size() - m_pos; }
+
+  uint64_t bytes(size_t n) {
+    if (!m_ok || left() < n) {
+      m_ok = false;
+      return 0;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) {
+      v |= static_cast<uint64_t>(static_cast<uint8_t>(m_in[m_pos + i])) << (8 * i);
+    }
+    m_pos += n;
+    return v;
+  }
+  uint8_t u8() { return static_cast<uint8_t>(bytes(1)); }
+  uint32_t u32() { return static_cast<uint32_t>(bytes(4)); }
+  uint64_t u64() { return bytes(8); }
+  int32_t i32() { return static_cast<int32_t>(u32()); }
+  std::string str() {
+    uint64_t n = u64();
+    if (!m_ok || n > left()) {
+      m_ok = false;
+      return {};
+    }
+    std::string s(m_in.substr(m_pos, n));
+    m_pos += n;
+    return s;
+  }
+  std::string_view raw(size_t n) {
+    if (!m_ok || left() < n) {
+      m_ok = false;
+      return {};
+    }
+    std::string_view s = m_in.substr(m_pos, n);
+    m_pos += n;
+    return s;
+  }
+  // A count of elements that each take at least `min_bytes`: more than could fit is an error.
+  size_t count(size_t min_bytes) {
+    uint64_t n = u64();
+    if (!m_ok || n > left() / min_bytes) {
+      m_ok = false;
+      return 0;
+    }
+    return static_cast<size_t>(n);
+  }
+
+ private:
+  std::string_view m_in;
+  size_t m_pos = 0;
+  bool m_ok = true;
+};
+
+void write_strings(Writer& w, const std::vector<std::string>& v) {
+  w.u64(v.size());
+  for (const auto& s : v) w.str(s);
+}
+void write_u64s(Writer& w, const std::vector<uint64_t>& v) {
+  w.u64(v.size());
+  for (uint64_t x : v) w.u64(x);
+}
+std::vector<std::string> read_strings(Reader& r) {
+  std::vector<std::string> v(r.count(8));
+  for (auto& s : v) s = r.str();
+  return v;
+}
+std::vector<uint64_t> read_u64s(Reader& r) {
+  std::vector<uint64_t> v(r.count(8));
+  for (auto& x : v) x = r.u64();
+  return v;
+}
+
+void write_kernel(Writer& w, const KernelArtifact& k) {
+  w.str(k.name);
+  w.str(k.entry);
+  w.str(k.cubin);
+  w.str(k.ptx);
+  for (uint32_t g : k.launch.grid) w.u32(g);
+  for (uint32_t b : k.launch.block) w.u32(b);
+  w.u32(k.launch.dynamic_smem_bytes);
+  w.u64(k.params.size());
+  for (const KernelParam& p : k.params) {
+    w.u8(static_cast<uint8_t>(p.buffer.role));
+    w.u32(p.buffer.index);
+    w.u64(p.bytes);
+    w.u8(p.written ? 1 : 0);
+  }
+  w.i32(k.report.registers);
+  w.i32(k.report.spill_store_bytes);
+  w.i32(k.report.spill_load_bytes);
+  w.i32(k.report.static_smem_bytes);
+}
+
+bool read_kernel(Reader& r, KernelArtifact& k) {
+  k.name = r.str();
+  k.entry = r.str();
+  k.cubin = r.str();
+  k.ptx = r.str();
+  for (uint32_t& g : k.launch.grid) g = r.u32();
+  for (uint32_t& b : k.launch.block) b = r.u32();
+  k.launch.dynamic_smem_bytes = r.u32();
+  k.params.resize(r.count(14));
+  for (KernelParam& p : k.params) {
+    uint8_t role = r.u8();
+    if (role > static_cast<uint8_t>(BufferRole::temporary)) return false;
+    p.buffer.role = static_cast<BufferRole>(role);
+    p.buffer.index = r.u32();
+    p.bytes = r.u64();
+    uint8_t written = r.u8();
+    if (written > 1) return false;
+    p.written = written == 1;
+  }
+  k.report.registers = r.i32();
+  k.report.spill_store_bytes = r.i32();
+  k.report.spill_load_bytes = r.i32();
+  k.report.static_smem_bytes = r.i32();
+  return r.ok();
+}
+
+}  // namespace
+
+std::string serialize(const Artifact& a) {
+  Writer w;
+  w.raw(k_magic);
+  w.u32(k_artifact_format_version);
+  w.str(a.arch);
+  w.str(a.precision);
+  w.str(a.decision);
+  w.str(a.nvrtc_version);
+  w.str(a.source);
+  w.str(a.log);
+  write_strings(w, a.fallbacks);
+  write_u64s(w, a.input_bytes);
+  write_u64s(w, a.output_bytes);
+  write_u64s(w, a.temporary_bytes);
+  w.u64(a.workspace_bytes);
+  w.u64(a.kernels.size());
+  for (const KernelArtifact& k : a.kernels) write_kernel(w, k);
+  return w.take();
+}
+
+Expected<Artifact> deserialize(std::string_view bytes) {
+  Reader r(bytes);
+  if (r.raw(k_magic.size()) != k_magic) return make_error("artifact: bad magic");
+  uint32_t version = r.u32();
+  if (!r.ok()) return make_error("artifact: truncated header");
+  if (version != k_artifact_format_version) {
+    return make_error("artifact: format version ", std::to_string(version), ", expected ",
+                      std::to_string(k_artifact_format_version));
+  }
+  Artifact a;
+  a.arch = r.str();
+  a.precision = r.str();
+  a.decision = r.str();
+  a.nvrtc_version = r.str();
+  a.source = r.str();
+  a.log = r.str();
+  a.fallbacks = read_strings(r);
+  a.input_bytes = read_u64s(r);
+  a.output_bytes = read_u64s(r);
+  a.temporary_bytes = read_u64s(r);
+  a.workspace_bytes = r.u64();
+  // A kernel takes at least 4 strings, 7 u32, a count and 4 i32: 92 bytes.
+  a.kernels.resize(r.count(92));
+  for (KernelArtifact& k : a.kernels) {
+    if (!read_kernel(r, k)) return make_error("artifact: truncated or corrupt kernel record");
+  }
+  if (!r.ok()) return make_error("artifact: truncated");
+  if (!r.done()) return make_error("artifact: ", std::to_string(r.left()), " trailing bytes");
+  return a;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,87 @@
+// The compiled program as plain data (kernels, launch shapes, bindings, reports) and its bytes.
+//
+// Serialized layout (all integers little-endian): "KILNART\0", u32 format version, then the
+// fields of Artifact in declaration order; strings are u64 length + bytes, vectors u64 count +
+// elements. deserialize() checks every length against the bytes left and never trusts a count.
+#pragma once
+
+#include "support/expected.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::compiler {
+
+inline constexpr uint32_t k_artifact_format_version = 1;
+
+enum class BufferRole : uint8_t { input, output, temporary };
+
+// A device buffer of the program: graph input #i, graph output #i, or temporary #i.
+struct BufferRef {
+  BufferRole role = BufferRole::input;
+  uint32_t index = 0;
+  bool operator==(const BufferRef&) const = default;
+};
+
+// One kernel parameter: a pointer to `buffer`, which holds `bytes` bytes.
+struct KernelParam {
+  BufferRef buffer;
+  uint64_t bytes = 0;
+  bool written = false;  // the kernel stores to it
+  bool operator==(const KernelParam&) const = default;
+};
+
+struct LaunchShape {
+  std::array<uint32_t, 3> grid{1, 1, 1};
+  std::array<uint32_t, 3> block{1, 1, 1};
+  uint32_t dynamic_smem_bytes = 0;  // above 48 KiB the launcher must raise the function's limit
+  bool operator==(const LaunchShape&) const = default;
+};
+
+// What ptxas reported for one kernel (-1: not reported).
+struct KernelReport {
+  int32_t registers = -1;
+  int32_t spill_store_bytes = 0;
+  int32_t spill_load_bytes = 0;
+  int32_t static_smem_bytes = 0;
+  int32_t spill_bytes() const { return spill_store_bytes + spill_load_bytes; }
+  bool operator==(const KernelReport&) const = default;
+};
+
+struct KernelArtifact {
+  std::string name;   // kiln's name, e.g. "k0_matmul_tf32"
+  std::string entry;  // the extern "C" entry point in the cubin
+  std::string cubin;
+  std::string ptx;
+  LaunchShape launch;
+  std::vector<KernelParam> params;  // in the kernel's parameter order
+  KernelReport report;
+  // Shared memory per block: static (ptxas) plus dynamic (launch shape).
+  int64_t smem_bytes() const { return report.static_smem_bytes + launch.dynamic_smem_bytes; }
+  bool operator==(const KernelArtifact&) const = default;
+};
+
+struct Artifact {
+  std::string arch;           // "sm_90"
+  std::string precision;      // the graph mode after resolving auto
+  std::string decision;       // how it was resolved, e.g. "auto -> high on sm_90 (...)"
+  std::string nvrtc_version;  // for display: "13.0 (libnvrtc.so.13 109338064)"
+  std::string source;         // the generated CUDA source of every kernel, prelude included
+  std::string log;            // NVRTC's logs, kernel by kernel
+  std::vector<std::string> fallbacks;
+  std::vector<uint64_t> input_bytes;      // per graph input, in declaration order
+  std::vector<uint64_t> output_bytes;     // per graph output
+  std::vector<uint64_t> temporary_bytes;  // per temporary
+  uint64_t workspace_bytes = 0;           // all temporaries, each 256-byte aligned
+  std::vector<KernelArtifact> kernels;    // launched in this order
+  bool operator==(const Artifact&) const = default;
+};
+
+std::string serialize(const Artifact& artifact);
+// Rejects a wrong magic or version, truncated or trailing bytes, and absurd counts.
+Expected<Artifact> deserialize(std::string_view bytes);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,94 @@
+// The lowering pipeline, read top to bottom, and the parallel NVRTC step.
+#include "compiler/compiler.h"
+
+#include "compiler/fusion.h"
+#include "compiler/nvrtc.h"
+#include "compiler/pool.h"
+#include "compiler/prelude.h"
+#include "compiler/ptxas_report.h"
+
+namespace kiln::compiler {
+
+Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options) {
+  auto nvrtc = load_nvrtc(options.nvrtc_path);
+  const std::vector<int>& archs =
+      nvrtc && !(*nvrtc)->archs().empty() ? (*nvrtc)->archs() : known_archs();
+  if (Status s = check_arch(options.sm, archs); !s) return s.error();
+  if (options.sm < 75)
+    return make_error("unsupported arch ", arch_name(options.sm), ": kiln needs sm_75 or newer");
+
+  LoweredProgram program;
+  program.sm = options.sm;
+  auto precision = resolve_precision(graph, options);
+  if (!precision) return precision.error();
+  program.precision = std::move(*precision);
+  std::vector<KernelGroup> groups = fuse(graph);
+  auto plan = plan_kernels(graph, groups, program.precision, options.sm);
+  if (!plan) return plan.error();
+  program.plan = std::move(*plan);
+  for (const KernelPlan& kernel : program.plan.kernels) {
+    program.kernel_sources.push_back(emit_kernel(graph, program.plan, kernel));
+  }
+  return program;
+}
+
+std::string program_source(const LoweredProgram& program, Prelude prelude) {
+  std::string text;
+  if (prelude == Prelude::include) text += prelude_source();
+  for (const std::string& kernel : program.kernel_sources) text += "\n" + kernel;
+  return text;
+}
+
+Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileOptions& options) {
+  auto nvrtc = load_nvrtc(options.nvrtc_path);
+  if (!nvrtc) return nvrtc.error();
+  if (Status s = check_arch(program.sm, (*nvrtc)->archs()); !s) {
+    return make_error("nvrtc ", (*nvrtc)->version(), ": ", s.error().message);
+  }
+  const auto& kernels = program.plan.kernels;
+  std::vector<Expected<NvrtcOutput>> outputs(kernels.size(), Error{"not compiled"});
+  std::string prelude(prelude_source());
+  parallel_for(kernels.size(), compile_threads(options.threads), [&](size_t i) {
+    outputs[i] =
+        (*nvrtc)->compile(prelude + "\n" + program.kernel_sources[i], kernels[i].name, program.sm);
+  });
+
+  Artifact artifact;
+  artifact.arch = arch_name(program.sm);
+  artifact.precision = std::string(ir::to_string(program.precision.graph_mode));
+  artifact.decision = program.precision.decision;
+  artifact.nvrtc_version = (*nvrtc)->version() + " (" + (*nvrtc)->identity() + ")";
+  artifact.source = program_source(program, Prelude::include);
+  artifact.fallbacks = program.precision.fallbacks;
+  artifact.input_bytes = program.plan.input_bytes;
+  artifact.output_bytes = program.plan.output_bytes;
+  artifact.temporary_bytes = program.plan.temporary_bytes;
+  artifact.workspace_bytes = program.plan.workspace_bytes;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (!outputs[i]) return outputs[i].error();
+    NvrtcOutput& out = *outputs[i];
+    KernelArtifact k;
+    k.name = kernels[i].name;
+    k.entry = entry_name(kernels[i]);
+    k.cubin = std::move(out.cubin);
+    k.ptx = std::move(out.ptx);
+    k.launch = kernels[i].launch;
+    k.params = kernels[i].params;
+    for (const auto& [entry, report] : parse_ptxas_log(out.log)) {
+      if (entry == k.entry) k.report = report;
+    }
+    artifact.log +=
+        "== " + k.name + "\n" + out.log + (out.log.empty() || out.log.back() == '\n' ? "" : "\n");
+    artifact.kernels.push_back(std::move(k));
+  }
+  return artifact;
+}
+
+Expected<Artifact> compile(const ir::Graph& graph, const CompileOptions& options) {
+  auto program = lower(graph, options);
+  if (!program) return program.error();
+  return compile_lowered(*program, options);
+}
+
+
+}  // namespace kiln::compiler

@@ -1,0 +1,45 @@
+// The compiler's entry points: lower a graph to CUDA source, compile it with NVRTC.
+//
+// lower():   resolve_precision -> fuse -> plan_kernels -> emit_kernel (text only, no NVRTC)
+// compile(): lower(), then NVRTC on a pool of threads, one program per kernel
+#pragma once
+
+#include "compiler/artifact.h"
+#include "compiler/emit.h"
+#include "compiler/key.h"
+#include "compiler/options.h"
+#include "compiler/plan.h"
+#include "compiler/precision.h"
+#include "ir/graph.h"
+
+#include <string>
+#include <vector>
+
+namespace kiln::compiler {
+
+// A graph lowered to kernel sources for one arch and mode.
+struct LoweredProgram {
+  int sm = 0;
+  PrecisionPlan precision;
+  ProgramPlan plan;
+  std::vector<std::string> kernel_sources;  // per kernel, without the prelude
+};
+
+// Runs every pass up to CUDA text. Errors are the caller's to fix (exit 2 in the CLI): an arch
+// kiln or the loadable NVRTC does not support, or a precision the arch cannot run without an
+// allowed fallback.
+Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options);
+
+// The whole program's text: kernels in launch order, after the prelude unless omitted.
+std::string program_source(const LoweredProgram& program, Prelude prelude);
+
+// Compiles a lowered program: each kernel is its own NVRTC program (prelude + kernel), compiled
+// in parallel (options.threads / KILN_COMPILE_THREADS). Fails (exit 1 in the CLI) when NVRTC
+// cannot be loaded or a kernel does not compile; the error carries NVRTC's log.
+Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileOptions& options);
+
+// lower() then compile_lowered().
+Expected<Artifact> compile(const ir::Graph& graph, const CompileOptions& options);
+
+
+}  // namespace kiln::compiler

@@ -1,0 +1,67 @@
+// Kernel emission entry points: per-kernel dispatch and whole-program text.
+#include "compiler/emit.h"
+
+#include "compiler/emit_internal.h"
+
+#include <map>
+
+namespace kiln::compiler {
+
+std::string entry_name(const KernelPlan& kernel) { return "kiln_" + kernel.name; }
+
+namespace {
+
+// The kernel's expression over its parameters, e.g. "gelu(add(matmul(p1, p2), p3))". Built in
+// node order (no recursion); value names stay out so the text depends only on the graph's
+// canonical form.
+std::string describe(const ir::Graph& graph, const ProgramPlan& plan, const KernelPlan& kernel) {
+  std::map<ir::NodeId, std::string> text;
+  auto operand = [&](ir::NodeId id) {
+    auto it = text.find(id);
+    if (it != text.end()) return it->second;
+    return "p" + std::to_string(kernel.param_of(plan.location, id));
+  };
+  for (ir::NodeId id : kernel.group.nodes) {
+    const ir::Node& n = graph.node(id);
+    std::string args;
+    if (n.attrs.literal_side == ir::LiteralSide::lhs) args = "literal, ";
+    for (size_t i = 0; i < n.operands.size(); ++i) args += (i ? ", " : "") + operand(n.operands[i]);
+    if (n.attrs.literal_side == ir::LiteralSide::rhs) args += ", literal";
+    if (n.kind == ir::OpKind::matmul && n.attrs.transpose_a) args += ", transpose_a";
+    if (n.kind == ir::OpKind::matmul && n.attrs.transpose_b) args += ", transpose_b";
+    if (n.kind == ir::OpKind::cast) args += ", to=" + std::string(ir::to_string(n.type.dtype));
+    if (n.kind == ir::OpKind::softmax) args += ", axis=" + std::to_string(n.attrs.axis);
+    text[id] = std::string(ir::to_string(n.kind)) + "(" + args + ")";
+  }
+  return operand(kernel.group.root);
+}
+
+}  // namespace
+
+std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const KernelPlan& kernel) {
+  detail::Code code;
+  detail::KernelContext ctx{graph, plan, kernel};
+  code.line("// " + kernel.name + ": " + describe(graph, plan, kernel));
+  std::string tile;
+  if (kernel.group.kind == GroupKind::matmul) {
+    const MatmulShape& s = kernel.shape;
+    const MatmulTile& t = kernel.tile;
+    code.line("// batch " + detail::to_str(s.batch) + ", m " + detail::to_str(s.m) + ", n " +
+              detail::to_str(s.n) + ", k " + detail::to_str(s.k) + "; tile " +
+              detail::to_str(t.bm) + "x" + detail::to_str(t.bn) + "x" + detail::to_str(t.bk) +
+              ", " + detail::to_str(t.stages) + " stage(s), " + detail::to_str(t.threads()) +
+              " threads; " + std::string(to_string(s.path)) + " on " + arch_name(kernel.sm));
+    if (uses_mma(s.path)) {
+      detail::emit_matmul_mma(code, ctx);
+    } else {
+      detail::emit_matmul_ffma(code, ctx);
+    }
+  } else if (kernel.group.kind == GroupKind::softmax) {
+    detail::emit_softmax(code, ctx);
+  } else {
+    detail::emit_elementwise(code, ctx);
+  }
+  return code.text();
+}
+
+}  // namespace kiln::compiler

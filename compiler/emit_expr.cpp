@@ -1,0 +1,227 @@
+// Emission of the per-element part of a kernel: leaf loads, fused elementwise ops, stores.
+#include "compiler/emit_internal.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace kiln::compiler::detail {
+
+std::string to_str(int64_t v) { return std::to_string(v); }
+
+std::string storage_type(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::f32:
+      return "float";
+    case ir::DType::bf16:
+      return "kiln_bf16";
+    case ir::DType::f16:
+      return "kiln_f16";
+  }
+  return "float";
+}
+
+std::string load_as_float(ir::DType dtype, const std::string& element) {
+  switch (dtype) {
+    case ir::DType::f32:
+      return element;
+    case ir::DType::bf16:
+      return "kiln_bf16_to_float(" + element + ")";
+    case ir::DType::f16:
+      return "kiln_f16_to_float(" + element + ")";
+  }
+  return element;
+}
+
+std::string KernelContext::param(ir::NodeId id) const {
+  int p = kernel.param_of(plan.location, id);
+  assert(p >= 0);
+  return "p" + std::to_string(p);
+}
+
+namespace {
+
+// The dtype of each parameter's buffer, found through a node bound to it.
+ir::DType param_dtype(const KernelContext& ctx, size_t index) {
+  const KernelParam& p = ctx.kernel.params[index];
+  if (p.written) return ctx.graph.node(ctx.kernel.group.root).type.dtype;
+  for (size_t i = 0; i < ctx.graph.nodes().size(); ++i) {
+    if (ctx.plan.location[i] == p.buffer &&
+        ctx.kernel.param_of(ctx.plan.location, static_cast<ir::NodeId>(i)) ==
+            static_cast<int>(index)) {
+      return ctx.graph.nodes()[i].type.dtype;
+    }
+  }
+  return ir::DType::f32;
+}
+
+std::string literal(double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", static_cast<double>(static_cast<float>(value)));
+  return std::string("(") + buf + "f)";
+}
+
+std::string round_to(ir::DType dtype, const std::string& expr) {
+  switch (dtype) {
+    case ir::DType::f32:
+      return expr;
+    case ir::DType::bf16:
+      return "kiln_round_bf16(" + expr + ")";
+    case ir::DType::f16:
+      return "kiln_round_f16(" + expr + ")";
+  }
+  return expr;
+}
+
+std::string unary(ir::OpKind kind, const std::string& x) {
+  switch (kind) {
+    case ir::OpKind::relu:
+      return "fmaxf(" + x + ", 0.0f)";
+    case ir::OpKind::gelu:
+      return "0.5f * " + x + " * (1.0f + erff(" + x + " * 0.70710678118654752f))";
+    case ir::OpKind::silu:
+      return x + " / (1.0f + expf(-" + x + "))";
+    case ir::OpKind::sigmoid:
+      return "1.0f / (1.0f + expf(-" + x + "))";
+    case ir::OpKind::tanh:
+      return "tanhf(" + x + ")";
+    case ir::OpKind::exp:
+      return "expf(" + x + ")";
+    case ir::OpKind::neg:
+      return "-" + x;
+    default:
+      return x;
+  }
+}
+
+const char* binary_op(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::add:
+      return " + ";
+    case ir::OpKind::sub:
+      return " - ";
+    case ir::OpKind::mul:
+      return " * ";
+    case ir::OpKind::div:
+      return " / ";
+    default:
+      return " ? ";
+  }
+}
+
+// The offset of a leaf's element for the output element `index` (numpy broadcasting).
+std::string leaf_offset(const ir::Shape& leaf, const ir::Shape& out, const ElementIndex& index) {
+  if (leaf == out && !index.linear.empty()) return index.linear;
+  int rank = out.rank(), lrank = leaf.rank();
+  std::string offset;
+  int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    int ld = d - (rank - lrank);
+    if (ld < 0) break;
+    if (leaf.dim(ld) != 1) {
+      std::string term = stride == 1
+                             ? index.coords[static_cast<size_t>(d)]
+                             : index.coords[static_cast<size_t>(d)] + " * " + to_str(stride);
+      offset = offset.empty() ? term : term + " + " + offset;
+    }
+    stride *= leaf.dim(ld);
+  }
+  return offset.empty() ? "0" : offset;
+}
+
+}  // namespace
+
+std::string param_list(const KernelContext& ctx) {
+  std::string list;
+  for (size_t i = 0; i < ctx.kernel.params.size(); ++i) {
+    const KernelParam& p = ctx.kernel.params[i];
+    if (i) list += ", ";
+    list += (p.written ? "" : "const ") + storage_type(param_dtype(ctx, i)) + "* __restrict__ p" +
+            std::to_string(i);
+  }
+  return list;
+}
+
+std::string kernel_signature(const KernelContext& ctx, int threads, int min_blocks) {
+  std::string bounds = std::to_string(threads);
+  if (min_blocks > 0) bounds += ", " + std::to_string(min_blocks);
+  return "extern \"C\" __global__ void __launch_bounds__(" + bounds + ") kiln_" + ctx.kernel.name +
+         "(" + param_list(ctx) + ") {";
+}
+
+void emit_coords(Code& code, const ir::Shape& shape, const std::string& linear,
+                 ElementIndex& index) {
+  std::string rest = linear;
+  index.coords.assign(static_cast<size_t>(shape.rank()), "");
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    std::string c = "c" + to_str(d);
+    if (d == 0) {
+      code.line("const int " + c + " = " + rest + ";");
+    } else {
+      code.line("const int " + c + " = " + rest + " % " + to_str(shape.dim(d)) + ";");
+      code.line("const int r" + to_str(d) + " = " + rest + " / " + to_str(shape.dim(d)) + ";");
+      rest = "r" + to_str(d);
+    }
+    index.coords[static_cast<size_t>(d)] = c;
+  }
+}
+
+bool needs_coords(const KernelContext& ctx) {
+  const ir::Shape& out = ctx.graph.node(ctx.kernel.group.root).type.shape;
+  for (ir::NodeId leaf : ctx.kernel.group.leaves) {
+    if (!(ctx.graph.node(leaf).type.shape == out)) return true;
+  }
+  return false;
+}
+
+std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::string& anchor_value,
+                          const ElementIndex& index) {
+  const ir::Graph& g = ctx.graph;
+  const KernelGroup& group = ctx.kernel.group;
+  const ir::Shape& out = g.node(group.root).type.shape;
+  auto in_group = [&](ir::NodeId id) {
+    return std::find(group.nodes.begin(), group.nodes.end(), id) != group.nodes.end();
+  };
+  for (ir::NodeId leaf : group.leaves) {
+    const ir::Node& n = g.node(leaf);
+    std::string element = ctx.param(leaf) + "[" + leaf_offset(n.type.shape, out, index) + "]";
+    code.line("const float l" + to_str(leaf) + " = " + load_as_float(n.type.dtype, element) + ";");
+  }
+  auto value = [&](ir::NodeId id) { return (in_group(id) ? "v" : "l") + to_str(id); };
+  for (ir::NodeId id : group.nodes) {
+    const ir::Node& n = g.node(id);
+    std::string expr;
+    if (id == group.anchor) {
+      expr = anchor_value;
+    } else if (ir::category(n.kind) == ir::OpCategory::binary) {
+      const char* op = binary_op(n.kind);
+      if (n.attrs.literal_side == ir::LiteralSide::lhs) {
+        expr = literal(n.attrs.literal) + op + value(n.operands[0]);
+      } else if (n.attrs.literal_side == ir::LiteralSide::rhs) {
+        expr = value(n.operands[0]) + op + literal(n.attrs.literal);
+      } else {
+        expr = value(n.operands[0]) + op + value(n.operands[1]);
+      }
+    } else if (ir::category(n.kind) == ir::OpCategory::unary) {
+      expr = unary(n.kind, value(n.operands[0]));
+    } else {
+      expr = value(n.operands[0]);  // cast: the rounding below does the work
+    }
+    code.line("const float v" + to_str(id) + " = " + round_to(n.type.dtype, expr) + ";  // " +
+              std::string(ir::to_string(n.kind)));
+  }
+  return value(group.root);
+}
+
+void emit_store(Code& code, const KernelContext& ctx, const std::string& value,
+                const std::string& linear) {
+  ir::DType dtype = ctx.graph.node(ctx.kernel.group.root).type.dtype;
+  std::string stored = dtype == ir::DType::f32    ? value
+                       : dtype == ir::DType::bf16 ? "kiln_float_to_bf16(" + value + ")"
+                                                  : "kiln_float_to_f16(" + value + ")";
+  for (size_t i = 0; i < ctx.kernel.params.size(); ++i) {
+    if (ctx.kernel.params[i].written)
+      code.line("p" + to_str(static_cast<int64_t>(i)) + "[" + linear + "] = " + stored + ";");
+  }
+}
+
+}  // namespace kiln::compiler::detail

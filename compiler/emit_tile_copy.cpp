@@ -1,0 +1,118 @@
+// Global -> shared tile copies (16-byte vectors where the layout allows, else per element, with
+// bounds checks only on dimensions that do not divide) and the k-loop pipeline around them.
+#include "compiler/emit_internal.h"
+
+namespace kiln::compiler::detail {
+
+void emit_tile_copy(Code& code, const TileCopy& c) {
+  int elem_bytes = static_cast<int>(ir::byte_size(c.dtype));
+  int vec = 16 / elem_bytes;
+  bool vector = !c.transpose && !c.smem_float && c.ld_global % vec == 0 && c.col_bound % vec == 0 &&
+                c.cols % vec == 0;
+  if (!vector) vec = 1;
+  int per_row = c.cols / vec;
+  int total = c.rows * per_row;
+  int iters = (total + c.threads - 1) / c.threads;
+  bool check_rows = c.row_bound % c.rows != 0;
+  bool check_cols = c.col_bound % c.cols != 0;
+
+  code.line("#pragma unroll");
+  code.open("for (int i = 0; i < " + to_str(iters) + "; ++i) {");
+  code.line("const int c = tid + i * " + to_str(c.threads) + ";");
+  if (total % c.threads != 0) code.line("if (c >= " + to_str(total) + ") break;");
+  code.line("const int r = c / " + to_str(per_row) + ";");
+  code.line("const int cc = (c % " + to_str(per_row) + ")" + (vec > 1 ? " * " + to_str(vec) : "") +
+            ";");
+  std::string ok;
+  if (check_rows) ok = c.row0 + " + r < " + to_str(c.row_bound);
+  if (check_cols) ok += (ok.empty() ? "" : " && ") + c.col0 + " + cc < " + to_str(c.col_bound);
+  std::string offset = "(" + c.row0 + " + r) * " + to_str(c.ld_global) + " + " + c.col0 + " + cc";
+  std::string dst =
+      c.dst + " + " +
+      (c.transpose ? "cc * " + to_str(c.smem_ld) + " + r" : "r * " + to_str(c.smem_ld) + " + cc");
+  if (!ok.empty()) code.line("const bool ok = " + ok + ";");
+  std::string src = ok.empty() ? c.src + " + " + offset : c.src + " + (ok ? " + offset + " : 0)";
+  std::string n = to_str(vec * elem_bytes);
+  // cp.async copies 4 or 16 bytes: a lone 16-bit element is copied synchronously.
+  if (c.async && vec * elem_bytes >= 4) {
+    std::string bytes = ok.empty() ? n : "ok ? " + n + " : 0";
+    code.line(std::string(vec > 1 ? "kiln_cp_async_16(" : "kiln_cp_async_4(") + dst + ", " + src +
+              ", " + bytes + ");");
+  } else if (vec > 1) {
+    if (ok.empty()) {
+      code.line("kiln_copy_16(" + dst + ", " + src + ");");
+    } else {
+      code.line("if (ok) kiln_copy_16(" + dst + ", " + src + "); else kiln_zero_16(" + dst + ");");
+    }
+  } else {
+    std::string value = c.smem_float                ? load_as_float(c.dtype, "*(" + src + ")")
+                        : c.dtype == ir::DType::f32 ? "*(" + src + ")"
+                                                    : "(" + src + ")->bits";
+    std::string zero = c.smem_float || c.dtype == ir::DType::f32 ? "0.0f" : "(unsigned short)0";
+    code.line("*(" + dst + ") = " + (ok.empty() ? value : "ok ? " + value + " : " + zero) + ";");
+  }
+  code.close();
+}
+
+void emit_block_origin(Code& code, const KernelPlan& k) {
+  constexpr int64_t k_group = 8;
+  int64_t gx = k.launch.grid[0], gy = k.launch.grid[1];
+  std::string bm = to_str(k.tile.bm), bn = to_str(k.tile.bn);
+  if (gy <= k_group || gx < 2) {
+    code.line("const int bm0 = (int)blockIdx.y * " + bm + ";");
+    code.line("const int bn0 = (int)blockIdx.x * " + bn + ";");
+    return;
+  }
+  code.line("// grouped order: 8 row tiles sweep the columns together (operand reuse in L2)");
+  code.line("const int pid = (int)blockIdx.y * " + to_str(gx) + " + (int)blockIdx.x;");
+  code.line("const int first = pid / " + to_str(k_group * gx) + " * " + to_str(k_group) + ";");
+  code.line("const int rows = " + to_str(gy) + " - first < " + to_str(k_group) + " ? " +
+            to_str(gy) + " - first : " + to_str(k_group) + ";");
+  code.line("const int in_group = pid % " + to_str(k_group * gx) + ";");
+  code.line("const int bm0 = (first + in_group % rows) * " + bm + ";");
+  code.line("const int bn0 = (in_group / rows) * " + bn + ";");
+}
+
+void emit_k_loop(Code& code, int stages, int64_t k, int bk,
+                 const std::function<void(const std::string&, const std::string&)>& load,
+                 const std::function<void(const std::string&)>& compute) {
+  int64_t k_tiles = (k + bk - 1) / bk;
+  if (stages < 2) {
+    code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt) {");
+    code.line("const int k0 = kt * " + to_str(bk) + ";");
+    load("0", "k0");
+    code.line("__syncthreads();");
+    compute("0");
+    code.line("__syncthreads();");
+    code.close();
+    return;
+  }
+  std::string s = to_str(stages);
+  code.line("// prologue: the first " + to_str(stages - 1) + " stages in flight");
+  for (int st = 0; st < stages - 1; ++st) {
+    if (st < k_tiles) {
+      code.open("{");
+      code.line("const int k0 = " + to_str(st * bk) + ";");
+      load(to_str(st), "k0");
+      code.close();
+    }
+    code.line("kiln_cp_async_commit();");
+  }
+  code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt) {");
+  code.line("kiln_cp_async_wait<" + to_str(stages - 2) + ">();");
+  code.line("__syncthreads();");
+  code.open("{");
+  code.line("const int next = kt + " + to_str(stages - 1) + ";");
+  code.open("if (next < " + to_str(k_tiles) + ") {");
+  code.line("const int k0 = next * " + to_str(bk) + ";");
+  code.line("const int ns = next % " + s + ";");
+  load("ns", "k0");
+  code.close();
+  code.line("kiln_cp_async_commit();");
+  code.close();
+  code.line("const int cs = kt % " + s + ";");
+  compute("cs");
+  code.close();
+}
+
+}  // namespace kiln::compiler::detail

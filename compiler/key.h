@@ -1,0 +1,31 @@
+// The tagged fields a compile's cache key is made of, and the build-time codegen version.
+#pragma once
+
+#include "compiler/options.h"
+#include "ir/graph.h"
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kiln::compiler {
+
+// SHA-256 (hex) over the compiler's sources and the prelude, computed when the build is
+// configured: any change to code generation yields a new value.
+std::string_view codegen_version();
+
+// What a compile resolved that the key must cover.
+struct ResolvedInfo {
+  std::string precision;      // the graph mode after resolving auto, e.g. "high"
+  std::string nvrtc_version;  // nvrtc_identity(), e.g. "libnvrtc.so.13 109338064"
+};
+
+using KeyFields = std::vector<std::pair<std::string, std::string>>;
+
+// Tagged fields, in this order: graph (ir::canonical_bytes), graph_hash, arch, precision,
+// nvrtc_version, codegen_version, options.
+KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
+                     const ResolvedInfo& resolved);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,47 @@
+// Arch names and the option fields that enter the cache key.
+#include "compiler/options.h"
+
+#include <charconv>
+
+namespace kiln::compiler {
+
+const std::vector<int>& known_archs() {
+  static const std::vector<int> archs = {75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121};
+  return archs;
+}
+
+Expected<int> parse_arch(std::string_view text) {
+  std::string_view digits = text;
+  for (std::string_view prefix : {"sm_", "sm", "compute_"}) {
+    if (digits.substr(0, prefix.size()) == prefix) {
+      digits.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  int sm = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), sm);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || sm < 10 ||
+      sm > 999) {
+    return make_error("bad arch '", std::string(text), "': expected sm_XX, e.g. sm_90");
+  }
+  return sm;
+}
+
+std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
+
+Status check_arch(int sm, const std::vector<int>& supported) {
+  for (int s : supported) {
+    if (s == sm) return Status::success();
+  }
+  std::string list;
+  for (int s : supported) list += (list.empty() ? "" : " ") + arch_name(s);
+  return make_error("unsupported arch ", arch_name(sm), ": supported are ", list);
+}
+
+std::string options_key(const CompileOptions& options) {
+  return std::string("fallback=") +
+         (options.fallback == FallbackPolicy::allow ? "allow" : "refuse") +
+         ";nvrtc=-std=c++17 -Xptxas=-v";
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,42 @@
+// What a compile is asked for: target arch, precision mode, fallback policy, NVRTC location.
+#pragma once
+
+#include "ir/types.h"
+#include "support/expected.h"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::compiler {
+
+// Whether a combination the target cannot run may be compiled on the best available path
+// (recorded as a fallback) instead of being refused.
+enum class FallbackPolicy : uint8_t { refuse, allow };
+
+struct CompileOptions {
+  int sm = 90;                                         // compute capability x 10, e.g. 90
+  ir::Precision precision = ir::Precision::automatic;  // the graph-wide mode
+  FallbackPolicy fallback = FallbackPolicy::refuse;
+  // Exact libnvrtc to load; empty: KILN_NVRTC_PATH, then the usual places (see nvrtc.h).
+  std::string nvrtc_path;
+  // Compile threads; 0: KILN_COMPILE_THREADS, else the core count.
+  int threads = 0;
+};
+
+// The architectures kiln knows when no NVRTC is loaded (CUDA 13's list).
+const std::vector<int>& known_archs();
+
+// Parses "sm_90" (also "90", "sm90", "compute_90") into 90; the error names the text.
+Expected<int> parse_arch(std::string_view text);
+
+// "sm_90".
+std::string arch_name(int sm);
+
+// Checks `sm` against `supported` (e.g. NVRTC's list); the error lists what is supported.
+Status check_arch(int sm, const std::vector<int>& supported);
+
+// The "options" key field: every option that changes the generated binary.
+std::string options_key(const CompileOptions& options);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,130 @@
+// Kernel planning: buffers, parameter order, matmul geometry and tiles, launch shapes.
+#include "compiler/plan.h"
+
+#include <algorithm>
+
+namespace kiln::compiler {
+
+int KernelPlan::param_of(const std::vector<BufferRef>& location, ir::NodeId id) const {
+  const BufferRef& ref = location[static_cast<size_t>(id)];
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].buffer == ref) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+namespace {
+
+constexpr int k_elementwise_threads = 256;
+constexpr int k_softmax_rows_per_block = 4;
+
+MatmulShape matmul_shape(const ir::Graph& graph, ir::NodeId id, MatmulPath path) {
+  const ir::Node& node = graph.node(id);
+  const ir::Shape& sa = graph.node(node.operands[0]).type.shape;
+  const ir::Shape& sb = graph.node(node.operands[1]).type.shape;
+  const ir::Shape& sc = node.type.shape;
+  MatmulShape s;
+  s.path = path;
+  s.elem_bytes = static_cast<int>(ir::byte_size(graph.node(node.operands[0]).type.dtype));
+  s.batch = sc.rank() == 3 ? sc.dim(0) : 1;
+  s.m = sc.dim(sc.rank() - 2);
+  s.n = sc.dim(sc.rank() - 1);
+  bool ta = node.attrs.transpose_a, tb = node.attrs.transpose_b;
+  s.k = sa.dim(sa.rank() - (ta ? 2 : 1));
+  s.a_k_contiguous = !ta;
+  s.lda = sa.dim(sa.rank() - 1);
+  s.b_k_contiguous = tb;
+  s.ldb = sb.dim(sb.rank() - 1);
+  s.a_batch_stride = (sa.rank() == 3 && sa.dim(0) > 1) ? s.m * s.k : 0;
+  s.b_batch_stride = (sb.rank() == 3 && sb.dim(0) > 1) ? s.k * s.n : 0;
+  return s;
+}
+
+uint32_t ceil_div(int64_t a, int64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
+
+}  // namespace
+
+Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
+                                   const PrecisionPlan& precision, int sm) {
+  ProgramPlan plan;
+  const auto& nodes = graph.nodes();
+  plan.location.assign(nodes.size(), BufferRef{});
+  for (size_t i = 0; i < graph.inputs().size(); ++i) {
+    ir::NodeId id = graph.inputs()[i];
+    plan.location[static_cast<size_t>(id)] = {BufferRole::input, static_cast<uint32_t>(i)};
+    plan.input_bytes.push_back(static_cast<uint64_t>(graph.node(id).type.bytes()));
+  }
+  for (ir::NodeId id : graph.outputs()) {
+    plan.output_bytes.push_back(static_cast<uint64_t>(graph.node(id).type.bytes()));
+  }
+  auto bytes_of = [&](ir::NodeId id) { return static_cast<uint64_t>(graph.node(id).type.bytes()); };
+
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const KernelGroup& group = groups[gi];
+    KernelPlan k;
+    k.group = group;
+    k.sm = sm;
+    // Stores: every output position of the root, else one new temporary.
+    for (size_t j = 0; j < graph.outputs().size(); ++j) {
+      if (graph.outputs()[j] == group.root) {
+        k.params.push_back(
+            {{BufferRole::output, static_cast<uint32_t>(j)}, bytes_of(group.root), true});
+      }
+    }
+    if (k.params.empty()) {
+      auto t = static_cast<uint32_t>(plan.temporary_bytes.size());
+      plan.temporary_bytes.push_back(bytes_of(group.root));
+      k.params.push_back({{BufferRole::temporary, t}, bytes_of(group.root), true});
+    }
+    if (graph.node(group.root).kind != ir::OpKind::input) {
+      plan.location[static_cast<size_t>(group.root)] = k.params[0].buffer;
+    }
+    std::vector<ir::NodeId> reads;
+    if (group.anchor >= 0) {
+      for (ir::NodeId op : graph.node(group.anchor).operands) reads.push_back(op);
+    }
+    reads.insert(reads.end(), group.leaves.begin(), group.leaves.end());
+    for (ir::NodeId id : reads) {
+      if (k.param_of(plan.location, id) < 0) {
+        k.params.push_back({plan.location[static_cast<size_t>(id)], bytes_of(id), false});
+      }
+    }
+
+    std::string index = "k" + std::to_string(gi);
+    const ir::Node& root = graph.node(group.root);
+    int64_t total = root.type.shape.elements();
+    if (group.kind == GroupKind::matmul) {
+      MatmulPath path = precision.paths[static_cast<size_t>(group.anchor)];
+      k.shape = matmul_shape(graph, group.anchor, path);
+      k.tile = choose_tile(k.shape, sm);
+      k.name = index + "_matmul_" + std::string(to_string(path)) + "_" + std::to_string(k.tile.bm) +
+               "x" + std::to_string(k.tile.bn);
+      int64_t gy = ceil_div(k.shape.m, k.tile.bm);
+      if (gy > 65535 || k.shape.batch > 65535) {
+        return make_error(describe_node(graph, group.anchor),
+                          ": too many row tiles or batches for one launch (", std::to_string(gy),
+                          " x ", std::to_string(k.shape.batch), ", limit 65535)");
+      }
+      k.launch.grid = {ceil_div(k.shape.n, k.tile.bn), static_cast<uint32_t>(gy),
+                       static_cast<uint32_t>(k.shape.batch)};
+      k.launch.block = {static_cast<uint32_t>(uses_mma(path) ? k.tile.threads() : 256), 1, 1};
+      k.launch.dynamic_smem_bytes =
+          static_cast<uint32_t>(k.tile.stages * smem_layout(k.tile, k.shape).stage_bytes());
+    } else if (group.kind == GroupKind::softmax) {
+      const ir::Node& sm_node = graph.node(group.anchor);
+      int64_t row = sm_node.type.shape.dim(sm_node.attrs.axis);
+      k.name = index + "_softmax";
+      k.launch.grid = {ceil_div(total / row, k_softmax_rows_per_block), 1, 1};
+      k.launch.block = {32 * k_softmax_rows_per_block, 1, 1};
+    } else {
+      k.name = index + (root.kind == ir::OpKind::input ? "_copy" : "_elementwise");
+      k.launch.grid = {ceil_div(total, k_elementwise_threads), 1, 1};
+      k.launch.block = {k_elementwise_threads, 1, 1};
+    }
+    plan.kernels.push_back(std::move(k));
+  }
+  for (uint64_t t : plan.temporary_bytes) plan.workspace_bytes += (t + 255) / 256 * 256;
+  return plan;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,39 @@
+// Work-sharing loop over std::thread: each worker takes the next index until none are left.
+#include "compiler/pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace kiln::compiler {
+
+int compile_threads(int requested) {
+  if (requested > 0) return requested;
+  if (const char* env = std::getenv("KILN_COMPILE_THREADS"); env && *env) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    if (end && *end == '\0' && n > 0 && n <= 1024) return static_cast<int>(n);
+  }
+  unsigned cores = std::thread::hardware_concurrency();
+  return cores > 0 ? static_cast<int>(cores) : 1;
+}
+
+void parallel_for(size_t count, int threads, const std::function<void(size_t)>& body) {
+  size_t workers = std::min(count, static_cast<size_t>(std::max(threads, 1)));
+  if (workers <= 1) {
+    for (size_t i = 0; i < count; ++i) body(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < count; i = next++) body(i);
+  };
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+}
+
+}  // namespace kiln::compiler

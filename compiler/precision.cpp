@@ -1,0 +1,99 @@
+// Precision resolution: auto per arch, per-op overrides, refusals and recorded fallbacks.
+#include "compiler/precision.h"
+
+namespace kiln::compiler {
+
+std::string_view to_string(MatmulPath path) {
+  switch (path) {
+    case MatmulPath::ffma:
+      return "ffma";
+    case MatmulPath::tf32:
+      return "tf32";
+    case MatmulPath::tf32x3:
+      return "tf32x3";
+    case MatmulPath::bf16_of_f32:
+      return "bf16f32";
+    case MatmulPath::f16:
+      return "f16";
+    case MatmulPath::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+bool uses_mma(MatmulPath path) { return path != MatmulPath::ffma; }
+
+std::string describe_node(const ir::Graph& graph, ir::NodeId id) {
+  const ir::Node& node = graph.node(id);
+  std::string op(ir::to_string(node.kind));
+  if (!node.name.empty()) return op + " '" + node.name + "'";
+  return op + " #" + std::to_string(id);
+}
+
+namespace {
+
+struct Choice {
+  MatmulPath path;
+  const char* needs;  // empty when the arch can run it
+};
+
+Choice choose(ir::DType dtype, ir::Precision mode, int sm) {
+  bool ampere = sm >= 80;
+  if (dtype == ir::DType::f16) return {MatmulPath::f16, ""};
+  if (dtype == ir::DType::bf16) {
+    return {MatmulPath::bf16, ampere ? "" : "bf16 mma.sync needs sm_80 or newer"};
+  }
+  switch (mode) {
+    case ir::Precision::highest:
+    case ir::Precision::automatic:
+      return {MatmulPath::ffma, ""};
+    case ir::Precision::high:
+      return {MatmulPath::tf32, ampere ? "" : "tf32 mma.sync needs sm_80 or newer"};
+    case ir::Precision::tf32x3:
+      return {MatmulPath::tf32x3, ampere ? "" : "tf32 mma.sync needs sm_80 or newer"};
+    case ir::Precision::medium:
+      return {MatmulPath::bf16_of_f32, ampere ? "" : "bf16 mma.sync needs sm_80 or newer"};
+  }
+  return {MatmulPath::ffma, ""};
+}
+
+}  // namespace
+
+Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileOptions& options) {
+  PrecisionPlan plan;
+  plan.graph_mode = options.precision;
+  if (options.precision == ir::Precision::automatic) {
+    plan.graph_mode = options.sm >= 80 ? ir::Precision::high : ir::Precision::highest;
+    plan.decision =
+        "auto -> " + std::string(ir::to_string(plan.graph_mode)) + " on " + arch_name(options.sm) +
+        (options.sm >= 80 ? " (tf32 tensor cores available)" : " (no tf32 before sm_80)");
+  } else {
+    plan.decision = std::string(ir::to_string(plan.graph_mode)) + " on " + arch_name(options.sm);
+  }
+  plan.paths.assign(graph.nodes().size(), MatmulPath::ffma);
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const ir::Node& node = graph.nodes()[i];
+    if (node.kind != ir::OpKind::matmul) continue;
+    auto id = static_cast<ir::NodeId>(i);
+    ir::DType dtype = graph.node(node.operands[0]).type.dtype;
+    ir::Precision mode = node.attrs.precision.value_or(plan.graph_mode);
+    Choice choice = choose(dtype, mode, options.sm);
+    std::string what = describe_node(graph, id) + " (" + std::string(ir::to_string(dtype)) +
+                       ", precision " + std::string(ir::to_string(mode)) + ") on " +
+                       arch_name(options.sm);
+    if (*choice.needs == '\0') {
+      plan.paths[i] = choice.path;
+      continue;
+    }
+    if (options.fallback == FallbackPolicy::refuse) {
+      return make_error(
+          what, ": ", choice.needs,
+          "; allow fallbacks (kiln --allow-fallback) to run it as fp32 ffma (highest)");
+    }
+    plan.paths[i] = MatmulPath::ffma;
+    plan.fallbacks.push_back(what + ": " + choice.needs + "; fell back to fp32 ffma (highest)");
+  }
+  return plan;
+}
+
+}  // namespace kiln::compiler

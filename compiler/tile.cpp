@@ -1,0 +1,86 @@
+// Tile heuristic: big tiles when they fill the GPU, smaller ones otherwise; stages fill smem.
+#include "compiler/tile.h"
+
+#include <algorithm>
+
+namespace kiln::compiler {
+
+SmemLayout smem_layout(const MatmulTile& tile, const MatmulShape& shape) {
+  SmemLayout layout;
+  if (!uses_mma(shape.path)) {
+    layout.a = {tile.bk, tile.bm, tile.bm + 4, 4};
+    layout.b = {tile.bk, tile.bn, tile.bn + 4, 4};
+    return layout;
+  }
+  int eb = shape.elem_bytes;
+  int pad_k = 16 / eb;  // K-contiguous rows: 80 bytes apart, so 8 ldmatrix rows hit 8 bank groups
+  int pad_mn = 8;       // MN-contiguous rows: 8 elements (conflict-free scalar fragment reads)
+  layout.a = shape.a_k_contiguous ? SmemTile{tile.bm, tile.bk, tile.bk + pad_k, eb}
+                                  : SmemTile{tile.bk, tile.bm, tile.bm + pad_mn, eb};
+  layout.b = shape.b_k_contiguous ? SmemTile{tile.bn, tile.bk, tile.bk + pad_k, eb}
+                                  : SmemTile{tile.bk, tile.bn, tile.bn + pad_mn, eb};
+  return layout;
+}
+
+int typical_sm_count(int sm) {
+  switch (sm) {
+    case 75:
+      return 40;  // T4
+    case 80:
+      return 108;  // A100
+    case 86:
+      return 84;  // A10 / RTX 3090 class
+    case 87:
+      return 16;  // Orin
+    case 88:
+      return 16;
+    case 89:
+      return 128;  // RTX 4090 / L40 class
+    case 90:
+      return 132;  // H100 SXM
+    case 100:
+      return 148;  // B200
+    case 103:
+      return 148;
+    case 110:
+      return 20;
+    case 120:
+      return 170;  // RTX 5090 class
+    case 121:
+      return 48;
+    default:
+      return 80;
+  }
+}
+
+int smem_budget(int sm) {
+  if (sm < 80) return 48 * 1024;  // no opt-in needed on sm_75
+  return 96 * 1024;               // fits the 99 KiB parts (sm_86/89/120) and all larger ones
+}
+
+MatmulTile choose_tile(const MatmulShape& shape, int sm) {
+  MatmulTile tile;
+  int64_t big_tiles = shape.batch * ((shape.m + 127) / 128) * ((shape.n + 127) / 128);
+  bool big = shape.m >= 128 && shape.n >= 128 && big_tiles >= typical_sm_count(sm);
+  if (uses_mma(shape.path)) {
+    int bk = shape.elem_bytes == 2 ? 32 : 16;  // 64 bytes of K per stage
+    if (big) {
+      tile = {128, 128, bk, 2, 4, 1};  // 8 warps, 64x32 per warp
+    } else if (shape.m <= 32) {
+      tile = {32, 64, bk, 1, 4, 1};  // 4 warps, 32x16 per warp
+    } else {
+      tile = {64, 64, bk, 2, 2, 1};  // 4 warps, 32x32 per warp
+    }
+  } else {
+    // 16 x 16 threads, each computing (bm/16) x (bn/16) outputs.
+    tile = big ? MatmulTile{128, 128, 16, 2, 4, 1} : MatmulTile{64, 64, 16, 2, 4, 1};
+  }
+  if (sm < 80) return tile;  // synchronous single-stage loads
+  int64_t k_tiles = (shape.k + tile.bk - 1) / tile.bk;
+  int per_stage = smem_layout(tile, shape).stage_bytes();
+  int fit = std::clamp(smem_budget(sm) / per_stage, 2, 4);
+  tile.stages = static_cast<int>(std::clamp<int64_t>(k_tiles + 1, 2, fit));
+  return tile;
+}
+
+}  // namespace kiln::compiler

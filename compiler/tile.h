@@ -1,0 +1,56 @@
+// Matmul geometry, shared-memory layout and the tile-shape heuristic (KERNELS.md, "Tile table").
+#pragma once
+
+#include "compiler/precision.h"
+
+#include <cstdint>
+
+namespace kiln::compiler {
+
+// A [batch] x M x N x K matmul as the kernel sees it. A(m, k) lives at m*lda + k when
+// a_k_contiguous, else at k*lda + m; B(k, n) at n*ldb + k when b_k_contiguous, else k*ldb + n.
+struct MatmulShape {
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+  bool a_k_contiguous = true;
+  bool b_k_contiguous = false;
+  int64_t lda = 1, ldb = 1;
+  int64_t a_batch_stride = 0, b_batch_stride = 0;  // 0: broadcast over the batch
+  int elem_bytes = 4;                              // of A and B in global memory
+  MatmulPath path = MatmulPath::ffma;
+};
+
+struct MatmulTile {
+  int bm = 64;      // block tile rows (M)
+  int bn = 64;      // block tile columns (N)
+  int bk = 16;      // K per pipeline stage
+  int warps_m = 2;  // warps along M (mma kernels)
+  int warps_n = 2;  // warps along N (mma kernels)
+  int stages = 1;   // shared-memory stages (1: synchronous loads, no cp.async)
+  int threads() const { return 32 * warps_m * warps_n; }
+};
+
+// One operand tile in shared memory: `rows` rows of `ld` elements, `cols` of them used.
+struct SmemTile {
+  int rows = 0, cols = 0, ld = 0;
+  int elem_bytes = 4;
+  int bytes() const { return rows * ld * elem_bytes; }
+};
+
+struct SmemLayout {
+  SmemTile a, b;
+  int stage_bytes() const { return a.bytes() + b.bytes(); }
+};
+
+// mma kernels keep each operand in its global orientation (so 16-byte copies work) with rows
+// padded against bank conflicts; the ffma kernel stores fp32 [k][m] and [k][n].
+SmemLayout smem_layout(const MatmulTile& tile, const MatmulShape& shape);
+
+// Rough SM count of a typical part of each arch: decides when big tiles still fill the GPU.
+int typical_sm_count(int sm);
+// Largest dynamic shared memory kiln plans for on `sm` (fits every part of that arch).
+int smem_budget(int sm);
+
+// Picks the block tile and stage count for `shape` on `sm`.
+MatmulTile choose_tile(const MatmulShape& shape, int sm);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,73 @@
+// A kernel program compiled for the host: generated CUDA text built with g++ against the host
+// shim into a shared object in a private temporary directory, loaded, and launched by entry name.
+#pragma once
+
+#include "compiler/artifact.h"
+#include "support/expected.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::emulation {
+
+// Whether to build the shim with a deliberately wrong mma fragment layout (KILN_EMU_BREAK_LAYOUT),
+// which only a test of the checks themselves wants.
+enum class Layout : uint8_t { correct, broken };
+
+struct ModuleOptions {
+  int sm = 90;                 // the arch the kernels target (primitives it lacks are errors)
+  Layout layout = Layout::correct;
+  std::string compiler;        // empty: $KILN_EMU_CXX, else "g++"
+  std::vector<std::string> entries;  // kernel entry points to export for launching
+};
+
+// One global buffer a kernel may touch: [data, data + bytes).
+struct GlobalRange {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+class Module {
+public:
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Runs `entry` over the launch's grid, block by block, with args[i] as its i-th (pointer)
+  // parameter. The kernel may touch global memory only inside `ranges` through the prelude's
+  // copies (checked); errors name the block and thread (a deadlock, a divergent collective, a
+  // bad address, a memory fault, a primitive the arch lacks), or say that the launch asks for
+  // more shared memory than the arch has.
+  Status launch(const std::string& entry, const compiler::LaunchShape& shape,
+                const std::vector<void*>& args, const std::vector<GlobalRange>& ranges) const;
+
+private:
+  friend Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
+                                                          const ModuleOptions& options);
+  Module() = default;
+  void* m_handle = nullptr;
+  int m_sm = 90;
+  void* m_launch = nullptr;
+  struct Kernel {
+    std::string entry;
+    void* thunk = nullptr;  // void(void** args)
+    int arity = 0;          // the kernel's parameter count
+  };
+  std::vector<Kernel> m_kernels;
+};
+
+// Compiles kernel text (CUDA C++ without the prelude) against the host shim. The temporary
+// directory is removed before returning. Errors: no host compiler ("g++ not found"), a failed
+// compile (the message carries the compiler's output), a failed load.
+Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
+                                                 const ModuleOptions& options);
+
+// The shim's files, by name, as compiled into kiln (emulation/shim/).
+struct ShimFile {
+  const char* name;
+  const char* text;
+};
+const std::vector<ShimFile>& shim_files();
+
+}  // namespace kiln::emulation

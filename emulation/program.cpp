@@ -1,0 +1,163 @@
+// Host buffers with poisoned guards, tensor conversion and the launch sequence of a program.
+#include "emulation/program.h"
+
+#include "reference/rounding.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace kiln::emulation {
+namespace {
+
+constexpr size_t k_guard = 256;       // poisoned bytes before and after every buffer
+constexpr unsigned char k_poison = 0xff;  // 0xffffffff is a NaN in f32, 0xffff in f16 and bf16
+
+// One device buffer on the host: [guard | data | guard], data 256-byte aligned like cudaMalloc.
+class HostBuffer {
+public:
+  explicit HostBuffer(size_t bytes) : m_bytes(bytes), m_storage(bytes + 2 * k_guard + 256, k_poison) {
+    uintptr_t raw = reinterpret_cast<uintptr_t>(m_storage.data()) + k_guard;
+    m_offset = static_cast<size_t>(((raw + 255) & ~uintptr_t{255}) -
+                                   reinterpret_cast<uintptr_t>(m_storage.data()));
+  }
+  unsigned char* data() { return m_storage.data() + m_offset; }
+  const unsigned char* data() const { return m_storage.data() + m_offset; }
+  size_t bytes() const { return m_bytes; }
+  // True when nothing outside the data was written.
+  bool guards_intact() const {
+    for (size_t i = 0; i < m_storage.size(); ++i) {
+      if (i >= m_offset && i < m_offset + m_bytes) continue;
+      if (m_storage[i] != k_poison) return false;
+    }
+    return true;
+  }
+
+private:
+  size_t m_bytes;
+  std::vector<unsigned char> m_storage;
+  size_t m_offset = 0;
+};
+
+void store_tensor(const reference::Tensor& t, unsigned char* out) {
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    float f = static_cast<float>(t.values[i]);
+    if (t.dtype == ir::DType::f32) {
+      std::memcpy(out + 4 * i, &f, 4);
+      continue;
+    }
+    uint16_t h = t.dtype == ir::DType::bf16 ? reference::bf16_from_float(f)
+                                            : reference::f16_from_float(f);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+
+reference::Tensor load_tensor(const ir::TensorType& type, const unsigned char* in) {
+  reference::Tensor t = reference::zeros(type);
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    if (type.dtype == ir::DType::f32) {
+      float f;
+      std::memcpy(&f, in + 4 * i, 4);
+      t.values[i] = f;
+      continue;
+    }
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    t.values[i] = type.dtype == ir::DType::bf16 ? reference::float_from_bf16(h)
+                                                : reference::float_from_f16(h);
+  }
+  return t;
+}
+
+std::string role_name(compiler::BufferRef ref) {
+  const char* role = ref.role == compiler::BufferRole::input    ? "input"
+                     : ref.role == compiler::BufferRole::output ? "output"
+                                                                : "temporary";
+  return std::string(role) + " #" + std::to_string(ref.index);
+}
+
+}  // namespace
+
+Expected<std::vector<reference::Tensor>> Program::run(
+    const std::vector<reference::Tensor>& inputs) const {
+  const compiler::ProgramPlan& plan = m_lowered.plan;
+  const auto& graph_inputs = m_graph.inputs();
+  if (inputs.size() != graph_inputs.size())
+    return make_error("emulation: the graph takes ", std::to_string(graph_inputs.size()),
+                      " inputs, got ", std::to_string(inputs.size()));
+  std::vector<HostBuffer> in, out, tmp;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ir::TensorType& type = m_graph.node(graph_inputs[i]).type;
+    if (!(inputs[i].type() == type))
+      return make_error("emulation: input #", std::to_string(i), " must be ", ir::to_string(type),
+                        ", got ", ir::to_string(inputs[i].type()));
+    in.emplace_back(static_cast<size_t>(type.bytes()));
+    store_tensor(inputs[i], in.back().data());
+  }
+  for (uint64_t bytes : plan.output_bytes) out.emplace_back(static_cast<size_t>(bytes));
+  for (uint64_t bytes : plan.temporary_bytes) tmp.emplace_back(static_cast<size_t>(bytes));
+  auto buffer = [&](compiler::BufferRef ref) -> HostBuffer* {
+    auto& list = ref.role == compiler::BufferRole::input    ? in
+                 : ref.role == compiler::BufferRole::output ? out
+                                                            : tmp;
+    return ref.index < list.size() ? &list[ref.index] : nullptr;
+  };
+
+  for (const compiler::KernelPlan& kernel : plan.kernels) {
+    std::vector<void*> args;
+    std::vector<GlobalRange> ranges;
+    for (const compiler::KernelParam& p : kernel.params) {
+      HostBuffer* b = buffer(p.buffer);
+      if (!b || b->bytes() < p.bytes)
+        return make_error("emulation: kernel '", kernel.name, "' names ", role_name(p.buffer),
+                          ", which the plan does not hold at that size");
+      args.push_back(b->data());
+      ranges.push_back({b->data(), b->bytes()});
+    }
+    Status launched = m_module->launch(compiler::entry_name(kernel), kernel.launch, args, ranges);
+    if (!launched) return launched.error();
+    for (const compiler::KernelParam& p : kernel.params) {
+      if (!buffer(p.buffer)->guards_intact())
+        return make_error("emulation: kernel '", kernel.name, "' wrote outside ",
+                          role_name(p.buffer));
+    }
+  }
+
+  std::vector<reference::Tensor> results;
+  for (size_t i = 0; i < m_graph.outputs().size(); ++i) {
+    const ir::TensorType& type = m_graph.node(m_graph.outputs()[i]).type;
+    if (i >= out.size() || out[i].bytes() < static_cast<size_t>(type.bytes()))
+      return make_error("emulation: the plan holds no buffer for output #", std::to_string(i));
+    results.push_back(load_tensor(type, out[i].data()));
+  }
+  return results;
+}
+
+Expected<Program> build_program(const ir::Graph& graph, compiler::LoweredProgram lowered,
+                                Layout layout) {
+  std::string source = compiler::program_source(lowered, compiler::Prelude::omit);
+  return build_program_from_source(graph, std::move(lowered), std::move(source), layout);
+}
+
+Expected<Program> build_program_from_source(const ir::Graph& graph, compiler::LoweredProgram lowered,
+                                            std::string source, Layout layout) {
+  Program program(graph, std::move(lowered));
+  program.m_source = std::move(source);
+  ModuleOptions options;
+  options.sm = program.m_lowered.sm;
+  options.layout = layout;
+  for (const compiler::KernelPlan& kernel : program.m_lowered.plan.kernels)
+    options.entries.push_back(compiler::entry_name(kernel));
+  auto module = compile_module(program.m_source, options);
+  if (!module) return module.error();
+  program.m_module = std::move(*module);
+  return program;
+}
+
+Expected<Program> build_program(const ir::Graph& graph, const compiler::CompileOptions& options,
+                                Layout layout) {
+  auto lowered = compiler::lower(graph, options);
+  if (!lowered) return lowered.error();
+  return build_program(graph, std::move(*lowered), layout);
+}
+
+}  // namespace kiln::emulation

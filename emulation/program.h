@@ -1,0 +1,54 @@
+// A lowered kiln program built for the host: its kernels run in launch order on host buffers.
+#pragma once
+
+#include "compiler/compiler.h"
+#include "emulation/module.h"
+#include "ir/graph.h"
+#include "reference/tensor.h"
+#include "support/expected.h"
+
+#include <memory>
+#include <vector>
+
+namespace kiln::emulation {
+
+class Program {
+public:
+  // Runs every kernel in order on `inputs` (calling-convention order, each of its input's exact
+  // type) and returns the outputs in declaration order, each value exactly the stored element.
+  // Buffers carry poisoned guard bytes and outputs start poisoned (NaN), so unwritten elements
+  // and stores past a buffer are caught. Errors: wrong inputs, a kernel that fails under
+  // emulation (the message names the kernel, block and thread), a store outside its buffer.
+  Expected<std::vector<reference::Tensor>> run(const std::vector<reference::Tensor>& inputs) const;
+
+  const compiler::LoweredProgram& lowered() const { return m_lowered; }
+  // The kernel text that was compiled (without the prelude).
+  const std::string& source() const { return m_source; }
+
+private:
+  friend Expected<Program> build_program_from_source(const ir::Graph& graph,
+                                                     compiler::LoweredProgram lowered,
+                                                     std::string source, Layout layout);
+  Program(ir::Graph graph, compiler::LoweredProgram lowered)
+      : m_graph(std::move(graph)), m_lowered(std::move(lowered)) {}
+  ir::Graph m_graph;
+  compiler::LoweredProgram m_lowered;
+  std::string m_source;
+  std::shared_ptr<Module> m_module;
+};
+
+// Compiles a lowered program's exact kernel text for the host (see compile_module for errors).
+Expected<Program> build_program(const ir::Graph& graph, compiler::LoweredProgram lowered,
+                                Layout layout = Layout::correct);
+
+// Like build_program(), but compiles `source` (kernel text for the lowered program's kernels,
+// e.g. the generated text edited by hand while debugging) instead of the generated text.
+Expected<Program> build_program_from_source(const ir::Graph& graph, compiler::LoweredProgram lowered,
+                                            std::string source, Layout layout = Layout::correct);
+
+// compiler::lower() then build_program(). Errors of lower() (a bad arch or precision for the
+// graph) come back unchanged.
+Expected<Program> build_program(const ir::Graph& graph, const compiler::CompileOptions& options,
+                                Layout layout = Layout::correct);
+
+}  // namespace kiln::emulation

@@ -1,0 +1,109 @@
+// The device prelude's primitives (compiler/prelude.cuh) on the host: same names, signatures and
+// semantics. Conversions call kiln's reference roundings (bit for bit what the reference does);
+// warp-collective ones (ldmatrix, mma.sync) run through the fiber scheduler; cp.async copies land
+// when a wait retires their group.
+#ifndef KILN_EMU_PRELUDE_H
+#define KILN_EMU_PRELUDE_H
+
+#include "kiln_emu_warp.h"
+
+#define KILN_DEVICE static inline
+
+struct kiln_bf16 { unsigned short bits; };
+struct kiln_f16 { unsigned short bits; };
+
+// ---- bit casts ---------------------------------------------------------------------------
+KILN_DEVICE float kiln_as_float(unsigned bits) { return ::kiln_emu::to_float(bits); }
+KILN_DEVICE unsigned kiln_as_uint(float value) { return ::kiln_emu::to_bits(value); }
+
+// ---- conversions ---------------------------------------------------------------------------
+KILN_DEVICE float kiln_bf16_to_float(kiln_bf16 h) { return ::kiln_emu::api().float_from_bf16(h.bits); }
+KILN_DEVICE kiln_bf16 kiln_float_to_bf16(float f) {
+  return kiln_bf16{::kiln_emu::api().bf16_from_float(f)};
+}
+KILN_DEVICE float kiln_f16_to_float(kiln_f16 h) { return ::kiln_emu::api().float_from_f16(h.bits); }
+KILN_DEVICE kiln_f16 kiln_float_to_f16(float f) { return kiln_f16{::kiln_emu::api().f16_from_float(f)}; }
+KILN_DEVICE float kiln_round_bf16(float f) { return kiln_bf16_to_float(kiln_float_to_bf16(f)); }
+KILN_DEVICE float kiln_round_f16(float f) { return kiln_f16_to_float(kiln_float_to_f16(f)); }
+KILN_DEVICE unsigned kiln_pack_bf16x2(float lo, float hi) {
+  return static_cast<unsigned>(kiln_float_to_bf16(lo).bits) |
+         (static_cast<unsigned>(kiln_float_to_bf16(hi).bits) << 16);
+}
+KILN_DEVICE unsigned kiln_pack_f16x2(float lo, float hi) {
+  return static_cast<unsigned>(kiln_float_to_f16(lo).bits) |
+         (static_cast<unsigned>(kiln_float_to_f16(hi).bits) << 16);
+}
+// cvt.rna.tf32.f32 exists from sm_80; before that the prelude passes the bits through.
+KILN_DEVICE unsigned kiln_cvt_rna_tf32(float f) {
+  if (KILN_EMU_SM < 80) return ::kiln_emu::to_bits(f);
+  return ::kiln_emu::api().tf32_rna_bits(::kiln_emu::to_bits(f));
+}
+
+// ---- shared memory -------------------------------------------------------------------------
+KILN_DEVICE unsigned char* kiln_dynamic_smem() { return ::kiln_emu::t_block->smem; }
+KILN_DEVICE unsigned kiln_smem_addr(const void* p) {
+  return static_cast<unsigned>(static_cast<const unsigned char*>(p) - ::kiln_emu::t_block->smem);
+}
+KILN_DEVICE void kiln_copy_16(void* smem_dst, const void* gmem_src) {
+  ::kiln_emu::check_smem(smem_dst, 16, 16, "kiln_copy_16 destination");
+  ::kiln_emu::check_global(gmem_src, 16, 16, "kiln_copy_16 source");
+  std::memcpy(smem_dst, gmem_src, 16);
+}
+KILN_DEVICE void kiln_zero_16(void* smem_dst) {
+  ::kiln_emu::check_smem(smem_dst, 16, 16, "kiln_zero_16 destination");
+  std::memset(smem_dst, 0, 16);
+}
+
+// ---- cp.async --------------------------------------------------------------------------------
+KILN_DEVICE void kiln_cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes) {
+  ::kiln_emu::cp_async(smem_dst, gmem_src, 16, src_bytes);
+}
+KILN_DEVICE void kiln_cp_async_4(void* smem_dst, const void* gmem_src, int src_bytes) {
+  ::kiln_emu::cp_async(smem_dst, gmem_src, 4, src_bytes);
+}
+KILN_DEVICE void kiln_cp_async_commit() { ::kiln_emu::cp_async_commit(); }
+template <int N>
+KILN_DEVICE void kiln_cp_async_wait() {
+  ::kiln_emu::cp_async_wait(N);
+}
+
+// ---- ldmatrix --------------------------------------------------------------------------------
+KILN_DEVICE void kiln_ldmatrix_x4(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 4, false); }
+KILN_DEVICE void kiln_ldmatrix_x2(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 2, false); }
+KILN_DEVICE void kiln_ldmatrix_x1(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 1, false); }
+KILN_DEVICE void kiln_ldmatrix_x4_trans(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 4, true); }
+KILN_DEVICE void kiln_ldmatrix_x2_trans(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 2, true); }
+KILN_DEVICE void kiln_ldmatrix_x1_trans(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 1, true); }
+
+// ---- mma.sync --------------------------------------------------------------------------------
+KILN_DEVICE void kiln_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned* b) {
+  ::kiln_emu::mma(::kiln_emu::mma_tf32_k8, d, a, b);
+}
+KILN_DEVICE void kiln_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+  ::kiln_emu::mma(::kiln_emu::mma_bf16_k16, d, a, b);
+}
+KILN_DEVICE void kiln_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+  ::kiln_emu::mma(::kiln_emu::mma_f16_k16, d, a, b);
+}
+KILN_DEVICE void kiln_mma_m16n8k8_f16(float* d, const unsigned* a, const unsigned* b) {
+  ::kiln_emu::mma(::kiln_emu::mma_f16_k8, d, a, b);
+}
+
+// Calls a kernel whose parameters are all pointers with args[i] as parameter i.
+namespace kiln_emu {
+template <typename... P, size_t... I>
+inline void call_kernel(void (*kernel)(P...), void** args, std::index_sequence<I...>) {
+  kernel(static_cast<P>(args[I])...);
+}
+template <typename... P>
+inline void call_kernel(void (*kernel)(P...), void** args) {
+  call_kernel(kernel, args, std::index_sequence_for<P...>{});
+}
+// How many parameters a kernel takes.
+template <typename... P>
+inline int arity(void (*)(P...)) {
+  return static_cast<int>(sizeof...(P));
+}
+}  // namespace kiln_emu
+
+#endif  // KILN_EMU_PRELUDE_H

@@ -1,0 +1,280 @@
+// Host execution model of CUDA for kiln's emulator: blocks of threads as fibers, barriers, warps.
+//
+// Compiled into every emulated program (and into tests directly). The threads of one block run
+// as cooperative fibers (kiln_emu_fiber.h, kiln_emu_launch.h) on the calling OS thread; a thread
+// runs until it reaches __syncthreads, a warp-collective primitive, or its end. A
+// warp-collective call records each lane's operands and suspends the lane; the last lane of the
+// warp to arrive computes every lane's result and wakes the others. Blocks run one after another.
+// When no thread can run but some have not finished (a barrier or collective that not every
+// thread reaches) the launch fails with a description instead of hanging. Errors found inside a
+// kernel (bad shared-memory address, divergent collective, memory fault) stop the launch; the
+// message names the block and thread.
+#ifndef KILN_EMU_RUNTIME_H
+#define KILN_EMU_RUNTIME_H
+
+#include "kiln_emu_abi.h"
+#include "kiln_emu_fiber.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+#ifndef KILN_EMU_SM
+#define KILN_EMU_SM 90
+#endif
+
+namespace kiln_emu {
+
+struct Dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+enum class Wait : uint8_t { none, barrier, warp, done };
+enum class Collective : uint8_t { none, shfl, syncwarp, ballot, ldmatrix, mma };
+
+inline const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::shfl: return "a warp shuffle";
+    case Collective::syncwarp: return "__syncwarp";
+    case Collective::ballot: return "a warp vote";
+    case Collective::ldmatrix: return "ldmatrix";
+    case Collective::mma: return "mma.sync";
+    default: return "nothing";
+  }
+}
+
+// One deferred cp.async copy: `size` bytes at dst, the first src_bytes from src, the rest zero.
+struct CpCopy {
+  unsigned char* dst;
+  const unsigned char* src;
+  int size;
+  int src_bytes;
+};
+
+// What one lane handed to a warp collective, and what it gets back.
+struct LaneSlot {
+  Collective op = Collective::none;
+  int variant = 0;      // shuffle kind, ldmatrix count/trans, mma shape
+  uint32_t mask = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* d = nullptr;
+  uint64_t value = 0;
+  int arg = 0;
+  int width = 32;
+  uint64_t result = 0;
+};
+
+struct Thread {
+  Context context;
+  Dim3 tid;
+  int linear = 0, lane = 0, warp = 0;
+  Wait wait = Wait::none;
+  std::vector<CpCopy> open_group;
+  std::deque<std::vector<CpCopy>> groups;
+  unsigned char* stack = nullptr;
+};
+
+struct Warp {
+  uint32_t present = 0;  // lanes that exist in this block
+  uint32_t arrived = 0;
+  Collective op = Collective::none;
+  int variant = 0;
+  uint32_t mask = 0;
+  LaneSlot slots[32];
+};
+
+struct Block {
+  Context scheduler;
+  std::vector<Thread> threads;
+  std::vector<Warp> warps;
+  Dim3 block_idx, block_dim, grid_dim;
+  unsigned char* smem = nullptr;
+  size_t smem_bytes = 0;
+  int barrier_arrived = 0;
+  bool failed = false;
+  std::string error;
+  char fault[200] = {};  // set by the fault handler, which must not allocate
+  const KilnEmuLaunch* launch = nullptr;
+};
+
+inline thread_local Block* t_block = nullptr;
+inline thread_local Thread* t_thread = nullptr;
+inline const KilnEmuApi* g_api = nullptr;
+
+inline constexpr size_t k_stack_bytes = size_t{128} << 10;
+inline constexpr size_t k_guard_bytes = size_t{4} << 10;
+
+inline void yield() {
+  Thread* self = t_thread;
+  switch_context(self->context, t_block->scheduler);
+  asm volatile("" ::: "memory");
+}
+
+// Stops the launch with `message`, naming the current block and thread; does not return.
+[[noreturn]] inline void fail(const std::string& message) {
+  Block* b = t_block;
+  if (!b->failed) {
+    b->failed = true;
+    char where[160];
+    std::snprintf(where, sizeof where, "block (%u, %u, %u) thread (%u, %u, %u): ", b->block_idx.x,
+                  b->block_idx.y, b->block_idx.z, t_thread->tid.x, t_thread->tid.y,
+                  t_thread->tid.z);
+    b->error = where + message;
+  }
+  t_thread->wait = Wait::done;
+  for (;;) switch_context(t_thread->context, b->scheduler);
+}
+
+inline const KilnEmuApi& api() {
+  if (!g_api) fail("the emulator's rounding functions were not installed");
+  return *g_api;
+}
+
+inline void require_sm(int sm, const char* what) {
+  if (KILN_EMU_SM < sm) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%s needs sm_%d or newer, but the program targets sm_%d", what,
+                  sm, KILN_EMU_SM);
+    fail(text);
+  }
+}
+
+// Checks that [p, p + bytes) lies in the block's dynamic shared memory and is `align`-aligned.
+inline void check_smem(const void* p, size_t bytes, size_t align, const char* what) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  Block* b = t_block;
+  if (c < b->smem || c + bytes > b->smem + b->smem_bytes) {
+    char text[200];
+    std::snprintf(text, sizeof text, "%s: address %p (%zu bytes) is outside the %zu bytes of "
+                  "dynamic shared memory", what, p, bytes, b->smem_bytes);
+    fail(text);
+  }
+  if ((static_cast<size_t>(c - b->smem)) % align != 0) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%s: shared-memory offset %zu is not %zu-byte aligned", what,
+                  static_cast<size_t>(c - b->smem), align);
+    fail(text);
+  }
+}
+
+// Checks that [p, p + bytes) lies in one of the launch's global buffers and is aligned.
+inline void check_global(const void* p, size_t bytes, size_t align, const char* what) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  const KilnEmuLaunch* l = t_block->launch;
+  bool inside = false;
+  for (size_t i = 0; i < l->range_count && !inside; ++i) {
+    const unsigned char* begin = static_cast<const unsigned char*>(l->ranges[i].begin);
+    const unsigned char* end = static_cast<const unsigned char*>(l->ranges[i].end);
+    inside = c >= begin && c + bytes <= end;
+  }
+  if (!inside) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%s: global address %p (%zu bytes) is outside every buffer",
+                  what, p, bytes);
+    fail(text);
+  }
+  if (reinterpret_cast<uintptr_t>(p) % align != 0) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%s: global address %p is not %zu-byte aligned", what, p,
+                  align);
+    fail(text);
+  }
+}
+
+// __syncthreads: every thread of the block must arrive (an exited thread never does).
+inline void barrier() {
+  asm volatile("" ::: "memory");
+  Block* b = t_block;
+  if (++b->barrier_arrived == static_cast<int>(b->threads.size())) {
+    b->barrier_arrived = 0;
+    for (Thread& t : b->threads)
+      if (t.wait == Wait::barrier) t.wait = Wait::none;
+    return;
+  }
+  t_thread->wait = Wait::barrier;
+  yield();
+}
+
+inline void complete_collective(Warp& warp);
+
+// Enters a warp collective with this lane's slot filled in; returns once every lane of `mask` has
+// arrived and the results are in place.
+inline LaneSlot& collective(const LaneSlot& mine) {
+  asm volatile("" ::: "memory");
+  Thread* self = t_thread;
+  Warp& warp = t_block->warps[static_cast<size_t>(self->warp)];
+  uint32_t bit = 1u << self->lane;
+  if (!(mine.mask & bit)) fail(std::string(collective_name(mine.op)) + " with a mask that excludes the calling lane");
+  if ((mine.mask & warp.present) != mine.mask)
+    fail(std::string(collective_name(mine.op)) + " names lanes that do not exist (the block's last warp is partial)");
+  if (warp.arrived == 0) {
+    warp.op = mine.op;
+    warp.variant = mine.variant;
+    warp.mask = mine.mask;
+  } else if (warp.op != mine.op || warp.variant != mine.variant || warp.mask != mine.mask) {
+    fail(std::string("divergent warp collective: this lane reached ") + collective_name(mine.op) +
+         " while other lanes of its warp wait at " + collective_name(warp.op) +
+         (warp.op == mine.op ? " of another kind or mask" : ""));
+  }
+  warp.slots[self->lane] = mine;
+  warp.arrived |= bit;
+  if (warp.arrived == warp.mask) {
+    complete_collective(warp);
+    warp.arrived = 0;
+    warp.op = Collective::none;
+    for (int lane = 0; lane < 32; ++lane) {
+      if (!(warp.mask & (1u << lane))) continue;
+      Thread& t = t_block->threads[static_cast<size_t>(self->warp * 32 + lane)];
+      if (t.wait == Wait::warp) t.wait = Wait::none;
+    }
+  } else {
+    self->wait = Wait::warp;
+    yield();
+  }
+  asm volatile("" ::: "memory");
+  return warp.slots[self->lane];
+}
+
+// ---- cp.async ------------------------------------------------------------------------------
+
+inline void perform(const CpCopy& c) {
+  if (c.src_bytes > 0) std::memcpy(c.dst, c.src, static_cast<size_t>(c.src_bytes));
+  if (c.size > c.src_bytes) std::memset(c.dst + c.src_bytes, 0, static_cast<size_t>(c.size - c.src_bytes));
+}
+
+// Queues a copy in the thread's open group; it lands only when a wait retires its group, so a
+// missing wait shows up as stale shared memory.
+inline void cp_async(void* dst, const void* src, int size, int src_bytes) {
+  require_sm(80, "cp.async");
+  if (src_bytes < 0 || src_bytes > size) fail("cp.async: source size out of range");
+  check_smem(dst, static_cast<size_t>(size), static_cast<size_t>(size), "cp.async destination");
+  if (src_bytes > 0) check_global(src, static_cast<size_t>(src_bytes), static_cast<size_t>(size), "cp.async source");
+  t_thread->open_group.push_back(CpCopy{static_cast<unsigned char*>(dst),
+                                        static_cast<const unsigned char*>(src), size, src_bytes});
+}
+
+inline void cp_async_commit() {
+  require_sm(80, "cp.async.commit_group");
+  t_thread->groups.push_back(std::move(t_thread->open_group));
+  t_thread->open_group.clear();
+}
+
+inline void cp_async_wait(int pending) {
+  require_sm(80, "cp.async.wait_group");
+  Thread* self = t_thread;
+  while (static_cast<int>(self->groups.size()) > pending) {
+    for (const CpCopy& c : self->groups.front()) perform(c);
+    self->groups.pop_front();
+  }
+}
+
+}  // namespace kiln_emu
+
+#endif  // KILN_EMU_RUNTIME_H

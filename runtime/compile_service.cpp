@@ -1,0 +1,164 @@
+// Compile through the cache: key fields, lookup, single-flight compile, artifact <-> payloads.
+#include "runtime/compile_service.h"
+
+#include "compiler/compiler.h"
+#include "compiler/nvrtc.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+
+namespace kiln::runtime {
+
+namespace {
+
+constexpr const char* k_payload_artifact = "artifact";
+
+double micros_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
+                                         const compiler::CompileOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  if (Status s = compiler::check_arch(options.sm, compiler::known_archs()); !s) return s.error();
+  auto precision = compiler::resolve_precision(graph, options);
+  if (!precision) return precision.error();
+  auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
+  if (!nvrtc) return nvrtc.error();
+  compiler::ResolvedInfo resolved{std::string(ir::to_string(precision->graph_mode)), *nvrtc};
+  CompileRequest request;
+  for (auto& [name, value] : compiler::key_fields(graph, options, resolved)) {
+    if (name == "graph_hash") request.graph_hash = value;
+    request.fields.push_back({std::move(name), std::move(value)});
+  }
+  request.key = cache::make_key(request.fields);
+  request.prepare_us = micros_since(start);
+  return request;
+}
+
+cache::Contents to_contents(const compiler::Artifact& artifact, const std::string& graph_hash,
+                            double compile_ms) {
+  cache::Contents contents;
+  contents.compile_ms = static_cast<int64_t>(compile_ms + 0.5);
+  compiler::Artifact rest = artifact;
+  rest.source.clear();
+  rest.log.clear();
+  nlohmann::json kernels = nlohmann::json::array();
+  for (compiler::KernelArtifact& k : rest.kernels) {
+    contents.payloads.push_back({cache::k_payload_cubin_prefix + k.name, std::move(k.cubin)});
+    contents.payloads.push_back({cache::k_payload_ptx_prefix + k.name, std::move(k.ptx)});
+    k.cubin.clear();
+    k.ptx.clear();
+    kernels.push_back({{"name", k.name},
+                       {"registers", k.report.registers},
+                       {"spill_bytes", k.report.spill_bytes()},
+                       {"smem_bytes", k.smem_bytes()}});
+  }
+  contents.payloads.push_back({cache::k_payload_source, artifact.source});
+  contents.payloads.push_back({cache::k_payload_log, artifact.log});
+  contents.payloads.push_back({k_payload_artifact, compiler::serialize(rest)});
+  nlohmann::json summary = {{"graph", graph_hash},
+                            {"arch", artifact.arch},
+                            {"precision", artifact.precision},
+                            {"decision", artifact.decision},
+                            {"nvrtc", artifact.nvrtc_version},
+                            {"kernels", kernels},
+                            {"fallbacks", artifact.fallbacks}};
+  contents.summary = summary.dump();
+  return contents;
+}
+
+Expected<compiler::Artifact> from_entry(const cache::Entry& entry) {
+  const cache::Payload* packed = entry.find_payload(k_payload_artifact);
+  if (!packed) return make_error("cache entry ", entry.info.key, " has no artifact payload");
+  auto artifact = compiler::deserialize(packed->bytes);
+  if (!artifact) {
+    return make_error("cache entry ", entry.info.key, ": ", artifact.error().message);
+  }
+  for (compiler::KernelArtifact& k : artifact->kernels) {
+    const cache::Payload* cubin = entry.find_payload(cache::k_payload_cubin_prefix + k.name);
+    const cache::Payload* ptx = entry.find_payload(cache::k_payload_ptx_prefix + k.name);
+    if (!cubin || !ptx) {
+      return make_error("cache entry ", entry.info.key, " lacks the binary of kernel ", k.name);
+    }
+    k.cubin = cubin->bytes;
+    k.ptx = ptx->bytes;
+  }
+  if (const cache::Payload* source = entry.find_payload(cache::k_payload_source)) {
+    artifact->source = source->bytes;
+  }
+  if (const cache::Payload* log = entry.find_payload(cache::k_payload_log)) {
+    artifact->log = log->bytes;
+  }
+  return artifact;
+}
+
+Expected<CompileResult> compile_prepared(const ir::Graph& graph,
+                                         const compiler::CompileOptions& options,
+                                         const CompileRequest& request, cache::Cache* cache) {
+  auto start = std::chrono::steady_clock::now();
+  CompileResult result;
+  result.graph_hash = request.graph_hash;
+  result.key = request.key;
+  auto lookup_us = [&] { return request.prepare_us + micros_since(start); };
+
+  auto compile_now = [&]() -> Expected<compiler::Artifact> {
+    auto began = std::chrono::steady_clock::now();
+    auto artifact = compiler::compile(graph, options);
+    result.compile_ms = micros_since(began) / 1000.0;
+    return artifact;
+  };
+
+  if (!cache || !cache->enabled()) {
+    result.lookup_us = lookup_us();
+    auto artifact = compile_now();
+    if (!artifact) return artifact.error();
+    result.artifact = std::move(*artifact);
+    return result;
+  }
+
+  compiler::Artifact produced;
+  bool have_produced = false;
+  auto fetched =
+      cache->get_or_create(result.key, request.fields, [&]() -> Expected<cache::Contents> {
+        result.lookup_us = lookup_us();
+        auto artifact = compile_now();
+        if (!artifact) return artifact.error();
+        produced = std::move(*artifact);
+        have_produced = true;
+        return to_contents(produced, result.graph_hash, result.compile_ms);
+      });
+  if (!fetched) return fetched.error();
+  if (fetched->source != cache::FetchSource::hit && have_produced) {
+    result.artifact = std::move(produced);
+    return result;
+  }
+  auto artifact = from_entry(fetched->entry);
+  result.lookup_us = lookup_us();
+  if (!artifact) {
+    // Checksums held but the artifact does not decode: never run it; compile this one afresh
+    // (the key covers the codegen version, so only a damaged build gets here).
+    auto fresh = compile_now();
+    if (!fresh) return fresh.error();
+    result.artifact = std::move(*fresh);
+    return result;
+  }
+  result.artifact = std::move(*artifact);
+  result.hit = true;
+  result.compile_ms = static_cast<double>(fetched->entry.info.compile_ms);
+  return result;
+}
+
+Expected<CompileResult> compile_graph(const ir::Graph& graph,
+                                      const compiler::CompileOptions& options,
+                                      cache::Cache* cache) {
+  auto request = prepare_compile(graph, options);
+  if (!request) return request.error();
+  return compile_prepared(graph, options, *request, cache);
+}
+
+}  // namespace kiln::runtime

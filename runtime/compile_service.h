@@ -1,0 +1,57 @@
+// Graph -> artifact through the cache: the one path `kiln compile`, the runtime and the
+// benchmarks share (key, lookup, single-flight compile, store).
+#pragma once
+
+#include "cache/cache.h"
+#include "compiler/artifact.h"
+#include "compiler/options.h"
+#include "ir/graph.h"
+#include "support/expected.h"
+
+#include <string>
+#include <vector>
+
+namespace kiln::runtime {
+
+struct CompileResult {
+  compiler::Artifact artifact;
+  std::string graph_hash;  // 32 hex digits
+  std::string key;         // 32 hex digits
+  bool hit = false;        // served from the cache (possibly after another process compiled it)
+  double compile_ms = 0;   // NVRTC + codegen time of this compile, or of the cached one on a hit
+  double lookup_us = 0;    // key + lookup + checksums + decompression + decode
+};
+
+// A validated compile request: its key fields (computed without loading NVRTC, so a warm start
+// stays in microseconds: NVRTC is identified by its library file) and their key.
+struct CompileRequest {
+  std::vector<cache::KeyField> fields;
+  std::string key;
+  std::string graph_hash;
+  double prepare_us = 0;
+};
+
+// Checks the arch and resolves the precision (a refused combination fails here, naming op, mode
+// and arch): every error is the caller's input to fix.
+Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
+                                         const compiler::CompileOptions& options);
+
+// Looks the request up in `cache` (nullptr or a disabled cache: compile without caching) and
+// compiles on a miss, once across processes. Errors are failures of the work: NVRTC missing or
+// a kernel that does not compile (the error carries NVRTC's log).
+Expected<CompileResult> compile_prepared(const ir::Graph& graph,
+                                         const compiler::CompileOptions& options,
+                                         const CompileRequest& request, cache::Cache* cache);
+
+// prepare_compile() then compile_prepared().
+Expected<CompileResult> compile_graph(const ir::Graph& graph,
+                                      const compiler::CompileOptions& options,
+                                      cache::Cache* cache);
+
+// An artifact as cache contents and back: cubin and PTX per kernel, source and log become
+// their own payloads (so `kiln show --ptx` reads them), the rest one "artifact" payload.
+cache::Contents to_contents(const compiler::Artifact& artifact, const std::string& graph_hash,
+                            double compile_ms);
+Expected<compiler::Artifact> from_entry(const cache::Entry& entry);
+
+}  // namespace kiln::runtime

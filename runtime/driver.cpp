@@ -1,0 +1,82 @@
+// dlopen of libcuda and resolution of the driver entry points kiln uses.
+#include "runtime/driver.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace kiln::runtime {
+
+namespace {
+
+template <typename Fn>
+bool resolve(void* library, const char* name, Fn& out) {
+  out = reinterpret_cast<Fn>(dlsym(library, name));
+  return out != nullptr;
+}
+
+Expected<const DriverApi*> load_once() {
+  const char* override_path = std::getenv("KILN_CUDA_DRIVER_PATH");
+  const char* path = override_path && *override_path ? override_path : "libcuda.so.1";
+  void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    const char* why = dlerror();
+    return make_error("no CUDA driver found: cannot load ", path, ": ", why ? why : "unknown");
+  }
+  static DriverApi api;
+  struct Entry {
+    const char* name;
+    bool ok;
+  };
+  Entry entries[] = {
+      {"cuInit", resolve(library, "cuInit", api.init)},
+      {"cuDriverGetVersion", resolve(library, "cuDriverGetVersion", api.driver_get_version)},
+      {"cuDeviceGetCount", resolve(library, "cuDeviceGetCount", api.device_get_count)},
+      {"cuDeviceGet", resolve(library, "cuDeviceGet", api.device_get)},
+      {"cuDeviceGetAttribute", resolve(library, "cuDeviceGetAttribute", api.device_get_attribute)},
+      {"cuDevicePrimaryCtxRetain",
+       resolve(library, "cuDevicePrimaryCtxRetain", api.primary_ctx_retain)},
+      {"cuCtxSetCurrent", resolve(library, "cuCtxSetCurrent", api.ctx_set_current)},
+      {"cuCtxGetCurrent", resolve(library, "cuCtxGetCurrent", api.ctx_get_current)},
+      {"cuModuleLoadData", resolve(library, "cuModuleLoadData", api.module_load_data)},
+      {"cuModuleUnload", resolve(library, "cuModuleUnload", api.module_unload)},
+      {"cuModuleGetFunction", resolve(library, "cuModuleGetFunction", api.module_get_function)},
+      {"cuFuncSetAttribute", resolve(library, "cuFuncSetAttribute", api.func_set_attribute)},
+      {"cuLaunchKernel", resolve(library, "cuLaunchKernel", api.launch_kernel)},
+      {"cuMemAlloc_v2", resolve(library, "cuMemAlloc_v2", api.mem_alloc)},
+      {"cuMemFree_v2", resolve(library, "cuMemFree_v2", api.mem_free)},
+      {"cuMemcpyHtoD_v2", resolve(library, "cuMemcpyHtoD_v2", api.memcpy_htod)},
+      {"cuMemcpyDtoH_v2", resolve(library, "cuMemcpyDtoH_v2", api.memcpy_dtoh)},
+      {"cuStreamSynchronize", resolve(library, "cuStreamSynchronize", api.stream_synchronize)},
+      {"cuGetErrorString", resolve(library, "cuGetErrorString", api.get_error_string)},
+  };
+  for (const Entry& e : entries) {
+    if (!e.ok) return make_error("cuda driver: ", path, " lacks ", e.name);
+  }
+  if (CuResult r = api.init(0); r != 0) {
+    if (r == k_error_no_device) {
+      return make_error("no CUDA device: the driver at ", path, " found none");
+    }
+    return driver_error(api, "cuInit", r);
+  }
+  return &api;
+}
+
+}  // namespace
+
+Expected<const DriverApi*> load_driver() {
+  static std::once_flag once;
+  static Expected<const DriverApi*> result = Error{"not loaded"};
+  std::call_once(once, [] { result = load_once(); });
+  return result;
+}
+
+Error driver_error(const DriverApi& api, const char* what, CuResult code) {
+  const char* text = nullptr;
+  if (api.get_error_string) api.get_error_string(code, &text);
+  return make_error("cuda driver: ", what, " failed: ", text ? text : "unknown error", " (",
+                    std::to_string(code), ")");
+}
+
+}  // namespace kiln::runtime

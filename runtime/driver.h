@@ -1,0 +1,63 @@
+// The CUDA driver API, loaded at run time (libcuda.so.1): no link-time dependency on CUDA.
+#pragma once
+
+#include "support/expected.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kiln::runtime {
+
+using CuResult = int;
+using CuDevice = int;
+using CuDevicePtr = unsigned long long;
+struct CuContextSt;
+struct CuModuleSt;
+struct CuFunctionSt;
+struct CuStreamSt;
+using CuContext = CuContextSt*;
+using CuModule = CuModuleSt*;
+using CuFunction = CuFunctionSt*;
+using CuStream = CuStreamSt*;
+
+// Entry points resolved from libcuda; the names match the driver API (the _v2 variants where
+// the driver exports them).
+struct DriverApi {
+  CuResult (*init)(unsigned);
+  CuResult (*driver_get_version)(int*);
+  CuResult (*device_get_count)(int*);
+  CuResult (*device_get)(CuDevice*, int);
+  CuResult (*device_get_attribute)(int*, int, CuDevice);
+  CuResult (*primary_ctx_retain)(CuContext*, CuDevice);
+  CuResult (*ctx_set_current)(CuContext);
+  CuResult (*ctx_get_current)(CuContext*);
+  CuResult (*module_load_data)(CuModule*, const void*);
+  CuResult (*module_unload)(CuModule);
+  CuResult (*module_get_function)(CuFunction*, CuModule, const char*);
+  CuResult (*func_set_attribute)(CuFunction, int, int);
+  CuResult (*launch_kernel)(CuFunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, unsigned, CuStream, void**, void**);
+  CuResult (*mem_alloc)(CuDevicePtr*, size_t);
+  CuResult (*mem_free)(CuDevicePtr);
+  CuResult (*memcpy_htod)(CuDevicePtr, const void*, size_t);
+  CuResult (*memcpy_dtoh)(void*, CuDevicePtr, size_t);
+  CuResult (*stream_synchronize)(CuStream);
+  CuResult (*get_error_string)(CuResult, const char**);
+};
+
+// Driver attribute numbers used by kiln (values from the CUDA driver API).
+inline constexpr int k_attr_cc_major = 75;
+inline constexpr int k_attr_cc_minor = 76;
+inline constexpr int k_func_attr_max_dynamic_smem = 8;
+inline constexpr CuResult k_error_no_device = 100;  // CUDA_ERROR_NO_DEVICE
+
+// Loads libcuda once per process (KILN_CUDA_DRIVER_PATH overrides the library path) and calls
+// cuInit. Fails with "no CUDA driver found: ..." when the library is absent, "no CUDA device: ..."
+// when it sees no GPU, or "cuda driver: cuInit failed: ..."; the outcome is remembered.
+Expected<const DriverApi*> load_driver();
+
+// "cuda driver: <what> failed: <driver's message> (<code>)".
+Error driver_error(const DriverApi& api, const char* what, CuResult code);
+
+}  // namespace kiln::runtime

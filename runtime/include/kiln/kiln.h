@@ -1,0 +1,143 @@
+// kiln's embedding API: compile tensor graphs through the kernel cache and run them on a GPU.
+//
+//   kiln::RuntimeOptions options;            // cache dir, precision, arch, fallbacks, log
+//   auto runtime = kiln::Runtime::create(options);
+//   auto exe = (*runtime)->compile_file("mlp.kg");   // a hit costs microseconds
+//   Status s = (*exe)->run({x, w1, b1}, {y}, stream);
+//
+// Nothing here throws: failures come back as kiln::Expected / kiln::Status with a message.
+// Every object may be used from many threads at once.
+#pragma once
+
+#include "ir/graph.h"
+#include "ir/types.h"
+#include "support/expected.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln {
+
+using ir::DType;
+using ir::Precision;
+
+enum class LogLevel { info, warning };
+
+struct RuntimeOptions {
+  // Cache directory; empty: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
+  std::string cache_dir;
+  bool use_cache = true;
+  // The graph-wide matmul precision; `automatic` picks high (TF32) on compute capability >= 8.0
+  // and highest below, decided per arch and logged once.
+  Precision precision = Precision::automatic;
+  // Target arch ("sm_90"); empty: the compute capability of CUDA device `device`. Set it to
+  // compile ahead of time on a machine without a GPU (warming a cache for a fleet).
+  std::string arch;
+  int device = 0;
+  // Compile a combination the arch cannot run on the best available path (recorded in
+  // Executable::fallbacks()) instead of refusing it.
+  bool allow_fallback = false;
+  // NVRTC threads per graph; 0: $KILN_COMPILE_THREADS, else the core count.
+  int compile_threads = 0;
+  // Receives info and warnings; default: warnings to stderr, prefixed "kiln: ".
+  std::function<void(LogLevel, std::string_view)> log;
+};
+
+// A device buffer handed to Executable::run, described so that it can be checked.
+struct TensorRef {
+  void* data = nullptr;  // a CUDA device pointer
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+};
+
+// A graph input or output as the executable expects it.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+};
+
+// Whether kernels can run here: ok, or "no CUDA driver found: ..." / "no CUDA device: ...".
+Status gpu_status();
+
+// Device memory on CUDA device `device` (its primary context), freed on destruction. A small
+// convenience for examples and tests; applications usually bring their own allocations.
+class DeviceBuffer {
+public:
+  static Expected<DeviceBuffer> allocate(size_t bytes, int device = 0);
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() const { return reinterpret_cast<void*>(m_pointer); }
+  size_t size() const { return m_bytes; }
+  // Copies host bytes in or out (synchronously); `bytes` must not exceed size().
+  Status upload(const void* host, size_t bytes);
+  Status download(void* host, size_t bytes) const;
+
+private:
+  uintptr_t m_pointer = 0;
+  size_t m_bytes = 0;
+};
+
+class Executable {
+public:
+  virtual ~Executable() = default;
+
+  bool cache_hit() const { return m_cache_hit; }
+  double compile_ms() const { return m_compile_ms; }  // of the compile that made it
+  double lookup_us() const { return m_lookup_us; }
+  const std::string& key() const { return m_key; }
+  const std::string& graph_hash() const { return m_graph_hash; }
+  const std::string& arch() const { return m_arch; }
+  const std::string& precision() const { return m_precision; }  // resolved
+  const std::vector<std::string>& fallbacks() const { return m_fallbacks; }
+  const std::vector<TensorSpec>& inputs() const { return m_inputs; }
+  const std::vector<TensorSpec>& outputs() const { return m_outputs; }
+  size_t kernel_count() const { return m_kernel_count; }
+
+  // Launches the graph's kernels on `stream` (a CUstream; nullptr: the default stream) with
+  // device pointers in declaration order. Checks counts, dtypes and shapes first. Fails with
+  // "no CUDA driver found" or "no CUDA device" where there is none, and with the driver's message
+  // when a module cannot load or a launch fails. Does not synchronise the stream.
+  virtual Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+                     void* stream = nullptr) = 0;
+
+protected:
+  bool m_cache_hit = false;
+  double m_compile_ms = 0;
+  double m_lookup_us = 0;
+  std::string m_key, m_graph_hash, m_arch, m_precision;
+  std::vector<std::string> m_fallbacks;
+  std::vector<TensorSpec> m_inputs, m_outputs;
+  size_t m_kernel_count = 0;
+};
+
+class Runtime {
+public:
+  // Opens the cache (a cache that cannot be opened is reported once and bypassed) and settles
+  // the target arch: options.arch, else the device's compute capability. Fails on a bad arch,
+  // or when no arch is given and no CUDA device can be queried.
+  static Expected<std::unique_ptr<Runtime>> create(RuntimeOptions options = {});
+  virtual ~Runtime() = default;
+
+  // The target, e.g. "sm_90".
+  virtual const std::string& arch() const = 0;
+
+  // Compiles through the cache. Fails on a precision the arch cannot run (unless fallbacks are
+  // allowed), when NVRTC is missing, or when a kernel does not compile (with NVRTC's log).
+  virtual Expected<std::shared_ptr<Executable>> compile(const ir::Graph& graph) = 0;
+  // Parses a .kg file first; a bad graph fails with "file:line:col: error: ...".
+  virtual Expected<std::shared_ptr<Executable>> compile_file(const std::string& path) = 0;
+  virtual Expected<std::shared_ptr<Executable>> compile_text(std::string_view text,
+                                                             std::string_view name) = 0;
+};
+
+}  // namespace kiln

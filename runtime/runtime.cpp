@@ -1,0 +1,135 @@
+// Runtime: target arch, cache and auto-precision policy; compiles graphs into Executables.
+#include "kiln/kiln.h"
+
+#include "cache/cache.h"
+#include "compiler/options.h"
+#include "ir/parse.h"
+#include "runtime/compile_service.h"
+#include "runtime/driver.h"
+#include "runtime/executable_impl.h"
+
+#include <cstdio>
+#include <mutex>
+
+namespace kiln {
+
+namespace {
+
+class RuntimeImpl final : public Runtime {
+public:
+  RuntimeImpl(RuntimeOptions options, int sm) : m_options(std::move(options)), m_sm(sm) {
+    m_arch = compiler::arch_name(sm);
+    if (!m_options.log) {
+      m_options.log = [](LogLevel level, std::string_view message) {
+        if (level == LogLevel::warning) {
+          std::fprintf(stderr, "kiln: %.*s\n", static_cast<int>(message.size()), message.data());
+        }
+      };
+    }
+    if (m_options.use_cache) {
+      cache::Options cache_options;
+      cache_options.dir = m_options.cache_dir;
+      auto log = m_options.log;
+      cache_options.warn = [log](const std::string& message) {
+        log(LogLevel::warning, "cache: " + message);
+      };
+      m_cache = cache::Cache::open(std::move(cache_options));
+    }
+  }
+
+  const std::string& arch() const override { return m_arch; }
+
+  Expected<std::shared_ptr<Executable>> compile(const ir::Graph& graph) override {
+    compiler::CompileOptions options;
+    options.sm = m_sm;
+    options.precision = m_options.precision;
+    options.fallback = m_options.allow_fallback ? compiler::FallbackPolicy::allow
+                                                : compiler::FallbackPolicy::refuse;
+    options.threads = m_options.compile_threads;
+    auto result = runtime::compile_graph(graph, options, m_cache.get());
+    if (!result) return result.error();
+    log_precision_once(result->artifact);
+    for (const std::string& fallback : result->artifact.fallbacks) {
+      m_options.log(LogLevel::warning, "fallback: " + fallback);
+    }
+    return runtime::make_executable(graph, std::move(*result), m_options.device);
+  }
+
+  Expected<std::shared_ptr<Executable>> compile_file(const std::string& path) override {
+    auto graph = ir::parse_graph_file(path);
+    if (!graph) return graph.error();
+    return compile(*graph);
+  }
+
+  Expected<std::shared_ptr<Executable>> compile_text(std::string_view text,
+                                                     std::string_view name) override {
+    auto graph = ir::parse_graph(text, name);
+    if (!graph) return graph.error();
+    return compile(*graph);
+  }
+
+private:
+  // TorchServe's rule, said once per runtime so a user can see what `auto` chose.
+  void log_precision_once(const compiler::Artifact& artifact) {
+    if (m_options.precision != Precision::automatic) return;
+    std::call_once(m_logged, [&] {
+      bool tf32 = artifact.precision == "high";
+      m_options.log(LogLevel::info, std::string("tensor cores: TF32 ") + (tf32 ? "on" : "off") +
+                                        " (" + artifact.decision + ")");
+    });
+  }
+
+  RuntimeOptions m_options;
+  int m_sm;
+  std::string m_arch;
+  std::unique_ptr<cache::Cache> m_cache;
+  std::once_flag m_logged;
+};
+
+// The compute capability of `device` as sm_XX, through the driver.
+Expected<int> device_sm(int device) {
+  auto api = runtime::load_driver();
+  if (!api) return api.error();
+  int count = 0;
+  if (auto r = (*api)->device_get_count(&count); r != 0) {
+    return runtime::driver_error(**api, "cuDeviceGetCount", r);
+  }
+  if (device < 0 || device >= count) {
+    return make_error("no CUDA device ", std::to_string(device), ": the driver sees ",
+                      std::to_string(count));
+  }
+  runtime::CuDevice handle = 0;
+  if (auto r = (*api)->device_get(&handle, device); r != 0) {
+    return runtime::driver_error(**api, "cuDeviceGet", r);
+  }
+  int major = 0, minor = 0;
+  if (auto r = (*api)->device_get_attribute(&major, runtime::k_attr_cc_major, handle); r != 0) {
+    return runtime::driver_error(**api, "cuDeviceGetAttribute", r);
+  }
+  if (auto r = (*api)->device_get_attribute(&minor, runtime::k_attr_cc_minor, handle); r != 0) {
+    return runtime::driver_error(**api, "cuDeviceGetAttribute", r);
+  }
+  return major * 10 + minor;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
+  int sm = 0;
+  if (!options.arch.empty()) {
+    auto parsed = compiler::parse_arch(options.arch);
+    if (!parsed) return parsed.error();
+    if (Status s = compiler::check_arch(*parsed, compiler::known_archs()); !s) return s.error();
+    sm = *parsed;
+  } else {
+    auto detected = device_sm(options.device);
+    if (!detected) {
+      return make_error(detected.error().message,
+                        "; set RuntimeOptions::arch (e.g. \"sm_90\") to compile without a GPU");
+    }
+    sm = *detected;
+  }
+  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), sm));
+}
+
+}  // namespace kiln

@@ -1,0 +1,143 @@
+// Every example graph x every mode x the test archs: compiles without spills, or is refused
+// exactly where the arch cannot run the mode (and then compiles with a recorded fallback).
+#include "compiler/compiler.h"
+
+#include "test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace kiln::compiler {
+namespace {
+
+using test::example;
+using test::options;
+
+const int k_archs[] = {75, 80, 86, 89, 90, 100, 120};
+const ir::Precision k_modes[] = {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
+                                 ir::Precision::medium, ir::Precision::automatic};
+
+// Whether some matmul of `g` needs sm_80 under graph mode `mode` on `sm`.
+bool must_refuse(const ir::Graph& g, ir::Precision mode, int sm) {
+  if (sm >= 80) return false;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.kind != ir::OpKind::matmul) continue;
+    ir::DType dtype = g.node(n.operands[0]).type.dtype;
+    if (dtype == ir::DType::bf16) return true;
+    if (dtype != ir::DType::f32) continue;
+    ir::Precision p = n.attrs.precision.value_or(mode);
+    if (p == ir::Precision::high || p == ir::Precision::tf32x3 || p == ir::Precision::medium) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Compiles each distinct source once per test process.
+class Compiled {
+ public:
+  const Artifact& get(const LoweredProgram& program, const CompileOptions& o) {
+    std::string key = std::to_string(program.sm) + program_source(program, Prelude::omit);
+    for (const std::string& f : program.precision.fallbacks) key += "\n" + f;
+    auto it = m_done.find(key);
+    if (it != m_done.end()) return it->second;
+    auto artifact = compile_lowered(program, o);
+    EXPECT_TRUE(artifact.ok()) << (artifact.ok() ? "" : artifact.error().message);
+    return m_done.emplace(key, artifact.ok() ? *artifact : Artifact{}).first->second;
+  }
+
+ private:
+  std::map<std::string, Artifact> m_done;
+};
+
+void expect_clean(const Artifact& a, const std::string& what) {
+  ASSERT_FALSE(a.kernels.empty()) << what;
+  for (const KernelArtifact& k : a.kernels) {
+    EXPECT_EQ(k.report.spill_bytes(), 0) << what << " " << k.name;
+    EXPECT_GT(k.report.registers, 0) << what << " " << k.name;
+    EXPECT_FALSE(k.cubin.empty()) << what << " " << k.name;
+    EXPECT_FALSE(k.ptx.empty()) << what << " " << k.name;
+  }
+}
+
+class CompileMatrix : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CompileMatrix, EveryModeAndArchCompilesWithoutSpillsOrIsRefused) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  ir::Graph g = example(GetParam());
+  Compiled compiled;
+  for (int sm : k_archs) {
+    for (ir::Precision mode : k_modes) {
+      std::string what =
+          GetParam() + " " + std::string(ir::to_string(mode)) + " sm_" + std::to_string(sm);
+      CompileOptions strict = options(sm, mode);
+      auto program = lower(g, strict);
+      if (must_refuse(g, mode, sm)) {
+        ASSERT_FALSE(program.ok()) << what;
+        EXPECT_NE(program.error().message.find("sm_75"), std::string::npos) << what;
+        CompileOptions lenient = options(sm, mode, FallbackPolicy::allow);
+        auto fallback = lower(g, lenient);
+        ASSERT_TRUE(fallback.ok()) << what << ": " << fallback.error().message;
+        const Artifact& a = compiled.get(*fallback, lenient);
+        expect_clean(a, what + " (fallback)");
+        EXPECT_FALSE(a.fallbacks.empty()) << what;
+        continue;
+      }
+      ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+      const Artifact& a = compiled.get(*program, strict);
+      expect_clean(a, what);
+      for (const KernelArtifact& k : a.kernels) {
+        if (sm >= 80 && k.name.find("matmul") != std::string::npos) {
+          EXPECT_NE(k.ptx.find("cp.async"), std::string::npos) << what << " " << k.name;
+          if (k.name.find("ffma") == std::string::npos) {
+            EXPECT_NE(k.ptx.find("ldmatrix"), std::string::npos) << what << " " << k.name;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, CompileMatrix, ::testing::ValuesIn(test::example_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(CompileShapes, LargeTransposedAndRaggedMatmulsCompileWithoutSpills) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  ir::Graph f32 = test::parse(R"(graph big {
+    input a: f32[2048, 1000]
+    input b: f32[2050, 1000]
+    input c: f32[2048, 1000]
+    input d: f32[33, 35]
+    input e: f32[35, 37]
+    x = relu(matmul(a, b, transpose_b=true))
+    y = matmul(c, x, transpose_a=true)
+    z = matmul(d, e)
+    output y, z
+  })");
+  ir::Graph half = test::parse(R"(graph big_half {
+    input a: f16[2048, 1000]
+    input b: f16[2050, 1000]
+    input c: f16[2048, 1000]
+    x = matmul(a, b, transpose_b=true)
+    y = matmul(c, x, transpose_a=true)
+    output y
+  })");
+  for (int sm : {80, 90}) {
+    for (ir::Precision p : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
+                            ir::Precision::medium}) {
+      auto a = compile(f32, options(sm, p));
+      ASSERT_TRUE(a.ok()) << a.error().message;
+      expect_clean(*a, std::string(ir::to_string(p)) + " sm_" + std::to_string(sm));
+      EXPECT_NE(a->kernels[0].name.find("128x128"), std::string::npos) << a->kernels[0].name;
+    }
+  }
+  for (int sm : {75, 80}) {
+    auto a = compile(half, options(sm, ir::Precision::automatic));
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    expect_clean(*a, "f16 sm_" + std::to_string(sm));
+  }
+}
+
+}  // namespace
+}  // namespace kiln::compiler

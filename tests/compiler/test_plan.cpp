@@ -1,0 +1,140 @@
+// plan_kernels() and the tile heuristic: buffers, parameter order, tiles, stages, launch shapes.
+#include "compiler/plan.h"
+
+#include "compiler/compiler.h"
+#include "test_support.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln::compiler {
+namespace {
+
+using test::example;
+using test::options;
+using test::parse;
+
+MatmulShape square(int64_t n, MatmulPath path, int elem_bytes = 4) {
+  MatmulShape s;
+  s.m = s.n = s.k = n;
+  s.lda = s.ldb = n;
+  s.path = path;
+  s.elem_bytes = elem_bytes;
+  return s;
+}
+
+TEST(Tile, LargeMatmulsGetBigTilesAndAPipeline) {
+  MatmulTile t = choose_tile(square(4096, MatmulPath::tf32), 80);
+  EXPECT_EQ(t.bm, 128);
+  EXPECT_EQ(t.bn, 128);
+  EXPECT_EQ(t.threads(), 256);
+  EXPECT_GE(t.stages, 3);
+}
+
+TEST(Tile, HalfPrecisionTakesTwiceTheKPerStage) {
+  EXPECT_EQ(choose_tile(square(4096, MatmulPath::bf16, 2), 80).bk, 32);
+  EXPECT_EQ(choose_tile(square(4096, MatmulPath::tf32), 80).bk, 16);
+}
+
+TEST(Tile, SmallMatmulsGetSmallTiles) {
+  EXPECT_EQ(choose_tile(square(256, MatmulPath::tf32), 90).bm, 64);
+  MatmulShape skinny = square(1024, MatmulPath::tf32);
+  skinny.m = 16;
+  EXPECT_EQ(choose_tile(skinny, 90).bm, 32);
+}
+
+TEST(Tile, TuringLoadsSynchronouslyInOneStage) {
+  EXPECT_EQ(choose_tile(square(4096, MatmulPath::f16, 2), 75).stages, 1);
+  EXPECT_EQ(choose_tile(square(4096, MatmulPath::ffma), 75).stages, 1);
+}
+
+TEST(Tile, SharedMemoryStaysWithinTheBudgetOfEveryArch) {
+  for (int sm : known_archs()) {
+    for (MatmulPath path : {MatmulPath::ffma, MatmulPath::tf32, MatmulPath::tf32x3,
+                            MatmulPath::bf16_of_f32, MatmulPath::f16, MatmulPath::bf16}) {
+      for (bool ka : {true, false}) {
+        MatmulShape s =
+            square(4096, path, path == MatmulPath::f16 || path == MatmulPath::bf16 ? 2 : 4);
+        s.a_k_contiguous = ka;
+        MatmulTile t = choose_tile(s, sm);
+        EXPECT_LE(t.stages * smem_layout(t, s).stage_bytes(), smem_budget(sm));
+      }
+    }
+  }
+}
+
+TEST(Tile, ShortKUsesFewerStages) {
+  MatmulShape s = square(4096, MatmulPath::tf32);
+  s.k = 16;
+  EXPECT_EQ(choose_tile(s, 90).stages, 2);
+}
+
+TEST(Plan, TemporariesAndOutputsAreBoundInOrder) {
+  ir::Graph g = example("attention");
+  auto program = lower(g, options(90, ir::Precision::high));
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  const ProgramPlan& plan = program->plan;
+  ASSERT_EQ(plan.kernels.size(), 3u);
+  ASSERT_EQ(plan.temporary_bytes.size(), 2u);
+  EXPECT_EQ(plan.temporary_bytes[0], 16u * 128 * 128 * 4);
+  EXPECT_EQ(plan.workspace_bytes, 2u * 16 * 128 * 128 * 4);
+  // k0 writes temporary 0 and reads q, k.
+  const auto& p0 = plan.kernels[0].params;
+  ASSERT_EQ(p0.size(), 3u);
+  EXPECT_EQ(p0[0].buffer, (BufferRef{BufferRole::temporary, 0}));
+  EXPECT_TRUE(p0[0].written);
+  EXPECT_EQ(p0[1].buffer, (BufferRef{BufferRole::input, 0}));
+  EXPECT_EQ(p0[2].buffer, (BufferRef{BufferRole::input, 1}));
+  // k2 writes output 0 from temporary 1 and v.
+  const auto& p2 = plan.kernels[2].params;
+  EXPECT_EQ(p2[0].buffer, (BufferRef{BufferRole::output, 0}));
+  EXPECT_EQ(p2[1].buffer, (BufferRef{BufferRole::temporary, 1}));
+  EXPECT_EQ(p2[2].buffer, (BufferRef{BufferRole::input, 2}));
+}
+
+TEST(Plan, BatchedMatmulLaunchesOneGridLayerPerBatch) {
+  auto program = lower(example("attention"), options(80, ir::Precision::high));
+  ASSERT_TRUE(program.ok());
+  const KernelPlan& k = program->plan.kernels[0];
+  EXPECT_EQ(k.launch.grid[2], 16u);
+  EXPECT_EQ(k.launch.grid[0], 128u / k.tile.bn);
+  EXPECT_EQ(k.launch.block[0], static_cast<uint32_t>(k.tile.threads()));
+  EXPECT_FALSE(k.shape.a_batch_stride == 0);
+  EXPECT_TRUE(k.shape.b_k_contiguous);  // k read transposed through strides
+}
+
+TEST(Plan, TwoDimensionalOperandIsBroadcastOverTheBatch) {
+  auto program = lower(parse(R"(graph g {
+    input a: f32[4, 32, 64]
+    input w: f32[64, 48]
+    y = matmul(a, w)
+    output y
+  })"),
+                       options(90, ir::Precision::high));
+  ASSERT_TRUE(program.ok());
+  const MatmulShape& s = program->plan.kernels[0].shape;
+  EXPECT_EQ(s.a_batch_stride, 32 * 64);
+  EXPECT_EQ(s.b_batch_stride, 0);
+}
+
+TEST(Plan, DuplicateReadsShareOneParameter) {
+  auto program = lower(parse(R"(graph g {
+    input a: f32[32, 32]
+    y = matmul(a, a)
+    output y
+  })"),
+                       options(90, ir::Precision::high));
+  ASSERT_TRUE(program.ok());
+  EXPECT_EQ(program->plan.kernels[0].params.size(), 2u);
+}
+
+TEST(Plan, SoftmaxRunsOneWarpPerRow) {
+  auto program = lower(example("mixed_head"), options(90, ir::Precision::high));
+  ASSERT_TRUE(program.ok());
+  const KernelPlan& k = program->plan.kernels[1];
+  EXPECT_EQ(k.group.kind, GroupKind::softmax);
+  EXPECT_EQ(k.launch.block[0], 128u);
+  EXPECT_EQ(k.launch.grid[0], 8u);  // 32 rows, 4 per block
+}
+
+}  // namespace
+}  // namespace kiln::compiler

@@ -1,0 +1,62 @@
+// Test helpers: example graphs, options, NVRTC availability.
+#include "test_support.h"
+
+#include "compiler/nvrtc.h"
+#include "ir/parse.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+namespace kiln::compiler::test {
+
+ir::Graph parse(const std::string& text) {
+  auto graph = ir::parse_graph(text, "test.kg");
+  if (!graph) {
+    throw std::runtime_error(graph.error().message);
+  }
+  return *graph;
+}
+
+ir::Graph example(const std::string& name) {
+  std::string path = std::string(KILN_SOURCE_DIR) + "/examples/graphs/" + name + ".kg";
+  auto graph = ir::parse_graph_file(path);
+  if (!graph) {
+    throw std::runtime_error(graph.error().message);
+  }
+  return *graph;
+}
+
+std::vector<std::string> example_names() {
+  std::vector<std::string> names;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(KILN_SOURCE_DIR) + "/examples/graphs")) {
+    if (entry.path().extension() == ".kg") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+CompileOptions options(int sm, ir::Precision precision, FallbackPolicy fallback) {
+  CompileOptions o;
+  o.sm = sm;
+  o.precision = precision;
+  o.fallback = fallback;
+  return o;
+}
+
+bool have_nvrtc() { return load_nvrtc().ok(); }
+
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos;
+       at = text.find(needle, at + needle.size())) {
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace kiln::compiler::test

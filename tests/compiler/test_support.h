@@ -1,0 +1,28 @@
+// Helpers shared by the compiler tests: graphs from text or examples/, option shorthands.
+#pragma once
+
+#include "compiler/compiler.h"
+#include "ir/graph.h"
+
+#include <string>
+#include <vector>
+
+namespace kiln::compiler::test {
+
+// Parses graph text; throws (failing the test) on a parse error.
+ir::Graph parse(const std::string& text);
+// Parses examples/graphs/<name>.kg.
+ir::Graph example(const std::string& name);
+// The names of every example graph (attention, gated_mlp, ...), sorted.
+std::vector<std::string> example_names();
+
+CompileOptions options(int sm, ir::Precision precision,
+                       FallbackPolicy fallback = FallbackPolicy::refuse);
+
+// True when libnvrtc can be loaded here (tests that need it skip otherwise).
+bool have_nvrtc();
+
+// Number of non-overlapping occurrences of `needle` in `text`.
+size_t count(const std::string& text, const std::string& needle);
+
+}  // namespace kiln::compiler::test

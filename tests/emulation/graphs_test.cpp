@@ -1,0 +1,237 @@
+// Every op pattern of examples/graphs, at odd and aligned sizes, in each precision mode and on
+// each arch family, run as generated kernels under emulation and checked against fp64.
+#include "emulation/check.h"
+#include "ir/parse.h"
+
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+
+namespace kiln::emulation {
+namespace {
+
+struct Case {
+  const char* graph;  // file in tests/emulation/graphs
+  int sm;
+  ir::Precision precision;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.graph << " on sm_" << c.sm << " in " << ir::to_string(c.precision);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(info.param.graph) + "_sm" + std::to_string(info.param.sm) + "_" +
+         std::string(ir::to_string(info.param.precision));
+}
+
+ir::Graph load(const std::string& name) {
+  auto graph = ir::parse_graph_file(std::string(KILN_EMU_TEST_GRAPHS) + "/" + name + ".kg");
+  EXPECT_TRUE(graph.ok()) << (graph.ok() ? "" : graph.error().message);
+  return std::move(*graph);
+}
+
+Expected<CheckReport> emulate(const ir::Graph& graph, int sm, ir::Precision precision,
+                              Layout layout = Layout::correct) {
+  compiler::CompileOptions options;
+  options.sm = sm;
+  options.precision = precision;
+  auto program = build_program(graph, options, layout);
+  if (!program) return program.error();
+  return check_program(graph, *program, 1);
+}
+
+class EmulatedGraph : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EmulatedGraph, MatchesTheFp64ReferenceWithinTolerance) {
+  const Case& c = GetParam();
+  ir::Graph graph = load(c.graph);
+  auto report = emulate(graph, c.sm, c.precision);
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  EXPECT_TRUE(report->ok);
+  for (const OutputCheck& o : report->outputs) {
+    EXPECT_LE(o.rel_l2, o.tolerance) << o.name << " max_abs " << o.max_abs;
+    EXPECT_GT(o.tolerance, 0.0);
+  }
+}
+
+constexpr ir::Precision k_highest = ir::Precision::highest;
+constexpr ir::Precision k_high = ir::Precision::high;
+constexpr ir::Precision k_tf32x3 = ir::Precision::tf32x3;
+constexpr ir::Precision k_medium = ir::Precision::medium;
+
+// Graphs with f32 matmuls: the three fp32 modes at both sizes, medium at odd sizes.
+INSTANTIATE_TEST_SUITE_P(
+    F32Modes, EmulatedGraph,
+    ::testing::Values(
+        Case{"attention_odd", 90, k_highest}, Case{"attention_odd", 90, k_high},
+        Case{"attention_odd", 90, k_tf32x3}, Case{"attention_odd", 90, k_medium},
+        Case{"attention_aligned", 90, k_highest}, Case{"attention_aligned", 90, k_high},
+        Case{"attention_aligned", 90, k_tf32x3},
+        Case{"mlp_odd", 90, k_highest}, Case{"mlp_odd", 90, k_high},
+        Case{"mlp_odd", 90, k_tf32x3}, Case{"mlp_odd", 90, k_medium},
+        Case{"mlp_aligned", 90, k_highest}, Case{"mlp_aligned", 90, k_high},
+        Case{"mlp_aligned", 90, k_tf32x3},
+        Case{"mixed_head_odd", 90, k_highest}, Case{"mixed_head_odd", 90, k_high},
+        Case{"mixed_head_odd", 90, k_tf32x3}, Case{"mixed_head_odd", 90, k_medium},
+        Case{"mixed_head_aligned", 90, k_highest}, Case{"mixed_head_aligned", 90, k_high},
+        Case{"mixed_head_aligned", 90, k_tf32x3},
+        Case{"transposes_odd", 90, k_highest}, Case{"transposes_odd", 90, k_high},
+        Case{"transposes_odd", 90, k_tf32x3}, Case{"transposes_odd", 90, k_medium},
+        Case{"transposes_aligned", 90, k_highest}, Case{"transposes_aligned", 90, k_high},
+        Case{"transposes_aligned", 90, k_tf32x3}),
+    case_name);
+
+// f16/bf16 graphs: the mode does not touch their matmuls.
+INSTANTIATE_TEST_SUITE_P(
+    HalfGraphs, EmulatedGraph,
+    ::testing::Values(Case{"gated_mlp_odd", 90, k_high}, Case{"gated_mlp_aligned", 90, k_high},
+                      Case{"half_epilogue_odd", 90, k_high},
+                      Case{"half_epilogue_aligned", 90, k_high}),
+    case_name);
+
+// sm_80 (cp.async, tf32 and bf16 mma) and sm_75 (synchronous copies, m16n8k8 f16, fp32 ffma).
+INSTANTIATE_TEST_SUITE_P(
+    OtherArchs, EmulatedGraph,
+    ::testing::Values(Case{"mlp_odd", 80, k_high}, Case{"attention_odd", 80, k_tf32x3},
+                      Case{"mlp_odd", 75, k_highest}, Case{"attention_odd", 75, k_highest},
+                      Case{"mixed_head_odd", 75, k_highest},
+                      Case{"transposes_odd", 75, k_highest},
+                      Case{"half_epilogue_odd", 75, k_highest}),
+    case_name);
+
+// The check can fail: the same kernels against a shim whose mma fragment layout swaps two A
+// registers must miss the tolerance.
+TEST(EmulatedLayoutCheck, ABrokenTf32FragmentLayoutIsCaught) {
+  ir::Graph graph = load("mlp_odd");
+  auto good = emulate(graph, 90, k_high);
+  ASSERT_TRUE(good.ok()) << good.error().message;
+  EXPECT_TRUE(good->ok);
+  auto broken = emulate(graph, 90, k_high, Layout::broken);
+  ASSERT_TRUE(broken.ok()) << broken.error().message;
+  EXPECT_FALSE(broken->ok);
+  EXPECT_GT(broken->outputs[0].rel_l2, 100 * broken->outputs[0].tolerance);
+}
+
+TEST(EmulatedLayoutCheck, ABrokenF16FragmentLayoutIsCaught) {
+  ir::Graph graph = load("half_epilogue_aligned");
+  auto broken = emulate(graph, 90, k_high, Layout::broken);
+  ASSERT_TRUE(broken.ok()) << broken.error().message;
+  EXPECT_FALSE(broken->ok);
+}
+
+// Generated text with one synchronisation removed: the emulation must notice.
+Expected<CheckReport> emulate_edited(const std::string& graph_name, int sm, ir::Precision precision,
+                                     const std::string& remove, const std::string& insert) {
+  ir::Graph graph = load(graph_name);
+  compiler::CompileOptions options;
+  options.sm = sm;
+  options.precision = precision;
+  auto lowered = compiler::lower(graph, options);
+  if (!lowered) return lowered.error();
+  std::string source = compiler::program_source(*lowered, compiler::Prelude::omit);
+  size_t at = source.find(remove);
+  if (at == std::string::npos) return make_error("the generated text has no '", remove, "'");
+  source.replace(at, remove.size(), insert);
+  auto program = build_program_from_source(graph, std::move(*lowered), std::move(source));
+  if (!program) return program.error();
+  return check_program(graph, *program, 1);
+}
+
+TEST(EmulatedRaces, AMissingTrailingBarrierIsCaught) {
+  // sm_75: single-stage k loop "load; __syncthreads(); compute; __syncthreads();": without the
+  // second barrier the next tile's loads overwrite data other warps still read.
+  auto report = emulate_edited("mlp_odd", 75, k_highest, "    __syncthreads();\n  }", "  }");
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  EXPECT_FALSE(report->ok);
+}
+
+TEST(EmulatedRaces, AMissingCpAsyncWaitIsCaught) {
+  auto report = emulate_edited("mlp_odd", 90, k_high, "kiln_cp_async_wait<", "if (0) kiln_cp_async_wait<");
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  EXPECT_FALSE(report->ok);
+}
+
+TEST(EmulatedProgram, RejectsInputsOfTheWrongType) {
+  ir::Graph graph = load("mlp_odd");
+  compiler::CompileOptions options;
+  options.precision = k_highest;
+  auto program = build_program(graph, options);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  auto outputs = program->run({});
+  ASSERT_FALSE(outputs.ok());
+  EXPECT_NE(outputs.error().message.find("takes 5 inputs, got 0"), std::string::npos);
+}
+
+TEST(EmulatedModule, AMissingHostCompilerIsAClearError) {
+  ModuleOptions options;
+  options.compiler = "/nonexistent/kiln-no-such-g++";
+  auto module = compile_module("", options);
+  ASSERT_FALSE(module.ok());
+  EXPECT_NE(module.error().message.find("was not found"), std::string::npos)
+      << module.error().message;
+}
+
+TEST(EmulatedModule, ACompileErrorCarriesTheCompilerOutput) {
+  auto module = compile_module("extern \"C\" __global__ void kiln_bad(float* p) { p[0] = nope; }\n",
+                               ModuleOptions{});
+  ASSERT_FALSE(module.ok());
+  EXPECT_NE(module.error().message.find("failed"), std::string::npos) << module.error().message;
+  EXPECT_NE(module.error().message.find("nope"), std::string::npos) << module.error().message;
+  EXPECT_NE(module.error().message.find("kernels.cu"), std::string::npos) << module.error().message;
+}
+
+TEST(EmulatedModule, AKernelErrorNamesTheKernelAndThread) {
+  ModuleOptions options;
+  options.entries = {"kiln_deadlock"};
+  auto module = compile_module(
+      "extern \"C\" __global__ void kiln_deadlock(float* p) {\n"
+      "  if (threadIdx.x == 0) return;\n  __syncthreads();\n  p[threadIdx.x] = 1.0f;\n}\n",
+      options);
+  ASSERT_TRUE(module.ok()) << module.error().message;
+  std::vector<float> buffer(64);
+  compiler::LaunchShape shape;
+  shape.block = {64, 1, 1};
+  Status status = (*module)->launch("kiln_deadlock", shape, {buffer.data()},
+                                    {{buffer.data(), buffer.size() * 4}});
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error().message.find("kernel 'kiln_deadlock'"), std::string::npos);
+  EXPECT_NE(status.error().message.find("deadlock"), std::string::npos) << status.error().message;
+}
+
+TEST(EmulatedModule, AParameterCountMismatchIsAnError) {
+  ModuleOptions options;
+  options.entries = {"kiln_two"};
+  auto module = compile_module(
+      "extern \"C\" __global__ void kiln_two(float* a, const float* b) { a[0] = b[0]; }\n",
+      options);
+  ASSERT_TRUE(module.ok()) << module.error().message;
+  std::vector<float> buffer(4);
+  Status status = (*module)->launch("kiln_two", compiler::LaunchShape{}, {buffer.data()},
+                                    {{buffer.data(), buffer.size() * 4}});
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error().message.find("takes 2 parameters, the launch passes 1"),
+            std::string::npos)
+      << status.error().message;
+}
+
+TEST(EmulatedModule, MoreSharedMemoryThanTheArchHasIsAnError) {
+  ModuleOptions options;
+  options.sm = 75;
+  options.entries = {"kiln_one"};
+  auto module = compile_module("extern \"C\" __global__ void kiln_one(float* a) { a[0] = 1.0f; }\n",
+                               options);
+  ASSERT_TRUE(module.ok()) << module.error().message;
+  std::vector<float> buffer(4);
+  compiler::LaunchShape shape;
+  shape.dynamic_smem_bytes = 65 * 1024;
+  Status status = (*module)->launch("kiln_one", shape, {buffer.data()},
+                                    {{buffer.data(), buffer.size() * 4}});
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error().message.find("sm_75 allows at most 65536"), std::string::npos)
+      << status.error().message;
+}
+
+}  // namespace
+}  // namespace kiln::emulation

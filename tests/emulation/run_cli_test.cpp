@@ -1,0 +1,60 @@
+// `kiln run` end to end: exit codes, the JSON report, the message without --emulate.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs the kiln binary with `args`; stderr is folded into the output.
+Result kiln(const std::string& args) {
+  Result r;
+  std::string command = std::string(KILN_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const std::string k_graph = std::string(KILN_EMU_TEST_GRAPHS) + "/mixed_head_odd.kg";
+
+TEST(KilnRunCli, EmulatedRunPrintsTheJsonReportAndExitsZero) {
+  Result r = kiln("run " + k_graph + " --arch sm_80 --precision high --emulate --seed 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["ok"], true);
+  EXPECT_DOUBLE_EQ(report["tolerance"].get<double>(), 2e-3);
+  ASSERT_EQ(report["outputs"].size(), 2u);
+  EXPECT_EQ(report["outputs"][0]["name"], "policy");
+  EXPECT_LT(report["outputs"][0]["rel_l2"].get<double>(), 2e-3);
+  EXPECT_GE(report["outputs"][0]["max_abs"].get<double>(), 0.0);
+  EXPECT_EQ(report["outputs"][1]["name"], "value");
+}
+
+TEST(KilnRunCli, WithoutEmulateSaysTheRuntimeIsNeededAndExitsTwo) {
+  Result r = kiln("run " + k_graph + " --precision high");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("runtime"), std::string::npos) << r.out;
+}
+
+TEST(KilnRunCli, BadInputExitsTwo) {
+  EXPECT_EQ(kiln("run /nonexistent.kg --emulate").exit_code, 2);
+  EXPECT_EQ(kiln("run " + k_graph + " --arch sm_12 --emulate").exit_code, 2);
+  EXPECT_EQ(kiln("run " + k_graph + " --precision fast --emulate").exit_code, 2);
+  Result refused = kiln("run " + k_graph + " --arch sm_75 --precision high --emulate");
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+}
+
+}  // namespace

@@ -1,0 +1,250 @@
+// `kiln emit` (CUDA source or PTX), `kiln compile` (through the cache, kernel reports) and
+// `kiln why` (why a compile would miss).
+#include "tools/cli.h"
+
+#include "cache/cache.h"
+#include "compiler/compiler.h"
+#include "ir/parse.h"
+#include "runtime/compile_service.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+
+namespace kiln::tools {
+
+namespace {
+
+struct CompileArgs {
+  std::vector<std::string> files;
+  std::string arch = "sm_90";
+  std::string precision = "auto";
+  bool allow_fallback = false;
+  bool ptx = false;
+  bool no_prelude = false;
+  bool no_cache = false;
+  bool json = false;
+  std::string cache_dir;
+};
+
+void add_target_options(CLI::App* cmd, CompileArgs& args) {
+  cmd->add_option("--arch", args.arch, "target architecture, e.g. sm_90")->capture_default_str();
+  cmd->add_option("--precision", args.precision, "highest, high, tf32x3, medium or auto")
+      ->capture_default_str();
+  cmd->add_flag("--allow-fallback", args.allow_fallback,
+                "compile combinations the arch cannot run on the best available path (recorded)");
+}
+
+// Builds CompileOptions from the arguments; prints the error and returns nullopt on bad input.
+std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
+  auto sm = compiler::parse_arch(args.arch);
+  if (!sm) {
+    print_error("kiln: " + sm.error().message);
+    return std::nullopt;
+  }
+  auto precision = ir::parse_precision(args.precision);
+  if (!precision) {
+    print_error("kiln: bad precision '" + args.precision +
+                "': expected highest, high, tf32x3, medium or auto");
+    return std::nullopt;
+  }
+  compiler::CompileOptions options;
+  options.sm = *sm;
+  options.precision = *precision;
+  options.fallback =
+      args.allow_fallback ? compiler::FallbackPolicy::allow : compiler::FallbackPolicy::refuse;
+  return options;
+}
+
+int run_emit(const CompileArgs& args) {
+  auto options = options_from(args);
+  if (!options) return k_exit_usage;
+  auto graph = ir::parse_graph_file(args.files[0]);
+  if (!graph) {
+    print_error(graph.error().message);
+    return k_exit_usage;
+  }
+  auto program = compiler::lower(*graph, *options);
+  if (!program) {
+    print_error("kiln: " + args.files[0] + ": " + program.error().message);
+    return k_exit_usage;
+  }
+  if (!args.ptx) {
+    auto prelude = args.no_prelude ? compiler::Prelude::omit : compiler::Prelude::include;
+    std::fputs(compiler::program_source(*program, prelude).c_str(), stdout);
+    return k_exit_ok;
+  }
+  auto artifact = compiler::compile_lowered(*program, *options);
+  if (!artifact) {
+    print_error("kiln: " + args.files[0] + ": " + artifact.error().message);
+    return k_exit_failure;
+  }
+  for (const auto& kernel : artifact->kernels) {
+    std::printf("// ---- %s\n%s\n", kernel.entry.c_str(), kernel.ptx.c_str());
+  }
+  return k_exit_ok;
+}
+
+// One graph through the cache (or not); prints the text report or one JSON object.
+int compile_one(const std::string& file, const compiler::CompileOptions& options, bool json,
+                cache::Cache* cache) {
+  auto graph = ir::parse_graph_file(file);
+  if (!graph) {
+    print_error(graph.error().message);
+    return k_exit_usage;
+  }
+  auto request = runtime::prepare_compile(*graph, options);
+  if (!request) {
+    print_error("kiln: " + file + ": " + request.error().message);
+    return k_exit_usage;
+  }
+  auto result = runtime::compile_prepared(*graph, options, *request, cache);
+  if (!result) {
+    print_error("kiln: " + file + ": " + result.error().message);
+    return k_exit_failure;
+  }
+  const compiler::Artifact& artifact = result->artifact;
+  const char* cache_word = result->hit ? "hit" : "miss";
+  if (!json) {
+    std::printf("%s: %s, %s, %s, %zu kernel(s), cache %s, compile %.0f ms, lookup %.0f us\n",
+                file.c_str(), result->graph_hash.c_str(), artifact.arch.c_str(),
+                artifact.precision.c_str(), artifact.kernels.size(), cache_word,
+                result->compile_ms, result->lookup_us);
+    for (const auto& k : artifact.kernels) {
+      std::printf("  %s: %d registers, %d spill bytes, %lld smem bytes\n", k.name.c_str(),
+                  k.report.registers, k.report.spill_bytes(),
+                  static_cast<long long>(k.smem_bytes()));
+    }
+    for (const auto& f : artifact.fallbacks) std::printf("  fallback: %s\n", f.c_str());
+    return k_exit_ok;
+  }
+  nlohmann::json out;
+  out["graph"] = result->graph_hash;
+  out["key"] = result->key;
+  out["cache"] = cache_word;
+  out["arch"] = artifact.arch;
+  out["precision"] = artifact.precision;
+  out["decision"] = artifact.decision;
+  out["kernels"] = nlohmann::json::array();
+  for (const auto& k : artifact.kernels) {
+    out["kernels"].push_back({{"name", k.name},
+                              {"registers", k.report.registers},
+                              {"spill_bytes", k.report.spill_bytes()},
+                              {"smem_bytes", k.smem_bytes()}});
+  }
+  out["fallbacks"] = artifact.fallbacks;
+  out["compile_ms"] = result->compile_ms;
+  out["lookup_us"] = result->lookup_us;
+  std::printf("%s\n", out.dump().c_str());
+  return k_exit_ok;
+}
+
+int run_compile(const CompileArgs& args) {
+  auto options = options_from(args);
+  if (!options) return k_exit_usage;
+  std::unique_ptr<cache::Cache> cache;
+  if (!args.no_cache) {
+    cache::Options cache_options;
+    cache_options.dir = args.cache_dir;
+    cache = cache::Cache::open(std::move(cache_options));
+  }
+  int worst = k_exit_ok;
+  for (const std::string& file : args.files) {
+    int code = compile_one(file, *options, args.json, cache.get());
+    if (code == k_exit_usage || (code == k_exit_failure && worst == k_exit_ok)) worst = code;
+  }
+  return worst;
+}
+
+// `kiln why`: the entries cached for the same graph and which key fields set them apart.
+int run_why(const CompileArgs& args) {
+  auto options = options_from(args);
+  if (!options) return k_exit_usage;
+  auto graph = ir::parse_graph_file(args.files[0]);
+  if (!graph) {
+    print_error(graph.error().message);
+    return k_exit_usage;
+  }
+  auto request = runtime::prepare_compile(*graph, *options);
+  if (!request) {
+    print_error("kiln: " + args.files[0] + ": " + request.error().message);
+    return k_exit_usage;
+  }
+  cache::Options cache_options;
+  cache_options.dir = args.cache_dir;
+  auto cache = cache::Cache::open(std::move(cache_options));
+  if (!cache->enabled()) {
+    print_error("kiln: cache unavailable: " + cache->disabled_reason());
+    return k_exit_failure;
+  }
+  auto nearest = cache->nearest(request->fields, "graph_hash");
+  if (!nearest) {
+    print_error("kiln: " + nearest.error().message);
+    return k_exit_failure;
+  }
+  bool hit = false;
+  nlohmann::json entries = nlohmann::json::array();
+  for (const cache::Nearest& n : *nearest) {
+    hit = hit || n.info.key == request->key;
+    nlohmann::json diffs = nlohmann::json::array();
+    for (const cache::FieldDiff& d : n.diffs) {
+      // The graph bytes are binary and differ only when graph_hash does; show the hash.
+      if (d.name == "graph") continue;
+      diffs.push_back({{"field", d.name}, {"requested", d.requested}, {"cached", d.stored}});
+    }
+    entries.push_back({{"key", n.info.key}, {"differs", diffs}});
+  }
+  if (args.json) {
+    nlohmann::json out = {{"graph", request->graph_hash}, {"key", request->key},
+                          {"cache", hit ? "hit" : "miss"}, {"nearest", entries}};
+    std::printf("%s\n", out.dump().c_str());
+    return k_exit_ok;
+  }
+  std::printf("%s: key %s would %s\n", args.files[0].c_str(), request->key.c_str(),
+              hit ? "hit" : "miss");
+  if (entries.empty()) std::printf("  no cached entry for graph %s\n", request->graph_hash.c_str());
+  for (const auto& e : entries) {
+    if (e["key"] == request->key) continue;
+    std::printf("  %s differs in:", e["key"].get<std::string>().c_str());
+    for (const auto& d : e["differs"]) {
+      std::printf(" %s (%s here, %s cached)", d["field"].get<std::string>().c_str(),
+                  d["requested"].get<std::string>().c_str(), d["cached"].get<std::string>().c_str());
+    }
+    std::printf("\n");
+  }
+  return k_exit_ok;
+}
+
+}  // namespace
+
+void register_compile_commands(CLI::App& app, int& exit_code) {
+  auto emit_args = std::make_shared<CompileArgs>();
+  CLI::App* emit = app.add_subcommand("emit", "print the CUDA source (or PTX) of a graph");
+  emit->add_option("FILE", emit_args->files, "graph file (.kg) or -")->required()->expected(1);
+  add_target_options(emit, *emit_args);
+  emit->add_flag("--ptx", emit_args->ptx, "compile with NVRTC and print the PTX instead");
+  emit->add_flag("--no-prelude", emit_args->no_prelude,
+                 "print the kernels without the device prelude");
+  emit->callback([emit_args, &exit_code] { exit_code = run_emit(*emit_args); });
+
+  auto args = std::make_shared<CompileArgs>();
+  CLI::App* compile = app.add_subcommand("compile", "compile graphs with NVRTC");
+  compile->add_option("FILE", args->files, "graph files (.kg)")->required();
+  add_target_options(compile, *args);
+  compile->add_flag("--no-cache", args->no_cache, "do not use the kernel cache");
+  compile->add_flag("--json", args->json, "print one JSON object per graph");
+  compile->add_option("--cache-dir", args->cache_dir, "cache directory");
+  compile->callback([args, &exit_code] { exit_code = run_compile(*args); });
+
+  auto why_args = std::make_shared<CompileArgs>();
+  CLI::App* why = app.add_subcommand(
+      "why", "explain a cache miss: the cached entries of the same graph and how their keys differ");
+  why->add_option("FILE", why_args->files, "graph file (.kg) or -")->required()->expected(1);
+  add_target_options(why, *why_args);
+  why->add_option("--cache-dir", why_args->cache_dir, "cache directory");
+  why->add_flag("--json", why_args->json, "print JSON");
+  why->callback([why_args, &exit_code] { exit_code = run_why(*why_args); });
+}
+
+}  // namespace kiln::tools
