@@ -1,6 +1,8 @@
 // Versioned, bounds-checked binary form of an Artifact.
 #include "compiler/artifact.h"
 
+#include "support/byte_writer.h"
+
 #include <cstring>
 
 namespace kiln::compiler {
@@ -8,27 +10,6 @@ namespace kiln::compiler {
 namespace {
 
 constexpr std::string_view k_magic{"KILNART\0", 8};
-
-class Writer {
- public:
-  void u8(uint8_t v) { m_out.push_back(static_cast<char>(v)); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void i32(int32_t v) { u32(static_cast<uint32_t>(v)); }
-  void str(std::string_view s) {
-    u64(s.size());
-    m_out.append(s);
-  }
-  void raw(std::string_view s) { m_out.append(s); }
-  std::string take() { return std::move(m_out); }
-
- private:
-  std::string m_out;
-};
 
 class Reader {
  public:
@@ -88,11 +69,11 @@ class Reader {
   bool m_ok = true;
 };
 
-void write_strings(Writer& w, const std::vector<std::string>& v) {
+void write_strings(ByteWriter& w, const std::vector<std::string>& v) {
   w.u64(v.size());
   for (const auto& s : v) w.str(s);
 }
-void write_u64s(Writer& w, const std::vector<uint64_t>& v) {
+void write_u64s(ByteWriter& w, const std::vector<uint64_t>& v) {
   w.u64(v.size());
   for (uint64_t x : v) w.u64(x);
 }
@@ -107,7 +88,7 @@ std::vector<uint64_t> read_u64s(Reader& r) {
   return v;
 }
 
-void write_kernel(Writer& w, const KernelArtifact& k) {
+void write_kernel(ByteWriter& w, const KernelArtifact& k) {
   w.str(k.name);
   w.str(k.entry);
   w.str(k.cubin);
@@ -157,7 +138,7 @@ bool read_kernel(Reader& r, KernelArtifact& k) {
 }  // namespace
 
 std::string serialize(const Artifact& a) {
-  Writer w;
+  ByteWriter w;
   w.raw(k_magic);
   w.u32(k_artifact_format_version);
   w.str(a.arch);

@@ -38,36 +38,6 @@ private:
   size_t m_offset = 0;
 };
 
-void store_tensor(const reference::Tensor& t, unsigned char* out) {
-  for (size_t i = 0; i < t.values.size(); ++i) {
-    float f = static_cast<float>(t.values[i]);
-    if (t.dtype == ir::DType::f32) {
-      std::memcpy(out + 4 * i, &f, 4);
-      continue;
-    }
-    uint16_t h = t.dtype == ir::DType::bf16 ? reference::bf16_from_float(f)
-                                            : reference::f16_from_float(f);
-    std::memcpy(out + 2 * i, &h, 2);
-  }
-}
-
-reference::Tensor load_tensor(const ir::TensorType& type, const unsigned char* in) {
-  reference::Tensor t = reference::zeros(type);
-  for (size_t i = 0; i < t.values.size(); ++i) {
-    if (type.dtype == ir::DType::f32) {
-      float f;
-      std::memcpy(&f, in + 4 * i, 4);
-      t.values[i] = f;
-      continue;
-    }
-    uint16_t h;
-    std::memcpy(&h, in + 2 * i, 2);
-    t.values[i] = type.dtype == ir::DType::bf16 ? reference::float_from_bf16(h)
-                                                : reference::float_from_f16(h);
-  }
-  return t;
-}
-
 std::string role_name(compiler::BufferRef ref) {
   const char* role = ref.role == compiler::BufferRole::input    ? "input"
                      : ref.role == compiler::BufferRole::output ? "output"
@@ -91,7 +61,7 @@ Expected<std::vector<reference::Tensor>> Program::run(
       return make_error("emulation: input #", std::to_string(i), " must be ", ir::to_string(type),
                         ", got ", ir::to_string(inputs[i].type()));
     in.emplace_back(static_cast<size_t>(type.bytes()));
-    store_tensor(inputs[i], in.back().data());
+    reference::store_device_bytes(inputs[i], in.back().data());
   }
   for (uint64_t bytes : plan.output_bytes) out.emplace_back(static_cast<size_t>(bytes));
   for (uint64_t bytes : plan.temporary_bytes) tmp.emplace_back(static_cast<size_t>(bytes));
@@ -127,7 +97,7 @@ Expected<std::vector<reference::Tensor>> Program::run(
     const ir::TensorType& type = m_graph.node(m_graph.outputs()[i]).type;
     if (i >= out.size() || out[i].bytes() < static_cast<size_t>(type.bytes()))
       return make_error("emulation: the plan holds no buffer for output #", std::to_string(i));
-    results.push_back(load_tensor(type, out[i].data()));
+    results.push_back(reference::load_device_bytes(type, out[i].data()));
   }
   return results;
 }

@@ -1,38 +1,17 @@
 // Canonical graph bytes (names and layout excluded) and their XXH3-128 hash.
 #include "ir/hash.h"
 
+#include "support/byte_writer.h"
+
 #include <xxhash.h>
 
-#include <bit>
 #include <cstdio>
 
 namespace kiln::ir {
 
-namespace {
-
-class ByteWriter {
-public:
-  void u8(uint8_t v) { m_out.push_back(static_cast<char>(v)); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
-  void f64(double v) { u64(std::bit_cast<uint64_t>(v)); }
-  void bytes(std::string_view s) { m_out.append(s); }
-  std::string take() { return std::move(m_out); }
-
-private:
-  std::string m_out;
-};
-
-}  // namespace
-
 std::string canonical_bytes(const Graph& graph) {
   ByteWriter w;
-  w.bytes("kiln-graph");
+  w.raw("kiln-graph");
   w.u32(k_canonical_format_version);
   w.u32(static_cast<uint32_t>(graph.nodes().size()));
   for (const Node& node : graph.nodes()) {

@@ -3,6 +3,8 @@
 
 #include "reference/rounding.h"
 
+#include <cstring>
+
 namespace kiln::reference {
 
 Tensor zeros(const ir::TensorType& type) {
@@ -48,6 +50,34 @@ std::vector<Tensor> random_inputs(const ir::Graph& graph, uint64_t seed) {
   inputs.reserve(graph.inputs().size());
   for (ir::NodeId id : graph.inputs()) inputs.push_back(random_tensor(graph.node(id).type, rng));
   return inputs;
+}
+
+void store_device_bytes(const Tensor& t, unsigned char* out) {
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    auto f = static_cast<float>(t.values[i]);
+    if (t.dtype == ir::DType::f32) {
+      std::memcpy(out + 4 * i, &f, 4);
+      continue;
+    }
+    uint16_t h = t.dtype == ir::DType::bf16 ? bf16_from_float(f) : f16_from_float(f);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+
+Tensor load_device_bytes(const ir::TensorType& type, const unsigned char* in) {
+  Tensor t = zeros(type);
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    if (type.dtype == ir::DType::f32) {
+      float f;
+      std::memcpy(&f, in + 4 * i, 4);
+      t.values[i] = f;
+      continue;
+    }
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    t.values[i] = type.dtype == ir::DType::bf16 ? float_from_bf16(h) : float_from_f16(h);
+  }
+  return t;
 }
 
 }  // namespace kiln::reference

@@ -47,4 +47,10 @@ Tensor random_tensor(const ir::TensorType& type, Rng& rng);
 // `seed`: the same seed always gives the same inputs.
 std::vector<Tensor> random_inputs(const ir::Graph& graph, uint64_t seed);
 
+// A tensor in device layout: dense row-major elements of its dtype (f32, or f16/bf16 bits,
+// little-endian), t.type().bytes() of them; values round to the dtype as a kernel stores them.
+void store_device_bytes(const Tensor& t, unsigned char* out);
+// The inverse: reads type.bytes() bytes of device layout.
+Tensor load_device_bytes(const ir::TensorType& type, const unsigned char* in);
+
 }  // namespace kiln::reference

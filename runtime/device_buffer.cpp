@@ -1,4 +1,5 @@
-// DeviceBuffer and gpu_status: device memory through the run-time-loaded driver.
+// DeviceBuffer, gpu_status and Executable::run_host: device memory through the run-time-loaded
+// driver.
 #include "kiln/kiln.h"
 
 #include "runtime/driver.h"
@@ -91,6 +92,52 @@ Status DeviceBuffer::download(void* host, size_t bytes) const {
     return runtime::driver_error(**api, "cuMemcpyDtoH", r);
   }
   return Status::success();
+}
+
+namespace {
+
+size_t spec_bytes(const TensorSpec& spec) {
+  size_t bytes = spec.dtype == DType::f32 ? 4 : 2;
+  for (int64_t d : spec.shape) bytes *= static_cast<size_t>(d);
+  return bytes;
+}
+
+}  // namespace
+
+Expected<std::vector<std::vector<unsigned char>>> Executable::run_host(
+    const std::vector<std::vector<unsigned char>>& inputs) {
+  if (inputs.size() != m_inputs.size()) {
+    return make_error("expected ", std::to_string(m_inputs.size()), " inputs, got ",
+                      std::to_string(inputs.size()));
+  }
+  std::vector<DeviceBuffer> buffers;
+  std::vector<TensorRef> in_refs, out_refs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].size() != spec_bytes(m_inputs[i])) {
+      return make_error("input '", m_inputs[i].name, "' has ", std::to_string(inputs[i].size()),
+                        " bytes, expected ", std::to_string(spec_bytes(m_inputs[i])));
+    }
+    auto buffer = DeviceBuffer::allocate(inputs[i].size());
+    if (!buffer) return buffer.error();
+    if (Status s = buffer->upload(inputs[i].data(), inputs[i].size()); !s) return s.error();
+    in_refs.push_back({buffer->data(), m_inputs[i].dtype, m_inputs[i].shape});
+    buffers.push_back(std::move(*buffer));
+  }
+  for (const TensorSpec& spec : m_outputs) {
+    auto buffer = DeviceBuffer::allocate(spec_bytes(spec));
+    if (!buffer) return buffer.error();
+    out_refs.push_back({buffer->data(), spec.dtype, spec.shape});
+    buffers.push_back(std::move(*buffer));
+  }
+  if (Status s = run(in_refs, out_refs); !s) return s.error();
+  std::vector<std::vector<unsigned char>> outputs;
+  for (size_t o = 0; o < m_outputs.size(); ++o) {
+    const DeviceBuffer& buffer = buffers[inputs.size() + o];
+    outputs.emplace_back(buffer.size());
+    // A synchronous copy on the legacy default stream: it waits for the kernels.
+    if (Status s = buffer.download(outputs.back().data(), buffer.size()); !s) return s.error();
+  }
+  return outputs;
 }
 
 }  // namespace kiln

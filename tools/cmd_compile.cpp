@@ -57,6 +57,27 @@ std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
   return options;
 }
 
+struct Prepared {
+  ir::Graph graph;
+  runtime::CompileRequest request;
+};
+
+// Parses `file` and validates the compile request (arch, precision); prints the error and returns
+// nullopt when either is bad input.
+std::optional<Prepared> prepare(const std::string& file, const compiler::CompileOptions& options) {
+  auto graph = ir::parse_graph_file(file);
+  if (!graph) {
+    print_error(graph.error().message);
+    return std::nullopt;
+  }
+  auto request = runtime::prepare_compile(*graph, options);
+  if (!request) {
+    print_error("kiln: " + file + ": " + request.error().message);
+    return std::nullopt;
+  }
+  return Prepared{std::move(*graph), std::move(*request)};
+}
+
 int run_emit(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
@@ -89,17 +110,9 @@ int run_emit(const CompileArgs& args) {
 // One graph through the cache (or not); prints the text report or one JSON object.
 int compile_one(const std::string& file, const compiler::CompileOptions& options, bool json,
                 cache::Cache* cache) {
-  auto graph = ir::parse_graph_file(file);
-  if (!graph) {
-    print_error(graph.error().message);
-    return k_exit_usage;
-  }
-  auto request = runtime::prepare_compile(*graph, options);
-  if (!request) {
-    print_error("kiln: " + file + ": " + request.error().message);
-    return k_exit_usage;
-  }
-  auto result = runtime::compile_prepared(*graph, options, *request, cache);
+  auto prepared = prepare(file, options);
+  if (!prepared) return k_exit_usage;
+  auto result = runtime::compile_prepared(prepared->graph, options, prepared->request, cache);
   if (!result) {
     print_error("kiln: " + file + ": " + result.error().message);
     return k_exit_failure;
@@ -161,16 +174,9 @@ int run_compile(const CompileArgs& args) {
 int run_why(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
-  auto graph = ir::parse_graph_file(args.files[0]);
-  if (!graph) {
-    print_error(graph.error().message);
-    return k_exit_usage;
-  }
-  auto request = runtime::prepare_compile(*graph, *options);
-  if (!request) {
-    print_error("kiln: " + args.files[0] + ": " + request.error().message);
-    return k_exit_usage;
-  }
+  auto prepared = prepare(args.files[0], *options);
+  if (!prepared) return k_exit_usage;
+  const runtime::CompileRequest* request = &prepared->request;
   cache::Options cache_options;
   cache_options.dir = args.cache_dir;
   auto cache = cache::Cache::open(std::move(cache_options));

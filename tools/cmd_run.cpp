@@ -1,15 +1,17 @@
-// `kiln run FILE --arch ARCH --precision MODE --emulate`: runs the generated kernels under the
-// host emulation of CUDA on seeded random inputs and compares them with the fp64 reference.
+// `kiln run FILE [--arch ARCH] --precision MODE [--emulate]`: runs the graph's kernels on seeded
+// random inputs, on the GPU through the runtime or (--emulate) on the CPU under the host
+// emulation of CUDA, and compares them with the fp64 reference.
 //
-// Exit codes: 0 when every output is within its tolerance, 1 when one is not or the emulated run
-// fails (a kernel that does not compile for the host, a deadlock, a bad address), 2 on bad usage
-// or input (unreadable graph, unknown arch or precision, a mode the arch cannot run, no
-// --emulate: running on a GPU needs the runtime).
+// Exit codes: 0 when every output is within its tolerance, 1 when one is not or the run fails
+// (no GPU without --emulate, a kernel that does not compile, a deadlock, a bad address), 2 on bad
+// usage or input (unreadable graph, unknown arch or precision, a mode the arch cannot run).
 #include "tools/cli.h"
 
 #include "compiler/options.h"
 #include "emulation/check.h"
 #include "ir/parse.h"
+#include "kiln/kiln.h"
+#include "reference/check.h"
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +28,7 @@ struct RunArgs {
   std::string precision = "auto";
   uint64_t seed = 0;
   bool emulate = false;
+  bool arch_given = false;
   bool allow_fallback = false;
   bool json = false;
   std::string cache_dir;
@@ -49,11 +52,6 @@ int run_graph(const RunArgs& args) {
                 "' (expected highest, high, tf32x3, medium or auto)");
     return k_exit_usage;
   }
-  if (!args.emulate) {
-    print_error("run: running on a GPU needs kiln's runtime, which is not built yet; use --emulate "
-                "to run the generated kernels on the CPU");
-    return k_exit_usage;
-  }
   auto graph = ir::parse_graph_file(args.file);
   if (!graph) {
     print_error(graph.error().message);
@@ -64,17 +62,52 @@ int run_graph(const RunArgs& args) {
   options.precision = *precision;
   options.fallback =
       args.allow_fallback ? compiler::FallbackPolicy::allow : compiler::FallbackPolicy::refuse;
-  auto lowered = compiler::lower(*graph, options);
-  if (!lowered) {
-    print_error("run: " + lowered.error().message);
-    return k_exit_usage;
+  Expected<reference::CheckReport> report = Error{};
+  std::vector<std::string> fallbacks;
+  std::string where = "emulated";
+  if (args.emulate) {
+    auto lowered = compiler::lower(*graph, options);
+    if (!lowered) {
+      print_error("run: " + lowered.error().message);
+      return k_exit_usage;
+    }
+    auto program = emulation::build_program(*graph, std::move(*lowered));
+    if (!program) {
+      print_error("run: " + program.error().message);
+      return k_exit_failure;
+    }
+    fallbacks = program->lowered().precision.fallbacks;
+    report = emulation::check_program(*graph, *program, args.seed);
+  } else {
+    // On the GPU: the device's arch unless --arch was given, compiled through the cache.
+    if (Status gpu = gpu_status(); !gpu) {
+      print_error("run: " + gpu.error().message + "; --emulate runs the kernels on the CPU");
+      return k_exit_failure;
+    }
+    RuntimeOptions runtime_options;
+    runtime_options.arch = args.arch_given ? args.arch : "";
+    runtime_options.precision = *precision;
+    runtime_options.allow_fallback = args.allow_fallback;
+    runtime_options.cache_dir = args.cache_dir;
+    auto runtime = Runtime::create(runtime_options);
+    if (!runtime) {
+      print_error("run: " + runtime.error().message);
+      return k_exit_usage;
+    }
+    auto exe = (*runtime)->compile(*graph);
+    if (!exe) {
+      print_error("run: " + exe.error().message);
+      return k_exit_failure;
+    }
+    fallbacks = (*exe)->fallbacks();
+    where = "GPU";
+    *sm = *compiler::parse_arch((*exe)->arch());
+    report = reference::check_against_fp64(
+        *graph, *ir::parse_precision((*exe)->precision()), args.seed,
+        reference::bytes_runner(*graph, [&](const std::vector<reference::Bytes>& inputs) {
+          return (*exe)->run_host(inputs);
+        }));
   }
-  auto program = emulation::build_program(*graph, std::move(*lowered));
-  if (!program) {
-    print_error("run: " + program.error().message);
-    return k_exit_failure;
-  }
-  auto report = emulation::check_program(*graph, *program, args.seed);
   if (!report) {
     print_error("run: " + report.error().message);
     return k_exit_failure;
@@ -87,17 +120,18 @@ int run_graph(const RunArgs& args) {
     out["arch"] = compiler::arch_name(*sm);
     out["precision"] = mode;
     out["seed"] = args.seed;
-    out["fallbacks"] = program->lowered().precision.fallbacks;
+    out["fallbacks"] = fallbacks;
+    out["device"] = where;
     out["outputs"] = nlohmann::json::array();
     for (const auto& o : report->outputs)
       out["outputs"].push_back({{"name", o.name}, {"rel_l2", o.rel_l2}, {"max_abs", o.max_abs},
                                 {"tolerance", o.tolerance}, {"ok", o.ok}});
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("graph %s on %s (emulated), precision %s, seed %llu, inputs uniform in [-1, 1]\n",
-                graph->name().c_str(), compiler::arch_name(*sm).c_str(), mode.c_str(),
+    std::printf("graph %s on %s (%s), precision %s, seed %llu, inputs uniform in [-1, 1]\n",
+                graph->name().c_str(), compiler::arch_name(*sm).c_str(), where.c_str(), mode.c_str(),
                 static_cast<unsigned long long>(args.seed));
-    for (const std::string& f : program->lowered().precision.fallbacks)
+    for (const std::string& f : fallbacks)
       std::printf("fallback: %s\n", f.c_str());
     std::printf("%-20s %-12s %-12s %-12s %s\n", "output", "rel_l2", "max_abs", "tolerance", "ok");
     for (const auto& o : report->outputs)
@@ -114,17 +148,21 @@ int run_graph(const RunArgs& args) {
 void register_run_commands(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "run", "run a graph's generated kernels (--emulate: on the CPU) and check them against fp64");
+      "run", "run a graph's kernels on the GPU (--emulate: on the CPU) and check them against fp64");
   cmd->add_option("FILE", args->file, "graph file (.kg) or -")->required();
-  cmd->add_option("--arch", args->arch, "target arch, sm_XX (default sm_90)");
+  cmd->add_option("--arch", args->arch,
+                  "target arch, sm_XX (default: the GPU's; sm_90 with --emulate)");
   cmd->add_option("--precision", args->precision, "highest, high, tf32x3, medium or auto");
   cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
   cmd->add_flag("--emulate", args->emulate, "run under the host emulation of CUDA");
   cmd->add_flag("--allow-fallback", args->allow_fallback,
                 "run a mode the arch lacks on the best available path instead of refusing");
-  cmd->add_option("--cache-dir", args->cache_dir, "accepted for uniformity; emulation uses no cache");
+  cmd->add_option("--cache-dir", args->cache_dir, "cache directory for the GPU run (emulation uses none)");
   cmd->add_flag("--json", args->json, "print the report as JSON");
-  cmd->callback([args, &exit_code] { exit_code = run_graph(*args); });
+  cmd->callback([args, cmd, &exit_code] {
+    args->arch_given = cmd->count("--arch") > 0;
+    exit_code = run_graph(*args);
+  });
 }
 
 }  // namespace kiln::tools

@@ -43,10 +43,15 @@ TEST(KilnRunCli, EmulatedRunPrintsTheJsonReportAndExitsZero) {
   EXPECT_EQ(report["outputs"][1]["name"], "value");
 }
 
-TEST(KilnRunCli, WithoutEmulateSaysTheRuntimeIsNeededAndExitsTwo) {
+TEST(KilnRunCli, WithoutEmulateRunsOnTheGpuOrSaysThereIsNone) {
   Result r = kiln("run " + k_graph + " --precision high");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.out.find("runtime"), std::string::npos) << r.out;
+  if (r.exit_code == 0) {
+    EXPECT_NE(r.out.find("(GPU)"), std::string::npos) << r.out;
+    return;
+  }
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("run: no CUDA"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--emulate"), std::string::npos) << r.out;
 }
 
 TEST(KilnRunCli, BadInputExitsTwo) {

@@ -110,6 +110,12 @@ public:
   virtual Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
                      void* stream = nullptr) = 0;
 
+  // Host convenience for tools and tests: copies each input's bytes (device layout, in
+  // declaration order) to fresh device buffers, runs, waits, and returns each output's bytes.
+  // Fails as run() does, or when an input's size is not its spec's.
+  Expected<std::vector<std::vector<unsigned char>>> run_host(
+      const std::vector<std::vector<unsigned char>>& inputs);
+
 protected:
   bool m_cache_hit = false;
   double m_compile_ms = 0;
