@@ -1,4 +1,4 @@
-// Micro-benchmarks of the warm path's parts (hash, key, lookup, decompress, verify, decode), so
+// Micro-benchmarks of the warm path's parts (hash, key, lookups, decompress, verify, decode), so
 // that a regression shows where it happens. Uses a real compile of examples/graphs/mlp.kg.
 #include "cache/cache.h"
 #include "cache/codec.h"
@@ -75,6 +75,18 @@ void cache_lookup(benchmark::State& state) {
   }
 }
 BENCHMARK(cache_lookup);
+
+// What a compile hit reads: the artifact and the cubins, not the PTX, source and log.
+void cache_lookup_run_payloads(benchmark::State& state) {
+  Fixture& f = fixture();
+  cache::PayloadSelection want = runtime::run_payloads();
+  for (auto _ : state) {
+    auto found = f.cache->lookup(f.request.key, f.request.fields, want);
+    if (!found.hit()) state.SkipWithError("lookup missed");
+    benchmark::DoNotOptimize(found);
+  }
+}
+BENCHMARK(cache_lookup_run_payloads);
 
 void decompress_and_verify_cubin(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(cache::decode(fixture().encoded_cubin));

@@ -19,6 +19,15 @@ bool disables_cache(int code) {
          code == sql::k_cantopen;
 }
 
+// True when `requested` (in any order) equals `stored` (sorted); copies only an unsorted request.
+bool same_fields(const std::vector<KeyField>& requested, const std::vector<KeyField>& stored) {
+  if (requested.size() != stored.size()) return false;
+  if (fields_sorted(requested)) return requested == stored;
+  std::vector<KeyField> sorted = requested;
+  sort_fields(sorted);
+  return sorted == stored;
+}
+
 }  // namespace
 
 void Cache::note_write_failure(const Error& error) {
@@ -28,6 +37,7 @@ void Cache::note_write_failure(const Error& error) {
 }
 
 Expected<std::optional<StoredEntry>> Cache::read_stored(const std::string& key,
+                                                        const PayloadSelection& want,
                                                         bool* rows_missing) {
   // One read transaction: the three tables come from one snapshot even while others write.
   auto txn = Transaction::begin(*m_db, Transaction::Kind::read);
@@ -66,34 +76,53 @@ Expected<std::optional<StoredEntry>> Cache::read_stored(const std::string& key,
       out.info.fields.push_back({st->column_text(0), st->column_blob(1)});
     }
   }
+  // Every payload row is listed (and counted); a partial read leaves the data of the others
+  // unread and fetches the selected ones by their position.
+  int64_t payload_rows = 0;
+  std::vector<int64_t> selected_ords;
   {
     auto st = m_db->prepare(
-        "SELECT name, raw_size, checksum, data FROM payloads WHERE key = ? ORDER BY ord");
+        want.all ? "SELECT name, raw_size, checksum, ord, data FROM payloads WHERE key = ?"
+                   " ORDER BY ord"
+                 : "SELECT name, raw_size, checksum, ord FROM payloads WHERE key = ? ORDER BY ord");
     if (!st) return st.error();
     st->bind_text(1, key);
     for (;;) {
       auto row = st->step();
       if (!row) return row.error();
       if (!*row) break;
+      ++payload_rows;
       StoredPayload p;
       p.name = st->column_text(0);
+      if (!want.wants(p.name)) continue;
       p.encoded.raw_size = static_cast<uint64_t>(st->column_int64(1));
       p.encoded.checksum = static_cast<uint64_t>(st->column_int64(2));
-      p.encoded.compressed = st->column_blob(3);
+      if (want.all)
+        p.encoded.compressed = st->column_blob(4);
+      else
+        selected_ords.push_back(st->column_int64(3));
       out.payloads.push_back(std::move(p));
     }
+  }
+  for (size_t i = 0; i < selected_ords.size(); ++i) {
+    auto st = m_db->prepare("SELECT data FROM payloads WHERE key = ? AND ord = ?");
+    if (!st) return st.error();
+    st->bind_text(1, key).bind(2, selected_ords[i]);
+    auto row = st->step();
+    if (!row) return row.error();
+    if (*row) out.payloads[i].encoded.compressed = st->column_blob(0);
   }
   if (Status s = txn->commit(); !s) return s.error();
   // Counts that disagree with the rows mean rows went missing: a bad entry, like a bad checksum.
   *rows_missing = static_cast<int64_t>(out.info.fields.size()) != field_count ||
-                  static_cast<int64_t>(out.payloads.size()) != payload_count;
+                  payload_rows != payload_count;
   return std::optional<StoredEntry>(std::move(out));
 }
 
-Cache::Checked Cache::read_checked(const std::string& key) {
+Cache::Checked Cache::read_checked(const std::string& key, const PayloadSelection& want) {
   Checked out;
   bool rows_missing = false;
-  auto stored = read_stored(key, &rows_missing);
+  auto stored = read_stored(key, want, &rows_missing);
   if (!stored) {
     out.kind = Checked::Kind::failure;
     out.reason = stored.error().message;
@@ -115,38 +144,36 @@ Cache::Checked Cache::read_checked(const std::string& key) {
 
 Error Cache::disabled_error() const { return make_error("cache: disabled: ", m_disabled_reason); }
 
-Lookup Cache::lookup(const std::string& key, const std::vector<KeyField>& fields) {
+Lookup Cache::lookup(const std::string& key, const std::vector<KeyField>& fields,
+                     const PayloadSelection& want) {
   std::lock_guard lock(m_mutex);
-  return lookup_locked(key, &fields, Count::yes);
+  return lookup_locked(key, &fields, Count::yes, want);
 }
 
 Lookup Cache::read(const std::string& key) {
   std::lock_guard lock(m_mutex);
-  return lookup_locked(key, nullptr, Count::no);
+  return lookup_locked(key, nullptr, Count::no, PayloadSelection());
 }
 
 Lookup Cache::lookup_locked(const std::string& key, const std::vector<KeyField>* fields,
-                            Count count) {
+                            Count count, const PayloadSelection& want) {
   Lookup result;
   if (!m_db) {
     result.status = LookupStatus::failure;
     result.failure = "the cache is disabled: " + m_disabled_reason;
     return result;
   }
-  Checked checked = read_checked(key);
+  Checked checked = read_checked(key, want);
   if (checked.kind == Checked::Kind::failure) {
     ++m_pending.errors;
     result.status = LookupStatus::failure;
     result.failure = checked.reason;
     return result;
   }
-  if (checked.kind == Checked::Kind::good && fields) {
-    std::vector<KeyField> requested = *fields;
-    sort_fields(requested);
-    if (requested != checked.entry.info.fields) {
-      checked.kind = Checked::Kind::bad;
-      checked.reason = "stored key fields differ from the request";
-    }
+  if (checked.kind == Checked::Kind::good && fields &&
+      !same_fields(*fields, checked.entry.info.fields)) {
+    checked.kind = Checked::Kind::bad;
+    checked.reason = "stored key fields differ from the request";
   }
   if (checked.kind != Checked::Kind::good) {
     if (checked.kind == Checked::Kind::bad) drop_bad(key, checked.reason);

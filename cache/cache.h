@@ -124,9 +124,13 @@ public:
   std::string db_path() const;
   uint64_t max_size() const { return m_max_size; }
 
-  // Looks `key` up and checks that the entry's fields equal `fields` and every checksum holds.
-  // A bad entry is dropped, counted and reported through the warning callback: a miss.
-  Lookup lookup(const std::string& key, const std::vector<KeyField>& fields);
+  // Looks `key` up and checks that the entry's fields equal `fields`, that they hash to the key,
+  // that all the entry's rows are there, and that the checksum of every payload it returns holds.
+  // Only the payloads in `want` are read, decompressed and checked (a damaged payload left out
+  // does not fail the lookup; verify() and full reads still catch it). A bad entry is dropped,
+  // counted and reported through the warning callback: a miss.
+  Lookup lookup(const std::string& key, const std::vector<KeyField>& fields,
+                const PayloadSelection& want = {});
   // As lookup, by key alone (for display): the stored fields must still hash to the key.
   // Does not count as a hit or a miss.
   Lookup read(const std::string& key);
@@ -139,9 +143,10 @@ public:
 
   // The entry for `key`, running `producer` at most once across all processes that ask at the
   // same time. Waits at most Options::lock_wait for another live producer; a dead one is noticed
-  // at once. Fails only when the producer fails.
+  // at once. Fails only when the producer fails. The entry holds the payloads in `want` (checked
+  // as by lookup), also when produced here.
   Expected<Fetched> get_or_create(const std::string& key, const std::vector<KeyField>& fields,
-                                  const Producer& producer);
+                                  const Producer& producer, const PayloadSelection& want = {});
 
   Expected<Stats> stats();
   Status zero_stats();
@@ -188,17 +193,22 @@ private:
   void warn(const std::string& message) const;
   int64_t now() const;
 
-  Lookup lookup_locked(const std::string& key, const std::vector<KeyField>* fields, Count count);
-  // One entry read in one snapshot and checked (rows present, fields hash to the key, payloads
-  // decode with matching checksums); `stored` keeps the bytes as stored.
+  Lookup lookup_locked(const std::string& key, const std::vector<KeyField>* fields, Count count,
+                       const PayloadSelection& want);
+  // One entry read in one snapshot and checked (rows present, fields hash to the key, the
+  // payloads in `want` decode with matching checksums); `stored` keeps the bytes as stored.
   struct Checked {
     enum class Kind { good, absent, bad, failure } kind = Kind::absent;
     StoredEntry stored;
     Entry entry;         // when good
     std::string reason;  // when bad or failure
   };
-  Checked read_checked(const std::string& key);
-  Expected<std::optional<StoredEntry>> read_stored(const std::string& key, bool* rows_missing);
+  Checked read_checked(const std::string& key, const PayloadSelection& want = {});
+  // The entry row, its fields and the payloads in `want`; `rows_missing` is set when the field
+  // or payload rows (all of them, selected or not) disagree with the counts in the entry row.
+  Expected<std::optional<StoredEntry>> read_stored(const std::string& key,
+                                                   const PayloadSelection& want,
+                                                   bool* rows_missing);
   Error disabled_error() const;
   void count_hit(Entry& entry);
   Status drop(const std::string& key);
@@ -213,7 +223,7 @@ private:
   Expected<std::vector<EntryInfo>> list_locked(const KeyField* where);
   enum class Store { no, yes };
   Expected<Fetched> produce(const std::string& key, const std::vector<KeyField>& fields,
-                            const Producer& producer, Store store);
+                            const Producer& producer, Store store, const PayloadSelection& want);
 
   Options m_options;
   std::string m_dir;

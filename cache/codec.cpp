@@ -7,8 +7,21 @@
 namespace kiln::cache {
 
 namespace {
+
 constexpr int k_zstd_level = 3;
+
+// One decompression context per thread, made on first use: creating one per payload costs more
+// than decompressing a small cubin.
+ZSTD_DCtx* thread_dctx() {
+  struct Owner {
+    ZSTD_DCtx* dctx = ZSTD_createDCtx();
+    ~Owner() { ZSTD_freeDCtx(dctx); }
+  };
+  thread_local Owner owner;
+  return owner.dctx;
 }
+
+}  // namespace
 
 uint64_t checksum(const std::string& bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
@@ -36,9 +49,11 @@ Expected<std::string> decode(const Encoded& encoded) {
   if (frame != encoded.raw_size)
     return make_error("compressed frame holds ", std::to_string(frame), " bytes, expected ",
                       std::to_string(encoded.raw_size));
+  ZSTD_DCtx* dctx = thread_dctx();
+  if (!dctx) return make_error("zstd: cannot create a decompression context");
   std::string raw(encoded.raw_size, '\0');
-  size_t n =
-      ZSTD_decompress(raw.data(), raw.size(), encoded.compressed.data(), encoded.compressed.size());
+  size_t n = ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), encoded.compressed.data(),
+                                 encoded.compressed.size());
   if (ZSTD_isError(n)) return make_error("zstd: ", ZSTD_getErrorName(n));
   if (n != encoded.raw_size) return make_error("decompressed size does not match");
   if (checksum(raw) != encoded.checksum) return make_error("checksum mismatch");

@@ -9,6 +9,24 @@ std::string EntryInfo::field(const std::string& name) const {
   return {};
 }
 
+PayloadSelection PayloadSelection::only(std::vector<std::string> names,
+                                        std::vector<std::string> prefixes) {
+  PayloadSelection out;
+  out.all = false;
+  out.names = std::move(names);
+  out.prefixes = std::move(prefixes);
+  return out;
+}
+
+bool PayloadSelection::wants(const std::string& name) const {
+  if (all) return true;
+  for (const std::string& n : names)
+    if (name == n) return true;
+  for (const std::string& p : prefixes)
+    if (name.compare(0, p.size(), p) == 0) return true;
+  return false;
+}
+
 const Payload* Entry::find_payload(const std::string& name) const {
   for (const Payload& p : payloads)
     if (p.name == name) return &p;

@@ -47,7 +47,20 @@ struct EntryInfo {
   std::string field(const std::string& name) const;
 };
 
-// A verified entry: its payloads are decompressed and their checksums matched.
+// Which payloads a read returns (and so decompresses and checks): every one (the default), or
+// those whose name equals one of `names` or starts with one of `prefixes`.
+struct PayloadSelection {
+  bool all = true;
+  std::vector<std::string> names;
+  std::vector<std::string> prefixes;
+
+  static PayloadSelection only(std::vector<std::string> names,
+                               std::vector<std::string> prefixes = {});
+  bool wants(const std::string& name) const;
+};
+
+// A verified entry: its payloads (all, or those selected) are decompressed and their checksums
+// matched.
 struct Entry {
   EntryInfo info;
   std::vector<Payload> payloads;
@@ -67,7 +80,7 @@ struct StoredEntry {
 };
 
 // Decodes every payload of `stored` and checks that its fields hash to its key; the error says
-// which payload or field failed.
+// which payload or field failed. A read of selected payloads holds (and so checks) only those.
 Expected<Entry> verify_stored(const StoredEntry& stored);
 
 }  // namespace kiln::cache

@@ -26,17 +26,16 @@ std::string hex64(uint64_t v) {
   return out;
 }
 
-}  // namespace
-
-void sort_fields(std::vector<KeyField>& fields) {
-  std::sort(fields.begin(), fields.end(), [](const KeyField& a, const KeyField& b) {
-    return a.name != b.name ? a.name < b.name : a.value < b.value;
-  });
+bool field_less(const KeyField& a, const KeyField& b) {
+  return a.name != b.name ? a.name < b.name : a.value < b.value;
 }
 
-std::string make_key(std::vector<KeyField> fields) {
-  sort_fields(fields);
-  std::string bytes = "kiln-cache-key";
+std::string hash_sorted(const std::vector<KeyField>& fields) {
+  size_t size = 32;
+  for (const KeyField& field : fields) size += 16 + field.name.size() + field.value.size();
+  std::string bytes;
+  bytes.reserve(size);
+  bytes.append("kiln-cache-key");
   append_u64(bytes, k_key_format_version);
   append_u64(bytes, fields.size());
   for (const KeyField& field : fields) {
@@ -45,6 +44,24 @@ std::string make_key(std::vector<KeyField> fields) {
   }
   XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
   return hex64(h.high64) + hex64(h.low64);
+}
+
+}  // namespace
+
+void sort_fields(std::vector<KeyField>& fields) {
+  std::sort(fields.begin(), fields.end(), field_less);
+}
+
+bool fields_sorted(const std::vector<KeyField>& fields) {
+  return std::is_sorted(fields.begin(), fields.end(), field_less);
+}
+
+std::string make_key(const std::vector<KeyField>& fields) {
+  // Stored and prepared fields come sorted: hash them in place.
+  if (fields_sorted(fields)) return hash_sorted(fields);
+  std::vector<KeyField> sorted = fields;
+  sort_fields(sorted);
+  return hash_sorted(sorted);
 }
 
 bool is_key_prefix(const std::string& text) {

@@ -20,10 +20,12 @@ struct KeyField {
 
 // The key of `fields`: 32 lower-case hex digits. The order of `fields` does not matter (they are
 // sorted by name); every name and value is length-prefixed, so no field can run into the next.
-std::string make_key(std::vector<KeyField> fields);
+std::string make_key(const std::vector<KeyField>& fields);
 
 // Sorts fields by name (then value): the canonical order the cache stores and compares them in.
 void sort_fields(std::vector<KeyField>& fields);
+// True when `fields` are in that order already.
+bool fields_sorted(const std::vector<KeyField>& fields);
 
 // True when `text` is 1..32 lower-case hex digits (a key or a key prefix).
 bool is_key_prefix(const std::string& text);

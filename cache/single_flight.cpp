@@ -6,21 +6,22 @@
 namespace kiln::cache {
 
 Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector<KeyField>& fields,
-                                       const Producer& producer) {
+                                       const Producer& producer, const PayloadSelection& want) {
   // The in-process mutex is never held while waiting or producing: the other party may be
   // another thread of this process.
   std::unique_lock lock(m_mutex);
   if (!m_db) {
     lock.unlock();
-    return produce(key, fields, producer, Store::no);
+    return produce(key, fields, producer, Store::no, want);
   }
-  Lookup first = lookup_locked(key, &fields, Count::no);
+  Lookup first = lookup_locked(key, &fields, Count::no, want);
   if (first.hit()) {
     count_hit(first.entry);
     return Fetched{FetchSource::hit, std::move(first.entry)};
   }
   lock.unlock();
-  if (first.status == LookupStatus::failure) return produce(key, fields, producer, Store::no);
+  if (first.status == LookupStatus::failure)
+    return produce(key, fields, producer, Store::no, want);
 
   // Missed: take the key's lock, so that only one process produces it.
   KeyLock key_lock;
@@ -35,7 +36,7 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
   lock.lock();
   if (m_db && got == KeyLock::Result::acquired) {
     // The holder before us may have stored it while we waited.
-    Lookup second = lookup_locked(key, &fields, Count::no);
+    Lookup second = lookup_locked(key, &fields, Count::no, want);
     if (second.hit()) {
       count_hit(second.entry);
       return Fetched{FetchSource::hit, std::move(second.entry)};
@@ -44,11 +45,12 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
   if (m_db) ++m_pending.misses;
   lock.unlock();
   // Still holding the key's lock, released on return.
-  return produce(key, fields, producer, Store::yes);
+  return produce(key, fields, producer, Store::yes, want);
 }
 
 Expected<Fetched> Cache::produce(const std::string& key, const std::vector<KeyField>& fields,
-                                 const Producer& producer, Store store) {
+                                 const Producer& producer, Store store,
+                                 const PayloadSelection& want) {
   auto contents = producer();
   if (!contents) return contents.error();
   Fetched out;
@@ -63,7 +65,8 @@ Expected<Fetched> Cache::produce(const std::string& key, const std::vector<KeyFi
     std::lock_guard lock(m_mutex);
     if (m_db && insert_locked(key, fields, *contents)) out.source = FetchSource::produced;
   }
-  out.entry.payloads = std::move(contents->payloads);
+  for (Payload& p : contents->payloads)
+    if (want.wants(p.name)) out.entry.payloads.push_back(std::move(p));
   return out;
 }
 

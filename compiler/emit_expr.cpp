@@ -173,6 +173,20 @@ bool needs_coords(const KernelContext& ctx) {
   return false;
 }
 
+ElementIndex matmul_output_index(const KernelContext& ctx) {
+  const KernelPlan& k = ctx.kernel;
+  const MatmulShape& s = k.shape;
+  ElementIndex index;
+  if (ctx.graph.node(k.group.root).type.shape.rank() == 3) {
+    index.coords = {"bz", "m", "n"};
+    index.linear = "(bz * " + to_str(s.m) + " + m) * " + to_str(s.n) + " + n";
+  } else {
+    index.coords = {"m", "n"};
+    index.linear = "m * " + to_str(s.n) + " + n";
+  }
+  return index;
+}
+
 std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::string& anchor_value,
                           const ElementIndex& index) {
   const ir::Graph& g = ctx.graph;

@@ -64,6 +64,9 @@ bool needs_coords(const KernelContext& ctx);
 // expression for the anchor (accumulator or softmax value). Returns the root value's variable.
 std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::string& anchor_value,
                           const ElementIndex& index);
+// The output element (bz, m, n) of a matmul kernel: coordinates and row-major linear index of an
+// [M, N] or [batch, M, N] result, with `bz`, `m` and `n` declared by the caller.
+ElementIndex matmul_output_index(const KernelContext& ctx);
 // Stores `value` to every written parameter at `linear`.
 void emit_store(Code& code, const KernelContext& ctx, const std::string& value,
                 const std::string& linear);

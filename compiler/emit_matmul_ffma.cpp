@@ -100,12 +100,7 @@ void emit_matmul_ffma(Code& code, const KernelContext& ctx) {
   if (s.m % t.bm != 0 || s.n % t.bn != 0) {
     code.line("if (m >= " + to_str(s.m) + " || n >= " + to_str(s.n) + ") continue;");
   }
-  ElementIndex index;
-  int rank = ctx.graph.node(k.group.root).type.shape.rank();
-  index.coords =
-      rank == 3 ? std::vector<std::string>{"bz", "m", "n"} : std::vector<std::string>{"m", "n"};
-  index.linear = rank == 3 ? "(bz * " + to_str(s.m) + " + m) * " + to_str(s.n) + " + n"
-                           : "m * " + to_str(s.n) + " + n";
+  ElementIndex index = matmul_output_index(ctx);
   std::string value = emit_epilogue(code, ctx, "acc[i][j]", index);
   emit_store(code, ctx, value, index.linear);
   code.close();

@@ -275,12 +275,7 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
   code.line("const int n = bn0 + wn0 + nt * 8 + t4 * 2 + (i & 1);");
   bool check = s.m % k.tile.bm != 0 || s.n % k.tile.bn != 0;
   if (check) code.line("if (m >= " + to_str(s.m) + " || n >= " + to_str(s.n) + ") continue;");
-  ElementIndex index;
-  int rank = ctx.graph.node(k.group.root).type.shape.rank();
-  index.coords =
-      rank == 3 ? std::vector<std::string>{"bz", "m", "n"} : std::vector<std::string>{"m", "n"};
-  index.linear = rank == 3 ? "(bz * " + to_str(s.m) + " + m) * " + to_str(s.n) + " + n"
-                           : "m * " + to_str(s.n) + " + n";
+  ElementIndex index = matmul_output_index(ctx);
   std::string value = emit_epilogue(code, ctx, "acc[mt][nt][i]", index);
   emit_store(code, ctx, value, index.linear);
   code.close();

@@ -35,6 +35,8 @@ Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
     if (name == "graph_hash") request.graph_hash = value;
     request.fields.push_back({std::move(name), std::move(value)});
   }
+  // Sorted once here, so that the cache compares and hashes them in place on every hit.
+  cache::sort_fields(request.fields);
   request.key = cache::make_key(request.fields);
   request.prepare_us = micros_since(start);
   return request;
@@ -72,28 +74,32 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
   return contents;
 }
 
-Expected<compiler::Artifact> from_entry(const cache::Entry& entry) {
-  const cache::Payload* packed = entry.find_payload(k_payload_artifact);
+cache::PayloadSelection run_payloads() {
+  return cache::PayloadSelection::only({k_payload_artifact}, {cache::k_payload_cubin_prefix});
+}
+
+Expected<compiler::Artifact> from_entry(cache::Entry entry) {
+  auto take = [&](const std::string& name) -> std::string* {
+    for (cache::Payload& p : entry.payloads)
+      if (p.name == name) return &p.bytes;
+    return nullptr;
+  };
+  const std::string* packed = take(k_payload_artifact);
   if (!packed) return make_error("cache entry ", entry.info.key, " has no artifact payload");
-  auto artifact = compiler::deserialize(packed->bytes);
+  auto artifact = compiler::deserialize(*packed);
   if (!artifact) {
     return make_error("cache entry ", entry.info.key, ": ", artifact.error().message);
   }
   for (compiler::KernelArtifact& k : artifact->kernels) {
-    const cache::Payload* cubin = entry.find_payload(cache::k_payload_cubin_prefix + k.name);
-    const cache::Payload* ptx = entry.find_payload(cache::k_payload_ptx_prefix + k.name);
-    if (!cubin || !ptx) {
+    std::string* cubin = take(cache::k_payload_cubin_prefix + k.name);
+    if (!cubin) {
       return make_error("cache entry ", entry.info.key, " lacks the binary of kernel ", k.name);
     }
-    k.cubin = cubin->bytes;
-    k.ptx = ptx->bytes;
+    k.cubin = std::move(*cubin);
+    if (std::string* ptx = take(cache::k_payload_ptx_prefix + k.name)) k.ptx = std::move(*ptx);
   }
-  if (const cache::Payload* source = entry.find_payload(cache::k_payload_source)) {
-    artifact->source = source->bytes;
-  }
-  if (const cache::Payload* log = entry.find_payload(cache::k_payload_log)) {
-    artifact->log = log->bytes;
-  }
+  if (std::string* source = take(cache::k_payload_source)) artifact->source = std::move(*source);
+  if (std::string* log = take(cache::k_payload_log)) artifact->log = std::move(*log);
   return artifact;
 }
 
@@ -131,13 +137,15 @@ Expected<CompileResult> compile_prepared(const ir::Graph& graph,
         produced = std::move(*artifact);
         have_produced = true;
         return to_contents(produced, result.graph_hash, result.compile_ms);
-      });
+      },
+      run_payloads());
   if (!fetched) return fetched.error();
   if (fetched->source != cache::FetchSource::hit && have_produced) {
     result.artifact = std::move(produced);
     return result;
   }
-  auto artifact = from_entry(fetched->entry);
+  int64_t compile_ms = fetched->entry.info.compile_ms;
+  auto artifact = from_entry(std::move(fetched->entry));
   result.lookup_us = lookup_us();
   if (!artifact) {
     // Checksums held but the artifact does not decode: never run it; compile this one afresh
@@ -149,7 +157,7 @@ Expected<CompileResult> compile_prepared(const ir::Graph& graph,
   }
   result.artifact = std::move(*artifact);
   result.hit = true;
-  result.compile_ms = static_cast<double>(fetched->entry.info.compile_ms);
+  result.compile_ms = static_cast<double>(compile_ms);
   return result;
 }
 

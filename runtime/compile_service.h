@@ -14,6 +14,9 @@
 namespace kiln::runtime {
 
 struct CompileResult {
+  // On a hit the cache reads only what running needs: the artifact with its cubins. The PTX,
+  // source and log stay empty then (`kiln show --ptx/--source/--log` reads them from the cache);
+  // a compile here (a miss, or no cache) fills them.
   compiler::Artifact artifact;
   std::string graph_hash;  // 32 hex digits
   std::string key;         // 32 hex digits
@@ -25,7 +28,7 @@ struct CompileResult {
 // A validated compile request: its key fields (computed without loading NVRTC, so a warm start
 // stays in microseconds: NVRTC is identified by its library file) and their key.
 struct CompileRequest {
-  std::vector<cache::KeyField> fields;
+  std::vector<cache::KeyField> fields;  // sorted by name (cache::sort_fields)
   std::string key;
   std::string graph_hash;
   double prepare_us = 0;
@@ -50,8 +53,13 @@ Expected<CompileResult> compile_graph(const ir::Graph& graph,
 
 // An artifact as cache contents and back: cubin and PTX per kernel, source and log become
 // their own payloads (so `kiln show --ptx` reads them), the rest one "artifact" payload.
+// from_entry needs "artifact" and every kernel's cubin; PTX, source and log are filled when the
+// entry holds them (run_payloads() leaves them out).
 cache::Contents to_contents(const compiler::Artifact& artifact, const std::string& graph_hash,
                             double compile_ms);
-Expected<compiler::Artifact> from_entry(const cache::Entry& entry);
+Expected<compiler::Artifact> from_entry(cache::Entry entry);
+
+// The payloads compile_prepared reads on a hit: "artifact" and "cubin:*".
+cache::PayloadSelection run_payloads();
 
 }  // namespace kiln::runtime

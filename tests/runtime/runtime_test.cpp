@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 namespace kiln {
 namespace {
@@ -146,6 +147,38 @@ TEST(Runtime, BadGraphTextIsALocatedError) {
   auto exe = runtime->compile_text("graph g {\n  output y\n}\n", "bad.kg");
   ASSERT_FALSE(exe);
   EXPECT_EQ(exe.error().message, "bad.kg:2:10: error: undefined value 'y'");
+}
+
+TEST(Runtime, ManyThreadsCompileThroughOneRuntimeAtOnce) {
+  TempCache dir;
+  auto runtime = make_runtime(dir.path());
+  ASSERT_TRUE(runtime);
+  const char* graphs[] = {"mlp.kg", "attention.kg", "mixed_head.kg", "half_epilogue.kg"};
+  constexpr int k_threads = 8;
+  std::vector<std::string> keys(k_threads);
+  std::vector<std::string> errors(k_threads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < k_threads; ++i) {
+    threads.emplace_back([&, i] {
+      auto exe = runtime->compile_file(std::string(KILN_EXAMPLES_DIR) + "/" + graphs[i % 4]);
+      if (!exe) {
+        errors[i] = exe.error().message;
+        return;
+      }
+      keys[i] = (*exe)->key();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < k_threads; ++i) {
+    EXPECT_EQ(errors[i], "") << graphs[i % 4];
+    EXPECT_EQ(keys[i], keys[i % 4]) << "threads compiling one graph agree on its key";
+  }
+  // Every graph is now cached once: a further compile of each is a hit.
+  for (const char* graph : graphs) {
+    auto exe = runtime->compile_file(std::string(KILN_EXAMPLES_DIR) + "/" + graph);
+    ASSERT_TRUE(exe) << exe.error().message;
+    EXPECT_TRUE((*exe)->cache_hit()) << graph;
+  }
 }
 
 TEST(Runtime, WorksWithTheCacheOff) {

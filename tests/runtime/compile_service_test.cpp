@@ -1,0 +1,65 @@
+// Compile through the cache: a hit reads only what running needs, and the rest stays in the cache.
+#include "runtime/compile_service.h"
+
+#include "ir/parse.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace kiln::runtime {
+namespace {
+
+class TempCacheDir {
+public:
+  TempCacheDir() {
+    char name[] = "/tmp/kiln-compile-service-test-XXXXXX";
+    m_path = mkdtemp(name);
+  }
+  ~TempCacheDir() { std::filesystem::remove_all(m_path); }
+  const std::string& path() const { return m_path; }
+
+private:
+  std::string m_path;
+};
+
+TEST(CompileService, HitCarriesTheCubinsAndLeavesPtxSourceAndLogInTheCache) {
+  TempCacheDir dir;
+  cache::Options cache_options;
+  cache_options.dir = dir.path();
+  auto cache = cache::Cache::open(cache_options);
+  ASSERT_TRUE(cache->enabled()) << cache->disabled_reason();
+  auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  compiler::CompileOptions options;
+  options.sm = 90;
+  options.precision = ir::Precision::high;
+
+  auto cold = compile_graph(*graph, options, cache.get());
+  ASSERT_TRUE(cold) << cold.error().message;
+  ASSERT_FALSE(cold->hit);
+  auto warm = compile_graph(*graph, options, cache.get());
+  ASSERT_TRUE(warm) << warm.error().message;
+  ASSERT_TRUE(warm->hit);
+  ASSERT_EQ(warm->artifact.kernels.size(), cold->artifact.kernels.size());
+  for (size_t i = 0; i < warm->artifact.kernels.size(); ++i) {
+    const compiler::KernelArtifact& k = warm->artifact.kernels[i];
+    EXPECT_EQ(k.name, cold->artifact.kernels[i].name);
+    EXPECT_EQ(k.cubin, cold->artifact.kernels[i].cubin);
+    EXPECT_FALSE(k.cubin.empty());
+    EXPECT_TRUE(k.ptx.empty()) << k.name;
+  }
+  EXPECT_TRUE(warm->artifact.source.empty());
+  EXPECT_TRUE(warm->artifact.log.empty());
+
+  cache::Lookup full = cache->read(warm->key);
+  ASSERT_TRUE(full.hit());
+  auto everything = from_entry(full.entry);
+  ASSERT_TRUE(everything) << everything.error().message;
+  EXPECT_EQ(everything->source, cold->artifact.source);
+  EXPECT_EQ(everything->kernels.at(0).ptx, cold->artifact.kernels.at(0).ptx);
+}
+
+}  // namespace
+}  // namespace kiln::runtime
