@@ -1,0 +1,68 @@
+// The parser's state and steps, shared by parse.cpp (statements) and parse_ops.cpp (op calls).
+#pragma once
+
+#include "ir/graph.h"
+#include "ir/lexer.h"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::ir::detail {
+
+// An expression's value: a graph value or a float literal.
+struct Operand {
+  bool is_literal = false;
+  NodeId node = -1;
+  double literal = 0.0;
+  Location location;
+  std::string_view text;
+};
+
+struct NamedArg {
+  std::string_view name;
+  Token value;
+};
+
+class Parser {
+public:
+  Parser(std::string_view source, std::string_view file)
+      : m_lexer(source), m_file(file), m_builder("") {
+    m_token = m_lexer.next();
+  }
+
+  Expected<Graph> parse();
+
+private:
+  Error error_at(Location at, const std::string& message) const {
+    return Error{std::string(m_file) + ":" + std::to_string(at.line) + ":" +
+                 std::to_string(at.column) + ": error: " + message};
+  }
+  Error expected(const std::string& what) const {
+    return error_at(m_token.location, "expected " + what + ", got " + describe(m_token));
+  }
+  void advance() { m_token = m_lexer.next(); }
+  bool at(TokenKind kind) const { return m_token.kind == kind; }
+  bool at_word(std::string_view word) const {
+    return m_token.kind == TokenKind::identifier && m_token.text == word;
+  }
+
+  Status expect(TokenKind kind, const char* what);
+  Status parse_input();
+  Status parse_output();
+  Status parse_assignment();
+  Expected<Operand> parse_expr(int depth);
+  Expected<Operand> parse_call(const Token& op_token, int depth);
+  Expected<NodeId> build(const Token& op_token, const std::vector<Operand>& args,
+                         const std::vector<NamedArg>& named);
+  Expected<NodeId> tensor_arg(const Token& op_token, const Operand& operand, size_t index);
+  Status define(NodeId id, const Token& name_token);
+
+  Lexer m_lexer;
+  std::string_view m_file;
+  Builder m_builder;
+  Token m_token;
+  std::vector<Location> m_defined_at;  // by NodeId
+};
+
+}  // namespace kiln::ir::detail
