@@ -21,15 +21,22 @@ double micros_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
-                                         const compiler::CompileOptions& options) {
-  auto start = std::chrono::steady_clock::now();
+Expected<ir::Precision> check_request(const ir::Graph& graph,
+                                      const compiler::CompileOptions& options) {
   if (Status s = compiler::check_arch(options.sm, compiler::known_archs()); !s) return s.error();
   auto precision = compiler::resolve_precision(graph, options);
   if (!precision) return precision.error();
+  return precision->graph_mode;
+}
+
+Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
+                                         const compiler::CompileOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  auto precision = check_request(graph, options);
+  if (!precision) return precision.error();
   auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
   if (!nvrtc) return nvrtc.error();
-  compiler::ResolvedInfo resolved{std::string(ir::to_string(precision->graph_mode)), *nvrtc};
+  compiler::ResolvedInfo resolved{std::string(ir::to_string(*precision)), *nvrtc};
   CompileRequest request;
   for (auto& [name, value] : compiler::key_fields(graph, options, resolved)) {
     if (name == "graph_hash") request.graph_hash = value;

@@ -34,8 +34,13 @@ struct CompileRequest {
   double prepare_us = 0;
 };
 
-// Checks the arch and resolves the precision (a refused combination fails here, naming op, mode
-// and arch): every error is the caller's input to fix.
+// Checks the arch and resolves the graph's precision mode (a refused combination fails here,
+// naming op, mode and arch): every error is the caller's input to fix.
+Expected<ir::Precision> check_request(const ir::Graph& graph,
+                                      const compiler::CompileOptions& options);
+
+// check_request(), then the key: fails also when NVRTC cannot be found (an environment failure,
+// not bad input; callers that report the two differently call check_request() first).
 Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
                                          const compiler::CompileOptions& options);
 

@@ -62,19 +62,27 @@ struct Prepared {
   runtime::CompileRequest request;
 };
 
-// Parses `file` and validates the compile request (arch, precision); prints the error and returns
-// nullopt when either is bad input.
-std::optional<Prepared> prepare(const std::string& file, const compiler::CompileOptions& options) {
+// Parses `file`, validates the compile request (arch, precision) and computes its key; prints
+// the error and sets `exit_code`: 2 for bad input, 1 when NVRTC cannot be found.
+std::optional<Prepared> prepare(const std::string& file, const compiler::CompileOptions& options,
+                                int& exit_code) {
+  exit_code = k_exit_usage;
   auto graph = ir::parse_graph_file(file);
   if (!graph) {
     print_error(graph.error().message);
     return std::nullopt;
   }
+  if (auto checked = runtime::check_request(*graph, options); !checked) {
+    print_error("kiln: " + file + ": " + checked.error().message);
+    return std::nullopt;
+  }
+  exit_code = k_exit_failure;
   auto request = runtime::prepare_compile(*graph, options);
   if (!request) {
     print_error("kiln: " + file + ": " + request.error().message);
     return std::nullopt;
   }
+  exit_code = k_exit_ok;
   return Prepared{std::move(*graph), std::move(*request)};
 }
 
@@ -110,8 +118,9 @@ int run_emit(const CompileArgs& args) {
 // One graph through the cache (or not); prints the text report or one JSON object.
 int compile_one(const std::string& file, const compiler::CompileOptions& options, bool json,
                 cache::Cache* cache) {
-  auto prepared = prepare(file, options);
-  if (!prepared) return k_exit_usage;
+  int code = k_exit_ok;
+  auto prepared = prepare(file, options, code);
+  if (!prepared) return code;
   auto result = runtime::compile_prepared(prepared->graph, options, prepared->request, cache);
   if (!result) {
     print_error("kiln: " + file + ": " + result.error().message);
@@ -174,8 +183,9 @@ int run_compile(const CompileArgs& args) {
 int run_why(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
-  auto prepared = prepare(args.files[0], *options);
-  if (!prepared) return k_exit_usage;
+  int code = k_exit_ok;
+  auto prepared = prepare(args.files[0], *options, code);
+  if (!prepared) return code;
   const runtime::CompileRequest* request = &prepared->request;
   cache::Options cache_options;
   cache_options.dir = args.cache_dir;
@@ -235,7 +245,8 @@ void register_compile_commands(CLI::App& app, int& exit_code) {
   emit->callback([emit_args, &exit_code] { exit_code = run_emit(*emit_args); });
 
   auto args = std::make_shared<CompileArgs>();
-  CLI::App* compile = app.add_subcommand("compile", "compile graphs with NVRTC");
+  CLI::App* compile =
+      app.add_subcommand("compile", "compile graphs through the cache (NVRTC on a miss)");
   compile->add_option("FILE", args->files, "graph files (.kg)")->required();
   add_target_options(compile, *args);
   compile->add_flag("--no-cache", args->no_cache, "do not use the kernel cache");
