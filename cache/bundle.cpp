@@ -3,9 +3,11 @@
 
 #include <xxhash.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
-#include <iterator>
 
 namespace kiln::cache {
 namespace {
@@ -124,10 +126,26 @@ Status write_bundle(const std::string& path, const std::vector<StoredEntry>& ent
 }
 
 Expected<std::vector<StoredEntry>> read_bundle(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return make_error("cannot read bundle '", path, "'");
-  std::string data((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (file.bad()) return make_error("reading bundle '", path, "' failed");
+  // Only a regular file, read to its stated size: a directory, a device such as /dev/zero or a
+  // pipe never drives an unbounded read.
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  if (ec) return make_error("cannot read bundle '", path, "': ", ec.message());
+  if (!std::filesystem::is_regular_file(status)) {
+    return make_error("cannot read bundle '", path, "': not a regular file");
+  }
+  uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return make_error("cannot read bundle '", path, "': ", ec.message());
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) return make_error("cannot read bundle '", path, "': ", std::strerror(errno));
+  std::string data(static_cast<size_t>(size), '\0');
+  size_t got = std::fread(data.data(), 1, data.size(), file);
+  bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  if (failed || got != data.size()) {
+    return make_error("reading bundle '", path, "' failed: read ", std::to_string(got), " of ",
+                      std::to_string(size), " bytes");
+  }
   return parse_bundle(data, path);
 }
 

@@ -11,6 +11,8 @@ std::string entry_name(const KernelPlan& kernel) { return "kiln_" + kernel.name;
 
 namespace {
 
+constexpr size_t k_max_description = 160;
+
 // The kernel's expression over its parameters, e.g. "gelu(add(matmul(p1, p2), p3))". Built in
 // node order (no recursion); value names stay out so the text depends only on the graph's
 // canonical form.
@@ -31,7 +33,10 @@ std::string describe(const ir::Graph& graph, const ProgramPlan& plan, const Kern
     if (n.kind == ir::OpKind::matmul && n.attrs.transpose_b) args += ", transpose_b";
     if (n.kind == ir::OpKind::cast) args += ", to=" + std::string(ir::to_string(n.type.dtype));
     if (n.kind == ir::OpKind::softmax) args += ", axis=" + std::to_string(n.attrs.axis);
-    text[id] = std::string(ir::to_string(n.kind)) + "(" + args + ")";
+    std::string expr = std::string(ir::to_string(n.kind)) + "(" + args + ")";
+    // A comment, not a program: long fused chains are cut so the text stays linear in size.
+    if (expr.size() > k_max_description) expr = expr.substr(0, k_max_description - 3) + "...";
+    text[id] = std::move(expr);
   }
   return operand(kernel.group.root);
 }

@@ -63,7 +63,7 @@ void emit_softmax(Code& code, const KernelContext& ctx) {
     code.line("mx = fmaxf(mx, x[i]);");
     code.close();
   } else {
-    code.open("for (int j = lane; j < " + to_str(len) + "; j += 32) {");
+    code.open("for (unsigned j = lane; j < " + to_str(len) + "u; j += 32) {");
     code.line("mx = fmaxf(mx, " + element("j") + ");");
     code.close();
   }
@@ -77,8 +77,8 @@ void emit_softmax(Code& code, const KernelContext& ctx) {
     code.line("sum += x[i];");
     code.close();
   } else {
-    code.line("for (int j = lane; j < " + to_str(len) + "; j += 32) sum += expf(" + element("j") +
-              " - mx);");
+    code.line("for (unsigned j = lane; j < " + to_str(len) + "u; j += 32) sum += expf(" +
+              element("j") + " - mx);");
   }
   code.line("for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);");
   code.line("const float inv = 1.0f / sum;");
@@ -88,7 +88,7 @@ void emit_softmax(Code& code, const KernelContext& ctx) {
     code.line("const int j = lane + 32 * i;");
     code.line("if (j >= " + to_str(len) + ") break;");
   } else {
-    code.open("for (int j = lane; j < " + to_str(len) + "; j += 32) {");
+    code.open("for (unsigned j = lane; j < " + to_str(len) + "u; j += 32) {");
   }
   code.line("const int e = " + offset("j") + ";");
   ElementIndex index;

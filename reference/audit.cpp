@@ -60,6 +60,7 @@ Expected<AuditReport> audit(const ir::Graph& graph, ir::Precision precision, uin
                             RunLimits limits) {
   if (precision == ir::Precision::automatic)
     return make_error("audit: precision 'auto' must be resolved for an arch first");
+  if (Status s = check_limits(graph, limits); !s) return s.error();
   std::vector<Tensor> inputs = random_inputs(graph, seed);
   auto truth = run(graph, inputs, RunMode::fp64(), limits);
   if (!truth) return truth.error();

@@ -35,6 +35,8 @@ Runner bytes_runner(const ir::Graph& graph, ByteRunner run) {
 
 Expected<CheckReport> check_against_fp64(const ir::Graph& graph, ir::Precision precision,
                                          uint64_t seed, const Runner& run) {
+  // The reference's own memory limit, checked before the inputs are drawn.
+  if (Status s = check_limits(graph, RunLimits{}); !s) return s.error();
   std::vector<Tensor> inputs = random_inputs(graph, seed);
   auto expected = reference::run(graph, inputs, RunMode::fp64());
   if (!expected) return make_error("reference: ", expected.error().message);

@@ -78,16 +78,21 @@ RunCost estimate_cost(const ir::Graph& graph) {
   return cost;
 }
 
-Expected<std::vector<Tensor>> run(const ir::Graph& graph, const std::vector<Tensor>& inputs,
-                                  RunMode mode, RunLimits limits) {
-  if (mode.arithmetic == Arithmetic::emulated && mode.precision == ir::Precision::automatic)
-    return make_error("reference: precision 'auto' must be resolved for an arch before running");
-  if (Status status = check_inputs(graph, inputs); !status) return status.error();
+Status check_limits(const ir::Graph& graph, RunLimits limits) {
   RunCost cost = estimate_cost(graph);
   if (cost.bytes > limits.max_bytes)
     return make_error("reference: graph '", graph.name(), "' needs ", std::to_string(cost.bytes),
                       " bytes of host tensors, above the limit of ",
                       std::to_string(limits.max_bytes), " bytes");
+  return Status::success();
+}
+
+Expected<std::vector<Tensor>> run(const ir::Graph& graph, const std::vector<Tensor>& inputs,
+                                  RunMode mode, RunLimits limits) {
+  if (mode.arithmetic == Arithmetic::emulated && mode.precision == ir::Precision::automatic)
+    return make_error("reference: precision 'auto' must be resolved for an arch before running");
+  if (Status status = check_inputs(graph, inputs); !status) return status.error();
+  if (Status status = check_limits(graph, limits); !status) return status.error();
   try {
     std::vector<Tensor> values(graph.nodes().size());
     std::vector<int> remaining_uses = graph.use_counts();
@@ -108,7 +113,7 @@ Expected<std::vector<Tensor>> run(const ir::Graph& graph, const std::vector<Tens
     return outputs;
   } catch (const std::bad_alloc&) {
     return make_error("reference: out of host memory running graph '", graph.name(), "' (",
-                      std::to_string(cost.bytes), " bytes of tensors)");
+                      std::to_string(estimate_cost(graph).bytes), " bytes of tensors)");
   }
 }
 

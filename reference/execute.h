@@ -54,6 +54,10 @@ struct RunCost {
 };
 RunCost estimate_cost(const ir::Graph& graph);
 
+// Fails, with the bytes needed and the limit, when the graph's host tensors exceed `limits`;
+// callers check before they allocate inputs.
+Status check_limits(const ir::Graph& graph, RunLimits limits);
+
 // Runs `graph` on `inputs` (calling-convention order, each of its input's exact type) and returns
 // the outputs in declaration order. Errors: wrong input count or type, an unresolved precision,
 // a graph above `limits.max_bytes` (the message gives both numbers), host memory exhausted.

@@ -2,6 +2,9 @@
 #include "tools/cli.h"
 
 #include <cstdio>
+#include <exception>
+#include <new>
+#include <string>
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln: compile tensor graphs to CUDA kernels and cache them"};
@@ -18,6 +21,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : kiln::tools::k_exit_usage;
+  } catch (const std::bad_alloc&) {
+    // A last line of defence: inputs are bounded before allocating, but a report beats an abort.
+    kiln::tools::print_error("kiln: out of memory");
+    return kiln::tools::k_exit_failure;
+  } catch (const std::exception& e) {
+    kiln::tools::print_error(std::string("kiln: internal error: ") + e.what());
+    return kiln::tools::k_exit_failure;
   }
   return exit_code;
 }

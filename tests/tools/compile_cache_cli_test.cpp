@@ -140,3 +140,64 @@ TEST_F(CompileCacheCli, BadArchOrModeExitsTwoAndMissingNvrtcExitsOne) {
 
 }  // namespace
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// Inputs that once crashed or exhausted memory: each must end in a clear error or in bounded work.
+class RobustnessCli : public ::testing::Test {
+protected:
+  void SetUp() override {
+    char name[] = "/tmp/kiln-robust-test-XXXXXX";
+    m_dir = mkdtemp(name);
+  }
+  void TearDown() override { std::filesystem::remove_all(m_dir); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = m_dir + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string m_dir;
+};
+
+TEST_F(RobustnessCli, ImportOfADirectoryOrADeviceIsBadInput) {
+  for (const std::string& path : {m_dir, std::string("/dev/zero")}) {
+    CliResult r = run_kiln({"import", path, "--cache-dir", m_dir + "/cache"});
+    EXPECT_EQ(r.signal, 0) << path;
+    EXPECT_EQ(r.exit_code, 2) << path << ": " << r.err;
+    EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(RobustnessCli, HugeGraphIsRefusedBeforeTheReferenceAllocates) {
+  std::string huge =
+      write("huge.kg", "graph h {\n  input x: f32[2147483647]\n  y = relu(x)\n  output y\n}\n");
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"audit", huge, "--precision", "high"},
+        std::vector<std::string>{"run", huge, "--emulate", "--precision", "high"}}) {
+    CliResult r = run_kiln(args);
+    EXPECT_EQ(r.signal, 0);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("above the limit"), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(RobustnessCli, LongFusedChainEmitsInLinearSpace) {
+  std::string text = "graph c {\n  input x: f32[64]\n  v0 = relu(x)\n";
+  const int n = 20000;
+  for (int i = 1; i < n; ++i) {
+    text += "  v" + std::to_string(i) + " = relu(v" + std::to_string(i - 1) + ")\n";
+  }
+  text += "  output v" + std::to_string(n - 1) + "\n}\n";
+  CliResult r = run_kiln({"emit", write("chain.kg", text), "--arch", "sm_90", "--no-prelude"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // One fused kernel whose describing comment is cut, not 20,000 nested calls long.
+  size_t comment = r.out.find("// k0_");
+  ASSERT_NE(comment, std::string::npos) << r.out.substr(0, 300);
+  std::string first_line = r.out.substr(comment, r.out.find('\n', comment) - comment);
+  EXPECT_LT(first_line.size(), 200u) << first_line.substr(0, 300);
+  EXPECT_NE(first_line.find("..."), std::string::npos) << first_line;
+}
+
+}  // namespace
+}  // namespace kiln::testing
