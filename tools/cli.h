@@ -19,6 +19,10 @@ void register_run_commands(CLI::App& app, int& exit_code);  // run
 void register_cache_commands(CLI::App& app, int& exit_code);  // stats ls show prune clear ...
 void register_compile_commands(CLI::App& app, int& exit_code);  // emit compile
 
+// Adds `--cache-dir DIR` to `cmd`; an empty DIR is bad usage (it would silently mean the
+// default cache).
+CLI::Option* add_cache_dir_option(CLI::App* cmd, std::string& dir, const std::string& help);
+
 // Prints a message to stderr as it is; messages carry their own context (file:line:col, "audit: ").
 void print_error(const std::string& message);
 

@@ -163,7 +163,7 @@ void register_audit_commands(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
   cmd->add_option("--max-memory", args->max_memory,
                   "refuse graphs needing more host memory than this (default 4G)");
-  cmd->add_option("--cache-dir", args->cache_dir, "accepted for uniformity; audit uses no cache");
+  add_cache_dir_option(cmd, args->cache_dir, "accepted for uniformity; audit uses no cache");
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->add_flag("--strict", args->strict, "exit 1 when an output passes its tolerance");
   cmd->callback([args, &exit_code] { exit_code = run_audit(*args); });

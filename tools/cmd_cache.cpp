@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <ctime>
 #include <memory>
 
@@ -273,6 +274,10 @@ int run_verify(const CacheArgs& args) {
 int run_export(const CacheArgs& args) {
   auto c = open_cache(args);
   if (!c) return k_exit_failure;
+  std::error_code ec;
+  if (std::filesystem::equivalent(args.target, c->db_path(), ec)) {
+    return fail("refusing to export over the cache's own database " + c->db_path(), k_exit_usage);
+  }
   auto entries = c->export_entries();
   if (!entries) return fail(entries.error().message, k_exit_failure);
   if (Status s = cache::write_bundle(args.target, *entries); !s)
@@ -316,7 +321,7 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
   for (const Command& command : k_commands) {
     auto args = std::make_shared<CacheArgs>();
     CLI::App* sub = app.add_subcommand(command.name, command.help);
-    sub->add_option("--cache-dir", args->dir,
+    add_cache_dir_option(sub, args->dir,
                     "cache directory (default: $KILN_CACHE_DIR, "
                     "$XDG_CACHE_HOME/kiln, ~/.cache/kiln)")
         ->type_name("DIR");

@@ -251,7 +251,7 @@ void register_compile_commands(CLI::App& app, int& exit_code) {
   add_target_options(compile, *args);
   compile->add_flag("--no-cache", args->no_cache, "do not use the kernel cache");
   compile->add_flag("--json", args->json, "print one JSON object per graph");
-  compile->add_option("--cache-dir", args->cache_dir, "cache directory");
+  add_cache_dir_option(compile, args->cache_dir, "cache directory");
   compile->callback([args, &exit_code] { exit_code = run_compile(*args); });
 
   auto why_args = std::make_shared<CompileArgs>();
@@ -259,7 +259,7 @@ void register_compile_commands(CLI::App& app, int& exit_code) {
       "why", "explain a cache miss: the cached entries of the same graph and how their keys differ");
   why->add_option("FILE", why_args->files, "graph file (.kg) or -")->required()->expected(1);
   add_target_options(why, *why_args);
-  why->add_option("--cache-dir", why_args->cache_dir, "cache directory");
+  add_cache_dir_option(why, why_args->cache_dir, "cache directory");
   why->add_flag("--json", why_args->json, "print JSON");
   why->callback([why_args, &exit_code] { exit_code = run_why(*why_args); });
 }

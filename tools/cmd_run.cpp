@@ -157,7 +157,8 @@ void register_run_commands(CLI::App& app, int& exit_code) {
   cmd->add_flag("--emulate", args->emulate, "run under the host emulation of CUDA");
   cmd->add_flag("--allow-fallback", args->allow_fallback,
                 "run a mode the arch lacks on the best available path instead of refusing");
-  cmd->add_option("--cache-dir", args->cache_dir, "cache directory for the GPU run (emulation uses none)");
+  add_cache_dir_option(cmd, args->cache_dir,
+                       "cache directory for the GPU run (emulation uses none)");
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([args, cmd, &exit_code] {
     args->arch_given = cmd->count("--arch") > 0;

@@ -33,6 +33,12 @@ int main(int argc, char** argv) {
 }
 
 namespace kiln::tools {
+CLI::Option* add_cache_dir_option(CLI::App* cmd, std::string& dir, const std::string& help) {
+  return cmd->add_option("--cache-dir", dir, help)->check([](const std::string& value) {
+    return value.empty() ? std::string("--cache-dir must name a directory") : std::string();
+  });
+}
+
 void print_error(const std::string& message) {
   std::fprintf(stderr, "%s\n", message.c_str());
 }

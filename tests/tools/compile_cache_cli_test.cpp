@@ -169,6 +169,28 @@ TEST_F(RobustnessCli, ImportOfADirectoryOrADeviceIsBadInput) {
   }
 }
 
+TEST_F(RobustnessCli, EmptyCacheDirIsBadUsageNotTheDefaultCache) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"stats", "--cache-dir", ""},
+                                        std::vector<std::string>{"compile", k_mlp, "--cache-dir", ""},
+                                        std::vector<std::string>{"ls", "--cache-dir", ""}}) {
+    CliResult r = run_kiln(args);
+    EXPECT_EQ(r.exit_code, 2) << args[0];
+    EXPECT_NE(r.err.find("--cache-dir must name a directory"), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(RobustnessCli, ExportRefusesToOverwriteTheLiveDatabase) {
+  std::string cache = m_dir + "/cache";
+  ASSERT_EQ(run_kiln({"compile", k_mlp, "--arch", "sm_90", "--cache-dir", cache}).exit_code, 0);
+  CliResult r = run_kiln({"export", cache + "/kiln.db", "--cache-dir", cache});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("refusing to export over"), std::string::npos) << r.err;
+  CliResult verify = run_kiln({"verify", "--cache-dir", cache});
+  EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  CliResult again = run_kiln({"compile", k_mlp, "--arch", "sm_90", "--json", "--cache-dir", cache});
+  EXPECT_NE(again.out.find("\"cache\":\"hit\""), std::string::npos) << again.out;
+}
+
 TEST_F(RobustnessCli, HugeGraphIsRefusedBeforeTheReferenceAllocates) {
   std::string huge =
       write("huge.kg", "graph h {\n  input x: f32[2147483647]\n  y = relu(x)\n  output y\n}\n");
