@@ -173,6 +173,16 @@ bool needs_coords(const KernelContext& ctx) {
   return false;
 }
 
+void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string& gtype) {
+  const MatmulShape& s = ctx.kernel.shape;
+  const ir::Node& mm = ctx.graph.node(ctx.kernel.group.anchor);
+  code.line("const int bz = (int)blockIdx.z;");
+  code.line("const " + gtype + "* A = " + ctx.param(mm.operands[0]) +
+            (s.a_batch_stride ? " + bz * " + to_str(s.a_batch_stride) : "") + ";");
+  code.line("const " + gtype + "* B = " + ctx.param(mm.operands[1]) +
+            (s.b_batch_stride ? " + bz * " + to_str(s.b_batch_stride) : "") + ";");
+}
+
 ElementIndex matmul_output_index(const KernelContext& ctx) {
   const KernelPlan& k = ctx.kernel;
   const MatmulShape& s = k.shape;

@@ -22,11 +22,7 @@ void emit_matmul_ffma(Code& code, const KernelContext& ctx) {
   code.line("const int tx = tid & 15;");
   code.line("const int ty = tid >> 4;");
   emit_block_origin(code, k);
-  code.line("const int bz = (int)blockIdx.z;");
-  code.line("const " + gtype + "* A = " + ctx.param(mm.operands[0]) +
-            (s.a_batch_stride ? " + bz * " + to_str(s.a_batch_stride) : "") + ";");
-  code.line("const " + gtype + "* B = " + ctx.param(mm.operands[1]) +
-            (s.b_batch_stride ? " + bz * " + to_str(s.b_batch_stride) : "") + ";");
+  emit_batch_operands(code, ctx, gtype);
   code.line("float* sa = (float*)kiln_dynamic_smem();  // [stage][k][m]");
   code.line("float* sb = sa + " + to_str(static_cast<int64_t>(t.stages) * a_elems) +
             ";  // [stage][k][n]");

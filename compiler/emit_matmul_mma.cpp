@@ -215,11 +215,7 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
   code.line("const int wn0 = (warp % " + to_str(k.tile.warps_n) + ") * " +
             to_str(k.tile.bn / k.tile.warps_n) + ";");
   emit_block_origin(code, k);
-  code.line("const int bz = (int)blockIdx.z;");
-  code.line("const " + gtype + "* A = " + ctx.param(mm.operands[0]) +
-            (s.a_batch_stride ? " + bz * " + to_str(s.a_batch_stride) : "") + ";");
-  code.line("const " + gtype + "* B = " + ctx.param(mm.operands[1]) +
-            (s.b_batch_stride ? " + bz * " + to_str(s.b_batch_stride) : "") + ";");
+  emit_batch_operands(code, ctx, gtype);
   code.line(smem_t + "* sa = (" + smem_t + "*)kiln_dynamic_smem();");
   int a_elems = geo.layout.a.rows * geo.layout.a.ld;
   int b_elems = geo.layout.b.rows * geo.layout.b.ld;
