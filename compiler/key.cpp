@@ -7,9 +7,11 @@ namespace kiln::compiler {
 
 KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
                      const ResolvedInfo& resolved) {
+  std::string bytes = ir::canonical_bytes(graph);
+  std::string hash = ir::hash_bytes(bytes.data(), bytes.size()).hex();  // graph_hash(), once
   return {
-      {"graph", ir::canonical_bytes(graph)},
-      {"graph_hash", ir::graph_hash(graph).hex()},
+      {"graph", std::move(bytes)},
+      {"graph_hash", std::move(hash)},
       {"arch", arch_name(options.sm)},
       {"precision", resolved.precision},
       {"nvrtc_version", resolved.nvrtc_version},

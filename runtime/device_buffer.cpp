@@ -8,30 +8,6 @@
 
 namespace kiln {
 
-namespace {
-
-// Makes the device's primary context current on this thread when no context is.
-Status ensure_context(const runtime::DriverApi& cu, int device) {
-  runtime::CuContext context = nullptr;
-  if (auto r = cu.ctx_get_current(&context); r != 0) {
-    return runtime::driver_error(cu, "cuCtxGetCurrent", r);
-  }
-  if (context) return Status::success();
-  runtime::CuDevice handle = 0;
-  if (auto r = cu.device_get(&handle, device); r != 0) {
-    return runtime::driver_error(cu, "cuDeviceGet", r);
-  }
-  if (auto r = cu.primary_ctx_retain(&context, handle); r != 0) {
-    return runtime::driver_error(cu, "cuDevicePrimaryCtxRetain", r);
-  }
-  if (auto r = cu.ctx_set_current(context); r != 0) {
-    return runtime::driver_error(cu, "cuCtxSetCurrent", r);
-  }
-  return Status::success();
-}
-
-}  // namespace
-
 Status gpu_status() {
   auto api = runtime::load_driver();
   if (!api) return api.error();
@@ -46,7 +22,7 @@ Status gpu_status() {
 Expected<DeviceBuffer> DeviceBuffer::allocate(size_t bytes, int device) {
   auto api = runtime::load_driver();
   if (!api) return api.error();
-  if (Status s = ensure_context(**api, device); !s) return s.error();
+  if (auto context = runtime::current_context(**api, device); !context) return context.error();
   runtime::CuDevicePtr pointer = 0;
   if (auto r = (*api)->mem_alloc(&pointer, bytes); r != 0) {
     return runtime::driver_error(**api, ("cuMemAlloc of " + std::to_string(bytes) + " bytes").c_str(), r);

@@ -72,6 +72,25 @@ Expected<const DriverApi*> load_driver() {
   return result;
 }
 
+Expected<CuContext> current_context(const DriverApi& api, int device) {
+  CuContext context = nullptr;
+  if (CuResult r = api.ctx_get_current(&context); r != 0) {
+    return driver_error(api, "cuCtxGetCurrent", r);
+  }
+  if (context) return context;
+  CuDevice handle = 0;
+  if (CuResult r = api.device_get(&handle, device); r != 0) {
+    return driver_error(api, "cuDeviceGet", r);
+  }
+  if (CuResult r = api.primary_ctx_retain(&context, handle); r != 0) {
+    return driver_error(api, "cuDevicePrimaryCtxRetain", r);
+  }
+  if (CuResult r = api.ctx_set_current(context); r != 0) {
+    return driver_error(api, "cuCtxSetCurrent", r);
+  }
+  return context;
+}
+
 Error driver_error(const DriverApi& api, const char* what, CuResult code) {
   const char* text = nullptr;
   if (api.get_error_string) api.get_error_string(code, &text);

@@ -57,6 +57,10 @@ inline constexpr CuResult k_error_no_device = 100;  // CUDA_ERROR_NO_DEVICE
 // when it sees no GPU, or "cuda driver: cuInit failed: ..."; the outcome is remembered.
 Expected<const DriverApi*> load_driver();
 
+// The calling thread's current context; when it has none, device `device`'s primary context,
+// made current. Fails with the driver's message.
+Expected<CuContext> current_context(const DriverApi& api, int device);
+
 // "cuda driver: <what> failed: <driver's message> (<code>)".
 Error driver_error(const DriverApi& api, const char* what, CuResult code);
 

@@ -105,22 +105,9 @@ private:
   // The modules of this executable in the calling thread's current context (the device's
   // primary context when none is current), loaded on first use.
   Expected<LoadedProgram*> loaded_program(const DriverApi& cu) {
-    CuContext context = nullptr;
-    if (CuResult r = cu.ctx_get_current(&context); r != 0) {
-      return driver_error(cu, "cuCtxGetCurrent", r);
-    }
-    if (!context) {
-      CuDevice device = 0;
-      if (CuResult r = cu.device_get(&device, m_device); r != 0) {
-        return driver_error(cu, "cuDeviceGet", r);
-      }
-      if (CuResult r = cu.primary_ctx_retain(&context, device); r != 0) {
-        return driver_error(cu, "cuDevicePrimaryCtxRetain", r);
-      }
-      if (CuResult r = cu.ctx_set_current(context); r != 0) {
-        return driver_error(cu, "cuCtxSetCurrent", r);
-      }
-    }
+    auto current = current_context(cu, m_device);
+    if (!current) return current.error();
+    CuContext context = *current;
     auto [it, fresh] = m_programs.try_emplace(context);
     if (!fresh) return &it->second;
     LoadedProgram& program = it->second;
