@@ -1,69 +1,35 @@
 // Bundle writing and fully verified reading; every length read is checked against the file.
 #include "cache/bundle.h"
 
+#include "cache/entry_codec.h"
+#include "support/byte_reader.h"
+#include "support/byte_writer.h"
+
 #include <xxhash.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 namespace kiln::cache {
 namespace {
 
-constexpr char k_magic[8] = {'K', 'I', 'L', 'N', 'B', 'N', 'D', 'L'};
+constexpr std::string_view k_magic = "KILNBNDL";
 
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-void put_bytes(std::string& out, const std::string& bytes) {
-  put_u64(out, bytes.size());
-  out.append(bytes);
-}
-
-// Reads little-endian integers and length-prefixed strings; any read past the end fails.
-class Reader {
-public:
-  explicit Reader(const std::string& data, size_t end) : m_data(data), m_end(end) {}
-  bool u64(uint64_t& v) {
-    if (m_end - m_pos < 8) return false;
-    v = 0;
-    for (int i = 0; i < 8; ++i)
-      v |= static_cast<uint64_t>(static_cast<unsigned char>(m_data[m_pos + i])) << (8 * i);
-    m_pos += 8;
-    return true;
-  }
-  bool bytes(std::string& out) {
-    uint64_t n = 0;
-    if (!u64(n) || n > m_end - m_pos) return false;
-    out.assign(m_data, m_pos, n);
-    m_pos += n;
-    return true;
-  }
-  size_t remaining() const { return m_end - m_pos; }
-  void skip(size_t n) { m_pos += n; }
-
-private:
-  const std::string& m_data;
-  size_t m_end;
-  size_t m_pos = 0;
-};
-
-bool read_entry(Reader& r, StoredEntry& e) {
+// Version 1 wrote each entry's fields inline, every payload a zstd frame (FORMAT.md); such
+// bundles are still read.
+bool read_v1_entry(ByteReader& r, StoredEntry& e) {
   uint64_t compile_ms = 0, created_ms = 0, field_count = 0, payload_count = 0;
-  if (!r.bytes(e.info.key) || !r.bytes(e.info.summary) || !r.u64(compile_ms) ||
-      !r.u64(created_ms) || !r.u64(field_count))
+  if (!r.str(e.info.key) || !r.str(e.info.summary) || !r.u64(compile_ms) || !r.u64(created_ms) ||
+      !r.u64(field_count))
     return false;
   e.info.compile_ms = static_cast<int64_t>(compile_ms);
   e.info.created_ms = e.info.last_used_ms = static_cast<int64_t>(created_ms);
-  // Each field takes at least 16 bytes, so a count larger than that is a lie; no huge reserve.
   if (field_count > r.remaining() / 16) return false;
   for (uint64_t i = 0; i < field_count; ++i) {
     KeyField f;
-    if (!r.bytes(f.name) || !r.bytes(f.value)) return false;
-    // Fields are written sorted by name, each name once.
+    if (!r.str(f.name) || !r.str(f.value)) return false;
     if (!e.info.fields.empty() && !(e.info.fields.back().name < f.name)) return false;
     e.info.stored_bytes += f.name.size() + f.value.size();
     e.info.fields.push_back(std::move(f));
@@ -71,11 +37,14 @@ bool read_entry(Reader& r, StoredEntry& e) {
   if (!r.u64(payload_count) || payload_count > r.remaining() / 32) return false;
   for (uint64_t i = 0; i < payload_count; ++i) {
     StoredPayload p;
-    if (!r.bytes(p.name) || !r.u64(p.encoded.raw_size) || !r.u64(p.encoded.checksum) ||
-        !r.bytes(p.encoded.compressed))
+    p.encoded.encoding = Encoding::zstd;
+    if (!r.str(p.name) || !r.u64(p.encoded.raw_size) || !r.u64(p.encoded.checksum) ||
+        !r.str(p.encoded.data))
       return false;
-    e.info.stored_bytes += p.name.size() + p.encoded.compressed.size();
+    if (p.encoded.raw_size > k_max_payload_bytes) return false;
+    e.info.stored_bytes += p.name.size() + p.encoded.data.size();
     e.info.raw_bytes += p.encoded.raw_size;
+    if (e.info.raw_bytes > k_max_entry_bytes) return false;
     e.payloads.push_back(std::move(p));
   }
   e.info.stored_bytes += e.info.summary.size();
@@ -85,38 +54,27 @@ bool read_entry(Reader& r, StoredEntry& e) {
 }  // namespace
 
 Status write_bundle(const std::string& path, const std::vector<StoredEntry>& entries) {
-  std::string out(k_magic, sizeof k_magic);
-  put_u64(out, k_bundle_format_version);
-  put_u64(out, entries.size());
+  ByteWriter w;
+  w.raw(k_magic);
+  w.u64(k_bundle_format_version);
+  w.u64(entries.size());
   for (const StoredEntry& e : entries) {
-    put_bytes(out, e.info.key);
-    put_bytes(out, e.info.summary);
-    put_u64(out, static_cast<uint64_t>(e.info.compile_ms));
-    put_u64(out, static_cast<uint64_t>(e.info.created_ms));
-    put_u64(out, e.info.fields.size());
-    for (const KeyField& f : e.info.fields) {
-      put_bytes(out, f.name);
-      put_bytes(out, f.value);
-    }
-    put_u64(out, e.payloads.size());
-    for (const StoredPayload& p : e.payloads) {
-      put_bytes(out, p.name);
-      put_u64(out, p.encoded.raw_size);
-      put_u64(out, p.encoded.checksum);
-      put_bytes(out, p.encoded.compressed);
-    }
+    for (const StoredPayload& p : e.payloads)
+      if (p.apart) return make_error("bundle: entry ", e.info.key, " lacks payload '", p.name, "'");
+    w.str(encode_entry(e));
   }
-  put_u64(out, XXH3_64bits(out.data(), out.size()));
+  std::string out = w.take();
+  ByteWriter tail;
+  tail.u64(XXH3_64bits(out.data(), out.size()));
+  out += tail.take();
   std::string tmp = path + ".tmp";
-  {
-    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-    if (!file) return make_error("cannot write '", tmp, "'");
-    file.write(out.data(), static_cast<std::streamsize>(out.size()));
-    file.flush();
-    if (!file) {
-      std::remove(tmp.c_str());
-      return make_error("writing '", tmp, "' failed");
-    }
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  if (!file) return make_error("cannot write '", tmp, "': ", std::strerror(errno));
+  bool written = std::fwrite(out.data(), 1, out.size(), file) == out.size();
+  written = std::fclose(file) == 0 && written;
+  if (!written) {
+    std::remove(tmp.c_str());
+    return make_error("writing '", tmp, "' failed");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
@@ -151,28 +109,37 @@ Expected<std::vector<StoredEntry>> read_bundle(const std::string& path) {
 
 Expected<std::vector<StoredEntry>> parse_bundle(const std::string& data, const std::string& name) {
   auto bad = [&](const std::string& why) { return make_error("bad bundle '", name, "': ", why); };
-  if (data.size() < sizeof k_magic + 24 ||
-      data.compare(0, sizeof k_magic, k_magic, sizeof k_magic) != 0)
+  if (data.size() < k_magic.size() + 24 || data.compare(0, k_magic.size(), k_magic) != 0)
     return bad("not a kiln cache bundle");
-  size_t body = data.size() - 8;
-  Reader tail(data, data.size());
-  tail.skip(body);
+  std::string_view body(data.data(), data.size() - 8);
+  ByteReader tail(std::string_view(data).substr(body.size()));
   uint64_t stored_sum = 0;
   (void)tail.u64(stored_sum);
-  if (XXH3_64bits(data.data(), body) != stored_sum) return bad("file checksum mismatch");
-  Reader r(data, body);
-  r.skip(sizeof k_magic);
+  if (XXH3_64bits(body.data(), body.size()) != stored_sum) return bad("file checksum mismatch");
+  ByteReader r(body);
+  (void)r.expect(k_magic);
   uint64_t version = 0, count = 0;
   (void)r.u64(version);
-  if (version != k_bundle_format_version)
+  if (version != 1 && version != k_bundle_format_version)
     return bad("format version " + std::to_string(version) + " is not supported");
   if (!r.u64(count) || count > r.remaining() / 48) return bad("entry count is wrong");
   std::vector<StoredEntry> entries;
   for (uint64_t i = 0; i < count; ++i) {
+    std::string where = "entry " + std::to_string(i);
     StoredEntry e;
-    if (!read_entry(r, e)) return bad("entry " + std::to_string(i) + " is truncated or malformed");
+    if (version == 1) {
+      if (!read_v1_entry(r, e)) return bad(where + " is truncated or malformed");
+    } else {
+      std::string_view record;
+      if (!r.str(record)) return bad(where + " is truncated");
+      auto decoded = decode_entry(record);
+      if (!decoded) return bad(where + ": " + decoded.error().message);
+      e = std::move(*decoded);
+      for (const StoredPayload& p : e.payloads)
+        if (p.apart) return bad(where + " lacks the bytes of payload '" + p.name + "'");
+    }
     if (auto ok = verify_stored(e); !ok)
-      return bad("entry " + std::to_string(i) + " (" + e.info.key + "): " + ok.error().message);
+      return bad(where + " (" + e.info.key + "): " + ok.error().message);
     entries.push_back(std::move(e));
   }
   if (r.remaining() != 0) return bad("trailing bytes after the last entry");

@@ -9,7 +9,7 @@
 
 namespace kiln::cache {
 
-inline constexpr unsigned k_bundle_format_version = 1;
+inline constexpr unsigned k_bundle_format_version = 2;  // reads 1 too
 
 // Writes `entries` to `path` (through a temporary file renamed into place). Fails on I/O errors.
 Status write_bundle(const std::string& path, const std::vector<StoredEntry>& entries);

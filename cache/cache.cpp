@@ -1,401 +1,283 @@
-// Lookups, inserts and the batched bookkeeping (hit counts, last-used times, counters).
+// The tiered facade: opening, the remote tier's health, remote reads and writes, push and pull.
 #include "cache/cache.h"
 
-#include "cache/sqlite.h"
+#include "cache/entry_codec.h"
+#include "cache/local/store.h"
+#include "cache/remote/backend.h"
+#include "cache/remote/envelope.h"
+#include "cache/remote/redis.h"
+#include "cache/units.h"
 
-#include <algorithm>
+#include <cstdlib>
 
 namespace kiln::cache {
 namespace {
 
-using sql::Transaction;
-
-// Batched bookkeeping is written after this many touched entries or this much time.
-constexpr size_t k_flush_touches = 64;
-constexpr int64_t k_flush_interval_ms = 1000;
-
-bool disables_cache(int code) {
-  return code == sql::k_readonly || code == sql::k_full || code == sql::k_ioerr ||
-         code == sql::k_cantopen;
-}
-
-// True when `requested` (in any order) equals `stored` (sorted); copies only an unsorted request.
-bool same_fields(const std::vector<KeyField>& requested, const std::vector<KeyField>& stored) {
-  if (requested.size() != stored.size()) return false;
-  if (fields_sorted(requested)) return requested == stored;
-  std::vector<KeyField> sorted = requested;
-  sort_fields(sorted);
-  return sorted == stored;
+std::string env(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
 }
 
 }  // namespace
 
-void Cache::note_write_failure(const Error& error) {
-  ++m_pending.errors;
-  if (m_db && disables_cache(m_db->last_code())) return disable("writing failed: " + error.message);
-  warn(error.message);
+std::unique_ptr<Cache> Cache::open(Options options) {
+  std::unique_ptr<Cache> cache(new Cache());
+  cache->m_options = std::move(options);
+  cache->m_local = local::Store::open(cache->m_options);
+  cache->configure_remote();
+  return cache;
 }
 
-Expected<std::optional<StoredEntry>> Cache::read_stored(const std::string& key,
-                                                        const PayloadSelection& want,
-                                                        bool* rows_missing) {
-  // One read transaction: the three tables come from one snapshot even while others write.
-  auto txn = Transaction::begin(*m_db, Transaction::Kind::read);
-  if (!txn) return txn.error();
-  StoredEntry out;
-  int64_t field_count = 0, payload_count = 0;
-  {
-    auto st = m_db->prepare(
-        "SELECT summary, compile_ms, stored_bytes, raw_bytes, field_count, payload_count,"
-        " created_ms, last_used_ms, hits FROM entries WHERE key = ?");
-    if (!st) return st.error();
-    st->bind_text(1, key);
-    auto row = st->step();
-    if (!row) return row.error();
-    if (!*row) return std::optional<StoredEntry>();
-    EntryInfo& info = out.info;
-    info.key = key;
-    info.summary = st->column_text(0);
-    info.compile_ms = st->column_int64(1);
-    info.stored_bytes = st->column_int64(2);
-    info.raw_bytes = st->column_int64(3);
-    field_count = st->column_int64(4);
-    payload_count = st->column_int64(5);
-    info.created_ms = st->column_int64(6);
-    info.last_used_ms = st->column_int64(7);
-    info.hits = st->column_int64(8);
+std::unique_ptr<Cache> Cache::open_with_remote(Options options, BackendFactory factory) {
+  options.remote = "";
+  auto cache = open(std::move(options));
+  cache->m_remote_factory = std::move(factory);
+  cache->configure_remote();
+  return cache;
+}
+
+Cache::~Cache() = default;
+
+void Cache::configure_remote() {
+  const Options& o = m_options;
+  m_remote_secret = o.remote_key ? *o.remote_key : env("KILN_REMOTE_KEY");
+  if (o.remote_ttl_ms) {
+    m_remote_ttl_ms = *o.remote_ttl_ms;
+  } else if (std::string v = env("KILN_REMOTE_TTL"); !v.empty()) {
+    auto seconds = parse_duration(v);
+    if (seconds && *seconds > 0 && *seconds < uint64_t{1} << 40)
+      m_remote_ttl_ms = static_cast<int64_t>(*seconds) * 1000;
+    else
+      m_local->warn("KILN_REMOTE_TTL: expected a duration such as 30d or 12h; using 30d");
   }
+  if (!m_remote_factory) {
+    std::string url = o.remote ? *o.remote : env("KILN_REMOTE_CACHE");
+    if (url.empty()) return;
+    auto parsed = remote::parse_redis_url(url);
+    if (!parsed) {
+      m_local->warn(parsed.error().message + "; continuing without the remote cache");
+      return;
+    }
+    remote::RedisOptions redis;
+    redis.connect_timeout = o.remote_connect_timeout;
+    redis.op_timeout = o.remote_op_timeout;
+    m_remote_factory = [url = *parsed, redis] { return remote::make_redis_backend(url, redis); };
+  }
+  m_remote = m_remote_factory();
+  m_remote_description = m_remote->describe();
+}
+
+bool Cache::enabled() const { return m_local->enabled(); }
+std::string Cache::disabled_reason() const { return m_local->disabled_reason(); }
+const std::string& Cache::dir() const { return m_local->dir(); }
+std::string Cache::db_path() const { return m_local->db_path(); }
+uint64_t Cache::max_size() const { return m_local->max_size(); }
+std::string Cache::remote_description() const { return m_remote_description; }
+
+remote::Backend* Cache::remote_now() {
+  if (!m_remote) return nullptr;
+  if (m_remote_down_until_ms != 0 && m_local->now() < m_remote_down_until_ms) return nullptr;
+  return m_remote.get();
+}
+
+void Cache::remote_failed(const std::string& what) {
+  m_local->count(local::Counter::remote_errors);
+  m_remote_down_until_ms = m_local->now() + m_options.remote_down_for.count();
+  if (m_remote_warned) return;
+  m_remote_warned = true;
+  m_local->warn("remote cache: " + what + "; going on with the local cache (retried after " +
+                std::to_string(m_options.remote_down_for.count() / 1000) + " s)");
+}
+
+std::optional<Entry> Cache::remote_fetch(const std::string& key,
+                                         const std::vector<KeyField>* fields,
+                                         const PayloadSelection& want, Outcome* outcome,
+                                         const std::string* only_graph) {
+  Outcome ignored;
+  if (!outcome) outcome = &ignored;
+  *outcome = Outcome::failed;
+  std::string value;
   {
-    auto st = m_db->prepare("SELECT name, value FROM fields WHERE key = ? ORDER BY name");
-    if (!st) return st.error();
-    st->bind_text(1, key);
-    for (;;) {
-      auto row = st->step();
-      if (!row) return row.error();
-      if (!*row) break;
-      out.info.fields.push_back({st->column_text(0), st->column_blob(1)});
+    std::lock_guard lock(m_remote_mutex);
+    remote::Backend* backend = remote_now();
+    if (!backend) return std::nullopt;
+    auto got = backend->get(key, m_remote_ttl_ms);
+    if (!got) {
+      remote_failed(got.failure().message);
+      return std::nullopt;
+    }
+    if (!*got) {
+      m_local->count(local::Counter::remote_misses);
+      *outcome = Outcome::miss;
+      return std::nullopt;
+    }
+    value = std::move(**got);
+  }
+  auto reject = [&](const std::string& why) -> std::optional<Entry> {
+    *outcome = Outcome::rejected;
+    m_local->count(local::Counter::remote_rejected);
+    m_local->warn("rejected remote entry " + key + ": " + why);
+    return std::nullopt;
+  };
+  std::string_view record;
+  remote::Opened opened = remote::open(key, value, m_remote_secret, record);
+  if (opened != remote::Opened::good) return reject(remote::describe(opened));
+  auto stored = decode_entry(record);
+  if (!stored) return reject(stored.error().message);
+  if (stored->info.key != key) return reject("it is the entry of key " + stored->info.key);
+  for (const StoredPayload& p : stored->payloads)
+    if (p.apart) return reject("payload '" + p.name + "' is missing");
+  if (fields) {
+    std::vector<KeyField> sorted = *fields;
+    sort_fields(sorted);
+    if (sorted != stored->info.fields) return reject("its key fields differ from the request");
+  }
+  auto entry = verify_stored(*stored);  // fields hash to the key; every payload's checksum
+  if (!entry) return reject(entry.error().message);
+  if (only_graph && entry->info.field("graph_hash") != *only_graph) {
+    *outcome = Outcome::other_graph;
+    return std::nullopt;
+  }
+  *outcome = Outcome::hit;
+  m_local->count(local::Counter::remote_hits);
+  m_local->count(local::Counter::time_saved_ms,
+                 static_cast<uint64_t>(std::max<int64_t>(0, entry->info.compile_ms)));
+  if (m_local->enabled() && !m_local->contains(key)) {
+    // A verified local entry is never overridden by a remote one.
+    auto prepared = local::prepared_for_store(*stored);
+    if (prepared) {
+      prepared->info.created_ms = prepared->info.last_used_ms = m_local->now();
+      (void)m_local->insert(std::move(*prepared));
     }
   }
-  // Every payload row is listed (and counted); a partial read leaves the data of the others
-  // unread and fetches the selected ones by their position.
-  int64_t payload_rows = 0;
-  std::vector<int64_t> selected_ords;
-  {
-    auto st = m_db->prepare(
-        want.all ? "SELECT name, raw_size, checksum, ord, data FROM payloads WHERE key = ?"
-                   " ORDER BY ord"
-                 : "SELECT name, raw_size, checksum, ord FROM payloads WHERE key = ? ORDER BY ord");
-    if (!st) return st.error();
-    st->bind_text(1, key);
-    for (;;) {
-      auto row = st->step();
-      if (!row) return row.error();
-      if (!*row) break;
-      ++payload_rows;
-      StoredPayload p;
-      p.name = st->column_text(0);
-      if (!want.wants(p.name)) continue;
-      p.encoded.raw_size = static_cast<uint64_t>(st->column_int64(1));
-      p.encoded.checksum = static_cast<uint64_t>(st->column_int64(2));
-      if (want.all)
-        p.encoded.compressed = st->column_blob(4);
-      else
-        selected_ords.push_back(st->column_int64(3));
-      out.payloads.push_back(std::move(p));
-    }
-  }
-  for (size_t i = 0; i < selected_ords.size(); ++i) {
-    auto st = m_db->prepare("SELECT data FROM payloads WHERE key = ? AND ord = ?");
-    if (!st) return st.error();
-    st->bind_text(1, key).bind(2, selected_ords[i]);
-    auto row = st->step();
-    if (!row) return row.error();
-    if (*row) out.payloads[i].encoded.compressed = st->column_blob(0);
-  }
-  if (Status s = txn->commit(); !s) return s.error();
-  // Counts that disagree with the rows mean rows went missing: a bad entry, like a bad checksum.
-  *rows_missing = static_cast<int64_t>(out.info.fields.size()) != field_count ||
-                  payload_rows != payload_count;
-  return std::optional<StoredEntry>(std::move(out));
+  std::vector<Payload> kept;
+  for (Payload& p : entry->payloads)
+    if (want.wants(p.name)) kept.push_back(std::move(p));
+  entry->payloads = std::move(kept);
+  return std::move(*entry);
 }
 
-Cache::Checked Cache::read_checked(const std::string& key, const PayloadSelection& want) {
-  Checked out;
-  bool rows_missing = false;
-  auto stored = read_stored(key, want, &rows_missing);
-  if (!stored) {
-    out.kind = Checked::Kind::failure;
-    out.reason = stored.error().message;
-    return out;
-  }
-  if (!stored->has_value()) return out;
-  out.stored = std::move(**stored);
-  auto entry = rows_missing ? Expected<Entry>(make_error("rows of the entry are missing"))
-                            : verify_stored(out.stored);
-  if (!entry) {
-    out.kind = Checked::Kind::bad;
-    out.reason = entry.error().message;
-    return out;
-  }
-  out.kind = Checked::Kind::good;
-  out.entry = std::move(*entry);
-  return out;
+void Cache::remote_put(const StoredEntry& entry) {
+  std::string value = remote::seal(entry.info.key, encode_entry(entry), m_remote_secret);
+  std::lock_guard lock(m_remote_mutex);
+  remote::Backend* backend = remote_now();
+  if (!backend) return;
+  auto put = backend->put(entry.info.key, value, m_remote_ttl_ms);
+  if (!put) return remote_failed(put.failure().message);
+  m_local->count(local::Counter::remote_puts);
 }
-
-Error Cache::disabled_error() const { return make_error("cache: disabled: ", m_disabled_reason); }
 
 Lookup Cache::lookup(const std::string& key, const std::vector<KeyField>& fields,
                      const PayloadSelection& want) {
-  std::lock_guard lock(m_mutex);
-  return lookup_locked(key, &fields, Count::yes, want);
+  Lookup local = m_local->lookup(key, &fields, local::Store::Count::yes, want);
+  if (local.hit() || !m_remote) return local;
+  if (auto entry = remote_fetch(key, &fields, want)) {
+    local.status = LookupStatus::hit;
+    local.entry = std::move(*entry);
+  }
+  return local;
 }
 
 Lookup Cache::read(const std::string& key) {
-  std::lock_guard lock(m_mutex);
-  return lookup_locked(key, nullptr, Count::no, PayloadSelection());
-}
-
-Lookup Cache::lookup_locked(const std::string& key, const std::vector<KeyField>* fields,
-                            Count count, const PayloadSelection& want) {
-  Lookup result;
-  if (!m_db) {
-    result.status = LookupStatus::failure;
-    result.failure = "the cache is disabled: " + m_disabled_reason;
-    return result;
-  }
-  Checked checked = read_checked(key, want);
-  if (checked.kind == Checked::Kind::failure) {
-    ++m_pending.errors;
-    result.status = LookupStatus::failure;
-    result.failure = checked.reason;
-    return result;
-  }
-  if (checked.kind == Checked::Kind::good && fields &&
-      !same_fields(*fields, checked.entry.info.fields)) {
-    checked.kind = Checked::Kind::bad;
-    checked.reason = "stored key fields differ from the request";
-  }
-  if (checked.kind != Checked::Kind::good) {
-    if (checked.kind == Checked::Kind::bad) drop_bad(key, checked.reason);
-    if (count == Count::yes) ++m_pending.misses;
-    result.status = LookupStatus::miss;
-    return result;
-  }
-  result.status = LookupStatus::hit;
-  result.entry = std::move(checked.entry);
-  if (count == Count::yes) count_hit(result.entry);
-  return result;
-}
-
-void Cache::count_hit(Entry& entry) {
-  int64_t t = now();
-  auto& touch = m_pending.touches[entry.info.key];
-  touch.first += 1;
-  touch.second = std::max(touch.second, t);
-  ++m_pending.hits;
-  m_pending.saved_ms += static_cast<uint64_t>(std::max<int64_t>(0, entry.info.compile_ms));
-  entry.info.hits += 1;
-  entry.info.last_used_ms = t;
-  maybe_flush_locked();
-}
-
-Status Cache::drop(const std::string& key) {
-  for (const char* sql : {"DELETE FROM payloads WHERE key = ?", "DELETE FROM fields WHERE key = ?",
-                          "DELETE FROM entries WHERE key = ?"}) {
-    auto st = m_db->prepare(sql);
-    if (!st) return st.error();
-    st->bind_text(1, key);
-    if (Status s = st->run(); !s) return s;
-  }
-  return Status::success();
-}
-
-void Cache::drop_bad(const std::string& key, const std::string& reason) {
-  ++m_pending.errors;
-  m_pending.touches.erase(key);
-  warn("dropped bad entry " + key + ": " + reason);
-  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
-  Status s = txn ? drop(key) : Status(txn.error());
-  if (s) s = txn->commit();
-  if (!s) note_write_failure(s.error());
+  (void)m_local->flush();  // for display: hit counts and last use as of now
+  return m_local->lookup(key, nullptr, local::Store::Count::no, PayloadSelection());
 }
 
 Status Cache::store(const std::string& key, const std::vector<KeyField>& fields,
                     const Contents& contents) {
-  std::lock_guard lock(m_mutex);
-  return insert_locked(key, fields, contents);
+  if (!m_local->enabled() && !m_remote) return make_error("cache: disabled: ", disabled_reason());
+  auto entry = m_local->encode_contents(key, fields, contents);
+  if (!entry) return entry.error();
+  if (m_remote) remote_put(*entry);
+  if (!m_local->enabled()) return make_error("cache: disabled: ", disabled_reason());
+  return m_local->insert(std::move(*entry));
 }
 
-Status Cache::insert_locked(const std::string& key, std::vector<KeyField> fields,
-                            const Contents& contents) {
-  if (!m_db) return disabled_error();
-  sort_fields(fields);
-  for (size_t i = 1; i < fields.size(); ++i)
-    if (fields[i].name == fields[i - 1].name)
-      return make_error("cache: duplicate key field '", fields[i].name, "'");
-  StoredEntry entry;
-  entry.info.key = key;
-  entry.info.summary = contents.summary;
-  entry.info.compile_ms = contents.compile_ms;
-  entry.info.stored_bytes = contents.summary.size();
-  for (const KeyField& f : fields) entry.info.stored_bytes += f.name.size() + f.value.size();
-  entry.info.fields = std::move(fields);
-  // Compress before taking the write lock, so other processes wait only for the insert.
-  for (const Payload& p : contents.payloads) {
-    auto encoded = encode(p.bytes);
-    if (!encoded) return make_error("cache: storing ", key, ": ", encoded.error().message);
-    entry.info.stored_bytes += p.name.size() + encoded->compressed.size();
-    entry.info.raw_bytes += encoded->raw_size;
-    entry.payloads.push_back({p.name, std::move(*encoded)});
+std::optional<bool> Cache::remote_contains(const std::string& key) {
+  std::lock_guard lock(m_remote_mutex);
+  remote::Backend* backend = remote_now();
+  if (!backend) return std::nullopt;
+  auto present = backend->exists(key);
+  if (!present) {
+    remote_failed(present.failure().message);
+    return std::nullopt;
   }
-  entry.info.created_ms = entry.info.last_used_ms = now();
-  bool over_cap = false;
-  Status inserted = [&]() -> Status {
-    auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
-    if (!txn) return txn.error();
-    if (Status s = insert_rows(entry); !s) return s;
-    auto total = m_db->query_int("SELECT coalesce(sum(stored_bytes), 0) FROM entries");
-    if (!total) return total.error();
-    over_cap = m_max_size != 0 && static_cast<uint64_t>(*total) > m_max_size;
-    if (m_options.before_commit) m_options.before_commit();
-    return txn->commit();
-  }();
-  if (!inserted) {
-    note_write_failure(inserted.error());
-    return inserted;
-  }
-  if (!over_cap) return Status::success();
-  auto evicted = evict_locked(m_max_size, key);
-  if (!evicted) note_write_failure(evicted.error());
-  return Status::success();
+  return *present;
 }
 
-Status Cache::insert_rows(const StoredEntry& entry) {
-  const EntryInfo& info = entry.info;
-  if (Status s = drop(info.key); !s) return s;
-  auto st = m_db->prepare(
-      "INSERT INTO entries(key, summary, compile_ms, stored_bytes, raw_bytes, field_count,"
-      " payload_count, created_ms, last_used_ms, hits) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  if (!st) return st.error();
-  st->bind_text(1, info.key).bind_text(2, info.summary).bind(3, info.compile_ms);
-  st->bind(4, static_cast<int64_t>(info.stored_bytes))
-      .bind(5, static_cast<int64_t>(info.raw_bytes));
-  st->bind(6, static_cast<int64_t>(info.fields.size()));
-  st->bind(7, static_cast<int64_t>(entry.payloads.size()));
-  st->bind(8, info.created_ms).bind(9, info.last_used_ms).bind(10, info.hits);
-  if (Status s = st->run(); !s) return s;
-  for (const KeyField& f : info.fields) {
-    auto fs = m_db->prepare("INSERT INTO fields(key, name, value) VALUES(?, ?, ?)");
-    if (!fs) return fs.error();
-    fs->bind_text(1, info.key).bind_text(2, f.name).bind_blob(3, f.value);
-    if (Status s = fs->run(); !s) return s;
+Expected<PushReport> Cache::push() {
+  if (!m_remote) return make_error("no remote cache configured (KILN_REMOTE_CACHE or --remote)");
+  auto entries = m_local->list();
+  if (!entries) return entries.error();
+  PushReport report;
+  for (const EntryInfo& info : *entries) {
+    auto stored = m_local->read_full(info.key);
+    if (!stored || !*stored) {
+      ++report.skipped_bad;
+      continue;
+    }
+    std::string value = remote::seal(info.key, encode_entry(**stored), m_remote_secret);
+    std::lock_guard lock(m_remote_mutex);
+    if (!m_remote) break;
+    auto put = m_remote->put(info.key, value, m_remote_ttl_ms);
+    if (!put) {
+      remote_failed(put.failure().message);
+      return make_error("remote cache: ", put.failure().message);
+    }
+    m_local->count(local::Counter::remote_puts);
+    ++report.pushed;
   }
-  int64_t ord = 0;
-  for (const StoredPayload& p : entry.payloads) {
-    auto ps = m_db->prepare(
-        "INSERT INTO payloads(key, ord, name, raw_size, checksum, data) VALUES(?, ?, ?, ?, ?, ?)");
-    if (!ps) return ps.error();
-    ps->bind_text(1, info.key).bind(2, ord++).bind_text(3, p.name);
-    ps->bind(4, static_cast<int64_t>(p.encoded.raw_size));
-    ps->bind(5, static_cast<int64_t>(p.encoded.checksum)).bind_blob(6, p.encoded.compressed);
-    if (Status s = ps->run(); !s) return s;
-  }
-  return Status::success();
+  return report;
 }
 
-void Cache::maybe_flush_locked() {
-  if (m_pending.touches.size() < k_flush_touches && now() - m_last_flush_ms < k_flush_interval_ms)
-    return;
-  // On the hit path: never wait for another process's write; try again on a later hit.
-  m_db->set_busy_timeout(0);
-  Status s = flush_locked();
-  if (m_db) m_db->set_busy_timeout(m_options.busy_timeout_ms);
-  if (!s && m_db && m_db->last_code() != sql::k_busy) note_write_failure(s.error());
-}
-
-Status Cache::flush() {
-  std::lock_guard lock(m_mutex);
-  return flush_locked();
-}
-
-Status Cache::flush_locked() {
-  m_last_flush_ms = now();
-  if (!m_db || m_pending.empty()) return Status::success();
-  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
-  if (!txn) return txn.error();
-  for (const auto& [key, touch] : m_pending.touches) {
-    auto st = m_db->prepare(
-        "UPDATE entries SET hits = hits + ?, last_used_ms = max(last_used_ms, ?) WHERE key = ?");
-    if (!st) return st.error();
-    st->bind(1, touch.first).bind(2, touch.second).bind_text(3, key);
-    if (Status s = st->run(); !s) return s;
+Expected<PullReport> Cache::pull(const std::optional<std::string>& graph_hash) {
+  if (!m_remote) return make_error("no remote cache configured (KILN_REMOTE_CACHE or --remote)");
+  if (!m_local->enabled()) return make_error("cache: disabled: ", disabled_reason());
+  std::vector<std::string> keys;
+  {
+    std::lock_guard lock(m_remote_mutex);
+    // Keys are 32 hex digits; lock names and anything else under the prefix are left alone.
+    auto listed = m_remote->list("", size_t{1} << 20);
+    if (!listed) return make_error("remote cache: ", listed.failure().message);
+    for (std::string& k : *listed)
+      if (k.size() == 32 && is_key_prefix(k)) keys.push_back(std::move(k));
   }
-  std::pair<const char*, uint64_t> counters[] = {{"hits", m_pending.hits},
-                                                 {"misses", m_pending.misses},
-                                                 {"errors", m_pending.errors},
-                                                 {"time_saved_ms", m_pending.saved_ms}};
-  for (const auto& [name, value] : counters) {
-    if (value == 0) continue;
-    auto st = m_db->prepare(
-        "INSERT INTO stats(name, value) VALUES(?, ?)"
-        " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value");
-    if (!st) return st.error();
-    st->bind_text(1, name).bind(2, static_cast<int64_t>(value));
-    if (Status s = st->run(); !s) return s;
+  PullReport report;
+  for (const std::string& key : keys) {
+    if (m_local->contains(key)) {
+      ++report.already_present;
+      continue;
+    }
+    Outcome outcome;
+    (void)remote_fetch(key, nullptr, PayloadSelection::only({}), &outcome,
+                       graph_hash ? &*graph_hash : nullptr);
+    if (outcome == Outcome::hit) ++report.pulled;
+    if (outcome == Outcome::rejected) ++report.rejected;
+    if (outcome == Outcome::failed) return make_error("remote cache: unavailable");
   }
-  // Cleared only once written: a failed flush keeps its counts for the next one.
-  if (Status s = txn->commit(); !s) return s;
-  m_pending = Pending();
-  return Status::success();
+  return report;
 }
 
-Expected<Stats> Cache::stats() {
-  std::lock_guard lock(m_mutex);
-  if (!m_db) return disabled_error();
-  if (Status s = flush_locked(); !s) return s.error();
-  Stats out;
-  auto st = m_db->prepare(
-      "SELECT count(*), coalesce(sum(stored_bytes), 0), coalesce(sum(raw_bytes), 0) FROM entries");
-  if (!st) return st.error();
-  auto row = st->step();
-  if (!row) return row.error();
-  out.entries = st->column_int64(0);
-  out.bytes = st->column_int64(1);
-  out.raw_bytes = st->column_int64(2);
-  auto counters = m_db->prepare("SELECT name, value FROM stats");
-  if (!counters) return counters.error();
-  for (;;) {
-    auto r = counters->step();
-    if (!r) return r.error();
-    if (!*r) break;
-    std::string name = counters->column_text(0);
-    auto value = static_cast<uint64_t>(counters->column_int64(1));
-    if (name == "hits")
-      out.hits = value;
-    else if (name == "misses")
-      out.misses = value;
-    else if (name == "errors")
-      out.errors = value;
-    else if (name == "time_saved_ms")
-      out.time_saved_ms = value;
-    else if (name == "zeroed_ms")
-      out.zeroed_ms = static_cast<int64_t>(value);
-  }
-  return out;
+Expected<Stats> Cache::stats() { return m_local->stats(); }
+Status Cache::zero_stats() { return m_local->zero_stats(); }
+Expected<std::vector<EntryInfo>> Cache::list() { return m_local->list(); }
+Expected<std::vector<std::string>> Cache::keys_with_prefix(const std::string& prefix, int limit) {
+  return m_local->keys_with_prefix(prefix, limit);
 }
-
-Status Cache::zero_stats() {
-  std::lock_guard lock(m_mutex);
-  if (!m_db) return disabled_error();
-  m_pending.hits = m_pending.misses = m_pending.errors = m_pending.saved_ms = 0;
-  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
-  if (!txn) return txn.error();
-  if (Status s = m_db->exec("DELETE FROM stats"); !s) return s;
-  auto st = m_db->prepare("INSERT INTO stats(name, value) VALUES('zeroed_ms', ?)");
-  if (!st) return st.error();
-  st->bind(1, now());
-  if (Status s = st->run(); !s) return s;
-  return txn->commit();
+Expected<std::vector<Nearest>> Cache::nearest(const std::vector<KeyField>& request,
+                                              const std::string& anchor) {
+  return m_local->nearest(request, anchor);
 }
+Expected<VerifyReport> Cache::verify(Fix fix) { return m_local->verify(fix); }
+Expected<PruneReport> Cache::prune(std::optional<uint64_t> max_size,
+                                   std::optional<uint64_t> older_than_s) {
+  return m_local->prune(max_size, older_than_s);
+}
+Expected<PruneReport> Cache::clear() { return m_local->clear(); }
+Expected<std::vector<StoredEntry>> Cache::export_entries() { return m_local->export_entries(); }
+Expected<ImportReport> Cache::import_entries(const std::vector<StoredEntry>& entries) {
+  return m_local->import_entries(entries);
+}
+Status Cache::flush() { return m_local->flush(); }
 
 }  // namespace kiln::cache

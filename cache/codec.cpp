@@ -1,4 +1,4 @@
-// zstd compression and XXH3 checksums for payloads.
+// Raw or zstd payloads and their XXH3 checksums.
 #include "cache/codec.h"
 
 #include <xxhash.h>
@@ -25,25 +25,38 @@ ZSTD_DCtx* thread_dctx() {
 
 uint64_t checksum(const std::string& bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
-Expected<Encoded> encode(const std::string& raw) {
+Expected<Encoded> encode(const std::string& raw, Encoding encoding) {
   if (raw.size() > k_max_payload_bytes)
     return make_error("payload of ", std::to_string(raw.size()), " bytes exceeds the limit");
   Encoded out;
+  out.encoding = encoding;
   out.raw_size = raw.size();
   out.checksum = checksum(raw);
-  out.compressed.resize(ZSTD_compressBound(raw.size()));
-  size_t n = ZSTD_compress(out.compressed.data(), out.compressed.size(), raw.data(), raw.size(),
+  if (encoding == Encoding::raw) {
+    out.data = raw;
+    return out;
+  }
+  out.data.resize(ZSTD_compressBound(raw.size()));
+  size_t n = ZSTD_compress(out.data.data(), out.data.size(), raw.data(), raw.size(),
                            k_zstd_level);
   if (ZSTD_isError(n)) return make_error("zstd: compressing failed: ", ZSTD_getErrorName(n));
-  out.compressed.resize(n);
+  out.data.resize(n);
   return out;
 }
 
 Expected<std::string> decode(const Encoded& encoded) {
   if (encoded.raw_size > k_max_payload_bytes)
     return make_error("stored size ", std::to_string(encoded.raw_size), " exceeds the limit");
+  if (encoded.encoding == Encoding::raw) {
+    if (encoded.data.size() != encoded.raw_size)
+      return make_error("stored ", std::to_string(encoded.data.size()), " bytes, expected ",
+                        std::to_string(encoded.raw_size));
+    if (checksum(encoded.data) != encoded.checksum) return make_error("checksum mismatch");
+    return encoded.data;
+  }
+  if (encoded.encoding != Encoding::zstd) return make_error("unknown payload encoding");
   unsigned long long frame =
-      ZSTD_getFrameContentSize(encoded.compressed.data(), encoded.compressed.size());
+      ZSTD_getFrameContentSize(encoded.data.data(), encoded.data.size());
   if (frame == ZSTD_CONTENTSIZE_ERROR || frame == ZSTD_CONTENTSIZE_UNKNOWN)
     return make_error("compressed data is not a zstd frame");
   if (frame != encoded.raw_size)
@@ -52,8 +65,8 @@ Expected<std::string> decode(const Encoded& encoded) {
   ZSTD_DCtx* dctx = thread_dctx();
   if (!dctx) return make_error("zstd: cannot create a decompression context");
   std::string raw(encoded.raw_size, '\0');
-  size_t n = ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), encoded.compressed.data(),
-                                 encoded.compressed.size());
+  size_t n = ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), encoded.data.data(),
+                                 encoded.data.size());
   if (ZSTD_isError(n)) return make_error("zstd: ", ZSTD_getErrorName(n));
   if (n != encoded.raw_size) return make_error("decompressed size does not match");
   if (checksum(raw) != encoded.checksum) return make_error("checksum mismatch");

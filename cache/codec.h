@@ -1,4 +1,4 @@
-// Payload encoding: zstd compression plus an XXH3-64 checksum of the uncompressed bytes.
+// Payload encoding: stored raw or as a zstd frame, with an XXH3-64 checksum of the raw bytes.
 #pragma once
 
 #include "support/expected.h"
@@ -8,14 +8,20 @@
 
 namespace kiln::cache {
 
-// Largest uncompressed payload the cache accepts or will decompress (guards against a corrupt
-// size field asking for an unbounded allocation).
-inline constexpr uint64_t k_max_payload_bytes = uint64_t{1} << 30;
+// Largest raw payload the cache accepts or will decode, and the largest raw total of one entry:
+// kiln's own entries are a few MiB at most (FORMAT.md), so a declared size past these is damage
+// or an attack, refused before anything is allocated.
+inline constexpr uint64_t k_max_payload_bytes = uint64_t{256} << 20;
+inline constexpr uint64_t k_max_entry_bytes = uint64_t{512} << 20;
 
-// A payload as stored: compressed bytes, the uncompressed size, and the checksum of the
-// uncompressed bytes.
+// How a payload's bytes are stored. Cubins and the artifact are read on every hit and stored raw
+// (decoding zstd would cost ~10x the rest of a hit); PTX, source and log are compressed.
+enum class Encoding : uint64_t { raw = 0, zstd = 1 };
+
+// A payload as stored: its bytes (raw or a zstd frame), the raw size, and the raw bytes' checksum.
 struct Encoded {
-  std::string compressed;
+  Encoding encoding = Encoding::zstd;
+  std::string data;
   uint64_t raw_size = 0;
   uint64_t checksum = 0;
 };
@@ -23,9 +29,9 @@ struct Encoded {
 uint64_t checksum(const std::string& bytes);
 
 // Fails only when the payload is too large or zstd fails.
-Expected<Encoded> encode(const std::string& raw);
+Expected<Encoded> encode(const std::string& raw, Encoding encoding = Encoding::zstd);
 
-// Decompresses and verifies size and checksum; fails with a message saying what did not match.
+// Decodes and verifies size and checksum; fails with a message saying what did not match.
 Expected<std::string> decode(const Encoded& encoded);
 
 }  // namespace kiln::cache

@@ -27,6 +27,12 @@ bool PayloadSelection::wants(const std::string& name) const {
   return false;
 }
 
+bool stored_apart(const std::string& name) {
+  return name == k_payload_source || name == k_payload_log ||
+         name.compare(0, std::char_traits<char>::length(k_payload_ptx_prefix),
+                      k_payload_ptx_prefix) == 0;
+}
+
 const Payload* Entry::find_payload(const std::string& name) const {
   for (const Payload& p : payloads)
     if (p.name == name) return &p;
@@ -40,6 +46,7 @@ Expected<Entry> verify_stored(const StoredEntry& stored) {
   entry.info = stored.info;
   entry.payloads.reserve(stored.payloads.size());
   for (const StoredPayload& p : stored.payloads) {
+    if (p.apart) continue;  // not read: checked when it is
     auto raw = decode(p.encoded);
     if (!raw) return make_error("payload '", p.name, "': ", raw.error().message);
     entry.payloads.push_back({p.name, std::move(*raw)});

@@ -68,19 +68,25 @@ struct Entry {
   const Payload* find_payload(const std::string& name) const;
 };
 
-// A payload as stored (compressed, with size and checksum); used by bundles and verification.
+// A payload as stored (raw or compressed, with size and checksum).
 struct StoredPayload {
   std::string name;
   Encoded encoded;
+  // Not here: kept apart from the entry's record (the local store keeps PTX, source and log in
+  // rows of their own, read on demand) and not read; `encoded.data` is empty.
+  bool apart = false;
 };
+
+// True for the payloads the local store keeps apart: "source", "log" and "ptx:*" (FORMAT.md).
+bool stored_apart(const std::string& payload_name);
 
 struct StoredEntry {
   EntryInfo info;
   std::vector<StoredPayload> payloads;
 };
 
-// Decodes every payload of `stored` and checks that its fields hash to its key; the error says
-// which payload or field failed. A read of selected payloads holds (and so checks) only those.
+// Decodes every payload of `stored` (one at a time) and checks that its fields hash to its key;
+// the error says which payload or field failed. Payloads still `apart` are not there to check.
 Expected<Entry> verify_stored(const StoredEntry& stored);
 
 }  // namespace kiln::cache

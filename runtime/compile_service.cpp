@@ -126,7 +126,7 @@ Expected<CompileResult> compile_prepared(const ir::Graph& graph,
     return artifact;
   };
 
-  if (!cache || !cache->enabled()) {
+  if (!cache || (!cache->enabled() && !cache->has_remote())) {
     result.lookup_us = lookup_us();
     auto artifact = compile_now();
     if (!artifact) return artifact.error();
@@ -164,6 +164,7 @@ Expected<CompileResult> compile_prepared(const ir::Graph& graph,
   }
   result.artifact = std::move(*artifact);
   result.hit = true;
+  result.remote_hit = fetched->source == cache::FetchSource::remote_hit;
   result.compile_ms = static_cast<double>(compile_ms);
   return result;
 }

@@ -21,6 +21,7 @@ struct CompileResult {
   std::string graph_hash;  // 32 hex digits
   std::string key;         // 32 hex digits
   bool hit = false;        // served from the cache (possibly after another process compiled it)
+  bool remote_hit = false; // served by the remote tier (and now stored locally)
   double compile_ms = 0;   // NVRTC + codegen time of this compile, or of the cached one on a hit
   double lookup_us = 0;    // key + lookup + checksums + decompression + decode
 };

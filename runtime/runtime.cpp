@@ -29,6 +29,7 @@ public:
     if (m_options.use_cache) {
       cache::Options cache_options;
       cache_options.dir = m_options.cache_dir;
+      cache_options.remote = m_options.remote_cache;
       auto log = m_options.log;
       cache_options.warn = [log](const std::string& message) {
         log(LogLevel::warning, "cache: " + message);

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 
 namespace kiln::tools {
@@ -22,6 +23,10 @@ void register_compile_commands(CLI::App& app, int& exit_code);  // emit compile
 // Adds `--cache-dir DIR` to `cmd`; an empty DIR is bad usage (it would silently mean the
 // default cache).
 CLI::Option* add_cache_dir_option(CLI::App* cmd, std::string& dir, const std::string& help);
+
+// Adds `--remote URL` (the remote cache tier, overriding $KILN_REMOTE_CACHE; "" turns it off) to
+// `cmd`; a URL that is not redis://[:password@]host[:port][/db][?prefix=P] is bad usage.
+CLI::Option* add_remote_option(CLI::App* cmd, std::optional<std::string>& remote);
 
 // Prints a message to stderr as it is; messages carry their own context (file:line:col, "audit: ").
 void print_error(const std::string& message);

@@ -1,4 +1,5 @@
-// Cache commands: `kiln stats`, `ls`, `show`, `prune`, `clear`, `verify`, `export`, `import`.
+// Cache commands: `kiln stats`, `ls`, `show`, `prune`, `clear`, `verify`, `export`, `import`,
+// `push`, `pull`.
 // None of them needs CUDA. Exit 0 on success; 1 when the work fails (an unusable cache, a damaged
 // entry, `verify` finding any bad entry even with --fix); 2 on bad usage or input (a bad size, an
 // ambiguous key prefix, a bad bundle).
@@ -28,6 +29,8 @@ struct CacheArgs {
   bool source = false, ptx = false, log = false;
   std::string max_size, older_than;
   bool fix = false;
+  std::optional<std::string> remote;
+  std::string graph;  // pull --graph
 };
 
 std::string iso_time(int64_t unix_ms) {
@@ -53,6 +56,7 @@ bool printable(const std::string& value) {
 std::unique_ptr<cache::Cache> open_cache(const CacheArgs& args) {
   cache::Options options;
   options.dir = args.dir;
+  options.remote = args.remote;
   auto opened = cache::Cache::open(options);
   if (!opened->enabled()) return nullptr;
   return opened;
@@ -81,7 +85,14 @@ int run_stats(const CacheArgs& args) {
               {"hits", stats->hits},
               {"misses", stats->misses},
               {"errors", stats->errors},
-              {"time_saved_ms", stats->time_saved_ms}};
+              {"time_saved_ms", stats->time_saved_ms},
+              {"remote",
+               {{"backend", c->remote_description()},
+                {"hits", stats->remote_hits},
+                {"misses", stats->remote_misses},
+                {"errors", stats->remote_errors},
+                {"rejected", stats->remote_rejected},
+                {"puts", stats->remote_puts}}}};
     std::printf("%s\n", dump(j).c_str());
     return k_exit_ok;
   }
@@ -96,6 +107,12 @@ int run_stats(const CacheArgs& args) {
   std::printf("misses        %llu\n", static_cast<unsigned long long>(stats->misses));
   std::printf("errors        %llu\n", static_cast<unsigned long long>(stats->errors));
   std::printf("time saved    %.3f s\n", static_cast<double>(stats->time_saved_ms) / 1000.0);
+  auto count = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  std::printf("remote        %s\n",
+              c->has_remote() ? c->remote_description().c_str() : "none (KILN_REMOTE_CACHE)");
+  std::printf("remote hits   %llu (misses %llu, errors %llu, rejected %llu, puts %llu)\n",
+              count(stats->remote_hits), count(stats->remote_misses), count(stats->remote_errors),
+              count(stats->remote_rejected), count(stats->remote_puts));
   if (stats->zeroed_ms) std::printf("since         %s\n", iso_time(stats->zeroed_ms).c_str());
   return k_exit_ok;
 }
@@ -299,6 +316,36 @@ int run_import(const CacheArgs& args) {
   return k_exit_ok;
 }
 
+int run_push(const CacheArgs& args) {
+  auto c = open_cache(args);
+  if (!c) return k_exit_failure;
+  if (!c->has_remote()) return fail("push: no remote cache (set KILN_REMOTE_CACHE or --remote)", k_exit_usage);
+  auto report = c->push();
+  if (!report) return fail("push: " + report.error().message, k_exit_failure);
+  std::printf("pushed %llu entries to %s (%llu bad ones skipped)\n",
+              static_cast<unsigned long long>(report->pushed), c->remote_description().c_str(),
+              static_cast<unsigned long long>(report->skipped_bad));
+  return report->skipped_bad ? k_exit_failure : k_exit_ok;
+}
+
+int run_pull(const CacheArgs& args) {
+  if (!args.graph.empty() && (args.graph.size() != 32 || !cache::is_key_prefix(args.graph)))
+    return fail("pull: --graph expects a graph hash of 32 hex digits (kiln hash FILE)",
+                k_exit_usage);
+  auto c = open_cache(args);
+  if (!c) return k_exit_failure;
+  if (!c->has_remote()) return fail("pull: no remote cache (set KILN_REMOTE_CACHE or --remote)", k_exit_usage);
+  std::optional<std::string> graph;
+  if (!args.graph.empty()) graph = args.graph;
+  auto report = c->pull(graph);
+  if (!report) return fail("pull: " + report.error().message, k_exit_failure);
+  std::printf("pulled %llu entries from %s (%llu already present, %llu rejected)\n",
+              static_cast<unsigned long long>(report->pulled), c->remote_description().c_str(),
+              static_cast<unsigned long long>(report->already_present),
+              static_cast<unsigned long long>(report->rejected));
+  return report->rejected ? k_exit_failure : k_exit_ok;
+}
+
 }  // namespace
 
 void register_cache_commands(CLI::App& app, int& exit_code) {
@@ -317,6 +364,8 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
       {"verify", "check every entry's checksums (exit 1 and a list when any is bad)", run_verify},
       {"export", "write every cache entry to one bundle file", run_export},
       {"import", "add the entries of a bundle file (every checksum is verified first)", run_import},
+      {"push", "upload every local entry to the remote cache (pre-warm a fleet)", run_push},
+      {"pull", "fill the local cache from the remote cache (every entry is verified)", run_pull},
   };
   for (const Command& command : k_commands) {
     auto args = std::make_shared<CacheArgs>();
@@ -325,6 +374,7 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
                     "cache directory (default: $KILN_CACHE_DIR, "
                     "$XDG_CACHE_HOME/kiln, ~/.cache/kiln)")
         ->type_name("DIR");
+    add_remote_option(sub, args->remote);
     std::string name = command.name;
     if (name == "stats" || name == "ls" || name == "show" || name == "verify")
       sub->add_flag("--json", args->json, "print JSON");
@@ -347,6 +397,9 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
           ->type_name("DURATION");
     }
     if (name == "verify") sub->add_flag("--fix", args->fix, "remove the bad entries");
+    if (name == "pull")
+      sub->add_option("--graph", args->graph, "only the entries of this graph hash")
+          ->type_name("HASH");
     if (name == "export" || name == "import")
       sub->add_option("FILE", args->target, "bundle file")->required();
     auto run = command.run;

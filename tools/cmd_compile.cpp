@@ -26,6 +26,7 @@ struct CompileArgs {
   bool no_cache = false;
   bool json = false;
   std::string cache_dir;
+  std::optional<std::string> remote;
 };
 
 void add_target_options(CLI::App* cmd, CompileArgs& args) {
@@ -128,11 +129,13 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
   }
   const compiler::Artifact& artifact = result->artifact;
   const char* cache_word = result->hit ? "hit" : "miss";
+  const char* tier = result->remote_hit ? "remote" : "local";
   if (!json) {
-    std::printf("%s: %s, %s, %s, %zu kernel(s), cache %s, compile %.0f ms, lookup %.0f us\n",
+    std::printf("%s: %s, %s, %s, %zu kernel(s), cache %s%s%s, compile %.0f ms, lookup %.0f us\n",
                 file.c_str(), result->graph_hash.c_str(), artifact.arch.c_str(),
                 artifact.precision.c_str(), artifact.kernels.size(), cache_word,
-                result->compile_ms, result->lookup_us);
+                result->hit ? " " : "", result->hit ? tier : "", result->compile_ms,
+                result->lookup_us);
     for (const auto& k : artifact.kernels) {
       std::printf("  %s: %d registers, %d spill bytes, %lld smem bytes\n", k.name.c_str(),
                   k.report.registers, k.report.spill_bytes(),
@@ -145,6 +148,7 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
   out["graph"] = result->graph_hash;
   out["key"] = result->key;
   out["cache"] = cache_word;
+  if (result->hit) out["tier"] = tier;
   out["arch"] = artifact.arch;
   out["precision"] = artifact.precision;
   out["decision"] = artifact.decision;
@@ -169,6 +173,7 @@ int run_compile(const CompileArgs& args) {
   if (!args.no_cache) {
     cache::Options cache_options;
     cache_options.dir = args.cache_dir;
+    cache_options.remote = args.remote;
     cache = cache::Cache::open(std::move(cache_options));
   }
   int worst = k_exit_ok;
@@ -189,6 +194,7 @@ int run_why(const CompileArgs& args) {
   const runtime::CompileRequest* request = &prepared->request;
   cache::Options cache_options;
   cache_options.dir = args.cache_dir;
+  cache_options.remote = args.remote;
   auto cache = cache::Cache::open(std::move(cache_options));
   if (!cache->enabled()) {
     print_error("kiln: cache unavailable: " + cache->disabled_reason());
@@ -211,14 +217,25 @@ int run_why(const CompileArgs& args) {
     }
     entries.push_back({{"key", n.info.key}, {"differs", diffs}});
   }
+  // Whether the fleet's tier holds it: a local miss that the remote tier would serve.
+  std::string remote = "unavailable";
+  if (cache->has_remote()) {
+    if (auto present = cache->remote_contains(request->key))
+      remote = present.value() ? "present" : "absent";
+  }
   if (args.json) {
     nlohmann::json out = {{"graph", request->graph_hash}, {"key", request->key},
                           {"cache", hit ? "hit" : "miss"}, {"nearest", entries}};
+    if (cache->has_remote()) out["remote"] = remote;
     std::printf("%s\n", out.dump().c_str());
     return k_exit_ok;
   }
   std::printf("%s: key %s would %s\n", args.files[0].c_str(), request->key.c_str(),
               hit ? "hit" : "miss");
+  if (cache->has_remote()) {
+    std::printf("  remote %s: %s%s\n", cache->remote_description().c_str(), remote.c_str(),
+                remote == "present" && !hit ? " (this compile would hit remotely)" : "");
+  }
   if (entries.empty()) std::printf("  no cached entry for graph %s\n", request->graph_hash.c_str());
   for (const auto& e : entries) {
     if (e["key"] == request->key) continue;
@@ -252,6 +269,7 @@ void register_compile_commands(CLI::App& app, int& exit_code) {
   compile->add_flag("--no-cache", args->no_cache, "do not use the kernel cache");
   compile->add_flag("--json", args->json, "print one JSON object per graph");
   add_cache_dir_option(compile, args->cache_dir, "cache directory");
+  add_remote_option(compile, args->remote);
   compile->callback([args, &exit_code] { exit_code = run_compile(*args); });
 
   auto why_args = std::make_shared<CompileArgs>();
@@ -260,6 +278,7 @@ void register_compile_commands(CLI::App& app, int& exit_code) {
   why->add_option("FILE", why_args->files, "graph file (.kg) or -")->required()->expected(1);
   add_target_options(why, *why_args);
   add_cache_dir_option(why, why_args->cache_dir, "cache directory");
+  add_remote_option(why, why_args->remote);
   why->add_flag("--json", why_args->json, "print JSON");
   why->callback([why_args, &exit_code] { exit_code = run_why(*why_args); });
 }

@@ -32,6 +32,7 @@ struct RunArgs {
   bool allow_fallback = false;
   bool json = false;
   std::string cache_dir;
+  std::optional<std::string> remote;
 };
 
 std::string format_error(double value) {
@@ -89,6 +90,7 @@ int run_graph(const RunArgs& args) {
     runtime_options.precision = *precision;
     runtime_options.allow_fallback = args.allow_fallback;
     runtime_options.cache_dir = args.cache_dir;
+    runtime_options.remote_cache = args.remote;
     auto runtime = Runtime::create(runtime_options);
     if (!runtime) {
       print_error("run: " + runtime.error().message);
@@ -159,6 +161,7 @@ void register_run_commands(CLI::App& app, int& exit_code) {
                 "run a mode the arch lacks on the best available path instead of refusing");
   add_cache_dir_option(cmd, args->cache_dir,
                        "cache directory for the GPU run (emulation uses none)");
+  add_remote_option(cmd, args->remote);
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([args, cmd, &exit_code] {
     args->arch_given = cmd->count("--arch") > 0;

@@ -1,6 +1,8 @@
 // Entry point of the kiln CLI: parses the command line and dispatches to one command.
 #include "tools/cli.h"
 
+#include "cache/remote/redis.h"
+
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -37,6 +39,19 @@ CLI::Option* add_cache_dir_option(CLI::App* cmd, std::string& dir, const std::st
   return cmd->add_option("--cache-dir", dir, help)->check([](const std::string& value) {
     return value.empty() ? std::string("--cache-dir must name a directory") : std::string();
   });
+}
+
+CLI::Option* add_remote_option(CLI::App* cmd, std::optional<std::string>& remote) {
+  return cmd
+      ->add_option("--remote", remote,
+                   "remote cache tier, redis://[:password@]host:port[/db][?prefix=P] "
+                   "(default: $KILN_REMOTE_CACHE; \"\" for none)")
+      ->type_name("URL")
+      ->check([](const std::string& value) {
+        if (value.empty()) return std::string();
+        auto parsed = cache::remote::parse_redis_url(value);
+        return parsed ? std::string() : parsed.error().message;
+      });
 }
 
 void print_error(const std::string& message) {

@@ -1,6 +1,6 @@
-// Damaged entries and databases: flipped bytes, truncated blobs, missing rows, garbage files.
+// Damaged entries and databases: flipped bytes, truncated records, missing rows, garbage files.
 #include "cache/cache.h"
-#include "cache/sqlite.h"
+#include "cache/local/sqlite.h"
 #include "test_util.h"
 
 #include <filesystem>
@@ -30,23 +30,8 @@ protected:
   }
   void run_sql(const std::string& text) { ASSERT_TRUE(db->exec(text).ok()) << text; }
 
-  // Flips the bits of one byte in the middle of a payload's compressed bytes.
-  void flip_payload_byte(const std::string& name) {
-    std::string data;
-    {
-      auto st = db->prepare("SELECT data FROM payloads WHERE name = ?");
-      ASSERT_TRUE(st.ok());
-      st->bind_text(1, name);
-      ASSERT_TRUE(*st->step());
-      data = st->column_blob(0);
-    }
-    ASSERT_GT(data.size(), 20u);
-    data[data.size() / 2] = static_cast<char>(~data[data.size() / 2]);
-    auto st = db->prepare("UPDATE payloads SET data = ? WHERE name = ?");
-    ASSERT_TRUE(st.ok());
-    st->bind_blob(1, data).bind_text(2, name);
-    ASSERT_TRUE(st->run().ok());
-  }
+  std::string record() { return testing::read_record(*db, key); }
+  void set_record(const std::string& bytes) { testing::write_record(*db, key, bytes); }
 
   TempDir tmp;
   std::vector<std::string> warnings;
@@ -56,52 +41,83 @@ protected:
   std::string key = make_key(fields);
 };
 
-TEST_F(CacheCorruption, FlippedByteInACompressedPayloadIsDroppedAndReported) {
-  flip_payload_byte("ptx:mm_0");
+TEST_F(CacheCorruption, FlippedByteInTheRecordIsDroppedAndReported) {
+  std::string bytes = record();
+  testing::flip(bytes, static_cast<long>(bytes.size() / 2));
+  set_record(bytes);
   EXPECT_FALSE(cache->lookup(key, fields).hit());
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("dropped bad entry " + key), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("checksum mismatch"), std::string::npos) << warnings[0];
   EXPECT_EQ(cache->stats()->entries, 0u);
   EXPECT_EQ(cache->stats()->errors, 1u);
 }
 
-TEST_F(CacheCorruption, ChangedChecksumIsDropped) {
-  run_sql("UPDATE payloads SET checksum = checksum + 1 WHERE name = 'source'");
+TEST_F(CacheCorruption, FlippedByteInAPayloadKeptApartIsDropped) {
+  std::string data;
+  {
+    auto st = db->prepare("SELECT data FROM apart WHERE name = 'ptx:mm_0'");
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(*st->step());
+    data = st->column_blob(0);
+  }
+  testing::flip(data, static_cast<long>(data.size() / 2));
+  auto st = db->prepare("UPDATE apart SET data = ? WHERE name = 'ptx:mm_0'");
+  ASSERT_TRUE(st.ok());
+  st->bind_blob(1, data);
+  ASSERT_TRUE(st->run().ok());
   EXPECT_FALSE(cache->lookup(key, fields).hit());
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("checksum mismatch"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("payload 'ptx:mm_0'"), std::string::npos) << warnings[0];
 }
 
-TEST_F(CacheCorruption, TruncatedBlobIsDropped) {
-  run_sql("UPDATE payloads SET data = substr(data, 1, length(data) - 7) WHERE name = 'ptx:mm_0'");
+TEST_F(CacheCorruption, TruncatedRecordIsDropped) {
+  std::string bytes = record();
+  set_record(bytes.substr(0, bytes.size() - 7));
   EXPECT_FALSE(cache->lookup(key, fields).hit());
   EXPECT_EQ(warnings.size(), 1u);
   EXPECT_EQ(cache->stats()->entries, 0u);
 }
 
-TEST_F(CacheCorruption, EmptiedBlobIsDropped) {
-  run_sql("UPDATE payloads SET data = x'' WHERE name = 'source'");
+TEST_F(CacheCorruption, EmptiedApartBlobIsDropped) {
+  run_sql("UPDATE apart SET data = x'' WHERE name = 'source'");
   EXPECT_FALSE(cache->read(key).hit());
   EXPECT_EQ(warnings.size(), 1u);
 }
 
-TEST_F(CacheCorruption, MissingPayloadRowIsDropped) {
-  run_sql("DELETE FROM payloads WHERE name = 'log'");
+TEST_F(CacheCorruption, MissingApartRowIsDropped) {
+  run_sql("DELETE FROM apart WHERE name = 'log'");
   EXPECT_FALSE(cache->lookup(key, fields).hit());
-  EXPECT_EQ(warnings.size(), 1u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("payload 'log' is missing"), std::string::npos) << warnings[0];
 }
 
-TEST_F(CacheCorruption, AlteredStoredFieldIsDropped) {
-  run_sql("UPDATE fields SET value = 'sm_80' WHERE name = 'arch'");
+TEST_F(CacheCorruption, RecordWithAlteredFieldAndRecomputedChecksumFailsTheKeyCheck) {
+  auto entry = decode_entry(record());
+  ASSERT_TRUE(entry.ok());
+  for (KeyField& f : entry->info.fields)
+    if (f.name == "arch") f.value = "sm_80";
+  set_record(encode_entry(*entry));
   EXPECT_FALSE(cache->read(key).hit());
-  EXPECT_EQ(warnings.size(), 1u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("do not hash to the key"), std::string::npos) << warnings[0];
+}
+
+TEST_F(CacheCorruption, AnotherKeysRecordIsDropped) {
+  auto other = fields_for("b");
+  ASSERT_TRUE(cache->store(make_key(other), other, contents_for("b")).ok());
+  set_record(testing::read_record(*db, make_key(other)));
+  EXPECT_FALSE(cache->lookup(key, fields).hit());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("belongs to key"), std::string::npos) << warnings[0];
 }
 
 TEST_F(CacheCorruption, VerifyListsBadEntriesAndFixRemovesThem) {
   auto other = fields_for("b");
   ASSERT_TRUE(cache->store(make_key(other), other, contents_for("b")).ok());
-  run_sql("UPDATE payloads SET checksum = checksum + 1 WHERE name = 'source' AND key = '" + key +
-          "'");
+  std::string bytes = record();
+  testing::flip(bytes, 20);
+  set_record(bytes);
   auto report = cache->verify(Fix::no);
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->checked, 2u);

@@ -1,6 +1,6 @@
 // Real processes sharing one cache: one produce per key, herds, and producers killed with -9.
 #include "cache/cache.h"
-#include "cache/sqlite.h"
+#include "cache/local/sqlite.h"
 #include "test_util.h"
 
 #include <signal.h>

@@ -2,6 +2,8 @@
 #pragma once
 
 #include "cache/cache.h"
+#include "cache/entry_codec.h"
+#include "cache/local/sqlite.h"
 
 #include <gtest/gtest.h>
 
@@ -61,6 +63,36 @@ inline Options options_in(const std::string& dir, std::vector<std::string>* warn
   o.dir = dir;
   o.warn = [warnings](const std::string& w) { warnings->push_back(w); };
   return o;
+}
+
+// The record column of `key` (the entry record of FORMAT.md), read and written with SQL.
+inline std::string read_record(sql::Db& db, const std::string& key) {
+  auto st = db.prepare("SELECT record FROM entries WHERE key = ?");
+  EXPECT_TRUE(st.ok());
+  st->bind_text(1, key);
+  auto row = st->step();
+  EXPECT_TRUE(row.ok() && *row) << "no entry " << key;
+  return row.ok() && *row ? st->column_blob(0) : std::string();
+}
+
+inline void write_record(sql::Db& db, const std::string& key, const std::string& record) {
+  auto st = db.prepare("UPDATE entries SET record = ? WHERE key = ?");
+  ASSERT_TRUE(st.ok());
+  st->bind_blob(1, record).bind_text(2, key);
+  ASSERT_TRUE(st->run().ok());
+}
+
+// Flips the bits of the byte at `offset` of `bytes` (from the end when negative).
+inline void flip(std::string& bytes, long offset) {
+  size_t at = offset < 0 ? bytes.size() - static_cast<size_t>(-offset) : static_cast<size_t>(offset);
+  bytes[at] = static_cast<char>(~bytes[at]);
+}
+
+// Where `needle` starts in `bytes` (asserting it is there).
+inline size_t find_in(const std::string& bytes, const std::string& needle) {
+  size_t at = bytes.find(needle);
+  EXPECT_NE(at, std::string::npos) << "not found: " << needle;
+  return at == std::string::npos ? 0 : at;
 }
 
 }  // namespace kiln::cache::testing

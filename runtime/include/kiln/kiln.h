@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,9 @@ struct RuntimeOptions {
   // Cache directory; empty: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
   std::string cache_dir;
   bool use_cache = true;
+  // The fleet's remote cache tier, "redis://[:password@]host:port[/db][?prefix=P]"; unset:
+  // $KILN_REMOTE_CACHE; empty: none. Entries are signed and checked with $KILN_REMOTE_KEY when set.
+  std::optional<std::string> remote_cache;
   // The graph-wide matmul precision; `automatic` picks high (TF32) on compute capability >= 8.0
   // and highest below, decided per arch and logged once.
   Precision precision = Precision::automatic;

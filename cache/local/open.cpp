@@ -1,9 +1,10 @@
 // Opening the cache: directory resolution, permissions, SQLite settings, schema migrations, and
 // the degraded modes (no directory, unwritable directory, a file that is not a database).
-#include "cache/cache.h"
+#include "cache/local/store.h"
 
 #include "cache/key_lock.h"
-#include "cache/sqlite.h"
+#include "cache/local/migrate.h"
+#include "cache/local/sqlite.h"
 #include "cache/units.h"
 
 #include <fcntl.h>
@@ -22,34 +23,6 @@ namespace kiln::cache {
 namespace {
 
 constexpr const char* k_db_name = "kiln.db";
-
-// Schema migrations: k_migrations[v] takes a database from user_version v to v + 1. The last
-// entry's target is the current schema version. Never edit a released step; append one.
-constexpr const char* k_migrations[] = {
-    // 0 -> 1: the first schema.
-    "CREATE TABLE IF NOT EXISTS entries("
-    "  key TEXT PRIMARY KEY NOT NULL,"
-    "  summary TEXT NOT NULL,"
-    "  compile_ms INTEGER NOT NULL,"
-    "  stored_bytes INTEGER NOT NULL,"
-    "  raw_bytes INTEGER NOT NULL,"
-    "  field_count INTEGER NOT NULL,"
-    "  payload_count INTEGER NOT NULL,"
-    "  created_ms INTEGER NOT NULL,"
-    "  last_used_ms INTEGER NOT NULL,"
-    "  hits INTEGER NOT NULL DEFAULT 0);"
-    "CREATE INDEX IF NOT EXISTS entries_by_last_used ON entries(last_used_ms);"
-    "CREATE TABLE IF NOT EXISTS fields("
-    "  key TEXT NOT NULL, name TEXT NOT NULL, value BLOB NOT NULL,"
-    "  PRIMARY KEY(key, name)) WITHOUT ROWID;"
-    "CREATE INDEX IF NOT EXISTS fields_by_value ON fields(name, value);"
-    "CREATE TABLE IF NOT EXISTS payloads("
-    "  key TEXT NOT NULL, ord INTEGER NOT NULL, name TEXT NOT NULL,"
-    "  raw_size INTEGER NOT NULL, checksum INTEGER NOT NULL, data BLOB NOT NULL,"
-    "  PRIMARY KEY(key, ord));"
-    "CREATE TABLE IF NOT EXISTS stats(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);",
-};
-constexpr int64_t k_schema_version = std::size(k_migrations);
 
 bool is_corruption(int code) { return code == sql::k_notadb || code == sql::k_corrupt; }
 
@@ -80,9 +53,13 @@ std::string resolve_cache_dir(const std::string& dir) {
   return "";
 }
 
-std::unique_ptr<Cache> Cache::open(Options options) {
-  std::unique_ptr<Cache> cache(new Cache());
-  cache->m_options = std::move(options);
+}  // namespace kiln::cache
+
+namespace kiln::cache::local {
+
+std::unique_ptr<Store> Store::open(const Options& options) {
+  std::unique_ptr<Store> cache(new Store());
+  cache->m_options = options;
   cache->m_dir = resolve_cache_dir(cache->m_options.dir);
   if (!cache->m_dir.empty()) {
     std::error_code ec;
@@ -100,41 +77,42 @@ std::unique_ptr<Cache> Cache::open(Options options) {
       cache->warn(std::string("KILN_CACHE_MAX_SIZE: ") + size.error().message + "; using 2 GiB");
   }
   cache->open_db();
-  cache->m_last_flush_ms = cache->now();
   return cache;
 }
 
-Cache::~Cache() {
+Store::~Store() {
   std::lock_guard lock(m_mutex);
-  if (m_db) (void)flush_locked();
+  bool pending = !m_pending_touches.empty();
+  for (uint64_t v : m_pending) pending = pending || v != 0;
+  if (m_db && pending) (void)flush_locked();
 }
 
-std::string Cache::db_path() const { return m_dir + "/" + k_db_name; }
+std::string Store::db_path() const { return m_dir + "/" + k_db_name; }
 
-void Cache::warn(const std::string& message) const {
+void Store::warn(const std::string& message) const {
   if (m_options.warn) return m_options.warn(message);
   std::fprintf(stderr, "kiln: cache: %s\n", message.c_str());
 }
 
-int64_t Cache::now() const {
+int64_t Store::now() const {
   if (m_options.now_ms) return m_options.now_ms();
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string Cache::disabled_reason() const {
+std::string Store::disabled_reason() const {
   std::lock_guard lock(m_mutex);
   return m_disabled_reason;
 }
 
-void Cache::disable(const std::string& reason) {
+void Store::disable(const std::string& reason) {
   m_db.reset();
   m_enabled = false;
   m_disabled_reason = reason;
   warn(reason + "; continuing without a cache");
 }
 
-void Cache::open_db() {
+void Store::open_db() {
   if (m_dir.empty())
     return disable("no cache directory (set KILN_CACHE_DIR or HOME, or pass --cache-dir)");
   if (Status made = make_dir(m_dir); !made) return disable(made.error().message);
@@ -153,6 +131,7 @@ void Cache::open_db() {
     m_db = std::move(*db);
     Status configured = configure_db();
     if (configured) {
+      m_usage = std::make_unique<Usage>(m_dir);
       m_enabled = true;
       return;
     }
@@ -168,7 +147,7 @@ void Cache::open_db() {
   }
 }
 
-Status Cache::configure_db() {
+Status Store::configure_db() {
   m_db->set_busy_timeout(m_options.busy_timeout_ms);
   // Switching to WAL can answer "database is locked" without calling the busy handler while
   // another process creates or converts the same database: retry, within the busy timeout.
@@ -186,7 +165,7 @@ Status Cache::configure_db() {
   return migrate();
 }
 
-Status Cache::migrate() {
+Status Store::migrate() {
   auto version = m_db->query_int("PRAGMA user_version");
   if (!version) return version.error();
   if (*version == k_schema_version) return Status::success();
@@ -194,19 +173,23 @@ Status Cache::migrate() {
   if (!txn) return txn.error();
   version = m_db->query_int("PRAGMA user_version");  // another process may have migrated
   if (!version) return version.error();
+  if (*version == k_schema_version) return Status::success();
   if (*version > k_schema_version)
     return make_error("the database has schema version ", std::to_string(*version),
                       ", newer than this kiln's ", std::to_string(k_schema_version));
-  for (int64_t v = *version; v < k_schema_version; ++v)
-    if (Status s = m_db->exec(k_migrations[v]); !s) return s;
-  // PRAGMA takes no bound parameters; the value is our own constant.
-  if (Status s = m_db->exec(std::string("PRAGMA user_version=") + std::to_string(k_schema_version));
-      !s)
-    return s;
-  return txn->commit();
+  MigrationReport report;
+  if (Status s = migrate_schema(*m_db, *version, report); !s) return s;
+  if (Status s = txn->commit(); !s) return s;
+  if (report.converted || report.dropped)
+    warn(make_error("migrated '", db_path(), "' from schema version ", std::to_string(*version),
+                    " to ", std::to_string(k_schema_version), ": ",
+                    std::to_string(report.converted), " entries kept, ",
+                    std::to_string(report.dropped), " bad ones dropped")
+             .message);
+  return Status::success();
 }
 
-Status Cache::move_aside_corrupt_db(const FileId& bad) {
+Status Store::move_aside_corrupt_db(const FileId& bad) {
   // One process at a time, and only the file this process found bad: another may have moved it
   // and created a good database already, which must be left alone (and its -wal/-shm with it).
   KeyLock lock;
@@ -232,4 +215,4 @@ Status Cache::move_aside_corrupt_db(const FileId& bad) {
   return Status::success();
 }
 
-}  // namespace kiln::cache
+}  // namespace kiln::cache::local

@@ -1,5 +1,5 @@
 // RAII wrappers over SQLite: the only translation unit besides the schema that talks to sqlite3.
-#include "cache/sqlite.h"
+#include "cache/local/sqlite.h"
 
 #include <sqlite3.h>
 
@@ -52,6 +52,12 @@ std::string Statement::column_text(int column) const {
   return text ? std::string(reinterpret_cast<const char*>(text), size) : std::string();
 }
 
+std::string_view Statement::column_blob_view(int column) const {
+  const void* data = sqlite3_column_blob(m_stmt, column);
+  int size = sqlite3_column_bytes(m_stmt, column);
+  return data ? std::string_view(static_cast<const char*>(data), size) : std::string_view();
+}
+
 std::string Statement::column_blob(int column) const {
   const void* data = sqlite3_column_blob(m_stmt, column);
   int size = sqlite3_column_bytes(m_stmt, column);
@@ -69,6 +75,11 @@ Expected<std::unique_ptr<Db>> Db::open(const std::string& path) {
     return make_error("sqlite: opening '", path, "' failed: ", message);
   }
   sqlite3_extended_result_codes(handle, 0);
+  // Closing must not write: no checkpoint on close, and the WAL file stays (deleting it, then
+  // recreating it on the next open, costs writes and syncs on every process's exit).
+  sqlite3_db_config(handle, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  int persist = 1;
+  sqlite3_file_control(handle, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
   return std::unique_ptr<Db>(new Db(handle));
 }
 
@@ -113,6 +124,8 @@ void Db::rollback() {
 }
 
 void Db::set_busy_timeout(int ms) { sqlite3_busy_timeout(m_db, ms); }
+
+bool Db::in_transaction() const { return !sqlite3_get_autocommit(m_db); }
 
 Expected<Transaction> Transaction::begin(Db& db, Kind kind) {
   auto begin = db.prepare(kind == Kind::write ? "BEGIN IMMEDIATE" : "BEGIN DEFERRED");

@@ -1,14 +1,15 @@
 // Whole-cache operations: listing, prefix and field queries, verification, eviction, pruning,
 // and moving entries in and out (for bundles).
-#include "cache/cache.h"
+#include "cache/local/store.h"
 
-#include "cache/sqlite.h"
+#include "cache/local/rows.h"
+#include "cache/local/sqlite.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 
-namespace kiln::cache {
+namespace kiln::cache::local {
 namespace {
 
 using sql::Transaction;
@@ -37,14 +38,28 @@ Expected<std::vector<EntryAge>> entries_oldest_first(sql::Db& db) {
 
 }  // namespace
 
-Expected<std::vector<EntryInfo>> Cache::list() {
+Expected<StoredEntry> prepared_for_store(const StoredEntry& entry) {
+  StoredEntry out = entry;
+  for (StoredPayload& p : out.payloads) {
+    Encoding wanted = stored_apart(p.name) ? Encoding::zstd : Encoding::raw;
+    if (p.encoded.encoding == wanted) continue;
+    auto raw = decode(p.encoded);
+    if (!raw) return make_error("payload '", p.name, "': ", raw.error().message);
+    auto encoded = encode(*raw, wanted);
+    if (!encoded) return encoded.error();
+    p.encoded = std::move(*encoded);
+  }
+  return out;
+}
+
+Expected<std::vector<EntryInfo>> Store::list() {
   std::lock_guard lock(m_mutex);
   if (!m_db) return disabled_error();
   if (Status s = flush_locked(); !s) return s.error();
   return list_locked(nullptr);
 }
 
-Expected<std::vector<EntryInfo>> Cache::list_locked(const KeyField* where) {
+Expected<std::vector<EntryInfo>> Store::list_locked(const KeyField* where) {
   auto txn = Transaction::begin(*m_db, Transaction::Kind::read);
   if (!txn) return txn.error();
   std::vector<EntryInfo> out;
@@ -91,7 +106,7 @@ Expected<std::vector<EntryInfo>> Cache::list_locked(const KeyField* where) {
   return out;
 }
 
-Expected<std::vector<std::string>> Cache::keys_with_prefix(const std::string& prefix, int limit) {
+Expected<std::vector<std::string>> Store::keys_with_prefix(const std::string& prefix, int limit) {
   std::lock_guard lock(m_mutex);
   if (!m_db) return disabled_error();
   // Keys are lower-case hex, so a range scan on the primary key finds the prefix.
@@ -108,7 +123,7 @@ Expected<std::vector<std::string>> Cache::keys_with_prefix(const std::string& pr
   }
 }
 
-Expected<std::vector<Nearest>> Cache::nearest(const std::vector<KeyField>& request,
+Expected<std::vector<Nearest>> Store::nearest(const std::vector<KeyField>& request,
                                               const std::string& anchor) {
   KeyField where{anchor, ""};
   for (const KeyField& f : request)
@@ -131,7 +146,7 @@ Expected<std::vector<Nearest>> Cache::nearest(const std::vector<KeyField>& reque
   return out;
 }
 
-Expected<VerifyReport> Cache::verify(Fix fix) {
+Expected<VerifyReport> Store::verify(Fix fix) {
   std::lock_guard lock(m_mutex);
   if (!m_db) return disabled_error();
   if (Status s = flush_locked(); !s) return s.error();
@@ -139,7 +154,7 @@ Expected<VerifyReport> Cache::verify(Fix fix) {
   if (!ages) return ages.error();
   VerifyReport report;
   for (const EntryAge& v : *ages) {
-    Checked checked = read_checked(v.key);
+    Checked checked = read_checked(v.key, PayloadSelection());
     if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
     if (checked.kind == Checked::Kind::absent) continue;  // removed meanwhile
     ++report.checked;
@@ -151,12 +166,12 @@ Expected<VerifyReport> Cache::verify(Fix fix) {
   for (const BadEntry& bad : report.bad)
     if (Status s = drop(bad.key); !s) return s.error();
   if (Status s = txn->commit(); !s) return s.error();
-  m_pending.errors += report.bad.size();
+  count_locked(Counter::errors, report.bad.size());
   report.removed = true;
   return report;
 }
 
-Expected<PruneReport> Cache::evict_locked(uint64_t cap, const std::string& keep) {
+Expected<PruneReport> Store::evict_locked(uint64_t cap, const std::string& keep) {
   if (Status s = flush_locked(); !s) return s.error();
   auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
   if (!txn) return txn.error();
@@ -180,9 +195,14 @@ Expected<PruneReport> Cache::evict_locked(uint64_t cap, const std::string& keep)
   return report;
 }
 
-Expected<PruneReport> Cache::prune(std::optional<uint64_t> max_size,
+Expected<PruneReport> Store::prune(std::optional<uint64_t> max_size,
                                    std::optional<uint64_t> older_than_s) {
   std::lock_guard lock(m_mutex);
+  return prune_locked(max_size, older_than_s);
+}
+
+Expected<PruneReport> Store::prune_locked(std::optional<uint64_t> max_size,
+                                          std::optional<uint64_t> older_than_s) {
   if (!m_db) return disabled_error();
   if (Status s = flush_locked(); !s) return s.error();
   PruneReport report;
@@ -211,15 +231,15 @@ Expected<PruneReport> Cache::prune(std::optional<uint64_t> max_size,
   return report;
 }
 
-Expected<PruneReport> Cache::clear() {
-  auto report = prune(0, std::nullopt);
-  if (!report) return report;
+Expected<PruneReport> Store::clear() {
   std::lock_guard lock(m_mutex);
+  auto report = prune_locked(0, std::nullopt);
+  if (!report) return report;
   if (m_db) (void)m_db->exec("VACUUM");  // give the space back; fails harmlessly when busy
   return report;
 }
 
-Expected<std::vector<StoredEntry>> Cache::export_entries() {
+Expected<std::vector<StoredEntry>> Store::export_entries() {
   std::lock_guard lock(m_mutex);
   if (!m_db) return disabled_error();
   if (Status s = flush_locked(); !s) return s.error();
@@ -227,7 +247,7 @@ Expected<std::vector<StoredEntry>> Cache::export_entries() {
   if (!ages) return ages.error();
   std::vector<StoredEntry> out;
   for (const EntryAge& v : *ages) {
-    Checked checked = read_checked(v.key);
+    Checked checked = read_checked(v.key, PayloadSelection());
     if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
     if (checked.kind == Checked::Kind::bad)
       warn("not exporting bad entry " + v.key + ": " + checked.reason);
@@ -236,7 +256,7 @@ Expected<std::vector<StoredEntry>> Cache::export_entries() {
   return out;
 }
 
-Expected<ImportReport> Cache::import_entries(const std::vector<StoredEntry>& entries) {
+Expected<ImportReport> Store::import_entries(const std::vector<StoredEntry>& entries) {
   std::lock_guard lock(m_mutex);
   if (!m_db) return disabled_error();
   ImportReport report;
@@ -253,10 +273,11 @@ Expected<ImportReport> Cache::import_entries(const std::vector<StoredEntry>& ent
         ++report.already_present;
         continue;
       }
-      StoredEntry fresh = entry;
-      fresh.info.hits = 0;
-      fresh.info.last_used_ms = now();
-      if (Status s = insert_rows(fresh); !s) return s.error();
+      auto fresh = prepared_for_store(entry);
+      if (!fresh) return fresh.error();
+      fresh->info.hits = 0;
+      fresh->info.last_used_ms = now();
+      if (Status s = insert_rows(*m_db, *fresh); !s) return s.error();
       ++report.imported;
     }
     if (Status s = txn->commit(); !s) return s.error();
@@ -268,4 +289,4 @@ Expected<ImportReport> Cache::import_entries(const std::vector<StoredEntry>& ent
   return report;
 }
 
-}  // namespace kiln::cache
+}  // namespace kiln::cache::local

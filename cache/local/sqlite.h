@@ -50,6 +50,8 @@ public:
   int64_t column_int64(int column) const;
   std::string column_text(int column) const;
   std::string column_blob(int column) const;
+  // Valid until the next step, reset or column call on this statement.
+  std::string_view column_blob_view(int column) const;
 
 private:
   Db* m_db;
@@ -59,7 +61,8 @@ private:
 // One connection. Not thread-safe: its owner serialises access.
 class Db {
 public:
-  // Opens (creating if absent) the database file at `path` for reading and writing.
+  // Opens (creating if absent) the database file at `path` for reading and writing. Closing the
+  // connection never checkpoints and keeps the WAL file, so that a reader's exit writes nothing.
   static Expected<std::unique_ptr<Db>> open(const std::string& path);
   ~Db();
   Db(const Db&) = delete;
@@ -75,6 +78,7 @@ public:
   // Rolls back an open transaction, if any; does not touch last_code().
   void rollback();
   void set_busy_timeout(int ms);
+  bool in_transaction() const;
   // Primary result code of the last failure seen on this connection (0 if none yet).
   int last_code() const { return m_last_code; }
   Error fail(std::string_view what);  // records the current error code and builds the message

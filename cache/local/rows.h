@@ -1,0 +1,24 @@
+// The rows of one entry in the local store's schema (FORMAT.md, "Schema"): written and dropped
+// inside the caller's write transaction.
+#pragma once
+
+#include "cache/entry.h"
+#include "support/expected.h"
+
+#include <string>
+
+namespace kiln::cache::sql {
+class Db;
+}
+
+namespace kiln::cache::local {
+
+// Replaces the rows of `entry.info.key`: the entry row with its record (payloads named by
+// stored_apart() as descriptors, their bytes in `apart` rows) and the field index rows. Every
+// payload's data must be present. Sets `entry.info.stored_bytes` to the bytes written.
+Status insert_rows(sql::Db& db, StoredEntry& entry);
+
+// Removes every row of `key`.
+Status drop_rows(sql::Db& db, const std::string& key);
+
+}  // namespace kiln::cache::local

@@ -1,0 +1,374 @@
+// Lookups, inserts and recorded use of the local store.
+#include "cache/local/store.h"
+
+#include "cache/entry_codec.h"
+#include "cache/local/rows.h"
+#include "cache/local/sqlite.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+namespace kiln::cache::local {
+namespace {
+
+using sql::Transaction;
+
+bool disables_cache(int code) {
+  return code == sql::k_readonly || code == sql::k_full || code == sql::k_ioerr ||
+         code == sql::k_cantopen;
+}
+
+// True when `requested` (in any order) equals `stored` (sorted); copies only an unsorted request.
+bool same_fields(const std::vector<KeyField>& requested, const std::vector<KeyField>& stored) {
+  if (requested.size() != stored.size()) return false;
+  if (fields_sorted(requested)) return requested == stored;
+  std::vector<KeyField> sorted = requested;
+  sort_fields(sorted);
+  return sorted == stored;
+}
+
+}  // namespace
+
+void Store::note_write_failure(const Error& error) {
+  m_pending[static_cast<int>(Counter::errors)] += 1;
+  if (m_db && disables_cache(m_db->last_code())) return disable("writing failed: " + error.message);
+  warn(error.message);
+}
+
+Error Store::disabled_error() const { return make_error("cache: disabled: ", m_disabled_reason); }
+
+// True when a read of `want` may need payloads kept apart (and so a second statement).
+static bool may_want_apart(const PayloadSelection& want) {
+  if (want.all) return true;
+  for (const std::string& n : want.names)
+    if (stored_apart(n)) return true;
+  for (const std::string& p : want.prefixes)
+    if (stored_apart(p) || std::string(k_payload_ptx_prefix).compare(0, p.size(), p) == 0)
+      return true;
+  return false;
+}
+
+Store::Checked Store::read_checked(const std::string& key, const PayloadSelection& want) {
+  Checked out;
+  auto failure = [&](const Error& e) {
+    out.kind = Checked::Kind::failure;
+    out.reason = e.message;
+    return std::move(out);
+  };
+  auto bad = [&](const std::string& why) {
+    out.kind = Checked::Kind::bad;
+    out.reason = why;
+    return std::move(out);
+  };
+  // The hit path reads one row with one statement; a read that also wants PTX, source or log
+  // reads their rows in the same snapshot.
+  std::optional<Transaction> txn;
+  if (may_want_apart(want) && !m_db->in_transaction()) {
+    auto begun = Transaction::begin(*m_db, Transaction::Kind::read);
+    if (!begun) return failure(begun.error());
+    txn.emplace(std::move(*begun));
+  }
+  {
+    auto st = m_db->prepare(
+        "SELECT record, last_used_ms, hits, stored_bytes FROM entries WHERE key = ?");
+    if (!st) return failure(st.error());
+    st->bind_text(1, key);
+    auto row = st->step();
+    if (!row) return failure(row.error());
+    if (!*row) return out;
+    auto decoded = decode_entry(st->column_blob_view(0));
+    if (!decoded) return bad(decoded.error().message);
+    out.stored = std::move(*decoded);
+    out.stored.info.last_used_ms = st->column_int64(1);
+    out.stored.info.hits = st->column_int64(2);
+    out.stored.info.stored_bytes = static_cast<uint64_t>(st->column_int64(3));
+  }
+  if (out.stored.info.key != key) return bad("the record belongs to key " + out.stored.info.key);
+  // Payloads the caller does not want are not decoded (their bytes still count to the record's
+  // checksum, which held); wanted ones kept apart are read now, checked against the record.
+  StoredEntry selected{out.stored.info, {}};
+  for (StoredPayload& p : out.stored.payloads) {
+    if (!want.wants(p.name)) continue;
+    if (p.apart) {
+      auto st = m_db->prepare("SELECT data FROM apart WHERE key = ? AND name = ?");
+      if (!st) return failure(st.error());
+      st->bind_text(1, key).bind_text(2, p.name);
+      auto row = st->step();
+      if (!row) return failure(row.error());
+      if (!*row) return bad("payload '" + p.name + "' is missing");
+      p.encoded.data = st->column_blob(0);
+      p.apart = false;
+    }
+    selected.payloads.push_back(p);
+  }
+  if (txn) {
+    if (Status s = txn->commit(); !s) return failure(s.error());
+  }
+  auto entry = verify_stored(selected);
+  if (!entry) return bad(entry.error().message);
+  out.kind = Checked::Kind::good;
+  out.entry = std::move(*entry);
+  return out;
+}
+
+Lookup Store::lookup(const std::string& key, const std::vector<KeyField>* fields, Count count,
+                     const PayloadSelection& want) {
+  std::lock_guard lock(m_mutex);
+  Lookup result;
+  if (!m_db) {
+    result.status = LookupStatus::failure;
+    result.failure = "the cache is disabled: " + m_disabled_reason;
+    return result;
+  }
+  Checked checked = read_checked(key, want);
+  if (checked.kind == Checked::Kind::failure) {
+    if (m_usage) m_usage->add(Counter::errors, 1);
+    result.status = LookupStatus::failure;
+    result.failure = checked.reason;
+    return result;
+  }
+  if (checked.kind == Checked::Kind::good && fields &&
+      !same_fields(*fields, checked.entry.info.fields)) {
+    checked.kind = Checked::Kind::bad;
+    checked.reason = "stored key fields differ from the request";
+  }
+  if (checked.kind != Checked::Kind::good) {
+    if (checked.kind == Checked::Kind::bad) drop_bad(key, checked.reason);
+    if (count == Count::yes) count_locked(Counter::misses);
+    result.status = LookupStatus::miss;
+    return result;
+  }
+  result.status = LookupStatus::hit;
+  result.entry = std::move(checked.entry);
+  if (count == Count::yes) count_hit_locked(result.entry);
+  return result;
+}
+
+void Store::count(Counter counter, uint64_t value) {
+  std::lock_guard lock(m_mutex);
+  count_locked(counter, value);
+}
+
+void Store::count_locked(Counter counter, uint64_t value) {
+  if (m_usage && m_usage->mapped()) return m_usage->add(counter, value);
+  m_pending[static_cast<int>(counter)] += value;
+}
+
+void Store::record_hit(Entry& entry) {
+  std::lock_guard lock(m_mutex);
+  count_hit_locked(entry);
+}
+
+void Store::count_hit_locked(Entry& entry) {
+  int64_t t = now();
+  auto saved = static_cast<uint64_t>(std::max<int64_t>(0, entry.info.compile_ms));
+  count_locked(Counter::hits);
+  count_locked(Counter::time_saved_ms, saved);
+  entry.info.hits += 1;
+  entry.info.last_used_ms = t;
+  // Recorded in shared memory: no write, no fsync, no lock (FORMAT.md, "Usage file").
+  if (m_usage && m_usage->touch(entry.info.key, t)) return;
+  auto& touch = m_pending_touches[entry.info.key];
+  touch.first += 1;
+  touch.second = std::max(touch.second, t);
+}
+
+Status Store::drop(const std::string& key) { return drop_rows(*m_db, key); }
+
+void Store::drop_bad(const std::string& key, const std::string& reason) {
+  count_locked(Counter::errors);
+  m_pending_touches.erase(key);
+  warn("dropped bad entry " + key + ": " + reason);
+  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+  Status s = txn ? drop(key) : Status(txn.error());
+  if (s) s = txn->commit();
+  if (!s) note_write_failure(s.error());
+}
+
+Expected<StoredEntry> Store::encode_contents(const std::string& key, std::vector<KeyField> fields,
+                                             const Contents& contents) const {
+  sort_fields(fields);
+  for (size_t i = 1; i < fields.size(); ++i)
+    if (fields[i].name == fields[i - 1].name)
+      return make_error("cache: duplicate key field '", fields[i].name, "'");
+  StoredEntry entry;
+  entry.info.key = key;
+  entry.info.summary = contents.summary;
+  entry.info.compile_ms = contents.compile_ms;
+  entry.info.fields = std::move(fields);
+  for (const Payload& p : contents.payloads) {
+    // Read on every hit: raw (FORMAT.md, "Payload encodings"); the rest compressed.
+    auto encoded = encode(p.bytes, stored_apart(p.name) ? Encoding::zstd : Encoding::raw);
+    if (!encoded) return make_error("cache: storing ", key, ": ", encoded.error().message);
+    entry.info.raw_bytes += encoded->raw_size;
+    entry.payloads.push_back({p.name, std::move(*encoded), false});
+  }
+  entry.info.created_ms = entry.info.last_used_ms = now();
+  return entry;
+}
+
+Status Store::insert(StoredEntry entry) {
+  std::lock_guard lock(m_mutex);
+  return insert_locked(std::move(entry));
+}
+
+Status Store::insert_locked(StoredEntry entry) {
+  if (!m_db) return disabled_error();
+  bool over_cap = false;
+  Status inserted = [&]() -> Status {
+    auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+    if (!txn) return txn.error();
+    if (Status s = insert_rows(*m_db, entry); !s) return s;
+    auto total = m_db->query_int("SELECT coalesce(sum(stored_bytes), 0) FROM entries");
+    if (!total) return total.error();
+    over_cap = m_max_size != 0 && static_cast<uint64_t>(*total) > m_max_size;
+    if (m_options.before_commit) m_options.before_commit();
+    return txn->commit();
+  }();
+  if (!inserted) {
+    note_write_failure(inserted.error());
+    return inserted;
+  }
+  if (over_cap) {
+    auto evicted = evict_locked(m_max_size, entry.info.key);
+    if (!evicted) note_write_failure(evicted.error());
+  }
+  checkpoint_locked();
+  return Status::success();
+}
+
+void Store::checkpoint_locked() {
+  // A writer empties the WAL while it is here anyway, so that a reader's open finds nothing to
+  // recover. Never waits: another process's reads keep it for the next write.
+  if (!m_db) return;
+  m_db->set_busy_timeout(0);
+  (void)m_db->exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  m_db->set_busy_timeout(m_options.busy_timeout_ms);
+}
+
+bool Store::contains(const std::string& key) {
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return false;
+  auto st = m_db->prepare("SELECT 1 FROM entries WHERE key = ?");
+  if (!st) return false;
+  st->bind_text(1, key);
+  auto row = st->step();
+  return row && *row;
+}
+
+Expected<std::optional<StoredEntry>> Store::read_full(const std::string& key) {
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
+  auto txn = Transaction::begin(*m_db, Transaction::Kind::read);
+  if (!txn) return txn.error();
+  Checked checked = read_checked(key, PayloadSelection());
+  if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
+  if (checked.kind == Checked::Kind::bad)
+    return make_error("bad entry ", key, ": ", checked.reason);
+  if (checked.kind == Checked::Kind::absent) return std::optional<StoredEntry>();
+  return std::optional<StoredEntry>(std::move(checked.stored));
+}
+
+Status Store::flush() {
+  std::lock_guard lock(m_mutex);
+  return flush_locked();
+}
+
+Status Store::flush_locked() {
+  if (!m_db) return Status::success();
+  uint64_t counters[k_counter_count] = {};
+  std::vector<Touch> touches;
+  if (m_usage) m_usage->take(counters, touches);
+  auto give_back = [&] {
+    if (m_usage && m_usage->mapped()) return m_usage->put_back(counters, touches);
+    for (int i = 0; i < k_counter_count; ++i) m_pending[i] += counters[i];
+  };
+  for (int i = 0; i < k_counter_count; ++i) counters[i] += std::exchange(m_pending[i], 0);
+  for (const auto& [key, touch] : m_pending_touches)
+    touches.push_back({key, touch.first, touch.second});
+  bool any = !touches.empty();
+  for (uint64_t v : counters) any = any || v != 0;
+  if (!any) return Status::success();
+  Status written = [&]() -> Status {
+    auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+    if (!txn) return txn.error();
+    for (const Touch& t : touches) {
+      // A key or the first 16 hex digits of one (from the usage file): a range on the key.
+      auto st = m_db->prepare(
+          "UPDATE entries SET hits = hits + ?, last_used_ms = max(last_used_ms, ?)"
+          " WHERE key >= ? AND key < ?");
+      if (!st) return st.error();
+      st->bind(1, static_cast<int64_t>(t.hits)).bind(2, t.last_used_ms);
+      st->bind_text(3, t.key_prefix).bind_text(4, t.key_prefix + "\x7f");
+      if (Status s = st->run(); !s) return s;
+    }
+    for (int i = 0; i < k_counter_count; ++i) {
+      if (counters[i] == 0) continue;
+      auto st = m_db->prepare(
+          "INSERT INTO stats(name, value) VALUES(?, ?)"
+          " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value");
+      if (!st) return st.error();
+      st->bind_text(1, counter_name(static_cast<Counter>(i))).bind(2, static_cast<int64_t>(counters[i]));
+      if (Status s = st->run(); !s) return s;
+    }
+    return txn->commit();
+  }();
+  if (written) {
+    m_pending_touches.clear();
+    return written;
+  }
+  // Kept for the next merge.
+  m_pending_touches.clear();
+  give_back();
+  for (const Touch& t : touches)
+    if (t.key_prefix.size() > 16) m_pending_touches[t.key_prefix] = {t.hits, t.last_used_ms};
+  return written;
+}
+
+Expected<Stats> Store::stats() {
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
+  if (Status s = flush_locked(); !s) return s.error();
+  Stats out;
+  auto st = m_db->prepare(
+      "SELECT count(*), coalesce(sum(stored_bytes), 0), coalesce(sum(raw_bytes), 0) FROM entries");
+  if (!st) return st.error();
+  auto row = st->step();
+  if (!row) return row.error();
+  out.entries = st->column_int64(0);
+  out.bytes = st->column_int64(1);
+  out.raw_bytes = st->column_int64(2);
+  auto counters = m_db->prepare("SELECT name, value FROM stats");
+  if (!counters) return counters.error();
+  uint64_t* slots[k_counter_count] = {&out.hits,          &out.misses,        &out.errors,
+                                      &out.time_saved_ms, &out.remote_hits,   &out.remote_misses,
+                                      &out.remote_errors, &out.remote_rejected, &out.remote_puts};
+  for (;;) {
+    auto r = counters->step();
+    if (!r) return r.error();
+    if (!*r) break;
+    std::string name = counters->column_text(0);
+    auto value = static_cast<uint64_t>(counters->column_int64(1));
+    if (name == "zeroed_ms") out.zeroed_ms = static_cast<int64_t>(value);
+    for (int i = 0; i < k_counter_count; ++i)
+      if (name == counter_name(static_cast<Counter>(i))) *slots[i] = value;
+  }
+  return out;
+}
+
+Status Store::zero_stats() {
+  std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
+  if (Status s = flush_locked(); !s) return s;
+  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+  if (!txn) return txn.error();
+  if (Status s = m_db->exec("DELETE FROM stats"); !s) return s;
+  auto st = m_db->prepare("INSERT INTO stats(name, value) VALUES('zeroed_ms', ?)");
+  if (!st) return st.error();
+  st->bind(1, now());
+  if (Status s = st->run(); !s) return s;
+  return txn->commit();
+}
+
+}  // namespace kiln::cache::local

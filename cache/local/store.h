@@ -1,0 +1,131 @@
+// The local tier: one SQLite database of checksummed entry records, shared by processes.
+//
+// A hit is one indexed read of one row (the entry record holds the fields, the artifact and the
+// cubins) and writes nothing: use is recorded in the memory-mapped usage file (usage.h). A miss
+// is not an error. Faults degrade: when the directory cannot be written or the disk fills up, the
+// store warns once and turns itself off (enabled() is false). Formats: FORMAT.md.
+#pragma once
+
+#include "cache/local/usage.h"
+#include "cache/types.h"
+#include "support/expected.h"
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace kiln::cache {
+namespace sql {
+class Db;
+}
+
+namespace local {
+
+// `entry` with each payload in the encoding the store keeps it in (cubins and artifact raw, the
+// rest zstd), re-encoding where it came otherwise (bundles, the remote tier).
+Expected<StoredEntry> prepared_for_store(const StoredEntry& entry);
+
+class Store {
+public:
+  // Never fails: a store that cannot be opened comes back disabled, after one warning.
+  static std::unique_ptr<Store> open(const Options& options);
+  ~Store();  // writes use kept in memory only when the usage file could not take it
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  bool enabled() const { return m_enabled.load(); }
+  std::string disabled_reason() const;
+  const std::string& dir() const { return m_dir; }
+  std::string db_path() const;
+  uint64_t max_size() const { return m_max_size; }
+
+  enum class Count { no, yes };
+  // The entry for `key`, checked: the record's checksum, its fields against `fields` (when given)
+  // and against the key, and each payload in `want` (decoded one at a time). A bad entry is
+  // dropped, counted and reported through the warning callback: a miss. With Count::yes a hit
+  // or miss is counted.
+  Lookup lookup(const std::string& key, const std::vector<KeyField>* fields, Count count,
+                const PayloadSelection& want);
+  // Inserts or replaces an entry (payload data present); evicts least-recently-used entries if
+  // the insert crosses the cap.
+  Status insert(StoredEntry entry);
+  // Encodes `contents` (cubins and artifact raw, the rest zstd) into a StoredEntry.
+  Expected<StoredEntry> encode_contents(const std::string& key, std::vector<KeyField> fields,
+                                        const Contents& contents) const;
+  // The stored entry with every payload read (for push, export, verify), or nullopt when absent.
+  // Fails on a database error or a bad entry (which is not dropped here).
+  Expected<std::optional<StoredEntry>> read_full(const std::string& key);
+  bool contains(const std::string& key);
+  void count(Counter counter, uint64_t value = 1);
+  // Counts a hit of `entry` (and its time saved) and records its use; writes nothing.
+  void record_hit(Entry& entry);
+
+  Expected<Stats> stats();
+  Status zero_stats();
+  Expected<std::vector<EntryInfo>> list();
+  Expected<std::vector<std::string>> keys_with_prefix(const std::string& prefix, int limit);
+  Expected<std::vector<Nearest>> nearest(const std::vector<KeyField>& request,
+                                         const std::string& anchor);
+  Expected<VerifyReport> verify(Fix fix);
+  Expected<PruneReport> prune(std::optional<uint64_t> max_size,
+                              std::optional<uint64_t> older_than_s);
+  Expected<PruneReport> clear();
+  Expected<std::vector<StoredEntry>> export_entries();
+  Expected<ImportReport> import_entries(const std::vector<StoredEntry>& entries);
+  // Merges recorded use (usage file and memory) into the database now.
+  Status flush();
+  int64_t now() const;
+  void warn(const std::string& message) const;
+
+private:
+  Store() = default;
+  void open_db();
+  Status configure_db();
+  Status migrate();
+  struct FileId {
+    uint64_t device = 0, inode = 0;
+    bool operator==(const FileId&) const = default;
+  };
+  Status move_aside_corrupt_db(const FileId& bad);  // `bad`: the file this process found bad
+  void disable(const std::string& reason);
+  void note_write_failure(const Error& error);
+  Error disabled_error() const;
+
+  // One entry read and checked (see lookup); `stored` keeps the bytes as stored.
+  struct Checked {
+    enum class Kind { good, absent, bad, failure } kind = Kind::absent;
+    StoredEntry stored;
+    Entry entry;         // when good
+    std::string reason;  // when bad or failure
+  };
+  Checked read_checked(const std::string& key, const PayloadSelection& want);
+  Status drop(const std::string& key);
+  void count_locked(Counter counter, uint64_t value = 1);
+  void count_hit_locked(Entry& entry);
+  void drop_bad(const std::string& key, const std::string& reason);
+  Status insert_locked(StoredEntry entry);
+  Status flush_locked();
+  void checkpoint_locked();
+  Expected<PruneReport> evict_locked(uint64_t cap, const std::string& keep);
+  Expected<PruneReport> prune_locked(std::optional<uint64_t> max_size,
+                                     std::optional<uint64_t> older_than_s);
+  Expected<std::vector<EntryInfo>> list_locked(const KeyField* where);
+
+  Options m_options;
+  std::string m_dir;
+  std::string m_disabled_reason;
+  uint64_t m_max_size = k_default_max_size;
+  std::unique_ptr<sql::Db> m_db;  // null once disabled
+  std::unique_ptr<Usage> m_usage;
+  std::atomic<bool> m_enabled{false};
+  mutable std::mutex m_mutex;
+  // Use the usage file could not take (it is missing or full): written at the next write.
+  uint64_t m_pending[k_counter_count] = {};
+  std::map<std::string, std::pair<uint64_t, int64_t>> m_pending_touches;  // key -> (hits, last)
+};
+
+}  // namespace local
+}  // namespace kiln::cache

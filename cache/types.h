@@ -1,0 +1,102 @@
+// Options and result types shared by the cache facade and its local store.
+#pragma once
+
+#include "cache/entry.h"
+#include "cache/key.h"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::cache {
+
+inline constexpr uint64_t k_default_max_size = uint64_t{2} << 30;          // 2 GiB
+inline constexpr int64_t k_default_remote_ttl_ms = int64_t{30} * 86400000;  // 30 days
+
+struct Options {
+  std::string dir;  // --cache-dir; empty: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln, ~/.cache/kiln
+  std::optional<uint64_t> max_size;  // size cap; unset: $KILN_CACHE_MAX_SIZE or 2 GiB; 0: no cap
+  std::chrono::milliseconds lock_wait{30000};  // longest wait for another producer (any machine)
+  int busy_timeout_ms = 10000;                 // SQLite busy timeout
+
+  // The remote tier (FORMAT.md, "Remote tier"). `remote`: a redis:// URL; unset: the
+  // KILN_REMOTE_CACHE variable; empty: no remote tier. `remote_key`: the HMAC secret; unset:
+  // KILN_REMOTE_KEY. `remote_ttl_ms`: unset: KILN_REMOTE_TTL, else 30 days.
+  std::optional<std::string> remote;
+  std::optional<std::string> remote_key;
+  std::optional<int64_t> remote_ttl_ms;
+  std::chrono::milliseconds remote_connect_timeout{100};
+  std::chrono::milliseconds remote_op_timeout{1000};
+  std::chrono::milliseconds remote_lease{10000};      // a compile's lease, renewed while it runs
+  std::chrono::milliseconds remote_down_for{30000};   // how long a failing remote is skipped
+
+  // Receives warnings (one line, no prefix); default: "kiln: cache: <message>" on stderr.
+  std::function<void(const std::string&)> warn;
+  // Unix time in milliseconds; default: the system clock. Tests pin it.
+  std::function<int64_t()> now_ms;
+  // Runs inside an insert's write transaction just before it commits. Tests use it to kill a
+  // process in the middle of a write.
+  std::function<void()> before_commit;
+};
+
+// The directory the cache would use for `dir` (see Options::dir); "" when none can be found.
+std::string resolve_cache_dir(const std::string& dir);
+
+enum class LookupStatus { hit, miss, failure };
+
+struct Lookup {
+  LookupStatus status = LookupStatus::miss;
+  Entry entry;          // valid on a hit
+  std::string failure;  // why, on a failure
+  bool hit() const { return status == LookupStatus::hit; }
+};
+
+struct Stats {
+  uint64_t entries = 0;
+  uint64_t bytes = 0;      // stored bytes (what the cap counts)
+  uint64_t raw_bytes = 0;  // uncompressed payload bytes
+  uint64_t hits = 0;       // local hits
+  uint64_t misses = 0;     // local misses
+  uint64_t errors = 0;     // bad entries dropped, failed reads and writes
+  uint64_t time_saved_ms = 0;  // sum of compile_ms over served hits (either tier)
+  uint64_t remote_hits = 0;      // local misses served by the remote tier
+  uint64_t remote_misses = 0;    // absent there too
+  uint64_t remote_errors = 0;    // failed or timed-out remote operations
+  uint64_t remote_rejected = 0;  // remote entries refused: damaged, unsigned, badly signed, foreign
+  uint64_t remote_puts = 0;      // entries uploaded
+  int64_t zeroed_ms = 0;         // when the counters were last zeroed (0: never)
+};
+
+struct BadEntry {
+  std::string key;
+  std::string reason;
+};
+
+struct VerifyReport {
+  uint64_t checked = 0;
+  std::vector<BadEntry> bad;
+  bool removed = false;  // the bad entries were dropped
+};
+
+struct PruneReport {
+  uint64_t removed = 0;
+  uint64_t freed_bytes = 0;
+};
+
+struct ImportReport {
+  uint64_t imported = 0;
+  uint64_t already_present = 0;
+};
+
+// An entry sharing one field value with a request, and how its other fields differ.
+struct Nearest {
+  EntryInfo info;
+  std::vector<FieldDiff> diffs;
+};
+
+enum class Fix { no, yes };
+
+}  // namespace kiln::cache
