@@ -2,10 +2,18 @@
 //
 //   cold_ms          fresh cache: codegen + NVRTC + store (median of several runs, in process)
 //   warm_us          hash + key + lookup + checksums + decompression + decode (median, in process)
-//   warm_process_ms  a new `kiln compile` process that hits the cache (median)
+//   warm_process_ms  a new `kiln compile` process that hits the cache (median), interleaved with
+//   version_ms       a bare `kiln --version` process (the floor a new process cannot beat)
+//   remote_hit_us    empty local cache, warm Redis on loopback: fetch, verify, store locally
+//   stored_bytes     bytes the local store keeps for the entry, and stored_bytes_v1: what the
+//                    first schema kept (every payload zstd level 3)
+// and two herds of cold processes on one graph: sharing one cache directory, and as a fleet
+// (separate directories, one Redis), each against no cache.
 #include "process.h"
 
 #include "cache/cache.h"
+#include "cache/codec.h"
+#include "tests/support/redis_server.h"
 #include "compiler/options.h"
 #include "ir/parse.h"
 #include "runtime/compile_service.h"
@@ -40,6 +48,7 @@ struct Settings {
   int cold_runs() const { return quick ? 3 : 5; }
   int warm_runs() const { return quick ? 200 : 2000; }
   int process_runs() const { return quick ? 5 : 15; }
+  int remote_runs() const { return quick ? 20 : 100; }
 };
 
 double median(std::vector<double> values) {
@@ -70,10 +79,23 @@ private:
   std::string m_path;
 };
 
-std::unique_ptr<cache::Cache> open_cache(const std::string& dir) {
+std::unique_ptr<cache::Cache> open_cache(const std::string& dir, const std::string& remote = "") {
   cache::Options options;
   options.dir = dir;
+  options.remote = remote;
   return cache::Cache::open(std::move(options));
+}
+
+// What the first schema stored for `entry`: fields, summary, payload names, zstd-3 payloads.
+uint64_t v1_stored_bytes(const cache::StoredEntry& entry) {
+  uint64_t bytes = entry.info.summary.size();
+  for (const cache::KeyField& f : entry.info.fields) bytes += f.name.size() + f.value.size();
+  for (const cache::StoredPayload& p : entry.payloads) {
+    auto raw = cache::decode(p.encoded);
+    auto zstd = raw ? cache::encode(*raw, cache::Encoding::zstd) : raw.error();
+    bytes += p.name.size() + (zstd ? zstd->data.size() : 0);
+  }
+  return bytes;
 }
 
 json machine() {
@@ -93,9 +115,10 @@ json machine() {
 }
 
 std::vector<std::string> compile_command(const Settings& s, const std::string& graph,
-                                         const std::string& cache_dir, bool use_cache) {
+                                         const std::string& cache_dir, bool use_cache,
+                                         const std::string& remote = "") {
   std::vector<std::string> cmd = {s.kiln, "compile", graph, "--arch", s.arch, "--precision",
-                                  s.precision, "--json"};
+                                  s.precision, "--json", "--remote", remote};
   if (use_cache) {
     cmd.insert(cmd.end(), {"--cache-dir", cache_dir});
   } else {
@@ -118,7 +141,8 @@ int count_misses(const std::vector<ProcessResult>& results) {
 }
 
 Expected<json> bench_graph(const Settings& s, const std::string& path,
-                           const compiler::CompileOptions& options) {
+                           const compiler::CompileOptions& options,
+                           const testing::RedisServer* redis) {
   auto graph = ir::parse_graph_file(path);
   if (!graph) return graph.error();
   json row;
@@ -149,22 +173,72 @@ Expected<json> bench_graph(const Settings& s, const std::string& path,
     if (!result->hit) return make_error("warm run of ", path, " missed");
     warm.push_back(elapsed);
   }
-  cache.reset();  // writes batched bookkeeping before other processes read
+  auto request = runtime::prepare_compile(*graph, options);
+  if (!request) return request.error();
+  auto stored = cache->export_entries();
+  if (!stored || stored->size() != 1) return make_error("the warm cache of ", path, " is not one entry");
+  row["stored_bytes"] = cache->stats()->bytes;
+  row["stored_bytes_v1"] = v1_stored_bytes(stored->front());
+  cache.reset();
 
-  std::vector<double> process;
+  // Paired and interleaved: a hit in a new process, then a bare `kiln --version`.
+  std::vector<double> process, version;
   for (int i = 0; i < s.process_runs(); ++i) {
     auto results = run_together({compile_command(s, path, warm_dir.path(), true)});
     if (count_misses(results) != 0) {
       return make_error("`kiln compile` of ", path, " did not hit the warm cache");
     }
     process.push_back(results[0].wall_ms);
+    version.push_back(run_together({{s.kiln, "--version"}})[0].wall_ms);
+  }
+
+  if (redis) {
+    // The fleet holds the entry; each run starts from an empty local cache.
+    {
+      auto filler = open_cache(warm_dir.path(), redis->url());
+      auto pushed = filler->push();
+      if (!pushed || pushed->pushed != 1) return make_error("pushing ", path, " to redis failed");
+    }
+    std::vector<double> remote;
+    for (int i = 0; i < s.remote_runs(); ++i) {
+      TempDir empty;
+      auto fresh = open_cache(empty.path(), redis->url());
+      auto start = std::chrono::steady_clock::now();
+      auto result = runtime::compile_prepared(*graph, options, *request, fresh.get());
+      double elapsed = ms_since(start) * 1000.0;
+      if (!result || !result->remote_hit) return make_error("remote run of ", path, " missed");
+      remote.push_back(elapsed + request->prepare_us);
+    }
+    row["remote_hit_us"] = median(remote);
   }
 
   row["cold_ms"] = median(cold);
   row["warm_us"] = median(warm);
   row["warm_process_ms"] = median(process);
+  row["version_ms"] = median(version);
   row["ratio"] = median(cold) * 1000.0 / median(warm);
   return row;
+}
+
+// N machines (separate cache directories) start cold on one graph at once, sharing one Redis.
+Expected<json> bench_fleet_herd(const Settings& s, const std::string& path,
+                                const testing::RedisServer& redis) {
+  json herd;
+  herd["graph"] = fs::path(path).stem().string();
+  herd["machines"] = s.herd;
+  std::vector<std::unique_ptr<TempDir>> dirs;
+  std::vector<std::vector<std::string>> commands;
+  for (int i = 0; i < s.herd; ++i) {
+    dirs.push_back(std::make_unique<TempDir>());
+    commands.push_back(compile_command(s, path, dirs.back()->path(), true, redis.url()));
+  }
+  (void)redis.command({"FLUSHALL"});
+  auto start = std::chrono::steady_clock::now();
+  int compiles = count_misses(run_together(commands));
+  herd["wall_ms"] = ms_since(start);
+  if (compiles < 0) return make_error("a fleet herd process failed on ", path);
+  herd["compiles"] = compiles;
+  return herd;
 }
 
 // N processes start cold on one graph at once, with the cache and without it.
@@ -188,12 +262,23 @@ Expected<json> bench_herd(const Settings& s, const std::string& path) {
 }
 
 void print_table(const json& report) {
-  std::printf("%-16s %7s %10s %10s %14s %10s\n", "graph", "kernels", "cold_ms", "warm_us",
-              "warm_process_ms", "cold/warm");
+  std::printf("%-16s %7s %9s %8s %9s %10s %10s %9s %14s\n", "graph", "kernels", "cold_ms",
+              "warm_us", "process", "version_ms", "remote_us", "cold/warm", "bytes (v1)");
   for (const json& g : report["graphs"]) {
-    std::printf("%-16s %7d %10.1f %10.1f %14.2f %9.0fx\n", g["name"].get<std::string>().c_str(),
-                g["kernels"].get<int>(), g["cold_ms"].get<double>(), g["warm_us"].get<double>(),
-                g["warm_process_ms"].get<double>(), g["ratio"].get<double>());
+    std::printf("%-16s %7d %9.1f %8.1f %9.2f %10.2f %10.1f %8.0fx %7llu (%llu)\n",
+                g["name"].get<std::string>().c_str(), g["kernels"].get<int>(),
+                g["cold_ms"].get<double>(), g["warm_us"].get<double>(),
+                g["warm_process_ms"].get<double>(), g["version_ms"].get<double>(),
+                g.value("remote_hit_us", 0.0), g["ratio"].get<double>(),
+                g["stored_bytes"].get<unsigned long long>(),
+                g["stored_bytes_v1"].get<unsigned long long>());
+  }
+  if (report.contains("fleet_herd")) {
+    const json& f = report["fleet_herd"];
+    std::printf("fleet herd: %d machines (own cache dirs, one Redis) cold on %s: %d compile(s) "
+                "in %.0f ms\n",
+                f["machines"].get<int>(), f["graph"].get<std::string>().c_str(),
+                f["compiles"].get<int>(), f["wall_ms"].get<double>());
   }
   if (report.contains("herd")) {
     const json& h = report["herd"];
@@ -230,8 +315,12 @@ int run(const Settings& s) {
   report["arch"] = s.arch;
   report["precision"] = s.precision;
   report["graphs"] = json::array();
+  testing::RedisServer redis;
+  if (!redis.started())
+    std::fprintf(stderr, "kiln-bench: no remote columns: %s\n", redis.error().c_str());
+  const testing::RedisServer* remote = redis.started() ? &redis : nullptr;
   for (const std::string& path : graphs) {
-    auto row = bench_graph(s, path, options);
+    auto row = bench_graph(s, path, options, remote);
     if (!row) {
       std::fprintf(stderr, "kiln-bench: %s\n", row.error().message.c_str());
       return 1;
@@ -246,6 +335,14 @@ int run(const Settings& s) {
       return 1;
     }
     report["herd"] = *herd;
+    if (remote) {
+      auto fleet = bench_fleet_herd(s, graphs.front(), redis);
+      if (!fleet) {
+        std::fprintf(stderr, "kiln-bench: %s\n", fleet.error().message.c_str());
+        return 1;
+      }
+      report["fleet_herd"] = *fleet;
+    }
   }
   if (s.json_out) {
     std::printf("%s\n", report.dump(2).c_str());

@@ -71,9 +71,11 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
     m_local->record_hit(found.entry);
     return Fetched{FetchSource::hit, std::move(found.entry)};
   };
-  auto remote_hit = [&]() -> std::optional<Fetched> {
-    if (!m_remote) return std::nullopt;
-    auto entry = remote_fetch(key, &fields, want);
+  // A rejected remote value is read again only while another machine may be replacing it.
+  Outcome last = Outcome::miss;
+  auto remote_hit = [&](bool waiting = false) -> std::optional<Fetched> {
+    if (!m_remote || (last == Outcome::rejected && !waiting)) return std::nullopt;
+    auto entry = remote_fetch(key, &fields, want, &last);
     if (!entry) return std::nullopt;
     m_local->count(local::Counter::misses);
     return Fetched{FetchSource::remote_hit, std::move(*entry)};
@@ -137,7 +139,7 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(100));
-      if (auto hit = remote_hit()) return *hit;
+      if (auto hit = remote_hit(true)) return *hit;
     }
   }
   if (m_local->enabled()) m_local->count(local::Counter::misses);

@@ -3,7 +3,8 @@
 //
 // usage: kiln_cache_worker dir=D counter=F [keys=N] [rotate=R] [produce_ms=MS] [lock_wait_ms=MS]
 //                          [payload_kb=KB] [mode=normal|hang-produce|hang-write] [marker=F]
-// Prints "produced KEY" or "hit KEY" per key. Exit 0: all good; 3: wrong bytes came back;
+//                          [remote=URL] [lease_ms=MS] [remote_key=SECRET]
+// Prints "produced KEY", "hit KEY" or "remote KEY" (a remote hit) per key; warnings go to stderr. Exit 0: all good; 3: wrong bytes came back;
 // 4: get_or_create failed; 2: bad usage.
 #include "cache/cache.h"
 
@@ -94,6 +95,9 @@ int main(int argc, char** argv) {
   options.dir = args["dir"];
   options.lock_wait = std::chrono::milliseconds(number("lock_wait_ms", 30000));
   if (mode == "hang-write") options.before_commit = [&] { hang(marker); };
+  options.remote = args["remote"];
+  if (args.count("remote_key")) options.remote_key = args["remote_key"];
+  options.remote_lease = std::chrono::milliseconds(number("lease_ms", 10000));
   auto cache = Cache::open(options);
   if (!cache->enabled()) return 4;
 
@@ -112,7 +116,11 @@ int main(int argc, char** argv) {
       return 4;
     }
     if (fetched->entry.payloads != contents_of(graph, payload_kb).payloads) return 3;
-    std::printf("%s %s\n", fetched->source == FetchSource::hit ? "hit" : "produced", key.c_str());
+    const char* how = fetched->source == FetchSource::hit          ? "hit"
+                      : fetched->source == FetchSource::remote_hit ? "remote"
+                                                                   : "produced";
+    std::printf("%s %s\n", how, key.c_str());
+    std::fflush(stdout);
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 #include "cache/cache.h"
 #include "cache/local/sqlite.h"
 #include "test_util.h"
+#include "worker_util.h"
 
 #include <signal.h>
 #include <spawn.h>
@@ -23,67 +24,13 @@ extern char** environ;
 namespace kiln::cache {
 namespace {
 
+using testing::count_lines;
+using testing::lines_of;
+using testing::spawn_worker;
 using testing::TempDir;
-
-// One worker process; its stdout goes to a file.
-struct Worker {
-  pid_t pid = -1;
-  std::string out;
-};
-
-Worker spawn_worker(const TempDir& tmp, const std::string& name, std::vector<std::string> args) {
-  Worker w;
-  w.out = tmp.sub(name + ".out");
-  args.insert(args.begin(), KILN_CACHE_WORKER);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, w.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  int rc = posix_spawn(&w.pid, KILN_CACHE_WORKER, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  EXPECT_EQ(rc, 0);
-  return w;
-}
-
-// The worker's exit code; kills it and fails after `limit` (a hang is a failure, not a wait).
-int wait_worker(const Worker& w, std::chrono::seconds limit = std::chrono::seconds(60)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    int status = 0;
-    pid_t done = ::waitpid(w.pid, &status, WNOHANG);
-    if (done == w.pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(w.pid, SIGKILL);
-      ::waitpid(w.pid, &status, 0);
-      ADD_FAILURE() << "worker " << w.pid << " hung";
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
-
-std::vector<std::string> lines_of(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-std::map<std::string, int> count_lines(const std::string& path) {
-  std::map<std::string, int> counts;
-  for (const std::string& line : lines_of(path)) ++counts[line];
-  return counts;
-}
-
-bool wait_for_file(const std::string& path) {
-  for (int i = 0; i < 4000; ++i) {
-    if (!lines_of(path).empty()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
-}
+using testing::wait_for_file;
+using testing::wait_worker;
+using testing::Worker;
 
 std::string integrity_check(const std::string& db_path) {
   auto db = sql::Db::open(db_path);

@@ -1,0 +1,323 @@
+// The remote tier against a real redis-server: fleet-wide single flight across "machines"
+// (processes with their own cache directories), a new machine warming from the fleet, faults
+// that cost one warning, and remote entries that must not be trusted.
+#include "cache/cache.h"
+#include "cache/remote/backend.h"
+#include "cache/remote/redis.h"
+#include "test_util.h"
+#include "tests/support/redis_server.h"
+#include "worker_util.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace kiln::cache {
+namespace {
+
+using kiln::testing::RedisServer;
+using testing::contents_for;
+using testing::fields_for;
+using testing::spawn_worker;
+using testing::TempDir;
+using testing::wait_worker;
+using testing::Worker;
+
+#define REQUIRE_REDIS(server)                                               \
+  if (!(server).installed()) GTEST_SKIP() << "redis-server is not installed"; \
+  ASSERT_TRUE((server).started()) << (server).error()
+
+// Per-test state: a scratch directory, a server, warnings by cache.
+class Fleet : public ::testing::Test {
+protected:
+  Options options_for(const std::string& machine, std::vector<std::string>* warnings) {
+    Options o = testing::options_in(tmp.sub(machine), warnings);
+    o.remote = server.url();
+    o.remote_op_timeout = std::chrono::milliseconds(300);
+    o.remote_lease = std::chrono::milliseconds(1000);
+    return o;
+  }
+  // The raw value the fleet stores for `key` (prefix "kiln:"), and a way to replace it.
+  std::unique_ptr<remote::Backend> direct() {
+    return remote::make_redis_backend(remote::parse_redis_url(server.url()).value());
+  }
+  static std::string join(const std::vector<std::string>& lines) {
+    std::string out;
+    for (const std::string& l : lines) out += l + "\n";
+    return out;
+  }
+
+  TempDir tmp;
+  RedisServer server;
+  std::vector<KeyField> fields = fields_for("a");
+  std::string key = make_key(fields);
+  Producer producer_a = [this]() -> Expected<Contents> {
+    ++produced;
+    return contents_for("a");
+  };
+  int produced = 0;
+};
+
+TEST_F(Fleet, EightMachinesMissingOneKeyCompileItOnce) {
+  REQUIRE_REDIS(server);
+  std::vector<Worker> workers;
+  for (int m = 0; m < 8; ++m)
+    workers.push_back(spawn_worker(tmp, "m" + std::to_string(m),
+                                   {"dir=" + tmp.sub("m" + std::to_string(m)),
+                                    "counter=" + tmp.sub("count"), "keys=1", "produce_ms=300",
+                                    "lease_ms=2000", "remote=" + server.url()}));
+  int produced_lines = 0, remote_lines = 0;
+  for (const Worker& w : workers) {
+    EXPECT_EQ(wait_worker(w), 0) << join(testing::lines_of(w.err));
+    for (const std::string& line : testing::lines_of(w.out)) {
+      produced_lines += line.rfind("produced ", 0) == 0;
+      remote_lines += line.rfind("remote ", 0) == 0;
+    }
+  }
+  EXPECT_EQ(testing::lines_of(tmp.sub("count")).size(), 1u) << "one NVRTC compile in all";
+  EXPECT_EQ(produced_lines, 1);
+  EXPECT_EQ(remote_lines, 7) << "every other machine got the entry from the fleet";
+}
+
+TEST_F(Fleet, EightMachinesTwentyKeysInShuffledOrdersCompileEachKeyOnce) {
+  REQUIRE_REDIS(server);
+  std::vector<Worker> workers;
+  for (int m = 0; m < 8; ++m)
+    workers.push_back(spawn_worker(
+        tmp, "m" + std::to_string(m),
+        {"dir=" + tmp.sub("m" + std::to_string(m)), "counter=" + tmp.sub("count"), "keys=20",
+         "rotate=" + std::to_string(m * 7), "produce_ms=20", "lease_ms=2000",
+         "remote=" + server.url()}));
+  for (const Worker& w : workers) EXPECT_EQ(wait_worker(w), 0) << join(testing::lines_of(w.err));
+  auto counts = testing::count_lines(tmp.sub("count"));
+  EXPECT_EQ(counts.size(), 20u);
+  for (const auto& [k, n] : counts) EXPECT_EQ(n, 1) << "key " << k << " compiled " << n << " times";
+}
+
+TEST_F(Fleet, KilledCompilerLosesItsLeaseAndAnotherMachineTakesOver) {
+  REQUIRE_REDIS(server);
+  std::vector<std::string> common = {"counter=" + tmp.sub("count"), "keys=1", "lease_ms=600",
+                                     "remote=" + server.url(), "lock_wait_ms=20000"};
+  auto args = [&](const std::string& m, std::vector<std::string> more) {
+    more.push_back("dir=" + tmp.sub(m));
+    more.insert(more.end(), common.begin(), common.end());
+    return more;
+  };
+  Worker stuck = spawn_worker(tmp, "stuck", args("m0", {"mode=hang-produce", "marker=" + tmp.sub("ready")}));
+  ASSERT_TRUE(testing::wait_for_file(tmp.sub("ready")));
+  auto start = std::chrono::steady_clock::now();
+  Worker next = spawn_worker(tmp, "next", args("m1", {}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_TRUE(testing::lines_of(next.out).empty()) << "waits while the lease is renewed";
+  ::kill(stuck.pid, SIGKILL);
+  (void)wait_worker(stuck);
+  EXPECT_EQ(wait_worker(next, std::chrono::seconds(15)), 0) << join(testing::lines_of(next.err));
+  auto lines = testing::lines_of(next.out);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].rfind("produced ", 0), 0u) << lines[0];
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(Fleet, ANewMachineHitsRemotelyThenLocally) {
+  REQUIRE_REDIS(server);
+  std::vector<std::string> w1, w2;
+  {
+    auto build = Cache::open(options_for("build", &w1));
+    ASSERT_EQ(build->get_or_create(key, fields, producer_a)->source, FetchSource::produced);
+  }
+  auto fresh = Cache::open(options_for("fresh", &w2));
+  auto first = fresh->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->source, FetchSource::remote_hit);
+  EXPECT_EQ(first->entry.payloads, contents_for("a").payloads);
+  auto second = fresh->get_or_create(key, fields, producer_a);
+  EXPECT_EQ(second->source, FetchSource::hit);
+  EXPECT_EQ(produced, 1);
+  auto stats = fresh->stats();
+  EXPECT_EQ(stats->remote_hits, 1u);
+  EXPECT_EQ(stats->hits, 1u);
+  EXPECT_TRUE(w1.empty() && w2.empty()) << join(w1) << join(w2);
+  // kiln push / pull: a third machine pulls every entry the fleet has.
+  auto third = Cache::open(options_for("third", &w2));
+  auto pulled = third->pull(std::nullopt);
+  ASSERT_TRUE(pulled.ok()) << pulled.error().message;
+  EXPECT_EQ(pulled->pulled, 1u);
+  EXPECT_TRUE(third->read(key).hit());
+}
+
+TEST_F(Fleet, PushUploadsEveryLocalEntryAndPullFiltersByGraph) {
+  REQUIRE_REDIS(server);
+  std::vector<std::string> warnings;
+  Options offline = testing::options_in(tmp.sub("build"), &warnings);
+  offline.remote = "";
+  {
+    auto build = Cache::open(offline);
+    for (const char* g : {"a", "b", "c"})
+      ASSERT_TRUE(build->store(make_key(fields_for(g)), fields_for(g), contents_for(g)).ok());
+  }
+  auto build = Cache::open(options_for("build", &warnings));
+  auto pushed = build->push();
+  ASSERT_TRUE(pushed.ok());
+  EXPECT_EQ(pushed->pushed, 3u);
+  auto node = Cache::open(options_for("node", &warnings));
+  auto pulled = node->pull(std::string("h-b"));
+  ASSERT_TRUE(pulled.ok());
+  EXPECT_EQ(pulled->pulled, 1u);
+  EXPECT_TRUE(node->read(make_key(fields_for("b"))).hit());
+  EXPECT_FALSE(node->read(make_key(fields_for("a"))).hit());
+  EXPECT_TRUE(warnings.empty()) << join(warnings);
+}
+
+// Faults: every compile succeeds, with one warning per process.
+TEST_F(Fleet, RedisKilledMidRunCostsOneWarning) {
+  REQUIRE_REDIS(server);
+  std::vector<std::string> warnings;
+  auto cache = Cache::open(options_for("m", &warnings));
+  ASSERT_TRUE(cache->get_or_create(key, fields, producer_a).ok());
+  server.kill_now();
+  for (const char* g : {"b", "c", "d"}) {
+    auto f = fields_for(g);
+    auto got = cache->get_or_create(make_key(f), f, [&] { return Expected<Contents>(contents_for(g)); });
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->source, FetchSource::produced);
+  }
+  ASSERT_EQ(warnings.size(), 1u) << join(warnings);
+  EXPECT_NE(warnings[0].find("remote cache"), std::string::npos);
+  EXPECT_GE(cache->stats()->remote_errors, 1u);
+}
+
+TEST_F(Fleet, StoppedRedisTimesOutOnceThenIsSkipped) {
+  REQUIRE_REDIS(server);
+  std::vector<std::string> warnings;
+  auto cache = Cache::open(options_for("m", &warnings));
+  ASSERT_TRUE(cache->get_or_create(key, fields, producer_a).ok());  // connected
+  server.pause();
+  auto start = std::chrono::steady_clock::now();
+  for (const char* g : {"b", "c", "d", "e"}) {
+    auto f = fields_for(g);
+    auto got = cache->get_or_create(make_key(f), f, [&] { return Expected<Contents>(contents_for(g)); });
+    ASSERT_TRUE(got.ok());
+  }
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  server.resume();
+  EXPECT_LT(elapsed, std::chrono::milliseconds(1500)) << "one op timeout (300 ms), then skipped";
+  EXPECT_EQ(warnings.size(), 1u) << join(warnings);
+}
+
+TEST_F(Fleet, AbsentRedisCostsAtMostTheConnectTimeout) {
+  REQUIRE_REDIS(server);
+  server.stop();  // nothing listens on its port now
+  std::vector<std::string> warnings;
+  auto start = std::chrono::steady_clock::now();
+  auto cache = Cache::open(options_for("m", &warnings));
+  ASSERT_TRUE(cache->get_or_create(key, fields, producer_a).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(800));
+  EXPECT_EQ(warnings.size(), 1u) << join(warnings);
+}
+
+TEST_F(Fleet, FullRedisRefusesPutsAndCompilesGoOn) {
+  RedisServer full({"--maxmemory", "1", "--maxmemory-policy", "noeviction"});
+  REQUIRE_REDIS(full);
+  std::vector<std::string> warnings;
+  Options o = testing::options_in(tmp.sub("m"), &warnings);
+  o.remote = full.url();
+  auto cache = Cache::open(o);
+  for (const char* g : {"a", "b", "c"}) {
+    auto f = fields_for(g);
+    auto got = cache->get_or_create(make_key(f), f, [&] { return Expected<Contents>(contents_for(g)); });
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->source, FetchSource::produced);
+  }
+  ASSERT_EQ(warnings.size(), 1u) << join(warnings);
+  EXPECT_NE(warnings[0].find("OOM"), std::string::npos) << warnings[0];
+}
+
+// Trust: a remote value that is damaged, foreign or not signed as the fleet requires is rejected,
+// counted, recompiled and overwritten.
+class FleetTrust : public Fleet {
+protected:
+  void SetUp() override {
+    REQUIRE_REDIS(server);
+    Options o = options_for("build", &warnings);
+    o.remote_key = "fleet secret";
+    ASSERT_TRUE(Cache::open(o)->get_or_create(key, fields, producer_a).ok());
+    ASSERT_EQ(produced, 1);
+    value = direct()->get(key)->value_or("");
+  }
+  // A new machine reads the fleet's value for `key`; answers how it was served.
+  FetchSource fetch_on_new_machine(const std::string& machine, const std::string& secret) {
+    Options o = options_for(machine, &warnings);
+    o.remote_key = secret;
+    auto got = Cache::open(o)->get_or_create(key, fields, producer_a);
+    EXPECT_TRUE(got.ok());
+    rejected += Cache::open(o)->stats()->remote_rejected;
+    return got.ok() ? got->source : FetchSource::produced_uncached;
+  }
+  void expect_rejected_then_repaired(const std::string& why) {
+    EXPECT_EQ(fetch_on_new_machine("n1", "fleet secret"), FetchSource::produced);
+    EXPECT_EQ(produced, 2) << "recompiled";
+    EXPECT_EQ(rejected, 1u);
+    ASSERT_FALSE(warnings.empty());
+    EXPECT_NE(warnings.back().find("rejected remote entry " + key + ": " + why), std::string::npos)
+        << join(warnings);
+    // Overwritten: the next machine is served by the fleet again.
+    EXPECT_EQ(fetch_on_new_machine("n2", "fleet secret"), FetchSource::remote_hit);
+    EXPECT_EQ(produced, 2);
+  }
+  void replace(const std::string& bytes) { ASSERT_TRUE(direct()->put(key, bytes, 0).ok()); }
+
+  std::vector<std::string> warnings;
+  std::string value;
+  uint64_t rejected = 0;
+};
+
+TEST_F(FleetTrust, SignedEntryIsServed) {
+  EXPECT_EQ(fetch_on_new_machine("n0", "fleet secret"), FetchSource::remote_hit);
+  EXPECT_EQ(produced, 1);
+}
+
+TEST_F(FleetTrust, FlippedByteIsRejected) {
+  value[value.size() / 2] = static_cast<char>(~value[value.size() / 2]);
+  replace(value);
+  expect_rejected_then_repaired("badly signed");
+}
+
+TEST_F(FleetTrust, TruncatedValueIsRejected) {
+  replace(value.substr(0, value.size() - 100));
+  expect_rejected_then_repaired("badly signed");
+}
+
+TEST_F(FleetTrust, AnotherKeysEntryIsRejected) {
+  Options o = options_for("other", &warnings);
+  o.remote_key = "fleet secret";
+  auto other = fields_for("b");
+  ASSERT_TRUE(Cache::open(o)
+                  ->get_or_create(make_key(other), other,
+                                  [] { return Expected<Contents>(contents_for("b")); })
+                  .ok());
+  replace(direct()->get(make_key(other))->value_or(""));
+  expect_rejected_then_repaired("badly signed");
+}
+
+TEST_F(FleetTrust, UnsignedEntryIsRejectedWhileAKeyIsSet) {
+  ASSERT_TRUE(direct()->remove(key).ok());
+  Options unsigned_writer = options_for("rogue", &warnings);
+  unsigned_writer.remote_key = "";
+  ASSERT_TRUE(Cache::open(unsigned_writer)->store(key, fields, contents_for("a")).ok());
+  expect_rejected_then_repaired("unsigned");
+}
+
+TEST_F(FleetTrust, EntrySignedWithAnotherSecretIsRejected) {
+  EXPECT_EQ(fetch_on_new_machine("n0", "another secret"), FetchSource::produced);
+  EXPECT_EQ(rejected, 1u);
+}
+
+TEST_F(FleetTrust, WithoutASecretADamagedRecordIsStillCaughtByItsChecksum) {
+  value[value.size() - 20] = static_cast<char>(~value[value.size() - 20]);
+  replace(value);
+  EXPECT_EQ(fetch_on_new_machine("n1", ""), FetchSource::produced);
+  EXPECT_EQ(rejected, 1u);
+}
+
+}  // namespace
+}  // namespace kiln::cache
