@@ -147,7 +147,7 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     auto prepared = local::prepared_for_store(*stored);
     if (prepared) {
       prepared->info.created_ms = prepared->info.last_used_ms = m_local->now();
-      (void)m_local->insert(std::move(*prepared));
+      (void)m_local->insert(std::move(*prepared), local::Store::Checkpoint::no);
     }
   }
   std::vector<Payload> kept;

@@ -208,12 +208,12 @@ Expected<StoredEntry> Store::encode_contents(const std::string& key, std::vector
   return entry;
 }
 
-Status Store::insert(StoredEntry entry) {
+Status Store::insert(StoredEntry entry, Checkpoint checkpoint) {
   std::lock_guard lock(m_mutex);
-  return insert_locked(std::move(entry));
+  return insert_locked(std::move(entry), checkpoint);
 }
 
-Status Store::insert_locked(StoredEntry entry) {
+Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint) {
   if (!m_db) return disabled_error();
   bool over_cap = false;
   Status inserted = [&]() -> Status {
@@ -234,7 +234,7 @@ Status Store::insert_locked(StoredEntry entry) {
     auto evicted = evict_locked(m_max_size, entry.info.key);
     if (!evicted) note_write_failure(evicted.error());
   }
-  checkpoint_locked();
+  if (checkpoint == Checkpoint::yes) checkpoint_locked();
   return Status::success();
 }
 

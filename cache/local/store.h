@@ -50,8 +50,10 @@ public:
   Lookup lookup(const std::string& key, const std::vector<KeyField>* fields, Count count,
                 const PayloadSelection& want);
   // Inserts or replaces an entry (payload data present); evicts least-recently-used entries if
-  // the insert crosses the cap.
-  Status insert(StoredEntry entry);
+  // the insert crosses the cap. With Checkpoint::yes (after a compile, which dwarfs it) the WAL
+  // is emptied too; a remote hit's fill leaves that to the next compile.
+  enum class Checkpoint { no, yes };
+  Status insert(StoredEntry entry, Checkpoint checkpoint = Checkpoint::yes);
   // Encodes `contents` (cubins and artifact raw, the rest zstd) into a StoredEntry.
   Expected<StoredEntry> encode_contents(const std::string& key, std::vector<KeyField> fields,
                                         const Contents& contents) const;
@@ -106,7 +108,7 @@ private:
   void count_locked(Counter counter, uint64_t value = 1);
   void count_hit_locked(Entry& entry);
   void drop_bad(const std::string& key, const std::string& reason);
-  Status insert_locked(StoredEntry entry);
+  Status insert_locked(StoredEntry entry, Checkpoint checkpoint);
   Status flush_locked();
   void checkpoint_locked();
   Expected<PruneReport> evict_locked(uint64_t cap, const std::string& keep);
