@@ -32,7 +32,7 @@ struct Fixture {
 Fixture& fixture() {
   static Fixture* f = [] {
     auto* f = new Fixture{ir::parse_graph_file(KILN_EXAMPLES_DIR "/mlp.kg").value(), {}, {}, {},
-                          {}, {}, {}, {}};
+                          {}, {}, {}, {}, {}};
     f->options.sm = 90;
     f->options.precision = ir::Precision::high;
     char name[] = "/tmp/kiln-warm-bench-XXXXXX";

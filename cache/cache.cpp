@@ -127,11 +127,8 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
   if (stored->info.key != key) return reject("it is the entry of key " + stored->info.key);
   for (const StoredPayload& p : stored->payloads)
     if (p.apart) return reject("payload '" + p.name + "' is missing");
-  if (fields) {
-    std::vector<KeyField> sorted = *fields;
-    sort_fields(sorted);
-    if (sorted != stored->info.fields) return reject("its key fields differ from the request");
-  }
+  if (fields && !same_fields(*fields, stored->info.fields))
+    return reject("its key fields differ from the request");
   auto entry = verify_stored(*stored);  // fields hash to the key; every payload's checksum
   if (!entry) return reject(entry.error().message);
   if (only_graph && entry->info.field("graph_hash") != *only_graph) {
@@ -157,14 +154,18 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
   return std::move(*entry);
 }
 
-void Cache::remote_put(const StoredEntry& entry) {
+Status Cache::remote_put(const StoredEntry& entry) {
   std::string value = remote::seal(entry.info.key, encode_entry(entry), m_remote_secret);
   std::lock_guard lock(m_remote_mutex);
   remote::Backend* backend = remote_now();
-  if (!backend) return;
+  if (!backend) return make_error("the remote tier is down");
   auto put = backend->put(entry.info.key, value, m_remote_ttl_ms);
-  if (!put) return remote_failed(put.failure().message);
+  if (!put) {
+    remote_failed(put.failure().message);
+    return make_error(put.failure().message);
+  }
   m_local->count(local::Counter::remote_puts);
+  return Status::success();
 }
 
 Lookup Cache::lookup(const std::string& key, const std::vector<KeyField>& fields,
@@ -188,7 +189,7 @@ Status Cache::store(const std::string& key, const std::vector<KeyField>& fields,
   if (!m_local->enabled() && !m_remote) return make_error("cache: disabled: ", disabled_reason());
   auto entry = m_local->encode_contents(key, fields, contents);
   if (!entry) return entry.error();
-  if (m_remote) remote_put(*entry);
+  if (m_remote) (void)remote_put(*entry);  // a failed put is a warning, never a failed store
   if (!m_local->enabled()) return make_error("cache: disabled: ", disabled_reason());
   return m_local->insert(std::move(*entry));
 }
@@ -216,15 +217,7 @@ Expected<PushReport> Cache::push() {
       ++report.skipped_bad;
       continue;
     }
-    std::string value = remote::seal(info.key, encode_entry(**stored), m_remote_secret);
-    std::lock_guard lock(m_remote_mutex);
-    if (!m_remote) break;
-    auto put = m_remote->put(info.key, value, m_remote_ttl_ms);
-    if (!put) {
-      remote_failed(put.failure().message);
-      return make_error("remote cache: ", put.failure().message);
-    }
-    m_local->count(local::Counter::remote_puts);
+    if (Status s = remote_put(**stored); !s) return make_error("remote cache: ", s.error().message);
     ++report.pushed;
   }
   return report;

@@ -135,7 +135,8 @@ private:
   std::optional<Entry> remote_fetch(const std::string& key, const std::vector<KeyField>* fields,
                                     const PayloadSelection& want, Outcome* outcome = nullptr,
                                     const std::string* only_graph = nullptr);
-  void remote_put(const StoredEntry& entry);
+  // Puts `entry` (sealed) to the remote tier; a failure marks the tier down (one warning).
+  Status remote_put(const StoredEntry& entry);
   Expected<Fetched> produce(const std::string& key, const std::vector<KeyField>& fields,
                             const Producer& producer, bool store, const PayloadSelection& want);
 

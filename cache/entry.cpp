@@ -39,14 +39,14 @@ const Payload* Entry::find_payload(const std::string& name) const {
   return nullptr;
 }
 
-Expected<Entry> verify_stored(const StoredEntry& stored) {
+Expected<Entry> verify_stored(const StoredEntry& stored, const PayloadSelection& want) {
   if (make_key(stored.info.fields) != stored.info.key)
     return make_error("stored key fields do not hash to the key");
   Entry entry;
   entry.info = stored.info;
   entry.payloads.reserve(stored.payloads.size());
   for (const StoredPayload& p : stored.payloads) {
-    if (p.apart) continue;  // not read: checked when it is
+    if (p.apart || !want.wants(p.name)) continue;  // not read, or not asked for
     auto raw = decode(p.encoded);
     if (!raw) return make_error("payload '", p.name, "': ", raw.error().message);
     entry.payloads.push_back({p.name, std::move(*raw)});

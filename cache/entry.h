@@ -85,8 +85,9 @@ struct StoredEntry {
   std::vector<StoredPayload> payloads;
 };
 
-// Decodes every payload of `stored` (one at a time) and checks that its fields hash to its key;
-// the error says which payload or field failed. Payloads still `apart` are not there to check.
-Expected<Entry> verify_stored(const StoredEntry& stored);
+// Decodes the payloads of `stored` that `want` selects (one at a time) and checks that its fields
+// hash to its key; the error says which payload or field failed. The entry holds those payloads.
+// Payloads still `apart` are not there to check.
+Expected<Entry> verify_stored(const StoredEntry& stored, const PayloadSelection& want = {});
 
 }  // namespace kiln::cache

@@ -64,6 +64,14 @@ std::string make_key(const std::vector<KeyField>& fields) {
   return hash_sorted(sorted);
 }
 
+bool same_fields(const std::vector<KeyField>& requested, const std::vector<KeyField>& stored) {
+  if (requested.size() != stored.size()) return false;
+  if (fields_sorted(requested)) return requested == stored;
+  std::vector<KeyField> sorted = requested;
+  sort_fields(sorted);
+  return sorted == stored;
+}
+
 bool is_key_prefix(const std::string& text) {
   if (text.empty() || text.size() > 32) return false;
   return std::all_of(text.begin(), text.end(),

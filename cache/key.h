@@ -27,6 +27,10 @@ void sort_fields(std::vector<KeyField>& fields);
 // True when `fields` are in that order already.
 bool fields_sorted(const std::vector<KeyField>& fields);
 
+// True when `requested` (in any order) equals `stored` (sorted by name); copies only an unsorted
+// request.
+bool same_fields(const std::vector<KeyField>& requested, const std::vector<KeyField>& stored);
+
 // True when `text` is 1..32 lower-case hex digits (a key or a key prefix).
 bool is_key_prefix(const std::string& text);
 

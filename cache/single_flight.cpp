@@ -163,7 +163,7 @@ Expected<Fetched> Cache::produce(const std::string& key, const std::vector<KeyFi
   if (store) {
     auto entry = m_local->encode_contents(key, fields, *contents);
     if (entry) {
-      if (m_remote) remote_put(*entry);
+      if (m_remote) (void)remote_put(*entry);  // a failed put is a warning
       if (m_local->enabled() && m_local->insert(std::move(*entry)))
         out.source = FetchSource::produced;
     }

@@ -19,15 +19,6 @@ bool disables_cache(int code) {
          code == sql::k_cantopen;
 }
 
-// True when `requested` (in any order) equals `stored` (sorted); copies only an unsorted request.
-bool same_fields(const std::vector<KeyField>& requested, const std::vector<KeyField>& stored) {
-  if (requested.size() != stored.size()) return false;
-  if (fields_sorted(requested)) return requested == stored;
-  std::vector<KeyField> sorted = requested;
-  sort_fields(sorted);
-  return sorted == stored;
-}
-
 }  // namespace
 
 void Store::note_write_failure(const Error& error) {
@@ -87,10 +78,8 @@ Store::Checked Store::read_checked(const std::string& key, const PayloadSelectio
   if (out.stored.info.key != key) return bad("the record belongs to key " + out.stored.info.key);
   // Payloads the caller does not want are not decoded (their bytes still count to the record's
   // checksum, which held); wanted ones kept apart are read now, checked against the record.
-  StoredEntry selected{out.stored.info, {}};
   for (StoredPayload& p : out.stored.payloads) {
-    if (!want.wants(p.name)) continue;
-    if (p.apart) {
+    if (p.apart && want.wants(p.name)) {
       auto st = m_db->prepare("SELECT data FROM apart WHERE key = ? AND name = ?");
       if (!st) return failure(st.error());
       st->bind_text(1, key).bind_text(2, p.name);
@@ -100,12 +89,11 @@ Store::Checked Store::read_checked(const std::string& key, const PayloadSelectio
       p.encoded.data = st->column_blob(0);
       p.apart = false;
     }
-    selected.payloads.push_back(p);
   }
   if (txn) {
     if (Status s = txn->commit(); !s) return failure(s.error());
   }
-  auto entry = verify_stored(selected);
+  auto entry = verify_stored(out.stored, want);
   if (!entry) return bad(entry.error().message);
   out.kind = Checked::Kind::good;
   out.entry = std::move(*entry);
