@@ -5,7 +5,6 @@
 #include "support/byte_reader.h"
 #include "support/byte_writer.h"
 
-#include <xxhash.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -65,7 +64,7 @@ Status write_bundle(const std::string& path, const std::vector<StoredEntry>& ent
   }
   std::string out = w.take();
   ByteWriter tail;
-  tail.u64(XXH3_64bits(out.data(), out.size()));
+  tail.u64(checksum(out));
   out += tail.take();
   std::string tmp = path + ".tmp";
   std::FILE* file = std::fopen(tmp.c_str(), "wb");
@@ -115,7 +114,7 @@ Expected<std::vector<StoredEntry>> parse_bundle(const std::string& data, const s
   ByteReader tail(std::string_view(data).substr(body.size()));
   uint64_t stored_sum = 0;
   (void)tail.u64(stored_sum);
-  if (XXH3_64bits(body.data(), body.size()) != stored_sum) return bad("file checksum mismatch");
+  if (checksum(body) != stored_sum) return bad("file checksum mismatch");
   ByteReader r(body);
   (void)r.expect(k_magic);
   uint64_t version = 0, count = 0;

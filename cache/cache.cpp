@@ -2,6 +2,7 @@
 #include "cache/cache.h"
 
 #include "cache/entry_codec.h"
+#include "cache/local_fill.h"
 #include "cache/local/store.h"
 #include "cache/remote/backend.h"
 #include "cache/remote/envelope.h"
@@ -24,6 +25,7 @@ std::unique_ptr<Cache> Cache::open(Options options) {
   std::unique_ptr<Cache> cache(new Cache());
   cache->m_options = std::move(options);
   cache->m_local = local::Store::open(cache->m_options);
+  cache->m_fill = std::make_unique<LocalFill>(*cache->m_local);
   cache->configure_remote();
   return cache;
 }
@@ -129,7 +131,9 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     if (p.apart) return reject("payload '" + p.name + "' is missing");
   if (fields && !same_fields(*fields, stored->info.fields))
     return reject("its key fields differ from the request");
-  auto entry = verify_stored(*stored);  // fields hash to the key; every payload's checksum
+  // The fields hash to the key; the payloads `want` selects decode and match their checksums (the
+  // record's checksum, or its signature, covers the bytes of the rest, checked when they are read).
+  auto entry = verify_stored(*stored, want);
   if (!entry) return reject(entry.error().message);
   if (only_graph && entry->info.field("graph_hash") != *only_graph) {
     *outcome = Outcome::other_graph;
@@ -140,17 +144,13 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
   m_local->count(local::Counter::time_saved_ms,
                  static_cast<uint64_t>(std::max<int64_t>(0, entry->info.compile_ms)));
   if (m_local->enabled() && !m_local->contains(key)) {
-    // A verified local entry is never overridden by a remote one.
-    auto prepared = local::prepared_for_store(*stored);
+    // Stored off this path (LocalFill); a verified local entry is never replaced by a remote one.
+    auto prepared = local::prepared_for_store(std::move(*stored));
     if (prepared) {
       prepared->info.created_ms = prepared->info.last_used_ms = m_local->now();
-      (void)m_local->insert(std::move(*prepared), local::Store::Checkpoint::no);
+      m_fill->add(std::move(*prepared));
     }
   }
-  std::vector<Payload> kept;
-  for (Payload& p : entry->payloads)
-    if (want.wants(p.name)) kept.push_back(std::move(p));
-  entry->payloads = std::move(kept);
   return std::move(*entry);
 }
 
@@ -170,6 +170,7 @@ Status Cache::remote_put(const StoredEntry& entry) {
 
 Lookup Cache::lookup(const std::string& key, const std::vector<KeyField>& fields,
                      const PayloadSelection& want) {
+  m_fill->wait_for(key);
   Lookup local = m_local->lookup(key, &fields, local::Store::Count::yes, want);
   if (local.hit() || !m_remote) return local;
   if (auto entry = remote_fetch(key, &fields, want)) {
@@ -180,6 +181,7 @@ Lookup Cache::lookup(const std::string& key, const std::vector<KeyField>& fields
 }
 
 Lookup Cache::read(const std::string& key) {
+  m_fill->wait_for(key);
   (void)m_local->flush();  // for display: hit counts and last use as of now
   return m_local->lookup(key, nullptr, local::Store::Count::no, PayloadSelection());
 }
@@ -208,6 +210,7 @@ std::optional<bool> Cache::remote_contains(const std::string& key) {
 
 Expected<PushReport> Cache::push() {
   if (!m_remote) return make_error("no remote cache configured (KILN_REMOTE_CACHE or --remote)");
+  m_fill->drain();
   auto entries = m_local->list();
   if (!entries) return entries.error();
   PushReport report;
@@ -242,35 +245,65 @@ Expected<PullReport> Cache::pull(const std::optional<std::string>& graph_hash) {
       continue;
     }
     Outcome outcome;
-    (void)remote_fetch(key, nullptr, PayloadSelection::only({}), &outcome,
+    // Every payload is decoded and checked before the entry is stored here.
+    (void)remote_fetch(key, nullptr, PayloadSelection(), &outcome,
                        graph_hash ? &*graph_hash : nullptr);
     if (outcome == Outcome::hit) ++report.pulled;
     if (outcome == Outcome::rejected) ++report.rejected;
-    if (outcome == Outcome::failed) return make_error("remote cache: unavailable");
+    if (outcome == Outcome::failed) {
+      m_fill->drain();
+      return make_error("remote cache: unavailable");
+    }
   }
+  m_fill->drain();  // pulled means stored
   return report;
 }
 
-Expected<Stats> Cache::stats() { return m_local->stats(); }
-Status Cache::zero_stats() { return m_local->zero_stats(); }
-Expected<std::vector<EntryInfo>> Cache::list() { return m_local->list(); }
+Expected<Stats> Cache::stats() {
+  m_fill->drain();
+  return m_local->stats();
+}
+Status Cache::zero_stats() {
+  m_fill->drain();
+  return m_local->zero_stats();
+}
+Expected<std::vector<EntryInfo>> Cache::list() {
+  m_fill->drain();
+  return m_local->list();
+}
 Expected<std::vector<std::string>> Cache::keys_with_prefix(const std::string& prefix, int limit) {
+  m_fill->drain();
   return m_local->keys_with_prefix(prefix, limit);
 }
 Expected<std::vector<Nearest>> Cache::nearest(const std::vector<KeyField>& request,
                                               const std::string& anchor) {
+  m_fill->drain();
   return m_local->nearest(request, anchor);
 }
-Expected<VerifyReport> Cache::verify(Fix fix) { return m_local->verify(fix); }
+Expected<VerifyReport> Cache::verify(Fix fix) {
+  m_fill->drain();
+  return m_local->verify(fix);
+}
 Expected<PruneReport> Cache::prune(std::optional<uint64_t> max_size,
                                    std::optional<uint64_t> older_than_s) {
+  m_fill->drain();
   return m_local->prune(max_size, older_than_s);
 }
-Expected<PruneReport> Cache::clear() { return m_local->clear(); }
-Expected<std::vector<StoredEntry>> Cache::export_entries() { return m_local->export_entries(); }
+Expected<PruneReport> Cache::clear() {
+  m_fill->drain();
+  return m_local->clear();
+}
+Expected<std::vector<StoredEntry>> Cache::export_entries() {
+  m_fill->drain();
+  return m_local->export_entries();
+}
 Expected<ImportReport> Cache::import_entries(const std::vector<StoredEntry>& entries) {
+  m_fill->drain();
   return m_local->import_entries(entries);
 }
-Status Cache::flush() { return m_local->flush(); }
+Status Cache::flush() {
+  m_fill->drain();
+  return m_local->flush();
+}
 
 }  // namespace kiln::cache

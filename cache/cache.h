@@ -20,6 +20,7 @@
 
 namespace kiln::cache {
 
+class LocalFill;
 namespace local {
 class Store;
 }
@@ -120,7 +121,8 @@ public:
   Expected<PruneReport> clear();
   Expected<std::vector<StoredEntry>> export_entries();
   Expected<ImportReport> import_entries(const std::vector<StoredEntry>& entries);
-  // Merges recorded use into the local database now.
+  // Stores the remote hits still being filled in, and merges recorded use into the local
+  // database now.
   Status flush();
 
 private:
@@ -142,6 +144,8 @@ private:
 
   Options m_options;
   std::unique_ptr<local::Store> m_local;
+  // Remote hits stored locally off the caller's path; destroyed (drained) before m_local.
+  std::unique_ptr<LocalFill> m_fill;
   BackendFactory m_remote_factory;
   std::string m_remote_secret;
   int64_t m_remote_ttl_ms = k_default_remote_ttl_ms;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace kiln::cache {
 
@@ -26,12 +27,15 @@ struct Encoded {
   uint64_t checksum = 0;
 };
 
-uint64_t checksum(const std::string& bytes);
+// XXH3-64, with the widest vector unit the CPU has (chosen at run time; the value never changes).
+uint64_t checksum(std::string_view bytes);
 
 // Fails only when the payload is too large or zstd fails.
 Expected<Encoded> encode(const std::string& raw, Encoding encoding = Encoding::zstd);
 
 // Decodes and verifies size and checksum; fails with a message saying what did not match.
 Expected<std::string> decode(const Encoded& encoded);
+// The same, taking the stored bytes: a raw payload is moved, not copied.
+Expected<std::string> decode(Encoded&& encoded);
 
 }  // namespace kiln::cache

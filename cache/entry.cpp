@@ -1,6 +1,9 @@
 // Entry accessors and verification of a stored entry against its key and checksums.
 #include "cache/entry.h"
 
+#include <type_traits>
+#include <utility>
+
 namespace kiln::cache {
 
 std::string EntryInfo::field(const std::string& name) const {
@@ -39,19 +42,45 @@ const Payload* Entry::find_payload(const std::string& name) const {
   return nullptr;
 }
 
-Expected<Entry> verify_stored(const StoredEntry& stored, const PayloadSelection& want) {
+namespace {
+
+template <typename Stored>
+Expected<Entry> verify(Stored&& stored, const PayloadSelection& want) {
   if (make_key(stored.info.fields) != stored.info.key)
     return make_error("stored key fields do not hash to the key");
   Entry entry;
-  entry.info = stored.info;
+  entry.info = std::forward<Stored>(stored).info;
   entry.payloads.reserve(stored.payloads.size());
-  for (const StoredPayload& p : stored.payloads) {
+  for (auto& p : stored.payloads) {
     if (p.apart || !want.wants(p.name)) continue;  // not read, or not asked for
-    auto raw = decode(p.encoded);
+    // Moves the bytes of a raw payload when `stored` is an rvalue; copies them otherwise.
+    auto raw = [&]() -> Expected<std::string> {
+      if constexpr (std::is_const_v<std::remove_reference_t<Stored>>) {
+        return decode(p.encoded);
+      } else {
+        if (p.covered && p.encoded.encoding == Encoding::raw) {
+          if (p.encoded.data.size() != p.encoded.raw_size)
+            return make_error("stored ", std::to_string(p.encoded.data.size()),
+                              " bytes, expected ", std::to_string(p.encoded.raw_size));
+          return std::move(p.encoded.data);
+        }
+        return decode(std::move(p.encoded));
+      }
+    }();
     if (!raw) return make_error("payload '", p.name, "': ", raw.error().message);
     entry.payloads.push_back({p.name, std::move(*raw)});
   }
   return entry;
+}
+
+}  // namespace
+
+Expected<Entry> verify_stored(const StoredEntry& stored, const PayloadSelection& want) {
+  return verify(stored, want);
+}
+
+Expected<Entry> verify_stored(StoredEntry&& stored, const PayloadSelection& want) {
+  return verify(std::move(stored), want);
 }
 
 }  // namespace kiln::cache

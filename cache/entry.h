@@ -75,6 +75,9 @@ struct StoredPayload {
   // Not here: kept apart from the entry's record (the local store keeps PTX, source and log in
   // rows of their own, read on demand) and not read; `encoded.data` is empty.
   bool apart = false;
+  // Set by decode_entry on an inline payload: its bytes lay inside a record whose checksum held,
+  // so a consuming verify_stored checks a raw payload's size but does not hash it a second time.
+  bool covered = false;
 };
 
 // True for the payloads the local store keeps apart: "source", "log" and "ptx:*" (FORMAT.md).
@@ -89,5 +92,8 @@ struct StoredEntry {
 // hash to its key; the error says which payload or field failed. The entry holds those payloads.
 // Payloads still `apart` are not there to check.
 Expected<Entry> verify_stored(const StoredEntry& stored, const PayloadSelection& want = {});
+// The same, consuming `stored`: raw payloads move into the entry instead of being copied, and a
+// `covered` raw payload is not hashed again (the record's checksum covered its bytes).
+Expected<Entry> verify_stored(StoredEntry&& stored, const PayloadSelection& want = {});
 
 }  // namespace kiln::cache

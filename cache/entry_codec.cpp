@@ -4,7 +4,6 @@
 #include "support/byte_reader.h"
 #include "support/byte_writer.h"
 
-#include <xxhash.h>
 
 namespace kiln::cache {
 namespace {
@@ -45,7 +44,7 @@ std::string encode_entry(const StoredEntry& entry) {
   }
   std::string out = w.take();
   ByteWriter tail;
-  tail.u64(XXH3_64bits(out.data(), out.size()));
+  tail.u64(checksum(out));
   out += tail.take();
   return out;
 }
@@ -62,7 +61,7 @@ Expected<StoredEntry> decode_entry(std::string_view bytes) {
   (void)r.u64(version);
   if (version != k_entry_codec_version)
     return bad("version " + std::to_string(version) + " is not supported");
-  if (XXH3_64bits(body.data(), body.size()) != stored_sum) return bad("checksum mismatch");
+  if (checksum(body) != stored_sum) return bad("checksum mismatch");
 
   StoredEntry e;
   EntryInfo& info = e.info;
@@ -104,6 +103,8 @@ Expected<StoredEntry> decode_entry(std::string_view bytes) {
       p.apart = true;
     } else if (placement != k_placement_inline || !r.str(p.encoded.data)) {
       return bad("truncated payload '" + p.name + "'");
+    } else {
+      p.covered = true;  // the record's checksum, checked above, covers these bytes
     }
     info.stored_bytes += p.name.size() + p.encoded.data.size();
     e.payloads.push_back(std::move(p));

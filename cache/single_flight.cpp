@@ -3,6 +3,7 @@
 #include "cache/cache.h"
 
 #include "cache/key_lock.h"
+#include "cache/local_fill.h"
 #include "cache/local/store.h"
 #include "cache/remote/backend.h"
 
@@ -66,6 +67,7 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
   using local::Store;
   // Each call counts once: a local hit, or a local miss (served remotely or produced).
   auto local_hit = [&]() -> std::optional<Fetched> {
+    m_fill->wait_for(key);  // a remote hit of this key still being stored here
     Lookup found = m_local->lookup(key, &fields, Store::Count::no, want);
     if (!found.hit()) return std::nullopt;
     m_local->record_hit(found.entry);
@@ -83,9 +85,9 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
 
   if (!m_local->enabled() && !m_remote) return produce(key, fields, producer, false, want);
   if (m_local->enabled()) {
-    if (auto hit = local_hit()) return *hit;
+    if (auto hit = local_hit()) return std::move(*hit);
   }
-  if (auto hit = remote_hit()) return *hit;
+  if (auto hit = remote_hit()) return std::move(*hit);
 
   // Missed in both tiers: one producer per host (the key's lock file), then per fleet (a lease).
   KeyLock key_lock;
@@ -100,10 +102,10 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
     if (got == KeyLock::Result::failed) m_local->warn(error);
     if (got == KeyLock::Result::acquired) {
       // The holder before us may have stored it while we waited.
-      if (auto hit = local_hit()) return *hit;
+      if (auto hit = local_hit()) return std::move(*hit);
     }
   }
-  if (auto hit = remote_hit()) return *hit;
+  if (auto hit = remote_hit()) return std::move(*hit);
 
   std::unique_ptr<LeaseKeeper> lease;
   if (m_remote) {
@@ -127,7 +129,7 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
         lease = std::make_unique<LeaseKeeper>(m_remote_factory(), lease_name(key), owner,
                                               m_options.remote_lease);
         // The previous holder may have put it just before its lease went.
-        if (auto hit = remote_hit()) return *hit;
+        if (auto hit = remote_hit()) return std::move(*hit);
         break;
       }
       // Another machine is producing it: wait for its entry, or for its lease to lapse.
@@ -139,7 +141,7 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(100));
-      if (auto hit = remote_hit(true)) return *hit;
+      if (auto hit = remote_hit(true)) return std::move(*hit);
     }
   }
   if (m_local->enabled()) m_local->count(local::Counter::misses);

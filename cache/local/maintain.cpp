@@ -38,8 +38,8 @@ Expected<std::vector<EntryAge>> entries_oldest_first(sql::Db& db) {
 
 }  // namespace
 
-Expected<StoredEntry> prepared_for_store(const StoredEntry& entry) {
-  StoredEntry out = entry;
+Expected<StoredEntry> prepared_for_store(StoredEntry entry) {
+  StoredEntry out = std::move(entry);
   for (StoredPayload& p : out.payloads) {
     Encoding wanted = stored_apart(p.name) ? Encoding::zstd : Encoding::raw;
     if (p.encoded.encoding == wanted) continue;

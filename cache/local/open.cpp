@@ -90,6 +90,7 @@ Store::~Store() {
 std::string Store::db_path() const { return m_dir + "/" + k_db_name; }
 
 void Store::warn(const std::string& message) const {
+  std::lock_guard lock(m_warn_mutex);  // callers on many threads, and the local fill's
   if (m_options.warn) return m_options.warn(message);
   std::fprintf(stderr, "kiln: cache: %s\n", message.c_str());
 }

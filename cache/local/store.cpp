@@ -40,7 +40,8 @@ static bool may_want_apart(const PayloadSelection& want) {
   return false;
 }
 
-Store::Checked Store::read_checked(const std::string& key, const PayloadSelection& want) {
+Store::Checked Store::read_checked(const std::string& key, const PayloadSelection& want,
+                                   Keep keep) {
   Checked out;
   auto failure = [&](const Error& e) {
     out.kind = Checked::Kind::failure;
@@ -93,7 +94,8 @@ Store::Checked Store::read_checked(const std::string& key, const PayloadSelectio
   if (txn) {
     if (Status s = txn->commit(); !s) return failure(s.error());
   }
-  auto entry = verify_stored(out.stored, want);
+  auto entry = keep == Keep::entry ? verify_stored(std::move(out.stored), want)
+                                   : verify_stored(out.stored, want);
   if (!entry) return bad(entry.error().message);
   out.kind = Checked::Kind::good;
   out.entry = std::move(*entry);
@@ -109,7 +111,7 @@ Lookup Store::lookup(const std::string& key, const std::vector<KeyField>* fields
     result.failure = "the cache is disabled: " + m_disabled_reason;
     return result;
   }
-  Checked checked = read_checked(key, want);
+  Checked checked = read_checked(key, want, Keep::entry);
   if (checked.kind == Checked::Kind::failure) {
     if (m_usage) m_usage->add(Counter::errors, 1);
     result.status = LookupStatus::failure;

@@ -26,7 +26,7 @@ namespace local {
 
 // `entry` with each payload in the encoding the store keeps it in (cubins and artifact raw, the
 // rest zstd), re-encoding where it came otherwise (bundles, the remote tier).
-Expected<StoredEntry> prepared_for_store(const StoredEntry& entry);
+Expected<StoredEntry> prepared_for_store(StoredEntry entry);
 
 class Store {
 public:
@@ -103,7 +103,11 @@ private:
     Entry entry;         // when good
     std::string reason;  // when bad or failure
   };
-  Checked read_checked(const std::string& key, const PayloadSelection& want);
+  // What a good read keeps: the verified entry only (its payloads moved out of the record, no
+  // copy), or the stored form as well.
+  enum class Keep { entry, entry_and_stored };
+  Checked read_checked(const std::string& key, const PayloadSelection& want,
+                       Keep keep = Keep::entry_and_stored);
   Status drop(const std::string& key);
   void count_locked(Counter counter, uint64_t value = 1);
   void count_hit_locked(Entry& entry);
@@ -124,6 +128,7 @@ private:
   std::unique_ptr<Usage> m_usage;
   std::atomic<bool> m_enabled{false};
   mutable std::mutex m_mutex;
+  mutable std::mutex m_warn_mutex;  // one warning at a time, whichever thread sends it
   // Use the usage file could not take (it is missing or full): written at the next write.
   uint64_t m_pending[k_counter_count] = {};
   std::map<std::string, std::pair<uint64_t, int64_t>> m_pending_touches;  // key -> (hits, last)

@@ -118,6 +118,32 @@ TEST_F(Fleet, KilledCompilerLosesItsLeaseAndAnotherMachineTakesOver) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
+// A remote hit is stored locally off the caller's path; closing the cache at once loses nothing.
+TEST_F(Fleet, ARemoteHitIsStoredLocallyEvenWhenTheCacheClosesAtOnce) {
+  REQUIRE_REDIS(server);
+  std::vector<std::string> w1, w2, w3;
+  {
+    auto build = Cache::open(options_for("build", &w1));
+    ASSERT_EQ(build->get_or_create(key, fields, producer_a)->source, FetchSource::produced);
+  }
+  for (int i = 0; i < 5; ++i) {
+    std::string machine = "fresh" + std::to_string(i);
+    {
+      auto fresh = Cache::open(options_for(machine, &w2));
+      auto got = fresh->get_or_create(key, fields, producer_a);
+      ASSERT_TRUE(got.ok());
+      ASSERT_EQ(got->source, FetchSource::remote_hit);
+    }
+    Options offline = testing::options_in(tmp.sub(machine), &w3);  // no remote tier now
+    auto local = Cache::open(offline);
+    Lookup found = local->lookup(key, fields);
+    ASSERT_TRUE(found.hit()) << machine << ": the remote hit was not stored locally";
+    EXPECT_EQ(found.entry.payloads, contents_for("a").payloads);
+  }
+  EXPECT_EQ(produced, 1);
+  EXPECT_TRUE(w2.empty()) << join(w2);
+}
+
 TEST_F(Fleet, ANewMachineHitsRemotelyThenLocally) {
   REQUIRE_REDIS(server);
   std::vector<std::string> w1, w2;
