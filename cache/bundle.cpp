@@ -5,6 +5,9 @@
 #include "support/byte_reader.h"
 #include "support/byte_writer.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -52,7 +55,8 @@ bool read_v1_entry(ByteReader& r, StoredEntry& e) {
 
 }  // namespace
 
-Status write_bundle(const std::string& path, const std::vector<StoredEntry>& entries) {
+Status write_bundle(const std::string& path, const std::vector<StoredEntry>& entries,
+                    Replace replace) {
   ByteWriter w;
   w.raw(k_magic);
   w.u64(k_bundle_format_version);
@@ -66,18 +70,36 @@ Status write_bundle(const std::string& path, const std::vector<StoredEntry>& ent
   ByteWriter tail;
   tail.u64(checksum(out));
   out += tail.take();
+  if (replace == Replace::no) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) return make_error("'", path, "' exists");
+  }
+  // A private temporary (0600, created here, never through a link), renamed into place.
   std::string tmp = path + ".tmp";
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (!file) return make_error("cannot write '", tmp, "': ", std::strerror(errno));
-  bool written = std::fwrite(out.data(), 1, out.size(), file) == out.size();
-  written = std::fclose(file) == 0 && written;
-  if (!written) {
-    std::remove(tmp.c_str());
-    return make_error("writing '", tmp, "' failed");
+  ::unlink(tmp.c_str());  // a leftover of an interrupted export; fails harmlessly when absent
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error("cannot write '", tmp, "': ", std::strerror(errno));
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::write(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::string why = n < 0 ? std::strerror(errno) : "nothing written";
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return make_error("writing '", tmp, "' failed: ", why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return make_error("writing '", tmp, "' failed: ", why);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return make_error("cannot rename '", tmp, "' to '", path, "'");
+    std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return make_error("cannot rename '", tmp, "' to '", path, "': ", why);
   }
   return Status::success();
 }
@@ -137,7 +159,7 @@ Expected<std::vector<StoredEntry>> parse_bundle(const std::string& data, const s
       for (const StoredPayload& p : e.payloads)
         if (p.apart) return bad(where + " lacks the bytes of payload '" + p.name + "'");
     }
-    if (auto ok = verify_stored(e); !ok)
+    if (Status ok = check_stored(e); !ok)
       return bad(where + " (" + e.info.key + "): " + ok.error().message);
     entries.push_back(std::move(e));
   }

@@ -11,8 +11,11 @@ namespace kiln::cache {
 
 inline constexpr unsigned k_bundle_format_version = 2;  // reads 1 too
 
-// Writes `entries` to `path` (through a temporary file renamed into place). Fails on I/O errors.
-Status write_bundle(const std::string& path, const std::vector<StoredEntry>& entries);
+// Writes `entries` to `path` (mode 0600, through a temporary file renamed into place). Fails when
+// `path` exists (unless Replace::yes) and on I/O errors, saying why.
+enum class Replace { no, yes };
+Status write_bundle(const std::string& path, const std::vector<StoredEntry>& entries,
+                    Replace replace = Replace::no);
 
 // Reads a bundle and verifies it completely: the file checksum, every entry's key against its
 // fields, every payload's size and checksum. Fails with a message naming the first problem

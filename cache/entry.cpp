@@ -75,6 +75,25 @@ Expected<Entry> verify(Stored&& stored, const PayloadSelection& want) {
 
 }  // namespace
 
+Status check_stored(const StoredEntry& stored) {
+  uint64_t total = 0;
+  for (const StoredPayload& p : stored.payloads) {
+    if (p.encoded.raw_size > k_max_payload_bytes)
+      return make_error("payload '", p.name, "' declares ", std::to_string(p.encoded.raw_size),
+                        " bytes, over the limit");
+    total += p.encoded.raw_size;
+    if (total > k_max_entry_bytes) return make_error("payloads declare more than the limit");
+  }
+  if (make_key(stored.info.fields) != stored.info.key)
+    return make_error("stored key fields do not hash to the key");
+  for (const StoredPayload& p : stored.payloads) {
+    if (p.apart) return make_error("payload '", p.name, "' is missing");
+    if (auto raw = decode(p.encoded); !raw)
+      return make_error("payload '", p.name, "': ", raw.error().message);
+  }
+  return Status::success();
+}
+
 Expected<Entry> verify_stored(const StoredEntry& stored, const PayloadSelection& want) {
   return verify(stored, want);
 }

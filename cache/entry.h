@@ -92,6 +92,10 @@ struct StoredEntry {
 // hash to its key; the error says which payload or field failed. The entry holds those payloads.
 // Payloads still `apart` are not there to check.
 Expected<Entry> verify_stored(const StoredEntry& stored, const PayloadSelection& want = {});
+// Checks `stored` as verify_stored does (every payload present), keeping nothing: each payload is
+// decoded, checked and freed before the next, so at most one payload's raw bytes are held. The
+// declared sizes are bounded first (k_max_payload_bytes, k_max_entry_bytes).
+Status check_stored(const StoredEntry& stored);
 // The same, consuming `stored`: raw payloads move into the entry instead of being copied, and a
 // `covered` raw payload is not hashed again (the record's checksum covered its bytes).
 Expected<Entry> verify_stored(StoredEntry&& stored, const PayloadSelection& want = {});

@@ -44,9 +44,11 @@ KeyLock::Result KeyLock::acquire(const std::string& locks_dir, const std::string
   auto deadline = std::chrono::steady_clock::now() + wait;
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    // Never through a symbolic link: a link planted here must not create or lock its target.
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
-      error = "cannot open lock file '" + path + "': " + std::strerror(errno);
+      error = "cannot open lock file '" + path + "': " +
+              (errno == ELOOP ? std::string("it is a symbolic link") : std::strerror(errno));
       return Result::failed;
     }
     // Poll the lock until it is ours, the file is replaced, or time runs out.

@@ -18,6 +18,9 @@ inline constexpr int64_t k_default_remote_ttl_ms = int64_t{30} * 86400000;  // 3
 
 struct Options {
   std::string dir;  // --cache-dir; empty: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln, ~/.cache/kiln
+  // False for commands that only read: a folder without a database is left alone (the cache
+  // comes back disabled, its reason "no cache at 'DIR'") instead of being created.
+  bool create = true;
   std::optional<uint64_t> max_size;  // size cap; unset: $KILN_CACHE_MAX_SIZE or 2 GiB; 0: no cap
   std::chrono::milliseconds lock_wait{30000};  // longest wait for another producer (any machine)
   int busy_timeout_ms = 10000;                 // SQLite busy timeout
@@ -42,6 +45,9 @@ struct Options {
   // process in the middle of a write.
   std::function<void()> before_commit;
 };
+
+// How a disabled cache's reason begins when Options::create was false and there was no cache.
+inline constexpr const char* k_no_cache_reason = "no cache at ";
 
 // The directory the cache would use for `dir` (see Options::dir); "" when none can be found.
 std::string resolve_cache_dir(const std::string& dir);
@@ -79,12 +85,18 @@ struct BadEntry {
 struct VerifyReport {
   uint64_t checked = 0;
   std::vector<BadEntry> bad;
-  bool removed = false;  // the bad entries were dropped
+  // Set when SQLite's own check (PRAGMA integrity_check) finds the database malformed: what it
+  // said. Its entries are then not checked one by one; with Fix::yes the database is moved aside
+  // and a new one started.
+  std::string database;
+  bool removed = false;  // the bad entries (or the malformed database) were dropped
 };
 
 struct PruneReport {
   uint64_t removed = 0;
   uint64_t freed_bytes = 0;
+  // clear() only: the database was malformed, so it was moved aside and a new one started.
+  bool replaced_database = false;
 };
 
 struct ImportReport {

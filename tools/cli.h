@@ -28,7 +28,10 @@ CLI::Option* add_cache_dir_option(CLI::App* cmd, std::string& dir, const std::st
 // `cmd`; a URL that is not redis://[:password@]host[:port][/db][?prefix=P] is bad usage.
 CLI::Option* add_remote_option(CLI::App* cmd, std::optional<std::string>& remote);
 
-// Prints a message to stderr as it is; messages carry their own context (file:line:col, "audit: ").
+// An error: "kiln <command>: ..." on stderr, or with --json a {"error": ..., "command": ...}
+// object on stdout. A message may start "kiln: " or "<command>: " (either becomes the prefix).
 void print_error(const std::string& message);
+// A warning or note: always on stderr, prefixed as errors are.
+void print_warning(const std::string& message);
 
 }  // namespace kiln::tools

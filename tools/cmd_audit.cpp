@@ -111,7 +111,7 @@ int run_audit(const AuditArgs& args) {
   // Nothing caps the work itself; a long run is announced rather than refused.
   reference::RunCost cost = reference::estimate_cost(*graph);
   if (cost.multiply_adds > k_slow_multiply_adds && cost.bytes <= limits.max_bytes)
-    print_error("audit: note: the graph needs about " + std::to_string(cost.multiply_adds) +
+    print_warning("audit: note: the graph needs about " + std::to_string(cost.multiply_adds) +
                 " multiply-adds, run twice (fp64 and emulated) on one CPU core; this can take "
                 "minutes");
   auto report = reference::audit(*graph, precision, args.seed, limits);
@@ -120,7 +120,7 @@ int run_audit(const AuditArgs& args) {
     return k_exit_failure;
   }
   for (const std::string& warning : report->warnings)
-    print_error("audit: warning: " + warning);
+    print_warning("audit: warning: " + warning);
 
   std::string hash = ir::graph_hash(*graph).hex();
   if (args.json) {

@@ -31,6 +31,9 @@ struct CacheArgs {
   bool fix = false;
   std::optional<std::string> remote;
   std::string graph;  // pull --graph
+  bool force = false;  // export --force
+  // Only import and pull fill a cache that is not there yet; the others say there is none.
+  bool create = false;
 };
 
 std::string iso_time(int64_t unix_ms) {
@@ -52,19 +55,25 @@ bool printable(const std::string& value) {
   return true;
 }
 
-// The opened cache, or nullptr after an error (the cache has already said why on stderr).
+int fail(const std::string& message, int code) {
+  print_error("kiln: " + message);
+  return code;
+}
+
+// The opened cache, or nullptr after an error (said on stderr: by the cache when it turned itself
+// off, here when there is no cache to read).
 std::unique_ptr<cache::Cache> open_cache(const CacheArgs& args) {
   cache::Options options;
   options.dir = args.dir;
   options.remote = args.remote;
+  options.create = args.create;
   auto opened = cache::Cache::open(options);
-  if (!opened->enabled()) return nullptr;
+  if (!opened->enabled()) {
+    std::string reason = opened->disabled_reason();
+    if (reason.rfind(cache::k_no_cache_reason, 0) == 0) (void)fail(reason, k_exit_failure);
+    return nullptr;
+  }
   return opened;
-}
-
-int fail(const std::string& message, int code) {
-  print_error("kiln: " + message);
-  return code;
 }
 
 int run_stats(const CacheArgs& args) {
@@ -232,6 +241,10 @@ int run_show(const CacheArgs& args) {
 }
 
 int print_removed(const cache::PruneReport& report) {
+  if (report.replaced_database) {
+    std::printf("the database was malformed: moved it aside and started an empty one\n");
+    return k_exit_ok;
+  }
   std::printf("removed %llu entries (%s)\n", static_cast<unsigned long long>(report.removed),
               cache::format_size(report.freed_bytes).c_str());
   return k_exit_ok;
@@ -270,14 +283,20 @@ int run_verify(const CacheArgs& args) {
   if (!c) return k_exit_failure;
   auto report = c->verify(args.fix ? cache::Fix::yes : cache::Fix::no);
   if (!report) return fail(report.error().message, k_exit_failure);
-  int code = report->bad.empty() ? k_exit_ok : k_exit_failure;
+  int code = report->bad.empty() && report->database.empty() ? k_exit_ok : k_exit_failure;
   if (args.json) {
     json bad = json::array();
     for (const cache::BadEntry& b : report->bad)
       bad.push_back({{"key", b.key}, {"reason", b.reason}});
-    std::printf("%s\n",
-                dump(json{{"checked", report->checked}, {"bad", bad}, {"removed", report->removed}})
-                    .c_str());
+    json out{{"checked", report->checked}, {"bad", bad}, {"removed", report->removed}};
+    if (!report->database.empty()) out["database"] = report->database;
+    std::printf("%s\n", dump(out).c_str());
+    return code;
+  }
+  if (!report->database.empty()) {
+    std::printf("%s\n", report->database.c_str());
+    std::printf(report->removed ? "moved the database aside and started an empty one\n"
+                                : "kiln verify --fix moves it aside and starts an empty one\n");
     return code;
   }
   for (const cache::BadEntry& b : report->bad)
@@ -297,8 +316,11 @@ int run_export(const CacheArgs& args) {
   }
   auto entries = c->export_entries();
   if (!entries) return fail(entries.error().message, k_exit_failure);
-  if (Status s = cache::write_bundle(args.target, *entries); !s)
-    return fail(s.error().message, k_exit_failure);
+  Status written = cache::write_bundle(args.target, *entries,
+                                      args.force ? cache::Replace::yes : cache::Replace::no);
+  if (!written && !args.force && std::filesystem::exists(std::filesystem::symlink_status(args.target)))
+    return fail(written.error().message + "; pass --force to replace it", k_exit_usage);
+  if (!written) return fail(written.error().message, k_exit_failure);
   std::printf("exported %zu entries to %s\n", entries->size(), args.target.c_str());
   return k_exit_ok;
 }
@@ -402,6 +424,8 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
           ->type_name("HASH");
     if (name == "export" || name == "import")
       sub->add_option("FILE", args->target, "bundle file")->required();
+    if (name == "export") sub->add_flag("--force", args->force, "replace FILE if it exists");
+    args->create = name == "import" || name == "pull";
     auto run = command.run;
     sub->callback([args, run, &exit_code] { exit_code = run(*args); });
   }

@@ -195,9 +195,13 @@ int run_why(const CompileArgs& args) {
   cache::Options cache_options;
   cache_options.dir = args.cache_dir;
   cache_options.remote = args.remote;
+  cache_options.create = false;  // asking about a cache never makes one
   auto cache = cache::Cache::open(std::move(cache_options));
   if (!cache->enabled()) {
-    print_error("kiln: cache unavailable: " + cache->disabled_reason());
+    std::string reason = cache->disabled_reason();
+    print_error("kiln: " + (reason.rfind(cache::k_no_cache_reason, 0) == 0
+                                ? reason
+                                : "cache unavailable: " + reason));
     return k_exit_failure;
   }
   auto nearest = cache->nearest(request->fields, "graph_hash");
@@ -223,12 +227,14 @@ int run_why(const CompileArgs& args) {
     if (auto present = cache->remote_contains(request->key))
       remote = present.value() ? "present" : "absent";
   }
+  // Exit 0 when a compile would hit (here, or in the fleet's tier), 1 when it would compile.
+  bool would_hit = hit || remote == "present";
   if (args.json) {
     nlohmann::json out = {{"graph", request->graph_hash}, {"key", request->key},
                           {"cache", hit ? "hit" : "miss"}, {"nearest", entries}};
     if (cache->has_remote()) out["remote"] = remote;
     std::printf("%s\n", out.dump().c_str());
-    return k_exit_ok;
+    return would_hit ? k_exit_ok : k_exit_failure;
   }
   std::printf("%s: key %s would %s\n", args.files[0].c_str(), request->key.c_str(),
               hit ? "hit" : "miss");
@@ -246,7 +252,7 @@ int run_why(const CompileArgs& args) {
     }
     std::printf("\n");
   }
-  return k_exit_ok;
+  return would_hit ? k_exit_ok : k_exit_failure;
 }
 
 }  // namespace

@@ -54,9 +54,11 @@ Expected<StoredEntry> prepared_for_store(StoredEntry entry) {
 
 Expected<std::vector<EntryInfo>> Store::list() {
   std::lock_guard lock(m_mutex);
-  if (!m_db) return disabled_error();
-  if (Status s = flush_locked(); !s) return s.error();
-  return list_locked(nullptr);
+  return recovering([&]() -> Expected<std::vector<EntryInfo>> {
+    if (!m_db) return disabled_error();
+    if (Status s = flush_locked(); !s) return s.error();
+    return list_locked(nullptr);
+  });
 }
 
 Expected<std::vector<EntryInfo>> Store::list_locked(const KeyField* where) {
@@ -108,19 +110,21 @@ Expected<std::vector<EntryInfo>> Store::list_locked(const KeyField* where) {
 
 Expected<std::vector<std::string>> Store::keys_with_prefix(const std::string& prefix, int limit) {
   std::lock_guard lock(m_mutex);
-  if (!m_db) return disabled_error();
-  // Keys are lower-case hex, so a range scan on the primary key finds the prefix.
-  auto st =
-      m_db->prepare("SELECT key FROM entries WHERE key >= ? AND key < ? ORDER BY key LIMIT ?");
-  if (!st) return st.error();
-  st->bind_text(1, prefix).bind_text(2, prefix + "\x7f").bind(3, limit);
-  std::vector<std::string> out;
-  for (;;) {
-    auto row = st->step();
-    if (!row) return row.error();
-    if (!*row) return out;
-    out.push_back(st->column_text(0));
-  }
+  return recovering([&]() -> Expected<std::vector<std::string>> {
+    if (!m_db) return disabled_error();
+    // Keys are lower-case hex, so a range scan on the primary key finds the prefix.
+    auto st =
+        m_db->prepare("SELECT key FROM entries WHERE key >= ? AND key < ? ORDER BY key LIMIT ?");
+    if (!st) return st.error();
+    st->bind_text(1, prefix).bind_text(2, prefix + "\x7f").bind(3, limit);
+    std::vector<std::string> out;
+    for (;;) {
+      auto row = st->step();
+      if (!row) return row.error();
+      if (!*row) return out;
+      out.push_back(st->column_text(0));
+    }
+  });
 }
 
 Expected<std::vector<Nearest>> Store::nearest(const std::vector<KeyField>& request,
@@ -129,30 +133,46 @@ Expected<std::vector<Nearest>> Store::nearest(const std::vector<KeyField>& reque
   for (const KeyField& f : request)
     if (f.name == anchor) where.value = f.value;
   std::lock_guard lock(m_mutex);
-  if (!m_db) return disabled_error();
-  if (Status s = flush_locked(); !s) return s.error();
-  auto matching = list_locked(&where);  // through the fields_by_value index
-  if (!matching) return matching.error();
-  std::vector<Nearest> out;
-  for (EntryInfo& info : *matching) {
-    Nearest n;
-    n.diffs = diff_fields(request, info.fields);
-    n.info = std::move(info);
-    out.push_back(std::move(n));
-  }
-  std::stable_sort(out.begin(), out.end(), [](const Nearest& a, const Nearest& b) {
-    return a.diffs.size() < b.diffs.size();
+  return recovering([&]() -> Expected<std::vector<Nearest>> {
+    if (!m_db) return disabled_error();
+    if (Status s = flush_locked(); !s) return s.error();
+    auto matching = list_locked(&where);  // through the fields_by_value index
+    if (!matching) return matching.error();
+    std::vector<Nearest> out;
+    for (EntryInfo& info : *matching) {
+      Nearest n;
+      n.diffs = diff_fields(request, info.fields);
+      n.info = std::move(info);
+      out.push_back(std::move(n));
+    }
+    std::stable_sort(out.begin(), out.end(), [](const Nearest& a, const Nearest& b) {
+      return a.diffs.size() < b.diffs.size();
+    });
+    return out;
   });
-  return out;
 }
 
 Expected<VerifyReport> Store::verify(Fix fix) {
   std::lock_guard lock(m_mutex);
   if (!m_db) return disabled_error();
+  // SQLite's own check first: damage to its pages or indexes that no entry's checksum sees.
+  VerifyReport report;
+  auto problems = m_db->integrity_problems();
+  if (!problems || !problems->empty()) {
+    std::string what = problems ? problems->front() : problems.error().message;
+    size_t more = problems ? problems->size() - 1 : 0;
+    report.database = "the database is malformed (SQLite: " + what +
+                      (more ? "; " + std::to_string(more) + " more" : "") + ")";
+    if (fix == Fix::no) return report;
+    // Its entries cannot be trusted to be all there: the database is moved aside and a new
+    // one started (they are a cache; the old file is kept beside it).
+    if (Status s = replace_malformed_db(); !s) return s.error();
+    report.removed = true;
+    return report;
+  }
   if (Status s = flush_locked(); !s) return s.error();
   auto ages = entries_oldest_first(*m_db);
   if (!ages) return ages.error();
-  VerifyReport report;
   for (const EntryAge& v : *ages) {
     Checked checked = read_checked(v.key, PayloadSelection());
     if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
@@ -198,7 +218,9 @@ Expected<PruneReport> Store::evict_locked(uint64_t cap, const std::string& keep)
 Expected<PruneReport> Store::prune(std::optional<uint64_t> max_size,
                                    std::optional<uint64_t> older_than_s) {
   std::lock_guard lock(m_mutex);
-  return prune_locked(max_size, older_than_s);
+  return recovering([&]() -> Expected<PruneReport> {
+    return prune_locked(max_size, older_than_s);
+  });
 }
 
 Expected<PruneReport> Store::prune_locked(std::optional<uint64_t> max_size,
@@ -233,60 +255,72 @@ Expected<PruneReport> Store::prune_locked(std::optional<uint64_t> max_size,
 
 Expected<PruneReport> Store::clear() {
   std::lock_guard lock(m_mutex);
+  if (!m_db) return disabled_error();
   auto report = prune_locked(0, std::nullopt);
-  if (!report) return report;
+  if (!report) {
+    // A database that cannot be cleared row by row (malformed) is moved aside and a new, empty
+    // one started: clearing always works.
+    if (Status s = replace_malformed_db(); !s) return s.error();
+    PruneReport replaced;
+    replaced.replaced_database = true;
+    return replaced;
+  }
   if (m_db) (void)m_db->exec("VACUUM");  // give the space back; fails harmlessly when busy
   return report;
 }
 
 Expected<std::vector<StoredEntry>> Store::export_entries() {
   std::lock_guard lock(m_mutex);
-  if (!m_db) return disabled_error();
-  if (Status s = flush_locked(); !s) return s.error();
-  auto ages = entries_oldest_first(*m_db);
-  if (!ages) return ages.error();
-  std::vector<StoredEntry> out;
-  for (const EntryAge& v : *ages) {
-    Checked checked = read_checked(v.key, PayloadSelection());
-    if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
-    if (checked.kind == Checked::Kind::bad)
-      warn("not exporting bad entry " + v.key + ": " + checked.reason);
-    if (checked.kind == Checked::Kind::good) out.push_back(std::move(checked.stored));
-  }
-  return out;
+  return recovering([&]() -> Expected<std::vector<StoredEntry>> {
+    if (!m_db) return disabled_error();
+    if (Status s = flush_locked(); !s) return s.error();
+    auto ages = entries_oldest_first(*m_db);
+    if (!ages) return ages.error();
+    std::vector<StoredEntry> out;
+    for (const EntryAge& v : *ages) {
+      Checked checked = read_checked(v.key, PayloadSelection());
+      if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
+      if (checked.kind == Checked::Kind::bad)
+        warn("not exporting bad entry " + v.key + ": " + checked.reason);
+      if (checked.kind == Checked::Kind::good) out.push_back(std::move(checked.stored));
+    }
+    return out;
+  });
 }
 
 Expected<ImportReport> Store::import_entries(const std::vector<StoredEntry>& entries) {
   std::lock_guard lock(m_mutex);
-  if (!m_db) return disabled_error();
-  ImportReport report;
-  {
-    auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
-    if (!txn) return txn.error();
-    for (const StoredEntry& entry : entries) {
-      auto present = m_db->prepare("SELECT 1 FROM entries WHERE key = ?");
-      if (!present) return present.error();
-      present->bind_text(1, entry.info.key);
-      auto row = present->step();
-      if (!row) return row.error();
-      if (*row) {
-        ++report.already_present;
-        continue;
+  return recovering([&]() -> Expected<ImportReport> {
+    if (!m_db) return disabled_error();
+    ImportReport report;
+    {
+      auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+      if (!txn) return txn.error();
+      for (const StoredEntry& entry : entries) {
+        auto present = m_db->prepare("SELECT 1 FROM entries WHERE key = ?");
+        if (!present) return present.error();
+        present->bind_text(1, entry.info.key);
+        auto row = present->step();
+        if (!row) return row.error();
+        if (*row) {
+          ++report.already_present;
+          continue;
+        }
+        auto fresh = prepared_for_store(entry);
+        if (!fresh) return fresh.error();
+        fresh->info.hits = 0;
+        fresh->info.last_used_ms = now();
+        if (Status s = insert_rows(*m_db, *fresh); !s) return s.error();
+        ++report.imported;
       }
-      auto fresh = prepared_for_store(entry);
-      if (!fresh) return fresh.error();
-      fresh->info.hits = 0;
-      fresh->info.last_used_ms = now();
-      if (Status s = insert_rows(*m_db, *fresh); !s) return s.error();
-      ++report.imported;
+      if (Status s = txn->commit(); !s) return s.error();
     }
-    if (Status s = txn->commit(); !s) return s.error();
-  }
-  if (m_max_size != 0) {
-    auto evicted = evict_locked(m_max_size, "");
-    if (!evicted) return evicted.error();
-  }
-  return report;
+    if (m_max_size != 0) {
+      auto evicted = evict_locked(m_max_size, "");
+      if (!evicted) return evicted.error();
+    }
+    return report;
+  });
 }
 
 }  // namespace kiln::cache::local

@@ -8,6 +8,8 @@
 #include "cache/units.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,7 +45,35 @@ Status make_dir(const std::string& dir) {
   return Status::success();
 }
 
+// Whether a group-writable file is still the owner's alone: its group is the owner's own
+// (a user-private group with no other members, as many distributions create).
+bool private_group(gid_t gid) {
+  if (gid != ::getegid()) return false;
+  const group* g = ::getgrgid(gid);
+  const passwd* me = ::getpwuid(::geteuid());
+  if (!g || !me) return false;
+  for (char** member = g->gr_mem; *member; ++member)
+    if (std::strcmp(*member, me->pw_name) != 0) return false;
+  return true;
+}
+
 }  // namespace
+
+Status local::check_private(const std::string& path, const struct stat& st, const char* what) {
+  if (st.st_uid != ::geteuid())
+    return make_error(what, " '", path, "' belongs to another user (uid ", std::to_string(st.st_uid),
+                      "): it could hold code kiln would run as you; use a cache folder of your own");
+  bool others_write = (st.st_mode & S_IWOTH) != 0;
+  bool group_write = (st.st_mode & S_IWGRP) != 0 && !private_group(st.st_gid);
+  if (others_write || group_write) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return make_error(what, " '", path, "' is writable by other users (mode ", mode,
+                      "): anyone who can write it could replace the code kiln runs; fix it with "
+                      "`chmod go-w '", path, "'`");
+  }
+  return Status::success();
+}
 
 std::string resolve_cache_dir(const std::string& dir) {
   if (!dir.empty()) return dir;
@@ -106,33 +136,63 @@ std::string Store::disabled_reason() const {
   return m_disabled_reason;
 }
 
-void Store::disable(const std::string& reason) {
+void Store::disable(const std::string& reason, Quiet quiet) {
   m_db.reset();
   m_enabled = false;
   m_disabled_reason = reason;
-  warn(reason + "; continuing without a cache");
+  if (quiet == Quiet::no) warn(reason + "; continuing without a cache");
+}
+
+// The cache folder, its locks folder and the database must be the user's alone (FORMAT.md,
+// "Trust"), and nothing inside the folder is reached through a symbolic link.
+Status Store::check_folder() {
+  struct stat st {};
+  if (::stat(m_dir.c_str(), &st) != 0)
+    return make_error("cannot read '", m_dir, "': ", std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return make_error("'", m_dir, "' is not a directory");
+  if (Status s = check_private(m_dir, st, "cache folder"); !s) return s;
+  std::string locks = m_dir + "/locks";
+  if (::lstat(locks.c_str(), &st) != 0)
+    return make_error("cannot read '", locks, "': ", std::strerror(errno));
+  if (S_ISLNK(st.st_mode))
+    return make_error("'", locks, "' is a symbolic link; kiln follows no links in its cache folder");
+  if (!S_ISDIR(st.st_mode)) return make_error("'", locks, "' is not a directory");
+  return check_private(locks, st, "lock folder");
 }
 
 void Store::open_db() {
   if (m_dir.empty())
     return disable("no cache directory (set KILN_CACHE_DIR or HOME, or pass --cache-dir)");
+  if (!m_options.create) {
+    struct stat st {};
+    if (::stat(db_path().c_str(), &st) != 0)
+      return disable(k_no_cache_reason + ("'" + m_dir + "'"), Quiet::yes);
+  }
   if (Status made = make_dir(m_dir); !made) return disable(made.error().message);
   if (Status made = make_dir(m_dir + "/locks"); !made) return disable(made.error().message);
+  if (Status trusted = check_folder(); !trusted) return disable(trusted.error().message);
   for (int attempt = 0; attempt < 2; ++attempt) {
     // Create the file ourselves so that it starts out 0600 (SQLite gives -wal/-shm the same mode).
-    int fd = ::open(db_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = ::open(db_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 && errno == ELOOP)
+      return disable("'" + db_path() + "' is a symbolic link; kiln follows no links in its cache "
+                     "folder");
     if (fd < 0)
       return disable(std::string("cannot open '") + db_path() + "': " + std::strerror(errno));
     struct stat st {};
     ::fstat(fd, &st);
     ::close(fd);
+    if (!S_ISREG(st.st_mode)) return disable("'" + db_path() + "' is not a regular file");
+    if (Status s = check_private(db_path(), st, "cache database"); !s)
+      return disable(s.error().message);
     const FileId opened{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
     auto db = sql::Db::open(db_path());
     if (!db) return disable(db.error().message);
     m_db = std::move(*db);
     Status configured = configure_db();
     if (configured) {
-      m_usage = std::make_unique<Usage>(m_dir);
+      if (!m_usage) m_usage = std::make_unique<Usage>(m_dir);
+      m_opened = opened;
       m_enabled = true;
       return;
     }
@@ -190,6 +250,25 @@ Status Store::migrate() {
   return Status::success();
 }
 
+bool Store::recover_if_malformed_locked() {
+  // Other failures keep their code: a full disk or read-only file turns the store off after.
+  if (!m_db || !is_corruption(m_db->last_code())) return false;
+  (void)m_db->take_last_code();
+  return replace_malformed_db().ok();
+}
+
+Status Store::replace_malformed_db() {
+  m_db.reset();
+  m_enabled = false;
+  if (Status moved = move_aside_corrupt_db(m_opened); !moved) {
+    disable(moved.error().message);
+    return moved;
+  }
+  open_db();
+  if (!m_db) return disabled_error();
+  return Status::success();
+}
+
 Status Store::move_aside_corrupt_db(const FileId& bad) {
   // One process at a time, and only the file this process found bad: another may have moved it
   // and created a good database already, which must be left alone (and its -wal/-shm with it).
@@ -210,8 +289,8 @@ Status Store::move_aside_corrupt_db(const FileId& bad) {
                       "' failed: ", std::strerror(errno));
   std::remove((db_path() + "-wal").c_str());
   std::remove((db_path() + "-shm").c_str());
-  warn(make_error("'", db_path(), "' is not a valid database; moved it to '", aside,
-                  "' and started a new one")
+  warn(make_error("'", db_path(), "' is not a valid database (SQLite: malformed); moved it to '",
+                  aside, "' and started a new one")
            .message);
   return Status::success();
 }

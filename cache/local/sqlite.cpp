@@ -68,7 +68,9 @@ Expected<std::unique_ptr<Db>> Db::open(const std::string& path) {
   sqlite3* handle = nullptr;
   int rc =
       sqlite3_open_v2(path.c_str(), &handle,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
+                          SQLITE_OPEN_NOFOLLOW,
+                      nullptr);
   if (rc != SQLITE_OK) {
     std::string message = handle ? sqlite3_errmsg(handle) : sqlite3_errstr(rc);
     sqlite3_close_v2(handle);
@@ -106,6 +108,26 @@ Expected<Statement> Db::prepare(const char* sql) {
     return fail(sql);
   m_statements.emplace(sql, stmt);
   return Statement(*this, stmt);
+}
+
+Expected<std::vector<std::string>> Db::integrity_problems() {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(m_db, "PRAGMA integrity_check(20)", -1, &stmt, nullptr) != SQLITE_OK)
+    return fail("PRAGMA integrity_check");
+  std::vector<std::string> out;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    const unsigned char* text = sqlite3_column_text(stmt, 0);
+    std::string line = text ? reinterpret_cast<const char*>(text) : "";
+    if (line != "ok") out.push_back(std::move(line));
+  }
+  if (rc != SQLITE_DONE) {
+    Error error = fail("PRAGMA integrity_check");
+    sqlite3_finalize(stmt);
+    return error;
+  }
+  sqlite3_finalize(stmt);
+  return out;
 }
 
 Expected<int64_t> Db::query_int(const char* sql) {

@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
+#include <utility>
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -74,6 +76,8 @@ public:
   Expected<Statement> prepare(const char* sql);
   // Runs a query returning one integer (e.g. PRAGMA user_version).
   Expected<int64_t> query_int(const char* sql);
+  // What PRAGMA integrity_check reports (at most 20 lines); empty when the database is sound.
+  Expected<std::vector<std::string>> integrity_problems();
 
   // Rolls back an open transaction, if any; does not touch last_code().
   void rollback();
@@ -81,6 +85,8 @@ public:
   bool in_transaction() const;
   // Primary result code of the last failure seen on this connection (0 if none yet).
   int last_code() const { return m_last_code; }
+  // As last_code(), and forgets it: the next failure starts afresh.
+  int take_last_code() { return std::exchange(m_last_code, 0); }
   Error fail(std::string_view what);  // records the current error code and builds the message
   sqlite3* handle() { return m_db; }
 

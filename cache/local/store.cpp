@@ -112,6 +112,13 @@ Lookup Store::lookup(const std::string& key, const std::vector<KeyField>* fields
     return result;
   }
   Checked checked = read_checked(key, want, Keep::entry);
+  if (checked.kind == Checked::Kind::failure && recover_if_malformed_locked()) {
+    // The database was malformed: moved aside, and this key is a miss in the new one.
+    count_locked(Counter::errors);
+    if (count == Count::yes) count_locked(Counter::misses);
+    result.status = LookupStatus::miss;
+    return result;
+  }
   if (checked.kind == Checked::Kind::failure) {
     if (m_usage) m_usage->add(Counter::errors, 1);
     result.status = LookupStatus::failure;
@@ -206,7 +213,7 @@ Status Store::insert(StoredEntry entry, Checkpoint checkpoint) {
 Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint) {
   if (!m_db) return disabled_error();
   bool over_cap = false;
-  Status inserted = [&]() -> Status {
+  auto attempt = [&]() -> Status {
     auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
     if (!txn) return txn.error();
     if (Status s = insert_rows(*m_db, entry); !s) return s;
@@ -215,7 +222,10 @@ Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint) {
     over_cap = m_max_size != 0 && static_cast<uint64_t>(*total) > m_max_size;
     if (m_options.before_commit) m_options.before_commit();
     return txn->commit();
-  }();
+  };
+  Status inserted = attempt();
+  // A malformed database is moved aside; the entry goes into the new one.
+  if (!inserted && recover_if_malformed_locked()) inserted = attempt();
   if (!inserted) {
     note_write_failure(inserted.error());
     return inserted;
@@ -249,20 +259,22 @@ bool Store::contains(const std::string& key) {
 
 Expected<std::optional<StoredEntry>> Store::read_full(const std::string& key) {
   std::lock_guard lock(m_mutex);
-  if (!m_db) return disabled_error();
-  auto txn = Transaction::begin(*m_db, Transaction::Kind::read);
-  if (!txn) return txn.error();
-  Checked checked = read_checked(key, PayloadSelection());
-  if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
-  if (checked.kind == Checked::Kind::bad)
-    return make_error("bad entry ", key, ": ", checked.reason);
-  if (checked.kind == Checked::Kind::absent) return std::optional<StoredEntry>();
-  return std::optional<StoredEntry>(std::move(checked.stored));
+  return recovering([&]() -> Expected<std::optional<StoredEntry>> {
+    if (!m_db) return disabled_error();
+    auto txn = Transaction::begin(*m_db, Transaction::Kind::read);
+    if (!txn) return txn.error();
+    Checked checked = read_checked(key, PayloadSelection());
+    if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
+    if (checked.kind == Checked::Kind::bad)
+      return make_error("bad entry ", key, ": ", checked.reason);
+    if (checked.kind == Checked::Kind::absent) return std::optional<StoredEntry>();
+    return std::optional<StoredEntry>(std::move(checked.stored));
+  });
 }
 
 Status Store::flush() {
   std::lock_guard lock(m_mutex);
-  return flush_locked();
+  return recovering([&] { return flush_locked(); });
 }
 
 Status Store::flush_locked() {
@@ -318,47 +330,51 @@ Status Store::flush_locked() {
 
 Expected<Stats> Store::stats() {
   std::lock_guard lock(m_mutex);
-  if (!m_db) return disabled_error();
-  if (Status s = flush_locked(); !s) return s.error();
-  Stats out;
-  auto st = m_db->prepare(
-      "SELECT count(*), coalesce(sum(stored_bytes), 0), coalesce(sum(raw_bytes), 0) FROM entries");
-  if (!st) return st.error();
-  auto row = st->step();
-  if (!row) return row.error();
-  out.entries = st->column_int64(0);
-  out.bytes = st->column_int64(1);
-  out.raw_bytes = st->column_int64(2);
-  auto counters = m_db->prepare("SELECT name, value FROM stats");
-  if (!counters) return counters.error();
-  uint64_t* slots[k_counter_count] = {&out.hits,          &out.misses,        &out.errors,
-                                      &out.time_saved_ms, &out.remote_hits,   &out.remote_misses,
-                                      &out.remote_errors, &out.remote_rejected, &out.remote_puts};
-  for (;;) {
-    auto r = counters->step();
-    if (!r) return r.error();
-    if (!*r) break;
-    std::string name = counters->column_text(0);
-    auto value = static_cast<uint64_t>(counters->column_int64(1));
-    if (name == "zeroed_ms") out.zeroed_ms = static_cast<int64_t>(value);
-    for (int i = 0; i < k_counter_count; ++i)
-      if (name == counter_name(static_cast<Counter>(i))) *slots[i] = value;
-  }
-  return out;
+  return recovering([&]() -> Expected<Stats> {
+    if (!m_db) return disabled_error();
+    if (Status s = flush_locked(); !s) return s.error();
+    Stats out;
+    auto st = m_db->prepare(
+        "SELECT count(*), coalesce(sum(stored_bytes), 0), coalesce(sum(raw_bytes), 0) FROM entries");
+    if (!st) return st.error();
+    auto row = st->step();
+    if (!row) return row.error();
+    out.entries = st->column_int64(0);
+    out.bytes = st->column_int64(1);
+    out.raw_bytes = st->column_int64(2);
+    auto counters = m_db->prepare("SELECT name, value FROM stats");
+    if (!counters) return counters.error();
+    uint64_t* slots[k_counter_count] = {&out.hits,          &out.misses,        &out.errors,
+                                        &out.time_saved_ms, &out.remote_hits,   &out.remote_misses,
+                                        &out.remote_errors, &out.remote_rejected, &out.remote_puts};
+    for (;;) {
+      auto r = counters->step();
+      if (!r) return r.error();
+      if (!*r) break;
+      std::string name = counters->column_text(0);
+      auto value = static_cast<uint64_t>(counters->column_int64(1));
+      if (name == "zeroed_ms") out.zeroed_ms = static_cast<int64_t>(value);
+      for (int i = 0; i < k_counter_count; ++i)
+        if (name == counter_name(static_cast<Counter>(i))) *slots[i] = value;
+    }
+    return out;
+  });
 }
 
 Status Store::zero_stats() {
   std::lock_guard lock(m_mutex);
-  if (!m_db) return disabled_error();
-  if (Status s = flush_locked(); !s) return s;
-  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
-  if (!txn) return txn.error();
-  if (Status s = m_db->exec("DELETE FROM stats"); !s) return s;
-  auto st = m_db->prepare("INSERT INTO stats(name, value) VALUES('zeroed_ms', ?)");
-  if (!st) return st.error();
-  st->bind(1, now());
-  if (Status s = st->run(); !s) return s;
-  return txn->commit();
+  return recovering([&]() -> Status {
+    if (!m_db) return disabled_error();
+    if (Status s = flush_locked(); !s) return s;
+    auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+    if (!txn) return txn.error();
+    if (Status s = m_db->exec("DELETE FROM stats"); !s) return s;
+    auto st = m_db->prepare("INSERT INTO stats(name, value) VALUES('zeroed_ms', ?)");
+    if (!st) return st.error();
+    st->bind(1, now());
+    if (Status s = st->run(); !s) return s;
+    return txn->commit();
+  });
 }
 
 }  // namespace kiln::cache::local

@@ -14,6 +14,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+
+struct stat;
 #include <string>
 #include <vector>
 
@@ -23,6 +25,10 @@ class Db;
 }
 
 namespace local {
+
+// Fails, saying why and how to fix it, when `path` (described as `what`) belongs to another user
+// or can be written by other users: a checksum catches damage, not someone rewriting an entry.
+Status check_private(const std::string& path, const struct stat& st, const char* what);
 
 // `entry` with each payload in the encoding the store keeps it in (cubins and artifact raw, the
 // rest zstd), re-encoding where it came otherwise (bundles, the remote tier).
@@ -92,7 +98,25 @@ private:
     bool operator==(const FileId&) const = default;
   };
   Status move_aside_corrupt_db(const FileId& bad);  // `bad`: the file this process found bad
-  void disable(const std::string& reason);
+  FileId m_opened;  // the database file this store opened
+  // Turns the store off; the reason is warned about unless `quiet` (a read of a cache that is
+  // not there, which the caller reports).
+  enum class Quiet { no, yes };
+  void disable(const std::string& reason, Quiet quiet = Quiet::no);
+  Status check_folder();
+  // After a failed operation: a malformed database is moved aside and a new one started (its
+  // entries are lost: they are a cache). True when that happened and the store is usable again.
+  bool recover_if_malformed_locked();
+  // Moves the database this store opened aside and opens a new, empty one.
+  Status replace_malformed_db();
+  // Runs `op` (the lock held); when it fails on a malformed database, that database is moved
+  // aside and a new one started before the failure is returned.
+  template <typename Op>
+  auto recovering(Op&& op) {
+    auto result = op();
+    if (!result) recover_if_malformed_locked();
+    return result;
+  }
   void note_write_failure(const Error& error);
   Error disabled_error() const;
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -69,8 +70,13 @@ Usage::Usage(const std::string& dir) {
   struct stat st {};
   bool usable = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   // A new file is sized once; any other size is not ours to map.
-  if (usable && st.st_size == 0) usable = ::ftruncate(fd, k_file_bytes) == 0;
-  else if (usable) usable = static_cast<size_t>(st.st_size) == k_file_bytes;
+  if (usable && st.st_size != 0) usable = static_cast<size_t>(st.st_size) == k_file_bytes;
+  // Its blocks are allocated before it is mapped (and again by every opener, which costs nothing
+  // once they exist): a store into a mapped page the filesystem cannot back, on a full disk, is
+  // SIGBUS. A filesystem without fallocate gets a sparse file, as before.
+  if (usable && ::fallocate(fd, 0, 0, static_cast<off_t>(k_file_bytes)) != 0)
+    usable = (errno == EOPNOTSUPP || errno == ENOSYS) &&
+             (st.st_size != 0 || ::ftruncate(fd, k_file_bytes) == 0);
   void* base = usable ? ::mmap(nullptr, k_file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                       : MAP_FAILED;
   ::close(fd);

@@ -10,6 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
+
 namespace kiln::cache {
 namespace {
 
@@ -83,11 +87,44 @@ TEST_F(CacheBundle, BadPayloadIsRejectedEvenWithAValidFileChecksum) {
   auto entries = read_bundle(bundle);
   ASSERT_TRUE(entries.ok());
   (*entries)[1].payloads[0].encoded.checksum ^= 1;
-  ASSERT_TRUE(write_bundle(bundle, *entries).ok());
+  ASSERT_TRUE(write_bundle(bundle, *entries, Replace::yes).ok());
   auto reread = read_bundle(bundle);
   ASSERT_FALSE(reread.ok());
   EXPECT_NE(reread.error().message.find("entry 1"), std::string::npos) << reread.error().message;
   EXPECT_NE(reread.error().message.find("checksum mismatch"), std::string::npos);
+}
+
+// A decompression bomb: a few hundred bytes declaring a 1 GiB payload (a real zstd frame of it
+// would be about 32 KB), under a valid record and file checksum. Refused from the declared size,
+// before anything is decompressed or allocated.
+TEST_F(CacheBundle, ADecompressionBombIsRefusedBeforeDecoding) {
+  auto entries = read_bundle(bundle);
+  ASSERT_TRUE(entries.ok());
+  (*entries)[0].payloads[0].encoded.raw_size = uint64_t{1} << 30;
+  ASSERT_TRUE(write_bundle(bundle, *entries, Replace::yes).ok());
+  auto start = std::chrono::steady_clock::now();
+  auto reread = read_bundle(bundle);
+  ASSERT_FALSE(reread.ok());
+  EXPECT_NE(reread.error().message.find("over the limit"), std::string::npos)
+      << reread.error().message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+TEST_F(CacheBundle, ExportRefusesToReplaceAFileAndWritesItPrivately) {
+  auto entries = read_bundle(bundle);
+  ASSERT_TRUE(entries.ok());
+  Status again = write_bundle(bundle, *entries);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.error().message.find("exists"), std::string::npos) << again.error().message;
+  std::string fresh = tmp.sub("fresh.kbundle");
+  ASSERT_TRUE(write_bundle(fresh, *entries).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  Status nowhere = write_bundle(tmp.sub("no/such/dir/x.kbundle"), *entries);
+  ASSERT_FALSE(nowhere.ok());
+  EXPECT_NE(nowhere.error().message.find("No such file or directory"), std::string::npos)
+      << nowhere.error().message;
 }
 
 TEST_F(CacheBundle, EveryTruncationIsRejected) {

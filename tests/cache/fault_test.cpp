@@ -76,7 +76,7 @@ TEST(CacheFaults, DirectoryUnderARegularFileDisablesTheCacheWithOneWarning) {
 
 TEST(CacheFaults, ReadOnlyFilesystemDisablesTheCache) {
   TempDir tmp;
-  Tmpfs fs(tmp.sub("ro"), "size=1m");
+  Tmpfs fs(tmp.sub("ro"), "size=1m,mode=0700");
   if (!fs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << fs.error;
   ASSERT_TRUE(fs.remount_read_only());
   std::vector<std::string> warnings;
@@ -87,7 +87,7 @@ TEST(CacheFaults, ReadOnlyFilesystemDisablesTheCache) {
 
 TEST(CacheFaults, ExistingCacheOnAFilesystemMadeReadOnlyDegrades) {
   TempDir tmp;
-  Tmpfs fs(tmp.sub("ro"), "size=4m");
+  Tmpfs fs(tmp.sub("ro"), "size=4m,mode=0700");
   if (!fs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << fs.error;
   std::vector<std::string> warnings;
   auto fields = fields_for("a");
@@ -107,7 +107,7 @@ TEST(CacheFaults, ExistingCacheOnAFilesystemMadeReadOnlyDegrades) {
 
 TEST(CacheFaults, FullDiskTurnsTheCacheOffAndWorkContinues) {
   TempDir tmp;
-  Tmpfs fs(tmp.sub("full"), "size=256k");
+  Tmpfs fs(tmp.sub("full"), "size=256k,mode=0700");
   if (!fs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << fs.error;
   std::vector<std::string> warnings;
   auto cache = Cache::open(options_in(tmp.sub("full"), &warnings));

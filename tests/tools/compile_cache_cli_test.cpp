@@ -62,8 +62,13 @@ TEST_F(CompileCacheCli, NoCacheNeverHitsAndStoresNothing) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(json::parse(r.out)["cache"], "miss");
   }
-  json ls = json::parse(kiln({"ls", "--json"}).out);
-  EXPECT_TRUE(ls["entries"].empty());
+  // Nothing was stored, so there is no cache to list: exit 1, said as JSON, and none is made.
+  CliResult ls = kiln({"ls", "--json"});
+  EXPECT_EQ(ls.exit_code, 1);
+  json error = json::parse(ls.out);
+  EXPECT_NE(error["error"].get<std::string>().find("no cache at"), std::string::npos) << ls.out;
+  EXPECT_EQ(error["command"], "ls");
+  EXPECT_FALSE(std::filesystem::exists(m_dir + "/kiln.db"));
 }
 
 TEST_F(CompileCacheCli, LsStatsAndShowDescribeTheEntry) {
@@ -88,7 +93,7 @@ TEST_F(CompileCacheCli, LsStatsAndShowDescribeTheEntry) {
 TEST_F(CompileCacheCli, WhyNamesTheFieldThatDiffers) {
   compile("sm_90");
   CliResult why = kiln({"why", k_mlp, "--arch", "sm_80", "--precision", "high", "--json"});
-  ASSERT_EQ(why.exit_code, 0) << why.err;
+  ASSERT_EQ(why.exit_code, 1) << "a compile would miss: exit 1. " << why.err;
   json out = json::parse(why.out);
   EXPECT_EQ(out["cache"], "miss");
   ASSERT_EQ(out["nearest"].size(), 1u);
@@ -96,8 +101,9 @@ TEST_F(CompileCacheCli, WhyNamesTheFieldThatDiffers) {
   EXPECT_EQ(out["nearest"][0]["differs"][0]["field"], "arch");
   EXPECT_EQ(out["nearest"][0]["differs"][0]["requested"], "sm_80");
   EXPECT_EQ(out["nearest"][0]["differs"][0]["cached"], "sm_90");
-  json same = json::parse(
-      kiln({"why", k_mlp, "--arch", "sm_90", "--precision", "high", "--json"}).out);
+  CliResult same_run = kiln({"why", k_mlp, "--arch", "sm_90", "--precision", "high", "--json"});
+  EXPECT_EQ(same_run.exit_code, 0) << "a compile would hit: exit 0";
+  json same = json::parse(same_run.out);
   EXPECT_EQ(same["cache"], "hit");
 }
 
@@ -105,12 +111,32 @@ TEST_F(CompileCacheCli, ExportedBundlePrewarmsAnotherCache) {
   std::string key = compile("sm_86")["key"];
   std::string bundle = m_dir + "/fleet.kbundle";
   ASSERT_EQ(kiln({"export", bundle}).exit_code, 0);
+  CliResult again = kiln({"export", bundle});
+  EXPECT_EQ(again.exit_code, 2) << "an existing file is not replaced silently";
+  EXPECT_NE(again.err.find("kiln export: '" + bundle + "' exists; pass --force"), std::string::npos)
+      << again.err;
+  EXPECT_EQ(kiln({"export", bundle, "--force"}).exit_code, 0);
+  EXPECT_EQ(std::filesystem::status(bundle).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   std::string other = m_dir + "/other";
   CliResult imported = kiln({"import", bundle}, other);
   ASSERT_EQ(imported.exit_code, 0) << imported.err;
   json hit = compile("sm_86", other);
   EXPECT_EQ(hit["cache"], "hit");
   EXPECT_EQ(hit["key"], key);
+}
+
+TEST_F(CompileCacheCli, ReadOnlyCommandsOnAMistypedFolderSayThereIsNoCacheAndCreateNothing) {
+  std::string typo = m_dir + "/typo";
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"ls"}, {"stats"}, {"verify"}, {"show", "abcd"},
+        {"why", k_mlp, "--arch", "sm_90"}}) {
+    CliResult r = kiln(args, typo);
+    EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("kiln " + args[0] + ": no cache at '" + typo + "'"), std::string::npos)
+        << args[0] << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(typo)) << args[0] << " created the folder";
+  }
 }
 
 TEST_F(CompileCacheCli, VerifyPruneAndClear) {
