@@ -4,20 +4,42 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 #include <vector>
 
 namespace kiln::compiler {
 
-int compile_threads(int requested) {
-  if (requested > 0) return requested;
-  if (const char* env = std::getenv("KILN_COMPILE_THREADS"); env && *env) {
-    char* end = nullptr;
-    long n = std::strtol(env, &end, 10);
-    if (end && *end == '\0' && n > 0 && n <= 1024) return static_cast<int>(n);
-  }
+namespace {
+
+int core_count() {
   unsigned cores = std::thread::hardware_concurrency();
   return cores > 0 ? static_cast<int>(cores) : 1;
+}
+
+// $KILN_COMPILE_THREADS when set to a whole number from 1 to 1024.
+std::optional<int> threads_from_env() {
+  const char* env = std::getenv("KILN_COMPILE_THREADS");
+  if (!env || !*env) return std::nullopt;
+  char* end = nullptr;
+  long n = std::strtol(env, &end, 10);
+  if (end && *end == '\0' && n > 0 && n <= 1024) return static_cast<int>(n);
+  return std::nullopt;
+}
+
+}  // namespace
+
+int compile_threads(int requested) {
+  if (requested > 0) return requested;
+  return threads_from_env().value_or(core_count());
+}
+
+std::string compile_threads_env_problem() {
+  const char* env = std::getenv("KILN_COMPILE_THREADS");
+  if (!env || !*env || threads_from_env()) return "";
+  return "KILN_COMPILE_THREADS='" + std::string(env) +
+         "': expected a whole number from 1 to 1024; using " + std::to_string(core_count()) +
+         " (the core count)";
 }
 
 void parallel_for(size_t count, int threads, const std::function<void(size_t)>& body) {

@@ -2,10 +2,15 @@
 #include "tools/cli.h"
 
 #include "cache/remote/redis.h"
+#include "cache/types.h"
+#include "compiler/key.h"
+#include "compiler/nvrtc.h"
+#include "compiler/pool.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <string>
@@ -17,6 +22,34 @@ namespace {
 // comes from, and with --json it is a JSON object on stdout, as the command's output would be.
 std::string g_command;
 bool g_json = false;
+
+// `kiln --version`: the version, then what this kiln would use. Cheap on purpose (benchmarks
+// use it as the cost of a bare process): NVRTC is found by its file, never loaded.
+std::string version_text() {
+  std::string out = "kiln 0.1.0\n";
+  auto nvrtc = compiler::nvrtc_identity();
+  out += "nvrtc: " + (nvrtc ? *nvrtc : "not found (" + nvrtc.error().message + ")") + "\n";
+  out += "codegen: " + std::string(compiler::codegen_version()) + "\n";
+  std::string dir = cache::resolve_cache_dir("");
+  out += "cache: " + (dir.empty() ? std::string("none (set KILN_CACHE_DIR or HOME)") : dir) + "\n";
+  const char* remote = std::getenv("KILN_REMOTE_CACHE");
+  out += "remote tier: redis (hiredis), " +
+         std::string(remote && *remote ? "KILN_REMOTE_CACHE set" : "off (KILN_REMOTE_CACHE unset)") +
+         (std::getenv("KILN_REMOTE_KEY") ? ", entries signed (KILN_REMOTE_KEY)" : "") + "\n";
+  out += "run: GPU through the CUDA driver (loaded by `kiln run`), or --emulate on the CPU";
+  return out;
+}
+
+constexpr const char* k_environment_help =
+    "Environment:\n"
+    "  KILN_CACHE_DIR        cache folder (else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)\n"
+    "  KILN_CACHE_MAX_SIZE   cache size cap, e.g. 2G (default), 500M, 0 for none\n"
+    "  KILN_REMOTE_CACHE     remote tier, redis://[:password@]host:port[/db][?prefix=P]\n"
+    "  KILN_REMOTE_KEY       secret that signs and checks remote entries\n"
+    "  KILN_REMOTE_TTL       how long remote entries live, e.g. 30d (default)\n"
+    "  KILN_COMPILE_THREADS  NVRTC threads per graph, 1 to 1024 (default: the core count)\n"
+    "  KILN_NVRTC_PATH       libnvrtc to use (else CUDA_HOME, then the loader's search)\n"
+    "  KILN_CUDA_DRIVER_PATH libcuda to use (default libcuda.so.1)\n";
 
 void note_command_line(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
@@ -33,7 +66,10 @@ int main(int argc, char** argv) {
   kiln::tools::note_command_line(argc, argv);
   CLI::App app{"kiln: compile tensor graphs to CUDA kernels and cache them"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "kiln 0.1.0");
+  app.set_version_flag("--version", kiln::tools::version_text);
+  app.footer(kiln::tools::k_environment_help);
+  if (std::string problem = kiln::compiler::compile_threads_env_problem(); !problem.empty())
+    kiln::tools::print_warning("kiln: warning: " + problem);
   int exit_code = kiln::tools::k_exit_ok;
   kiln::tools::register_fmt_commands(app, exit_code);
   kiln::tools::register_audit_commands(app, exit_code);
@@ -63,7 +99,7 @@ int main(int argc, char** argv) {
 namespace kiln::tools {
 CLI::Option* add_cache_dir_option(CLI::App* cmd, std::string& dir, const std::string& help) {
   return cmd->add_option("--cache-dir", dir, help)->check([](const std::string& value) {
-    return value.empty() ? std::string("--cache-dir must name a directory") : std::string();
+    return value.empty() ? std::string("must name a directory, not be empty") : std::string();
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -49,9 +50,16 @@ TEST_F(CompileCacheCli, SecondCompileHitsWithTheSameKeyAndReport) {
   EXPECT_EQ(first["kernels"], second["kernels"]);
   EXPECT_EQ(second["precision"], "high");
   for (const char* field : {"graph", "key", "cache", "arch", "precision", "kernels", "fallbacks",
-                            "compile_ms", "lookup_us"}) {
+                            "saved_ms", "lookup_us"}) {
     EXPECT_TRUE(second.contains(field)) << field;
   }
+  // A hit names the original compile's time for what it is: time saved, not time spent.
+  EXPECT_FALSE(second.contains("compile_ms"));
+  EXPECT_NEAR(second["saved_ms"].get<double>(), first["compile_ms"].get<double>(), 0.5)
+      << "the cache keeps whole milliseconds";
+  EXPECT_FALSE(first.contains("saved_ms"));
+  double ms = first["compile_ms"];
+  EXPECT_EQ(ms, std::round(ms * 10) / 10) << "rounded to 0.1 ms";
   for (const json& k : second["kernels"]) EXPECT_EQ(k["spill_bytes"], 0) << k;
 }
 

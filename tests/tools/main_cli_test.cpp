@@ -1,0 +1,74 @@
+// The CLI as a whole: --version, --help, errors that name their command (and are JSON with
+// --json), and environment variables that are wrong.
+#include "run_cli.h"
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+namespace kiln::tools {
+namespace {
+
+using nlohmann::json;
+using testing::CliResult;
+using testing::run_kiln;
+
+const std::string k_mlp = std::string(KILN_EXAMPLES_DIR) + "/mlp.kg";
+
+TEST(MainCli, VersionNamesNvrtcCodegenAndTheCacheFolder) {
+  CliResult r = run_kiln({"--version"}, {}, {{"KILN_CACHE_DIR", "/tmp/kiln-version-probe"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("kiln 0.1.0\n", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\nnvrtc: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ncodegen: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ncache: /tmp/kiln-version-probe\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nremote tier: "), std::string::npos) << r.out;
+}
+
+TEST(MainCli, HelpListsTheEnvironmentVariables) {
+  CliResult r = run_kiln({"--help"});
+  ASSERT_EQ(r.exit_code, 0);
+  for (const char* name : {"KILN_CACHE_DIR", "KILN_CACHE_MAX_SIZE", "KILN_REMOTE_CACHE",
+                           "KILN_REMOTE_KEY", "KILN_REMOTE_TTL", "KILN_COMPILE_THREADS",
+                           "KILN_NVRTC_PATH", "KILN_CUDA_DRIVER_PATH"})
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+}
+
+TEST(MainCli, ABadCompileThreadsValueIsWarnedAbout) {
+  for (const char* value : {"0", "-3", "many"}) {
+    CliResult r = run_kiln({"hash", k_mlp}, {}, {{"KILN_COMPILE_THREADS", value}});
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_NE(r.err.find("kiln hash: warning: KILN_COMPILE_THREADS='" + std::string(value) +
+                         "': expected a whole number from 1 to 1024"),
+              std::string::npos)
+        << r.err;
+  }
+  EXPECT_TRUE(run_kiln({"hash", k_mlp}, {}, {{"KILN_COMPILE_THREADS", "4"}}).err.empty());
+}
+
+TEST(MainCli, ErrorsNameTheirCommandAndAreJsonWithJson) {
+  CliResult text = run_kiln({"compile", k_mlp, "--arch", "sm_10", "--no-cache"});
+  EXPECT_EQ(text.exit_code, 2);
+  EXPECT_EQ(text.err.rfind("kiln compile: ", 0), 0u) << text.err;
+
+  CliResult as_json = run_kiln({"compile", k_mlp, "--arch", "sm_10", "--no-cache", "--json"});
+  EXPECT_EQ(as_json.exit_code, 2);
+  json error = json::parse(as_json.out, nullptr, false);
+  ASSERT_FALSE(error.is_discarded()) << as_json.out;
+  EXPECT_EQ(error["command"], "compile");
+  EXPECT_NE(error["error"].get<std::string>().find("sm_10"), std::string::npos) << as_json.out;
+
+  CliResult usage = run_kiln({"ls", "--json", "--no-such-flag"});
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_FALSE(json::parse(usage.out, nullptr, false).is_discarded()) << usage.out;
+}
+
+TEST(MainCli, AnEmptyCacheDirIsRefusedOnce) {
+  CliResult r = run_kiln({"ls", "--cache-dir", ""});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--cache-dir: must name a directory"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--cache-dir must"), std::string::npos) << "said once: " << r.err;
+}
+
+}  // namespace
+}  // namespace kiln::tools
