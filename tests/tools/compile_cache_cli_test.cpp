@@ -209,7 +209,7 @@ TEST_F(RobustnessCli, EmptyCacheDirIsBadUsageNotTheDefaultCache) {
                                         std::vector<std::string>{"ls", "--cache-dir", ""}}) {
     CliResult r = run_kiln(args);
     EXPECT_EQ(r.exit_code, 2) << args[0];
-    EXPECT_NE(r.err.find("--cache-dir must name a directory"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--cache-dir: must name a directory"), std::string::npos) << r.err;
   }
 }
 
