@@ -2,6 +2,8 @@
 #include "compiler/pool.h"
 
 #include <algorithm>
+#include <time.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <optional>
@@ -42,6 +44,16 @@ std::string compile_threads_env_problem() {
          " (the core count)";
 }
 
+thread_local uint64_t t_helper_cpu_ns = 0;
+
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t helper_cpu_ns() { return t_helper_cpu_ns; }
+
 void parallel_for(size_t count, int threads, const std::function<void(size_t)>& body) {
   size_t workers = std::min(count, static_cast<size_t>(std::max(threads, 1)));
   if (workers <= 1) {
@@ -49,13 +61,19 @@ void parallel_for(size_t count, int threads, const std::function<void(size_t)>& 
     return;
   }
   std::atomic<size_t> next{0};
+  std::atomic<uint64_t> helpers_ns{0};
   auto work = [&] {
     for (size_t i = next++; i < count; i = next++) body(i);
   };
   std::vector<std::thread> pool;
-  for (size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  for (size_t w = 1; w < workers; ++w)
+    pool.emplace_back([&] {
+      work();
+      helpers_ns += thread_cpu_ns() + helper_cpu_ns();  // a new thread: all of its CPU time
+    });
   work();
   for (std::thread& t : pool) t.join();
+  t_helper_cpu_ns += helpers_ns.load();
 }
 
 }  // namespace kiln::compiler

@@ -22,7 +22,10 @@ struct CompileResult {
   std::string key;         // 32 hex digits
   bool hit = false;        // served from the cache (possibly after another process compiled it)
   bool remote_hit = false; // served by the remote tier (and now stored locally)
-  double compile_ms = 0;   // NVRTC + codegen time of this compile, or of the cached one on a hit
+  double compile_ms = 0;   // NVRTC + codegen wall time of this compile; on a hit, cpu_ms
+  // CPU time of this compile, over all its threads: what it costs alone, and what a hit of its
+  // entry saves (recorded in the entry). On a hit, the one recorded.
+  double cpu_ms = 0;
   double lookup_us = 0;    // key + lookup + checksums + decompression + decode
 };
 

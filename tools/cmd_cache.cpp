@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <ctime>
@@ -76,6 +77,12 @@ std::unique_ptr<cache::Cache> open_cache(const CacheArgs& args) {
   return opened;
 }
 
+// Hits over lookups (local hits and misses); 0 before any lookup.
+double hit_rate(const cache::Stats& stats) {
+  uint64_t lookups = stats.hits + stats.misses;
+  return lookups ? static_cast<double>(stats.hits) / static_cast<double>(lookups) : 0.0;
+}
+
 int run_stats(const CacheArgs& args) {
   auto c = open_cache(args);
   if (!c) return k_exit_failure;
@@ -94,6 +101,7 @@ int run_stats(const CacheArgs& args) {
               {"hits", stats->hits},
               {"misses", stats->misses},
               {"errors", stats->errors},
+              {"hit_rate", std::round(hit_rate(*stats) * 1000.0) / 1000.0},
               {"time_saved_ms", stats->time_saved_ms},
               {"remote",
                {{"backend", c->remote_description()},
@@ -112,10 +120,17 @@ int run_stats(const CacheArgs& args) {
               cache::format_size(stats->bytes).c_str(),
               cache::format_size(stats->raw_bytes).c_str(),
               c->max_size() ? cache::format_size(c->max_size()).c_str() : "none");
-  std::printf("hits          %llu\n", static_cast<unsigned long long>(stats->hits));
+  uint64_t lookups = stats->hits + stats->misses;
+  if (lookups)
+    std::printf("hits          %llu (%.1f%% of %llu lookups)\n",
+                static_cast<unsigned long long>(stats->hits), 100.0 * hit_rate(*stats),
+                static_cast<unsigned long long>(lookups));
+  else
+    std::printf("hits          0 (no lookups yet)\n");
   std::printf("misses        %llu\n", static_cast<unsigned long long>(stats->misses));
   std::printf("errors        %llu\n", static_cast<unsigned long long>(stats->errors));
-  std::printf("time saved    %.3f s\n", static_cast<double>(stats->time_saved_ms) / 1000.0);
+  std::printf("time saved    %.3f s of CPU (each hit: the CPU time its entry's compile took)\n",
+              static_cast<double>(stats->time_saved_ms) / 1000.0);
   auto count = [](uint64_t v) { return static_cast<unsigned long long>(v); };
   std::printf("remote        %s\n",
               c->has_remote() ? c->remote_description().c_str() : "none (KILN_REMOTE_CACHE)");
