@@ -88,7 +88,8 @@ Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileO
     if (options.fallback == FallbackPolicy::refuse) {
       return make_error(
           what, ": ", choice.needs,
-          "; allow fallbacks (kiln --allow-fallback) to run it as fp32 ffma (highest)");
+          "; to run it as fp32 ffma (highest), allow fallbacks (`kiln compile --allow-fallback`, "
+          "RuntimeOptions::allow_fallback)");
     }
     plan.paths[i] = MatmulPath::ffma;
     plan.fallbacks.push_back(what + ": " + choice.needs + "; fell back to fp32 ffma (highest)");

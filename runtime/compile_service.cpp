@@ -33,13 +33,18 @@ Expected<ir::Precision> check_request(const ir::Graph& graph,
 Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
                                          const compiler::CompileOptions& options) {
   auto start = std::chrono::steady_clock::now();
-  auto precision = check_request(graph, options);
-  if (!precision) return precision.error();
+  if (Status s = compiler::check_arch(options.sm, compiler::known_archs()); !s) return s.error();
+  auto plan = compiler::resolve_precision(graph, options);
+  if (!plan) return plan.error();
   auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
   if (!nvrtc) return nvrtc.error();
-  compiler::ResolvedInfo resolved{std::string(ir::to_string(*precision)), *nvrtc};
+  compiler::ResolvedInfo resolved{std::string(ir::to_string(plan->graph_mode)), *nvrtc};
+  // Allowing fallbacks changes the kernels only where something falls back: otherwise the
+  // request is keyed as without the flag, and both share one entry.
+  compiler::CompileOptions keyed = options;
+  if (plan->fallbacks.empty()) keyed.fallback = compiler::FallbackPolicy::refuse;
   CompileRequest request;
-  for (auto& [name, value] : compiler::key_fields(graph, options, resolved)) {
+  for (auto& [name, value] : compiler::key_fields(graph, keyed, resolved)) {
     if (name == "graph_hash") request.graph_hash = value;
     request.fields.push_back({std::move(name), std::move(value)});
   }

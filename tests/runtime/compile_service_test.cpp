@@ -63,3 +63,40 @@ TEST(CompileService, HitCarriesTheCubinsAndLeavesPtxSourceAndLogInTheCache) {
 
 }  // namespace
 }  // namespace kiln::runtime
+
+namespace kiln::runtime {
+namespace {
+
+std::string field_of(const CompileRequest& request, const std::string& name) {
+  for (const cache::KeyField& f : request.fields)
+    if (f.name == name) return f.value;
+  return {};
+}
+
+// --allow-fallback changes the kernels only where something falls back, so only then the key.
+TEST(CompileService, AllowingFallbacksKeysLikeRefusingWhenNothingFallsBack) {
+  auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  compiler::CompileOptions strict;
+  strict.sm = 90;
+  strict.precision = ir::Precision::high;
+  compiler::CompileOptions lenient = strict;
+  lenient.fallback = compiler::FallbackPolicy::allow;
+  auto a = prepare_compile(*graph, strict), b = prepare_compile(*graph, lenient);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->key, b->key) << "one entry for both";
+
+  // TF32 needs sm_80: on sm_75 the f32 matmuls fall back, and the key says fallbacks were allowed.
+  lenient.sm = 75;
+  auto fell = prepare_compile(*graph, lenient);
+  ASSERT_TRUE(fell) << fell.error().message;
+  EXPECT_NE(field_of(*fell, "options").find("fallback=allow"), std::string::npos);
+  strict.sm = 75;
+  auto refused = prepare_compile(*graph, strict);
+  ASSERT_FALSE(refused) << "refused without the flag";
+  EXPECT_NE(refused.error().message.find("kiln compile --allow-fallback"), std::string::npos)
+      << "the hint names the CLI flag: " << refused.error().message;
+}
+
+}  // namespace
+}  // namespace kiln::runtime
