@@ -98,4 +98,30 @@ Error driver_error(const DriverApi& api, const char* what, CuResult code) {
                     std::to_string(code), ")");
 }
 
+// The compute capability of `device` as sm_XX, through the driver.
+Expected<int> device_sm(int device) {
+  auto api = load_driver();
+  if (!api) return api.error();
+  int count = 0;
+  if (auto r = (*api)->device_get_count(&count); r != 0) {
+    return driver_error(**api, "cuDeviceGetCount", r);
+  }
+  if (device < 0 || device >= count) {
+    return make_error("no CUDA device ", std::to_string(device), ": the driver sees ",
+                      std::to_string(count));
+  }
+  CuDevice handle = 0;
+  if (auto r = (*api)->device_get(&handle, device); r != 0) {
+    return driver_error(**api, "cuDeviceGet", r);
+  }
+  int major = 0, minor = 0;
+  if (auto r = (*api)->device_get_attribute(&major, k_attr_cc_major, handle); r != 0) {
+    return driver_error(**api, "cuDeviceGetAttribute", r);
+  }
+  if (auto r = (*api)->device_get_attribute(&minor, k_attr_cc_minor, handle); r != 0) {
+    return driver_error(**api, "cuDeviceGetAttribute", r);
+  }
+  return major * 10 + minor;
+}
+
 }  // namespace kiln::runtime

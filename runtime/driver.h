@@ -64,4 +64,8 @@ Expected<CuContext> current_context(const DriverApi& api, int device);
 // "cuda driver: <what> failed: <driver's message> (<code>)".
 Error driver_error(const DriverApi& api, const char* what, CuResult code);
 
+// The compute capability of `device` as sm_XX (e.g. 90), through the driver; fails without a
+// driver or device, saying which.
+Expected<int> device_sm(int device);
+
 }  // namespace kiln::runtime

@@ -87,31 +87,6 @@ private:
   std::once_flag m_logged;
 };
 
-// The compute capability of `device` as sm_XX, through the driver.
-Expected<int> device_sm(int device) {
-  auto api = runtime::load_driver();
-  if (!api) return api.error();
-  int count = 0;
-  if (auto r = (*api)->device_get_count(&count); r != 0) {
-    return runtime::driver_error(**api, "cuDeviceGetCount", r);
-  }
-  if (device < 0 || device >= count) {
-    return make_error("no CUDA device ", std::to_string(device), ": the driver sees ",
-                      std::to_string(count));
-  }
-  runtime::CuDevice handle = 0;
-  if (auto r = (*api)->device_get(&handle, device); r != 0) {
-    return runtime::driver_error(**api, "cuDeviceGet", r);
-  }
-  int major = 0, minor = 0;
-  if (auto r = (*api)->device_get_attribute(&major, runtime::k_attr_cc_major, handle); r != 0) {
-    return runtime::driver_error(**api, "cuDeviceGetAttribute", r);
-  }
-  if (auto r = (*api)->device_get_attribute(&minor, runtime::k_attr_cc_minor, handle); r != 0) {
-    return runtime::driver_error(**api, "cuDeviceGetAttribute", r);
-  }
-  return major * 10 + minor;
-}
 
 }  // namespace
 
@@ -123,7 +98,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     if (Status s = compiler::check_arch(*parsed, compiler::known_archs()); !s) return s.error();
     sm = *parsed;
   } else {
-    auto detected = device_sm(options.device);
+    auto detected = runtime::device_sm(options.device);
     if (!detected) {
       return make_error(detected.error().message,
                         "; set RuntimeOptions::arch (e.g. \"sm_90\") to compile without a GPU");

@@ -6,6 +6,7 @@
 #include "compiler/compiler.h"
 #include "ir/parse.h"
 #include "runtime/compile_service.h"
+#include "runtime/driver.h"
 
 #include <nlohmann/json.hpp>
 
@@ -19,7 +20,7 @@ namespace {
 
 struct CompileArgs {
   std::vector<std::string> files;
-  std::string arch = "sm_90";
+  std::string arch;  // empty: the GPU's, and an error where there is none
   std::string precision = "auto";
   bool allow_fallback = false;
   bool ptx = false;
@@ -31,7 +32,8 @@ struct CompileArgs {
 };
 
 void add_target_options(CLI::App* cmd, CompileArgs& args) {
-  cmd->add_option("--arch", args.arch, "target architecture, e.g. sm_90")->capture_default_str();
+  cmd->add_option("--arch", args.arch,
+                  "target architecture, e.g. sm_90 (default: the GPU's; required without one)");
   cmd->add_option("--precision", args.precision, "highest, high, tf32x3, medium or auto")
       ->capture_default_str();
   cmd->add_flag("--allow-fallback", args.allow_fallback,
@@ -40,10 +42,21 @@ void add_target_options(CLI::App* cmd, CompileArgs& args) {
 
 // Builds CompileOptions from the arguments; prints the error and returns nullopt on bad input.
 std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
-  auto sm = compiler::parse_arch(args.arch);
-  if (!sm) {
-    print_error("kiln: " + sm.error().message);
-    return std::nullopt;
+  Expected<int> sm = 0;
+  if (args.arch.empty()) {
+    // What `kiln run` and the runtime use, so that entries warmed here are the ones they hit.
+    sm = runtime::device_sm(0);
+    if (!sm) {
+      print_error("kiln: no --arch given and no GPU to take it from (" + sm.error().message +
+                  "); pass --arch, e.g. --arch sm_90");
+      return std::nullopt;
+    }
+  } else {
+    sm = compiler::parse_arch(args.arch);
+    if (!sm) {
+      print_error("kiln: " + sm.error().message);
+      return std::nullopt;
+    }
   }
   auto precision = ir::parse_precision(args.precision);
   if (!precision) {

@@ -63,6 +63,20 @@ TEST(MainCli, ErrorsNameTheirCommandAndAreJsonWithJson) {
   EXPECT_FALSE(json::parse(usage.out, nullptr, false).is_discarded()) << usage.out;
 }
 
+// Without --arch, compile takes the GPU's arch (what `kiln run` and the runtime use); without a
+// GPU it refuses, rather than warm entries for an arch nothing here runs.
+TEST(MainCli, CompileTakesTheGpusArchOrAsksForArch) {
+  CliResult r = run_kiln({"compile", k_mlp, "--no-cache", "--json"});
+  if (r.exit_code == 2) {
+    json error = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(error.is_discarded()) << r.out;
+    EXPECT_NE(error["error"].get<std::string>().find("pass --arch"), std::string::npos) << r.out;
+    return;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["arch"].get<std::string>().rfind("sm_", 0), 0u) << r.out;
+}
+
 TEST(MainCli, AnEmptyCacheDirIsRefusedOnce) {
   CliResult r = run_kiln({"ls", "--cache-dir", ""});
   EXPECT_EQ(r.exit_code, 2);
