@@ -40,18 +40,24 @@ std::string KernelContext::param(ir::NodeId id) const {
 
 namespace {
 
-// The dtype of each parameter's buffer, found through a node bound to it.
-ir::DType param_dtype(const KernelContext& ctx, size_t index) {
-  const KernelParam& p = ctx.kernel.params[index];
-  if (p.written) return ctx.graph.node(ctx.kernel.group.root).type.dtype;
-  for (size_t i = 0; i < ctx.graph.nodes().size(); ++i) {
-    if (ctx.plan.location[i] == p.buffer &&
-        ctx.kernel.param_of(ctx.plan.location, static_cast<ir::NodeId>(i)) ==
-            static_cast<int>(index)) {
-      return ctx.graph.nodes()[i].type.dtype;
-    }
+// The element type of each parameter's buffer: the root's for stores, the value's for reads
+// (the anchor's operands and the leaves, the only values a kernel reads).
+std::vector<ir::DType> param_dtypes(const KernelContext& ctx) {
+  const KernelGroup& group = ctx.kernel.group;
+  std::vector<ir::DType> dtypes(ctx.kernel.params.size(), ir::DType::f32);
+  std::vector<ir::NodeId> reads = group.leaves;
+  if (group.anchor >= 0) {
+    const auto& operands = ctx.graph.node(group.anchor).operands;
+    reads.insert(reads.end(), operands.begin(), operands.end());
   }
-  return ir::DType::f32;
+  for (ir::NodeId id : reads) {
+    int p = ctx.kernel.param_of(ctx.plan.location, id);
+    if (p >= 0) dtypes[static_cast<size_t>(p)] = ctx.graph.node(id).type.dtype;
+  }
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    if (ctx.kernel.params[i].written) dtypes[i] = ctx.graph.node(group.root).type.dtype;
+  }
+  return dtypes;
 }
 
 std::string literal(double value) {
@@ -132,10 +138,11 @@ std::string leaf_offset(const ir::Shape& leaf, const ir::Shape& out, const Eleme
 
 std::string param_list(const KernelContext& ctx) {
   std::string list;
+  std::vector<ir::DType> dtypes = param_dtypes(ctx);
   for (size_t i = 0; i < ctx.kernel.params.size(); ++i) {
     const KernelParam& p = ctx.kernel.params[i];
     if (i) list += ", ";
-    list += (p.written ? "" : "const ") + storage_type(param_dtype(ctx, i)) + "* __restrict__ p" +
+    list += (p.written ? "" : "const ") + storage_type(dtypes[i]) + "* __restrict__ p" +
             std::to_string(i);
   }
   return list;
@@ -176,7 +183,8 @@ bool needs_coords(const KernelContext& ctx) {
 void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string& gtype) {
   const MatmulShape& s = ctx.kernel.shape;
   const ir::Node& mm = ctx.graph.node(ctx.kernel.group.anchor);
-  code.line("const int bz = (int)blockIdx.z;");
+  // Only batched kernels name the batch: an unused variable is an NVRTC warning.
+  if (mm.type.shape.rank() == 3) code.line("const int bz = (int)blockIdx.z;");
   code.line("const " + gtype + "* A = " + ctx.param(mm.operands[0]) +
             (s.a_batch_stride ? " + bz * " + to_str(s.a_batch_stride) : "") + ";");
   code.line("const " + gtype + "* B = " + ctx.param(mm.operands[1]) +
@@ -202,8 +210,9 @@ std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::strin
   const ir::Graph& g = ctx.graph;
   const KernelGroup& group = ctx.kernel.group;
   const ir::Shape& out = g.node(group.root).type.shape;
+  // Members are in node order, so this stays linear in the group's size.
   auto in_group = [&](ir::NodeId id) {
-    return std::find(group.nodes.begin(), group.nodes.end(), id) != group.nodes.end();
+    return std::binary_search(group.nodes.begin(), group.nodes.end(), id);
   };
   for (ir::NodeId leaf : group.leaves) {
     const ir::Node& n = g.node(leaf);

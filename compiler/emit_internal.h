@@ -64,8 +64,8 @@ bool needs_coords(const KernelContext& ctx);
 // expression for the anchor (accumulator or softmax value). Returns the root value's variable.
 std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::string& anchor_value,
                           const ElementIndex& index);
-// Declares `bz` (the batch, blockIdx.z) and the matmul operand pointers A and B of element type
-// `gtype`, offset to that batch.
+// Declares `bz` (the batch, blockIdx.z; for batched results only) and the matmul operand pointers
+// A and B of element type `gtype`, offset to that batch.
 void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string& gtype);
 // The output element (bz, m, n) of a matmul kernel: coordinates and row-major linear index of an
 // [M, N] or [batch, M, N] result, with `bz`, `m` and `n` declared by the caller.

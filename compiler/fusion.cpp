@@ -1,4 +1,5 @@
-// Greedy producer-into-consumer fusion over the node list, walked from the end.
+// Greedy producer-into-consumer fusion over the node list, walked from the end, then wide groups
+// cut where their kernels would read too many buffers.
 #include "compiler/fusion.h"
 
 #include <algorithm>
@@ -12,9 +13,80 @@ bool is_elementwise(ir::OpKind kind) {
   return c == ir::OpCategory::binary || c == ir::OpCategory::unary || c == ir::OpCategory::cast;
 }
 
+// Splits group #g (members in node order; group_of[v] == g for its members) into groups that
+// read at most `max_reads` buffers each (for max_reads >= 2), appending them to `out`.
+// Bottom-up, a member reads what its operands read, a fused operand's reads counted once per use
+// (an upper bound on the distinct buffers); where that passes the limit, the member's fused
+// operands with the most reads become roots of kernels of their own, read once each. So a long
+// chain is cut into kernels that read close to the limit, and a balanced tree into full
+// subtrees. Linear in the group's size. `reads` and `owner` (-1 for every member on entry) are
+// scratch indexed by node.
+void cut_wide_group(const ir::Graph& graph, const KernelGroup& group, int g,
+                    const std::vector<int>& group_of, const std::vector<ir::NodeId>& consumer,
+                    size_t max_reads, std::vector<size_t>& reads, std::vector<int>& owner,
+                    std::vector<KernelGroup>& out) {
+  // A fused operand: a member of this group not cut off (owner[v] becomes v when it is).
+  auto fused = [&](ir::NodeId v) {
+    return group_of[static_cast<size_t>(v)] == g && owner[static_cast<size_t>(v)] < 0;
+  };
+  bool any_cut = false;
+  for (ir::NodeId m : group.nodes) {
+    const auto& operands = graph.node(m).operands;
+    size_t total = 0;
+    std::vector<ir::NodeId> inside;  // at most two
+    for (auto it = operands.begin(); it != operands.end(); ++it) {
+      if (fused(*it)) {
+        inside.push_back(*it);
+        total += reads[static_cast<size_t>(*it)];
+      } else if (std::find(operands.begin(), it, *it) == it) {
+        total += 1;  // add(x, x) reads x once
+      }
+    }
+    std::sort(inside.begin(), inside.end(), [&](ir::NodeId a, ir::NodeId b) {
+      return reads[static_cast<size_t>(a)] > reads[static_cast<size_t>(b)];
+    });
+    for (ir::NodeId op : inside) {
+      if (total <= max_reads) break;
+      owner[static_cast<size_t>(op)] = op;
+      total -= reads[static_cast<size_t>(op)] - 1;
+      any_cut = true;
+    }
+    reads[static_cast<size_t>(m)] = total;
+  }
+  if (!any_cut) {
+    out.push_back(group);
+    return;
+  }
+  // From the root down, a member not cut off computes in its consumer's kernel.
+  owner[static_cast<size_t>(group.root)] = group.root;
+  for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
+    auto m = static_cast<size_t>(*it);
+    if (owner[m] < 0) owner[m] = owner[static_cast<size_t>(consumer[m])];
+  }
+  size_t first = out.size();
+  for (ir::NodeId m : group.nodes) {
+    if (owner[static_cast<size_t>(m)] != m) continue;
+    KernelGroup part;
+    part.root = m;
+    out.push_back(part);
+  }
+  for (ir::NodeId m : group.nodes) {
+    // Parts were appended in root order: find the member's by binary search.
+    ir::NodeId root = owner[static_cast<size_t>(m)];
+    auto part = std::lower_bound(
+        out.begin() + static_cast<std::ptrdiff_t>(first), out.end(), root,
+        [](const KernelGroup& candidate, ir::NodeId r) { return candidate.root < r; });
+    part->nodes.push_back(m);
+    if (m == group.anchor) {
+      part->anchor = m;
+      part->kind = group.kind;
+    }
+  }
+}
+
 }  // namespace
 
-std::vector<KernelGroup> fuse(const ir::Graph& graph) {
+std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
   const auto& nodes = graph.nodes();
   const size_t n = nodes.size();
   std::vector<std::vector<ir::NodeId>> consumers(n);
@@ -70,14 +142,39 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph) {
     groups[static_cast<size_t>(target)].nodes.push_back(id);
   }
 
-  for (KernelGroup& group : groups) {
-    std::reverse(group.nodes.begin(), group.nodes.end());
+  // Members in node order, then wide groups cut. Every member but the root has one consumer, a
+  // member too.
+  std::vector<ir::NodeId> consumer(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    if (consumers[i].size() == 1) consumer[i] = consumers[i][0];
+  }
+  std::vector<size_t> reads(n, 0);
+  std::vector<int> owner(n, -1);
+  std::vector<KernelGroup> cut;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::reverse(groups[g].nodes.begin(), groups[g].nodes.end());
+    cut_wide_group(graph, groups[g], static_cast<int>(g), group_of, consumer, max_reads, reads,
+                   owner, cut);
+  }
+  groups = std::move(cut);
+
+  // Leaves in first-use order: operands of members (the anchor's are read by the anchor itself)
+  // that are not members.
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (ir::NodeId member : groups[g].nodes) {
+      group_of[static_cast<size_t>(member)] = static_cast<int>(g);
+    }
+  }
+  std::vector<int> listed(n, -1);  // listed[v] == g: v is already a leaf of group g
+  for (size_t g = 0; g < groups.size(); ++g) {
+    KernelGroup& group = groups[g];
     for (ir::NodeId member : group.nodes) {
       if (member == group.anchor) continue;
       for (ir::NodeId op : graph.node(member).operands) {
-        bool inside = std::find(group.nodes.begin(), group.nodes.end(), op) != group.nodes.end();
-        bool seen = std::find(group.leaves.begin(), group.leaves.end(), op) != group.leaves.end();
-        if (!inside && !seen) group.leaves.push_back(op);
+        auto o = static_cast<size_t>(op);
+        if (group_of[o] == static_cast<int>(g) || listed[o] == static_cast<int>(g)) continue;
+        listed[o] = static_cast<int>(g);
+        group.leaves.push_back(op);
       }
     }
   }

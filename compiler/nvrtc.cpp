@@ -4,10 +4,12 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 
 namespace kiln::compiler {
 
@@ -103,6 +105,28 @@ std::string identity_of(const void* symbol) {
   Dl_info info{};
   if (dladdr(symbol, &info) == 0 || !info.dli_fname) return "unknown";
   return file_identity(info.dli_fname);
+}
+
+// The first line of an NVRTC log that reports an error ("k.cu(12): error: ...", "k.cu(9): Error:
+// ...", "ptxas error   : ..."), or empty. Warnings may come before it.
+std::string_view first_error_line(std::string_view log) {
+  constexpr std::string_view k_starts[] = {"error", "ptxas error", "ptxas fatal"};
+  constexpr std::string_view k_contains[] = {": error", ": catastrophic error", ": fatal error"};
+  while (!log.empty()) {
+    size_t end = log.find('\n');
+    std::string_view line = log.substr(0, end);
+    std::string lower(line);
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (std::string_view start : k_starts) {
+      if (lower.rfind(start, 0) == 0) return line;
+    }
+    for (std::string_view part : k_contains) {
+      if (lower.find(part) != std::string::npos) return line;
+    }
+    if (end == std::string_view::npos) break;
+    log.remove_prefix(end + 1);
+  }
+  return {};
 }
 
 std::mutex g_mutex;
@@ -201,8 +225,11 @@ Expected<NvrtcOutput> Nvrtc::compile(const std::string& source, const std::strin
   }
   if (cr != 0) {
     api.destroy(&prog);
-    return make_error("nvrtc: compiling '", name, "' for sm_", std::to_string(sm),
-                      " failed: ", api.error_string(cr), "\n", out.log);
+    // The first error leads: the log after it may be long.
+    std::string_view first = first_error_line(out.log);
+    return make_error("nvrtc: compiling '", name, "' for sm_", std::to_string(sm), " failed: ",
+                      first.empty() ? std::string(api.error_string(cr)) : std::string(first),
+                      "\n", out.log);
   }
   if (api.ptx_size(prog, &size) == 0 && size > 0) {
     out.ptx.resize(size);

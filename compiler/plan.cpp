@@ -121,6 +121,14 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       k.launch.grid = {ceil_div(total, k_elementwise_threads), 1, 1};
       k.launch.block = {k_elementwise_threads, 1, 1};
     }
+    if (uint64_t bytes = k.params.size() * k_param_bytes; bytes > k_max_param_bytes) {
+      return make_error("kernel '", k.name, "' computing ", describe_node(graph, group.root),
+                        " takes ", std::to_string(k.params.size()), " buffers: ",
+                        std::to_string(bytes), " bytes of parameters, over CUDA's limit of ",
+                        std::to_string(k_max_param_bytes), " bytes (",
+                        std::to_string(k_max_param_bytes / k_param_bytes),
+                        " buffers) per kernel; split the graph so that no kernel reads that many");
+    }
     plan.kernels.push_back(std::move(k));
   }
   for (uint64_t t : plan.temporary_bytes) plan.workspace_bytes += (t + 255) / 256 * 256;

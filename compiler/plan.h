@@ -30,8 +30,15 @@ struct ProgramPlan {
   uint64_t workspace_bytes = 0;
 };
 
+// CUDA's kernel parameter space on every arch kiln supports (sm_75 and newer, CUDA 12.1 and
+// newer); each kiln parameter is one 8-byte device pointer.
+inline constexpr uint64_t k_max_param_bytes = 32764;
+inline constexpr uint64_t k_param_bytes = 8;
+
 // Assigns every group's value a buffer (graph output, else a temporary), orders parameters,
-// picks matmul tiles and launch shapes. Fails only for launches beyond the grid limits.
+// picks matmul tiles and launch shapes. Fails for launches beyond the grid limits and for a
+// kernel whose parameters would not fit in k_max_param_bytes (fuse() keeps kernels far below it,
+// so only groups formed otherwise get there); the message names the kernel and the bytes.
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
                                    const PrecisionPlan& precision, int sm);
 

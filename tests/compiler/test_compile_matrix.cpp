@@ -1,5 +1,5 @@
-// Every example graph x every mode x the test archs: compiles without spills, or is refused
-// exactly where the arch cannot run the mode (and then compiles with a recorded fallback).
+// Every example graph x every mode x the test archs: compiles without spills or warnings, or is
+// refused exactly where the arch cannot run the mode (and then compiles with a recorded fallback).
 #include "compiler/compiler.h"
 
 #include "test_support.h"
@@ -53,6 +53,8 @@ class Compiled {
 
 void expect_clean(const Artifact& a, const std::string& what) {
   ASSERT_FALSE(a.kernels.empty()) << what;
+  // Neither the prelude nor generated code draws a warning, so a real one is not buried.
+  EXPECT_EQ(a.log.find("warning"), std::string::npos) << what << ":\n" << a.log;
   for (const KernelArtifact& k : a.kernels) {
     EXPECT_EQ(k.report.spill_bytes(), 0) << what << " " << k.name;
     EXPECT_GT(k.report.registers, 0) << what << " " << k.name;
@@ -63,7 +65,7 @@ void expect_clean(const Artifact& a, const std::string& what) {
 
 class CompileMatrix : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(CompileMatrix, EveryModeAndArchCompilesWithoutSpillsOrIsRefused) {
+TEST_P(CompileMatrix, EveryModeAndArchCompilesWithoutSpillsOrWarningsOrIsRefused) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   ir::Graph g = example(GetParam());
   Compiled compiled;
@@ -137,6 +139,17 @@ TEST(CompileShapes, LargeTransposedAndRaggedMatmulsCompileWithoutSpills) {
     ASSERT_TRUE(a.ok()) << a.error().message;
     expect_clean(*a, "f16 sm_" + std::to_string(sm));
   }
+}
+
+TEST(CompileShapes, AWideSumCompilesAsSeveralKernels) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  auto a = compile(test::parse(test::wide_sum(300, "f32[37]")), options(90, ir::Precision::high));
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  expect_clean(*a, "300-input sum");
+  ASSERT_EQ(a->kernels.size(), 2u);
+  EXPECT_EQ(a->kernels[0].params.size(), 1 + k_max_kernel_reads);  // x0 + ... + x255
+  EXPECT_EQ(a->kernels[1].params.size(), 1u + 45);  // that + x256 + ... + x299
+  EXPECT_EQ(a->temporary_bytes.size(), 1u);
 }
 
 }  // namespace

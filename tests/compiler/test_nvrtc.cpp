@@ -78,5 +78,27 @@ TEST(Nvrtc, AFailedCompileCarriesTheProgramLog) {
   EXPECT_NE(out.error().message.find("'broken'"), std::string::npos);
 }
 
+TEST(Nvrtc, AFailedCompileLeadsWithItsFirstErrorBeforeTheLog) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  auto lib = load_nvrtc();
+  ASSERT_TRUE(lib.ok());
+  // Two warnings (an unused static function, an unused variable) come before the error.
+  auto out = (*lib)->compile(
+      "static __device__ float unused_helper(float x) { return x; }\n"
+      "extern \"C\" __global__ void k(float* p) {\n"
+      "  int unused_variable = 1;\n"
+      "  p[0] = undefined_name;\n"
+      "}\n",
+      "warned", 90);
+  ASSERT_FALSE(out.ok());
+  const std::string& message = out.error().message;
+  std::string first_line = message.substr(0, message.find('\n'));
+  EXPECT_NE(first_line.find("'warned'"), std::string::npos) << message;
+  EXPECT_NE(first_line.find("error"), std::string::npos) << message;
+  EXPECT_NE(first_line.find("undefined_name"), std::string::npos) << message;
+  EXPECT_NE(message.find("unused_helper", first_line.size()), std::string::npos)
+      << "the full log follows: " << message;
+}
+
 }  // namespace
 }  // namespace kiln::compiler

@@ -136,5 +136,31 @@ TEST(Plan, SoftmaxRunsOneWarpPerRow) {
   EXPECT_EQ(k.launch.grid[0], 8u);  // 32 rows, 4 per block
 }
 
+TEST(Plan, TheIssuesFourThousandFiveHundredInputSumLowersIntoKernelsThatFitTheParameterSpace) {
+  ir::Graph g = parse(test::wide_sum(4500, "f32[8]"));
+  auto program = lower(g, options(90, ir::Precision::high));
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  ASSERT_GT(program->plan.kernels.size(), 1u);
+  for (const KernelPlan& k : program->plan.kernels) {
+    EXPECT_LE(k.params.size() * k_param_bytes, k_max_param_bytes) << k.name;
+  }
+}
+
+TEST(Plan, AKernelBeyondTheParameterSpaceIsRefusedWithItsSizeAndTheLimit) {
+  // One group reading all 4,500 inputs (fuse() itself never forms it): 4,501 pointers.
+  ir::Graph g = parse(test::wide_sum(4500, "f32[8]"));
+  CompileOptions o = options(90, ir::Precision::high);
+  auto precision = resolve_precision(g, o);
+  ASSERT_TRUE(precision.ok());
+  auto plan = plan_kernels(g, fuse(g, 100000), *precision, o.sm);
+  ASSERT_FALSE(plan.ok());
+  const std::string& message = plan.error().message;
+  EXPECT_NE(message.find("kernel 'k0_elementwise'"), std::string::npos) << message;
+  EXPECT_NE(message.find("4501 buffers"), std::string::npos) << message;
+  EXPECT_NE(message.find("36008 bytes"), std::string::npos) << message;
+  EXPECT_NE(message.find("32764 bytes"), std::string::npos) << message;
+  EXPECT_NE(message.find("split the graph"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace kiln::compiler

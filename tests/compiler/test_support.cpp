@@ -40,6 +40,17 @@ std::vector<std::string> example_names() {
   return names;
 }
 
+std::string wide_sum(int inputs, const std::string& type) {
+  std::string text = "graph wide {\n";
+  for (int i = 0; i < inputs; ++i) text += "  input x" + std::to_string(i) + ": " + type + "\n";
+  std::string sum = "x0";
+  for (int i = 1; i < inputs; ++i) {
+    text += "  s" + std::to_string(i) + " = add(" + sum + ", x" + std::to_string(i) + ")\n";
+    sum = "s" + std::to_string(i);
+  }
+  return text + "  output " + sum + "\n}\n";
+}
+
 CompileOptions options(int sm, ir::Precision precision, FallbackPolicy fallback) {
   CompileOptions o;
   o.sm = sm;

@@ -101,6 +101,35 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"half_epilogue_odd", 75, k_highest}),
     case_name);
 
+// A sum over more inputs than one kernel may read is cut into several kernels, each after the
+// first reading its predecessor's partial sum from a temporary. Every third input is broadcast.
+TEST(EmulatedWideSum, KernelsCutAtTheReadLimitMatchTheReference) {
+  constexpr int k_inputs = 600;
+  std::string text = "graph wide {\n";
+  for (int i = 0; i < k_inputs; ++i)
+    text += "  input x" + std::to_string(i) + (i % 3 == 2 ? ": f32[37]\n" : ": f32[3, 37]\n");
+  std::string sum = "x0";
+  for (int i = 1; i < k_inputs; ++i) {
+    std::string x = "x" + std::to_string(i);
+    std::string term = i % 50 == 0 ? "mul(" + x + ", 0.5)" : x;
+    text += "  s" + std::to_string(i) + " = add(" + sum + ", " + term + ")\n";
+    sum = "s" + std::to_string(i);
+  }
+  text += "  output " + sum + "\n}\n";
+  auto graph = ir::parse_graph(text, "wide.kg");
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  compiler::CompileOptions options;
+  options.precision = k_highest;
+  auto program = build_program(*graph, options);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  EXPECT_EQ(program->lowered().plan.kernels.size(), 3u);
+  auto report = check_program(*graph, *program, 1);
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  EXPECT_TRUE(report->ok);
+  ASSERT_EQ(report->outputs.size(), 1u);
+  EXPECT_LE(report->outputs[0].rel_l2, report->outputs[0].tolerance);
+}
+
 // The check can fail: the same kernels against a shim whose mma fragment layout swaps two A
 // registers must miss the tolerance.
 TEST(EmulatedLayoutCheck, ABrokenTf32FragmentLayoutIsCaught) {
