@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace kiln::ir {
 
@@ -15,6 +16,11 @@ inline constexpr uint32_t k_canonical_format_version = 1;
 // Bytes covering every op, operand, attribute, shape, dtype and precision annotation, in node
 // order; value names, comments and layout of the source do not enter.
 std::string canonical_bytes(const Graph& graph);
+
+// The graph `bytes` (from canonical_bytes) describe, verified as the parser verifies a graph;
+// values get names by kind (inputs x0, x1, ...), the graph `name`. Fails on bytes that are not
+// a canonical graph of this format version, saying what is wrong.
+Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name);
 
 struct Hash128 {
   uint64_t high = 0;

@@ -8,6 +8,8 @@
 #include "cache/bundle.h"
 #include "cache/cache.h"
 #include "cache/units.h"
+#include "ir/hash.h"
+#include "ir/print.h"
 
 #include <nlohmann/json.hpp>
 
@@ -27,7 +29,7 @@ struct CacheArgs {
   bool json = false;
   bool zero = false;
   std::string target;  // KEY for show, FILE for export and import
-  bool source = false, ptx = false, log = false;
+  bool source = false, ptx = false, log = false, graph_text = false;
   std::string max_size, older_than;
   bool fix = false;
   std::optional<std::string> remote;
@@ -251,6 +253,14 @@ int run_show(const CacheArgs& args) {
     return fail("entry " + keys->front() + " could not be read" +
                     (found.failure.empty() ? "" : ": " + found.failure),
                 k_exit_failure);
+  if (args.graph_text) {
+    // The cached graph's canonical text, rebuilt from the canonical bytes the key hashes.
+    std::string bytes = found.entry.info.field("graph");
+    auto graph = ir::graph_from_canonical(bytes, "cached");
+    if (!graph) return fail("entry " + keys->front() + ": " + graph.error().message, k_exit_failure);
+    std::fputs(ir::print_graph(*graph).c_str(), stdout);
+    return k_exit_ok;
+  }
   if (args.source || args.ptx || args.log) return print_payloads(found.entry, args);
   return print_entry(found.entry, args.json);
 }
@@ -421,8 +431,10 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
       auto* source = sub->add_flag("--source", args->source, "print the generated source");
       auto* ptx = sub->add_flag("--ptx", args->ptx, "print the PTX of every kernel");
       auto* log = sub->add_flag("--log", args->log, "print the compiler log");
-      source->excludes(ptx)->excludes(log);
-      ptx->excludes(log);
+      auto* graph = sub->add_flag("--graph", args->graph_text, "print the cached graph's canonical text");
+      source->excludes(ptx)->excludes(log)->excludes(graph);
+      ptx->excludes(log)->excludes(graph);
+      log->excludes(graph);
     }
     if (name == "prune") {
       sub->add_option("--max-size", args->max_size,

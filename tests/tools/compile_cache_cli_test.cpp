@@ -100,6 +100,18 @@ TEST_F(CompileCacheCli, LsStatsAndShowDescribeTheEntry) {
   EXPECT_NE(source.out.find("__global__"), std::string::npos);
 }
 
+TEST_F(CompileCacheCli, ShowGraphPrintsTheCachedGraphsText) {
+  json compiled = compile("sm_90");
+  CliResult shown = kiln({"show", compiled["key"].get<std::string>().substr(0, 10), "--graph"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("graph cached"), std::string::npos) << shown.out;
+  std::string file = m_dir + "/shown.kg";
+  std::ofstream(file) << shown.out;
+  CliResult hashed = run_kiln({"hash", file});
+  ASSERT_EQ(hashed.exit_code, 0) << hashed.err;
+  EXPECT_EQ(hashed.out, compiled["graph"].get<std::string>() + "\n") << "the same graph";
+}
+
 TEST_F(CompileCacheCli, WhyNamesTheFieldThatDiffers) {
   compile("sm_90");
   CliResult why = kiln({"why", k_mlp, "--arch", "sm_80", "--precision", "high", "--json"});
