@@ -7,6 +7,8 @@
 #include "compiler/prelude.h"
 #include "compiler/ptxas_report.h"
 
+#include <mutex>
+
 namespace kiln::compiler {
 
 Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options) {
@@ -48,9 +50,14 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
   const auto& kernels = program.plan.kernels;
   std::vector<Expected<NvrtcOutput>> outputs(kernels.size(), Error{"not compiled"});
   std::string prelude(prelude_source());
+  std::mutex progress;
+  size_t done = 0;
   parallel_for(kernels.size(), compile_threads(options.threads), [&](size_t i) {
     outputs[i] =
         (*nvrtc)->compile(prelude + "\n" + program.kernel_sources[i], kernels[i].name, program.sm);
+    if (!options.on_kernel_done) return;
+    std::lock_guard lock(progress);
+    options.on_kernel_done(++done, kernels.size());
   });
 
   Artifact artifact;

@@ -4,6 +4,7 @@
 #include "ir/types.h"
 #include "support/expected.h"
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,9 @@ struct CompileOptions {
   std::string nvrtc_path;
   // Compile threads; 0: KILN_COMPILE_THREADS, else the core count.
   int threads = 0;
+  // Called after each kernel's NVRTC compile with (kernels done, kernels in all), from the compile
+  // threads one call at a time; for a progress line. Not part of the key.
+  std::function<void(size_t, size_t)> on_kernel_done;
 };
 
 // The architectures kiln knows when no NVRTC is loaded (CUDA 13's list).

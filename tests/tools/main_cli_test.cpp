@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace kiln::tools {
 namespace {
 
@@ -75,6 +78,28 @@ TEST(MainCli, CompileTakesTheGpusArchOrAsksForArch) {
   }
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["arch"].get<std::string>().rfind("sm_", 0), 0u) << r.out;
+}
+
+// A long compile shows "compiling FILE: N/M kernels, T s" on a terminal, and nothing otherwise.
+TEST(MainCli, CompileShowsProgressOnATerminalOnly) {
+  std::vector<std::string> args = {"compile", std::string(KILN_EXAMPLES_DIR) + "/gated_mlp.kg",
+                                   "--arch", "sm_90", "--no-cache"};
+  CliResult piped = run_kiln(args);
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(piped.err.find("compiling"), std::string::npos) << piped.err;
+
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no `script` here";
+  std::string command = "script -qec '" + std::string(KILN_BIN);
+  for (const std::string& a : args) command += " " + a;
+  command += "' /dev/null 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  EXPECT_EQ(::pclose(pipe), 0) << out;
+  EXPECT_NE(out.find("/gated_mlp.kg: 3/3 kernels, "), std::string::npos) << out;
+  EXPECT_NE(out.find("\r\033[K"), std::string::npos) << "the line is erased when done";
 }
 
 TEST(MainCli, AnEmptyCacheDirIsRefusedOnce) {
