@@ -19,6 +19,8 @@ void register_audit_commands(CLI::App& app, int& exit_code);  // audit
 void register_run_commands(CLI::App& app, int& exit_code);  // run
 void register_cache_commands(CLI::App& app, int& exit_code);  // stats ls show prune clear ...
 void register_compile_commands(CLI::App& app, int& exit_code);  // emit compile
+// completion; registered last, it describes every command registered before it.
+void register_completion_command(CLI::App& app, int& exit_code);
 
 // Adds `--cache-dir DIR` to `cmd`; an empty DIR is bad usage (it would silently mean the
 // default cache).

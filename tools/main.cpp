@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
   kiln::tools::register_run_commands(app, exit_code);
   kiln::tools::register_cache_commands(app, exit_code);
   kiln::tools::register_compile_commands(app, exit_code);
+  kiln::tools::register_completion_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 
 namespace kiln::tools {
 namespace {
@@ -100,6 +101,32 @@ TEST(MainCli, CompileShowsProgressOnATerminalOnly) {
   EXPECT_EQ(::pclose(pipe), 0) << out;
   EXPECT_NE(out.find("/gated_mlp.kg: 3/3 kernels, "), std::string::npos) << out;
   EXPECT_NE(out.find("\r\033[K"), std::string::npos) << "the line is erased when done";
+}
+
+// `kiln completion bash`, sourced into bash, completes commands, options and their values.
+TEST(MainCli, BashCompletionCompletesCommandsOptionsAndValues) {
+  CliResult script = run_kiln({"completion", "bash"});
+  ASSERT_EQ(script.exit_code, 0) << script.err;
+  EXPECT_NE(script.out.find("complete -o filenames -F _kiln kiln"), std::string::npos);
+  std::string file = ::testing::TempDir() + "kiln-completion.bash";
+  std::ofstream(file) << script.out;
+  auto complete = [&](const std::string& words, int cword) {
+    std::string command = "bash -c 'source " + file + "; COMP_WORDS=(" + words +
+                          "); COMP_CWORD=" + std::to_string(cword) +
+                          "; _kiln; echo \"${COMPREPLY[*]}\"'";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    std::string out;
+    char buffer[1024];
+    for (size_t n; pipe && (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+      out.append(buffer, n);
+    if (pipe) ::pclose(pipe);
+    return out;
+  };
+  EXPECT_EQ(complete("kiln com", 1), "compile completion\n");
+  EXPECT_EQ(complete("kiln compile --pre", 2), "--precision\n");
+  EXPECT_EQ(complete("kiln compile x.kg --precision tf", 4), "tf32x3\n");
+  EXPECT_EQ(complete("kiln why --arch sm_12", 3), "sm_120 sm_121\n");
+  EXPECT_EQ(complete("kiln export --fo", 2), "--force\n");
 }
 
 TEST(MainCli, AnEmptyCacheDirIsRefusedOnce) {
