@@ -86,8 +86,13 @@ Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileO
       continue;
     }
     if (options.fallback == FallbackPolicy::refuse) {
+      // Located like a parse error where the graph came from a file: "FILE:LINE:COL: error: ".
+      std::string where;
+      if (!graph.source_file().empty() && node.line > 0)
+        where = graph.source_file() + ":" + std::to_string(node.line) + ":" +
+                std::to_string(node.column) + ": error: ";
       return make_error(
-          what, ": ", choice.needs,
+          where, what, ": ", choice.needs,
           "; to run it as fp32 ffma (highest), allow fallbacks (`kiln compile --allow-fallback`, "
           "RuntimeOptions::allow_fallback)");
     }

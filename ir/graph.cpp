@@ -92,6 +92,12 @@ Status Builder::set_name(NodeId id, std::string name) {
   return Status::success();
 }
 
+void Builder::set_location(NodeId id, int line, int column) {
+  if (id < 0 || static_cast<size_t>(id) >= m_nodes.size()) return;
+  m_nodes[static_cast<size_t>(id)].line = line;
+  m_nodes[static_cast<size_t>(id)].column = column;
+}
+
 std::optional<NodeId> Builder::find(std::string_view name) const {
   auto it = m_names.find(std::string(name));
   if (it == m_names.end()) return std::nullopt;
@@ -316,6 +322,7 @@ Expected<Graph> Builder::finish() && {
 
   auto data = std::make_shared<Graph::Data>();
   data->name = std::move(m_name);
+  data->file = std::move(m_file);
   data->nodes = std::move(m_nodes);
   data->inputs = std::move(m_inputs);
   data->outputs = std::move(m_outputs);

@@ -55,6 +55,10 @@ struct Node {
   Attrs attrs;
   TensorType type;
   std::string name;
+  // Where the op is written in its source file (set by the parser; 0 when unknown). For error
+  // messages only: it never enters the hash or the printed form.
+  int line = 0;
+  int column = 0;
 };
 
 class Graph;
@@ -84,6 +88,9 @@ public:
 
   // Gives a value its name after the fact (the parser names a value once its statement ends).
   Status set_name(NodeId id, std::string name);
+  // Records where a value is written, and the file the graph comes from (for messages only).
+  void set_location(NodeId id, int line, int column);
+  void set_source_file(std::string file) { m_file = std::move(file); }
   // Finds a named value.
   std::optional<NodeId> find(std::string_view name) const;
   const Node& node(NodeId id) const { return m_nodes[static_cast<size_t>(id)]; }
@@ -100,6 +107,7 @@ private:
   Status check_operand(NodeId id) const;
 
   std::string m_name;
+  std::string m_file;
   std::vector<Node> m_nodes;
   std::unordered_map<std::string, NodeId> m_names;  // lookup only, never iterated
   std::vector<NodeId> m_inputs;
@@ -110,6 +118,8 @@ private:
 class Graph {
 public:
   const std::string& name() const { return m_data->name; }
+  // The file the graph was parsed from ("" when built otherwise); for messages only.
+  const std::string& source_file() const { return m_data->file; }
   const std::vector<Node>& nodes() const { return m_data->nodes; }
   const Node& node(NodeId id) const { return m_data->nodes[static_cast<size_t>(id)]; }
   // Inputs in declaration order: the calling convention.
@@ -123,6 +133,7 @@ private:
   friend class Builder;
   struct Data {
     std::string name;
+    std::string file;
     std::vector<Node> nodes;
     std::vector<NodeId> inputs;
     std::vector<NodeId> outputs;

@@ -248,6 +248,7 @@ Expected<Graph> Parser::parse() {
   if (!at(TokenKind::identifier)) return expected("a graph name after 'graph'");
   std::string name(m_token.text);
   m_builder = Builder(name);
+  m_builder.set_source_file(std::string(m_file));
   advance();
   if (Status s = expect(TokenKind::lbrace, "'{' after the graph name"); !s) return s.error();
   while (!at(TokenKind::rbrace)) {

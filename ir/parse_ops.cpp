@@ -58,6 +58,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
   };
   auto located = [&](Expected<NodeId> id) -> Expected<NodeId> {
     if (!id) return error_at(op_token.location, id.error().message);
+    m_builder.set_location(*id, op_token.location.line, op_token.location.column);
     return id;
   };
 

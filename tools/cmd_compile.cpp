@@ -92,7 +92,9 @@ std::optional<Prepared> prepare(const std::string& file, const compiler::Compile
     return std::nullopt;
   }
   if (auto checked = runtime::check_request(*graph, options); !checked) {
-    print_error("kiln: " + file + ": " + checked.error().message);
+    const std::string& message = checked.error().message;
+    // A located error ("FILE:LINE:COL: error: ...") is printed as the parser's are.
+    print_error(message.rfind(file + ":", 0) == 0 ? message : "kiln: " + file + ": " + message);
     return std::nullopt;
   }
   exit_code = k_exit_failure;

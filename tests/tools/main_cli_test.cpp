@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 
 namespace kiln::tools {
 namespace {
@@ -127,6 +128,17 @@ TEST(MainCli, BashCompletionCompletesCommandsOptionsAndValues) {
   EXPECT_EQ(complete("kiln compile x.kg --precision tf", 4), "tf32x3\n");
   EXPECT_EQ(complete("kiln why --arch sm_12", 3), "sm_120 sm_121\n");
   EXPECT_EQ(complete("kiln export --fo", 2), "--force\n");
+}
+
+// A combination the arch cannot run without a fallback is reported where the op is written.
+TEST(MainCli, ARefusedFallbackIsLocatedInTheGraphFile) {
+  CliResult r = run_kiln({"compile", k_mlp, "--arch", "sm_75", "--precision", "high", "--no-cache"});
+  EXPECT_EQ(r.exit_code, 2);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("^(.*):([0-9]+):([0-9]+): error: matmul ")))
+      << r.err;
+  EXPECT_EQ(m[1].str(), k_mlp);
+  EXPECT_NE(r.err.find("kiln compile --allow-fallback"), std::string::npos) << r.err;
 }
 
 TEST(MainCli, AnEmptyCacheDirIsRefusedOnce) {
