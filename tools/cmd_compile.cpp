@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -264,6 +265,27 @@ int run_compile(const CompileArgs& args) {
   return worst;
 }
 
+// Keeps, of two "a=1;b=2" option lists, only the parts that differ (the text output of `why`).
+void only_differing_parts(std::string& a, std::string& b) {
+  auto split = [](const std::string& text) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t end; (end = text.find(';', start)) != std::string::npos; start = end + 1)
+      parts.push_back(text.substr(start, end - start));
+    parts.push_back(text.substr(start));
+    return parts;
+  };
+  auto join_missing = [](const std::vector<std::string>& from, const std::vector<std::string>& in) {
+    std::string out;
+    for (const std::string& p : from)
+      if (std::find(in.begin(), in.end(), p) == in.end()) out += (out.empty() ? "" : ";") + p;
+    return out.empty() ? std::string("-") : out;
+  };
+  auto pa = split(a), pb = split(b);
+  a = join_missing(pa, pb);
+  b = join_missing(pb, pa);
+}
+
 // `kiln why`: the entries cached for the same graph and which key fields set them apart.
 int run_why(const CompileArgs& args) {
   auto options = options_from(args);
@@ -327,8 +349,10 @@ int run_why(const CompileArgs& args) {
     if (e["key"] == request->key) continue;
     std::printf("  %s differs in:", e["key"].get<std::string>().c_str());
     for (const auto& d : e["differs"]) {
+      std::string requested = d["requested"], cached = d["cached"];
+      if (d["field"] == "options") only_differing_parts(requested, cached);
       std::printf(" %s (%s here, %s cached)", d["field"].get<std::string>().c_str(),
-                  d["requested"].get<std::string>().c_str(), d["cached"].get<std::string>().c_str());
+                  requested.c_str(), cached.c_str());
     }
     std::printf("\n");
   }

@@ -100,6 +100,17 @@ TEST_F(CompileCacheCli, LsStatsAndShowDescribeTheEntry) {
   EXPECT_NE(source.out.find("__global__"), std::string::npos);
 }
 
+// `why` names only the option that differs, not the whole option list.
+TEST_F(CompileCacheCli, WhyShowsOnlyTheOptionThatDiffers) {
+  compile("sm_90");
+  CliResult why = kiln({"why", k_mlp, "--arch", "sm_75", "--precision", "high", "--allow-fallback"});
+  EXPECT_EQ(why.exit_code, 1) << why.err;
+  EXPECT_NE(why.out.find("options (fallback=allow here, fallback=refuse cached)"),
+            std::string::npos)
+      << why.out;
+  EXPECT_EQ(why.out.find("nvrtc="), std::string::npos) << why.out;
+}
+
 TEST_F(CompileCacheCli, ShowGraphPrintsTheCachedGraphsText) {
   json compiled = compile("sm_90");
   CliResult shown = kiln({"show", compiled["key"].get<std::string>().substr(0, 10), "--graph"});
