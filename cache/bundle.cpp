@@ -6,6 +6,7 @@
 #include "support/byte_writer.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -74,10 +75,10 @@ Status write_bundle(const std::string& path, const std::vector<StoredEntry>& ent
     struct stat st {};
     if (::lstat(path.c_str(), &st) == 0) return make_error("'", path, "' exists");
   }
-  // A private temporary (0600, created here, never through a link), renamed into place.
-  std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());  // a leftover of an interrupted export; fails harmlessly when absent
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  // A private temporary (0600, a new name made here: O_EXCL, so never through a link), renamed
+  // into place.
+  std::string tmp = path + ".tmp-XXXXXX";
+  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) return make_error("cannot write '", tmp, "': ", std::strerror(errno));
   size_t done = 0;
   while (done < out.size()) {
@@ -95,6 +96,18 @@ Status write_bundle(const std::string& path, const std::vector<StoredEntry>& ent
     std::string why = std::strerror(errno);
     ::unlink(tmp.c_str());
     return make_error("writing '", tmp, "' failed: ", why);
+  }
+  // Without Replace::yes, a file that appeared meanwhile is not replaced either (where the
+  // filesystem cannot rename without replacing, the check above is all there is).
+  if (replace == Replace::no) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0)
+      return Status::success();
+    int saved = errno;
+    if (saved != EINVAL && saved != ENOSYS) {
+      ::unlink(tmp.c_str());
+      if (saved == EEXIST) return make_error("'", path, "' exists");
+      return make_error("cannot rename '", tmp, "' to '", path, "': ", std::strerror(saved));
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::string why = std::strerror(errno);

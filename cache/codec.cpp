@@ -2,9 +2,12 @@
 #include "cache/codec.h"
 
 #include <xxhash.h>
+#if defined(__x86_64__) || defined(_M_X64)
 // After xxhash.h: XXH3_64bits becomes the run-time dispatched variant (SSE2, AVX2 or AVX-512),
 // about 2.8x faster on AVX2 than the SSE2 build Debian's libxxhash exports under that name.
+// (Other CPUs have one vector unit to choose: the plain symbol is already it.)
 #include <xxh_x86dispatch.h>
+#endif
 #include <zstd.h>
 
 #include <utility>

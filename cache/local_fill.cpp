@@ -3,6 +3,8 @@
 
 #include "cache/local/store.h"
 
+#include <system_error>
+
 namespace kiln::cache {
 
 LocalFill::~LocalFill() {
@@ -15,10 +17,20 @@ LocalFill::~LocalFill() {
 }
 
 void LocalFill::add(StoredEntry entry) {
-  std::lock_guard lock(m_mutex);
+  std::unique_lock lock(m_mutex);
+  if (!m_thread.joinable()) {
+    try {
+      m_thread = std::thread([this] { run(); });
+    } catch (const std::system_error&) {
+      // No thread to be had: store it here and now, as before there was a fill thread.
+      lock.unlock();
+      (void)m_store.insert(std::move(entry), local::Store::Checkpoint::no,
+                           local::Store::IfPresent::keep);
+      return;
+    }
+  }
   m_keys.insert(entry.info.key);
   m_queue.push_back(std::move(entry));
-  if (!m_thread.joinable()) m_thread = std::thread([this] { run(); });
   m_changed.notify_all();
 }
 
@@ -41,10 +53,9 @@ void LocalFill::run() {
     m_queue.pop_front();
     lock.unlock();
     std::string key = entry.info.key;
-    if (!m_store.contains(key)) {
-      Status stored = m_store.insert(std::move(entry), local::Store::Checkpoint::no);
-      if (!stored) m_store.warn("storing remote entry " + key + ": " + stored.error().message);
-    }
+    Status stored = m_store.insert(std::move(entry), local::Store::Checkpoint::no,
+                                   local::Store::IfPresent::keep);
+    if (!stored) m_store.warn("storing remote entry " + key + ": " + stored.error().message);
     lock.lock();
     m_keys.erase(m_keys.find(key));
     m_changed.notify_all();

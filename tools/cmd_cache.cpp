@@ -343,8 +343,9 @@ int run_export(const CacheArgs& args) {
   if (!entries) return fail(entries.error().message, k_exit_failure);
   Status written = cache::write_bundle(args.target, *entries,
                                       args.force ? cache::Replace::yes : cache::Replace::no);
-  if (!written && !args.force && std::filesystem::exists(std::filesystem::symlink_status(args.target)))
-    return fail(written.error().message + "; pass --force to replace it", k_exit_usage);
+  const std::string exists = "'" + args.target + "' exists";
+  if (!written && written.error().message == exists)
+    return fail(exists + "; pass --force to replace it", k_exit_usage);
   if (!written) return fail(written.error().message, k_exit_failure);
   std::printf("exported %zu entries to %s\n", entries->size(), args.target.c_str());
   return k_exit_ok;

@@ -157,7 +157,11 @@ Expected<VerifyReport> Store::verify(Fix fix) {
   if (!m_db) return disabled_error();
   // SQLite's own check first: damage to its pages or indexes that no entry's checksum sees.
   VerifyReport report;
+  forget_last_code();
   auto problems = m_db->integrity_problems();
+  // The check failing to run (busy, out of memory) is an error; only damage it reports, or
+  // SQLite calling the file malformed, makes the database malformed.
+  if (!problems && !sql::is_malformed_code(m_db->last_code())) return problems.error();
   if (!problems || !problems->empty()) {
     std::string what = problems ? problems->front() : problems.error().message;
     size_t more = problems ? problems->size() - 1 : 0;
@@ -256,11 +260,14 @@ Expected<PruneReport> Store::prune_locked(std::optional<uint64_t> max_size,
 Expected<PruneReport> Store::clear() {
   std::lock_guard lock(m_mutex);
   if (!m_db) return disabled_error();
+  forget_last_code();
   auto report = prune_locked(0, std::nullopt);
   if (!report) {
-    // A database that cannot be cleared row by row (malformed) is moved aside and a new, empty
-    // one started: clearing always works.
+    // A malformed database, which cannot be cleared row by row, is moved aside and a new, empty
+    // one started: clearing always works. Any other failure (busy, a full disk) is reported.
+    if (!m_db || !sql::is_malformed_code(m_db->last_code())) return report;
     if (Status s = replace_malformed_db(); !s) return s.error();
+    remove_moved_aside();  // clearing means the old entries go too
     PruneReport replaced;
     replaced.replaced_database = true;
     return replaced;

@@ -26,7 +26,6 @@ namespace {
 
 constexpr const char* k_db_name = "kiln.db";
 
-bool is_corruption(int code) { return code == sql::k_notadb || code == sql::k_corrupt; }
 
 std::string env(const char* name) {
   const char* value = std::getenv(name);
@@ -45,13 +44,13 @@ Status make_dir(const std::string& dir) {
   return Status::success();
 }
 
-// Whether a group-writable file is still the owner's alone: its group is the owner's own
-// (a user-private group with no other members, as many distributions create).
+// Whether a group-writable file is still the owner's alone: its group is the owner's user-private
+// group (named as the user, the user's primary group, no other members listed). A shared primary
+// group such as "users" lists nobody in gr_mem, so the name must match too.
 bool private_group(gid_t gid) {
-  if (gid != ::getegid()) return false;
-  const group* g = ::getgrgid(gid);
   const passwd* me = ::getpwuid(::geteuid());
-  if (!g || !me) return false;
+  const group* g = ::getgrgid(gid);
+  if (!g || !me || gid != me->pw_gid || std::strcmp(g->gr_name, me->pw_name) != 0) return false;
   for (char** member = g->gr_mem; *member; ++member)
     if (std::strcmp(*member, me->pw_name) != 0) return false;
   return true;
@@ -157,7 +156,19 @@ Status Store::check_folder() {
   if (S_ISLNK(st.st_mode))
     return make_error("'", locks, "' is a symbolic link; kiln follows no links in its cache folder");
   if (!S_ISDIR(st.st_mode)) return make_error("'", locks, "' is not a directory");
-  return check_private(locks, st, "lock folder");
+  if (Status s = check_private(locks, st, "lock folder"); !s) return s;
+  // SQLite reads the WAL and shared-memory files beside the database, and the usage file is
+  // mapped: each, when there, must be a regular file of the user's alone too (one left from a
+  // time the folder was shared would otherwise feed the cache).
+  for (const char* name : {"kiln.db-wal", "kiln.db-shm", "usage"}) {
+    std::string path = m_dir + "/" + name;
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    if (!S_ISREG(st.st_mode))
+      return make_error("'", path, "' is not a regular file; kiln follows no links in its cache "
+                                   "folder");
+    if (Status s = check_private(path, st, "cache file"); !s) return s;
+  }
+  return Status::success();
 }
 
 void Store::open_db() {
@@ -197,7 +208,7 @@ void Store::open_db() {
       return;
     }
     int code = m_db->last_code();
-    if (attempt == 0 && is_corruption(code)) {
+    if (attempt == 0 && sql::is_malformed_code(code)) {
       m_db.reset();
       if (Status moved = move_aside_corrupt_db(opened); !moved)
         return disable(moved.error().message);
@@ -250,9 +261,21 @@ Status Store::migrate() {
   return Status::success();
 }
 
+void Store::remove_moved_aside() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(m_dir, ec)) {
+    if (e.path().filename().string().rfind("kiln.db.corrupt-", 0) != 0) continue;
+    std::filesystem::remove(e.path(), ec);
+  }
+}
+
+void Store::forget_last_code() {
+  if (m_db) (void)m_db->take_last_code();
+}
+
 bool Store::recover_if_malformed_locked() {
   // Other failures keep their code: a full disk or read-only file turns the store off after.
-  if (!m_db || !is_corruption(m_db->last_code())) return false;
+  if (!m_db || !sql::is_malformed_code(m_db->last_code())) return false;
   (void)m_db->take_last_code();
   return replace_malformed_db().ok();
 }

@@ -25,6 +25,9 @@ inline constexpr int k_full = 13;
 inline constexpr int k_cantopen = 14;
 inline constexpr int k_notadb = 26;
 
+// The codes with which SQLite calls a database file malformed.
+inline bool is_malformed_code(int code) { return code == k_notadb || code == k_corrupt; }
+
 class Db;
 
 // A prepared statement borrowed from its Db's statement cache; resets itself and clears its

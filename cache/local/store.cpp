@@ -111,6 +111,7 @@ Lookup Store::lookup(const std::string& key, const std::vector<KeyField>* fields
     result.failure = "the cache is disabled: " + m_disabled_reason;
     return result;
   }
+  forget_last_code();
   Checked checked = read_checked(key, want, Keep::entry);
   if (checked.kind == Checked::Kind::failure && recover_if_malformed_locked()) {
     // The database was malformed: moved aside, and this key is a miss in the new one.
@@ -205,17 +206,31 @@ Expected<StoredEntry> Store::encode_contents(const std::string& key, std::vector
   return entry;
 }
 
-Status Store::insert(StoredEntry entry, Checkpoint checkpoint) {
+Status Store::insert(StoredEntry entry, Checkpoint checkpoint, IfPresent if_present) {
   std::lock_guard lock(m_mutex);
-  return insert_locked(std::move(entry), checkpoint);
+  return insert_locked(std::move(entry), checkpoint, if_present);
 }
 
-Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint) {
+Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint, IfPresent if_present) {
   if (!m_db) return disabled_error();
+  forget_last_code();
   bool over_cap = false;
+  bool kept = false;
   auto attempt = [&]() -> Status {
     auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
     if (!txn) return txn.error();
+    if (if_present == IfPresent::keep) {
+      // Checked under the write lock: another process may have stored this key meanwhile.
+      auto st = m_db->prepare("SELECT 1 FROM entries WHERE key = ?");
+      if (!st) return st.error();
+      st->bind_text(1, entry.info.key);
+      auto row = st->step();
+      if (!row) return row.error();
+      if (*row) {
+        kept = true;
+        return Status::success();  // the transaction rolls back: nothing written
+      }
+    }
     if (Status s = insert_rows(*m_db, entry); !s) return s;
     auto total = m_db->query_int("SELECT coalesce(sum(stored_bytes), 0) FROM entries");
     if (!total) return total.error();
@@ -230,6 +245,7 @@ Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint) {
     note_write_failure(inserted.error());
     return inserted;
   }
+  if (kept) return Status::success();
   if (over_cap) {
     auto evicted = evict_locked(m_max_size, entry.info.key);
     if (!evicted) note_write_failure(evicted.error());

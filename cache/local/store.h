@@ -59,7 +59,11 @@ public:
   // the insert crosses the cap. With Checkpoint::yes (after a compile, which dwarfs it) the WAL
   // is emptied too; a remote hit's fill leaves that to the next compile.
   enum class Checkpoint { no, yes };
-  Status insert(StoredEntry entry, Checkpoint checkpoint = Checkpoint::yes);
+  // What an insert does when the key is already stored: replace that entry, or keep it (a remote
+  // entry never replaces a local one; checked inside the write transaction).
+  enum class IfPresent { replace, keep };
+  Status insert(StoredEntry entry, Checkpoint checkpoint = Checkpoint::yes,
+                IfPresent if_present = IfPresent::replace);
   // Encodes `contents` (cubins and artifact raw, the rest zstd) into a StoredEntry.
   Expected<StoredEntry> encode_contents(const std::string& key, std::vector<KeyField> fields,
                                         const Contents& contents) const;
@@ -109,10 +113,14 @@ private:
   bool recover_if_malformed_locked();
   // Moves the database this store opened aside and opens a new, empty one.
   Status replace_malformed_db();
+  void forget_last_code();
+  // Deletes the databases moved aside as malformed (kiln.db.corrupt-*): `clear` leaves nothing.
+  void remove_moved_aside();
   // Runs `op` (the lock held); when it fails on a malformed database, that database is moved
   // aside and a new one started before the failure is returned.
   template <typename Op>
   auto recovering(Op&& op) {
+    forget_last_code();  // only a failure of `op` itself may move the database aside
     auto result = op();
     if (!result) recover_if_malformed_locked();
     return result;
@@ -136,7 +144,8 @@ private:
   void count_locked(Counter counter, uint64_t value = 1);
   void count_hit_locked(Entry& entry);
   void drop_bad(const std::string& key, const std::string& reason);
-  Status insert_locked(StoredEntry entry, Checkpoint checkpoint);
+  Status insert_locked(StoredEntry entry, Checkpoint checkpoint,
+                       IfPresent if_present = IfPresent::replace);
   Status flush_locked();
   void checkpoint_locked();
   Expected<PruneReport> evict_locked(uint64_t cap, const std::string& keep);

@@ -86,6 +86,34 @@ TEST_F(CacheTrust, AFolderOwnedByAnotherUserIsBypassed) {
   EXPECT_NE(seen[0].find("belongs to another user (uid 65534)"), std::string::npos) << seen[0];
 }
 
+// A shared primary group lists nobody in its member list: group write there is not private.
+TEST_F(CacheTrust, AFolderWritableByASharedGroupIsBypassed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a folder to another group needs root";
+  make_cache();
+  ASSERT_EQ(::chown(dir.c_str(), 0, 100), 0);  // gid 100: Debian's "users"
+  ASSERT_EQ(::chmod(dir.c_str(), 0770), 0);
+  std::vector<std::string> seen;
+  EXPECT_FALSE(hits(seen));
+  ASSERT_EQ(seen.size(), 1u) << joined(seen);
+  EXPECT_NE(seen[0].find("writable by other users (mode 0770)"), std::string::npos) << seen[0];
+}
+
+// The files SQLite and the usage table read beside the database are checked as it is.
+TEST_F(CacheTrust, AWalShmOrUsageFileOthersCanWriteIsBypassed) {
+  for (const char* name : {"usage", "kiln.db-wal", "kiln.db-shm"}) {
+    make_cache();
+    std::string path = dir + "/" + name;
+    if (!std::filesystem::exists(path)) std::ofstream(path).put('\0');
+    ASSERT_EQ(::chmod(path.c_str(), 0666), 0) << name;
+    std::vector<std::string> seen;
+    EXPECT_FALSE(hits(seen)) << name;
+    ASSERT_EQ(seen.size(), 1u) << name << ": " << joined(seen);
+    EXPECT_NE(seen[0].find(std::string(name) + "' is writable by other users"), std::string::npos)
+        << seen[0];
+    ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  }
+}
+
 TEST_F(CacheTrust, ADanglingSymlinkedDatabaseIsNeitherFollowedNorCreated) {
   std::filesystem::create_directories(dir);
   ::chmod(dir.c_str(), 0700);
@@ -216,6 +244,25 @@ TEST_F(CacheMalformed, VerifyRunsSQLitesCheckAndFixMovesTheDatabaseAside) {
   EXPECT_TRUE(cache->store(key, fields, contents_for("a")).ok());
 }
 
+// Only a malformed database is moved aside: a busy one makes clear and verify fail, and keeps
+// every entry.
+TEST_F(CacheMalformed, ABusyHealthyDatabaseIsNeverMovedAside) {
+  auto holder = sql::Db::open(db_path);
+  ASSERT_TRUE(holder.ok());
+  ASSERT_TRUE((*holder)->exec("BEGIN EXCLUSIVE").ok());  // holds every lock
+  Options options = options_in(dir, &warnings);
+  options.busy_timeout_ms = 100;
+  auto cache = Cache::open(options);
+  auto cleared = cache->clear();
+  EXPECT_FALSE(cleared.ok()) << "clearing a busy database is an error";
+  auto verified = cache->verify(Fix::yes);
+  EXPECT_TRUE(!verified.ok() || verified->database.empty());
+  ASSERT_TRUE((*holder)->exec("ROLLBACK").ok());
+  EXPECT_EQ(moved_aside(), 0u);
+  std::vector<std::string> seen;
+  EXPECT_TRUE(hits(seen)) << "the entry is still there";
+}
+
 TEST_F(CacheMalformed, ClearAlwaysWorks) {
   smash_page(root_page(db_path, "entries"), 0, '\xff');
   smash_page(root_page(db_path, "apart"), 0, '\xff');
@@ -228,6 +275,7 @@ TEST_F(CacheMalformed, ClearAlwaysWorks) {
   EXPECT_EQ(stats->entries, 0u);
   EXPECT_TRUE(cache->store(key, fields, contents_for("a")).ok());
   EXPECT_EQ(cache->stats()->entries, 1u);
+  EXPECT_EQ(moved_aside(), 0u) << "clearing removes the malformed file too";
 }
 
 }  // namespace
