@@ -37,7 +37,8 @@ struct Options {
   std::chrono::milliseconds remote_down_for{30000};   // how long a failing remote is skipped
 
   // Receives warnings (one line, no prefix), one call at a time, from whichever thread meets
-  // them (the local fill's included); default: "kiln: cache: <message>" on stderr.
+  // them (the local fill's included, so it must not call back into this cache); default:
+  // "kiln: cache: <message>" on stderr.
   std::function<void(const std::string&)> warn;
   // Unix time in milliseconds; default: the system clock. Tests pin it.
   std::function<int64_t()> now_ms;
