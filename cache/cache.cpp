@@ -143,8 +143,9 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
   m_local->count(local::Counter::remote_hits);
   m_local->count(local::Counter::time_saved_ms,
                  static_cast<uint64_t>(std::max<int64_t>(0, entry->info.compile_ms)));
-  if (m_local->enabled() && !m_local->contains(key)) {
-    // Stored off this path (LocalFill); a verified local entry is never replaced by a remote one.
+  if (m_local->enabled()) {
+    // Stored off this path (LocalFill), which keeps a local entry that exists by then: a verified
+    // local entry is never replaced by a remote one.
     auto prepared = local::prepared_for_store(std::move(*stored));
     if (prepared) {
       prepared->info.created_ms = prepared->info.last_used_ms = m_local->now();

@@ -54,19 +54,20 @@ Expected<Encoded> encode(const std::string& raw, Encoding encoding) {
 
 namespace {
 
-Status check_raw(const Encoded& encoded) {
+Status check_raw(const Encoded& encoded, RawCheck check) {
   if (encoded.data.size() != encoded.raw_size)
     return make_error("stored ", std::to_string(encoded.data.size()), " bytes, expected ",
                       std::to_string(encoded.raw_size));
-  if (checksum(encoded.data) != encoded.checksum) return make_error("checksum mismatch");
+  if (check == RawCheck::size_and_checksum && checksum(encoded.data) != encoded.checksum)
+    return make_error("checksum mismatch");
   return Status::success();
 }
 
 }  // namespace
 
-Expected<std::string> decode(Encoded&& encoded) {
+Expected<std::string> decode(Encoded&& encoded, RawCheck check) {
   if (encoded.encoding != Encoding::raw) return decode(std::as_const(encoded));
-  if (Status s = check_raw(encoded); !s) return s.error();
+  if (Status s = check_raw(encoded, check); !s) return s.error();
   return std::move(encoded.data);
 }
 
@@ -74,7 +75,7 @@ Expected<std::string> decode(const Encoded& encoded) {
   if (encoded.raw_size > k_max_payload_bytes)
     return make_error("stored size ", std::to_string(encoded.raw_size), " exceeds the limit");
   if (encoded.encoding == Encoding::raw) {
-    if (Status s = check_raw(encoded); !s) return s.error();
+    if (Status s = check_raw(encoded, RawCheck::size_and_checksum); !s) return s.error();
     return encoded.data;
   }
   if (encoded.encoding != Encoding::zstd) return make_error("unknown payload encoding");

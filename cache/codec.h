@@ -35,7 +35,10 @@ Expected<Encoded> encode(const std::string& raw, Encoding encoding = Encoding::z
 
 // Decodes and verifies size and checksum; fails with a message saying what did not match.
 Expected<std::string> decode(const Encoded& encoded);
+// What decoding checks of a raw payload: its size and checksum, or only its size (its bytes were
+// covered by a checksum already checked, the entry record's).
+enum class RawCheck { size_and_checksum, size };
 // The same, taking the stored bytes: a raw payload is moved, not copied.
-Expected<std::string> decode(Encoded&& encoded);
+Expected<std::string> decode(Encoded&& encoded, RawCheck check = RawCheck::size_and_checksum);
 
 }  // namespace kiln::cache

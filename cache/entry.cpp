@@ -58,13 +58,8 @@ Expected<Entry> verify(Stored&& stored, const PayloadSelection& want) {
       if constexpr (std::is_const_v<std::remove_reference_t<Stored>>) {
         return decode(p.encoded);
       } else {
-        if (p.covered && p.encoded.encoding == Encoding::raw) {
-          if (p.encoded.data.size() != p.encoded.raw_size)
-            return make_error("stored ", std::to_string(p.encoded.data.size()),
-                              " bytes, expected ", std::to_string(p.encoded.raw_size));
-          return std::move(p.encoded.data);
-        }
-        return decode(std::move(p.encoded));
+        return decode(std::move(p.encoded),
+                      p.covered ? RawCheck::size : RawCheck::size_and_checksum);
       }
     }();
     if (!raw) return make_error("payload '", p.name, "': ", raw.error().message);

@@ -22,19 +22,16 @@ double micros_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Expected<ir::Precision> check_request(const ir::Graph& graph,
-                                      const compiler::CompileOptions& options) {
+Expected<compiler::PrecisionPlan> check_request(const ir::Graph& graph,
+                                                const compiler::CompileOptions& options) {
   if (Status s = compiler::check_arch(options.sm, compiler::known_archs()); !s) return s.error();
-  auto precision = compiler::resolve_precision(graph, options);
-  if (!precision) return precision.error();
-  return precision->graph_mode;
+  return compiler::resolve_precision(graph, options);
 }
 
 Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
                                          const compiler::CompileOptions& options) {
   auto start = std::chrono::steady_clock::now();
-  if (Status s = compiler::check_arch(options.sm, compiler::known_archs()); !s) return s.error();
-  auto plan = compiler::resolve_precision(graph, options);
+  auto plan = check_request(graph, options);
   if (!plan) return plan.error();
   auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
   if (!nvrtc) return nvrtc.error();

@@ -5,6 +5,7 @@
 #include "cache/cache.h"
 #include "compiler/artifact.h"
 #include "compiler/options.h"
+#include "compiler/precision.h"
 #include "ir/graph.h"
 #include "support/expected.h"
 
@@ -38,10 +39,10 @@ struct CompileRequest {
   double prepare_us = 0;
 };
 
-// Checks the arch and resolves the graph's precision mode (a refused combination fails here,
+// Checks the arch and resolves the graph's precision plan (a refused combination fails here,
 // naming op, mode and arch): every error is the caller's input to fix.
-Expected<ir::Precision> check_request(const ir::Graph& graph,
-                                      const compiler::CompileOptions& options);
+Expected<compiler::PrecisionPlan> check_request(const ir::Graph& graph,
+                                                const compiler::CompileOptions& options);
 
 // check_request(), then the key: fails also when NVRTC cannot be found (an environment failure,
 // not bad input; callers that report the two differently call check_request() first).

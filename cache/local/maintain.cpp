@@ -304,12 +304,9 @@ Expected<ImportReport> Store::import_entries(const std::vector<StoredEntry>& ent
       auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
       if (!txn) return txn.error();
       for (const StoredEntry& entry : entries) {
-        auto present = m_db->prepare("SELECT 1 FROM entries WHERE key = ?");
+        auto present = has_entry(*m_db, entry.info.key);
         if (!present) return present.error();
-        present->bind_text(1, entry.info.key);
-        auto row = present->step();
-        if (!row) return row.error();
-        if (*row) {
+        if (*present) {
           ++report.already_present;
           continue;
         }

@@ -17,6 +17,13 @@ Status drop_rows(sql::Db& db, const std::string& key) {
   return Status::success();
 }
 
+Expected<bool> has_entry(sql::Db& db, const std::string& key) {
+  auto st = db.prepare("SELECT 1 FROM entries WHERE key = ?");
+  if (!st) return st.error();
+  st->bind_text(1, key);
+  return st->step();
+}
+
 Status insert_rows(sql::Db& db, StoredEntry& entry) {
   EntryInfo& info = entry.info;
   if (Status s = drop_rows(db, info.key); !s) return s;

@@ -18,6 +18,9 @@ namespace kiln::cache::local {
 // payload's data must be present. Sets `entry.info.stored_bytes` to the bytes written.
 Status insert_rows(sql::Db& db, StoredEntry& entry);
 
+// Whether an entry row for `key` exists (in the caller's transaction, if any).
+Expected<bool> has_entry(sql::Db& db, const std::string& key);
+
 // Removes every row of `key`.
 Status drop_rows(sql::Db& db, const std::string& key);
 

@@ -221,12 +221,9 @@ Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint, IfPresent 
     if (!txn) return txn.error();
     if (if_present == IfPresent::keep) {
       // Checked under the write lock: another process may have stored this key meanwhile.
-      auto st = m_db->prepare("SELECT 1 FROM entries WHERE key = ?");
-      if (!st) return st.error();
-      st->bind_text(1, entry.info.key);
-      auto row = st->step();
-      if (!row) return row.error();
-      if (*row) {
+      auto present = has_entry(*m_db, entry.info.key);
+      if (!present) return present.error();
+      if (*present) {
         kept = true;
         return Status::success();  // the transaction rolls back: nothing written
       }
@@ -266,11 +263,8 @@ void Store::checkpoint_locked() {
 bool Store::contains(const std::string& key) {
   std::lock_guard lock(m_mutex);
   if (!m_db) return false;
-  auto st = m_db->prepare("SELECT 1 FROM entries WHERE key = ?");
-  if (!st) return false;
-  st->bind_text(1, key);
-  auto row = st->step();
-  return row && *row;
+  auto present = has_entry(*m_db, key);
+  return present && *present;
 }
 
 Expected<std::optional<StoredEntry>> Store::read_full(const std::string& key) {
