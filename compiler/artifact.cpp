@@ -2,6 +2,7 @@
 #include "compiler/artifact.h"
 
 #include "support/byte_writer.h"
+#include "support/sticky_reader.h"
 
 #include <cstring>
 
@@ -11,63 +12,7 @@ namespace {
 
 constexpr std::string_view k_magic{"KILNART\0", 8};
 
-class Reader {
- public:
-  explicit Reader(std::string_view in) : m_in(in) {}
-  bool ok() const { return m_ok; }
-  bool done() const { return m_pos == m_in.size(); }
-  size_t left() const { return m_in.size() - m_pos; }
-
-  uint64_t bytes(size_t n) {
-    if (!m_ok || left() < n) {
-      m_ok = false;
-      return 0;
-    }
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; ++i) {
-      v |= static_cast<uint64_t>(static_cast<uint8_t>(m_in[m_pos + i])) << (8 * i);
-    }
-    m_pos += n;
-    return v;
-  }
-  uint8_t u8() { return static_cast<uint8_t>(bytes(1)); }
-  uint32_t u32() { return static_cast<uint32_t>(bytes(4)); }
-  uint64_t u64() { return bytes(8); }
-  int32_t i32() { return static_cast<int32_t>(u32()); }
-  std::string str() {
-    uint64_t n = u64();
-    if (!m_ok || n > left()) {
-      m_ok = false;
-      return {};
-    }
-    std::string s(m_in.substr(m_pos, n));
-    m_pos += n;
-    return s;
-  }
-  std::string_view raw(size_t n) {
-    if (!m_ok || left() < n) {
-      m_ok = false;
-      return {};
-    }
-    std::string_view s = m_in.substr(m_pos, n);
-    m_pos += n;
-    return s;
-  }
-  // A count of elements that each take at least `min_bytes`: more than could fit is an error.
-  size_t count(size_t min_bytes) {
-    uint64_t n = u64();
-    if (!m_ok || n > left() / min_bytes) {
-      m_ok = false;
-      return 0;
-    }
-    return static_cast<size_t>(n);
-  }
-
- private:
-  std::string_view m_in;
-  size_t m_pos = 0;
-  bool m_ok = true;
-};
+using Reader = StickyReader;
 
 void write_strings(ByteWriter& w, const std::vector<std::string>& v) {
   w.u64(v.size());

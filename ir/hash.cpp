@@ -2,6 +2,7 @@
 #include "ir/hash.h"
 
 #include "support/byte_writer.h"
+#include "support/sticky_reader.h"
 
 #include <xxhash.h>
 
@@ -12,9 +13,13 @@
 
 namespace kiln::ir {
 
+namespace {
+constexpr std::string_view k_canonical_magic = "kiln-graph";
+}  // namespace
+
 std::string canonical_bytes(const Graph& graph) {
   ByteWriter w;
-  w.raw("kiln-graph");
+  w.raw(k_canonical_magic);
   w.u32(k_canonical_format_version);
   w.u32(static_cast<uint32_t>(graph.nodes().size()));
   for (const Node& node : graph.nodes()) {
@@ -55,36 +60,6 @@ std::string canonical_bytes(const Graph& graph) {
 
 namespace {
 
-// Little-endian reads matching ByteWriter, each checked against the bytes left.
-class CanonicalReader {
-public:
-  explicit CanonicalReader(std::string_view bytes) : m_bytes(bytes) {}
-  bool ok() const { return m_ok; }
-  bool done() const { return m_pos == m_bytes.size(); }
-  size_t left() const { return m_bytes.size() - m_pos; }
-  uint64_t uint(size_t n) {
-    if (!m_ok || left() < n) {
-      m_ok = false;
-      return 0;
-    }
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; ++i)
-      v |= static_cast<uint64_t>(static_cast<unsigned char>(m_bytes[m_pos + i])) << (8 * i);
-    m_pos += n;
-    return v;
-  }
-  bool expect(std::string_view magic) {
-    if (!m_ok || m_bytes.substr(m_pos, magic.size()) != magic) return m_ok = false;
-    m_pos += magic.size();
-    return true;
-  }
-
-private:
-  std::string_view m_bytes;
-  size_t m_pos = 0;
-  bool m_ok = true;
-};
-
 constexpr uint8_t k_op_kinds = 0
 #define KILN_OP(name, arity, category) +1
 #include "ir/ops.def"
@@ -95,10 +70,10 @@ constexpr uint8_t k_op_kinds = 0
 
 Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
   auto bad = [](const std::string& why) { return make_error("canonical graph: ", why); };
-  CanonicalReader r(bytes);
-  if (!r.expect("kiln-graph")) return bad("not a canonical graph");
-  if (r.uint(4) != k_canonical_format_version) return bad("another format version");
-  uint64_t count = r.uint(4);
+  StickyReader r(bytes);
+  if (r.raw(k_canonical_magic.size()) != k_canonical_magic) return bad("not a canonical graph");
+  if (r.u32() != k_canonical_format_version) return bad("another format version");
+  uint64_t count = r.u32();
   // A node takes at least 5 bytes: never more nodes than the bytes could hold.
   if (!r.ok() || count > r.left() / 5) return bad("node count is wrong");
   Builder b(std::move(name));
@@ -106,18 +81,18 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
   int inputs = 0;
   std::vector<uint64_t> input_nodes;  // canonical indices of the inputs, in node order
   for (uint64_t i = 0; i < count; ++i) {
-    auto kind = static_cast<uint8_t>(r.uint(1));
-    auto dtype = static_cast<uint8_t>(r.uint(1));
-    auto rank = static_cast<uint8_t>(r.uint(1));
+    uint8_t kind = r.u8();
+    uint8_t dtype = r.u8();
+    uint8_t rank = r.u8();
     if (!r.ok() || kind >= k_op_kinds || dtype > static_cast<uint8_t>(DType::bf16) ||
         rank > k_max_rank)
       return bad("node " + std::to_string(i) + " is malformed");
     std::vector<int64_t> dims;
-    for (int d = 0; d < rank; ++d) dims.push_back(static_cast<int64_t>(r.uint(8)));
-    auto arity = static_cast<uint8_t>(r.uint(1));
+    for (int d = 0; d < rank; ++d) dims.push_back(static_cast<int64_t>(r.u64()));
+    uint8_t arity = r.u8();
     std::vector<NodeId> operands;
     for (int k = 0; k < arity; ++k) {
-      uint64_t op = r.uint(4);
+      uint64_t op = r.u32();
       if (!r.ok() || op >= ids.size()) return bad("node " + std::to_string(i) + " uses a later node");
       operands.push_back(ids[op]);
     }
@@ -136,7 +111,7 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
         break;
       }
       case OpCategory::matmul: {
-        auto ta = r.uint(1), tb = r.uint(1), precision = r.uint(1);
+        auto ta = r.u8(), tb = r.u8(), precision = r.u8();
         std::optional<Precision> p;
         if (precision != 0xff) {
           if (precision >= static_cast<uint64_t>(Precision::automatic)) return bad("bad precision");
@@ -147,11 +122,11 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
         break;
       }
       case OpCategory::binary: {
-        auto side = r.uint(1);
+        auto side = r.u8();
         if (side == static_cast<uint64_t>(LiteralSide::none) && arity == 2) {
           added = b.add_binary(op_kind, operands[0], operands[1]);
         } else if (side <= static_cast<uint64_t>(LiteralSide::rhs) && arity == 1) {
-          double literal = std::bit_cast<double>(r.uint(8));
+          double literal = std::bit_cast<double>(r.u64());
           if (r.ok())
             added = b.add_binary_literal(op_kind, operands[0], literal,
                                          static_cast<LiteralSide>(side));
@@ -162,13 +137,13 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
         if (arity == 1) added = b.add_unary(op_kind, operands[0]);
         break;
       case OpCategory::cast: {
-        auto to = r.uint(1);
+        auto to = r.u8();
         if (arity == 1 && to <= static_cast<uint64_t>(DType::bf16))
           added = b.add_cast(operands[0], static_cast<DType>(to));
         break;
       }
       case OpCategory::softmax: {
-        auto axis = r.uint(4);
+        auto axis = r.u32();
         if (arity == 1 && axis < static_cast<uint64_t>(k_max_rank))
           added = b.add_softmax(operands[0], static_cast<int>(axis));
         break;
@@ -183,14 +158,14 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
     ids.push_back(*added);
   }
   // Inputs are declared in node order (the calling convention): the list must say just that.
-  uint64_t input_count = r.uint(4);
+  uint64_t input_count = r.u32();
   if (!r.ok() || input_count != input_nodes.size()) return bad("input count is wrong");
   for (uint64_t expected : input_nodes)
-    if (r.uint(4) != expected) return bad("inputs are not listed in node order");
-  uint64_t output_count = r.uint(4);
+    if (r.u32() != expected) return bad("inputs are not listed in node order");
+  uint64_t output_count = r.u32();
   if (!r.ok() || output_count > r.left() / 4) return bad("output count is wrong");
   for (uint64_t i = 0; i < output_count; ++i) {
-    uint64_t id = r.uint(4);
+    uint64_t id = r.u32();
     if (!r.ok() || id >= ids.size()) return bad("an output names no node");
     if (Status s = b.add_output(ids[id]); !s) return bad(s.error().message);
   }
