@@ -1,251 +1,351 @@
-// gpu_gemm: kiln's generated matmul kernels against cuBLAS (default 4096^3); skips without a GPU.
+// gpu_gemm: kiln's matmul kernels, through the public Runtime and Executable, against cuBLAS,
+// per precision mode and square shape; checked against the exact product; skips without a GPU.
 //
-// Usage: gpu_gemm [SIZE] [ITERATIONS]. For each case it compiles a one-matmul graph with kiln for
-// the GPU's arch, loads the cubin through the CUDA driver (loaded at run time), times it with
-// CUDA events, times the matching cuBLAS call on the same buffers, checks the two results agree,
-// and prints TFLOP/s and the ratio. Without a GPU (or a driver) it says so and exits 0.
-#include "compiler/compiler.h"
-#include "ir/parse.h"
+// Usage: gpu_gemm [--sizes 4096,1000] [--iterations 20] [--json PATH]
+//
+// For each mode and size it compiles a one-matmul graph with kiln::Runtime for the GPU's arch,
+// prepares it, times Executable::run and the matching cuBLAS call with CUDA events on the same
+// buffers, and compares both results with the exact product. A and B hold different multiples of
+// 1/16 in [-0.5, 0.5): every input dtype and TF32 represent them exactly and the fp32 sums are
+// exact, so each result must equal the exact product rounded once to the output dtype; a relative
+// L2 error above 1e-6 fails the case. A mode the arch refuses (bf16 on sm_75) is reported as
+// skipped. Exit: 0 when every case passed or was skipped (or there is no GPU), 1 when one failed,
+// 2 on bad usage.
+#include "kiln/kiln.h"
 
+#include <CLI/CLI.hpp>
 #include <cublas_v2.h>
-#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
 namespace {
 
-struct Driver {
-  CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
-  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*func_set_attribute)(CUfunction, CUfunction_attribute, int) = nullptr;
-  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                     unsigned, CUstream, void**, void**) = nullptr;
-};
+using nlohmann::json;
 
-bool load_driver(Driver& d) {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return false;
-  d.module_load_data =
-      reinterpret_cast<decltype(d.module_load_data)>(dlsym(lib, "cuModuleLoadData"));
-  d.module_get_function =
-      reinterpret_cast<decltype(d.module_get_function)>(dlsym(lib, "cuModuleGetFunction"));
-  d.func_set_attribute =
-      reinterpret_cast<decltype(d.func_set_attribute)>(dlsym(lib, "cuFuncSetAttribute"));
-  d.launch = reinterpret_cast<decltype(d.launch)>(dlsym(lib, "cuLaunchKernel"));
-  return d.module_load_data && d.module_get_function && d.func_set_attribute && d.launch;
-}
+constexpr double k_max_rel_error = 1e-6;
 
-struct Case {
+struct Mode {
   const char* label;
-  const char* dtype;  // graph dtype
-  kiln::ir::Precision precision;
+  const char* dtype;  // the graph's dtype
+  kiln::Precision precision;
   cudaDataType_t cublas_type;
   cublasComputeType_t cublas_compute;
   const char* cublas_label;
 };
 
-struct Timing {
-  double kiln_ms = 0, cublas_ms = 0, rel_diff = 0;
-  std::string kernel;
+const Mode k_modes[] = {
+    {"f32 highest", "f32", kiln::Precision::highest, CUDA_R_32F, CUBLAS_COMPUTE_32F, "sgemm"},
+    {"f32 high (tf32)", "f32", kiln::Precision::high, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32,
+     "tf32"},
+    {"f32 tf32x3", "f32", kiln::Precision::tf32x3, CUDA_R_32F, CUBLAS_COMPUTE_32F, "sgemm"},
+    {"f32 medium", "f32", kiln::Precision::medium, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF,
+     "fast_16bf"},
+    {"bf16", "bf16", kiln::Precision::automatic, CUDA_R_16BF, CUBLAS_COMPUTE_32F, "bf16"},
+    {"f16", "f16", kiln::Precision::automatic, CUDA_R_16F, CUBLAS_COMPUTE_32F, "f16"},
 };
 
-bool check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return true;
-  std::fprintf(stderr, "gpu_gemm: %s: %s\n", what, cudaGetErrorString(e));
-  return false;
+// A failed step: its message, kept for the report.
+struct Failure {
+  std::string message;
+};
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Failure{std::string(what) + ": " + cudaGetErrorString(e)};
 }
 
-// Host floats to device elements of `dtype` and back (bf16/f16 via the toolkit's host converters).
-std::vector<uint8_t> encode(const std::vector<float>& values, const std::string& dtype) {
-  std::vector<uint8_t> bytes(values.size() * (dtype == "f32" ? 4 : 2));
+void check_cublas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    throw Failure{std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s))};
+  }
+}
+
+void check_kiln(const kiln::Status& s, const char* what) {
+  if (!s) throw Failure{std::string(what) + ": " + s.error().message};
+}
+
+size_t element_bytes(const std::string& dtype) { return dtype == "f32" ? 4 : 2; }
+
+std::vector<unsigned char> encode(const std::vector<float>& values, const std::string& dtype) {
+  std::vector<unsigned char> bytes(values.size() * element_bytes(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
     if (dtype == "f32") {
       std::memcpy(&bytes[i * 4], &values[i], 4);
     } else if (dtype == "bf16") {
-      __nv_bfloat16 h = __float2bfloat16(values[i]);
+      __nv_bfloat16 h = __float2bfloat16_rn(values[i]);
       std::memcpy(&bytes[i * 2], &h, 2);
     } else {
-      __half h = __float2half(values[i]);
+      __half h = __float2half_rn(values[i]);
       std::memcpy(&bytes[i * 2], &h, 2);
     }
   }
   return bytes;
 }
 
-std::vector<float> fetch(const void* device, size_t n, const std::string& dtype) {
-  std::vector<uint8_t> bytes(n * (dtype == "f32" ? 4 : 2));
-  cudaMemcpy(bytes.data(), device, bytes.size(), cudaMemcpyDeviceToHost);
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (dtype == "f32") {
-      std::memcpy(&out[i], &bytes[i * 4], 4);
-    } else if (dtype == "bf16") {
-      __nv_bfloat16 h;
-      std::memcpy(&h, &bytes[i * 2], 2);
-      out[i] = __bfloat162float(h);
-    } else {
-      __half h;
-      std::memcpy(&h, &bytes[i * 2], 2);
-      out[i] = __half2float(h);
-    }
+float decode(const unsigned char* at, const std::string& dtype) {
+  if (dtype == "f32") {
+    float f;
+    std::memcpy(&f, at, 4);
+    return f;
   }
-  return out;
+  if (dtype == "bf16") {
+    __nv_bfloat16 h;
+    std::memcpy(&h, at, 2);
+    return __bfloat162float(h);
+  }
+  __half h;
+  std::memcpy(&h, at, 2);
+  return __half2float(h);
 }
 
-bool run_case(const Case& c, int sm, int64_t size, int iters, const Driver& drv,
-              cublasHandle_t handle, Timing& t) {
-  std::string n = std::to_string(size);
-  std::string text = std::string("graph gemm {\n  input a: ") + c.dtype + "[" + n + ", " + n +
-                     "]\n  input b: " + c.dtype + "[" + n + ", " + n +
-                     "]\n  c = matmul(a, b)\n  output c\n}\n";
-  auto graph = kiln::ir::parse_graph(text, "gemm.kg");
-  if (!graph) return std::fprintf(stderr, "gpu_gemm: %s\n", graph.error().message.c_str()), false;
-  kiln::compiler::CompileOptions options;
-  options.sm = sm;
-  options.precision = c.precision;
-  auto artifact = kiln::compiler::compile(*graph, options);
-  if (!artifact) {
-    std::fprintf(stderr, "gpu_gemm: %s\n", artifact.error().message.c_str());
-    return false;
+// Multiples of 1/16 in [-0.5, 0.5), different for each seed.
+std::vector<float> inputs(size_t n, uint32_t seed) {
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed * 0x9e3779b9u;
+    h ^= h >> 15;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    values[i] = static_cast<float>(static_cast<int>(h >> 28) - 8) / 16.0f;
   }
-  const kiln::compiler::KernelArtifact& k = artifact->kernels.at(0);
-  t.kernel = k.name;
-  CUmodule module;
-  CUfunction fn;
-  if (drv.module_load_data(&module, k.cubin.data()) != CUDA_SUCCESS ||
-      drv.module_get_function(&fn, module, k.entry.c_str()) != CUDA_SUCCESS) {
-    std::fprintf(stderr, "gpu_gemm: cannot load %s\n", k.entry.c_str());
-    return false;
-  }
-  drv.func_set_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                         static_cast<int>(k.launch.dynamic_smem_bytes));
-  int eb = std::string(c.dtype) == "f32" ? 4 : 2;
-  size_t elems = static_cast<size_t>(size * size);
-  void *a, *b, *out, *ref;
-  if (!check(cudaMalloc(&a, elems * eb), "cudaMalloc") ||
-      !check(cudaMalloc(&b, elems * eb), "cudaMalloc") ||
-      !check(cudaMalloc(&out, elems * eb), "cudaMalloc") ||
-      !check(cudaMalloc(&ref, elems * eb), "cudaMalloc")) {
-    return false;
-  }
-  // Inputs: multiples of 1/16 in [-0.5, 0.5), exact in every dtype.
-  std::vector<float> values(elems);
-  for (size_t i = 0; i < elems; ++i) {
-    values[i] = static_cast<float>(static_cast<int>((i * 2654435761u) >> 28 & 15) - 8) / 16.0f;
-  }
-  std::vector<uint8_t> host = encode(values, c.dtype);
-  cudaMemcpy(a, host.data(), host.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(b, host.data(), host.size(), cudaMemcpyHostToDevice);
+  return values;
+}
 
-  void* args[] = {&out, &a, &b};
-  auto launch = [&] {
-    return drv.launch(fn, k.launch.grid[0], k.launch.grid[1], k.launch.grid[2], k.launch.block[0],
-                      k.launch.block[1], k.launch.block[2], k.launch.dynamic_smem_bytes, nullptr,
-                      args, nullptr);
-  };
+struct DeviceMemory {
+  void* pointer = nullptr;
+  explicit DeviceMemory(size_t bytes) { check_cuda(cudaMalloc(&pointer, bytes), "cudaMalloc"); }
+  ~DeviceMemory() { cudaFree(pointer); }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+};
+
+float round_to(double exact, const std::string& dtype) {
+  if (dtype == "f32") return static_cast<float>(exact);
+  if (dtype == "bf16") return __bfloat162float(__float2bfloat16_rn(static_cast<float>(exact)));
+  return __half2float(__float2half_rn(static_cast<float>(exact)));
+}
+
+// The exact product at the sampled positions (every 61st row, every 13th column), each rounded
+// once to the output dtype.
+struct Reference {
+  std::vector<size_t> at;
+  std::vector<double> value;
+};
+
+Reference exact_product(const std::vector<float>& a, const std::vector<float>& b, size_t n,
+                       const std::string& dtype) {
+  Reference e;
+  for (size_t i = 0; i < n; i += 61) {
+    for (size_t j = 0; j < n; j += 13) {
+      double sum = 0;
+      for (size_t k = 0; k < n; ++k) sum += double(a[i * n + k]) * b[k * n + j];
+      e.at.push_back(i * n + j);
+      e.value.push_back(round_to(sum, dtype));
+    }
+  }
+  return e;
+}
+
+// Relative L2 error of `device` (row-major n x n of `dtype`) at the sampled positions.
+double rel_error(const std::vector<unsigned char>& device, const Reference& expected,
+                 const std::string& dtype) {
+  double num = 0, den = 0;
+  size_t eb = element_bytes(dtype);
+  for (size_t s = 0; s < expected.at.size(); ++s) {
+    double got = decode(&device[expected.at[s] * eb], dtype), want = expected.value[s];
+    num += (got - want) * (got - want);
+    den += want * want;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations,
+              cublasHandle_t blas) {
+  json row = {{"mode", mode.label}, {"dtype", mode.dtype}, {"m", n}, {"n", n}, {"k", n},
+              {"cublas", mode.cublas_label}};
+  std::string dim = std::to_string(n);
+  std::string text = std::string("graph gemm {\n  input a: ") + mode.dtype + "[" + dim + ", " +
+                     dim + "]\n  input b: " + mode.dtype + "[" + dim + ", " + dim +
+                     "]\n  c = matmul(a, b)\n  output c\n}\n";
+  auto exe = runtime.compile_text(text, "gemm.kg");
+  if (!exe) {
+    if (exe.error().message.find("allow fallbacks") != std::string::npos) {
+      row["status"] = "skipped";
+      row["reason"] = exe.error().message;
+      return row;
+    }
+    throw Failure{"compile: " + exe.error().message};
+  }
+  row["kiln_precision"] = (*exe)->precision();
+  size_t eb = element_bytes(mode.dtype), elements = n * n;
+  std::vector<float> a = inputs(elements, 1), b = inputs(elements, 2);
+  DeviceMemory da(elements * eb), db(elements * eb), dc(elements * eb), dref(elements * eb);
+  auto ha = encode(a, mode.dtype), hb = encode(b, mode.dtype);
+  check_cuda(cudaMemcpy(da.pointer, ha.data(), ha.size(), cudaMemcpyHostToDevice), "upload a");
+  check_cuda(cudaMemcpy(db.pointer, hb.data(), hb.size(), cudaMemcpyHostToDevice), "upload b");
+  kiln::DType dtype = mode.dtype == std::string("f32")    ? kiln::DType::f32
+                      : mode.dtype == std::string("bf16") ? kiln::DType::bf16
+                                                          : kiln::DType::f16;
+  std::vector<int64_t> shape = {static_cast<int64_t>(n), static_cast<int64_t>(n)};
+  std::vector<kiln::TensorRef> in = {{da.pointer, dtype, shape}, {db.pointer, dtype, shape}};
+  std::vector<kiln::TensorRef> out = {{dc.pointer, dtype, shape}};
+  check_kiln((*exe)->prepare(), "prepare");
+  auto kiln_run = [&] { check_kiln((*exe)->run(in, out), "run"); };
   const float one = 1.0f, zero = 0.0f;
-  auto blas = [&] {  // row-major C = A B as column-major C^T = B^T A^T
-    return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(size),
-                        static_cast<int>(size), static_cast<int>(size), &one, b, c.cublas_type,
-                        static_cast<int>(size), a, c.cublas_type, static_cast<int>(size), &zero,
-                        ref, c.cublas_type, static_cast<int>(size), c.cublas_compute,
-                        CUBLAS_GEMM_DEFAULT);
+  int dn = static_cast<int>(n);
+  auto blas_run = [&] {  // row-major C = A B as column-major C^T = B^T A^T
+    check_cublas(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, dn, dn, dn, &one, db.pointer,
+                              mode.cublas_type, dn, da.pointer, mode.cublas_type, dn, &zero,
+                              dref.pointer, mode.cublas_type, dn, mode.cublas_compute,
+                              CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
   };
   cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
   auto time = [&](auto&& body) {
     for (int i = 0; i < 3; ++i) body();
-    cudaEventRecord(start);
-    for (int i = 0; i < iters; ++i) body();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
+    check_cuda(cudaDeviceSynchronize(), "warm-up");
+    check_cuda(cudaEventRecord(start), "cudaEventRecord");
+    for (int i = 0; i < iterations; ++i) body();
+    check_cuda(cudaEventRecord(stop), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "kernels");
     float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    return static_cast<double>(ms) / iters;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    return static_cast<double>(ms) / iterations;
   };
-  t.kiln_ms = time(launch);
-  t.cublas_ms = time(blas);
-  if (!check(cudaDeviceSynchronize(), "kernel run")) return false;
-  std::vector<float> x = fetch(out, elems, c.dtype), y = fetch(ref, elems, c.dtype);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < elems; i += 97) {
-    num += (x[i] - y[i]) * double(x[i] - y[i]);
-    den += double(y[i]) * y[i];
+  double kiln_ms = time(kiln_run), cublas_ms = time(blas_run);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::vector<unsigned char> hc(elements * eb), href(elements * eb);
+  check_cuda(cudaMemcpy(hc.data(), dc.pointer, hc.size(), cudaMemcpyDeviceToHost), "download");
+  check_cuda(cudaMemcpy(href.data(), dref.pointer, href.size(), cudaMemcpyDeviceToHost),
+             "download");
+  double flops = 2.0 * double(n) * n * n;
+  Reference expected = exact_product(a, b, n, mode.dtype);
+  double kiln_err = rel_error(hc, expected, mode.dtype);
+  double cublas_err = rel_error(href, expected, mode.dtype);
+  row["kiln_ms"] = kiln_ms;
+  row["cublas_ms"] = cublas_ms;
+  row["kiln_tflops"] = flops / (kiln_ms * 1e9);
+  row["cublas_tflops"] = flops / (cublas_ms * 1e9);
+  row["kiln_vs_cublas"] = cublas_ms / kiln_ms;
+  row["kiln_rel_error"] = kiln_err;
+  row["cublas_rel_error"] = cublas_err;
+  if (!(kiln_err <= k_max_rel_error)) {
+    row["status"] = "failed";
+    row["reason"] = "kiln's result is off the exact product: relative L2 error " +
+                    std::to_string(kiln_err);
+  } else {
+    row["status"] = "ok";
   }
-  t.rel_diff = den > 0 ? std::sqrt(num / den) : 0;
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(out);
-  cudaFree(ref);
-  return true;
+  return row;
+}
+
+std::vector<size_t> parse_sizes(const std::string& text) {
+  std::vector<size_t> sizes;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t comma = text.find(',', at);
+    std::string part = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    char* end = nullptr;
+    unsigned long value = std::strtoul(part.c_str(), &end, 10);
+    if (part.empty() || *end || value < 16 || value > 16384) return {};
+    sizes.push_back(value);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return sizes;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t size = argc > 1 ? std::atoll(argv[1]) : 4096;
-  int iters = argc > 2 ? std::atoi(argv[2]) : 20;
-  if (size < 16 || size > 16384 || iters < 1) {
-    std::fprintf(stderr, "usage: gpu_gemm [SIZE 16..16384] [ITERATIONS]\n");
+  CLI::App app{"gpu_gemm: kiln's matmul kernels against cuBLAS on the GPU"};
+  std::string sizes_text = "4096,1000";
+  int iterations = 20;
+  std::string json_path;
+  app.add_option("--sizes", sizes_text, "square sizes M=N=K, comma-separated, 16..16384");
+  app.add_option("--iterations", iterations, "timed runs per case")->check(CLI::Range(1, 10000));
+  app.add_option("--json", json_path, "also write the results as JSON to PATH");
+  CLI11_PARSE(app, argc, argv);
+  std::vector<size_t> sizes = parse_sizes(sizes_text);
+  if (sizes.empty()) {
+    std::fprintf(stderr, "gpu_gemm: --sizes: expected sizes 16..16384 separated by commas, got '%s'\n",
+                 sizes_text.c_str());
     return 2;
   }
-  int devices = 0;
-  cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices == 0) {
-    std::printf("gpu_gemm: skipped: no CUDA GPU here (%s)\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
-    return 0;
-  }
-  Driver drv;
-  if (!load_driver(drv)) {
-    std::printf("gpu_gemm: skipped: the CUDA driver (libcuda.so.1) cannot be loaded\n");
-    return 0;
+  json report = {{"rows", json::array()}};
+  auto write_json = [&] {
+    if (json_path.empty()) return true;
+    std::ofstream file(json_path);
+    file << report.dump(2) << "\n";
+    if (!file) std::fprintf(stderr, "gpu_gemm: cannot write %s\n", json_path.c_str());
+    return static_cast<bool>(file);
+  };
+  if (kiln::Status gpu = kiln::gpu_status(); !gpu) {
+    std::printf("gpu_gemm: skipped: %s\n", gpu.error().message.c_str());
+    report["skipped"] = gpu.error().message;
+    return write_json() ? 0 : 1;
   }
   cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
-  int sm = prop.major * 10 + prop.minor;
-  cudaFree(nullptr);  // creates the primary context the driver calls use
-  cublasHandle_t handle;
-  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+  if (cudaError_t e = cudaGetDeviceProperties(&prop, 0); e != cudaSuccess) {
+    std::fprintf(stderr, "gpu_gemm: cudaGetDeviceProperties: %s\n", cudaGetErrorString(e));
+    return 1;
+  }
+  int driver = 0;
+  cudaDriverGetVersion(&driver);
+  report["device"] = prop.name;
+  report["sm"] = prop.major * 10 + prop.minor;
+  report["driver"] = std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+  report["iterations"] = iterations;
+  cublasHandle_t blas;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "gpu_gemm: cublasCreate failed\n");
     return 1;
   }
-  std::printf("gpu_gemm: %s (sm_%d), %lld^3, %d iterations\n", prop.name, sm,
-              static_cast<long long>(size), iters);
-  const Case cases[] = {
-      {"f32 high (tf32)", "f32", kiln::ir::Precision::high, CUDA_R_32F,
-       CUBLAS_COMPUTE_32F_FAST_TF32, "tf32"},
-      {"bf16", "bf16", kiln::ir::Precision::automatic, CUDA_R_16BF, CUBLAS_COMPUTE_32F, "bf16"},
-      {"f16", "f16", kiln::ir::Precision::automatic, CUDA_R_16F, CUBLAS_COMPUTE_32F, "f16"},
-      {"f32 medium", "f32", kiln::ir::Precision::medium, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF,
-       "fast_16bf"},
-      {"f32 tf32x3", "f32", kiln::ir::Precision::tf32x3, CUDA_R_32F, CUBLAS_COMPUTE_32F, "sgemm"},
-      {"f32 highest", "f32", kiln::ir::Precision::highest, CUDA_R_32F, CUBLAS_COMPUTE_32F, "sgemm"},
-  };
-  double flops = 2.0 * static_cast<double>(size) * size * size;
-  std::printf("%-16s %-28s %10s %10s %8s %-10s %s\n", "case", "kiln kernel", "kiln TF/s",
-              "cuBLAS TF/s", "ratio", "cuBLAS", "rel diff");
+  std::printf("gpu_gemm: %s (sm_%d%d), driver %s, %d iterations\n", prop.name, prop.major,
+              prop.minor, report["driver"].get<std::string>().c_str(), iterations);
+  std::printf("%-16s %6s %10s %11s %8s %-10s %10s %10s %s\n", "mode", "size", "kiln TF/s",
+              "cuBLAS TF/s", "kiln/cuBLAS", "cuBLAS", "kiln err", "cuBLAS err", "status");
   int failures = 0;
-  for (const Case& c : cases) {
-    Timing t;
-    if (!run_case(c, sm, size, iters, drv, handle, t)) {
-      ++failures;
-      continue;
+  for (const Mode& mode : k_modes) {
+    kiln::RuntimeOptions options;
+    options.precision = mode.precision;
+    options.use_cache = false;
+    auto runtime = kiln::Runtime::create(options);
+    for (size_t n : sizes) {
+      json row;
+      try {
+        if (!runtime) throw Failure{"runtime: " + runtime.error().message};
+        row = run_case(**runtime, mode, n, iterations, blas);
+      } catch (const Failure& f) {
+        row = {{"mode", mode.label}, {"m", n}, {"n", n}, {"k", n}, {"status", "failed"},
+               {"reason", f.message}};
+      }
+      std::string status = row["status"];
+      failures += status == "failed";
+      if (status == "ok") {
+        std::printf("%-16s %6zu %10.1f %11.1f %7.0f%% %-10s %10.1e %10.1e ok\n", mode.label, n,
+                    row["kiln_tflops"].get<double>(), row["cublas_tflops"].get<double>(),
+                    100.0 * row["kiln_vs_cublas"].get<double>(), mode.cublas_label,
+                    row["kiln_rel_error"].get<double>(), row["cublas_rel_error"].get<double>());
+      } else {
+        std::printf("%-16s %6zu %s: %s\n", mode.label, n, status.c_str(),
+                    row["reason"].get<std::string>().c_str());
+      }
+      report["rows"].push_back(row);
     }
-    double kt = flops / (t.kiln_ms * 1e9), ct = flops / (t.cublas_ms * 1e9);
-    std::printf("%-16s %-28s %10.1f %10.1f %7.0f%% %-10s %.2e\n", c.label, t.kernel.c_str(), kt, ct,
-                100.0 * kt / ct, c.cublas_label, t.rel_diff);
   }
-  cublasDestroy(handle);
+  cublasDestroy(blas);
+  if (!write_json()) return 1;
   return failures ? 1 : 0;
 }

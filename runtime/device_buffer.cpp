@@ -2,6 +2,7 @@
 // driver.
 #include "kiln/kiln.h"
 
+#include "runtime/context.h"
 #include "runtime/driver.h"
 
 #include <utility>
@@ -19,55 +20,81 @@ Status gpu_status() {
   return Status::success();
 }
 
-Expected<DeviceBuffer> DeviceBuffer::allocate(size_t bytes, int device) {
+namespace {
+
+// Runs `body` with device `device`'s primary context current (the caller's is restored after).
+template <typename Body>
+Status in_primary_context(int device, Body&& body) {
   auto api = runtime::load_driver();
   if (!api) return api.error();
-  if (auto context = runtime::current_context(**api, device); !context) return context.error();
+  auto context = runtime::primary_context(**api, device);
+  if (!context) return context.error();
+  auto scope = runtime::ScopedContext::enter(**api, *context);
+  if (!scope) return scope.error();
+  return body(**api);
+}
+
+}  // namespace
+
+Expected<DeviceBuffer> DeviceBuffer::allocate(size_t bytes, int device) {
   runtime::CuDevicePtr pointer = 0;
-  if (auto r = (*api)->mem_alloc(&pointer, bytes); r != 0) {
-    return runtime::driver_error(**api, ("cuMemAlloc of " + std::to_string(bytes) + " bytes").c_str(), r);
-  }
+  Status s = in_primary_context(device, [&](const runtime::DriverApi& api) -> Status {
+    if (auto r = api.mem_alloc(&pointer, bytes); r != 0) {
+      return runtime::driver_error(
+          api, ("cuMemAlloc of " + std::to_string(bytes) + " bytes").c_str(), r);
+    }
+    return Status::success();
+  });
+  if (!s) return s.error();
   DeviceBuffer buffer;
   buffer.m_pointer = static_cast<uintptr_t>(pointer);
   buffer.m_bytes = bytes;
+  buffer.m_device = device;
   return buffer;
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : m_pointer(std::exchange(other.m_pointer, 0)), m_bytes(std::exchange(other.m_bytes, 0)) {}
+    : m_pointer(std::exchange(other.m_pointer, 0)),
+      m_bytes(std::exchange(other.m_bytes, 0)),
+      m_device(other.m_device) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
     DeviceBuffer old(std::move(*this));
     m_pointer = std::exchange(other.m_pointer, 0);
     m_bytes = std::exchange(other.m_bytes, 0);
+    m_device = other.m_device;
   }
   return *this;
 }
 
 DeviceBuffer::~DeviceBuffer() {
   if (!m_pointer) return;
-  if (auto api = runtime::load_driver()) (*api)->mem_free(m_pointer);
+  // Nothing to report to: a context already torn down has freed the memory with it.
+  (void)in_primary_context(m_device, [&](const runtime::DriverApi& api) {
+    api.mem_free(m_pointer);
+    return Status::success();
+  });
 }
 
 Status DeviceBuffer::upload(const void* host, size_t bytes) {
   if (bytes > m_bytes) return make_error("upload of ", std::to_string(bytes), " bytes into a buffer of ", std::to_string(m_bytes));
-  auto api = runtime::load_driver();
-  if (!api) return api.error();
-  if (auto r = (*api)->memcpy_htod(m_pointer, host, bytes); r != 0) {
-    return runtime::driver_error(**api, "cuMemcpyHtoD", r);
-  }
-  return Status::success();
+  return in_primary_context(m_device, [&](const runtime::DriverApi& api) -> Status {
+    if (auto r = api.memcpy_htod(m_pointer, host, bytes); r != 0) {
+      return runtime::driver_error(api, "cuMemcpyHtoD", r);
+    }
+    return Status::success();
+  });
 }
 
 Status DeviceBuffer::download(void* host, size_t bytes) const {
   if (bytes > m_bytes) return make_error("download of ", std::to_string(bytes), " bytes from a buffer of ", std::to_string(m_bytes));
-  auto api = runtime::load_driver();
-  if (!api) return api.error();
-  if (auto r = (*api)->memcpy_dtoh(host, m_pointer, bytes); r != 0) {
-    return runtime::driver_error(**api, "cuMemcpyDtoH", r);
-  }
-  return Status::success();
+  return in_primary_context(m_device, [&](const runtime::DriverApi& api) -> Status {
+    if (auto r = api.memcpy_dtoh(host, m_pointer, bytes); r != 0) {
+      return runtime::driver_error(api, "cuMemcpyDtoH", r);
+    }
+    return Status::success();
+  });
 }
 
 namespace {
@@ -86,6 +113,13 @@ Expected<std::vector<std::vector<unsigned char>>> Executable::run_host(
     return make_error("expected ", std::to_string(m_inputs.size()), " inputs, got ",
                       std::to_string(inputs.size()));
   }
+  // The buffers and the kernels in one context, the device's primary one, whatever is current.
+  auto api = runtime::load_driver();
+  if (!api) return api.error();
+  auto primary = runtime::primary_context(**api, m_device);
+  if (!primary) return primary.error();
+  auto scope = runtime::ScopedContext::enter(**api, *primary);
+  if (!scope) return scope.error();
   std::vector<DeviceBuffer> buffers;
   std::vector<TensorRef> in_refs, out_refs;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -93,14 +127,14 @@ Expected<std::vector<std::vector<unsigned char>>> Executable::run_host(
       return make_error("input '", m_inputs[i].name, "' has ", std::to_string(inputs[i].size()),
                         " bytes, expected ", std::to_string(spec_bytes(m_inputs[i])));
     }
-    auto buffer = DeviceBuffer::allocate(inputs[i].size());
+    auto buffer = DeviceBuffer::allocate(inputs[i].size(), m_device);
     if (!buffer) return buffer.error();
     if (Status s = buffer->upload(inputs[i].data(), inputs[i].size()); !s) return s.error();
     in_refs.push_back({buffer->data(), m_inputs[i].dtype, m_inputs[i].shape});
     buffers.push_back(std::move(*buffer));
   }
   for (const TensorSpec& spec : m_outputs) {
-    auto buffer = DeviceBuffer::allocate(spec_bytes(spec));
+    auto buffer = DeviceBuffer::allocate(spec_bytes(spec), m_device);
     if (!buffer) return buffer.error();
     out_refs.push_back({buffer->data(), spec.dtype, spec.shape});
     buffers.push_back(std::move(*buffer));

@@ -25,20 +25,33 @@ Expected<const DriverApi*> load_once() {
     return make_error("no CUDA driver found: cannot load ", path, ": ", why ? why : "unknown");
   }
   static DriverApi api;
+  // The version first: an old driver lacks newer entry points, and deserves a better message.
+  if (!resolve(library, "cuDriverGetVersion", api.driver_get_version) ||
+      api.driver_get_version(&api.version) != 0) {
+    return make_error("cuda driver: ", path, " cannot tell its version (cuDriverGetVersion)");
+  }
+  if (api.version < k_min_driver_version) {
+    return make_error("cuda driver: version ", version_text(api.version), " (", path,
+                      ") is older than ", version_text(k_min_driver_version),
+                      ", the oldest kiln supports; update the driver");
+  }
   struct Entry {
     const char* name;
     bool ok;
   };
   Entry entries[] = {
       {"cuInit", resolve(library, "cuInit", api.init)},
-      {"cuDriverGetVersion", resolve(library, "cuDriverGetVersion", api.driver_get_version)},
       {"cuDeviceGetCount", resolve(library, "cuDeviceGetCount", api.device_get_count)},
       {"cuDeviceGet", resolve(library, "cuDeviceGet", api.device_get)},
       {"cuDeviceGetAttribute", resolve(library, "cuDeviceGetAttribute", api.device_get_attribute)},
       {"cuDevicePrimaryCtxRetain",
        resolve(library, "cuDevicePrimaryCtxRetain", api.primary_ctx_retain)},
-      {"cuCtxSetCurrent", resolve(library, "cuCtxSetCurrent", api.ctx_set_current)},
       {"cuCtxGetCurrent", resolve(library, "cuCtxGetCurrent", api.ctx_get_current)},
+      {"cuCtxPushCurrent_v2", resolve(library, "cuCtxPushCurrent_v2", api.ctx_push_current)},
+      {"cuCtxPopCurrent_v2", resolve(library, "cuCtxPopCurrent_v2", api.ctx_pop_current)},
+      {"cuCtxGetId", resolve(library, "cuCtxGetId", api.ctx_get_id)},
+      {"cuCtxGetDevice", resolve(library, "cuCtxGetDevice", api.ctx_get_device)},
+      {"cuCtxSynchronize", resolve(library, "cuCtxSynchronize", api.ctx_synchronize)},
       {"cuModuleLoadData", resolve(library, "cuModuleLoadData", api.module_load_data)},
       {"cuModuleUnload", resolve(library, "cuModuleUnload", api.module_unload)},
       {"cuModuleGetFunction", resolve(library, "cuModuleGetFunction", api.module_get_function)},
@@ -46,9 +59,13 @@ Expected<const DriverApi*> load_once() {
       {"cuLaunchKernel", resolve(library, "cuLaunchKernel", api.launch_kernel)},
       {"cuMemAlloc_v2", resolve(library, "cuMemAlloc_v2", api.mem_alloc)},
       {"cuMemFree_v2", resolve(library, "cuMemFree_v2", api.mem_free)},
+      {"cuMemAllocAsync", resolve(library, "cuMemAllocAsync", api.mem_alloc_async)},
+      {"cuMemFreeAsync", resolve(library, "cuMemFreeAsync", api.mem_free_async)},
       {"cuMemcpyHtoD_v2", resolve(library, "cuMemcpyHtoD_v2", api.memcpy_htod)},
       {"cuMemcpyDtoH_v2", resolve(library, "cuMemcpyDtoH_v2", api.memcpy_dtoh)},
       {"cuStreamSynchronize", resolve(library, "cuStreamSynchronize", api.stream_synchronize)},
+      {"cuStreamGetCtx", resolve(library, "cuStreamGetCtx", api.stream_get_ctx)},
+      {"cuStreamIsCapturing", resolve(library, "cuStreamIsCapturing", api.stream_is_capturing)},
       {"cuGetErrorString", resolve(library, "cuGetErrorString", api.get_error_string)},
   };
   for (const Entry& e : entries) {
@@ -70,25 +87,6 @@ Expected<const DriverApi*> load_driver() {
   static Expected<const DriverApi*> result = Error{"not loaded"};
   std::call_once(once, [] { result = load_once(); });
   return result;
-}
-
-Expected<CuContext> current_context(const DriverApi& api, int device) {
-  CuContext context = nullptr;
-  if (CuResult r = api.ctx_get_current(&context); r != 0) {
-    return driver_error(api, "cuCtxGetCurrent", r);
-  }
-  if (context) return context;
-  CuDevice handle = 0;
-  if (CuResult r = api.device_get(&handle, device); r != 0) {
-    return driver_error(api, "cuDeviceGet", r);
-  }
-  if (CuResult r = api.primary_ctx_retain(&context, handle); r != 0) {
-    return driver_error(api, "cuDevicePrimaryCtxRetain", r);
-  }
-  if (CuResult r = api.ctx_set_current(context); r != 0) {
-    return driver_error(api, "cuCtxSetCurrent", r);
-  }
-  return context;
 }
 
 Error driver_error(const DriverApi& api, const char* what, CuResult code) {
@@ -122,6 +120,10 @@ Expected<int> device_sm(int device) {
     return driver_error(**api, "cuDeviceGetAttribute", r);
   }
   return major * 10 + minor;
+}
+
+std::string version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
 
 }  // namespace kiln::runtime

@@ -2,9 +2,13 @@
 #include "runtime/executable_impl.h"
 
 #include "ir/types.h"
+#include "runtime/compatibility.h"
+#include "runtime/context.h"
 #include "runtime/driver.h"
 
+#include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 
@@ -12,16 +16,24 @@ namespace kiln::runtime {
 
 namespace {
 
+// The kernels of one executable loaded in one context incarnation.
 struct LoadedProgram {
+  CuContext context = nullptr;
   std::vector<CuModule> modules;
   std::vector<CuFunction> functions;
-  std::map<CuStream, CuDevicePtr> workspaces;  // lookup only; one workspace per stream
+  bool memory_pools = false;  // temporaries can be allocated stream-ordered
 };
+
+// A failed launch whose module handles may have died with their context (destroyed, or a primary
+// context reset): the program is loaded again and the run retried once.
+bool stale_modules(CuResult r) {
+  return r == k_error_invalid_handle || r == k_error_context_destroyed;
+}
 
 class ExecutableImpl final : public Executable {
 public:
   ExecutableImpl(const ir::Graph& graph, CompileResult result, int device)
-      : m_artifact(std::move(result.artifact)), m_device(device) {
+      : m_artifact(std::move(result.artifact)) {
     m_cache_hit = result.hit;
     m_compile_ms = result.compile_ms;
     m_lookup_us = result.lookup_us;
@@ -31,6 +43,7 @@ public:
     m_precision = m_artifact.precision;
     m_fallbacks = m_artifact.fallbacks;
     m_kernel_count = m_artifact.kernels.size();
+    m_device = device;
     auto spec = [&](ir::NodeId id) {
       const ir::Node& node = graph.node(id);
       return TensorSpec{node.name, node.type.dtype, node.type.shape.dims()};
@@ -40,40 +53,128 @@ public:
     m_offsets = temporary_offsets(m_artifact, &m_workspace_bytes);
   }
 
+  // In each context the kernels were loaded in: wait for work still running there (stream-ordered
+  // frees of temporaries included), then unload. A context already gone took its modules along.
   ~ExecutableImpl() override {
     if (m_programs.empty()) return;
     auto api = load_driver();
     if (!api) return;
-    // Best effort: a context torn down before us has already released these.
-    for (auto& [context, program] : m_programs) {
-      for (auto& [stream, workspace] : program.workspaces) (*api)->mem_free(workspace);
-      for (CuModule module : program.modules) (*api)->module_unload(module);
+    for (auto& [id, program] : m_programs) {
+      auto scope = ScopedContext::enter(**api, program->context);
+      if (!scope || scope->id() != id) continue;
+      (*api)->ctx_synchronize();
+      for (CuModule module : program->modules) (*api)->module_unload(module);
     }
+  }
+
+  Status prepare(void* stream) override {
+    auto api = load_driver();
+    if (!api) return api.error();
+    auto cu_stream = static_cast<CuStream>(stream);
+    auto scope = ScopedContext::for_device(**api, m_device, cu_stream);
+    if (!scope) return scope.error();
+    auto program = loaded_program(**api, *scope, cu_stream);
+    if (!program) return program.error();
+    return Status::success();
   }
 
   Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
              void* stream) override {
     if (Status s = check_tensors(m_inputs, inputs, "input"); !s) return s;
     if (Status s = check_tensors(m_outputs, outputs, "output"); !s) return s;
+    if (Status s = check_alignment(m_inputs, inputs, "input"); !s) return s;
+    if (Status s = check_alignment(m_outputs, outputs, "output"); !s) return s;
     auto api = load_driver();
     if (!api) return api.error();
     const DriverApi& cu = **api;
-    std::lock_guard lock(m_mutex);
-    auto program = loaded_program(cu);
-    if (!program) return program.error();
     auto cu_stream = static_cast<CuStream>(stream);
+    auto scope = ScopedContext::for_device(cu, m_device, cu_stream);
+    if (!scope) return scope.error();
+    for (int attempt = 0;; ++attempt) {
+      auto program = loaded_program(cu, *scope, cu_stream);
+      if (!program) return program.error();
+      CuResult first_launch = 0;
+      Status s = launch_all(cu, **program, inputs, outputs, cu_stream, &first_launch);
+      if (s || attempt > 0 || !stale_modules(first_launch)) return s;
+      forget_program(scope->id(), *program);
+    }
+  }
+
+private:
+  // This executable's kernels in the context of `scope`, loaded on first use (checking first
+  // that the driver and device can run them). Loading is not allowed while a stream is being
+  // captured: say so instead of breaking the capture.
+  Expected<std::shared_ptr<LoadedProgram>> loaded_program(const DriverApi& cu,
+                                                          const ScopedContext& scope,
+                                                          CuStream stream) {
+    std::lock_guard lock(m_mutex);
+    if (auto it = m_programs.find(scope.id()); it != m_programs.end()) return it->second;
+    int capturing = 0;
+    if (CuResult r = cu.stream_is_capturing(stream, &capturing); r != 0) {
+      return driver_error(cu, "cuStreamIsCapturing", r);
+    }
+    if (capturing) {
+      return make_error("run() on a stream being captured needs Executable::prepare() first: "
+                        "loading kernels is not allowed during stream capture");
+    }
+    if (Status s = check_loadable(cu, m_device, m_artifact); !s) return s.error();
+    auto program = std::make_shared<LoadedProgram>();
+    program->context = scope.context();
+    int pools = 0;
+    if (CuResult r = cu.device_get_attribute(&pools, k_attr_memory_pools, m_device); r != 0) {
+      return driver_error(cu, "cuDeviceGetAttribute (memory pools)", r);
+    }
+    program->memory_pools = pools != 0;
+    for (const compiler::KernelArtifact& kernel : m_artifact.kernels) {
+      CuModule module = nullptr;
+      CuFunction function = nullptr;
+      CuResult r = cu.module_load_data(&module, kernel.cubin.data());
+      if (r == 0) r = cu.module_get_function(&function, module, kernel.entry.c_str());
+      if (r == 0 && kernel.launch.dynamic_smem_bytes > 0) {
+        r = cu.func_set_attribute(function, k_func_attr_max_dynamic_smem,
+                                  static_cast<int>(kernel.launch.dynamic_smem_bytes));
+      }
+      if (r != 0) {
+        Error error = r == k_error_capture_unsupported
+                          ? make_error("cannot load kernel ", kernel.name, " while another "
+                                       "thread captures a stream in global mode; call "
+                                       "Executable::prepare() before capturing")
+                          : driver_error(cu, ("loading kernel " + kernel.name).c_str(), r);
+        if (module) cu.module_unload(module);
+        for (CuModule m : program->modules) cu.module_unload(m);
+        return error;
+      }
+      program->modules.push_back(module);
+      program->functions.push_back(function);
+    }
+    m_programs.emplace(scope.id(), program);
+    return program;
+  }
+
+  void forget_program(unsigned long long id, const std::shared_ptr<LoadedProgram>& program) {
+    std::lock_guard lock(m_mutex);
+    if (auto it = m_programs.find(id); it != m_programs.end() && it->second == program) {
+      m_programs.erase(it);
+    }
+  }
+
+  // Temporaries for this run only, stream-ordered; then every kernel in plan order. Sets
+  // `first_launch` to the first kernel's launch result when that is what failed.
+  Status launch_all(const DriverApi& cu, const LoadedProgram& program,
+                    const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+                    CuStream stream, CuResult* first_launch) {
     CuDevicePtr workspace = 0;
     if (m_workspace_bytes) {
-      auto [it, fresh] = (*program)->workspaces.try_emplace(cu_stream, 0);
-      if (fresh) {
-        if (CuResult r = cu.mem_alloc(&it->second, m_workspace_bytes); r != 0) {
-          (*program)->workspaces.erase(it);
-          return driver_error(cu, "cuMemAlloc (workspace)", r);
+      if (program.memory_pools) {
+        if (CuResult r = cu.mem_alloc_async(&workspace, m_workspace_bytes, stream); r != 0) {
+          return driver_error(cu, "cuMemAllocAsync (temporaries)", r);
         }
+      } else if (Status s = allocate_without_pools(cu, stream, &workspace); !s) {
+        return s;
       }
-      workspace = it->second;
     }
-    for (size_t k = 0; k < m_artifact.kernels.size(); ++k) {
+    Status launched = Status::success();
+    for (size_t k = 0; k < m_artifact.kernels.size() && launched; ++k) {
       const compiler::KernelArtifact& kernel = m_artifact.kernels[k];
       std::vector<CuDevicePtr> pointers;
       for (const compiler::KernelParam& param : kernel.params) {
@@ -93,52 +194,53 @@ public:
       std::vector<void*> args;
       for (CuDevicePtr& p : pointers) args.push_back(&p);
       const compiler::LaunchShape& l = kernel.launch;
-      CuResult r = cu.launch_kernel((*program)->functions[k], l.grid[0], l.grid[1], l.grid[2],
+      CuResult r = cu.launch_kernel(program.functions[k], l.grid[0], l.grid[1], l.grid[2],
                                     l.block[0], l.block[1], l.block[2], l.dynamic_smem_bytes,
-                                    cu_stream, args.data(), nullptr);
-      if (r != 0) return driver_error(cu, ("cuLaunchKernel (" + kernel.name + ")").c_str(), r);
+                                    stream, args.data(), nullptr);
+      if (r != 0) {
+        if (k == 0) *first_launch = r;
+        launched = driver_error(cu, ("cuLaunchKernel (" + kernel.name + ")").c_str(), r);
+      }
+    }
+    if (!workspace) return launched;
+    if (program.memory_pools) {
+      if (CuResult r = cu.mem_free_async(workspace, stream); r != 0 && launched) {
+        return driver_error(cu, "cuMemFreeAsync (temporaries)", r);
+      }
+      return launched;
+    }
+    // Without pools: the kernels must finish before the temporaries can be freed.
+    CuResult synced = cu.stream_synchronize(stream);
+    cu.mem_free(workspace);
+    if (synced != 0 && launched) return driver_error(cu, "cuStreamSynchronize", synced);
+    return launched;
+  }
+
+  // A device without stream-ordered memory pools: a synchronous allocation, which stream
+  // capture does not allow.
+  Status allocate_without_pools(const DriverApi& cu, CuStream stream, CuDevicePtr* workspace) {
+    int capturing = 0;
+    if (CuResult r = cu.stream_is_capturing(stream, &capturing); r != 0) {
+      return driver_error(cu, "cuStreamIsCapturing", r);
+    }
+    if (capturing) {
+      return make_error("CUDA device ", std::to_string(m_device), " has no stream-ordered ",
+                        "memory pools, so run() cannot allocate its ",
+                        std::to_string(m_workspace_bytes), " bytes of temporaries during stream "
+                        "capture");
+    }
+    if (CuResult r = cu.mem_alloc(workspace, m_workspace_bytes); r != 0) {
+      return driver_error(cu, "cuMemAlloc (temporaries)", r);
     }
     return Status::success();
   }
 
-private:
-  // The modules of this executable in the calling thread's current context (the device's
-  // primary context when none is current), loaded on first use.
-  Expected<LoadedProgram*> loaded_program(const DriverApi& cu) {
-    auto current = current_context(cu, m_device);
-    if (!current) return current.error();
-    CuContext context = *current;
-    auto [it, fresh] = m_programs.try_emplace(context);
-    if (!fresh) return &it->second;
-    LoadedProgram& program = it->second;
-    for (const compiler::KernelArtifact& kernel : m_artifact.kernels) {
-      CuModule module = nullptr;
-      CuFunction function = nullptr;
-      CuResult r = cu.module_load_data(&module, kernel.cubin.data());
-      if (r == 0) r = cu.module_get_function(&function, module, kernel.entry.c_str());
-      if (r == 0 && kernel.launch.dynamic_smem_bytes > 48 * 1024) {
-        r = cu.func_set_attribute(function, k_func_attr_max_dynamic_smem,
-                                  static_cast<int>(kernel.launch.dynamic_smem_bytes));
-      }
-      if (r != 0) {
-        Error error = driver_error(cu, ("loading kernel " + kernel.name).c_str(), r);
-        if (module) cu.module_unload(module);
-        for (CuModule m : program.modules) cu.module_unload(m);
-        m_programs.erase(it);
-        return error;
-      }
-      program.modules.push_back(module);
-      program.functions.push_back(function);
-    }
-    return &program;
-  }
-
   compiler::Artifact m_artifact;
-  int m_device;
   std::vector<uint64_t> m_offsets;
   uint64_t m_workspace_bytes = 0;
   std::mutex m_mutex;
-  std::map<CuContext, LoadedProgram> m_programs;  // lookup only, never printed
+  // By context id (cuCtxGetId), never by handle: a new context may reuse a dead one's address.
+  std::map<unsigned long long, std::shared_ptr<LoadedProgram>> m_programs;
 };
 
 }  // namespace
@@ -173,6 +275,20 @@ Status check_tensors(const std::vector<TensorSpec>& specs, const std::vector<Ten
       return make_error(what, " has shape ", ir::to_string_unchecked(ref.shape), ", expected ",
                         ir::to_string_unchecked(spec.shape));
     }
+  }
+  return Status::success();
+}
+
+Status check_alignment(const std::vector<TensorSpec>& specs, const std::vector<TensorRef>& refs,
+                       const char* role) {
+  for (size_t i = 0; i < specs.size() && i < refs.size(); ++i) {
+    auto address = reinterpret_cast<uintptr_t>(refs[i].data);
+    if (address % k_tensor_alignment == 0) continue;
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(address));
+    return make_error(role, " '", specs[i].name, "' at ", hex, " is not 16-byte aligned: kiln's "
+                      "kernels access tensors 16 bytes at a time; pass the start of an allocation "
+                      "or copy the view to an aligned buffer");
   }
   return Status::success();
 }

@@ -8,7 +8,8 @@
 
 namespace kiln::runtime {
 
-// Wraps a compile result; modules are loaded lazily, once per CUDA context, on the first run.
+// Wraps a compile result; modules are loaded once per CUDA context (by context id), by prepare()
+// or the first run in that context.
 std::shared_ptr<Executable> make_executable(const ir::Graph& graph, CompileResult result,
                                             int device);
 
@@ -19,5 +20,13 @@ std::vector<uint64_t> temporary_offsets(const compiler::Artifact& artifact, uint
 // names the tensor ("input 'x' has shape [4, 8], expected [4, 16]").
 Status check_tensors(const std::vector<TensorSpec>& specs, const std::vector<TensorRef>& refs,
                      const char* role);
+
+// The alignment every tensor pointer needs: tile loads and stores are 16 bytes wide.
+inline constexpr uintptr_t k_tensor_alignment = 16;
+
+// Checks each pointer's alignment; the error names the tensor and its address ("input 'x' at
+// 0x7f0000000004 is not 16-byte aligned: ...").
+Status check_alignment(const std::vector<TensorSpec>& specs, const std::vector<TensorRef>& refs,
+                       const char* role);
 
 }  // namespace kiln::runtime

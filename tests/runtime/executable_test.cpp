@@ -23,7 +23,7 @@ std::shared_ptr<Executable> compile_mlp() {
 }
 
 std::vector<TensorRef> refs_for(const std::vector<TensorSpec>& specs) {
-  static float dummy;
+  alignas(16) static float dummy[4];
   std::vector<TensorRef> refs;
   for (const TensorSpec& s : specs) refs.push_back({&dummy, s.dtype, s.shape});
   return refs;

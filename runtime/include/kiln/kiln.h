@@ -69,7 +69,9 @@ struct TensorSpec {
 Status gpu_status();
 
 // Device memory on CUDA device `device` (its primary context), freed on destruction. A small
-// convenience for examples and tests; applications usually bring their own allocations.
+// convenience for examples and tests; applications usually bring their own allocations. Usable
+// from any thread: each call makes the buffer's context current for itself and restores the
+// caller's.
 class DeviceBuffer {
 public:
   static Expected<DeviceBuffer> allocate(size_t bytes, int device = 0);
@@ -82,6 +84,7 @@ public:
 
   void* data() const { return reinterpret_cast<void*>(m_pointer); }
   size_t size() const { return m_bytes; }
+  int device() const { return m_device; }
   // Copies host bytes in or out (synchronously); `bytes` must not exceed size().
   Status upload(const void* host, size_t bytes);
   Status download(void* host, size_t bytes) const;
@@ -89,6 +92,7 @@ public:
 private:
   uintptr_t m_pointer = 0;
   size_t m_bytes = 0;
+  int m_device = 0;
 };
 
 class Executable {
@@ -106,16 +110,32 @@ public:
   const std::vector<TensorSpec>& inputs() const { return m_inputs; }
   const std::vector<TensorSpec>& outputs() const { return m_outputs; }
   size_t kernel_count() const { return m_kernel_count; }
+  int device() const { return m_device; }  // RuntimeOptions::device
 
-  // Launches the graph's kernels on `stream` (a CUstream; nullptr: the default stream) with
-  // device pointers in declaration order. Checks counts, dtypes and shapes first. Fails with
-  // "no CUDA driver found" or "no CUDA device" where there is none, and with the driver's message
-  // when a module cannot load or a launch fails. Does not synchronise the stream.
+  // Loads the kernels in the context that run(..., stream) will use and checks that the driver
+  // and device can run them ("CUDA driver 12.2 cannot load cubins from NVRTC 13.0 ...", "kernels
+  // compiled for sm_90 cannot run here: CUDA device 1 is sm_80 ..."). After it, run() on that
+  // context makes no call that stream capture forbids: call it before capturing run() into a
+  // CUDA graph. Optional otherwise: the first run() in a context prepares it.
+  virtual Status prepare(void* stream = nullptr) = 0;
+
+  // Launches the graph's kernels on `stream` (a CUstream; nullptr: the legacy default stream;
+  // CU_STREAM_PER_THREAD works too) with device pointers in declaration order, on device
+  // device(): in `stream`'s context, which must be on that device, or for a default stream in
+  // the current context when it is on that device, else in the device's primary context (made
+  // current for the call only). Checks counts, dtypes, shapes and 16-byte alignment of every
+  // pointer first (the kernels use 16-byte accesses). Temporaries come from the device's
+  // stream-ordered memory pool (cuMemAllocAsync), allocated and freed on `stream` per run, so
+  // concurrent runs never share them. Fails with "no CUDA driver found" or "no CUDA device"
+  // where there is none, as prepare() does, and with the driver's message when a launch fails.
+  // Does not synchronise the stream (except on a device without memory pools, where the
+  // temporaries are freed after the stream is synchronised).
   virtual Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
                      void* stream = nullptr) = 0;
 
   // Host convenience for tools and tests: copies each input's bytes (device layout, in
-  // declaration order) to fresh device buffers, runs, waits, and returns each output's bytes.
+  // declaration order) to fresh device buffers on device(), runs, waits, and returns each
+  // output's bytes.
   // Fails as run() does, or when an input's size is not its spec's.
   Expected<std::vector<std::vector<unsigned char>>> run_host(
       const std::vector<std::vector<unsigned char>>& inputs);
@@ -128,6 +148,7 @@ protected:
   std::vector<std::string> m_fallbacks;
   std::vector<TensorSpec> m_inputs, m_outputs;
   size_t m_kernel_count = 0;
+  int m_device = 0;
 };
 
 class Runtime {

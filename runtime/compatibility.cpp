@@ -1,0 +1,42 @@
+// The driver-version and architecture checks made once before an artifact's modules load.
+#include "runtime/compatibility.h"
+
+#include "compiler/options.h"
+
+#include <cstdio>
+
+namespace kiln::runtime {
+
+namespace {
+
+// The CUDA version an artifact's NVRTC reported, from "13.0 (libnvrtc.so.13 ...)"; 0 when the
+// field says nothing usable (then the driver's own check is all there is).
+int nvrtc_version(const std::string& text) {
+  int major = 0, minor = 0;
+  if (std::sscanf(text.c_str(), "%d.%d", &major, &minor) != 2 || major <= 0) return 0;
+  return major * 1000 + minor * 10;
+}
+
+}  // namespace
+
+Status check_loadable(const DriverApi& api, int device, const compiler::Artifact& artifact) {
+  if (int built = nvrtc_version(artifact.nvrtc_version); built && api.version / 1000 < built / 1000) {
+    return make_error("CUDA driver ", version_text(api.version), " cannot load cubins from NVRTC ",
+                      version_text(built), "; install a driver for CUDA ",
+                      std::to_string(built / 1000), ".0 or newer, or compile with an NVRTC no "
+                      "newer than the driver (KILN_NVRTC_PATH)");
+  }
+  auto target = compiler::parse_arch(artifact.arch);
+  if (!target) return target.error();
+  auto sm = device_sm(device);
+  if (!sm) return sm.error();
+  if (*sm / 10 != *target / 10 || *sm % 10 < *target % 10) {
+    return make_error("kernels compiled for ", artifact.arch, " cannot run here: CUDA device ",
+                      std::to_string(device), " is ", compiler::arch_name(*sm), "; compile for ",
+                      compiler::arch_name(*sm),
+                      " (RuntimeOptions::arch, or leave it empty to target the device)");
+  }
+  return Status::success();
+}
+
+}  // namespace kiln::runtime

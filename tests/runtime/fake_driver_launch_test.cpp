@@ -1,0 +1,172 @@
+// The launch contract against the fake libcuda: every kernel of every example, for each arch,
+// launched with its cubin's parameter count, the plan's pointers in order, its launch shape and a
+// shared-memory attribute that covers it; and runs that stream capture accepts after prepare().
+#include "fake_driver_support.h"
+
+#include "ir/parse.h"
+#include "runtime/executable_impl.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln {
+namespace {
+
+using fake_cuda::Config;
+using testing_support::Buffers;
+using testing_support::compile_example;
+using testing_support::use_fake_driver;
+
+struct ContractCase {
+  const char* graph;
+  int sm;
+};
+
+class LaunchContract : public ::testing::TestWithParam<ContractCase> {};
+
+TEST_P(LaunchContract, EveryLaunchMatchesThePlanAndTheCubin) {
+  const ContractCase& c = GetParam();
+  Config config;
+  config.device_sms = {c.sm};
+  ASSERT_TRUE(use_fake_driver(config));
+  auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/" + c.graph);
+  ASSERT_TRUE(graph) << graph.error().message;
+  compiler::CompileOptions options;
+  options.sm = c.sm;
+  options.fallback = compiler::FallbackPolicy::allow;
+  auto result = runtime::compile_graph(*graph, options, nullptr);
+  ASSERT_TRUE(result) << result.error().message;
+  compiler::Artifact artifact = result->artifact;
+  auto exe = runtime::make_executable(*graph, std::move(*result), 0);
+  Buffers buffers(*exe, 0);
+  ASSERT_TRUE(buffers.ok()) << buffers.error;
+  Status s = exe->run(buffers.inputs, buffers.outputs);
+  ASSERT_TRUE(s) << s.error().message;
+
+  auto launches = fake_cuda::launches();
+  ASSERT_EQ(launches.size(), artifact.kernels.size());
+  uint64_t workspace_base = 0;
+  for (size_t k = 0; k < launches.size(); ++k) {
+    const compiler::KernelArtifact& kernel = artifact.kernels[k];
+    const fake_cuda::Launch& launch = launches[k];
+    SCOPED_TRACE(kernel.name);
+    EXPECT_EQ(launch.function, kernel.entry);
+    EXPECT_EQ(launch.fault, 0) << "the kernel would read or write outside its buffers";
+    ASSERT_EQ(launch.cubin_params, kernel.params.size()) << "the plan and the cubin disagree";
+    ASSERT_EQ(launch.params.size(), kernel.params.size());
+    for (size_t p = 0; p < kernel.params.size(); ++p) {
+      const compiler::BufferRef& b = kernel.params[p].buffer;
+      uint64_t value = launch.params[p];
+      switch (b.role) {
+        case compiler::BufferRole::input:
+          EXPECT_EQ(value, reinterpret_cast<uint64_t>(buffers.inputs[b.index].data)) << p;
+          break;
+        case compiler::BufferRole::output:
+          EXPECT_EQ(value, reinterpret_cast<uint64_t>(buffers.outputs[b.index].data)) << p;
+          break;
+        case compiler::BufferRole::temporary: {
+          uint64_t total = 0;
+          uint64_t offset = runtime::temporary_offsets(artifact, &total)[b.index];
+          if (!workspace_base) workspace_base = value - offset;
+          EXPECT_EQ(value, workspace_base + offset) << "temporary " << b.index;
+          break;
+        }
+      }
+    }
+    for (int d = 0; d < 3; ++d) {
+      EXPECT_EQ(launch.grid[d], kernel.launch.grid[d]);
+      EXPECT_EQ(launch.block[d], kernel.launch.block[d]);
+    }
+    EXPECT_EQ(launch.shared_bytes, kernel.launch.dynamic_smem_bytes);
+    EXPECT_GE(launch.max_dynamic_shared, launch.shared_bytes);
+  }
+}
+
+std::vector<ContractCase> contract_cases() {
+  std::vector<ContractCase> cases;
+  for (const char* graph :
+       {"mlp.kg", "attention.kg", "gated_mlp.kg", "mixed_head.kg", "half_epilogue.kg"}) {
+    for (int sm : {75, 80, 86, 89, 90, 120}) cases.push_back({graph, sm});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(FakeDriver, LaunchContract, ::testing::ValuesIn(contract_cases()),
+                         [](const auto& info) {
+                           std::string name = info.param.graph;
+                           return name.substr(0, name.find('.')) + "_sm" +
+                                  std::to_string(info.param.sm);
+                         });
+
+constexpr int k_capture_global = 0;  // CU_STREAM_CAPTURE_MODE_GLOBAL
+
+// A created stream in the device's primary context, made current as an application would.
+void* make_stream() {
+  void* context = nullptr;
+  void* stream = nullptr;
+  EXPECT_EQ(cuDevicePrimaryCtxRetain(&context, 0), 0);
+  EXPECT_EQ(cuCtxPushCurrent_v2(context), 0);
+  EXPECT_EQ(cuStreamCreate(&stream, 0), 0);
+  return stream;
+}
+
+TEST(FakeDriver, AfterPrepareARunCanBeCapturedIntoAGraph) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto exe = compile_example("attention.kg", 0);  // with temporaries
+  ASSERT_TRUE(exe);
+  Buffers buffers(*exe, 0);
+  ASSERT_TRUE(buffers.ok());
+  void* stream = make_stream();
+  Status prepared = exe->prepare(stream);
+  ASSERT_TRUE(prepared) << prepared.error().message;
+  ASSERT_EQ(cuStreamBeginCapture_v2(stream, k_capture_global), 0);
+  Status s = exe->run(buffers.inputs, buffers.outputs, stream);
+  ASSERT_TRUE(s) << s.error().message;
+  void* graph = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(stream, &graph), 0) << "run() made a call capture forbids";
+  auto launches = fake_cuda::launches();
+  ASSERT_EQ(launches.size(), exe->kernel_count());
+  for (const auto& launch : launches) EXPECT_TRUE(launch.captured);
+}
+
+TEST(FakeDriver, RunOnACapturingStreamWithoutPrepareSaysWhatToDoAndKeepsTheCapture) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto exe = compile_example("mlp.kg", 0);
+  ASSERT_TRUE(exe);
+  Buffers buffers(*exe, 0);
+  ASSERT_TRUE(buffers.ok());
+  void* stream = make_stream();
+  ASSERT_EQ(cuStreamBeginCapture_v2(stream, k_capture_global), 0);
+  Status s = exe->run(buffers.inputs, buffers.outputs, stream);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("Executable::prepare()"), std::string::npos)
+      << s.error().message;
+  void* graph = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(stream, &graph), 0) << "the refusal broke the capture";
+  EXPECT_TRUE(fake_cuda::launches().empty());
+}
+
+TEST(FakeDriver, WithoutMemoryPoolsRunsStillWorkAndCaptureIsRefusedClearly) {
+  Config config;
+  config.memory_pools = false;
+  ASSERT_TRUE(use_fake_driver(config));
+  auto exe = compile_example("attention.kg", 0);
+  ASSERT_TRUE(exe);
+  Buffers buffers(*exe, 0);
+  ASSERT_TRUE(buffers.ok());
+  size_t before = fake_cuda::live_allocations();
+  Status s = exe->run(buffers.inputs, buffers.outputs);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(fake_cuda::live_allocations(), before) << "temporaries left behind";
+  void* stream = make_stream();
+  ASSERT_TRUE(exe->prepare(stream));
+  ASSERT_EQ(cuStreamBeginCapture_v2(stream, k_capture_global), 0);
+  s = exe->run(buffers.inputs, buffers.outputs, stream);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("no stream-ordered memory pools"), std::string::npos)
+      << s.error().message;
+  void* graph = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(stream, &graph), 0);
+}
+
+}  // namespace
+}  // namespace kiln

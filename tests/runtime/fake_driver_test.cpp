@@ -1,0 +1,272 @@
+// The runtime against the fake libcuda (tests/runtime/fake_cuda): contexts, devices, streams,
+// module lifetimes, alignment, retains and driver versions, each as the real driver enforces them.
+// ctest runs every test in its own process, so each configures the fake afresh.
+#include "fake_driver_support.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+namespace kiln {
+namespace {
+
+using fake_cuda::Config;
+using testing_support::Buffers;
+using testing_support::compile_example;
+using testing_support::run_on_fresh_buffers;
+using testing_support::use_fake_driver;
+
+TEST(FakeDriver, DeviceBufferWorksFromAThreadWithoutACurrentContext) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto buffer = DeviceBuffer::allocate(64);
+  ASSERT_TRUE(buffer) << buffer.error().message;
+  std::thread other([&] {
+    std::vector<unsigned char> in(64, 7), out(64, 0);
+    Status up = buffer->upload(in.data(), in.size());
+    EXPECT_TRUE(up) << up.error().message;
+    Status down = buffer->download(out.data(), out.size());
+    EXPECT_TRUE(down) << down.error().message;
+    EXPECT_EQ(out, in);
+    DeviceBuffer gone = std::move(*buffer);
+  });
+  other.join();
+  EXPECT_EQ(fake_cuda::live_allocations(), 0u) << "the destructor's cuMemFree failed";
+}
+
+TEST(FakeDriver, RunsOnTheRuntimesDeviceWhateverContextIsCurrent) {
+  Config config;
+  config.device_sms = {90, 90};
+  ASSERT_TRUE(use_fake_driver(config));
+  void* user_context = nullptr;
+  ASSERT_EQ(cuCtxCreate_v2(&user_context, 0, 0), 0);  // the application's own, on device 0
+  auto exe = compile_example("mlp.kg", 1);
+  ASSERT_TRUE(exe);
+  Buffers buffers(*exe, 1);
+  ASSERT_TRUE(buffers.ok());
+  Status s = exe->run(buffers.inputs, buffers.outputs);
+  ASSERT_TRUE(s) << s.error().message;
+  auto host = exe->run_host(buffers.host_inputs());
+  ASSERT_TRUE(host) << host.error().message;
+  auto launches = fake_cuda::launches();
+  ASSERT_EQ(launches.size(), 2 * exe->kernel_count());
+  for (const auto& launch : launches) {
+    EXPECT_EQ(launch.device, 1) << launch.function;
+    EXPECT_EQ(launch.fault, 0) << launch.function << " read memory of another device";
+  }
+  void* now = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&now), 0);
+  EXPECT_EQ(now, user_context) << "the caller's current context changed";
+  EXPECT_EQ(fake_cuda::sticky_error(user_context), 0);
+}
+
+TEST(FakeDriver, KernelsForAnotherArchAreRefusedWithTheDeviceNamed) {
+  Config config;
+  config.device_sms = {90, 80};
+  ASSERT_TRUE(use_fake_driver(config));
+  RuntimeOptions options;
+  options.arch = "sm_90";
+  options.device = 1;
+  options.use_cache = false;
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime);
+  auto exe = (*runtime)->compile_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
+  ASSERT_TRUE(exe) << exe.error().message;
+  Buffers buffers(**exe, 1);
+  ASSERT_TRUE(buffers.ok());
+  Status s = (*exe)->run(buffers.inputs, buffers.outputs);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("compiled for sm_90"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("CUDA device 1 is sm_80"), std::string::npos)
+      << s.error().message;
+  EXPECT_TRUE(fake_cuda::launches().empty());
+}
+
+// The temporaries (workspace pointers) a run passed to its kernels: parameters that are none of
+// the caller's buffers.
+std::set<uint64_t> temporaries(const std::vector<fake_cuda::Launch>& launches,
+                               const Buffers& buffers, std::thread::id thread) {
+  std::set<uint64_t> caller;
+  for (const auto& refs : {buffers.inputs, buffers.outputs}) {
+    for (const TensorRef& r : refs) caller.insert(reinterpret_cast<uint64_t>(r.data));
+  }
+  std::set<uint64_t> found;
+  for (const auto& launch : launches) {
+    if (launch.thread != thread) continue;
+    for (uint64_t p : launch.params) {
+      if (!caller.count(p)) found.insert(p);
+    }
+  }
+  return found;
+}
+
+TEST(FakeDriver, RunsOnPerThreadDefaultStreamsGetTheirOwnTemporaries) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto exe = compile_example("attention.kg", 0);  // keeps its scores in a temporary
+  ASSERT_TRUE(exe);
+  Buffers a(*exe, 0), b(*exe, 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::thread::id ids[2];
+  // Two threads, each on its own per-thread default stream, neither synchronised: both runs are
+  // in flight at once and must not share scratch memory.
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 2; ++t) {
+    workers.emplace_back([&, t] {
+      Buffers& mine = t == 0 ? a : b;
+      Status s = exe->run(mine.inputs, mine.outputs, fake_cuda::k_stream_per_thread);
+      EXPECT_TRUE(s) << s.error().message;
+    });
+    ids[t] = workers.back().get_id();  // both alive together: distinct ids
+  }
+  for (auto& w : workers) w.join();
+  auto launches = fake_cuda::launches();
+  auto first = temporaries(launches, a, ids[0]), second = temporaries(launches, b, ids[1]);
+  ASSERT_FALSE(first.empty());
+  ASSERT_FALSE(second.empty());
+  for (uint64_t p : first) EXPECT_EQ(second.count(p), 0u) << "a temporary shared by two runs";
+}
+
+TEST(FakeDriver, ShortLivedStreamsLeaveNoWorkspaceBehind) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto exe = compile_example("attention.kg", 0);
+  ASSERT_TRUE(exe);
+  Buffers buffers(*exe, 0);
+  ASSERT_TRUE(buffers.ok());
+  size_t before = fake_cuda::live_allocations();
+  void* context = nullptr;  // streams are created in the current context
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&context, 0), 0);
+  ASSERT_EQ(cuCtxPushCurrent_v2(context), 0);
+  for (int i = 0; i < 5; ++i) {
+    void* stream = nullptr;
+    ASSERT_EQ(cuStreamCreate(&stream, 0), 0);
+    Status s = exe->run(buffers.inputs, buffers.outputs, stream);
+    ASSERT_TRUE(s) << s.error().message;
+    ASSERT_EQ(cuStreamDestroy_v2(stream), 0);
+  }
+  EXPECT_EQ(fake_cuda::live_allocations(), before);
+}
+
+TEST(FakeDriver, ANewContextAtADeadOnesAddressGetsItsOwnModules) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto exe = compile_example("mlp.kg", 0);
+  ASSERT_TRUE(exe);
+  void* first = nullptr;
+  ASSERT_EQ(cuCtxCreate_v2(&first, 0, 0), 0);
+  ASSERT_TRUE(run_on_fresh_buffers(*exe, 0));
+  ASSERT_EQ(cuCtxDestroy_v2(first), 0);
+  void* second = nullptr;
+  ASSERT_EQ(cuCtxCreate_v2(&second, 0, 0), 0);
+  ASSERT_EQ(second, first) << "the fake reuses the address, as a real driver may";
+  Status s = run_on_fresh_buffers(*exe, 0);
+  ASSERT_TRUE(s) << s.error().message;
+  auto launches = fake_cuda::launches();
+  ASSERT_EQ(launches.size(), 2 * exe->kernel_count());
+  EXPECT_NE(launches.front().context_id, launches.back().context_id);
+}
+
+void reset_and_run_again(bool reset_keeps_id) {
+  Config config;
+  config.reset_keeps_id = reset_keeps_id;
+  ASSERT_TRUE(use_fake_driver(config));
+  auto exe = compile_example("mlp.kg", 0);
+  ASSERT_TRUE(exe);
+  ASSERT_TRUE(run_on_fresh_buffers(*exe, 0));
+  ASSERT_EQ(cuDevicePrimaryCtxReset_v2(0), 0);  // every module and allocation is gone
+  Status s = run_on_fresh_buffers(*exe, 0);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(fake_cuda::launches().size(), 2 * exe->kernel_count());
+}
+
+TEST(FakeDriver, ModulesAreLoadedAgainAfterAPrimaryContextReset) { reset_and_run_again(false); }
+
+TEST(FakeDriver, ModulesAreLoadedAgainAfterAResetThatKeepsTheContextId) {
+  reset_and_run_again(true);
+}
+
+TEST(FakeDriver, DestructionWaitsForKernelsAndUnloadsFromEveryContext) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto exe = compile_example("mlp.kg", 0);
+  ASSERT_TRUE(exe);
+  Buffers buffers(*exe, 0);
+  ASSERT_TRUE(buffers.ok());
+  std::vector<unsigned long long> ids;
+  for (int i = 0; i < 2; ++i) {
+    void* context = nullptr;
+    ASSERT_EQ(cuCtxCreate_v2(&context, 0, 0), 0);  // created and pushed
+    unsigned long long id = 0;
+    ASSERT_EQ(cuCtxGetId(context, &id), 0);
+    ids.push_back(id);
+    Status s = exe->run(buffers.inputs, buffers.outputs);
+    ASSERT_TRUE(s) << s.error().message;
+    ASSERT_EQ(cuCtxPopCurrent_v2(nullptr), 0);
+  }
+  ASSERT_EQ(fake_cuda::live_modules(), 2 * exe->kernel_count());
+  std::thread([&] { exe.reset(); }).join();  // a thread with no current context
+  EXPECT_EQ(fake_cuda::live_modules(), 0u);
+  auto events = fake_cuda::events();
+  for (unsigned long long id : ids) {
+    std::string ctx = " ctx=" + std::to_string(id);
+    auto sync = std::find(events.begin(), events.end(), "sync" + ctx);
+    auto unload = std::find(events.begin(), events.end(), "unload" + ctx);
+    ASSERT_NE(sync, events.end()) << "no synchronisation of" << ctx;
+    ASSERT_NE(unload, events.end()) << "no unload in" << ctx;
+    EXPECT_LT(sync - events.begin(), unload - events.begin());
+  }
+}
+
+TEST(FakeDriver, MisalignedPointersAreRefusedBeforeAnyLaunch) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto exe = compile_example("mlp.kg", 0);
+  ASSERT_TRUE(exe);
+  Buffers buffers(*exe, 0, /*slack=*/16);
+  ASSERT_TRUE(buffers.ok());
+  buffers.inputs[0].data = static_cast<char*>(buffers.inputs[0].data) + 4;  // an offset view
+  Status s = exe->run(buffers.inputs, buffers.outputs);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("input 'x'"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("16-byte aligned"), std::string::npos) << s.error().message;
+  EXPECT_TRUE(fake_cuda::launches().empty());
+  void* context = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&context), 0);
+  if (context) {
+    EXPECT_EQ(fake_cuda::sticky_error(context), 0);
+  }
+}
+
+TEST(FakeDriver, ThePrimaryContextIsRetainedOncePerDevice) {
+  Config config;
+  config.device_sms = {90, 90};
+  ASSERT_TRUE(use_fake_driver(config));
+  auto exe = compile_example("mlp.kg", 0);
+  ASSERT_TRUE(exe);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&] {
+      auto out = exe->run_host(Buffers::zeros(*exe));
+      EXPECT_TRUE(out) << out.error().message;
+      auto buffer = DeviceBuffer::allocate(256, 1);
+      EXPECT_TRUE(buffer) << buffer.error().message;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(fake_cuda::primary_retains(0), 1);
+  EXPECT_EQ(fake_cuda::primary_retains(1), 1);
+}
+
+TEST(FakeDriver, AnOldDriverIsRefusedWithTheVersionTheCubinsNeed) {
+  Config config;
+  config.driver_version = 12020;
+  ASSERT_TRUE(use_fake_driver(config));
+  auto exe = compile_example("mlp.kg", 0);
+  ASSERT_TRUE(exe);
+  Status s = run_on_fresh_buffers(*exe, 0);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("CUDA driver 12.2 cannot load cubins from NVRTC 13."),
+            std::string::npos)
+      << s.error().message;
+  EXPECT_TRUE(fake_cuda::launches().empty());
+}
+
+}  // namespace
+}  // namespace kiln
