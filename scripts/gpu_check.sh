@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Every check that needs a real GPU, in one command, with what it found written down:
+#   1. the GPU test suite (runtime_tests --gtest_filter='Gpu*': every example graph in each mode
+#      on the device, against the fp64 reference);
+#   2. bench/gpu_gemm: kiln's matmul kernels against cuBLAS per mode and size, checked against the
+#      exact product;
+#   3. `kiln run --json` on every example graph in every precision mode.
+#
+# Usage:
+#   scripts/gpu_check.sh [--bin DIR] [--out DIR]
+#       --bin DIR  the binaries (kiln, runtime_tests, gpu_gemm, and DIR/lib for their libraries);
+#                  default: build/, built first if they are missing
+#       --out DIR  where results go (default: $OUT when set, else gpu-check/): summary.md,
+#                  gpu_tests.xml and .log, gpu_gemm.json and .log, run/GRAPH_MODE.json
+#   scripts/gpu_check.sh --pack DIR
+#       copies the three binaries and the shared libraries they need beyond glibc and CUDA into
+#       DIR, for a GPU machine that cannot install packages; run there with --bin DIR.
+#
+# Exit: 0 when everything passed, 1 when a check failed, 3 when there is no usable GPU (nothing
+# was checked; summary.md says why), 2 on bad usage.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bin=""
+out="${OUT:-gpu-check}"
+pack=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --bin) bin="${2:?--bin needs a folder}"; shift 2 ;;
+    --out) out="${2:?--out needs a folder}"; shift 2 ;;
+    --pack) pack="${2:?--pack needs a folder}"; shift 2 ;;
+    *) echo "gpu_check: unknown argument '$1' (expected --bin DIR, --out DIR or --pack DIR)" >&2
+       exit 2 ;;
+  esac
+done
+
+binaries=(build/tools/kiln build/tests/runtime/runtime_tests build/bench/gpu_gemm)
+
+if [[ -n "$pack" ]]; then
+  for b in "${binaries[@]}"; do
+    [[ -x "$b" ]] || { echo "gpu_check: $b is missing; run scripts/build.sh first" >&2; exit 1; }
+  done
+  mkdir -p "$pack/lib"
+  cp "${binaries[@]}" "$pack/"
+  # Libraries from Debian packages the GPU machine may lack; glibc, libstdc++ and CUDA's own
+  # (the driver, cudart, cuBLAS, NVRTC) are expected there.
+  ldd "${binaries[@]}" | awk '/=> \// {print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so|/usr/local/cuda|libcuda\.so' |
+    while read -r lib; do cp -L "$lib" "$pack/lib/"; done
+  echo "gpu_check: packed into $pack ($(du -sh "$pack" | cut -f1)); run: scripts/gpu_check.sh --bin $pack"
+  exit 0
+fi
+
+if [[ -z "$bin" ]]; then
+  missing=0
+  for b in "${binaries[@]}"; do [[ -x "$b" ]] || missing=1; done
+  if [[ $missing == 1 ]]; then
+    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+      cmake --build build -j "$(nproc)" --target kiln runtime_tests gpu_gemm >/dev/null ||
+      { echo "gpu_check: building kiln, runtime_tests and gpu_gemm failed" >&2; exit 1; }
+  fi
+  kiln=build/tools/kiln tests=build/tests/runtime/runtime_tests gemm=build/bench/gpu_gemm
+else
+  kiln="$bin/kiln" tests="$bin/runtime_tests" gemm="$bin/gpu_gemm"
+  export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
+mkdir -p "$out/run"
+summary="$out/summary.md"
+export KILN_CACHE_DIR="$out/cache"  # a fresh cache: every kernel compiled here, for this device
+
+{
+  echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo
+  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  if command -v nvidia-smi >/dev/null; then
+    echo "- device: $(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>&1 | head -1)"
+  else
+    echo "- device: nvidia-smi not found"
+  fi
+  echo "- CPU: $(nproc) cores"
+} >"$summary"
+
+# Whether kiln sees a GPU at all: gpu_gemm says "skipped: <why>" when it does not.
+probe=$("$gemm" --sizes 16 --iterations 1 2>&1)
+if grep -q "skipped:" <<<"$probe"; then
+  { echo; echo "No usable GPU, nothing checked: ${probe#*skipped: }"; } >>"$summary"
+  cat "$summary"
+  exit 3
+fi
+
+failed=0
+status() { if [[ $1 == 0 ]]; then echo passed; else echo "FAILED (exit $1)"; failed=1; fi; }
+
+"$tests" --gtest_filter='Gpu*' --gtest_output="xml:$out/gpu_tests.xml" >"$out/gpu_tests.log" 2>&1
+rc=$?
+{
+  echo
+  echo "## GPU test suite: $(status $rc)"
+  echo
+  grep -E '^\[ *(OK|FAILED|SKIPPED) *\]' "$out/gpu_tests.log" | sed 's/^/    /'
+} >>"$summary"
+
+"$gemm" --json "$out/gpu_gemm.json" >"$out/gpu_gemm.log" 2>&1
+rc=$?
+{
+  echo
+  echo "## gpu_gemm: $(status $rc)"
+  echo
+  sed 's/^/    /' "$out/gpu_gemm.log"
+} >>"$summary"
+
+{
+  echo
+  echo "## kiln run, every example in every mode"
+  echo
+  echo "| graph | mode | exit | worst rel_l2 / tolerance |"
+  echo "| --- | --- | ---: | --- |"
+} >>"$summary"
+for graph in examples/graphs/*.kg; do
+  name=$(basename "$graph" .kg)
+  for mode in highest high tf32x3 medium auto; do
+    report="$out/run/${name}_${mode}.json"
+    "$kiln" run "$graph" --precision "$mode" --json >"$report" 2>"$out/run/${name}_${mode}.err"
+    rc=$?
+    # Exit 2 is a mode the device's arch refuses (bf16 on sm_75): reported, not a failure.
+    [[ $rc == 1 ]] && failed=1
+    worst=$(/usr/bin/python3 - "$report" <<'EOF' 2>/dev/null || echo "-"
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(", ".join(f"{o['name']} {o['rel_l2']:.2e} / {o['tolerance']:.0e}" for o in r["outputs"]))
+EOF
+)
+    echo "| $name | $mode | $rc | ${worst:-$(head -c 200 "$out/run/${name}_${mode}.err")} |" >>"$summary"
+  done
+done
+
+{ echo; echo "Overall: $([[ $failed == 0 ]] && echo passed || echo FAILED)"; } >>"$summary"
+cat "$summary"
+exit "$failed"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh without a GPU: exit 3, and a summary that says nothing was checked and why;
+# bad usage exits 2. Arguments: the kiln, runtime_tests and gpu_gemm binaries.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/bin/lib"
+ln -s "$1" "$tmp/bin/kiln"
+ln -s "$2" "$tmp/bin/runtime_tests"
+ln -s "$3" "$tmp/bin/gpu_gemm"
+
+KILN_CUDA_DRIVER_PATH=/nonexistent/libcuda.so.1 \
+  bash "$root/scripts/gpu_check.sh" --bin "$tmp/bin" --out "$tmp/out" >"$tmp/stdout" 2>&1
+rc=$?
+[[ $rc == 3 ]] || { echo "expected exit 3 without a GPU, got $rc"; cat "$tmp/stdout"; exit 1; }
+grep -q "No usable GPU, nothing checked: no CUDA driver found" "$tmp/out/summary.md" ||
+  { echo "summary does not say why nothing was checked:"; cat "$tmp/out/summary.md"; exit 1; }
+grep -q "^# GPU check" "$tmp/out/summary.md" || { echo "no summary heading"; exit 1; }
+
+bash "$root/scripts/gpu_check.sh" --frobnicate >"$tmp/stdout" 2>&1
+rc=$?
+[[ $rc == 2 ]] || { echo "expected exit 2 on bad usage, got $rc"; exit 1; }
+grep -q "unknown argument '--frobnicate'" "$tmp/stdout" || { cat "$tmp/stdout"; exit 1; }
+echo "ok"
