@@ -5,7 +5,8 @@
 //
 // For each mode and size it compiles a one-matmul graph with kiln::Runtime for the GPU's arch,
 // prepares it, times Executable::run and the matching cuBLAS call with CUDA events on the same
-// buffers, and compares both results with the exact product. A and B hold different multiples of
+// buffers, and compares both results with the exact product (sampled) and with each other
+// (every element). A and B hold different multiples of
 // 1/16 in [-0.5, 0.5): every input dtype and TF32 represent them exactly and the fp32 sums are
 // exact, so each result must equal the exact product rounded once to the output dtype; a relative
 // L2 error above 1e-6 fails the case. A mode the arch refuses (bf16 on sm_75) is reported as
@@ -133,8 +134,8 @@ float round_to(double exact, const std::string& dtype) {
   return __half2float(__float2half_rn(static_cast<float>(exact)));
 }
 
-// The exact product at the sampled positions (every 61st row, every 13th column), each rounded
-// once to the output dtype.
+// The exact product at the sampled positions (every 61st row and every 13th column, and the last
+// row and column, where the edge tiles are), each rounded once to the output dtype.
 struct Reference {
   std::vector<size_t> at;
   std::vector<double> value;
@@ -143,8 +144,14 @@ struct Reference {
 Reference exact_product(const std::vector<float>& a, const std::vector<float>& b, size_t n,
                        const std::string& dtype) {
   Reference e;
-  for (size_t i = 0; i < n; i += 61) {
-    for (size_t j = 0; j < n; j += 13) {
+  auto sampled = [n](size_t step) {
+    std::vector<size_t> at;
+    for (size_t x = 0; x < n; x += step) at.push_back(x);
+    if (at.back() != n - 1) at.push_back(n - 1);
+    return at;
+  };
+  for (size_t i : sampled(61)) {
+    for (size_t j : sampled(13)) {
       double sum = 0;
       for (size_t k = 0; k < n; ++k) sum += double(a[i * n + k]) * b[k * n + j];
       e.at.push_back(i * n + j);
@@ -155,6 +162,7 @@ Reference exact_product(const std::vector<float>& a, const std::vector<float>& b
 }
 
 // Relative L2 error of `device` (row-major n x n of `dtype`) at the sampled positions.
+// (Every element is compared with cuBLAS's result, which must be exact too: see `mismatches`.)
 double rel_error(const std::vector<unsigned char>& device, const Reference& expected,
                  const std::string& dtype) {
   double num = 0, den = 0;
@@ -166,6 +174,28 @@ double rel_error(const std::vector<unsigned char>& device, const Reference& expe
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
+
+// Elements where kiln and cuBLAS differ: both must be the exact product rounded once.
+size_t mismatches(const std::vector<unsigned char>& x, const std::vector<unsigned char>& y,
+                  size_t eb) {
+  size_t count = 0;
+  for (size_t i = 0; i + eb <= x.size(); i += eb) count += std::memcmp(&x[i], &y[i], eb) != 0;
+  return count;
+}
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  Events() {
+    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  }
+  ~Events() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+};
 
 json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations,
               cublasHandle_t blas) {
@@ -208,9 +238,8 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations
                               CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
   };
-  cudaEvent_t start, stop;
-  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  Events events;
+  cudaEvent_t start = events.start, stop = events.stop;
   auto time = [&](auto&& body) {
     for (int i = 0; i < 3; ++i) body();
     check_cuda(cudaDeviceSynchronize(), "warm-up");
@@ -223,8 +252,6 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations
     return static_cast<double>(ms) / iterations;
   };
   double kiln_ms = time(kiln_run), cublas_ms = time(blas_run);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   std::vector<unsigned char> hc(elements * eb), href(elements * eb);
   check_cuda(cudaMemcpy(hc.data(), dc.pointer, hc.size(), cudaMemcpyDeviceToHost), "download");
   check_cuda(cudaMemcpy(href.data(), dref.pointer, href.size(), cudaMemcpyDeviceToHost),
@@ -240,10 +267,15 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations
   row["kiln_vs_cublas"] = cublas_ms / kiln_ms;
   row["kiln_rel_error"] = kiln_err;
   row["cublas_rel_error"] = cublas_err;
+  size_t differ = cublas_err <= k_max_rel_error ? mismatches(hc, href, eb) : 0;
+  row["elements_differing_from_cublas"] = differ;
   if (!(kiln_err <= k_max_rel_error)) {
     row["status"] = "failed";
     row["reason"] = "kiln's result is off the exact product: relative L2 error " +
                     std::to_string(kiln_err);
+  } else if (differ) {
+    row["status"] = "failed";
+    row["reason"] = std::to_string(differ) + " elements differ from cuBLAS's exact result";
   } else {
     row["status"] = "ok";
   }
@@ -302,7 +334,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   int driver = 0;
-  cudaDriverGetVersion(&driver);
+  if (cudaError_t e = cudaDriverGetVersion(&driver); e != cudaSuccess) {
+    std::fprintf(stderr, "gpu_gemm: cudaDriverGetVersion: %s\n", cudaGetErrorString(e));
+    return 1;
+  }
   report["device"] = prop.name;
   report["sm"] = prop.major * 10 + prop.minor;
   report["driver"] = std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);

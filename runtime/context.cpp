@@ -13,6 +13,8 @@ namespace {
 // and CU_STREAM_PER_THREAD.
 bool is_default_stream(CuStream stream) { return reinterpret_cast<uintptr_t>(stream) <= 2; }
 
+}  // namespace
+
 Expected<CuDevice> device_handle(const DriverApi& api, int device) {
   CuDevice handle = 0;
   if (CuResult r = api.device_get(&handle, device); r != 0) {
@@ -21,20 +23,19 @@ Expected<CuDevice> device_handle(const DriverApi& api, int device) {
   return handle;
 }
 
-}  // namespace
-
 Expected<CuContext> primary_context(const DriverApi& api, int device) {
-  static std::mutex mutex;
-  static std::map<int, CuContext> retained;
-  std::lock_guard lock(mutex);
-  if (auto it = retained.find(device); it != retained.end()) return it->second;
+  // Never destroyed: a DeviceBuffer with static storage may be freed after other statics.
+  static auto* mutex = new std::mutex;
+  static auto* retained = new std::map<int, CuContext>;
+  std::lock_guard lock(*mutex);
+  if (auto it = retained->find(device); it != retained->end()) return it->second;
   auto handle = device_handle(api, device);
   if (!handle) return handle.error();
   CuContext context = nullptr;
   if (CuResult r = api.primary_ctx_retain(&context, *handle); r != 0) {
     return driver_error(api, "cuDevicePrimaryCtxRetain", r);
   }
-  retained.emplace(device, context);
+  retained->emplace(device, context);
   return context;
 }
 

@@ -5,9 +5,32 @@
 
 namespace kiln::runtime {
 
+// The driver's handle of device ordinal `device`.
+Expected<CuDevice> device_handle(const DriverApi& api, int device);
+
 // Device `device`'s primary context, retained once per process and device (never released:
 // the driver releases it at exit). Fails with the driver's message.
 Expected<CuContext> primary_context(const DriverApi& api, int device);
+
+// The calling thread in relaxed stream-capture mode for one scope (the previous mode restored
+// after): kiln's own allocations and module loads then never break a capture another thread has
+// in progress, as cuThreadExchangeStreamCaptureMode's documentation recommends.
+class RelaxedCapture {
+public:
+  explicit RelaxedCapture(const DriverApi& api) : m_api(api) {
+    m_swapped = m_api.thread_exchange_capture_mode(&m_mode) == 0;
+  }
+  ~RelaxedCapture() {
+    if (m_swapped) m_api.thread_exchange_capture_mode(&m_mode);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+private:
+  const DriverApi& m_api;
+  int m_mode = k_capture_mode_relaxed;
+  bool m_swapped = false;
+};
 
 // A context made current for one scope: pushed when it is not already current, popped on
 // destruction, so the caller's current context is what it was.

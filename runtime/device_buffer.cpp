@@ -31,6 +31,7 @@ Status in_primary_context(int device, Body&& body) {
   if (!context) return context.error();
   auto scope = runtime::ScopedContext::enter(**api, *context);
   if (!scope) return scope.error();
+  runtime::RelaxedCapture relaxed(**api);  // another thread's capture is not this call's business
   return body(**api);
 }
 

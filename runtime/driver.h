@@ -20,6 +20,21 @@ using CuContext = CuContextSt*;
 using CuModule = CuModuleSt*;
 using CuFunction = CuFunctionSt*;
 using CuStream = CuStreamSt*;
+struct CuMemPoolSt;
+using CuMemPool = CuMemPoolSt*;
+
+// CUmemPoolProps (cuda.h, unchanged in size since CUDA 11.2): a pinned device pool, no export.
+struct CuMemPoolProps {
+  int alloc_type = 1;     // CU_MEM_ALLOCATION_TYPE_PINNED
+  int handle_types = 0;   // CU_MEM_HANDLE_TYPE_NONE
+  int location_type = 1;  // CU_MEM_LOCATION_TYPE_DEVICE
+  int location_id = 0;    // the device ordinal
+  void* win32_security_attributes = nullptr;
+  size_t max_size = 0;    // 0: the system's default
+  unsigned short usage = 0;
+  unsigned char reserved[54] = {};
+};
+static_assert(sizeof(CuMemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
 
 // Entry points resolved from libcuda; the names match the driver API (the _v2 variants where
 // the driver exports them).
@@ -44,13 +59,16 @@ struct DriverApi {
                             unsigned, unsigned, CuStream, void**, void**);
   CuResult (*mem_alloc)(CuDevicePtr*, size_t);
   CuResult (*mem_free)(CuDevicePtr);
-  CuResult (*mem_alloc_async)(CuDevicePtr*, size_t, CuStream);
+  CuResult (*mem_pool_create)(CuMemPool*, const CuMemPoolProps*);
+  CuResult (*mem_pool_set_attribute)(CuMemPool, int, void*);
+  CuResult (*mem_alloc_from_pool_async)(CuDevicePtr*, size_t, CuMemPool, CuStream);
   CuResult (*mem_free_async)(CuDevicePtr, CuStream);
   CuResult (*memcpy_htod)(CuDevicePtr, const void*, size_t);
   CuResult (*memcpy_dtoh)(void*, CuDevicePtr, size_t);
   CuResult (*stream_synchronize)(CuStream);
   CuResult (*stream_get_ctx)(CuStream, CuContext*);
   CuResult (*stream_is_capturing)(CuStream, int*);
+  CuResult (*thread_exchange_capture_mode)(int*);
   CuResult (*get_error_string)(CuResult, const char**);
   int version = 0;  // cuDriverGetVersion: 1000 * major + 10 * minor
 };
@@ -60,10 +78,13 @@ inline constexpr int k_attr_cc_major = 75;
 inline constexpr int k_attr_cc_minor = 76;
 inline constexpr int k_attr_memory_pools = 115;  // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
 inline constexpr int k_func_attr_max_dynamic_smem = 8;
+inline constexpr int k_pool_attr_release_threshold = 4;  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+inline constexpr int k_capture_mode_relaxed = 2;         // CU_STREAM_CAPTURE_MODE_RELAXED
 inline constexpr CuResult k_error_no_device = 100;             // CUDA_ERROR_NO_DEVICE
 inline constexpr CuResult k_error_invalid_handle = 400;        // CUDA_ERROR_INVALID_HANDLE
 inline constexpr CuResult k_error_context_destroyed = 709;     // CUDA_ERROR_CONTEXT_IS_DESTROYED
 inline constexpr CuResult k_error_capture_unsupported = 900;   // ..._STREAM_CAPTURE_UNSUPPORTED
+inline constexpr CuResult k_error_capture_implicit = 906;      // ..._STREAM_CAPTURE_IMPLICIT
 // The oldest driver kiln loads (12.0: cuCtxGetId, stream-ordered allocation).
 inline constexpr int k_min_driver_version = 12000;
 

@@ -5,6 +5,7 @@
 #include "runtime/compatibility.h"
 #include "runtime/context.h"
 #include "runtime/driver.h"
+#include "runtime/pool.h"
 
 #include <cstdio>
 #include <map>
@@ -21,7 +22,7 @@ struct LoadedProgram {
   CuContext context = nullptr;
   std::vector<CuModule> modules;
   std::vector<CuFunction> functions;
-  bool memory_pools = false;  // temporaries can be allocated stream-ordered
+  CuMemPool pool = nullptr;  // kiln's pool for temporaries; null: the device has no pools
 };
 
 // A failed launch whose module handles may have died with their context (destroyed, or a primary
@@ -59,6 +60,7 @@ public:
     if (m_programs.empty()) return;
     auto api = load_driver();
     if (!api) return;
+    RelaxedCapture relaxed(**api);
     for (auto& [id, program] : m_programs) {
       auto scope = ScopedContext::enter(**api, program->context);
       if (!scope || scope->id() != id) continue;
@@ -73,7 +75,7 @@ public:
     auto cu_stream = static_cast<CuStream>(stream);
     auto scope = ScopedContext::for_device(**api, m_device, cu_stream);
     if (!scope) return scope.error();
-    auto program = loaded_program(**api, *scope, cu_stream);
+    auto program = loaded_program(**api, *scope, Loading::prepare);
     if (!program) return program.error();
     return Status::success();
   }
@@ -91,40 +93,52 @@ public:
     auto scope = ScopedContext::for_device(cu, m_device, cu_stream);
     if (!scope) return scope.error();
     for (int attempt = 0;; ++attempt) {
-      auto program = loaded_program(cu, *scope, cu_stream);
+      auto program = loaded_program(cu, *scope, attempt > 0 ? Loading::run_reloading
+                                                             : Loading::run, cu_stream);
       if (!program) return program.error();
       CuResult first_launch = 0;
       Status s = launch_all(cu, **program, inputs, outputs, cu_stream, &first_launch);
       if (s || attempt > 0 || !stale_modules(first_launch)) return s;
-      forget_program(scope->id(), *program);
+      forget_program(cu, scope->id(), *program);
     }
   }
 
 private:
+  enum class Loading { prepare, run, run_reloading };
+
   // This executable's kernels in the context of `scope`, loaded on first use (checking first
-  // that the driver and device can run them). Loading is not allowed while a stream is being
-  // captured: say so instead of breaking the capture.
+  // that the driver and device can run them). A run on a stream being captured does not load:
+  // it says to prepare() first. Loads in relaxed capture mode, so that another thread's capture
+  // is not broken.
   Expected<std::shared_ptr<LoadedProgram>> loaded_program(const DriverApi& cu,
                                                           const ScopedContext& scope,
-                                                          CuStream stream) {
+                                                          Loading why, CuStream stream = nullptr) {
     std::lock_guard lock(m_mutex);
     if (auto it = m_programs.find(scope.id()); it != m_programs.end()) return it->second;
-    int capturing = 0;
-    if (CuResult r = cu.stream_is_capturing(stream, &capturing); r != 0) {
-      return driver_error(cu, "cuStreamIsCapturing", r);
-    }
-    if (capturing) {
-      return make_error("run() on a stream being captured needs Executable::prepare() first: "
-                        "loading kernels is not allowed during stream capture");
+    if (why != Loading::prepare) {
+      if (Status s = refuse_during_capture(cu, stream, why == Loading::run_reloading); !s) {
+        return s.error();
+      }
     }
     if (Status s = check_loadable(cu, m_device, m_artifact); !s) return s.error();
+    // A dead context's entry at this handle: its modules went with it.
+    std::erase_if(m_programs, [&](const auto& entry) {
+      return entry.second->context == scope.context();
+    });
+    RelaxedCapture relaxed(cu);
     auto program = std::make_shared<LoadedProgram>();
     program->context = scope.context();
+    auto device = device_handle(cu, m_device);
+    if (!device) return device.error();
     int pools = 0;
-    if (CuResult r = cu.device_get_attribute(&pools, k_attr_memory_pools, m_device); r != 0) {
+    if (CuResult r = cu.device_get_attribute(&pools, k_attr_memory_pools, *device); r != 0) {
       return driver_error(cu, "cuDeviceGetAttribute (memory pools)", r);
     }
-    program->memory_pools = pools != 0;
+    if (pools) {
+      auto pool = temporaries_pool(cu, m_device);
+      if (!pool) return pool.error();
+      program->pool = *pool;
+    }
     for (const compiler::KernelArtifact& kernel : m_artifact.kernels) {
       CuModule module = nullptr;
       CuFunction function = nullptr;
@@ -135,11 +149,7 @@ private:
                                   static_cast<int>(kernel.launch.dynamic_smem_bytes));
       }
       if (r != 0) {
-        Error error = r == k_error_capture_unsupported
-                          ? make_error("cannot load kernel ", kernel.name, " while another "
-                                       "thread captures a stream in global mode; call "
-                                       "Executable::prepare() before capturing")
-                          : driver_error(cu, ("loading kernel " + kernel.name).c_str(), r);
+        Error error = driver_error(cu, ("loading kernel " + kernel.name).c_str(), r);
         if (module) cu.module_unload(module);
         for (CuModule m : program->modules) cu.module_unload(m);
         return error;
@@ -151,11 +161,36 @@ private:
     return program;
   }
 
-  void forget_program(unsigned long long id, const std::shared_ptr<LoadedProgram>& program) {
-    std::lock_guard lock(m_mutex);
-    if (auto it = m_programs.find(id); it != m_programs.end() && it->second == program) {
-      m_programs.erase(it);
+  // Refuses to load kernels for a run on a stream being captured (or on the legacy stream while
+  // a blocking stream of its context is: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
+  Status refuse_during_capture(const DriverApi& cu, CuStream stream, bool reloading) {
+    int capturing = 0;
+    CuResult r = cu.stream_is_capturing(stream, &capturing);
+    if (r == k_error_capture_implicit) {
+      return make_error("run() on the legacy default stream while a blocking stream of its "
+                        "context is being captured: pass that stream, a created one, or "
+                        "CU_STREAM_PER_THREAD");
     }
+    if (r != 0) return driver_error(cu, "cuStreamIsCapturing", r);
+    if (!capturing) return Status::success();
+    if (reloading) {
+      return make_error("the kernels prepare() loaded in this context are gone (the context was "
+                        "reset); call Executable::prepare() again before capturing");
+    }
+    return make_error("run() on a stream being captured needs Executable::prepare() first: "
+                      "loading kernels is not allowed during stream capture");
+  }
+
+  // Drops a program whose modules failed as stale; unloading them is best effort (in a context
+  // that was reset they are gone already).
+  void forget_program(const DriverApi& cu, unsigned long long id,
+                      const std::shared_ptr<LoadedProgram>& program) {
+    std::lock_guard lock(m_mutex);
+    auto it = m_programs.find(id);
+    if (it == m_programs.end() || it->second != program) return;
+    RelaxedCapture relaxed(cu);
+    for (CuModule module : program->modules) cu.module_unload(module);
+    m_programs.erase(it);
   }
 
   // Temporaries for this run only, stream-ordered; then every kernel in plan order. Sets
@@ -165,9 +200,11 @@ private:
                     CuStream stream, CuResult* first_launch) {
     CuDevicePtr workspace = 0;
     if (m_workspace_bytes) {
-      if (program.memory_pools) {
-        if (CuResult r = cu.mem_alloc_async(&workspace, m_workspace_bytes, stream); r != 0) {
-          return driver_error(cu, "cuMemAllocAsync (temporaries)", r);
+      if (program.pool) {
+        if (CuResult r = cu.mem_alloc_from_pool_async(&workspace, m_workspace_bytes,
+                                                      program.pool, stream);
+            r != 0) {
+          return driver_error(cu, "cuMemAllocFromPoolAsync (temporaries)", r);
         }
       } else if (Status s = allocate_without_pools(cu, stream, &workspace); !s) {
         return s;
@@ -203,7 +240,7 @@ private:
       }
     }
     if (!workspace) return launched;
-    if (program.memory_pools) {
+    if (program.pool) {
       if (CuResult r = cu.mem_free_async(workspace, stream); r != 0 && launched) {
         return driver_error(cu, "cuMemFreeAsync (temporaries)", r);
       }
@@ -211,6 +248,7 @@ private:
     }
     // Without pools: the kernels must finish before the temporaries can be freed.
     CuResult synced = cu.stream_synchronize(stream);
+    RelaxedCapture relaxed(cu);
     cu.mem_free(workspace);
     if (synced != 0 && launched) return driver_error(cu, "cuStreamSynchronize", synced);
     return launched;
@@ -229,6 +267,7 @@ private:
                         std::to_string(m_workspace_bytes), " bytes of temporaries during stream "
                         "capture");
     }
+    RelaxedCapture relaxed(cu);
     if (CuResult r = cu.mem_alloc(workspace, m_workspace_bytes); r != 0) {
       return driver_error(cu, "cuMemAlloc (temporaries)", r);
     }

@@ -81,4 +81,27 @@ inline Status run_on_fresh_buffers(Executable& exe, int device, void* stream = n
   return exe.run(buffers.inputs, buffers.outputs, stream);
 }
 
+// Runs `exe` once on buffers allocated in the calling thread's current context (an application's
+// own context: DeviceBuffer memory belongs to the primary context), freed before returning.
+inline Status run_in_current_context(Executable& exe, void* stream = nullptr) {
+  std::vector<unsigned long long> owned;
+  auto refs = [&](const std::vector<TensorSpec>& specs) {
+    std::vector<TensorRef> out;
+    for (const TensorSpec& spec : specs) {
+      unsigned long long pointer = 0;
+      if (cuMemAlloc_v2(&pointer, spec_bytes(spec)) != 0) return out;
+      owned.push_back(pointer);
+      out.push_back({reinterpret_cast<void*>(pointer), spec.dtype, spec.shape});
+    }
+    return out;
+  };
+  std::vector<TensorRef> inputs = refs(exe.inputs()), outputs = refs(exe.outputs());
+  Status s = owned.size() == inputs.size() + outputs.size() &&
+                     inputs.size() == exe.inputs().size() && outputs.size() == exe.outputs().size()
+                 ? exe.run(inputs, outputs, stream)
+                 : make_error("cuMemAlloc in the current context failed");
+  for (unsigned long long pointer : owned) cuMemFree_v2(pointer);
+  return s;
+}
+
 }  // namespace kiln::testing_support

@@ -3,9 +3,13 @@
 // ctest runs every test in its own process, so each configures the fake afresh.
 #include "fake_driver_support.h"
 
+#include "ir/parse.h"
+#include "runtime/executable_impl.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 #include <thread>
 
@@ -15,6 +19,7 @@ namespace {
 using fake_cuda::Config;
 using testing_support::Buffers;
 using testing_support::compile_example;
+using testing_support::run_in_current_context;
 using testing_support::run_on_fresh_buffers;
 using testing_support::use_fake_driver;
 
@@ -153,12 +158,13 @@ TEST(FakeDriver, ANewContextAtADeadOnesAddressGetsItsOwnModules) {
   ASSERT_TRUE(exe);
   void* first = nullptr;
   ASSERT_EQ(cuCtxCreate_v2(&first, 0, 0), 0);
-  ASSERT_TRUE(run_on_fresh_buffers(*exe, 0));
+  Status before = run_in_current_context(*exe);
+  ASSERT_TRUE(before) << before.error().message;
   ASSERT_EQ(cuCtxDestroy_v2(first), 0);
   void* second = nullptr;
   ASSERT_EQ(cuCtxCreate_v2(&second, 0, 0), 0);
   ASSERT_EQ(second, first) << "the fake reuses the address, as a real driver may";
-  Status s = run_on_fresh_buffers(*exe, 0);
+  Status s = run_in_current_context(*exe);
   ASSERT_TRUE(s) << s.error().message;
   auto launches = fake_cuda::launches();
   ASSERT_EQ(launches.size(), 2 * exe->kernel_count());
@@ -188,8 +194,6 @@ TEST(FakeDriver, DestructionWaitsForKernelsAndUnloadsFromEveryContext) {
   ASSERT_TRUE(use_fake_driver({}));
   auto exe = compile_example("mlp.kg", 0);
   ASSERT_TRUE(exe);
-  Buffers buffers(*exe, 0);
-  ASSERT_TRUE(buffers.ok());
   std::vector<unsigned long long> ids;
   for (int i = 0; i < 2; ++i) {
     void* context = nullptr;
@@ -197,14 +201,16 @@ TEST(FakeDriver, DestructionWaitsForKernelsAndUnloadsFromEveryContext) {
     unsigned long long id = 0;
     ASSERT_EQ(cuCtxGetId(context, &id), 0);
     ids.push_back(id);
-    Status s = exe->run(buffers.inputs, buffers.outputs);
+    Status s = run_in_current_context(*exe);
     ASSERT_TRUE(s) << s.error().message;
     ASSERT_EQ(cuCtxPopCurrent_v2(nullptr), 0);
   }
   ASSERT_EQ(fake_cuda::live_modules(), 2 * exe->kernel_count());
+  size_t earlier = fake_cuda::events().size();
   std::thread([&] { exe.reset(); }).join();  // a thread with no current context
   EXPECT_EQ(fake_cuda::live_modules(), 0u);
-  auto events = fake_cuda::events();
+  auto all = fake_cuda::events();
+  std::vector<std::string> events(all.begin() + earlier, all.end());  // the destructor's
   for (unsigned long long id : ids) {
     std::string ctx = " ctx=" + std::to_string(id);
     auto sync = std::find(events.begin(), events.end(), "sync" + ctx);
@@ -227,11 +233,9 @@ TEST(FakeDriver, MisalignedPointersAreRefusedBeforeAnyLaunch) {
   EXPECT_NE(s.error().message.find("input 'x'"), std::string::npos) << s.error().message;
   EXPECT_NE(s.error().message.find("16-byte aligned"), std::string::npos) << s.error().message;
   EXPECT_TRUE(fake_cuda::launches().empty());
-  void* context = nullptr;
-  ASSERT_EQ(cuCtxGetCurrent(&context), 0);
-  if (context) {
-    EXPECT_EQ(fake_cuda::sticky_error(context), 0);
-  }
+  void* primary = nullptr;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&primary, 0), 0);
+  EXPECT_EQ(fake_cuda::sticky_error(primary), 0) << "the context took a fault";
 }
 
 TEST(FakeDriver, ThePrimaryContextIsRetainedOncePerDevice) {
@@ -255,17 +259,86 @@ TEST(FakeDriver, ThePrimaryContextIsRetainedOncePerDevice) {
 }
 
 TEST(FakeDriver, AnOldDriverIsRefusedWithTheVersionTheCubinsNeed) {
+  // Compiled first (an explicit arch needs no driver), so the fake's driver can be made one major
+  // version older than whatever NVRTC built the cubins.
+  auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
+  ASSERT_TRUE(graph);
+  compiler::CompileOptions options;
+  options.sm = 90;
+  auto result = runtime::compile_graph(*graph, options, nullptr);
+  ASSERT_TRUE(result) << result.error().message;
+  int major = 0, minor = 0;
+  ASSERT_EQ(std::sscanf(result->artifact.nvrtc_version.c_str(), "%d.%d", &major, &minor), 2)
+      << result->artifact.nvrtc_version;
   Config config;
-  config.driver_version = 12020;
+  config.driver_version = (major - 1) * 1000 + 20;
   ASSERT_TRUE(use_fake_driver(config));
-  auto exe = compile_example("mlp.kg", 0);
-  ASSERT_TRUE(exe);
-  Status s = run_on_fresh_buffers(*exe, 0);
+  auto exe = runtime::make_executable(*graph, std::move(*result), 0);
+  Buffers buffers(*exe, 0);
+  ASSERT_TRUE(buffers.ok());
+  Status s = exe->run(buffers.inputs, buffers.outputs);
   ASSERT_FALSE(s);
-  EXPECT_NE(s.error().message.find("CUDA driver 12.2 cannot load cubins from NVRTC 13."),
+  std::string expected = "CUDA driver " + std::to_string(major - 1) + ".2 cannot load cubins " +
+                         "from NVRTC " + std::to_string(major) + "." + std::to_string(minor);
+  EXPECT_NE(s.error().message.find(expected), std::string::npos) << s.error().message;
+  EXPECT_TRUE(fake_cuda::launches().empty());
+}
+
+TEST(FakeDriver, ADriverOlderThanTwelveIsRefusedWhenLoaded) {
+  Config config;
+  config.driver_version = 11080;
+  ASSERT_TRUE(use_fake_driver(config));
+  Status gpu = gpu_status();
+  ASSERT_FALSE(gpu);
+  EXPECT_NE(gpu.error().message.find("version 11.8"), std::string::npos) << gpu.error().message;
+  EXPECT_NE(gpu.error().message.find("older than 12.0"), std::string::npos);
+}
+
+TEST(FakeDriver, AStreamOfAnotherDeviceIsRefused) {
+  Config config;
+  config.device_sms = {90, 90};
+  ASSERT_TRUE(use_fake_driver(config));
+  auto exe = compile_example("mlp.kg", 1);
+  ASSERT_TRUE(exe);
+  Buffers buffers(*exe, 1);
+  ASSERT_TRUE(buffers.ok());
+  void* context = nullptr;
+  void* stream = nullptr;
+  ASSERT_EQ(cuCtxCreate_v2(&context, 0, 0), 0);  // device 0
+  ASSERT_EQ(cuStreamCreate(&stream, 0), 0);
+  Status s = exe->run(buffers.inputs, buffers.outputs, stream);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("the stream belongs to another CUDA device than device 1"),
             std::string::npos)
       << s.error().message;
   EXPECT_TRUE(fake_cuda::launches().empty());
+  void* now = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&now), 0);
+  EXPECT_EQ(now, context) << "the refusal left another context current";
+}
+
+TEST(FakeDriver, ACreatedStreamWorksFromAThreadWithoutACurrentContext) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto exe = compile_example("attention.kg", 0);
+  ASSERT_TRUE(exe);
+  Buffers buffers(*exe, 0);
+  ASSERT_TRUE(buffers.ok());
+  void* primary = nullptr;
+  void* stream = nullptr;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&primary, 0), 0);
+  ASSERT_EQ(cuCtxPushCurrent_v2(primary), 0);
+  ASSERT_EQ(cuStreamCreate(&stream, 0), 0);
+  ASSERT_EQ(cuCtxPopCurrent_v2(nullptr), 0);
+  std::thread([&] {
+    Status s = exe->run(buffers.inputs, buffers.outputs, stream);
+    EXPECT_TRUE(s) << s.error().message;
+    Status legacy = exe->run(buffers.inputs, buffers.outputs, reinterpret_cast<void*>(0x1));
+    EXPECT_TRUE(legacy) << "CU_STREAM_LEGACY: " << legacy.error().message;
+  }).join();
+  auto launches = fake_cuda::launches();
+  ASSERT_EQ(launches.size(), 2 * exe->kernel_count());
+  for (const auto& launch : launches) EXPECT_EQ(launch.fault, 0) << launch.function;
+  EXPECT_EQ(launches.front().stream, stream);
 }
 
 }  // namespace

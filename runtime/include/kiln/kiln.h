@@ -71,7 +71,8 @@ Status gpu_status();
 // Device memory on CUDA device `device` (its primary context), freed on destruction. A small
 // convenience for examples and tests; applications usually bring their own allocations. Usable
 // from any thread: each call makes the buffer's context current for itself and restores the
-// caller's.
+// caller's. Each context has its own address space: pass these buffers to run() with the primary
+// context current, a stream of it, or no context current, not with a context you created.
 class DeviceBuffer {
 public:
   static Expected<DeviceBuffer> allocate(size_t bytes, int device = 0);
@@ -116,7 +117,12 @@ public:
   // and device can run them ("CUDA driver 12.2 cannot load cubins from NVRTC 13.0 ...", "kernels
   // compiled for sm_90 cannot run here: CUDA device 1 is sm_80 ..."). After it, run() on that
   // context makes no call that stream capture forbids: call it before capturing run() into a
-  // CUDA graph. Optional otherwise: the first run() in a context prepares it.
+  // CUDA graph, and keep the Executable alive while that graph may be launched (the graph uses
+  // its kernels; memory nodes for the temporaries make it a graph instantiated once at a time).
+  // Optional otherwise: the first run() in a context prepares it. Safe while another thread
+  // captures: kiln's own loads and allocations run in relaxed capture mode.
+  // Destroying an Executable waits for its kernels and unloads them in every context it ran in:
+  // destroy it before destroying a context you created and ran it in.
   virtual Status prepare(void* stream = nullptr) = 0;
 
   // Launches the graph's kernels on `stream` (a CUstream; nullptr: the legacy default stream;
@@ -124,9 +130,9 @@ public:
   // device(): in `stream`'s context, which must be on that device, or for a default stream in
   // the current context when it is on that device, else in the device's primary context (made
   // current for the call only). Checks counts, dtypes, shapes and 16-byte alignment of every
-  // pointer first (the kernels use 16-byte accesses). Temporaries come from the device's
-  // stream-ordered memory pool (cuMemAllocAsync), allocated and freed on `stream` per run, so
-  // concurrent runs never share them. Fails with "no CUDA driver found" or "no CUDA device"
+  // pointer first (the kernels use 16-byte accesses). Temporaries come from kiln's stream-ordered
+  // memory pool for the device (allocated and freed on `stream` per run, kept reserved in the
+  // pool between runs), so concurrent runs never share them. Fails with "no CUDA driver found" or "no CUDA device"
   // where there is none, as prepare() does, and with the driver's message when a launch fails.
   // Does not synchronise the stream (except on a device without memory pools, where the
   // temporaries are freed after the stream is synchronised).

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 namespace kiln::fake_cuda {
 namespace {
@@ -31,9 +32,10 @@ enum : int {
   k_not_supported = 801,
   k_capture_unsupported = 900,
   k_capture_invalidated = 901,
+  k_capture_implicit = 906,
 };
 
-constexpr int k_capture_global = 0, k_capture_thread_local = 1;
+constexpr int k_capture_global = 0, k_capture_relaxed = 2;
 constexpr uint64_t k_default_dynamic_shared = 48 * 1024;
 
 struct Context {
@@ -66,15 +68,22 @@ struct Stream {
   uint64_t generation = 0;
   bool alive = true;
   bool per_thread = false;  // a thread's CU_STREAM_PER_THREAD in one context
+  bool blocking = true;     // synchronises with the legacy stream (no CU_STREAM_NON_BLOCKING)
   int capture_mode = -1;  // -1: not capturing
   bool invalidated = false;
   std::thread::id capture_thread;
+};
+
+struct Pool {
+  int device = 0;
+  uint64_t release_threshold = 0;
 };
 
 struct Allocation {
   void* host = nullptr;
   size_t bytes = 0;
   Context* context = nullptr;
+  bool from_pool = false;  // stream-ordered: belongs to the device, not to a context
   Stream* pending_free = nullptr;  // freed stream-ordered, not yet synchronised
 };
 
@@ -87,6 +96,7 @@ struct State {
   std::vector<std::unique_ptr<Context>> contexts;  // primaries first, one per device
   std::vector<std::unique_ptr<Module>> modules;
   std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::unique_ptr<Pool>> pools;
   std::map<uintptr_t, Allocation> allocations;
   std::vector<Launch> launches;
   std::vector<std::string> events;
@@ -98,6 +108,7 @@ State& state() {
 }
 
 thread_local std::vector<Context*> t_stack;
+thread_local int t_capture_mode = k_capture_global;  // cuThreadExchangeStreamCaptureMode
 thread_local std::map<Context*, Stream*> t_per_thread_streams;  // owned by State::streams
 
 Context* current() { return t_stack.empty() ? nullptr : t_stack.back(); }
@@ -116,15 +127,20 @@ int need_context(Context*& out) {
   return k_success;
 }
 
-// Potentially unsafe calls under a global capture (or this thread's thread-local one) fail and
-// invalidate the capture, as the driver does.
+// Potentially unsafe calls fail, and invalidate the capture that forbids them, as cuda.h describes
+// for cuThreadExchangeStreamCaptureMode: a thread in relaxed mode may make them; otherwise its
+// own captures (unless begun relaxed) forbid them, and in global mode so do other threads'
+// global captures.
 int check_capture_safe(State& s) {
   int result = k_success;
+  if (t_capture_mode == k_capture_relaxed) return result;
   for (auto& stream : s.streams) {
-    bool blocks = stream->capture_mode == k_capture_global ||
-                  (stream->capture_mode == k_capture_thread_local &&
-                   stream->capture_thread == std::this_thread::get_id());
-    if (stream->alive && blocks) {
+    if (!stream->alive || stream->capture_mode < 0) continue;
+    bool own = stream->capture_thread == std::this_thread::get_id();
+    bool blocks = own ? stream->capture_mode != k_capture_relaxed
+                      : t_capture_mode == k_capture_global &&
+                            stream->capture_mode == k_capture_global;
+    if (blocks) {
       stream->invalidated = true;
       result = k_capture_unsupported;
     }
@@ -180,11 +196,12 @@ void complete_frees(State& s, Context* c, Stream* stream) {
   }
 }
 
-// Drops a context's allocations and invalidates its handles (destroy or reset).
+// Drops a context's allocations (not pool allocations: those belong to the device) and
+// invalidates its handles (destroy or reset).
 void tear_down(State& s, Context* c) {
   for (auto it = s.allocations.begin(); it != s.allocations.end();) {
     auto next = std::next(it);
-    if (it->second.context == c) release(s, it);
+    if (it->second.context == c && !it->second.from_pool) release(s, it);
     it = next;
   }
   ++c->generation;
@@ -229,10 +246,12 @@ const Allocation* find_allocation(State& s, uint64_t value, size_t bytes) {
 }
 
 // A device pointer parameter's fault (0: none): it must lie in a live allocation of the launch's
-// device and be 16-byte aligned.
+// context (each context has its own address space; pool allocations belong to the device) and be
+// 16-byte aligned.
 int pointer_fault(State& s, uint64_t value, const Context* c) {
   const Allocation* a = find_allocation(s, value, 1);
   if (!a || a->context->device != c->device) return k_illegal_address;
+  if (!a->from_pool && a->context != c) return k_illegal_address;
   return value % 16 ? k_misaligned_address : k_success;
 }
 
@@ -638,7 +657,7 @@ int cuMemAlloc_v2(unsigned long long* pointer, size_t bytes) {
   if (!pointer || bytes == 0) return k_invalid_value;
   if (int r = check_capture_safe(s)) return r;
   void* host = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  s.allocations[reinterpret_cast<uintptr_t>(host)] = Allocation{host, bytes, c, nullptr};
+  s.allocations[reinterpret_cast<uintptr_t>(host)] = Allocation{host, bytes, c, false, nullptr};
   *pointer = reinterpret_cast<uintptr_t>(host);
   return k_success;
 }
@@ -655,18 +674,58 @@ int cuMemFree_v2(unsigned long long pointer) {
   return k_success;
 }
 
-int cuMemAllocAsync(unsigned long long* pointer, size_t bytes, void* stream) {
+int cuMemPoolCreate(void** pool, const void* properties) {
+  FAKE_LOCK;
+  if (!pool || !properties) return k_invalid_value;
+  // CUmemPoolProps: allocType, handleTypes, location {type, id}, win32 attributes, maxSize,
+  // usage, reserved[54]; 88 bytes.
+  auto* bytes = static_cast<const unsigned char*>(properties);
+  int alloc_type, handle_types, location_type, device;
+  std::memcpy(&alloc_type, bytes, 4);
+  std::memcpy(&handle_types, bytes + 4, 4);
+  std::memcpy(&location_type, bytes + 8, 4);
+  std::memcpy(&device, bytes + 12, 4);
+  for (int i = 16; i < 88; ++i) {  // Windows attributes and reserved bytes must be zero
+    if (bytes[i] && (i < 24 || i >= 34)) return k_invalid_value;
+  }
+  if (alloc_type != 1 || handle_types != 0 || location_type != 1) return k_invalid_value;
+  if (device < 0 || static_cast<size_t>(device) >= s.config.device_sms.size()) {
+    return k_invalid_value;
+  }
+  if (!s.config.memory_pools) return k_not_supported;
+  if (int r = check_capture_safe(s)) return r;
+  auto created = std::make_unique<Pool>();
+  created->device = device;
+  *pool = created.get();
+  s.pools.push_back(std::move(created));
+  return k_success;
+}
+
+int cuMemPoolSetAttribute(void* pool, int attribute, void* value) {
+  FAKE_LOCK;
+  Pool* p = nullptr;
+  for (auto& candidate : s.pools) p = candidate.get() == pool ? candidate.get() : p;
+  if (!p || !value) return k_invalid_value;
+  if (attribute != 4) return k_invalid_value;  // only CU_MEMPOOL_ATTR_RELEASE_THRESHOLD modelled
+  std::memcpy(&p->release_threshold, value, sizeof p->release_threshold);
+  return k_success;
+}
+
+int cuMemAllocFromPoolAsync(unsigned long long* pointer, size_t bytes, void* pool, void* stream) {
   FAKE_LOCK;
   Context* c = nullptr;
   if (int r = need_context(c)) return r;
-  if (!pointer || bytes == 0) return k_invalid_value;
-  if (!s.config.memory_pools) return k_not_supported;
+  Pool* p = nullptr;
+  for (auto& candidate : s.pools) p = candidate.get() == pool ? candidate.get() : p;
+  if (!pointer || bytes == 0 || !p) return k_invalid_value;
   Stream* target = nullptr;
   if (int r = resolve_stream(stream, c, target)) return r;
+  if (p->device != c->device) return k_invalid_value;
   void* host = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  s.allocations[reinterpret_cast<uintptr_t>(host)] = Allocation{host, bytes, c, nullptr};
+  s.allocations[reinterpret_cast<uintptr_t>(host)] = Allocation{host, bytes, c, true, nullptr};
   *pointer = reinterpret_cast<uintptr_t>(host);
-  s.events.push_back(tag("alloc_async", c));
+  bool captured = target && target->capture_mode >= 0;
+  s.events.push_back(tag(captured ? "alloc_async captured" : "alloc_async", c));
   return k_success;
 }
 
@@ -707,7 +766,7 @@ int cuMemcpyDtoH_v2(void* host, unsigned long long device, size_t bytes) {
   return k_success;
 }
 
-int cuStreamCreate(void** stream, unsigned) {
+int cuStreamCreate(void** stream, unsigned flags) {
   FAKE_LOCK;
   Context* c = nullptr;
   if (int r = need_context(c)) return r;
@@ -715,6 +774,7 @@ int cuStreamCreate(void** stream, unsigned) {
   auto created = std::make_unique<Stream>();
   created->context = c;
   created->generation = c->generation;
+  created->blocking = (flags & 1) == 0;
   *stream = created.get();
   s.streams.push_back(std::move(created));
   return k_success;
@@ -809,7 +869,21 @@ int cuStreamIsCapturing(void* stream, int* status) {
   if (!status) return k_invalid_value;
   Stream* target = nullptr;
   if (int r = resolve_stream(stream, c, target)) return r;
+  if (!target) {  // the legacy stream, while a blocking stream of its context is capturing
+    for (auto& other : s.streams) {
+      if (other->alive && other->context == c && other->blocking && other->capture_mode >= 0 &&
+          !other->per_thread) {
+        return k_capture_implicit;
+      }
+    }
+  }
   *status = !target || target->capture_mode < 0 ? 0 : target->invalidated ? 2 : 1;
+  return k_success;
+}
+
+int cuThreadExchangeStreamCaptureMode(int* mode) {
+  if (!mode || *mode < 0 || *mode > 2) return k_invalid_value;
+  std::swap(*mode, t_capture_mode);
   return k_success;
 }
 
@@ -831,6 +905,8 @@ int cuGetErrorString(int code, const char** text) {
       {k_not_supported, "operation not supported"},
       {k_capture_unsupported, "operation not permitted when stream is capturing"},
       {k_capture_invalidated, "operation failed due to a previous error during capture"},
+      {k_capture_implicit, "operation would make the legacy stream depend on a capturing "
+                           "blocking stream"},
   };
   if (!text) return k_invalid_value;
   auto it = k_names.find(code);
