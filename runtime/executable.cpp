@@ -1,4 +1,4 @@
-// Executable: argument checks, per-context module loading, workspace, kernel launches.
+// Executable: argument checks, modules loaded per context, per-run temporaries, kernel launches.
 #include "runtime/executable_impl.h"
 
 #include "ir/types.h"
