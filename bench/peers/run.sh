@@ -44,7 +44,8 @@ mkdir -p "$out"
 install triton triton
 install jax jax
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-  "$venv/bin/pip" install --quiet --index-url https://download.pytorch.org/whl/cpu torch \
+  "$venv/bin/pip" install --quiet --retries 1 --timeout 15 \
+    --index-url https://download.pytorch.org/whl/cpu torch \
     >"$out/pip-torch-cpu.log" 2>&1 || true
 fi
 install torch torch
