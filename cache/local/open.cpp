@@ -2,7 +2,7 @@
 // the degraded modes (no directory, unwritable directory, a file that is not a database).
 #include "cache/local/store.h"
 
-#include "cache/key_lock.h"
+#include "cache/local/repair_gate.h"
 #include "cache/local/migrate.h"
 #include "cache/local/sqlite.h"
 #include "cache/units.h"
@@ -183,6 +183,16 @@ void Store::open_db() {
   if (Status made = make_dir(m_dir + "/locks"); !made) return disable(made.error().message);
   if (Status trusted = check_folder(); !trusted) return disable(trusted.error().message);
   for (int attempt = 0; attempt < 2; ++attempt) {
+    // Shared with other openers, never open while a repair renames the file and removes its
+    // -wal and -shm: SQLite would pair the new file with the old journal.
+    RepairGate gate;
+    std::string gate_error;
+    auto passed = gate.enter(m_dir + "/locks", RepairGate::Mode::shared,
+                             std::chrono::milliseconds(m_options.busy_timeout_ms), gate_error);
+    if (passed == RepairGate::Result::failed) return disable(gate_error);
+    if (passed == RepairGate::Result::timed_out)
+      return disable("another process has been repairing '" + db_path() + "' for over " +
+                     std::to_string(m_options.busy_timeout_ms) + " ms");
     // Create the file ourselves so that it starts out 0600 (SQLite gives -wal/-shm the same mode).
     int fd = ::open(db_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0 && errno == ELOOP)
@@ -210,6 +220,7 @@ void Store::open_db() {
     int code = m_db->last_code();
     if (attempt == 0 && sql::is_malformed_code(code)) {
       m_db.reset();
+      gate.leave();  // the repair needs the gate to itself
       if (Status moved = move_aside_corrupt_db(opened); !moved)
         return disable(moved.error().message);
       continue;
@@ -293,13 +304,14 @@ Status Store::replace_malformed_db() {
 }
 
 Status Store::move_aside_corrupt_db(const FileId& bad) {
-  // One process at a time, and only the file this process found bad: another may have moved it
-  // and created a good database already, which must be left alone (and its -wal/-shm with it).
-  KeyLock lock;
+  // One process at a time, with no process opening the database meanwhile, and only the file
+  // this process found bad: another may have moved it and created a good database already, which
+  // must be left alone (and its -wal/-shm with it).
+  RepairGate gate;
   std::string error;
-  auto got = lock.acquire(m_dir + "/locks", "kiln.db-repair",
-                          std::chrono::milliseconds(m_options.busy_timeout_ms), error);
-  if (got != KeyLock::Result::acquired)
+  auto got = gate.enter(m_dir + "/locks", RepairGate::Mode::exclusive,
+                        std::chrono::milliseconds(m_options.busy_timeout_ms), error);
+  if (got != RepairGate::Result::entered)
     return make_error("'", db_path(), "' is not a valid database and could not be repaired",
                       error.empty() ? "" : ": ", error);
   struct stat named {};

@@ -3,6 +3,10 @@
 #include "cache/local/sqlite.h"
 #include "test_util.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -163,6 +167,66 @@ TEST(CacheCorruptDatabase, NewerSchemaDisablesTheCacheWithAClearReason) {
   auto cache = Cache::open(options_in(tmp.path(), &warnings));
   EXPECT_FALSE(cache->enabled());
   EXPECT_NE(cache->disabled_reason().find("newer"), std::string::npos) << cache->disabled_reason();
+}
+
+
+// Holds locks/kiln.db-repair.gate as another process would (flock is per open file, so this
+// process's own store conflicts with it too).
+struct HeldGate {
+  HeldGate(const std::string& dir, int operation) {
+    std::filesystem::create_directories(dir + "/locks");
+    std::filesystem::permissions(dir + "/locks", std::filesystem::perms::owner_all);
+    fd = ::open((dir + "/locks/kiln.db-repair.gate").c_str(), O_RDWR | O_CREAT, 0600);
+    held = fd >= 0 && ::flock(fd, operation | LOCK_NB) == 0;
+  }
+  ~HeldGate() {
+    if (fd >= 0) ::close(fd);
+  }
+  int fd = -1;
+  bool held = false;
+};
+
+void write_garbage_db(const std::string& path) {
+  std::ofstream garbage(path, std::ios::binary);
+  for (int i = 0; i < 1000; ++i) garbage << "this is not an sqlite database " << i << "\n";
+}
+
+TEST(CacheCorruptDatabase, ARepairWaitsWhileAnotherProcessIsOpeningTheDatabase) {
+  TempDir tmp;
+  write_garbage_db(tmp.sub("kiln.db"));
+  std::vector<std::string> warnings;
+  auto options = options_in(tmp.path(), &warnings);
+  options.busy_timeout_ms = 200;
+  {
+    HeldGate opener(tmp.path(), LOCK_SH);  // mid-open: the file may not be renamed under it
+    ASSERT_TRUE(opener.held);
+    auto cache = Cache::open(options);
+    EXPECT_FALSE(cache->enabled());
+    EXPECT_NE(cache->disabled_reason().find("could not be repaired"), std::string::npos)
+        << cache->disabled_reason();
+    EXPECT_TRUE(std::filesystem::exists(tmp.sub("kiln.db"))) << "moved while being opened";
+  }
+  auto cache = Cache::open(options);  // the opener is done: now the repair goes ahead
+  ASSERT_TRUE(cache->enabled()) << cache->disabled_reason();
+  EXPECT_NE(warnings.back().find("moved it to"), std::string::npos) << warnings.back();
+}
+
+TEST(CacheCorruptDatabase, OpeningWaitsWhileAnotherProcessRepairs) {
+  TempDir tmp;
+  std::vector<std::string> warnings;
+  auto options = options_in(tmp.path(), &warnings);
+  options.busy_timeout_ms = 200;
+  {
+    HeldGate repairer(tmp.path(), LOCK_EX);  // between renaming kiln.db and removing its journal
+    ASSERT_TRUE(repairer.held);
+    auto cache = Cache::open(options);
+    EXPECT_FALSE(cache->enabled());
+    EXPECT_NE(cache->disabled_reason().find("repairing"), std::string::npos)
+        << cache->disabled_reason();
+    EXPECT_FALSE(std::filesystem::exists(tmp.sub("kiln.db"))) << "created during the repair";
+  }
+  auto cache = Cache::open(options);
+  EXPECT_TRUE(cache->enabled()) << cache->disabled_reason();
 }
 
 }  // namespace
