@@ -42,7 +42,6 @@ KeyLock::Result KeyLock::acquire(const std::string& locks_dir, const std::string
   release();
   std::string path = locks_dir + "/" + key + ".lock";
   auto deadline = std::chrono::steady_clock::now() + wait;
-  auto pause = std::chrono::milliseconds(1);
   for (;;) {
     // Never through a symbolic link: a link planted here must not create or lock its target.
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -52,19 +51,9 @@ KeyLock::Result KeyLock::acquire(const std::string& locks_dir, const std::string
       return Result::failed;
     }
     // Poll the lock until it is ours, the file is replaced, or time runs out.
-    for (;;) {
-      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) break;
-      if (errno != EWOULDBLOCK && errno != EINTR) {
-        error = "cannot lock '" + path + "': " + std::strerror(errno);
-        ::close(fd);
-        return Result::failed;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        ::close(fd);
-        return Result::timed_out;
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(20));
+    if (Result got = flock_until(fd, LOCK_EX, deadline, path, error); got != Result::acquired) {
+      ::close(fd);
+      return got;
     }
     struct stat held, named;
     bool same = ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 &&
@@ -76,6 +65,21 @@ KeyLock::Result KeyLock::acquire(const std::string& locks_dir, const std::string
     }
     ::close(fd);  // the previous holder unlinked it after we opened it: take the new file
   }
+}
+
+KeyLock::Result flock_until(int fd, int operation, std::chrono::steady_clock::time_point deadline,
+                            const std::string& path, std::string& error) {
+  auto pause = std::chrono::milliseconds(1);
+  while (::flock(fd, operation | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      error = "cannot lock '" + path + "': " + std::strerror(errno);
+      return KeyLock::Result::failed;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return KeyLock::Result::timed_out;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
+  return KeyLock::Result::acquired;
 }
 
 }  // namespace kiln::cache

@@ -31,4 +31,9 @@ private:
   std::string m_path;
 };
 
+// Polls flock(fd, operation | LOCK_NB) until it holds (acquired) or `deadline` passes
+// (timed_out); `error` names `path` when the result is `failed`. Never closes `fd`.
+KeyLock::Result flock_until(int fd, int operation, std::chrono::steady_clock::time_point deadline,
+                            const std::string& path, std::string& error);
+
 }  // namespace kiln::cache

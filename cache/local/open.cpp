@@ -189,8 +189,8 @@ void Store::open_db() {
     std::string gate_error;
     auto passed = gate.enter(m_dir + "/locks", RepairGate::Mode::shared,
                              std::chrono::milliseconds(m_options.busy_timeout_ms), gate_error);
-    if (passed == RepairGate::Result::failed) return disable(gate_error);
-    if (passed == RepairGate::Result::timed_out)
+    if (passed == KeyLock::Result::failed) return disable(gate_error);
+    if (passed == KeyLock::Result::timed_out)
       return disable("another process has been repairing '" + db_path() + "' for over " +
                      std::to_string(m_options.busy_timeout_ms) + " ms");
     // Create the file ourselves so that it starts out 0600 (SQLite gives -wal/-shm the same mode).
@@ -311,7 +311,7 @@ Status Store::move_aside_corrupt_db(const FileId& bad) {
   std::string error;
   auto got = gate.enter(m_dir + "/locks", RepairGate::Mode::exclusive,
                         std::chrono::milliseconds(m_options.busy_timeout_ms), error);
-  if (got != RepairGate::Result::entered)
+  if (got != KeyLock::Result::acquired)
     return make_error("'", db_path(), "' is not a valid database and could not be repaired",
                       error.empty() ? "" : ": ", error);
   struct stat named {};

@@ -1,45 +1,33 @@
-// flock on one lasting gate file, polled up to a bound.
+// flock on one lasting gate file, polled up to a bound (cache/key_lock.h's flock_until).
 #include "cache/local/repair_gate.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 namespace kiln::cache::local {
 
-RepairGate::Result RepairGate::enter(const std::string& locks_dir, Mode mode,
-                                     std::chrono::milliseconds wait, std::string& error) {
+KeyLock::Result RepairGate::enter(const std::string& locks_dir, Mode mode,
+                                  std::chrono::milliseconds wait, std::string& error) {
   leave();
   std::string path = locks_dir + "/kiln.db-repair.gate";
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     error = "cannot open '" + path + "': " +
             (errno == ELOOP ? std::string("it is a symbolic link") : std::strerror(errno));
-    return Result::failed;
+    return KeyLock::Result::failed;
   }
-  int operation = (mode == Mode::shared ? LOCK_SH : LOCK_EX) | LOCK_NB;
-  auto deadline = std::chrono::steady_clock::now() + wait;
-  auto pause = std::chrono::milliseconds(1);
-  while (::flock(fd, operation) != 0) {
-    if (errno != EWOULDBLOCK && errno != EINTR) {
-      error = "cannot lock '" + path + "': " + std::strerror(errno);
-      ::close(fd);
-      return Result::failed;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ::close(fd);
-      return Result::timed_out;
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  auto got = flock_until(fd, mode == Mode::shared ? LOCK_SH : LOCK_EX,
+                         std::chrono::steady_clock::now() + wait, path, error);
+  if (got != KeyLock::Result::acquired) {
+    ::close(fd);
+    return got;
   }
   m_fd = fd;
-  return Result::entered;
+  return got;
 }
 
 void RepairGate::leave() {

@@ -3,6 +3,8 @@
 // -shm lie beside it) while another renames it and removes them.
 #pragma once
 
+#include "cache/key_lock.h"
+
 #include <chrono>
 #include <string>
 
@@ -11,7 +13,6 @@ namespace kiln::cache::local {
 class RepairGate {
 public:
   enum class Mode { shared, exclusive };
-  enum class Result { entered, timed_out, failed };
 
   RepairGate() = default;
   RepairGate(const RepairGate&) = delete;
@@ -21,8 +22,8 @@ public:
   // Waits up to `wait` to pass `locks_dir`/kiln.db-repair.gate (created 0600, never through a
   // symbolic link, never removed) in `mode`; `error` gets the reason when the result is `failed`.
   // The kernel lets go of a dead process's hold.
-  Result enter(const std::string& locks_dir, Mode mode, std::chrono::milliseconds wait,
-               std::string& error);
+  KeyLock::Result enter(const std::string& locks_dir, Mode mode, std::chrono::milliseconds wait,
+                        std::string& error);
   void leave();
 
 private:
