@@ -42,9 +42,7 @@ int cuDeviceGetCount(int* count) {
 int cuDeviceGet(int* device, int ordinal) {
   FAKE_LOCK;
   if (!device) return k_invalid_value;
-  if (ordinal < 0 || static_cast<size_t>(ordinal) >= s.config.device_sms.size()) {
-    return k_invalid_device;
-  }
+  if (!valid_device(s, ordinal)) return k_invalid_device;
   *device = ordinal;
   return k_success;
 }
@@ -52,9 +50,7 @@ int cuDeviceGet(int* device, int ordinal) {
 int cuDeviceGetAttribute(int* value, int attribute, int device) {
   FAKE_LOCK;
   if (!value) return k_invalid_value;
-  if (device < 0 || static_cast<size_t>(device) >= s.config.device_sms.size()) {
-    return k_invalid_device;
-  }
+  if (!valid_device(s, device)) return k_invalid_device;
   int sm = s.config.device_sms[device];
   switch (attribute) {
     case 1: *value = 1024; return k_success;                          // max threads per block
@@ -69,9 +65,7 @@ int cuDeviceGetAttribute(int* value, int attribute, int device) {
 int cuDevicePrimaryCtxRetain(void** context, int device) {
   FAKE_LOCK;
   if (!context) return k_invalid_value;
-  if (device < 0 || static_cast<size_t>(device) >= s.config.device_sms.size()) {
-    return k_invalid_device;
-  }
+  if (!valid_device(s, device)) return k_invalid_device;
   Context* c = s.contexts[device].get();
   if (!c->alive) {
     c->alive = true;
@@ -85,9 +79,7 @@ int cuDevicePrimaryCtxRetain(void** context, int device) {
 
 int cuDevicePrimaryCtxRelease_v2(int device) {
   FAKE_LOCK;
-  if (device < 0 || static_cast<size_t>(device) >= s.config.device_sms.size()) {
-    return k_invalid_device;
-  }
+  if (!valid_device(s, device)) return k_invalid_device;
   Context* c = s.contexts[device].get();
   if (c->retains == 0) return k_invalid_context;
   if (--c->retains == 0) {
@@ -99,9 +91,7 @@ int cuDevicePrimaryCtxRelease_v2(int device) {
 
 int cuDevicePrimaryCtxReset_v2(int device) {
   FAKE_LOCK;
-  if (device < 0 || static_cast<size_t>(device) >= s.config.device_sms.size()) {
-    return k_invalid_device;
-  }
+  if (!valid_device(s, device)) return k_invalid_device;
   Context* c = s.contexts[device].get();
   tear_down(s, c);
   if (!s.config.reset_keeps_id) c->id = s.next_id++;
@@ -111,9 +101,7 @@ int cuDevicePrimaryCtxReset_v2(int device) {
 int cuCtxCreate_v2(void** context, unsigned, int device) {
   FAKE_LOCK;
   if (!context) return k_invalid_value;
-  if (device < 0 || static_cast<size_t>(device) >= s.config.device_sms.size()) {
-    return k_invalid_device;
-  }
+  if (!valid_device(s, device)) return k_invalid_device;
   Context* c = nullptr;
   for (auto& candidate : s.contexts) {  // a destroyed slot first: the same address again
     if (!candidate->primary && !candidate->alive) {

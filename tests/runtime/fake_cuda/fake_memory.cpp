@@ -16,9 +16,7 @@ int cuMemAlloc_v2(unsigned long long* pointer, size_t bytes) {
   if (int r = need_context(c)) return r;
   if (!pointer || bytes == 0) return k_invalid_value;
   if (int r = check_capture_safe(s)) return r;
-  void* host = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  s.allocations[reinterpret_cast<uintptr_t>(host)] = Allocation{host, bytes, c, false, nullptr};
-  *pointer = reinterpret_cast<uintptr_t>(host);
+  *pointer = allocate(s, bytes, c, false);
   return k_success;
 }
 
@@ -49,9 +47,7 @@ int cuMemPoolCreate(void** pool, const void* properties) {
     if (bytes[i] && (i < 24 || i >= 34)) return k_invalid_value;
   }
   if (alloc_type != 1 || handle_types != 0 || location_type != 1) return k_invalid_value;
-  if (device < 0 || static_cast<size_t>(device) >= s.config.device_sms.size()) {
-    return k_invalid_value;
-  }
+  if (!valid_device(s, device)) return k_invalid_value;
   if (!s.config.memory_pools) return k_not_supported;
   if (int r = check_capture_safe(s)) return r;
   auto created = std::make_unique<Pool>();
@@ -63,8 +59,7 @@ int cuMemPoolCreate(void** pool, const void* properties) {
 
 int cuMemPoolSetAttribute(void* pool, int attribute, void* value) {
   FAKE_LOCK;
-  Pool* p = nullptr;
-  for (auto& candidate : s.pools) p = candidate.get() == pool ? candidate.get() : p;
+  Pool* p = find_pool(s, pool);
   if (!p || !value) return k_invalid_value;
   if (attribute != 4) return k_invalid_value;  // only CU_MEMPOOL_ATTR_RELEASE_THRESHOLD modelled
   std::memcpy(&p->release_threshold, value, sizeof p->release_threshold);
@@ -75,15 +70,12 @@ int cuMemAllocFromPoolAsync(unsigned long long* pointer, size_t bytes, void* poo
   FAKE_LOCK;
   Context* c = nullptr;
   if (int r = need_context(c)) return r;
-  Pool* p = nullptr;
-  for (auto& candidate : s.pools) p = candidate.get() == pool ? candidate.get() : p;
+  Pool* p = find_pool(s, pool);
   if (!pointer || bytes == 0 || !p) return k_invalid_value;
   Stream* target = nullptr;
   if (int r = resolve_stream(stream, c, target)) return r;
   if (p->device != c->device) return k_invalid_value;
-  void* host = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  s.allocations[reinterpret_cast<uintptr_t>(host)] = Allocation{host, bytes, c, true, nullptr};
-  *pointer = reinterpret_cast<uintptr_t>(host);
+  *pointer = allocate(s, bytes, c, true);
   bool captured = target && target->capture_mode >= 0;
   s.events.push_back(tag(captured ? "alloc_async captured" : "alloc_async", c));
   return k_success;

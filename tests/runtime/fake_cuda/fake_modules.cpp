@@ -43,10 +43,8 @@ int cuModuleUnload(void* module) {
   FAKE_LOCK;
   Context* c = nullptr;
   if (int r = need_context(c)) return r;
-  auto* m = static_cast<Module*>(module);
-  bool known = false;
-  for (auto& candidate : s.modules) known = known || candidate.get() == m;
-  if (!known || m->unloaded || m->generation != m->context->generation) return k_invalid_handle;
+  Module* m = find_module(s, module);
+  if (!m || m->unloaded || m->generation != m->context->generation) return k_invalid_handle;
   if (m->context != c) return k_invalid_context;
   if (int r = check_capture_safe(s)) return r;
   m->unloaded = true;
@@ -59,10 +57,8 @@ int cuModuleGetFunction(void** function, void* module, const char* name) {
   Context* c = nullptr;
   if (int r = need_context(c)) return r;
   if (!function || !name) return k_invalid_value;
-  auto* m = static_cast<Module*>(module);
-  bool known = false;
-  for (auto& candidate : s.modules) known = known || candidate.get() == m;
-  if (!known || m->unloaded || m->generation != m->context->generation || m->context != c) {
+  Module* m = find_module(s, module);
+  if (!m || m->unloaded || m->generation != m->context->generation || m->context != c) {
     return k_invalid_handle;
   }
   for (auto& f : m->functions) {

@@ -114,6 +114,30 @@ int shared_limit(int sm) {
   }
 }
 
+Module* find_module(State& s, void* handle) {
+  for (auto& m : s.modules) {
+    if (m.get() == handle) return m.get();
+  }
+  return nullptr;
+}
+
+Pool* find_pool(State& s, void* handle) {
+  for (auto& p : s.pools) {
+    if (p.get() == handle) return p.get();
+  }
+  return nullptr;
+}
+
+bool valid_device(const State& s, int device) {
+  return device >= 0 && static_cast<size_t>(device) < s.config.device_sms.size();
+}
+
+unsigned long long allocate(State& s, size_t bytes, Context* c, bool from_pool) {
+  void* host = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  s.allocations[reinterpret_cast<uintptr_t>(host)] = Allocation{host, bytes, c, from_pool, nullptr};
+  return reinterpret_cast<uintptr_t>(host);
+}
+
 Function* find_function(State& s, void* handle) {
   for (auto& module : s.modules) {
     for (auto& f : module->functions) {

@@ -143,6 +143,18 @@ int shared_limit(int sm);
 // The function behind a handle, or nullptr when it is no function of any module.
 Function* find_function(State& s, void* handle);
 
+// The module behind a handle, or nullptr when no module was ever loaded at it.
+Module* find_module(State& s, void* handle);
+
+// The pool behind a handle, or nullptr when no pool was created at it.
+Pool* find_pool(State& s, void* handle);
+
+// Whether `device` is an ordinal of the configured devices.
+bool valid_device(const State& s, int device);
+
+// A new allocation of `bytes` (host memory, 256-byte aligned) owned by `c`; its address.
+unsigned long long allocate(State& s, size_t bytes, Context* c, bool from_pool);
+
 // Why a function handle cannot be used from context `c` (0: it can).
 int function_error(Function* f, Context* c);
 
