@@ -40,11 +40,16 @@ Expected<CuContext> primary_context(const DriverApi& api, int device) {
 }
 
 Expected<ScopedContext> ScopedContext::enter(const DriverApi& api, CuContext context) {
-  ScopedContext scope(api, context);
   CuContext current = nullptr;
   if (CuResult r = api.ctx_get_current(&current); r != 0) {
     return driver_error(api, "cuCtxGetCurrent", r);
   }
+  return enter(api, context, current);
+}
+
+Expected<ScopedContext> ScopedContext::enter(const DriverApi& api, CuContext context,
+                                             CuContext current) {
+  ScopedContext scope(api, context);
   if (current != context) {
     if (CuResult r = api.ctx_push_current(context); r != 0) {
       return driver_error(api, "cuCtxPushCurrent", r);
@@ -89,7 +94,7 @@ Expected<ScopedContext> ScopedContext::for_device(const DriverApi& api, int devi
     return driver_error(api, "cuCtxGetCurrent", r);
   }
   if (current) {
-    auto scope = enter(api, current);
+    auto scope = enter(api, current, current);
     if (!scope) return scope.error();
     auto same = on_device();
     if (!same) return same.error();
@@ -97,7 +102,7 @@ Expected<ScopedContext> ScopedContext::for_device(const DriverApi& api, int devi
   }
   auto primary = primary_context(api, device);
   if (!primary) return primary.error();
-  return enter(api, *primary);
+  return enter(api, *primary, current);
 }
 
 ScopedContext::ScopedContext(ScopedContext&& other) noexcept

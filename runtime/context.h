@@ -55,6 +55,9 @@ public:
 
 private:
   ScopedContext(const DriverApi& api, CuContext context) : m_api(&api), m_context(context) {}
+  // enter() when the caller already asked the driver which context is current.
+  static Expected<ScopedContext> enter(const DriverApi& api, CuContext context,
+                                       CuContext current);
 
   const DriverApi* m_api = nullptr;
   CuContext m_context = nullptr;
