@@ -12,6 +12,12 @@
 namespace kiln::compiler {
 
 Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options) {
+  if (graph.symbolic()) {
+    std::string dims;
+    for (const ir::Symbol& s : graph.symbols()) dims += (dims.empty() ? "" : ", ") + ir::describe(s);
+    return make_error("graph '", graph.name(), "' has symbolic dims (", dims,
+                      "): compile it for given sizes");
+  }
   auto nvrtc = load_nvrtc(options.nvrtc_path);
   const std::vector<int>& archs =
       nvrtc && !(*nvrtc)->archs().empty() ? (*nvrtc)->archs() : known_archs();

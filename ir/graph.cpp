@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 
 namespace kiln::ir {
 
@@ -25,23 +26,64 @@ std::string describe(const Node& node) {
   return std::string(to_string(node.kind)) + " result (" + to_string(node.type) + ")";
 }
 
+// One dimension of a shape as broadcasting sees it: a constant, or symbol `symbol`.
+struct DimRef {
+  int64_t value = 1;
+  SymbolicDim symbol;
+};
+
+DimRef dim_ref(const Shape& shape, int i) {
+  if (i < 0) return {};
+  DimRef d{shape.dim(i), {}};
+  if (shape.symbol(i) >= 0) d.symbol = shape.symbols()[static_cast<size_t>(i)];
+  return d;
+}
+
+std::string show(const DimRef& d) {
+  return d.symbol.index >= 0 ? d.symbol.name : std::to_string(d.value);
+}
+
+// Broadcasts one pair of dims: equal constants or equal symbols match, 1 broadcasts against
+// anything; nullopt when they do not broadcast.
+std::optional<DimRef> broadcast_dim(const DimRef& a, const DimRef& b) {
+  bool sa = a.symbol.index >= 0, sb = b.symbol.index >= 0;
+  if (sa && sb) return a.symbol.index == b.symbol.index ? std::optional(a) : std::nullopt;
+  if (sa) return !sb && b.value == 1 ? std::optional(a) : std::nullopt;
+  if (sb) return a.value == 1 ? std::optional(b) : std::nullopt;
+  if (a.value != b.value && a.value != 1 && b.value != 1) return std::nullopt;
+  return a.value >= b.value ? a : b;
+}
+
+Expected<Shape> make_shape(const std::vector<DimRef>& dims) {
+  std::vector<int64_t> values;
+  std::vector<SymbolicDim> symbols;
+  for (const DimRef& d : dims) {
+    values.push_back(d.value);
+    symbols.push_back(d.symbol);
+  }
+  return Shape::make(std::move(values), std::move(symbols));
+}
+
+const char* k_symbol_rule =
+    "; a symbolic dimension matches only itself or 1";
+
 // numpy broadcasting of two shapes, aligned at their last dimension.
 Expected<Shape> broadcast(const Shape& a, const Shape& b) {
   int rank = std::max(a.rank(), b.rank());
-  std::vector<int64_t> dims(static_cast<size_t>(rank));
+  std::vector<DimRef> dims(static_cast<size_t>(rank));
   for (int i = 0; i < rank; ++i) {
-    int ia = a.rank() - rank + i;
-    int ib = b.rank() - rank + i;
-    int64_t da = ia >= 0 ? a.dim(ia) : 1;
-    int64_t db = ib >= 0 ? b.dim(ib) : 1;
-    if (da != db && da != 1 && db != 1) {
+    DimRef da = dim_ref(a, a.rank() - rank + i);
+    DimRef db = dim_ref(b, b.rank() - rank + i);
+    auto d = broadcast_dim(da, db);
+    if (!d) {
+      bool symbolic = da.symbol.index >= 0 || db.symbol.index >= 0;
       return make_error("shapes ", to_string(a), " and ", to_string(b),
-                        " do not broadcast: dimension ", std::to_string(i), " is ",
-                        std::to_string(da), " against ", std::to_string(db));
+                        " do not broadcast: dimension ", std::to_string(i), " is ", show(da),
+                        " against ", show(db), symbolic ? k_symbol_rule : "");
     }
-    dims[static_cast<size_t>(i)] = std::max(da, db);
+    dims[static_cast<size_t>(i)] = *d;
   }
-  return Shape::make(std::move(dims));
+  return make_shape(dims);
 }
 
 }  // namespace
@@ -61,7 +103,43 @@ OpCategory category(OpKind kind) {
   return k_ops[static_cast<size_t>(kind)].category;
 }
 
+std::string describe(const Symbol& symbol) {
+  return symbol.name + " in " + std::to_string(symbol.lo) + ".." + std::to_string(symbol.hi);
+}
+
 Builder::Builder(std::string graph_name) : m_name(std::move(graph_name)) {}
+
+Expected<int32_t> Builder::add_symbol(std::string name, int64_t lo, int64_t hi) {
+  if (name.empty()) return make_error("a dim needs a name");
+  if (find_symbol(name)) return make_error("dim '", name, "' is already declared");
+  if (m_names.count(name))
+    return make_error("'", name, "' names a value; a dim needs a name of its own");
+  if (!m_inputs.empty())
+    return make_error("dim '", name, "' comes after an input; declare dims before the inputs");
+  if (lo < 1)
+    return make_error("dim '", name, "' starts at ", std::to_string(lo),
+                      "; a dimension is at least 1");
+  if (hi > k_max_symbol_value)
+    return make_error("dim '", name, "' ends at ", std::to_string(hi),
+                      ", above kiln's limit of 2^31 - 1");
+  if (lo > hi)
+    return make_error("dim '", name, "' has the inverted range ", std::to_string(lo), "..",
+                      std::to_string(hi), "; write LO..HI with LO <= HI");
+  m_symbols.push_back({std::move(name), lo, hi});
+  return static_cast<int32_t>(m_symbols.size() - 1);
+}
+
+std::optional<int32_t> Builder::find_symbol(std::string_view name) const {
+  for (size_t i = 0; i < m_symbols.size(); ++i)
+    if (m_symbols[i].name == name) return static_cast<int32_t>(i);
+  return std::nullopt;
+}
+
+void Builder::set_symbol_location(int32_t index, int line, int column) {
+  if (index < 0 || static_cast<size_t>(index) >= m_symbols.size()) return;
+  m_symbols[static_cast<size_t>(index)].line = line;
+  m_symbols[static_cast<size_t>(index)].column = column;
+}
 
 Status Builder::check_operand(NodeId id) const {
   if (id < 0 || static_cast<size_t>(id) >= m_nodes.size()) {
@@ -107,6 +185,17 @@ std::optional<NodeId> Builder::find(std::string_view name) const {
 Expected<NodeId> Builder::add_input(std::string name, TensorType type) {
   if (name.empty()) return make_error("an input needs a name");
   if (type.shape.rank() == 0) return make_error("input '", name, "' needs a shape");
+  for (int i = 0; i < type.shape.rank(); ++i) {
+    int32_t sym = type.shape.symbol(i);
+    if (sym < 0) continue;
+    if (static_cast<size_t>(sym) >= m_symbols.size())
+      return make_error("input '", name, "' uses an undeclared dim");
+    const Symbol& symbol = m_symbols[static_cast<size_t>(sym)];
+    const SymbolicDim& written = type.shape.symbols()[static_cast<size_t>(i)];
+    if (type.shape.dim(i) != symbol.hi || written.name != symbol.name)
+      return make_error("input '", name, "' dim ", std::to_string(i), " must be dim '",
+                        symbol.name, "' at its upper bound ", std::to_string(symbol.hi));
+  }
   Node node;
   node.kind = OpKind::input;
   node.type = std::move(type);
@@ -140,26 +229,27 @@ Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool 
     return make_error("precision= applies to f32 matmuls; this one is ",
                       std::string(to_string(na.type.dtype)));
   }
-  int64_t m = sa.dim(sa.rank() - (transpose_a ? 1 : 2));
-  int64_t ka = sa.dim(sa.rank() - (transpose_a ? 2 : 1));
-  int64_t kb = sb.dim(sb.rank() - (transpose_b ? 1 : 2));
-  int64_t n = sb.dim(sb.rank() - (transpose_b ? 2 : 1));
-  if (ka != kb) {
-    return make_error("matmul inner dimensions differ: ", describe(na), " has k = ",
-                      std::to_string(ka), ", ", describe(nb), " has k = ", std::to_string(kb));
+  DimRef m = dim_ref(sa, sa.rank() - (transpose_a ? 1 : 2));
+  DimRef ka = dim_ref(sa, sa.rank() - (transpose_a ? 2 : 1));
+  DimRef kb = dim_ref(sb, sb.rank() - (transpose_b ? 1 : 2));
+  DimRef n = dim_ref(sb, sb.rank() - (transpose_b ? 2 : 1));
+  if (ka.value != kb.value || ka.symbol.index != kb.symbol.index) {
+    return make_error("matmul inner dimensions differ: ", describe(na), " has k = ", show(ka),
+                      ", ", describe(nb), " has k = ", show(kb));
   }
-  std::vector<int64_t> dims;
+  std::vector<DimRef> dims;
   if (sa.rank() == 3 || sb.rank() == 3) {
-    int64_t ba = sa.rank() == 3 ? sa.dim(0) : 1;
-    int64_t bb = sb.rank() == 3 ? sb.dim(0) : 1;
-    if (ba != bb && ba != 1 && bb != 1) {
+    DimRef ba = sa.rank() == 3 ? dim_ref(sa, 0) : DimRef{};
+    DimRef bb = sb.rank() == 3 ? dim_ref(sb, 0) : DimRef{};
+    auto batch = broadcast_dim(ba, bb);
+    if (!batch) {
       return make_error("matmul batch dimensions differ: ", describe(na), " and ", describe(nb));
     }
-    dims.push_back(std::max(ba, bb));
+    dims.push_back(*batch);
   }
   dims.push_back(m);
   dims.push_back(n);
-  auto shape = Shape::make(std::move(dims));
+  auto shape = make_shape(dims);
   if (!shape) return make_error("matmul result: ", shape.error().message);
   Node node;
   node.kind = OpKind::matmul;
@@ -268,6 +358,7 @@ Status Builder::add_output(NodeId value) {
 
 Expected<Graph> Builder::finish() && {
   if (m_outputs.empty()) return make_error("graph '", m_name, "' has no output");
+  if (Status s = renumber_symbols(); !s) return s.error();
   size_t count = m_nodes.size();
   std::vector<int> uses(count, 0);
   for (const Node& n : m_nodes) {
@@ -327,7 +418,110 @@ Expected<Graph> Builder::finish() && {
   data->inputs = std::move(m_inputs);
   data->outputs = std::move(m_outputs);
   data->use_counts = std::move(uses);
+  data->symbols = std::move(m_symbols);
   return Graph(std::move(data));
+}
+
+Status Builder::renumber_symbols() {
+  if (m_symbols.empty()) return Status::success();
+  // First use: inputs in declaration order, dims left to right.
+  std::vector<int32_t> renamed(m_symbols.size(), -1);
+  int32_t next = 0;
+  for (NodeId id : m_inputs) {
+    const Shape& shape = m_nodes[static_cast<size_t>(id)].type.shape;
+    for (int i = 0; i < shape.rank(); ++i) {
+      int32_t sym = shape.symbol(i);
+      if (sym >= 0 && renamed[static_cast<size_t>(sym)] < 0) renamed[static_cast<size_t>(sym)] = next++;
+    }
+  }
+  for (size_t i = 0; i < m_symbols.size(); ++i) {
+    if (renamed[i] < 0)
+      return make_error("dim '", m_symbols[i].name, "' is never used: no input has it");
+  }
+  std::vector<Symbol> symbols(m_symbols.size());
+  for (size_t i = 0; i < m_symbols.size(); ++i)
+    symbols[static_cast<size_t>(renamed[i])] = std::move(m_symbols[i]);
+  m_symbols = std::move(symbols);
+  for (Node& node : m_nodes) {
+    if (!node.type.shape.symbolic()) continue;
+    std::vector<SymbolicDim> dims = node.type.shape.symbols();
+    for (SymbolicDim& d : dims)
+      if (d.index >= 0) d.index = renamed[static_cast<size_t>(d.index)];
+    auto shape = Shape::make(node.type.shape.dims(), std::move(dims));
+    if (!shape) return shape.error();
+    node.type.shape = std::move(*shape);
+  }
+  return Status::success();
+}
+
+Expected<Graph> Graph::bind(const std::vector<int64_t>& values) const {
+  const std::vector<Symbol>& syms = symbols();
+  if (values.size() != syms.size())
+    return make_error("graph '", name(), "' has ", std::to_string(syms.size()),
+                      " symbolic dims, got ", std::to_string(values.size()), " values");
+  for (size_t i = 0; i < syms.size(); ++i) {
+    if (values[i] < syms[i].lo || values[i] > syms[i].hi)
+      return make_error(syms[i].name, " = ", std::to_string(values[i]),
+                        " is outside its range ", std::to_string(syms[i].lo), "..",
+                        std::to_string(syms[i].hi));
+  }
+  if (syms.empty()) return *this;
+  auto data = std::make_shared<Data>(*m_data);
+  data->symbols.clear();
+  for (Node& node : data->nodes) {
+    if (!node.type.shape.symbolic()) continue;
+    std::vector<int64_t> dims = node.type.shape.dims();
+    for (int i = 0; i < node.type.shape.rank(); ++i) {
+      int32_t sym = node.type.shape.symbol(i);
+      if (sym >= 0) dims[static_cast<size_t>(i)] = values[static_cast<size_t>(sym)];
+    }
+    auto shape = Shape::make(std::move(dims));
+    if (!shape) return shape.error();  // cannot happen: values are at most the upper bounds
+    node.type.shape = std::move(*shape);
+  }
+  return Graph(std::move(data));
+}
+
+Expected<std::vector<int64_t>> Graph::symbol_values(
+    const std::vector<std::vector<int64_t>>& input_shapes) const {
+  const std::vector<Symbol>& syms = symbols();
+  if (input_shapes.size() != inputs().size())
+    return make_error("graph '", name(), "' takes ", std::to_string(inputs().size()),
+                      " inputs, got ", std::to_string(input_shapes.size()));
+  std::vector<int64_t> values(syms.size(), 0);
+  std::vector<std::string> given_by(syms.size());
+  for (size_t i = 0; i < input_shapes.size(); ++i) {
+    const Node& input = node(inputs()[i]);
+    const Shape& shape = input.type.shape;
+    const std::vector<int64_t>& dims = input_shapes[i];
+    if (dims.size() != static_cast<size_t>(shape.rank()))
+      return make_error("input '", input.name, "' must be ", to_string(input.type), " (rank ",
+                        std::to_string(shape.rank()), "), got ", to_string_unchecked(dims));
+    for (int d = 0; d < shape.rank(); ++d) {
+      int64_t got = dims[static_cast<size_t>(d)];
+      int32_t sym = shape.symbol(d);
+      std::string where = "input '" + input.name + "' dim " + std::to_string(d);
+      if (sym < 0) {
+        if (got != shape.dim(d))
+          return make_error(where, " must be ", std::to_string(shape.dim(d)), ", got ",
+                            std::to_string(got), " (", to_string(input.type), ")");
+        continue;
+      }
+      const Symbol& symbol = syms[static_cast<size_t>(sym)];
+      if (got < symbol.lo || got > symbol.hi)
+        return make_error(where, ": ", symbol.name, " = ", std::to_string(got),
+                          " is outside its range ", std::to_string(symbol.lo), "..",
+                          std::to_string(symbol.hi));
+      auto& value = values[static_cast<size_t>(sym)];
+      if (value != 0 && value != got)
+        return make_error(where, " gives ", symbol.name, " = ", std::to_string(got), ", but ",
+                          given_by[static_cast<size_t>(sym)], " gives ", symbol.name, " = ",
+                          std::to_string(value));
+      if (value == 0) given_by[static_cast<size_t>(sym)] = where;
+      value = got;
+    }
+  }
+  return values;
 }
 
 }  // namespace kiln::ir

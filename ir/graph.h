@@ -61,6 +61,23 @@ struct Node {
   int column = 0;
 };
 
+// A symbolic dimension, `dim NAME: LO..HI`: one name for a size known only at run time, inside
+// an inclusive range. A graph's symbols are numbered by first use (inputs in declaration order,
+// dims left to right), so their names and declaration order never enter the hash.
+struct Symbol {
+  std::string name;
+  int64_t lo = 1;
+  int64_t hi = 1;
+  int line = 0;  // where it is declared (0 when unknown); for messages only
+  int column = 0;
+};
+
+// The largest value a symbol may take: kernels index with 32-bit integers.
+inline constexpr int64_t k_max_symbol_value = (int64_t{1} << 31) - 1;
+
+// "B in 1..4096".
+std::string describe(const Symbol& symbol);
+
 class Graph;
 
 // Builds a Graph one node at a time; every add_* validates its operands and infers the result
@@ -69,6 +86,14 @@ class Builder {
 public:
   explicit Builder(std::string graph_name);
 
+  // Declares a symbolic dimension with the inclusive range lo..hi (1 <= lo <= hi <= 2^31 - 1);
+  // returns its index for SymbolicDim. Symbols are declared before the inputs that use them.
+  Expected<int32_t> add_symbol(std::string name, int64_t lo, int64_t hi);
+  std::optional<int32_t> find_symbol(std::string_view name) const;
+  const std::vector<Symbol>& symbols() const { return m_symbols; }
+  void set_symbol_location(int32_t index, int line, int column);
+
+  // `type` may have symbolic dims naming declared symbols.
   Expected<NodeId> add_input(std::string name, TensorType type);
   Expected<NodeId> add_matmul(NodeId a, NodeId b, bool transpose_a = false,
                               bool transpose_b = false,
@@ -96,8 +121,10 @@ public:
   const Node& node(NodeId id) const { return m_nodes[static_cast<size_t>(id)]; }
   size_t size() const { return m_nodes.size(); }
   const std::vector<NodeId>& outputs() const { return m_outputs; }
+  const std::vector<NodeId>& inputs() const { return m_inputs; }
 
-  // Checks the whole graph (at least one output, every computed value used) and freezes it.
+  // Checks the whole graph (at least one output, every computed value used, every symbol used)
+  // and freezes it; symbols are renumbered by first use.
   // Unnamed values that could not be printed nested where they stand (used twice, an output,
   // out of order, nested too deep) get names t0, t1, ... so printing and parsing keep node order.
   Expected<Graph> finish() &&;
@@ -105,6 +132,7 @@ public:
 private:
   Expected<NodeId> push(Node node);
   Status check_operand(NodeId id) const;
+  Status renumber_symbols();
 
   std::string m_name;
   std::string m_file;
@@ -112,6 +140,7 @@ private:
   std::unordered_map<std::string, NodeId> m_names;  // lookup only, never iterated
   std::vector<NodeId> m_inputs;
   std::vector<NodeId> m_outputs;
+  std::vector<Symbol> m_symbols;
 };
 
 // A verified graph. Immutable; cheap to copy (shares its nodes).
@@ -128,6 +157,18 @@ public:
   const std::vector<NodeId>& outputs() const { return m_data->outputs; }
   // How many nodes use each node as an operand (outputs count as a use too).
   const std::vector<int>& use_counts() const { return m_data->use_counts; }
+  // The symbolic dimensions, numbered by first use; empty for a static graph.
+  const std::vector<Symbol>& symbols() const { return m_data->symbols; }
+  bool symbolic() const { return !m_data->symbols.empty(); }
+
+  // The static graph with symbol i replaced by values[i] everywhere (same nodes, ids, names and
+  // calling convention). Fails when the count is wrong or a value is outside its range.
+  Expected<Graph> bind(const std::vector<int64_t>& values) const;
+  // Each symbol's value as the input shapes give it (calling-convention order). Fails, naming the
+  // input and dim, on a wrong count or rank, a constant dim that differs, a symbol given two
+  // values, or a value outside its range ("B = 5000 is outside its range 1..4096").
+  Expected<std::vector<int64_t>> symbol_values(
+      const std::vector<std::vector<int64_t>>& input_shapes) const;
 
 private:
   friend class Builder;
@@ -138,6 +179,7 @@ private:
     std::vector<NodeId> inputs;
     std::vector<NodeId> outputs;
     std::vector<int> use_counts;
+    std::vector<Symbol> symbols;
   };
   explicit Graph(std::shared_ptr<const Data> data) : m_data(std::move(data)) {}
   std::shared_ptr<const Data> m_data;

@@ -15,18 +15,35 @@ namespace kiln::ir {
 
 namespace {
 constexpr std::string_view k_canonical_magic = "kiln-graph";
+
+// A shape's dims as written: a constant as itself, symbol i as -(i + 1).
+std::vector<int64_t> encoded_dims(const Shape& shape) {
+  std::vector<int64_t> dims = shape.dims();
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (shape.symbol(i) >= 0) dims[static_cast<size_t>(i)] = -(int64_t{shape.symbol(i)} + 1);
+  }
+  return dims;
+}
 }  // namespace
 
 std::string canonical_bytes(const Graph& graph) {
   ByteWriter w;
   w.raw(k_canonical_magic);
-  w.u32(k_canonical_format_version);
+  // Static graphs keep version 1 (their hashes never change); symbolic ones add their ranges.
+  w.u32(graph.symbolic() ? k_canonical_symbolic_version : k_canonical_format_version);
+  if (graph.symbolic()) {
+    w.u32(static_cast<uint32_t>(graph.symbols().size()));
+    for (const Symbol& symbol : graph.symbols()) {
+      w.i64(symbol.lo);
+      w.i64(symbol.hi);
+    }
+  }
   w.u32(static_cast<uint32_t>(graph.nodes().size()));
   for (const Node& node : graph.nodes()) {
     w.u8(static_cast<uint8_t>(node.kind));
     w.u8(static_cast<uint8_t>(node.type.dtype));
     w.u8(static_cast<uint8_t>(node.type.shape.rank()));
-    for (int64_t d : node.type.shape.dims()) w.i64(d);
+    for (int64_t d : encoded_dims(node.type.shape)) w.i64(d);
     w.u8(static_cast<uint8_t>(node.operands.size()));
     for (NodeId op : node.operands) w.u32(static_cast<uint32_t>(op));
     const Attrs& a = node.attrs;
@@ -72,11 +89,25 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
   auto bad = [](const std::string& why) { return make_error("canonical graph: ", why); };
   StickyReader r(bytes);
   if (r.raw(k_canonical_magic.size()) != k_canonical_magic) return bad("not a canonical graph");
-  if (r.u32() != k_canonical_format_version) return bad("another format version");
+  uint32_t version = r.u32();
+  if (version != k_canonical_format_version && version != k_canonical_symbolic_version)
+    return bad("another format version");
+  Builder b(std::move(name));
+  std::vector<Symbol> symbols;
+  if (version == k_canonical_symbolic_version) {
+    uint64_t symbol_count = r.u32();
+    if (!r.ok() || symbol_count == 0 || symbol_count > r.left() / 16)
+      return bad("symbol count is wrong");
+    for (uint64_t i = 0; i < symbol_count; ++i) {
+      auto lo = static_cast<int64_t>(r.u64());
+      auto hi = static_cast<int64_t>(r.u64());
+      auto added = b.add_symbol("D" + std::to_string(i), lo, hi);
+      if (!r.ok() || !added) return bad("symbol " + std::to_string(i) + " is malformed");
+    }
+  }
   uint64_t count = r.u32();
   // A node takes at least 5 bytes: never more nodes than the bytes could hold.
   if (!r.ok() || count > r.left() / 5) return bad("node count is wrong");
-  Builder b(std::move(name));
   std::vector<NodeId> ids;  // canonical index -> builder id
   int inputs = 0;
   std::vector<uint64_t> input_nodes;  // canonical indices of the inputs, in node order
@@ -101,7 +132,17 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
                                         " has the wrong operands");
     switch (category(op_kind)) {
       case OpCategory::input: {
-        auto shape = Shape::make(dims);
+        std::vector<int64_t> values = dims;
+        std::vector<SymbolicDim> dim_symbols(dims.size());
+        for (size_t d = 0; d < dims.size(); ++d) {
+          if (dims[d] >= 0) continue;
+          uint64_t index = static_cast<uint64_t>(-(dims[d] + 1));
+          if (index >= b.symbols().size()) return bad("an input names no symbol");
+          const Symbol& symbol = b.symbols()[index];
+          values[d] = symbol.hi;
+          dim_symbols[d] = {static_cast<int32_t>(index), symbol.name};
+        }
+        auto shape = Shape::make(values, dim_symbols);
         if (!shape) return bad(shape.error().message);
         if (arity == 0) {
           added = b.add_input("x" + std::to_string(inputs++),
@@ -153,7 +194,7 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
     if (!added) return bad("node " + std::to_string(i) + ": " + added.error().message);
     // The type written for a computed value must be the one its op gives.
     const TensorType& type = b.node(*added).type;
-    if (type.dtype != static_cast<DType>(dtype) || type.shape.dims() != dims)
+    if (type.dtype != static_cast<DType>(dtype) || encoded_dims(type.shape) != dims)
       return bad("node " + std::to_string(i) + "'s type is not what its op gives");
     ids.push_back(*added);
   }
@@ -170,7 +211,11 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
     if (Status s = b.add_output(ids[id]); !s) return bad(s.error().message);
   }
   if (!r.ok() || !r.done()) return bad("trailing bytes");
-  return std::move(b).finish();
+  auto graph = std::move(b).finish();
+  if (!graph) return bad(graph.error().message);
+  // Symbols are written in first-use order: reading them back must not renumber them.
+  if (canonical_bytes(*graph) != bytes) return bad("symbols are not numbered by first use");
+  return graph;
 }
 
 std::string Hash128::hex() const {

@@ -12,6 +12,10 @@ namespace kiln::ir {
 
 // Bumped whenever the byte layout below changes, so old hashes never collide with new ones.
 inline constexpr uint32_t k_canonical_format_version = 1;
+// The version a graph with symbolic dims is written in: after the version, u32 symbol count and
+// each symbol's i64 lo and hi (numbered by first use); a symbolic dim is written as -(index + 1).
+// Names never enter, so renaming a dim keeps the hash; changing a range changes it.
+inline constexpr uint32_t k_canonical_symbolic_version = 2;
 
 // Bytes covering every op, operand, attribute, shape, dtype and precision annotation, in node
 // order; value names, comments and layout of the source do not enter.

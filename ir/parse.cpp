@@ -36,6 +36,7 @@ Status Parser::define(NodeId id, const Token& name_token) {
 }
 
 Status Parser::parse_input() {
+  m_seen_input = true;
   Location input_at = m_token.location;
   advance();  // 'input'
   if (!at(TokenKind::identifier)) return expected("an input name");
@@ -53,28 +54,43 @@ Status Parser::parse_input() {
   Location shape_at = m_token.location;
   if (Status s = expect(TokenKind::lbracket, "'[' and a shape after the dtype"); !s) return s;
   std::vector<int64_t> dims;
+  std::vector<SymbolicDim> symbols;
   while (true) {
-    if (!at(TokenKind::number)) return expected("a dimension (a positive integer)");
-    std::string_view text = m_token.text;
-    int64_t value = 0;
-    auto [end, ec] = std::from_chars(text.data() + (text[0] == '+'), text.data() + text.size(),
-                                     value);
-    if (ec == std::errc::result_out_of_range) {
-      return error_at(m_token.location, "dimension " + std::string(text) + " is too large");
-    }
-    if (ec != std::errc() || end != text.data() + text.size()) {
-      return error_at(m_token.location,
-                      "expected a dimension (a positive integer), got " + std::string(text));
-    }
-    if (value <= 0) {
-      return error_at(m_token.location,
-                      "dimension " + std::string(text) + " must be positive");
-    }
-    if (dims.size() == static_cast<size_t>(k_max_rank)) {
+    if (dims.size() == static_cast<size_t>(k_max_rank) &&
+        (at(TokenKind::number) || at(TokenKind::identifier))) {
       return error_at(m_token.location, "a shape has at most " + std::to_string(k_max_rank) +
                                             " dimensions");
     }
-    dims.push_back(value);
+    if (at(TokenKind::identifier)) {
+      auto sym = m_builder.find_symbol(m_token.text);
+      if (!sym) {
+        return error_at(m_token.location, "undeclared dim '" + std::string(m_token.text) +
+                                              "'; declare it first: dim " +
+                                              std::string(m_token.text) + ": LO..HI");
+      }
+      dims.push_back(m_builder.symbols()[static_cast<size_t>(*sym)].hi);
+      symbols.push_back({*sym, std::string(m_token.text)});
+    } else {
+      if (!at(TokenKind::number)) {
+        return expected("a dimension (a positive integer or a dim name)");
+      }
+      std::string_view text = m_token.text;
+      int64_t value = 0;
+      auto [end, ec] = std::from_chars(text.data() + (text[0] == '+'),
+                                       text.data() + text.size(), value);
+      if (ec == std::errc::result_out_of_range) {
+        return error_at(m_token.location, "dimension " + std::string(text) + " is too large");
+      }
+      if (ec != std::errc() || end != text.data() + text.size()) {
+        return error_at(m_token.location,
+                        "expected a dimension (a positive integer), got " + std::string(text));
+      }
+      if (value <= 0) {
+        return error_at(m_token.location, "dimension " + std::string(text) + " must be positive");
+      }
+      dims.push_back(value);
+      symbols.push_back({});
+    }
     advance();
     if (at(TokenKind::comma)) {
       advance();
@@ -83,7 +99,7 @@ Status Parser::parse_input() {
     if (Status s = expect(TokenKind::rbracket, "',' or ']' in the shape"); !s) return s;
     break;
   }
-  auto shape = Shape::make(std::move(dims));
+  auto shape = Shape::make(std::move(dims), std::move(symbols));
   if (!shape) return error_at(shape_at, shape.error().message);
   if (auto previous = m_builder.find(name.text)) {
     return define(*previous, name);  // reports the duplicate with both locations
@@ -91,6 +107,49 @@ Status Parser::parse_input() {
   auto id = m_builder.add_input(std::string(name.text), TensorType{*dtype, std::move(*shape)});
   if (!id) return error_at(input_at, id.error().message);
   m_defined_at.resize(m_builder.size(), name.location);
+  return Status::success();
+}
+
+Status Parser::parse_dim() {
+  Location dim_at = m_token.location;
+  Token keyword = m_token;
+  advance();  // 'dim'
+  if (at(TokenKind::equals)) return parse_assignment(keyword);  // a value named "dim"
+  if (!at(TokenKind::identifier)) return expected("a dim name after 'dim'");
+  Token name = m_token;
+  advance();
+  if (auto previous = m_builder.find_symbol(name.text)) {
+    const Symbol& was = m_builder.symbols()[static_cast<size_t>(*previous)];
+    return error_at(name.location, "dim '" + std::string(name.text) +
+                                       "' is already declared at " + std::to_string(was.line) +
+                                       ":" + std::to_string(was.column));
+  }
+  if (Status s = expect(TokenKind::colon, "':' and a range LO..HI after the dim name"); !s)
+    return s;
+  // The lexer reads "1..4096" as one number token.
+  if (!at(TokenKind::number)) return expected("a range LO..HI (e.g. 1..4096)");
+  Token range = m_token;
+  std::string_view text = range.text;
+  size_t dots = text.find("..");
+  int64_t lo = 0, hi = 0;
+  auto whole = [](std::string_view part, int64_t& value) {
+    if (part.empty()) return false;
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    return ec == std::errc() && end == part.data() + part.size();
+  };
+  if (dots == std::string_view::npos || !whole(text.substr(0, dots), lo) ||
+      !whole(text.substr(dots + 2), hi)) {
+    return error_at(range.location, "expected a range LO..HI of whole numbers written without "
+                                    "spaces (e.g. 1..4096), got " + std::string(text));
+  }
+  advance();
+  if (m_seen_input) {
+    return error_at(dim_at, "dim '" + std::string(name.text) +
+                                "' comes after an input; declare dims before the inputs");
+  }
+  auto index = m_builder.add_symbol(std::string(name.text), lo, hi);
+  if (!index) return error_at(range.location, index.error().message);
+  m_builder.set_symbol_location(*index, name.location.line, name.location.column);
   return Status::success();
 }
 
@@ -111,6 +170,10 @@ Status Parser::parse_output() {
 Status Parser::parse_assignment() {
   Token name = m_token;
   advance();
+  return parse_assignment(name);
+}
+
+Status Parser::parse_assignment(const Token& name) {
   if (!at(TokenKind::equals)) {
     return error_at(m_token.location, "expected '=' after '" + std::string(name.text) +
                                           "' (or a statement: input, output), got " +
@@ -255,9 +318,11 @@ Expected<Graph> Parser::parse() {
     Status s;
     if (at(TokenKind::end)) return expected("'}' to close graph '" + name + "'");
     if (!at(TokenKind::identifier)) {
-      return expected("a statement (input, output or NAME = op(...))");
+      return expected("a statement (dim, input, output or NAME = op(...))");
     }
-    if (at_word("input")) {
+    if (at_word("dim")) {
+      s = parse_dim();
+    } else if (at_word("input")) {
       s = parse_input();
     } else if (at_word("output")) {
       s = parse_output();
@@ -285,6 +350,17 @@ Expected<Graph> Parser::parse() {
     if (node.kind != OpKind::input && uses[i] == 0) {
       return error_at(m_defined_at[i], "value '" + node.name +
                                            "' is never used: output it or remove it");
+    }
+  }
+  for (const Symbol& symbol : m_builder.symbols()) {
+    bool used = false;
+    for (NodeId id : m_builder.inputs()) {
+      const Shape& shape = m_builder.node(id).type.shape;
+      for (const SymbolicDim& d : shape.symbols()) used = used || d.name == symbol.name;
+    }
+    if (!used) {
+      return error_at({symbol.line, symbol.column},
+                      "dim '" + symbol.name + "' is never used: no input has it");
     }
   }
   auto graph = std::move(m_builder).finish();

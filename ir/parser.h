@@ -48,9 +48,11 @@ private:
   }
 
   Status expect(TokenKind kind, const char* what);
+  Status parse_dim();
   Status parse_input();
   Status parse_output();
   Status parse_assignment();
+  Status parse_assignment(const Token& name);  // after the name
   Expected<Operand> parse_expr(int depth);
   Expected<Operand> parse_call(const Token& op_token, int depth);
   Expected<NodeId> build(const Token& op_token, const std::vector<Operand>& args,
@@ -63,6 +65,7 @@ private:
   Builder m_builder;
   Token m_token;
   std::vector<Location> m_defined_at;  // by NodeId
+  bool m_seen_input = false;
 };
 
 }  // namespace kiln::ir::detail

@@ -79,6 +79,10 @@ public:
 
   std::string graph() const {
     std::string out = "graph " + m_graph.name() + " {\n";
+    for (const Symbol& symbol : m_graph.symbols()) {
+      out += "  dim " + symbol.name + ": " + std::to_string(symbol.lo) + ".." +
+             std::to_string(symbol.hi) + "\n";
+    }
     for (size_t i = 0; i < m_graph.nodes().size(); ++i) {
       const Node& node = m_graph.nodes()[i];
       if (node.name.empty()) continue;  // printed inside its user

@@ -80,8 +80,49 @@ Expected<Shape> Shape::make(std::vector<int64_t> dims) {
   return shape;
 }
 
+Expected<Shape> Shape::make(std::vector<int64_t> dims, std::vector<SymbolicDim> symbols) {
+  if (!symbols.empty() && symbols.size() != dims.size())
+    return make_error("a shape's symbols must match its dims");
+  std::vector<int64_t> shown = dims;
+  auto shape = make(std::move(dims));
+  bool any = false;
+  for (const SymbolicDim& s : symbols) any = any || s.index >= 0;
+  if (!shape && any) {
+    std::string names = "[", bounds;
+    for (size_t i = 0; i < shown.size(); ++i) {
+      names += (i ? ", " : "");
+      if (symbols[i].index < 0) {
+        names += std::to_string(shown[i]);
+        continue;
+      }
+      names += symbols[i].name;
+      bounds += (bounds.empty() ? "" : ", ") + symbols[i].name + " = " + std::to_string(shown[i]);
+    }
+    return make_error("shape ", names, "] can hold more than ", std::to_string(k_max_elements),
+                      " elements (2^31 - 1), kiln's limit, at its dims' upper bounds (", bounds,
+                      "); narrow their ranges");
+  }
+  if (!shape) return shape;
+  if (any) shape->m_symbols = std::move(symbols);
+  return shape;
+}
+
+bool Shape::operator==(const Shape& other) const {
+  if (m_dims != other.m_dims) return false;
+  for (int i = 0; i < rank(); ++i)
+    if (symbol(i) != other.symbol(i)) return false;
+  return true;
+}
+
 std::string to_string(const Shape& shape) {
-  return to_string_unchecked(shape.dims());
+  if (!shape.symbolic()) return to_string_unchecked(shape.dims());
+  std::string out = "[";
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (i) out += ", ";
+    const SymbolicDim& s = shape.symbols()[static_cast<size_t>(i)];
+    out += s.index >= 0 ? s.name : std::to_string(shape.dim(i));
+  }
+  return out + "]";
 }
 
 std::string to_string_unchecked(const std::vector<int64_t>& dims) {

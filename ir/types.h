@@ -33,24 +33,46 @@ inline constexpr int k_max_rank = 4;
 // Every tensor's element count stays below 2^31 so kernels index with 32-bit integers.
 inline constexpr int64_t k_max_elements = (int64_t{1} << 31) - 1;
 
-// A static shape of rank 1 to 4, every dim positive, element count below k_max_elements.
+// A symbolic dimension of a shape: symbol #index of its graph (Graph::symbols()), shown as
+// `name`. The index is what counts; the name is for messages and printing.
+struct SymbolicDim {
+  int32_t index = -1;
+  std::string name;
+};
+
+// A shape of rank 1 to 4, every dim positive, element count below k_max_elements. A dim may be
+// symbolic (a graph's `dim B: 1..4096`): dim(i) is then the symbol's upper bound, so that
+// elements() and bytes() are the most the shape can hold, and symbol(i) says which symbol it is.
 class Shape {
 public:
   // Validates rank, dims and element count; the error says which dim is wrong and why.
   static Expected<Shape> make(std::vector<int64_t> dims);
+  // As make(dims), with symbols[i].index >= 0 marking dim i symbolic (dims[i] its upper bound).
+  // `symbols` is empty or of the same length as dims.
+  static Expected<Shape> make(std::vector<int64_t> dims, std::vector<SymbolicDim> symbols);
 
   int rank() const { return static_cast<int>(m_dims.size()); }
   const std::vector<int64_t>& dims() const { return m_dims; }
   int64_t dim(int i) const { return m_dims[static_cast<size_t>(i)]; }
   int64_t elements() const { return m_elements; }
-  bool operator==(const Shape&) const = default;
+  // True when some dim is symbolic.
+  bool symbolic() const { return !m_symbols.empty(); }
+  // The symbol index of dim i, or -1 for a constant dim.
+  int32_t symbol(int i) const {
+    return m_symbols.empty() ? -1 : m_symbols[static_cast<size_t>(i)].index;
+  }
+  // Per dim (empty for a static shape): the symbol and its name, index -1 for a constant dim.
+  const std::vector<SymbolicDim>& symbols() const { return m_symbols; }
+  // Equal dims and equal symbols (names aside).
+  bool operator==(const Shape& other) const;
 
 private:
   std::vector<int64_t> m_dims;
+  std::vector<SymbolicDim> m_symbols;
   int64_t m_elements = 1;
 };
 
-// "[128, 768]".
+// "[128, 768]"; a symbolic dim shows its name: "[B, S, 768]".
 std::string to_string(const Shape& shape);
 // "[128, 768]" for dims that need not form a valid Shape (used in messages).
 std::string to_string_unchecked(const std::vector<int64_t>& dims);

@@ -89,6 +89,16 @@ Status check_limits(const ir::Graph& graph, RunLimits limits) {
 
 Expected<std::vector<Tensor>> run(const ir::Graph& graph, const std::vector<Tensor>& inputs,
                                   RunMode mode, RunLimits limits) {
+  if (graph.symbolic()) {
+    // Run at the sizes the inputs give: the static graph with those values written in.
+    std::vector<std::vector<int64_t>> shapes;
+    for (const Tensor& input : inputs) shapes.push_back(input.type().shape.dims());
+    auto values = graph.symbol_values(shapes);
+    if (!values) return make_error("reference: ", values.error().message);
+    auto bound = graph.bind(*values);
+    if (!bound) return make_error("reference: ", bound.error().message);
+    return run(*bound, inputs, mode, limits);
+  }
   if (mode.arithmetic == Arithmetic::emulated && mode.precision == ir::Precision::automatic)
     return make_error("reference: precision 'auto' must be resolved for an arch before running");
   if (Status status = check_inputs(graph, inputs); !status) return status.error();

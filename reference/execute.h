@@ -59,7 +59,8 @@ RunCost estimate_cost(const ir::Graph& graph);
 Status check_limits(const ir::Graph& graph, RunLimits limits);
 
 // Runs `graph` on `inputs` (calling-convention order, each of its input's exact type) and returns
-// the outputs in declaration order. Errors: wrong input count or type, an unresolved precision,
+// the outputs in declaration order. A symbolic graph runs at the sizes its inputs give
+// (ir::Graph::symbol_values, then bind). Errors: wrong input count or type, an unresolved precision,
 // a graph above `limits.max_bytes` (the message gives both numbers), host memory exhausted.
 Expected<std::vector<Tensor>> run(const ir::Graph& graph, const std::vector<Tensor>& inputs,
                                   RunMode mode, RunLimits limits = {});
