@@ -33,6 +33,28 @@ std::vector<uint64_t> read_u64s(Reader& r) {
   return v;
 }
 
+void write_term(ByteWriter& w, const SizeTerm& t) {
+  w.i64(t.coef);
+  w.i64(t.divisor);
+  w.u64(t.symbols.size());
+  for (uint32_t s : t.symbols) w.u32(s);
+}
+void write_terms(ByteWriter& w, const std::vector<SizeTerm>& v) {
+  w.u64(v.size());
+  for (const SizeTerm& t : v) write_term(w, t);
+}
+bool read_terms(Reader& r, std::vector<SizeTerm>& v) {
+  v.resize(r.count(24));  // coef, divisor and a count at least
+  for (SizeTerm& t : v) {
+    t.coef = r.i64();
+    t.divisor = r.i64();
+    t.symbols.resize(r.count(4));
+    for (uint32_t& s : t.symbols) s = r.u32();
+    if (t.coef < 0 || t.divisor < 1) return false;
+  }
+  return r.ok();
+}
+
 void write_kernel(ByteWriter& w, const KernelArtifact& k) {
   w.str(k.name);
   w.str(k.entry);
@@ -82,6 +104,18 @@ bool read_kernel(Reader& r, KernelArtifact& k) {
 
 }  // namespace
 
+std::optional<uint64_t> SizeTerm::at(const std::vector<int64_t>& values) const {
+  constexpr __int128 k_limit = __int128{1} << 62;
+  if (coef < 0 || divisor < 1) return std::nullopt;
+  __int128 v = coef;
+  for (uint32_t s : symbols) {
+    if (s >= values.size() || values[s] < 0) return std::nullopt;
+    v *= values[s];
+    if (v > k_limit) return std::nullopt;
+  }
+  return static_cast<uint64_t>((v + divisor - 1) / divisor);
+}
+
 std::string serialize(const Artifact& a) {
   ByteWriter w;
   w.raw(k_magic);
@@ -99,6 +133,18 @@ std::string serialize(const Artifact& a) {
   w.u64(a.workspace_bytes);
   w.u64(a.kernels.size());
   for (const KernelArtifact& k : a.kernels) write_kernel(w, k);
+  w.u64(a.bucket.size());
+  for (const auto& range : a.bucket) {
+    w.i64(range[0]);
+    w.i64(range[1]);
+  }
+  write_terms(w, a.input_sizes);
+  write_terms(w, a.output_sizes);
+  write_terms(w, a.temporary_sizes);
+  for (const KernelArtifact& k : a.kernels) {
+    write_terms(w, k.grid);
+    w.u32(k.dim_params);
+  }
   return w.take();
 }
 
@@ -127,6 +173,19 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   a.kernels.resize(r.count(92));
   for (KernelArtifact& k : a.kernels) {
     if (!read_kernel(r, k)) return make_error("artifact: truncated or corrupt kernel record");
+  }
+  a.bucket.resize(r.count(16));
+  for (auto& range : a.bucket) {
+    range[0] = r.i64();
+    range[1] = r.i64();
+    if (range[0] < 1 || range[0] > range[1]) return make_error("artifact: corrupt bucket");
+  }
+  if (!read_terms(r, a.input_sizes) || !read_terms(r, a.output_sizes) ||
+      !read_terms(r, a.temporary_sizes))
+    return make_error("artifact: truncated or corrupt size terms");
+  for (KernelArtifact& k : a.kernels) {
+    if (!read_terms(r, k.grid)) return make_error("artifact: truncated or corrupt kernel grid");
+    k.dim_params = r.u32();
   }
   if (!r.ok()) return make_error("artifact: truncated");
   if (!r.done()) return make_error("artifact: ", std::to_string(r.left()), " trailing bytes");

@@ -8,6 +8,7 @@
 #include "support/expected.h"
 
 #include <array>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -15,7 +16,8 @@
 
 namespace kiln::compiler {
 
-inline constexpr uint32_t k_artifact_format_version = 1;
+// 2: adds the bucket and the size terms of symbolic graphs (empty for static ones).
+inline constexpr uint32_t k_artifact_format_version = 2;
 
 enum class BufferRole : uint8_t { input, output, temporary };
 
@@ -41,6 +43,17 @@ struct LaunchShape {
   bool operator==(const LaunchShape&) const = default;
 };
 
+// A size that follows a symbolic graph's dims: ceil(coef * product of values[symbols] / divisor).
+struct SizeTerm {
+  int64_t coef = 1;
+  std::vector<uint32_t> symbols;  // indices into the graph's symbols, with repetition
+  int64_t divisor = 1;
+  // The value at the symbols' `values`; nullopt when a symbol index is out of range or the
+  // value would pass 2^62 (only a corrupt term gets there).
+  std::optional<uint64_t> at(const std::vector<int64_t>& values) const;
+  bool operator==(const SizeTerm&) const = default;
+};
+
 // What ptxas reported for one kernel (-1: not reported).
 struct KernelReport {
   int32_t registers = -1;
@@ -59,6 +72,10 @@ struct KernelArtifact {
   LaunchShape launch;
   std::vector<KernelParam> params;  // in the kernel's parameter order
   KernelReport report;
+  // Symbolic graphs only: the grid in x, y, z as size terms (launch.grid holds it at the
+  // bucket's upper bounds), and the symbols' values follow the buffers as `int` parameters.
+  std::vector<SizeTerm> grid;
+  uint32_t dim_params = 0;  // how many int parameters follow the buffers
   // Shared memory per block: static (ptxas) plus dynamic (launch shape).
   int64_t smem_bytes() const { return report.static_smem_bytes + launch.dynamic_smem_bytes; }
   bool operator==(const KernelArtifact&) const = default;
@@ -77,6 +94,10 @@ struct Artifact {
   std::vector<uint64_t> temporary_bytes;  // per temporary
   uint64_t workspace_bytes = 0;           // all temporaries, each 256-byte aligned
   std::vector<KernelArtifact> kernels;    // launched in this order
+  // Symbolic graphs only (empty for static ones): the bucket, one [lo, hi] per symbol, and the
+  // bytes of every buffer as size terms (the *_bytes above hold them at the upper bounds).
+  std::vector<std::array<int64_t, 2>> bucket;
+  std::vector<SizeTerm> input_sizes, output_sizes, temporary_sizes;
   bool operator==(const Artifact&) const = default;
 };
 

@@ -6,18 +6,19 @@
 #include "compiler/pool.h"
 #include "compiler/prelude.h"
 #include "compiler/ptxas_report.h"
+#include "compiler/sizes.h"
 
 #include <mutex>
 
 namespace kiln::compiler {
 
 Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options) {
-  if (graph.symbolic()) {
-    std::string dims;
-    for (const ir::Symbol& s : graph.symbols()) dims += (dims.empty() ? "" : ", ") + ir::describe(s);
-    return make_error("graph '", graph.name(), "' has symbolic dims (", dims,
-                      "): compile it for given sizes");
-  }
+  if (Status s = check_bucket(graph, options.bucket); !s) return s.error();
+  std::vector<int64_t> upper;
+  for (const DimRange& range : options.bucket) upper.push_back(range.hi);
+  auto bound = graph.bind(upper);
+  if (!bound) return bound.error();
+  Sizes sizes(graph, options.bucket);
   auto nvrtc = load_nvrtc(options.nvrtc_path);
   const std::vector<int>& archs =
       nvrtc && !(*nvrtc)->archs().empty() ? (*nvrtc)->archs() : known_archs();
@@ -27,15 +28,16 @@ Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& opt
 
   LoweredProgram program;
   program.sm = options.sm;
-  auto precision = resolve_precision(graph, options);
+  program.bucket = options.bucket;
+  auto precision = resolve_precision(*bound, options);
   if (!precision) return precision.error();
   program.precision = std::move(*precision);
-  std::vector<KernelGroup> groups = fuse(graph);
-  auto plan = plan_kernels(graph, groups, program.precision, options.sm);
+  std::vector<KernelGroup> groups = fuse(*bound);
+  auto plan = plan_kernels(*bound, groups, program.precision, options.sm, sizes);
   if (!plan) return plan.error();
   program.plan = std::move(*plan);
   for (const KernelPlan& kernel : program.plan.kernels) {
-    program.kernel_sources.push_back(emit_kernel(graph, program.plan, kernel));
+    program.kernel_sources.push_back(emit_kernel(*bound, program.plan, kernel, sizes));
   }
   return program;
 }
@@ -77,6 +79,10 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
   artifact.output_bytes = program.plan.output_bytes;
   artifact.temporary_bytes = program.plan.temporary_bytes;
   artifact.workspace_bytes = program.plan.workspace_bytes;
+  for (const DimRange& range : program.bucket) artifact.bucket.push_back({range.lo, range.hi});
+  artifact.input_sizes = program.plan.input_sizes;
+  artifact.output_sizes = program.plan.output_sizes;
+  artifact.temporary_sizes = program.plan.temporary_sizes;
   for (size_t i = 0; i < kernels.size(); ++i) {
     if (!outputs[i]) return outputs[i].error();
     NvrtcOutput& out = *outputs[i];
@@ -87,6 +93,8 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
     k.ptx = std::move(out.ptx);
     k.launch = kernels[i].launch;
     k.params = kernels[i].params;
+    k.grid = kernels[i].grid;
+    k.dim_params = kernels[i].dim_params;
     for (const auto& [entry, report] : parse_ptxas_log(out.log)) {
       if (entry == k.entry) k.report = report;
     }

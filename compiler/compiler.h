@@ -20,14 +20,17 @@ namespace kiln::compiler {
 // A graph lowered to kernel sources for one arch and mode.
 struct LoweredProgram {
   int sm = 0;
+  std::vector<DimRange> bucket;  // symbolic graphs: the bucket compiled (options.bucket)
   PrecisionPlan precision;
   ProgramPlan plan;
   std::vector<std::string> kernel_sources;  // per kernel, without the prelude
 };
 
 // Runs every pass up to CUDA text. Errors are the caller's to fix (exit 2 in the CLI): an arch
-// kiln or the loadable NVRTC does not support, or a precision the arch cannot run without an
-// allowed fallback.
+// kiln or the loadable NVRTC does not support, a precision the arch cannot run without an
+// allowed fallback, a symbolic graph without a bucket of its dims (options.bucket) or a static
+// one with a bucket. A symbolic graph is planned at the bucket's upper bounds; its kernels take
+// the symbols' values as parameters and serve every size of the bucket.
 Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options);
 
 // The whole program's text: kernels in launch order, after the prelude unless omitted.

@@ -43,16 +43,22 @@ std::string describe(const ir::Graph& graph, const ProgramPlan& plan, const Kern
 
 }  // namespace
 
-std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const KernelPlan& kernel) {
+std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const KernelPlan& kernel,
+                        const Sizes& sizes) {
   detail::Code code;
-  detail::KernelContext ctx{graph, plan, kernel};
+  detail::KernelContext ctx{graph, plan, kernel, sizes};
   code.line("// " + kernel.name + ": " + describe(graph, plan, kernel));
   std::string tile;
   if (kernel.group.kind == GroupKind::matmul) {
     const MatmulShape& s = kernel.shape;
+    const MatmulExtents& e = kernel.extents;
     const MatmulTile& t = kernel.tile;
-    code.line("// batch " + detail::to_str(s.batch) + ", m " + detail::to_str(s.m) + ", n " +
-              detail::to_str(s.n) + ", k " + detail::to_str(s.k) + "; tile " +
+    // A symbolic size shows as its range over the bucket.
+    auto size = [](const Extent& x) {
+      return x.fixed() ? x.expr() : detail::to_str(x.lo) + ".." + detail::to_str(x.hi);
+    };
+    code.line("// batch " + size(e.batch) + ", m " + size(e.m) + ", n " + size(e.n) + ", k " +
+              size(e.k) + "; tile " +
               detail::to_str(t.bm) + "x" + detail::to_str(t.bn) + "x" + detail::to_str(t.bk) +
               ", " + detail::to_str(t.stages) + " stage(s), " + detail::to_str(t.threads()) +
               " threads; " + std::string(to_string(s.path)) + " on " + arch_name(kernel.sm));

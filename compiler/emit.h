@@ -15,7 +15,9 @@ enum class Prelude : uint8_t { include, omit };
 std::string entry_name(const KernelPlan& kernel);
 
 // One kernel's source: a comment naming the fused ops, then one extern "C" __global__ function.
-// Deterministic: the same graph, plan and arch give the same bytes.
-std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const KernelPlan& kernel);
+// Deterministic: the same graph, plan and arch give the same bytes. `graph` is static (a
+// symbolic graph bound at the bucket's upper bounds); `sizes` says which sizes are symbolic.
+std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const KernelPlan& kernel,
+                        const Sizes& sizes);
 
 }  // namespace kiln::compiler

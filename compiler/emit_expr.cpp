@@ -115,21 +115,23 @@ const char* binary_op(ir::OpKind kind) {
 }
 
 // The offset of a leaf's element for the output element `index` (numpy broadcasting).
-std::string leaf_offset(const ir::Shape& leaf, const ir::Shape& out, const ElementIndex& index) {
+std::string leaf_offset(const KernelContext& ctx, ir::NodeId leaf_id, const ElementIndex& index) {
+  const ir::Shape& leaf = ctx.graph.node(leaf_id).type.shape;
+  const ir::Shape& out = ctx.graph.node(ctx.kernel.group.root).type.shape;
   if (leaf == out && !index.linear.empty()) return index.linear;
   int rank = out.rank(), lrank = leaf.rank();
   std::string offset;
-  int64_t stride = 1;
+  Extent stride;
   for (int d = rank - 1; d >= 0; --d) {
     int ld = d - (rank - lrank);
     if (ld < 0) break;
     if (leaf.dim(ld) != 1) {
-      std::string term = stride == 1
+      std::string term = stride.fixed() && stride.coef == 1
                              ? index.coords[static_cast<size_t>(d)]
-                             : index.coords[static_cast<size_t>(d)] + " * " + to_str(stride);
+                             : index.coords[static_cast<size_t>(d)] + " * " + stride.expr();
       offset = offset.empty() ? term : term + " + " + offset;
     }
-    stride *= leaf.dim(ld);
+    stride = stride * ctx.sizes.dim(leaf_id, ld);
   }
   return offset.empty() ? "0" : offset;
 }
@@ -145,6 +147,8 @@ std::string param_list(const KernelContext& ctx) {
     list += (p.written ? "" : "const ") + storage_type(dtypes[i]) + "* __restrict__ p" +
             std::to_string(i);
   }
+  for (uint32_t i = 0; i < ctx.kernel.dim_params; ++i)
+    list += ", int " + std::string(k_dim_param) + std::to_string(i);
   return list;
 }
 
@@ -155,21 +159,29 @@ std::string kernel_signature(const KernelContext& ctx, int threads, int min_bloc
          "(" + param_list(ctx) + ") {";
 }
 
-void emit_coords(Code& code, const ir::Shape& shape, const std::string& linear,
+void emit_coords(Code& code, const std::vector<Extent>& dims, const std::string& linear,
                  ElementIndex& index) {
   std::string rest = linear;
-  index.coords.assign(static_cast<size_t>(shape.rank()), "");
-  for (int d = shape.rank() - 1; d >= 0; --d) {
+  auto rank = static_cast<int>(dims.size());
+  index.coords.assign(dims.size(), "");
+  for (int d = rank - 1; d >= 0; --d) {
     std::string c = "c" + to_str(d);
+    std::string dim = dims[static_cast<size_t>(d)].expr();
     if (d == 0) {
       code.line("const int " + c + " = " + rest + ";");
     } else {
-      code.line("const int " + c + " = " + rest + " % " + to_str(shape.dim(d)) + ";");
-      code.line("const int r" + to_str(d) + " = " + rest + " / " + to_str(shape.dim(d)) + ";");
+      code.line("const int " + c + " = " + rest + " % " + dim + ";");
+      code.line("const int r" + to_str(d) + " = " + rest + " / " + dim + ";");
       rest = "r" + to_str(d);
     }
     index.coords[static_cast<size_t>(d)] = c;
   }
+}
+
+std::vector<Extent> dims_of(const KernelContext& ctx, ir::NodeId id) {
+  std::vector<Extent> dims;
+  for (int d = 0; d < ctx.graph.node(id).type.shape.rank(); ++d) dims.push_back(ctx.sizes.dim(id, d));
+  return dims;
 }
 
 bool needs_coords(const KernelContext& ctx) {
@@ -181,26 +193,26 @@ bool needs_coords(const KernelContext& ctx) {
 }
 
 void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string& gtype) {
-  const MatmulShape& s = ctx.kernel.shape;
+  const MatmulExtents& s = ctx.kernel.extents;
   const ir::Node& mm = ctx.graph.node(ctx.kernel.group.anchor);
   // Only batched kernels name the batch: an unused variable is an NVRTC warning.
   if (mm.type.shape.rank() == 3) code.line("const int bz = (int)blockIdx.z;");
   code.line("const " + gtype + "* A = " + ctx.param(mm.operands[0]) +
-            (s.a_batch_stride ? " + bz * " + to_str(s.a_batch_stride) : "") + ";");
+            (s.a_batch_stride.coef ? " + bz * " + s.a_batch_stride.expr() : "") + ";");
   code.line("const " + gtype + "* B = " + ctx.param(mm.operands[1]) +
-            (s.b_batch_stride ? " + bz * " + to_str(s.b_batch_stride) : "") + ";");
+            (s.b_batch_stride.coef ? " + bz * " + s.b_batch_stride.expr() : "") + ";");
 }
 
 ElementIndex matmul_output_index(const KernelContext& ctx) {
   const KernelPlan& k = ctx.kernel;
-  const MatmulShape& s = k.shape;
+  const MatmulExtents& s = k.extents;
   ElementIndex index;
   if (ctx.graph.node(k.group.root).type.shape.rank() == 3) {
     index.coords = {"bz", "m", "n"};
-    index.linear = "(bz * " + to_str(s.m) + " + m) * " + to_str(s.n) + " + n";
+    index.linear = "(bz * " + s.m.expr() + " + m) * " + s.n.expr() + " + n";
   } else {
     index.coords = {"m", "n"};
-    index.linear = "m * " + to_str(s.n) + " + n";
+    index.linear = "m * " + s.n.expr() + " + n";
   }
   return index;
 }
@@ -209,14 +221,13 @@ std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::strin
                           const ElementIndex& index) {
   const ir::Graph& g = ctx.graph;
   const KernelGroup& group = ctx.kernel.group;
-  const ir::Shape& out = g.node(group.root).type.shape;
   // Members are in node order, so this stays linear in the group's size.
   auto in_group = [&](ir::NodeId id) {
     return std::binary_search(group.nodes.begin(), group.nodes.end(), id);
   };
   for (ir::NodeId leaf : group.leaves) {
     const ir::Node& n = g.node(leaf);
-    std::string element = ctx.param(leaf) + "[" + leaf_offset(n.type.shape, out, index) + "]";
+    std::string element = ctx.param(leaf) + "[" + leaf_offset(ctx, leaf, index) + "]";
     code.line("const float l" + to_str(leaf) + " = " + load_as_float(n.type.dtype, element) + ";");
   }
   auto value = [&](ir::NodeId id) { return (in_group(id) ? "v" : "l") + to_str(id); };

@@ -38,9 +38,10 @@ struct ElementIndex {
 
 // Everything an emitter needs to know about one kernel's parameters.
 struct KernelContext {
-  const ir::Graph& graph;
+  const ir::Graph& graph;  // static (a symbolic graph bound at its bucket's upper bounds)
   const ProgramPlan& plan;
   const KernelPlan& kernel;
+  const Sizes& sizes;  // graph's sizes as the kernel computes them
   // "p3" for node `id` read through a parameter.
   std::string param(ir::NodeId id) const;
 };
@@ -50,7 +51,8 @@ std::string to_str(int64_t v);
 std::string storage_type(ir::DType dtype);
 // Converts `p[i]` (an element of dtype) to float.
 std::string load_as_float(ir::DType dtype, const std::string& element);
-// The kernel's parameter list: written buffers as T*, read ones as const T*, all __restrict__.
+// The kernel's parameter list: written buffers as T*, read ones as const T*, all __restrict__,
+// then for a symbolic graph each symbol's value as `int kiln_dimI`.
 std::string param_list(const KernelContext& ctx);
 // The "extern C __global__" line up to the opening brace. min_blocks > 0 adds the second
 // __launch_bounds__ argument: matmul kernels pass 1, which lets ptxas use the registers it needs
@@ -74,9 +76,11 @@ ElementIndex matmul_output_index(const KernelContext& ctx);
 void emit_store(Code& code, const KernelContext& ctx, const std::string& value,
                 const std::string& linear);
 
-// Declares c0..c{rank-1} (ints) for the element at `linear` of a row-major `shape`.
-void emit_coords(Code& code, const ir::Shape& shape, const std::string& linear,
+// Declares c0..c{rank-1} (ints) for the element at `linear` of a row-major tensor of `dims`.
+void emit_coords(Code& code, const std::vector<Extent>& dims, const std::string& linear,
                  ElementIndex& index);
+// Node `id`'s dims as extents.
+std::vector<Extent> dims_of(const KernelContext& ctx, ir::NodeId id);
 
 // One operand tile copy from global to shared memory, as seen in global orientation: `rows` rows
 // starting at row0 (< row_bound), `cols` contiguous elements starting at col0 (< col_bound).
@@ -85,7 +89,7 @@ struct TileCopy {
   std::string src;  // global base pointer (typed)
   std::string row0, col0;
   int rows = 0, cols = 0;
-  int64_t row_bound = 0, col_bound = 0, ld_global = 0;
+  Extent row_bound, col_bound, ld_global;
   int smem_ld = 0;
   bool transpose = false;  // store element (r, c) at c * smem_ld + r (fp32 ffma kernels)
   ir::DType dtype = ir::DType::f32;
@@ -96,12 +100,13 @@ struct TileCopy {
 void emit_tile_copy(Code& code, const TileCopy& copy);
 
 // Declares bm0 and bn0, the block's first row and column. Grids taller than 8 row tiles run in
-// grouped order (8 row tiles sweep the columns together) so their operand tiles stay in L2.
+// grouped order (8 row tiles sweep the columns together) so their operand tiles stay in L2; a
+// symbolic graph's grid is read from gridDim.
 void emit_block_origin(Code& code, const KernelPlan& kernel);
 
 // The k loop: a `stages`-deep cp.async pipeline (stages >= 2) or synchronous single-stage loads.
 // load(stage, k0) emits one stage's copies; compute(stage) its math.
-void emit_k_loop(Code& code, int stages, int64_t k, int bk,
+void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
                  const std::function<void(const std::string&, const std::string&)>& load,
                  const std::function<void(const std::string&)>& compute);
 

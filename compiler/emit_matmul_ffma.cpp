@@ -6,6 +6,7 @@ namespace kiln::compiler::detail {
 void emit_matmul_ffma(Code& code, const KernelContext& ctx) {
   const KernelPlan& k = ctx.kernel;
   const MatmulShape& s = k.shape;
+  const MatmulExtents& e = k.extents;
   const MatmulTile& t = k.tile;
   SmemLayout layout = smem_layout(t, s);
   const ir::Node& mm = ctx.graph.node(k.group.anchor);
@@ -40,26 +41,26 @@ void emit_matmul_ffma(Code& code, const KernelContext& ctx) {
     a.dst = "sa + " + stage + " * " + to_str(a_elems);
     a.src = "A";
     a.smem_ld = layout.a.ld;
-    a.ld_global = s.lda;
+    a.ld_global = e.lda;
     if (s.a_k_contiguous) {  // global [m][k] -> smem [k][m]
       a.row0 = "bm0", a.col0 = k0, a.rows = t.bm, a.cols = t.bk, a.transpose = true;
-      a.row_bound = s.m, a.col_bound = s.k;
+      a.row_bound = e.m, a.col_bound = e.k;
     } else {
       a.row0 = k0, a.col0 = "bm0", a.rows = t.bk, a.cols = t.bm;
-      a.row_bound = s.k, a.col_bound = s.m;
+      a.row_bound = e.k, a.col_bound = e.m;
     }
     TileCopy b = a;
     b.transpose = false;
     b.dst = "sb + " + stage + " * " + to_str(b_elems);
     b.src = "B";
     b.smem_ld = layout.b.ld;
-    b.ld_global = s.ldb;
+    b.ld_global = e.ldb;
     if (s.b_k_contiguous) {  // global [n][k] -> smem [k][n]
       b.row0 = "bn0", b.col0 = k0, b.rows = t.bn, b.cols = t.bk, b.transpose = true;
-      b.row_bound = s.n, b.col_bound = s.k;
+      b.row_bound = e.n, b.col_bound = e.k;
     } else {
       b.row0 = k0, b.col0 = "bn0", b.rows = t.bk, b.cols = t.bn;
-      b.row_bound = s.k, b.col_bound = s.n;
+      b.row_bound = e.k, b.col_bound = e.n;
     }
     emit_tile_copy(code, a);
     emit_tile_copy(code, b);
@@ -84,7 +85,7 @@ void emit_matmul_ffma(Code& code, const KernelContext& ctx) {
     code.close();
     code.close();
   };
-  emit_k_loop(code, t.stages, s.k, t.bk, load, compute);
+  emit_k_loop(code, t.stages, e.k, t.bk, load, compute);
 
   code.line("// epilogue: thread (tx, ty) owns rows ty + 16 i and columns tx + 16 j");
   code.line("#pragma unroll");
@@ -93,8 +94,8 @@ void emit_matmul_ffma(Code& code, const KernelContext& ctx) {
   code.open("for (int j = 0; j < " + to_str(tn) + "; ++j) {");
   code.line("const int m = bm0 + ty + 16 * i;");
   code.line("const int n = bn0 + tx + 16 * j;");
-  if (s.m % t.bm != 0 || s.n % t.bn != 0) {
-    code.line("if (m >= " + to_str(s.m) + " || n >= " + to_str(s.n) + ") continue;");
+  if (!e.m.multiple_of(t.bm) || !e.n.multiple_of(t.bn)) {
+    code.line("if (m >= " + e.m.expr() + " || n >= " + e.n.expr() + ") continue;");
   }
   ElementIndex index = matmul_output_index(ctx);
   std::string value = emit_epilogue(code, ctx, "acc[i][j]", index);

@@ -201,6 +201,7 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
   std::string gtype = storage_type(dtype);
   std::string smem_t = geo.half ? "unsigned short" : "float";
   const MatmulShape& s = k.shape;
+  const MatmulExtents& e = k.extents;
   int threads = k.tile.threads();
   bool async = k.tile.stages >= 2;
 
@@ -234,30 +235,30 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
     a.async = async;
     a.threads = threads;
     a.smem_ld = geo.layout.a.ld;
-    a.ld_global = s.lda;
+    a.ld_global = e.lda;
     if (s.a_k_contiguous) {
       a.row0 = "bm0", a.col0 = k0, a.rows = k.tile.bm, a.cols = k.tile.bk;
-      a.row_bound = s.m, a.col_bound = s.k;
+      a.row_bound = e.m, a.col_bound = e.k;
     } else {
       a.row0 = k0, a.col0 = "bm0", a.rows = k.tile.bk, a.cols = k.tile.bm;
-      a.row_bound = s.k, a.col_bound = s.m;
+      a.row_bound = e.k, a.col_bound = e.m;
     }
     TileCopy b = a;
     b.dst = "sb + " + stage + " * " + to_str(b_elems);
     b.src = "B";
     b.smem_ld = geo.layout.b.ld;
-    b.ld_global = s.ldb;
+    b.ld_global = e.ldb;
     if (s.b_k_contiguous) {
       b.row0 = "bn0", b.col0 = k0, b.rows = k.tile.bn, b.cols = k.tile.bk;
-      b.row_bound = s.n, b.col_bound = s.k;
+      b.row_bound = e.n, b.col_bound = e.k;
     } else {
       b.row0 = k0, b.col0 = "bn0", b.rows = k.tile.bk, b.cols = k.tile.bn;
-      b.row_bound = s.k, b.col_bound = s.n;
+      b.row_bound = e.k, b.col_bound = e.n;
     }
     emit_tile_copy(code, a);
     emit_tile_copy(code, b);
   };
-  emit_k_loop(code, k.tile.stages, s.k, k.tile.bk, load,
+  emit_k_loop(code, k.tile.stages, e.k, k.tile.bk, load,
               [&](const std::string& stage) { emit_compute(code, geo, k.sm, stage); });
 
   code.line("// epilogue: D(g, 2t..2t+1) and D(g+8, 2t..2t+1) of every mma tile");
@@ -269,8 +270,8 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
   code.open("for (int i = 0; i < 4; ++i) {");
   code.line("const int m = bm0 + wm0 + mt * 16 + g + (i >> 1) * 8;");
   code.line("const int n = bn0 + wn0 + nt * 8 + t4 * 2 + (i & 1);");
-  bool check = s.m % k.tile.bm != 0 || s.n % k.tile.bn != 0;
-  if (check) code.line("if (m >= " + to_str(s.m) + " || n >= " + to_str(s.n) + ") continue;");
+  bool check = !e.m.multiple_of(k.tile.bm) || !e.n.multiple_of(k.tile.bn);
+  if (check) code.line("if (m >= " + e.m.expr() + " || n >= " + e.n.expr() + ") continue;");
   ElementIndex index = matmul_output_index(ctx);
   std::string value = emit_epilogue(code, ctx, "acc[mt][nt][i]", index);
   emit_store(code, ctx, value, index.linear);

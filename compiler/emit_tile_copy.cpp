@@ -7,14 +7,14 @@ namespace kiln::compiler::detail {
 void emit_tile_copy(Code& code, const TileCopy& c) {
   int elem_bytes = static_cast<int>(ir::byte_size(c.dtype));
   int vec = 16 / elem_bytes;
-  bool vector = !c.transpose && !c.smem_float && c.ld_global % vec == 0 && c.col_bound % vec == 0 &&
-                c.cols % vec == 0;
+  bool vector = !c.transpose && !c.smem_float && c.ld_global.multiple_of(vec) &&
+                c.col_bound.multiple_of(vec) && c.cols % vec == 0;
   if (!vector) vec = 1;
   int per_row = c.cols / vec;
   int total = c.rows * per_row;
   int iters = (total + c.threads - 1) / c.threads;
-  bool check_rows = c.row_bound % c.rows != 0;
-  bool check_cols = c.col_bound % c.cols != 0;
+  bool check_rows = !c.row_bound.multiple_of(c.rows);
+  bool check_cols = !c.col_bound.multiple_of(c.cols);
 
   code.line("#pragma unroll");
   code.open("for (int i = 0; i < " + to_str(iters) + "; ++i) {");
@@ -24,9 +24,9 @@ void emit_tile_copy(Code& code, const TileCopy& c) {
   code.line("const int cc = (c % " + to_str(per_row) + ")" + (vec > 1 ? " * " + to_str(vec) : "") +
             ";");
   std::string ok;
-  if (check_rows) ok = c.row0 + " + r < " + to_str(c.row_bound);
-  if (check_cols) ok += (ok.empty() ? "" : " && ") + c.col0 + " + cc < " + to_str(c.col_bound);
-  std::string offset = "(" + c.row0 + " + r) * " + to_str(c.ld_global) + " + " + c.col0 + " + cc";
+  if (check_rows) ok = c.row0 + " + r < " + c.row_bound.expr();
+  if (check_cols) ok += (ok.empty() ? "" : " && ") + c.col0 + " + cc < " + c.col_bound.expr();
+  std::string offset = "(" + c.row0 + " + r) * " + c.ld_global.expr() + " + " + c.col0 + " + cc";
   std::string dst =
       c.dst + " + " +
       (c.transpose ? "cc * " + to_str(c.smem_ld) + " + r" : "r * " + to_str(c.smem_ld) + " + cc");
@@ -56,7 +56,7 @@ void emit_tile_copy(Code& code, const TileCopy& c) {
 
 void emit_block_origin(Code& code, const KernelPlan& k) {
   constexpr int64_t k_group = 8;
-  int64_t gx = k.launch.grid[0], gy = k.launch.grid[1];
+  int64_t gx = k.launch.grid[0], gy = k.launch.grid[1];  // the most a symbolic graph's can be
   std::string bm = to_str(k.tile.bm), bn = to_str(k.tile.bn);
   if (gy <= k_group || gx < 2) {
     code.line("const int bm0 = (int)blockIdx.y * " + bm + ";");
@@ -64,21 +64,30 @@ void emit_block_origin(Code& code, const KernelPlan& k) {
     return;
   }
   code.line("// grouped order: 8 row tiles sweep the columns together (operand reuse in L2)");
-  code.line("const int pid = (int)blockIdx.y * " + to_str(gx) + " + (int)blockIdx.x;");
-  code.line("const int first = pid / " + to_str(k_group * gx) + " * " + to_str(k_group) + ";");
-  code.line("const int rows = " + to_str(gy) + " - first < " + to_str(k_group) + " ? " +
-            to_str(gy) + " - first : " + to_str(k_group) + ";");
-  code.line("const int in_group = pid % " + to_str(k_group * gx) + ";");
+  std::string x = to_str(gx), y = to_str(gy), group_size = to_str(k_group * gx);
+  if (!k.grid.empty()) {
+    x = "(int)gridDim.x", y = "(int)gridDim.y", group_size = "(" + to_str(k_group) + " * " + x + ")";
+  }
+  code.line("const int pid = (int)blockIdx.y * " + x + " + (int)blockIdx.x;");
+  code.line("const int first = pid / " + group_size + " * " + to_str(k_group) + ";");
+  code.line("const int rows = " + y + " - first < " + to_str(k_group) + " ? " + y +
+            " - first : " + to_str(k_group) + ";");
+  code.line("const int in_group = pid % " + group_size + ";");
   code.line("const int bm0 = (first + in_group % rows) * " + bm + ";");
   code.line("const int bn0 = (in_group / rows) * " + bn + ";");
 }
 
-void emit_k_loop(Code& code, int stages, int64_t k, int bk,
+void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
                  const std::function<void(const std::string&, const std::string&)>& load,
                  const std::function<void(const std::string&)>& compute) {
-  int64_t k_tiles = (k + bk - 1) / bk;
+  int64_t k_tiles = (k.hi + bk - 1) / bk;  // the most there can be
+  std::string tiles = to_str(k_tiles);
+  if (!k.fixed()) {
+    code.line("const int k_tiles = (" + k.expr() + " + " + to_str(bk - 1) + ") / " + to_str(bk) + ";");
+    tiles = "k_tiles";
+  }
   if (stages < 2) {
-    code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt) {");
+    code.open("for (int kt = 0; kt < " + tiles + "; ++kt) {");
     code.line("const int k0 = kt * " + to_str(bk) + ";");
     load("0", "k0");
     code.line("__syncthreads();");
@@ -91,19 +100,19 @@ void emit_k_loop(Code& code, int stages, int64_t k, int bk,
   code.line("// prologue: the first " + to_str(stages - 1) + " stages in flight");
   for (int st = 0; st < stages - 1; ++st) {
     if (st < k_tiles) {
-      code.open("{");
+      code.open(k.fixed() || st == 0 ? "{" : "if (" + to_str(st) + " < k_tiles) {");
       code.line("const int k0 = " + to_str(st * bk) + ";");
       load(to_str(st), "k0");
       code.close();
     }
     code.line("kiln_cp_async_commit();");
   }
-  code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt) {");
+  code.open("for (int kt = 0; kt < " + tiles + "; ++kt) {");
   code.line("kiln_cp_async_wait<" + to_str(stages - 2) + ">();");
   code.line("__syncthreads();");
   code.open("{");
   code.line("const int next = kt + " + to_str(stages - 1) + ";");
-  code.open("if (next < " + to_str(k_tiles) + ") {");
+  code.open("if (next < " + tiles + ") {");
   code.line("const int k0 = next * " + to_str(bk) + ";");
   code.line("const int ns = next % " + s + ";");
   load("ns", "k0");

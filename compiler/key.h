@@ -24,8 +24,14 @@ struct ResolvedInfo {
 using KeyFields = std::vector<std::pair<std::string, std::string>>;
 
 // Tagged fields, in this order: graph (ir::canonical_bytes), graph_hash, arch, precision,
-// nvrtc_version, codegen_version, options.
+// nvrtc_version, codegen_version, options, and for a symbolic graph dims (the bucket, e.g.
+// "dim0 in [33, 64], dim1 in [1, 1]", symbols numbered as in the graph; names never enter).
 KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
                      const ResolvedInfo& resolved);
+
+// The "dims" field's value for a bucket.
+std::string dims_key(const std::vector<DimRange>& bucket);
+// The same text with the graph's own names: "B in [33, 64], S in [1, 1]".
+std::string describe_bucket(const ir::Graph& graph, const std::vector<DimRange>& bucket);
 
 }  // namespace kiln::compiler

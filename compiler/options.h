@@ -15,12 +15,22 @@ namespace kiln::compiler {
 // (recorded as a fallback) instead of being refused.
 enum class FallbackPolicy : uint8_t { refuse, allow };
 
+// The sizes one compiled entry serves for one symbol of a symbolic graph: lo..hi inclusive.
+struct DimRange {
+  int64_t lo = 1;
+  int64_t hi = 1;
+  bool operator==(const DimRange&) const = default;
+};
+
 struct CompileOptions {
   int sm = 90;                                         // compute capability x 10, e.g. 90
   ir::Precision precision = ir::Precision::automatic;  // the graph-wide mode
   FallbackPolicy fallback = FallbackPolicy::refuse;
   // Exact libnvrtc to load; empty: KILN_NVRTC_PATH, then the usual places (see nvrtc.h).
   std::string nvrtc_path;
+  // Symbolic graphs: the bucket to compile, one range per symbol (a bucket of it, see
+  // compiler/sizes.h); empty for a static graph. A key field of its own ("dims").
+  std::vector<DimRange> bucket;
   // Compile threads; 0: KILN_COMPILE_THREADS, else the core count.
   int threads = 0;
   // Called after each kernel's NVRTC compile with (kernels done, kernels in all), from the compile

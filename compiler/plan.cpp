@@ -40,22 +40,45 @@ MatmulShape matmul_shape(const ir::Graph& graph, ir::NodeId id, MatmulPath path)
   return s;
 }
 
+MatmulExtents matmul_extents(const ir::Graph& graph, const Sizes& sizes, ir::NodeId id) {
+  const ir::Node& node = graph.node(id);
+  ir::NodeId a = node.operands[0], b = node.operands[1];
+  int ra = graph.node(a).type.shape.rank(), rb = graph.node(b).type.shape.rank();
+  int rc = node.type.shape.rank();
+  MatmulExtents e;
+  e.batch = rc == 3 ? sizes.dim(id, 0) : Extent::constant(1);
+  e.m = sizes.dim(id, rc - 2);
+  e.n = sizes.dim(id, rc - 1);
+  e.k = sizes.dim(a, ra - (node.attrs.transpose_a ? 2 : 1));
+  e.lda = sizes.dim(a, ra - 1);
+  e.ldb = sizes.dim(b, rb - 1);
+  if (ra == 3 && graph.node(a).type.shape.dim(0) > 1) e.a_batch_stride = e.m * e.k;
+  if (rb == 3 && graph.node(b).type.shape.dim(0) > 1) e.b_batch_stride = e.k * e.n;
+  return e;
+}
+
 uint32_t ceil_div(int64_t a, int64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
 
 }  // namespace
 
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
-                                   const PrecisionPlan& precision, int sm) {
+                                   const PrecisionPlan& precision, int sm, const Sizes& sizes) {
   ProgramPlan plan;
+  bool symbolic = sizes.symbolic();
+  auto bytes_term = [&](ir::NodeId id) {
+    return (sizes.elements(id) * Extent::constant(ir::byte_size(graph.node(id).type.dtype))).term();
+  };
   const auto& nodes = graph.nodes();
   plan.location.assign(nodes.size(), BufferRef{});
   for (size_t i = 0; i < graph.inputs().size(); ++i) {
     ir::NodeId id = graph.inputs()[i];
     plan.location[static_cast<size_t>(id)] = {BufferRole::input, static_cast<uint32_t>(i)};
     plan.input_bytes.push_back(static_cast<uint64_t>(graph.node(id).type.bytes()));
+    if (symbolic) plan.input_sizes.push_back(bytes_term(id));
   }
   for (ir::NodeId id : graph.outputs()) {
     plan.output_bytes.push_back(static_cast<uint64_t>(graph.node(id).type.bytes()));
+    if (symbolic) plan.output_sizes.push_back(bytes_term(id));
   }
   auto bytes_of = [&](ir::NodeId id) { return static_cast<uint64_t>(graph.node(id).type.bytes()); };
 
@@ -74,6 +97,7 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
     if (k.params.empty()) {
       auto t = static_cast<uint32_t>(plan.temporary_bytes.size());
       plan.temporary_bytes.push_back(bytes_of(group.root));
+      if (symbolic) plan.temporary_sizes.push_back(bytes_term(group.root));
       k.params.push_back({{BufferRole::temporary, t}, bytes_of(group.root), true});
     }
     if (graph.node(group.root).kind != ir::OpKind::input) {
@@ -96,6 +120,7 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
     if (group.kind == GroupKind::matmul) {
       MatmulPath path = precision.paths[static_cast<size_t>(group.anchor)];
       k.shape = matmul_shape(graph, group.anchor, path);
+      k.extents = matmul_extents(graph, sizes, group.anchor);
       k.tile = choose_tile(k.shape, sm);
       k.name = index + "_matmul_" + std::string(to_string(path)) + "_" + std::to_string(k.tile.bm) +
                "x" + std::to_string(k.tile.bn);
@@ -110,17 +135,33 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       k.launch.block = {static_cast<uint32_t>(uses_mma(path) ? k.tile.threads() : 256), 1, 1};
       k.launch.dynamic_smem_bytes =
           static_cast<uint32_t>(k.tile.stages * smem_layout(k.tile, k.shape).stage_bytes());
+      if (symbolic) {
+        k.grid = {k.extents.n.term(k.tile.bn), k.extents.m.term(k.tile.bm),
+                  k.extents.batch.term()};
+      }
     } else if (group.kind == GroupKind::softmax) {
       const ir::Node& sm_node = graph.node(group.anchor);
       int64_t row = sm_node.type.shape.dim(sm_node.attrs.axis);
       k.name = index + "_softmax";
       k.launch.grid = {ceil_div(total / row, k_softmax_rows_per_block), 1, 1};
       k.launch.block = {32 * k_softmax_rows_per_block, 1, 1};
+      if (symbolic) {
+        int axis = sm_node.attrs.axis, rank = sm_node.type.shape.rank();
+        Extent rows = sizes.product(group.anchor, 0, axis) *
+                      sizes.product(group.anchor, axis + 1, rank);
+        k.grid = {rows.term(k_softmax_rows_per_block), Extent::constant(1).term(),
+                  Extent::constant(1).term()};
+      }
     } else {
       k.name = index + (root.kind == ir::OpKind::input ? "_copy" : "_elementwise");
       k.launch.grid = {ceil_div(total, k_elementwise_threads), 1, 1};
       k.launch.block = {k_elementwise_threads, 1, 1};
+      if (symbolic) {
+        k.grid = {sizes.elements(group.root).term(k_elementwise_threads),
+                  Extent::constant(1).term(), Extent::constant(1).term()};
+      }
     }
+    if (symbolic) k.dim_params = static_cast<uint32_t>(sizes.symbol_count());
     if (uint64_t bytes = k.params.size() * k_param_bytes; bytes > k_max_param_bytes) {
       return make_error("kernel '", k.name, "' computing ", describe_node(graph, group.root),
                         " takes ", std::to_string(k.params.size()), " buffers: ",

@@ -4,6 +4,7 @@
 #include "compiler/artifact.h"
 #include "compiler/fusion.h"
 #include "compiler/precision.h"
+#include "compiler/sizes.h"
 #include "compiler/tile.h"
 
 #include <string>
@@ -16,7 +17,10 @@ struct KernelPlan {
   std::string name;   // "k0_matmul_tf32", also the entry point with "kiln_" before it
   MatmulShape shape;  // matmul kernels
   MatmulTile tile;    // matmul kernels
-  LaunchShape launch;
+  MatmulExtents extents;  // matmul kernels: `shape`'s sizes as the kernel computes them
+  LaunchShape launch;     // for a symbolic graph, at the bucket's upper bounds
+  std::vector<SizeTerm> grid;  // symbolic graphs: the grid's x, y, z as size terms
+  uint32_t dim_params = 0;     // symbolic graphs: int parameters after the buffers
   std::vector<KernelParam> params;  // stores first, then reads, each buffer once
   int sm = 0;
   // The parameter index holding node `id`'s value (a read), or -1.
@@ -26,8 +30,10 @@ struct KernelPlan {
 struct ProgramPlan {
   std::vector<KernelPlan> kernels;
   std::vector<BufferRef> location;  // per node id: where its value lives (roots and inputs)
-  std::vector<uint64_t> input_bytes, output_bytes, temporary_bytes;
+  std::vector<uint64_t> input_bytes, output_bytes, temporary_bytes;  // at the upper bounds
   uint64_t workspace_bytes = 0;
+  // Symbolic graphs only: each buffer's bytes as a size term.
+  std::vector<SizeTerm> input_sizes, output_sizes, temporary_sizes;
 };
 
 // CUDA's kernel parameter space on every arch kiln supports (sm_75 and newer, CUDA 12.1 and
@@ -35,11 +41,13 @@ struct ProgramPlan {
 inline constexpr uint64_t k_max_param_bytes = 32764;
 inline constexpr uint64_t k_param_bytes = 8;
 
+// `graph` is static: a symbolic graph bound at its bucket's upper bounds, whose sizes `sizes`
+// gives as extents (Sizes(graph) for a static graph).
 // Assigns every group's value a buffer (graph output, else a temporary), orders parameters,
 // picks matmul tiles and launch shapes. Fails for launches beyond the grid limits and for a
 // kernel whose parameters would not fit in k_max_param_bytes (fuse() keeps kernels far below it,
 // so only groups formed otherwise get there); the message names the kernel and the bytes.
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
-                                   const PrecisionPlan& precision, int sm);
+                                   const PrecisionPlan& precision, int sm, const Sizes& sizes);
 
 }  // namespace kiln::compiler

@@ -54,36 +54,80 @@ Expected<std::vector<reference::Tensor>> Program::run(
   if (inputs.size() != graph_inputs.size())
     return make_error("emulation: the graph takes ", std::to_string(graph_inputs.size()),
                       " inputs, got ", std::to_string(inputs.size()));
+  // A symbolic graph runs at the sizes its inputs give, which must lie in the compiled bucket.
+  std::vector<int64_t> values;
+  if (m_graph.symbolic()) {
+    std::vector<std::vector<int64_t>> shapes;
+    for (const reference::Tensor& t : inputs) shapes.push_back(t.type().shape.dims());
+    auto given = m_graph.symbol_values(shapes);
+    if (!given) return make_error("emulation: ", given.error().message);
+    values = std::move(*given);
+    const auto& bucket = m_lowered.bucket;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i >= bucket.size() || values[i] < bucket[i].lo || values[i] > bucket[i].hi)
+        return make_error("emulation: ", m_graph.symbols()[i].name, " = ",
+                          std::to_string(values[i]), " is outside the compiled bucket");
+    }
+  }
+  auto bound = m_graph.bind(values);
+  if (!bound) return make_error("emulation: ", bound.error().message);
+  // Bytes of each buffer: a symbolic plan's size terms at the values, else the plan's bytes.
+  auto sizes = [&](const std::vector<uint64_t>& bytes, const std::vector<compiler::SizeTerm>& terms)
+      -> Expected<std::vector<uint64_t>> {
+    if (!m_graph.symbolic()) return bytes;
+    std::vector<uint64_t> out;
+    for (const compiler::SizeTerm& term : terms) {
+      auto v = term.at(values);
+      if (!v) return make_error("emulation: a size term of the plan is out of range");
+      out.push_back(*v);
+    }
+    return out;
+  };
+  auto out_bytes = sizes(plan.output_bytes, plan.output_sizes);
+  auto tmp_bytes = sizes(plan.temporary_bytes, plan.temporary_sizes);
+  if (!out_bytes) return out_bytes.error();
+  if (!tmp_bytes) return tmp_bytes.error();
   std::vector<HostBuffer> in, out, tmp;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const ir::TensorType& type = m_graph.node(graph_inputs[i]).type;
+    const ir::TensorType& type = bound->node(graph_inputs[i]).type;
     if (!(inputs[i].type() == type))
       return make_error("emulation: input #", std::to_string(i), " must be ", ir::to_string(type),
                         ", got ", ir::to_string(inputs[i].type()));
     in.emplace_back(static_cast<size_t>(type.bytes()));
     reference::store_device_bytes(inputs[i], in.back().data());
   }
-  for (uint64_t bytes : plan.output_bytes) out.emplace_back(static_cast<size_t>(bytes));
-  for (uint64_t bytes : plan.temporary_bytes) tmp.emplace_back(static_cast<size_t>(bytes));
+  for (uint64_t bytes : *out_bytes) out.emplace_back(static_cast<size_t>(bytes));
+  for (uint64_t bytes : *tmp_bytes) tmp.emplace_back(static_cast<size_t>(bytes));
   auto buffer = [&](compiler::BufferRef ref) -> HostBuffer* {
     auto& list = ref.role == compiler::BufferRole::input    ? in
                  : ref.role == compiler::BufferRole::output ? out
                                                             : tmp;
     return ref.index < list.size() ? &list[ref.index] : nullptr;
   };
+  std::vector<int> dim_values(values.begin(), values.end());
 
   for (const compiler::KernelPlan& kernel : plan.kernels) {
     std::vector<void*> args;
     std::vector<GlobalRange> ranges;
     for (const compiler::KernelParam& p : kernel.params) {
       HostBuffer* b = buffer(p.buffer);
-      if (!b || b->bytes() < p.bytes)
+      // A symbolic plan's bytes are at the bucket's upper bounds; its buffers are sized above.
+      if (!b || (!m_graph.symbolic() && b->bytes() < p.bytes))
         return make_error("emulation: kernel '", kernel.name, "' names ", role_name(p.buffer),
                           ", which the plan does not hold at that size");
       args.push_back(b->data());
       ranges.push_back({b->data(), b->bytes()});
     }
-    Status launched = m_module->launch(compiler::entry_name(kernel), kernel.launch, args, ranges);
+    for (uint32_t i = 0; i < kernel.dim_params && i < dim_values.size(); ++i)
+      args.push_back(&dim_values[i]);
+    compiler::LaunchShape launch = kernel.launch;
+    for (size_t d = 0; d < kernel.grid.size() && d < 3; ++d) {
+      auto v = kernel.grid[d].at(values);
+      if (!v || *v == 0 || *v > launch.grid[d])
+        return make_error("emulation: kernel '", kernel.name, "' has a grid term out of range");
+      launch.grid[d] = static_cast<uint32_t>(*v);
+    }
+    Status launched = m_module->launch(compiler::entry_name(kernel), launch, args, ranges);
     if (!launched) return launched.error();
     for (const compiler::KernelParam& p : kernel.params) {
       if (!buffer(p.buffer)->guards_intact())
@@ -93,8 +137,8 @@ Expected<std::vector<reference::Tensor>> Program::run(
   }
 
   std::vector<reference::Tensor> results;
-  for (size_t i = 0; i < m_graph.outputs().size(); ++i) {
-    const ir::TensorType& type = m_graph.node(m_graph.outputs()[i]).type;
+  for (size_t i = 0; i < bound->outputs().size(); ++i) {
+    const ir::TensorType& type = bound->node(bound->outputs()[i]).type;
     if (i >= out.size() || out[i].bytes() < static_cast<size_t>(type.bytes()))
       return make_error("emulation: the plan holds no buffer for output #", std::to_string(i));
     results.push_back(reference::load_device_bytes(type, out[i].data()));

@@ -15,7 +15,9 @@ namespace kiln::emulation {
 class Program {
 public:
   // Runs every kernel in order on `inputs` (calling-convention order, each of its input's exact
-  // type) and returns the outputs in declaration order, each value exactly the stored element.
+  // type; for a symbolic graph, at sizes inside the compiled bucket: buffers, grids and the
+  // kernels' size parameters follow them) and returns the outputs in declaration order, each
+  // value exactly the stored element.
   // Buffers carry poisoned guard bytes and outputs start poisoned (NaN), so unwritten elements
   // and stores past a buffer are caught. Errors: wrong inputs, a kernel that fails under
   // emulation (the message names the kernel, block and thread), a store outside its buffer.

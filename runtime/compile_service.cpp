@@ -1,6 +1,8 @@
 // Compile through the cache: key fields, lookup, single-flight compile, artifact <-> payloads.
 #include "runtime/compile_service.h"
 
+#include "compiler/sizes.h"
+
 #include "compiler/compiler.h"
 #include "compiler/nvrtc.h"
 #include "compiler/pool.h"
@@ -25,6 +27,7 @@ double micros_since(std::chrono::steady_clock::time_point start) {
 Expected<compiler::PrecisionPlan> check_request(const ir::Graph& graph,
                                                 const compiler::CompileOptions& options) {
   if (Status s = compiler::check_arch(options.sm, compiler::known_archs()); !s) return s.error();
+  if (Status s = compiler::check_bucket(graph, options.bucket); !s) return s.error();
   return compiler::resolve_precision(graph, options);
 }
 

@@ -34,6 +34,7 @@ public:
   uint32_t u32() { return static_cast<uint32_t>(bytes(4)); }
   uint64_t u64() { return bytes(8); }
   int32_t i32() { return static_cast<int32_t>(u32()); }
+  int64_t i64() { return static_cast<int64_t>(u64()); }
   // A u64 length, then that many bytes.
   std::string str() {
     uint64_t n = u64();

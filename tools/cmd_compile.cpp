@@ -4,6 +4,8 @@
 
 #include "cache/cache.h"
 #include "compiler/compiler.h"
+#include "compiler/key.h"
+#include "compiler/sizes.h"
 #include "ir/parse.h"
 #include "runtime/compile_service.h"
 #include "runtime/driver.h"
@@ -34,6 +36,7 @@ struct CompileArgs {
   bool json = false;
   std::string cache_dir;
   std::optional<std::string> remote;
+  std::string dims;  // --dims, for symbolic graphs
 };
 
 void add_target_options(CLI::App* cmd, CompileArgs& args) {
@@ -43,6 +46,41 @@ void add_target_options(CLI::App* cmd, CompileArgs& args) {
       ->capture_default_str();
   cmd->add_flag("--allow-fallback", args.allow_fallback,
                 "compile combinations the arch cannot run on the best available path (recorded)");
+  cmd->add_option("--dims", args.dims,
+                  "sizes of a symbolic graph's dims, e.g. B=37,S=100 (NAME=all: every bucket)");
+}
+
+// The buckets `--dims` asks for (one empty bucket without --dims: check_request then reports a
+// symbolic graph); prints the error and returns nullopt on bad input.
+std::optional<std::vector<std::vector<compiler::DimRange>>> buckets_from(
+    const CompileArgs& args, const std::string& file) {
+  if (args.dims.empty()) return std::vector<std::vector<compiler::DimRange>>{{}};
+  auto graph = ir::parse_graph_file(file);
+  if (!graph) {
+    print_error(graph.error().message);
+    return std::nullopt;
+  }
+  auto values = compiler::parse_dims(args.dims, *graph);
+  if (!values) {
+    print_error("kiln: " + file + ": " + values.error().message);
+    return std::nullopt;
+  }
+  return compiler::buckets_for(*graph, *values);
+}
+
+// Sets options.bucket to the one bucket --dims names (`command` cannot take several); prints
+// the error and returns false on bad input.
+bool set_one_bucket(const CompileArgs& args, const char* command,
+                    compiler::CompileOptions& options) {
+  auto buckets = buckets_from(args, args.files[0]);
+  if (!buckets) return false;
+  if (buckets->size() != 1) {
+    print_error(std::string("kiln: ") + command +
+                " takes one bucket: give each dim a value, not 'all'");
+    return false;
+  }
+  options.bucket = buckets->front();
+  return true;
 }
 
 // Builds CompileOptions from the arguments; prints the error and returns nullopt on bad input.
@@ -111,6 +149,7 @@ std::optional<Prepared> prepare(const std::string& file, const compiler::Compile
 int run_emit(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
+  if (!set_one_bucket(args, "emit", *options)) return k_exit_usage;
   auto graph = ir::parse_graph_file(args.files[0]);
   if (!graph) {
     print_error(graph.error().message);
@@ -207,9 +246,11 @@ int compile_one(const std::string& file, compiler::CompileOptions options, bool 
                                         format_micros(result->lookup_us) + " (saves " +
                                         format_millis(result->cpu_ms) + " of CPU)"
                                   : "cache miss, compiled in " + format_millis(result->compile_ms);
-    std::printf("%s: %s, %s, %s, %zu kernel(s), %s\n", file.c_str(), result->graph_hash.c_str(),
-                artifact.arch.c_str(), artifact.precision.c_str(), artifact.kernels.size(),
-                how.c_str());
+    std::string dims;
+    if (!options.bucket.empty()) dims = compiler::describe_bucket(prepared->graph, options.bucket) + ", ";
+    std::printf("%s: %s, %s%s, %s, %zu kernel(s), %s\n", file.c_str(),
+                result->graph_hash.c_str(), dims.c_str(), artifact.arch.c_str(),
+                artifact.precision.c_str(), artifact.kernels.size(), how.c_str());
     for (const auto& k : artifact.kernels) {
       std::printf("  %s: %d registers, %d spill bytes, %lld smem bytes\n", k.name.c_str(),
                   k.report.registers, k.report.spill_bytes(),
@@ -223,6 +264,12 @@ int compile_one(const std::string& file, compiler::CompileOptions options, bool 
   out["key"] = result->key;
   out["cache"] = cache_word;
   if (result->hit) out["tier"] = tier;
+  if (!options.bucket.empty()) {
+    nlohmann::json dims = nlohmann::json::object();
+    for (size_t i = 0; i < options.bucket.size(); ++i)
+      dims[prepared->graph.symbols()[i].name] = {options.bucket[i].lo, options.bucket[i].hi};
+    out["dims"] = dims;
+  }
   out["arch"] = artifact.arch;
   out["precision"] = artifact.precision;
   out["decision"] = artifact.decision;
@@ -259,8 +306,17 @@ int run_compile(const CompileArgs& args) {
   }
   int worst = k_exit_ok;
   for (const std::string& file : args.files) {
-    int code = compile_one(file, *options, args.json, cache.get());
-    if (code == k_exit_usage || (code == k_exit_failure && worst == k_exit_ok)) worst = code;
+    auto buckets = buckets_from(args, file);
+    if (!buckets) {
+      worst = k_exit_usage;
+      continue;
+    }
+    for (const auto& bucket : *buckets) {
+      compiler::CompileOptions bucket_options = *options;
+      bucket_options.bucket = bucket;
+      int code = compile_one(file, bucket_options, args.json, cache.get());
+      if (code == k_exit_usage || (code == k_exit_failure && worst == k_exit_ok)) worst = code;
+    }
   }
   return worst;
 }
@@ -290,6 +346,7 @@ void only_differing_parts(std::string& a, std::string& b) {
 int run_why(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
+  if (!set_one_bucket(args, "why", *options)) return k_exit_usage;
   int code = k_exit_ok;
   auto prepared = prepare(args.files[0], *options, code);
   if (!prepared) return code;

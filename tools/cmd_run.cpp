@@ -8,6 +8,7 @@
 #include "tools/cli.h"
 
 #include "compiler/options.h"
+#include "compiler/sizes.h"
 #include "emulation/check.h"
 #include "ir/parse.h"
 #include "kiln/kiln.h"
@@ -33,6 +34,7 @@ struct RunArgs {
   bool json = false;
   std::string cache_dir;
   std::optional<std::string> remote;
+  std::string dims;  // --dims B=37,S=100 for a symbolic graph
 };
 
 std::string format_error(double value) {
@@ -58,11 +60,39 @@ int run_graph(const RunArgs& args) {
     print_error(graph.error().message);
     return k_exit_usage;
   }
+  // A symbolic graph runs at the sizes --dims gives: `bound` is the graph with them written in.
+  std::vector<int64_t> values;
+  if (graph->symbolic() && args.dims.empty()) {
+    print_error("run: " + compiler::check_bucket(*graph, {}).error().message);
+    return k_exit_usage;
+  }
+  if (!args.dims.empty()) {
+    auto given = compiler::parse_dims(args.dims, *graph);
+    if (!given) {
+      print_error("run: " + given.error().message);
+      return k_exit_usage;
+    }
+    for (size_t i = 0; i < given->size(); ++i) {
+      if (!(*given)[i]) {
+        print_error("run: --dims " + graph->symbols()[i].name +
+                    "=all: a run needs one value per dim");
+        return k_exit_usage;
+      }
+      values.push_back(*(*given)[i]);
+    }
+  }
+  auto bound = graph->bind(values);
+  if (!bound) {
+    print_error("run: " + bound.error().message);
+    return k_exit_usage;
+  }
   compiler::CompileOptions options;
   options.sm = *sm;
   options.precision = *precision;
   options.fallback =
       args.allow_fallback ? compiler::FallbackPolicy::allow : compiler::FallbackPolicy::refuse;
+  for (size_t i = 0; i < values.size(); ++i)
+    options.bucket.push_back(compiler::bucket_of(values[i], graph->symbols()[i]));
   Expected<reference::CheckReport> report = Error{};
   std::vector<std::string> fallbacks;
   std::string where = "emulated";
@@ -78,7 +108,9 @@ int run_graph(const RunArgs& args) {
       return k_exit_failure;
     }
     fallbacks = program->lowered().precision.fallbacks;
-    report = emulation::check_program(*graph, *program, args.seed);
+    report = reference::check_against_fp64(
+        *bound, program->lowered().precision.graph_mode, args.seed,
+        [&](const std::vector<reference::Tensor>& inputs) { return program->run(inputs); });
   } else {
     // On the GPU: the device's arch unless --arch was given, compiled through the cache.
     if (Status gpu = gpu_status(); !gpu) {
@@ -124,15 +156,23 @@ int run_graph(const RunArgs& args) {
     out["seed"] = args.seed;
     out["fallbacks"] = fallbacks;
     out["device"] = where;
+    if (!values.empty()) {
+      nlohmann::json dims = nlohmann::json::object();
+      for (size_t i = 0; i < values.size(); ++i) dims[graph->symbols()[i].name] = values[i];
+      out["dims"] = dims;
+    }
     out["outputs"] = nlohmann::json::array();
     for (const auto& o : report->outputs)
       out["outputs"].push_back({{"name", o.name}, {"rel_l2", o.rel_l2}, {"max_abs", o.max_abs},
                                 {"tolerance", o.tolerance}, {"ok", o.ok}});
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("graph %s on %s (%s), precision %s, seed %llu, inputs uniform in [-1, 1]\n",
-                graph->name().c_str(), compiler::arch_name(*sm).c_str(), where.c_str(), mode.c_str(),
-                static_cast<unsigned long long>(args.seed));
+    std::string at;
+    for (size_t i = 0; i < values.size(); ++i)
+      at += (i ? ", " : " at ") + graph->symbols()[i].name + " = " + std::to_string(values[i]);
+    std::printf("graph %s%s on %s (%s), precision %s, seed %llu, inputs uniform in [-1, 1]\n",
+                graph->name().c_str(), at.c_str(), compiler::arch_name(*sm).c_str(),
+                where.c_str(), mode.c_str(), static_cast<unsigned long long>(args.seed));
     for (const std::string& f : fallbacks)
       std::printf("fallback: %s\n", f.c_str());
     std::printf("%-20s %-12s %-12s %-12s %s\n", "output", "rel_l2", "max_abs", "tolerance", "ok");
@@ -157,6 +197,7 @@ void register_run_commands(CLI::App& app, int& exit_code) {
   cmd->add_option("--precision", args->precision, "highest, high, tf32x3, medium or auto");
   cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
   cmd->add_flag("--emulate", args->emulate, "run under the host emulation of CUDA");
+  cmd->add_option("--dims", args->dims, "sizes of a symbolic graph's dims, e.g. B=37,S=100");
   cmd->add_flag("--allow-fallback", args->allow_fallback,
                 "run a mode the arch lacks on the best available path instead of refusing");
   add_cache_dir_option(cmd, args->cache_dir,

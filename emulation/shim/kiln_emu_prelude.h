@@ -7,6 +7,9 @@
 
 #include "kiln_emu_warp.h"
 
+#include <type_traits>
+#include <utility>
+
 #define KILN_DEVICE static inline
 
 struct kiln_bf16 { unsigned short bits; };
@@ -89,11 +92,20 @@ KILN_DEVICE void kiln_mma_m16n8k8_f16(float* d, const unsigned* a, const unsigne
   ::kiln_emu::mma(::kiln_emu::mma_f16_k8, d, a, b);
 }
 
-// Calls a kernel whose parameters are all pointers with args[i] as parameter i.
+// Calls a kernel with args[i] as parameter i: a pointer parameter is args[i] itself, an int
+// parameter (a symbolic graph's sizes) the int args[i] points to.
 namespace kiln_emu {
+template <typename P>
+inline P kernel_arg(void* arg) {
+  if constexpr (std::is_pointer_v<P>) {
+    return static_cast<P>(arg);
+  } else {
+    return *static_cast<const P*>(arg);
+  }
+}
 template <typename... P, size_t... I>
 inline void call_kernel(void (*kernel)(P...), void** args, std::index_sequence<I...>) {
-  kernel(static_cast<P>(args[I])...);
+  kernel(kernel_arg<P>(args[I])...);
 }
 template <typename... P>
 inline void call_kernel(void (*kernel)(P...), void** args) {

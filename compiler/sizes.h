@@ -1,0 +1,85 @@
+// Sizes of a symbolic graph's kernels: buckets of each symbol's range, and the extents a kernel
+// computes with (a constant, or a product of symbols passed as kernel parameters).
+#pragma once
+
+#include "compiler/artifact.h"
+#include "compiler/options.h"
+#include "ir/graph.h"
+#include "support/expected.h"
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <string>
+#include <vector>
+
+namespace kiln::compiler {
+
+// The bucket holding `value`: [1,1] [2,2] [3,4] [5,8] ... [2^(k-1)+1, 2^k], clipped to the
+// symbol's range. `value` must lie in the range.
+DimRange bucket_of(int64_t value, const ir::Symbol& symbol);
+// Every bucket of the symbol's range, smallest first.
+std::vector<DimRange> buckets(const ir::Symbol& symbol);
+// "[33, 64]".
+std::string to_string(const DimRange& range);
+// Checks a compile's bucket against `graph`: none for a static graph; for a symbolic one, one
+// range per symbol, each a bucket of its symbol. A missing bucket's error lists the symbols and
+// their ranges.
+Status check_bucket(const ir::Graph& graph, const std::vector<DimRange>& bucket);
+
+// A --dims argument ("B=37,S=100", "B=all,S=100"): per symbol of `graph`, its value, or nullopt
+// for every bucket ("all"). Every symbol must be given once, inside its range.
+Expected<std::vector<std::optional<int64_t>>> parse_dims(std::string_view text,
+                                                         const ir::Graph& graph);
+// The buckets holding `values` (each nullopt: every bucket of that symbol), all combinations.
+std::vector<std::vector<DimRange>> buckets_for(const ir::Graph& graph,
+                                               const std::vector<std::optional<int64_t>>& values);
+
+// The prefix of the kernel parameter that carries symbol i's value: "kiln_dim" + i.
+inline constexpr const char* k_dim_param = "kiln_dim";
+
+// A size as a kernel sees it: coef times the product of `symbols` (each a symbol whose bucket
+// holds more than one value; a symbol fixed by its bucket is folded into coef).
+struct Extent {
+  int64_t coef = 1;
+  std::vector<uint32_t> symbols;  // sorted, with repetition
+  int64_t lo = 1, hi = 1;         // its least and greatest value over the bucket
+
+  static Extent constant(int64_t value) { return {value, {}, value, value}; }
+  bool fixed() const { return symbols.empty(); }
+  // True when every value over the bucket is a multiple of v.
+  bool multiple_of(int64_t v) const { return coef % v == 0; }
+  // "768", "kiln_dim0" or "(kiln_dim0 * kiln_dim1 * 768)".
+  std::string expr() const;
+  Extent operator*(const Extent& other) const;
+  // ceil(this / divisor) as a SizeTerm for the artifact.
+  SizeTerm term(int64_t divisor = 1) const;
+};
+
+// MatmulShape's sizes as extents (the kernel's view of them).
+struct MatmulExtents {
+  Extent batch, m, n, k, lda, ldb;
+  Extent a_batch_stride = Extent::constant(0), b_batch_stride = Extent::constant(0);
+};
+
+// The extents of a graph's values for one bucket (one range per symbol, checked by the caller);
+// for a static graph (no bucket) every extent is a constant.
+class Sizes {
+public:
+  explicit Sizes(ir::Graph graph, std::vector<DimRange> bucket = {});
+
+  bool symbolic() const { return !m_bucket.empty(); }
+  size_t symbol_count() const { return m_bucket.size(); }
+  const std::vector<DimRange>& bucket() const { return m_bucket; }
+  // The extent of `id`'s dim `axis`, or of all its elements.
+  Extent dim(ir::NodeId id, int axis) const;
+  Extent elements(ir::NodeId id) const;
+  // The product of `id`'s dims [from, to).
+  Extent product(ir::NodeId id, int from, int to) const;
+
+private:
+  ir::Graph m_graph;
+  std::vector<DimRange> m_bucket;
+};
+
+}  // namespace kiln::compiler

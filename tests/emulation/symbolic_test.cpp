@@ -1,0 +1,240 @@
+// Symbolic graphs under emulation: every kernel design (tensor-core matmul in each mode, FFMA,
+// elementwise, softmax) at sizes 1..65 and above 256 against fp64; one bucket's kernels at every
+// size of the bucket; bit-identical results to the static graph where the tile plan is the same;
+// sizes outside the bucket or inconsistent between inputs refused.
+#include "compiler/compiler.h"
+#include "compiler/sizes.h"
+#include "emulation/program.h"
+#include "ir/parse.h"
+#include "reference/check.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <ostream>
+#include <string>
+
+namespace kiln::emulation {
+namespace {
+
+// Rows, a softmax axis (strided and contiguous), a contraction and a batch, all one symbol.
+const char* k_f32_graph = R"(graph sym {
+  dim S: 1..600
+  input x: f32[S, 48]
+  input w: f32[48, 40]
+  input b: f32[40]
+  input c: f32[S, 1]
+  input t: f32[4, S]
+  input z: f32[S, 5, 48]
+  h = gelu(add(matmul(x, w), b))
+  p = softmax(mul(x, c), axis=0)
+  r = softmax(t)
+  k = matmul(t, x)
+  bz = matmul(z, w)
+  output h, p, r, k, bz
+}
+)";
+
+const char* k_f16_graph = R"(graph symh {
+  dim S: 1..600
+  input x: f16[S, 48]
+  input w: f16[48, 40]
+  input t: f16[4, S]
+  h = relu(matmul(x, w))
+  k = matmul(t, x)
+  output h, k
+}
+)";
+
+ir::Graph parse(const char* text) {
+  auto graph = ir::parse_graph(text, "sym.kg");
+  EXPECT_TRUE(graph) << graph.error().message;
+  return *graph;
+}
+
+struct Case {
+  const char* graph;
+  int sm;
+  ir::Precision precision;
+  int64_t size;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.graph << " on sm_" << c.sm << " in " << ir::to_string(c.precision) << " at "
+      << c.size;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(info.param.graph == k_f32_graph ? "f32" : "f16") + "_sm" +
+         std::to_string(info.param.sm) + "_" + std::string(ir::to_string(info.param.precision)) +
+         "_S" + std::to_string(info.param.size);
+}
+
+compiler::CompileOptions options_for(const ir::Graph& graph, int sm, ir::Precision precision,
+                                     int64_t size) {
+  compiler::CompileOptions options;
+  options.sm = sm;
+  options.precision = precision;
+  options.bucket = {compiler::bucket_of(size, graph.symbols()[0])};
+  return options;
+}
+
+// The symbolic program's outputs at `size`, checked against fp64 on the bound graph's inputs.
+Expected<reference::CheckReport> check_at(const ir::Graph& graph, const Program& program,
+                                          int64_t size) {
+  auto bound = graph.bind({size});
+  if (!bound) return bound.error();
+  return reference::check_against_fp64(
+      *bound, program.lowered().precision.graph_mode, 7,
+      [&](const std::vector<reference::Tensor>& inputs) { return program.run(inputs); });
+}
+
+class SymbolicEmulation : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SymbolicEmulation, MatchesFp64AtTheSize) {
+  const Case& c = GetParam();
+  ir::Graph graph = parse(c.graph);
+  auto program = build_program(graph, options_for(graph, c.sm, c.precision, c.size));
+  ASSERT_TRUE(program) << program.error().message;
+  auto report = check_at(graph, *program, c.size);
+  ASSERT_TRUE(report) << report.error().message;
+  for (const reference::OutputCheck& o : report->outputs)
+    EXPECT_TRUE(o.ok) << o.name << ": rel_l2 " << o.rel_l2 << " > " << o.tolerance;
+}
+
+constexpr int64_t k_sizes[] = {1, 2, 3, 7, 16, 17, 31, 33, 64, 65, 300};
+
+std::vector<Case> every_size(const char* graph, int sm, ir::Precision precision) {
+  std::vector<Case> cases;
+  for (int64_t size : k_sizes) cases.push_back({graph, sm, precision, size});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Highest, SymbolicEmulation,
+                         ::testing::ValuesIn(every_size(k_f32_graph, 90, ir::Precision::highest)),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(High, SymbolicEmulation,
+                         ::testing::ValuesIn(every_size(k_f32_graph, 90, ir::Precision::high)),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Tf32x3, SymbolicEmulation,
+                         ::testing::ValuesIn(every_size(k_f32_graph, 90, ir::Precision::tf32x3)),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Medium, SymbolicEmulation,
+                         ::testing::ValuesIn(every_size(k_f32_graph, 90, ir::Precision::medium)),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Half, SymbolicEmulation,
+                         ::testing::ValuesIn(every_size(k_f16_graph, 90, ir::Precision::high)),
+                         case_name);
+// sm_80 (cp.async pipelines) and sm_75 (synchronous copies, m16n8k8, FFMA) at a few sizes.
+INSTANTIATE_TEST_SUITE_P(
+    OtherArchs, SymbolicEmulation,
+    ::testing::Values(Case{k_f32_graph, 80, ir::Precision::high, 1},
+                      Case{k_f32_graph, 80, ir::Precision::high, 17},
+                      Case{k_f32_graph, 80, ir::Precision::high, 300},
+                      Case{k_f32_graph, 75, ir::Precision::highest, 3},
+                      Case{k_f32_graph, 75, ir::Precision::highest, 65},
+                      Case{k_f16_graph, 75, ir::Precision::high, 33},
+                      Case{k_f16_graph, 75, ir::Precision::high, 300}),
+    case_name);
+
+// One build of a bucket's kernels serves its lower bound, its upper bound and a size between.
+TEST(SymbolicBucket, OneBuildServesEverySizeOfTheBucket) {
+  ir::Graph graph = parse(k_f32_graph);
+  for (int64_t first : {int64_t{33}, int64_t{257}}) {
+    compiler::DimRange bucket = compiler::bucket_of(first, graph.symbols()[0]);
+    auto program = build_program(graph, options_for(graph, 90, ir::Precision::high, first));
+    ASSERT_TRUE(program) << program.error().message;
+    for (int64_t size : {bucket.lo, (bucket.lo + bucket.hi) / 2 + 1, bucket.hi}) {
+      auto report = check_at(graph, *program, size);
+      ASSERT_TRUE(report) << report.error().message;
+      for (const reference::OutputCheck& o : report->outputs)
+        EXPECT_TRUE(o.ok) << "S = " << size << " " << o.name << ": rel_l2 " << o.rel_l2;
+    }
+  }
+}
+
+bool same_bits(const std::vector<reference::Tensor>& a, const std::vector<reference::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!(a[i].type() == b[i].type()) || a[i].values.size() != b[i].values.size()) return false;
+    for (size_t j = 0; j < a[i].values.size(); ++j) {
+      double x = a[i].values[j], y = b[i].values[j];
+      if (std::memcmp(&x, &y, sizeof x) != 0) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> kernel_names(const Program& program) {
+  std::vector<std::string> names;
+  for (const auto& k : program.lowered().plan.kernels) names.push_back(k.name);
+  return names;
+}
+
+// Where the static graph with the size written in gets the same tile plan (always at the
+// bucket's upper bound, where the bucket was planned), the results are bit-identical.
+TEST(SymbolicBucket, BitIdenticalToTheStaticGraphWhereTheTilePlanIsTheSame) {
+  ir::Graph graph = parse(k_f32_graph);
+  int compared = 0;
+  for (ir::Precision precision : {ir::Precision::highest, ir::Precision::high}) {
+    for (int64_t size : {int64_t{2}, int64_t{37}, int64_t{64}}) {
+      auto symbolic = build_program(graph, options_for(graph, 90, precision, size));
+      ASSERT_TRUE(symbolic) << symbolic.error().message;
+      auto bound = graph.bind({size});
+      ASSERT_TRUE(bound);
+      compiler::CompileOptions options;
+      options.sm = 90;
+      options.precision = precision;
+      auto fixed = build_program(*bound, options);
+      ASSERT_TRUE(fixed) << fixed.error().message;
+      bool same_plan = kernel_names(*symbolic) == kernel_names(*fixed);
+      bool at_upper_bound = compiler::bucket_of(size, graph.symbols()[0]).hi == size;
+      if (at_upper_bound) EXPECT_TRUE(same_plan) << "S = " << size;
+      if (!same_plan) continue;
+      auto inputs = reference::random_inputs(*bound, 11);
+      auto a = symbolic->run(inputs);
+      auto b = fixed->run(inputs);
+      ASSERT_TRUE(a) << a.error().message;
+      ASSERT_TRUE(b) << b.error().message;
+      EXPECT_TRUE(same_bits(*a, *b)) << "S = " << size << " in " << ir::to_string(precision);
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 4);
+}
+
+TEST(SymbolicBucket, SizesOutsideTheBucketOrInconsistentAreRefused) {
+  ir::Graph graph = parse(k_f32_graph);
+  auto program = build_program(graph, options_for(graph, 90, ir::Precision::high, 40));
+  ASSERT_TRUE(program) << program.error().message;
+  auto outside = program->run(reference::random_inputs(*graph.bind({65}), 1));
+  ASSERT_FALSE(outside);
+  EXPECT_NE(outside.error().message.find("S = 65 is outside the compiled bucket"),
+            std::string::npos)
+      << outside.error().message;
+  auto inputs = reference::random_inputs(*graph.bind({40}), 1);
+  inputs[4] = reference::random_inputs(*graph.bind({41}), 1)[4];  // t: f32[4, 41]
+  auto inconsistent = program->run(inputs);
+  ASSERT_FALSE(inconsistent);
+  EXPECT_NE(inconsistent.error().message.find("gives S = 41, but input 'x' dim 0 gives S = 40"),
+            std::string::npos)
+      << inconsistent.error().message;
+}
+
+TEST(SymbolicBucket, ASymbolicGraphNeedsABucketOfItsDims) {
+  ir::Graph graph = parse(k_f32_graph);
+  compiler::CompileOptions options;
+  auto none = compiler::lower(graph, options);
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().message.find("has symbolic dims (S in 1..600)"), std::string::npos)
+      << none.error().message;
+  options.bucket = {{33, 40}};
+  auto wrong = compiler::lower(graph, options);
+  ASSERT_FALSE(wrong);
+  EXPECT_NE(wrong.error().message.find("[33, 40] is not a bucket of S in 1..600"),
+            std::string::npos)
+      << wrong.error().message;
+}
+
+}  // namespace
+}  // namespace kiln::emulation
