@@ -8,14 +8,21 @@
 //   stored_bytes     bytes the local store keeps for the entry, and stored_bytes_v1: what the
 //                    first schema kept (every payload zstd level 3)
 // and two herds of cold processes on one graph: sharing one cache directory, and as a fleet
-// (separate directories, one Redis), each against no cache.
+// (separate directories, one Redis), each against no cache. A symbolic graph is measured at the
+// bucket holding 128 (or its top) for every dim.
+//
+// --serving N: a serving sweep of N requests (batch sizes drawn from 1..512, seeded) against one
+// symbolic MLP (`dim B: 1..512`) and against the static MLPs, one per batch size: compiles,
+// their total time, and the first request of a new process against the warm cache.
 #include "process.h"
 
 #include "cache/cache.h"
 #include "cache/codec.h"
 #include "tests/support/redis_server.h"
 #include "compiler/options.h"
+#include "compiler/sizes.h"
 #include "ir/parse.h"
+#include "ir/print.h"
 #include "runtime/compile_service.h"
 
 #include <CLI/CLI.hpp>
@@ -29,6 +36,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <thread>
 
 namespace fs = std::filesystem;
@@ -45,6 +53,8 @@ struct Settings {
   bool json_out = false;
   bool quick = false;
   int herd = 8;
+  int serving = 0;  // requests in the serving sweep (0: none)
+  uint64_t seed = 1;
   int cold_runs() const { return quick ? 3 : 5; }
   int warm_runs() const { return quick ? 200 : 2000; }
   int process_runs() const { return quick ? 5 : 15; }
@@ -116,9 +126,11 @@ json machine() {
 
 std::vector<std::string> compile_command(const Settings& s, const std::string& graph,
                                          const std::string& cache_dir, bool use_cache,
-                                         const std::string& remote = "") {
+                                         const std::string& remote = "",
+                                         const std::string& dims = "") {
   std::vector<std::string> cmd = {s.kiln, "compile", graph, "--arch", s.arch, "--precision",
                                   s.precision, "--json", "--remote", remote};
+  if (!dims.empty()) cmd.insert(cmd.end(), {"--dims", dims});
   if (use_cache) {
     cmd.insert(cmd.end(), {"--cache-dir", cache_dir});
   } else {
@@ -140,13 +152,27 @@ int count_misses(const std::vector<ProcessResult>& results) {
   return misses;
 }
 
+// A symbolic graph's benchmark sizes: 128 (or the range's top) for every dim, as --dims text.
+std::string bench_dims(const ir::Graph& graph, compiler::CompileOptions& options) {
+  std::string dims;
+  options.bucket.clear();
+  for (const ir::Symbol& symbol : graph.symbols()) {
+    int64_t value = std::clamp<int64_t>(128, symbol.lo, symbol.hi);
+    options.bucket.push_back(compiler::bucket_of(value, symbol));
+    dims += (dims.empty() ? "" : ",") + symbol.name + "=" + std::to_string(value);
+  }
+  return dims;
+}
+
 Expected<json> bench_graph(const Settings& s, const std::string& path,
-                           const compiler::CompileOptions& options,
+                           compiler::CompileOptions options,
                            const testing::RedisServer* redis) {
   auto graph = ir::parse_graph_file(path);
   if (!graph) return graph.error();
   json row;
   row["name"] = fs::path(path).stem().string();
+  std::string dims = bench_dims(*graph, options);
+  if (!dims.empty()) row["dims"] = dims;
 
   std::vector<double> cold;
   TempDir warm_dir;  // the last cold run's cache serves the warm runs
@@ -184,7 +210,7 @@ Expected<json> bench_graph(const Settings& s, const std::string& path,
   // Paired and interleaved: a hit in a new process, then a bare `kiln --version`.
   std::vector<double> process, version;
   for (int i = 0; i < s.process_runs(); ++i) {
-    auto results = run_together({compile_command(s, path, warm_dir.path(), true)});
+    auto results = run_together({compile_command(s, path, warm_dir.path(), true, "", dims)});
     if (count_misses(results) != 0) {
       return make_error("`kiln compile` of ", path, " did not hit the warm cache");
     }
@@ -218,6 +244,80 @@ Expected<json> bench_graph(const Settings& s, const std::string& path,
   row["version_ms"] = median(version);
   row["ratio"] = median(cold) * 1000.0 / median(warm);
   return row;
+}
+
+// The serving sweep: s.serving requests with batch sizes from 1..512 against one symbolic MLP
+// and against static MLPs, one per size, each through a cache of its own; then the first
+// request again from a new `kiln compile` process against each warm cache.
+Expected<json> bench_serving(const Settings& s, const compiler::CompileOptions& options) {
+  constexpr int64_t k_max_batch = 512;
+  const std::string text =
+      "graph serving_mlp {\n"
+      "  dim B: 1.." + std::to_string(k_max_batch) + "\n"
+      "  input x: f32[B, 256]\n  input w1: f32[256, 1024]\n  input b1: f32[1024]\n"
+      "  input w2: f32[1024, 256]\n"
+      "  h = gelu(add(matmul(x, w1), b1))\n  y = add(matmul(h, w2), x)\n  output y\n}\n";
+  auto graph = ir::parse_graph(text, "serving_mlp.kg");
+  if (!graph) return graph.error();
+  std::mt19937_64 rng(s.seed);
+  std::uniform_int_distribution<int64_t> batch(1, k_max_batch);
+  std::vector<int64_t> sizes(static_cast<size_t>(s.serving));
+  for (int64_t& size : sizes) size = batch(rng);
+  std::vector<int64_t> distinct = sizes;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+
+  json out;
+  out["requests"] = s.serving;
+  out["seed"] = s.seed;
+  out["batch_sizes"] = "1.." + std::to_string(k_max_batch);
+  out["distinct_sizes"] = distinct.size();
+  for (bool symbolic : {true, false}) {
+    TempDir dir;
+    auto cache = open_cache(dir.path());
+    int compiles = 0;
+    double compile_ms = 0, total_ms = 0;
+    for (int64_t size : sizes) {
+      compiler::CompileOptions o = options;
+      Expected<ir::Graph> request = *graph;
+      if (symbolic) {
+        o.bucket = {compiler::bucket_of(size, graph->symbols()[0])};
+      } else {
+        request = graph->bind({size});
+        if (!request) return request.error();
+      }
+      auto start = std::chrono::steady_clock::now();
+      auto result = runtime::compile_graph(*request, o, cache.get());
+      double ms = ms_since(start);
+      if (!result) return result.error();
+      total_ms += ms;
+      if (!result->hit) {
+        ++compiles;
+        compile_ms += ms;
+      }
+    }
+    cache.reset();
+    // The first request's graph as a file, for a new process.
+    std::string file = dir.path() + "/request.kg";
+    auto bound = graph->bind({sizes.front()});
+    if (!bound) return bound.error();
+    {
+      std::ofstream f(file);
+      f << (symbolic ? text : ir::print_graph(*bound));
+    }
+    std::vector<double> process;
+    for (int i = 0; i < s.process_runs(); ++i) {
+      auto results = run_together({compile_command(
+          s, file, dir.path(), true, "", symbolic ? "B=" + std::to_string(sizes.front()) : "")});
+      if (count_misses(results) != 0) return make_error("the serving sweep's warm process missed");
+      process.push_back(results[0].wall_ms);
+    }
+    out[symbolic ? "symbolic" : "static"] = {{"compiles", compiles},
+                                             {"compile_ms", compile_ms},
+                                             {"total_ms", total_ms},
+                                             {"first_request_process_ms", median(process)}};
+  }
+  return out;
 }
 
 // N machines (separate cache directories) start cold on one graph at once, sharing one Redis.
@@ -279,6 +379,19 @@ void print_table(const json& report) {
                 "in %.0f ms\n",
                 f["machines"].get<int>(), f["graph"].get<std::string>().c_str(),
                 f["compiles"].get<int>(), f["wall_ms"].get<double>());
+  }
+  if (report.contains("serving")) {
+    const json& v = report["serving"];
+    std::printf("serving sweep: %d requests, batch %s (%d distinct sizes, seed %llu)\n",
+                v["requests"].get<int>(), v["batch_sizes"].get<std::string>().c_str(),
+                v["distinct_sizes"].get<int>(), v["seed"].get<unsigned long long>());
+    for (const char* kind : {"symbolic", "static"}) {
+      const json& k = v[kind];
+      std::printf("  %-8s %4d compiles, %9.0f ms compiling, %9.0f ms in all; first request in a "
+                  "new process %.2f ms\n",
+                  kind, k["compiles"].get<int>(), k["compile_ms"].get<double>(),
+                  k["total_ms"].get<double>(), k["first_request_process_ms"].get<double>());
+    }
   }
   if (report.contains("herd")) {
     const json& h = report["herd"];
@@ -344,6 +457,14 @@ int run(const Settings& s) {
       report["fleet_herd"] = *fleet;
     }
   }
+  if (s.serving > 0) {
+    auto serving = bench_serving(s, options);
+    if (!serving) {
+      std::fprintf(stderr, "kiln-bench: serving sweep: %s\n", serving.error().message.c_str());
+      return 1;
+    }
+    report["serving"] = *serving;
+  }
   if (s.json_out) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {
@@ -365,6 +486,9 @@ int main(int argc, char** argv) {
   app.add_option("--herd", s.herd, "processes in the cold herd (0: skip; default 8)");
   app.add_flag("--json", s.json_out, "print JSON");
   app.add_flag("--quick", s.quick, "fewer repetitions");
+  app.add_option("--serving", s.serving,
+                 "serving sweep: this many requests, batch sizes 1..512 (0: skip; default 0)");
+  app.add_option("--seed", s.seed, "seed of the serving sweep's batch sizes (default 1)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,8 +1,11 @@
 // The compiled program as plain data (kernels, launch shapes, bindings, reports) and its bytes.
 //
 // Serialized layout (all integers little-endian): "KILNART\0", u32 format version, then the
-// fields of Artifact in declaration order; strings are u64 length + bytes, vectors u64 count +
-// elements. deserialize() checks every length against the bytes left and never trusts a count.
+// fields of Artifact in declaration order up to `kernels` (each kernel's fields in declaration
+// order up to `report`), then the bucket, the three size-term lists, and per kernel its grid
+// terms and dim_params; strings are u64 length + bytes, vectors u64 count + elements, a size
+// term i64 coef, i64 divisor, u64 count + u32 symbols. deserialize() checks every length against
+// the bytes left and never trusts a count.
 #pragma once
 
 #include "support/expected.h"

@@ -3,6 +3,8 @@
 
 #include "ir/hash.h"
 
+#include <charconv>
+
 namespace kiln::compiler {
 
 KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
@@ -29,6 +31,27 @@ std::string dims_key(const std::vector<DimRange>& bucket) {
             ", " + std::to_string(bucket[i].hi) + "]";
   }
   return text;
+}
+
+std::optional<std::vector<DimRange>> parse_dims_key(const std::string& text) {
+  std::vector<DimRange> bucket;
+  size_t at = 0;
+  while (at < text.size()) {
+    std::string prefix = (bucket.empty() ? "dim" : ", dim") + std::to_string(bucket.size()) + " in [";
+    if (text.compare(at, prefix.size(), prefix) != 0) return std::nullopt;
+    at += prefix.size();
+    DimRange range;
+    auto [lo_end, e1] = std::from_chars(text.data() + at, text.data() + text.size(), range.lo);
+    if (e1 != std::errc() || text.compare(lo_end - text.data(), 2, ", ") != 0) return std::nullopt;
+    at = static_cast<size_t>(lo_end - text.data()) + 2;
+    auto [hi_end, e2] = std::from_chars(text.data() + at, text.data() + text.size(), range.hi);
+    if (e2 != std::errc() || hi_end == text.data() + text.size() || *hi_end != ']')
+      return std::nullopt;
+    at = static_cast<size_t>(hi_end - text.data()) + 1;
+    bucket.push_back(range);
+  }
+  if (bucket.empty()) return std::nullopt;
+  return bucket;
 }
 
 std::string describe_bucket(const ir::Graph& graph, const std::vector<DimRange>& bucket) {

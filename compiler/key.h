@@ -4,6 +4,7 @@
 #include "compiler/options.h"
 #include "ir/graph.h"
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,6 +32,8 @@ KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
 
 // The "dims" field's value for a bucket.
 std::string dims_key(const std::vector<DimRange>& bucket);
+// The bucket a "dims" field's value names; nullopt for "" or text dims_key() does not write.
+std::optional<std::vector<DimRange>> parse_dims_key(const std::string& text);
 // The same text with the graph's own names: "B in [33, 64], S in [1, 1]".
 std::string describe_bucket(const ir::Graph& graph, const std::vector<DimRange>& bucket);
 

@@ -110,8 +110,17 @@ size_t spec_bytes(const TensorSpec& spec) {
 
 Expected<std::vector<std::vector<unsigned char>>> Executable::run_host(
     const std::vector<std::vector<unsigned char>>& inputs) {
-  if (inputs.size() != m_inputs.size()) {
-    return make_error("expected ", std::to_string(m_inputs.size()), " inputs, got ",
+  return run_host(inputs, {});
+}
+
+Expected<std::vector<std::vector<unsigned char>>> Executable::run_host(
+    const std::vector<std::vector<unsigned char>>& inputs, const std::vector<int64_t>& values) {
+  auto in_specs = inputs_at(values);
+  if (!in_specs) return in_specs.error();
+  auto out_specs = outputs_at(values);
+  if (!out_specs) return out_specs.error();
+  if (inputs.size() != in_specs->size()) {
+    return make_error("expected ", std::to_string(in_specs->size()), " inputs, got ",
                       std::to_string(inputs.size()));
   }
   // The buffers and the kernels in one context, the device's primary one, whatever is current.
@@ -124,17 +133,18 @@ Expected<std::vector<std::vector<unsigned char>>> Executable::run_host(
   std::vector<DeviceBuffer> buffers;
   std::vector<TensorRef> in_refs, out_refs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].size() != spec_bytes(m_inputs[i])) {
-      return make_error("input '", m_inputs[i].name, "' has ", std::to_string(inputs[i].size()),
-                        " bytes, expected ", std::to_string(spec_bytes(m_inputs[i])));
+    const TensorSpec& spec = (*in_specs)[i];
+    if (inputs[i].size() != spec_bytes(spec)) {
+      return make_error("input '", spec.name, "' has ", std::to_string(inputs[i].size()),
+                        " bytes, expected ", std::to_string(spec_bytes(spec)));
     }
     auto buffer = DeviceBuffer::allocate(inputs[i].size(), m_device);
     if (!buffer) return buffer.error();
     if (Status s = buffer->upload(inputs[i].data(), inputs[i].size()); !s) return s.error();
-    in_refs.push_back({buffer->data(), m_inputs[i].dtype, m_inputs[i].shape});
+    in_refs.push_back({buffer->data(), spec.dtype, spec.shape});
     buffers.push_back(std::move(*buffer));
   }
-  for (const TensorSpec& spec : m_outputs) {
+  for (const TensorSpec& spec : *out_specs) {
     auto buffer = DeviceBuffer::allocate(spec_bytes(spec), m_device);
     if (!buffer) return buffer.error();
     out_refs.push_back({buffer->data(), spec.dtype, spec.shape});
@@ -142,7 +152,7 @@ Expected<std::vector<std::vector<unsigned char>>> Executable::run_host(
   }
   if (Status s = run(in_refs, out_refs); !s) return s.error();
   std::vector<std::vector<unsigned char>> outputs;
-  for (size_t o = 0; o < m_outputs.size(); ++o) {
+  for (size_t o = 0; o < out_specs->size(); ++o) {
     const DeviceBuffer& buffer = buffers[inputs.size() + o];
     outputs.emplace_back(buffer.size());
     // A synchronous copy on the legacy default stream: it waits for the kernels.

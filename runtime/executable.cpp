@@ -1,6 +1,7 @@
 // Executable: argument checks, modules loaded per context, per-run temporaries, kernel launches.
 #include "runtime/executable_impl.h"
 
+#include "compiler/artifact.h"
 #include "ir/types.h"
 #include "runtime/compatibility.h"
 #include "runtime/context.h"
@@ -45,13 +46,8 @@ public:
     m_fallbacks = m_artifact.fallbacks;
     m_kernel_count = m_artifact.kernels.size();
     m_device = device;
-    auto spec = [&](ir::NodeId id) {
-      const ir::Node& node = graph.node(id);
-      return TensorSpec{node.name, node.type.dtype, node.type.shape.dims()};
-    };
-    for (ir::NodeId id : graph.inputs()) m_inputs.push_back(spec(id));
-    for (ir::NodeId id : graph.outputs()) m_outputs.push_back(spec(id));
-    m_offsets = temporary_offsets(m_artifact, &m_workspace_bytes);
+    describe_graph(graph, *this);
+    m_offsets = temporary_offsets(m_artifact.temporary_bytes, &m_workspace_bytes);
   }
 
   // In each context the kernels were loaded in: wait for work still running there (stream-ordered
@@ -80,12 +76,26 @@ public:
     return Status::success();
   }
 
+  Status prepare(const std::vector<int64_t>& values, void* stream) override {
+    if (!values.empty()) return make_error("graph '", m_graph_name, "' has no symbolic dims");
+    return prepare(stream);
+  }
+
   Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
              void* stream) override {
-    if (Status s = check_tensors(m_inputs, inputs, "input"); !s) return s;
-    if (Status s = check_tensors(m_outputs, outputs, "output"); !s) return s;
-    if (Status s = check_alignment(m_inputs, inputs, "input"); !s) return s;
-    if (Status s = check_alignment(m_outputs, outputs, "output"); !s) return s;
+    // A symbolic graph's entry runs at the sizes the inputs give, inside its bucket.
+    Sizes sizes;
+    if (m_graph) {
+      auto at = sizes_of(inputs);
+      if (!at) return at.error();
+      sizes = std::move(*at);
+    }
+    const auto& in_specs = m_graph ? sizes.inputs : m_inputs;
+    const auto& out_specs = m_graph ? sizes.outputs : m_outputs;
+    if (Status s = check_tensors(in_specs, inputs, "input"); !s) return s;
+    if (Status s = check_tensors(out_specs, outputs, "output"); !s) return s;
+    if (Status s = check_alignment(in_specs, inputs, "input"); !s) return s;
+    if (Status s = check_alignment(out_specs, outputs, "output"); !s) return s;
     auto api = load_driver();
     if (!api) return api.error();
     const DriverApi& cu = **api;
@@ -97,7 +107,7 @@ public:
                                                              : Loading::run, cu_stream);
       if (!program) return program.error();
       CuResult first_launch = 0;
-      Status s = launch_all(cu, **program, inputs, outputs, cu_stream, &first_launch);
+      Status s = launch_all(cu, **program, inputs, outputs, sizes, cu_stream, &first_launch);
       if (s || attempt > 0 || !stale_modules(first_launch)) return s;
       forget_program(cu, scope->id(), *program);
     }
@@ -105,6 +115,45 @@ public:
 
 private:
   enum class Loading { prepare, run, run_reloading };
+
+  // A symbolic graph's run: the dims' values, the specs at them, the temporaries' layout.
+  struct Sizes {
+    std::vector<int64_t> values;
+    std::vector<TensorSpec> inputs, outputs;
+    std::vector<uint64_t> offsets;
+    uint64_t workspace_bytes = 0;
+  };
+
+  Expected<Sizes> sizes_of(const std::vector<TensorRef>& inputs) const {
+    if (inputs.size() != m_inputs.size()) return check_tensors(m_inputs, inputs, "input").error();
+    std::vector<std::vector<int64_t>> shapes;
+    for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
+    Sizes sizes;
+    auto values = m_graph->symbol_values(shapes);
+    if (!values) return values.error();
+    sizes.values = std::move(*values);
+    for (size_t i = 0; i < sizes.values.size(); ++i) {
+      const auto& range = m_artifact.bucket[i];
+      if (sizes.values[i] < range[0] || sizes.values[i] > range[1])
+        return make_error(m_dims[i].name, " = ", std::to_string(sizes.values[i]),
+                          " is outside this entry's bucket [", std::to_string(range[0]), ", ",
+                          std::to_string(range[1]), "]");
+    }
+    auto in = inputs_at(sizes.values);
+    auto out = outputs_at(sizes.values);
+    if (!in) return in.error();
+    if (!out) return out.error();
+    sizes.inputs = std::move(*in);
+    sizes.outputs = std::move(*out);
+    std::vector<uint64_t> bytes;
+    for (const compiler::SizeTerm& term : m_artifact.temporary_sizes) {
+      auto b = term.at(sizes.values);
+      if (!b) return make_error("entry ", m_key, ": a temporary's size term is out of range");
+      bytes.push_back(*b);
+    }
+    sizes.offsets = temporary_offsets(bytes, &sizes.workspace_bytes);
+    return sizes;
+  }
 
   // This executable's kernels in the context of `scope`, loaded on first use (checking first
   // that the driver and device can run them). A run on a stream being captured does not load:
@@ -197,19 +246,22 @@ private:
   // `first_launch` to the first kernel's launch result when that is what failed.
   Status launch_all(const DriverApi& cu, const LoadedProgram& program,
                     const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
-                    CuStream stream, CuResult* first_launch) {
+                    const Sizes& sizes, CuStream stream, CuResult* first_launch) {
     CuDevicePtr workspace = 0;
-    if (m_workspace_bytes) {
+    uint64_t workspace_bytes = m_graph ? sizes.workspace_bytes : m_workspace_bytes;
+    const std::vector<uint64_t>& offsets = m_graph ? sizes.offsets : m_offsets;
+    if (workspace_bytes) {
       if (program.pool) {
-        if (CuResult r = cu.mem_alloc_from_pool_async(&workspace, m_workspace_bytes,
+        if (CuResult r = cu.mem_alloc_from_pool_async(&workspace, workspace_bytes,
                                                       program.pool, stream);
             r != 0) {
           return driver_error(cu, "cuMemAllocFromPoolAsync (temporaries)", r);
         }
-      } else if (Status s = allocate_without_pools(cu, stream, &workspace); !s) {
+      } else if (Status s = allocate_without_pools(cu, stream, workspace_bytes, &workspace); !s) {
         return s;
       }
     }
+    std::vector<int> dim_values(sizes.values.begin(), sizes.values.end());
     Status launched = Status::success();
     for (size_t k = 0; k < m_artifact.kernels.size() && launched; ++k) {
       const compiler::KernelArtifact& kernel = m_artifact.kernels[k];
@@ -224,13 +276,25 @@ private:
             pointers.push_back(reinterpret_cast<CuDevicePtr>(outputs[b.index].data));
             break;
           case compiler::BufferRole::temporary:
-            pointers.push_back(workspace + m_offsets[b.index]);
+            pointers.push_back(workspace + offsets[b.index]);
             break;
         }
       }
       std::vector<void*> args;
       for (CuDevicePtr& p : pointers) args.push_back(&p);
-      const compiler::LaunchShape& l = kernel.launch;
+      for (uint32_t i = 0; i < kernel.dim_params && i < dim_values.size(); ++i)
+        args.push_back(&dim_values[i]);
+      compiler::LaunchShape l = kernel.launch;
+      for (size_t d = 0; d < kernel.grid.size() && d < 3; ++d) {
+        auto v = kernel.grid[d].at(sizes.values);
+        if (!v || *v == 0 || *v > l.grid[d]) {
+          launched = make_error("entry ", m_key, ": kernel '", kernel.name,
+                                "' has a grid term out of range");
+          break;
+        }
+        l.grid[d] = static_cast<uint32_t>(*v);
+      }
+      if (!launched) break;
       CuResult r = cu.launch_kernel(program.functions[k], l.grid[0], l.grid[1], l.grid[2],
                                     l.block[0], l.block[1], l.block[2], l.dynamic_smem_bytes,
                                     stream, args.data(), nullptr);
@@ -256,7 +320,8 @@ private:
 
   // A device without stream-ordered memory pools: a synchronous allocation, which stream
   // capture does not allow.
-  Status allocate_without_pools(const DriverApi& cu, CuStream stream, CuDevicePtr* workspace) {
+  Status allocate_without_pools(const DriverApi& cu, CuStream stream, uint64_t bytes,
+                                CuDevicePtr* workspace) {
     int capturing = 0;
     if (CuResult r = cu.stream_is_capturing(stream, &capturing); r != 0) {
       return driver_error(cu, "cuStreamIsCapturing", r);
@@ -264,11 +329,11 @@ private:
     if (capturing) {
       return make_error("CUDA device ", std::to_string(m_device), " has no stream-ordered ",
                         "memory pools, so run() cannot allocate its ",
-                        std::to_string(m_workspace_bytes), " bytes of temporaries during stream "
+                        std::to_string(bytes), " bytes of temporaries during stream "
                         "capture");
     }
     RelaxedCapture relaxed(cu);
-    if (CuResult r = cu.mem_alloc(workspace, m_workspace_bytes); r != 0) {
+    if (CuResult r = cu.mem_alloc(workspace, bytes); r != 0) {
       return driver_error(cu, "cuMemAlloc (temporaries)", r);
     }
     return Status::success();
@@ -284,10 +349,11 @@ private:
 
 }  // namespace
 
-std::vector<uint64_t> temporary_offsets(const compiler::Artifact& artifact, uint64_t* total) {
+std::vector<uint64_t> temporary_offsets(const std::vector<uint64_t>& temporary_bytes,
+                                        uint64_t* total) {
   std::vector<uint64_t> offsets;
   uint64_t at = 0;
-  for (uint64_t bytes : artifact.temporary_bytes) {
+  for (uint64_t bytes : temporary_bytes) {
     offsets.push_back(at);
     at += (bytes + 255) / 256 * 256;
   }
@@ -332,9 +398,52 @@ Status check_alignment(const std::vector<TensorSpec>& specs, const std::vector<T
   return Status::success();
 }
 
+void describe_graph(const ir::Graph& graph, Executable& exe) {
+  ExecutableAccess::describe(graph, exe);
+}
+
+std::vector<TensorSpec> tensor_specs(const ir::Graph& graph, const std::vector<ir::NodeId>& ids) {
+  std::vector<TensorSpec> specs;
+  for (ir::NodeId id : ids) {
+    const ir::Node& node = graph.node(id);
+    TensorSpec spec{node.name, node.type.dtype, node.type.shape.dims(), {}};
+    for (const ir::SymbolicDim& d : node.type.shape.symbols()) spec.dims.push_back(d.name);
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
 std::shared_ptr<Executable> make_executable(const ir::Graph& graph, CompileResult result,
                                             int device) {
   return std::make_shared<ExecutableImpl>(graph, std::move(result), device);
 }
 
 }  // namespace kiln::runtime
+
+namespace kiln {
+
+namespace {
+
+Expected<std::vector<TensorSpec>> specs_at(const std::optional<ir::Graph>& graph,
+                                           const std::vector<TensorSpec>& specs,
+                                           const std::vector<int64_t>& values, bool inputs) {
+  if (!graph) {
+    if (!values.empty()) return make_error("the graph has no symbolic dims; it takes no sizes");
+    return specs;
+  }
+  auto bound = graph->bind(values);
+  if (!bound) return bound.error();
+  return runtime::tensor_specs(*bound, inputs ? bound->inputs() : bound->outputs());
+}
+
+}  // namespace
+
+Expected<std::vector<TensorSpec>> Executable::inputs_at(const std::vector<int64_t>& values) const {
+  return specs_at(m_graph, m_inputs, values, true);
+}
+
+Expected<std::vector<TensorSpec>> Executable::outputs_at(const std::vector<int64_t>& values) const {
+  return specs_at(m_graph, m_outputs, values, false);
+}
+
+}  // namespace kiln

@@ -14,7 +14,26 @@ std::shared_ptr<Executable> make_executable(const ir::Graph& graph, CompileResul
                                             int device);
 
 // The byte offset of each temporary in the workspace (each 256-byte aligned) and the total.
-std::vector<uint64_t> temporary_offsets(const compiler::Artifact& artifact, uint64_t* total);
+std::vector<uint64_t> temporary_offsets(const std::vector<uint64_t>& temporary_bytes,
+                                        uint64_t* total);
+
+// The specs of `ids` (inputs or outputs) of `graph`, a symbolic dim named in TensorSpec::dims.
+std::vector<TensorSpec> tensor_specs(const ir::Graph& graph, const std::vector<ir::NodeId>& ids);
+// Fills what an Executable says about its graph: input and output specs, and for a symbolic
+// graph its dims and the graph itself (for the specs at given sizes).
+void describe_graph(const ir::Graph& graph, Executable& exe);
+
+// Gives the runtime's executables access to Executable's protected description.
+struct ExecutableAccess {
+  static void describe(const ir::Graph& graph, Executable& exe) {
+    exe.m_graph_name = graph.name();
+    exe.m_inputs = tensor_specs(graph, graph.inputs());
+    exe.m_outputs = tensor_specs(graph, graph.outputs());
+    exe.m_dims.clear();
+    for (const ir::Symbol& s : graph.symbols()) exe.m_dims.push_back({s.name, s.lo, s.hi});
+    if (graph.symbolic()) exe.m_graph = graph;
+  }
+};
 
 // Checks run() arguments against the specs: counts, null pointers, dtypes, shapes; the error
 // names the tensor ("input 'x' has shape [4, 8], expected [4, 16]").

@@ -6,7 +6,10 @@
 #include "ir/parse.h"
 #include "runtime/compile_service.h"
 #include "runtime/driver.h"
+#include "compiler/sizes.h"
+#include "ir/hash.h"
 #include "runtime/executable_impl.h"
+#include "runtime/symbolic_executable.h"
 
 #include <cstdio>
 #include <mutex>
@@ -47,13 +50,8 @@ public:
     options.fallback = m_options.allow_fallback ? compiler::FallbackPolicy::allow
                                                 : compiler::FallbackPolicy::refuse;
     options.threads = m_options.compile_threads;
-    auto result = runtime::compile_graph(graph, options, m_cache.get());
-    if (!result) return result.error();
-    log_precision_once(result->artifact);
-    for (const std::string& fallback : result->artifact.fallbacks) {
-      m_options.log(LogLevel::warning, "fallback: " + fallback);
-    }
-    return runtime::make_executable(graph, std::move(*result), m_options.device);
+    if (graph.symbolic()) return compile_symbolic(graph, options);
+    return compile_bucket(graph, options);
   }
 
   Expected<std::shared_ptr<Executable>> compile_file(const std::string& path) override {
@@ -70,6 +68,44 @@ public:
   }
 
 private:
+  Expected<std::shared_ptr<Executable>> compile_bucket(const ir::Graph& graph,
+                                                       const compiler::CompileOptions& options) {
+    auto result = runtime::compile_graph(graph, options, m_cache.get());
+    if (!result) return result.error();
+    log_precision_once(result->artifact);
+    for (const std::string& fallback : result->artifact.fallbacks) {
+      m_options.log(LogLevel::warning, "fallback: " + fallback);
+    }
+    return runtime::make_executable(graph, std::move(*result), m_options.device);
+  }
+
+  // Nothing compiles yet: the arch and precision are checked now (on the smallest bucket), each
+  // bucket compiles on first use. The executable shares this runtime's cache and log.
+  Expected<std::shared_ptr<Executable>> compile_symbolic(const ir::Graph& graph,
+                                                         const compiler::CompileOptions& options) {
+    compiler::CompileOptions first = options;
+    for (const ir::Symbol& s : graph.symbols())
+      first.bucket.push_back(compiler::bucket_of(s.lo, s));
+    auto plan = runtime::check_request(graph, first);
+    if (!plan) return plan.error();
+    auto cache = m_cache;
+    auto options_copy = std::make_shared<RuntimeOptions>(m_options);
+    runtime::CompileBucket compile = [graph, options, cache, options_copy](
+                                         const std::vector<compiler::DimRange>& bucket)
+        -> Expected<std::shared_ptr<Executable>> {
+      compiler::CompileOptions o = options;
+      o.bucket = bucket;
+      auto result = runtime::compile_graph(graph, o, cache.get());
+      if (!result) return result.error();
+      for (const std::string& fallback : result->artifact.fallbacks)
+        options_copy->log(LogLevel::warning, "fallback: " + fallback);
+      return runtime::make_executable(graph, std::move(*result), options_copy->device);
+    };
+    return runtime::make_symbolic_executable(
+        graph, std::move(compile), m_options.device, m_arch,
+        std::string(ir::to_string(plan->graph_mode)), ir::graph_hash(graph).hex());
+  }
+
   // TorchServe's rule, said once per runtime so a user can see what `auto` chose.
   void log_precision_once(const compiler::Artifact& artifact) {
     if (m_options.precision != Precision::automatic) return;
@@ -83,7 +119,7 @@ private:
   RuntimeOptions m_options;
   int m_sm;
   std::string m_arch;
-  std::unique_ptr<cache::Cache> m_cache;
+  std::shared_ptr<cache::Cache> m_cache;  // shared with symbolic graphs' executables
   std::once_flag m_logged;
 };
 

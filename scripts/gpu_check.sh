@@ -117,11 +117,30 @@ rc=$?
   echo "| graph | mode | exit | worst rel_l2 / tolerance |"
   echo "| --- | --- | ---: | --- |"
 } >>"$summary"
+# A symbolic graph runs at two sizes of every dim: 37 (or its range's top) and its upper bound.
+dims_at() {  # dims_at GRAPH low|high -> "B=37,S=37" ("" for a static graph)
+  "$kiln" fmt "$1" | sed -n 's/^ *dim \([A-Za-z_0-9]*\): \([0-9]*\)\.\.\([0-9]*\)$/\1 \2 \3/p' |
+    while read -r dim lo hi; do
+      v=$hi
+      if [[ $2 == low ]]; then v=$(( 37 < hi ? (37 > lo ? 37 : lo) : hi )); fi
+      printf '%s=%s,' "$dim" "$v"
+    done | sed 's/,$//'
+}
 for graph in examples/graphs/*.kg; do
-  name=$(basename "$graph" .kg)
+  base=$(basename "$graph" .kg)
+  sizes=(none)
+  [[ -n $(dims_at "$graph" low) ]] && sizes=(low high)
+  for size in "${sizes[@]}"; do
+  dims=()
+  name=$base
+  if [[ $size != none ]]; then
+    dims=(--dims "$(dims_at "$graph" "$size")")
+    name="${base}_${dims[1]//[=,]/_}"
+  fi
   for mode in highest high tf32x3 medium auto; do
     report="$out/run/${name}_${mode}.json"
-    "$kiln" run "$graph" --precision "$mode" --json >"$report" 2>"$out/run/${name}_${mode}.err"
+    "$kiln" run "$graph" "${dims[@]}" --precision "$mode" --json >"$report" \
+      2>"$out/run/${name}_${mode}.err"
     rc=$?
     # Exit 2 is a mode the device's arch refuses (bf16 on sm_75): reported, not a failure.
     [[ $rc == 1 ]] && failed=1
@@ -132,6 +151,7 @@ print(", ".join(f"{o['name']} {o['rel_l2']:.2e} / {o['tolerance']:.0e}" for o in
 EOF
 )
     echo "| $name | $mode | $rc | ${worst:-$(head -c 200 "$out/run/${name}_${mode}.err")} |" >>"$summary"
+  done
   done
 done
 

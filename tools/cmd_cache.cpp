@@ -5,6 +5,8 @@
 // ambiguous key prefix, a bad bundle).
 #include "tools/cli.h"
 
+#include "compiler/key.h"
+
 #include "cache/bundle.h"
 #include "cache/cache.h"
 #include "cache/units.h"
@@ -160,17 +162,30 @@ int run_ls(const CacheArgs& args) {
                       {"hits", e.hits},
                       {"created", iso_time(e.created_ms)},
                       {"last_used", iso_time(e.last_used_ms)}});
+    // A symbolic graph's bucket, as its key field says it ("dim0 in [33, 64], ...").
+    for (size_t i = 0; i < entries->size(); ++i) {
+      std::string dims = (*entries)[i].field("dims");
+      if (!dims.empty()) list[i]["dims"] = dims;
+    }
     std::printf("%s\n", dump(json{{"entries", list}}).c_str());
     return k_exit_ok;
   }
-  std::printf("%-32s  %-12s  %-7s  %-9s  %10s  %10s  %6s  %s\n", "KEY", "GRAPH", "ARCH",
-              "PRECISION", "SIZE", "COMPILE_MS", "HITS", "LAST_USED");
-  for (const cache::EntryInfo& e : *entries)
-    std::printf("%-32s  %-12.12s  %-7s  %-9s  %10s  %10lld  %6lld  %s\n", e.key.c_str(),
+  std::printf("%-32s  %-12s  %-7s  %-9s  %10s  %10s  %6s  %-24s  %s\n", "KEY", "GRAPH", "ARCH",
+              "PRECISION", "SIZE", "COMPILE_MS", "HITS", "LAST_USED", "DIMS");
+  for (const cache::EntryInfo& e : *entries) {
+    // A symbolic graph's bucket as "dim0=33..64,dim1=1..1"; "-" for a static graph.
+    std::string dims;
+    if (auto bucket = compiler::parse_dims_key(e.field("dims"))) {
+      for (size_t i = 0; i < bucket->size(); ++i)
+        dims += (i ? ",dim" : "dim") + std::to_string(i) + "=" + std::to_string((*bucket)[i].lo) +
+                ".." + std::to_string((*bucket)[i].hi);
+    }
+    std::printf("%-32s  %-12.12s  %-7s  %-9s  %10s  %10lld  %6lld  %-24s  %s\n", e.key.c_str(),
                 e.field("graph_hash").c_str(), e.field("arch").c_str(),
                 e.field("precision").c_str(), cache::format_size(e.stored_bytes).c_str(),
                 static_cast<long long>(e.compile_ms), static_cast<long long>(e.hits),
-                iso_time(e.last_used_ms).c_str());
+                iso_time(e.last_used_ms).c_str(), dims.empty() ? "-" : dims.c_str());
+  }
   return k_exit_ok;
 }
 

@@ -402,12 +402,27 @@ int run_why(const CompileArgs& args) {
                 remote == "present" && !hit ? " (this compile would hit remotely)" : "");
   }
   if (entries.empty()) std::printf("  no cached entry for graph %s\n", request->graph_hash.c_str());
+  // A symbolic graph: whether any entry serves the requested bucket.
+  std::string requested_dims = compiler::dims_key(options->bucket);
+  bool bucket_cached = false;
+  for (const cache::Nearest& n : *nearest)
+    bucket_cached = bucket_cached || n.info.field("dims") == requested_dims;
+  if (!options->bucket.empty() && !hit && !bucket_cached && !entries.empty()) {
+    std::printf("  bucket %s not cached\n",
+                compiler::describe_bucket(prepared->graph, options->bucket).c_str());
+  }
   for (const auto& e : entries) {
     if (e["key"] == request->key) continue;
     std::printf("  %s differs in:", e["key"].get<std::string>().c_str());
     for (const auto& d : e["differs"]) {
       std::string requested = d["requested"], cached = d["cached"];
       if (d["field"] == "options") only_differing_parts(requested, cached);
+      if (d["field"] == "dims") {  // with the graph's own names
+        if (auto r = compiler::parse_dims_key(requested))
+          requested = compiler::describe_bucket(prepared->graph, *r);
+        if (auto c = compiler::parse_dims_key(cached))
+          cached = compiler::describe_bucket(prepared->graph, *c);
+      }
       std::printf(" %s (%s here, %s cached)", d["field"].get<std::string>().c_str(),
                   requested.c_str(), cached.c_str());
     }

@@ -137,9 +137,9 @@ int run_graph(const RunArgs& args) {
     where = "GPU";
     *sm = *compiler::parse_arch((*exe)->arch());
     report = reference::check_against_fp64(
-        *graph, *ir::parse_precision((*exe)->precision()), args.seed,
-        reference::bytes_runner(*graph, [&](const std::vector<reference::Bytes>& inputs) {
-          return (*exe)->run_host(inputs);
+        *bound, *ir::parse_precision((*exe)->precision()), args.seed,
+        reference::bytes_runner(*bound, [&](const std::vector<reference::Bytes>& inputs) {
+          return (*exe)->run_host(inputs, values);
         }));
   }
   if (!report) {

@@ -73,12 +73,12 @@ TEST_P(CompileMatrix, EveryModeAndArchCompilesWithoutSpillsOrWarningsOrIsRefused
     for (ir::Precision mode : k_modes) {
       std::string what =
           GetParam() + " " + std::string(ir::to_string(mode)) + " sm_" + std::to_string(sm);
-      CompileOptions strict = options(sm, mode);
+      CompileOptions strict = test::with_bucket(g, options(sm, mode));
       auto program = lower(g, strict);
       if (must_refuse(g, mode, sm)) {
         ASSERT_FALSE(program.ok()) << what;
         EXPECT_NE(program.error().message.find("sm_75"), std::string::npos) << what;
-        CompileOptions lenient = options(sm, mode, FallbackPolicy::allow);
+        CompileOptions lenient = test::with_bucket(g, options(sm, mode, FallbackPolicy::allow));
         auto fallback = lower(g, lenient);
         ASSERT_TRUE(fallback.ok()) << what << ": " << fallback.error().message;
         const Artifact& a = compiled.get(*fallback, lenient);

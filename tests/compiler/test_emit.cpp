@@ -16,7 +16,7 @@ using test::options;
 using test::parse;
 
 std::string source(const ir::Graph& g, int sm, ir::Precision p, Prelude prelude) {
-  auto program = lower(g, options(sm, p));
+  auto program = lower(g, test::with_bucket(g, options(sm, p)));
   EXPECT_TRUE(program.ok()) << (program.ok() ? "" : program.error().message);
   return program.ok() ? program_source(*program, prelude) : std::string();
 }
@@ -51,7 +51,8 @@ TEST(Emit, KernelsWithoutThePreludeHoldNoPtxAndNoIncludes) {
     for (int sm : {75, 80, 90}) {
       ir::Precision p =
           name == "gated_mlp" && sm == 75 ? ir::Precision::highest : ir::Precision::automatic;
-      auto program = lower(example(name), options(sm, p, FallbackPolicy::allow));
+      ir::Graph g = example(name);
+      auto program = lower(g, test::with_bucket(g, options(sm, p, FallbackPolicy::allow)));
       ASSERT_TRUE(program.ok()) << name;
       std::string text = program_source(*program, Prelude::omit);
       EXPECT_EQ(count(text, "asm"), 0u) << name << " sm_" << sm;

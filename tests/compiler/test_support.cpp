@@ -2,6 +2,7 @@
 #include "test_support.h"
 
 #include "compiler/nvrtc.h"
+#include "compiler/sizes.h"
 #include "ir/parse.h"
 
 #include <gtest/gtest.h>
@@ -56,6 +57,13 @@ CompileOptions options(int sm, ir::Precision precision, FallbackPolicy fallback)
   o.sm = sm;
   o.precision = precision;
   o.fallback = fallback;
+  return o;
+}
+
+CompileOptions with_bucket(const ir::Graph& graph, CompileOptions o) {
+  o.bucket.clear();
+  for (const ir::Symbol& s : graph.symbols())
+    o.bucket.push_back(bucket_of(std::min<int64_t>(37, s.hi), s));
   return o;
 }
 

@@ -22,6 +22,9 @@ std::string wide_sum(int inputs, const std::string& type);
 
 CompileOptions options(int sm, ir::Precision precision,
                        FallbackPolicy fallback = FallbackPolicy::refuse);
+// `o` with, for a symbolic graph, the bucket holding 37 (or the range's top, when lower) for
+// every dim: kernels whose sizes are parameters.
+CompileOptions with_bucket(const ir::Graph& graph, CompileOptions o);
 
 // True when libnvrtc can be loaded here (tests that need it skip otherwise).
 bool have_nvrtc();

@@ -87,7 +87,7 @@ TEST(Executable, WorkspaceOffsetsAreAlignedAndCoverEveryTemporary) {
   compiler::Artifact artifact;
   artifact.temporary_bytes = {10, 256, 1};
   uint64_t total = 0;
-  auto offsets = runtime::temporary_offsets(artifact, &total);
+  auto offsets = runtime::temporary_offsets(artifact.temporary_bytes, &total);
   EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 256, 512}));
   EXPECT_EQ(total, 768u);
 }
@@ -102,7 +102,7 @@ TEST(Executable, WorkspaceMatchesWhatTheCompilerPlanned) {
     auto result = runtime::compile_graph(*graph, options, nullptr);
     ASSERT_TRUE(result) << result.error().message;
     uint64_t total = 0;
-    runtime::temporary_offsets(result->artifact, &total);
+    runtime::temporary_offsets(result->artifact.temporary_bytes, &total);
     EXPECT_EQ(total, result->artifact.workspace_bytes) << name;
   }
 }

@@ -68,7 +68,7 @@ TEST_P(LaunchContract, EveryLaunchMatchesThePlanAndTheCubin) {
           break;
         case compiler::BufferRole::temporary: {
           uint64_t total = 0;
-          uint64_t offset = runtime::temporary_offsets(artifact, &total)[b.index];
+          uint64_t offset = runtime::temporary_offsets(artifact.temporary_bytes, &total)[b.index];
           if (!workspace_base) workspace_base = value - offset;
           EXPECT_EQ(value, workspace_base + offset) << "temporary " << b.index;
           break;

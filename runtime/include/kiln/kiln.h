@@ -23,6 +23,10 @@
 
 namespace kiln {
 
+namespace runtime {
+struct ExecutableAccess;
+}
+
 using ir::DType;
 using ir::Precision;
 
@@ -62,7 +66,18 @@ struct TensorRef {
 struct TensorSpec {
   std::string name;
   DType dtype = DType::f32;
+  // For a symbolic graph's spec (Executable::inputs()), a symbolic dim holds its upper bound;
+  // inputs_at()/outputs_at() give the shapes at given sizes.
   std::vector<int64_t> shape;
+  // Symbolic graphs: per dim, the name of its symbolic dim ("" for a constant); else empty.
+  std::vector<std::string> dims;
+};
+
+// A symbolic dimension of a graph (`dim B: 1..4096`): its name and inclusive range.
+struct DimSpec {
+  std::string name;
+  int64_t lo = 1;
+  int64_t hi = 1;
 };
 
 // Whether kernels can run here: ok, or "no CUDA driver found: ..." / "no CUDA device: ...".
@@ -113,6 +128,23 @@ public:
   size_t kernel_count() const { return m_kernel_count; }
   int device() const { return m_device; }  // RuntimeOptions::device
 
+  // Symbolic graphs (`dim B: 1..4096`): the dims, numbered by first use; empty for a static
+  // graph. Such an executable serves every size in the ranges: run() reads the dims' values from
+  // the input shapes and runs the kernels of the bucket holding them ([1,1] [2,2] [3,4] [5,8]
+  // ... [2^(k-1)+1, 2^k] per dim), compiling that bucket through the cache on first use (one
+  // bucket at a time per executable). Each bucket is its own cache entry, so key(),
+  // cache_hit(), compile_ms(), lookup_us() and kernel_count() stay empty and zero here.
+  const std::vector<DimSpec>& dims() const { return m_dims; }
+  // The inputs' and outputs' specs at the dims' `values` (one per dims(), in its order); for a
+  // static graph `values` is empty and these are inputs() and outputs(). Fails naming a value
+  // outside its range.
+  Expected<std::vector<TensorSpec>> inputs_at(const std::vector<int64_t>& values) const;
+  Expected<std::vector<TensorSpec>> outputs_at(const std::vector<int64_t>& values) const;
+  // Symbolic graphs: compiles (through the cache) and prepares the bucket holding `values`
+  // ahead of time, as prepare(stream) does for a static graph; call it for every bucket a
+  // captured run may use. A static graph takes no values.
+  virtual Status prepare(const std::vector<int64_t>& values, void* stream = nullptr) = 0;
+
   // Loads the kernels in the context that run(..., stream) will use and checks that the driver
   // and device can run them ("CUDA driver 12.2 cannot load cubins from NVRTC 13.0 ...", "kernels
   // compiled for sm_90 cannot run here: CUDA device 1 is sm_80 ..."). After it, run() on that
@@ -145,6 +177,9 @@ public:
   // Fails as run() does, or when an input's size is not its spec's.
   Expected<std::vector<std::vector<unsigned char>>> run_host(
       const std::vector<std::vector<unsigned char>>& inputs);
+  // The same at the dims' `values` (a symbolic graph's inputs carry no shapes of their own).
+  Expected<std::vector<std::vector<unsigned char>>> run_host(
+      const std::vector<std::vector<unsigned char>>& inputs, const std::vector<int64_t>& values);
 
 protected:
   bool m_cache_hit = false;
@@ -155,6 +190,12 @@ protected:
   std::vector<TensorSpec> m_inputs, m_outputs;
   size_t m_kernel_count = 0;
   int m_device = 0;
+  std::vector<DimSpec> m_dims;
+  std::optional<ir::Graph> m_graph;  // symbolic graphs: for the specs at given sizes
+  std::string m_graph_name;
+
+private:
+  friend struct runtime::ExecutableAccess;
 };
 
 class Runtime {
@@ -169,7 +210,9 @@ public:
   virtual const std::string& arch() const = 0;
 
   // Compiles through the cache. Fails on a precision the arch cannot run (unless fallbacks are
-  // allowed), when NVRTC is missing, or when a kernel does not compile (with NVRTC's log).
+  // allowed), when NVRTC is missing, or when a kernel does not compile (with NVRTC's log). A
+  // symbolic graph compiles nothing yet: each bucket compiles on first use (or prepare(values))
+  // through this runtime's cache, which the executable keeps alive.
   virtual Expected<std::shared_ptr<Executable>> compile(const ir::Graph& graph) = 0;
   // Parses a .kg file first; a bad graph fails with "file:line:col: error: ...".
   virtual Expected<std::shared_ptr<Executable>> compile_file(const std::string& path) = 0;

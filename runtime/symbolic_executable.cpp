@@ -1,0 +1,95 @@
+// The Executable of a symbolic graph: one static-plan executable per bucket, compiled on first
+// use through the runtime's cache, chosen per run from the input shapes.
+#include "runtime/symbolic_executable.h"
+
+#include "compiler/sizes.h"
+
+#include <map>
+#include <mutex>
+
+namespace kiln::runtime {
+
+namespace {
+
+class SymbolicExecutable final : public Executable {
+public:
+  SymbolicExecutable(const ir::Graph& graph, CompileBucket compile, int device,
+                      std::string arch, std::string precision, std::string graph_hash)
+      : m_compile(std::move(compile)) {
+    describe_graph(graph, *this);
+    m_device = device;
+    m_arch = std::move(arch);
+    m_precision = std::move(precision);
+    m_graph_hash = std::move(graph_hash);
+  }
+
+  Status prepare(void*) override {
+    return make_error("graph '", m_graph_name, "' has symbolic dims: prepare(values, stream) "
+                      "names the sizes whose bucket to prepare");
+  }
+
+  Status prepare(const std::vector<int64_t>& values, void* stream) override {
+    auto exe = bucket(values);
+    if (!exe) return exe.error();
+    return (*exe)->prepare(stream);
+  }
+
+  Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+             void* stream) override {
+    if (Status s = check_tensor_count(inputs); !s) return s;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
+    auto values = m_graph->symbol_values(shapes);
+    if (!values) return values.error();
+    auto exe = bucket(*values);
+    if (!exe) return exe.error();
+    return (*exe)->run(inputs, outputs, stream);
+  }
+
+private:
+  Status check_tensor_count(const std::vector<TensorRef>& inputs) const {
+    if (inputs.size() == m_inputs.size()) return Status::success();
+    return make_error("expected ", std::to_string(m_inputs.size()), " inputs, got ",
+                      std::to_string(inputs.size()));
+  }
+
+  // The executable of the bucket holding `values`, compiled on first use.
+  Expected<std::shared_ptr<Executable>> bucket(const std::vector<int64_t>& values) {
+    if (values.size() != m_dims.size())
+      return make_error("graph '", m_graph_name, "' has ", std::to_string(m_dims.size()),
+                        " symbolic dims, got ", std::to_string(values.size()), " values");
+    std::vector<compiler::DimRange> ranges;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const ir::Symbol& symbol = m_graph->symbols()[i];
+      if (values[i] < symbol.lo || values[i] > symbol.hi)
+        return make_error(symbol.name, " = ", std::to_string(values[i]), " is outside its range ",
+                          std::to_string(symbol.lo), "..", std::to_string(symbol.hi));
+      ranges.push_back(compiler::bucket_of(values[i], symbol));
+    }
+    std::vector<std::pair<int64_t, int64_t>> key;
+    for (const compiler::DimRange& r : ranges) key.emplace_back(r.lo, r.hi);
+    std::lock_guard lock(m_mutex);
+    auto it = m_buckets.find(key);
+    if (it != m_buckets.end()) return it->second;
+    auto exe = m_compile(ranges);
+    if (!exe) return exe.error();
+    m_buckets.emplace(std::move(key), *exe);
+    return *exe;
+  }
+
+  CompileBucket m_compile;
+  std::mutex m_mutex;
+  std::map<std::vector<std::pair<int64_t, int64_t>>, std::shared_ptr<Executable>> m_buckets;
+};
+
+}  // namespace
+
+std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
+                                                     CompileBucket compile, int device,
+                                                     std::string arch, std::string precision,
+                                                     std::string graph_hash) {
+  return std::make_shared<SymbolicExecutable>(graph, std::move(compile), device, std::move(arch),
+                                              std::move(precision), std::move(graph_hash));
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,26 @@
+// The Executable of a symbolic graph (`dim B: 1..4096`): a bucket's entry compiled on first use.
+#pragma once
+
+#include "compiler/options.h"
+#include "runtime/executable_impl.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime {
+
+// Compiles one bucket of the graph (through the cache) into an executable of its own.
+using CompileBucket = std::function<Expected<std::shared_ptr<Executable>>(
+    const std::vector<compiler::DimRange>& bucket)>;
+
+// run() reads the dims' values from the input shapes, checks them against their ranges and
+// runs the bucket holding them, compiling it with `compile` on first use; prepare(values)
+// compiles and prepares ahead of time. `precision` is the graph's resolved mode.
+std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
+                                                     CompileBucket compile, int device,
+                                                     std::string arch, std::string precision,
+                                                     std::string graph_hash);
+
+}  // namespace kiln::runtime

@@ -1,0 +1,168 @@
+// A symbolic graph's Executable against the fake libcuda: each run picks the bucket holding the
+// input shapes' sizes, compiles it once through the cache, launches with the dims' values after
+// the buffers and grids sized for them; bad sizes are refused before anything launches.
+#include "fake_driver_support.h"
+
+#include "cache/cache.h"
+#include "compiler/compiler.h"
+#include "compiler/sizes.h"
+#include "ir/parse.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace kiln {
+namespace {
+
+using testing_support::spec_bytes;
+using testing_support::use_fake_driver;
+
+const char* k_graph = R"(graph sym {
+  dim B: 1..64
+  input x: f32[B, 96]
+  input w: f32[96, 40]
+  input b: f32[40]
+  y = gelu(add(matmul(x, w), b))
+  s = softmax(x)
+  output y, s
+}
+)";
+
+struct Fixture {
+  std::filesystem::path dir;
+  std::shared_ptr<Executable> exe;
+};
+
+Fixture symbolic_executable() {
+  Fixture f;
+  f.dir = std::filesystem::temp_directory_path() /
+          ("kiln-symbolic-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(f.dir);
+  RuntimeOptions options;
+  options.cache_dir = f.dir.string();
+  options.remote_cache = "";
+  options.precision = Precision::high;
+  auto runtime = Runtime::create(options);
+  EXPECT_TRUE(runtime) << runtime.error().message;
+  if (!runtime) return f;
+  auto exe = (*runtime)->compile_text(k_graph, "sym.kg");
+  EXPECT_TRUE(exe) << exe.error().message;
+  if (exe) f.exe = *exe;
+  return f;  // the runtime goes; the executable keeps its cache
+}
+
+uint64_t cache_entries(const std::filesystem::path& dir) {
+  cache::Options options;
+  options.dir = dir.string();
+  options.remote = "";
+  auto stats = cache::Cache::open(std::move(options))->stats();
+  return stats ? stats->entries : 0;
+}
+
+// Device buffers for the executable's tensors at `values`.
+struct SizedBuffers {
+  SizedBuffers(const Executable& exe, const std::vector<int64_t>& values) {
+    auto in = exe.inputs_at(values);
+    auto out = exe.outputs_at(values);
+    EXPECT_TRUE(in && out);
+    if (!in || !out) return;
+    auto add = [&](const TensorSpec& spec, std::vector<TensorRef>& refs) {
+      auto buffer = DeviceBuffer::allocate(spec_bytes(spec), 0);
+      ASSERT_TRUE(buffer) << buffer.error().message;
+      refs.push_back({buffer->data(), spec.dtype, spec.shape});
+      owned.push_back(std::move(*buffer));
+    };
+    for (const TensorSpec& spec : *in) add(spec, inputs);
+    for (const TensorSpec& spec : *out) add(spec, outputs);
+  }
+  std::vector<DeviceBuffer> owned;
+  std::vector<TensorRef> inputs, outputs;
+};
+
+TEST(FakeDriverSymbolic, EachRunLaunchesItsBucketsKernelsWithTheDimsAndGridsForThem) {
+  ASSERT_TRUE(use_fake_driver({}));
+  Fixture f = symbolic_executable();
+  ASSERT_TRUE(f.exe);
+  ASSERT_EQ(f.exe->dims().size(), 1u);
+  EXPECT_EQ(f.exe->dims()[0].name, "B");
+  EXPECT_EQ(f.exe->inputs()[0].dims, (std::vector<std::string>{"B", ""}));
+  EXPECT_EQ(cache_entries(f.dir), 0u) << "nothing compiles before a size is known";
+
+  auto graph = ir::parse_graph(k_graph, "sym.kg");
+  ASSERT_TRUE(graph);
+  for (int64_t value : {37, 40, 64, 5, 1}) {
+    SCOPED_TRACE("B = " + std::to_string(value));
+    SizedBuffers buffers(*f.exe, {value});
+    size_t before = fake_cuda::launches().size();
+    Status s = f.exe->run(buffers.inputs, buffers.outputs);
+    ASSERT_TRUE(s) << s.error().message;
+    // The plan of the bucket, as the compiler makes it, for the expected launches.
+    compiler::CompileOptions options;
+    options.sm = 90;
+    options.precision = Precision::high;
+    options.bucket = {compiler::bucket_of(value, graph->symbols()[0])};
+    auto lowered = compiler::lower(*graph, options);
+    ASSERT_TRUE(lowered) << lowered.error().message;
+    auto launches = fake_cuda::launches();
+    const auto& kernels = lowered->plan.kernels;
+    ASSERT_EQ(launches.size() - before, kernels.size());
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      const fake_cuda::Launch& launch = launches[before + k];
+      SCOPED_TRACE(kernels[k].name);
+      EXPECT_EQ(launch.fault, 0);
+      ASSERT_EQ(launch.cubin_params, kernels[k].params.size() + 1);
+      EXPECT_EQ(launch.params.back(), static_cast<uint64_t>(value)) << "the dim's value";
+      for (size_t d = 0; d < 3; ++d)
+        EXPECT_EQ(launch.grid[d], *kernels[k].grid[d].at({value})) << "grid " << d;
+    }
+  }
+  // 37 and 40 share [33, 64], 64 too; 5 is in [5, 8], 1 in [1, 1].
+  EXPECT_EQ(cache_entries(f.dir), 3u);
+  std::filesystem::remove_all(f.dir);
+}
+
+TEST(FakeDriverSymbolic, BadSizesAreRefusedBeforeAnythingLaunches) {
+  ASSERT_TRUE(use_fake_driver({}));
+  Fixture f = symbolic_executable();
+  ASSERT_TRUE(f.exe);
+  SizedBuffers buffers(*f.exe, {64});
+  std::vector<TensorRef> inputs = buffers.inputs;
+  inputs[0].shape = {65, 96};
+  Status outside = f.exe->run(inputs, buffers.outputs);
+  ASSERT_FALSE(outside);
+  EXPECT_EQ(outside.error().message, "input 'x' dim 0: B = 65 is outside its range 1..64");
+  std::vector<TensorRef> outputs = buffers.outputs;
+  outputs[0].shape = {63, 40};
+  Status wrong_output = f.exe->run(buffers.inputs, outputs);
+  ASSERT_FALSE(wrong_output);
+  EXPECT_NE(wrong_output.error().message.find("output 'y' has shape [63, 40], expected [64, 40]"),
+            std::string::npos)
+      << wrong_output.error().message;
+  EXPECT_TRUE(fake_cuda::launches().empty());
+  EXPECT_FALSE(f.exe->prepare(nullptr));
+  EXPECT_FALSE(f.exe->prepare(std::vector<int64_t>{0}));  // below the range
+  EXPECT_FALSE(f.exe->outputs_at({65}));
+  std::filesystem::remove_all(f.dir);
+}
+
+TEST(FakeDriverSymbolic, PrepareCompilesABucketAheadAndOutputShapesFollowTheValues) {
+  ASSERT_TRUE(use_fake_driver({}));
+  Fixture f = symbolic_executable();
+  ASSERT_TRUE(f.exe);
+  Status s = f.exe->prepare({20});
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(cache_entries(f.dir), 1u);
+  auto outputs = f.exe->outputs_at({20});
+  ASSERT_TRUE(outputs);
+  EXPECT_EQ((*outputs)[0].shape, (std::vector<int64_t>{20, 40}));
+  EXPECT_EQ((*outputs)[1].shape, (std::vector<int64_t>{20, 96}));
+  auto host = f.exe->run_host(testing_support::Buffers::zeros_for(*f.exe->inputs_at({17})), {17});
+  ASSERT_TRUE(host) << host.error().message;
+  EXPECT_EQ((*host)[0].size(), 17u * 40 * 4);
+  EXPECT_EQ(cache_entries(f.dir), 1u) << "17 is in the prepared bucket [17, 32]";
+  std::filesystem::remove_all(f.dir);
+}
+
+}  // namespace
+}  // namespace kiln

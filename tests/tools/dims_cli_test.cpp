@@ -1,0 +1,118 @@
+// `--dims` as a user types it: compile one bucket or every bucket of a dim, explain a missing
+// bucket, list buckets, run under emulation at given sizes; symbolic graphs without sizes and
+// bad sizes are usage errors.
+#include "run_cli.h"
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace kiln::testing {
+namespace {
+
+using nlohmann::json;
+
+const std::string k_graph = R"(graph small {
+  dim B: 1..20
+  input x: f32[B, 32]
+  input w: f32[32, 16]
+  y = relu(matmul(x, w))
+  output y
+}
+)";
+
+class DimsCli : public ::testing::Test {
+protected:
+  void SetUp() override {
+    char name[] = "/tmp/kiln-dims-test-XXXXXX";
+    m_dir = mkdtemp(name);
+    m_graph = m_dir + "/small.kg";
+    std::ofstream(m_graph) << k_graph;
+  }
+  void TearDown() override { std::filesystem::remove_all(m_dir); }
+
+  CliResult kiln(std::vector<std::string> args) {
+    args.insert(args.end(), {"--cache-dir", m_dir + "/cache"});
+    return run_kiln(args);
+  }
+
+  std::string m_dir, m_graph;
+};
+
+std::vector<json> json_lines(const std::string& out) {
+  std::vector<json> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  return lines;
+}
+
+TEST_F(DimsCli, CompileReportsTheBucketAndAllCompilesEveryBucket) {
+  CliResult one = kiln({"compile", m_graph, "--arch", "sm_90", "--dims", "B=11", "--json"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  json first = json::parse(one.out);
+  EXPECT_EQ(first["dims"], json({{"B", {9, 16}}}));
+  EXPECT_EQ(first["cache"], "miss");
+  CliResult all = kiln({"compile", m_graph, "--arch", "sm_90", "--dims", "B=all", "--json"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  std::vector<json> lines = json_lines(all.out);
+  // [1,1] [2,2] [3,4] [5,8] [9,16] [17,20]: the one compiled above hits.
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines.back()["dims"], json({{"B", {17, 20}}}));
+  int hits = 0;
+  for (const json& line : lines) hits += line["cache"] == "hit";
+  EXPECT_EQ(hits, 1);
+  CliResult ls = kiln({"ls"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find("dim0=17..20"), std::string::npos) << ls.out;
+  CliResult ls_json = kiln({"ls", "--json"});
+  EXPECT_NE(ls_json.out.find("\"dims\": \"dim0 in [1, 1]\""), std::string::npos) << ls_json.out;
+}
+
+TEST_F(DimsCli, WhyNamesTheBucketThatIsNotCached) {
+  ASSERT_EQ(kiln({"compile", m_graph, "--arch", "sm_90", "--dims", "B=3"}).exit_code, 0);
+  CliResult why = kiln({"why", m_graph, "--arch", "sm_90", "--dims", "B=12"});
+  EXPECT_EQ(why.exit_code, 1) << why.err;
+  EXPECT_NE(why.out.find("bucket B in [9, 16] not cached"), std::string::npos) << why.out;
+  EXPECT_NE(why.out.find("dims (B in [9, 16] here, B in [3, 4] cached)"), std::string::npos)
+      << why.out;
+  CliResult hit = kiln({"why", m_graph, "--arch", "sm_90", "--dims", "B=4"});
+  EXPECT_EQ(hit.exit_code, 0) << hit.out;
+}
+
+TEST_F(DimsCli, RunUnderEmulationAtTheSizesGiven) {
+  CliResult run = run_kiln({"run", m_graph, "--emulate", "--dims", "B=13", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  json report = json::parse(run.out);
+  EXPECT_EQ(report["dims"], json({{"B", 13}}));
+  EXPECT_EQ(report["ok"], true);
+}
+
+TEST_F(DimsCli, MissingOrBadSizesAreUsageErrorsThatListTheDims) {
+  struct Bad {
+    std::vector<std::string> args;
+    const char* says;
+  };
+  const Bad bad[] = {
+      {{"compile", m_graph, "--arch", "sm_90"}, "has symbolic dims (B in 1..20): give their sizes"},
+      {{"compile", m_graph, "--arch", "sm_90", "--dims", "B=21"}, "B = 21 is outside its range 1..20"},
+      {{"compile", m_graph, "--arch", "sm_90", "--dims", "S=3"}, "'S' is not a dim of graph 'small'; its dims: B in 1..20"},
+      {{"compile", m_graph, "--arch", "sm_90", "--dims", "B=x"}, "B=x is not a whole number"},
+      {{"compile", m_graph, "--arch", "sm_90", "--dims", "B=3,B=4"}, "'B' is given twice"},
+      {{"compile", std::string(KILN_EXAMPLES_DIR) + "/mlp.kg", "--arch", "sm_90", "--dims", "B=3"},
+       "has no symbolic dims; drop --dims"},
+      {{"emit", m_graph, "--arch", "sm_90", "--dims", "B=all"}, "emit takes one bucket"},
+      {{"run", m_graph, "--emulate"}, "give their sizes, e.g. --dims B=20"},
+  };
+  for (const Bad& b : bad) {
+    CliResult r = b.args[0] == "emit" ? run_kiln(b.args) : kiln(b.args);  // emit has no cache
+    EXPECT_EQ(r.exit_code, 2) << b.says << "\n" << r.err;
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
