@@ -113,6 +113,7 @@ std::optional<uint64_t> SizeTerm::at(const std::vector<int64_t>& values) const {
     v *= values[s];
     if (v > k_limit) return std::nullopt;
   }
+  if (v > k_limit) return std::nullopt;
   return static_cast<uint64_t>((v + divisor - 1) / divisor);
 }
 

@@ -162,7 +162,8 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       }
     }
     if (symbolic) k.dim_params = static_cast<uint32_t>(sizes.symbol_count());
-    if (uint64_t bytes = k.params.size() * k_param_bytes; bytes > k_max_param_bytes) {
+    if (uint64_t bytes = k.params.size() * k_param_bytes + k.dim_params * 4;
+        bytes > k_max_param_bytes) {
       return make_error("kernel '", k.name, "' computing ", describe_node(graph, group.root),
                         " takes ", std::to_string(k.params.size()), " buffers: ",
                         std::to_string(bytes), " bytes of parameters, over CUDA's limit of ",

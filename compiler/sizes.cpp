@@ -83,6 +83,10 @@ Expected<std::vector<std::optional<int64_t>>> parse_dims(std::string_view text,
     if (value != "all") {
       int64_t v = 0;
       auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (ec == std::errc::result_out_of_range && ptr == value.data() + value.size())
+        return make_error("--dims: ", name, " = ", std::string(value), " is outside its range ",
+                          std::to_string(symbols[index].lo), "..",
+                          std::to_string(symbols[index].hi));
       if (ec != std::errc() || ptr != value.data() + value.size())
         return make_error("--dims: ", name, "=", std::string(value),
                           " is not a whole number (or 'all')");

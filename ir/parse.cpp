@@ -132,15 +132,25 @@ Status Parser::parse_dim() {
   std::string_view text = range.text;
   size_t dots = text.find("..");
   int64_t lo = 0, hi = 0;
-  auto whole = [](std::string_view part, int64_t& value) {
+  std::string_view too_large;
+  auto whole = [&too_large](std::string_view part, int64_t& value) {
     if (part.empty()) return false;
     auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (ec == std::errc::result_out_of_range && end == part.data() + part.size()) {
+      too_large = part;
+      return true;
+    }
     return ec == std::errc() && end == part.data() + part.size();
   };
   if (dots == std::string_view::npos || !whole(text.substr(0, dots), lo) ||
       !whole(text.substr(dots + 2), hi)) {
     return error_at(range.location, "expected a range LO..HI of whole numbers written without "
                                     "spaces (e.g. 1..4096), got " + std::string(text));
+  }
+  if (!too_large.empty()) {
+    return error_at(range.location, "dim '" + std::string(name.text) + "': " +
+                                        std::string(too_large) +
+                                        " is above kiln's limit of 2^31 - 1");
   }
   advance();
   if (m_seen_input) {

@@ -413,9 +413,37 @@ std::vector<TensorSpec> tensor_specs(const ir::Graph& graph, const std::vector<i
   return specs;
 }
 
-std::shared_ptr<Executable> make_executable(const ir::Graph& graph, CompileResult result,
-                                            int device) {
-  return std::make_shared<ExecutableImpl>(graph, std::move(result), device);
+Status check_artifact_sizes(const compiler::Artifact& a, const ir::Graph& graph) {
+  auto bad = [&](const char* what) {
+    return make_error("entry ", a.arch, " of graph '", graph.name(), "': ", what,
+                      " do not match the graph");
+  };
+  size_t symbols = graph.symbols().size();
+  if (a.bucket.size() != symbols) return bad("the bucket's dims");
+  if (symbols == 0) return Status::success();
+  if (a.input_sizes.size() != a.input_bytes.size() || a.input_bytes.size() != graph.inputs().size() ||
+      a.output_sizes.size() != a.output_bytes.size() ||
+      a.output_bytes.size() != graph.outputs().size() ||
+      a.temporary_sizes.size() != a.temporary_bytes.size())
+    return bad("the buffers' size terms");
+  for (const compiler::KernelArtifact& k : a.kernels) {
+    if (k.grid.size() != 3 || k.dim_params != symbols) return bad("a kernel's grid or dims");
+    for (const compiler::SizeTerm& t : k.grid)
+      for (uint32_t s : t.symbols)
+        if (s >= symbols) return bad("a kernel's grid terms");
+  }
+  for (const auto* terms : {&a.input_sizes, &a.output_sizes, &a.temporary_sizes})
+    for (const compiler::SizeTerm& t : *terms)
+      for (uint32_t s : t.symbols)
+        if (s >= symbols) return bad("the buffers' size terms");
+  return Status::success();
+}
+
+Expected<std::shared_ptr<Executable>> make_executable(const ir::Graph& graph,
+                                                      CompileResult result, int device) {
+  if (Status s = check_artifact_sizes(result.artifact, graph); !s) return s.error();
+  return std::shared_ptr<Executable>(
+      std::make_shared<ExecutableImpl>(graph, std::move(result), device));
 }
 
 }  // namespace kiln::runtime

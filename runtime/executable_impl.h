@@ -10,8 +10,10 @@ namespace kiln::runtime {
 
 // Wraps a compile result; modules are loaded once per CUDA context (by context id), by prepare()
 // or the first run in that context.
-std::shared_ptr<Executable> make_executable(const ir::Graph& graph, CompileResult result,
-                                            int device);
+// Fails when a symbolic graph's artifact does not fit the graph (bucket, size terms, grids and
+// dim parameters per kernel), which only a damaged or foreign entry can do.
+Expected<std::shared_ptr<Executable>> make_executable(const ir::Graph& graph,
+                                                      CompileResult result, int device);
 
 // The byte offset of each temporary in the workspace (each 256-byte aligned) and the total.
 std::vector<uint64_t> temporary_offsets(const std::vector<uint64_t>& temporary_bytes,

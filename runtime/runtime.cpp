@@ -97,13 +97,12 @@ private:
       o.bucket = bucket;
       auto result = runtime::compile_graph(graph, o, cache.get());
       if (!result) return result.error();
-      for (const std::string& fallback : result->artifact.fallbacks)
-        options_copy->log(LogLevel::warning, "fallback: " + fallback);
       return runtime::make_executable(graph, std::move(*result), options_copy->device);
     };
-    return runtime::make_symbolic_executable(
-        graph, std::move(compile), m_options.device, m_arch,
-        std::string(ir::to_string(plan->graph_mode)), ir::graph_hash(graph).hex());
+    for (const std::string& fallback : plan->fallbacks)
+      m_options.log(LogLevel::warning, "fallback: " + fallback);
+    return runtime::make_symbolic_executable(graph, std::move(compile), m_options.device, m_arch,
+                                             *plan, ir::graph_hash(graph).hex());
   }
 
   // TorchServe's rule, said once per runtime so a user can see what `auto` chose.

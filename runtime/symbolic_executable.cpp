@@ -14,12 +14,14 @@ namespace {
 class SymbolicExecutable final : public Executable {
 public:
   SymbolicExecutable(const ir::Graph& graph, CompileBucket compile, int device,
-                      std::string arch, std::string precision, std::string graph_hash)
+                      std::string arch, const compiler::PrecisionPlan& precision,
+                      std::string graph_hash)
       : m_compile(std::move(compile)) {
     describe_graph(graph, *this);
     m_device = device;
     m_arch = std::move(arch);
-    m_precision = std::move(precision);
+    m_precision = std::string(ir::to_string(precision.graph_mode));
+    m_fallbacks = precision.fallbacks;
     m_graph_hash = std::move(graph_hash);
   }
 
@@ -68,28 +70,38 @@ private:
     }
     std::vector<std::pair<int64_t, int64_t>> key;
     for (const compiler::DimRange& r : ranges) key.emplace_back(r.lo, r.hi);
-    std::lock_guard lock(m_mutex);
-    auto it = m_buckets.find(key);
-    if (it != m_buckets.end()) return it->second;
-    auto exe = m_compile(ranges);
-    if (!exe) return exe.error();
-    m_buckets.emplace(std::move(key), *exe);
-    return *exe;
+    std::shared_ptr<Slot> slot;
+    {
+      std::lock_guard lock(m_mutex);
+      auto& entry = m_buckets[key];
+      if (!entry) entry = std::make_shared<Slot>();
+      slot = entry;
+    }
+    // One compile per bucket; runs of other buckets go on meanwhile. The outcome, an error
+    // included (a plan the bucket's sizes cannot launch), is kept for the executable's life.
+    std::call_once(slot->once, [&] { slot->result = m_compile(ranges); });
+    return slot->result;
   }
 
+  struct Slot {
+    std::once_flag once;
+    Expected<std::shared_ptr<Executable>> result = Error{"not compiled"};
+  };
+
   CompileBucket m_compile;
-  std::mutex m_mutex;
-  std::map<std::vector<std::pair<int64_t, int64_t>>, std::shared_ptr<Executable>> m_buckets;
+  std::mutex m_mutex;  // guards m_buckets only
+  std::map<std::vector<std::pair<int64_t, int64_t>>, std::shared_ptr<Slot>> m_buckets;
 };
 
 }  // namespace
 
 std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
                                                      CompileBucket compile, int device,
-                                                     std::string arch, std::string precision,
+                                                     std::string arch,
+                                                     const compiler::PrecisionPlan& precision,
                                                      std::string graph_hash) {
   return std::make_shared<SymbolicExecutable>(graph, std::move(compile), device, std::move(arch),
-                                              std::move(precision), std::move(graph_hash));
+                                              precision, std::move(graph_hash));
 }
 
 }  // namespace kiln::runtime

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "compiler/options.h"
+#include "compiler/precision.h"
 #include "runtime/executable_impl.h"
 
 #include <functional>
@@ -16,11 +17,13 @@ using CompileBucket = std::function<Expected<std::shared_ptr<Executable>>(
     const std::vector<compiler::DimRange>& bucket)>;
 
 // run() reads the dims' values from the input shapes, checks them against their ranges and
-// runs the bucket holding them, compiling it with `compile` on first use; prepare(values)
-// compiles and prepares ahead of time. `precision` is the graph's resolved mode.
+// runs the bucket holding them, compiling it with `compile` on first use (once per bucket,
+// other buckets' runs going on meanwhile; a failed compile's error is kept); prepare(values)
+// compiles and prepares ahead of time. `precision` is the graph's resolved precision plan.
 std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
                                                      CompileBucket compile, int device,
-                                                     std::string arch, std::string precision,
+                                                     std::string arch,
+                                                     const compiler::PrecisionPlan& precision,
                                                      std::string graph_hash);
 
 }  // namespace kiln::runtime

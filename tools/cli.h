@@ -1,10 +1,14 @@
 // Shared pieces of the kiln CLI: exit codes and the registration hook every command file provides.
 #pragma once
 
+#include "ir/graph.h"
+
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln::tools {
 
@@ -29,6 +33,12 @@ CLI::Option* add_cache_dir_option(CLI::App* cmd, std::string& dir, const std::st
 // Adds `--remote URL` (the remote cache tier, overriding $KILN_REMOTE_CACHE; "" turns it off) to
 // `cmd`; a URL that is not redis://[:password@]host[:port][/db][?prefix=P] is bad usage.
 CLI::Option* add_remote_option(CLI::App* cmd, std::optional<std::string>& remote);
+
+// The sizes `--dims` gives a symbolic graph for one run, one value per dim (none for a static
+// graph without --dims); prints "<command>: ..." and returns nullopt when they are missing or
+// bad (a symbolic graph without --dims, 'all', a dim unknown, repeated or out of range).
+std::optional<std::vector<int64_t>> run_dims(const std::string& dims, const ir::Graph& graph,
+                                             const std::string& command);
 
 // An error: "kiln <command>: ..." on stderr, or with --json a {"error": ..., "command": ...}
 // object on stdout. A message may start "kiln: " or "<command>: " (either becomes the prefix).

@@ -31,6 +31,7 @@ struct AuditArgs {
   std::string arch = "sm_90";
   uint64_t seed = 0;
   std::string max_memory = "4G";
+  std::string dims;  // --dims, for a symbolic graph
   std::string cache_dir;
   bool json = false;
   bool strict = false;
@@ -97,9 +98,17 @@ int run_audit(const AuditArgs& args) {
                 "' is not a size (bytes, or a number with K, M or G)");
     return k_exit_usage;
   }
-  auto graph = ir::parse_graph_file(args.file);
+  auto parsed = ir::parse_graph_file(args.file);
+  if (!parsed) {
+    print_error(parsed.error().message);
+    return k_exit_usage;
+  }
+  // A symbolic graph is audited at the sizes --dims gives.
+  auto dims = run_dims(args.dims, *parsed, "audit");
+  if (!dims) return k_exit_usage;
+  auto graph = parsed->bind(*dims);
   if (!graph) {
-    print_error(graph.error().message);
+    print_error("audit: " + graph.error().message);
     return k_exit_usage;
   }
   ir::Precision precision = *requested;
@@ -122,12 +131,17 @@ int run_audit(const AuditArgs& args) {
   for (const std::string& warning : report->warnings)
     print_warning("audit: warning: " + warning);
 
-  std::string hash = ir::graph_hash(*graph).hex();
+  std::string hash = ir::graph_hash(*parsed).hex();  // the graph as written, dims and all
   if (args.json) {
     nlohmann::json out;
     out["graph"] = hash;
     out["precision"] = std::string(ir::to_string(precision));
     out["seed"] = args.seed;
+    if (!dims->empty()) {
+      nlohmann::json at = nlohmann::json::object();
+      for (size_t i = 0; i < dims->size(); ++i) at[parsed->symbols()[i].name] = (*dims)[i];
+      out["dims"] = at;
+    }
     out["outputs"] = nlohmann::json::array();
     for (const auto& o : report->outputs)
       out["outputs"].push_back({{"name", o.name}, {"rel_l2", o.rel_l2}, {"max_abs", o.max_abs},
@@ -135,7 +149,10 @@ int run_audit(const AuditArgs& args) {
     out["warnings"] = report->warnings;
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("graph %s (%s), precision %s", graph->name().c_str(), hash.c_str(),
+    std::string at;
+    for (size_t i = 0; i < dims->size(); ++i)
+      at += (i ? ", " : " at ") + parsed->symbols()[i].name + " = " + std::to_string((*dims)[i]);
+    std::printf("graph %s (%s)%s, precision %s", graph->name().c_str(), hash.c_str(), at.c_str(),
                 std::string(ir::to_string(precision)).c_str());
     if (*requested == ir::Precision::automatic) std::printf(" (auto on %s)", args.arch.c_str());
     std::printf(", seed %llu, inputs uniform in [-1, 1]\n",
@@ -161,6 +178,7 @@ void register_audit_commands(CLI::App& app, int& exit_code) {
       ->required();
   cmd->add_option("--arch", args->arch, "sm_XX, used only to resolve auto (default sm_90)");
   cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
+  cmd->add_option("--dims", args->dims, "sizes of a symbolic graph's dims, e.g. B=37,S=100");
   cmd->add_option("--max-memory", args->max_memory,
                   "refuse graphs needing more host memory than this (default 4G)");
   add_cache_dir_option(cmd, args->cache_dir, "accepted for uniformity; audit uses no cache");

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -39,6 +40,15 @@ struct CompileArgs {
   std::string dims;  // --dims, for symbolic graphs
 };
 
+// Parses `file` once per process: `--dims` needs the graph before the compile does, and "-"
+// (stdin) can be read only once.
+Expected<ir::Graph> read_graph(const std::string& file) {
+  static std::map<std::string, Expected<ir::Graph>> parsed;
+  auto it = parsed.find(file);
+  if (it == parsed.end()) it = parsed.emplace(file, ir::parse_graph_file(file)).first;
+  return it->second;
+}
+
 void add_target_options(CLI::App* cmd, CompileArgs& args) {
   cmd->add_option("--arch", args.arch,
                   "target architecture, e.g. sm_90 (default: the GPU's; required without one)");
@@ -55,7 +65,7 @@ void add_target_options(CLI::App* cmd, CompileArgs& args) {
 std::optional<std::vector<std::vector<compiler::DimRange>>> buckets_from(
     const CompileArgs& args, const std::string& file) {
   if (args.dims.empty()) return std::vector<std::vector<compiler::DimRange>>{{}};
-  auto graph = ir::parse_graph_file(file);
+  auto graph = read_graph(file);
   if (!graph) {
     print_error(graph.error().message);
     return std::nullopt;
@@ -125,7 +135,7 @@ struct Prepared {
 std::optional<Prepared> prepare(const std::string& file, const compiler::CompileOptions& options,
                                 int& exit_code) {
   exit_code = k_exit_usage;
-  auto graph = ir::parse_graph_file(file);
+  auto graph = read_graph(file);
   if (!graph) {
     print_error(graph.error().message);
     return std::nullopt;
@@ -150,7 +160,7 @@ int run_emit(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
   if (!set_one_bucket(args, "emit", *options)) return k_exit_usage;
-  auto graph = ir::parse_graph_file(args.files[0]);
+  auto graph = read_graph(args.files[0]);
   if (!graph) {
     print_error(graph.error().message);
     return k_exit_usage;

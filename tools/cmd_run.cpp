@@ -61,26 +61,9 @@ int run_graph(const RunArgs& args) {
     return k_exit_usage;
   }
   // A symbolic graph runs at the sizes --dims gives: `bound` is the graph with them written in.
-  std::vector<int64_t> values;
-  if (graph->symbolic() && args.dims.empty()) {
-    print_error("run: " + compiler::check_bucket(*graph, {}).error().message);
-    return k_exit_usage;
-  }
-  if (!args.dims.empty()) {
-    auto given = compiler::parse_dims(args.dims, *graph);
-    if (!given) {
-      print_error("run: " + given.error().message);
-      return k_exit_usage;
-    }
-    for (size_t i = 0; i < given->size(); ++i) {
-      if (!(*given)[i]) {
-        print_error("run: --dims " + graph->symbols()[i].name +
-                    "=all: a run needs one value per dim");
-        return k_exit_usage;
-      }
-      values.push_back(*(*given)[i]);
-    }
-  }
+  auto dims = run_dims(args.dims, *graph, "run");
+  if (!dims) return k_exit_usage;
+  const std::vector<int64_t>& values = *dims;
   auto bound = graph->bind(values);
   if (!bound) {
     print_error("run: " + bound.error().message);
@@ -186,6 +169,30 @@ int run_graph(const RunArgs& args) {
 }
 
 }  // namespace
+
+std::optional<std::vector<int64_t>> run_dims(const std::string& dims, const ir::Graph& graph,
+                                             const std::string& command) {
+  if (graph.symbolic() && dims.empty()) {
+    print_error(command + ": " + compiler::check_bucket(graph, {}).error().message);
+    return std::nullopt;
+  }
+  std::vector<int64_t> values;
+  if (dims.empty()) return values;
+  auto given = compiler::parse_dims(dims, graph);
+  if (!given) {
+    print_error(command + ": " + given.error().message);
+    return std::nullopt;
+  }
+  for (size_t i = 0; i < given->size(); ++i) {
+    if (!(*given)[i]) {
+      print_error(command + ": --dims " + graph.symbols()[i].name + "=all: a " + command +
+                  " needs one value per dim");
+      return std::nullopt;
+    }
+    values.push_back(*(*given)[i]);
+  }
+  return values;
+}
 
 void register_run_commands(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<RunArgs>();

@@ -126,6 +126,8 @@ const BadDims k_bad_dims[] = {
     {"Inverted", graph_with("  dim B: 8..4\n"), "2:10", "inverted range 8..4"},
     {"Zero", graph_with("  dim B: 0..4\n"), "2:10", "at least 1"},
     {"TooLarge", graph_with("  dim B: 1..2147483648\n"), "2:10", "2^31 - 1"},
+    {"FarTooLarge", graph_with("  dim B: 1..99999999999999999999\n"), "2:10",
+     "99999999999999999999 is above kiln's limit of 2^31 - 1"},
     {"NotARange", graph_with("  dim B: 4\n"), "2:10", "expected a range LO..HI"},
     {"NoUpperBound", graph_with("  dim B: 4..\n"), "2:10", "expected a range LO..HI"},
     {"AfterAnInput",

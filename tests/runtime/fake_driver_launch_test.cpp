@@ -39,7 +39,9 @@ TEST_P(LaunchContract, EveryLaunchMatchesThePlanAndTheCubin) {
   auto result = runtime::compile_graph(*graph, options, nullptr);
   ASSERT_TRUE(result) << result.error().message;
   compiler::Artifact artifact = result->artifact;
-  auto exe = runtime::make_executable(*graph, std::move(*result), 0);
+  auto made = runtime::make_executable(*graph, std::move(*result), 0);
+  ASSERT_TRUE(made) << made.error().message;
+  std::shared_ptr<Executable> exe = *made;
   Buffers buffers(*exe, 0);
   ASSERT_TRUE(buffers.ok()) << buffers.error;
   Status s = exe->run(buffers.inputs, buffers.outputs);

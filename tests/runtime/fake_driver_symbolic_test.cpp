@@ -7,6 +7,8 @@
 #include "compiler/compiler.h"
 #include "compiler/sizes.h"
 #include "ir/parse.h"
+#include "runtime/compile_service.h"
+#include "runtime/executable_impl.h"
 
 #include <gtest/gtest.h>
 
@@ -162,6 +164,55 @@ TEST(FakeDriverSymbolic, PrepareCompilesABucketAheadAndOutputShapesFollowTheValu
   EXPECT_EQ((*host)[0].size(), 17u * 40 * 4);
   EXPECT_EQ(cache_entries(f.dir), 1u) << "17 is in the prepared bucket [17, 32]";
   std::filesystem::remove_all(f.dir);
+}
+
+// A bucket whose plan cannot launch (more than 65535 batches) fails on its own, every time, while
+// the executable's other buckets run.
+TEST(FakeDriverSymbolic, ABucketThatCannotBePlannedFailsAloneAndKeepsItsError) {
+  ASSERT_TRUE(use_fake_driver({}));
+  RuntimeOptions options;
+  options.use_cache = false;
+  options.precision = Precision::high;
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().message;
+  auto exe = (*runtime)->compile_text(
+      "graph batched {\n  dim B: 1..100000\n  input a: f32[B, 16, 16]\n"
+      "  y = matmul(a, a)\n  output y\n}\n",
+      "batched.kg");
+  ASSERT_TRUE(exe) << exe.error().message;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    Status big = (*exe)->prepare(std::vector<int64_t>{70000});
+    ASSERT_FALSE(big);
+    EXPECT_NE(big.error().message.find("too many row tiles or batches"), std::string::npos)
+        << big.error().message;
+  }
+  SizedBuffers buffers(**exe, {3});
+  Status small = (*exe)->run(buffers.inputs, buffers.outputs);
+  EXPECT_TRUE(small) << small.error().message;
+}
+
+// An entry whose symbolic fields do not fit the graph (only a damaged or foreign one can) is
+// refused before anything runs.
+TEST(FakeDriverSymbolic, AnEntryThatDoesNotFitTheGraphIsRefused) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto graph = ir::parse_graph(k_graph, "sym.kg");
+  ASSERT_TRUE(graph);
+  compiler::CompileOptions options;
+  options.sm = 90;
+  options.bucket = {compiler::bucket_of(40, graph->symbols()[0])};
+  auto result = runtime::compile_graph(*graph, options, nullptr);
+  ASSERT_TRUE(result) << result.error().message;
+  runtime::CompileResult damaged = *result;
+  damaged.artifact.kernels[0].dim_params = 0;
+  EXPECT_FALSE(runtime::make_executable(*graph, damaged, 0));
+  damaged = *result;
+  damaged.artifact.temporary_sizes.clear();
+  damaged.artifact.temporary_bytes.push_back(64);
+  EXPECT_FALSE(runtime::make_executable(*graph, damaged, 0));
+  damaged = *result;
+  damaged.artifact.kernels[0].grid[0].symbols = {7};
+  EXPECT_FALSE(runtime::make_executable(*graph, damaged, 0));
+  EXPECT_TRUE(runtime::make_executable(*graph, *result, 0));
 }
 
 }  // namespace

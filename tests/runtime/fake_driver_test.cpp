@@ -273,7 +273,9 @@ TEST(FakeDriver, AnOldDriverIsRefusedWithTheVersionTheCubinsNeed) {
   Config config;
   config.driver_version = (major - 1) * 1000 + 20;
   ASSERT_TRUE(use_fake_driver(config));
-  auto exe = runtime::make_executable(*graph, std::move(*result), 0);
+  auto made = runtime::make_executable(*graph, std::move(*result), 0);
+  ASSERT_TRUE(made) << made.error().message;
+  std::shared_ptr<Executable> exe = *made;
   Buffers buffers(*exe, 0);
   ASSERT_TRUE(buffers.ok());
   Status s = exe->run(buffers.inputs, buffers.outputs);

@@ -91,6 +91,15 @@ TEST_F(DimsCli, RunUnderEmulationAtTheSizesGiven) {
   EXPECT_EQ(report["ok"], true);
 }
 
+TEST_F(DimsCli, AuditAtTheSizesGiven) {
+  CliResult audit = run_kiln({"audit", m_graph, "--precision", "high", "--dims", "B=7", "--json"});
+  ASSERT_EQ(audit.exit_code, 0) << audit.err;
+  json report = json::parse(audit.out);
+  EXPECT_EQ(report["dims"], json({{"B", 7}}));
+  CliResult hash = run_kiln({"hash", m_graph});
+  EXPECT_EQ(report["graph"].get<std::string>() + "\n", hash.out) << "the graph as written";
+}
+
 TEST_F(DimsCli, MissingOrBadSizesAreUsageErrorsThatListTheDims) {
   struct Bad {
     std::vector<std::string> args;
@@ -106,6 +115,8 @@ TEST_F(DimsCli, MissingOrBadSizesAreUsageErrorsThatListTheDims) {
        "has no symbolic dims; drop --dims"},
       {{"emit", m_graph, "--arch", "sm_90", "--dims", "B=all"}, "emit takes one bucket"},
       {{"run", m_graph, "--emulate"}, "give their sizes, e.g. --dims B=20"},
+      {{"run", m_graph, "--emulate", "--dims", "B=all"}, "a run needs one value per dim"},
+      {{"audit", m_graph, "--precision", "high"}, "audit: graph 'small' has symbolic dims"},
   };
   for (const Bad& b : bad) {
     CliResult r = b.args[0] == "emit" ? run_kiln(b.args) : kiln(b.args);  // emit has no cache
