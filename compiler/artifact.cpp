@@ -117,6 +117,28 @@ std::optional<uint64_t> SizeTerm::at(const std::vector<int64_t>& values) const {
   return static_cast<uint64_t>((v + divisor - 1) / divisor);
 }
 
+std::optional<std::vector<uint64_t>> sizes_at(const std::vector<SizeTerm>& terms,
+                                              const std::vector<int64_t>& values) {
+  std::vector<uint64_t> out;
+  for (const SizeTerm& term : terms) {
+    auto v = term.at(values);
+    if (!v) return std::nullopt;
+    out.push_back(*v);
+  }
+  return out;
+}
+
+std::optional<LaunchShape> launch_at(const LaunchShape& launch, const std::vector<SizeTerm>& grid,
+                                     const std::vector<int64_t>& values) {
+  LaunchShape out = launch;
+  for (size_t d = 0; d < grid.size() && d < 3; ++d) {
+    auto v = grid[d].at(values);
+    if (!v || *v == 0 || *v > launch.grid[d]) return std::nullopt;
+    out.grid[d] = static_cast<uint32_t>(*v);
+  }
+  return out;
+}
+
 std::string serialize(const Artifact& a) {
   ByteWriter w;
   w.raw(k_magic);

@@ -46,6 +46,13 @@ struct LaunchShape {
   bool operator==(const LaunchShape&) const = default;
 };
 
+struct SizeTerm;
+// `launch` with its grid from `grid` (x, y, z size terms of a symbolic graph; none: unchanged)
+// at `values`; nullopt when a term is out of range, zero, or above launch.grid (which holds the
+// grid at the bucket's upper bounds).
+std::optional<LaunchShape> launch_at(const LaunchShape& launch, const std::vector<SizeTerm>& grid,
+                                     const std::vector<int64_t>& values);
+
 // A size that follows a symbolic graph's dims: ceil(coef * product of values[symbols] / divisor).
 struct SizeTerm {
   int64_t coef = 1;
@@ -56,6 +63,10 @@ struct SizeTerm {
   std::optional<uint64_t> at(const std::vector<int64_t>& values) const;
   bool operator==(const SizeTerm&) const = default;
 };
+
+// Every term of `terms` at `values`; nullopt when one is out of range (SizeTerm::at).
+std::optional<std::vector<uint64_t>> sizes_at(const std::vector<SizeTerm>& terms,
+                                              const std::vector<int64_t>& values);
 
 // What ptxas reported for one kernel (-1: not reported).
 struct KernelReport {

@@ -72,21 +72,12 @@ Expected<std::vector<reference::Tensor>> Program::run(
   auto bound = m_graph.bind(values);
   if (!bound) return make_error("emulation: ", bound.error().message);
   // Bytes of each buffer: a symbolic plan's size terms at the values, else the plan's bytes.
-  auto sizes = [&](const std::vector<uint64_t>& bytes, const std::vector<compiler::SizeTerm>& terms)
-      -> Expected<std::vector<uint64_t>> {
-    if (!m_graph.symbolic()) return bytes;
-    std::vector<uint64_t> out;
-    for (const compiler::SizeTerm& term : terms) {
-      auto v = term.at(values);
-      if (!v) return make_error("emulation: a size term of the plan is out of range");
-      out.push_back(*v);
-    }
-    return out;
-  };
-  auto out_bytes = sizes(plan.output_bytes, plan.output_sizes);
-  auto tmp_bytes = sizes(plan.temporary_bytes, plan.temporary_sizes);
-  if (!out_bytes) return out_bytes.error();
-  if (!tmp_bytes) return tmp_bytes.error();
+  auto out_bytes = m_graph.symbolic() ? compiler::sizes_at(plan.output_sizes, values)
+                                      : plan.output_bytes;
+  auto tmp_bytes = m_graph.symbolic() ? compiler::sizes_at(plan.temporary_sizes, values)
+                                      : plan.temporary_bytes;
+  if (!out_bytes || !tmp_bytes)
+    return make_error("emulation: a size term of the plan is out of range");
   std::vector<HostBuffer> in, out, tmp;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ir::TensorType& type = bound->node(graph_inputs[i]).type;
@@ -120,14 +111,10 @@ Expected<std::vector<reference::Tensor>> Program::run(
     }
     for (uint32_t i = 0; i < kernel.dim_params && i < dim_values.size(); ++i)
       args.push_back(&dim_values[i]);
-    compiler::LaunchShape launch = kernel.launch;
-    for (size_t d = 0; d < kernel.grid.size() && d < 3; ++d) {
-      auto v = kernel.grid[d].at(values);
-      if (!v || *v == 0 || *v > launch.grid[d])
-        return make_error("emulation: kernel '", kernel.name, "' has a grid term out of range");
-      launch.grid[d] = static_cast<uint32_t>(*v);
-    }
-    Status launched = m_module->launch(compiler::entry_name(kernel), launch, args, ranges);
+    auto launch = compiler::launch_at(kernel.launch, kernel.grid, values);
+    if (!launch)
+      return make_error("emulation: kernel '", kernel.name, "' has a grid term out of range");
+    Status launched = m_module->launch(compiler::entry_name(kernel), *launch, args, ranges);
     if (!launched) return launched.error();
     for (const compiler::KernelParam& p : kernel.params) {
       if (!buffer(p.buffer)->guards_intact())

@@ -139,19 +139,13 @@ private:
                           " is outside this entry's bucket [", std::to_string(range[0]), ", ",
                           std::to_string(range[1]), "]");
     }
-    auto in = inputs_at(sizes.values);
-    auto out = outputs_at(sizes.values);
-    if (!in) return in.error();
-    if (!out) return out.error();
-    sizes.inputs = std::move(*in);
-    sizes.outputs = std::move(*out);
-    std::vector<uint64_t> bytes;
-    for (const compiler::SizeTerm& term : m_artifact.temporary_sizes) {
-      auto b = term.at(sizes.values);
-      if (!b) return make_error("entry ", m_key, ": a temporary's size term is out of range");
-      bytes.push_back(*b);
-    }
-    sizes.offsets = temporary_offsets(bytes, &sizes.workspace_bytes);
+    auto bound = m_graph->bind(sizes.values);  // once for both specs
+    if (!bound) return bound.error();
+    sizes.inputs = tensor_specs(*bound, bound->inputs());
+    sizes.outputs = tensor_specs(*bound, bound->outputs());
+    auto bytes = compiler::sizes_at(m_artifact.temporary_sizes, sizes.values);
+    if (!bytes) return make_error("entry ", m_key, ": a temporary's size term is out of range");
+    sizes.offsets = temporary_offsets(*bytes, &sizes.workspace_bytes);
     return sizes;
   }
 
@@ -284,17 +278,13 @@ private:
       for (CuDevicePtr& p : pointers) args.push_back(&p);
       for (uint32_t i = 0; i < kernel.dim_params && i < dim_values.size(); ++i)
         args.push_back(&dim_values[i]);
-      compiler::LaunchShape l = kernel.launch;
-      for (size_t d = 0; d < kernel.grid.size() && d < 3; ++d) {
-        auto v = kernel.grid[d].at(sizes.values);
-        if (!v || *v == 0 || *v > l.grid[d]) {
-          launched = make_error("entry ", m_key, ": kernel '", kernel.name,
-                                "' has a grid term out of range");
-          break;
-        }
-        l.grid[d] = static_cast<uint32_t>(*v);
+      auto launch = compiler::launch_at(kernel.launch, kernel.grid, sizes.values);
+      if (!launch) {
+        launched = make_error("entry ", m_key, ": kernel '", kernel.name,
+                              "' has a grid term out of range");
+        break;
       }
-      if (!launched) break;
+      const compiler::LaunchShape& l = *launch;
       CuResult r = cu.launch_kernel(program.functions[k], l.grid[0], l.grid[1], l.grid[2],
                                     l.block[0], l.block[1], l.block[2], l.dynamic_smem_bytes,
                                     stream, args.data(), nullptr);

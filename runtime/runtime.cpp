@@ -80,7 +80,7 @@ private:
   }
 
   // Nothing compiles yet: the arch and precision are checked now (on the smallest bucket), each
-  // bucket compiles on first use. The executable shares this runtime's cache and log.
+  // bucket compiles on first use. The executable shares this runtime's cache.
   Expected<std::shared_ptr<Executable>> compile_symbolic(const ir::Graph& graph,
                                                          const compiler::CompileOptions& options) {
     compiler::CompileOptions first = options;
@@ -89,15 +89,15 @@ private:
     auto plan = runtime::check_request(graph, first);
     if (!plan) return plan.error();
     auto cache = m_cache;
-    auto options_copy = std::make_shared<RuntimeOptions>(m_options);
-    runtime::CompileBucket compile = [graph, options, cache, options_copy](
+    int device = m_options.device;
+    runtime::CompileBucket compile = [graph, options, cache, device](
                                          const std::vector<compiler::DimRange>& bucket)
         -> Expected<std::shared_ptr<Executable>> {
       compiler::CompileOptions o = options;
       o.bucket = bucket;
       auto result = runtime::compile_graph(graph, o, cache.get());
       if (!result) return result.error();
-      return runtime::make_executable(graph, std::move(*result), options_copy->device);
+      return runtime::make_executable(graph, std::move(*result), device);
     };
     for (const std::string& fallback : plan->fallbacks)
       m_options.log(LogLevel::warning, "fallback: " + fallback);
