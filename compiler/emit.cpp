@@ -32,7 +32,18 @@ std::string describe(const ir::Graph& graph, const ProgramPlan& plan, const Kern
     if (n.kind == ir::OpKind::matmul && n.attrs.transpose_a) args += ", transpose_a";
     if (n.kind == ir::OpKind::matmul && n.attrs.transpose_b) args += ", transpose_b";
     if (n.kind == ir::OpKind::cast) args += ", to=" + std::string(ir::to_string(n.type.dtype));
-    if (n.kind == ir::OpKind::softmax) args += ", axis=" + std::to_string(n.attrs.axis);
+    if (n.kind == ir::OpKind::softmax || ir::category(n.kind) == ir::OpCategory::reduce ||
+        n.kind == ir::OpKind::slice || n.kind == ir::OpKind::concat)
+      args += ", axis=" + std::to_string(n.attrs.axis);
+    if (n.attrs.keepdim) args += ", keepdim";
+    if (n.kind == ir::OpKind::slice)
+      args += ", " + std::to_string(n.attrs.start) + ".." + std::to_string(n.attrs.end);
+    if (ir::category(n.kind) == ir::OpCategory::norm) args += ", eps";
+    if (n.kind == ir::OpKind::permute) {
+      args += ", dims=";
+      for (int d : n.attrs.dims) args += std::to_string(d);
+    }
+    if (n.kind == ir::OpKind::reshape) args += ", to=" + ir::to_string(n.type.shape);
     std::string expr = std::string(ir::to_string(n.kind)) + "(" + args + ")";
     // A comment, not a program: long fused chains are cut so the text stays linear in size.
     if (expr.size() > k_max_description) expr = expr.substr(0, k_max_description - 3) + "...";
@@ -67,8 +78,8 @@ std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const K
     } else {
       detail::emit_matmul_ffma(code, ctx);
     }
-  } else if (kernel.group.kind == GroupKind::softmax) {
-    detail::emit_softmax(code, ctx);
+  } else if (kernel.group.kind != GroupKind::elementwise) {
+    detail::emit_rows(code, ctx);
   } else {
     detail::emit_elementwise(code, ctx);
   }

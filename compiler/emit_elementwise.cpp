@@ -1,10 +1,11 @@
 // Elementwise kernels: one thread per output element, broadcast operands read through strides.
 #include "compiler/emit_internal.h"
 
+#include <algorithm>
+
 namespace kiln::compiler::detail {
 
 void emit_elementwise(Code& code, const KernelContext& ctx) {
-  ir::NodeId root_id = ctx.kernel.group.root;
   int threads = static_cast<int>(ctx.kernel.launch.block[0]);
   code.open(kernel_signature(ctx, threads));
   // Unsigned: the last block's indices may pass 2^31 - 1 when the tensor is that large.
@@ -16,96 +17,245 @@ void emit_elementwise(Code& code, const KernelContext& ctx) {
   code.line("const int e = (int)eu;");
   ElementIndex index;
   index.linear = "e";
-  if (needs_coords(ctx)) emit_coords(code, dims_of(ctx, root_id), "e", index);
   std::string value = emit_epilogue(code, ctx, "", index);
   emit_store(code, ctx, value, "e");
   code.close();
 }
 
-void emit_softmax(Code& code, const KernelContext& ctx) {
+namespace {
+
+// One row of a row op's input: `len` elements `inner` apart from `base`, read through the
+// group's prologue when the anchor's first operand is a fused member.
+class RowInput {
+ public:
+  RowInput(Code& code, const KernelContext& ctx, ValueEmitter& values)
+      : m_code(code), m_ctx(ctx), m_values(values) {
+    const ir::Node& anchor = ctx.graph.node(ctx.kernel.group.anchor);
+    m_in = anchor.operands[0];
+    const auto& nodes = ctx.kernel.group.nodes;
+    m_fused = std::binary_search(nodes.begin(), nodes.end(), m_in);
+    const ir::Shape& shape = ctx.graph.node(m_in).type.shape;
+    int axis = anchor.attrs.axis;
+    m_len = ctx.sizes.dim(m_in, axis);
+    m_inner = ctx.sizes.product(m_in, axis + 1, shape.rank());
+    m_rows = ctx.sizes.product(m_in, 0, axis) * m_inner;
+    m_unit_inner = m_inner.fixed() && m_inner.coef == 1;
+  }
+
+  const Extent& len() const { return m_len; }
+  const Extent& inner() const { return m_inner; }
+  const Extent& rows() const { return m_rows; }
+  bool unit_inner() const { return m_unit_inner; }
+  bool fused() const { return m_fused; }
+  ir::DType dtype() const { return m_ctx.graph.node(m_in).type.dtype; }
+  // The input element's index for row element j.
+  std::string offset(const std::string& j) const {
+    return m_unit_inner ? "base + " + j : "base + " + j + " * " + m_inner.expr();
+  }
+  // Emits what element j needs and returns its float value: a load, or the prologue's value
+  // computed in a block of its own into `into` (declared here).
+  std::string element(const std::string& j, const std::string& into) {
+    if (!m_fused) {
+      return load_as_float(dtype(), m_ctx.param(m_in) + "[" + offset(j) + "]");
+    }
+    m_code.line("float " + into + ";");
+    m_code.open("{");
+    std::string v = m_values.value(m_in, Frame{m_in, {}, offset(j)}, "");
+    m_code.line(into + " = " + v + ";");
+    m_code.close();
+    return into;
+  }
+
+ private:
+  Code& m_code;
+  const KernelContext& m_ctx;
+  ValueEmitter& m_values;
+  ir::NodeId m_in = -1;
+  bool m_fused = false;
+  bool m_unit_inner = true;
+  Extent m_len, m_inner, m_rows;
+};
+
+const char* k_minus_inf = "kiln_as_float(0xff800000u)";
+
+void warp_sum(Code& code, const std::string& v) {
+  code.line("for (int o = 16; o > 0; o >>= 1) " + v + " += __shfl_xor_sync(0xffffffffu, " + v +
+            ", o);");
+}
+
+void warp_max(Code& code, const std::string& v) {
+  code.line("for (int o = 16; o > 0; o >>= 1) " + v + " = fmaxf(" + v +
+            ", __shfl_xor_sync(0xffffffffu, " + v + ", o));");
+}
+
+// Stores the epilogue of the row op's value `value` at row element j (softmax, norms).
+void emit_row_store(Code& code, const KernelContext& ctx, ValueEmitter& values,
+                    const RowInput& row, const std::string& value) {
+  code.line("const int e = " + row.offset("j") + ";");
+  std::string result = values.value(ctx.kernel.group.root,
+                                    Frame{ctx.kernel.group.root, {}, "e"}, value);
+  emit_store(code, ctx, result, "e");
+}
+
+void emit_reduce(Code& code, const KernelContext& ctx, ValueEmitter& values, RowInput& row,
+                 const ir::Node& anchor) {
+  bool is_max = anchor.kind == ir::OpKind::max;
+  std::string len_u = row.len().fixed() ? row.len().expr() + "u" : "(unsigned)" + row.len().expr();
+  code.line(std::string("float acc = ") + (is_max ? k_minus_inf : "0.0f") + ";");
+  code.open("for (unsigned j = lane; j < " + len_u + "; j += 32) {");
+  std::string x = row.element("j", "x");
+  code.line(is_max ? "acc = fmaxf(acc, " + x + ");" : "acc += " + x + ";");
+  code.close();
+  if (is_max) warp_max(code, "acc");
+  else warp_sum(code, "acc");
+  code.line("if (lane != 0) return;");
+  std::string value = anchor.kind == ir::OpKind::mean ? "acc / (float)" + row.len().expr() : "acc";
+  // The reduced value's index is the row's: the outer and inner coordinates in order.
+  std::string result = values.value(ctx.kernel.group.root,
+                                    Frame{ctx.kernel.group.root, {}, "row"}, value);
+  emit_store(code, ctx, result, "row");
+}
+
+}  // namespace
+
+void emit_rows(Code& code, const KernelContext& ctx) {
   const ir::Graph& g = ctx.graph;
-  const ir::Node& sm = g.node(ctx.kernel.group.anchor);
-  const ir::Node& in = g.node(sm.operands[0]);
-  const ir::Shape& shape = sm.type.shape;
-  ir::NodeId anchor = ctx.kernel.group.anchor;
-  int axis = sm.attrs.axis;
-  Extent len_e = ctx.sizes.dim(anchor, axis);
-  Extent inner_e = ctx.sizes.product(anchor, axis + 1, shape.rank());
-  Extent rows_e = ctx.sizes.product(anchor, 0, axis) * inner_e;
-  std::string len = len_e.expr(), inner = inner_e.expr();
+  const ir::Node& anchor = g.node(ctx.kernel.group.anchor);
+  ValueEmitter values(code, ctx);
+  RowInput row(code, ctx, values);
+  const Extent& len_e = row.len();
+  std::string len = len_e.expr();
   // With u appended: an unsigned loop bound.
   std::string len_u = len_e.fixed() ? len + "u" : "(unsigned)" + len;
-  bool unit_inner = inner_e.fixed() && inner_e.coef == 1;
   int warps = static_cast<int>(ctx.kernel.launch.block[0]) / 32;
-  std::string x = ctx.param(sm.operands[0]);
-  auto offset = [&](const std::string& j) {
-    return unit_inner ? "base + " + j : "base + " + j + " * " + inner;
-  };
-  auto element = [&](const std::string& j) {
-    return load_as_float(in.type.dtype, x + "[" + offset(j) + "]");
-  };
 
   code.open(kernel_signature(ctx, warps * 32));
   code.line("const int row = (int)blockIdx.x * " + to_str(warps) + " + ((int)threadIdx.x >> 5);");
   code.line("const int lane = (int)threadIdx.x & 31;");
-  code.line("if (row >= " + rows_e.expr() + ") return;");
-  if (unit_inner) {
+  code.line("if (row >= " + row.rows().expr() + ") return;");
+  if (row.unit_inner()) {
     code.line("const int base = row * " + len + ";");
   } else {
-    code.line("const int base = (row / " + inner + ") * " + (len_e * inner_e).expr() +
-              " + row % " + inner + ";");
+    code.line("const int base = (row / " + row.inner().expr() + ") * " +
+              (len_e * row.inner()).expr() + " + row % " + row.inner().expr() + ";");
   }
-  // Rows up to 1024 stay in registers (one read); longer rows are read three times. A symbolic
-  // row length is planned for at its upper bound.
+  if (anchor.kind == ir::OpKind::sum || anchor.kind == ir::OpKind::mean ||
+      anchor.kind == ir::OpKind::max) {
+    emit_reduce(code, ctx, values, row, anchor);
+    code.close();
+    return;
+  }
+  // Rows up to 1024 stay in registers (one read); longer rows are read again per pass. A
+  // symbolic row length is planned for at its upper bound.
   int64_t per_lane = (len_e.hi + 31) / 32;
   bool cached = len_e.hi <= 1024;
-  code.line("float mx = kiln_as_float(0xff800000u);");
+  bool softmax = anchor.kind == ir::OpKind::softmax;
+  auto for_cached = [&](bool stop_at_end) {
+    code.line("#pragma unroll");
+    code.open("for (int i = 0; i < " + to_str(per_lane) + "; ++i) {");
+    code.line("const int j = lane + 32 * i;");
+    if (stop_at_end) code.line("if (j >= " + len + ") break;");
+  };
+  auto for_uncached = [&] { code.open("for (unsigned j = lane; j < " + len_u + "; j += 32) {"); };
+
+  if (softmax) {
+    code.line(std::string("float mx = ") + k_minus_inf + ";");
+    if (cached) {
+      code.line("float x[" + to_str(per_lane) + "];");
+      for_cached(false);
+      if (row.fused()) {
+        code.line(std::string("x[i] = ") + k_minus_inf + ";");
+        code.open("if (j < " + len + ") {");
+        code.line("x[i] = " + row.element("j", "xj") + ";");
+        code.close();
+      } else {
+        code.line("x[i] = j < " + len + " ? " + row.element("j", "xj") + " : " + k_minus_inf +
+                  ";");
+      }
+      code.line("mx = fmaxf(mx, x[i]);");
+      code.close();
+    } else {
+      for_uncached();
+      code.line("mx = fmaxf(mx, " + row.element("j", "xj") + ");");
+      code.close();
+    }
+    warp_max(code, "mx");
+    code.line("float sum = 0.0f;");
+    if (cached) {
+      code.line("#pragma unroll");
+      code.open("for (int i = 0; i < " + to_str(per_lane) + "; ++i) {");
+      code.line("x[i] = lane + 32 * i < " + len + " ? expf(x[i] - mx) : 0.0f;");
+      code.line("sum += x[i];");
+      code.close();
+    } else {
+      for_uncached();
+      code.line("sum += expf(" + row.element("j", "xj") + " - mx);");
+      code.close();
+    }
+    warp_sum(code, "sum");
+    code.line("const float inv = 1.0f / sum;");
+    if (cached) {
+      for_cached(true);
+      emit_row_store(code, ctx, values, row, "x[i] * inv");
+    } else {
+      for_uncached();
+      std::string x = row.element("j", "xj");
+      emit_row_store(code, ctx, values, row, "expf(" + x + " - mx) * inv");
+    }
+    code.close();
+    code.close();
+    return;
+  }
+
+  // rms_norm and layer_norm over the last axis, statistics in fp32 over two passes: the mean
+  // (layer_norm), then the mean squared deviation from it (rms_norm: from 0).
+  bool layer = anchor.kind == ir::OpKind::layer_norm;
+  std::string weight = ctx.param(anchor.operands[1]);
+  std::string bias = layer ? ctx.param(anchor.operands[2]) : "";
+  ir::DType pdtype = g.node(anchor.operands[1]).type.dtype;
+  code.line("float mean = 0.0f;");
   if (cached) {
     code.line("float x[" + to_str(per_lane) + "];");
-    code.line("#pragma unroll");
-    code.open("for (int i = 0; i < " + to_str(per_lane) + "; ++i) {");
-    code.line("const int j = lane + 32 * i;");
-    code.line("x[i] = j < " + len + " ? " + element("j") +
-              " : kiln_as_float(0xff800000u);");
-    code.line("mx = fmaxf(mx, x[i]);");
+    for_cached(false);
+    code.line("x[i] = 0.0f;");
+    code.open("if (j < " + len + ") {");
+    code.line("x[i] = " + row.element("j", "xj") + ";");
     code.close();
-  } else {
-    code.open("for (unsigned j = lane; j < " + len_u + "; j += 32) {");
-    code.line("mx = fmaxf(mx, " + element("j") + ");");
+    if (layer) code.line("mean += x[i];");
+    code.close();
+  } else if (layer) {
+    for_uncached();
+    code.line("mean += " + row.element("j", "xj") + ";");
     code.close();
   }
-  code.line(
-      "for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));");
-  code.line("float sum = 0.0f;");
+  if (layer) {
+    warp_sum(code, "mean");
+    code.line("mean = mean / (float)" + len + ";");
+  }
+  code.line("float squares = 0.0f;");
   if (cached) {
-    code.line("#pragma unroll");
-    code.open("for (int i = 0; i < " + to_str(per_lane) + "; ++i) {");
-    code.line("x[i] = lane + 32 * i < " + len + " ? expf(x[i] - mx) : 0.0f;");
-    code.line("sum += x[i];");
-    code.close();
+    for_cached(true);
+    code.line("const float d = x[i] - mean;");
   } else {
-    code.line("for (unsigned j = lane; j < " + len_u + "; j += 32) sum += expf(" +
-              element("j") + " - mx);");
+    for_uncached();
+    code.line("const float d = " + row.element("j", "xj") + " - mean;");
   }
-  code.line("for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);");
-  code.line("const float inv = 1.0f / sum;");
+  code.line("squares += d * d;");
+  code.close();
+  warp_sum(code, "squares");
+  code.line("const float scale = 1.0f / sqrtf(squares / (float)" + len + " + " +
+            literal(anchor.attrs.eps) + ");");
+  std::string x;
   if (cached) {
-    code.line("#pragma unroll");
-    code.open("for (int i = 0; i < " + to_str(per_lane) + "; ++i) {");
-    code.line("const int j = lane + 32 * i;");
-    code.line("if (j >= " + len + ") break;");
+    for_cached(true);
+    x = "x[i]";
   } else {
-    code.open("for (unsigned j = lane; j < " + len_u + "; j += 32) {");
+    for_uncached();
+    x = row.element("j", "xj");
   }
-  code.line("const int e = " + offset("j") + ";");
-  ElementIndex index;
-  index.linear = "e";
-  if (needs_coords(ctx)) {
-    emit_coords(code, dims_of(ctx, anchor), "e", index);
-  }
-  std::string value = cached ? "x[i] * inv" : "expf(" + element("j") + " - mx) * inv";
-  std::string result = emit_epilogue(code, ctx, value, index);
-  emit_store(code, ctx, result, "e");
+  std::string y = "(" + x + " - mean) * scale * " + load_as_float(pdtype, weight + "[j]");
+  if (layer) y += " + " + load_as_float(pdtype, bias + "[j]");
+  emit_row_store(code, ctx, values, row, y);
   code.close();
   code.close();
 }

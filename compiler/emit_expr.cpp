@@ -2,6 +2,7 @@
 #include "compiler/emit_internal.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 namespace kiln::compiler::detail {
@@ -47,8 +48,8 @@ std::vector<ir::DType> param_dtypes(const KernelContext& ctx) {
   std::vector<ir::DType> dtypes(ctx.kernel.params.size(), ir::DType::f32);
   std::vector<ir::NodeId> reads = group.leaves;
   if (group.anchor >= 0) {
-    const auto& operands = ctx.graph.node(group.anchor).operands;
-    reads.insert(reads.end(), operands.begin(), operands.end());
+    for (ir::NodeId op : ctx.graph.node(group.anchor).operands)
+      if (!std::binary_search(group.nodes.begin(), group.nodes.end(), op)) reads.push_back(op);
   }
   for (ir::NodeId id : reads) {
     int p = ctx.kernel.param_of(ctx.plan.location, id);
@@ -59,6 +60,8 @@ std::vector<ir::DType> param_dtypes(const KernelContext& ctx) {
   }
   return dtypes;
 }
+
+}  // namespace
 
 std::string literal(double value) {
   char buf[64];
@@ -94,49 +97,37 @@ std::string unary(ir::OpKind kind, const std::string& x) {
       return "expf(" + x + ")";
     case ir::OpKind::neg:
       return "-" + x;
+    case ir::OpKind::sqrt:
+      return "sqrtf(" + x + ")";
+    case ir::OpKind::rsqrt:
+      return "(1.0f / sqrtf(" + x + "))";
+    case ir::OpKind::abs:
+      return "fabsf(" + x + ")";
     default:
       return x;
   }
 }
 
-const char* binary_op(ir::OpKind kind) {
+std::string binary(ir::OpKind kind, const std::string& a, const std::string& b) {
   switch (kind) {
     case ir::OpKind::add:
-      return " + ";
+      return a + " + " + b;
     case ir::OpKind::sub:
-      return " - ";
+      return a + " - " + b;
     case ir::OpKind::mul:
-      return " * ";
+      return a + " * " + b;
     case ir::OpKind::div:
-      return " / ";
+      return a + " / " + b;
+    case ir::OpKind::pow:
+      return "powf(" + a + ", " + b + ")";
+    case ir::OpKind::maximum:
+      return "fmaxf(" + a + ", " + b + ")";
+    case ir::OpKind::minimum:
+      return "fminf(" + a + ", " + b + ")";
     default:
-      return " ? ";
+      return a + " ? " + b;
   }
 }
-
-// The offset of a leaf's element for the output element `index` (numpy broadcasting).
-std::string leaf_offset(const KernelContext& ctx, ir::NodeId leaf_id, const ElementIndex& index) {
-  const ir::Shape& leaf = ctx.graph.node(leaf_id).type.shape;
-  const ir::Shape& out = ctx.graph.node(ctx.kernel.group.root).type.shape;
-  if (leaf == out && !index.linear.empty()) return index.linear;
-  int rank = out.rank(), lrank = leaf.rank();
-  std::string offset;
-  Extent stride;
-  for (int d = rank - 1; d >= 0; --d) {
-    int ld = d - (rank - lrank);
-    if (ld < 0) break;
-    if (leaf.dim(ld) != 1) {
-      std::string term = stride.fixed() && stride.coef == 1
-                             ? index.coords[static_cast<size_t>(d)]
-                             : index.coords[static_cast<size_t>(d)] + " * " + stride.expr();
-      offset = offset.empty() ? term : term + " + " + offset;
-    }
-    stride = stride * ctx.sizes.dim(leaf_id, ld);
-  }
-  return offset.empty() ? "0" : offset;
-}
-
-}  // namespace
 
 std::string param_list(const KernelContext& ctx) {
   std::string list;
@@ -161,7 +152,10 @@ std::string kernel_signature(const KernelContext& ctx, int threads, int min_bloc
 
 void emit_coords(Code& code, const std::vector<Extent>& dims, const std::string& linear,
                  ElementIndex& index) {
-  std::string rest = linear;
+  // An expression is parenthesised: it meets % and / below.
+  bool name = std::all_of(linear.begin(), linear.end(),
+                          [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  std::string rest = name ? linear : "(" + linear + ")";
   auto rank = static_cast<int>(dims.size());
   index.coords.assign(dims.size(), "");
   for (int d = rank - 1; d >= 0; --d) {
@@ -184,30 +178,36 @@ std::vector<Extent> dims_of(const KernelContext& ctx, ir::NodeId id) {
   return dims;
 }
 
-bool needs_coords(const KernelContext& ctx) {
-  const ir::Shape& out = ctx.graph.node(ctx.kernel.group.root).type.shape;
-  for (ir::NodeId leaf : ctx.kernel.group.leaves) {
-    if (!(ctx.graph.node(leaf).type.shape == out)) return true;
-  }
-  return false;
-}
-
 void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string& gtype) {
   const MatmulExtents& s = ctx.kernel.extents;
   const ir::Node& mm = ctx.graph.node(ctx.kernel.group.anchor);
+  int rank = mm.type.shape.rank();
   // Only batched kernels name the batch: an unused variable is an NVRTC warning.
-  if (mm.type.shape.rank() == 3) code.line("const int bz = (int)blockIdx.z;");
+  if (rank >= 3) code.line("const int bz = (int)blockIdx.z;");
+  // A 4-D result's batch index is (bz / inner, bz % inner); a 3-D one's is bz.
+  auto offset = [&](const Extent& outer, const Extent& inner) {
+    std::string text;
+    std::string b = rank == 4 ? "(bz % " + s.inner_batch.expr() + ")" : "bz";
+    if (inner.coef) text += " + " + b + " * " + inner.expr();
+    if (outer.coef) text += " + (bz / " + s.inner_batch.expr() + ") * " + outer.expr();
+    return text;
+  };
   code.line("const " + gtype + "* A = " + ctx.param(mm.operands[0]) +
-            (s.a_batch_stride.coef ? " + bz * " + s.a_batch_stride.expr() : "") + ";");
+            offset(s.a_outer_stride, s.a_batch_stride) + ";");
   code.line("const " + gtype + "* B = " + ctx.param(mm.operands[1]) +
-            (s.b_batch_stride.coef ? " + bz * " + s.b_batch_stride.expr() : "") + ";");
+            offset(s.b_outer_stride, s.b_batch_stride) + ";");
 }
 
 ElementIndex matmul_output_index(const KernelContext& ctx) {
   const KernelPlan& k = ctx.kernel;
   const MatmulExtents& s = k.extents;
   ElementIndex index;
-  if (ctx.graph.node(k.group.root).type.shape.rank() == 3) {
+  int rank = ctx.graph.node(k.group.root).type.shape.rank();
+  if (rank == 4) {
+    index.coords = {"(bz / " + s.inner_batch.expr() + ")", "(bz % " + s.inner_batch.expr() + ")",
+                    "m", "n"};
+    index.linear = "(bz * " + s.m.expr() + " + m) * " + s.n.expr() + " + n";
+  } else if (rank == 3) {
     index.coords = {"bz", "m", "n"};
     index.linear = "(bz * " + s.m.expr() + " + m) * " + s.n.expr() + " + n";
   } else {
@@ -215,45 +215,6 @@ ElementIndex matmul_output_index(const KernelContext& ctx) {
     index.linear = "m * " + s.n.expr() + " + n";
   }
   return index;
-}
-
-std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::string& anchor_value,
-                          const ElementIndex& index) {
-  const ir::Graph& g = ctx.graph;
-  const KernelGroup& group = ctx.kernel.group;
-  // Members are in node order, so this stays linear in the group's size.
-  auto in_group = [&](ir::NodeId id) {
-    return std::binary_search(group.nodes.begin(), group.nodes.end(), id);
-  };
-  for (ir::NodeId leaf : group.leaves) {
-    const ir::Node& n = g.node(leaf);
-    std::string element = ctx.param(leaf) + "[" + leaf_offset(ctx, leaf, index) + "]";
-    code.line("const float l" + to_str(leaf) + " = " + load_as_float(n.type.dtype, element) + ";");
-  }
-  auto value = [&](ir::NodeId id) { return (in_group(id) ? "v" : "l") + to_str(id); };
-  for (ir::NodeId id : group.nodes) {
-    const ir::Node& n = g.node(id);
-    std::string expr;
-    if (id == group.anchor) {
-      expr = anchor_value;
-    } else if (ir::category(n.kind) == ir::OpCategory::binary) {
-      const char* op = binary_op(n.kind);
-      if (n.attrs.literal_side == ir::LiteralSide::lhs) {
-        expr = literal(n.attrs.literal) + op + value(n.operands[0]);
-      } else if (n.attrs.literal_side == ir::LiteralSide::rhs) {
-        expr = value(n.operands[0]) + op + literal(n.attrs.literal);
-      } else {
-        expr = value(n.operands[0]) + op + value(n.operands[1]);
-      }
-    } else if (ir::category(n.kind) == ir::OpCategory::unary) {
-      expr = unary(n.kind, value(n.operands[0]));
-    } else {
-      expr = value(n.operands[0]);  // cast: the rounding below does the work
-    }
-    code.line("const float v" + to_str(id) + " = " + round_to(n.type.dtype, expr) + ";  // " +
-              std::string(ir::to_string(n.kind)));
-  }
-  return value(group.root);
 }
 
 void emit_store(Code& code, const KernelContext& ctx, const std::string& value,

@@ -59,11 +59,56 @@ std::string param_list(const KernelContext& ctx);
 // instead of spilling a few bytes for occupancy it does not need.
 std::string kernel_signature(const KernelContext& ctx, int threads, int min_blocks = 0);
 
-// True when some leaf of the group is broadcast (needs per-dim coordinates, not the linear index).
-bool needs_coords(const KernelContext& ctx);
+// The float expressions of the elementwise ops: unary(kind, x), binary(kind, a, b), a float
+// literal, and a value rounded to a dtype (nothing for f32).
+std::string unary(ir::OpKind kind, const std::string& x);
+std::string binary(ir::OpKind kind, const std::string& a, const std::string& b);
+std::string literal(double value);
+std::string round_to(ir::DType dtype, const std::string& expr);
 
-// Emits statements computing the group's value at one element; `anchor_value` is the float
-// expression for the anchor (accumulator or softmax value). Returns the root value's variable.
+// A point of some value's index space: the value `node` (whose shape it indexes) at per-dim
+// coordinates `coords` (int expressions) and/or row-major index `linear`; either may be empty,
+// and coordinates are derived from the linear index when needed.
+struct Frame {
+  ir::NodeId node = -1;
+  std::vector<std::string> coords;
+  std::string linear;
+};
+
+// Emits the values of a group's members, each member at the point its consumers read it: a
+// layout member (permute, slice, concat, reshape) moves its operands to points of their own
+// (a permute's coordinates reordered, a slice's shifted, a concat's clamped into each operand
+// and selected by the axis coordinate), and operands broadcast by dropping coordinates. Leaves
+// are loaded once per point.
+class ValueEmitter {
+ public:
+  ValueEmitter(Code& code, const KernelContext& ctx);
+  // Emits the value of member `top` at `frame` (top's own index space) and of the members under
+  // it, down to the group's anchor, whose value is `anchor_value` (its operands are not
+  // evaluated); returns the variable holding it. A member is emitted by one call per scope:
+  // `top` the root for the epilogue, or the anchor's first operand for a row op's prologue.
+  std::string value(ir::NodeId top, Frame frame, const std::string& anchor_value);
+
+ private:
+  struct Point {
+    Frame frame;
+    std::vector<std::pair<ir::NodeId, std::string>> loaded;  // leaf -> variable
+  };
+  bool member(ir::NodeId id) const;
+  void ensure_coords(Point& p, bool plain_names);
+  std::vector<std::string> project(Point& p, ir::NodeId id);
+  std::string load(size_t point, ir::NodeId leaf);
+
+  Code& m_code;
+  const KernelContext& m_ctx;
+  std::vector<ir::NodeId> m_consumer;  // per member position: its consumer in the group, or -1
+  std::vector<Point> m_points;
+  int m_names = 0;
+};
+
+// Emits the group's value at the output element `index` (the root's coordinates and linear
+// index), with `anchor_value` the float expression of the anchor (accumulator or row result).
+// Returns the root value's variable.
 std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::string& anchor_value,
                           const ElementIndex& index);
 // Declares `bz` (the batch, blockIdx.z; for batched results only) and the matmul operand pointers
@@ -113,7 +158,8 @@ void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
 // Kernel bodies by group kind.
 void emit_matmul_mma(Code& code, const KernelContext& ctx);
 void emit_matmul_ffma(Code& code, const KernelContext& ctx);
-void emit_softmax(Code& code, const KernelContext& ctx);
+// Softmax, reductions and norms: one warp per row along the anchor's axis.
+void emit_rows(Code& code, const KernelContext& ctx);
 void emit_elementwise(Code& code, const KernelContext& ctx);
 
 }  // namespace kiln::compiler::detail

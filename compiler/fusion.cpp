@@ -6,12 +6,38 @@
 
 namespace kiln::compiler {
 
-namespace {
+GroupKind anchor_kind(ir::OpKind kind) {
+  switch (ir::category(kind)) {
+    case ir::OpCategory::matmul:
+      return GroupKind::matmul;
+    case ir::OpCategory::softmax:
+      return GroupKind::softmax;
+    case ir::OpCategory::reduce:
+      return GroupKind::reduce;
+    case ir::OpCategory::norm:
+      return GroupKind::norm;
+    default:
+      return GroupKind::elementwise;
+  }
+}
+
+bool is_layout(ir::OpKind kind) {
+  return kind == ir::OpKind::permute || kind == ir::OpKind::slice || kind == ir::OpKind::concat;
+}
 
 bool is_elementwise(ir::OpKind kind) {
   ir::OpCategory c = ir::category(kind);
-  return c == ir::OpCategory::binary || c == ir::OpCategory::unary || c == ir::OpCategory::cast;
+  return c == ir::OpCategory::binary || c == ir::OpCategory::unary ||
+         c == ir::OpCategory::cast || is_layout(kind);
 }
+
+bool is_view(const ir::Graph& graph, ir::NodeId id) {
+  if (graph.node(id).kind != ir::OpKind::reshape) return false;
+  const auto& outs = graph.outputs();
+  return std::find(outs.begin(), outs.end(), id) == outs.end();
+}
+
+namespace {
 
 // Splits group #g (members in node order; group_of[v] == g for its members) into groups that
 // read at most `max_reads` buffers each (for max_reads >= 2), appending them to `out`.
@@ -84,6 +110,33 @@ void cut_wide_group(const ir::Graph& graph, const KernelGroup& group, int g,
   }
 }
 
+// True when a short single-use elementwise chain under `id` starts at a matmul or row op of
+// `id`'s shape: that chain is better fused as the anchor's epilogue than as a row op's prologue
+// (one kernel either way; the anchor keeps its epilogue). Looks at most 8 levels down.
+bool feeds_on_anchor(const ir::Graph& graph, ir::NodeId id,
+                     const std::vector<std::vector<ir::NodeId>>& consumers) {
+  const ir::Shape& shape = graph.node(id).type.shape;
+  std::vector<ir::NodeId> frontier{id};
+  for (int depth = 0; depth < 8 && !frontier.empty(); ++depth) {
+    std::vector<ir::NodeId> next;
+    for (ir::NodeId v : frontier) {
+      for (ir::NodeId op : graph.node(v).operands) {
+        const ir::Node& n = graph.node(op);
+        bool single = graph.use_counts()[static_cast<size_t>(op)] == 1 &&
+                      consumers[static_cast<size_t>(op)].size() == 1;
+        if (!single) continue;
+        if (anchor_kind(n.kind) != GroupKind::elementwise) {
+          if (n.type.shape == shape) return true;
+        } else if (ir::category(n.kind) != ir::OpCategory::layout && next.size() < 16) {
+          next.push_back(op);
+        }
+      }
+    }
+    frontier = std::move(next);
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
@@ -99,6 +152,9 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
 
   std::vector<KernelGroup> groups;  // in creation order (roots descending)
   std::vector<int> group_of(n, -1);
+  // plain[v]: member v's value is computed at its group's output element (no layout op and no
+  // row op between it and the root), so an anchor may join there.
+  std::vector<bool> plain(n, false);
   for (size_t r = n; r-- > 0;) {
     const ir::Node& node = nodes[r];
     auto id = static_cast<ir::NodeId>(r);
@@ -111,32 +167,46 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
       }
       continue;
     }
+    if (is_view(graph, id)) continue;
     bool single_use = !is_output[r] && graph.use_counts()[r] == 1 && consumers[r].size() == 1;
+    GroupKind kind = anchor_kind(node.kind);
     int target = -1;
     if (single_use) {
       ir::NodeId c = consumers[r][0];
+      const ir::Node& consumer = nodes[static_cast<size_t>(c)];
       int g = group_of[static_cast<size_t>(c)];
-      if (g >= 0 && is_elementwise(nodes[static_cast<size_t>(c)].kind)) {
-        KernelGroup& group = groups[static_cast<size_t>(g)];
-        if (is_elementwise(node.kind)) {
+      GroupKind consumer_kind = anchor_kind(consumer.kind);
+      if (g >= 0 && kind == GroupKind::elementwise && node.kind != ir::OpKind::reshape) {
+        // An elementwise value joins an elementwise consumer, or a row op as its prologue.
+        bool row_op = consumer_kind == GroupKind::softmax || consumer_kind == GroupKind::reduce ||
+                      consumer_kind == GroupKind::norm;
+        if (is_elementwise(consumer.kind) ||
+            (row_op && consumer.operands[0] == id && !feeds_on_anchor(graph, id, consumers)))
           target = g;
-        } else if (group.anchor < 0 && node.type.shape == graph.node(group.root).type.shape &&
-                   (node.kind == ir::OpKind::matmul || node.kind == ir::OpKind::softmax)) {
+      } else if (g >= 0 && kind != GroupKind::elementwise && is_elementwise(consumer.kind) &&
+                 !is_layout(consumer.kind) && plain[static_cast<size_t>(c)]) {
+        KernelGroup& group = groups[static_cast<size_t>(g)];
+        if (group.anchor < 0 && node.type.shape == graph.node(group.root).type.shape) {
           target = g;
           group.anchor = id;
-          group.kind = node.kind == ir::OpKind::matmul ? GroupKind::matmul : GroupKind::softmax;
+          group.kind = kind;
         }
+      }
+      if (target >= 0) {
+        plain[r] = plain[static_cast<size_t>(c)] && !is_layout(consumer.kind) &&
+                   consumer_kind == GroupKind::elementwise;
       }
     }
     if (target < 0) {
       KernelGroup group;
       group.root = id;
-      if (node.kind == ir::OpKind::matmul || node.kind == ir::OpKind::softmax) {
+      if (kind != GroupKind::elementwise) {
         group.anchor = id;
-        group.kind = node.kind == ir::OpKind::matmul ? GroupKind::matmul : GroupKind::softmax;
+        group.kind = kind;
       }
       groups.push_back(group);
       target = static_cast<int>(groups.size()) - 1;
+      plain[r] = true;
     }
     group_of[r] = target;
     groups[static_cast<size_t>(target)].nodes.push_back(id);
@@ -169,6 +239,7 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
   for (size_t g = 0; g < groups.size(); ++g) {
     KernelGroup& group = groups[g];
     for (ir::NodeId member : group.nodes) {
+      // The anchor reads its operands itself, unless its first operand is a fused member.
       if (member == group.anchor) continue;
       for (ir::NodeId op : graph.node(member).operands) {
         auto o = static_cast<size_t>(op);

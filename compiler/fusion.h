@@ -1,4 +1,6 @@
-// Pass: groups graph nodes into kernels (matmul + epilogue, softmax + epilogue, elementwise).
+// Pass: groups graph nodes into kernels (matmul + epilogue; a row op, softmax, reduction or
+// norm, with the elementwise chain that feeds it and the one that follows; elementwise and
+// layout chains). Reshapes are views: no kernel, the operand's buffer read in the new shape.
 #pragma once
 
 #include "ir/graph.h"
@@ -8,10 +10,21 @@
 
 namespace kiln::compiler {
 
-enum class GroupKind : uint8_t { matmul, softmax, elementwise };
+enum class GroupKind : uint8_t { matmul, softmax, reduce, norm, elementwise };
 
-// One future kernel. Its value is `root`'s; `anchor` is the matmul or softmax it is built around
-// (-1 for elementwise). Every other member is an elementwise op evaluated per output element.
+// The anchor kind of an op (matmul, softmax, reduce, norm), or elementwise for the rest.
+GroupKind anchor_kind(ir::OpKind kind);
+// True for the ops a group evaluates per element: binary, unary, cast, and the layout ops that
+// move elements (permute, slice, concat), whose operands are read at moved coordinates.
+bool is_elementwise(ir::OpKind kind);
+bool is_layout(ir::OpKind kind);
+// True when node `id` is a view of its operand's buffer: a reshape that is not a graph output.
+bool is_view(const ir::Graph& graph, ir::NodeId id);
+
+// One future kernel. Its value is `root`'s; `anchor` is the matmul or row op it is built around
+// (-1 for elementwise). Every other member is an elementwise or layout op: the anchor's
+// epilogue (evaluated per output element), or for a row op its prologue (evaluated per element
+// of the row it reads: the members under its first operand).
 struct KernelGroup {
   GroupKind kind = GroupKind::elementwise;
   ir::NodeId root = -1;
@@ -28,8 +41,10 @@ struct KernelGroup {
 inline constexpr size_t k_max_kernel_reads = 256;
 
 // Fuses greedily from the outputs back: a value with exactly one use that is not a graph output
-// joins its consumer's group when the consumer is elementwise; a matmul or softmax joins only a
-// group that has no anchor yet and whose result has the same shape. A group that would read more
+// joins its consumer's group when both are elementwise (layout ops included), or when it is an
+// elementwise first operand of a row op (its prologue); a matmul or row op joins only a group
+// that has no anchor yet, through elementwise ops that move no elements, and whose result has
+// the same shape. A reshape that is not an output joins nothing: it is a view. A group that would read more
 // than `max_reads` buffers (at least 2) is then cut, bottom-up, into groups that read at most
 // that many: a chain into kernels that each read close to the limit, a balanced tree into full
 // subtrees. A graph output that is an input becomes a copy (an elementwise group whose root is

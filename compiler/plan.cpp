@@ -2,6 +2,7 @@
 #include "compiler/plan.h"
 
 #include <algorithm>
+#include <array>
 
 namespace kiln::compiler {
 
@@ -18,6 +19,19 @@ namespace {
 constexpr int k_elementwise_threads = 256;
 constexpr int k_softmax_rows_per_block = 4;
 
+// A matmul operand's element strides for the result's two batch dims (outer, inner): a batch
+// dim of 1 or missing is broadcast (stride 0). `batch_dims` are the result's (0 to 2 of them).
+std::array<int64_t, 2> batch_strides(const ir::Shape& operand, int result_batch, int64_t matrix) {
+  std::array<int64_t, 2> strides{0, 0};
+  int operand_batch = operand.rank() - 2;
+  int64_t stride = matrix;
+  for (int d = result_batch - 1, od = operand_batch - 1; d >= 0 && od >= 0; --d, --od) {
+    if (operand.dim(od) != 1) strides[static_cast<size_t>(d + 2 - result_batch)] = stride;
+    stride *= operand.dim(od);
+  }
+  return strides;
+}
+
 MatmulShape matmul_shape(const ir::Graph& graph, ir::NodeId id, MatmulPath path) {
   const ir::Node& node = graph.node(id);
   const ir::Shape& sa = graph.node(node.operands[0]).type.shape;
@@ -26,7 +40,8 @@ MatmulShape matmul_shape(const ir::Graph& graph, ir::NodeId id, MatmulPath path)
   MatmulShape s;
   s.path = path;
   s.elem_bytes = static_cast<int>(ir::byte_size(graph.node(node.operands[0]).type.dtype));
-  s.batch = sc.rank() == 3 ? sc.dim(0) : 1;
+  s.batch = 1;
+  for (int d = 0; d < sc.rank() - 2; ++d) s.batch *= sc.dim(d);
   s.m = sc.dim(sc.rank() - 2);
   s.n = sc.dim(sc.rank() - 1);
   bool ta = node.attrs.transpose_a, tb = node.attrs.transpose_b;
@@ -35,9 +50,24 @@ MatmulShape matmul_shape(const ir::Graph& graph, ir::NodeId id, MatmulPath path)
   s.lda = sa.dim(sa.rank() - 1);
   s.b_k_contiguous = tb;
   s.ldb = sb.dim(sb.rank() - 1);
-  s.a_batch_stride = (sa.rank() == 3 && sa.dim(0) > 1) ? s.m * s.k : 0;
-  s.b_batch_stride = (sb.rank() == 3 && sb.dim(0) > 1) ? s.k * s.n : 0;
+  s.a_batch_stride = batch_strides(sa, sc.rank() - 2, s.m * s.k)[1];
+  s.b_batch_stride = batch_strides(sb, sc.rank() - 2, s.k * s.n)[1];
   return s;
+}
+
+// The element strides of an operand for the result's batch dims (outer, inner), as extents.
+std::array<Extent, 2> batch_stride_extents(const ir::Graph& graph, const Sizes& sizes,
+                                           ir::NodeId operand, int result_batch,
+                                           const Extent& matrix) {
+  std::array<Extent, 2> strides{Extent::constant(0), Extent::constant(0)};
+  const ir::Shape& shape = graph.node(operand).type.shape;
+  int operand_batch = shape.rank() - 2;
+  Extent stride = matrix;
+  for (int d = result_batch - 1, od = operand_batch - 1; d >= 0 && od >= 0; --d, --od) {
+    if (shape.dim(od) != 1) strides[static_cast<size_t>(d + 2 - result_batch)] = stride;
+    stride = stride * sizes.dim(operand, od);
+  }
+  return strides;
 }
 
 MatmulExtents matmul_extents(const ir::Graph& graph, const Sizes& sizes, ir::NodeId id) {
@@ -46,14 +76,19 @@ MatmulExtents matmul_extents(const ir::Graph& graph, const Sizes& sizes, ir::Nod
   int ra = graph.node(a).type.shape.rank(), rb = graph.node(b).type.shape.rank();
   int rc = node.type.shape.rank();
   MatmulExtents e;
-  e.batch = rc == 3 ? sizes.dim(id, 0) : Extent::constant(1);
+  e.batch = sizes.product(id, 0, rc - 2);
+  e.inner_batch = rc == 4 ? sizes.dim(id, 1) : Extent::constant(1);
   e.m = sizes.dim(id, rc - 2);
   e.n = sizes.dim(id, rc - 1);
   e.k = sizes.dim(a, ra - (node.attrs.transpose_a ? 2 : 1));
   e.lda = sizes.dim(a, ra - 1);
   e.ldb = sizes.dim(b, rb - 1);
-  if (ra == 3 && graph.node(a).type.shape.dim(0) > 1) e.a_batch_stride = e.m * e.k;
-  if (rb == 3 && graph.node(b).type.shape.dim(0) > 1) e.b_batch_stride = e.k * e.n;
+  auto sa = batch_stride_extents(graph, sizes, a, rc - 2, e.m * e.k);
+  auto sb = batch_stride_extents(graph, sizes, b, rc - 2, e.k * e.n);
+  e.a_outer_stride = sa[0];
+  e.a_batch_stride = sa[1];
+  e.b_outer_stride = sb[0];
+  e.b_batch_stride = sb[1];
   return e;
 }
 
@@ -82,6 +117,7 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
   }
   auto bytes_of = [&](ir::NodeId id) { return static_cast<uint64_t>(graph.node(id).type.bytes()); };
 
+  ir::NodeId next_view = 0;  // views before this id have their location
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const KernelGroup& group = groups[gi];
     KernelPlan k;
@@ -103,9 +139,20 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
     if (graph.node(group.root).kind != ir::OpKind::input) {
       plan.location[static_cast<size_t>(group.root)] = k.params[0].buffer;
     }
+    // Views between the groups so far and this one share their operand's buffer.
+    for (ir::NodeId v = next_view; v < group.root; ++v) {
+      if (is_view(graph, v)) {
+        auto operand = static_cast<size_t>(graph.node(v).operands[0]);
+        plan.location[static_cast<size_t>(v)] = plan.location[operand];
+      }
+    }
+    next_view = group.root;
     std::vector<ir::NodeId> reads;
     if (group.anchor >= 0) {
-      for (ir::NodeId op : graph.node(group.anchor).operands) reads.push_back(op);
+      // A row op's first operand may be a fused member (its prologue), read through its leaves.
+      for (ir::NodeId op : graph.node(group.anchor).operands) {
+        if (!std::binary_search(group.nodes.begin(), group.nodes.end(), op)) reads.push_back(op);
+      }
     }
     reads.insert(reads.end(), group.leaves.begin(), group.leaves.end());
     for (ir::NodeId id : reads) {
@@ -139,21 +186,27 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
         k.grid = {k.extents.n.term(k.tile.bn), k.extents.m.term(k.tile.bm),
                   k.extents.batch.term()};
       }
-    } else if (group.kind == GroupKind::softmax) {
-      const ir::Node& sm_node = graph.node(group.anchor);
-      int64_t row = sm_node.type.shape.dim(sm_node.attrs.axis);
-      k.name = index + "_softmax";
-      k.launch.grid = {ceil_div(total / row, k_softmax_rows_per_block), 1, 1};
+    } else if (group.kind != GroupKind::elementwise) {
+      // Row ops: one warp per row along the axis of the anchor's (first) operand.
+      const ir::Node& row_node = graph.node(group.anchor);
+      ir::NodeId in = row_node.operands[0];
+      const ir::Shape& in_shape = graph.node(in).type.shape;
+      int axis = row_node.attrs.axis, rank = in_shape.rank();
+      int64_t row = in_shape.dim(axis);
+      k.name = index + (group.kind == GroupKind::softmax  ? "_softmax"
+                        : group.kind == GroupKind::reduce ? "_" + std::string(ir::to_string(row_node.kind))
+                                                          : "_" + std::string(ir::to_string(row_node.kind)));
+      k.launch.grid = {ceil_div(in_shape.elements() / row, k_softmax_rows_per_block), 1, 1};
       k.launch.block = {32 * k_softmax_rows_per_block, 1, 1};
       if (symbolic) {
-        int axis = sm_node.attrs.axis, rank = sm_node.type.shape.rank();
-        Extent rows = sizes.product(group.anchor, 0, axis) *
-                      sizes.product(group.anchor, axis + 1, rank);
+        Extent rows = sizes.product(in, 0, axis) * sizes.product(in, axis + 1, rank);
         k.grid = {rows.term(k_softmax_rows_per_block), Extent::constant(1).term(),
                   Extent::constant(1).term()};
       }
     } else {
-      k.name = index + (root.kind == ir::OpKind::input ? "_copy" : "_elementwise");
+      k.name = index + (root.kind == ir::OpKind::input    ? "_copy"
+                        : ir::category(root.kind) == ir::OpCategory::layout ? "_" + std::string(ir::to_string(root.kind))
+                                                                  : "_elementwise");
       k.launch.grid = {ceil_div(total, k_elementwise_threads), 1, 1};
       k.launch.block = {k_elementwise_threads, 1, 1};
       if (symbolic) {

@@ -57,9 +57,14 @@ struct Extent {
 };
 
 // MatmulShape's sizes as extents (the kernel's view of them).
+// batch is every batch dim's product (the grid's z); a 4-D result's batch index bz is
+// (bz / inner_batch, bz % inner_batch), whose element strides in A and B are the outer and
+// (inner) batch strides, 0 where the operand broadcasts.
 struct MatmulExtents {
   Extent batch, m, n, k, lda, ldb;
+  Extent inner_batch = Extent::constant(1);
   Extent a_batch_stride = Extent::constant(0), b_batch_stride = Extent::constant(0);
+  Extent a_outer_stride = Extent::constant(0), b_outer_stride = Extent::constant(0);
 };
 
 // The extents of a graph's values for one bucket (one range per symbol, checked by the caller);

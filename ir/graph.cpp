@@ -213,9 +213,9 @@ Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool 
   const Node& nb = node(b);
   const Shape& sa = na.type.shape;
   const Shape& sb = nb.type.shape;
-  if (sa.rank() < 2 || sa.rank() > 3 || sb.rank() < 2 || sb.rank() > 3) {
-    return make_error("matmul takes 2-D or 3-D (batched) operands, got ", describe(na), " and ",
-                      describe(nb));
+  if (sa.rank() < 2 || sb.rank() < 2) {
+    return make_error("matmul takes 2-D to 4-D operands (the last two dims a matrix, the others "
+                      "batch dims), got ", describe(na), " and ", describe(nb));
   }
   if (na.type.dtype != nb.type.dtype) {
     return make_error("matmul operands differ in dtype: ", describe(na), " and ", describe(nb),
@@ -237,13 +237,16 @@ Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool 
     return make_error("matmul inner dimensions differ: ", describe(na), " has k = ", show(ka),
                       ", ", describe(nb), " has k = ", show(kb));
   }
+  // Batch dims broadcast like numpy's, aligned at the last batch dim.
   std::vector<DimRef> dims;
-  if (sa.rank() == 3 || sb.rank() == 3) {
-    DimRef ba = sa.rank() == 3 ? dim_ref(sa, 0) : DimRef{};
-    DimRef bb = sb.rank() == 3 ? dim_ref(sb, 0) : DimRef{};
+  int batch_rank = std::max(sa.rank(), sb.rank()) - 2;
+  for (int i = 0; i < batch_rank; ++i) {
+    DimRef ba = dim_ref(sa, sa.rank() - 2 - batch_rank + i);
+    DimRef bb = dim_ref(sb, sb.rank() - 2 - batch_rank + i);
     auto batch = broadcast_dim(ba, bb);
     if (!batch) {
-      return make_error("matmul batch dimensions differ: ", describe(na), " and ", describe(nb));
+      return make_error("matmul batch dimensions differ: ", describe(na), " and ", describe(nb),
+                        " (", show(ba), " against ", show(bb), ")");
     }
     dims.push_back(*batch);
   }
@@ -339,6 +342,320 @@ Expected<NodeId> Builder::add_softmax(NodeId x, int axis, std::string name) {
   node.operands = {x};
   node.attrs.axis = axis < 0 ? axis + rank : axis;
   node.type = type;
+  node.name = std::move(name);
+  return push(std::move(node));
+}
+
+namespace {
+
+// Normalises an axis that may count from the end; nullopt when it is outside the rank.
+std::optional<int> normal_axis(int axis, int rank) {
+  if (axis < -rank || axis >= rank) return std::nullopt;
+  return axis < 0 ? axis + rank : axis;
+}
+
+}  // namespace
+
+Expected<NodeId> Builder::add_reduce(OpKind kind, NodeId x, int axis, bool keepdim,
+                                     std::string name) {
+  if (category(kind) != OpCategory::reduce) {
+    return make_error("'", std::string(to_string(kind)), "' is not a reduction");
+  }
+  if (Status s = check_operand(x); !s) return s.error();
+  const Node& nx = node(x);
+  const Shape& shape = nx.type.shape;
+  auto a = normal_axis(axis, shape.rank());
+  if (!a) {
+    return make_error(std::string(to_string(kind)), " axis ", std::to_string(axis),
+                      " is out of range for ", describe(nx), " (rank ",
+                      std::to_string(shape.rank()), ")");
+  }
+  if (shape.rank() == 1 && !keepdim) {
+    return make_error(std::string(to_string(kind)), " over the only axis of ", describe(nx),
+                      " leaves no dimension; write keepdim=true");
+  }
+  std::vector<DimRef> dims;
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (i != *a) dims.push_back(dim_ref(shape, i));
+    else if (keepdim) dims.push_back(DimRef{});
+  }
+  auto result = make_shape(dims);
+  if (!result) return make_error(std::string(to_string(kind)), ": ", result.error().message);
+  Node node;
+  node.kind = kind;
+  node.operands = {x};
+  node.attrs.axis = *a;
+  node.attrs.keepdim = keepdim;
+  node.type = TensorType{nx.type.dtype, std::move(*result)};
+  node.name = std::move(name);
+  return push(std::move(node));
+}
+
+namespace {
+
+// Checks a norm's weight or bias against x: 1-D, x's last dim, x's dtype.
+Status check_norm_param(const Node& x, const Node& param, const char* op, const char* role) {
+  const Shape& sx = x.type.shape;
+  const Shape& sp = param.type.shape;
+  DimRef last = dim_ref(sx, sx.rank() - 1);
+  if (sp.rank() != 1 || sp.dim(0) != last.value || sp.symbol(0) != last.symbol.index) {
+    return make_error(op, " ", role, " must be 1-D of x's last dimension ", show(last),
+                      ": x is ", describe(x), ", ", role, " is ", describe(param));
+  }
+  if (param.type.dtype != x.type.dtype) {
+    return make_error(op, " ", role, " differs from x in dtype: ", describe(param), " and ",
+                      describe(x), "; cast one of them");
+  }
+  return Status::success();
+}
+
+Status check_eps(double eps, const char* op) {
+  if (!std::isfinite(eps) || eps <= 0.0) {
+    return make_error(op, " eps must be positive and finite, got ", std::to_string(eps));
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+Expected<NodeId> Builder::add_rms_norm(NodeId x, NodeId weight, double eps, std::string name) {
+  if (Status s = check_operand(x); !s) return s.error();
+  if (Status s = check_operand(weight); !s) return s.error();
+  if (Status s = check_norm_param(node(x), node(weight), "rms_norm", "weight"); !s)
+    return s.error();
+  if (Status s = check_eps(eps, "rms_norm"); !s) return s.error();
+  Node node;
+  node.kind = OpKind::rms_norm;
+  node.operands = {x, weight};
+  node.attrs.eps = eps;
+  node.attrs.axis = this->node(x).type.shape.rank() - 1;
+  node.type = this->node(x).type;
+  node.name = std::move(name);
+  return push(std::move(node));
+}
+
+Expected<NodeId> Builder::add_layer_norm(NodeId x, NodeId weight, NodeId bias, double eps,
+                                         std::string name) {
+  if (Status s = check_operand(x); !s) return s.error();
+  if (Status s = check_operand(weight); !s) return s.error();
+  if (Status s = check_operand(bias); !s) return s.error();
+  if (Status s = check_norm_param(node(x), node(weight), "layer_norm", "weight"); !s)
+    return s.error();
+  if (Status s = check_norm_param(node(x), node(bias), "layer_norm", "bias"); !s)
+    return s.error();
+  if (Status s = check_eps(eps, "layer_norm"); !s) return s.error();
+  Node node;
+  node.kind = OpKind::layer_norm;
+  node.operands = {x, weight, bias};
+  node.attrs.eps = eps;
+  node.attrs.axis = this->node(x).type.shape.rank() - 1;
+  node.type = this->node(x).type;
+  node.name = std::move(name);
+  return push(std::move(node));
+}
+
+Expected<NodeId> Builder::add_reshape(NodeId x, std::vector<int64_t> dims,
+                                      std::vector<SymbolicDim> symbols, std::string name) {
+  if (Status s = check_operand(x); !s) return s.error();
+  const Node& nx = node(x);
+  const Shape& from = nx.type.shape;
+  if (dims.empty() || dims.size() > static_cast<size_t>(k_max_rank)) {
+    return make_error("reshape needs 1 to ", std::to_string(k_max_rank), " dims, got ",
+                      std::to_string(dims.size()));
+  }
+  if (!symbols.empty() && symbols.size() != dims.size())
+    return make_error("reshape: one symbol entry per dim");
+  symbols.resize(dims.size());
+  // Symbols must be x's, each as often: the counts then agree for every value of them.
+  std::vector<int32_t> from_symbols, to_symbols;
+  int64_t from_count = 1, to_count = 1;
+  for (int i = 0; i < from.rank(); ++i) {
+    if (from.symbol(i) >= 0) from_symbols.push_back(from.symbol(i));
+    else from_count *= from.dim(i);
+  }
+  int inferred = -1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (symbols[i].index >= 0) {
+      if (static_cast<size_t>(symbols[i].index) >= m_symbols.size())
+        return make_error("reshape uses an undeclared dim");
+      dims[i] = m_symbols[static_cast<size_t>(symbols[i].index)].hi;
+      to_symbols.push_back(symbols[i].index);
+      continue;
+    }
+    if (dims[i] == -1) {
+      if (inferred >= 0) return make_error("reshape may infer one dim (-1), not two");
+      inferred = static_cast<int>(i);
+      continue;
+    }
+    if (dims[i] < 1) {
+      return make_error("reshape dim ", std::to_string(i), " is ", std::to_string(dims[i]),
+                        "; a dimension is at least 1 (or -1, inferred)");
+    }
+    if (to_count > k_max_elements / dims[i]) {
+      return make_error("reshape to ", to_string_unchecked(dims), " holds more than 2^31 - 1 "
+                        "elements");
+    }
+    to_count *= dims[i];
+  }
+  std::sort(from_symbols.begin(), from_symbols.end());
+  std::sort(to_symbols.begin(), to_symbols.end());
+  if (from_symbols != to_symbols) {
+    return make_error("reshape of ", describe(nx), " must keep its symbolic dims, each as a "
+                      "dim of its own (the element count must agree for every size)");
+  }
+  if (inferred >= 0) {
+    if (from_count % to_count != 0) {
+      return make_error("reshape cannot infer dim ", std::to_string(inferred), ": ",
+                        describe(nx), " has ", std::to_string(from_count),
+                        " elements (symbolic dims aside), not a multiple of ",
+                        std::to_string(to_count));
+    }
+    dims[static_cast<size_t>(inferred)] = from_count / to_count;
+    to_count = from_count;
+  }
+  if (to_count != from_count) {
+    std::vector<int64_t> shown = dims;
+    return make_error("reshape of ", describe(nx), " to ", to_string_unchecked(shown),
+                      " changes the element count (", std::to_string(from_count), " to ",
+                      std::to_string(to_count), ")");
+  }
+  for (SymbolicDim& s : symbols)
+    if (s.index >= 0) s.name = m_symbols[static_cast<size_t>(s.index)].name;
+  auto shape = Shape::make(std::move(dims), std::move(symbols));
+  if (!shape) return make_error("reshape: ", shape.error().message);
+  Node node;
+  node.kind = OpKind::reshape;
+  node.operands = {x};
+  node.type = TensorType{nx.type.dtype, std::move(*shape)};
+  node.name = std::move(name);
+  return push(std::move(node));
+}
+
+Expected<NodeId> Builder::add_permute(NodeId x, std::vector<int> dims, std::string name) {
+  if (Status s = check_operand(x); !s) return s.error();
+  const Node& nx = node(x);
+  const Shape& from = nx.type.shape;
+  int rank = from.rank();
+  if (static_cast<int>(dims.size()) != rank) {
+    return make_error("permute of ", describe(nx), " needs ", std::to_string(rank),
+                      " dims, got ", std::to_string(dims.size()));
+  }
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  std::vector<DimRef> out;
+  for (int& d : dims) {
+    auto a = normal_axis(d, rank);
+    if (!a) {
+      return make_error("permute dim ", std::to_string(d), " is out of range for ", describe(nx));
+    }
+    if (seen[static_cast<size_t>(*a)]) {
+      return make_error("permute dims are not a permutation of 0..", std::to_string(rank - 1),
+                        ": dim ", std::to_string(*a), " appears twice");
+    }
+    seen[static_cast<size_t>(*a)] = true;
+    d = *a;
+    out.push_back(dim_ref(from, *a));
+  }
+  auto shape = make_shape(out);
+  if (!shape) return make_error("permute: ", shape.error().message);
+  Node node;
+  node.kind = OpKind::permute;
+  node.operands = {x};
+  node.attrs.dims = std::move(dims);
+  node.type = TensorType{nx.type.dtype, std::move(*shape)};
+  node.name = std::move(name);
+  return push(std::move(node));
+}
+
+Expected<NodeId> Builder::add_slice(NodeId x, int axis, int64_t start, int64_t end,
+                                    std::string name) {
+  if (Status s = check_operand(x); !s) return s.error();
+  const Node& nx = node(x);
+  const Shape& from = nx.type.shape;
+  auto a = normal_axis(axis, from.rank());
+  if (!a) {
+    return make_error("slice axis ", std::to_string(axis), " is out of range for ", describe(nx),
+                      " (rank ", std::to_string(from.rank()), ")");
+  }
+  if (from.symbol(*a) >= 0) {
+    return make_error("slice along the symbolic dim ",
+                      from.symbols()[static_cast<size_t>(*a)].name, " of ", describe(nx),
+                      "; kiln slices constant dims only");
+  }
+  int64_t size = from.dim(*a);
+  int64_t s0 = start < 0 ? start + size : start;
+  int64_t e0 = end < 0 ? end + size : end;
+  if (s0 < 0 || e0 > size || s0 >= e0) {
+    return make_error("slice ", std::to_string(start), "..", std::to_string(end), " of axis ",
+                      std::to_string(*a), " is empty or out of range for ", describe(nx),
+                      " (size ", std::to_string(size), ")");
+  }
+  std::vector<DimRef> dims;
+  for (int i = 0; i < from.rank(); ++i) dims.push_back(dim_ref(from, i));
+  dims[static_cast<size_t>(*a)] = DimRef{e0 - s0, {}};
+  auto shape = make_shape(dims);
+  if (!shape) return make_error("slice: ", shape.error().message);
+  Node node;
+  node.kind = OpKind::slice;
+  node.operands = {x};
+  node.attrs.axis = *a;
+  node.attrs.start = s0;
+  node.attrs.end = e0;
+  node.type = TensorType{nx.type.dtype, std::move(*shape)};
+  node.name = std::move(name);
+  return push(std::move(node));
+}
+
+Expected<NodeId> Builder::add_concat(const std::vector<NodeId>& operands, int axis,
+                                     std::string name) {
+  if (operands.empty() || operands.size() > static_cast<size_t>(k_max_concat)) {
+    return make_error("concat takes 1 to ", std::to_string(k_max_concat), " operands, got ",
+                      std::to_string(operands.size()));
+  }
+  for (NodeId id : operands)
+    if (Status s = check_operand(id); !s) return s.error();
+  const Node& first = node(operands[0]);
+  const Shape& s0 = first.type.shape;
+  auto a = normal_axis(axis, s0.rank());
+  if (!a) {
+    return make_error("concat axis ", std::to_string(axis), " is out of range for ",
+                      describe(first), " (rank ", std::to_string(s0.rank()), ")");
+  }
+  int64_t total = 0;
+  for (NodeId id : operands) {
+    const Node& n = node(id);
+    const Shape& s = n.type.shape;
+    if (n.type.dtype != first.type.dtype) {
+      return make_error("concat operands differ in dtype: ", describe(first), " and ",
+                        describe(n), "; cast one of them");
+    }
+    if (s.rank() != s0.rank()) {
+      return make_error("concat operands differ in rank: ", describe(first), " and ",
+                        describe(n));
+    }
+    if (s.symbol(*a) >= 0) {
+      return make_error("concat along the symbolic dim ", s.symbols()[static_cast<size_t>(*a)].name,
+                        " of ", describe(n), "; kiln joins along constant dims only");
+    }
+    for (int i = 0; i < s.rank(); ++i) {
+      if (i == *a) continue;
+      if (s.dim(i) != s0.dim(i) || s.symbol(i) != s0.symbol(i)) {
+        return make_error("concat operands differ in dim ", std::to_string(i),
+                          " (only the concat axis ", std::to_string(*a), " may differ): ",
+                          describe(first), " and ", describe(n));
+      }
+    }
+    total += s.dim(*a);
+  }
+  std::vector<DimRef> dims;
+  for (int i = 0; i < s0.rank(); ++i) dims.push_back(dim_ref(s0, i));
+  dims[static_cast<size_t>(*a)] = DimRef{total, {}};
+  auto shape = make_shape(dims);
+  if (!shape) return make_error("concat: ", shape.error().message);
+  Node node;
+  node.kind = OpKind::concat;
+  node.operands = operands;
+  node.attrs.axis = *a;
+  node.type = TensorType{first.type.dtype, std::move(*shape)};
   node.name = std::move(name);
   return push(std::move(node));
 }

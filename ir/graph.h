@@ -19,7 +19,7 @@ enum class OpKind : uint8_t {
 #undef KILN_OP
 };
 
-enum class OpCategory : uint8_t { input, matmul, binary, unary, cast, softmax };
+enum class OpCategory : uint8_t { input, matmul, binary, unary, cast, softmax, reduce, norm, layout };
 
 std::string_view to_string(OpKind kind);
 std::optional<OpKind> parse_op_kind(std::string_view text);
@@ -28,6 +28,9 @@ OpCategory category(OpKind kind);
 // Values written nested deeper than this are given names when a graph is printed, and the parser
 // reports deeper nesting as an error, so no walk over user input recurses further.
 inline constexpr int k_max_nesting = 256;
+
+// The most operands one concat takes.
+inline constexpr int k_max_concat = 64;
 
 // Index of a node in Graph::nodes(); operands always point to earlier nodes.
 using NodeId = int32_t;
@@ -43,7 +46,11 @@ struct Attrs {
   LiteralSide literal_side = LiteralSide::none;  // binary
   double literal = 0.0;                     // binary, when literal_side != none
   DType cast_to = DType::f32;               // cast
-  int axis = 0;                             // softmax, normalised to 0..rank-1
+  int axis = 0;  // softmax, reduce, slice, concat: normalised to 0..rank-1 of the operand
+  bool keepdim = false;                     // reduce
+  double eps = 0.0;                         // norm
+  int64_t start = 0, end = 0;               // slice: normalised, 0 <= start < end <= dim
+  std::vector<int> dims;                    // permute: result dim i is operand dim dims[i]
   bool operator==(const Attrs&) const = default;
 };
 
@@ -109,6 +116,26 @@ public:
   Expected<NodeId> add_cast(NodeId x, DType to, std::string name = {});
   // axis may be negative (counted from the end).
   Expected<NodeId> add_softmax(NodeId x, int axis = -1, std::string name = {});
+  // kind must be sum/mean/max; axis may be negative. keepdim keeps the axis with size 1.
+  Expected<NodeId> add_reduce(OpKind kind, NodeId x, int axis = -1, bool keepdim = false,
+                              std::string name = {});
+  // rms_norm(x, weight) or layer_norm(x, weight, bias) over x's last axis; weight and bias are
+  // 1-D of that axis's size and x's dtype; eps is positive and finite.
+  Expected<NodeId> add_rms_norm(NodeId x, NodeId weight, double eps = 1e-6, std::string name = {});
+  Expected<NodeId> add_layer_norm(NodeId x, NodeId weight, NodeId bias, double eps = 1e-5,
+                                  std::string name = {});
+  // The same elements in `shape` (row-major). At most one dim is -1, inferred from the count; a
+  // symbolic dim (symbols[i].index >= 0, dims[i] its upper bound) must be one of x's.
+  Expected<NodeId> add_reshape(NodeId x, std::vector<int64_t> dims,
+                               std::vector<SymbolicDim> symbols = {}, std::string name = {});
+  // dims is a permutation of 0..rank-1 (negative entries count from the end).
+  Expected<NodeId> add_permute(NodeId x, std::vector<int> dims, std::string name = {});
+  // Elements start..end-1 along axis; negative start/end count from the end (as Python's).
+  Expected<NodeId> add_slice(NodeId x, int axis, int64_t start, int64_t end,
+                             std::string name = {});
+  // The operands (1 to k_max_concat, same dtype and rank, equal dims but along axis) joined.
+  Expected<NodeId> add_concat(const std::vector<NodeId>& operands, int axis,
+                              std::string name = {});
   Status add_output(NodeId value);
 
   // Gives a value its name after the fact (the parser names a value once its statement ends).

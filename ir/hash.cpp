@@ -63,6 +63,26 @@ std::string canonical_bytes(const Graph& graph) {
       case OpCategory::softmax:
         w.u32(static_cast<uint32_t>(a.axis));
         break;
+      case OpCategory::reduce:
+        w.u32(static_cast<uint32_t>(a.axis));
+        w.u8(a.keepdim);
+        break;
+      case OpCategory::norm:
+        w.f64(a.eps);
+        break;
+      case OpCategory::layout:
+        // reshape: the result type says it all.
+        if (node.kind == OpKind::permute) {
+          w.u8(static_cast<uint8_t>(a.dims.size()));
+          for (int d : a.dims) w.u8(static_cast<uint8_t>(d));
+        } else if (node.kind == OpKind::slice) {
+          w.u32(static_cast<uint32_t>(a.axis));
+          w.i64(a.start);
+          w.i64(a.end);
+        } else if (node.kind == OpKind::concat) {
+          w.u32(static_cast<uint32_t>(a.axis));
+        }
+        break;
       case OpCategory::input:
       case OpCategory::unary:
         break;
@@ -189,6 +209,53 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
           added = b.add_softmax(operands[0], static_cast<int>(axis));
         break;
       }
+      case OpCategory::reduce: {
+        auto axis = r.u32();
+        auto keepdim = r.u8();
+        if (arity == 1 && axis < static_cast<uint64_t>(k_max_rank) && keepdim <= 1)
+          added = b.add_reduce(op_kind, operands[0], static_cast<int>(axis), keepdim == 1);
+        break;
+      }
+      case OpCategory::norm: {
+        double eps = std::bit_cast<double>(r.u64());
+        if (r.ok() && op_kind == OpKind::rms_norm && arity == 2)
+          added = b.add_rms_norm(operands[0], operands[1], eps);
+        if (r.ok() && op_kind == OpKind::layer_norm && arity == 3)
+          added = b.add_layer_norm(operands[0], operands[1], operands[2], eps);
+        break;
+      }
+      case OpCategory::layout:
+        if (op_kind == OpKind::reshape && arity == 1) {
+          std::vector<int64_t> values = dims;
+          std::vector<SymbolicDim> dim_symbols(dims.size());
+          for (size_t d = 0; d < dims.size(); ++d) {
+            if (dims[d] >= 0) continue;
+            auto index = static_cast<uint64_t>(-(dims[d] + 1));
+            if (index >= b.symbols().size()) return bad("a reshape names no symbol");
+            values[d] = b.symbols()[index].hi;
+            dim_symbols[d] = {static_cast<int32_t>(index), b.symbols()[index].name};
+          }
+          added = b.add_reshape(operands[0], values, dim_symbols);
+        } else if (op_kind == OpKind::permute) {
+          uint64_t n = r.u8();
+          std::vector<int> perm;
+          for (uint64_t d = 0; d < n && d < static_cast<uint64_t>(k_max_rank) + 1; ++d)
+            perm.push_back(r.u8());
+          if (r.ok() && arity == 1 && n <= static_cast<uint64_t>(k_max_rank))
+            added = b.add_permute(operands[0], perm);
+        } else if (op_kind == OpKind::slice) {
+          auto axis = r.u32();
+          auto start = static_cast<int64_t>(r.u64());
+          auto end = static_cast<int64_t>(r.u64());
+          if (r.ok() && arity == 1 && axis < static_cast<uint64_t>(k_max_rank) && start >= 0 &&
+              end >= 0)
+            added = b.add_slice(operands[0], static_cast<int>(axis), start, end);
+        } else if (op_kind == OpKind::concat) {
+          auto axis = r.u32();
+          if (r.ok() && arity >= 1 && axis < static_cast<uint64_t>(k_max_rank))
+            added = b.add_concat(operands, static_cast<int>(axis));
+        }
+        break;
     }
     if (!r.ok()) return bad("truncated");
     if (!added) return bad("node " + std::to_string(i) + ": " + added.error().message);

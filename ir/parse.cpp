@@ -261,16 +261,41 @@ Expected<Operand> Parser::parse_call(const Token& op_token, int depth) {
       advance();
       if (at(TokenKind::equals)) {
         advance();
-        if (!at(TokenKind::identifier) && !at(TokenKind::number)) {
-          return expected("a value for argument '" + std::string(first.text) + "'");
-        }
         for (const NamedArg& seen : named) {
           if (seen.name == first.text) {
             return error_at(first.location,
                             "argument '" + std::string(first.text) + "' is given twice");
           }
         }
-        named.push_back({first.text, m_token});
+        if (at(TokenKind::lbracket)) {
+          // A list: [item, item, ...] of identifiers or numbers, at most k_max_list items.
+          NamedArg arg{first.text, m_token, true, {}};
+          advance();
+          while (!at(TokenKind::rbracket)) {
+            if (!arg.list.empty()) {
+              if (Status s = expect(TokenKind::comma, "',' or ']' in the list"); !s)
+                return s.error();
+            }
+            if (!at(TokenKind::identifier) && !at(TokenKind::number)) {
+              return expected("a number or a dim name in the list for '" +
+                              std::string(first.text) + "'");
+            }
+            if (arg.list.size() >= k_max_list) {
+              return error_at(m_token.location, "the list for '" + std::string(first.text) +
+                                                    "' has more than " +
+                                                    std::to_string(k_max_list) + " items");
+            }
+            arg.list.push_back(m_token);
+            advance();
+          }
+          advance();  // ']'
+          named.push_back(std::move(arg));
+          continue;
+        }
+        if (!at(TokenKind::identifier) && !at(TokenKind::number)) {
+          return expected("a value for argument '" + std::string(first.text) + "'");
+        }
+        named.push_back(NamedArg{first.text, m_token, false, {}});
         advance();
         continue;
       }

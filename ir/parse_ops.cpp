@@ -3,11 +3,17 @@
 #include "ir/parser.h"
 
 #include <charconv>
+#include <cmath>
 #include <optional>
 
 namespace kiln::ir::detail {
 
 namespace {
+
+constexpr const char* k_op_list =
+    "matmul, add, sub, mul, div, pow, maximum, minimum, relu, gelu, silu, sigmoid, tanh, exp, "
+    "neg, sqrt, rsqrt, abs, cast, softmax, sum, mean, max, rms_norm, layer_norm, reshape, "
+    "permute, slice or concat";
 
 // Reads `true`/`false`.
 std::optional<bool> parse_bool(const Token& token) {
@@ -16,6 +22,20 @@ std::optional<bool> parse_bool(const Token& token) {
   if (token.text == "false") return false;
   return std::nullopt;
 }
+
+// Reads a whole number token ("-1", "+3", "1e-5") as T.
+template <typename T>
+std::optional<T> parse_number(const Token& token) {
+  if (token.kind != TokenKind::number || token.text.empty()) return std::nullopt;
+  std::string_view text = token.text;
+  T value = 0;
+  auto [end, ec] = std::from_chars(text.data() + (text[0] == '+'), text.data() + text.size(),
+                                   value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<int64_t> parse_int(const Token& token) { return parse_number<int64_t>(token); }
 
 }  // namespace
 
@@ -36,13 +56,19 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
   auto kind = parse_op_kind(op_token.text);
   if (!kind || *kind == OpKind::input) {
     return error_at(op_token.location,
-                    "unknown op '" + op_name +
-                        "'; expected matmul, add, sub, mul, div, relu, gelu, silu, sigmoid, "
-                        "tanh, exp, neg, cast or softmax");
+                    "unknown op '" + op_name + "'; expected one of " + k_op_list);
   }
   OpCategory cat = category(*kind);
-  size_t arity = cat == OpCategory::matmul || cat == OpCategory::binary ? 2 : 1;
-  if (args.size() != arity) {
+  size_t arity = cat == OpCategory::matmul || cat == OpCategory::binary ? 2
+                 : *kind == OpKind::layer_norm                       ? 3
+                 : *kind == OpKind::rms_norm                         ? 2
+                                                                     : 1;
+  if (*kind == OpKind::concat) {
+    if (args.empty() || args.size() > static_cast<size_t>(k_max_concat)) {
+      return error_at(op_token.location, "concat takes 1 to " + std::to_string(k_max_concat) +
+                                             " operands, got " + std::to_string(args.size()));
+    }
+  } else if (args.size() != arity) {
     return error_at(op_token.location, op_name + " takes " + std::to_string(arity) + " operand" +
                                            (arity == 1 ? "" : "s") + ", got " +
                                            std::to_string(args.size()));
@@ -121,25 +147,157 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       if (!x) return x;
       return located(m_builder.add_cast(*x, *to));
     }
-    case OpCategory::softmax: {
+    case OpCategory::softmax:
+    case OpCategory::reduce: {
       int axis = -1;
+      bool keepdim = false;
       for (const NamedArg& arg : named) {
-        if (arg.name != "axis") return unknown_arg(arg, "expected axis");
-        int value = 0;
-        std::string_view text = arg.value.text;
-        auto [end, ec] = std::from_chars(text.data() + (text[0] == '+'),
-                                         text.data() + text.size(), value);
-        if (arg.value.kind != TokenKind::number || ec != std::errc() ||
-            end != text.data() + text.size()) {
-          return bad_value(arg, "an integer axis");
+        if (arg.name == "axis" && !arg.is_list) {
+          auto value = parse_int(arg.value);
+          if (!value || *value < -k_max_rank || *value >= k_max_rank)
+            return bad_value(arg, "an integer axis");
+          axis = static_cast<int>(*value);
+        } else if (arg.name == "keepdim" && cat == OpCategory::reduce && !arg.is_list) {
+          auto value = parse_bool(arg.value);
+          if (!value) return bad_value(arg, "true or false");
+          keepdim = *value;
+        } else {
+          return unknown_arg(arg, cat == OpCategory::reduce ? "expected axis or keepdim"
+                                                             : "expected axis");
         }
-        axis = value;
       }
       auto x = tensor_arg(op_token, args[0], 0);
       if (!x) return x;
-      return located(m_builder.add_softmax(*x, axis));
+      if (cat == OpCategory::softmax) return located(m_builder.add_softmax(*x, axis));
+      return located(m_builder.add_reduce(*kind, *x, axis, keepdim));
     }
+    case OpCategory::norm: {
+      double eps = *kind == OpKind::rms_norm ? 1e-6 : 1e-5;
+      for (const NamedArg& arg : named) {
+        if (arg.name != "eps" || arg.is_list) return unknown_arg(arg, "expected eps");
+        auto value = parse_number<double>(arg.value);
+        if (!value || !(*value > 0.0) || !std::isfinite(*value))
+          return bad_value(arg, "a positive number");
+        eps = *value;
+      }
+      std::vector<NodeId> ops;
+      for (size_t i = 0; i < args.size(); ++i) {
+        auto t = tensor_arg(op_token, args[i], i);
+        if (!t) return t;
+        ops.push_back(*t);
+      }
+      if (*kind == OpKind::rms_norm) return located(m_builder.add_rms_norm(ops[0], ops[1], eps));
+      return located(m_builder.add_layer_norm(ops[0], ops[1], ops[2], eps));
+    }
+    case OpCategory::layout:
+      return build_layout(op_token, *kind, args, named);
     case OpCategory::input:
+      break;
+  }
+  return error_at(op_token.location, "unknown op '" + op_name + "'");
+}
+
+Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
+                                      const std::vector<Operand>& args,
+                                      const std::vector<NamedArg>& named) {
+  std::string op_name(op_token.text);
+  auto unknown_arg = [&](const NamedArg& arg, const char* accepted) {
+    return error_at(arg.value.location, op_name + " has no argument '" + std::string(arg.name) +
+                                            "'; " + accepted);
+  };
+  auto bad_value = [&](const Token& at, std::string_view arg, const std::string& wanted) {
+    return error_at(at.location, "expected " + wanted + " for '" + std::string(arg) + "', got " +
+                                     describe(at));
+  };
+  auto located = [&](Expected<NodeId> id) -> Expected<NodeId> {
+    if (!id) return error_at(op_token.location, id.error().message);
+    m_builder.set_location(*id, op_token.location.line, op_token.location.column);
+    return id;
+  };
+  auto missing = [&](const char* arg, const char* example) {
+    return error_at(op_token.location, op_name + " needs " + arg + ": " + example);
+  };
+  std::vector<NodeId> ops;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto t = tensor_arg(op_token, args[i], i);
+    if (!t) return t;
+    ops.push_back(*t);
+  }
+  switch (kind) {
+    case OpKind::reshape: {
+      std::optional<std::vector<int64_t>> dims;
+      std::vector<SymbolicDim> symbols;
+      for (const NamedArg& arg : named) {
+        if (arg.name != "shape") return unknown_arg(arg, "expected shape");
+        if (!arg.is_list) return bad_value(arg.value, arg.name, "a list of dims, [2, -1, 64]");
+        dims.emplace();
+        for (const Token& item : arg.list) {
+          SymbolicDim sym;
+          int64_t value = 0;
+          if (item.kind == TokenKind::identifier) {
+            auto index = m_builder.find_symbol(item.text);
+            if (!index) {
+              return error_at(item.location, "'" + std::string(item.text) +
+                                                 "' is not a declared dim");
+            }
+            sym = {*index, std::string(item.text)};
+          } else {
+            auto v = parse_int(item);
+            if (!v) return bad_value(item, arg.name, "an integer dim or a dim name");
+            value = *v;
+          }
+          dims->push_back(value);
+          symbols.push_back(std::move(sym));
+        }
+      }
+      if (!dims) return missing("a shape", "reshape(x, shape=[2, -1, 64])");
+      return located(m_builder.add_reshape(ops[0], std::move(*dims), std::move(symbols)));
+    }
+    case OpKind::permute: {
+      std::optional<std::vector<int>> dims;
+      for (const NamedArg& arg : named) {
+        if (arg.name != "dims") return unknown_arg(arg, "expected dims");
+        if (!arg.is_list) return bad_value(arg.value, arg.name, "a list of axes, [0, 2, 1, 3]");
+        dims.emplace();
+        for (const Token& item : arg.list) {
+          auto v = parse_int(item);
+          if (!v || *v < -k_max_rank || *v >= k_max_rank)
+            return bad_value(item, arg.name, "an axis");
+          dims->push_back(static_cast<int>(*v));
+        }
+      }
+      if (!dims) return missing("dims", "permute(x, dims=[0, 2, 1, 3])");
+      return located(m_builder.add_permute(ops[0], std::move(*dims)));
+    }
+    case OpKind::slice: {
+      std::optional<int64_t> axis, start, end;
+      for (const NamedArg& arg : named) {
+        std::optional<int64_t>* target = arg.name == "axis"    ? &axis
+                                         : arg.name == "start" ? &start
+                                         : arg.name == "end"   ? &end
+                                                               : nullptr;
+        if (!target) return unknown_arg(arg, "expected axis, start or end");
+        auto v = arg.is_list ? std::nullopt : parse_int(arg.value);
+        if (!v || *v < -k_max_elements || *v > k_max_elements)
+          return bad_value(arg.value, arg.name, "an integer");
+        *target = *v;
+      }
+      if (!start || !end) return missing("start and end", "slice(x, axis=-1, start=0, end=32)");
+      int a = axis ? static_cast<int>(std::max<int64_t>(std::min<int64_t>(*axis, 64), -64)) : -1;
+      return located(m_builder.add_slice(ops[0], a, *start, *end));
+    }
+    case OpKind::concat: {
+      int axis = -1;
+      for (const NamedArg& arg : named) {
+        if (arg.name != "axis") return unknown_arg(arg, "expected axis");
+        auto v = arg.is_list ? std::nullopt : parse_int(arg.value);
+        if (!v || *v < -k_max_rank || *v >= k_max_rank)
+          return bad_value(arg.value, arg.name, "an integer axis");
+        axis = static_cast<int>(*v);
+      }
+      return located(m_builder.add_concat(ops, axis));
+    }
+    default:
       break;
   }
   return error_at(op_token.location, "unknown op '" + op_name + "'");

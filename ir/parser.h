@@ -19,9 +19,15 @@ struct Operand {
   std::string_view text;
 };
 
+// The most items a list argument holds (a shape has at most k_max_rank dims; concat's operands
+// are positional).
+inline constexpr size_t k_max_list = 16;
+
 struct NamedArg {
   std::string_view name;
-  Token value;
+  Token value;              // the value, or the '[' of a list
+  bool is_list = false;     // name=[a, b, ...]
+  std::vector<Token> list;  // the list's items (identifiers or numbers)
 };
 
 class Parser {
@@ -57,6 +63,9 @@ private:
   Expected<Operand> parse_call(const Token& op_token, int depth);
   Expected<NodeId> build(const Token& op_token, const std::vector<Operand>& args,
                          const std::vector<NamedArg>& named);
+  Expected<NodeId> build_layout(const Token& op_token, OpKind kind,
+                                const std::vector<Operand>& args,
+                                const std::vector<NamedArg>& named);
   Expected<NodeId> tensor_arg(const Token& op_token, const Operand& operand, size_t index);
   Status define(NodeId id, const Token& name_token);
 

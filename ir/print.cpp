@@ -62,10 +62,50 @@ public:
           out += ", axis=" + std::to_string(attrs.axis);
         }
         break;
+      case OpKind::sum:
+      case OpKind::mean:
+      case OpKind::max:
+      case OpKind::slice:
+      case OpKind::concat:
+        if (attrs.axis != operand_rank(node) - 1) out += ", axis=" + std::to_string(attrs.axis);
+        if (attrs.keepdim) out += ", keepdim=true";
+        if (node.kind == OpKind::slice) {
+          out += ", start=" + std::to_string(attrs.start) + ", end=" + std::to_string(attrs.end);
+        }
+        break;
+      case OpKind::rms_norm:
+      case OpKind::layer_norm:
+        if (attrs.eps != (node.kind == OpKind::rms_norm ? 1e-6 : 1e-5)) {
+          out += ", eps=" + format_literal(attrs.eps);
+        }
+        break;
+      case OpKind::reshape: {
+        const Shape& shape = node.type.shape;
+        out += ", shape=[";
+        for (int i = 0; i < shape.rank(); ++i) {
+          if (i) out += ", ";
+          out += shape.symbol(i) >= 0 ? shape.symbols()[static_cast<size_t>(i)].name
+                                      : std::to_string(shape.dim(i));
+        }
+        out += ']';
+        break;
+      }
+      case OpKind::permute:
+        out += ", dims=[";
+        for (size_t i = 0; i < attrs.dims.size(); ++i) {
+          if (i) out += ", ";
+          out += std::to_string(attrs.dims[i]);
+        }
+        out += ']';
+        break;
       default:
         break;
     }
     out += ')';
+  }
+
+  int operand_rank(const Node& node) const {
+    return m_graph.node(node.operands[0]).type.shape.rank();
   }
 
   void operand_ref(NodeId id, std::string& out) const {

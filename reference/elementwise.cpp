@@ -58,6 +58,12 @@ T apply_binary(ir::OpKind kind, T x, T y) {
       return x * y;
     case ir::OpKind::div:
       return x / y;
+    case ir::OpKind::pow:
+      return std::pow(x, y);
+    case ir::OpKind::maximum:
+      return std::fmax(x, y);
+    case ir::OpKind::minimum:
+      return std::fmin(x, y);
     default:
       break;
   }
@@ -83,6 +89,12 @@ T apply_unary(ir::OpKind kind, T x) {
       return std::exp(x);
     case ir::OpKind::neg:
       return -x;
+    case ir::OpKind::sqrt:
+      return std::sqrt(x);
+    case ir::OpKind::rsqrt:
+      return one / std::sqrt(x);
+    case ir::OpKind::abs:
+      return std::fabs(x);
     default:
       break;
   }

@@ -57,6 +57,16 @@ Tensor run_node(const ir::Node& node, const std::vector<Tensor>& values, const R
       return detail::run_cast(node, operand(0), mode);
     case ir::OpCategory::softmax:
       return detail::run_softmax(node, operand(0), mode);
+    case ir::OpCategory::reduce:
+      return detail::run_reduce(node, operand(0), mode);
+    case ir::OpCategory::norm:
+      return detail::run_norm(node, operand(0), operand(1),
+                              node.operands.size() > 2 ? &operand(2) : nullptr, mode);
+    case ir::OpCategory::layout: {
+      std::vector<const Tensor*> operands;
+      for (size_t i = 0; i < node.operands.size(); ++i) operands.push_back(&operand(i));
+      return detail::run_layout(node, operands);
+    }
     case ir::OpCategory::input:
       break;
   }

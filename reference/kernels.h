@@ -14,5 +14,12 @@ Tensor run_binary(const ir::Node& node, const Tensor& a, const Tensor* b, const 
 Tensor run_unary(const ir::Node& node, const Tensor& x, const RunMode& mode);
 Tensor run_cast(const ir::Node& node, const Tensor& x, const RunMode& mode);
 Tensor run_softmax(const ir::Node& node, const Tensor& x, const RunMode& mode);
+// sum, mean, max along node.attrs.axis.
+Tensor run_reduce(const ir::Node& node, const Tensor& x, const RunMode& mode);
+// rms_norm (bias null) or layer_norm over the last axis.
+Tensor run_norm(const ir::Node& node, const Tensor& x, const Tensor& weight, const Tensor* bias,
+                const RunMode& mode);
+// reshape, permute, slice, concat: values moved, never rounded.
+Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operands);
 
 }  // namespace kiln::reference::detail

@@ -1,4 +1,4 @@
-// Reference matmul: 2-D or 3-D with a broadcasting batch dim and transpose flags, in fp64 or with
+// Reference matmul: 2-D to 4-D with broadcasting batch dims and transpose flags, in fp64 or with
 // the operand rounding and fp32 accumulation of each precision mode.
 #include "reference/kernels.h"
 
@@ -16,11 +16,20 @@ struct Geometry {
   int64_t n = 0;
 };
 
-// Element offset of batch `b` inside an operand (a rank-2 operand, or a batch dim of 1, is
-// shared by every batch).
-int64_t batch_offset(const Tensor& t, int64_t b, int64_t matrix_elements) {
-  if (t.shape.rank() < 3 || t.shape.dim(0) == 1) return 0;
-  return b * matrix_elements;
+// Element offset of batch `b` (row-major over the result's batch dims `out`) inside an operand:
+// each of its batch dims, aligned at the last, counts unless it is 1 (broadcast).
+int64_t batch_offset(const Tensor& t, const ir::Shape& out, int64_t b, int64_t matrix_elements) {
+  int out_batch = out.rank() - 2, t_batch = t.shape.rank() - 2;
+  int64_t offset = 0, stride = matrix_elements;
+  for (int d = out_batch - 1; d >= 0; --d) {
+    int64_t coord = b % out.dim(d);
+    b /= out.dim(d);
+    int td = d - (out_batch - t_batch);
+    if (td < 0) break;
+    if (t.shape.dim(td) != 1) offset += coord * stride;
+    stride *= t.shape.dim(td);
+  }
+  return offset;
 }
 
 // Copies one rows x cols matrix (stored transposed when `transposed`) into row-major order,
@@ -61,9 +70,9 @@ template <typename Acc, typename Elem, typename Convert, typename Step>
 void run_batches(const ir::Node& node, const Tensor& a, const Tensor& b, const Geometry& g,
                  Tensor& out, bool round_store, Convert convert, Step step) {
   for (int64_t batch = 0; batch < g.batch; ++batch) {
-    std::vector<Elem> am = load<Elem>(a, batch_offset(a, batch, g.m * g.k), g.m, g.k,
+    std::vector<Elem> am = load<Elem>(a, batch_offset(a, node.type.shape, batch, g.m * g.k), g.m, g.k,
                                       node.attrs.transpose_a, convert);
-    std::vector<Elem> bm = load<Elem>(b, batch_offset(b, batch, g.k * g.n), g.k, g.n,
+    std::vector<Elem> bm = load<Elem>(b, batch_offset(b, node.type.shape, batch, g.k * g.n), g.k, g.n,
                                       node.attrs.transpose_b, convert);
     std::vector<Acc> c = gemm<Acc>(am, bm, g, step);
     double* dst = out.values.data() + batch * g.m * g.n;
@@ -85,7 +94,7 @@ Tensor run_matmul(const ir::Node& node, const Tensor& a, const Tensor& b, const 
   Tensor out = zeros(node.type);
   const ir::Shape& shape = node.type.shape;
   Geometry g;
-  g.batch = shape.rank() == 3 ? shape.dim(0) : 1;
+  for (int d = 0; d < shape.rank() - 2; ++d) g.batch *= shape.dim(d);
   g.m = shape.dim(shape.rank() - 2);
   g.n = shape.dim(shape.rank() - 1);
   g.k = node.attrs.transpose_a ? a.shape.dim(a.shape.rank() - 2) : a.shape.dim(a.shape.rank() - 1);

@@ -31,6 +31,12 @@ ir::Graph example(const std::string& name) {
   return *graph;
 }
 
+std::vector<GroupKind> kinds(const std::vector<KernelGroup>& groups) {
+  std::vector<GroupKind> k;
+  for (const auto& g : groups) k.push_back(g.kind);
+  return k;
+}
+
 std::vector<std::string> example_names() {
   std::vector<std::string> names;
   for (const auto& entry :

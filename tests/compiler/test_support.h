@@ -16,6 +16,9 @@ ir::Graph example(const std::string& name);
 // The names of every example graph (attention, gated_mlp, ...), sorted.
 std::vector<std::string> example_names();
 
+// The kinds of fuse()'s groups, in order.
+std::vector<GroupKind> kinds(const std::vector<KernelGroup>& groups);
+
 // The text of a graph that adds `inputs` inputs of `type` (e.g. "f32[8]") one after another:
 // x0 + x1, then + x2, ... (every input read once, one output).
 std::string wide_sum(int inputs, const std::string& type);

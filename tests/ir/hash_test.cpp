@@ -196,7 +196,9 @@ TEST(CanonicalBytes, DamagedBytesAreRefusedNotTrusted) {
     std::string damaged = bytes;
     damaged[rng() % damaged.size()] = static_cast<char>(rng());
     auto g = graph_from_canonical(damaged, "g");  // either a valid graph or an error, no crash
-    if (g) EXPECT_EQ(canonical_bytes(*g), damaged);
+    if (g) {
+      EXPECT_EQ(canonical_bytes(*g), damaged);
+    }
   }
 }
 

@@ -1,0 +1,274 @@
+// The per-element part of every kernel: a group's members evaluated at points of their index
+// spaces, leaves loaded with broadcasting, layout ops moving the points their operands are read at.
+#include "compiler/emit_internal.h"
+
+#include <algorithm>
+
+namespace kiln::compiler::detail {
+
+ValueEmitter::ValueEmitter(Code& code, const KernelContext& ctx) : m_code(code), m_ctx(ctx) {
+  const auto& nodes = ctx.kernel.group.nodes;
+  m_consumer.assign(nodes.size(), -1);
+  for (ir::NodeId u : nodes) {
+    for (ir::NodeId op : ctx.graph.node(u).operands) {
+      if (!member(op)) continue;
+      auto at = std::lower_bound(nodes.begin(), nodes.end(), op) - nodes.begin();
+      m_consumer[static_cast<size_t>(at)] = u;
+    }
+  }
+}
+
+bool ValueEmitter::member(ir::NodeId id) const {
+  const auto& nodes = m_ctx.kernel.group.nodes;
+  return std::binary_search(nodes.begin(), nodes.end(), id);
+}
+
+void ValueEmitter::ensure_coords(Point& p, bool plain_names) {
+  if (!p.frame.coords.empty()) return;
+  std::vector<Extent> dims = dims_of(m_ctx, p.frame.node);
+  if (plain_names) {
+    ElementIndex index;
+    emit_coords(m_code, dims, p.frame.linear, index);
+    p.frame.coords = index.coords;
+    return;
+  }
+  std::string rest = "(" + p.frame.linear + ")";
+  std::string prefix = "f" + to_str(m_names++) + "_";
+  p.frame.coords.assign(dims.size(), "");
+  for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+    std::string c = prefix + "c" + to_str(d);
+    if (d == 0) {
+      m_code.line("const int " + c + " = " + rest + ";");
+    } else {
+      std::string dim = dims[static_cast<size_t>(d)].expr();
+      m_code.line("const int " + c + " = " + rest + " % " + dim + ";");
+      m_code.line("const int " + prefix + "r" + to_str(d) + " = " + rest + " / " + dim + ";");
+      rest = prefix + "r" + to_str(d);
+    }
+    p.frame.coords[static_cast<size_t>(d)] = c;
+  }
+}
+
+// Node `id`'s coordinates at point p (whose value id broadcasts into): the last dims of the
+// point's, a dim of size 1 at 0.
+std::vector<std::string> ValueEmitter::project(Point& p, ir::NodeId id) {
+  ensure_coords(p, &p == &m_points[0]);
+  const ir::Shape& shape = m_ctx.graph.node(id).type.shape;
+  int rank = shape.rank();
+  int frame_rank = static_cast<int>(p.frame.coords.size());
+  std::vector<std::string> coords;
+  for (int d = 0; d < rank; ++d) {
+    coords.push_back(shape.dim(d) == 1 ? "0"
+                                       : p.frame.coords[static_cast<size_t>(d + frame_rank - rank)]);
+  }
+  return coords;
+}
+
+std::string ValueEmitter::load(size_t point, ir::NodeId leaf) {
+  Point& p = m_points[point];
+  for (const auto& [id, name] : p.loaded)
+    if (id == leaf) return name;
+  const ir::Node& n = m_ctx.graph.node(leaf);
+  std::string offset;
+  if (n.type.shape == m_ctx.graph.node(p.frame.node).type.shape && !p.frame.linear.empty()) {
+    offset = p.frame.linear;
+  } else {
+    std::vector<std::string> coords = project(p, leaf);
+    Extent stride;
+    for (int d = n.type.shape.rank() - 1; d >= 0; --d) {
+      if (n.type.shape.dim(d) != 1) {
+        const std::string& c = coords[static_cast<size_t>(d)];
+        std::string term = stride.fixed() && stride.coef == 1 ? c : c + " * " + stride.expr();
+        offset = offset.empty() ? term : term + " + " + offset;
+      }
+      stride = stride * m_ctx.sizes.dim(leaf, d);
+    }
+    if (offset.empty()) offset = "0";
+  }
+  std::string name = "l" + to_str(leaf) + (point == 0 ? "" : "_" + to_str(m_names++));
+  std::string element = m_ctx.param(leaf) + "[" + offset + "]";
+  m_code.line("const float " + name + " = " + load_as_float(n.type.dtype, element) + ";");
+  p.loaded.emplace_back(leaf, name);
+  return name;
+}
+
+std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& anchor_value) {
+  const ir::Graph& g = m_ctx.graph;
+  const KernelGroup& group = m_ctx.kernel.group;
+  const auto& nodes = group.nodes;
+  auto pos = [&](ir::NodeId id) {
+    return static_cast<size_t>(std::lower_bound(nodes.begin(), nodes.end(), id) - nodes.begin());
+  };
+  m_points.clear();
+  m_points.push_back({std::move(frame), {}});
+  if (!member(top)) return load(0, top);  // a copy: the root is a graph input
+  size_t top_pos = pos(top);
+
+  // Members under top (the anchor's operands are its own business), each with its point; a
+  // layout member's operands get points of their own. From top down, so a consumer comes first.
+  std::vector<int> point_of(top_pos + 1, -1);
+  std::vector<std::vector<size_t>> operand_points(top_pos + 1);
+  point_of[top_pos] = 0;
+  struct Derived {
+    size_t parent;
+    ir::NodeId layout;
+    size_t operand;
+  };
+  std::vector<Derived> derived;  // for m_points[1..]
+  for (size_t i = top_pos + 1; i-- > 0;) {
+    if (i != top_pos) {
+      ir::NodeId c = m_consumer[i];
+      if (c < 0 || c == group.anchor || c > top || point_of[pos(c)] < 0) continue;
+      const ir::Node& cn = g.node(c);
+      if (is_layout(cn.kind) || cn.kind == ir::OpKind::reshape) {
+        auto which = static_cast<size_t>(
+            std::find(cn.operands.begin(), cn.operands.end(), nodes[i]) - cn.operands.begin());
+        point_of[i] = static_cast<int>(operand_points[pos(c)][which]);
+      } else {
+        point_of[i] = point_of[pos(c)];
+      }
+    }
+    const ir::Node& n = g.node(nodes[i]);
+    if (nodes[i] != group.anchor && (is_layout(n.kind) || n.kind == ir::OpKind::reshape)) {
+      for (size_t k = 0; k < n.operands.size(); ++k) {
+        operand_points[i].push_back(m_points.size());
+        m_points.push_back({Frame{n.operands[k], {}, {}}, {}});
+        derived.push_back({static_cast<size_t>(point_of[i]), nodes[i], k});
+      }
+    }
+  }
+
+  // Point 0's coordinates first when a leaf read there is broadcast (as the output element's).
+  const ir::Shape& top_shape = g.node(m_points[0].frame.node).type.shape;
+  bool coords0 = false;
+  std::vector<ir::NodeId> leaves0;  // read at point 0, in the group's leaf order
+  for (ir::NodeId leaf : group.leaves) {
+    bool read = false;
+    for (size_t i = 0; i <= top_pos && !read; ++i) {
+      if (point_of[i] != 0 || nodes[i] == group.anchor) continue;
+      const ir::Node& n = g.node(nodes[i]);
+      if (is_layout(n.kind) || n.kind == ir::OpKind::reshape) continue;
+      read = std::find(n.operands.begin(), n.operands.end(), leaf) != n.operands.end();
+    }
+    if (!read) continue;
+    leaves0.push_back(leaf);
+    if (!(g.node(leaf).type.shape == top_shape)) coords0 = true;
+  }
+  if (coords0 || m_points[0].frame.linear.empty()) ensure_coords(m_points[0], true);
+
+  // The derived points' coordinates, top down.
+  for (size_t d = 0; d < derived.size(); ++d) {
+    const Derived& rule = derived[d];
+    const ir::Node& l = g.node(rule.layout);
+    std::vector<std::string> lc = project(m_points[rule.parent], rule.layout);
+    Point& p = m_points[d + 1];
+    ir::NodeId operand = l.operands[rule.operand];
+    std::vector<std::string> c = lc;
+    int axis = l.attrs.axis;
+    switch (l.kind) {
+      case ir::OpKind::permute:
+        for (size_t j = 0; j < lc.size(); ++j) c[static_cast<size_t>(l.attrs.dims[j])] = lc[j];
+        break;
+      case ir::OpKind::slice:
+        if (l.attrs.start != 0)
+          c[static_cast<size_t>(axis)] = "(" + lc[static_cast<size_t>(axis)] + " + " +
+                                         to_str(l.attrs.start) + ")";
+        break;
+      case ir::OpKind::concat: {
+        int64_t offset = 0;
+        for (size_t k = 0; k < rule.operand; ++k)
+          offset += g.node(l.operands[k]).type.shape.dim(axis);
+        int64_t len = g.node(operand).type.shape.dim(axis);
+        std::string t = "f" + to_str(m_names++);
+        std::string shifted = lc[static_cast<size_t>(axis)] +
+                              (offset ? " - " + to_str(offset) : "");
+        std::string clamped = "(" + t + "s > " + to_str(len - 1) + " ? " + to_str(len - 1) +
+                              " : " + t + "s)";
+        if (offset) clamped = "(" + t + "s < 0 ? 0 : " + clamped + ")";
+        // Only the operand the axis coordinate falls in is selected; the others read a clamped,
+        // valid element.
+        m_code.line("const int " + t + "s = " + shifted + ";");
+        m_code.line("const int " + t + " = " + clamped + ";");
+        c[static_cast<size_t>(axis)] = t;
+        break;
+      }
+      case ir::OpKind::reshape: {
+        // The same row-major index over the operand's dims.
+        std::string linear;
+        Extent stride;
+        std::vector<Extent> dims = dims_of(m_ctx, rule.layout);
+        for (int k = static_cast<int>(dims.size()) - 1; k >= 0; --k) {
+          if (g.node(rule.layout).type.shape.dim(k) != 1) {
+            std::string term = stride.fixed() && stride.coef == 1
+                                   ? lc[static_cast<size_t>(k)]
+                                   : lc[static_cast<size_t>(k)] + " * " + stride.expr();
+            linear = linear.empty() ? term : term + " + " + linear;
+          }
+          stride = stride * dims[static_cast<size_t>(k)];
+        }
+        std::string name = "f" + to_str(m_names++);
+        m_code.line("const int " + name + " = " + (linear.empty() ? "0" : linear) + ";");
+        p.frame.linear = name;
+        c.clear();
+        break;
+      }
+      default:
+        break;
+    }
+    p.frame.coords = std::move(c);
+  }
+
+  for (ir::NodeId leaf : leaves0) load(0, leaf);
+  for (size_t i = 0; i <= top_pos; ++i) {
+    if (point_of[i] < 0) continue;
+    ir::NodeId id = nodes[i];
+    const ir::Node& n = g.node(id);
+    bool layout = is_layout(n.kind) || n.kind == ir::OpKind::reshape;
+    auto operand = [&](size_t k) {
+      ir::NodeId o = n.operands[k];
+      if (member(o)) return "v" + to_str(o);
+      size_t point = layout ? operand_points[i][k] : static_cast<size_t>(point_of[i]);
+      return load(point, o);
+    };
+    std::string expr;
+    if (id == group.anchor) {
+      expr = anchor_value;
+    } else if (ir::category(n.kind) == ir::OpCategory::binary) {
+      if (n.attrs.literal_side == ir::LiteralSide::lhs) {
+        expr = binary(n.kind, literal(n.attrs.literal), operand(0));
+      } else if (n.attrs.literal_side == ir::LiteralSide::rhs) {
+        expr = binary(n.kind, operand(0), literal(n.attrs.literal));
+      } else {
+        expr = binary(n.kind, operand(0), operand(1));
+      }
+    } else if (ir::category(n.kind) == ir::OpCategory::unary) {
+      expr = unary(n.kind, operand(0));
+    } else if (n.kind == ir::OpKind::concat) {
+      // The operand the axis coordinate falls in.
+      std::string c = project(m_points[static_cast<size_t>(point_of[i])], id)
+          [static_cast<size_t>(n.attrs.axis)];
+      std::vector<std::string> values;
+      for (size_t k = 0; k < n.operands.size(); ++k) values.push_back(operand(k));
+      expr = values.back();
+      int64_t end = n.type.shape.dim(n.attrs.axis);
+      for (size_t k = n.operands.size() - 1; k-- > 0;) {
+        end -= g.node(n.operands[k + 1]).type.shape.dim(n.attrs.axis);
+        expr = "(" + c + " < " + to_str(end) + " ? " + values[k] + " : " + expr + ")";
+      }
+    } else {
+      expr = operand(0);  // cast (the rounding below does the work), permute, slice, reshape
+    }
+    m_code.line("const float v" + to_str(id) + " = " + round_to(n.type.dtype, expr) + ";  // " +
+                std::string(ir::to_string(n.kind)));
+  }
+  return "v" + to_str(top);
+}
+
+std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::string& anchor_value,
+                          const ElementIndex& index) {
+  ValueEmitter values(code, ctx);
+  ir::NodeId root = ctx.kernel.group.root;
+  return values.value(root, Frame{root, index.coords, index.linear}, anchor_value);
+}
+
+}  // namespace kiln::compiler::detail

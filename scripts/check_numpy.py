@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Independent check of kiln's transformer layers against NumPy in fp64.
+
+For each example layer (examples/graphs/llama_layer.kg, bert_layer.kg) this draws realistic
+inputs (activations N(0, 1), weights N(0, 1/fan_in), norm weights near 1, real rotary tables,
+a causal or padding mask), writes them as .npy files, runs
+
+    kiln run GRAPH --emulate --arch ARCH --precision MODE --input NAME=FILE.npy ... \
+        --save OUT --save-reference REF
+
+and computes the same layer here in NumPy fp64 from the same files. Two comparisons per run:
+kiln's fp64 reference against NumPy (relative L2 at most 1e-9: both compute what the graph
+means), and kiln's kernels against NumPy (relative L2 within the mode's tolerance, the one
+`kiln run` applies: highest 1e-5, tf32x3 2e-5, high 2e-3, medium 1.5e-2).
+
+Exit status: 0 when every comparison holds, 1 when one does not or kiln fails, 2 on bad usage.
+Needs NumPy (Debian: python3-numpy, in /usr/bin/python3).
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:
+    sys.stderr.write("check_numpy.py: NumPy is missing; install python3-numpy "
+                     "(scripts/install_deps.sh) and run it with /usr/bin/python3\n")
+    sys.exit(2)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOLERANCE = {"highest": 1e-5, "tf32x3": 2e-5, "high": 2e-3, "medium": 1.5e-2}
+REFERENCE_TOLERANCE = 1e-9
+B, S, H, HEADS, D, MLP = 2, 64, 256, 4, 64, 512
+
+
+def weight(rng, fan_in, fan_out):
+    return rng.standard_normal((fan_in, fan_out)) / math.sqrt(fan_in)
+
+
+def rotary_tables():
+    inv_freq = 10000.0 ** (-np.arange(0, D, 2) / D)
+    angles = np.outer(np.arange(S), inv_freq)
+    angles = np.concatenate([angles, angles], axis=-1)
+    return np.cos(angles).reshape(S, 1, D), np.sin(angles).reshape(S, 1, D)
+
+
+def llama_inputs(rng):
+    cos, sin = rotary_tables()
+    causal = np.where(np.arange(S)[None, :] <= np.arange(S)[:, None], 0.0, -1e9)
+    return {
+        "x": rng.standard_normal((B, S, H)),
+        "attn_norm": 1.0 + 0.1 * rng.standard_normal(H),
+        "wq": weight(rng, H, H), "wk": weight(rng, H, H), "wv": weight(rng, H, H),
+        "wo": weight(rng, H, H),
+        "cos": cos, "sin": sin, "mask": causal,
+        "mlp_norm": 1.0 + 0.1 * rng.standard_normal(H),
+        "w_gate": weight(rng, H, MLP), "w_up": weight(rng, H, MLP), "w_down": weight(rng, MLP, H),
+    }
+
+
+def bert_inputs(rng):
+    mask = np.zeros((B, 1, 1, S))
+    mask[1, :, :, S - 16:] = -1e9  # the second sequence is 48 tokens and 16 of padding
+    inputs = {"x": rng.standard_normal((B, S, H))}
+    for name in ("q", "k", "v", "o"):
+        inputs["w" + name] = weight(rng, H, H)
+        inputs["b" + name] = 0.02 * rng.standard_normal(H)
+    inputs["mask"] = mask
+    inputs.update({
+        "ln1_w": 1.0 + 0.1 * rng.standard_normal(H), "ln1_b": 0.02 * rng.standard_normal(H),
+        "w1": weight(rng, H, MLP), "b1": 0.02 * rng.standard_normal(MLP),
+        "w2": weight(rng, MLP, H), "b2": 0.02 * rng.standard_normal(H),
+        "ln2_w": 1.0 + 0.1 * rng.standard_normal(H), "ln2_b": 0.02 * rng.standard_normal(H),
+    })
+    return inputs
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def layer_norm(x, w, b, eps):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+ERF = np.vectorize(math.erf)
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + ERF(x / math.sqrt(2.0)))
+
+
+def heads(t):  # [B, S, H] -> [B, S, HEADS, D]
+    return t.reshape(B, S, HEADS, D)
+
+
+def attention(q, k, v, mask):  # q, k, v: [B, HEADS, S, D]
+    scores = q @ k.transpose(0, 1, 3, 2) * 0.125 + mask
+    merged = softmax(scores) @ v
+    return merged.transpose(0, 2, 1, 3).reshape(B, S, H)
+
+
+def llama(i):
+    x = i["x"]
+    h = rms_norm(x, i["attn_norm"], 1e-5)
+    q, k, v = heads(h @ i["wq"]), heads(h @ i["wk"]), heads(h @ i["wv"])
+
+    def rotate(t):
+        rotated = np.concatenate([-t[..., D // 2:], t[..., :D // 2]], axis=-1)
+        return (t * i["cos"] + rotated * i["sin"]).transpose(0, 2, 1, 3)
+
+    h1 = x + attention(rotate(q), rotate(k), v.transpose(0, 2, 1, 3), i["mask"]) @ i["wo"]
+    m = rms_norm(h1, i["mlp_norm"], 1e-5)
+    gate = m @ i["w_gate"]
+    act = gate / (1.0 + np.exp(-gate)) * (m @ i["w_up"])
+    return h1 + act @ i["w_down"]
+
+
+def bert(i):
+    x = i["x"]
+
+    def project(name):
+        return heads(x @ i["w" + name] + i["b" + name]).transpose(0, 2, 1, 3)
+
+    attn = attention(project("q"), project("k"), project("v"), i["mask"])
+    h = layer_norm(x + (attn @ i["wo"] + i["bo"]), i["ln1_w"], i["ln1_b"], 1e-12)
+    f = gelu(h @ i["w1"] + i["b1"])
+    return layer_norm(h + (f @ i["w2"] + i["b2"]), i["ln2_w"], i["ln2_b"], 1e-12)
+
+
+LAYERS = {"llama_layer": (llama_inputs, llama), "bert_layer": (bert_inputs, bert)}
+
+
+def rel_l2(actual, expected):
+    return float(np.linalg.norm(actual - expected) / np.linalg.norm(expected))
+
+
+def check(kiln, layer, mode, arch, seed, workdir):
+    make_inputs, forward = LAYERS[layer]
+    rng = np.random.default_rng(seed)
+    # The graph's inputs are f32: round once, and compute NumPy's answer from the same values.
+    inputs = {name: value.astype(np.float32) for name, value in make_inputs(rng).items()}
+    base = os.path.join(workdir, layer + "_" + mode)
+    os.makedirs(base, exist_ok=True)
+    args = [kiln, "run", os.path.join(ROOT, "examples", "graphs", layer + ".kg"), "--emulate",
+            "--arch", arch, "--precision", mode, "--json",
+            "--save", os.path.join(base, "out"), "--save-reference", os.path.join(base, "ref")]
+    for name, value in inputs.items():
+        path = os.path.join(base, name + ".npy")
+        np.save(path, value)
+        args += ["--input", name + "=" + path]
+    run = subprocess.run(args, capture_output=True, text=True)
+    if run.returncode not in (0, 1):
+        print(f"{layer} {mode}: kiln run failed ({run.returncode}): {run.stderr.strip()}")
+        return False
+    expected = forward({name: value.astype(np.float64) for name, value in inputs.items()})
+    kernels = np.load(os.path.join(base, "out", "out.npy")).astype(np.float64)
+    reference = np.load(os.path.join(base, "ref", "out.npy"))
+    if kernels.shape != expected.shape or reference.shape != expected.shape:
+        print(f"{layer} {mode}: shapes differ: kernels {kernels.shape}, reference "
+              f"{reference.shape}, numpy {expected.shape}")
+        return False
+    kernel_error = rel_l2(kernels, expected)
+    reference_error = rel_l2(reference, expected)
+    kiln_error = json.loads(run.stdout)["outputs"][0]["rel_l2"] if run.stdout else float("nan")
+    ok = kernel_error <= TOLERANCE[mode] and reference_error <= REFERENCE_TOLERANCE
+    print(f"{layer:<12} {arch:<6} {mode:<8} kernels-vs-numpy {kernel_error:.3e} "
+          f"(tolerance {TOLERANCE[mode]:.0e}, kiln's own check {kiln_error:.3e})  "
+          f"reference-vs-numpy {reference_error:.3e}  {'ok' if ok else 'FAILED'}")
+    return ok
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kiln", default=os.path.join(ROOT, "build", "tools", "kiln"))
+    parser.add_argument("--layer", default="all", choices=["all"] + sorted(LAYERS))
+    parser.add_argument("--precision", default="all", choices=["all"] + sorted(TOLERANCE))
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", help="where the .npy files go (default: a temporary dir)")
+    args = parser.parse_args()
+    if not os.access(args.kiln, os.X_OK):
+        parser.error(f"no kiln binary at {args.kiln}; build first or pass --kiln")
+    layers = sorted(LAYERS) if args.layer == "all" else [args.layer]
+    modes = ["highest", "high", "tf32x3", "medium"] if args.precision == "all" else [args.precision]
+    with tempfile.TemporaryDirectory(prefix="kiln-numpy-") as tmp:
+        workdir = args.workdir or tmp
+        results = [check(args.kiln, layer, mode, args.arch, args.seed, workdir)
+                   for layer in layers for mode in modes]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
