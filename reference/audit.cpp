@@ -56,15 +56,41 @@ double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision
   return result;
 }
 
+Expected<std::vector<Tensor>> make_inputs(const ir::Graph& graph, InputSource source) {
+  std::vector<Tensor> inputs = random_inputs(graph, source.seed);
+  if (source.given.empty()) return inputs;
+  if (source.given.size() != inputs.size())
+    return make_error("graph '", graph.name(), "' takes ", std::to_string(inputs.size()),
+                      " inputs, ", std::to_string(source.given.size()), " given");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!source.given[i]) continue;
+    const ir::Node& input = graph.node(graph.inputs()[i]);
+    if (!(source.given[i]->type() == input.type))
+      return make_error("input '", input.name, "' is ", ir::to_string(input.type), ", given ",
+                        ir::to_string(source.given[i]->type()));
+    inputs[i] = std::move(*source.given[i]);
+  }
+  return inputs;
+}
+
 Expected<AuditReport> audit(const ir::Graph& graph, ir::Precision precision, uint64_t seed,
                             RunLimits limits) {
+  auto run = audit(graph, precision, InputSource{seed, {}}, limits);
+  if (!run) return run.error();
+  return std::move(run->report);
+}
+
+Expected<AuditRun> audit(const ir::Graph& graph, ir::Precision precision, InputSource source,
+                         RunLimits limits) {
   if (precision == ir::Precision::automatic)
     return make_error("audit: precision 'auto' must be resolved for an arch first");
   if (Status s = check_limits(graph, limits); !s) return s.error();
-  std::vector<Tensor> inputs = random_inputs(graph, seed);
-  auto truth = run(graph, inputs, RunMode::fp64(), limits);
+  uint64_t seed = source.seed;
+  auto inputs = make_inputs(graph, std::move(source));
+  if (!inputs) return inputs.error();
+  auto truth = run(graph, *inputs, RunMode::fp64(), limits);
   if (!truth) return truth.error();
-  auto emulated = run(graph, inputs, RunMode::emulate(precision), limits);
+  auto emulated = run(graph, *inputs, RunMode::emulate(precision), limits);
   if (!emulated) return emulated.error();
 
   AuditReport report;
@@ -85,7 +111,7 @@ Expected<AuditReport> audit(const ir::Graph& graph, ir::Precision precision, uin
                                 std::string(ir::to_string(precision)));
     report.outputs.push_back(std::move(out));
   }
-  return report;
+  return AuditRun{std::move(report), std::move(*emulated), std::move(*truth)};
 }
 
 }  // namespace kiln::reference

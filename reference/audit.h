@@ -6,6 +6,7 @@
 #include "support/expected.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,10 +44,34 @@ struct AuditReport {
   std::vector<std::string> warnings;
 };
 
+// Where a run's inputs come from: tensors a caller gives (e.g. read from files), the rest drawn
+// from the seed.
+struct InputSource {
+  uint64_t seed = 0;
+  // Empty, or one slot per graph input in calling-convention order; an empty slot is drawn.
+  std::vector<std::optional<Tensor>> given;
+};
+
+// random_inputs(graph, source.seed) with each given tensor in its slot. Every input is drawn
+// first, so an input not given is the same whichever others are given. Fails when `given` is
+// neither empty nor one slot per input, or a given tensor is not of its input's type.
+Expected<std::vector<Tensor>> make_inputs(const ir::Graph& graph, InputSource source);
+
 // Runs `graph` on random_inputs(graph, seed) in fp64 and emulated at `precision` (resolved, not
 // `automatic`) and compares each output. Errors come from run() (unresolved precision, memory
 // limit).
 Expected<AuditReport> audit(const ir::Graph& graph, ir::Precision precision, uint64_t seed,
                             RunLimits limits = {});
+
+// An audit and the outputs it compared (declaration order), e.g. to save them.
+struct AuditRun {
+  AuditReport report;
+  std::vector<Tensor> emulated;  // the mode's rounding
+  std::vector<Tensor> fp64;      // the reference
+};
+
+// audit() on make_inputs(graph, inputs); also fails as make_inputs does.
+Expected<AuditRun> audit(const ir::Graph& graph, ir::Precision precision, InputSource inputs,
+                         RunLimits limits = {});
 
 }  // namespace kiln::reference

@@ -35,12 +35,21 @@ Runner bytes_runner(const ir::Graph& graph, ByteRunner run) {
 
 Expected<CheckReport> check_against_fp64(const ir::Graph& graph, ir::Precision precision,
                                          uint64_t seed, const Runner& run) {
+  auto checked = check_against_fp64(graph, precision, InputSource{seed, {}}, run);
+  if (!checked) return checked.error();
+  return std::move(checked->report);
+}
+
+Expected<CheckRun> check_against_fp64(const ir::Graph& graph, ir::Precision precision,
+                                      InputSource source, const Runner& run) {
   // The reference's own memory limit, checked before the inputs are drawn.
   if (Status s = check_limits(graph, RunLimits{}); !s) return s.error();
-  std::vector<Tensor> inputs = random_inputs(graph, seed);
-  auto expected = reference::run(graph, inputs, RunMode::fp64());
+  uint64_t seed = source.seed;
+  auto inputs = make_inputs(graph, std::move(source));
+  if (!inputs) return inputs.error();
+  auto expected = reference::run(graph, *inputs, RunMode::fp64());
   if (!expected) return make_error("reference: ", expected.error().message);
-  auto actual = run(inputs);
+  auto actual = run(*inputs);
   if (!actual) return actual.error();
   if (actual->size() != graph.outputs().size()) {
     return make_error("the run returned ", std::to_string(actual->size()), " outputs, expected ",
@@ -63,7 +72,7 @@ Expected<CheckReport> check_against_fp64(const ir::Graph& graph, ir::Precision p
     report.tolerance = std::max(report.tolerance, check.tolerance);
     report.outputs.push_back(std::move(check));
   }
-  return report;
+  return CheckRun{std::move(report), std::move(*actual), std::move(*expected)};
 }
 
 }  // namespace kiln::reference

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ir/graph.h"
+#include "reference/audit.h"
 #include "reference/tensor.h"
 #include "support/expected.h"
 
@@ -43,5 +44,17 @@ Runner bytes_runner(const ir::Graph& graph, ByteRunner run);
 // 2e-5, high 2e-3, medium 1.5e-2, anything touching f16/bf16 1.5e-2).
 Expected<CheckReport> check_against_fp64(const ir::Graph& graph, ir::Precision precision,
                                          uint64_t seed, const Runner& run);
+
+// A check and the outputs it compared (declaration order), e.g. to save them.
+struct CheckRun {
+  CheckReport report;
+  std::vector<Tensor> actual;  // the runner's
+  std::vector<Tensor> fp64;    // the reference's
+};
+
+// check_against_fp64 on make_inputs(graph, inputs): given tensors in their slots, the rest drawn
+// from inputs.seed. Also fails as make_inputs does (a given tensor of the wrong type).
+Expected<CheckRun> check_against_fp64(const ir::Graph& graph, ir::Precision precision,
+                                      InputSource inputs, const Runner& run);
 
 }  // namespace kiln::reference

@@ -1,14 +1,17 @@
-// `kiln audit FILE --precision MODE`: a mode's rounding against fp64 on seeded random inputs.
+// `kiln audit FILE --precision MODE`: a mode's rounding against fp64 on seeded random inputs or
+// inputs from .npy files (--input); --save and --save-reference write both sides' outputs.
 //
 // Exit codes: 0 when the audit ran, even when an output passed its tolerance (the warnings go to
 // stderr and, with --json, into "warnings"); with --strict such a warning exits 1. Bad usage or
-// input (unreadable graph, unknown precision or arch) exits 2; a graph above --max-memory, or a
-// run out of host memory, exits 1 (the work could not be done).
+// input (unreadable graph, unknown precision or arch, a missing, malformed or mismatched --input
+// file) exits 2; a graph above --max-memory, a run out of host memory, or an output file that
+// cannot be written exits 1 (the work could not be done).
 #include "tools/cli.h"
 
 #include "ir/hash.h"
 #include "ir/parse.h"
 #include "reference/audit.h"
+#include "tools/data_flags.h"
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +36,7 @@ struct AuditArgs {
   std::string max_memory = "4G";
   std::string dims;  // --dims, for a symbolic graph
   std::string cache_dir;
+  DataFlags data;  // --input, --save, --save-reference
   bool json = false;
   bool strict = false;
 };
@@ -103,14 +107,11 @@ int run_audit(const AuditArgs& args) {
     print_error(parsed.error().message);
     return k_exit_usage;
   }
-  // A symbolic graph is audited at the sizes --dims gives.
-  auto dims = run_dims(args.dims, *parsed, "audit");
-  if (!dims) return k_exit_usage;
-  auto graph = parsed->bind(*dims);
-  if (!graph) {
-    print_error("audit: " + graph.error().message);
-    return k_exit_usage;
-  }
+  // A symbolic graph is audited at the sizes --dims or the --input files give.
+  auto data = prepare_data(*parsed, args.data, args.dims, args.seed, "audit");
+  if (!data) return k_exit_usage;
+  const std::vector<int64_t>& dims = data->dims;
+  const ir::Graph& graph = data->bound;
   ir::Precision precision = *requested;
   if (precision == ir::Precision::automatic)
     precision = *capability >= 80 ? ir::Precision::high : ir::Precision::highest;
@@ -118,17 +119,23 @@ int run_audit(const AuditArgs& args) {
   reference::RunLimits limits;
   limits.max_bytes = *max_bytes;
   // Nothing caps the work itself; a long run is announced rather than refused.
-  reference::RunCost cost = reference::estimate_cost(*graph);
+  reference::RunCost cost = reference::estimate_cost(graph);
   if (cost.multiply_adds > k_slow_multiply_adds && cost.bytes <= limits.max_bytes)
     print_warning("audit: note: the graph needs about " + std::to_string(cost.multiply_adds) +
                 " multiply-adds, run twice (fp64 and emulated) on one CPU core; this can take "
                 "minutes");
-  auto report = reference::audit(*graph, precision, args.seed, limits);
-  if (!report) {
-    print_error("audit: " + report.error().message);
+  auto audited = reference::audit(graph, precision, std::move(data->inputs), limits);
+  if (!audited) {
+    print_error("audit: " + audited.error().message);
     return k_exit_failure;
   }
-  for (const std::string& warning : report->warnings)
+  auto saved = save_outputs(graph, args.data, audited->emulated, audited->fp64);
+  if (!saved) {
+    print_error(saved.error().message);
+    return k_exit_failure;
+  }
+  const reference::AuditReport& report = audited->report;
+  for (const std::string& warning : report.warnings)
     print_warning("audit: warning: " + warning);
 
   std::string hash = ir::graph_hash(*parsed).hex();  // the graph as written, dims and all
@@ -137,33 +144,41 @@ int run_audit(const AuditArgs& args) {
     out["graph"] = hash;
     out["precision"] = std::string(ir::to_string(precision));
     out["seed"] = args.seed;
-    if (!dims->empty()) {
+    if (!dims.empty()) {
       nlohmann::json at = nlohmann::json::object();
-      for (size_t i = 0; i < dims->size(); ++i) at[parsed->symbols()[i].name] = (*dims)[i];
+      for (size_t i = 0; i < dims.size(); ++i) at[parsed->symbols()[i].name] = dims[i];
       out["dims"] = at;
     }
+    if (!args.data.inputs.empty()) {
+      nlohmann::json files = nlohmann::json::object();
+      for (size_t i = 0; i < data->paths.size(); ++i)
+        if (!data->paths[i].empty()) files[graph.node(graph.inputs()[i]).name] = data->paths[i];
+      out["inputs"] = files;
+    }
+    if (!saved->empty()) out["saved"] = *saved;
     out["outputs"] = nlohmann::json::array();
-    for (const auto& o : report->outputs)
+    for (const auto& o : report.outputs)
       out["outputs"].push_back({{"name", o.name}, {"rel_l2", o.rel_l2}, {"max_abs", o.max_abs},
                                 {"tolerance", o.tolerance}, {"ok", o.ok}});
-    out["warnings"] = report->warnings;
+    out["warnings"] = report.warnings;
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::string at;
-    for (size_t i = 0; i < dims->size(); ++i)
-      at += (i ? ", " : " at ") + parsed->symbols()[i].name + " = " + std::to_string((*dims)[i]);
-    std::printf("graph %s (%s)%s, precision %s", graph->name().c_str(), hash.c_str(), at.c_str(),
+    for (size_t i = 0; i < dims.size(); ++i)
+      at += (i ? ", " : " at ") + parsed->symbols()[i].name + " = " + std::to_string(dims[i]);
+    std::printf("graph %s (%s)%s, precision %s", graph.name().c_str(), hash.c_str(), at.c_str(),
                 std::string(ir::to_string(precision)).c_str());
     if (*requested == ir::Precision::automatic) std::printf(" (auto on %s)", args.arch.c_str());
-    std::printf(", seed %llu, inputs uniform in [-1, 1]\n",
-                static_cast<unsigned long long>(args.seed));
+    std::printf(", seed %llu, %s\n", static_cast<unsigned long long>(args.seed),
+                describe_inputs(*data).c_str());
     std::printf("%-20s %-12s %-12s %-12s %s\n", "output", "rel_l2", "max_abs", "tolerance", "ok");
-    for (const auto& o : report->outputs)
+    for (const auto& o : report.outputs)
       std::printf("%-20s %-12s %-12s %-12s %s\n", o.name.c_str(), format_error(o.rel_l2).c_str(),
                   format_error(o.max_abs).c_str(), format_error(o.tolerance).c_str(),
                   o.ok ? "yes" : "NO");
+    for (const std::string& path : *saved) std::printf("saved %s\n", path.c_str());
   }
-  if (args.strict && !report->warnings.empty()) return k_exit_failure;
+  if (args.strict && !report.warnings.empty()) return k_exit_failure;
   return k_exit_ok;
 }
 
@@ -172,13 +187,17 @@ int run_audit(const AuditArgs& args) {
 void register_audit_commands(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<AuditArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "audit", "compare a precision mode's rounding with fp64 on seeded random inputs");
+      "audit", "compare a precision mode's rounding with fp64 on seeded or given inputs");
   cmd->add_option("FILE", args->file, "graph file (.kg) or -")->required();
   cmd->add_option("--precision", args->precision, "highest, high, tf32x3, medium or auto")
       ->required();
   cmd->add_option("--arch", args->arch, "sm_XX, used only to resolve auto (default sm_90)");
   cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
-  cmd->add_option("--dims", args->dims, "sizes of a symbolic graph's dims, e.g. B=37,S=100");
+  cmd->add_option("--dims", args->dims,
+                  "sizes of a symbolic graph's dims, e.g. B=37,S=100 (default: the --input "
+                  "files')");
+  add_data_options(cmd, args->data,
+                   "the mode's outputs, in their dtypes (bf16 as '<u2' bits),");
   cmd->add_option("--max-memory", args->max_memory,
                   "refuse graphs needing more host memory than this (default 4G)");
   add_cache_dir_option(cmd, args->cache_dir, "accepted for uniformity; audit uses no cache");

@@ -1,10 +1,12 @@
 // `kiln run FILE [--arch ARCH] --precision MODE [--emulate]`: runs the graph's kernels on seeded
-// random inputs, on the GPU through the runtime or (--emulate) on the CPU under the host
-// emulation of CUDA, and compares them with the fp64 reference.
+// random inputs or inputs from .npy files (--input), on the GPU through the runtime or
+// (--emulate) on the CPU under the host emulation of CUDA, compares them with the fp64 reference
+// and writes the outputs as .npy files (--save, --save-reference).
 //
 // Exit codes: 0 when every output is within its tolerance, 1 when one is not or the run fails
-// (no GPU without --emulate, a kernel that does not compile, a deadlock, a bad address), 2 on bad
-// usage or input (unreadable graph, unknown arch or precision, a mode the arch cannot run).
+// (no GPU without --emulate, a kernel that does not compile, a deadlock, a bad address, an output
+// file that cannot be written), 2 on bad usage or input (unreadable graph, unknown arch or
+// precision, a mode the arch cannot run, a missing, malformed or mismatched --input file).
 #include "tools/cli.h"
 
 #include "compiler/options.h"
@@ -13,6 +15,7 @@
 #include "ir/parse.h"
 #include "kiln/kiln.h"
 #include "reference/check.h"
+#include "tools/data_flags.h"
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +38,7 @@ struct RunArgs {
   std::string cache_dir;
   std::optional<std::string> remote;
   std::string dims;  // --dims B=37,S=100 for a symbolic graph
+  DataFlags data;    // --input, --save, --save-reference
 };
 
 std::string format_error(double value) {
@@ -60,15 +64,12 @@ int run_graph(const RunArgs& args) {
     print_error(graph.error().message);
     return k_exit_usage;
   }
-  // A symbolic graph runs at the sizes --dims gives: `bound` is the graph with them written in.
-  auto dims = run_dims(args.dims, *graph, "run");
-  if (!dims) return k_exit_usage;
-  const std::vector<int64_t>& values = *dims;
-  auto bound = graph->bind(values);
-  if (!bound) {
-    print_error("run: " + bound.error().message);
-    return k_exit_usage;
-  }
+  // A symbolic graph runs at the sizes --dims or the --input files give: `bound` is the graph
+  // with them written in.
+  auto data = prepare_data(*graph, args.data, args.dims, args.seed, "run");
+  if (!data) return k_exit_usage;
+  const std::vector<int64_t>& values = data->dims;
+  const ir::Graph& bound = data->bound;
   compiler::CompileOptions options;
   options.sm = *sm;
   options.precision = *precision;
@@ -76,7 +77,7 @@ int run_graph(const RunArgs& args) {
       args.allow_fallback ? compiler::FallbackPolicy::allow : compiler::FallbackPolicy::refuse;
   for (size_t i = 0; i < values.size(); ++i)
     options.bucket.push_back(compiler::bucket_of(values[i], graph->symbols()[i]));
-  Expected<reference::CheckReport> report = Error{};
+  Expected<reference::CheckRun> checked = Error{};
   std::vector<std::string> fallbacks;
   std::string where = "emulated";
   if (args.emulate) {
@@ -91,8 +92,8 @@ int run_graph(const RunArgs& args) {
       return k_exit_failure;
     }
     fallbacks = program->lowered().precision.fallbacks;
-    report = reference::check_against_fp64(
-        *bound, program->lowered().precision.graph_mode, args.seed,
+    checked = reference::check_against_fp64(
+        bound, program->lowered().precision.graph_mode, std::move(data->inputs),
         [&](const std::vector<reference::Tensor>& inputs) { return program->run(inputs); });
   } else {
     // On the GPU: the device's arch unless --arch was given, compiled through the cache.
@@ -119,21 +120,28 @@ int run_graph(const RunArgs& args) {
     fallbacks = (*exe)->fallbacks();
     where = "GPU";
     *sm = *compiler::parse_arch((*exe)->arch());
-    report = reference::check_against_fp64(
-        *bound, *ir::parse_precision((*exe)->precision()), args.seed,
-        reference::bytes_runner(*bound, [&](const std::vector<reference::Bytes>& inputs) {
+    checked = reference::check_against_fp64(
+        bound, *ir::parse_precision((*exe)->precision()), std::move(data->inputs),
+        reference::bytes_runner(bound, [&](const std::vector<reference::Bytes>& inputs) {
           return (*exe)->run_host(inputs, values);
         }));
   }
-  if (!report) {
-    print_error("run: " + report.error().message);
+  if (!checked) {
+    print_error("run: " + checked.error().message);
     return k_exit_failure;
   }
-  std::string mode(ir::to_string(report->precision));
+  // The outputs are written whether or not they pass: a failing run is what one wants to inspect.
+  auto saved = save_outputs(bound, args.data, checked->actual, checked->fp64);
+  if (!saved) {
+    print_error(saved.error().message);
+    return k_exit_failure;
+  }
+  const reference::CheckReport& report = checked->report;
+  std::string mode(ir::to_string(report.precision));
   if (args.json) {
     nlohmann::json out;
-    out["ok"] = report->ok;
-    out["tolerance"] = report->tolerance;
+    out["ok"] = report.ok;
+    out["tolerance"] = report.tolerance;
     out["arch"] = compiler::arch_name(*sm);
     out["precision"] = mode;
     out["seed"] = args.seed;
@@ -144,8 +152,15 @@ int run_graph(const RunArgs& args) {
       for (size_t i = 0; i < values.size(); ++i) dims[graph->symbols()[i].name] = values[i];
       out["dims"] = dims;
     }
+    if (!args.data.inputs.empty()) {
+      nlohmann::json files = nlohmann::json::object();
+      for (size_t i = 0; i < data->paths.size(); ++i)
+        if (!data->paths[i].empty()) files[bound.node(bound.inputs()[i]).name] = data->paths[i];
+      out["inputs"] = files;
+    }
+    if (!saved->empty()) out["saved"] = *saved;
     out["outputs"] = nlohmann::json::array();
-    for (const auto& o : report->outputs)
+    for (const auto& o : report.outputs)
       out["outputs"].push_back({{"name", o.name}, {"rel_l2", o.rel_l2}, {"max_abs", o.max_abs},
                                 {"tolerance", o.tolerance}, {"ok", o.ok}});
     std::printf("%s\n", out.dump(2).c_str());
@@ -153,19 +168,20 @@ int run_graph(const RunArgs& args) {
     std::string at;
     for (size_t i = 0; i < values.size(); ++i)
       at += (i ? ", " : " at ") + graph->symbols()[i].name + " = " + std::to_string(values[i]);
-    std::printf("graph %s%s on %s (%s), precision %s, seed %llu, inputs uniform in [-1, 1]\n",
-                graph->name().c_str(), at.c_str(), compiler::arch_name(*sm).c_str(),
-                where.c_str(), mode.c_str(), static_cast<unsigned long long>(args.seed));
+    std::printf("graph %s%s on %s (%s), precision %s, seed %llu, %s\n", graph->name().c_str(),
+                at.c_str(), compiler::arch_name(*sm).c_str(), where.c_str(), mode.c_str(),
+                static_cast<unsigned long long>(args.seed), describe_inputs(*data).c_str());
     for (const std::string& f : fallbacks)
       std::printf("fallback: %s\n", f.c_str());
     std::printf("%-20s %-12s %-12s %-12s %s\n", "output", "rel_l2", "max_abs", "tolerance", "ok");
-    for (const auto& o : report->outputs)
+    for (const auto& o : report.outputs)
       std::printf("%-20s %-12s %-12s %-12s %s\n", o.name.c_str(), format_error(o.rel_l2).c_str(),
                   format_error(o.max_abs).c_str(), format_error(o.tolerance).c_str(),
                   o.ok ? "yes" : "NO");
-    std::printf("%s\n", report->ok ? "ok" : "FAILED: an output is past its tolerance");
+    for (const std::string& path : *saved) std::printf("saved %s\n", path.c_str());
+    std::printf("%s\n", report.ok ? "ok" : "FAILED: an output is past its tolerance");
   }
-  return report->ok ? k_exit_ok : k_exit_failure;
+  return report.ok ? k_exit_ok : k_exit_failure;
 }
 
 }  // namespace
@@ -204,7 +220,10 @@ void register_run_commands(CLI::App& app, int& exit_code) {
   cmd->add_option("--precision", args->precision, "highest, high, tf32x3, medium or auto");
   cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
   cmd->add_flag("--emulate", args->emulate, "run under the host emulation of CUDA");
-  cmd->add_option("--dims", args->dims, "sizes of a symbolic graph's dims, e.g. B=37,S=100");
+  cmd->add_option("--dims", args->dims,
+                  "sizes of a symbolic graph's dims, e.g. B=37,S=100 (default: the --input "
+                  "files')");
+  add_data_options(cmd, args->data, "the outputs, in their dtypes (bf16 as '<u2' bits),");
   cmd->add_flag("--allow-fallback", args->allow_fallback,
                 "run a mode the arch lacks on the best available path instead of refusing");
   add_cache_dir_option(cmd, args->cache_dir,

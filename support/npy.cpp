@@ -1,0 +1,400 @@
+// The strict .npy reader and numpy-compatible writer (see npy.h for what is accepted).
+#include "support/npy.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+namespace kiln::npy {
+namespace {
+
+constexpr std::string_view k_magic = "\x93NUMPY";
+// numpy aligns the data to this many bytes (format.ARRAY_ALIGN).
+constexpr int64_t k_align = 64;
+// numpy leaves room in the header for the first dim to grow to this many digits.
+constexpr size_t k_growth_digits = 21;
+
+std::string quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+// The header dict, in Python literal syntax: what numpy writes, either quote, spaces between
+// tokens, a trailing comma. Each value is checked as it is read.
+class HeaderParser {
+public:
+  explicit HeaderParser(std::string_view text) : m_text(text) {}
+
+  Expected<Header> parse() {
+    Header header;
+    skip_spaces();
+    if (!consume('{')) return fail("the header is not a dict (it does not start with '{')");
+    bool seen_descr = false, seen_fortran = false, seen_shape = false;
+    while (true) {
+      skip_spaces();
+      if (at_end()) return fail("the dict is not closed with '}'");
+      if (consume('}')) break;
+      auto key = string_literal("a key");
+      if (!key) return key.error();
+      skip_spaces();
+      if (!consume(':')) return fail("expected ':' after key " + quoted(*key));
+      skip_spaces();
+      Status value;
+      if (*key == "descr") {
+        if (seen_descr) return fail("key 'descr' appears twice");
+        seen_descr = true;
+        value = descr(header.descr);
+      } else if (*key == "fortran_order") {
+        if (seen_fortran) return fail("key 'fortran_order' appears twice");
+        seen_fortran = true;
+        value = fortran_order();
+      } else if (*key == "shape") {
+        if (seen_shape) return fail("key 'shape' appears twice");
+        seen_shape = true;
+        value = shape(header.shape);
+      } else {
+        return fail("unexpected key " + quoted(*key) +
+                    " (a .npy header has exactly 'descr', 'fortran_order' and 'shape')");
+      }
+      if (!value) return value.error();
+      skip_spaces();
+      if (at_end()) return fail("the dict is not closed with '}'");
+      if (consume(',')) continue;
+      if (consume('}')) break;
+      return fail("expected ',' or '}' after the value of " + quoted(*key));
+    }
+    for (auto [seen, key] : {std::pair{seen_descr, "descr"},
+                             std::pair{seen_fortran, "fortran_order"},
+                             std::pair{seen_shape, "shape"}}) {
+      if (!seen) return make_error("header: the key '", key, "' is missing");
+    }
+    skip_spaces();
+    if (m_pos + 1 != m_text.size() || m_text[m_pos] != '\n')
+      return fail("unexpected text after the header's dict (only spaces and a final newline "
+                  "may follow it)");
+    return header;
+  }
+
+private:
+  Error fail(const std::string& what) const {
+    return make_error("header: ", what, " (at byte ", std::to_string(m_pos), " of the header)");
+  }
+  void skip_spaces() {
+    while (m_pos < m_text.size() && m_text[m_pos] == ' ') ++m_pos;
+  }
+  bool consume(char c) {
+    if (m_pos >= m_text.size() || m_text[m_pos] != c) return false;
+    ++m_pos;
+    return true;
+  }
+  // At the final newline (or past it): nothing of the dict can follow.
+  bool at_end() const { return m_pos + 1 >= m_text.size(); }
+  bool at_digit() const {
+    return m_pos < m_text.size() && m_text[m_pos] >= '0' && m_text[m_pos] <= '9';
+  }
+
+  // 'text' or "text", without escapes.
+  Expected<std::string> string_literal(const char* what) {
+    if (m_pos >= m_text.size() || (m_text[m_pos] != '\'' && m_text[m_pos] != '"'))
+      return fail(std::string("expected ") + what + ", a quoted string");
+    char quote = m_text[m_pos++];
+    size_t start = m_pos;
+    while (m_pos < m_text.size() && m_text[m_pos] != quote) {
+      if (m_text[m_pos] == '\\') return fail("escape sequences in strings are not supported");
+      if (m_text[m_pos] == '\n') break;
+      ++m_pos;
+    }
+    if (m_pos >= m_text.size() || m_text[m_pos] != quote) return fail("unterminated string");
+    return std::string(m_text.substr(start, m_pos++ - start));
+  }
+
+  Status descr(Descr& out) {
+    auto text = string_literal("'descr' to be a dtype string like '<f4'");
+    if (!text) return text.error();
+    constexpr Descr k_all[] = {Descr::f4, Descr::f2, Descr::f8, Descr::u2, Descr::v2};
+    for (Descr d : k_all) {
+      if (*text == to_string(d)) {
+        out = d;
+        return Status::success();
+      }
+    }
+    if (*text == "|V2") {  // numpy's spelling of np.dtype('V2'): byte order does not apply
+      out = Descr::v2;
+      return Status::success();
+    }
+    if (!text->empty() && text->front() == '>') {
+      for (Descr d : k_all) {
+        if (text->substr(1) == to_string(d).substr(1))
+          return make_error("header: big-endian data (", quoted(*text),
+                            ") is not supported; save it little-endian, e.g. with "
+                            "arr.astype('<", text->substr(1), "')");
+      }
+    }
+    return make_error("header: dtype ", quoted(*text),
+                      " is not supported (expected '<f4', '<f2', '<u2', '<V2' or '<f8')");
+  }
+
+  Status fortran_order() {
+    size_t start = m_pos;
+    while (m_pos < m_text.size() && std::isalpha(static_cast<unsigned char>(m_text[m_pos])))
+      ++m_pos;
+    std::string_view word = m_text.substr(start, m_pos - start);
+    if (word == "False") return Status::success();
+    if (word == "True")
+      return make_error("header: 'fortran_order': True (column-major data) is not supported; "
+                        "save a C-order array, e.g. np.ascontiguousarray(arr)");
+    m_pos = start;
+    return fail("'fortran_order' must be True or False");
+  }
+
+  // A non-negative Python int: digits, no sign, no leading zeros (as Python 3 requires).
+  Expected<int64_t> dim() {
+    size_t start = m_pos;
+    bool negative = consume('-');
+    if (!at_digit()) return fail("expected a dim, a whole number");
+    int64_t value = 0;
+    bool too_large = false;
+    size_t digits = m_pos;
+    while (at_digit()) {
+      int digit = m_text[m_pos++] - '0';
+      if (value > (k_max_elements - digit) / 10) too_large = true;
+      if (!too_large) value = value * 10 + digit;
+    }
+    std::string text(m_text.substr(start, m_pos - start));
+    if (m_text[digits] == '0' && m_pos - digits > 1)
+      return fail("dim " + text + " has leading zeros, which a Python int cannot");
+    if (negative) return make_error("header: shape has a negative dim ", text);
+    if (too_large)
+      return make_error("header: dim ", text, " is too large (at most ",
+                        std::to_string(k_max_elements), ")");
+    return value;
+  }
+
+  // A Python tuple of dims: (), (n,), (n, m), (n, m,).
+  Status shape(std::vector<int64_t>& out) {
+    if (!consume('(')) return fail("'shape' must be a tuple like (2, 3)");
+    bool comma = false;
+    while (true) {
+      skip_spaces();
+      if (consume(')')) break;
+      auto d = dim();
+      if (!d) return d.error();
+      if (out.size() == static_cast<size_t>(k_max_rank))
+        return make_error("header: shape has more than ", std::to_string(k_max_rank),
+                          " dims (ranks 1 to ", std::to_string(k_max_rank), " are supported)");
+      out.push_back(*d);
+      skip_spaces();
+      if (consume(',')) {
+        comma = true;
+        continue;
+      }
+      if (consume(')')) break;
+      return fail("expected ',' or ')' in 'shape'");
+    }
+    if (out.size() == 1 && !comma)
+      return make_error("header: 'shape' (", std::to_string(out[0]),
+                        ") is not a tuple; a 1-tuple is written (", std::to_string(out[0]),
+                        ",)");
+    if (out.empty())
+      return make_error("header: shape () is a scalar, which is not supported (ranks 1 to ",
+                        std::to_string(k_max_rank), "); save it with shape (1,)");
+    return Status::success();
+  }
+
+  std::string_view m_text;
+  size_t m_pos = 0;
+};
+
+uint32_t little_endian(std::string_view bytes) {
+  uint32_t value = 0;
+  for (size_t i = 0; i < bytes.size(); ++i)
+    value |= uint32_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
+  return value;
+}
+
+}  // namespace
+
+std::string_view to_string(Descr descr) {
+  switch (descr) {
+    case Descr::f4: return "<f4";
+    case Descr::f2: return "<f2";
+    case Descr::f8: return "<f8";
+    case Descr::u2: return "<u2";
+    case Descr::v2: return "<V2";
+  }
+  return "?";
+}
+
+int64_t item_size(Descr descr) {
+  switch (descr) {
+    case Descr::f4: return 4;
+    case Descr::f8: return 8;
+    case Descr::f2:
+    case Descr::u2:
+    case Descr::v2: return 2;
+  }
+  return 1;
+}
+
+int64_t Array::elements() const {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  return count;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
+
+Expected<Header> parse_header(std::string_view prefix, int64_t file_size) {
+  assert(static_cast<int64_t>(prefix.size()) <= file_size);
+  std::string_view magic = prefix.substr(0, k_magic.size());
+  if (magic != k_magic.substr(0, magic.size()))
+    return make_error("not a .npy file (it does not start with the magic \\x93NUMPY)");
+  if (prefix.size() < 8)
+    return make_error("truncated: ", std::to_string(file_size),
+                      " bytes end before the format version");
+  auto major = static_cast<unsigned char>(prefix[6]);
+  auto minor = static_cast<unsigned char>(prefix[7]);
+  if (minor != 0 || major < 1 || major > 3)
+    return make_error("unsupported .npy format version ", std::to_string(major), ".",
+                      std::to_string(minor), " (1.0, 2.0 and 3.0 are read)");
+  size_t length_bytes = major == 1 ? 2 : 4;
+  if (prefix.size() < 8 + length_bytes)
+    return make_error("truncated: ", std::to_string(file_size),
+                      " bytes end before the header length");
+  int64_t header_bytes = little_endian(prefix.substr(8, length_bytes));
+  int64_t offset = static_cast<int64_t>(8 + length_bytes) + header_bytes;
+  if (offset > file_size)
+    return make_error("header length ", std::to_string(header_bytes),
+                      " runs past the end of the file (", std::to_string(file_size), " bytes)");
+  if (header_bytes > k_max_header_bytes)
+    return make_error("header length ", std::to_string(header_bytes), " is past the limit of ",
+                      std::to_string(k_max_header_bytes), " bytes");
+  assert(offset <= static_cast<int64_t>(prefix.size()) && "the prefix must hold the header");
+  std::string_view text = prefix.substr(8 + length_bytes, static_cast<size_t>(header_bytes));
+  for (size_t i = 0; i < text.size(); ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", c);
+      return make_error("header: non-ASCII byte ", hex, " at byte ", std::to_string(i),
+                        " of the header");
+    }
+    if ((c < 0x20 && c != '\n') || c == 0x7f)
+      return make_error("header: control character at byte ", std::to_string(i),
+                        " of the header");
+  }
+  if (text.empty() || text.back() != '\n') return make_error("header: it does not end in '\\n'");
+  auto header = HeaderParser(text).parse();
+  if (!header) return header.error();
+  header->data_offset = offset;
+
+  int64_t elements = 1;
+  for (int64_t d : header->shape) {
+    if (d != 0 && elements > k_max_elements / d)
+      return make_error("shape ", shape_string(header->shape), " holds more than ",
+                        std::to_string(k_max_elements), " elements");
+    elements *= d;
+  }
+  header->data_bytes = elements * item_size(header->descr);
+  int64_t held = file_size - offset;
+  std::string what = "shape " + shape_string(header->shape) + " of " +
+                     quoted(to_string(header->descr)) + " needs " +
+                     std::to_string(header->data_bytes) + " bytes of data";
+  if (held < header->data_bytes)
+    return make_error("data too short: ", what, ", the file holds ", std::to_string(held));
+  if (held > header->data_bytes)
+    return make_error(std::to_string(held - header->data_bytes), " trailing bytes: ", what,
+                      ", the file holds ", std::to_string(held));
+  return header;
+}
+
+Expected<Array> parse(std::string_view bytes) {
+  auto header = parse_header(bytes, static_cast<int64_t>(bytes.size()));
+  if (!header) return header.error();
+  Array array;
+  array.descr = header->descr;
+  array.shape = std::move(header->shape);
+  const char* data = bytes.data() + header->data_offset;
+  array.data.assign(data, data + header->data_bytes);
+  return array;
+}
+
+Expected<Array> read_file(const std::string& path) {
+  auto failure = [&](const std::string& what) { return make_error(path, ": error: ", what); };
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) return failure(std::string("cannot read: ") + std::strerror(errno));
+  struct Closer {
+    std::FILE* file;
+    ~Closer() { std::fclose(file); }
+  } closer{file};
+  struct stat info {};
+  if (fstat(fileno(file), &info) != 0)
+    return failure(std::string("cannot read: ") + std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) return failure("not a regular file");
+  auto file_size = static_cast<int64_t>(info.st_size);
+
+  // Enough for the longest header accepted; the data's size is then known and checked.
+  std::string prefix(static_cast<size_t>(std::min<int64_t>(file_size, 12 + k_max_header_bytes)),
+                     '\0');
+  if (std::fread(prefix.data(), 1, prefix.size(), file) != prefix.size())
+    return failure("cannot read: the file changed or a read failed");
+  auto header = parse_header(prefix, file_size);
+  if (!header) return failure(header.error().message);
+
+  Array array;
+  array.descr = header->descr;
+  array.shape = std::move(header->shape);
+  array.data.resize(static_cast<size_t>(header->data_bytes));
+  if (std::fseek(file, static_cast<long>(header->data_offset), SEEK_SET) != 0 ||
+      std::fread(array.data.data(), 1, array.data.size(), file) != array.data.size())
+    return failure("cannot read: the file changed or a read failed");
+  return array;
+}
+
+std::string serialize(const Array& array) {
+  assert(static_cast<int64_t>(array.data.size()) == array.elements() * item_size(array.descr));
+  // As numpy's _write_array_header: sorted keys, a trailing ", ", room for the first dim to grow,
+  // then spaces up to the alignment and a newline.
+  std::string dict = "{'descr': " + quoted(to_string(array.descr)) +
+                     ", 'fortran_order': False, 'shape': " + shape_string(array.shape) + ", }";
+  if (!array.shape.empty()) {
+    size_t digits = std::to_string(array.shape[0]).size();
+    if (digits < k_growth_digits) dict.append(k_growth_digits - digits, ' ');
+  }
+  auto unpadded = static_cast<int64_t>(k_magic.size() + 4 + dict.size() + 1);
+  auto padding = static_cast<size_t>(k_align - unpadded % k_align);
+  dict.append(padding, ' ');
+  dict += '\n';
+  assert(dict.size() <= 0xffff);
+  std::string out(k_magic);
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(dict.size() & 0xff);
+  out += static_cast<char>(dict.size() >> 8);
+  out += dict;
+  out.append(reinterpret_cast<const char*>(array.data.data()), array.data.size());
+  return out;
+}
+
+Status write_file(const std::string& path, const Array& array) {
+  std::string bytes = serialize(array);
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (!file) return make_error(path, ": error: cannot write: ", std::strerror(errno));
+  bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
+  int saved_errno = errno;
+  if (std::fclose(file) != 0 && written) {
+    written = false;
+    saved_errno = errno;
+  }
+  if (!written) return make_error(path, ": error: cannot write: ", std::strerror(saved_errno));
+  return Status::success();
+}
+
+}  // namespace kiln::npy

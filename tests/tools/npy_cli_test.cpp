@@ -1,0 +1,352 @@
+// `--input NAME=PATH.npy`, `--save DIR` and `--save-reference DIR` of `kiln run` and
+// `kiln audit`: outputs written in their dtypes, given inputs used exactly, dims taken from the
+// files, and every bad input a usage error that names the file and the input.
+#include "run_cli.h"
+#include "support/npy.h"
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace kiln::testing {
+namespace {
+
+using nlohmann::json;
+
+// One input and one output of each dtype.
+const std::string k_graph = R"(graph mixed {
+  input x: f32[4, 8]
+  input w: f32[8, 6]
+  input r: f16[4, 6]
+  input g: bf16[4, 6]
+  y = relu(matmul(x, w))
+  h = add(cast(y, to=f16), r)
+  b = add(cast(y, to=bf16), g)
+  output y
+  output h
+  output b
+}
+)";
+
+const std::string k_symbolic = R"(graph small {
+  dim B: 1..20
+  input x: f32[B, 32]
+  input w: f32[32, 16]
+  y = relu(matmul(x, w))
+  output y
+}
+)";
+
+npy::Array filled(npy::Descr descr, std::vector<int64_t> shape, float value) {
+  npy::Array array;
+  array.descr = descr;
+  array.shape = std::move(shape);
+  array.data.resize(static_cast<size_t>(array.elements() * npy::item_size(descr)));
+  for (int64_t i = 0; i < array.elements(); ++i) {
+    if (descr == npy::Descr::f4) {
+      std::memcpy(array.data.data() + 4 * i, &value, 4);
+      continue;
+    }
+    // 16-bit formats: value must be exact in bf16 (the top half of its f32 bits) and in f16.
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    auto half = static_cast<uint16_t>(bits >> 16);
+    if (descr == npy::Descr::f2) half = value == 0.25f ? 0x3400 : 0x0000;
+    std::memcpy(array.data.data() + 2 * i, &half, 2);
+  }
+  return array;
+}
+
+class NpyCli : public ::testing::Test {
+protected:
+  void SetUp() override {
+    char name[] = "/tmp/kiln-npy-cli-XXXXXX";
+    m_dir = mkdtemp(name);
+    m_graph = write_text("mixed.kg", k_graph);
+  }
+  void TearDown() override { std::filesystem::remove_all(m_dir); }
+
+  std::string write_text(const std::string& name, const std::string& text) {
+    std::string path = m_dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+  std::string write_npy(const std::string& name, const npy::Array& array) {
+    std::string path = m_dir + "/" + name;
+    EXPECT_TRUE(npy::write_file(path, array));
+    return path;
+  }
+  npy::Array read_npy(const std::string& path) {
+    auto array = npy::read_file(path);
+    EXPECT_TRUE(array) << array.error().message;
+    return array ? std::move(*array) : npy::Array{};
+  }
+  // Every input of the mixed graph from a file.
+  std::vector<std::string> all_inputs() {
+    return {"--input", "x=" + write_npy("x.npy", filled(npy::Descr::f4, {4, 8}, 1.0f)),
+            "--input", "w=" + write_npy("w.npy", filled(npy::Descr::f4, {8, 6}, 0.5f)),
+            "--input", "r=" + write_npy("r.npy", filled(npy::Descr::f2, {4, 6}, 0.25f)),
+            "--input", "g=" + write_npy("g.npy", filled(npy::Descr::u2, {4, 6}, 0.5f))};
+  }
+  CliResult run(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"run", m_graph, "--emulate"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_kiln(args);
+  }
+
+  std::string m_dir, m_graph;
+};
+
+float f32_at(const npy::Array& array, size_t i) {
+  float value;
+  std::memcpy(&value, array.data.data() + 4 * i, 4);
+  return value;
+}
+
+uint16_t u16_at(const npy::Array& array, size_t i) {
+  uint16_t value;
+  std::memcpy(&value, array.data.data() + 2 * i, 2);
+  return value;
+}
+
+double f64_at(const npy::Array& array, size_t i) {
+  double value;
+  std::memcpy(&value, array.data.data() + 8 * i, 8);
+  return value;
+}
+
+TEST_F(NpyCli, RunSavesEachOutputInItsDtypeAndTheReferenceAsF8) {
+  std::vector<std::string> args = all_inputs();
+  args.insert(args.end(), {"--save", m_dir + "/out", "--save-reference", m_dir + "/ref", "--json"});
+  CliResult r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json report = json::parse(r.out);
+  EXPECT_EQ(report["inputs"]["x"], m_dir + "/x.npy");
+  EXPECT_EQ(report["saved"].size(), 6u);
+
+  // x = 1, w = 0.5: y = relu(8 * 0.5) = 4 exactly; h = 4 + 0.25 in f16; b = 4 + 0.5 in bf16.
+  npy::Array y = read_npy(m_dir + "/out/y.npy");
+  EXPECT_EQ(y.descr, npy::Descr::f4);
+  EXPECT_EQ(y.shape, (std::vector<int64_t>{4, 6}));
+  for (size_t i = 0; i < 24; ++i) ASSERT_EQ(f32_at(y, i), 4.0f) << i;
+  npy::Array h = read_npy(m_dir + "/out/h.npy");
+  EXPECT_EQ(h.descr, npy::Descr::f2);
+  EXPECT_EQ(h.shape, (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(u16_at(h, 0), 0x4440);  // 4.25 in f16
+  npy::Array b = read_npy(m_dir + "/out/b.npy");
+  EXPECT_EQ(b.descr, npy::Descr::u2);
+  EXPECT_EQ(b.shape, (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(u16_at(b, 23), 0x4090);  // 4.5 in bf16
+  for (const char* name : {"y", "h", "b"}) {
+    npy::Array ref = read_npy(m_dir + "/ref/" + std::string(name) + ".npy");
+    EXPECT_EQ(ref.descr, npy::Descr::f8) << name;
+    EXPECT_EQ(ref.shape, (std::vector<int64_t>{4, 6})) << name;
+  }
+  EXPECT_EQ(f64_at(read_npy(m_dir + "/ref/h.npy"), 5), 4.25);
+}
+
+TEST_F(NpyCli, TheSameInputsGiveTheSameOutputsWhateverTheSeed) {
+  std::vector<std::string> args = all_inputs();
+  std::vector<std::string> first = args, second = args;
+  first.insert(first.end(), {"--seed", "1", "--save", m_dir + "/a"});
+  second.insert(second.end(), {"--seed", "2", "--save", m_dir + "/b"});
+  ASSERT_EQ(run(first).exit_code, 0);
+  ASSERT_EQ(run(second).exit_code, 0);
+  for (const char* name : {"y", "h", "b"}) {
+    EXPECT_EQ(read_npy(m_dir + "/a/" + std::string(name) + ".npy").data,
+              read_npy(m_dir + "/b/" + std::string(name) + ".npy").data)
+        << name;
+  }
+}
+
+TEST_F(NpyCli, InputsNotGivenStaySeeded) {
+  // Only x given: with the same seed, the other inputs and so the outputs are the same; with
+  // another seed they differ.
+  std::string x = "x=" + write_npy("x.npy", filled(npy::Descr::f4, {4, 8}, 1.0f));
+  ASSERT_EQ(run({"--input", x, "--seed", "3", "--save", m_dir + "/a"}).exit_code, 0);
+  ASSERT_EQ(run({"--input", x, "--seed", "3", "--save", m_dir + "/b"}).exit_code, 0);
+  ASSERT_EQ(run({"--input", x, "--seed", "4", "--save", m_dir + "/c"}).exit_code, 0);
+  EXPECT_EQ(read_npy(m_dir + "/a/h.npy").data, read_npy(m_dir + "/b/h.npy").data);
+  EXPECT_NE(read_npy(m_dir + "/a/h.npy").data, read_npy(m_dir + "/c/h.npy").data);
+  CliResult text = run({"--input", x});
+  EXPECT_NE(text.out.find("inputs x from " + m_dir + "/x.npy, the rest uniform in [-1, 1]"),
+            std::string::npos)
+      << text.out;
+}
+
+TEST_F(NpyCli, Bf16ReadsTheSameAsU2OrV2) {
+  std::vector<std::string> args = all_inputs();
+  npy::Array g = filled(npy::Descr::u2, {4, 6}, 0.5f);
+  g.descr = npy::Descr::v2;
+  args.insert(args.end(), {"--save", m_dir + "/u2"});
+  ASSERT_EQ(run(args).exit_code, 0);
+  args.back() = m_dir + "/v2";
+  args[7] = "g=" + write_npy("g_v2.npy", g);
+  ASSERT_EQ(run(args).exit_code, 0);
+  EXPECT_EQ(read_npy(m_dir + "/u2/b.npy").data, read_npy(m_dir + "/v2/b.npy").data);
+}
+
+TEST_F(NpyCli, AWrongShapeOrDtypeIsAUsageErrorNamingTheFileAndTheInput) {
+  std::string wide = write_npy("wide.npy", filled(npy::Descr::f4, {4, 9}, 1.0f));
+  CliResult shape = run({"--input", "x=" + wide});
+  EXPECT_EQ(shape.exit_code, 2) << shape.err;
+  EXPECT_NE(shape.err.find(wide + ": error: --input x: expected f32[4, 8] (descr '<f4'), got "
+                                  "descr '<f4', shape (4, 9)"),
+            std::string::npos)
+      << shape.err;
+  std::string half = write_npy("half.npy", filled(npy::Descr::f2, {4, 8}, 0.25f));
+  CliResult dtype = run({"--input", "x=" + half});
+  EXPECT_EQ(dtype.exit_code, 2) << dtype.err;
+  EXPECT_NE(dtype.err.find("got descr '<f2', shape (4, 8); convert it, e.g. arr.astype('<f4')"),
+            std::string::npos)
+      << dtype.err;
+  std::string f32_for_bf16 = write_npy("g32.npy", filled(npy::Descr::f4, {4, 6}, 0.5f));
+  CliResult bf16 = run({"--input", "g=" + f32_for_bf16});
+  EXPECT_EQ(bf16.exit_code, 2) << bf16.err;
+  EXPECT_NE(bf16.err.find("expected bf16[4, 6] (descr '<u2' or '<V2' (bf16 bits)), got descr "
+                          "'<f4'"),
+            std::string::npos)
+      << bf16.err;
+}
+
+TEST_F(NpyCli, BadInputFlagsAndFilesAreUsageErrors) {
+  std::string x = write_npy("x.npy", filled(npy::Descr::f4, {4, 8}, 1.0f));
+  std::string garbage = write_text("garbage.npy", "not numpy at all");
+  std::string be_header = "{'descr': '>f4', 'fortran_order': False, 'shape': (4, 8), }\n";
+  std::string big_endian = write_text(
+      "be.npy", std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(be_header.size()) +
+                    '\0' + be_header + std::string(128, '\0'));
+  struct Bad {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const Bad bad[] = {
+      {{"--input", "q=" + x},
+       "run: --input q: graph 'mixed' has no input 'q'; its inputs: x, w, r, g"},
+      {{"--input", "x=" + x, "--input", "x=" + x}, "run: --input x is given twice"},
+      {{"--input", x}, "is not NAME=PATH.npy"},
+      {{"--input", "x="}, "is not NAME=PATH.npy"},
+      {{"--input", "x=" + m_dir + "/none.npy"},
+       m_dir + "/none.npy: error: cannot read: No such file or directory"},
+      {{"--input", "x=" + garbage}, garbage + ": error: not a .npy file"},
+      {{"--input", "x=" + big_endian}, big_endian + ": error: header: big-endian data"},
+      {{"--save", m_dir + "/same", "--save-reference", m_dir + "/same/"},
+       "name the same directory"},
+      {{"--save", garbage}, "--save " + garbage + ": "},
+  };
+  for (const Bad& b : bad) {
+    CliResult r = run(b.args);
+    EXPECT_EQ(r.exit_code, 2) << b.says << "\n" << r.err;
+    EXPECT_EQ(r.signal, 0);
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(NpyCli, ASymbolicGraphTakesItsDimsFromTheFiles) {
+  std::string graph = write_text("small.kg", k_symbolic);
+  std::string x13 = "x=" + write_npy("x13.npy", filled(npy::Descr::f4, {13, 32}, 0.5f));
+  CliResult from_file = run_kiln({"run", graph, "--emulate", "--input", x13, "--json"});
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
+  EXPECT_EQ(json::parse(from_file.out)["dims"], json({{"B", 13}}));
+  CliResult agreeing =
+      run_kiln({"run", graph, "--emulate", "--input", x13, "--dims", "B=13", "--json"});
+  ASSERT_EQ(agreeing.exit_code, 0) << agreeing.err;
+
+  struct Bad {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  std::string x30 = "x=" + write_npy("x30.npy", filled(npy::Descr::f4, {30, 32}, 0.5f));
+  std::string w = "w=" + write_npy("w.npy", filled(npy::Descr::f4, {32, 16}, 0.5f));
+  const Bad bad[] = {
+      {{"--input", x13, "--dims", "B=7"},
+       "x13.npy: error: --input x: expected f32[7, 32] (descr '<f4'; f32[B, 32] at --dims B=7), "
+       "got descr '<f4', shape (13, 32)"},
+      {{"--input", x30}, "x30.npy: error: --input x: dim 0 gives B = 30, outside its range 1..20"},
+      {{"--input", w}, "run: no --input gives dim B in 1..20; give the sizes with --dims"},
+  };
+  for (const Bad& b : bad) {
+    std::vector<std::string> args = {"run", graph, "--emulate"};
+    args.insert(args.end(), b.args.begin(), b.args.end());
+    CliResult r = run_kiln(args);
+    EXPECT_EQ(r.exit_code, 2) << b.says << "\n" << r.err;
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(NpyCli, AuditReadsInputsAndSavesBothSides) {
+  std::vector<std::string> args = {"audit", m_graph, "--precision", "high"};
+  std::vector<std::string> inputs = all_inputs();
+  args.insert(args.end(), inputs.begin(), inputs.end());
+  args.insert(args.end(), {"--save", m_dir + "/out", "--save-reference", m_dir + "/ref", "--json"});
+  CliResult audit = run_kiln(args);
+  ASSERT_EQ(audit.exit_code, 0) << audit.err;
+  EXPECT_EQ(json::parse(audit.out)["inputs"].size(), 4u);
+  npy::Array y = read_npy(m_dir + "/out/y.npy");
+  EXPECT_EQ(y.descr, npy::Descr::f4);
+  EXPECT_EQ(f32_at(y, 0), 4.0f);
+  EXPECT_EQ(read_npy(m_dir + "/out/b.npy").descr, npy::Descr::u2);
+  // The fp64 reference is the same whichever command runs it on the same inputs.
+  std::vector<std::string> run_args = all_inputs();
+  run_args.insert(run_args.end(), {"--save-reference", m_dir + "/run-ref"});
+  ASSERT_EQ(run(run_args).exit_code, 0);
+  for (const char* name : {"y", "h", "b"}) {
+    EXPECT_EQ(read_npy(m_dir + "/ref/" + std::string(name) + ".npy").data,
+              read_npy(m_dir + "/run-ref/" + std::string(name) + ".npy").data)
+        << name;
+  }
+  CliResult unknown = run_kiln({"audit", m_graph, "--precision", "high", "--input", "q=x.npy"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("audit: --input q: graph 'mixed' has no input 'q'"), std::string::npos)
+      << unknown.err;
+}
+
+// numpy writes an input, kiln reads it and writes the outputs, numpy reads them back. Skipped
+// where /usr/bin/python3 cannot import numpy.
+TEST_F(NpyCli, NumpyReadsWhatKilnWritesAndKilnReadsWhatNumpyWrites) {
+  if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "numpy is not importable by /usr/bin/python3";
+  std::string script = write_text("roundtrip.py", R"(import sys
+import numpy as np
+d = sys.argv[1]
+np.save(d + '/x.npy', np.arange(32, dtype=np.float32).reshape(4, 8) / 32)
+np.save(d + '/w.npy', np.full((8, 6), 0.5, dtype=np.float32))
+np.save(d + '/r.npy', np.full((4, 6), 0.25, dtype=np.float16))
+g = np.full((4, 6), 0.5, dtype=np.float32).view(np.uint32) >> 16
+np.save(d + '/g.npy', g.astype('<u2'))
+)");
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " " + m_dir).c_str()), 0);
+  CliResult r = run({"--input", "x=" + m_dir + "/x.npy", "--input", "w=" + m_dir + "/w.npy",
+                     "--input", "r=" + m_dir + "/r.npy", "--input", "g=" + m_dir + "/g.npy",
+                     "--save", m_dir + "/out", "--save-reference", m_dir + "/ref"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string check = write_text("check.py", R"(import sys
+import numpy as np
+d = sys.argv[1]
+x = np.load(d + '/x.npy').astype(np.float64)
+y = np.maximum(x @ np.full((8, 6), 0.5), 0)
+out = np.load(d + '/out/y.npy')
+assert out.dtype == np.float32 and out.shape == (4, 6), (out.dtype, out.shape)
+assert np.array_equal(out, y.astype(np.float32)), (out, y)
+h = np.load(d + '/out/h.npy')
+assert h.dtype == np.float16 and np.array_equal(h, (y.astype(np.float16) + np.float16(0.25))), h
+b = np.load(d + '/out/b.npy')
+assert b.dtype == np.uint16 and b.shape == (4, 6), b.dtype
+ref = np.load(d + '/ref/y.npy')
+assert ref.dtype == np.float64 and np.array_equal(ref, y), ref
+again = d + '/again.npy'
+np.save(again, out)
+assert open(again, 'rb').read() == open(d + '/out/y.npy', 'rb').read(), 'bytes differ from np.save'
+)");
+  EXPECT_EQ(std::system(("/usr/bin/python3 " + check + " " + m_dir).c_str()), 0);
+}
+
+}  // namespace
+}  // namespace kiln::testing

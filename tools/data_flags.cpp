@@ -1,0 +1,302 @@
+// --input, --save and --save-reference: .npy files checked against a graph's inputs, dims taken
+// from them, outputs written in their dtypes and in fp64.
+#include "tools/data_flags.h"
+
+#include "support/npy.h"
+#include "tools/cli.h"
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace kiln::tools {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              ".npy '<' data is copied as host-order bytes");
+
+bool descr_fits(npy::Descr descr, ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::f32: return descr == npy::Descr::f4;
+    case ir::DType::f16: return descr == npy::Descr::f2;
+    case ir::DType::bf16: return descr == npy::Descr::u2 || descr == npy::Descr::v2;
+  }
+  return false;
+}
+
+std::string expected_descr(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::f32: return "'<f4'";
+    case ir::DType::f16: return "'<f2'";
+    case ir::DType::bf16: return "'<u2' or '<V2' (bf16 bits)";
+  }
+  return "?";
+}
+
+npy::Descr descr_of(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::f32: return npy::Descr::f4;
+    case ir::DType::f16: return npy::Descr::f2;
+    case ir::DType::bf16: return npy::Descr::u2;
+  }
+  return npy::Descr::f4;
+}
+
+// "PATH: error: --input x: expected f32[B, 32] (descr '<f4'), got descr '<f2', shape (4, 32)".
+Error mismatch(const std::string& path, const ir::Node& input, const npy::Array& array,
+               const std::string& note = {}) {
+  return make_error(path, ": error: --input ", input.name, ": expected ",
+                    ir::to_string(input.type), " (descr ", expected_descr(input.type.dtype), note,
+                    "), got descr '", npy::to_string(array.descr), "', shape ",
+                    npy::shape_string(array.shape));
+}
+
+// How to convert an array numpy holds in another dtype.
+std::string conversion(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::f32: return "; convert it, e.g. arr.astype('<f4')";
+    case ir::DType::f16: return "; convert it, e.g. arr.astype('<f2')";
+    case ir::DType::bf16: return "; convert it, e.g. arr.astype(ml_dtypes.bfloat16)";
+  }
+  return {};
+}
+
+// The array fits `input` but for its symbolic dims.
+Status check_array(const std::string& path, const ir::Node& input, const npy::Array& array) {
+  const ir::Shape& shape = input.type.shape;
+  if (!descr_fits(array.descr, input.type.dtype))
+    return make_error(mismatch(path, input, array).message, conversion(input.type.dtype));
+  if (array.shape.size() != static_cast<size_t>(shape.rank()))
+    return mismatch(path, input, array);
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (shape.symbol(d) < 0 && array.shape[static_cast<size_t>(d)] != shape.dim(d))
+      return mismatch(path, input, array);
+  }
+  return Status::success();
+}
+
+// The dims a symbolic graph's given inputs set, each checked against its range and against the
+// other files; a dim no file gives is an error.
+Expected<std::vector<int64_t>> dims_from_files(const ir::Graph& graph,
+                                               const std::vector<std::string>& paths,
+                                               const std::vector<std::optional<npy::Array>>& arrays,
+                                               const std::string& command) {
+  const std::vector<ir::Symbol>& symbols = graph.symbols();
+  std::vector<int64_t> values(symbols.size(), 0);
+  std::vector<size_t> given_by(symbols.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (!arrays[i]) continue;
+    const ir::Node& input = graph.node(graph.inputs()[i]);
+    for (int d = 0; d < input.type.shape.rank(); ++d) {
+      int32_t s = input.type.shape.symbol(d);
+      if (s < 0) continue;
+      const ir::Symbol& symbol = symbols[static_cast<size_t>(s)];
+      int64_t got = arrays[i]->shape[static_cast<size_t>(d)];
+      std::string where = paths[i] + ": error: --input " + input.name + ": dim " +
+                          std::to_string(d) + " gives " + symbol.name + " = " + std::to_string(got);
+      if (got < symbol.lo || got > symbol.hi)
+        return make_error(where, ", outside its range ", std::to_string(symbol.lo), "..",
+                          std::to_string(symbol.hi));
+      int64_t& value = values[static_cast<size_t>(s)];
+      if (value != 0 && value != got) {
+        size_t other = given_by[static_cast<size_t>(s)];
+        return make_error(where, ", but --input ", graph.node(graph.inputs()[other]).name, " (",
+                          paths[other], ") gives ", symbol.name, " = ", std::to_string(value));
+      }
+      value = got;
+      given_by[static_cast<size_t>(s)] = i;
+    }
+  }
+  for (size_t s = 0; s < symbols.size(); ++s) {
+    if (values[s] == 0)
+      return make_error(command, ": no --input gives dim ", ir::describe(symbols[s]),
+                        "; give the sizes with --dims");
+  }
+  return values;
+}
+
+Status prepare_directory(const std::string& dir, const char* flag, const std::string& command) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return make_error(command, ": ", flag, " ", dir, ": cannot create: ", ec.message());
+  if (!std::filesystem::is_directory(dir, ec))
+    return make_error(command, ": ", flag, " ", dir, ": not a directory");
+  return Status::success();
+}
+
+enum class SaveAs : uint8_t {
+  dtype,  // the tensor's dtype in device layout
+  fp64,   // its values as doubles ('<f8')
+};
+
+npy::Array to_array(const reference::Tensor& tensor, SaveAs as) {
+  npy::Array array;
+  array.descr = as == SaveAs::fp64 ? npy::Descr::f8 : descr_of(tensor.dtype);
+  array.shape = tensor.shape.dims();
+  if (as == SaveAs::fp64) {
+    array.data.resize(tensor.values.size() * sizeof(double));
+    std::memcpy(array.data.data(), tensor.values.data(), array.data.size());
+    return array;
+  }
+  array.data.resize(static_cast<size_t>(tensor.type().bytes()));
+  reference::store_device_bytes(tensor, array.data.data());
+  return array;
+}
+
+std::string output_name(const ir::Graph& graph, size_t i) {
+  const std::string& name = graph.node(graph.outputs()[i]).name;
+  return name.empty() ? "output" + std::to_string(i) : name;
+}
+
+}  // namespace
+
+void add_data_options(CLI::App* cmd, DataFlags& flags, const std::string& saved) {
+  auto not_empty = [](const std::string& value) {
+    return value.empty() ? std::string("must not be empty") : std::string();
+  };
+  cmd->add_option("--input", flags.inputs,
+                  "an input from a NumPy file, NAME=PATH.npy (repeatable; the rest are seeded)")
+      ->type_name("NAME=PATH")
+      ->check(not_empty);
+  cmd->add_option("--save", flags.save, "write " + saved + " as DIR/NAME.npy")
+      ->type_name("DIR")
+      ->check(not_empty);
+  cmd->add_option("--save-reference", flags.save_reference,
+                  "write the fp64 reference's outputs as DIR/NAME.npy ('<f8')")
+      ->type_name("DIR")
+      ->check(not_empty);
+}
+
+std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& flags,
+                                    const std::string& dims, uint64_t seed,
+                                    const std::string& command) {
+  size_t count = graph.inputs().size();
+  std::vector<std::string> paths(count);
+  for (const std::string& flag : flags.inputs) {
+    size_t eq = flag.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == flag.size()) {
+      print_error(command + ": --input '" + flag + "' is not NAME=PATH.npy");
+      return std::nullopt;
+    }
+    std::string name = flag.substr(0, eq);
+    size_t i = 0;
+    while (i < count && graph.node(graph.inputs()[i]).name != name) ++i;
+    if (i == count) {
+      std::string names;
+      for (ir::NodeId id : graph.inputs())
+        names += (names.empty() ? "" : ", ") + graph.node(id).name;
+      print_error(command + ": --input " + name + ": graph '" + graph.name() +
+                  "' has no input '" + name + "'; its inputs: " + names);
+      return std::nullopt;
+    }
+    if (!paths[i].empty()) {
+      print_error(command + ": --input " + name + " is given twice");
+      return std::nullopt;
+    }
+    paths[i] = flag.substr(eq + 1);
+  }
+  std::vector<std::optional<npy::Array>> arrays(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (paths[i].empty()) continue;
+    auto array = npy::read_file(paths[i]);
+    if (!array) {
+      print_error(array.error().message);
+      return std::nullopt;
+    }
+    if (Status fits = check_array(paths[i], graph.node(graph.inputs()[i]), *array); !fits) {
+      print_error(fits.error().message);
+      return std::nullopt;
+    }
+    arrays[i] = std::move(*array);
+  }
+
+  // The dims: --dims, or what the files give a symbolic graph.
+  std::vector<int64_t> values;
+  bool any_file = false;
+  for (const auto& a : arrays) any_file = any_file || a.has_value();
+  if (!dims.empty() || !graph.symbolic() || !any_file) {
+    auto given = run_dims(dims, graph, command);
+    if (!given) return std::nullopt;
+    values = std::move(*given);
+  } else {
+    auto from_files = dims_from_files(graph, paths, arrays, command);
+    if (!from_files) {
+      print_error(from_files.error().message);
+      return std::nullopt;
+    }
+    values = std::move(*from_files);
+  }
+  auto bound = graph.bind(values);
+  if (!bound) {
+    print_error(command + ": " + bound.error().message);
+    return std::nullopt;
+  }
+
+  reference::InputSource inputs{seed, {}};
+  inputs.given.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (!arrays[i]) continue;
+    const ir::Node& input = bound->node(bound->inputs()[i]);
+    if (arrays[i]->shape != input.type.shape.dims()) {  // a symbolic dim that --dims sets apart
+      std::string note =
+          "; " + ir::to_string(graph.node(graph.inputs()[i]).type) + " at --dims " + dims;
+      print_error(mismatch(paths[i], input, *arrays[i], note).message);
+      return std::nullopt;
+    }
+    inputs.given[i] = reference::load_device_bytes(input.type, arrays[i]->data.data());
+    arrays[i].reset();
+  }
+
+  for (auto [dir, flag] : {std::pair{&flags.save, "--save"},
+                           std::pair{&flags.save_reference, "--save-reference"}}) {
+    if (dir->empty()) continue;
+    if (Status made = prepare_directory(*dir, flag, command); !made) {
+      print_error(made.error().message);
+      return std::nullopt;
+    }
+  }
+  std::error_code ec;
+  if (!flags.save.empty() && !flags.save_reference.empty() &&
+      std::filesystem::equivalent(flags.save, flags.save_reference, ec)) {
+    print_error(command + ": --save and --save-reference name the same directory; the "
+                "reference's files would replace the outputs'");
+    return std::nullopt;
+  }
+  return RunData{std::move(values), std::move(*bound), std::move(inputs), std::move(paths)};
+}
+
+std::string describe_inputs(const RunData& data) {
+  std::string given;
+  bool drawn = false;
+  for (size_t i = 0; i < data.paths.size(); ++i) {
+    if (data.paths[i].empty()) {
+      drawn = true;
+      continue;
+    }
+    given += (given.empty() ? "" : ", ") + data.bound.node(data.bound.inputs()[i]).name +
+             " from " + data.paths[i];
+  }
+  if (given.empty()) return "inputs uniform in [-1, 1]";
+  return "inputs " + given + (drawn ? ", the rest uniform in [-1, 1]" : "");
+}
+
+Expected<std::vector<std::string>> save_outputs(const ir::Graph& graph, const DataFlags& flags,
+                                                const std::vector<reference::Tensor>& outputs,
+                                                const std::vector<reference::Tensor>& fp64) {
+  std::vector<std::string> written;
+  auto save = [&](const std::string& dir, const std::vector<reference::Tensor>& tensors,
+                  SaveAs as) -> Status {
+    for (size_t i = 0; i < tensors.size() && !dir.empty(); ++i) {
+      std::string path = (std::filesystem::path(dir) / (output_name(graph, i) + ".npy")).string();
+      if (Status s = npy::write_file(path, to_array(tensors[i], as)); !s) return s;
+      written.push_back(path);
+    }
+    return Status::success();
+  };
+  if (Status s = save(flags.save, outputs, SaveAs::dtype); !s) return s.error();
+  if (Status s = save(flags.save_reference, fp64, SaveAs::fp64); !s) return s.error();
+  return written;
+}
+
+}  // namespace kiln::tools

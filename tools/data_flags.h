@@ -1,0 +1,56 @@
+// Real data in and out of `kiln run` and `kiln audit`: --input NAME=PATH.npy, --save DIR and
+// --save-reference DIR (NumPy .npy files, see support/npy.h).
+#pragma once
+
+#include "ir/graph.h"
+#include "reference/audit.h"
+#include "reference/tensor.h"
+#include "support/expected.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::tools {
+
+struct DataFlags {
+  std::vector<std::string> inputs;  // --input NAME=PATH, repeatable
+  std::string save;                 // --save DIR: outputs in their dtypes ("" for none)
+  std::string save_reference;       // --save-reference DIR: fp64 outputs ("" for none)
+};
+
+// Adds --input, --save and --save-reference to `cmd`; `saved` says what --save writes.
+void add_data_options(CLI::App* cmd, DataFlags& flags, const std::string& saved);
+
+// What a run or audit works on.
+struct RunData {
+  std::vector<int64_t> dims;         // one value per symbol (empty for a static graph)
+  ir::Graph bound;                   // the graph at `dims`
+  reference::InputSource inputs;     // the seed, and the tensors the files give
+  std::vector<std::string> paths;    // per input, the file it is read from ("" when drawn)
+};
+
+// Reads the --input files, checks each against its graph input (dtype, rank, sizes) and settles
+// the dims of a symbolic graph: --dims when given (the files must agree with it), else the sizes
+// the files give; creates the --save directories. On a usage error (a malformed flag, an input
+// unknown or given twice, a missing, unreadable or malformed file, a wrong dtype or shape, a dim
+// no file gives, a directory that cannot be created) prints "<command>: ..." or
+// "PATH: error: ..." and returns nullopt.
+std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& flags,
+                                    const std::string& dims, uint64_t seed,
+                                    const std::string& command);
+
+// "inputs uniform in [-1, 1]", "inputs x from x.npy, the rest uniform in [-1, 1]", ...
+std::string describe_inputs(const RunData& data);
+
+// Writes each output of `graph` as DIR/NAME.npy: `outputs` to --save in their dtypes (f32 '<f4',
+// f16 '<f2', bf16 '<u2' bits), `fp64` to --save-reference as '<f8'. Returns the paths written;
+// fails with "PATH: error: ..." when a file cannot be written.
+Expected<std::vector<std::string>> save_outputs(const ir::Graph& graph, const DataFlags& flags,
+                                                const std::vector<reference::Tensor>& outputs,
+                                                const std::vector<reference::Tensor>& fp64);
+
+}  // namespace kiln::tools
