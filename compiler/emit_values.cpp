@@ -141,16 +141,18 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
   // Point 0's coordinates first when a leaf read there is broadcast (as the output element's).
   const ir::Shape& top_shape = g.node(m_points[0].frame.node).type.shape;
   bool coords0 = false;
+  std::vector<ir::NodeId> read0;  // leaves read at point 0, sorted
+  for (size_t i = 0; i <= top_pos; ++i) {
+    if (point_of[i] != 0 || nodes[i] == group.anchor) continue;
+    const ir::Node& n = g.node(nodes[i]);
+    if (is_layout(n.kind) || n.kind == ir::OpKind::reshape) continue;
+    for (ir::NodeId op : n.operands)
+      if (!member(op)) read0.push_back(op);
+  }
+  std::sort(read0.begin(), read0.end());
   std::vector<ir::NodeId> leaves0;  // read at point 0, in the group's leaf order
   for (ir::NodeId leaf : group.leaves) {
-    bool read = false;
-    for (size_t i = 0; i <= top_pos && !read; ++i) {
-      if (point_of[i] != 0 || nodes[i] == group.anchor) continue;
-      const ir::Node& n = g.node(nodes[i]);
-      if (is_layout(n.kind) || n.kind == ir::OpKind::reshape) continue;
-      read = std::find(n.operands.begin(), n.operands.end(), leaf) != n.operands.end();
-    }
-    if (!read) continue;
+    if (!std::binary_search(read0.begin(), read0.end(), leaf)) continue;
     leaves0.push_back(leaf);
     if (!(g.node(leaf).type.shape == top_shape)) coords0 = true;
   }

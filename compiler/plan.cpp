@@ -193,9 +193,7 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       const ir::Shape& in_shape = graph.node(in).type.shape;
       int axis = row_node.attrs.axis, rank = in_shape.rank();
       int64_t row = in_shape.dim(axis);
-      k.name = index + (group.kind == GroupKind::softmax  ? "_softmax"
-                        : group.kind == GroupKind::reduce ? "_" + std::string(ir::to_string(row_node.kind))
-                                                          : "_" + std::string(ir::to_string(row_node.kind)));
+      k.name = index + "_" + std::string(ir::to_string(row_node.kind));
       k.launch.grid = {ceil_div(in_shape.elements() / row, k_softmax_rows_per_block), 1, 1};
       k.launch.block = {32 * k_softmax_rows_per_block, 1, 1};
       if (symbolic) {
@@ -204,9 +202,10 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
                   Extent::constant(1).term()};
       }
     } else {
-      k.name = index + (root.kind == ir::OpKind::input    ? "_copy"
-                        : ir::category(root.kind) == ir::OpCategory::layout ? "_" + std::string(ir::to_string(root.kind))
-                                                                  : "_elementwise");
+      bool layout = ir::category(root.kind) == ir::OpCategory::layout;
+      k.name = index + (root.kind == ir::OpKind::input ? "_copy"
+                        : layout ? "_" + std::string(ir::to_string(root.kind))
+                                 : "_elementwise");
       k.launch.grid = {ceil_div(total, k_elementwise_threads), 1, 1};
       k.launch.block = {k_elementwise_threads, 1, 1};
       if (symbolic) {

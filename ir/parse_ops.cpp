@@ -278,13 +278,14 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
                                                                : nullptr;
         if (!target) return unknown_arg(arg, "expected axis, start or end");
         auto v = arg.is_list ? std::nullopt : parse_int(arg.value);
-        if (!v || *v < -k_max_elements || *v > k_max_elements)
-          return bad_value(arg.value, arg.name, "an integer");
+        bool is_axis = target == &axis;
+        int64_t limit = is_axis ? k_max_rank : k_max_elements;
+        if (!v || *v < -limit || *v > limit - is_axis)
+          return bad_value(arg.value, arg.name, is_axis ? "an integer axis" : "an integer");
         *target = *v;
       }
       if (!start || !end) return missing("start and end", "slice(x, axis=-1, start=0, end=32)");
-      int a = axis ? static_cast<int>(std::max<int64_t>(std::min<int64_t>(*axis, 64), -64)) : -1;
-      return located(m_builder.add_slice(ops[0], a, *start, *end));
+      return located(m_builder.add_slice(ops[0], axis ? static_cast<int>(*axis) : -1, *start, *end));
     }
     case OpKind::concat: {
       int axis = -1;

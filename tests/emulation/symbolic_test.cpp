@@ -35,6 +35,25 @@ const char* k_f32_graph = R"(graph sym {
 }
 )";
 
+// The transformer ops at a symbolic sequence length: norms, reshapes and permutes of [2, S, 32]
+// into heads, a 4-D attention with S as the softmax axis and the contraction dim, slices and a
+// concat, reductions over S and after a fused prologue.
+const char* k_layer_graph = R"(graph symlayer {
+  dim S: 1..600
+  input x: f32[2, S, 32]
+  input w: f32[32]
+  input b: f32[32]
+  input k: f32[2, S, 32]
+  q = permute(reshape(layer_norm(x, w, b), shape=[2, S, 4, 8]), dims=[0, 2, 1, 3])
+  kk = permute(reshape(rms_norm(k, w), shape=[2, S, 4, 8]), dims=[0, 2, 1, 3])
+  o = matmul(softmax(mul(matmul(q, kk, transpose_b=true), 0.35)), kk)
+  r = concat(slice(o, start=4, end=8), neg(slice(o, start=0, end=4)))
+  m = mean(r, axis=2)
+  mx = max(sum(mul(x, x), axis=-1), axis=1)
+  output o, r, m, mx
+}
+)";
+
 const char* k_f16_graph = R"(graph symh {
   dim S: 1..600
   input x: f16[S, 48]
@@ -65,7 +84,10 @@ void PrintTo(const Case& c, std::ostream* os) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(info.param.graph == k_f32_graph ? "f32" : "f16") + "_sm" +
+  std::string graph = info.param.graph == k_f32_graph   ? "f32"
+                      : info.param.graph == k_f16_graph ? "f16"
+                                                        : "layer";
+  return graph + "_sm" +
          std::to_string(info.param.sm) + "_" + std::string(ir::to_string(info.param.precision)) +
          "_S" + std::to_string(info.param.size);
 }
@@ -135,6 +157,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{k_f32_graph, 75, ir::Precision::highest, 65},
                       Case{k_f16_graph, 75, ir::Precision::high, 33},
                       Case{k_f16_graph, 75, ir::Precision::high, 300}),
+    case_name);
+
+INSTANTIATE_TEST_SUITE_P(
+    Layer, SymbolicEmulation,
+    ::testing::Values(Case{k_layer_graph, 90, ir::Precision::highest, 1},
+                      Case{k_layer_graph, 90, ir::Precision::highest, 17},
+                      Case{k_layer_graph, 90, ir::Precision::high, 33},
+                      Case{k_layer_graph, 90, ir::Precision::tf32x3, 65},
+                      Case{k_layer_graph, 80, ir::Precision::high, 300},
+                      Case{k_layer_graph, 75, ir::Precision::highest, 7}),
     case_name);
 
 // One build of a bucket's kernels serves its lower bound, its upper bound and a size between.

@@ -1,5 +1,5 @@
 // libFuzzer entry: any bytes must parse or fail with a located error; a parsed graph must
-// print, reparse and hash the same.
+// print, reparse and hash the same, and its canonical bytes read back to the same bytes.
 #include "ir/hash.h"
 #include "ir/parse.h"
 #include "ir/print.h"
@@ -24,5 +24,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (kiln::ir::print_graph(*again) != printed) std::abort();
   if (!(kiln::ir::graph_hash(*again) == kiln::ir::graph_hash(*graph))) std::abort();
+  // The canonical bytes read back to a graph with the same bytes.
+  std::string bytes = kiln::ir::canonical_bytes(*graph);
+  auto decoded = kiln::ir::graph_from_canonical(bytes, "g");
+  if (!decoded) {
+    std::fprintf(stderr, "canonical bytes do not read back: %s\n", decoded.error().message.c_str());
+    std::abort();
+  }
+  if (kiln::ir::canonical_bytes(*decoded) != bytes) std::abort();
   return 0;
 }
