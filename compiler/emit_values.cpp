@@ -6,6 +6,14 @@
 
 namespace kiln::compiler::detail {
 
+namespace {
+
+// A member whose operands are read at points of their own (layout ops, and a reshape copied as
+// an output).
+bool moves_elements(ir::OpKind kind) { return is_layout(kind) || kind == ir::OpKind::reshape; }
+
+}  // namespace
+
 ValueEmitter::ValueEmitter(Code& code, const KernelContext& ctx) : m_code(code), m_ctx(ctx) {
   const auto& nodes = ctx.kernel.group.nodes;
   m_consumer.assign(nodes.size(), -1);
@@ -120,7 +128,7 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
       ir::NodeId c = m_consumer[i];
       if (c < 0 || c == group.anchor || c > top || point_of[pos(c)] < 0) continue;
       const ir::Node& cn = g.node(c);
-      if (is_layout(cn.kind) || cn.kind == ir::OpKind::reshape) {
+      if (moves_elements(cn.kind)) {
         auto which = static_cast<size_t>(
             std::find(cn.operands.begin(), cn.operands.end(), nodes[i]) - cn.operands.begin());
         point_of[i] = static_cast<int>(operand_points[pos(c)][which]);
@@ -129,7 +137,7 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
       }
     }
     const ir::Node& n = g.node(nodes[i]);
-    if (nodes[i] != group.anchor && (is_layout(n.kind) || n.kind == ir::OpKind::reshape)) {
+    if (nodes[i] != group.anchor && moves_elements(n.kind)) {
       for (size_t k = 0; k < n.operands.size(); ++k) {
         operand_points[i].push_back(m_points.size());
         m_points.push_back({Frame{n.operands[k], {}, {}}, {}});
@@ -145,7 +153,7 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
   for (size_t i = 0; i <= top_pos; ++i) {
     if (point_of[i] != 0 || nodes[i] == group.anchor) continue;
     const ir::Node& n = g.node(nodes[i]);
-    if (is_layout(n.kind) || n.kind == ir::OpKind::reshape) continue;
+    if (moves_elements(n.kind)) continue;
     for (ir::NodeId op : n.operands)
       if (!member(op)) read0.push_back(op);
   }
@@ -225,7 +233,7 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
     if (point_of[i] < 0) continue;
     ir::NodeId id = nodes[i];
     const ir::Node& n = g.node(id);
-    bool layout = is_layout(n.kind) || n.kind == ir::OpKind::reshape;
+    bool layout = moves_elements(n.kind);
     auto operand = [&](size_t k) {
       ir::NodeId o = n.operands[k];
       if (member(o)) return "v" + to_str(o);

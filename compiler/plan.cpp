@@ -19,20 +19,9 @@ namespace {
 constexpr int k_elementwise_threads = 256;
 constexpr int k_softmax_rows_per_block = 4;
 
-// A matmul operand's element strides for the result's two batch dims (outer, inner): a batch
-// dim of 1 or missing is broadcast (stride 0). `batch_dims` are the result's (0 to 2 of them).
-std::array<int64_t, 2> batch_strides(const ir::Shape& operand, int result_batch, int64_t matrix) {
-  std::array<int64_t, 2> strides{0, 0};
-  int operand_batch = operand.rank() - 2;
-  int64_t stride = matrix;
-  for (int d = result_batch - 1, od = operand_batch - 1; d >= 0 && od >= 0; --d, --od) {
-    if (operand.dim(od) != 1) strides[static_cast<size_t>(d + 2 - result_batch)] = stride;
-    stride *= operand.dim(od);
-  }
-  return strides;
-}
-
-MatmulShape matmul_shape(const ir::Graph& graph, ir::NodeId id, MatmulPath path) {
+// `e`'s sizes at the bucket's upper bounds (the sizes of `graph`).
+MatmulShape matmul_shape(const ir::Graph& graph, ir::NodeId id, MatmulPath path,
+                         const MatmulExtents& e) {
   const ir::Node& node = graph.node(id);
   const ir::Shape& sa = graph.node(node.operands[0]).type.shape;
   const ir::Shape& sb = graph.node(node.operands[1]).type.shape;
@@ -50,8 +39,8 @@ MatmulShape matmul_shape(const ir::Graph& graph, ir::NodeId id, MatmulPath path)
   s.lda = sa.dim(sa.rank() - 1);
   s.b_k_contiguous = tb;
   s.ldb = sb.dim(sb.rank() - 1);
-  s.a_batch_stride = batch_strides(sa, sc.rank() - 2, s.m * s.k)[1];
-  s.b_batch_stride = batch_strides(sb, sc.rank() - 2, s.k * s.n)[1];
+  s.a_batch_stride = e.a_batch_stride.hi;
+  s.b_batch_stride = e.b_batch_stride.hi;
   return s;
 }
 
@@ -166,8 +155,8 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
     int64_t total = root.type.shape.elements();
     if (group.kind == GroupKind::matmul) {
       MatmulPath path = precision.paths[static_cast<size_t>(group.anchor)];
-      k.shape = matmul_shape(graph, group.anchor, path);
       k.extents = matmul_extents(graph, sizes, group.anchor);
+      k.shape = matmul_shape(graph, group.anchor, path, k.extents);
       k.tile = choose_tile(k.shape, sm);
       k.name = index + "_matmul_" + std::string(to_string(path)) + "_" + std::to_string(k.tile.bm) +
                "x" + std::to_string(k.tile.bn);

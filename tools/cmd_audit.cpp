@@ -110,7 +110,6 @@ int run_audit(const AuditArgs& args) {
   // A symbolic graph is audited at the sizes --dims or the --input files give.
   auto data = prepare_data(*parsed, args.data, args.dims, args.seed, "audit");
   if (!data) return k_exit_usage;
-  const std::vector<int64_t>& dims = data->dims;
   const ir::Graph& graph = data->bound;
   ir::Precision precision = *requested;
   if (precision == ir::Precision::automatic)
@@ -144,18 +143,7 @@ int run_audit(const AuditArgs& args) {
     out["graph"] = hash;
     out["precision"] = std::string(ir::to_string(precision));
     out["seed"] = args.seed;
-    if (!dims.empty()) {
-      nlohmann::json at = nlohmann::json::object();
-      for (size_t i = 0; i < dims.size(); ++i) at[parsed->symbols()[i].name] = dims[i];
-      out["dims"] = at;
-    }
-    if (!args.data.inputs.empty()) {
-      nlohmann::json files = nlohmann::json::object();
-      for (size_t i = 0; i < data->paths.size(); ++i)
-        if (!data->paths[i].empty()) files[graph.node(graph.inputs()[i]).name] = data->paths[i];
-      out["inputs"] = files;
-    }
-    if (!saved->empty()) out["saved"] = *saved;
+    add_data_json(out, *parsed, *data, *saved);
     out["outputs"] = nlohmann::json::array();
     for (const auto& o : report.outputs)
       out["outputs"].push_back({{"name", o.name}, {"rel_l2", o.rel_l2}, {"max_abs", o.max_abs},
@@ -163,9 +151,7 @@ int run_audit(const AuditArgs& args) {
     out["warnings"] = report.warnings;
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::string at;
-    for (size_t i = 0; i < dims.size(); ++i)
-      at += (i ? ", " : " at ") + parsed->symbols()[i].name + " = " + std::to_string(dims[i]);
+    std::string at = describe_dims(*parsed, *data);
     std::printf("graph %s (%s)%s, precision %s", graph.name().c_str(), hash.c_str(), at.c_str(),
                 std::string(ir::to_string(precision)).c_str());
     if (*requested == ir::Precision::automatic) std::printf(" (auto on %s)", args.arch.c_str());

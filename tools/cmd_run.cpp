@@ -147,27 +147,14 @@ int run_graph(const RunArgs& args) {
     out["seed"] = args.seed;
     out["fallbacks"] = fallbacks;
     out["device"] = where;
-    if (!values.empty()) {
-      nlohmann::json dims = nlohmann::json::object();
-      for (size_t i = 0; i < values.size(); ++i) dims[graph->symbols()[i].name] = values[i];
-      out["dims"] = dims;
-    }
-    if (!args.data.inputs.empty()) {
-      nlohmann::json files = nlohmann::json::object();
-      for (size_t i = 0; i < data->paths.size(); ++i)
-        if (!data->paths[i].empty()) files[bound.node(bound.inputs()[i]).name] = data->paths[i];
-      out["inputs"] = files;
-    }
-    if (!saved->empty()) out["saved"] = *saved;
+    add_data_json(out, *graph, *data, *saved);
     out["outputs"] = nlohmann::json::array();
     for (const auto& o : report.outputs)
       out["outputs"].push_back({{"name", o.name}, {"rel_l2", o.rel_l2}, {"max_abs", o.max_abs},
                                 {"tolerance", o.tolerance}, {"ok", o.ok}});
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::string at;
-    for (size_t i = 0; i < values.size(); ++i)
-      at += (i ? ", " : " at ") + graph->symbols()[i].name + " = " + std::to_string(values[i]);
+    std::string at = describe_dims(*graph, *data);
     std::printf("graph %s%s on %s (%s), precision %s, seed %llu, %s\n", graph->name().c_str(),
                 at.c_str(), compiler::arch_name(*sm).c_str(), where.c_str(), mode.c_str(),
                 static_cast<unsigned long long>(args.seed), describe_inputs(*data).c_str());

@@ -299,4 +299,26 @@ Expected<std::vector<std::string>> save_outputs(const ir::Graph& graph, const Da
   return written;
 }
 
+std::string describe_dims(const ir::Graph& graph, const RunData& data) {
+  std::string at;
+  for (size_t i = 0; i < data.dims.size(); ++i)
+    at += (i ? ", " : " at ") + graph.symbols()[i].name + " = " + std::to_string(data.dims[i]);
+  return at;
+}
+
+void add_data_json(nlohmann::json& out, const ir::Graph& graph, const RunData& data,
+                   const std::vector<std::string>& saved) {
+  if (!data.dims.empty()) {
+    nlohmann::json dims = nlohmann::json::object();
+    for (size_t i = 0; i < data.dims.size(); ++i) dims[graph.symbols()[i].name] = data.dims[i];
+    out["dims"] = dims;
+  }
+  nlohmann::json files = nlohmann::json::object();
+  for (size_t i = 0; i < data.paths.size(); ++i) {
+    if (!data.paths[i].empty()) files[graph.node(graph.inputs()[i]).name] = data.paths[i];
+  }
+  if (!files.empty()) out["inputs"] = files;
+  if (!saved.empty()) out["saved"] = saved;
+}
+
 }  // namespace kiln::tools

@@ -8,6 +8,7 @@
 #include "support/expected.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -45,6 +46,12 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
 
 // "inputs uniform in [-1, 1]", "inputs x from x.npy, the rest uniform in [-1, 1]", ...
 std::string describe_inputs(const RunData& data);
+// " at B = 37, S = 100" for a symbolic `graph` (as written) at data.dims; "" for a static one.
+std::string describe_dims(const ir::Graph& graph, const RunData& data);
+// Adds to a --json report "dims" ({"B": 37}, a symbolic graph only), "inputs" ({"x": PATH},
+// when files were read) and "saved" (the files written, when any).
+void add_data_json(nlohmann::json& out, const ir::Graph& graph, const RunData& data,
+                   const std::vector<std::string>& saved);
 
 // Writes each output of `graph` as DIR/NAME.npy: `outputs` to --save in their dtypes (f32 '<f4',
 // f16 '<f2', bf16 '<u2' bits), `fp64` to --save-reference as '<f8'. Returns the paths written;
