@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 namespace kiln::ir {
 
@@ -66,6 +67,30 @@ Expected<Shape> make_shape(const std::vector<DimRef>& dims) {
 
 const char* k_symbol_rule =
     "; a symbolic dimension matches only itself or 1";
+
+// Two dims that do not broadcast, as found by broadcast_batch.
+struct DimClash {
+  DimRef have;
+  DimRef got;
+};
+
+// Broadcasts the batch dims of `shape` (all but its last two) into `batch`, both aligned at their
+// last batch dim and `batch` growing on the left as needed, as matmul's and attention's operands
+// broadcast; on a clash, `batch` is left unspecified and the clashing pair is returned.
+std::optional<DimClash> broadcast_batch(std::vector<DimRef>& batch, const Shape& shape) {
+  int shape_batch = shape.rank() - 2;
+  int grow = shape_batch - static_cast<int>(batch.size());
+  if (grow > 0) batch.insert(batch.begin(), static_cast<size_t>(grow), DimRef{});
+  int offset = static_cast<int>(batch.size()) - shape_batch;
+  for (int i = 0; i < shape_batch; ++i) {
+    DimRef& have = batch[static_cast<size_t>(offset + i)];
+    DimRef got = dim_ref(shape, i);
+    auto d = broadcast_dim(have, got);
+    if (!d) return DimClash{have, got};
+    have = *d;
+  }
+  return std::nullopt;
+}
 
 // numpy broadcasting of two shapes, aligned at their last dimension.
 Expected<Shape> broadcast(const Shape& a, const Shape& b) {
@@ -239,16 +264,10 @@ Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool 
   }
   // Batch dims broadcast like numpy's, aligned at the last batch dim.
   std::vector<DimRef> dims;
-  int batch_rank = std::max(sa.rank(), sb.rank()) - 2;
-  for (int i = 0; i < batch_rank; ++i) {
-    DimRef ba = dim_ref(sa, sa.rank() - 2 - batch_rank + i);
-    DimRef bb = dim_ref(sb, sb.rank() - 2 - batch_rank + i);
-    auto batch = broadcast_dim(ba, bb);
-    if (!batch) {
-      return make_error("matmul batch dimensions differ: ", describe(na), " and ", describe(nb),
-                        " (", show(ba), " against ", show(bb), ")");
-    }
-    dims.push_back(*batch);
+  (void)broadcast_batch(dims, sa);  // never clashes: dims starts empty
+  if (auto clash = broadcast_batch(dims, sb)) {
+    return make_error("matmul batch dimensions differ: ", describe(na), " and ", describe(nb),
+                      " (", show(clash->have), " against ", show(clash->got), ")");
   }
   dims.push_back(m);
   dims.push_back(n);
@@ -660,6 +679,113 @@ Expected<NodeId> Builder::add_concat(const std::vector<NodeId>& operands, int ax
   return push(std::move(node));
 }
 
+namespace {
+
+// Checks an attention mask against the scores dims: q's dtype, no more dims than the scores, and
+// each dim (aligned at the last) equal to the scores' or a constant 1.
+Status check_attention_mask(const Node& q, const Node& mask, const std::vector<DimRef>& scores) {
+  if (mask.type.dtype != q.type.dtype) {
+    return make_error("attention: mask differs from q in dtype: ", describe(mask), " and ",
+                      describe(q), "; cast one of them");
+  }
+  const Shape& sm = mask.type.shape;
+  int offset = static_cast<int>(scores.size()) - sm.rank();
+  std::string target = "[";
+  for (size_t i = 0; i < scores.size(); ++i) target += (i ? ", " : "") + show(scores[i]);
+  target += "]";
+  if (offset < 0) {
+    return make_error("attention: mask ", describe(mask), " has more dims than the scores ",
+                      target);
+  }
+  for (int i = 0; i < sm.rank(); ++i) {
+    DimRef m = dim_ref(sm, i);
+    const DimRef& s = scores[static_cast<size_t>(offset + i)];
+    bool one = m.symbol.index < 0 && m.value == 1;
+    if (one || (m.value == s.value && m.symbol.index == s.symbol.index)) continue;
+    return make_error("attention: mask ", describe(mask), " does not broadcast to the scores ",
+                      target, ": its dim ", std::to_string(i), " is ", show(m), " against ",
+                      show(s), "; a mask dim equals the scores' dim or is 1");
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+Expected<NodeId> Builder::add_attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask,
+                                        double scale, bool causal, std::string name) {
+  for (NodeId id : {q, k, v})
+    if (Status s = check_operand(id); !s) return s.error();
+  if (mask)
+    if (Status s = check_operand(*mask); !s) return s.error();
+  const Node& nq = node(q);
+  const Node& nk = node(k);
+  const Node& nv = node(v);
+  const std::pair<const char*, const Node*> roles[] = {{"q", &nq}, {"k", &nk}, {"v", &nv}};
+  for (const auto& [role, n] : roles) {
+    int rank = n->type.shape.rank();
+    if (rank < 2 || rank > 4) {
+      return make_error("attention: ", role, " must be 2-D to 4-D (the last two dims a matrix, "
+                        "the others batch dims), got ", describe(*n));
+    }
+    if (n->type.dtype != nq.type.dtype) {
+      return make_error("attention: ", role, " differs from q in dtype: ", describe(*n), " and ",
+                        describe(nq), "; cast one of them");
+    }
+  }
+  const Shape& sq = nq.type.shape;
+  const Shape& sk = nk.type.shape;
+  const Shape& sv = nv.type.shape;
+  DimRef head = dim_ref(sq, sq.rank() - 1);
+  DimRef k_head = dim_ref(sk, sk.rank() - 1);
+  if (k_head.value != head.value || k_head.symbol.index != head.symbol.index) {
+    return make_error("attention: k's last dim ", show(k_head), " does not match q's head dim ",
+                      show(head), " (q is ", describe(nq), ", k is ", describe(nk), ")");
+  }
+  DimRef keys = dim_ref(sk, sk.rank() - 2);
+  DimRef v_keys = dim_ref(sv, sv.rank() - 2);
+  if (v_keys.value != keys.value || v_keys.symbol.index != keys.symbol.index) {
+    return make_error("attention: v's second-to-last dim ", show(v_keys),
+                      " does not match k's key count ", show(keys), " (k is ", describe(nk),
+                      ", v is ", describe(nv), ")");
+  }
+  std::vector<DimRef> batch;
+  (void)broadcast_batch(batch, sq);  // never clashes: batch starts empty
+  if (auto clash = broadcast_batch(batch, sk)) {
+    return make_error("attention: the batch dims of k and q do not broadcast: ", describe(nk),
+                      " and ", describe(nq), " (", show(clash->got), " against ",
+                      show(clash->have), ")");
+  }
+  if (auto clash = broadcast_batch(batch, sv)) {
+    return make_error("attention: the batch dims of v do not broadcast with q's and k's: ",
+                      describe(nv), " against q ", describe(nq), " and k ", describe(nk), " (",
+                      show(clash->got), " against ", show(clash->have), ")");
+  }
+  DimRef queries = dim_ref(sq, sq.rank() - 2);
+  if (mask) {
+    std::vector<DimRef> scores = batch;
+    scores.push_back(queries);
+    scores.push_back(keys);
+    if (Status s = check_attention_mask(nq, node(*mask), scores); !s) return s.error();
+  }
+  if (!std::isfinite(scale) || scale == 0.0) {
+    return make_error("attention: scale must be finite and non-zero, got ", std::to_string(scale));
+  }
+  std::vector<DimRef> dims = std::move(batch);
+  dims.push_back(queries);
+  dims.push_back(dim_ref(sv, sv.rank() - 1));
+  auto shape = make_shape(dims);
+  if (!shape) return make_error("attention result: ", shape.error().message);
+  Node node;
+  node.kind = OpKind::attention;
+  node.operands = {q, k, v};
+  if (mask) node.operands.push_back(*mask);
+  node.attrs.scale = scale;
+  node.attrs.causal = causal;
+  node.type = TensorType{nq.type.dtype, std::move(*shape)};
+  node.name = std::move(name);
+  return push(std::move(node));
+}
+
 Status Builder::add_output(NodeId value) {
   if (Status s = check_operand(value); !s) return s;
   const Node& n = node(value);
@@ -698,6 +824,11 @@ Expected<Graph> Builder::finish() && {
   for (size_t u = 0; u < count; ++u) {
     Node& n = m_nodes[u];
     if (n.name.empty() && uses[u] != 1) needs_name[u] = true;
+    // An attention's mask is written by name (mask=NAME), never nested.
+    if (n.kind == OpKind::attention && n.operands.size() == 4) {
+      auto mask = static_cast<size_t>(n.operands[3]);
+      if (m_nodes[mask].name.empty()) needs_name[mask] = true;
+    }
     if (n.name.empty() && std::find(m_outputs.begin(), m_outputs.end(), NodeId(u)) !=
                               m_outputs.end()) {
       needs_name[u] = true;

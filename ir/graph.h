@@ -19,7 +19,9 @@ enum class OpKind : uint8_t {
 #undef KILN_OP
 };
 
-enum class OpCategory : uint8_t { input, matmul, binary, unary, cast, softmax, reduce, norm, layout };
+enum class OpCategory : uint8_t {
+  input, matmul, binary, unary, cast, softmax, reduce, norm, layout, attention
+};
 
 std::string_view to_string(OpKind kind);
 std::optional<OpKind> parse_op_kind(std::string_view text);
@@ -51,6 +53,8 @@ struct Attrs {
   double eps = 0.0;                         // norm
   int64_t start = 0, end = 0;               // slice: normalised, 0 <= start < end <= dim
   std::vector<int> dims;                    // permute: result dim i is operand dim dims[i]
+  double scale = 0.0;                       // attention: finite and non-zero
+  bool causal = false;                      // attention: key j > query i is masked out
   bool operator==(const Attrs&) const = default;
 };
 
@@ -136,6 +140,14 @@ public:
   // The operands (1 to k_max_concat, same dtype and rank, equal dims but along axis) joined.
   Expected<NodeId> add_concat(const std::vector<NodeId>& operands, int axis,
                               std::string name = {});
+  // softmax(q k^T * scale + mask, causal) v with q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv]
+  // (2-D to 4-D, one dtype; the batch dims broadcast as matmul's), giving q's dtype and
+  // [batch..., Sq, Dv]. The mask, when given, has q's dtype and broadcasts to the scores
+  // [batch..., Sq, Sk] without enlarging them; causal masks key j > query i (top-left aligned).
+  // Fails, naming the operand and dim, on any mismatch, or on a scale that is zero or not finite.
+  // The graph keeps the mask as operand 3 and always gives it a name (the text writes mask=NAME).
+  Expected<NodeId> add_attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask,
+                                 double scale, bool causal, std::string name = {});
   Status add_output(NodeId value);
 
   // Gives a value its name after the fact (the parser names a value once its statement ends).

@@ -83,6 +83,11 @@ std::string canonical_bytes(const Graph& graph) {
           w.u32(static_cast<uint32_t>(a.axis));
         }
         break;
+      case OpCategory::attention:
+        // The operand count (3 or 4) says whether there is a mask.
+        w.f64(a.scale);
+        w.u8(a.causal);
+        break;
       case OpCategory::input:
       case OpCategory::unary:
         break;
@@ -256,6 +261,15 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
             added = b.add_concat(operands, static_cast<int>(axis));
         }
         break;
+      case OpCategory::attention: {
+        double scale = std::bit_cast<double>(r.u64());
+        auto causal = r.u8();
+        std::optional<NodeId> mask;
+        if (arity == 4) mask = operands[3];
+        if (r.ok() && (arity == 3 || arity == 4) && causal <= 1)
+          added = b.add_attention(operands[0], operands[1], operands[2], mask, scale, causal == 1);
+        break;
+      }
     }
     if (!r.ok()) return bad("truncated");
     if (!added) return bad("node " + std::to_string(i) + ": " + added.error().message);

@@ -13,7 +13,7 @@ namespace {
 constexpr const char* k_op_list =
     "matmul, add, sub, mul, div, pow, maximum, minimum, relu, gelu, silu, sigmoid, tanh, exp, "
     "neg, sqrt, rsqrt, abs, cast, softmax, sum, mean, max, rms_norm, layer_norm, reshape, "
-    "permute, slice or concat";
+    "permute, slice, concat or attention";
 
 // Reads `true`/`false`.
 std::optional<bool> parse_bool(const Token& token) {
@@ -62,6 +62,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
   size_t arity = cat == OpCategory::matmul || cat == OpCategory::binary ? 2
                  : *kind == OpKind::layer_norm                       ? 3
                  : *kind == OpKind::rms_norm                         ? 2
+                 : cat == OpCategory::attention                      ? 3  // the mask is named
                                                                      : 1;
   if (*kind == OpKind::concat) {
     if (args.empty() || args.size() > static_cast<size_t>(k_max_concat)) {
@@ -71,7 +72,10 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
   } else if (args.size() != arity) {
     return error_at(op_token.location, op_name + " takes " + std::to_string(arity) + " operand" +
                                            (arity == 1 ? "" : "s") + ", got " +
-                                           std::to_string(args.size()));
+                                           std::to_string(args.size()) +
+                                           (cat == OpCategory::attention
+                                                ? " (a mask is written mask=NAME)"
+                                                : ""));
   }
   auto unknown_arg = [&](const NamedArg& arg, const char* accepted) {
     return error_at(arg.value.location, op_name + " has no argument '" + std::string(arg.name) +
@@ -191,6 +195,8 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
     }
     case OpCategory::layout:
       return build_layout(op_token, *kind, args, named);
+    case OpCategory::attention:
+      return build_attention(op_token, args, named);
     case OpCategory::input:
       break;
   }
@@ -302,6 +308,62 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
       break;
   }
   return error_at(op_token.location, "unknown op '" + op_name + "'");
+}
+
+Expected<NodeId> Parser::build_attention(const Token& op_token, const std::vector<Operand>& args,
+                                         const std::vector<NamedArg>& named) {
+  auto bad_value = [&](const NamedArg& arg, const std::string& wanted) {
+    return error_at(arg.value.location, "expected " + wanted + " for '" +
+                                            std::string(arg.name) + "', got " +
+                                            describe(arg.value));
+  };
+  std::optional<NodeId> mask;
+  std::optional<double> scale;
+  bool causal = false;
+  for (const NamedArg& arg : named) {
+    if (arg.name == "mask") {
+      if (arg.is_list || arg.value.kind != TokenKind::identifier)
+        return bad_value(arg, "the name of a value");
+      mask = m_builder.find(arg.value.text);
+      if (!mask) {
+        return error_at(arg.value.location,
+                        "undefined value '" + std::string(arg.value.text) + "'");
+      }
+    } else if (arg.name == "scale") {
+      scale = arg.is_list ? std::nullopt : parse_number<double>(arg.value);
+      if (!scale) return bad_value(arg, "a number");
+    } else if (arg.name == "causal") {
+      auto value = arg.is_list ? std::nullopt : parse_bool(arg.value);
+      if (!value) return bad_value(arg, "true or false");
+      causal = *value;
+    } else {
+      return error_at(arg.value.location, "attention has no argument '" +
+                                              std::string(arg.name) +
+                                              "'; expected mask, scale or causal");
+    }
+  }
+  std::vector<NodeId> ops;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto t = tensor_arg(op_token, args[i], i);
+    if (!t) return t;
+    ops.push_back(*t);
+  }
+  if (!scale) {
+    // The usual 1/sqrt(D), D being q's head dim; a symbolic D has no single value.
+    const Shape& q = m_builder.node(ops[0]).type.shape;
+    int last = q.rank() - 1;
+    if (q.symbol(last) >= 0 && q.rank() >= 2) {
+      return error_at(op_token.location,
+                      "attention needs scale= when q's head dim is the symbolic dim " +
+                          q.symbols()[static_cast<size_t>(last)].name +
+                          ": attention(q, k, v, scale=0.125)");
+    }
+    scale = 1.0 / std::sqrt(static_cast<double>(q.dim(last)));
+  }
+  auto id = m_builder.add_attention(ops[0], ops[1], ops[2], mask, *scale, causal);
+  if (!id) return error_at(op_token.location, id.error().message);
+  m_builder.set_location(*id, op_token.location.line, op_token.location.column);
+  return id;
 }
 
 }  // namespace kiln::ir::detail

@@ -66,6 +66,8 @@ private:
   Expected<NodeId> build_layout(const Token& op_token, OpKind kind,
                                 const std::vector<Operand>& args,
                                 const std::vector<NamedArg>& named);
+  Expected<NodeId> build_attention(const Token& op_token, const std::vector<Operand>& args,
+                                   const std::vector<NamedArg>& named);
   Expected<NodeId> tensor_arg(const Token& op_token, const Operand& operand, size_t index);
   Status define(NodeId id, const Token& name_token);
 

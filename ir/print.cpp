@@ -36,9 +36,11 @@ public:
       separator();
       out += format_literal(attrs.literal);
     }
-    for (NodeId operand : node.operands) {
+    // An attention's mask (operand 3) is written as mask=NAME below.
+    size_t positional = node.kind == OpKind::attention ? 3 : node.operands.size();
+    for (size_t i = 0; i < positional; ++i) {
       separator();
-      operand_ref(operand, out);
+      operand_ref(node.operands[i], out);
     }
     if (attrs.literal_side == LiteralSide::rhs) {
       separator();
@@ -90,6 +92,14 @@ public:
         out += ']';
         break;
       }
+      case OpKind::attention:
+        if (node.operands.size() > 3) {
+          out += ", mask=";
+          operand_ref(node.operands[3], out);  // Builder::finish names every mask
+        }
+        out += ", scale=" + format_literal(attrs.scale);
+        if (attrs.causal) out += ", causal=true";
+        break;
       case OpKind::permute:
         out += ", dims=[";
         for (size_t i = 0; i < attrs.dims.size(); ++i) {

@@ -67,6 +67,9 @@ Tensor run_node(const ir::Node& node, const std::vector<Tensor>& values, const R
       for (size_t i = 0; i < node.operands.size(); ++i) operands.push_back(&operand(i));
       return detail::run_layout(node, operands);
     }
+    case ir::OpCategory::attention:
+      return detail::run_attention(node, operand(0), operand(1), operand(2),
+                                   node.operands.size() > 3 ? &operand(3) : nullptr, mode);
     case ir::OpCategory::input:
       break;
   }
@@ -80,6 +83,17 @@ RunCost estimate_cost(const ir::Graph& graph) {
   for (const ir::Node& node : graph.nodes()) {
     int64_t elements = node.type.shape.elements();
     cost.bytes = saturating_add(cost.bytes, saturating_mul(elements, int64_t{sizeof(double)}));
+    if (node.kind == ir::OpKind::attention) {
+      // D multiply-adds per score, then Dv per score for the weighted sum of v.
+      const ir::Shape& out = node.type.shape;
+      const ir::Shape& q = graph.node(node.operands[0]).type.shape;
+      const ir::Shape& k = graph.node(node.operands[1]).type.shape;
+      int64_t dv = out.dim(out.rank() - 1);
+      int64_t scores = saturating_mul(elements / dv, k.dim(k.rank() - 2));
+      int64_t per_score = q.dim(q.rank() - 1) + dv;
+      cost.multiply_adds = saturating_add(cost.multiply_adds, saturating_mul(scores, per_score));
+      continue;
+    }
     if (node.kind != ir::OpKind::matmul) continue;
     const ir::Shape& a = graph.node(node.operands[0]).type.shape;
     int64_t k = node.attrs.transpose_a ? a.dim(a.rank() - 2) : a.dim(a.rank() - 1);

@@ -8,8 +8,10 @@
 //   `highest`, and fp32 add/sub/mul/div (IEEE on both sides).
 // - Close only: the order and grouping of fp32 matmul accumulation (the reference adds in k
 //   order; an MMA adds its k-slice in an unspecified order and internal precision; `highest`'s
-//   FFMA steps are each bit-exact, see fma_f32, but a kernel may split k differently), and
-//   transcendental functions (the host libm's expf/tanhf/erff, not CUDA's). Between ops every tensor is stored at its dtype; a fused kernel
+//   FFMA steps are each bit-exact, see fma_f32, but a kernel may split k differently),
+//   transcendental functions (the host libm's expf/tanhf/erff, not CUDA's), and attention, which
+//   runs in fp32 throughout (FFMA dot products, probabilities kept in fp32) whatever the dtype and
+//   precision mode. Between ops every tensor is stored at its dtype; a fused kernel
 //   that keeps an epilogue chain in fp32 registers can be slightly more accurate than that.
 #pragma once
 
@@ -47,7 +49,8 @@ struct RunLimits {
 };
 
 // Host memory (bytes; an upper bound: every tensor of the graph as doubles, though run() frees
-// intermediates after their last use) and matmul multiply-adds of one run, without running it.
+// intermediates after their last use) and matmul and attention multiply-adds of one run, without
+// running it.
 struct RunCost {
   int64_t bytes = 0;
   int64_t multiply_adds = 0;

@@ -21,5 +21,13 @@ Tensor run_norm(const ir::Node& node, const Tensor& x, const Tensor& weight, con
                 const RunMode& mode);
 // reshape, permute, slice, concat: values moved, never rounded.
 Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operands);
+// softmax(q k^T * scale + mask, causal) v per batch; `mask` is null when the node has none.
+Tensor run_attention(const ir::Node& node, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor* mask, const RunMode& mode);
+
+// Element offset of batch `b` (row-major over the batch dims of `out`, all but its last two)
+// inside the matrix operand `t` of matmul or attention: each of t's batch dims, aligned at the
+// last, counts unless it is 1 (broadcast).
+int64_t batch_offset(const Tensor& t, const ir::Shape& out, int64_t b, int64_t matrix_elements);
 
 }  // namespace kiln::reference::detail

@@ -16,22 +16,6 @@ struct Geometry {
   int64_t n = 0;
 };
 
-// Element offset of batch `b` (row-major over the result's batch dims `out`) inside an operand:
-// each of its batch dims, aligned at the last, counts unless it is 1 (broadcast).
-int64_t batch_offset(const Tensor& t, const ir::Shape& out, int64_t b, int64_t matrix_elements) {
-  int out_batch = out.rank() - 2, t_batch = t.shape.rank() - 2;
-  int64_t offset = 0, stride = matrix_elements;
-  for (int d = out_batch - 1; d >= 0; --d) {
-    int64_t coord = b % out.dim(d);
-    b /= out.dim(d);
-    int td = d - (out_batch - t_batch);
-    if (td < 0) break;
-    if (t.shape.dim(td) != 1) offset += coord * stride;
-    stride *= t.shape.dim(td);
-  }
-  return offset;
-}
-
 // Copies one rows x cols matrix (stored transposed when `transposed`) into row-major order,
 // converting every element with `convert`.
 template <typename Elem, typename Convert>
@@ -89,6 +73,20 @@ float to_float(double x) { return static_cast<float>(x); }
 float add_exact_product(float acc, float x, float y) { return acc + x * y; }
 
 }  // namespace
+
+int64_t batch_offset(const Tensor& t, const ir::Shape& out, int64_t b, int64_t matrix_elements) {
+  int out_batch = out.rank() - 2, t_batch = t.shape.rank() - 2;
+  int64_t offset = 0, stride = matrix_elements;
+  for (int d = out_batch - 1; d >= 0; --d) {
+    int64_t coord = b % out.dim(d);
+    b /= out.dim(d);
+    int td = d - (out_batch - t_batch);
+    if (td < 0) break;
+    if (t.shape.dim(td) != 1) offset += coord * stride;
+    stride *= t.shape.dim(td);
+  }
+  return offset;
+}
 
 Tensor run_matmul(const ir::Node& node, const Tensor& a, const Tensor& b, const RunMode& mode) {
   Tensor out = zeros(node.type);
