@@ -12,121 +12,23 @@
 // L2 error above 1e-6 fails the case. A mode the arch refuses (bf16 on sm_75) is reported as
 // skipped. Exit: 0 when every case passed or was skipped (or there is no GPU), 1 when one failed,
 // 2 on bad usage.
-#include "kiln/kiln.h"
+#include "gpu_util.h"
 
 #include <CLI/CLI.hpp>
-#include <cublas_v2.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 namespace {
 
+using namespace kiln_bench;
 using nlohmann::json;
 
 constexpr double k_max_rel_error = 1e-6;
-
-struct Mode {
-  const char* label;
-  const char* dtype;  // the graph's dtype
-  kiln::Precision precision;
-  cudaDataType_t cublas_type;
-  cublasComputeType_t cublas_compute;
-  const char* cublas_label;
-};
-
-const Mode k_modes[] = {
-    {"f32 highest", "f32", kiln::Precision::highest, CUDA_R_32F, CUBLAS_COMPUTE_32F, "sgemm"},
-    {"f32 high (tf32)", "f32", kiln::Precision::high, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32,
-     "tf32"},
-    {"f32 tf32x3", "f32", kiln::Precision::tf32x3, CUDA_R_32F, CUBLAS_COMPUTE_32F, "sgemm"},
-    {"f32 medium", "f32", kiln::Precision::medium, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF,
-     "fast_16bf"},
-    {"bf16", "bf16", kiln::Precision::automatic, CUDA_R_16BF, CUBLAS_COMPUTE_32F, "bf16"},
-    {"f16", "f16", kiln::Precision::automatic, CUDA_R_16F, CUBLAS_COMPUTE_32F, "f16"},
-};
-
-// A failed step: its message, kept for the report.
-struct Failure {
-  std::string message;
-};
-
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Failure{std::string(what) + ": " + cudaGetErrorString(e)};
-}
-
-void check_cublas(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    throw Failure{std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s))};
-  }
-}
-
-void check_kiln(const kiln::Status& s, const char* what) {
-  if (!s) throw Failure{std::string(what) + ": " + s.error().message};
-}
-
-size_t element_bytes(const std::string& dtype) { return dtype == "f32" ? 4 : 2; }
-
-std::vector<unsigned char> encode(const std::vector<float>& values, const std::string& dtype) {
-  std::vector<unsigned char> bytes(values.size() * element_bytes(dtype));
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == "f32") {
-      std::memcpy(&bytes[i * 4], &values[i], 4);
-    } else if (dtype == "bf16") {
-      __nv_bfloat16 h = __float2bfloat16_rn(values[i]);
-      std::memcpy(&bytes[i * 2], &h, 2);
-    } else {
-      __half h = __float2half_rn(values[i]);
-      std::memcpy(&bytes[i * 2], &h, 2);
-    }
-  }
-  return bytes;
-}
-
-float decode(const unsigned char* at, const std::string& dtype) {
-  if (dtype == "f32") {
-    float f;
-    std::memcpy(&f, at, 4);
-    return f;
-  }
-  if (dtype == "bf16") {
-    __nv_bfloat16 h;
-    std::memcpy(&h, at, 2);
-    return __bfloat162float(h);
-  }
-  __half h;
-  std::memcpy(&h, at, 2);
-  return __half2float(h);
-}
-
-// Multiples of 1/16 in [-0.5, 0.5), different for each seed.
-std::vector<float> inputs(size_t n, uint32_t seed) {
-  std::vector<float> values(n);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed * 0x9e3779b9u;
-    h ^= h >> 15;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    values[i] = static_cast<float>(static_cast<int>(h >> 28) - 8) / 16.0f;
-  }
-  return values;
-}
-
-struct DeviceMemory {
-  void* pointer = nullptr;
-  explicit DeviceMemory(size_t bytes) { check_cuda(cudaMalloc(&pointer, bytes), "cudaMalloc"); }
-  ~DeviceMemory() { cudaFree(pointer); }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-};
 
 float round_to(double exact, const std::string& dtype) {
   if (dtype == "f32") return static_cast<float>(exact);
@@ -183,20 +85,6 @@ size_t mismatches(const std::vector<unsigned char>& x, const std::vector<unsigne
   return count;
 }
 
-struct Events {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  Events() {
-    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  }
-  ~Events() {
-    if (start) cudaEventDestroy(start);
-    if (stop) cudaEventDestroy(stop);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-};
-
 json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations,
               cublasHandle_t blas) {
   json row = {{"mode", mode.label}, {"dtype", mode.dtype}, {"m", n}, {"n", n}, {"k", n},
@@ -221,9 +109,7 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations
   auto ha = encode(a, mode.dtype), hb = encode(b, mode.dtype);
   check_cuda(cudaMemcpy(da.pointer, ha.data(), ha.size(), cudaMemcpyHostToDevice), "upload a");
   check_cuda(cudaMemcpy(db.pointer, hb.data(), hb.size(), cudaMemcpyHostToDevice), "upload b");
-  kiln::DType dtype = mode.dtype == std::string("f32")    ? kiln::DType::f32
-                      : mode.dtype == std::string("bf16") ? kiln::DType::bf16
-                                                          : kiln::DType::f16;
+  kiln::DType dtype = kiln_dtype(mode.dtype);
   std::vector<int64_t> shape = {static_cast<int64_t>(n), static_cast<int64_t>(n)};
   std::vector<kiln::TensorRef> in = {{da.pointer, dtype, shape}, {db.pointer, dtype, shape}};
   std::vector<kiln::TensorRef> out = {{dc.pointer, dtype, shape}};
@@ -239,19 +125,8 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations
                  "cublasGemmEx");
   };
   Events events;
-  cudaEvent_t start = events.start, stop = events.stop;
-  auto time = [&](auto&& body) {
-    for (int i = 0; i < 3; ++i) body();
-    check_cuda(cudaDeviceSynchronize(), "warm-up");
-    check_cuda(cudaEventRecord(start), "cudaEventRecord");
-    for (int i = 0; i < iterations; ++i) body();
-    check_cuda(cudaEventRecord(stop), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(stop), "kernels");
-    float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    return static_cast<double>(ms) / iterations;
-  };
-  double kiln_ms = time(kiln_run), cublas_ms = time(blas_run);
+  double kiln_ms = events.time(iterations, kiln_run);
+  double cublas_ms = events.time(iterations, blas_run);
   std::vector<unsigned char> hc(elements * eb), href(elements * eb);
   check_cuda(cudaMemcpy(hc.data(), dc.pointer, hc.size(), cudaMemcpyDeviceToHost), "download");
   check_cuda(cudaMemcpy(href.data(), dref.pointer, href.size(), cudaMemcpyDeviceToHost),
@@ -282,22 +157,6 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations
   return row;
 }
 
-std::vector<size_t> parse_sizes(const std::string& text) {
-  std::vector<size_t> sizes;
-  size_t at = 0;
-  while (at <= text.size()) {
-    size_t comma = text.find(',', at);
-    std::string part = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    char* end = nullptr;
-    unsigned long value = std::strtoul(part.c_str(), &end, 10);
-    if (part.empty() || *end || value < 16 || value > 16384) return {};
-    sizes.push_back(value);
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return sizes;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -309,46 +168,23 @@ int main(int argc, char** argv) {
   app.add_option("--iterations", iterations, "timed runs per case")->check(CLI::Range(1, 10000));
   app.add_option("--json", json_path, "also write the results as JSON to PATH");
   CLI11_PARSE(app, argc, argv);
-  std::vector<size_t> sizes = parse_sizes(sizes_text);
+  std::vector<size_t> sizes = parse_sizes(sizes_text, 16, 16384);
   if (sizes.empty()) {
     std::fprintf(stderr, "gpu_gemm: --sizes: expected sizes 16..16384 separated by commas, got '%s'\n",
                  sizes_text.c_str());
     return 2;
   }
   json report = {{"rows", json::array()}};
-  auto write_json = [&] {
-    if (json_path.empty()) return true;
-    std::ofstream file(json_path);
-    file << report.dump(2) << "\n";
-    if (!file) std::fprintf(stderr, "gpu_gemm: cannot write %s\n", json_path.c_str());
-    return static_cast<bool>(file);
-  };
-  if (kiln::Status gpu = kiln::gpu_status(); !gpu) {
-    std::printf("gpu_gemm: skipped: %s\n", gpu.error().message.c_str());
-    report["skipped"] = gpu.error().message;
-    return write_json() ? 0 : 1;
-  }
-  cudaDeviceProp prop{};
-  if (cudaError_t e = cudaGetDeviceProperties(&prop, 0); e != cudaSuccess) {
-    std::fprintf(stderr, "gpu_gemm: cudaGetDeviceProperties: %s\n", cudaGetErrorString(e));
-    return 1;
-  }
-  int driver = 0;
-  if (cudaError_t e = cudaDriverGetVersion(&driver); e != cudaSuccess) {
-    std::fprintf(stderr, "gpu_gemm: cudaDriverGetVersion: %s\n", cudaGetErrorString(e));
-    return 1;
-  }
-  report["device"] = prop.name;
-  report["sm"] = prop.major * 10 + prop.minor;
-  report["driver"] = std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+  DeviceInfo device;
+  if (auto exit_code = open_device("gpu_gemm", report, json_path, device)) return *exit_code;
   report["iterations"] = iterations;
   cublasHandle_t blas;
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "gpu_gemm: cublasCreate failed\n");
     return 1;
   }
-  std::printf("gpu_gemm: %s (sm_%d%d), driver %s, %d iterations\n", prop.name, prop.major,
-              prop.minor, report["driver"].get<std::string>().c_str(), iterations);
+  std::printf("gpu_gemm: %s (sm_%d), driver %s, %d iterations\n", device.name.c_str(), device.sm,
+              device.driver.c_str(), iterations);
   std::printf("%-16s %6s %10s %11s %8s %-10s %10s %10s %s\n", "mode", "size", "kiln TF/s",
               "cuBLAS TF/s", "kiln/cuBLAS", "cuBLAS", "kiln err", "cuBLAS err", "status");
   int failures = 0;
@@ -381,6 +217,6 @@ int main(int argc, char** argv) {
     }
   }
   cublasDestroy(blas);
-  if (!write_json()) return 1;
+  if (!write_report("gpu_gemm", report, json_path)) return 1;
   return failures ? 1 : 0;
 }

@@ -1,7 +1,7 @@
-// gpu_gemm as built without the CUDA toolkit: says so and succeeds.
+// gpu_gemm and gpu_attention as built without the CUDA toolkit: say so and succeed.
 #include <cstdio>
 
 int main() {
-  std::printf("gpu_gemm: skipped: built without the CUDA toolkit (cudart, cuBLAS)\n");
+  std::printf("%s: skipped: built without the CUDA toolkit (cudart, cuBLAS)\n", KILN_BENCH_NAME);
   return 0;
 }

@@ -32,7 +32,10 @@ Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& opt
   auto precision = resolve_precision(*bound, options);
   if (!precision) return precision.error();
   program.precision = std::move(*precision);
-  std::vector<KernelGroup> groups = fuse(*bound);
+  auto attention = plan_attention(graph, program.precision, options.fusion_fallback);
+  if (!attention) return attention.error();
+  program.attention_fallbacks = std::move(attention->fallbacks);
+  std::vector<KernelGroup> groups = fuse(*bound, k_max_kernel_reads, attention->fused);
   auto plan = plan_kernels(*bound, groups, program.precision, options.sm, sizes);
   if (!plan) return plan.error();
   program.plan = std::move(*plan);
@@ -75,6 +78,8 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
   artifact.nvrtc_version = (*nvrtc)->version() + " (" + (*nvrtc)->identity() + ")";
   artifact.source = program_source(program, Prelude::include);
   artifact.fallbacks = program.precision.fallbacks;
+  artifact.fallbacks.insert(artifact.fallbacks.end(), program.attention_fallbacks.begin(),
+                            program.attention_fallbacks.end());
   artifact.input_bytes = program.plan.input_bytes;
   artifact.output_bytes = program.plan.output_bytes;
   artifact.temporary_bytes = program.plan.temporary_bytes;

@@ -1,6 +1,7 @@
 // The compiler's entry points: lower a graph to CUDA source, compile it with NVRTC.
 //
-// lower():   resolve_precision -> fuse -> plan_kernels -> emit_kernel (text only, no NVRTC)
+// lower():   resolve_precision -> plan_attention -> fuse -> plan_kernels -> emit_kernel (text
+//            only, no NVRTC)
 // compile(): lower(), then NVRTC on a pool of threads, one program per kernel
 #pragma once
 
@@ -22,13 +23,15 @@ struct LoweredProgram {
   int sm = 0;
   std::vector<DimRange> bucket;  // symbolic graphs: the bucket compiled (options.bucket)
   PrecisionPlan precision;
+  std::vector<std::string> attention_fallbacks;  // attentions run unfused (plan_attention)
   ProgramPlan plan;
   std::vector<std::string> kernel_sources;  // per kernel, without the prelude
 };
 
 // Runs every pass up to CUDA text. Errors are the caller's to fix (exit 2 in the CLI): an arch
 // kiln or the loadable NVRTC does not support, a precision the arch cannot run without an
-// allowed fallback, a symbolic graph without a bucket of its dims (options.bucket) or a static
+// allowed fallback, an attention that cannot be fused under a refusing fusion_fallback policy,
+// a symbolic graph without a bucket of its dims (options.bucket) or a static
 // one with a bucket. A symbolic graph is planned at the bucket's upper bounds; its kernels take
 // the symbols' values as parameters and serve every size of the bucket.
 Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options);

@@ -44,6 +44,7 @@ std::string describe(const ir::Graph& graph, const ProgramPlan& plan, const Kern
       for (int d : n.attrs.dims) args += std::to_string(d);
     }
     if (n.kind == ir::OpKind::reshape) args += ", to=" + ir::to_string(n.type.shape);
+    if (n.kind == ir::OpKind::attention && n.attrs.causal) args += ", causal";
     std::string expr = std::string(ir::to_string(n.kind)) + "(" + args + ")";
     // A comment, not a program: long fused chains are cut so the text stays linear in size.
     if (expr.size() > k_max_description) expr = expr.substr(0, k_max_description - 3) + "...";
@@ -59,15 +60,14 @@ std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const K
   detail::Code code;
   detail::KernelContext ctx{graph, plan, kernel, sizes};
   code.line("// " + kernel.name + ": " + describe(graph, plan, kernel));
-  std::string tile;
+  // A symbolic size shows as its range over the bucket.
+  auto size = [](const Extent& x) {
+    return x.fixed() ? x.expr() : detail::to_str(x.lo) + ".." + detail::to_str(x.hi);
+  };
   if (kernel.group.kind == GroupKind::matmul) {
     const MatmulShape& s = kernel.shape;
     const MatmulExtents& e = kernel.extents;
     const MatmulTile& t = kernel.tile;
-    // A symbolic size shows as its range over the bucket.
-    auto size = [](const Extent& x) {
-      return x.fixed() ? x.expr() : detail::to_str(x.lo) + ".." + detail::to_str(x.hi);
-    };
     code.line("// batch " + size(e.batch) + ", m " + size(e.m) + ", n " + size(e.n) + ", k " +
               size(e.k) + "; tile " +
               detail::to_str(t.bm) + "x" + detail::to_str(t.bn) + "x" + detail::to_str(t.bk) +
@@ -78,6 +78,16 @@ std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const K
     } else {
       detail::emit_matmul_ffma(code, ctx);
     }
+  } else if (kernel.group.kind == GroupKind::attention) {
+    const AttentionTile& t = kernel.attention_tile;
+    const AttentionExtents& a = kernel.attention_extents;
+    code.line("// batch " + size(kernel.extents.batch) + ", s_q " + size(a.sq) + ", s_k " +
+              size(a.sk) + ", d " + detail::to_str(a.d) + ", d_v " + detail::to_str(a.dv) +
+              "; " + detail::to_str(t.br) + " queries x " + detail::to_str(t.bc) + " keys, " +
+              detail::to_str(t.stages) + " stage(s), " + detail::to_str(32 * t.warps) +
+              " threads; " + std::string(to_string(kernel.group.attention.path)) + " on " +
+              arch_name(kernel.sm));
+    detail::emit_attention(code, ctx);
   } else if (kernel.group.kind != GroupKind::elementwise) {
     detail::emit_rows(code, ctx);
   } else {

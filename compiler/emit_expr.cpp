@@ -46,12 +46,7 @@ namespace {
 std::vector<ir::DType> param_dtypes(const KernelContext& ctx) {
   const KernelGroup& group = ctx.kernel.group;
   std::vector<ir::DType> dtypes(ctx.kernel.params.size(), ir::DType::f32);
-  std::vector<ir::NodeId> reads = group.leaves;
-  if (group.anchor >= 0) {
-    for (ir::NodeId op : ctx.graph.node(group.anchor).operands)
-      if (!std::binary_search(group.nodes.begin(), group.nodes.end(), op)) reads.push_back(op);
-  }
-  for (ir::NodeId id : reads) {
+  for (ir::NodeId id : kernel_reads(ctx.graph, group)) {
     int p = ctx.kernel.param_of(ctx.plan.location, id);
     if (p >= 0) dtypes[static_cast<size_t>(p)] = ctx.graph.node(id).type.dtype;
   }

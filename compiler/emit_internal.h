@@ -150,10 +150,34 @@ void emit_tile_copy(Code& code, const TileCopy& copy);
 void emit_block_origin(Code& code, const KernelPlan& kernel);
 
 // The k loop: a `stages`-deep cp.async pipeline (stages >= 2) or synchronous single-stage loads.
-// load(stage, k0) emits one stage's copies; compute(stage) its math.
+// load(stage, k0) emits one stage's copies; compute(stage) its math, tile `kt`. `limit`, when
+// given, is an int expression of the tiles to run (at most k's), e.g. a causal block's.
 void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
                  const std::function<void(const std::string&, const std::string&)>& load,
-                 const std::function<void(const std::string&)>& compute);
+                 const std::function<void(const std::string&)>& compute,
+                 const std::string& limit = "");
+
+// The mma fragment loaders shared by the tensor-core emitters. They read the shared-memory
+// tiles `as` (A, rows of lda) and `bs` (B, rows of ldb) at k offset `ks` for the m tile `mt`
+// (first row `am`) and n tile `nt` (first column `bn`), and write unsigned af[mt][4] and
+// bf[nt][2] (tf32x3: also as_small[mt] and bs_small[nt]); g = lane / 4 and t4 = lane % 4.
+// bf16_of_f32 permutes k the same way in A and B (logical pair 2t, 2t+1 holds t, t+4).
+struct MmaGeometry {
+  MatmulShape s;  // path, operand orientations
+  MatmulTile t;
+  SmemLayout layout;  // lda = layout.a.ld, ldb = layout.b.ld
+  int mt = 0, nt = 0;  // mma tiles per warp along M and N
+  int mma_k = 16;
+  bool half = false;  // 16-bit operands in shared memory
+};
+void emit_a_fragment(Code& code, const MmaGeometry& geo);
+void emit_b_fragment(Code& code, const MmaGeometry& geo);
+// One mma of `path` on sm: acc += a * b (tf32x3: the three products of the split operands).
+struct MmaNames {
+  std::string acc = "acc[mt][nt]", a = "af[mt]", b = "bf[nt]";
+  std::string a_small = "as_small[mt]", b_small = "bs_small[nt]";
+};
+void emit_mma(Code& code, MatmulPath path, int sm, const MmaNames& names);
 
 // Kernel bodies by group kind.
 void emit_matmul_mma(Code& code, const KernelContext& ctx);
@@ -161,5 +185,7 @@ void emit_matmul_ffma(Code& code, const KernelContext& ctx);
 // Softmax, reductions and norms: one warp per row along the anchor's axis.
 void emit_rows(Code& code, const KernelContext& ctx);
 void emit_elementwise(Code& code, const KernelContext& ctx);
+// Fused attention: a FlashAttention-2 loop over key tiles, on tensor cores or FFMA.
+void emit_attention(Code& code, const KernelContext& ctx);
 
 }  // namespace kiln::compiler::detail

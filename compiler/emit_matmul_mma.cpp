@@ -5,21 +5,13 @@ namespace kiln::compiler::detail {
 
 namespace {
 
-struct Geometry {
-  MatmulShape s;
-  MatmulTile t;
-  SmemLayout layout;
-  int mt = 0, nt = 0;  // mma tiles per warp along M and N
-  int mma_k = 16;
-  bool half = false;  // 16-bit operands in shared memory
-};
-
 std::string pack(const std::string& lo, const std::string& hi) {
   return "kiln_pack_bf16x2(" + lo + ", " + hi + ")";
 }
 
-// Loads this k-step's A fragments for m tile `mt` (row base `am`).
-void emit_a_fragment(Code& code, const Geometry& geo) {
+}  // namespace
+
+void emit_a_fragment(Code& code, const MmaGeometry& geo) {
   std::string lda = to_str(geo.layout.a.ld);
   MatmulPath path = geo.s.path;
   if (geo.half) {
@@ -77,8 +69,7 @@ void emit_a_fragment(Code& code, const Geometry& geo) {
   }
 }
 
-// Loads this k-step's B fragments for n tile `nt` (column base `bn`).
-void emit_b_fragment(Code& code, const Geometry& geo) {
+void emit_b_fragment(Code& code, const MmaGeometry& geo) {
   std::string ldb = to_str(geo.layout.b.ld);
   MatmulPath path = geo.s.path;
   if (geo.half) {
@@ -126,31 +117,33 @@ void emit_b_fragment(Code& code, const Geometry& geo) {
   }
 }
 
-void emit_mma(Code& code, const Geometry& geo, int sm) {
-  switch (geo.s.path) {
+void emit_mma(Code& code, MatmulPath path, int sm, const MmaNames& n) {
+  switch (path) {
     case MatmulPath::tf32:
-      code.line("kiln_mma_m16n8k8_tf32(acc[mt][nt], af[mt], bf[nt]);");
+      code.line("kiln_mma_m16n8k8_tf32(" + n.acc + ", " + n.a + ", " + n.b + ");");
       return;
     case MatmulPath::tf32x3:
-      code.line("kiln_mma_m16n8k8_tf32(acc[mt][nt], as_small[mt], bf[nt]);");
-      code.line("kiln_mma_m16n8k8_tf32(acc[mt][nt], af[mt], bs_small[nt]);");
-      code.line("kiln_mma_m16n8k8_tf32(acc[mt][nt], af[mt], bf[nt]);");
+      code.line("kiln_mma_m16n8k8_tf32(" + n.acc + ", " + n.a_small + ", " + n.b + ");");
+      code.line("kiln_mma_m16n8k8_tf32(" + n.acc + ", " + n.a + ", " + n.b_small + ");");
+      code.line("kiln_mma_m16n8k8_tf32(" + n.acc + ", " + n.a + ", " + n.b + ");");
       return;
     case MatmulPath::f16:
       if (sm >= 80) {
-        code.line("kiln_mma_m16n8k16_f16(acc[mt][nt], af[mt], bf[nt]);");
+        code.line("kiln_mma_m16n8k16_f16(" + n.acc + ", " + n.a + ", " + n.b + ");");
       } else {
-        code.line("kiln_mma_m16n8k8_f16(acc[mt][nt], af[mt], bf[nt]);");
-        code.line("kiln_mma_m16n8k8_f16(acc[mt][nt], af[mt] + 2, bf[nt] + 1);");
+        code.line("kiln_mma_m16n8k8_f16(" + n.acc + ", " + n.a + ", " + n.b + ");");
+        code.line("kiln_mma_m16n8k8_f16(" + n.acc + ", " + n.a + " + 2, " + n.b + " + 1);");
       }
       return;
     default:
-      code.line("kiln_mma_m16n8k16_bf16(acc[mt][nt], af[mt], bf[nt]);");
+      code.line("kiln_mma_m16n8k16_bf16(" + n.acc + ", " + n.a + ", " + n.b + ");");
       return;
   }
 }
 
-void emit_compute(Code& code, const Geometry& geo, int sm, const std::string& stage) {
+namespace {
+
+void emit_compute(Code& code, const MmaGeometry& geo, int sm, const std::string& stage) {
   std::string smem_t = geo.half ? "unsigned short" : "float";
   bool x3 = geo.s.path == MatmulPath::tf32x3;
   code.open("{");
@@ -180,7 +173,7 @@ void emit_compute(Code& code, const Geometry& geo, int sm, const std::string& st
   code.open("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt) {");
   code.line("#pragma unroll");
   code.open("for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt) {");
-  emit_mma(code, geo, sm);
+  emit_mma(code, geo.s.path, sm, MmaNames{});
   code.close();
   code.close();
   code.close();
@@ -191,7 +184,7 @@ void emit_compute(Code& code, const Geometry& geo, int sm, const std::string& st
 
 void emit_matmul_mma(Code& code, const KernelContext& ctx) {
   const KernelPlan& k = ctx.kernel;
-  Geometry geo{k.shape, k.tile, smem_layout(k.tile, k.shape)};
+  MmaGeometry geo{k.shape, k.tile, smem_layout(k.tile, k.shape)};
   geo.mt = k.tile.bm / k.tile.warps_m / 16;
   geo.nt = k.tile.bn / k.tile.warps_n / 8;
   geo.half = k.shape.elem_bytes == 2;

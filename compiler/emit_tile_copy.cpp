@@ -79,10 +79,15 @@ void emit_block_origin(Code& code, const KernelPlan& k) {
 
 void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
                  const std::function<void(const std::string&, const std::string&)>& load,
-                 const std::function<void(const std::string&)>& compute) {
+                 const std::function<void(const std::string&)>& compute,
+                 const std::string& limit) {
   int64_t k_tiles = (k.hi + bk - 1) / bk;  // the most there can be
   std::string tiles = to_str(k_tiles);
-  if (!k.fixed()) {
+  bool fixed = k.fixed() && limit.empty();
+  if (!limit.empty()) {
+    code.line("const int k_tiles = " + limit + ";");
+    tiles = "k_tiles";
+  } else if (!k.fixed()) {
     code.line("const int k_tiles = (" + k.expr() + " + " + to_str(bk - 1) + ") / " + to_str(bk) + ";");
     tiles = "k_tiles";
   }
@@ -100,7 +105,7 @@ void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
   code.line("// prologue: the first " + to_str(stages - 1) + " stages in flight");
   for (int st = 0; st < stages - 1; ++st) {
     if (st < k_tiles) {
-      code.open(k.fixed() || st == 0 ? "{" : "if (" + to_str(st) + " < k_tiles) {");
+      code.open(fixed || st == 0 ? "{" : "if (" + to_str(st) + " < k_tiles) {");
       code.line("const int k0 = " + to_str(st * bk) + ";");
       load(to_str(st), "k0");
       code.close();

@@ -16,6 +16,8 @@ GroupKind anchor_kind(ir::OpKind kind) {
       return GroupKind::reduce;
     case ir::OpCategory::norm:
       return GroupKind::norm;
+    case ir::OpCategory::attention:
+      return GroupKind::attention;
     default:
       return GroupKind::elementwise;
   }
@@ -139,7 +141,8 @@ bool feeds_on_anchor(const ir::Graph& graph, ir::NodeId id,
 
 }  // namespace
 
-std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
+std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads,
+                              const std::vector<AttentionMatch>& attention) {
   const auto& nodes = graph.nodes();
   const size_t n = nodes.size();
   std::vector<std::vector<ir::NodeId>> consumers(n);
@@ -150,8 +153,18 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
   std::vector<bool> is_output(n, false);
   for (ir::NodeId out : graph.outputs()) is_output[static_cast<size_t>(out)] = true;
 
-  std::vector<KernelGroup> groups;  // in creation order (roots descending)
+  std::vector<KernelGroup> groups;  // in creation order (roots descending), attention first
   std::vector<int> group_of(n, -1);
+  for (const AttentionMatch& m : attention) {
+    KernelGroup group;
+    group.kind = GroupKind::attention;
+    group.root = group.anchor = m.root;
+    group.nodes = m.chain;
+    std::reverse(group.nodes.begin(), group.nodes.end());  // reversed back below
+    group.attention = m;
+    for (ir::NodeId id : m.chain) group_of[static_cast<size_t>(id)] = static_cast<int>(groups.size());
+    groups.push_back(std::move(group));
+  }
   // plain[v]: member v's value is computed at its group's output element (no layout op and no
   // row op between it and the root), so an anchor may join there.
   std::vector<bool> plain(n, false);
@@ -167,7 +180,7 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
       }
       continue;
     }
-    if (is_view(graph, id)) continue;
+    if (is_view(graph, id) || group_of[r] >= 0) continue;
     bool single_use = !is_output[r] && graph.use_counts()[r] == 1 && consumers[r].size() == 1;
     GroupKind kind = anchor_kind(node.kind);
     int target = -1;
@@ -175,6 +188,8 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
       ir::NodeId c = consumers[r][0];
       const ir::Node& consumer = nodes[static_cast<size_t>(c)];
       int g = group_of[static_cast<size_t>(c)];
+      // An attention kernel reads its operands from buffers: nothing joins it.
+      if (g >= 0 && groups[static_cast<size_t>(g)].kind == GroupKind::attention) g = -1;
       GroupKind consumer_kind = anchor_kind(consumer.kind);
       if (g >= 0 && kind == GroupKind::elementwise && node.kind != ir::OpKind::reshape) {
         // An elementwise value joins an elementwise consumer, or a row op as its prologue.
@@ -223,6 +238,10 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
   std::vector<KernelGroup> cut;
   for (size_t g = 0; g < groups.size(); ++g) {
     std::reverse(groups[g].nodes.begin(), groups[g].nodes.end());
+    if (groups[g].kind == GroupKind::attention) {
+      cut.push_back(groups[g]);
+      continue;
+    }
     cut_wide_group(graph, groups[g], static_cast<int>(g), group_of, consumer, max_reads, reads,
                    owner, cut);
   }
@@ -238,6 +257,7 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads) {
   std::vector<int> listed(n, -1);  // listed[v] == g: v is already a leaf of group g
   for (size_t g = 0; g < groups.size(); ++g) {
     KernelGroup& group = groups[g];
+    if (group.kind == GroupKind::attention) continue;
     for (ir::NodeId member : group.nodes) {
       // The anchor reads its operands itself, unless its first operand is a fused member.
       if (member == group.anchor) continue;

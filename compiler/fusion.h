@@ -3,6 +3,7 @@
 // layout chains). Reshapes are views: no kernel, the operand's buffer read in the new shape.
 #pragma once
 
+#include "compiler/attention.h"
 #include "ir/graph.h"
 
 #include <cstddef>
@@ -10,9 +11,10 @@
 
 namespace kiln::compiler {
 
-enum class GroupKind : uint8_t { matmul, softmax, reduce, norm, elementwise };
+enum class GroupKind : uint8_t { matmul, softmax, reduce, norm, elementwise, attention };
 
-// The anchor kind of an op (matmul, softmax, reduce, norm), or elementwise for the rest.
+// The anchor kind of an op (matmul, softmax, reduce, norm, attention), or elementwise for the
+// rest.
 GroupKind anchor_kind(ir::OpKind kind);
 // True for the ops a group evaluates per element: binary, unary, cast, and the layout ops that
 // move elements (permute, slice, concat), whose operands are read at moved coordinates.
@@ -31,6 +33,9 @@ struct KernelGroup {
   ir::NodeId anchor = -1;
   std::vector<ir::NodeId> nodes;   // members in node order (the anchor included)
   std::vector<ir::NodeId> leaves;  // values read per element from buffers, in first-use order
+  // Attention groups: what the kernel computes. Their members are the chain it replaces (the
+  // attention op alone, or the explicit chain), anchor and root its last node; no leaves.
+  AttentionMatch attention;
 };
 
 // The most buffers one kernel reads (its leaves and its anchor's operands). NVRTC's time grows
@@ -49,7 +54,9 @@ inline constexpr size_t k_max_kernel_reads = 256;
 // that many: a chain into kernels that each read close to the limit, a balanced tree into full
 // subtrees. A graph output that is an input becomes a copy (an elementwise group whose root is
 // the input). Groups come in an order where every leaf is produced by an earlier group (or is a
-// graph input). Linear in the size of the graph.
-std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads = k_max_kernel_reads);
+// graph input). Each of `attention` becomes a group of its own, first: nothing else joins it.
+// Linear in the size of the graph.
+std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads = k_max_kernel_reads,
+                              const std::vector<AttentionMatch>& attention = {});
 
 }  // namespace kiln::compiler

@@ -40,7 +40,7 @@ Status check_arch(int sm, const std::vector<int>& supported) {
 
 std::string options_key(const CompileOptions& options) {
   return std::string("fallback=") +
-         (options.fallback == FallbackPolicy::allow ? "allow" : "refuse") +
+         (options.fallback != FallbackPolicy::refuse ? "allow" : "refuse") +
          ";nvrtc=-std=c++17 -Xptxas=-v";
 }
 

@@ -11,9 +11,9 @@
 
 namespace kiln::compiler {
 
-// Whether a combination the target cannot run may be compiled on the best available path
-// (recorded as a fallback) instead of being refused.
-enum class FallbackPolicy : uint8_t { refuse, allow };
+// What happens where kiln cannot compile what was asked for as asked: refuse (an error naming
+// the reason), warn (take the fallback, record it, and warn), or allow (take it and record it).
+enum class FallbackPolicy : uint8_t { refuse, warn, allow };
 
 // The sizes one compiled entry serves for one symbol of a symbolic graph: lo..hi inclusive.
 struct DimRange {
@@ -25,7 +25,12 @@ struct DimRange {
 struct CompileOptions {
   int sm = 90;                                         // compute capability x 10, e.g. 90
   ir::Precision precision = ir::Precision::automatic;  // the graph-wide mode
+  // Precision fallbacks (a combination the arch cannot run, compiled on the best available
+  // path): refused unless allowed, since they change the arithmetic.
   FallbackPolicy fallback = FallbackPolicy::refuse;
+  // Fusion fallbacks (an attention run as unfused kernels that write and read its scores): the
+  // same numbers at a cost in memory and time, so warned about unless refused or allowed.
+  FallbackPolicy fusion_fallback = FallbackPolicy::warn;
   // Exact libnvrtc to load; empty: KILN_NVRTC_PATH, then the usual places (see nvrtc.h).
   std::string nvrtc_path;
   // Symbolic graphs: the bucket to compile, one range per symbol (a bucket of it, see

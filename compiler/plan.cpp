@@ -6,6 +6,22 @@
 
 namespace kiln::compiler {
 
+std::vector<ir::NodeId> kernel_reads(const ir::Graph& graph, const KernelGroup& group) {
+  std::vector<ir::NodeId> reads;
+  if (group.kind == GroupKind::attention) {
+    const AttentionMatch& m = group.attention;
+    reads = {m.q, m.k, m.v};
+    if (m.mask >= 0) reads.push_back(m.mask);
+  } else if (group.anchor >= 0) {
+    // A row op's first operand may be a fused member (its prologue), read through its leaves.
+    for (ir::NodeId op : graph.node(group.anchor).operands) {
+      if (!std::binary_search(group.nodes.begin(), group.nodes.end(), op)) reads.push_back(op);
+    }
+  }
+  reads.insert(reads.end(), group.leaves.begin(), group.leaves.end());
+  return reads;
+}
+
 int KernelPlan::param_of(const std::vector<BufferRef>& location, ir::NodeId id) const {
   const BufferRef& ref = location[static_cast<size_t>(id)];
   for (size_t i = 0; i < params.size(); ++i) {
@@ -81,6 +97,39 @@ MatmulExtents matmul_extents(const ir::Graph& graph, const Sizes& sizes, ir::Nod
   return e;
 }
 
+// The sizes and strides an attention kernel computes with (AttentionExtents), and in
+// `e` the batch and the result's rows (S_q) and columns (D_v).
+AttentionExtents attention_extents(const ir::Graph& graph, const Sizes& sizes,
+                                   const AttentionMatch& m, MatmulExtents& e) {
+  const ir::Node& out = graph.node(m.root);
+  int rc = out.type.shape.rank();
+  int rq = graph.node(m.q).type.shape.rank(), rk = graph.node(m.k).type.shape.rank();
+  int rv = graph.node(m.v).type.shape.rank();
+  AttentionExtents a;
+  a.sq = sizes.dim(m.q, rq - 2);
+  a.sk = sizes.dim(m.k, rk - 2);
+  a.d = graph.node(m.q).type.shape.dim(rq - 1);
+  a.dv = graph.node(m.v).type.shape.dim(rv - 1);
+  e.batch = sizes.product(m.root, 0, rc - 2);
+  e.inner_batch = rc == 4 ? sizes.dim(m.root, 1) : Extent::constant(1);
+  e.m = a.sq;
+  e.n = Extent::constant(a.dv);
+  Extent d = Extent::constant(a.d), dv = Extent::constant(a.dv);
+  a.q = batch_stride_extents(graph, sizes, m.q, rc - 2, a.sq * d);
+  a.k = batch_stride_extents(graph, sizes, m.k, rc - 2, a.sk * d);
+  a.v = batch_stride_extents(graph, sizes, m.v, rc - 2, a.sk * dv);
+  a.mask = {Extent::constant(0), Extent::constant(0)};
+  if (m.mask >= 0) {
+    const ir::Shape& ms = graph.node(m.mask).type.shape;
+    int r = ms.rank();
+    // Right-aligned against the scores [..., S_q, S_k]: a dim of 1 (or none) broadcasts.
+    if (ms.dim(r - 1) != 1) a.mask_col = Extent::constant(1);
+    if (r >= 2 && ms.dim(r - 2) != 1) a.mask_row = sizes.dim(m.mask, r - 1);
+    if (r > 2) a.mask = batch_stride_extents(graph, sizes, m.mask, rc - 2, sizes.product(m.mask, r - 2, r));
+  }
+  return a;
+}
+
 uint32_t ceil_div(int64_t a, int64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
 
 }  // namespace
@@ -136,15 +185,7 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       }
     }
     next_view = group.root;
-    std::vector<ir::NodeId> reads;
-    if (group.anchor >= 0) {
-      // A row op's first operand may be a fused member (its prologue), read through its leaves.
-      for (ir::NodeId op : graph.node(group.anchor).operands) {
-        if (!std::binary_search(group.nodes.begin(), group.nodes.end(), op)) reads.push_back(op);
-      }
-    }
-    reads.insert(reads.end(), group.leaves.begin(), group.leaves.end());
-    for (ir::NodeId id : reads) {
+    for (ir::NodeId id : kernel_reads(graph, group)) {
       if (k.param_of(plan.location, id) < 0) {
         k.params.push_back({plan.location[static_cast<size_t>(id)], bytes_of(id), false});
       }
@@ -174,6 +215,24 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       if (symbolic) {
         k.grid = {k.extents.n.term(k.tile.bn), k.extents.m.term(k.tile.bm),
                   k.extents.batch.term()};
+      }
+    } else if (group.kind == GroupKind::attention) {
+      const AttentionMatch& m = group.attention;
+      k.attention_extents = attention_extents(graph, sizes, m, k.extents);
+      const AttentionExtents& a = k.attention_extents;
+      k.attention_tile = choose_attention_tile(m.path, a.d, a.dv, sm);
+      const AttentionTile& t = k.attention_tile;
+      k.name = index + "_attention_" + std::string(to_string(m.path)) + (m.causal ? "_causal" : "");
+      int64_t batch = total / (a.sq.hi * a.dv);
+      if (batch > 65535) {
+        return make_error(describe_node(graph, group.anchor), ": too many batches for one launch (",
+                          std::to_string(batch), ", limit 65535)");
+      }
+      k.launch.grid = {ceil_div(a.sq.hi, t.br), 1, static_cast<uint32_t>(batch)};
+      k.launch.block = {static_cast<uint32_t>(32 * t.warps), 1, 1};
+      k.launch.dynamic_smem_bytes = static_cast<uint32_t>(t.smem_bytes());
+      if (symbolic) {
+        k.grid = {a.sq.term(t.br), Extent::constant(1).term(), k.extents.batch.term()};
       }
     } else if (group.kind != GroupKind::elementwise) {
       // Row ops: one warp per row along the axis of the anchor's (first) operand.

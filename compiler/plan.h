@@ -7,17 +7,31 @@
 #include "compiler/sizes.h"
 #include "compiler/tile.h"
 
+#include <array>
 #include <string>
 #include <vector>
 
 namespace kiln::compiler {
+
+// An attention kernel's sizes: S_q, S_k, the true head dims, and per operand the element strides
+// of the result's batch dims (outer, inner; 0 where the operand broadcasts); the mask's strides
+// along queries and keys (0 where it broadcasts).
+struct AttentionExtents {
+  Extent sq, sk;
+  int64_t d = 0, dv = 0;
+  std::array<Extent, 2> q, k, v, mask;
+  Extent mask_row = Extent::constant(0), mask_col = Extent::constant(0);
+};
 
 struct KernelPlan {
   KernelGroup group;
   std::string name;   // "k0_matmul_tf32", also the entry point with "kiln_" before it
   MatmulShape shape;  // matmul kernels
   MatmulTile tile;    // matmul kernels
-  MatmulExtents extents;  // matmul kernels: `shape`'s sizes as the kernel computes them
+  MatmulExtents extents;  // matmul kernels: `shape`'s sizes as the kernel computes them;
+                          // attention kernels: batch, inner_batch, m = S_q and n = D_v
+  AttentionTile attention_tile;        // attention kernels
+  AttentionExtents attention_extents;  // attention kernels
   LaunchShape launch;     // for a symbolic graph, at the bucket's upper bounds
   std::vector<SizeTerm> grid;  // symbolic graphs: the grid's x, y, z as size terms
   uint32_t dim_params = 0;     // symbolic graphs: int parameters after the buffers
@@ -35,6 +49,10 @@ struct ProgramPlan {
   // Symbolic graphs only: each buffer's bytes as a size term.
   std::vector<SizeTerm> input_sizes, output_sizes, temporary_sizes;
 };
+
+// The values a kernel of `group` reads from buffers, possibly repeated: the anchor's operands
+// that are not members (an attention's q, k, v and mask), then the group's leaves.
+std::vector<ir::NodeId> kernel_reads(const ir::Graph& graph, const KernelGroup& group);
 
 // CUDA's kernel parameter space on every arch kiln supports (sm_75 and newer, CUDA 12.1 and
 // newer); each kiln parameter is one 8-byte device pointer.

@@ -23,6 +23,13 @@ std::string_view to_string(MatmulPath path) {
 
 bool uses_mma(MatmulPath path) { return path != MatmulPath::ffma; }
 
+std::string error_location(const ir::Graph& graph, ir::NodeId id) {
+  const ir::Node& node = graph.node(id);
+  if (graph.source_file().empty() || node.line <= 0) return {};
+  return graph.source_file() + ":" + std::to_string(node.line) + ":" +
+         std::to_string(node.column) + ": error: ";
+}
+
 std::string describe_node(const ir::Graph& graph, ir::NodeId id) {
   const ir::Node& node = graph.node(id);
   std::string op(ir::to_string(node.kind));
@@ -73,7 +80,7 @@ Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileO
   plan.paths.assign(graph.nodes().size(), MatmulPath::ffma);
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
     const ir::Node& node = graph.nodes()[i];
-    if (node.kind != ir::OpKind::matmul) continue;
+    if (node.kind != ir::OpKind::matmul && node.kind != ir::OpKind::attention) continue;
     auto id = static_cast<ir::NodeId>(i);
     ir::DType dtype = graph.node(node.operands[0]).type.dtype;
     ir::Precision mode = node.attrs.precision.value_or(plan.graph_mode);
@@ -86,13 +93,8 @@ Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileO
       continue;
     }
     if (options.fallback == FallbackPolicy::refuse) {
-      // Located like a parse error where the graph came from a file: "FILE:LINE:COL: error: ".
-      std::string where;
-      if (!graph.source_file().empty() && node.line > 0)
-        where = graph.source_file() + ":" + std::to_string(node.line) + ":" +
-                std::to_string(node.column) + ": error: ";
       return make_error(
-          where, what, ": ", choice.needs,
+          error_location(graph, id), what, ": ", choice.needs,
           "; to run it as fp32 ffma (highest), allow fallbacks (`kiln compile --allow-fallback`, "
           "RuntimeOptions::allow_fallback)");
     }

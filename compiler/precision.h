@@ -25,17 +25,19 @@ bool uses_mma(MatmulPath path);
 
 struct PrecisionPlan {
   ir::Precision graph_mode = ir::Precision::highest;  // the graph mode, `automatic` resolved
-  std::vector<MatmulPath> paths;                      // per node id; meaningful for matmuls
+  std::vector<MatmulPath> paths;  // per node id; meaningful for matmuls and attention ops
   std::vector<std::string> fallbacks;                 // one line per op that fell back
   std::string decision;                               // e.g. "auto -> high on sm_90"
 };
 
-// Resolves `auto` (high on sm >= 80, else highest) and each matmul's mode (its precision=
-// attribute overrides the graph mode). A path the arch cannot run is an error naming the op,
+// Resolves `auto` (high on sm >= 80, else highest) and each matmul's and attention op's mode (a
+// matmul's precision= attribute overrides the graph mode). A path the arch cannot run is an error naming the op,
 // mode and arch, unless options.fallback allows it: then the best available path is used and
 // a line is added to `fallbacks`.
 Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileOptions& options);
 
+// "FILE:LINE:COL: error: " where node `id` came from a file (as a parse error is located), else "".
+std::string error_location(const ir::Graph& graph, ir::NodeId id);
 // "matmul 'h'" or "matmul #4" for messages.
 std::string describe_node(const ir::Graph& graph, ir::NodeId id);
 

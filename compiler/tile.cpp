@@ -2,6 +2,7 @@
 #include "compiler/tile.h"
 
 #include <algorithm>
+#include <span>
 
 namespace kiln::compiler {
 
@@ -81,6 +82,40 @@ MatmulTile choose_tile(const MatmulShape& shape, int sm) {
   int fit = std::clamp(smem_budget(sm) / per_stage, 2, 4);
   tile.stages = static_cast<int>(std::clamp<int64_t>(k_tiles + 1, 2, fit));
   return tile;
+}
+
+AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm) {
+  AttentionTile t;
+  auto pad16 = [](int64_t x) { return static_cast<int>((x + 15) / 16 * 16); };
+  t.d = pad16(d);
+  t.dv = pad16(dv);
+  bool mma = uses_mma(path);
+  bool half = path == MatmulPath::f16 || path == MatmulPath::bf16;
+  t.elem_bytes = half ? 2 : 4;
+  if (mma) {
+    t.br = 16 * t.warps;
+    t.q_ld = t.d + 16 / t.elem_bytes;  // rows 16 bytes apart from bank groups, as matmul's A
+    t.k_ld = t.q_ld;
+    t.v_ld = t.dv + 8;                 // read across rows: 8 elements, as matmul's MN-major B
+  } else {
+    t.br = 8 * t.warps;  // four threads per query
+    t.q_ld = 0;
+    t.k_ld = t.d;        // a quad reads 4 neighbours, the warp's 8 queries the same key
+    t.v_ld = t.dv;
+  }
+  struct Option {
+    int bc, stages;
+  };
+  const Option mma_options[] = {{64, 2}, {32, 2}, {16, 2}, {64, 1}, {32, 1}, {16, 1}};
+  const Option ffma_options[] = {{32, 2}, {32, 1}, {16, 1}};
+  for (const Option& o : mma ? std::span<const Option>(mma_options)
+                             : std::span<const Option>(ffma_options)) {
+    if (o.stages > 1 && sm < 80) continue;
+    t.bc = o.bc;
+    t.stages = o.stages;
+    if (t.smem_bytes() <= smem_budget(sm)) break;
+  }
+  return t;
 }
 
 }  // namespace kiln::compiler

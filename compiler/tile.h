@@ -45,6 +45,23 @@ struct SmemLayout {
 // padded against bank conflicts; the ffma kernel stores fp32 [k][m] and [k][n].
 SmemLayout smem_layout(const MatmulTile& tile, const MatmulShape& shape);
 
+// An attention kernel's tile: each block owns `br` queries (16 per warp on tensor cores, 8 per
+// warp on FFMA) and walks the keys `bc` at a time through `stages` shared-memory stages. Head
+// dims are padded to multiples of 16 (zeros); shared-memory rows are `*_ld` elements apart.
+struct AttentionTile {
+  int br = 64, bc = 64, stages = 1, warps = 4;
+  int d = 64, dv = 64;               // padded head dims of q/k and of v
+  int q_ld = 0, k_ld = 0, v_ld = 0;  // q_ld 0: q is read into registers (FFMA)
+  int elem_bytes = 4;                // in shared memory
+  int smem_bytes() const {
+    return elem_bytes * (br * q_ld + stages * bc * (k_ld + v_ld));
+  }
+};
+
+// Picks the attention tile for `path` and padded head dims on `sm`: the widest key tile and the
+// deepest pipeline (2 stages on sm_80+, cp.async) that fit the shared-memory budget.
+AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm);
+
 // Rough SM count of a typical part of each arch: decides when big tiles still fill the GPU.
 int typical_sm_count(int sm);
 // Largest dynamic shared memory kiln plans for on `sm` (fits every part of that arch).

@@ -1,7 +1,7 @@
 // Reference attention: softmax(q k^T * scale + mask, causal) v one query row at a time, the batch
 // dims broadcast as matmul's, in fp64, or emulated in fp32 (FFMA dot products in head and key
-// order, probabilities kept in fp32, the precision mode not applied) with the result stored at its
-// dtype.
+// order, probabilities in fp32, the operands of both products rounded as the mode's tensor-core
+// path rounds them) with the result stored at its dtype.
 #include "reference/kernels.h"
 
 #include "reference/rounding.h"
@@ -68,8 +68,11 @@ float multiply_add(float x, float y, float acc) { return fma_f32(x, y, acc); }
 // Every query row of one batch: its scores against all keys (-inf past the query when causal),
 // their softmax (the max subtracted first, so a row without a finite score gives NaN as softmax
 // does), then the probability-weighted sum of v's rows, in T; stored at `dtype` when `store`.
-template <typename T>
-void run_batch(const ir::Node& node, const Geometry& g, const Batch& b, bool store) {
+// `operand` rounds a value entering a product: q, k, v and the probabilities (the identity in
+// fp64, `highest` and `tf32x3`, whose split keeps about fp32's precision).
+template <typename T, typename Round>
+void run_batch(const ir::Node& node, const Geometry& g, const Batch& b, bool store,
+               Round operand) {
   const T scale = static_cast<T>(node.attrs.scale);
   const bool causal = node.attrs.causal;
   std::vector<T> p(static_cast<size_t>(g.keys));
@@ -82,7 +85,8 @@ void run_batch(const ir::Node& node, const Geometry& g, const Batch& b, bool sto
         const double* k_row = b.k + j * g.head;
         T dot(0);
         for (int64_t d = 0; d < g.head; ++d)
-          dot = multiply_add(static_cast<T>(q_row[d]), static_cast<T>(k_row[d]), dot);
+          dot = multiply_add(operand(static_cast<T>(q_row[d])), operand(static_cast<T>(k_row[d])),
+                             dot);
         score = dot * scale;
         if (b.mask) score += static_cast<T>(b.mask[i * b.mask_row + j * b.mask_col]);
       }
@@ -99,10 +103,10 @@ void run_batch(const ir::Node& node, const Geometry& g, const Batch& b, bool sto
     std::fill(acc.begin(), acc.end(), T(0));
     for (int64_t j = 0; j < g.keys; ++j) {
       const double* v_row = b.v + j * g.width;
-      T weight = p[static_cast<size_t>(j)];
+      T weight = operand(p[static_cast<size_t>(j)]);
       for (int64_t e = 0; e < g.width; ++e)
         acc[static_cast<size_t>(e)] =
-            multiply_add(weight, static_cast<T>(v_row[e]), acc[static_cast<size_t>(e)]);
+            multiply_add(weight, operand(static_cast<T>(v_row[e])), acc[static_cast<size_t>(e)]);
     }
     double* out_row = b.out + i * g.width;
     for (int64_t e = 0; e < g.width; ++e) {
@@ -141,10 +145,17 @@ Tensor run_attention(const ir::Node& node, const Tensor& q, const Tensor& k, con
       b.mask_col = strides[static_cast<size_t>(rank - 1)];
     }
     // fp64 keeps full precision, as every op's ground truth; emulated runs the kernel's fp32.
-    if (mode.arithmetic == Arithmetic::fp64)
-      run_batch<double>(node, g, b, false);
-    else
-      run_batch<float>(node, g, b, true);
+    if (mode.arithmetic == Arithmetic::fp64) {
+      run_batch<double>(node, g, b, false, [](double x) { return x; });
+    } else if (node.type.dtype == ir::DType::f16) {
+      run_batch<float>(node, g, b, true, round_f16);
+    } else if (node.type.dtype == ir::DType::bf16 || mode.precision == ir::Precision::medium) {
+      run_batch<float>(node, g, b, true, round_bf16);
+    } else if (mode.precision == ir::Precision::high) {
+      run_batch<float>(node, g, b, true, round_tf32_rna);
+    } else {
+      run_batch<float>(node, g, b, true, [](float x) { return x; });
+    }
   }
   return out;
 }

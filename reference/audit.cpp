@@ -45,7 +45,8 @@ double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision
     const ir::Node& node = graph.node(stack.back());
     stack.pop_back();
     if (node.type.dtype != ir::DType::f32) result = std::max(result, k_tolerance_half);
-    if (node.kind == ir::OpKind::matmul && node.type.dtype == ir::DType::f32)
+    bool products = node.kind == ir::OpKind::matmul || node.kind == ir::OpKind::attention;
+    if (products && node.type.dtype == ir::DType::f32)
       result = std::max(result, tolerance(node.attrs.precision.value_or(precision)));
     for (ir::NodeId operand : node.operands) {
       if (seen[static_cast<size_t>(operand)]) continue;

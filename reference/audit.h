@@ -22,9 +22,10 @@ inline constexpr double k_tolerance_half = 1.5e-2;
 // The tolerance of a resolved precision (asserts on `automatic`).
 double tolerance(ir::Precision precision);
 
-// The tolerance of one output under graph-wide `precision`: the loosest among the f32 matmuls it
-// depends on (each at its own `precision=` or the graph's) and k_tolerance_half when any tensor it
-// depends on is f16/bf16; k_tolerance_highest when it depends on neither (fp32 elementwise only).
+// The tolerance of one output under graph-wide `precision`: the loosest among the f32 matmuls
+// and attention ops it depends on (each at its own `precision=` or the graph's) and
+// k_tolerance_half when any tensor it depends on is f16/bf16; k_tolerance_highest when it
+// depends on neither (fp32 elementwise only).
 double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision precision);
 
 struct OutputAudit {

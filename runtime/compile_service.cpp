@@ -1,11 +1,11 @@
 // Compile through the cache: key fields, lookup, single-flight compile, artifact <-> payloads.
 #include "runtime/compile_service.h"
 
-#include "compiler/sizes.h"
-
+#include "compiler/attention.h"
 #include "compiler/compiler.h"
 #include "compiler/nvrtc.h"
 #include "compiler/pool.h"
+#include "compiler/sizes.h"
 
 #include <nlohmann/json.hpp>
 
@@ -24,11 +24,23 @@ double micros_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Expected<compiler::PrecisionPlan> check_request(const ir::Graph& graph,
-                                                const compiler::CompileOptions& options) {
+std::vector<std::string> RequestPlan::fallbacks() const {
+  std::vector<std::string> lines = precision.fallbacks;
+  lines.insert(lines.end(), unfused.begin(), unfused.end());
+  return lines;
+}
+
+Expected<RequestPlan> check_request(const ir::Graph& graph, const compiler::CompileOptions& options) {
   if (Status s = compiler::check_arch(options.sm, compiler::known_archs()); !s) return s.error();
   if (Status s = compiler::check_bucket(graph, options.bucket); !s) return s.error();
-  return compiler::resolve_precision(graph, options);
+  RequestPlan plan;
+  auto precision = compiler::resolve_precision(graph, options);
+  if (!precision) return precision.error();
+  plan.precision = std::move(*precision);
+  auto attention = compiler::plan_attention(graph, plan.precision, options.fusion_fallback);
+  if (!attention) return attention.error();
+  plan.unfused = std::move(attention->fallbacks);
+  return plan;
 }
 
 Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
@@ -38,11 +50,11 @@ Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
   if (!plan) return plan.error();
   auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
   if (!nvrtc) return nvrtc.error();
-  compiler::ResolvedInfo resolved{std::string(ir::to_string(plan->graph_mode)), *nvrtc};
+  compiler::ResolvedInfo resolved{std::string(ir::to_string(plan->precision.graph_mode)), *nvrtc};
   // Allowing fallbacks changes the kernels only where something falls back: otherwise the
   // request is keyed as without the flag, and both share one entry.
   compiler::CompileOptions keyed = options;
-  if (plan->fallbacks.empty()) keyed.fallback = compiler::FallbackPolicy::refuse;
+  if (plan->precision.fallbacks.empty()) keyed.fallback = compiler::FallbackPolicy::refuse;
   CompileRequest request;
   for (auto& [name, value] : compiler::key_fields(graph, keyed, resolved)) {
     if (name == "graph_hash") request.graph_hash = value;

@@ -39,10 +39,18 @@ struct CompileRequest {
   double prepare_us = 0;
 };
 
-// Checks the arch and resolves the graph's precision plan (a refused combination fails here,
-// naming op, mode and arch): every error is the caller's input to fix.
-Expected<compiler::PrecisionPlan> check_request(const ir::Graph& graph,
-                                                const compiler::CompileOptions& options);
+// What a request compiles to, decided before any compile or cache lookup.
+struct RequestPlan {
+  compiler::PrecisionPlan precision;   // each matmul's path; precision fallbacks
+  std::vector<std::string> unfused;    // attentions run unfused (compiler::plan_attention)
+  // Every fallback line: precision ones first.
+  std::vector<std::string> fallbacks() const;
+};
+
+// Checks the arch, resolves the graph's precision plan and finds its attentions (a refused
+// combination or unfused attention fails here, naming op, reason and arch): every error is the
+// caller's input to fix.
+Expected<RequestPlan> check_request(const ir::Graph& graph, const compiler::CompileOptions& options);
 
 // check_request(), then the key: fails also when NVRTC cannot be found (an environment failure,
 // not bad input; callers that report the two differently call check_request() first).

@@ -47,8 +47,13 @@ public:
     compiler::CompileOptions options;
     options.sm = m_sm;
     options.precision = m_options.precision;
-    options.fallback = m_options.allow_fallback ? compiler::FallbackPolicy::allow
-                                                : compiler::FallbackPolicy::refuse;
+    bool refuse = m_options.fallbacks == FallbackPolicy::refuse;
+    options.fallback = m_options.allow_fallback && !refuse ? compiler::FallbackPolicy::allow
+                                                           : compiler::FallbackPolicy::refuse;
+    options.fusion_fallback = refuse ? compiler::FallbackPolicy::refuse
+                              : m_options.fallbacks == FallbackPolicy::warn
+                                  ? compiler::FallbackPolicy::warn
+                                  : compiler::FallbackPolicy::allow;
     options.threads = m_options.compile_threads;
     if (graph.symbolic()) return compile_symbolic(graph, options);
     return compile_bucket(graph, options);
@@ -73,9 +78,7 @@ private:
     auto result = runtime::compile_graph(graph, options, m_cache.get());
     if (!result) return result.error();
     log_precision_once(result->artifact);
-    for (const std::string& fallback : result->artifact.fallbacks) {
-      m_options.log(LogLevel::warning, "fallback: " + fallback);
-    }
+    warn_fallbacks(result->artifact.fallbacks);
     return runtime::make_executable(graph, std::move(*result), m_options.device);
   }
 
@@ -99,10 +102,16 @@ private:
       if (!result) return result.error();
       return runtime::make_executable(graph, std::move(*result), device);
     };
-    for (const std::string& fallback : plan->fallbacks)
-      m_options.log(LogLevel::warning, "fallback: " + fallback);
+    warn_fallbacks(plan->fallbacks());
     return runtime::make_symbolic_executable(graph, std::move(compile), m_options.device, m_arch,
                                              *plan, ir::graph_hash(graph).hex());
+  }
+
+  // One warning per fallback of this compile, unless the policy allows them quietly.
+  void warn_fallbacks(const std::vector<std::string>& fallbacks) {
+    if (m_options.fallbacks != FallbackPolicy::warn) return;
+    for (const std::string& fallback : fallbacks)
+      m_options.log(LogLevel::warning, "fallback: " + fallback);
   }
 
   // TorchServe's rule, said once per runtime so a user can see what `auto` chose.

@@ -14,14 +14,14 @@ namespace {
 class SymbolicExecutable final : public Executable {
 public:
   SymbolicExecutable(const ir::Graph& graph, CompileBucket compile, int device,
-                      std::string arch, const compiler::PrecisionPlan& precision,
+                      std::string arch, const RequestPlan& plan,
                       std::string graph_hash)
       : m_compile(std::move(compile)) {
     describe_graph(graph, *this);
     m_device = device;
     m_arch = std::move(arch);
-    m_precision = std::string(ir::to_string(precision.graph_mode));
-    m_fallbacks = precision.fallbacks;
+    m_precision = std::string(ir::to_string(plan.precision.graph_mode));
+    m_fallbacks = plan.fallbacks();
     m_graph_hash = std::move(graph_hash);
   }
 
@@ -98,10 +98,10 @@ private:
 std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
                                                      CompileBucket compile, int device,
                                                      std::string arch,
-                                                     const compiler::PrecisionPlan& precision,
+                                                     const RequestPlan& plan,
                                                      std::string graph_hash) {
   return std::make_shared<SymbolicExecutable>(graph, std::move(compile), device, std::move(arch),
-                                              precision, std::move(graph_hash));
+                                              plan, std::move(graph_hash));
 }
 
 }  // namespace kiln::runtime

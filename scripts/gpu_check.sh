@@ -3,18 +3,21 @@
 #   1. the GPU test suite (runtime_tests --gtest_filter='Gpu*': every example graph in each mode
 #      on the device, against the fp64 reference);
 #   2. bench/gpu_gemm: kiln's matmul kernels against cuBLAS per mode and size, checked against the
-#      exact product;
+#      exact product; bench/gpu_attention: kiln's fused attention against cuBLAS GEMMs around a
+#      softmax, per mode, head dim and sequence length, both checked against fp64;
 #   3. `kiln run --json` on every example graph in every precision mode (the transformer layers:
 #      scripts/check_numpy.py --gpu, on realistic inputs against NumPy fp64).
 #
 # Usage:
 #   scripts/gpu_check.sh [--bin DIR] [--out DIR]
-#       --bin DIR  the binaries (kiln, runtime_tests, gpu_gemm, and DIR/lib for their libraries);
+#       --bin DIR  the binaries (kiln, runtime_tests, gpu_gemm, gpu_attention, and DIR/lib for
+#                  their libraries);
 #                  default: build/, built first if they are missing
 #       --out DIR  where results go (default: $OUT when set, else gpu-check/): summary.md,
-#                  gpu_tests.xml and .log, gpu_gemm.json and .log, run/GRAPH_MODE.json
+#                  gpu_tests.xml and .log, gpu_gemm.json and .log, gpu_attention.json and .log,
+#                  run/GRAPH_MODE.json
 #   scripts/gpu_check.sh --pack DIR
-#       copies the three binaries and the shared libraries they need beyond glibc and CUDA into
+#       copies the four binaries and the shared libraries they need beyond glibc and CUDA into
 #       DIR, for a GPU machine that cannot install packages; run there with --bin DIR.
 #
 # Exit: 0 when everything passed, 1 when a check failed, 3 when there is no usable GPU (nothing
@@ -35,7 +38,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-binaries=(build/tools/kiln build/tests/runtime/runtime_tests build/bench/gpu_gemm)
+binaries=(build/tools/kiln build/tests/runtime/runtime_tests build/bench/gpu_gemm
+  build/bench/gpu_attention)
 
 if [[ -n "$pack" ]]; then
   for b in "${binaries[@]}"; do
@@ -57,12 +61,15 @@ if [[ -z "$bin" ]]; then
   for b in "${binaries[@]}"; do [[ -x "$b" ]] || missing=1; done
   if [[ $missing == 1 ]]; then
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-      cmake --build build -j "$(nproc)" --target kiln runtime_tests gpu_gemm >/dev/null ||
-      { echo "gpu_check: building kiln, runtime_tests and gpu_gemm failed" >&2; exit 1; }
+      cmake --build build -j "$(nproc)" --target kiln runtime_tests gpu_gemm gpu_attention \
+        >/dev/null ||
+      { echo "gpu_check: building kiln, runtime_tests, gpu_gemm and gpu_attention failed" >&2
+        exit 1; }
   fi
   kiln=build/tools/kiln tests=build/tests/runtime/runtime_tests gemm=build/bench/gpu_gemm
+  attention=build/bench/gpu_attention
 else
-  kiln="$bin/kiln" tests="$bin/runtime_tests" gemm="$bin/gpu_gemm"
+  kiln="$bin/kiln" tests="$bin/runtime_tests" gemm="$bin/gpu_gemm" attention="$bin/gpu_attention"
   export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
@@ -109,6 +116,15 @@ rc=$?
   echo "## gpu_gemm: $(status $rc)"
   echo
   sed 's/^/    /' "$out/gpu_gemm.log"
+} >>"$summary"
+
+"$attention" --json "$out/gpu_attention.json" >"$out/gpu_attention.log" 2>&1
+rc=$?
+{
+  echo
+  echo "## gpu_attention: $(status $rc)"
+  echo
+  sed 's/^/    /' "$out/gpu_attention.log"
 } >>"$summary"
 
 {

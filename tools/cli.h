@@ -1,6 +1,7 @@
 // Shared pieces of the kiln CLI: exit codes and the registration hook every command file provides.
 #pragma once
 
+#include "compiler/options.h"
 #include "ir/graph.h"
 
 #include <CLI/CLI.hpp>
@@ -33,6 +34,18 @@ CLI::Option* add_cache_dir_option(CLI::App* cmd, std::string& dir, const std::st
 // Adds `--remote URL` (the remote cache tier, overriding $KILN_REMOTE_CACHE; "" turns it off) to
 // `cmd`; a URL that is not redis://[:password@]host[:port][/db][?prefix=P] is bad usage.
 CLI::Option* add_remote_option(CLI::App* cmd, std::optional<std::string>& remote);
+
+// --allow-fallback (precision fallbacks: a mode the arch lacks, run on the best available path)
+// and --no-fallback (no fallback of any kind: an attention kiln cannot fuse is an error too);
+// given together they are bad usage.
+struct FallbackFlags {
+  bool allow = false;
+  bool refuse = false;
+};
+void add_fallback_options(CLI::App* cmd, FallbackFlags& flags, const std::string& allow_help);
+// Sets options.fallback (precision: refused unless allowed) and options.fusion_fallback
+// (unfused attention: warned about unless refused) from `flags`.
+void apply_fallback_flags(const FallbackFlags& flags, compiler::CompileOptions& options);
 
 // The sizes `--dims` gives a symbolic graph for one run, one value per dim (none for a static
 // graph without --dims); prints "<command>: ..." and returns nullopt when they are missing or

@@ -30,7 +30,7 @@ struct CompileArgs {
   std::vector<std::string> files;
   std::string arch;  // empty: the GPU's, and an error where there is none
   std::string precision = "auto";
-  bool allow_fallback = false;
+  FallbackFlags fallback;
   bool ptx = false;
   bool no_prelude = false;
   bool no_cache = false;
@@ -54,8 +54,9 @@ void add_target_options(CLI::App* cmd, CompileArgs& args) {
                   "target architecture, e.g. sm_90 (default: the GPU's; required without one)");
   cmd->add_option("--precision", args.precision, "highest, high, tf32x3, medium or auto")
       ->capture_default_str();
-  cmd->add_flag("--allow-fallback", args.allow_fallback,
-                "compile combinations the arch cannot run on the best available path (recorded)");
+  add_fallback_options(cmd, args.fallback,
+                       "compile combinations the arch cannot run on the best available path "
+                       "(recorded)");
   cmd->add_option("--dims", args.dims,
                   "sizes of a symbolic graph's dims, e.g. B=37,S=100 (NAME=all: every bucket)");
 }
@@ -120,8 +121,7 @@ std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
   compiler::CompileOptions options;
   options.sm = *sm;
   options.precision = *precision;
-  options.fallback =
-      args.allow_fallback ? compiler::FallbackPolicy::allow : compiler::FallbackPolicy::refuse;
+  apply_fallback_flags(args.fallback, options);
   return options;
 }
 
@@ -249,6 +249,7 @@ int compile_one(const std::string& file, compiler::CompileOptions options, bool 
     return k_exit_failure;
   }
   const compiler::Artifact& artifact = result->artifact;
+  for (const auto& f : artifact.fallbacks) print_warning("kiln: " + file + ": fallback: " + f);
   const char* cache_word = result->hit ? "hit" : "miss";
   const char* tier = result->remote_hit ? "remote" : "local";
   if (!json) {

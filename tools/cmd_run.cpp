@@ -33,7 +33,7 @@ struct RunArgs {
   uint64_t seed = 0;
   bool emulate = false;
   bool arch_given = false;
-  bool allow_fallback = false;
+  FallbackFlags fallback;
   bool json = false;
   std::string cache_dir;
   std::optional<std::string> remote;
@@ -73,8 +73,7 @@ int run_graph(const RunArgs& args) {
   compiler::CompileOptions options;
   options.sm = *sm;
   options.precision = *precision;
-  options.fallback =
-      args.allow_fallback ? compiler::FallbackPolicy::allow : compiler::FallbackPolicy::refuse;
+  apply_fallback_flags(args.fallback, options);
   for (size_t i = 0; i < values.size(); ++i)
     options.bucket.push_back(compiler::bucket_of(values[i], graph->symbols()[i]));
   Expected<reference::CheckRun> checked = Error{};
@@ -92,6 +91,9 @@ int run_graph(const RunArgs& args) {
       return k_exit_failure;
     }
     fallbacks = program->lowered().precision.fallbacks;
+    const auto& unfused = program->lowered().attention_fallbacks;
+    fallbacks.insert(fallbacks.end(), unfused.begin(), unfused.end());
+    for (const std::string& f : fallbacks) print_warning("run: fallback: " + f);
     checked = reference::check_against_fp64(
         bound, program->lowered().precision.graph_mode, std::move(data->inputs),
         [&](const std::vector<reference::Tensor>& inputs) { return program->run(inputs); });
@@ -104,7 +106,9 @@ int run_graph(const RunArgs& args) {
     RuntimeOptions runtime_options;
     runtime_options.arch = args.arch_given ? args.arch : "";
     runtime_options.precision = *precision;
-    runtime_options.allow_fallback = args.allow_fallback;
+    runtime_options.allow_fallback = args.fallback.allow;
+    runtime_options.fallbacks =
+        args.fallback.refuse ? FallbackPolicy::refuse : FallbackPolicy::warn;
     runtime_options.cache_dir = args.cache_dir;
     runtime_options.remote_cache = args.remote;
     auto runtime = Runtime::create(runtime_options);
@@ -211,8 +215,8 @@ void register_run_commands(CLI::App& app, int& exit_code) {
                   "sizes of a symbolic graph's dims, e.g. B=37,S=100 (default: the --input "
                   "files')");
   add_data_options(cmd, args->data, "the outputs, in their dtypes (bf16 as '<u2' bits),");
-  cmd->add_flag("--allow-fallback", args->allow_fallback,
-                "run a mode the arch lacks on the best available path instead of refusing");
+  add_fallback_options(cmd, args->fallback,
+                       "run a mode the arch lacks on the best available path instead of refusing");
   add_cache_dir_option(cmd, args->cache_dir,
                        "cache directory for the GPU run (emulation uses none)");
   add_remote_option(cmd, args->remote);

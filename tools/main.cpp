@@ -104,6 +104,20 @@ CLI::Option* add_cache_dir_option(CLI::App* cmd, std::string& dir, const std::st
   });
 }
 
+void add_fallback_options(CLI::App* cmd, FallbackFlags& flags, const std::string& allow_help) {
+  auto* allow = cmd->add_flag("--allow-fallback", flags.allow, allow_help);
+  cmd->add_flag("--no-fallback", flags.refuse,
+                "refuse every fallback: an attention that cannot be fused fails the compile "
+                "instead of running unfused with a warning")
+      ->excludes(allow);
+}
+
+void apply_fallback_flags(const FallbackFlags& flags, compiler::CompileOptions& options) {
+  options.fallback = flags.allow ? compiler::FallbackPolicy::allow : compiler::FallbackPolicy::refuse;
+  options.fusion_fallback =
+      flags.refuse ? compiler::FallbackPolicy::refuse : compiler::FallbackPolicy::warn;
+}
+
 CLI::Option* add_remote_option(CLI::App* cmd, std::optional<std::string>& remote) {
   return cmd
       ->add_option("--remote", remote,

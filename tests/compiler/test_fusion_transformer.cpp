@@ -3,6 +3,8 @@
 // consumers, and the LLaMA and BERT layers compile to a fixed, small number of kernels.
 #include "compiler/fusion.h"
 
+#include "compiler/compiler.h"
+
 #include "test_support.h"
 
 #include <gtest/gtest.h>
@@ -100,20 +102,23 @@ TEST(FusionTransformer, RotaryAndHeadSplitAreOneKernel) {
   EXPECT_EQ(groups[0].leaves.size(), 3u);  // x, cos, sin
 }
 
-// The kernel counts README.md and KERNELS.md state for the example layers.
+// The kernel counts README.md and KERNELS.md state for the example layers: greedy fusion alone,
+// and after the attention pass (lower()), which makes the scores matmul, softmax and P V matmul
+// one fused attention kernel.
 struct LayerCount {
   const char* name;
-  size_t kernels;
-  int matmuls;  // every projection one kernel with its epilogue, plus the two attention ones
+  size_t greedy_kernels;
+  int matmuls;  // greedy: every projection one kernel with its epilogue, plus the two attention ones
+  size_t kernels;  // lowered
 };
 
 TEST(FusionTransformer, LlamaAndBertLayersCompileToFewKernels) {
   // LLaMA: 2 norms, 9 matmuls (q, k, v, scores, probabilities x v, out, gate, up, down), the
   // softmax, rotary+head split for q and k, the v head split, the head merge.
   // BERT: 2 norms, 8 matmuls, the softmax, head splits for q, k, v, the head merge.
-  for (LayerCount c : {LayerCount{"llama_layer", 16, 9}, LayerCount{"bert_layer", 15, 8}}) {
+  for (LayerCount c : {LayerCount{"llama_layer", 16, 9, 14}, LayerCount{"bert_layer", 15, 8, 13}}) {
     auto groups = fuse(example(c.name));
-    EXPECT_EQ(groups.size(), c.kernels) << c.name;
+    EXPECT_EQ(groups.size(), c.greedy_kernels) << c.name;
     int norms = 0, matmuls = 0, softmaxes = 0;
     for (const auto& group : groups) {
       norms += group.kind == GroupKind::norm;
@@ -123,6 +128,23 @@ TEST(FusionTransformer, LlamaAndBertLayersCompileToFewKernels) {
     EXPECT_EQ(norms, 2) << c.name;
     EXPECT_EQ(matmuls, c.matmuls) << c.name;
     EXPECT_EQ(softmaxes, 1) << c.name;
+
+    // Lowered: the attention is one kernel, with no softmax and two matmuls fewer.
+    for (ir::Precision p : {ir::Precision::highest, ir::Precision::high}) {
+      auto program = lower(example(c.name), test::options(90, p));
+      ASSERT_TRUE(program.ok()) << program.error().message;
+      EXPECT_EQ(program->plan.kernels.size(), c.kernels) << c.name;
+      EXPECT_TRUE(program->attention_fallbacks.empty()) << c.name;
+      int attention = 0, lowered_matmuls = 0, lowered_softmaxes = 0;
+      for (const KernelPlan& k : program->plan.kernels) {
+        attention += k.group.kind == GroupKind::attention;
+        lowered_matmuls += k.group.kind == GroupKind::matmul;
+        lowered_softmaxes += k.group.kind == GroupKind::softmax;
+      }
+      EXPECT_EQ(attention, 1) << c.name;
+      EXPECT_EQ(lowered_matmuls, c.matmuls - 2) << c.name;
+      EXPECT_EQ(lowered_softmaxes, 0) << c.name;
+    }
   }
 }
 

@@ -68,8 +68,22 @@ TEST(Tile, ShortKUsesFewerStages) {
   EXPECT_EQ(choose_tile(s, 90).stages, 2);
 }
 
+// attention.kg with its second matmul at another precision: not fused, three kernels whose
+// scores and probabilities live in temporaries.
+ir::Graph unfused_attention() {
+  return parse(R"(graph attention {
+    input q: f32[16, 128, 64]
+    input k: f32[16, 128, 64]
+    input v: f32[16, 128, 64]
+    scores = mul(matmul(q, k, transpose_b=true), 0.125)
+    p = softmax(scores, axis=-1)
+    o = matmul(p, v, precision=highest)
+    output o
+  })");
+}
+
 TEST(Plan, TemporariesAndOutputsAreBoundInOrder) {
-  ir::Graph g = example("attention");
+  ir::Graph g = unfused_attention();
   auto program = lower(g, options(90, ir::Precision::high));
   ASSERT_TRUE(program.ok()) << program.error().message;
   const ProgramPlan& plan = program->plan;
@@ -92,7 +106,7 @@ TEST(Plan, TemporariesAndOutputsAreBoundInOrder) {
 }
 
 TEST(Plan, BatchedMatmulLaunchesOneGridLayerPerBatch) {
-  auto program = lower(example("attention"), options(80, ir::Precision::high));
+  auto program = lower(unfused_attention(), options(80, ir::Precision::high));
   ASSERT_TRUE(program.ok());
   const KernelPlan& k = program->plan.kernels[0];
   EXPECT_EQ(k.launch.grid[2], 16u);

@@ -116,7 +116,7 @@ void* make_stream() {
 
 TEST(FakeDriver, AfterPrepareARunCanBeCapturedIntoAGraph) {
   ASSERT_TRUE(use_fake_driver({}));
-  auto exe = compile_example("attention.kg", 0);  // with temporaries
+  auto exe = compile_example("mlp.kg", 0);  // with a temporary
   ASSERT_TRUE(exe);
   Buffers buffers(*exe, 0);
   ASSERT_TRUE(buffers.ok());
@@ -192,7 +192,7 @@ TEST(FakeDriver, WithoutMemoryPoolsRunsStillWorkAndCaptureIsRefusedClearly) {
   Config config;
   config.memory_pools = false;
   ASSERT_TRUE(use_fake_driver(config));
-  auto exe = compile_example("attention.kg", 0);
+  auto exe = compile_example("mlp.kg", 0);
   ASSERT_TRUE(exe);
   Buffers buffers(*exe, 0);
   ASSERT_TRUE(buffers.ok());

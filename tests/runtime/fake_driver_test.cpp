@@ -108,7 +108,7 @@ std::set<uint64_t> temporaries(const std::vector<fake_cuda::Launch>& launches,
 
 TEST(FakeDriver, RunsOnPerThreadDefaultStreamsGetTheirOwnTemporaries) {
   ASSERT_TRUE(use_fake_driver({}));
-  auto exe = compile_example("attention.kg", 0);  // keeps its scores in a temporary
+  auto exe = compile_example("mlp.kg", 0);  // keeps its hidden layer in a temporary
   ASSERT_TRUE(exe);
   Buffers a(*exe, 0), b(*exe, 0);
   ASSERT_TRUE(a.ok() && b.ok());

@@ -48,7 +48,8 @@ const GpuCase k_cases[] = {
     {"mlp.kg", Precision::highest},        {"mlp.kg", Precision::high},
     {"mlp.kg", Precision::tf32x3},         {"mlp.kg", Precision::medium},
     {"attention.kg", Precision::highest},  {"attention.kg", Precision::high},
-    {"attention.kg", Precision::tf32x3},   {"mixed_head.kg", Precision::high},
+    {"attention.kg", Precision::tf32x3},   {"attention.kg", Precision::medium},
+    {"attention_causal.kg", Precision::automatic}, {"mixed_head.kg", Precision::high},
     {"gated_mlp.kg", Precision::automatic}, {"half_epilogue.kg", Precision::automatic},
 };
 

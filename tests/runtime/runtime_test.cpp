@@ -124,6 +124,59 @@ TEST(Runtime, RefusedCombinationIsAnErrorUnlessFallbacksAreAllowed) {
   EXPECT_FALSE((*allowed)->fallbacks().empty());
 }
 
+TEST(Runtime, AnUnfusedAttentionFollowsTheFallbackPolicy) {
+  TempCache dir;
+  // Head dim 160: the attention runs unfused.
+  const std::string wide = R"(graph wide {
+    input q: f32[2, 33, 160]
+    input k: f32[2, 40, 160]
+    input v: f32[2, 40, 32]
+    o = matmul(softmax(matmul(q, k, transpose_b=true), axis=-1), v)
+    output o
+  })";
+  const std::string reason = "runs unfused: head dim 160 > 128";
+  auto warnings = [&](const std::vector<std::string>& log) {
+    int n = 0;
+    for (const std::string& line : log) n += line.find(reason) != std::string::npos;
+    return n;
+  };
+  for (FallbackPolicy policy : {FallbackPolicy::warn, FallbackPolicy::allow}) {
+    for (std::string text : {wide, std::string(R"(graph wide_s {
+      dim S: 1..64
+      input q: f32[2, S, 160]
+      input k: f32[2, S, 160]
+      input v: f32[2, S, 32]
+      o = matmul(softmax(matmul(q, k, transpose_b=true), axis=-1), v)
+      output o
+    })")}) {
+      std::vector<std::string> log;
+      RuntimeOptions options;
+      options.arch = "sm_90";
+      options.cache_dir = dir.path();
+      options.fallbacks = policy;
+      options.log = [&log](LogLevel, std::string_view m) { log.emplace_back(m); };
+      auto exe = Runtime::create(options).value()->compile_text(text, "wide.kg");
+      ASSERT_TRUE(exe) << exe.error().message;
+      ASSERT_EQ((*exe)->fallbacks().size(), 1u);
+      EXPECT_NE((*exe)->fallbacks()[0].find(reason), std::string::npos);
+      EXPECT_EQ(warnings(log), policy == FallbackPolicy::warn ? 1 : 0) << text;
+    }
+  }
+  RuntimeOptions options;
+  options.arch = "sm_90";
+  options.cache_dir = dir.path();
+  options.fallbacks = FallbackPolicy::refuse;
+  auto refused = Runtime::create(options).value()->compile_text(wide, "wide.kg");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find(reason), std::string::npos) << refused.error().message;
+  // refuse also refuses the precision fallbacks allow_fallback would take.
+  options.arch = "sm_75";
+  options.allow_fallback = true;
+  auto bf16 = Runtime::create(options).value()->compile_file(std::string(KILN_EXAMPLES_DIR) +
+                                                             "/gated_mlp.kg");
+  EXPECT_FALSE(bf16);
+}
+
 TEST(Runtime, BadArchIsAClearError) {
   RuntimeOptions options;
   options.arch = "sm_12";

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh without a GPU: exit 3, and a summary that says nothing was checked and why;
-# bad usage exits 2. Arguments: the kiln, runtime_tests and gpu_gemm binaries.
+# bad usage exits 2. Arguments: the kiln, runtime_tests, gpu_gemm and gpu_attention binaries.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp=$(mktemp -d)
@@ -9,6 +9,7 @@ mkdir -p "$tmp/bin/lib"
 ln -s "$1" "$tmp/bin/kiln"
 ln -s "$2" "$tmp/bin/runtime_tests"
 ln -s "$3" "$tmp/bin/gpu_gemm"
+ln -s "$4" "$tmp/bin/gpu_attention"
 
 KILN_CUDA_DRIVER_PATH=/nonexistent/libcuda.so.1 \
   bash "$root/scripts/gpu_check.sh" --bin "$tmp/bin" --out "$tmp/out" >"$tmp/stdout" 2>&1

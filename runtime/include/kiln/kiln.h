@@ -32,6 +32,11 @@ using ir::Precision;
 
 enum class LogLevel { info, warning };
 
+// What happens where kiln cannot compile a graph as asked: refuse (the compile fails and names
+// the reason), warn (the fallback is taken, recorded in Executable::fallbacks() and logged as a
+// warning), or allow (taken and recorded, not logged).
+enum class FallbackPolicy { refuse, warn, allow };
+
 struct RuntimeOptions {
   // Cache directory; empty: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
   std::string cache_dir;
@@ -46,8 +51,15 @@ struct RuntimeOptions {
   // compile ahead of time on a machine without a GPU (warming a cache for a fleet).
   std::string arch;
   int device = 0;
-  // Compile a combination the arch cannot run on the best available path (recorded in
-  // Executable::fallbacks()) instead of refusing it.
+  // Fallbacks of any kind. The one kind taken by default is an attention kiln cannot fuse (a
+  // head dim over 128, a symbolic head dim, an explicit chain whose matmuls differ): it runs as
+  // unfused kernels that write and read its S_q x S_k scores, warned about once per compile with
+  // the reason and the bytes. `refuse` fails such compiles instead (`kiln --no-fallback`), and
+  // refuses precision fallbacks even where allow_fallback is set.
+  FallbackPolicy fallbacks = FallbackPolicy::warn;
+  // Precision fallbacks: compile a combination the arch cannot run (bf16 or tf32 mma on sm_75)
+  // on the best available path instead of refusing it. They change the arithmetic, so they are
+  // refused unless allowed here (and `fallbacks` is not `refuse`).
   bool allow_fallback = false;
   // NVRTC threads per graph; 0: $KILN_COMPILE_THREADS, else the core count.
   int compile_threads = 0;

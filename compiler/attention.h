@@ -1,0 +1,45 @@
+// Pass: finds the attentions one fused kernel computes (the attention op, and the explicit chain
+// matmul(softmax(add?(mul?(matmul(q, k, transpose_b=true), s), mask?)), v)), and records every
+// attention that runs unfused: why, and the bytes of the scores it materialises.
+#pragma once
+
+#include "compiler/options.h"
+#include "compiler/precision.h"
+#include "ir/graph.h"
+#include "support/expected.h"
+
+#include <string>
+#include <vector>
+
+namespace kiln::compiler {
+
+// The widest head dim (of q and k, and of v) the fused kernel takes: it keeps a 16-row slab of
+// the output, head dim wide, in registers.
+inline constexpr int64_t k_max_attention_head_dim = 128;
+
+// One attention a fused kernel computes: softmax(q k^T * scale + mask, causal) v.
+struct AttentionMatch {
+  ir::NodeId root = -1;           // the attention op, or the chain's matmul(p, v)
+  std::vector<ir::NodeId> chain;  // the nodes it replaces, in node order, root last
+  ir::NodeId q = -1, k = -1, v = -1;
+  ir::NodeId mask = -1;  // an additive mask broadcast to [..., S_q, S_k], or -1
+  double scale = 1.0;
+  bool causal = false;      // key j > query i masked (top-left aligned)
+  MatmulPath path = MatmulPath::ffma;  // of QK^T and PV
+};
+
+struct AttentionPlan {
+  std::vector<AttentionMatch> fused;
+  // One line per attention that runs unfused: the op or chain, the reason, and the bytes of the
+  // scores tensor the unfused kernels write and read.
+  std::vector<std::string> fallbacks;
+};
+
+// Finds the attentions of `graph` (its symbols unbound) with each matmul's path from `precision`.
+// A chain that cannot be fused is a fallback: an error under FallbackPolicy::refuse, else a line
+// in `fallbacks`. An attention op that cannot be fused (a head dim over 128 or symbolic) is an
+// error: it has no unfused form.
+Expected<AttentionPlan> plan_attention(const ir::Graph& graph, const PrecisionPlan& precision,
+                                       FallbackPolicy policy);
+
+}  // namespace kiln::compiler

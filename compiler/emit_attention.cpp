@@ -1,0 +1,449 @@
+// Fused attention (FlashAttention-2): each block owns a tile of queries and walks the keys a
+// tile at a time through shared memory, with an online softmax (running max and sum in fp32,
+// the accumulator rescaled when the max moves). QK^T and PV run on tensor cores (their P taken
+// from the QK^T accumulators in registers) or, for `highest`, on FFMA.
+#include "compiler/emit_internal.h"
+
+namespace kiln::compiler::detail {
+
+namespace {
+
+// Per-block setup shared by both kernels: q0, bz, the operand pointers Q, K, V (and M, the
+// mask) offset to this block's batch.
+void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtype) {
+  const KernelPlan& k = ctx.kernel;
+  const AttentionMatch& m = k.group.attention;
+  const AttentionExtents& a = k.attention_extents;
+  const MatmulExtents& e = k.extents;
+  int rank = ctx.graph.node(m.root).type.shape.rank();
+  code.line("const int q0 = (int)blockIdx.x * " + to_str(k.attention_tile.br) + ";");
+  if (rank >= 3) code.line("const int bz = (int)blockIdx.z;");
+  auto offset = [&](const std::array<Extent, 2>& strides) {
+    std::string text;
+    std::string b = rank == 4 ? "(bz % " + e.inner_batch.expr() + ")" : "bz";
+    if (strides[1].coef) text += " + " + b + " * " + strides[1].expr();
+    if (strides[0].coef) text += " + (bz / " + e.inner_batch.expr() + ") * " + strides[0].expr();
+    return text;
+  };
+  code.line("const " + gtype + "* Q = " + ctx.param(m.q) + offset(a.q) + ";");
+  code.line("const " + gtype + "* K = " + ctx.param(m.k) + offset(a.k) + ";");
+  code.line("const " + gtype + "* V = " + ctx.param(m.v) + offset(a.v) + ";");
+  if (m.mask >= 0) {
+    std::string mtype = storage_type(ctx.graph.node(m.mask).type.dtype);
+    code.line("const " + mtype + "* M = " + ctx.param(m.mask) + offset(a.mask) + ";");
+  }
+}
+
+// Whether a score depends on its key's index: a mask, causality, or keys past S_k in the last tile.
+bool reads_key(const KernelContext& ctx) {
+  const AttentionMatch& m = ctx.kernel.group.attention;
+  return m.mask >= 0 || m.causal ||
+         !ctx.kernel.attention_extents.sk.multiple_of(ctx.kernel.attention_tile.bc);
+}
+
+// The score of query `row`, key `key` (int expressions) from the raw product `dot`: scaled, the
+// mask added, and -inf where the key is past S_k or (causal) after the query. Declares `row` and
+// `key` as locals only where the score reads them (NVRTC warns of unused variables).
+std::string score(Code& code, const KernelContext& ctx, const std::string& dot,
+                  const std::string& row_expr, const std::string& key_expr) {
+  const AttentionMatch& m = ctx.kernel.group.attention;
+  const AttentionExtents& a = ctx.kernel.attention_extents;
+  const AttentionTile& t = ctx.kernel.attention_tile;
+  bool keys_past_end = !a.sk.multiple_of(t.bc);
+  bool needs_row = m.mask >= 0 || m.causal;
+  bool needs_key = reads_key(ctx);
+  std::string row = row_expr, key = key_expr;
+  if (needs_row && row_expr != "row") {
+    code.line("const int qrow = " + row_expr + ";");
+    row = "qrow";
+  }
+  if (needs_key) {
+    code.line("const int key = " + key_expr + ";");
+    key = "key";
+  }
+  code.line("float x = " + dot + " * " + literal(m.scale) + ";");
+  if (m.mask >= 0) {
+    ir::DType dtype = ctx.graph.node(m.mask).type.dtype;
+    std::string at = "M[" + row + " * " + a.mask_row.expr() + " + " + key + " * " +
+                     a.mask_col.expr() + "]";
+    code.line("if (" + row + " < " + a.sq.expr() + " && " + key + " < " + a.sk.expr() + ") x += " +
+              load_as_float(dtype, at) + ";");
+  }
+  std::string masked;
+  if (keys_past_end) masked = key + " >= " + a.sk.expr();
+  if (m.causal) masked += (masked.empty() ? "" : " || ") + key + " > " + row;
+  if (!masked.empty()) code.line("if (" + masked + ") x = kiln_neg_inf;");
+  return "x";
+}
+
+// The number of key tiles a block runs: all of S_k, or for a causal block those up to its last
+// query.
+std::string key_tiles(const KernelContext& ctx) {
+  const AttentionMatch& m = ctx.kernel.group.attention;
+  if (!m.causal) return "";
+  const AttentionExtents& a = ctx.kernel.attention_extents;
+  const AttentionTile& t = ctx.kernel.attention_tile;
+  std::string bc = to_str(t.bc), bc1 = to_str(t.bc - 1);
+  std::string all = "(" + a.sk.expr() + " + " + bc1 + ") / " + bc;
+  std::string upto = "(q0 + " + to_str(t.br) + " + " + bc1 + ") / " + bc;
+  return upto + " < " + all + " ? " + upto + " : " + all;
+}
+
+// Copies of one key tile's K and V rows (k0 .. k0 + bc) into stage `stage`.
+void emit_kv_copy(Code& code, const KernelContext& ctx, const std::string& stage,
+                  const std::string& k0, bool async) {
+  const KernelPlan& k = ctx.kernel;
+  const AttentionTile& t = k.attention_tile;
+  const AttentionExtents& a = k.attention_extents;
+  ir::DType dtype = ctx.graph.node(k.group.attention.k).type.dtype;
+  bool mma = uses_mma(k.group.attention.path);
+  TileCopy c;
+  c.dtype = dtype;
+  c.async = async;
+  c.threads = 32 * t.warps;
+  c.smem_float = !mma && dtype != ir::DType::f32;
+  c.row0 = k0;
+  c.col0 = "0";
+  c.rows = t.bc;
+  c.row_bound = a.sk;
+  c.cols = t.d;
+  c.col_bound = Extent::constant(a.d);
+  c.ld_global = Extent::constant(a.d);
+  c.smem_ld = t.k_ld;
+  c.src = "K";
+  c.dst = "sk + " + stage + " * " + to_str(t.bc * t.k_ld);
+  emit_tile_copy(code, c);
+  c.cols = t.dv;
+  c.col_bound = c.ld_global = Extent::constant(a.dv);
+  c.smem_ld = t.v_ld;
+  c.src = "V";
+  c.dst = "sv + " + stage + " * " + to_str(t.bc * t.v_ld);
+  emit_tile_copy(code, c);
+}
+
+// The loop over key tiles (a causal block's up to its last query), K and V copied into the
+// stages; compute(stage) emits one tile's math.
+void emit_key_loop(Code& code, const KernelContext& ctx, bool async,
+                   const std::function<void(const std::string&)>& compute) {
+  const AttentionTile& t = ctx.kernel.attention_tile;
+  emit_k_loop(
+      code, t.stages, ctx.kernel.attention_extents.sk, t.bc,
+      [&](const std::string& stage, const std::string& k0) {
+        emit_kv_copy(code, ctx, stage, k0, async);
+      },
+      compute, key_tiles(ctx));
+}
+
+// Opens one key tile's block: kc, its first key (where scores read it), and kst / vs, its K
+// and V stage.
+void open_key_tile(Code& code, const KernelContext& ctx, const std::string& smem_t,
+                   const std::string& stage) {
+  const AttentionTile& t = ctx.kernel.attention_tile;
+  code.open("{");
+  if (reads_key(ctx)) code.line("const int kc = kt * " + to_str(t.bc) + ";");
+  code.line("const " + smem_t + "* kst = sk + " + stage + " * " + to_str(t.bc * t.k_ld) + ";");
+  code.line("const " + smem_t + "* vs = sv + " + stage + " * " + to_str(t.bc * t.v_ld) + ";");
+}
+
+// The kernel's signature and the names both kernels use: tid, t4 (tid % 4) and -inf.
+void open_kernel(Code& code, const KernelContext& ctx, int threads) {
+  code.open(kernel_signature(ctx, threads, 1));
+  code.line("const int tid = (int)threadIdx.x;");
+  code.line("const int t4 = tid & 3;");
+  code.line("const float kiln_neg_inf = kiln_as_float(0xff800000u);");
+}
+
+// Stores o / l at every element (m, n) the thread holds, through the group's epilogue.
+void emit_output(Code& code, const KernelContext& ctx, const std::string& value) {
+  const AttentionExtents& a = ctx.kernel.attention_extents;
+  code.line("if (m >= " + a.sq.expr() + " || n >= " + to_str(a.dv) + ") continue;");
+  ElementIndex index = matmul_output_index(ctx);
+  emit_store(code, ctx, value, index.linear);
+}
+
+void emit_mma_kernel(Code& code, const KernelContext& ctx) {
+  const KernelPlan& k = ctx.kernel;
+  const AttentionMatch& m = k.group.attention;
+  const AttentionTile& t = k.attention_tile;
+  const AttentionExtents& a = k.attention_extents;
+  ir::DType dtype = ctx.graph.node(m.q).type.dtype;
+  std::string gtype = storage_type(dtype);
+  bool half = t.elem_bytes == 2;
+  std::string smem_t = half ? "unsigned short" : "float";
+  bool tf32 = m.path == MatmulPath::tf32 || m.path == MatmulPath::tf32x3;
+  bool x3 = m.path == MatmulPath::tf32x3;
+  int threads = 32 * t.warps;
+  bool async = t.stages >= 2;
+  int nt = t.bc / 8, dt = t.dv / 8;
+
+  MmaGeometry geo;
+  geo.s.path = m.path;
+  geo.s.a_k_contiguous = true;
+  geo.s.b_k_contiguous = true;
+  geo.layout.a.ld = t.q_ld;
+  geo.layout.b.ld = t.k_ld;
+  geo.half = half;
+  geo.mma_k = tf32 ? 8 : 16;
+
+  open_kernel(code, ctx, threads);
+  code.line("const int lane = tid & 31;");
+  code.line("const int g = lane >> 2;");
+  code.line("const int wm0 = (tid >> 5) * 16;");
+  emit_operands(code, ctx, gtype);
+  code.line(smem_t + "* sq = (" + smem_t + "*)kiln_dynamic_smem();");
+  code.line(smem_t + "* sk = sq + " + to_str(t.br * t.q_ld) + ";");
+  code.line(smem_t + "* sv = sk + " + to_str(t.stages * t.bc * t.k_ld) + ";");
+  code.line("// running max and sum of rows g and g + 8 of the warp's 16, and their outputs");
+  code.line("float m_run[2] = {kiln_neg_inf, kiln_neg_inf};");
+  code.line("float l_run[2] = {0.0f, 0.0f};");
+  code.line("float o[" + to_str(dt) + "][4];");
+  code.line("#pragma unroll");
+  code.line("for (int j = 0; j < " + to_str(dt) + "; ++j)");
+  code.line("  for (int i = 0; i < 4; ++i) o[j][i] = 0.0f;");
+
+  code.line("// the block's queries, with the first key tile (the same commit group)");
+  TileCopy qc;
+  qc.dtype = dtype;
+  qc.async = async;
+  qc.threads = threads;
+  qc.row0 = "q0";
+  qc.col0 = "0";
+  qc.rows = t.br;
+  qc.row_bound = a.sq;
+  qc.cols = t.d;
+  qc.col_bound = qc.ld_global = Extent::constant(a.d);
+  qc.smem_ld = t.q_ld;
+  qc.src = "Q";
+  qc.dst = "sq";
+  emit_tile_copy(code, qc);
+
+  auto compute = [&](const std::string& stage) {
+    open_key_tile(code, ctx, smem_t, stage);
+    code.line("// S = Q K^T for the warp's 16 queries and the tile's keys");
+    code.line("float acc[1][" + to_str(nt) + "][4];");
+    code.line("#pragma unroll");
+    code.line("for (int nt = 0; nt < " + to_str(nt) + "; ++nt)");
+    code.line("  for (int i = 0; i < 4; ++i) acc[0][nt][i] = 0.0f;");
+    code.line("#pragma unroll");
+    code.open("for (int ks = 0; ks < " + to_str(t.d) + "; ks += " + to_str(geo.mma_k) + ") {");
+    code.line("unsigned af[1][4];");
+    code.line("unsigned bf[" + to_str(nt) + "][2];");
+    if (x3) {
+      code.line("unsigned as_small[1][4];");
+      code.line("unsigned bs_small[" + to_str(nt) + "][2];");
+    }
+    code.open("{");
+    code.line("const int mt = 0;");
+    code.line("const int am = wm0;");
+    code.line("const " + smem_t + "* as = sq;");
+    emit_a_fragment(code, geo);
+    code.close();
+    code.line("#pragma unroll");
+    code.open("for (int nt = 0; nt < " + to_str(nt) + "; ++nt) {");
+    code.line("const int bn = nt * 8;");
+    code.line("const " + smem_t + "* bs = kst;");
+    emit_b_fragment(code, geo);
+    code.close();
+    code.line("#pragma unroll");
+    code.open("for (int nt = 0; nt < " + to_str(nt) + "; ++nt) {");
+    code.line("const int mt = 0;");
+    emit_mma(code, m.path, k.sm, MmaNames{});
+    code.close();
+    code.close();
+
+    code.line("// scores, and the rows' new max (over the quad that holds each row)");
+    code.line("float mx[2] = {m_run[0], m_run[1]};");
+    code.line("#pragma unroll");
+    code.open("for (int nt = 0; nt < " + to_str(nt) + "; ++nt) {");
+    code.line("#pragma unroll");
+    code.open("for (int i = 0; i < 4; ++i) {");
+    std::string x = score(code, ctx, "acc[0][nt][i]", "q0 + wm0 + g + (i >> 1) * 8",
+                          "kc + nt * 8 + t4 * 2 + (i & 1)");
+    code.line("acc[0][nt][i] = " + x + ";");
+    code.line("mx[i >> 1] = fmaxf(mx[i >> 1], " + x + ");");
+    code.close();
+    code.close();
+    code.line("float base[2];");
+    code.line("#pragma unroll");
+    code.open("for (int r = 0; r < 2; ++r) {");
+    code.line("mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));");
+    code.line("mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));");
+    code.line("// a row with no finite score yet keeps exp() finite: its p and l stay 0");
+    code.line("base[r] = mx[r] == kiln_neg_inf ? 0.0f : mx[r];");
+    code.line("const float alpha = expf(m_run[r] - base[r]);");
+    code.line("m_run[r] = mx[r];");
+    code.line("l_run[r] *= alpha;");
+    code.line("#pragma unroll");
+    code.line("for (int j = 0; j < " + to_str(dt) + "; ++j) {");
+    code.line("  o[j][2 * r] *= alpha;");
+    code.line("  o[j][2 * r + 1] *= alpha;");
+    code.line("}");
+    code.close();
+    code.line("#pragma unroll");
+    code.open("for (int nt = 0; nt < " + to_str(nt) + "; ++nt) {");
+    code.line("#pragma unroll");
+    code.open("for (int i = 0; i < 4; ++i) {");
+    code.line("const float p = expf(acc[0][nt][i] - base[i >> 1]);");
+    code.line("acc[0][nt][i] = p;");
+    code.line("l_run[i >> 1] += p;");
+    code.close();
+    code.close();
+
+    int pv_k = tf32 ? 8 : 16;
+    code.line("// O += P V: P's A fragments come from the accumulators of S (for tf32, key pair");
+    code.line("// 2t, 2t+1 of each 8 is the fragment's k = t, t + 4; V is read to match)");
+    code.line("#pragma unroll");
+    code.open("for (int kk = 0; kk < " + to_str(t.bc) + "; kk += " + to_str(pv_k) + ") {");
+    code.line("unsigned pf[4];");
+    if (x3) code.line("unsigned pf_small[4];");
+    if (tf32) {
+      code.line("const int j = kk / 8;");
+      code.line("const float pv[4] = {acc[0][j][0], acc[0][j][2], acc[0][j][1], acc[0][j][3]};");
+      code.open("for (int i = 0; i < 4; ++i) {");
+      code.line("pf[i] = kiln_cvt_rna_tf32(pv[i]);");
+      if (x3) code.line("pf_small[i] = kiln_cvt_rna_tf32(pv[i] - kiln_as_float(pf[i]));");
+      code.close();
+    } else {
+      std::string pack = m.path == MatmulPath::f16 ? "kiln_pack_f16x2" : "kiln_pack_bf16x2";
+      code.line("const int j = kk / 8;");
+      code.line("pf[0] = " + pack + "(acc[0][j][0], acc[0][j][1]);");
+      code.line("pf[1] = " + pack + "(acc[0][j][2], acc[0][j][3]);");
+      code.line("pf[2] = " + pack + "(acc[0][j + 1][0], acc[0][j + 1][1]);");
+      code.line("pf[3] = " + pack + "(acc[0][j + 1][2], acc[0][j + 1][3]);");
+    }
+    std::string vld = to_str(t.v_ld);
+    code.line("#pragma unroll");
+    code.open("for (int dt = 0; dt < " + to_str(dt) + "; ++dt) {");
+    code.line("unsigned vf[2];");
+    if (x3) code.line("unsigned vf_small[2];");
+    if (half) {
+      code.line("kiln_ldmatrix_x2_trans(vf, vs + (kk + (lane & 15)) * " + vld + " + dt * 8);");
+    } else if (tf32) {
+      code.line("const float f[2] = {vs[(kk + 2 * t4) * " + vld + " + dt * 8 + g], vs[(kk + 2 * t4 + 1) * " +
+                vld + " + dt * 8 + g]};");
+      code.open("for (int i = 0; i < 2; ++i) {");
+      code.line("vf[i] = kiln_cvt_rna_tf32(f[i]);");
+      if (x3) code.line("vf_small[i] = kiln_cvt_rna_tf32(f[i] - kiln_as_float(vf[i]));");
+      code.close();
+    } else {
+      auto at = [&](const std::string& key) {
+        return "vs[(kk + " + key + ") * " + vld + " + dt * 8 + g]";
+      };
+      code.line("vf[0] = kiln_pack_bf16x2(" + at("2 * t4") + ", " + at("2 * t4 + 1") + ");");
+      code.line("vf[1] = kiln_pack_bf16x2(" + at("2 * t4 + 8") + ", " + at("2 * t4 + 9") + ");");
+    }
+    MmaNames names;
+    names.acc = "o[dt]";
+    names.a = "pf";
+    names.b = "vf";
+    names.a_small = "pf_small";
+    names.b_small = "vf_small";
+    emit_mma(code, m.path, k.sm, names);
+    code.close();
+    code.close();
+    code.close();
+  };
+  emit_key_loop(code, ctx, async, compute);
+
+  code.line("// O / l: each row's sum is split over its quad");
+  code.line("#pragma unroll");
+  code.open("for (int r = 0; r < 2; ++r) {");
+  code.line("l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);");
+  code.line("l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);");
+  code.close();
+  code.line("#pragma unroll");
+  code.open("for (int dt = 0; dt < " + to_str(dt) + "; ++dt) {");
+  code.line("#pragma unroll");
+  code.open("for (int i = 0; i < 4; ++i) {");
+  code.line("const int m = q0 + wm0 + g + (i >> 1) * 8;");
+  code.line("const int n = dt * 8 + t4 * 2 + (i & 1);");
+  emit_output(code, ctx, "o[dt][i] / l_run[i >> 1]");
+  code.close();
+  code.close();
+  code.close();
+}
+
+// highest: four threads per query, each holding a quarter of q and of the output (elements
+// t4, t4 + 4, ...), K and V tiles in shared memory as fp32.
+void emit_ffma_kernel(Code& code, const KernelContext& ctx) {
+  const KernelPlan& k = ctx.kernel;
+  const AttentionMatch& m = k.group.attention;
+  const AttentionTile& t = k.attention_tile;
+  const AttentionExtents& a = k.attention_extents;
+  ir::DType dtype = ctx.graph.node(m.q).type.dtype;
+  bool async = t.stages >= 2 && dtype == ir::DType::f32;
+  int threads = 32 * t.warps;
+  int dq = t.d / 4, dvq = t.dv / 4;
+
+  open_kernel(code, ctx, threads);
+  emit_operands(code, ctx, storage_type(dtype));
+  code.line("const int row = q0 + (tid >> 2);");
+  code.line("float* sk = (float*)kiln_dynamic_smem();");
+  code.line("float* sv = sk + " + to_str(t.stages * t.bc * t.k_ld) + ";");
+  code.line("float q[" + to_str(dq) + "];");
+  code.line("#pragma unroll");
+  code.open("for (int j = 0; j < " + to_str(dq) + "; ++j) {");
+  code.line("const int d = t4 + 4 * j;");
+  code.line("q[j] = row < " + a.sq.expr() + " && d < " + to_str(a.d) + " ? " +
+            load_as_float(dtype, "Q[row * " + to_str(a.d) + " + d]") + " : 0.0f;");
+  code.close();
+  code.line("float o[" + to_str(dvq) + "];");
+  code.line("#pragma unroll");
+  code.line("for (int j = 0; j < " + to_str(dvq) + "; ++j) o[j] = 0.0f;");
+  code.line("float m_run = kiln_neg_inf, l_run = 0.0f;");
+
+  auto compute = [&](const std::string& stage) {
+    open_key_tile(code, ctx, "float", stage);
+    code.line("float s[" + to_str(t.bc) + "];");
+    code.line("float mx = m_run;");
+    code.line("#pragma unroll");
+    code.open("for (int j = 0; j < " + to_str(t.bc) + "; ++j) {");
+    code.line("float dot = 0.0f;");
+    code.line("#pragma unroll");
+    code.line("for (int e = 0; e < " + to_str(dq) + "; ++e) dot = fmaf(q[e], kst[j * " +
+              to_str(t.k_ld) + " + t4 + 4 * e], dot);");
+    code.line("dot += __shfl_xor_sync(0xffffffffu, dot, 1);");
+    code.line("dot += __shfl_xor_sync(0xffffffffu, dot, 2);");
+    std::string x = score(code, ctx, "dot", "row", "kc + j");
+    code.line("s[j] = " + x + ";");
+    code.line("mx = fmaxf(mx, " + x + ");");
+    code.close();
+    code.line("// a row with no finite score yet keeps exp() finite: its p and l stay 0");
+    code.line("const float base = mx == kiln_neg_inf ? 0.0f : mx;");
+    code.line("const float alpha = expf(m_run - base);");
+    code.line("m_run = mx;");
+    code.line("l_run *= alpha;");
+    code.line("#pragma unroll");
+    code.line("for (int e = 0; e < " + to_str(dvq) + "; ++e) o[e] *= alpha;");
+    code.line("#pragma unroll");
+    code.open("for (int j = 0; j < " + to_str(t.bc) + "; ++j) {");
+    code.line("const float p = expf(s[j] - base);");
+    code.line("l_run += p;");
+    code.line("#pragma unroll");
+    code.line("for (int e = 0; e < " + to_str(dvq) + "; ++e) o[e] = fmaf(p, vs[j * " +
+              to_str(t.v_ld) + " + t4 + 4 * e], o[e]);");
+    code.close();
+    code.close();
+  };
+  emit_key_loop(code, ctx, async, compute);
+
+  code.line("#pragma unroll");
+  code.open("for (int e = 0; e < " + to_str(dvq) + "; ++e) {");
+  code.line("const int m = row;");
+  code.line("const int n = t4 + 4 * e;");
+  emit_output(code, ctx, "o[e] / l_run");
+  code.close();
+  code.close();
+}
+
+}  // namespace
+
+void emit_attention(Code& code, const KernelContext& ctx) {
+  if (uses_mma(ctx.kernel.group.attention.path)) {
+    emit_mma_kernel(code, ctx);
+  } else {
+    emit_ffma_kernel(code, ctx);
+  }
+}
+
+}  // namespace kiln::compiler::detail

@@ -1,0 +1,224 @@
+// Fused attention run under emulation against the fp64 reference: the attention op in every
+// mode and dtype at S in {1, 17, 64, 128, 200} and D in {64, 128}, causal or not, with and
+// without a mask, over batch x heads > 1; head dims 32, 40 and 96, v wider or narrower than q,
+// and S_q != S_k; the online softmax on scores whose maximum moves in
+// every key tile and on rows whose first key tile is masked out entirely.
+#include "emulation/check.h"
+#include "ir/parse.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <ostream>
+#include <string>
+
+namespace kiln::emulation {
+namespace {
+
+// A mode and dtype: f32 graphs in each precision mode, and f16 / bf16 graphs.
+struct Arithmetic {
+  const char* dtype;
+  ir::Precision precision;
+};
+const Arithmetic k_arithmetic[] = {
+    {"f32", ir::Precision::highest}, {"f32", ir::Precision::high},
+    {"f32", ir::Precision::tf32x3},  {"f32", ir::Precision::medium},
+    {"f16", ir::Precision::high},    {"bf16", ir::Precision::high},
+};
+
+struct Case {
+  int s;  // S_q = S_k
+  int d;  // head dim of q, k and v
+  bool causal;
+  bool mask;
+  int arithmetic;  // index into k_arithmetic
+  int sm;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  const Arithmetic& a = k_arithmetic[c.arithmetic];
+  *os << "S " << c.s << " D " << c.d << (c.causal ? " causal" : "") << (c.mask ? " mask" : "")
+      << " " << a.dtype << " " << ir::to_string(a.precision) << " sm_" << c.sm;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  const Arithmetic& a = k_arithmetic[c.arithmetic];
+  return "s" + std::to_string(c.s) + "_d" + std::to_string(c.d) + (c.causal ? "_causal" : "") +
+         (c.mask ? "_mask" : "") + "_" + a.dtype + "_" + std::string(ir::to_string(a.precision)) +
+         "_sm" + std::to_string(c.sm);
+}
+
+// Batch 2 x 3 heads (k and v shared by the heads: broadcast) for even S, 3-D [3, S, D] else; the
+// mask, [S, S] or a per-batch key mask [2, 1, 1, S], broadcast.
+std::string graph_text(const Case& c) {
+  std::string t = k_arithmetic[c.arithmetic].dtype;
+  std::string s = std::to_string(c.s), d = std::to_string(c.d);
+  bool four = c.s % 2 == 0;
+  std::string q = four ? "[2, 3, " + s + ", " + d + "]" : "[3, " + s + ", " + d + "]";
+  std::string kv = four ? "[2, 1, " + s + ", " + d + "]" : "[3, " + s + ", " + d + "]";
+  std::string text = "graph att {\n  input q: " + t + q + "\n  input k: " + t + kv +
+                     "\n  input v: " + t + kv + "\n";
+  if (c.mask) text += "  input m: " + t + (four ? "[2, 1, 1, " + s + "]" : "[" + s + ", " + s + "]") + "\n";
+  text += "  o = attention(q, k, v" + std::string(c.mask ? ", mask=m" : "") +
+          (c.causal ? ", causal=true" : "") + ")\n  output o\n}\n";
+  return text;
+}
+
+Expected<reference::CheckRun> emulate(const ir::Graph& graph, int sm, ir::Precision precision,
+                                      reference::InputSource inputs) {
+  compiler::CompileOptions options;
+  options.sm = sm;
+  options.precision = precision;
+  options.fusion_fallback = compiler::FallbackPolicy::refuse;  // fused, or the test fails
+  auto program = build_program(graph, options);
+  if (!program) return program.error();
+  if (program->lowered().plan.kernels.size() != 1)
+    return make_error("expected one kernel, got ", std::to_string(program->lowered().plan.kernels.size()));
+  return reference::check_against_fp64(
+      graph, program->lowered().precision.graph_mode, std::move(inputs),
+      [&](const std::vector<reference::Tensor>& in) { return program->run(in); });
+}
+
+void expect_within_tolerance(const Expected<reference::CheckRun>& run) {
+  ASSERT_TRUE(run.ok()) << run.error().message;
+  EXPECT_TRUE(run->report.ok);
+  for (const reference::OutputCheck& o : run->report.outputs) {
+    EXPECT_LE(o.rel_l2, o.tolerance) << o.name << " max_abs " << o.max_abs;
+    EXPECT_GT(o.tolerance, 0.0);
+  }
+}
+
+class FusedAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FusedAttention, MatchesTheFp64ReferenceWithinTolerance) {
+  const Case& c = GetParam();
+  auto graph = ir::parse_graph(graph_text(c), "att.kg");
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  expect_within_tolerance(emulate(*graph, c.sm, k_arithmetic[c.arithmetic].precision, {7, {}}));
+}
+
+// Every (S, D) with causal and mask in all four combinations over the ten shapes, each shape in
+// two of the six arithmetics (every arithmetic on at least three shapes) on a rotating arch; the
+// largest shape in all six, and the sm_75 paths (f16 on two m16n8k8 mmas, fp32 FFMA).
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  const int sizes[] = {1, 17, 64, 128, 200};
+  const int archs[] = {80, 86, 90};
+  int i = 0;
+  for (int s : sizes) {
+    for (int d : {64, 128}) {
+      bool causal = i % 2 == 1, mask = (i / 2) % 2 == 1;
+      out.push_back({s, d, causal, mask, i % 6, archs[i % 3]});
+      out.push_back({s, d, causal, mask, (i + 3) % 6, archs[(i + 1) % 3]});
+      ++i;
+    }
+  }
+  for (int a = 0; a < 6; ++a) {
+    if (a != 0 && a != 3) out.push_back({200, 128, true, true, a, 80});
+  }
+  out.push_back({200, 64, true, true, 4, 75});
+  out.push_back({17, 128, false, true, 4, 75});
+  out.push_back({128, 64, true, false, 0, 75});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, FusedAttention, ::testing::ValuesIn(cases()), case_name);
+
+// Head dims other than 64 and 128 (32, 96, an unpadded 40, and v narrower or wider than q and
+// k), queries and keys of different counts (one query against 300 keys, as in decoding; more
+// queries than keys), causal with S_q != S_k, and q, k, v at three different batch broadcasts.
+TEST(FusedAttentionShapes, HeadDimsAndRectangularScoresMatchTheReference) {
+  struct Shape {
+    const char* q;
+    const char* k;
+    const char* v;
+    bool causal;
+  };
+  const Shape shapes[] = {
+      {"[2, 37, 32]", "[2, 45, 32]", "[2, 45, 32]", false},
+      {"[2, 2, 33, 96]", "[2, 2, 70, 96]", "[2, 2, 70, 96]", true},
+      {"[3, 21, 40]", "[3, 29, 40]", "[3, 29, 24]", false},
+      {"[2, 19, 96]", "[2, 19, 96]", "[2, 19, 128]", true},
+      {"[4, 1, 64]", "[4, 300, 64]", "[4, 300, 64]", false},
+      {"[2, 3, 90, 32]", "[1, 3, 20, 32]", "[2, 1, 20, 32]", true},
+  };
+  const Arithmetic* picks[] = {&k_arithmetic[0], &k_arithmetic[1], &k_arithmetic[2],
+                               &k_arithmetic[3], &k_arithmetic[4], &k_arithmetic[5]};
+  int i = 0;
+  for (const Shape& sh : shapes) {
+    for (int j = 0; j < 2; ++j, ++i) {
+      const Arithmetic& a = *picks[i % 6];
+      int sm = (i % 4 == 3) ? 75 : (i % 2 ? 90 : 80);
+      if (sm == 75 && !(a.precision == ir::Precision::highest ||
+                        std::string(a.dtype) == "f16"))
+        sm = 86;
+      std::string t = a.dtype;
+      std::string text = "graph rect {\n  input q: " + t + sh.q + "\n  input k: " + t + sh.k +
+                         "\n  input v: " + t + sh.v + "\n  o = attention(q, k, v" +
+                         (sh.causal ? ", causal=true" : "") + ")\n  output o\n}\n";
+      auto graph = ir::parse_graph(text, "rect.kg");
+      ASSERT_TRUE(graph.ok()) << graph.error().message;
+      SCOPED_TRACE(text + " " + std::string(ir::to_string(a.precision)) + " sm_" + std::to_string(sm));
+      expect_within_tolerance(emulate(*graph, sm, a.precision, {11, {}}));
+    }
+  }
+}
+
+// q = 12 and k[j] = j / 256 in every element: the score of key j is 0.375 j (up to 74.6), so
+// every row's maximum moves in every key tile and lands on its last key (causal: the query's
+// own). All inputs are exact in bf16 and tf32, so every mode sees the same scores.
+TEST(FusedAttentionSoftmax, RescalesWhenTheMaximumMovesLate) {
+  for (bool causal : {false, true}) {
+    for (const Arithmetic& a : k_arithmetic) {
+      std::string t = a.dtype;
+      auto graph = ir::parse_graph("graph late {\n  input q: " + t + "[2, 200, 64]\n  input k: " + t +
+                                       "[2, 200, 64]\n  input v: " + t +
+                                       "[2, 200, 64]\n  o = attention(q, k, v, scale=0.125" +
+                                       (causal ? ", causal=true" : "") + ")\n  output o\n}\n",
+                                   "late.kg");
+      ASSERT_TRUE(graph.ok()) << graph.error().message;
+      ir::DType dtype = graph->node(graph->inputs()[0]).type.dtype;
+      auto filled = [&](auto value) {
+        reference::Tensor x = reference::zeros(graph->node(graph->inputs()[0]).type);
+        for (size_t e = 0; e < x.values.size(); ++e) x.values[e] = value(e);
+        x.dtype = dtype;
+        return x;
+      };
+      reference::InputSource inputs{3, {}};
+      inputs.given = {filled([](size_t) { return 12.0; }),
+                      filled([](size_t e) { return static_cast<double>((e / 64) % 200) / 256; }),
+                      std::nullopt};
+      SCOPED_TRACE(std::string(a.dtype) + " " + std::string(ir::to_string(a.precision)) +
+                   (causal ? " causal" : ""));
+      expect_within_tolerance(emulate(*graph, 90, a.precision, inputs));
+    }
+  }
+}
+
+// A key mask of -inf over the first 64 keys (a whole key tile and more): rows start with no
+// finite score, and must neither turn NaN nor lose the keys that follow.
+TEST(FusedAttentionSoftmax, RowsWhoseFirstKeyTileIsMaskedStayFinite) {
+  for (const Arithmetic& a : k_arithmetic) {
+    std::string t = a.dtype;
+    auto graph = ir::parse_graph("graph padded {\n  input q: " + t + "[2, 2, 100, 64]\n  input k: " +
+                                     t + "[2, 2, 150, 64]\n  input v: " + t +
+                                     "[2, 2, 150, 64]\n  input m: " + t +
+                                     "[2, 1, 1, 150]\n  o = attention(q, k, v, mask=m)\n  output o\n}\n",
+                                 "padded.kg");
+    ASSERT_TRUE(graph.ok()) << graph.error().message;
+    reference::Tensor m = reference::zeros(graph->node(graph->inputs()[3]).type);
+    for (size_t e = 0; e < m.values.size(); ++e)
+      m.values[e] = e % 150 < 70 ? -std::numeric_limits<double>::infinity() : 0.0;
+    reference::InputSource inputs{5, {std::nullopt, std::nullopt, std::nullopt, m}};
+    SCOPED_TRACE(std::string(a.dtype) + " " + std::string(ir::to_string(a.precision)));
+    auto run = emulate(*graph, 80, a.precision, inputs);
+    expect_within_tolerance(run);
+    ASSERT_TRUE(run.ok());
+    for (double x : run->actual[0].values) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
+}  // namespace
+}  // namespace kiln::emulation
