@@ -22,9 +22,10 @@ bool private_value(const ir::Graph& graph, ir::NodeId id) {
 }
 
 // The explicit chain ending at matmul `pv`, or nullopt when `pv` does not end one. `scores` is
-// set to the QK^T matmul.
+// set to the QK^T matmul; `problem` to what keeps a matched chain from one kernel, found while
+// matching (a mask that enlarges the scores), else left empty.
 std::optional<AttentionMatch> match_chain(const ir::Graph& graph, ir::NodeId pv,
-                                          ir::NodeId& scores) {
+                                          ir::NodeId& scores, std::string& problem) {
   const ir::Node& out = graph.node(pv);
   if (out.kind != ir::OpKind::matmul) return std::nullopt;
   AttentionMatch m;
@@ -49,7 +50,17 @@ std::optional<AttentionMatch> match_chain(const ir::Graph& graph, ir::NodeId pv,
     ir::NodeId a = add.operands[0], b = add.operands[1];
     bool left = chain_value(a) && graph.node(a).type.shape == add.type.shape;
     bool right = chain_value(b) && graph.node(b).type.shape == add.type.shape;
-    if (!left && !right) return std::nullopt;
+    if (!left && !right) {
+      // A mask with more batch entries than the scores broadcasts them: still attention, but
+      // each of its batches would need the same q, k and v again.
+      left = chain_value(a);
+      right = !left && chain_value(b);
+      if (!left && !right) return std::nullopt;
+      const ir::Node& mask = graph.node(left ? b : a);
+      problem = "its mask " + ir::to_string(mask.type.shape) + " is larger than the scores " +
+                ir::to_string(graph.node(left ? a : b).type.shape) +
+                " (the fused kernel broadcasts a mask to the scores, not the scores to a mask)";
+    }
     m.chain.push_back(x);
     m.mask = left ? b : a;
     x = left ? a : b;
@@ -74,9 +85,10 @@ std::optional<AttentionMatch> match_chain(const ir::Graph& graph, ir::NodeId pv,
   return m;
 }
 
-// Why the fused kernel cannot compute `m` (empty when it can).
+// Why the fused kernel cannot compute `m` (empty when it can); `problem` is the chain matcher's.
 std::string unfusable(const ir::Graph& graph, const PrecisionPlan& precision,
-                      const AttentionMatch& m, ir::NodeId scores) {
+                      const AttentionMatch& m, ir::NodeId scores, const std::string& problem) {
+  if (!problem.empty()) return problem;
   if (scores >= 0) {
     const ir::Node& qk = graph.node(scores);
     const ir::Node& pv = graph.node(m.root);
@@ -128,6 +140,7 @@ Expected<AttentionPlan> plan_attention(const ir::Graph& graph, const PrecisionPl
     auto id = static_cast<ir::NodeId>(i);
     std::optional<AttentionMatch> m;
     ir::NodeId scores = -1;
+    std::string problem;
     if (nodes[i].kind == ir::OpKind::attention) {
       const ir::Node& node = nodes[i];
       m.emplace();
@@ -140,11 +153,11 @@ Expected<AttentionPlan> plan_attention(const ir::Graph& graph, const PrecisionPl
       m->scale = node.attrs.scale;
       m->causal = node.attrs.causal;
     } else if (nodes[i].kind == ir::OpKind::matmul) {
-      m = match_chain(graph, id, scores);
+      m = match_chain(graph, id, scores, problem);
     }
     if (!m) continue;
     m->path = precision.paths[i];
-    std::string reason = unfusable(graph, precision, *m, scores);
+    std::string reason = unfusable(graph, precision, *m, scores, problem);
     if (reason.empty()) {
       plan.fused.push_back(std::move(*m));
       continue;

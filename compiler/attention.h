@@ -13,9 +13,11 @@
 
 namespace kiln::compiler {
 
-// The widest head dim (of q and k, and of v) the fused kernel takes: it keeps a 16-row slab of
-// the output, head dim wide, in registers.
-inline constexpr int64_t k_max_attention_head_dim = 128;
+// The widest head dim (of q and k, and of v) the fused kernel takes: the block's queries, head
+// dim wide, sit in shared memory beside a key tile (at 256: 66 KiB in fp32, 33 KiB in 16 bits).
+// The output's head dim is split over the grid's y in slabs of at most 128, each a warp's 16
+// rows in registers.
+inline constexpr int64_t k_max_attention_head_dim = 256;
 
 // One attention a fused kernel computes: softmax(q k^T * scale + mask, causal) v.
 struct AttentionMatch {
@@ -37,7 +39,7 @@ struct AttentionPlan {
 
 // Finds the attentions of `graph` (its symbols unbound) with each matmul's path from `precision`.
 // A chain that cannot be fused is a fallback: an error under FallbackPolicy::refuse, else a line
-// in `fallbacks`. An attention op that cannot be fused (a head dim over 128 or symbolic) is an
+// in `fallbacks`. An attention op that cannot be fused (a head dim over 256 or symbolic) is an
 // error: it has no unfused form.
 Expected<AttentionPlan> plan_attention(const ir::Graph& graph, const PrecisionPlan& precision,
                                        FallbackPolicy policy);

@@ -84,7 +84,11 @@ std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const K
     code.line("// batch " + size(kernel.extents.batch) + ", s_q " + size(a.sq) + ", s_k " +
               size(a.sk) + ", d " + detail::to_str(a.d) + ", d_v " + detail::to_str(a.dv) +
               "; " + detail::to_str(t.br) + " queries x " + detail::to_str(t.bc) + " keys, " +
-              detail::to_str(t.stages) + " stage(s), " + detail::to_str(32 * t.warps) +
+              detail::to_str(t.stages) + " stage(s), " +
+              (t.dv_slabs > 1 ? "d_v in " + detail::to_str(t.dv_slabs) + " slabs of " +
+                                    detail::to_str(t.dv) + ", "
+                              : std::string()) +
+              detail::to_str(32 * t.warps) +
               " threads; " + std::string(to_string(kernel.group.attention.path)) + " on " +
               arch_name(kernel.sm));
     detail::emit_attention(code, ctx);

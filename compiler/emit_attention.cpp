@@ -8,7 +8,8 @@ namespace kiln::compiler::detail {
 
 namespace {
 
-// Per-block setup shared by both kernels: q0, bz, the operand pointers Q, K, V (and M, the
+// Per-block setup shared by both kernels: q0 (the first query), n0 (the first column of the
+// slab of v's head dim, where there are several), bz, the operand pointers Q, K, V (and M, the
 // mask) offset to this block's batch.
 void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtype) {
   const KernelPlan& k = ctx.kernel;
@@ -17,6 +18,8 @@ void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtyp
   const MatmulExtents& e = k.extents;
   int rank = ctx.graph.node(m.root).type.shape.rank();
   code.line("const int q0 = (int)blockIdx.x * " + to_str(k.attention_tile.br) + ";");
+  if (k.attention_tile.dv_slabs > 1)
+    code.line("const int n0 = (int)blockIdx.y * " + to_str(k.attention_tile.dv) + ";");
   if (rank >= 3) code.line("const int bz = (int)blockIdx.z;");
   auto offset = [&](const std::array<Extent, 2>& strides) {
     std::string text;
@@ -89,6 +92,12 @@ std::string key_tiles(const KernelContext& ctx) {
   return upto + " < " + all + " ? " + upto + " : " + all;
 }
 
+// The block's first column of v's head dim: "n0" where the grid's y splits it, else "0".
+std::string slab_start(const AttentionTile& t) { return t.dv_slabs > 1 ? "n0" : "0"; }
+
+// "n0 + " where the grid's y splits v's head dim, else "".
+std::string slab_offset(const AttentionTile& t) { return t.dv_slabs > 1 ? "n0 + " : ""; }
+
 // Copies of one key tile's K and V rows (k0 .. k0 + bc) into stage `stage`.
 void emit_kv_copy(Code& code, const KernelContext& ctx, const std::string& stage,
                   const std::string& k0, bool async) {
@@ -114,6 +123,7 @@ void emit_kv_copy(Code& code, const KernelContext& ctx, const std::string& stage
   c.dst = "sk + " + stage + " * " + to_str(t.bc * t.k_ld);
   emit_tile_copy(code, c);
   c.cols = t.dv;
+  c.col0 = slab_start(t);
   c.col_bound = c.ld_global = Extent::constant(a.dv);
   c.smem_ld = t.v_ld;
   c.src = "V";
@@ -356,7 +366,7 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
   code.line("#pragma unroll");
   code.open("for (int i = 0; i < 4; ++i) {");
   code.line("const int m = q0 + wm0 + g + (i >> 1) * 8;");
-  code.line("const int n = dt * 8 + t4 * 2 + (i & 1);");
+  code.line("const int n = " + slab_offset(k.attention_tile) + "dt * 8 + t4 * 2 + (i & 1);");
   emit_output(code, ctx, "o[dt][i] / l_run[i >> 1]");
   code.close();
   code.close();
@@ -430,7 +440,7 @@ void emit_ffma_kernel(Code& code, const KernelContext& ctx) {
   code.line("#pragma unroll");
   code.open("for (int e = 0; e < " + to_str(dvq) + "; ++e) {");
   code.line("const int m = row;");
-  code.line("const int n = t4 + 4 * e;");
+  code.line("const int n = " + slab_offset(t) + "t4 + 4 * e;");
   emit_output(code, ctx, "o[e] / l_run");
   code.close();
   code.close();

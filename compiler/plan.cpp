@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 
 namespace kiln::compiler {
 
@@ -228,11 +229,13 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
         return make_error(describe_node(graph, group.anchor), ": too many batches for one launch (",
                           std::to_string(batch), ", limit 65535)");
       }
-      k.launch.grid = {ceil_div(a.sq.hi, t.br), 1, static_cast<uint32_t>(batch)};
+      assert(t.smem_bytes() <= smem_budget(sm) && "every head dim up to 256 has a tile");
+      k.launch.grid = {ceil_div(a.sq.hi, t.br), static_cast<uint32_t>(t.dv_slabs),
+                       static_cast<uint32_t>(batch)};
       k.launch.block = {static_cast<uint32_t>(32 * t.warps), 1, 1};
       k.launch.dynamic_smem_bytes = static_cast<uint32_t>(t.smem_bytes());
       if (symbolic) {
-        k.grid = {a.sq.term(t.br), Extent::constant(1).term(), k.extents.batch.term()};
+        k.grid = {a.sq.term(t.br), Extent::constant(t.dv_slabs).term(), k.extents.batch.term()};
       }
     } else if (group.kind != GroupKind::elementwise) {
       // Row ops: one warp per row along the axis of the anchor's (first) operand.

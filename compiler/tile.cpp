@@ -88,7 +88,9 @@ AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int 
   AttentionTile t;
   auto pad16 = [](int64_t x) { return static_cast<int>((x + 15) / 16 * 16); };
   t.d = pad16(d);
-  t.dv = pad16(dv);
+  // v's head dim in slabs of at most 128 columns, as even as multiples of 16 allow.
+  t.dv_slabs = (pad16(dv) + 127) / 128;
+  t.dv = pad16((pad16(dv) + t.dv_slabs - 1) / t.dv_slabs);
   bool mma = uses_mma(path);
   bool half = path == MatmulPath::f16 || path == MatmulPath::bf16;
   t.elem_bytes = half ? 2 : 4;
@@ -108,8 +110,13 @@ AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int 
   };
   const Option mma_options[] = {{64, 2}, {32, 2}, {16, 2}, {64, 1}, {32, 1}, {16, 1}};
   const Option ffma_options[] = {{32, 2}, {32, 1}, {16, 1}};
-  for (const Option& o : mma ? std::span<const Option>(mma_options)
-                             : std::span<const Option>(ffma_options)) {
+  // Past 128, a thread's quarter of q takes 48 to 64 registers: 16 scores per key tile, not 32,
+  // keep the kernel from spilling.
+  const Option ffma_wide_options[] = {{16, 2}, {16, 1}};
+  std::span<const Option> options = mma         ? std::span<const Option>(mma_options)
+                                    : t.d > 128 ? std::span<const Option>(ffma_wide_options)
+                                                : std::span<const Option>(ffma_options);
+  for (const Option& o : options) {
     if (o.stages > 1 && sm < 80) continue;
     t.bc = o.bc;
     t.stages = o.stages;

@@ -50,7 +50,9 @@ SmemLayout smem_layout(const MatmulTile& tile, const MatmulShape& shape);
 // dims are padded to multiples of 16 (zeros); shared-memory rows are `*_ld` elements apart.
 struct AttentionTile {
   int br = 64, bc = 64, stages = 1, warps = 4;
-  int d = 64, dv = 64;               // padded head dims of q/k and of v
+  int d = 64;       // padded head dim of q and k
+  int dv = 64;      // padded width of the slab of v's head dim one block computes (<= 128)
+  int dv_slabs = 1; // blocks along the grid's y, each a slab of dv columns of the output
   int q_ld = 0, k_ld = 0, v_ld = 0;  // q_ld 0: q is read into registers (FFMA)
   int elem_bytes = 4;                // in shared memory
   int smem_bytes() const {

@@ -139,14 +139,25 @@ TEST(Attention, AChainThatCannotBeFusedIsAFallbackWithItsReasonAndBytes) {
       {chain("mul(matmul(q, k, transpose_b=true), 0.125)", "matmul(p, v, precision=highest)"),
        "its two matmuls run different paths (tf32 and ffma)"},
       {R"(graph chain {
-        input q: f32[16, 128, 160]
-        input k: f32[16, 128, 160]
+        input q: f32[16, 128, 320]
+        input k: f32[16, 128, 320]
         input v: f32[16, 128, 64]
         p = softmax(matmul(q, k, transpose_b=true), axis=-1)
         o = matmul(p, v)
         output o
       })",
-       "head dim 160 > 128"},
+       "head dim 320 > 256"},
+      // The scores of one batch entry broadcast to a mask of 16: q, k and v would be reread.
+      {R"(graph chain {
+        input q: f32[1, 128, 64]
+        input k: f32[1, 128, 64]
+        input v: f32[16, 128, 64]
+        input m: f32[16, 128, 128]
+        p = softmax(add(matmul(q, k, transpose_b=true), m), axis=-1)
+        o = matmul(p, v)
+        output o
+      })",
+       "its mask [16, 128, 128] is larger than the scores [1, 128, 128]"},
   };
   for (const Case& c : cases) {
     LoweredProgram program = lowered(parse(c.text));
@@ -155,10 +166,14 @@ TEST(Attention, AChainThatCannotBeFusedIsAFallbackWithItsReasonAndBytes) {
     const std::string& line = program.attention_fallbacks[0];
     EXPECT_NE(line.find("attention at matmul 'o' runs unfused: " + c.reason), std::string::npos)
         << line;
-    // The scores: 16 x 128 x 128 fp32.
-    EXPECT_NE(line.find("[16, 128, 128] f32, 1048576 bytes (1.0 MiB)"), std::string::npos) << line;
+    // The scores: 16 (or 1) x 128 x 128 fp32.
+    bool one = c.text.find("f32[1, 128, 64]") != std::string::npos;
+    EXPECT_NE(line.find(one ? "[1, 128, 128] f32, 65536 bytes (64.0 KiB)"
+                            : "[16, 128, 128] f32, 1048576 bytes (1.0 MiB)"),
+              std::string::npos)
+        << line;
     // The unfused plan does hold them.
-    EXPECT_GE(program.plan.workspace_bytes, 1048576u) << c.reason;
+    EXPECT_GE(program.plan.workspace_bytes, one ? 65536u : 1048576u) << c.reason;
 
     CompileOptions refuse = options(90, ir::Precision::high);
     refuse.fusion_fallback = FallbackPolicy::refuse;
@@ -200,9 +215,46 @@ TEST(Attention, TilesFitSharedMemoryOnEveryArchAndPipelineOnAmpere) {
         AttentionTile t = choose_attention_tile(path, d, d, sm);
         EXPECT_LE(t.smem_bytes(), smem_budget(sm)) << to_string(path) << " sm_" << sm << " d " << d;
         EXPECT_EQ(t.d % 16, 0);
+        EXPECT_EQ(t.dv_slabs, 1);
         EXPECT_EQ(t.stages, sm >= 80 ? 2 : 1) << to_string(path) << " sm_" << sm << " d " << d;
       }
+      // Past 128 up to k_max_attention_head_dim: still a tile that fits (fewer keys or stages),
+      // and v's head dim in slabs of at most 128 that cover it.
+      for (int64_t d = 129; d <= k_max_attention_head_dim; d += 7) {
+        for (int64_t dv : {int64_t{32}, d}) {
+          AttentionTile t = choose_attention_tile(path, d, dv, sm);
+          std::string what = std::string(to_string(path)) + " sm_" + std::to_string(sm) + " d " +
+                             std::to_string(d) + " dv " + std::to_string(dv);
+          EXPECT_LE(t.smem_bytes(), smem_budget(sm)) << what;
+          EXPECT_GE(t.d, d) << what;
+          EXPECT_LE(t.dv, 128) << what;
+          EXPECT_EQ(t.dv % 16, 0) << what;
+          EXPECT_GE(t.dv * t.dv_slabs, dv) << what;
+          EXPECT_LT(t.dv * (t.dv_slabs - 1), dv) << what << ": a slab with nothing to do";
+        }
+      }
     }
+  }
+}
+
+TEST(Attention, HeadDimsPast128SplitTheOutputOverTheGridsY) {
+  ir::Graph g = parse(R"(graph wide {
+    input q: f16[2, 8, 100, 256]
+    input k: f16[2, 8, 120, 256]
+    input v: f16[2, 8, 120, 160]
+    o = attention(q, k, v, causal=true)
+    output o
+  })");
+  for (int sm : {75, 80, 90}) {
+    LoweredProgram program = lowered(g, sm);
+    ASSERT_EQ(program.plan.kernels.size(), 1u);
+    const KernelPlan& k = program.plan.kernels[0];
+    EXPECT_EQ(k.attention_tile.dv_slabs, 2);
+    EXPECT_EQ(k.attention_tile.dv, 80);
+    EXPECT_EQ(k.launch.grid[1], 2u) << "sm_" << sm;
+    EXPECT_EQ(k.launch.grid[2], 16u);
+    EXPECT_NE(program.kernel_sources[0].find("const int n0 = (int)blockIdx.y * 80;"),
+              std::string::npos);
   }
 }
 

@@ -1,7 +1,7 @@
 // Fused attention run under emulation against the fp64 reference: the attention op in every
 // mode and dtype at S in {1, 17, 64, 128, 200} and D in {64, 128}, causal or not, with and
-// without a mask, over batch x heads > 1; head dims 32, 40 and 96, v wider or narrower than q,
-// and S_q != S_k; the online softmax on scores whose maximum moves in
+// without a mask, over batch x heads > 1; head dims 32, 40, 96, 160, 192 and 256, v wider or
+// narrower than q, and S_q != S_k; the online softmax on scores whose maximum moves in
 // every key tile and on rows whose first key tile is masked out entirely.
 #include "emulation/check.h"
 #include "ir/parse.h"
@@ -126,8 +126,8 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Attention, FusedAttention, ::testing::ValuesIn(cases()), case_name);
 
-// Head dims other than 64 and 128 (32, 96, an unpadded 40, and v narrower or wider than q and
-// k), queries and keys of different counts (one query against 300 keys, as in decoding; more
+// Head dims other than 64 and 128 (32, 96, an unpadded 40, 160, 192 and 256, and v narrower or
+// wider than q and k), queries and keys of different counts (one query against 300 keys, as in decoding; more
 // queries than keys), causal with S_q != S_k, and q, k, v at three different batch broadcasts.
 TEST(FusedAttentionShapes, HeadDimsAndRectangularScoresMatchTheReference) {
   struct Shape {
@@ -143,6 +143,10 @@ TEST(FusedAttentionShapes, HeadDimsAndRectangularScoresMatchTheReference) {
       {"[2, 19, 96]", "[2, 19, 96]", "[2, 19, 128]", true},
       {"[4, 1, 64]", "[4, 300, 64]", "[4, 300, 64]", false},
       {"[2, 3, 90, 32]", "[1, 3, 20, 32]", "[2, 1, 20, 32]", true},
+      // Past 128: v's head dim in two slabs over the grid's y (160 as 80 + 80, 256 as 128 + 128).
+      {"[2, 45, 160]", "[2, 70, 160]", "[2, 70, 160]", true},
+      {"[2, 2, 66, 256]", "[2, 2, 66, 256]", "[2, 2, 66, 256]", false},
+      {"[3, 17, 192]", "[3, 40, 192]", "[3, 40, 64]", false},
   };
   const Arithmetic* picks[] = {&k_arithmetic[0], &k_arithmetic[1], &k_arithmetic[2],
                                &k_arithmetic[3], &k_arithmetic[4], &k_arithmetic[5]};
@@ -163,6 +167,26 @@ TEST(FusedAttentionShapes, HeadDimsAndRectangularScoresMatchTheReference) {
       SCOPED_TRACE(text + " " + std::string(ir::to_string(a.precision)) + " sm_" + std::to_string(sm));
       expect_within_tolerance(emulate(*graph, sm, a.precision, {11, {}}));
     }
+  }
+}
+
+// Head dim 256 with a mask and causality on the paths the shapes above leave out at that width:
+// FFMA (its 16-key tiles) on sm_80 and sm_75, f16 on sm_75's m16n8k8 with one stage, and bf16.
+TEST(FusedAttentionShapes, HeadDim256OnEveryKernelDesign) {
+  const Arithmetic* picks[] = {&k_arithmetic[0], &k_arithmetic[0], &k_arithmetic[4],
+                               &k_arithmetic[5]};
+  const int archs[] = {80, 75, 75, 90};
+  for (int i = 0; i < 4; ++i) {
+    const Arithmetic& a = *picks[i];
+    std::string t = a.dtype;
+    std::string text = "graph wide {\n  input q: " + t + "[2, 2, 50, 256]\n  input k: " + t +
+                       "[2, 1, 70, 256]\n  input v: " + t + "[2, 1, 70, 256]\n  input m: " + t +
+                       "[2, 1, 1, 70]\n  o = attention(q, k, v, mask=m, causal=true)\n  output o\n}\n";
+    auto graph = ir::parse_graph(text, "wide.kg");
+    ASSERT_TRUE(graph.ok()) << graph.error().message;
+    SCOPED_TRACE(t + " " + std::string(ir::to_string(a.precision)) + " sm_" +
+                 std::to_string(archs[i]));
+    expect_within_tolerance(emulate(*graph, archs[i], a.precision, {13, {}}));
   }
 }
 

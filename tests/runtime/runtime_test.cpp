@@ -126,15 +126,15 @@ TEST(Runtime, RefusedCombinationIsAnErrorUnlessFallbacksAreAllowed) {
 
 TEST(Runtime, AnUnfusedAttentionFollowsTheFallbackPolicy) {
   TempCache dir;
-  // Head dim 160: the attention runs unfused.
+  // Head dim 320: the attention runs unfused.
   const std::string wide = R"(graph wide {
-    input q: f32[2, 33, 160]
-    input k: f32[2, 40, 160]
+    input q: f32[2, 33, 320]
+    input k: f32[2, 40, 320]
     input v: f32[2, 40, 32]
     o = matmul(softmax(matmul(q, k, transpose_b=true), axis=-1), v)
     output o
   })";
-  const std::string reason = "runs unfused: head dim 160 > 128";
+  const std::string reason = "runs unfused: head dim 320 > 256";
   auto warnings = [&](const std::vector<std::string>& log) {
     int n = 0;
     for (const std::string& line : log) n += line.find(reason) != std::string::npos;
@@ -143,8 +143,8 @@ TEST(Runtime, AnUnfusedAttentionFollowsTheFallbackPolicy) {
   for (FallbackPolicy policy : {FallbackPolicy::warn, FallbackPolicy::allow}) {
     for (std::string text : {wide, std::string(R"(graph wide_s {
       dim S: 1..64
-      input q: f32[2, S, 160]
-      input k: f32[2, S, 160]
+      input q: f32[2, S, 320]
+      input k: f32[2, S, 320]
       input v: f32[2, S, 32]
       o = matmul(softmax(matmul(q, k, transpose_b=true), axis=-1), v)
       output o

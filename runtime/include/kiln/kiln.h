@@ -52,7 +52,7 @@ struct RuntimeOptions {
   std::string arch;
   int device = 0;
   // Fallbacks of any kind. The one kind taken by default is an attention kiln cannot fuse (a
-  // head dim over 128, a symbolic head dim, an explicit chain whose matmuls differ): it runs as
+  // head dim over 256, a symbolic head dim, an explicit chain whose matmuls differ): it runs as
   // unfused kernels that write and read its S_q x S_k scores, warned about once per compile with
   // the reason and the bytes. `refuse` fails such compiles instead (`kiln --no-fallback`), and
   // refuses precision fallbacks even where allow_fallback is set.
