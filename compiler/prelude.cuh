@@ -122,6 +122,8 @@ KILN_DEVICE void kiln_cp_async_wait() {
 // Each lane passes the shared-memory address of one 16-byte row: lanes 8i..8i+7 address the rows
 // of matrix i. r[i] receives this lane's 32 bits of matrix i (row lane/4, bytes 4*(lane%4)..+3),
 // or with _trans the transposed 16-bit pair (elements [2*(lane%4)][lane/4] and [2*(lane%4)+1][lane/4]).
+// x1 and x2 read the addresses of lanes 0..7 and 0..15 only, but on sm_75 every lane's address
+// must be a valid one (PTX ISA, ldmatrix): pass a row of the tile in every lane.
 KILN_DEVICE void kiln_ldmatrix_x4(unsigned* r, const void* smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(kiln_smem_addr(smem_row)));
@@ -130,6 +132,10 @@ KILN_DEVICE void kiln_ldmatrix_x2(unsigned* r, const void* smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1]) : "r"(kiln_smem_addr(smem_row)));
 }
+KILN_DEVICE void kiln_ldmatrix_x1(unsigned* r, const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+               : "=r"(r[0]) : "r"(kiln_smem_addr(smem_row)));
+}
 KILN_DEVICE void kiln_ldmatrix_x4_trans(unsigned* r, const void* smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(kiln_smem_addr(smem_row)));
@@ -137,6 +143,10 @@ KILN_DEVICE void kiln_ldmatrix_x4_trans(unsigned* r, const void* smem_row) {
 KILN_DEVICE void kiln_ldmatrix_x2_trans(unsigned* r, const void* smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1]) : "r"(kiln_smem_addr(smem_row)));
+}
+KILN_DEVICE void kiln_ldmatrix_x1_trans(unsigned* r, const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+               : "=r"(r[0]) : "r"(kiln_smem_addr(smem_row)));
 }
 
 // ---- mma.sync (d = a * b + d, fp32 accumulators, row.col) ---------------------------------

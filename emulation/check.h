@@ -11,8 +11,9 @@ namespace kiln::emulation {
 using reference::CheckReport;
 using reference::OutputCheck;
 
-// reference::check_against_fp64 with the program's emulated run and its resolved graph mode.
-// Errors come from the emulated run or the reference (memory limit).
-Expected<CheckReport> check_program(const ir::Graph& graph, const Program& program, uint64_t seed);
+// reference::check_against_fp64 with the program's emulated run (under `schedule`) and its
+// resolved graph mode. Errors come from the emulated run or the reference (memory limit).
+Expected<CheckReport> check_program(const ir::Graph& graph, const Program& program, uint64_t seed,
+                                    const Schedule& schedule = {});
 
 }  // namespace kiln::emulation

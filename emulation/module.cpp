@@ -150,8 +150,8 @@ Module::~Module() {
 }
 
 Status Module::launch(const std::string& entry, const compiler::LaunchShape& shape,
-                      const std::vector<void*>& args,
-                      const std::vector<GlobalRange>& ranges) const {
+                      const std::vector<void*>& args, const std::vector<GlobalRange>& ranges,
+                      const Schedule& schedule) const {
   const Kernel* kernel = nullptr;
   for (const Kernel& k : m_kernels)
     if (k.entry == entry) kernel = &k;
@@ -177,6 +177,18 @@ Status Module::launch(const std::string& entry, const compiler::LaunchShape& sha
   l.dynamic_smem_bytes = shape.dynamic_smem_bytes;
   l.ranges = spans.data();
   l.range_count = spans.size();
+  switch (schedule.mode) {
+    case Schedule::Mode::kind:
+      l.schedule = KILN_EMU_KIND;
+      break;
+    case Schedule::Mode::seeded:
+      l.schedule = KILN_EMU_SEEDED;
+      break;
+    case Schedule::Mode::adversarial:
+      l.schedule = KILN_EMU_ADVERSARIAL;
+      break;
+  }
+  l.schedule_seed = schedule.seed;
   char error[1024] = {};
   auto fn = reinterpret_cast<KilnEmuLaunchFn>(m_launch);
   if (fn(&l, error, sizeof error) != 0)
@@ -189,8 +201,21 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
   auto dir = TempDir::make();
   if (!dir) return dir.error();
   for (const ShimFile& f : shim_files()) {
-    Status written = write_file(dir->path() + "/" + f.name, f.text);
+    std::string text = f.text;
+    for (const ShimEdit& e : options.shim_edits) {
+      if (e.file != f.name) continue;
+      size_t at = text.find(e.from);
+      if (at == std::string::npos)
+        return make_error("emulation: the shim file ", e.file, " has no '", e.from, "' to change");
+      text.replace(at, e.from.size(), e.to);
+    }
+    Status written = write_file(dir->path() + "/" + f.name, text);
     if (!written) return written.error();
+  }
+  for (const ShimEdit& e : options.shim_edits) {
+    bool known = false;
+    for (const ShimFile& f : shim_files()) known = known || e.file == f.name;
+    if (!known) return make_error("emulation: no shim file is named '", e.file, "'");
   }
   std::string source = dir->path() + "/program.cpp";
   std::string library = dir->path() + "/program.so";

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "compiler/artifact.h"
+#include "emulation/schedule.h"
 #include "support/expected.h"
 
 #include <memory>
@@ -15,9 +16,17 @@ namespace kiln::emulation {
 // which only a test of the checks themselves wants.
 enum class Layout : uint8_t { correct, broken };
 
+// A deliberate change to one shim file's text: `from` (which must occur) becomes `to`. Only the
+// mutation check wants it: a shim with a known bug must make some emulated check fail.
+struct ShimEdit {
+  std::string file;  // e.g. "kiln_emu_warp.h"
+  std::string from, to;
+};
+
 struct ModuleOptions {
   int sm = 90;                 // the arch the kernels target (primitives it lacks are errors)
   Layout layout = Layout::correct;
+  std::vector<ShimEdit> shim_edits;
   std::string compiler;        // empty: $KILN_EMU_CXX, else "g++"
   std::vector<std::string> entries;  // kernel entry points to export for launching
 };
@@ -38,9 +47,10 @@ public:
   // parameter. The kernel may touch global memory only inside `ranges` through the prelude's
   // copies (checked); errors name the block and thread (a deadlock, a divergent collective, a
   // bad address, a memory fault, a primitive the arch lacks), or say that the launch asks for
-  // more shared memory than the arch has.
+  // more shared memory than the arch has. `schedule` orders the threads and lands the copies.
   Status launch(const std::string& entry, const compiler::LaunchShape& shape,
-                const std::vector<void*>& args, const std::vector<GlobalRange>& ranges) const;
+                const std::vector<void*>& args, const std::vector<GlobalRange>& ranges,
+                const Schedule& schedule = {}) const;
 
 private:
   friend Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
@@ -57,9 +67,10 @@ private:
   std::vector<Kernel> m_kernels;
 };
 
-// Compiles kernel text (CUDA C++ without the prelude) against the host shim. The temporary
-// directory is removed before returning. Errors: no host compiler ("g++ not found"), a failed
-// compile (the message carries the compiler's output), a failed load.
+// Compiles kernel text (CUDA C++ without the prelude) against the host shim (with
+// options.shim_edits applied). The temporary directory is removed before returning. Errors: no
+// host compiler ("g++ not found"), a failed compile (the message carries the compiler's output),
+// a failed load, a shim edit whose text does not occur.
 Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
                                                  const ModuleOptions& options);
 

@@ -47,8 +47,8 @@ std::string role_name(compiler::BufferRef ref) {
 
 }  // namespace
 
-Expected<std::vector<reference::Tensor>> Program::run(
-    const std::vector<reference::Tensor>& inputs) const {
+Expected<std::vector<reference::Tensor>> Program::run(const std::vector<reference::Tensor>& inputs,
+                                                     const Schedule& schedule) const {
   const compiler::ProgramPlan& plan = m_lowered.plan;
   const auto& graph_inputs = m_graph.inputs();
   if (inputs.size() != graph_inputs.size())
@@ -114,7 +114,7 @@ Expected<std::vector<reference::Tensor>> Program::run(
     auto launch = compiler::launch_at(kernel.launch, kernel.grid, values);
     if (!launch)
       return make_error("emulation: kernel '", kernel.name, "' has a grid term out of range");
-    Status launched = m_module->launch(compiler::entry_name(kernel), *launch, args, ranges);
+    Status launched = m_module->launch(compiler::entry_name(kernel), *launch, args, ranges, schedule);
     if (!launched) return launched.error();
     for (const compiler::KernelParam& p : kernel.params) {
       if (!buffer(p.buffer)->guards_intact())
@@ -140,12 +140,14 @@ Expected<Program> build_program(const ir::Graph& graph, compiler::LoweredProgram
 }
 
 Expected<Program> build_program_from_source(const ir::Graph& graph, compiler::LoweredProgram lowered,
-                                            std::string source, Layout layout) {
+                                            std::string source, Layout layout,
+                                            std::vector<ShimEdit> shim_edits) {
   Program program(graph, std::move(lowered));
   program.m_source = std::move(source);
   ModuleOptions options;
   options.sm = program.m_lowered.sm;
   options.layout = layout;
+  options.shim_edits = std::move(shim_edits);
   for (const compiler::KernelPlan& kernel : program.m_lowered.plan.kernels)
     options.entries.push_back(compiler::entry_name(kernel));
   auto module = compile_module(program.m_source, options);

@@ -17,11 +17,13 @@ public:
   // Runs every kernel in order on `inputs` (calling-convention order, each of its input's exact
   // type; for a symbolic graph, at sizes inside the compiled bucket: buffers, grids and the
   // kernels' size parameters follow them) and returns the outputs in declaration order, each
-  // value exactly the stored element.
+  // value exactly the stored element. `schedule` orders each block's threads and lands its
+  // cp.async copies (a correct kernel gives the same result under every schedule).
   // Buffers carry poisoned guard bytes and outputs start poisoned (NaN), so unwritten elements
   // and stores past a buffer are caught. Errors: wrong inputs, a kernel that fails under
   // emulation (the message names the kernel, block and thread), a store outside its buffer.
-  Expected<std::vector<reference::Tensor>> run(const std::vector<reference::Tensor>& inputs) const;
+  Expected<std::vector<reference::Tensor>> run(const std::vector<reference::Tensor>& inputs,
+                                               const Schedule& schedule = {}) const;
 
   const compiler::LoweredProgram& lowered() const { return m_lowered; }
   // The kernel text that was compiled (without the prelude).
@@ -30,7 +32,8 @@ public:
 private:
   friend Expected<Program> build_program_from_source(const ir::Graph& graph,
                                                      compiler::LoweredProgram lowered,
-                                                     std::string source, Layout layout);
+                                                     std::string source, Layout layout,
+                                                     std::vector<ShimEdit> shim_edits);
   Program(ir::Graph graph, compiler::LoweredProgram lowered)
       : m_graph(std::move(graph)), m_lowered(std::move(lowered)) {}
   ir::Graph m_graph;
@@ -44,9 +47,11 @@ Expected<Program> build_program(const ir::Graph& graph, compiler::LoweredProgram
                                 Layout layout = Layout::correct);
 
 // Like build_program(), but compiles `source` (kernel text for the lowered program's kernels,
-// e.g. the generated text edited by hand while debugging) instead of the generated text.
+// e.g. the generated text edited by hand while debugging) instead of the generated text, against
+// the shim with `shim_edits` applied (the mutation check's known bugs).
 Expected<Program> build_program_from_source(const ir::Graph& graph, compiler::LoweredProgram lowered,
-                                            std::string source, Layout layout = Layout::correct);
+                                            std::string source, Layout layout = Layout::correct,
+                                            std::vector<ShimEdit> shim_edits = {});
 
 // compiler::lower() then build_program(). Errors of lower() (a bad arch or precision for the
 // graph) come back unchanged.

@@ -39,6 +39,7 @@ struct RunArgs {
   std::optional<std::string> remote;
   std::string dims;  // --dims B=37,S=100 for a symbolic graph
   DataFlags data;    // --input, --save, --save-reference
+  std::optional<std::string> schedule;  // --schedule SEED|kind|adversarial (with --emulate)
 };
 
 std::string format_error(double value) {
@@ -58,6 +59,19 @@ int run_graph(const RunArgs& args) {
     print_error("run: unknown precision '" + args.precision +
                 "' (expected highest, high, tf32x3, medium or auto)");
     return k_exit_usage;
+  }
+  emulation::Schedule schedule;
+  if (args.schedule) {
+    if (!args.emulate) {
+      print_error("run: --schedule orders the emulator's threads; it needs --emulate");
+      return k_exit_usage;
+    }
+    auto parsed = emulation::parse_schedule(*args.schedule);
+    if (!parsed) {
+      print_error("run: --schedule: " + parsed.error().message);
+      return k_exit_usage;
+    }
+    schedule = *parsed;
   }
   auto graph = ir::parse_graph_file(args.file);
   if (!graph) {
@@ -96,7 +110,9 @@ int run_graph(const RunArgs& args) {
     for (const std::string& f : fallbacks) print_warning("run: fallback: " + f);
     checked = reference::check_against_fp64(
         bound, program->lowered().precision.graph_mode, std::move(data->inputs),
-        [&](const std::vector<reference::Tensor>& inputs) { return program->run(inputs); });
+        [&](const std::vector<reference::Tensor>& inputs) {
+          return program->run(inputs, schedule);
+        });
   } else {
     // On the GPU: the device's arch unless --arch was given, compiled through the cache.
     if (Status gpu = gpu_status(); !gpu) {
@@ -151,6 +167,7 @@ int run_graph(const RunArgs& args) {
     out["seed"] = args.seed;
     out["fallbacks"] = fallbacks;
     out["device"] = where;
+    if (args.emulate) out["schedule"] = emulation::to_string(schedule);
     add_data_json(out, *graph, *data, *saved);
     out["outputs"] = nlohmann::json::array();
     for (const auto& o : report.outputs)
@@ -159,8 +176,10 @@ int run_graph(const RunArgs& args) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::string at = describe_dims(*graph, *data);
+    std::string device =
+        args.emulate ? where + ", schedule " + emulation::to_string(schedule) : where;
     std::printf("graph %s%s on %s (%s), precision %s, seed %llu, %s\n", graph->name().c_str(),
-                at.c_str(), compiler::arch_name(*sm).c_str(), where.c_str(), mode.c_str(),
+                at.c_str(), compiler::arch_name(*sm).c_str(), device.c_str(), mode.c_str(),
                 static_cast<unsigned long long>(args.seed), describe_inputs(*data).c_str());
     for (const std::string& f : fallbacks)
       std::printf("fallback: %s\n", f.c_str());
@@ -211,6 +230,9 @@ void register_run_commands(CLI::App& app, int& exit_code) {
   cmd->add_option("--precision", args->precision, "highest, high, tf32x3, medium or auto");
   cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
   cmd->add_flag("--emulate", args->emulate, "run under the host emulation of CUDA");
+  cmd->add_option("--schedule", args->schedule,
+                  "with --emulate: how threads are ordered and cp.async copies land: kind (the "
+                  "default), adversarial, or a seed of a random schedule");
   cmd->add_option("--dims", args->dims,
                   "sizes of a symbolic graph's dims, e.g. B=37,S=100 (default: the --input "
                   "files')");

@@ -24,6 +24,13 @@ struct KilnEmuRange {
   const void* end;
 };
 
+// How a launch orders its threads and lands its cp.async copies (kiln_emu_launch.h):
+// KILN_EMU_KIND: threads in order, then in reverse, sweep after sweep, copies landing at the
+// wait (the latest legal moment); KILN_EMU_SEEDED: orders and landing points drawn from
+// `schedule_seed`; KILN_EMU_ADVERSARIAL: copies land at issue (the earliest), each warp runs
+// ahead until it blocks, the last warp first and its lanes from the last.
+enum { KILN_EMU_KIND = 0, KILN_EMU_SEEDED = 1, KILN_EMU_ADVERSARIAL = 2 };
+
 // One kernel launch: the thunk calls the kernel with args as its parameters.
 struct KilnEmuLaunch {
   void (*thunk)(void**);
@@ -33,6 +40,8 @@ struct KilnEmuLaunch {
   size_t dynamic_smem_bytes;
   const KilnEmuRange* ranges;
   size_t range_count;
+  uint32_t schedule;       // KILN_EMU_KIND, KILN_EMU_SEEDED or KILN_EMU_ADVERSARIAL
+  uint64_t schedule_seed;  // KILN_EMU_SEEDED
 };
 
 // Exported by every compiled program.

@@ -96,6 +96,67 @@ private:
   struct sigaction m_old_bus {};
 };
 
+// Gives thread `t` the processor until it blocks or ends; false when the launch has failed.
+inline bool run_thread(Block& b, Thread& t) {
+  t_thread = &t;
+  switch_context(b.scheduler, t.context);
+  t_thread = nullptr;
+  if (b.fault[0]) {
+    char where[120];
+    std::snprintf(where, sizeof where, "block (%u, %u, %u) thread (%u, %u, %u): ", b.block_idx.x,
+                  b.block_idx.y, b.block_idx.z, t.tid.x, t.tid.y, t.tid.z);
+    b.error = std::string(where) + b.fault;
+  }
+  if (b.schedule == KILN_EMU_SEEDED) land_some_copy(b);
+  return !b.failed;
+}
+
+// `n` indices in order, reversed, or shuffled with the block's random numbers.
+inline void fill_order(Block& b, std::vector<size_t>& order, size_t n, int how) {
+  order.resize(n);
+  for (size_t i = 0; i < n; ++i) order[i] = how == 1 ? n - 1 - i : i;
+  if (how != 2) return;
+  for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[next_random(b) % i]);
+}
+
+// One sweep over the block's threads, in the schedule's order; `ran` is set when some thread
+// ran. Kind: every thread in order, or in reverse on odd sweeps. Seeded: each sweep either all
+// threads shuffled, or warp by warp in a shuffled order, each warp's lanes shuffled and the warp
+// running ahead (its lanes again and again) until none of them can run. Adversarial: warp by
+// warp from the last, lanes from the last, each warp running ahead.
+inline bool sweep(Block& b, size_t index, bool& ran) {
+  size_t n = b.threads.size();
+  auto run_if_ready = [&](Thread& t) {
+    if (t.wait != Wait::none) return true;
+    ran = true;
+    return run_thread(b, t);
+  };
+  std::vector<size_t> order;
+  bool seeded = b.schedule == KILN_EMU_SEEDED;
+  if (b.schedule == KILN_EMU_KIND || (seeded && next_random(b) % 2 == 0)) {
+    fill_order(b, order, n, seeded ? 2 : static_cast<int>(index % 2));
+    for (size_t k : order)
+      if (!run_if_ready(b.threads[k])) return false;
+    return true;
+  }
+  std::vector<size_t> warps, lanes;
+  fill_order(b, warps, b.warps.size(), seeded ? 2 : 1);
+  for (size_t w : warps) {
+    size_t first = w * 32, count = n - first < 32 ? n - first : 32;
+    for (bool again = true; again;) {
+      again = false;
+      fill_order(b, lanes, count, seeded ? 2 : 1);
+      for (size_t lane : lanes) {
+        Thread& t = b.threads[first + lane];
+        if (t.wait != Wait::none) continue;
+        again = true;
+        if (!run_if_ready(t)) return false;
+      }
+    }
+  }
+  return true;
+}
+
 // Runs one block to completion; false (with b.error set) on failure.
 inline bool run_block(Block& b) {
   size_t n = b.threads.size();
@@ -112,27 +173,13 @@ inline bool run_block(Block& b) {
     t.open_group.clear();
     make_context(t.context, t.stack, k_stack_bytes, fiber_entry);
   }
-  // Sweeps alternate between thread order and its reverse, so that a missing barrier shows up
-  // whichever warp runs ahead.
-  for (bool reverse = false;; reverse = !reverse) {
-    bool ran = false, all_done = true;
-    for (size_t k = 0; k < n; ++k) {
-      Thread& t = b.threads[reverse ? n - 1 - k : k];
-      if (t.wait == Wait::done) continue;
-      all_done = false;
-      if (t.wait != Wait::none) continue;
-      t_thread = &t;
-      switch_context(b.scheduler, t.context);
-      t_thread = nullptr;
-      ran = true;
-      if (b.fault[0]) {
-        char where[120];
-        std::snprintf(where, sizeof where, "block (%u, %u, %u) thread (%u, %u, %u): ",
-                      b.block_idx.x, b.block_idx.y, b.block_idx.z, t.tid.x, t.tid.y, t.tid.z);
-        b.error = std::string(where) + b.fault;
-      }
-      if (b.failed) return false;
-    }
+  b.rng = b.launch->schedule_seed ^
+          (0x9e3779b97f4a7c15ull * (1 + b.block_idx.x + 65536ull * (b.block_idx.y + 65536ull * b.block_idx.z)));
+  for (size_t index = 0;; ++index) {
+    bool ran = false;
+    if (!sweep(b, index, ran)) return false;
+    bool all_done = true;
+    for (const Thread& t : b.threads) all_done = all_done && t.wait == Wait::done;
     if (all_done) return true;
     if (!ran) {
       b.error = describe_deadlock(b);
@@ -153,8 +200,10 @@ inline std::string launch(const KilnEmuLaunch& l) {
     return "the grid exceeds CUDA's limits (2^31 - 1 x 65535 x 65535 blocks)";
   if (l.block[0] > 1024 || l.block[1] > 1024 || l.block[2] > 64)
     return "the block exceeds CUDA's limits (1024 x 1024 x 64 threads, 1024 in all)";
+  if (l.schedule > KILN_EMU_ADVERSARIAL) return "unknown schedule";
   Block b;
   b.launch = &l;
+  b.schedule = l.schedule;
   b.block_dim = Dim3{l.block[0], l.block[1], l.block[2]};
   b.grid_dim = Dim3{l.grid[0], l.grid[1], l.grid[2]};
   b.threads.resize(threads);

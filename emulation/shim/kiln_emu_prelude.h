@@ -71,25 +71,41 @@ KILN_DEVICE void kiln_cp_async_wait() {
 }
 
 // ---- ldmatrix --------------------------------------------------------------------------------
-KILN_DEVICE void kiln_ldmatrix_x4(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 4, false); }
-KILN_DEVICE void kiln_ldmatrix_x2(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 2, false); }
-KILN_DEVICE void kiln_ldmatrix_x1(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 1, false); }
-KILN_DEVICE void kiln_ldmatrix_x4_trans(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 4, true); }
-KILN_DEVICE void kiln_ldmatrix_x2_trans(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 2, true); }
-KILN_DEVICE void kiln_ldmatrix_x1_trans(unsigned* r, const void* smem_row) { ::kiln_emu::ldmatrix(r, smem_row, 1, true); }
+// ldmatrix and mma.sync are .aligned: every lane must execute the same instruction. Kept out of
+// line, each call's return address names the place in the kernel that executed it.
+#define KILN_EMU_OUT_OF_LINE __attribute__((noinline))
+#define KILN_EMU_SITE __builtin_return_address(0)
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_ldmatrix_x4(unsigned* r, const void* smem_row) {
+  ::kiln_emu::ldmatrix(r, smem_row, 4, false, KILN_EMU_SITE);
+}
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_ldmatrix_x2(unsigned* r, const void* smem_row) {
+  ::kiln_emu::ldmatrix(r, smem_row, 2, false, KILN_EMU_SITE);
+}
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_ldmatrix_x1(unsigned* r, const void* smem_row) {
+  ::kiln_emu::ldmatrix(r, smem_row, 1, false, KILN_EMU_SITE);
+}
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_ldmatrix_x4_trans(unsigned* r, const void* smem_row) {
+  ::kiln_emu::ldmatrix(r, smem_row, 4, true, KILN_EMU_SITE);
+}
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_ldmatrix_x2_trans(unsigned* r, const void* smem_row) {
+  ::kiln_emu::ldmatrix(r, smem_row, 2, true, KILN_EMU_SITE);
+}
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_ldmatrix_x1_trans(unsigned* r, const void* smem_row) {
+  ::kiln_emu::ldmatrix(r, smem_row, 1, true, KILN_EMU_SITE);
+}
 
 // ---- mma.sync --------------------------------------------------------------------------------
-KILN_DEVICE void kiln_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned* b) {
-  ::kiln_emu::mma(::kiln_emu::mma_tf32_k8, d, a, b);
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned* b) {
+  ::kiln_emu::mma(::kiln_emu::mma_tf32_k8, d, a, b, KILN_EMU_SITE);
 }
-KILN_DEVICE void kiln_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
-  ::kiln_emu::mma(::kiln_emu::mma_bf16_k16, d, a, b);
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+  ::kiln_emu::mma(::kiln_emu::mma_bf16_k16, d, a, b, KILN_EMU_SITE);
 }
-KILN_DEVICE void kiln_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
-  ::kiln_emu::mma(::kiln_emu::mma_f16_k16, d, a, b);
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+  ::kiln_emu::mma(::kiln_emu::mma_f16_k16, d, a, b, KILN_EMU_SITE);
 }
-KILN_DEVICE void kiln_mma_m16n8k8_f16(float* d, const unsigned* a, const unsigned* b) {
-  ::kiln_emu::mma(::kiln_emu::mma_f16_k8, d, a, b);
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_mma_m16n8k8_f16(float* d, const unsigned* a, const unsigned* b) {
+  ::kiln_emu::mma(::kiln_emu::mma_f16_k8, d, a, b, KILN_EMU_SITE);
 }
 
 // Calls a kernel with args[i] as parameter i: a pointer parameter is args[i] itself, an int

@@ -69,6 +69,9 @@ struct LaneSlot {
   int arg = 0;
   int width = 32;
   uint64_t result = 0;
+  // .aligned instructions (ldmatrix, mma.sync): where in the kernel this lane executes it. Every
+  // lane of the warp must execute the same instruction, not the same one written twice.
+  const void* site = nullptr;
 };
 
 struct Thread {
@@ -87,11 +90,14 @@ struct Warp {
   Collective op = Collective::none;
   int variant = 0;
   uint32_t mask = 0;
+  const void* site = nullptr;
   LaneSlot slots[32];
 };
 
 struct Block {
   Context scheduler;
+  uint32_t schedule = KILN_EMU_KIND;
+  uint64_t rng = 0;  // KILN_EMU_SEEDED: the block's random state
   std::vector<Thread> threads;
   std::vector<Warp> warps;
   Dim3 block_idx, block_dim, grid_dim;
@@ -110,6 +116,14 @@ inline const KilnEmuApi* g_api = nullptr;
 
 inline constexpr size_t k_stack_bytes = size_t{128} << 10;
 inline constexpr size_t k_guard_bytes = size_t{4} << 10;
+
+// The next of the block's random numbers (splitmix64).
+inline uint64_t next_random(Block& b) {
+  uint64_t z = (b.rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 inline void yield() {
   Thread* self = t_thread;
@@ -218,10 +232,15 @@ inline LaneSlot& collective(const LaneSlot& mine) {
     warp.op = mine.op;
     warp.variant = mine.variant;
     warp.mask = mine.mask;
+    warp.site = mine.site;
   } else if (warp.op != mine.op || warp.variant != mine.variant || warp.mask != mine.mask) {
     fail(std::string("divergent warp collective: this lane reached ") + collective_name(mine.op) +
          " while other lanes of its warp wait at " + collective_name(warp.op) +
          (warp.op == mine.op ? " of another kind or mask" : ""));
+  } else if (warp.site != mine.site) {
+    fail(std::string("divergent warp collective: this lane reached ") + collective_name(mine.op) +
+         " at another place in the kernel than the other lanes of its warp (an .aligned "
+         "instruction must be executed by every lane at the same place)");
   }
   warp.slots[self->lane] = mine;
   warp.arrived |= bit;
@@ -249,15 +268,36 @@ inline void perform(const CpCopy& c) {
   if (c.size > c.src_bytes) std::memset(c.dst + c.src_bytes, 0, static_cast<size_t>(c.size - c.src_bytes));
 }
 
-// Queues a copy in the thread's open group; it lands only when a wait retires its group, so a
-// missing wait shows up as stale shared memory.
+// Issues a copy. A copy may land at any moment between its issue and the wait that retires its
+// group; where, the schedule says: at the wait (kind: a missing wait shows up as stale shared
+// memory), at issue (adversarial: a copy into a buffer other threads still read shows up as
+// changed data), or at a random one of those moments (seeded; see land_some_copy).
 inline void cp_async(void* dst, const void* src, int size, int src_bytes) {
   require_sm(80, "cp.async");
   if (src_bytes < 0 || src_bytes > size) fail("cp.async: source size out of range");
   check_smem(dst, static_cast<size_t>(size), static_cast<size_t>(size), "cp.async destination");
   if (src_bytes > 0) check_global(src, static_cast<size_t>(src_bytes), static_cast<size_t>(size), "cp.async source");
-  t_thread->open_group.push_back(CpCopy{static_cast<unsigned char*>(dst),
-                                        static_cast<const unsigned char*>(src), size, src_bytes});
+  CpCopy copy{static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), size,
+              src_bytes};
+  Block& b = *t_block;
+  if (b.schedule == KILN_EMU_ADVERSARIAL ||
+      (b.schedule == KILN_EMU_SEEDED && next_random(b) % 4 == 0)) {
+    perform(copy);
+    return;
+  }
+  t_thread->open_group.push_back(copy);
+}
+
+// Seeded schedules, between two threads' turns: lands the oldest copy still in flight of one
+// thread drawn at random, one time in four.
+inline void land_some_copy(Block& b) {
+  if (next_random(b) % 4 != 0) return;
+  Thread& t = b.threads[next_random(b) % b.threads.size()];
+  while (!t.groups.empty() && t.groups.front().empty()) t.groups.pop_front();
+  std::vector<CpCopy>& oldest = t.groups.empty() ? t.open_group : t.groups.front();
+  if (oldest.empty()) return;
+  perform(oldest.front());
+  oldest.erase(oldest.begin());
 }
 
 inline void cp_async_commit() {

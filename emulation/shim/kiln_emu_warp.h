@@ -48,7 +48,9 @@ inline void complete_shuffle(Warp& w) {
       case shfl_idx: src = base + (s.arg & (width - 1)); break;
       case shfl_up: src = lane - s.arg >= base ? lane - s.arg : lane; break;
       case shfl_down: src = lane + s.arg < base + width ? lane + s.arg : lane; break;
-      case shfl_xor: src = ((lane ^ s.arg) & ~(width - 1)) == base ? lane ^ s.arg : lane; break;
+      // A partner in a later segment of `width` lanes gives the caller's own value; one in an
+      // earlier segment is read (CUDA's __shfl_xor_sync; PTX shfl.bfly reads j <= maxLane).
+      case shfl_xor: src = (lane ^ s.arg) < base + width ? lane ^ s.arg : lane; break;
     }
     if (!(w.mask & (1u << src))) {
       fail("warp shuffle: lane " + std::to_string(lane) + " reads lane " + std::to_string(src) +
@@ -68,11 +70,16 @@ inline void complete_ballot(Warp& w) {
 // ldmatrix .m8n8 .x1/.x2/.x4 (.trans): lane 8i+r gives the address of row r of matrix i; lane L
 // receives, of matrix i, row L/4 bytes 4(L%4)..+3, or with .trans the elements
 // [2(L%4)][L/4] and [2(L%4)+1][L/4].
+// x1 and x2 read the first 8 and 16 lanes' addresses; on sm_75 every lane's must be valid
+// (PTX ISA: "for .target sm_75 and below, all threads must contain valid addresses").
 inline void complete_ldmatrix(Warp& w) {
   int count = w.variant & 7;
   bool trans = (w.variant & 8) != 0;
-  for (int m = 0; m < count; ++m)
-    for (int r = 0; r < 8; ++r) check_smem(w.slots[m * 8 + r].a, 16, 16, "ldmatrix row address");
+  int checked = KILN_EMU_SM <= 75 ? 32 : 8 * count;
+  for (int lane = 0; lane < checked; ++lane)
+    check_smem(w.slots[lane].a, 16, 16,
+               lane < 8 * count ? "ldmatrix row address"
+                                : "ldmatrix address of a lane past the matrices (sm_75 needs every lane's valid)");
   for (int lane = 0; lane < 32; ++lane) {
     uint32_t* out = static_cast<uint32_t*>(w.slots[lane].d);
     for (int m = 0; m < count; ++m) {
@@ -197,7 +204,8 @@ inline void syncwarp(unsigned mask) {
   collective(s);
 }
 
-inline void ldmatrix(unsigned* r, const void* row, int count, bool trans) {
+// `site`: where the kernel executes it (see LaneSlot::site).
+inline void ldmatrix(unsigned* r, const void* row, int count, bool trans, const void* site) {
   require_sm(75, "ldmatrix");
   LaneSlot s;
   s.op = Collective::ldmatrix;
@@ -205,10 +213,11 @@ inline void ldmatrix(unsigned* r, const void* row, int count, bool trans) {
   s.mask = 0xffffffffu;
   s.a = row;
   s.d = r;
+  s.site = site;
   collective(s);
 }
 
-inline void mma(MmaKind kind, float* d, const unsigned* a, const unsigned* b) {
+inline void mma(MmaKind kind, float* d, const unsigned* a, const unsigned* b, const void* site) {
   require_sm(kind == mma_f16_k8 ? 75 : 80, kind == mma_tf32_k8    ? "mma.sync m16n8k8 tf32"
                                             : kind == mma_bf16_k16 ? "mma.sync m16n8k16 bf16"
                                             : kind == mma_f16_k16  ? "mma.sync m16n8k16 f16"
@@ -220,6 +229,7 @@ inline void mma(MmaKind kind, float* d, const unsigned* a, const unsigned* b) {
   s.a = a;
   s.b = b;
   s.d = d;
+  s.site = site;
   collective(s);
 }
 

@@ -19,11 +19,19 @@ inline void install_rounding() {
   ::kiln_emu::g_api = &k_api;
 }
 
-// Launches `kernel` (all-pointer parameters) with `args` over grid x block threads; returns the
-// emulator's error, empty on success. Every buffer in `args` is registered with `bytes`.
+// A launch's schedule (KILN_EMU_KIND, KILN_EMU_SEEDED with a seed, KILN_EMU_ADVERSARIAL).
+struct LaunchSchedule {
+  uint32_t kind = KILN_EMU_KIND;
+  uint64_t seed = 0;
+};
+
+// Launches `kernel` (all-pointer parameters) with `args` over grid x block threads under
+// `schedule`; returns the emulator's error, empty on success. Every buffer in `args` is
+// registered with `bytes`.
 template <typename... P>
 std::string launch(void (*kernel)(P...), std::vector<void*> args, std::vector<size_t> bytes,
-                   unsigned grid, unsigned block, size_t smem_bytes = 0) {
+                   unsigned grid, unsigned block, size_t smem_bytes = 0,
+                   LaunchSchedule schedule = {}) {
   install_rounding();
   static void (*s_kernel)(P...) = nullptr;
   s_kernel = kernel;
@@ -40,6 +48,8 @@ std::string launch(void (*kernel)(P...), std::vector<void*> args, std::vector<si
   l.dynamic_smem_bytes = smem_bytes;
   l.ranges = ranges.data();
   l.range_count = ranges.size();
+  l.schedule = schedule.kind;
+  l.schedule_seed = schedule.seed;
   return ::kiln_emu::launch(l);
 }
 

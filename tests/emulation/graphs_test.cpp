@@ -1,5 +1,6 @@
 // Every op pattern of examples/graphs, at odd and aligned sizes, in each precision mode and on
-// each arch family, run as generated kernels under emulation and checked against fp64.
+// each arch family, run as generated kernels under emulation and checked against fp64, each under
+// the kind, the adversarial and two seeded schedules; races the kind schedule hides, caught.
 #include "emulation/check.h"
 #include "ir/parse.h"
 
@@ -42,17 +43,29 @@ Expected<CheckReport> emulate(const ir::Graph& graph, int sm, ir::Precision prec
   return check_program(graph, *program, 1);
 }
 
+// The schedules every emulated graph runs under: a correct kernel passes each.
+const Schedule k_schedules[] = {Schedule{}, Schedule::adversarial(), Schedule::seeded_by(1),
+                                Schedule::seeded_by(2)};
+
 class EmulatedGraph : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EmulatedGraph, MatchesTheFp64ReferenceWithinTolerance) {
   const Case& c = GetParam();
   ir::Graph graph = load(c.graph);
-  auto report = emulate(graph, c.sm, c.precision);
-  ASSERT_TRUE(report.ok()) << report.error().message;
-  EXPECT_TRUE(report->ok);
-  for (const OutputCheck& o : report->outputs) {
-    EXPECT_LE(o.rel_l2, o.tolerance) << o.name << " max_abs " << o.max_abs;
-    EXPECT_GT(o.tolerance, 0.0);
+  compiler::CompileOptions options;
+  options.sm = c.sm;
+  options.precision = c.precision;
+  auto program = build_program(graph, options);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  for (const Schedule& schedule : k_schedules) {
+    SCOPED_TRACE("schedule " + to_string(schedule));
+    auto report = check_program(graph, *program, 1, schedule);
+    ASSERT_TRUE(report.ok()) << report.error().message;
+    EXPECT_TRUE(report->ok);
+    for (const OutputCheck& o : report->outputs) {
+      EXPECT_LE(o.rel_l2, o.tolerance) << o.name << " max_abs " << o.max_abs;
+      EXPECT_GT(o.tolerance, 0.0);
+    }
   }
 }
 
@@ -112,6 +125,44 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"layout_odd", 80, k_high}, Case{"layout_odd", 75, k_highest}),
     case_name);
 
+// K tiles well past the pipeline's stages (19 tiles of 16 for f32, 11 of 32 for 16-bit, against
+// 4 stages on sm_80+ and 1 on sm_75), so every stage is refilled while others are read; odd M,
+// N and K edges and both operand orientations, on every MMA path and FFMA.
+INSTANTIATE_TEST_SUITE_P(
+    StageReuse, EmulatedGraph,
+    ::testing::Values(
+        Case{"reuse_odd", 80, k_highest}, Case{"reuse_odd", 80, k_high},
+        Case{"reuse_odd", 80, k_tf32x3}, Case{"reuse_odd", 80, k_medium},
+        Case{"reuse_odd", 86, k_highest}, Case{"reuse_odd", 86, k_high},
+        Case{"reuse_odd", 86, k_tf32x3}, Case{"reuse_odd", 86, k_medium},
+        Case{"reuse_odd", 90, k_highest}, Case{"reuse_odd", 90, k_high},
+        Case{"reuse_odd", 90, k_tf32x3}, Case{"reuse_odd", 90, k_medium},
+        Case{"reuse_odd", 75, k_highest}, Case{"reuse_f16_odd", 75, k_high},
+        Case{"reuse_f16_odd", 80, k_high}, Case{"reuse_f16_odd", 86, k_high},
+        Case{"reuse_f16_odd", 90, k_high}, Case{"reuse_bf16_odd", 80, k_high},
+        Case{"reuse_bf16_odd", 86, k_high}, Case{"reuse_bf16_odd", 90, k_high}),
+    case_name);
+
+TEST(EmulatedCoverage, StageReuseGraphsRunMoreKTilesThanStages) {
+  for (const char* name : {"reuse_odd", "reuse_f16_odd", "reuse_bf16_odd"}) {
+    ir::Graph graph = load(name);
+    for (int sm : {75, 80, 86, 90}) {
+      compiler::CompileOptions options;
+      options.sm = sm;
+      options.precision = sm >= 80 ? k_high : k_highest;
+      auto lowered = compiler::lower(graph, options);
+      if (!lowered && std::string(name) == "reuse_bf16_odd" && sm == 75) continue;
+      ASSERT_TRUE(lowered.ok()) << name << " sm_" << sm << ": " << lowered.error().message;
+      ASSERT_EQ(lowered->plan.kernels.size(), 2u);
+      for (const compiler::KernelPlan& k : lowered->plan.kernels) {
+        int64_t k_tiles = (k.extents.k.hi + k.tile.bk - 1) / k.tile.bk;
+        EXPECT_GT(k_tiles, k.tile.stages) << name << " sm_" << sm << " " << k.name;
+        EXPECT_NE(k.extents.k.hi % k.tile.bk, 0) << "an odd K edge";
+      }
+    }
+  }
+}
+
 // A sum over more inputs than one kernel may read is cut into several kernels, each after the
 // first reading its predecessor's partial sum from a temporary. Every third input is broadcast.
 TEST(EmulatedWideSum, KernelsCutAtTheReadLimitMatchTheReference) {
@@ -161,9 +212,16 @@ TEST(EmulatedLayoutCheck, ABrokenF16FragmentLayoutIsCaught) {
   EXPECT_FALSE(broken->ok);
 }
 
-// Generated text with one synchronisation removed: the emulation must notice.
+// One edit of generated text: every occurrence of `remove` becomes `insert`.
+struct Edit {
+  std::string remove, insert;
+};
+
+// Generated text with one synchronisation removed or moved: the emulation must notice (under
+// `schedule`).
 Expected<CheckReport> emulate_edited(const std::string& graph_name, int sm, ir::Precision precision,
-                                     const std::string& remove, const std::string& insert) {
+                                     const std::vector<Edit>& edits,
+                                     const Schedule& schedule = {}) {
   ir::Graph graph = load(graph_name);
   compiler::CompileOptions options;
   options.sm = sm;
@@ -171,26 +229,57 @@ Expected<CheckReport> emulate_edited(const std::string& graph_name, int sm, ir::
   auto lowered = compiler::lower(graph, options);
   if (!lowered) return lowered.error();
   std::string source = compiler::program_source(*lowered, compiler::Prelude::omit);
-  size_t at = source.find(remove);
-  if (at == std::string::npos) return make_error("the generated text has no '", remove, "'");
-  source.replace(at, remove.size(), insert);
+  for (const Edit& e : edits) {
+    size_t at = source.find(e.remove);
+    if (at == std::string::npos) return make_error("the generated text has no '", e.remove, "'");
+    for (; at != std::string::npos; at = source.find(e.remove, at + e.insert.size()))
+      source.replace(at, e.remove.size(), e.insert);
+  }
   auto program = build_program_from_source(graph, std::move(*lowered), std::move(source));
   if (!program) return program.error();
-  return check_program(graph, *program, 1);
+  return check_program(graph, *program, 1, schedule);
 }
 
 TEST(EmulatedRaces, AMissingTrailingBarrierIsCaught) {
   // sm_75: single-stage k loop "load; __syncthreads(); compute; __syncthreads();": without the
   // second barrier the next tile's loads overwrite data other warps still read.
-  auto report = emulate_edited("mlp_odd", 75, k_highest, "    __syncthreads();\n  }", "  }");
+  auto report = emulate_edited("mlp_odd", 75, k_highest, {{"    __syncthreads();\n  }", "  }"}});
   ASSERT_TRUE(report.ok()) << report.error().message;
   EXPECT_FALSE(report->ok);
 }
 
 TEST(EmulatedRaces, AMissingCpAsyncWaitIsCaught) {
-  auto report = emulate_edited("mlp_odd", 90, k_high, "kiln_cp_async_wait<", "if (0) kiln_cp_async_wait<");
+  auto report =
+      emulate_edited("mlp_odd", 90, k_high, {{"kiln_cp_async_wait<", "if (0) kiln_cp_async_wait<"}});
   ASSERT_TRUE(report.ok()) << report.error().message;
   EXPECT_FALSE(report->ok);
+}
+
+// The k loop's barrier moved after the next stage's copies are issued: a fast thread refills the
+// stage that slower warps are still reading (a write-after-read race on a GPU). The kind schedule
+// lands copies at their wait and cannot see it; copies landing at issue, with a warp running
+// ahead, must.
+TEST(EmulatedRaces, ABarrierMovedAfterTheNextStagesCopiesIsCaughtByTheAdversarialSchedule) {
+  const std::vector<Edit> moved = {
+      {"    kiln_cp_async_wait<2>();\n    __syncthreads();\n    {\n      const int next",
+       "    kiln_cp_async_wait<2>();\n    {\n      const int next"},
+      {"      kiln_cp_async_commit();\n    }\n    const int cs",
+       "      kiln_cp_async_commit();\n    }\n    __syncthreads();\n    const int cs"}};
+  auto hidden = emulate_edited("reuse_odd", 80, k_high, moved);
+  ASSERT_TRUE(hidden.ok()) << hidden.error().message;
+  EXPECT_TRUE(hidden->ok) << "the kind schedule was expected to hide this race";
+  auto caught = emulate_edited("reuse_odd", 80, k_high, moved, Schedule::adversarial());
+  ASSERT_TRUE(caught.ok()) << caught.error().message;
+  EXPECT_FALSE(caught->ok);
+  for (const OutputCheck& o : caught->outputs) EXPECT_FALSE(o.ok) << o.name;
+  // Random schedules see it too, each seed that lands a refill before a slower warp's read.
+  int seeds_caught = 0;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    auto seeded = emulate_edited("reuse_odd", 80, k_high, moved, Schedule::seeded_by(seed));
+    ASSERT_TRUE(seeded.ok()) << seeded.error().message;
+    seeds_caught += !seeded->ok;
+  }
+  EXPECT_GE(seeds_caught, 3);
 }
 
 TEST(EmulatedProgram, RejectsInputsOfTheWrongType) {

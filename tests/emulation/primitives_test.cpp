@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -239,6 +240,51 @@ TEST(EmulatedShuffles, XorIdxDownAndUpFollowCudaSemantics) {
   }
 }
 
+// __shfl_xor_sync with width 16 and lane mask 16: the partner of a lane of the second half is in
+// the earlier segment and is read; that of a lane of the first half lies in a later segment, so
+// the lane gets its own value (CUDA C++ Programming Guide, warp shuffle functions).
+__global__ void segmented_xor_kernel(float* out) {
+  const int lane = threadIdx.x;
+  out[lane] = __shfl_xor_sync(0xffffffffu, static_cast<float>(lane), 16, 16);
+}
+
+TEST(EmulatedShuffles, XorWithWidthReadsEarlierSegmentsAndKeepsItsOwnValueForLaterOnes) {
+  std::vector<float> out(32);
+  ASSERT_EQ(launch(segmented_xor_kernel, {out.data()}, {out.size() * 4}, 1, 32), "");
+  for (int lane = 0; lane < 32; ++lane)
+    EXPECT_EQ(out[lane], static_cast<float>(lane < 16 ? lane : lane - 16)) << lane;
+}
+
+// Lanes store to shared memory, then read their lower neighbour's value, with or without the
+// __syncwarp between. Where lane 0 always runs first (the kind schedule) the missing __syncwarp
+// goes unseen; lanes from the last (adversarial) or in random orders read unwritten memory.
+template <bool Sync>
+__global__ void lane_neighbour_kernel(int* out) {
+  int* s = reinterpret_cast<int*>(kiln_dynamic_smem());
+  const int lane = threadIdx.x;
+  s[lane] = lane * 7;
+  if (Sync) __syncwarp();
+  out[lane] = lane == 0 ? 0 : s[lane - 1];
+}
+
+TEST(EmulatedWarp, AMissingSyncwarpIsCaughtWhereLaneZeroDoesNotRunFirst) {
+  using testing::LaunchSchedule;
+  auto wrong = [](LaunchSchedule s, bool sync) {
+    std::vector<int> out(32);
+    auto kernel = sync ? lane_neighbour_kernel<true> : lane_neighbour_kernel<false>;
+    EXPECT_EQ(launch(kernel, {out.data()}, {out.size() * 4}, 1, 32, 32 * 4, s), "");
+    int n = 0;
+    for (int lane = 1; lane < 32; ++lane) n += out[lane] != (lane - 1) * 7;
+    return n;
+  };
+  EXPECT_EQ(wrong({KILN_EMU_KIND, 0}, false), 0) << "the kind schedule runs lane 0 first";
+  EXPECT_GT(wrong({KILN_EMU_ADVERSARIAL, 0}, false), 0);
+  EXPECT_GT(wrong({KILN_EMU_SEEDED, 3}, false), 0);
+  for (LaunchSchedule s : {LaunchSchedule{KILN_EMU_KIND, 0}, LaunchSchedule{KILN_EMU_ADVERSARIAL, 0},
+                           LaunchSchedule{KILN_EMU_SEEDED, 3}})
+    EXPECT_EQ(wrong(s, true), 0) << "with __syncwarp, schedule " << s.kind;
+}
+
 // ---- barriers ---------------------------------------------------------------------------------
 template <bool Barrier>
 __global__ void neighbour_kernel(int* out) {
@@ -296,6 +342,67 @@ TEST(EmulatedBarrier, ABarrierNotEveryThreadReachesIsReportedAsDeadlock) {
   EXPECT_NE(error.find("63 thread(s) wait at __syncthreads"), std::string::npos) << error;
 }
 
+TEST(EmulatedBarrier, AMissingBarrierIsCaughtUnderEverySchedule) {
+  using testing::LaunchSchedule;
+  for (LaunchSchedule s : {LaunchSchedule{KILN_EMU_ADVERSARIAL, 0}, LaunchSchedule{KILN_EMU_SEEDED, 1},
+                           LaunchSchedule{KILN_EMU_SEEDED, 2}}) {
+    std::vector<int> out(96);
+    ASSERT_EQ(launch(neighbour_kernel<false>, {out.data()}, {out.size() * 4}, 1, 96, 96 * 4, s), "");
+    int wrong = 0;
+    for (int tid = 0; tid < 96; ++tid) wrong += out[tid] != ((tid + 37) % 96) * 3;
+    EXPECT_GT(wrong, 0) << "schedule " << s.kind << " seed " << s.seed;
+    std::vector<int> good(96);
+    ASSERT_EQ(launch(neighbour_kernel<true>, {good.data()}, {good.size() * 4}, 2, 96, 96 * 4, s), "");
+    for (int tid = 0; tid < 96; ++tid) EXPECT_EQ(good[tid], ((tid + 37) % 96) * 3);
+  }
+}
+
+// ---- schedules --------------------------------------------------------------------------------
+// Each thread writes its index into the next free slot of a log twice, before and after a
+// barrier: the order in which the schedule ran the threads (fibers are never preempted).
+__global__ void order_kernel(int* log) {
+  log[1 + log[0]++] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  log[1 + log[0]++] = static_cast<int>(threadIdx.x);
+}
+
+std::vector<int> run_order(testing::LaunchSchedule schedule) {
+  std::vector<int> log(1 + 2 * 80, 0);
+  EXPECT_EQ(launch(order_kernel, {log.data()}, {log.size() * 4}, 1, 80, 0, schedule), "");
+  return log;
+}
+
+TEST(EmulatedSchedule, KindRunsThreadsInOrderThenInReverse) {
+  std::vector<int> log = run_order({KILN_EMU_KIND, 0});
+  for (int i = 0; i < 80; ++i) {
+    EXPECT_EQ(log[1 + i], i);
+    EXPECT_EQ(log[81 + i], 79 - i) << "the second sweep runs in reverse";
+  }
+}
+
+TEST(EmulatedSchedule, AdversarialRunsTheLastWarpFirstAndItsLanesFromTheLast) {
+  std::vector<int> log = run_order({KILN_EMU_ADVERSARIAL, 0});
+  // Warps 2 (lanes 64..79), 1, 0, each from its last lane.
+  std::vector<int> want;
+  for (int w = 2; w >= 0; --w)
+    for (int lane = (w == 2 ? 15 : 31); lane >= 0; --lane) want.push_back(32 * w + lane);
+  for (int i = 0; i < 80; ++i) EXPECT_EQ(log[1 + i], want[static_cast<size_t>(i)]) << i;
+}
+
+TEST(EmulatedSchedule, ASeedGivesOneOrderAndOtherSeedsOthers) {
+  std::vector<int> a = run_order({KILN_EMU_SEEDED, 7}), again = run_order({KILN_EMU_SEEDED, 7});
+  EXPECT_EQ(a, again) << "a seed replays its schedule";
+  std::vector<int> sorted(a.begin() + 1, a.begin() + 81);
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < 80; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i) << "every thread once";
+  int differ = 0;
+  for (uint64_t seed = 8; seed < 12; ++seed) differ += run_order({KILN_EMU_SEEDED, seed}) != a;
+  EXPECT_EQ(differ, 4);
+  std::vector<int> in_order(80);
+  for (int i = 0; i < 80; ++i) in_order[static_cast<size_t>(i)] = i;
+  EXPECT_NE(std::vector<int>(a.begin() + 1, a.begin() + 81), in_order);
+}
+
 __global__ void divergent_kernel(float* out) {
   const int lane = threadIdx.x;
   if (lane < 16) {
@@ -344,6 +451,42 @@ TEST(EmulatedCpAsync, CopiesLandWhenAWaitRetiresTheirGroup) {
     EXPECT_EQ(out[5 * tid + 3], 0u) << "zero fill";
     EXPECT_EQ(out[5 * tid + 4], 1000u + 4 * ((tid + 1) % 32));
   }
+}
+
+TEST(EmulatedCpAsync, UnderTheAdversarialScheduleCopiesLandAtIssue) {
+  std::vector<unsigned> src(128), out(5 * 32);
+  for (unsigned i = 0; i < 128; ++i) src[i] = 1000 + i;
+  ASSERT_EQ(launch(cp_async_kernel, {out.data(), src.data()}, {out.size() * 4, src.size() * 4}, 1,
+                   32, 256 * 4, {KILN_EMU_ADVERSARIAL}),
+            "");
+  for (int tid = 0; tid < 32; ++tid) {
+    EXPECT_EQ(out[5 * tid + 0], 1000u + 4 * tid) << "landed when issued";
+    EXPECT_EQ(out[5 * tid + 2], 0u) << "the zero fill too";
+    EXPECT_EQ(out[5 * tid + 4], 1000u + 4 * ((tid + 1) % 32));
+  }
+}
+
+TEST(EmulatedCpAsync, UnderSeededSchedulesCopiesLandBetweenIssueAndWait) {
+  // Each copy lands somewhere from its issue to its wait: what a thread reads before the wait is
+  // either still poison or already the data, both seen over a few seeds; after it, always data.
+  std::vector<unsigned> src(128);
+  for (unsigned i = 0; i < 128; ++i) src[i] = 1000 + i;
+  int early = 0, late = 0;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    std::vector<unsigned> out(5 * 32);
+    ASSERT_EQ(launch(cp_async_kernel, {out.data(), src.data()}, {out.size() * 4, src.size() * 4},
+                     1, 32, 256 * 4, {KILN_EMU_SEEDED, seed}),
+              "");
+    for (int tid = 0; tid < 32; ++tid) {
+      ASSERT_TRUE(out[5 * tid] == 0xffffffffu || out[5 * tid] == 1000u + 4 * tid);
+      early += out[5 * tid] != 0xffffffffu;
+      late += out[5 * tid] == 0xffffffffu;
+      EXPECT_EQ(out[5 * tid + 1], 1000u + 4 * tid + 3);
+      EXPECT_EQ(out[5 * tid + 3], 0u);
+    }
+  }
+  EXPECT_GT(early, 0);
+  EXPECT_GT(late, 0);
 }
 
 __global__ void cp_async_out_of_bounds_kernel(unsigned* out) {

@@ -1,4 +1,4 @@
-// `kiln run` end to end: exit codes, the JSON report, the message without --emulate.
+// `kiln run` end to end: exit codes, the JSON report, --schedule, the message without --emulate.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -41,6 +41,25 @@ TEST(KilnRunCli, EmulatedRunPrintsTheJsonReportAndExitsZero) {
   EXPECT_LT(report["outputs"][0]["rel_l2"].get<double>(), 2e-3);
   EXPECT_GE(report["outputs"][0]["max_abs"].get<double>(), 0.0);
   EXPECT_EQ(report["outputs"][1]["name"], "value");
+}
+
+TEST(KilnRunCli, ScheduleNamesHowTheEmulatorOrdersThreadsAndIsReported) {
+  for (const char* schedule : {"kind", "adversarial", "12345"}) {
+    Result r = kiln("run " + k_graph + " --arch sm_80 --precision high --emulate --json --schedule " +
+                    schedule);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    auto report = nlohmann::json::parse(r.out);
+    EXPECT_EQ(report["schedule"], schedule);
+    EXPECT_EQ(report["ok"], true);
+  }
+  Result text = kiln("run " + k_graph + " --arch sm_80 --precision high --emulate --schedule 7");
+  EXPECT_NE(text.out.find("(emulated, schedule 7)"), std::string::npos) << text.out;
+  Result bad = kiln("run " + k_graph + " --emulate --schedule sometimes");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("expected kind, adversarial or a seed"), std::string::npos) << bad.out;
+  Result gpu = kiln("run " + k_graph + " --schedule adversarial");
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_NE(gpu.out.find("needs --emulate"), std::string::npos) << gpu.out;
 }
 
 TEST(KilnRunCli, WithoutEmulateRunsOnTheGpuOrSaysThereIsNone) {

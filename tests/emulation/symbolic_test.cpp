@@ -101,14 +101,20 @@ compiler::CompileOptions options_for(const ir::Graph& graph, int sm, ir::Precisi
   return options;
 }
 
-// The symbolic program's outputs at `size`, checked against fp64 on the bound graph's inputs.
+// The symbolic program's outputs at `size`, checked against fp64 on the bound graph's inputs,
+// under the kind and the adversarial schedule: the first report past its tolerance, else the last.
 Expected<reference::CheckReport> check_at(const ir::Graph& graph, const Program& program,
                                           int64_t size) {
   auto bound = graph.bind({size});
   if (!bound) return bound.error();
-  return reference::check_against_fp64(
-      *bound, program.lowered().precision.graph_mode, 7,
-      [&](const std::vector<reference::Tensor>& inputs) { return program.run(inputs); });
+  Expected<reference::CheckReport> report = Error{};
+  for (const Schedule& schedule : {Schedule{}, Schedule::adversarial()}) {
+    report = reference::check_against_fp64(
+        *bound, program.lowered().precision.graph_mode, 7,
+        [&](const std::vector<reference::Tensor>& inputs) { return program.run(inputs, schedule); });
+    if (!report || !report->ok) return report;
+  }
+  return report;
 }
 
 class SymbolicEmulation : public ::testing::TestWithParam<Case> {};

@@ -1,0 +1,162 @@
+// The mutation check: known-bad edits to the emulator's shim (a wrong fragment layout, a wrong
+// ldmatrix distribution, cp.async waits that retire nothing, a barrier that waits for no one,
+// shuffles reading the wrong lane, an mma that drops its accumulator) and to generated kernels
+// (swapped fragment registers, a wrong ldmatrix row distribution, a removed wait, a moved or
+// removed barrier, a dropped online-softmax rescale or causal mask). Each must make an emulated
+// check fail: a layer of the emulator that let one through could no longer be trusted to catch
+// that bug in a generated kernel.
+#include "emulation/check.h"
+#include "ir/parse.h"
+
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace kiln::emulation {
+namespace {
+
+struct TextEdit {
+  std::string from, to;  // every occurrence of `from` (at least one) becomes `to`
+};
+
+struct Mutation {
+  const char* name;
+  std::string graph;  // a file in tests/emulation/graphs, or graph text
+  int sm;
+  ir::Precision precision;
+  std::vector<ShimEdit> shim;    // edits of the shim
+  std::vector<TextEdit> kernel;  // edits of the generated kernel text
+  Schedule schedule;
+};
+
+void PrintTo(const Mutation& m, std::ostream* os) { *os << m.name; }
+
+// Several key tiles (S = 150 against tiles of 64 keys), so the online softmax rescales.
+const char* k_attention = R"(graph att {
+  input q: f16[2, 150, 64]
+  input k: f16[2, 150, 64]
+  input v: f16[2, 150, 64]
+  o = attention(q, k, v, causal=true)
+  output o
+}
+)";
+
+Expected<ir::Graph> load(const std::string& graph) {
+  if (graph.find("graph ") != std::string::npos) return ir::parse_graph(graph, "mutation.kg");
+  return ir::parse_graph_file(std::string(KILN_EMU_TEST_GRAPHS) + "/" + graph + ".kg");
+}
+
+// The check of `m`'s target with its edits applied: an error (a launch that fails) or a report.
+Expected<CheckReport> run_mutated(const Mutation& m) {
+  auto graph = load(m.graph);
+  if (!graph) return graph.error();
+  compiler::CompileOptions options;
+  options.sm = m.sm;
+  options.precision = m.precision;
+  auto lowered = compiler::lower(*graph, options);
+  if (!lowered) return lowered.error();
+  std::string source = compiler::program_source(*lowered, compiler::Prelude::omit);
+  for (const TextEdit& e : m.kernel) {
+    size_t at = source.find(e.from);
+    if (at == std::string::npos)
+      return make_error("setup: the generated text has no '", e.from, "'");
+    for (; at != std::string::npos; at = source.find(e.from, at + e.to.size()))
+      source.replace(at, e.from.size(), e.to);
+  }
+  auto program = build_program_from_source(*graph, std::move(*lowered), std::move(source),
+                                           Layout::correct, m.shim);
+  if (!program) return program.error();
+  return check_program(*graph, *program, 1, m.schedule);
+}
+
+constexpr ir::Precision k_highest = ir::Precision::highest;
+constexpr ir::Precision k_high = ir::Precision::high;
+
+const Mutation k_mutations[] = {
+    // ---- the shim ----
+    {"swapped_a_fragment_registers", "mlp_odd", 90, k_high,
+     {{"kiln_emu_warp.h", "uint32_t ra[4] = {fa[0], fa[1], 0, 0};",
+       "uint32_t ra[4] = {fa[1], fa[0], 0, 0};"}},
+     {}, {}},
+    {"swapped_b_fragment_halves", "gated_mlp_odd", 90, k_high,
+     {{"kiln_emu_warp.h", "bm[2 * t + h][g] = half_operand(fb[0], h, bf16);",
+       "bm[2 * t + h][g] = half_operand(fb[0], 1 - h, bf16);"}},
+     {}, {}},
+    {"wrong_ldmatrix_distribution", "mlp_odd", 90, k_high,
+     {{"kiln_emu_warp.h", "std::memcpy(&out[m], row + 4 * (lane % 4), 4);",
+       "std::memcpy(&out[m], row + 4 * ((lane + 1) % 4), 4);"}},
+     {}, {}},
+    {"ldmatrix_trans_pair_swapped", "gated_mlp_odd", 90, k_high,
+     {{"kiln_emu_warp.h", "out[m] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);",
+       "out[m] = static_cast<uint32_t>(hi) | (static_cast<uint32_t>(lo) << 16);"}},
+     {}, {}},
+    {"mma_drops_its_accumulator", "reuse_odd", 80, k_high,
+     {{"kiln_emu_warp.h", "float sum = d[i][j];", "float sum = 0.0f;"}}, {}, {}},
+    {"shuffle_xor_wrong_partner", "attention_odd", 90, k_highest,
+     {{"kiln_emu_warp.h", "case shfl_xor: src = (lane ^ s.arg) < base + width ? lane ^ s.arg : lane;",
+       "case shfl_xor: src = (lane ^ (s.arg << 1)) < base + width ? lane ^ (s.arg << 1) : lane;"}},
+     {}, {}},
+    {"cp_async_wait_retires_nothing", "mlp_odd", 90, k_high,
+     {{"kiln_emu_runtime.h", "for (const CpCopy& c : self->groups.front()) perform(c);",
+       "for (const CpCopy& c : self->groups.front()) (void)c;"}},
+     {}, {}},
+    {"barrier_waits_for_no_one", "mlp_odd", 75, k_highest,
+     {{"kiln_emu_runtime.h", "  t_thread->wait = Wait::barrier;\n  yield();\n", ""}}, {}, {}},
+    // ---- generated kernels ----
+    {"kernel_swapped_fragment_registers", "mlp_odd", 90, k_high, {},
+     {{"af[mt][i] = kiln_cvt_rna_tf32(f[i]);", "af[mt][i] = kiln_cvt_rna_tf32(f[i ^ 1]);"}}, {}},
+    {"kernel_wrong_ldmatrix_rows", "mlp_odd", 90, k_high, {},
+     {{"kiln_ldmatrix_x4(r, as + (am + (lane & 15))", "kiln_ldmatrix_x4(r, as + (am + (lane & 7))"}},
+     {}},
+    {"kernel_removed_cp_async_wait", "mlp_odd", 90, k_high, {},
+     {{"kiln_cp_async_wait<", "if (0) kiln_cp_async_wait<"}}, {}},
+    {"kernel_removed_trailing_barrier", "mlp_odd", 75, k_highest, {},
+     {{"    __syncthreads();\n  }", "  }"}}, {}},
+    {"kernel_barrier_after_next_stage_copies", "reuse_odd", 80, k_high, {},
+     {{"    kiln_cp_async_wait<2>();\n    __syncthreads();\n    {\n      const int next",
+       "    kiln_cp_async_wait<2>();\n    {\n      const int next"},
+      {"      kiln_cp_async_commit();\n    }\n    const int cs",
+       "      kiln_cp_async_commit();\n    }\n    __syncthreads();\n    const int cs"}},
+     Schedule::adversarial()},
+    {"kernel_attention_without_rescale", k_attention, 80, k_high, {},
+     {{"o[j][2 * r] *= alpha;", "o[j][2 * r] *= 1.0f;"},
+      {"o[j][2 * r + 1] *= alpha;", "o[j][2 * r + 1] *= 1.0f;"}},
+     {}},
+    {"kernel_attention_without_causal_mask", k_attention, 80, k_high, {},
+     {{" || key > qrow", ""}}, {}},
+};
+
+class EmulatedMutation : public ::testing::TestWithParam<Mutation> {};
+
+TEST_P(EmulatedMutation, IsCaught) {
+  const Mutation& m = GetParam();
+  auto report = run_mutated(m);
+  if (!report) {
+    // A launch the emulator stops (a bad address, a deadlock) is caught; a setup that no longer
+    // applies (the text to edit is gone, an edit that does not compile) is a broken check, not a
+    // caught mutation.
+    const std::string& error = report.error().message;
+    EXPECT_EQ(error.find("setup:"), std::string::npos) << error;
+    EXPECT_EQ(error.find("to change"), std::string::npos) << error;
+    EXPECT_EQ(error.find("compiling the kernels"), std::string::npos) << error;
+    EXPECT_NE(error.find("emulation: kernel '"), std::string::npos) << error;
+    return;
+  }
+  EXPECT_FALSE(report->ok) << m.name << " went unnoticed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Mutations, EmulatedMutation, ::testing::ValuesIn(k_mutations),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The targets themselves pass: what fails above is the mutation, not the setup.
+TEST(EmulatedMutation, TheUnmutatedAttentionTargetPasses) {
+  Mutation control{"control", k_attention, 80, k_high, {}, {}, Schedule::adversarial()};
+  auto report = run_mutated(control);
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  EXPECT_TRUE(report->ok);
+}
+
+}  // namespace
+}  // namespace kiln::emulation
