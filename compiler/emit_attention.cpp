@@ -348,7 +348,14 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
     names.b = "vf";
     names.a_small = "pf_small";
     names.b_small = "vf_small";
+    if (x3) {
+      // Summed from zero on the tensor cores, then added to o in fp32 to nearest: a running
+      // tensor-core sum over S_k keys would drift by a truncation per MMA (KERNELS.md).
+      code.line("float pv[4] = {0.0f, 0.0f, 0.0f, 0.0f};");
+      names.acc = "pv";
+    }
     emit_mma(code, m.path, k.sm, names);
+    if (x3) code.line("for (int i = 0; i < 4; ++i) o[dt][i] += pv[i];");
     code.close();
     code.close();
     code.close();

@@ -151,6 +151,17 @@ void emit_compute(Code& code, const MmaGeometry& geo, int sm, const std::string&
             to_str(geo.layout.a.rows * geo.layout.a.ld) + ";");
   code.line("const " + smem_t + "* bs = sb + " + stage + " * " +
             to_str(geo.layout.b.rows * geo.layout.b.ld) + ";");
+  std::string mn = "[" + to_str(geo.mt) + "][" + to_str(geo.nt) + "][4]";
+  if (x3) {
+    code.line("// tf32x3: the k tile's products summed on the tensor cores from zero, then added to");
+    code.line("// acc in fp32 to nearest: tensor cores truncate their sums, and a truncated running");
+    code.line("// sum would drift by K / 4 truncations (KERNELS.md, \"Accumulation model\")");
+    code.line("float part" + mn + ";");
+    code.line("#pragma unroll");
+    code.line("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt)");
+    code.line("  for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt)");
+    code.line("    for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.0f;");
+  }
   code.line("#pragma unroll");
   code.open("for (int ks = 0; ks < " + to_str(geo.t.bk) + "; ks += " + to_str(geo.mma_k) + ") {");
   code.line("unsigned af[" + to_str(geo.mt) + "][4];");
@@ -173,10 +184,18 @@ void emit_compute(Code& code, const MmaGeometry& geo, int sm, const std::string&
   code.open("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt) {");
   code.line("#pragma unroll");
   code.open("for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt) {");
-  emit_mma(code, geo.s.path, sm, MmaNames{});
+  MmaNames names;
+  if (x3) names.acc = "part[mt][nt]";
+  emit_mma(code, geo.s.path, sm, names);
   code.close();
   code.close();
   code.close();
+  if (x3) {
+    code.line("#pragma unroll");
+    code.line("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt)");
+    code.line("  for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt)");
+    code.line("    for (int i = 0; i < 4; ++i) acc[mt][nt][i] += part[mt][nt][i];");
+  }
   code.close();
 }
 

@@ -118,6 +118,9 @@ AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int 
                                                 : std::span<const Option>(ffma_options);
   for (const Option& o : options) {
     if (o.stages > 1 && sm < 80) continue;
+    // tf32x3 holds each score's split parts and P V's promoted partial besides: 64-key tiles
+    // (32 past a head dim of 64) would spill.
+    if (path == MatmulPath::tf32x3 && o.bc > (t.d > 64 ? 16 : 32)) continue;
     t.bc = o.bc;
     t.stages = o.stages;
     if (t.smem_bytes() <= smem_budget(sm)) break;

@@ -202,7 +202,7 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
   if (!dir) return dir.error();
   for (const ShimFile& f : shim_files()) {
     std::string text = f.text;
-    for (const ShimEdit& e : options.shim_edits) {
+    for (const ShimEdit& e : options.shim.edits) {
       if (e.file != f.name) continue;
       size_t at = text.find(e.from);
       if (at == std::string::npos)
@@ -212,7 +212,7 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
     Status written = write_file(dir->path() + "/" + f.name, text);
     if (!written) return written.error();
   }
-  for (const ShimEdit& e : options.shim_edits) {
+  for (const ShimEdit& e : options.shim.edits) {
     bool known = false;
     for (const ShimFile& f : shim_files()) known = known || e.file == f.name;
     if (!known) return make_error("emulation: no shim file is named '", e.file, "'");
@@ -233,7 +233,10 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
                                    "-DKILN_EMU_SM=" + std::to_string(options.sm),
                                    "-I", dir->path(), "-o", library, source};
   if (host_has_fma()) argv.insert(argv.begin() + 1, "-mfma");
-  if (options.layout == Layout::broken) argv.insert(argv.begin() + 1, "-DKILN_EMU_BREAK_LAYOUT");
+  if (options.shim.layout == Layout::broken)
+    argv.insert(argv.begin() + 1, "-DKILN_EMU_BREAK_LAYOUT");
+  if (options.shim.mma_sum == MmaSum::nearest)
+    argv.insert(argv.begin() + 1, "-DKILN_EMU_MMA_NEAREST");
   auto rc = run_process(argv, log);
   if (!rc) return rc.error();
   if (*rc != 0)

@@ -16,6 +16,12 @@ namespace kiln::emulation {
 // which only a test of the checks themselves wants.
 enum class Layout : uint8_t { correct, broken };
 
+// How an mma.sync adds its products to the accumulator (kiln_emu_warp.h, block_sum):
+// truncate, as published measurements of NVIDIA tensor cores describe (aligned to the largest
+// addend, no guard bits, the sum rounded toward zero), or nearest (each product added in fp32,
+// rounded to nearest).
+enum class MmaSum : uint8_t { truncate, nearest };
+
 // A deliberate change to one shim file's text: `from` (which must occur) becomes `to`. Only the
 // mutation check wants it: a shim with a known bug must make some emulated check fail.
 struct ShimEdit {
@@ -23,10 +29,16 @@ struct ShimEdit {
   std::string from, to;
 };
 
+// How the shim is built for a program.
+struct ShimOptions {
+  Layout layout = Layout::correct;
+  MmaSum mma_sum = MmaSum::truncate;
+  std::vector<ShimEdit> edits;
+};
+
 struct ModuleOptions {
   int sm = 90;                 // the arch the kernels target (primitives it lacks are errors)
-  Layout layout = Layout::correct;
-  std::vector<ShimEdit> shim_edits;
+  ShimOptions shim;
   std::string compiler;        // empty: $KILN_EMU_CXX, else "g++"
   std::vector<std::string> entries;  // kernel entry points to export for launching
 };
@@ -67,8 +79,8 @@ private:
   std::vector<Kernel> m_kernels;
 };
 
-// Compiles kernel text (CUDA C++ without the prelude) against the host shim (with
-// options.shim_edits applied). The temporary directory is removed before returning. Errors: no
+// Compiles kernel text (CUDA C++ without the prelude) against the host shim (built as
+// options.shim says). The temporary directory is removed before returning. Errors: no
 // host compiler ("g++ not found"), a failed compile (the message carries the compiler's output),
 // a failed load, a shim edit whose text does not occur.
 Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,

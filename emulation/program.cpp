@@ -134,20 +134,18 @@ Expected<std::vector<reference::Tensor>> Program::run(const std::vector<referenc
 }
 
 Expected<Program> build_program(const ir::Graph& graph, compiler::LoweredProgram lowered,
-                                Layout layout) {
+                                ShimOptions shim) {
   std::string source = compiler::program_source(lowered, compiler::Prelude::omit);
-  return build_program_from_source(graph, std::move(lowered), std::move(source), layout);
+  return build_program_from_source(graph, std::move(lowered), std::move(source), std::move(shim));
 }
 
 Expected<Program> build_program_from_source(const ir::Graph& graph, compiler::LoweredProgram lowered,
-                                            std::string source, Layout layout,
-                                            std::vector<ShimEdit> shim_edits) {
+                                            std::string source, ShimOptions shim) {
   Program program(graph, std::move(lowered));
   program.m_source = std::move(source);
   ModuleOptions options;
   options.sm = program.m_lowered.sm;
-  options.layout = layout;
-  options.shim_edits = std::move(shim_edits);
+  options.shim = std::move(shim);
   for (const compiler::KernelPlan& kernel : program.m_lowered.plan.kernels)
     options.entries.push_back(compiler::entry_name(kernel));
   auto module = compile_module(program.m_source, options);
@@ -157,10 +155,10 @@ Expected<Program> build_program_from_source(const ir::Graph& graph, compiler::Lo
 }
 
 Expected<Program> build_program(const ir::Graph& graph, const compiler::CompileOptions& options,
-                                Layout layout) {
+                                ShimOptions shim) {
   auto lowered = compiler::lower(graph, options);
   if (!lowered) return lowered.error();
-  return build_program(graph, std::move(*lowered), layout);
+  return build_program(graph, std::move(*lowered), std::move(shim));
 }
 
 }  // namespace kiln::emulation

@@ -32,8 +32,7 @@ public:
 private:
   friend Expected<Program> build_program_from_source(const ir::Graph& graph,
                                                      compiler::LoweredProgram lowered,
-                                                     std::string source, Layout layout,
-                                                     std::vector<ShimEdit> shim_edits);
+                                                     std::string source, ShimOptions shim);
   Program(ir::Graph graph, compiler::LoweredProgram lowered)
       : m_graph(std::move(graph)), m_lowered(std::move(lowered)) {}
   ir::Graph m_graph;
@@ -42,20 +41,19 @@ private:
   std::shared_ptr<Module> m_module;
 };
 
-// Compiles a lowered program's exact kernel text for the host (see compile_module for errors).
+// Compiles a lowered program's exact kernel text for the host against the shim built as `shim`
+// says (see compile_module for errors).
 Expected<Program> build_program(const ir::Graph& graph, compiler::LoweredProgram lowered,
-                                Layout layout = Layout::correct);
+                                ShimOptions shim = {});
 
 // Like build_program(), but compiles `source` (kernel text for the lowered program's kernels,
-// e.g. the generated text edited by hand while debugging) instead of the generated text, against
-// the shim with `shim_edits` applied (the mutation check's known bugs).
+// e.g. the generated text edited by hand while debugging) instead of the generated text.
 Expected<Program> build_program_from_source(const ir::Graph& graph, compiler::LoweredProgram lowered,
-                                            std::string source, Layout layout = Layout::correct,
-                                            std::vector<ShimEdit> shim_edits = {});
+                                            std::string source, ShimOptions shim = {});
 
 // compiler::lower() then build_program(). Errors of lower() (a bad arch or precision for the
 // graph) come back unchanged.
 Expected<Program> build_program(const ir::Graph& graph, const compiler::CompileOptions& options,
-                                Layout layout = Layout::correct);
+                                ShimOptions shim = {});
 
 }  // namespace kiln::emulation

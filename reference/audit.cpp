@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstdio>
 
 namespace kiln::reference {
@@ -36,6 +37,25 @@ double tolerance(ir::Precision precision) {
   return k_tolerance_highest;
 }
 
+double tolerance(ir::Precision precision, int64_t k) {
+  double sum = k_tolerance_sum_growth * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1))) *
+               std::ldexp(1.0, -24);
+  return std::max(tolerance(precision), sum);
+}
+
+namespace {
+
+// The most terms one sum of `node` (a matmul or attention) runs over.
+int64_t longest_sum(const ir::Graph& graph, const ir::Node& node) {
+  const ir::Shape& a = graph.node(node.operands[0]).type.shape;
+  if (node.kind == ir::OpKind::matmul)
+    return a.dim(a.rank() - (node.attrs.transpose_a ? 2 : 1));
+  const ir::Shape& k = graph.node(node.operands[1]).type.shape;
+  return std::max(a.dim(a.rank() - 1), k.dim(k.rank() - 2));  // head dim, keys
+}
+
+}  // namespace
+
 double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision precision) {
   double result = k_tolerance_highest;
   std::vector<bool> seen(graph.nodes().size(), false);
@@ -47,7 +67,8 @@ double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision
     if (node.type.dtype != ir::DType::f32) result = std::max(result, k_tolerance_half);
     bool products = node.kind == ir::OpKind::matmul || node.kind == ir::OpKind::attention;
     if (products && node.type.dtype == ir::DType::f32)
-      result = std::max(result, tolerance(node.attrs.precision.value_or(precision)));
+      result = std::max(result, tolerance(node.attrs.precision.value_or(precision),
+                                          longest_sum(graph, node)));
     for (ir::NodeId operand : node.operands) {
       if (seen[static_cast<size_t>(operand)]) continue;
       seen[static_cast<size_t>(operand)] = true;

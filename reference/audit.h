@@ -19,11 +19,21 @@ inline constexpr double k_tolerance_high = 2e-3;
 inline constexpr double k_tolerance_medium = 1.5e-2;
 inline constexpr double k_tolerance_half = 1.5e-2;
 
+// Long sums: a product of k terms is allowed a relative-L2 error of at least
+// k_tolerance_sum_growth * sqrt(k) * 2^-24, the probabilistic bound of an fp32 sum of k terms
+// with 13 times the margin over what the kernels measure (compiler/KERNELS.md, "Accumulation
+// model"); past k of about 1,760 it loosens `highest`, past about 7,040 `tf32x3`.
+inline constexpr double k_tolerance_sum_growth = 4.0;
+
 // The tolerance of a resolved precision (asserts on `automatic`).
 double tolerance(ir::Precision precision);
+// The tolerance of a product whose sums run over `k` terms, in a resolved precision: the larger
+// of tolerance(precision) and the long-sum term above.
+double tolerance(ir::Precision precision, int64_t k);
 
 // The tolerance of one output under graph-wide `precision`: the loosest among the f32 matmuls
-// and attention ops it depends on (each at its own `precision=` or the graph's) and
+// and attention ops it depends on (each at its own `precision=` or the graph's, and its longest
+// sum: a matmul's contraction, an attention's head dim or key count) and
 // k_tolerance_half when any tensor it depends on is f16/bf16; k_tolerance_highest when it
 // depends on neither (fp32 elementwise only).
 double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision precision);

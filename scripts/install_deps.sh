@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages kiln builds and tests with, only those that are missing.
+# Installs the Debian packages kiln builds and tests with, only those that are missing, and fetches
+# CUTLASS's headers from PyPI for one test (scripts/fetch_cutlass.sh).
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libsqlite3-dev libxxhash-dev libzstd-dev libcli11-dev
@@ -19,4 +20,9 @@ if ((${#missing[@]})); then
 fi
 if [ ! -e /usr/local/cuda/include/nvrtc.h ] && [ -z "${CUDA_HOME:-}" ]; then
   echo "kiln: note: no CUDA toolkit in /usr/local/cuda; NVRTC tests will report themselves skipped"
+fi
+# CUTLASS's headers (CuTe) from PyPI, for the check of the emulator's mma layouts against CuTe's;
+# without them that one test reports itself skipped.
+if ! "$(dirname "$0")/fetch_cutlass.sh" >/dev/null; then
+  echo "kiln: note: no CUTLASS headers; the CuTe layout check will report itself skipped"
 fi

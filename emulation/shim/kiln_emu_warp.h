@@ -15,6 +15,8 @@
 
 #include "kiln_emu_runtime.h"
 
+#include <cmath>
+
 namespace kiln_emu {
 
 enum ShuffleKind : int { shfl_idx = 0, shfl_up = 1, shfl_down = 2, shfl_xor = 3 };
@@ -98,6 +100,36 @@ inline void complete_ldmatrix(Warp& w) {
   }
 }
 
+// One step of a tensor core's accumulation: c plus `n` exact products. The model (Fasi, Higham,
+// Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021): every
+// addend is aligned to the largest one's exponent E and truncated below 2^(E - 23) (no guard
+// bits), the aligned addends are summed exactly (carry-out bits), and the sum is truncated to
+// fp32 (round toward zero). KILN_EMU_MMA_NEAREST instead adds the products one at a time in fp32
+// with round-to-nearest, as the emulator did before.
+inline float block_sum(float c, const float* products, int n) {
+#ifdef KILN_EMU_MMA_NEAREST
+  for (int i = 0; i < n; ++i) c += products[i];
+  return c;
+#else
+  double big = std::fabs(static_cast<double>(c));
+  bool finite = std::isfinite(c);
+  for (int i = 0; i < n; ++i) {
+    big = std::fmax(big, std::fabs(static_cast<double>(products[i])));
+    finite = finite && std::isfinite(products[i]);
+  }
+  if (!finite || big == 0.0) {  // infinities and NaN as fp32 adds them; zeros keep c's sign
+    for (int i = 0; i < n; ++i) c += products[i];
+    return c;
+  }
+  double quantum = std::ldexp(1.0, std::ilogb(big) - 23);
+  double sum = std::trunc(static_cast<double>(c) / quantum) * quantum;
+  for (int i = 0; i < n; ++i) sum += std::trunc(static_cast<double>(products[i]) / quantum) * quantum;
+  float f = static_cast<float>(sum);  // to nearest, then toward zero where that rounded outward
+  if (std::fabs(static_cast<double>(f)) > std::fabs(sum)) f = std::nextafter(f, 0.0f);
+  return f;
+#endif
+}
+
 // Gathers A (16 x K) and B (K x 8) from the lanes' fragments, then D = A B + C per lane.
 inline void complete_mma(Warp& w) {
   float a[16][16] = {}, bm[16][8] = {};
@@ -143,12 +175,16 @@ inline void complete_mma(Warp& w) {
     d[g + 8][2 * t] = c[2];
     d[g + 8][2 * t + 1] = c[3];
   }
+  // Products in blocks (4 for tf32 and sm_75's f16 m16n8k8, 8 for 16-bit m16n8k16), each block
+  // added to the accumulator in one step.
+  int block = w.variant == mma_tf32_k8 || w.variant == mma_f16_k8 ? 4 : 8;
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 8; ++j) {
       float sum = d[i][j];
-      for (int kk = 0; kk < k; ++kk) {
-        float product = a[i][kk] * bm[kk][j];  // exact, so a fused multiply-add gives the same sum
-        sum += product;
+      for (int k0 = 0; k0 < k; k0 += block) {
+        float products[8];
+        for (int kk = 0; kk < block; ++kk) products[kk] = a[i][k0 + kk] * bm[k0 + kk][j];  // exact
+        sum = block_sum(sum, products, block);
       }
       d[i][j] = sum;
     }

@@ -66,7 +66,7 @@ Expected<CheckReport> run_mutated(const Mutation& m) {
       source.replace(at, e.from.size(), e.to);
   }
   auto program = build_program_from_source(*graph, std::move(*lowered), std::move(source),
-                                           Layout::correct, m.shim);
+                                           ShimOptions{Layout::correct, MmaSum::truncate, m.shim});
   if (!program) return program.error();
   return check_program(*graph, *program, 1, m.schedule);
 }
