@@ -3,6 +3,7 @@
 #include "cute_layouts.h"
 
 #ifdef KILN_HAVE_CUTE
+#include <cute/atom/copy_traits_sm75.hpp>
 #include <cute/atom/mma_traits_sm75.hpp>
 #include <cute/atom/mma_traits_sm80.hpp>
 #endif
@@ -44,7 +45,40 @@ CuteAtom atom(const char* name) {
   return a;
 }
 
+// Copy_Traits map (thread, value) to a bit of the stacked matrices, 128 bits a row: the source
+// value 0 of a thread is the first bit of the row it addresses; destination value
+// 32 * register + 16 * half is the first bit of that 16-bit element.
+template <class Op>
+CuteCopy copy(const char* name, int matrices, bool trans) {
+  using Traits = cute::Copy_Traits<Op>;
+  typename Traits::SrcLayout src{};
+  typename Traits::DstLayout dst{};
+  CuteCopy c;
+  c.name = name;
+  c.matrices = matrices;
+  c.trans = trans;
+  for (int t = 0; t < 32; ++t) {
+    c.src_row.push_back(static_cast<int>(src(t, 0)) / 128);
+    for (int r = 0; r < matrices; ++r) {
+      for (int h = 0; h < 2; ++h) {
+        int bit = static_cast<int>(dst(t, 32 * r + 16 * h));
+        c.dst.push_back({bit / 128, (bit % 128) / 16});
+      }
+    }
+  }
+  return c;
+}
+
 }  // namespace
+
+std::vector<CuteCopy> cute_copies() {
+  return {copy<cute::SM75_U32x1_LDSM_N>("SM75_U32x1_LDSM_N", 1, false),
+          copy<cute::SM75_U32x2_LDSM_N>("SM75_U32x2_LDSM_N", 2, false),
+          copy<cute::SM75_U32x4_LDSM_N>("SM75_U32x4_LDSM_N", 4, false),
+          copy<cute::SM75_U16x2_LDSM_T>("SM75_U16x2_LDSM_T", 1, true),
+          copy<cute::SM75_U16x4_LDSM_T>("SM75_U16x4_LDSM_T", 2, true),
+          copy<cute::SM75_U16x8_LDSM_T>("SM75_U16x8_LDSM_T", 4, true)};
+}
 
 std::vector<CuteAtom> cute_atoms() {
   return {atom<cute::SM80_16x8x8_F32TF32TF32F32_TN>("SM80_16x8x8_F32TF32TF32F32_TN"),
@@ -54,6 +88,7 @@ std::vector<CuteAtom> cute_atoms() {
 }
 #else
 std::vector<CuteAtom> cute_atoms() { return {}; }
+std::vector<CuteCopy> cute_copies() { return {}; }
 #endif
 
 }  // namespace kiln::emulation::testing

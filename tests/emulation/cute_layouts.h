@@ -23,4 +23,17 @@ struct CuteAtom {
 // where kiln was built without the CUTLASS headers (scripts/fetch_cutlass.sh).
 std::vector<CuteAtom> cute_atoms();
 
+// An ldmatrix copy atom: which row of the stacked 8 x 8 matrices of 16-bit elements each lane
+// addresses, and where each 16-bit half of each destination register comes from.
+struct CuteCopy {
+  std::string name;  // e.g. "SM75_U32x4_LDSM_N"
+  int matrices = 0;  // 1, 2 or 4
+  bool trans = false;
+  std::vector<int> src_row;  // [lane]: row 0 .. 8 * matrices - 1
+  std::vector<Place> dst;    // [(lane * matrices + register) * 2 + half]: row, column (0..7)
+};
+
+// x1, x2, x4 and their .trans forms, in that order, or none without the CUTLASS headers.
+std::vector<CuteCopy> cute_copies();
+
 }  // namespace kiln::emulation::testing
