@@ -329,8 +329,8 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
     if (half) {
       code.line("kiln_ldmatrix_x2_trans(vf, vs + (kk + (lane & 15)) * " + vld + " + dt * 8);");
     } else if (tf32) {
-      code.line("const float f[2] = {vs[(kk + 2 * t4) * " + vld + " + dt * 8 + g], vs[(kk + 2 * t4 + 1) * " +
-                vld + " + dt * 8 + g]};");
+      code.line("const float f[2] = {vs[(kk + 2 * t4) * " + vld + " + dt * 8 + g], " +
+                "vs[(kk + 2 * t4 + 1) * " + vld + " + dt * 8 + g]};");
       code.open("for (int i = 0; i < 2; ++i) {");
       code.line("vf[i] = kiln_cvt_rna_tf32(f[i]);");
       if (x3) code.line("vf_small[i] = kiln_cvt_rna_tf32(f[i] - kiln_as_float(vf[i]));");

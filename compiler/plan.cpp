@@ -126,7 +126,9 @@ AttentionExtents attention_extents(const ir::Graph& graph, const Sizes& sizes,
     // Right-aligned against the scores [..., S_q, S_k]: a dim of 1 (or none) broadcasts.
     if (ms.dim(r - 1) != 1) a.mask_col = Extent::constant(1);
     if (r >= 2 && ms.dim(r - 2) != 1) a.mask_row = sizes.dim(m.mask, r - 1);
-    if (r > 2) a.mask = batch_stride_extents(graph, sizes, m.mask, rc - 2, sizes.product(m.mask, r - 2, r));
+    if (r > 2) {
+      a.mask = batch_stride_extents(graph, sizes, m.mask, rc - 2, sizes.product(m.mask, r - 2, r));
+    }
   }
   return a;
 }

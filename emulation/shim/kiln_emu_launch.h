@@ -173,8 +173,8 @@ inline bool run_block(Block& b) {
     t.open_group.clear();
     make_context(t.context, t.stack, k_stack_bytes, fiber_entry);
   }
-  b.rng = b.launch->schedule_seed ^
-          (0x9e3779b97f4a7c15ull * (1 + b.block_idx.x + 65536ull * (b.block_idx.y + 65536ull * b.block_idx.z)));
+  uint64_t block = 1 + b.block_idx.x + 65536ull * (b.block_idx.y + 65536ull * b.block_idx.z);
+  b.rng = b.launch->schedule_seed ^ (0x9e3779b97f4a7c15ull * block);  // each block its own order
   for (size_t index = 0;; ++index) {
     bool ran = false;
     if (!sweep(b, index, ran)) return false;
