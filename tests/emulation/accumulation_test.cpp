@@ -6,6 +6,7 @@
 #include "emulation/check.h"
 #include "ir/parse.h"
 #include "reference/audit.h"
+#include "text_edit.h"
 
 #include <gtest/gtest.h>
 
@@ -167,14 +168,10 @@ TEST(EmulatedAccumulation, Tf32x3EarnsItsNameAtLargeKThroughPerTilePromotion) {
   auto lowered = compiler::lower(graph, options);
   ASSERT_TRUE(lowered.ok()) << lowered.error().message;
   std::string promoted = compiler::program_source(*lowered, compiler::Prelude::omit);
-  std::string running = promoted;
-  for (std::string from : {"kiln_mma_m16n8k8_tf32(part[mt][nt]", "acc[mt][nt][i] += part[mt][nt][i];"}) {
-    std::string to = from[0] == 'k' ? "kiln_mma_m16n8k8_tf32(acc[mt][nt]" : ";";
-    size_t at = running.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
-    for (; at != std::string::npos; at = running.find(from, at + to.size()))
-      running.replace(at, from.size(), to);
-  }
+  auto running = testing::apply_edits(
+      promoted, {{"kiln_mma_m16n8k8_tf32(part[mt][nt]", "kiln_mma_m16n8k8_tf32(acc[mt][nt]"},
+                 {"acc[mt][nt][i] += part[mt][nt][i];", ";"}});
+  ASSERT_TRUE(running.ok()) << running.error().message;
   auto error_of = [&](const std::string& source, MmaSum sum) {
     auto program = build_program_from_source(graph, *lowered, source, ShimOptions{Layout::correct, sum, {}});
     EXPECT_TRUE(program.ok()) << program.error().message;
@@ -184,8 +181,8 @@ TEST(EmulatedAccumulation, Tf32x3EarnsItsNameAtLargeKThroughPerTilePromotion) {
   };
   double base = reference::tolerance(ir::Precision::tf32x3);
   EXPECT_LT(error_of(promoted, MmaSum::truncate), base / 10);
-  EXPECT_GT(error_of(running, MmaSum::truncate), base);
-  EXPECT_LT(error_of(running, MmaSum::nearest), base);
+  EXPECT_GT(error_of(*running, MmaSum::truncate), base);
+  EXPECT_LT(error_of(*running, MmaSum::nearest), base);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // the kind, the adversarial and two seeded schedules; races the kind schedule hides, caught.
 #include "emulation/check.h"
 #include "ir/parse.h"
+#include "text_edit.h"
 
 #include <gtest/gtest.h>
 
@@ -212,15 +213,10 @@ TEST(EmulatedLayoutCheck, ABrokenF16FragmentLayoutIsCaught) {
   EXPECT_FALSE(broken->ok);
 }
 
-// One edit of generated text: every occurrence of `remove` becomes `insert`.
-struct Edit {
-  std::string remove, insert;
-};
-
 // Generated text with one synchronisation removed or moved: the emulation must notice (under
 // `schedule`).
 Expected<CheckReport> emulate_edited(const std::string& graph_name, int sm, ir::Precision precision,
-                                     const std::vector<Edit>& edits,
+                                     const std::vector<testing::TextEdit>& edits,
                                      const Schedule& schedule = {}) {
   ir::Graph graph = load(graph_name);
   compiler::CompileOptions options;
@@ -228,14 +224,10 @@ Expected<CheckReport> emulate_edited(const std::string& graph_name, int sm, ir::
   options.precision = precision;
   auto lowered = compiler::lower(graph, options);
   if (!lowered) return lowered.error();
-  std::string source = compiler::program_source(*lowered, compiler::Prelude::omit);
-  for (const Edit& e : edits) {
-    size_t at = source.find(e.remove);
-    if (at == std::string::npos) return make_error("the generated text has no '", e.remove, "'");
-    for (; at != std::string::npos; at = source.find(e.remove, at + e.insert.size()))
-      source.replace(at, e.remove.size(), e.insert);
-  }
-  auto program = build_program_from_source(graph, std::move(*lowered), std::move(source));
+  auto source =
+      testing::apply_edits(compiler::program_source(*lowered, compiler::Prelude::omit), edits);
+  if (!source) return source.error();
+  auto program = build_program_from_source(graph, std::move(*lowered), std::move(*source));
   if (!program) return program.error();
   return check_program(graph, *program, 1, schedule);
 }
@@ -260,7 +252,7 @@ TEST(EmulatedRaces, AMissingCpAsyncWaitIsCaught) {
 // lands copies at their wait and cannot see it; copies landing at issue, with a warp running
 // ahead, must.
 TEST(EmulatedRaces, ABarrierMovedAfterTheNextStagesCopiesIsCaughtByTheAdversarialSchedule) {
-  const std::vector<Edit> moved = {
+  const std::vector<testing::TextEdit> moved = {
       {"    kiln_cp_async_wait<2>();\n    __syncthreads();\n    {\n      const int next",
        "    kiln_cp_async_wait<2>();\n    {\n      const int next"},
       {"      kiln_cp_async_commit();\n    }\n    const int cs",

@@ -7,6 +7,7 @@
 // that bug in a generated kernel.
 #include "emulation/check.h"
 #include "ir/parse.h"
+#include "text_edit.h"
 
 #include <gtest/gtest.h>
 
@@ -17,9 +18,7 @@
 namespace kiln::emulation {
 namespace {
 
-struct TextEdit {
-  std::string from, to;  // every occurrence of `from` (at least one) becomes `to`
-};
+using testing::TextEdit;
 
 struct Mutation {
   const char* name;
@@ -57,15 +56,10 @@ Expected<CheckReport> run_mutated(const Mutation& m) {
   options.precision = m.precision;
   auto lowered = compiler::lower(*graph, options);
   if (!lowered) return lowered.error();
-  std::string source = compiler::program_source(*lowered, compiler::Prelude::omit);
-  for (const TextEdit& e : m.kernel) {
-    size_t at = source.find(e.from);
-    if (at == std::string::npos)
-      return make_error("setup: the generated text has no '", e.from, "'");
-    for (; at != std::string::npos; at = source.find(e.from, at + e.to.size()))
-      source.replace(at, e.from.size(), e.to);
-  }
-  auto program = build_program_from_source(*graph, std::move(*lowered), std::move(source),
+  auto source = testing::apply_edits(compiler::program_source(*lowered, compiler::Prelude::omit),
+                                     m.kernel);
+  if (!source) return make_error("setup: ", source.error().message);
+  auto program = build_program_from_source(*graph, std::move(*lowered), std::move(*source),
                                            ShimOptions{Layout::correct, MmaSum::truncate, m.shim});
   if (!program) return program.error();
   return check_program(*graph, *program, 1, m.schedule);
