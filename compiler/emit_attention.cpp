@@ -230,10 +230,7 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
   auto compute = [&](const std::string& stage) {
     open_key_tile(code, ctx, smem_t, stage);
     code.line("// S = Q K^T for the warp's 16 queries and the tile's keys");
-    code.line("float acc[1][" + to_str(nt) + "][4];");
-    code.line("#pragma unroll");
-    code.line("for (int nt = 0; nt < " + to_str(nt) + "; ++nt)");
-    code.line("  for (int i = 0; i < 4; ++i) acc[0][nt][i] = 0.0f;");
+    emit_zeroed_accumulators(code, "acc", 1, nt);
     code.line("#pragma unroll");
     code.open("for (int ks = 0; ks < " + to_str(t.d) + "; ks += " + to_str(geo.mma_k) + ") {");
     code.line("unsigned af[1][4];");

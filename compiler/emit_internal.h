@@ -178,6 +178,8 @@ struct MmaNames {
   std::string a_small = "as_small[mt]", b_small = "bs_small[nt]";
 };
 void emit_mma(Code& code, MatmulPath path, int sm, const MmaNames& names);
+// Declares `float name[mt][nt][4]`, the accumulators of mt x nt mma tiles, all zero.
+void emit_zeroed_accumulators(Code& code, const std::string& name, int mt, int nt);
 
 // Kernel bodies by group kind.
 void emit_matmul_mma(Code& code, const KernelContext& ctx);

@@ -141,6 +141,14 @@ void emit_mma(Code& code, MatmulPath path, int sm, const MmaNames& n) {
   }
 }
 
+void emit_zeroed_accumulators(Code& code, const std::string& name, int mt, int nt) {
+  code.line("float " + name + "[" + to_str(mt) + "][" + to_str(nt) + "][4];");
+  code.line("#pragma unroll");
+  code.line("for (int mt = 0; mt < " + to_str(mt) + "; ++mt)");
+  code.line("  for (int nt = 0; nt < " + to_str(nt) + "; ++nt)");
+  code.line("    for (int i = 0; i < 4; ++i) " + name + "[mt][nt][i] = 0.0f;");
+}
+
 namespace {
 
 void emit_compute(Code& code, const MmaGeometry& geo, int sm, const std::string& stage) {
@@ -151,16 +159,11 @@ void emit_compute(Code& code, const MmaGeometry& geo, int sm, const std::string&
             to_str(geo.layout.a.rows * geo.layout.a.ld) + ";");
   code.line("const " + smem_t + "* bs = sb + " + stage + " * " +
             to_str(geo.layout.b.rows * geo.layout.b.ld) + ";");
-  std::string mn = "[" + to_str(geo.mt) + "][" + to_str(geo.nt) + "][4]";
   if (x3) {
     code.line("// tf32x3: the k tile's products summed on the tensor cores from zero, then added to");
     code.line("// acc in fp32 to nearest: tensor cores truncate their sums, and a truncated running");
     code.line("// sum would drift by K / 4 truncations (KERNELS.md, \"Accumulation model\")");
-    code.line("float part" + mn + ";");
-    code.line("#pragma unroll");
-    code.line("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt)");
-    code.line("  for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt)");
-    code.line("    for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.0f;");
+    emit_zeroed_accumulators(code, "part", geo.mt, geo.nt);
   }
   code.line("#pragma unroll");
   code.open("for (int ks = 0; ks < " + to_str(geo.t.bk) + "; ks += " + to_str(geo.mma_k) + ") {");
@@ -233,11 +236,7 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
   int a_elems = geo.layout.a.rows * geo.layout.a.ld;
   int b_elems = geo.layout.b.rows * geo.layout.b.ld;
   code.line(smem_t + "* sb = sa + " + to_str(static_cast<int64_t>(k.tile.stages) * a_elems) + ";");
-  code.line("float acc[" + to_str(geo.mt) + "][" + to_str(geo.nt) + "][4];");
-  code.line("#pragma unroll");
-  code.line("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt)");
-  code.line("  for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt)");
-  code.line("    for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;");
+  emit_zeroed_accumulators(code, "acc", geo.mt, geo.nt);
 
   auto load = [&](const std::string& stage, const std::string& k0) {
     TileCopy a;
