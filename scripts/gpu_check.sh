@@ -73,6 +73,12 @@ else
   export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
+# A Python with NumPy: Debian's /usr/bin/python3, else the first python3 on PATH that has it.
+py=""
+for candidate in /usr/bin/python3 python3; do
+  if "$candidate" -c 'import numpy' 2>/dev/null; then py=$candidate; break; fi
+done
+
 mkdir -p "$out/run"
 summary="$out/summary.md"
 export KILN_CACHE_DIR="$out/cache"  # a fresh cache: every kernel compiled here, for this device
@@ -164,7 +170,7 @@ for graph in examples/graphs/*.kg; do
     rc=$?
     # Exit 2 is a mode the device's arch refuses (bf16 on sm_75): reported, not a failure.
     [[ $rc == 1 ]] && failed=1
-    worst=$(/usr/bin/python3 - "$report" <<'EOF' 2>/dev/null || echo "-"
+    worst=$(${py:-python3} - "$report" <<'EOF' 2>/dev/null || echo "-"
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(", ".join(f"{o['name']} {o['rel_l2']:.2e} / {o['tolerance']:.0e}" for o in r["outputs"]))
@@ -182,11 +188,11 @@ done
   echo
   echo '```'
 } >>"$summary"
-if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-  /usr/bin/python3 scripts/check_numpy.py --kiln "$kiln" --gpu --workdir "$out/numpy" \
+if [[ -n $py ]]; then
+  "$py" scripts/check_numpy.py --kiln "$kiln" --gpu --workdir "$out/numpy" \
     >>"$summary" 2>&1 || failed=1
 else
-  echo "skipped: no NumPy in /usr/bin/python3 (python3-numpy)" >>"$summary"
+  echo "skipped: no Python with NumPy (Debian: python3-numpy)" >>"$summary"
 fi
 echo '```' >>"$summary"
 
