@@ -168,6 +168,11 @@ std::string serialize(const Artifact& a) {
     write_terms(w, k.grid);
     w.u32(k.dim_params);
   }
+  w.str(a.object);
+  for (const KernelArtifact& k : a.kernels) {
+    write_terms(w, k.items);
+    w.u64(k.scratch_floats);
+  }
   return w.take();
 }
 
@@ -176,7 +181,7 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   if (r.raw(k_magic.size()) != k_magic) return make_error("artifact: bad magic");
   uint32_t version = r.u32();
   if (!r.ok()) return make_error("artifact: truncated header");
-  if (version != k_artifact_format_version) {
+  if (version != k_artifact_format_version && version != 2) {
     return make_error("artifact: format version ", std::to_string(version), ", expected ",
                       std::to_string(k_artifact_format_version));
   }
@@ -209,6 +214,15 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   for (KernelArtifact& k : a.kernels) {
     if (!read_terms(r, k.grid)) return make_error("artifact: truncated or corrupt kernel grid");
     k.dim_params = r.u32();
+  }
+  if (version >= 3) {
+    a.object = r.str();
+    for (KernelArtifact& k : a.kernels) {
+      if (!read_terms(r, k.items)) return make_error("artifact: truncated or corrupt work items");
+      k.scratch_floats = r.u64();
+      // A thread's scratch is allocated before a kernel runs: bound it (1 GiB of floats).
+      if (k.scratch_floats > (uint64_t{1} << 28)) return make_error("artifact: corrupt scratch size");
+    }
   }
   if (!r.ok()) return make_error("artifact: truncated");
   if (!r.done()) return make_error("artifact: ", std::to_string(r.left()), " trailing bytes");

@@ -20,7 +20,9 @@
 namespace kiln::compiler {
 
 // 2: adds the bucket and the size terms of symbolic graphs (empty for static ones).
-inline constexpr uint32_t k_artifact_format_version = 2;
+// 3: adds the CPU target's object code and each kernel's work items and scratch (empty and zero
+//    for CUDA); version 2 records still read.
+inline constexpr uint32_t k_artifact_format_version = 3;
 
 enum class BufferRole : uint8_t { input, output, temporary };
 
@@ -90,16 +92,20 @@ struct KernelArtifact {
   // bucket's upper bounds), and the symbols' values follow the buffers as `int` parameters.
   std::vector<SizeTerm> grid;
   uint32_t dim_params = 0;  // how many int parameters follow the buffers
+  // CPU target only: the work items (the product of these terms at the dims) and the scratch
+  // floats each thread needs (compiler/cpu/codegen.h).
+  std::vector<SizeTerm> items;
+  uint64_t scratch_floats = 0;
   // Shared memory per block: static (ptxas) plus dynamic (launch shape).
   int64_t smem_bytes() const { return report.static_smem_bytes + launch.dynamic_smem_bytes; }
   bool operator==(const KernelArtifact&) const = default;
 };
 
 struct Artifact {
-  std::string arch;           // "sm_90"
+  std::string arch;           // "sm_90", or the CPU target's "cpu:x86-64-v3"
   std::string precision;      // the graph mode after resolving auto
   std::string decision;       // how it was resolved, e.g. "auto -> high on sm_90 (...)"
-  std::string nvrtc_version;  // for display: "13.0 (libnvrtc.so.13 109338064)"
+  std::string nvrtc_version;  // for display: "13.0 (libnvrtc.so.13 109338064)", or "LLVM 16.0.6"
   std::string source;         // the generated CUDA source of every kernel, prelude included
   std::string log;            // NVRTC's logs, kernel by kernel
   std::vector<std::string> fallbacks;
@@ -112,6 +118,9 @@ struct Artifact {
   // bytes of every buffer as size terms (the *_bytes above hold them at the upper bounds).
   std::vector<std::array<int64_t, 2>> bucket;
   std::vector<SizeTerm> input_sizes, output_sizes, temporary_sizes;
+  // CPU target only: every kernel's object code, one ELF object.
+  std::string object;
+  bool is_cpu() const { return arch.rfind("cpu:", 0) == 0; }
   bool operator==(const Artifact&) const = default;
 };
 

@@ -101,7 +101,6 @@ class ValueEmitter {
 
   Code& m_code;
   const KernelContext& m_ctx;
-  std::vector<ir::NodeId> m_consumer;  // per member position: its consumer in the group, or -1
   std::vector<Point> m_points;
   int m_names = 0;
 };

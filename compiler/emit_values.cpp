@@ -1,30 +1,13 @@
 // The per-element part of every kernel: a group's members evaluated at points of their index
 // spaces, leaves loaded with broadcasting, layout ops moving the points their operands are read at.
 #include "compiler/emit_internal.h"
+#include "compiler/points.h"
 
 #include <algorithm>
 
 namespace kiln::compiler::detail {
 
-namespace {
-
-// A member whose operands are read at points of their own (layout ops, and a reshape copied as
-// an output).
-bool moves_elements(ir::OpKind kind) { return is_layout(kind) || kind == ir::OpKind::reshape; }
-
-}  // namespace
-
-ValueEmitter::ValueEmitter(Code& code, const KernelContext& ctx) : m_code(code), m_ctx(ctx) {
-  const auto& nodes = ctx.kernel.group.nodes;
-  m_consumer.assign(nodes.size(), -1);
-  for (ir::NodeId u : nodes) {
-    for (ir::NodeId op : ctx.graph.node(u).operands) {
-      if (!member(op)) continue;
-      auto at = std::lower_bound(nodes.begin(), nodes.end(), op) - nodes.begin();
-      m_consumer[static_cast<size_t>(at)] = u;
-    }
-  }
-}
+ValueEmitter::ValueEmitter(Code& code, const KernelContext& ctx) : m_code(code), m_ctx(ctx) {}
 
 bool ValueEmitter::member(ir::NodeId id) const {
   const auto& nodes = m_ctx.kernel.group.nodes;
@@ -113,37 +96,13 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
   size_t top_pos = pos(top);
 
   // Members under top (the anchor's operands are its own business), each with its point; a
-  // layout member's operands get points of their own. From top down, so a consumer comes first.
-  std::vector<int> point_of(top_pos + 1, -1);
-  std::vector<std::vector<size_t>> operand_points(top_pos + 1);
-  point_of[top_pos] = 0;
-  struct Derived {
-    size_t parent;
-    ir::NodeId layout;
-    size_t operand;
-  };
-  std::vector<Derived> derived;  // for m_points[1..]
-  for (size_t i = top_pos + 1; i-- > 0;) {
-    if (i != top_pos) {
-      ir::NodeId c = m_consumer[i];
-      if (c < 0 || c == group.anchor || c > top || point_of[pos(c)] < 0) continue;
-      const ir::Node& cn = g.node(c);
-      if (moves_elements(cn.kind)) {
-        auto which = static_cast<size_t>(
-            std::find(cn.operands.begin(), cn.operands.end(), nodes[i]) - cn.operands.begin());
-        point_of[i] = static_cast<int>(operand_points[pos(c)][which]);
-      } else {
-        point_of[i] = point_of[pos(c)];
-      }
-    }
-    const ir::Node& n = g.node(nodes[i]);
-    if (nodes[i] != group.anchor && moves_elements(n.kind)) {
-      for (size_t k = 0; k < n.operands.size(); ++k) {
-        operand_points[i].push_back(m_points.size());
-        m_points.push_back({Frame{n.operands[k], {}, {}}, {}});
-        derived.push_back({static_cast<size_t>(point_of[i]), nodes[i], k});
-      }
-    }
+  // layout member's operands get points of their own.
+  PointPlan points = plan_points(g, group, top);
+  const std::vector<int>& point_of = points.point_of;
+  const std::vector<std::vector<size_t>>& operand_points = points.operand_points;
+  const std::vector<PointPlan::Derived>& derived = points.derived;  // for m_points[1..]
+  for (const PointPlan::Derived& d : derived) {
+    m_points.push_back({Frame{g.node(d.layout).operands[d.operand], {}, {}}, {}});
   }
 
   // Point 0's coordinates first when a leaf read there is broadcast (as the output element's).
@@ -168,7 +127,7 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
 
   // The derived points' coordinates, top down.
   for (size_t d = 0; d < derived.size(); ++d) {
-    const Derived& rule = derived[d];
+    const PointPlan::Derived& rule = derived[d];
     const ir::Node& l = g.node(rule.layout);
     std::vector<std::string> lc = project(m_points[rule.parent], rule.layout);
     Point& p = m_points[d + 1];

@@ -11,15 +11,19 @@ KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
                      const ResolvedInfo& resolved) {
   std::string bytes = ir::canonical_bytes(graph);
   std::string hash = ir::hash_bytes(bytes.data(), bytes.size()).hex();  // graph_hash(), once
-  KeyFields fields = {
-      {"graph", std::move(bytes)},
-      {"graph_hash", std::move(hash)},
-      {"arch", arch_name(options.sm)},
-      {"precision", resolved.precision},
-      {"nvrtc_version", resolved.nvrtc_version},
-      {"codegen_version", std::string(codegen_version())},
-      {"options", options_key(options)},
-  };
+  KeyFields fields = {{"graph", std::move(bytes)}, {"graph_hash", std::move(hash)}};
+  if (options.cpu.empty()) {
+    fields.emplace_back("arch", arch_name(options.sm));
+    fields.emplace_back("precision", resolved.precision);
+    fields.emplace_back("nvrtc_version", resolved.nvrtc_version);
+  } else {
+    fields.emplace_back("target", "cpu:" + options.cpu);
+    fields.emplace_back("cpu_features", options.cpu_features);
+    fields.emplace_back("precision", resolved.precision);
+    fields.emplace_back("llvm_version", resolved.nvrtc_version);
+  }
+  fields.emplace_back("codegen_version", std::string(codegen_version()));
+  fields.emplace_back("options", options_key(options));
   if (graph.symbolic()) fields.emplace_back("dims", dims_key(options.bucket));
   return fields;
 }

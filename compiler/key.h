@@ -19,7 +19,8 @@ std::string_view codegen_version();
 // What a compile resolved that the key must cover.
 struct ResolvedInfo {
   std::string precision;      // the graph mode after resolving auto, e.g. "high"
-  std::string nvrtc_version;  // nvrtc_identity(), e.g. "libnvrtc.so.13 109338064"
+  std::string nvrtc_version;  // nvrtc_identity(), e.g. "libnvrtc.so.13 109338064"; the CPU
+                              // target's LLVM version, e.g. "16.0.6"
 };
 
 using KeyFields = std::vector<std::pair<std::string, std::string>>;
@@ -27,6 +28,8 @@ using KeyFields = std::vector<std::pair<std::string, std::string>>;
 // Tagged fields, in this order: graph (ir::canonical_bytes), graph_hash, arch, precision,
 // nvrtc_version, codegen_version, options, and for a symbolic graph dims (the bucket, e.g.
 // "dim0 in [33, 64], dim1 in [1, 1]", symbols numbered as in the graph; names never enter).
+// The CPU target (options.cpu) has target ("cpu:znver4"), cpu_features and llvm_version in place
+// of arch and nvrtc_version.
 KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
                      const ResolvedInfo& resolved);
 

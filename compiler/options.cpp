@@ -41,7 +41,7 @@ Status check_arch(int sm, const std::vector<int>& supported) {
 std::string options_key(const CompileOptions& options) {
   return std::string("fallback=") +
          (options.fallback != FallbackPolicy::refuse ? "allow" : "refuse") +
-         ";nvrtc=-std=c++17 -Xptxas=-v";
+         (options.cpu.empty() ? ";nvrtc=-std=c++17 -Xptxas=-v" : ";llvm=O3");
 }
 
 }  // namespace kiln::compiler

@@ -24,6 +24,11 @@ struct DimRange {
 
 struct CompileOptions {
   int sm = 90;                                         // compute capability x 10, e.g. 90
+  // The CPU target (compiler/cpu) instead of CUDA: the LLVM CPU name ("native" resolved, e.g.
+  // "znver4" or "x86-64-v3") and its feature string ("" for the CPU's own). Modes resolve as on
+  // sm_90 there. Key fields of their own ("target", "cpu_features").
+  std::string cpu;
+  std::string cpu_features;
   ir::Precision precision = ir::Precision::automatic;  // the graph-wide mode
   // Precision fallbacks (a combination the arch cannot run, compiled on the best available
   // path): refused unless allowed, since they change the arithmetic.

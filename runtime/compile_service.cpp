@@ -3,6 +3,7 @@
 
 #include "compiler/attention.h"
 #include "compiler/compiler.h"
+#include "compiler/cpu/compile.h"
 #include "compiler/nvrtc.h"
 #include "compiler/pool.h"
 #include "compiler/sizes.h"
@@ -16,6 +17,7 @@ namespace kiln::runtime {
 namespace {
 
 constexpr const char* k_payload_artifact = "artifact";
+constexpr const char* k_payload_object = "object";  // the CPU target's object code
 
 double micros_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
@@ -48,9 +50,12 @@ Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
   auto start = std::chrono::steady_clock::now();
   auto plan = check_request(graph, options);
   if (!plan) return plan.error();
-  auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
-  if (!nvrtc) return nvrtc.error();
-  compiler::ResolvedInfo resolved{std::string(ir::to_string(plan->precision.graph_mode)), *nvrtc};
+  // The compiler's identity: NVRTC's, or for the CPU target the LLVM plugin's version.
+  auto toolchain = options.cpu.empty() ? compiler::nvrtc_identity(options.nvrtc_path)
+                                       : compiler::cpu::llvm_version();
+  if (!toolchain) return toolchain.error();
+  compiler::ResolvedInfo resolved{std::string(ir::to_string(plan->precision.graph_mode)),
+                                  *toolchain};
   // Allowing fallbacks changes the kernels only where something falls back: otherwise the
   // request is keyed as without the flag, and both share one entry.
   compiler::CompileOptions keyed = options;
@@ -74,10 +79,16 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
   compiler::Artifact rest = artifact;
   rest.source.clear();
   rest.log.clear();
+  if (artifact.is_cpu()) {
+    contents.payloads.push_back({k_payload_object, std::move(rest.object)});
+    rest.object.clear();
+  }
   nlohmann::json kernels = nlohmann::json::array();
   for (compiler::KernelArtifact& k : rest.kernels) {
-    contents.payloads.push_back({cache::k_payload_cubin_prefix + k.name, std::move(k.cubin)});
-    contents.payloads.push_back({cache::k_payload_ptx_prefix + k.name, std::move(k.ptx)});
+    if (!artifact.is_cpu()) {
+      contents.payloads.push_back({cache::k_payload_cubin_prefix + k.name, std::move(k.cubin)});
+      contents.payloads.push_back({cache::k_payload_ptx_prefix + k.name, std::move(k.ptx)});
+    }
     k.cubin.clear();
     k.ptx.clear();
     kernels.push_back({{"name", k.name},
@@ -100,7 +111,8 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
 }
 
 cache::PayloadSelection run_payloads() {
-  return cache::PayloadSelection::only({k_payload_artifact}, {cache::k_payload_cubin_prefix});
+  return cache::PayloadSelection::only({k_payload_artifact, k_payload_object},
+                                      {cache::k_payload_cubin_prefix});
 }
 
 Expected<compiler::Artifact> from_entry(cache::Entry entry) {
@@ -115,7 +127,13 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry) {
   if (!artifact) {
     return make_error("cache entry ", entry.info.key, ": ", artifact.error().message);
   }
+  if (artifact->is_cpu()) {
+    std::string* object = take(k_payload_object);
+    if (!object) return make_error("cache entry ", entry.info.key, " lacks its object code");
+    artifact->object = std::move(*object);
+  }
   for (compiler::KernelArtifact& k : artifact->kernels) {
+    if (artifact->is_cpu()) continue;
     std::string* cubin = take(cache::k_payload_cubin_prefix + k.name);
     if (!cubin) {
       return make_error("cache entry ", entry.info.key, " lacks the binary of kernel ", k.name);
@@ -140,7 +158,14 @@ Expected<CompileResult> compile_prepared(const ir::Graph& graph,
   auto compile_now = [&]() -> Expected<compiler::Artifact> {
     auto began = std::chrono::steady_clock::now();
     uint64_t cpu_began = compiler::thread_cpu_ns() + compiler::helper_cpu_ns();
-    auto artifact = compiler::compile(graph, options);
+    auto artifact = Expected<compiler::Artifact>(Error{""});
+    if (options.cpu.empty()) {
+      artifact = compiler::compile(graph, options);
+    } else {
+      auto machine = compiler::cpu::cpu_machine(options.cpu, options.cpu_features);
+      artifact = machine ? compiler::cpu::compile_cpu(graph, options, *machine)
+                         : Expected<compiler::Artifact>(machine.error());
+    }
     result.compile_ms = micros_since(began) / 1000.0;
     result.cpu_ms =
         static_cast<double>(compiler::thread_cpu_ns() + compiler::helper_cpu_ns() - cpu_began) /

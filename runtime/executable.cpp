@@ -36,15 +36,7 @@ class ExecutableImpl final : public Executable {
 public:
   ExecutableImpl(const ir::Graph& graph, CompileResult result, int device)
       : m_artifact(std::move(result.artifact)) {
-    m_cache_hit = result.hit;
-    m_compile_ms = result.compile_ms;
-    m_lookup_us = result.lookup_us;
-    m_key = result.key;
-    m_graph_hash = result.graph_hash;
-    m_arch = m_artifact.arch;
-    m_precision = m_artifact.precision;
-    m_fallbacks = m_artifact.fallbacks;
-    m_kernel_count = m_artifact.kernels.size();
+    ExecutableAccess::describe_compile(result, m_artifact, *this);
     m_device = device;
     describe_graph(graph, *this);
     m_offsets = temporary_offsets(m_artifact.temporary_bytes, &m_workspace_bytes);

@@ -35,6 +35,20 @@ struct ExecutableAccess {
     for (const ir::Symbol& s : graph.symbols()) exe.m_dims.push_back({s.name, s.lo, s.hi});
     if (graph.symbolic()) exe.m_graph = graph;
   }
+  // What a compile says of its executable: hit or not, its times and key, and the artifact's
+  // arch, resolved precision, fallbacks and kernel count.
+  static void describe_compile(const CompileResult& result, const compiler::Artifact& artifact,
+                               Executable& exe) {
+    exe.m_cache_hit = result.hit;
+    exe.m_compile_ms = result.compile_ms;
+    exe.m_lookup_us = result.lookup_us;
+    exe.m_key = result.key;
+    exe.m_graph_hash = result.graph_hash;
+    exe.m_arch = artifact.arch;
+    exe.m_precision = artifact.precision;
+    exe.m_fallbacks = artifact.fallbacks;
+    exe.m_kernel_count = artifact.kernels.size();
+  }
 };
 
 // Checks run() arguments against the specs: counts, null pointers, dtypes, shapes; the error

@@ -3,8 +3,12 @@
 
 #include "cache/cache.h"
 #include "compiler/options.h"
+#include "compiler/target.h"
 #include "ir/parse.h"
+#include "compiler/cpu/jit.h"
 #include "runtime/compile_service.h"
+#include "runtime/cpu_executable.h"
+#include "runtime/cpu_program.h"
 #include "runtime/driver.h"
 #include "compiler/sizes.h"
 #include "ir/hash.h"
@@ -20,14 +24,20 @@ namespace {
 
 class RuntimeImpl final : public Runtime {
 public:
-  RuntimeImpl(RuntimeOptions options, int sm) : m_options(std::move(options)), m_sm(sm) {
-    m_arch = compiler::arch_name(sm);
+  // `cpu`: the CPU target's machine (empty cpu name: CUDA at `sm`).
+  RuntimeImpl(RuntimeOptions options, int sm, compiler::cpu::CpuMachine cpu)
+      : m_options(std::move(options)), m_sm(sm), m_cpu(std::move(cpu)) {
+    m_arch = m_cpu.cpu.empty() ? compiler::arch_name(sm) : "cpu:" + m_cpu.cpu;
     if (!m_options.log) {
       m_options.log = [](LogLevel level, std::string_view message) {
         if (level == LogLevel::warning) {
           std::fprintf(stderr, "kiln: %.*s\n", static_cast<int>(message.size()), message.data());
         }
       };
+    }
+    if (!m_cpu.cpu.empty()) {
+      std::string problem = runtime::cpu_threads_env_problem();
+      if (!problem.empty()) m_options.log(LogLevel::warning, problem);
     }
     if (m_options.use_cache) {
       cache::Options cache_options;
@@ -55,6 +65,8 @@ public:
                                   ? compiler::FallbackPolicy::warn
                                   : compiler::FallbackPolicy::allow;
     options.threads = m_options.compile_threads;
+    options.cpu = m_cpu.cpu;
+    options.cpu_features = m_cpu.features;
     if (graph.symbolic()) return compile_symbolic(graph, options);
     return compile_bucket(graph, options);
   }
@@ -79,6 +91,7 @@ private:
     if (!result) return result.error();
     log_precision_once(result->artifact);
     warn_fallbacks(result->artifact.fallbacks);
+    if (!options.cpu.empty()) return runtime::make_cpu_executable(graph, std::move(*result));
     return runtime::make_executable(graph, std::move(*result), m_options.device);
   }
 
@@ -100,6 +113,7 @@ private:
       o.bucket = bucket;
       auto result = runtime::compile_graph(graph, o, cache.get());
       if (!result) return result.error();
+      if (!o.cpu.empty()) return runtime::make_cpu_executable(graph, std::move(*result));
       return runtime::make_executable(graph, std::move(*result), device);
     };
     warn_fallbacks(plan->fallbacks());
@@ -116,7 +130,7 @@ private:
 
   // TorchServe's rule, said once per runtime so a user can see what `auto` chose.
   void log_precision_once(const compiler::Artifact& artifact) {
-    if (m_options.precision != Precision::automatic) return;
+    if (m_options.precision != Precision::automatic || artifact.is_cpu()) return;
     std::call_once(m_logged, [&] {
       bool tf32 = artifact.precision == "high";
       m_options.log(LogLevel::info, std::string("tensor cores: TF32 ") + (tf32 ? "on" : "off") +
@@ -126,6 +140,7 @@ private:
 
   RuntimeOptions m_options;
   int m_sm;
+  compiler::cpu::CpuMachine m_cpu;
   std::string m_arch;
   std::shared_ptr<cache::Cache> m_cache;  // shared with symbolic graphs' executables
   std::once_flag m_logged;
@@ -135,6 +150,18 @@ private:
 }  // namespace
 
 Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
+  // "auto": this CPU where no arch is given and no CUDA device answers.
+  bool no_gpu = options.target == "auto" && options.arch.empty() &&
+                !runtime::device_sm(options.device);
+  auto target = options.target == "auto" ? compiler::parse_target(no_gpu ? "cpu" : "cuda")
+                                          : compiler::parse_target(options.target);
+  if (!target) return make_error(target.error().message, " (or auto)");
+  if (target->is_cpu()) {
+    auto machine = compiler::cpu::cpu_machine(target->cpu);
+    if (!machine) return make_error("target ", target->name(), ": ", machine.error().message);
+    return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), 90, std::move(*machine)));
+  }
+  if (target->sm && options.arch.empty()) options.arch = compiler::arch_name(target->sm);
   int sm = 0;
   if (!options.arch.empty()) {
     auto parsed = compiler::parse_arch(options.arch);
@@ -149,7 +176,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     }
     sm = *detected;
   }
-  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), sm));
+  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), sm, {}));
 }
 
 }  // namespace kiln

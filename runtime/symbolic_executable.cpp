@@ -20,6 +20,7 @@ public:
     describe_graph(graph, *this);
     m_device = device;
     m_arch = std::move(arch);
+    m_on_cpu = m_arch.rfind("cpu:", 0) == 0;  // the CPU target's buckets take host pointers
     m_precision = std::string(ir::to_string(plan.precision.graph_mode));
     m_fallbacks = plan.fallbacks();
     m_graph_hash = std::move(graph_hash);

@@ -8,7 +8,8 @@ a causal or padding mask), writes them as .npy files, runs
     kiln run GRAPH --emulate --arch ARCH --precision MODE --input NAME=FILE.npy ... \
         --save OUT --save-reference REF
 
-(with --gpu: on the GPU, without --emulate and --arch)
+(with --gpu: on the GPU, without --emulate and --arch; with --cpu: natively on the CPU through
+LLVM, `--target cpu` in place of --emulate and --arch)
 
 and computes the same layer here in NumPy fp64 from the same files. Two comparisons per run:
 kiln's fp64 reference against NumPy (relative L2 at most 1e-9: both compute what the graph
@@ -149,14 +150,15 @@ def rel_l2(actual, expected):
 
 
 def check(kiln, graphs, layer, mode, arch, seed, workdir):
-    """One layer in one mode; arch None runs on the GPU (its own arch) instead of emulating."""
+    """One layer in one mode; arch None runs on the GPU (its own arch) instead of emulating,
+    "cpu" natively on the CPU target."""
     make_inputs, forward = LAYERS[layer]
     rng = np.random.default_rng(seed)
     # The graph's inputs are f32: round once, and compute NumPy's answer from the same values.
     inputs = {name: value.astype(np.float32) for name, value in make_inputs(rng).items()}
     base = os.path.join(workdir, layer + "_" + mode)
     os.makedirs(base, exist_ok=True)
-    where = ["--emulate", "--arch", arch] if arch else []
+    where = ["--target", "cpu"] if arch == "cpu" else ["--emulate", "--arch", arch] if arch else []
     args = [kiln, "run", os.path.join(graphs, layer + ".kg"), *where, "--precision", mode, "--json",
             "--save", os.path.join(base, "out"), "--save-reference", os.path.join(base, "ref")]
     for name, value in inputs.items():
@@ -181,7 +183,7 @@ def check(kiln, graphs, layer, mode, arch, seed, workdir):
     reference_error = rel_l2(reference, expected)
     kiln_error = json.loads(run.stdout)["outputs"][0]["rel_l2"] if run.stdout else float("nan")
     ok = kernel_error <= TOLERANCE[mode] and reference_error <= REFERENCE_TOLERANCE
-    print(f"{layer:<12} {arch or 'GPU':<6} {mode:<8} kernels-vs-numpy {kernel_error:.3e} "
+    print(f"{layer:<12} {arch.upper() if arch == 'cpu' else arch or 'GPU':<6} {mode:<8} kernels-vs-numpy {kernel_error:.3e} "
           f"(tolerance {TOLERANCE[mode]:.1e}, kiln's own check {kiln_error:.3e})  "
           f"reference-vs-numpy {reference_error:.3e}  {'ok' if ok else 'FAILED'}")
     return ok
@@ -195,18 +197,22 @@ def main():
     parser.add_argument("--arch", default="sm_90", help="the emulated arch (default sm_90)")
     parser.add_argument("--gpu", action="store_true",
                         help="run the kernels on the GPU (its arch) instead of emulating them")
+    parser.add_argument("--cpu", action="store_true",
+                        help="run the kernels natively on the CPU (--target cpu) instead")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--graphs", default=os.path.join(ROOT, "examples", "graphs"),
                         help="the directory holding llama_layer.kg and bert_layer.kg")
     parser.add_argument("--workdir", help="where the .npy files go (default: a temporary dir)")
     args = parser.parse_args()
+    if args.gpu and args.cpu:
+        parser.error("--gpu and --cpu are two different targets: pick one")
     if not os.access(args.kiln, os.X_OK):
         parser.error(f"no kiln binary at {args.kiln}; build first or pass --kiln")
     layers = sorted(LAYERS) if args.layer == "all" else [args.layer]
     modes = ["highest", "high", "tf32x3", "medium"] if args.precision == "all" else [args.precision]
     with tempfile.TemporaryDirectory(prefix="kiln-numpy-") as tmp:
         workdir = args.workdir or tmp
-        arch = None if args.gpu else args.arch
+        arch = None if args.gpu else "cpu" if args.cpu else args.arch
         results = [check(args.kiln, args.graphs, layer, mode, arch, args.seed, workdir)
                    for layer in layers for mode in modes]
     return 0 if all(results) else 1

@@ -1,6 +1,7 @@
 // Shared pieces of the kiln CLI: exit codes and the registration hook every command file provides.
 #pragma once
 
+#include "compiler/cpu/jit.h"
 #include "compiler/options.h"
 #include "ir/graph.h"
 
@@ -46,6 +47,13 @@ void add_fallback_options(CLI::App* cmd, FallbackFlags& flags, const std::string
 // Sets options.fallback (precision: refused unless allowed) and options.fusion_fallback
 // (unfused attention: warned about unless refused) from `flags`.
 void apply_fallback_flags(const FallbackFlags& flags, compiler::CompileOptions& options);
+
+// Adds `--target cuda|cpu|cpu:NAME` (cpu: the host's CPU; NAME an LLVM CPU such as x86-64-v3).
+void add_target_option(CLI::App* cmd, std::string& target);
+// The CPU `target` names (nullopt inside for cuda); prints "<command>: ..." and returns nullopt
+// when it names neither or an unknown CPU.
+std::optional<std::optional<compiler::cpu::CpuMachine>> parse_cpu_target(const std::string& target,
+                                                                         const std::string& command);
 
 // The sizes `--dims` gives a symbolic graph for one run, one value per dim (none for a static
 // graph without --dims); prints "<command>: ..." and returns nullopt when they are missing or

@@ -145,6 +145,12 @@ int run_stats(const CacheArgs& args) {
   return k_exit_ok;
 }
 
+// What an entry was compiled for: its CUDA arch ("sm_90") or CPU target ("cpu:znver4").
+std::string entry_target(const cache::EntryInfo& e) {
+  std::string arch = e.field("arch");
+  return arch.empty() ? e.field("target") : arch;
+}
+
 int run_ls(const CacheArgs& args) {
   auto c = open_cache(args);
   if (!c) return k_exit_failure;
@@ -155,7 +161,7 @@ int run_ls(const CacheArgs& args) {
     for (const cache::EntryInfo& e : *entries)
       list.push_back({{"key", e.key},
                       {"graph", e.field("graph_hash")},
-                      {"arch", e.field("arch")},
+                      {"arch", entry_target(e)},
                       {"precision", e.field("precision")},
                       {"size", e.stored_bytes},
                       {"compile_ms", e.compile_ms},
@@ -181,7 +187,7 @@ int run_ls(const CacheArgs& args) {
                 ".." + std::to_string((*bucket)[i].hi);
     }
     std::printf("%-32s  %-12.12s  %-7s  %-9s  %10s  %10lld  %6lld  %-24s  %s\n", e.key.c_str(),
-                e.field("graph_hash").c_str(), e.field("arch").c_str(),
+                e.field("graph_hash").c_str(), entry_target(e).c_str(),
                 e.field("precision").c_str(), cache::format_size(e.stored_bytes).c_str(),
                 static_cast<long long>(e.compile_ms), static_cast<long long>(e.hits),
                 iso_time(e.last_used_ms).c_str(), dims.empty() ? "-" : dims.c_str());

@@ -4,6 +4,7 @@
 
 #include "cache/cache.h"
 #include "compiler/compiler.h"
+#include "compiler/cpu/compile.h"
 #include "compiler/key.h"
 #include "compiler/sizes.h"
 #include "ir/parse.h"
@@ -38,6 +39,8 @@ struct CompileArgs {
   std::string cache_dir;
   std::optional<std::string> remote;
   std::string dims;  // --dims, for symbolic graphs
+  std::string target = "cuda";  // --target cuda|cpu|cpu:NAME
+  bool llvm = false;            // emit --llvm: the CPU target's LLVM IR
 };
 
 // Parses `file` once per process: `--dims` needs the graph before the compile does, and "-"
@@ -59,6 +62,7 @@ void add_target_options(CLI::App* cmd, CompileArgs& args) {
                        "(recorded)");
   cmd->add_option("--dims", args.dims,
                   "sizes of a symbolic graph's dims, e.g. B=37,S=100 (NAME=all: every bucket)");
+  add_target_option(cmd, args.target);
 }
 
 // The buckets `--dims` asks for (one empty bucket without --dims: check_request then reports a
@@ -96,8 +100,15 @@ bool set_one_bucket(const CompileArgs& args, const char* command,
 
 // Builds CompileOptions from the arguments; prints the error and returns nullopt on bad input.
 std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
-  Expected<int> sm = 0;
-  if (args.arch.empty()) {
+  auto cpu = parse_cpu_target(args.target, "kiln");
+  if (!cpu) return std::nullopt;
+  Expected<int> sm = 90;  // the CPU target resolves modes as on sm_90
+  if (*cpu && !args.arch.empty()) {
+    print_error("kiln: --arch names a CUDA arch; --target " + args.target + " compiles for the CPU");
+    return std::nullopt;
+  }
+  if (*cpu) {
+  } else if (args.arch.empty()) {
     // What `kiln run` and the runtime use, so that entries warmed here are the ones they hit.
     sm = runtime::device_sm(0);
     if (!sm) {
@@ -121,6 +132,10 @@ std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
   compiler::CompileOptions options;
   options.sm = *sm;
   options.precision = *precision;
+  if (*cpu) {
+    options.cpu = (*cpu)->cpu;
+    options.cpu_features = (*cpu)->features;
+  }
   apply_fallback_flags(args.fallback, options);
   return options;
 }
@@ -164,6 +179,25 @@ int run_emit(const CompileArgs& args) {
   if (!graph) {
     print_error(graph.error().message);
     return k_exit_usage;
+  }
+  if (args.llvm && options->cpu.empty()) {
+    print_error("kiln: --llvm prints the CPU target's IR; add --target cpu");
+    return k_exit_usage;
+  }
+  if (!options->cpu.empty()) {
+    if (args.ptx) {
+      print_error("kiln: --ptx is CUDA's; the CPU target prints LLVM IR (--llvm)");
+      return k_exit_usage;
+    }
+    auto machine = compiler::cpu::cpu_machine(options->cpu, options->cpu_features);
+    auto ir = machine ? compiler::cpu::cpu_ir(*graph, *options, *machine)
+                      : Expected<std::string>(machine.error());
+    if (!ir) {
+      print_error("kiln: " + args.files[0] + ": " + ir.error().message);
+      return k_exit_usage;
+    }
+    std::fputs(ir->c_str(), stdout);
+    return k_exit_ok;
   }
   auto program = compiler::lower(*graph, *options);
   if (!program) {
@@ -263,6 +297,11 @@ int compile_one(const std::string& file, compiler::CompileOptions options, bool 
                 result->graph_hash.c_str(), dims.c_str(), artifact.arch.c_str(),
                 artifact.precision.c_str(), artifact.kernels.size(), how.c_str());
     for (const auto& k : artifact.kernels) {
+      if (artifact.is_cpu()) {
+        std::printf("  %s: %llu scratch floats per thread\n", k.name.c_str(),
+                    static_cast<unsigned long long>(k.scratch_floats));
+        continue;
+      }
       std::printf("  %s: %d registers, %d spill bytes, %lld smem bytes\n", k.name.c_str(),
                   k.report.registers, k.report.spill_bytes(),
                   static_cast<long long>(k.smem_bytes()));
@@ -450,6 +489,8 @@ void register_compile_commands(CLI::App& app, int& exit_code) {
   emit->add_option("FILE", emit_args->files, "graph file (.kg) or -")->required()->expected(1);
   add_target_options(emit, *emit_args);
   emit->add_flag("--ptx", emit_args->ptx, "compile with NVRTC and print the PTX instead");
+  emit->add_flag("--llvm", emit_args->llvm,
+                 "with --target cpu: print the LLVM IR (what the CPU target emits)");
   emit->add_flag("--no-prelude", emit_args->no_prelude,
                  "print the kernels without the device prelude");
   emit->callback([emit_args, &exit_code] { exit_code = run_emit(*emit_args); });

@@ -9,6 +9,7 @@
 // precision, a mode the arch cannot run, a missing, malformed or mismatched --input file).
 #include "tools/cli.h"
 
+#include "compiler/cpu/compile.h"
 #include "compiler/options.h"
 #include "compiler/sizes.h"
 #include "emulation/check.h"
@@ -40,6 +41,7 @@ struct RunArgs {
   std::string dims;  // --dims B=37,S=100 for a symbolic graph
   DataFlags data;    // --input, --save, --save-reference
   std::optional<std::string> schedule;  // --schedule SEED|kind|adversarial (with --emulate)
+  std::string target = "cuda";  // --target cuda|cpu|cpu:NAME
 };
 
 std::string format_error(double value) {
@@ -93,6 +95,12 @@ int run_graph(const RunArgs& args) {
   Expected<reference::CheckRun> checked = Error{};
   std::vector<std::string> fallbacks;
   std::string where = "emulated";
+  auto cpu = parse_cpu_target(args.target, "run");
+  if (!cpu) return k_exit_usage;
+  if (*cpu && args.emulate) {
+    print_error("run: --emulate runs CUDA kernels under emulation; --target cpu runs native ones");
+    return k_exit_usage;
+  }
   if (args.emulate) {
     auto lowered = compiler::lower(*graph, options);
     if (!lowered) {
@@ -114,13 +122,16 @@ int run_graph(const RunArgs& args) {
           return program->run(inputs, schedule);
         });
   } else {
-    // On the GPU: the device's arch unless --arch was given, compiled through the cache.
-    if (Status gpu = gpu_status(); !gpu) {
+    // On the GPU (the device's arch unless --arch was given) or the CPU target, compiled
+    // through the cache.
+    Status gpu = *cpu ? Status::success() : gpu_status();
+    if (!gpu) {
       print_error("run: " + gpu.error().message + "; --emulate runs the kernels on the CPU");
       return k_exit_failure;
     }
     RuntimeOptions runtime_options;
-    runtime_options.arch = args.arch_given ? args.arch : "";
+    runtime_options.arch = args.arch_given && !*cpu ? args.arch : "";
+    runtime_options.target = args.target;
     runtime_options.precision = *precision;
     runtime_options.allow_fallback = args.fallback.allow;
     runtime_options.fallbacks =
@@ -138,8 +149,8 @@ int run_graph(const RunArgs& args) {
       return k_exit_failure;
     }
     fallbacks = (*exe)->fallbacks();
-    where = "GPU";
-    *sm = *compiler::parse_arch((*exe)->arch());
+    where = *cpu ? "CPU" : "GPU";
+    if (!*cpu) *sm = *compiler::parse_arch((*exe)->arch());
     checked = reference::check_against_fp64(
         bound, *ir::parse_precision((*exe)->precision()), std::move(data->inputs),
         reference::bytes_runner(bound, [&](const std::vector<reference::Bytes>& inputs) {
@@ -162,7 +173,7 @@ int run_graph(const RunArgs& args) {
     nlohmann::json out;
     out["ok"] = report.ok;
     out["tolerance"] = report.tolerance;
-    out["arch"] = compiler::arch_name(*sm);
+    out["arch"] = *cpu ? compiler::cpu::target_name(**cpu) : compiler::arch_name(*sm);
     out["precision"] = mode;
     out["seed"] = args.seed;
     out["fallbacks"] = fallbacks;
@@ -178,8 +189,9 @@ int run_graph(const RunArgs& args) {
     std::string at = describe_dims(*graph, *data);
     std::string device =
         args.emulate ? where + ", schedule " + emulation::to_string(schedule) : where;
+    std::string arch = *cpu ? compiler::cpu::target_name(**cpu) : compiler::arch_name(*sm);
     std::printf("graph %s%s on %s (%s), precision %s, seed %llu, %s\n", graph->name().c_str(),
-                at.c_str(), compiler::arch_name(*sm).c_str(), device.c_str(), mode.c_str(),
+                at.c_str(), arch.c_str(), device.c_str(), mode.c_str(),
                 static_cast<unsigned long long>(args.seed), describe_inputs(*data).c_str());
     for (const std::string& f : fallbacks)
       std::printf("fallback: %s\n", f.c_str());
@@ -230,6 +242,7 @@ void register_run_commands(CLI::App& app, int& exit_code) {
   cmd->add_option("--precision", args->precision, "highest, high, tf32x3, medium or auto");
   cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
   cmd->add_flag("--emulate", args->emulate, "run under the host emulation of CUDA");
+  add_target_option(cmd, args->target);
   cmd->add_option("--schedule", args->schedule,
                   "with --emulate: how threads are ordered and cp.async copies land: kind (the "
                   "default), adversarial, or a seed of a random schedule");
@@ -240,7 +253,7 @@ void register_run_commands(CLI::App& app, int& exit_code) {
   add_fallback_options(cmd, args->fallback,
                        "run a mode the arch lacks on the best available path instead of refusing");
   add_cache_dir_option(cmd, args->cache_dir,
-                       "cache directory for the GPU run (emulation uses none)");
+                       "cache directory for the GPU or CPU run (emulation uses none)");
   add_remote_option(cmd, args->remote);
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([args, cmd, &exit_code] {

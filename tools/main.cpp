@@ -48,6 +48,8 @@ constexpr const char* k_environment_help =
     "  KILN_REMOTE_KEY       secret that signs and checks remote entries\n"
     "  KILN_REMOTE_TTL       how long remote entries live, e.g. 30d (default)\n"
     "  KILN_COMPILE_THREADS  NVRTC threads per graph, 1 to 1024 (default: the core count)\n"
+    "  KILN_CPU_THREADS      threads of the CPU target's kernels, 1 to 1024 (default: cores)\n"
+    "  KILN_CPU_PLUGIN       the CPU target's LLVM plugin (else the installed, then the built one)\n"
     "  KILN_NVRTC_PATH       libnvrtc to use (else CUDA_HOME, then the loader's search)\n"
     "  KILN_CUDA_DRIVER_PATH libcuda to use (default libcuda.so.1)\n";
 

@@ -1,6 +1,6 @@
 // kiln-qtlq: prints the TF32 Q^T L Q table (true, highest, high, tf32x3 and relative errors).
 //
-// Exit codes: 0 on success, 1 when the emulated run fails, 2 on bad usage.
+// Exit codes: 0 on success, 1 when the run fails, 2 on bad usage.
 #include "examples/qtlq/qtlq.h"
 
 #include <CLI/CLI.hpp>
@@ -13,9 +13,11 @@ namespace {
 
 double relative(double value, double truth) { return std::fabs(value - truth) / std::fabs(truth); }
 
-void print_table(const std::vector<kiln::examples::qtlq::Row>& rows, uint64_t seed) {
-  std::printf("diag(Q^T L Q), m = %d, seed %llu, kiln's kernels under host emulation (sm_90)\n",
-              kiln::examples::qtlq::k_size, static_cast<unsigned long long>(seed));
+void print_table(const std::vector<kiln::examples::qtlq::Row>& rows, uint64_t seed, bool cpu) {
+  std::printf("diag(Q^T L Q), m = %d, seed %llu, %s\n", kiln::examples::qtlq::k_size,
+              static_cast<unsigned long long>(seed),
+              cpu ? "kiln's CPU target (native, modes rounded as on the GPU)"
+                  : "kiln's kernels under host emulation (sm_90)");
   std::printf("%4s  %14s  %16s  %18s  %14s  %11s  %11s  %11s  %11s\n", "idx", "true",
               "fp32 (highest)", "fp32 (high/TF32)", "tf32x3", "err highest", "err high",
               "err tf32x3", "err floor");
@@ -38,19 +40,22 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   app.add_flag("--json", json, "print every row as JSON");
   app.add_option("--seed", seed, "seed of the Gaussian matrix behind Q (default 0)");
+  bool cpu = false;
+  app.add_flag("--cpu", cpu, "run natively on the CPU target instead of the emulated CUDA kernels");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
-  auto rows = kiln::examples::qtlq::run_demo(seed);
+  using kiln::examples::qtlq::Device;
+  auto rows = kiln::examples::qtlq::run_demo(seed, 90, cpu ? Device::cpu : Device::emulated);
   if (!rows) {
     std::fprintf(stderr, "kiln-qtlq: %s\n", rows.error().message.c_str());
     return 1;
   }
   if (!json) {
-    print_table(*rows, seed);
+    print_table(*rows, seed, cpu);
     return 0;
   }
   nlohmann::json out;

@@ -1,7 +1,10 @@
 // The qtlq demo's matrices (spectrum, orthogonal Q, L) and its runs in three precision modes.
 #include "examples/qtlq/qtlq.h"
 
+#include "compiler/cpu/compile.h"
 #include "emulation/program.h"
+#include "reference/check.h"
+#include "runtime/cpu_program.h"
 #include "reference/execute.h"
 #include "reference/tensor.h"
 
@@ -83,7 +86,7 @@ ir::Graph make_graph() {
   return *std::move(b).finish();
 }
 
-Expected<std::vector<Row>> run_demo(uint64_t seed, int sm) {
+Expected<std::vector<Row>> run_demo(uint64_t seed, int sm, Device device) {
   std::vector<double> lambda = eigenvalues();
   std::vector<double> q = random_orthogonal(seed);
   std::vector<double> l(k_n * k_n, 0.0);
@@ -109,9 +112,22 @@ Expected<std::vector<Row>> run_demo(uint64_t seed, int sm) {
     compiler::CompileOptions options;
     options.sm = sm;
     options.precision = mode;
-    auto program = emulation::build_program(graph, options);
-    if (!program) return program.error();
-    auto outputs = program->run(inputs);
+    Expected<std::vector<reference::Tensor>> outputs = Error{""};
+    if (device == Device::cpu) {
+      auto machine = compiler::cpu::cpu_machine("native");
+      if (!machine) return machine.error();
+      auto artifact = compiler::cpu::compile_cpu(graph, options, *machine);
+      if (!artifact) return artifact.error();
+      auto program = runtime::CpuProgram::load(std::move(*artifact));
+      if (!program) return program.error();
+      reference::Runner run = reference::bytes_runner(
+          graph, [&](const std::vector<reference::Bytes>& in) { return (*program)->run(in, {}); });
+      outputs = run(inputs);
+    } else {
+      auto program = emulation::build_program(graph, options);
+      if (!program) return program.error();
+      outputs = program->run(inputs);
+    }
     if (!outputs) return outputs.error();
     const std::vector<double>& y = (*outputs)[0].values;
     for (size_t i = 0; i < k_n; ++i) {

@@ -33,9 +33,13 @@ struct Row {
   double fp64 = 0.0;
 };
 
+// Where the kernels run: the CUDA kernels under host emulation, or the CPU target natively.
+enum class Device { emulated, cpu };
+
 // Builds L = Q diag(lambda) Q^T in fp64 (symmetrised, then rounded to fp32, as is Q), runs the
-// graph's generated kernels under emulation for `sm` in each mode and returns all k_size rows.
-// Errors: the emulation's (no host compiler, a kernel that fails).
-Expected<std::vector<Row>> run_demo(uint64_t seed, int sm = 90);
+// graph's generated kernels under emulation for `sm` (or natively on the CPU target, whose modes
+// round as the GPU's do) in each mode and returns all k_size rows.
+// Errors: the emulation's (no host compiler, a kernel that fails) or the CPU target's.
+Expected<std::vector<Row>> run_demo(uint64_t seed, int sm = 90, Device device = Device::emulated);
 
 }  // namespace kiln::examples::qtlq

@@ -2,7 +2,8 @@
 # scripts/check_numpy.py: the example layers computed by kiln's emulated kernels and by kiln's
 # fp64 reference agree with NumPy in fp64 in every mode; and the check fails when the graph
 # computes something else (the attention scale changed in a copy of the LLaMA layer).
-# Usage: check_numpy_test.sh KILN LAYER ARCH  (LAYER "negative" runs the failing case)
+# Usage: check_numpy_test.sh KILN LAYER ARCH  (LAYER "negative" runs the failing case; ARCH "cpu"
+# runs the kernels natively on the CPU target instead of emulating them)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 kiln=$1 layer=$2 arch=$3
@@ -15,11 +16,14 @@ if [[ -z $python ]]; then
   echo "FAIL: no python3 with NumPy; scripts/install_deps.sh installs python3-numpy"
   exit 1
 fi
+where=(--arch "$arch")
+[[ $arch == cpu ]] && where=(--cpu)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+export KILN_CACHE_DIR="$tmp/cache" KILN_REMOTE_CACHE=""  # the CPU target compiles through one
 
 if [[ $layer != negative ]]; then
-  "$python" "$root/scripts/check_numpy.py" --kiln "$kiln" --layer "$layer" --arch "$arch" \
+  "$python" "$root/scripts/check_numpy.py" --kiln "$kiln" --layer "$layer" "${where[@]}" \
     --workdir "$tmp" >"$tmp/out" 2>&1
   rc=$?
   cat "$tmp/out"

@@ -35,8 +35,21 @@ TEST(MainCli, HelpListsTheEnvironmentVariables) {
   ASSERT_EQ(r.exit_code, 0);
   for (const char* name : {"KILN_CACHE_DIR", "KILN_CACHE_MAX_SIZE", "KILN_REMOTE_CACHE",
                            "KILN_REMOTE_KEY", "KILN_REMOTE_TTL", "KILN_COMPILE_THREADS",
-                           "KILN_NVRTC_PATH", "KILN_CUDA_DRIVER_PATH"})
+                           "KILN_CPU_THREADS", "KILN_NVRTC_PATH", "KILN_CUDA_DRIVER_PATH"})
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
+}
+
+// LLVM (the CPU target's plugin) is loaded only when the CPU target is used: every other command
+// starts without its one large library.
+TEST(MainCli, StartingKilnDoesNotLoadLlvm) {
+  CliResult plain = run_kiln({"--version"}, {}, {{"LD_DEBUG", "libs"}});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("libstdc++"), std::string::npos) << "LD_DEBUG said nothing";
+  EXPECT_EQ(plain.err.find("libLLVM"), std::string::npos);
+  CliResult cpu = run_kiln({"emit", k_mlp, "--target", "cpu", "--llvm", "--precision", "highest"},
+                           {}, {{"LD_DEBUG", "libs"}});
+  ASSERT_EQ(cpu.exit_code, 0);
+  EXPECT_NE(cpu.err.find("libLLVM"), std::string::npos);
 }
 
 TEST(MainCli, ABadCompileThreadsValueIsWarnedAbout) {

@@ -50,6 +50,14 @@ struct RuntimeOptions {
   // Target arch ("sm_90"); empty: the compute capability of CUDA device `device`. Set it to
   // compile ahead of time on a machine without a GPU (warming a cache for a fleet).
   std::string arch;
+  // Where kernels run: "cuda" (the default; also ""; "cuda:sm_90" also sets `arch` where it is
+  // empty), "cpu" (this machine's CPU: kernels compiled
+  // through LLVM and run on host memory, the modes keeping their numerics), "cpu:NAME" (an LLVM
+  // CPU name such as "x86-64-v3", to compile for other machines), or "auto" (CUDA when `arch` is
+  // set or device `device` answers, else this CPU). On the CPU, TensorRef pointers are host
+  // pointers and the stream arguments are ignored; work is split over $KILN_CPU_THREADS threads
+  // (default: the core count).
+  std::string target;
   int device = 0;
   // Fallbacks of any kind. The one kind taken by default is an attention kiln cannot fuse (a
   // head dim over 256, a symbolic head dim, an explicit chain whose matmuls differ): it runs as
@@ -69,7 +77,7 @@ struct RuntimeOptions {
 
 // A device buffer handed to Executable::run, described so that it can be checked.
 struct TensorRef {
-  void* data = nullptr;  // a CUDA device pointer
+  void* data = nullptr;  // a CUDA device pointer (a host pointer for the CPU target)
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
 };
@@ -139,6 +147,7 @@ public:
   const std::vector<TensorSpec>& outputs() const { return m_outputs; }
   size_t kernel_count() const { return m_kernel_count; }
   int device() const { return m_device; }  // RuntimeOptions::device
+  bool on_cpu() const { return m_on_cpu; }  // compiled for the CPU target: host pointers
 
   // Symbolic graphs (`dim B: 1..4096`): the dims, numbered by first use; empty for a static
   // graph. Such an executable serves every size in the ranges: run() reads the dims' values from
@@ -202,6 +211,7 @@ protected:
   std::vector<TensorSpec> m_inputs, m_outputs;
   size_t m_kernel_count = 0;
   int m_device = 0;
+  bool m_on_cpu = false;
   std::vector<DimSpec> m_dims;
   std::optional<ir::Graph> m_graph;  // symbolic graphs: for the specs at given sizes
   std::string m_graph_name;
@@ -218,7 +228,7 @@ public:
   static Expected<std::unique_ptr<Runtime>> create(RuntimeOptions options = {});
   virtual ~Runtime() = default;
 
-  // The target, e.g. "sm_90".
+  // The target, e.g. "sm_90", or "cpu:znver4" for the CPU target.
   virtual const std::string& arch() const = 0;
 
   // Compiles through the cache. Fails on a precision the arch cannot run (unless fallbacks are

@@ -1,0 +1,108 @@
+// CPU attention kernels: one work item per query row of one batch. The row's scores go to
+// scratch, then its softmax (max and sum in fp32), then P V; operands are rounded as the mode's
+// tensor-core kernel rounds them (Q, K and V by the path, P to the path's operand format).
+#include "compiler/cpu/codegen_internal.h"
+
+namespace kiln::compiler::cpu::detail {
+
+WorkShape build_attention(KernelBuilder& kb) {
+  const KernelPlan& k = kb.kernel();
+  const AttentionMatch& m = k.group.attention;
+  const AttentionExtents& a = k.attention_extents;
+  const MatmulExtents& e = k.extents;
+  const ir::Graph& g = kb.graph();
+  llvm::IRBuilder<>& b = kb.b();
+  llvm::Type* fl = kb.f32();
+  ir::DType dtype = g.node(m.q).type.dtype;
+  int rank = g.node(m.root).type.shape.rank();
+  MatmulPath path = m.path;
+  bool x3 = path == MatmulPath::tf32x3;
+  llvm::Value* zero = kb.i64c(0);
+  llvm::Value* sq = kb.extent(a.sq);
+  llvm::Value* sk = kb.extent(a.sk);
+  llvm::Value* d = kb.i64c(a.d);
+  llvm::Value* dv = kb.i64c(a.dv);
+  llvm::Value* inner = kb.extent(e.inner_batch);
+  // Scratch: the row's scores (S_k at its upper bound), then D_v accumulators.
+  llvm::Value* scores = kb.scratch();
+  llvm::Value* acc = b.CreateConstGEP1_64(fl, scores, static_cast<uint64_t>(a.sk.hi));
+
+  auto round_p = [&](llvm::Value* v) {
+    if (path == MatmulPath::f16) return kb.round_to(ir::DType::f16, v);
+    if (path == MatmulPath::bf16) return kb.round_to(ir::DType::bf16, v);
+    return kb.round_operand(path, v);
+  };
+  // x * y + s with the path's operand rounding (tf32x3: the small-half products first).
+  auto product = [&](llvm::Value* x, llvm::Value* y, llvm::Value* s) {
+    if (!x3) return kb.fma(kb.round_operand(path, x), kb.round_operand(path, y), s);
+    auto [xb, xs] = kb.split_tf32x3(x);
+    auto [yb, ys] = kb.split_tf32x3(y);
+    s = kb.fma(xs, yb, s);
+    s = kb.fma(xb, ys, s);
+    return kb.fma(xb, yb, s);
+  };
+
+  kb.loop(kb.begin(), kb.end(), 1, [&](llvm::Value* t) {
+    llvm::Value* qi = b.CreateURem(t, sq);
+    llvm::Value* bz = b.CreateUDiv(t, sq);
+    llvm::Value* b_index = rank == 4 ? b.CreateURem(bz, inner) : bz;
+    auto offset = [&](const std::array<Extent, 2>& strides) {
+      llvm::Value* o = zero;
+      if (strides[1].coef) o = b.CreateAdd(o, b.CreateMul(b_index, kb.extent(strides[1])));
+      if (strides[0].coef)
+        o = b.CreateAdd(o, b.CreateMul(b.CreateUDiv(bz, inner), kb.extent(strides[0])));
+      return o;
+    };
+    llvm::Value* q_row = b.CreateAdd(offset(a.q), b.CreateMul(qi, d));
+    llvm::Value* k_base = offset(a.k);
+    llvm::Value* v_base = offset(a.v);
+    llvm::Value* Q = kb.param_of(m.q);
+    llvm::Value* K = kb.param_of(m.k);
+    llvm::Value* V = kb.param_of(m.v);
+
+    llvm::Value* minus_inf = llvm::ConstantFP::getInfinity(fl, true);
+    llvm::Value* mx = kb.loop(zero, sk, 1, {minus_inf}, [&](llvm::Value* j, const std::vector<llvm::Value*>& c) {
+      llvm::Value* k_row = b.CreateAdd(k_base, b.CreateMul(j, d));
+      llvm::Value* dot = kb.loop(zero, d, 1, {kb.f32c(0.0)}, [&](llvm::Value* x, const std::vector<llvm::Value*>& s) {
+        llvm::Value* qv = kb.load_float(dtype, Q, b.CreateAdd(q_row, x));
+        llvm::Value* kv = kb.load_float(dtype, K, b.CreateAdd(k_row, x));
+        return std::vector<llvm::Value*>{product(qv, kv, s[0])};
+      })[0];
+      llvm::Value* score = b.CreateFMul(dot, kb.f32c(m.scale));
+      if (m.mask >= 0) {
+        llvm::Value* at = b.CreateAdd(offset(a.mask), b.CreateAdd(b.CreateMul(qi, kb.extent(a.mask_row)),
+                                                                  b.CreateMul(j, kb.extent(a.mask_col))));
+        score = b.CreateFAdd(score, kb.load_float(g.node(m.mask).type.dtype, kb.param_of(m.mask), at));
+      }
+      if (m.causal) score = b.CreateSelect(b.CreateICmpSGT(j, qi), minus_inf, score);
+      b.CreateStore(score, b.CreateGEP(fl, scores, j));
+      return std::vector<llvm::Value*>{kb.max(c[0], score)};
+    })[0];
+    llvm::Value* sum = kb.loop(zero, sk, 1, {kb.f32c(0.0)}, [&](llvm::Value* j, const std::vector<llvm::Value*>& c) {
+      llvm::Value* at = b.CreateGEP(fl, scores, j);
+      llvm::Value* p = kb.exp(b.CreateFSub(b.CreateLoad(fl, at), mx));
+      b.CreateStore(p, at);
+      return std::vector<llvm::Value*>{b.CreateFAdd(c[0], p)};
+    })[0];
+    kb.loop(zero, dv, 1, [&](llvm::Value* c) { b.CreateStore(kb.f32c(0.0), b.CreateGEP(fl, acc, c)); });
+    kb.loop(zero, sk, 1, [&](llvm::Value* j) {
+      llvm::Value* p = b.CreateLoad(fl, b.CreateGEP(fl, scores, j));
+      llvm::Value* v_row = b.CreateAdd(v_base, b.CreateMul(j, dv));
+      kb.loop(zero, dv, 1, [&](llvm::Value* c) {
+        llvm::Value* at = b.CreateGEP(fl, acc, c);
+        llvm::Value* v = kb.load_float(dtype, V, b.CreateAdd(v_row, c));
+        llvm::Value* s = b.CreateLoad(fl, at);
+        b.CreateStore(x3 ? product(p, v, s) : kb.fma(round_p(p), kb.round_operand(path, v), s), at);
+      });
+    });
+    llvm::Value* inv = b.CreateFDiv(kb.f32c(1.0), sum);
+    llvm::Value* out_row = b.CreateMul(b.CreateAdd(b.CreateMul(bz, sq), qi), dv);
+    kb.loop(zero, dv, 1, [&](llvm::Value* c) {
+      llvm::Value* o = b.CreateFMul(b.CreateLoad(fl, b.CreateGEP(fl, acc, c)), inv);
+      kb.store_outputs(kb.round_to(g.node(m.root).type.dtype, o), b.CreateAdd(out_row, c));
+    });
+  });
+  return {{e.batch.term(), a.sq.term()}, static_cast<uint64_t>(a.sk.hi + a.dv)};
+}
+
+}  // namespace kiln::compiler::cpu::detail

@@ -1,0 +1,315 @@
+// KernelBuilder: a CPU kernel function's arguments, loads and stores by dtype, the rounding of
+// the precision modes, the elementwise ops' arithmetic and counted loops, as LLVM IR.
+#include "compiler/cpu/codegen_internal.h"
+
+#include <llvm/IR/Intrinsics.h>
+
+namespace kiln::compiler::cpu::detail {
+
+KernelBuilder::KernelBuilder(llvm::Module& module, const ir::Graph& graph, const ProgramPlan& plan,
+                             const KernelPlan& kernel, const Sizes& sizes, const CpuFacts& facts)
+    : m_module(module),
+      m_graph(graph),
+      m_plan(plan),
+      m_kernel(kernel),
+      m_sizes(sizes),
+      m_facts(facts),
+      m_b(module.getContext()) {
+  llvm::Type* p = m_b.getPtrTy();
+  llvm::Type* i = m_b.getInt64Ty();
+  auto* type = llvm::FunctionType::get(m_b.getVoidTy(), {p, p, i, i, p}, false);
+  m_function = llvm::Function::Create(type, llvm::Function::ExternalLinkage, "kiln_" + kernel.name,
+                                      module);
+  m_function->addFnAttr(llvm::Attribute::NoUnwind);
+  m_function->addParamAttr(4, llvm::Attribute::NoAlias);
+  auto arg = m_function->arg_begin();
+  m_buffers = &*arg++;
+  m_dims = &*arg++;
+  m_begin = &*arg++;
+  m_end = &*arg++;
+  m_scratch = &*arg;
+  m_entry = llvm::BasicBlock::Create(context(), "entry", m_function);
+  m_b.SetInsertPoint(llvm::BasicBlock::Create(context(), "body", m_function));
+  m_params.assign(kernel.params.size(), nullptr);
+}
+
+llvm::Value* KernelBuilder::f32c(double v) {
+  return llvm::ConstantFP::get(m_b.getFloatTy(), static_cast<double>(static_cast<float>(v)));
+}
+
+llvm::Value* KernelBuilder::param(size_t p) {
+  if (!m_params[p]) {
+    llvm::IRBuilder<> entry(m_entry);
+    llvm::Value* slot = entry.CreateConstGEP1_64(ptr(), m_buffers, p);
+    m_params[p] = entry.CreateLoad(ptr(), slot, "p" + std::to_string(p));
+  }
+  return m_params[p];
+}
+
+llvm::Value* KernelBuilder::param_of(ir::NodeId id) {
+  int p = m_kernel.param_of(m_plan.location, id);
+  assert(p >= 0);
+  return param(static_cast<size_t>(p));
+}
+
+llvm::Value* KernelBuilder::extent(const Extent& e) {
+  if (e.fixed()) return i64c(e.coef);
+  auto key = std::make_pair(e.coef, e.symbols);
+  auto it = m_extents.find(key);
+  if (it != m_extents.end()) return it->second;
+  llvm::IRBuilder<> entry(m_entry);
+  llvm::Value* v = entry.getInt64(static_cast<uint64_t>(e.coef));
+  for (uint32_t s : e.symbols) {
+    llvm::Value* slot = entry.CreateConstGEP1_64(i64(), m_dims, s);
+    v = entry.CreateMul(v, entry.CreateLoad(i64(), slot));
+  }
+  m_extents.emplace(key, v);
+  return v;
+}
+
+llvm::Value* KernelBuilder::load_float(ir::DType dtype, llvm::Value* base, llvm::Value* index) {
+  switch (dtype) {
+    case ir::DType::f32:
+      return m_b.CreateLoad(f32(), m_b.CreateGEP(f32(), base, index));
+    case ir::DType::bf16: {
+      llvm::Value* bits = m_b.CreateLoad(m_b.getInt16Ty(), m_b.CreateGEP(m_b.getInt16Ty(), base, index));
+      bits = m_b.CreateShl(m_b.CreateZExt(bits, m_b.getInt32Ty()), 16);
+      return m_b.CreateBitCast(bits, f32());
+    }
+    case ir::DType::f16: {
+      llvm::Value* h = m_b.CreateLoad(m_b.getHalfTy(), m_b.CreateGEP(m_b.getHalfTy(), base, index));
+      return m_b.CreateFPExt(h, f32());
+    }
+  }
+  return nullptr;
+}
+
+namespace {
+
+// bf16's bits of an fp32 value, rounded to nearest even; NaN gives the canonical 0x7fff.
+llvm::Value* bf16_bits(llvm::IRBuilder<>& b, llvm::Value* v) {
+  llvm::Value* u = b.CreateBitCast(v, b.getInt32Ty());
+  llvm::Value* lsb = b.CreateAnd(b.CreateLShr(u, 16), 1);
+  llvm::Value* r = b.CreateLShr(b.CreateAdd(b.CreateAdd(u, b.getInt32(0x7fff)), lsb), 16);
+  llvm::Value* nan = b.CreateFCmpUNO(v, v);
+  return b.CreateTrunc(b.CreateSelect(nan, b.getInt32(0x7fff), r), b.getInt16Ty());
+}
+
+}  // namespace
+
+void KernelBuilder::store_float(ir::DType dtype, llvm::Value* base, llvm::Value* index,
+                                llvm::Value* v) {
+  switch (dtype) {
+    case ir::DType::f32:
+      m_b.CreateStore(v, m_b.CreateGEP(f32(), base, index));
+      return;
+    case ir::DType::bf16:
+      m_b.CreateStore(bf16_bits(m_b, v), m_b.CreateGEP(m_b.getInt16Ty(), base, index));
+      return;
+    case ir::DType::f16:
+      m_b.CreateStore(m_b.CreateFPTrunc(v, m_b.getHalfTy()),
+                      m_b.CreateGEP(m_b.getHalfTy(), base, index));
+      return;
+  }
+}
+
+llvm::Value* KernelBuilder::round_to(ir::DType dtype, llvm::Value* v) {
+  switch (dtype) {
+    case ir::DType::f32:
+      return v;
+    case ir::DType::bf16: {
+      llvm::Value* bits = m_b.CreateZExt(bf16_bits(m_b, v), m_b.getInt32Ty());
+      return m_b.CreateBitCast(m_b.CreateShl(bits, 16), f32());
+    }
+    case ir::DType::f16:
+      return m_b.CreateFPExt(m_b.CreateFPTrunc(v, m_b.getHalfTy()), f32());
+  }
+  return v;
+}
+
+llvm::Value* KernelBuilder::round_operand(MatmulPath path, llvm::Value* v) {
+  switch (path) {
+    case MatmulPath::tf32: {
+      // cvt.rna.tf32.f32: 10 mantissa bits, ties away from zero; infinities kept, NaN canonical.
+      llvm::Type* i32 = m_b.getInt32Ty();
+      llvm::Value* u = m_b.CreateBitCast(v, i32);
+      llvm::Value* r = m_b.CreateAnd(m_b.CreateAdd(u, m_b.getInt32(0x1000)), m_b.getInt32(0xffffe000));
+      llvm::Value* special = m_b.CreateICmpEQ(m_b.CreateAnd(u, m_b.getInt32(0x7f800000)),
+                                              m_b.getInt32(0x7f800000));
+      llvm::Value* nan = m_b.CreateFCmpUNO(v, v);
+      llvm::Value* kept = m_b.CreateSelect(nan, m_b.getInt32(0x7fffffff), u);
+      return m_b.CreateBitCast(m_b.CreateSelect(special, kept, r), f32());
+    }
+    case MatmulPath::bf16_of_f32:
+      return round_to(ir::DType::bf16, v);
+    default:
+      return v;
+  }
+}
+
+std::pair<llvm::Value*, llvm::Value*> KernelBuilder::split_tf32x3(llvm::Value* v) {
+  llvm::Value* big = round_operand(MatmulPath::tf32, v);
+  llvm::Value* small = round_operand(MatmulPath::tf32, m_b.CreateFSub(v, big));
+  return {big, small};
+}
+
+llvm::Function* KernelBuilder::math_function(const char* name, int arity) {
+  std::vector<llvm::Type*> args(static_cast<size_t>(arity), f32());
+  auto callee = m_module.getOrInsertFunction(name, llvm::FunctionType::get(f32(), args, false));
+  auto* f = llvm::cast<llvm::Function>(callee.getCallee());
+  f->addFnAttr(llvm::Attribute::NoUnwind);
+  return f;
+}
+
+llvm::Value* KernelBuilder::max(llvm::Value* a, llvm::Value* c) {
+  return m_b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, a, c);
+}
+
+llvm::Value* KernelBuilder::exp(llvm::Value* x) {
+  return m_b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, x);
+}
+
+llvm::Value* KernelBuilder::fma(llvm::Value* a, llvm::Value* c, llvm::Value* acc) {
+  return m_b.CreateIntrinsic(llvm::Intrinsic::fma, {a->getType()}, {a, c, acc});
+}
+
+llvm::Value* KernelBuilder::unary(ir::OpKind kind, llvm::Value* x) {
+  llvm::Value* one = f32c(1.0);
+  switch (kind) {
+    case ir::OpKind::relu:
+      return max(x, f32c(0.0));
+    case ir::OpKind::gelu: {
+      llvm::Value* erf = m_b.CreateCall(math_function("erff", 1),
+                                        {m_b.CreateFMul(x, f32c(0.70710678118654752))});
+      return m_b.CreateFMul(m_b.CreateFMul(f32c(0.5), x), m_b.CreateFAdd(one, erf));
+    }
+    case ir::OpKind::silu:
+      return m_b.CreateFDiv(x, m_b.CreateFAdd(one, exp(m_b.CreateFNeg(x))));
+    case ir::OpKind::sigmoid:
+      return m_b.CreateFDiv(one, m_b.CreateFAdd(one, exp(m_b.CreateFNeg(x))));
+    case ir::OpKind::tanh:
+      return m_b.CreateCall(math_function("tanhf", 1), {x});
+    case ir::OpKind::exp:
+      return exp(x);
+    case ir::OpKind::neg:
+      return m_b.CreateFNeg(x);
+    case ir::OpKind::sqrt:
+      return m_b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+    case ir::OpKind::rsqrt:
+      return m_b.CreateFDiv(one, m_b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x));
+    case ir::OpKind::abs:
+      return m_b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+    default:
+      return x;
+  }
+}
+
+llvm::Value* KernelBuilder::binary(ir::OpKind kind, llvm::Value* a, llvm::Value* c) {
+  switch (kind) {
+    case ir::OpKind::add:
+      return m_b.CreateFAdd(a, c);
+    case ir::OpKind::sub:
+      return m_b.CreateFSub(a, c);
+    case ir::OpKind::mul:
+      return m_b.CreateFMul(a, c);
+    case ir::OpKind::div:
+      return m_b.CreateFDiv(a, c);
+    case ir::OpKind::pow:
+      return m_b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, c);
+    case ir::OpKind::maximum:
+      return max(a, c);
+    case ir::OpKind::minimum:
+      return m_b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, a, c);
+    default:
+      return a;
+  }
+}
+
+std::vector<llvm::Value*> KernelBuilder::loop(
+    llvm::Value* lo, llvm::Value* hi, int64_t step, std::vector<llvm::Value*> carried,
+    const std::function<std::vector<llvm::Value*>(llvm::Value*, const std::vector<llvm::Value*>&)>&
+        body) {
+  llvm::BasicBlock* pre = m_b.GetInsertBlock();
+  auto* header = llvm::BasicBlock::Create(context(), "loop", m_function);
+  auto* inside = llvm::BasicBlock::Create(context(), "loop.body", m_function);
+  auto* exit = llvm::BasicBlock::Create(context(), "loop.end", m_function);
+  m_b.CreateBr(header);
+  m_b.SetInsertPoint(header);
+  llvm::PHINode* iv = m_b.CreatePHI(i64(), 2, "i");
+  iv->addIncoming(lo, pre);
+  std::vector<llvm::PHINode*> phis;
+  std::vector<llvm::Value*> values;
+  for (llvm::Value* v : carried) {
+    llvm::PHINode* phi = m_b.CreatePHI(v->getType(), 2);
+    phi->addIncoming(v, pre);
+    phis.push_back(phi);
+    values.push_back(phi);
+  }
+  m_b.CreateCondBr(m_b.CreateICmpSLT(iv, hi), inside, exit);
+  m_b.SetInsertPoint(inside);
+  std::vector<llvm::Value*> next = body(iv, values);
+  assert(next.size() == phis.size());
+  llvm::BasicBlock* latch = m_b.GetInsertBlock();
+  llvm::Value* step_v = m_b.CreateAdd(iv, i64c(step));
+  m_b.CreateBr(header);
+  iv->addIncoming(step_v, latch);
+  for (size_t i = 0; i < phis.size(); ++i) phis[i]->addIncoming(next[i], latch);
+  m_b.SetInsertPoint(exit);
+  return values;
+}
+
+void KernelBuilder::loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
+                         const std::function<void(llvm::Value*)>& body) {
+  loop(lo, hi, step, {}, [&](llvm::Value* i, const std::vector<llvm::Value*>&) {
+    body(i);
+    return std::vector<llvm::Value*>{};
+  });
+}
+
+void KernelBuilder::when(llvm::Value* cond, const std::function<void()>& then) {
+  auto* yes = llvm::BasicBlock::Create(context(), "then", m_function);
+  auto* after = llvm::BasicBlock::Create(context(), "endif", m_function);
+  m_b.CreateCondBr(cond, yes, after);
+  m_b.SetInsertPoint(yes);
+  then();
+  m_b.CreateBr(after);
+  m_b.SetInsertPoint(after);
+}
+
+void KernelBuilder::store_outputs(llvm::Value* value, llvm::Value* linear) {
+  ir::DType dtype = m_graph.node(m_kernel.group.root).type.dtype;
+  for (size_t i = 0; i < m_kernel.params.size(); ++i) {
+    if (m_kernel.params[i].written) store_float(dtype, param(i), linear, value);
+  }
+}
+
+void KernelBuilder::finish() {
+  m_b.CreateRetVoid();
+  llvm::IRBuilder<> entry(m_entry);
+  entry.CreateBr(&*std::next(m_function->begin()));
+}
+
+std::vector<Extent> dims_of(const KernelBuilder& kb, ir::NodeId id) {
+  std::vector<Extent> dims;
+  for (int d = 0; d < kb.graph().node(id).type.shape.rank(); ++d)
+    dims.push_back(kb.sizes().dim(id, d));
+  return dims;
+}
+
+std::vector<llvm::Value*> coords_of(KernelBuilder& kb, const std::vector<Extent>& dims,
+                                    llvm::Value* linear) {
+  std::vector<llvm::Value*> coords(dims.size(), nullptr);
+  llvm::Value* rest = linear;
+  for (size_t d = dims.size(); d-- > 0;) {
+    if (d == 0) {
+      coords[d] = rest;
+      break;
+    }
+    llvm::Value* dim = kb.extent(dims[d]);
+    coords[d] = kb.b().CreateURem(rest, dim);
+    rest = kb.b().CreateUDiv(rest, dim);
+  }
+  return coords;
+}
+
+}  // namespace kiln::compiler::cpu::detail

@@ -1,0 +1,134 @@
+// Pieces shared by the CPU kernel builders (not part of the compiler's interface).
+#pragma once
+
+#include "compiler/cpu/codegen.h"
+#include "compiler/plan.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include <functional>
+#include <map>
+#include <vector>
+
+namespace kiln::compiler::cpu::detail {
+
+// Builds one kernel function: void kiln_NAME(void* const* buffers, const int64_t* dims,
+// int64_t begin, int64_t end, float* scratch), which computes work items [begin, end). Holds the
+// IRBuilder, the function's arguments and the values hoisted to its entry block.
+class KernelBuilder {
+ public:
+  KernelBuilder(llvm::Module& module, const ir::Graph& graph, const ProgramPlan& plan,
+                const KernelPlan& kernel, const Sizes& sizes, const CpuFacts& facts);
+
+  llvm::IRBuilder<>& b() { return m_b; }
+  llvm::LLVMContext& context() { return m_module.getContext(); }
+  llvm::Module& module() { return m_module; }
+  llvm::Function* function() { return m_function; }
+  const ir::Graph& graph() const { return m_graph; }
+  const ProgramPlan& plan() const { return m_plan; }
+  const KernelPlan& kernel() const { return m_kernel; }
+  const Sizes& sizes() const { return m_sizes; }
+  const CpuFacts& facts() const { return m_facts; }
+
+  llvm::Value* begin() const { return m_begin; }
+  llvm::Value* end() const { return m_end; }
+  llvm::Value* scratch() const { return m_scratch; }
+
+  llvm::Type* f32() { return m_b.getFloatTy(); }
+  llvm::Type* i64() { return m_b.getInt64Ty(); }
+  llvm::Type* ptr() { return m_b.getPtrTy(); }
+  llvm::Value* i64c(int64_t v) { return m_b.getInt64(static_cast<uint64_t>(v)); }
+  llvm::Value* f32c(double v);
+
+  // The buffer of parameter p, or the parameter holding node `id`'s value (a read).
+  llvm::Value* param(size_t p);
+  llvm::Value* param_of(ir::NodeId id);
+  // An extent's value: coef times the product of its symbols' values (hoisted).
+  llvm::Value* extent(const Extent& e);
+
+  // Element `index` of `base` (elements of dtype) as float, and v rounded and stored there.
+  llvm::Value* load_float(ir::DType dtype, llvm::Value* base, llvm::Value* index);
+  void store_float(ir::DType dtype, llvm::Value* base, llvm::Value* index, llvm::Value* v);
+  // v rounded to dtype and back to float (nothing for f32).
+  llvm::Value* round_to(ir::DType dtype, llvm::Value* v);
+  // The operand rounding of a matmul path (cvt.rna to tf32, bf16 of f32; nothing otherwise).
+  llvm::Value* round_operand(MatmulPath path, llvm::Value* v);
+  // The tf32x3 split of v: {big, small}.
+  std::pair<llvm::Value*, llvm::Value*> split_tf32x3(llvm::Value* v);
+
+  llvm::Value* unary(ir::OpKind kind, llvm::Value* x);
+  llvm::Value* binary(ir::OpKind kind, llvm::Value* a, llvm::Value* c);
+  llvm::Value* max(llvm::Value* a, llvm::Value* c);  // fmaxf
+  llvm::Value* exp(llvm::Value* x);
+  llvm::Value* fma(llvm::Value* a, llvm::Value* c, llvm::Value* acc);
+
+  // for (i = lo; i < hi; i += step) body(i): a counted loop; `carried` values are threaded
+  // through it (body returns their next values) and their final values returned.
+  std::vector<llvm::Value*> loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
+                                 std::vector<llvm::Value*> carried,
+                                 const std::function<std::vector<llvm::Value*>(
+                                     llvm::Value*, const std::vector<llvm::Value*>&)>& body);
+  void loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
+            const std::function<void(llvm::Value*)>& body);
+  // if (cond) then(); as a block of its own.
+  void when(llvm::Value* cond, const std::function<void()>& then);
+
+  // Stores `value` to every written parameter at `linear` (rounded to the root's dtype).
+  void store_outputs(llvm::Value* value, llvm::Value* linear);
+  void finish();
+
+ private:
+  llvm::Function* math_function(const char* name, int arity);
+
+  llvm::Module& m_module;
+  const ir::Graph& m_graph;
+  const ProgramPlan& m_plan;
+  const KernelPlan& m_kernel;
+  const Sizes& m_sizes;
+  const CpuFacts& m_facts;
+  llvm::IRBuilder<> m_b;
+  llvm::Function* m_function = nullptr;
+  llvm::BasicBlock* m_entry = nullptr;  // hoisted loads; branches to the body at finish()
+  llvm::Value* m_buffers = nullptr;
+  llvm::Value* m_dims = nullptr;
+  llvm::Value* m_begin = nullptr;
+  llvm::Value* m_end = nullptr;
+  llvm::Value* m_scratch = nullptr;
+  std::vector<llvm::Value*> m_params;
+  std::map<std::pair<int64_t, std::vector<uint32_t>>, llvm::Value*> m_extents;
+};
+
+// A point of some value's index space: per-dim coordinates and/or the row-major index.
+struct Point {
+  ir::NodeId node = -1;
+  std::vector<llvm::Value*> coords;
+  llvm::Value* linear = nullptr;
+};
+
+// The group's members at the points their consumers read them (compiler/emit_values.cpp's
+// ValueEmitter, building IR): layout members move their operands' points, operands broadcast
+// by dropping coordinates, leaves are loaded once per point. Returns top's value, with the
+// anchor's value `anchor_value`.
+llvm::Value* group_value(KernelBuilder& kb, ir::NodeId top, Point point, llvm::Value* anchor_value);
+
+// Node `id`'s dims as extents.
+std::vector<Extent> dims_of(const KernelBuilder& kb, ir::NodeId id);
+// Coordinates of the element at `linear` of a row-major tensor of `dims`.
+std::vector<llvm::Value*> coords_of(KernelBuilder& kb, const std::vector<Extent>& dims,
+                                    llvm::Value* linear);
+
+// What a kernel body needs to be run: its work items (the product of these terms at the dims)
+// and its scratch floats per thread.
+struct WorkShape {
+  std::vector<SizeTerm> items;
+  uint64_t scratch_floats = 0;
+};
+
+// Kernel bodies by group kind.
+WorkShape build_elementwise(KernelBuilder& kb);
+WorkShape build_rows(KernelBuilder& kb);
+WorkShape build_matmul(KernelBuilder& kb);
+WorkShape build_attention(KernelBuilder& kb);
+
+}  // namespace kiln::compiler::cpu::detail

@@ -1,0 +1,118 @@
+// compile_cpu(): the lowering pipeline for the CPU target, read top to bottom.
+#include "compiler/cpu/impl.h"
+
+#include "compiler/attention.h"
+#include "compiler/cpu/codegen.h"
+#include "compiler/fusion.h"
+#include "compiler/plan.h"
+#include "compiler/precision.h"
+#include "compiler/sizes.h"
+
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+namespace kiln::compiler::cpu::impl {
+
+namespace {
+
+// The CUDA arch whose mode resolution the CPU follows: every mode and path exists there.
+constexpr int k_modes_as_on_sm = 90;
+
+struct Lowered {
+  ir::Graph bound;
+  Sizes sizes;
+  PrecisionPlan precision;
+  std::vector<std::string> attention_fallbacks;
+  ProgramPlan plan;
+};
+
+Expected<Lowered> lower_for_cpu(const ir::Graph& graph, const CompileOptions& options) {
+  if (Status s = check_bucket(graph, options.bucket); !s) return s.error();
+  std::vector<int64_t> upper;
+  for (const DimRange& range : options.bucket) upper.push_back(range.hi);
+  auto bound = graph.bind(upper);
+  if (!bound) return bound.error();
+  CompileOptions as_on = options;
+  as_on.sm = k_modes_as_on_sm;
+  auto precision = resolve_precision(*bound, as_on);
+  if (!precision) return precision.error();
+  precision->decision += " (cpu: modes as on sm_90)";
+  auto attention = plan_attention(graph, *precision, options.fusion_fallback);
+  if (!attention) return attention.error();
+  std::vector<KernelGroup> groups = fuse(*bound, k_max_kernel_reads, attention->fused);
+  Sizes sizes(graph, options.bucket);
+  auto plan = plan_kernels(*bound, groups, *precision, k_modes_as_on_sm, sizes);
+  if (!plan) return plan.error();
+  return Lowered{std::move(*bound), std::move(sizes), std::move(*precision),
+                 std::move(attention->fallbacks), std::move(*plan)};
+}
+
+// A lowered program's module: one function per kernel.
+struct Built {
+  std::unique_ptr<llvm::LLVMContext> context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> module = std::make_unique<llvm::Module>("kiln", *context);
+  std::vector<CpuKernel> kernels;
+};
+
+Expected<Built> build(const Lowered& lowered, const CpuMachine& machine) {
+  Built built;
+  auto kernels =
+      build_module(*built.module, lowered.bound, lowered.plan, lowered.sizes, machine.facts);
+  if (!kernels) return kernels.error();
+  built.kernels = std::move(*kernels);
+  return built;
+}
+
+}  // namespace
+
+Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileOptions& options,
+                               const CpuMachine& machine) {
+  auto lowered = lower_for_cpu(graph, options);
+  if (!lowered) return lowered.error();
+  auto built = build(*lowered, machine);
+  if (!built) return built.error();
+  llvm::Module& module = *built->module;
+  std::vector<CpuKernel>* kernels = &built->kernels;
+  auto object = compile_object(module, machine);
+  if (!object) return object.error();
+
+  const ProgramPlan& plan = lowered->plan;
+  Artifact artifact;
+  artifact.arch = target_name(machine);
+  artifact.precision = std::string(ir::to_string(lowered->precision.graph_mode));
+  artifact.decision = lowered->precision.decision;
+  artifact.nvrtc_version = "LLVM " + llvm_version();
+  artifact.fallbacks = lowered->precision.fallbacks;
+  artifact.fallbacks.insert(artifact.fallbacks.end(), lowered->attention_fallbacks.begin(),
+                            lowered->attention_fallbacks.end());
+  artifact.input_bytes = plan.input_bytes;
+  artifact.output_bytes = plan.output_bytes;
+  artifact.temporary_bytes = plan.temporary_bytes;
+  artifact.workspace_bytes = plan.workspace_bytes;
+  for (const DimRange& range : options.bucket) artifact.bucket.push_back({range.lo, range.hi});
+  artifact.input_sizes = plan.input_sizes;
+  artifact.output_sizes = plan.output_sizes;
+  artifact.temporary_sizes = plan.temporary_sizes;
+  artifact.object = std::move(*object);
+  for (CpuKernel& k : *kernels) {
+    KernelArtifact out;
+    out.name = k.name;
+    out.entry = k.entry;
+    out.params = k.params;
+    out.items = std::move(k.items);
+    out.scratch_floats = k.scratch_floats;
+    artifact.kernels.push_back(std::move(out));
+  }
+  return artifact;
+}
+
+Expected<std::string> cpu_ir(const ir::Graph& graph, const CompileOptions& options,
+                             const CpuMachine& machine) {
+  auto lowered = lower_for_cpu(graph, options);
+  if (!lowered) return lowered.error();
+  auto built = build(*lowered, machine);
+  if (!built) return built.error();
+  return module_text(*built->module);
+}
+
+}  // namespace kiln::compiler::cpu::impl

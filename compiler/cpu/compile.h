@@ -1,0 +1,28 @@
+// The CPU target's compile: the target-independent passes (precision, attention, fusion, buffer
+// plan) as for CUDA, then LLVM IR, O3 and object code in one Artifact.
+#pragma once
+
+#include "compiler/artifact.h"
+#include "compiler/cpu/jit.h"
+#include "compiler/options.h"
+#include "ir/graph.h"
+#include "support/expected.h"
+
+#include <string>
+
+namespace kiln::compiler::cpu {
+
+// "cpu:x86-64-v3".
+inline std::string target_name(const CpuMachine& machine) { return "cpu:" + machine.cpu; }
+
+// Compiles `graph` for `machine`. Precision modes are resolved as on sm_90 (auto -> high) and
+// keep their meaning: operands are rounded as the mode's tensor-core path rounds them. Errors are
+// the caller's to fix (exit 2): a symbolic graph without a bucket, a refused attention fallback.
+Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileOptions& options,
+                               const CpuMachine& machine);
+
+// The generated LLVM IR of every kernel, before optimisation (`kiln emit --target cpu --llvm`).
+Expected<std::string> cpu_ir(const ir::Graph& graph, const CompileOptions& options,
+                             const CpuMachine& machine);
+
+}  // namespace kiln::compiler::cpu

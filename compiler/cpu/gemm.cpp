@@ -1,0 +1,307 @@
+// CPU matmul kernels: a blocked GEMM. A work item is one MC x NC block of the result (of one
+// batch); per KC slice of K it packs A and B into MR-row and NR-column panels (converting 16-bit
+// operands and rounding them as the mode does on tensor cores), runs the MR x NR register-tiled
+// micro-kernel (vector FMA) over the block, and applies the epilogue to the accumulators.
+#include "compiler/cpu/codegen_internal.h"
+
+#include <llvm/IR/Intrinsics.h>
+
+namespace kiln::compiler::cpu::detail {
+
+namespace {
+
+int mr_for(MatmulPath path, const CpuFacts& facts) {
+  // tf32x3 holds the small halves of B too: fewer accumulator rows keep it in registers.
+  return path == MatmulPath::tf32x3 ? std::max(2, facts.mr * 2 / 3) : facts.mr;
+}
+
+// void micro(const float* a, const float* b, float* c, i64 ldc, i64 kc, i1 first,
+//            const float* a_small, const float* b_small, i64 a_row, i64 a_col, i64 a_rows):
+// c[MR][NR] = (first ? 0 : c) + sum_k a(i, k) * b[k][j], with A's element (i, k) at
+// a[min(i, a_rows - 1) * a_row + k * a_col] (a packed panel: 1, MR, MR; A itself: lda, 1 and the
+// rows left) and B a packed panel; tf32x3 adds the small-half products first.
+llvm::Function* micro_kernel(llvm::Module& module, MatmulPath path, const CpuFacts& facts) {
+  bool x3 = path == MatmulPath::tf32x3;
+  std::string name = std::string("kiln_micro_") + (x3 ? "x3" : "f32");
+  if (llvm::Function* f = module.getFunction(name)) return f;
+  llvm::LLVMContext& ctx = module.getContext();
+  llvm::IRBuilder<> b(ctx);
+  llvm::Type* p = b.getPtrTy();
+  llvm::Type* i64 = b.getInt64Ty();
+  auto* type = llvm::FunctionType::get(
+      b.getVoidTy(), {p, p, p, i64, i64, b.getInt1Ty(), p, p, i64, i64, i64}, false);
+  auto* f = llvm::Function::Create(type, llvm::Function::InternalLinkage, name, module);
+  f->addFnAttr(llvm::Attribute::NoUnwind);
+  for (unsigned i : {0u, 1u, 2u, 6u, 7u}) f->addParamAttr(i, llvm::Attribute::NoAlias);
+  auto arg = f->arg_begin();
+  llvm::Value* a = &*arg++;
+  llvm::Value* bp = &*arg++;
+  llvm::Value* c = &*arg++;
+  llvm::Value* ldc = &*arg++;
+  llvm::Value* kc = &*arg++;
+  llvm::Value* first = &*arg++;
+  llvm::Value* a_small = &*arg++;
+  llvm::Value* b_small = &*arg++;
+  llvm::Value* a_row = &*arg++;
+  llvm::Value* a_col = &*arg++;
+  llvm::Value* a_rows = &*arg;
+
+  const int mr = mr_for(path, facts);
+  const int w = facts.vector_width;
+  const int nv = facts.nr / w;
+  llvm::Type* fl = b.getFloatTy();
+  auto* vec = llvm::FixedVectorType::get(fl, static_cast<unsigned>(w));
+  llvm::Align align(4);
+
+  auto* entry = llvm::BasicBlock::Create(ctx, "entry", f);
+  auto* header = llvm::BasicBlock::Create(ctx, "k", f);
+  auto* body = llvm::BasicBlock::Create(ctx, "k.body", f);
+  auto* exit = llvm::BasicBlock::Create(ctx, "k.end", f);
+  b.SetInsertPoint(entry);
+  std::vector<llvm::Value*> row_offset;  // of A's row i, the last valid one past a_rows
+  for (int i = 0; i < mr; ++i) {
+    llvm::Value* last = b.CreateSub(a_rows, b.getInt64(1));
+    llvm::Value* row = b.CreateSelect(b.CreateICmpSLT(b.getInt64(i), a_rows), b.getInt64(i), last);
+    row_offset.push_back(b.CreateMul(row, a_row));
+  }
+  std::vector<llvm::Value*> init;
+  llvm::Value* zero = llvm::ConstantAggregateZero::get(vec);
+  for (int i = 0; i < mr; ++i) {
+    for (int v = 0; v < nv; ++v) {
+      llvm::Value* at = b.CreateGEP(fl, c, b.CreateAdd(b.CreateMul(b.getInt64(i), ldc), b.getInt64(v * w)));
+      init.push_back(b.CreateSelect(first, zero, b.CreateAlignedLoad(vec, at, align)));
+    }
+  }
+  b.CreateBr(header);
+  b.SetInsertPoint(header);
+  llvm::PHINode* k = b.CreatePHI(i64, 2, "k");
+  k->addIncoming(b.getInt64(0), entry);
+  std::vector<llvm::PHINode*> acc;
+  for (llvm::Value* v : init) {
+    acc.push_back(b.CreatePHI(vec, 2));
+    acc.back()->addIncoming(v, entry);
+  }
+  b.CreateCondBr(b.CreateICmpSLT(k, kc), body, exit);
+  b.SetInsertPoint(body);
+  auto load_b = [&](llvm::Value* base) {
+    std::vector<llvm::Value*> out;
+    for (int v = 0; v < nv; ++v) {
+      llvm::Value* at = b.CreateGEP(fl, base, b.CreateAdd(b.CreateMul(k, b.getInt64(facts.nr)), b.getInt64(v * w)));
+      out.push_back(b.CreateAlignedLoad(vec, at, align));
+    }
+    return out;
+  };
+  auto splat_a = [&](llvm::Value* base, int i) {
+    llvm::Value* at = b.CreateGEP(fl, base, b.CreateAdd(b.CreateMul(k, a_col), row_offset[static_cast<size_t>(i)]));
+    return b.CreateVectorSplat(static_cast<unsigned>(w), b.CreateAlignedLoad(fl, at, align));
+  };
+  auto fma = [&](llvm::Value* x, llvm::Value* y, llvm::Value* z) {
+    return b.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {x, y, z});
+  };
+  std::vector<llvm::Value*> bv = load_b(bp);
+  std::vector<llvm::Value*> bs = x3 ? load_b(b_small) : std::vector<llvm::Value*>{};
+  std::vector<llvm::Value*> next(acc.size());
+  for (int i = 0; i < mr; ++i) {
+    llvm::Value* ab = splat_a(a, i);
+    llvm::Value* as = x3 ? splat_a(a_small, i) : nullptr;
+    for (int v = 0; v < nv; ++v) {
+      auto idx = static_cast<size_t>(i * nv + v);
+      llvm::Value* s = acc[idx];
+      if (x3) {
+        s = fma(as, bv[static_cast<size_t>(v)], s);
+        s = fma(ab, bs[static_cast<size_t>(v)], s);
+      }
+      next[idx] = fma(ab, bv[static_cast<size_t>(v)], s);
+    }
+  }
+  llvm::Value* k_next = b.CreateAdd(k, b.getInt64(1));
+  b.CreateBr(header);
+  k->addIncoming(k_next, body);
+  for (size_t i = 0; i < acc.size(); ++i) acc[i]->addIncoming(next[i], body);
+  b.SetInsertPoint(exit);
+  for (int i = 0; i < mr; ++i) {
+    for (int v = 0; v < nv; ++v) {
+      llvm::Value* at = b.CreateGEP(fl, c, b.CreateAdd(b.CreateMul(b.getInt64(i), ldc), b.getInt64(v * w)));
+      b.CreateAlignedStore(acc[static_cast<size_t>(i * nv + v)], at, align);
+    }
+  }
+  b.CreateRetVoid();
+  return f;
+}
+
+}  // namespace
+
+WorkShape build_matmul(KernelBuilder& kb) {
+  const KernelPlan& k = kb.kernel();
+  const MatmulShape& s = k.shape;
+  const MatmulExtents& e = k.extents;
+  const CpuFacts& facts = kb.facts();
+  const ir::Node& mm = kb.graph().node(k.group.anchor);
+  ir::DType dtype = kb.graph().node(mm.operands[0]).type.dtype;
+  ir::DType b_dtype = kb.graph().node(mm.operands[1]).type.dtype;
+  const bool x3 = s.path == MatmulPath::tf32x3;
+  const int64_t mr = mr_for(s.path, facts), nr = facts.nr;
+  // A work item's block: a short M in one block (so that B's panels are packed once per item),
+  // else blocks of up to 2 MC rows; NC columns, narrowed (to 2 NR at least) until there are 4
+  // items for threads to share. At the bucket's upper bounds for a symbolic graph.
+  const int64_t blocks_m_hi = (e.m.hi + 2 * facts.mc - 1) / (2 * facts.mc);
+  const int64_t mc = ((e.m.hi + blocks_m_hi - 1) / blocks_m_hi + mr - 1) / mr * mr;
+  const int64_t kcap = facts.kc;
+  int64_t nc = facts.nc / nr * nr;
+  while (nc > 2 * nr && e.batch.hi * blocks_m_hi * ((e.n.hi + nc - 1) / nc) < 4) nc -= nr;
+  // fp32 A with K contiguous needs no rounding: the micro-kernel reads its rows in place.
+  const bool direct_a = s.path == MatmulPath::ffma && dtype == ir::DType::f32 && s.a_k_contiguous;
+  llvm::Function* micro = micro_kernel(kb.module(), s.path, facts);
+  llvm::IRBuilder<>& b = kb.b();
+  llvm::Type* fl = kb.f32();
+
+  llvm::Value* M = kb.extent(e.m);
+  llvm::Value* N = kb.extent(e.n);
+  llvm::Value* K = kb.extent(e.k);
+  llvm::Value* lda = kb.extent(e.lda);
+  llvm::Value* ldb = kb.extent(e.ldb);
+  llvm::Value* inner = kb.extent(e.inner_batch);
+  llvm::Value* blocks_m = b.CreateUDiv(b.CreateAdd(M, kb.i64c(mc - 1)), kb.i64c(mc));
+  llvm::Value* blocks_n = b.CreateUDiv(b.CreateAdd(N, kb.i64c(nc - 1)), kb.i64c(nc));
+  int rank = mm.type.shape.rank();
+
+  // Scratch: A panels (MC x KC), B panels (KC x NC), their small halves (tf32x3), C (MC x NC).
+  llvm::Value* ap = kb.scratch();
+  llvm::Value* bp = b.CreateConstGEP1_64(fl, ap, static_cast<uint64_t>(mc * kcap));
+  llvm::Value* ap2 = b.CreateConstGEP1_64(fl, bp, static_cast<uint64_t>(kcap * nc));
+  llvm::Value* bp2 = b.CreateConstGEP1_64(fl, ap2, static_cast<uint64_t>(x3 ? mc * kcap : 0));
+  llvm::Value* cp = b.CreateConstGEP1_64(fl, bp2, static_cast<uint64_t>(x3 ? kcap * nc : 0));
+  llvm::Value* zero = kb.i64c(0);
+  auto min = [&](llvm::Value* x, llvm::Value* y) { return b.CreateSelect(b.CreateICmpSLT(x, y), x, y); };
+
+  kb.loop(kb.begin(), kb.end(), 1, [&](llvm::Value* t) {
+    llvm::Value* jb = b.CreateURem(t, blocks_n);
+    llvm::Value* rest = b.CreateUDiv(t, blocks_n);
+    llvm::Value* ib = b.CreateURem(rest, blocks_m);
+    llvm::Value* bz = b.CreateUDiv(rest, blocks_m);
+    llvm::Value* m0 = b.CreateMul(ib, kb.i64c(mc));
+    llvm::Value* n0 = b.CreateMul(jb, kb.i64c(nc));
+    llvm::Value* rows = min(kb.i64c(mc), b.CreateSub(M, m0));
+    llvm::Value* cols = min(kb.i64c(nc), b.CreateSub(N, n0));
+    // The batch's operands (a 4-D result's batch is (bz / inner, bz % inner)).
+    llvm::Value* b_index = rank == 4 ? b.CreateURem(bz, inner) : bz;
+    auto offset = [&](const Extent& outer, const Extent& in) {
+      llvm::Value* o = zero;
+      if (in.coef) o = b.CreateAdd(o, b.CreateMul(b_index, kb.extent(in)));
+      if (outer.coef) o = b.CreateAdd(o, b.CreateMul(b.CreateUDiv(bz, inner), kb.extent(outer)));
+      return o;
+    };
+    llvm::Value* A = kb.param_of(mm.operands[0]);
+    llvm::Value* B = kb.param_of(mm.operands[1]);
+    llvm::Value* a_off = offset(e.a_outer_stride, e.a_batch_stride);
+    llvm::Value* b_off = offset(e.b_outer_stride, e.b_batch_stride);
+
+    // Packs one operand: panels of `width` along the free dim, element (f, kk) at
+    // panel * kc * width + kk * width + f % width; past the free extent, zeros.
+    auto pack = [&](llvm::Value* dst, llvm::Value* dst_small, llvm::Value* count, int64_t width,
+                    llvm::Value* free0, llvm::Value* free_bound, llvm::Value* k0, llvm::Value* kc,
+                    const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& element) {
+      kb.loop(zero, count, width, [&](llvm::Value* f0) {
+        llvm::Value* panel = b.CreateMul(f0, kc);
+        // Whole panels read without bounds checks; the last, partial one with them.
+        llvm::Value* whole = b.CreateICmpSLE(b.CreateAdd(f0, kb.i64c(width)), count);
+        kb.when(whole, [&] {
+          kb.loop(zero, kc, 1, [&](llvm::Value* kk) {
+            for (int64_t f = 0; f < width; ++f) {
+              llvm::Value* at = b.CreateAdd(free0, b.CreateAdd(f0, kb.i64c(f)));
+              llvm::Value* v = element(at, b.CreateAdd(k0, kk));
+              llvm::Value* slot = b.CreateAdd(panel, b.CreateAdd(b.CreateMul(kk, kb.i64c(width)), kb.i64c(f)));
+              if (x3) {
+                auto [big, small] = kb.split_tf32x3(v);
+                b.CreateStore(big, b.CreateGEP(fl, dst, slot));
+                b.CreateStore(small, b.CreateGEP(fl, dst_small, slot));
+              } else {
+                b.CreateStore(kb.round_operand(s.path, v), b.CreateGEP(fl, dst, slot));
+              }
+            }
+          });
+        });
+        kb.when(b.CreateNot(whole), [&] {
+        kb.loop(zero, kc, 1, [&](llvm::Value* kk) {
+          for (int64_t f = 0; f < width; ++f) {
+            llvm::Value* at = b.CreateAdd(free0, b.CreateAdd(f0, kb.i64c(f)));
+            llvm::Value* inside = b.CreateICmpSLT(at, free_bound);
+            llvm::Value* safe = b.CreateSelect(inside, at, b.CreateSub(free_bound, kb.i64c(1)));
+            llvm::Value* v = element(safe, b.CreateAdd(k0, kk));
+            llvm::Value* slot = b.CreateAdd(panel, b.CreateAdd(b.CreateMul(kk, kb.i64c(width)), kb.i64c(f)));
+            if (x3) {
+              auto [big, small] = kb.split_tf32x3(v);
+              b.CreateStore(b.CreateSelect(inside, big, kb.f32c(0.0)), b.CreateGEP(fl, dst, slot));
+              b.CreateStore(b.CreateSelect(inside, small, kb.f32c(0.0)),
+                            b.CreateGEP(fl, dst_small, slot));
+            } else {
+              b.CreateStore(b.CreateSelect(inside, kb.round_operand(s.path, v), kb.f32c(0.0)),
+                            b.CreateGEP(fl, dst, slot));
+            }
+          }
+        });
+        });
+      });
+    };
+    auto a_at = [&](llvm::Value* m, llvm::Value* kk) {
+      llvm::Value* i = s.a_k_contiguous ? b.CreateAdd(b.CreateMul(m, lda), kk)
+                                        : b.CreateAdd(b.CreateMul(kk, lda), m);
+      return kb.load_float(dtype, A, b.CreateAdd(a_off, i));
+    };
+    auto b_at = [&](llvm::Value* n, llvm::Value* kk) {
+      llvm::Value* i = s.b_k_contiguous ? b.CreateAdd(b.CreateMul(n, ldb), kk)
+                                        : b.CreateAdd(b.CreateMul(kk, ldb), n);
+      return kb.load_float(b_dtype, B, b.CreateAdd(b_off, i));
+    };
+
+    kb.loop(zero, K, kcap, [&](llvm::Value* pc) {
+      llvm::Value* kc = min(kb.i64c(kcap), b.CreateSub(K, pc));
+      pack(bp, bp2, cols, nr, n0, N, pc, kc, b_at);
+      if (!direct_a) pack(ap, ap2, rows, mr, m0, M, pc, kc, a_at);
+      llvm::Value* first = b.CreateICmpEQ(pc, zero);
+      kb.loop(zero, cols, nr, [&](llvm::Value* jr) {
+        llvm::Value* bpanel = b.CreateGEP(fl, bp, b.CreateMul(jr, kc));
+        llvm::Value* bpanel2 = b.CreateGEP(fl, bp2, b.CreateMul(jr, kc));
+        kb.loop(zero, rows, mr, [&](llvm::Value* ir) {
+          llvm::Value* apanel = b.CreateGEP(fl, ap, b.CreateMul(ir, kc));
+          llvm::Value* apanel2 = b.CreateGEP(fl, ap2, b.CreateMul(ir, kc));
+          llvm::Value* a_row = kb.i64c(1);
+          llvm::Value* a_col = kb.i64c(mr);
+          llvm::Value* a_rows = kb.i64c(mr);
+          if (direct_a) {
+            llvm::Value* row0 = b.CreateAdd(m0, ir);
+            apanel = b.CreateGEP(fl, A, b.CreateAdd(a_off, b.CreateAdd(b.CreateMul(row0, lda), pc)));
+            a_row = lda;
+            a_col = kb.i64c(1);
+            a_rows = b.CreateSub(rows, ir);
+          }
+          llvm::Value* c = b.CreateGEP(fl, cp, b.CreateAdd(b.CreateMul(ir, kb.i64c(nc)), jr));
+          b.CreateCall(micro, {apanel, bpanel, c, kb.i64c(nc), kc, first, apanel2, bpanel2, a_row,
+                               a_col, a_rows});
+        });
+      });
+    });
+
+    // The epilogue on the accumulators, element (bz, m, n) of the result.
+    ir::NodeId root = k.group.root;
+    kb.loop(zero, rows, 1, [&](llvm::Value* i) {
+      kb.loop(zero, cols, 1, [&](llvm::Value* j) {
+        llvm::Value* m = b.CreateAdd(m0, i);
+        llvm::Value* n = b.CreateAdd(n0, j);
+        llvm::Value* acc = b.CreateLoad(fl, b.CreateGEP(fl, cp, b.CreateAdd(b.CreateMul(i, kb.i64c(nc)), j)));
+        Point point{root, {}, nullptr};
+        llvm::Value* row = rank >= 3 ? b.CreateAdd(b.CreateMul(bz, M), m) : m;
+        point.linear = b.CreateAdd(b.CreateMul(row, N), n);
+        if (rank == 4) point.coords = {b.CreateUDiv(bz, inner), b.CreateURem(bz, inner), m, n};
+        if (rank == 3) point.coords = {bz, m, n};
+        if (rank == 2) point.coords = {m, n};
+        llvm::Value* linear = point.linear;
+        kb.store_outputs(group_value(kb, root, std::move(point), acc), linear);
+      });
+    });
+  });
+  return {{e.batch.term(), e.m.term(mc), e.n.term(nc)},
+          static_cast<uint64_t>((mc * kcap + kcap * nc) * (x3 ? 2 : 1) + mc * nc)};
+}
+
+}  // namespace kiln::compiler::cpu::detail

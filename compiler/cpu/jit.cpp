@@ -1,0 +1,204 @@
+// The CPU target's LLVM: target machines, the O3 pipeline, object emission, and ORC LLJIT.
+#include "compiler/cpu/impl.h"
+
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/MC/MCSubtargetInfo.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/Host.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <mutex>
+
+namespace kiln::compiler::cpu::impl {
+
+namespace {
+
+void initialize_llvm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+std::string error_text(llvm::Error error) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << error;
+  return os.str();
+}
+
+Expected<std::unique_ptr<llvm::TargetMachine>> target_machine(const CpuMachine& machine) {
+  initialize_llvm();
+  std::string triple = llvm::sys::getProcessTriple();
+  std::string problem;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, problem);
+  if (!target) return make_error("llvm: no target for ", triple, ": ", problem);
+  llvm::TargetOptions options;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, machine.cpu, machine.features, options, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOpt::Aggressive));
+  if (!tm) return make_error("llvm: no target machine for cpu '", machine.cpu, "' on ", triple);
+  return tm;
+}
+
+}  // namespace
+
+Expected<CpuMachine> cpu_machine(const std::string& cpu, const std::string& features) {
+  initialize_llvm();
+  CpuMachine machine;
+  machine.cpu = cpu == "native" ? llvm::sys::getHostCPUName().str() : cpu;
+  machine.features = cpu == "native" ? "" : features;
+  if (cpu == "native") {
+    llvm::StringMap<bool> features;
+    if (llvm::sys::getHostCPUFeatures(features)) {
+      std::vector<std::string> names;
+      for (const auto& f : features) names.push_back((f.second ? "+" : "-") + f.first().str());
+      std::sort(names.begin(), names.end());  // deterministic: it enters the cache key
+      for (const std::string& n : names) machine.features += (machine.features.empty() ? "" : ",") + n;
+    }
+  }
+  auto tm = target_machine(machine);
+  if (!tm) return tm.error();
+  const llvm::MCSubtargetInfo* info = (*tm)->getMCSubtargetInfo();
+  if (!info->isCPUStringValid(machine.cpu)) {
+    return make_error("unknown cpu '", cpu, "' for ", llvm::sys::getProcessTriple(),
+                      " (try native, x86-64-v3 or x86-64-v4)");
+  }
+  CpuFacts& f = machine.facts;
+  if (info->checkFeatures("+avx512f")) {
+    f.vector_width = 16;
+    f.kc = 128;  // a 32-column B panel of 128 rows is 16 KiB: half of L1 beside A's
+  } else if (info->checkFeatures("+avx")) {
+    f.vector_width = 8;
+  } else {
+    f.vector_width = 4;
+  }
+  f.nr = 2 * f.vector_width;
+  f.mr = 6;
+  return machine;
+}
+
+std::string llvm_version() { return LLVM_VERSION_STRING; }
+
+std::string module_text(const llvm::Module& module) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module.print(os, nullptr);
+  return os.str();
+}
+
+Expected<std::string> compile_object(llvm::Module& module, const CpuMachine& machine) {
+  auto tm = target_machine(machine);
+  if (!tm) return tm.error();
+  module.setTargetTriple((*tm)->getTargetTriple().str());
+  module.setDataLayout((*tm)->createDataLayout());
+
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(tm->get());
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(module, mam);
+
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager codegen;
+  if ((*tm)->addPassesToEmitFile(codegen, os, nullptr, llvm::CGFT_ObjectFile)) {
+    return make_error("llvm: cpu '", machine.cpu, "' cannot emit object code");
+  }
+  codegen.run(module);
+  return std::string(buffer.begin(), buffer.end());
+}
+
+namespace {
+
+// The process's one LLJIT: each loaded object gets a JITDylib of its own in it.
+Expected<llvm::orc::LLJIT*> process_jit() {
+  static std::mutex mutex;
+  // Never destroyed: loaded objects may be released during static destruction.
+  static llvm::orc::LLJIT* jit = nullptr;
+  static std::string failure;
+  std::lock_guard lock(mutex);
+  if (jit) return jit;
+  if (!failure.empty()) return make_error(failure);
+  initialize_llvm();
+  auto created = llvm::orc::LLJITBuilder().create();
+  if (!created) {
+    failure = "llvm: cannot start the JIT: " + error_text(created.takeError());
+    return make_error(failure);
+  }
+  jit = created->release();
+  return jit;
+}
+
+}  // namespace
+
+namespace {
+
+class JitObject final : public LoadedObject {
+ public:
+  ~JitObject() override;
+  const std::vector<KernelFunction>& functions() const override { return m_functions; }
+
+  llvm::orc::JITDylib* m_dylib = nullptr;
+  std::vector<KernelFunction> m_functions;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<LoadedObject>> load_object(const std::string& object,
+                                                    const std::vector<std::string>& entries) {
+  auto jit = process_jit();
+  if (!jit) return jit.error();
+  static std::mutex mutex;  // JITDylib names are unique per session
+  static uint64_t serial = 0;
+  auto loaded = std::make_unique<JitObject>();
+  llvm::orc::JITDylib* dylib = nullptr;
+  {
+    std::lock_guard lock(mutex);
+    auto created = (*jit)->createJITDylib("kiln" + std::to_string(serial++));
+    if (!created) return make_error("llvm: ", error_text(created.takeError()));
+    dylib = &*created;
+  }
+  loaded->m_dylib = dylib;
+  auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+      (*jit)->getDataLayout().getGlobalPrefix());
+  if (!generator) return make_error("llvm: ", error_text(generator.takeError()));
+  dylib->addGenerator(std::move(*generator));
+  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object, "kiln-object");
+  if (llvm::Error e = (*jit)->addObjectFile(*dylib, std::move(buffer))) {
+    return make_error("cpu object: cannot be loaded: ", error_text(std::move(e)));
+  }
+  for (const std::string& entry : entries) {
+    auto symbol = (*jit)->lookup(*dylib, entry);
+    if (!symbol) {
+      return make_error("cpu object: entry '", entry, "': ", error_text(symbol.takeError()));
+    }
+    loaded->m_functions.push_back(symbol->toPtr<KernelFunction>());
+  }
+  return std::unique_ptr<LoadedObject>(std::move(loaded));
+}
+
+JitObject::~JitObject() {
+  if (!m_dylib) return;
+  auto jit = process_jit();
+  if (!jit) return;
+  llvm::consumeError((*jit)->getExecutionSession().removeJITDylib(*m_dylib));
+}
+
+}  // namespace kiln::compiler::cpu::impl

@@ -1,0 +1,151 @@
+// CPU elementwise kernels (one item per output element) and row kernels (softmax, reductions,
+// norms: one item per row, its passes run in order over the row).
+#include "compiler/cpu/codegen_internal.h"
+
+#include <algorithm>
+
+namespace kiln::compiler::cpu::detail {
+
+WorkShape build_elementwise(KernelBuilder& kb) {
+  ir::NodeId root = kb.kernel().group.root;
+  kb.loop(kb.begin(), kb.end(), 1, [&](llvm::Value* e) {
+    llvm::Value* v = group_value(kb, root, Point{root, {}, e}, nullptr);
+    kb.store_outputs(v, e);
+  });
+  return {{kb.sizes().elements(root).term()}, 0};
+}
+
+namespace {
+
+// One row of a row op's input: `len` elements `inner` apart from `base`, read through the
+// group's prologue when the anchor's first operand is a fused member.
+class Row {
+ public:
+  Row(KernelBuilder& kb, llvm::Value* row) : m_kb(kb) {
+    const ir::Graph& g = kb.graph();
+    const ir::Node& anchor = g.node(kb.kernel().group.anchor);
+    m_in = anchor.operands[0];
+    const auto& nodes = kb.kernel().group.nodes;
+    m_fused = std::binary_search(nodes.begin(), nodes.end(), m_in);
+    int axis = anchor.attrs.axis;
+    int rank = g.node(m_in).type.shape.rank();
+    Extent len = kb.sizes().dim(m_in, axis);
+    Extent inner = kb.sizes().product(m_in, axis + 1, rank);
+    m_len = kb.extent(len);
+    m_inner = kb.extent(inner);
+    llvm::IRBuilder<>& b = kb.b();
+    if (inner.fixed() && inner.coef == 1) {
+      m_base = b.CreateMul(row, m_len);
+    } else {
+      m_base = b.CreateAdd(b.CreateMul(b.CreateUDiv(row, m_inner), kb.extent(len * inner)),
+                           b.CreateURem(row, m_inner));
+    }
+  }
+
+  llvm::Value* len() const { return m_len; }
+  llvm::Value* offset(llvm::Value* j) {
+    return m_kb.b().CreateAdd(m_base, m_kb.b().CreateMul(j, m_inner));
+  }
+  // Row element j as float: a load, or the prologue's value.
+  llvm::Value* element(llvm::Value* j) {
+    if (!m_fused) {
+      return m_kb.load_float(m_kb.graph().node(m_in).type.dtype, m_kb.param_of(m_in), offset(j));
+    }
+    return group_value(m_kb, m_in, Point{m_in, {}, offset(j)}, nullptr);
+  }
+
+ private:
+  KernelBuilder& m_kb;
+  ir::NodeId m_in = -1;
+  bool m_fused = false;
+  llvm::Value* m_len = nullptr;
+  llvm::Value* m_inner = nullptr;
+  llvm::Value* m_base = nullptr;
+};
+
+// Stores the epilogue of the row op's value at row element j (softmax, norms).
+void store_at(KernelBuilder& kb, Row& row, llvm::Value* j, llvm::Value* value) {
+  ir::NodeId root = kb.kernel().group.root;
+  llvm::Value* e = row.offset(j);
+  kb.store_outputs(group_value(kb, root, Point{root, {}, e}, value), e);
+}
+
+using Carried = std::vector<llvm::Value*>;
+
+}  // namespace
+
+WorkShape build_rows(KernelBuilder& kb) {
+  const ir::Node& anchor = kb.graph().node(kb.kernel().group.anchor);
+  ir::NodeId in = anchor.operands[0];
+  int axis = anchor.attrs.axis;
+  Extent rows = kb.sizes().product(in, 0, axis) *
+                kb.sizes().product(in, axis + 1, kb.graph().node(in).type.shape.rank());
+  llvm::IRBuilder<>& b = kb.b();
+  llvm::Value* zero = kb.i64c(0);
+  llvm::Value* minus_inf = llvm::ConstantFP::getInfinity(kb.f32(), true);
+  kb.loop(kb.begin(), kb.end(), 1, [&](llvm::Value* r) {
+    Row row(kb, r);
+    llvm::Value* len_f = b.CreateSIToFP(row.len(), kb.f32());
+    switch (anchor.kind) {
+      case ir::OpKind::sum:
+      case ir::OpKind::mean:
+      case ir::OpKind::max: {
+        bool is_max = anchor.kind == ir::OpKind::max;
+        llvm::Value* acc = kb.loop(zero, row.len(), 1, {is_max ? minus_inf : kb.f32c(0.0)},
+                                   [&](llvm::Value* j, const Carried& c) {
+                                     llvm::Value* x = row.element(j);
+                                     return Carried{is_max ? kb.max(c[0], x) : b.CreateFAdd(c[0], x)};
+                                   })[0];
+        if (anchor.kind == ir::OpKind::mean) acc = b.CreateFDiv(acc, len_f);
+        ir::NodeId root = kb.kernel().group.root;
+        kb.store_outputs(group_value(kb, root, Point{root, {}, r}, acc), r);
+        return;
+      }
+      case ir::OpKind::softmax: {
+        llvm::Value* mx = kb.loop(zero, row.len(), 1, {minus_inf},
+                                  [&](llvm::Value* j, const Carried& c) {
+                                    return Carried{kb.max(c[0], row.element(j))};
+                                  })[0];
+        llvm::Value* sum = kb.loop(zero, row.len(), 1, {kb.f32c(0.0)},
+                                   [&](llvm::Value* j, const Carried& c) {
+                                     llvm::Value* x = kb.exp(b.CreateFSub(row.element(j), mx));
+                                     return Carried{b.CreateFAdd(c[0], x)};
+                                   })[0];
+        llvm::Value* inv = b.CreateFDiv(kb.f32c(1.0), sum);
+        kb.loop(zero, row.len(), 1, [&](llvm::Value* j) {
+          store_at(kb, row, j, b.CreateFMul(kb.exp(b.CreateFSub(row.element(j), mx)), inv));
+        });
+        return;
+      }
+      default:
+        break;
+    }
+    // rms_norm and layer_norm over the last axis, statistics in fp32 over two passes: the mean
+    // (layer_norm), then the mean squared deviation from it (rms_norm: from 0).
+    bool layer = anchor.kind == ir::OpKind::layer_norm;
+    llvm::Value* mean = kb.f32c(0.0);
+    if (layer) {
+      mean = kb.loop(zero, row.len(), 1, {mean}, [&](llvm::Value* j, const Carried& c) {
+        return Carried{b.CreateFAdd(c[0], row.element(j))};
+      })[0];
+      mean = b.CreateFDiv(mean, len_f);
+    }
+    llvm::Value* squares = kb.loop(zero, row.len(), 1, {kb.f32c(0.0)},
+                                   [&](llvm::Value* j, const Carried& c) {
+                                     llvm::Value* d = b.CreateFSub(row.element(j), mean);
+                                     return Carried{b.CreateFAdd(c[0], b.CreateFMul(d, d))};
+                                   })[0];
+    llvm::Value* var = b.CreateFAdd(b.CreateFDiv(squares, len_f), kb.f32c(anchor.attrs.eps));
+    llvm::Value* scale = b.CreateFDiv(kb.f32c(1.0), kb.unary(ir::OpKind::sqrt, var));
+    ir::DType pdtype = kb.graph().node(anchor.operands[1]).type.dtype;
+    kb.loop(zero, row.len(), 1, [&](llvm::Value* j) {
+      llvm::Value* y = b.CreateFMul(b.CreateFSub(row.element(j), mean), scale);
+      y = b.CreateFMul(y, kb.load_float(pdtype, kb.param_of(anchor.operands[1]), j));
+      if (layer) y = b.CreateFAdd(y, kb.load_float(pdtype, kb.param_of(anchor.operands[2]), j));
+      store_at(kb, row, j, y);
+    });
+  });
+  return {{rows.term()}, 0};
+}
+
+}  // namespace kiln::compiler::cpu::detail

@@ -1,0 +1,188 @@
+// The per-element part of every CPU kernel: a group's members evaluated at points of their index
+// spaces (as compiler/emit_values.cpp does for CUDA), built as LLVM IR.
+#include "compiler/cpu/codegen_internal.h"
+#include "compiler/points.h"
+
+#include <algorithm>
+
+namespace kiln::compiler::cpu::detail {
+
+namespace {
+
+class Values {
+ public:
+  explicit Values(KernelBuilder& kb) : m_kb(kb), m_nodes(kb.kernel().group.nodes) {}
+
+  llvm::Value* value(ir::NodeId top, Point point, llvm::Value* anchor_value);
+
+ private:
+  struct At {
+    Point point;
+    std::vector<std::pair<ir::NodeId, llvm::Value*>> loaded;
+  };
+  bool member(ir::NodeId id) const { return std::binary_search(m_nodes.begin(), m_nodes.end(), id); }
+  size_t pos(ir::NodeId id) const {
+    return static_cast<size_t>(std::lower_bound(m_nodes.begin(), m_nodes.end(), id) - m_nodes.begin());
+  }
+  void ensure_coords(At& at) {
+    if (!at.point.coords.empty() || m_kb.graph().node(at.point.node).type.shape.rank() == 0) return;
+    at.point.coords = coords_of(m_kb, dims_of(m_kb, at.point.node), at.point.linear);
+  }
+  // Node `id`'s coordinates at a point its value broadcasts into: the point's last dims, a dim of
+  // size 1 at 0.
+  std::vector<llvm::Value*> project(At& at, ir::NodeId id) {
+    ensure_coords(at);
+    const ir::Shape& shape = m_kb.graph().node(id).type.shape;
+    size_t rank = static_cast<size_t>(shape.rank());
+    size_t frame_rank = at.point.coords.size();
+    std::vector<llvm::Value*> coords;
+    for (size_t d = 0; d < rank; ++d) {
+      coords.push_back(shape.dim(static_cast<int>(d)) == 1 ? m_kb.i64c(0)
+                                                           : at.point.coords[d + frame_rank - rank]);
+    }
+    return coords;
+  }
+  llvm::Value* load(At& at, ir::NodeId leaf) {
+    for (const auto& [id, v] : at.loaded)
+      if (id == leaf) return v;
+    const ir::Node& n = m_kb.graph().node(leaf);
+    llvm::IRBuilder<>& b = m_kb.b();
+    llvm::Value* offset = nullptr;
+    if (n.type.shape == m_kb.graph().node(at.point.node).type.shape && at.point.linear) {
+      offset = at.point.linear;
+    } else {
+      std::vector<llvm::Value*> coords = project(at, leaf);
+      offset = m_kb.i64c(0);
+      Extent stride;
+      for (int d = n.type.shape.rank() - 1; d >= 0; --d) {
+        if (n.type.shape.dim(d) != 1) {
+          offset = b.CreateAdd(offset, b.CreateMul(coords[static_cast<size_t>(d)], m_kb.extent(stride)));
+        }
+        stride = stride * m_kb.sizes().dim(leaf, d);
+      }
+    }
+    llvm::Value* v = m_kb.load_float(n.type.dtype, m_kb.param_of(leaf), offset);
+    at.loaded.emplace_back(leaf, v);
+    return v;
+  }
+
+  KernelBuilder& m_kb;
+  const std::vector<ir::NodeId>& m_nodes;
+};
+
+llvm::Value* Values::value(ir::NodeId top, Point point, llvm::Value* anchor_value) {
+  const ir::Graph& g = m_kb.graph();
+  const KernelGroup& group = m_kb.kernel().group;
+  llvm::IRBuilder<>& b = m_kb.b();
+  std::vector<At> ats;
+  ats.push_back({std::move(point), {}});
+  if (!member(top)) return load(ats[0], top);  // a copy: the root is a graph input
+  size_t top_pos = pos(top);
+
+  // Each member's point; a layout member's operands get points of their own.
+  PointPlan points = plan_points(g, group, top);
+  const std::vector<int>& point_of = points.point_of;
+  const std::vector<std::vector<size_t>>& operand_points = points.operand_points;
+  const std::vector<PointPlan::Derived>& derived = points.derived;
+  for (const PointPlan::Derived& d : derived) {
+    ats.push_back({Point{g.node(d.layout).operands[d.operand], {}, nullptr}, {}});
+  }
+
+  // The derived points' coordinates, top down.
+  for (size_t d = 0; d < derived.size(); ++d) {
+    const PointPlan::Derived& rule = derived[d];
+    const ir::Node& l = g.node(rule.layout);
+    std::vector<llvm::Value*> lc = project(ats[rule.parent], rule.layout);
+    At& at = ats[d + 1];
+    ir::NodeId operand = l.operands[rule.operand];
+    std::vector<llvm::Value*> c = lc;
+    auto axis = static_cast<size_t>(l.attrs.axis);
+    switch (l.kind) {
+      case ir::OpKind::permute:
+        for (size_t j = 0; j < lc.size(); ++j) c[static_cast<size_t>(l.attrs.dims[j])] = lc[j];
+        break;
+      case ir::OpKind::slice:
+        if (l.attrs.start != 0) c[axis] = b.CreateAdd(lc[axis], m_kb.i64c(l.attrs.start));
+        break;
+      case ir::OpKind::concat: {
+        int64_t offset = 0;
+        for (size_t k = 0; k < rule.operand; ++k)
+          offset += g.node(l.operands[k]).type.shape.dim(l.attrs.axis);
+        int64_t len = g.node(operand).type.shape.dim(l.attrs.axis);
+        // Only the operand the axis coordinate falls in is selected; the others read a clamped,
+        // valid element.
+        llvm::Value* s = b.CreateSub(lc[axis], m_kb.i64c(offset));
+        s = b.CreateSelect(b.CreateICmpSGT(s, m_kb.i64c(len - 1)), m_kb.i64c(len - 1), s);
+        c[axis] = b.CreateSelect(b.CreateICmpSLT(s, m_kb.i64c(0)), m_kb.i64c(0), s);
+        break;
+      }
+      case ir::OpKind::reshape: {
+        // The same row-major index over the operand's dims.
+        llvm::Value* linear = m_kb.i64c(0);
+        Extent stride;
+        std::vector<Extent> dims = dims_of(m_kb, rule.layout);
+        for (size_t k = dims.size(); k-- > 0;) {
+          linear = b.CreateAdd(linear, b.CreateMul(lc[k], m_kb.extent(stride)));
+          stride = stride * dims[k];
+        }
+        at.point.linear = linear;
+        c.clear();
+        break;
+      }
+      default:
+        break;
+    }
+    at.point.coords = std::move(c);
+  }
+
+  std::vector<llvm::Value*> values(top_pos + 1, nullptr);
+  for (size_t i = 0; i <= top_pos; ++i) {
+    if (point_of[i] < 0) continue;
+    ir::NodeId id = m_nodes[i];
+    const ir::Node& n = g.node(id);
+    bool layout = moves_elements(n.kind);
+    auto operand = [&](size_t k) {
+      ir::NodeId o = n.operands[k];
+      if (member(o)) return values[pos(o)];
+      size_t at = layout ? operand_points[i][k] : static_cast<size_t>(point_of[i]);
+      return load(ats[at], o);
+    };
+    llvm::Value* v = nullptr;
+    if (id == group.anchor) {
+      v = anchor_value;
+    } else if (ir::category(n.kind) == ir::OpCategory::binary) {
+      if (n.attrs.literal_side == ir::LiteralSide::lhs) {
+        v = m_kb.binary(n.kind, m_kb.f32c(n.attrs.literal), operand(0));
+      } else if (n.attrs.literal_side == ir::LiteralSide::rhs) {
+        v = m_kb.binary(n.kind, operand(0), m_kb.f32c(n.attrs.literal));
+      } else {
+        v = m_kb.binary(n.kind, operand(0), operand(1));
+      }
+    } else if (ir::category(n.kind) == ir::OpCategory::unary) {
+      v = m_kb.unary(n.kind, operand(0));
+    } else if (n.kind == ir::OpKind::concat) {
+      llvm::Value* c = project(ats[static_cast<size_t>(point_of[i])], id)[static_cast<size_t>(n.attrs.axis)];
+      std::vector<llvm::Value*> parts;
+      for (size_t k = 0; k < n.operands.size(); ++k) parts.push_back(operand(k));
+      v = parts.back();
+      int64_t end = n.type.shape.dim(n.attrs.axis);
+      for (size_t k = n.operands.size() - 1; k-- > 0;) {
+        end -= g.node(n.operands[k + 1]).type.shape.dim(n.attrs.axis);
+        v = b.CreateSelect(b.CreateICmpSLT(c, m_kb.i64c(end)), parts[k], v);
+      }
+    } else {
+      v = operand(0);  // cast (the rounding below does the work), permute, slice, reshape
+    }
+    values[i] = m_kb.round_to(n.type.dtype, v);
+  }
+  return values[top_pos];
+}
+
+}  // namespace
+
+llvm::Value* group_value(KernelBuilder& kb, ir::NodeId top, Point point, llvm::Value* anchor_value) {
+  Values values(kb);
+  return values.value(top, std::move(point), anchor_value);
+}
+
+}  // namespace kiln::compiler::cpu::detail

@@ -1,0 +1,180 @@
+// CpuProgram: buffers bound by role, work items split over threads, kernels run in order.
+#include "runtime/cpu_program.h"
+
+#include "compiler/pool.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+namespace kiln::runtime {
+
+namespace {
+
+std::optional<int> threads_from_env() {
+  const char* env = std::getenv("KILN_CPU_THREADS");
+  if (!env || !*env) return std::nullopt;
+  char* end = nullptr;
+  long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || v < 1 || v > 1024) return std::nullopt;
+  return static_cast<int>(v);
+}
+
+// 64-byte aligned floats, for scratch and temporaries.
+struct AlignedFloats {
+  explicit AlignedFloats(uint64_t floats)
+      : data(static_cast<float*>(std::aligned_alloc(64, ((floats * 4 + 63) / 64) * 64 + 64))) {}
+  ~AlignedFloats() { std::free(data); }
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  float* data;
+};
+
+}  // namespace
+
+int cpu_threads() {
+  if (auto v = threads_from_env()) return *v;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::string cpu_threads_env_problem() {
+  const char* env = std::getenv("KILN_CPU_THREADS");
+  if (!env || !*env || threads_from_env()) return "";
+  return "KILN_CPU_THREADS='" + std::string(env) +
+         "': expected a whole number from 1 to 1024; using the core count";
+}
+
+Expected<std::unique_ptr<CpuProgram>> CpuProgram::load(compiler::Artifact artifact) {
+  if (!artifact.is_cpu()) return make_error("not a CPU artifact (arch ", artifact.arch, ")");
+  std::vector<std::string> entries;
+  for (const compiler::KernelArtifact& k : artifact.kernels) entries.push_back(k.entry);
+  auto object = compiler::cpu::LoadedObject::load(artifact.object, entries);
+  if (!object) return object.error();
+  std::unique_ptr<CpuProgram> program(new CpuProgram());
+  program->m_artifact = std::move(artifact);
+  program->m_object = std::move(*object);
+  return program;
+}
+
+namespace {
+
+Expected<std::vector<uint64_t>> bytes_at(const std::vector<uint64_t>& fixed,
+                                         const std::vector<compiler::SizeTerm>& terms,
+                                         const compiler::Artifact& a, const std::vector<int64_t>& dims) {
+  if (a.bucket.empty()) {
+    if (!dims.empty()) return make_error("a static graph takes no dims (", std::to_string(dims.size()), " given)");
+    return fixed;
+  }
+  if (dims.size() != a.bucket.size()) {
+    return make_error("the graph has ", std::to_string(a.bucket.size()), " dims; ",
+                      std::to_string(dims.size()), " given");
+  }
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < a.bucket[i][0] || dims[i] > a.bucket[i][1]) {
+      return make_error("dim ", std::to_string(i), " = ", std::to_string(dims[i]),
+                        " is outside the compiled bucket ", std::to_string(a.bucket[i][0]), "..",
+                        std::to_string(a.bucket[i][1]));
+    }
+  }
+  auto sizes = compiler::sizes_at(terms, dims);
+  if (!sizes) return make_error("corrupt size terms");
+  return *sizes;
+}
+
+}  // namespace
+
+Expected<std::vector<uint64_t>> CpuProgram::input_bytes(const std::vector<int64_t>& dims) const {
+  return bytes_at(m_artifact.input_bytes, m_artifact.input_sizes, m_artifact, dims);
+}
+
+Expected<std::vector<uint64_t>> CpuProgram::output_bytes(const std::vector<int64_t>& dims) const {
+  return bytes_at(m_artifact.output_bytes, m_artifact.output_sizes, m_artifact, dims);
+}
+
+Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                       const std::vector<int64_t>& dims, int threads) const {
+  const compiler::Artifact& a = m_artifact;
+  if (inputs.size() != a.input_bytes.size() || outputs.size() != a.output_bytes.size()) {
+    return make_error("the program takes ", std::to_string(a.input_bytes.size()), " inputs and ",
+                      std::to_string(a.output_bytes.size()), " outputs");
+  }
+  auto temporary = bytes_at(a.temporary_bytes, a.temporary_sizes, a, dims);
+  if (!temporary) return temporary.error();
+  std::vector<std::unique_ptr<AlignedFloats>> temporaries;
+  for (uint64_t bytes : *temporary) temporaries.push_back(std::make_unique<AlignedFloats>((bytes + 3) / 4));
+  int pool = threads > 0 ? threads : cpu_threads();
+  // Each thread's scratch, grown to the largest kernel's need before that kernel starts.
+  std::vector<std::unique_ptr<AlignedFloats>> scratch(static_cast<size_t>(pool));
+  std::vector<uint64_t> scratch_floats(static_cast<size_t>(pool), 0);
+  const auto& functions = m_object->functions();
+  for (size_t i = 0; i < a.kernels.size(); ++i) {
+    const compiler::KernelArtifact& k = a.kernels[i];
+    std::vector<void*> buffers;
+    for (const compiler::KernelParam& p : k.params) {
+      switch (p.buffer.role) {
+        case compiler::BufferRole::input:
+          buffers.push_back(const_cast<void*>(inputs[p.buffer.index]));
+          break;
+        case compiler::BufferRole::output:
+          buffers.push_back(outputs[p.buffer.index]);
+          break;
+        case compiler::BufferRole::temporary:
+          buffers.push_back(temporaries[p.buffer.index]->data);
+          break;
+      }
+    }
+    auto terms = compiler::sizes_at(k.items, dims);
+    if (!terms) return make_error("kernel ", k.name, ": corrupt work items");
+    uint64_t items = 1;
+    for (uint64_t t : *terms) items *= t;
+    if (items == 0) continue;
+    auto parts = static_cast<size_t>(std::min<uint64_t>(static_cast<uint64_t>(pool), items));
+    compiler::cpu::KernelFunction fn = functions[i];
+    for (size_t part = 0; part < parts; ++part) {
+      if (scratch_floats[part] >= k.scratch_floats) continue;
+      scratch[part] = std::make_unique<AlignedFloats>(k.scratch_floats);
+      scratch_floats[part] = k.scratch_floats;
+    }
+    auto run_part = [&](size_t part) {
+      auto begin = static_cast<int64_t>(items * part / parts);
+      auto end = static_cast<int64_t>(items * (part + 1) / parts);
+      fn(buffers.data(), dims.data(), begin, end, scratch[part] ? scratch[part]->data : nullptr);
+    };
+    if (parts == 1) {
+      run_part(0);
+    } else {
+      compiler::parallel_for(parts, static_cast<int>(parts), run_part);
+    }
+  }
+  return {};
+}
+
+Expected<std::vector<std::vector<unsigned char>>> CpuProgram::run(
+    const std::vector<std::vector<unsigned char>>& inputs, const std::vector<int64_t>& dims,
+    int threads) const {
+  auto in_bytes = input_bytes(dims);
+  if (!in_bytes) return in_bytes.error();
+  auto out_bytes = output_bytes(dims);
+  if (!out_bytes) return out_bytes.error();
+  if (inputs.size() != in_bytes->size()) {
+    return make_error("the program takes ", std::to_string(in_bytes->size()), " inputs; ",
+                      std::to_string(inputs.size()), " given");
+  }
+  std::vector<const void*> in;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].size() != (*in_bytes)[i]) {
+      return make_error("input ", std::to_string(i), " holds ", std::to_string(inputs[i].size()),
+                        " bytes; the program expects ", std::to_string((*in_bytes)[i]));
+    }
+    in.push_back(inputs[i].data());
+  }
+  std::vector<std::vector<unsigned char>> outputs;
+  std::vector<void*> out;
+  for (uint64_t bytes : *out_bytes) outputs.emplace_back(bytes);
+  for (auto& o : outputs) out.push_back(o.data());
+  if (Status s = run(in, out, dims, threads); !s) return s.error();
+  return outputs;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,121 @@
+// The CPU target through the Runtime and its cache: a hit loads the stored object code and gives
+// the same bits as the compile that stored it; a damaged record is dropped and compiled afresh.
+#include "cache/local/sqlite.h"
+#include "ir/parse.h"
+#include "kiln/kiln.h"
+#include "reference/tensor.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+namespace kiln {
+namespace {
+
+struct TempDir {
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "kiln-cpu-XXXXXX").string();
+    path = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string path;
+};
+
+std::shared_ptr<Executable> compile(const std::string& dir, const ir::Graph& graph) {
+  RuntimeOptions options;
+  options.target = "cpu";
+  options.cache_dir = dir;
+  options.precision = Precision::tf32x3;
+  options.remote_cache = "";
+  auto runtime = Runtime::create(options);
+  EXPECT_TRUE(runtime) << runtime.error().message;
+  if (!runtime) return nullptr;
+  EXPECT_EQ((*runtime)->arch().rfind("cpu:", 0), 0u) << (*runtime)->arch();
+  auto exe = (*runtime)->compile(graph);
+  EXPECT_TRUE(exe) << exe.error().message;
+  return exe ? *exe : nullptr;
+}
+
+std::vector<std::vector<unsigned char>> outputs(Executable& exe, const ir::Graph& graph) {
+  std::vector<std::vector<unsigned char>> inputs;
+  for (const reference::Tensor& t : reference::random_inputs(graph, 3)) {
+    inputs.emplace_back(t.type().bytes());
+    reference::store_device_bytes(t, inputs.back().data());
+  }
+  auto out = exe.run_host(inputs);
+  EXPECT_TRUE(out) << out.error().message;
+  return out ? *out : std::vector<std::vector<unsigned char>>{};
+}
+
+class CpuCache : public ::testing::Test {
+protected:
+  void SetUp() override {
+    auto parsed = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/graphs/mlp.kg");
+    ASSERT_TRUE(parsed) << parsed.error().message;
+    graph = *parsed;
+    auto first = compile(dir.path, *graph);
+    ASSERT_TRUE(first);
+    EXPECT_FALSE(first->cache_hit());
+    EXPECT_TRUE(first->on_cpu());
+    compiled = outputs(*first, *graph);
+    ASSERT_FALSE(compiled.empty());
+  }
+  TempDir dir;
+  std::optional<ir::Graph> graph;
+  std::vector<std::vector<unsigned char>> compiled;
+};
+
+TEST_F(CpuCache, AHitLoadsTheStoredObjectAndGivesTheSameBits) {
+  auto second = compile(dir.path, *graph);
+  ASSERT_TRUE(second);
+  EXPECT_TRUE(second->cache_hit());
+  EXPECT_EQ(outputs(*second, *graph), compiled);
+}
+
+TEST_F(CpuCache, ADamagedObjectIsDroppedAndCompiledAfresh) {
+  auto db = cache::sql::Db::open(dir.path + "/kiln.db");
+  ASSERT_TRUE(db.ok());
+  auto read = (*db)->prepare("SELECT key, record FROM entries");
+  ASSERT_TRUE(read.ok());
+  auto row = read->step();
+  ASSERT_TRUE(row.ok() && *row);
+  std::string key = read->column_text(0);
+  std::string record = read->column_blob(1);
+  // A byte in the middle of the record, which is mostly the object code.
+  record[record.size() / 2] = static_cast<char>(~record[record.size() / 2]);
+  auto write = (*db)->prepare("UPDATE entries SET record = ? WHERE key = ?");
+  ASSERT_TRUE(write.ok());
+  write->bind_blob(1, record).bind_text(2, key);
+  ASSERT_TRUE(write->run().ok());
+  auto again = compile(dir.path, *graph);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->cache_hit());
+  EXPECT_EQ(outputs(*again, *graph), compiled);
+}
+
+TEST(CpuRuntime, UnknownTargetsAreErrors) {
+  RuntimeOptions options;
+  options.target = "tpu";
+  auto runtime = Runtime::create(options);
+  ASSERT_FALSE(runtime);
+  EXPECT_NE(runtime.error().message.find("unknown target 'tpu'"), std::string::npos);
+  options.target = "cpu:no-such-cpu";
+  runtime = Runtime::create(options);
+  ASSERT_FALSE(runtime);
+  EXPECT_NE(runtime.error().message.find("no-such-cpu"), std::string::npos);
+}
+
+TEST(CpuRuntime, AutoPicksTheCpuWhereThereIsNoGpu) {
+  if (gpu_status()) GTEST_SKIP() << "a GPU answers here";
+  RuntimeOptions options;
+  options.target = "auto";
+  options.use_cache = false;
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().message;
+  EXPECT_EQ((*runtime)->arch().rfind("cpu:", 0), 0u);
+}
+
+}  // namespace
+}  // namespace kiln

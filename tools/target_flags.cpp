@@ -1,0 +1,34 @@
+// --target: CUDA (the default) or the CPU through LLVM.
+#include "tools/cli.h"
+
+#include "compiler/target.h"
+
+namespace kiln::tools {
+
+void add_target_option(CLI::App* cmd, std::string& target) {
+  cmd->add_option("--target", target,
+                  "cuda (default), cpu (this machine's CPU through LLVM) or cpu:NAME (an LLVM CPU, "
+                  "e.g. x86-64-v3)");
+}
+
+std::optional<std::optional<compiler::cpu::CpuMachine>> parse_cpu_target(const std::string& target,
+                                                                         const std::string& command) {
+  auto parsed = compiler::parse_target(target);
+  if (!parsed) {
+    print_error(command + ": " + parsed.error().message);
+    return std::nullopt;
+  }
+  if (!parsed->is_cpu()) {
+    if (parsed->sm == 0) return std::optional<compiler::cpu::CpuMachine>{};
+    print_error(command + ": --target " + target + ": give the CUDA arch with --arch");
+    return std::nullopt;
+  }
+  auto machine = compiler::cpu::cpu_machine(parsed->cpu);
+  if (!machine) {
+    print_error(command + ": --target " + target + ": " + machine.error().message);
+    return std::nullopt;
+  }
+  return std::optional<compiler::cpu::CpuMachine>{std::move(*machine)};
+}
+
+}  // namespace kiln::tools
