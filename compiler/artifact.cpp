@@ -139,6 +139,29 @@ std::optional<LaunchShape> launch_at(const LaunchShape& launch, const std::vecto
   return out;
 }
 
+Expected<std::vector<void*>> bind_buffers(const KernelArtifact& kernel,
+                                          const std::vector<void*>& inputs,
+                                          const std::vector<void*>& outputs,
+                                          const std::vector<void*>& temporaries) {
+  std::vector<void*> pointers;
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    const BufferRef& b = kernel.params[i].buffer;
+    const std::vector<void*>& list = b.role == BufferRole::input    ? inputs
+                                     : b.role == BufferRole::output ? outputs
+                                                                    : temporaries;
+    if (b.index >= list.size()) {
+      const char* role = b.role == BufferRole::input    ? "input"
+                         : b.role == BufferRole::output ? "output"
+                                                        : "temporary";
+      return make_error("kernel '", kernel.name, "' parameter ", std::to_string(i), " names ",
+                        role, " #", std::to_string(b.index), " of ",
+                        std::to_string(list.size()));
+    }
+    pointers.push_back(list[b.index]);
+  }
+  return pointers;
+}
+
 std::string serialize(const Artifact& a) {
   ByteWriter w;
   w.raw(k_magic);
@@ -220,8 +243,8 @@ Expected<Artifact> deserialize(std::string_view bytes) {
     for (KernelArtifact& k : a.kernels) {
       if (!read_terms(r, k.items)) return make_error("artifact: truncated or corrupt work items");
       k.scratch_floats = r.u64();
-      // A thread's scratch is allocated before a kernel runs: bound it (1 GiB of floats).
-      if (k.scratch_floats > (uint64_t{1} << 28)) return make_error("artifact: corrupt scratch size");
+      // A thread's scratch is allocated before a kernel runs: bound it (256 MiB).
+      if (k.scratch_floats > (uint64_t{1} << 26)) return make_error("artifact: corrupt scratch size");
     }
   }
   if (!r.ok()) return make_error("artifact: truncated");

@@ -124,6 +124,14 @@ struct Artifact {
   bool operator==(const Artifact&) const = default;
 };
 
+// Each parameter's pointer, from the graph inputs, outputs and temporaries its buffer names; one
+// binding for every backend (the CUDA executable, the CPU target). Fails naming the kernel and
+// parameter whose buffer index is out of range: only a damaged or foreign artifact has one.
+Expected<std::vector<void*>> bind_buffers(const KernelArtifact& kernel,
+                                          const std::vector<void*>& inputs,
+                                          const std::vector<void*>& outputs,
+                                          const std::vector<void*>& temporaries);
+
 std::string serialize(const Artifact& artifact);
 // Rejects a wrong magic or version, truncated or trailing bytes, and absurd counts.
 Expected<Artifact> deserialize(std::string_view bytes);

@@ -138,7 +138,9 @@ uint32_t ceil_div(int64_t a, int64_t b) { return static_cast<uint32_t>((a + b - 
 }  // namespace
 
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
-                                   const PrecisionPlan& precision, int sm, const Sizes& sizes) {
+                                   const PrecisionPlan& precision, int sm, const Sizes& sizes,
+                                   LaunchLimits limits) {
+  const bool grid_limits = limits == LaunchLimits::cuda;
   ProgramPlan plan;
   bool symbolic = sizes.symbolic();
   auto bytes_term = [&](ir::NodeId id) {
@@ -205,7 +207,7 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       k.name = index + "_matmul_" + std::string(to_string(path)) + "_" + std::to_string(k.tile.bm) +
                "x" + std::to_string(k.tile.bn);
       int64_t gy = ceil_div(k.shape.m, k.tile.bm);
-      if (gy > 65535 || k.shape.batch > 65535) {
+      if (grid_limits && (gy > 65535 || k.shape.batch > 65535)) {
         return make_error(describe_node(graph, group.anchor),
                           ": too many row tiles or batches for one launch (", std::to_string(gy),
                           " x ", std::to_string(k.shape.batch), ", limit 65535)");
@@ -227,7 +229,7 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       const AttentionTile& t = k.attention_tile;
       k.name = index + "_attention_" + std::string(to_string(m.path)) + (m.causal ? "_causal" : "");
       int64_t batch = total / (a.sq.hi * a.dv);
-      if (batch > 65535) {
+      if (grid_limits && batch > 65535) {
         return make_error(describe_node(graph, group.anchor), ": too many batches for one launch (",
                           std::to_string(batch), ", limit 65535)");
       }

@@ -65,7 +65,11 @@ inline constexpr uint64_t k_param_bytes = 8;
 // picks matmul tiles and launch shapes. Fails for launches beyond the grid limits and for a
 // kernel whose parameters would not fit in k_max_param_bytes (fuse() keeps kernels far below it,
 // so only groups formed otherwise get there); the message names the kernel and the bytes.
+// `limits`: CUDA's grid limits (65535 row tiles or batches per launch), or none for a target
+// without a grid (the CPU).
+enum class LaunchLimits : uint8_t { cuda, none };
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
-                                   const PrecisionPlan& precision, int sm, const Sizes& sizes);
+                                   const PrecisionPlan& precision, int sm, const Sizes& sizes,
+                                   LaunchLimits limits = LaunchLimits::cuda);
 
 }  // namespace kiln::compiler

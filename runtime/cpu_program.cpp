@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 #include <optional>
 #include <thread>
 
@@ -23,13 +24,25 @@ std::optional<int> threads_from_env() {
 
 // 64-byte aligned floats, for scratch and temporaries.
 struct AlignedFloats {
-  explicit AlignedFloats(uint64_t floats)
-      : data(static_cast<float*>(std::aligned_alloc(64, ((floats * 4 + 63) / 64) * 64 + 64))) {}
+  // Null when `floats` is absurd (past 2^56 bytes) or the memory is not there.
+  static std::unique_ptr<AlignedFloats> allocate(uint64_t floats) {
+    if (floats > (uint64_t{1} << 54)) return nullptr;
+    void* data = std::aligned_alloc(64, (floats * 4 + 63) / 64 * 64 + 64);
+    if (!data) return nullptr;
+    return std::unique_ptr<AlignedFloats>(new AlignedFloats(static_cast<float*>(data)));
+  }
   ~AlignedFloats() { std::free(data); }
   AlignedFloats(const AlignedFloats&) = delete;
   AlignedFloats& operator=(const AlignedFloats&) = delete;
   float* data;
+
+ private:
+  explicit AlignedFloats(float* d) : data(d) {}
 };
+
+Error no_memory(const char* what, uint64_t floats) {
+  return make_error("cpu: cannot allocate ", what, " of ", std::to_string(floats * 4), " bytes");
+}
 
 }  // namespace
 
@@ -47,6 +60,8 @@ std::string cpu_threads_env_problem() {
 
 Expected<std::unique_ptr<CpuProgram>> CpuProgram::load(compiler::Artifact artifact) {
   if (!artifact.is_cpu()) return make_error("not a CPU artifact (arch ", artifact.arch, ")");
+  // Code for a CPU with instructions this one lacks would die of SIGILL: refuse it by name.
+  if (Status s = compiler::cpu::runs_here(artifact.arch.substr(4)); !s) return s.error();
   std::vector<std::string> entries;
   for (const compiler::KernelArtifact& k : artifact.kernels) entries.push_back(k.entry);
   auto object = compiler::cpu::LoadedObject::load(artifact.object, entries);
@@ -102,7 +117,15 @@ Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector
   auto temporary = bytes_at(a.temporary_bytes, a.temporary_sizes, a, dims);
   if (!temporary) return temporary.error();
   std::vector<std::unique_ptr<AlignedFloats>> temporaries;
-  for (uint64_t bytes : *temporary) temporaries.push_back(std::make_unique<AlignedFloats>((bytes + 3) / 4));
+  std::vector<void*> temps;
+  for (uint64_t bytes : *temporary) {
+    uint64_t floats = bytes / 4 + 1;
+    temporaries.push_back(AlignedFloats::allocate(floats));
+    if (!temporaries.back()) return no_memory("a temporary", floats);
+    temps.push_back(temporaries.back()->data);
+  }
+  std::vector<void*> in;
+  for (const void* p : inputs) in.push_back(const_cast<void*>(p));
   int pool = threads > 0 ? threads : cpu_threads();
   // Each thread's scratch, grown to the largest kernel's need before that kernel starts.
   std::vector<std::unique_ptr<AlignedFloats>> scratch(static_cast<size_t>(pool));
@@ -110,20 +133,8 @@ Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector
   const auto& functions = m_object->functions();
   for (size_t i = 0; i < a.kernels.size(); ++i) {
     const compiler::KernelArtifact& k = a.kernels[i];
-    std::vector<void*> buffers;
-    for (const compiler::KernelParam& p : k.params) {
-      switch (p.buffer.role) {
-        case compiler::BufferRole::input:
-          buffers.push_back(const_cast<void*>(inputs[p.buffer.index]));
-          break;
-        case compiler::BufferRole::output:
-          buffers.push_back(outputs[p.buffer.index]);
-          break;
-        case compiler::BufferRole::temporary:
-          buffers.push_back(temporaries[p.buffer.index]->data);
-          break;
-      }
-    }
+    auto buffers = compiler::bind_buffers(k, in, outputs, temps);
+    if (!buffers) return buffers.error();
     auto terms = compiler::sizes_at(k.items, dims);
     if (!terms) return make_error("kernel ", k.name, ": corrupt work items");
     uint64_t items = 1;
@@ -133,18 +144,23 @@ Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector
     compiler::cpu::KernelFunction fn = functions[i];
     for (size_t part = 0; part < parts; ++part) {
       if (scratch_floats[part] >= k.scratch_floats) continue;
-      scratch[part] = std::make_unique<AlignedFloats>(k.scratch_floats);
+      scratch[part] = AlignedFloats::allocate(k.scratch_floats);
+      if (!scratch[part]) return no_memory("a thread's scratch", k.scratch_floats);
       scratch_floats[part] = k.scratch_floats;
     }
     auto run_part = [&](size_t part) {
       auto begin = static_cast<int64_t>(items * part / parts);
       auto end = static_cast<int64_t>(items * (part + 1) / parts);
-      fn(buffers.data(), dims.data(), begin, end, scratch[part] ? scratch[part]->data : nullptr);
+      fn(buffers->data(), dims.data(), begin, end, scratch[part] ? scratch[part]->data : nullptr);
     };
     if (parts == 1) {
       run_part(0);
-    } else {
+      continue;
+    }
+    try {
       compiler::parallel_for(parts, static_cast<int>(parts), run_part);
+    } catch (const std::system_error& e) {  // no thread to be had
+      return make_error("cpu: cannot start ", std::to_string(parts), " threads: ", e.what());
     }
   }
   return {};

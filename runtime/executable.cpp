@@ -248,24 +248,21 @@ private:
       }
     }
     std::vector<int> dim_values(sizes.values.begin(), sizes.values.end());
+    std::vector<void*> in_pointers, out_pointers, temp_pointers;
+    for (const TensorRef& ref : inputs) in_pointers.push_back(ref.data);
+    for (const TensorRef& ref : outputs) out_pointers.push_back(ref.data);
+    for (uint64_t offset : offsets)
+      temp_pointers.push_back(reinterpret_cast<void*>(workspace + offset));
     Status launched = Status::success();
     for (size_t k = 0; k < m_artifact.kernels.size() && launched; ++k) {
       const compiler::KernelArtifact& kernel = m_artifact.kernels[k];
-      std::vector<CuDevicePtr> pointers;
-      for (const compiler::KernelParam& param : kernel.params) {
-        const compiler::BufferRef& b = param.buffer;
-        switch (b.role) {
-          case compiler::BufferRole::input:
-            pointers.push_back(reinterpret_cast<CuDevicePtr>(inputs[b.index].data));
-            break;
-          case compiler::BufferRole::output:
-            pointers.push_back(reinterpret_cast<CuDevicePtr>(outputs[b.index].data));
-            break;
-          case compiler::BufferRole::temporary:
-            pointers.push_back(workspace + offsets[b.index]);
-            break;
-        }
+      auto bound = compiler::bind_buffers(kernel, in_pointers, out_pointers, temp_pointers);
+      if (!bound) {
+        launched = make_error("entry ", m_key, ": ", bound.error().message);
+        break;
       }
+      std::vector<CuDevicePtr> pointers;
+      for (void* p : *bound) pointers.push_back(reinterpret_cast<CuDevicePtr>(p));
       std::vector<void*> args;
       for (CuDevicePtr& p : pointers) args.push_back(&p);
       for (uint32_t i = 0; i < kernel.dim_params && i < dim_values.size(); ++i)

@@ -41,7 +41,7 @@ Expected<Lowered> lower_for_cpu(const ir::Graph& graph, const CompileOptions& op
   if (!attention) return attention.error();
   std::vector<KernelGroup> groups = fuse(*bound, k_max_kernel_reads, attention->fused);
   Sizes sizes(graph, options.bucket);
-  auto plan = plan_kernels(*bound, groups, *precision, k_modes_as_on_sm, sizes);
+  auto plan = plan_kernels(*bound, groups, *precision, k_modes_as_on_sm, sizes, LaunchLimits::none);
   if (!plan) return plan.error();
   return Lowered{std::move(*bound), std::move(sizes), std::move(*precision),
                  std::move(attention->fallbacks), std::move(*plan)};

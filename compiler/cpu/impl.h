@@ -13,6 +13,7 @@ namespace kiln::compiler::cpu::impl {
 
 Expected<CpuMachine> cpu_machine(const std::string& cpu, const std::string& features);
 std::string llvm_version();
+Status runs_here(const std::string& cpu);
 Expected<std::unique_ptr<LoadedObject>> load_object(const std::string& object,
                                                     const std::vector<std::string>& entries);
 Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileOptions& options,

@@ -89,6 +89,37 @@ Expected<CpuMachine> cpu_machine(const std::string& cpu, const std::string& feat
 
 std::string llvm_version() { return LLVM_VERSION_STRING; }
 
+Status runs_here(const std::string& cpu) {
+  CpuMachine target;
+  target.cpu = cpu;
+  auto tm = target_machine(target);
+  if (!tm) return tm.error();
+  const llvm::MCSubtargetInfo* info = (*tm)->getMCSubtargetInfo();
+  if (!info->isCPUStringValid(cpu)) return make_error("unknown cpu '", cpu, "'");
+  llvm::StringMap<bool> host;
+  if (!llvm::sys::getHostCPUFeatures(host)) return Status::success();  // nothing to compare
+  // The instruction-set features the host reports absent that the target CPU has. Only those a
+  // kernel's code can contain count: system instructions (pku, mwaitx, ...) that a virtual
+  // machine hides never appear in it.
+  auto isa = [](llvm::StringRef f) {
+    for (const char* prefix : {"sse", "avx", "amx", "fma", "f16c", "bmi", "popcnt", "lzcnt",
+                               "movbe", "vpclmulqdq", "vaes", "gfni", "adx", "sha"}) {
+      if (f.startswith(prefix)) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> absent;
+  for (const auto& f : host)
+    if (!f.second && isa(f.first())) absent.push_back(f.first().str());
+  std::sort(absent.begin(), absent.end());
+  std::string missing;
+  for (const std::string& f : absent)
+    if (info->checkFeatures("+" + f)) missing += " " + f;
+  if (missing.empty()) return Status::success();
+  return make_error("code for cpu '", cpu, "' cannot run here (", llvm::sys::getHostCPUName().str(),
+                    " lacks:", missing, ")");
+}
+
 std::string module_text(const llvm::Module& module) {
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -25,6 +25,10 @@ struct CpuMachine {
 // name LLVM does not know here (the message names it), or when the plugin cannot be loaded.
 Expected<CpuMachine> cpu_machine(const std::string& cpu, const std::string& features = "");
 
+// Whether this machine can run code compiled for LLVM CPU `cpu`: fails naming the features the
+// CPU has and this one lacks (code for it would die of SIGILL), or when the plugin cannot load.
+Status runs_here(const std::string& cpu);
+
 // The plugin's LLVM version, "16.0.6"; fails when the plugin cannot be loaded.
 Expected<std::string> llvm_version();
 

@@ -61,6 +61,12 @@ Expected<CpuMachine> cpu_machine(const std::string& cpu, const std::string& feat
   return (*api)->cpu_machine(cpu, features);
 }
 
+Status runs_here(const std::string& cpu) {
+  auto api = open_plugin();
+  if (!api) return api.error();
+  return (*api)->runs_here(cpu);
+}
+
 Expected<std::string> llvm_version() {
   auto api = open_plugin();
   if (!api) return api.error();

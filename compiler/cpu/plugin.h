@@ -12,7 +12,7 @@
 namespace kiln::compiler::cpu {
 
 // Changes whenever the table's layout does.
-inline constexpr uint32_t k_plugin_abi = 1;
+inline constexpr uint32_t k_plugin_abi = 2;
 
 struct PluginApi {
   uint32_t abi = k_plugin_abi;
@@ -25,6 +25,7 @@ struct PluginApi {
                                     const CpuMachine& machine);
   Expected<std::string> (*cpu_ir)(const ir::Graph& graph, const CompileOptions& options,
                                   const CpuMachine& machine);
+  Status (*runs_here)(const std::string& cpu);
 };
 
 }  // namespace kiln::compiler::cpu

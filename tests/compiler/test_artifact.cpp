@@ -98,5 +98,23 @@ TEST(Artifact, HugeCountsAreRejectedWithoutAllocating) {
   EXPECT_FALSE(deserialize(bytes).ok());
 }
 
+TEST(Artifact, BindBuffersTakesEachParametersBufferAndRefusesAnIndexOutOfRange) {
+  KernelArtifact k;
+  k.name = "k0";
+  k.params = {{{BufferRole::output, 0}, 4, true},
+              {{BufferRole::input, 1}, 4, false},
+              {{BufferRole::temporary, 0}, 4, false}};
+  int a = 0, b = 0, c = 0, d = 0;
+  auto bound = bind_buffers(k, {&a, &b}, {&c}, {&d});
+  ASSERT_TRUE(bound) << bound.error().message;
+  EXPECT_EQ(*bound, (std::vector<void*>{&c, &b, &d}));
+  k.params[1].buffer.index = 2;  // what only a damaged artifact names
+  auto refused = bind_buffers(k, {&a, &b}, {&c}, {&d});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("kernel 'k0' parameter 1 names input #2 of 2"),
+            std::string::npos)
+      << refused.error().message;
+}
+
 }  // namespace
 }  // namespace kiln::compiler

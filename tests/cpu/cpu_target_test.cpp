@@ -232,6 +232,31 @@ TEST(CpuTarget, WrongInputsAndDimsAreErrors) {
   EXPECT_NE(short_inputs.error().message.find("bytes"), std::string::npos);
 }
 
+// CUDA's grid limits (65535 batches per launch) are CUDA's: the CPU has no grid.
+TEST(CpuTarget, BatchesPastCudasGridLimitRun) {
+  ir::Graph graph = parse("graph g { input a: f32[70000, 2, 3]\n input b: f32[70000, 3, 2]\n"
+                          " c = matmul(a, b)\n output c }");
+  auto program = build(graph, ir::Precision::highest);
+  ASSERT_TRUE(program);
+  expect_within_tolerance(graph, *program, {}, "70000 batches");
+}
+
+// Code for a CPU with instructions this one lacks is refused by name, not run into SIGILL.
+TEST(CpuTarget, CodeForACpuThisOneCannotRunIsRefused) {
+  const std::string cpu = "sapphirerapids";  // AMX, AVX512-FP16: absent from most hosts
+  if (compiler::cpu::runs_here(cpu)) GTEST_SKIP() << "this host runs " << cpu << " code";
+  auto machine = compiler::cpu::cpu_machine(cpu);
+  ASSERT_TRUE(machine) << machine.error().message;
+  auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/graphs/mlp.kg");
+  ASSERT_TRUE(graph);
+  auto artifact = compiler::cpu::compile_cpu(*graph, {}, *machine);
+  ASSERT_TRUE(artifact) << artifact.error().message;  // compiling for it is fine
+  auto loaded = runtime::CpuProgram::load(std::move(*artifact));
+  ASSERT_FALSE(loaded);
+  EXPECT_NE(loaded.error().message.find("cannot run here"), std::string::npos)
+      << loaded.error().message;
+}
+
 TEST(CpuTarget, UnknownCpuIsAnError) {
   auto m = compiler::cpu::cpu_machine("no-such-cpu");
   ASSERT_FALSE(m);
