@@ -5,8 +5,8 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <system_error>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 namespace kiln::runtime {
@@ -76,9 +76,12 @@ namespace {
 
 Expected<std::vector<uint64_t>> bytes_at(const std::vector<uint64_t>& fixed,
                                          const std::vector<compiler::SizeTerm>& terms,
-                                         const compiler::Artifact& a, const std::vector<int64_t>& dims) {
+                                         const compiler::Artifact& a,
+                                         const std::vector<int64_t>& dims) {
   if (a.bucket.empty()) {
-    if (!dims.empty()) return make_error("a static graph takes no dims (", std::to_string(dims.size()), " given)");
+    if (!dims.empty()) {
+      return make_error("a static graph takes no dims (", std::to_string(dims.size()), " given)");
+    }
     return fixed;
   }
   if (dims.size() != a.bucket.size()) {
@@ -137,8 +140,13 @@ Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector
     if (!buffers) return buffers.error();
     auto terms = compiler::sizes_at(k.items, dims);
     if (!terms) return make_error("kernel ", k.name, ": corrupt work items");
+    // Each term is below 2^62 (SizeTerm::at); their product must stay there too.
     uint64_t items = 1;
-    for (uint64_t t : *terms) items *= t;
+    for (uint64_t t : *terms) {
+      if (t != 0 && items > (uint64_t{1} << 62) / t)
+        return make_error("kernel ", k.name, ": corrupt work items");
+      items *= t;
+    }
     if (items == 0) continue;
     auto parts = static_cast<size_t>(std::min<uint64_t>(static_cast<uint64_t>(pool), items));
     compiler::cpu::KernelFunction fn = functions[i];
@@ -149,8 +157,8 @@ Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector
       scratch_floats[part] = k.scratch_floats;
     }
     auto run_part = [&](size_t part) {
-      auto begin = static_cast<int64_t>(items * part / parts);
-      auto end = static_cast<int64_t>(items * (part + 1) / parts);
+      auto begin = static_cast<int64_t>(static_cast<unsigned __int128>(items) * part / parts);
+      auto end = static_cast<int64_t>(static_cast<unsigned __int128>(items) * (part + 1) / parts);
       fn(buffers->data(), dims.data(), begin, end, scratch[part] ? scratch[part]->data : nullptr);
     };
     if (parts == 1) {
