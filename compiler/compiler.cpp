@@ -12,13 +12,29 @@
 
 namespace kiln::compiler {
 
-Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options) {
+Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileOptions& options,
+                                      int sm, LaunchLimits limits) {
   if (Status s = check_bucket(graph, options.bucket); !s) return s.error();
   std::vector<int64_t> upper;
   for (const DimRange& range : options.bucket) upper.push_back(range.hi);
   auto bound = graph.bind(upper);
   if (!bound) return bound.error();
+  CompileOptions at_sm = options;
+  at_sm.sm = sm;
+  auto precision = resolve_precision(*bound, at_sm);
+  if (!precision) return precision.error();
+  auto attention = plan_attention(graph, *precision, options.fusion_fallback);
+  if (!attention) return attention.error();
+  std::vector<KernelGroup> groups = fuse(*bound, k_max_kernel_reads, attention->fused);
   Sizes sizes(graph, options.bucket);
+  auto plan = plan_kernels(*bound, groups, *precision, sm, sizes, limits);
+  if (!plan) return plan.error();
+  return PlannedProgram{std::move(*bound), std::move(sizes), std::move(*precision),
+                        std::move(attention->fallbacks), std::move(*plan)};
+}
+
+Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options) {
+  if (Status s = check_bucket(graph, options.bucket); !s) return s.error();
   auto nvrtc = load_nvrtc(options.nvrtc_path);
   const std::vector<int>& archs =
       nvrtc && !(*nvrtc)->archs().empty() ? (*nvrtc)->archs() : known_archs();
@@ -26,21 +42,17 @@ Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& opt
   if (options.sm < 75)
     return make_error("unsupported arch ", arch_name(options.sm), ": kiln needs sm_75 or newer");
 
+  auto planned = plan_program(graph, options, options.sm, LaunchLimits::cuda);
+  if (!planned) return planned.error();
   LoweredProgram program;
   program.sm = options.sm;
   program.bucket = options.bucket;
-  auto precision = resolve_precision(*bound, options);
-  if (!precision) return precision.error();
-  program.precision = std::move(*precision);
-  auto attention = plan_attention(graph, program.precision, options.fusion_fallback);
-  if (!attention) return attention.error();
-  program.attention_fallbacks = std::move(attention->fallbacks);
-  std::vector<KernelGroup> groups = fuse(*bound, k_max_kernel_reads, attention->fused);
-  auto plan = plan_kernels(*bound, groups, program.precision, options.sm, sizes);
-  if (!plan) return plan.error();
-  program.plan = std::move(*plan);
+  program.precision = std::move(planned->precision);
+  program.attention_fallbacks = std::move(planned->attention_fallbacks);
+  program.plan = std::move(planned->plan);
   for (const KernelPlan& kernel : program.plan.kernels) {
-    program.kernel_sources.push_back(emit_kernel(*bound, program.plan, kernel, sizes));
+    program.kernel_sources.push_back(
+        emit_kernel(planned->bound, program.plan, kernel, planned->sizes));
   }
   return program;
 }

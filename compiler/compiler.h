@@ -11,12 +11,29 @@
 #include "compiler/options.h"
 #include "compiler/plan.h"
 #include "compiler/precision.h"
+#include "compiler/sizes.h"
 #include "ir/graph.h"
 
 #include <string>
 #include <vector>
 
 namespace kiln::compiler {
+
+// The target-independent passes' result: the graph bound at its bucket's upper bounds and its
+// extents, the precision plan, the attentions run unfused, and the kernels' buffer plan.
+struct PlannedProgram {
+  ir::Graph bound;
+  Sizes sizes;
+  PrecisionPlan precision;
+  std::vector<std::string> attention_fallbacks;
+  ProgramPlan plan;
+};
+
+// check_bucket -> bind -> resolve_precision (as on `sm`) -> plan_attention -> fuse ->
+// plan_kernels, shared by the CUDA target (lower()) and the CPU target (compiler/cpu). Errors are
+// the caller's to fix, as lower()'s.
+Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileOptions& options,
+                                      int sm, LaunchLimits limits);
 
 // A graph lowered to kernel sources for one arch and mode.
 struct LoweredProgram {

@@ -1,12 +1,9 @@
-// compile_cpu(): the lowering pipeline for the CPU target, read top to bottom.
+// compile_cpu(): the CPU target's lowering: the passes shared with CUDA (plan_program), then
+// LLVM IR, O3 and object code.
 #include "compiler/cpu/impl.h"
 
-#include "compiler/attention.h"
+#include "compiler/compiler.h"
 #include "compiler/cpu/codegen.h"
-#include "compiler/fusion.h"
-#include "compiler/plan.h"
-#include "compiler/precision.h"
-#include "compiler/sizes.h"
 
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
@@ -18,33 +15,11 @@ namespace {
 // The CUDA arch whose mode resolution the CPU follows: every mode and path exists there.
 constexpr int k_modes_as_on_sm = 90;
 
-struct Lowered {
-  ir::Graph bound;
-  Sizes sizes;
-  PrecisionPlan precision;
-  std::vector<std::string> attention_fallbacks;
-  ProgramPlan plan;
-};
-
-Expected<Lowered> lower_for_cpu(const ir::Graph& graph, const CompileOptions& options) {
-  if (Status s = check_bucket(graph, options.bucket); !s) return s.error();
-  std::vector<int64_t> upper;
-  for (const DimRange& range : options.bucket) upper.push_back(range.hi);
-  auto bound = graph.bind(upper);
-  if (!bound) return bound.error();
-  CompileOptions as_on = options;
-  as_on.sm = k_modes_as_on_sm;
-  auto precision = resolve_precision(*bound, as_on);
-  if (!precision) return precision.error();
-  precision->decision += " (cpu: modes as on sm_90)";
-  auto attention = plan_attention(graph, *precision, options.fusion_fallback);
-  if (!attention) return attention.error();
-  std::vector<KernelGroup> groups = fuse(*bound, k_max_kernel_reads, attention->fused);
-  Sizes sizes(graph, options.bucket);
-  auto plan = plan_kernels(*bound, groups, *precision, k_modes_as_on_sm, sizes, LaunchLimits::none);
-  if (!plan) return plan.error();
-  return Lowered{std::move(*bound), std::move(sizes), std::move(*precision),
-                 std::move(attention->fallbacks), std::move(*plan)};
+Expected<PlannedProgram> lower_for_cpu(const ir::Graph& graph, const CompileOptions& options) {
+  auto planned = plan_program(graph, options, k_modes_as_on_sm, LaunchLimits::none);
+  if (!planned) return planned.error();
+  planned->precision.decision += " (cpu: modes as on sm_90)";
+  return planned;
 }
 
 // A lowered program's module: one function per kernel.
@@ -54,7 +29,7 @@ struct Built {
   std::vector<CpuKernel> kernels;
 };
 
-Expected<Built> build(const Lowered& lowered, const CpuMachine& machine) {
+Expected<Built> build(const PlannedProgram& lowered, const CpuMachine& machine) {
   Built built;
   auto kernels =
       build_module(*built.module, lowered.bound, lowered.plan, lowered.sizes, machine.facts);
