@@ -68,17 +68,44 @@ llvm::Value* KernelBuilder::extent(const Extent& e) {
 }
 
 llvm::Value* KernelBuilder::load_float(ir::DType dtype, llvm::Value* base, llvm::Value* index) {
+  return load_floats(dtype, base, index, 1);
+}
+
+namespace {
+
+// `scalar`, or a vector of `lanes` of it.
+llvm::Type* lanes_of(llvm::Type* scalar, unsigned lanes) {
+  return lanes == 1 ? scalar : llvm::FixedVectorType::get(scalar, lanes);
+}
+
+// The type of v's lanes (or of v) with `scalar` elements: i32 for float, and so on.
+llvm::Type* like(llvm::Value* v, llvm::Type* scalar) {
+  if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(v->getType()))
+    return llvm::FixedVectorType::get(scalar, vt->getNumElements());
+  return scalar;
+}
+
+llvm::Value* constant(llvm::Type* type, uint64_t value) { return llvm::ConstantInt::get(type, value); }
+
+}  // namespace
+
+llvm::Value* KernelBuilder::load_floats(ir::DType dtype, llvm::Value* base, llvm::Value* index,
+                                        unsigned lanes) {
+  llvm::Align align(dtype == ir::DType::f32 ? 4 : 2);
   switch (dtype) {
     case ir::DType::f32:
-      return m_b.CreateLoad(f32(), m_b.CreateGEP(f32(), base, index));
+      return m_b.CreateAlignedLoad(lanes_of(f32(), lanes), m_b.CreateGEP(f32(), base, index), align);
     case ir::DType::bf16: {
-      llvm::Value* bits = m_b.CreateLoad(m_b.getInt16Ty(), m_b.CreateGEP(m_b.getInt16Ty(), base, index));
-      bits = m_b.CreateShl(m_b.CreateZExt(bits, m_b.getInt32Ty()), 16);
-      return m_b.CreateBitCast(bits, f32());
+      llvm::Value* bits = m_b.CreateAlignedLoad(lanes_of(m_b.getInt16Ty(), lanes),
+                                                m_b.CreateGEP(m_b.getInt16Ty(), base, index), align);
+      llvm::Type* i32 = lanes_of(m_b.getInt32Ty(), lanes);
+      bits = m_b.CreateShl(m_b.CreateZExt(bits, i32), constant(i32, 16));
+      return m_b.CreateBitCast(bits, lanes_of(f32(), lanes));
     }
     case ir::DType::f16: {
-      llvm::Value* h = m_b.CreateLoad(m_b.getHalfTy(), m_b.CreateGEP(m_b.getHalfTy(), base, index));
-      return m_b.CreateFPExt(h, f32());
+      llvm::Value* h = m_b.CreateAlignedLoad(lanes_of(m_b.getHalfTy(), lanes),
+                                             m_b.CreateGEP(m_b.getHalfTy(), base, index), align);
+      return m_b.CreateFPExt(h, lanes_of(f32(), lanes));
     }
   }
   return nullptr;
@@ -86,13 +113,15 @@ llvm::Value* KernelBuilder::load_float(ir::DType dtype, llvm::Value* base, llvm:
 
 namespace {
 
-// bf16's bits of an fp32 value, rounded to nearest even; NaN gives the canonical 0x7fff.
+// bf16's bits of fp32 values, rounded to nearest even; NaN gives the canonical 0x7fff.
 llvm::Value* bf16_bits(llvm::IRBuilder<>& b, llvm::Value* v) {
-  llvm::Value* u = b.CreateBitCast(v, b.getInt32Ty());
-  llvm::Value* lsb = b.CreateAnd(b.CreateLShr(u, 16), 1);
-  llvm::Value* r = b.CreateLShr(b.CreateAdd(b.CreateAdd(u, b.getInt32(0x7fff)), lsb), 16);
+  llvm::Type* i32 = like(v, b.getInt32Ty());
+  llvm::Value* u = b.CreateBitCast(v, i32);
+  llvm::Value* lsb = b.CreateAnd(b.CreateLShr(u, constant(i32, 16)), constant(i32, 1));
+  llvm::Value* r = b.CreateLShr(b.CreateAdd(b.CreateAdd(u, constant(i32, 0x7fff)), lsb),
+                                constant(i32, 16));
   llvm::Value* nan = b.CreateFCmpUNO(v, v);
-  return b.CreateTrunc(b.CreateSelect(nan, b.getInt32(0x7fff), r), b.getInt16Ty());
+  return b.CreateTrunc(b.CreateSelect(nan, constant(i32, 0x7fff), r), like(v, b.getInt16Ty()));
 }
 
 }  // namespace
@@ -118,11 +147,12 @@ llvm::Value* KernelBuilder::round_to(ir::DType dtype, llvm::Value* v) {
     case ir::DType::f32:
       return v;
     case ir::DType::bf16: {
-      llvm::Value* bits = m_b.CreateZExt(bf16_bits(m_b, v), m_b.getInt32Ty());
-      return m_b.CreateBitCast(m_b.CreateShl(bits, 16), f32());
+      llvm::Type* i32 = like(v, m_b.getInt32Ty());
+      llvm::Value* bits = m_b.CreateZExt(bf16_bits(m_b, v), i32);
+      return m_b.CreateBitCast(m_b.CreateShl(bits, constant(i32, 16)), v->getType());
     }
     case ir::DType::f16:
-      return m_b.CreateFPExt(m_b.CreateFPTrunc(v, m_b.getHalfTy()), f32());
+      return m_b.CreateFPExt(m_b.CreateFPTrunc(v, like(v, m_b.getHalfTy())), v->getType());
   }
   return v;
 }
@@ -131,14 +161,14 @@ llvm::Value* KernelBuilder::round_operand(MatmulPath path, llvm::Value* v) {
   switch (path) {
     case MatmulPath::tf32: {
       // cvt.rna.tf32.f32: 10 mantissa bits, ties away from zero; infinities kept, NaN canonical.
-      llvm::Type* i32 = m_b.getInt32Ty();
+      llvm::Type* i32 = like(v, m_b.getInt32Ty());
       llvm::Value* u = m_b.CreateBitCast(v, i32);
-      llvm::Value* r = m_b.CreateAnd(m_b.CreateAdd(u, m_b.getInt32(0x1000)), m_b.getInt32(0xffffe000));
-      llvm::Value* special = m_b.CreateICmpEQ(m_b.CreateAnd(u, m_b.getInt32(0x7f800000)),
-                                              m_b.getInt32(0x7f800000));
+      llvm::Value* r = m_b.CreateAnd(m_b.CreateAdd(u, constant(i32, 0x1000)), constant(i32, 0xffffe000));
+      llvm::Value* special = m_b.CreateICmpEQ(m_b.CreateAnd(u, constant(i32, 0x7f800000)),
+                                              constant(i32, 0x7f800000));
       llvm::Value* nan = m_b.CreateFCmpUNO(v, v);
-      llvm::Value* kept = m_b.CreateSelect(nan, m_b.getInt32(0x7fffffff), u);
-      return m_b.CreateBitCast(m_b.CreateSelect(special, kept, r), f32());
+      llvm::Value* kept = m_b.CreateSelect(nan, constant(i32, 0x7fffffff), u);
+      return m_b.CreateBitCast(m_b.CreateSelect(special, kept, r), v->getType());
     }
     case MatmulPath::bf16_of_f32:
       return round_to(ir::DType::bf16, v);
@@ -251,7 +281,7 @@ std::vector<llvm::Value*> KernelBuilder::loop(
   assert(next.size() == phis.size());
   llvm::BasicBlock* latch = m_b.GetInsertBlock();
   llvm::Value* step_v = m_b.CreateAdd(iv, i64c(step));
-  m_b.CreateBr(header);
+  m_back_edge = m_b.CreateBr(header);
   iv->addIncoming(step_v, latch);
   for (size_t i = 0; i < phis.size(); ++i) phis[i]->addIncoming(next[i], latch);
   m_b.SetInsertPoint(exit);
@@ -264,6 +294,33 @@ void KernelBuilder::loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
     body(i);
     return std::vector<llvm::Value*>{};
   });
+}
+
+void KernelBuilder::plain_loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
+                               const std::function<void(llvm::Value*)>& body) {
+  loop(lo, hi, step, body);
+  llvm::LLVMContext& ctx = context();
+  auto flag = [&](const char* name, llvm::Metadata* value) -> llvm::Metadata* {
+    if (!value) return llvm::MDNode::get(ctx, llvm::MDString::get(ctx, name));
+    return llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, name), value});
+  };
+  llvm::Metadata* no = llvm::ConstantAsMetadata::get(m_b.getFalse());
+  llvm::TempMDTuple self = llvm::MDNode::getTemporary(ctx, {});
+  llvm::MDNode* id = llvm::MDNode::getDistinct(
+      ctx, {self.get(), flag("llvm.loop.vectorize.enable", no), flag("llvm.loop.unroll.disable", nullptr),
+            flag("llvm.loop.interleave.count", llvm::ConstantAsMetadata::get(m_b.getInt32(1)))});
+  id->replaceOperandWith(0, id);
+  m_back_edge->setMetadata(llvm::LLVMContext::MD_loop, id);
+}
+
+void KernelBuilder::in_function(llvm::Function* f, const std::function<void()>& body) {
+  llvm::Function* kernel = m_function;
+  llvm::IRBuilderBase::InsertPoint place = m_b.saveIP();
+  m_function = f;
+  m_b.SetInsertPoint(llvm::BasicBlock::Create(context(), "entry", f));
+  body();
+  m_function = kernel;
+  m_b.restoreIP(place);
 }
 
 void KernelBuilder::when(llvm::Value* cond, const std::function<void()>& then) {

@@ -49,8 +49,10 @@ class KernelBuilder {
 
   // Element `index` of `base` (elements of dtype) as float, and v rounded and stored there.
   llvm::Value* load_float(ir::DType dtype, llvm::Value* base, llvm::Value* index);
+  // Elements [index, index + lanes) as a vector of float (a float when lanes is 1).
+  llvm::Value* load_floats(ir::DType dtype, llvm::Value* base, llvm::Value* index, unsigned lanes);
   void store_float(ir::DType dtype, llvm::Value* base, llvm::Value* index, llvm::Value* v);
-  // v rounded to dtype and back to float (nothing for f32).
+  // v rounded to dtype and back to float (nothing for f32); these three take vectors too.
   llvm::Value* round_to(ir::DType dtype, llvm::Value* v);
   // The operand rounding of a matmul path (cvt.rna to tf32, bf16 of f32; nothing otherwise).
   llvm::Value* round_operand(MatmulPath path, llvm::Value* v);
@@ -71,6 +73,14 @@ class KernelBuilder {
                                      llvm::Value*, const std::vector<llvm::Value*>&)>& body);
   void loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
             const std::function<void(llvm::Value*)>& body);
+  // The same loop, kept as written: never vectorized, interleaved or unrolled. For loops whose
+  // body is already vectors, and rare paths (a partial edge panel) whose vectorized forms would
+  // be masked gathers: compile time spent on code that hardly runs.
+  void plain_loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
+                  const std::function<void(llvm::Value*)>& body);
+  // Builds `body` into f (a helper the kernel calls) from a new entry block; loops and
+  // conditions made meanwhile go to f, and the builder then returns to its place in the kernel.
+  void in_function(llvm::Function* f, const std::function<void()>& body);
   // if (cond) then(); as a block of its own.
   void when(llvm::Value* cond, const std::function<void()>& then);
 
@@ -95,6 +105,7 @@ class KernelBuilder {
   llvm::Value* m_begin = nullptr;
   llvm::Value* m_end = nullptr;
   llvm::Value* m_scratch = nullptr;
+  llvm::Instruction* m_back_edge = nullptr;  // of the loop built last
   std::vector<llvm::Value*> m_params;
   std::map<std::pair<int64_t, std::vector<uint32_t>>, llvm::Value*> m_extents;
 };

@@ -129,6 +129,171 @@ llvm::Function* micro_kernel(llvm::Module& module, MatmulPath path, const CpuFac
   return f;
 }
 
+// What a block's GEMM depends on besides sizes and pointers: kernels alike in these share it.
+struct GemmVariant {
+  MatmulPath path;
+  ir::DType a_dtype, b_dtype;
+  bool a_k_contiguous, b_k_contiguous;
+  // fp32 A with K contiguous needs no rounding: the micro-kernel reads its rows in place.
+  bool direct_a() const {
+    return path == MatmulPath::ffma && a_dtype == ir::DType::f32 && a_k_contiguous;
+  }
+  std::string name() const {
+    return std::string("kiln_gemm_") + std::string(to_string(path)) + "_" +
+           std::string(ir::to_string(a_dtype)) + (a_k_contiguous ? "k" : "m") + "_" +
+           std::string(ir::to_string(b_dtype)) + (b_k_contiguous ? "k" : "n");
+  }
+};
+
+// float* gemm(const void* A, i64 a_off, i64 lda, const void* B, i64 b_off, i64 ldb, i64 m0,
+//             i64 n0, i64 rows, i64 cols, i64 M, i64 N, i64 K, i64 mc, i64 nc, float* scratch):
+// one block's sums, rows x cols at (m0, n0) of an mc x nc tile, left in scratch's C tile, which
+// it returns. Scratch holds A panels (mc x KC), B panels (KC x nc), their small halves
+// (tf32x3), then C (mc x nc). One function per variant in a module, called by every matmul
+// kernel of that variant: each kernel compiles only its own epilogue.
+llvm::Function* gemm_block(KernelBuilder& kb, const GemmVariant& v) {
+  llvm::Module& module = kb.module();
+  if (llvm::Function* f = module.getFunction(v.name())) return f;
+  const CpuFacts& facts = kb.facts();
+  const bool x3 = v.path == MatmulPath::tf32x3;
+  const int64_t mr = mr_for(v.path, facts), nr = facts.nr;
+  const int64_t kcap = facts.kc;
+  const bool direct_a = v.direct_a();
+  llvm::Function* micro = micro_kernel(module, v.path, facts);
+  llvm::IRBuilder<>& b = kb.b();
+  llvm::Type* fl = kb.f32();
+  llvm::Type* p = kb.ptr();
+  llvm::Type* i64 = kb.i64();
+  auto* type = llvm::FunctionType::get(
+      p, {p, i64, i64, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, p}, false);
+  auto* f = llvm::Function::Create(type, llvm::Function::InternalLinkage, v.name(), module);
+  f->addFnAttr(llvm::Attribute::NoUnwind);
+  f->addFnAttr(llvm::Attribute::NoInline);  // shared: inlined, each kernel would compile it again
+  f->addParamAttr(15, llvm::Attribute::NoAlias);
+  std::vector<llvm::Value*> args;
+  for (llvm::Argument& a : f->args()) args.push_back(&a);
+  llvm::Value *A = args[0], *a_off = args[1], *lda = args[2], *B = args[3], *b_off = args[4],
+              *ldb = args[5], *m0 = args[6], *n0 = args[7], *rows = args[8], *cols = args[9],
+              *M = args[10], *N = args[11], *K = args[12], *mc = args[13], *nc = args[14],
+              *scratch = args[15];
+  kb.in_function(f, [&] {
+    llvm::Value* zero = kb.i64c(0);
+    auto min = [&](llvm::Value* x, llvm::Value* y) { return b.CreateSelect(b.CreateICmpSLT(x, y), x, y); };
+    llvm::Value* ap = scratch;
+    llvm::Value* kc_cap = kb.i64c(kcap);
+    llvm::Value* bp = b.CreateGEP(fl, ap, b.CreateMul(mc, kc_cap));
+    llvm::Value* ap2 = b.CreateGEP(fl, bp, b.CreateMul(nc, kc_cap));
+    llvm::Value* bp2 = x3 ? b.CreateGEP(fl, ap2, b.CreateMul(mc, kc_cap)) : ap2;
+    llvm::Value* cp = x3 ? b.CreateGEP(fl, bp2, b.CreateMul(nc, kc_cap)) : ap2;
+
+    // One operand as the packing reads it: element (f, kk) of the free dim f and K at
+    // base[offset + (k_contiguous ? f * ld + kk : kk * ld + f)], of dtype.
+    struct Operand {
+      llvm::Value* base;
+      ir::DType dtype;
+      llvm::Value* offset;
+      llvm::Value* ld;
+      bool k_contiguous;
+    };
+    auto index_of = [&](const Operand& o, llvm::Value* f, llvm::Value* kk) {
+      llvm::Value* i = o.k_contiguous ? b.CreateAdd(b.CreateMul(f, o.ld), kk)
+                                      : b.CreateAdd(b.CreateMul(kk, o.ld), f);
+      return b.CreateAdd(o.offset, i);
+    };
+    // Stores v (lanes of the panel) rounded as the path does: both tf32x3 halves, or one value.
+    auto store_rounded = [&](llvm::Value* dst, llvm::Value* dst_small, llvm::Value* slot,
+                             llvm::Value* x, llvm::Value* inside) {
+      llvm::Align align(4);
+      auto put = [&](llvm::Value* to, llvm::Value* y) {
+        if (inside) y = b.CreateSelect(inside, y, kb.f32c(0.0));
+        b.CreateAlignedStore(y, b.CreateGEP(fl, to, slot), align);
+      };
+      if (!x3) return put(dst, kb.round_operand(v.path, x));
+      auto [big, small] = kb.split_tf32x3(x);
+      put(dst, big);
+      put(dst_small, small);
+    };
+    // Packs one operand: panels of `width` along the free dim, element (f, kk) at
+    // panel * kc * width + kk * width + f % width; past the free extent, zeros. A whole panel
+    // whose free dim is contiguous moves as vectors; other whole panels element by element
+    // (the vectorizer may gather them); the last, partial panel with bounds checks, as written.
+    auto pack = [&](llvm::Value* dst, llvm::Value* dst_small, llvm::Value* count, int64_t width,
+                    llvm::Value* free0, llvm::Value* free_bound, llvm::Value* k0, llvm::Value* kc,
+                    const Operand& o) {
+      const int64_t w = facts.vector_width;
+      const int64_t lanes = width % w == 0 ? w : width;
+      kb.loop(zero, count, width, [&](llvm::Value* f0) {
+        llvm::Value* panel = b.CreateMul(f0, kc);
+        llvm::Value* whole = b.CreateICmpSLE(b.CreateAdd(f0, kb.i64c(width)), count);
+        kb.when(whole, [&] {
+          kb.plain_loop(zero, kc, 1, [&](llvm::Value* kk) {
+            llvm::Value* row = b.CreateAdd(panel, b.CreateMul(kk, kb.i64c(width)));
+            if (!o.k_contiguous) {
+              for (int64_t f = 0; f < width; f += lanes) {
+                llvm::Value* at = index_of(o, b.CreateAdd(free0, b.CreateAdd(f0, kb.i64c(f))),
+                                           b.CreateAdd(k0, kk));
+                llvm::Value* x = kb.load_floats(o.dtype, o.base, at, static_cast<unsigned>(lanes));
+                store_rounded(dst, dst_small, b.CreateAdd(row, kb.i64c(f)), x, nullptr);
+              }
+              return;
+            }
+            kb.loop(zero, kb.i64c(width), 1, [&](llvm::Value* f) {
+              llvm::Value* at = index_of(o, b.CreateAdd(free0, b.CreateAdd(f0, f)), b.CreateAdd(k0, kk));
+              store_rounded(dst, dst_small, b.CreateAdd(row, f), kb.load_float(o.dtype, o.base, at),
+                            nullptr);
+            });
+          });
+        });
+        kb.when(b.CreateNot(whole), [&] {
+          kb.plain_loop(zero, kc, 1, [&](llvm::Value* kk) {
+            llvm::Value* row = b.CreateAdd(panel, b.CreateMul(kk, kb.i64c(width)));
+            kb.plain_loop(zero, kb.i64c(width), 1, [&](llvm::Value* f) {
+              llvm::Value* at = b.CreateAdd(free0, b.CreateAdd(f0, f));
+              llvm::Value* inside = b.CreateICmpSLT(at, free_bound);
+              llvm::Value* safe = b.CreateSelect(inside, at, b.CreateSub(free_bound, kb.i64c(1)));
+              llvm::Value* x = kb.load_float(o.dtype, o.base, index_of(o, safe, b.CreateAdd(k0, kk)));
+              store_rounded(dst, dst_small, b.CreateAdd(row, f), x, inside);
+            });
+          });
+        });
+      });
+    };
+    const Operand a_op{A, v.a_dtype, a_off, lda, v.a_k_contiguous};
+    const Operand b_op{B, v.b_dtype, b_off, ldb, v.b_k_contiguous};
+
+    kb.loop(zero, K, kcap, [&](llvm::Value* pc) {
+      llvm::Value* kc = min(kb.i64c(kcap), b.CreateSub(K, pc));
+      pack(bp, bp2, cols, nr, n0, N, pc, kc, b_op);
+      if (!direct_a) pack(ap, ap2, rows, mr, m0, M, pc, kc, a_op);
+      llvm::Value* first = b.CreateICmpEQ(pc, zero);
+      kb.loop(zero, cols, nr, [&](llvm::Value* jr) {
+        llvm::Value* bpanel = b.CreateGEP(fl, bp, b.CreateMul(jr, kc));
+        llvm::Value* bpanel2 = b.CreateGEP(fl, bp2, b.CreateMul(jr, kc));
+        kb.loop(zero, rows, mr, [&](llvm::Value* ir) {
+          llvm::Value* apanel = b.CreateGEP(fl, ap, b.CreateMul(ir, kc));
+          llvm::Value* apanel2 = b.CreateGEP(fl, ap2, b.CreateMul(ir, kc));
+          llvm::Value* a_row = kb.i64c(1);
+          llvm::Value* a_col = kb.i64c(mr);
+          llvm::Value* a_rows = kb.i64c(mr);
+          if (direct_a) {
+            llvm::Value* row0 = b.CreateAdd(m0, ir);
+            apanel = b.CreateGEP(fl, A, b.CreateAdd(a_off, b.CreateAdd(b.CreateMul(row0, lda), pc)));
+            a_row = lda;
+            a_col = kb.i64c(1);
+            a_rows = b.CreateSub(rows, ir);
+          }
+          llvm::Value* c = b.CreateGEP(fl, cp, b.CreateAdd(b.CreateMul(ir, nc), jr));
+          b.CreateCall(micro, {apanel, bpanel, c, nc, kc, first, apanel2, bpanel2, a_row,
+                               a_col, a_rows});
+        });
+      });
+    });
+
+    b.CreateRet(cp);
+  });
+  return f;
+}
+
 }  // namespace
 
 WorkShape build_matmul(KernelBuilder& kb) {
@@ -137,8 +302,9 @@ WorkShape build_matmul(KernelBuilder& kb) {
   const MatmulExtents& e = k.extents;
   const CpuFacts& facts = kb.facts();
   const ir::Node& mm = kb.graph().node(k.group.anchor);
-  ir::DType dtype = kb.graph().node(mm.operands[0]).type.dtype;
-  ir::DType b_dtype = kb.graph().node(mm.operands[1]).type.dtype;
+  const GemmVariant variant{s.path, kb.graph().node(mm.operands[0]).type.dtype,
+                            kb.graph().node(mm.operands[1]).type.dtype, s.a_k_contiguous,
+                            s.b_k_contiguous};
   const bool x3 = s.path == MatmulPath::tf32x3;
   const int64_t mr = mr_for(s.path, facts), nr = facts.nr;
   // A work item's block: a short M in one block (so that B's panels are packed once per item),
@@ -149,9 +315,7 @@ WorkShape build_matmul(KernelBuilder& kb) {
   const int64_t kcap = facts.kc;
   int64_t nc = facts.nc / nr * nr;
   while (nc > 2 * nr && e.batch.hi * blocks_m_hi * ((e.n.hi + nc - 1) / nc) < 4) nc -= nr;
-  // fp32 A with K contiguous needs no rounding: the micro-kernel reads its rows in place.
-  const bool direct_a = s.path == MatmulPath::ffma && dtype == ir::DType::f32 && s.a_k_contiguous;
-  llvm::Function* micro = micro_kernel(kb.module(), s.path, facts);
+  llvm::Function* gemm = gemm_block(kb, variant);
   llvm::IRBuilder<>& b = kb.b();
   llvm::Type* fl = kb.f32();
 
@@ -164,13 +328,6 @@ WorkShape build_matmul(KernelBuilder& kb) {
   llvm::Value* blocks_m = b.CreateUDiv(b.CreateAdd(M, kb.i64c(mc - 1)), kb.i64c(mc));
   llvm::Value* blocks_n = b.CreateUDiv(b.CreateAdd(N, kb.i64c(nc - 1)), kb.i64c(nc));
   int rank = mm.type.shape.rank();
-
-  // Scratch: A panels (MC x KC), B panels (KC x NC), their small halves (tf32x3), C (MC x NC).
-  llvm::Value* ap = kb.scratch();
-  llvm::Value* bp = b.CreateConstGEP1_64(fl, ap, static_cast<uint64_t>(mc * kcap));
-  llvm::Value* ap2 = b.CreateConstGEP1_64(fl, bp, static_cast<uint64_t>(kcap * nc));
-  llvm::Value* bp2 = b.CreateConstGEP1_64(fl, ap2, static_cast<uint64_t>(x3 ? mc * kcap : 0));
-  llvm::Value* cp = b.CreateConstGEP1_64(fl, bp2, static_cast<uint64_t>(x3 ? kcap * nc : 0));
   llvm::Value* zero = kb.i64c(0);
   auto min = [&](llvm::Value* x, llvm::Value* y) { return b.CreateSelect(b.CreateICmpSLT(x, y), x, y); };
 
@@ -191,96 +348,11 @@ WorkShape build_matmul(KernelBuilder& kb) {
       if (outer.coef) o = b.CreateAdd(o, b.CreateMul(b.CreateUDiv(bz, inner), kb.extent(outer)));
       return o;
     };
-    llvm::Value* A = kb.param_of(mm.operands[0]);
-    llvm::Value* B = kb.param_of(mm.operands[1]);
     llvm::Value* a_off = offset(e.a_outer_stride, e.a_batch_stride);
     llvm::Value* b_off = offset(e.b_outer_stride, e.b_batch_stride);
-
-    // Packs one operand: panels of `width` along the free dim, element (f, kk) at
-    // panel * kc * width + kk * width + f % width; past the free extent, zeros.
-    auto pack = [&](llvm::Value* dst, llvm::Value* dst_small, llvm::Value* count, int64_t width,
-                    llvm::Value* free0, llvm::Value* free_bound, llvm::Value* k0, llvm::Value* kc,
-                    const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& element) {
-      kb.loop(zero, count, width, [&](llvm::Value* f0) {
-        llvm::Value* panel = b.CreateMul(f0, kc);
-        // Whole panels read without bounds checks; the last, partial one with them.
-        llvm::Value* whole = b.CreateICmpSLE(b.CreateAdd(f0, kb.i64c(width)), count);
-        kb.when(whole, [&] {
-          kb.loop(zero, kc, 1, [&](llvm::Value* kk) {
-            for (int64_t f = 0; f < width; ++f) {
-              llvm::Value* at = b.CreateAdd(free0, b.CreateAdd(f0, kb.i64c(f)));
-              llvm::Value* v = element(at, b.CreateAdd(k0, kk));
-              llvm::Value* slot = b.CreateAdd(panel, b.CreateAdd(b.CreateMul(kk, kb.i64c(width)), kb.i64c(f)));
-              if (x3) {
-                auto [big, small] = kb.split_tf32x3(v);
-                b.CreateStore(big, b.CreateGEP(fl, dst, slot));
-                b.CreateStore(small, b.CreateGEP(fl, dst_small, slot));
-              } else {
-                b.CreateStore(kb.round_operand(s.path, v), b.CreateGEP(fl, dst, slot));
-              }
-            }
-          });
-        });
-        kb.when(b.CreateNot(whole), [&] {
-        kb.loop(zero, kc, 1, [&](llvm::Value* kk) {
-          for (int64_t f = 0; f < width; ++f) {
-            llvm::Value* at = b.CreateAdd(free0, b.CreateAdd(f0, kb.i64c(f)));
-            llvm::Value* inside = b.CreateICmpSLT(at, free_bound);
-            llvm::Value* safe = b.CreateSelect(inside, at, b.CreateSub(free_bound, kb.i64c(1)));
-            llvm::Value* v = element(safe, b.CreateAdd(k0, kk));
-            llvm::Value* slot = b.CreateAdd(panel, b.CreateAdd(b.CreateMul(kk, kb.i64c(width)), kb.i64c(f)));
-            if (x3) {
-              auto [big, small] = kb.split_tf32x3(v);
-              b.CreateStore(b.CreateSelect(inside, big, kb.f32c(0.0)), b.CreateGEP(fl, dst, slot));
-              b.CreateStore(b.CreateSelect(inside, small, kb.f32c(0.0)),
-                            b.CreateGEP(fl, dst_small, slot));
-            } else {
-              b.CreateStore(b.CreateSelect(inside, kb.round_operand(s.path, v), kb.f32c(0.0)),
-                            b.CreateGEP(fl, dst, slot));
-            }
-          }
-        });
-        });
-      });
-    };
-    auto a_at = [&](llvm::Value* m, llvm::Value* kk) {
-      llvm::Value* i = s.a_k_contiguous ? b.CreateAdd(b.CreateMul(m, lda), kk)
-                                        : b.CreateAdd(b.CreateMul(kk, lda), m);
-      return kb.load_float(dtype, A, b.CreateAdd(a_off, i));
-    };
-    auto b_at = [&](llvm::Value* n, llvm::Value* kk) {
-      llvm::Value* i = s.b_k_contiguous ? b.CreateAdd(b.CreateMul(n, ldb), kk)
-                                        : b.CreateAdd(b.CreateMul(kk, ldb), n);
-      return kb.load_float(b_dtype, B, b.CreateAdd(b_off, i));
-    };
-
-    kb.loop(zero, K, kcap, [&](llvm::Value* pc) {
-      llvm::Value* kc = min(kb.i64c(kcap), b.CreateSub(K, pc));
-      pack(bp, bp2, cols, nr, n0, N, pc, kc, b_at);
-      if (!direct_a) pack(ap, ap2, rows, mr, m0, M, pc, kc, a_at);
-      llvm::Value* first = b.CreateICmpEQ(pc, zero);
-      kb.loop(zero, cols, nr, [&](llvm::Value* jr) {
-        llvm::Value* bpanel = b.CreateGEP(fl, bp, b.CreateMul(jr, kc));
-        llvm::Value* bpanel2 = b.CreateGEP(fl, bp2, b.CreateMul(jr, kc));
-        kb.loop(zero, rows, mr, [&](llvm::Value* ir) {
-          llvm::Value* apanel = b.CreateGEP(fl, ap, b.CreateMul(ir, kc));
-          llvm::Value* apanel2 = b.CreateGEP(fl, ap2, b.CreateMul(ir, kc));
-          llvm::Value* a_row = kb.i64c(1);
-          llvm::Value* a_col = kb.i64c(mr);
-          llvm::Value* a_rows = kb.i64c(mr);
-          if (direct_a) {
-            llvm::Value* row0 = b.CreateAdd(m0, ir);
-            apanel = b.CreateGEP(fl, A, b.CreateAdd(a_off, b.CreateAdd(b.CreateMul(row0, lda), pc)));
-            a_row = lda;
-            a_col = kb.i64c(1);
-            a_rows = b.CreateSub(rows, ir);
-          }
-          llvm::Value* c = b.CreateGEP(fl, cp, b.CreateAdd(b.CreateMul(ir, kb.i64c(nc)), jr));
-          b.CreateCall(micro, {apanel, bpanel, c, kb.i64c(nc), kc, first, apanel2, bpanel2, a_row,
-                               a_col, a_rows});
-        });
-      });
-    });
+    llvm::Value* cp = b.CreateCall(
+        gemm, {kb.param_of(mm.operands[0]), a_off, lda, kb.param_of(mm.operands[1]), b_off, ldb,
+               m0, n0, rows, cols, M, N, K, kb.i64c(mc), kb.i64c(nc), kb.scratch()});
 
     // The epilogue on the accumulators, element (bz, m, n) of the result.
     ir::NodeId root = k.group.root;

@@ -15,6 +15,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <map>
 #include <mutex>
 
 namespace kiln::compiler::cpu::impl {
@@ -89,7 +90,9 @@ Expected<CpuMachine> cpu_machine(const std::string& cpu, const std::string& feat
 
 std::string llvm_version() { return LLVM_VERSION_STRING; }
 
-Status runs_here(const std::string& cpu) {
+namespace {
+
+Status check_runs_here(const std::string& cpu) {
   CpuMachine target;
   target.cpu = cpu;
   auto tm = target_machine(target);
@@ -120,6 +123,19 @@ Status runs_here(const std::string& cpu) {
                     " lacks:", missing, ")");
 }
 
+}  // namespace
+
+Status runs_here(const std::string& cpu) {
+  // The answer cannot change within a process, and asking costs a target machine (about
+  // 140 us): more than the rest of a cache hit's load.
+  static std::mutex mutex;
+  static std::map<std::string, Status> answers;
+  std::lock_guard lock(mutex);
+  auto it = answers.find(cpu);
+  if (it == answers.end()) it = answers.emplace(cpu, check_runs_here(cpu)).first;
+  return it->second;
+}
+
 std::string module_text(const llvm::Module& module) {
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -137,7 +153,11 @@ Expected<std::string> compile_object(llvm::Module& module, const CpuMachine& mac
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
   llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(tm->get());
+  // No interleaving: the hot loops (micro-kernel, packing) are written as vectors already, and
+  // interleaving the rest made code generation a sixth slower for no measured gain.
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopInterleaving = false;
+  llvm::PassBuilder pb(tm->get(), tuning);
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);
   pb.registerFunctionAnalyses(fam);
@@ -158,14 +178,21 @@ Expected<std::string> compile_object(llvm::Module& module, const CpuMachine& mac
 
 namespace {
 
-// The process's one LLJIT: each loaded object gets a JITDylib of its own in it.
-Expected<llvm::orc::LLJIT*> process_jit() {
+// The process's one LLJIT, and a JITDylib of the process's own symbols (libm's erff, ...)
+// that every loaded object's JITDylib links against: each loaded object gets a JITDylib of its
+// own in it.
+struct ProcessJit {
+  llvm::orc::LLJIT* jit = nullptr;
+  llvm::orc::JITDylib* process_symbols = nullptr;
+};
+
+Expected<ProcessJit> process_jit() {
   static std::mutex mutex;
   // Never destroyed: loaded objects may be released during static destruction.
-  static llvm::orc::LLJIT* jit = nullptr;
+  static ProcessJit process;
   static std::string failure;
   std::lock_guard lock(mutex);
-  if (jit) return jit;
+  if (process.jit) return process;
   if (!failure.empty()) return make_error(failure);
   initialize_llvm();
   auto created = llvm::orc::LLJITBuilder().create();
@@ -173,8 +200,22 @@ Expected<llvm::orc::LLJIT*> process_jit() {
     failure = "llvm: cannot start the JIT: " + error_text(created.takeError());
     return make_error(failure);
   }
-  jit = created->release();
-  return jit;
+  llvm::orc::LLJIT* jit = created->release();
+  auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+      jit->getDataLayout().getGlobalPrefix());
+  if (!generator) {
+    failure = "llvm: " + error_text(generator.takeError());
+    return make_error(failure);
+  }
+  auto symbols = jit->createJITDylib("kiln-process");
+  if (!symbols) {
+    failure = "llvm: " + error_text(symbols.takeError());
+    return make_error(failure);
+  }
+  symbols->addGenerator(std::move(*generator));
+  process.jit = jit;
+  process.process_symbols = &*symbols;
+  return process;
 }
 
 }  // namespace
@@ -194,42 +235,44 @@ class JitObject final : public LoadedObject {
 
 Expected<std::unique_ptr<LoadedObject>> load_object(const std::string& object,
                                                     const std::vector<std::string>& entries) {
-  auto jit = process_jit();
-  if (!jit) return jit.error();
+  auto process = process_jit();
+  if (!process) return process.error();
+  llvm::orc::LLJIT& jit = *process->jit;
   static std::mutex mutex;  // JITDylib names are unique per session
   static uint64_t serial = 0;
   auto loaded = std::make_unique<JitObject>();
   llvm::orc::JITDylib* dylib = nullptr;
   {
     std::lock_guard lock(mutex);
-    auto created = (*jit)->createJITDylib("kiln" + std::to_string(serial++));
+    auto created = jit.createJITDylib("kiln" + std::to_string(serial++));
     if (!created) return make_error("llvm: ", error_text(created.takeError()));
     dylib = &*created;
   }
   loaded->m_dylib = dylib;
-  auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
-      (*jit)->getDataLayout().getGlobalPrefix());
-  if (!generator) return make_error("llvm: ", error_text(generator.takeError()));
-  dylib->addGenerator(std::move(*generator));
+  dylib->addToLinkOrder(*process->process_symbols);
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object, "kiln-object");
-  if (llvm::Error e = (*jit)->addObjectFile(*dylib, std::move(buffer))) {
+  if (llvm::Error e = jit.addObjectFile(*dylib, std::move(buffer))) {
     return make_error("cpu object: cannot be loaded: ", error_text(std::move(e)));
   }
+  // Every entry in one lookup: one link of the object, one round through the session.
+  llvm::orc::SymbolLookupSet names;
+  for (const std::string& entry : entries) names.add(jit.mangleAndIntern(entry));
+  llvm::orc::ExecutionSession& session = jit.getExecutionSession();
+  auto found = session.lookup(llvm::orc::makeJITDylibSearchOrder(dylib), std::move(names));
+  if (!found) return make_error("cpu object: ", error_text(found.takeError()));
   for (const std::string& entry : entries) {
-    auto symbol = (*jit)->lookup(*dylib, entry);
-    if (!symbol) {
-      return make_error("cpu object: entry '", entry, "': ", error_text(symbol.takeError()));
-    }
-    loaded->m_functions.push_back(symbol->toPtr<KernelFunction>());
+    auto it = found->find(jit.mangleAndIntern(entry));
+    if (it == found->end()) return make_error("cpu object: entry '", entry, "' is missing");
+    loaded->m_functions.push_back(llvm::jitTargetAddressToPointer<KernelFunction>(it->second.getAddress()));
   }
   return std::unique_ptr<LoadedObject>(std::move(loaded));
 }
 
 JitObject::~JitObject() {
   if (!m_dylib) return;
-  auto jit = process_jit();
-  if (!jit) return;
-  llvm::consumeError((*jit)->getExecutionSession().removeJITDylib(*m_dylib));
+  auto process = process_jit();
+  if (!process) return;
+  llvm::consumeError(process->jit->getExecutionSession().removeJITDylib(*m_dylib));
 }
 
 }  // namespace kiln::compiler::cpu::impl
