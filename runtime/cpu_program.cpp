@@ -1,12 +1,11 @@
 // CpuProgram: buffers bound by role, work items split over threads, kernels run in order.
 #include "runtime/cpu_program.h"
 
-#include "compiler/pool.h"
+#include "runtime/cpu_workers.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <system_error>
 #include <thread>
 
 namespace kiln::runtime {
@@ -161,15 +160,7 @@ Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector
       auto end = static_cast<int64_t>(static_cast<unsigned __int128>(items) * (part + 1) / parts);
       fn(buffers->data(), dims.data(), begin, end, scratch[part] ? scratch[part]->data : nullptr);
     };
-    if (parts == 1) {
-      run_part(0);
-      continue;
-    }
-    try {
-      compiler::parallel_for(parts, static_cast<int>(parts), run_part);
-    } catch (const std::system_error& e) {  // no thread to be had
-      return make_error("cpu: cannot start ", std::to_string(parts), " threads: ", e.what());
-    }
+    run_parts(parts, static_cast<int>(parts), run_part);
   }
   return {};
 }

@@ -1,0 +1,126 @@
+// A job queue over long-lived std::threads: a caller posts its job, works on it itself, and waits
+// until its parts are done and no worker still holds it.
+#include "runtime/cpu_workers.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+namespace kiln::runtime {
+
+namespace {
+
+struct Job {
+  const std::function<void(size_t)>* part = nullptr;
+  size_t parts = 0;
+  int helpers_wanted = 0;
+  std::atomic<size_t> next{0};
+  // Guarded by the pool's mutex.
+  size_t done = 0;
+  int helpers = 0;  // workers on it now
+};
+
+class Workers {
+ public:
+  void run(size_t parts, int threads, const std::function<void(size_t)>& part);
+  int size() {
+    std::lock_guard lock(m_mutex);
+    return m_threads;
+  }
+
+ private:
+  void grow(int wanted);
+  void work();
+  // Runs parts of `job` until none are left; returns how many it ran.
+  static size_t take_parts(Job& job) {
+    size_t ran = 0;
+    for (size_t i = job.next++; i < job.parts; i = job.next++) {
+      (*job.part)(i);
+      ++ran;
+    }
+    return ran;
+  }
+
+  std::mutex m_mutex;
+  std::condition_variable m_posted;    // a job wants helpers
+  std::condition_variable m_finished;  // a part finished or a helper left a job
+  std::deque<Job*> m_jobs;             // jobs that may still take helpers
+  int m_threads = 0;  // started, detached, each in work() for good
+};
+
+void Workers::grow(int wanted) {
+  // Called with m_mutex held.
+  while (m_threads < wanted) {
+    try {
+      std::thread([this] { work(); }).detach();  // the pool lives as long as the process
+    } catch (const std::system_error&) {  // no more threads to be had: use those there are
+      return;
+    }
+    ++m_threads;
+  }
+}
+
+void Workers::work() {
+  std::unique_lock lock(m_mutex);
+  for (;;) {
+    m_posted.wait(lock, [&] { return !m_jobs.empty(); });
+    Job* job = m_jobs.front();
+    if (job->next >= job->parts) {  // every part taken: nothing to help with
+      m_jobs.pop_front();
+      continue;
+    }
+    if (++job->helpers >= job->helpers_wanted) m_jobs.pop_front();
+    lock.unlock();
+    size_t ran = take_parts(*job);
+    lock.lock();
+    job->done += ran;
+    --job->helpers;
+    m_finished.notify_all();
+  }
+}
+
+void Workers::run(size_t parts, int threads, const std::function<void(size_t)>& part) {
+  if (parts == 0) return;
+  int helpers = static_cast<int>(std::min<size_t>(parts, static_cast<size_t>(std::max(threads, 1)))) - 1;
+  Job job;
+  job.part = &part;
+  job.parts = parts;
+  job.helpers_wanted = helpers;
+  if (helpers > 0) {
+    std::lock_guard lock(m_mutex);
+    grow(helpers);
+    if (m_threads > 0) {
+      m_jobs.push_back(&job);
+      m_posted.notify_all();
+    }
+  }
+  size_t ran = take_parts(job);
+  std::unique_lock lock(m_mutex);
+  job.done += ran;
+  // No worker may take the job once this returns: take it off the queue if still there.
+  for (auto it = m_jobs.begin(); it != m_jobs.end(); ++it) {
+    if (*it == &job) {
+      m_jobs.erase(it);
+      break;
+    }
+  }
+  m_finished.wait(lock, [&] { return job.done == parts && job.helpers == 0; });
+}
+
+Workers& workers() {
+  static Workers* pool = new Workers();  // never destroyed: its threads outlive static destruction
+  return *pool;
+}
+
+}  // namespace
+
+void run_parts(size_t parts, int threads, const std::function<void(size_t)>& part) {
+  workers().run(parts, threads, part);
+}
+
+int cpu_workers() { return workers().size(); }
+
+}  // namespace kiln::runtime
