@@ -1,6 +1,8 @@
 // Tensor-core matmul kernels: warp-tiled mma.sync over a shared-memory pipeline, fused epilogue.
 #include "compiler/emit_internal.h"
 
+#include "compiler/target.h"
+
 namespace kiln::compiler::detail {
 
 namespace {
@@ -128,7 +130,7 @@ void emit_mma(Code& code, MatmulPath path, int sm, const MmaNames& n) {
       code.line("kiln_mma_m16n8k8_tf32(" + n.acc + ", " + n.a + ", " + n.b + ");");
       return;
     case MatmulPath::f16:
-      if (sm >= 80) {
+      if (has_sm80_mma(sm)) {
         code.line("kiln_mma_m16n8k16_f16(" + n.acc + ", " + n.a + ", " + n.b + ");");
       } else {
         code.line("kiln_mma_m16n8k8_f16(" + n.acc + ", " + n.a + ", " + n.b + ");");

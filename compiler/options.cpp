@@ -1,12 +1,18 @@
 // Arch names and the option fields that enter the cache key.
 #include "compiler/options.h"
 
+#include "compiler/target.h"
+
 #include <charconv>
 
 namespace kiln::compiler {
 
 const std::vector<int>& known_archs() {
-  static const std::vector<int> archs = {75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121};
+  static const std::vector<int> archs = [] {
+    std::vector<int> list;
+    for (const ArchFacts& facts : arch_table()) list.push_back(facts.sm);
+    return list;
+  }();
   return archs;
 }
 

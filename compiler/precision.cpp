@@ -1,6 +1,8 @@
 // Precision resolution: auto per arch, per-op overrides, refusals and recorded fallbacks.
 #include "compiler/precision.h"
 
+#include "compiler/target.h"
+
 namespace kiln::compiler {
 
 std::string_view to_string(MatmulPath path) {
@@ -45,7 +47,7 @@ struct Choice {
 };
 
 Choice choose(ir::DType dtype, ir::Precision mode, int sm) {
-  bool ampere = sm >= 80;
+  bool ampere = has_sm80_mma(sm);
   if (dtype == ir::DType::f16) return {MatmulPath::f16, ""};
   if (dtype == ir::DType::bf16) {
     return {MatmulPath::bf16, ampere ? "" : "bf16 mma.sync needs sm_80 or newer"};
@@ -66,14 +68,18 @@ Choice choose(ir::DType dtype, ir::Precision mode, int sm) {
 
 }  // namespace
 
+ir::Precision automatic_precision(int sm) {
+  return has_sm80_mma(sm) ? ir::Precision::high : ir::Precision::highest;
+}
+
 Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileOptions& options) {
   PrecisionPlan plan;
   plan.graph_mode = options.precision;
   if (options.precision == ir::Precision::automatic) {
-    plan.graph_mode = options.sm >= 80 ? ir::Precision::high : ir::Precision::highest;
+    plan.graph_mode = automatic_precision(options.sm);
     plan.decision =
         "auto -> " + std::string(ir::to_string(plan.graph_mode)) + " on " + arch_name(options.sm) +
-        (options.sm >= 80 ? " (tf32 tensor cores available)" : " (no tf32 before sm_80)");
+        (has_sm80_mma(options.sm) ? " (tf32 tensor cores available)" : " (no tf32 before sm_80)");
   } else {
     plan.decision = std::string(ir::to_string(plan.graph_mode)) + " on " + arch_name(options.sm);
   }

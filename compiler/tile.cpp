@@ -1,6 +1,8 @@
 // Tile heuristic: big tiles when they fill the GPU, smaller ones otherwise; stages fill smem.
 #include "compiler/tile.h"
 
+#include "compiler/target.h"
+
 #include <algorithm>
 #include <span>
 
@@ -24,39 +26,13 @@ SmemLayout smem_layout(const MatmulTile& tile, const MatmulShape& shape) {
 }
 
 int typical_sm_count(int sm) {
-  switch (sm) {
-    case 75:
-      return 40;  // T4
-    case 80:
-      return 108;  // A100
-    case 86:
-      return 84;  // A10 / RTX 3090 class
-    case 87:
-      return 16;  // Orin
-    case 88:
-      return 16;
-    case 89:
-      return 128;  // RTX 4090 / L40 class
-    case 90:
-      return 132;  // H100 SXM
-    case 100:
-      return 148;  // B200
-    case 103:
-      return 148;
-    case 110:
-      return 20;
-    case 120:
-      return 170;  // RTX 5090 class
-    case 121:
-      return 48;
-    default:
-      return 80;
-  }
+  const ArchFacts* facts = arch_facts(sm);
+  return facts ? facts->typical_sms : 80;
 }
 
 int smem_budget(int sm) {
-  if (sm < 80) return 48 * 1024;  // no opt-in needed on sm_75
-  return 96 * 1024;               // fits the 99 KiB parts (sm_86/89/120) and all larger ones
+  if (!has_sm80_mma(sm)) return 48 * 1024;  // no opt-in needed on sm_75
+  return 96 * 1024;  // fits the 99 KiB parts (sm_86/89/120) and all larger ones
 }
 
 MatmulTile choose_tile(const MatmulShape& shape, int sm) {
@@ -76,7 +52,7 @@ MatmulTile choose_tile(const MatmulShape& shape, int sm) {
     // 16 x 16 threads, each computing (bm/16) x (bn/16) outputs.
     tile = big ? MatmulTile{128, 128, 16, 2, 4, 1} : MatmulTile{64, 64, 16, 2, 4, 1};
   }
-  if (sm < 80) return tile;  // synchronous single-stage loads
+  if (!has_sm80_mma(sm)) return tile;  // no cp.async: synchronous single-stage loads
   int64_t k_tiles = (shape.k + tile.bk - 1) / tile.bk;
   int per_stage = smem_layout(tile, shape).stage_bytes();
   int fit = std::clamp(smem_budget(sm) / per_stage, 2, 4);
@@ -117,7 +93,7 @@ AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int 
                                     : t.d > 128 ? std::span<const Option>(ffma_wide_options)
                                                 : std::span<const Option>(ffma_options);
   for (const Option& o : options) {
-    if (o.stages > 1 && sm < 80) continue;
+    if (o.stages > 1 && !has_sm80_mma(sm)) continue;
     // tf32x3 holds each score's split parts and P V's promoted partial besides: 64-key tiles
     // (32 past a head dim of 64) would spill.
     if (path == MatmulPath::tf32x3 && o.bc > (t.d > 64 ? 16 : 32)) continue;

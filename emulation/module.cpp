@@ -1,6 +1,7 @@
 // Builds kernel text against the host shim with the host C++ compiler and loads the result.
 #include "emulation/module.h"
 
+#include "compiler/target.h"
 #include "reference/rounding.h"
 #include "shim/kiln_emu_abi.h"
 
@@ -120,19 +121,11 @@ std::string module_source(const std::string& kernels, const std::vector<std::str
   return text;
 }
 
-// The most dynamic shared memory one block may use on `sm` (with the opt-in attribute), per the
-// CUDA programming guide's table of compute capabilities.
+// The most dynamic shared memory one block may use on `sm` (with the opt-in attribute); 48 KiB,
+// the limit without it, for an arch kiln does not know.
 size_t max_dynamic_smem(int sm) {
-  switch (sm) {
-    case 75: return 64 * 1024;
-    case 80:
-    case 87: return 163 * 1024;
-    case 86:
-    case 89:
-    case 120:
-    case 121: return 99 * 1024;
-    default: return sm >= 90 ? 227 * 1024 : 48 * 1024;
-  }
+  const compiler::ArchFacts* facts = compiler::arch_facts(sm);
+  return facts ? facts->max_dynamic_smem : 48 * 1024;
 }
 
 bool host_has_fma() {

@@ -159,7 +159,8 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   if (target->is_cpu()) {
     auto machine = compiler::cpu::cpu_machine(target->cpu);
     if (!machine) return make_error("target ", target->name(), ": ", machine.error().message);
-    return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), 90, std::move(*machine)));
+    return std::unique_ptr<Runtime>(
+        new RuntimeImpl(std::move(options), compiler::k_cpu_modes_as_on_sm, std::move(*machine)));
   }
   if (target->sm && options.arch.empty()) options.arch = compiler::arch_name(target->sm);
   int sm = 0;

@@ -8,6 +8,9 @@
 // cannot be written exits 1 (the work could not be done).
 #include "tools/cli.h"
 
+#include "compiler/options.h"
+#include "compiler/precision.h"
+#include "compiler/target.h"
 #include "ir/hash.h"
 #include "ir/parse.h"
 #include "reference/audit.h"
@@ -15,7 +18,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <cctype>
 #include <cstdio>
 #include <memory>
@@ -41,18 +43,12 @@ struct AuditArgs {
   bool strict = false;
 };
 
-// Compute capability (major * 10 + minor) of an "sm_XX" that NVRTC in CUDA 13 lists.
+// Compute capability (major * 10 + minor) of an "sm_XX" in kiln's table of archs.
 std::optional<int> parse_arch(const std::string& arch) {
-  constexpr std::array<int, 12> k_known = {75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121};
-  if (arch.size() < 5 || arch.size() > 6 || arch.compare(0, 3, "sm_") != 0) return std::nullopt;
-  int value = 0;
-  for (size_t i = 3; i < arch.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(arch[i]))) return std::nullopt;
-    value = value * 10 + (arch[i] - '0');
-  }
-  for (int known : k_known)
-    if (known == value) return value;
-  return std::nullopt;
+  if (arch.compare(0, 3, "sm_") != 0) return std::nullopt;
+  auto sm = compiler::parse_arch(arch);
+  if (!sm || !compiler::arch_facts(*sm)) return std::nullopt;
+  return *sm;
 }
 
 // "4G", "512M", "64K" or plain bytes; nullopt for anything else or past 2^62.
@@ -113,7 +109,7 @@ int run_audit(const AuditArgs& args) {
   const ir::Graph& graph = data->bound;
   ir::Precision precision = *requested;
   if (precision == ir::Precision::automatic)
-    precision = *capability >= 80 ? ir::Precision::high : ir::Precision::highest;
+    precision = compiler::automatic_precision(*capability);
 
   reference::RunLimits limits;
   limits.max_bytes = *max_bytes;

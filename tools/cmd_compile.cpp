@@ -7,6 +7,7 @@
 #include "compiler/cpu/compile.h"
 #include "compiler/key.h"
 #include "compiler/sizes.h"
+#include "compiler/target.h"
 #include "ir/parse.h"
 #include "runtime/compile_service.h"
 #include "runtime/driver.h"
@@ -102,7 +103,7 @@ bool set_one_bucket(const CompileArgs& args, const char* command,
 std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
   auto cpu = parse_cpu_target(args.target, "kiln");
   if (!cpu) return std::nullopt;
-  Expected<int> sm = 90;  // the CPU target resolves modes as on sm_90
+  Expected<int> sm = compiler::k_cpu_modes_as_on_sm;
   if (*cpu && !args.arch.empty()) {
     print_error("kiln: --arch names a CUDA arch; --target " + args.target + " compiles for the CPU");
     return std::nullopt;

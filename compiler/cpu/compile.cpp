@@ -4,6 +4,7 @@
 
 #include "compiler/compiler.h"
 #include "compiler/cpu/codegen.h"
+#include "compiler/target.h"
 
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
@@ -12,13 +13,10 @@ namespace kiln::compiler::cpu::impl {
 
 namespace {
 
-// The CUDA arch whose mode resolution the CPU follows: every mode and path exists there.
-constexpr int k_modes_as_on_sm = 90;
-
 Expected<PlannedProgram> lower_for_cpu(const ir::Graph& graph, const CompileOptions& options) {
-  auto planned = plan_program(graph, options, k_modes_as_on_sm, LaunchLimits::none);
+  auto planned = plan_program(graph, options, k_cpu_modes_as_on_sm, LaunchLimits::none);
   if (!planned) return planned.error();
-  planned->precision.decision += " (cpu: modes as on sm_90)";
+  planned->precision.decision += " (cpu: modes as on " + arch_name(k_cpu_modes_as_on_sm) + ")";
   return planned;
 }
 

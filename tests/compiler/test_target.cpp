@@ -1,7 +1,13 @@
 // Target values: what parse_target accepts, what it names, and what it refuses.
 #include "compiler/target.h"
 
+#include "compiler/nvrtc.h"
+#include "compiler/options.h"
+#include "compiler/tile.h"
+
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 namespace kiln::compiler {
 namespace {
@@ -24,6 +30,39 @@ TEST(Target, RefusesWhatItDoesNotKnow) {
     ASSERT_FALSE(t) << text;
     EXPECT_NE(t.error().message.find(std::string("'") + text + "'"), std::string::npos)
         << t.error().message;
+  }
+}
+
+// The table's facts agree with each other and with what the planner asks of them.
+TEST(ArchTable, IsOrderedAndEveryPlanFitsItsArch) {
+  auto table = arch_table();
+  ASSERT_FALSE(table.empty());
+  EXPECT_EQ(table.front().sm, 75);
+  for (size_t i = 0; i < table.size(); ++i) {
+    const ArchFacts& facts = table[i];
+    SCOPED_TRACE(arch_name(facts.sm));
+    if (i > 0) {
+      EXPECT_LT(table[i - 1].sm, facts.sm);
+    }
+    EXPECT_EQ(arch_facts(facts.sm), &facts);
+    EXPECT_GT(facts.typical_sms, 0);
+    EXPECT_EQ(typical_sm_count(facts.sm), facts.typical_sms);
+    EXPECT_EQ(facts.sm80_mma, facts.sm >= 80);
+    EXPECT_LE(static_cast<size_t>(smem_budget(facts.sm)), facts.max_dynamic_smem)
+        << "the planner's shared-memory budget is more than a block may have";
+  }
+  EXPECT_EQ(arch_facts(61), nullptr);
+  EXPECT_EQ(known_archs().size(), table.size());
+}
+
+// The table lists what the NVRTC kiln builds against compiles for, when that NVRTC is there.
+TEST(ArchTable, MatchesTheNvrtcList) {
+  auto nvrtc = load_nvrtc("");
+  if (!nvrtc) GTEST_SKIP() << nvrtc.error().message;
+  std::vector<int> listed = (*nvrtc)->archs();
+  for (const ArchFacts& facts : arch_table()) {
+    EXPECT_NE(std::find(listed.begin(), listed.end(), facts.sm), listed.end())
+        << arch_name(facts.sm) << " is in kiln's table but not NVRTC's list";
   }
 }
 
