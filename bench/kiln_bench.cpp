@@ -253,7 +253,7 @@ Expected<json> bench_graph(const Settings& s, const std::string& path,
       TempDir empty;
       auto fresh = open_cache(empty.path(), redis->url());
       auto start = std::chrono::steady_clock::now();
-      auto result = runtime::compile_prepared(*graph, options, *request, fresh.get());
+      auto result = runtime::compile_prepared(*graph, *request, fresh.get());
       double elapsed = ms_since(start) * 1000.0;
       if (!result || !result->remote_hit) return make_error("remote run of ", path, " missed");
       remote.push_back(elapsed + request->prepare_us);

@@ -23,7 +23,7 @@ using namespace kiln;
 struct Fixture {
   ir::Graph graph;
   compiler::CompileOptions options;
-  runtime::CompileRequest request;
+  runtime::CacheRequest request;
   std::string dir;
   std::unique_ptr<cache::Cache> cache;
   std::string cubin;
@@ -50,7 +50,7 @@ Fixture& fixture() {
     options.dir = f->dir;
     f->cache = cache::Cache::open(options);
     f->request = runtime::prepare_compile(f->graph, f->options).value();
-    auto result = runtime::compile_prepared(f->graph, f->options, f->request, f->cache.get());
+    auto result = runtime::compile_prepared(f->graph, f->request, f->cache.get());
     if (!result) {
       std::fprintf(stderr, "warm_path_bench: %s\n", result.error().message.c_str());
       std::exit(1);

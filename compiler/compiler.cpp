@@ -7,43 +7,32 @@
 #include "compiler/prelude.h"
 #include "compiler/ptxas_report.h"
 #include "compiler/sizes.h"
+#include "compiler/target.h"
 
 #include <mutex>
 
 namespace kiln::compiler {
 
-Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileOptions& options,
-                                      int sm, LaunchLimits limits) {
-  if (Status s = check_bucket(graph, options.bucket); !s) return s.error();
+Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileRequest& request,
+                                      LaunchLimits limits) {
   std::vector<int64_t> upper;
-  for (const DimRange& range : options.bucket) upper.push_back(range.hi);
+  for (const DimRange& range : request.options.bucket) upper.push_back(range.hi);
   auto bound = graph.bind(upper);
   if (!bound) return bound.error();
-  CompileOptions at_sm = options;
-  at_sm.sm = sm;
-  auto precision = resolve_precision(*bound, at_sm);
-  if (!precision) return precision.error();
-  auto attention = plan_attention(graph, *precision, options.fusion_fallback);
-  if (!attention) return attention.error();
-  std::vector<KernelGroup> groups = fuse(*bound, k_max_kernel_reads, attention->fused);
-  Sizes sizes(graph, options.bucket);
-  auto plan = plan_kernels(*bound, groups, *precision, sm, sizes, limits);
+  std::vector<KernelGroup> groups = fuse(*bound, k_max_kernel_reads, request.attention.fused);
+  Sizes sizes(graph, request.options.bucket);
+  auto plan = plan_kernels(*bound, groups, request.precision, request.sm, sizes, limits);
   if (!plan) return plan.error();
-  return PlannedProgram{std::move(*bound), std::move(sizes), std::move(*precision),
-                        std::move(attention->fallbacks), std::move(*plan)};
+  return PlannedProgram{std::move(*bound), std::move(sizes), request.precision,
+                        request.attention.fallbacks, std::move(*plan)};
 }
 
-Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options) {
-  if (Status s = check_bucket(graph, options.bucket); !s) return s.error();
-  // Lowering is pure: kiln's own table of archs, not NVRTC's list (compile_lowered checks that
-  // the NVRTC it loads has the arch).
-  if (Status s = check_arch(options.sm, known_archs()); !s) return s.error();
-
-  auto planned = plan_program(graph, options, options.sm, LaunchLimits::cuda);
+Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& request) {
+  auto planned = plan_program(graph, request, LaunchLimits::cuda);
   if (!planned) return planned.error();
   LoweredProgram program;
-  program.sm = options.sm;
-  program.bucket = options.bucket;
+  program.sm = request.sm;
+  program.bucket = request.options.bucket;
   program.precision = std::move(planned->precision);
   program.attention_fallbacks = std::move(planned->attention_fallbacks);
   program.plan = std::move(planned->plan);
@@ -52,6 +41,12 @@ Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& opt
         emit_kernel(planned->bound, program.plan, kernel, planned->sizes));
   }
   return program;
+}
+
+Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options) {
+  auto request = check_request(graph, options);
+  if (!request) return request.error();
+  return lower(graph, *request);
 }
 
 std::string program_source(const LoweredProgram& program, Prelude prelude) {
@@ -119,10 +114,16 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
   return artifact;
 }
 
-Expected<Artifact> compile(const ir::Graph& graph, const CompileOptions& options) {
-  auto program = lower(graph, options);
+Expected<Artifact> compile(const ir::Graph& graph, const CompileRequest& request) {
+  auto program = lower(graph, request);
   if (!program) return program.error();
-  return compile_lowered(*program, options);
+  return compile_lowered(*program, request.options);
+}
+
+Expected<Artifact> compile(const ir::Graph& graph, const CompileOptions& options) {
+  auto request = check_request(graph, options);
+  if (!request) return request.error();
+  return compile(graph, *request);
 }
 
 

@@ -1,7 +1,7 @@
 // The compiler's entry points: lower a graph to CUDA source, compile it with NVRTC.
 //
-// lower():   resolve_precision -> plan_attention -> fuse -> plan_kernels -> emit_kernel (text
-//            only, no NVRTC)
+// check_request(): check_arch, check_bucket -> resolve_precision -> plan_attention (once)
+// lower():   fuse -> plan_kernels -> emit_kernel (text only, no NVRTC)
 // compile(): lower(), then NVRTC on a pool of threads, one program per kernel
 #pragma once
 
@@ -11,6 +11,7 @@
 #include "compiler/options.h"
 #include "compiler/plan.h"
 #include "compiler/precision.h"
+#include "compiler/request.h"
 #include "compiler/sizes.h"
 #include "ir/graph.h"
 
@@ -29,11 +30,11 @@ struct PlannedProgram {
   ProgramPlan plan;
 };
 
-// check_bucket -> bind -> resolve_precision (as on `sm`) -> plan_attention -> fuse ->
-// plan_kernels, shared by the CUDA target (lower()) and the CPU target (compiler/cpu). Errors are
-// the caller's to fix, as lower()'s.
-Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileOptions& options,
-                                      int sm, LaunchLimits limits);
+// bind -> fuse -> plan_kernels on a checked request (its precision and attention plans), shared
+// by the CUDA target (lower()) and the CPU target (compiler/cpu). Errors are the caller's to fix,
+// as lower()'s.
+Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileRequest& request,
+                                      LaunchLimits limits);
 
 // A graph lowered to kernel sources for one arch and mode.
 struct LoweredProgram {
@@ -45,12 +46,14 @@ struct LoweredProgram {
   std::vector<std::string> kernel_sources;  // per kernel, without the prelude
 };
 
-// Runs every pass up to CUDA text. Errors are the caller's to fix (exit 2 in the CLI): an arch
-// kiln or the loadable NVRTC does not support, a precision the arch cannot run without an
-// allowed fallback, an attention that cannot be fused under a refusing fusion_fallback policy,
-// a symbolic graph without a bucket of its dims (options.bucket) or a static
-// one with a bucket. A symbolic graph is planned at the bucket's upper bounds; its kernels take
-// the symbols' values as parameters and serve every size of the bucket.
+// Runs every pass up to CUDA text for a checked request; loads no library. Errors are the
+// caller's to fix (exit 2 in the CLI): a plan the arch cannot launch. A symbolic graph is planned
+// at the bucket's upper bounds; its kernels take the symbols' values as parameters and serve
+// every size of the bucket.
+Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& request);
+// check_request() then lower(): its errors too (an arch kiln does not know, a precision the arch
+// cannot run without an allowed fallback, an attention that cannot be fused under a refusing
+// fusion_fallback policy, a symbolic graph without a bucket of its dims or a static one with one).
 Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& options);
 
 // The whole program's text: kernels in launch order, after the prelude unless omitted.
@@ -62,7 +65,7 @@ std::string program_source(const LoweredProgram& program, Prelude prelude);
 Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileOptions& options);
 
 // lower() then compile_lowered().
+Expected<Artifact> compile(const ir::Graph& graph, const CompileRequest& request);
 Expected<Artifact> compile(const ir::Graph& graph, const CompileOptions& options);
-
 
 }  // namespace kiln::compiler

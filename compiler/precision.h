@@ -30,13 +30,13 @@ struct PrecisionPlan {
   std::string decision;                               // e.g. "auto -> high on sm_90"
 };
 
+// What `auto` means on `sm`: high (TF32) where tensor cores take it, else highest.
+ir::Precision automatic_precision(int sm);
+
 // Resolves `auto` (high on sm >= 80, else highest) and each matmul's and attention op's mode (a
 // matmul's precision= attribute overrides the graph mode). A path the arch cannot run is an
 // error naming the op, mode and arch, unless options.fallback allows it: then the best
 // available path is used and a line is added to `fallbacks`.
-// What `auto` means on `sm`: high (TF32) where tensor cores take it, else highest.
-ir::Precision automatic_precision(int sm);
-
 Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileOptions& options);
 
 // "FILE:LINE:COL: error: " where node `id` came from a file (as a parse error is located), else "".

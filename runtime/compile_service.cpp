@@ -1,7 +1,6 @@
 // Compile through the cache: key fields, lookup, single-flight compile, artifact <-> payloads.
 #include "runtime/compile_service.h"
 
-#include "compiler/attention.h"
 #include "compiler/compiler.h"
 #include "compiler/cpu/compile.h"
 #include "compiler/nvrtc.h"
@@ -26,41 +25,30 @@ double micros_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-std::vector<std::string> RequestPlan::fallbacks() const {
-  std::vector<std::string> lines = precision.fallbacks;
-  lines.insert(lines.end(), unfused.begin(), unfused.end());
-  return lines;
-}
-
-Expected<RequestPlan> check_request(const ir::Graph& graph, const compiler::CompileOptions& options) {
-  if (Status s = compiler::check_arch(options.sm, compiler::known_archs()); !s) return s.error();
-  if (Status s = compiler::check_bucket(graph, options.bucket); !s) return s.error();
-  RequestPlan plan;
-  auto precision = compiler::resolve_precision(graph, options);
-  if (!precision) return precision.error();
-  plan.precision = std::move(*precision);
-  auto attention = compiler::plan_attention(graph, plan.precision, options.fusion_fallback);
-  if (!attention) return attention.error();
-  plan.unfused = std::move(attention->fallbacks);
-  return plan;
-}
-
-Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
-                                         const compiler::CompileOptions& options) {
+Expected<CacheRequest> prepare_compile(const ir::Graph& graph,
+                                       const compiler::CompileOptions& options) {
   auto start = std::chrono::steady_clock::now();
-  auto plan = check_request(graph, options);
-  if (!plan) return plan.error();
+  auto checked = compiler::check_request(graph, options);
+  if (!checked) return checked.error();
+  auto request = prepare_compile(graph, std::move(*checked));
+  if (request) request->prepare_us = micros_since(start);
+  return request;
+}
+
+Expected<CacheRequest> prepare_compile(const ir::Graph& graph, compiler::CompileRequest checked) {
+  auto start = std::chrono::steady_clock::now();
+  const compiler::CompileOptions& options = checked.options;
   // The compiler's identity: NVRTC's, or for the CPU target the LLVM plugin's version.
   auto toolchain = options.cpu.empty() ? compiler::nvrtc_identity(options.nvrtc_path)
                                        : compiler::cpu::llvm_version();
   if (!toolchain) return toolchain.error();
-  compiler::ResolvedInfo resolved{std::string(ir::to_string(plan->precision.graph_mode)),
+  compiler::ResolvedInfo resolved{std::string(ir::to_string(checked.precision.graph_mode)),
                                   *toolchain};
   // Allowing fallbacks changes the kernels only where something falls back: otherwise the
   // request is keyed as without the flag, and both share one entry.
   compiler::CompileOptions keyed = options;
-  if (plan->precision.fallbacks.empty()) keyed.fallback = compiler::FallbackPolicy::refuse;
-  CompileRequest request;
+  if (checked.precision.fallbacks.empty()) keyed.fallback = compiler::FallbackPolicy::refuse;
+  CacheRequest request;
   for (auto& [name, value] : compiler::key_fields(graph, keyed, resolved)) {
     if (name == "graph_hash") request.graph_hash = value;
     request.fields.push_back({std::move(name), std::move(value)});
@@ -68,6 +56,7 @@ Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
   // Sorted once here, so that the cache compares and hashes them in place on every hit.
   cache::sort_fields(request.fields);
   request.key = cache::make_key(request.fields);
+  request.checked = std::move(checked);
   request.prepare_us = micros_since(start);
   return request;
 }
@@ -146,9 +135,9 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry) {
   return artifact;
 }
 
-Expected<CompileResult> compile_prepared(const ir::Graph& graph,
-                                         const compiler::CompileOptions& options,
-                                         const CompileRequest& request, cache::Cache* cache) {
+Expected<CompileResult> compile_prepared(const ir::Graph& graph, const CacheRequest& request,
+                                         cache::Cache* cache) {
+  const compiler::CompileOptions& options = request.checked.options;
   auto start = std::chrono::steady_clock::now();
   CompileResult result;
   result.graph_hash = request.graph_hash;
@@ -160,10 +149,10 @@ Expected<CompileResult> compile_prepared(const ir::Graph& graph,
     uint64_t cpu_began = compiler::thread_cpu_ns() + compiler::helper_cpu_ns();
     auto artifact = Expected<compiler::Artifact>(Error{""});
     if (options.cpu.empty()) {
-      artifact = compiler::compile(graph, options);
+      artifact = compiler::compile(graph, request.checked);
     } else {
       auto machine = compiler::cpu::cpu_machine(options.cpu, options.cpu_features);
-      artifact = machine ? compiler::cpu::compile_cpu(graph, options, *machine)
+      artifact = machine ? compiler::cpu::compile_cpu(graph, request.checked, *machine)
                          : Expected<compiler::Artifact>(machine.error());
     }
     result.compile_ms = micros_since(began) / 1000.0;
@@ -221,7 +210,7 @@ Expected<CompileResult> compile_graph(const ir::Graph& graph,
                                       cache::Cache* cache) {
   auto request = prepare_compile(graph, options);
   if (!request) return request.error();
-  return compile_prepared(graph, options, *request, cache);
+  return compile_prepared(graph, *request, cache);
 }
 
 }  // namespace kiln::runtime

@@ -5,7 +5,7 @@
 #include "cache/cache.h"
 #include "compiler/artifact.h"
 #include "compiler/options.h"
-#include "compiler/precision.h"
+#include "compiler/request.h"
 #include "ir/graph.h"
 #include "support/expected.h"
 
@@ -30,39 +30,29 @@ struct CompileResult {
   double lookup_us = 0;    // key + lookup + checksums + decompression + decode
 };
 
-// A validated compile request: its key fields (computed without loading NVRTC, so a warm start
-// stays in microseconds: NVRTC is identified by its library file) and their key.
-struct CompileRequest {
+// A compile request ready for the cache: the checked request (compiler/request.h) and its key
+// fields (computed without loading NVRTC, so a warm start stays in microseconds: NVRTC is
+// identified by its library file) and their key.
+struct CacheRequest {
+  compiler::CompileRequest checked;
   std::vector<cache::KeyField> fields;  // sorted by name (cache::sort_fields)
   std::string key;
   std::string graph_hash;
   double prepare_us = 0;
 };
 
-// What a request compiles to, decided before any compile or cache lookup.
-struct RequestPlan {
-  compiler::PrecisionPlan precision;   // each matmul's path; precision fallbacks
-  std::vector<std::string> unfused;    // attentions run unfused (compiler::plan_attention)
-  // Every fallback line: precision ones first.
-  std::vector<std::string> fallbacks() const;
-};
-
-// Checks the arch, resolves the graph's precision plan and finds its attentions (a refused
-// combination or unfused attention fails here, naming op, reason and arch): every error is the
-// caller's input to fix.
-Expected<RequestPlan> check_request(const ir::Graph& graph, const compiler::CompileOptions& options);
-
-// check_request(), then the key: fails also when NVRTC cannot be found (an environment failure,
-// not bad input; callers that report the two differently call check_request() first).
-Expected<CompileRequest> prepare_compile(const ir::Graph& graph,
-                                         const compiler::CompileOptions& options);
+// compiler::check_request(), then the key: fails also when NVRTC cannot be found (an environment
+// failure, not bad input; callers that report the two differently check the request first and
+// pass it in).
+Expected<CacheRequest> prepare_compile(const ir::Graph& graph,
+                                       const compiler::CompileOptions& options);
+Expected<CacheRequest> prepare_compile(const ir::Graph& graph, compiler::CompileRequest checked);
 
 // Looks the request up in `cache` (nullptr or a disabled cache: compile without caching) and
 // compiles on a miss, once across processes. Errors are failures of the work: NVRTC missing or
 // a kernel that does not compile (the error carries NVRTC's log).
-Expected<CompileResult> compile_prepared(const ir::Graph& graph,
-                                         const compiler::CompileOptions& options,
-                                         const CompileRequest& request, cache::Cache* cache);
+Expected<CompileResult> compile_prepared(const ir::Graph& graph, const CacheRequest& request,
+                                         cache::Cache* cache);
 
 // prepare_compile() then compile_prepared().
 Expected<CompileResult> compile_graph(const ir::Graph& graph,

@@ -3,6 +3,7 @@
 
 #include "cache/cache.h"
 #include "compiler/options.h"
+#include "compiler/request.h"
 #include "compiler/target.h"
 #include "ir/parse.h"
 #include "compiler/cpu/jit.h"
@@ -102,8 +103,8 @@ private:
     compiler::CompileOptions first = options;
     for (const ir::Symbol& s : graph.symbols())
       first.bucket.push_back(compiler::bucket_of(s.lo, s));
-    auto plan = runtime::check_request(graph, first);
-    if (!plan) return plan.error();
+    auto checked = compiler::check_request(graph, first);
+    if (!checked) return checked.error();
     auto cache = m_cache;
     int device = m_options.device;
     runtime::CompileBucket compile = [graph, options, cache, device](
@@ -116,9 +117,9 @@ private:
       if (!o.cpu.empty()) return runtime::make_cpu_executable(graph, std::move(*result));
       return runtime::make_executable(graph, std::move(*result), device);
     };
-    warn_fallbacks(plan->fallbacks());
+    warn_fallbacks(checked->fallbacks());
     return runtime::make_symbolic_executable(graph, std::move(compile), m_options.device, m_arch,
-                                             *plan, ir::graph_hash(graph).hex());
+                                             *checked, ir::graph_hash(graph).hex());
   }
 
   // One warning per fallback of this compile, unless the policy allows them quietly.

@@ -14,15 +14,15 @@ namespace {
 class SymbolicExecutable final : public Executable {
 public:
   SymbolicExecutable(const ir::Graph& graph, CompileBucket compile, int device,
-                      std::string arch, const RequestPlan& plan,
+                      std::string arch, const compiler::CompileRequest& request,
                       std::string graph_hash)
       : m_compile(std::move(compile)) {
     describe_graph(graph, *this);
     m_device = device;
     m_arch = std::move(arch);
     m_on_cpu = m_arch.rfind("cpu:", 0) == 0;  // the CPU target's buckets take host pointers
-    m_precision = std::string(ir::to_string(plan.precision.graph_mode));
-    m_fallbacks = plan.fallbacks();
+    m_precision = std::string(ir::to_string(request.precision.graph_mode));
+    m_fallbacks = request.fallbacks();
     m_graph_hash = std::move(graph_hash);
   }
 
@@ -99,10 +99,10 @@ private:
 std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
                                                      CompileBucket compile, int device,
                                                      std::string arch,
-                                                     const RequestPlan& plan,
+                                                     const compiler::CompileRequest& request,
                                                      std::string graph_hash) {
   return std::make_shared<SymbolicExecutable>(graph, std::move(compile), device, std::move(arch),
-                                              plan, std::move(graph_hash));
+                                              request, std::move(graph_hash));
 }
 
 }  // namespace kiln::runtime

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "compiler/options.h"
-#include "compiler/precision.h"
+#include "compiler/request.h"
 #include "runtime/compile_service.h"
 #include "runtime/executable_impl.h"
 
@@ -20,12 +20,12 @@ using CompileBucket = std::function<Expected<std::shared_ptr<Executable>>(
 // run() reads the dims' values from the input shapes, checks them against their ranges and
 // runs the bucket holding them, compiling it with `compile` on first use (once per bucket,
 // other buckets' runs going on meanwhile; a failed compile's error is kept); prepare(values)
-// compiles and prepares ahead of time. `plan` is the graph's checked request (its precision
+// compiles and prepares ahead of time. `request` is the graph's checked request (its precision
 // and fallbacks).
 std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
                                                      CompileBucket compile, int device,
                                                      std::string arch,
-                                                     const RequestPlan& plan,
+                                                     const compiler::CompileRequest& request,
                                                      std::string graph_hash);
 
 }  // namespace kiln::runtime

@@ -143,7 +143,7 @@ std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
 
 struct Prepared {
   ir::Graph graph;
-  runtime::CompileRequest request;
+  runtime::CacheRequest request;
 };
 
 // Parses `file`, validates the compile request (arch, precision) and computes its key; prints
@@ -156,14 +156,15 @@ std::optional<Prepared> prepare(const std::string& file, const compiler::Compile
     print_error(graph.error().message);
     return std::nullopt;
   }
-  if (auto checked = runtime::check_request(*graph, options); !checked) {
+  auto checked = compiler::check_request(*graph, options);
+  if (!checked) {
     const std::string& message = checked.error().message;
     // A located error ("FILE:LINE:COL: error: ...") is printed as the parser's are.
     print_error(message.rfind(file + ":", 0) == 0 ? message : "kiln: " + file + ": " + message);
     return std::nullopt;
   }
   exit_code = k_exit_failure;
-  auto request = runtime::prepare_compile(*graph, options);
+  auto request = runtime::prepare_compile(*graph, std::move(*checked));
   if (!request) {
     print_error("kiln: " + file + ": " + request.error().message);
     return std::nullopt;
@@ -267,7 +268,7 @@ private:
 };
 
 // One graph through the cache (or not); prints the text report or one JSON object.
-int compile_one(const std::string& file, compiler::CompileOptions options, bool json,
+int compile_one(const std::string& file, const compiler::CompileOptions& options, bool json,
                 cache::Cache* cache) {
   int code = k_exit_ok;
   auto prepared = prepare(file, options, code);
@@ -275,9 +276,11 @@ int compile_one(const std::string& file, compiler::CompileOptions options, bool 
   std::optional<ProgressLine> progress;
   if (!json && ::isatty(STDERR_FILENO)) {
     progress.emplace(file);
-    options.on_kernel_done = [&progress](size_t done, size_t total) { (*progress)(done, total); };
+    prepared->request.checked.options.on_kernel_done = [&progress](size_t done, size_t total) {
+      (*progress)(done, total);
+    };
   }
-  auto result = runtime::compile_prepared(prepared->graph, options, prepared->request, cache);
+  auto result = runtime::compile_prepared(prepared->graph, prepared->request, cache);
   progress.reset();
   if (!result) {
     print_error("kiln: " + file + ": " + result.error().message);
@@ -401,7 +404,7 @@ int run_why(const CompileArgs& args) {
   int code = k_exit_ok;
   auto prepared = prepare(args.files[0], *options, code);
   if (!prepared) return code;
-  const runtime::CompileRequest* request = &prepared->request;
+  const runtime::CacheRequest* request = &prepared->request;
   cache::Options cache_options;
   cache_options.dir = args.cache_dir;
   cache_options.remote = args.remote;

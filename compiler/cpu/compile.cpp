@@ -13,8 +13,8 @@ namespace kiln::compiler::cpu::impl {
 
 namespace {
 
-Expected<PlannedProgram> lower_for_cpu(const ir::Graph& graph, const CompileOptions& options) {
-  auto planned = plan_program(graph, options, k_cpu_modes_as_on_sm, LaunchLimits::none);
+Expected<PlannedProgram> lower_for_cpu(const ir::Graph& graph, const CompileRequest& request) {
+  auto planned = plan_program(graph, request, LaunchLimits::none);
   if (!planned) return planned.error();
   planned->precision.decision += " (cpu: modes as on " + arch_name(k_cpu_modes_as_on_sm) + ")";
   return planned;
@@ -38,9 +38,10 @@ Expected<Built> build(const PlannedProgram& lowered, const CpuMachine& machine) 
 
 }  // namespace
 
-Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileOptions& options,
+Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileRequest& request,
                                const CpuMachine& machine) {
-  auto lowered = lower_for_cpu(graph, options);
+  const CompileOptions& options = request.options;
+  auto lowered = lower_for_cpu(graph, request);
   if (!lowered) return lowered.error();
   auto built = build(*lowered, machine);
   if (!built) return built.error();
@@ -79,9 +80,9 @@ Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileOptions& opt
   return artifact;
 }
 
-Expected<std::string> cpu_ir(const ir::Graph& graph, const CompileOptions& options,
+Expected<std::string> cpu_ir(const ir::Graph& graph, const CompileRequest& request,
                              const CpuMachine& machine) {
-  auto lowered = lower_for_cpu(graph, options);
+  auto lowered = lower_for_cpu(graph, request);
   if (!lowered) return lowered.error();
   auto built = build(*lowered, machine);
   if (!built) return built.error();

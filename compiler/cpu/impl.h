@@ -16,9 +16,9 @@ std::string llvm_version();
 Status runs_here(const std::string& cpu);
 Expected<std::unique_ptr<LoadedObject>> load_object(const std::string& object,
                                                     const std::vector<std::string>& entries);
-Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileOptions& options,
+Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileRequest& request,
                                const CpuMachine& machine);
-Expected<std::string> cpu_ir(const ir::Graph& graph, const CompileOptions& options,
+Expected<std::string> cpu_ir(const ir::Graph& graph, const CompileRequest& request,
                              const CpuMachine& machine);
 
 // The module's IR as text.

@@ -80,18 +80,32 @@ Expected<std::unique_ptr<LoadedObject>> LoadedObject::load(const std::string& ob
   return (*api)->load_object(object, entries);
 }
 
-Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileOptions& options,
+Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileRequest& request,
                                const CpuMachine& machine) {
   auto api = open_plugin();
   if (!api) return api.error();
-  return (*api)->compile_cpu(graph, options, machine);
+  return (*api)->compile_cpu(graph, request, machine);
+}
+
+Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileOptions& options,
+                               const CpuMachine& machine) {
+  auto request = check_request(graph, options);
+  if (!request) return request.error();
+  return compile_cpu(graph, *request, machine);
+}
+
+Expected<std::string> cpu_ir(const ir::Graph& graph, const CompileRequest& request,
+                             const CpuMachine& machine) {
+  auto api = open_plugin();
+  if (!api) return api.error();
+  return (*api)->cpu_ir(graph, request, machine);
 }
 
 Expected<std::string> cpu_ir(const ir::Graph& graph, const CompileOptions& options,
                              const CpuMachine& machine) {
-  auto api = open_plugin();
-  if (!api) return api.error();
-  return (*api)->cpu_ir(graph, options, machine);
+  auto request = check_request(graph, options);
+  if (!request) return request.error();
+  return cpu_ir(graph, *request, machine);
 }
 
 }  // namespace kiln::compiler::cpu

@@ -12,7 +12,7 @@
 namespace kiln::compiler::cpu {
 
 // Changes whenever the table's layout does.
-inline constexpr uint32_t k_plugin_abi = 2;
+inline constexpr uint32_t k_plugin_abi = 3;
 
 struct PluginApi {
   uint32_t abi = k_plugin_abi;
@@ -21,9 +21,9 @@ struct PluginApi {
   std::string (*llvm_version)();
   Expected<std::unique_ptr<LoadedObject>> (*load_object)(const std::string& object,
                                                          const std::vector<std::string>& entries);
-  Expected<Artifact> (*compile_cpu)(const ir::Graph& graph, const CompileOptions& options,
+  Expected<Artifact> (*compile_cpu)(const ir::Graph& graph, const CompileRequest& request,
                                     const CpuMachine& machine);
-  Expected<std::string> (*cpu_ir)(const ir::Graph& graph, const CompileOptions& options,
+  Expected<std::string> (*cpu_ir)(const ir::Graph& graph, const CompileRequest& request,
                                   const CpuMachine& machine);
   Status (*runs_here)(const std::string& cpu);
 };

@@ -249,7 +249,7 @@ TEST(CpuTarget, CodeForACpuThisOneCannotRunIsRefused) {
   ASSERT_TRUE(machine) << machine.error().message;
   auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/graphs/mlp.kg");
   ASSERT_TRUE(graph);
-  auto artifact = compiler::cpu::compile_cpu(*graph, {}, *machine);
+  auto artifact = compiler::cpu::compile_cpu(*graph, compiler::CompileOptions{}, *machine);
   ASSERT_TRUE(artifact) << artifact.error().message;  // compiling for it is fine
   auto loaded = runtime::CpuProgram::load(std::move(*artifact));
   ASSERT_FALSE(loaded);

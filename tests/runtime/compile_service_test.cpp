@@ -67,7 +67,7 @@ TEST(CompileService, HitCarriesTheCubinsAndLeavesPtxSourceAndLogInTheCache) {
 namespace kiln::runtime {
 namespace {
 
-std::string field_of(const CompileRequest& request, const std::string& name) {
+std::string field_of(const CacheRequest& request, const std::string& name) {
   for (const cache::KeyField& f : request.fields)
     if (f.name == name) return f.value;
   return {};

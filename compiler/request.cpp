@@ -1,0 +1,31 @@
+// check_request(): arch, bucket, precision and attention, decided once per request.
+#include "compiler/request.h"
+
+#include "compiler/sizes.h"
+#include "compiler/target.h"
+
+namespace kiln::compiler {
+
+std::vector<std::string> CompileRequest::fallbacks() const {
+  std::vector<std::string> lines = precision.fallbacks;
+  lines.insert(lines.end(), attention.fallbacks.begin(), attention.fallbacks.end());
+  return lines;
+}
+
+Expected<CompileRequest> check_request(const ir::Graph& graph, const CompileOptions& options) {
+  CompileRequest request;
+  request.options = options;
+  request.sm = options.cpu.empty() ? options.sm : k_cpu_modes_as_on_sm;
+  request.options.sm = request.sm;
+  if (Status s = check_arch(request.sm, known_archs()); !s) return s.error();
+  if (Status s = check_bucket(graph, options.bucket); !s) return s.error();
+  auto precision = resolve_precision(graph, request.options);
+  if (!precision) return precision.error();
+  request.precision = std::move(*precision);
+  auto attention = plan_attention(graph, request.precision, options.fusion_fallback);
+  if (!attention) return attention.error();
+  request.attention = std::move(*attention);
+  return request;
+}
+
+}  // namespace kiln::compiler
