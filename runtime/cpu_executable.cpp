@@ -1,4 +1,5 @@
-// CpuExecutable: TensorRefs checked against the specs, then the CpuProgram on their host pointers.
+// The CPU target's backend: TensorRefs checked against the specs, then the CpuProgram on their
+// host pointers.
 #include "runtime/cpu_executable.h"
 
 #include "runtime/cpu_program.h"
@@ -8,15 +9,11 @@ namespace kiln::runtime {
 
 namespace {
 
-class CpuExecutable final : public Executable {
+class CpuBackend final : public Backend {
 public:
-  CpuExecutable(const ir::Graph& graph, CompileResult& result,
-                std::unique_ptr<CpuProgram> program)
-      : m_program(std::move(program)), m_symbolic(graph.symbolic()), m_graph_copy(graph) {
-    describe_graph(graph, *this);
-    ExecutableAccess::describe_compile(result, m_program->artifact(), *this);
-    m_on_cpu = true;
-  }
+  CpuBackend(const Executable& exe, const ir::Graph& graph, std::unique_ptr<CpuProgram> program)
+      : Backend(exe), m_program(std::move(program)), m_symbolic(graph.symbolic()),
+        m_graph_copy(graph) {}
 
   Status prepare(void*) override { return Status::success(); }
   Status prepare(const std::vector<int64_t>&, void*) override { return Status::success(); }
@@ -31,9 +28,9 @@ public:
       if (!found) return found.error();
       values = std::move(*found);
     }
-    auto in_specs = inputs_at(values);
+    auto in_specs = exe().inputs_at(values);
     if (!in_specs) return in_specs.error();
-    auto out_specs = outputs_at(values);
+    auto out_specs = exe().outputs_at(values);
     if (!out_specs) return out_specs.error();
     if (Status s = check_tensors(*in_specs, inputs, "input"); !s) return s;
     if (Status s = check_tensors(*out_specs, outputs, "output"); !s) return s;
@@ -94,7 +91,12 @@ Expected<std::shared_ptr<Executable>> make_cpu_executable(const ir::Graph& graph
   if (Status s = check_cpu_artifact(result.artifact, graph); !s) return s.error();
   auto program = CpuProgram::load(std::move(result.artifact));
   if (!program) return program.error();
-  return std::shared_ptr<Executable>(new CpuExecutable(graph, result, std::move(*program)));
+  std::shared_ptr<Executable> exe = ExecutableAccess::create();
+  describe_graph(graph, *exe);
+  ExecutableAccess::describe_compile(result, (*program)->artifact(), *exe);
+  ExecutableAccess::set_on_cpu(*exe);
+  ExecutableAccess::attach(*exe, std::make_unique<CpuBackend>(*exe, graph, std::move(*program)));
+  return exe;
 }
 
 }  // namespace kiln::runtime

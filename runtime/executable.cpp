@@ -1,5 +1,8 @@
-// Executable: argument checks, modules loaded per context, per-run temporaries, kernel launches.
+// Executable and its CUDA backend: argument checks, modules loaded per context, per-run
+// temporaries, kernel launches.
 #include "runtime/executable_impl.h"
+
+#include "runtime/backend.h"
 
 #include "compiler/artifact.h"
 #include "ir/types.h"
@@ -32,19 +35,16 @@ bool stale_modules(CuResult r) {
   return r == k_error_invalid_handle || r == k_error_context_destroyed;
 }
 
-class ExecutableImpl final : public Executable {
+class CudaBackend final : public Backend {
 public:
-  ExecutableImpl(const ir::Graph& graph, CompileResult result, int device)
-      : m_artifact(std::move(result.artifact)) {
-    ExecutableAccess::describe_compile(result, m_artifact, *this);
-    m_device = device;
-    describe_graph(graph, *this);
+  CudaBackend(const Executable& exe, compiler::Artifact artifact)
+      : Backend(exe), m_artifact(std::move(artifact)) {
     m_offsets = temporary_offsets(m_artifact.temporary_bytes, &m_workspace_bytes);
   }
 
   // In each context the kernels were loaded in: wait for work still running there (stream-ordered
   // frees of temporaries included), then unload. A context already gone took its modules along.
-  ~ExecutableImpl() override {
+  ~CudaBackend() override {
     if (m_programs.empty()) return;
     auto api = load_driver();
     if (!api) return;
@@ -61,7 +61,7 @@ public:
     auto api = load_driver();
     if (!api) return api.error();
     auto cu_stream = static_cast<CuStream>(stream);
-    auto scope = ScopedContext::for_device(**api, m_device, cu_stream);
+    auto scope = ScopedContext::for_device(**api, exe().device(), cu_stream);
     if (!scope) return scope.error();
     auto program = loaded_program(**api, *scope, Loading::prepare);
     if (!program) return program.error();
@@ -69,7 +69,7 @@ public:
   }
 
   Status prepare(const std::vector<int64_t>& values, void* stream) override {
-    if (!values.empty()) return make_error("graph '", m_graph_name, "' has no symbolic dims");
+    if (!values.empty()) return make_error("graph '", graph_name(), "' has no symbolic dims");
     return prepare(stream);
   }
 
@@ -77,13 +77,13 @@ public:
              void* stream) override {
     // A symbolic graph's entry runs at the sizes the inputs give, inside its bucket.
     Sizes sizes;
-    if (m_graph) {
+    if (graph()) {
       auto at = sizes_of(inputs);
       if (!at) return at.error();
       sizes = std::move(*at);
     }
-    const auto& in_specs = m_graph ? sizes.inputs : m_inputs;
-    const auto& out_specs = m_graph ? sizes.outputs : m_outputs;
+    const auto& in_specs = graph() ? sizes.inputs : exe().inputs();
+    const auto& out_specs = graph() ? sizes.outputs : exe().outputs();
     if (Status s = check_tensors(in_specs, inputs, "input"); !s) return s;
     if (Status s = check_tensors(out_specs, outputs, "output"); !s) return s;
     if (Status s = check_alignment(in_specs, inputs, "input"); !s) return s;
@@ -92,7 +92,7 @@ public:
     if (!api) return api.error();
     const DriverApi& cu = **api;
     auto cu_stream = static_cast<CuStream>(stream);
-    auto scope = ScopedContext::for_device(cu, m_device, cu_stream);
+    auto scope = ScopedContext::for_device(cu, exe().device(), cu_stream);
     if (!scope) return scope.error();
     for (int attempt = 0;; ++attempt) {
       auto program = loaded_program(cu, *scope, attempt > 0 ? Loading::run_reloading
@@ -108,6 +108,10 @@ public:
 private:
   enum class Loading { prepare, run, run_reloading };
 
+  // A symbolic graph (one bucket of it) keeps the graph; a static one none.
+  const std::optional<ir::Graph>& graph() const { return ExecutableAccess::graph(exe()); }
+  const std::string& graph_name() const { return ExecutableAccess::graph_name(exe()); }
+
   // A symbolic graph's run: the dims' values, the specs at them, the temporaries' layout.
   struct Sizes {
     std::vector<int64_t> values;
@@ -117,26 +121,28 @@ private:
   };
 
   Expected<Sizes> sizes_of(const std::vector<TensorRef>& inputs) const {
-    if (inputs.size() != m_inputs.size()) return check_tensors(m_inputs, inputs, "input").error();
+    const std::vector<TensorSpec>& specs = exe().inputs();
+    if (inputs.size() != specs.size()) return check_tensors(specs, inputs, "input").error();
     std::vector<std::vector<int64_t>> shapes;
     for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
     Sizes sizes;
-    auto values = m_graph->symbol_values(shapes);
+    auto values = graph()->symbol_values(shapes);
     if (!values) return values.error();
     sizes.values = std::move(*values);
     for (size_t i = 0; i < sizes.values.size(); ++i) {
       const auto& range = m_artifact.bucket[i];
       if (sizes.values[i] < range[0] || sizes.values[i] > range[1])
-        return make_error(m_dims[i].name, " = ", std::to_string(sizes.values[i]),
+        return make_error(exe().dims()[i].name, " = ", std::to_string(sizes.values[i]),
                           " is outside this entry's bucket [", std::to_string(range[0]), ", ",
                           std::to_string(range[1]), "]");
     }
-    auto bound = m_graph->bind(sizes.values);  // once for both specs
+    auto bound = graph()->bind(sizes.values);  // once for both specs
     if (!bound) return bound.error();
     sizes.inputs = tensor_specs(*bound, bound->inputs());
     sizes.outputs = tensor_specs(*bound, bound->outputs());
     auto bytes = compiler::sizes_at(m_artifact.temporary_sizes, sizes.values);
-    if (!bytes) return make_error("entry ", m_key, ": a temporary's size term is out of range");
+    if (!bytes)
+      return make_error("entry ", exe().key(), ": a temporary's size term is out of range");
     sizes.offsets = temporary_offsets(*bytes, &sizes.workspace_bytes);
     return sizes;
   }
@@ -155,7 +161,7 @@ private:
         return s.error();
       }
     }
-    if (Status s = check_loadable(cu, m_device, m_artifact); !s) return s.error();
+    if (Status s = check_loadable(cu, exe().device(), m_artifact); !s) return s.error();
     // A dead context's entry at this handle: its modules went with it.
     std::erase_if(m_programs, [&](const auto& entry) {
       return entry.second->context == scope.context();
@@ -163,14 +169,14 @@ private:
     RelaxedCapture relaxed(cu);
     auto program = std::make_shared<LoadedProgram>();
     program->context = scope.context();
-    auto device = device_handle(cu, m_device);
+    auto device = device_handle(cu, exe().device());
     if (!device) return device.error();
     int pools = 0;
     if (CuResult r = cu.device_get_attribute(&pools, k_attr_memory_pools, *device); r != 0) {
       return driver_error(cu, "cuDeviceGetAttribute (memory pools)", r);
     }
     if (pools) {
-      auto pool = temporaries_pool(cu, m_device);
+      auto pool = temporaries_pool(cu, exe().device());
       if (!pool) return pool.error();
       program->pool = *pool;
     }
@@ -234,8 +240,8 @@ private:
                     const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
                     const Sizes& sizes, CuStream stream, CuResult* first_launch) {
     CuDevicePtr workspace = 0;
-    uint64_t workspace_bytes = m_graph ? sizes.workspace_bytes : m_workspace_bytes;
-    const std::vector<uint64_t>& offsets = m_graph ? sizes.offsets : m_offsets;
+    uint64_t workspace_bytes = graph() ? sizes.workspace_bytes : m_workspace_bytes;
+    const std::vector<uint64_t>& offsets = graph() ? sizes.offsets : m_offsets;
     if (workspace_bytes) {
       if (program.pool) {
         if (CuResult r = cu.mem_alloc_from_pool_async(&workspace, workspace_bytes,
@@ -258,7 +264,7 @@ private:
       const compiler::KernelArtifact& kernel = m_artifact.kernels[k];
       auto bound = compiler::bind_buffers(kernel, in_pointers, out_pointers, temp_pointers);
       if (!bound) {
-        launched = make_error("entry ", m_key, ": ", bound.error().message);
+        launched = make_error("entry ", exe().key(), ": ", bound.error().message);
         break;
       }
       std::vector<CuDevicePtr> pointers;
@@ -269,7 +275,7 @@ private:
         args.push_back(&dim_values[i]);
       auto launch = compiler::launch_at(kernel.launch, kernel.grid, sizes.values);
       if (!launch) {
-        launched = make_error("entry ", m_key, ": kernel '", kernel.name,
+        launched = make_error("entry ", exe().key(), ": kernel '", kernel.name,
                               "' has a grid term out of range");
         break;
       }
@@ -306,7 +312,7 @@ private:
       return driver_error(cu, "cuStreamIsCapturing", r);
     }
     if (capturing) {
-      return make_error("CUDA device ", std::to_string(m_device), " has no stream-ordered ",
+      return make_error("CUDA device ", std::to_string(exe().device()), " has no stream-ordered ",
                         "memory pools, so run() cannot allocate its ",
                         std::to_string(bytes), " bytes of temporaries during stream "
                         "capture");
@@ -421,8 +427,12 @@ Status check_artifact_sizes(const compiler::Artifact& a, const ir::Graph& graph)
 Expected<std::shared_ptr<Executable>> make_executable(const ir::Graph& graph,
                                                       CompileResult result, int device) {
   if (Status s = check_artifact_sizes(result.artifact, graph); !s) return s.error();
-  return std::shared_ptr<Executable>(
-      std::make_shared<ExecutableImpl>(graph, std::move(result), device));
+  std::shared_ptr<Executable> exe = ExecutableAccess::create();
+  ExecutableAccess::describe_compile(result, result.artifact, *exe);
+  ExecutableAccess::set_device(*exe, device);
+  describe_graph(graph, *exe);
+  ExecutableAccess::attach(*exe, std::make_unique<CudaBackend>(*exe, std::move(result.artifact)));
+  return exe;
 }
 
 }  // namespace kiln::runtime
@@ -444,6 +454,20 @@ Expected<std::vector<TensorSpec>> specs_at(const std::optional<ir::Graph>& graph
 }
 
 }  // namespace
+
+Executable::Executable() = default;
+Executable::~Executable() = default;
+
+Status Executable::prepare(void* stream) { return m_backend->prepare(stream); }
+
+Status Executable::prepare(const std::vector<int64_t>& values, void* stream) {
+  return m_backend->prepare(values, stream);
+}
+
+Status Executable::run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+                       void* stream) {
+  return m_backend->run(inputs, outputs, stream);
+}
 
 Expected<std::vector<TensorSpec>> Executable::inputs_at(const std::vector<int64_t>& values) const {
   return specs_at(m_graph, m_inputs, values, true);

@@ -1,7 +1,9 @@
-// The Executable behind kiln.h: an artifact plus the CUDA modules loaded for it per context.
+// What the runtime's backends share: the CUDA executable's maker, tensor checks, and access to
+// Executable's description.
 #pragma once
 
 #include "kiln/kiln.h"
+#include "runtime/backend.h"
 #include "runtime/compile_service.h"
 
 #include <memory>
@@ -25,8 +27,26 @@ std::vector<TensorSpec> tensor_specs(const ir::Graph& graph, const std::vector<i
 // graph its dims and the graph itself (for the specs at given sizes).
 void describe_graph(const ir::Graph& graph, Executable& exe);
 
-// Gives the runtime's executables access to Executable's protected description.
+// Gives the runtime's backends access to Executable's private description.
 struct ExecutableAccess {
+  static std::shared_ptr<Executable> create() { return std::shared_ptr<Executable>(new Executable()); }
+  // Hands `exe` the backend that runs it (made with `exe`, which it reads).
+  static void attach(Executable& exe, std::unique_ptr<Backend> backend) {
+    exe.m_backend = std::move(backend);
+  }
+  static const std::optional<ir::Graph>& graph(const Executable& exe) { return exe.m_graph; }
+  static const std::string& graph_name(const Executable& exe) { return exe.m_graph_name; }
+  static void set_device(Executable& exe, int device) { exe.m_device = device; }
+  static void set_on_cpu(Executable& exe) { exe.m_on_cpu = true; }
+  // What a symbolic graph's executable says before any bucket compiles.
+  static void describe_symbolic(Executable& exe, std::string arch, std::string precision,
+                                std::vector<std::string> fallbacks, std::string graph_hash) {
+    exe.m_on_cpu = arch.rfind("cpu:", 0) == 0;  // the CPU target's buckets take host pointers
+    exe.m_arch = std::move(arch);
+    exe.m_precision = std::move(precision);
+    exe.m_fallbacks = std::move(fallbacks);
+    exe.m_graph_hash = std::move(graph_hash);
+  }
   static void describe(const ir::Graph& graph, Executable& exe) {
     exe.m_graph_name = graph.name();
     exe.m_inputs = tensor_specs(graph, graph.inputs());

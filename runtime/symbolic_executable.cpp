@@ -1,5 +1,5 @@
-// The Executable of a symbolic graph: one static-plan executable per bucket, compiled on first
-// use through the runtime's cache, chosen per run from the input shapes.
+// The backend of a symbolic graph: one static-plan executable per bucket, compiled on first use
+// through the runtime's cache, chosen per run from the input shapes.
 #include "runtime/symbolic_executable.h"
 
 #include "compiler/sizes.h"
@@ -11,30 +11,20 @@ namespace kiln::runtime {
 
 namespace {
 
-class SymbolicExecutable final : public Executable {
+class SymbolicBackend final : public Backend {
 public:
-  SymbolicExecutable(const ir::Graph& graph, CompileBucket compile, int device,
-                      std::string arch, const compiler::CompileRequest& request,
-                      std::string graph_hash)
-      : m_compile(std::move(compile)) {
-    describe_graph(graph, *this);
-    m_device = device;
-    m_arch = std::move(arch);
-    m_on_cpu = m_arch.rfind("cpu:", 0) == 0;  // the CPU target's buckets take host pointers
-    m_precision = std::string(ir::to_string(request.precision.graph_mode));
-    m_fallbacks = request.fallbacks();
-    m_graph_hash = std::move(graph_hash);
-  }
+  SymbolicBackend(const Executable& exe, const ir::Graph& graph, CompileBucket compile)
+      : Backend(exe), m_graph(graph), m_compile(std::move(compile)) {}
 
   Status prepare(void*) override {
-    return make_error("graph '", m_graph_name, "' has symbolic dims: prepare(values, stream) "
+    return make_error("graph '", m_graph.name(), "' has symbolic dims: prepare(values, stream) "
                       "names the sizes whose bucket to prepare");
   }
 
   Status prepare(const std::vector<int64_t>& values, void* stream) override {
-    auto exe = bucket(values);
-    if (!exe) return exe.error();
-    return (*exe)->prepare(stream);
+    auto runner = bucket(values);
+    if (!runner) return runner.error();
+    return (*runner)->prepare(stream);
   }
 
   Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
@@ -42,28 +32,28 @@ public:
     if (Status s = check_tensor_count(inputs); !s) return s;
     std::vector<std::vector<int64_t>> shapes;
     for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
-    auto values = m_graph->symbol_values(shapes);
+    auto values = m_graph.symbol_values(shapes);
     if (!values) return values.error();
-    auto exe = bucket(*values);
-    if (!exe) return exe.error();
-    return (*exe)->run(inputs, outputs, stream);
+    auto runner = bucket(*values);
+    if (!runner) return runner.error();
+    return (*runner)->run(inputs, outputs, stream);
   }
 
 private:
   Status check_tensor_count(const std::vector<TensorRef>& inputs) const {
-    if (inputs.size() == m_inputs.size()) return Status::success();
-    return make_error("expected ", std::to_string(m_inputs.size()), " inputs, got ",
+    if (inputs.size() == exe().inputs().size()) return Status::success();
+    return make_error("expected ", std::to_string(exe().inputs().size()), " inputs, got ",
                       std::to_string(inputs.size()));
   }
 
   // The executable of the bucket holding `values`, compiled on first use.
   Expected<std::shared_ptr<Executable>> bucket(const std::vector<int64_t>& values) {
-    if (values.size() != m_dims.size())
-      return make_error("graph '", m_graph_name, "' has ", std::to_string(m_dims.size()),
+    if (values.size() != exe().dims().size())
+      return make_error("graph '", m_graph.name(), "' has ", std::to_string(exe().dims().size()),
                         " symbolic dims, got ", std::to_string(values.size()), " values");
     std::vector<compiler::DimRange> ranges;
     for (size_t i = 0; i < values.size(); ++i) {
-      const ir::Symbol& symbol = m_graph->symbols()[i];
+      const ir::Symbol& symbol = m_graph.symbols()[i];
       if (values[i] < symbol.lo || values[i] > symbol.hi)
         return make_error(symbol.name, " = ", std::to_string(values[i]), " is outside its range ",
                           std::to_string(symbol.lo), "..", std::to_string(symbol.hi));
@@ -89,6 +79,7 @@ private:
     Expected<std::shared_ptr<Executable>> result = Error{"not compiled"};
   };
 
+  ir::Graph m_graph;
   CompileBucket m_compile;
   std::mutex m_mutex;  // guards m_buckets only
   std::map<std::vector<std::pair<int64_t, int64_t>>, std::shared_ptr<Slot>> m_buckets;
@@ -101,8 +92,14 @@ std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
                                                      std::string arch,
                                                      const compiler::CompileRequest& request,
                                                      std::string graph_hash) {
-  return std::make_shared<SymbolicExecutable>(graph, std::move(compile), device, std::move(arch),
-                                              request, std::move(graph_hash));
+  std::shared_ptr<Executable> exe = ExecutableAccess::create();
+  describe_graph(graph, *exe);
+  ExecutableAccess::set_device(*exe, device);
+  ExecutableAccess::describe_symbolic(*exe, std::move(arch),
+                                      std::string(ir::to_string(request.precision.graph_mode)),
+                                      request.fallbacks(), std::move(graph_hash));
+  ExecutableAccess::attach(*exe, std::make_unique<SymbolicBackend>(*exe, graph, std::move(compile)));
+  return exe;
 }
 
 }  // namespace kiln::runtime

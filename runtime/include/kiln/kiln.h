@@ -24,6 +24,7 @@
 namespace kiln {
 
 namespace runtime {
+class Backend;
 struct ExecutableAccess;
 }
 
@@ -131,9 +132,14 @@ private:
   int m_device = 0;
 };
 
+// A compiled graph, ready to run: what it is (specs, arch, precision, cache outcome) and the
+// backend that runs it (the CUDA driver, per-bucket dispatch of a symbolic graph, or the CPU
+// target). Made by Runtime::compile*.
 class Executable {
 public:
-  virtual ~Executable() = default;
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
 
   bool cache_hit() const { return m_cache_hit; }
   double compile_ms() const { return m_compile_ms; }  // of the compile that made it
@@ -164,7 +170,7 @@ public:
   // Symbolic graphs: compiles (through the cache) and prepares the bucket holding `values`
   // ahead of time, as prepare(stream) does for a static graph; call it for every bucket a
   // captured run may use. A static graph takes no values.
-  virtual Status prepare(const std::vector<int64_t>& values, void* stream = nullptr) = 0;
+  Status prepare(const std::vector<int64_t>& values, void* stream = nullptr);
 
   // Loads the kernels in the context that run(..., stream) will use and checks that the driver
   // and device can run them ("CUDA driver 12.2 cannot load cubins from NVRTC 13.0 ...", "kernels
@@ -176,7 +182,7 @@ public:
   // captures: kiln's own loads and allocations run in relaxed capture mode.
   // Destroying an Executable waits for its kernels and unloads them in every context it ran in:
   // destroy it before destroying a context you created and ran it in.
-  virtual Status prepare(void* stream = nullptr) = 0;
+  Status prepare(void* stream = nullptr);
 
   // Launches the graph's kernels on `stream` (a CUstream; nullptr: the legacy default stream;
   // CU_STREAM_PER_THREAD works too) with device pointers in declaration order, on device
@@ -189,8 +195,8 @@ public:
   // where there is none, as prepare() does, and with the driver's message when a launch fails.
   // Does not synchronise the stream (except on a device without memory pools, where the
   // temporaries are freed after the stream is synchronised).
-  virtual Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
-                     void* stream = nullptr) = 0;
+  Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+             void* stream = nullptr);
 
   // Host convenience for tools and tests: copies each input's bytes (device layout, in
   // declaration order) to fresh device buffers on device(), runs, waits, and returns each
@@ -202,7 +208,9 @@ public:
   Expected<std::vector<std::vector<unsigned char>>> run_host(
       const std::vector<std::vector<unsigned char>>& inputs, const std::vector<int64_t>& values);
 
-protected:
+private:
+  Executable();
+
   bool m_cache_hit = false;
   double m_compile_ms = 0;
   double m_lookup_us = 0;
@@ -215,8 +223,8 @@ protected:
   std::vector<DimSpec> m_dims;
   std::optional<ir::Graph> m_graph;  // symbolic graphs: for the specs at given sizes
   std::string m_graph_name;
+  std::unique_ptr<runtime::Backend> m_backend;
 
-private:
   friend struct runtime::ExecutableAccess;
 };
 

@@ -1,0 +1,30 @@
+// What runs an Executable's kernels. Three backends implement it: the CUDA driver path
+// (executable.cpp: a static graph, or one bucket of a symbolic one), the bucket dispatch of a
+// symbolic graph (symbolic_executable.cpp) and the CPU target (cpu_executable.cpp).
+#pragma once
+
+#include "kiln/kiln.h"
+
+#include <vector>
+
+namespace kiln::runtime {
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  // As Executable's prepare() and run(), whose contracts they keep.
+  virtual Status prepare(void* stream) = 0;
+  virtual Status prepare(const std::vector<int64_t>& values, void* stream) = 0;
+  virtual Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+                     void* stream) = 0;
+
+protected:
+  // `exe` owns the backend and outlives it: its description (specs, dims, device) is read here.
+  explicit Backend(const Executable& exe) : m_exe(exe) {}
+  const Executable& exe() const { return m_exe; }
+
+private:
+  const Executable& m_exe;
+};
+
+}  // namespace kiln::runtime
