@@ -204,8 +204,9 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       k.extents = matmul_extents(graph, sizes, group.anchor);
       k.shape = matmul_shape(graph, group.anchor, path, k.extents);
       k.tile = choose_tile(k.shape, sm);
-      k.name = index + "_matmul_" + std::string(to_string(path)) + "_" + std::to_string(k.tile.bm) +
-               "x" + std::to_string(k.tile.bn);
+      k.name = index + "_matmul_" + std::string(to_string(path));
+      // The CUDA tile names the kernel there; a target without a grid blocks it its own way.
+      if (grid_limits) k.name += "_" + std::to_string(k.tile.bm) + "x" + std::to_string(k.tile.bn);
       int64_t gy = ceil_div(k.shape.m, k.tile.bm);
       if (grid_limits && (gy > 65535 || k.shape.batch > 65535)) {
         return make_error(describe_node(graph, group.anchor),

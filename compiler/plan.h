@@ -66,7 +66,7 @@ inline constexpr uint64_t k_param_bytes = 8;
 // kernel whose parameters would not fit in k_max_param_bytes (fuse() keeps kernels far below it,
 // so only groups formed otherwise get there); the message names the kernel and the bytes.
 // `limits`: CUDA's grid limits (65535 row tiles or batches per launch), or none for a target
-// without a grid (the CPU).
+// without a grid (the CPU), whose matmul kernels' names then carry no CUDA tile size.
 enum class LaunchLimits : uint8_t { cuda, none };
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
                                    const PrecisionPlan& precision, int sm, const Sizes& sizes,

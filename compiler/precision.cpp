@@ -91,13 +91,13 @@ Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileO
     ir::DType dtype = graph.node(node.operands[0]).type.dtype;
     ir::Precision mode = node.attrs.precision.value_or(plan.graph_mode);
     Choice choice = choose(dtype, mode, options.sm);
-    std::string what = describe_node(graph, id) + " (" + std::string(ir::to_string(dtype)) +
-                       ", precision " + std::string(ir::to_string(mode)) + ") on " +
-                       arch_name(options.sm);
     if (*choice.needs == '\0') {
       plan.paths[i] = choice.path;
       continue;
     }
+    std::string what = describe_node(graph, id) + " (" + std::string(ir::to_string(dtype)) +
+                       ", precision " + std::string(ir::to_string(mode)) + ") on " +
+                       arch_name(options.sm);
     if (options.fallback == FallbackPolicy::refuse) {
       return make_error(
           error_location(graph, id), what, ": ", choice.needs,

@@ -34,8 +34,9 @@ struct ArchFacts {
 std::span<const ArchFacts> arch_table();
 // The facts of `sm`; nullptr for an arch not in the table.
 const ArchFacts* arch_facts(int sm);
-// Whether `sm` has Ampere's tensor-core instructions and cp.async (an arch newer than the table
-// is taken to have them).
+// Whether `sm` has Ampere's tensor-core instructions and cp.async. check_request() refuses an
+// arch outside the table, even one a newer NVRTC lists; for such an arch reached otherwise (a
+// pass called directly), sm >= 80 decides.
 bool has_sm80_mma(int sm);
 
 // The CUDA arch whose mode resolution and matmul paths the CPU target follows: every mode and

@@ -17,17 +17,20 @@ namespace {
 constexpr std::string_view k_canonical_magic = "kiln-graph";
 
 // A shape's dims as written: a constant as itself, symbol i as -(i + 1).
+int64_t encoded_dim(const Shape& shape, int i) {
+  return shape.symbol(i) >= 0 ? -(int64_t{shape.symbol(i)} + 1) : shape.dim(i);
+}
+
 std::vector<int64_t> encoded_dims(const Shape& shape) {
-  std::vector<int64_t> dims = shape.dims();
-  for (int i = 0; i < shape.rank(); ++i) {
-    if (shape.symbol(i) >= 0) dims[static_cast<size_t>(i)] = -(int64_t{shape.symbol(i)} + 1);
-  }
+  std::vector<int64_t> dims;
+  for (int i = 0; i < shape.rank(); ++i) dims.push_back(encoded_dim(shape, i));
   return dims;
 }
 }  // namespace
 
 std::string canonical_bytes(const Graph& graph) {
   ByteWriter w;
+  w.reserve(64 + graph.nodes().size() * 48);
   w.raw(k_canonical_magic);
   // Static graphs keep version 1 (their hashes never change); symbolic ones add their ranges.
   w.u32(graph.symbolic() ? k_canonical_symbolic_version : k_canonical_format_version);
@@ -43,7 +46,8 @@ std::string canonical_bytes(const Graph& graph) {
     w.u8(static_cast<uint8_t>(node.kind));
     w.u8(static_cast<uint8_t>(node.type.dtype));
     w.u8(static_cast<uint8_t>(node.type.shape.rank()));
-    for (int64_t d : encoded_dims(node.type.shape)) w.i64(d);
+    const Shape& shape = node.type.shape;
+    for (int i = 0; i < shape.rank(); ++i) w.i64(encoded_dim(shape, i));
     w.u8(static_cast<uint8_t>(node.operands.size()));
     for (NodeId op : node.operands) w.u32(static_cast<uint32_t>(op));
     const Attrs& a = node.attrs;

@@ -49,14 +49,17 @@ class Workers {
   std::condition_variable m_finished;  // a part finished or a helper left a job
   std::deque<Job*> m_jobs;             // jobs that may still take helpers
   int m_threads = 0;  // started, detached, each in work() for good
+  bool m_cannot_grow = false;  // the system refused a thread once
 };
 
 void Workers::grow(int wanted) {
   // Called with m_mutex held.
-  while (m_threads < wanted) {
+  while (m_threads < wanted && !m_cannot_grow) {
     try {
       std::thread([this] { work(); }).detach();  // the pool lives as long as the process
-    } catch (const std::system_error&) {  // no more threads to be had: use those there are
+    } catch (const std::system_error&) {
+      // No more threads to be had: use those there are, and do not ask again on every run.
+      m_cannot_grow = true;
       return;
     }
     ++m_threads;
@@ -83,13 +86,17 @@ void Workers::work() {
 }
 
 void Workers::run(size_t parts, int threads, const std::function<void(size_t)>& part) {
-  if (parts == 0) return;
-  int helpers = static_cast<int>(std::min<size_t>(parts, static_cast<size_t>(std::max(threads, 1)))) - 1;
+  int helpers =
+      static_cast<int>(std::min<size_t>(parts, static_cast<size_t>(std::max(threads, 1)))) - 1;
+  if (helpers <= 0) {  // nothing to share: no lock, no queue
+    for (size_t i = 0; i < parts; ++i) part(i);
+    return;
+  }
   Job job;
   job.part = &part;
   job.parts = parts;
   job.helpers_wanted = helpers;
-  if (helpers > 0) {
+  {
     std::lock_guard lock(m_mutex);
     grow(helpers);
     if (m_threads > 0) {
@@ -97,17 +104,30 @@ void Workers::run(size_t parts, int threads, const std::function<void(size_t)>& 
       m_posted.notify_all();
     }
   }
-  size_t ran = take_parts(job);
+  // No worker may hold the job once this returns, whether the parts ran or one threw: off the
+  // queue, then wait for the helpers on it.
+  auto release = [&](std::unique_lock<std::mutex>& lock) {
+    for (auto it = m_jobs.begin(); it != m_jobs.end(); ++it) {
+      if (*it == &job) {
+        m_jobs.erase(it);
+        break;
+      }
+    }
+    m_finished.wait(lock, [&] { return job.helpers == 0; });
+  };
+  size_t ran = 0;
+  try {
+    ran = take_parts(job);
+  } catch (...) {
+    job.next = parts;  // the parts not yet taken never run
+    std::unique_lock lock(m_mutex);
+    release(lock);
+    throw;
+  }
   std::unique_lock lock(m_mutex);
   job.done += ran;
-  // No worker may take the job once this returns: take it off the queue if still there.
-  for (auto it = m_jobs.begin(); it != m_jobs.end(); ++it) {
-    if (*it == &job) {
-      m_jobs.erase(it);
-      break;
-    }
-  }
-  m_finished.wait(lock, [&] { return job.done == parts && job.helpers == 0; });
+  release(lock);
+  m_finished.wait(lock, [&] { return job.done == parts; });
 }
 
 Workers& workers() {

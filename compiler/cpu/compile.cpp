@@ -14,6 +14,10 @@ namespace kiln::compiler::cpu::impl {
 namespace {
 
 Expected<PlannedProgram> lower_for_cpu(const ir::Graph& graph, const CompileRequest& request) {
+  if (request.sm != k_cpu_modes_as_on_sm) {
+    return make_error("a CPU compile needs a request checked as on ",
+                      arch_name(k_cpu_modes_as_on_sm), " (this one: ", arch_name(request.sm), ")");
+  }
   auto planned = plan_program(graph, request, LaunchLimits::none);
   if (!planned) return planned.error();
   planned->precision.decision += " (cpu: modes as on " + arch_name(k_cpu_modes_as_on_sm) + ")";

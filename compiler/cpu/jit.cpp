@@ -129,10 +129,11 @@ Status runs_here(const std::string& cpu) {
   // The answer cannot change within a process, and asking costs a target machine (about
   // 140 us): more than the rest of a cache hit's load.
   static std::mutex mutex;
-  static std::map<std::string, Status> answers;
+  // Never destroyed, as the JIT: a program may be loaded while the process exits.
+  static auto* answers = new std::map<std::string, Status>();
   std::lock_guard lock(mutex);
-  auto it = answers.find(cpu);
-  if (it == answers.end()) it = answers.emplace(cpu, check_runs_here(cpu)).first;
+  auto it = answers->find(cpu);
+  if (it == answers->end()) it = answers->emplace(cpu, check_runs_here(cpu)).first;
   return it->second;
 }
 

@@ -4,6 +4,7 @@
 #include "compiler/cpu/plugin.h"
 
 #include "compiler/key.h"
+#include "compiler/target.h"
 
 #include <dlfcn.h>
 
@@ -87,9 +88,19 @@ Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileRequest& req
   return (*api)->compile_cpu(graph, request, machine);
 }
 
+namespace {
+
+// The request of a CPU compile: modes resolve as on k_cpu_modes_as_on_sm whatever options.sm says.
+Expected<CompileRequest> cpu_request(const ir::Graph& graph, CompileOptions options) {
+  options.sm = k_cpu_modes_as_on_sm;
+  return check_request(graph, options);
+}
+
+}  // namespace
+
 Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileOptions& options,
                                const CpuMachine& machine) {
-  auto request = check_request(graph, options);
+  auto request = cpu_request(graph, options);
   if (!request) return request.error();
   return compile_cpu(graph, *request, machine);
 }
@@ -103,7 +114,7 @@ Expected<std::string> cpu_ir(const ir::Graph& graph, const CompileRequest& reque
 
 Expected<std::string> cpu_ir(const ir::Graph& graph, const CompileOptions& options,
                              const CpuMachine& machine) {
-  auto request = check_request(graph, options);
+  auto request = cpu_request(graph, options);
   if (!request) return request.error();
   return cpu_ir(graph, *request, machine);
 }

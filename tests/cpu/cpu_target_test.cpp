@@ -197,6 +197,31 @@ TEST(CpuTarget, ASerialisedArtifactLoadsAndGivesTheSameBits) {
   EXPECT_EQ(*a, *b);
 }
 
+// The CPU resolves modes as on sm_90 whatever arch the options name; a request checked for
+// another arch is refused rather than lowered with its paths.
+TEST(CpuTarget, ModesResolveAsOnSm90WhateverTheOptionsArch) {
+  ir::Graph graph = parse(
+      "graph g { input a: f32[8, 16]\n input b: f32[16, 8]\n y = matmul(a, b)\n output y }");
+  compiler::CompileOptions options;
+  options.sm = 75;  // no TF32 there
+  options.precision = ir::Precision::high;
+  auto artifact = compiler::cpu::compile_cpu(graph, options, machine());
+  ASSERT_TRUE(artifact) << artifact.error().message;
+  EXPECT_EQ(artifact->precision, "high");
+  options.precision = ir::Precision::automatic;
+  auto automatic = compiler::cpu::compile_cpu(graph, options, machine());
+  ASSERT_TRUE(automatic) << automatic.error().message;
+  EXPECT_EQ(automatic->precision, "high") << automatic->decision;
+
+  options.precision = ir::Precision::highest;
+  auto for_sm75 = compiler::check_request(graph, options);
+  ASSERT_TRUE(for_sm75) << for_sm75.error().message;
+  auto refused = compiler::cpu::compile_cpu(graph, *for_sm75, machine());
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("checked as on sm_90"), std::string::npos)
+      << refused.error().message;
+}
+
 TEST(CpuTarget, ObjectCodeThatDoesNotLinkIsRefused) {
   auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/graphs/mlp.kg");
   ASSERT_TRUE(graph);

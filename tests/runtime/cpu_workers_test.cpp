@@ -8,6 +8,8 @@
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -57,6 +59,28 @@ TEST(CpuWorkers, CallersOnManyThreadsShareThePool) {
   }
   for (std::thread& t : callers) t.join();
   EXPECT_EQ(total.load(), 6L * 200 * 15);
+}
+
+// A part throwing on the calling thread: the exception reaches the caller only once the workers
+// have left the run (the run's state lives on the caller's stack), and the pool still works.
+TEST(CpuWorkers, APartThatThrowsOnTheCallerEndsTheRunAndThePoolGoesOn) {
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> worker_parts{0};
+  bool caught = false;
+  try {
+    run_parts(8, 3, [&](size_t) {
+      if (std::this_thread::get_id() == caller) throw std::runtime_error("part failed");
+      ++worker_parts;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    });
+  } catch (const std::runtime_error& e) {
+    caught = std::string(e.what()) == "part failed";
+  }
+  EXPECT_TRUE(caught);
+  EXPECT_LT(worker_parts.load(), 8);
+  std::atomic<int> seen{0};
+  run_parts(6, 3, [&](size_t) { ++seen; });
+  EXPECT_EQ(seen.load(), 6);
 }
 
 }  // namespace
