@@ -4,6 +4,9 @@
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/MapperJITLinkMemoryManager.h>
+#include <llvm/ExecutionEngine/Orc/MemoryMapper.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/MC/MCSubtargetInfo.h>
@@ -179,6 +182,9 @@ Expected<std::string> compile_object(llvm::Module& module, const CpuMachine& mac
 
 namespace {
 
+// Address space the JIT reserves at a time for loaded objects' code and data.
+constexpr size_t k_slab_bytes = size_t{1} << 20;
+
 // The process's one LLJIT, and a JITDylib of the process's own symbols (libm's erff, ...)
 // that every loaded object's JITDylib links against: each loaded object gets a JITDylib of its
 // own in it.
@@ -196,7 +202,20 @@ Expected<ProcessJit> process_jit() {
   if (process.jit) return process;
   if (!failure.empty()) return make_error(failure);
   initialize_llvm();
-  auto created = llvm::orc::LLJITBuilder().create();
+  // JITLink over one slab allocator instead of LLJIT's default for ELF x86-64 in LLVM 16
+  // (RuntimeDyld, mapping every object's sections afresh): a cache hit's object links in about
+  // half the time, and an unloaded object's memory is reused (JITLink's default per-object
+  // allocator grew by 12 KiB per load in a load/unload loop; the slab stays flat).
+  llvm::orc::LLJITBuilder builder;
+  builder.setObjectLinkingLayerCreator(
+      [](llvm::orc::ExecutionSession& es,
+         const llvm::Triple&) -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
+        auto memory = llvm::orc::MapperJITLinkMemoryManager::CreateWithMapper<
+            llvm::orc::InProcessMemoryMapper>(k_slab_bytes);
+        if (!memory) return memory.takeError();
+        return std::make_unique<llvm::orc::ObjectLinkingLayer>(es, std::move(*memory));
+      });
+  auto created = builder.create();
   if (!created) {
     failure = "llvm: cannot start the JIT: " + error_text(created.takeError());
     return make_error(failure);
