@@ -47,48 +47,11 @@ private:
   ir::Graph m_graph_copy;
 };
 
-// What the artifact says of its buffers and work, against the graph it claims to run: only a
-// damaged or foreign entry fails here.
-Status check_cpu_artifact(const compiler::Artifact& a, const ir::Graph& graph) {
-  auto bad = [&](const char* what) {
-    return make_error("entry ", a.arch, " of graph '", graph.name(), "': ", what,
-                      " do not match the graph");
-  };
-  size_t symbols = graph.symbols().size();
-  if (a.bucket.size() != symbols) return bad("the bucket's dims");
-  if (a.input_bytes.size() != graph.inputs().size() ||
-      a.output_bytes.size() != graph.outputs().size())
-    return bad("the inputs and outputs");
-  if (symbols == 0) {
-    for (size_t i = 0; i < a.input_bytes.size(); ++i)
-      if (a.input_bytes[i] != static_cast<uint64_t>(graph.node(graph.inputs()[i]).type.bytes()))
-        return bad("the input sizes");
-    for (size_t i = 0; i < a.output_bytes.size(); ++i)
-      if (a.output_bytes[i] != static_cast<uint64_t>(graph.node(graph.outputs()[i]).type.bytes()))
-        return bad("the output sizes");
-  } else if (a.input_sizes.size() != a.input_bytes.size() ||
-             a.output_sizes.size() != a.output_bytes.size() ||
-             a.temporary_sizes.size() != a.temporary_bytes.size()) {
-    return bad("the buffers' size terms");
-  }
-  auto in_range = [&](const std::vector<compiler::SizeTerm>& terms) {
-    for (const compiler::SizeTerm& t : terms)
-      for (uint32_t s : t.symbols)
-        if (s >= symbols) return false;
-    return true;
-  };
-  for (const auto* terms : {&a.input_sizes, &a.output_sizes, &a.temporary_sizes})
-    if (!in_range(*terms)) return bad("the buffers' size terms");
-  for (const compiler::KernelArtifact& k : a.kernels)
-    if (!in_range(k.items)) return bad("a kernel's work items");
-  return Status::success();
-}
-
 }  // namespace
 
 Expected<std::shared_ptr<Executable>> make_cpu_executable(const ir::Graph& graph,
                                                           CompileResult result) {
-  if (Status s = check_cpu_artifact(result.artifact, graph); !s) return s.error();
+  if (Status s = check_artifact_fits(result.artifact, graph); !s) return s.error();
   auto program = CpuProgram::load(std::move(result.artifact));
   if (!program) return program.error();
   std::shared_ptr<Executable> exe = ExecutableAccess::create();

@@ -398,35 +398,51 @@ std::vector<TensorSpec> tensor_specs(const ir::Graph& graph, const std::vector<i
   return specs;
 }
 
-Status check_artifact_sizes(const compiler::Artifact& a, const ir::Graph& graph) {
+Status check_artifact_fits(const compiler::Artifact& a, const ir::Graph& graph) {
   auto bad = [&](const char* what) {
     return make_error("entry ", a.arch, " of graph '", graph.name(), "': ", what,
                       " do not match the graph");
   };
   size_t symbols = graph.symbols().size();
   if (a.bucket.size() != symbols) return bad("the bucket's dims");
-  if (symbols == 0) return Status::success();
-  if (a.input_sizes.size() != a.input_bytes.size() || a.input_bytes.size() != graph.inputs().size() ||
-      a.output_sizes.size() != a.output_bytes.size() ||
-      a.output_bytes.size() != graph.outputs().size() ||
-      a.temporary_sizes.size() != a.temporary_bytes.size())
+  if (a.input_bytes.size() != graph.inputs().size() ||
+      a.output_bytes.size() != graph.outputs().size())
+    return bad("the inputs and outputs");
+  if (symbols == 0) {
+    for (size_t i = 0; i < a.input_bytes.size(); ++i)
+      if (a.input_bytes[i] != static_cast<uint64_t>(graph.node(graph.inputs()[i]).type.bytes()))
+        return bad("the input sizes");
+    for (size_t i = 0; i < a.output_bytes.size(); ++i)
+      if (a.output_bytes[i] != static_cast<uint64_t>(graph.node(graph.outputs()[i]).type.bytes()))
+        return bad("the output sizes");
+  } else if (a.input_sizes.size() != a.input_bytes.size() ||
+             a.output_sizes.size() != a.output_bytes.size() ||
+             a.temporary_sizes.size() != a.temporary_bytes.size()) {
     return bad("the buffers' size terms");
-  for (const compiler::KernelArtifact& k : a.kernels) {
-    if (k.grid.size() != 3 || k.dim_params != symbols) return bad("a kernel's grid or dims");
-    for (const compiler::SizeTerm& t : k.grid)
-      for (uint32_t s : t.symbols)
-        if (s >= symbols) return bad("a kernel's grid terms");
   }
-  for (const auto* terms : {&a.input_sizes, &a.output_sizes, &a.temporary_sizes})
-    for (const compiler::SizeTerm& t : *terms)
+  auto in_range = [&](const std::vector<compiler::SizeTerm>& terms) {
+    for (const compiler::SizeTerm& t : terms)
       for (uint32_t s : t.symbols)
-        if (s >= symbols) return bad("the buffers' size terms");
+        if (s >= symbols) return false;
+    return true;
+  };
+  for (const auto* terms : {&a.input_sizes, &a.output_sizes, &a.temporary_sizes})
+    if (!in_range(*terms)) return bad("the buffers' size terms");
+  for (const compiler::KernelArtifact& k : a.kernels) {
+    if (a.is_cpu()) {
+      if (!in_range(k.items)) return bad("a kernel's work items");
+      continue;
+    }
+    if (symbols == 0) continue;
+    if (k.grid.size() != 3 || k.dim_params != symbols) return bad("a kernel's grid or dims");
+    if (!in_range(k.grid)) return bad("a kernel's grid terms");
+  }
   return Status::success();
 }
 
 Expected<std::shared_ptr<Executable>> make_executable(const ir::Graph& graph,
                                                       CompileResult result, int device) {
-  if (Status s = check_artifact_sizes(result.artifact, graph); !s) return s.error();
+  if (Status s = check_artifact_fits(result.artifact, graph); !s) return s.error();
   std::shared_ptr<Executable> exe = ExecutableAccess::create();
   ExecutableAccess::describe_compile(result, result.artifact, *exe);
   ExecutableAccess::set_device(*exe, device);

@@ -17,6 +17,12 @@ namespace kiln::runtime {
 Expected<std::shared_ptr<Executable>> make_executable(const ir::Graph& graph,
                                                       CompileResult result, int device);
 
+// What an artifact says of its buffers and kernels against the graph it claims to run: the
+// bucket's dims, buffer counts, a static graph's buffer sizes, the size terms' symbols, and per
+// kernel its grid terms and dim parameters (CUDA) or work items (CPU). Only a damaged or foreign
+// entry fails; the error names what does not match. Every backend's maker checks it.
+Status check_artifact_fits(const compiler::Artifact& a, const ir::Graph& graph);
+
 // The byte offset of each temporary in the workspace (each 256-byte aligned) and the total.
 std::vector<uint64_t> temporary_offsets(const std::vector<uint64_t>& temporary_bytes,
                                         uint64_t* total);

@@ -29,6 +29,65 @@ std::vector<TensorRef> refs_for(const std::vector<TensorSpec>& specs) {
   return refs;
 }
 
+// An entry's artifact is checked against the graph it claims to run before any backend uses it:
+// a damaged or foreign one fails naming what does not match, for the CUDA and the CPU target.
+TEST(Executable, AnArtifactThatDoesNotFitItsGraphIsRefused) {
+  auto fixed = ir::parse_graph("graph g { input a: f32[4]\n y = relu(a)\n output y }", "g.kg");
+  ASSERT_TRUE(fixed) << fixed.error().message;
+  compiler::Artifact a;
+  a.arch = "sm_90";
+  a.input_bytes = {16};
+  a.output_bytes = {16};
+  a.kernels.resize(1);
+  EXPECT_TRUE(runtime::check_artifact_fits(a, *fixed));
+  auto refused = [](const compiler::Artifact& artifact, const ir::Graph& graph,
+                    const std::string& what) {
+    Status s = runtime::check_artifact_fits(artifact, graph);
+    EXPECT_FALSE(s) << what;
+    if (!s) EXPECT_NE(s.error().message.find(what), std::string::npos) << s.error().message;
+  };
+  compiler::Artifact wrong = a;
+  wrong.input_bytes = {20};
+  refused(wrong, *fixed, "the input sizes");
+  wrong = a;
+  wrong.output_bytes = {16, 16};
+  refused(wrong, *fixed, "the inputs and outputs");
+  wrong = a;
+  wrong.bucket = {{1, 8}};
+  refused(wrong, *fixed, "the bucket's dims");
+
+  auto symbolic = ir::parse_graph(
+      "graph g { dim B: 1..64\n input a: f32[B, 4]\n y = relu(a)\n output y }", "g.kg");
+  ASSERT_TRUE(symbolic) << symbolic.error().message;
+  compiler::Artifact s;
+  s.arch = "sm_90";
+  s.bucket = {{33, 64}};
+  s.input_bytes = s.output_bytes = {1024};
+  compiler::SizeTerm by_b{16, {0}, 1};
+  s.input_sizes = s.output_sizes = {by_b};
+  s.kernels.resize(1);
+  s.kernels[0].grid = {by_b, compiler::SizeTerm{}, compiler::SizeTerm{}};
+  s.kernels[0].dim_params = 1;
+  EXPECT_TRUE(runtime::check_artifact_fits(s, *symbolic));
+  wrong = s;
+  wrong.kernels[0].grid[0].symbols = {3};
+  refused(wrong, *symbolic, "a kernel's grid terms");
+  wrong = s;
+  wrong.kernels[0].dim_params = 0;
+  refused(wrong, *symbolic, "a kernel's grid or dims");
+  wrong = s;
+  wrong.input_sizes[0].symbols = {1};
+  refused(wrong, *symbolic, "the buffers' size terms");
+
+  compiler::Artifact cpu = s;
+  cpu.arch = "cpu:znver4";
+  cpu.kernels[0] = compiler::KernelArtifact{};
+  cpu.kernels[0].items = {by_b};
+  EXPECT_TRUE(runtime::check_artifact_fits(cpu, *symbolic));
+  cpu.kernels[0].items[0].symbols = {2};
+  refused(cpu, *symbolic, "a kernel's work items");
+}
+
 TEST(Executable, DescribesInputsAndOutputsInDeclarationOrder) {
   auto exe = compile_mlp();
   ASSERT_TRUE(exe);
