@@ -5,6 +5,8 @@
 
 #include "kiln/kiln.h"
 
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace kiln::runtime {
@@ -22,6 +24,9 @@ protected:
   // `exe` owns the backend and outlives it: its description (specs, dims, device) is read here.
   explicit Backend(const Executable& exe) : m_exe(exe) {}
   const Executable& exe() const { return m_exe; }
+  // The executable's symbolic graph (nullopt for a static one) and its name.
+  const std::optional<ir::Graph>& graph() const;
+  const std::string& graph_name() const;
 
 private:
   const Executable& m_exe;

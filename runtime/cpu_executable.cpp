@@ -11,9 +11,8 @@ namespace {
 
 class CpuBackend final : public Backend {
 public:
-  CpuBackend(const Executable& exe, const ir::Graph& graph, std::unique_ptr<CpuProgram> program)
-      : Backend(exe), m_program(std::move(program)), m_symbolic(graph.symbolic()),
-        m_graph_copy(graph) {}
+  CpuBackend(const Executable& exe, std::unique_ptr<CpuProgram> program)
+      : Backend(exe), m_program(std::move(program)) {}
 
   Status prepare(void*) override { return Status::success(); }
   Status prepare(const std::vector<int64_t>&, void*) override { return Status::success(); }
@@ -21,10 +20,10 @@ public:
   Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
              void*) override {
     std::vector<int64_t> values;
-    if (m_symbolic) {
+    if (graph()) {
       std::vector<std::vector<int64_t>> shapes;
       for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
-      auto found = m_graph_copy.symbol_values(shapes);
+      auto found = graph()->symbol_values(shapes);
       if (!found) return found.error();
       values = std::move(*found);
     }
@@ -43,8 +42,6 @@ public:
 
 private:
   std::unique_ptr<CpuProgram> m_program;
-  bool m_symbolic = false;
-  ir::Graph m_graph_copy;
 };
 
 }  // namespace
@@ -58,7 +55,7 @@ Expected<std::shared_ptr<Executable>> make_cpu_executable(const ir::Graph& graph
   describe_graph(graph, *exe);
   ExecutableAccess::describe_compile(result, (*program)->artifact(), *exe);
   ExecutableAccess::set_on_cpu(*exe);
-  ExecutableAccess::attach(*exe, std::make_unique<CpuBackend>(*exe, graph, std::move(*program)));
+  ExecutableAccess::attach(*exe, std::make_unique<CpuBackend>(*exe, std::move(*program)));
   return exe;
 }
 

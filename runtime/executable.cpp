@@ -108,10 +108,6 @@ public:
 private:
   enum class Loading { prepare, run, run_reloading };
 
-  // A symbolic graph (one bucket of it) keeps the graph; a static one none.
-  const std::optional<ir::Graph>& graph() const { return ExecutableAccess::graph(exe()); }
-  const std::string& graph_name() const { return ExecutableAccess::graph_name(exe()); }
-
   // A symbolic graph's run: the dims' values, the specs at them, the temporaries' layout.
   struct Sizes {
     std::vector<int64_t> values;
@@ -439,6 +435,10 @@ Status check_artifact_fits(const compiler::Artifact& a, const ir::Graph& graph) 
   }
   return Status::success();
 }
+
+const std::optional<ir::Graph>& Backend::graph() const { return ExecutableAccess::graph(m_exe); }
+
+const std::string& Backend::graph_name() const { return ExecutableAccess::graph_name(m_exe); }
 
 Expected<std::shared_ptr<Executable>> make_executable(const ir::Graph& graph,
                                                       CompileResult result, int device) {

@@ -13,11 +13,11 @@ namespace {
 
 class SymbolicBackend final : public Backend {
 public:
-  SymbolicBackend(const Executable& exe, const ir::Graph& graph, CompileBucket compile)
-      : Backend(exe), m_graph(graph), m_compile(std::move(compile)) {}
+  SymbolicBackend(const Executable& exe, CompileBucket compile)
+      : Backend(exe), m_compile(std::move(compile)) {}
 
   Status prepare(void*) override {
-    return make_error("graph '", m_graph.name(), "' has symbolic dims: prepare(values, stream) "
+    return make_error("graph '", graph_name(), "' has symbolic dims: prepare(values, stream) "
                       "names the sizes whose bucket to prepare");
   }
 
@@ -32,7 +32,7 @@ public:
     if (Status s = check_tensor_count(inputs); !s) return s;
     std::vector<std::vector<int64_t>> shapes;
     for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
-    auto values = m_graph.symbol_values(shapes);
+    auto values = graph()->symbol_values(shapes);
     if (!values) return values.error();
     auto runner = bucket(*values);
     if (!runner) return runner.error();
@@ -49,11 +49,11 @@ private:
   // The executable of the bucket holding `values`, compiled on first use.
   Expected<std::shared_ptr<Executable>> bucket(const std::vector<int64_t>& values) {
     if (values.size() != exe().dims().size())
-      return make_error("graph '", m_graph.name(), "' has ", std::to_string(exe().dims().size()),
+      return make_error("graph '", graph_name(), "' has ", std::to_string(exe().dims().size()),
                         " symbolic dims, got ", std::to_string(values.size()), " values");
     std::vector<compiler::DimRange> ranges;
     for (size_t i = 0; i < values.size(); ++i) {
-      const ir::Symbol& symbol = m_graph.symbols()[i];
+      const ir::Symbol& symbol = graph()->symbols()[i];
       if (values[i] < symbol.lo || values[i] > symbol.hi)
         return make_error(symbol.name, " = ", std::to_string(values[i]), " is outside its range ",
                           std::to_string(symbol.lo), "..", std::to_string(symbol.hi));
@@ -79,7 +79,6 @@ private:
     Expected<std::shared_ptr<Executable>> result = Error{"not compiled"};
   };
 
-  ir::Graph m_graph;
   CompileBucket m_compile;
   std::mutex m_mutex;  // guards m_buckets only
   std::map<std::vector<std::pair<int64_t, int64_t>>, std::shared_ptr<Slot>> m_buckets;
@@ -98,7 +97,7 @@ std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
   ExecutableAccess::describe_symbolic(*exe, std::move(arch),
                                       std::string(ir::to_string(request.precision.graph_mode)),
                                       request.fallbacks(), std::move(graph_hash));
-  ExecutableAccess::attach(*exe, std::make_unique<SymbolicBackend>(*exe, graph, std::move(compile)));
+  ExecutableAccess::attach(*exe, std::make_unique<SymbolicBackend>(*exe, std::move(compile)));
   return exe;
 }
 

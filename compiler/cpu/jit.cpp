@@ -275,15 +275,20 @@ Expected<std::unique_ptr<LoadedObject>> load_object(const std::string& object,
     return make_error("cpu object: cannot be loaded: ", error_text(std::move(e)));
   }
   // Every entry in one lookup: one link of the object, one round through the session.
-  llvm::orc::SymbolLookupSet names;
-  for (const std::string& entry : entries) names.add(jit.mangleAndIntern(entry));
-  llvm::orc::ExecutionSession& session = jit.getExecutionSession();
-  auto found = session.lookup(llvm::orc::makeJITDylibSearchOrder(dylib), std::move(names));
-  if (!found) return make_error("cpu object: ", error_text(found.takeError()));
+  std::vector<llvm::orc::SymbolStringPtr> names;
+  llvm::orc::SymbolLookupSet wanted;
   for (const std::string& entry : entries) {
-    auto it = found->find(jit.mangleAndIntern(entry));
-    if (it == found->end()) return make_error("cpu object: entry '", entry, "' is missing");
-    loaded->m_functions.push_back(llvm::jitTargetAddressToPointer<KernelFunction>(it->second.getAddress()));
+    names.push_back(jit.mangleAndIntern(entry));
+    wanted.add(names.back());
+  }
+  llvm::orc::ExecutionSession& session = jit.getExecutionSession();
+  auto found = session.lookup(llvm::orc::makeJITDylibSearchOrder(dylib), std::move(wanted));
+  if (!found) return make_error("cpu object: ", error_text(found.takeError()));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    auto it = found->find(names[i]);
+    if (it == found->end()) return make_error("cpu object: entry '", entries[i], "' is missing");
+    loaded->m_functions.push_back(
+        llvm::jitTargetAddressToPointer<KernelFunction>(it->second.getAddress()));
   }
   return std::unique_ptr<LoadedObject>(std::move(loaded));
 }
