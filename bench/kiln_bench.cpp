@@ -2,6 +2,9 @@
 //
 //   cold_ms          fresh cache: codegen + NVRTC + store (median of several runs, in process)
 //   warm_us          hash + key + lookup + checksums + decompression + decode (median, in process)
+//   key_us           the key alone: request check, graph hash, key fields (median, in process)
+//   read_floor_us    SQLite's read of the entry's record plus its XXH3 checksum, nothing decoded or
+//                    copied out: what any verified local hit of this entry costs at least
 //   warm_process_ms  a new `kiln compile` process that hits the cache (median), interleaved with
 //   version_ms       a bare `kiln --version` process (the floor a new process cannot beat)
 //   remote_hit_us    empty local cache, warm Redis on loopback: fetch, verify, store locally
@@ -18,6 +21,7 @@
 
 #include "cache/cache.h"
 #include "cache/codec.h"
+#include "cache/local/sqlite.h"
 #include "tests/support/redis_server.h"
 #include "compiler/cpu/jit.h"
 #include "compiler/options.h"
@@ -27,6 +31,7 @@
 #include "ir/print.h"
 #include "runtime/compile_service.h"
 #include "runtime/cpu_program.h"
+#include "support/byte_reader.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -173,6 +178,34 @@ std::string bench_dims(const ir::Graph& graph, compiler::CompileOptions& options
   return dims;
 }
 
+// Median time of reading `key`'s record with one SQLite statement (as a hit does) and checksumming
+// it, over `runs` reads through a connection of its own.
+Expected<double> read_floor_us(const std::string& db_path, const std::string& key, int runs) {
+  auto db = cache::sql::Db::open(db_path);
+  if (!db) return db.error();
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    bool good = false;
+    {
+      auto st = (*db)->prepare("SELECT record FROM entries WHERE key = ?");
+      if (!st) return st.error();
+      st->bind_text(1, key);
+      auto row = st->step();
+      if (!row || !*row) return make_error("the record of ", key, " is not in ", db_path);
+      // The record ends with the XXH3-64 of every byte before it (cache/FORMAT.md).
+      std::string_view record = st->column_blob_view(0);
+      if (record.size() < 8) return make_error("the record of ", key, " is too short");
+      uint64_t stored = 0;
+      ByteReader(record.substr(record.size() - 8)).u64(stored);
+      good = cache::checksum(record.substr(0, record.size() - 8)) == stored;
+    }  // the statement resets here, ending the read transaction as a hit's does
+    times.push_back(ms_since(start) * 1000.0);
+    if (!good) return make_error("the record of ", key, " fails its checksum");
+  }
+  return median(times);
+}
+
 Expected<json> bench_graph(const Settings& s, const std::string& path,
                            compiler::CompileOptions options,
                            const testing::RedisServer* redis) {
@@ -210,6 +243,15 @@ Expected<json> bench_graph(const Settings& s, const std::string& path,
   }
   auto request = runtime::prepare_compile(*graph, options);
   if (!request) return request.error();
+  std::vector<double> key;
+  for (int i = 0; i < s.warm_runs(); ++i) {
+    auto start = std::chrono::steady_clock::now();
+    auto prepared = runtime::prepare_compile(*graph, options);
+    key.push_back(ms_since(start) * 1000.0);
+    if (!prepared || prepared->key != request->key) return make_error("the key of ", path, " moved");
+  }
+  auto floor = read_floor_us(cache->db_path(), request->key, s.warm_runs());
+  if (!floor) return floor.error();
   auto stored = cache->export_entries();
   if (!stored || stored->size() != 1) return make_error("the warm cache of ", path, " is not one entry");
   row["stored_bytes"] = cache->stats()->bytes;
@@ -263,6 +305,8 @@ Expected<json> bench_graph(const Settings& s, const std::string& path,
 
   row["cold_ms"] = median(cold);
   row["warm_us"] = median(warm);
+  row["key_us"] = median(key);
+  row["read_floor_us"] = *floor;
   row["warm_process_ms"] = median(process);
   row["version_ms"] = median(version);
   row["ratio"] = median(cold) * 1000.0 / median(warm);
@@ -385,12 +429,14 @@ Expected<json> bench_herd(const Settings& s, const std::string& path) {
 }
 
 void print_table(const json& report) {
-  std::printf("%-16s %7s %9s %8s %9s %10s %10s %9s %14s\n", "graph", "kernels", "cold_ms",
-              "warm_us", "process", "version_ms", "remote_us", "cold/warm", "bytes (v1)");
+  std::printf("%-16s %7s %9s %8s %6s %6s %9s %10s %10s %9s %14s\n", "graph", "kernels",
+              "cold_ms", "warm_us", "key", "floor", "process", "version_ms", "remote_us",
+              "cold/warm", "bytes (v1)");
   for (const json& g : report["graphs"]) {
-    std::printf("%-16s %7d %9.1f %8.1f %9.2f %10.2f %10.1f %8.0fx %7llu (%llu)",
+    std::printf("%-16s %7d %9.1f %8.1f %6.1f %6.1f %9.2f %10.2f %10.1f %8.0fx %7llu (%llu)",
                 g["name"].get<std::string>().c_str(), g["kernels"].get<int>(),
                 g["cold_ms"].get<double>(), g["warm_us"].get<double>(),
+                g["key_us"].get<double>(), g["read_floor_us"].get<double>(),
                 g["warm_process_ms"].get<double>(), g["version_ms"].get<double>(),
                 g.value("remote_hit_us", 0.0), g["ratio"].get<double>(),
                 g["stored_bytes"].get<unsigned long long>(),

@@ -90,7 +90,8 @@ public:
   Lookup read(const std::string& key);
 
   // Stores the entry locally (replacing any) and puts it to the remote tier. Fails on a disabled
-  // local tier, duplicate field names, or a database error; a failed put is only a warning.
+  // local tier, duplicate field names, a key that is not make_key(fields), or a database error; a
+  // failed put is only a warning.
   Status store(const std::string& key, const std::vector<KeyField>& fields,
                const Contents& contents);
 

@@ -45,8 +45,8 @@ const Payload* Entry::find_payload(const std::string& name) const {
 namespace {
 
 template <typename Stored>
-Expected<Entry> verify(Stored&& stored, const PayloadSelection& want) {
-  if (make_key(stored.info.fields) != stored.info.key)
+Expected<Entry> verify(Stored&& stored, const PayloadSelection& want, KeyCheck key_check) {
+  if (key_check == KeyCheck::rehash && make_key(stored.info.fields) != stored.info.key)
     return make_error("stored key fields do not hash to the key");
   Entry entry;
   entry.info = std::forward<Stored>(stored).info;
@@ -63,7 +63,7 @@ Expected<Entry> verify(Stored&& stored, const PayloadSelection& want) {
       }
     }();
     if (!raw) return make_error("payload '", p.name, "': ", raw.error().message);
-    entry.payloads.push_back({p.name, std::move(*raw)});
+    entry.payloads.push_back({std::move(p.name), std::move(*raw)});
   }
   return entry;
 }
@@ -90,11 +90,12 @@ Status check_stored(const StoredEntry& stored) {
 }
 
 Expected<Entry> verify_stored(const StoredEntry& stored, const PayloadSelection& want) {
-  return verify(stored, want);
+  return verify(stored, want, KeyCheck::rehash);
 }
 
-Expected<Entry> verify_stored(StoredEntry&& stored, const PayloadSelection& want) {
-  return verify(std::move(stored), want);
+Expected<Entry> verify_stored(StoredEntry&& stored, const PayloadSelection& want,
+                              KeyCheck key_check) {
+  return verify(std::move(stored), want, key_check);
 }
 
 }  // namespace kiln::cache

@@ -88,6 +88,11 @@ struct StoredEntry {
   std::vector<StoredPayload> payloads;
 };
 
+// How verify_stored establishes that an entry's fields belong to its key: by hashing them, or
+// not again because the caller found them equal to a request's whose key (make_key of those same
+// fields) is the stored key; the record's checksum, checked on decoding, covers both.
+enum class KeyCheck { rehash, matches_request };
+
 // Decodes the payloads of `stored` that `want` selects (one at a time) and checks that its fields
 // hash to its key; the error says which payload or field failed. The entry holds those payloads.
 // Payloads still `apart` are not there to check.
@@ -98,6 +103,7 @@ Expected<Entry> verify_stored(const StoredEntry& stored, const PayloadSelection&
 Status check_stored(const StoredEntry& stored);
 // The same, consuming `stored`: raw payloads move into the entry instead of being copied, and a
 // `covered` raw payload is not hashed again (the record's checksum covered its bytes).
-Expected<Entry> verify_stored(StoredEntry&& stored, const PayloadSelection& want = {});
+Expected<Entry> verify_stored(StoredEntry&& stored, const PayloadSelection& want = {},
+                              KeyCheck key_check = KeyCheck::rehash);
 
 }  // namespace kiln::cache

@@ -10,8 +10,11 @@
 namespace kiln::cache {
 namespace {
 
+// Eight little-endian bytes in one append.
 void append_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  char bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out.append(bytes, 8);
 }
 
 void append_bytes(std::string& out, const std::string& bytes) {

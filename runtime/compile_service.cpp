@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <optional>
+#include <string_view>
 
 namespace kiln::runtime {
 
@@ -105,33 +107,57 @@ cache::PayloadSelection run_payloads() {
 }
 
 Expected<compiler::Artifact> from_entry(cache::Entry entry) {
-  auto take = [&](const std::string& name) -> std::string* {
-    for (cache::Payload& p : entry.payloads)
-      if (p.name == name) return &p.bytes;
-    return nullptr;
-  };
-  const std::string* packed = take(k_payload_artifact);
+  std::string* packed = nullptr;
+  for (cache::Payload& p : entry.payloads)
+    if (p.name == k_payload_artifact) packed = &p.bytes;
   if (!packed) return make_error("cache entry ", entry.info.key, " has no artifact payload");
   auto artifact = compiler::deserialize(*packed);
   if (!artifact) {
     return make_error("cache entry ", entry.info.key, ": ", artifact.error().message);
   }
-  if (artifact->is_cpu()) {
-    std::string* object = take(k_payload_object);
-    if (!object) return make_error("cache entry ", entry.info.key, " lacks its object code");
-    artifact->object = std::move(*object);
-  }
-  for (compiler::KernelArtifact& k : artifact->kernels) {
-    if (artifact->is_cpu()) continue;
-    std::string* cubin = take(cache::k_payload_cubin_prefix + k.name);
-    if (!cubin) {
-      return make_error("cache entry ", entry.info.key, " lacks the binary of kernel ", k.name);
+  // One pass over the payloads, each moved to where it belongs: a hit of a layer carries a
+  // binary for each of a dozen kernels.
+  std::vector<compiler::KernelArtifact>& kernels = artifact->kernels;
+  auto kernel_named = [&](std::string_view name) -> size_t {
+    for (size_t i = 0; i < kernels.size(); ++i)
+      if (kernels[i].name == name) return i;
+    return kernels.size();
+  };
+  auto after = [](const std::string& name, std::string_view prefix) {
+    std::optional<std::string_view> rest;
+    if (name.compare(0, prefix.size(), prefix) == 0)
+      rest = std::string_view(name).substr(prefix.size());
+    return rest;
+  };
+  std::vector<bool> has_cubin(kernels.size(), false);
+  bool has_object = false;
+  for (cache::Payload& p : entry.payloads) {
+    if (p.name == cache::k_payload_source) {
+      artifact->source = std::move(p.bytes);
+    } else if (p.name == cache::k_payload_log) {
+      artifact->log = std::move(p.bytes);
+    } else if (artifact->is_cpu()) {
+      if (p.name == k_payload_object) {
+        artifact->object = std::move(p.bytes);
+        has_object = true;
+      }
+    } else if (auto name = after(p.name, cache::k_payload_cubin_prefix)) {
+      if (size_t i = kernel_named(*name); i < kernels.size()) {
+        kernels[i].cubin = std::move(p.bytes);
+        has_cubin[i] = true;
+      }
+    } else if (auto name = after(p.name, cache::k_payload_ptx_prefix)) {
+      if (size_t i = kernel_named(*name); i < kernels.size()) kernels[i].ptx = std::move(p.bytes);
     }
-    k.cubin = std::move(*cubin);
-    if (std::string* ptx = take(cache::k_payload_ptx_prefix + k.name)) k.ptx = std::move(*ptx);
   }
-  if (std::string* source = take(cache::k_payload_source)) artifact->source = std::move(*source);
-  if (std::string* log = take(cache::k_payload_log)) artifact->log = std::move(*log);
+  if (artifact->is_cpu() && !has_object)
+    return make_error("cache entry ", entry.info.key, " lacks its object code");
+  for (size_t i = 0; i < kernels.size() && !artifact->is_cpu(); ++i) {
+    if (!has_cubin[i]) {
+      return make_error("cache entry ", entry.info.key, " lacks the binary of kernel ",
+                        kernels[i].name);
+    }
+  }
   return artifact;
 }
 

@@ -41,7 +41,7 @@ static bool may_want_apart(const PayloadSelection& want) {
 }
 
 Store::Checked Store::read_checked(const std::string& key, const PayloadSelection& want,
-                                   Keep keep) {
+                                   Keep keep, const std::vector<KeyField>* request_fields) {
   Checked out;
   auto failure = [&](const Error& e) {
     out.kind = Checked::Kind::failure;
@@ -77,6 +77,8 @@ Store::Checked Store::read_checked(const std::string& key, const PayloadSelectio
     out.stored.info.stored_bytes = static_cast<uint64_t>(st->column_int64(3));
   }
   if (out.stored.info.key != key) return bad("the record belongs to key " + out.stored.info.key);
+  if (request_fields && !same_fields(*request_fields, out.stored.info.fields))
+    return bad("stored key fields differ from the request");
   // Payloads the caller does not want are not decoded (their bytes still count to the record's
   // checksum, which held); wanted ones kept apart are read now, checked against the record.
   for (StoredPayload& p : out.stored.payloads) {
@@ -94,8 +96,10 @@ Store::Checked Store::read_checked(const std::string& key, const PayloadSelectio
   if (txn) {
     if (Status s = txn->commit(); !s) return failure(s.error());
   }
-  auto entry = keep == Keep::entry ? verify_stored(std::move(out.stored), want)
-                                   : verify_stored(out.stored, want);
+  auto entry = keep == Keep::entry
+                   ? verify_stored(std::move(out.stored), want,
+                                   request_fields ? KeyCheck::matches_request : KeyCheck::rehash)
+                   : verify_stored(out.stored, want);
   if (!entry) return bad(entry.error().message);
   out.kind = Checked::Kind::good;
   out.entry = std::move(*entry);
@@ -112,7 +116,7 @@ Lookup Store::lookup(const std::string& key, const std::vector<KeyField>* fields
     return result;
   }
   forget_last_code();
-  Checked checked = read_checked(key, want, Keep::entry);
+  Checked checked = read_checked(key, want, Keep::entry, fields);
   if (checked.kind == Checked::Kind::failure && recover_if_malformed_locked()) {
     // The database was malformed: moved aside, and this key is a miss in the new one.
     count_locked(Counter::errors);
@@ -125,11 +129,6 @@ Lookup Store::lookup(const std::string& key, const std::vector<KeyField>* fields
     result.status = LookupStatus::failure;
     result.failure = checked.reason;
     return result;
-  }
-  if (checked.kind == Checked::Kind::good && fields &&
-      !same_fields(*fields, checked.entry.info.fields)) {
-    checked.kind = Checked::Kind::bad;
-    checked.reason = "stored key fields differ from the request";
   }
   if (checked.kind != Checked::Kind::good) {
     if (checked.kind == Checked::Kind::bad) drop_bad(key, checked.reason);
@@ -190,6 +189,10 @@ Expected<StoredEntry> Store::encode_contents(const std::string& key, std::vector
   for (size_t i = 1; i < fields.size(); ++i)
     if (fields[i].name == fields[i - 1].name)
       return make_error("cache: duplicate key field '", fields[i].name, "'");
+  // Every stored entry's fields hash to its key, so that a lookup finding them equal to the
+  // request's need not hash them again.
+  if (make_key(fields) != key)
+    return make_error("cache: key ", key, " is not the hash of its fields");
   StoredEntry entry;
   entry.info.key = key;
   entry.info.summary = contents.summary;

@@ -138,8 +138,11 @@ private:
   // What a good read keeps: the verified entry only (its payloads moved out of the record, no
   // copy), or the stored form as well.
   enum class Keep { entry, entry_and_stored };
+  // With `request_fields`, a record whose fields differ from them is bad, and equal ones are not
+  // hashed again (KeyCheck::matches_request): the caller's key is make_key of those fields.
   Checked read_checked(const std::string& key, const PayloadSelection& want,
-                       Keep keep = Keep::entry_and_stored);
+                       Keep keep = Keep::entry_and_stored,
+                       const std::vector<KeyField>* request_fields = nullptr);
   Status drop(const std::string& key);
   void count_locked(Counter counter, uint64_t value = 1);
   void count_hit_locked(Entry& entry);

@@ -36,6 +36,15 @@ protected:
 
   std::string record() { return testing::read_record(*db, key); }
   void set_record(const std::string& bytes) { testing::write_record(*db, key, bytes); }
+  // Rewrites the record's "arch" field and its checksum to match; false if it does not decode.
+  bool alter_arch_keeping_the_checksum() {
+    auto entry = decode_entry(record());
+    if (!entry.ok()) return false;
+    for (KeyField& f : entry->info.fields)
+      if (f.name == "arch") f.value = "sm_80";
+    set_record(encode_entry(*entry));
+    return true;
+  }
 
   TempDir tmp;
   std::vector<std::string> warnings;
@@ -97,14 +106,20 @@ TEST_F(CacheCorruption, MissingApartRowIsDropped) {
 }
 
 TEST_F(CacheCorruption, RecordWithAlteredFieldAndRecomputedChecksumFailsTheKeyCheck) {
-  auto entry = decode_entry(record());
-  ASSERT_TRUE(entry.ok());
-  for (KeyField& f : entry->info.fields)
-    if (f.name == "arch") f.value = "sm_80";
-  set_record(encode_entry(*entry));
+  ASSERT_TRUE(alter_arch_keeping_the_checksum());
   EXPECT_FALSE(cache->read(key).hit());
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("do not hash to the key"), std::string::npos) << warnings[0];
+}
+
+// A lookup with the request's fields does not hash the stored ones again: it compares them.
+TEST_F(CacheCorruption, RecordWithAlteredFieldFailsTheRequestsFields) {
+  ASSERT_TRUE(alter_arch_keeping_the_checksum());
+  EXPECT_FALSE(cache->lookup(key, fields).hit());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("stored key fields differ from the request"), std::string::npos)
+      << warnings[0];
+  EXPECT_EQ(cache->stats()->entries, 0u);
 }
 
 TEST_F(CacheCorruption, AnotherKeysRecordIsDropped) {

@@ -75,6 +75,15 @@ TEST_F(CacheStore, DuplicateFieldNamesAreRejected) {
   EXPECT_FALSE(cache->store(make_key(fields), fields, contents_for("a")).ok());
 }
 
+TEST_F(CacheStore, AKeyThatIsNotTheHashOfItsFieldsIsRejected) {
+  auto fields = fields_for("a");
+  auto stored = cache->store(make_key(fields_for("b")), fields, contents_for("a"));
+  ASSERT_FALSE(stored.ok());
+  EXPECT_NE(stored.error().message.find("is not the hash of its fields"), std::string::npos)
+      << stored.error().message;
+  EXPECT_EQ(cache->stats()->entries, 0u);
+}
+
 TEST_F(CacheStore, StatsCountHitsMissesAndTimeSaved) {
   auto fields = fields_for("a");
   std::string key = make_key(fields);
