@@ -39,7 +39,9 @@ Expected<CheckReport> emulate(const ir::Graph& graph, int sm, ir::Precision prec
   compiler::CompileOptions options;
   options.sm = sm;
   options.precision = precision;
-  auto program = build_program(graph, options, ShimOptions{layout});
+  ShimOptions shim;
+  shim.layout = layout;
+  auto program = build_program(graph, options, shim);
   if (!program) return program.error();
   return check_program(graph, *program, 1);
 }

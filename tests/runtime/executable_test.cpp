@@ -44,7 +44,9 @@ TEST(Executable, AnArtifactThatDoesNotFitItsGraphIsRefused) {
                     const std::string& what) {
     Status s = runtime::check_artifact_fits(artifact, graph);
     EXPECT_FALSE(s) << what;
-    if (!s) EXPECT_NE(s.error().message.find(what), std::string::npos) << s.error().message;
+    if (!s) {
+      EXPECT_NE(s.error().message.find(what), std::string::npos) << s.error().message;
+    }
   };
   compiler::Artifact wrong = a;
   wrong.input_bytes = {20};
