@@ -5,6 +5,7 @@
 #include "support/sticky_reader.h"
 
 #include <cstring>
+#include <unordered_set>
 
 namespace kiln::compiler {
 
@@ -196,6 +197,7 @@ std::string serialize(const Artifact& a) {
     write_terms(w, k.items);
     w.u64(k.scratch_floats);
   }
+  for (const KernelArtifact& k : a.kernels) w.str(k.binary_of);
   return w.take();
 }
 
@@ -204,7 +206,7 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   if (r.raw(k_magic.size()) != k_magic) return make_error("artifact: bad magic");
   uint32_t version = r.u32();
   if (!r.ok()) return make_error("artifact: truncated header");
-  if (version != k_artifact_format_version && version != 2) {
+  if (version != k_artifact_format_version && version != 2 && version != 3) {
     return make_error("artifact: format version ", std::to_string(version), ", expected ",
                       std::to_string(k_artifact_format_version));
   }
@@ -245,6 +247,19 @@ Expected<Artifact> deserialize(std::string_view bytes) {
       k.scratch_floats = r.u64();
       // A thread's scratch is allocated before a kernel runs: bound it (256 MiB).
       if (k.scratch_floats > (uint64_t{1} << 26)) return make_error("artifact: corrupt scratch size");
+    }
+  }
+  if (version >= 4) {
+    // A kernel runs its own binary or that of an earlier kernel which has one.
+    std::unordered_set<std::string_view> own_binary;
+    for (KernelArtifact& k : a.kernels) {
+      k.binary_of = r.str();
+      if (k.binary_of.empty()) {
+        own_binary.insert(k.name);
+      } else if (!own_binary.count(k.binary_of)) {
+        return make_error("artifact: kernel ", k.name, " runs the binary of '", k.binary_of,
+                          "', not of an earlier kernel with one");
+      }
     }
   }
   if (!r.ok()) return make_error("artifact: truncated");

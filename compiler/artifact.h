@@ -2,8 +2,9 @@
 //
 // Serialized layout (all integers little-endian): "KILNART\0", u32 format version, then the
 // fields of Artifact in declaration order up to `kernels` (each kernel's fields in declaration
-// order up to `report`), then the bucket, the three size-term lists, and per kernel its grid
-// terms and dim_params; strings are u64 length + bytes, vectors u64 count + elements, a size
+// order up to `report`), then the bucket, the three size-term lists, per kernel its grid terms
+// and dim_params, the object code, per kernel its work items and scratch floats, and per kernel
+// its binary_of; strings are u64 length + bytes, vectors u64 count + elements, a size
 // term i64 coef, i64 divisor, u64 count + u32 symbols. deserialize() checks every length against
 // the bytes left and never trusts a count.
 #pragma once
@@ -22,7 +23,8 @@ namespace kiln::compiler {
 // 2: adds the bucket and the size terms of symbolic graphs (empty for static ones).
 // 3: adds the CPU target's object code and each kernel's work items and scratch (empty and zero
 //    for CUDA); version 2 records still read.
-inline constexpr uint32_t k_artifact_format_version = 3;
+// 4: adds each kernel's binary_of (empty in versions 2 and 3, which still read).
+inline constexpr uint32_t k_artifact_format_version = 4;
 
 enum class BufferRole : uint8_t { input, output, temporary };
 
@@ -88,6 +90,10 @@ struct KernelArtifact {
   LaunchShape launch;
   std::vector<KernelParam> params;  // in the kernel's parameter order
   KernelReport report;
+  // Empty, or the kernel whose binary (cubin, PTX, entry and ptxas report) this one runs: its
+  // source was the same but for the name, so it was compiled once. A cache entry stores that
+  // binary once; cubin and ptx here hold copies.
+  std::string binary_of;
   // Symbolic graphs only: the grid in x, y, z as size terms (launch.grid holds it at the
   // bucket's upper bounds), and the symbols' values follow the buffers as `int` parameters.
   std::vector<SizeTerm> grid;

@@ -10,6 +10,7 @@
 #include "compiler/target.h"
 
 #include <mutex>
+#include <unordered_map>
 
 namespace kiln::compiler {
 
@@ -56,6 +57,22 @@ std::string program_source(const LoweredProgram& program, Prelude prelude) {
   return text;
 }
 
+std::vector<size_t> same_source_as(const LoweredProgram& program) {
+  const auto& kernels = program.plan.kernels;
+  std::unordered_map<std::string, size_t> first;
+  std::vector<size_t> out;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    // The name appears in the entry point and the kernel's comment; a byte that no kernel text
+    // holds stands in for it.
+    std::string text = program.kernel_sources[i];
+    const std::string& name = kernels[i].name;
+    for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1))
+      text.replace(at, name.size(), "\x01");
+    out.push_back(first.emplace(std::move(text), i).first->second);
+  }
+  return out;
+}
+
 Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileOptions& options) {
   auto nvrtc = load_nvrtc(options.nvrtc_path);
   if (!nvrtc) return nvrtc.error();
@@ -63,16 +80,23 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
     return make_error("nvrtc ", (*nvrtc)->version(), ": ", s.error().message);
   }
   const auto& kernels = program.plan.kernels;
+  // A kernel whose source is another's but for the name (a layer's Q, K and V projections, its
+  // two norms) is not compiled again: it runs that kernel's binary.
+  std::vector<size_t> binary_of = same_source_as(program);
+  std::vector<size_t> compiled;
+  for (size_t i = 0; i < kernels.size(); ++i)
+    if (binary_of[i] == i) compiled.push_back(i);
   std::vector<Expected<NvrtcOutput>> outputs(kernels.size(), Error{"not compiled"});
   std::string prelude(prelude_source());
   std::mutex progress;
   size_t done = 0;
-  parallel_for(kernels.size(), compile_threads(options.threads), [&](size_t i) {
+  parallel_for(compiled.size(), compile_threads(options.threads), [&](size_t c) {
+    size_t i = compiled[c];
     outputs[i] =
         (*nvrtc)->compile(prelude + "\n" + program.kernel_sources[i], kernels[i].name, program.sm);
     if (!options.on_kernel_done) return;
     std::lock_guard lock(progress);
-    options.on_kernel_done(++done, kernels.size());
+    options.on_kernel_done(++done, compiled.size());
   });
 
   Artifact artifact;
@@ -93,17 +117,28 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
   artifact.output_sizes = program.plan.output_sizes;
   artifact.temporary_sizes = program.plan.temporary_sizes;
   for (size_t i = 0; i < kernels.size(); ++i) {
-    if (!outputs[i]) return outputs[i].error();
-    NvrtcOutput& out = *outputs[i];
     KernelArtifact k;
     k.name = kernels[i].name;
-    k.entry = entry_name(kernels[i]);
-    k.cubin = std::move(out.cubin);
-    k.ptx = std::move(out.ptx);
     k.launch = kernels[i].launch;
     k.params = kernels[i].params;
     k.grid = kernels[i].grid;
     k.dim_params = kernels[i].dim_params;
+    if (size_t of = binary_of[i]; of != i) {
+      const KernelArtifact& original = artifact.kernels[of];
+      k.binary_of = original.name;
+      k.entry = original.entry;
+      k.cubin = original.cubin;
+      k.ptx = original.ptx;
+      k.report = original.report;
+      artifact.log += "== " + k.name + "\n(the binary of " + original.name + ")\n";
+      artifact.kernels.push_back(std::move(k));
+      continue;
+    }
+    if (!outputs[i]) return outputs[i].error();
+    NvrtcOutput& out = *outputs[i];
+    k.entry = entry_name(kernels[i]);
+    k.cubin = std::move(out.cubin);
+    k.ptx = std::move(out.ptx);
     for (const auto& [entry, report] : parse_ptxas_log(out.log)) {
       if (entry == k.entry) k.report = report;
     }

@@ -59,9 +59,15 @@ Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileOptions& opt
 // The whole program's text: kernels in launch order, after the prelude unless omitted.
 std::string program_source(const LoweredProgram& program, Prelude prelude);
 
+// For each kernel, the first kernel whose source is the same but for the kernel's name (itself
+// when there is none).
+std::vector<size_t> same_source_as(const LoweredProgram& program);
+
 // Compiles a lowered program: each kernel is its own NVRTC program (prelude + kernel), compiled
-// in parallel (options.threads / KILN_COMPILE_THREADS). Fails (exit 1 in the CLI) when NVRTC
-// cannot be loaded or a kernel does not compile; the error carries NVRTC's log.
+// in parallel (options.threads / KILN_COMPILE_THREADS), except a kernel whose source another's
+// repeats but for the name: that one compiles once and the other runs its binary
+// (KernelArtifact::binary_of). Fails (exit 1 in the CLI) when NVRTC cannot be loaded or a kernel
+// does not compile; the error carries NVRTC's log.
 Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileOptions& options);
 
 // lower() then compile_lowered().

@@ -95,6 +95,8 @@ class ValueEmitter {
     std::vector<std::pair<ir::NodeId, std::string>> loaded;  // leaf -> variable
   };
   bool member(ir::NodeId id) const;
+  std::string member_name(ir::NodeId id) const;
+  std::string leaf_name(ir::NodeId leaf) const;
   void ensure_coords(Point& p, bool plain_names);
   std::vector<std::string> project(Point& p, ir::NodeId id);
   std::string load(size_t point, ir::NodeId leaf);

@@ -14,6 +14,23 @@ bool ValueEmitter::member(ir::NodeId id) const {
   return std::binary_search(nodes.begin(), nodes.end(), id);
 }
 
+// Names are the kernel's own, not the graph's: member i of the group is v<i>, leaf i (in the
+// group's first-use order) l<i>. Two kernels that compute the same thing on the same shapes in
+// different places of a graph (a layer's Q, K and V projections) then emit the same text.
+std::string ValueEmitter::member_name(ir::NodeId id) const {
+  const auto& nodes = m_ctx.kernel.group.nodes;
+  return "v" + to_str(std::lower_bound(nodes.begin(), nodes.end(), id) - nodes.begin());
+}
+
+std::string ValueEmitter::leaf_name(ir::NodeId leaf) const {
+  const auto& leaves = m_ctx.kernel.group.leaves;
+  auto at = std::find(leaves.begin(), leaves.end(), leaf);
+  // A value read that is not one of the group's leaves (a copy's input) keeps its node id, in
+  // names of its own.
+  if (at == leaves.end()) return "ln" + to_str(leaf);
+  return "l" + to_str(at - leaves.begin());
+}
+
 void ValueEmitter::ensure_coords(Point& p, bool plain_names) {
   if (!p.frame.coords.empty()) return;
   std::vector<Extent> dims = dims_of(m_ctx, p.frame.node);
@@ -76,7 +93,7 @@ std::string ValueEmitter::load(size_t point, ir::NodeId leaf) {
     }
     if (offset.empty()) offset = "0";
   }
-  std::string name = "l" + to_str(leaf) + (point == 0 ? "" : "_" + to_str(m_names++));
+  std::string name = leaf_name(leaf) + (point == 0 ? "" : "_" + to_str(m_names++));
   std::string element = m_ctx.param(leaf) + "[" + offset + "]";
   m_code.line("const float " + name + " = " + load_as_float(n.type.dtype, element) + ";");
   p.loaded.emplace_back(leaf, name);
@@ -195,7 +212,7 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
     bool layout = moves_elements(n.kind);
     auto operand = [&](size_t k) {
       ir::NodeId o = n.operands[k];
-      if (member(o)) return "v" + to_str(o);
+      if (member(o)) return member_name(o);
       size_t point = layout ? operand_points[i][k] : static_cast<size_t>(point_of[i]);
       return load(point, o);
     };
@@ -227,10 +244,10 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
     } else {
       expr = operand(0);  // cast (the rounding below does the work), permute, slice, reshape
     }
-    m_code.line("const float v" + to_str(id) + " = " + round_to(n.type.dtype, expr) + ";  // " +
+    m_code.line("const float " + member_name(id) + " = " + round_to(n.type.dtype, expr) + ";  // " +
                 std::string(ir::to_string(n.kind)));
   }
-  return "v" + to_str(top);
+  return member_name(top);
 }
 
 std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::string& anchor_value,

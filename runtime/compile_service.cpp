@@ -76,7 +76,8 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
   }
   nlohmann::json kernels = nlohmann::json::array();
   for (compiler::KernelArtifact& k : rest.kernels) {
-    if (!artifact.is_cpu()) {
+    // A kernel that runs another's binary stores none of its own: from_entry copies it back.
+    if (!artifact.is_cpu() && k.binary_of.empty()) {
       contents.payloads.push_back({cache::k_payload_cubin_prefix + k.name, std::move(k.cubin)});
       contents.payloads.push_back({cache::k_payload_ptx_prefix + k.name, std::move(k.ptx)});
     }
@@ -86,6 +87,7 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
                        {"registers", k.report.registers},
                        {"spill_bytes", k.report.spill_bytes()},
                        {"smem_bytes", k.smem_bytes()}});
+    if (!k.binary_of.empty()) kernels.back()["binary_of"] = k.binary_of;
   }
   contents.payloads.push_back({cache::k_payload_source, artifact.source});
   contents.payloads.push_back({cache::k_payload_log, artifact.log});
@@ -152,6 +154,18 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry) {
   }
   if (artifact->is_cpu() && !has_object)
     return make_error("cache entry ", entry.info.key, " lacks its object code");
+  // Kernels that run an earlier kernel's binary (deserialize checked that one has its own).
+  for (size_t i = 0; i < kernels.size() && !artifact->is_cpu(); ++i) {
+    if (kernels[i].binary_of.empty()) continue;
+    size_t of = kernel_named(kernels[i].binary_of);
+    if (of == kernels.size()) {
+      return make_error("cache entry ", entry.info.key, ": kernel ", kernels[i].name,
+                        " runs the binary of a kernel it lacks");
+    }
+    has_cubin[i] = has_cubin[of];
+    kernels[i].cubin = kernels[of].cubin;
+    kernels[i].ptx = kernels[of].ptx;
+  }
   for (size_t i = 0; i < kernels.size() && !artifact->is_cpu(); ++i) {
     if (!has_cubin[i]) {
       return make_error("cache entry ", entry.info.key, " lacks the binary of kernel ",

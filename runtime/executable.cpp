@@ -15,6 +15,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 namespace kiln::runtime {
@@ -176,14 +178,29 @@ private:
       if (!pool) return pool.error();
       program->pool = *pool;
     }
-    for (const compiler::KernelArtifact& kernel : m_artifact.kernels) {
+    const std::vector<compiler::KernelArtifact>& kernels = m_artifact.kernels;
+    std::vector<uint32_t> smem_allowed(kernels.size(), 0);  // per kernel that loaded its module
+    std::unordered_map<std::string_view, size_t> loaded;     // kernel name -> its index
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const compiler::KernelArtifact& kernel = kernels[i];
       CuModule module = nullptr;
       CuFunction function = nullptr;
-      CuResult r = cu.module_load_data(&module, kernel.cubin.data());
-      if (r == 0) r = cu.module_get_function(&function, module, kernel.entry.c_str());
-      if (r == 0 && kernel.launch.dynamic_smem_bytes > 0) {
+      CuResult r = 0;
+      // A kernel that runs an earlier kernel's binary (binary_of) uses its module and function.
+      size_t owner = i;
+      if (auto it = loaded.find(kernel.binary_of); !kernel.binary_of.empty() && it != loaded.end())
+        owner = it->second;
+      if (owner == i) {
+        loaded.emplace(kernel.name, i);
+        r = cu.module_load_data(&module, kernel.cubin.data());
+        if (r == 0) r = cu.module_get_function(&function, module, kernel.entry.c_str());
+      } else {
+        function = program->functions[owner];
+      }
+      if (r == 0 && kernel.launch.dynamic_smem_bytes > smem_allowed[owner]) {
         r = cu.func_set_attribute(function, k_func_attr_max_dynamic_smem,
                                   static_cast<int>(kernel.launch.dynamic_smem_bytes));
+        if (r == 0) smem_allowed[owner] = kernel.launch.dynamic_smem_bytes;
       }
       if (r != 0) {
         Error error = driver_error(cu, ("loading kernel " + kernel.name).c_str(), r);
@@ -191,7 +208,7 @@ private:
         for (CuModule m : program->modules) cu.module_unload(m);
         return error;
       }
-      program->modules.push_back(module);
+      if (module) program->modules.push_back(module);
       program->functions.push_back(function);
     }
     m_programs.emplace(scope.id(), program);

@@ -221,6 +221,10 @@ int run_emit(const CompileArgs& args) {
     return k_exit_failure;
   }
   for (const auto& kernel : artifact->kernels) {
+    if (!kernel.binary_of.empty()) {
+      std::printf("// ---- %s: runs %s, above\n", kernel.name.c_str(), kernel.entry.c_str());
+      continue;
+    }
     std::printf("// ---- %s\n%s\n", kernel.entry.c_str(), kernel.ptx.c_str());
   }
   return k_exit_ok;
@@ -310,9 +314,10 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
                     static_cast<unsigned long long>(k.scratch_floats));
         continue;
       }
-      std::printf("  %s: %d registers, %d spill bytes, %lld smem bytes\n", k.name.c_str(),
+      std::printf("  %s: %d registers, %d spill bytes, %lld smem bytes%s\n", k.name.c_str(),
                   k.report.registers, k.report.spill_bytes(),
-                  static_cast<long long>(k.smem_bytes()));
+                  static_cast<long long>(k.smem_bytes()),
+                  k.binary_of.empty() ? "" : (", the binary of " + k.binary_of).c_str());
     }
     for (const auto& f : artifact.fallbacks) std::printf("  fallback: %s\n", f.c_str());
     return k_exit_ok;
@@ -337,6 +342,7 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
                               {"registers", k.report.registers},
                               {"spill_bytes", k.report.spill_bytes()},
                               {"smem_bytes", k.smem_bytes()}});
+    if (!k.binary_of.empty()) out["kernels"].back()["binary_of"] = k.binary_of;
   }
   out["fallbacks"] = artifact.fallbacks;
   // A miss reports what this compile took (wall time, and CPU time over its threads); a hit what

@@ -46,6 +46,32 @@ TEST(Artifact, RoundTripsExactly) {
   EXPECT_EQ(*back, a);
 }
 
+TEST(Artifact, AKernelRunningAnotherKernelsBinaryRoundTrips) {
+  Artifact a = sample();
+  a.kernels[1].binary_of = a.kernels[0].name;
+  auto back = deserialize(serialize(a));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, a);
+}
+
+// Only an earlier kernel that has a binary of its own can lend it.
+TEST(Artifact, ABinaryOfNoEarlierKernelIsRejected) {
+  for (std::string of : {"k1", "no_such_kernel"}) {
+    Artifact a = sample();
+    a.kernels[1].binary_of = of;  // itself, or nobody
+    auto back = deserialize(serialize(a));
+    ASSERT_FALSE(back.ok()) << of;
+    EXPECT_NE(back.error().message.find("runs the binary of"), std::string::npos)
+        << back.error().message;
+  }
+  Artifact a = sample();
+  a.kernels.push_back(a.kernels[1]);
+  a.kernels[2].name = "k2";
+  a.kernels[1].binary_of = a.kernels[0].name;
+  a.kernels[2].binary_of = "k1";  // k1 has no binary of its own
+  EXPECT_FALSE(deserialize(serialize(a)).ok());
+}
+
 TEST(Artifact, EmptyArtifactRoundTrips) {
   auto back = deserialize(serialize(Artifact{}));
   ASSERT_TRUE(back.ok());

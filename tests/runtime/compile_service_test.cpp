@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -24,17 +25,29 @@ private:
   std::string m_path;
 };
 
-TEST(CompileService, HitCarriesTheCubinsAndLeavesPtxSourceAndLogInTheCache) {
+// A cache in a scratch folder, and options compiling for sm_90 in `high`.
+class CachedCompile : public ::testing::Test {
+protected:
+  void SetUp() override {
+    cache::Options cache_options;
+    cache_options.dir = dir.path();
+    cache = cache::Cache::open(cache_options);
+    ASSERT_TRUE(cache->enabled()) << cache->disabled_reason();
+    options.sm = 90;
+    options.precision = ir::Precision::high;
+  }
+  static Expected<ir::Graph> example(const std::string& name) {
+    return ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/" + name);
+  }
+
   TempCacheDir dir;
-  cache::Options cache_options;
-  cache_options.dir = dir.path();
-  auto cache = cache::Cache::open(cache_options);
-  ASSERT_TRUE(cache->enabled()) << cache->disabled_reason();
-  auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
-  ASSERT_TRUE(graph) << graph.error().message;
+  std::unique_ptr<cache::Cache> cache;
   compiler::CompileOptions options;
-  options.sm = 90;
-  options.precision = ir::Precision::high;
+};
+
+TEST_F(CachedCompile, HitCarriesTheCubinsAndLeavesPtxSourceAndLogInTheCache) {
+  auto graph = example("mlp.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
 
   auto cold = compile_graph(*graph, options, cache.get());
   ASSERT_TRUE(cold) << cold.error().message;
@@ -59,6 +72,53 @@ TEST(CompileService, HitCarriesTheCubinsAndLeavesPtxSourceAndLogInTheCache) {
   ASSERT_TRUE(everything) << everything.error().message;
   EXPECT_EQ(everything->source, cold->artifact.source);
   EXPECT_EQ(everything->kernels.at(0).ptx, cold->artifact.kernels.at(0).ptx);
+}
+
+// llama_layer's Q, K and V projections, its two norms and two of its permutes repeat a kernel's
+// source but for the name: each is compiled once, stored once, and every kernel of a hit carries
+// the binary it runs.
+TEST_F(CachedCompile, KernelsWithTheSameSourceShareOneBinaryStoredOnce) {
+  auto graph = example("llama_layer.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+
+  auto cold = compile_graph(*graph, options, cache.get());
+  ASSERT_TRUE(cold) << cold.error().message;
+  const std::vector<compiler::KernelArtifact>& kernels = cold->artifact.kernels;
+  ASSERT_EQ(kernels.size(), 14u);
+  std::vector<std::string> shared;
+  for (const compiler::KernelArtifact& k : kernels) {
+    if (k.binary_of.empty()) {
+      EXPECT_EQ(k.entry, "kiln_" + k.name);
+      continue;
+    }
+    shared.push_back(k.name + "<-" + k.binary_of);
+    auto original = std::find_if(kernels.begin(), kernels.end(),
+                                 [&](const auto& o) { return o.name == k.binary_of; });
+    ASSERT_NE(original, kernels.end());
+    EXPECT_EQ(k.entry, original->entry);
+    EXPECT_EQ(k.cubin, original->cubin);
+    EXPECT_EQ(k.report, original->report);
+  }
+  EXPECT_EQ(shared, (std::vector<std::string>{
+                        "k2_matmul_tf32_64x64<-k1_matmul_tf32_64x64",
+                        "k3_matmul_tf32_64x64<-k1_matmul_tf32_64x64", "k5_permute<-k4_permute",
+                        "k10_rms_norm<-k0_rms_norm"}));
+
+  cache::Lookup full = cache->read(cold->key);
+  ASSERT_TRUE(full.hit());
+  EXPECT_EQ(full.entry.find_payload("cubin:k2_matmul_tf32_64x64"), nullptr) << "stored once";
+  EXPECT_EQ(full.entry.find_payload("ptx:k10_rms_norm"), nullptr);
+  ASSERT_NE(full.entry.find_payload("cubin:k1_matmul_tf32_64x64"), nullptr);
+
+  auto warm = compile_graph(*graph, options, cache.get());
+  ASSERT_TRUE(warm) << warm.error().message;
+  ASSERT_TRUE(warm->hit);
+  ASSERT_EQ(warm->artifact.kernels.size(), kernels.size());
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    EXPECT_EQ(warm->artifact.kernels[i].cubin, kernels[i].cubin) << kernels[i].name;
+    EXPECT_EQ(warm->artifact.kernels[i].entry, kernels[i].entry) << kernels[i].name;
+    EXPECT_EQ(warm->artifact.kernels[i].binary_of, kernels[i].binary_of) << kernels[i].name;
+  }
 }
 
 }  // namespace

@@ -190,6 +190,35 @@ TEST(FakeDriver, ModulesAreLoadedAgainAfterAResetThatKeepsTheContextId) {
   reset_and_run_again(true);
 }
 
+// llama_layer's 14 kernels run 10 binaries (its Q, K and V projections share one, as do its two
+// norms and two of its permutes): 10 modules load, and all 14 kernels launch, each with its own
+// parameters, the shared ones through the function of the kernel whose binary they run.
+TEST(FakeDriver, KernelsSharingABinaryLoadItsModuleOnce) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto exe = compile_example("llama_layer.kg", 0);
+  ASSERT_TRUE(exe);
+  size_t before = fake_cuda::launches().size();
+  void* context = nullptr;
+  ASSERT_EQ(cuCtxCreate_v2(&context, 0, 0), 0);  // created and pushed
+  Status s = run_in_current_context(*exe);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(fake_cuda::live_modules(), 10u);
+  auto all = fake_cuda::launches();
+  std::vector<std::string> functions;
+  for (size_t i = before; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].fault, 0) << all[i].function;
+    functions.push_back(all[i].function);
+  }
+  ASSERT_EQ(functions.size(), 14u);
+  EXPECT_EQ(functions[2], "kiln_k1_matmul_tf32_64x64");
+  EXPECT_EQ(functions[3], "kiln_k1_matmul_tf32_64x64");
+  EXPECT_EQ(functions[10], "kiln_k0_rms_norm");
+  EXPECT_EQ(functions[11], "kiln_k11_matmul_tf32_64x64");
+  exe.reset();
+  EXPECT_EQ(fake_cuda::live_modules(), 0u);
+  ASSERT_EQ(cuCtxDestroy_v2(context), 0);
+}
+
 TEST(FakeDriver, DestructionWaitsForKernelsAndUnloadsFromEveryContext) {
   ASSERT_TRUE(use_fake_driver({}));
   auto exe = compile_example("mlp.kg", 0);
