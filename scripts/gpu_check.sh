@@ -52,6 +52,9 @@ if [[ -n "$pack" ]]; then
   ldd "${binaries[@]}" | awk '/=> \// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so|/usr/local/cuda|libcuda\.so' |
     while read -r lib; do cp -L "$lib" "$pack/lib/"; done
+  # The commit the binaries were built at: the GPU machine's checkout may say otherwise.
+  git rev-parse --short HEAD > "$pack/COMMIT" 2>/dev/null || echo unknown > "$pack/COMMIT"
+  if ! git diff --quiet HEAD 2>/dev/null; then echo "(with uncommitted changes)" >> "$pack/COMMIT"; fi
   echo "gpu_check: packed into $pack ($(du -sh "$pack" | cut -f1)); run: scripts/gpu_check.sh --bin $pack"
   exit 0
 fi
@@ -86,7 +89,11 @@ export KILN_CACHE_DIR="$out/cache"  # a fresh cache: every kernel compiled here,
 {
   echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  if [[ -n "$bin" && -f "$bin/COMMIT" ]]; then
+    echo "- commit: $(tr '\n' ' ' < "$bin/COMMIT")(binaries packed there)"
+  else
+    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  fi
   if command -v nvidia-smi >/dev/null; then
     echo "- device: $(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>&1 | head -1)"
   else
