@@ -81,7 +81,8 @@ public:
   std::string remote_description() const;
 
   // The entry for `key`: the local tier, then the remote one (a verified remote entry is stored
-  // locally). Checks that the entry's fields equal `fields` and hash to the key and that every
+  // locally). `key` must be make_key(fields), as store() requires. Checks that the entry's fields
+  // equal `fields` (so they hash to the key: a local entry's are not hashed again) and that every
   // payload in `want` decodes with its checksum. A bad local entry is dropped and reported; a bad
   // remote one is rejected and counted. Either is a miss.
   Lookup lookup(const std::string& key, const std::vector<KeyField>& fields,

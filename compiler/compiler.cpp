@@ -66,7 +66,8 @@ std::vector<size_t> same_source_as(const LoweredProgram& program) {
     // holds stands in for it.
     std::string text = program.kernel_sources[i];
     const std::string& name = kernels[i].name;
-    for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1))
+    for (size_t at = text.find(name); !name.empty() && at != std::string::npos;
+         at = text.find(name, at + 1))
       text.replace(at, name.size(), "\x01");
     out.push_back(first.emplace(std::move(text), i).first->second);
   }

@@ -43,8 +43,9 @@ struct CompileOptions {
   std::vector<DimRange> bucket;
   // Compile threads; 0: KILN_COMPILE_THREADS, else the core count.
   int threads = 0;
-  // Called after each kernel's NVRTC compile with (kernels done, kernels in all), from the compile
-  // threads one call at a time; for a progress line. Not part of the key.
+  // Called after each kernel's NVRTC compile with (kernels done, kernels to compile: those sharing
+  // a binary count once), from the compile threads one call at a time; for a progress line. Not
+  // part of the key.
   std::function<void(size_t, size_t)> on_kernel_done;
 };
 
