@@ -21,6 +21,7 @@
 
 #include "cache/cache.h"
 #include "cache/codec.h"
+#include "cache/entry_codec.h"
 #include "cache/local/sqlite.h"
 #include "tests/support/redis_server.h"
 #include "compiler/cpu/jit.h"
@@ -31,7 +32,6 @@
 #include "ir/print.h"
 #include "runtime/compile_service.h"
 #include "runtime/cpu_program.h"
-#include "support/byte_reader.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -193,12 +193,7 @@ Expected<double> read_floor_us(const std::string& db_path, const std::string& ke
       st->bind_text(1, key);
       auto row = st->step();
       if (!row || !*row) return make_error("the record of ", key, " is not in ", db_path);
-      // The record ends with the XXH3-64 of every byte before it (cache/FORMAT.md).
-      std::string_view record = st->column_blob_view(0);
-      if (record.size() < 8) return make_error("the record of ", key, " is too short");
-      uint64_t stored = 0;
-      ByteReader(record.substr(record.size() - 8)).u64(stored);
-      good = cache::checksum(record.substr(0, record.size() - 8)) == stored;
+      good = cache::record_checksum_holds(st->column_blob_view(0));
     }  // the statement resets here, ending the read transaction as a hit's does
     times.push_back(ms_since(start) * 1000.0);
     if (!good) return make_error("the record of ", key, " fails its checksum");

@@ -49,19 +49,24 @@ std::string encode_entry(const StoredEntry& entry) {
   return out;
 }
 
+bool record_checksum_holds(std::string_view record) {
+  if (record.size() < 8) return false;
+  std::string_view body = record.substr(0, record.size() - 8);
+  uint64_t stored_sum = 0;
+  ByteReader(record.substr(body.size())).u64(stored_sum);
+  return checksum(body) == stored_sum;
+}
+
 Expected<StoredEntry> decode_entry(std::string_view bytes) {
   if (bytes.size() < k_magic.size() + 16) return bad("too short");
   std::string_view body = bytes.substr(0, bytes.size() - 8);
-  uint64_t stored_sum = 0;
-  ByteReader tail(bytes.substr(body.size()));
-  (void)tail.u64(stored_sum);
   ByteReader r(body);
   if (!r.expect(k_magic)) return bad("not a kiln entry");
   uint64_t version = 0;
   (void)r.u64(version);
   if (version != k_entry_codec_version)
     return bad("version " + std::to_string(version) + " is not supported");
-  if (checksum(body) != stored_sum) return bad("checksum mismatch");
+  if (!record_checksum_holds(bytes)) return bad("checksum mismatch");
 
   StoredEntry e;
   EntryInfo& info = e.info;

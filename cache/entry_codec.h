@@ -20,6 +20,10 @@ inline constexpr uint64_t k_entry_codec_version = 1;
 // in rows of their own. Bundles and the remote tier write every payload inline.
 std::string encode_entry(const StoredEntry& entry);
 
+// Whether `record` ends with the XXH3-64 of every byte before it (false when it is shorter than
+// that checksum). decode_entry checks it before reading anything else.
+bool record_checksum_holds(std::string_view record);
+
 // The entry in `bytes`; payloads written apart come back with `apart` set and no data. Bookkeeping
 // not in the record (last used, hits, stored bytes) is left for the caller. Fails with what was
 // wrong: "entry record: <reason>".

@@ -1,6 +1,8 @@
 // Key composition: length-prefixed tagged fields under a format version, hashed with XXH3-128.
 #include "cache/key.h"
 
+#include "support/byte_writer.h"
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -9,18 +11,6 @@
 
 namespace kiln::cache {
 namespace {
-
-// Eight little-endian bytes in one append.
-void append_u64(std::string& out, uint64_t v) {
-  char bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out.append(bytes, 8);
-}
-
-void append_bytes(std::string& out, const std::string& bytes) {
-  append_u64(out, bytes.size());
-  out.append(bytes);
-}
 
 std::string hex64(uint64_t v) {
   static constexpr char k_digits[] = "0123456789abcdef";
@@ -36,15 +26,16 @@ bool field_less(const KeyField& a, const KeyField& b) {
 std::string hash_sorted(const std::vector<KeyField>& fields) {
   size_t size = 32;
   for (const KeyField& field : fields) size += 16 + field.name.size() + field.value.size();
-  std::string bytes;
-  bytes.reserve(size);
-  bytes.append("kiln-cache-key");
-  append_u64(bytes, k_key_format_version);
-  append_u64(bytes, fields.size());
+  ByteWriter w;
+  w.reserve(size);
+  w.raw("kiln-cache-key");
+  w.u64(k_key_format_version);
+  w.u64(fields.size());
   for (const KeyField& field : fields) {
-    append_bytes(bytes, field.name);
-    append_bytes(bytes, field.value);
+    w.str(field.name);
+    w.str(field.value);
   }
+  std::string bytes = w.take();
   XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
   return hex64(h.high64) + hex64(h.low64);
 }

@@ -4,8 +4,9 @@
 #include "support/byte_writer.h"
 #include "support/sticky_reader.h"
 
+#include <algorithm>
 #include <cstring>
-#include <unordered_set>
+#include <unordered_map>
 
 namespace kiln::compiler {
 
@@ -163,6 +164,24 @@ Expected<std::vector<void*>> bind_buffers(const KernelArtifact& kernel,
   return pointers;
 }
 
+std::vector<size_t> binary_owners(const std::vector<KernelArtifact>& kernels) {
+  std::vector<size_t> owners(kernels.size());
+  // Kernels with a binary of their own, by name; built only when some kernel shares one.
+  std::unordered_map<std::string_view, size_t> own;
+  bool shared = std::any_of(kernels.begin(), kernels.end(),
+                            [](const KernelArtifact& k) { return !k.binary_of.empty(); });
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    owners[i] = i;
+    if (!shared) continue;
+    if (kernels[i].binary_of.empty()) {
+      own.emplace(kernels[i].name, i);
+    } else if (auto it = own.find(kernels[i].binary_of); it != own.end()) {
+      owners[i] = it->second;
+    }
+  }
+  return owners;
+}
+
 std::string serialize(const Artifact& a) {
   ByteWriter w;
   w.raw(k_magic);
@@ -250,13 +269,11 @@ Expected<Artifact> deserialize(std::string_view bytes) {
     }
   }
   if (version >= 4) {
-    // A kernel runs its own binary or that of an earlier kernel which has one.
-    std::unordered_set<std::string_view> own_binary;
-    for (KernelArtifact& k : a.kernels) {
-      k.binary_of = r.str();
-      if (k.binary_of.empty()) {
-        own_binary.insert(k.name);
-      } else if (!own_binary.count(k.binary_of)) {
+    for (KernelArtifact& k : a.kernels) k.binary_of = r.str();
+    std::vector<size_t> owners = binary_owners(a.kernels);
+    for (size_t i = 0; i < a.kernels.size(); ++i) {
+      const KernelArtifact& k = a.kernels[i];
+      if (!k.binary_of.empty() && owners[i] == i) {
         return make_error("artifact: kernel ", k.name, " runs the binary of '", k.binary_of,
                           "', not of an earlier kernel with one");
       }

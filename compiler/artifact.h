@@ -138,8 +138,14 @@ Expected<std::vector<void*>> bind_buffers(const KernelArtifact& kernel,
                                           const std::vector<void*>& outputs,
                                           const std::vector<void*>& temporaries);
 
+// For each kernel, the index of the kernel whose binary it runs: the earlier kernel with a binary
+// of its own that its binary_of names, else itself (binary_of empty, or naming no such kernel:
+// deserialize refuses the latter). One lookup for every reader of binary_of.
+std::vector<size_t> binary_owners(const std::vector<KernelArtifact>& kernels);
+
 std::string serialize(const Artifact& artifact);
-// Rejects a wrong magic or version, truncated or trailing bytes, and absurd counts.
+// Rejects a wrong magic or version, truncated or trailing bytes, absurd counts, and a binary_of
+// that names no earlier kernel with a binary of its own.
 Expected<Artifact> deserialize(std::string_view bytes);
 
 }  // namespace kiln::compiler

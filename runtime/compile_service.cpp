@@ -154,19 +154,15 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry) {
   }
   if (artifact->is_cpu() && !has_object)
     return make_error("cache entry ", entry.info.key, " lacks its object code");
-  // Kernels that run an earlier kernel's binary (deserialize checked that one has its own).
+  // A kernel that runs an earlier kernel's binary gets a copy of it (deserialize checked that it
+  // names one that has its own).
+  std::vector<size_t> owners = compiler::binary_owners(kernels);
   for (size_t i = 0; i < kernels.size() && !artifact->is_cpu(); ++i) {
-    if (kernels[i].binary_of.empty()) continue;
-    size_t of = kernel_named(kernels[i].binary_of);
-    if (of == kernels.size()) {
-      return make_error("cache entry ", entry.info.key, ": kernel ", kernels[i].name,
-                        " runs the binary of a kernel it lacks");
+    if (size_t of = owners[i]; of != i) {
+      has_cubin[i] = has_cubin[of];
+      kernels[i].cubin = kernels[of].cubin;
+      kernels[i].ptx = kernels[of].ptx;
     }
-    has_cubin[i] = has_cubin[of];
-    kernels[i].cubin = kernels[of].cubin;
-    kernels[i].ptx = kernels[of].ptx;
-  }
-  for (size_t i = 0; i < kernels.size() && !artifact->is_cpu(); ++i) {
     if (!has_cubin[i]) {
       return make_error("cache entry ", entry.info.key, " lacks the binary of kernel ",
                         kernels[i].name);

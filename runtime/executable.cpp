@@ -15,8 +15,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string_view>
-#include <unordered_map>
 #include <utility>
 
 namespace kiln::runtime {
@@ -180,18 +178,15 @@ private:
     }
     const std::vector<compiler::KernelArtifact>& kernels = m_artifact.kernels;
     std::vector<uint32_t> smem_allowed(kernels.size(), 0);  // per kernel that loaded its module
-    std::unordered_map<std::string_view, size_t> loaded;     // kernel name -> its index
+    // A kernel that runs an earlier kernel's binary (binary_of) uses its module and function.
+    std::vector<size_t> owners = compiler::binary_owners(kernels);
     for (size_t i = 0; i < kernels.size(); ++i) {
       const compiler::KernelArtifact& kernel = kernels[i];
       CuModule module = nullptr;
       CuFunction function = nullptr;
       CuResult r = 0;
-      // A kernel that runs an earlier kernel's binary (binary_of) uses its module and function.
-      size_t owner = i;
-      if (auto it = loaded.find(kernel.binary_of); !kernel.binary_of.empty() && it != loaded.end())
-        owner = it->second;
+      size_t owner = owners[i];
       if (owner == i) {
-        loaded.emplace(kernel.name, i);
         r = cu.module_load_data(&module, kernel.cubin.data());
         if (r == 0) r = cu.module_get_function(&function, module, kernel.entry.c_str());
       } else {
