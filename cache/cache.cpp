@@ -19,7 +19,28 @@ std::string env(const char* name) {
   return value ? value : "";
 }
 
+// A graph's marker in the remote tier: `graph:<graph hash>:<key>`, so that `pull --graph`
+// lists and fetches only that graph's entries. A hint: every entry it names is verified.
+std::string graph_marker(const std::string& graph_hash, const std::string& key) {
+  return "graph:" + graph_hash + ":" + key;
+}
+
 }  // namespace
+
+Expected<std::string> remote_secret(const std::optional<std::string>& remote_key) {
+  const char* variable = std::getenv("KILN_REMOTE_KEY");
+  if (!remote_key && !variable) return std::string();
+  std::string secret = remote_key ? *remote_key : variable;
+  const char* where = remote_key ? "the remote cache key" : "KILN_REMOTE_KEY";
+  if (secret.empty())
+    return make_error(where, " is set but empty; set it to a secret of at least ",
+                      std::to_string(k_min_remote_key_bytes),
+                      " bytes, or unset it to use the remote tier unsigned");
+  if (secret.size() < k_min_remote_key_bytes)
+    return make_error(where, " is ", std::to_string(secret.size()),
+                      " bytes long; a secret needs at least ", std::to_string(k_min_remote_key_bytes));
+  return secret;
+}
 
 std::unique_ptr<Cache> Cache::open(Options options) {
   std::unique_ptr<Cache> cache(new Cache());
@@ -42,7 +63,25 @@ Cache::~Cache() = default;
 
 void Cache::configure_remote() {
   const Options& o = m_options;
-  m_remote_secret = o.remote_key ? *o.remote_key : env("KILN_REMOTE_KEY");
+  std::string url = o.remote ? *o.remote : env("KILN_REMOTE_CACHE");
+  auto secret = remote_secret(o.remote_key);
+  if (!secret) {
+    // Fail closed: without the secret meant, nothing would be signed or checked.
+    if (m_remote_factory || !url.empty())
+      m_local->warn(secret.error().message + "; continuing without the remote cache");
+    m_remote_factory = nullptr;
+    return;
+  }
+  m_remote_secret = *secret;
+  if (o.remote_max_bytes) {
+    m_remote_max_bytes = *o.remote_max_bytes;
+  } else if (std::string v = env("KILN_REMOTE_MAX_BYTES"); !v.empty()) {
+    auto bytes = parse_size(v);
+    if (bytes && *bytes > 0)
+      m_remote_max_bytes = *bytes;
+    else
+      m_local->warn("KILN_REMOTE_MAX_BYTES: expected a size such as 64M; using 64M");
+  }
   if (o.remote_ttl_ms) {
     m_remote_ttl_ms = *o.remote_ttl_ms;
   } else if (std::string v = env("KILN_REMOTE_TTL"); !v.empty()) {
@@ -53,7 +92,6 @@ void Cache::configure_remote() {
       m_local->warn("KILN_REMOTE_TTL: expected a duration such as 30d or 12h; using 30d");
   }
   if (!m_remote_factory) {
-    std::string url = o.remote ? *o.remote : env("KILN_REMOTE_CACHE");
     if (url.empty()) return;
     auto parsed = remote::parse_redis_url(url);
     if (!parsed) {
@@ -63,6 +101,7 @@ void Cache::configure_remote() {
     remote::RedisOptions redis;
     redis.connect_timeout = o.remote_connect_timeout;
     redis.op_timeout = o.remote_op_timeout;
+    redis.max_reply_bytes = m_remote_max_bytes + (64 << 10);  // room for the protocol around it
     m_remote_factory = [url = *parsed, redis] { return remote::make_redis_backend(url, redis); };
   }
   m_remote = m_remote_factory();
@@ -94,7 +133,7 @@ void Cache::remote_failed(const std::string& what) {
 std::optional<Entry> Cache::remote_fetch(const std::string& key,
                                          const std::vector<KeyField>* fields,
                                          const PayloadSelection& want, Outcome* outcome,
-                                         const std::string* only_graph) {
+                                         const std::string* only_graph, Refresh refresh) {
   Outcome ignored;
   if (!outcome) outcome = &ignored;
   *outcome = Outcome::failed;
@@ -103,7 +142,19 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     std::lock_guard lock(m_remote_mutex);
     remote::Backend* backend = remote_now();
     if (!backend) return std::nullopt;
-    auto got = backend->get(key, m_remote_ttl_ms);
+    // A pull refreshes an entry's time to live only once it has verified it (below).
+    remote::ValueLimits limits{m_remote_max_bytes,
+                               m_remote_secret.empty() ? "" : remote::signed_prefix()};
+    auto got = backend->get(key, refresh == Refresh::with_get ? m_remote_ttl_ms : 0, limits);
+    if (!got && got.failure().kind == remote::Failure::Kind::refused) {
+      *outcome = Outcome::rejected;
+      // With a secret, only values that start as signed ones are asked for.
+      bool unsigned_value = got.failure().refusal == remote::Failure::Refusal::prefix;
+      remote_rejected(key, unsigned_value ? std::string(remote::describe(remote::Opened::unsigned_entry)) +
+                                                " (refused before its body was read)"
+                                          : got.failure().message);
+      return std::nullopt;
+    }
     if (!got) {
       remote_failed(got.failure().message);
       return std::nullopt;
@@ -117,15 +168,20 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
   }
   auto reject = [&](const std::string& why) -> std::optional<Entry> {
     *outcome = Outcome::rejected;
-    m_local->count(local::Counter::remote_rejected);
-    m_local->warn("rejected remote entry " + key + ": " + why);
+    remote_rejected(key, why);
     return std::nullopt;
   };
   std::string_view record;
   remote::Opened opened = remote::open(key, value, m_remote_secret, record);
   if (opened != remote::Opened::good) return reject(remote::describe(opened));
   auto stored = decode_entry(record);
+  value = std::string();  // decoded: the payloads are copies, so the value is held once
   if (!stored) return reject(stored.error().message);
+  // Host machine code runs as the user: taken only when this machine checked its signature.
+  for (const StoredPayload& p : stored->payloads)
+    if (is_native_payload(p.name) && m_remote_secret.empty())
+      return reject("it holds host machine code (payload '" + p.name +
+                    "'), which is taken from the remote tier only when signed");
   if (stored->info.key != key) return reject("it is the entry of key " + stored->info.key);
   for (const StoredPayload& p : stored->payloads)
     if (p.apart) return reject("payload '" + p.name + "' is missing");
@@ -140,6 +196,13 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     return std::nullopt;
   }
   *outcome = Outcome::hit;
+  if (refresh == Refresh::after_verifying) {
+    std::lock_guard lock(m_remote_mutex);
+    if (remote::Backend* backend = remote_now()) {
+      auto refreshed = backend->refresh(key, m_remote_ttl_ms);
+      if (!refreshed) remote_failed(refreshed.failure().message);
+    }
+  }
   m_local->count(local::Counter::remote_hits);
   m_local->count(local::Counter::time_saved_ms,
                  static_cast<uint64_t>(std::max<int64_t>(0, entry->info.compile_ms)));
@@ -155,18 +218,46 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
   return std::move(*entry);
 }
 
-Status Cache::remote_put(const StoredEntry& entry) {
+void Cache::remote_rejected(const std::string& key, const std::string& why) {
+  m_local->count(local::Counter::remote_rejected);
+  bool native = why.find("host machine code") != std::string::npos;
+  if (!native) {
+    m_local->warn("rejected remote entry " + key + ": " + why);
+    return;
+  }
+  if (m_native_warned) return;
+  m_native_warned = true;
+  m_local->warn("rejected remote entry " + key + ": " + why + "; set KILN_REMOTE_KEY (a secret " +
+                "of at least " + std::to_string(k_min_remote_key_bytes) +
+                " bytes shared by the fleet) on every machine to share CPU-target entries (further " +
+                "such rejections are counted in remote_rejected, not reported)");
+}
+
+Expected<bool> Cache::remote_put(const StoredEntry& entry) {
+  if (m_remote_secret.empty())
+    for (const StoredPayload& p : entry.payloads)
+      if (is_native_payload(p.name)) return false;
   std::string value = remote::seal(entry.info.key, encode_entry(entry), m_remote_secret);
   std::lock_guard lock(m_remote_mutex);
   remote::Backend* backend = remote_now();
   if (!backend) return make_error("the remote tier is down");
-  auto put = backend->put(entry.info.key, value, m_remote_ttl_ms);
+  // Without a secret, a signed value is kept: a machine that cannot sign must not replace the
+  // entries of the machines that can (they would reject its value and compile again).
+  auto put = backend->put(entry.info.key, value, m_remote_ttl_ms,
+                          m_remote_secret.empty() ? remote::signed_prefix() : std::string());
   if (!put) {
     remote_failed(put.failure().message);
     return make_error(put.failure().message);
   }
+  if (std::string graph = entry.info.field("graph_hash"); !graph.empty()) {
+    auto marked = backend->put(graph_marker(graph, entry.info.key), "", m_remote_ttl_ms);
+    if (!marked) {
+      remote_failed(marked.failure().message);
+      return make_error(marked.failure().message);
+    }
+  }
   m_local->count(local::Counter::remote_puts);
-  return Status::success();
+  return true;
 }
 
 Lookup Cache::lookup(const std::string& key, const std::vector<KeyField>& fields,
@@ -221,8 +312,9 @@ Expected<PushReport> Cache::push() {
       ++report.skipped_bad;
       continue;
     }
-    if (Status s = remote_put(**stored); !s) return make_error("remote cache: ", s.error().message);
-    ++report.pushed;
+    auto put = remote_put(**stored);
+    if (!put) return make_error("remote cache: ", put.error().message);
+    ++(*put ? report.pushed : report.skipped_native);
   }
   return report;
 }
@@ -234,10 +326,14 @@ Expected<PullReport> Cache::pull(const std::optional<std::string>& graph_hash) {
   {
     std::lock_guard lock(m_remote_mutex);
     // Keys are 32 hex digits; lock names and anything else under the prefix are left alone.
-    auto listed = m_remote->list("", size_t{1} << 20);
+    // With a graph, only the keys its markers name are fetched.
+    std::string marker = graph_hash ? graph_marker(*graph_hash, "") : std::string();
+    auto listed = m_remote->list(marker, size_t{1} << 20);
     if (!listed) return make_error("remote cache: ", listed.failure().message);
-    for (std::string& k : *listed)
-      if (k.size() == 32 && is_key_prefix(k)) keys.push_back(std::move(k));
+    for (std::string& k : *listed) {
+      std::string key = k.substr(marker.size());
+      if (key.size() == 32 && is_key_prefix(key)) keys.push_back(std::move(key));
+    }
   }
   PullReport report;
   for (const std::string& key : keys) {
@@ -248,7 +344,7 @@ Expected<PullReport> Cache::pull(const std::optional<std::string>& graph_hash) {
     Outcome outcome;
     // Every payload is decoded and checked before the entry is stored here.
     (void)remote_fetch(key, nullptr, PayloadSelection(), &outcome,
-                       graph_hash ? &*graph_hash : nullptr);
+                       graph_hash ? &*graph_hash : nullptr, Refresh::after_verifying);
     if (outcome == Outcome::hit) ++report.pulled;
     if (outcome == Outcome::rejected) ++report.rejected;
     if (outcome == Outcome::failed) {

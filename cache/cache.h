@@ -45,6 +45,8 @@ using Producer = std::function<Expected<Contents>()>;
 struct PushReport {
   uint64_t pushed = 0;
   uint64_t skipped_bad = 0;  // local entries that failed their checks
+  // Entries holding host machine code, not pushed without a secret: no machine would take them.
+  uint64_t skipped_native = 0;
 };
 
 struct PullReport {
@@ -134,13 +136,22 @@ private:
   remote::Backend* remote_now();
   void remote_failed(const std::string& what);
   enum class Outcome { hit, miss, rejected, failed, other_graph };
+  // When a fetched entry's time to live is reset: by the read itself (one round trip; a lookup),
+  // or only once the entry is verified (a pull, which must not keep junk alive).
+  enum class Refresh { with_get, after_verifying };
   // A verified remote entry for `key`, stored locally; nullopt on a miss, a rejection or a
   // failure (counted and reported). With `only_graph`, an entry of another graph is left alone.
   std::optional<Entry> remote_fetch(const std::string& key, const std::vector<KeyField>* fields,
                                     const PayloadSelection& want, Outcome* outcome = nullptr,
-                                    const std::string* only_graph = nullptr);
+                                    const std::string* only_graph = nullptr,
+                                    Refresh refresh = Refresh::with_get);
   // Puts `entry` (sealed) to the remote tier; a failure marks the tier down (one warning).
-  Status remote_put(const StoredEntry& entry);
+  // Without a secret, an entry holding host machine code is not put (answers false: no machine
+  // takes it unsigned), and a signed value already there is kept.
+  Expected<bool> remote_put(const StoredEntry& entry);
+  // Rejects a remote value: counted, reported once per key (and once in all, with how to enable
+  // signing, for host code refused unsigned).
+  void remote_rejected(const std::string& key, const std::string& why);
   Expected<Fetched> produce(const std::string& key, const std::vector<KeyField>& fields,
                             const Producer& producer, bool store, const PayloadSelection& want);
 
@@ -151,6 +162,8 @@ private:
   BackendFactory m_remote_factory;
   std::string m_remote_secret;
   int64_t m_remote_ttl_ms = k_default_remote_ttl_ms;
+  uint64_t m_remote_max_bytes = k_default_remote_max_bytes;
+  bool m_native_warned = false;
   // The remote tier's connection and health; guarded by m_remote_mutex, never held while waiting
   // or producing.
   std::mutex m_remote_mutex;

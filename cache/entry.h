@@ -16,6 +16,14 @@ inline constexpr const char* k_payload_source = "source";
 inline constexpr const char* k_payload_log = "log";
 inline constexpr const char* k_payload_ptx_prefix = "ptx:";
 inline constexpr const char* k_payload_cubin_prefix = "cubin:";
+// Host machine code (the CPU target's object): it runs as the user, unlike a cubin, which runs
+// on a GPU. The remote tier takes it only signed (FORMAT.md, "Remote tier").
+inline constexpr const char* k_payload_object = "object";
+
+// Whether a payload of this name holds host machine code: "object" or "object:<anything>".
+inline bool is_native_payload(const std::string& name) {
+  return name.compare(0, 6, k_payload_object) == 0 && (name.size() == 6 || name[6] == ':');
+}
 
 // One named blob of opaque bytes.
 struct Payload {

@@ -3,6 +3,7 @@
 
 #include "cache/entry.h"
 #include "cache/key.h"
+#include "support/expected.h"
 
 #include <chrono>
 #include <cstdint>
@@ -15,6 +16,9 @@ namespace kiln::cache {
 
 inline constexpr uint64_t k_default_max_size = uint64_t{2} << 30;          // 2 GiB
 inline constexpr int64_t k_default_remote_ttl_ms = int64_t{30} * 86400000;  // 30 days
+inline constexpr uint64_t k_default_remote_max_bytes = uint64_t{64} << 20;   // 64 MiB
+// The shortest secret KILN_REMOTE_KEY (or Options::remote_key) may be.
+inline constexpr size_t k_min_remote_key_bytes = 16;
 
 struct Options {
   std::string dir;  // --cache-dir; empty: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln, ~/.cache/kiln
@@ -31,7 +35,12 @@ struct Options {
   std::optional<std::string> remote;
   std::optional<std::string> remote_key;
   std::optional<int64_t> remote_ttl_ms;
+  // The largest remote value taken (an entry's sealed record); unset: KILN_REMOTE_MAX_BYTES,
+  // else 64 MiB (kiln's own entries are below 1 MiB). A larger value is refused by the server
+  // before it is sent, and counted as rejected.
+  std::optional<uint64_t> remote_max_bytes;
   std::chrono::milliseconds remote_connect_timeout{100};
+  // Bounds each remote operation as a whole (see cache/remote/redis.h).
   std::chrono::milliseconds remote_op_timeout{1000};
   std::chrono::milliseconds remote_lease{10000};      // a compile's lease, renewed while it runs
   std::chrono::milliseconds remote_down_for{30000};   // how long a failing remote is skipped
@@ -46,6 +55,12 @@ struct Options {
   // process in the middle of a write.
   std::function<void()> before_commit;
 };
+
+// The remote tier's secret: `remote_key` if set, else $KILN_REMOTE_KEY; "" when neither is set
+// (entries go unsigned). Fails, naming where it came from, for a secret that is set but empty or
+// shorter than k_min_remote_key_bytes: an empty variable (a missing secret file in
+// `KILN_REMOTE_KEY=$(cat FILE)`) must not turn signing off unnoticed.
+Expected<std::string> remote_secret(const std::optional<std::string>& remote_key);
 
 // How a disabled cache's reason begins when Options::create was false and there was no cache.
 inline constexpr const char* k_no_cache_reason = "no cache at ";

@@ -151,6 +151,9 @@ private:
 }  // namespace
 
 Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
+  // A secret that is set but unusable is an error, not a remote tier that silently goes unsigned.
+  if (options.use_cache)
+    if (auto secret = cache::remote_secret(std::nullopt); !secret) return secret.error();
   // "auto": this CPU where no arch is given and no CUDA device answers.
   bool no_gpu = options.target == "auto" && options.arch.empty() &&
                 !runtime::device_sm(options.device);

@@ -37,6 +37,7 @@ struct CacheArgs {
   std::optional<std::string> remote;
   std::string graph;  // pull --graph
   bool force = false;  // export --force
+  bool allow_native = false;  // import --allow-native-code
   // Only import and pull fill a cache that is not there yet; the others say there is none.
   bool create = false;
 };
@@ -375,6 +376,22 @@ int run_export(const CacheArgs& args) {
 int run_import(const CacheArgs& args) {
   auto entries = cache::read_bundle(args.target);
   if (!entries) return fail(entries.error().message, k_exit_usage);
+  // A bundle is checksummed, not signed: its CPU-target entries are machine code that `kiln run`
+  // would execute as this user, so taking them is the user's explicit decision.
+  size_t native = 0;
+  for (const cache::StoredEntry& entry : *entries)
+    for (const cache::StoredPayload& p : entry.payloads)
+      if (cache::is_native_payload(p.name)) {
+        ++native;
+        break;
+      }
+  if (native && !args.allow_native) {
+    return fail("'" + args.target + "' holds " + std::to_string(native) +
+                    " CPU-target entries (host machine code, which kiln run executes as you; a "
+                    "bundle carries no signature); pass --allow-native-code to import them from "
+                    "a source you trust",
+                k_exit_usage);
+  }
   auto c = open_cache(args);
   if (!c) return k_exit_failure;
   auto report = c->import_entries(*entries);
@@ -394,6 +411,10 @@ int run_push(const CacheArgs& args) {
   std::printf("pushed %llu entries to %s (%llu bad ones skipped)\n",
               static_cast<unsigned long long>(report->pushed), c->remote_description().c_str(),
               static_cast<unsigned long long>(report->skipped_bad));
+  if (report->skipped_native)
+    std::printf("%llu CPU-target entries not pushed: host machine code is shared only signed "
+                "(set KILN_REMOTE_KEY)\n",
+                static_cast<unsigned long long>(report->skipped_native));
   return report->skipped_bad ? k_exit_failure : k_exit_ok;
 }
 
@@ -474,6 +495,10 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
     if (name == "export" || name == "import")
       sub->add_option("FILE", args->target, "bundle file")->required();
     if (name == "export") sub->add_flag("--force", args->force, "replace FILE if it exists");
+    if (name == "import")
+      sub->add_flag("--allow-native-code", args->allow_native,
+                    "also import CPU-target entries (host machine code; a bundle is not signed, "
+                    "so only from a source you trust)");
     args->create = name == "import" || name == "pull";
     auto run = command.run;
     sub->callback([args, run, &exit_code] { exit_code = run(*args); });

@@ -33,9 +33,13 @@ std::string version_text() {
   std::string dir = cache::resolve_cache_dir("");
   out += "cache: " + (dir.empty() ? std::string("none (set KILN_CACHE_DIR or HOME)") : dir) + "\n";
   const char* remote = std::getenv("KILN_REMOTE_CACHE");
+  auto secret = cache::remote_secret(std::nullopt);
   out += "remote tier: redis (hiredis), " +
          std::string(remote && *remote ? "KILN_REMOTE_CACHE set" : "off (KILN_REMOTE_CACHE unset)") +
-         (std::getenv("KILN_REMOTE_KEY") ? ", entries signed (KILN_REMOTE_KEY)" : "") + "\n";
+         (!secret ? ", " + secret.error().message
+          : secret->empty() ? ", entries unsigned (CPU-target entries are not shared)"
+                            : ", entries signed (KILN_REMOTE_KEY)") +
+         "\n";
   out += "run: GPU through the CUDA driver (loaded by `kiln run`), or --emulate on the CPU";
   return out;
 }
@@ -45,7 +49,8 @@ constexpr const char* k_environment_help =
     "  KILN_CACHE_DIR        cache folder (else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)\n"
     "  KILN_CACHE_MAX_SIZE   cache size cap, e.g. 2G (default), 500M, 0 for none\n"
     "  KILN_REMOTE_CACHE     remote tier, redis://[:password@]host:port[/db][?prefix=P]\n"
-    "  KILN_REMOTE_KEY       secret that signs and checks remote entries\n"
+    "  KILN_REMOTE_KEY       secret that signs and checks remote entries (16 bytes or more)\n"
+    "  KILN_REMOTE_MAX_BYTES largest remote entry taken, e.g. 64M (default)\n"
     "  KILN_REMOTE_TTL       how long remote entries live, e.g. 30d (default)\n"
     "  KILN_COMPILE_THREADS  NVRTC threads per graph, 1 to 1024 (default: the core count)\n"
     "  KILN_CPU_THREADS      threads of the CPU target's kernels, 1 to 1024 (default: cores)\n"
@@ -72,6 +77,16 @@ int main(int argc, char** argv) {
   app.footer(kiln::tools::k_environment_help);
   if (std::string problem = kiln::compiler::compile_threads_env_problem(); !problem.empty())
     kiln::tools::print_warning("kiln: warning: " + problem);
+  // An unusable secret would leave the remote tier unsigned: refuse to run rather than warn.
+  if (auto secret = kiln::cache::remote_secret(std::nullopt); !secret) {
+    bool version_or_help = argc == 2 && (std::string(argv[1]) == "--version" ||
+                                         std::string(argv[1]) == "--help" ||
+                                         std::string(argv[1]) == "-h");
+    if (!version_or_help) {
+      kiln::tools::print_error("kiln: " + secret.error().message);
+      return kiln::tools::k_exit_usage;
+    }
+  }
   int exit_code = kiln::tools::k_exit_ok;
   kiln::tools::register_fmt_commands(app, exit_code);
   kiln::tools::register_audit_commands(app, exit_code);

@@ -46,6 +46,13 @@ std::string mac(const std::string& secret, const std::string& key, std::string_v
 
 }  // namespace
 
+std::string signed_prefix() {
+  ByteWriter w;
+  w.raw(k_magic);
+  w.u64(k_signed);
+  return w.take();
+}
+
 std::string seal(const std::string& key, std::string_view record, const std::string& secret) {
   ByteWriter w;
   w.raw(k_magic);

@@ -1,10 +1,15 @@
 // The Redis remote backend over hiredis's blocking API, and the redis:// URL parser.
 #include "cache/remote/redis.h"
 
+// hiredis 0.14 declares sds (which hiredis.h includes) without C linkage: include it first.
+extern "C" {
+#include <hiredis/sds.h>
+}
 #include <hiredis/hiredis.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -27,6 +32,37 @@ constexpr std::string_view k_renew_script =
     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0";
 constexpr std::string_view k_release_script =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+// Takes a lease that is free or has no time to live (every lease is taken with one, so a lease
+// without is stale: planted, or left by a broken client) and would otherwise be waited on.
+constexpr std::string_view k_acquire_script =
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end "
+    "if redis.call('pttl', KEYS[1]) == -1 then "
+    "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end return 0";
+
+// get: the value only when it is a string of at most ARGV[2] bytes (0: any) that starts with
+// ARGV[3]; its time to live reset to ARGV[1] ms (0: left). Anything else answers
+// {"kiln-refused", why, detail} and sends nothing of the value.
+constexpr std::string_view k_refused = "kiln-refused";
+constexpr std::string_view k_get_script =
+    "local t = redis.call('type', KEYS[1])['ok'] "
+    "if t == 'none' then return false end "
+    "if t ~= 'string' then return {'kiln-refused', 'type', t} end "
+    "local n = redis.call('strlen', KEYS[1]) "
+    "local cap = tonumber(ARGV[2]) "
+    "if cap > 0 and n > cap then return {'kiln-refused', 'size', n} end "
+    "local want = ARGV[3] "
+    "if #want > 0 and redis.call('getrange', KEYS[1], 0, #want - 1) ~= want then "
+    "return {'kiln-refused', 'prefix', n} end "
+    "if tonumber(ARGV[1]) > 0 then redis.call('pexpire', KEYS[1], ARGV[1]) end "
+    "return redis.call('get', KEYS[1])";
+// put with unless_prefix: keeps a string value that starts with ARGV[3] (answers 0), else sets
+// ARGV[1] with a time to live of ARGV[2] ms (0: none) and answers 1.
+constexpr std::string_view k_put_unless_script =
+    "local p = ARGV[3] "
+    "if redis.call('type', KEYS[1])['ok'] == 'string' and "
+    "redis.call('getrange', KEYS[1], 0, #p - 1) == p then return 0 end "
+    "if tonumber(ARGV[2]) > 0 then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+    "else redis.call('set', KEYS[1], ARGV[1]) end return 1";
 
 // The URL with its password replaced by "***", so messages never carry a secret.
 std::string redacted(const std::string& url) {
@@ -235,15 +271,63 @@ void* create_bounded_array(const redisReadTask* task, int elements) {
   return g_hiredis_functions->createArray(task, elements);
 }
 
+// A string reply this long at the top level goes straight into *t_capture (when set) and the
+// reply object holds none of it, so a value is held once by the caller, not twice.
+constexpr size_t k_capture_bytes = 64 << 10;
+thread_local std::string* t_capture = nullptr;
+thread_local bool t_captured = false;
+
+void* create_string(const redisReadTask* task, char* str, size_t len) {
+  if (t_capture && task->parent == nullptr && task->type == REDIS_REPLY_STRING &&
+      len >= k_capture_bytes) {
+    t_capture->assign(str, len);
+    t_captured = true;
+    return g_hiredis_functions->createString(task, str, 0);
+  }
+  return g_hiredis_functions->createString(task, str, len);
+}
+
 void bound_reply_arrays(redisContext& context) {
   if (context.reader == nullptr || context.reader->fn == nullptr) return;
   static redisReplyObjectFunctions bounded = [&] {
     g_hiredis_functions = context.reader->fn;
     redisReplyObjectFunctions functions = *context.reader->fn;
     functions.createArray = create_bounded_array;
+    functions.createString = create_string;
     return functions;
   }();
   context.reader->fn = &bounded;
+}
+
+// Gives back the reader's buffer once it holds nothing unread (hiredis keeps its largest size
+// until the next read).
+void release_reader_buffer(redisContext& context) {
+  redisReader* reader = context.reader;
+  if (reader == nullptr || reader->pos != reader->len) return;
+  sdsfree(reader->buf);
+  reader->buf = sdsempty();
+  reader->pos = reader->len = 0;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Milliseconds left until `deadline`, rounded up; 0 once it has passed.
+int ms_left(Clock::time_point deadline) {
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
+}
+
+// Waits until `fd` is ready for `events` or `deadline` passes (false).
+bool wait_ready(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    int left = ms_left(deadline);
+    if (left == 0) return false;
+    pollfd entry{fd, events, 0};
+    int ready = ::poll(&entry, 1, left);
+    if (ready > 0) return true;
+    if (ready == 0) return false;
+    if (errno != EINTR) return true;  // let the read or write report the error
+  }
 }
 
 timeval to_timeval(std::chrono::milliseconds ms) {
@@ -299,28 +383,45 @@ public:
                                                                        : "[" + m_url.host + "]") +
                 ":" + std::to_string(m_url.port)) {}
 
-  Result<std::optional<std::string>> get(const std::string& key, int64_t refresh_ttl_ms) override {
-    std::string name = m_url.prefix + key, ttl = std::to_string(refresh_ttl_ms);
-    std::vector<Command> commands{{"GET", name}};
-    if (refresh_ttl_ms > 0) commands.push_back({"PEXPIRE", name, ttl});
-    auto replies = exchange("GET", commands);
-    if (!replies) return replies.failure();
-    if (refresh_ttl_ms > 0 && (*replies)[1]->type != REDIS_REPLY_INTEGER)
-      return unexpected("GET: PEXPIRE", *(*replies)[1]);
-    const redisReply& value = *(*replies)[0];
+  Result<std::optional<std::string>> get(const std::string& key, int64_t refresh_ttl_ms,
+                                         const ValueLimits& limits) override {
+    std::string name = m_url.prefix + key;
+    std::string ttl = std::to_string(std::max<int64_t>(refresh_ttl_ms, 0));
+    std::string cap = std::to_string(limits.max_bytes);
+    std::string captured;
+    t_capture = &captured;
+    t_captured = false;
+    auto reply = call("GET", {"EVAL", k_get_script, "1", name, ttl, cap, limits.required_prefix});
+    t_capture = nullptr;
+    if (m_context) release_reader_buffer(*m_context);
+    if (!reply) return reply.failure();
+    const redisReply& value = **reply;
     if (value.type == REDIS_REPLY_NIL) return std::optional<std::string>();
-    if (value.type != REDIS_REPLY_STRING) return unexpected("GET", value);
-    return std::optional<std::string>(std::string(value.str, value.len));
+    if (value.type == REDIS_REPLY_STRING && t_captured)
+      return std::optional<std::string>(std::move(captured));
+    if (value.type == REDIS_REPLY_STRING)
+      return std::optional<std::string>(std::string(value.str, value.len));
+    if (std::optional<Failure> refused = refusal("GET", value, limits)) return *refused;
+    return unexpected("GET", value);
   }
 
-  Result<Done> put(const std::string& key, const std::string& bytes, int64_t ttl_ms) override {
-    std::string name = m_url.prefix + key, ttl = std::to_string(ttl_ms);
+  Result<bool> put(const std::string& key, const std::string& bytes, int64_t ttl_ms,
+                   const std::string& unless_prefix) override {
+    std::string name = m_url.prefix + key, ttl = std::to_string(std::max<int64_t>(ttl_ms, 0));
+    if (!unless_prefix.empty())
+      return integer_answer("SET", {"EVAL", k_put_unless_script, "1", name, bytes, ttl,
+                                    unless_prefix});
     Command set{"SET", name, bytes};
     if (ttl_ms > 0) set.insert(set.end(), {"PX", ttl});
     auto reply = call("SET", set);
     if (!reply) return reply.failure();
     if (!is_ok_status(**reply)) return unexpected("SET", **reply);
-    return Done{};
+    return true;
+  }
+
+  Result<bool> refresh(const std::string& key, int64_t ttl_ms) override {
+    return integer_answer("PEXPIRE", {"PEXPIRE", m_url.prefix + key,
+                                      std::to_string(std::max<int64_t>(ttl_ms, 1))});
   }
 
   Result<Done> remove(const std::string& key) override {
@@ -336,12 +437,8 @@ public:
 
   Result<bool> acquire_lease(const std::string& name, const std::string& owner,
                              int64_t ttl_ms) override {
-    std::string ttl = std::to_string(ttl_ms);
-    auto reply = call("SET NX", {"SET", m_url.prefix + name, owner, "NX", "PX", ttl});
-    if (!reply) return reply.failure();
-    if ((*reply)->type == REDIS_REPLY_NIL) return false;
-    if (!is_ok_status(**reply)) return unexpected("SET NX", **reply);
-    return true;
+    return integer_answer("SET NX", {"EVAL", k_acquire_script, "1", m_url.prefix + name, owner,
+                                     std::to_string(ttl_ms)});
   }
 
   Result<bool> renew_lease(const std::string& name, const std::string& owner,
@@ -389,6 +486,7 @@ private:
   // Sends `commands` as one pipeline (one round trip), connecting first when not connected.
   Result<std::vector<Reply>> exchange(const char* op, const std::vector<Command>& commands) {
     SigpipeGuard guard;
+    m_deadline = Clock::now() + m_options.op_timeout;
     if (m_context && peer_closed(*m_context)) m_context.reset();
     if (!m_context)
       if (std::optional<Failure> failed = connect(op)) return *failed;
@@ -409,6 +507,8 @@ private:
     return (*reply)->integer > 0;
   }
 
+  // Writes the commands and reads their replies by m_deadline, holding at most
+  // max_reply_bytes (and one read's worth more) of a reply.
   Result<std::vector<Reply>> send(const char* op, const std::vector<Command>& commands) {
     for (const Command& command : commands) {
       std::vector<const char*> argv;
@@ -422,18 +522,76 @@ private:
                                  lengths.data()) != REDIS_OK)
         return io_failure(op, errno);
     }
+    // A blocking write returns once all its bytes are sent: bound it by the time left too.
+    timeval left = to_timeval(std::chrono::milliseconds(std::max(ms_left(m_deadline), 1)));
+    ::setsockopt(m_context->fd, SOL_SOCKET, SO_SNDTIMEO, &left, sizeof left);
+    for (int done = 0; !done;) {
+      if (!wait_ready(m_context->fd, POLLOUT, m_deadline)) return timed_out(op);
+      errno = 0;
+      if (redisBufferWrite(m_context.get(), &done) != REDIS_OK) return io_failure(op, errno);
+    }
     std::vector<Reply> replies;
     for (size_t i = 0; i < commands.size(); ++i) {
       void* raw = nullptr;
-      errno = 0;
-      t_array_refused = false;
-      int status = redisGetReply(m_context.get(), &raw);
-      int saved_errno = errno;
-      if (status != REDIS_OK || raw == nullptr)
-        return io_failure(op, saved_errno);
+      for (;;) {
+        errno = 0;
+        t_array_refused = false;
+        if (redisGetReplyFromReader(m_context.get(), &raw) != REDIS_OK)
+          return io_failure(op, errno);
+        if (raw != nullptr) break;
+        const redisReader& reader = *m_context->reader;
+        if (m_options.max_reply_bytes != 0 && reader.len - reader.pos > m_options.max_reply_bytes)
+          return too_long(op);
+        if (!wait_ready(m_context->fd, POLLIN, m_deadline)) return timed_out(op);
+        errno = 0;
+        if (redisBufferRead(m_context.get()) != REDIS_OK) return io_failure(op, errno);
+      }
       replies.emplace_back(static_cast<redisReply*>(raw));
     }
     return Result<std::vector<Reply>>(std::move(replies));
+  }
+
+  Failure timed_out(const char* op) {
+    m_context.reset();  // a request or reply cut short: never reuse
+    return Failure{Failure::Kind::timeout, where(op) + "timed out after " +
+                                               std::to_string(m_options.op_timeout.count()) +
+                                               " ms"};
+  }
+
+  Failure too_long(const char* op) {
+    m_context.reset();
+    return Failure{Failure::Kind::error,
+                   where(op) + "protocol error: reply longer than " +
+                       std::to_string(m_options.max_reply_bytes) + " bytes"};
+  }
+
+  // kiln's get script's {"kiln-refused", why, detail} as a Failure::Kind::refused; nullopt for
+  // any other reply.
+  std::optional<Failure> refusal(const char* op, const redisReply& reply,
+                                 const ValueLimits& limits) const {
+    if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 3) return std::nullopt;
+    const redisReply& tag = *reply.element[0];
+    const redisReply& why = *reply.element[1];
+    const redisReply& detail = *reply.element[2];
+    if (tag.type != REDIS_REPLY_STRING || std::string_view(tag.str, tag.len) != k_refused ||
+        why.type != REDIS_REPLY_STRING)
+      return std::nullopt;
+    std::string_view reason(why.str, why.len);
+    Failure refused{Failure::Kind::refused, where(op)};
+    if (reason == "type" && detail.type == REDIS_REPLY_STRING) {
+      refused.refusal = Failure::Refusal::type;
+      refused.message += "the key holds a " + std::string(detail.str, detail.len) + ", not a string";
+    } else if (reason == "size" && detail.type == REDIS_REPLY_INTEGER) {
+      refused.refusal = Failure::Refusal::size;
+      refused.message += "the value's " + std::to_string(detail.integer) +
+                         " bytes are over the limit of " + std::to_string(limits.max_bytes);
+    } else if (reason == "prefix" && detail.type == REDIS_REPLY_INTEGER) {
+      refused.refusal = Failure::Refusal::prefix;
+      refused.message += "the value does not start with the header asked for";
+    } else {
+      return std::nullopt;
+    }
+    return refused;
   }
 
   // Connects, sets the op timeout, and AUTHs and SELECTs as the URL asks.
@@ -507,6 +665,7 @@ private:
   RedisOptions m_options;
   std::string m_where;  // "redis HOST:PORT", for messages
   Context m_context;    // null until connected, and after a failure
+  Clock::time_point m_deadline;  // of the operation under way
 };
 
 }  // namespace

@@ -31,18 +31,25 @@ Expected<RedisUrl> parse_redis_url(const std::string& url);
 struct RedisOptions {
   // Bounds the TCP connect (not a DNS lookup of a host name: use an address where that matters).
   std::chrono::milliseconds connect_timeout{100};
-  // Bounds each blocking read or write, so a hung server costs about this much per call; a large
-  // value that keeps flowing may take longer in all.
+  // Bounds each operation as a whole, from sending the first byte to reading the last one (or,
+  // for list(), each SCAN page): a server that answers one byte at a time times out like one
+  // that does not answer at all.
   std::chrono::milliseconds op_timeout{1000};
+  // The most bytes one reply may hold; a longer one fails the call (a protocol error: kiln's own
+  // get() refuses larger values before sending them). 0: no limit.
+  uint64_t max_reply_bytes = uint64_t{64} << 20;
 };
 
 // A Backend talking to `url`. Construction never connects: the first operation does, and every
 // operation after an I/O or protocol failure reconnects (once; callers decide when to retry); a
 // connection the server closed while idle is replaced before use instead of failing a call.
 // A failure is Failure::Kind::timeout when the connect or a read/write ran out of time, otherwise
-// Failure::Kind::error (refused, error reply, unexpected reply, broken protocol). get with a
-// refresh pipelines GET and PEXPIRE (one round trip); leases need ttl_ms > 0 (Redis refuses
-// PX 0); list answers sorted names. Not thread-safe. SIGPIPE is blocked on the calling thread
+// Failure::Kind::error (refused, error reply, unexpected reply, broken protocol). get is one Lua
+// script (one round trip) that checks the value's type, length and prefix on the server and
+// sends it (refreshing its time to live) only when they pass; so a key of another type, a value
+// over ValueLimits::max_bytes or without the required prefix is Failure::Kind::refused and its
+// body never crosses the network. A put with unless_prefix is a script too. Leases need
+// ttl_ms > 0 (Redis refuses PX 0); list answers sorted names. Not thread-safe. SIGPIPE is blocked on the calling thread
 // during I/O, so a server that vanishes mid-write cannot kill the process.
 std::unique_ptr<Backend> make_redis_backend(RedisUrl url, RedisOptions options = {});
 

@@ -1,6 +1,7 @@
 // The CPU target's LLVM: target machines, the O3 pipeline, object emission, and ORC LLJIT.
 #include "compiler/cpu/impl.h"
 
+#include <llvm/ADT/StringSet.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -11,6 +12,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
+#include <llvm/Object/ObjectFile.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -182,6 +184,46 @@ Expected<std::string> compile_object(llvm::Module& module, const CpuMachine& mac
 
 namespace {
 
+// The only symbols a loaded object may take from the process: the C math library and the
+// memory and conversion helpers LLVM's code generation calls on its own. kiln's objects import
+// nothing else, so an object that does (system, dlopen, write, ...) was not made by kiln and is
+// refused before it is linked. This is not a sandbox (machine code can make system calls without
+// importing anything); the trust rests on where objects come from (FORMAT.md, "Remote tier").
+bool allowed_import(llvm::StringRef name) {
+  static const llvm::StringSet<> k_allowed = {
+      // libm, float and double
+      "expf", "exp2f", "expm1f", "logf", "log2f", "log1pf", "powf", "sqrtf", "erff", "erfcf",
+      "tanhf", "sinf", "cosf", "tanf", "fmaf", "fabsf", "floorf", "ceilf", "roundf", "truncf",
+      "fmodf", "exp", "exp2", "log", "log2", "pow", "sqrt", "erf", "tanh", "sin", "cos", "fma",
+      "fmod", "floor", "ceil", "round", "trunc", "sincosf",
+      // memory intrinsics LLVM lowers to calls
+      "memcpy", "memmove", "memset",
+      // half and bfloat conversions without hardware support (compiler-rt/libgcc)
+      "__extendhfsf2", "__truncsfhf2", "__truncdfhf2", "__truncsfbf2", "__truncdfbf2",
+      "__gnu_h2f_ieee", "__gnu_f2h_ieee"};
+  return k_allowed.contains(name);
+}
+
+// Fails naming the first symbol `object` imports that allowed_import refuses, or when it is not
+// an object file.
+Status check_imports(const std::string& object) {
+  auto file = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(object, "kiln-object"));
+  if (!file) return make_error("cpu object: not an object file: ", error_text(file.takeError()));
+  for (const llvm::object::SymbolRef& symbol : (*file)->symbols()) {
+    auto flags = symbol.getFlags();
+    if (!flags) return make_error("cpu object: bad symbol table: ", error_text(flags.takeError()));
+    if (!(*flags & llvm::object::SymbolRef::SF_Undefined)) continue;
+    auto name = symbol.getName();
+    if (!name) return make_error("cpu object: bad symbol table: ", error_text(name.takeError()));
+    if (name->empty() || allowed_import(*name)) continue;
+    return make_error("cpu object: refused: it imports '", name->str(),
+                      "', which kiln's code never calls (only the math library and memory "
+                      "helpers may be linked)");
+  }
+  return Status::success();
+}
+
 // Address space the JIT reserves at a time for loaded objects' code and data.
 constexpr size_t k_slab_bytes = size_t{1} << 20;
 
@@ -221,8 +263,11 @@ Expected<ProcessJit> process_jit() {
     return make_error(failure);
   }
   llvm::orc::LLJIT* jit = created->release();
+  // The process's symbols, only those on the allow-list (check_imports refuses the rest first,
+  // with a clearer message).
   auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
-      jit->getDataLayout().getGlobalPrefix());
+      jit->getDataLayout().getGlobalPrefix(),
+      [](const llvm::orc::SymbolStringPtr& name) { return allowed_import(*name); });
   if (!generator) {
     failure = "llvm: " + error_text(generator.takeError());
     return make_error(failure);
@@ -255,6 +300,7 @@ class JitObject final : public LoadedObject {
 
 Expected<std::unique_ptr<LoadedObject>> load_object(const std::string& object,
                                                     const std::vector<std::string>& entries) {
+  if (Status s = check_imports(object); !s) return s.error();
   auto process = process_jit();
   if (!process) return process.error();
   llvm::orc::LLJIT& jit = *process->jit;

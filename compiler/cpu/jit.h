@@ -37,11 +37,13 @@ using KernelFunction = void (*)(void* const* buffers, const int64_t* dims, int64
                                 int64_t end, float* scratch);
 
 // Object code loaded into a fresh JITDylib of the process's one LLJIT; its symbols resolved
-// against the process (libm's erff and tanhf). Removed from the JIT on destruction.
+// against an allow-list of the process's (the math library, memcpy/memset, half conversions).
+// Removed from the JIT on destruction.
 class LoadedObject {
  public:
-  // Fails when the object does not link (a corrupt payload), an entry is missing, or the plugin
-  // cannot be loaded.
+  // Fails when the object is not an object file, imports a symbol off the allow-list (named in
+  // the message; nothing of it is linked), does not link (a corrupt payload), an entry is
+  // missing, or the plugin cannot be loaded.
   static Expected<std::unique_ptr<LoadedObject>> load(const std::string& object,
                                                       const std::vector<std::string>& entries);
   virtual ~LoadedObject() = default;

@@ -3,6 +3,7 @@
 // that cost one warning, and remote entries that must not be trusted.
 #include "cache/cache.h"
 #include "cache/remote/backend.h"
+#include "cache/remote/envelope.h"
 #include "cache/remote/redis.h"
 #include "test_util.h"
 #include "tests/support/redis_server.h"
@@ -265,7 +266,7 @@ protected:
   void SetUp() override {
     REQUIRE_REDIS(server);
     Options o = options_for("build", &warnings);
-    o.remote_key = "fleet secret";
+    o.remote_key = "fleet secret 0123";
     ASSERT_TRUE(Cache::open(o)->get_or_create(key, fields, producer_a).ok());
     ASSERT_EQ(produced, 1);
     value = direct()->get(key)->value_or("");
@@ -273,21 +274,24 @@ protected:
   // A new machine reads the fleet's value for `key`; answers how it was served.
   FetchSource fetch_on_new_machine(const std::string& machine, const std::string& secret) {
     Options o = options_for(machine, &warnings);
-    o.remote_key = secret;
+    if (secret.empty())
+      o.remote_key.reset();  // no secret
+    else
+      o.remote_key = secret;
     auto got = Cache::open(o)->get_or_create(key, fields, producer_a);
     EXPECT_TRUE(got.ok());
     rejected += Cache::open(o)->stats()->remote_rejected;
     return got.ok() ? got->source : FetchSource::produced_uncached;
   }
   void expect_rejected_then_repaired(const std::string& why) {
-    EXPECT_EQ(fetch_on_new_machine("n1", "fleet secret"), FetchSource::produced);
+    EXPECT_EQ(fetch_on_new_machine("n1", "fleet secret 0123"), FetchSource::produced);
     EXPECT_EQ(produced, 2) << "recompiled";
     EXPECT_EQ(rejected, 1u);
     ASSERT_FALSE(warnings.empty());
     EXPECT_NE(warnings.back().find("rejected remote entry " + key + ": " + why), std::string::npos)
         << join(warnings);
     // Overwritten: the next machine is served by the fleet again.
-    EXPECT_EQ(fetch_on_new_machine("n2", "fleet secret"), FetchSource::remote_hit);
+    EXPECT_EQ(fetch_on_new_machine("n2", "fleet secret 0123"), FetchSource::remote_hit);
     EXPECT_EQ(produced, 2);
   }
   void replace(const std::string& bytes) { ASSERT_TRUE(direct()->put(key, bytes, 0).ok()); }
@@ -298,7 +302,7 @@ protected:
 };
 
 TEST_F(FleetTrust, SignedEntryIsServed) {
-  EXPECT_EQ(fetch_on_new_machine("n0", "fleet secret"), FetchSource::remote_hit);
+  EXPECT_EQ(fetch_on_new_machine("n0", "fleet secret 0123"), FetchSource::remote_hit);
   EXPECT_EQ(produced, 1);
 }
 
@@ -315,7 +319,7 @@ TEST_F(FleetTrust, TruncatedValueIsRejected) {
 
 TEST_F(FleetTrust, AnotherKeysEntryIsRejected) {
   Options o = options_for("other", &warnings);
-  o.remote_key = "fleet secret";
+  o.remote_key = "fleet secret 0123";
   auto other = fields_for("b");
   ASSERT_TRUE(Cache::open(o)
                   ->get_or_create(make_key(other), other,
@@ -328,13 +332,13 @@ TEST_F(FleetTrust, AnotherKeysEntryIsRejected) {
 TEST_F(FleetTrust, UnsignedEntryIsRejectedWhileAKeyIsSet) {
   ASSERT_TRUE(direct()->remove(key).ok());
   Options unsigned_writer = options_for("rogue", &warnings);
-  unsigned_writer.remote_key = "";
+  unsigned_writer.remote_key.reset();  // no secret: entries go unsigned
   ASSERT_TRUE(Cache::open(unsigned_writer)->store(key, fields, contents_for("a")).ok());
   expect_rejected_then_repaired("unsigned");
 }
 
 TEST_F(FleetTrust, EntrySignedWithAnotherSecretIsRejected) {
-  EXPECT_EQ(fetch_on_new_machine("n0", "another secret"), FetchSource::produced);
+  EXPECT_EQ(fetch_on_new_machine("n0", "another secret 0123"), FetchSource::produced);
   EXPECT_EQ(rejected, 1u);
 }
 
@@ -343,6 +347,222 @@ TEST_F(FleetTrust, WithoutASecretADamagedRecordIsStillCaughtByItsChecksum) {
   replace(value);
   EXPECT_EQ(fetch_on_new_machine("n1", ""), FetchSource::produced);
   EXPECT_EQ(rejected, 1u);
+}
+
+// Holes a writable Redis opened before: host code taken unsigned, replies of any size, keys of
+// another type, stale leases, and keyless machines replacing signed entries.
+class FleetLimits : public Fleet {
+protected:
+  void SetUp() override { REQUIRE_REDIS(server); }
+  // An entry holding host machine code, as the CPU target's.
+  static Contents native_contents(const std::string& graph) {
+    Contents c = contents_for(graph);
+    c.payloads.push_back({k_payload_object, "\x7f" "ELF machine code of " + graph});
+    return c;
+  }
+  Options signed_options(const std::string& machine) {
+    Options o = options_for(machine, &warnings);
+    o.remote_key = "fleet secret 0123";
+    return o;
+  }
+  // The signed value under `k` with its signature taken off: what a writer with access to Redis
+  // but not to the secret can make of it.
+  std::string unsigned_copy(const std::string& k) {
+    std::string value = direct()->get(k)->value_or("");
+    EXPECT_EQ(value.rfind(remote::signed_prefix(), 0), 0u);
+    std::string out = value.substr(0, 8) + std::string(8, '\0');
+    return out + value.substr(remote::signed_prefix().size() + 32);
+  }
+  uint64_t rejected(const Options& o) { return Cache::open(o)->stats()->remote_rejected; }
+  uint64_t server_bytes_sent() {
+    std::string info = server.command({"INFO", "stats"});
+    size_t at = info.find("total_net_output_bytes:");
+    EXPECT_NE(at, std::string::npos) << info;
+    return std::stoull(info.substr(at + std::string("total_net_output_bytes:").size()));
+  }
+
+  std::vector<std::string> warnings;
+};
+
+TEST_F(FleetLimits, HostCodeIsSharedOnlySigned) {
+  Producer native_a = [this]() -> Expected<Contents> {
+    ++produced;
+    return native_contents("a");
+  };
+  // A machine without a secret keeps its CPU-target entries to itself: no machine would take them.
+  Options keyless = options_for("keyless", &warnings);
+  ASSERT_TRUE(Cache::open(keyless)->get_or_create(key, fields, native_a).ok());
+  EXPECT_FALSE(*direct()->exists(key));
+  auto pushed = Cache::open(keyless)->push();
+  ASSERT_TRUE(pushed.ok());
+  EXPECT_EQ(pushed->pushed, 0u);
+  EXPECT_EQ(pushed->skipped_native, 1u);
+
+  // Signed, it is shared with the machines that hold the secret.
+  ASSERT_TRUE(Cache::open(signed_options("build"))->get_or_create(key, fields, native_a).ok());
+  EXPECT_EQ(produced, 2);
+  auto node = Cache::open(signed_options("node"))->get_or_create(key, fields, native_a);
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->source, FetchSource::remote_hit);
+
+  // Unsigned host code, planted by anyone who can write to Redis, is refused by a machine without
+  // a secret (it cannot check one) with one warning saying how to share such entries...
+  ASSERT_TRUE(direct()->put(key, unsigned_copy(key), 0).ok());
+  warnings.clear();
+  Options victim = options_for("victim", &warnings);
+  auto got = Cache::open(victim)->get_or_create(key, fields, native_a);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->source, FetchSource::produced);
+  EXPECT_EQ(produced, 3);
+  EXPECT_EQ(rejected(victim), 1u);
+  ASSERT_EQ(warnings.size(), 1u) << join(warnings);
+  EXPECT_NE(warnings[0].find("host machine code"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("set KILN_REMOTE_KEY"), std::string::npos) << warnings[0];
+  // ... and by one with a secret, as any unsigned value is.
+  auto keyed = Cache::open(signed_options("keyed"))->get_or_create(key, fields, native_a);
+  ASSERT_TRUE(keyed.ok());
+  EXPECT_EQ(keyed->source, FetchSource::produced);
+
+  // Further refusals are counted, not reported again.
+  auto other = fields_for("b");
+  std::string other_key = make_key(other);
+  Producer native_b = [] { return Expected<Contents>(native_contents("b")); };
+  ASSERT_TRUE(Cache::open(signed_options("b"))->get_or_create(other_key, other, native_b).ok());
+  ASSERT_TRUE(direct()->put(other_key, unsigned_copy(other_key), 0).ok());
+  ASSERT_TRUE(direct()->put(key, unsigned_copy(key), 0).ok());
+  warnings.clear();
+  auto cache = Cache::open(options_for("victim2", &warnings));
+  ASSERT_TRUE(cache->get_or_create(other_key, other, native_b).ok());
+  ASSERT_TRUE(cache->get_or_create(key, fields, native_a).ok());
+  EXPECT_EQ(cache->stats()->remote_rejected, 2u);
+  EXPECT_EQ(warnings.size(), 1u) << join(warnings);
+}
+
+TEST_F(FleetLimits, AMachineWithoutASecretKeepsTheSignedEntryThere) {
+  ASSERT_TRUE(Cache::open(signed_options("build"))->get_or_create(key, fields, producer_a).ok());
+  Options keyless = options_for("keyless", &warnings);
+  ASSERT_TRUE(Cache::open(keyless)->store(key, fields, contents_for("a")).ok());
+  EXPECT_EQ(direct()->get(key)->value_or("").rfind(remote::signed_prefix(), 0), 0u)
+      << "still the signed value";
+  auto node = Cache::open(signed_options("node"))->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->source, FetchSource::remote_hit);
+  EXPECT_EQ(produced, 1);
+}
+
+TEST_F(FleetLimits, AKeyOfAnotherTypeIsABadEntryThatIsOverwritten) {
+  EXPECT_EQ(server.command({"HSET", "kiln:" + key, "field", "value"}), "1");
+  Options o = options_for("m", &warnings);
+  auto cache = Cache::open(o);
+  auto got = cache->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->source, FetchSource::produced);
+  auto stats = cache->stats();
+  EXPECT_EQ(stats->remote_errors, 0u) << "the tier is not marked down";
+  EXPECT_EQ(stats->remote_rejected, 1u);
+  ASSERT_EQ(warnings.size(), 1u) << join(warnings);
+  EXPECT_NE(warnings[0].find("the key holds a hash, not a string"), std::string::npos)
+      << warnings[0];
+  EXPECT_EQ(server.command({"TYPE", "kiln:" + key}), "string") << "overwritten";
+  auto node = Cache::open(options_for("node", &warnings))->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->source, FetchSource::remote_hit);
+  // A pull counts it as rejected and goes on with the other keys.
+  auto other = fields_for("b");
+  EXPECT_EQ(server.command({"HSET", "kiln:" + make_key(other), "field", "value"}), "1");
+  auto pulled = Cache::open(options_for("fresh", &warnings))->pull(std::nullopt);
+  ASSERT_TRUE(pulled.ok());
+  EXPECT_EQ(pulled->pulled, 1u);
+  EXPECT_EQ(pulled->rejected, 1u);
+}
+
+TEST_F(FleetLimits, AValueOverTheLimitIsRefusedBeforeItIsSent) {
+  std::string junk(1 << 20, 'x');
+  ASSERT_TRUE(direct()->put(key, junk, 0).ok());
+  Options o = options_for("m", &warnings);
+  o.remote_max_bytes = 64 << 10;
+  uint64_t before = server_bytes_sent();
+  auto cache = Cache::open(o);
+  auto got = cache->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->source, FetchSource::produced);
+  EXPECT_LT(server_bytes_sent() - before, uint64_t{32} << 10) << "the value never crossed";
+  EXPECT_EQ(cache->stats()->remote_rejected, 1u);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("1048576 bytes are over the limit of 65536"), std::string::npos)
+      << join(warnings);
+  // Within the limit, the entry the compile put there is served.
+  auto node = Cache::open(options_for("node", &warnings))->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->source, FetchSource::remote_hit);
+}
+
+TEST_F(FleetLimits, WithASecretAnUnsignedValueIsRefusedBeforeItIsSent) {
+  ASSERT_TRUE(direct()->put(key, "KILNREM1" + std::string(8, '\0') + std::string(1 << 20, 'x'), 0)
+                  .ok());
+  uint64_t before = server_bytes_sent();
+  Options o = signed_options("m");
+  auto cache = Cache::open(o);
+  auto got = cache->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->source, FetchSource::produced);
+  EXPECT_LT(server_bytes_sent() - before, uint64_t{32} << 10);
+  EXPECT_EQ(cache->stats()->remote_rejected, 1u);
+}
+
+TEST_F(FleetLimits, PullByGraphFetchesOnlyThatGraphAndLeavesJunkToExpire) {
+  Options build = options_for("build", &warnings);
+  for (const char* g : {"a", "b"}) {
+    auto f = fields_for(g);
+    ASSERT_TRUE(Cache::open(build)->store(make_key(f), f, contents_for(g)).ok());
+  }
+  std::string junk_key(32, 'e');
+  EXPECT_EQ(server.command({"SET", "kiln:" + junk_key, "junk", "PX", "100000"}), "OK");
+  uint64_t before = server_bytes_sent();
+  auto pulled = Cache::open(options_for("node", &warnings))->pull(std::string("h-a"));
+  ASSERT_TRUE(pulled.ok());
+  EXPECT_EQ(pulled->pulled, 1u);
+  EXPECT_EQ(pulled->rejected, 0u) << "nothing else was fetched";
+  EXPECT_LT(server_bytes_sent() - before, uint64_t{8} << 10);
+  // A whole pull fetches the junk, rejects it, and leaves its time to live alone.
+  auto all = Cache::open(options_for("node2", &warnings))->pull(std::nullopt);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->pulled, 2u);
+  EXPECT_EQ(all->rejected, 1u);
+  EXPECT_LE(std::stoll(server.command({"PTTL", "kiln:" + junk_key})), 100000);
+  EXPECT_GT(std::stoll(server.command({"PTTL", "kiln:" + make_key(fields_for("b"))})), 100000)
+      << "a verified entry's is refreshed";
+}
+
+TEST_F(FleetLimits, ALeaseWithoutATimeToLiveIsStale) {
+  EXPECT_EQ(server.command({"SET", "kiln:lock:" + key, "ghost"}), "OK");
+  auto start = std::chrono::steady_clock::now();
+  auto got = Cache::open(options_for("m", &warnings))->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->source, FetchSource::produced);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000))
+      << "not waited on";
+  EXPECT_TRUE(warnings.empty()) << join(warnings);
+}
+
+TEST_F(FleetLimits, AnEmptyOrShortSecretTurnsTheRemoteTierOffWithAnError) {
+  for (const char* secret : {"", "short"}) {
+    warnings.clear();
+    Options o = options_for("m", &warnings);
+    o.remote_key = secret;
+    auto cache = Cache::open(o);
+    EXPECT_FALSE(cache->has_remote()) << secret;
+    ASSERT_EQ(warnings.size(), 1u) << join(warnings);
+    EXPECT_NE(warnings[0].find(*secret ? "is 5 bytes long; a secret needs at least 16"
+                                       : "is set but empty"),
+              std::string::npos)
+        << warnings[0];
+    ASSERT_TRUE(cache->get_or_create(key, fields, producer_a).ok());
+    EXPECT_FALSE(*direct()->exists(key)) << "nothing was put unsigned";
+  }
+  EXPECT_FALSE(remote_secret(std::string("")).ok());
+  EXPECT_FALSE(remote_secret(std::string(15, 's')).ok());
+  EXPECT_EQ(*remote_secret(std::string(16, 's')), std::string(16, 's'));
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -266,6 +268,27 @@ TEST(CpuTarget, ObjectCodeThatDoesNotLinkIsRefused) {
   auto missing = runtime::CpuProgram::load(renamed);
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.error().message.find("kiln_no_such_kernel"), std::string::npos);
+}
+
+TEST(CpuTarget, ObjectCodeImportingAnythingOffTheAllowListIsRefusedUnlinked) {
+  auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/graphs/mlp.kg");
+  ASSERT_TRUE(graph);
+  auto artifact = compiler::cpu::compile_cpu(*graph, compiler::CompileOptions{}, machine());
+  ASSERT_TRUE(artifact);
+  std::ifstream in(KILN_FORGED_OBJECT, std::ios::binary);
+  ASSERT_TRUE(in) << KILN_FORGED_OBJECT;
+  compiler::Artifact forged = *artifact;
+  forged.object.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  for (compiler::KernelArtifact& kernel : forged.kernels) kernel.entry = "kiln_forged_entry";
+  std::string marker = ::testing::TempDir() + "/kiln_forged_marker";
+  std::remove(marker.c_str());
+  ::setenv("KILN_FORGED_MARKER", marker.c_str(), 1);
+  auto loaded = runtime::CpuProgram::load(forged);
+  ASSERT_FALSE(loaded) << "an object that imports system() was linked";
+  EXPECT_NE(loaded.error().message.find("cpu object: refused: it imports 'system'"),
+            std::string::npos)
+      << loaded.error().message;
+  EXPECT_FALSE(std::ifstream(marker).good()) << "the forged kernel ran";
 }
 
 TEST(CpuTarget, WrongInputsAndDimsAreErrors) {

@@ -159,6 +159,42 @@ TEST_F(CompileCacheCli, ExportedBundlePrewarmsAnotherCache) {
   EXPECT_EQ(hit["key"], key);
 }
 
+TEST_F(CompileCacheCli, ABundleWithCpuTargetEntriesIsImportedOnlyWhenAllowed) {
+  CliResult compiled = kiln({"compile", k_mlp, "--target", "cpu", "--precision", "highest"});
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
+  std::string bundle = m_dir + "/cpu.kbundle";
+  ASSERT_EQ(kiln({"export", bundle}).exit_code, 0);
+  std::string other = m_dir + "/other";
+  CliResult refused = kiln({"import", bundle}, other);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("holds 1 CPU-target entries (host machine code"), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("--allow-native-code"), std::string::npos) << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(other + "/kiln.db")) << "nothing was imported";
+  CliResult allowed = kiln({"import", bundle, "--allow-native-code"}, other);
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.err;
+  EXPECT_NE(allowed.out.find("imported 1 entries"), std::string::npos) << allowed.out;
+}
+
+TEST_F(CompileCacheCli, AnEmptyOrShortRemoteKeyIsAnErrorNamingTheVariable) {
+  const std::pair<std::string, std::string> cases[] = {
+      {k_set_empty, "kiln compile: KILN_REMOTE_KEY is set but empty"},
+      {"only 15 bytes..", "kiln compile: KILN_REMOTE_KEY is 15 bytes long; a secret needs at least 16"}};
+  for (const auto& [secret, message] : cases) {
+    CliResult r = run_kiln({"compile", k_mlp, "--arch", "sm_90", "--cache-dir", m_dir}, "",
+                           {{"KILN_REMOTE_KEY", secret}, {"KILN_REMOTE_CACHE", "redis://127.0.0.1:1"}});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    CliResult version = run_kiln({"--version"}, "", {{"KILN_REMOTE_KEY", secret}});
+    EXPECT_EQ(version.exit_code, 0);
+    EXPECT_EQ(version.out.find("entries signed"), std::string::npos) << version.out;
+    EXPECT_NE(version.out.find(message.substr(std::string("kiln compile: ").size())), std::string::npos)
+        << version.out;
+  }
+  CliResult good = run_kiln({"--version"}, "", {{"KILN_REMOTE_KEY", "a secret of 16 b"}});
+  EXPECT_NE(good.out.find("entries signed (KILN_REMOTE_KEY)"), std::string::npos) << good.out;
+}
+
 TEST_F(CompileCacheCli, ReadOnlyCommandsOnAMistypedFolderSayThereIsNoCacheAndCreateNothing) {
   std::string typo = m_dir + "/typo";
   for (std::vector<std::string> args :

@@ -26,6 +26,8 @@ CliResult run_kiln(const std::vector<std::string>& args, const std::string& inpu
     for (const auto& [name, value] : env) {
       if (value.empty()) {
         unsetenv(name.c_str());
+      } else if (value == k_set_empty) {
+        setenv(name.c_str(), "", 1);
       } else {
         setenv(name.c_str(), value.c_str(), 1);
       }

@@ -79,7 +79,9 @@ bool readable(int fd, int timeout_ms) {
   return ::poll(&entry, 1, timeout_ms) > 0;
 }
 
-enum class Garbage { not_resp, wrong_type, truncated, huge_array, fuzz, hang_up };
+// drip: a long bulk header, then one byte every 40 ms (a server, or a path, that stalls without
+// ever going silent).
+enum class Garbage { not_resp, wrong_type, truncated, huge_array, fuzz, hang_up, drip };
 
 // A fake Redis on 127.0.0.1: on each connection it reads one request, answers with `mode`'s
 // bytes and closes its side (or, for hang_up, hangs up without answering).
@@ -103,7 +105,14 @@ private:
       if (client < 0) continue;
       char buffer[1 << 16];
       bool asked = readable(client, 1000) && ::read(client, buffer, sizeof(buffer)) > 0;
-      if (asked && m_mode == Garbage::hang_up) {
+      if (asked && m_mode == Garbage::drip) {
+        std::string header = "$100000\r\n";
+        bool open = ::send(client, header.data(), header.size(), MSG_NOSIGNAL) > 0;
+        for (int i = 0; open && !m_stop && i < 100; ++i) {
+          std::this_thread::sleep_for(milliseconds(40));
+          open = ::send(client, "x", 1, MSG_NOSIGNAL) > 0;
+        }
+      } else if (asked && m_mode == Garbage::hang_up) {
         // FIN first, then RST (closing with the request unread): the client's socket moves to
         // CLOSE_WAIT, so its next write fails with EPIPE, which raises SIGPIPE.
         ::shutdown(client, SHUT_WR);
@@ -126,6 +135,7 @@ private:
       case Garbage::truncated: return "$100\r\nonly a few bytes";
       case Garbage::huge_array: return "*2000000000\r\n:1\r\n";
       case Garbage::hang_up:
+      case Garbage::drip:
       case Garbage::fuzz: break;
     }
     // Mostly well-formed pieces in random order (deep reader paths), some raw bytes between.
@@ -158,6 +168,7 @@ std::vector<Failure> failures_of_every_call(Backend& backend) {
   note(backend.get("k"));
   note(backend.get("k", 1000));
   note(backend.put("k", "v", 1000));
+  note(backend.refresh("k", 1000));
   note(backend.remove("k"));
   note(backend.exists("k"));
   note(backend.acquire_lease("l", "me", 1000));
@@ -489,7 +500,7 @@ TEST(RedisBackendTest, AbsentServerFailsFastWithAnError) {
             "redis 127.0.0.1:" + std::to_string(unused.port()) + ": GET: connection refused");
   for (const Failure& failure : failures_of_every_call(*backend))
     EXPECT_EQ(failure.kind, Failure::Kind::error) << failure.message;
-  EXPECT_EQ(failures_of_every_call(*backend).size(), 9u);
+  EXPECT_EQ(failures_of_every_call(*backend).size(), 10u);
 }
 
 TEST(RedisBackendTest, ConnectThatNeverCompletesTimesOut) {
@@ -615,7 +626,7 @@ TEST(RedisBackendTest, GarbageRepliesAreErrorsNotCrashes) {
     auto start = Clock::now();
     std::vector<Failure> failures = failures_of_every_call(*backend);
     EXPECT_LT(since(start), milliseconds(2000));
-    ASSERT_EQ(failures.size(), 9u) << reason;
+    ASSERT_EQ(failures.size(), 10u) << reason;
     for (const Failure& failure : failures) {
       EXPECT_EQ(failure.kind, Failure::Kind::error) << failure.message;
       EXPECT_NE(failure.message.find(reason), std::string::npos) << failure.message;
@@ -650,8 +661,112 @@ TEST(RedisBackendTest, FuzzedRepliesNeverCrashOrHang) {
       EXPECT_EQ(failure.message.rfind(context, 0), 0u) << failure.message;
     }
   }
-  EXPECT_GT(failed, 800u);  // of 900: nearly every random reply is broken or of the wrong type
+  EXPECT_GT(failed, 880u);  // of 1000: nearly every random reply is broken or of the wrong type
   EXPECT_LT(since(start), milliseconds(5000));
+}
+
+TEST(RedisBackendTest, AServerThatDripsBytesTimesOutWithinTheOperationTimeout) {
+  GarbageServer server(Garbage::drip);
+  RedisOptions options;
+  options.op_timeout = milliseconds(300);
+  auto backend = backend_at(server.url(), options);
+  auto start = Clock::now();
+  auto got = backend->get("k");
+  milliseconds elapsed = since(start);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.failure().kind, Failure::Kind::timeout) << got.failure().message;
+  EXPECT_NE(got.failure().message.find("GET: timed out after 300 ms"), std::string::npos)
+      << got.failure().message;
+  EXPECT_GE(elapsed, milliseconds(250));
+  EXPECT_LT(elapsed, milliseconds(700)) << "each byte came within the old per-read timeout";
+}
+
+TEST(RedisBackendTest, AReplyLongerThanTheLimitFailsWithoutBeingHeld) {
+  RedisServer server;
+  SKIP_WITHOUT(server);
+  RedisOptions options;
+  options.max_reply_bytes = 1 << 20;
+  auto backend = backend_at(server.url(), options);
+  ASSERT_TRUE(backend->put("big", random_bytes(4 << 20, 6), 0).ok());
+  // The server is told no limit, so it sends the value; the client stops reading past its own.
+  auto got = backend->get("big");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.failure().kind, Failure::Kind::error);
+  EXPECT_NE(got.failure().message.find("reply longer than 1048576 bytes"), std::string::npos)
+      << got.failure().message;
+  ASSERT_TRUE(backend->put("small", "v", 0).ok());  // a new connection serves the next call
+  EXPECT_EQ(**backend->get("small"), "v");
+}
+
+TEST(RedisBackendTest, ValuesThatDoNotPassTheLimitsAreRefusedByTheServer) {
+  RedisServer server;
+  SKIP_WITHOUT(server);
+  auto backend = backend_at(server.url());
+  const std::string big = random_bytes(256 << 10, 7);
+  ASSERT_TRUE(backend->put("big", big, 0).ok());
+  ASSERT_TRUE(backend->put("plain", "PLAIN value", 0).ok());
+  EXPECT_EQ(server.command({"HSET", "kiln:hash", "f", "v"}), "1");
+
+  auto too_big = backend->get("big", 0, {1000, ""});
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.failure().kind, Failure::Kind::refused);
+  EXPECT_NE(too_big.failure().message.find("GET: the value's 262144 bytes are over the limit of 1000"),
+            std::string::npos)
+      << too_big.failure().message;
+  auto wrong_type = backend->get("hash", 60000);
+  ASSERT_FALSE(wrong_type.ok());
+  EXPECT_EQ(wrong_type.failure().kind, Failure::Kind::refused);
+  EXPECT_NE(wrong_type.failure().message.find("the key holds a hash, not a string"),
+            std::string::npos);
+  EXPECT_EQ(server.command({"PTTL", "kiln:hash"}), "-1") << "a refused value is not refreshed";
+  auto no_header = backend->get("plain", 0, {0, "SIGNED"});
+  ASSERT_FALSE(no_header.ok());
+  EXPECT_EQ(no_header.failure().kind, Failure::Kind::refused);
+
+  EXPECT_EQ(**backend->get("big", 0, {big.size(), ""}), big) << "a value at the limit passes";
+  EXPECT_EQ(**backend->get("plain", 0, {0, "PLAIN"}), "PLAIN value");
+  EXPECT_FALSE(backend->get("absent", 0, {10, "PLAIN"})->has_value());
+}
+
+TEST(RedisBackendTest, PutUnlessPrefixKeepsAValueThatStartsWithIt) {
+  RedisServer server;
+  SKIP_WITHOUT(server);
+  auto backend = backend_at(server.url());
+  ASSERT_TRUE(backend->put("k", "SIGNED one", 0).ok());
+  auto kept = backend->put("k", "plain two", 60000, "SIGNED");
+  ASSERT_TRUE(kept.ok()) << kept.failure().message;
+  EXPECT_FALSE(*kept);
+  EXPECT_EQ(**backend->get("k"), "SIGNED one");
+  ASSERT_TRUE(backend->put("k", "plain three", 0).ok());
+  auto stored = backend->put("k", "plain four", 60000, "SIGNED");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_TRUE(*stored);
+  EXPECT_EQ(**backend->get("k"), "plain four");
+  EXPECT_GT(std::stoll(server.command({"PTTL", "kiln:k"})), 50000);
+  EXPECT_EQ(server.command({"HSET", "kiln:h", "f", "v"}), "1");
+  EXPECT_TRUE(*backend->put("h", "replaces a hash", 0, "SIGNED"));
+  EXPECT_EQ(**backend->get("h"), "replaces a hash");
+}
+
+TEST(RedisBackendTest, ALeaseWithoutATimeToLiveIsTakenOver) {
+  RedisServer server;
+  SKIP_WITHOUT(server);
+  auto backend = backend_at(server.url());
+  EXPECT_EQ(server.command({"SET", "kiln:lock", "ghost"}), "OK");
+  EXPECT_TRUE(*backend->acquire_lease("lock", "alice", 5000));
+  EXPECT_EQ(server.command({"GET", "kiln:lock"}), "alice");
+  EXPECT_GT(std::stoll(server.command({"PTTL", "kiln:lock"})), 0);
+  EXPECT_FALSE(*backend->acquire_lease("lock", "bob", 5000)) << "a live lease is kept";
+}
+
+TEST(RedisBackendTest, RefreshResetsTheTimeToLiveOfAPresentKey) {
+  RedisServer server;
+  SKIP_WITHOUT(server);
+  auto backend = backend_at(server.url());
+  ASSERT_TRUE(backend->put("k", "v", 1000).ok());
+  EXPECT_TRUE(*backend->refresh("k", 600000));
+  EXPECT_GT(std::stoll(server.command({"PTTL", "kiln:k"})), 500000);
+  EXPECT_FALSE(*backend->refresh("absent", 600000));
 }
 
 }  // namespace
