@@ -136,8 +136,9 @@ AttentionMatch match_chain(const ir::Graph& graph, const Chain& c, std::string& 
       continue;
     }
     bool literal = s.attrs.literal_side != ir::LiteralSide::none;
-    bool scale = literal && (s.kind == ir::OpKind::mul ||
-                             (s.kind == ir::OpKind::div && s.attrs.literal_side == ir::LiteralSide::rhs));
+    bool scale = s.kind == ir::OpKind::mul ? literal
+                                           : s.kind == ir::OpKind::div &&
+                                                 s.attrs.literal_side == ir::LiteralSide::rhs;
     if (scale && seen == Seen::nothing) {
       m.scale = s.kind == ir::OpKind::mul ? s.attrs.literal : 1.0 / s.attrs.literal;
       seen = Seen::scale;

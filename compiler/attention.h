@@ -43,8 +43,8 @@ struct AttentionPlan {
 // scores that a matmul computes through unary, binary and cast steps, every value between the
 // two matmuls read only by the next step and no output. A chain the fused kernel cannot compute
 // (a step or rounding it does not do, a transposed read, two paths or dtypes, a head dim) is a
-// fallback: an error under FallbackPolicy::refuse, else a line in `fallbacks`. An attention op that cannot be fused (a head dim over 256 or symbolic) is an
-// error: it has no unfused form.
+// fallback: an error under FallbackPolicy::refuse, else a line in `fallbacks`. An attention op
+// that cannot be fused (a head dim over 256 or symbolic) is an error: it has no unfused form.
 Expected<AttentionPlan> plan_attention(const ir::Graph& graph, const PrecisionPlan& precision,
                                        FallbackPolicy policy);
 

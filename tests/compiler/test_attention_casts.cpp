@@ -189,8 +189,8 @@ std::vector<Unfused> unfused_chains() {
   return {
       // A cast that rounds the scores: the kernel keeps them in fp32.
       {graph("f32", "f32", "cast(mul(s, 0.125), to=f16)", "cast(softmax(scores), to=f32)"),
-       "its scores go through cast 'scores' to f16, a rounding the fused kernel (scores in fp32) does "
-       "not do",
+       "its scores go through cast 'scores' to f16, a rounding the fused kernel (scores in fp32) "
+       "does not do",
        f32_bytes},
       {graph("f16", "f16", "cast(s, to=bf16)", "cast(softmax(scores), to=f16)"),
        "its scores go through cast 'scores' to bf16, a rounding the fused kernel (scores in "
