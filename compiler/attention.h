@@ -1,6 +1,7 @@
 // Pass: finds the attentions one fused kernel computes (the attention op, and the explicit chain
-// matmul(softmax(add?(mul?(matmul(q, k, transpose_b=true), s), mask?)), v)), and records every
-// attention that runs unfused: why, and the bytes of the scores it materialises.
+// matmul(cast*(softmax(add?(mul?(matmul(q, k, transpose_b=true), s), mask?))), v) with casts to
+// f32 among the scores' steps), and records every attention that runs unfused: why, and the
+// bytes of the scores it materialises.
 #pragma once
 
 #include "compiler/options.h"
@@ -38,9 +39,12 @@ struct AttentionPlan {
 };
 
 // Finds the attentions of `graph` (its symbols unbound) with each matmul's path from `precision`.
-// A chain that cannot be fused is a fallback: an error under FallbackPolicy::refuse, else a line
-// in `fallbacks`. An attention op that cannot be fused (a head dim over 256 or symbolic) is an
-// error: it has no unfused form.
+// A chain is any matmul whose first operand is a softmax over the last axis (through casts) of
+// scores that a matmul computes through unary, binary and cast steps, every value between the
+// two matmuls read only by the next step and no output. A chain the fused kernel cannot compute
+// (a step or rounding it does not do, a transposed read, two paths or dtypes, a head dim) is a
+// fallback: an error under FallbackPolicy::refuse, else a line in `fallbacks`. An attention op
+// that cannot be fused (a head dim over 256 or symbolic) is an error: it has no unfused form.
 Expected<AttentionPlan> plan_attention(const ir::Graph& graph, const PrecisionPlan& precision,
                                        FallbackPolicy policy);
 

@@ -2,7 +2,8 @@
 // mode and dtype at S in {1, 17, 64, 128, 200} and D in {64, 128}, causal or not, with and
 // without a mask, over batch x heads > 1; head dims 32, 40, 96, 160, 192 and 256, v wider or
 // narrower than q, and S_q != S_k; the online softmax on scores whose maximum moves in
-// every key tile and on rows whose first key tile is masked out entirely.
+// every key tile and on rows whose first key tile is masked out entirely; the explicit chain with
+// the casts mixed-precision code writes.
 #include "emulation/check.h"
 #include "ir/parse.h"
 
@@ -249,6 +250,38 @@ TEST(FusedAttentionSoftmax, RowsWhoseFirstKeyTileIsMaskedStayFinite) {
     expect_within_tolerance(run);
     ASSERT_TRUE(run.ok());
     for (double x : run->actual[0].values) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
+// The explicit chain as mixed-precision code writes it for 16-bit q, k and v: scores widened to
+// f32 before the scale and an f32 mask, softmax in f32, P cast back to v's dtype; and the plain
+// P cast of 16-bit scores. One fused kernel (emulate() refuses a fallback and checks the count),
+// within the 16-bit tolerance of fp64.
+TEST(FusedAttentionCasts, TheMixedPrecisionChainMatchesTheReference) {
+  struct Form {
+    const char* dtype;
+    const char* scores;  // over s = matmul(q, k, transpose_b=true)
+    const char* mask;    // the mask's dtype, or nullptr for none
+    int sm;
+  };
+  const Form forms[] = {
+      {"f16", "add(mul(cast(s, to=f32), 0.125), m)", "f32", 80},
+      {"f16", "add(mul(cast(s, to=f32), 0.125), m)", "f32", 75},
+      {"bf16", "cast(add(mul(s, 0.125), m), to=f32)", "bf16", 90},
+      {"bf16", "add(div(cast(s, to=f32), 8.0), m)", "f32", 86},
+      {"f16", "mul(s, 0.125)", nullptr, 80},
+  };
+  for (const Form& f : forms) {
+    std::string t = f.dtype;
+    std::string text = "graph mixed {\n  input q: " + t + "[2, 2, 70, 64]\n  input k: " + t +
+                       "[2, 1, 90, 64]\n  input v: " + t + "[2, 1, 90, 64]\n";
+    if (f.mask) text += "  input m: " + std::string(f.mask) + "[2, 1, 1, 90]\n";
+    text += "  s = matmul(q, k, transpose_b=true)\n  o = matmul(cast(softmax(" +
+            std::string(f.scores) + ", axis=-1), to=" + t + "), v)\n  output o\n}\n";
+    auto graph = ir::parse_graph(text, "mixed.kg");
+    ASSERT_TRUE(graph.ok()) << graph.error().message;
+    SCOPED_TRACE(text + " sm_" + std::to_string(f.sm));
+    expect_within_tolerance(emulate(*graph, f.sm, ir::Precision::high, {17, {}}));
   }
 }
 

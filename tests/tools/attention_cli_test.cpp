@@ -1,6 +1,8 @@
 // The fusion fallback policy from the CLI: an attention kiln cannot fuse runs unfused with a
 // warning that names the reason and the bytes of its scores, and `--no-fallback` refuses it
-// with exit 2; `kiln compile --json` shows one kernel for every example attention graph.
+// with exit 2; `kiln compile --json` shows one kernel for every example attention graph and for
+// the mixed-precision chain (casts of the scores to f32 and of P to f16); a cast chain that runs
+// unfused is shown by `kiln show` and refused by `--no-fallback`.
 #include "run_cli.h"
 
 #include <nlohmann/json.hpp>
@@ -106,6 +108,61 @@ TEST_F(AttentionCli, EveryExampleAttentionGraphCompilesToOneKernel) {
     EXPECT_EQ(out["kernels"][0]["spill_bytes"], 0) << name;
     EXPECT_TRUE(out["fallbacks"].empty()) << name;
   }
+}
+
+// f16 attention written as mixed-precision code writes it: scores widened to f32, softmax in f32,
+// P cast back to f16. `narrow` rounds the scores to bf16 instead, which the fused kernel does not.
+std::string mixed_chain(const std::string& scores_cast) {
+  return R"(graph mixed {
+  input q: f16[2, 4, 48, 64]
+  input k: f16[2, 4, 48, 64]
+  input v: f16[2, 4, 48, 64]
+  s = mul(cast(matmul(q, k, transpose_b=true), to=)" +
+         scores_cast + R"(), 0.125)
+  o = matmul(cast(softmax(s, axis=-1), to=f16), v)
+  output o
+}
+)";
+}
+
+TEST_F(AttentionCli, TheMixedPrecisionChainIsOneKernelUnderNoFallback) {
+  std::string file = (dir_ / "mixed.kg").string();
+  std::ofstream(file) << mixed_chain("f32");
+  CliResult r = run_kiln({"compile", file, "--arch", "sm_80", "--cache-dir",
+                          (dir_ / "cache").string(), "--json", "--no-fallback"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto out = json::parse(r.out);
+  ASSERT_EQ(out["kernels"].size(), 1u);
+  EXPECT_EQ(out["kernels"][0]["name"].get<std::string>().rfind("k0_attention_f16", 0), 0u);
+  EXPECT_TRUE(out["fallbacks"].empty());
+}
+
+TEST_F(AttentionCli, AnUnfusedCastChainIsShownAndRefused) {
+  std::string file = (dir_ / "narrow.kg").string();
+  std::ofstream(file) << mixed_chain("bf16");
+  const std::string reason =
+      "attention at matmul 'o' runs unfused: its scores go through cast #4 to bf16, a rounding "
+      "the fused kernel (scores in fp32) does not do; its scores [2, 4, 48, 48] f16, 36864 bytes "
+      "(36.0 KiB) are written and read back";
+  std::vector<std::string> args = {"compile", file, "--arch", "sm_80", "--cache-dir",
+                                   (dir_ / "cache").string(), "--json"};
+  CliResult r = run_kiln(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto out = json::parse(r.out);
+  EXPECT_EQ(out["kernels"].size(), 3u);
+  ASSERT_EQ(out["fallbacks"].size(), 1u);
+  EXPECT_EQ(out["fallbacks"][0], reason);
+  EXPECT_NE(r.err.find("fallback: " + reason), std::string::npos) << r.err;
+  CliResult shown = run_kiln({"show", out["key"].get<std::string>(), "--cache-dir",
+                              (dir_ / "cache").string()});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find(reason), std::string::npos) << shown.out;
+
+  args.push_back("--no-fallback");
+  CliResult refused = run_kiln(args);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.out.find(reason), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("refused by the fallback policy"), std::string::npos) << refused.out;
 }
 
 }  // namespace
