@@ -105,7 +105,7 @@ std::unique_ptr<Store> Store::open(const Options& options) {
     else
       cache->warn(std::string("KILN_CACHE_MAX_SIZE: ") + size.error().message + "; using 2 GiB");
   }
-  cache->open_db();
+  cache->open_db(cache->m_options.create);
   return cache;
 }
 
@@ -171,10 +171,10 @@ Status Store::check_folder() {
   return Status::success();
 }
 
-void Store::open_db() {
+void Store::open_db(bool create) {
   if (m_dir.empty())
     return disable("no cache directory (set KILN_CACHE_DIR or HOME, or pass --cache-dir)");
-  if (!m_options.create) {
+  if (!create) {
     struct stat st {};
     if (::stat(db_path().c_str(), &st) != 0)
       return disable(k_no_cache_reason + ("'" + m_dir + "'"), Quiet::yes);
@@ -298,7 +298,8 @@ Status Store::replace_malformed_db() {
     disable(moved.error().message);
     return moved;
   }
-  open_db();
+  // Created whatever Options::create says: the cache was there, and is replaced.
+  open_db(true);
   if (!m_db) return disabled_error();
   return Status::success();
 }

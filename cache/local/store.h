@@ -94,7 +94,9 @@ public:
 
 private:
   Store() = default;
-  void open_db();
+  // `create`: make kiln.db when it is missing (Options::create, or a replacement of a malformed
+  // database, which the cache had).
+  void open_db(bool create);
   Status configure_db();
   Status migrate();
   struct FileId {
