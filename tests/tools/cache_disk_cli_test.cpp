@@ -1,9 +1,10 @@
 // The cache commands on the files of the cache folder: a malformed database is replaced by one
-// that exists afterwards.
+// that exists afterwards, and an object damaged under a recomputed record checksum is dropped.
 #include "run_cli.h"
 
 #include "cache/bundle.h"
 #include "cache/codec.h"
+#include "cache/entry_codec.h"
 #include "cache/key.h"
 #include "cache/local/sqlite.h"
 
@@ -134,6 +135,42 @@ TEST_F(CacheDiskCli, ClearOnAMalformedDatabaseLeavesAnEmptyOne) {
   EXPECT_TRUE(std::filesystem::exists(db));
   EXPECT_FALSE(moved_aside_exists(m_dir)) << "clearing removes the malformed file too";
   EXPECT_EQ(stats()["entries"], 0);
+}
+
+// A CPU object damaged in a record whose record checksum was recomputed: the run drops the entry
+// and compiles again instead of linking the damaged code.
+TEST_F(CacheDiskCli, RunOnTheCpuDropsAnObjectDamagedUnderARecomputedRecordChecksum) {
+  const std::string mlp = std::string(KILN_EXAMPLES_DIR) + "/mlp.kg";
+  CliResult first = kiln({"run", mlp, "--target", "cpu", "--json"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  {
+    auto db = cache::sql::Db::open(m_dir + "/kiln.db");
+    ASSERT_TRUE(db.ok());
+    auto st = (*db)->prepare("SELECT key, record FROM entries");
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(*st->step());
+    std::string key = st->column_text(0);
+    auto entry = cache::decode_entry(st->column_blob(1));
+    ASSERT_TRUE(entry.ok()) << entry.error().message;
+    bool damaged = false;
+    for (cache::StoredPayload& p : entry->payloads) {
+      if (p.name != "object") continue;
+      // The ELF header's section header offset: a linker trusting it reads far out of bounds.
+      ASSERT_GE(p.encoded.data.size(), 0x30u);
+      for (size_t i = 0x28; i < 0x30; ++i) p.encoded.data[i] = '\x7f';
+      damaged = true;
+    }
+    ASSERT_TRUE(damaged) << "the CPU target's entry holds an 'object' payload";
+    auto update = (*db)->prepare("UPDATE entries SET record = ? WHERE key = ?");
+    ASSERT_TRUE(update.ok());
+    update->bind_blob(1, cache::encode_entry(*entry)).bind_text(2, key);
+    ASSERT_TRUE(update->run().ok());
+  }
+  CliResult second = kiln({"run", mlp, "--target", "cpu", "--json"});
+  EXPECT_EQ(second.signal, 0) << "no crash";
+  EXPECT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_NE(second.err.find("dropped bad entry"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("payload 'object'"), std::string::npos) << second.err;
 }
 
 }  // namespace
