@@ -1,4 +1,5 @@
-// The cache commands on the files of the cache folder: a malformed database is replaced by one
+// The cache commands on the files of the cache folder: the size cap bounds them under `import`,
+// `stats` shows them, `prune` and `clear` shrink them, a malformed database is replaced by one
 // that exists afterwards, and an object damaged under a recomputed record checksum is dropped.
 #include "run_cli.h"
 
@@ -12,6 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -20,6 +24,15 @@ namespace kiln::testing {
 namespace {
 
 using nlohmann::json;
+
+constexpr uint64_t k_mib = uint64_t{1} << 20;
+// What an empty cache's database takes and the cap does not count (11 pages of 4 KiB).
+constexpr uint64_t k_empty_database = 11 * 4096;
+
+uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
 
 // An entry whose one cubin is `raw_bytes` zeros, carried as a zstd frame of a few dozen bytes
 // (the store keeps cubins raw).
@@ -59,6 +72,9 @@ protected:
     EXPECT_TRUE(cache::write_bundle(path, entries).ok());
     return path;
   }
+  uint64_t disk_bytes() const {
+    return file_size(m_dir + "/kiln.db") + file_size(m_dir + "/kiln.db-wal");
+  }
   json stats() {
     CliResult r = kiln({"stats", "--json"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -69,6 +85,40 @@ protected:
 
   std::string m_tmp, m_dir;
 };
+
+// The reported case, at a small scale: a bundle of a few dozen KiB whose entries the store keeps
+// as 1 MiB each, imported under a 4 MiB cap.
+TEST_F(CacheDiskCli, ImportUnderTheCapKeepsTheFilesWithinItAndPruneAndClearShrinkThem) {
+  std::string file = bundle("big", 24, k_mib);
+  std::printf("bundle: %llu bytes\n", static_cast<unsigned long long>(file_size(file)));
+  CliResult imported = kiln({"import", file}, {{"KILN_CACHE_MAX_SIZE", "4M"}});
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  json s = stats();
+  std::printf("after import: %s\n", s.dump().c_str());
+  EXPECT_LE(s["bytes"].get<uint64_t>(), 4 * k_mib);
+  EXPECT_EQ(s["disk_bytes"].get<uint64_t>(), disk_bytes());
+  EXPECT_EQ(s["wal_bytes"].get<uint64_t>(), file_size(m_dir + "/kiln.db-wal"));
+  EXPECT_LE(disk_bytes(), 4 * k_mib + k_empty_database);
+  CliResult text = kiln({"stats"});
+  EXPECT_NE(text.out.find("on disk       "), std::string::npos) << text.out;
+
+  // Without a cap, the same bundle fills the files; prune and clear give the space back.
+  ASSERT_EQ(kiln({"import", bundle("more", 12, k_mib)}, {{"KILN_CACHE_MAX_SIZE", "0"}}).exit_code,
+            0);
+  EXPECT_GE(disk_bytes(), 12 * k_mib);
+  CliResult pruned = kiln({"prune", "--max-size", "2M"});
+  ASSERT_EQ(pruned.exit_code, 0) << pruned.err;
+  EXPECT_NE(pruned.out.find("on disk "), std::string::npos) << pruned.out;
+  std::printf("prune --max-size 2M: %s", pruned.out.c_str());
+  EXPECT_LE(disk_bytes(), 2 * k_mib + k_empty_database);
+  CliResult cleared = kiln({"clear"});
+  ASSERT_EQ(cleared.exit_code, 0) << cleared.err;
+  std::printf("clear: %s", cleared.out.c_str());
+  EXPECT_LE(disk_bytes(), k_empty_database);
+  s = stats();
+  EXPECT_EQ(s["entries"], 0);
+  EXPECT_EQ(s["disk_bytes"].get<uint64_t>(), disk_bytes());
+}
 
 // The page of `name` (a table or an index) in the database file, with every page moved from the
 // WAL into the file first.
