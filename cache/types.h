@@ -79,8 +79,13 @@ struct Lookup {
 
 struct Stats {
   uint64_t entries = 0;
-  uint64_t bytes = 0;      // stored bytes (what the cap counts)
+  uint64_t bytes = 0;      // the entries' stored bytes
   uint64_t raw_bytes = 0;  // uncompressed payload bytes
+  // On disk: kiln.db and kiln.db-wal as the file system sees them (SQLite's pages, free ones
+  // included, and the WAL's frames), and the database's free pages within kiln.db.
+  uint64_t database_file_bytes = 0;
+  uint64_t wal_file_bytes = 0;
+  uint64_t free_bytes = 0;
   uint64_t hits = 0;       // local hits
   uint64_t misses = 0;     // local misses
   uint64_t errors = 0;     // bad entries dropped, failed reads and writes
@@ -113,11 +118,15 @@ struct PruneReport {
   uint64_t freed_bytes = 0;
   // clear() only: the database was malformed, so it was moved aside and a new one started.
   bool replaced_database = false;
+  // kiln.db and kiln.db-wal together, before and after (prune and clear give free pages back).
+  uint64_t disk_bytes_before = 0;
+  uint64_t disk_bytes_after = 0;
 };
 
 struct ImportReport {
   uint64_t imported = 0;
   uint64_t already_present = 0;
+  uint64_t too_large = 0;  // entries larger than the size cap alone, not imported (warned about)
 };
 
 // An entry sharing one field value with a request, and how its other fields differ.

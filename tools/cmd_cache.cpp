@@ -102,6 +102,9 @@ int run_stats(const CacheArgs& args) {
               {"entries", stats->entries},
               {"bytes", stats->bytes},
               {"raw_bytes", stats->raw_bytes},
+              {"disk_bytes", stats->database_file_bytes + stats->wal_file_bytes},
+              {"wal_bytes", stats->wal_file_bytes},
+              {"free_bytes", stats->free_bytes},
               {"max_size", c->max_size()},
               {"hits", stats->hits},
               {"misses", stats->misses},
@@ -125,6 +128,11 @@ int run_stats(const CacheArgs& args) {
               cache::format_size(stats->bytes).c_str(),
               cache::format_size(stats->raw_bytes).c_str(),
               c->max_size() ? cache::format_size(c->max_size()).c_str() : "none");
+  std::printf("on disk       %s (kiln.db %s + WAL %s; free pages %s)\n",
+              cache::format_size(stats->database_file_bytes + stats->wal_file_bytes).c_str(),
+              cache::format_size(stats->database_file_bytes).c_str(),
+              cache::format_size(stats->wal_file_bytes).c_str(),
+              cache::format_size(stats->free_bytes).c_str());
   uint64_t lookups = stats->hits + stats->misses;
   if (lookups)
     std::printf("hits          %llu (%.1f%% of %llu lookups)\n",
@@ -288,12 +296,14 @@ int run_show(const CacheArgs& args) {
 }
 
 int print_removed(const cache::PruneReport& report) {
-  if (report.replaced_database) {
+  if (report.replaced_database)
     std::printf("the database was malformed: moved it aside and started an empty one\n");
-    return k_exit_ok;
-  }
-  std::printf("removed %llu entries (%s)\n", static_cast<unsigned long long>(report.removed),
-              cache::format_size(report.freed_bytes).c_str());
+  else
+    std::printf("removed %llu entries (%s)\n", static_cast<unsigned long long>(report.removed),
+                cache::format_size(report.freed_bytes).c_str());
+  std::printf("on disk %s -> %s (kiln.db and its WAL)\n",
+              cache::format_size(report.disk_bytes_before).c_str(),
+              cache::format_size(report.disk_bytes_after).c_str());
   return k_exit_ok;
 }
 

@@ -192,6 +192,7 @@ Expected<VerifyReport> Store::verify(Fix fix) {
   if (Status s = txn->commit(); !s) return s.error();
   count_locked(Counter::errors, report.bad.size());
   report.removed = true;
+  settle_locked(0, Checkpoint::yes);
   return report;
 }
 
@@ -203,16 +204,22 @@ Expected<PruneReport> Store::evict_locked(uint64_t cap, const std::string& keep)
   if (!total) return total.error();
   PruneReport report;
   auto bytes = static_cast<uint64_t>(*total);
-  if (bytes > cap) {
+  // The cap counts the entries' pages too (what the files hold once free pages are given back),
+  // so each drop is measured again.
+  auto counted = counted_bytes_locked(bytes);
+  if (!counted) return counted.error();
+  if (*counted > cap) {
     auto ages = entries_oldest_first(*m_db);
     if (!ages) return ages.error();
     for (const EntryAge& v : *ages) {
-      if (bytes <= cap) break;
+      if (*counted <= cap) break;
       if (v.key == keep) continue;
       if (Status s = drop(v.key); !s) return s.error();
       bytes -= std::min(bytes, v.bytes);
       ++report.removed;
       report.freed_bytes += v.bytes;
+      counted = counted_bytes_locked(bytes);
+      if (!counted) return counted.error();
     }
   }
   if (Status s = txn->commit(); !s) return s.error();
@@ -222,9 +229,14 @@ Expected<PruneReport> Store::evict_locked(uint64_t cap, const std::string& keep)
 Expected<PruneReport> Store::prune(std::optional<uint64_t> max_size,
                                    std::optional<uint64_t> older_than_s) {
   std::lock_guard lock(m_mutex);
-  return recovering([&]() -> Expected<PruneReport> {
+  uint64_t before = disk_files().total();
+  auto report = recovering([&]() -> Expected<PruneReport> {
     return prune_locked(max_size, older_than_s);
   });
+  if (!report) return report;
+  report->disk_bytes_before = before;
+  report->disk_bytes_after = disk_files().total();
+  return report;
 }
 
 Expected<PruneReport> Store::prune_locked(std::optional<uint64_t> max_size,
@@ -253,15 +265,18 @@ Expected<PruneReport> Store::prune_locked(std::optional<uint64_t> max_size,
     report.removed += evicted->removed;
     report.freed_bytes += evicted->freed_bytes;
   }
-  (void)m_db->exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  // What was freed goes back to the file system, and the WAL that holds the moves is emptied.
+  give_back_locked(GiveBack::all);
+  checkpoint_locked(Wait::yes);
   return report;
 }
 
 Expected<PruneReport> Store::clear() {
   std::lock_guard lock(m_mutex);
   if (!m_db) return disabled_error();
+  uint64_t before = disk_files().total();
   forget_last_code();
-  auto report = prune_locked(0, std::nullopt);
+  auto report = prune_locked(0, std::nullopt);  // gives every page back
   if (!report) {
     // A malformed database, which cannot be cleared row by row, is moved aside and a new, empty
     // one started: clearing always works. Any other failure (busy, a full disk) is reported.
@@ -270,9 +285,10 @@ Expected<PruneReport> Store::clear() {
     remove_moved_aside();  // clearing means the old entries go too
     PruneReport replaced;
     replaced.replaced_database = true;
-    return replaced;
+    report = replaced;
   }
-  if (m_db) (void)m_db->exec("VACUUM");  // give the space back; fails harmlessly when busy
+  report->disk_bytes_before = before;
+  report->disk_bytes_after = disk_files().total();
   return report;
 }
 
@@ -300,28 +316,48 @@ Expected<ImportReport> Store::import_entries(const std::vector<StoredEntry>& ent
   return recovering([&]() -> Expected<ImportReport> {
     if (!m_db) return disabled_error();
     ImportReport report;
-    {
-      auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
-      if (!txn) return txn.error();
-      for (const StoredEntry& entry : entries) {
-        auto present = has_entry(*m_db, entry.info.key);
-        if (!present) return present.error();
-        if (*present) {
-          ++report.already_present;
-          continue;
+    // In transactions of a few MiB, each followed by eviction to the cap, giving back and
+    // emptying the WAL: entries that a bundle holds compressed may take a thousand times their
+    // size here, and one transaction for all of them would take it all on disk (twice, with the
+    // WAL) before evicting anything.
+    uint64_t batch_limit = k_import_batch_bytes;
+    if (m_max_size != 0) batch_limit = std::max<uint64_t>(1, std::min(batch_limit, m_max_size / 4));
+    for (size_t next = 0; next < entries.size();) {
+      uint64_t written = 0;
+      {
+        auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+        if (!txn) return txn.error();
+        for (; next < entries.size() && written < batch_limit; ++next) {
+          const StoredEntry& entry = entries[next];
+          auto present = has_entry(*m_db, entry.info.key);
+          if (!present) return present.error();
+          if (*present) {
+            ++report.already_present;
+            continue;
+          }
+          auto fresh = prepared_for_store(entry);
+          if (!fresh) return fresh.error();
+          fresh->info.hits = 0;
+          fresh->info.last_used_ms = now();
+          auto inserted = insert_rows_within(*m_db, *fresh, m_max_size);
+          if (!inserted) return inserted.error();
+          if (!*inserted) {
+            warn("not importing entry " + entry.info.key + ": its " +
+                 std::to_string(fresh->info.stored_bytes) +
+                 " bytes are more than the size cap of " + std::to_string(m_max_size));
+            ++report.too_large;
+            continue;
+          }
+          written += fresh->info.stored_bytes;
+          ++report.imported;
         }
-        auto fresh = prepared_for_store(entry);
-        if (!fresh) return fresh.error();
-        fresh->info.hits = 0;
-        fresh->info.last_used_ms = now();
-        if (Status s = insert_rows(*m_db, *fresh); !s) return s.error();
-        ++report.imported;
+        if (Status s = txn->commit(); !s) return s.error();
       }
-      if (Status s = txn->commit(); !s) return s.error();
-    }
-    if (m_max_size != 0) {
-      auto evicted = evict_locked(m_max_size, "");
-      if (!evicted) return evicted.error();
+      if (m_max_size != 0) {
+        auto evicted = evict_locked(m_max_size, "");
+        if (!evicted) return evicted.error();
+      }
+      settle_locked(written, Checkpoint::yes);
     }
     return report;
   });

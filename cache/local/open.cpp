@@ -105,7 +105,7 @@ std::unique_ptr<Store> Store::open(const Options& options) {
     else
       cache->warn(std::string("KILN_CACHE_MAX_SIZE: ") + size.error().message + "; using 2 GiB");
   }
-  cache->open_db();
+  cache->open_db(cache->m_options.create);
   return cache;
 }
 
@@ -171,10 +171,10 @@ Status Store::check_folder() {
   return Status::success();
 }
 
-void Store::open_db() {
+void Store::open_db(bool create) {
   if (m_dir.empty())
     return disable("no cache directory (set KILN_CACHE_DIR or HOME, or pass --cache-dir)");
-  if (!m_options.create) {
+  if (!create) {
     struct stat st {};
     if (::stat(db_path().c_str(), &st) != 0)
       return disable(k_no_cache_reason + ("'" + m_dir + "'"), Quiet::yes);
@@ -210,7 +210,7 @@ void Store::open_db() {
     auto db = sql::Db::open(db_path());
     if (!db) return disable(db.error().message);
     m_db = std::move(*db);
-    Status configured = configure_db();
+    Status configured = configure_db(st.st_size == 0);
     if (configured) {
       if (!m_usage) m_usage = std::make_unique<Usage>(m_dir);
       m_opened = opened;
@@ -230,8 +230,19 @@ void Store::open_db() {
   }
 }
 
-Status Store::configure_db() {
+Status Store::configure_db(bool new_file) {
   m_db->set_busy_timeout(m_options.busy_timeout_ms);
+  // A new database gives freed pages back without a rewrite (FORMAT.md, "Size cap and
+  // eviction"). The setting must come before the first table, and before WAL, which writes the
+  // file's first page; on an existing database the pragma would write, so it is left out there
+  // (an empty file's database may already be in its WAL: then it has pages).
+  if (new_file) {
+    auto pages = m_db->query_int("PRAGMA page_count");
+    if (!pages) return pages.error();
+    if (*pages == 0) {
+      if (Status s = m_db->exec("PRAGMA auto_vacuum=INCREMENTAL"); !s) return s;
+    }
+  }
   // Switching to WAL can answer "database is locked" without calling the busy handler while
   // another process creates or converts the same database: retry, within the busy timeout.
   auto deadline =
@@ -263,6 +274,7 @@ Status Store::migrate() {
   MigrationReport report;
   if (Status s = migrate_schema(*m_db, *version, report); !s) return s;
   if (Status s = txn->commit(); !s) return s;
+  give_back_locked(GiveBack::all);  // the tables a migration dropped (auto_vacuum keeps them)
   if (report.converted || report.dropped)
     warn(make_error("migrated '", db_path(), "' from schema version ", std::to_string(*version),
                     " to ", std::to_string(k_schema_version), ": ",
@@ -298,8 +310,10 @@ Status Store::replace_malformed_db() {
     disable(moved.error().message);
     return moved;
   }
-  open_db();
+  // Created whatever Options::create says: the cache was there, and is replaced.
+  open_db(true);
   if (!m_db) return disabled_error();
+  checkpoint_locked();  // the new database's first pages, out of the WAL
   return Status::success();
 }
 

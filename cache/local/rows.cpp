@@ -25,8 +25,13 @@ Expected<bool> has_entry(sql::Db& db, const std::string& key) {
 }
 
 Status insert_rows(sql::Db& db, StoredEntry& entry) {
+  auto inserted = insert_rows_within(db, entry, 0);
+  return inserted ? Status::success() : Status(inserted.error());
+}
+
+Expected<bool> insert_rows_within(sql::Db& db, StoredEntry& entry, uint64_t max_bytes) {
   EntryInfo& info = entry.info;
-  if (Status s = drop_rows(db, info.key); !s) return s;
+  // The record and the size first: an entry over the limit writes nothing.
   StoredEntry record_view;
   record_view.info = info;
   uint64_t apart_bytes = 0;
@@ -39,10 +44,6 @@ Status insert_rows(sql::Db& db, StoredEntry& entry) {
     if (stored_apart(p.name)) {
       described.apart = true;
       apart_bytes += p.encoded.data.size();
-      auto st = db.prepare("INSERT INTO apart(key, name, data) VALUES(?, ?, ?)");
-      if (!st) return st.error();
-      st->bind_text(1, info.key).bind_text(2, p.name).bind_blob(3, p.encoded.data);
-      if (Status s = st->run(); !s) return s;
     } else {
       described.encoded.data = p.encoded.data;
     }
@@ -50,6 +51,15 @@ Status insert_rows(sql::Db& db, StoredEntry& entry) {
   }
   std::string record = encode_entry(record_view);
   info.stored_bytes = record.size() + apart_bytes;
+  if (max_bytes != 0 && info.stored_bytes > max_bytes) return false;
+  if (Status s = drop_rows(db, info.key); !s) return s.error();
+  for (const StoredPayload& p : entry.payloads) {
+    if (!stored_apart(p.name)) continue;
+    auto st = db.prepare("INSERT INTO apart(key, name, data) VALUES(?, ?, ?)");
+    if (!st) return st.error();
+    st->bind_text(1, info.key).bind_text(2, p.name).bind_blob(3, p.encoded.data);
+    if (Status s = st->run(); !s) return s.error();
+  }
   info.raw_bytes = 0;
   for (const StoredPayload& p : entry.payloads) info.raw_bytes += p.encoded.raw_size;
   auto st = db.prepare(
@@ -60,14 +70,14 @@ Status insert_rows(sql::Db& db, StoredEntry& entry) {
   st->bind(4, info.compile_ms).bind(5, static_cast<int64_t>(info.stored_bytes));
   st->bind(6, static_cast<int64_t>(info.raw_bytes)).bind(7, info.created_ms);
   st->bind(8, info.last_used_ms).bind(9, info.hits);
-  if (Status s = st->run(); !s) return s;
+  if (Status s = st->run(); !s) return s.error();
   for (const KeyField& f : info.fields) {
     auto fs = db.prepare("INSERT INTO fields(key, name, value) VALUES(?, ?, ?)");
     if (!fs) return fs.error();
     fs->bind_text(1, info.key).bind_text(2, f.name).bind_blob(3, f.value);
-    if (Status s = fs->run(); !s) return s;
+    if (Status s = fs->run(); !s) return s.error();
   }
-  return Status::success();
+  return true;
 }
 
 }  // namespace kiln::cache::local

@@ -7,12 +7,22 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
 #include <utility>
 
 namespace kiln::cache::local {
 namespace {
 
 using sql::Transaction;
+
+constexpr const char* k_native_code_prefix = "object";
+
+// Payloads of native code the process loads and runs: the CPU target's "object" (and any name
+// starting with it).
+bool is_native_code(const std::string& payload_name) {
+  return payload_name.compare(0, std::char_traits<char>::length(k_native_code_prefix),
+                              k_native_code_prefix) == 0;
+}
 
 bool disables_cache(int code) {
   return code == sql::k_readonly || code == sql::k_full || code == sql::k_ioerr ||
@@ -96,6 +106,11 @@ Store::Checked Store::read_checked(const std::string& key, const PayloadSelectio
   if (txn) {
     if (Status s = txn->commit(); !s) return failure(s.error());
   }
+  // Native code is checked against its own checksum even here: the process links and runs it,
+  // so a record rewritten with a matching record checksum must not reach the linker. These
+  // payloads are small (FORMAT.md, "Reading an entry").
+  for (StoredPayload& p : out.stored.payloads)
+    if (is_native_code(p.name)) p.covered = false;
   auto entry = keep == Keep::entry
                    ? verify_stored(std::move(out.stored), want,
                                    request_fields ? KeyCheck::matches_request : KeyCheck::rehash)
@@ -219,6 +234,7 @@ Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint, IfPresent 
   forget_last_code();
   bool over_cap = false;
   bool kept = false;
+  bool too_large = false;
   auto attempt = [&]() -> Status {
     auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
     if (!txn) return txn.error();
@@ -231,10 +247,20 @@ Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint, IfPresent 
         return Status::success();  // the transaction rolls back: nothing written
       }
     }
-    if (Status s = insert_rows(*m_db, entry); !s) return s;
-    auto total = m_db->query_int("SELECT coalesce(sum(stored_bytes), 0) FROM entries");
-    if (!total) return total.error();
-    over_cap = m_max_size != 0 && static_cast<uint64_t>(*total) > m_max_size;
+    // An entry larger than the cap would hold the files past it on its own: not stored.
+    auto inserted = insert_rows_within(*m_db, entry, m_max_size);
+    if (!inserted) return inserted.error();
+    if (!*inserted) {
+      too_large = true;
+      return Status::success();  // nothing written
+    }
+    if (m_max_size != 0) {
+      auto total = m_db->query_int("SELECT coalesce(sum(stored_bytes), 0) FROM entries");
+      if (!total) return total.error();
+      auto counted = counted_bytes_locked(static_cast<uint64_t>(*total));
+      if (!counted) return counted.error();
+      over_cap = *counted > m_max_size;
+    }
     if (m_options.before_commit) m_options.before_commit();
     return txn->commit();
   };
@@ -246,21 +272,19 @@ Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint, IfPresent 
     return inserted;
   }
   if (kept) return Status::success();
+  if (too_large) {
+    Error error = make_error("not storing entry ", entry.info.key, ": its ",
+                             std::to_string(entry.info.stored_bytes),
+                             " bytes are more than the size cap of ", std::to_string(m_max_size));
+    warn(error.message);
+    return error;
+  }
   if (over_cap) {
     auto evicted = evict_locked(m_max_size, entry.info.key);
     if (!evicted) note_write_failure(evicted.error());
   }
-  if (checkpoint == Checkpoint::yes) checkpoint_locked();
+  settle_locked(entry.info.stored_bytes, checkpoint);
   return Status::success();
-}
-
-void Store::checkpoint_locked() {
-  // A writer empties the WAL while it is here anyway, so that a reader's open finds nothing to
-  // recover. Never waits: another process's reads keep it for the next write.
-  if (!m_db) return;
-  m_db->set_busy_timeout(0);
-  (void)m_db->exec("PRAGMA wal_checkpoint(TRUNCATE)");
-  m_db->set_busy_timeout(m_options.busy_timeout_ms);
 }
 
 bool Store::contains(const std::string& key) {
@@ -355,6 +379,12 @@ Expected<Stats> Store::stats() {
     out.entries = st->column_int64(0);
     out.bytes = st->column_int64(1);
     out.raw_bytes = st->column_int64(2);
+    auto space = space_locked();
+    if (!space) return space.error();
+    out.free_bytes = space->free_pages * space->page_size;
+    DiskFiles files = disk_files();
+    out.database_file_bytes = files.database;
+    out.wal_file_bytes = files.wal;
     auto counters = m_db->prepare("SELECT name, value FROM stats");
     if (!counters) return counters.error();
     uint64_t* slots[k_counter_count] = {&out.hits,          &out.misses,        &out.errors,

@@ -94,8 +94,10 @@ public:
 
 private:
   Store() = default;
-  void open_db();
-  Status configure_db();
+  // `create`: make kiln.db when it is missing (Options::create, or a replacement of a malformed
+  // database, which the cache had).
+  void open_db(bool create);
+  Status configure_db(bool new_file);
   Status migrate();
   struct FileId {
     uint64_t device = 0, inode = 0;
@@ -150,7 +152,43 @@ private:
   Status insert_locked(StoredEntry entry, Checkpoint checkpoint,
                        IfPresent if_present = IfPresent::replace);
   Status flush_locked();
-  void checkpoint_locked();
+
+  // Free pages worth giving back to the file system when no cap asks for it (a quarter of the
+  // file at least), and writes after which the WAL is emptied even on the remote fill.
+  static constexpr uint64_t k_large_free_bytes = uint64_t{1} << 20;
+  static constexpr uint64_t k_large_write_bytes = uint64_t{1} << 20;
+  // Entries an import writes per transaction, in bytes: the WAL and the overshoot past the cap
+  // stay below this (or a quarter of the cap) between its evictions.
+  static constexpr uint64_t k_import_batch_bytes = uint64_t{8} << 20;
+  static constexpr uint64_t k_auto_vacuum_incremental = 2;  // PRAGMA auto_vacuum's value
+
+  // Bytes on disk (space.cpp). The database's pages: all, free, and those of no entry (page 1,
+  // each table's and index's root, auto_vacuum's first pointer map: what an empty database
+  // takes); auto_vacuum as SQLite numbers it.
+  struct Space {
+    uint64_t page_size = 0, pages = 0, free_pages = 0, fixed_pages = 0, auto_vacuum = 0;
+  };
+  Expected<Space> space_locked();
+  struct DiskFiles {
+    uint64_t database = 0, wal = 0;
+    uint64_t total() const { return database + wal; }
+  };
+  DiskFiles disk_files() const;  // kiln.db and kiln.db-wal as the file system sees them
+  // What the cap counts, given the sum of the entries' stored bytes: that sum, or the bytes of
+  // the pages entries take, whichever is more.
+  Expected<uint64_t> counted_bytes_locked(uint64_t stored_bytes);
+  // Gives free pages back to the file system: all of them, or (if_due) only when they take the
+  // file past the cap or are a large share of it. Failures leave them for the next write. True
+  // when pages were given back (the WAL then holds the moves: checkpoint it).
+  enum class GiveBack { if_due, all };
+  bool give_back_locked(GiveBack how);
+  // Empties the WAL into the database (wal_checkpoint(TRUNCATE)); Wait::no gives up at once when
+  // another process is reading.
+  enum class Wait { no, yes };
+  void checkpoint_locked(Wait wait = Wait::no);
+  // After a write of `written` bytes (and any eviction): free pages given back when due and the
+  // WAL emptied when the write was large, gave pages back or `checkpoint` asks for it.
+  void settle_locked(uint64_t written, Checkpoint checkpoint);
   Expected<PruneReport> evict_locked(uint64_t cap, const std::string& keep);
   Expected<PruneReport> prune_locked(std::optional<uint64_t> max_size,
                                      std::optional<uint64_t> older_than_s);

@@ -1,0 +1,227 @@
+// The cache commands on the files of the cache folder: the size cap bounds them under `import`,
+// `stats` shows them, `prune` and `clear` shrink them, a malformed database is replaced by one
+// that exists afterwards, and an object damaged under a recomputed record checksum is dropped.
+#include "run_cli.h"
+
+#include "cache/bundle.h"
+#include "cache/codec.h"
+#include "cache/entry_codec.h"
+#include "cache/key.h"
+#include "cache/local/sqlite.h"
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace kiln::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t k_mib = uint64_t{1} << 20;
+// What an empty cache's database takes and the cap does not count (11 pages of 4 KiB).
+constexpr uint64_t k_empty_database = 11 * 4096;
+
+uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+// An entry whose one cubin is `raw_bytes` zeros, carried as a zstd frame of a few dozen bytes
+// (the store keeps cubins raw).
+cache::StoredEntry compressible_entry(const std::string& name, uint64_t raw_bytes) {
+  cache::StoredEntry e;
+  e.info.fields = {{"arch", "sm_90"}, {"graph", "canonical:" + name}, {"graph_hash", "h-" + name}};
+  cache::sort_fields(e.info.fields);
+  e.info.key = cache::make_key(e.info.fields);
+  e.info.summary = "{}";
+  e.info.created_ms = e.info.last_used_ms = 1000;
+  auto encoded = cache::encode(std::string(raw_bytes, '\0'), cache::Encoding::zstd);
+  EXPECT_TRUE(encoded.ok());
+  e.payloads.push_back({"cubin:k", std::move(*encoded), false});
+  return e;
+}
+
+class CacheDiskCli : public ::testing::Test {
+protected:
+  void SetUp() override {
+    char name[] = "/tmp/kiln-cache-cli-test-XXXXXX";
+    m_tmp = mkdtemp(name);
+    m_dir = m_tmp + "/cache";
+  }
+  void TearDown() override { std::filesystem::remove_all(m_tmp); }
+
+  CliResult kiln(std::vector<std::string> args, const std::map<std::string, std::string>& env = {}) {
+    args.push_back("--cache-dir");
+    args.push_back(m_dir);
+    return run_kiln(args, {}, env);
+  }
+  // A bundle of `count` entries of `raw_bytes` each; returns its path.
+  std::string bundle(const std::string& name, int count, uint64_t raw_bytes) {
+    std::vector<cache::StoredEntry> entries;
+    for (int i = 0; i < count; ++i)
+      entries.push_back(compressible_entry(name + std::to_string(i), raw_bytes));
+    std::string path = m_tmp + "/" + name + ".kbundle";
+    EXPECT_TRUE(cache::write_bundle(path, entries).ok());
+    return path;
+  }
+  uint64_t disk_bytes() const {
+    return file_size(m_dir + "/kiln.db") + file_size(m_dir + "/kiln.db-wal");
+  }
+  json stats() {
+    CliResult r = kiln({"stats", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    json parsed = json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(parsed.is_discarded()) << r.out;
+    return parsed;
+  }
+
+  std::string m_tmp, m_dir;
+};
+
+// The reported case, at a small scale: a bundle of a few dozen KiB whose entries the store keeps
+// as 1 MiB each, imported under a 4 MiB cap.
+TEST_F(CacheDiskCli, ImportUnderTheCapKeepsTheFilesWithinItAndPruneAndClearShrinkThem) {
+  std::string file = bundle("big", 24, k_mib);
+  std::printf("bundle: %llu bytes\n", static_cast<unsigned long long>(file_size(file)));
+  CliResult imported = kiln({"import", file}, {{"KILN_CACHE_MAX_SIZE", "4M"}});
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  json s = stats();
+  std::printf("after import: %s\n", s.dump().c_str());
+  EXPECT_LE(s["bytes"].get<uint64_t>(), 4 * k_mib);
+  EXPECT_EQ(s["disk_bytes"].get<uint64_t>(), disk_bytes());
+  EXPECT_EQ(s["wal_bytes"].get<uint64_t>(), file_size(m_dir + "/kiln.db-wal"));
+  EXPECT_LE(disk_bytes(), 4 * k_mib + k_empty_database);
+  CliResult text = kiln({"stats"});
+  EXPECT_NE(text.out.find("on disk       "), std::string::npos) << text.out;
+
+  // Without a cap, the same bundle fills the files; prune and clear give the space back.
+  ASSERT_EQ(kiln({"import", bundle("more", 12, k_mib)}, {{"KILN_CACHE_MAX_SIZE", "0"}}).exit_code,
+            0);
+  EXPECT_GE(disk_bytes(), 12 * k_mib);
+  CliResult pruned = kiln({"prune", "--max-size", "2M"});
+  ASSERT_EQ(pruned.exit_code, 0) << pruned.err;
+  EXPECT_NE(pruned.out.find("on disk "), std::string::npos) << pruned.out;
+  std::printf("prune --max-size 2M: %s", pruned.out.c_str());
+  EXPECT_LE(disk_bytes(), 2 * k_mib + k_empty_database);
+  CliResult cleared = kiln({"clear"});
+  ASSERT_EQ(cleared.exit_code, 0) << cleared.err;
+  std::printf("clear: %s", cleared.out.c_str());
+  EXPECT_LE(disk_bytes(), k_empty_database);
+  s = stats();
+  EXPECT_EQ(s["entries"], 0);
+  EXPECT_EQ(s["disk_bytes"].get<uint64_t>(), disk_bytes());
+}
+
+// The page of `name` (a table or an index) in the database file, with every page moved from the
+// WAL into the file first.
+int64_t root_page(const std::string& db_path, const std::string& name) {
+  auto db = cache::sql::Db::open(db_path);
+  EXPECT_TRUE(db.ok());
+  EXPECT_TRUE((*db)->exec("PRAGMA wal_checkpoint(TRUNCATE)").ok());
+  auto st = (*db)->prepare("SELECT rootpage FROM sqlite_master WHERE name = ?");
+  EXPECT_TRUE(st.ok());
+  st->bind_text(1, name);
+  auto row = st->step();
+  EXPECT_TRUE(row.ok() && *row) << name;
+  return st->column_int64(0);
+}
+
+// Overwrites bytes [from, to) of page `page` (1-based, 4 KiB pages) of `path` with 0xff.
+void smash(const std::string& path, int64_t page, size_t from, size_t to) {
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  size_t start = static_cast<size_t>(page - 1) * 4096;
+  ASSERT_LE(start + to, bytes.size());
+  for (size_t i = start + from; i < start + to; ++i) bytes[i] = '\xff';
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+bool moved_aside_exists(const std::string& dir) {
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("kiln.db.corrupt-", 0) == 0) return true;
+  return false;
+}
+
+TEST_F(CacheDiskCli, VerifyFixOnAMalformedDatabaseStartsTheNewDatabaseItReports) {
+  ASSERT_EQ(kiln({"import", bundle("small", 3, 1000)}).exit_code, 0);
+  std::string db = m_dir + "/kiln.db";
+  // A damaged index: only SQLite's integrity check sees it.
+  smash(db, root_page(db, "sqlite_autoindex_entries_1"), 100, 4096);
+  CliResult checked = kiln({"verify"});
+  EXPECT_EQ(checked.exit_code, 1);
+  EXPECT_NE(checked.out.find("the database is malformed"), std::string::npos) << checked.out;
+  CliResult fixed = kiln({"verify", "--fix"});
+  EXPECT_EQ(fixed.exit_code, 1) << "the database was bad";
+  EXPECT_NE(fixed.out.find("moved the database aside and started an empty one"),
+            std::string::npos)
+      << fixed.out << fixed.err;
+  EXPECT_TRUE(std::filesystem::exists(db)) << "the new database it says it started";
+  EXPECT_TRUE(moved_aside_exists(m_dir));
+  CliResult again = kiln({"verify"});
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_NE(again.out.find("checked 0 entries, 0 bad"), std::string::npos) << again.out;
+  EXPECT_EQ(stats()["entries"], 0);
+}
+
+TEST_F(CacheDiskCli, ClearOnAMalformedDatabaseLeavesAnEmptyOne) {
+  ASSERT_EQ(kiln({"import", bundle("small", 3, 1000)}).exit_code, 0);
+  std::string db = m_dir + "/kiln.db";
+  smash(db, root_page(db, "entries"), 0, 4096);
+  CliResult cleared = kiln({"clear"});
+  EXPECT_EQ(cleared.exit_code, 0) << cleared.out << cleared.err;
+  EXPECT_NE(cleared.out.find("malformed"), std::string::npos) << cleared.out;
+  EXPECT_TRUE(std::filesystem::exists(db));
+  EXPECT_FALSE(moved_aside_exists(m_dir)) << "clearing removes the malformed file too";
+  EXPECT_EQ(stats()["entries"], 0);
+}
+
+// A CPU object damaged in a record whose record checksum was recomputed: the run drops the entry
+// and compiles again instead of linking the damaged code.
+TEST_F(CacheDiskCli, RunOnTheCpuDropsAnObjectDamagedUnderARecomputedRecordChecksum) {
+  const std::string mlp = std::string(KILN_EXAMPLES_DIR) + "/mlp.kg";
+  CliResult first = kiln({"run", mlp, "--target", "cpu", "--json"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  {
+    auto db = cache::sql::Db::open(m_dir + "/kiln.db");
+    ASSERT_TRUE(db.ok());
+    auto st = (*db)->prepare("SELECT key, record FROM entries");
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(*st->step());
+    std::string key = st->column_text(0);
+    auto entry = cache::decode_entry(st->column_blob(1));
+    ASSERT_TRUE(entry.ok()) << entry.error().message;
+    bool damaged = false;
+    for (cache::StoredPayload& p : entry->payloads) {
+      if (p.name != "object") continue;
+      // The ELF header's section header offset: a linker trusting it reads far out of bounds.
+      ASSERT_GE(p.encoded.data.size(), 0x30u);
+      for (size_t i = 0x28; i < 0x30; ++i) p.encoded.data[i] = '\x7f';
+      damaged = true;
+    }
+    ASSERT_TRUE(damaged) << "the CPU target's entry holds an 'object' payload";
+    auto update = (*db)->prepare("UPDATE entries SET record = ? WHERE key = ?");
+    ASSERT_TRUE(update.ok());
+    update->bind_blob(1, cache::encode_entry(*entry)).bind_text(2, key);
+    ASSERT_TRUE(update->run().ok());
+  }
+  CliResult second = kiln({"run", mlp, "--target", "cpu", "--json"});
+  EXPECT_EQ(second.signal, 0) << "no crash";
+  EXPECT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_NE(second.err.find("dropped bad entry"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("payload 'object'"), std::string::npos) << second.err;
+}
+
+}  // namespace
+}  // namespace kiln::testing
