@@ -15,15 +15,6 @@ namespace {
 
 using sql::Transaction;
 
-constexpr const char* k_native_code_prefix = "object";
-
-// Payloads of native code the process loads and runs: the CPU target's "object" (and any name
-// starting with it).
-bool is_native_code(const std::string& payload_name) {
-  return payload_name.compare(0, std::char_traits<char>::length(k_native_code_prefix),
-                              k_native_code_prefix) == 0;
-}
-
 bool disables_cache(int code) {
   return code == sql::k_readonly || code == sql::k_full || code == sql::k_ioerr ||
          code == sql::k_cantopen;
@@ -110,7 +101,7 @@ Store::Checked Store::read_checked(const std::string& key, const PayloadSelectio
   // so a record rewritten with a matching record checksum must not reach the linker. These
   // payloads are small (FORMAT.md, "Reading an entry").
   for (StoredPayload& p : out.stored.payloads)
-    if (is_native_code(p.name)) p.covered = false;
+    if (is_native_payload(p.name)) p.covered = false;
   auto entry = keep == Keep::entry
                    ? verify_stored(std::move(out.stored), want,
                                    request_fields ? KeyCheck::matches_request : KeyCheck::rehash)
