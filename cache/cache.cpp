@@ -166,9 +166,10 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     }
     value = std::move(**got);
   }
-  auto reject = [&](const std::string& why) -> std::optional<Entry> {
+  auto reject = [&](const std::string& why,
+                    Rejection kind = Rejection::reported) -> std::optional<Entry> {
     *outcome = Outcome::rejected;
-    remote_rejected(key, why);
+    remote_rejected(key, why, kind);
     return std::nullopt;
   };
   std::string_view record;
@@ -181,7 +182,8 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
   for (const StoredPayload& p : stored->payloads)
     if (is_native_payload(p.name) && m_remote_secret.empty())
       return reject("it holds host machine code (payload '" + p.name +
-                    "'), which is taken from the remote tier only when signed");
+                        "'), which is taken from the remote tier only when signed",
+                    Rejection::unsigned_host_code);
   if (stored->info.key != key) return reject("it is the entry of key " + stored->info.key);
   for (const StoredPayload& p : stored->payloads)
     if (p.apart) return reject("payload '" + p.name + "' is missing");
@@ -218,10 +220,9 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
   return std::move(*entry);
 }
 
-void Cache::remote_rejected(const std::string& key, const std::string& why) {
+void Cache::remote_rejected(const std::string& key, const std::string& why, Rejection kind) {
   m_local->count(local::Counter::remote_rejected);
-  bool native = why.find("host machine code") != std::string::npos;
-  if (!native) {
+  if (kind == Rejection::reported) {
     m_local->warn("rejected remote entry " + key + ": " + why);
     return;
   }

@@ -149,9 +149,11 @@ private:
   // Without a secret, an entry holding host machine code is not put (answers false: no machine
   // takes it unsigned), and a signed value already there is kept.
   Expected<bool> remote_put(const StoredEntry& entry);
-  // Rejects a remote value: counted, reported once per key (and once in all, with how to enable
-  // signing, for host code refused unsigned).
-  void remote_rejected(const std::string& key, const std::string& why);
+  // Rejects a remote value: counted and reported, except host code refused for want of a secret,
+  // which is reported once per cache, with how to enable signing.
+  enum class Rejection { reported, unsigned_host_code };
+  void remote_rejected(const std::string& key, const std::string& why,
+                       Rejection kind = Rejection::reported);
   Expected<Fetched> produce(const std::string& key, const std::vector<KeyField>& fields,
                             const Producer& producer, bool store, const PayloadSelection& want);
 

@@ -393,7 +393,7 @@ public:
     t_captured = false;
     auto reply = call("GET", {"EVAL", k_get_script, "1", name, ttl, cap, limits.required_prefix});
     t_capture = nullptr;
-    if (m_context) release_reader_buffer(*m_context);
+    if (m_context && t_captured) release_reader_buffer(*m_context);
     if (!reply) return reply.failure();
     const redisReply& value = **reply;
     if (value.type == REDIS_REPLY_NIL) return std::optional<std::string>();
