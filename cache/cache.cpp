@@ -73,14 +73,18 @@ void Cache::configure_remote() {
     return;
   }
   m_remote_secret = *secret;
-  if (o.remote_max_bytes) {
+  // 1 byte to the largest entry the codec decodes; anything else falls back to the default.
+  auto usable = [](uint64_t bytes) { return bytes > 0 && bytes <= k_max_entry_bytes; };
+  if (o.remote_max_bytes && usable(*o.remote_max_bytes)) {
     m_remote_max_bytes = *o.remote_max_bytes;
+  } else if (o.remote_max_bytes) {
+    m_local->warn("remote_max_bytes: expected 1 byte to 512 MiB; using 64 MiB");
   } else if (std::string v = env("KILN_REMOTE_MAX_BYTES"); !v.empty()) {
     auto bytes = parse_size(v);
-    if (bytes && *bytes > 0)
+    if (bytes && usable(*bytes))
       m_remote_max_bytes = *bytes;
     else
-      m_local->warn("KILN_REMOTE_MAX_BYTES: expected a size such as 64M; using 64M");
+      m_local->warn("KILN_REMOTE_MAX_BYTES: expected a size from 1 to 512M, such as 64M; using 64M");
   }
   if (o.remote_ttl_ms) {
     m_remote_ttl_ms = *o.remote_ttl_ms;

@@ -260,14 +260,34 @@ private:
 // "*2000000000" line from a broken server would stall a call for seconds. Arrays are refused
 // past this many elements (SCAN pages, the longest reply here, hold about COUNT names).
 constexpr int k_max_reply_elements = 1 << 20;
+// A listing (SCAN page after page) may take this many operation timeouts in all.
+constexpr int k_listing_operations = 10;
 const redisReplyObjectFunctions* g_hiredis_functions = nullptr;  // hiredis's own, set once
 thread_local bool t_array_refused = false;
+// Bytes of reply objects built during the current call, against its limit (0: none). hiredis
+// hands each finished array element over and drops it from its buffer, so the buffer alone does
+// not bound a reply: an array of a million large strings never sits there whole.
+thread_local uint64_t t_reply_bytes = 0;
+thread_local uint64_t t_reply_limit = 0;
+thread_local bool t_reply_refused = false;
+constexpr uint64_t k_reply_object_bytes = 64;  // a redisReply and its slot in an array
+
+// Counts `bytes` against the call's limit; false (the reader then reports an out-of-memory
+// error) once past it.
+bool count_reply_bytes(uint64_t bytes) {
+  t_reply_bytes += bytes;
+  if (t_reply_limit == 0 || t_reply_bytes <= t_reply_limit) return true;
+  t_reply_refused = true;
+  return false;
+}
 
 void* create_bounded_array(const redisReadTask* task, int elements) {
   if (elements > k_max_reply_elements) {
     t_array_refused = true;
     return nullptr;  // the reader reports an out-of-memory error
   }
+  if (!count_reply_bytes(k_reply_object_bytes * (1 + static_cast<uint64_t>(std::max(elements, 0)))))
+    return nullptr;
   return g_hiredis_functions->createArray(task, elements);
 }
 
@@ -278,6 +298,7 @@ thread_local std::string* t_capture = nullptr;
 thread_local bool t_captured = false;
 
 void* create_string(const redisReadTask* task, char* str, size_t len) {
+  if (!count_reply_bytes(k_reply_object_bytes + len)) return nullptr;
   if (t_capture && task->parent == nullptr && task->type == REDIS_REPLY_STRING &&
       len >= k_capture_bytes) {
     t_capture->assign(str, len);
@@ -458,7 +479,18 @@ public:
     std::string pattern = glob_escaped(m_url.prefix + key_prefix) + "*";
     std::string count = std::to_string(std::clamp<size_t>(limit, 100, 1000));
     std::string cursor = "0";
+    // The whole listing is bounded too: in time (each page is an operation of its own) and in the
+    // bytes of names kept, so a server answering pages forever cannot hold a pull.
+    auto listing_deadline = Clock::now() + k_listing_operations * m_options.op_timeout;
+    uint64_t name_bytes = 0;
     while (found.size() < limit) {
+      if (Clock::now() >= listing_deadline) {
+        m_context.reset();
+        return Failure{Failure::Kind::timeout,
+                       where("SCAN") + "listing timed out after " +
+                           std::to_string(k_listing_operations * m_options.op_timeout.count()) +
+                           " ms"};
+      }
       auto reply = call("SCAN", {"SCAN", cursor, "MATCH", pattern, "COUNT", count});
       if (!reply) return reply.failure();
       const redisReply& page = **reply;
@@ -469,7 +501,11 @@ public:
         const redisReply& name = *page.element[1]->element[i];
         if (name.type != REDIS_REPLY_STRING) return unexpected("SCAN", page);
         std::string_view text(name.str, name.len);
-        if (text.starts_with(m_url.prefix)) found.emplace(text.substr(m_url.prefix.size()));
+        if (!text.starts_with(m_url.prefix)) continue;
+        name_bytes += text.size();
+        if (m_options.max_reply_bytes != 0 && name_bytes > m_options.max_reply_bytes)
+          return too_long("SCAN");
+        found.emplace(text.substr(m_url.prefix.size()));
       }
       cursor.assign(page.element[0]->str, page.element[0]->len);
       if (cursor == "0") break;
@@ -531,11 +567,14 @@ private:
       if (redisBufferWrite(m_context.get(), &done) != REDIS_OK) return io_failure(op, errno);
     }
     std::vector<Reply> replies;
+    t_reply_bytes = 0;
+    t_reply_limit = m_options.max_reply_bytes;
     for (size_t i = 0; i < commands.size(); ++i) {
       void* raw = nullptr;
       for (;;) {
         errno = 0;
         t_array_refused = false;
+        t_reply_refused = false;
         if (redisGetReplyFromReader(m_context.get(), &raw) != REDIS_OK)
           return io_failure(op, errno);
         if (raw != nullptr) break;
@@ -547,6 +586,13 @@ private:
         if (redisBufferRead(m_context.get()) != REDIS_OK) return io_failure(op, errno);
       }
       replies.emplace_back(static_cast<redisReply*>(raw));
+    }
+    // Anything after the replies asked for is a server out of step with its requests: each of
+    // these replies may answer an earlier request, so none is used.
+    if (m_context->reader->pos != m_context->reader->len) {
+      m_context.reset();
+      return Failure{Failure::Kind::error,
+                     where(op) + "protocol error: more replies than requests"};
     }
     return Result<std::vector<Reply>>(std::move(replies));
   }
@@ -639,6 +685,9 @@ private:
       failure.kind = Failure::Kind::timeout;
       failure.message = where(op) + timed_out + " after " +
                         std::to_string(limit.value_or(m_options.op_timeout).count()) + " ms";
+    } else if (m_context->err == REDIS_ERR_OOM && t_reply_refused) {
+      failure.message = where(op) + "protocol error: reply longer than " +
+                        std::to_string(m_options.max_reply_bytes) + " bytes";
     } else if (m_context->err == REDIS_ERR_OOM && t_array_refused) {
       failure.message = where(op) + "protocol error: reply array longer than " +
                         std::to_string(k_max_reply_elements) + " elements";

@@ -31,12 +31,14 @@ Expected<RedisUrl> parse_redis_url(const std::string& url);
 struct RedisOptions {
   // Bounds the TCP connect (not a DNS lookup of a host name: use an address where that matters).
   std::chrono::milliseconds connect_timeout{100};
-  // Bounds each operation as a whole, from sending the first byte to reading the last one (or,
-  // for list(), each SCAN page): a server that answers one byte at a time times out like one
-  // that does not answer at all.
+  // Bounds each operation as a whole, from sending the first byte to reading the last one (for
+  // list(), each SCAN page, and the whole listing to ten times this): a server that answers one
+  // byte at a time times out like one that does not answer at all.
   std::chrono::milliseconds op_timeout{1000};
-  // The most bytes one reply may hold; a longer one fails the call (a protocol error: kiln's own
-  // get() refuses larger values before sending them). 0: no limit.
+  // The most bytes one reply may hold, counted as it is read and as hiredis builds its objects
+  // (so an array of many strings counts whole), and the most bytes of names a listing keeps; past
+  // it the call fails (a protocol error: kiln's own get() refuses larger values before sending
+  // them). A reply followed by data nobody asked for fails the call too. 0: no limit.
   uint64_t max_reply_bytes = uint64_t{64} << 20;
 };
 

@@ -545,6 +545,22 @@ TEST_F(FleetLimits, ALeaseWithoutATimeToLiveIsStale) {
   EXPECT_TRUE(warnings.empty()) << join(warnings);
 }
 
+TEST_F(FleetLimits, AReplyLimitOutsideOneByteTo512MiBIsRefusedForTheDefault) {
+  for (uint64_t bytes : {uint64_t{0}, (uint64_t{512} << 20) + 1, ~uint64_t{0}}) {
+    warnings.clear();
+    Options o = options_for("m", &warnings);
+    o.remote_max_bytes = bytes;
+    auto cache = Cache::open(o);
+    ASSERT_EQ(warnings.size(), 1u) << bytes;
+    EXPECT_NE(warnings[0].find("expected 1 byte to 512 MiB; using 64 MiB"), std::string::npos);
+    auto got = cache->get_or_create(key, fields, producer_a);
+    ASSERT_TRUE(got.ok());
+  }
+  auto node = Cache::open(options_for("node", &warnings))->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->source, FetchSource::remote_hit) << "the default limit serves the entry";
+}
+
 TEST_F(FleetLimits, AnEmptyOrShortSecretTurnsTheRemoteTierOffWithAnError) {
   for (const char* secret : {"", "short"}) {
     warnings.clear();

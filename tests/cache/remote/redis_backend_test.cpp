@@ -81,7 +81,12 @@ bool readable(int fd, int timeout_ms) {
 
 // drip: a long bulk header, then one byte every 40 ms (a server, or a path, that stalls without
 // ever going silent).
-enum class Garbage { not_resp, wrong_type, truncated, huge_array, fuzz, hang_up, drip };
+// string_array: 100 strings of 20,000 bytes in one array; scan_forever: a SCAN page with an empty
+// list and cursor 1 to every request, on one connection; extra_reply: two replies to a request.
+enum class Garbage {
+  not_resp, wrong_type, truncated, huge_array, fuzz, hang_up, drip, string_array, scan_forever,
+  extra_reply
+};
 
 // A fake Redis on 127.0.0.1: on each connection it reads one request, answers with `mode`'s
 // bytes and closes its side (or, for hang_up, hangs up without answering).
@@ -112,6 +117,12 @@ private:
           std::this_thread::sleep_for(milliseconds(40));
           open = ::send(client, "x", 1, MSG_NOSIGNAL) > 0;
         }
+      } else if (asked && m_mode == Garbage::scan_forever) {
+        // Keeps the connection, answering each request with another page.
+        std::string page = garbage(rng);
+        do {
+          ::send(client, page.data(), page.size(), MSG_NOSIGNAL);
+        } while (!m_stop && readable(client, 1000) && ::read(client, buffer, sizeof(buffer)) > 0);
       } else if (asked && m_mode == Garbage::hang_up) {
         // FIN first, then RST (closing with the request unread): the client's socket moves to
         // CLOSE_WAIT, so its next write fails with EPIPE, which raises SIGPIPE.
@@ -131,9 +142,16 @@ private:
   std::string garbage(std::mt19937& rng) const {
     switch (m_mode) {
       case Garbage::not_resp: return "\x01\x02\xff not redis at all\r\n";
-      case Garbage::wrong_type: return "*1\r\n:7\r\n*1\r\n:7\r\n*1\r\n:7\r\n";  // per command
+      case Garbage::wrong_type: return "*1\r\n:7\r\n";  // every call sends one command
       case Garbage::truncated: return "$100\r\nonly a few bytes";
       case Garbage::huge_array: return "*2000000000\r\n:1\r\n";
+      case Garbage::string_array: {
+        std::string reply = "*100\r\n";
+        for (int i = 0; i < 100; ++i) reply += "$20000\r\n" + std::string(20000, 'x') + "\r\n";
+        return reply;
+      }
+      case Garbage::scan_forever: return "*2\r\n$1\r\n1\r\n*0\r\n";
+      case Garbage::extra_reply: return "+OK\r\n+OK\r\n";
       case Garbage::hang_up:
       case Garbage::drip:
       case Garbage::fuzz: break;
@@ -679,6 +697,40 @@ TEST(RedisBackendTest, AServerThatDripsBytesTimesOutWithinTheOperationTimeout) {
       << got.failure().message;
   EXPECT_GE(elapsed, milliseconds(250));
   EXPECT_LT(elapsed, milliseconds(700)) << "each byte came within the old per-read timeout";
+}
+
+TEST(RedisBackendTest, AnArrayOfStringsCountsWholeAgainstTheReplyLimit) {
+  GarbageServer server(Garbage::string_array);  // 2 MB in all, no string over 20 KB
+  RedisOptions options;
+  options.max_reply_bytes = 256 << 10;
+  auto got = backend_at(server.url(), options)->get("k");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.failure().kind, Failure::Kind::error);
+  EXPECT_NE(got.failure().message.find("reply longer than 262144 bytes"), std::string::npos)
+      << got.failure().message;
+}
+
+TEST(RedisBackendTest, AListingThatNeverEndsTimesOut) {
+  GarbageServer server(Garbage::scan_forever);
+  RedisOptions options;
+  options.op_timeout = milliseconds(100);
+  auto start = Clock::now();
+  auto listed = backend_at(server.url(), options)->list("", 1000);
+  ASSERT_FALSE(listed.ok());
+  EXPECT_EQ(listed.failure().kind, Failure::Kind::timeout);
+  EXPECT_NE(listed.failure().message.find("SCAN: listing timed out after 1000 ms"),
+            std::string::npos)
+      << listed.failure().message;
+  EXPECT_LT(since(start), milliseconds(3000));
+}
+
+TEST(RedisBackendTest, MoreRepliesThanRequestsFailTheCall) {
+  GarbageServer server(Garbage::extra_reply);
+  auto put = backend_at(server.url())->put("k", "v", 0);
+  ASSERT_FALSE(put.ok());
+  EXPECT_NE(put.failure().message.find("SET: protocol error: more replies than requests"),
+            std::string::npos)
+      << put.failure().message;
 }
 
 TEST(RedisBackendTest, AReplyLongerThanTheLimitFailsWithoutBeingHeld) {
