@@ -39,11 +39,13 @@ constexpr std::string_view k_acquire_script =
     "if redis.call('pttl', KEYS[1]) == -1 then "
     "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end return 0";
 
-// get: the value only when it is a string of at most ARGV[2] bytes (0: any) that starts with
-// ARGV[3]; its time to live reset to ARGV[1] ms (0: left). Anything else answers
-// {"kiln-refused", why, detail} and sends nothing of the value.
+// get, first round trip: the value's length when it is a string of at most ARGV[2] bytes (0: any)
+// that starts with ARGV[3], its time to live reset to ARGV[1] ms (0: left); nil when absent;
+// {"kiln-refused", why, detail} otherwise. The value itself is fetched by a second command only
+// then: returning it from Lua would copy it through the script (a 200 KB value took 250 us that
+// way against 39 us for GET).
 constexpr std::string_view k_refused = "kiln-refused";
-constexpr std::string_view k_get_script =
+constexpr std::string_view k_check_script =
     "local t = redis.call('type', KEYS[1])['ok'] "
     "if t == 'none' then return false end "
     "if t ~= 'string' then return {'kiln-refused', 'type', t} end "
@@ -54,7 +56,7 @@ constexpr std::string_view k_get_script =
     "if #want > 0 and redis.call('getrange', KEYS[1], 0, #want - 1) ~= want then "
     "return {'kiln-refused', 'prefix', n} end "
     "if tonumber(ARGV[1]) > 0 then redis.call('pexpire', KEYS[1], ARGV[1]) end "
-    "return redis.call('get', KEYS[1])";
+    "return n";
 // put with unless_prefix: keeps a string value that starts with ARGV[3] (answers 0), else sets
 // ARGV[1] with a time to live of ARGV[2] ms (0: none) and answers 1.
 constexpr std::string_view k_put_unless_script =
@@ -409,21 +411,28 @@ public:
     std::string name = m_url.prefix + key;
     std::string ttl = std::to_string(std::max<int64_t>(refresh_ttl_ms, 0));
     std::string cap = std::to_string(limits.max_bytes);
+    auto checked = call("GET", {"EVAL", k_check_script, "1", name, ttl, cap, limits.required_prefix});
+    if (!checked) return checked.failure();
+    const redisReply& check = **checked;
+    if (check.type == REDIS_REPLY_NIL) return std::optional<std::string>();
+    if (std::optional<Failure> refused = refusal("GET", check, limits)) return *refused;
+    if (check.type != REDIS_REPLY_INTEGER || check.integer < 0) return unexpected("GET", check);
+    if (check.integer == 0) return std::optional<std::string>(std::string());
+    // At most the bytes checked, within the same deadline: a value replaced meanwhile comes back
+    // cut to that length (and fails its checks) or empty (a miss), never longer.
+    std::string last = std::to_string(check.integer - 1);
     std::string captured;
     t_capture = &captured;
     t_captured = false;
-    auto reply = call("GET", {"EVAL", k_get_script, "1", name, ttl, cap, limits.required_prefix});
+    auto reply = call("GET", {"GETRANGE", name, "0", last}, Deadline::keep);
     t_capture = nullptr;
     if (m_context && t_captured) release_reader_buffer(*m_context);
     if (!reply) return reply.failure();
     const redisReply& value = **reply;
-    if (value.type == REDIS_REPLY_NIL) return std::optional<std::string>();
-    if (value.type == REDIS_REPLY_STRING && t_captured)
-      return std::optional<std::string>(std::move(captured));
-    if (value.type == REDIS_REPLY_STRING)
-      return std::optional<std::string>(std::string(value.str, value.len));
-    if (std::optional<Failure> refused = refusal("GET", value, limits)) return *refused;
-    return unexpected("GET", value);
+    if (value.type != REDIS_REPLY_STRING) return unexpected("GET", value);
+    if (value.len == 0 && !t_captured) return std::optional<std::string>();
+    if (t_captured) return std::optional<std::string>(std::move(captured));
+    return std::optional<std::string>(std::string(value.str, value.len));
   }
 
   Result<bool> put(const std::string& key, const std::string& bytes, int64_t ttl_ms,
@@ -520,17 +529,22 @@ public:
 
 private:
   // Sends `commands` as one pipeline (one round trip), connecting first when not connected.
-  Result<std::vector<Reply>> exchange(const char* op, const std::vector<Command>& commands) {
+  // Whether a call starts an operation (a deadline of its own) or goes on with the one under way.
+  enum class Deadline { start, keep };
+
+  Result<std::vector<Reply>> exchange(const char* op, const std::vector<Command>& commands,
+                                      Deadline deadline = Deadline::start) {
     SigpipeGuard guard;
-    m_deadline = Clock::now() + m_options.op_timeout;
+    if (deadline == Deadline::start) m_deadline = Clock::now() + m_options.op_timeout;
     if (m_context && peer_closed(*m_context)) m_context.reset();
     if (!m_context)
       if (std::optional<Failure> failed = connect(op)) return *failed;
     return send(op, commands);
   }
 
-  Result<Reply> call(const char* op, const Command& command) {
-    auto replies = exchange(op, {command});
+  Result<Reply> call(const char* op, const Command& command,
+                     Deadline deadline = Deadline::start) {
+    auto replies = exchange(op, {command}, deadline);
     if (!replies) return replies.failure();
     return std::move((*replies)[0]);
   }

@@ -46,11 +46,11 @@ struct RedisOptions {
 // operation after an I/O or protocol failure reconnects (once; callers decide when to retry); a
 // connection the server closed while idle is replaced before use instead of failing a call.
 // A failure is Failure::Kind::timeout when the connect or a read/write ran out of time, otherwise
-// Failure::Kind::error (refused, error reply, unexpected reply, broken protocol). get is one Lua
-// script (one round trip) that checks the value's type, length and prefix on the server and
-// sends it (refreshing its time to live) only when they pass; so a key of another type, a value
-// over ValueLimits::max_bytes or without the required prefix is Failure::Kind::refused and its
-// body never crosses the network. A put with unless_prefix is a script too. Leases need
+// Failure::Kind::error (refused, error reply, unexpected reply, broken protocol). get is two round
+// trips within one deadline: a Lua script that checks the value's type, length and prefix on the
+// server (refreshing its time to live when they pass), then GETRANGE of at most that length; so a
+// key of another type, a value over ValueLimits::max_bytes or without the required prefix is
+// Failure::Kind::refused and its body never crosses the network. A put with unless_prefix is a script too. Leases need
 // ttl_ms > 0 (Redis refuses PX 0); list answers sorted names. Not thread-safe. SIGPIPE is blocked on the calling thread
 // during I/O, so a server that vanishes mid-write cannot kill the process.
 std::unique_ptr<Backend> make_redis_backend(RedisUrl url, RedisOptions options = {});
