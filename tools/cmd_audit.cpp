@@ -89,7 +89,10 @@ int run_audit(const AuditArgs& args) {
   }
   auto capability = parse_arch(args.arch);
   if (!capability) {
-    print_error("audit: unknown arch '" + args.arch + "' (expected sm_XX, e.g. sm_90)");
+    auto parsed = compiler::parse_arch(args.arch);  // its message, where it has one
+    print_error("audit: " + (parsed ? "unknown arch '" + args.arch +
+                                          "' (expected sm_XX, e.g. sm_90)"
+                                    : parsed.error().message));
     return k_exit_usage;
   }
   auto max_bytes = parse_size(args.max_memory);

@@ -6,7 +6,8 @@
 // Exit codes: 0 when every output is within its tolerance, 1 when one is not or the run fails
 // (no GPU without --emulate, a kernel that does not compile, a deadlock, a bad address, an output
 // file that cannot be written), 2 on bad usage or input (unreadable graph, unknown arch or
-// precision, a mode the arch cannot run, a missing, malformed or mismatched --input file).
+// precision, --arch with --target cpu, a mode the arch cannot run, a missing, malformed or
+// mismatched --input file).
 #include "tools/cli.h"
 
 #include "compiler/cpu/compile.h"
@@ -62,6 +63,17 @@ int run_graph(const RunArgs& args) {
                 "' (expected highest, high, tf32x3, medium or auto)");
     return k_exit_usage;
   }
+  auto cpu = parse_cpu_target(args.target, "run");
+  if (!cpu) return k_exit_usage;
+  if (*cpu && args.emulate) {
+    print_error("run: --emulate runs CUDA kernels under emulation; --target cpu runs native ones");
+    return k_exit_usage;
+  }
+  if (*cpu && args.arch_given) {
+    print_error("run: --arch applies to CUDA targets only; --target " + args.target +
+                " runs on the CPU");
+    return k_exit_usage;
+  }
   emulation::Schedule schedule;
   if (args.schedule) {
     if (!args.emulate) {
@@ -95,12 +107,6 @@ int run_graph(const RunArgs& args) {
   Expected<reference::CheckRun> checked = Error{};
   std::vector<std::string> fallbacks;
   std::string where = "emulated";
-  auto cpu = parse_cpu_target(args.target, "run");
-  if (!cpu) return k_exit_usage;
-  if (*cpu && args.emulate) {
-    print_error("run: --emulate runs CUDA kernels under emulation; --target cpu runs native ones");
-    return k_exit_usage;
-  }
   if (args.emulate) {
     auto lowered = compiler::lower(*graph, options);
     if (!lowered) {
