@@ -1,8 +1,8 @@
 // `kiln audit FILE --precision MODE`: a mode's rounding against fp64 on seeded random inputs or
 // inputs from .npy files (--input); --save and --save-reference write both sides' outputs.
 //
-// Exit codes: 0 when the audit ran, even when an output passed its tolerance (the warnings go to
-// stderr and, with --json, into "warnings"); with --strict such a warning exits 1. Bad usage or
+// Exit codes: 0 when the audit ran, even when an output exceeded its tolerance (the warnings go
+// to stderr and, with --json, into "warnings"); with --strict such a warning exits 1. Bad usage or
 // input (unreadable graph, unknown precision or arch, a missing, malformed or mismatched --input
 // file) exits 2; a graph above --max-memory, a run out of host memory, or an output file that
 // cannot be written exits 1 (the work could not be done).
@@ -187,7 +187,8 @@ void register_audit_commands(CLI::App& app, int& exit_code) {
                   "refuse graphs needing more host memory than this (default 4G)");
   add_cache_dir_option(cmd, args->cache_dir, "accepted for uniformity; audit uses no cache");
   cmd->add_flag("--json", args->json, "print the report as JSON");
-  cmd->add_flag("--strict", args->strict, "exit 1 when an output passes its tolerance");
+  cmd->add_flag("--strict", args->strict,
+                "exit 1 when an output's error exceeds its tolerance (a warning)");
   cmd->callback([args, &exit_code] { exit_code = run_audit(*args); });
 }
 

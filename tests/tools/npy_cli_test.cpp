@@ -348,5 +348,35 @@ assert open(again, 'rb').read() == open(d + '/out/y.npy', 'rb').read(), 'bytes d
   EXPECT_EQ(std::system(("/usr/bin/python3 " + check + " " + m_dir).c_str()), 0);
 }
 
+// --strict exits 1 when an output's error exceeds its tolerance, 0 otherwise, as its help says.
+TEST_F(NpyCli, AuditStrictExits1WhenAnOutputExceedsItsTolerance) {
+  // 10001 - 10000: TF32 (`high`) rounds 10001 to 10000, so the product is 0, not 1.
+  std::string graph = write_text("cancel.kg",
+                                 "graph cancel {\n  input x: f32[1, 2]\n  input w: f32[2, 1]\n"
+                                 "  y = matmul(x, w)\n  output y\n}\n");
+  npy::Array x = filled(npy::Descr::f4, {1, 2}, 10001.0f);
+  float minus = -10000.0f;
+  std::memcpy(x.data.data() + 4, &minus, 4);
+  std::vector<std::string> args = {"audit", graph, "--input", "x=" + write_npy("x.npy", x),
+                                   "--input",
+                                   "w=" + write_npy("w.npy", filled(npy::Descr::f4, {2, 1}, 1.0f))};
+  auto audit = [&](const char* precision, bool strict) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--precision", precision});
+    if (strict) a.push_back("--strict");
+    return run_kiln(a);
+  };
+  CliResult lax = audit("high", false);
+  EXPECT_EQ(lax.exit_code, 0) << lax.err;
+  EXPECT_NE(lax.err.find("kiln audit: warning: output 'y': relative l2 error"), std::string::npos)
+      << lax.err;
+  EXPECT_EQ(audit("high", true).exit_code, 1);
+  EXPECT_EQ(audit("highest", true).exit_code, 0) << "fp32 is exact here: no warning";
+  CliResult help = run_kiln({"audit", "--help"});
+  EXPECT_NE(help.out.find("exit 1 when an output's error exceeds its tolerance"),
+            std::string::npos)
+      << help.out;
+}
+
 }  // namespace
 }  // namespace kiln::testing
