@@ -199,7 +199,15 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
   std::vector<std::optional<npy::Array>> arrays(count);
   for (size_t i = 0; i < count; ++i) {
     if (paths[i].empty()) continue;
-    auto array = npy::read_file(paths[i]);
+    // The most data a file of this input can hold, in the widest dtype read (so that a '<f8'
+    // array of the right shape is told its dtype is wrong, not its size): a bound that stops an
+    // endless stream and an oversized file before either fills memory.
+    const ir::Node& input = graph.node(graph.inputs()[i]);
+    int64_t elements = input.type.shape.elements();  // a symbolic dim at its upper bound
+    auto array = npy::read_file(paths[i], elements * npy::k_max_item_size,
+                                "--input " + input.name + ", " + ir::to_string(input.type) +
+                                    ", holds " + (input.type.shape.symbolic() ? "at most " : "") +
+                                    std::to_string(elements) + " elements");
     if (!array) {
       print_error(array.error().message);
       return std::nullopt;

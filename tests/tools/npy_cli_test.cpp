@@ -8,12 +8,15 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace kiln::testing {
 namespace {
@@ -84,7 +87,7 @@ protected:
     return path;
   }
   npy::Array read_npy(const std::string& path) {
-    auto array = npy::read_file(path);
+    auto array = npy::read_file(path, npy::k_max_elements);
     EXPECT_TRUE(array) << array.error().message;
     return array ? std::move(*array) : npy::Array{};
   }
@@ -346,6 +349,42 @@ np.save(again, out)
 assert open(again, 'rb').read() == open(d + '/out/y.npy', 'rb').read(), 'bytes differ from np.save'
 )");
   EXPECT_EQ(std::system(("/usr/bin/python3 " + check + " " + m_dir).c_str()), 0);
+}
+
+// An input from a pipe or a FIFO (process substitution, `--input x=<(cat x.npy)`, gives
+// /dev/fd/N, a pipe) reads as a file does; an endless one fails, exit 2, once it runs past the
+// data its header declares, and one past what the input can hold before its data is read.
+TEST_F(NpyCli, InputsFromPipesAndFifosReadAsFilesDo) {
+  std::string graph = write_text("small.kg", k_symbolic);
+  std::string x = npy::serialize(filled(npy::Descr::f4, {13, 32}, 0.5f));
+  CliResult piped = run_kiln({"run", graph, "--emulate", "--input", "x=/dev/stdin", "--json"}, x);
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  json report = json::parse(piped.out);
+  EXPECT_EQ(report["dims"], json({{"B", 13}}));
+  EXPECT_EQ(report["inputs"], json({{"x", "/dev/stdin"}}));
+
+  std::string fifo = m_dir + "/x.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << x; });
+  CliResult from_fifo = run_kiln({"audit", graph, "--precision", "high", "--input", "x=" + fifo});
+  writer.join();
+  EXPECT_EQ(from_fifo.exit_code, 0) << from_fifo.err;
+
+  std::signal(SIGPIPE, SIG_IGN);  // kiln stops reading stdin: the feed sees EPIPE
+  CliResult endless = run_kiln({"run", graph, "--emulate", "--input", "x=/dev/stdin"},
+                               x + std::string(1 << 20, 'y'));
+  EXPECT_EQ(endless.exit_code, 2);
+  EXPECT_EQ(endless.err,
+            "/dev/stdin: error: the stream goes on past the 1664 bytes of data its header "
+            "declares (shape (13, 32) of '<f4' needs 1664 bytes of data); is it an endless "
+            "stream?\n");
+  // 200 rows: more data than even B's largest, 20 rows, would need as '<f8' (20 * 32 * 8 bytes).
+  CliResult too_big = run_kiln({"run", graph, "--emulate", "--input", "x=/dev/stdin"},
+                               npy::serialize(filled(npy::Descr::f4, {200, 32}, 0.5f)));
+  EXPECT_EQ(too_big.exit_code, 2);
+  EXPECT_EQ(too_big.err,
+            "/dev/stdin: error: shape (200, 32) of '<f4' needs 25600 bytes of data, past the "
+            "limit of 5120 bytes (--input x, f32[B, 32], holds at most 640 elements)\n");
 }
 
 // --strict exits 1 when an output's error exceeds its tolerance, 0 otherwise, as its help says.
