@@ -4,8 +4,8 @@
 // Exit codes: 0 when the audit ran, even when an output exceeded its tolerance (the warnings go
 // to stderr and, with --json, into "warnings"); with --strict such a warning exits 1. Bad usage or
 // input (unreadable graph, unknown precision or arch, a missing, malformed or mismatched --input
-// file) exits 2; a graph above --max-memory, a run out of host memory, or an output file that
-// cannot be written exits 1 (the work could not be done).
+// file) exits 2; a graph above --max-memory, a run out of host memory, a --save directory that
+// cannot be created or an output file that cannot be written exits 1 (the work could not be done).
 #include "tools/cli.h"
 
 #include "compiler/options.h"
@@ -107,8 +107,9 @@ int run_audit(const AuditArgs& args) {
     return k_exit_usage;
   }
   // A symbolic graph is audited at the sizes --dims or the --input files give.
-  auto data = prepare_data(*parsed, args.data, args.dims, args.seed, "audit");
-  if (!data) return k_exit_usage;
+  int code = k_exit_usage;
+  auto data = prepare_data(*parsed, args.data, args.dims, args.seed, "audit", code);
+  if (!data) return code;
   const ir::Graph& graph = data->bound;
   ir::Precision precision = *requested;
   if (precision == ir::Precision::automatic)

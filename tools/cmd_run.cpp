@@ -4,10 +4,10 @@
 // and writes the outputs as .npy files (--save, --save-reference).
 //
 // Exit codes: 0 when every output is within its tolerance, 1 when one is not or the run fails
-// (no GPU without --emulate, a kernel that does not compile, a deadlock, a bad address, an output
-// file that cannot be written), 2 on bad usage or input (unreadable graph, unknown arch or
-// precision, --arch with --target cpu, a mode the arch cannot run, a missing, malformed or
-// mismatched --input file).
+// (no GPU without --emulate, a kernel that does not compile, a deadlock, a bad address, a --save
+// directory that cannot be created or an output file that cannot be written), 2 on bad usage or
+// input (unreadable graph, unknown arch or precision, --arch with --target cpu, a mode the arch
+// cannot run, a missing, malformed or mismatched --input file).
 #include "tools/cli.h"
 
 #include "compiler/cpu/compile.h"
@@ -94,8 +94,9 @@ int run_graph(const RunArgs& args) {
   }
   // A symbolic graph runs at the sizes --dims or the --input files give: `bound` is the graph
   // with them written in.
-  auto data = prepare_data(*graph, args.data, args.dims, args.seed, "run");
-  if (!data) return k_exit_usage;
+  int code = k_exit_usage;
+  auto data = prepare_data(*graph, args.data, args.dims, args.seed, "run", code);
+  if (!data) return code;
   const std::vector<int64_t>& values = data->dims;
   const ir::Graph& bound = data->bound;
   compiler::CompileOptions options;

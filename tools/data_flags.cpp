@@ -116,13 +116,25 @@ Expected<std::vector<int64_t>> dims_from_files(const ir::Graph& graph,
   return values;
 }
 
-Status prepare_directory(const std::string& dir, const char* flag, const std::string& command) {
+// Creates `dir` for `flag`; the exit code of a failure: k_exit_usage when the path names a file
+// (the flag wants a directory), k_exit_failure when the directory cannot be made (no permission,
+// a read-only or full disk), as for an output file that cannot be written.
+int prepare_directory(const std::string& dir, const char* flag, const std::string& command) {
   std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    print_error(command + ": " + flag + " " + dir + ": not a directory");
+    return k_exit_usage;
+  }
   std::filesystem::create_directories(dir, ec);
-  if (ec) return make_error(command, ": ", flag, " ", dir, ": cannot create: ", ec.message());
-  if (!std::filesystem::is_directory(dir, ec))
-    return make_error(command, ": ", flag, " ", dir, ": not a directory");
-  return Status::success();
+  if (ec) {
+    print_error(command + ": " + flag + " " + dir + ": cannot create: " + ec.message());
+    return k_exit_failure;
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    print_error(command + ": " + flag + " " + dir + ": not a directory");
+    return k_exit_usage;
+  }
+  return k_exit_ok;
 }
 
 enum class SaveAs : uint8_t {
@@ -170,7 +182,8 @@ void add_data_options(CLI::App* cmd, DataFlags& flags, const std::string& saved)
 
 std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& flags,
                                     const std::string& dims, uint64_t seed,
-                                    const std::string& command) {
+                                    const std::string& command, int& exit_code) {
+  exit_code = k_exit_usage;
   size_t count = graph.inputs().size();
   std::vector<std::string> paths(count);
   for (const std::string& flag : flags.inputs) {
@@ -259,8 +272,8 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
   for (auto [dir, flag] : {std::pair{&flags.save, "--save"},
                            std::pair{&flags.save_reference, "--save-reference"}}) {
     if (dir->empty()) continue;
-    if (Status made = prepare_directory(*dir, flag, command); !made) {
-      print_error(made.error().message);
+    if (int made = prepare_directory(*dir, flag, command); made != k_exit_ok) {
+      exit_code = made;
       return std::nullopt;
     }
   }
@@ -271,6 +284,7 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
                 "reference's files would replace the outputs'");
     return std::nullopt;
   }
+  exit_code = k_exit_ok;
   return RunData{std::move(values), std::move(*bound), std::move(inputs), std::move(paths)};
 }
 

@@ -387,6 +387,24 @@ TEST_F(NpyCli, InputsFromPipesAndFifosReadAsFilesDo) {
             "limit of 5120 bytes (--input x, f32[B, 32], holds at most 640 elements)\n");
 }
 
+// A --save directory that cannot be made is the environment's failure (exit 1, as an output
+// file that cannot be written); a --save path naming a file is bad usage (exit 2).
+TEST_F(NpyCli, ASaveDirectoryThatCannotBeMadeExits1) {
+  // Not even root may make a directory in /sys.
+  if (!std::filesystem::is_directory("/sys")) GTEST_SKIP() << "no /sys here";
+  CliResult r = run({"--save", "/sys/kiln-cli-test-save"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("kiln run: --save /sys/kiln-cli-test-save: cannot create: ", 0), 0u)
+      << r.err;
+  CliResult audit = run_kiln({"audit", m_graph, "--precision", "high", "--save-reference",
+                              "/sys/kiln-cli-test-save"});
+  EXPECT_EQ(audit.exit_code, 1) << audit.err;
+  std::string file = write_text("file.txt", "a file");
+  CliResult named_file = run({"--save", file});
+  EXPECT_EQ(named_file.exit_code, 2) << named_file.err;
+  EXPECT_EQ(named_file.err, "kiln run: --save " + file + ": not a directory\n");
+}
+
 // --strict exits 1 when an output's error exceeds its tolerance, 0 otherwise, as its help says.
 TEST_F(NpyCli, AuditStrictExits1WhenAnOutputExceedsItsTolerance) {
   // 10001 - 10000: TF32 (`high`) rounds 10001 to 10000, so the product is 0, not 1.
