@@ -18,7 +18,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -49,29 +48,6 @@ std::optional<int> parse_arch(const std::string& arch) {
   auto sm = compiler::parse_arch(arch);
   if (!sm || !compiler::arch_facts(*sm)) return std::nullopt;
   return *sm;
-}
-
-// "4G", "512M", "64K" or plain bytes; nullopt for anything else or past 2^62.
-std::optional<int64_t> parse_size(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  int64_t value = 0;
-  size_t i = 0;
-  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
-    if (value > (int64_t{1} << 50)) return std::nullopt;
-    value = value * 10 + (text[i] - '0');
-  }
-  if (i == 0) return std::nullopt;
-  if (i == text.size()) return value;
-  if (i + 1 != text.size()) return std::nullopt;
-  int shift = 0;
-  switch (std::toupper(static_cast<unsigned char>(text[i]))) {
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    default: return std::nullopt;
-  }
-  if (value > (int64_t{1} << (62 - shift))) return std::nullopt;
-  return value << shift;
 }
 
 std::string format_error(double value) {

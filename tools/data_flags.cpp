@@ -6,6 +6,7 @@
 #include "tools/cli.h"
 
 #include <bit>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -319,6 +320,28 @@ Expected<std::vector<std::string>> save_outputs(const ir::Graph& graph, const Da
   if (Status s = save(flags.save, outputs, SaveAs::dtype); !s) return s.error();
   if (Status s = save(flags.save_reference, fp64, SaveAs::fp64); !s) return s.error();
   return written;
+}
+
+std::optional<int64_t> parse_size(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  int64_t value = 0;
+  size_t i = 0;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+    if (value > (int64_t{1} << 50)) return std::nullopt;
+    value = value * 10 + (text[i] - '0');
+  }
+  if (i == 0) return std::nullopt;
+  if (i == text.size()) return value;
+  if (i + 1 != text.size()) return std::nullopt;
+  int shift = 0;
+  switch (std::toupper(static_cast<unsigned char>(text[i]))) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    default: return std::nullopt;
+  }
+  if (value > (int64_t{1} << (62 - shift))) return std::nullopt;
+  return value << shift;
 }
 
 std::string describe_dims(const ir::Graph& graph, const RunData& data) {

@@ -56,6 +56,10 @@ std::string describe_dims(const ir::Graph& graph, const RunData& data);
 void add_data_json(nlohmann::json& out, const ir::Graph& graph, const RunData& data,
                    const std::vector<std::string>& saved);
 
+// A --max-memory SIZE: "4G", "512M", "64K" or plain bytes; nullopt for anything else or past
+// 2^62.
+std::optional<int64_t> parse_size(const std::string& text);
+
 // Writes each output of `graph` as DIR/NAME.npy: `outputs` to --save in their dtypes (f32 '<f4',
 // f16 '<f2', bf16 '<u2' bits), `fp64` to --save-reference as '<f8'. Returns the paths written;
 // fails with "PATH: error: ..." when a file cannot be written.

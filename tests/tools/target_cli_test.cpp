@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
 
 namespace kiln::testing {
 namespace {
@@ -144,6 +145,32 @@ TEST_F(TargetCli, AVirtualArchIsRefusedAndSmSpellingsStillWork) {
     EXPECT_EQ(r.exit_code, 0) << spelling << ": " << r.err;
     EXPECT_EQ(r.out, sm.out) << spelling;
   }
+}
+
+// run --max-memory refuses, exit 2 and before compiling or allocating anything, a run whose
+// estimated host memory is above it, naming both; at the estimate itself it runs.
+TEST_F(TargetCli, RunMaxMemoryRefusesARunEstimatedAboveIt) {
+  CliResult refused = run_kiln({"run", k_mlp, "--target", "cpu", "--precision", "highest",
+                                "--max-memory", "64M"}, {}, env());
+  EXPECT_EQ(refused.exit_code, 2);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(refused.err, m,
+                               std::regex("kiln run: graph 'mlp' needs about ([0-9]+) bytes of "
+                                          "host memory, above --max-memory 64M \\(67108864 "
+                                          "bytes\\)\n")))
+      << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "refused before compiling";
+  // mlp's inputs (4,820,736 floats) as doubles twice, drawn and the reference's own copy, are
+  // already more than 64M.
+  int64_t needs = std::stoll(m[1].str());
+  EXPECT_GT(needs, int64_t{2} * 4820736 * 8);
+  CliResult at_estimate = run_kiln({"run", k_mlp, "--target", "cpu", "--precision", "highest",
+                                    "--max-memory", std::to_string(needs)}, {}, env());
+  EXPECT_EQ(at_estimate.exit_code, 0) << at_estimate.err;
+  CliResult bad = run_kiln({"run", k_mlp, "--target", "cpu", "--max-memory", "lots"}, {}, env());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err,
+            "kiln run: --max-memory 'lots' is not a size (bytes, or a number with K, M or G)\n");
 }
 
 }  // namespace
