@@ -18,7 +18,16 @@ const std::vector<int>& known_archs() {
 
 Expected<int> parse_arch(std::string_view text) {
   std::string_view digits = text;
-  for (std::string_view prefix : {"sm_", "sm", "compute_"}) {
+  // compute_XX names a virtual arch (PTX for a family); kiln builds code for one real sm_XX, so
+  // reading one as the other would build something other than what was asked for.
+  if (text.substr(0, 8) == "compute_") {
+    std::string_view rest = text.substr(8);
+    bool number = !rest.empty() && rest.find_first_not_of("0123456789") == std::string_view::npos;
+    return make_error("arch '", std::string(text), "' is a virtual arch (compute_XX, PTX only); "
+                      "kiln compiles for a real arch: give ",
+                      number ? "sm_" + std::string(rest) : std::string("sm_XX, e.g. sm_90"));
+  }
+  for (std::string_view prefix : {"sm_", "sm"}) {
     if (digits.substr(0, prefix.size()) == prefix) {
       digits.remove_prefix(prefix.size());
       break;

@@ -52,7 +52,8 @@ struct CompileOptions {
 // The architectures kiln knows when no NVRTC is loaded (CUDA 13's list).
 const std::vector<int>& known_archs();
 
-// Parses "sm_90" (also "90", "sm90", "compute_90") into 90; the error names the text.
+// Parses "sm_90" (also "90", "sm90") into 90; the error names the text. A virtual arch
+// ("compute_90") is refused with a message that names the sm_XX to give instead.
 Expected<int> parse_arch(std::string_view text);
 
 // "sm_90".

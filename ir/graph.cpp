@@ -473,6 +473,33 @@ Expected<NodeId> Builder::add_layer_norm(NodeId x, NodeId weight, NodeId bias, d
   return push(std::move(node));
 }
 
+namespace {
+
+// A reshape's target shape as written: a symbolic dim by its name (its dims entry holds only the
+// symbol's upper bound, which is not its size), -1 where a dim is to be inferred.
+std::string written_shape(const std::vector<int64_t>& dims, const std::vector<SymbolicDim>& symbols,
+                          const std::vector<Symbol>& declared) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) out += ", ";
+    int32_t s = i < symbols.size() ? symbols[i].index : -1;
+    out += s >= 0 && static_cast<size_t>(s) < declared.size()
+               ? declared[static_cast<size_t>(s)].name
+               : std::to_string(dims[i]);
+  }
+  return out + "]";
+}
+
+// "96", or "B * S * 96" when symbolic dims multiply the `fixed` elements.
+std::string element_count(int64_t fixed, const std::vector<int32_t>& symbols,
+                          const std::vector<Symbol>& declared) {
+  std::string out;
+  for (int32_t s : symbols) out += declared[static_cast<size_t>(s)].name + " * ";
+  return out + std::to_string(fixed);
+}
+
+}  // namespace
+
 Expected<NodeId> Builder::add_reshape(NodeId x, std::vector<int64_t> dims,
                                       std::vector<SymbolicDim> symbols, std::string name) {
   if (Status s = check_operand(x); !s) return s.error();
@@ -511,8 +538,8 @@ Expected<NodeId> Builder::add_reshape(NodeId x, std::vector<int64_t> dims,
                         "; a dimension is at least 1 (or -1, inferred)");
     }
     if (to_count > k_max_elements / dims[i]) {
-      return make_error("reshape to ", to_string_unchecked(dims), " holds more than 2^31 - 1 "
-                        "elements");
+      return make_error("reshape to ", written_shape(dims, symbols, m_symbols),
+                        " holds more than 2^31 - 1 elements");
     }
     to_count *= dims[i];
   }
@@ -533,10 +560,10 @@ Expected<NodeId> Builder::add_reshape(NodeId x, std::vector<int64_t> dims,
     to_count = from_count;
   }
   if (to_count != from_count) {
-    std::vector<int64_t> shown = dims;
-    return make_error("reshape of ", describe(nx), " to ", to_string_unchecked(shown),
-                      " changes the element count (", std::to_string(from_count), " to ",
-                      std::to_string(to_count), ")");
+    return make_error("reshape of ", describe(nx), " to ", written_shape(dims, symbols, m_symbols),
+                      " changes the element count (",
+                      element_count(from_count, from_symbols, m_symbols), " to ",
+                      element_count(to_count, to_symbols, m_symbols), ")");
   }
   for (SymbolicDim& s : symbols)
     if (s.index >= 0) s.name = m_symbols[static_cast<size_t>(s.index)].name;

@@ -251,14 +251,19 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return text + (shape.size() == 1 ? ",)" : ")");
 }
 
-Expected<Header> parse_header(std::string_view prefix, int64_t file_size) {
-  assert(static_cast<int64_t>(prefix.size()) <= file_size);
+namespace {
+
+// The magic, the version and the header's length: where the data starts. `file_size` is the
+// file's size, or k_unknown_size for a stream not yet read to its end (nothing is then past it).
+constexpr int64_t k_unknown_size = -1;
+
+Expected<int64_t> parse_preamble(std::string_view prefix, int64_t file_size) {
+  int64_t known = file_size == k_unknown_size ? static_cast<int64_t>(prefix.size()) : file_size;
   std::string_view magic = prefix.substr(0, k_magic.size());
   if (magic != k_magic.substr(0, magic.size()))
     return make_error("not a .npy file (it does not start with the magic \\x93NUMPY)");
   if (prefix.size() < 8)
-    return make_error("truncated: ", std::to_string(file_size),
-                      " bytes end before the format version");
+    return make_error("truncated: ", std::to_string(known), " bytes end before the format version");
   auto major = static_cast<unsigned char>(prefix[6]);
   auto minor = static_cast<unsigned char>(prefix[7]);
   if (minor != 0 || major < 1 || major > 3)
@@ -266,18 +271,23 @@ Expected<Header> parse_header(std::string_view prefix, int64_t file_size) {
                       std::to_string(minor), " (1.0, 2.0 and 3.0 are read)");
   size_t length_bytes = major == 1 ? 2 : 4;
   if (prefix.size() < 8 + length_bytes)
-    return make_error("truncated: ", std::to_string(file_size),
-                      " bytes end before the header length");
+    return make_error("truncated: ", std::to_string(known), " bytes end before the header length");
   int64_t header_bytes = little_endian(prefix.substr(8, length_bytes));
   int64_t offset = static_cast<int64_t>(8 + length_bytes) + header_bytes;
-  if (offset > file_size)
+  if (file_size != k_unknown_size && offset > file_size)
     return make_error("header length ", std::to_string(header_bytes),
                       " runs past the end of the file (", std::to_string(file_size), " bytes)");
   if (header_bytes > k_max_header_bytes)
     return make_error("header length ", std::to_string(header_bytes), " is past the limit of ",
                       std::to_string(k_max_header_bytes), " bytes");
+  return offset;
+}
+
+// The header dict ending at `offset` (prefix holds it): descr, shape and the data's size.
+Expected<Header> parse_dict(std::string_view prefix, int64_t offset) {
+  size_t start = static_cast<unsigned char>(prefix[6]) == 1 ? 10 : 12;
   assert(offset <= static_cast<int64_t>(prefix.size()) && "the prefix must hold the header");
-  std::string_view text = prefix.substr(8 + length_bytes, static_cast<size_t>(header_bytes));
+  std::string_view text = prefix.substr(start, static_cast<size_t>(offset) - start);
   for (size_t i = 0; i < text.size(); ++i) {
     auto c = static_cast<unsigned char>(text[i]);
     if (c >= 0x80) {
@@ -303,10 +313,31 @@ Expected<Header> parse_header(std::string_view prefix, int64_t file_size) {
     elements *= d;
   }
   header->data_bytes = elements * item_size(header->descr);
-  int64_t held = file_size - offset;
-  std::string what = "shape " + shape_string(header->shape) + " of " +
-                     quoted(to_string(header->descr)) + " needs " +
-                     std::to_string(header->data_bytes) + " bytes of data";
+  return header;
+}
+
+// "shape (2, 3) of '<f4' needs 24 bytes of data".
+std::string data_needs(const Header& header) {
+  return "shape " + shape_string(header.shape) + " of " + quoted(to_string(header.descr)) +
+         " needs " + std::to_string(header.data_bytes) + " bytes of data";
+}
+
+Status check_limit(const Header& header, int64_t max_data_bytes, std::string_view why) {
+  if (header.data_bytes <= max_data_bytes) return Status::success();
+  return make_error(data_needs(header), ", past the limit of ", std::to_string(max_data_bytes),
+                    " bytes", why.empty() ? "" : " (" + std::string(why) + ")");
+}
+
+}  // namespace
+
+Expected<Header> parse_header(std::string_view prefix, int64_t file_size) {
+  assert(static_cast<int64_t>(prefix.size()) <= file_size);
+  auto offset = parse_preamble(prefix, file_size);
+  if (!offset) return offset.error();
+  auto header = parse_dict(prefix, *offset);
+  if (!header) return header.error();
+  int64_t held = file_size - *offset;
+  std::string what = data_needs(*header);
   if (held < header->data_bytes)
     return make_error("data too short: ", what, ", the file holds ", std::to_string(held));
   if (held > header->data_bytes)
@@ -326,7 +357,65 @@ Expected<Array> parse(std::string_view bytes) {
   return array;
 }
 
-Expected<Array> read_file(const std::string& path) {
+namespace {
+
+// A pipe, FIFO, character device or socket: read as it comes, never past what its header
+// declares (nor past `max_data_bytes` of data), so that an endless stream fails once it has run
+// past the array it announced.
+Expected<Array> read_stream(std::FILE* file, int64_t max_data_bytes, std::string_view why) {
+  // Reads into `out` until it holds `want` bytes or the stream ends; false when a read fails.
+  bool ended = false;
+  auto fill = [&](auto& out, int64_t want) {
+    constexpr int64_t k_chunk = 65536;
+    while (!ended && static_cast<int64_t>(out.size()) < want) {
+      size_t have = out.size();
+      auto ask = static_cast<size_t>(std::min(k_chunk, want - static_cast<int64_t>(have)));
+      out.resize(have + ask);  // grown as the data comes, never to what a header merely claims
+      size_t got = std::fread(out.data() + have, 1, ask, file);
+      out.resize(have + got);
+      if (got < ask) {
+        if (std::ferror(file)) return false;
+        ended = true;
+      }
+    }
+    return true;
+  };
+  auto read_failed = [] { return make_error("cannot read: ", std::strerror(errno)); };
+
+  // The header. A stream that ends before its header does is a whole file of that size: parse()
+  // says what it lacks.
+  std::string head;
+  if (!fill(head, 12)) return read_failed();
+  if (ended) return parse(head);
+  auto offset = parse_preamble(head, k_unknown_size);
+  if (!offset) return offset.error();
+  if (!fill(head, *offset)) return read_failed();
+  if (ended) return parse(head);
+  auto header = parse_dict(head, *offset);
+  if (!header) return header.error();
+  if (Status s = check_limit(*header, max_data_bytes, why); !s) return s.error();
+  // The header may have been read with the data's first bytes: they start the data.
+  Array array;
+  array.descr = header->descr;
+  array.shape = header->shape;
+  array.data.assign(head.begin() + *offset, head.end());
+  // One byte more than the data: does the stream end there?
+  if (!fill(array.data, header->data_bytes + 1)) return read_failed();
+  auto held = static_cast<int64_t>(array.data.size());
+  if (held < header->data_bytes)
+    return make_error("data too short: ", data_needs(*header), ", the stream holds ",
+                      std::to_string(held));
+  if (held > header->data_bytes)
+    return make_error("the stream goes on past the ", std::to_string(header->data_bytes),
+                      " bytes of data its header declares (", data_needs(*header),
+                      "); is it an endless stream?");
+  return array;
+}
+
+}  // namespace
+
+Expected<Array> read_file(const std::string& path, int64_t max_data_bytes,
+                          std::string_view limit_why) {
   auto failure = [&](const std::string& what) { return make_error(path, ": error: ", what); };
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (!file) return failure(std::string("cannot read: ") + std::strerror(errno));
@@ -337,7 +426,12 @@ Expected<Array> read_file(const std::string& path) {
   struct stat info {};
   if (fstat(fileno(file), &info) != 0)
     return failure(std::string("cannot read: ") + std::strerror(errno));
-  if (!S_ISREG(info.st_mode)) return failure("not a regular file");
+  if (S_ISDIR(info.st_mode)) return failure("not a regular file");
+  if (!S_ISREG(info.st_mode)) {
+    auto array = read_stream(file, max_data_bytes, limit_why);
+    if (!array) return failure(array.error().message);
+    return array;
+  }
   auto file_size = static_cast<int64_t>(info.st_size);
 
   // Enough for the longest header accepted; the data's size is then known and checked.
@@ -347,6 +441,8 @@ Expected<Array> read_file(const std::string& path) {
     return failure("cannot read: the file changed or a read failed");
   auto header = parse_header(prefix, file_size);
   if (!header) return failure(header.error().message);
+  if (Status s = check_limit(*header, max_data_bytes, limit_why); !s)
+    return failure(s.error().message);
 
   Array array;
   array.descr = header->descr;

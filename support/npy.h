@@ -13,7 +13,7 @@
 // - shape a tuple of 1 to k_max_rank non-negative ints (a 1-tuple needs its comma, as in Python);
 // - exactly elements * item size bytes of data after the header.
 // The element count is checked for overflow, and against the file's size before any buffer of
-// that size is allocated.
+// that size is allocated (a stream's buffer grows only as its data arrives).
 #pragma once
 
 #include "support/expected.h"
@@ -43,6 +43,8 @@ inline constexpr int k_max_rank = 4;
 inline constexpr int64_t k_max_header_bytes = 10000;
 // No shape may hold more elements than this: item size times it stays far below 2^63.
 inline constexpr int64_t k_max_elements = int64_t{1} << 56;
+// The largest item size read ('<f8').
+inline constexpr int64_t k_max_item_size = 8;
 
 struct Array {
   Descr descr = Descr::f4;
@@ -72,9 +74,19 @@ Expected<Header> parse_header(std::string_view prefix, int64_t file_size);
 // A whole .npy file held in memory; errors as parse_header's.
 Expected<Array> parse(std::string_view bytes);
 
-// Reads a .npy file; the header is checked against the file's size before the data is read.
-// Errors are "PATH: error: ..." (missing or unreadable file, or anything parse_header refuses).
-Expected<Array> read_file(const std::string& path);
+// Reads a .npy file holding at most `max_data_bytes` bytes of data. A regular file's header is
+// checked against its size before the data is read. Anything else but a directory (a pipe, a
+// FIFO, process substitution's /dev/fd/N, a character device) is read as a stream, as far as its
+// header says and one byte more: garbage fails at its first bytes, and a stream that goes on past
+// the data its header declares fails there instead of being read to its end. Errors are
+// "PATH: error: ..." (missing or unreadable file, anything parse_header refuses, data past
+// `max_data_bytes`: "shape (4096, 32) of '<f4' needs 524288 bytes of data, past the limit of
+// 1024 bytes (LIMIT_WHY)"). Opening a FIFO waits for a writer, as reading one always does. The
+// default limit is the format's own; a caller that reads streams it does not trust (a header
+// may claim any size) gives the most it can use.
+Expected<Array> read_file(const std::string& path,
+                          int64_t max_data_bytes = k_max_elements * k_max_item_size,
+                          std::string_view limit_why = {});
 
 // The bytes numpy.save writes for `array` (version 1.0, header padded with spaces to a multiple
 // of 64 bytes). `array.data` must hold elements() * item size bytes (asserted).

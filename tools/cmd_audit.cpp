@@ -1,11 +1,11 @@
 // `kiln audit FILE --precision MODE`: a mode's rounding against fp64 on seeded random inputs or
 // inputs from .npy files (--input); --save and --save-reference write both sides' outputs.
 //
-// Exit codes: 0 when the audit ran, even when an output passed its tolerance (the warnings go to
-// stderr and, with --json, into "warnings"); with --strict such a warning exits 1. Bad usage or
+// Exit codes: 0 when the audit ran, even when an output exceeded its tolerance (the warnings go
+// to stderr and, with --json, into "warnings"); with --strict such a warning exits 1. Bad usage or
 // input (unreadable graph, unknown precision or arch, a missing, malformed or mismatched --input
-// file) exits 2; a graph above --max-memory, a run out of host memory, or an output file that
-// cannot be written exits 1 (the work could not be done).
+// file) exits 2; a graph above --max-memory, a run out of host memory, a --save directory that
+// cannot be created or an output file that cannot be written exits 1 (the work could not be done).
 #include "tools/cli.h"
 
 #include "compiler/options.h"
@@ -18,7 +18,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -51,29 +50,6 @@ std::optional<int> parse_arch(const std::string& arch) {
   return *sm;
 }
 
-// "4G", "512M", "64K" or plain bytes; nullopt for anything else or past 2^62.
-std::optional<int64_t> parse_size(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  int64_t value = 0;
-  size_t i = 0;
-  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
-    if (value > (int64_t{1} << 50)) return std::nullopt;
-    value = value * 10 + (text[i] - '0');
-  }
-  if (i == 0) return std::nullopt;
-  if (i == text.size()) return value;
-  if (i + 1 != text.size()) return std::nullopt;
-  int shift = 0;
-  switch (std::toupper(static_cast<unsigned char>(text[i]))) {
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    default: return std::nullopt;
-  }
-  if (value > (int64_t{1} << (62 - shift))) return std::nullopt;
-  return value << shift;
-}
-
 std::string format_error(double value) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.3e", value);
@@ -89,7 +65,10 @@ int run_audit(const AuditArgs& args) {
   }
   auto capability = parse_arch(args.arch);
   if (!capability) {
-    print_error("audit: unknown arch '" + args.arch + "' (expected sm_XX, e.g. sm_90)");
+    auto parsed = compiler::parse_arch(args.arch);  // its message, where it has one
+    print_error("audit: " + (parsed ? "unknown arch '" + args.arch +
+                                          "' (expected sm_XX, e.g. sm_90)"
+                                    : parsed.error().message));
     return k_exit_usage;
   }
   auto max_bytes = parse_size(args.max_memory);
@@ -104,8 +83,9 @@ int run_audit(const AuditArgs& args) {
     return k_exit_usage;
   }
   // A symbolic graph is audited at the sizes --dims or the --input files give.
-  auto data = prepare_data(*parsed, args.data, args.dims, args.seed, "audit");
-  if (!data) return k_exit_usage;
+  int code = k_exit_usage;
+  auto data = prepare_data(*parsed, args.data, args.dims, args.seed, "audit", code);
+  if (!data) return code;
   const ir::Graph& graph = data->bound;
   ir::Precision precision = *requested;
   if (precision == ir::Precision::automatic)
@@ -184,7 +164,8 @@ void register_audit_commands(CLI::App& app, int& exit_code) {
                   "refuse graphs needing more host memory than this (default 4G)");
   add_cache_dir_option(cmd, args->cache_dir, "accepted for uniformity; audit uses no cache");
   cmd->add_flag("--json", args->json, "print the report as JSON");
-  cmd->add_flag("--strict", args->strict, "exit 1 when an output passes its tolerance");
+  cmd->add_flag("--strict", args->strict,
+                "exit 1 when an output's error exceeds its tolerance (a warning)");
   cmd->callback([args, &exit_code] { exit_code = run_audit(*args); });
 }
 

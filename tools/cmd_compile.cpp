@@ -42,7 +42,14 @@ struct CompileArgs {
   std::string dims;  // --dims, for symbolic graphs
   std::string target = "cuda";  // --target cuda|cpu|cpu:NAME
   bool llvm = false;            // emit --llvm: the CPU target's LLVM IR
+  bool yes = false;             // compile --yes: start more than k_compiles_without_yes
 };
+
+// Above this many compiles (each file's --dims buckets, summed), `compile` wants --yes before it
+// starts. One dim has at most 32 buckets (1..2^31-1), so NAME=all over one dim never needs it;
+// 'all' multiplies across dims (two dims of 1..4096: 13 x 13 = 169; three of 1..2^31-1: 32,768,
+// hours of NVRTC), and such a product is asked about first.
+constexpr size_t k_compiles_without_yes = 64;
 
 // Parses `file` once per process: `--dims` needs the graph before the compile does, and "-"
 // (stdin) can be read only once.
@@ -362,20 +369,41 @@ int run_compile(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
   std::unique_ptr<cache::Cache> cache;
-  if (!args.no_cache) {
-    cache::Options cache_options;
-    cache_options.dir = args.cache_dir;
-    cache_options.remote = args.remote;
-    cache = cache::Cache::open(std::move(cache_options));
-  }
   int worst = k_exit_ok;
+  // Every file's buckets first: how many compiles --dims asks for is said before any starts.
+  std::vector<std::pair<std::string, std::vector<std::vector<compiler::DimRange>>>> work;
+  size_t total = 0;
   for (const std::string& file : args.files) {
     auto buckets = buckets_from(args, file);
     if (!buckets) {
       worst = k_exit_usage;
       continue;
     }
-    for (const auto& bucket : *buckets) {
+    total += buckets->size();
+    work.emplace_back(file, std::move(*buckets));
+  }
+  if (total > work.size()) {  // some NAME=all
+    std::string each;
+    for (const auto& [file, buckets] : work)
+      each += (each.empty() ? "" : ", ") + file + ": " + std::to_string(buckets.size()) +
+              (buckets.size() == 1 ? " bucket" : " buckets");
+    std::string count = "--dims " + args.dims + " asks for " + std::to_string(total) +
+                        " compiles (" + each + ")";
+    if (total > k_compiles_without_yes && !args.yes) {
+      print_error("kiln: " + count + "; pass --yes to start more than " +
+                  std::to_string(k_compiles_without_yes));
+      return k_exit_usage;
+    }
+    print_warning("kiln: note: " + count);
+  }
+  if (!args.no_cache) {
+    cache::Options cache_options;
+    cache_options.dir = args.cache_dir;
+    cache_options.remote = args.remote;
+    cache = cache::Cache::open(std::move(cache_options));
+  }
+  for (const auto& [file, buckets] : work) {
+    for (const auto& bucket : buckets) {
       compiler::CompileOptions bucket_options = *options;
       bucket_options.bucket = bucket;
       int code = compile_one(file, bucket_options, args.json, cache.get());
@@ -515,6 +543,9 @@ void register_compile_commands(CLI::App& app, int& exit_code) {
   compile->add_option("FILE", args->files, "graph files (.kg)")->required();
   add_target_options(compile, *args);
   compile->add_flag("--no-cache", args->no_cache, "do not use the kernel cache");
+  compile->add_flag("--yes", args->yes,
+                    "start even when --dims asks for more than " +
+                        std::to_string(k_compiles_without_yes) + " compiles");
   compile->add_flag("--json", args->json, "print one JSON object per graph");
   add_cache_dir_option(compile, args->cache_dir, "cache directory");
   add_remote_option(compile, args->remote);

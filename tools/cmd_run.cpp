@@ -4,9 +4,10 @@
 // and writes the outputs as .npy files (--save, --save-reference).
 //
 // Exit codes: 0 when every output is within its tolerance, 1 when one is not or the run fails
-// (no GPU without --emulate, a kernel that does not compile, a deadlock, a bad address, an output
-// file that cannot be written), 2 on bad usage or input (unreadable graph, unknown arch or
-// precision, a mode the arch cannot run, a missing, malformed or mismatched --input file).
+// (no GPU without --emulate, a kernel that does not compile, a deadlock, a bad address, a --save
+// directory that cannot be created or an output file that cannot be written), 2 on bad usage or
+// input (unreadable graph, unknown arch or precision, --arch with --target cpu, a mode the arch
+// cannot run, a missing, malformed or mismatched --input file, a run above --max-memory).
 #include "tools/cli.h"
 
 #include "compiler/cpu/compile.h"
@@ -17,6 +18,7 @@
 #include "kiln/kiln.h"
 #include "reference/check.h"
 #include "tools/data_flags.h"
+#include "tools/run_memory.h"
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +44,7 @@ struct RunArgs {
   DataFlags data;    // --input, --save, --save-reference
   std::optional<std::string> schedule;  // --schedule SEED|kind|adversarial (with --emulate)
   std::string target = "cuda";  // --target cuda|cpu|cpu:NAME
+  std::optional<std::string> max_memory;  // --max-memory SIZE: refuse a run estimated above it
 };
 
 std::string format_error(double value) {
@@ -60,6 +63,26 @@ int run_graph(const RunArgs& args) {
   if (!precision) {
     print_error("run: unknown precision '" + args.precision +
                 "' (expected highest, high, tf32x3, medium or auto)");
+    return k_exit_usage;
+  }
+  std::optional<int64_t> max_bytes;
+  if (args.max_memory) {
+    max_bytes = parse_size(*args.max_memory);
+    if (!max_bytes) {
+      print_error("run: --max-memory '" + *args.max_memory +
+                  "' is not a size (bytes, or a number with K, M or G)");
+      return k_exit_usage;
+    }
+  }
+  auto cpu = parse_cpu_target(args.target, "run");
+  if (!cpu) return k_exit_usage;
+  if (*cpu && args.emulate) {
+    print_error("run: --emulate runs CUDA kernels under emulation; --target cpu runs native ones");
+    return k_exit_usage;
+  }
+  if (*cpu && args.arch_given) {
+    print_error("run: --arch applies to CUDA targets only; --target " + args.target +
+                " runs on the CPU");
     return k_exit_usage;
   }
   emulation::Schedule schedule;
@@ -82,8 +105,9 @@ int run_graph(const RunArgs& args) {
   }
   // A symbolic graph runs at the sizes --dims or the --input files give: `bound` is the graph
   // with them written in.
-  auto data = prepare_data(*graph, args.data, args.dims, args.seed, "run");
-  if (!data) return k_exit_usage;
+  int code = k_exit_usage;
+  auto data = prepare_data(*graph, args.data, args.dims, args.seed, "run", code);
+  if (!data) return code;
   const std::vector<int64_t>& values = data->dims;
   const ir::Graph& bound = data->bound;
   compiler::CompileOptions options;
@@ -92,15 +116,26 @@ int run_graph(const RunArgs& args) {
   apply_fallback_flags(args.fallback, options);
   for (size_t i = 0; i < values.size(); ++i)
     options.bucket.push_back(compiler::bucket_of(values[i], graph->symbols()[i]));
+  if (max_bytes) {
+    // Before anything of the run is allocated (the --input files aside) or compiled.
+    int64_t read = 0;
+    for (const auto& given : data->inputs.given)
+      if (given) read += static_cast<int64_t>(given->values.size() * sizeof(double));
+    // On a GPU the temporaries are device memory.
+    bool on_cpu = cpu->has_value();
+    int64_t temporaries = args.emulate || on_cpu ? host_temporary_bytes(bound, options, on_cpu) : 0;
+    int64_t needs = run_host_bytes(bound, read, temporaries);
+    if (needs > *max_bytes) {
+      print_error("run: graph '" + bound.name() + "'" + describe_dims(*graph, *data) +
+                  " needs about " + std::to_string(needs) + " bytes of host memory, above " +
+                  "--max-memory " + *args.max_memory + " (" + std::to_string(*max_bytes) +
+                  " bytes)");
+      return k_exit_usage;
+    }
+  }
   Expected<reference::CheckRun> checked = Error{};
   std::vector<std::string> fallbacks;
   std::string where = "emulated";
-  auto cpu = parse_cpu_target(args.target, "run");
-  if (!cpu) return k_exit_usage;
-  if (*cpu && args.emulate) {
-    print_error("run: --emulate runs CUDA kernels under emulation; --target cpu runs native ones");
-    return k_exit_usage;
-  }
   if (args.emulate) {
     auto lowered = compiler::lower(*graph, options);
     if (!lowered) {
@@ -252,6 +287,10 @@ void register_run_commands(CLI::App& app, int& exit_code) {
   add_data_options(cmd, args->data, "the outputs, in their dtypes (bf16 as '<u2' bits),");
   add_fallback_options(cmd, args->fallback,
                        "run a mode the arch lacks on the best available path instead of refusing");
+  cmd->add_option("--max-memory", args->max_memory,
+                  "refuse, before allocating, a run whose host memory (the fp64 reference and "
+                  "the kernels' buffers) is estimated above SIZE, e.g. 4G (default: no limit)")
+      ->type_name("SIZE");
   add_cache_dir_option(cmd, args->cache_dir,
                        "cache directory for the GPU or CPU run (emulation uses none)");
   add_remote_option(cmd, args->remote);

@@ -6,6 +6,7 @@
 #include "tools/cli.h"
 
 #include <bit>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -116,13 +117,25 @@ Expected<std::vector<int64_t>> dims_from_files(const ir::Graph& graph,
   return values;
 }
 
-Status prepare_directory(const std::string& dir, const char* flag, const std::string& command) {
+// Creates `dir` for `flag`; the exit code of a failure: k_exit_usage when the path names a file
+// (the flag wants a directory), k_exit_failure when the directory cannot be made (no permission,
+// a read-only or full disk), as for an output file that cannot be written.
+int prepare_directory(const std::string& dir, const char* flag, const std::string& command) {
   std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    print_error(command + ": " + flag + " " + dir + ": not a directory");
+    return k_exit_usage;
+  }
   std::filesystem::create_directories(dir, ec);
-  if (ec) return make_error(command, ": ", flag, " ", dir, ": cannot create: ", ec.message());
-  if (!std::filesystem::is_directory(dir, ec))
-    return make_error(command, ": ", flag, " ", dir, ": not a directory");
-  return Status::success();
+  if (ec) {
+    print_error(command + ": " + flag + " " + dir + ": cannot create: " + ec.message());
+    return k_exit_failure;
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    print_error(command + ": " + flag + " " + dir + ": not a directory");
+    return k_exit_usage;
+  }
+  return k_exit_ok;
 }
 
 enum class SaveAs : uint8_t {
@@ -170,7 +183,8 @@ void add_data_options(CLI::App* cmd, DataFlags& flags, const std::string& saved)
 
 std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& flags,
                                     const std::string& dims, uint64_t seed,
-                                    const std::string& command) {
+                                    const std::string& command, int& exit_code) {
+  exit_code = k_exit_usage;
   size_t count = graph.inputs().size();
   std::vector<std::string> paths(count);
   for (const std::string& flag : flags.inputs) {
@@ -199,7 +213,15 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
   std::vector<std::optional<npy::Array>> arrays(count);
   for (size_t i = 0; i < count; ++i) {
     if (paths[i].empty()) continue;
-    auto array = npy::read_file(paths[i]);
+    // The most data a file of this input can hold, in the widest dtype read (so that a '<f8'
+    // array of the right shape is told its dtype is wrong, not its size): a bound that stops an
+    // endless stream and an oversized file before either fills memory.
+    const ir::Node& input = graph.node(graph.inputs()[i]);
+    int64_t elements = input.type.shape.elements();  // a symbolic dim at its upper bound
+    auto array = npy::read_file(paths[i], elements * npy::k_max_item_size,
+                                "--input " + input.name + ", " + ir::to_string(input.type) +
+                                    ", holds " + (input.type.shape.symbolic() ? "at most " : "") +
+                                    std::to_string(elements) + " elements");
     if (!array) {
       print_error(array.error().message);
       return std::nullopt;
@@ -251,8 +273,8 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
   for (auto [dir, flag] : {std::pair{&flags.save, "--save"},
                            std::pair{&flags.save_reference, "--save-reference"}}) {
     if (dir->empty()) continue;
-    if (Status made = prepare_directory(*dir, flag, command); !made) {
-      print_error(made.error().message);
+    if (int made = prepare_directory(*dir, flag, command); made != k_exit_ok) {
+      exit_code = made;
       return std::nullopt;
     }
   }
@@ -263,6 +285,7 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
                 "reference's files would replace the outputs'");
     return std::nullopt;
   }
+  exit_code = k_exit_ok;
   return RunData{std::move(values), std::move(*bound), std::move(inputs), std::move(paths)};
 }
 
@@ -297,6 +320,28 @@ Expected<std::vector<std::string>> save_outputs(const ir::Graph& graph, const Da
   if (Status s = save(flags.save, outputs, SaveAs::dtype); !s) return s.error();
   if (Status s = save(flags.save_reference, fp64, SaveAs::fp64); !s) return s.error();
   return written;
+}
+
+std::optional<int64_t> parse_size(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  int64_t value = 0;
+  size_t i = 0;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+    if (value > (int64_t{1} << 50)) return std::nullopt;
+    value = value * 10 + (text[i] - '0');
+  }
+  if (i == 0) return std::nullopt;
+  if (i == text.size()) return value;
+  if (i + 1 != text.size()) return std::nullopt;
+  int shift = 0;
+  switch (std::toupper(static_cast<unsigned char>(text[i]))) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    default: return std::nullopt;
+  }
+  if (value > (int64_t{1} << (62 - shift))) return std::nullopt;
+  return value << shift;
 }
 
 std::string describe_dims(const ir::Graph& graph, const RunData& data) {

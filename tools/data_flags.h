@@ -36,13 +36,16 @@ struct RunData {
 
 // Reads the --input files, checks each against its graph input (dtype, rank, sizes) and settles
 // the dims of a symbolic graph: --dims when given (the files must agree with it), else the sizes
-// the files give; creates the --save directories. On a usage error (a malformed flag, an input
-// unknown or given twice, a missing, unreadable or malformed file, a wrong dtype or shape, a dim
-// no file gives, a directory that cannot be created) prints "<command>: ..." or
-// "PATH: error: ..." and returns nullopt.
+// the files give; creates the --save directories. On failure prints "<command>: ..." or
+// "PATH: error: ..." and returns nullopt with `exit_code` set: k_exit_usage for bad usage or
+// input (a malformed flag, an input unknown or given twice, a missing, unreadable, malformed or
+// oversized file, a wrong dtype or shape, a dim no file gives, a --save path that names a file,
+// --save and --save-reference naming one directory), k_exit_failure when a --save directory
+// cannot be created (no permission, a read-only disk: the environment's failure, as for an
+// output file that cannot be written).
 std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& flags,
                                     const std::string& dims, uint64_t seed,
-                                    const std::string& command);
+                                    const std::string& command, int& exit_code);
 
 // "inputs uniform in [-1, 1]", "inputs x from x.npy, the rest uniform in [-1, 1]", ...
 std::string describe_inputs(const RunData& data);
@@ -52,6 +55,10 @@ std::string describe_dims(const ir::Graph& graph, const RunData& data);
 // when files were read) and "saved" (the files written, when any).
 void add_data_json(nlohmann::json& out, const ir::Graph& graph, const RunData& data,
                    const std::vector<std::string>& saved);
+
+// A --max-memory SIZE: "4G", "512M", "64K" or plain bytes; nullopt for anything else or past
+// 2^62.
+std::optional<int64_t> parse_size(const std::string& text);
 
 // Writes each output of `graph` as DIR/NAME.npy: `outputs` to --save in their dtypes (f32 '<f4',
 // f16 '<f2', bf16 '<u2' bits), `fp64` to --save-reference as '<f8'. Returns the paths written;

@@ -9,11 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 namespace kiln::tools {
 namespace {
@@ -58,6 +60,44 @@ constexpr const char* k_environment_help =
     "  KILN_NVRTC_PATH       libnvrtc to use (else CUDA_HOME, then the loader's search)\n"
     "  KILN_CUDA_DRIVER_PATH libcuda to use (default libcuda.so.1)\n";
 
+// Edit distance between `a` and `b` (insertions, deletions, substitutions and swaps of two
+// neighbouring characters each cost 1).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// "unknown command 'compil'; did you mean 'compile'?" when `command` names no subcommand of
+// `app` ("" when it does). A name counts as close within a third of its length (at least 1, at
+// most 2 edits); the closest wins, the first registered on a tie.
+std::string unknown_command(const CLI::App& app, const std::string& command) {
+  std::string best;
+  size_t best_distance = 0;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    const std::string& name = sub->get_name();
+    if (name == command) return "";
+    size_t distance = edit_distance(command, name);
+    size_t close = std::clamp<size_t>(name.size() / 3, 1, 2);
+    if (distance <= close && (best.empty() || distance < best_distance)) {
+      best = name;
+      best_distance = distance;
+    }
+  }
+  std::string message = "unknown command '" + command + "'";
+  if (!best.empty()) return message + "; did you mean '" + best + "'?";
+  return message + " (kiln --help lists the commands)";
+}
+
 void note_command_line(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -94,6 +134,15 @@ int main(int argc, char** argv) {
   kiln::tools::register_cache_commands(app, exit_code);
   kiln::tools::register_compile_commands(app, exit_code);
   kiln::tools::register_completion_command(app, exit_code);
+  // CLI11 would say only "A subcommand is required" for a misspelt command.
+  if (!kiln::tools::g_command.empty()) {
+    std::string unknown = kiln::tools::unknown_command(app, kiln::tools::g_command);
+    if (!unknown.empty()) {
+      kiln::tools::g_command.clear();  // the message names no command of kiln's
+      kiln::tools::print_error("kiln: " + unknown);
+      return kiln::tools::k_exit_usage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -56,6 +56,20 @@ Expected<std::unique_ptr<llvm::TargetMachine>> target_machine(const CpuMachine& 
   return tm;
 }
 
+// Whether LLVM knows `cpu` on this host's architecture, asked of a generic subtarget: a target
+// machine made for an unknown name prints LLVM's own warning about it to stderr (twice), before
+// kiln's error could say the same.
+Expected<bool> cpu_known(const std::string& cpu) {
+  initialize_llvm();
+  std::string triple = llvm::sys::getProcessTriple();
+  std::string problem;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, problem);
+  if (!target) return make_error("llvm: no target for ", triple, ": ", problem);
+  std::unique_ptr<llvm::MCSubtargetInfo> generic(target->createMCSubtargetInfo(triple, "", ""));
+  if (!generic) return make_error("llvm: no subtarget for ", triple);
+  return generic->isCPUStringValid(cpu);
+}
+
 }  // namespace
 
 Expected<CpuMachine> cpu_machine(const std::string& cpu, const std::string& features) {
@@ -72,13 +86,15 @@ Expected<CpuMachine> cpu_machine(const std::string& cpu, const std::string& feat
       for (const std::string& n : names) machine.features += (machine.features.empty() ? "" : ",") + n;
     }
   }
-  auto tm = target_machine(machine);
-  if (!tm) return tm.error();
-  const llvm::MCSubtargetInfo* info = (*tm)->getMCSubtargetInfo();
-  if (!info->isCPUStringValid(machine.cpu)) {
+  auto known = cpu_known(machine.cpu);
+  if (!known) return known.error();
+  if (!*known) {
     return make_error("unknown cpu '", cpu, "' for ", llvm::sys::getProcessTriple(),
                       " (try native, x86-64-v3 or x86-64-v4)");
   }
+  auto tm = target_machine(machine);
+  if (!tm) return tm.error();
+  const llvm::MCSubtargetInfo* info = (*tm)->getMCSubtargetInfo();
   CpuFacts& f = machine.facts;
   if (info->checkFeatures("+avx512f")) {
     f.vector_width = 16;
@@ -98,12 +114,14 @@ std::string llvm_version() { return LLVM_VERSION_STRING; }
 namespace {
 
 Status check_runs_here(const std::string& cpu) {
+  auto known = cpu_known(cpu);
+  if (!known) return known.error();
+  if (!*known) return make_error("unknown cpu '", cpu, "'");
   CpuMachine target;
   target.cpu = cpu;
   auto tm = target_machine(target);
   if (!tm) return tm.error();
   const llvm::MCSubtargetInfo* info = (*tm)->getMCSubtargetInfo();
-  if (!info->isCPUStringValid(cpu)) return make_error("unknown cpu '", cpu, "'");
   llvm::StringMap<bool> host;
   if (!llvm::sys::getHostCPUFeatures(host)) return Status::success();  // nothing to compare
   // The instruction-set features the host reports absent that the target CPU has. Only those a

@@ -168,6 +168,26 @@ TEST(TransformerOps, SymbolicDimsFlowThroughReshapeAndPermute) {
       << slice.error().message;
 }
 
+// A reshape of a symbolic shape that changes its element count names the dims as written: a
+// symbolic dim's entry holds only its upper bound, which is not its size.
+TEST(TransformerOps, ASymbolicReshapeErrorNamesTheDimsNotTheirBounds) {
+  auto bad = parse_graph(
+      "graph g {\n  dim B: 1..4096\n  input x: f32[B, 12]\n  o = reshape(x, shape=[B, 5])\n"
+      "  output o\n}\n", "bad.kg");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message,
+            "bad.kg:4:7: error: reshape of 'x' (f32[B, 12]) to [B, 5] changes the element count "
+            "(B * 12 to B * 5)");
+  auto two = parse_graph(
+      "graph g {\n  dim B: 1..8\n  dim S: 1..64\n  input x: f32[B, S, 32]\n"
+      "  o = reshape(x, shape=[S, B, 4, 7])\n  output o\n}\n", "bad.kg");
+  ASSERT_FALSE(two);
+  EXPECT_NE(two.error().message.find("to [S, B, 4, 7] changes the element count (B * S * 32 to "
+                                     "B * S * 28)"),
+            std::string::npos)
+      << two.error().message;
+}
+
 // Every new op prints back to the same graph (text and hash) and round-trips through the
 // canonical bytes.
 TEST(TransformerOps, PrintParseAndCanonicalRoundTrip) {

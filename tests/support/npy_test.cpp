@@ -3,12 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 namespace kiln::npy {
 namespace {
@@ -313,24 +316,24 @@ TEST_F(NpyFile, WritesAndReadsAFile) {
   Array array = sample(Descr::u2, {4, 2});
   std::string path = m_dir + "/a.npy";
   ASSERT_TRUE(write_file(path, array));
-  auto back = read_file(path);
+  auto back = read_file(path, k_max_elements);
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(back->data, array.data);
   EXPECT_EQ(back->shape, array.shape);
 }
 
 TEST_F(NpyFile, NamesThePathInEveryError) {
-  auto missing = read_file(m_dir + "/missing.npy");
+  auto missing = read_file(m_dir + "/missing.npy", k_max_elements);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().message,
             m_dir + "/missing.npy: error: cannot read: No such file or directory");
-  auto directory = read_file(m_dir);
+  auto directory = read_file(m_dir, k_max_elements);
   ASSERT_FALSE(directory);
   EXPECT_EQ(directory.error().message, m_dir + ": error: not a regular file");
   std::string path = m_dir + "/short.npy";
   std::string whole = serialize(sample(Descr::f4, {3}));
   std::ofstream(path, std::ios::binary) << whole.substr(0, whole.size() - 1);
-  auto short_file = read_file(path);
+  auto short_file = read_file(path, k_max_elements);
   ASSERT_FALSE(short_file);
   EXPECT_EQ(short_file.error().message.rfind(path + ": error: data too short", 0), 0u)
       << short_file.error().message;
@@ -338,6 +341,111 @@ TEST_F(NpyFile, NamesThePathInEveryError) {
   ASSERT_FALSE(unwritable);
   EXPECT_EQ(unwritable.error().message.rfind(m_dir + "/no/such/dir/a.npy: error: cannot write", 0),
             0u);
+}
+
+// Streams (a pipe as process substitution gives one, /dev/fd/N; a FIFO; a device) are read as
+// far as their header says, so that they work as files do and an endless one fails.
+class NpyStream : public NpyFile {
+protected:
+  // Writes `bytes` to a fresh pipe from a thread, then `endless` (when true) junk until the
+  // reader closes it; read_file reads the pipe as /dev/fd/N.
+  Expected<Array> read_pipe(const std::string& bytes, bool endless, int64_t limit) {
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    std::signal(SIGPIPE, SIG_IGN);  // the writer learns of a closed pipe from write()
+    std::thread writer([&] {
+      auto put = [&](const char* data, size_t size) {
+        while (size > 0) {
+          ssize_t n = ::write(fds[1], data, size);
+          if (n <= 0) return false;
+          data += n;
+          size -= static_cast<size_t>(n);
+        }
+        return true;
+      };
+      bool open = put(bytes.data(), bytes.size());
+      std::string junk(4096, 'j');
+      while (open && endless) open = put(junk.data(), junk.size());
+      ::close(fds[1]);
+    });
+    auto array = read_file("/dev/fd/" + std::to_string(fds[0]), limit);
+    ::close(fds[0]);  // an endless writer stops here
+    writer.join();
+    return array;
+  }
+};
+
+TEST_F(NpyStream, APipeReadsAsTheFileWould) {
+  Array array = sample(Descr::f2, {3, 5});
+  auto back = read_pipe(serialize(array), false, k_max_elements);
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->descr, Descr::f2);
+  EXPECT_EQ(back->shape, array.shape);
+  EXPECT_EQ(back->data, array.data);
+}
+
+TEST_F(NpyStream, AFifoReadsAsTheFileWould) {
+  std::string fifo = m_dir + "/x.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Array array = sample(Descr::f4, {2, 4});
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << serialize(array); });
+  auto back = read_file(fifo, k_max_elements);
+  writer.join();
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->data, array.data);
+}
+
+TEST_F(NpyStream, AnEndlessStreamFailsOnceItRunsPastItsData) {
+  auto endless = read_pipe(serialize(sample(Descr::f4, {2, 3})), true, k_max_elements);
+  ASSERT_FALSE(endless);
+  EXPECT_NE(endless.error().message.find(
+                ": error: the stream goes on past the 24 bytes of data its header declares "
+                "(shape (2, 3) of '<f4' needs 24 bytes of data); is it an endless stream?"),
+            std::string::npos)
+      << endless.error().message;
+  // Garbage fails at its first bytes.
+  auto zeros = read_file("/dev/zero", k_max_elements);
+  ASSERT_FALSE(zeros);
+  EXPECT_EQ(zeros.error().message,
+            "/dev/zero: error: not a .npy file (it does not start with the magic \\x93NUMPY)");
+}
+
+TEST_F(NpyStream, AShortStreamSaysWhatItLacks) {
+  std::string whole = serialize(sample(Descr::f4, {4}));
+  auto short_data = read_pipe(whole.substr(0, whole.size() - 3), false, k_max_elements);
+  ASSERT_FALSE(short_data);
+  EXPECT_NE(short_data.error().message.find(
+                "error: data too short: shape (4,) of '<f4' needs 16 bytes of data, the stream "
+                "holds 13"),
+            std::string::npos)
+      << short_data.error().message;
+  auto short_header = read_pipe(whole.substr(0, 20), false, k_max_elements);
+  ASSERT_FALSE(short_header);
+  EXPECT_NE(short_header.error().message.find("runs past the end of the file (20 bytes)"),
+            std::string::npos)
+      << short_header.error().message;
+  auto empty = read_pipe("", false, k_max_elements);
+  ASSERT_FALSE(empty);
+  EXPECT_NE(empty.error().message.find("truncated: 0 bytes"), std::string::npos)
+      << empty.error().message;
+}
+
+// The limit holds for files and streams alike, before the data is read.
+TEST_F(NpyStream, DataPastTheLimitIsRefusedBeforeItIsRead) {
+  std::string path = m_dir + "/big.npy";
+  ASSERT_TRUE(write_file(path, sample(Descr::f4, {8, 4})));
+  auto file = read_file(path, 127, "input x holds 31 elements");
+  ASSERT_FALSE(file);
+  EXPECT_EQ(file.error().message,
+            path + ": error: shape (8, 4) of '<f4' needs 128 bytes of data, past the limit of "
+                   "127 bytes (input x holds 31 elements)");
+  EXPECT_TRUE(read_file(path, 128)) << "the limit itself is allowed";
+  // A stream's header alone decides: the endless data behind it is never read.
+  auto stream = read_pipe(serialize(sample(Descr::f4, {8, 4})), true, 127);
+  ASSERT_FALSE(stream);
+  EXPECT_NE(stream.error().message.find("needs 128 bytes of data, past the limit of 127 bytes"),
+            std::string::npos)
+      << stream.error().message;
 }
 
 }  // namespace

@@ -125,5 +125,42 @@ TEST_F(DimsCli, MissingOrBadSizesAreUsageErrorsThatListTheDims) {
   }
 }
 
+// NAME=all multiplies across dims: compile says how many compiles before it starts, and past 64
+// wants --yes (exit 2 naming the count otherwise, nothing compiled).
+TEST_F(DimsCli, CompileCountsTheBucketsAndAsksForYesPast64) {
+  std::string wide = m_dir + "/wide.kg";
+  std::ofstream(wide) << "graph wide {\n  dim A: 1..2147483647\n  dim B: 1..2147483647\n"
+                         "  dim C: 1..2147483647\n  input x: f32[A]\n  input y: f32[B]\n"
+                         "  input z: f32[C]\n  a = relu(x)\n  b = relu(y)\n  c = relu(z)\n"
+                         "  output a, b, c\n}\n";
+  CliResult huge = kiln({"compile", wide, "--arch", "sm_90", "--dims", "A=all,B=all,C=all"});
+  EXPECT_EQ(huge.exit_code, 2);
+  EXPECT_EQ(huge.err, "kiln compile: --dims A=all,B=all,C=all asks for 32768 compiles (" + wide +
+                          ": 32768 buckets); pass --yes to start more than 64\n");
+  EXPECT_TRUE(huge.out.empty()) << huge.out;
+  EXPECT_FALSE(std::filesystem::exists(m_dir + "/cache")) << "nothing compiled";
+
+  // Two dims of 1..256: 9 x 9 = 81 compiles (on the CPU target: fast).
+  std::string two = m_dir + "/two.kg";
+  std::ofstream(two) << "graph two {\n  dim A: 1..256\n  dim B: 1..256\n  input x: f32[A, B]\n"
+                        "  y = relu(x)\n  output y\n}\n";
+  CliResult asked = kiln({"compile", two, "--target", "cpu", "--dims", "A=all,B=all", "--json"});
+  EXPECT_EQ(asked.exit_code, 2);
+  json error = json::parse(asked.out);  // with --json the error is the output
+  EXPECT_EQ(error["error"], "--dims A=all,B=all asks for 81 compiles (" + two +
+                                ": 81 buckets); pass --yes to start more than 64");
+  CliResult yes =
+      kiln({"compile", two, "--target", "cpu", "--dims", "A=all,B=all", "--json", "--yes"});
+  ASSERT_EQ(yes.exit_code, 0) << yes.err;
+  EXPECT_EQ(json_lines(yes.out).size(), 81u);
+  EXPECT_EQ(yes.err, "kiln compile: note: --dims A=all,B=all asks for 81 compiles (" + two +
+                         ": 81 buckets)\n");
+  // Under 64, the count is said and the compiles start.
+  CliResult few = kiln({"compile", m_graph, "--arch", "sm_90", "--dims", "B=all", "--json"});
+  ASSERT_EQ(few.exit_code, 0) << few.err;
+  EXPECT_EQ(few.err, "kiln compile: note: --dims B=all asks for 6 compiles (" + m_graph +
+                         ": 6 buckets)\n");
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -161,5 +161,25 @@ TEST(MainCli, AnEmptyCacheDirIsRefusedOnce) {
   EXPECT_EQ(r.err.find("--cache-dir must"), std::string::npos) << "said once: " << r.err;
 }
 
+// A misspelt command is named, with the closest registered command when one is close.
+TEST(MainCli, AnUnknownCommandSuggestsTheClosestOne) {
+  CliResult typo = run_kiln({"compil", k_mlp, "--arch", "sm_90"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_EQ(typo.err, "kiln: unknown command 'compil'; did you mean 'compile'?\n");
+  EXPECT_EQ(run_kiln({"stast"}).err, "kiln: unknown command 'stast'; did you mean 'stats'?\n");
+  EXPECT_EQ(run_kiln({"aduit"}).err, "kiln: unknown command 'aduit'; did you mean 'audit'?\n");
+  CliResult far = run_kiln({"frobnicate"});
+  EXPECT_EQ(far.exit_code, 2);
+  EXPECT_EQ(far.err, "kiln: unknown command 'frobnicate' (kiln --help lists the commands)\n");
+  CliResult as_json = run_kiln({"compil", "--json"});
+  EXPECT_EQ(as_json.exit_code, 2);
+  json error = json::parse(as_json.out, nullptr, false);
+  ASSERT_FALSE(error.is_discarded()) << as_json.out;
+  EXPECT_NE(error["error"].get<std::string>().find("did you mean 'compile'?"), std::string::npos);
+  CliResult none = run_kiln({});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("A subcommand is required"), std::string::npos) << none.err;
+}
+
 }  // namespace
 }  // namespace kiln::tools

@@ -8,12 +8,15 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace kiln::testing {
 namespace {
@@ -84,7 +87,7 @@ protected:
     return path;
   }
   npy::Array read_npy(const std::string& path) {
-    auto array = npy::read_file(path);
+    auto array = npy::read_file(path, npy::k_max_elements);
     EXPECT_TRUE(array) << array.error().message;
     return array ? std::move(*array) : npy::Array{};
   }
@@ -346,6 +349,90 @@ np.save(again, out)
 assert open(again, 'rb').read() == open(d + '/out/y.npy', 'rb').read(), 'bytes differ from np.save'
 )");
   EXPECT_EQ(std::system(("/usr/bin/python3 " + check + " " + m_dir).c_str()), 0);
+}
+
+// An input from a pipe or a FIFO (process substitution, `--input x=<(cat x.npy)`, gives
+// /dev/fd/N, a pipe) reads as a file does; an endless one fails, exit 2, once it runs past the
+// data its header declares, and one past what the input can hold before its data is read.
+TEST_F(NpyCli, InputsFromPipesAndFifosReadAsFilesDo) {
+  std::string graph = write_text("small.kg", k_symbolic);
+  std::string x = npy::serialize(filled(npy::Descr::f4, {13, 32}, 0.5f));
+  CliResult piped = run_kiln({"run", graph, "--emulate", "--input", "x=/dev/stdin", "--json"}, x);
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  json report = json::parse(piped.out);
+  EXPECT_EQ(report["dims"], json({{"B", 13}}));
+  EXPECT_EQ(report["inputs"], json({{"x", "/dev/stdin"}}));
+
+  std::string fifo = m_dir + "/x.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << x; });
+  CliResult from_fifo = run_kiln({"audit", graph, "--precision", "high", "--input", "x=" + fifo});
+  writer.join();
+  EXPECT_EQ(from_fifo.exit_code, 0) << from_fifo.err;
+
+  std::signal(SIGPIPE, SIG_IGN);  // kiln stops reading stdin: the feed sees EPIPE
+  CliResult endless = run_kiln({"run", graph, "--emulate", "--input", "x=/dev/stdin"},
+                               x + std::string(1 << 20, 'y'));
+  EXPECT_EQ(endless.exit_code, 2);
+  EXPECT_EQ(endless.err,
+            "/dev/stdin: error: the stream goes on past the 1664 bytes of data its header "
+            "declares (shape (13, 32) of '<f4' needs 1664 bytes of data); is it an endless "
+            "stream?\n");
+  // 200 rows: more data than even B's largest, 20 rows, would need as '<f8' (20 * 32 * 8 bytes).
+  CliResult too_big = run_kiln({"run", graph, "--emulate", "--input", "x=/dev/stdin"},
+                               npy::serialize(filled(npy::Descr::f4, {200, 32}, 0.5f)));
+  EXPECT_EQ(too_big.exit_code, 2);
+  EXPECT_EQ(too_big.err,
+            "/dev/stdin: error: shape (200, 32) of '<f4' needs 25600 bytes of data, past the "
+            "limit of 5120 bytes (--input x, f32[B, 32], holds at most 640 elements)\n");
+}
+
+// A --save directory that cannot be made is the environment's failure (exit 1, as an output
+// file that cannot be written); a --save path naming a file is bad usage (exit 2).
+TEST_F(NpyCli, ASaveDirectoryThatCannotBeMadeExits1) {
+  // Not even root may make a directory in /sys.
+  if (!std::filesystem::is_directory("/sys")) GTEST_SKIP() << "no /sys here";
+  CliResult r = run({"--save", "/sys/kiln-cli-test-save"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("kiln run: --save /sys/kiln-cli-test-save: cannot create: ", 0), 0u)
+      << r.err;
+  CliResult audit = run_kiln({"audit", m_graph, "--precision", "high", "--save-reference",
+                              "/sys/kiln-cli-test-save"});
+  EXPECT_EQ(audit.exit_code, 1) << audit.err;
+  std::string file = write_text("file.txt", "a file");
+  CliResult named_file = run({"--save", file});
+  EXPECT_EQ(named_file.exit_code, 2) << named_file.err;
+  EXPECT_EQ(named_file.err, "kiln run: --save " + file + ": not a directory\n");
+}
+
+// --strict exits 1 when an output's error exceeds its tolerance, 0 otherwise, as its help says.
+TEST_F(NpyCli, AuditStrictExits1WhenAnOutputExceedsItsTolerance) {
+  // 10001 - 10000: TF32 (`high`) rounds 10001 to 10000, so the product is 0, not 1.
+  std::string graph = write_text("cancel.kg",
+                                 "graph cancel {\n  input x: f32[1, 2]\n  input w: f32[2, 1]\n"
+                                 "  y = matmul(x, w)\n  output y\n}\n");
+  npy::Array x = filled(npy::Descr::f4, {1, 2}, 10001.0f);
+  float minus = -10000.0f;
+  std::memcpy(x.data.data() + 4, &minus, 4);
+  std::vector<std::string> args = {"audit", graph, "--input", "x=" + write_npy("x.npy", x),
+                                   "--input",
+                                   "w=" + write_npy("w.npy", filled(npy::Descr::f4, {2, 1}, 1.0f))};
+  auto audit = [&](const char* precision, bool strict) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--precision", precision});
+    if (strict) a.push_back("--strict");
+    return run_kiln(a);
+  };
+  CliResult lax = audit("high", false);
+  EXPECT_EQ(lax.exit_code, 0) << lax.err;
+  EXPECT_NE(lax.err.find("kiln audit: warning: output 'y': relative l2 error"), std::string::npos)
+      << lax.err;
+  EXPECT_EQ(audit("high", true).exit_code, 1);
+  EXPECT_EQ(audit("highest", true).exit_code, 0) << "fp32 is exact here: no warning";
+  CliResult help = run_kiln({"audit", "--help"});
+  EXPECT_NE(help.out.find("exit 1 when an output's error exceeds its tolerance"),
+            std::string::npos)
+      << help.out;
 }
 
 }  // namespace

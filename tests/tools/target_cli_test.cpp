@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <regex>
 
 namespace kiln::testing {
 namespace {
@@ -91,6 +93,84 @@ TEST_F(TargetCli, BadTargetsAndConflictsAreUsageErrors) {
   CliResult llvm = run_kiln({"emit", k_mlp, "--llvm", "--arch", "sm_90"}, {}, env());
   EXPECT_EQ(llvm.exit_code, 2);
   EXPECT_NE(llvm.err.find("--target cpu"), std::string::npos) << llvm.err;
+}
+
+// An unknown CPU is kiln's one clear error, without LLVM's own warning about the name.
+TEST_F(TargetCli, AnUnknownCpuIsOneErrorWithoutLlvmsWarning) {
+  for (const char* command : {"run", "compile", "emit"}) {
+    CliResult r = run_kiln({command, k_mlp, "--target", "cpu:bogus"}, {}, env());
+    EXPECT_EQ(r.exit_code, 2) << command;
+    EXPECT_EQ(r.err.find("not a recognized processor"), std::string::npos) << r.err;
+    // One line: "kiln run: --target cpu:bogus: unknown cpu 'bogus' for x86_64-... (try ...)".
+    EXPECT_EQ(r.err.rfind("kiln " + std::string(command) +
+                              ": --target cpu:bogus: unknown cpu 'bogus' for ", 0),
+              0u)
+        << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+// --arch names a CUDA arch: with --target cpu it is refused by every command that takes both.
+TEST_F(TargetCli, ArchWithTheCpuTargetIsAUsageError) {
+  CliResult run = run_kiln({"run", k_mlp, "--target", "cpu", "--arch", "sm_90"}, {}, env());
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "kiln run: --arch applies to CUDA targets only; --target cpu runs on the CPU\n");
+  for (const char* command : {"compile", "emit", "why"}) {
+    CliResult r = run_kiln({command, k_mlp, "--target", "cpu", "--arch", "sm_90"}, {}, env());
+    EXPECT_EQ(r.exit_code, 2) << command;
+    EXPECT_NE(r.err.find("--arch names a CUDA arch"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "nothing ran";
+}
+
+// compute_XX is a virtual arch: refused by name, where sm_90, sm90 and 90 all mean sm_90.
+TEST_F(TargetCli, AVirtualArchIsRefusedAndSmSpellingsStillWork) {
+  const std::string says =
+      "arch 'compute_90' is a virtual arch (compute_XX, PTX only); kiln compiles for a real "
+      "arch: give sm_90\n";
+  CliResult compile = run_kiln({"compile", k_mlp, "--arch", "compute_90", "--no-cache"}, {}, env());
+  EXPECT_EQ(compile.exit_code, 2);
+  EXPECT_EQ(compile.err, "kiln compile: " + says);
+  CliResult run = run_kiln({"run", k_mlp, "--emulate", "--arch", "compute_90"}, {}, env());
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err, "kiln run: " + says);
+  CliResult audit = run_kiln({"audit", k_mlp, "--precision", "auto", "--arch", "compute_90"});
+  EXPECT_EQ(audit.exit_code, 2);
+  EXPECT_EQ(audit.err, "kiln audit: " + says);
+  CliResult sm = run_kiln({"emit", k_mlp, "--arch", "sm_90", "--precision", "high"});
+  ASSERT_EQ(sm.exit_code, 0) << sm.err;
+  for (const char* spelling : {"sm90", "90"}) {
+    CliResult r = run_kiln({"emit", k_mlp, "--arch", spelling, "--precision", "high"});
+    EXPECT_EQ(r.exit_code, 0) << spelling << ": " << r.err;
+    EXPECT_EQ(r.out, sm.out) << spelling;
+  }
+}
+
+// run --max-memory refuses, exit 2 and before compiling or allocating anything, a run whose
+// estimated host memory is above it, naming both; at the estimate itself it runs.
+TEST_F(TargetCli, RunMaxMemoryRefusesARunEstimatedAboveIt) {
+  CliResult refused = run_kiln({"run", k_mlp, "--target", "cpu", "--precision", "highest",
+                                "--max-memory", "64M"}, {}, env());
+  EXPECT_EQ(refused.exit_code, 2);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(refused.err, m,
+                               std::regex("kiln run: graph 'mlp' needs about ([0-9]+) bytes of "
+                                          "host memory, above --max-memory 64M \\(67108864 "
+                                          "bytes\\)\n")))
+      << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "refused before compiling";
+  // mlp's inputs (4,820,736 floats) as doubles twice, drawn and the reference's own copy, are
+  // already more than 64M.
+  int64_t needs = std::stoll(m[1].str());
+  EXPECT_GT(needs, int64_t{2} * 4820736 * 8);
+  CliResult at_estimate = run_kiln({"run", k_mlp, "--target", "cpu", "--precision", "highest",
+                                    "--max-memory", std::to_string(needs)}, {}, env());
+  EXPECT_EQ(at_estimate.exit_code, 0) << at_estimate.err;
+  CliResult bad = run_kiln({"run", k_mlp, "--target", "cpu", "--max-memory", "lots"}, {}, env());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err,
+            "kiln run: --max-memory 'lots' is not a size (bytes, or a number with K, M or G)\n");
 }
 
 }  // namespace
