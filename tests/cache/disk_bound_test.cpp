@@ -19,16 +19,11 @@ namespace {
 using testing::fields_for;
 using testing::options_in;
 using testing::TempDir;
+using testing::file_size;
+using testing::k_empty_database;
 
 constexpr uint64_t k_mib = uint64_t{1} << 20;
-// What an empty cache's database takes and the cap does not count: page 1, one root page per
-// table and index, the first pointer map (11 pages of 4 KiB).
-constexpr uint64_t k_empty_database = 11 * 4096;
 
-uint64_t file_size(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-}
 
 // kiln.db and kiln.db-wal: the bytes the cache holds on disk.
 uint64_t disk_bytes(const std::string& dir) {

@@ -7,12 +7,39 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 namespace kiln::cache::testing {
+
+// What an empty cache's database takes and the cap does not count: page 1, one root page per
+// table and index, the first pointer map (11 pages of 4 KiB).
+inline constexpr uint64_t k_empty_database = 11 * 4096;
+
+// The size of the file at `path`; 0 when there is none.
+inline uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+// The root page of table or index `name` in the database at `db_path`, after a checkpoint (so
+// that page is in the database file itself, where tests damage it).
+inline int64_t root_page(const std::string& db_path, const std::string& name) {
+  auto db = sql::Db::open(db_path);
+  EXPECT_TRUE(db.ok());
+  EXPECT_TRUE((*db)->exec("PRAGMA wal_checkpoint(TRUNCATE)").ok());
+  auto st = (*db)->prepare("SELECT rootpage FROM sqlite_master WHERE name = ?");
+  EXPECT_TRUE(st.ok());
+  st->bind_text(1, name);
+  auto row = st->step();
+  EXPECT_TRUE(row.ok() && *row) << name;
+  return st->column_int64(0);
+}
 
 // A fresh directory under the system temp dir, removed with everything in it at the end.
 class TempDir {

@@ -15,6 +15,8 @@
 namespace kiln::cache {
 namespace {
 
+using testing::root_page;
+
 using testing::contents_for;
 using testing::fields_for;
 using testing::options_in;
@@ -162,16 +164,6 @@ TEST_F(CacheTrust, ReadingAFolderWithoutACacheCreatesNothing) {
 }
 
 // The page of `table_or_index` in the database file, from SQLite's own schema table.
-int64_t root_page(const std::string& db_path, const std::string& name) {
-  auto db = sql::Db::open(db_path);
-  EXPECT_TRUE(db.ok());
-  auto st = (*db)->prepare("SELECT rootpage FROM sqlite_master WHERE name = ?");
-  EXPECT_TRUE(st.ok());
-  st->bind_text(1, name);
-  auto row = st->step();
-  EXPECT_TRUE(row.ok() && *row) << name;
-  return st->column_int64(0);
-}
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -2,6 +2,7 @@
 // `stats` shows them, `prune` and `clear` shrink them, a malformed database is replaced by one
 // that exists afterwards, and an object damaged under a recomputed record checksum is dropped.
 #include "run_cli.h"
+#include "tests/cache/test_util.h"
 
 #include "cache/bundle.h"
 #include "cache/codec.h"
@@ -24,15 +25,12 @@ namespace kiln::testing {
 namespace {
 
 using nlohmann::json;
+using cache::testing::file_size;
+using cache::testing::k_empty_database;
+using cache::testing::root_page;
 
 constexpr uint64_t k_mib = uint64_t{1} << 20;
-// What an empty cache's database takes and the cap does not count (11 pages of 4 KiB).
-constexpr uint64_t k_empty_database = 11 * 4096;
 
-uint64_t file_size(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-}
 
 // An entry whose one cubin is `raw_bytes` zeros, carried as a zstd frame of a few dozen bytes
 // (the store keeps cubins raw).
@@ -122,17 +120,6 @@ TEST_F(CacheDiskCli, ImportUnderTheCapKeepsTheFilesWithinItAndPruneAndClearShrin
 
 // The page of `name` (a table or an index) in the database file, with every page moved from the
 // WAL into the file first.
-int64_t root_page(const std::string& db_path, const std::string& name) {
-  auto db = cache::sql::Db::open(db_path);
-  EXPECT_TRUE(db.ok());
-  EXPECT_TRUE((*db)->exec("PRAGMA wal_checkpoint(TRUNCATE)").ok());
-  auto st = (*db)->prepare("SELECT rootpage FROM sqlite_master WHERE name = ?");
-  EXPECT_TRUE(st.ok());
-  st->bind_text(1, name);
-  auto row = st->step();
-  EXPECT_TRUE(row.ok() && *row) << name;
-  return st->column_int64(0);
-}
 
 // Overwrites bytes [from, to) of page `page` (1-based, 4 KiB pages) of `path` with 0xff.
 void smash(const std::string& path, int64_t page, size_t from, size_t to) {
