@@ -416,7 +416,10 @@ public:
     const redisReply& check = **checked;
     if (check.type == REDIS_REPLY_NIL) return std::optional<std::string>();
     if (std::optional<Failure> refused = refusal("GET", check, limits)) return *refused;
-    if (check.type != REDIS_REPLY_INTEGER || check.integer < 0) return unexpected("GET", check);
+    // A length past the limit can only come from a server that did not run the script as sent.
+    if (check.type != REDIS_REPLY_INTEGER || check.integer < 0 ||
+        (limits.max_bytes != 0 && static_cast<uint64_t>(check.integer) > limits.max_bytes))
+      return unexpected("GET", check);
     if (check.integer == 0) return std::optional<std::string>(std::string());
     // At most the bytes checked, within the same deadline: a value replaced meanwhile comes back
     // cut to that length (and fails its checks) or empty (a miss), never longer.
