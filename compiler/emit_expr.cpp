@@ -1,5 +1,6 @@
 // Emission of the per-element part of a kernel: leaf loads, fused elementwise ops, stores.
 #include "compiler/emit_internal.h"
+#include "ir/scalar.h"
 
 #include <algorithm>
 #include <cctype>
@@ -76,52 +77,53 @@ std::string round_to(ir::DType dtype, const std::string& expr) {
   return expr;
 }
 
-std::string unary(ir::OpKind kind, const std::string& x) {
-  switch (kind) {
-    case ir::OpKind::relu:
-      return "fmaxf(" + x + ", 0.0f)";
-    case ir::OpKind::gelu:
-      return "0.5f * " + x + " * (1.0f + erff(" + x + " * 0.70710678118654752f))";
-    case ir::OpKind::silu:
-      return x + " / (1.0f + expf(-" + x + "))";
-    case ir::OpKind::sigmoid:
-      return "1.0f / (1.0f + expf(-" + x + "))";
-    case ir::OpKind::tanh:
-      return "tanhf(" + x + ")";
-    case ir::OpKind::exp:
-      return "expf(" + x + ")";
-    case ir::OpKind::neg:
-      return "-" + x;
-    case ir::OpKind::sqrt:
-      return "sqrtf(" + x + ")";
-    case ir::OpKind::rsqrt:
-      return "(1.0f / sqrtf(" + x + "))";
-    case ir::OpKind::abs:
-      return "fabsf(" + x + ")";
-    default:
-      return x;
+namespace {
+
+// ir::scalar.h's Math as CUDA C++ text. A term's precedence decides where it needs parentheses;
+// the values it starts from (member names, loads, literals) are single terms.
+struct CudaText {
+  enum Precedence { additive, multiplicative, prefix, term };
+  struct Value {
+    std::string text;
+    Precedence precedence = term;
+  };
+  static std::string wrap(const Value& v, bool needs) { return needs ? "(" + v.text + ")" : v.text; }
+  Value infix(const Value& a, const char* op, const Value& b, Precedence p) {
+    // Left-associative: the right operand needs parentheses at the same precedence.
+    return {wrap(a, a.precedence < p) + op + wrap(b, b.precedence <= p), p};
   }
+  Value call(const char* fn, const Value& x) { return {std::string(fn) + "(" + x.text + ")"}; }
+  Value call(const char* fn, const Value& a, const Value& b) {
+    return {std::string(fn) + "(" + a.text + ", " + b.text + ")"};
+  }
+
+  Value constant(double, const char* text) { return {std::string(text) + "f"}; }
+  Value add(const Value& a, const Value& b) { return infix(a, " + ", b, additive); }
+  Value sub(const Value& a, const Value& b) { return infix(a, " - ", b, additive); }
+  Value mul(const Value& a, const Value& b) { return infix(a, " * ", b, multiplicative); }
+  Value div(const Value& a, const Value& b) { return infix(a, " / ", b, multiplicative); }
+  Value max(const Value& a, const Value& b) { return call("fmaxf", a, b); }
+  Value min(const Value& a, const Value& b) { return call("fminf", a, b); }
+  Value pow(const Value& a, const Value& b) { return call("powf", a, b); }
+  Value neg(const Value& x) { return {"-" + wrap(x, x.precedence < prefix), prefix}; }
+  Value exp(const Value& x) { return call("expf", x); }
+  Value erf(const Value& x) { return call("erff", x); }
+  Value tanh(const Value& x) { return call("tanhf", x); }
+  Value sqrt(const Value& x) { return call("sqrtf", x); }
+  Value abs(const Value& x) { return call("fabsf", x); }
+  Value group(const Value& x) { return {"(" + x.text + ")"}; }
+};
+
+}  // namespace
+
+std::string unary(ir::OpKind kind, const std::string& x) {
+  CudaText m;
+  return ir::unary_formula(m, kind, CudaText::Value{x}).text;
 }
 
 std::string binary(ir::OpKind kind, const std::string& a, const std::string& b) {
-  switch (kind) {
-    case ir::OpKind::add:
-      return a + " + " + b;
-    case ir::OpKind::sub:
-      return a + " - " + b;
-    case ir::OpKind::mul:
-      return a + " * " + b;
-    case ir::OpKind::div:
-      return a + " / " + b;
-    case ir::OpKind::pow:
-      return "powf(" + a + ", " + b + ")";
-    case ir::OpKind::maximum:
-      return "fmaxf(" + a + ", " + b + ")";
-    case ir::OpKind::minimum:
-      return "fminf(" + a + ", " + b + ")";
-    default:
-      return a + " ? " + b;
-  }
+  CudaText m;
+  return ir::binary_formula(m, kind, CudaText::Value{a}, CudaText::Value{b}).text;
 }
 
 std::string param_list(const KernelContext& ctx) {

@@ -3,6 +3,7 @@
 
 #include "compiler/plan.h"
 
+#include <cassert>
 #include <functional>
 #include <string>
 #include <vector>

@@ -137,8 +137,12 @@ void emit_mma(Code& code, MatmulPath path, int sm, const MmaNames& n) {
         code.line("kiln_mma_m16n8k8_f16(" + n.acc + ", " + n.a + " + 2, " + n.b + " + 1);");
       }
       return;
-    default:
+    case MatmulPath::bf16_of_f32:
+    case MatmulPath::bf16:
       code.line("kiln_mma_m16n8k16_bf16(" + n.acc + ", " + n.a + ", " + n.b + ");");
+      return;
+    case MatmulPath::ffma:
+      assert(false && "emit_mma: the ffma path has no mma");
       return;
   }
 }

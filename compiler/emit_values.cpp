@@ -151,55 +151,48 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
     ir::NodeId operand = l.operands[rule.operand];
     std::vector<std::string> c = lc;
     int axis = l.attrs.axis;
-    switch (l.kind) {
-      case ir::OpKind::permute:
-        for (size_t j = 0; j < lc.size(); ++j) c[static_cast<size_t>(l.attrs.dims[j])] = lc[j];
-        break;
-      case ir::OpKind::slice:
-        if (l.attrs.start != 0)
-          c[static_cast<size_t>(axis)] = "(" + lc[static_cast<size_t>(axis)] + " + " +
-                                         to_str(l.attrs.start) + ")";
-        break;
-      case ir::OpKind::concat: {
-        int64_t offset = 0;
-        for (size_t k = 0; k < rule.operand; ++k)
-          offset += g.node(l.operands[k]).type.shape.dim(axis);
-        int64_t len = g.node(operand).type.shape.dim(axis);
-        std::string t = "f" + to_str(m_names++);
-        std::string shifted = lc[static_cast<size_t>(axis)] +
-                              (offset ? " - " + to_str(offset) : "");
-        std::string clamped = "(" + t + "s > " + to_str(len - 1) + " ? " + to_str(len - 1) +
-                              " : " + t + "s)";
-        if (offset) clamped = "(" + t + "s < 0 ? 0 : " + clamped + ")";
-        // Only the operand the axis coordinate falls in is selected; the others read a clamped,
-        // valid element.
-        m_code.line("const int " + t + "s = " + shifted + ";");
-        m_code.line("const int " + t + " = " + clamped + ";");
-        c[static_cast<size_t>(axis)] = t;
-        break;
-      }
-      case ir::OpKind::reshape: {
-        // The same row-major index over the operand's dims.
-        std::string linear;
-        Extent stride;
-        std::vector<Extent> dims = dims_of(m_ctx, rule.layout);
-        for (int k = static_cast<int>(dims.size()) - 1; k >= 0; --k) {
-          if (g.node(rule.layout).type.shape.dim(k) != 1) {
-            std::string term = stride.fixed() && stride.coef == 1
-                                   ? lc[static_cast<size_t>(k)]
-                                   : lc[static_cast<size_t>(k)] + " * " + stride.expr();
-            linear = linear.empty() ? term : term + " + " + linear;
-          }
-          stride = stride * dims[static_cast<size_t>(k)];
+    // Derived points come from layout ops only (PointPlan).
+    if (l.kind == ir::OpKind::permute) {
+      for (size_t j = 0; j < lc.size(); ++j) c[static_cast<size_t>(l.attrs.dims[j])] = lc[j];
+    } else if (l.kind == ir::OpKind::slice) {
+      if (l.attrs.start != 0)
+        c[static_cast<size_t>(axis)] = "(" + lc[static_cast<size_t>(axis)] + " + " +
+                                       to_str(l.attrs.start) + ")";
+    } else if (l.kind == ir::OpKind::concat) {
+      int64_t offset = 0;
+      for (size_t k = 0; k < rule.operand; ++k)
+        offset += g.node(l.operands[k]).type.shape.dim(axis);
+      int64_t len = g.node(operand).type.shape.dim(axis);
+      std::string t = "f" + to_str(m_names++);
+      std::string shifted = lc[static_cast<size_t>(axis)] +
+                            (offset ? " - " + to_str(offset) : "");
+      std::string clamped = "(" + t + "s > " + to_str(len - 1) + " ? " + to_str(len - 1) +
+                            " : " + t + "s)";
+      if (offset) clamped = "(" + t + "s < 0 ? 0 : " + clamped + ")";
+      // Only the operand the axis coordinate falls in is selected; the others read a clamped,
+      // valid element.
+      m_code.line("const int " + t + "s = " + shifted + ";");
+      m_code.line("const int " + t + " = " + clamped + ";");
+      c[static_cast<size_t>(axis)] = t;
+    } else {
+      assert(l.kind == ir::OpKind::reshape);
+      // The same row-major index over the operand's dims.
+      std::string linear;
+      Extent stride;
+      std::vector<Extent> dims = dims_of(m_ctx, rule.layout);
+      for (int k = static_cast<int>(dims.size()) - 1; k >= 0; --k) {
+        if (g.node(rule.layout).type.shape.dim(k) != 1) {
+          std::string term = stride.fixed() && stride.coef == 1
+                                 ? lc[static_cast<size_t>(k)]
+                                 : lc[static_cast<size_t>(k)] + " * " + stride.expr();
+          linear = linear.empty() ? term : term + " + " + linear;
         }
-        std::string name = "f" + to_str(m_names++);
-        m_code.line("const int " + name + " = " + (linear.empty() ? "0" : linear) + ";");
-        p.frame.linear = name;
-        c.clear();
-        break;
+        stride = stride * dims[static_cast<size_t>(k)];
       }
-      default:
-        break;
+      std::string name = "f" + to_str(m_names++);
+      m_code.line("const int " + name + " = " + (linear.empty() ? "0" : linear) + ";");
+      p.frame.linear = name;
+      c.clear();
     }
     p.frame.coords = std::move(c);
   }

@@ -18,19 +18,21 @@ GroupKind anchor_kind(ir::OpKind kind) {
       return GroupKind::norm;
     case ir::OpCategory::attention:
       return GroupKind::attention;
-    default:
+    case ir::OpCategory::input:
+    case ir::OpCategory::binary:
+    case ir::OpCategory::unary:
+    case ir::OpCategory::cast:
+    case ir::OpCategory::layout:
       return GroupKind::elementwise;
   }
+  return GroupKind::elementwise;
 }
 
-bool is_layout(ir::OpKind kind) {
-  return kind == ir::OpKind::permute || kind == ir::OpKind::slice || kind == ir::OpKind::concat;
-}
+bool is_layout(ir::OpKind kind) { return ir::fusion_class(kind) == ir::FusionClass::layout; }
 
 bool is_elementwise(ir::OpKind kind) {
-  ir::OpCategory c = ir::category(kind);
-  return c == ir::OpCategory::binary || c == ir::OpCategory::unary ||
-         c == ir::OpCategory::cast || is_layout(kind);
+  ir::FusionClass c = ir::fusion_class(kind);
+  return c == ir::FusionClass::pointwise || c == ir::FusionClass::layout;
 }
 
 bool is_view(const ir::Graph& graph, ir::NodeId id) {

@@ -5,7 +5,9 @@
 
 namespace kiln::compiler {
 
-bool moves_elements(ir::OpKind kind) { return is_layout(kind) || kind == ir::OpKind::reshape; }
+bool moves_elements(ir::OpKind kind) {
+  return is_layout(kind) || ir::fusion_class(kind) == ir::FusionClass::reshape;
+}
 
 PointPlan plan_points(const ir::Graph& graph, const KernelGroup& group, ir::NodeId top) {
   const auto& nodes = group.nodes;

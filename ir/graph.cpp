@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -13,14 +14,21 @@ namespace {
 
 struct OpInfo {
   std::string_view name;
+  int min_operands;
+  int max_operands;
   OpCategory category;
+  FusionClass fusion;
+  ResultDType result;
 };
 
 constexpr std::array k_ops = {
-#define KILN_OP(op, arity, cat) OpInfo{#op, OpCategory::cat},
+#define KILN_OP(op, min_operands, max_operands, cat, fusion, result)                        \
+  OpInfo{#op, min_operands, max_operands, OpCategory::cat, FusionClass::fusion,            \
+         ResultDType::result},
 #include "ir/ops.def"
-#undef KILN_OP
 };
+
+const OpInfo& info(OpKind kind) { return k_ops[static_cast<size_t>(kind)]; }
 
 std::string describe(const Node& node) {
   if (!node.name.empty()) return "'" + node.name + "' (" + to_string(node.type) + ")";
@@ -113,9 +121,7 @@ Expected<Shape> broadcast(const Shape& a, const Shape& b) {
 
 }  // namespace
 
-std::string_view to_string(OpKind kind) {
-  return k_ops[static_cast<size_t>(kind)].name;
-}
+std::string_view to_string(OpKind kind) { return info(kind).name; }
 
 std::optional<OpKind> parse_op_kind(std::string_view text) {
   for (size_t i = 0; i < k_ops.size(); ++i) {
@@ -124,8 +130,30 @@ std::optional<OpKind> parse_op_kind(std::string_view text) {
   return std::nullopt;
 }
 
-OpCategory category(OpKind kind) {
-  return k_ops[static_cast<size_t>(kind)].category;
+OpCategory category(OpKind kind) { return info(kind).category; }
+FusionClass fusion_class(OpKind kind) { return info(kind).fusion; }
+ResultDType result_dtype(OpKind kind) { return info(kind).result; }
+int min_operands(OpKind kind) { return info(kind).min_operands; }
+int max_operands(OpKind kind) { return info(kind).max_operands; }
+
+std::string op_names() {
+  std::string names;
+  size_t written = 0, count = k_ops.size() - 1;  // every op but input
+  for (const OpInfo& op : k_ops) {
+    if (op.category == OpCategory::input) continue;
+    if (written) names += ++written == count ? " or " : ", ";
+    else ++written;
+    names += op.name;
+  }
+  return names;
+}
+
+Attrs default_attrs(OpKind kind) {
+  Attrs attrs;
+#define KILN_DEFAULT(op, attribute, value) \
+  if (kind == OpKind::op) attrs.attribute = value;
+#include "ir/ops.def"
+  return attrs;
 }
 
 std::string describe(const Symbol& symbol) {
@@ -174,6 +202,11 @@ Status Builder::check_operand(NodeId id) const {
 }
 
 Expected<NodeId> Builder::push(Node node) {
+  // Each typed add_* infers the type; it must follow the table's result rule.
+  assert(result_dtype(node.kind) != ResultDType::operand ||
+         node.type.dtype == m_nodes[static_cast<size_t>(node.operands.at(0))].type.dtype);
+  assert(result_dtype(node.kind) != ResultDType::cast_to ||
+         node.type.dtype == node.attrs.cast_to);
   std::string name = std::move(node.name);
   auto id = static_cast<NodeId>(m_nodes.size());
   m_nodes.push_back(std::move(node));
@@ -184,6 +217,58 @@ Expected<NodeId> Builder::push(Node node) {
     }
   }
   return id;
+}
+
+Expected<NodeId> Builder::add(OpKind kind, const std::vector<NodeId>& operands,
+                              const Attrs& attrs, std::string name) {
+  size_t count = operands.size();
+  bool literal = category(kind) == OpCategory::binary && attrs.literal_side != LiteralSide::none;
+  size_t lo = static_cast<size_t>(min_operands(kind)) - (literal ? 1 : 0);
+  size_t hi = static_cast<size_t>(max_operands(kind)) - (literal ? 1 : 0) +
+              (kind == OpKind::attention ? 1 : 0);  // the mask
+  if (kind != OpKind::input && (count < lo || count > hi)) {
+    return make_error(std::string(to_string(kind)), " takes ", std::to_string(lo),
+                      lo == hi ? "" : " to " + std::to_string(hi), " operand",
+                      hi == 1 ? "" : "s", ", got ", std::to_string(count));
+  }
+  switch (category(kind)) {
+    case OpCategory::input:
+      return make_error("an input is declared with add_input, not add");
+    case OpCategory::matmul:
+      return add_matmul(operands[0], operands[1], attrs.transpose_a, attrs.transpose_b,
+                        attrs.precision, std::move(name));
+    case OpCategory::binary:
+      if (literal)
+        return add_binary_literal(kind, operands[0], attrs.literal, attrs.literal_side,
+                                  std::move(name));
+      return add_binary(kind, operands[0], operands[1], std::move(name));
+    case OpCategory::unary:
+      return add_unary(kind, operands[0], std::move(name));
+    case OpCategory::cast:
+      return add_cast(operands[0], attrs.cast_to, std::move(name));
+    case OpCategory::softmax:
+      return add_softmax(operands[0], attrs.axis, std::move(name));
+    case OpCategory::reduce:
+      return add_reduce(kind, operands[0], attrs.axis, attrs.keepdim, std::move(name));
+    case OpCategory::norm:
+      if (kind == OpKind::rms_norm)
+        return add_rms_norm(operands[0], operands[1], attrs.eps, std::move(name));
+      return add_layer_norm(operands[0], operands[1], operands[2], attrs.eps, std::move(name));
+    case OpCategory::layout:
+      if (kind == OpKind::reshape)
+        return add_reshape(operands[0], attrs.shape, attrs.shape_symbols, std::move(name));
+      if (kind == OpKind::permute) return add_permute(operands[0], attrs.dims, std::move(name));
+      if (kind == OpKind::slice)
+        return add_slice(operands[0], attrs.axis, attrs.start, attrs.end, std::move(name));
+      return add_concat(operands, attrs.axis, std::move(name));
+    case OpCategory::attention: {
+      std::optional<NodeId> mask;
+      if (count == 4) mask = operands[3];
+      return add_attention(operands[0], operands[1], operands[2], mask, attrs.scale, attrs.causal,
+                           std::move(name));
+    }
+  }
+  return make_error("unknown op kind ", std::to_string(static_cast<int>(kind)));
 }
 
 Status Builder::set_name(NodeId id, std::string name) {

@@ -13,26 +13,47 @@
 
 namespace kiln::ir {
 
+// The most operands one concat takes.
+inline constexpr int k_max_concat = 64;
+
+// Every op kind, numbered by its position in ir/ops.def (append-only: the number is hashed).
 enum class OpKind : uint8_t {
-#define KILN_OP(name, arity, category) name,
+#define KILN_OP(name, min_operands, max_operands, category, fusion, result) name,
 #include "ir/ops.def"
-#undef KILN_OP
 };
 
+// How many kinds ops.def lists.
+inline constexpr int k_op_kind_count = 0
+#define KILN_OP(name, min_operands, max_operands, category, fusion, result) +1
+#include "ir/ops.def"
+    ;
+
+// How an op is parsed, printed, hashed and verified (ops.def's category column).
 enum class OpCategory : uint8_t {
   input, matmul, binary, unary, cast, softmax, reduce, norm, layout, attention
 };
 
+// How the fuser treats an op (ops.def's fusion column).
+enum class FusionClass : uint8_t { source, anchor, pointwise, layout, reshape };
+
+// Where an op's result dtype comes from (ops.def's result column).
+enum class ResultDType : uint8_t { declared, operand, cast_to };
+
 std::string_view to_string(OpKind kind);
 std::optional<OpKind> parse_op_kind(std::string_view text);
 OpCategory category(OpKind kind);
+FusionClass fusion_class(OpKind kind);
+ResultDType result_dtype(OpKind kind);
+// How many tensors the text writes positionally (a binary op's literal counts; attention's mask,
+// written mask=NAME, does not).
+int min_operands(OpKind kind);
+int max_operands(OpKind kind);
+// "matmul, add, ... or attention": every op the text can write, in table order.
+std::string op_names();
 
 // Values written nested deeper than this are given names when a graph is printed, and the parser
 // reports deeper nesting as an error, so no walk over user input recurses further.
 inline constexpr int k_max_nesting = 256;
-
-// The most operands one concat takes.
-inline constexpr int k_max_concat = 64;
 
 // Index of a node in Graph::nodes(); operands always point to earlier nodes.
 using NodeId = int32_t;
@@ -55,8 +76,14 @@ struct Attrs {
   std::vector<int> dims;                    // permute: result dim i is operand dim dims[i]
   double scale = 0.0;                       // attention: finite and non-zero
   bool causal = false;                      // attention: key j > query i is masked out
+  std::vector<int64_t> shape;               // reshape: the shape asked for (one -1 inferred)
+  std::vector<SymbolicDim> shape_symbols;   // reshape: shape[i]'s symbol, when it names one
   bool operator==(const Attrs&) const = default;
 };
+
+// An op's attributes as the text and the builder take them when none is given (ops.def's
+// KILN_DEFAULT rows; every other field as Attrs{} has it).
+Attrs default_attrs(OpKind kind);
 
 // One value of the graph. `name` is for people only: it never enters the hash.
 // An empty name marks a value written nested inside another expression.
@@ -125,8 +152,11 @@ public:
                               std::string name = {});
   // rms_norm(x, weight) or layer_norm(x, weight, bias) over x's last axis; weight and bias are
   // 1-D of that axis's size and x's dtype; eps is positive and finite.
-  Expected<NodeId> add_rms_norm(NodeId x, NodeId weight, double eps = 1e-6, std::string name = {});
-  Expected<NodeId> add_layer_norm(NodeId x, NodeId weight, NodeId bias, double eps = 1e-5,
+  Expected<NodeId> add_rms_norm(NodeId x, NodeId weight,
+                               double eps = default_attrs(OpKind::rms_norm).eps,
+                               std::string name = {});
+  Expected<NodeId> add_layer_norm(NodeId x, NodeId weight, NodeId bias,
+                                  double eps = default_attrs(OpKind::layer_norm).eps,
                                   std::string name = {});
   // The same elements in `shape` (row-major). At most one dim is -1, inferred from the count; a
   // symbolic dim (symbols[i].index >= 0, dims[i] its upper bound) must be one of x's.
@@ -148,6 +178,12 @@ public:
   // The graph keeps the mask as operand 3 and always gives it a name (the text writes mask=NAME).
   Expected<NodeId> add_attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask,
                                  double scale, bool causal, std::string name = {});
+  // Any computed op from its kind, operands and attributes, through the typed add_* above (the
+  // same checks and errors): a binary op with attrs.literal_side set takes one operand, attention
+  // takes 3 or 4 (the 4th is the mask), reshape reads attrs.shape and attrs.shape_symbols. Fails
+  // for OpKind::input (add_input declares inputs) and on a wrong operand count.
+  Expected<NodeId> add(OpKind kind, const std::vector<NodeId>& operands, const Attrs& attrs,
+                       std::string name = {});
   Status add_output(NodeId value);
 
   // Gives a value its name after the fact (the parser names a value once its statement ends).

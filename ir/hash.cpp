@@ -106,11 +106,7 @@ std::string canonical_bytes(const Graph& graph) {
 
 namespace {
 
-constexpr uint8_t k_op_kinds = 0
-#define KILN_OP(name, arity, category) +1
-#include "ir/ops.def"
-#undef KILN_OP
-    ;
+constexpr uint8_t k_op_kinds = k_op_kind_count;
 
 }  // namespace
 

@@ -10,11 +10,6 @@ namespace kiln::ir::detail {
 
 namespace {
 
-constexpr const char* k_op_list =
-    "matmul, add, sub, mul, div, pow, maximum, minimum, relu, gelu, silu, sigmoid, tanh, exp, "
-    "neg, sqrt, rsqrt, abs, cast, softmax, sum, mean, max, rms_norm, layer_norm, reshape, "
-    "permute, slice, concat or attention";
-
 // Reads `true`/`false`.
 std::optional<bool> parse_bool(const Token& token) {
   if (token.kind != TokenKind::identifier) return std::nullopt;
@@ -56,18 +51,17 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
   auto kind = parse_op_kind(op_token.text);
   if (!kind || *kind == OpKind::input) {
     return error_at(op_token.location,
-                    "unknown op '" + op_name + "'; expected one of " + k_op_list);
+                    "unknown op '" + op_name + "'; expected one of " + op_names());
   }
   OpCategory cat = category(*kind);
-  size_t arity = cat == OpCategory::matmul || cat == OpCategory::binary ? 2
-                 : *kind == OpKind::layer_norm                       ? 3
-                 : *kind == OpKind::rms_norm                         ? 2
-                 : cat == OpCategory::attention                      ? 3  // the mask is named
-                                                                     : 1;
-  if (*kind == OpKind::concat) {
-    if (args.empty() || args.size() > static_cast<size_t>(k_max_concat)) {
-      return error_at(op_token.location, "concat takes 1 to " + std::to_string(k_max_concat) +
-                                             " operands, got " + std::to_string(args.size()));
+  auto lo = static_cast<size_t>(min_operands(*kind));
+  auto hi = static_cast<size_t>(max_operands(*kind));
+  size_t arity = lo;
+  if (lo != hi) {
+    if (args.size() < lo || args.size() > hi) {
+      return error_at(op_token.location, op_name + " takes " + std::to_string(lo) + " to " +
+                                             std::to_string(hi) + " operands, got " +
+                                             std::to_string(args.size()));
     }
   } else if (args.size() != arity) {
     return error_at(op_token.location, op_name + " takes " + std::to_string(arity) + " operand" +
@@ -176,7 +170,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       return located(m_builder.add_reduce(*kind, *x, axis, keepdim));
     }
     case OpCategory::norm: {
-      double eps = *kind == OpKind::rms_norm ? 1e-6 : 1e-5;
+      double eps = default_attrs(*kind).eps;
       for (const NamedArg& arg : named) {
         if (arg.name != "eps" || arg.is_list) return unknown_arg(arg, "expected eps");
         auto value = parse_number<double>(arg.value);
@@ -229,83 +223,80 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
     if (!t) return t;
     ops.push_back(*t);
   }
-  switch (kind) {
-    case OpKind::reshape: {
-      std::optional<std::vector<int64_t>> dims;
-      std::vector<SymbolicDim> symbols;
-      for (const NamedArg& arg : named) {
-        if (arg.name != "shape") return unknown_arg(arg, "expected shape");
-        if (!arg.is_list) return bad_value(arg.value, arg.name, "a list of dims, [2, -1, 64]");
-        dims.emplace();
-        for (const Token& item : arg.list) {
-          SymbolicDim sym;
-          int64_t value = 0;
-          if (item.kind == TokenKind::identifier) {
-            auto index = m_builder.find_symbol(item.text);
-            if (!index) {
-              return error_at(item.location, "'" + std::string(item.text) +
-                                                 "' is not a declared dim");
-            }
-            sym = {*index, std::string(item.text)};
-          } else {
-            auto v = parse_int(item);
-            if (!v) return bad_value(item, arg.name, "an integer dim or a dim name");
-            value = *v;
+  // Layout ops only (build() sends nothing else here).
+  if (kind == OpKind::reshape) {
+    std::optional<std::vector<int64_t>> dims;
+    std::vector<SymbolicDim> symbols;
+    for (const NamedArg& arg : named) {
+      if (arg.name != "shape") return unknown_arg(arg, "expected shape");
+      if (!arg.is_list) return bad_value(arg.value, arg.name, "a list of dims, [2, -1, 64]");
+      dims.emplace();
+      for (const Token& item : arg.list) {
+        SymbolicDim sym;
+        int64_t value = 0;
+        if (item.kind == TokenKind::identifier) {
+          auto index = m_builder.find_symbol(item.text);
+          if (!index) {
+            return error_at(item.location, "'" + std::string(item.text) +
+                                               "' is not a declared dim");
           }
-          dims->push_back(value);
-          symbols.push_back(std::move(sym));
-        }
-      }
-      if (!dims) return missing("a shape", "reshape(x, shape=[2, -1, 64])");
-      return located(m_builder.add_reshape(ops[0], std::move(*dims), std::move(symbols)));
-    }
-    case OpKind::permute: {
-      std::optional<std::vector<int>> dims;
-      for (const NamedArg& arg : named) {
-        if (arg.name != "dims") return unknown_arg(arg, "expected dims");
-        if (!arg.is_list) return bad_value(arg.value, arg.name, "a list of axes, [0, 2, 1, 3]");
-        dims.emplace();
-        for (const Token& item : arg.list) {
+          sym = {*index, std::string(item.text)};
+        } else {
           auto v = parse_int(item);
-          if (!v || *v < -k_max_rank || *v >= k_max_rank)
-            return bad_value(item, arg.name, "an axis");
-          dims->push_back(static_cast<int>(*v));
+          if (!v) return bad_value(item, arg.name, "an integer dim or a dim name");
+          value = *v;
         }
+        dims->push_back(value);
+        symbols.push_back(std::move(sym));
       }
-      if (!dims) return missing("dims", "permute(x, dims=[0, 2, 1, 3])");
-      return located(m_builder.add_permute(ops[0], std::move(*dims)));
     }
-    case OpKind::slice: {
-      std::optional<int64_t> axis, start, end;
-      for (const NamedArg& arg : named) {
-        std::optional<int64_t>* target = arg.name == "axis"    ? &axis
-                                         : arg.name == "start" ? &start
-                                         : arg.name == "end"   ? &end
-                                                               : nullptr;
-        if (!target) return unknown_arg(arg, "expected axis, start or end");
-        auto v = arg.is_list ? std::nullopt : parse_int(arg.value);
-        bool is_axis = target == &axis;
-        int64_t limit = is_axis ? k_max_rank : k_max_elements;
-        if (!v || *v < -limit || *v > limit - is_axis)
-          return bad_value(arg.value, arg.name, is_axis ? "an integer axis" : "an integer");
-        *target = *v;
-      }
-      if (!start || !end) return missing("start and end", "slice(x, axis=-1, start=0, end=32)");
-      return located(m_builder.add_slice(ops[0], axis ? static_cast<int>(*axis) : -1, *start, *end));
-    }
-    case OpKind::concat: {
-      int axis = -1;
-      for (const NamedArg& arg : named) {
-        if (arg.name != "axis") return unknown_arg(arg, "expected axis");
-        auto v = arg.is_list ? std::nullopt : parse_int(arg.value);
+    if (!dims) return missing("a shape", "reshape(x, shape=[2, -1, 64])");
+    return located(m_builder.add_reshape(ops[0], std::move(*dims), std::move(symbols)));
+  }
+  if (kind == OpKind::permute) {
+    std::optional<std::vector<int>> dims;
+    for (const NamedArg& arg : named) {
+      if (arg.name != "dims") return unknown_arg(arg, "expected dims");
+      if (!arg.is_list) return bad_value(arg.value, arg.name, "a list of axes, [0, 2, 1, 3]");
+      dims.emplace();
+      for (const Token& item : arg.list) {
+        auto v = parse_int(item);
         if (!v || *v < -k_max_rank || *v >= k_max_rank)
-          return bad_value(arg.value, arg.name, "an integer axis");
-        axis = static_cast<int>(*v);
+          return bad_value(item, arg.name, "an axis");
+        dims->push_back(static_cast<int>(*v));
       }
-      return located(m_builder.add_concat(ops, axis));
     }
-    default:
-      break;
+    if (!dims) return missing("dims", "permute(x, dims=[0, 2, 1, 3])");
+    return located(m_builder.add_permute(ops[0], std::move(*dims)));
+  }
+  if (kind == OpKind::slice) {
+    std::optional<int64_t> axis, start, end;
+    for (const NamedArg& arg : named) {
+      std::optional<int64_t>* target = arg.name == "axis"    ? &axis
+                                       : arg.name == "start" ? &start
+                                       : arg.name == "end"   ? &end
+                                                             : nullptr;
+      if (!target) return unknown_arg(arg, "expected axis, start or end");
+      auto v = arg.is_list ? std::nullopt : parse_int(arg.value);
+      bool is_axis = target == &axis;
+      int64_t limit = is_axis ? k_max_rank : k_max_elements;
+      if (!v || *v < -limit || *v > limit - is_axis)
+        return bad_value(arg.value, arg.name, is_axis ? "an integer axis" : "an integer");
+      *target = *v;
+    }
+    if (!start || !end) return missing("start and end", "slice(x, axis=-1, start=0, end=32)");
+    return located(m_builder.add_slice(ops[0], axis ? static_cast<int>(*axis) : -1, *start, *end));
+  }
+  if (kind == OpKind::concat) {
+    int axis = -1;
+    for (const NamedArg& arg : named) {
+      if (arg.name != "axis") return unknown_arg(arg, "expected axis");
+      auto v = arg.is_list ? std::nullopt : parse_int(arg.value);
+      if (!v || *v < -k_max_rank || *v >= k_max_rank)
+        return bad_value(arg.value, arg.name, "an integer axis");
+      axis = static_cast<int>(*v);
+    }
+    return located(m_builder.add_concat(ops, axis));
   }
   return error_at(op_token.location, "unknown op '" + op_name + "'");
 }

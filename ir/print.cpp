@@ -46,8 +46,8 @@ public:
       separator();
       out += format_literal(attrs.literal);
     }
-    switch (node.kind) {
-      case OpKind::matmul:
+    switch (category(node.kind)) {
+      case OpCategory::matmul:
         if (attrs.transpose_a) out += ", transpose_a=true";
         if (attrs.transpose_b) out += ", transpose_b=true";
         if (attrs.precision) {
@@ -55,44 +55,28 @@ public:
           out += to_string(*attrs.precision);
         }
         break;
-      case OpKind::cast:
+      case OpCategory::cast:
         out += ", to=";
         out += to_string(attrs.cast_to);
         break;
-      case OpKind::softmax:
+      case OpCategory::softmax:
         if (attrs.axis != node.type.shape.rank() - 1) {
           out += ", axis=" + std::to_string(attrs.axis);
         }
         break;
-      case OpKind::sum:
-      case OpKind::mean:
-      case OpKind::max:
-      case OpKind::slice:
-      case OpKind::concat:
+      case OpCategory::reduce:
         if (attrs.axis != operand_rank(node) - 1) out += ", axis=" + std::to_string(attrs.axis);
         if (attrs.keepdim) out += ", keepdim=true";
-        if (node.kind == OpKind::slice) {
-          out += ", start=" + std::to_string(attrs.start) + ", end=" + std::to_string(attrs.end);
-        }
         break;
-      case OpKind::rms_norm:
-      case OpKind::layer_norm:
-        if (attrs.eps != (node.kind == OpKind::rms_norm ? 1e-6 : 1e-5)) {
+      case OpCategory::norm:
+        if (attrs.eps != default_attrs(node.kind).eps) {
           out += ", eps=" + format_literal(attrs.eps);
         }
         break;
-      case OpKind::reshape: {
-        const Shape& shape = node.type.shape;
-        out += ", shape=[";
-        for (int i = 0; i < shape.rank(); ++i) {
-          if (i) out += ", ";
-          out += shape.symbol(i) >= 0 ? shape.symbols()[static_cast<size_t>(i)].name
-                                      : std::to_string(shape.dim(i));
-        }
-        out += ']';
+      case OpCategory::layout:
+        layout_attrs(node, out);
         break;
-      }
-      case OpKind::attention:
+      case OpCategory::attention:
         if (node.operands.size() > 3) {
           out += ", mask=";
           operand_ref(node.operands[3], out);  // Builder::finish names every mask
@@ -100,18 +84,42 @@ public:
         out += ", scale=" + format_literal(attrs.scale);
         if (attrs.causal) out += ", causal=true";
         break;
-      case OpKind::permute:
-        out += ", dims=[";
-        for (size_t i = 0; i < attrs.dims.size(); ++i) {
-          if (i) out += ", ";
-          out += std::to_string(attrs.dims[i]);
-        }
-        out += ']';
-        break;
-      default:
+      case OpCategory::input:
+      case OpCategory::binary:
+      case OpCategory::unary:
         break;
     }
     out += ')';
+  }
+
+  // The named arguments of reshape, permute, slice and concat.
+  void layout_attrs(const Node& node, std::string& out) const {
+    const Attrs& attrs = node.attrs;
+    if (node.kind == OpKind::reshape) {
+      const Shape& shape = node.type.shape;
+      out += ", shape=[";
+      for (int i = 0; i < shape.rank(); ++i) {
+        if (i) out += ", ";
+        out += shape.symbol(i) >= 0 ? shape.symbols()[static_cast<size_t>(i)].name
+                                    : std::to_string(shape.dim(i));
+      }
+      out += ']';
+      return;
+    }
+    if (node.kind == OpKind::permute) {
+      out += ", dims=[";
+      for (size_t i = 0; i < attrs.dims.size(); ++i) {
+        if (i) out += ", ";
+        out += std::to_string(attrs.dims[i]);
+      }
+      out += ']';
+      return;
+    }
+    // slice and concat
+    if (attrs.axis != operand_rank(node) - 1) out += ", axis=" + std::to_string(attrs.axis);
+    if (node.kind == OpKind::slice) {
+      out += ", start=" + std::to_string(attrs.start) + ", end=" + std::to_string(attrs.end);
+    }
   }
 
   int operand_rank(const Node& node) const {

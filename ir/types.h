@@ -38,6 +38,7 @@ inline constexpr int64_t k_max_elements = (int64_t{1} << 31) - 1;
 struct SymbolicDim {
   int32_t index = -1;
   std::string name;
+  bool operator==(const SymbolicDim&) const = default;
 };
 
 // A shape of rank 1 to 4, every dim positive, element count below k_max_elements. A dim may be

@@ -1,5 +1,6 @@
 // Reference kernels for the elementwise ops (binary with broadcasting, unary, cast) and softmax.
 #include "reference/kernels.h"
+#include "ir/scalar.h"
 
 #include <algorithm>
 #include <cassert>
@@ -47,59 +48,37 @@ void for_each_broadcast(const ir::Shape& out, const std::vector<int64_t>& a_stri
   }
 }
 
+// ir/scalar.h's Math in T (double for the fp64 reference, float for a mode's rounding).
+template <typename T>
+struct RefMath {
+  using Value = T;
+  T constant(double value, const char*) { return static_cast<T>(value); }
+  T add(T a, T b) { return a + b; }
+  T sub(T a, T b) { return a - b; }
+  T mul(T a, T b) { return a * b; }
+  T div(T a, T b) { return a / b; }
+  T max(T a, T b) { return std::fmax(a, b); }
+  T min(T a, T b) { return std::fmin(a, b); }
+  T pow(T a, T b) { return std::pow(a, b); }
+  T neg(T x) { return -x; }
+  T exp(T x) { return std::exp(x); }
+  T erf(T x) { return std::erf(x); }
+  T tanh(T x) { return std::tanh(x); }
+  T sqrt(T x) { return std::sqrt(x); }
+  T abs(T x) { return std::fabs(x); }
+  T group(T x) { return x; }
+};
+
 template <typename T>
 T apply_binary(ir::OpKind kind, T x, T y) {
-  switch (kind) {
-    case ir::OpKind::add:
-      return x + y;
-    case ir::OpKind::sub:
-      return x - y;
-    case ir::OpKind::mul:
-      return x * y;
-    case ir::OpKind::div:
-      return x / y;
-    case ir::OpKind::pow:
-      return std::pow(x, y);
-    case ir::OpKind::maximum:
-      return std::fmax(x, y);
-    case ir::OpKind::minimum:
-      return std::fmin(x, y);
-    default:
-      break;
-  }
-  assert(false && "not a binary op");
-  return T(0);
+  RefMath<T> m;
+  return ir::binary_formula(m, kind, x, y);
 }
 
 template <typename T>
 T apply_unary(ir::OpKind kind, T x) {
-  const T one(1);
-  switch (kind) {
-    case ir::OpKind::relu:
-      return x > T(0) ? x : T(0);
-    case ir::OpKind::gelu:
-      return T(0.5) * x * (one + std::erf(x * T(0.70710678118654752440)));
-    case ir::OpKind::silu:
-      return x / (one + std::exp(-x));
-    case ir::OpKind::sigmoid:
-      return one / (one + std::exp(-x));
-    case ir::OpKind::tanh:
-      return std::tanh(x);
-    case ir::OpKind::exp:
-      return std::exp(x);
-    case ir::OpKind::neg:
-      return -x;
-    case ir::OpKind::sqrt:
-      return std::sqrt(x);
-    case ir::OpKind::rsqrt:
-      return one / std::sqrt(x);
-    case ir::OpKind::abs:
-      return std::fabs(x);
-    default:
-      break;
-  }
-  assert(false && "not a unary op");
-  return T(0);
+  RefMath<T> m;
+  return ir::unary_formula(m, kind, x);
 }
 
 bool is_fp64(const RunMode& mode) { return mode.arithmetic == Arithmetic::fp64; }

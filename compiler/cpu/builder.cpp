@@ -1,6 +1,7 @@
 // KernelBuilder: a CPU kernel function's arguments, loads and stores by dtype, the rounding of
 // the precision modes, the elementwise ops' arithmetic and counted loops, as LLVM IR.
 #include "compiler/cpu/codegen_internal.h"
+#include "ir/scalar.h"
 
 #include <llvm/IR/Intrinsics.h>
 
@@ -172,9 +173,13 @@ llvm::Value* KernelBuilder::round_operand(MatmulPath path, llvm::Value* v) {
     }
     case MatmulPath::bf16_of_f32:
       return round_to(ir::DType::bf16, v);
-    default:
+    case MatmulPath::ffma:
+    case MatmulPath::tf32x3:  // split_tf32x3 rounds each part
+    case MatmulPath::f16:
+    case MatmulPath::bf16:
       return v;
   }
+  return v;
 }
 
 std::pair<llvm::Value*, llvm::Value*> KernelBuilder::split_tf32x3(llvm::Value* v) {
@@ -203,56 +208,41 @@ llvm::Value* KernelBuilder::fma(llvm::Value* a, llvm::Value* c, llvm::Value* acc
   return m_b.CreateIntrinsic(llvm::Intrinsic::fma, {a->getType()}, {a, c, acc});
 }
 
+namespace {
+
+// ir/scalar.h's Math as LLVM IR, built in call order at the builder's insertion point.
+struct LlvmMath {
+  using Value = llvm::Value*;
+  KernelBuilder& kb;
+  llvm::IRBuilder<>& b;
+
+  Value constant(double value, const char*) { return kb.f32c(value); }
+  Value add(Value x, Value y) { return b.CreateFAdd(x, y); }
+  Value sub(Value x, Value y) { return b.CreateFSub(x, y); }
+  Value mul(Value x, Value y) { return b.CreateFMul(x, y); }
+  Value div(Value x, Value y) { return b.CreateFDiv(x, y); }
+  Value max(Value x, Value y) { return kb.max(x, y); }
+  Value min(Value x, Value y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, x, y); }
+  Value pow(Value x, Value y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y); }
+  Value neg(Value x) { return b.CreateFNeg(x); }
+  Value exp(Value x) { return kb.exp(x); }
+  Value erf(Value x) { return b.CreateCall(kb.math_function("erff", 1), {x}); }
+  Value tanh(Value x) { return b.CreateCall(kb.math_function("tanhf", 1), {x}); }
+  Value sqrt(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); }
+  Value abs(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
+  Value group(Value x) { return x; }
+};
+
+}  // namespace
+
 llvm::Value* KernelBuilder::unary(ir::OpKind kind, llvm::Value* x) {
-  llvm::Value* one = f32c(1.0);
-  switch (kind) {
-    case ir::OpKind::relu:
-      return max(x, f32c(0.0));
-    case ir::OpKind::gelu: {
-      llvm::Value* erf = m_b.CreateCall(math_function("erff", 1),
-                                        {m_b.CreateFMul(x, f32c(0.70710678118654752))});
-      return m_b.CreateFMul(m_b.CreateFMul(f32c(0.5), x), m_b.CreateFAdd(one, erf));
-    }
-    case ir::OpKind::silu:
-      return m_b.CreateFDiv(x, m_b.CreateFAdd(one, exp(m_b.CreateFNeg(x))));
-    case ir::OpKind::sigmoid:
-      return m_b.CreateFDiv(one, m_b.CreateFAdd(one, exp(m_b.CreateFNeg(x))));
-    case ir::OpKind::tanh:
-      return m_b.CreateCall(math_function("tanhf", 1), {x});
-    case ir::OpKind::exp:
-      return exp(x);
-    case ir::OpKind::neg:
-      return m_b.CreateFNeg(x);
-    case ir::OpKind::sqrt:
-      return m_b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
-    case ir::OpKind::rsqrt:
-      return m_b.CreateFDiv(one, m_b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x));
-    case ir::OpKind::abs:
-      return m_b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
-    default:
-      return x;
-  }
+  LlvmMath m{*this, m_b};
+  return ir::unary_formula(m, kind, x);
 }
 
 llvm::Value* KernelBuilder::binary(ir::OpKind kind, llvm::Value* a, llvm::Value* c) {
-  switch (kind) {
-    case ir::OpKind::add:
-      return m_b.CreateFAdd(a, c);
-    case ir::OpKind::sub:
-      return m_b.CreateFSub(a, c);
-    case ir::OpKind::mul:
-      return m_b.CreateFMul(a, c);
-    case ir::OpKind::div:
-      return m_b.CreateFDiv(a, c);
-    case ir::OpKind::pow:
-      return m_b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, c);
-    case ir::OpKind::maximum:
-      return max(a, c);
-    case ir::OpKind::minimum:
-      return m_b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, a, c);
-    default:
-      return a;
-  }
+  LlvmMath m{*this, m_b};
+  return ir::binary_formula(m, kind, a, c);
 }
 
 std::vector<llvm::Value*> KernelBuilder::loop(

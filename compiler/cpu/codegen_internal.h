@@ -7,6 +7,7 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include <cassert>
 #include <functional>
 #include <map>
 #include <vector>
@@ -64,6 +65,8 @@ class KernelBuilder {
   llvm::Value* max(llvm::Value* a, llvm::Value* c);  // fmaxf
   llvm::Value* exp(llvm::Value* x);
   llvm::Value* fma(llvm::Value* a, llvm::Value* c, llvm::Value* acc);
+  // The libm function `name` of `arity` float arguments, declared in the module once.
+  llvm::Function* math_function(const char* name, int arity);
 
   // for (i = lo; i < hi; i += step) body(i): a counted loop; `carried` values are threaded
   // through it (body returns their next values) and their final values returned.
@@ -89,8 +92,6 @@ class KernelBuilder {
   void finish();
 
  private:
-  llvm::Function* math_function(const char* name, int arity);
-
   llvm::Module& m_module;
   const ir::Graph& m_graph;
   const ProgramPlan& m_plan;

@@ -86,10 +86,8 @@ WorkShape build_rows(KernelBuilder& kb) {
   kb.loop(kb.begin(), kb.end(), 1, [&](llvm::Value* r) {
     Row row(kb, r);
     llvm::Value* len_f = b.CreateSIToFP(row.len(), kb.f32());
-    switch (anchor.kind) {
-      case ir::OpKind::sum:
-      case ir::OpKind::mean:
-      case ir::OpKind::max: {
+    switch (ir::category(anchor.kind)) {
+      case ir::OpCategory::reduce: {
         bool is_max = anchor.kind == ir::OpKind::max;
         llvm::Value* acc = kb.loop(zero, row.len(), 1, {is_max ? minus_inf : kb.f32c(0.0)},
                                    [&](llvm::Value* j, const Carried& c) {
@@ -101,7 +99,7 @@ WorkShape build_rows(KernelBuilder& kb) {
         kb.store_outputs(group_value(kb, root, Point{root, {}, r}, acc), r);
         return;
       }
-      case ir::OpKind::softmax: {
+      case ir::OpCategory::softmax: {
         llvm::Value* mx = kb.loop(zero, row.len(), 1, {minus_inf},
                                   [&](llvm::Value* j, const Carried& c) {
                                     return Carried{kb.max(c[0], row.element(j))};
@@ -117,8 +115,17 @@ WorkShape build_rows(KernelBuilder& kb) {
         });
         return;
       }
-      default:
-        break;
+      case ir::OpCategory::norm:
+        break;  // below
+      case ir::OpCategory::input:
+      case ir::OpCategory::matmul:
+      case ir::OpCategory::binary:
+      case ir::OpCategory::unary:
+      case ir::OpCategory::cast:
+      case ir::OpCategory::layout:
+      case ir::OpCategory::attention:
+        assert(false && "build_rows: not a row op");
+        return;
     }
     // rms_norm and layer_norm over the last axis, statistics in fp32 over two passes: the mean
     // (layer_norm), then the mean squared deviation from it (rms_norm: from 0).

@@ -97,40 +97,33 @@ llvm::Value* Values::value(ir::NodeId top, Point point, llvm::Value* anchor_valu
     ir::NodeId operand = l.operands[rule.operand];
     std::vector<llvm::Value*> c = lc;
     auto axis = static_cast<size_t>(l.attrs.axis);
-    switch (l.kind) {
-      case ir::OpKind::permute:
-        for (size_t j = 0; j < lc.size(); ++j) c[static_cast<size_t>(l.attrs.dims[j])] = lc[j];
-        break;
-      case ir::OpKind::slice:
-        if (l.attrs.start != 0) c[axis] = b.CreateAdd(lc[axis], m_kb.i64c(l.attrs.start));
-        break;
-      case ir::OpKind::concat: {
-        int64_t offset = 0;
-        for (size_t k = 0; k < rule.operand; ++k)
-          offset += g.node(l.operands[k]).type.shape.dim(l.attrs.axis);
-        int64_t len = g.node(operand).type.shape.dim(l.attrs.axis);
-        // Only the operand the axis coordinate falls in is selected; the others read a clamped,
-        // valid element.
-        llvm::Value* s = b.CreateSub(lc[axis], m_kb.i64c(offset));
-        s = b.CreateSelect(b.CreateICmpSGT(s, m_kb.i64c(len - 1)), m_kb.i64c(len - 1), s);
-        c[axis] = b.CreateSelect(b.CreateICmpSLT(s, m_kb.i64c(0)), m_kb.i64c(0), s);
-        break;
+    // Derived points come from layout ops only (PointPlan).
+    if (l.kind == ir::OpKind::permute) {
+      for (size_t j = 0; j < lc.size(); ++j) c[static_cast<size_t>(l.attrs.dims[j])] = lc[j];
+    } else if (l.kind == ir::OpKind::slice) {
+      if (l.attrs.start != 0) c[axis] = b.CreateAdd(lc[axis], m_kb.i64c(l.attrs.start));
+    } else if (l.kind == ir::OpKind::concat) {
+      int64_t offset = 0;
+      for (size_t k = 0; k < rule.operand; ++k)
+        offset += g.node(l.operands[k]).type.shape.dim(l.attrs.axis);
+      int64_t len = g.node(operand).type.shape.dim(l.attrs.axis);
+      // Only the operand the axis coordinate falls in is selected; the others read a clamped,
+      // valid element.
+      llvm::Value* s = b.CreateSub(lc[axis], m_kb.i64c(offset));
+      s = b.CreateSelect(b.CreateICmpSGT(s, m_kb.i64c(len - 1)), m_kb.i64c(len - 1), s);
+      c[axis] = b.CreateSelect(b.CreateICmpSLT(s, m_kb.i64c(0)), m_kb.i64c(0), s);
+    } else {
+      assert(l.kind == ir::OpKind::reshape);
+      // The same row-major index over the operand's dims.
+      llvm::Value* linear = m_kb.i64c(0);
+      Extent stride;
+      std::vector<Extent> dims = dims_of(m_kb, rule.layout);
+      for (size_t k = dims.size(); k-- > 0;) {
+        linear = b.CreateAdd(linear, b.CreateMul(lc[k], m_kb.extent(stride)));
+        stride = stride * dims[k];
       }
-      case ir::OpKind::reshape: {
-        // The same row-major index over the operand's dims.
-        llvm::Value* linear = m_kb.i64c(0);
-        Extent stride;
-        std::vector<Extent> dims = dims_of(m_kb, rule.layout);
-        for (size_t k = dims.size(); k-- > 0;) {
-          linear = b.CreateAdd(linear, b.CreateMul(lc[k], m_kb.extent(stride)));
-          stride = stride * dims[k];
-        }
-        at.point.linear = linear;
-        c.clear();
-        break;
-      }
-      default:
-        break;
+      at.point.linear = linear;
+      c.clear();
     }
     at.point.coords = std::move(c);
   }

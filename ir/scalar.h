@@ -1,0 +1,101 @@
+// Each pointwise op's per-element formula, written once over a Math that renders primitives:
+// the CUDA emitter renders C++ text, the CPU target LLVM IR, the reference computes in fp64 or
+// fp32. A new unary or binary op is one case here and, when it needs a primitive no Math has
+// yet, one line in each Math (the CUDA text, LLVM and reference ones).
+#pragma once
+
+#include "ir/graph.h"
+
+#include <cassert>
+#include <cstdlib>
+
+namespace kiln::ir {
+
+// A Math has a copyable `Value` and these members, each returning a Value:
+//   constant(double value, const char* text)  a float constant; `text` is its decimal spelling
+//                                             (the CUDA renderer writes it, with an f suffix)
+//   add sub mul div max min pow (a, b)        max/min as fmaxf/fminf (a NaN operand loses)
+//   neg exp erf tanh sqrt abs (x)
+//   group(x)                                  x as one term: parenthesised in CUDA text, the
+//                                             identity elsewhere
+// The formulas name every intermediate they reuse, so each Math sees its primitives in one
+// order (an LLVM builder emits instructions in call order).
+
+// The value of pointwise op `kind` (OpCategory::unary or binary) at (a, b); a unary op reads a
+// only. Callers pass only those kinds.
+template <class Math>
+typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Value a,
+                                       typename Math::Value b) {
+  using Value = typename Math::Value;
+  switch (kind) {
+    case OpKind::add:
+      return m.add(a, b);
+    case OpKind::sub:
+      return m.sub(a, b);
+    case OpKind::mul:
+      return m.mul(a, b);
+    case OpKind::div:
+      return m.div(a, b);
+    case OpKind::pow:
+      return m.pow(a, b);
+    case OpKind::maximum:
+      return m.max(a, b);
+    case OpKind::minimum:
+      return m.min(a, b);
+    case OpKind::relu:
+      return m.max(a, m.constant(0.0, "0.0"));
+    case OpKind::gelu: {  // the exact (erf) form
+      Value erf = m.erf(m.mul(a, m.constant(0.70710678118654752, "0.70710678118654752")));
+      return m.mul(m.mul(m.constant(0.5, "0.5"), a), m.add(m.constant(1.0, "1.0"), erf));
+    }
+    case OpKind::silu:
+      return m.div(a, m.add(m.constant(1.0, "1.0"), m.exp(m.neg(a))));
+    case OpKind::sigmoid:
+      return m.div(m.constant(1.0, "1.0"), m.add(m.constant(1.0, "1.0"), m.exp(m.neg(a))));
+    case OpKind::tanh:
+      return m.tanh(a);
+    case OpKind::exp:
+      return m.exp(a);
+    case OpKind::neg:
+      return m.neg(a);
+    case OpKind::sqrt:
+      return m.sqrt(a);
+    case OpKind::rsqrt:
+      return m.group(m.div(m.constant(1.0, "1.0"), m.sqrt(a)));
+    case OpKind::abs:
+      return m.abs(a);
+    // Not pointwise formulas.
+    case OpKind::input:
+    case OpKind::matmul:
+    case OpKind::cast:
+    case OpKind::softmax:
+    case OpKind::sum:
+    case OpKind::mean:
+    case OpKind::max:
+    case OpKind::rms_norm:
+    case OpKind::layer_norm:
+    case OpKind::reshape:
+    case OpKind::permute:
+    case OpKind::slice:
+    case OpKind::concat:
+    case OpKind::attention:
+      break;
+  }
+  assert(false && "pointwise_formula: not a unary or binary op");
+  std::abort();
+}
+
+template <class Math>
+typename Math::Value unary_formula(Math& m, OpKind kind, typename Math::Value x) {
+  assert(category(kind) == OpCategory::unary);
+  return pointwise_formula(m, kind, x, x);
+}
+
+template <class Math>
+typename Math::Value binary_formula(Math& m, OpKind kind, typename Math::Value a,
+                                    typename Math::Value b) {
+  assert(category(kind) == OpCategory::binary);
+  return pointwise_formula(m, kind, a, b);
+}
+
+}  // namespace kiln::ir

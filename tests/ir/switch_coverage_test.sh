@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A kind added to ir/ops.def that a switch forgets must fail the build, not fall through: each
+# source below (the per-element formulas' three renderers) is compiled as the build compiles it,
+# once as is (it must compile) and once with KILN_TEST_EXTRA_OP, which appends a unary kind
+# `test_extra` to the table (it must fail, naming that kind, through -Werror=switch).
+# Usage: switch_coverage_test.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$1 source=$2
+commands="$build/compile_commands.json"
+[[ -f $commands ]] || { echo "no $commands" >&2; exit 1; }
+failed=0
+for file in compiler/emit_expr.cpp compiler/cpu/builder.cpp reference/elementwise.cpp; do
+  command=$(python3 - "$commands" "$source/$file" <<'PY'
+import json, shlex, sys
+for entry in json.load(open(sys.argv[1])):
+    if entry["file"] == sys.argv[2]:
+        args = shlex.split(entry["command"])
+        # drop the output and dependency files: only the diagnostics matter
+        out, skip = [], False
+        for a in args:
+            if skip: skip = False; continue
+            if a in ("-o", "-MF", "-MT"): skip = True; continue
+            if a in ("-MD", "-MMD"): continue
+            out.append(a)
+        print(entry["directory"]); print(shlex.join(out + ["-fsyntax-only"])); break
+PY
+)
+  [[ -n $command ]] || { echo "FAIL: $file is not in $commands"; failed=1; continue; }
+  dir=$(sed -n 1p <<<"$command") cmd=$(sed -n 2p <<<"$command")
+  if ! (cd "$dir" && eval "$cmd") >/tmp/switch_coverage.$$ 2>&1; then
+    echo "FAIL: $file does not compile as is:"; head -20 /tmp/switch_coverage.$$; failed=1
+    continue
+  fi
+  if (cd "$dir" && eval "$cmd -DKILN_TEST_EXTRA_OP") >/tmp/switch_coverage.$$ 2>&1; then
+    echo "FAIL: $file compiles with an op kind it does not handle"; failed=1
+  elif ! grep -q "test_extra.*not handled in switch" /tmp/switch_coverage.$$; then
+    echo "FAIL: $file fails with the extra kind, but not for an unhandled switch case:"
+    head -20 /tmp/switch_coverage.$$; failed=1
+  else
+    echo "ok: $file: $(grep -m1 'test_extra' /tmp/switch_coverage.$$ | sed 's/.*error: //')"
+  fi
+done
+rm -f /tmp/switch_coverage.$$
+exit $failed
