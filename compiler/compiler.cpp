@@ -15,21 +15,23 @@
 namespace kiln::compiler {
 
 Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileRequest& request,
-                                      LaunchLimits limits) {
+                                      LaunchLimits limits, const ScheduleProvider& schedule) {
   std::vector<int64_t> upper;
   for (const DimRange& range : request.options.bucket) upper.push_back(range.hi);
   auto bound = graph.bind(upper);
   if (!bound) return bound.error();
   std::vector<KernelGroup> groups = fuse(*bound, k_max_kernel_reads, request.attention.fused);
   Sizes sizes(graph, request.options.bucket);
-  auto plan = plan_kernels(*bound, groups, request.precision, request.sm, sizes, limits);
+  auto plan =
+      plan_kernels(*bound, groups, request.precision, request.sm, sizes, limits, schedule);
   if (!plan) return plan.error();
   return PlannedProgram{std::move(*bound), std::move(sizes), request.precision,
                         request.attention.fallbacks, std::move(*plan)};
 }
 
-Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& request) {
-  auto planned = plan_program(graph, request, LaunchLimits::cuda);
+Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& request,
+                               const ScheduleProvider& schedule) {
+  auto planned = plan_program(graph, request, LaunchLimits::cuda, schedule);
   if (!planned) return planned.error();
   LoweredProgram program;
   program.sm = request.sm;

@@ -12,6 +12,7 @@
 #include "compiler/plan.h"
 #include "compiler/precision.h"
 #include "compiler/request.h"
+#include "compiler/schedule.h"
 #include "compiler/sizes.h"
 #include "ir/graph.h"
 
@@ -33,8 +34,10 @@ struct PlannedProgram {
 // bind -> fuse -> plan_kernels on a checked request (its precision and attention plans), shared
 // by the CUDA target (lower()) and the CPU target (compiler/cpu). Errors are the caller's to fix,
 // as lower()'s.
+// `schedule` picks the matmul tiles (tests force tiles with FixedSchedule).
 Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileRequest& request,
-                                      LaunchLimits limits);
+                                      LaunchLimits limits,
+                                      const ScheduleProvider& schedule = heuristic_schedule());
 
 // A graph lowered to kernel sources for one arch and mode.
 struct LoweredProgram {
@@ -50,7 +53,10 @@ struct LoweredProgram {
 // caller's to fix (exit 2 in the CLI): a plan the arch cannot launch. A symbolic graph is planned
 // at the bucket's upper bounds; its kernels take the symbols' values as parameters and serve
 // every size of the bucket.
-Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& request);
+// `schedule` as plan_program's: a compile through the cache always uses the heuristic (its key
+// does not name a schedule).
+Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& request,
+                               const ScheduleProvider& schedule = heuristic_schedule());
 // check_request() then lower(): its errors too (an arch kiln does not know, a precision the arch
 // cannot run without an allowed fallback, an attention that cannot be fused under a refusing
 // fusion_fallback policy, a symbolic graph without a bucket of its dims or a static one with one).

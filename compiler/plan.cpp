@@ -139,7 +139,7 @@ uint32_t ceil_div(int64_t a, int64_t b) { return static_cast<uint32_t>((a + b - 
 
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
                                    const PrecisionPlan& precision, int sm, const Sizes& sizes,
-                                   LaunchLimits limits) {
+                                   LaunchLimits limits, const ScheduleProvider& schedule) {
   const bool grid_limits = limits == LaunchLimits::cuda;
   ProgramPlan plan;
   bool symbolic = sizes.symbolic();
@@ -203,7 +203,10 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       MatmulPath path = precision.paths[static_cast<size_t>(group.anchor)];
       k.extents = matmul_extents(graph, sizes, group.anchor);
       k.shape = matmul_shape(graph, group.anchor, path, k.extents);
-      k.tile = choose_tile(k.shape, sm);
+      k.tile = schedule.matmul_tile(k.shape, sm);
+      if (Status legal = check_tile(k.tile, k.shape, sm); !legal)
+        return make_error(describe_node(graph, group.anchor), ": schedule: ",
+                          legal.error().message);
       k.name = index + "_matmul_" + std::string(to_string(path));
       // The CUDA tile names the kernel there; a target without a grid blocks it its own way.
       if (grid_limits) k.name += "_" + std::to_string(k.tile.bm) + "x" + std::to_string(k.tile.bn);

@@ -4,6 +4,7 @@
 #include "compiler/artifact.h"
 #include "compiler/fusion.h"
 #include "compiler/precision.h"
+#include "compiler/schedule.h"
 #include "compiler/sizes.h"
 #include "compiler/tile.h"
 
@@ -67,9 +68,12 @@ inline constexpr uint64_t k_param_bytes = 8;
 // so only groups formed otherwise get there); the message names the kernel and the bytes.
 // `limits`: CUDA's grid limits (65535 row tiles or batches per launch), or none for a target
 // without a grid (the CPU), whose matmul kernels' names then carry no CUDA tile size.
+// `schedule` gives each matmul kernel's tile (the heuristic unless a caller provides another); a
+// tile that is not legal for the kernel fails the plan, naming the kernel and the tiles it runs.
 enum class LaunchLimits : uint8_t { cuda, none };
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
                                    const PrecisionPlan& precision, int sm, const Sizes& sizes,
-                                   LaunchLimits limits = LaunchLimits::cuda);
+                                   LaunchLimits limits = LaunchLimits::cuda,
+                                   const ScheduleProvider& schedule = heuristic_schedule());
 
 }  // namespace kiln::compiler
