@@ -111,6 +111,8 @@ struct CudaText {
   Value tanh(const Value& x) { return call("tanhf", x); }
   Value sqrt(const Value& x) { return call("sqrtf", x); }
   Value abs(const Value& x) { return call("fabsf", x); }
+  Value cos(const Value& x) { return call("cosf", x); }
+  Value sin(const Value& x) { return call("sinf", x); }
   Value group(const Value& x) { return {"(" + x.text + ")"}; }
 };
 

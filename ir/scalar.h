@@ -15,7 +15,7 @@ namespace kiln::ir {
 //   constant(double value, const char* text)  a float constant; `text` is its decimal spelling
 //                                             (the CUDA renderer writes it, with an f suffix)
 //   add sub mul div max min pow (a, b)        max/min as fmaxf/fminf (a NaN operand loses)
-//   neg exp erf tanh sqrt abs (x)
+//   neg exp erf tanh sqrt abs cos sin (x)
 //   group(x)                                  x as one term: parenthesised in CUDA text, the
 //                                             identity elsewhere
 // The formulas name every intermediate they reuse, so each Math sees its primitives in one
@@ -64,6 +64,10 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
       return m.group(m.div(m.constant(1.0, "1.0"), m.sqrt(a)));
     case OpKind::abs:
       return m.abs(a);
+    case OpKind::cos:
+      return m.cos(a);
+    case OpKind::sin:
+      return m.sin(a);
     // Not pointwise formulas.
     case OpKind::input:
     case OpKind::matmul:

@@ -66,6 +66,8 @@ struct RefMath {
   T tanh(T x) { return std::tanh(x); }
   T sqrt(T x) { return std::sqrt(x); }
   T abs(T x) { return std::fabs(x); }
+  T cos(T x) { return std::cos(x); }
+  T sin(T x) { return std::sin(x); }
   T group(T x) { return x; }
 };
 

@@ -230,6 +230,8 @@ struct LlvmMath {
   Value tanh(Value x) { return b.CreateCall(kb.math_function("tanhf", 1), {x}); }
   Value sqrt(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); }
   Value abs(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
+  Value cos(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::cos, x); }
+  Value sin(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::sin, x); }
   Value group(Value x) { return x; }
 };
 

@@ -141,6 +141,25 @@ TEST(CompileShapes, LargeTransposedAndRaggedMatmulsCompileWithoutSpills) {
   }
 }
 
+// cos and sin reach NVRTC as cosf/sinf on every arch family, with no spills or warnings.
+TEST(CompileShapes, CosAndSinCompileOnEveryArchFamily) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  ir::Graph g = test::parse(R"(graph rotary {
+    input x: f32[64, 64]
+    input t: f32[64, 64]
+    input w: f32[64, 64]
+    y = add(mul(x, cos(t)), mul(matmul(x, w), sin(t)))
+    output y
+  })");
+  for (int sm : {75, 80, 90, 120}) {
+    auto a = compile(g, options(sm, ir::Precision::highest));
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    expect_clean(*a, "cos/sin sm_" + std::to_string(sm));
+    EXPECT_NE(a->source.find("cosf("), std::string::npos);
+    EXPECT_NE(a->source.find("sinf("), std::string::npos);
+  }
+}
+
 TEST(CompileShapes, AWideSumCompilesAsSeveralKernels) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   auto a = compile(test::parse(test::wide_sum(300, "f32[37]")), options(90, ir::Precision::high));

@@ -147,6 +147,20 @@ TEST(CpuTarget, OddSizesLayoutsAndBatchesInEveryMode) {
   }
 }
 
+// cos and sin (LLVM's intrinsics, libm's cosf/sinf) in a matmul epilogue and alone, rotary-style.
+TEST(CpuTarget, CosAndSinMatchTheReferenceInEveryMode) {
+  ir::Graph graph = parse(
+      "graph g { input x: f32[37, 24]\n input t: f32[37, 24]\n input w: f32[24, 24]\n"
+      " y = add(mul(x, cos(t)), mul(matmul(x, w), sin(t)))\n"
+      " z = sin(mul(t, 3.0))\n output y, z }");
+  for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
+                             ir::Precision::medium}) {
+    auto program = build(graph, mode);
+    ASSERT_TRUE(program);
+    expect_within_tolerance(graph, *program, {}, "cos/sin in " + std::string(ir::to_string(mode)));
+  }
+}
+
 TEST(CpuTarget, RowOpsLayoutsAndReductions) {
   ir::Graph graph = parse(
       "graph g { input x: f32[6, 50, 33]\n input w: f32[33]\n input v: f32[33]\n"

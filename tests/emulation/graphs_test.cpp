@@ -96,7 +96,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"transposes_odd", 90, k_highest}, Case{"transposes_odd", 90, k_high},
         Case{"transposes_odd", 90, k_tf32x3}, Case{"transposes_odd", 90, k_medium},
         Case{"transposes_aligned", 90, k_highest}, Case{"transposes_aligned", 90, k_high},
-        Case{"transposes_aligned", 90, k_tf32x3}),
+        Case{"transposes_aligned", 90, k_tf32x3},
+        Case{"rotary_odd", 75, k_highest}, Case{"rotary_odd", 90, k_highest},
+        Case{"rotary_odd", 90, k_high}, Case{"rotary_odd", 90, k_tf32x3},
+        Case{"rotary_odd", 90, k_medium}),
     case_name);
 
 // f16/bf16 graphs: the mode does not touch their matmuls.

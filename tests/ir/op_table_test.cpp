@@ -61,9 +61,28 @@ TEST(OpTable, OperandCountsAreConsistentAndReachTheParser) {
                              "g.kg");
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().message.find("expected one of matmul, add, sub"), std::string::npos);
-  EXPECT_NE(unknown.error().message.find(", concat or attention"), std::string::npos)
+  EXPECT_NE(unknown.error().message.find(", attention, cos or sin"), std::string::npos)
       << unknown.error().message;
   EXPECT_EQ(unknown.error().message.find("input"), std::string::npos) << unknown.error().message;
+}
+
+TEST(OpTable, CosAndSinAreUnaryOpsThatParsePrintAndHash) {
+  const char* text = "graph g {\n  input t: f32[4, 8]\n  y = add(cos(t), sin(t))\n  output y\n}\n";
+  auto g = parse_graph(text, "g.kg");
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_EQ(category(OpKind::cos), OpCategory::unary);
+  EXPECT_EQ(fusion_class(OpKind::sin), FusionClass::pointwise);
+  EXPECT_EQ(print_graph(*g), text);
+  auto swapped = parse_graph(
+      "graph g {\n  input t: f32[4, 8]\n  y = add(sin(t), cos(t))\n  output y\n}\n", "g.kg");
+  ASSERT_TRUE(swapped);
+  EXPECT_NE(graph_hash(*g).hex(), graph_hash(*swapped).hex());
+  auto back = graph_from_canonical(canonical_bytes(*g), "g");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
+  auto bad = parse_graph("graph g {\n  input t: f32[4]\n  y = cos(t, t)\n  output y\n}\n", "g.kg");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("cos takes 1 operand, got 2"), std::string::npos);
 }
 
 TEST(OpTable, NormDefaultsComeFromTheTableInParserBuilderAndPrinter) {

@@ -39,6 +39,19 @@ TEST(Fp64ShapeOps, ElementwiseAdditions) {
   EXPECT_DOUBLE_EQ(r[3], 0.5);
 }
 
+TEST(Fp64ShapeOps, CosAndSinInRadians) {
+  const double x[] = {1, -2, 3, 4, 5, -6};
+  std::vector<double> c = on_x("cos(x)"), s = on_x("sin(x)");
+  ASSERT_EQ(c.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_DOUBLE_EQ(c[i], std::cos(x[i])) << i;
+    EXPECT_DOUBLE_EQ(s[i], std::sin(x[i])) << i;
+  }
+  // sin(-x) = -sin(x), cos(3) < 0: radians, not degrees.
+  EXPECT_DOUBLE_EQ(s[1], -std::sin(2.0));
+  EXPECT_LT(c[2], -0.98);
+}
+
 TEST(Fp64ShapeOps, LayoutOps) {
   EXPECT_EQ(on_x("permute(x, dims=[1, 0])"), (std::vector<double>{1, 4, -2, 5, 3, -6}));
   EXPECT_EQ(on_x("reshape(x, shape=[3, 2])"), (std::vector<double>{1, -2, 3, 4, 5, -6}));
