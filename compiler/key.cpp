@@ -22,7 +22,8 @@ KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
     fields.emplace_back("precision", resolved.precision);
     fields.emplace_back("llvm_version", resolved.nvrtc_version);
   }
-  fields.emplace_back("codegen_version", std::string(codegen_version()));
+  fields.emplace_back("codegen_version", std::string(options.cpu.empty() ? codegen_version()
+                                                                        : cpu_codegen_version()));
   fields.emplace_back("options", options_key(options));
   if (graph.symbolic()) fields.emplace_back("dims", dims_key(options.bucket));
   return fields;

@@ -12,9 +12,13 @@
 
 namespace kiln::compiler {
 
-// SHA-256 (hex) over the compiler's sources and the prelude, computed when the build is
-// configured: any change to code generation yields a new value.
-std::string_view codegen_version();
+// Each target's codegen version: SHA-256 (hex), computed when the build is configured, over the
+// sources that generate its code (compiler/CMakeLists.txt): the passes both targets share, the op
+// table and its formulas (ir/ops.def, ir/scalar.h), and the target's own generator (CUDA: the
+// emitters, prelude and NVRTC wrapper; CPU: compiler/cpu). A change to one target's generator
+// leaves the other's entries valid.
+std::string_view codegen_version();      // CUDA
+std::string_view cpu_codegen_version();  // the CPU target
 
 // What a compile resolved that the key must cover.
 struct ResolvedInfo {

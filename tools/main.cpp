@@ -31,7 +31,8 @@ std::string version_text() {
   std::string out = "kiln 0.1.0\n";
   auto nvrtc = compiler::nvrtc_identity();
   out += "nvrtc: " + (nvrtc ? *nvrtc : "not found (" + nvrtc.error().message + ")") + "\n";
-  out += "codegen: " + std::string(compiler::codegen_version()) + "\n";
+  out += "codegen: " + std::string(compiler::codegen_version()) + " (CUDA), " +
+         std::string(compiler::cpu_codegen_version()) + " (CPU)\n";
   std::string dir = cache::resolve_cache_dir("");
   out += "cache: " + (dir.empty() ? std::string("none (set KILN_CACHE_DIR or HOME)") : dir) + "\n";
   const char* remote = std::getenv("KILN_REMOTE_CACHE");

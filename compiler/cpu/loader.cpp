@@ -39,10 +39,10 @@ Expected<const PluginApi*> open_plugin() {
         tried += "\n  " + path + ": not a kiln CPU plugin of this version";
         continue;
       }
-      if (table->codegen_version() != codegen_version()) {
+      if (table->codegen_version() != cpu_codegen_version()) {
         tried += "\n  " + path + ": from another build of kiln (codegen " +
                  std::string(table->codegen_version()).substr(0, 12) + ", expected " +
-                 std::string(codegen_version()).substr(0, 12) + ")";
+                 std::string(cpu_codegen_version()).substr(0, 12) + ")";
         continue;
       }
       api = table;

@@ -7,7 +7,7 @@
 extern "C" __attribute__((visibility("default"))) const kiln::compiler::cpu::PluginApi*
 kiln_cpu_plugin_v1() {
   using namespace kiln::compiler;
-  static const cpu::PluginApi api{cpu::k_plugin_abi, &codegen_version,  &cpu::impl::cpu_machine,
+  static const cpu::PluginApi api{cpu::k_plugin_abi, &cpu_codegen_version,  &cpu::impl::cpu_machine,
                                   &cpu::impl::llvm_version, &cpu::impl::load_object,
                                   &cpu::impl::compile_cpu,  &cpu::impl::cpu_ir,
                                   &cpu::impl::runs_here};

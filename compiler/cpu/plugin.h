@@ -16,7 +16,7 @@ inline constexpr uint32_t k_plugin_abi = 3;
 
 struct PluginApi {
   uint32_t abi = k_plugin_abi;
-  std::string_view (*codegen_version)();
+  std::string_view (*codegen_version)();  // cpu_codegen_version() of the build it came from
   Expected<CpuMachine> (*cpu_machine)(const std::string& cpu, const std::string& features);
   std::string (*llvm_version)();
   Expected<std::unique_ptr<LoadedObject>> (*load_object)(const std::string& object,

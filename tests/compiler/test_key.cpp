@@ -39,9 +39,28 @@ TEST(Key, FieldsChangeWithEveryComponent) {
 }
 
 TEST(Key, CodegenVersionIsABuildTimeSha256) {
-  std::string_view v = codegen_version();
-  ASSERT_EQ(v.size(), 64u);
-  for (char c : v) EXPECT_TRUE((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) << v;
+  for (std::string_view v : {codegen_version(), cpu_codegen_version()}) {
+    ASSERT_EQ(v.size(), 64u);
+    for (char c : v) EXPECT_TRUE((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) << v;
+  }
+}
+
+// CUDA and the CPU target each key by their own codegen version: a change to one target's
+// generator leaves the other's entries valid.
+TEST(Key, EachTargetKeysByItsOwnCodegenVersion) {
+  EXPECT_NE(codegen_version(), cpu_codegen_version());
+  ir::Graph g = example("mlp");
+  CompileOptions cuda = options(90, ir::Precision::high);
+  CompileOptions cpu = cuda;
+  cpu.cpu = "x86-64-v3";
+  auto field = [](const KeyFields& fields, const std::string& name) {
+    for (const auto& [key, value] : fields)
+      if (key == name) return value;
+    return std::string("(none)");
+  };
+  EXPECT_EQ(field(key_fields(g, cuda, {"high", "13.0"}), "codegen_version"), codegen_version());
+  EXPECT_EQ(field(key_fields(g, cpu, {"high", "16.0.6"}), "codegen_version"),
+            cpu_codegen_version());
 }
 
 }  // namespace

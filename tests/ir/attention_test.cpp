@@ -346,7 +346,7 @@ INSTANTIATE_TEST_SUITE_P(
                      "  dim D: 1..64\n" + qkv("f32[16, D]", "f32[12, D]", "f32[12, 8]"),
                      "attention(q, k, v)", 7,
                      "attention needs scale= when q's head dim is the symbolic dim D"},
-        BadAttention{"Misspelt", k_ok, "atention(q, k, v)", 7, "concat or attention"}),
+        BadAttention{"Misspelt", k_ok, "atention(q, k, v)", 7, "concat, attention"}),
     [](const ::testing::TestParamInfo<BadAttention>& info) {
       return std::string(info.param.name);
     });
