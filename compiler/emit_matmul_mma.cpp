@@ -120,29 +120,30 @@ void emit_b_fragment(Code& code, const MmaGeometry& geo) {
 }
 
 void emit_mma(Code& code, MatmulPath path, int sm, const MmaNames& n) {
-  switch (path) {
-    case MatmulPath::tf32:
+  assert(uses_mma(path));
+  switch (path.numerics) {
+    case Numerics::tf32:
       code.line("kiln_mma_m16n8k8_tf32(" + n.acc + ", " + n.a + ", " + n.b + ");");
       return;
-    case MatmulPath::tf32x3:
+    case Numerics::tf32x3:
       code.line("kiln_mma_m16n8k8_tf32(" + n.acc + ", " + n.a_small + ", " + n.b + ");");
       code.line("kiln_mma_m16n8k8_tf32(" + n.acc + ", " + n.a + ", " + n.b_small + ");");
       code.line("kiln_mma_m16n8k8_tf32(" + n.acc + ", " + n.a + ", " + n.b + ");");
       return;
-    case MatmulPath::f16:
-      if (has_sm80_mma(sm)) {
+    case Numerics::f16:
+      if (arch_has(sm, Feature::f16_mma_k16)) {
         code.line("kiln_mma_m16n8k16_f16(" + n.acc + ", " + n.a + ", " + n.b + ");");
       } else {
         code.line("kiln_mma_m16n8k8_f16(" + n.acc + ", " + n.a + ", " + n.b + ");");
         code.line("kiln_mma_m16n8k8_f16(" + n.acc + ", " + n.a + " + 2, " + n.b + " + 1);");
       }
       return;
-    case MatmulPath::bf16_of_f32:
-    case MatmulPath::bf16:
+    case Numerics::bf16_of_f32:
+    case Numerics::bf16:
       code.line("kiln_mma_m16n8k16_bf16(" + n.acc + ", " + n.a + ", " + n.b + ");");
       return;
-    case MatmulPath::ffma:
-      assert(false && "emit_mma: the ffma path has no mma");
+    case Numerics::fp32:
+      assert(false && "emit_mma: fp32 numerics run on CUDA cores, not mma.sync");
       return;
   }
 }

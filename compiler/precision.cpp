@@ -5,25 +5,43 @@
 
 namespace kiln::compiler {
 
-std::string_view to_string(MatmulPath path) {
-  switch (path) {
-    case MatmulPath::ffma:
-      return "ffma";
-    case MatmulPath::tf32:
+std::string_view to_string(Numerics numerics) {
+  switch (numerics) {
+    case Numerics::fp32:
+      return "fp32";
+    case Numerics::tf32:
       return "tf32";
-    case MatmulPath::tf32x3:
+    case Numerics::tf32x3:
       return "tf32x3";
-    case MatmulPath::bf16_of_f32:
+    case Numerics::bf16_of_f32:
       return "bf16f32";
-    case MatmulPath::f16:
+    case Numerics::f16:
       return "f16";
-    case MatmulPath::bf16:
+    case Numerics::bf16:
       return "bf16";
   }
   return "?";
 }
 
-bool uses_mma(MatmulPath path) { return path != MatmulPath::ffma; }
+std::string_view to_string(MatmulPath path) {
+  switch (path.strategy) {
+    case MmaStrategy::ffma:
+      return "ffma";
+    case MmaStrategy::mma_sync:
+      return to_string(path.numerics);
+  }
+  return "?";
+}
+
+bool uses_mma(MatmulPath path) {
+  switch (path.strategy) {
+    case MmaStrategy::ffma:
+      return false;
+    case MmaStrategy::mma_sync:
+      return true;
+  }
+  return false;
+}
 
 std::string error_location(const ir::Graph& graph, ir::NodeId id) {
   const ir::Node& node = graph.node(id);
@@ -47,7 +65,7 @@ struct Choice {
 };
 
 Choice choose(ir::DType dtype, ir::Precision mode, int sm) {
-  bool ampere = has_sm80_mma(sm);
+  bool ampere = arch_has(sm, Feature::tf32_bf16_mma);
   if (dtype == ir::DType::f16) return {MatmulPath::f16, ""};
   if (dtype == ir::DType::bf16) {
     return {MatmulPath::bf16, ampere ? "" : "bf16 mma.sync needs sm_80 or newer"};
@@ -69,7 +87,7 @@ Choice choose(ir::DType dtype, ir::Precision mode, int sm) {
 }  // namespace
 
 ir::Precision automatic_precision(int sm) {
-  return has_sm80_mma(sm) ? ir::Precision::high : ir::Precision::highest;
+  return arch_has(sm, Feature::tf32_bf16_mma) ? ir::Precision::high : ir::Precision::highest;
 }
 
 Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileOptions& options) {
@@ -79,7 +97,7 @@ Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileO
     plan.graph_mode = automatic_precision(options.sm);
     plan.decision =
         "auto -> " + std::string(ir::to_string(plan.graph_mode)) + " on " + arch_name(options.sm) +
-        (has_sm80_mma(options.sm) ? " (tf32 tensor cores available)" : " (no tf32 before sm_80)");
+        (arch_has(options.sm, Feature::tf32_bf16_mma) ? " (tf32 tensor cores available)" : " (no tf32 before sm_80)");
   } else {
     plan.decision = std::string(ir::to_string(plan.graph_mode)) + " on " + arch_name(options.sm);
   }

@@ -34,7 +34,7 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
   } else {
     blocks = {{128, 128, 16, 2, 4, 1}, {64, 64, 16, 2, 4, 1}};
   }
-  if (!has_sm80_mma(sm)) return blocks;  // no cp.async: one synchronous stage
+  if (!arch_has(sm, Feature::cp_async)) return blocks;  // no cp.async: one synchronous stage
   std::vector<MatmulTile> tiles;
   for (MatmulTile tile : blocks) {
     for (int stages = 2; stages <= 4; ++stages) {

@@ -11,22 +11,30 @@ namespace {
 
 constexpr size_t k_kib = 1024;
 
+constexpr uint32_t bit(Feature f) { return 1u << static_cast<unsigned>(f); }
+// Turing (sm_75): f16 mma.sync m16n8k8, ldmatrix, no cp.async.
+constexpr uint32_t k_turing = 0;
+// Ampere and every later arch kiln plans for: tf32/bf16 mma.sync, f16 m16n8k16, cp.async, and
+// at least 99 KiB of opt-in shared memory (the planner uses 96).
+constexpr uint32_t k_ampere = bit(Feature::tf32_bf16_mma) | bit(Feature::f16_mma_k16) |
+                              bit(Feature::cp_async) | bit(Feature::smem_96k);
+
 // Shared memory per block with the opt-in, from the CUDA programming guide's table of compute
 // capabilities; sm_88 is not in it and gets the smallest 8.x figure. SM counts are those of a
 // common part (named), used only to size tiles.
 constexpr std::array<ArchFacts, 12> k_archs = {{
-    {75, 40, 64 * k_kib, false},    // T4
-    {80, 108, 163 * k_kib, true},   // A100
-    {86, 84, 99 * k_kib, true},     // A10 / RTX 3090 class
-    {87, 16, 163 * k_kib, true},    // Orin
-    {88, 16, 99 * k_kib, true},
-    {89, 128, 99 * k_kib, true},    // RTX 4090 / L40 class
-    {90, 132, 227 * k_kib, true},   // H100 SXM
-    {100, 148, 227 * k_kib, true},  // B200
-    {103, 148, 227 * k_kib, true},
-    {110, 20, 227 * k_kib, true},
-    {120, 170, 99 * k_kib, true},   // RTX 5090 class
-    {121, 48, 99 * k_kib, true},
+    {75, 40, 64 * k_kib, k_turing},     // T4
+    {80, 108, 163 * k_kib, k_ampere},   // A100
+    {86, 84, 99 * k_kib, k_ampere},     // A10 / RTX 3090 class
+    {87, 16, 163 * k_kib, k_ampere},    // Orin
+    {88, 16, 99 * k_kib, k_ampere},
+    {89, 128, 99 * k_kib, k_ampere},    // RTX 4090 / L40 class
+    {90, 132, 227 * k_kib, k_ampere},   // H100 SXM
+    {100, 148, 227 * k_kib, k_ampere},  // B200
+    {103, 148, 227 * k_kib, k_ampere},
+    {110, 20, 227 * k_kib, k_ampere},
+    {120, 170, 99 * k_kib, k_ampere},   // RTX 5090 class
+    {121, 48, 99 * k_kib, k_ampere},
 }};
 
 }  // namespace
@@ -39,9 +47,20 @@ const ArchFacts* arch_facts(int sm) {
   return nullptr;
 }
 
-bool has_sm80_mma(int sm) {
+bool arch_has(int sm, Feature feature) {
   const ArchFacts* facts = arch_facts(sm);
-  return facts ? facts->sm80_mma : sm >= 80;
+  uint32_t features = facts ? facts->features : sm >= 80 ? k_ampere : k_turing;
+  return features >> static_cast<unsigned>(feature) & 1u;
+}
+
+bool Target::has(Feature feature) const {
+  switch (kind) {
+    case Kind::cuda:
+      return sm != 0 && arch_has(sm, feature);
+    case Kind::cpu:
+      return false;
+  }
+  return false;
 }
 
 std::string Target::name() const {

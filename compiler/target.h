@@ -11,12 +11,25 @@
 
 namespace kiln::compiler {
 
+// An instruction family or resource kernels may use, asked of a target by name rather than by
+// comparing arch numbers (Target::has, arch_has).
+enum class Feature : uint8_t {
+  tf32_bf16_mma,  // tf32 and bf16 mma.sync, cvt.rna.tf32 (sm_80 and newer)
+  f16_mma_k16,    // f16 mma.sync m16n8k16 (sm_80 and newer; sm_75 has m16n8k8 only)
+  cp_async,       // cp.async global-to-shared copies, so pipelines of several stages
+  smem_96k,       // 96 KiB of dynamic shared memory per block with the opt-in (sm_75: 64 KiB,
+                  // of which kiln plans 48 without it)
+};
+
 struct Target {
   enum class Kind : uint8_t { cuda, cpu };
   Kind kind = Kind::cuda;
   int sm = 0;       // cuda: compute capability x 10; 0: the GPU's
   std::string cpu;  // cpu: an LLVM CPU name; "native": this machine's
   bool is_cpu() const { return kind == Kind::cpu; }
+  // Whether kernels for this target may use `feature`: a CUDA arch's from arch_table(); the CPU
+  // target and a CUDA target of no arch yet (sm 0) have none.
+  bool has(Feature feature) const;
   // "cuda", "cuda:sm_90", "cpu:native", "cpu:x86-64-v3".
   std::string name() const;
 };
@@ -27,17 +40,18 @@ struct ArchFacts {
   int sm = 0;                   // compute capability x 10
   int typical_sms = 0;          // SMs of the arch's common part, for choosing tile sizes
   size_t max_dynamic_smem = 0;  // bytes one block may use with the opt-in attribute
-  bool sm80_mma = false;        // tf32/bf16 mma.sync, f16 m16n8k16, cvt.rna.tf32, cp.async
+  uint32_t features = 0;        // bit (1 << Feature) for each Feature the arch has
+  bool has(Feature feature) const { return features >> static_cast<unsigned>(feature) & 1u; }
 };
 
 // The archs CUDA 13's NVRTC compiles for, oldest first.
 std::span<const ArchFacts> arch_table();
 // The facts of `sm`; nullptr for an arch not in the table.
 const ArchFacts* arch_facts(int sm);
-// Whether `sm` has Ampere's tensor-core instructions and cp.async. check_request() refuses an
-// arch outside the table, even one a newer NVRTC lists; for such an arch reached otherwise (a
-// pass called directly), sm >= 80 decides.
-bool has_sm80_mma(int sm);
+// Whether arch `sm` has `feature`. check_request() refuses an arch outside the table, even one a
+// newer NVRTC lists; for such an arch reached otherwise (a pass called directly), it has the
+// features of sm_80 when sm >= 80, else those of sm_75.
+bool arch_has(int sm, Feature feature);
 
 // The CUDA arch whose mode resolution and matmul paths the CPU target follows: every mode and
 // path exists there.

@@ -31,7 +31,7 @@ int typical_sm_count(int sm) {
 }
 
 int smem_budget(int sm) {
-  if (!has_sm80_mma(sm)) return 48 * 1024;  // no opt-in needed on sm_75
+  if (!arch_has(sm, Feature::smem_96k)) return 48 * 1024;  // no opt-in needed on sm_75
   return 96 * 1024;  // fits the 99 KiB parts (sm_86/89/120) and all larger ones
 }
 
@@ -52,7 +52,7 @@ MatmulTile choose_tile(const MatmulShape& shape, int sm) {
     // 16 x 16 threads, each computing (bm/16) x (bn/16) outputs.
     tile = big ? MatmulTile{128, 128, 16, 2, 4, 1} : MatmulTile{64, 64, 16, 2, 4, 1};
   }
-  if (!has_sm80_mma(sm)) return tile;  // no cp.async: synchronous single-stage loads
+  if (!arch_has(sm, Feature::cp_async)) return tile;  // synchronous single-stage loads
   int64_t k_tiles = (shape.k + tile.bk - 1) / tile.bk;
   int per_stage = smem_layout(tile, shape).stage_bytes();
   int fit = std::clamp(smem_budget(sm) / per_stage, 2, 4);
@@ -93,7 +93,7 @@ AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int 
                                     : t.d > 128 ? std::span<const Option>(ffma_wide_options)
                                                 : std::span<const Option>(ffma_options);
   for (const Option& o : options) {
-    if (o.stages > 1 && !has_sm80_mma(sm)) continue;
+    if (o.stages > 1 && !arch_has(sm, Feature::cp_async)) continue;
     // tf32x3 holds each score's split parts and P V's promoted partial besides: 64-key tiles
     // (32 past a head dim of 64) would spill.
     if (path == MatmulPath::tf32x3 && o.bc > (t.d > 64 ? 16 : 32)) continue;

@@ -16,7 +16,7 @@ WorkShape build_attention(KernelBuilder& kb) {
   ir::DType dtype = g.node(m.q).type.dtype;
   int rank = g.node(m.root).type.shape.rank();
   MatmulPath path = m.path;
-  bool x3 = path == MatmulPath::tf32x3;
+  bool x3 = path.numerics == Numerics::tf32x3;
   llvm::Value* zero = kb.i64c(0);
   llvm::Value* sq = kb.extent(a.sq);
   llvm::Value* sk = kb.extent(a.sk);
@@ -28,13 +28,15 @@ WorkShape build_attention(KernelBuilder& kb) {
   llvm::Value* acc = b.CreateConstGEP1_64(fl, scores, static_cast<uint64_t>(a.sk.hi));
 
   auto round_p = [&](llvm::Value* v) {
-    if (path == MatmulPath::f16) return kb.round_to(ir::DType::f16, v);
-    if (path == MatmulPath::bf16) return kb.round_to(ir::DType::bf16, v);
-    return kb.round_operand(path, v);
+    if (path.numerics == Numerics::f16) return kb.round_to(ir::DType::f16, v);
+    if (path.numerics == Numerics::bf16) return kb.round_to(ir::DType::bf16, v);
+    return kb.round_operand(path.numerics, v);
   };
   // x * y + s with the path's operand rounding (tf32x3: the small-half products first).
   auto product = [&](llvm::Value* x, llvm::Value* y, llvm::Value* s) {
-    if (!x3) return kb.fma(kb.round_operand(path, x), kb.round_operand(path, y), s);
+    if (!x3) {
+      return kb.fma(kb.round_operand(path.numerics, x), kb.round_operand(path.numerics, y), s);
+    }
     auto [xb, xs] = kb.split_tf32x3(x);
     auto [yb, ys] = kb.split_tf32x3(y);
     s = kb.fma(xs, yb, s);
@@ -92,7 +94,8 @@ WorkShape build_attention(KernelBuilder& kb) {
         llvm::Value* at = b.CreateGEP(fl, acc, c);
         llvm::Value* v = kb.load_float(dtype, V, b.CreateAdd(v_row, c));
         llvm::Value* s = b.CreateLoad(fl, at);
-        b.CreateStore(x3 ? product(p, v, s) : kb.fma(round_p(p), kb.round_operand(path, v), s), at);
+        b.CreateStore(
+            x3 ? product(p, v, s) : kb.fma(round_p(p), kb.round_operand(path.numerics, v), s), at);
       });
     });
     llvm::Value* inv = b.CreateFDiv(kb.f32c(1.0), sum);

@@ -158,9 +158,9 @@ llvm::Value* KernelBuilder::round_to(ir::DType dtype, llvm::Value* v) {
   return v;
 }
 
-llvm::Value* KernelBuilder::round_operand(MatmulPath path, llvm::Value* v) {
-  switch (path) {
-    case MatmulPath::tf32: {
+llvm::Value* KernelBuilder::round_operand(Numerics numerics, llvm::Value* v) {
+  switch (numerics) {
+    case Numerics::tf32: {
       // cvt.rna.tf32.f32: 10 mantissa bits, ties away from zero; infinities kept, NaN canonical.
       llvm::Type* i32 = like(v, m_b.getInt32Ty());
       llvm::Value* u = m_b.CreateBitCast(v, i32);
@@ -171,20 +171,20 @@ llvm::Value* KernelBuilder::round_operand(MatmulPath path, llvm::Value* v) {
       llvm::Value* kept = m_b.CreateSelect(nan, constant(i32, 0x7fffffff), u);
       return m_b.CreateBitCast(m_b.CreateSelect(special, kept, r), v->getType());
     }
-    case MatmulPath::bf16_of_f32:
+    case Numerics::bf16_of_f32:
       return round_to(ir::DType::bf16, v);
-    case MatmulPath::ffma:
-    case MatmulPath::tf32x3:  // split_tf32x3 rounds each part
-    case MatmulPath::f16:
-    case MatmulPath::bf16:
+    case Numerics::fp32:
+    case Numerics::tf32x3:  // split_tf32x3 rounds each part
+    case Numerics::f16:
+    case Numerics::bf16:
       return v;
   }
   return v;
 }
 
 std::pair<llvm::Value*, llvm::Value*> KernelBuilder::split_tf32x3(llvm::Value* v) {
-  llvm::Value* big = round_operand(MatmulPath::tf32, v);
-  llvm::Value* small = round_operand(MatmulPath::tf32, m_b.CreateFSub(v, big));
+  llvm::Value* big = round_operand(Numerics::tf32, v);
+  llvm::Value* small = round_operand(Numerics::tf32, m_b.CreateFSub(v, big));
   return {big, small};
 }
 

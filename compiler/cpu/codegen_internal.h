@@ -55,8 +55,9 @@ class KernelBuilder {
   void store_float(ir::DType dtype, llvm::Value* base, llvm::Value* index, llvm::Value* v);
   // v rounded to dtype and back to float (nothing for f32); these three take vectors too.
   llvm::Value* round_to(ir::DType dtype, llvm::Value* v);
-  // The operand rounding of a matmul path (cvt.rna to tf32, bf16 of f32; nothing otherwise).
-  llvm::Value* round_operand(MatmulPath path, llvm::Value* v);
+  // The operand rounding a matmul's numerics promise (cvt.rna to tf32, bf16 of f32; nothing
+  // otherwise; tf32x3's parts come from split_tf32x3).
+  llvm::Value* round_operand(Numerics numerics, llvm::Value* v);
   // The tf32x3 split of v: {big, small}.
   std::pair<llvm::Value*, llvm::Value*> split_tf32x3(llvm::Value* v);
 

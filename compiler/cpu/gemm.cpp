@@ -12,7 +12,7 @@ namespace {
 
 int mr_for(MatmulPath path, const CpuFacts& facts) {
   // tf32x3 holds the small halves of B too: fewer accumulator rows keep it in registers.
-  return path == MatmulPath::tf32x3 ? std::max(2, facts.mr * 2 / 3) : facts.mr;
+  return path.numerics == Numerics::tf32x3 ? std::max(2, facts.mr * 2 / 3) : facts.mr;
 }
 
 // void micro(const float* a, const float* b, float* c, i64 ldc, i64 kc, i1 first,
@@ -21,7 +21,7 @@ int mr_for(MatmulPath path, const CpuFacts& facts) {
 // a[min(i, a_rows - 1) * a_row + k * a_col] (a packed panel: 1, MR, MR; A itself: lda, 1 and the
 // rows left) and B a packed panel; tf32x3 adds the small-half products first.
 llvm::Function* micro_kernel(llvm::Module& module, MatmulPath path, const CpuFacts& facts) {
-  bool x3 = path == MatmulPath::tf32x3;
+  bool x3 = path.numerics == Numerics::tf32x3;
   std::string name = std::string("kiln_micro_") + (x3 ? "x3" : "f32");
   if (llvm::Function* f = module.getFunction(name)) return f;
   llvm::LLVMContext& ctx = module.getContext();
@@ -136,7 +136,7 @@ struct GemmVariant {
   bool a_k_contiguous, b_k_contiguous;
   // fp32 A with K contiguous needs no rounding: the micro-kernel reads its rows in place.
   bool direct_a() const {
-    return path == MatmulPath::ffma && a_dtype == ir::DType::f32 && a_k_contiguous;
+    return path.numerics == Numerics::fp32 && a_dtype == ir::DType::f32 && a_k_contiguous;
   }
   std::string name() const {
     return std::string("kiln_gemm_") + std::string(to_string(path)) + "_" +
@@ -155,7 +155,7 @@ llvm::Function* gemm_block(KernelBuilder& kb, const GemmVariant& v) {
   llvm::Module& module = kb.module();
   if (llvm::Function* f = module.getFunction(v.name())) return f;
   const CpuFacts& facts = kb.facts();
-  const bool x3 = v.path == MatmulPath::tf32x3;
+  const bool x3 = v.path.numerics == Numerics::tf32x3;
   const int64_t mr = mr_for(v.path, facts), nr = facts.nr;
   const int64_t kcap = facts.kc;
   const bool direct_a = v.direct_a();
@@ -208,7 +208,7 @@ llvm::Function* gemm_block(KernelBuilder& kb, const GemmVariant& v) {
         if (inside) y = b.CreateSelect(inside, y, kb.f32c(0.0));
         b.CreateAlignedStore(y, b.CreateGEP(fl, to, slot), align);
       };
-      if (!x3) return put(dst, kb.round_operand(v.path, x));
+      if (!x3) return put(dst, kb.round_operand(v.path.numerics, x));
       auto [big, small] = kb.split_tf32x3(x);
       put(dst, big);
       put(dst_small, small);
@@ -305,7 +305,7 @@ WorkShape build_matmul(KernelBuilder& kb) {
   const GemmVariant variant{s.path, kb.graph().node(mm.operands[0]).type.dtype,
                             kb.graph().node(mm.operands[1]).type.dtype, s.a_k_contiguous,
                             s.b_k_contiguous};
-  const bool x3 = s.path == MatmulPath::tf32x3;
+  const bool x3 = s.path.numerics == Numerics::tf32x3;
   const int64_t mr = mr_for(s.path, facts), nr = facts.nr;
   // A work item's block: a short M in one block (so that B's panels are packed once per item),
   // else blocks of up to 2 MC rows; NC columns, narrowed (to 2 NR at least) until there are 4

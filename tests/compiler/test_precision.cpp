@@ -97,6 +97,46 @@ TEST(Precision, AllowedFallbackIsRecordedPerOp) {
   for (MatmulPath p : plan->paths) EXPECT_EQ(p, MatmulPath::ffma);
 }
 
+// A path is what the mode promises (numerics: the CPU target rounds by it) and how the GPU runs
+// it (strategy: the emitters choose instructions by it); kernel names keep their tokens.
+TEST(Precision, EachPathIsNumericsAndAStrategy) {
+  struct Named {
+    MatmulPath path;
+    Numerics numerics;
+    MmaStrategy strategy;
+    const char* name;
+  };
+  const Named paths[] = {
+      {MatmulPath::ffma, Numerics::fp32, MmaStrategy::ffma, "ffma"},
+      {MatmulPath::tf32, Numerics::tf32, MmaStrategy::mma_sync, "tf32"},
+      {MatmulPath::tf32x3, Numerics::tf32x3, MmaStrategy::mma_sync, "tf32x3"},
+      {MatmulPath::bf16_of_f32, Numerics::bf16_of_f32, MmaStrategy::mma_sync, "bf16f32"},
+      {MatmulPath::f16, Numerics::f16, MmaStrategy::mma_sync, "f16"},
+      {MatmulPath::bf16, Numerics::bf16, MmaStrategy::mma_sync, "bf16"}};
+  for (const Named& p : paths) {
+    EXPECT_EQ(p.path.numerics, p.numerics) << p.name;
+    EXPECT_EQ(p.path.strategy, p.strategy) << p.name;
+    EXPECT_EQ(to_string(p.path), p.name);
+    EXPECT_EQ(uses_mma(p.path), p.strategy == MmaStrategy::mma_sync) << p.name;
+  }
+  EXPECT_EQ(to_string(Numerics::fp32), "fp32");
+  // The plan's paths for each mode on sm_90.
+  ir::Graph g = example("mlp");
+  for (auto [mode, numerics] : {std::pair{ir::Precision::highest, Numerics::fp32},
+                                std::pair{ir::Precision::high, Numerics::tf32},
+                                std::pair{ir::Precision::medium, Numerics::bf16_of_f32}}) {
+    auto plan = resolve_precision(g, options(90, mode));
+    ASSERT_TRUE(plan.ok());
+    for (const ir::Node& n : g.nodes()) {
+      if (n.kind != ir::OpKind::matmul) continue;
+      MatmulPath path = plan->paths[static_cast<size_t>(&n - g.nodes().data())];
+      EXPECT_EQ(path.numerics, numerics);
+      EXPECT_EQ(path.strategy, numerics == Numerics::fp32 ? MmaStrategy::ffma
+                                                          : MmaStrategy::mma_sync);
+    }
+  }
+}
+
 TEST(Precision, AmpereNeedsNoFallback) {
   auto plan = resolve_precision(example("gated_mlp"),
                                 options(80, ir::Precision::medium, FallbackPolicy::allow));

@@ -47,12 +47,35 @@ TEST(ArchTable, IsOrderedAndEveryPlanFitsItsArch) {
     EXPECT_EQ(arch_facts(facts.sm), &facts);
     EXPECT_GT(facts.typical_sms, 0);
     EXPECT_EQ(typical_sm_count(facts.sm), facts.typical_sms);
-    EXPECT_EQ(facts.sm80_mma, facts.sm >= 80);
+    for (Feature f : {Feature::tf32_bf16_mma, Feature::f16_mma_k16, Feature::cp_async,
+                      Feature::smem_96k}) {
+      EXPECT_EQ(facts.has(f), facts.sm >= 80);
+      EXPECT_EQ(arch_has(facts.sm, f), facts.has(f));
+    }
     EXPECT_LE(static_cast<size_t>(smem_budget(facts.sm)), facts.max_dynamic_smem)
         << "the planner's shared-memory budget is more than a block may have";
   }
   EXPECT_EQ(arch_facts(61), nullptr);
   EXPECT_EQ(known_archs().size(), table.size());
+}
+
+// Targets are asked for features, not arch numbers; the CPU target and an unset arch have none.
+TEST(ArchTable, TargetsAnswerByFeature) {
+  Target ampere;
+  ampere.sm = 80;
+  EXPECT_TRUE(ampere.has(Feature::cp_async));
+  EXPECT_TRUE(ampere.has(Feature::tf32_bf16_mma));
+  Target turing;
+  turing.sm = 75;
+  EXPECT_FALSE(turing.has(Feature::cp_async));
+  EXPECT_FALSE(turing.has(Feature::f16_mma_k16));
+  EXPECT_FALSE(Target{}.has(Feature::cp_async));  // "cuda": the GPU's arch, not known yet
+  auto cpu = parse_target("cpu");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_FALSE(cpu->has(Feature::tf32_bf16_mma));
+  // An arch past the table (reached without check_request) has sm_80's features.
+  EXPECT_TRUE(arch_has(130, Feature::cp_async));
+  EXPECT_FALSE(arch_has(72, Feature::cp_async));
 }
 
 // The table lists what the NVRTC kiln builds against compiles for, when that NVRTC is there.
