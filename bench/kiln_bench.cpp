@@ -250,7 +250,7 @@ Expected<json> bench_graph(const Settings& s, const std::string& path,
   auto stored = cache->export_entries();
   if (!stored || stored->size() != 1) return make_error("the warm cache of ", path, " is not one entry");
   row["stored_bytes"] = cache->stats()->bytes;
-  if (!options.cpu.empty()) {
+  if (options.target.is_cpu()) {
     // The CPU target's hit is ready to run once its object is linked into a fresh JITDylib.
     auto hit = runtime::compile_graph(*graph, options, cache.get());
     if (!hit) return hit.error();
@@ -477,7 +477,7 @@ int run(const Settings& s) {
     return 2;
   }
   compiler::CompileOptions options;
-  options.sm = *sm;
+  options.target.sm = *sm;
   options.precision = *precision;
   if (s.target != "cuda") {
     auto target = compiler::parse_target(s.target);
@@ -490,8 +490,7 @@ int run(const Settings& s) {
                    machine.error().message.c_str());
       return 2;
     }
-    options.cpu = machine->cpu;
-    options.cpu_features = machine->features;
+    options.target = compiler::Target::for_cpu(machine->cpu, machine->features);
   }
   std::vector<std::string> graphs;
   std::error_code ec;
@@ -505,7 +504,7 @@ int run(const Settings& s) {
   std::sort(graphs.begin(), graphs.end());
   json report;
   report["machine"] = machine();
-  report["arch"] = options.cpu.empty() ? s.arch : "cpu:" + options.cpu;
+  report["arch"] = options.target.is_cpu() ? "cpu:" + options.target.cpu : s.arch;
   report["precision"] = s.precision;
   report["graphs"] = json::array();
   testing::RedisServer redis;

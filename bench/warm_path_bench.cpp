@@ -42,7 +42,7 @@ Fixture& fixture() {
       std::exit(2);
     }
     auto* f = new Fixture{std::move(*graph), {}, {}, {}, {}, {}, {}, {}, {}};
-    f->options.sm = 90;
+    f->options.target.sm = 90;
     f->options.precision = ir::Precision::high;
     char name[] = "/tmp/kiln-warm-bench-XXXXXX";
     f->dir = mkdtemp(name);

@@ -87,7 +87,9 @@ struct CudaText {
     std::string text;
     Precedence precedence = term;
   };
-  static std::string wrap(const Value& v, bool needs) { return needs ? "(" + v.text + ")" : v.text; }
+  static std::string wrap(const Value& v, bool needs) {
+    return needs ? "(" + v.text + ")" : v.text;
+  }
   Value infix(const Value& a, const char* op, const Value& b, Precedence p) {
     // Left-associative: the right operand needs parentheses at the same precedence.
     return {wrap(a, a.precedence < p) + op + wrap(b, b.precedence <= p), p};

@@ -12,18 +12,23 @@ KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
   std::string bytes = ir::canonical_bytes(graph);
   std::string hash = ir::hash_bytes(bytes.data(), bytes.size()).hex();  // graph_hash(), once
   KeyFields fields = {{"graph", std::move(bytes)}, {"graph_hash", std::move(hash)}};
-  if (options.cpu.empty()) {
-    fields.emplace_back("arch", arch_name(options.sm));
-    fields.emplace_back("precision", resolved.precision);
-    fields.emplace_back("nvrtc_version", resolved.nvrtc_version);
-  } else {
-    fields.emplace_back("target", "cpu:" + options.cpu);
-    fields.emplace_back("cpu_features", options.cpu_features);
-    fields.emplace_back("precision", resolved.precision);
-    fields.emplace_back("llvm_version", resolved.nvrtc_version);
+  // The one place the key's fields depend on the target's kind.
+  const Target& target = options.target;
+  switch (target.kind) {
+    case Target::Kind::cuda:
+      fields.emplace_back("arch", arch_name(target.sm));
+      fields.emplace_back("precision", resolved.precision);
+      fields.emplace_back("nvrtc_version", resolved.nvrtc_version);
+      fields.emplace_back("codegen_version", std::string(codegen_version()));
+      break;
+    case Target::Kind::cpu:
+      fields.emplace_back("target", "cpu:" + target.cpu);
+      fields.emplace_back("cpu_features", target.cpu_features);
+      fields.emplace_back("precision", resolved.precision);
+      fields.emplace_back("llvm_version", resolved.nvrtc_version);
+      fields.emplace_back("codegen_version", std::string(cpu_codegen_version()));
+      break;
   }
-  fields.emplace_back("codegen_version", std::string(options.cpu.empty() ? codegen_version()
-                                                                        : cpu_codegen_version()));
   fields.emplace_back("options", options_key(options));
   if (graph.symbolic()) fields.emplace_back("dims", dims_key(options.bucket));
   return fields;

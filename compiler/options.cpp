@@ -56,7 +56,7 @@ Status check_arch(int sm, const std::vector<int>& supported) {
 std::string options_key(const CompileOptions& options) {
   return std::string("fallback=") +
          (options.fallback != FallbackPolicy::refuse ? "allow" : "refuse") +
-         (options.cpu.empty() ? ";nvrtc=-std=c++17 -Xptxas=-v" : ";llvm=O3");
+         (options.target.is_cpu() ? ";llvm=O3" : ";nvrtc=-std=c++17 -Xptxas=-v");
 }
 
 }  // namespace kiln::compiler

@@ -1,6 +1,7 @@
 // What a compile is asked for: target arch, precision mode, fallback policy, NVRTC location.
 #pragma once
 
+#include "compiler/target.h"
 #include "ir/types.h"
 #include "support/expected.h"
 
@@ -23,12 +24,11 @@ struct DimRange {
 };
 
 struct CompileOptions {
-  int sm = 90;                                         // compute capability x 10, e.g. 90
-  // The CPU target (compiler/cpu) instead of CUDA: the LLVM CPU name ("native" resolved, e.g.
-  // "znver4" or "x86-64-v3") and its feature string ("" for the CPU's own). Modes resolve as on
-  // sm_90 there. Key fields of their own ("target", "cpu_features").
-  std::string cpu;
-  std::string cpu_features;
+  // Where the kernels run: a CUDA arch (default sm_90), or the CPU target (compiler/cpu) with
+  // its LLVM CPU name ("native" resolved, e.g. "znver4" or "x86-64-v3") and feature string
+  // ("" for the CPU's own), whose modes resolve as on sm_90. The CPU target has key fields of
+  // its own ("target", "cpu_features").
+  Target target = Target::cuda(90);
   ir::Precision precision = ir::Precision::automatic;  // the graph-wide mode
   // Precision fallbacks (a combination the arch cannot run, compiled on the best available
   // path): refused unless allowed, since they change the arithmetic.

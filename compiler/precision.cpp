@@ -93,13 +93,15 @@ ir::Precision automatic_precision(int sm) {
 Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileOptions& options) {
   PrecisionPlan plan;
   plan.graph_mode = options.precision;
+  int sm = options.target.sm;
   if (options.precision == ir::Precision::automatic) {
-    plan.graph_mode = automatic_precision(options.sm);
-    plan.decision =
-        "auto -> " + std::string(ir::to_string(plan.graph_mode)) + " on " + arch_name(options.sm) +
-        (arch_has(options.sm, Feature::tf32_bf16_mma) ? " (tf32 tensor cores available)" : " (no tf32 before sm_80)");
+    plan.graph_mode = automatic_precision(sm);
+    plan.decision = "auto -> " + std::string(ir::to_string(plan.graph_mode)) + " on " +
+                    arch_name(sm) +
+                    (arch_has(sm, Feature::tf32_bf16_mma) ? " (tf32 tensor cores available)"
+                                                          : " (no tf32 before sm_80)");
   } else {
-    plan.decision = std::string(ir::to_string(plan.graph_mode)) + " on " + arch_name(options.sm);
+    plan.decision = std::string(ir::to_string(plan.graph_mode)) + " on " + arch_name(sm);
   }
   plan.paths.assign(graph.nodes().size(), MatmulPath::ffma);
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
@@ -108,14 +110,14 @@ Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileO
     auto id = static_cast<ir::NodeId>(i);
     ir::DType dtype = graph.node(node.operands[0]).type.dtype;
     ir::Precision mode = node.attrs.precision.value_or(plan.graph_mode);
-    Choice choice = choose(dtype, mode, options.sm);
+    Choice choice = choose(dtype, mode, sm);
     if (*choice.needs == '\0') {
       plan.paths[i] = choice.path;
       continue;
     }
     std::string what = describe_node(graph, id) + " (" + std::string(ir::to_string(dtype)) +
                        ", precision " + std::string(ir::to_string(mode)) + ") on " +
-                       arch_name(options.sm);
+                       arch_name(sm);
     if (options.fallback == FallbackPolicy::refuse) {
       return make_error(
           error_location(graph, id), what, ": ", choice.needs,

@@ -15,8 +15,8 @@ std::vector<std::string> CompileRequest::fallbacks() const {
 Expected<CompileRequest> check_request(const ir::Graph& graph, const CompileOptions& options) {
   CompileRequest request;
   request.options = options;
-  request.sm = options.cpu.empty() ? options.sm : k_cpu_modes_as_on_sm;
-  request.options.sm = request.sm;
+  request.sm = options.target.is_cpu() ? k_cpu_modes_as_on_sm : options.target.sm;
+  request.options.target.sm = request.sm;
   if (Status s = check_arch(request.sm, known_archs()); !s) return s.error();
   if (Status s = check_bucket(graph, options.bucket); !s) return s.error();
   auto precision = resolve_precision(graph, request.options);

@@ -17,7 +17,7 @@ namespace kiln::compiler {
 // lowering read it and neither check nor resolve again.
 struct CompileRequest {
   CompileOptions options;
-  int sm = 0;  // the arch modes resolve on: options.sm, or k_cpu_modes_as_on_sm on the CPU
+  int sm = 0;  // the arch modes resolve on: options.target.sm, or k_cpu_modes_as_on_sm on the CPU
   PrecisionPlan precision;
   AttentionPlan attention;
   // Every fallback line: precision ones first.

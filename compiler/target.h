@@ -21,12 +21,40 @@ enum class Feature : uint8_t {
                   // of which kiln plans 48 without it)
 };
 
+// The CUDA arch whose mode resolution and matmul paths the CPU target follows: every mode and
+// path exists there.
+constexpr int k_cpu_modes_as_on_sm = 90;
+
+// Where kernels run, the one value a compile carries from the command line or the runtime's
+// options to the key: its kind, the CUDA arch (and its suffix, "a" of a future sm_90a) or the
+// LLVM CPU and its feature string, asked for features rather than compared by number.
 struct Target {
   enum class Kind : uint8_t { cuda, cpu };
   Kind kind = Kind::cuda;
-  int sm = 0;       // cuda: compute capability x 10; 0: the GPU's
-  std::string cpu;  // cpu: an LLVM CPU name; "native": this machine's
+  // cuda: compute capability x 10; 0: the GPU's (resolved before a compile). cpu: the CUDA arch
+  // whose mode resolution and matmul paths the CPU target follows (check_request sets
+  // k_cpu_modes_as_on_sm).
+  int sm = 0;
+  std::string suffix;        // cuda: an arch suffix ("" today; kiln plans no sm_XXa code yet)
+  std::string cpu;           // cpu: an LLVM CPU name; "native": this machine's (resolved, e.g.
+                             // "znver4", before a compile)
+  std::string cpu_features;  // cpu: the LLVM feature string; "" for the CPU's own
   bool is_cpu() const { return kind == Kind::cpu; }
+  static Target cuda(int sm) {
+    Target t;
+    t.sm = sm;
+    return t;
+  }
+  // The CPU target of LLVM CPU `cpu` and feature string `features`.
+  static Target for_cpu(std::string cpu, std::string features) {
+    Target t;
+    t.kind = Kind::cpu;
+    t.sm = k_cpu_modes_as_on_sm;
+    t.cpu = std::move(cpu);
+    t.cpu_features = std::move(features);
+    return t;
+  }
+  bool operator==(const Target&) const = default;
   // Whether kernels for this target may use `feature`: a CUDA arch's from arch_table(); the CPU
   // target and a CUDA target of no arch yet (sm 0) have none.
   bool has(Feature feature) const;
@@ -52,10 +80,6 @@ const ArchFacts* arch_facts(int sm);
 // newer NVRTC lists; for such an arch reached otherwise (a pass called directly), it has the
 // features of sm_80 when sm >= 80, else those of sm_75.
 bool arch_has(int sm, Feature feature);
-
-// The CUDA arch whose mode resolution and matmul paths the CPU target follows: every mode and
-// path exists there.
-constexpr int k_cpu_modes_as_on_sm = 90;
 
 // Parses "cuda", "cuda:sm_90" (or "sm_90"), "cpu" (this machine's CPU) and "cpu:NAME". The error
 // names the text and what is accepted; whether LLVM knows a CPU name is cpu_machine()'s to say.

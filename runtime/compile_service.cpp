@@ -41,8 +41,8 @@ Expected<CacheRequest> prepare_compile(const ir::Graph& graph, compiler::Compile
   auto start = std::chrono::steady_clock::now();
   const compiler::CompileOptions& options = checked.options;
   // The compiler's identity: NVRTC's, or for the CPU target the LLVM plugin's version.
-  auto toolchain = options.cpu.empty() ? compiler::nvrtc_identity(options.nvrtc_path)
-                                       : compiler::cpu::llvm_version();
+  auto toolchain = options.target.is_cpu() ? compiler::cpu::llvm_version()
+                                           : compiler::nvrtc_identity(options.nvrtc_path);
   if (!toolchain) return toolchain.error();
   compiler::ResolvedInfo resolved{std::string(ir::to_string(checked.precision.graph_mode)),
                                   *toolchain};
@@ -184,12 +184,16 @@ Expected<CompileResult> compile_prepared(const ir::Graph& graph, const CacheRequ
     auto began = std::chrono::steady_clock::now();
     uint64_t cpu_began = compiler::thread_cpu_ns() + compiler::helper_cpu_ns();
     auto artifact = Expected<compiler::Artifact>(Error{""});
-    if (options.cpu.empty()) {
-      artifact = compiler::compile(graph, request.checked);
-    } else {
-      auto machine = compiler::cpu::cpu_machine(options.cpu, options.cpu_features);
-      artifact = machine ? compiler::cpu::compile_cpu(graph, request.checked, *machine)
-                         : Expected<compiler::Artifact>(machine.error());
+    switch (options.target.kind) {
+      case compiler::Target::Kind::cuda:
+        artifact = compiler::compile(graph, request.checked);
+        break;
+      case compiler::Target::Kind::cpu: {
+        auto machine = compiler::cpu::cpu_machine(options.target.cpu, options.target.cpu_features);
+        artifact = machine ? compiler::cpu::compile_cpu(graph, request.checked, *machine)
+                           : Expected<compiler::Artifact>(machine.error());
+        break;
+      }
     }
     result.compile_ms = micros_since(began) / 1000.0;
     result.cpu_ms =

@@ -25,10 +25,10 @@ namespace {
 
 class RuntimeImpl final : public Runtime {
 public:
-  // `cpu`: the CPU target's machine (empty cpu name: CUDA at `sm`).
-  RuntimeImpl(RuntimeOptions options, int sm, compiler::cpu::CpuMachine cpu)
-      : m_options(std::move(options)), m_sm(sm), m_cpu(std::move(cpu)) {
-    m_arch = m_cpu.cpu.empty() ? compiler::arch_name(sm) : "cpu:" + m_cpu.cpu;
+  // `target`: resolved (a CUDA arch, or the CPU target with its LLVM CPU and features).
+  RuntimeImpl(RuntimeOptions options, compiler::Target target)
+      : m_options(std::move(options)), m_target(std::move(target)) {
+    m_arch = m_target.is_cpu() ? "cpu:" + m_target.cpu : compiler::arch_name(m_target.sm);
     if (!m_options.log) {
       m_options.log = [](LogLevel level, std::string_view message) {
         if (level == LogLevel::warning) {
@@ -36,7 +36,7 @@ public:
         }
       };
     }
-    if (!m_cpu.cpu.empty()) {
+    if (m_target.is_cpu()) {
       std::string problem = runtime::cpu_threads_env_problem();
       if (!problem.empty()) m_options.log(LogLevel::warning, problem);
     }
@@ -56,7 +56,7 @@ public:
 
   Expected<std::shared_ptr<Executable>> compile(const ir::Graph& graph) override {
     compiler::CompileOptions options;
-    options.sm = m_sm;
+    options.target = m_target;
     options.precision = m_options.precision;
     bool refuse = m_options.fallbacks == FallbackPolicy::refuse;
     options.fallback = m_options.allow_fallback && !refuse ? compiler::FallbackPolicy::allow
@@ -66,8 +66,6 @@ public:
                                   ? compiler::FallbackPolicy::warn
                                   : compiler::FallbackPolicy::allow;
     options.threads = m_options.compile_threads;
-    options.cpu = m_cpu.cpu;
-    options.cpu_features = m_cpu.features;
     if (graph.symbolic()) return compile_symbolic(graph, options);
     return compile_bucket(graph, options);
   }
@@ -92,7 +90,7 @@ private:
     if (!result) return result.error();
     log_precision_once(result->artifact);
     warn_fallbacks(result->artifact.fallbacks);
-    if (!options.cpu.empty()) return runtime::make_cpu_executable(graph, std::move(*result));
+    if (options.target.is_cpu()) return runtime::make_cpu_executable(graph, std::move(*result));
     return runtime::make_executable(graph, std::move(*result), m_options.device);
   }
 
@@ -114,7 +112,7 @@ private:
       o.bucket = bucket;
       auto result = runtime::compile_graph(graph, o, cache.get());
       if (!result) return result.error();
-      if (!o.cpu.empty()) return runtime::make_cpu_executable(graph, std::move(*result));
+      if (o.target.is_cpu()) return runtime::make_cpu_executable(graph, std::move(*result));
       return runtime::make_executable(graph, std::move(*result), device);
     };
     warn_fallbacks(checked->fallbacks());
@@ -140,8 +138,7 @@ private:
   }
 
   RuntimeOptions m_options;
-  int m_sm;
-  compiler::cpu::CpuMachine m_cpu;
+  compiler::Target m_target;
   std::string m_arch;
   std::shared_ptr<cache::Cache> m_cache;  // shared with symbolic graphs' executables
   std::once_flag m_logged;
@@ -163,8 +160,8 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   if (target->is_cpu()) {
     auto machine = compiler::cpu::cpu_machine(target->cpu);
     if (!machine) return make_error("target ", target->name(), ": ", machine.error().message);
-    return std::unique_ptr<Runtime>(
-        new RuntimeImpl(std::move(options), compiler::k_cpu_modes_as_on_sm, std::move(*machine)));
+    return std::unique_ptr<Runtime>(new RuntimeImpl(
+        std::move(options), compiler::Target::for_cpu(machine->cpu, machine->features)));
   }
   if (target->sm && options.arch.empty()) options.arch = compiler::arch_name(target->sm);
   int sm = 0;
@@ -181,7 +178,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     }
     sm = *detected;
   }
-  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), sm, {}));
+  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), compiler::Target::cuda(sm)));
 }
 
 }  // namespace kiln

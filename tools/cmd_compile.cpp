@@ -138,12 +138,9 @@ std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
     return std::nullopt;
   }
   compiler::CompileOptions options;
-  options.sm = *sm;
+  options.target.sm = *sm;
   options.precision = *precision;
-  if (*cpu) {
-    options.cpu = (*cpu)->cpu;
-    options.cpu_features = (*cpu)->features;
-  }
+  if (*cpu) options.target = compiler::Target::for_cpu((*cpu)->cpu, (*cpu)->features);
   apply_fallback_flags(args.fallback, options);
   return options;
 }
@@ -193,16 +190,16 @@ int run_emit(const CompileArgs& args) {
     print_error(graph.error().message);
     return k_exit_usage;
   }
-  if (args.llvm && options->cpu.empty()) {
+  if (args.llvm && !options->target.is_cpu()) {
     print_error("kiln: --llvm prints the CPU target's IR; add --target cpu");
     return k_exit_usage;
   }
-  if (!options->cpu.empty()) {
+  if (options->target.is_cpu()) {
     if (args.ptx) {
       print_error("kiln: --ptx is CUDA's; the CPU target prints LLVM IR (--llvm)");
       return k_exit_usage;
     }
-    auto machine = compiler::cpu::cpu_machine(options->cpu, options->cpu_features);
+    auto machine = compiler::cpu::cpu_machine(options->target.cpu, options->target.cpu_features);
     auto ir = machine ? compiler::cpu::cpu_ir(*graph, *options, *machine)
                       : Expected<std::string>(machine.error());
     if (!ir) {

@@ -111,7 +111,7 @@ int run_graph(const RunArgs& args) {
   const std::vector<int64_t>& values = data->dims;
   const ir::Graph& bound = data->bound;
   compiler::CompileOptions options;
-  options.sm = *sm;
+  options.target.sm = *sm;
   options.precision = *precision;
   apply_fallback_flags(args.fallback, options);
   for (size_t i = 0; i < values.size(); ++i)

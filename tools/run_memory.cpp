@@ -80,7 +80,7 @@ int64_t host_temporary_bytes(const ir::Graph& bound, const compiler::CompileOpti
                              bool cpu) {
   compiler::CompileOptions static_options = options;
   static_options.bucket.clear();
-  if (cpu) static_options.sm = compiler::k_cpu_modes_as_on_sm;
+  if (cpu) static_options.target.sm = compiler::k_cpu_modes_as_on_sm;
   auto request = compiler::check_request(bound, static_options);
   auto planned = request ? compiler::plan_program(bound, *request,
                                                   cpu ? compiler::LaunchLimits::none

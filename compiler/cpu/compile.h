@@ -21,8 +21,9 @@ inline std::string target_name(const CpuMachine& machine) { return "cpu:" + mach
 // tensor-core path rounds them.
 Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileRequest& request,
                                const CpuMachine& machine);
-// check_request() (as on sm_90, whatever options.sm says) then compile_cpu(): its errors are the
-// caller's to fix too (exit 2): a symbolic graph without a bucket, a refused attention fallback.
+// check_request() (as on sm_90, whatever options.target.sm says) then compile_cpu(): its errors
+// are the caller's to fix too (exit 2): a symbolic graph without a bucket, a refused attention
+// fallback.
 // The request overload refuses a request checked for another arch.
 Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileOptions& options,
                                const CpuMachine& machine);

@@ -90,9 +90,10 @@ Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileRequest& req
 
 namespace {
 
-// The request of a CPU compile: modes resolve as on k_cpu_modes_as_on_sm whatever options.sm says.
+// The request of a CPU compile: modes resolve as on k_cpu_modes_as_on_sm whatever
+// options.target.sm says.
 Expected<CompileRequest> cpu_request(const ir::Graph& graph, CompileOptions options) {
-  options.sm = k_cpu_modes_as_on_sm;
+  options.target.sm = k_cpu_modes_as_on_sm;
   return check_request(graph, options);
 }
 

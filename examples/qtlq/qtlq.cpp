@@ -110,7 +110,7 @@ Expected<std::vector<Row>> run_demo(uint64_t seed, int sm, Device device) {
                                   ir::Precision::tf32x3};
   for (ir::Precision mode : modes) {
     compiler::CompileOptions options;
-    options.sm = sm;
+    options.target.sm = sm;
     options.precision = mode;
     Expected<std::vector<reference::Tensor>> outputs = Error{""};
     if (device == Device::cpu) {

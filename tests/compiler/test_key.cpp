@@ -52,7 +52,7 @@ TEST(Key, EachTargetKeysByItsOwnCodegenVersion) {
   ir::Graph g = example("mlp");
   CompileOptions cuda = options(90, ir::Precision::high);
   CompileOptions cpu = cuda;
-  cpu.cpu = "x86-64-v3";
+  cpu.target = Target::for_cpu("x86-64-v3", "");
   auto field = [](const KeyFields& fields, const std::string& name) {
     for (const auto& [key, value] : fields)
       if (key == name) return value;

@@ -166,7 +166,7 @@ TEST(Plan, AKernelBeyondTheParameterSpaceIsRefusedWithItsSizeAndTheLimit) {
   CompileOptions o = options(90, ir::Precision::high);
   auto precision = resolve_precision(g, o);
   ASSERT_TRUE(precision.ok());
-  auto plan = plan_kernels(g, fuse(g, 100000), *precision, o.sm, Sizes(g));
+  auto plan = plan_kernels(g, fuse(g, 100000), *precision, o.target.sm, Sizes(g));
   ASSERT_FALSE(plan.ok());
   const std::string& message = plan.error().message;
   EXPECT_NE(message.find("kernel 'k0_elementwise'"), std::string::npos) << message;

@@ -60,7 +60,7 @@ std::string wide_sum(int inputs, const std::string& type) {
 
 CompileOptions options(int sm, ir::Precision precision, FallbackPolicy fallback) {
   CompileOptions o;
-  o.sm = sm;
+  o.target.sm = sm;
   o.precision = precision;
   o.fallback = fallback;
   return o;

@@ -222,7 +222,7 @@ TEST(CpuTarget, ModesResolveAsOnSm90WhateverTheOptionsArch) {
   ir::Graph graph = parse(
       "graph g { input a: f32[8, 16]\n input b: f32[16, 8]\n y = matmul(a, b)\n output y }");
   compiler::CompileOptions options;
-  options.sm = 75;  // no TF32 there
+  options.target.sm = 75;  // no TF32 there
   options.precision = ir::Precision::high;
   auto artifact = compiler::cpu::compile_cpu(graph, options, machine());
   ASSERT_TRUE(artifact) << artifact.error().message;

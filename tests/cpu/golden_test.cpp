@@ -87,7 +87,7 @@ TEST_P(H100Golden, TheCpuTargetLandsNearTheHardware) {
 TEST_P(H100Golden, TheEmulatorLandsNearTheHardware) {
   if (!GetParam().emulate) GTEST_SKIP() << "the CPU target covers this case; the emulator is slow";
   compiler::CompileOptions options;
-  options.sm = 90;
+  options.target.sm = 90;
   options.precision = GetParam().mode;
   auto program = emulation::build_program(*graph, options);
   ASSERT_TRUE(program) << program.error().message;

@@ -140,7 +140,7 @@ TEST(EmulatedAccumulation, EveryModeStaysWithinItsToleranceAtKUpTo4096) {
     for (const Arithmetic& a : arithmetics) {
       ir::Graph graph = long_sum(a.dtype, k);
       compiler::CompileOptions options;
-      options.sm = 80;
+      options.target.sm = 80;
       options.precision = a.precision;
       auto program = build_program(graph, options);
       ASSERT_TRUE(program.ok()) << program.error().message;
@@ -163,7 +163,7 @@ TEST(EmulatedAccumulation, EveryModeStaysWithinItsToleranceAtKUpTo4096) {
 TEST(EmulatedAccumulation, Tf32x3EarnsItsNameAtLargeKThroughPerTilePromotion) {
   ir::Graph graph = long_sum("f32", 4096);
   compiler::CompileOptions options;
-  options.sm = 80;
+  options.target.sm = 80;
   options.precision = ir::Precision::tf32x3;
   auto lowered = compiler::lower(graph, options);
   ASSERT_TRUE(lowered.ok()) << lowered.error().message;

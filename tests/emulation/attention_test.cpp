@@ -70,7 +70,7 @@ std::string graph_text(const Case& c) {
 Expected<reference::CheckRun> emulate(const ir::Graph& graph, int sm, ir::Precision precision,
                                       reference::InputSource inputs) {
   compiler::CompileOptions options;
-  options.sm = sm;
+  options.target.sm = sm;
   options.precision = precision;
   options.fusion_fallback = compiler::FallbackPolicy::refuse;  // fused, or the test fails
   auto program = build_program(graph, options);

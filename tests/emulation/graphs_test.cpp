@@ -37,7 +37,7 @@ ir::Graph load(const std::string& name) {
 Expected<CheckReport> emulate(const ir::Graph& graph, int sm, ir::Precision precision,
                               Layout layout = Layout::correct) {
   compiler::CompileOptions options;
-  options.sm = sm;
+  options.target.sm = sm;
   options.precision = precision;
   ShimOptions shim;
   shim.layout = layout;
@@ -56,7 +56,7 @@ TEST_P(EmulatedGraph, MatchesTheFp64ReferenceWithinTolerance) {
   const Case& c = GetParam();
   ir::Graph graph = load(c.graph);
   compiler::CompileOptions options;
-  options.sm = c.sm;
+  options.target.sm = c.sm;
   options.precision = c.precision;
   auto program = build_program(graph, options);
   ASSERT_TRUE(program.ok()) << program.error().message;
@@ -154,7 +154,7 @@ TEST(EmulatedCoverage, StageReuseGraphsRunMoreKTilesThanStages) {
     ir::Graph graph = load(name);
     for (int sm : {75, 80, 86, 90}) {
       compiler::CompileOptions options;
-      options.sm = sm;
+      options.target.sm = sm;
       options.precision = sm >= 80 ? k_high : k_highest;
       auto lowered = compiler::lower(graph, options);
       if (!lowered && std::string(name) == "reuse_bf16_odd" && sm == 75) continue;
@@ -225,7 +225,7 @@ Expected<CheckReport> emulate_edited(const std::string& graph_name, int sm, ir::
                                      const Schedule& schedule = {}) {
   ir::Graph graph = load(graph_name);
   compiler::CompileOptions options;
-  options.sm = sm;
+  options.target.sm = sm;
   options.precision = precision;
   auto lowered = compiler::lower(graph, options);
   if (!lowered) return lowered.error();

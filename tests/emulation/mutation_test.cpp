@@ -52,7 +52,7 @@ Expected<CheckReport> run_mutated(const Mutation& m) {
   auto graph = load(m.graph);
   if (!graph) return graph.error();
   compiler::CompileOptions options;
-  options.sm = m.sm;
+  options.target.sm = m.sm;
   options.precision = m.precision;
   auto lowered = compiler::lower(*graph, options);
   if (!lowered) return lowered.error();

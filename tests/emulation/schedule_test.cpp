@@ -33,7 +33,7 @@ TEST_P(ForcedTiles, EveryBlockShapeAtItsFewestAndMostStagesMatchesTheReference) 
   const Case& c = GetParam();
   ir::Graph graph = load(c.graph);
   compiler::CompileOptions options;
-  options.sm = c.sm;
+  options.target.sm = c.sm;
   options.precision = c.precision;
   auto request = compiler::check_request(graph, options);
   ASSERT_TRUE(request.ok()) << request.error().message;

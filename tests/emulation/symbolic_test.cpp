@@ -95,7 +95,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 compiler::CompileOptions options_for(const ir::Graph& graph, int sm, ir::Precision precision,
                                      int64_t size) {
   compiler::CompileOptions options;
-  options.sm = sm;
+  options.target.sm = sm;
   options.precision = precision;
   options.bucket = {compiler::bucket_of(size, graph.symbols()[0])};
   return options;
@@ -221,7 +221,7 @@ TEST(SymbolicBucket, BitIdenticalToTheStaticGraphWhereTheTilePlanIsTheSame) {
       auto bound = graph.bind({size});
       ASSERT_TRUE(bound);
       compiler::CompileOptions options;
-      options.sm = 90;
+      options.target.sm = 90;
       options.precision = precision;
       auto fixed = build_program(*bound, options);
       ASSERT_TRUE(fixed) << fixed.error().message;

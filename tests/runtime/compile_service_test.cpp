@@ -33,7 +33,7 @@ protected:
     cache_options.dir = dir.path();
     cache = cache::Cache::open(cache_options);
     ASSERT_TRUE(cache->enabled()) << cache->disabled_reason();
-    options.sm = 90;
+    options.target.sm = 90;
     options.precision = ir::Precision::high;
   }
   static Expected<ir::Graph> example(const std::string& name) {
@@ -138,7 +138,7 @@ TEST(CompileService, AllowingFallbacksKeysLikeRefusingWhenNothingFallsBack) {
   auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
   ASSERT_TRUE(graph) << graph.error().message;
   compiler::CompileOptions strict;
-  strict.sm = 90;
+  strict.target.sm = 90;
   strict.precision = ir::Precision::high;
   compiler::CompileOptions lenient = strict;
   lenient.fallback = compiler::FallbackPolicy::allow;
@@ -147,11 +147,11 @@ TEST(CompileService, AllowingFallbacksKeysLikeRefusingWhenNothingFallsBack) {
   EXPECT_EQ(a->key, b->key) << "one entry for both";
 
   // TF32 needs sm_80: on sm_75 the f32 matmuls fall back, and the key says fallbacks were allowed.
-  lenient.sm = 75;
+  lenient.target.sm = 75;
   auto fell = prepare_compile(*graph, lenient);
   ASSERT_TRUE(fell) << fell.error().message;
   EXPECT_NE(field_of(*fell, "options").find("fallback=allow"), std::string::npos);
-  strict.sm = 75;
+  strict.target.sm = 75;
   auto refused = prepare_compile(*graph, strict);
   ASSERT_FALSE(refused) << "refused without the flag";
   EXPECT_NE(refused.error().message.find("kiln compile --allow-fallback"), std::string::npos)

@@ -157,7 +157,7 @@ TEST(Executable, WorkspaceMatchesWhatTheCompilerPlanned) {
   // attention.kg keeps its scores in a temporary between the matmul and the softmax kernels.
   for (const char* name : {"attention.kg", "mlp.kg", "gated_mlp.kg"}) {
     compiler::CompileOptions options;
-    options.sm = 80;
+    options.target.sm = 80;
     auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/" + name);
     ASSERT_TRUE(graph);
     auto result = runtime::compile_graph(*graph, options, nullptr);

@@ -34,7 +34,7 @@ TEST_P(LaunchContract, EveryLaunchMatchesThePlanAndTheCubin) {
   auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/" + c.graph);
   ASSERT_TRUE(graph) << graph.error().message;
   compiler::CompileOptions options;
-  options.sm = c.sm;
+  options.target.sm = c.sm;
   options.fallback = compiler::FallbackPolicy::allow;
   auto result = runtime::compile_graph(*graph, options, nullptr);
   ASSERT_TRUE(result) << result.error().message;

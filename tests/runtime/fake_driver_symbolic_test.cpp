@@ -101,7 +101,7 @@ TEST(FakeDriverSymbolic, EachRunLaunchesItsBucketsKernelsWithTheDimsAndGridsForT
     ASSERT_TRUE(s) << s.error().message;
     // The plan of the bucket, as the compiler makes it, for the expected launches.
     compiler::CompileOptions options;
-    options.sm = 90;
+    options.target.sm = 90;
     options.precision = Precision::high;
     options.bucket = {compiler::bucket_of(value, graph->symbols()[0])};
     auto lowered = compiler::lower(*graph, options);
@@ -198,7 +198,7 @@ TEST(FakeDriverSymbolic, AnEntryThatDoesNotFitTheGraphIsRefused) {
   auto graph = ir::parse_graph(k_graph, "sym.kg");
   ASSERT_TRUE(graph);
   compiler::CompileOptions options;
-  options.sm = 90;
+  options.target.sm = 90;
   options.bucket = {compiler::bucket_of(40, graph->symbols()[0])};
   auto result = runtime::compile_graph(*graph, options, nullptr);
   ASSERT_TRUE(result) << result.error().message;

@@ -293,7 +293,7 @@ TEST(FakeDriver, AnOldDriverIsRefusedWithTheVersionTheCubinsNeed) {
   auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
   ASSERT_TRUE(graph);
   compiler::CompileOptions options;
-  options.sm = 90;
+  options.target.sm = 90;
   auto result = runtime::compile_graph(*graph, options, nullptr);
   ASSERT_TRUE(result) << result.error().message;
   int major = 0, minor = 0;
