@@ -26,7 +26,7 @@ Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileReque
       plan_kernels(*bound, groups, request.precision, request.sm, sizes, limits, schedule);
   if (!plan) return plan.error();
   return PlannedProgram{std::move(*bound), std::move(sizes), request.precision,
-                        request.attention.fallbacks, std::move(*plan)};
+                        request.diagnostics, std::move(*plan)};
 }
 
 Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& request,
@@ -37,7 +37,7 @@ Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& req
   program.sm = request.sm;
   program.bucket = request.options.bucket;
   program.precision = std::move(planned->precision);
-  program.attention_fallbacks = std::move(planned->attention_fallbacks);
+  program.diagnostics = std::move(planned->diagnostics);
   program.plan = std::move(planned->plan);
   for (const KernelPlan& kernel : program.plan.kernels) {
     program.kernel_sources.push_back(
@@ -108,9 +108,7 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
   artifact.decision = program.precision.decision;
   artifact.nvrtc_version = (*nvrtc)->version() + " (" + (*nvrtc)->identity() + ")";
   artifact.source = program_source(program, Prelude::include);
-  artifact.fallbacks = program.precision.fallbacks;
-  artifact.fallbacks.insert(artifact.fallbacks.end(), program.attention_fallbacks.begin(),
-                            program.attention_fallbacks.end());
+  artifact.fallbacks = program.diagnostics.fallbacks;
   artifact.input_bytes = program.plan.input_bytes;
   artifact.output_bytes = program.plan.output_bytes;
   artifact.temporary_bytes = program.plan.temporary_bytes;

@@ -27,7 +27,7 @@ struct PlannedProgram {
   ir::Graph bound;
   Sizes sizes;
   PrecisionPlan precision;
-  std::vector<std::string> attention_fallbacks;
+  Diagnostics diagnostics;  // the request's
   ProgramPlan plan;
 };
 
@@ -44,7 +44,7 @@ struct LoweredProgram {
   int sm = 0;
   std::vector<DimRange> bucket;  // symbolic graphs: the bucket compiled (options.bucket)
   PrecisionPlan precision;
-  std::vector<std::string> attention_fallbacks;  // attentions run unfused (plan_attention)
+  Diagnostics diagnostics;  // the request's: fallbacks (precision, then unfused attentions)
   ProgramPlan plan;
   std::vector<std::string> kernel_sources;  // per kernel, without the prelude
 };

@@ -54,9 +54,15 @@ Status check_arch(int sm, const std::vector<int>& supported) {
 }
 
 std::string options_key(const CompileOptions& options) {
-  return std::string("fallback=") +
-         (options.fallback != FallbackPolicy::refuse ? "allow" : "refuse") +
-         (options.target.is_cpu() ? ";llvm=O3" : ";nvrtc=-std=c++17 -Xptxas=-v");
+  std::string key = std::string("fallback=") +
+                    (options.fallback != FallbackPolicy::refuse ? "allow" : "refuse");
+  switch (options.target.kind) {
+    case Target::Kind::cuda:
+      return key + ";nvrtc=-std=c++17 -Xptxas=-v";
+    case Target::Kind::cpu:
+      return key + ";llvm=O3";
+  }
+  return key;
 }
 
 }  // namespace kiln::compiler

@@ -6,12 +6,6 @@
 
 namespace kiln::compiler {
 
-std::vector<std::string> CompileRequest::fallbacks() const {
-  std::vector<std::string> lines = precision.fallbacks;
-  lines.insert(lines.end(), attention.fallbacks.begin(), attention.fallbacks.end());
-  return lines;
-}
-
 Expected<CompileRequest> check_request(const ir::Graph& graph, const CompileOptions& options) {
   CompileRequest request;
   request.options = options;
@@ -25,6 +19,10 @@ Expected<CompileRequest> check_request(const ir::Graph& graph, const CompileOpti
   auto attention = plan_attention(graph, request.precision, options.fusion_fallback);
   if (!attention) return attention.error();
   request.attention = std::move(*attention);
+  request.diagnostics.fallbacks = request.precision.fallbacks;
+  request.diagnostics.fallbacks.insert(request.diagnostics.fallbacks.end(),
+                                       request.attention.fallbacks.begin(),
+                                       request.attention.fallbacks.end());
   return request;
 }
 

@@ -12,6 +12,13 @@
 
 namespace kiln::compiler {
 
+// What a compile has to tell its caller, decided once by check_request() and carried through
+// lowering into the artifact (Artifact::fallbacks) and the CLI's reports: every fallback line,
+// precision ones first, then the attentions run unfused.
+struct Diagnostics {
+  std::vector<std::string> fallbacks;
+};
+
 // The options, checked (arch and bucket), with the graph's precision plan and attentions as
 // resolved on `sm`. Built by check_request(); the cache key, lower() and the CPU target's
 // lowering read it and neither check nor resolve again.
@@ -20,8 +27,9 @@ struct CompileRequest {
   int sm = 0;  // the arch modes resolve on: options.target.sm, or k_cpu_modes_as_on_sm on the CPU
   PrecisionPlan precision;
   AttentionPlan attention;
-  // Every fallback line: precision ones first.
-  std::vector<std::string> fallbacks() const;
+  Diagnostics diagnostics;
+  // Every fallback line: precision ones first (diagnostics.fallbacks).
+  const std::vector<std::string>& fallbacks() const { return diagnostics.fallbacks; }
 };
 
 // Checks the arch (kiln's table; the CPU target resolves modes as on sm_90) and the bucket,

@@ -81,8 +81,9 @@ struct Attrs {
   bool operator==(const Attrs&) const = default;
 };
 
-// An op's attributes as the text and the builder take them when none is given (ops.def's
-// KILN_DEFAULT rows; every other field as Attrs{} has it).
+// An op's attributes as the text takes them when none is given (ops.def's KILN_DEFAULT rows, an
+// axis of -1 meaning the last; every other field as Attrs{} has it). Builder::add takes its
+// attributes as given, so a caller starts from these.
 Attrs default_attrs(OpKind kind);
 
 // One value of the graph. `name` is for people only: it never enters the hash.

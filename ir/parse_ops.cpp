@@ -147,7 +147,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
     }
     case OpCategory::softmax:
     case OpCategory::reduce: {
-      int axis = -1;
+      int axis = default_attrs(*kind).axis;
       bool keepdim = false;
       for (const NamedArg& arg : named) {
         if (arg.name == "axis" && !arg.is_list) {
@@ -285,10 +285,11 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
       *target = *v;
     }
     if (!start || !end) return missing("start and end", "slice(x, axis=-1, start=0, end=32)");
-    return located(m_builder.add_slice(ops[0], axis ? static_cast<int>(*axis) : -1, *start, *end));
+    int slice_axis = axis ? static_cast<int>(*axis) : default_attrs(kind).axis;
+    return located(m_builder.add_slice(ops[0], slice_axis, *start, *end));
   }
   if (kind == OpKind::concat) {
-    int axis = -1;
+    int axis = default_attrs(kind).axis;
     for (const NamedArg& arg : named) {
       if (arg.name != "axis") return unknown_arg(arg, "expected axis");
       auto v = arg.is_list ? std::nullopt : parse_int(arg.value);

@@ -18,8 +18,10 @@ namespace kiln::ir {
 //   neg exp erf tanh sqrt abs cos sin (x)
 //   group(x)                                  x as one term: parenthesised in CUDA text, the
 //                                             identity elsewhere
-// The formulas name every intermediate they reuse, so each Math sees its primitives in one
-// order (an LLVM builder emits instructions in call order).
+// A call's arguments are evaluated in an order C++ leaves open, so a formula names every
+// intermediate that emits something before the call that takes it, leaving at most one emitting
+// argument per call: each Math then sees its primitives in one order whatever the host compiler
+// (an LLVM builder emits instructions in call order).
 
 // The value of pointwise op `kind` (OpCategory::unary or binary) at (a, b); a unary op reads a
 // only. Callers pass only those kinds.
@@ -46,7 +48,8 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
       return m.max(a, m.constant(0.0, "0.0"));
     case OpKind::gelu: {  // the exact (erf) form
       Value erf = m.erf(m.mul(a, m.constant(0.70710678118654752, "0.70710678118654752")));
-      return m.mul(m.mul(m.constant(0.5, "0.5"), a), m.add(m.constant(1.0, "1.0"), erf));
+      Value one_plus_erf = m.add(m.constant(1.0, "1.0"), erf);
+      return m.mul(m.mul(m.constant(0.5, "0.5"), a), one_plus_erf);
     }
     case OpKind::silu:
       return m.div(a, m.add(m.constant(1.0, "1.0"), m.exp(m.neg(a))));

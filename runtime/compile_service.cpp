@@ -41,8 +41,15 @@ Expected<CacheRequest> prepare_compile(const ir::Graph& graph, compiler::Compile
   auto start = std::chrono::steady_clock::now();
   const compiler::CompileOptions& options = checked.options;
   // The compiler's identity: NVRTC's, or for the CPU target the LLVM plugin's version.
-  auto toolchain = options.target.is_cpu() ? compiler::cpu::llvm_version()
-                                           : compiler::nvrtc_identity(options.nvrtc_path);
+  Expected<std::string> toolchain = Error{""};
+  switch (options.target.kind) {
+    case compiler::Target::Kind::cuda:
+      toolchain = compiler::nvrtc_identity(options.nvrtc_path);
+      break;
+    case compiler::Target::Kind::cpu:
+      toolchain = compiler::cpu::llvm_version();
+      break;
+  }
   if (!toolchain) return toolchain.error();
   compiler::ResolvedInfo resolved{std::string(ir::to_string(checked.precision.graph_mode)),
                                   *toolchain};

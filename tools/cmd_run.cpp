@@ -147,9 +147,7 @@ int run_graph(const RunArgs& args) {
       print_error("run: " + program.error().message);
       return k_exit_failure;
     }
-    fallbacks = program->lowered().precision.fallbacks;
-    const auto& unfused = program->lowered().attention_fallbacks;
-    fallbacks.insert(fallbacks.end(), unfused.begin(), unfused.end());
+    fallbacks = program->lowered().diagnostics.fallbacks;
     for (const std::string& f : fallbacks) print_warning("run: fallback: " + f);
     checked = reference::check_against_fp64(
         bound, program->lowered().precision.graph_mode, std::move(data->inputs),

@@ -60,9 +60,7 @@ Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileRequest& req
   artifact.precision = std::string(ir::to_string(lowered->precision.graph_mode));
   artifact.decision = lowered->precision.decision;
   artifact.nvrtc_version = "LLVM " + llvm_version();
-  artifact.fallbacks = lowered->precision.fallbacks;
-  artifact.fallbacks.insert(artifact.fallbacks.end(), lowered->attention_fallbacks.begin(),
-                            lowered->attention_fallbacks.end());
+  artifact.fallbacks = lowered->diagnostics.fallbacks;
   artifact.input_bytes = plan.input_bytes;
   artifact.output_bytes = plan.output_bytes;
   artifact.temporary_bytes = plan.temporary_bytes;

@@ -48,7 +48,7 @@ TEST(Attention, EveryExampleAttentionIsOneKernelInEveryModeAndArch) {
         ASSERT_TRUE(program.ok()) << name << " sm_" << sm << ": " << program.error().message;
         ASSERT_EQ(program->plan.kernels.size(), 1u) << name << " sm_" << sm;
         EXPECT_EQ(program->plan.kernels[0].group.kind, GroupKind::attention);
-        EXPECT_TRUE(program->attention_fallbacks.empty());
+        EXPECT_TRUE(program->diagnostics.fallbacks.empty());
         EXPECT_EQ(program->plan.workspace_bytes, 0u) << "no temporaries at all";
       }
     }
@@ -108,7 +108,7 @@ TEST(Attention, ValuesSomethingElseReadsAreNotAChain) {
   for (const std::string& text : graphs) {
     LoweredProgram program = lowered(parse(text));
     EXPECT_GT(program.plan.kernels.size(), 1u) << text;
-    EXPECT_TRUE(program.attention_fallbacks.empty()) << text;
+    EXPECT_TRUE(program.diagnostics.fallbacks.empty()) << text;
     for (const KernelPlan& k : program.plan.kernels) EXPECT_NE(k.group.kind, GroupKind::attention);
   }
 }
@@ -147,8 +147,8 @@ TEST(Attention, AChainThatCannotBeFusedIsAFallbackWithItsReasonAndBytes) {
   for (const Case& c : cases) {
     LoweredProgram program = lowered(parse(c.text));
     EXPECT_EQ(program.plan.kernels.size(), 3u) << c.reason;
-    ASSERT_EQ(program.attention_fallbacks.size(), 1u) << c.reason;
-    const std::string& line = program.attention_fallbacks[0];
+    ASSERT_EQ(program.diagnostics.fallbacks.size(), 1u) << c.reason;
+    const std::string& line = program.diagnostics.fallbacks[0];
     EXPECT_NE(line.find("attention at matmul 'o' runs unfused: " + c.reason), std::string::npos)
         << line;
     // The scores: 16 (or 1) x 128 x 128 fp32.

@@ -111,7 +111,7 @@ TEST(AttentionCasts, EveryDtypeWithEveryOptionalStepIsOneFusedKernel) {
         const KernelGroup& group = program->plan.kernels[0].group;
         EXPECT_EQ(group.kind, GroupKind::attention) << what;
         EXPECT_EQ(group.nodes.size(), f.chain_size()) << what;
-        EXPECT_TRUE(program->attention_fallbacks.empty()) << what;
+        EXPECT_TRUE(program->diagnostics.fallbacks.empty()) << what;
         EXPECT_EQ(program->plan.workspace_bytes, 0u) << what << ": no scores buffer";
         const AttentionMatch& m = group.attention;
         EXPECT_DOUBLE_EQ(m.scale, f.scale ? 0.125 : 1.0) << what;
@@ -245,8 +245,8 @@ TEST(AttentionCasts, AnUnfusedChainIsAFallbackWithItsReasonAndBytes) {
     EXPECT_GE(program->plan.kernels.size(), 3u) << c.reason;
     for (const KernelPlan& k : program->plan.kernels)
       EXPECT_NE(k.group.kind, GroupKind::attention) << c.reason;
-    ASSERT_EQ(program->attention_fallbacks.size(), 1u) << c.reason;
-    const std::string& line = program->attention_fallbacks[0];
+    ASSERT_EQ(program->diagnostics.fallbacks.size(), 1u) << c.reason;
+    const std::string& line = program->diagnostics.fallbacks[0];
     EXPECT_NE(line.find("attention at matmul 'o' runs unfused: " + c.reason), std::string::npos)
         << line;
     EXPECT_NE(line.find(c.scores + " are written and read back"), std::string::npos) << line;
@@ -308,7 +308,7 @@ TEST(AttentionCasts, ValuesReadOutsideTheChainMakeNoChain) {
     auto program = lower(parse(text), refuse);
     ASSERT_TRUE(program.ok()) << text << program.error().message;
     EXPECT_GT(program->plan.kernels.size(), 1u) << text;
-    EXPECT_TRUE(program->attention_fallbacks.empty()) << text;
+    EXPECT_TRUE(program->diagnostics.fallbacks.empty()) << text;
     for (const KernelPlan& k : program->plan.kernels) EXPECT_NE(k.group.kind, GroupKind::attention);
   }
 }

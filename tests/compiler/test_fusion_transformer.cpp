@@ -134,7 +134,7 @@ TEST(FusionTransformer, LlamaAndBertLayersCompileToFewKernels) {
       auto program = lower(example(c.name), test::options(90, p));
       ASSERT_TRUE(program.ok()) << program.error().message;
       EXPECT_EQ(program->plan.kernels.size(), c.kernels) << c.name;
-      EXPECT_TRUE(program->attention_fallbacks.empty()) << c.name;
+      EXPECT_TRUE(program->diagnostics.fallbacks.empty()) << c.name;
       int attention = 0, lowered_matmuls = 0, lowered_softmaxes = 0;
       for (const KernelPlan& k : program->plan.kernels) {
         attention += k.group.kind == GroupKind::attention;

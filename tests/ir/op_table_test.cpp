@@ -104,6 +104,14 @@ TEST(OpTable, NormDefaultsComeFromTheTableInParserBuilderAndPrinter) {
   NodeId x = b.add_input("x", TensorType{DType::f32, Shape::make({4, 8}).value()}).value();
   NodeId w = b.add_input("w", TensorType{DType::f32, Shape::make({8}).value()}).value();
   EXPECT_EQ(b.node(b.add_rms_norm(x, w).value()).attrs.eps, 1e-6);
+  // Builder::add from default_attrs: the text's defaults (axis -1 is the last).
+  auto norm = b.add(OpKind::rms_norm, {x, w}, default_attrs(OpKind::rms_norm));
+  ASSERT_TRUE(norm) << norm.error().message;
+  EXPECT_EQ(b.node(*norm).attrs.eps, 1e-6);
+  auto total = b.add(OpKind::sum, {x}, default_attrs(OpKind::sum));
+  ASSERT_TRUE(total) << total.error().message;
+  EXPECT_EQ(b.node(*total).type.shape.dims(), (std::vector<int64_t>{4}));
+  EXPECT_FALSE(b.add(OpKind::rms_norm, {x, w}, Attrs{}));  // eps 0 is refused, not defaulted
 }
 
 // Builder::add rebuilds every node of every example graph from its kind, operands and attributes

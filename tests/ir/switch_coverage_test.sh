@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A kind added to ir/ops.def that a switch forgets must fail the build, not fall through: each
-# source below (the per-element formulas' three renderers) is compiled as the build compiles it,
-# once as is (it must compile) and once with KILN_TEST_EXTRA_OP, which appends a unary kind
-# `test_extra` to the table (it must fail, naming that kind, through -Werror=switch).
+# source below (the three renderers of the per-element formulas) is compiled as the build
+# compiles it, once as is (it must compile) and once with KILN_TEST_EXTRA_OP, which appends a
+# unary kind `test_extra` to the table (it must fail, naming that kind, through -Werror=switch).
+# What trips is the formula switch in ir/scalar.h that all three include: switches over
+# categories (printer, hash, row kernels) rightly take a kind of an existing category as it is.
 # Usage: switch_coverage_test.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$1 source=$2
