@@ -14,11 +14,15 @@ namespace kiln::runtime {
 class Backend {
 public:
   virtual ~Backend() = default;
-  // As Executable's prepare() and run(), whose contracts they keep.
+  // As Executable's prepare() and run(), whose contracts they keep. run() gets its arguments
+  // checked once, by Executable::run, for every backend: the count, dtype and shape of each
+  // tensor against the specs at the symbols' `values` (read from the input shapes, inside their
+  // ranges; empty for a static graph). A backend checks only what is its own (the CUDA path:
+  // alignment, the entry's bucket).
   virtual Status prepare(void* stream) = 0;
   virtual Status prepare(const std::vector<int64_t>& values, void* stream) = 0;
   virtual Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
-                     void* stream) = 0;
+                     const std::vector<int64_t>& values, void* stream) = 0;
 
 protected:
   // `exe` owns the backend and outlives it: its description (specs, dims, device) is read here.

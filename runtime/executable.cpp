@@ -74,20 +74,16 @@ public:
   }
 
   Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
-             void* stream) override {
+             const std::vector<int64_t>& values, void* stream) override {
     // A symbolic graph's entry runs at the sizes the inputs give, inside its bucket.
     Sizes sizes;
     if (graph()) {
-      auto at = sizes_of(inputs);
+      auto at = sizes_of(values);
       if (!at) return at.error();
       sizes = std::move(*at);
     }
-    const auto& in_specs = graph() ? sizes.inputs : exe().inputs();
-    const auto& out_specs = graph() ? sizes.outputs : exe().outputs();
-    if (Status s = check_tensors(in_specs, inputs, "input"); !s) return s;
-    if (Status s = check_tensors(out_specs, outputs, "output"); !s) return s;
-    if (Status s = check_alignment(in_specs, inputs, "input"); !s) return s;
-    if (Status s = check_alignment(out_specs, outputs, "output"); !s) return s;
+    if (Status s = check_alignment(exe().inputs(), inputs, "input"); !s) return s;
+    if (Status s = check_alignment(exe().outputs(), outputs, "output"); !s) return s;
     auto api = load_driver();
     if (!api) return api.error();
     const DriverApi& cu = **api;
@@ -108,23 +104,17 @@ public:
 private:
   enum class Loading { prepare, run, run_reloading };
 
-  // A symbolic graph's run: the dims' values, the specs at them, the temporaries' layout.
+  // A symbolic graph's run: the dims' values (checked inside this entry's bucket) and the
+  // temporaries' layout at them.
   struct Sizes {
     std::vector<int64_t> values;
-    std::vector<TensorSpec> inputs, outputs;
     std::vector<uint64_t> offsets;
     uint64_t workspace_bytes = 0;
   };
 
-  Expected<Sizes> sizes_of(const std::vector<TensorRef>& inputs) const {
-    const std::vector<TensorSpec>& specs = exe().inputs();
-    if (inputs.size() != specs.size()) return check_tensors(specs, inputs, "input").error();
-    std::vector<std::vector<int64_t>> shapes;
-    for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
+  Expected<Sizes> sizes_of(const std::vector<int64_t>& values) const {
     Sizes sizes;
-    auto values = graph()->symbol_values(shapes);
-    if (!values) return values.error();
-    sizes.values = std::move(*values);
+    sizes.values = values;
     for (size_t i = 0; i < sizes.values.size(); ++i) {
       const auto& range = m_artifact.bucket[i];
       if (sizes.values[i] < range[0] || sizes.values[i] > range[1])
@@ -132,10 +122,6 @@ private:
                           " is outside this entry's bucket [", std::to_string(range[0]), ", ",
                           std::to_string(range[1]), "]");
     }
-    auto bound = graph()->bind(sizes.values);  // once for both specs
-    if (!bound) return bound.error();
-    sizes.inputs = tensor_specs(*bound, bound->inputs());
-    sizes.outputs = tensor_specs(*bound, bound->outputs());
     auto bytes = compiler::sizes_at(m_artifact.temporary_sizes, sizes.values);
     if (!bytes)
       return make_error("entry ", exe().key(), ": a temporary's size term is out of range");
@@ -494,7 +480,28 @@ Status Executable::prepare(const std::vector<int64_t>& values, void* stream) {
 
 Status Executable::run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
                        void* stream) {
-  return m_backend->run(inputs, outputs, stream);
+  // The arguments are checked here once, whichever backend runs them.
+  if (!m_graph) {
+    if (Status s = runtime::check_tensors(m_inputs, inputs, "input"); !s) return s;
+    if (Status s = runtime::check_tensors(m_outputs, outputs, "output"); !s) return s;
+    return m_backend->run(inputs, outputs, {}, stream);
+  }
+  if (inputs.size() != m_inputs.size()) return runtime::check_tensors(m_inputs, inputs, "input");
+  std::vector<std::vector<int64_t>> shapes;
+  for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
+  auto values = m_graph->symbol_values(shapes);
+  if (!values) return values.error();
+  auto bound = m_graph->bind(*values);  // once for both specs
+  if (!bound) return bound.error();
+  if (Status s = runtime::check_tensors(runtime::tensor_specs(*bound, bound->inputs()), inputs,
+                                        "input");
+      !s)
+    return s;
+  if (Status s = runtime::check_tensors(runtime::tensor_specs(*bound, bound->outputs()), outputs,
+                                        "output");
+      !s)
+    return s;
+  return m_backend->run(inputs, outputs, *values, stream);
 }
 
 Expected<std::vector<TensorSpec>> Executable::inputs_at(const std::vector<int64_t>& values) const {

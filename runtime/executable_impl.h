@@ -41,6 +41,9 @@ struct ExecutableAccess {
     exe.m_backend = std::move(backend);
   }
   static const std::optional<ir::Graph>& graph(const Executable& exe) { return exe.m_graph; }
+  // The backend of `exe`, for a backend that runs another executable's with arguments already
+  // checked (a symbolic graph's bucket).
+  static Backend& backend(Executable& exe) { return *exe.m_backend; }
   static const std::string& graph_name(const Executable& exe) { return exe.m_graph_name; }
   static void set_device(Executable& exe, int device) { exe.m_device = device; }
   static void set_on_cpu(Executable& exe) { exe.m_on_cpu = true; }
