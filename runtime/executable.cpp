@@ -480,28 +480,29 @@ Status Executable::prepare(const std::vector<int64_t>& values, void* stream) {
 
 Status Executable::run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
                        void* stream) {
-  // The arguments are checked here once, whichever backend runs them.
-  if (!m_graph) {
-    if (Status s = runtime::check_tensors(m_inputs, inputs, "input"); !s) return s;
-    if (Status s = runtime::check_tensors(m_outputs, outputs, "output"); !s) return s;
-    return m_backend->run(inputs, outputs, {}, stream);
+  // The arguments are checked here once, whichever backend runs them: against the specs, or
+  // for a symbolic graph against the specs at the symbols' values the input shapes give.
+  std::vector<int64_t> values;
+  std::vector<TensorSpec> bound_inputs, bound_outputs;
+  const std::vector<TensorSpec>* in_specs = &m_inputs;
+  const std::vector<TensorSpec>* out_specs = &m_outputs;
+  if (m_graph) {
+    if (inputs.size() != m_inputs.size()) return runtime::check_tensors(m_inputs, inputs, "input");
+    std::vector<std::vector<int64_t>> shapes;
+    for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
+    auto found = m_graph->symbol_values(shapes);
+    if (!found) return found.error();
+    values = std::move(*found);
+    auto bound = m_graph->bind(values);  // once for both specs
+    if (!bound) return bound.error();
+    bound_inputs = runtime::tensor_specs(*bound, bound->inputs());
+    bound_outputs = runtime::tensor_specs(*bound, bound->outputs());
+    in_specs = &bound_inputs;
+    out_specs = &bound_outputs;
   }
-  if (inputs.size() != m_inputs.size()) return runtime::check_tensors(m_inputs, inputs, "input");
-  std::vector<std::vector<int64_t>> shapes;
-  for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
-  auto values = m_graph->symbol_values(shapes);
-  if (!values) return values.error();
-  auto bound = m_graph->bind(*values);  // once for both specs
-  if (!bound) return bound.error();
-  if (Status s = runtime::check_tensors(runtime::tensor_specs(*bound, bound->inputs()), inputs,
-                                        "input");
-      !s)
-    return s;
-  if (Status s = runtime::check_tensors(runtime::tensor_specs(*bound, bound->outputs()), outputs,
-                                        "output");
-      !s)
-    return s;
-  return m_backend->run(inputs, outputs, *values, stream);
+  if (Status s = runtime::check_tensors(*in_specs, inputs, "input"); !s) return s;
+  if (Status s = runtime::check_tensors(*out_specs, outputs, "output"); !s) return s;
+  return m_backend->run(inputs, outputs, values, stream);
 }
 
 Expected<std::vector<TensorSpec>> Executable::inputs_at(const std::vector<int64_t>& values) const {
