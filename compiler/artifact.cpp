@@ -57,28 +57,8 @@ bool read_terms(Reader& r, std::vector<SizeTerm>& v) {
   return r.ok();
 }
 
-void write_kernel(ByteWriter& w, const KernelArtifact& k) {
-  w.str(k.name);
-  w.str(k.entry);
-  w.str(k.cubin);
-  w.str(k.ptx);
-  for (uint32_t g : k.launch.grid) w.u32(g);
-  for (uint32_t b : k.launch.block) w.u32(b);
-  w.u32(k.launch.dynamic_smem_bytes);
-  w.u64(k.params.size());
-  for (const KernelParam& p : k.params) {
-    w.u8(static_cast<uint8_t>(p.buffer.role));
-    w.u32(p.buffer.index);
-    w.u64(p.bytes);
-    w.u8(p.written ? 1 : 0);
-  }
-  w.i32(k.report.registers);
-  w.i32(k.report.spill_store_bytes);
-  w.i32(k.report.spill_load_bytes);
-  w.i32(k.report.static_smem_bytes);
-}
-
-bool read_kernel(Reader& r, KernelArtifact& k) {
+// Formats 2 to 4: a kernel's fields in declaration order, pointers only.
+bool read_kernel_v4(Reader& r, KernelArtifact& k) {
   k.name = r.str();
   k.entry = r.str();
   k.cubin = r.str();
@@ -141,12 +121,59 @@ std::optional<LaunchShape> launch_at(const LaunchShape& launch, const std::vecto
   return out;
 }
 
+std::string_view to_string(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::pointer: return "pointer";
+    case ParamKind::dim: return "dim";
+    case ParamKind::tensor_map: return "tensor_map";
+  }
+  return "?";
+}
+
+uint32_t param_size(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::pointer: return 8;
+    case ParamKind::dim: return 4;
+    case ParamKind::tensor_map: return 128;
+  }
+  return 8;
+}
+
+uint32_t param_align(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::pointer: return 8;
+    case ParamKind::dim: return 4;
+    case ParamKind::tensor_map: return 64;
+  }
+  return 8;
+}
+
+uint64_t param_space_bytes(const std::vector<KernelParam>& params) {
+  uint64_t bytes = 0;
+  for (const KernelParam& p : params) {
+    uint64_t align = param_align(p.kind);
+    bytes = (bytes + align - 1) / align * align + param_size(p.kind);
+  }
+  return bytes;
+}
+
+KernelParam dim_param(uint32_t symbol) {
+  KernelParam p;
+  p.kind = ParamKind::dim;
+  p.symbol = symbol;
+  return p;
+}
+
 Expected<std::vector<void*>> bind_buffers(const KernelArtifact& kernel,
                                           const std::vector<void*>& inputs,
                                           const std::vector<void*>& outputs,
                                           const std::vector<void*>& temporaries) {
   std::vector<void*> pointers;
   for (size_t i = 0; i < kernel.params.size(); ++i) {
+    if (kernel.params[i].kind == ParamKind::dim) {
+      pointers.push_back(nullptr);
+      continue;
+    }
     const BufferRef& b = kernel.params[i].buffer;
     const std::vector<void*>& list = b.role == BufferRole::input    ? inputs
                                      : b.role == BufferRole::output ? outputs
@@ -182,53 +209,241 @@ std::vector<size_t> binary_owners(const std::vector<KernelArtifact>& kernels) {
   return owners;
 }
 
-std::string serialize(const Artifact& a) {
-  ByteWriter w;
-  w.raw(k_magic);
-  w.u32(k_artifact_format_version);
-  w.str(a.arch);
-  w.str(a.precision);
-  w.str(a.decision);
-  w.str(a.nvrtc_version);
-  w.str(a.source);
-  w.str(a.log);
-  write_strings(w, a.fallbacks);
-  write_u64s(w, a.input_bytes);
-  write_u64s(w, a.output_bytes);
-  write_u64s(w, a.temporary_bytes);
-  w.u64(a.workspace_bytes);
-  w.u64(a.kernels.size());
-  for (const KernelArtifact& k : a.kernels) write_kernel(w, k);
-  w.u64(a.bucket.size());
-  for (const auto& range : a.bucket) {
-    w.i64(range[0]);
-    w.i64(range[1]);
+namespace {
+
+// Field numbers of format 5 (append only; never reuse one). k_required marks a field a reader
+// must know.
+constexpr uint32_t k_required = 0x80000000u;
+constexpr uint32_t k_end = 0;  // the last field of an artifact, empty
+enum ArtifactField : uint32_t {
+  f_arch = 1 | k_required,
+  f_precision = 2,
+  f_decision = 3,
+  f_toolchain = 4,
+  f_source = 5,
+  f_log = 6,
+  f_fallbacks = 7,
+  f_input_bytes = 8 | k_required,
+  f_output_bytes = 9 | k_required,
+  f_temporary_bytes = 10 | k_required,
+  f_workspace_bytes = 11 | k_required,
+  f_kernel = 12 | k_required,  // one per kernel, in launch order
+  f_bucket = 13 | k_required,
+  f_input_sizes = 14 | k_required,
+  f_output_sizes = 15 | k_required,
+  f_temporary_sizes = 16 | k_required,
+  f_object = 17 | k_required,
+};
+enum KernelField : uint32_t {
+  k_name = 1 | k_required,
+  k_params = 2 | k_required,
+  k_entry = 3 | k_required,
+  k_cubin = 4 | k_required,
+  k_ptx = 5,
+  k_launch = 6 | k_required,
+  k_report = 7,
+  k_binary_of = 8 | k_required,
+  k_grid = 9 | k_required,
+  k_items = 10 | k_required,
+  k_scratch = 11 | k_required,
+};
+
+class FieldWriter {
+public:
+  explicit FieldWriter(ByteWriter& w) : m_w(w) {}
+  void bytes(uint32_t tag, std::string_view payload) {
+    m_w.u32(tag);
+    m_w.u64(payload.size());
+    m_w.raw(payload);
   }
-  write_terms(w, a.input_sizes);
-  write_terms(w, a.output_sizes);
-  write_terms(w, a.temporary_sizes);
-  for (const KernelArtifact& k : a.kernels) {
-    write_terms(w, k.grid);
-    w.u32(k.dim_params);
+  // A string field is its bytes; left out when empty (it reads as empty).
+  void str(uint32_t tag, std::string_view s) {
+    if (!s.empty()) bytes(tag, s);
   }
-  w.str(a.object);
-  for (const KernelArtifact& k : a.kernels) {
-    write_terms(w, k.items);
-    w.u64(k.scratch_floats);
+  template <typename Fill>
+  void nested(uint32_t tag, Fill fill) {
+    ByteWriter inner;
+    fill(inner);
+    std::string payload = inner.take();
+    bytes(tag, payload);
   }
-  for (const KernelArtifact& k : a.kernels) w.str(k.binary_of);
-  return w.take();
+
+private:
+  ByteWriter& m_w;
+};
+
+void write_params(ByteWriter& w, const std::vector<KernelParam>& params) {
+  w.u64(params.size());
+  for (const KernelParam& p : params) {
+    w.u8(static_cast<uint8_t>(p.kind));
+    switch (p.kind) {
+      case ParamKind::pointer:
+      case ParamKind::tensor_map:
+        w.u8(static_cast<uint8_t>(p.buffer.role));
+        w.u32(p.buffer.index);
+        w.u64(p.bytes);
+        w.u8(p.written ? 1 : 0);
+        if (p.kind == ParamKind::tensor_map) w.str(p.map);
+        break;
+      case ParamKind::dim:
+        w.u32(p.symbol);
+        break;
+    }
+  }
 }
 
-Expected<Artifact> deserialize(std::string_view bytes) {
-  Reader r(bytes);
-  if (r.raw(k_magic.size()) != k_magic) return make_error("artifact: bad magic");
-  uint32_t version = r.u32();
-  if (!r.ok()) return make_error("artifact: truncated header");
-  if (version != k_artifact_format_version && version != 2 && version != 3) {
-    return make_error("artifact: format version ", std::to_string(version), ", expected ",
-                      std::to_string(k_artifact_format_version));
+Status read_params(Reader& r, std::vector<KernelParam>& params) {
+  params.resize(r.count(5));  // a kind and a symbol at least
+  for (KernelParam& p : params) {
+    uint8_t kind = r.u8();
+    if (kind > static_cast<uint8_t>(ParamKind::tensor_map)) {
+      return make_error("artifact: parameter kind ", std::to_string(kind),
+                        " is not one this kiln knows (a newer kiln wrote it)");
+    }
+    p.kind = static_cast<ParamKind>(kind);
+    if (p.kind == ParamKind::dim) {
+      p.symbol = r.u32();
+      continue;
+    }
+    uint8_t role = r.u8();
+    if (role > static_cast<uint8_t>(BufferRole::temporary)) return make_error("artifact: corrupt parameter");
+    p.buffer.role = static_cast<BufferRole>(role);
+    p.buffer.index = r.u32();
+    p.bytes = r.u64();
+    uint8_t written = r.u8();
+    if (written > 1) return make_error("artifact: corrupt parameter");
+    p.written = written == 1;
+    if (p.kind == ParamKind::tensor_map) p.map = r.str();
   }
+  return Status::success();
+}
+
+void write_kernel(ByteWriter& out, const KernelArtifact& k) {
+  FieldWriter f(out);
+  f.str(k_name, k.name);
+  f.nested(k_params, [&](ByteWriter& w) { write_params(w, k.params); });
+  f.str(k_entry, k.entry);
+  f.str(k_binary_of, k.binary_of);
+  f.str(k_cubin, k.binary_of.empty() ? std::string_view(k.cubin) : std::string_view());
+  f.str(k_ptx, k.binary_of.empty() ? std::string_view(k.ptx) : std::string_view());
+  if (k.launch != LaunchShape{}) {
+    f.nested(k_launch, [&](ByteWriter& w) {
+      for (uint32_t g : k.launch.grid) w.u32(g);
+      for (uint32_t b : k.launch.block) w.u32(b);
+      w.u32(k.launch.dynamic_smem_bytes);
+      for (uint32_t c : k.launch.cluster) w.u32(c);
+    });
+  }
+  if (k.report != KernelReport{}) {
+    f.nested(k_report, [&](ByteWriter& w) {
+      w.i32(k.report.registers);
+      w.i32(k.report.spill_store_bytes);
+      w.i32(k.report.spill_load_bytes);
+      w.i32(k.report.static_smem_bytes);
+    });
+  }
+  if (!k.grid.empty()) f.nested(k_grid, [&](ByteWriter& w) { write_terms(w, k.grid); });
+  if (!k.items.empty()) f.nested(k_items, [&](ByteWriter& w) { write_terms(w, k.items); });
+  if (k.scratch_floats) f.nested(k_scratch, [&](ByteWriter& w) { w.u64(k.scratch_floats); });
+}
+
+// Calls `field(tag, payload reader)` for each field of `bytes`; the payload must be consumed
+// exactly. An unknown tag is skipped unless it is required. With `terminated`, the fields end with
+// an empty field of tag 0 and nothing follows it (so a cut at a field's end is not mistaken for
+// an artifact without the later fields); kernel records are framed by their field instead.
+template <typename OnField>
+Status read_fields(std::string_view bytes, const char* what, bool terminated, OnField on_field) {
+  Reader r(bytes);
+  while (r.ok() && !r.done()) {
+    uint32_t tag = r.u32();
+    uint64_t length = r.u64();
+    if (!r.ok() || length > r.left()) return make_error("artifact: truncated ", what);
+    if (terminated && tag == k_end) {
+      if (length != 0) return make_error("artifact: corrupt end of ", what);
+      if (!r.done()) return make_error("artifact: ", std::to_string(r.left()), " trailing bytes");
+      return Status::success();
+    }
+    Reader payload(r.raw(static_cast<size_t>(length)));
+    auto known = on_field(tag, payload);
+    if (!known) return known.error();
+    if (!*known) {
+      if (tag & k_required) {
+        return make_error("artifact: ", what, " field ", std::to_string(tag & ~k_required),
+                          " is required but not one this kiln knows (a newer kiln wrote it)");
+      }
+      continue;
+    }
+    if (!payload.ok()) return make_error("artifact: truncated or corrupt ", what, " field ",
+                                         std::to_string(tag & ~k_required));
+    if (!payload.done()) return make_error("artifact: ", what, " field ",
+                                           std::to_string(tag & ~k_required), " has ",
+                                           std::to_string(payload.left()), " trailing bytes");
+  }
+  if (!r.ok() || terminated) return make_error("artifact: truncated ", what);
+  return Status::success();
+}
+
+std::string rest(Reader& r) { return std::string(r.raw(r.left())); }
+std::string_view rest_view(Reader& r) { return r.raw(r.left()); }
+
+Expected<KernelArtifact> read_kernel(std::string_view bytes) {
+  KernelArtifact k;
+  bool named = false;
+  Status s = read_fields(bytes, "kernel", false, [&](uint32_t tag, Reader& r) -> Expected<bool> {
+    switch (tag) {
+      case k_name: k.name = rest(r); named = true; return true;
+      case k_params:
+        if (Status p = read_params(r, k.params); !p) return p.error();
+        return true;
+      case k_entry: k.entry = rest(r); return true;
+      case k_cubin: k.cubin = rest(r); return true;
+      case k_ptx: k.ptx = rest(r); return true;
+      case k_launch:
+        for (uint32_t& g : k.launch.grid) g = r.u32();
+        for (uint32_t& b : k.launch.block) b = r.u32();
+        k.launch.dynamic_smem_bytes = r.u32();
+        for (uint32_t& c : k.launch.cluster) c = r.u32();
+        return true;
+      case k_report:
+        k.report.registers = r.i32();
+        k.report.spill_store_bytes = r.i32();
+        k.report.spill_load_bytes = r.i32();
+        k.report.static_smem_bytes = r.i32();
+        return true;
+      case k_binary_of: k.binary_of = rest(r); return true;
+      case k_grid:
+        if (!read_terms(r, k.grid)) return make_error("artifact: corrupt kernel grid");
+        return true;
+      case k_items:
+        if (!read_terms(r, k.items)) return make_error("artifact: corrupt work items");
+        return true;
+      case k_scratch:
+        k.scratch_floats = r.u64();
+        // A thread's scratch is allocated before a kernel runs: bound it (256 MiB).
+        if (k.scratch_floats > (uint64_t{1} << 26)) return make_error("artifact: corrupt scratch size");
+        return true;
+    }
+    return false;
+  });
+  if (!s) return s.error();
+  if (!named || k.name.empty()) return make_error("artifact: a kernel record without a name");
+  return k;
+}
+
+Status check_binary_of(const std::vector<KernelArtifact>& kernels) {
+  std::vector<size_t> owners = binary_owners(kernels);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const KernelArtifact& k = kernels[i];
+    if (!k.binary_of.empty() && owners[i] == i) {
+      return make_error("artifact: kernel ", k.name, " runs the binary of '", k.binary_of,
+                        "', not of an earlier kernel with one");
+    }
+  }
+  return Status::success();
+}
+
+// Formats 2 to 4, fields in declaration order; their `dim_params` count becomes dim parameters.
+Expected<Artifact> deserialize_v4(Reader& r, uint32_t version) {
   Artifact a;
   a.arch = r.str();
   a.precision = r.str();
@@ -244,7 +459,7 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   // A kernel takes at least 4 strings, 7 u32, a count and 4 i32: 92 bytes.
   a.kernels.resize(r.count(92));
   for (KernelArtifact& k : a.kernels) {
-    if (!read_kernel(r, k)) return make_error("artifact: truncated or corrupt kernel record");
+    if (!read_kernel_v4(r, k)) return make_error("artifact: truncated or corrupt kernel record");
   }
   a.bucket.resize(r.count(16));
   for (auto& range : a.bucket) {
@@ -257,7 +472,9 @@ Expected<Artifact> deserialize(std::string_view bytes) {
     return make_error("artifact: truncated or corrupt size terms");
   for (KernelArtifact& k : a.kernels) {
     if (!read_terms(r, k.grid)) return make_error("artifact: truncated or corrupt kernel grid");
-    k.dim_params = r.u32();
+    uint32_t dims = r.u32();
+    if (dims > 4096) return make_error("artifact: corrupt dims count");
+    for (uint32_t d = 0; d < dims; ++d) k.params.push_back(dim_param(d));
   }
   if (version >= 3) {
     a.object = r.str();
@@ -270,17 +487,114 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   }
   if (version >= 4) {
     for (KernelArtifact& k : a.kernels) k.binary_of = r.str();
-    std::vector<size_t> owners = binary_owners(a.kernels);
-    for (size_t i = 0; i < a.kernels.size(); ++i) {
-      const KernelArtifact& k = a.kernels[i];
-      if (!k.binary_of.empty() && owners[i] == i) {
-        return make_error("artifact: kernel ", k.name, " runs the binary of '", k.binary_of,
-                          "', not of an earlier kernel with one");
-      }
-    }
+    if (Status s = check_binary_of(a.kernels); !s) return s.error();
   }
   if (!r.ok()) return make_error("artifact: truncated");
   if (!r.done()) return make_error("artifact: ", std::to_string(r.left()), " trailing bytes");
+  return a;
+}
+
+}  // namespace
+
+std::string serialize(const Artifact& a) {
+  ByteWriter w;
+  w.raw(k_magic);
+  w.u32(k_artifact_format_version);
+  FieldWriter f(w);
+  f.bytes(f_arch, a.arch);
+  f.str(f_precision, a.precision);
+  f.str(f_decision, a.decision);
+  f.str(f_toolchain, a.nvrtc_version);
+  f.str(f_source, a.source);
+  f.str(f_log, a.log);
+  if (!a.fallbacks.empty()) f.nested(f_fallbacks, [&](ByteWriter& b) { write_strings(b, a.fallbacks); });
+  f.nested(f_input_bytes, [&](ByteWriter& b) { write_u64s(b, a.input_bytes); });
+  f.nested(f_output_bytes, [&](ByteWriter& b) { write_u64s(b, a.output_bytes); });
+  f.nested(f_temporary_bytes, [&](ByteWriter& b) { write_u64s(b, a.temporary_bytes); });
+  f.nested(f_workspace_bytes, [&](ByteWriter& b) { b.u64(a.workspace_bytes); });
+  for (const KernelArtifact& k : a.kernels) f.nested(f_kernel, [&](ByteWriter& b) { write_kernel(b, k); });
+  if (!a.bucket.empty()) {
+    f.nested(f_bucket, [&](ByteWriter& b) {
+      b.u64(a.bucket.size());
+      for (const auto& range : a.bucket) {
+        b.i64(range[0]);
+        b.i64(range[1]);
+      }
+    });
+  }
+  if (!a.input_sizes.empty()) f.nested(f_input_sizes, [&](ByteWriter& b) { write_terms(b, a.input_sizes); });
+  if (!a.output_sizes.empty()) f.nested(f_output_sizes, [&](ByteWriter& b) { write_terms(b, a.output_sizes); });
+  if (!a.temporary_sizes.empty())
+    f.nested(f_temporary_sizes, [&](ByteWriter& b) { write_terms(b, a.temporary_sizes); });
+  f.str(f_object, a.object);
+  f.bytes(k_end, {});
+  return w.take();
+}
+
+Expected<Artifact> deserialize(std::string_view bytes) {
+  Reader r(bytes);
+  if (r.raw(k_magic.size()) != k_magic) return make_error("artifact: bad magic");
+  uint32_t version = r.u32();
+  if (!r.ok()) return make_error("artifact: truncated header");
+  if (version >= 2 && version <= 4) return deserialize_v4(r, version);
+  if (version != k_artifact_format_version) {
+    return make_error("artifact: format version ", std::to_string(version), ", expected ",
+                      std::to_string(k_artifact_format_version),
+                      version > k_artifact_format_version ? " (a newer kiln wrote it)" : "");
+  }
+  Artifact a;
+  bool has_arch = false;
+  Status s = read_fields(r.raw(r.left()), "artifact", true, [&](uint32_t tag, Reader& f) -> Expected<bool> {
+    switch (tag) {
+      case f_arch: a.arch = rest(f); has_arch = true; return true;
+      case f_precision: a.precision = rest(f); return true;
+      case f_decision: a.decision = rest(f); return true;
+      case f_toolchain: a.nvrtc_version = rest(f); return true;
+      case f_source: a.source = rest(f); return true;
+      case f_log: a.log = rest(f); return true;
+      case f_fallbacks: a.fallbacks = read_strings(f); return true;
+      case f_input_bytes: a.input_bytes = read_u64s(f); return true;
+      case f_output_bytes: a.output_bytes = read_u64s(f); return true;
+      case f_temporary_bytes: a.temporary_bytes = read_u64s(f); return true;
+      case f_workspace_bytes: a.workspace_bytes = f.u64(); return true;
+      case f_kernel: {
+        auto k = read_kernel(rest_view(f));
+        if (!k) return k.error();
+        a.kernels.push_back(std::move(*k));
+        return true;
+      }
+      case f_bucket:
+        a.bucket.resize(f.count(16));
+        for (auto& range : a.bucket) {
+          range[0] = f.i64();
+          range[1] = f.i64();
+          if (f.ok() && (range[0] < 1 || range[0] > range[1]))
+            return make_error("artifact: corrupt bucket");
+        }
+        return true;
+      case f_input_sizes:
+        if (!read_terms(f, a.input_sizes)) return make_error("artifact: corrupt size terms");
+        return true;
+      case f_output_sizes:
+        if (!read_terms(f, a.output_sizes)) return make_error("artifact: corrupt size terms");
+        return true;
+      case f_temporary_sizes:
+        if (!read_terms(f, a.temporary_sizes)) return make_error("artifact: corrupt size terms");
+        return true;
+      case f_object: a.object = rest(f); return true;
+    }
+    return false;
+  });
+  if (!s) return s.error();
+  if (!has_arch) return make_error("artifact: no arch");
+  // A kernel running another's binary holds copies of it (the record stores it once).
+  std::vector<size_t> owners = binary_owners(a.kernels);
+  if (Status b = check_binary_of(a.kernels); !b) return b.error();
+  for (size_t i = 0; i < a.kernels.size(); ++i) {
+    if (owners[i] == i) continue;
+    a.kernels[i].cubin = a.kernels[owners[i]].cubin;
+    a.kernels[i].ptx = a.kernels[owners[i]].ptx;
+  }
   return a;
 }
 

@@ -1,12 +1,17 @@
-// The compiled program as plain data (kernels, launch shapes, bindings, reports) and its bytes.
+// The compiled program as plain data (kernels, launch shapes, typed parameters, reports) and its
+// bytes.
 //
-// Serialized layout (all integers little-endian): "KILNART\0", u32 format version, then the
-// fields of Artifact in declaration order up to `kernels` (each kernel's fields in declaration
-// order up to `report`), then the bucket, the three size-term lists, per kernel its grid terms
-// and dim_params, the object code, per kernel its work items and scratch floats, and per kernel
-// its binary_of; strings are u64 length + bytes, vectors u64 count + elements, a size
-// term i64 coef, i64 divisor, u64 count + u32 symbols. deserialize() checks every length against
-// the bytes left and never trusts a count.
+// Serialized layout (format 5, all integers little-endian): "KILNART\0", u32 format version, then
+// tagged fields: u32 tag, u64 payload length, payload. A tag's low 31 bits number the field; bit 31
+// set means a reader that does not know the field must refuse the artifact (a field that changes
+// what runs), clear means it may skip it (display only). An empty field of tag 0 ends the
+// artifact (a cut at a field boundary is refused). A field left out reads as its default
+// (empty, zero), so each kernel record holds only its own target's fields: CUDA kernels their entry,
+// binaries, launch shape, grid terms and report; CPU kernels their work items and scratch. Later
+// fields extend the format without another version. Strings are u64 length + bytes, vectors u64
+// count + elements, a size term i64 coef, i64 divisor, u64 count + u32 symbols. deserialize()
+// checks every length against the bytes left and never trusts a count. Formats 2 to 4 (fields in
+// declaration order) still read, and migrate: their dims become typed parameters.
 #pragma once
 
 #include "support/expected.h"
@@ -24,7 +29,8 @@ namespace kiln::compiler {
 // 3: adds the CPU target's object code and each kernel's work items and scratch (empty and zero
 //    for CUDA); version 2 records still read.
 // 4: adds each kernel's binary_of (empty in versions 2 and 3, which still read).
-inline constexpr uint32_t k_artifact_format_version = 4;
+// 5: tagged fields (above); typed parameters (the symbols' ints among them); cluster dims.
+inline constexpr uint32_t k_artifact_format_version = 5;
 
 enum class BufferRole : uint8_t { input, output, temporary };
 
@@ -35,18 +41,40 @@ struct BufferRef {
   bool operator==(const BufferRef&) const = default;
 };
 
-// One kernel parameter: a pointer to `buffer`, which holds `bytes` bytes.
+// What a kernel parameter passes: a pointer to a buffer; the value of one of the graph's symbols
+// (an int); or a 128-byte CUDA tensor map of a buffer, by value (TMA on sm_90a; nothing emits
+// one yet, and the launcher refuses it by name).
+enum class ParamKind : uint8_t { pointer, dim, tensor_map };
+std::string_view to_string(ParamKind kind);
+
+// One kernel parameter. Buffers come first (stores, then reads), then the dims.
 struct KernelParam {
-  BufferRef buffer;
-  uint64_t bytes = 0;
+  BufferRef buffer;      // pointer, tensor_map: the buffer
+  uint64_t bytes = 0;    // pointer, tensor_map: the bytes the buffer holds
   bool written = false;  // the kernel stores to it
+  ParamKind kind = ParamKind::pointer;
+  uint32_t symbol = 0;   // dim: the index of the graph symbol whose value it passes
+  std::string map{};     // tensor_map: how to encode it (defined with the first kernel that takes one)
   bool operator==(const KernelParam&) const = default;
 };
+
+// A parameter's size and alignment in CUDA's parameter space: 8 and 8 for a pointer, 4 and 4 for
+// a dim, 128 and 64 for a tensor map.
+uint32_t param_size(ParamKind kind);
+uint32_t param_align(ParamKind kind);
+// The bytes `params` take in CUDA's parameter space, each aligned as param_align says.
+uint64_t param_space_bytes(const std::vector<KernelParam>& params);
+// A constructor for the plan's dims.
+KernelParam dim_param(uint32_t symbol);
 
 struct LaunchShape {
   std::array<uint32_t, 3> grid{1, 1, 1};
   std::array<uint32_t, 3> block{1, 1, 1};
   uint32_t dynamic_smem_bytes = 0;  // above 48 KiB the launcher must raise the function's limit
+  // Thread-block cluster dims (sm_90 and newer); {1, 1, 1}: no cluster. The grid is a multiple of
+  // it in each dim. Nothing plans clusters yet; the launcher refuses a kernel with one by name.
+  std::array<uint32_t, 3> cluster{1, 1, 1};
+  bool clustered() const { return cluster != std::array<uint32_t, 3>{1, 1, 1}; }
   bool operator==(const LaunchShape&) const = default;
 };
 
@@ -83,21 +111,22 @@ struct KernelReport {
 };
 
 struct KernelArtifact {
-  std::string name;   // kiln's name, e.g. "k0_matmul_tf32"
+  // Both targets.
+  std::string name;                 // kiln's name, e.g. "k0_matmul_tf32"
+  std::vector<KernelParam> params;  // in the kernel's parameter order
+  // CUDA target only (empty or default on the CPU).
   std::string entry;  // the extern "C" entry point in the cubin
   std::string cubin;
   std::string ptx;
   LaunchShape launch;
-  std::vector<KernelParam> params;  // in the kernel's parameter order
   KernelReport report;
   // Empty, or the kernel whose binary (cubin, PTX, entry and ptxas report) this one runs: its
   // source was the same but for the name, so it was compiled once. A cache entry stores that
   // binary once; cubin and ptx here hold copies.
   std::string binary_of;
   // Symbolic graphs only: the grid in x, y, z as size terms (launch.grid holds it at the
-  // bucket's upper bounds), and the symbols' values follow the buffers as `int` parameters.
+  // bucket's upper bounds); the symbols' values are the `dim` parameters.
   std::vector<SizeTerm> grid;
-  uint32_t dim_params = 0;  // how many int parameters follow the buffers
   // CPU target only: the work items (the product of these terms at the dims) and the scratch
   // floats each thread needs (compiler/cpu/codegen.h).
   std::vector<SizeTerm> items;
@@ -127,12 +156,15 @@ struct Artifact {
   // CPU target only: every kernel's object code, one ELF object.
   std::string object;
   bool is_cpu() const { return arch.rfind("cpu:", 0) == 0; }
+  // The emulate target's ("emulate:sm_90"): CUDA kernels without binaries, `source` their text.
+  bool is_emulated() const { return arch.rfind("emulate:", 0) == 0; }
   bool operator==(const Artifact&) const = default;
 };
 
-// Each parameter's pointer, from the graph inputs, outputs and temporaries its buffer names; one
-// binding for every backend (the CUDA executable, the CPU target). Fails naming the kernel and
-// parameter whose buffer index is out of range: only a damaged or foreign artifact has one.
+// Each parameter's pointer, from the graph inputs, outputs and temporaries its buffer names
+// (nullptr for a dim); one binding for every backend (the CUDA executable, the CPU target). Fails
+// naming the kernel and parameter whose buffer index is out of range: only a damaged or foreign
+// artifact has one.
 Expected<std::vector<void*>> bind_buffers(const KernelArtifact& kernel,
                                           const std::vector<void*>& inputs,
                                           const std::vector<void*>& outputs,
@@ -144,8 +176,9 @@ Expected<std::vector<void*>> bind_buffers(const KernelArtifact& kernel,
 std::vector<size_t> binary_owners(const std::vector<KernelArtifact>& kernels);
 
 std::string serialize(const Artifact& artifact);
-// Rejects a wrong magic or version, truncated or trailing bytes, absurd counts, and a binary_of
-// that names no earlier kernel with a binary of its own.
+// Rejects a wrong magic or version, truncated or trailing bytes, absurd counts, an unknown field
+// marked required or an unknown parameter kind (both naming the format a newer kiln wrote), a
+// kernel without a name, and a binary_of that names no earlier kernel with a binary of its own.
 Expected<Artifact> deserialize(std::string_view bytes);
 
 }  // namespace kiln::compiler

@@ -14,16 +14,14 @@
 
 namespace kiln::compiler {
 
-Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileRequest& request,
-                                      LaunchLimits limits, const ScheduleProvider& schedule) {
+Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileRequest& request) {
   std::vector<int64_t> upper;
   for (const DimRange& range : request.options.bucket) upper.push_back(range.hi);
   auto bound = graph.bind(upper);
   if (!bound) return bound.error();
   std::vector<KernelGroup> groups = fuse(*bound, k_max_kernel_reads, request.attention.fused);
   Sizes sizes(graph, request.options.bucket);
-  auto plan =
-      plan_kernels(*bound, groups, request.precision, request.sm, sizes, limits, schedule);
+  auto plan = plan_kernels(*bound, groups, request.precision, sizes);
   if (!plan) return plan.error();
   return PlannedProgram{std::move(*bound), std::move(sizes), request.precision,
                         request.diagnostics, std::move(*plan)};
@@ -31,8 +29,11 @@ Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileReque
 
 Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& request,
                                const ScheduleProvider& schedule) {
-  auto planned = plan_program(graph, request, LaunchLimits::cuda, schedule);
+  auto planned = plan_program(graph, request);
   if (!planned) return planned.error();
+  if (Status s = schedule_cuda(planned->bound, planned->plan, request.sm, planned->sizes, schedule);
+      !s)
+    return s.error();
   LoweredProgram program;
   program.sm = request.sm;
   program.bucket = request.options.bucket;
@@ -76,6 +77,41 @@ std::vector<size_t> same_source_as(const LoweredProgram& program) {
   return out;
 }
 
+Artifact program_artifact(const LoweredProgram& program) {
+  Artifact artifact;
+  artifact.precision = std::string(ir::to_string(program.precision.graph_mode));
+  artifact.decision = program.precision.decision;
+  artifact.fallbacks = program.diagnostics.fallbacks;
+  artifact.input_bytes = program.plan.input_bytes;
+  artifact.output_bytes = program.plan.output_bytes;
+  artifact.temporary_bytes = program.plan.temporary_bytes;
+  artifact.workspace_bytes = program.plan.workspace_bytes;
+  for (const DimRange& range : program.bucket) artifact.bucket.push_back({range.lo, range.hi});
+  artifact.input_sizes = program.plan.input_sizes;
+  artifact.output_sizes = program.plan.output_sizes;
+  artifact.temporary_sizes = program.plan.temporary_sizes;
+  return artifact;
+}
+
+Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest& request) {
+  auto program = lower(graph, request);
+  if (!program) return program.error();
+  Artifact artifact = program_artifact(*program);
+  artifact.arch = request.options.target.name();
+  artifact.nvrtc_version = "host emulation of CUDA (built when loaded)";
+  artifact.source = program_source(*program, Prelude::omit);
+  for (const KernelPlan& plan : program->plan.kernels) {
+    KernelArtifact k;
+    k.name = plan.name;
+    k.entry = entry_name(plan);
+    k.params = plan.params;
+    k.launch = plan.launch;
+    k.grid = plan.grid;
+    artifact.kernels.push_back(std::move(k));
+  }
+  return artifact;
+}
+
 Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileOptions& options) {
   auto nvrtc = load_nvrtc(options.nvrtc_path);
   if (!nvrtc) return nvrtc.error();
@@ -102,28 +138,16 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
     options.on_kernel_done(++done, compiled.size());
   });
 
-  Artifact artifact;
+  Artifact artifact = program_artifact(program);
   artifact.arch = arch_name(program.sm);
-  artifact.precision = std::string(ir::to_string(program.precision.graph_mode));
-  artifact.decision = program.precision.decision;
   artifact.nvrtc_version = (*nvrtc)->version() + " (" + (*nvrtc)->identity() + ")";
   artifact.source = program_source(program, Prelude::include);
-  artifact.fallbacks = program.diagnostics.fallbacks;
-  artifact.input_bytes = program.plan.input_bytes;
-  artifact.output_bytes = program.plan.output_bytes;
-  artifact.temporary_bytes = program.plan.temporary_bytes;
-  artifact.workspace_bytes = program.plan.workspace_bytes;
-  for (const DimRange& range : program.bucket) artifact.bucket.push_back({range.lo, range.hi});
-  artifact.input_sizes = program.plan.input_sizes;
-  artifact.output_sizes = program.plan.output_sizes;
-  artifact.temporary_sizes = program.plan.temporary_sizes;
   for (size_t i = 0; i < kernels.size(); ++i) {
     KernelArtifact k;
     k.name = kernels[i].name;
     k.launch = kernels[i].launch;
     k.params = kernels[i].params;
     k.grid = kernels[i].grid;
-    k.dim_params = kernels[i].dim_params;
     if (size_t of = binary_of[i]; of != i) {
       const KernelArtifact& original = artifact.kernels[of];
       k.binary_of = original.name;

@@ -1,7 +1,7 @@
 // The compiler's entry points: lower a graph to CUDA source, compile it with NVRTC.
 //
 // check_request(): check_arch, check_bucket -> resolve_precision -> plan_attention (once)
-// lower():   fuse -> plan_kernels -> emit_kernel (text only, no NVRTC)
+// lower():   fuse -> plan_kernels -> schedule_cuda -> emit_kernel (text only, no NVRTC)
 // compile(): lower(), then NVRTC on a pool of threads, one program per kernel
 #pragma once
 
@@ -31,13 +31,10 @@ struct PlannedProgram {
   ProgramPlan plan;
 };
 
-// bind -> fuse -> plan_kernels on a checked request (its precision and attention plans), shared
-// by the CUDA target (lower()) and the CPU target (compiler/cpu). Errors are the caller's to fix,
-// as lower()'s.
-// `schedule` picks the matmul tiles (tests force tiles with FixedSchedule).
-Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileRequest& request,
-                                      LaunchLimits limits,
-                                      const ScheduleProvider& schedule = heuristic_schedule());
+// bind -> fuse -> plan_kernels on a checked request (its precision and attention plans): the
+// target-free plan, shared by the CUDA target (lower(), which schedules it with schedule_cuda)
+// and the CPU target (compiler/cpu). Errors are the caller's to fix, as lower()'s.
+Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileRequest& request);
 
 // A graph lowered to kernel sources for one arch and mode.
 struct LoweredProgram {
@@ -75,6 +72,15 @@ std::vector<size_t> same_source_as(const LoweredProgram& program);
 // (KernelArtifact::binary_of). Fails (exit 1 in the CLI) when NVRTC cannot be loaded or a kernel
 // does not compile; the error carries NVRTC's log.
 Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileOptions& options);
+
+// The fields of an Artifact every CUDA-kernel target fills the same way from a lowered program:
+// precision, decision, fallbacks, buffer sizes, bucket and size terms (no arch, no kernels).
+Artifact program_artifact(const LoweredProgram& program);
+
+// The emulate target's artifact (Target::Kind::emulate): lower() without NVRTC. Its kernels carry
+// entry names, parameters, launch shapes and grid terms and no binary; `source` is the kernel
+// text without the prelude, which the emulator builds for the host when it loads the program.
+Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest& request);
 
 // lower() then compile_lowered().
 Expected<Artifact> compile(const ir::Graph& graph, const CompileRequest& request);

@@ -136,11 +136,19 @@ std::string param_list(const KernelContext& ctx) {
   for (size_t i = 0; i < ctx.kernel.params.size(); ++i) {
     const KernelParam& p = ctx.kernel.params[i];
     if (i) list += ", ";
-    list += (p.written ? "" : "const ") + storage_type(dtypes[i]) + "* __restrict__ p" +
-            std::to_string(i);
+    switch (p.kind) {
+      case ParamKind::pointer:
+        list += (p.written ? "" : "const ") + storage_type(dtypes[i]) + "* __restrict__ p" +
+                std::to_string(i);
+        break;
+      case ParamKind::dim:
+        list += "int " + std::string(k_dim_param) + std::to_string(p.symbol);
+        break;
+      case ParamKind::tensor_map:
+        list += "const __grid_constant__ CUtensorMap p" + std::to_string(i);
+        break;
+    }
   }
-  for (uint32_t i = 0; i < ctx.kernel.dim_params; ++i)
-    list += ", int " + std::string(k_dim_param) + std::to_string(i);
   return list;
 }
 

@@ -21,6 +21,12 @@ KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
       fields.emplace_back("nvrtc_version", resolved.nvrtc_version);
       fields.emplace_back("codegen_version", std::string(codegen_version()));
       break;
+    case Target::Kind::emulate:
+      // The CUDA text, built for the host when loaded: no toolchain of its own in the key.
+      fields.emplace_back("target", target.name());
+      fields.emplace_back("precision", resolved.precision);
+      fields.emplace_back("codegen_version", std::string(codegen_version()));
+      break;
     case Target::Kind::cpu:
       fields.emplace_back("target", "cpu:" + target.cpu);
       fields.emplace_back("cpu_features", target.cpu_features);

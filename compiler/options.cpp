@@ -59,10 +59,18 @@ std::string options_key(const CompileOptions& options) {
   switch (options.target.kind) {
     case Target::Kind::cuda:
       return key + ";nvrtc=-std=c++17 -Xptxas=-v";
+    case Target::Kind::emulate:
+      return key + ";emulate";
     case Target::Kind::cpu:
       return key + ";llvm=O3";
   }
   return key;
+}
+
+void set_fallback_policy(CompileOptions& options, FallbackPolicy policy, bool allow_precision) {
+  bool refuse = policy == FallbackPolicy::refuse;
+  options.fallback = allow_precision && !refuse ? FallbackPolicy::allow : FallbackPolicy::refuse;
+  options.fusion_fallback = policy;
 }
 
 }  // namespace kiln::compiler

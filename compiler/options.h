@@ -49,6 +49,12 @@ struct CompileOptions {
   std::function<void(size_t, size_t)> on_kernel_done;
 };
 
+// The one place a user's fallback settings become a compile's two policies (RuntimeOptions'
+// `fallbacks` and `allow_fallback`; the CLI's --no-fallback and --allow-fallback): `policy`
+// becomes the fusion fallbacks' policy and, when it refuses, refuses precision fallbacks too;
+// otherwise precision fallbacks are allowed only with `allow_precision`.
+void set_fallback_policy(CompileOptions& options, FallbackPolicy policy, bool allow_precision);
+
 // The architectures kiln knows when no NVRTC is loaded (CUDA 13's list).
 const std::vector<int>& known_archs();
 

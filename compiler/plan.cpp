@@ -26,7 +26,7 @@ std::vector<ir::NodeId> kernel_reads(const ir::Graph& graph, const KernelGroup& 
 int KernelPlan::param_of(const std::vector<BufferRef>& location, ir::NodeId id) const {
   const BufferRef& ref = location[static_cast<size_t>(id)];
   for (size_t i = 0; i < params.size(); ++i) {
-    if (params[i].buffer == ref) return static_cast<int>(i);
+    if (params[i].kind == ParamKind::pointer && params[i].buffer == ref) return static_cast<int>(i);
   }
   return -1;
 }
@@ -138,9 +138,7 @@ uint32_t ceil_div(int64_t a, int64_t b) { return static_cast<uint32_t>((a + b - 
 }  // namespace
 
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
-                                   const PrecisionPlan& precision, int sm, const Sizes& sizes,
-                                   LaunchLimits limits, const ScheduleProvider& schedule) {
-  const bool grid_limits = limits == LaunchLimits::cuda;
+                                   const PrecisionPlan& precision, const Sizes& sizes) {
   ProgramPlan plan;
   bool symbolic = sizes.symbolic();
   auto bytes_term = [&](ir::NodeId id) {
@@ -165,7 +163,6 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
     const KernelGroup& group = groups[gi];
     KernelPlan k;
     k.group = group;
-    k.sm = sm;
     // Stores: every output position of the root, else one new temporary.
     for (size_t j = 0; j < graph.outputs().size(); ++j) {
       if (graph.outputs()[j] == group.root) {
@@ -195,23 +192,53 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
         k.params.push_back({plan.location[static_cast<size_t>(id)], bytes_of(id), false});
       }
     }
+    // A symbolic graph's kernels take every symbol's value after the buffers.
+    for (size_t s = 0; symbolic && s < sizes.symbol_count(); ++s)
+      k.params.push_back(dim_param(static_cast<uint32_t>(s)));
 
     std::string index = "k" + std::to_string(gi);
     const ir::Node& root = graph.node(group.root);
-    int64_t total = root.type.shape.elements();
     if (group.kind == GroupKind::matmul) {
       MatmulPath path = precision.paths[static_cast<size_t>(group.anchor)];
       k.extents = matmul_extents(graph, sizes, group.anchor);
       k.shape = matmul_shape(graph, group.anchor, path, k.extents);
+      k.name = index + "_matmul_" + std::string(to_string(path));
+    } else if (group.kind == GroupKind::attention) {
+      const AttentionMatch& m = group.attention;
+      k.attention_extents = attention_extents(graph, sizes, m, k.extents);
+      k.name = index + "_attention_" + std::string(to_string(m.path)) + (m.causal ? "_causal" : "");
+    } else if (group.kind != GroupKind::elementwise) {
+      k.name = index + "_" + std::string(ir::to_string(graph.node(group.anchor).kind));
+    } else {
+      bool layout = ir::category(root.kind) == ir::OpCategory::layout;
+      k.name = index + (root.kind == ir::OpKind::input ? "_copy"
+                        : layout ? "_" + std::string(ir::to_string(root.kind))
+                                 : "_elementwise");
+    }
+    plan.kernels.push_back(std::move(k));
+  }
+  for (uint64_t t : plan.temporary_bytes) plan.workspace_bytes += (t + 255) / 256 * 256;
+  return plan;
+}
+
+Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, int sm, const Sizes& sizes,
+                     const ScheduleProvider& schedule) {
+  bool symbolic = sizes.symbolic();
+  for (KernelPlan& k : plan.kernels) {
+    const KernelGroup& group = k.group;
+    k.sm = sm;
+    const ir::Node& root = graph.node(group.root);
+    int64_t total = root.type.shape.elements();
+    if (group.kind == GroupKind::matmul) {
+      MatmulPath path = k.shape.path;
       k.tile = schedule.matmul_tile(k.shape, sm);
       if (Status legal = check_tile(k.tile, k.shape, sm); !legal)
         return make_error(describe_node(graph, group.anchor), ": schedule: ",
                           legal.error().message);
-      k.name = index + "_matmul_" + std::string(to_string(path));
-      // The CUDA tile names the kernel there; a target without a grid blocks it its own way.
-      if (grid_limits) k.name += "_" + std::to_string(k.tile.bm) + "x" + std::to_string(k.tile.bn);
+      // The CUDA tile names the kernel here; the CPU target blocks it its own way.
+      k.name += "_" + std::to_string(k.tile.bm) + "x" + std::to_string(k.tile.bn);
       int64_t gy = ceil_div(k.shape.m, k.tile.bm);
-      if (grid_limits && (gy > 65535 || k.shape.batch > 65535)) {
+      if (gy > 65535 || k.shape.batch > 65535) {
         return make_error(describe_node(graph, group.anchor),
                           ": too many row tiles or batches for one launch (", std::to_string(gy),
                           " x ", std::to_string(k.shape.batch), ", limit 65535)");
@@ -227,13 +254,11 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       }
     } else if (group.kind == GroupKind::attention) {
       const AttentionMatch& m = group.attention;
-      k.attention_extents = attention_extents(graph, sizes, m, k.extents);
       const AttentionExtents& a = k.attention_extents;
       k.attention_tile = choose_attention_tile(m.path, a.d, a.dv, sm);
       const AttentionTile& t = k.attention_tile;
-      k.name = index + "_attention_" + std::string(to_string(m.path)) + (m.causal ? "_causal" : "");
       int64_t batch = total / (a.sq.hi * a.dv);
-      if (grid_limits && batch > 65535) {
+      if (batch > 65535) {
         return make_error(describe_node(graph, group.anchor), ": too many batches for one launch (",
                           std::to_string(batch), ", limit 65535)");
       }
@@ -252,7 +277,6 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
       const ir::Shape& in_shape = graph.node(in).type.shape;
       int axis = row_node.attrs.axis, rank = in_shape.rank();
       int64_t row = in_shape.dim(axis);
-      k.name = index + "_" + std::string(ir::to_string(row_node.kind));
       k.launch.grid = {ceil_div(in_shape.elements() / row, k_softmax_rows_per_block), 1, 1};
       k.launch.block = {32 * k_softmax_rows_per_block, 1, 1};
       if (symbolic) {
@@ -261,10 +285,6 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
                   Extent::constant(1).term()};
       }
     } else {
-      bool layout = ir::category(root.kind) == ir::OpCategory::layout;
-      k.name = index + (root.kind == ir::OpKind::input ? "_copy"
-                        : layout ? "_" + std::string(ir::to_string(root.kind))
-                                 : "_elementwise");
       k.launch.grid = {ceil_div(total, k_elementwise_threads), 1, 1};
       k.launch.block = {k_elementwise_threads, 1, 1};
       if (symbolic) {
@@ -272,20 +292,19 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
                   Extent::constant(1).term(), Extent::constant(1).term()};
       }
     }
-    if (symbolic) k.dim_params = static_cast<uint32_t>(sizes.symbol_count());
-    if (uint64_t bytes = k.params.size() * k_param_bytes + k.dim_params * 4;
-        bytes > k_max_param_bytes) {
+    if (uint64_t bytes = param_space_bytes(k.params); bytes > k_max_param_bytes) {
+      size_t buffers = static_cast<size_t>(std::count_if(
+          k.params.begin(), k.params.end(),
+          [](const KernelParam& p) { return p.kind != ParamKind::dim; }));
       return make_error("kernel '", k.name, "' computing ", describe_node(graph, group.root),
-                        " takes ", std::to_string(k.params.size()), " buffers: ",
+                        " takes ", std::to_string(buffers), " buffers: ",
                         std::to_string(bytes), " bytes of parameters, over CUDA's limit of ",
                         std::to_string(k_max_param_bytes), " bytes (",
-                        std::to_string(k_max_param_bytes / k_param_bytes),
+                        std::to_string(k_max_param_bytes / param_size(ParamKind::pointer)),
                         " buffers) per kernel; split the graph so that no kernel reads that many");
     }
-    plan.kernels.push_back(std::move(k));
   }
-  for (uint64_t t : plan.temporary_bytes) plan.workspace_bytes += (t + 255) / 256 * 256;
-  return plan;
+  return Status::success();
 }
 
 }  // namespace kiln::compiler

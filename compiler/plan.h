@@ -28,16 +28,16 @@ struct KernelPlan {
   KernelGroup group;
   std::string name;   // "k0_matmul_tf32", also the entry point with "kiln_" before it
   MatmulShape shape;  // matmul kernels
-  MatmulTile tile;    // matmul kernels
+  MatmulTile tile;    // matmul kernels, CUDA only (schedule_cuda)
   MatmulExtents extents;  // matmul kernels: `shape`'s sizes as the kernel computes them;
                           // attention kernels: batch, inner_batch, m = S_q and n = D_v
-  AttentionTile attention_tile;        // attention kernels
+  AttentionTile attention_tile;        // attention kernels, CUDA only (schedule_cuda)
   AttentionExtents attention_extents;  // attention kernels
-  LaunchShape launch;     // for a symbolic graph, at the bucket's upper bounds
+  // CUDA only (schedule_cuda), default before it and on the CPU:
+  LaunchShape launch;          // for a symbolic graph, at the bucket's upper bounds
   std::vector<SizeTerm> grid;  // symbolic graphs: the grid's x, y, z as size terms
-  uint32_t dim_params = 0;     // symbolic graphs: int parameters after the buffers
-  std::vector<KernelParam> params;  // stores first, then reads, each buffer once
-  int sm = 0;
+  std::vector<KernelParam> params;  // stores first, then reads, each buffer once, then dims
+  int sm = 0;  // the CUDA arch schedule_cuda() planned for (0 before it, and on the CPU)
   // The parameter index holding node `id`'s value (a read), or -1.
   int param_of(const std::vector<BufferRef>& location, ir::NodeId id) const;
 };
@@ -56,24 +56,26 @@ struct ProgramPlan {
 std::vector<ir::NodeId> kernel_reads(const ir::Graph& graph, const KernelGroup& group);
 
 // CUDA's kernel parameter space on every arch kiln supports (sm_75 and newer, CUDA 12.1 and
-// newer); each kiln parameter is one 8-byte device pointer.
+// newer); param_space_bytes() (artifact.h) measures a kernel's parameters in it.
 inline constexpr uint64_t k_max_param_bytes = 32764;
-inline constexpr uint64_t k_param_bytes = 8;
 
-// `graph` is static: a symbolic graph bound at its bucket's upper bounds, whose sizes `sizes`
-// gives as extents (Sizes(graph) for a static graph).
-// Assigns every group's value a buffer (graph output, else a temporary), orders parameters,
-// picks matmul tiles and launch shapes. Fails for launches beyond the grid limits and for a
-// kernel whose parameters would not fit in k_max_param_bytes (fuse() keeps kernels far below it,
-// so only groups formed otherwise get there); the message names the kernel and the bytes.
-// `limits`: CUDA's grid limits (65535 row tiles or batches per launch), or none for a target
-// without a grid (the CPU), whose matmul kernels' names then carry no CUDA tile size.
-// `schedule` gives each matmul kernel's tile (the heuristic unless a caller provides another); a
-// tile that is not legal for the kernel fails the plan, naming the kernel and the tiles it runs.
-enum class LaunchLimits : uint8_t { cuda, none };
+// The target-free plan. `graph` is static: a symbolic graph bound at its bucket's upper bounds,
+// whose sizes `sizes` gives as extents (Sizes(graph) for a static graph).
+// Assigns every group's value a buffer (graph output, else a temporary), orders parameters
+// (stores, reads, then the symbols' values as dims), names kernels and gives matmul and attention
+// kernels their shapes and extents. No tile, launch shape or grid: each target schedules the plan
+// its own way (schedule_cuda; the CPU target in compiler/cpu).
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
-                                   const PrecisionPlan& precision, int sm, const Sizes& sizes,
-                                   LaunchLimits limits = LaunchLimits::cuda,
-                                   const ScheduleProvider& schedule = heuristic_schedule());
+                                   const PrecisionPlan& precision, const Sizes& sizes);
+
+// The CUDA target's part of the plan, for arch `sm`: matmul tiles (from `schedule`: the heuristic
+// unless a caller provides another; a tile that is not legal for the kernel fails, naming the
+// kernel and the tiles it runs), the tile in matmul kernels' names, attention tiles, launch
+// shapes and, for a symbolic graph, grid terms. Fails for launches beyond CUDA's grid limits
+// (65535 row tiles or batches per launch) and for a kernel whose parameters would not fit in
+// k_max_param_bytes (fuse() keeps kernels far below it, so only groups formed otherwise get
+// there); the message names the kernel and the bytes.
+Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, int sm, const Sizes& sizes,
+                     const ScheduleProvider& schedule = heuristic_schedule());
 
 }  // namespace kiln::compiler

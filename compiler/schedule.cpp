@@ -39,7 +39,7 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
   for (MatmulTile tile : blocks) {
     for (int stages = 2; stages <= 4; ++stages) {
       tile.stages = stages;
-      if (stages * smem_layout(tile, shape).stage_bytes() <= smem_budget(sm)) tiles.push_back(tile);
+      if (stages * smem_layout(tile, shape).stage_bytes() <= smem_limit(sm)) tiles.push_back(tile);
     }
   }
   return tiles;

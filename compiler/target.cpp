@@ -56,6 +56,7 @@ bool arch_has(int sm, Feature feature) {
 bool Target::has(Feature feature) const {
   switch (kind) {
     case Kind::cuda:
+    case Kind::emulate:
       return sm != 0 && arch_has(sm, feature);
     case Kind::cpu:
       return false;
@@ -64,8 +65,12 @@ bool Target::has(Feature feature) const {
 }
 
 std::string Target::name() const {
-  if (is_cpu()) return "cpu:" + cpu;
-  return sm ? "cuda:" + arch_name(sm) : "cuda";
+  switch (kind) {
+    case Kind::cuda: return sm ? "cuda:" + arch_name(sm) : "cuda";
+    case Kind::cpu: return "cpu:" + cpu;
+    case Kind::emulate: return "emulate:" + arch_name(sm);
+  }
+  return "cuda";
 }
 
 Expected<Target> parse_target(std::string_view text) {
@@ -81,13 +86,25 @@ Expected<Target> parse_target(std::string_view text) {
     target.cpu = std::string(text.substr(4));
     return target;
   }
+  if (text == "emulate") {
+    target.kind = Target::Kind::emulate;
+    target.sm = 90;
+    return target;
+  }
+  if (text.substr(0, 8) == "emulate:") {
+    auto sm = parse_arch(text.substr(8));
+    if (!sm) return make_error("unknown target '", std::string(text), "': ", sm.error().message);
+    target.kind = Target::Kind::emulate;
+    target.sm = *sm;
+    return target;
+  }
   std::string_view arch = text.substr(0, 5) == "cuda:" ? text.substr(5) : text;
   if (auto sm = parse_arch(arch); sm && (arch != text || arch.substr(0, 3) == "sm_")) {
     target.sm = *sm;
     return target;
   }
   return make_error("unknown target '", std::string(text),
-                    "' (expected cuda, cuda:sm_XX, cpu or cpu:NAME)");
+                    "' (expected cuda, cuda:sm_XX, cpu, cpu:NAME, emulate or emulate:sm_XX)");
 }
 
 }  // namespace kiln::compiler

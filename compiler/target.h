@@ -29,7 +29,10 @@ constexpr int k_cpu_modes_as_on_sm = 90;
 // options to the key: its kind, the CUDA arch (and its suffix, "a" of a future sm_90a) or the
 // LLVM CPU and its feature string, asked for features rather than compared by number.
 struct Target {
-  enum class Kind : uint8_t { cuda, cpu };
+  // emulate: the CUDA kernels of arch `sm`, run on this CPU under the host emulation of CUDA
+  // (emulation/): lowered as for CUDA, built for the host when loaded; for tests and `kiln run
+  // --emulate`, not for speed.
+  enum class Kind : uint8_t { cuda, cpu, emulate };
   Kind kind = Kind::cuda;
   // cuda: compute capability x 10; 0: the GPU's (resolved before a compile). cpu: the CUDA arch
   // whose mode resolution and matmul paths the CPU target follows (check_request sets
@@ -40,6 +43,11 @@ struct Target {
                              // "znver4", before a compile)
   std::string cpu_features;  // cpu: the LLVM feature string; "" for the CPU's own
   bool is_cpu() const { return kind == Kind::cpu; }
+  bool is_emulated() const { return kind == Kind::emulate; }
+  // Whether kernels are CUDA kernels of arch `sm` (cuda, emulate).
+  bool has_cuda_kernels() const { return kind != Kind::cpu; }
+  // Whether the executable takes host pointers (cpu, emulate).
+  bool on_host() const { return kind != Kind::cuda; }
   static Target cuda(int sm) {
     Target t;
     t.sm = sm;
@@ -58,7 +66,7 @@ struct Target {
   // Whether kernels for this target may use `feature`: a CUDA arch's from arch_table(); the CPU
   // target and a CUDA target of no arch yet (sm 0) have none.
   bool has(Feature feature) const;
-  // "cuda", "cuda:sm_90", "cpu:native", "cpu:x86-64-v3".
+  // "cuda", "cuda:sm_90", "cpu:native", "cpu:x86-64-v3", "emulate:sm_90".
   std::string name() const;
 };
 
@@ -81,8 +89,9 @@ const ArchFacts* arch_facts(int sm);
 // features of sm_80 when sm >= 80, else those of sm_75.
 bool arch_has(int sm, Feature feature);
 
-// Parses "cuda", "cuda:sm_90" (or "sm_90"), "cpu" (this machine's CPU) and "cpu:NAME". The error
-// names the text and what is accepted; whether LLVM knows a CPU name is cpu_machine()'s to say.
+// Parses "cuda", "cuda:sm_90" (or "sm_90"), "cpu" (this machine's CPU), "cpu:NAME", "emulate"
+// (as sm_90) and "emulate:sm_XX". The error names the text and what is accepted; whether LLVM
+// knows a CPU name is cpu_machine()'s to say.
 Expected<Target> parse_target(std::string_view text);
 
 }  // namespace kiln::compiler

@@ -30,6 +30,11 @@ int typical_sm_count(int sm) {
   return facts ? facts->typical_sms : 80;
 }
 
+int smem_limit(int sm) {
+  const ArchFacts* facts = arch_facts(sm);
+  return facts ? static_cast<int>(facts->max_dynamic_smem) : smem_budget(sm);
+}
+
 int smem_budget(int sm) {
   if (!arch_has(sm, Feature::smem_96k)) return 48 * 1024;  // no opt-in needed on sm_75
   return 96 * 1024;  // fits the 99 KiB parts (sm_86/89/120) and all larger ones

@@ -66,7 +66,14 @@ AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int 
 
 // Rough SM count of a typical part of each arch: decides when big tiles still fill the GPU.
 int typical_sm_count(int sm);
-// Largest dynamic shared memory kiln plans for on `sm` (fits every part of that arch).
+// The most dynamic shared memory one block may use on `sm`: the arch table's opt-in maximum
+// (ArchFacts::max_dynamic_smem; 227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86/89/120, 64 KiB
+// on sm_75). What a tile may use (candidate_tiles, check_tile); an arch outside the table gets
+// smem_budget's.
+int smem_limit(int sm);
+// What the heuristics (choose_tile, choose_attention_tile) plan within: 96 KiB where the arch has
+// Feature::smem_96k, else 48 KiB (sm_75 without the opt-in); at most smem_limit(sm). A policy of
+// today's kernels, not a limit of the arch: a tuned schedule may use up to smem_limit.
 int smem_budget(int sm);
 
 // Picks the block tile and stage count for `shape` on `sm`.

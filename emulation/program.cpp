@@ -47,9 +47,100 @@ std::string role_name(compiler::BufferRef ref) {
 
 }  // namespace
 
+std::vector<std::string> LaunchPlan::entries() const {
+  std::vector<std::string> out;
+  for (const Kernel& k : kernels) out.push_back(k.entry);
+  return out;
+}
+
+LaunchPlan launch_plan(const compiler::LoweredProgram& program) {
+  LaunchPlan plan;
+  for (const compiler::KernelPlan& k : program.plan.kernels)
+    plan.kernels.push_back({k.name, compiler::entry_name(k), k.params, k.launch, k.grid});
+  plan.output_bytes = program.plan.output_bytes;
+  plan.temporary_bytes = program.plan.temporary_bytes;
+  plan.output_sizes = program.plan.output_sizes;
+  plan.temporary_sizes = program.plan.temporary_sizes;
+  return plan;
+}
+
+LaunchPlan launch_plan(const compiler::Artifact& artifact) {
+  LaunchPlan plan;
+  for (const compiler::KernelArtifact& k : artifact.kernels)
+    plan.kernels.push_back({k.name, k.entry, k.params, k.launch, k.grid});
+  plan.output_bytes = artifact.output_bytes;
+  plan.temporary_bytes = artifact.temporary_bytes;
+  plan.output_sizes = artifact.output_sizes;
+  plan.temporary_sizes = artifact.temporary_sizes;
+  return plan;
+}
+
+Expected<std::vector<std::vector<unsigned char>>> run_launch_plan(
+    const Module& module, const LaunchPlan& plan,
+    const std::vector<std::span<const unsigned char>>& inputs, const std::vector<int64_t>& values,
+    const Schedule& schedule) {
+  bool symbolic = !values.empty();
+  // Bytes of each buffer: a symbolic plan's size terms at the values, else the plan's bytes.
+  auto out_bytes = symbolic ? compiler::sizes_at(plan.output_sizes, values) : plan.output_bytes;
+  auto tmp_bytes = symbolic ? compiler::sizes_at(plan.temporary_sizes, values) : plan.temporary_bytes;
+  if (!out_bytes || !tmp_bytes || out_bytes->size() != plan.output_bytes.size() ||
+      tmp_bytes->size() != plan.temporary_bytes.size())
+    return make_error("emulation: a size term of the plan is out of range");
+  std::vector<HostBuffer> in, out, tmp;
+  for (std::span<const unsigned char> bytes : inputs) {
+    in.emplace_back(bytes.size());
+    if (!bytes.empty()) std::memcpy(in.back().data(), bytes.data(), bytes.size());
+  }
+  for (uint64_t bytes : *out_bytes) out.emplace_back(static_cast<size_t>(bytes));
+  for (uint64_t bytes : *tmp_bytes) tmp.emplace_back(static_cast<size_t>(bytes));
+  auto buffer = [&](compiler::BufferRef ref) -> HostBuffer* {
+    auto& list = ref.role == compiler::BufferRole::input    ? in
+                 : ref.role == compiler::BufferRole::output ? out
+                                                            : tmp;
+    return ref.index < list.size() ? &list[ref.index] : nullptr;
+  };
+  std::vector<int> dim_values(values.begin(), values.end());
+
+  for (const LaunchPlan::Kernel& kernel : plan.kernels) {
+    std::vector<void*> args;
+    std::vector<GlobalRange> ranges;
+    for (const compiler::KernelParam& p : kernel.params) {
+      if (p.kind == compiler::ParamKind::dim) {
+        if (p.symbol >= dim_values.size())
+          return make_error("emulation: kernel '", kernel.name, "' takes dim #",
+                            std::to_string(p.symbol), " of ", std::to_string(dim_values.size()));
+        args.push_back(&dim_values[p.symbol]);
+        continue;
+      }
+      if (p.kind == compiler::ParamKind::tensor_map)
+        return make_error("emulation: kernel '", kernel.name, "' takes a tensor map, which the "
+                          "emulator does not run");
+      HostBuffer* b = buffer(p.buffer);
+      // A symbolic plan's bytes are at the bucket's upper bounds; its buffers are sized above.
+      if (!b || (!symbolic && b->bytes() < p.bytes))
+        return make_error("emulation: kernel '", kernel.name, "' names ", role_name(p.buffer),
+                          ", which the plan does not hold at that size");
+      args.push_back(b->data());
+      ranges.push_back({b->data(), b->bytes()});
+    }
+    auto launch = compiler::launch_at(kernel.launch, kernel.grid, values);
+    if (!launch)
+      return make_error("emulation: kernel '", kernel.name, "' has a grid term out of range");
+    Status launched = module.launch(kernel.entry, *launch, args, ranges, schedule);
+    if (!launched) return launched.error();
+    for (const compiler::KernelParam& p : kernel.params) {
+      if (p.kind == compiler::ParamKind::pointer && !buffer(p.buffer)->guards_intact())
+        return make_error("emulation: kernel '", kernel.name, "' wrote outside ",
+                          role_name(p.buffer));
+    }
+  }
+  std::vector<std::vector<unsigned char>> results;
+  for (const HostBuffer& b : out) results.emplace_back(b.data(), b.data() + b.bytes());
+  return results;
+}
+
 Expected<std::vector<reference::Tensor>> Program::run(const std::vector<reference::Tensor>& inputs,
                                                      const Schedule& schedule) const {
-  const compiler::ProgramPlan& plan = m_lowered.plan;
   const auto& graph_inputs = m_graph.inputs();
   if (inputs.size() != graph_inputs.size())
     return make_error("emulation: the graph takes ", std::to_string(graph_inputs.size()),
@@ -71,64 +162,26 @@ Expected<std::vector<reference::Tensor>> Program::run(const std::vector<referenc
   }
   auto bound = m_graph.bind(values);
   if (!bound) return make_error("emulation: ", bound.error().message);
-  // Bytes of each buffer: a symbolic plan's size terms at the values, else the plan's bytes.
-  auto out_bytes = m_graph.symbolic() ? compiler::sizes_at(plan.output_sizes, values)
-                                      : plan.output_bytes;
-  auto tmp_bytes = m_graph.symbolic() ? compiler::sizes_at(plan.temporary_sizes, values)
-                                      : plan.temporary_bytes;
-  if (!out_bytes || !tmp_bytes)
-    return make_error("emulation: a size term of the plan is out of range");
-  std::vector<HostBuffer> in, out, tmp;
+  std::vector<std::vector<unsigned char>> in_bytes;
+  std::vector<std::span<const unsigned char>> in;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ir::TensorType& type = bound->node(graph_inputs[i]).type;
     if (!(inputs[i].type() == type))
       return make_error("emulation: input #", std::to_string(i), " must be ", ir::to_string(type),
                         ", got ", ir::to_string(inputs[i].type()));
-    in.emplace_back(static_cast<size_t>(type.bytes()));
-    reference::store_device_bytes(inputs[i], in.back().data());
+    in_bytes.emplace_back(static_cast<size_t>(type.bytes()));
+    reference::store_device_bytes(inputs[i], in_bytes.back().data());
   }
-  for (uint64_t bytes : *out_bytes) out.emplace_back(static_cast<size_t>(bytes));
-  for (uint64_t bytes : *tmp_bytes) tmp.emplace_back(static_cast<size_t>(bytes));
-  auto buffer = [&](compiler::BufferRef ref) -> HostBuffer* {
-    auto& list = ref.role == compiler::BufferRole::input    ? in
-                 : ref.role == compiler::BufferRole::output ? out
-                                                            : tmp;
-    return ref.index < list.size() ? &list[ref.index] : nullptr;
-  };
-  std::vector<int> dim_values(values.begin(), values.end());
-
-  for (const compiler::KernelPlan& kernel : plan.kernels) {
-    std::vector<void*> args;
-    std::vector<GlobalRange> ranges;
-    for (const compiler::KernelParam& p : kernel.params) {
-      HostBuffer* b = buffer(p.buffer);
-      // A symbolic plan's bytes are at the bucket's upper bounds; its buffers are sized above.
-      if (!b || (!m_graph.symbolic() && b->bytes() < p.bytes))
-        return make_error("emulation: kernel '", kernel.name, "' names ", role_name(p.buffer),
-                          ", which the plan does not hold at that size");
-      args.push_back(b->data());
-      ranges.push_back({b->data(), b->bytes()});
-    }
-    for (uint32_t i = 0; i < kernel.dim_params && i < dim_values.size(); ++i)
-      args.push_back(&dim_values[i]);
-    auto launch = compiler::launch_at(kernel.launch, kernel.grid, values);
-    if (!launch)
-      return make_error("emulation: kernel '", kernel.name, "' has a grid term out of range");
-    Status launched = m_module->launch(compiler::entry_name(kernel), *launch, args, ranges, schedule);
-    if (!launched) return launched.error();
-    for (const compiler::KernelParam& p : kernel.params) {
-      if (!buffer(p.buffer)->guards_intact())
-        return make_error("emulation: kernel '", kernel.name, "' wrote outside ",
-                          role_name(p.buffer));
-    }
-  }
+  for (const auto& bytes : in_bytes) in.emplace_back(bytes);
+  auto out = run_launch_plan(*m_module, m_plan, in, values, schedule);
+  if (!out) return out.error();
 
   std::vector<reference::Tensor> results;
   for (size_t i = 0; i < bound->outputs().size(); ++i) {
     const ir::TensorType& type = bound->node(bound->outputs()[i]).type;
-    if (i >= out.size() || out[i].bytes() < static_cast<size_t>(type.bytes()))
+    if (i >= out->size() || (*out)[i].size() < static_cast<size_t>(type.bytes()))
       return make_error("emulation: the plan holds no buffer for output #", std::to_string(i));
-    results.push_back(reference::load_device_bytes(type, out[i].data()));
+    results.push_back(reference::load_device_bytes(type, (*out)[i].data()));
   }
   return results;
 }
@@ -143,11 +196,11 @@ Expected<Program> build_program_from_source(const ir::Graph& graph, compiler::Lo
                                             std::string source, ShimOptions shim) {
   Program program(graph, std::move(lowered));
   program.m_source = std::move(source);
+  program.m_plan = launch_plan(program.m_lowered);
   ModuleOptions options;
   options.sm = program.m_lowered.sm;
   options.shim = std::move(shim);
-  for (const compiler::KernelPlan& kernel : program.m_lowered.plan.kernels)
-    options.entries.push_back(compiler::entry_name(kernel));
+  options.entries = program.m_plan.entries();
   auto module = compile_module(program.m_source, options);
   if (!module) return module.error();
   program.m_module = std::move(*module);

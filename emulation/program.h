@@ -8,9 +8,39 @@
 #include "support/expected.h"
 
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace kiln::emulation {
+
+// A program's kernels in launch order and its buffers, as the emulator runs them: from a lowered
+// program (build_program) or from an emulate-target artifact (the runtime's emulated
+// executables, compiler::compile_emulated).
+struct LaunchPlan {
+  struct Kernel {
+    std::string name, entry;
+    std::vector<compiler::KernelParam> params;
+    compiler::LaunchShape launch;
+    std::vector<compiler::SizeTerm> grid;
+  };
+  std::vector<Kernel> kernels;
+  std::vector<uint64_t> output_bytes, temporary_bytes;  // at the bucket's upper bounds
+  std::vector<compiler::SizeTerm> output_sizes, temporary_sizes;  // symbolic graphs
+  std::vector<std::string> entries() const;
+};
+LaunchPlan launch_plan(const compiler::LoweredProgram& program);
+LaunchPlan launch_plan(const compiler::Artifact& artifact);
+
+// Runs `plan`'s kernels from `module` in order on host copies of `inputs` (each input's bytes, in
+// calling-convention order) at the symbols' `values` (empty for a static graph): buffers carry
+// poisoned guard bytes and outputs start poisoned (NaN), so unwritten elements and stores past a
+// buffer are caught. Returns each output's bytes (its size term at `values`, else its planned
+// bytes). Errors name the kernel: one that fails under emulation (block and thread), a store
+// outside its buffer, a parameter the plan does not hold.
+Expected<std::vector<std::vector<unsigned char>>> run_launch_plan(
+    const Module& module, const LaunchPlan& plan,
+    const std::vector<std::span<const unsigned char>>& inputs, const std::vector<int64_t>& values,
+    const Schedule& schedule = {});
 
 class Program {
 public:
@@ -37,6 +67,7 @@ private:
       : m_graph(std::move(graph)), m_lowered(std::move(lowered)) {}
   ir::Graph m_graph;
   compiler::LoweredProgram m_lowered;
+  LaunchPlan m_plan;
   std::string m_source;
   std::shared_ptr<Module> m_module;
 };

@@ -19,6 +19,10 @@ namespace {
 
 constexpr const char* k_payload_artifact = "artifact";
 constexpr const char* k_payload_object = "object";  // the CPU target's object code
+// The emulate target's kernel text: host code too (the emulator builds it and runs it as the
+// user), so a native payload (cache::is_native_payload): checked locally on every read, taken
+// from the remote tier only signed.
+constexpr const char* k_payload_emulator = "object:emulator";
 
 double micros_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
@@ -48,6 +52,9 @@ Expected<CacheRequest> prepare_compile(const ir::Graph& graph, compiler::Compile
       break;
     case compiler::Target::Kind::cpu:
       toolchain = compiler::cpu::llvm_version();
+      break;
+    case compiler::Target::Kind::emulate:
+      toolchain = std::string();  // text only: the key has no toolchain field
       break;
   }
   if (!toolchain) return toolchain.error();
@@ -81,10 +88,11 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
     contents.payloads.push_back({k_payload_object, std::move(rest.object)});
     rest.object.clear();
   }
+  if (artifact.is_emulated()) contents.payloads.push_back({k_payload_emulator, artifact.source});
   nlohmann::json kernels = nlohmann::json::array();
   for (compiler::KernelArtifact& k : rest.kernels) {
     // A kernel that runs another's binary stores none of its own: from_entry copies it back.
-    if (!artifact.is_cpu() && k.binary_of.empty()) {
+    if (!artifact.is_cpu() && !artifact.is_emulated() && k.binary_of.empty()) {
       contents.payloads.push_back({cache::k_payload_cubin_prefix + k.name, std::move(k.cubin)});
       contents.payloads.push_back({cache::k_payload_ptx_prefix + k.name, std::move(k.ptx)});
     }
@@ -111,7 +119,7 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
 }
 
 cache::PayloadSelection run_payloads() {
-  return cache::PayloadSelection::only({k_payload_artifact, k_payload_object},
+  return cache::PayloadSelection::only({k_payload_artifact, k_payload_object, k_payload_emulator},
                                       {cache::k_payload_cubin_prefix});
 }
 
@@ -140,6 +148,15 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry) {
   };
   std::vector<bool> has_cubin(kernels.size(), false);
   bool has_object = false;
+  if (artifact->is_emulated()) {
+    // Its kernel text is what it runs; nothing else is read.
+    for (cache::Payload& p : entry.payloads) {
+      if (p.name != k_payload_emulator) continue;
+      artifact->source = std::move(p.bytes);
+      return artifact;
+    }
+    return make_error("cache entry ", entry.info.key, " lacks its kernel text");
+  }
   for (cache::Payload& p : entry.payloads) {
     if (p.name == cache::k_payload_source) {
       artifact->source = std::move(p.bytes);
@@ -194,6 +211,9 @@ Expected<CompileResult> compile_prepared(const ir::Graph& graph, const CacheRequ
     switch (options.target.kind) {
       case compiler::Target::Kind::cuda:
         artifact = compiler::compile(graph, request.checked);
+        break;
+      case compiler::Target::Kind::emulate:
+        artifact = compiler::compile_emulated(graph, request.checked);
         break;
       case compiler::Target::Kind::cpu: {
         auto machine = compiler::cpu::cpu_machine(options.target.cpu, options.target.cpu_features);

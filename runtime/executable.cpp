@@ -21,6 +21,25 @@ namespace kiln::runtime {
 
 namespace {
 
+// What this launcher cannot launch yet, refused by name before anything runs: a tensor-map
+// parameter (its encoding comes with the kernels that take one) and a thread-block cluster
+// (cuLaunchKernelEx comes with them too).
+Status check_launchable(const compiler::KernelArtifact& kernel) {
+  for (const compiler::KernelParam& p : kernel.params) {
+    if (p.kind == compiler::ParamKind::tensor_map)
+      return make_error("kernel '", kernel.name, "' takes a tensor map, which this kiln's "
+                        "launcher does not encode; compile the graph again with this kiln");
+  }
+  if (kernel.launch.clustered()) {
+    const auto& c = kernel.launch.cluster;
+    return make_error("kernel '", kernel.name, "' launches in clusters of ", std::to_string(c[0]),
+                      "x", std::to_string(c[1]), "x", std::to_string(c[2]),
+                      ", which this kiln's launcher does not do; compile the graph again with "
+                      "this kiln");
+  }
+  return Status::success();
+}
+
 // The kernels of one executable loaded in one context incarnation.
 struct LoadedProgram {
   CuContext context = nullptr;
@@ -163,6 +182,8 @@ private:
       program->pool = *pool;
     }
     const std::vector<compiler::KernelArtifact>& kernels = m_artifact.kernels;
+    for (const compiler::KernelArtifact& kernel : kernels)
+      if (Status s = check_launchable(kernel); !s) return s.error();
     std::vector<uint32_t> smem_allowed(kernels.size(), 0);  // per kernel that loaded its module
     // A kernel that runs an earlier kernel's binary (binary_of) uses its module and function.
     std::vector<size_t> owners = compiler::binary_owners(kernels);
@@ -261,12 +282,23 @@ private:
         launched = make_error("entry ", exe().key(), ": ", bound.error().message);
         break;
       }
-      std::vector<CuDevicePtr> pointers;
-      for (void* p : *bound) pointers.push_back(reinterpret_cast<CuDevicePtr>(p));
+      // Each parameter's value, by kind (a dim's symbol was checked against the graph's when
+      // the executable was made, a tensor map refused when the kernels were loaded).
+      std::vector<CuDevicePtr> pointers(kernel.params.size(), 0);
       std::vector<void*> args;
-      for (CuDevicePtr& p : pointers) args.push_back(&p);
-      for (uint32_t i = 0; i < kernel.dim_params && i < dim_values.size(); ++i)
-        args.push_back(&dim_values[i]);
+      for (size_t i = 0; i < kernel.params.size(); ++i) {
+        const compiler::KernelParam& p = kernel.params[i];
+        switch (p.kind) {
+          case compiler::ParamKind::pointer:
+          case compiler::ParamKind::tensor_map:
+            pointers[i] = reinterpret_cast<CuDevicePtr>((*bound)[i]);
+            args.push_back(&pointers[i]);
+            break;
+          case compiler::ParamKind::dim:
+            args.push_back(&dim_values[p.symbol]);
+            break;
+        }
+      }
       auto launch = compiler::launch_at(kernel.launch, kernel.grid, sizes.values);
       if (!launch) {
         launched = make_error("entry ", exe().key(), ": kernel '", kernel.name,
@@ -423,12 +455,19 @@ Status check_artifact_fits(const compiler::Artifact& a, const ir::Graph& graph) 
   for (const auto* terms : {&a.input_sizes, &a.output_sizes, &a.temporary_sizes})
     if (!in_range(*terms)) return bad("the buffers' size terms");
   for (const compiler::KernelArtifact& k : a.kernels) {
+    // Dims pass the symbols' values (each symbol's, in order, in what kiln writes).
+    size_t dims = 0;
+    for (const compiler::KernelParam& p : k.params) {
+      if (p.kind != compiler::ParamKind::dim) continue;
+      if (p.symbol >= symbols) return bad("a kernel's dims");
+      ++dims;
+    }
     if (a.is_cpu()) {
       if (!in_range(k.items)) return bad("a kernel's work items");
       continue;
     }
     if (symbols == 0) continue;
-    if (k.grid.size() != 3 || k.dim_params != symbols) return bad("a kernel's grid or dims");
+    if (k.grid.size() != 3 || dims != symbols) return bad("a kernel's grid or dims");
     if (!in_range(k.grid)) return bad("a kernel's grid terms");
   }
   return Status::success();

@@ -48,9 +48,11 @@ struct ExecutableAccess {
   static void set_device(Executable& exe, int device) { exe.m_device = device; }
   static void set_on_cpu(Executable& exe) { exe.m_on_cpu = true; }
   // What a symbolic graph's executable says before any bucket compiles.
-  static void describe_symbolic(Executable& exe, std::string arch, std::string precision,
-                                std::vector<std::string> fallbacks, std::string graph_hash) {
-    exe.m_on_cpu = arch.rfind("cpu:", 0) == 0;  // the CPU target's buckets take host pointers
+  // `on_host`: the target's buckets take host pointers (the CPU and emulate targets).
+  static void describe_symbolic(Executable& exe, std::string arch, bool on_host,
+                                std::string precision, std::vector<std::string> fallbacks,
+                                std::string graph_hash) {
+    exe.m_on_cpu = on_host;
     exe.m_arch = std::move(arch);
     exe.m_precision = std::move(precision);
     exe.m_fallbacks = std::move(fallbacks);

@@ -10,6 +10,7 @@
 #include "runtime/compile_service.h"
 #include "runtime/cpu_executable.h"
 #include "runtime/cpu_program.h"
+#include "runtime/emulated_executable.h"
 #include "runtime/driver.h"
 #include "compiler/sizes.h"
 #include "ir/hash.h"
@@ -23,12 +24,39 @@ namespace kiln {
 
 namespace {
 
+compiler::FallbackPolicy to_compiler(FallbackPolicy policy) {
+  switch (policy) {
+    case FallbackPolicy::refuse: return compiler::FallbackPolicy::refuse;
+    case FallbackPolicy::warn: return compiler::FallbackPolicy::warn;
+    case FallbackPolicy::allow: return compiler::FallbackPolicy::allow;
+  }
+  return compiler::FallbackPolicy::refuse;
+}
+
+// The one dispatch from a compiled result to the backend of its target.
+Expected<std::shared_ptr<Executable>> make_for_target(const ir::Graph& graph,
+                                                      const compiler::Target& target,
+                                                      runtime::CompileResult result, int device,
+                                                      const emulation::Schedule& schedule) {
+  switch (target.kind) {
+    case compiler::Target::Kind::cuda:
+      return runtime::make_executable(graph, std::move(result), device);
+    case compiler::Target::Kind::cpu:
+      return runtime::make_cpu_executable(graph, std::move(result));
+    case compiler::Target::Kind::emulate:
+      return runtime::make_emulated_executable(graph, std::move(result), schedule);
+  }
+  return make_error("unknown target");
+}
+
 class RuntimeImpl final : public Runtime {
 public:
   // `target`: resolved (a CUDA arch, or the CPU target with its LLVM CPU and features).
-  RuntimeImpl(RuntimeOptions options, compiler::Target target)
-      : m_options(std::move(options)), m_target(std::move(target)) {
-    m_arch = m_target.is_cpu() ? "cpu:" + m_target.cpu : compiler::arch_name(m_target.sm);
+  RuntimeImpl(RuntimeOptions options, compiler::Target target, emulation::Schedule schedule = {})
+      : m_options(std::move(options)), m_target(std::move(target)), m_schedule(schedule) {
+    m_arch = m_target.is_cpu()        ? "cpu:" + m_target.cpu
+             : m_target.is_emulated() ? m_target.name()
+                                      : compiler::arch_name(m_target.sm);
     if (!m_options.log) {
       m_options.log = [](LogLevel level, std::string_view message) {
         if (level == LogLevel::warning) {
@@ -58,13 +86,8 @@ public:
     compiler::CompileOptions options;
     options.target = m_target;
     options.precision = m_options.precision;
-    bool refuse = m_options.fallbacks == FallbackPolicy::refuse;
-    options.fallback = m_options.allow_fallback && !refuse ? compiler::FallbackPolicy::allow
-                                                           : compiler::FallbackPolicy::refuse;
-    options.fusion_fallback = refuse ? compiler::FallbackPolicy::refuse
-                              : m_options.fallbacks == FallbackPolicy::warn
-                                  ? compiler::FallbackPolicy::warn
-                                  : compiler::FallbackPolicy::allow;
+    compiler::set_fallback_policy(options, to_compiler(m_options.fallbacks),
+                                  m_options.allow_fallback);
     options.threads = m_options.compile_threads;
     if (graph.symbolic()) return compile_symbolic(graph, options);
     return compile_bucket(graph, options);
@@ -90,8 +113,8 @@ private:
     if (!result) return result.error();
     log_precision_once(result->artifact);
     warn_fallbacks(result->artifact.fallbacks);
-    if (options.target.is_cpu()) return runtime::make_cpu_executable(graph, std::move(*result));
-    return runtime::make_executable(graph, std::move(*result), m_options.device);
+    return make_for_target(graph, options.target, std::move(*result), m_options.device,
+                           m_schedule);
   }
 
   // Nothing compiles yet: the arch and precision are checked now (on the smallest bucket), each
@@ -105,18 +128,19 @@ private:
     if (!checked) return checked.error();
     auto cache = m_cache;
     int device = m_options.device;
-    runtime::CompileBucket compile = [graph, options, cache, device](
+    emulation::Schedule schedule = m_schedule;
+    runtime::CompileBucket compile = [graph, options, cache, device, schedule](
                                          const std::vector<compiler::DimRange>& bucket)
         -> Expected<std::shared_ptr<Executable>> {
       compiler::CompileOptions o = options;
       o.bucket = bucket;
       auto result = runtime::compile_graph(graph, o, cache.get());
       if (!result) return result.error();
-      if (o.target.is_cpu()) return runtime::make_cpu_executable(graph, std::move(*result));
-      return runtime::make_executable(graph, std::move(*result), device);
+      return make_for_target(graph, o.target, std::move(*result), device, schedule);
     };
     warn_fallbacks(checked->fallbacks());
     return runtime::make_symbolic_executable(graph, std::move(compile), m_options.device, m_arch,
+                                             m_target.on_host(),
                                              *checked, ir::graph_hash(graph).hex());
   }
 
@@ -139,6 +163,7 @@ private:
 
   RuntimeOptions m_options;
   compiler::Target m_target;
+  emulation::Schedule m_schedule;  // the emulate target's
   std::string m_arch;
   std::shared_ptr<cache::Cache> m_cache;  // shared with symbolic graphs' executables
   std::once_flag m_logged;
@@ -162,6 +187,16 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     if (!machine) return make_error("target ", target->name(), ": ", machine.error().message);
     return std::unique_ptr<Runtime>(new RuntimeImpl(
         std::move(options), compiler::Target::for_cpu(machine->cpu, machine->features)));
+  }
+  if (target->is_emulated()) {
+    if (Status s = compiler::check_arch(target->sm, compiler::known_archs()); !s)
+      return make_error("target ", target->name(), ": ", s.error().message);
+    auto schedule = emulation::parse_schedule(
+        options.emulate_schedule.empty() ? "kind" : options.emulate_schedule);
+    if (!schedule) return make_error("RuntimeOptions::emulate_schedule: ", schedule.error().message);
+    compiler::Target emulated = *target;
+    return std::unique_ptr<Runtime>(
+        new RuntimeImpl(std::move(options), std::move(emulated), *schedule));
   }
   if (target->sm && options.arch.empty()) options.arch = compiler::arch_name(target->sm);
   int sm = 0;

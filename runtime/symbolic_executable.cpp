@@ -78,13 +78,13 @@ private:
 
 std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
                                                      CompileBucket compile, int device,
-                                                     std::string arch,
+                                                     std::string arch, bool on_host,
                                                      const compiler::CompileRequest& request,
                                                      std::string graph_hash) {
   std::shared_ptr<Executable> exe = ExecutableAccess::create();
   describe_graph(graph, *exe);
   ExecutableAccess::set_device(*exe, device);
-  ExecutableAccess::describe_symbolic(*exe, std::move(arch),
+  ExecutableAccess::describe_symbolic(*exe, std::move(arch), on_host,
                                       std::string(ir::to_string(request.precision.graph_mode)),
                                       request.fallbacks(), std::move(graph_hash));
   ExecutableAccess::attach(*exe, std::make_unique<SymbolicBackend>(*exe, std::move(compile)));

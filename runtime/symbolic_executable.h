@@ -24,7 +24,7 @@ using CompileBucket = std::function<Expected<std::shared_ptr<Executable>>(
 // and fallbacks).
 std::shared_ptr<Executable> make_symbolic_executable(const ir::Graph& graph,
                                                      CompileBucket compile, int device,
-                                                     std::string arch,
+                                                     std::string arch, bool on_host,
                                                      const compiler::CompileRequest& request,
                                                      std::string graph_hash);
 

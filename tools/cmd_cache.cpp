@@ -397,9 +397,9 @@ int run_import(const CacheArgs& args) {
       }
   if (native && !args.allow_native) {
     return fail("'" + args.target + "' holds " + std::to_string(native) +
-                    " CPU-target entries (host machine code, which kiln run executes as you; a "
-                    "bundle carries no signature); pass --allow-native-code to import them from "
-                    "a source you trust",
+                    " CPU-target or emulated entries (host machine code, or kernel text kiln "
+                    "builds into it, which kiln run executes as you; a bundle carries no "
+                    "signature); pass --allow-native-code to import them from a source you trust",
                 k_exit_usage);
   }
   auto c = open_cache(args);
@@ -422,7 +422,7 @@ int run_push(const CacheArgs& args) {
               static_cast<unsigned long long>(report->pushed), c->remote_description().c_str(),
               static_cast<unsigned long long>(report->skipped_bad));
   if (report->skipped_native)
-    std::printf("%llu CPU-target entries not pushed: host machine code is shared only signed "
+    std::printf("%llu CPU-target or emulated entries not pushed: host code is shared only signed "
                 "(set KILN_REMOTE_KEY)\n",
                 static_cast<unsigned long long>(report->skipped_native));
   return report->skipped_bad ? k_exit_failure : k_exit_ok;
@@ -507,8 +507,8 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
     if (name == "export") sub->add_flag("--force", args->force, "replace FILE if it exists");
     if (name == "import")
       sub->add_flag("--allow-native-code", args->allow_native,
-                    "also import CPU-target entries (host machine code; a bundle is not signed, "
-                    "so only from a source you trust)");
+                    "also import CPU-target and emulated entries (host code; a bundle is not "
+                    "signed, so only from a source you trust)");
     args->create = name == "import" || name == "pull";
     auto run = command.run;
     sub->callback([args, run, &exit_code] { exit_code = run(*args); });

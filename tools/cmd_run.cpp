@@ -1,6 +1,7 @@
 // `kiln run FILE [--arch ARCH] --precision MODE [--emulate]`: runs the graph's kernels on seeded
-// random inputs or inputs from .npy files (--input), on the GPU through the runtime or
-// (--emulate) on the CPU under the host emulation of CUDA, compares them with the fp64 reference
+// random inputs or inputs from .npy files (--input), through the runtime and its cache: on the GPU,
+// on the CPU target (--target cpu), or (--emulate, the runtime's "emulate:sm_XX" target) on the
+// CPU under the host emulation of CUDA; compares them with the fp64 reference
 // and writes the outputs as .npy files (--save, --save-reference).
 //
 // Exit codes: 0 when every output is within its tolerance, 1 when one is not or the run fails
@@ -12,6 +13,7 @@
 
 #include "compiler/cpu/compile.h"
 #include "compiler/options.h"
+#include "compiler/request.h"
 #include "compiler/sizes.h"
 #include "emulation/check.h"
 #include "ir/parse.h"
@@ -136,35 +138,26 @@ int run_graph(const RunArgs& args) {
   Expected<reference::CheckRun> checked = Error{};
   std::vector<std::string> fallbacks;
   std::string where = "emulated";
-  if (args.emulate) {
-    auto lowered = compiler::lower(*graph, options);
-    if (!lowered) {
-      print_error("run: " + lowered.error().message);
-      return k_exit_usage;
-    }
-    auto program = emulation::build_program(*graph, std::move(*lowered));
-    if (!program) {
-      print_error("run: " + program.error().message);
-      return k_exit_failure;
-    }
-    fallbacks = program->lowered().diagnostics.fallbacks;
-    for (const std::string& f : fallbacks) print_warning("run: fallback: " + f);
-    checked = reference::check_against_fp64(
-        bound, program->lowered().precision.graph_mode, std::move(data->inputs),
-        [&](const std::vector<reference::Tensor>& inputs) {
-          return program->run(inputs, schedule);
-        });
-  } else {
-    // On the GPU (the device's arch unless --arch was given) or the CPU target, compiled
-    // through the cache.
-    Status gpu = *cpu ? Status::success() : gpu_status();
+  {
+    // On the GPU (the device's arch unless --arch was given), the CPU target, or under emulation
+    // (the CUDA kernels of --arch, sm_90 by default, built for this CPU), compiled through the
+    // cache like any runtime's.
+    Status gpu = *cpu || args.emulate ? Status::success() : gpu_status();
     if (!gpu) {
       print_error("run: " + gpu.error().message + "; --emulate runs the kernels on the CPU");
       return k_exit_failure;
     }
+    if (args.emulate) {
+      // What the request refuses (an arch, a precision, a fallback) is the user's to fix.
+      if (auto request = compiler::check_request(*graph, options); !request) {
+        print_error("run: " + request.error().message);
+        return k_exit_usage;
+      }
+    }
     RuntimeOptions runtime_options;
-    runtime_options.arch = args.arch_given && !*cpu ? args.arch : "";
-    runtime_options.target = args.target;
+    runtime_options.arch = args.arch_given && !*cpu && !args.emulate ? args.arch : "";
+    runtime_options.target = args.emulate ? "emulate:" + compiler::arch_name(*sm) : args.target;
+    if (args.emulate) runtime_options.emulate_schedule = emulation::to_string(schedule);
     runtime_options.precision = *precision;
     runtime_options.allow_fallback = args.fallback.allow;
     runtime_options.fallbacks =
@@ -182,8 +175,10 @@ int run_graph(const RunArgs& args) {
       return k_exit_failure;
     }
     fallbacks = (*exe)->fallbacks();
-    where = *cpu ? "CPU" : "GPU";
-    if (!*cpu) *sm = *compiler::parse_arch((*exe)->arch());
+    if (!args.emulate) {
+      where = *cpu ? "CPU" : "GPU";
+      if (!*cpu) *sm = *compiler::parse_arch((*exe)->arch());
+    }
     checked = reference::check_against_fp64(
         bound, *ir::parse_precision((*exe)->precision()), std::move(data->inputs),
         reference::bytes_runner(bound, [&](const std::vector<reference::Bytes>& inputs) {
@@ -290,7 +285,7 @@ void register_run_commands(CLI::App& app, int& exit_code) {
                   "the kernels' buffers) is estimated above SIZE, e.g. 4G (default: no limit)")
       ->type_name("SIZE");
   add_cache_dir_option(cmd, args->cache_dir,
-                       "cache directory for the GPU or CPU run (emulation uses none)");
+                       "cache directory (the emulated run's entries hold its kernel text)");
   add_remote_option(cmd, args->remote);
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([args, cmd, &exit_code] {

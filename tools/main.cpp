@@ -180,9 +180,9 @@ void add_fallback_options(CLI::App* cmd, FallbackFlags& flags, const std::string
 }
 
 void apply_fallback_flags(const FallbackFlags& flags, compiler::CompileOptions& options) {
-  options.fallback = flags.allow ? compiler::FallbackPolicy::allow : compiler::FallbackPolicy::refuse;
-  options.fusion_fallback =
-      flags.refuse ? compiler::FallbackPolicy::refuse : compiler::FallbackPolicy::warn;
+  compiler::set_fallback_policy(
+      options, flags.refuse ? compiler::FallbackPolicy::refuse : compiler::FallbackPolicy::warn,
+      flags.allow);
 }
 
 CLI::Option* add_remote_option(CLI::App* cmd, std::optional<std::string>& remote) {

@@ -82,9 +82,7 @@ int64_t host_temporary_bytes(const ir::Graph& bound, const compiler::CompileOpti
   static_options.bucket.clear();
   if (cpu) static_options.target.sm = compiler::k_cpu_modes_as_on_sm;
   auto request = compiler::check_request(bound, static_options);
-  auto planned = request ? compiler::plan_program(bound, *request,
-                                                  cpu ? compiler::LaunchLimits::none
-                                                      : compiler::LaunchLimits::cuda)
+  auto planned = request ? compiler::plan_program(bound, *request)
                          : Expected<compiler::PlannedProgram>(request.error());
   int64_t bytes = 0;
   if (planned) {

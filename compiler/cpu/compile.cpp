@@ -18,7 +18,7 @@ Expected<PlannedProgram> lower_for_cpu(const ir::Graph& graph, const CompileRequ
     return make_error("a CPU compile needs a request checked as on ",
                       arch_name(k_cpu_modes_as_on_sm), " (this one: ", arch_name(request.sm), ")");
   }
-  auto planned = plan_program(graph, request, LaunchLimits::none);
+  auto planned = plan_program(graph, request);
   if (!planned) return planned.error();
   planned->precision.decision += " (cpu: modes as on " + arch_name(k_cpu_modes_as_on_sm) + ")";
   return planned;

@@ -1,5 +1,8 @@
-// Artifact bytes: round trip, and rejection of truncated, corrupted or foreign bytes.
+// Artifact bytes: round trip, and rejection of truncated, corrupted or foreign bytes; typed
+// parameters; the tagged format's rules for fields it does not know; format 4 migrating.
 #include "compiler/artifact.h"
+
+#include "support/byte_writer.h"
 
 #include <gtest/gtest.h>
 
@@ -111,15 +114,19 @@ TEST(Artifact, CorruptedBytesNeverCrash) {
     }
     auto result = deserialize(mutated);  // ok or an error, never a crash or a huge allocation
     if (result.ok()) {
-      EXPECT_EQ(serialize(*result).size(), mutated.size());
+      // What it read is stable (a field it skipped or one at its default is not written back).
+      auto again = deserialize(serialize(*result));
+      ASSERT_TRUE(again.ok()) << again.error().message;
+      EXPECT_EQ(*again, *result);
     }
   }
 }
 
 TEST(Artifact, HugeCountsAreRejectedWithoutAllocating) {
   std::string bytes = serialize(Artifact{});
-  // The fallbacks count sits after the magic, version and six empty strings.
-  size_t at = 8 + 4 + 6 * 8;
+  // The input sizes' count sits after the magic, the version, the (empty) arch field and the
+  // input sizes' tag and length.
+  size_t at = 8 + 4 + 12 + 12;
   for (int i = 0; i < 8; ++i) bytes[at + static_cast<size_t>(i)] = '\xff';
   EXPECT_FALSE(deserialize(bytes).ok());
 }
@@ -140,6 +147,234 @@ TEST(Artifact, BindBuffersTakesEachParametersBufferAndRefusesAnIndexOutOfRange) 
   EXPECT_NE(refused.error().message.find("kernel 'k0' parameter 1 names input #2 of 2"),
             std::string::npos)
       << refused.error().message;
+}
+
+// Every kind of parameter, a cluster, and a CPU kernel (only its own target's fields).
+Artifact typed_sample() {
+  Artifact a = sample();
+  a.bucket = {{33, 64}};
+  a.input_sizes = {SizeTerm{16, {0}, 1}, SizeTerm{32, {0}, 1}};
+  a.output_sizes = {SizeTerm{64, {0}, 1}};
+  a.temporary_sizes = {SizeTerm{128, {0}, 1}, SizeTerm{7, {}, 1}};
+  KernelArtifact& k = a.kernels[0];
+  k.params.push_back(dim_param(0));
+  KernelParam map;
+  map.kind = ParamKind::tensor_map;
+  map.buffer = {BufferRole::input, 0};
+  map.bytes = 16;
+  map.map = "box 64x64 swizzle 128";
+  k.params.push_back(map);
+  k.launch.cluster = {2, 1, 1};
+  k.grid = {SizeTerm{1, {0}, 64}, SizeTerm{}, SizeTerm{}};
+  return a;
+}
+
+TEST(Artifact, TypedParametersAndClustersRoundTrip) {
+  Artifact a = typed_sample();
+  auto back = deserialize(serialize(a));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, a);
+  EXPECT_EQ(back->kernels[0].params[3].kind, ParamKind::dim);
+  EXPECT_EQ(back->kernels[0].params[4].map, "box 64x64 swizzle 128");
+  EXPECT_TRUE(back->kernels[0].launch.clustered());
+  EXPECT_FALSE(back->kernels[1].launch.clustered());
+
+  Artifact cpu;
+  cpu.arch = "cpu:x86-64-v3";
+  cpu.object = std::string("\x7f" "ELF", 4);
+  KernelArtifact c;
+  c.name = "k0_matmul_tf32";
+  c.params = {{{BufferRole::output, 0}, 64, true}, dim_param(0)};
+  c.items = {SizeTerm{1, {0}, 8}};
+  c.scratch_floats = 4096;
+  cpu.kernels = {c};
+  auto cpu_back = deserialize(serialize(cpu));
+  ASSERT_TRUE(cpu_back.ok()) << cpu_back.error().message;
+  EXPECT_EQ(*cpu_back, cpu);
+  // No CUDA field is written for a CPU kernel: its record is its name, parameters, work items
+  // and scratch (4 fields of 12 bytes of framing each) and no more.
+  ByteWriter params;
+  params.u64(2);
+  params.u8(0), params.u8(1), params.u32(0), params.u64(64), params.u8(1);
+  params.u8(1), params.u32(0);
+  size_t kernel_record = 4 * 12 + c.name.size() + params.take().size() + (8 + 24 + 4) + 8;
+  size_t whole = serialize(cpu).size();
+  Artifact no_kernels = cpu;
+  no_kernels.kernels.clear();
+  EXPECT_EQ(whole - serialize(no_kernels).size(), 12 + kernel_record);
+}
+
+TEST(Artifact, ParameterSpaceAlignsEachKind) {
+  std::vector<KernelParam> params = {{{BufferRole::output, 0}, 4, true}, dim_param(0)};
+  EXPECT_EQ(param_space_bytes(params), 12u);
+  params.push_back({{BufferRole::input, 0}, 4, false});  // a pointer after an int: aligned to 8
+  EXPECT_EQ(param_space_bytes(params), 24u);
+  KernelParam map;
+  map.kind = ParamKind::tensor_map;
+  params.push_back(map);  // 128 bytes aligned to 64
+  EXPECT_EQ(param_space_bytes(params), 64u + 128u);
+  EXPECT_EQ(param_size(ParamKind::tensor_map), 128u);
+  EXPECT_EQ(param_align(ParamKind::tensor_map), 64u);
+}
+
+TEST(Artifact, BindBuffersLeavesDimsUnbound) {
+  KernelArtifact k;
+  k.name = "k0";
+  k.params = {{{BufferRole::output, 0}, 4, true}, dim_param(0)};
+  int a = 0, c = 0;
+  auto bound = bind_buffers(k, {&a}, {&c}, {});
+  ASSERT_TRUE(bound) << bound.error().message;
+  EXPECT_EQ(*bound, (std::vector<void*>{&c, nullptr}));
+}
+
+// The framing of format 5 by hand: magic, version, then tag, length, payload.
+std::string field(uint32_t tag, std::string_view payload) {
+  ByteWriter w;
+  w.u32(tag);
+  w.u64(payload.size());
+  w.raw(payload);
+  return w.take();
+}
+
+// `bytes` with `extra` fields before its end field (tag 0, empty: the last 12 bytes).
+std::string with_fields(const std::string& bytes, const std::string& extra) {
+  return bytes.substr(0, bytes.size() - 12) + extra + bytes.substr(bytes.size() - 12);
+}
+
+TEST(Artifact, AnUnknownOptionalFieldIsSkippedAndAnUnknownRequiredOneRefused) {
+  std::string bytes = serialize(sample());
+  EXPECT_EQ(bytes.substr(bytes.size() - 12), std::string(12, '\0'));
+  auto skipped = deserialize(with_fields(bytes, field(999, "something a newer kiln shows")));
+  ASSERT_TRUE(skipped.ok()) << skipped.error().message;
+  EXPECT_EQ(*skipped, sample());
+  auto refused = deserialize(with_fields(bytes, field(999 | 0x80000000u, "something that changes a run")));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("field 999 is required"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("a newer kiln wrote it"), std::string::npos);
+  // The same inside a kernel record: the kernel field (12, required) holding a kernel with an
+  // unknown required field.
+  std::string kernel = field(1 | 0x80000000u, "k9") + field(77 | 0x80000000u, "x");
+  auto in_kernel = deserialize(with_fields(bytes, field(12 | 0x80000000u, kernel)));
+  ASSERT_FALSE(in_kernel.ok());
+  EXPECT_NE(in_kernel.error().message.find("kernel field 77 is required"), std::string::npos)
+      << in_kernel.error().message;
+  // A kernel record without a name, and a parameter kind this kiln does not know.
+  auto unnamed = deserialize(
+      with_fields(bytes, field(12 | 0x80000000u, field(11 | 0x80000000u, std::string(8, '\0')))));
+  ASSERT_FALSE(unnamed.ok());
+  EXPECT_NE(unnamed.error().message.find("without a name"), std::string::npos);
+  ByteWriter kind;
+  kind.u64(1);
+  kind.u8(7);
+  kind.u32(0);
+  auto unknown_kind =
+      deserialize(with_fields(bytes, field(12 | 0x80000000u, field(1 | 0x80000000u, "k9") +
+                                                                 field(2 | 0x80000000u, kind.take()))));
+  ASSERT_FALSE(unknown_kind.ok());
+  EXPECT_NE(unknown_kind.error().message.find("parameter kind 7"), std::string::npos)
+      << unknown_kind.error().message;
+  // A newer format version is named as such.
+  std::string newer = bytes;
+  newer[8] = 6;
+  EXPECT_NE(deserialize(newer).error().message.find("a newer kiln wrote it"), std::string::npos);
+}
+
+// Format 4 exactly as kiln wrote it before the tagged format (the writer of that release, kept
+// here): fields in declaration order, pointers only, dims as a count.
+void write_terms_v4(ByteWriter& w, const std::vector<SizeTerm>& v) {
+  w.u64(v.size());
+  for (const SizeTerm& t : v) {
+    w.i64(t.coef);
+    w.i64(t.divisor);
+    w.u64(t.symbols.size());
+    for (uint32_t s : t.symbols) w.u32(s);
+  }
+}
+
+std::string serialize_v4(const Artifact& a, const std::vector<uint32_t>& dim_params) {
+  ByteWriter w;
+  w.raw(std::string_view("KILNART\0", 8));
+  w.u32(4);
+  for (const std::string* s : {&a.arch, &a.precision, &a.decision, &a.nvrtc_version, &a.source,
+                               &a.log})
+    w.str(*s);
+  w.u64(a.fallbacks.size());
+  for (const auto& s : a.fallbacks) w.str(s);
+  for (const auto* v : {&a.input_bytes, &a.output_bytes, &a.temporary_bytes}) {
+    w.u64(v->size());
+    for (uint64_t x : *v) w.u64(x);
+  }
+  w.u64(a.workspace_bytes);
+  w.u64(a.kernels.size());
+  for (const KernelArtifact& k : a.kernels) {
+    w.str(k.name);
+    w.str(k.entry);
+    w.str(k.cubin);
+    w.str(k.ptx);
+    for (uint32_t g : k.launch.grid) w.u32(g);
+    for (uint32_t b : k.launch.block) w.u32(b);
+    w.u32(k.launch.dynamic_smem_bytes);
+    w.u64(k.params.size());
+    for (const KernelParam& p : k.params) {
+      w.u8(static_cast<uint8_t>(p.buffer.role));
+      w.u32(p.buffer.index);
+      w.u64(p.bytes);
+      w.u8(p.written ? 1 : 0);
+    }
+    w.i32(k.report.registers);
+    w.i32(k.report.spill_store_bytes);
+    w.i32(k.report.spill_load_bytes);
+    w.i32(k.report.static_smem_bytes);
+  }
+  w.u64(a.bucket.size());
+  for (const auto& range : a.bucket) {
+    w.i64(range[0]);
+    w.i64(range[1]);
+  }
+  write_terms_v4(w, a.input_sizes);
+  write_terms_v4(w, a.output_sizes);
+  write_terms_v4(w, a.temporary_sizes);
+  for (size_t i = 0; i < a.kernels.size(); ++i) {
+    write_terms_v4(w, a.kernels[i].grid);
+    w.u32(dim_params[i]);
+  }
+  w.str(a.object);
+  for (const KernelArtifact& k : a.kernels) {
+    write_terms_v4(w, k.items);
+    w.u64(k.scratch_floats);
+  }
+  for (const KernelArtifact& k : a.kernels) w.str(k.binary_of);
+  return w.take();
+}
+
+TEST(Artifact, FormatFourMigratesItsDimsToTypedParameters) {
+  Artifact a = sample();
+  a.bucket = {{33, 64}, {1, 8}};
+  a.input_sizes = {SizeTerm{16, {0}, 1}, SizeTerm{32, {0, 1}, 1}};
+  a.output_sizes = {SizeTerm{64, {0}, 1}};
+  a.temporary_sizes = {SizeTerm{128, {0}, 1}, SizeTerm{7, {}, 1}};
+  a.kernels[0].grid = {SizeTerm{1, {0}, 64}, SizeTerm{}, SizeTerm{}};
+  a.kernels[1].grid = a.kernels[0].grid;
+  a.kernels[1].binary_of = a.kernels[0].name;
+  auto migrated = deserialize(serialize_v4(a, {2, 2}));
+  ASSERT_TRUE(migrated.ok()) << migrated.error().message;
+  Artifact expected = a;
+  for (KernelArtifact& k : expected.kernels) {
+    k.params.push_back(dim_param(0));
+    k.params.push_back(dim_param(1));
+  }
+  EXPECT_EQ(*migrated, expected);
+  // Written again, it is format 5 and reads back the same.
+  std::string again = serialize(*migrated);
+  EXPECT_EQ(static_cast<uint8_t>(again[8]), k_artifact_format_version);
+  auto back = deserialize(again);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, expected);
+  // Every truncation of the old bytes is refused too.
+  std::string old = serialize_v4(a, {2, 2});
+  for (size_t n = 0; n < old.size(); n += 7)
+    EXPECT_FALSE(deserialize(std::string_view(old).substr(0, n)).ok()) << n;
 }
 
 }  // namespace

@@ -144,5 +144,29 @@ TEST(Precision, AmpereNeedsNoFallback) {
   EXPECT_TRUE(plan->fallbacks.empty());
 }
 
+// The one mapping from a user's two settings to the compile's two policies.
+TEST(Precision, FallbackSettingsMapToBothPoliciesInOnePlace) {
+  struct Case {
+    FallbackPolicy policy;
+    bool allow_precision;
+    FallbackPolicy precision, fusion;
+  };
+  const Case cases[] = {
+      {FallbackPolicy::warn, false, FallbackPolicy::refuse, FallbackPolicy::warn},
+      {FallbackPolicy::warn, true, FallbackPolicy::allow, FallbackPolicy::warn},
+      {FallbackPolicy::allow, false, FallbackPolicy::refuse, FallbackPolicy::allow},
+      {FallbackPolicy::allow, true, FallbackPolicy::allow, FallbackPolicy::allow},
+      // Refusing refuses precision fallbacks even where they were allowed.
+      {FallbackPolicy::refuse, false, FallbackPolicy::refuse, FallbackPolicy::refuse},
+      {FallbackPolicy::refuse, true, FallbackPolicy::refuse, FallbackPolicy::refuse},
+  };
+  for (const Case& c : cases) {
+    CompileOptions o;
+    set_fallback_policy(o, c.policy, c.allow_precision);
+    EXPECT_EQ(o.fallback, c.precision) << static_cast<int>(c.policy) << c.allow_precision;
+    EXPECT_EQ(o.fusion_fallback, c.fusion) << static_cast<int>(c.policy) << c.allow_precision;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::compiler

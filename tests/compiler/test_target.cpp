@@ -54,7 +54,12 @@ TEST(ArchTable, IsOrderedAndEveryPlanFitsItsArch) {
     }
     EXPECT_LE(static_cast<size_t>(smem_budget(facts.sm)), facts.max_dynamic_smem)
         << "the planner's shared-memory budget is more than a block may have";
+    // What a tile may use is the arch's own limit, not the heuristics' budget.
+    EXPECT_EQ(static_cast<size_t>(smem_limit(facts.sm)), facts.max_dynamic_smem);
   }
+  EXPECT_EQ(smem_limit(90), 227 * 1024);
+  EXPECT_EQ(smem_limit(80), 163 * 1024);
+  EXPECT_EQ(smem_budget(90), 96 * 1024);
   EXPECT_EQ(arch_facts(61), nullptr);
   EXPECT_EQ(known_archs().size(), table.size());
 }

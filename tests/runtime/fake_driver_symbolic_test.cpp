@@ -113,7 +113,9 @@ TEST(FakeDriverSymbolic, EachRunLaunchesItsBucketsKernelsWithTheDimsAndGridsForT
       const fake_cuda::Launch& launch = launches[before + k];
       SCOPED_TRACE(kernels[k].name);
       EXPECT_EQ(launch.fault, 0);
-      ASSERT_EQ(launch.cubin_params, kernels[k].params.size() + 1);
+      // The buffers and the one dim, a typed parameter of the plan's last.
+      ASSERT_EQ(launch.cubin_params, kernels[k].params.size());
+      EXPECT_EQ(kernels[k].params.back().kind, compiler::ParamKind::dim);
       EXPECT_EQ(launch.params.back(), static_cast<uint64_t>(value)) << "the dim's value";
       for (size_t d = 0; d < 3; ++d)
         EXPECT_EQ(launch.grid[d], *kernels[k].grid[d].at({value})) << "grid " << d;
@@ -203,7 +205,12 @@ TEST(FakeDriverSymbolic, AnEntryThatDoesNotFitTheGraphIsRefused) {
   auto result = runtime::compile_graph(*graph, options, nullptr);
   ASSERT_TRUE(result) << result.error().message;
   runtime::CompileResult damaged = *result;
-  damaged.artifact.kernels[0].dim_params = 0;
+  std::erase_if(damaged.artifact.kernels[0].params,
+                [](const compiler::KernelParam& p) { return p.kind == compiler::ParamKind::dim; });
+  EXPECT_FALSE(runtime::make_executable(*graph, damaged, 0));
+  damaged = *result;
+  for (compiler::KernelParam& p : damaged.artifact.kernels[0].params)
+    if (p.kind == compiler::ParamKind::dim) p.symbol = 5;
   EXPECT_FALSE(runtime::make_executable(*graph, damaged, 0));
   damaged = *result;
   damaged.artifact.temporary_sizes.clear();

@@ -57,8 +57,14 @@ struct RuntimeOptions {
   // CPU name such as "x86-64-v3", to compile for other machines), or "auto" (CUDA when `arch` is
   // set or device `device` answers, else this CPU). On the CPU, TensorRef pointers are host
   // pointers and the stream arguments are ignored; work is split over $KILN_CPU_THREADS threads
-  // (default: the core count).
+  // (default: the core count). "emulate:sm_XX" ("emulate": sm_90) runs the CUDA kernels of that
+  // arch on this CPU under kiln's host emulation of CUDA (built with the host C++ compiler,
+  // $KILN_EMU_CXX or g++, when an executable loads; host pointers, as on the CPU): for tests,
+  // not for speed.
   std::string target;
+  // The emulate target only: how the emulator orders each block's threads and lands cp.async
+  // copies: "kind" (the default; also ""), "adversarial", or a seed (decimal digits).
+  std::string emulate_schedule;
   int device = 0;
   // Fallbacks of any kind. The one kind taken by default is an attention kiln cannot fuse (a
   // head dim over 256, a symbolic head dim, an explicit chain whose matmuls differ): it runs as
