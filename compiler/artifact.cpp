@@ -1,6 +1,7 @@
 // Versioned, bounds-checked binary form of an Artifact.
 #include "compiler/artifact.h"
 
+#include "compiler/options.h"
 #include "support/byte_writer.h"
 #include "support/sticky_reader.h"
 
@@ -233,6 +234,7 @@ enum ArtifactField : uint32_t {
   f_output_sizes = 15 | k_required,
   f_temporary_sizes = 16 | k_required,
   f_object = 17 | k_required,
+  f_target = 18 | k_required,  // kind u8, sm u32, suffix, cpu, cpu features (strings)
 };
 enum KernelField : uint32_t {
   k_name = 1 | k_required,
@@ -364,9 +366,10 @@ Status read_fields(std::string_view bytes, const char* what, bool terminated, On
       return Status::success();
     }
     Reader payload(r.raw(static_cast<size_t>(length)));
-    auto known = on_field(tag, payload);
-    if (!known) return known.error();
-    if (!*known) {
+    Error error;
+    int known = on_field(tag, payload, error);  // 1 read, 0 not known here, -1 failed
+    if (known < 0) return error;
+    if (known == 0) {
       if (tag & k_required) {
         return make_error("artifact: ", what, " field ", std::to_string(tag & ~k_required),
                           " is required but not one this kiln knows (a newer kiln wrote it)");
@@ -384,50 +387,70 @@ Status read_fields(std::string_view bytes, const char* what, bool terminated, On
 }
 
 std::string rest(Reader& r) { return std::string(r.raw(r.left())); }
+// A field callback's failure: `error` set, -1 returned (read_fields' protocol).
+int failed(Error& error, Error e) {
+  error = std::move(e);
+  return -1;
+}
 std::string_view rest_view(Reader& r) { return r.raw(r.left()); }
 
-Expected<KernelArtifact> read_kernel(std::string_view bytes) {
-  KernelArtifact k;
+// Reads one kernel record into `k` (a new element of the artifact's kernels).
+Status read_kernel(std::string_view bytes, KernelArtifact& k) {
   bool named = false;
-  Status s = read_fields(bytes, "kernel", false, [&](uint32_t tag, Reader& r) -> Expected<bool> {
+  Status s = read_fields(bytes, "kernel", false, [&](uint32_t tag, Reader& r, Error& error) -> int {
     switch (tag) {
-      case k_name: k.name = rest(r); named = true; return true;
+      case k_name: k.name = rest(r); named = true; return 1;
       case k_params:
-        if (Status p = read_params(r, k.params); !p) return p.error();
-        return true;
-      case k_entry: k.entry = rest(r); return true;
-      case k_cubin: k.cubin = rest(r); return true;
-      case k_ptx: k.ptx = rest(r); return true;
+        if (Status p = read_params(r, k.params); !p) return failed(error, p.error());
+        return 1;
+      case k_entry: k.entry = rest(r); return 1;
+      case k_cubin: k.cubin = rest(r); return 1;
+      case k_ptx: k.ptx = rest(r); return 1;
       case k_launch:
         for (uint32_t& g : k.launch.grid) g = r.u32();
         for (uint32_t& b : k.launch.block) b = r.u32();
         k.launch.dynamic_smem_bytes = r.u32();
         for (uint32_t& c : k.launch.cluster) c = r.u32();
-        return true;
+        return 1;
       case k_report:
         k.report.registers = r.i32();
         k.report.spill_store_bytes = r.i32();
         k.report.spill_load_bytes = r.i32();
         k.report.static_smem_bytes = r.i32();
-        return true;
-      case k_binary_of: k.binary_of = rest(r); return true;
+        return 1;
+      case k_binary_of: k.binary_of = rest(r); return 1;
       case k_grid:
-        if (!read_terms(r, k.grid)) return make_error("artifact: corrupt kernel grid");
-        return true;
+        if (!read_terms(r, k.grid)) return failed(error, make_error("artifact: corrupt kernel grid"));
+        return 1;
       case k_items:
-        if (!read_terms(r, k.items)) return make_error("artifact: corrupt work items");
-        return true;
+        if (!read_terms(r, k.items)) return failed(error, make_error("artifact: corrupt work items"));
+        return 1;
       case k_scratch:
         k.scratch_floats = r.u64();
         // A thread's scratch is allocated before a kernel runs: bound it (256 MiB).
-        if (k.scratch_floats > (uint64_t{1} << 26)) return make_error("artifact: corrupt scratch size");
-        return true;
+        if (k.scratch_floats > (uint64_t{1} << 26)) return failed(error, make_error("artifact: corrupt scratch size"));
+        return 1;
     }
-    return false;
+    return 0;
   });
-  if (!s) return s.error();
+  if (!s) return s;
   if (!named || k.name.empty()) return make_error("artifact: a kernel record without a name");
-  return k;
+  return Status::success();
+}
+
+// How many fields of tag `tag` the fields of `bytes` hold (a bound for reserving; a damaged
+// frame just ends the count).
+size_t count_fields(std::string_view bytes, uint32_t tag) {
+  Reader r(bytes);
+  size_t n = 0;
+  while (r.ok() && !r.done()) {
+    uint32_t t = r.u32();
+    uint64_t length = r.u64();
+    if (!r.ok() || length > r.left()) break;
+    r.raw(static_cast<size_t>(length));
+    n += t == tag;
+  }
+  return n;
 }
 
 Status check_binary_of(const std::vector<KernelArtifact>& kernels) {
@@ -491,10 +514,19 @@ Expected<Artifact> deserialize_v4(Reader& r, uint32_t version) {
   }
   if (!r.ok()) return make_error("artifact: truncated");
   if (!r.done()) return make_error("artifact: ", std::to_string(r.left()), " trailing bytes");
+  a.target = target_of_arch(a.arch);
   return a;
 }
 
 }  // namespace
+
+Target target_of_arch(std::string_view arch) {
+  if (arch.substr(0, 4) == "cpu:") return Target::for_cpu(std::string(arch.substr(4)), "");
+  if (arch.substr(0, 8) == "emulate:")
+    if (auto t = parse_target(arch); t) return *t;
+  auto sm = parse_arch(arch);
+  return Target::cuda(sm ? *sm : 0);
+}
 
 std::string serialize(const Artifact& a) {
   ByteWriter w;
@@ -527,6 +559,13 @@ std::string serialize(const Artifact& a) {
   if (!a.temporary_sizes.empty())
     f.nested(f_temporary_sizes, [&](ByteWriter& b) { write_terms(b, a.temporary_sizes); });
   f.str(f_object, a.object);
+  f.nested(f_target, [&](ByteWriter& b) {
+    b.u8(static_cast<uint8_t>(a.target.kind));
+    b.u32(static_cast<uint32_t>(a.target.sm));
+    b.str(a.target.suffix);
+    b.str(a.target.cpu);
+    b.str(a.target.cpu_features);
+  });
   f.bytes(k_end, {});
   return w.take();
 }
@@ -543,54 +582,72 @@ Expected<Artifact> deserialize(std::string_view bytes) {
                       version > k_artifact_format_version ? " (a newer kiln wrote it)" : "");
   }
   Artifact a;
-  bool has_arch = false;
-  Status s = read_fields(r.raw(r.left()), "artifact", true, [&](uint32_t tag, Reader& f) -> Expected<bool> {
+  bool has_arch = false, has_target = false;
+  std::string_view fields = r.raw(r.left());
+  a.kernels.reserve(count_fields(fields, f_kernel));
+  Status s = read_fields(fields, "artifact", true, [&](uint32_t tag, Reader& f, Error& error) -> int {
     switch (tag) {
-      case f_arch: a.arch = rest(f); has_arch = true; return true;
-      case f_precision: a.precision = rest(f); return true;
-      case f_decision: a.decision = rest(f); return true;
-      case f_toolchain: a.nvrtc_version = rest(f); return true;
-      case f_source: a.source = rest(f); return true;
-      case f_log: a.log = rest(f); return true;
-      case f_fallbacks: a.fallbacks = read_strings(f); return true;
-      case f_input_bytes: a.input_bytes = read_u64s(f); return true;
-      case f_output_bytes: a.output_bytes = read_u64s(f); return true;
-      case f_temporary_bytes: a.temporary_bytes = read_u64s(f); return true;
-      case f_workspace_bytes: a.workspace_bytes = f.u64(); return true;
-      case f_kernel: {
-        auto k = read_kernel(rest_view(f));
-        if (!k) return k.error();
-        a.kernels.push_back(std::move(*k));
-        return true;
-      }
+      case f_arch: a.arch = rest(f); has_arch = true; return 1;
+      case f_precision: a.precision = rest(f); return 1;
+      case f_decision: a.decision = rest(f); return 1;
+      case f_toolchain: a.nvrtc_version = rest(f); return 1;
+      case f_source: a.source = rest(f); return 1;
+      case f_log: a.log = rest(f); return 1;
+      case f_fallbacks: a.fallbacks = read_strings(f); return 1;
+      case f_input_bytes: a.input_bytes = read_u64s(f); return 1;
+      case f_output_bytes: a.output_bytes = read_u64s(f); return 1;
+      case f_temporary_bytes: a.temporary_bytes = read_u64s(f); return 1;
+      case f_workspace_bytes: a.workspace_bytes = f.u64(); return 1;
+      case f_kernel:
+        if (Status k = read_kernel(rest_view(f), a.kernels.emplace_back()); !k)
+          return failed(error, k.error());
+        return 1;
       case f_bucket:
         a.bucket.resize(f.count(16));
         for (auto& range : a.bucket) {
           range[0] = f.i64();
           range[1] = f.i64();
           if (f.ok() && (range[0] < 1 || range[0] > range[1]))
-            return make_error("artifact: corrupt bucket");
+            return failed(error, make_error("artifact: corrupt bucket"));
         }
-        return true;
+        return 1;
       case f_input_sizes:
-        if (!read_terms(f, a.input_sizes)) return make_error("artifact: corrupt size terms");
-        return true;
+        if (!read_terms(f, a.input_sizes)) return failed(error, make_error("artifact: corrupt size terms"));
+        return 1;
       case f_output_sizes:
-        if (!read_terms(f, a.output_sizes)) return make_error("artifact: corrupt size terms");
-        return true;
+        if (!read_terms(f, a.output_sizes)) return failed(error, make_error("artifact: corrupt size terms"));
+        return 1;
       case f_temporary_sizes:
-        if (!read_terms(f, a.temporary_sizes)) return make_error("artifact: corrupt size terms");
-        return true;
-      case f_object: a.object = rest(f); return true;
+        if (!read_terms(f, a.temporary_sizes)) return failed(error, make_error("artifact: corrupt size terms"));
+        return 1;
+      case f_object: a.object = rest(f); return 1;
+      case f_target: {
+        uint8_t kind = f.u8();
+        if (kind > static_cast<uint8_t>(Target::Kind::emulate))
+          return failed(error, make_error("artifact: target kind ", std::to_string(kind),
+                            " is not one this kiln knows (a newer kiln wrote it)"));
+        a.target.kind = static_cast<Target::Kind>(kind);
+        uint32_t sm = f.u32();
+        if (sm > 10000) return failed(error, make_error("artifact: corrupt target"));
+        a.target.sm = static_cast<int>(sm);
+        a.target.suffix = f.str();
+        a.target.cpu = f.str();
+        a.target.cpu_features = f.str();
+        has_target = true;
+        return 1;
+      }
     }
-    return false;
+    return 0;
   });
   if (!s) return s.error();
   if (!has_arch) return make_error("artifact: no arch");
+  if (!has_target) a.target = target_of_arch(a.arch);
   // A kernel running another's binary holds copies of it (the record stores it once).
-  std::vector<size_t> owners = binary_owners(a.kernels);
   if (Status b = check_binary_of(a.kernels); !b) return b.error();
-  for (size_t i = 0; i < a.kernels.size(); ++i) {
+  bool shared = std::any_of(a.kernels.begin(), a.kernels.end(),
+                            [](const KernelArtifact& k) { return !k.binary_of.empty(); });
+  std::vector<size_t> owners = shared ? binary_owners(a.kernels) : std::vector<size_t>{};
+  for (size_t i = 0; shared && i < a.kernels.size(); ++i) {
     if (owners[i] == i) continue;
     a.kernels[i].cubin = a.kernels[owners[i]].cubin;
     a.kernels[i].ptx = a.kernels[owners[i]].ptx;

@@ -14,6 +14,7 @@
 // declaration order) still read, and migrate: their dims become typed parameters.
 #pragma once
 
+#include "compiler/target.h"
 #include "support/expected.h"
 
 #include <array>
@@ -137,7 +138,10 @@ struct KernelArtifact {
 };
 
 struct Artifact {
-  std::string arch;           // "sm_90", or the CPU target's "cpu:x86-64-v3"
+  // Where its kernels run: the Target it was compiled for (the CPU's name and features resolved).
+  // Formats 2 to 4, and format 5 before the field, derive it from `arch`.
+  Target target;
+  std::string arch;           // its display name: "sm_90", "cpu:x86-64-v3", "emulate:sm_90"
   std::string precision;      // the graph mode after resolving auto
   std::string decision;       // how it was resolved, e.g. "auto -> high on sm_90 (...)"
   std::string nvrtc_version;  // for display: "13.0 (libnvrtc.so.13 109338064)", or "LLVM 16.0.6"
@@ -155,9 +159,9 @@ struct Artifact {
   std::vector<SizeTerm> input_sizes, output_sizes, temporary_sizes;
   // CPU target only: every kernel's object code, one ELF object.
   std::string object;
-  bool is_cpu() const { return arch.rfind("cpu:", 0) == 0; }
-  // The emulate target's ("emulate:sm_90"): CUDA kernels without binaries, `source` their text.
-  bool is_emulated() const { return arch.rfind("emulate:", 0) == 0; }
+  bool is_cpu() const { return target.is_cpu(); }
+  // The emulate target's: CUDA kernels without binaries, `source` their text.
+  bool is_emulated() const { return target.is_emulated(); }
   bool operator==(const Artifact&) const = default;
 };
 
@@ -176,6 +180,10 @@ Expected<std::vector<void*>> bind_buffers(const KernelArtifact& kernel,
 std::vector<size_t> binary_owners(const std::vector<KernelArtifact>& kernels);
 
 std::string serialize(const Artifact& artifact);
+// The Target an artifact's `arch` names, for bytes that carry no target field: "cpu:NAME" (its
+// features unknown), "emulate:sm_XX", else a CUDA arch ("sm_90"; CUDA of no arch if unparsable).
+Target target_of_arch(std::string_view arch);
+
 // Rejects a wrong magic or version, truncated or trailing bytes, absurd counts, an unknown field
 // marked required or an unknown parameter kind (both naming the format a newer kiln wrote), a
 // kernel without a name, and a binary_of that names no earlier kernel with a binary of its own.

@@ -97,7 +97,8 @@ Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest
   auto program = lower(graph, request);
   if (!program) return program.error();
   Artifact artifact = program_artifact(*program);
-  artifact.arch = request.options.target.name();
+  artifact.target = request.options.target;
+  artifact.arch = artifact.target.name();
   artifact.nvrtc_version = "host emulation of CUDA (built when loaded)";
   artifact.source = program_source(*program, Prelude::omit);
   for (const KernelPlan& plan : program->plan.kernels) {
@@ -139,6 +140,7 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
   });
 
   Artifact artifact = program_artifact(program);
+  artifact.target = Target::cuda(program.sm);
   artifact.arch = arch_name(program.sm);
   artifact.nvrtc_version = (*nvrtc)->version() + " (" + (*nvrtc)->identity() + ")";
   artifact.source = program_source(program, Prelude::include);

@@ -26,11 +26,12 @@ Status check_loadable(const DriverApi& api, int device, const compiler::Artifact
                       std::to_string(built / 1000), ".0 or newer, or compile with an NVRTC no "
                       "newer than the driver (KILN_NVRTC_PATH)");
   }
-  auto target = compiler::parse_arch(artifact.arch);
-  if (!target) return target.error();
+  if (artifact.target.kind != compiler::Target::Kind::cuda || artifact.target.sm <= 0)
+    return make_error("kernels compiled for ", artifact.arch, " are not CUDA kernels for a device");
+  int target = artifact.target.sm;
   auto sm = device_sm(device);
   if (!sm) return sm.error();
-  if (*sm / 10 != *target / 10 || *sm % 10 < *target % 10) {
+  if (*sm / 10 != target / 10 || *sm % 10 < target % 10) {
     return make_error("kernels compiled for ", artifact.arch, " cannot run here: CUDA device ",
                       std::to_string(device), " is ", compiler::arch_name(*sm), "; compile for ",
                       compiler::arch_name(*sm),

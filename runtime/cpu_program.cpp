@@ -60,7 +60,7 @@ std::string cpu_threads_env_problem() {
 Expected<std::unique_ptr<CpuProgram>> CpuProgram::load(compiler::Artifact artifact) {
   if (!artifact.is_cpu()) return make_error("not a CPU artifact (arch ", artifact.arch, ")");
   // Code for a CPU with instructions this one lacks would die of SIGILL: refuse it by name.
-  if (Status s = compiler::cpu::runs_here(artifact.arch.substr(4)); !s) return s.error();
+  if (Status s = compiler::cpu::runs_here(artifact.target.cpu); !s) return s.error();
   std::vector<std::string> entries;
   for (const compiler::KernelArtifact& k : artifact.kernels) entries.push_back(k.entry);
   auto object = compiler::cpu::LoadedObject::load(artifact.object, entries);

@@ -63,11 +63,9 @@ Expected<std::shared_ptr<Executable>> make_emulated_executable(const ir::Graph& 
   if (!artifact.is_emulated())
     return make_error("entry ", result.key, " is for ", artifact.arch, ", not an emulate target");
   if (Status s = check_artifact_fits(artifact, graph); !s) return s.error();
-  auto sm = compiler::parse_arch(artifact.arch.substr(artifact.arch.find(':') + 1));
-  if (!sm) return make_error("entry ", result.key, ": ", sm.error().message);
   emulation::LaunchPlan plan = emulation::launch_plan(artifact);
   emulation::ModuleOptions options;
-  options.sm = *sm;
+  options.sm = artifact.target.sm;
   options.entries = plan.entries();
   auto module = emulation::compile_module(artifact.source, options);
   if (!module) return module.error();

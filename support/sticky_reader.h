@@ -3,8 +3,10 @@
 // end of a record, instead of after every field.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -24,8 +26,11 @@ public:
       return 0;
     }
     uint64_t v = 0;
-    for (size_t i = 0; i < n; ++i) {
-      v |= static_cast<uint64_t>(static_cast<uint8_t>(m_in[m_pos + i])) << (8 * i);
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(&v, m_in.data() + m_pos, n);  // one load where the host is little-endian
+    } else {
+      for (size_t i = 0; i < n; ++i)
+        v |= static_cast<uint64_t>(static_cast<uint8_t>(m_in[m_pos + i])) << (8 * i);
     }
     m_pos += n;
     return v;

@@ -56,6 +56,7 @@ Expected<Artifact> compile_cpu(const ir::Graph& graph, const CompileRequest& req
 
   const ProgramPlan& plan = lowered->plan;
   Artifact artifact;
+  artifact.target = Target::for_cpu(machine.cpu, machine.features);
   artifact.arch = target_name(machine);
   artifact.precision = std::string(ir::to_string(lowered->precision.graph_mode));
   artifact.decision = lowered->precision.decision;

@@ -11,6 +11,7 @@ namespace {
 
 Artifact sample() {
   Artifact a;
+  a.target = Target::cuda(90);
   a.arch = "sm_90";
   a.precision = "high";
   a.decision = "auto -> high on sm_90";
@@ -180,6 +181,7 @@ TEST(Artifact, TypedParametersAndClustersRoundTrip) {
   EXPECT_FALSE(back->kernels[1].launch.clustered());
 
   Artifact cpu;
+  cpu.target = Target::for_cpu("x86-64-v3", "+avx2");
   cpu.arch = "cpu:x86-64-v3";
   cpu.object = std::string("\x7f" "ELF", 4);
   KernelArtifact c;
@@ -191,6 +193,11 @@ TEST(Artifact, TypedParametersAndClustersRoundTrip) {
   auto cpu_back = deserialize(serialize(cpu));
   ASSERT_TRUE(cpu_back.ok()) << cpu_back.error().message;
   EXPECT_EQ(*cpu_back, cpu);
+  EXPECT_TRUE(cpu_back->is_cpu());
+  EXPECT_EQ(cpu_back->target.cpu_features, "+avx2") << "the target travels whole";
+  EXPECT_EQ(target_of_arch("cpu:znver4"), Target::for_cpu("znver4", ""));
+  EXPECT_EQ(target_of_arch("emulate:sm_80").name(), "emulate:sm_80");
+  EXPECT_EQ(target_of_arch("sm_86"), Target::cuda(86));
   // No CUDA field is written for a CPU kernel: its record is its name, parameters, work items
   // and scratch (4 fields of 12 bytes of framing each) and no more.
   ByteWriter params;
@@ -365,6 +372,7 @@ TEST(Artifact, FormatFourMigratesItsDimsToTypedParameters) {
     k.params.push_back(dim_param(1));
   }
   EXPECT_EQ(*migrated, expected);
+  EXPECT_EQ(migrated->target, Target::cuda(90)) << "derived from the arch";
   // Written again, it is format 5 and reads back the same.
   std::string again = serialize(*migrated);
   EXPECT_EQ(static_cast<uint8_t>(again[8]), k_artifact_format_version);

@@ -86,6 +86,7 @@ TEST(Executable, AnArtifactThatDoesNotFitItsGraphIsRefused) {
 
   compiler::Artifact cpu = s;
   cpu.arch = "cpu:znver4";
+  cpu.target = compiler::Target::for_cpu("znver4", "");
   cpu.kernels[0] = compiler::KernelArtifact{};
   cpu.kernels[0].items = {by_b};
   EXPECT_TRUE(runtime::check_artifact_fits(cpu, *symbolic));
