@@ -1,9 +1,16 @@
 // Elementwise kernels: one thread per output element, broadcast operands read through strides.
 #include "compiler/emit_internal.h"
+#include "ir/scalar.h"
 
 #include <algorithm>
 
 namespace kiln::compiler::detail {
+
+namespace {
+using T = CudaText::Value;
+std::string text(const T& v) { return v.text; }
+}  // namespace
+
 
 void emit_elementwise(Code& code, const KernelContext& ctx) {
   int threads = static_cast<int>(ctx.kernel.launch.block[0]);
@@ -109,7 +116,10 @@ void emit_reduce(Code& code, const KernelContext& ctx, ValueEmitter& values, Row
   if (is_max) warp_max(code, "acc");
   else warp_sum(code, "acc");
   code.line("if (lane != 0) return;");
-  std::string value = anchor.kind == ir::OpKind::mean ? "acc / (float)" + row.len().expr() : "acc";
+  CudaText m;
+  std::string value = anchor.kind == ir::OpKind::mean
+                          ? ir::row_mean(m, T{"acc"}, T{"(float)" + row.len().expr()}).text
+                          : "acc";
   // The reduced value's index is the row's: the outer and inner coordinates in order.
   std::string result = values.value(ctx.kernel.group.root,
                                     Frame{ctx.kernel.group.root, {}, "row"}, value);
@@ -150,6 +160,7 @@ void emit_rows(Code& code, const KernelContext& ctx) {
   int64_t per_lane = (len_e.hi + 31) / 32;
   bool cached = len_e.hi <= 1024;
   bool softmax = anchor.kind == ir::OpKind::softmax;
+  CudaText m;  // the row formulas of ir/scalar.h as text
   auto for_cached = [&](bool stop_at_end) {
     code.line("#pragma unroll");
     code.open("for (int i = 0; i < " + to_str(per_lane) + "; ++i) {");
@@ -184,23 +195,24 @@ void emit_rows(Code& code, const KernelContext& ctx) {
     if (cached) {
       code.line("#pragma unroll");
       code.open("for (int i = 0; i < " + to_str(per_lane) + "; ++i) {");
-      code.line("x[i] = lane + 32 * i < " + len + " ? expf(x[i] - mx) : 0.0f;");
+      code.line("x[i] = lane + 32 * i < " + len + " ? " + text(ir::softmax_exp(m, T{"x[i]"}, T{"mx"})) +
+                " : 0.0f;");
       code.line("sum += x[i];");
       code.close();
     } else {
       for_uncached();
-      code.line("sum += expf(" + row.element("j", "xj") + " - mx);");
+      code.line("sum += " + text(ir::softmax_exp(m, T{row.element("j", "xj")}, T{"mx"})) + ";");
       code.close();
     }
     warp_sum(code, "sum");
-    code.line("const float inv = 1.0f / sum;");
+    code.line("const float inv = " + text(ir::reciprocal(m, T{"sum"})) + ";");
     if (cached) {
       for_cached(true);
-      emit_row_store(code, ctx, values, row, "x[i] * inv");
+      emit_row_store(code, ctx, values, row, text(m.mul(T{"x[i]"}, T{"inv"})));
     } else {
       for_uncached();
-      std::string x = row.element("j", "xj");
-      emit_row_store(code, ctx, values, row, "expf(" + x + " - mx) * inv");
+      T e = ir::softmax_exp(m, T{row.element("j", "xj")}, T{"mx"});
+      emit_row_store(code, ctx, values, row, text(m.mul(e, T{"inv"})));
     }
     code.close();
     code.close();
@@ -230,7 +242,7 @@ void emit_rows(Code& code, const KernelContext& ctx) {
   }
   if (layer) {
     warp_sum(code, "mean");
-    code.line("mean = mean / (float)" + len + ";");
+    code.line("mean = " + text(ir::row_mean(m, T{"mean"}, T{"(float)" + len})) + ";");
   }
   code.line("float squares = 0.0f;");
   if (cached) {
@@ -243,8 +255,9 @@ void emit_rows(Code& code, const KernelContext& ctx) {
   code.line("squares += d * d;");
   code.close();
   warp_sum(code, "squares");
-  code.line("const float scale = 1.0f / sqrtf(squares / (float)" + len + " + " +
-            literal(anchor.attrs.eps) + ");");
+  code.line("const float scale = " +
+            text(ir::norm_scale(m, T{"squares"}, T{"(float)" + len}, T{literal(anchor.attrs.eps)})) +
+            ";");
   std::string x;
   if (cached) {
     for_cached(true);
@@ -253,9 +266,10 @@ void emit_rows(Code& code, const KernelContext& ctx) {
     for_uncached();
     x = row.element("j", "xj");
   }
-  std::string y = "(" + x + " - mean) * scale * " + load_as_float(pdtype, weight + "[j]");
-  if (layer) y += " + " + load_as_float(pdtype, bias + "[j]");
-  emit_row_store(code, ctx, values, row, y);
+  T y = ir::norm_output(
+      m, T{x}, T{"mean"}, T{"scale"}, [&] { return T{load_as_float(pdtype, weight + "[j]")}; },
+      [&] { return T{load_as_float(pdtype, bias + "[j]")}; }, layer);
+  emit_row_store(code, ctx, values, row, y.text);
   code.close();
   code.close();
 }

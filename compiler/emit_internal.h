@@ -179,7 +179,7 @@ struct MmaNames {
   std::string acc = "acc[mt][nt]", a = "af[mt]", b = "bf[nt]";
   std::string a_small = "as_small[mt]", b_small = "bs_small[nt]";
 };
-void emit_mma(Code& code, MatmulPath path, int sm, const MmaNames& names);
+void emit_mma(Code& code, MatmulPath path, const Target& target, const MmaNames& names);
 // Declares `float name[mt][nt][4]`, the accumulators of mt x nt mma tiles, all zero.
 void emit_zeroed_accumulators(Code& code, const std::string& name, int mt, int nt);
 
@@ -191,5 +191,45 @@ void emit_rows(Code& code, const KernelContext& ctx);
 void emit_elementwise(Code& code, const KernelContext& ctx);
 // Fused attention: a FlashAttention-2 loop over key tiles, on tensor cores or FFMA.
 void emit_attention(Code& code, const KernelContext& ctx);
+
+// ir::scalar.h's Math as CUDA C++ text. A term's precedence decides where it needs parentheses;
+// the values it starts from (member names, loads, literals) are single terms.
+struct CudaText {
+  enum Precedence { additive, multiplicative, prefix, term };
+  struct Value {
+    std::string text;
+    Precedence precedence = term;
+  };
+  static std::string wrap(const Value& v, bool needs) {
+    return needs ? "(" + v.text + ")" : v.text;
+  }
+  Value infix(const Value& a, const char* op, const Value& b, Precedence p) {
+    // Left-associative: the right operand needs parentheses at the same precedence.
+    return {wrap(a, a.precedence < p) + op + wrap(b, b.precedence <= p), p};
+  }
+  Value call(const char* fn, const Value& x) { return {std::string(fn) + "(" + x.text + ")"}; }
+  Value call(const char* fn, const Value& a, const Value& b) {
+    return {std::string(fn) + "(" + a.text + ", " + b.text + ")"};
+  }
+
+  Value constant(double, const char* text) { return {std::string(text) + "f"}; }
+  Value add(const Value& a, const Value& b) { return infix(a, " + ", b, additive); }
+  Value sub(const Value& a, const Value& b) { return infix(a, " - ", b, additive); }
+  Value mul(const Value& a, const Value& b) { return infix(a, " * ", b, multiplicative); }
+  Value div(const Value& a, const Value& b) { return infix(a, " / ", b, multiplicative); }
+  Value max(const Value& a, const Value& b) { return call("fmaxf", a, b); }
+  Value min(const Value& a, const Value& b) { return call("fminf", a, b); }
+  Value pow(const Value& a, const Value& b) { return call("powf", a, b); }
+  Value neg(const Value& x) { return {"-" + wrap(x, x.precedence < prefix), prefix}; }
+  Value exp(const Value& x) { return call("expf", x); }
+  Value erf(const Value& x) { return call("erff", x); }
+  Value tanh(const Value& x) { return call("tanhf", x); }
+  Value sqrt(const Value& x) { return call("sqrtf", x); }
+  Value abs(const Value& x) { return call("fabsf", x); }
+  Value cos(const Value& x) { return call("cosf", x); }
+  Value sin(const Value& x) { return call("sinf", x); }
+  Value group(const Value& x) { return {"(" + x.text + ")"}; }
+};
+
 
 }  // namespace kiln::compiler::detail

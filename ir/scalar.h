@@ -105,4 +105,49 @@ typename Math::Value binary_formula(Math& m, OpKind kind, typename Math::Value a
   return pointwise_formula(m, kind, a, b);
 }
 
+// Row ops' per-element math (softmax, mean, the norms), also written once: each code generator
+// keeps its own loops over a row (a warp per row in CUDA, a loop per row on the CPU) and its own
+// accumulations, and computes what it keeps per row and per element with these.
+
+// A row's mean from its sum and its length (a float).
+template <class Math>
+typename Math::Value row_mean(Math& m, typename Math::Value sum, typename Math::Value len) {
+  return m.div(sum, len);
+}
+
+// softmax: each element's exponential against the row's maximum, and the reciprocal of their sum
+// that scales it.
+template <class Math>
+typename Math::Value softmax_exp(Math& m, typename Math::Value x, typename Math::Value max) {
+  typename Math::Value shifted = m.sub(x, max);
+  return m.exp(shifted);
+}
+template <class Math>
+typename Math::Value reciprocal(Math& m, typename Math::Value x) {
+  return m.div(m.constant(1.0, "1.0"), x);
+}
+
+// rms_norm and layer_norm: the scale from the row's sum of squared deviations from its mean (from
+// 0 for rms_norm), 1 / sqrt(squares / len + eps); each element's output (x - mean) * scale *
+// weight, plus bias for layer_norm (`has_bias`). `weight()` and `bias()` load the element's weight
+// and bias, called where they enter (after the centred value, in that order).
+template <class Math>
+typename Math::Value norm_scale(Math& m, typename Math::Value squares, typename Math::Value len,
+                                typename Math::Value eps) {
+  typename Math::Value variance = m.add(m.div(squares, len), eps);
+  typename Math::Value root = m.sqrt(variance);
+  return reciprocal(m, root);
+}
+template <class Math, class Weight, class Bias>
+typename Math::Value norm_output(Math& m, typename Math::Value x, typename Math::Value mean,
+                                 typename Math::Value scale, Weight weight, Bias bias,
+                                 bool has_bias) {
+  typename Math::Value centred = m.mul(m.sub(x, mean), scale);
+  typename Math::Value w = weight();
+  typename Math::Value y = m.mul(centred, w);
+  if (!has_bias) return y;
+  typename Math::Value b = bias();
+  return m.add(y, b);
+}
+
 }  // namespace kiln::ir

@@ -144,4 +144,29 @@ WorkShape build_rows(KernelBuilder& kb);
 WorkShape build_matmul(KernelBuilder& kb);
 WorkShape build_attention(KernelBuilder& kb);
 
+// ir/scalar.h's Math as LLVM IR, built in call order at the builder's insertion point.
+struct LlvmMath {
+  using Value = llvm::Value*;
+  KernelBuilder& kb;
+  llvm::IRBuilder<>& b;
+
+  Value constant(double value, const char*) { return kb.f32c(value); }
+  Value add(Value x, Value y) { return b.CreateFAdd(x, y); }
+  Value sub(Value x, Value y) { return b.CreateFSub(x, y); }
+  Value mul(Value x, Value y) { return b.CreateFMul(x, y); }
+  Value div(Value x, Value y) { return b.CreateFDiv(x, y); }
+  Value max(Value x, Value y) { return kb.max(x, y); }
+  Value min(Value x, Value y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, x, y); }
+  Value pow(Value x, Value y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y); }
+  Value neg(Value x) { return b.CreateFNeg(x); }
+  Value exp(Value x) { return kb.exp(x); }
+  Value erf(Value x) { return b.CreateCall(kb.math_function("erff", 1), {x}); }
+  Value tanh(Value x) { return b.CreateCall(kb.math_function("tanhf", 1), {x}); }
+  Value sqrt(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); }
+  Value abs(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
+  Value cos(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::cos, x); }
+  Value sin(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::sin, x); }
+  Value group(Value x) { return x; }
+};
+
 }  // namespace kiln::compiler::cpu::detail

@@ -1,6 +1,7 @@
 // CPU elementwise kernels (one item per output element) and row kernels (softmax, reductions,
 // norms: one item per row, its passes run in order over the row).
 #include "compiler/cpu/codegen_internal.h"
+#include "ir/scalar.h"
 
 #include <algorithm>
 
@@ -81,6 +82,7 @@ WorkShape build_rows(KernelBuilder& kb) {
   Extent rows = kb.sizes().product(in, 0, axis) *
                 kb.sizes().product(in, axis + 1, kb.graph().node(in).type.shape.rank());
   llvm::IRBuilder<>& b = kb.b();
+  LlvmMath m{kb, b};  // the row formulas of ir/scalar.h as IR
   llvm::Value* zero = kb.i64c(0);
   llvm::Value* minus_inf = llvm::ConstantFP::getInfinity(kb.f32(), true);
   kb.loop(kb.begin(), kb.end(), 1, [&](llvm::Value* r) {
@@ -94,7 +96,7 @@ WorkShape build_rows(KernelBuilder& kb) {
                                      llvm::Value* x = row.element(j);
                                      return Carried{is_max ? kb.max(c[0], x) : b.CreateFAdd(c[0], x)};
                                    })[0];
-        if (anchor.kind == ir::OpKind::mean) acc = b.CreateFDiv(acc, len_f);
+        if (anchor.kind == ir::OpKind::mean) acc = ir::row_mean(m, acc, len_f);
         ir::NodeId root = kb.kernel().group.root;
         kb.store_outputs(group_value(kb, root, Point{root, {}, r}, acc), r);
         return;
@@ -106,12 +108,12 @@ WorkShape build_rows(KernelBuilder& kb) {
                                   })[0];
         llvm::Value* sum = kb.loop(zero, row.len(), 1, {kb.f32c(0.0)},
                                    [&](llvm::Value* j, const Carried& c) {
-                                     llvm::Value* x = kb.exp(b.CreateFSub(row.element(j), mx));
+                                     llvm::Value* x = ir::softmax_exp(m, row.element(j), mx);
                                      return Carried{b.CreateFAdd(c[0], x)};
                                    })[0];
-        llvm::Value* inv = b.CreateFDiv(kb.f32c(1.0), sum);
+        llvm::Value* inv = ir::reciprocal(m, sum);
         kb.loop(zero, row.len(), 1, [&](llvm::Value* j) {
-          store_at(kb, row, j, b.CreateFMul(kb.exp(b.CreateFSub(row.element(j), mx)), inv));
+          store_at(kb, row, j, m.mul(ir::softmax_exp(m, row.element(j), mx), inv));
         });
         return;
       }
@@ -135,20 +137,20 @@ WorkShape build_rows(KernelBuilder& kb) {
       mean = kb.loop(zero, row.len(), 1, {mean}, [&](llvm::Value* j, const Carried& c) {
         return Carried{b.CreateFAdd(c[0], row.element(j))};
       })[0];
-      mean = b.CreateFDiv(mean, len_f);
+      mean = ir::row_mean(m, mean, len_f);
     }
     llvm::Value* squares = kb.loop(zero, row.len(), 1, {kb.f32c(0.0)},
                                    [&](llvm::Value* j, const Carried& c) {
                                      llvm::Value* d = b.CreateFSub(row.element(j), mean);
                                      return Carried{b.CreateFAdd(c[0], b.CreateFMul(d, d))};
                                    })[0];
-    llvm::Value* var = b.CreateFAdd(b.CreateFDiv(squares, len_f), kb.f32c(anchor.attrs.eps));
-    llvm::Value* scale = b.CreateFDiv(kb.f32c(1.0), kb.unary(ir::OpKind::sqrt, var));
+    llvm::Value* scale = ir::norm_scale(m, squares, len_f, kb.f32c(anchor.attrs.eps));
     ir::DType pdtype = kb.graph().node(anchor.operands[1]).type.dtype;
     kb.loop(zero, row.len(), 1, [&](llvm::Value* j) {
-      llvm::Value* y = b.CreateFMul(b.CreateFSub(row.element(j), mean), scale);
-      y = b.CreateFMul(y, kb.load_float(pdtype, kb.param_of(anchor.operands[1]), j));
-      if (layer) y = b.CreateFAdd(y, kb.load_float(pdtype, kb.param_of(anchor.operands[2]), j));
+      llvm::Value* y = ir::norm_output(
+          m, row.element(j), mean, scale,
+          [&] { return kb.load_float(pdtype, kb.param_of(anchor.operands[1]), j); },
+          [&] { return kb.load_float(pdtype, kb.param_of(anchor.operands[2]), j); }, layer);
       store_at(kb, row, j, y);
     });
   });
