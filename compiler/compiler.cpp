@@ -31,11 +31,13 @@ Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& req
                                const ScheduleProvider& schedule) {
   auto planned = plan_program(graph, request);
   if (!planned) return planned.error();
-  if (Status s = schedule_cuda(planned->bound, planned->plan, request.sm, planned->sizes, schedule);
-      !s)
+  // The CUDA arch the kernels are for, its suffix with it (an emulate target's kernels too).
+  Target cuda = Target::cuda(request.sm);
+  cuda.suffix = request.options.target.suffix;
+  if (Status s = schedule_cuda(planned->bound, planned->plan, cuda, planned->sizes, schedule); !s)
     return s.error();
   LoweredProgram program;
-  program.sm = request.sm;
+  program.target = cuda;
   program.bucket = request.options.bucket;
   program.precision = std::move(planned->precision);
   program.diagnostics = std::move(planned->diagnostics);
@@ -116,7 +118,7 @@ Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest
 Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileOptions& options) {
   auto nvrtc = load_nvrtc(options.nvrtc_path);
   if (!nvrtc) return nvrtc.error();
-  if (Status s = check_arch(program.sm, (*nvrtc)->archs()); !s) {
+  if (Status s = check_arch(program.target.sm, (*nvrtc)->archs()); !s) {
     return make_error("nvrtc ", (*nvrtc)->version(), ": ", s.error().message);
   }
   const auto& kernels = program.plan.kernels;
@@ -133,15 +135,16 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
   parallel_for(compiled.size(), compile_threads(options.threads), [&](size_t c) {
     size_t i = compiled[c];
     outputs[i] =
-        (*nvrtc)->compile(prelude + "\n" + program.kernel_sources[i], kernels[i].name, program.sm);
+        (*nvrtc)->compile(prelude + "\n" + program.kernel_sources[i], kernels[i].name,
+                          program.target.sm);
     if (!options.on_kernel_done) return;
     std::lock_guard lock(progress);
     options.on_kernel_done(++done, compiled.size());
   });
 
   Artifact artifact = program_artifact(program);
-  artifact.target = Target::cuda(program.sm);
-  artifact.arch = arch_name(program.sm);
+  artifact.target = program.target;
+  artifact.arch = arch_name(program.target.sm);
   artifact.nvrtc_version = (*nvrtc)->version() + " (" + (*nvrtc)->identity() + ")";
   artifact.source = program_source(program, Prelude::include);
   for (size_t i = 0; i < kernels.size(); ++i) {

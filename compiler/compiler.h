@@ -38,7 +38,7 @@ Expected<PlannedProgram> plan_program(const ir::Graph& graph, const CompileReque
 
 // A graph lowered to kernel sources for one arch and mode.
 struct LoweredProgram {
-  int sm = 0;
+  Target target;  // the CUDA arch its kernels are for (also an emulate target's kernels)
   std::vector<DimRange> bucket;  // symbolic graphs: the bucket compiled (options.bucket)
   PrecisionPlan precision;
   Diagnostics diagnostics;  // the request's: fallbacks (precision, then unfused attentions)

@@ -72,7 +72,7 @@ std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const K
               size(e.k) + "; tile " +
               detail::to_str(t.bm) + "x" + detail::to_str(t.bn) + "x" + detail::to_str(t.bk) +
               ", " + detail::to_str(t.stages) + " stage(s), " + detail::to_str(t.threads()) +
-              " threads; " + std::string(to_string(s.path)) + " on " + arch_name(kernel.sm));
+              " threads; " + std::string(to_string(s.path)) + " on " + arch_name(kernel.target.sm));
     if (uses_mma(s.path)) {
       detail::emit_matmul_mma(code, ctx);
     } else {
@@ -90,7 +90,7 @@ std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const K
                               : std::string()) +
               detail::to_str(32 * t.warps) +
               " threads; " + std::string(to_string(kernel.group.attention.path)) + " on " +
-              arch_name(kernel.sm));
+              arch_name(kernel.target.sm));
     detail::emit_attention(code, ctx);
   } else if (kernel.group.kind != GroupKind::elementwise) {
     detail::emit_rows(code, ctx);

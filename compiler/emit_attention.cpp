@@ -254,7 +254,7 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
     code.line("#pragma unroll");
     code.open("for (int nt = 0; nt < " + to_str(nt) + "; ++nt) {");
     code.line("const int mt = 0;");
-    emit_mma(code, m.path, k.sm, MmaNames{});
+    emit_mma(code, m.path, k.target, MmaNames{});
     code.close();
     code.close();
 
@@ -351,7 +351,7 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
       code.line("float pv[4] = {0.0f, 0.0f, 0.0f, 0.0f};");
       names.acc = "pv";
     }
-    emit_mma(code, m.path, k.sm, names);
+    emit_mma(code, m.path, k.target, names);
     if (x3) code.line("for (int i = 0; i < 4; ++i) o[dt][i] += pv[i];");
     code.close();
     code.close();

@@ -119,7 +119,7 @@ void emit_b_fragment(Code& code, const MmaGeometry& geo) {
   }
 }
 
-void emit_mma(Code& code, MatmulPath path, int sm, const MmaNames& n) {
+void emit_mma(Code& code, MatmulPath path, const Target& target, const MmaNames& n) {
   assert(uses_mma(path));
   switch (path.numerics) {
     case Numerics::tf32:
@@ -131,7 +131,7 @@ void emit_mma(Code& code, MatmulPath path, int sm, const MmaNames& n) {
       code.line("kiln_mma_m16n8k8_tf32(" + n.acc + ", " + n.a + ", " + n.b + ");");
       return;
     case Numerics::f16:
-      if (arch_has(sm, Feature::f16_mma_k16)) {
+      if (target.has(Feature::f16_mma_k16)) {
         code.line("kiln_mma_m16n8k16_f16(" + n.acc + ", " + n.a + ", " + n.b + ");");
       } else {
         code.line("kiln_mma_m16n8k8_f16(" + n.acc + ", " + n.a + ", " + n.b + ");");
@@ -158,7 +158,8 @@ void emit_zeroed_accumulators(Code& code, const std::string& name, int mt, int n
 
 namespace {
 
-void emit_compute(Code& code, const MmaGeometry& geo, int sm, const std::string& stage) {
+void emit_compute(Code& code, const MmaGeometry& geo, const Target& target,
+                  const std::string& stage) {
   std::string smem_t = geo.half ? "unsigned short" : "float";
   bool x3 = geo.s.path == MatmulPath::tf32x3;
   code.open("{");
@@ -196,7 +197,7 @@ void emit_compute(Code& code, const MmaGeometry& geo, int sm, const std::string&
   code.open("for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt) {");
   MmaNames names;
   if (x3) names.acc = "part[mt][nt]";
-  emit_mma(code, geo.s.path, sm, names);
+  emit_mma(code, geo.s.path, target, names);
   code.close();
   code.close();
   code.close();
@@ -277,7 +278,7 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
     emit_tile_copy(code, b);
   };
   emit_k_loop(code, k.tile.stages, e.k, k.tile.bk, load,
-              [&](const std::string& stage) { emit_compute(code, geo, k.sm, stage); });
+              [&](const std::string& stage) { emit_compute(code, geo, k.target, stage); });
 
   code.line("// epilogue: D(g, 2t..2t+1) and D(g+8, 2t..2t+1) of every mma tile");
   code.line("#pragma unroll");

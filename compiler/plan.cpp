@@ -221,12 +221,13 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
   return plan;
 }
 
-Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, int sm, const Sizes& sizes,
-                     const ScheduleProvider& schedule) {
+Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& target,
+                     const Sizes& sizes, const ScheduleProvider& schedule) {
   bool symbolic = sizes.symbolic();
+  const int sm = target.sm;  // the tile choices read the arch table by number
   for (KernelPlan& k : plan.kernels) {
     const KernelGroup& group = k.group;
-    k.sm = sm;
+    k.target = target;
     const ir::Node& root = graph.node(group.root);
     int64_t total = root.type.shape.elements();
     if (group.kind == GroupKind::matmul) {

@@ -37,7 +37,8 @@ struct KernelPlan {
   LaunchShape launch;          // for a symbolic graph, at the bucket's upper bounds
   std::vector<SizeTerm> grid;  // symbolic graphs: the grid's x, y, z as size terms
   std::vector<KernelParam> params;  // stores first, then reads, each buffer once, then dims
-  int sm = 0;  // the CUDA arch schedule_cuda() planned for (0 before it, and on the CPU)
+  Target target;  // the CUDA target schedule_cuda() planned for (CUDA of no arch before it, and on
+                  // the CPU): the emitters ask it for features
   // The parameter index holding node `id`'s value (a read), or -1.
   int param_of(const std::vector<BufferRef>& location, ir::NodeId id) const;
 };
@@ -68,14 +69,14 @@ inline constexpr uint64_t k_max_param_bytes = 32764;
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
                                    const PrecisionPlan& precision, const Sizes& sizes);
 
-// The CUDA target's part of the plan, for arch `sm`: matmul tiles (from `schedule`: the heuristic
+// The CUDA target's part of the plan, for `target` (its arch): matmul tiles (from `schedule`: the heuristic
 // unless a caller provides another; a tile that is not legal for the kernel fails, naming the
 // kernel and the tiles it runs), the tile in matmul kernels' names, attention tiles, launch
 // shapes and, for a symbolic graph, grid terms. Fails for launches beyond CUDA's grid limits
 // (65535 row tiles or batches per launch) and for a kernel whose parameters would not fit in
 // k_max_param_bytes (fuse() keeps kernels far below it, so only groups formed otherwise get
 // there); the message names the kernel and the bytes.
-Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, int sm, const Sizes& sizes,
-                     const ScheduleProvider& schedule = heuristic_schedule());
+Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& target,
+                     const Sizes& sizes, const ScheduleProvider& schedule = heuristic_schedule());
 
 }  // namespace kiln::compiler

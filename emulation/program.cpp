@@ -198,7 +198,7 @@ Expected<Program> build_program_from_source(const ir::Graph& graph, compiler::Lo
   program.m_source = std::move(source);
   program.m_plan = launch_plan(program.m_lowered);
   ModuleOptions options;
-  options.sm = program.m_lowered.sm;
+  options.sm = program.m_lowered.target.sm;
   options.shim = std::move(shim);
   options.entries = program.m_plan.entries();
   auto module = compile_module(program.m_source, options);

@@ -18,6 +18,11 @@ std::optional<std::optional<compiler::cpu::CpuMachine>> parse_cpu_target(const s
     print_error(command + ": " + parsed.error().message);
     return std::nullopt;
   }
+  if (parsed->is_emulated()) {
+    print_error(command + ": --target " + target + ": the emulator is `kiln run --emulate [--arch "
+                "sm_XX]` (RuntimeOptions::target \"emulate:sm_XX\" when embedding)");
+    return std::nullopt;
+  }
   if (!parsed->is_cpu()) {
     if (parsed->sm == 0) return std::optional<compiler::cpu::CpuMachine>{};
     print_error(command + ": --target " + target + ": give the CUDA arch with --arch");

@@ -38,7 +38,7 @@ bool must_refuse(const ir::Graph& g, ir::Precision mode, int sm) {
 class Compiled {
  public:
   const Artifact& get(const LoweredProgram& program, const CompileOptions& o) {
-    std::string key = std::to_string(program.sm) + program_source(program, Prelude::omit);
+    std::string key = std::to_string(program.target.sm) + program_source(program, Prelude::omit);
     for (const std::string& f : program.precision.fallbacks) key += "\n" + f;
     auto it = m_done.find(key);
     if (it != m_done.end()) return it->second;

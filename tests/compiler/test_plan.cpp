@@ -169,7 +169,7 @@ TEST(Plan, AKernelBeyondTheParameterSpaceIsRefusedWithItsSizeAndTheLimit) {
   Sizes sizes(g);
   auto plan = plan_kernels(g, fuse(g, 100000), *precision, sizes);
   ASSERT_TRUE(plan.ok()) << plan.error().message;  // the target-free plan has no such limit
-  Status scheduled = schedule_cuda(g, *plan, o.target.sm, sizes);
+  Status scheduled = schedule_cuda(g, *plan, o.target, sizes);
   ASSERT_FALSE(scheduled);
   const std::string& message = scheduled.error().message;
   EXPECT_NE(message.find("kernel 'k0_elementwise'"), std::string::npos) << message;

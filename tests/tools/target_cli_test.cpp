@@ -93,6 +93,12 @@ TEST_F(TargetCli, BadTargetsAndConflictsAreUsageErrors) {
   CliResult llvm = run_kiln({"emit", k_mlp, "--llvm", "--arch", "sm_90"}, {}, env());
   EXPECT_EQ(llvm.exit_code, 2);
   EXPECT_NE(llvm.err.find("--target cpu"), std::string::npos) << llvm.err;
+  // The emulate target is the runtime's; on the command line it is --emulate.
+  for (const char* command : {"compile", "run"}) {
+    CliResult emulate = run_kiln({command, k_mlp, "--target", "emulate:sm_80"}, {}, env());
+    EXPECT_EQ(emulate.exit_code, 2) << command;
+    EXPECT_NE(emulate.err.find("kiln run --emulate"), std::string::npos) << emulate.err;
+  }
 }
 
 // An unknown CPU is kiln's one clear error, without LLVM's own warning about the name.
