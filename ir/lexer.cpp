@@ -28,6 +28,8 @@ struct ByteNames {
   }
 };
 const ByteNames k_byte_names;
+constexpr std::string_view k_dot_after_name =
+    "'.' after a name (a name's segments are joined by single dots, and it does not end with one)";
 
 }  // namespace
 
@@ -87,9 +89,23 @@ Token Lexer::next() {
   }
   size_t begin = m_pos;
   char c = peek();
+  if (c == '.' && begin == m_name_end) {
+    // A dot right after a name that does not start another segment: "a." or "a..b".
+    token.kind = TokenKind::invalid;
+    token.text = k_dot_after_name;
+    advance();
+    return token;
+  }
   if (is_ident_start(c)) {
     while (is_ident_char(peek())) advance();
+    // Dot-joined segments, as a state_dict names its tensors (model.layers.0.q_proj.weight): a
+    // later segment may start with a digit.
+    while (peek() == '.' && is_ident_char(peek(1))) {
+      advance();
+      while (is_ident_char(peek())) advance();
+    }
     token.kind = TokenKind::identifier;
+    m_name_end = m_pos;
   } else if (is_digit(c) || ((c == '-' || c == '+' || c == '.') &&
                              (is_digit(peek(1)) || (peek(1) == '.' && is_digit(peek(2)))))) {
     // Sign, digits, fraction, exponent; the parser converts and range-checks the text.

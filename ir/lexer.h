@@ -52,6 +52,7 @@ private:
 
   std::string_view m_source;
   size_t m_pos = 0;
+  size_t m_name_end = std::string_view::npos;  // where the last identifier ended
   Location m_location;
 };
 

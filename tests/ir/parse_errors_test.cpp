@@ -110,6 +110,11 @@ const BadGraph k_bad_graphs[] = {
     {"OpWithoutParens", wrap("  y = relu\n  output y\n"), 5, 3, "expected '(' after op 'relu'"},
     {"LiteralOutOfRange", wrap("  y = mul(x, 1e999)\n  output y\n"), 4, 14, "out of range"},
     {"StrayPunctuation", wrap("  y = relu(x) @\n  output y\n"), 4, 15, "unexpected character '@'"},
+    {"NameEndingInADot", wrap("  y. = relu(x)\n  output y\n"), 4, 4,
+     "'.' after a name (a name's segments are joined by single dots"},
+    {"DoubledDotInAName", wrap("  layer..y = relu(x)\n  output y\n"), 4, 8, "'.' after a name"},
+    {"NameStartingWithADot", wrap("  .y = relu(x)\n  output y\n"), 4, 3,
+     "unexpected character '.'"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Parser, ParseError, ::testing::ValuesIn(k_bad_graphs),

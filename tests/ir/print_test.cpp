@@ -35,6 +35,34 @@ graph  attn{input q:f32[2,8,4];input k :f32[2, 8, 4]   # keys
             "}\n");
 }
 
+// state_dict names: dot-joined segments, a later one may start with a digit.
+TEST(Print, DottedNamesParsePrintAndHashAsWritten) {
+  const char* text = R"(graph g {
+  input model.layers.0.self_attn.q_proj.weight: f32[8, 8]
+  input x: f32[2, 8]
+  model.layers.0.out = matmul(x, model.layers.0.self_attn.q_proj.weight, transpose_b=true)
+  output model.layers.0.out
+}
+)";
+  auto graph = parse_graph(text, "dotted.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  EXPECT_EQ(graph->node(graph->inputs()[0]).name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(graph->node(graph->outputs()[0]).name, "model.layers.0.out");
+  std::string printed = print_graph(*graph);
+  EXPECT_NE(printed.find("input model.layers.0.self_attn.q_proj.weight: f32[8, 8]"),
+            std::string::npos)
+      << printed;
+  auto again = parse_graph(printed, "printed.kg");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(print_graph(*again), printed);
+  EXPECT_EQ(graph_hash(*again), graph_hash(*graph));
+  // A dot joins segments only: "1..4096" in a dim range and numbers like ".5" read as before.
+  auto numbers = parse_graph(
+      "graph h {\n  dim B: 1..64\n  input x: f32[B, 4]\n  y = mul(x, .5)\n  output y\n}\n",
+      "h.kg");
+  ASSERT_TRUE(numbers) << numbers.error().message;
+}
+
 TEST(Print, KeepsNonDefaultAttributes) {
   Graph g = parse_ok(
       "graph g { input a: f32[3, 4, 5]\n input b: f32[4, 6]\n"

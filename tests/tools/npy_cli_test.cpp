@@ -155,6 +155,28 @@ TEST_F(NpyCli, RunSavesEachOutputInItsDtypeAndTheReferenceAsF8) {
   EXPECT_EQ(f64_at(read_npy(m_dir + "/ref/h.npy"), 5), 4.25);
 }
 
+// state_dict names (dot-joined) as input and output names: --input NAME=PATH, --save NAME.npy.
+TEST_F(NpyCli, DottedNamesAreInputsAndOutputsAsWritten) {
+  std::string graph = write_text("dotted.kg", R"(graph tiny.model {
+  input model.layers.0.weight: f32[8, 6]
+  input x: f32[4, 8]
+  model.out = relu(matmul(x, model.layers.0.weight))
+  output model.out
+}
+)");
+  std::string w = write_npy("w.npy", filled(npy::Descr::f4, {8, 6}, 0.5f));
+  std::string x = write_npy("x.npy", filled(npy::Descr::f4, {4, 8}, 1.0f));
+  CliResult r = run_kiln({"run", graph, "--emulate", "--input", "model.layers.0.weight=" + w,
+                          "--input", "x=" + x, "--save", m_dir + "/out", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json report = json::parse(r.out);
+  EXPECT_EQ(report["inputs"]["model.layers.0.weight"], w);
+  EXPECT_EQ(report["outputs"][0]["name"], "model.out");
+  npy::Array y = read_npy(m_dir + "/out/model.out.npy");
+  ASSERT_EQ(y.shape, (std::vector<int64_t>{4, 6}));
+  for (size_t i = 0; i < 24; ++i) ASSERT_EQ(f32_at(y, i), 4.0f) << i;
+}
+
 TEST_F(NpyCli, TheSameInputsGiveTheSameOutputsWhateverTheSeed) {
   std::vector<std::string> args = all_inputs();
   std::vector<std::string> first = args, second = args;
