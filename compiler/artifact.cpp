@@ -308,7 +308,8 @@ Status read_params(Reader& r, std::vector<KernelParam>& params) {
       continue;
     }
     uint8_t role = r.u8();
-    if (role > static_cast<uint8_t>(BufferRole::temporary)) return make_error("artifact: corrupt parameter");
+    if (role > static_cast<uint8_t>(BufferRole::temporary))
+      return make_error("artifact: corrupt parameter");
     p.buffer.role = static_cast<BufferRole>(role);
     p.buffer.index = r.u32();
     p.bytes = r.u64();
@@ -376,11 +377,12 @@ Status read_fields(std::string_view bytes, const char* what, bool terminated, On
       }
       continue;
     }
-    if (!payload.ok()) return make_error("artifact: truncated or corrupt ", what, " field ",
-                                         std::to_string(tag & ~k_required));
-    if (!payload.done()) return make_error("artifact: ", what, " field ",
-                                           std::to_string(tag & ~k_required), " has ",
-                                           std::to_string(payload.left()), " trailing bytes");
+    if (!payload.ok())
+      return make_error("artifact: truncated or corrupt ", what, " field ",
+                        std::to_string(tag & ~k_required));
+    if (!payload.done())
+      return make_error("artifact: ", what, " field ", std::to_string(tag & ~k_required), " has ",
+                        std::to_string(payload.left()), " trailing bytes");
   }
   if (!r.ok() || terminated) return make_error("artifact: truncated ", what);
   return Status::success();
@@ -420,15 +422,18 @@ Status read_kernel(std::string_view bytes, KernelArtifact& k) {
         return 1;
       case k_binary_of: k.binary_of = rest(r); return 1;
       case k_grid:
-        if (!read_terms(r, k.grid)) return failed(error, make_error("artifact: corrupt kernel grid"));
+        if (!read_terms(r, k.grid))
+          return failed(error, make_error("artifact: corrupt kernel grid"));
         return 1;
       case k_items:
-        if (!read_terms(r, k.items)) return failed(error, make_error("artifact: corrupt work items"));
+        if (!read_terms(r, k.items))
+          return failed(error, make_error("artifact: corrupt work items"));
         return 1;
       case k_scratch:
         k.scratch_floats = r.u64();
         // A thread's scratch is allocated before a kernel runs: bound it (256 MiB).
-        if (k.scratch_floats > (uint64_t{1} << 26)) return failed(error, make_error("artifact: corrupt scratch size"));
+        if (k.scratch_floats > (uint64_t{1} << 26))
+          return failed(error, make_error("artifact: corrupt scratch size"));
         return 1;
     }
     return 0;
@@ -505,7 +510,8 @@ Expected<Artifact> deserialize_v4(Reader& r, uint32_t version) {
       if (!read_terms(r, k.items)) return make_error("artifact: truncated or corrupt work items");
       k.scratch_floats = r.u64();
       // A thread's scratch is allocated before a kernel runs: bound it (256 MiB).
-      if (k.scratch_floats > (uint64_t{1} << 26)) return make_error("artifact: corrupt scratch size");
+      if (k.scratch_floats > (uint64_t{1} << 26))
+        return make_error("artifact: corrupt scratch size");
     }
   }
   if (version >= 4) {
@@ -539,12 +545,14 @@ std::string serialize(const Artifact& a) {
   f.str(f_toolchain, a.nvrtc_version);
   f.str(f_source, a.source);
   f.str(f_log, a.log);
-  if (!a.fallbacks.empty()) f.nested(f_fallbacks, [&](ByteWriter& b) { write_strings(b, a.fallbacks); });
+  if (!a.fallbacks.empty())
+    f.nested(f_fallbacks, [&](ByteWriter& b) { write_strings(b, a.fallbacks); });
   f.nested(f_input_bytes, [&](ByteWriter& b) { write_u64s(b, a.input_bytes); });
   f.nested(f_output_bytes, [&](ByteWriter& b) { write_u64s(b, a.output_bytes); });
   f.nested(f_temporary_bytes, [&](ByteWriter& b) { write_u64s(b, a.temporary_bytes); });
   f.nested(f_workspace_bytes, [&](ByteWriter& b) { b.u64(a.workspace_bytes); });
-  for (const KernelArtifact& k : a.kernels) f.nested(f_kernel, [&](ByteWriter& b) { write_kernel(b, k); });
+  for (const KernelArtifact& k : a.kernels)
+    f.nested(f_kernel, [&](ByteWriter& b) { write_kernel(b, k); });
   if (!a.bucket.empty()) {
     f.nested(f_bucket, [&](ByteWriter& b) {
       b.u64(a.bucket.size());
@@ -554,8 +562,10 @@ std::string serialize(const Artifact& a) {
       }
     });
   }
-  if (!a.input_sizes.empty()) f.nested(f_input_sizes, [&](ByteWriter& b) { write_terms(b, a.input_sizes); });
-  if (!a.output_sizes.empty()) f.nested(f_output_sizes, [&](ByteWriter& b) { write_terms(b, a.output_sizes); });
+  if (!a.input_sizes.empty())
+    f.nested(f_input_sizes, [&](ByteWriter& b) { write_terms(b, a.input_sizes); });
+  if (!a.output_sizes.empty())
+    f.nested(f_output_sizes, [&](ByteWriter& b) { write_terms(b, a.output_sizes); });
   if (!a.temporary_sizes.empty())
     f.nested(f_temporary_sizes, [&](ByteWriter& b) { write_terms(b, a.temporary_sizes); });
   f.str(f_object, a.object);
@@ -585,7 +595,7 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   bool has_arch = false, has_target = false;
   std::string_view fields = r.raw(r.left());
   a.kernels.reserve(count_fields(fields, f_kernel));
-  Status s = read_fields(fields, "artifact", true, [&](uint32_t tag, Reader& f, Error& error) -> int {
+  auto on_field = [&](uint32_t tag, Reader& f, Error& error) -> int {
     switch (tag) {
       case f_arch: a.arch = rest(f); has_arch = true; return 1;
       case f_precision: a.precision = rest(f); return 1;
@@ -612,13 +622,16 @@ Expected<Artifact> deserialize(std::string_view bytes) {
         }
         return 1;
       case f_input_sizes:
-        if (!read_terms(f, a.input_sizes)) return failed(error, make_error("artifact: corrupt size terms"));
+        if (!read_terms(f, a.input_sizes))
+          return failed(error, make_error("artifact: corrupt size terms"));
         return 1;
       case f_output_sizes:
-        if (!read_terms(f, a.output_sizes)) return failed(error, make_error("artifact: corrupt size terms"));
+        if (!read_terms(f, a.output_sizes))
+          return failed(error, make_error("artifact: corrupt size terms"));
         return 1;
       case f_temporary_sizes:
-        if (!read_terms(f, a.temporary_sizes)) return failed(error, make_error("artifact: corrupt size terms"));
+        if (!read_terms(f, a.temporary_sizes))
+          return failed(error, make_error("artifact: corrupt size terms"));
         return 1;
       case f_object: a.object = rest(f); return 1;
       case f_target: {
@@ -638,8 +651,8 @@ Expected<Artifact> deserialize(std::string_view bytes) {
       }
     }
     return 0;
-  });
-  if (!s) return s.error();
+  };
+  if (Status s = read_fields(fields, "artifact", true, on_field); !s) return s.error();
   if (!has_arch) return make_error("artifact: no arch");
   if (!has_target) a.target = target_of_arch(a.arch);
   // A kernel running another's binary holds copies of it (the record stores it once).

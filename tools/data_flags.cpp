@@ -5,6 +5,7 @@
 #include "support/npy.h"
 #include "tools/cli.h"
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cstring>
@@ -138,6 +139,61 @@ int prepare_directory(const std::string& dir, const char* flag, const std::strin
   return k_exit_ok;
 }
 
+// --inputs DIR: each input's path DIR/NAME.npy, into `paths` (where --input gave none: an input
+// given by both is an error). An input without its file is an error naming every such input; a
+// .npy file that names no input is a warning (a state_dict holds more than one graph reads).
+Status inputs_from_directory(const ir::Graph& graph, const std::string& dir,
+                             const std::string& command, std::vector<std::string>& paths) {
+  std::error_code ec;
+  if (dir.size() > 4 && dir.compare(dir.size() - 4, 4, ".npz") == 0 &&
+      !std::filesystem::is_directory(dir, ec))
+    return make_error(command, ": --inputs ", dir, ": .npz archives are not read yet; unpack it "
+                      "(python3 -c \"import numpy as n, sys; [n.save(f'DIR/{k}.npy', v) for k, v "
+                      "in n.load(sys.argv[1]).items()]\" FILE.npz) and pass --inputs DIR");
+  if (!std::filesystem::is_directory(dir, ec))
+    return make_error(command, ": --inputs ", dir, ": not a directory");
+  std::string missing, twice;
+  size_t count = graph.inputs().size();
+  for (size_t i = 0; i < count; ++i) {
+    const std::string& name = graph.node(graph.inputs()[i]).name;
+    std::string path = (std::filesystem::path(dir) / (name + ".npy")).string();
+    if (!paths[i].empty()) {
+      twice += (twice.empty() ? "" : ", ") + name;
+      continue;
+    }
+    if (!std::filesystem::is_regular_file(path, ec) && !std::filesystem::exists(path, ec)) {
+      missing += (missing.empty() ? "" : ", ") + name;
+      continue;
+    }
+    paths[i] = path;
+  }
+  if (!twice.empty())
+    return make_error(command, ": --input and --inputs ", dir, " both give ", twice);
+  if (!missing.empty())
+    return make_error(command, ": --inputs ", dir, " has no file for input(s) ", missing,
+                      " (expected NAME.npy for each)");
+  std::vector<std::string> extra;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    std::string file = it->path().filename().string();
+    if (file.size() <= 4 || file.compare(file.size() - 4, 4, ".npy") != 0) continue;
+    std::string name = file.substr(0, file.size() - 4);
+    bool known = false;
+    for (ir::NodeId id : graph.inputs()) known = known || graph.node(id).name == name;
+    if (!known) extra.push_back(file);
+  }
+  if (!extra.empty()) {
+    std::sort(extra.begin(), extra.end());
+    std::string list;
+    for (size_t i = 0; i < extra.size() && i < 8; ++i) list += (i ? ", " : "") + extra[i];
+    if (extra.size() > 8) list += ", and " + std::to_string(extra.size() - 8) + " more";
+    print_warning(command + ": --inputs " + dir + ": " + std::to_string(extra.size()) +
+                  " file(s) name no input of graph '" + graph.name() + "' and are not read: " +
+                  list);
+  }
+  return Status::success();
+}
+
 enum class SaveAs : uint8_t {
   dtype,  // the tensor's dtype in device layout
   fp64,   // its values as doubles ('<f8')
@@ -171,6 +227,11 @@ void add_data_options(CLI::App* cmd, DataFlags& flags, const std::string& saved)
   cmd->add_option("--input", flags.inputs,
                   "an input from a NumPy file, NAME=PATH.npy (repeatable; the rest are seeded)")
       ->type_name("NAME=PATH")
+      ->check(not_empty);
+  cmd->add_option("--inputs", flags.inputs_from,
+                  "every input from DIR/NAME.npy (NAME as the graph writes it, dots kept; "
+                  "--input NAME=PATH.npy then gives none of them again)")
+      ->type_name("DIR")
       ->check(not_empty);
   cmd->add_option("--save", flags.save, "write " + saved + " as DIR/NAME.npy")
       ->type_name("DIR")
@@ -209,6 +270,12 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
       return std::nullopt;
     }
     paths[i] = flag.substr(eq + 1);
+  }
+  if (!flags.inputs_from.empty()) {
+    if (Status s = inputs_from_directory(graph, flags.inputs_from, command, paths); !s) {
+      print_error(s.error().message);
+      return std::nullopt;
+    }
   }
   std::vector<std::optional<npy::Array>> arrays(count);
   for (size_t i = 0; i < count; ++i) {

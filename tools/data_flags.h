@@ -1,5 +1,5 @@
-// Real data in and out of `kiln run` and `kiln audit`: --input NAME=PATH.npy, --save DIR and
-// --save-reference DIR (NumPy .npy files, see support/npy.h).
+// Real data in and out of `kiln run` and `kiln audit`: --input NAME=PATH.npy, --inputs DIR,
+// --save DIR and --save-reference DIR (NumPy .npy files, see support/npy.h).
 #pragma once
 
 #include "ir/graph.h"
@@ -19,6 +19,7 @@ namespace kiln::tools {
 
 struct DataFlags {
   std::vector<std::string> inputs;  // --input NAME=PATH, repeatable
+  std::string inputs_from;          // --inputs DIR: every input from DIR/NAME.npy ("" for none)
   std::string save;                 // --save DIR: outputs in their dtypes ("" for none)
   std::string save_reference;       // --save-reference DIR: fp64 outputs ("" for none)
 };
@@ -38,7 +39,8 @@ struct RunData {
 // the dims of a symbolic graph: --dims when given (the files must agree with it), else the sizes
 // the files give; creates the --save directories. On failure prints "<command>: ..." or
 // "PATH: error: ..." and returns nullopt with `exit_code` set: k_exit_usage for bad usage or
-// input (a malformed flag, an input unknown or given twice, a missing, unreadable, malformed or
+// input (a malformed flag, an input unknown or given twice, an --inputs directory that lacks an
+// input's file or is not a directory, a missing, unreadable, malformed or
 // oversized file, a wrong dtype or shape, a dim no file gives, a --save path that names a file,
 // --save and --save-reference naming one directory), k_exit_failure when a --save directory
 // cannot be created (no permission, a read-only disk: the environment's failure, as for an

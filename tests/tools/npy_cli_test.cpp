@@ -177,6 +177,56 @@ TEST_F(NpyCli, DottedNamesAreInputsAndOutputsAsWritten) {
   for (size_t i = 0; i < 24; ++i) ASSERT_EQ(f32_at(y, i), 4.0f) << i;
 }
 
+// --inputs DIR: every input from DIR/NAME.npy, as --input one by one would give them.
+TEST_F(NpyCli, InputsFromADirectoryReadEveryInputByName) {
+  std::string dir = m_dir + "/weights";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(npy::write_file(dir + "/x.npy", filled(npy::Descr::f4, {4, 8}, 1.0f)));
+  ASSERT_TRUE(npy::write_file(dir + "/w.npy", filled(npy::Descr::f4, {8, 6}, 0.5f)));
+  ASSERT_TRUE(npy::write_file(dir + "/r.npy", filled(npy::Descr::f2, {4, 6}, 0.25f)));
+  ASSERT_TRUE(npy::write_file(dir + "/g.npy", filled(npy::Descr::u2, {4, 6}, 0.5f)));
+  CliResult r = run({"--inputs", dir, "--save", m_dir + "/out", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  json report = json::parse(r.out);
+  EXPECT_EQ(report["inputs"]["w"], dir + "/w.npy");
+  npy::Array y = read_npy(m_dir + "/out/y.npy");
+  for (size_t i = 0; i < 24; ++i) ASSERT_EQ(f32_at(y, i), 4.0f) << i;
+  std::vector<std::string> one_by_one = all_inputs();
+  one_by_one.insert(one_by_one.end(), {"--save", m_dir + "/each"});
+  ASSERT_EQ(run(one_by_one).exit_code, 0);
+  for (const char* name : {"y", "h", "b"})
+    EXPECT_EQ(read_npy(m_dir + "/out/" + std::string(name) + ".npy").data,
+              read_npy(m_dir + "/each/" + std::string(name) + ".npy").data)
+        << name;
+
+  // A file that names no input is read by nobody and said so.
+  ASSERT_TRUE(
+      npy::write_file(dir + "/lm_head.weight.npy", filled(npy::Descr::f4, {2, 2}, 1.0f)));
+  CliResult extra = run({"--inputs", dir});
+  EXPECT_EQ(extra.exit_code, 0) << extra.err;
+  EXPECT_NE(extra.err.find("1 file(s) name no input of graph 'mixed' and are not read: "
+                           "lm_head.weight.npy"),
+            std::string::npos)
+      << extra.err;
+  // An input given twice, a missing file, and a path that is not a directory: usage errors.
+  CliResult twice = run({"--inputs", dir, "--input", "x=" + dir + "/x.npy"});
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.err.find("--input and --inputs " + dir + " both give x"), std::string::npos)
+      << twice.err;
+  std::filesystem::remove(dir + "/r.npy");
+  std::filesystem::remove(dir + "/g.npy");
+  CliResult missing = run({"--inputs", dir});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("has no file for input(s) r, g"), std::string::npos) << missing.err;
+  CliResult file = run({"--inputs", dir + "/x.npy"});
+  EXPECT_EQ(file.exit_code, 2);
+  EXPECT_NE(file.err.find("not a directory"), std::string::npos) << file.err;
+  CliResult npz = run({"--inputs", m_dir + "/weights.npz"});
+  EXPECT_EQ(npz.exit_code, 2);
+  EXPECT_NE(npz.err.find(".npz archives are not read yet"), std::string::npos) << npz.err;
+}
+
 TEST_F(NpyCli, TheSameInputsGiveTheSameOutputsWhateverTheSeed) {
   std::vector<std::string> args = all_inputs();
   std::vector<std::string> first = args, second = args;
