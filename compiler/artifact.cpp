@@ -122,15 +122,6 @@ std::optional<LaunchShape> launch_at(const LaunchShape& launch, const std::vecto
   return out;
 }
 
-std::string_view to_string(ParamKind kind) {
-  switch (kind) {
-    case ParamKind::pointer: return "pointer";
-    case ParamKind::dim: return "dim";
-    case ParamKind::tensor_map: return "tensor_map";
-  }
-  return "?";
-}
-
 uint32_t param_size(ParamKind kind) {
   switch (kind) {
     case ParamKind::pointer: return 8;
@@ -458,7 +449,8 @@ size_t count_fields(std::string_view bytes, uint32_t tag) {
   return n;
 }
 
-Status check_binary_of(const std::vector<KernelArtifact>& kernels) {
+// binary_owners(), refusing a binary_of that names no earlier kernel with a binary of its own.
+Expected<std::vector<size_t>> checked_owners(const std::vector<KernelArtifact>& kernels) {
   std::vector<size_t> owners = binary_owners(kernels);
   for (size_t i = 0; i < kernels.size(); ++i) {
     const KernelArtifact& k = kernels[i];
@@ -467,7 +459,7 @@ Status check_binary_of(const std::vector<KernelArtifact>& kernels) {
                         "', not of an earlier kernel with one");
     }
   }
-  return Status::success();
+  return owners;
 }
 
 // Formats 2 to 4, fields in declaration order; their `dim_params` count becomes dim parameters.
@@ -516,7 +508,7 @@ Expected<Artifact> deserialize_v4(Reader& r, uint32_t version) {
   }
   if (version >= 4) {
     for (KernelArtifact& k : a.kernels) k.binary_of = r.str();
-    if (Status s = check_binary_of(a.kernels); !s) return s.error();
+    if (auto owners = checked_owners(a.kernels); !owners) return owners.error();
   }
   if (!r.ok()) return make_error("artifact: truncated");
   if (!r.done()) return make_error("artifact: ", std::to_string(r.left()), " trailing bytes");
@@ -656,14 +648,13 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   if (!has_arch) return make_error("artifact: no arch");
   if (!has_target) a.target = target_of_arch(a.arch);
   // A kernel running another's binary holds copies of it (the record stores it once).
-  if (Status b = check_binary_of(a.kernels); !b) return b.error();
-  bool shared = std::any_of(a.kernels.begin(), a.kernels.end(),
-                            [](const KernelArtifact& k) { return !k.binary_of.empty(); });
-  std::vector<size_t> owners = shared ? binary_owners(a.kernels) : std::vector<size_t>{};
-  for (size_t i = 0; shared && i < a.kernels.size(); ++i) {
-    if (owners[i] == i) continue;
-    a.kernels[i].cubin = a.kernels[owners[i]].cubin;
-    a.kernels[i].ptx = a.kernels[owners[i]].ptx;
+  auto owners = checked_owners(a.kernels);
+  if (!owners) return owners.error();
+  for (size_t i = 0; i < a.kernels.size(); ++i) {
+    size_t of = (*owners)[i];
+    if (of == i) continue;
+    a.kernels[i].cubin = a.kernels[of].cubin;
+    a.kernels[i].ptx = a.kernels[of].ptx;
   }
   return a;
 }

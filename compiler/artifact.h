@@ -46,7 +46,6 @@ struct BufferRef {
 // (an int); or a 128-byte CUDA tensor map of a buffer, by value (TMA on sm_90a; nothing emits
 // one yet, and the launcher refuses it by name).
 enum class ParamKind : uint8_t { pointer, dim, tensor_map };
-std::string_view to_string(ParamKind kind);
 
 // One kernel parameter. Buffers come first (stores, then reads), then the dims.
 struct KernelParam {

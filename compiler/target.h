@@ -44,8 +44,6 @@ struct Target {
   std::string cpu_features;  // cpu: the LLVM feature string; "" for the CPU's own
   bool is_cpu() const { return kind == Kind::cpu; }
   bool is_emulated() const { return kind == Kind::emulate; }
-  // Whether kernels are CUDA kernels of arch `sm` (cuda, emulate).
-  bool has_cuda_kernels() const { return kind != Kind::cpu; }
   // Whether the executable takes host pointers (cpu, emulate).
   bool on_host() const { return kind != Kind::cuda; }
   static Target cuda(int sm) {

@@ -3,6 +3,7 @@
 #include "kiln/kiln.h"
 
 #include "runtime/context.h"
+#include "runtime/executable_impl.h"
 #include "runtime/driver.h"
 
 #include <utility>
@@ -100,11 +101,7 @@ Status DeviceBuffer::download(void* host, size_t bytes) const {
 
 namespace {
 
-size_t spec_bytes(const TensorSpec& spec) {
-  size_t bytes = spec.dtype == DType::f32 ? 4 : 2;
-  for (int64_t d : spec.shape) bytes *= static_cast<size_t>(d);
-  return bytes;
-}
+size_t spec_bytes(const TensorSpec& spec) { return runtime::tensor_bytes(spec.dtype, spec.shape); }
 
 }  // namespace
 

@@ -13,11 +13,7 @@ namespace kiln::runtime {
 
 namespace {
 
-size_t ref_bytes(const TensorRef& ref) {
-  size_t n = ir::byte_size(ref.dtype);
-  for (int64_t d : ref.shape) n *= static_cast<size_t>(d);
-  return n;
-}
+size_t ref_bytes(const TensorRef& ref) { return tensor_bytes(ref.dtype, ref.shape); }
 
 class EmulatedBackend final : public Backend {
 public:

@@ -87,6 +87,13 @@ struct ExecutableAccess {
 Status check_tensors(const std::vector<TensorSpec>& specs, const std::vector<TensorRef>& refs,
                      const char* role);
 
+// The bytes of a tensor of `dtype` and `shape` (a TensorSpec's or a TensorRef's).
+inline size_t tensor_bytes(DType dtype, const std::vector<int64_t>& shape) {
+  size_t bytes = ir::byte_size(dtype);
+  for (int64_t d : shape) bytes *= static_cast<size_t>(d);
+  return bytes;
+}
+
 // The alignment every tensor pointer needs: tile loads and stores are 16 bytes wide.
 inline constexpr uintptr_t k_tensor_alignment = 16;
 
