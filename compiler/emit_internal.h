@@ -228,6 +228,7 @@ struct CudaText {
   Value abs(const Value& x) { return call("fabsf", x); }
   Value cos(const Value& x) { return call("cosf", x); }
   Value sin(const Value& x) { return call("sinf", x); }
+  Value log(const Value& x) { return call("logf", x); }
   Value group(const Value& x) { return {"(" + x.text + ")"}; }
 };
 

@@ -121,13 +121,45 @@ Expected<Shape> broadcast(const Shape& a, const Shape& b) {
 
 }  // namespace
 
-std::string_view to_string(OpKind kind) { return info(kind).name; }
+namespace {
+
+// The kinds the text writes as another op with an attribute (see ops.def): their text name.
+struct Spelling {
+  OpKind kind;
+  std::string_view written_as;
+};
+constexpr std::array k_spellings = {Spelling{OpKind::gelu_tanh, "gelu"}};
+
+const Spelling* spelling(OpKind kind) {
+  for (const Spelling& s : k_spellings)
+    if (s.kind == kind) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string_view to_string(OpKind kind) {
+  if (const Spelling* s = spelling(kind)) return s->written_as;
+  return info(kind).name;
+}
 
 std::optional<OpKind> parse_op_kind(std::string_view text) {
   for (size_t i = 0; i < k_ops.size(); ++i) {
-    if (k_ops[i].name == text) return static_cast<OpKind>(i);
+    auto kind = static_cast<OpKind>(i);
+    if (k_ops[i].name == text && !spelling(kind)) return kind;
   }
   return std::nullopt;
+}
+
+std::optional<OpKind> approximate_kind(OpKind kind, std::string_view approximate) {
+  if (kind != OpKind::gelu && kind != OpKind::gelu_tanh) return std::nullopt;
+  if (approximate == "none") return OpKind::gelu;
+  if (approximate == "tanh") return OpKind::gelu_tanh;
+  return std::nullopt;
+}
+
+std::string_view approximate_of(OpKind kind) {
+  return kind == OpKind::gelu_tanh ? "tanh" : "none";
 }
 
 OpCategory category(OpKind kind) { return info(kind).category; }
@@ -138,9 +170,10 @@ int max_operands(OpKind kind) { return info(kind).max_operands; }
 
 std::string op_names() {
   std::string names;
-  size_t written = 0, count = k_ops.size() - 1;  // every op but input
-  for (const OpInfo& op : k_ops) {
-    if (op.category == OpCategory::input) continue;
+  size_t written = 0, count = k_ops.size() - 1 - k_spellings.size();  // every op but input
+  for (size_t i = 0; i < k_ops.size(); ++i) {
+    const OpInfo& op = k_ops[i];
+    if (op.category == OpCategory::input || spelling(static_cast<OpKind>(i))) continue;
     if (written) names += ++written == count ? " or " : ", ";
     else ++written;
     names += op.name;

@@ -39,8 +39,16 @@ enum class FusionClass : uint8_t { source, anchor, pointwise, layout, reshape };
 // Where an op's result dtype comes from (ops.def's result column).
 enum class ResultDType : uint8_t { declared, operand, cast_to };
 
+// The op's name as the text writes it (gelu_tanh is written gelu, with approximate="tanh").
 std::string_view to_string(OpKind kind);
+// The kind the text's op name gives, nullopt for an unknown name (or a kind only written as
+// another op with an attribute).
 std::optional<OpKind> parse_op_kind(std::string_view text);
+// gelu's `approximate` argument: "none" gives gelu, "tanh" gelu_tanh; nullopt for another value
+// or another kind.
+std::optional<OpKind> approximate_kind(OpKind kind, std::string_view approximate);
+// "tanh" for gelu_tanh, "none" for every other kind.
+std::string_view approximate_of(OpKind kind);
 OpCategory category(OpKind kind);
 FusionClass fusion_class(OpKind kind);
 ResultDType result_dtype(OpKind kind);

@@ -28,6 +28,8 @@ struct ByteNames {
   }
 };
 const ByteNames k_byte_names;
+constexpr std::string_view k_unterminated_string =
+    "'\"' that opens a string not closed on its line";
 constexpr std::string_view k_dot_after_name =
     "'.' after a name (a name's segments are joined by single dots, and it does not end with one)";
 
@@ -41,6 +43,9 @@ std::string describe(const Token& token) {
       break;
     case TokenKind::number:
       out.append("number ").append(token.text);
+      break;
+    case TokenKind::string:
+      out.append("string ").append(token.text);
       break;
     case TokenKind::end:
       out.append("end of file");
@@ -118,6 +123,17 @@ Token Lexer::next() {
       while (is_digit(peek())) advance();
     }
     token.kind = TokenKind::number;
+  } else if (c == '"') {
+    // A string: printable characters up to the closing quote, on one line, no escapes.
+    advance();
+    while (m_pos < m_source.size() && peek() != '"' && peek() != '\n') advance();
+    if (peek() != '"') {
+      token.kind = TokenKind::invalid;
+      token.text = k_unterminated_string;
+      return token;
+    }
+    advance();
+    token.kind = TokenKind::string;
   } else {
     static constexpr std::string_view k_punct = "{}()[],:=";
     static constexpr std::array<TokenKind, 9> k_kinds = {

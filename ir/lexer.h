@@ -24,6 +24,7 @@ enum class TokenKind : uint8_t {
   comma,
   colon,
   equals,
+  string,   // a double-quoted string ("tanh"): `text` holds it quotes included; no escapes
   end,
   invalid,  // a character the format does not use; `text` holds a printable description
 };

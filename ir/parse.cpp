@@ -292,7 +292,7 @@ Expected<Operand> Parser::parse_call(const Token& op_token, int depth) {
           named.push_back(std::move(arg));
           continue;
         }
-        if (!at(TokenKind::identifier) && !at(TokenKind::number)) {
+        if (!at(TokenKind::identifier) && !at(TokenKind::number) && !at(TokenKind::string)) {
           return expected("a value for argument '" + std::string(first.text) + "'");
         }
         named.push_back(NamedArg{first.text, m_token, false, {}});

@@ -127,10 +127,20 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       return located(m_builder.add_binary(*kind, args[0].node, args[1].node));
     }
     case OpCategory::unary: {
-      if (!named.empty()) return unknown_arg(named[0], "it takes one operand only");
+      OpKind unary = *kind;
+      for (const NamedArg& arg : named) {
+        if (*kind != OpKind::gelu) return unknown_arg(arg, "it takes one operand only");
+        if (arg.name != "approximate" || arg.is_list) return unknown_arg(arg, "expected approximate");
+        std::optional<OpKind> approximate;
+        if (arg.value.kind == TokenKind::string && arg.value.text.size() >= 2) {
+          approximate = approximate_kind(*kind, arg.value.text.substr(1, arg.value.text.size() - 2));
+        }
+        if (!approximate) return bad_value(arg, "\"none\" or \"tanh\"");
+        unary = *approximate;
+      }
       auto x = tensor_arg(op_token, args[0], 0);
       if (!x) return x;
-      return located(m_builder.add_unary(*kind, *x));
+      return located(m_builder.add_unary(unary, *x));
     }
     case OpCategory::cast: {
       std::optional<DType> to;

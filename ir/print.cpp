@@ -84,9 +84,15 @@ public:
         out += ", scale=" + format_literal(attrs.scale);
         if (attrs.causal) out += ", causal=true";
         break;
+      case OpCategory::unary:
+        if (approximate_of(node.kind) != "none") {
+          out += ", approximate=\"";
+          out += approximate_of(node.kind);
+          out += '"';
+        }
+        break;
       case OpCategory::input:
       case OpCategory::binary:
-      case OpCategory::unary:
         break;
     }
     out += ')';

@@ -15,7 +15,7 @@ namespace kiln::ir {
 //   constant(double value, const char* text)  a float constant; `text` is its decimal spelling
 //                                             (the CUDA renderer writes it, with an f suffix)
 //   add sub mul div max min pow (a, b)        max/min as fmaxf/fminf (a NaN operand loses)
-//   neg exp erf tanh sqrt abs cos sin (x)
+//   neg exp erf tanh sqrt abs cos sin log (x)
 //   group(x)                                  x as one term: parenthesised in CUDA text, the
 //                                             identity elsewhere
 // A call's arguments are evaluated in an order C++ leaves open, so a formula names every
@@ -51,6 +51,14 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
       Value one_plus_erf = m.add(m.constant(1.0, "1.0"), erf);
       return m.mul(m.mul(m.constant(0.5, "0.5"), a), one_plus_erf);
     }
+    case OpKind::gelu_tanh: {  // the tanh approximation, as PyTorch's gelu(approximate="tanh")
+      Value square = m.mul(a, a);
+      Value cube = m.mul(square, a);
+      Value inner = m.add(a, m.mul(m.constant(0.044715, "0.044715"), cube));
+      Value t = m.tanh(m.mul(m.constant(0.79788456080286536, "0.79788456080286536"), inner));
+      Value one_plus_t = m.add(m.constant(1.0, "1.0"), t);
+      return m.mul(m.mul(m.constant(0.5, "0.5"), a), one_plus_t);
+    }
     case OpKind::silu:
       return m.div(a, m.add(m.constant(1.0, "1.0"), m.exp(m.neg(a))));
     case OpKind::sigmoid:
@@ -71,6 +79,10 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
       return m.cos(a);
     case OpKind::sin:
       return m.sin(a);
+    case OpKind::erf:
+      return m.erf(a);
+    case OpKind::log:
+      return m.log(a);
     // Not pointwise formulas.
     case OpKind::input:
     case OpKind::matmul:

@@ -68,6 +68,7 @@ struct RefMath {
   T abs(T x) { return std::fabs(x); }
   T cos(T x) { return std::cos(x); }
   T sin(T x) { return std::sin(x); }
+  T log(T x) { return std::log(x); }
   T group(T x) { return x; }
 };
 

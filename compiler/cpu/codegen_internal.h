@@ -166,6 +166,7 @@ struct LlvmMath {
   Value abs(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
   Value cos(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::cos, x); }
   Value sin(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::sin, x); }
+  Value log(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::log, x); }
   Value group(Value x) { return x; }
 };
 

@@ -160,6 +160,26 @@ TEST(CompileShapes, CosAndSinCompileOnEveryArchFamily) {
   }
 }
 
+// erf, log and the tanh gelu reach NVRTC as erff/logf/tanhf on every arch family, with no spills
+// or warnings, in a matmul epilogue and alone.
+TEST(CompileShapes, ErfLogAndTanhGeluCompileOnEveryArchFamily) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  ir::Graph g = test::parse(R"(graph acts {
+    input x: f32[64, 64]
+    input w: f32[64, 64]
+    y = add(gelu(matmul(x, w), approximate="tanh"), log(add(abs(erf(x)), 1.0)))
+    output y
+  })");
+  for (int sm : {75, 80, 90, 120}) {
+    auto a = compile(g, options(sm, sm >= 80 ? ir::Precision::high : ir::Precision::highest));
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    expect_clean(*a, "erf/log/gelu_tanh sm_" + std::to_string(sm));
+    EXPECT_NE(a->source.find("erff("), std::string::npos);
+    EXPECT_NE(a->source.find("logf("), std::string::npos);
+    EXPECT_NE(a->source.find("tanhf("), std::string::npos);
+  }
+}
+
 TEST(CompileShapes, AWideSumCompilesAsSeveralKernels) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   auto a = compile(test::parse(test::wide_sum(300, "f32[37]")), options(90, ir::Precision::high));

@@ -161,6 +161,20 @@ TEST(CpuTarget, CosAndSinMatchTheReferenceInEveryMode) {
   }
 }
 
+// erf, log and both gelu forms in a matmul epilogue and alone.
+TEST(CpuTarget, ErfLogAndTanhGeluMatchTheReferenceInEveryMode) {
+  ir::Graph graph = parse(
+      "graph g { input x: f32[37, 24]\n input w: f32[24, 24]\n"
+      " y = add(gelu(matmul(x, w), approximate=\"tanh\"), erf(x))\n"
+      " z = log(add(abs(y), 1.0))\n u = gelu(x)\n output z, u }");
+  for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
+                             ir::Precision::medium}) {
+    auto program = build(graph, mode);
+    ASSERT_TRUE(program);
+    expect_within_tolerance(graph, *program, {}, "erf/log/gelu in " + std::string(ir::to_string(mode)));
+  }
+}
+
 TEST(CpuTarget, RowOpsLayoutsAndReductions) {
   ir::Graph graph = parse(
       "graph g { input x: f32[6, 50, 33]\n input w: f32[33]\n input v: f32[33]\n"

@@ -99,7 +99,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"transposes_aligned", 90, k_tf32x3},
         Case{"rotary_odd", 75, k_highest}, Case{"rotary_odd", 90, k_highest},
         Case{"rotary_odd", 90, k_high}, Case{"rotary_odd", 90, k_tf32x3},
-        Case{"rotary_odd", 90, k_medium}),
+        Case{"rotary_odd", 90, k_medium}, Case{"activations_odd", 80, k_highest},
+        Case{"activations_odd", 90, k_high}, Case{"activations_odd", 90, k_medium}),
     case_name);
 
 // f16/bf16 graphs: the mode does not touch their matmuls.

@@ -40,7 +40,8 @@ TEST(OpTable, OperandCountsAreConsistentAndReachTheParser) {
   for (int i = 0; i < k_op_kind_count; ++i) {
     auto kind = static_cast<OpKind>(i);
     std::string name(to_string(kind));
-    EXPECT_EQ(parse_op_kind(name), kind) << name;
+    // gelu_tanh is written gelu(x, approximate="tanh"): its text name is gelu's.
+    EXPECT_EQ(parse_op_kind(name), kind == OpKind::gelu_tanh ? OpKind::gelu : kind) << name;
     EXPECT_LE(min_operands(kind), max_operands(kind)) << name;
     EXPECT_EQ(min_operands(kind) == 0, category(kind) == OpCategory::input) << name;
   }
@@ -61,7 +62,7 @@ TEST(OpTable, OperandCountsAreConsistentAndReachTheParser) {
                              "g.kg");
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().message.find("expected one of matmul, add, sub"), std::string::npos);
-  EXPECT_NE(unknown.error().message.find(", attention, cos or sin"), std::string::npos)
+  EXPECT_NE(unknown.error().message.find(", attention, cos, sin, erf or log"), std::string::npos)
       << unknown.error().message;
   EXPECT_EQ(unknown.error().message.find("input"), std::string::npos) << unknown.error().message;
 }
@@ -83,6 +84,62 @@ TEST(OpTable, CosAndSinAreUnaryOpsThatParsePrintAndHash) {
   auto bad = parse_graph("graph g {\n  input t: f32[4]\n  y = cos(t, t)\n  output y\n}\n", "g.kg");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("cos takes 1 operand, got 2"), std::string::npos);
+}
+
+TEST(OpTable, ErfLogAndTanhGeluParsePrintAndHash) {
+  const char* text =
+      "graph g {\n  input t: f32[4, 8]\n  y = add(erf(t), log(t))\n"
+      "  z = mul(gelu(y, approximate=\"tanh\"), gelu(t))\n  output z\n}\n";
+  auto g = parse_graph(text, "g.kg");
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_EQ(print_graph(*g), text);
+  EXPECT_EQ(g->node(4).kind, OpKind::gelu_tanh);
+  EXPECT_EQ(g->node(5).kind, OpKind::gelu);
+  EXPECT_EQ(category(OpKind::gelu_tanh), OpCategory::unary);
+  EXPECT_EQ(fusion_class(OpKind::log), FusionClass::pointwise);
+  // The new kinds come after every pinned one; approximate="none" is the plain gelu, hash and all.
+  EXPECT_EQ(static_cast<int>(OpKind::erf), 33);
+  EXPECT_EQ(static_cast<int>(OpKind::log), 34);
+  EXPECT_EQ(static_cast<int>(OpKind::gelu_tanh), 35);
+  auto plain = parse_graph("graph g {\n  input t: f32[4]\n  y = gelu(t)\n  output y\n}\n", "g.kg");
+  auto none = parse_graph(
+      "graph g {\n  input t: f32[4]\n  y = gelu(t, approximate=\"none\")\n  output y\n}\n", "g.kg");
+  auto tanh = parse_graph(
+      "graph g {\n  input t: f32[4]\n  y = gelu(t, approximate=\"tanh\")\n  output y\n}\n", "g.kg");
+  ASSERT_TRUE(plain && none && tanh);
+  EXPECT_EQ(graph_hash(*plain).hex(), graph_hash(*none).hex());
+  EXPECT_NE(graph_hash(*plain).hex(), graph_hash(*tanh).hex());
+  EXPECT_EQ(print_graph(*none), print_graph(*plain));
+  auto back = graph_from_canonical(canonical_bytes(*g), "g");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
+  EXPECT_EQ(print_graph(*back).find("approximate=\"tanh\"") != std::string::npos, true);
+}
+
+TEST(OpTable, GeluApproximateErrorsAreLocated) {
+  struct Case {
+    const char* call;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"gelu(t, approximate=\"fast\")",
+       "3:27: error: expected \"none\" or \"tanh\" for 'approximate', got string \"fast\""},
+      {"gelu(t, approximate=tanh)", "expected \"none\" or \"tanh\" for 'approximate', got identifier"},
+      {"gelu(t, approximate=\"tanh)", "3:27: error: expected a value for argument 'approximate', got "
+                                     "unexpected character '\"' that opens a string not closed"},
+      {"relu(t, approximate=\"tanh\")", "relu has no argument 'approximate'"},
+      {"gelu(t, approx=\"tanh\")", "gelu has no argument 'approx'; expected approximate"},
+      {"gelu_tanh(t)", "3:7: error: unknown op 'gelu_tanh'"},
+      {"gelu(\"tanh\")", "3:12: error: expected a value name, a number or an op call"},
+  };
+  for (const Case& c : cases) {
+    std::string text = "graph g {\n  input t: f32[4]\n  y = " + std::string(c.call) +
+                       "\n  output y\n}\n";
+    auto g = parse_graph(text, "g.kg");
+    ASSERT_FALSE(g) << c.call;
+    EXPECT_NE(g.error().message.find(c.message), std::string::npos)
+        << c.call << ": " << g.error().message;
+  }
 }
 
 TEST(OpTable, NormDefaultsComeFromTheTableInParserBuilderAndPrinter) {

@@ -60,8 +60,9 @@ private:
 
   void try_op() {
     static const OpKind k_binary[] = {OpKind::add, OpKind::sub, OpKind::mul, OpKind::div};
-    static const OpKind k_unary[] = {OpKind::relu, OpKind::gelu,    OpKind::silu, OpKind::sigmoid,
-                                     OpKind::tanh, OpKind::exp, OpKind::neg};
+    static const OpKind k_unary[] = {OpKind::relu, OpKind::gelu, OpKind::silu, OpKind::sigmoid,
+                                     OpKind::tanh, OpKind::exp,  OpKind::neg,  OpKind::cos,
+                                     OpKind::sin,  OpKind::erf,  OpKind::log,  OpKind::gelu_tanh};
     static const double k_literals[] = {0.5, -1.0, 2.0, 0.125, 1e-3, 3.0e20};
     Expected<NodeId> result = Error{};
     switch (pick(6)) {
@@ -81,7 +82,7 @@ private:
                                               maybe_name());
         break;
       case 3:
-        result = m_builder.add_unary(k_unary[pick(7)], any_value(), maybe_name());
+        result = m_builder.add_unary(k_unary[pick(12)], any_value(), maybe_name());
         break;
       case 4:
         result = m_builder.add_cast(any_value(), static_cast<DType>(pick(3)), maybe_name());

@@ -52,6 +52,26 @@ TEST(Fp64ShapeOps, CosAndSinInRadians) {
   EXPECT_LT(c[2], -0.98);
 }
 
+// erf and log against libm, and both gelu forms against their closed forms evaluated apart
+// (Python's math: 0.5 x (1 + erf(x / sqrt 2)) and 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))).
+TEST(Fp64ShapeOps, ErfLogAndBothGelus) {
+  const double x[] = {1, -2, 3, 4, 5, -6};
+  std::vector<double> e = on_x("erf(x)"), l = on_x("log(abs(x))");
+  ASSERT_EQ(e.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_DOUBLE_EQ(e[i], std::erf(x[i])) << i;
+    EXPECT_DOUBLE_EQ(l[i], std::log(std::fabs(x[i]))) << i;
+  }
+  std::vector<double> exact = on_x("gelu(x)"), tanh = on_x("gelu(x, approximate=\"tanh\")");
+  EXPECT_NEAR(exact[0], 0.8413447460685429, 1e-15);
+  EXPECT_NEAR(tanh[0], 0.8411919906082768, 1e-15);
+  EXPECT_NEAR(exact[1], -0.04550026389635842, 1e-15);
+  EXPECT_NEAR(tanh[1], -0.04540230591222494, 1e-15);
+  EXPECT_NEAR(tanh[2], 2.996362607918227, 1e-14);
+  EXPECT_NEAR(tanh[5], -8.43964897967453e-11, 1e-22);
+  EXPECT_NEAR(exact[5], -5.919525869479969e-09, 1e-20);
+}
+
 TEST(Fp64ShapeOps, LayoutOps) {
   EXPECT_EQ(on_x("permute(x, dims=[1, 0])"), (std::vector<double>{1, 4, -2, 5, 3, -6}));
   EXPECT_EQ(on_x("reshape(x, shape=[3, 2])"), (std::vector<double>{1, -2, 3, 4, 5, -6}));
