@@ -31,6 +31,12 @@ struct AttentionMatch {
   MatmulPath path = MatmulPath::ffma;  // of QK^T and PV
 };
 
+// True when a row of `m` whose every key is masked out is zeros: an attention op with a mask (the
+// explicit chain gives NaN there, as softmax does; without a mask no row loses every key).
+inline bool zero_masked_rows(const ir::Graph& graph, const AttentionMatch& m) {
+  return m.mask >= 0 && graph.node(m.root).kind == ir::OpKind::attention;
+}
+
 struct AttentionPlan {
   std::vector<AttentionMatch> fused;
   // One line per attention that runs unfused: the op or chain, the reason, and the bytes of the

@@ -21,16 +21,17 @@ void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtyp
   if (k.attention_tile.dv_slabs > 1)
     code.line("const int n0 = (int)blockIdx.y * " + to_str(k.attention_tile.dv) + ";");
   if (rank >= 3) code.line("const int bz = (int)blockIdx.z;");
-  auto offset = [&](const std::array<Extent, 2>& strides) {
+  auto offset = [&](const std::array<Extent, 2>& strides, int64_t group = 1) {
     std::string text;
     std::string b = rank == 4 ? "(bz % " + e.inner_batch.expr() + ")" : "bz";
+    if (group > 1) b = "(" + b + " / " + to_str(group) + ")";  // grouped heads
     if (strides[1].coef) text += " + " + b + " * " + strides[1].expr();
     if (strides[0].coef) text += " + (bz / " + e.inner_batch.expr() + ") * " + strides[0].expr();
     return text;
   };
   code.line("const " + gtype + "* Q = " + ctx.param(m.q) + offset(a.q) + ";");
-  code.line("const " + gtype + "* K = " + ctx.param(m.k) + offset(a.k) + ";");
-  code.line("const " + gtype + "* V = " + ctx.param(m.v) + offset(a.v) + ";");
+  code.line("const " + gtype + "* K = " + ctx.param(m.k) + offset(a.k, a.k_group) + ";");
+  code.line("const " + gtype + "* V = " + ctx.param(m.v) + offset(a.v, a.v_group) + ";");
   if (m.mask >= 0) {
     std::string mtype = storage_type(ctx.graph.node(m.mask).type.dtype);
     code.line("const " + mtype + "* M = " + ctx.param(m.mask) + offset(a.mask) + ";");
@@ -161,6 +162,13 @@ void open_kernel(Code& code, const KernelContext& ctx, int threads) {
   code.line("const int tid = (int)threadIdx.x;");
   code.line("const int t4 = tid & 3;");
   code.line("const float kiln_neg_inf = kiln_as_float(0xff800000u);");
+}
+
+// A row's output o / l. With a mask, a row of the attention op may have no key left (l = 0): its
+// output is 0 (the op's rule), where 0 / 0 would be NaN. The explicit chain keeps softmax's NaN.
+std::string row_output(const KernelContext& ctx, const std::string& o, const std::string& l) {
+  if (!zero_masked_rows(ctx.graph, ctx.kernel.group.attention)) return o + " / " + l;
+  return "(" + l + " > 0.0f ? " + o + " / " + l + " : 0.0f)";
 }
 
 // Stores o / l at every element (m, n) the thread holds, through the group's epilogue.
@@ -371,7 +379,7 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
   code.open("for (int i = 0; i < 4; ++i) {");
   code.line("const int m = q0 + wm0 + g + (i >> 1) * 8;");
   code.line("const int n = " + slab_offset(k.attention_tile) + "dt * 8 + t4 * 2 + (i & 1);");
-  emit_output(code, ctx, "o[dt][i] / l_run[i >> 1]");
+  emit_output(code, ctx, row_output(ctx, "o[dt][i]", "l_run[i >> 1]"));
   code.close();
   code.close();
   code.close();
@@ -445,7 +453,7 @@ void emit_ffma_kernel(Code& code, const KernelContext& ctx) {
   code.open("for (int e = 0; e < " + to_str(dvq) + "; ++e) {");
   code.line("const int m = row;");
   code.line("const int n = " + slab_offset(t) + "t4 + 4 * e;");
-  emit_output(code, ctx, "o[e] / l_run");
+  emit_output(code, ctx, row_output(ctx, "o[e]", "l_run"));
   code.close();
   code.close();
 }

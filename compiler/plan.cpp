@@ -119,6 +119,15 @@ AttentionExtents attention_extents(const ir::Graph& graph, const Sizes& sizes,
   a.q = batch_stride_extents(graph, sizes, m.q, rc - 2, a.sq * d);
   a.k = batch_stride_extents(graph, sizes, m.k, rc - 2, a.sk * d);
   a.v = batch_stride_extents(graph, sizes, m.v, rc - 2, a.sk * dv);
+  // Grouped heads (constant dims only, as the builder checks): H_q / H_kv.
+  auto group = [&](ir::NodeId operand) -> int64_t {
+    const ir::Shape& os = graph.node(operand).type.shape;
+    if (rc < 3 || os.rank() < 3) return 1;
+    int64_t heads = out.type.shape.dim(rc - 3), kv = os.dim(os.rank() - 3);
+    return kv == 1 || kv == heads ? 1 : heads / kv;
+  };
+  a.k_group = group(m.k);
+  a.v_group = group(m.v);
   a.mask = {Extent::constant(0), Extent::constant(0)};
   if (m.mask >= 0) {
     const ir::Shape& ms = graph.node(m.mask).type.shape;

@@ -17,9 +17,14 @@ namespace kiln::compiler {
 // An attention kernel's sizes: S_q, S_k, the true head dims, and per operand the element strides
 // of the result's batch dims (outer, inner; 0 where the operand broadcasts); the mask's strides
 // along queries and keys (0 where it broadcasts).
+//
+// Grouped-query attention: k (or v) with H_kv heads on axis -3 against the result's H_q, a
+// multiple, has k_group (v_group) = H_q / H_kv, and result head h reads its head h / group;
+// 1 elsewhere.
 struct AttentionExtents {
   Extent sq, sk;
   int64_t d = 0, dv = 0;
+  int64_t k_group = 1, v_group = 1;
   std::array<Extent, 2> q, k, v, mask;
   Extent mask_row = Extent::constant(0), mask_col = Extent::constant(0);
 };

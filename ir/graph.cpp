@@ -826,13 +826,9 @@ Expected<NodeId> Builder::add_concat(const std::vector<NodeId>& operands, int ax
 
 namespace {
 
-// Checks an attention mask against the scores dims: q's dtype, no more dims than the scores, and
-// each dim (aligned at the last) equal to the scores' or a constant 1.
-Status check_attention_mask(const Node& q, const Node& mask, const std::vector<DimRef>& scores) {
-  if (mask.type.dtype != q.type.dtype) {
-    return make_error("attention: mask differs from q in dtype: ", describe(mask), " and ",
-                      describe(q), "; cast one of them");
-  }
+// Checks an attention mask against the scores dims: no more dims than the scores, and each dim
+// (aligned at the last) equal to the scores' or a constant 1. Any float dtype is read as fp32.
+Status check_attention_mask(const Node& mask, const std::vector<DimRef>& scores) {
   const Shape& sm = mask.type.shape;
   int offset = static_cast<int>(scores.size()) - sm.rank();
   std::string target = "[";
@@ -895,12 +891,35 @@ Expected<NodeId> Builder::add_attention(NodeId q, NodeId k, NodeId v, std::optio
   }
   std::vector<DimRef> batch;
   (void)broadcast_batch(batch, sq);  // never clashes: batch starts empty
-  if (auto clash = broadcast_batch(batch, sk)) {
+  // Grouped-query attention: k and v may have fewer heads (axis -3) than q when q's are a
+  // multiple; query head h reads kv head h / (H_q / H_kv). They broadcast as q's heads.
+  auto kv_heads = [&](const char* role, const Node& n) -> Expected<Shape> {
+    const Shape& s = n.type.shape;
+    if (s.rank() < 3 || sq.rank() < 3) return s;
+    DimRef hq = dim_ref(sq, sq.rank() - 3), hk = dim_ref(s, s.rank() - 3);
+    if (broadcast_dim(hq, hk)) return s;
+    if (hq.symbol.index >= 0 || hk.symbol.index >= 0 || hk.value > hq.value ||
+        hq.value % hk.value != 0) {
+      return make_error("attention: ", role, " has ", show(hk), " heads (axis -3) and q ",
+                        show(hq), ": q's heads must equal them, be a constant multiple of them "
+                        "(grouped-query attention) or be 1 (", role, " is ", describe(n),
+                        ", q is ", describe(nq), ")");
+    }
+    std::vector<int64_t> dims = s.dims();
+    std::vector<SymbolicDim> symbols = s.symbols();
+    dims[static_cast<size_t>(s.rank() - 3)] = hq.value;
+    return Shape::make(std::move(dims), std::move(symbols));
+  };
+  auto gk = kv_heads("k", nk);
+  if (!gk) return gk.error();
+  auto gv = kv_heads("v", nv);
+  if (!gv) return gv.error();
+  if (auto clash = broadcast_batch(batch, *gk)) {
     return make_error("attention: the batch dims of k and q do not broadcast: ", describe(nk),
                       " and ", describe(nq), " (", show(clash->got), " against ",
                       show(clash->have), ")");
   }
-  if (auto clash = broadcast_batch(batch, sv)) {
+  if (auto clash = broadcast_batch(batch, *gv)) {
     return make_error("attention: the batch dims of v do not broadcast with q's and k's: ",
                       describe(nv), " against q ", describe(nq), " and k ", describe(nk), " (",
                       show(clash->got), " against ", show(clash->have), ")");
@@ -910,7 +929,7 @@ Expected<NodeId> Builder::add_attention(NodeId q, NodeId k, NodeId v, std::optio
     std::vector<DimRef> scores = batch;
     scores.push_back(queries);
     scores.push_back(keys);
-    if (Status s = check_attention_mask(nq, node(*mask), scores); !s) return s.error();
+    if (Status s = check_attention_mask(node(*mask), scores); !s) return s.error();
   }
   if (!std::isfinite(scale) || scale == 0.0) {
     return make_error("attention: scale must be finite and non-zero, got ", std::to_string(scale));

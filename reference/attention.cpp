@@ -66,8 +66,9 @@ double multiply_add(double x, double y, double acc) { return acc + x * y; }
 float multiply_add(float x, float y, float acc) { return fma_f32(x, y, acc); }
 
 // Every query row of one batch: its scores against all keys (-inf past the query when causal),
-// their softmax (the max subtracted first, so a row without a finite score gives NaN as softmax
-// does), then the probability-weighted sum of v's rows, in T; stored at `dtype` when `store`.
+// their softmax (the max subtracted first; with a mask, a row whose every score is -inf is zeros:
+// the attention op's rule, where softmax would give NaN), then the probability-weighted sum of v's
+// rows, in T; stored at `dtype` when `store`.
 // `operand` rounds a value entering a product: q, k, v and the probabilities (the identity in
 // fp64, `highest` and `tf32x3`, whose split keeps about fp32's precision).
 template <typename T, typename Round>
@@ -94,6 +95,12 @@ void run_batch(const ir::Node& node, const Geometry& g, const Batch& b, bool sto
     }
     T max_score = p[0];
     for (T score : p) max_score = std::max(max_score, score);
+    double* out_row = b.out + i * g.width;
+    if (b.mask && max_score == -std::numeric_limits<T>::infinity()) {
+      // Every key masked out: the row is zeros (the kernels' rule, where softmax gives NaN).
+      std::fill(out_row, out_row + g.width, 0.0);
+      continue;
+    }
     T sum(0);
     for (T& e : p) {
       e = std::exp(e - max_score);
@@ -108,7 +115,6 @@ void run_batch(const ir::Node& node, const Geometry& g, const Batch& b, bool sto
         acc[static_cast<size_t>(e)] =
             multiply_add(weight, operand(static_cast<T>(v_row[e])), acc[static_cast<size_t>(e)]);
     }
-    double* out_row = b.out + i * g.width;
     for (int64_t e = 0; e < g.width; ++e) {
       auto value = static_cast<double>(acc[static_cast<size_t>(e)]);
       out_row[e] = store ? store_value(node.type.dtype, value) : value;

@@ -27,7 +27,8 @@ Tensor run_attention(const ir::Node& node, const Tensor& q, const Tensor& k, con
 
 // Element offset of batch `b` (row-major over the batch dims of `out`, all but its last two)
 // inside the matrix operand `t` of matmul or attention: each of t's batch dims, aligned at the
-// last, counts unless it is 1 (broadcast).
+// last, counts unless it is 1 (broadcast); one smaller than the result's groups it (attention's
+// kv heads: coordinate c reads c / (result dim / t's dim)).
 int64_t batch_offset(const Tensor& t, const ir::Shape& out, int64_t b, int64_t matrix_elements);
 
 }  // namespace kiln::reference::detail

@@ -82,7 +82,9 @@ int64_t batch_offset(const Tensor& t, const ir::Shape& out, int64_t b, int64_t m
     b /= out.dim(d);
     int td = d - (out_batch - t_batch);
     if (td < 0) break;
-    if (t.shape.dim(td) != 1) offset += coord * stride;
+    // A dim of 1 broadcasts; one that divides the result's groups it (grouped-query attention's
+    // kv heads: result head h reads head h / (H_q / H_kv)).
+    if (t.shape.dim(td) != 1) offset += coord / (out.dim(d) / t.shape.dim(td)) * stride;
     stride *= t.shape.dim(td);
   }
   return offset;

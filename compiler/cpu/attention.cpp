@@ -48,16 +48,17 @@ WorkShape build_attention(KernelBuilder& kb) {
     llvm::Value* qi = b.CreateURem(t, sq);
     llvm::Value* bz = b.CreateUDiv(t, sq);
     llvm::Value* b_index = rank == 4 ? b.CreateURem(bz, inner) : bz;
-    auto offset = [&](const std::array<Extent, 2>& strides) {
+    auto offset = [&](const std::array<Extent, 2>& strides, int64_t group = 1) {
       llvm::Value* o = zero;
-      if (strides[1].coef) o = b.CreateAdd(o, b.CreateMul(b_index, kb.extent(strides[1])));
+      llvm::Value* head = group > 1 ? b.CreateUDiv(b_index, kb.i64c(group)) : b_index;  // grouped
+      if (strides[1].coef) o = b.CreateAdd(o, b.CreateMul(head, kb.extent(strides[1])));
       if (strides[0].coef)
         o = b.CreateAdd(o, b.CreateMul(b.CreateUDiv(bz, inner), kb.extent(strides[0])));
       return o;
     };
     llvm::Value* q_row = b.CreateAdd(offset(a.q), b.CreateMul(qi, d));
-    llvm::Value* k_base = offset(a.k);
-    llvm::Value* v_base = offset(a.v);
+    llvm::Value* k_base = offset(a.k, a.k_group);
+    llvm::Value* v_base = offset(a.v, a.v_group);
     llvm::Value* Q = kb.param_of(m.q);
     llvm::Value* K = kb.param_of(m.k);
     llvm::Value* V = kb.param_of(m.v);
@@ -80,9 +81,13 @@ WorkShape build_attention(KernelBuilder& kb) {
       b.CreateStore(score, b.CreateGEP(fl, scores, j));
       return std::vector<llvm::Value*>{kb.max(c[0], score)};
     })[0];
+    // With a mask a row of the attention op may have no key left (its max -inf): it keeps exp()
+    // finite and its output 0 (the explicit chain keeps softmax's NaN).
+    bool zero_rows = zero_masked_rows(g, m);
+    llvm::Value* base = zero_rows ? b.CreateSelect(b.CreateFCmpOEQ(mx, minus_inf), kb.f32c(0.0), mx) : mx;
     llvm::Value* sum = kb.loop(zero, sk, 1, {kb.f32c(0.0)}, [&](llvm::Value* j, const std::vector<llvm::Value*>& c) {
       llvm::Value* at = b.CreateGEP(fl, scores, j);
-      llvm::Value* p = kb.exp(b.CreateFSub(b.CreateLoad(fl, at), mx));
+      llvm::Value* p = kb.exp(b.CreateFSub(b.CreateLoad(fl, at), base));
       b.CreateStore(p, at);
       return std::vector<llvm::Value*>{b.CreateFAdd(c[0], p)};
     })[0];
@@ -99,6 +104,7 @@ WorkShape build_attention(KernelBuilder& kb) {
       });
     });
     llvm::Value* inv = b.CreateFDiv(kb.f32c(1.0), sum);
+    if (zero_rows) inv = b.CreateSelect(b.CreateFCmpOGT(sum, kb.f32c(0.0)), inv, kb.f32c(0.0));
     llvm::Value* out_row = b.CreateMul(b.CreateAdd(b.CreateMul(bz, sq), qi), dv);
     kb.loop(zero, dv, 1, [&](llvm::Value* c) {
       llvm::Value* o = b.CreateFMul(b.CreateLoad(fl, b.CreateGEP(fl, acc, c)), inv);

@@ -10,9 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 
 namespace kiln {
@@ -175,6 +178,20 @@ TEST(CpuTarget, ErfLogAndTanhGeluMatchTheReferenceInEveryMode) {
   }
 }
 
+// Grouped-query attention (6 query heads over 2 kv heads) with a padding mask, in every mode.
+TEST(CpuTarget, GroupedQueryAttentionMatchesTheReferenceInEveryMode) {
+  ir::Graph graph = parse(
+      "graph g { input q: f32[2, 6, 19, 16]\n input k: f32[2, 2, 23, 16]\n"
+      " input v: f32[2, 2, 23, 8]\n input m: f32[2, 1, 1, 23]\n"
+      " o = attention(q, k, v, mask=m, causal=true)\n output o }");
+  for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
+                             ir::Precision::medium}) {
+    auto program = build(graph, mode);
+    ASSERT_TRUE(program);
+    expect_within_tolerance(graph, *program, {}, "gqa in " + std::string(ir::to_string(mode)));
+  }
+}
+
 TEST(CpuTarget, RowOpsLayoutsAndReductions) {
   ir::Graph graph = parse(
       "graph g { input x: f32[6, 50, 33]\n input w: f32[33]\n input v: f32[33]\n"
@@ -208,6 +225,30 @@ TEST(CpuTarget, ResultsDoNotDependOnTheThreadCount) {
   auto three = program->run(inputs, {}, 3);
   ASSERT_TRUE(one && three);
   EXPECT_EQ(*one, *three);
+}
+
+// A row of the attention op whose every key is masked out is zeros (0 / 0 would be NaN).
+TEST(CpuTarget, AttentionRowsWithoutAKeyAreZeros) {
+  ir::Graph graph = parse(
+      "graph g { input q: f32[1, 4, 5, 8]\n input k: f32[1, 2, 6, 8]\n input v: f32[1, 2, 6, 3]\n"
+      " input m: f32[5, 6]\n o = attention(q, k, v, mask=m)\n output o }");
+  auto program = build(graph, ir::Precision::highest);
+  ASSERT_TRUE(program);
+  auto inputs = seeded_inputs(graph);
+  // Row 2 masks every key.
+  std::vector<float> mask(30, 0.0f);
+  for (int j = 0; j < 6; ++j) mask[2 * 6 + j] = -std::numeric_limits<float>::infinity();
+  std::memcpy(inputs[3].data(), mask.data(), mask.size() * sizeof(float));
+  auto out = program->run(inputs, {});
+  ASSERT_TRUE(out) << out.error().message;
+  std::vector<float> o((*out)[0].size() / sizeof(float));
+  std::memcpy(o.data(), (*out)[0].data(), (*out)[0].size());
+  ASSERT_EQ(o.size(), 4u * 5 * 3);
+  for (size_t e = 0; e < o.size(); ++e) {
+    ASSERT_TRUE(std::isfinite(o[e])) << e;
+    if ((e / 3) % 5 == 2) EXPECT_EQ(o[e], 0.0f) << e;
+    else EXPECT_NE(o[e], 0.0f) << e;
+  }
 }
 
 TEST(CpuTarget, ASerialisedArtifactLoadsAndGivesTheSameBits) {

@@ -71,6 +71,34 @@ TEST(Attention, BatchDimsBroadcastAsMatmuls) {
             "f32[2, 16, 8]");
 }
 
+// Grouped- and multi-query attention: k and v with H_kv heads (axis -3) where q has a multiple;
+// the result has q's heads. Symbolic heads group only when equal.
+TEST(Attention, KvHeadsMayDivideTheQueryHeads) {
+  EXPECT_EQ(out_type("  input q: f32[2, 8, 16, 8]\n  input k: f32[2, 2, 12, 8]\n"
+                     "  input v: f32[2, 2, 12, 5]\n",
+                     "attention(q, k, v)"),
+            "f32[2, 8, 16, 5]");
+  EXPECT_EQ(out_type("  input q: f32[4, 16, 8]\n  input k: f32[2, 12, 8]\n"
+                     "  input v: f32[1, 12, 5]\n",
+                     "attention(q, k, v, causal=true)"),
+            "f32[4, 16, 5]");
+  EXPECT_EQ(out_type("  input q: f32[2, 4, 16, 8]\n  input k: f32[2, 12, 8]\n"
+                     "  input v: f32[2, 12, 5]\n",
+                     "attention(q, k, v)"),
+            "f32[2, 4, 16, 5]");
+  auto symbolic = parse_graph(
+      "graph g {\n  dim H: 1..8\n  input q: f32[2, H, 16, 8]\n  input k: f32[2, 2, 12, 8]\n"
+      "  input v: f32[2, 2, 12, 5]\n  o = attention(q, k, v)\n  output o\n}\n", "g.kg");
+  ASSERT_FALSE(symbolic);
+  EXPECT_NE(symbolic.error().message.find("k has 2 heads (axis -3) and q H"), std::string::npos)
+      << symbolic.error().message;
+  // A mask of any float dtype (read as fp32) against 16-bit q, k and v.
+  EXPECT_EQ(out_type("  input q: bf16[2, 4, 16, 8]\n  input k: bf16[2, 2, 12, 8]\n"
+                     "  input v: bf16[2, 2, 12, 8]\n  input m: f32[2, 1, 1, 12]\n",
+                     "attention(q, k, v, mask=m)"),
+            "bf16[2, 4, 16, 8]");
+}
+
 TEST(Attention, MasksBroadcastToTheScores) {
   for (const char* mask : {"f32[16, 12]", "f32[12]", "f32[1]", "f32[2, 1, 16, 12]",
                            "f32[4, 1, 12]", "f32[1, 1, 1, 1]"}) {
@@ -293,9 +321,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadAttention{"KeyCount", qkv("f32[16, 64]", "f32[12, 64]", "f32[10, 32]"),
                      "attention(q, k, v)", 7,
                      "attention: v's second-to-last dim 10 does not match k's key count 12"},
-        BadAttention{"BatchQK", qkv("f32[2, 16, 64]", "f32[3, 12, 64]", "f32[12, 32]"),
+        BadAttention{"BatchQK", qkv("f32[2, 4, 16, 64]", "f32[3, 4, 12, 64]", "f32[12, 32]"),
                      "attention(q, k, v)", 7,
                      "attention: the batch dims of k and q do not broadcast"},
+        BadAttention{"HeadsNotAMultiple", qkv("f32[2, 16, 64]", "f32[3, 12, 64]", "f32[12, 32]"),
+                     "attention(q, k, v)", 7,
+                     "attention: k has 3 heads (axis -3) and q 2: q's heads must equal them, be a "
+                     "constant multiple of them (grouped-query attention) or be 1"},
+        BadAttention{"MoreKvHeads", qkv("f32[2, 2, 16, 64]", "f32[2, 4, 12, 64]", "f32[2, 4, 12, 32]"),
+                     "attention(q, k, v)", 7, "attention: k has 4 heads (axis -3) and q 2"},
+        BadAttention{"VHeads", qkv("f32[2, 6, 16, 64]", "f32[2, 3, 12, 64]", "f32[2, 4, 12, 32]"),
+                     "attention(q, k, v)", 7, "attention: v has 4 heads (axis -3) and q 6"},
         BadAttention{"BatchV", qkv("f32[2, 1, 16, 64]", "f32[1, 4, 12, 64]",
                                    "f32[3, 4, 12, 32]"),
                      "attention(q, k, v)", 7, "the batch dims of v do not broadcast"},
@@ -316,8 +352,6 @@ INSTANTIATE_TEST_SUITE_P(
                      "attention(q, k, v, mask=m)", 7, "its dim 0 is 3 against 1"},
         BadAttention{"MaskRank", k_ok + "  input m: f32[1, 2, 16, 12]\n",
                      "attention(q, k, v, mask=m)", 7, "more dims than the scores [2, 16, 12]"},
-        BadAttention{"MaskDtype", k_ok + "  input m: bf16[16, 12]\n",
-                     "attention(q, k, v, mask=m)", 7, "attention: mask differs from q in dtype"},
         BadAttention{"ZeroScale", k_ok, "attention(q, k, v, scale=0.0)", 7,
                      "attention: scale must be finite and non-zero"},
         BadAttention{"InfScale", k_ok, "attention(q, k, v, scale=inf)", 32,

@@ -162,7 +162,7 @@ TEST(Fp64Attention, LargeScoresWithALateMaximumDoNotOverflow) {
   EXPECT_NEAR(emulated[0], want, 1e-6);
 }
 
-TEST(Fp64Attention, ARowWithoutAFiniteScoreIsNaNAsSoftmaxGives) {
+TEST(Fp64Attention, ARowWithoutAFiniteScoreIsZeros) {
   ir::Graph graph = parse_or_die(
       "graph g {\n input q: f32[2, 1]\n input k: f32[3, 1]\n input v: f32[3, 1]\n"
       " input m: f32[2, 3]\n o = attention(q, k, v, mask=m, scale=1.0)\n output o\n}\n");
@@ -170,8 +170,46 @@ TEST(Fp64Attention, ARowWithoutAFiniteScoreIsNaNAsSoftmaxGives) {
                               f32({3, 1}, {5, 6, 7}),
                               f32({2, 3}, {-k_inf, -k_inf, -k_inf, -k_inf, 0, -k_inf})});
   ASSERT_EQ(o.size(), 2u);
-  EXPECT_TRUE(std::isnan(o[0]));
-  EXPECT_EQ(o[1], 6);  // only key 1 survives the mask
+  EXPECT_EQ(o[0], 0.0);  // every key masked out: zeros, where softmax gives NaN
+  EXPECT_EQ(o[1], 6);    // only key 1 survives the mask
+  // The explicit chain keeps softmax's NaN.
+  ir::Graph chain = parse_or_die(
+      "graph g {\n input q: f32[2, 1]\n input k: f32[3, 1]\n input v: f32[3, 1]\n"
+      " input m: f32[2, 3]\n o = matmul(softmax(add(matmul(q, k, transpose_b=true), m)), v)\n"
+      " output o\n}\n");
+  auto c = run_values(chain, {f32({2, 1}, {1, 1}), f32({3, 1}, {1, 2, 3}), f32({3, 1}, {5, 6, 7}),
+                              f32({2, 3}, {-k_inf, -k_inf, -k_inf, -k_inf, 0, -k_inf})});
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_TRUE(std::isnan(c[0]));
+  EXPECT_EQ(c[1], 6);
+}
+
+// Grouped-query attention (4 query heads over 2 kv heads) equals attention over k and v with each
+// kv head repeated for its group, as transformers' repeat_kv builds them: query head h reads kv
+// head h / 2, not h % 2.
+TEST(Fp64Attention, GroupedQueryHeadsReadTheirGroupsKvHead) {
+  const std::string inputs =
+      " input q: f32[2, 4, 5, 3]\n input k: f32[2, 2, 6, 3]\n input v: f32[2, 2, 6, 2]\n";
+  ir::Graph grouped = parse_or_die("graph g {\n" + inputs +
+                                   " o = attention(q, k, v, causal=true)\n output o\n}\n");
+  auto repeat = [](const char* x) {
+    std::string h0 = "slice(" + std::string(x) + ", axis=1, start=0, end=1)";
+    std::string h1 = "slice(" + std::string(x) + ", axis=1, start=1, end=2)";
+    return "concat(" + h0 + ", " + h0 + ", " + h1 + ", " + h1 + ", axis=1)";
+  };
+  ir::Graph repeated = parse_or_die("graph g {\n" + inputs + " kr = " + repeat("k") + "\n vr = " +
+                                    repeat("v") +
+                                    "\n o = attention(q, kr, vr, causal=true)\n output o\n}\n");
+  std::vector<Tensor> in = random_inputs(grouped, 7);
+  auto a = run_values(grouped, in);
+  auto b = run_values(repeated, in);
+  ASSERT_EQ(a.size(), 2u * 4 * 5 * 2);
+  EXPECT_EQ(a, b);
+  // Against the interleaved order (head h reading kv head h % 2) it differs.
+  ir::Graph interleaved = parse_or_die("graph g {\n" + inputs + " kr = concat(k, k, axis=1)\n"
+                                       " vr = concat(v, v, axis=1)\n"
+                                       " o = attention(q, kr, vr, causal=true)\n output o\n}\n");
+  EXPECT_NE(a, run_values(interleaved, in));
 }
 
 TEST(EmulatedAttention, HalfResultsAreStoredAtTheirDtype) {
