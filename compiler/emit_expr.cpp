@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 
 namespace kiln::compiler::detail {
@@ -18,6 +19,12 @@ std::string storage_type(ir::DType dtype) {
       return "kiln_bf16";
     case ir::DType::f16:
       return "kiln_f16";
+    case ir::DType::i32:
+      return "int";
+    case ir::DType::i64:
+      return "long long";
+    case ir::DType::boolean:
+      return "unsigned char";
   }
   return "float";
 }
@@ -30,6 +37,11 @@ std::string load_as_float(ir::DType dtype, const std::string& element) {
       return "kiln_bf16_to_float(" + element + ")";
     case ir::DType::f16:
       return "kiln_f16_to_float(" + element + ")";
+    case ir::DType::i32:
+    case ir::DType::i64:
+      return "(float)(" + element + ")";
+    case ir::DType::boolean:
+      return "(" + element + " ? 1.0f : 0.0f)";
   }
   return element;
 }
@@ -60,6 +72,7 @@ std::vector<ir::DType> param_dtypes(const KernelContext& ctx) {
 }  // namespace
 
 std::string literal(double value) {
+  if (std::isinf(value)) return value > 0 ? "kiln_as_float(0x7f800000u)" : "kiln_as_float(0xff800000u)";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%a", static_cast<double>(static_cast<float>(value)));
   return std::string("(") + buf + "f)";
@@ -73,6 +86,10 @@ std::string round_to(ir::DType dtype, const std::string& expr) {
       return "kiln_round_bf16(" + expr + ")";
     case ir::DType::f16:
       return "kiln_round_f16(" + expr + ")";
+    case ir::DType::i32:
+    case ir::DType::i64:
+    case ir::DType::boolean:
+      return expr;
   }
   return expr;
 }
@@ -185,10 +202,7 @@ ElementIndex matmul_output_index(const KernelContext& ctx) {
 
 void emit_store(Code& code, const KernelContext& ctx, const std::string& value,
                 const std::string& linear) {
-  ir::DType dtype = ctx.graph.node(ctx.kernel.group.root).type.dtype;
-  std::string stored = dtype == ir::DType::f32    ? value
-                       : dtype == ir::DType::bf16 ? "kiln_float_to_bf16(" + value + ")"
-                                                  : "kiln_float_to_f16(" + value + ")";
+  std::string stored = store_value(ctx.graph.node(ctx.kernel.group.root).type.dtype, value);
   for (size_t i = 0; i < ctx.kernel.params.size(); ++i) {
     if (ctx.kernel.params[i].written)
       code.line("p" + to_str(static_cast<int64_t>(i)) + "[" + linear + "] = " + stored + ";");

@@ -48,10 +48,31 @@ struct KernelContext {
 };
 
 std::string to_str(int64_t v);
-// "float", "kiln_bf16" or "kiln_f16".
+// "float", "kiln_bf16", "kiln_f16", "int", "long long" or "unsigned char" (a bool, 0 or 1).
 std::string storage_type(ir::DType dtype);
 // Converts `p[i]` (an element of dtype) to float.
 std::string load_as_float(ir::DType dtype, const std::string& element);
+
+// The typed layer (emit_typed.cpp): values of every dtype as kernels compute them, float for the
+// float dtypes (rounded at each value), int, long long and bool for the others.
+// "float", "int", "long long" or "bool".
+std::string value_type(ir::DType dtype);
+// Reads `p[i]` (an element of dtype) as its value type.
+std::string load_value(ir::DType dtype, const std::string& element);
+// The value `value` stored as `dtype` (the inverse of load_value).
+std::string store_value(ir::DType dtype, const std::string& value);
+// A literal in `dtype`: a float (infinities included), an integer or true/false.
+std::string typed_literal(ir::DType dtype, double value);
+// True when binary or unary op `kind` on operands of `dtype` is computed by the typed layer
+// (comparisons, logical ops, integer arithmetic) rather than by ir/scalar.h's float formulas.
+bool is_exact_op(ir::OpKind kind, ir::DType dtype);
+std::string exact_binary(ir::OpKind kind, ir::DType dtype, const std::string& a,
+                         const std::string& b);
+std::string exact_unary(ir::OpKind kind, ir::DType dtype, const std::string& x);
+// `x` (a value of `from`) converted to `to`'s value type: float -> integer toward zero,
+// saturated, NaN -> 0; -> bool is != 0; i64 -> i32 wraps; float -> float is `x` (round_to then
+// rounds it).
+std::string cast_value(ir::DType from, ir::DType to, const std::string& x);
 // The kernel's parameter list: written buffers as T*, read ones as const T*, all __restrict__,
 // then for a symbolic graph each symbol's value as `int kiln_dimI`.
 std::string param_list(const KernelContext& ctx);

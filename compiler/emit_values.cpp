@@ -95,7 +95,8 @@ std::string ValueEmitter::load(size_t point, ir::NodeId leaf) {
   }
   std::string name = leaf_name(leaf) + (point == 0 ? "" : "_" + to_str(m_names++));
   std::string element = m_ctx.param(leaf) + "[" + offset + "]";
-  m_code.line("const float " + name + " = " + load_as_float(n.type.dtype, element) + ";");
+  m_code.line("const " + value_type(n.type.dtype) + " " + name + " = " +
+              load_value(n.type.dtype, element) + ";");
   p.loaded.emplace_back(leaf, name);
   return name;
 }
@@ -213,15 +214,37 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
     if (id == group.anchor) {
       expr = anchor_value;
     } else if (ir::category(n.kind) == ir::OpCategory::binary) {
+      ir::DType dtype = g.node(n.operands[0]).type.dtype;  // the operands'
+      bool exact = is_exact_op(n.kind, dtype);
+      auto op = [&](const std::string& a, const std::string& b) {
+        return exact ? exact_binary(n.kind, dtype, a, b) : binary(n.kind, a, b);
+      };
       if (n.attrs.literal_side == ir::LiteralSide::lhs) {
-        expr = binary(n.kind, literal(n.attrs.literal), operand(0));
+        expr = op(typed_literal(dtype, n.attrs.literal), operand(0));
       } else if (n.attrs.literal_side == ir::LiteralSide::rhs) {
-        expr = binary(n.kind, operand(0), literal(n.attrs.literal));
+        expr = op(operand(0), typed_literal(dtype, n.attrs.literal));
       } else {
-        expr = binary(n.kind, operand(0), operand(1));
+        expr = op(operand(0), operand(1));
       }
     } else if (ir::category(n.kind) == ir::OpCategory::unary) {
-      expr = unary(n.kind, operand(0));
+      ir::DType dtype = g.node(n.operands[0]).type.dtype;
+      expr = is_exact_op(n.kind, dtype) ? exact_unary(n.kind, dtype, operand(0))
+                                        : unary(n.kind, operand(0));
+    } else if (n.kind == ir::OpKind::cast) {
+      expr = cast_value(g.node(n.operands[0]).type.dtype, n.type.dtype, operand(0));
+    } else if (n.kind == ir::OpKind::where) {
+      // cond ? a : b, a literal in the result's dtype where the text writes one.
+      ir::LiteralSide side = n.attrs.literal_side;
+      std::string c = operand(0);
+      size_t next = 1;
+      std::string a = side == ir::LiteralSide::lhs || side == ir::LiteralSide::both
+                          ? typed_literal(n.type.dtype, n.attrs.literal)
+                          : operand(next++);
+      std::string b = side == ir::LiteralSide::rhs ? typed_literal(n.type.dtype, n.attrs.literal)
+                      : side == ir::LiteralSide::both
+                          ? typed_literal(n.type.dtype, n.attrs.literal2)
+                          : operand(next);
+      expr = "(" + c + " ? " + a + " : " + b + ")";
     } else if (n.kind == ir::OpKind::concat) {
       // The operand the axis coordinate falls in.
       std::string c = project(m_points[static_cast<size_t>(point_of[i])], id)
@@ -235,10 +258,10 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
         expr = "(" + c + " < " + to_str(end) + " ? " + values[k] + " : " + expr + ")";
       }
     } else {
-      expr = operand(0);  // cast (the rounding below does the work), permute, slice, reshape
+      expr = operand(0);  // permute, slice, reshape
     }
-    m_code.line("const float " + member_name(id) + " = " + round_to(n.type.dtype, expr) + ";  // " +
-                std::string(ir::to_string(n.kind)));
+    m_code.line("const " + value_type(n.type.dtype) + " " + member_name(id) + " = " +
+                round_to(n.type.dtype, expr) + ";  // " + std::string(ir::to_string(n.kind)));
   }
   return member_name(top);
 }

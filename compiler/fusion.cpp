@@ -23,6 +23,7 @@ GroupKind anchor_kind(ir::OpKind kind) {
     case ir::OpCategory::unary:
     case ir::OpCategory::cast:
     case ir::OpCategory::layout:
+    case ir::OpCategory::select:
       return GroupKind::elementwise;
   }
   return GroupKind::elementwise;

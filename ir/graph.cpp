@@ -227,6 +227,58 @@ void Builder::set_symbol_location(int32_t index, int line, int column) {
   m_symbols[static_cast<size_t>(index)].column = column;
 }
 
+namespace {
+
+bool is_comparison(OpKind kind) {
+  return kind == OpKind::eq || kind == OpKind::ne || kind == OpKind::lt || kind == OpKind::le ||
+         kind == OpKind::gt || kind == OpKind::ge;
+}
+
+// Why `kind` cannot take operands of `dtype` (empty when it can).
+std::string dtype_refusal(OpKind kind, DType dtype) {
+  std::string op(to_string(kind)), d(to_string(dtype));
+  bool logical = kind == OpKind::logical_and || kind == OpKind::logical_or ||
+                 kind == OpKind::logical_not;
+  if (logical) return dtype == DType::boolean ? "" : op + " takes bool operands, got " + d;
+  if (is_comparison(kind)) return "";
+  if (dtype == DType::boolean)
+    return op + " does no arithmetic on bool; use logical_and, logical_or, logical_not or where";
+  bool integer_ok = kind == OpKind::add || kind == OpKind::sub || kind == OpKind::mul ||
+                    kind == OpKind::maximum || kind == OpKind::minimum || kind == OpKind::neg ||
+                    kind == OpKind::abs;
+  if (is_integer(dtype) && !integer_ok) {
+    return op + " takes float operands, got " + d + " (integers take add, sub, mul, neg, abs, " +
+           "maximum, minimum and comparisons; cast to f32 for the rest)";
+  }
+  return "";
+}
+
+// A literal's fit in `dtype`: the rules of add_binary_literal.
+Status check_literal(DType dtype, double literal) {
+  if (std::isnan(literal)) return make_error("a literal operand must not be NaN");
+  if (is_float(dtype)) return Status::success();
+  if (dtype == DType::boolean) {
+    if (literal == 0.0 || literal == 1.0) return Status::success();
+    return make_error("a literal against a bool tensor is true or false");
+  }
+  double lo = dtype == DType::i32 ? -2147483648.0 : -9007199254740992.0;
+  double hi = dtype == DType::i32 ? 2147483647.0 : 9007199254740992.0;
+  if (literal != std::trunc(literal) || literal < lo || literal > hi) {
+    return make_error("a literal against an ", std::string(to_string(dtype)),
+                      " tensor is an integer within ", dtype == DType::i32 ? "i32" : "+-2^53");
+  }
+  return Status::success();
+}
+
+// A value the ops that do float arithmetic (matmul, softmax, reductions, norms, attention) read.
+Status require_float(const char* op, const char* role, const Node& n, const std::string& what) {
+  if (is_float(n.type.dtype)) return Status::success();
+  return make_error(op, ": ", role, " must be a float tensor (f32, f16 or bf16), got ", what,
+                    "; cast it");
+}
+
+}  // namespace
+
 Status Builder::check_operand(NodeId id) const {
   if (id < 0 || static_cast<size_t>(id) >= m_nodes.size()) {
     return make_error("operand ", std::to_string(id), " does not name a value of this graph");
@@ -240,6 +292,7 @@ Expected<NodeId> Builder::push(Node node) {
          node.type.dtype == m_nodes[static_cast<size_t>(node.operands.at(0))].type.dtype);
   assert(result_dtype(node.kind) != ResultDType::cast_to ||
          node.type.dtype == node.attrs.cast_to);
+  assert(result_dtype(node.kind) != ResultDType::boolean || node.type.dtype == DType::boolean);
   std::string name = std::move(node.name);
   auto id = static_cast<NodeId>(m_nodes.size());
   m_nodes.push_back(std::move(node));
@@ -255,9 +308,13 @@ Expected<NodeId> Builder::push(Node node) {
 Expected<NodeId> Builder::add(OpKind kind, const std::vector<NodeId>& operands,
                               const Attrs& attrs, std::string name) {
   size_t count = operands.size();
-  bool literal = category(kind) == OpCategory::binary && attrs.literal_side != LiteralSide::none;
-  size_t lo = static_cast<size_t>(min_operands(kind)) - (literal ? 1 : 0);
-  size_t hi = static_cast<size_t>(max_operands(kind)) - (literal ? 1 : 0) +
+  bool literal = (category(kind) == OpCategory::binary || category(kind) == OpCategory::select) &&
+                 attrs.literal_side != LiteralSide::none;
+  size_t literals = !literal ? 0 : attrs.literal_side == LiteralSide::both ? 2 : 1;
+  if (category(kind) == OpCategory::binary && attrs.literal_side == LiteralSide::both)
+    return make_error(std::string(to_string(kind)), " takes at most one literal operand");
+  size_t lo = static_cast<size_t>(min_operands(kind)) - literals;
+  size_t hi = static_cast<size_t>(max_operands(kind)) - literals +
               (kind == OpKind::attention ? 1 : 0);  // the mask
   if (kind != OpKind::input && (count < lo || count > hi)) {
     return make_error(std::string(to_string(kind)), " takes ", std::to_string(lo),
@@ -294,6 +351,17 @@ Expected<NodeId> Builder::add(OpKind kind, const std::vector<NodeId>& operands,
       if (kind == OpKind::slice)
         return add_slice(operands[0], attrs.axis, attrs.start, attrs.end, std::move(name));
       return add_concat(operands, attrs.axis, std::move(name));
+    case OpCategory::select: {
+      std::optional<NodeId> a, b;
+      size_t next = 1;
+      if (attrs.literal_side == LiteralSide::none || attrs.literal_side == LiteralSide::rhs)
+        a = operands[next++];
+      if (attrs.literal_side == LiteralSide::none || attrs.literal_side == LiteralSide::lhs)
+        b = operands[next++];
+      double la = attrs.literal, lb = attrs.literal_side == LiteralSide::both ? attrs.literal2
+                                                                               : attrs.literal;
+      return add_where(operands[0], a, b, la, lb, std::move(name));
+    }
     case OpCategory::attention: {
       std::optional<NodeId> mask;
       if (count == 4) mask = operands[3];
@@ -364,6 +432,7 @@ Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool 
     return make_error("matmul operands differ in dtype: ", describe(na), " and ", describe(nb),
                       "; cast one of them");
   }
+  if (Status s = require_float("matmul", "an operand", na, describe(na)); !s) return s.error();
   if (precision == Precision::automatic) {
     return make_error("precision=auto is a graph-wide mode; a matmul takes highest, high, tf32x3 "
                       "or medium");
@@ -414,12 +483,13 @@ Expected<NodeId> Builder::add_binary(OpKind kind, NodeId a, NodeId b, std::strin
     return make_error(std::string(to_string(kind)), " operands differ in dtype: ", describe(na),
                       " and ", describe(nb), "; cast one of them");
   }
+  if (std::string why = dtype_refusal(kind, na.type.dtype); !why.empty()) return make_error(why);
   auto shape = broadcast(na.type.shape, nb.type.shape);
   if (!shape) return make_error(std::string(to_string(kind)), ": ", shape.error().message);
   Node node;
   node.kind = kind;
   node.operands = {a, b};
-  node.type = TensorType{na.type.dtype, std::move(*shape)};
+  node.type = TensorType{is_comparison(kind) ? DType::boolean : na.type.dtype, std::move(*shape)};
   node.name = std::move(name);
   return push(std::move(node));
 }
@@ -429,15 +499,19 @@ Expected<NodeId> Builder::add_binary_literal(OpKind kind, NodeId tensor, double 
   if (category(kind) != OpCategory::binary) {
     return make_error("'", std::string(to_string(kind)), "' is not a binary op");
   }
-  if (side == LiteralSide::none) return make_error("a literal operand needs a side");
-  if (!std::isfinite(literal)) return make_error("a literal operand must be finite");
+  if (side != LiteralSide::lhs && side != LiteralSide::rhs)
+    return make_error("a binary op's literal operand is on its left or its right");
   if (Status s = check_operand(tensor); !s) return s.error();
+  DType dtype = this->node(tensor).type.dtype;
+  if (std::string why = dtype_refusal(kind, dtype); !why.empty()) return make_error(why);
+  if (Status s = check_literal(dtype, literal); !s) return s.error();
   Node node;
   node.kind = kind;
   node.operands = {tensor};
   node.attrs.literal_side = side;
   node.attrs.literal = literal;
   node.type = this->node(tensor).type;
+  if (is_comparison(kind)) node.type.dtype = DType::boolean;
   node.name = std::move(name);
   return push(std::move(node));
 }
@@ -447,12 +521,58 @@ Expected<NodeId> Builder::add_unary(OpKind kind, NodeId x, std::string name) {
     return make_error("'", std::string(to_string(kind)), "' is not a unary op");
   }
   if (Status s = check_operand(x); !s) return s.error();
+  if (std::string why = dtype_refusal(kind, this->node(x).type.dtype); !why.empty())
+    return make_error(why);
   Node node;
   node.kind = kind;
   node.operands = {x};
   node.type = this->node(x).type;
   node.name = std::move(name);
   return push(std::move(node));
+}
+
+Expected<NodeId> Builder::add_where(NodeId cond, std::optional<NodeId> a, std::optional<NodeId> b,
+                                    double a_literal, double b_literal, std::string name) {
+  if (Status s = check_operand(cond); !s) return s.error();
+  const Node& nc = node(cond);
+  if (nc.type.dtype != DType::boolean) {
+    return make_error("where: the condition must be bool, got ", describe(nc),
+                      "; compare it (ne(x, 0)) or cast it (cast(x, to=bool))");
+  }
+  for (const std::optional<NodeId>& v : {a, b})
+    if (v)
+      if (Status s = check_operand(*v); !s) return s.error();
+  DType dtype = DType::f32;  // both literals
+  if (a && b && node(*a).type.dtype != node(*b).type.dtype) {
+    return make_error("where: its values differ in dtype: ", describe(node(*a)), " and ",
+                      describe(node(*b)), "; cast one of them");
+  }
+  if (a) dtype = node(*a).type.dtype;
+  else if (b) dtype = node(*b).type.dtype;
+  if (!a)
+    if (Status s = check_literal(dtype, a_literal); !s) return make_error("where: ", s.error().message);
+  if (!b)
+    if (Status s = check_literal(dtype, b_literal); !s) return make_error("where: ", s.error().message);
+  Shape shape = nc.type.shape;
+  for (const std::optional<NodeId>& v : {a, b}) {
+    if (!v) continue;
+    auto joined = broadcast(shape, node(*v).type.shape);
+    if (!joined) return make_error("where: ", joined.error().message);
+    shape = std::move(*joined);
+  }
+  Node n;
+  n.kind = OpKind::where;
+  n.operands = {cond};
+  if (a) n.operands.push_back(*a);
+  if (b) n.operands.push_back(*b);
+  n.attrs.literal_side = a && b ? LiteralSide::none : a ? LiteralSide::rhs : b ? LiteralSide::lhs
+                                                                             : LiteralSide::both;
+  if (!a) n.attrs.literal = a_literal;
+  if (!a && !b) n.attrs.literal2 = b_literal;
+  if (a && !b) n.attrs.literal = b_literal;
+  n.type = TensorType{dtype, std::move(shape)};
+  n.name = std::move(name);
+  return push(std::move(n));
 }
 
 Expected<NodeId> Builder::add_cast(NodeId x, DType to, std::string name) {
@@ -468,6 +588,8 @@ Expected<NodeId> Builder::add_cast(NodeId x, DType to, std::string name) {
 
 Expected<NodeId> Builder::add_softmax(NodeId x, int axis, std::string name) {
   if (Status s = check_operand(x); !s) return s.error();
+  if (Status s = require_float("softmax", "its operand", node(x), describe(node(x))); !s)
+    return s.error();
   const TensorType& type = node(x).type;
   int rank = type.shape.rank();
   if (axis < -rank || axis >= rank) {
@@ -499,6 +621,9 @@ Expected<NodeId> Builder::add_reduce(OpKind kind, NodeId x, int axis, bool keepd
     return make_error("'", std::string(to_string(kind)), "' is not a reduction");
   }
   if (Status s = check_operand(x); !s) return s.error();
+  if (Status s = require_float(to_string(kind).data(), "its operand", node(x), describe(node(x)));
+      !s)
+    return s.error();
   const Node& nx = node(x);
   const Shape& shape = nx.type.shape;
   auto a = normal_axis(axis, shape.rank());
@@ -557,6 +682,7 @@ Status check_eps(double eps, const char* op) {
 
 Expected<NodeId> Builder::add_rms_norm(NodeId x, NodeId weight, double eps, std::string name) {
   if (Status s = check_operand(x); !s) return s.error();
+  if (Status s = require_float("rms_norm", "x", node(x), describe(node(x))); !s) return s.error();
   if (Status s = check_operand(weight); !s) return s.error();
   if (Status s = check_norm_param(node(x), node(weight), "rms_norm", "weight"); !s)
     return s.error();
@@ -574,6 +700,7 @@ Expected<NodeId> Builder::add_rms_norm(NodeId x, NodeId weight, double eps, std:
 Expected<NodeId> Builder::add_layer_norm(NodeId x, NodeId weight, NodeId bias, double eps,
                                          std::string name) {
   if (Status s = check_operand(x); !s) return s.error();
+  if (Status s = require_float("layer_norm", "x", node(x), describe(node(x))); !s) return s.error();
   if (Status s = check_operand(weight); !s) return s.error();
   if (Status s = check_operand(bias); !s) return s.error();
   if (Status s = check_norm_param(node(x), node(weight), "layer_norm", "weight"); !s)
@@ -829,6 +956,7 @@ namespace {
 // Checks an attention mask against the scores dims: no more dims than the scores, and each dim
 // (aligned at the last) equal to the scores' or a constant 1. Any float dtype is read as fp32.
 Status check_attention_mask(const Node& mask, const std::vector<DimRef>& scores) {
+  if (Status s = require_float("attention", "the mask", mask, describe(mask)); !s) return s;
   const Shape& sm = mask.type.shape;
   int offset = static_cast<int>(scores.size()) - sm.rank();
   std::string target = "[";
@@ -862,6 +990,7 @@ Expected<NodeId> Builder::add_attention(NodeId q, NodeId k, NodeId v, std::optio
   const Node& nk = node(k);
   const Node& nv = node(v);
   const std::pair<const char*, const Node*> roles[] = {{"q", &nq}, {"k", &nk}, {"v", &nv}};
+  if (Status s = require_float("attention", "q", nq, describe(nq)); !s) return s.error();
   for (const auto& [role, n] : roles) {
     int rank = n->type.shape.rank();
     if (rank < 2 || rank > 4) {

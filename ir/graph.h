@@ -30,14 +30,14 @@ inline constexpr int k_op_kind_count = 0
 
 // How an op is parsed, printed, hashed and verified (ops.def's category column).
 enum class OpCategory : uint8_t {
-  input, matmul, binary, unary, cast, softmax, reduce, norm, layout, attention
+  input, matmul, binary, unary, cast, softmax, reduce, norm, layout, attention, select
 };
 
 // How the fuser treats an op (ops.def's fusion column).
 enum class FusionClass : uint8_t { source, anchor, pointwise, layout, reshape };
 
 // Where an op's result dtype comes from (ops.def's result column).
-enum class ResultDType : uint8_t { declared, operand, cast_to };
+enum class ResultDType : uint8_t { declared, operand, cast_to, boolean, selected };
 
 // The op's name as the text writes it (gelu_tanh is written gelu, with approximate="tanh").
 std::string_view to_string(OpKind kind);
@@ -66,8 +66,9 @@ inline constexpr int k_max_nesting = 256;
 // Index of a node in Graph::nodes(); operands always point to earlier nodes.
 using NodeId = int32_t;
 
-// Which side of a binary op is a float literal, if any.
-enum class LiteralSide : uint8_t { none, lhs, rhs };
+// Which side of a binary op is a literal, if any; for where, which of its two value operands
+// (both: `literal` the first, `literal2` the second).
+enum class LiteralSide : uint8_t { none, lhs, rhs, both };
 
 // Attributes; each op kind reads only its own.
 struct Attrs {
@@ -75,7 +76,9 @@ struct Attrs {
   bool transpose_b = false;                 // matmul
   std::optional<Precision> precision;       // matmul: overrides the graph mode (never automatic)
   LiteralSide literal_side = LiteralSide::none;  // binary
-  double literal = 0.0;                     // binary, when literal_side != none
+  double literal = 0.0;   // binary and where, when literal_side != none: the value, in the
+                          // dtype of the tensor it meets (an integer, 0 or 1 for bool, +-inf)
+  double literal2 = 0.0;                    // where, when literal_side == both: b
   DType cast_to = DType::f32;               // cast
   int axis = 0;  // softmax, reduce, slice, concat: normalised to 0..rank-1 of the operand
   bool keepdim = false;                     // reduce
@@ -146,13 +149,23 @@ public:
                               bool transpose_b = false,
                               std::optional<Precision> precision = std::nullopt,
                               std::string name = {});
-  // kind must be add/sub/mul/div.
+  // A binary op (OpCategory::binary) of two tensors of one dtype, numpy broadcasting. Arithmetic
+  // (add, sub, mul, maximum, minimum) takes float and integer tensors, div and pow float ones,
+  // comparisons any dtype (the result is bool), logical_and/or bool ones.
   Expected<NodeId> add_binary(OpKind kind, NodeId a, NodeId b, std::string name = {});
-  // A binary op with one float-literal operand on `side`.
+  // A binary op with one literal operand on `side` (lhs or rhs), in the tensor's dtype: a float
+  // (finite or +-inf) for a float tensor, an integer within the type and +-2^53 for an integer
+  // one, 0 or 1 for bool.
   Expected<NodeId> add_binary_literal(OpKind kind, NodeId tensor, double literal, LiteralSide side,
                                       std::string name = {});
-  // kind must be one of the unary activations.
+  // A unary op (OpCategory::unary): neg and abs take float and integer tensors, logical_not
+  // bool ones, every other one float ones.
   Expected<NodeId> add_unary(OpKind kind, NodeId x, std::string name = {});
+  // where(cond, a, b): cond bool; a and b tensors of one dtype, or literals (`a_literal`,
+  // `b_literal` when set, in the other's dtype, f32 when both are); the three broadcast.
+  Expected<NodeId> add_where(NodeId cond, std::optional<NodeId> a, std::optional<NodeId> b,
+                             double a_literal = 0.0, double b_literal = 0.0,
+                             std::string name = {});
   Expected<NodeId> add_cast(NodeId x, DType to, std::string name = {});
   // axis may be negative (counted from the end).
   Expected<NodeId> add_softmax(NodeId x, int axis = -1, std::string name = {});
@@ -188,7 +201,8 @@ public:
   Expected<NodeId> add_attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask,
                                  double scale, bool causal, std::string name = {});
   // Any computed op from its kind, operands and attributes, through the typed add_* above (the
-  // same checks and errors): a binary op with attrs.literal_side set takes one operand, attention
+  // same checks and errors): a binary op with attrs.literal_side set takes one operand, where
+  // takes 3 less its literals (attrs.literal_side: lhs a, rhs b, both), attention
   // takes 3 or 4 (the 4th is the mask), reshape reads attrs.shape and attrs.shape_symbols. Fails
   // for OpKind::input (add_input declares inputs) and on a wrong operand count.
   Expected<NodeId> add(OpKind kind, const std::vector<NodeId>& operands, const Attrs& attrs,

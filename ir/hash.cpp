@@ -92,6 +92,12 @@ std::string canonical_bytes(const Graph& graph) {
         w.f64(a.scale);
         w.u8(a.causal);
         break;
+      case OpCategory::select:
+        // where: which of its values are literals, then those literals (a's first).
+        w.u8(static_cast<uint8_t>(a.literal_side));
+        if (a.literal_side != LiteralSide::none) w.f64(a.literal);
+        if (a.literal_side == LiteralSide::both) w.f64(a.literal2);
+        break;
       case OpCategory::input:
       case OpCategory::unary:
         break;
@@ -140,7 +146,7 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
     uint8_t kind = r.u8();
     uint8_t dtype = r.u8();
     uint8_t rank = r.u8();
-    if (!r.ok() || kind >= k_op_kinds || dtype > static_cast<uint8_t>(DType::bf16) ||
+    if (!r.ok() || kind >= k_op_kinds || dtype > static_cast<uint8_t>(DType::boolean) ||
         rank > k_max_rank)
       return bad("node " + std::to_string(i) + " is malformed");
     std::vector<int64_t> dims;
@@ -204,7 +210,7 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
         break;
       case OpCategory::cast: {
         auto to = r.u8();
-        if (arity == 1 && to <= static_cast<uint64_t>(DType::bf16))
+        if (arity == 1 && to <= static_cast<uint64_t>(DType::boolean))
           added = b.add_cast(operands[0], static_cast<DType>(to));
         break;
       }
@@ -261,6 +267,28 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
             added = b.add_concat(operands, static_cast<int>(axis));
         }
         break;
+      case OpCategory::select: {
+        auto side = r.u8();
+        double la = 0.0, lb = 0.0;
+        if (side != static_cast<uint64_t>(LiteralSide::none)) la = std::bit_cast<double>(r.u64());
+        if (side == static_cast<uint64_t>(LiteralSide::both)) lb = std::bit_cast<double>(r.u64());
+        if (!r.ok() || side > static_cast<uint64_t>(LiteralSide::both)) break;
+        auto literal_side = static_cast<LiteralSide>(side);
+        size_t literals = literal_side == LiteralSide::none ? 0 : literal_side == LiteralSide::both ? 2 : 1;
+        if (arity + literals != 3) break;
+        std::optional<NodeId> va, vb;
+        if (literal_side == LiteralSide::none) {
+          va = operands[1];
+          vb = operands[2];
+        } else if (literal_side == LiteralSide::rhs) {
+          va = operands[1];
+          lb = la;
+        } else if (literal_side == LiteralSide::lhs) {
+          vb = operands[1];
+        }
+        added = b.add_where(operands[0], va, vb, la, lb);
+        break;
+      }
       case OpCategory::attention: {
         double scale = std::bit_cast<double>(r.u64());
         auto causal = r.u8();

@@ -111,6 +111,11 @@ Token Lexer::next() {
     }
     token.kind = TokenKind::identifier;
     m_name_end = m_pos;
+  } else if ((c == '-' || c == '+') && peek(1) == 'i' && peek(2) == 'n' && peek(3) == 'f' &&
+             !is_ident_char(peek(4))) {
+    // A signed infinity, "-inf" or "+inf" (plain "inf" is an identifier the parser takes as one).
+    for (int i = 0; i < 4; ++i) advance();
+    token.kind = TokenKind::number;
   } else if (is_digit(c) || ((c == '-' || c == '+' || c == '.') &&
                              (is_digit(peek(1)) || (peek(1) == '.' && is_digit(peek(2)))))) {
     // Sign, digits, fraction, exponent; the parser converts and range-checks the text.

@@ -22,6 +22,10 @@ Status Parser::expect(TokenKind kind, const char* what) {
 
 Status Parser::define(NodeId id, const Token& name_token) {
   std::string name(name_token.text);
+  if (keyword_literal(name_token)) {
+    return error_at(name_token.location, "'" + name + "' is a literal (true, false, inf); a value "
+                                             "needs another name");
+  }
   if (auto previous = m_builder.find(name)) {
     Location was = m_defined_at[static_cast<size_t>(*previous)];
     return error_at(name_token.location, "'" + name + "' is already defined at " +
@@ -43,12 +47,12 @@ Status Parser::parse_input() {
   Token name = m_token;
   advance();
   if (Status s = expect(TokenKind::colon, "':' and a type after the input name"); !s) return s;
-  if (!at(TokenKind::identifier)) return expected("a dtype (f32, f16 or bf16)");
+  if (!at(TokenKind::identifier)) return expected("a dtype (" + dtype_names() + ")");
   Token dtype_token = m_token;
   auto dtype = parse_dtype(dtype_token.text);
   if (!dtype) {
     return error_at(dtype_token.location, "unknown dtype '" + std::string(dtype_token.text) +
-                                              "'; expected f32, f16 or bf16");
+                                              "'; expected " + dtype_names());
   }
   advance();
   Location shape_at = m_token.location;
@@ -103,6 +107,10 @@ Status Parser::parse_input() {
   if (!shape) return error_at(shape_at, shape.error().message);
   if (auto previous = m_builder.find(name.text)) {
     return define(*previous, name);  // reports the duplicate with both locations
+  }
+  if (keyword_literal(name)) {
+    return error_at(name.location, "'" + std::string(name.text) + "' is a literal (true, false, "
+                                       "inf); an input needs another name");
   }
   auto id = m_builder.add_input(std::string(name.text), TensorType{*dtype, std::move(*shape)});
   if (!id) return error_at(input_at, id.error().message);
@@ -206,12 +214,28 @@ Status Parser::parse_assignment(const Token& name) {
 
 Expected<Operand> Parser::parse_expr(int depth) {
   Token token = m_token;
+  if (at(TokenKind::identifier) && keyword_literal(token)) {
+    advance();
+    if (at(TokenKind::lparen)) {
+      return error_at(token.location, "'" + std::string(token.text) + "' is a literal, not an op");
+    }
+    return *keyword_literal(token);
+  }
   if (at(TokenKind::number)) {
     advance();
     Operand literal;
     literal.is_literal = true;
     literal.location = token.location;
     literal.text = token.text;
+    bool infinity = token.text == "-inf" || token.text == "+inf";
+    literal.kind = infinity ? LiteralKind::floating
+                   : token.text.find_first_of(".eE") == std::string_view::npos
+                       ? LiteralKind::integer
+                       : LiteralKind::floating;
+    if (infinity) {
+      literal.literal = token.text[0] == '-' ? -HUGE_VAL : HUGE_VAL;
+      return literal;
+    }
     std::string_view text = token.text[0] == '+' ? token.text.substr(1) : token.text;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), literal.literal);
     if (ec == std::errc::result_out_of_range || (ec == std::errc() && !std::isfinite(literal.literal))) {
@@ -307,6 +331,8 @@ Expected<Operand> Parser::parse_call(const Token& op_token, int depth) {
         auto call = parse_call(first, depth + 1);
         if (!call) return call.error();
         operand = *call;
+      } else if (auto literal = keyword_literal(first)) {
+        operand = *literal;
       } else {
         auto id = m_builder.find(first.text);
         if (!id) {

@@ -45,6 +45,23 @@ Expected<NodeId> Parser::tensor_arg(const Token& op_token, const Operand& operan
   return operand.node;
 }
 
+// Checks a literal's spelling against the dtype of the tensor it meets: a number for a float
+// tensor, an integer for an integer one, true or false for bool.
+Status Parser::check_literal_spelling(const Token& op_token, const Operand& literal,
+                                      DType dtype) {
+  bool ok = is_float(dtype)     ? literal.kind != LiteralKind::boolean
+            : is_integer(dtype) ? literal.kind == LiteralKind::integer
+                                : literal.kind == LiteralKind::boolean;
+  if (ok) return Status::success();
+  const char* wanted = is_float(dtype)     ? "a number"
+                       : is_integer(dtype) ? "an integer (no '.', exponent or inf)"
+                                           : "true or false";
+  return error_at(literal.location, std::string(op_token.text) + ": the literal " +
+                                        std::string(literal.text) + " meets a " +
+                                        std::string(to_string(dtype)) + " tensor, which takes " +
+                                        wanted + "; tensors and literals never convert: cast");
+}
+
 Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>& args,
                                const std::vector<NamedArg>& named) {
   std::string op_name(op_token.text);
@@ -117,10 +134,14 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
         return error_at(op_token.location, op_name + " needs at least one tensor operand");
       }
       if (args[0].is_literal) {
+        DType dtype = m_builder.node(args[1].node).type.dtype;
+        if (Status st = check_literal_spelling(op_token, args[0], dtype); !st) return st.error();
         return located(m_builder.add_binary_literal(*kind, args[1].node, args[0].literal,
                                                     LiteralSide::lhs));
       }
       if (args[1].is_literal) {
+        DType dtype = m_builder.node(args[0].node).type.dtype;
+        if (Status st = check_literal_spelling(op_token, args[1], dtype); !st) return st.error();
         return located(m_builder.add_binary_literal(*kind, args[0].node, args[1].literal,
                                                     LiteralSide::rhs));
       }
@@ -148,7 +169,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
         if (arg.name != "to") return unknown_arg(arg, "expected to");
         to = arg.value.kind == TokenKind::identifier ? parse_dtype(arg.value.text)
                                                      : std::nullopt;
-        if (!to) return bad_value(arg, "a dtype (f32, f16 or bf16)");
+        if (!to) return bad_value(arg, "a dtype (" + dtype_names() + ")");
       }
       if (!to) return error_at(op_token.location, "cast needs a target dtype: cast(x, to=bf16)");
       auto x = tensor_arg(op_token, args[0], 0);
@@ -201,6 +222,22 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       return build_layout(op_token, *kind, args, named);
     case OpCategory::attention:
       return build_attention(op_token, args, named);
+    case OpCategory::select: {
+      if (!named.empty()) return unknown_arg(named[0], "it takes three operands only");
+      auto cond = tensor_arg(op_token, args[0], 0);
+      if (!cond) return cond;
+      std::optional<NodeId> a, b;
+      if (!args[1].is_literal) a = args[1].node;
+      if (!args[2].is_literal) b = args[2].node;
+      // Literals take the other value's dtype; two literals give f32.
+      DType dtype = a ? m_builder.node(*a).type.dtype : b ? m_builder.node(*b).type.dtype
+                                                         : DType::f32;
+      for (size_t i : {size_t{1}, size_t{2}}) {
+        if (!args[i].is_literal) continue;
+        if (Status st = check_literal_spelling(op_token, args[i], dtype); !st) return st.error();
+      }
+      return located(m_builder.add_where(*cond, a, b, args[1].literal, args[2].literal));
+    }
     case OpCategory::input:
       break;
   }

@@ -4,20 +4,45 @@
 #include "ir/graph.h"
 #include "ir/lexer.h"
 
+#include <cmath>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace kiln::ir::detail {
 
-// An expression's value: a graph value or a float literal.
+// How a literal is written: `3`, `2.5` / `1e-5` / `inf` / `-inf`, `true` / `false`.
+enum class LiteralKind : uint8_t { integer, floating, boolean };
+
+// An expression's value: a graph value or a literal.
 struct Operand {
   bool is_literal = false;
+  LiteralKind kind = LiteralKind::floating;  // when is_literal
   NodeId node = -1;
   double literal = 0.0;
   Location location;
   std::string_view text;
 };
+
+// `true`, `false` and `inf` as literal operands (the lexer reads `-inf` as a number); nullopt for
+// any other token.
+inline std::optional<Operand> keyword_literal(const Token& token) {
+  if (token.kind != TokenKind::identifier) return std::nullopt;
+  Operand literal;
+  literal.is_literal = true;
+  literal.location = token.location;
+  literal.text = token.text;
+  if (token.text == "true" || token.text == "false") {
+    literal.kind = LiteralKind::boolean;
+    literal.literal = token.text == "true" ? 1.0 : 0.0;
+  } else if (token.text == "inf") {
+    literal.literal = HUGE_VAL;
+  } else {
+    return std::nullopt;
+  }
+  return literal;
+}
 
 // The most items a list argument holds (a shape has at most k_max_rank dims; concat's operands
 // are positional).
@@ -69,6 +94,7 @@ private:
   Expected<NodeId> build_attention(const Token& op_token, const std::vector<Operand>& args,
                                    const std::vector<NamedArg>& named);
   Expected<NodeId> tensor_arg(const Token& op_token, const Operand& operand, size_t index);
+  Status check_literal_spelling(const Token& op_token, const Operand& literal, DType dtype);
   Status define(NodeId id, const Token& name_token);
 
   Lexer m_lexer;

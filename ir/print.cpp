@@ -2,13 +2,17 @@
 #include "ir/print.h"
 
 #include <charconv>
+#include <cmath>
 
 namespace kiln::ir {
 
 namespace {
 
 // Shortest text that reads back as the same double, always with a '.' or exponent.
-std::string format_literal(double value) {
+std::string format_literal(double value, DType dtype = DType::f32) {
+  if (dtype == DType::boolean) return value != 0.0 ? "true" : "false";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if (is_integer(dtype)) return std::to_string(static_cast<int64_t>(value));
   char buffer[64];
   auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
   std::string text(buffer, end);
@@ -32,20 +36,40 @@ public:
       if (!first) out += ", ";
       first = false;
     };
-    if (attrs.literal_side == LiteralSide::lhs) {
+    // A literal is written in the dtype of the tensor it meets (where's values: the result's).
+    DType literal_dtype = node.kind == OpKind::where || node.operands.empty()
+                              ? node.type.dtype
+                              : m_graph.node(node.operands[0]).type.dtype;
+    auto literal = [&](double value) {
       separator();
-      out += format_literal(attrs.literal);
-    }
+      out += format_literal(value, literal_dtype);
+    };
     // An attention's mask (operand 3) is written as mask=NAME below.
     size_t positional = node.kind == OpKind::attention ? 3 : node.operands.size();
+    if (node.kind == OpKind::where) {
+      separator();
+      operand_ref(node.operands[0], out);
+      size_t next = 1;
+      LiteralSide side = attrs.literal_side;
+      if (side == LiteralSide::lhs || side == LiteralSide::both) literal(attrs.literal);
+      else {
+        separator();
+        operand_ref(node.operands[next++], out);
+      }
+      if (side == LiteralSide::rhs) literal(attrs.literal);
+      else if (side == LiteralSide::both) literal(attrs.literal2);
+      else {
+        separator();
+        operand_ref(node.operands[next], out);
+      }
+      positional = 0;
+    }
+    if (node.kind != OpKind::where && attrs.literal_side == LiteralSide::lhs) literal(attrs.literal);
     for (size_t i = 0; i < positional; ++i) {
       separator();
       operand_ref(node.operands[i], out);
     }
-    if (attrs.literal_side == LiteralSide::rhs) {
-      separator();
-      out += format_literal(attrs.literal);
-    }
+    if (node.kind != OpKind::where && attrs.literal_side == LiteralSide::rhs) literal(attrs.literal);
     switch (category(node.kind)) {
       case OpCategory::matmul:
         if (attrs.transpose_a) out += ", transpose_a=true";
@@ -93,6 +117,7 @@ public:
         break;
       case OpCategory::input:
       case OpCategory::binary:
+      case OpCategory::select:
         break;
     }
     out += ')';

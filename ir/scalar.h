@@ -83,6 +83,19 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
       return m.erf(a);
     case OpKind::log:
       return m.log(a);
+    // Exact ops on any dtype, each backend's typed layer (comparisons, logical ops, where,
+    // integer arithmetic and casts): CUDA's emit_typed.cpp, the CPU's typed.cpp, the reference's
+    // typed.cpp.
+    case OpKind::eq:
+    case OpKind::ne:
+    case OpKind::lt:
+    case OpKind::le:
+    case OpKind::gt:
+    case OpKind::ge:
+    case OpKind::logical_and:
+    case OpKind::logical_or:
+    case OpKind::logical_not:
+    case OpKind::where:
     // Not pointwise formulas.
     case OpKind::input:
     case OpKind::matmul:

@@ -12,10 +12,13 @@ struct DTypeName {
   std::string_view name;
   int64_t bytes;
 };
-constexpr std::array<DTypeName, 3> k_dtypes = {{
+constexpr std::array<DTypeName, 6> k_dtypes = {{
     {DType::f32, "f32", 4},
     {DType::f16, "f16", 2},
     {DType::bf16, "bf16", 2},
+    {DType::i32, "i32", 4},
+    {DType::i64, "i64", 8},
+    {DType::boolean, "bool", 1},
 }};
 
 struct PrecisionName {
@@ -46,6 +49,14 @@ std::optional<DType> parse_dtype(std::string_view text) {
 int64_t byte_size(DType dtype) {
   return k_dtypes[static_cast<size_t>(dtype)].bytes;
 }
+
+bool is_float(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+}
+
+bool is_integer(DType dtype) { return dtype == DType::i32 || dtype == DType::i64; }
+
+std::string dtype_names() { return "f32, f16, bf16, i32, i64 or bool"; }
 
 std::string_view to_string(Precision precision) {
   return k_precisions[static_cast<size_t>(precision)].name;

@@ -11,14 +11,22 @@
 
 namespace kiln::ir {
 
-enum class DType : uint8_t { f32, f16, bf16 };
+// The element types. The numbering is hashed (append only): the three float types first, then
+// the integer and boolean ones a whole model's token ids, positions and masks need.
+enum class DType : uint8_t { f32, f16, bf16, i32, i64, boolean };
 
-// "f32", "f16", "bf16".
+// "f32", "f16", "bf16", "i32", "i64", "bool".
 std::string_view to_string(DType dtype);
 // Parses a dtype name; nullopt for anything else.
 std::optional<DType> parse_dtype(std::string_view text);
-// Bytes per element: 4 or 2.
+// Bytes per element: 4, 2, 2, 4, 8 and 1 (a bool is one byte, 0 or 1).
 int64_t byte_size(DType dtype);
+// f32, f16 and bf16: kernels compute them in fp32 and round at each value.
+bool is_float(DType dtype);
+// i32 and i64: two's complement, arithmetic wraps.
+bool is_integer(DType dtype);
+// "f32, f16, bf16, i32, i64 or bool": every dtype name, for messages.
+std::string dtype_names();
 
 // How a matmul's arithmetic is done (see DESIGN.md "Precision modes"). `automatic` is a
 // graph-wide choice only, resolved per arch by the compiler; ops carry concrete modes.

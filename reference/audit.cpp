@@ -58,13 +58,16 @@ int64_t longest_sum(const ir::Graph& graph, const ir::Node& node) {
 
 double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision precision) {
   double result = k_tolerance_highest;
+  bool float_math = false;  // a float value computed on the way: rounding can reach the output
   std::vector<bool> seen(graph.nodes().size(), false);
   std::vector<ir::NodeId> stack{output};
   seen[static_cast<size_t>(output)] = true;
   while (!stack.empty()) {
     const ir::Node& node = graph.node(stack.back());
     stack.pop_back();
-    if (node.type.dtype != ir::DType::f32) result = std::max(result, k_tolerance_half);
+    if (ir::is_float(node.type.dtype) && node.type.dtype != ir::DType::f32)
+      result = std::max(result, k_tolerance_half);
+    if (ir::is_float(node.type.dtype) && node.kind != ir::OpKind::input) float_math = true;
     bool products = node.kind == ir::OpKind::matmul || node.kind == ir::OpKind::attention;
     if (products && node.type.dtype == ir::DType::f32)
       result = std::max(result, tolerance(node.attrs.precision.value_or(precision),
@@ -75,6 +78,9 @@ double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision
       stack.push_back(operand);
     }
   }
+  // An integer or bool output computed from integers and bools alone (casts of float inputs
+  // included) is exact.
+  if (!ir::is_float(graph.node(output).type.dtype) && !float_math) return 0.0;
   return result;
 }
 

@@ -7,10 +7,7 @@
 #include <cmath>
 
 namespace kiln::reference::detail {
-namespace {
 
-// Element strides of `operand` seen through numpy broadcasting to `out`: 0 on every dim that the
-// operand lacks or has as 1.
 std::vector<int64_t> broadcast_strides(const ir::Shape& out, const ir::Shape& operand) {
   int rank = out.rank();
   int offset = rank - operand.rank();
@@ -24,6 +21,8 @@ std::vector<int64_t> broadcast_strides(const ir::Shape& out, const ir::Shape& op
   }
   return strides;
 }
+
+namespace {
 
 // Calls visit(out_index, a_index, b_index) for every element of `out`, in row-major order.
 template <typename Visit>
@@ -108,6 +107,8 @@ void softmax_line(const double* in, double* out, int64_t count, int64_t stride, 
 }  // namespace
 
 Tensor run_binary(const ir::Node& node, const Tensor& a, const Tensor* b, const RunMode& mode) {
+  // Integer and bool operands, and comparisons, compute exactly (reference/typed.cpp).
+  if (!ir::is_float(a.dtype) || !ir::is_float(node.type.dtype)) return run_exact_binary(node, a, b, mode);
   Tensor out = zeros(node.type);
   const ir::Shape& shape = node.type.shape;
   bool fp64 = is_fp64(mode);
@@ -149,6 +150,7 @@ Tensor run_binary(const ir::Node& node, const Tensor& a, const Tensor* b, const 
 }
 
 Tensor run_unary(const ir::Node& node, const Tensor& x, const RunMode& mode) {
+  if (!ir::is_float(x.dtype)) return run_exact_unary(node, x);
   Tensor out = zeros(node.type);
   bool fp64 = is_fp64(mode);
   for (size_t i = 0; i < x.values.size(); ++i) {
@@ -163,6 +165,7 @@ Tensor run_unary(const ir::Node& node, const Tensor& x, const RunMode& mode) {
 }
 
 Tensor run_cast(const ir::Node& node, const Tensor& x, const RunMode& mode) {
+  if (!ir::is_float(x.dtype) || !ir::is_float(node.type.dtype)) return run_exact_cast(node, x);
   Tensor out = zeros(node.type);
   if (is_fp64(mode)) {
     out.values = x.values;  // the ground truth keeps full precision through a cast

@@ -70,6 +70,15 @@ Tensor run_node(const ir::Node& node, const std::vector<Tensor>& values, const R
     case ir::OpCategory::attention:
       return detail::run_attention(node, operand(0), operand(1), operand(2),
                                    node.operands.size() > 3 ? &operand(3) : nullptr, mode);
+    case ir::OpCategory::select: {
+      const Tensor* a = nullptr;
+      const Tensor* b = nullptr;
+      size_t next = 1;
+      ir::LiteralSide side = node.attrs.literal_side;
+      if (side == ir::LiteralSide::none || side == ir::LiteralSide::rhs) a = &operand(next++);
+      if (side == ir::LiteralSide::none || side == ir::LiteralSide::lhs) b = &operand(next);
+      return detail::run_where(node, operand(0), a, b, mode);
+    }
     case ir::OpCategory::input:
       break;
   }

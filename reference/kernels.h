@@ -13,6 +13,21 @@ Tensor run_matmul(const ir::Node& node, const Tensor& a, const Tensor& b, const 
 Tensor run_binary(const ir::Node& node, const Tensor& a, const Tensor* b, const RunMode& mode);
 Tensor run_unary(const ir::Node& node, const Tensor& x, const RunMode& mode);
 Tensor run_cast(const ir::Node& node, const Tensor& x, const RunMode& mode);
+// Integer and bool values and comparisons (reference/typed.cpp): integers exact (as doubles, so up
+// to 2^53) with two's complement wrapping, comparisons of the values as they stand (fp64's full
+// precision, or the mode's stored floats) with a literal in the operands' dtype.
+Tensor run_exact_binary(const ir::Node& node, const Tensor& a, const Tensor* b, const RunMode& mode);
+Tensor run_exact_unary(const ir::Node& node, const Tensor& x);
+// A cast to or from an integer or bool dtype, in both modes: float -> integer truncates toward
+// zero and saturates, NaN -> 0; -> bool is != 0; integer -> float rounds as the target stores it;
+// i64 -> i32 wraps.
+Tensor run_exact_cast(const ir::Node& node, const Tensor& x);
+// where(cond, a, b) with a or b null for a literal (node.attrs).
+Tensor run_where(const ir::Node& node, const Tensor& cond, const Tensor* a, const Tensor* b,
+                 const RunMode& mode);
+// Element strides of `operand` seen through numpy broadcasting to `out`: 0 on every dim that the
+// operand lacks or has as 1.
+std::vector<int64_t> broadcast_strides(const ir::Shape& out, const ir::Shape& operand);
 Tensor run_softmax(const ir::Node& node, const Tensor& x, const RunMode& mode);
 // sum, mean, max along node.attrs.axis.
 Tensor run_reduce(const ir::Node& node, const Tensor& x, const RunMode& mode);

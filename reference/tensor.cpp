@@ -3,6 +3,7 @@
 
 #include "reference/rounding.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace kiln::reference {
@@ -24,6 +25,13 @@ double store_value(ir::DType dtype, double value) {
       return round_f16(single);
     case ir::DType::bf16:
       return round_bf16(single);
+    case ir::DType::i32:
+      return static_cast<double>(static_cast<int32_t>(static_cast<uint32_t>(
+          static_cast<uint64_t>(static_cast<int64_t>(value)))));
+    case ir::DType::i64:
+      return std::trunc(value);
+    case ir::DType::boolean:
+      return value != 0.0 ? 1.0 : 0.0;
   }
   return single;
 }
@@ -40,7 +48,15 @@ double Rng::next_symmetric() { return 2.0 * next_unit() - 1.0; }
 
 Tensor random_tensor(const ir::TensorType& type, Rng& rng) {
   Tensor tensor = zeros(type);
-  for (double& value : tensor.values) value = store_value(type.dtype, rng.next_symmetric());
+  for (double& value : tensor.values) {
+    if (ir::is_float(type.dtype)) {
+      value = store_value(type.dtype, rng.next_symmetric());
+    } else {
+      // Integers in [0, k_random_integer_limit), bools true or false with even odds.
+      double limit = type.dtype == ir::DType::boolean ? 2.0 : k_random_integer_limit;
+      value = std::floor(rng.next_unit() * limit);
+    }
+  }
   return tensor;
 }
 
@@ -53,6 +69,20 @@ std::vector<Tensor> random_inputs(const ir::Graph& graph, uint64_t seed) {
 }
 
 void store_device_bytes(const Tensor& t, unsigned char* out) {
+  if (!ir::is_float(t.dtype)) {
+    for (size_t i = 0; i < t.values.size(); ++i) {
+      auto v = static_cast<int64_t>(store_value(t.dtype, t.values[i]));
+      if (t.dtype == ir::DType::i64) {
+        std::memcpy(out + 8 * i, &v, 8);
+      } else if (t.dtype == ir::DType::i32) {
+        auto w = static_cast<int32_t>(v);
+        std::memcpy(out + 4 * i, &w, 4);
+      } else {
+        out[i] = v != 0 ? 1 : 0;
+      }
+    }
+    return;
+  }
   for (size_t i = 0; i < t.values.size(); ++i) {
     auto f = static_cast<float>(t.values[i]);
     if (t.dtype == ir::DType::f32) {
@@ -66,6 +96,22 @@ void store_device_bytes(const Tensor& t, unsigned char* out) {
 
 Tensor load_device_bytes(const ir::TensorType& type, const unsigned char* in) {
   Tensor t = zeros(type);
+  if (!ir::is_float(type.dtype)) {
+    for (size_t i = 0; i < t.values.size(); ++i) {
+      if (type.dtype == ir::DType::i64) {
+        int64_t v;
+        std::memcpy(&v, in + 8 * i, 8);
+        t.values[i] = static_cast<double>(v);
+      } else if (type.dtype == ir::DType::i32) {
+        int32_t v;
+        std::memcpy(&v, in + 4 * i, 4);
+        t.values[i] = v;
+      } else {
+        t.values[i] = in[i] != 0 ? 1.0 : 0.0;  // any nonzero byte reads as true
+      }
+    }
+    return t;
+  }
   for (size_t i = 0; i < t.values.size(); ++i) {
     if (type.dtype == ir::DType::f32) {
       float f;

@@ -23,7 +23,8 @@ struct Tensor {
 Tensor zeros(const ir::TensorType& type);
 
 // `value` rounded to `dtype` the way a kernel stores it: to fp32 (round to nearest even), then for
-// f16/bf16 to the 16-bit format (round to nearest even).
+// f16/bf16 to the 16-bit format (round to nearest even); an integer value (toward zero) wrapped
+// to i32, or as it is for i64; 1 or 0 for bool.
 double store_value(ir::DType dtype, double value);
 
 // Deterministic uniform numbers from a seed, identical on every platform and standard library:
@@ -40,15 +41,20 @@ private:
   std::mt19937_64 m_engine;
 };
 
-// A tensor of `type` with values uniform in [-1, 1], each rounded to the dtype.
+// Seeded integer inputs are uniform in [0, k_random_integer_limit).
+inline constexpr double k_random_integer_limit = 16.0;
+
+// A tensor of `type` with values uniform in [-1, 1], each rounded to the dtype; integer tensors
+// uniform in [0, k_random_integer_limit), bool ones true or false with even odds.
 Tensor random_tensor(const ir::TensorType& type, Rng& rng);
 
 // One random tensor per graph input, in calling-convention order, all from one stream seeded by
 // `seed`: the same seed always gives the same inputs.
 std::vector<Tensor> random_inputs(const ir::Graph& graph, uint64_t seed);
 
-// A tensor in device layout: dense row-major elements of its dtype (f32, or f16/bf16 bits,
-// little-endian), t.type().bytes() of them; values round to the dtype as a kernel stores them.
+// A tensor in device layout: dense row-major elements of its dtype (f32, f16/bf16 bits, i32, i64,
+// or one byte 0/1 per bool, little-endian), t.type().bytes() of them; values round to the dtype
+// as a kernel stores them.
 void store_device_bytes(const Tensor& t, unsigned char* out);
 // The inverse: reads type.bytes() bytes of device layout.
 Tensor load_device_bytes(const ir::TensorType& type, const unsigned char* in);

@@ -114,7 +114,8 @@ private:
   Status descr(Descr& out) {
     auto text = string_literal("'descr' to be a dtype string like '<f4'");
     if (!text) return text.error();
-    constexpr Descr k_all[] = {Descr::f4, Descr::f2, Descr::f8, Descr::u2, Descr::v2};
+    constexpr Descr k_all[] = {Descr::f4, Descr::f2, Descr::f8, Descr::u2,
+                               Descr::v2, Descr::i4, Descr::i8, Descr::b1};
     for (Descr d : k_all) {
       if (*text == to_string(d)) {
         out = d;
@@ -123,6 +124,10 @@ private:
     }
     if (*text == "|V2") {  // numpy's spelling of np.dtype('V2'): byte order does not apply
       out = Descr::v2;
+      return Status::success();
+    }
+    if (*text == "<b1") {  // one byte: byte order does not apply
+      out = Descr::b1;
       return Status::success();
     }
     if (!text->empty() && text->front() == '>') {
@@ -134,7 +139,8 @@ private:
       }
     }
     return make_error("header: dtype ", quoted(*text),
-                      " is not supported (expected '<f4', '<f2', '<u2', '<V2' or '<f8')");
+                      " is not supported (expected '<f4', '<f2', '<u2', '<V2', '<f8', '<i4', "
+                      "'<i8' or '|b1')");
   }
 
   Status fortran_order() {
@@ -224,17 +230,23 @@ std::string_view to_string(Descr descr) {
     case Descr::f8: return "<f8";
     case Descr::u2: return "<u2";
     case Descr::v2: return "<V2";
+    case Descr::i4: return "<i4";
+    case Descr::i8: return "<i8";
+    case Descr::b1: return "|b1";
   }
   return "?";
 }
 
 int64_t item_size(Descr descr) {
   switch (descr) {
-    case Descr::f4: return 4;
-    case Descr::f8: return 8;
+    case Descr::f4:
+    case Descr::i4: return 4;
+    case Descr::f8:
+    case Descr::i8: return 8;
     case Descr::f2:
     case Descr::u2:
     case Descr::v2: return 2;
+    case Descr::b1: return 1;
   }
   return 1;
 }

@@ -8,7 +8,8 @@
 // What is read, and nothing else:
 // - versions 1.0, 2.0 and 3.0, with an ASCII header of at most k_max_header_bytes;
 // - descr '<f4', '<f2', '<f8', '<u2', '<V2' (and '|V2', numpy's own spelling of a 2-byte void,
-//   read as '<V2': ml_dtypes' bfloat16 saves as '<V2'); big-endian data is refused by name;
+//   read as '<V2': ml_dtypes' bfloat16 saves as '<V2'), '<i4', '<i8' and '|b1' (bool, one byte);
+//   big-endian data is refused by name;
 // - 'fortran_order': False only;
 // - shape a tuple of 1 to k_max_rank non-negative ints (a 1-tuple needs its comma, as in Python);
 // - exactly elements * item size bytes of data after the header.
@@ -31,11 +32,14 @@ enum class Descr : uint8_t {
   f8,  // '<f8': float64
   u2,  // '<u2': uint16 (kiln's bf16 bits)
   v2,  // '<V2': 2 raw bytes (bf16 as ml_dtypes saves it)
+  i4,  // '<i4': int32
+  i8,  // '<i8': int64
+  b1,  // '|b1': bool, one byte
 };
 
-// "<f4", "<f2", "<f8", "<u2", "<V2".
+// "<f4", "<f2", "<f8", "<u2", "<V2", "<i4", "<i8", "|b1".
 std::string_view to_string(Descr descr);
-// Bytes per element: 4, 2, 8, 2, 2.
+// Bytes per element: 4, 2, 8, 2, 2, 4, 8, 1.
 int64_t item_size(Descr descr);
 
 inline constexpr int k_max_rank = 4;

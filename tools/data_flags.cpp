@@ -23,6 +23,9 @@ bool descr_fits(npy::Descr descr, ir::DType dtype) {
     case ir::DType::f32: return descr == npy::Descr::f4;
     case ir::DType::f16: return descr == npy::Descr::f2;
     case ir::DType::bf16: return descr == npy::Descr::u2 || descr == npy::Descr::v2;
+    case ir::DType::i32: return descr == npy::Descr::i4;
+    case ir::DType::i64: return descr == npy::Descr::i8;
+    case ir::DType::boolean: return descr == npy::Descr::b1;
   }
   return false;
 }
@@ -32,6 +35,9 @@ std::string expected_descr(ir::DType dtype) {
     case ir::DType::f32: return "'<f4'";
     case ir::DType::f16: return "'<f2'";
     case ir::DType::bf16: return "'<u2' or '<V2' (bf16 bits)";
+    case ir::DType::i32: return "'<i4'";
+    case ir::DType::i64: return "'<i8'";
+    case ir::DType::boolean: return "'|b1'";
   }
   return "?";
 }
@@ -41,6 +47,9 @@ npy::Descr descr_of(ir::DType dtype) {
     case ir::DType::f32: return npy::Descr::f4;
     case ir::DType::f16: return npy::Descr::f2;
     case ir::DType::bf16: return npy::Descr::u2;
+    case ir::DType::i32: return npy::Descr::i4;
+    case ir::DType::i64: return npy::Descr::i8;
+    case ir::DType::boolean: return npy::Descr::b1;
   }
   return npy::Descr::f4;
 }
@@ -60,6 +69,9 @@ std::string conversion(ir::DType dtype) {
     case ir::DType::f32: return "; convert it, e.g. arr.astype('<f4')";
     case ir::DType::f16: return "; convert it, e.g. arr.astype('<f2')";
     case ir::DType::bf16: return "; convert it, e.g. arr.astype(ml_dtypes.bfloat16)";
+    case ir::DType::i32: return "; convert it, e.g. arr.astype('<i4')";
+    case ir::DType::i64: return "; convert it, e.g. arr.astype('<i8')";
+    case ir::DType::boolean: return "; convert it, e.g. arr.astype(bool)";
   }
   return {};
 }
@@ -367,8 +379,16 @@ std::string describe_inputs(const RunData& data) {
     given += (given.empty() ? "" : ", ") + data.bound.node(data.bound.inputs()[i]).name +
              " from " + data.paths[i];
   }
-  if (given.empty()) return "inputs uniform in [-1, 1]";
-  return "inputs " + given + (drawn ? ", the rest uniform in [-1, 1]" : "");
+  // Seeded integer inputs are drawn in [0, 16), bools as true or false (reference/tensor.h).
+  bool integers = false;
+  for (size_t i = 0; i < data.paths.size(); ++i) {
+    ir::DType dtype = data.bound.node(data.bound.inputs()[i]).type.dtype;
+    if (data.paths[i].empty() && !ir::is_float(dtype)) integers = true;
+  }
+  std::string drawn_text = std::string("uniform in [-1, 1]") +
+                           (integers ? " (integers in [0, 16), bools either)" : "");
+  if (given.empty()) return "inputs " + drawn_text;
+  return "inputs " + given + (drawn ? ", the rest " + drawn_text : "");
 }
 
 Expected<std::vector<std::string>> save_outputs(const ir::Graph& graph, const DataFlags& flags,

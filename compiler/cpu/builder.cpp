@@ -92,7 +92,7 @@ llvm::Value* constant(llvm::Type* type, uint64_t value) { return llvm::ConstantI
 
 llvm::Value* KernelBuilder::load_floats(ir::DType dtype, llvm::Value* base, llvm::Value* index,
                                         unsigned lanes) {
-  llvm::Align align(dtype == ir::DType::f32 ? 4 : 2);
+  llvm::Align align(ir::byte_size(dtype));
   switch (dtype) {
     case ir::DType::f32:
       return m_b.CreateAlignedLoad(lanes_of(f32(), lanes), m_b.CreateGEP(f32(), base, index), align);
@@ -107,6 +107,16 @@ llvm::Value* KernelBuilder::load_floats(ir::DType dtype, llvm::Value* base, llvm
       llvm::Value* h = m_b.CreateAlignedLoad(lanes_of(m_b.getHalfTy(), lanes),
                                              m_b.CreateGEP(m_b.getHalfTy(), base, index), align);
       return m_b.CreateFPExt(h, lanes_of(f32(), lanes));
+    }
+    case ir::DType::i32:
+    case ir::DType::i64:
+    case ir::DType::boolean: {
+      // An integer or bool read as a float (1.0 or 0.0 for bool): its value converted.
+      llvm::Type* t = dtype == ir::DType::i32 ? m_b.getInt32Ty()
+                      : dtype == ir::DType::i64 ? m_b.getInt64Ty() : m_b.getInt8Ty();
+      llvm::Value* v = m_b.CreateLoad(lanes_of(t, lanes), m_b.CreateGEP(t, base, index));
+      if (dtype == ir::DType::boolean) return m_b.CreateUIToFP(v, lanes_of(f32(), lanes));
+      return m_b.CreateSIToFP(v, lanes_of(f32(), lanes));
     }
   }
   return nullptr;
@@ -140,6 +150,12 @@ void KernelBuilder::store_float(ir::DType dtype, llvm::Value* base, llvm::Value*
       m_b.CreateStore(m_b.CreateFPTrunc(v, m_b.getHalfTy()),
                       m_b.CreateGEP(m_b.getHalfTy(), base, index));
       return;
+    case ir::DType::i32:
+    case ir::DType::i64:
+    case ir::DType::boolean:
+      // A float stored as an integer or bool: the cast's conversion.
+      store_value(dtype, base, index, cast_value(ir::DType::f32, dtype, v));
+      return;
   }
 }
 
@@ -154,6 +170,10 @@ llvm::Value* KernelBuilder::round_to(ir::DType dtype, llvm::Value* v) {
     }
     case ir::DType::f16:
       return m_b.CreateFPExt(m_b.CreateFPTrunc(v, like(v, m_b.getHalfTy())), v->getType());
+    case ir::DType::i32:
+    case ir::DType::i64:
+    case ir::DType::boolean:
+      return v;
   }
   return v;
 }
@@ -299,7 +319,7 @@ void KernelBuilder::when(llvm::Value* cond, const std::function<void()>& then) {
 void KernelBuilder::store_outputs(llvm::Value* value, llvm::Value* linear) {
   ir::DType dtype = m_graph.node(m_kernel.group.root).type.dtype;
   for (size_t i = 0; i < m_kernel.params.size(); ++i) {
-    if (m_kernel.params[i].written) store_float(dtype, param(i), linear, value);
+    if (m_kernel.params[i].written) store_value(dtype, param(i), linear, value);
   }
 }
 

@@ -63,6 +63,22 @@ class KernelBuilder {
 
   llvm::Value* unary(ir::OpKind kind, llvm::Value* x);
   llvm::Value* binary(ir::OpKind kind, llvm::Value* a, llvm::Value* c);
+
+  // The typed layer (typed.cpp): values of every dtype, float for the float dtypes (rounded at
+  // each value), i32, i64 and i1 (bool) for the others.
+  llvm::Type* value_type(ir::DType dtype);
+  // Element `index` of `base` as its value type, and a value stored there (bool as a byte 0/1).
+  llvm::Value* load_value(ir::DType dtype, llvm::Value* base, llvm::Value* index);
+  void store_value(ir::DType dtype, llvm::Value* base, llvm::Value* index, llvm::Value* v);
+  // A literal in dtype: float (infinities included), integer or i1.
+  llvm::Value* typed_literal(ir::DType dtype, double value);
+  // Comparisons, logical ops and integer arithmetic (wrapping) on operands of `dtype`; casts
+  // between every pair of dtypes (float -> integer toward zero, saturated, NaN -> 0, as
+  // llvm.fptosi.sat; -> bool is != 0; i64 -> i32 keeps the low bits; float -> float is `v`).
+  static bool is_exact_op(ir::OpKind kind, ir::DType dtype);
+  llvm::Value* exact_binary(ir::OpKind kind, ir::DType dtype, llvm::Value* a, llvm::Value* c);
+  llvm::Value* exact_unary(ir::OpKind kind, ir::DType dtype, llvm::Value* x);
+  llvm::Value* cast_value(ir::DType from, ir::DType to, llvm::Value* v);
   llvm::Value* max(llvm::Value* a, llvm::Value* c);  // fmaxf
   llvm::Value* exp(llvm::Value* x);
   llvm::Value* fma(llvm::Value* a, llvm::Value* c, llvm::Value* acc);

@@ -126,6 +126,7 @@ WorkShape build_rows(KernelBuilder& kb) {
       case ir::OpCategory::cast:
       case ir::OpCategory::layout:
       case ir::OpCategory::attention:
+      case ir::OpCategory::select:
         assert(false && "build_rows: not a row op");
         return;
     }

@@ -61,7 +61,7 @@ class Values {
         stride = stride * m_kb.sizes().dim(leaf, d);
       }
     }
-    llvm::Value* v = m_kb.load_float(n.type.dtype, m_kb.param_of(leaf), offset);
+    llvm::Value* v = m_kb.load_value(n.type.dtype, m_kb.param_of(leaf), offset);
     at.loaded.emplace_back(leaf, v);
     return v;
   }
@@ -144,15 +144,40 @@ llvm::Value* Values::value(ir::NodeId top, Point point, llvm::Value* anchor_valu
     if (id == group.anchor) {
       v = anchor_value;
     } else if (ir::category(n.kind) == ir::OpCategory::binary) {
+      ir::DType dtype = g.node(n.operands[0]).type.dtype;  // the operands'
+      bool exact = KernelBuilder::is_exact_op(n.kind, dtype);
+      auto op = [&](llvm::Value* a, llvm::Value* c) {
+        return exact ? m_kb.exact_binary(n.kind, dtype, a, c) : m_kb.binary(n.kind, a, c);
+      };
       if (n.attrs.literal_side == ir::LiteralSide::lhs) {
-        v = m_kb.binary(n.kind, m_kb.f32c(n.attrs.literal), operand(0));
+        llvm::Value* x = operand(0);
+        v = op(m_kb.typed_literal(dtype, n.attrs.literal), x);
       } else if (n.attrs.literal_side == ir::LiteralSide::rhs) {
-        v = m_kb.binary(n.kind, operand(0), m_kb.f32c(n.attrs.literal));
+        v = op(operand(0), m_kb.typed_literal(dtype, n.attrs.literal));
       } else {
-        v = m_kb.binary(n.kind, operand(0), operand(1));
+        // The second operand's loads first, as the code generator has always emitted them.
+        llvm::Value* rhs = operand(1);
+        v = op(operand(0), rhs);
       }
     } else if (ir::category(n.kind) == ir::OpCategory::unary) {
-      v = m_kb.unary(n.kind, operand(0));
+      ir::DType dtype = g.node(n.operands[0]).type.dtype;
+      v = KernelBuilder::is_exact_op(n.kind, dtype) ? m_kb.exact_unary(n.kind, dtype, operand(0))
+                                                    : m_kb.unary(n.kind, operand(0));
+    } else if (n.kind == ir::OpKind::cast) {
+      v = m_kb.cast_value(g.node(n.operands[0]).type.dtype, n.type.dtype, operand(0));
+    } else if (n.kind == ir::OpKind::where) {
+      // cond ? a : b, a literal in the result's dtype where the text writes one.
+      ir::LiteralSide side = n.attrs.literal_side;
+      llvm::Value* c = operand(0);
+      size_t next = 1;
+      llvm::Value* a = side == ir::LiteralSide::lhs || side == ir::LiteralSide::both
+                           ? m_kb.typed_literal(n.type.dtype, n.attrs.literal)
+                           : operand(next++);
+      llvm::Value* d = side == ir::LiteralSide::rhs ? m_kb.typed_literal(n.type.dtype, n.attrs.literal)
+                       : side == ir::LiteralSide::both
+                           ? m_kb.typed_literal(n.type.dtype, n.attrs.literal2)
+                           : operand(next);
+      v = b.CreateSelect(c, a, d);
     } else if (n.kind == ir::OpKind::concat) {
       llvm::Value* c = project(ats[static_cast<size_t>(point_of[i])], id)[static_cast<size_t>(n.attrs.axis)];
       std::vector<llvm::Value*> parts;
@@ -164,7 +189,7 @@ llvm::Value* Values::value(ir::NodeId top, Point point, llvm::Value* anchor_valu
         v = b.CreateSelect(b.CreateICmpSLT(c, m_kb.i64c(end)), parts[k], v);
       }
     } else {
-      v = operand(0);  // cast (the rounding below does the work), permute, slice, reshape
+      v = operand(0);  // permute, slice, reshape
     }
     values[i] = m_kb.round_to(n.type.dtype, v);
   }

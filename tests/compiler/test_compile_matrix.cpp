@@ -1,6 +1,7 @@
 // Every example graph x every mode x the test archs: compiles without spills or warnings, or is
 // refused exactly where the arch cannot run the mode (and then compiles with a recorded fallback).
 #include "compiler/compiler.h"
+#include "ir/parse.h"
 
 #include "test_support.h"
 
@@ -177,6 +178,21 @@ TEST(CompileShapes, ErfLogAndTanhGeluCompileOnEveryArchFamily) {
     EXPECT_NE(a->source.find("erff("), std::string::npos);
     EXPECT_NE(a->source.find("logf("), std::string::npos);
     EXPECT_NE(a->source.find("tanhf("), std::string::npos);
+  }
+}
+
+// Integer and bool values reach NVRTC on every arch family with no spills or warnings: the
+// padding-mask graph (where, comparisons, logical ops, wrapping i32 products, every cast).
+TEST(CompileShapes, IntegerAndBoolKernelsCompileOnEveryArchFamily) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  auto g = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/masks_odd.kg");
+  ASSERT_TRUE(g) << g.error().message;
+  for (int sm : {75, 80, 90, 120}) {
+    auto a = compile(*g, options(sm, ir::Precision::highest));
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    expect_clean(*a, "masks_odd sm_" + std::to_string(sm));
+    EXPECT_NE(a->source.find("long long"), std::string::npos);
+    EXPECT_NE(a->source.find("unsigned char"), std::string::npos);
   }
 }
 

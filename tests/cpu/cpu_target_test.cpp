@@ -5,8 +5,10 @@
 #include "compiler/sizes.h"
 #include "ir/parse.h"
 #include "reference/check.h"
+#include "reference/execute.h"
 #include "reference/tensor.h"
 #include "runtime/cpu_program.h"
+#include "tests/emulation/typed_edges.h"
 
 #include <gtest/gtest.h>
 
@@ -225,6 +227,43 @@ TEST(CpuTarget, ResultsDoNotDependOnTheThreadCount) {
   auto three = program->run(inputs, {}, 3);
   ASSERT_TRUE(one && three);
   EXPECT_EQ(*one, *three);
+}
+
+// Integer and bool values through the CPU target in every mode: the padding-mask graph of the
+// emulator's tests (where, comparisons, logical ops, wrapping i32 products, casts) against fp64.
+TEST(CpuTarget, IntegerAndBoolGraphsMatchTheReferenceInEveryMode) {
+  auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/masks_odd.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
+                             ir::Precision::medium}) {
+    auto program = build(*graph, mode);
+    ASSERT_TRUE(program);
+    expect_within_tolerance(*graph, *program, {}, "masks_odd in " + std::string(ir::to_string(mode)));
+  }
+}
+
+// Edge values bit for bit against the reference: casts that truncate, saturate and take NaN to
+// 0, i64 -> i32 wrapping, wrapping i32 products, a bool byte of 7 read as true.
+TEST(CpuTarget, IntegerAndBoolEdgeValuesMatchTheReferenceExactly) {
+  ir::Graph graph = parse(kiln::testing::k_typed_edges);
+  auto program = build(graph, ir::Precision::highest);
+  ASSERT_TRUE(program);
+  std::vector<reference::Tensor> inputs = kiln::testing::typed_edge_inputs(graph);
+  std::vector<std::vector<unsigned char>> bytes;
+  for (const reference::Tensor& t : inputs) {
+    bytes.emplace_back(t.type().bytes());
+    reference::store_device_bytes(t, bytes.back().data());
+  }
+  bytes[3][2] = 7;
+  auto out = program->run(bytes, {});
+  ASSERT_TRUE(out) << out.error().message;
+  auto truth = reference::run(graph, inputs, reference::RunMode::fp64());
+  ASSERT_TRUE(truth) << truth.error().message;
+  for (size_t o = 0; o < truth->size(); ++o) {
+    ir::NodeId id = graph.outputs()[o];
+    reference::Tensor got = reference::load_device_bytes(graph.node(id).type, (*out)[o].data());
+    EXPECT_EQ(got.values, (*truth)[o].values) << graph.node(id).name;
+  }
 }
 
 // A row of the attention op whose every key is masked out is zeros (0 / 0 would be NaN).

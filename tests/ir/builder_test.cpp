@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace kiln::ir {
 namespace {
 
@@ -70,10 +72,12 @@ TEST(Builder, NormalisesNegativeSoftmaxAxis) {
   EXPECT_FALSE(b.add_softmax(x, -4));
 }
 
-TEST(Builder, RejectsNonFiniteLiteral) {
+// A float literal may be an infinity (where(keep, 0.0, -inf), maximum(x, -inf)), never NaN.
+TEST(Builder, RejectsANaNLiteralAndTakesInfinities) {
   Builder b("g");
   NodeId x = b.add_input("x", f32({2})).value();
-  EXPECT_FALSE(b.add_binary_literal(OpKind::mul, x, 1.0 / 0.0, LiteralSide::rhs));
+  EXPECT_FALSE(b.add_binary_literal(OpKind::mul, x, std::nan(""), LiteralSide::rhs));
+  EXPECT_TRUE(b.add_binary_literal(OpKind::maximum, x, -1.0 / 0.0, LiteralSide::rhs));
 }
 
 TEST(Builder, FinishNamesSharedUnnamedValues) {

@@ -161,7 +161,7 @@ TEST(NpyRead, RefusesAnExtraOrRepeatedKey) {
 }
 
 TEST(NpyRead, RefusesAnUnknownDescr) {
-  for (const char* descr : {"<i4", "<f16", "f4", "=f4", "<c8", "|u1", "", "<V4"}) {
+  for (const char* descr : {"<i2", "<u4", "<f16", "f4", "=f4", "<c8", "|u1", "", "<V4", "|i8"}) {
     std::string h = header(std::string("{'descr': '") + descr +
                            "', 'fortran_order': False, 'shape': (1,), }");
     EXPECT_REFUSED(npy_file(h, std::string(4, '\0')), "is not supported (expected '<f4'");

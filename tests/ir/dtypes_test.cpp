@@ -1,0 +1,163 @@
+// Integer and bool tensors in the graph format: dtypes, literals by the dtype they meet,
+// comparisons, logical ops, where and casts; parse/print/hash round trips, the dtype rules and
+// their located errors.
+#include "ir/graph.h"
+#include "ir/hash.h"
+#include "ir/parse.h"
+#include "ir/print.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kiln::ir {
+namespace {
+
+TEST(Dtypes, NamesSizesAndKinds) {
+  EXPECT_EQ(parse_dtype("i32"), DType::i32);
+  EXPECT_EQ(parse_dtype("i64"), DType::i64);
+  EXPECT_EQ(parse_dtype("bool"), DType::boolean);
+  EXPECT_EQ(to_string(DType::boolean), "bool");
+  EXPECT_EQ(byte_size(DType::i32), 4);
+  EXPECT_EQ(byte_size(DType::i64), 8);
+  EXPECT_EQ(byte_size(DType::boolean), 1);
+  EXPECT_TRUE(is_float(DType::bf16));
+  EXPECT_FALSE(is_float(DType::i32));
+  EXPECT_TRUE(is_integer(DType::i64));
+  EXPECT_FALSE(is_integer(DType::boolean));
+  // The hashed numbering: the float dtypes keep 0..2.
+  EXPECT_EQ(static_cast<int>(DType::bf16), 2);
+  EXPECT_EQ(static_cast<int>(DType::boolean), 5);
+}
+
+const char* k_masks =
+    "graph g {\n"
+    "  input ids: i64[2, 8]\n"
+    "  input mask: i64[2, 8]\n"
+    "  input x: f32[2, 8]\n"
+    "  input flags: bool[8]\n"
+    "  keep = logical_and(eq(mask, 1), logical_not(flags))\n"
+    "  s = add(mul(ids, 3), -5)\n"
+    "  y = where(keep, x, -inf)\n"
+    "  z = where(logical_or(keep, gt(s, 10)), 1.0, 0.0)\n"
+    "  u = where(flags, 7, s)\n"
+    "  v = where(ne(x, 0.5), x, inf)\n"
+    "  c = cast(ge(x, 0.0), to=i32)\n"
+    "  e = eq(flags, true)\n"
+    "  output y, z, u, v, c, e\n"
+    "}\n";
+
+TEST(Dtypes, IntegerAndBoolGraphsParsePrintAndHash) {
+  auto g = parse_graph(k_masks, "g.kg");
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_EQ(print_graph(*g), k_masks);
+  auto type = [&](const std::string& name) {
+    for (const Node& n : g->nodes())
+      if (n.name == name) return to_string(n.type);
+    return std::string("none");
+  };
+  EXPECT_EQ(type("keep"), "bool[2, 8]");
+  EXPECT_EQ(type("s"), "i64[2, 8]");
+  EXPECT_EQ(type("y"), "f32[2, 8]");
+  EXPECT_EQ(type("z"), "f32[2, 8]");  // two literals: f32
+  EXPECT_EQ(type("u"), "i64[2, 8]");
+  EXPECT_EQ(type("c"), "i32[2, 8]");
+  auto back = graph_from_canonical(canonical_bytes(*g), "g");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
+  EXPECT_EQ(graph_hash(*back).hex(), graph_hash(*g).hex());
+  // Each literal and each side of where changes the hash.
+  std::string text = k_masks;
+  for (auto [from, to] : {std::pair{"-inf)", "-1e30)"}, std::pair{"where(flags, 7, s)", "where(flags, s, 7)"},
+                          std::pair{"1.0, 0.0", "0.0, 1.0"}, std::pair{"add(mul(ids, 3)", "add(mul(ids, 4)"}}) {
+    std::string changed = text;
+    changed.replace(changed.find(from), std::string(from).size(), to);
+    auto other = parse_graph(changed, "g.kg");
+    ASSERT_TRUE(other) << changed << other.error().message;
+    EXPECT_NE(graph_hash(*other).hex(), graph_hash(*g).hex()) << from;
+  }
+}
+
+// A graph of the given inputs and one statement `o = EXPR`; the error or "".
+std::string error_of(const std::string& inputs, const std::string& expr) {
+  auto g = parse_graph("graph g {\n" + inputs + "  o = " + expr + "\n  output o\n}\n", "g.kg");
+  return g ? "" : g.error().message;
+}
+
+TEST(Dtypes, RulesAreLocatedErrors) {
+  const std::string in = "  input i: i64[4]\n  input f: f32[4]\n  input b: bool[4]\n  input j: i32[4]\n";
+  struct Case {
+    const char* expr;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"mul(i, 2.5)", "g.kg:6:14: error: mul: the literal 2.5 meets a i64 tensor, which takes an "
+                      "integer (no '.', exponent or inf); tensors and literals never convert: cast"},
+      {"add(i, 2.0)", "the literal 2.0 meets a i64 tensor"},
+      {"add(i, inf)", "the literal inf meets a i64 tensor"},
+      {"add(f, true)", "the literal true meets a f32 tensor, which takes a number"},
+      {"eq(b, 1)", "the literal 1 meets a bool tensor, which takes true or false"},
+      {"div(i, 2)", "6:7: error: div takes float operands, got i64"},
+      {"pow(j, j)", "pow takes float operands, got i32"},
+      {"exp(i)", "exp takes float operands, got i64"},
+      {"add(b, b)", "add does no arithmetic on bool; use logical_and, logical_or, logical_not or where"},
+      {"logical_and(i, i)", "logical_and takes bool operands, got i64"},
+      {"logical_not(f)", "logical_not takes bool operands, got f32"},
+      {"add(i, j)", "add operands differ in dtype"},
+      {"add(i, f)", "add operands differ in dtype"},
+      {"where(i, f, f)", "where: the condition must be bool, got 'i' (i64[4]); compare it"},
+      {"where(b, i, f)", "where: its values differ in dtype"},
+      {"where(b, i, 0.5)", "the literal 0.5 meets a i64 tensor"},
+      {"where(b, f, false)", "the literal false meets a f32 tensor"},
+      {"where(1.0, f, f)", "where operand 1 must be a tensor"},
+      {"where(b, f)", "where takes 3 operands, got 2"},
+      {"matmul(reshape(i, shape=[2, 2]), reshape(i, shape=[2, 2]))",
+       "matmul: an operand must be a float tensor (f32, f16 or bf16), got reshape result (i64[2, 2])"},
+      {"softmax(i)", "softmax: its operand must be a float tensor"},
+      {"sum(j)", "sum: its operand must be a float tensor"},
+      {"mul(j, 2147483648)", "a literal against an i32 tensor is an integer within i32"},
+      {"true(f)", "'true' is a literal, not an op"},
+      {"cast(f, to=i16)", "expected a dtype (f32, f16, bf16, i32, i64 or bool) for 'to'"},
+  };
+  for (const Case& c : cases) {
+    std::string message = error_of(in, c.expr);
+    EXPECT_NE(message.find(c.message), std::string::npos) << c.expr << ": " << message;
+  }
+  EXPECT_NE(error_of("  input inf: f32[4]\n", "neg(inf)").find("'inf' is a literal"), std::string::npos);
+  EXPECT_NE(error_of("  input x: f32[4]\n  true = neg(x)\n", "neg(x)").find("'true' is a literal"),
+            std::string::npos);
+  EXPECT_NE(error_of("  input x: u8[4]\n", "neg(x)")
+                .find("unknown dtype 'u8'; expected f32, f16, bf16, i32, i64 or bool"),
+            std::string::npos);
+  // What the rules allow.
+  EXPECT_EQ(error_of(in, "maximum(neg(abs(i)), -3)"), "");
+  EXPECT_EQ(error_of(in, "lt(b, b)"), "");
+  EXPECT_EQ(error_of(in, "where(b, 0.0, -inf)"), "");
+  EXPECT_EQ(error_of(in, "cast(cast(b, to=f32), to=bool)"), "");
+  EXPECT_EQ(error_of(in, "permute(concat(i, i, axis=0), dims=[0])"), "");
+}
+
+TEST(Dtypes, TheBuilderChecksLiteralsByValue) {
+  Builder b("g");
+  NodeId i = b.add_input("i", TensorType{DType::i32, Shape::make({4}).value()}).value();
+  NodeId c = b.add_input("c", TensorType{DType::boolean, Shape::make({4}).value()}).value();
+  EXPECT_FALSE(b.add_binary_literal(OpKind::add, i, 0.5, LiteralSide::rhs));
+  EXPECT_FALSE(b.add_binary_literal(OpKind::add, i, 1.0 / 0.0, LiteralSide::rhs));
+  EXPECT_TRUE(b.add_binary_literal(OpKind::add, i, -2147483648.0, LiteralSide::rhs));
+  EXPECT_FALSE(b.add_binary_literal(OpKind::eq, c, 2.0, LiteralSide::rhs));
+  auto w = b.add_where(c, std::nullopt, std::nullopt, 0.0, -1.0 / 0.0);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(b.node(*w).type.dtype, DType::f32);
+  EXPECT_EQ(b.node(*w).attrs.literal_side, LiteralSide::both);
+  // Builder::add takes where's literals as attrs.
+  Attrs attrs;
+  attrs.literal_side = LiteralSide::lhs;
+  attrs.literal = 3.0;
+  auto generic = b.add(OpKind::where, {c, i}, attrs);
+  ASSERT_TRUE(generic) << generic.error().message;
+  EXPECT_EQ(b.node(*generic).type.dtype, DType::i32);
+  EXPECT_EQ(b.node(*generic).attrs.literal, 3.0);
+}
+
+}  // namespace
+}  // namespace kiln::ir
