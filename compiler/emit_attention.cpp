@@ -70,8 +70,12 @@ std::string score(Code& code, const KernelContext& ctx, const std::string& dot,
     ir::DType dtype = ctx.graph.node(m.mask).type.dtype;
     std::string at = "M[" + row + " * " + a.mask_row.expr() + " + " + key + " * " +
                      a.mask_col.expr() + "]";
-    code.line("if (" + row + " < " + a.sq.expr() + " && " + key + " < " + a.sk.expr() + ") x += " +
-              load_as_float(dtype, at) + ";");
+    std::string inside = row + " < " + a.sq.expr() + " && " + key + " < " + a.sk.expr();
+    if (dtype == ir::DType::boolean) {
+      code.line("if (" + inside + " && !" + at + ") x = kiln_neg_inf;");  // false: masked out
+    } else {
+      code.line("if (" + inside + ") x += " + load_as_float(dtype, at) + ";");
+    }
   }
   std::string masked;
   if (keys_past_end) masked = key + " >= " + a.sk.expr();

@@ -954,9 +954,13 @@ Expected<NodeId> Builder::add_concat(const std::vector<NodeId>& operands, int ax
 namespace {
 
 // Checks an attention mask against the scores dims: no more dims than the scores, and each dim
-// (aligned at the last) equal to the scores' or a constant 1. Any float dtype is read as fp32.
+// (aligned at the last) equal to the scores' or a constant 1. A float mask (any float dtype, read
+// as fp32) is added to the scores; a bool one keeps the keys where it is true.
 Status check_attention_mask(const Node& mask, const std::vector<DimRef>& scores) {
-  if (Status s = require_float("attention", "the mask", mask, describe(mask)); !s) return s;
+  if (!is_float(mask.type.dtype) && mask.type.dtype != DType::boolean) {
+    return make_error("attention: the mask must be a float tensor (f32, f16 or bf16) or bool, "
+                      "got ", describe(mask), "; compare it (ne(m, 0)) or cast it");
+  }
   const Shape& sm = mask.type.shape;
   int offset = static_cast<int>(scores.size()) - sm.rank();
   std::string target = "[";

@@ -33,6 +33,7 @@ struct Batch {
   const double* mask = nullptr;
   int64_t mask_row = 0;
   int64_t mask_col = 0;
+  bool mask_is_bool = false;  // true keeps a key; a float mask is added
   double* out = nullptr;
 };
 
@@ -89,7 +90,11 @@ void run_batch(const ir::Node& node, const Geometry& g, const Batch& b, bool sto
           dot = multiply_add(operand(static_cast<T>(q_row[d])), operand(static_cast<T>(k_row[d])),
                              dot);
         score = dot * scale;
-        if (b.mask) score += static_cast<T>(b.mask[i * b.mask_row + j * b.mask_col]);
+        if (b.mask) {
+          double mv = b.mask[i * b.mask_row + j * b.mask_col];
+          if (!b.mask_is_bool) score += static_cast<T>(mv);
+          else if (mv == 0.0) score = -std::numeric_limits<T>::infinity();  // false: masked out
+        }
       }
       p[static_cast<size_t>(j)] = score;
     }
@@ -149,6 +154,7 @@ Tensor run_attention(const ir::Node& node, const Tensor& q, const Tensor& k, con
       b.mask = mask->values.data() + mask_offset(scores, strides, index);
       b.mask_row = strides[static_cast<size_t>(rank - 2)];
       b.mask_col = strides[static_cast<size_t>(rank - 1)];
+      b.mask_is_bool = mask->dtype == ir::DType::boolean;
     }
     // fp64 keeps full precision, as every op's ground truth; emulated runs the kernel's fp32.
     if (mode.arithmetic == Arithmetic::fp64) {

@@ -75,7 +75,11 @@ WorkShape build_attention(KernelBuilder& kb) {
       if (m.mask >= 0) {
         llvm::Value* at = b.CreateAdd(offset(a.mask), b.CreateAdd(b.CreateMul(qi, kb.extent(a.mask_row)),
                                                                   b.CreateMul(j, kb.extent(a.mask_col))));
-        score = b.CreateFAdd(score, kb.load_float(g.node(m.mask).type.dtype, kb.param_of(m.mask), at));
+        ir::DType mask_dtype = g.node(m.mask).type.dtype;
+        llvm::Value* mv = kb.load_value(mask_dtype, kb.param_of(m.mask), at);
+        // A bool mask keeps the keys where it is true; a float one is added.
+        score = mask_dtype == ir::DType::boolean ? b.CreateSelect(mv, score, minus_inf)
+                                                 : b.CreateFAdd(score, mv);
       }
       if (m.causal) score = b.CreateSelect(b.CreateICmpSGT(j, qi), minus_inf, score);
       b.CreateStore(score, b.CreateGEP(fl, scores, j));

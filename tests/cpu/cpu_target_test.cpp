@@ -180,11 +180,12 @@ TEST(CpuTarget, ErfLogAndTanhGeluMatchTheReferenceInEveryMode) {
   }
 }
 
-// Grouped-query attention (6 query heads over 2 kv heads) with a padding mask, in every mode.
+// Grouped-query attention (6 query heads over 2 kv heads) with a bool padding mask, every mode.
 TEST(CpuTarget, GroupedQueryAttentionMatchesTheReferenceInEveryMode) {
+  // A bool mask, seeded true or false: a row may lose every key (then zeros, as the reference).
   ir::Graph graph = parse(
       "graph g { input q: f32[2, 6, 19, 16]\n input k: f32[2, 2, 23, 16]\n"
-      " input v: f32[2, 2, 23, 8]\n input m: f32[2, 1, 1, 23]\n"
+      " input v: f32[2, 2, 23, 8]\n input m: bool[2, 1, 1, 23]\n"
       " o = attention(q, k, v, mask=m, causal=true)\n output o }");
   for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
                              ir::Precision::medium}) {

@@ -253,19 +253,22 @@ TEST(FusedAttentionSoftmax, RowsWhoseFirstKeyTileIsMaskedStayFinite) {
   }
 }
 
-// Grouped-query attention (6 query heads over 2 and 3 kv heads, rank 4 and 3) with an f32
-// padding-and-block mask that leaves some rows no key at all: those rows are zeros, the others
-// match fp64, in every mode and dtype, on the tensor-core and the FFMA kernels.
+// Grouped-query attention (6 query heads over 2 and 3 kv heads, rank 4 and 3) with a padding-and-
+// block mask, additive f32 at rank 4 and bool at rank 3, that leaves some rows no key at all:
+// those rows are zeros, the others match fp64, in every mode and dtype, on the tensor-core and
+// the FFMA kernels.
 TEST(FusedAttentionGrouped, KvHeadGroupsAndFullyMaskedRowsMatchTheReference) {
   for (const Arithmetic& a : k_arithmetic) {
     for (bool four : {true, false}) {
+      bool boolean = !four;  // rank 3 takes the mask as bool (true keeps a key)
       std::string t = a.dtype;
       std::string q = four ? "[2, 6, 37, 32]" : "[6, 37, 32]";
       std::string k = four ? "[2, 2, 41, 32]" : "[3, 41, 32]";
       std::string v = four ? "[2, 2, 41, 24]" : "[3, 41, 24]";
       std::string m = four ? "[2, 1, 37, 41]" : "[37, 41]";
       auto graph = ir::parse_graph("graph gqa {\n  input q: " + t + q + "\n  input k: " + t + k +
-                                       "\n  input v: " + t + v + "\n  input m: f32" + m +
+                                       "\n  input v: " + t + v + "\n  input m: " +
+                                       (boolean ? "bool" : "f32") + m +
                                        "\n  o = attention(q, k, v, mask=m, scale=0.25)\n"
                                        "  output o\n}\n",
                                    "gqa.kg");
@@ -275,7 +278,8 @@ TEST(FusedAttentionGrouped, KvHeadGroupsAndFullyMaskedRowsMatchTheReference) {
       for (size_t e = 0; e < mask.values.size(); ++e) {
         size_t row = (e / 41) % 37, key = e % 41;
         bool masked = key > 30 || row == 3 || row == 4 || row == 20;
-        mask.values[e] = masked ? -std::numeric_limits<double>::infinity() : 0.0;
+        mask.values[e] = boolean ? (masked ? 0.0 : 1.0)
+                                 : masked ? -std::numeric_limits<double>::infinity() : 0.0;
       }
       reference::InputSource inputs{9, {std::nullopt, std::nullopt, std::nullopt, mask}};
       SCOPED_TRACE(std::string(a.dtype) + " " + std::string(ir::to_string(a.precision)) +

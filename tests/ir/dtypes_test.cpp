@@ -137,6 +137,25 @@ TEST(Dtypes, RulesAreLocatedErrors) {
   EXPECT_EQ(error_of(in, "permute(concat(i, i, axis=0), dims=[0])"), "");
 }
 
+// An attention mask is a float tensor (added to the scores) or bool (true keeps a key, as
+// PyTorch's scaled_dot_product_attention); an integer one is refused.
+TEST(Dtypes, AttentionTakesFloatAndBoolMasks) {
+  const std::string qkv = "  input q: f32[2, 4, 8, 16]\n  input k: f32[2, 2, 8, 16]\n"
+                          "  input v: f32[2, 2, 8, 16]\n  input ids: i64[2, 8]\n";
+  EXPECT_EQ(error_of(qkv + "  keep = reshape(ne(ids, 0), shape=[2, 1, 1, 8])\n",
+                     "attention(q, k, v, mask=keep)"),
+            "");
+  EXPECT_EQ(error_of(qkv + "  add = reshape(where(ne(ids, 0), 0.0, -inf), shape=[2, 1, 1, 8])\n",
+                     "attention(q, k, v, mask=add, causal=true)"),
+            "");
+  EXPECT_NE(error_of(qkv + "  m = reshape(ids, shape=[2, 1, 1, 8])\n", "attention(q, k, v, mask=m)")
+                .find("attention: the mask must be a float tensor (f32, f16 or bf16) or bool, got 'm' "
+                      "(i64[2, 1, 1, 8])"),
+            std::string::npos);
+  EXPECT_NE(error_of(qkv, "attention(cast(q, to=i32), k, v)").find("attention: q must be a float"),
+            std::string::npos);
+}
+
 TEST(Dtypes, TheBuilderChecksLiteralsByValue) {
   Builder b("g");
   NodeId i = b.add_input("i", TensorType{DType::i32, Shape::make({4}).value()}).value();
