@@ -232,6 +232,10 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
                                         : unary(n.kind, operand(0));
     } else if (n.kind == ir::OpKind::cast) {
       expr = cast_value(g.node(n.operands[0]).type.dtype, n.type.dtype, operand(0));
+    } else if (n.kind == ir::OpKind::arange) {
+      // Its value is its own index.
+      std::string c = project(m_points[static_cast<size_t>(point_of[i])], id)[0];
+      expr = "(" + value_type(n.type.dtype) + ")(" + c + ")";
     } else if (n.kind == ir::OpKind::where) {
       // cond ? a : b, a literal in the result's dtype where the text writes one.
       ir::LiteralSide side = n.attrs.literal_side;

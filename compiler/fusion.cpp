@@ -24,6 +24,7 @@ GroupKind anchor_kind(ir::OpKind kind) {
     case ir::OpCategory::cast:
     case ir::OpCategory::layout:
     case ir::OpCategory::select:
+    case ir::OpCategory::arange:
       return GroupKind::elementwise;
   }
   return GroupKind::elementwise;

@@ -351,6 +351,8 @@ Expected<NodeId> Builder::add(OpKind kind, const std::vector<NodeId>& operands,
       if (kind == OpKind::slice)
         return add_slice(operands[0], attrs.axis, attrs.start, attrs.end, std::move(name));
       return add_concat(operands, attrs.axis, std::move(name));
+    case OpCategory::arange:
+      return make_error("arange is built with add_arange (its size is a shape, not an operand)");
     case OpCategory::select: {
       std::optional<NodeId> a, b;
       size_t next = 1;
@@ -527,6 +529,25 @@ Expected<NodeId> Builder::add_unary(OpKind kind, NodeId x, std::string name) {
   node.kind = kind;
   node.operands = {x};
   node.type = this->node(x).type;
+  node.name = std::move(name);
+  return push(std::move(node));
+}
+
+Expected<NodeId> Builder::add_arange(Shape shape, DType dtype, std::string name) {
+  if (shape.rank() != 1) return make_error("arange gives a 1-D tensor, not ", to_string(shape));
+  if (dtype != DType::i32 && dtype != DType::i64 && dtype != DType::f32) {
+    return make_error("arange: dtype is i32, i64 or f32, got ", std::string(to_string(dtype)));
+  }
+  int32_t sym = shape.symbol(0);
+  if (sym >= 0 && (static_cast<size_t>(sym) >= m_symbols.size() ||
+                   m_symbols[static_cast<size_t>(sym)].hi != shape.dim(0)))
+    return make_error("arange: its size names no declared dim at its upper bound");
+  if (dtype == DType::i32 && shape.dim(0) > k_max_symbol_value)
+    return make_error("arange: ", to_string(shape), " does not fit i32");
+  Node node;
+  node.kind = OpKind::arange;
+  node.attrs.cast_to = dtype;
+  node.type = TensorType{dtype, std::move(shape)};
   node.name = std::move(name);
   return push(std::move(node));
 }

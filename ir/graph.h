@@ -30,7 +30,7 @@ inline constexpr int k_op_kind_count = 0
 
 // How an op is parsed, printed, hashed and verified (ops.def's category column).
 enum class OpCategory : uint8_t {
-  input, matmul, binary, unary, cast, softmax, reduce, norm, layout, attention, select
+  input, matmul, binary, unary, cast, softmax, reduce, norm, layout, attention, select, arange
 };
 
 // How the fuser treats an op (ops.def's fusion column).
@@ -79,7 +79,7 @@ struct Attrs {
   double literal = 0.0;   // binary and where, when literal_side != none: the value, in the
                           // dtype of the tensor it meets (an integer, 0 or 1 for bool, +-inf)
   double literal2 = 0.0;                    // where, when literal_side == both: b
-  DType cast_to = DType::f32;               // cast
+  DType cast_to = DType::f32;               // cast; arange: the result's dtype
   int axis = 0;  // softmax, reduce, slice, concat: normalised to 0..rank-1 of the operand
   bool keepdim = false;                     // reduce
   double eps = 0.0;                         // norm
@@ -161,6 +161,9 @@ public:
   // A unary op (OpCategory::unary): neg and abs take float and integer tensors, logical_not
   // bool ones, every other one float ones.
   Expected<NodeId> add_unary(OpKind kind, NodeId x, std::string name = {});
+  // arange(n): [0, 1, ..., n-1] as `dtype` (i32, i64 or f32), `shape` 1-D: [n], n a constant or a
+  // declared symbol (at its upper bound, as an input's dims).
+  Expected<NodeId> add_arange(Shape shape, DType dtype = DType::i64, std::string name = {});
   // where(cond, a, b): cond bool; a and b tensors of one dtype, or literals (`a_literal`,
   // `b_literal` when set, in the other's dtype, f32 when both are); the three broadcast.
   Expected<NodeId> add_where(NodeId cond, std::optional<NodeId> a, std::optional<NodeId> b,

@@ -100,6 +100,7 @@ std::string canonical_bytes(const Graph& graph) {
         break;
       case OpCategory::input:
       case OpCategory::unary:
+      case OpCategory::arange:  // its size and dtype are the result's type
         break;
     }
   }
@@ -162,7 +163,8 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
     Expected<NodeId> added = make_error("canonical graph: node ", std::to_string(i),
                                         " has the wrong operands");
     switch (category(op_kind)) {
-      case OpCategory::input: {
+      case OpCategory::input:
+      case OpCategory::arange: {
         std::vector<int64_t> values = dims;
         std::vector<SymbolicDim> dim_symbols(dims.size());
         for (size_t d = 0; d < dims.size(); ++d) {
@@ -175,7 +177,9 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
         }
         auto shape = Shape::make(values, dim_symbols);
         if (!shape) return bad(shape.error().message);
-        if (arity == 0) {
+        if (arity == 0 && op_kind == OpKind::arange) {
+          added = b.add_arange(*shape, static_cast<DType>(dtype));
+        } else if (arity == 0) {
           added = b.add_input("x" + std::to_string(inputs++),
                               TensorType{static_cast<DType>(dtype), *shape});
           input_nodes.push_back(i);

@@ -264,6 +264,57 @@ Expected<Operand> Parser::parse_expr(int depth) {
   return operand;
 }
 
+// arange(n) or arange(n, dtype=D) after its '(': n a positive integer or a declared dim's name.
+Expected<Operand> Parser::parse_arange(const Token& op_token) {
+  Token size = m_token;
+  std::optional<Shape> shape;
+  if (at(TokenKind::number)) {
+    int64_t n = 0;
+    auto [end, ec] = std::from_chars(size.text.data(), size.text.data() + size.text.size(), n);
+    if (ec != std::errc() || end != size.text.data() + size.text.size() || n < 1)
+      return error_at(size.location, "arange: expected a positive integer size or a dim name, got " +
+                                         describe(size));
+    auto made = Shape::make({n});
+    if (!made) return error_at(size.location, "arange: " + made.error().message);
+    shape = *made;
+  } else if (at(TokenKind::identifier)) {
+    auto symbol = m_builder.find_symbol(size.text);
+    if (!symbol) {
+      return error_at(size.location, "arange: '" + std::string(size.text) +
+                                         "' is not a declared dim (dim " +
+                                         std::string(size.text) + ": LO..HI); its size is a "
+                                         "constant or a dim, not a tensor");
+    }
+    int64_t hi = m_builder.symbols()[static_cast<size_t>(*symbol)].hi;
+    shape = *Shape::make({hi}, {SymbolicDim{*symbol, std::string(size.text)}});
+  } else {
+    return error_at(size.location, "arange: expected a size (an integer or a dim name), got " +
+                                       describe(size));
+  }
+  advance();
+  DType dtype = default_attrs(OpKind::arange).cast_to;
+  if (at(TokenKind::comma)) {
+    advance();
+    Token name = m_token;
+    if (!at(TokenKind::identifier) || name.text != "dtype") {
+      return error_at(name.location, "arange has one argument, dtype=i32, i64 or f32; got " +
+                                         describe(name));
+    }
+    advance();
+    if (Status s = expect(TokenKind::equals, "'=' after 'dtype'"); !s) return s.error();
+    Token value = m_token;
+    auto parsed = at(TokenKind::identifier) ? parse_dtype(value.text) : std::nullopt;
+    if (!parsed) return error_at(value.location, "expected a dtype for 'dtype', got " + describe(value));
+    dtype = *parsed;
+    advance();
+  }
+  if (Status s = expect(TokenKind::rparen, "')' to close arange"); !s) return s.error();
+  auto id = m_builder.add_arange(*shape, dtype);
+  if (!id) return error_at(op_token.location, id.error().message);
+  m_builder.set_location(*id, op_token.location.line, op_token.location.column);
+  return call_result(op_token, *id);
+}
+
 Expected<Operand> Parser::parse_call(const Token& op_token, int depth) {
   if (depth > k_max_nesting) {
     return error_at(op_token.location, "expressions nest deeper than " +
@@ -271,6 +322,7 @@ Expected<Operand> Parser::parse_call(const Token& op_token, int depth) {
                                            " calls; name intermediate values");
   }
   advance();  // '('
+  if (op_token.text == "arange") return parse_arange(op_token);
   std::vector<Operand> args;
   std::vector<NamedArg> named;
   while (!at(TokenKind::rparen)) {
@@ -355,9 +407,13 @@ Expected<Operand> Parser::parse_call(const Token& op_token, int depth) {
   advance();  // ')'
   auto id = build(op_token, args, named);
   if (!id) return id.error();
+  return call_result(op_token, id.value());
+}
+
+Operand Parser::call_result(const Token& op_token, NodeId id) {
   m_defined_at.resize(m_builder.size(), op_token.location);
   Operand result;
-  result.node = *id;
+  result.node = id;
   result.location = op_token.location;
   result.text = op_token.text;
   return result;

@@ -222,6 +222,8 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       return build_layout(op_token, *kind, args, named);
     case OpCategory::attention:
       return build_attention(op_token, args, named);
+    case OpCategory::arange:
+      break;  // parse_arange reads it
     case OpCategory::select: {
       if (!named.empty()) return unknown_arg(named[0], "it takes three operands only");
       auto cond = tensor_arg(op_token, args[0], 0);

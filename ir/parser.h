@@ -86,6 +86,9 @@ private:
   Status parse_assignment(const Token& name);  // after the name
   Expected<Operand> parse_expr(int depth);
   Expected<Operand> parse_call(const Token& op_token, int depth);
+  Expected<Operand> parse_arange(const Token& op_token);
+  // The operand an op call gives: node `id`, located at its op, its location recorded.
+  Operand call_result(const Token& op_token, NodeId id);
   Expected<NodeId> build(const Token& op_token, const std::vector<Operand>& args,
                          const std::vector<NamedArg>& named);
   Expected<NodeId> build_layout(const Token& op_token, OpKind kind,

@@ -115,6 +115,15 @@ public:
           out += '"';
         }
         break;
+      case OpCategory::arange: {
+        const Shape& shape = node.type.shape;
+        out += shape.symbol(0) >= 0 ? shape.symbols()[0].name : std::to_string(shape.dim(0));
+        if (node.type.dtype != default_attrs(OpKind::arange).cast_to) {
+          out += ", dtype=";
+          out += to_string(node.type.dtype);
+        }
+        break;
+      }
       case OpCategory::input:
       case OpCategory::binary:
       case OpCategory::select:

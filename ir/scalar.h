@@ -96,6 +96,7 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
     case OpKind::logical_or:
     case OpKind::logical_not:
     case OpKind::where:
+    case OpKind::arange:
     // Not pointwise formulas.
     case OpKind::input:
     case OpKind::matmul:

@@ -70,6 +70,11 @@ Tensor run_node(const ir::Node& node, const std::vector<Tensor>& values, const R
     case ir::OpCategory::attention:
       return detail::run_attention(node, operand(0), operand(1), operand(2),
                                    node.operands.size() > 3 ? &operand(3) : nullptr, mode);
+    case ir::OpCategory::arange: {
+      Tensor out = zeros(node.type);
+      for (size_t i = 0; i < out.values.size(); ++i) out.values[i] = static_cast<double>(i);
+      return out;
+    }
     case ir::OpCategory::select: {
       const Tensor* a = nullptr;
       const Tensor* b = nullptr;

@@ -127,6 +127,7 @@ WorkShape build_rows(KernelBuilder& kb) {
       case ir::OpCategory::layout:
       case ir::OpCategory::attention:
       case ir::OpCategory::select:
+      case ir::OpCategory::arange:
         assert(false && "build_rows: not a row op");
         return;
     }

@@ -165,6 +165,11 @@ llvm::Value* Values::value(ir::NodeId top, Point point, llvm::Value* anchor_valu
                                                     : m_kb.unary(n.kind, operand(0));
     } else if (n.kind == ir::OpKind::cast) {
       v = m_kb.cast_value(g.node(n.operands[0]).type.dtype, n.type.dtype, operand(0));
+    } else if (n.kind == ir::OpKind::arange) {
+      // Its value is its own index (an i64 coordinate).
+      llvm::Value* c = project(ats[static_cast<size_t>(point_of[i])], id)[0];
+      v = n.type.dtype == ir::DType::f32 ? b.CreateSIToFP(c, m_kb.f32())
+                                         : b.CreateSExtOrTrunc(c, m_kb.value_type(n.type.dtype));
     } else if (n.kind == ir::OpKind::where) {
       // cond ? a : b, a literal in the result's dtype where the text writes one.
       ir::LiteralSide side = n.attrs.literal_side;

@@ -230,16 +230,21 @@ TEST(CpuTarget, ResultsDoNotDependOnTheThreadCount) {
   EXPECT_EQ(*one, *three);
 }
 
-// Integer and bool values through the CPU target in every mode: the padding-mask graph of the
-// emulator's tests (where, comparisons, logical ops, wrapping i32 products, casts) against fp64.
+// Integer and bool values through the CPU target in every mode: the emulator's padding-mask graph
+// (where, comparisons, logical ops, wrapping i32 products, casts) and its rotary tables computed
+// from arange, against fp64.
 TEST(CpuTarget, IntegerAndBoolGraphsMatchTheReferenceInEveryMode) {
-  auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/masks_odd.kg");
-  ASSERT_TRUE(graph) << graph.error().message;
-  for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
-                             ir::Precision::medium}) {
-    auto program = build(*graph, mode);
-    ASSERT_TRUE(program);
-    expect_within_tolerance(*graph, *program, {}, "masks_odd in " + std::string(ir::to_string(mode)));
+  for (const char* name : {"masks_odd", "rotary_positions_odd"}) {
+    auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/" +
+                                      name + ".kg");
+    ASSERT_TRUE(graph) << graph.error().message;
+    for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
+                               ir::Precision::medium}) {
+      auto program = build(*graph, mode);
+      ASSERT_TRUE(program);
+      expect_within_tolerance(*graph, *program, {},
+                              std::string(name) + " in " + std::string(ir::to_string(mode)));
+    }
   }
 }
 

@@ -156,6 +156,40 @@ TEST(Dtypes, AttentionTakesFloatAndBoolMasks) {
             std::string::npos);
 }
 
+// arange(n, dtype=...): n a constant or a declared dim, the dtype i64 unless given (and then
+// printed); its size and dtype are all the hash needs.
+TEST(Dtypes, ArangeOfAConstantOrADim) {
+  const char* text =
+      "graph g {\n  dim S: 1..64\n  input ids: i64[2, S]\n"
+      "  z = add(ids, arange(S))\n"
+      "  f = cos(mul(cast(arange(S, dtype=i32), to=f32), arange(1, dtype=f32)))\n"
+      "  output z, f\n}\n";
+  auto g = parse_graph(text, "g.kg");
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_EQ(print_graph(*g), text);
+  auto back = graph_from_canonical(canonical_bytes(*g), "g");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
+  auto explicit_default = parse_graph(
+      "graph g {\n  input ids: i64[4]\n  z = add(ids, arange(4, dtype=i64))\n  output z\n}\n", "g.kg");
+  auto implicit = parse_graph(
+      "graph g {\n  input ids: i64[4]\n  z = add(ids, arange(4))\n  output z\n}\n", "g.kg");
+  ASSERT_TRUE(explicit_default && implicit);
+  EXPECT_EQ(graph_hash(*explicit_default).hex(), graph_hash(*implicit).hex());
+  const std::string in = "  input ids: i64[4]\n  input x: f32[4]\n";
+  EXPECT_NE(error_of(in, "arange(x)").find("4:14: error: arange: 'x' is not a declared dim"),
+            std::string::npos) << error_of(in, "arange(x)");
+  EXPECT_NE(error_of(in, "arange(0)").find("arange: expected a positive integer size"),
+            std::string::npos);
+  EXPECT_NE(error_of(in, "arange(4, dtype=bf16)").find("arange: dtype is i32, i64 or f32, got bf16"),
+            std::string::npos);
+  EXPECT_NE(error_of(in, "arange(4, step=2)").find("arange has one argument, dtype="),
+            std::string::npos);
+  EXPECT_NE(error_of(in, "arange(2.5)").find("arange: expected a positive integer size"),
+            std::string::npos);
+  EXPECT_NE(error_of(in, "add(ids, arange(5))").find("do not broadcast"), std::string::npos);
+}
+
 TEST(Dtypes, TheBuilderChecksLiteralsByValue) {
   Builder b("g");
   NodeId i = b.add_input("i", TensorType{DType::i32, Shape::make({4}).value()}).value();
