@@ -92,6 +92,8 @@ std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const K
               " threads; " + std::string(to_string(kernel.group.attention.path)) + " on " +
               arch_name(kernel.target.sm));
     detail::emit_attention(code, ctx);
+  } else if (kernel.group.kind == GroupKind::gather) {
+    detail::emit_gather(code, ctx);
   } else if (kernel.group.kind != GroupKind::elementwise) {
     detail::emit_rows(code, ctx);
   } else {

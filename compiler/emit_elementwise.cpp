@@ -12,7 +12,10 @@ std::string text(const T& v) { return v.text; }
 }  // namespace
 
 
-void emit_elementwise(Code& code, const KernelContext& ctx) {
+namespace {
+
+// Opens a kernel of one thread per element of the group's root: `e` is the element's index.
+void open_per_element(Code& code, const KernelContext& ctx) {
   int threads = static_cast<int>(ctx.kernel.launch.block[0]);
   code.open(kernel_signature(ctx, threads));
   // Unsigned: the last block's indices may pass 2^31 - 1 when the tensor is that large.
@@ -22,9 +25,40 @@ void emit_elementwise(Code& code, const KernelContext& ctx) {
   code.line("if (eu >= " + (total.fixed() ? total.expr() + "u" : "(unsigned)" + total.expr()) +
             ") return;");
   code.line("const int e = (int)eu;");
+}
+
+}  // namespace
+
+void emit_elementwise(Code& code, const KernelContext& ctx) {
+  open_per_element(code, ctx);
   ElementIndex index;
   index.linear = "e";
   std::string value = emit_epilogue(code, ctx, "", index);
+  emit_store(code, ctx, value, "e");
+  code.close();
+}
+
+void emit_gather(Code& code, const KernelContext& ctx) {
+  // embedding(table, ids): element e is column e % D of the table's row ids[e / D], or 0 where
+  // that id is outside [0, V); then the group's epilogue.
+  const ir::Node& anchor = ctx.graph.node(ctx.kernel.group.anchor);
+  ir::NodeId table = anchor.operands[0], ids = anchor.operands[1];
+  open_per_element(code, ctx);
+  std::string width = ctx.sizes.dim(table, 1).expr(), rows = ctx.sizes.dim(table, 0).expr();
+  code.line("const long long gid = (long long)" + ctx.param(ids) + "[e / " + width + "];");
+  ir::DType dtype = ctx.graph.node(table).type.dtype;
+  code.line("const float gathered = gid >= 0 && gid < " + rows + " ? " +
+            load_as_float(dtype, ctx.param(table) + "[gid * " + width + " + e % " + width + "]") +
+            " : 0.0f;");
+  // The element's coordinates for the epilogue's broadcast reads (a position embedding added to
+  // a batch's), each marked used: the epilogue may read only some of them.
+  ElementIndex index;
+  emit_coords(code, dims_of(ctx, ctx.kernel.group.root), "e", index);
+  index.linear = "e";
+  std::string used;
+  for (const std::string& c : index.coords) used += "(void)" + c + "; ";
+  code.line(used.substr(0, used.size() - 1));
+  std::string value = emit_epilogue(code, ctx, "gathered", index);
   emit_store(code, ctx, value, "e");
   code.close();
 }

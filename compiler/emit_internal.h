@@ -212,6 +212,7 @@ void emit_rows(Code& code, const KernelContext& ctx);
 void emit_elementwise(Code& code, const KernelContext& ctx);
 // Fused attention: a FlashAttention-2 loop over key tiles, on tensor cores or FFMA.
 void emit_attention(Code& code, const KernelContext& ctx);
+void emit_gather(Code& code, const KernelContext& ctx);
 
 // ir::scalar.h's Math as CUDA C++ text. A term's precedence decides where it needs parentheses;
 // the values it starts from (member names, loads, literals) are single terms.

@@ -18,6 +18,8 @@ GroupKind anchor_kind(ir::OpKind kind) {
       return GroupKind::norm;
     case ir::OpCategory::attention:
       return GroupKind::attention;
+    case ir::OpCategory::gather:
+      return GroupKind::gather;
     case ir::OpCategory::input:
     case ir::OpCategory::binary:
     case ir::OpCategory::unary:

@@ -11,7 +11,7 @@
 
 namespace kiln::compiler {
 
-enum class GroupKind : uint8_t { matmul, softmax, reduce, norm, elementwise, attention };
+enum class GroupKind : uint8_t { matmul, softmax, reduce, norm, elementwise, attention, gather };
 
 // The anchor kind of an op (matmul, softmax, reduce, norm, attention), or elementwise for the
 // rest.

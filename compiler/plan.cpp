@@ -280,7 +280,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       if (symbolic) {
         k.grid = {a.sq.term(t.br), Extent::constant(t.dv_slabs).term(), k.extents.batch.term()};
       }
-    } else if (group.kind != GroupKind::elementwise) {
+    } else if (group.kind != GroupKind::elementwise && group.kind != GroupKind::gather) {
       // Row ops: one warp per row along the axis of the anchor's (first) operand.
       const ir::Node& row_node = graph.node(group.anchor);
       ir::NodeId in = row_node.operands[0];
@@ -295,6 +295,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
                   Extent::constant(1).term()};
       }
     } else {
+      // Elementwise and gather kernels: one thread per element of the root.
       k.launch.grid = {ceil_div(total, k_elementwise_threads), 1, 1};
       k.launch.block = {k_elementwise_threads, 1, 1};
       if (symbolic) {

@@ -353,6 +353,8 @@ Expected<NodeId> Builder::add(OpKind kind, const std::vector<NodeId>& operands,
       return add_concat(operands, attrs.axis, std::move(name));
     case OpCategory::arange:
       return make_error("arange is built with add_arange (its size is a shape, not an operand)");
+    case OpCategory::gather:
+      return add_embedding(operands[0], operands[1], std::move(name));
     case OpCategory::select: {
       std::optional<NodeId> a, b;
       size_t next = 1;
@@ -531,6 +533,38 @@ Expected<NodeId> Builder::add_unary(OpKind kind, NodeId x, std::string name) {
   node.type = this->node(x).type;
   node.name = std::move(name);
   return push(std::move(node));
+}
+
+Expected<NodeId> Builder::add_embedding(NodeId table, NodeId ids, std::string name) {
+  if (Status s = check_operand(table); !s) return s.error();
+  if (Status s = check_operand(ids); !s) return s.error();
+  const Node& nt = node(table);
+  const Node& ni = node(ids);
+  if (Status s = require_float("embedding", "the table", nt, describe(nt)); !s) return s.error();
+  if (nt.type.shape.rank() != 2) {
+    return make_error("embedding: the table must be 2-D [V, D] (V rows of width D), got ",
+                      describe(nt));
+  }
+  if (!is_integer(ni.type.dtype)) {
+    return make_error("embedding: the ids must be i32 or i64, got ", describe(ni),
+                      "; cast them (cast(ids, to=i64))");
+  }
+  const Shape& si = ni.type.shape;
+  if (si.rank() >= k_max_rank) {
+    return make_error("embedding: the ids have ", std::to_string(si.rank()), " dims; the result "
+                      "adds one and holds at most ", std::to_string(k_max_rank));
+  }
+  std::vector<DimRef> dims;
+  for (int i = 0; i < si.rank(); ++i) dims.push_back(dim_ref(si, i));
+  dims.push_back(dim_ref(nt.type.shape, 1));
+  auto shape = make_shape(dims);
+  if (!shape) return make_error("embedding result: ", shape.error().message);
+  Node n;
+  n.kind = OpKind::embedding;
+  n.operands = {table, ids};
+  n.type = TensorType{nt.type.dtype, std::move(*shape)};
+  n.name = std::move(name);
+  return push(std::move(n));
 }
 
 Expected<NodeId> Builder::add_arange(Shape shape, DType dtype, std::string name) {

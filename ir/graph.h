@@ -30,7 +30,8 @@ inline constexpr int k_op_kind_count = 0
 
 // How an op is parsed, printed, hashed and verified (ops.def's category column).
 enum class OpCategory : uint8_t {
-  input, matmul, binary, unary, cast, softmax, reduce, norm, layout, attention, select, arange
+  input, matmul, binary, unary, cast, softmax, reduce, norm, layout, attention, select, arange,
+  gather
 };
 
 // How the fuser treats an op (ops.def's fusion column).
@@ -161,6 +162,10 @@ public:
   // A unary op (OpCategory::unary): neg and abs take float and integer tensors, logical_not
   // bool ones, every other one float ones.
   Expected<NodeId> add_unary(OpKind kind, NodeId x, std::string name = {});
+  // embedding(table, ids): table [V, D] of a float dtype, ids i32 or i64 of rank 1 to 3; the
+  // result, table's dtype, is ids.shape + [D], row r of the table where ids holds r (zeros for an
+  // id outside [0, V)).
+  Expected<NodeId> add_embedding(NodeId table, NodeId ids, std::string name = {});
   // arange(n): [0, 1, ..., n-1] as `dtype` (i32, i64 or f32), `shape` 1-D: [n], n a constant or a
   // declared symbol (at its upper bound, as an input's dims).
   Expected<NodeId> add_arange(Shape shape, DType dtype = DType::i64, std::string name = {});

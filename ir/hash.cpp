@@ -101,6 +101,7 @@ std::string canonical_bytes(const Graph& graph) {
       case OpCategory::input:
       case OpCategory::unary:
       case OpCategory::arange:  // its size and dtype are the result's type
+      case OpCategory::gather:
         break;
     }
   }
@@ -270,6 +271,9 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
           if (r.ok() && arity >= 1 && axis < static_cast<uint64_t>(k_max_rank))
             added = b.add_concat(operands, static_cast<int>(axis));
         }
+        break;
+      case OpCategory::gather:
+        if (arity == 2) added = b.add_embedding(operands[0], operands[1]);
         break;
       case OpCategory::select: {
         auto side = r.u8();

@@ -224,6 +224,14 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       return build_attention(op_token, args, named);
     case OpCategory::arange:
       break;  // parse_arange reads it
+    case OpCategory::gather: {
+      if (!named.empty()) return unknown_arg(named[0], "it takes a table and ids only");
+      auto table = tensor_arg(op_token, args[0], 0);
+      if (!table) return table;
+      auto ids = tensor_arg(op_token, args[1], 1);
+      if (!ids) return ids;
+      return located(m_builder.add_embedding(*table, *ids));
+    }
     case OpCategory::select: {
       if (!named.empty()) return unknown_arg(named[0], "it takes three operands only");
       auto cond = tensor_arg(op_token, args[0], 0);

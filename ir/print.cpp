@@ -127,6 +127,7 @@ public:
       case OpCategory::input:
       case OpCategory::binary:
       case OpCategory::select:
+      case OpCategory::gather:
         break;
     }
     out += ')';

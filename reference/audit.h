@@ -68,6 +68,12 @@ struct InputSource {
 // neither empty nor one slot per input, or a given tensor is not of its input's type.
 Expected<std::vector<Tensor>> make_inputs(const ir::Graph& graph, InputSource source);
 
+// Checks the ids an embedding reads straight from a graph input (`inputs` in calling-convention
+// order; a null entry is not checked): each in [0, V). The error names the input, the id's
+// position, the id and V: "input 'ids' holds 40 at [1, 3], outside the embedding table 'emb' of
+// 32 rows ([0, 32))". (Ids computed inside the graph are not checked: their rows are zeros.)
+Status check_embedding_ids(const ir::Graph& graph, const std::vector<const Tensor*>& inputs);
+
 // Runs `graph` on random_inputs(graph, seed) in fp64 and emulated at `precision` (resolved, not
 // `automatic`) and compares each output. Errors come from run() (unresolved precision, memory
 // limit).

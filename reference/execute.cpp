@@ -70,6 +70,22 @@ Tensor run_node(const ir::Node& node, const std::vector<Tensor>& values, const R
     case ir::OpCategory::attention:
       return detail::run_attention(node, operand(0), operand(1), operand(2),
                                    node.operands.size() > 3 ? &operand(3) : nullptr, mode);
+    case ir::OpCategory::gather: {
+      // Row ids[i] of the table, or zeros for an id outside [0, V).
+      const Tensor& table = operand(0);
+      const Tensor& ids = operand(1);
+      Tensor out = zeros(node.type);
+      int64_t rows = table.shape.dim(0), width = table.shape.dim(1);
+      for (size_t i = 0; i < ids.values.size(); ++i) {
+        double id = ids.values[i];
+        if (!(id >= 0 && id < static_cast<double>(rows))) continue;
+        auto r = static_cast<size_t>(id);
+        for (int64_t d = 0; d < width; ++d)
+          out.values[i * static_cast<size_t>(width) + static_cast<size_t>(d)] =
+              table.values[r * static_cast<size_t>(width) + static_cast<size_t>(d)];
+      }
+      return out;
+    }
     case ir::OpCategory::arange: {
       Tensor out = zeros(node.type);
       for (size_t i = 0; i < out.values.size(); ++i) out.values[i] = static_cast<double>(i);

@@ -3,6 +3,7 @@
 
 #include "reference/rounding.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -46,14 +47,14 @@ double Rng::next_unit() {
 
 double Rng::next_symmetric() { return 2.0 * next_unit() - 1.0; }
 
-Tensor random_tensor(const ir::TensorType& type, Rng& rng) {
+Tensor random_tensor(const ir::TensorType& type, Rng& rng, double integer_limit) {
   Tensor tensor = zeros(type);
   for (double& value : tensor.values) {
     if (ir::is_float(type.dtype)) {
       value = store_value(type.dtype, rng.next_symmetric());
     } else {
       // Integers in [0, k_random_integer_limit), bools true or false with even odds.
-      double limit = type.dtype == ir::DType::boolean ? 2.0 : k_random_integer_limit;
+      double limit = type.dtype == ir::DType::boolean ? 2.0 : integer_limit;
       value = std::floor(rng.next_unit() * limit);
     }
   }
@@ -64,7 +65,15 @@ std::vector<Tensor> random_inputs(const ir::Graph& graph, uint64_t seed) {
   Rng rng(seed);
   std::vector<Tensor> inputs;
   inputs.reserve(graph.inputs().size());
-  for (ir::NodeId id : graph.inputs()) inputs.push_back(random_tensor(graph.node(id).type, rng));
+  for (ir::NodeId id : graph.inputs()) {
+    // An embedding's ids read straight from this input are drawn in [0, V) of its smallest table.
+    double limit = k_random_integer_limit;
+    for (const ir::Node& n : graph.nodes()) {
+      if (n.kind == ir::OpKind::embedding && n.operands[1] == id)
+        limit = std::min(limit, static_cast<double>(graph.node(n.operands[0]).type.shape.dim(0)));
+    }
+    inputs.push_back(random_tensor(graph.node(id).type, rng, limit));
+  }
   return inputs;
 }
 

@@ -46,10 +46,12 @@ inline constexpr double k_random_integer_limit = 16.0;
 
 // A tensor of `type` with values uniform in [-1, 1], each rounded to the dtype; integer tensors
 // uniform in [0, k_random_integer_limit), bool ones true or false with even odds.
-Tensor random_tensor(const ir::TensorType& type, Rng& rng);
+Tensor random_tensor(const ir::TensorType& type, Rng& rng,
+                     double integer_limit = k_random_integer_limit);
 
 // One random tensor per graph input, in calling-convention order, all from one stream seeded by
-// `seed`: the same seed always gives the same inputs.
+// `seed`: the same seed always gives the same inputs. Ids an embedding reads straight from an
+// input are drawn in [0, V) of its (smallest) table.
 std::vector<Tensor> random_inputs(const ir::Graph& graph, uint64_t seed);
 
 // A tensor in device layout: dense row-major elements of its dtype (f32, f16/bf16 bits, i32, i64,

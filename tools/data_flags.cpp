@@ -349,6 +349,18 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
     arrays[i].reset();
   }
 
+  // Ids an embedding reads from a given file must be rows of its table.
+  for (size_t i = 0; i < count; ++i) {
+    if (!inputs.given[i]) continue;
+    std::vector<const reference::Tensor*> one(count, nullptr);
+    one[i] = &*inputs.given[i];
+    if (Status s = reference::check_embedding_ids(*bound, one); !s) {
+      print_error(paths[i] + ": error: --input " + bound->node(bound->inputs()[i]).name + ": " +
+                  s.error().message);
+      return std::nullopt;
+    }
+  }
+
   for (auto [dir, flag] : {std::pair{&flags.save, "--save"},
                            std::pair{&flags.save_reference, "--save-reference"}}) {
     if (dir->empty()) continue;

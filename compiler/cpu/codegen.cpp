@@ -30,6 +30,9 @@ Expected<std::vector<CpuKernel>> build_module(llvm::Module& module, const ir::Gr
       case GroupKind::attention:
         shape = detail::build_attention(kb);
         break;
+      case GroupKind::gather:
+        shape = detail::build_gather(kb);
+        break;
     }
     kb.finish();
     CpuKernel k;

@@ -159,6 +159,7 @@ WorkShape build_elementwise(KernelBuilder& kb);
 WorkShape build_rows(KernelBuilder& kb);
 WorkShape build_matmul(KernelBuilder& kb);
 WorkShape build_attention(KernelBuilder& kb);
+WorkShape build_gather(KernelBuilder& kb);
 
 // ir/scalar.h's Math as LLVM IR, built in call order at the builder's insertion point.
 struct LlvmMath {

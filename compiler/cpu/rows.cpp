@@ -16,6 +16,29 @@ WorkShape build_elementwise(KernelBuilder& kb) {
   return {{kb.sizes().elements(root).term()}, 0};
 }
 
+WorkShape build_gather(KernelBuilder& kb) {
+  // embedding(table, ids): element e is column e % D of the table's row ids[e / D], or 0 where
+  // that id is outside [0, V); then the group's epilogue.
+  const ir::Graph& g = kb.graph();
+  const ir::Node& anchor = g.node(kb.kernel().group.anchor);
+  ir::NodeId table = anchor.operands[0], ids = anchor.operands[1], root = kb.kernel().group.root;
+  llvm::IRBuilder<>& b = kb.b();
+  llvm::Value* width = kb.extent(kb.sizes().dim(table, 1));
+  llvm::Value* rows = kb.extent(kb.sizes().dim(table, 0));
+  kb.loop(kb.begin(), kb.end(), 1, [&](llvm::Value* e) {
+    ir::DType id_dtype = g.node(ids).type.dtype;
+    llvm::Value* id = kb.load_value(id_dtype, kb.param_of(ids), b.CreateUDiv(e, width));
+    id = b.CreateSExt(id, kb.i64());
+    llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(id, kb.i64c(0)), b.CreateICmpSLT(id, rows));
+    llvm::Value* row = b.CreateSelect(inside, id, kb.i64c(0));  // a valid address either way
+    llvm::Value* at = b.CreateAdd(b.CreateMul(row, width), b.CreateURem(e, width));
+    llvm::Value* v = kb.load_float(g.node(table).type.dtype, kb.param_of(table), at);
+    v = b.CreateSelect(inside, v, kb.f32c(0.0));
+    kb.store_outputs(group_value(kb, root, Point{root, {}, e}, v), e);
+  });
+  return {{kb.sizes().elements(root).term()}, 0};
+}
+
 namespace {
 
 // One row of a row op's input: `len` elements `inner` apart from `base`, read through the
@@ -128,6 +151,7 @@ WorkShape build_rows(KernelBuilder& kb) {
       case ir::OpCategory::attention:
       case ir::OpCategory::select:
       case ir::OpCategory::arange:
+      case ir::OpCategory::gather:
         assert(false && "build_rows: not a row op");
         return;
     }

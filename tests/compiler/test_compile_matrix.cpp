@@ -182,17 +182,20 @@ TEST(CompileShapes, ErfLogAndTanhGeluCompileOnEveryArchFamily) {
 }
 
 // Integer and bool values reach NVRTC on every arch family with no spills or warnings: the
-// padding-mask graph (where, comparisons, logical ops, wrapping i32 products, every cast).
+// padding-mask graph (where, comparisons, logical ops, wrapping i32 products, every cast), the
+// embeddings and the rotary tables from arange.
 TEST(CompileShapes, IntegerAndBoolKernelsCompileOnEveryArchFamily) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
-  auto g = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/masks_odd.kg");
-  ASSERT_TRUE(g) << g.error().message;
-  for (int sm : {75, 80, 90, 120}) {
-    auto a = compile(*g, options(sm, ir::Precision::highest));
-    ASSERT_TRUE(a.ok()) << a.error().message;
-    expect_clean(*a, "masks_odd sm_" + std::to_string(sm));
-    EXPECT_NE(a->source.find("long long"), std::string::npos);
-    EXPECT_NE(a->source.find("unsigned char"), std::string::npos);
+  for (const char* name : {"masks_odd", "embedding_odd", "rotary_positions_odd"}) {
+    auto g = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/" +
+                                  name + ".kg");
+    ASSERT_TRUE(g) << g.error().message;
+    for (int sm : {75, 80, 90, 120}) {
+      auto a = compile(*g, options(sm, ir::Precision::highest));
+      ASSERT_TRUE(a.ok()) << a.error().message;
+      expect_clean(*a, std::string(name) + " sm_" + std::to_string(sm));
+      EXPECT_NE(a->source.find("long long"), std::string::npos) << name;
+    }
   }
 }
 

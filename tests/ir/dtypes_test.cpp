@@ -190,6 +190,40 @@ TEST(Dtypes, ArangeOfAConstantOrADim) {
   EXPECT_NE(error_of(in, "add(ids, arange(5))").find("do not broadcast"), std::string::npos);
 }
 
+// embedding(table, ids): a float [V, D] table and i32/i64 ids of rank 1 to 3 give ids.shape + [D].
+TEST(Dtypes, EmbeddingTakesAFloatTableAndIntegerIds) {
+  const char* text =
+      "graph g {\n  dim S: 1..64\n  input ids: i64[2, S]\n  input emb: bf16[100, 16]\n"
+      "  x = embedding(emb, ids)\n  y = embedding(emb, cast(arange(S), to=i32))\n"
+      "  output x, y\n}\n";
+  auto g = parse_graph(text, "g.kg");
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_EQ(print_graph(*g), text);
+  EXPECT_EQ(to_string(g->node(g->outputs()[0]).type), "bf16[2, S, 16]");
+  EXPECT_EQ(to_string(g->node(g->outputs()[1]).type), "bf16[S, 16]");
+  auto back = graph_from_canonical(canonical_bytes(*g), "g");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
+  const std::string in = "  input t: f32[10, 4]\n  input ids: i64[3]\n  input f: f32[3]\n"
+                         "  input deep: i32[2, 2, 2, 2]\n  input it: i32[10, 4]\n";
+  struct Case {
+    const char* expr;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"embedding(t, f)", "embedding: the ids must be i32 or i64, got 'f' (f32[3]); cast them"},
+      {"embedding(f, ids)", "embedding: the table must be 2-D [V, D]"},
+      {"embedding(it, ids)", "embedding: the table must be a float tensor"},
+      {"embedding(t, deep)", "embedding: the ids have 4 dims; the result adds one and holds at most 4"},
+      {"embedding(t)", "embedding takes 2 operands, got 1"},
+      {"embedding(t, ids, scale=2.0)", "embedding has no argument 'scale'"},
+  };
+  for (const Case& c : cases) {
+    std::string message = error_of(in, c.expr);
+    EXPECT_NE(message.find(c.message), std::string::npos) << c.expr << ": " << message;
+  }
+}
+
 TEST(Dtypes, TheBuilderChecksLiteralsByValue) {
   Builder b("g");
   NodeId i = b.add_input("i", TensorType{DType::i32, Shape::make({4}).value()}).value();

@@ -1,6 +1,7 @@
 // The reference's integer and bool semantics, value by value: wrapping arithmetic, comparisons
 // with NaN, logical ops, where with literals and broadcasting, casts between every kind of
 // dtype, device bytes and seeded integer inputs.
+#include "reference/audit.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -93,6 +94,26 @@ TEST(ExactValues, WhereSelectsAndBroadcastsWithLiterals) {
   EXPECT_EQ(run_values(lit, {c})[0], static_cast<double>(0.1f));
   EXPECT_EQ(on("f32[2]", {static_cast<double>(2.7f), 2.7}, "eq(x, 2.7)"),
             (std::vector<double>{1, 0}));
+}
+
+// embedding picks rows by id, zeros for an id outside [0, V); make_inputs refuses such an id in a
+// given input, naming it, its position and V; seeded ids stay inside the table.
+TEST(ExactValues, EmbeddingRowsAndIdsOutsideTheTable) {
+  ir::Graph g = parse_or_die(
+      "graph g {\n  input t: f32[3, 2]\n  input ids: i64[2, 2]\n  o = embedding(t, ids)\n"
+      "  output o\n}\n");
+  Tensor table = make_tensor(ir::DType::f32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  Tensor ids = make_tensor(ir::DType::i64, {2, 2}, {2, 0, 3, -1});
+  EXPECT_EQ(run_values(g, {table, ids}), (std::vector<double>{5, 6, 1, 2, 0, 0, 0, 0}));
+  auto refused = make_inputs(g, InputSource{1, {std::nullopt, ids}});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message,
+            "input 'ids' holds 3 at [1, 0], outside the embedding table 't' of 3 rows ([0, 3))");
+  std::vector<Tensor> seeded = random_inputs(g, 5);
+  for (double id : seeded[1].values) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 3);
+  }
 }
 
 TEST(ExactValues, DeviceBytesAndSeededIntegers) {
