@@ -47,12 +47,27 @@ struct RunArgs {
   std::optional<std::string> schedule;  // --schedule SEED|kind|adversarial (with --emulate)
   std::string target = "cuda";  // --target cuda|cpu|cpu:NAME
   std::optional<std::string> max_memory;  // --max-memory SIZE: refuse a run estimated above it
+  int64_t repeat = 1;  // --repeat N: runs, each timed; the first one's outputs are checked
 };
+
+// The most runs --repeat takes.
+constexpr int64_t k_max_repeat = 1000000;
 
 std::string format_error(double value) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.3e", value);
   return buffer;
+}
+
+// The median of `values` (0 when empty).
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
+  double upper = values[mid];
+  if (values.size() % 2 == 1) return upper;
+  return (*std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid)) +
+          upper) / 2;
 }
 
 int run_graph(const RunArgs& args) {
@@ -100,6 +115,11 @@ int run_graph(const RunArgs& args) {
     }
     schedule = *parsed;
   }
+  if (args.repeat < 1 || args.repeat > k_max_repeat) {
+    print_error("run: --repeat " + std::to_string(args.repeat) + " is not a run count from 1 to " +
+                std::to_string(k_max_repeat));
+    return k_exit_usage;
+  }
   auto graph = ir::parse_graph_file(args.file);
   if (!graph) {
     print_error(graph.error().message);
@@ -136,6 +156,7 @@ int run_graph(const RunArgs& args) {
     }
   }
   Expected<reference::CheckRun> checked = Error{};
+  std::vector<double> run_us;  // each run's wall time: inputs in, the kernels, outputs out
   std::vector<std::string> fallbacks;
   std::string where = "emulated";
   {
@@ -182,7 +203,18 @@ int run_graph(const RunArgs& args) {
     checked = reference::check_against_fp64(
         bound, *ir::parse_precision((*exe)->precision()), std::move(data->inputs),
         reference::bytes_runner(bound, [&](const std::vector<reference::Bytes>& inputs) {
-          return (*exe)->run_host(inputs, values);
+          // --repeat N runs N times; the first run's outputs are the ones checked.
+          Expected<std::vector<reference::Bytes>> first = Error{};
+          for (int64_t r = 0; r < args.repeat; ++r) {
+            auto start = std::chrono::steady_clock::now();
+            auto outputs = (*exe)->run_host(inputs, values);
+            run_us.push_back(std::chrono::duration<double, std::micro>(
+                                 std::chrono::steady_clock::now() - start)
+                                 .count());
+            if (!outputs) return outputs;
+            if (r == 0) first = std::move(outputs);
+          }
+          return first;
         }));
   }
   if (!checked) {
@@ -207,6 +239,8 @@ int run_graph(const RunArgs& args) {
     out["fallbacks"] = fallbacks;
     out["device"] = where;
     if (args.emulate) out["schedule"] = emulation::to_string(schedule);
+    out["runs"] = run_us.size();
+    out["run_us"] = median(run_us);
     add_data_json(out, *graph, *data, *saved);
     out["outputs"] = nlohmann::json::array();
     for (const auto& o : report.outputs)
@@ -229,6 +263,10 @@ int run_graph(const RunArgs& args) {
                   format_error(o.max_abs).c_str(), format_error(o.tolerance).c_str(),
                   o.ok ? "yes" : "NO");
     for (const std::string& path : *saved) std::printf("saved %s\n", path.c_str());
+    if (args.repeat > 1) {
+      std::printf("run: %.1f us median over %zu runs (inputs in, kernels, outputs out)\n",
+                  median(run_us), run_us.size());
+    }
     std::printf("%s\n", report.ok ? "ok" : "FAILED: an output is past its tolerance");
   }
   return report.ok ? k_exit_ok : k_exit_failure;
@@ -287,6 +325,11 @@ void register_run_commands(CLI::App& app, int& exit_code) {
   add_cache_dir_option(cmd, args->cache_dir,
                        "cache directory (the emulated run's entries hold its kernel text)");
   add_remote_option(cmd, args->remote);
+  cmd->add_option("--repeat", args->repeat,
+                  "run N times, each timed (inputs in, kernels, outputs out; compile and the fp64 "
+                  "reference excluded): the median is printed, and is run_us in --json; the "
+                  "first run's outputs are checked (default 1)")
+      ->type_name("N");
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([args, cmd, &exit_code] {
     args->arch_given = cmd->count("--arch") > 0;

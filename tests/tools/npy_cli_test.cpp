@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 namespace kiln::testing {
@@ -225,6 +226,67 @@ TEST_F(NpyCli, InputsFromADirectoryReadEveryInputByName) {
   CliResult npz = run({"--inputs", m_dir + "/weights.npz"});
   EXPECT_EQ(npz.exit_code, 2);
   EXPECT_NE(npz.err.find(".npz archives are not read yet"), std::string::npos) << npz.err;
+}
+
+// Integer and bool inputs and outputs through .npy files ('<i8', '<i4', '|b1'), on the CPU target:
+// token ids into an embedding, a padding mask into where; an id outside the table refused by
+// name, position, id and V; --repeat's run count and median time in the report.
+TEST_F(NpyCli, IntegerAndBoolTensorsGoInAndOutAsNpy) {
+  std::string fixed = write_text("ids.kg", R"(graph ids {
+  input ids: i64[2, 3]
+  input keep: bool[2, 3]
+  input emb: f32[5, 4]
+  x = embedding(emb, ids)
+  m = where(keep, 0.0, -inf)
+  n = cast(add(ids, 1), to=i32)
+  k = logical_not(keep)
+  output x, m, n, k
+}
+)");
+  std::string dir = m_dir + "/in";
+  std::filesystem::create_directories(dir);
+  npy::Array ids{npy::Descr::i8, {2, 3}, std::vector<unsigned char>(48)};
+  const int64_t id_values[] = {0, 4, 2, 1, 3, 4};
+  std::memcpy(ids.data.data(), id_values, sizeof id_values);
+  npy::Array keep{npy::Descr::b1, {2, 3}, {1, 1, 0, 1, 0, 0}};
+  ASSERT_TRUE(npy::write_file(dir + "/ids.npy", ids));
+  ASSERT_TRUE(npy::write_file(dir + "/keep.npy", keep));
+  ASSERT_TRUE(npy::write_file(dir + "/emb.npy", filled(npy::Descr::f4, {5, 4}, 0.5f)));
+  CliResult r = run_kiln({"run", fixed, "--target", "cpu", "--inputs", dir, "--save",
+                          m_dir + "/out", "--repeat", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  json report = json::parse(r.out);
+  EXPECT_EQ(report["runs"], 3);
+  EXPECT_GT(report["run_us"].get<double>(), 0.0);
+  npy::Array n = read_npy(m_dir + "/out/n.npy");
+  EXPECT_EQ(n.descr, npy::Descr::i4);
+  int32_t n_values[6];
+  std::memcpy(n_values, n.data.data(), sizeof n_values);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(n_values[i], id_values[i] + 1) << i;
+  npy::Array k = read_npy(m_dir + "/out/k.npy");
+  EXPECT_EQ(k.descr, npy::Descr::b1);
+  EXPECT_EQ(k.data, (std::vector<unsigned char>{0, 0, 1, 0, 1, 1}));
+  npy::Array m = read_npy(m_dir + "/out/m.npy");
+  EXPECT_EQ(f32_at(m, 0), 0.0f);
+  EXPECT_EQ(f32_at(m, 2), -std::numeric_limits<float>::infinity());
+
+  // Id 5 is past the 5 rows of emb.
+  const int64_t bad[] = {0, 4, 2, 1, 5, 4};
+  std::memcpy(ids.data.data(), bad, sizeof bad);
+  ASSERT_TRUE(npy::write_file(dir + "/ids.npy", ids));
+  CliResult refused = run_kiln({"run", fixed, "--target", "cpu", "--inputs", dir});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find(dir + "/ids.npy: error: --input ids: input 'ids' holds 5 at [1, 1], "
+                             "outside the embedding table 'emb' of 5 rows ([0, 5))"),
+            std::string::npos)
+      << refused.err;
+  // A float file for an integer input names both dtypes.
+  ASSERT_TRUE(npy::write_file(dir + "/ids.npy", filled(npy::Descr::f4, {2, 3}, 1.0f)));
+  CliResult wrong = run_kiln({"run", fixed, "--target", "cpu", "--inputs", dir});
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find("expected i64[2, 3] (descr '<i8'), got descr '<f4'"), std::string::npos)
+      << wrong.err;
+  EXPECT_EQ(run_kiln({"run", fixed, "--target", "cpu", "--repeat", "0"}).exit_code, 2);
 }
 
 TEST_F(NpyCli, TheSameInputsGiveTheSameOutputsWhateverTheSeed) {
