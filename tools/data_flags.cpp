@@ -3,6 +3,7 @@
 #include "tools/data_flags.h"
 
 #include "support/npy.h"
+#include "support/npz.h"
 #include "tools/cli.h"
 
 #include <algorithm>
@@ -154,14 +155,52 @@ int prepare_directory(const std::string& dir, const char* flag, const std::strin
 // --inputs DIR: each input's path DIR/NAME.npy, into `paths` (where --input gave none: an input
 // given by both is an error). An input without its file is an error naming every such input; a
 // .npy file that names no input is a warning (a state_dict holds more than one graph reads).
+// Warns of the `extra` names (sorted, at most 8 shown) that no input of `graph` reads.
+void warn_unread(const ir::Graph& graph, const std::string& command, const std::string& source,
+                 const char* what, std::vector<std::string> extra) {
+  if (extra.empty()) return;
+  std::sort(extra.begin(), extra.end());
+  std::string list;
+  for (size_t i = 0; i < extra.size() && i < 8; ++i) list += (i ? ", " : "") + extra[i];
+  if (extra.size() > 8) list += ", and " + std::to_string(extra.size() - 8) + " more";
+  print_warning(command + ": --inputs " + source + ": " + std::to_string(extra.size()) + " " +
+                what + " name no input of graph '" + graph.name() + "' and are not read: " + list);
+}
+
+// --inputs FILE.npz: each input from the archive's member NAME.npy (or NAME), into `members`
+// (where --input gave none: an input given by both is an error). An input without its member is
+// an error naming every such input; a member that names no input is a warning.
+Status inputs_from_archive(const ir::Graph& graph, const npz::Archive& archive,
+                           const std::string& command, const std::vector<std::string>& paths,
+                           std::vector<const npz::Member*>& members) {
+  std::string missing, twice;
+  for (size_t i = 0; i < graph.inputs().size(); ++i) {
+    const std::string& name = graph.node(graph.inputs()[i]).name;
+    if (!paths[i].empty()) {
+      twice += (twice.empty() ? "" : ", ") + name;
+      continue;
+    }
+    members[i] = archive.find(name);
+    if (members[i] == nullptr) missing += (missing.empty() ? "" : ", ") + name;
+  }
+  if (!twice.empty())
+    return make_error(command, ": --input and --inputs ", archive.path(), " both give ", twice);
+  if (!missing.empty())
+    return make_error(command, ": --inputs ", archive.path(), " has no member for input(s) ",
+                      missing, " (expected NAME.npy for each)");
+  std::vector<std::string> extra;
+  for (const npz::Member& m : archive.members()) {
+    bool known = false;
+    for (ir::NodeId id : graph.inputs()) known = known || graph.node(id).name == m.name;
+    if (!known) extra.push_back(m.entry);
+  }
+  warn_unread(graph, command, archive.path(), "member(s)", std::move(extra));
+  return Status::success();
+}
+
 Status inputs_from_directory(const ir::Graph& graph, const std::string& dir,
                              const std::string& command, std::vector<std::string>& paths) {
   std::error_code ec;
-  if (dir.size() > 4 && dir.compare(dir.size() - 4, 4, ".npz") == 0 &&
-      !std::filesystem::is_directory(dir, ec))
-    return make_error(command, ": --inputs ", dir, ": .npz archives are not read yet; unpack it "
-                      "(python3 -c \"import numpy as n, sys; [n.save(f'DIR/{k}.npy', v) for k, v "
-                      "in n.load(sys.argv[1]).items()]\" FILE.npz) and pass --inputs DIR");
   if (!std::filesystem::is_directory(dir, ec))
     return make_error(command, ": --inputs ", dir, ": not a directory");
   std::string missing, twice;
@@ -194,15 +233,7 @@ Status inputs_from_directory(const ir::Graph& graph, const std::string& dir,
     for (ir::NodeId id : graph.inputs()) known = known || graph.node(id).name == name;
     if (!known) extra.push_back(file);
   }
-  if (!extra.empty()) {
-    std::sort(extra.begin(), extra.end());
-    std::string list;
-    for (size_t i = 0; i < extra.size() && i < 8; ++i) list += (i ? ", " : "") + extra[i];
-    if (extra.size() > 8) list += ", and " + std::to_string(extra.size() - 8) + " more";
-    print_warning(command + ": --inputs " + dir + ": " + std::to_string(extra.size()) +
-                  " file(s) name no input of graph '" + graph.name() + "' and are not read: " +
-                  list);
-  }
+  warn_unread(graph, command, dir, "file(s)", std::move(extra));
   return Status::success();
 }
 
@@ -283,7 +314,24 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
     }
     paths[i] = flag.substr(eq + 1);
   }
-  if (!flags.inputs_from.empty()) {
+  // --inputs FILE.npz reads members of one archive; --inputs DIR files.
+  std::optional<npz::Archive> archive;
+  std::vector<const npz::Member*> members(count, nullptr);
+  std::error_code ec;
+  if (!flags.inputs_from.empty() && std::filesystem::is_regular_file(flags.inputs_from, ec)) {
+    auto opened = npz::Archive::open(flags.inputs_from);
+    if (!opened) {
+      print_error(opened.error().message);
+      return std::nullopt;
+    }
+    archive = std::move(*opened);
+    if (Status s = inputs_from_archive(graph, *archive, command, paths, members); !s) {
+      print_error(s.error().message);
+      return std::nullopt;
+    }
+    for (size_t i = 0; i < count; ++i)
+      if (members[i]) paths[i] = archive->path() + ":" + members[i]->entry;
+  } else if (!flags.inputs_from.empty()) {
     if (Status s = inputs_from_directory(graph, flags.inputs_from, command, paths); !s) {
       print_error(s.error().message);
       return std::nullopt;
@@ -297,10 +345,11 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
     // endless stream and an oversized file before either fills memory.
     const ir::Node& input = graph.node(graph.inputs()[i]);
     int64_t elements = input.type.shape.elements();  // a symbolic dim at its upper bound
-    auto array = npy::read_file(paths[i], elements * npy::k_max_item_size,
-                                "--input " + input.name + ", " + ir::to_string(input.type) +
-                                    ", holds " + (input.type.shape.symbolic() ? "at most " : "") +
-                                    std::to_string(elements) + " elements");
+    std::string why = "--input " + input.name + ", " + ir::to_string(input.type) + ", holds " +
+                      (input.type.shape.symbolic() ? "at most " : "") + std::to_string(elements) +
+                      " elements";
+    auto array = members[i] ? archive->read(*members[i], elements * npy::k_max_item_size, why)
+                            : npy::read_file(paths[i], elements * npy::k_max_item_size, why);
     if (!array) {
       print_error(array.error().message);
       return std::nullopt;
@@ -369,7 +418,6 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
       return std::nullopt;
     }
   }
-  std::error_code ec;
   if (!flags.save.empty() && !flags.save_reference.empty() &&
       std::filesystem::equivalent(flags.save, flags.save_reference, ec)) {
     print_error(command + ": --save and --save-reference name the same directory; the "

@@ -5,6 +5,7 @@
 #include "support/npy.h"
 
 #include <nlohmann/json.hpp>
+#include <zip.h>
 
 #include <gtest/gtest.h>
 
@@ -222,10 +223,87 @@ TEST_F(NpyCli, InputsFromADirectoryReadEveryInputByName) {
   EXPECT_NE(missing.err.find("has no file for input(s) r, g"), std::string::npos) << missing.err;
   CliResult file = run({"--inputs", dir + "/x.npy"});
   EXPECT_EQ(file.exit_code, 2);
-  EXPECT_NE(file.err.find("not a directory"), std::string::npos) << file.err;
-  CliResult npz = run({"--inputs", m_dir + "/weights.npz"});
-  EXPECT_EQ(npz.exit_code, 2);
-  EXPECT_NE(npz.err.find(".npz archives are not read yet"), std::string::npos) << npz.err;
+  EXPECT_NE(file.err.find("not a readable .npz (ZIP) archive"), std::string::npos) << file.err;
+  CliResult none = run({"--inputs", m_dir + "/weights.npz"});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("not a directory"), std::string::npos) << none.err;
+}
+
+// Writes a ZIP archive of `members` (entry name, bytes) as numpy.savez (stored) or
+// numpy.savez_compressed (deflated) would.
+void write_zip(const std::string& path, const std::vector<std::pair<std::string, std::string>>& members,
+               bool deflate) {
+  int code = 0;
+  zip_t* zip = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &code);
+  ASSERT_NE(zip, nullptr) << code;
+  for (const auto& [name, bytes] : members) {
+    zip_source_t* source = zip_source_buffer(zip, bytes.data(), bytes.size(), 0);
+    ASSERT_NE(source, nullptr);
+    zip_int64_t index = zip_file_add(zip, name.c_str(), source, ZIP_FL_OVERWRITE);
+    ASSERT_GE(index, 0) << zip_strerror(zip);
+    zip_set_file_compression(zip, static_cast<zip_uint64_t>(index),
+                             deflate ? ZIP_CM_DEFLATE : ZIP_CM_STORE, 0);
+  }
+  ASSERT_EQ(zip_close(zip), 0);
+}
+
+// --inputs FILE.npz: every input from the archive's member NAME.npy, stored or deflated, as the
+// same files one by one give them; a missing member, an extra one, an oversized one and a file
+// that is no archive.
+TEST_F(NpyCli, InputsFromAnNpzArchiveReadEveryInputByName) {
+  std::vector<std::pair<std::string, std::string>> members = {
+      {"x.npy", npy::serialize(filled(npy::Descr::f4, {4, 8}, 1.0f))},
+      {"w.npy", npy::serialize(filled(npy::Descr::f4, {8, 6}, 0.5f))},
+      {"r.npy", npy::serialize(filled(npy::Descr::f2, {4, 6}, 0.25f))},
+      {"g", npy::serialize(filled(npy::Descr::u2, {4, 6}, 0.5f))}};
+  std::vector<std::string> one_by_one = all_inputs();
+  one_by_one.insert(one_by_one.end(), {"--save", m_dir + "/each"});
+  ASSERT_EQ(run(one_by_one).exit_code, 0);
+  for (bool deflate : {false, true}) {
+    std::string archive = m_dir + (deflate ? "/deflated.npz" : "/stored.npz");
+    write_zip(archive, members, deflate);
+    std::string out = m_dir + (deflate ? "/deflated" : "/stored");
+    CliResult r = run({"--inputs", archive, "--save", out, "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+    json report = json::parse(r.out);
+    EXPECT_EQ(report["inputs"]["w"], archive + ":w.npy");
+    EXPECT_EQ(report["inputs"]["g"], archive + ":g");
+    for (const char* name : {"y", "h", "b"})
+      EXPECT_EQ(read_npy(out + "/" + std::string(name) + ".npy").data,
+                read_npy(m_dir + "/each/" + std::string(name) + ".npy").data)
+          << name << (deflate ? " deflated" : " stored");
+  }
+  std::vector<std::pair<std::string, std::string>> more = members;
+  more.push_back({"lm_head.weight.npy", npy::serialize(filled(npy::Descr::f4, {2, 2}, 1.0f))});
+  write_zip(m_dir + "/more.npz", more, false);
+  CliResult extra = run({"--inputs", m_dir + "/more.npz"});
+  EXPECT_EQ(extra.exit_code, 0) << extra.err;
+  EXPECT_NE(extra.err.find("1 member(s) name no input of graph 'mixed' and are not read: "
+                           "lm_head.weight.npy"),
+            std::string::npos)
+      << extra.err;
+  std::vector<std::pair<std::string, std::string>> fewer(members.begin(), members.begin() + 2);
+  write_zip(m_dir + "/fewer.npz", fewer, false);
+  CliResult missing = run({"--inputs", m_dir + "/fewer.npz"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("has no member for input(s) r, g"), std::string::npos) << missing.err;
+  // A member far larger than its input can be is refused before it is read.
+  std::vector<std::pair<std::string, std::string>> big = members;
+  big[0].second = npy::serialize(filled(npy::Descr::f4, {4096, 8}, 1.0f));
+  write_zip(m_dir + "/big.npz", big, true);
+  CliResult oversized = run({"--inputs", m_dir + "/big.npz"});
+  EXPECT_EQ(oversized.exit_code, 2);
+  EXPECT_NE(oversized.err.find(m_dir + "/big.npz:x.npy: error: 131200 bytes, past the 256 bytes "
+                               "of data the array may hold (--input x, f32[4, 8], holds 32 "
+                               "elements)"),
+            std::string::npos)
+      << oversized.err;
+  CliResult both = run({"--inputs", m_dir + "/stored.npz", "--input", "x=" + m_dir + "/x.npy"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--input and --inputs " + m_dir + "/stored.npz both give x"),
+            std::string::npos)
+      << both.err;
 }
 
 // Integer and bool inputs and outputs through .npy files ('<i8', '<i4', '|b1'), on the CPU target:
