@@ -351,8 +351,22 @@ Expected<NodeId> Builder::add(OpKind kind, const std::vector<NodeId>& operands,
       if (kind == OpKind::slice)
         return add_slice(operands[0], attrs.axis, attrs.start, attrs.end, std::move(name));
       return add_concat(operands, attrs.axis, std::move(name));
-    case OpCategory::arange:
-      return make_error("arange is built with add_arange (its size is a shape, not an operand)");
+    case OpCategory::arange: {
+      // Its size is attrs.shape (one dim; attrs.shape_symbols names a symbolic one).
+      if (attrs.shape.size() != 1)
+        return make_error("arange takes its size as attrs.shape = {n}, got ",
+                          std::to_string(attrs.shape.size()), " dims");
+      std::vector<SymbolicDim> symbols = attrs.shape_symbols;
+      std::vector<int64_t> dims = attrs.shape;
+      if (!symbols.empty() && symbols[0].index >= 0) {
+        if (static_cast<size_t>(symbols[0].index) >= m_symbols.size())
+          return make_error("arange uses an undeclared dim");
+        dims[0] = m_symbols[static_cast<size_t>(symbols[0].index)].hi;
+      }
+      auto shape = Shape::make(std::move(dims), std::move(symbols));
+      if (!shape) return make_error("arange: ", shape.error().message);
+      return add_arange(std::move(*shape), attrs.cast_to, std::move(name));
+    }
     case OpCategory::gather:
       return add_embedding(operands[0], operands[1], std::move(name));
     case OpCategory::select: {

@@ -210,7 +210,8 @@ public:
                                  double scale, bool causal, std::string name = {});
   // Any computed op from its kind, operands and attributes, through the typed add_* above (the
   // same checks and errors): a binary op with attrs.literal_side set takes one operand, where
-  // takes 3 less its literals (attrs.literal_side: lhs a, rhs b, both), attention
+  // takes 3 less its literals (attrs.literal_side: lhs a, rhs b, both), arange none (its size is
+  // attrs.shape with attrs.shape_symbols, its dtype attrs.cast_to), attention
   // takes 3 or 4 (the 4th is the mask), reshape reads attrs.shape and attrs.shape_symbols. Fails
   // for OpKind::input (add_input declares inputs) and on a wrong operand count.
   Expected<NodeId> add(OpKind kind, const std::vector<NodeId>& operands, const Attrs& attrs,

@@ -192,7 +192,8 @@ TEST(OpTable, GenericAddRebuildsEveryExampleGraph) {
         id = b.add_input(n.name, n.type);
       } else {
         Attrs attrs = n.attrs;
-        if (n.kind == OpKind::reshape) {  // reshape's target is the result type
+        // reshape's and arange's sizes are the result type.
+        if (n.kind == OpKind::reshape || n.kind == OpKind::arange) {
           attrs.shape = n.type.shape.dims();
           attrs.shape_symbols = n.type.shape.symbols();
         }
