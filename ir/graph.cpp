@@ -348,6 +348,8 @@ Expected<NodeId> Builder::add(OpKind kind, const std::vector<NodeId>& operands,
       if (kind == OpKind::reshape)
         return add_reshape(operands[0], attrs.shape, attrs.shape_symbols, std::move(name));
       if (kind == OpKind::permute) return add_permute(operands[0], attrs.dims, std::move(name));
+      if (kind == OpKind::expand)
+        return add_expand(operands[0], attrs.shape, attrs.shape_symbols, std::move(name));
       if (kind == OpKind::slice)
         return add_slice(operands[0], attrs.axis, attrs.start, attrs.end, std::move(name));
       return add_concat(operands, attrs.axis, std::move(name));
@@ -813,6 +815,60 @@ std::string element_count(int64_t fixed, const std::vector<int32_t>& symbols,
 }
 
 }  // namespace
+
+Expected<NodeId> Builder::add_expand(NodeId x, std::vector<int64_t> dims,
+                                     std::vector<SymbolicDim> symbols, std::string name) {
+  if (Status s = check_operand(x); !s) return s.error();
+  const Node& nx = node(x);
+  const Shape& from = nx.type.shape;
+  if (dims.size() < static_cast<size_t>(from.rank()) || dims.size() > static_cast<size_t>(k_max_rank)) {
+    return make_error("expand of ", describe(nx), " needs ", std::to_string(from.rank()), " to ",
+                      std::to_string(k_max_rank), " dims, got ", std::to_string(dims.size()));
+  }
+  if (!symbols.empty() && symbols.size() != dims.size())
+    return make_error("expand: one symbol entry per dim");
+  symbols.resize(dims.size());
+  int offset = static_cast<int>(dims.size()) - from.rank();
+  std::vector<DimRef> result;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int od = static_cast<int>(i) - offset;  // x's dim here, or < 0
+    DimRef want{dims[i], symbols[i]};
+    if (symbols[i].index >= 0) {
+      if (static_cast<size_t>(symbols[i].index) >= m_symbols.size())
+        return make_error("expand uses an undeclared dim");
+      want.value = m_symbols[static_cast<size_t>(symbols[i].index)].hi;
+    } else if (dims[i] == -1) {
+      if (od < 0) {
+        return make_error("expand: dim ", std::to_string(i), " is -1 where ", describe(nx),
+                          " has no dim to keep");
+      }
+      want = dim_ref(from, od);
+    } else if (dims[i] < 1) {
+      return make_error("expand: dim ", std::to_string(i), " is ", std::to_string(dims[i]),
+                        "; a dimension is at least 1 (or -1, kept)");
+    }
+    if (od >= 0) {
+      DimRef have = dim_ref(from, od);
+      bool same = have.value == want.value && have.symbol.index == want.symbol.index;
+      bool one = have.symbol.index < 0 && have.value == 1;
+      if (!same && !one) {
+        return make_error("expand: ", describe(nx), " does not broadcast to ",
+                          written_shape(dims, symbols, m_symbols), ": its dim ",
+                          std::to_string(od), " is ", show(have), " against ", show(want),
+                          "; a dim equals the target's or is 1");
+      }
+    }
+    result.push_back(want);
+  }
+  auto shape = make_shape(result);
+  if (!shape) return make_error("expand: ", shape.error().message);
+  Node n;
+  n.kind = OpKind::expand;
+  n.operands = {x};
+  n.type = TensorType{nx.type.dtype, std::move(*shape)};  // the result type says it all
+  n.name = std::move(name);
+  return push(std::move(n));
+}
 
 Expected<NodeId> Builder::add_reshape(NodeId x, std::vector<int64_t> dims,
                                       std::vector<SymbolicDim> symbols, std::string name) {

@@ -192,6 +192,11 @@ public:
   // symbolic dim (symbols[i].index >= 0, dims[i] its upper bound) must be one of x's.
   Expected<NodeId> add_reshape(NodeId x, std::vector<int64_t> dims,
                                std::vector<SymbolicDim> symbols = {}, std::string name = {});
+  // x broadcast to `dims` as numpy broadcasts (aligned at the last dim): each of x's dims equals
+  // the result's or is 1; -1 keeps x's dim there; a symbolic dim (symbols[i].index >= 0) is
+  // declared. Kernels read x in place (a broadcast read), never a copy.
+  Expected<NodeId> add_expand(NodeId x, std::vector<int64_t> dims,
+                              std::vector<SymbolicDim> symbols = {}, std::string name = {});
   // dims is a permutation of 0..rank-1 (negative entries count from the end).
   Expected<NodeId> add_permute(NodeId x, std::vector<int> dims, std::string name = {});
   // Elements start..end-1 along axis; negative start/end count from the end (as Python's).

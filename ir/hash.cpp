@@ -241,7 +241,7 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
         break;
       }
       case OpCategory::layout:
-        if (op_kind == OpKind::reshape && arity == 1) {
+        if ((op_kind == OpKind::reshape || op_kind == OpKind::expand) && arity == 1) {
           std::vector<int64_t> values = dims;
           std::vector<SymbolicDim> dim_symbols(dims.size());
           for (size_t d = 0; d < dims.size(); ++d) {
@@ -251,7 +251,8 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
             values[d] = b.symbols()[index].hi;
             dim_symbols[d] = {static_cast<int32_t>(index), b.symbols()[index].name};
           }
-          added = b.add_reshape(operands[0], values, dim_symbols);
+          added = op_kind == OpKind::reshape ? b.add_reshape(operands[0], values, dim_symbols)
+                                             : b.add_expand(operands[0], values, dim_symbols);
         } else if (op_kind == OpKind::permute) {
           uint64_t n = r.u8();
           std::vector<int> perm;

@@ -281,7 +281,7 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
     ops.push_back(*t);
   }
   // Layout ops only (build() sends nothing else here).
-  if (kind == OpKind::reshape) {
+  if (kind == OpKind::reshape || kind == OpKind::expand) {
     std::optional<std::vector<int64_t>> dims;
     std::vector<SymbolicDim> symbols;
     for (const NamedArg& arg : named) {
@@ -306,6 +306,10 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
         dims->push_back(value);
         symbols.push_back(std::move(sym));
       }
+    }
+    if (kind == OpKind::expand) {
+      if (!dims) return missing("a shape", "expand(x, shape=[B, 4, -1, 64])");
+      return located(m_builder.add_expand(ops[0], std::move(*dims), std::move(symbols)));
     }
     if (!dims) return missing("a shape", "reshape(x, shape=[2, -1, 64])");
     return located(m_builder.add_reshape(ops[0], std::move(*dims), std::move(symbols)));

@@ -136,7 +136,7 @@ public:
   // The named arguments of reshape, permute, slice and concat.
   void layout_attrs(const Node& node, std::string& out) const {
     const Attrs& attrs = node.attrs;
-    if (node.kind == OpKind::reshape) {
+    if (node.kind == OpKind::reshape || node.kind == OpKind::expand) {
       const Shape& shape = node.type.shape;
       out += ", shape=[";
       for (int i = 0; i < shape.rank(); ++i) {

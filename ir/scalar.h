@@ -99,6 +99,7 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
     case OpKind::arange:
     // Not pointwise formulas.
     case OpKind::embedding:
+    case OpKind::expand:
     case OpKind::input:
     case OpKind::matmul:
     case OpKind::cast:

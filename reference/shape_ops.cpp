@@ -143,6 +143,16 @@ Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operan
     });
     return out;
   }
+  if (node.kind == ir::OpKind::expand) {
+    // numpy broadcasting: x's dims aligned at the last; a dim of 1 (or none) repeats.
+    std::vector<int64_t> from = broadcast_strides(shape, x.shape);
+    for_each_index(shape, [&](int64_t flat, const std::vector<int64_t>& index) {
+      int64_t offset = 0;
+      for (size_t d = 0; d < index.size(); ++d) offset += index[d] * from[d];
+      out.values[static_cast<size_t>(flat)] = x.values[static_cast<size_t>(offset)];
+    });
+    return out;
+  }
   if (node.kind == ir::OpKind::slice) {
     std::vector<int64_t> from = strides_of(x.shape);
     auto axis = static_cast<size_t>(node.attrs.axis);

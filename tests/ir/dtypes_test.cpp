@@ -84,13 +84,22 @@ std::string error_of(const std::string& inputs, const std::string& expr) {
   return g ? "" : g.error().message;
 }
 
+// Each statement `o = EXPR` fails with an error that holds its message.
+struct ErrorCase {
+  const char* expr;
+  const char* message;
+};
+template <size_t N>
+void expect_errors(const std::string& inputs, const ErrorCase (&cases)[N]) {
+  for (const ErrorCase& c : cases) {
+    std::string message = error_of(inputs, c.expr);
+    EXPECT_NE(message.find(c.message), std::string::npos) << c.expr << ": " << message;
+  }
+}
+
 TEST(Dtypes, RulesAreLocatedErrors) {
   const std::string in = "  input i: i64[4]\n  input f: f32[4]\n  input b: bool[4]\n  input j: i32[4]\n";
-  struct Case {
-    const char* expr;
-    const char* message;
-  };
-  const Case cases[] = {
+  const ErrorCase cases[] = {
       {"mul(i, 2.5)", "g.kg:6:14: error: mul: the literal 2.5 meets a i64 tensor, which takes an "
                       "integer (no '.', exponent or inf); tensors and literals never convert: cast"},
       {"add(i, 2.0)", "the literal 2.0 meets a i64 tensor"},
@@ -119,10 +128,7 @@ TEST(Dtypes, RulesAreLocatedErrors) {
       {"true(f)", "'true' is a literal, not an op"},
       {"cast(f, to=i16)", "expected a dtype (f32, f16, bf16, i32, i64 or bool) for 'to'"},
   };
-  for (const Case& c : cases) {
-    std::string message = error_of(in, c.expr);
-    EXPECT_NE(message.find(c.message), std::string::npos) << c.expr << ": " << message;
-  }
+  expect_errors(in, cases);
   EXPECT_NE(error_of("  input inf: f32[4]\n", "neg(inf)").find("'inf' is a literal"), std::string::npos);
   EXPECT_NE(error_of("  input x: f32[4]\n  true = neg(x)\n", "neg(x)").find("'true' is a literal"),
             std::string::npos);
@@ -206,11 +212,7 @@ TEST(Dtypes, EmbeddingTakesAFloatTableAndIntegerIds) {
   EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
   const std::string in = "  input t: f32[10, 4]\n  input ids: i64[3]\n  input f: f32[3]\n"
                          "  input deep: i32[2, 2, 2, 2]\n  input it: i32[10, 4]\n";
-  struct Case {
-    const char* expr;
-    const char* message;
-  };
-  const Case cases[] = {
+  const ErrorCase cases[] = {
       {"embedding(t, f)", "embedding: the ids must be i32 or i64, got 'f' (f32[3]); cast them"},
       {"embedding(f, ids)", "embedding: the table must be 2-D [V, D]"},
       {"embedding(it, ids)", "embedding: the table must be a float tensor"},
@@ -218,10 +220,41 @@ TEST(Dtypes, EmbeddingTakesAFloatTableAndIntegerIds) {
       {"embedding(t)", "embedding takes 2 operands, got 1"},
       {"embedding(t, ids, scale=2.0)", "embedding has no argument 'scale'"},
   };
-  for (const Case& c : cases) {
-    std::string message = error_of(in, c.expr);
-    EXPECT_NE(message.find(c.message), std::string::npos) << c.expr << ": " << message;
-  }
+  expect_errors(in, cases);
+}
+
+// expand(x, shape=[...]): numpy broadcasting to the shape, -1 keeping a dim, dim names allowed;
+// printed with the result's dims, hashed by its type.
+TEST(Dtypes, ExpandBroadcastsToAShape) {
+  const char* text =
+      "graph g {\n  dim S: 1..64\n  input keep: bool[2, S]\n  input b: f32[16]\n"
+      "  m = expand(reshape(keep, shape=[2, 1, S]), shape=[2, 4, S])\n"
+      "  y = add(expand(b, shape=[S, 16]), 1.0)\n  output m, y\n}\n";
+  auto g = parse_graph(text, "g.kg");
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_EQ(print_graph(*g), text);
+  auto back = graph_from_canonical(canonical_bytes(*g), "g");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
+  auto kept = parse_graph(
+      "graph g {\n  dim S: 1..64\n  input keep: bool[2, S]\n  input b: f32[16]\n"
+      "  m = expand(reshape(keep, shape=[2, 1, S]), shape=[-1, 4, -1])\n"
+      "  y = add(expand(b, shape=[S, -1]), 1.0)\n  output m, y\n}\n", "g.kg");
+  ASSERT_TRUE(kept) << kept.error().message;
+  EXPECT_EQ(print_graph(*kept), text);
+  EXPECT_EQ(graph_hash(*kept).hex(), graph_hash(*g).hex());
+  const std::string in = "  input x: f32[3, 4]\n";
+  const ErrorCase cases[] = {
+      {"expand(x, shape=[3, 5])",
+       "expand: 'x' (f32[3, 4]) does not broadcast to [3, 5]: its dim 1 is 4 against 5"},
+      {"expand(x, shape=[4])", "expand of 'x' (f32[3, 4]) needs 2 to 4 dims, got 1"},
+      {"expand(x, shape=[-1, 3, 4])", "expand: dim 0 is -1 where 'x' (f32[3, 4]) has no dim"},
+      {"expand(x, shape=[2, 0, 4])", "expand: dim 1 is 0; a dimension is at least 1"},
+      {"expand(x, shape=[T, 3, 4])", "'T' is not a declared dim"},
+      {"expand(x)", "expand needs a shape: expand(x, shape=[B, 4, -1, 64])"},
+      {"expand(x, dims=[3, 4])", "expand has no argument 'dims'"},
+  };
+  expect_errors(in, cases);
 }
 
 TEST(Dtypes, TheBuilderChecksLiteralsByValue) {

@@ -66,7 +66,7 @@ TEST(OpTable, OperandCountsAreConsistentAndReachTheParser) {
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().message.find("expected one of matmul, add, sub"), std::string::npos);
   EXPECT_NE(unknown.error().message.find(", attention, cos, sin, erf, log, eq, ne, lt, le, gt, ge, "
-                                         "logical_and, logical_or, logical_not, where, arange or embedding"),
+                                         "logical_and, logical_or, logical_not, where, arange, embedding or expand"),
             std::string::npos)
       << unknown.error().message;
   EXPECT_EQ(unknown.error().message.find("input"), std::string::npos) << unknown.error().message;
@@ -192,8 +192,8 @@ TEST(OpTable, GenericAddRebuildsEveryExampleGraph) {
         id = b.add_input(n.name, n.type);
       } else {
         Attrs attrs = n.attrs;
-        // reshape's and arange's sizes are the result type.
-        if (n.kind == OpKind::reshape || n.kind == OpKind::arange) {
+        // reshape's, expand's and arange's sizes are the result type.
+        if (n.kind == OpKind::reshape || n.kind == OpKind::expand || n.kind == OpKind::arange) {
           attrs.shape = n.type.shape.dims();
           attrs.shape_symbols = n.type.shape.symbols();
         }
