@@ -12,6 +12,7 @@
 #include "runtime/pool.h"
 
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -541,7 +542,44 @@ Status Executable::run(const std::vector<TensorRef>& inputs, const std::vector<T
   }
   if (Status s = runtime::check_tensors(*in_specs, inputs, "input"); !s) return s;
   if (Status s = runtime::check_tensors(*out_specs, outputs, "output"); !s) return s;
+  if (m_check_indices && m_on_cpu) {  // host memory: the ids can be read
+    for (const IndexCheck& c : m_index_checks)
+      if (Status s = check_indices(c.input, inputs[c.input].data, inputs[c.input].shape); !s)
+        return s;
+  }
   return m_backend->run(inputs, outputs, values, stream);
+}
+
+Status Executable::check_indices(size_t input, const void* ids,
+                                 const std::vector<int64_t>& shape) const {
+  const TensorSpec& spec = m_inputs[input];
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  for (const IndexCheck& c : m_index_checks) {
+    if (c.input != input) continue;
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t id = 0;
+      if (spec.dtype == DType::i32) {
+        int32_t v;
+        std::memcpy(&v, static_cast<const unsigned char*>(ids) + 4 * i, 4);
+        id = v;
+      } else {
+        std::memcpy(&id, static_cast<const unsigned char*>(ids) + 8 * i, 8);
+      }
+      if (id >= 0 && id < c.rows) continue;
+      std::string at = "]";
+      int64_t rest = i;
+      for (size_t d = shape.size(); d-- > 0;) {
+        at = std::to_string(rest % shape[d]) + (at == "]" ? "" : ", ") + at;
+        rest /= shape[d];
+      }
+      return make_error("input '", spec.name, "' holds ", std::to_string(id), " at [", at,
+                        ", outside the embedding table '", c.table, "' of ",
+                        std::to_string(c.rows), " rows ([0, ", std::to_string(c.rows),
+                        ")); RuntimeOptions::check_indices");
+    }
+  }
+  return Status::success();
 }
 
 Expected<std::vector<TensorSpec>> Executable::inputs_at(const std::vector<int64_t>& values) const {

@@ -6,6 +6,7 @@
 #include "runtime/backend.h"
 #include "runtime/compile_service.h"
 
+#include <algorithm>
 #include <memory>
 
 namespace kiln::runtime {
@@ -58,8 +59,19 @@ struct ExecutableAccess {
     exe.m_fallbacks = std::move(fallbacks);
     exe.m_graph_hash = std::move(graph_hash);
   }
+  static void set_check_indices(Executable& exe, bool check) { exe.m_check_indices = check; }
   static void describe(const ir::Graph& graph, Executable& exe) {
     exe.m_graph_name = graph.name();
+    exe.m_index_checks.clear();
+    for (const ir::Node& n : graph.nodes()) {
+      if (n.kind != ir::OpKind::embedding) continue;
+      const auto& order = graph.inputs();
+      auto at = std::find(order.begin(), order.end(), n.operands[1]);
+      if (at == order.end()) continue;  // ids computed in the graph: rows of zeros, unchecked
+      const ir::Node& table = graph.node(n.operands[0]);
+      exe.m_index_checks.push_back({static_cast<size_t>(at - order.begin()),
+                                    table.type.shape.dim(0), table.name});
+    }
     exe.m_inputs = tensor_specs(graph, graph.inputs());
     exe.m_outputs = tensor_specs(graph, graph.outputs());
     exe.m_dims.clear();

@@ -89,8 +89,9 @@ public:
     compiler::set_fallback_policy(options, to_compiler(m_options.fallbacks),
                                   m_options.allow_fallback);
     options.threads = m_options.compile_threads;
-    if (graph.symbolic()) return compile_symbolic(graph, options);
-    return compile_bucket(graph, options);
+    auto exe = graph.symbolic() ? compile_symbolic(graph, options) : compile_bucket(graph, options);
+    if (exe) runtime::ExecutableAccess::set_check_indices(**exe, m_options.check_indices);
+    return exe;
   }
 
   Expected<std::shared_ptr<Executable>> compile_file(const std::string& path) override {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -115,6 +116,62 @@ TEST(CpuRuntime, AutoPicksTheCpuWhereThereIsNoGpu) {
   auto runtime = Runtime::create(options);
   ASSERT_TRUE(runtime) << runtime.error().message;
   EXPECT_EQ((*runtime)->arch().rfind("cpu:", 0), 0u);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// RuntimeOptions::check_indices: an embedding id outside its table stops a run whose inputs are
+// in host memory (run_host, and run() on the CPU target), naming the input, the position, the id
+// and V; without it the row is zeros. A symbolic graph is checked at its run's shape.
+TEST(CpuCheckIndices, AnIdOutsideTheTableStopsTheRunWhenAsked) {
+  TempDir dir;
+  auto graph = ir::parse_graph(
+      "graph g {\n  dim S: 1..8\n  input ids: i32[S]\n  input emb: f32[3, 2]\n"
+      "  x = embedding(emb, ids)\n  output x\n}\n",
+      "g.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  for (bool check : {false, true}) {
+    RuntimeOptions options;
+    options.target = "cpu";
+    options.cache_dir = dir.path;
+    options.remote_cache = "";
+    options.check_indices = check;
+    auto runtime = Runtime::create(options);
+    ASSERT_TRUE(runtime) << runtime.error().message;
+    auto exe = (*runtime)->compile(*graph);
+    ASSERT_TRUE(exe) << exe.error().message;
+    const int32_t ids[4] = {2, 0, 3, -1};
+    const float emb[6] = {1, 2, 3, 4, 5, 6};
+    std::vector<std::vector<unsigned char>> inputs(2);
+    inputs[0].assign(reinterpret_cast<const unsigned char*>(ids),
+                     reinterpret_cast<const unsigned char*>(ids) + sizeof ids);
+    inputs[1].assign(reinterpret_cast<const unsigned char*>(emb),
+                     reinterpret_cast<const unsigned char*>(emb) + sizeof emb);
+    auto out = (*exe)->run_host(inputs, {4});
+    if (check) {
+      ASSERT_FALSE(out);
+      EXPECT_EQ(out.error().message,
+                "input 'ids' holds 3 at [2], outside the embedding table 'emb' of 3 rows ([0, 3)); "
+                "RuntimeOptions::check_indices");
+      // run() with host pointers is checked the same way.
+      alignas(16) int32_t a_ids[4] = {2, 0, 1, 7};
+      alignas(16) float a_emb[6] = {1, 2, 3, 4, 5, 6};
+      alignas(16) float a_out[8] = {};
+      Status s = (*exe)->run({{a_ids, DType::i32, {4}}, {a_emb, DType::f32, {3, 2}}},
+                             {{a_out, DType::f32, {4, 2}}});
+      ASSERT_FALSE(s);
+      EXPECT_NE(s.error().message.find("holds 7 at [3]"), std::string::npos) << s.error().message;
+    } else {
+      ASSERT_TRUE(out) << out.error().message;
+      std::vector<float> x(8);
+      std::memcpy(x.data(), (*out)[0].data(), 32);
+      EXPECT_EQ(x, (std::vector<float>{5, 6, 1, 2, 0, 0, 0, 0}));
+    }
+  }
 }
 
 }  // namespace

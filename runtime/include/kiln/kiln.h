@@ -76,6 +76,12 @@ struct RuntimeOptions {
   // on the best available path instead of refusing it. They change the arithmetic, so they are
   // refused unless allowed here (and `fallbacks` is not `refuse`).
   bool allow_fallback = false;
+  // Checks, before each run whose inputs are in host memory (run_host on any target, run() on
+  // the CPU and emulate targets), that every id an embedding reads straight from an input is a
+  // row of its table ([0, V)); a run that holds one fails naming the input, the id's position,
+  // the id and V, and runs nothing. Off, such an id reads a row of zeros (never outside the
+  // table). run() on the GPU, whose inputs are device memory, is not checked.
+  bool check_indices = false;
   // NVRTC threads per graph; 0: $KILN_COMPILE_THREADS, else the core count.
   int compile_threads = 0;
   // Receives info and warnings; default: warnings to stderr, prefixed "kiln: ".
@@ -216,6 +222,18 @@ public:
 
 private:
   Executable();
+  // RuntimeOptions::check_indices: the ids in `ids` (i32 or i64, `count` of them, shaped
+  // `shape`) of every embedding read straight from an input.
+  Status check_indices(size_t input, const void* ids, const std::vector<int64_t>& shape) const;
+
+  // An embedding whose ids are input `input`: its table has `rows` rows and is named `table`.
+  struct IndexCheck {
+    size_t input = 0;
+    int64_t rows = 0;
+    std::string table;
+  };
+  std::vector<IndexCheck> m_index_checks;
+  bool m_check_indices = false;
 
   bool m_cache_hit = false;
   double m_compile_ms = 0;
