@@ -444,7 +444,7 @@ Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool 
   const Node& nb = node(b);
   const Shape& sa = na.type.shape;
   const Shape& sb = nb.type.shape;
-  if (sa.rank() < 2 || sb.rank() < 2) {
+  if (sa.rank() < 2 || sb.rank() < 2 || sa.rank() > 4 || sb.rank() > 4) {
     return make_error("matmul takes 2-D to 4-D operands (the last two dims a matrix, the others "
                       "batch dims), got ", describe(na), " and ", describe(nb));
   }

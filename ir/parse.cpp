@@ -371,8 +371,16 @@ Expected<Operand> Parser::parse_call(const Token& op_token, int depth) {
         if (!at(TokenKind::identifier) && !at(TokenKind::number) && !at(TokenKind::string)) {
           return expected("a value for argument '" + std::string(first.text) + "'");
         }
-        named.push_back(NamedArg{first.text, m_token, false, {}});
+        Token value = m_token;
         advance();
+        NamedArg arg{first.text, value, false, {}};
+        if (value.kind == TokenKind::identifier && at(TokenKind::lparen)) {
+          // An op call as the value (attention's mask=where(keep, 0.0, -inf)).
+          auto call = parse_call(value, depth + 1);
+          if (!call) return call.error();
+          arg.node = call->node;
+        }
+        named.push_back(std::move(arg));
         continue;
       }
       if (!named.empty()) {

@@ -375,8 +375,12 @@ Expected<NodeId> Parser::build_attention(const Token& op_token, const std::vecto
   bool causal = false;
   for (const NamedArg& arg : named) {
     if (arg.name == "mask") {
+      if (arg.node >= 0) {  // mask=where(...): any expression
+        mask = arg.node;
+        continue;
+      }
       if (arg.is_list || arg.value.kind != TokenKind::identifier)
-        return bad_value(arg, "the name of a value");
+        return bad_value(arg, "the name of a value or an expression");
       mask = m_builder.find(arg.value.text);
       if (!mask) {
         return error_at(arg.value.location,

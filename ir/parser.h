@@ -53,6 +53,7 @@ struct NamedArg {
   Token value;              // the value, or the '[' of a list
   bool is_list = false;     // name=[a, b, ...]
   std::vector<Token> list;  // the list's items (identifiers or numbers)
+  NodeId node = -1;         // name=op(...): the call's value (`value` is its op's name)
 };
 
 class Parser {

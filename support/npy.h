@@ -42,7 +42,7 @@ std::string_view to_string(Descr descr);
 // Bytes per element: 4, 2, 8, 2, 2, 4, 8, 1.
 int64_t item_size(Descr descr);
 
-inline constexpr int k_max_rank = 4;
+inline constexpr int k_max_rank = 6;
 // numpy's own reader refuses longer headers by default (max_header_size=10000).
 inline constexpr int64_t k_max_header_bytes = 10000;
 // No shape may hold more elements than this: item size times it stays far below 2^63.

@@ -234,7 +234,8 @@ TEST(CpuTarget, ResultsDoNotDependOnTheThreadCount) {
 // (where, comparisons, logical ops, wrapping i32 products, casts) and its rotary tables computed
 // from arange, against fp64.
 TEST(CpuTarget, IntegerAndBoolGraphsMatchTheReferenceInEveryMode) {
-  for (const char* name : {"masks_odd", "rotary_positions_odd", "embedding_odd", "expand_odd"}) {
+  for (const char* name :
+       {"masks_odd", "rotary_positions_odd", "embedding_odd", "expand_odd", "rank6_odd"}) {
     auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/" +
                                       name + ".kg");
     ASSERT_TRUE(graph) << graph.error().message;

@@ -363,7 +363,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadAttention{"UnknownMask", k_ok, "attention(q, k, v, mask=nope)", 31,
                      "undefined value 'nope'"},
         BadAttention{"MaskNumber", k_ok, "attention(q, k, v, mask=1.0)", 31,
-                     "expected the name of a value for 'mask'"},
+                     "expected the name of a value or an expression for 'mask'"},
         BadAttention{"Causal", k_ok, "attention(q, k, v, causal=1)", 33,
                      "expected true or false for 'causal'"},
         BadAttention{"UnknownArg", k_ok, "attention(q, k, v, dropout=0.1)", 34,
@@ -404,8 +404,13 @@ TEST(AttentionBuilder, RejectsBadScalesAndOperands) {
   EXPECT_NE(nowhere.error().message.find("does not name a value"), std::string::npos);
   EXPECT_FALSE(b.add_attention(q, k, NodeId{-1}, std::nullopt, 1.0, false));
   EXPECT_EQ(b.size(), 3u);  // nothing was added
-  // No operand of rank 5 can exist: shapes stop at 4 dims.
-  EXPECT_FALSE(Shape::make({1, 1, 1, 4, 8}));
+  // Shapes go to 6 dims; attention takes 2-D to 4-D.
+  NodeId five = b.add_input("five", TensorType{DType::f32, Shape::make({1, 1, 1, 4, 8}).value()}).value();
+  auto deep = b.add_attention(five, five, five, std::nullopt, 1.0, false);
+  ASSERT_FALSE(deep);
+  EXPECT_NE(deep.error().message.find("attention: q must be 2-D to 4-D"), std::string::npos)
+      << deep.error().message;
+  EXPECT_FALSE(Shape::make({1, 1, 1, 1, 1, 4, 8}));
 }
 
 TEST(AttentionSymbolic, SymbolicQueryAndKeyCountsFlowIntoTheResult) {

@@ -196,7 +196,7 @@ TEST(Dtypes, ArangeOfAConstantOrADim) {
   EXPECT_NE(error_of(in, "add(ids, arange(5))").find("do not broadcast"), std::string::npos);
 }
 
-// embedding(table, ids): a float [V, D] table and i32/i64 ids of rank 1 to 3 give ids.shape + [D].
+// embedding(table, ids): a float [V, D] table and i32/i64 ids of rank 1 to 5 give ids.shape + [D].
 TEST(Dtypes, EmbeddingTakesAFloatTableAndIntegerIds) {
   const char* text =
       "graph g {\n  dim S: 1..64\n  input ids: i64[2, S]\n  input emb: bf16[100, 16]\n"
@@ -211,12 +211,12 @@ TEST(Dtypes, EmbeddingTakesAFloatTableAndIntegerIds) {
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
   const std::string in = "  input t: f32[10, 4]\n  input ids: i64[3]\n  input f: f32[3]\n"
-                         "  input deep: i32[2, 2, 2, 2]\n  input it: i32[10, 4]\n";
+                         "  input deep: i32[2, 2, 2, 2, 2, 2]\n  input it: i32[10, 4]\n";
   const ErrorCase cases[] = {
       {"embedding(t, f)", "embedding: the ids must be i32 or i64, got 'f' (f32[3]); cast them"},
       {"embedding(f, ids)", "embedding: the table must be 2-D [V, D]"},
       {"embedding(it, ids)", "embedding: the table must be a float tensor"},
-      {"embedding(t, deep)", "embedding: the ids have 4 dims; the result adds one and holds at most 4"},
+      {"embedding(t, deep)", "embedding: the ids have 6 dims; the result adds one and holds at most 6"},
       {"embedding(t)", "embedding takes 2 operands, got 1"},
       {"embedding(t, ids, scale=2.0)", "embedding has no argument 'scale'"},
   };
@@ -247,7 +247,7 @@ TEST(Dtypes, ExpandBroadcastsToAShape) {
   const ErrorCase cases[] = {
       {"expand(x, shape=[3, 5])",
        "expand: 'x' (f32[3, 4]) does not broadcast to [3, 5]: its dim 1 is 4 against 5"},
-      {"expand(x, shape=[4])", "expand of 'x' (f32[3, 4]) needs 2 to 4 dims, got 1"},
+      {"expand(x, shape=[4])", "expand of 'x' (f32[3, 4]) needs 2 to 6 dims, got 1"},
       {"expand(x, shape=[-1, 3, 4])", "expand: dim 0 is -1 where 'x' (f32[3, 4]) has no dim"},
       {"expand(x, shape=[2, 0, 4])", "expand: dim 1 is 0; a dimension is at least 1"},
       {"expand(x, shape=[T, 3, 4])", "'T' is not a declared dim"},
@@ -255,6 +255,32 @@ TEST(Dtypes, ExpandBroadcastsToAShape) {
       {"expand(x, dims=[3, 4])", "expand has no argument 'dims'"},
   };
   expect_errors(in, cases);
+}
+
+// attention's mask may be written as an expression (mask=where(...)); the printer names it.
+TEST(Dtypes, AnAttentionMaskMayBeAnExpression) {
+  const char* inline_text =
+      "graph g {\n  input q: f32[2, 4, 8, 16]\n  input ids: i64[2, 8]\n"
+      "  o = attention(q, q, q, mask=reshape(where(ne(ids, 0), 0.0, -inf), shape=[2, 1, 1, 8]), "
+      "causal=true)\n  output o\n}\n";
+  const char* named_text =
+      "graph g {\n  input q: f32[2, 4, 8, 16]\n  input ids: i64[2, 8]\n"
+      "  m = reshape(where(ne(ids, 0), 0.0, -inf), shape=[2, 1, 1, 8])\n"
+      "  o = attention(q, q, q, mask=m, causal=true)\n  output o\n}\n";
+  auto a = parse_graph(inline_text, "g.kg");
+  auto b = parse_graph(named_text, "g.kg");
+  ASSERT_TRUE(a) << a.error().message;
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(graph_hash(*a).hex(), graph_hash(*b).hex());
+  auto again = parse_graph(print_graph(*a), "g.kg");
+  ASSERT_TRUE(again) << print_graph(*a);
+  EXPECT_EQ(graph_hash(*again).hex(), graph_hash(*a).hex());
+  EXPECT_NE(error_of("  input q: f32[2, 8]\n", "attention(q, q, q, scale=sqrt(q))")
+                .find("expected a number for 'scale', got identifier 'sqrt'"),
+            std::string::npos);
+  EXPECT_NE(error_of("  input q: f32[2, 8]\n", "attention(q, q, q, mask=frob(q))")
+                .find("unknown op 'frob'"),
+            std::string::npos);
 }
 
 TEST(Dtypes, TheBuilderChecksLiteralsByValue) {

@@ -58,7 +58,7 @@ const BadGraph k_bad_graphs[] = {
      "dimension 9223372036854775808 is too large"},
     {"ElementCountOverflow", "graph g {\n  input x: f32[4294967296, 4294967296]\n}\n", 2, 15,
      "2^31 - 1"},
-    {"RankFive", "graph g {\n  input x: f32[1, 2, 3, 4, 5]\n}\n", 2, 28, "at most 4 dimensions"},
+    {"RankSeven", "graph g {\n  input x: f32[1, 2, 3, 4, 5, 6, 7]\n}\n", 2, 34, "at most 6 dimensions"},
     {"FractionalDim", "graph g {\n  input x: f32[2.5]\n}\n", 2, 16, "positive integer"},
     {"MatmulShapeMismatch", wrap("  y = matmul(w, x)\n  output y\n"), 4, 7,
      "matmul inner dimensions differ"},

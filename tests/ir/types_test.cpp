@@ -33,11 +33,12 @@ TEST(Types, ShapeCountsElements) {
   EXPECT_EQ((TensorType{DType::bf16, *shape}.bytes()), 48);
 }
 
-TEST(Types, ShapeRejectsRankZeroAndFive) {
+TEST(Types, ShapeRejectsRankZeroAndSeven) {
   EXPECT_FALSE(Shape::make({}));
-  auto five = Shape::make({1, 1, 1, 1, 1});
-  ASSERT_FALSE(five);
-  EXPECT_NE(five.error().message.find("rank 1 to 4"), std::string::npos);
+  EXPECT_TRUE(Shape::make({1, 1, 1, 1, 1, 2}));
+  auto seven = Shape::make({1, 1, 1, 1, 1, 1, 1});
+  ASSERT_FALSE(seven);
+  EXPECT_NE(seven.error().message.find("rank 1 to 6"), std::string::npos);
 }
 
 TEST(Types, ShapeRejectsNonPositiveDims) {

@@ -205,6 +205,16 @@ TEST(Fp64Attention, GroupedQueryHeadsReadTheirGroupsKvHead) {
   auto b = run_values(repeated, in);
   ASSERT_EQ(a.size(), 2u * 4 * 5 * 2);
   EXPECT_EQ(a, b);
+  // transformers' repeat_kv itself, a rank-5 view expanded and viewed back, gives the same.
+  auto repeat_kv = [](const char* x, int width) {
+    std::string w = std::to_string(width);
+    return "reshape(expand(reshape(" + std::string(x) + ", shape=[2, 2, 1, 6, " + w +
+           "]), shape=[2, 2, 2, 6, " + w + "]), shape=[2, 4, 6, " + w + "])";
+  };
+  ir::Graph hf = parse_or_die("graph g {\n" + inputs + " kr = " + repeat_kv("k", 3) + "\n vr = " +
+                              repeat_kv("v", 2) +
+                              "\n o = attention(q, kr, vr, causal=true)\n output o\n}\n");
+  EXPECT_EQ(a, run_values(hf, in));
   // Against the interleaved order (head h reading kv head h % 2) it differs.
   ir::Graph interleaved = parse_or_die("graph g {\n" + inputs + " kr = concat(k, k, axis=1)\n"
                                        " vr = concat(v, v, axis=1)\n"

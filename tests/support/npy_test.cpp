@@ -208,10 +208,10 @@ TEST(NpyRead, ChecksAHugeButCountableShapeAgainstTheFileBeforeAllocating) {
                  "288230376151711744 bytes of data, the file holds 4");
 }
 
-TEST(NpyRead, RefusesRanksOutsideOneToFour) {
+TEST(NpyRead, RefusesRanksOutsideOneToSix) {
   EXPECT_REFUSED(npy_file(f4_header("()"), std::string(4, '\0')), "shape () is a scalar");
-  EXPECT_REFUSED(npy_file(f4_header("(1, 1, 1, 1, 1)"), std::string(4, '\0')),
-                 "more than 4 dims");
+  EXPECT_REFUSED(npy_file(f4_header("(1, 1, 1, 1, 1, 1, 1)"), std::string(4, '\0')),
+                 "more than 6 dims");
 }
 
 TEST(NpyRead, RefusesAOneTupleWithoutItsComma) {
