@@ -30,6 +30,18 @@ TEST(Dtypes, NamesSizesAndKinds) {
   EXPECT_EQ(static_cast<int>(DType::boolean), 5);
 }
 
+// Parses `text` and checks that it prints back as written and that its canonical bytes build the
+// same graph again.
+Expected<Graph> parse_round_trip(const std::string& text) {
+  auto g = parse_graph(text, "g.kg");
+  if (!g) return g;
+  EXPECT_EQ(print_graph(*g), text);
+  auto back = graph_from_canonical(canonical_bytes(*g), "g");
+  EXPECT_TRUE(back) << back.error().message;
+  if (back) EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
+  return g;
+}
+
 const char* k_masks =
     "graph g {\n"
     "  input ids: i64[2, 8]\n"
@@ -48,9 +60,8 @@ const char* k_masks =
     "}\n";
 
 TEST(Dtypes, IntegerAndBoolGraphsParsePrintAndHash) {
-  auto g = parse_graph(k_masks, "g.kg");
+  auto g = parse_round_trip(k_masks);
   ASSERT_TRUE(g) << g.error().message;
-  EXPECT_EQ(print_graph(*g), k_masks);
   auto type = [&](const std::string& name) {
     for (const Node& n : g->nodes())
       if (n.name == name) return to_string(n.type);
@@ -62,10 +73,6 @@ TEST(Dtypes, IntegerAndBoolGraphsParsePrintAndHash) {
   EXPECT_EQ(type("z"), "f32[2, 8]");  // two literals: f32
   EXPECT_EQ(type("u"), "i64[2, 8]");
   EXPECT_EQ(type("c"), "i32[2, 8]");
-  auto back = graph_from_canonical(canonical_bytes(*g), "g");
-  ASSERT_TRUE(back) << back.error().message;
-  EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
-  EXPECT_EQ(graph_hash(*back).hex(), graph_hash(*g).hex());
   // Each literal and each side of where changes the hash.
   std::string text = k_masks;
   for (auto [from, to] : {std::pair{"-inf)", "-1e30)"}, std::pair{"where(flags, 7, s)", "where(flags, s, 7)"},
@@ -170,12 +177,8 @@ TEST(Dtypes, ArangeOfAConstantOrADim) {
       "  z = add(ids, arange(S))\n"
       "  f = cos(mul(cast(arange(S, dtype=i32), to=f32), arange(1, dtype=f32)))\n"
       "  output z, f\n}\n";
-  auto g = parse_graph(text, "g.kg");
+  auto g = parse_round_trip(text);
   ASSERT_TRUE(g) << g.error().message;
-  EXPECT_EQ(print_graph(*g), text);
-  auto back = graph_from_canonical(canonical_bytes(*g), "g");
-  ASSERT_TRUE(back) << back.error().message;
-  EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
   auto explicit_default = parse_graph(
       "graph g {\n  input ids: i64[4]\n  z = add(ids, arange(4, dtype=i64))\n  output z\n}\n", "g.kg");
   auto implicit = parse_graph(
@@ -202,14 +205,10 @@ TEST(Dtypes, EmbeddingTakesAFloatTableAndIntegerIds) {
       "graph g {\n  dim S: 1..64\n  input ids: i64[2, S]\n  input emb: bf16[100, 16]\n"
       "  x = embedding(emb, ids)\n  y = embedding(emb, cast(arange(S), to=i32))\n"
       "  output x, y\n}\n";
-  auto g = parse_graph(text, "g.kg");
+  auto g = parse_round_trip(text);
   ASSERT_TRUE(g) << g.error().message;
-  EXPECT_EQ(print_graph(*g), text);
   EXPECT_EQ(to_string(g->node(g->outputs()[0]).type), "bf16[2, S, 16]");
   EXPECT_EQ(to_string(g->node(g->outputs()[1]).type), "bf16[S, 16]");
-  auto back = graph_from_canonical(canonical_bytes(*g), "g");
-  ASSERT_TRUE(back) << back.error().message;
-  EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
   const std::string in = "  input t: f32[10, 4]\n  input ids: i64[3]\n  input f: f32[3]\n"
                          "  input deep: i32[2, 2, 2, 2, 2, 2]\n  input it: i32[10, 4]\n";
   const ErrorCase cases[] = {
@@ -230,12 +229,8 @@ TEST(Dtypes, ExpandBroadcastsToAShape) {
       "graph g {\n  dim S: 1..64\n  input keep: bool[2, S]\n  input b: f32[16]\n"
       "  m = expand(reshape(keep, shape=[2, 1, S]), shape=[2, 4, S])\n"
       "  y = add(expand(b, shape=[S, 16]), 1.0)\n  output m, y\n}\n";
-  auto g = parse_graph(text, "g.kg");
+  auto g = parse_round_trip(text);
   ASSERT_TRUE(g) << g.error().message;
-  EXPECT_EQ(print_graph(*g), text);
-  auto back = graph_from_canonical(canonical_bytes(*g), "g");
-  ASSERT_TRUE(back) << back.error().message;
-  EXPECT_EQ(canonical_bytes(*back), canonical_bytes(*g));
   auto kept = parse_graph(
       "graph g {\n  dim S: 1..64\n  input keep: bool[2, S]\n  input b: f32[16]\n"
       "  m = expand(reshape(keep, shape=[2, 1, S]), shape=[-1, 4, -1])\n"
