@@ -271,10 +271,11 @@ Status check_literal(DType dtype, double literal) {
 }
 
 // A value the ops that do float arithmetic (matmul, softmax, reductions, norms, attention) read.
-Status require_float(const char* op, const char* role, const Node& n, const std::string& what) {
+Status require_float(std::string_view op, const char* role, const Node& n,
+                     const std::string& what) {
   if (is_float(n.type.dtype)) return Status::success();
-  return make_error(op, ": ", role, " must be a float tensor (f32, f16 or bf16), got ", what,
-                    "; cast it");
+  return make_error(std::string(op), ": ", role, " must be a float tensor (f32, f16 or bf16), got ",
+                    what, "; cast it");
 }
 
 }  // namespace
@@ -692,7 +693,7 @@ Expected<NodeId> Builder::add_reduce(OpKind kind, NodeId x, int axis, bool keepd
     return make_error("'", std::string(to_string(kind)), "' is not a reduction");
   }
   if (Status s = check_operand(x); !s) return s.error();
-  if (Status s = require_float(to_string(kind).data(), "its operand", node(x), describe(node(x)));
+  if (Status s = require_float(to_string(kind), "its operand", node(x), describe(node(x)));
       !s)
     return s.error();
   const Node& nx = node(x);
