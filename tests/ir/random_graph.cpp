@@ -65,7 +65,7 @@ private:
                                      OpKind::sin,  OpKind::erf,  OpKind::log,  OpKind::gelu_tanh};
     static const double k_literals[] = {0.5, -1.0, 2.0, 0.125, 1e-3, 3.0e20};
     Expected<NodeId> result = Error{};
-    switch (pick(6)) {
+    switch (pick(9)) {
       case 0: {
         std::optional<Precision> precision;
         if (m_dtype == DType::f32 && pick(3) == 0) precision = static_cast<Precision>(pick(4));
@@ -87,11 +87,96 @@ private:
       case 4:
         result = m_builder.add_cast(any_value(), static_cast<DType>(pick(3)), maybe_name());
         break;
-      default:
+      case 5:
         result = m_builder.add_softmax(any_value(), -1 - pick(2), maybe_name());
+        break;
+      case 6:
+        result = try_typed();
+        break;
+      case 7:
+        result = try_where();
+        break;
+      default:
+        result = try_shaped();
         break;
     }
     if (result) m_values.push_back(*result);
+  }
+
+  // A literal that fits `dtype` (the builder refuses the rest): a float (an infinity at times),
+  // an integer, or true/false.
+  double literal_for(DType dtype) {
+    static const double k_floats[] = {0.5, -1.0, 3.0e20, -1.0 / 0.0, 1.0 / 0.0};
+    static const double k_integers[] = {0, 1, -3, 7, 2147483647.0};
+    if (dtype == DType::boolean) return pick(2);
+    if (is_integer(dtype)) return k_integers[pick(5)];
+    return k_floats[pick(5)];
+  }
+
+  // Integer and bool values: a cast to i32, i64 or bool, a comparison, logical and integer ops.
+  Expected<NodeId> try_typed() {
+    static const OpKind k_compare[] = {OpKind::eq, OpKind::ne, OpKind::lt,
+                                       OpKind::le, OpKind::gt, OpKind::ge};
+    static const OpKind k_integer[] = {OpKind::add, OpKind::sub, OpKind::mul, OpKind::maximum,
+                                       OpKind::minimum, OpKind::logical_and, OpKind::logical_or};
+    NodeId v = any_value();
+    DType dtype = m_builder.node(v).type.dtype;
+    switch (pick(5)) {
+      case 0:
+        return m_builder.add_cast(v, static_cast<DType>(3 + pick(3)), maybe_name());
+      case 1:
+        return m_builder.add_binary(k_compare[pick(6)], v, any_value(), maybe_name());
+      case 2:
+        return m_builder.add_binary_literal(k_compare[pick(6)], v, literal_for(dtype),
+                                            pick(2) ? LiteralSide::lhs : LiteralSide::rhs,
+                                            maybe_name());
+      case 3:
+        return m_builder.add_binary_literal(k_integer[pick(7)], v, literal_for(dtype),
+                                            pick(2) ? LiteralSide::lhs : LiteralSide::rhs,
+                                            maybe_name());
+      default:
+        return m_builder.add_unary(pick(2) ? OpKind::logical_not : OpKind::neg, v, maybe_name());
+    }
+  }
+
+  // where(cond, a, b) with each value a tensor or a literal.
+  Expected<NodeId> try_where() {
+    NodeId cond = any_value(), a = any_value(), b = any_value();
+    DType dtype = m_builder.node(a).type.dtype;
+    switch (pick(4)) {
+      case 0:
+        return m_builder.add_where(cond, a, b, 0.0, 0.0, maybe_name());
+      case 1:
+        return m_builder.add_where(cond, a, std::nullopt, 0.0, literal_for(dtype), maybe_name());
+      case 2:
+        return m_builder.add_where(cond, std::nullopt, b, literal_for(m_builder.node(b).type.dtype),
+                                   0.0, maybe_name());
+      default:
+        return m_builder.add_where(cond, std::nullopt, std::nullopt, literal_for(DType::f32),
+                                   literal_for(DType::f32), maybe_name());
+    }
+  }
+
+  // arange, expand (a new leading dim of 2, or a dim of 1 broadcast to 3) and embedding.
+  Expected<NodeId> try_shaped() {
+    NodeId v = any_value();
+    const Shape& shape = m_builder.node(v).type.shape;
+    switch (pick(3)) {
+      case 0:
+        return m_builder.add_arange(Shape::make({1 + pick(16)}).value(),
+                                    pick(2) ? DType::i64 : static_cast<DType>(pick(2) ? 0 : 3),
+                                    maybe_name());
+      case 1: {
+        std::vector<int64_t> dims = shape.dims();
+        if (pick(2) && dims.size() < 6) dims.insert(dims.begin(), 2);
+        for (int64_t& d : dims)
+          if (d == 1) d = 3;
+        if (pick(2)) dims.back() = -1;
+        return m_builder.add_expand(v, std::move(dims), {}, maybe_name());
+      }
+      default:
+        return m_builder.add_embedding(any_value(), v, maybe_name());
+    }
   }
 
   std::mt19937_64 m_rng;
