@@ -63,9 +63,7 @@ std::string load_value(ir::DType dtype, const std::string& element);
 std::string store_value(ir::DType dtype, const std::string& value);
 // A literal in `dtype`: a float (infinities included), an integer or true/false.
 std::string typed_literal(ir::DType dtype, double value);
-// True when binary or unary op `kind` on operands of `dtype` is computed by the typed layer
-// (comparisons, logical ops, integer arithmetic) rather than by ir/scalar.h's float formulas.
-bool is_exact_op(ir::OpKind kind, ir::DType dtype);
+// The ops ir::is_exact_op names, in CUDA text.
 std::string exact_binary(ir::OpKind kind, ir::DType dtype, const std::string& a,
                          const std::string& b);
 std::string exact_unary(ir::OpKind kind, ir::DType dtype, const std::string& x);

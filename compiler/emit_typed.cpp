@@ -59,11 +59,6 @@ std::string typed_literal(ir::DType dtype, double value) {
 
 namespace {
 
-bool is_comparison(ir::OpKind kind) {
-  return kind == ir::OpKind::eq || kind == ir::OpKind::ne || kind == ir::OpKind::lt ||
-         kind == ir::OpKind::le || kind == ir::OpKind::gt || kind == ir::OpKind::ge;
-}
-
 // The unsigned type integer arithmetic on `dtype` wraps in.
 std::string unsigned_type(ir::DType dtype) {
   return dtype == ir::DType::i32 ? "unsigned" : "unsigned long long";
@@ -79,11 +74,6 @@ std::string as_unsigned(ir::DType dtype, const std::string& x) {
 }
 
 }  // namespace
-
-bool is_exact_op(ir::OpKind kind, ir::DType dtype) {
-  return !ir::is_float(dtype) || is_comparison(kind) || kind == ir::OpKind::logical_and ||
-         kind == ir::OpKind::logical_or || kind == ir::OpKind::logical_not;
-}
 
 std::string exact_binary(ir::OpKind kind, ir::DType dtype, const std::string& a,
                          const std::string& b) {

@@ -215,7 +215,7 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
       expr = anchor_value;
     } else if (ir::category(n.kind) == ir::OpCategory::binary) {
       ir::DType dtype = g.node(n.operands[0]).type.dtype;  // the operands'
-      bool exact = is_exact_op(n.kind, dtype);
+      bool exact = ir::is_exact_op(n.kind, dtype);
       auto op = [&](const std::string& a, const std::string& b) {
         return exact ? exact_binary(n.kind, dtype, a, b) : binary(n.kind, a, b);
       };
@@ -228,7 +228,7 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
       }
     } else if (ir::category(n.kind) == ir::OpCategory::unary) {
       ir::DType dtype = g.node(n.operands[0]).type.dtype;
-      expr = is_exact_op(n.kind, dtype) ? exact_unary(n.kind, dtype, operand(0))
+      expr = ir::is_exact_op(n.kind, dtype) ? exact_unary(n.kind, dtype, operand(0))
                                         : unary(n.kind, operand(0));
     } else if (n.kind == ir::OpKind::cast) {
       expr = cast_value(g.node(n.operands[0]).type.dtype, n.type.dtype, operand(0));

@@ -227,12 +227,17 @@ void Builder::set_symbol_location(int32_t index, int line, int column) {
   m_symbols[static_cast<size_t>(index)].column = column;
 }
 
-namespace {
-
 bool is_comparison(OpKind kind) {
   return kind == OpKind::eq || kind == OpKind::ne || kind == OpKind::lt || kind == OpKind::le ||
          kind == OpKind::gt || kind == OpKind::ge;
 }
+
+bool is_exact_op(OpKind kind, DType dtype) {
+  return !is_float(dtype) || is_comparison(kind) || kind == OpKind::logical_and ||
+         kind == OpKind::logical_or || kind == OpKind::logical_not;
+}
+
+namespace {
 
 // Why `kind` cannot take operands of `dtype` (empty when it can).
 std::string dtype_refusal(OpKind kind, DType dtype) {
@@ -1393,6 +1398,33 @@ Expected<std::vector<int64_t>> Graph::symbol_values(
     }
   }
   return values;
+}
+
+std::vector<EmbeddingIds> embedding_ids(const Graph& graph) {
+  std::vector<EmbeddingIds> found;
+  const std::vector<NodeId>& order = graph.inputs();
+  for (const Node& n : graph.nodes()) {
+    if (n.kind != OpKind::embedding) continue;
+    auto slot = std::find(order.begin(), order.end(), n.operands[1]);
+    if (slot == order.end()) continue;
+    found.push_back({static_cast<size_t>(slot - order.begin()), n.operands[0],
+                     graph.node(n.operands[0]).type.shape.dim(0)});
+  }
+  return found;
+}
+
+std::string embedding_id_error(std::string_view input, int64_t id, int64_t at,
+                               const std::vector<int64_t>& shape, std::string_view table,
+                               int64_t rows) {
+  std::string index;
+  for (size_t d = shape.size(); d-- > 0;) {
+    index = std::to_string(at % shape[d]) + (index.empty() ? "" : ", ") + index;
+    at /= shape[d];
+  }
+  std::string named = table.empty() ? "" : " '" + std::string(table) + "'";
+  return "input '" + std::string(input) + "' holds " + std::to_string(id) + " at [" + index +
+         "], outside the embedding table" + named + " of " + std::to_string(rows) + " rows ([0, " +
+         std::to_string(rows) + "))";
 }
 
 }  // namespace kiln::ir

@@ -57,6 +57,12 @@ ResultDType result_dtype(OpKind kind);
 // written mask=NAME, does not).
 int min_operands(OpKind kind);
 int max_operands(OpKind kind);
+// eq, ne, lt, le, gt, ge: binary ops whose result is bool.
+bool is_comparison(OpKind kind);
+// True when unary or binary op `kind` on operands of `dtype` is computed exactly, by each
+// backend's typed layer (comparisons, logical ops, integer arithmetic), rather than by
+// ir/scalar.h's float formulas.
+bool is_exact_op(OpKind kind, DType dtype);
 // "matmul, add, ... or attention": every op the text can write, in table order.
 std::string op_names();
 
@@ -296,5 +302,20 @@ private:
   explicit Graph(std::shared_ptr<const Data> data) : m_data(std::move(data)) {}
   std::shared_ptr<const Data> m_data;
 };
+
+// An embedding whose ids are a graph input (ids computed in the graph are not listed: their rows
+// out of range are zeros, unchecked): the input's slot in Graph::inputs(), and its table.
+struct EmbeddingIds {
+  size_t input = 0;
+  NodeId table = -1;
+  int64_t rows = 0;  // V
+};
+std::vector<EmbeddingIds> embedding_ids(const Graph& graph);
+
+// The error for an id outside its table, `at` its row-major index in `shape`: "input 'ids' holds
+// 40 at [1, 3], outside the embedding table 'emb' of 32 rows ([0, 32))" (an unnamed table unnamed).
+std::string embedding_id_error(std::string_view input, int64_t id, int64_t at,
+                               const std::vector<int64_t>& shape, std::string_view table,
+                               int64_t rows);
 
 }  // namespace kiln::ir

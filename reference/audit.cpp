@@ -85,29 +85,15 @@ double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision
 }
 
 Status check_embedding_ids(const ir::Graph& graph, const std::vector<const Tensor*>& inputs) {
-  for (const ir::Node& node : graph.nodes()) {
-    if (node.kind != ir::OpKind::embedding) continue;
-    const ir::Node& ids = graph.node(node.operands[1]);
-    if (ids.kind != ir::OpKind::input) continue;
-    const auto& order = graph.inputs();
-    auto slot = static_cast<size_t>(std::find(order.begin(), order.end(), node.operands[1]) - order.begin());
-    if (slot >= inputs.size() || inputs[slot] == nullptr) continue;
-    const ir::Node& table = graph.node(node.operands[0]);
-    int64_t rows = table.type.shape.dim(0);
-    const Tensor& t = *inputs[slot];
+  for (const ir::EmbeddingIds& e : ir::embedding_ids(graph)) {
+    if (e.input >= inputs.size() || inputs[e.input] == nullptr) continue;
+    const Tensor& t = *inputs[e.input];
     for (size_t i = 0; i < t.values.size(); ++i) {
       double id = t.values[i];
-      if (id >= 0 && id < static_cast<double>(rows)) continue;
-      std::string at = "]";
-      auto rest = static_cast<int64_t>(i);
-      for (int d = t.shape.rank() - 1; d >= 0; --d) {
-        at = std::to_string(rest % t.shape.dim(d)) + (at == "]" ? "" : ", ") + at;
-        rest /= t.shape.dim(d);
-      }
-      std::string table_name = table.name.empty() ? "" : " '" + table.name + "'";
-      return make_error("input '", ids.name, "' holds ", std::to_string(static_cast<int64_t>(id)),
-                        " at [", at, ", outside the embedding table", table_name, " of ",
-                        std::to_string(rows), " rows ([0, ", std::to_string(rows), "))");
+      if (id >= 0 && id < static_cast<double>(e.rows)) continue;
+      return make_error(ir::embedding_id_error(
+          graph.node(graph.inputs()[e.input]).name, static_cast<int64_t>(id),
+          static_cast<int64_t>(i), t.shape.dims(), graph.node(e.table).name, e.rows));
     }
   }
   return Status::success();

@@ -65,15 +65,12 @@ std::vector<Tensor> random_inputs(const ir::Graph& graph, uint64_t seed) {
   Rng rng(seed);
   std::vector<Tensor> inputs;
   inputs.reserve(graph.inputs().size());
-  for (ir::NodeId id : graph.inputs()) {
-    // An embedding's ids read straight from this input are drawn in [0, V) of its smallest table.
-    double limit = k_random_integer_limit;
-    for (const ir::Node& n : graph.nodes()) {
-      if (n.kind == ir::OpKind::embedding && n.operands[1] == id)
-        limit = std::min(limit, static_cast<double>(graph.node(n.operands[0]).type.shape.dim(0)));
-    }
-    inputs.push_back(random_tensor(graph.node(id).type, rng, limit));
-  }
+  // An embedding's ids read straight from an input are drawn in [0, V) of its smallest table.
+  std::vector<double> limits(graph.inputs().size(), k_random_integer_limit);
+  for (const ir::EmbeddingIds& e : ir::embedding_ids(graph))
+    limits[e.input] = std::min(limits[e.input], static_cast<double>(e.rows));
+  for (size_t i = 0; i < graph.inputs().size(); ++i)
+    inputs.push_back(random_tensor(graph.node(graph.inputs()[i]).type, rng, limits[i]));
   return inputs;
 }
 

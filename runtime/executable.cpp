@@ -567,16 +567,8 @@ Status Executable::check_indices(size_t input, const void* ids,
         std::memcpy(&id, static_cast<const unsigned char*>(ids) + 8 * i, 8);
       }
       if (id >= 0 && id < c.rows) continue;
-      std::string at = "]";
-      int64_t rest = i;
-      for (size_t d = shape.size(); d-- > 0;) {
-        at = std::to_string(rest % shape[d]) + (at == "]" ? "" : ", ") + at;
-        rest /= shape[d];
-      }
-      return make_error("input '", spec.name, "' holds ", std::to_string(id), " at [", at,
-                        ", outside the embedding table '", c.table, "' of ",
-                        std::to_string(c.rows), " rows ([0, ", std::to_string(c.rows),
-                        ")); RuntimeOptions::check_indices");
+      return make_error(ir::embedding_id_error(spec.name, id, i, shape, c.table, c.rows),
+                        "; RuntimeOptions::check_indices");
     }
   }
   return Status::success();

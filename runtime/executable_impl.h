@@ -6,7 +6,6 @@
 #include "runtime/backend.h"
 #include "runtime/compile_service.h"
 
-#include <algorithm>
 #include <memory>
 
 namespace kiln::runtime {
@@ -63,15 +62,8 @@ struct ExecutableAccess {
   static void describe(const ir::Graph& graph, Executable& exe) {
     exe.m_graph_name = graph.name();
     exe.m_index_checks.clear();
-    for (const ir::Node& n : graph.nodes()) {
-      if (n.kind != ir::OpKind::embedding) continue;
-      const auto& order = graph.inputs();
-      auto at = std::find(order.begin(), order.end(), n.operands[1]);
-      if (at == order.end()) continue;  // ids computed in the graph: rows of zeros, unchecked
-      const ir::Node& table = graph.node(n.operands[0]);
-      exe.m_index_checks.push_back({static_cast<size_t>(at - order.begin()),
-                                    table.type.shape.dim(0), table.name});
-    }
+    for (const ir::EmbeddingIds& e : ir::embedding_ids(graph))
+      exe.m_index_checks.push_back({e.input, e.rows, graph.node(e.table).name});
     exe.m_inputs = tensor_specs(graph, graph.inputs());
     exe.m_outputs = tensor_specs(graph, graph.outputs());
     exe.m_dims.clear();

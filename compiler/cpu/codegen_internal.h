@@ -75,7 +75,7 @@ class KernelBuilder {
   // Comparisons, logical ops and integer arithmetic (wrapping) on operands of `dtype`; casts
   // between every pair of dtypes (float -> integer toward zero, saturated, NaN -> 0, as
   // llvm.fptosi.sat; -> bool is != 0; i64 -> i32 keeps the low bits; float -> float is `v`).
-  static bool is_exact_op(ir::OpKind kind, ir::DType dtype);
+  // The ops are those ir::is_exact_op names.
   llvm::Value* exact_binary(ir::OpKind kind, ir::DType dtype, llvm::Value* a, llvm::Value* c);
   llvm::Value* exact_unary(ir::OpKind kind, ir::DType dtype, llvm::Value* x);
   llvm::Value* cast_value(ir::DType from, ir::DType to, llvm::Value* v);

@@ -52,13 +52,6 @@ llvm::Value* KernelBuilder::typed_literal(ir::DType dtype, double value) {
                                 true);
 }
 
-bool KernelBuilder::is_exact_op(ir::OpKind kind, ir::DType dtype) {
-  return !ir::is_float(dtype) || kind == ir::OpKind::eq || kind == ir::OpKind::ne ||
-         kind == ir::OpKind::lt || kind == ir::OpKind::le || kind == ir::OpKind::gt ||
-         kind == ir::OpKind::ge || kind == ir::OpKind::logical_and ||
-         kind == ir::OpKind::logical_or || kind == ir::OpKind::logical_not;
-}
-
 llvm::Value* KernelBuilder::exact_binary(ir::OpKind kind, ir::DType dtype, llvm::Value* a,
                                          llvm::Value* c) {
   using P = llvm::CmpInst::Predicate;

@@ -145,7 +145,7 @@ llvm::Value* Values::value(ir::NodeId top, Point point, llvm::Value* anchor_valu
       v = anchor_value;
     } else if (ir::category(n.kind) == ir::OpCategory::binary) {
       ir::DType dtype = g.node(n.operands[0]).type.dtype;  // the operands'
-      bool exact = KernelBuilder::is_exact_op(n.kind, dtype);
+      bool exact = ir::is_exact_op(n.kind, dtype);
       auto op = [&](llvm::Value* a, llvm::Value* c) {
         return exact ? m_kb.exact_binary(n.kind, dtype, a, c) : m_kb.binary(n.kind, a, c);
       };
@@ -161,7 +161,7 @@ llvm::Value* Values::value(ir::NodeId top, Point point, llvm::Value* anchor_valu
       }
     } else if (ir::category(n.kind) == ir::OpCategory::unary) {
       ir::DType dtype = g.node(n.operands[0]).type.dtype;
-      v = KernelBuilder::is_exact_op(n.kind, dtype) ? m_kb.exact_unary(n.kind, dtype, operand(0))
+      v = ir::is_exact_op(n.kind, dtype) ? m_kb.exact_unary(n.kind, dtype, operand(0))
                                                     : m_kb.unary(n.kind, operand(0));
     } else if (n.kind == ir::OpKind::cast) {
       v = m_kb.cast_value(g.node(n.operands[0]).type.dtype, n.type.dtype, operand(0));
