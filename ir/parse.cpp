@@ -20,12 +20,31 @@ Status Parser::expect(TokenKind kind, const char* what) {
   return Status::success();
 }
 
+Status Parser::check_name(const Token& name_token, const char* role) {
+  std::string name(name_token.text);
+  std::string what;
+  if (keyword_literal(name_token)) {
+    what = "a literal (true, false, inf)";
+  } else if (parse_dtype(name)) {
+    what = "a dtype";
+  } else if (auto kind = parse_op_kind(name); kind && *kind != OpKind::input) {
+    what = "an op";
+  } else if (auto sym = m_builder.find_symbol(name)) {
+    const Symbol& s = m_builder.symbols()[static_cast<size_t>(*sym)];
+    what = "the dim declared at " + std::to_string(s.line) + ":" + std::to_string(s.column);
+  } else if (auto value = m_builder.find(name); value && std::string_view(role) == "a dim") {
+    Location was = m_defined_at[static_cast<size_t>(*value)];
+    what = "the value defined at " + std::to_string(was.line) + ":" + std::to_string(was.column);
+  } else {
+    return Status::success();
+  }
+  return error_at(name_token.location,
+                  "'" + name + "' is " + what + "; " + role + " needs another name");
+}
+
 Status Parser::define(NodeId id, const Token& name_token) {
   std::string name(name_token.text);
-  if (keyword_literal(name_token)) {
-    return error_at(name_token.location, "'" + name + "' is a literal (true, false, inf); a value "
-                                             "needs another name");
-  }
+  if (Status s = check_name(name_token, "a value"); !s) return s;
   if (auto previous = m_builder.find(name)) {
     Location was = m_defined_at[static_cast<size_t>(*previous)];
     return error_at(name_token.location, "'" + name + "' is already defined at " +
@@ -108,10 +127,7 @@ Status Parser::parse_input() {
   if (auto previous = m_builder.find(name.text)) {
     return define(*previous, name);  // reports the duplicate with both locations
   }
-  if (keyword_literal(name)) {
-    return error_at(name.location, "'" + std::string(name.text) + "' is a literal (true, false, "
-                                       "inf); an input needs another name");
-  }
+  if (Status s = check_name(name, "an input"); !s) return s;
   auto id = m_builder.add_input(std::string(name.text), TensorType{*dtype, std::move(*shape)});
   if (!id) return error_at(input_at, id.error().message);
   m_defined_at.resize(m_builder.size(), name.location);
@@ -132,6 +148,7 @@ Status Parser::parse_dim() {
                                        "' is already declared at " + std::to_string(was.line) +
                                        ":" + std::to_string(was.column));
   }
+  if (Status s = check_name(name, "a dim"); !s) return s;
   if (Status s = expect(TokenKind::colon, "':' and a range LO..HI after the dim name"); !s)
     return s;
   // The lexer reads "1..4096" as one number token.

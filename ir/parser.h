@@ -100,6 +100,9 @@ private:
   Expected<NodeId> tensor_arg(const Token& op_token, const Operand& operand, size_t index);
   Status check_literal_spelling(const Token& op_token, const Operand& literal, DType dtype);
   Status define(NodeId id, const Token& name_token);
+  // A name may not be a literal, a dtype, an op or a declared dim (nor a dim a value's name);
+  // `role` is "a value", "an input" or "a dim", for the message.
+  Status check_name(const Token& name_token, const char* role);
 
   Lexer m_lexer;
   std::string_view m_file;

@@ -64,7 +64,7 @@ def llama_inputs(rng):
         "attn_norm": 1.0 + 0.1 * rng.standard_normal(H),
         "wq": weight(rng, H, H), "wk": weight(rng, H, H), "wv": weight(rng, H, H),
         "wo": weight(rng, H, H),
-        "cos": cos, "sin": sin, "mask": causal,
+        "rope_cos": cos, "rope_sin": sin, "mask": causal,
         "mlp_norm": 1.0 + 0.1 * rng.standard_normal(H),
         "w_gate": weight(rng, H, MLP), "w_up": weight(rng, H, MLP), "w_down": weight(rng, MLP, H),
     }
@@ -252,7 +252,7 @@ def llama(i):
 
     def rotate(t):
         rotated = np.concatenate([-t[..., D // 2:], t[..., :D // 2]], axis=-1)
-        return (t * i["cos"] + rotated * i["sin"]).transpose(0, 2, 1, 3)
+        return (t * i["rope_cos"] + rotated * i["rope_sin"]).transpose(0, 2, 1, 3)
 
     h1 = x + attention(rotate(q), rotate(k), v.transpose(0, 2, 1, 3), i["mask"]) @ i["wo"]
     m = rms_norm(h1, i["mlp_norm"], 1e-5)

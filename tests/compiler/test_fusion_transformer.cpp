@@ -90,16 +90,16 @@ TEST(FusionTransformer, AReshapeThatIsAnOutputIsACopy) {
 TEST(FusionTransformer, RotaryAndHeadSplitAreOneKernel) {
   ir::Graph g = parse(R"(graph g {
     input x: f32[2, 16, 4, 8]
-    input cos: f32[16, 1, 8]
-    input sin: f32[16, 1, 8]
+    input rope_cos: f32[16, 1, 8]
+    input rope_sin: f32[16, 1, 8]
     r = concat(neg(slice(x, start=4, end=8)), slice(x, start=0, end=4))
-    y = permute(add(mul(x, cos), mul(r, sin)), dims=[0, 2, 1, 3])
+    y = permute(add(mul(x, rope_cos), mul(r, rope_sin)), dims=[0, 2, 1, 3])
     output y
   })");
   auto groups = fuse(g);
   ASSERT_EQ(groups.size(), 1u);
   EXPECT_EQ(groups[0].nodes.size(), 8u);
-  EXPECT_EQ(groups[0].leaves.size(), 3u);  // x, cos, sin
+  EXPECT_EQ(groups[0].leaves.size(), 3u);  // x, rope_cos, rope_sin
 }
 
 // The kernel counts README.md and KERNELS.md state for the example layers: greedy fusion alone,

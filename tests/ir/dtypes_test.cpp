@@ -158,8 +158,8 @@ TEST(Dtypes, AttentionTakesFloatAndBoolMasks) {
   EXPECT_EQ(error_of(qkv + "  keep = reshape(ne(ids, 0), shape=[2, 1, 1, 8])\n",
                      "attention(q, k, v, mask=keep)"),
             "");
-  EXPECT_EQ(error_of(qkv + "  add = reshape(where(ne(ids, 0), 0.0, -inf), shape=[2, 1, 1, 8])\n",
-                     "attention(q, k, v, mask=add, causal=true)"),
+  EXPECT_EQ(error_of(qkv + "  additive = reshape(where(ne(ids, 0), 0.0, -inf), shape=[2, 1, 1, 8])\n",
+                     "attention(q, k, v, mask=additive, causal=true)"),
             "");
   EXPECT_NE(error_of(qkv + "  m = reshape(ids, shape=[2, 1, 1, 8])\n", "attention(q, k, v, mask=m)")
                 .find("attention: the mask must be a float tensor (f32, f16 or bf16) or bool, got 'm' "
