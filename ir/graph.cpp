@@ -421,7 +421,6 @@ std::optional<NodeId> Builder::find(std::string_view name) const {
 
 Expected<NodeId> Builder::add_input(std::string name, TensorType type) {
   if (name.empty()) return make_error("an input needs a name");
-  if (type.shape.rank() == 0) return make_error("input '", name, "' needs a shape");
   for (int i = 0; i < type.shape.rank(); ++i) {
     int32_t sym = type.shape.symbol(i);
     if (sym < 0) continue;
@@ -709,10 +708,6 @@ Expected<NodeId> Builder::add_reduce(OpKind kind, NodeId x, int axis, bool keepd
                       " is out of range for ", describe(nx), " (rank ",
                       std::to_string(shape.rank()), ")");
   }
-  if (shape.rank() == 1 && !keepdim) {
-    return make_error(std::string(to_string(kind)), " over the only axis of ", describe(nx),
-                      " leaves no dimension; write keepdim=true");
-  }
   std::vector<DimRef> dims;
   for (int i = 0; i < shape.rank(); ++i) {
     if (i != *a) dims.push_back(dim_ref(shape, i));
@@ -736,6 +731,9 @@ namespace {
 Status check_norm_param(const Node& x, const Node& param, const char* op, const char* role) {
   const Shape& sx = x.type.shape;
   const Shape& sp = param.type.shape;
+  if (sx.rank() == 0) {
+    return make_error(op, " normalises x's last dimension; ", describe(x), " has none (rank 0)");
+  }
   DimRef last = dim_ref(sx, sx.rank() - 1);
   if (sp.rank() != 1 || sp.dim(0) != last.value || sp.symbol(0) != last.symbol.index) {
     return make_error(op, " ", role, " must be 1-D of x's last dimension ", show(last),
@@ -881,8 +879,8 @@ Expected<NodeId> Builder::add_reshape(NodeId x, std::vector<int64_t> dims,
   if (Status s = check_operand(x); !s) return s.error();
   const Node& nx = node(x);
   const Shape& from = nx.type.shape;
-  if (dims.empty() || dims.size() > static_cast<size_t>(k_max_rank)) {
-    return make_error("reshape needs 1 to ", std::to_string(k_max_rank), " dims, got ",
+  if (dims.size() > static_cast<size_t>(k_max_rank)) {
+    return make_error("reshape needs 0 to ", std::to_string(k_max_rank), " dims, got ",
                       std::to_string(dims.size()));
   }
   if (!symbols.empty() && symbols.size() != dims.size())

@@ -168,7 +168,7 @@ public:
   // A unary op (OpCategory::unary): neg and abs take float and integer tensors, logical_not
   // bool ones, every other one float ones.
   Expected<NodeId> add_unary(OpKind kind, NodeId x, std::string name = {});
-  // embedding(table, ids): table [V, D] of a float dtype, ids i32 or i64 of rank 1 to 3; the
+  // embedding(table, ids): table [V, D] of a float dtype, ids i32 or i64 of rank 0 to 5; the
   // result, table's dtype, is ids.shape + [D], row r of the table where ids holds r (zeros for an
   // id outside [0, V)).
   Expected<NodeId> add_embedding(NodeId table, NodeId ids, std::string name = {});

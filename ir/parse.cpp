@@ -78,7 +78,9 @@ Status Parser::parse_input() {
   if (Status s = expect(TokenKind::lbracket, "'[' and a shape after the dtype"); !s) return s;
   std::vector<int64_t> dims;
   std::vector<SymbolicDim> symbols;
-  while (true) {
+  bool scalar = at(TokenKind::rbracket);  // `[]`: rank 0
+  if (scalar) advance();
+  while (!scalar) {
     if (dims.size() == static_cast<size_t>(k_max_rank) &&
         (at(TokenKind::number) || at(TokenKind::identifier))) {
       return error_at(m_token.location, "a shape has at most " + std::to_string(k_max_rank) +

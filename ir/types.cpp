@@ -70,8 +70,8 @@ std::optional<Precision> parse_precision(std::string_view text) {
 }
 
 Expected<Shape> Shape::make(std::vector<int64_t> dims) {
-  if (dims.empty() || dims.size() > static_cast<size_t>(k_max_rank)) {
-    return make_error("a shape must have rank 1 to ", std::to_string(k_max_rank), ", got rank ",
+  if (dims.size() > static_cast<size_t>(k_max_rank)) {
+    return make_error("a shape must have rank 0 to ", std::to_string(k_max_rank), ", got rank ",
                       std::to_string(dims.size()));
   }
   Shape shape;

@@ -37,7 +37,7 @@ std::string_view to_string(Precision precision);
 // Parses a precision name (including "auto"); nullopt for anything else.
 std::optional<Precision> parse_precision(std::string_view text);
 
-// The highest rank of a tensor (matmul and attention take 2-D to 4-D operands).
+// The highest rank of a tensor (a tensor has rank 0 to 6).
 inline constexpr int k_max_rank = 6;
 // Every tensor's element count stays below 2^31 so kernels index with 32-bit integers.
 inline constexpr int64_t k_max_elements = (int64_t{1} << 31) - 1;
@@ -50,7 +50,7 @@ struct SymbolicDim {
   bool operator==(const SymbolicDim&) const = default;
 };
 
-// A shape of rank 1 to 6, every dim positive, element count below k_max_elements. A dim may be
+// A shape of rank 0 (a scalar: one element, written `[]`) to 6, every dim positive, element count below k_max_elements. A dim may be
 // symbolic (a graph's `dim B: 1..4096`): dim(i) is then the symbol's upper bound, so that
 // elements() and bytes() are the most the shape can hold, and symbol(i) says which symbol it is.
 class Shape {

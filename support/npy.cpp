@@ -190,7 +190,7 @@ private:
       if (!d) return d.error();
       if (out.size() == static_cast<size_t>(k_max_rank))
         return make_error("header: shape has more than ", std::to_string(k_max_rank),
-                          " dims (ranks 1 to ", std::to_string(k_max_rank), " are supported)");
+                          " dims (ranks 0 to ", std::to_string(k_max_rank), " are supported)");
       out.push_back(*d);
       skip_spaces();
       if (consume(',')) {
@@ -204,10 +204,7 @@ private:
       return make_error("header: 'shape' (", std::to_string(out[0]),
                         ") is not a tuple; a 1-tuple is written (", std::to_string(out[0]),
                         ",)");
-    if (out.empty())
-      return make_error("header: shape () is a scalar, which is not supported (ranks 1 to ",
-                        std::to_string(k_max_rank), "); save it with shape (1,)");
-    return Status::success();
+    return Status::success();  // () is a scalar: rank 0, one element
   }
 
   std::string_view m_text;

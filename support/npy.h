@@ -11,7 +11,7 @@
 //   read as '<V2': ml_dtypes' bfloat16 saves as '<V2'), '<i4', '<i8' and '|b1' (bool, one byte);
 //   big-endian data is refused by name;
 // - 'fortran_order': False only;
-// - shape a tuple of 1 to k_max_rank non-negative ints (a 1-tuple needs its comma, as in Python);
+// - shape a tuple of 0 (a scalar) to k_max_rank non-negative ints (a 1-tuple needs its comma, as in Python);
 // - exactly elements * item size bytes of data after the header.
 // The element count is checked for overflow, and against the file's size before any buffer of
 // that size is allocated (a stream's buffer grows only as its data arrives).

@@ -48,7 +48,7 @@ private:
 
   void add_input(int index) {
     static const int64_t k_dims[] = {1, 3, 4, 8, 16, 17, 32, 64};
-    int rank = 1 + pick(3);
+    int rank = pick(4);  // 0 (a scalar) to 3
     std::vector<int64_t> dims;
     for (int d = 0; d < rank; ++d) dims.push_back(k_dims[pick(8)]);
     // Reuse an earlier input's shape sometimes, so binary ops and matmuls find partners.
@@ -171,7 +171,7 @@ private:
         if (pick(2) && dims.size() < 6) dims.insert(dims.begin(), 2);
         for (int64_t& d : dims)
           if (d == 1) d = 3;
-        if (pick(2)) dims.back() = -1;
+        if (pick(2) && !dims.empty()) dims.back() = -1;
         return m_builder.add_expand(v, std::move(dims), {}, maybe_name());
       }
       default:

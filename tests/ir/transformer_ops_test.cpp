@@ -61,6 +61,31 @@ TEST(TransformerOps, LayoutOpsInferTheirShapes) {
             "f32[2, 6, 11]");
 }
 
+// Rank 0 (`f32[]`, one element): an input, an output, a reduction's result over the only axis,
+// a reshape to and from `[]`, an expand from it, broadcasting and an embedding of one id.
+TEST(TransformerOps, ScalarsAreTensorsOfRankZero) {
+  Graph g = parse_ok("graph g {\n  input s: f32[]\n  input x: f32[2, 3]\n  input id: i64[]\n"
+                     "  input table: f32[5, 4]\n"
+                     "  total = sum(sum(x))\n  scaled = mul(x, s)\n"
+                     "  back = reshape(reshape(total, shape=[1, 1]), shape=[])\n"
+                     "  wide = expand(s, shape=[2, 3])\n  row = embedding(table, id)\n"
+                     "  both = add(s, back)\n  output total, scaled, both, wide, row\n}\n");
+  std::vector<std::string> types;
+  for (NodeId out : g.outputs()) types.push_back(to_string(g.node(out).type));
+  EXPECT_EQ(types, (std::vector<std::string>{"f32[]", "f32[2, 3]", "f32[]", "f32[2, 3]", "f32[4]"}));
+  EXPECT_EQ(to_string(g.node(g.inputs()[0]).type), "f32[]");
+  std::string printed = print_graph(g);
+  EXPECT_NE(printed.find("input s: f32[]"), std::string::npos) << printed;
+  EXPECT_NE(printed.find(", shape=[])"), std::string::npos) << printed;
+  auto again = parse_graph(printed, "printed.kg");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(graph_hash(*again), graph_hash(g));
+  // A scalar input's hash differs from a one-element vector's.
+  Graph one = parse_ok("graph g {\n  input s: f32[1]\n  o = neg(s)\n  output o\n}\n");
+  Graph zero = parse_ok("graph g {\n  input s: f32[]\n  o = neg(s)\n  output o\n}\n");
+  EXPECT_NE(graph_hash(one), graph_hash(zero));
+}
+
 TEST(TransformerOps, ElementwiseAdditions) {
   EXPECT_EQ(out_type("  o = pow(sqrt(abs(x)), 3.0)\n  output o\n"), "f32[2, 6, 8]");
   EXPECT_EQ(out_type("  o = maximum(rsqrt(abs(x)), minimum(w, 0.5))\n  output o\n"),
@@ -103,7 +128,10 @@ INSTANTIATE_TEST_SUITE_P(
     Ops, TransformerOpError,
     ::testing::Values(
         BadOp{"ReduceAxis", "  o = sum(x, axis=3)\n  output o\n", "sum axis 3 is out of range"},
-        BadOp{"ReduceLastAxis", "  o = mean(w)\n  output o\n", "write keepdim=true"},
+        BadOp{"ReduceOfAScalar", "  o = mean(mean(w))\n  output o\n",
+              "mean axis -1 is out of range for mean result (f32[]) (rank 0)"},
+        BadOp{"NormOfAScalar", "  o = rms_norm(mean(w), w)\n  output o\n",
+              "rms_norm normalises x's last dimension; mean result (f32[]) has none (rank 0)"},
         BadOp{"ReduceKeepdim", "  o = max(x, keepdim=2)\n  output o\n", "true or false"},
         BadOp{"NormWeight", "  o = rms_norm(x, y)\n  output o\n",
               "weight must be 1-D of x's last dimension 8"},

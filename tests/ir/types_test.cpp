@@ -33,12 +33,18 @@ TEST(Types, ShapeCountsElements) {
   EXPECT_EQ((TensorType{DType::bf16, *shape}.bytes()), 48);
 }
 
-TEST(Types, ShapeRejectsRankZeroAndSeven) {
-  EXPECT_FALSE(Shape::make({}));
+TEST(Types, ShapeTakesRankZeroToSixOnly) {
+  auto scalar = Shape::make({});
+  ASSERT_TRUE(scalar);
+  EXPECT_EQ(scalar->rank(), 0);
+  EXPECT_EQ(scalar->elements(), 1);
+  EXPECT_EQ(to_string(*scalar), "[]");
+  EXPECT_EQ((TensorType{DType::i64, *scalar}.bytes()), 8);
+  EXPECT_EQ(to_string(TensorType{DType::f32, *scalar}), "f32[]");
   EXPECT_TRUE(Shape::make({1, 1, 1, 1, 1, 2}));
   auto seven = Shape::make({1, 1, 1, 1, 1, 1, 1});
   ASSERT_FALSE(seven);
-  EXPECT_NE(seven.error().message.find("rank 1 to 6"), std::string::npos);
+  EXPECT_NE(seven.error().message.find("rank 0 to 6"), std::string::npos);
 }
 
 TEST(Types, ShapeRejectsNonPositiveDims) {

@@ -208,8 +208,27 @@ TEST(NpyRead, ChecksAHugeButCountableShapeAgainstTheFileBeforeAllocating) {
                  "288230376151711744 bytes of data, the file holds 4");
 }
 
-TEST(NpyRead, RefusesRanksOutsideOneToSix) {
-  EXPECT_REFUSED(npy_file(f4_header("()"), std::string(4, '\0')), "shape () is a scalar");
+// numpy writes a 0-d array (np.save("s.npy", np.float32(2.5))) with shape (): a scalar, one
+// element, rank 0.
+TEST(NpyRead, ReadsAScalarAndWritesItBack) {
+  std::string data(4, '\0');
+  float value = 2.5f;
+  std::memcpy(data.data(), &value, 4);
+  auto array = parse(npy_file(f4_header("()"), data));
+  ASSERT_TRUE(array) << array.error().message;
+  EXPECT_TRUE(array->shape.empty());
+  EXPECT_EQ(array->elements(), 1);
+  EXPECT_EQ(shape_string(array->shape), "()");
+  std::string bytes = serialize(*array);
+  EXPECT_NE(bytes.find("'shape': ()"), std::string::npos) << bytes;
+  auto back = parse(bytes);
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_TRUE(back->shape.empty());
+  EXPECT_EQ(back->data, array->data);
+  EXPECT_REFUSED(npy_file(f4_header("()")), "data too short");
+}
+
+TEST(NpyRead, RefusesRanksAboveSix) {
   EXPECT_REFUSED(npy_file(f4_header("(1, 1, 1, 1, 1, 1, 1)"), std::string(4, '\0')),
                  "more than 6 dims");
 }
