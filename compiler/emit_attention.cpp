@@ -29,12 +29,21 @@ void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtyp
     if (strides[0].coef) text += " + (bz / " + e.inner_batch.expr() + ") * " + strides[0].expr();
     return text;
   };
-  code.line("const " + gtype + "* Q = " + ctx.param(m.q) + offset(a.q) + ";");
-  code.line("const " + gtype + "* K = " + ctx.param(m.k) + offset(a.k, a.k_group) + ";");
-  code.line("const " + gtype + "* V = " + ctx.param(m.v) + offset(a.v, a.v_group) + ";");
+  if (e.per_dim()) {
+    code.line("const " + gtype + "* Q = " + ctx.param(m.q) + batch_offset(e, a.q_dims) + ";");
+    code.line("const " + gtype + "* K = " + ctx.param(m.k) + batch_offset(e, a.k_dims, a.k_group) +
+              ";");
+    code.line("const " + gtype + "* V = " + ctx.param(m.v) + batch_offset(e, a.v_dims, a.v_group) +
+              ";");
+  } else {
+    code.line("const " + gtype + "* Q = " + ctx.param(m.q) + offset(a.q) + ";");
+    code.line("const " + gtype + "* K = " + ctx.param(m.k) + offset(a.k, a.k_group) + ";");
+    code.line("const " + gtype + "* V = " + ctx.param(m.v) + offset(a.v, a.v_group) + ";");
+  }
   if (m.mask >= 0) {
     std::string mtype = storage_type(ctx.graph.node(m.mask).type.dtype);
-    code.line("const " + mtype + "* M = " + ctx.param(m.mask) + offset(a.mask) + ";");
+    code.line("const " + mtype + "* M = " + ctx.param(m.mask) +
+              (e.per_dim() ? batch_offset(e, a.mask_dims) : offset(a.mask)) + ";");
   }
 }
 

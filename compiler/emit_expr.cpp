@@ -161,6 +161,24 @@ std::vector<Extent> dims_of(const KernelContext& ctx, ir::NodeId id) {
   return dims;
 }
 
+std::string batch_coord(const MatmulExtents& e, int d) {
+  int last = static_cast<int>(e.batch_dims.size()) - 1;
+  std::string q = d == last ? "bz" : "(bz / " + batch_dims_after(e, d).expr() + ")";
+  return d == 0 ? q : "(" + q + " % " + e.batch_dims[static_cast<size_t>(d)].expr() + ")";
+}
+
+std::string batch_offset(const MatmulExtents& e, const std::vector<Extent>& strides,
+                         int64_t group) {
+  std::string text;
+  for (size_t d = 0; d < strides.size(); ++d) {
+    if (!strides[d].coef) continue;
+    std::string c = batch_coord(e, static_cast<int>(d));
+    if (group > 1 && d + 1 == strides.size()) c = "(" + c + " / " + to_str(group) + ")";
+    text += " + " + c + " * " + strides[d].expr();
+  }
+  return text;
+}
+
 void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string& gtype) {
   const MatmulExtents& s = ctx.kernel.extents;
   const ir::Node& mm = ctx.graph.node(ctx.kernel.group.anchor);
@@ -175,6 +193,13 @@ void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string
     if (outer.coef) text += " + (bz / " + s.inner_batch.expr() + ") * " + outer.expr();
     return text;
   };
+  if (s.per_dim()) {
+    code.line("const " + gtype + "* A = " + ctx.param(mm.operands[0]) +
+              batch_offset(s, s.a_dim_strides) + ";");
+    code.line("const " + gtype + "* B = " + ctx.param(mm.operands[1]) +
+              batch_offset(s, s.b_dim_strides) + ";");
+    return;
+  }
   code.line("const " + gtype + "* A = " + ctx.param(mm.operands[0]) +
             offset(s.a_outer_stride, s.a_batch_stride) + ";");
   code.line("const " + gtype + "* B = " + ctx.param(mm.operands[1]) +
@@ -186,7 +211,12 @@ ElementIndex matmul_output_index(const KernelContext& ctx) {
   const MatmulExtents& s = k.extents;
   ElementIndex index;
   int rank = ctx.graph.node(k.group.root).type.shape.rank();
-  if (rank == 4) {
+  if (s.per_dim()) {
+    for (int d = 0; d < rank - 2; ++d) index.coords.push_back(batch_coord(s, d));
+    index.coords.push_back("m");
+    index.coords.push_back("n");
+    index.linear = "(bz * " + s.m.expr() + " + m) * " + s.n.expr() + " + n";
+  } else if (rank == 4) {
     index.coords = {"(bz / " + s.inner_batch.expr() + ")", "(bz % " + s.inner_batch.expr() + ")",
                     "m", "n"};
     index.linear = "(bz * " + s.m.expr() + " + m) * " + s.n.expr() + " + n";

@@ -138,6 +138,12 @@ void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string
 // The output element (bz, m, n) of a matmul kernel: coordinates and row-major linear index of an
 // [M, N] or [batch, M, N] result, with `bz`, `m` and `n` declared by the caller.
 ElementIndex matmul_output_index(const KernelContext& ctx);
+// A 5-D or 6-D result (MatmulExtents::per_dim): batch coordinate d of bz, and an operand's
+// offset " + c0 * s0 + ..." over its per-dim strides, the last coordinate (the head) divided by
+// `group` for grouped heads.
+std::string batch_coord(const MatmulExtents& e, int d);
+std::string batch_offset(const MatmulExtents& e, const std::vector<Extent>& strides,
+                         int64_t group = 1);
 // Stores `value` to every written parameter at `linear`.
 void emit_store(Code& code, const KernelContext& ctx, const std::string& value,
                 const std::string& linear);

@@ -61,7 +61,8 @@ MatmulShape matmul_shape(const ir::Graph& graph, ir::NodeId id, MatmulPath path,
   return s;
 }
 
-// The element strides of an operand for the result's batch dims (outer, inner), as extents.
+// The element strides of an operand for the result's batch dims (outer, inner), as extents: its
+// last two batch dims only (a result with more indexes them per dim, dim_stride_extents).
 std::array<Extent, 2> batch_stride_extents(const ir::Graph& graph, const Sizes& sizes,
                                            ir::NodeId operand, int result_batch,
                                            const Extent& matrix) {
@@ -69,11 +70,34 @@ std::array<Extent, 2> batch_stride_extents(const ir::Graph& graph, const Sizes& 
   const ir::Shape& shape = graph.node(operand).type.shape;
   int operand_batch = shape.rank() - 2;
   Extent stride = matrix;
-  for (int d = result_batch - 1, od = operand_batch - 1; d >= 0 && od >= 0; --d, --od) {
+  int first = std::max(0, result_batch - 2);
+  for (int d = result_batch - 1, od = operand_batch - 1; d >= first && od >= 0; --d, --od) {
     if (shape.dim(od) != 1) strides[static_cast<size_t>(d + 2 - result_batch)] = stride;
     stride = stride * sizes.dim(operand, od);
   }
   return strides;
+}
+
+// The element strides of an operand for each of the result's batch dims, 0 where it broadcasts
+// (a dim of 1 or none), for results with more than two batch dims.
+std::vector<Extent> dim_stride_extents(const ir::Graph& graph, const Sizes& sizes,
+                                       ir::NodeId operand, int result_batch, const Extent& matrix) {
+  std::vector<Extent> strides(static_cast<size_t>(result_batch), Extent::constant(0));
+  const ir::Shape& shape = graph.node(operand).type.shape;
+  Extent stride = matrix;
+  for (int d = result_batch - 1, od = shape.rank() - 3; d >= 0 && od >= 0; --d, --od) {
+    if (shape.dim(od) != 1) strides[static_cast<size_t>(d)] = stride;
+    stride = stride * sizes.dim(operand, od);
+  }
+  return strides;
+}
+
+// The result's batch dims, for results with more than two (empty otherwise).
+std::vector<Extent> per_dim_batch(const Sizes& sizes, ir::NodeId result, int rank) {
+  std::vector<Extent> dims;
+  if (rank > 4)
+    for (int d = 0; d < rank - 2; ++d) dims.push_back(sizes.dim(result, d));
+  return dims;
 }
 
 MatmulExtents matmul_extents(const ir::Graph& graph, const Sizes& sizes, ir::NodeId id) {
@@ -95,6 +119,11 @@ MatmulExtents matmul_extents(const ir::Graph& graph, const Sizes& sizes, ir::Nod
   e.a_batch_stride = sa[1];
   e.b_outer_stride = sb[0];
   e.b_batch_stride = sb[1];
+  e.batch_dims = per_dim_batch(sizes, id, rc);
+  if (e.per_dim()) {
+    e.a_dim_strides = dim_stride_extents(graph, sizes, a, rc - 2, e.m * e.k);
+    e.b_dim_strides = dim_stride_extents(graph, sizes, b, rc - 2, e.k * e.n);
+  }
   return e;
 }
 
@@ -137,6 +166,18 @@ AttentionExtents attention_extents(const ir::Graph& graph, const Sizes& sizes,
     if (r >= 2 && ms.dim(r - 2) != 1) a.mask_row = sizes.dim(m.mask, r - 1);
     if (r > 2) {
       a.mask = batch_stride_extents(graph, sizes, m.mask, rc - 2, sizes.product(m.mask, r - 2, r));
+    }
+  }
+  e.batch_dims = per_dim_batch(sizes, m.root, rc);
+  if (e.per_dim()) {
+    a.q_dims = dim_stride_extents(graph, sizes, m.q, rc - 2, a.sq * d);
+    a.k_dims = dim_stride_extents(graph, sizes, m.k, rc - 2, a.sk * d);
+    a.v_dims = dim_stride_extents(graph, sizes, m.v, rc - 2, a.sk * dv);
+    if (m.mask >= 0) {
+      const ir::Shape& ms = graph.node(m.mask).type.shape;
+      a.mask_dims = ms.rank() > 2 ? dim_stride_extents(graph, sizes, m.mask, rc - 2,
+                                                       sizes.product(m.mask, ms.rank() - 2, ms.rank()))
+                                  : std::vector<Extent>(static_cast<size_t>(rc - 2), Extent::constant(0));
     }
   }
   return a;

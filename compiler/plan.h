@@ -26,6 +26,9 @@ struct AttentionExtents {
   int64_t d = 0, dv = 0;
   int64_t k_group = 1, v_group = 1;
   std::array<Extent, 2> q, k, v, mask;
+  // A 5-D or 6-D result: per batch dim strides (MatmulExtents::per_dim), k's and v's head
+  // coordinate (the last batch dim) divided by k_group and v_group.
+  std::vector<Extent> q_dims, k_dims, v_dims, mask_dims;
   Extent mask_row = Extent::constant(0), mask_col = Extent::constant(0);
 };
 

@@ -143,6 +143,12 @@ Extent Extent::operator*(const Extent& other) const {
   return out;
 }
 
+Extent batch_dims_after(const MatmulExtents& e, int d) {
+  Extent after = Extent::constant(1);
+  for (size_t j = static_cast<size_t>(d) + 1; j < e.batch_dims.size(); ++j) after = after * e.batch_dims[j];
+  return after;
+}
+
 SizeTerm Extent::term(int64_t divisor) const {
   return SizeTerm{coef, symbols, divisor};
 }

@@ -60,12 +60,22 @@ struct Extent {
 // batch is every batch dim's product (the grid's z); a 4-D result's batch index bz is
 // (bz / inner_batch, bz % inner_batch), whose element strides in A and B are the outer and
 // (inner) batch strides, 0 where the operand broadcasts.
+// A 5-D or 6-D result (3 or 4 batch dims) indexes its batch per dim instead: batch_dims holds
+// them, coordinate d of bz is (bz / (the product of the dims after d)) % batch_dims[d], and an
+// operand's offset sums each coordinate times its *_dim_strides entry (0 where it broadcasts).
 struct MatmulExtents {
   Extent batch, m, n, k, lda, ldb;
   Extent inner_batch = Extent::constant(1);
   Extent a_batch_stride = Extent::constant(0), b_batch_stride = Extent::constant(0);
   Extent a_outer_stride = Extent::constant(0), b_outer_stride = Extent::constant(0);
+  std::vector<Extent> batch_dims;                 // rank 5 and 6 only
+  std::vector<Extent> a_dim_strides, b_dim_strides;  // rank 5 and 6 only, one per batch dim
+  // Whether the batch is indexed per dim (more than two batch dims).
+  bool per_dim() const { return !batch_dims.empty(); }
 };
+
+// The product of batch dims [d + 1, end) of `e`: what coordinate d of bz is divided by.
+Extent batch_dims_after(const MatmulExtents& e, int d);
 
 // The extents of a graph's values for one bucket (one range per symbol, checked by the caller);
 // for a static graph (no bucket) every extent is a constant.

@@ -449,8 +449,8 @@ Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool 
   const Node& nb = node(b);
   const Shape& sa = na.type.shape;
   const Shape& sb = nb.type.shape;
-  if (sa.rank() < 2 || sb.rank() < 2 || sa.rank() > 4 || sb.rank() > 4) {
-    return make_error("matmul takes 2-D to 4-D operands (the last two dims a matrix, the others "
+  if (sa.rank() < 2 || sb.rank() < 2) {
+    return make_error("matmul takes 2-D to 6-D operands (the last two dims a matrix, the others "
                       "batch dims), got ", describe(na), " and ", describe(nb));
   }
   if (na.type.dtype != nb.type.dtype) {
@@ -1126,8 +1126,8 @@ Expected<NodeId> Builder::add_attention(NodeId q, NodeId k, NodeId v, std::optio
   if (Status s = require_float("attention", "q", nq, describe(nq)); !s) return s.error();
   for (const auto& [role, n] : roles) {
     int rank = n->type.shape.rank();
-    if (rank < 2 || rank > 4) {
-      return make_error("attention: ", role, " must be 2-D to 4-D (the last two dims a matrix, "
+    if (rank < 2) {
+      return make_error("attention: ", role, " must be 2-D to 6-D (the last two dims a matrix, "
                         "the others batch dims), got ", describe(*n));
     }
     if (n->type.dtype != nq.type.dtype) {

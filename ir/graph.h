@@ -212,7 +212,7 @@ public:
   Expected<NodeId> add_concat(const std::vector<NodeId>& operands, int axis,
                               std::string name = {});
   // softmax(q k^T * scale + mask, causal) v with q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv]
-  // (2-D to 4-D, one dtype; the batch dims broadcast as matmul's), giving q's dtype and
+  // (2-D to 6-D, one dtype; the batch dims broadcast as matmul's), giving q's dtype and
   // [batch..., Sq, Dv]. The mask, when given, has q's dtype and broadcasts to the scores
   // [batch..., Sq, Sk] without enlarging them; causal masks key j > query i (top-left aligned).
   // Fails, naming the operand and dim, on any mismatch, or on a scale that is zero or not finite.

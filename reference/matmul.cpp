@@ -1,4 +1,4 @@
-// Reference matmul: 2-D to 4-D with broadcasting batch dims and transpose flags, in fp64 or with
+// Reference matmul: 2-D to 6-D with broadcasting batch dims and transpose flags, in fp64 or with
 // the operand rounding and fp32 accumulation of each precision mode.
 #include "reference/kernels.h"
 

@@ -56,9 +56,15 @@ WorkShape build_attention(KernelBuilder& kb) {
         o = b.CreateAdd(o, b.CreateMul(b.CreateUDiv(bz, inner), kb.extent(strides[0])));
       return o;
     };
-    llvm::Value* q_row = b.CreateAdd(offset(a.q), b.CreateMul(qi, d));
-    llvm::Value* k_base = offset(a.k, a.k_group);
-    llvm::Value* v_base = offset(a.v, a.v_group);
+    std::vector<llvm::Value*> batch;  // a 5-D or 6-D result's batch coordinates
+    if (e.per_dim()) batch = coords_of(kb, e.batch_dims, bz);
+    llvm::Value* q_row = b.CreateAdd(e.per_dim() ? batch_offset(kb, batch, a.q_dims) : offset(a.q),
+                                     b.CreateMul(qi, d));
+    llvm::Value* k_base = e.per_dim() ? batch_offset(kb, batch, a.k_dims, a.k_group)
+                                      : offset(a.k, a.k_group);
+    llvm::Value* v_base = e.per_dim() ? batch_offset(kb, batch, a.v_dims, a.v_group)
+                                      : offset(a.v, a.v_group);
+    llvm::Value* mask_base = m.mask >= 0 && e.per_dim() ? batch_offset(kb, batch, a.mask_dims) : nullptr;
     llvm::Value* Q = kb.param_of(m.q);
     llvm::Value* K = kb.param_of(m.k);
     llvm::Value* V = kb.param_of(m.v);
@@ -73,7 +79,7 @@ WorkShape build_attention(KernelBuilder& kb) {
       })[0];
       llvm::Value* score = b.CreateFMul(dot, kb.f32c(m.scale));
       if (m.mask >= 0) {
-        llvm::Value* at = b.CreateAdd(offset(a.mask), b.CreateAdd(b.CreateMul(qi, kb.extent(a.mask_row)),
+        llvm::Value* at = b.CreateAdd(mask_base ? mask_base : offset(a.mask), b.CreateAdd(b.CreateMul(qi, kb.extent(a.mask_row)),
                                                                   b.CreateMul(j, kb.extent(a.mask_col))));
         ir::DType mask_dtype = g.node(m.mask).type.dtype;
         llvm::Value* mv = kb.load_value(mask_dtype, kb.param_of(m.mask), at);

@@ -352,4 +352,17 @@ std::vector<llvm::Value*> coords_of(KernelBuilder& kb, const std::vector<Extent>
   return coords;
 }
 
+llvm::Value* batch_offset(KernelBuilder& kb, const std::vector<llvm::Value*>& coords,
+                          const std::vector<Extent>& strides, int64_t group) {
+  llvm::IRBuilder<>& b = kb.b();
+  llvm::Value* offset = kb.i64c(0);
+  for (size_t d = 0; d < strides.size(); ++d) {
+    if (!strides[d].coef) continue;
+    llvm::Value* c = coords[d];
+    if (group > 1 && d + 1 == strides.size()) c = b.CreateUDiv(c, kb.i64c(group));  // grouped
+    offset = b.CreateAdd(offset, b.CreateMul(c, kb.extent(strides[d])));
+  }
+  return offset;
+}
+
 }  // namespace kiln::compiler::cpu::detail

@@ -146,6 +146,10 @@ std::vector<Extent> dims_of(const KernelBuilder& kb, ir::NodeId id);
 // Coordinates of the element at `linear` of a row-major tensor of `dims`.
 std::vector<llvm::Value*> coords_of(KernelBuilder& kb, const std::vector<Extent>& dims,
                                     llvm::Value* linear);
+// A 5-D or 6-D result's operand offset (MatmulExtents::per_dim): the sum of each batch
+// coordinate times its stride, the last coordinate (the head) divided by `group` when grouped.
+llvm::Value* batch_offset(KernelBuilder& kb, const std::vector<llvm::Value*>& coords,
+                          const std::vector<Extent>& strides, int64_t group = 1);
 
 // What a kernel body needs to be run: its work items (the product of these terms at the dims)
 // and its scratch floats per thread.

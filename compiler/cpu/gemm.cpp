@@ -348,8 +348,12 @@ WorkShape build_matmul(KernelBuilder& kb) {
       if (outer.coef) o = b.CreateAdd(o, b.CreateMul(b.CreateUDiv(bz, inner), kb.extent(outer)));
       return o;
     };
-    llvm::Value* a_off = offset(e.a_outer_stride, e.a_batch_stride);
-    llvm::Value* b_off = offset(e.b_outer_stride, e.b_batch_stride);
+    std::vector<llvm::Value*> batch;  // a 5-D or 6-D result's batch coordinates
+    if (e.per_dim()) batch = coords_of(kb, e.batch_dims, bz);
+    llvm::Value* a_off = e.per_dim() ? batch_offset(kb, batch, e.a_dim_strides)
+                                     : offset(e.a_outer_stride, e.a_batch_stride);
+    llvm::Value* b_off = e.per_dim() ? batch_offset(kb, batch, e.b_dim_strides)
+                                     : offset(e.b_outer_stride, e.b_batch_stride);
     llvm::Value* cp = b.CreateCall(
         gemm, {kb.param_of(mm.operands[0]), a_off, lda, kb.param_of(mm.operands[1]), b_off, ldb,
                m0, n0, rows, cols, M, N, K, kb.i64c(mc), kb.i64c(nc), kb.scratch()});
@@ -364,6 +368,11 @@ WorkShape build_matmul(KernelBuilder& kb) {
         Point point{root, {}, nullptr};
         llvm::Value* row = rank >= 3 ? b.CreateAdd(b.CreateMul(bz, M), m) : m;
         point.linear = b.CreateAdd(b.CreateMul(row, N), n);
+        if (e.per_dim()) {
+          point.coords = batch;
+          point.coords.push_back(m);
+          point.coords.push_back(n);
+        }
         if (rank == 4) point.coords = {b.CreateUDiv(bz, inner), b.CreateURem(bz, inner), m, n};
         if (rank == 3) point.coords = {bz, m, n};
         if (rank == 2) point.coords = {m, n};

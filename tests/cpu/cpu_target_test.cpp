@@ -236,7 +236,7 @@ TEST(CpuTarget, ResultsDoNotDependOnTheThreadCount) {
 TEST(CpuTarget, IntegerAndBoolGraphsMatchTheReferenceInEveryMode) {
   for (const char* name :
        {"masks_odd", "rotary_positions_odd", "embedding_odd", "expand_odd", "rank6_odd",
-        "scalars_odd"}) {
+        "scalars_odd", "batch6_odd"}) {
     auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/" +
                                       name + ".kg");
     ASSERT_TRUE(graph) << graph.error().message;

@@ -112,7 +112,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"embedding_odd", 75, k_highest}, Case{"embedding_odd", 90, k_high},
         Case{"embedding_odd", 90, k_medium}, Case{"expand_odd", 80, k_highest},
         Case{"rank6_odd", 90, k_highest}, Case{"rank6_odd", 80, k_high},
-        Case{"scalars_odd", 90, k_high}, Case{"scalars_odd", 75, k_highest}),
+        Case{"scalars_odd", 90, k_high}, Case{"scalars_odd", 75, k_highest},
+        Case{"batch6_odd", 90, k_highest}, Case{"batch6_odd", 90, k_high},
+        Case{"batch6_odd", 90, k_tf32x3}, Case{"batch6_odd", 90, k_medium},
+        Case{"batch6_odd", 80, k_high}, Case{"batch6_odd", 75, k_highest}),
     case_name);
 
 // f16/bf16 graphs: the mode does not touch their matmuls.

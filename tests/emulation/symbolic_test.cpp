@@ -1,5 +1,5 @@
 // Symbolic graphs under emulation: every kernel design (tensor-core matmul in each mode, FFMA,
-// elementwise, softmax) at sizes 1..65 and above 256 against fp64; one bucket's kernels at every
+// elementwise, softmax, rank-6 batches) at sizes 1..65 and above 256 against fp64; one bucket's kernels at every
 // size of the bucket; bit-identical results to the static graph where the tile plan is the same;
 // sizes outside the bucket or inconsistent between inputs refused.
 #include "compiler/compiler.h"
@@ -65,6 +65,24 @@ const char* k_f16_graph = R"(graph symh {
 }
 )";
 
+// Ranks 5 and 6: a matmul with 4 batch dims that broadcast in alternating runs (the first one
+// S) and a broadcast epilogue operand, grouped-query attention (4 q heads, 2 kv heads) behind
+// two batch dims with v of lower rank, a bool padding mask and causality.
+const char* k_rank6_graph = R"(graph symrank6 {
+  dim S: 1..600
+  input a: f32[S, 1, 3, 1, 9, 12]
+  input b: f32[4, 1, 5, 12, 10]
+  input bias: f32[1, 4, 3, 1, 1, 10]
+  input q: f32[2, 3, 4, S, 16]
+  input k: f32[2, 3, 2, S, 16]
+  input v: f32[3, 2, S, 8]
+  input keep: bool[2, 1, 1, 1, S]
+  c = add(matmul(a, b), bias)
+  o = attention(q, k, v, mask=keep, causal=true)
+  output c, o
+}
+)";
+
 ir::Graph parse(const char* text) {
   auto graph = ir::parse_graph(text, "sym.kg");
   EXPECT_TRUE(graph) << graph.error().message;
@@ -84,9 +102,10 @@ void PrintTo(const Case& c, std::ostream* os) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  std::string graph = info.param.graph == k_f32_graph   ? "f32"
-                      : info.param.graph == k_f16_graph ? "f16"
-                                                        : "layer";
+  std::string graph = info.param.graph == k_f32_graph     ? "f32"
+                      : info.param.graph == k_f16_graph   ? "f16"
+                      : info.param.graph == k_rank6_graph ? "rank6"
+                                                          : "layer";
   return graph + "_sm" +
          std::to_string(info.param.sm) + "_" + std::string(ir::to_string(info.param.precision)) +
          "_S" + std::to_string(info.param.size);
@@ -173,6 +192,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{k_layer_graph, 90, ir::Precision::tf32x3, 65},
                       Case{k_layer_graph, 80, ir::Precision::high, 300},
                       Case{k_layer_graph, 75, ir::Precision::highest, 7}),
+    case_name);
+
+INSTANTIATE_TEST_SUITE_P(
+    Rank6, SymbolicEmulation,
+    ::testing::Values(Case{k_rank6_graph, 90, ir::Precision::highest, 1},
+                      Case{k_rank6_graph, 90, ir::Precision::high, 17},
+                      Case{k_rank6_graph, 90, ir::Precision::tf32x3, 33},
+                      Case{k_rank6_graph, 90, ir::Precision::medium, 65},
+                      Case{k_rank6_graph, 80, ir::Precision::high, 7},
+                      Case{k_rank6_graph, 75, ir::Precision::highest, 3}),
     case_name);
 
 // One build of a bucket's kernels serves its lower bound, its upper bound and a size between.

@@ -340,9 +340,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadAttention{"DtypeV", qkv("f16[16, 64]", "f16[12, 64]", "bf16[12, 32]"),
                      "attention(q, k, v)", 7, "attention: v differs from q in dtype"},
         BadAttention{"RankQ", qkv("f32[64]", "f32[12, 64]", "f32[12, 32]"), "attention(q, k, v)",
-                     7, "attention: q must be 2-D to 4-D"},
+                     7, "attention: q must be 2-D to 6-D"},
         BadAttention{"RankV", qkv("f32[16, 64]", "f32[12, 64]", "f32[32]"), "attention(q, k, v)",
-                     7, "attention: v must be 2-D to 4-D"},
+                     7, "attention: v must be 2-D to 6-D"},
         BadAttention{"MaskShape", k_ok + "  input m: f32[12, 16]\n",
                      "attention(q, k, v, mask=m)", 7,
                      "does not broadcast to the scores [2, 16, 12]: its dim 0 is 12 against 16"},
@@ -404,12 +404,14 @@ TEST(AttentionBuilder, RejectsBadScalesAndOperands) {
   EXPECT_NE(nowhere.error().message.find("does not name a value"), std::string::npos);
   EXPECT_FALSE(b.add_attention(q, k, NodeId{-1}, std::nullopt, 1.0, false));
   EXPECT_EQ(b.size(), 3u);  // nothing was added
-  // Shapes go to 6 dims; attention takes 2-D to 4-D.
+  // Attention takes 2-D to 6-D, as shapes go.
   NodeId five = b.add_input("five", TensorType{DType::f32, Shape::make({1, 1, 1, 4, 8}).value()}).value();
-  auto deep = b.add_attention(five, five, five, std::nullopt, 1.0, false);
-  ASSERT_FALSE(deep);
-  EXPECT_NE(deep.error().message.find("attention: q must be 2-D to 4-D"), std::string::npos)
-      << deep.error().message;
+  EXPECT_TRUE(b.add_attention(five, five, five, std::nullopt, 1.0, false));
+  NodeId flat = b.add_input("flat", TensorType{DType::f32, Shape::make({8}).value()}).value();
+  auto shallow = b.add_attention(flat, five, five, std::nullopt, 1.0, false);
+  ASSERT_FALSE(shallow);
+  EXPECT_NE(shallow.error().message.find("attention: q must be 2-D to 6-D"), std::string::npos)
+      << shallow.error().message;
   EXPECT_FALSE(Shape::make({1, 1, 1, 1, 1, 4, 8}));
 }
 

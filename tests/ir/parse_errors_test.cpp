@@ -64,7 +64,7 @@ const BadGraph k_bad_graphs[] = {
      "matmul inner dimensions differ"},
     {"MatmulRankOne",
      "graph g {\n  input v: f32[8]\n  input w: f32[8, 16]\n  y = matmul(v, w)\n  output y\n}\n",
-     4, 7, "2-D to 4-D"},
+     4, 7, "2-D to 6-D"},
     {"BadBroadcast", wrap("  y = add(x, w)\n  output y\n"), 4, 7, "do not broadcast"},
     {"DtypeMismatch",
      "graph g {\n  input x: f32[4]\n  input h: bf16[4]\n  y = mul(x, h)\n  output y\n}\n", 4, 7,

@@ -108,6 +108,22 @@ TEST(TransformerOps, MatmulTakesFourDimsAndBroadcastsBatches) {
             std::string::npos) << bad.error().message;
 }
 
+// Up to 4 batch dims (rank 6), broadcasting in any pattern, for matmul and attention alike.
+TEST(TransformerOps, MatmulAndAttentionTakeSixDims) {
+  Graph graph = parse_ok("graph g {\n  input a: f32[2, 1, 3, 1, 9, 12]\n"
+                         "  input b: f32[4, 1, 5, 12, 10]\n  input q: f32[2, 3, 2, 4, 7, 16]\n"
+                         "  input k: f32[3, 1, 2, 11, 16]\n  input v: f32[2, 11, 8]\n"
+                         "  c = matmul(a, b)\n  o = attention(q, k, v, causal=true)\n"
+                         "  output c, o\n}\n");
+  EXPECT_EQ(to_string(graph.node(graph.outputs()[0]).type), "f32[2, 4, 3, 5, 9, 10]");
+  EXPECT_EQ(to_string(graph.node(graph.outputs()[1]).type), "f32[2, 3, 2, 4, 7, 8]");
+  auto bad = parse_graph("graph g {\n  input a: f32[12]\n  input b: f32[12, 4]\n"
+                         "  c = matmul(a, b)\n  output c\n}\n", "bad.kg");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("matmul takes 2-D to 6-D operands"), std::string::npos)
+      << bad.error().message;
+}
+
 struct BadOp {
   const char* name;
   const char* body;
