@@ -507,6 +507,32 @@ Expected<std::vector<TensorSpec>> specs_at(const std::optional<ir::Graph>& graph
   return runtime::tensor_specs(*bound, inputs ? bound->inputs() : bound->outputs());
 }
 
+// The bytes of device tensor `ref` for RuntimeOptions::check_indices on the GPU, read once the
+// work queued on `stream` before the run is done (the stream is synchronised first). Refused on
+// a stream being captured, which cannot wait.
+Expected<std::vector<unsigned char>> read_device_ids(int device, const TensorRef& ref,
+                                                     size_t bytes, void* stream) {
+  auto api = runtime::load_driver();
+  if (!api) return api.error();
+  const runtime::DriverApi& cu = **api;
+  auto cu_stream = static_cast<runtime::CuStream>(stream);
+  auto scope = runtime::ScopedContext::for_device(cu, device, cu_stream);
+  if (!scope) return scope.error();
+  int capturing = 0;
+  if (runtime::CuResult r = cu.stream_is_capturing(cu_stream, &capturing); r != 0 || capturing) {
+    return make_error("RuntimeOptions::check_indices reads embedding ids from device memory "
+                      "before the run, which a stream being captured cannot do; turn it off "
+                      "for a captured run");
+  }
+  if (runtime::CuResult r = cu.stream_synchronize(cu_stream); r != 0)
+    return runtime::driver_error(cu, "cuStreamSynchronize", r);
+  std::vector<unsigned char> host(bytes);
+  if (bytes == 0) return host;
+  if (runtime::CuResult r = cu.memcpy_dtoh(host.data(), reinterpret_cast<runtime::CuDevicePtr>(ref.data), bytes); r != 0)
+    return runtime::driver_error(cu, "cuMemcpyDtoH", r);
+  return host;
+}
+
 }  // namespace
 
 Executable::Executable() = default;
@@ -542,10 +568,22 @@ Status Executable::run(const std::vector<TensorRef>& inputs, const std::vector<T
   }
   if (Status s = runtime::check_tensors(*in_specs, inputs, "input"); !s) return s;
   if (Status s = runtime::check_tensors(*out_specs, outputs, "output"); !s) return s;
-  if (m_check_indices && m_on_cpu) {  // host memory: the ids can be read
-    for (const IndexCheck& c : m_index_checks)
-      if (Status s = check_indices(c.input, inputs[c.input].data, inputs[c.input].shape); !s)
-        return s;
+  if (m_check_indices) {
+    std::vector<bool> checked(inputs.size(), false);  // an input two embeddings read: once
+    for (const IndexCheck& c : m_index_checks) {
+      if (checked[c.input]) continue;
+      checked[c.input] = true;
+      const TensorRef& ids = inputs[c.input];
+      if (m_on_cpu) {  // host memory: the ids are read in place
+        if (Status s = check_indices(c.input, ids.data, ids.shape); !s) return s;
+        continue;
+      }
+      size_t bytes = m_inputs[c.input].dtype == DType::i32 ? 4 : 8;
+      for (int64_t d : ids.shape) bytes *= static_cast<size_t>(d);
+      auto host = read_device_ids(m_device, ids, bytes, stream);
+      if (!host) return host.error();
+      if (Status s = check_indices(c.input, host->data(), ids.shape); !s) return s;
+    }
   }
   return m_backend->run(inputs, outputs, values, stream);
 }

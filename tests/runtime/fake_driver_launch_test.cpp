@@ -211,5 +211,55 @@ TEST(FakeDriver, WithoutMemoryPoolsRunsStillWorkAndCaptureIsRefusedClearly) {
   EXPECT_EQ(cuStreamEndCapture(stream, &graph), 0);
 }
 
+// RuntimeOptions::check_indices on the GPU: the id inputs are copied to the host after the
+// stream is synchronised and checked before anything is launched; off, the run goes ahead (the
+// kernel reads a row of zeros). A captured stream cannot wait, so a checked run there is refused.
+TEST(FakeDriver, CheckIndicesReadsDeviceIdsBeforeLaunching) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto graph = ir::parse_graph("graph g {\n  input ids: i64[2, 3]\n  input emb: f32[5, 4]\n"
+                               "  x = relu(embedding(emb, ids))\n  output x\n}\n",
+                               "g.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  for (bool check : {false, true}) {
+    RuntimeOptions options;
+    options.use_cache = false;
+    options.check_indices = check;
+    auto runtime = Runtime::create(options);
+    ASSERT_TRUE(runtime) << runtime.error().message;
+    auto exe = (*runtime)->compile(*graph);
+    ASSERT_TRUE(exe) << exe.error().message;
+    Buffers buffers(**exe, 0);
+    ASSERT_TRUE(buffers.ok()) << buffers.error;
+    const int64_t ids[6] = {0, 4, 1, 2, 5, 3};  // 5 is outside [0, 5)
+    ASSERT_TRUE(buffers.owned[0].upload(ids, sizeof ids));
+    size_t before = fake_cuda::launches().size();
+    Status s = (*exe)->run(buffers.inputs, buffers.outputs);
+    if (!check) {
+      EXPECT_TRUE(s) << s.error().message;
+      EXPECT_EQ(fake_cuda::launches().size(), before + (*exe)->kernel_count());
+      continue;
+    }
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.error().message,
+              "input 'ids' holds 5 at [1, 1], outside the embedding table 'emb' of 5 rows "
+              "([0, 5)); RuntimeOptions::check_indices");
+    EXPECT_EQ(fake_cuda::launches().size(), before) << "a refused run launched a kernel";
+    const int64_t good[6] = {0, 4, 1, 2, 0, 3};
+    ASSERT_TRUE(buffers.owned[0].upload(good, sizeof good));
+    s = (*exe)->run(buffers.inputs, buffers.outputs);
+    EXPECT_TRUE(s) << s.error().message;
+    EXPECT_EQ(fake_cuda::launches().size(), before + (*exe)->kernel_count());
+    void* stream = make_stream();
+    ASSERT_TRUE((*exe)->prepare(stream));
+    ASSERT_EQ(cuStreamBeginCapture_v2(stream, k_capture_global), 0);
+    s = (*exe)->run(buffers.inputs, buffers.outputs, stream);
+    ASSERT_FALSE(s);
+    EXPECT_NE(s.error().message.find("a stream being captured cannot do"), std::string::npos)
+        << s.error().message;
+    void* captured = nullptr;
+    EXPECT_EQ(cuStreamEndCapture(stream, &captured), 0) << "the check made a call capture forbids";
+  }
+}
+
 }  // namespace
 }  // namespace kiln

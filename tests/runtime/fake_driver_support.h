@@ -36,7 +36,7 @@ inline std::shared_ptr<Executable> compile_example(const std::string& name, int 
 }
 
 inline size_t spec_bytes(const TensorSpec& spec) {
-  size_t bytes = spec.dtype == DType::f32 ? 4 : 2;
+  auto bytes = static_cast<size_t>(ir::byte_size(spec.dtype));
   for (int64_t d : spec.shape) bytes *= static_cast<size_t>(d);
   return bytes;
 }

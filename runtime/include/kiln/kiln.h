@@ -76,11 +76,13 @@ struct RuntimeOptions {
   // on the best available path instead of refusing it. They change the arithmetic, so they are
   // refused unless allowed here (and `fallbacks` is not `refuse`).
   bool allow_fallback = false;
-  // Checks, before each run whose inputs are in host memory (run_host on any target, run() on
-  // the CPU and emulate targets), that every id an embedding reads straight from an input is a
-  // row of its table ([0, V)); a run that holds one fails naming the input, the id's position,
-  // the id and V, and runs nothing. Off, such an id reads a row of zeros (never outside the
-  // table). run() on the GPU, whose inputs are device memory, is not checked.
+  // Checks, before each run, that every id an embedding reads straight from an input is a row
+  // of its table ([0, V)); a run that holds one fails naming the input, the id's position, the
+  // id and V, and runs nothing. Off, such an id reads a row of zeros (never outside the table).
+  // Host inputs (run_host on any target, run() on the CPU and emulate targets) are read in
+  // place; run() on the GPU copies the id inputs to the host first, after synchronising the
+  // stream (so a checked run waits for the work queued before it), and is refused on a stream
+  // being captured.
   bool check_indices = false;
   // NVRTC threads per graph; 0: $KILN_COMPILE_THREADS, else the core count.
   int compile_threads = 0;
