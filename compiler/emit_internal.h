@@ -120,6 +120,9 @@ class ValueEmitter {
   void ensure_coords(Point& p, bool plain_names);
   std::vector<std::string> project(Point& p, ir::NodeId id);
   std::string load(size_t point, ir::NodeId leaf);
+  // A fused embedding's value at `point`: its table's row ids[...] at the point's last
+  // coordinate, 0.0f where the id is outside [0, V).
+  std::string gathered(size_t point, ir::NodeId id);
 
   Code& m_code;
   const KernelContext& m_ctx;

@@ -101,6 +101,32 @@ std::string ValueEmitter::load(size_t point, ir::NodeId leaf) {
   return name;
 }
 
+std::string ValueEmitter::gathered(size_t point, ir::NodeId id) {
+  const ir::Graph& g = m_ctx.graph;
+  const ir::Node& n = g.node(id);
+  ir::NodeId table = n.operands[0], ids = n.operands[1];
+  std::vector<std::string> c = project(m_points[point], id);
+  const ir::Shape& shape = g.node(ids).type.shape;
+  std::string offset;
+  Extent stride;
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    if (shape.dim(d) != 1) {
+      const std::string& x = c[static_cast<size_t>(d)];
+      std::string term = stride.fixed() && stride.coef == 1 ? x : x + " * " + stride.expr();
+      offset = offset.empty() ? term : term + " + " + offset;
+    }
+    stride = stride * m_ctx.sizes.dim(ids, d);
+  }
+  std::string gid = "f" + to_str(m_names++);
+  m_code.line("const long long " + gid + " = (long long)" + m_ctx.param(ids) + "[" +
+              (offset.empty() ? "0" : offset) + "];");
+  std::string width = m_ctx.sizes.dim(table, 1).expr(), rows = m_ctx.sizes.dim(table, 0).expr();
+  return "(" + gid + " >= 0 && " + gid + " < " + rows + " ? " +
+         load_as_float(g.node(table).type.dtype,
+                       m_ctx.param(table) + "[" + gid + " * " + width + " + " + c.back() + "]") +
+         " : 0.0f)";
+}
+
 std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& anchor_value) {
   const ir::Graph& g = m_ctx.graph;
   const KernelGroup& group = m_ctx.kernel.group;
@@ -130,7 +156,7 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
   for (size_t i = 0; i <= top_pos; ++i) {
     if (point_of[i] != 0 || nodes[i] == group.anchor) continue;
     const ir::Node& n = g.node(nodes[i]);
-    if (moves_elements(n.kind)) continue;
+    if (moves_elements(n.kind) || n.kind == ir::OpKind::embedding) continue;
     for (ir::NodeId op : n.operands)
       if (!member(op)) read0.push_back(op);
   }
@@ -249,6 +275,8 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
                           ? typed_literal(n.type.dtype, n.attrs.literal2)
                           : operand(next);
       expr = "(" + c + " ? " + a + " : " + b + ")";
+    } else if (n.kind == ir::OpKind::embedding) {
+      expr = gathered(static_cast<size_t>(point_of[i]), id);
     } else if (n.kind == ir::OpKind::concat) {
       // The operand the axis coordinate falls in.
       std::string c = project(m_points[static_cast<size_t>(point_of[i])], id)

@@ -32,6 +32,10 @@ GroupKind anchor_kind(ir::OpKind kind) {
   return GroupKind::elementwise;
 }
 
+bool is_row_op(GroupKind kind) {
+  return kind == GroupKind::softmax || kind == GroupKind::reduce || kind == GroupKind::norm;
+}
+
 bool is_layout(ir::OpKind kind) { return ir::fusion_class(kind) == ir::FusionClass::layout; }
 
 bool is_elementwise(ir::OpKind kind) {
@@ -133,7 +137,8 @@ bool feeds_on_anchor(const ir::Graph& graph, ir::NodeId id,
         bool single = graph.use_counts()[static_cast<size_t>(op)] == 1 &&
                       consumers[static_cast<size_t>(op)].size() == 1;
         if (!single) continue;
-        if (anchor_kind(n.kind) != GroupKind::elementwise) {
+        GroupKind kind = anchor_kind(n.kind);
+        if (kind != GroupKind::elementwise && kind != GroupKind::gather) {  // a gather joins too
           if (n.type.shape == shape) return true;
         } else if (ir::category(n.kind) != ir::OpCategory::layout && next.size() < 16) {
           next.push_back(op);
@@ -204,6 +209,14 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads,
         if (is_elementwise(consumer.kind) ||
             (row_op && consumer.operands[0] == id && !feeds_on_anchor(graph, id, consumers)))
           target = g;
+      } else if (g >= 0 && kind == GroupKind::gather &&
+                 groups[static_cast<size_t>(g)].anchor >= 0 &&
+                 is_row_op(groups[static_cast<size_t>(g)].kind) &&
+                 (is_elementwise(consumer.kind) ||
+                  (c == groups[static_cast<size_t>(g)].anchor && consumer.operands[0] == id))) {
+        // An embedding read by a norm, softmax or reduction (or by its elementwise prologue or
+        // epilogue) joins that kernel: each element it reads is gathered from the table there.
+        target = g;
       } else if (g >= 0 && kind != GroupKind::elementwise && is_elementwise(consumer.kind) &&
                  !is_layout(consumer.kind) && plain[static_cast<size_t>(c)]) {
         KernelGroup& group = groups[static_cast<size_t>(g)];

@@ -20,6 +20,8 @@ GroupKind anchor_kind(ir::OpKind kind);
 // move elements (permute, slice, concat), whose operands are read at moved coordinates.
 bool is_elementwise(ir::OpKind kind);
 bool is_layout(ir::OpKind kind);
+// Softmax, reductions and norms: the row ops, whose first operand may carry a fused prologue.
+bool is_row_op(GroupKind kind);
 // True when node `id` is a view of its operand's buffer: a reshape that is not a graph output.
 bool is_view(const ir::Graph& graph, ir::NodeId id);
 

@@ -66,6 +66,32 @@ class Values {
     return v;
   }
 
+  // A fused embedding's value at `at`: its table's row ids[...] at the point's last coordinate,
+  // 0 where the id is outside [0, V) (the row read is then row 0's, a valid address).
+  llvm::Value* gathered(At& at, ir::NodeId id) {
+    const ir::Graph& g = m_kb.graph();
+    const ir::Node& n = g.node(id);
+    ir::NodeId table = n.operands[0], ids = n.operands[1];
+    llvm::IRBuilder<>& b = m_kb.b();
+    std::vector<llvm::Value*> c = project(at, id);
+    const ir::Shape& shape = g.node(ids).type.shape;
+    llvm::Value* offset = m_kb.i64c(0);
+    Extent stride;
+    for (int d = shape.rank() - 1; d >= 0; --d) {
+      if (shape.dim(d) != 1)
+        offset = b.CreateAdd(offset, b.CreateMul(c[static_cast<size_t>(d)], m_kb.extent(stride)));
+      stride = stride * m_kb.sizes().dim(ids, d);
+    }
+    llvm::Value* gid = b.CreateSExt(m_kb.load_value(g.node(ids).type.dtype, m_kb.param_of(ids), offset),
+                                    m_kb.i64());
+    llvm::Value* rows = m_kb.extent(m_kb.sizes().dim(table, 0));
+    llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(gid, m_kb.i64c(0)), b.CreateICmpSLT(gid, rows));
+    llvm::Value* row = b.CreateSelect(inside, gid, m_kb.i64c(0));
+    llvm::Value* element = b.CreateAdd(b.CreateMul(row, m_kb.extent(m_kb.sizes().dim(table, 1))), c.back());
+    llvm::Value* v = m_kb.load_float(g.node(table).type.dtype, m_kb.param_of(table), element);
+    return b.CreateSelect(inside, v, m_kb.f32c(0.0));
+  }
+
   KernelBuilder& m_kb;
   const std::vector<ir::NodeId>& m_nodes;
 };
@@ -183,6 +209,8 @@ llvm::Value* Values::value(ir::NodeId top, Point point, llvm::Value* anchor_valu
                            ? m_kb.typed_literal(n.type.dtype, n.attrs.literal2)
                            : operand(next);
       v = b.CreateSelect(c, a, d);
+    } else if (n.kind == ir::OpKind::embedding) {
+      v = gathered(ats[static_cast<size_t>(point_of[i])], id);
     } else if (n.kind == ir::OpKind::concat) {
       llvm::Value* c = project(ats[static_cast<size_t>(point_of[i])], id)[static_cast<size_t>(n.attrs.axis)];
       std::vector<llvm::Value*> parts;

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -250,28 +251,58 @@ TEST(CpuTarget, IntegerAndBoolGraphsMatchTheReferenceInEveryMode) {
   }
 }
 
+// `inputs` as the device holds them (`edit` may change the bytes), through `program`, each
+// output read back as the reference holds it, beside fp64's.
+struct Compared {
+  std::vector<reference::Tensor> got, want;
+};
+Compared run_beside_fp64(const ir::Graph& graph, runtime::CpuProgram& program,
+                         const std::vector<reference::Tensor>& inputs,
+                         const std::function<void(std::vector<std::vector<unsigned char>>&)>& edit = {}) {
+  Compared c;
+  std::vector<std::vector<unsigned char>> bytes;
+  for (const reference::Tensor& t : inputs) {
+    bytes.emplace_back(t.type().bytes());
+    reference::store_device_bytes(t, bytes.back().data());
+  }
+  if (edit) edit(bytes);
+  auto out = program.run(bytes, {});
+  EXPECT_TRUE(out) << out.error().message;
+  auto truth = reference::run(graph, inputs, reference::RunMode::fp64());
+  EXPECT_TRUE(truth) << truth.error().message;
+  if (!out || !truth) return c;
+  c.want = std::move(*truth);
+  for (size_t o = 0; o < c.want.size(); ++o)
+    c.got.push_back(reference::load_device_bytes(graph.node(graph.outputs()[o]).type, (*out)[o].data()));
+  return c;
+}
+
 // Edge values bit for bit against the reference: casts that truncate, saturate and take NaN to
 // 0, i64 -> i32 wrapping, wrapping i32 products, a bool byte of 7 read as true.
 TEST(CpuTarget, IntegerAndBoolEdgeValuesMatchTheReferenceExactly) {
   ir::Graph graph = parse(kiln::testing::k_typed_edges);
   auto program = build(graph, ir::Precision::highest);
   ASSERT_TRUE(program);
-  std::vector<reference::Tensor> inputs = kiln::testing::typed_edge_inputs(graph);
-  std::vector<std::vector<unsigned char>> bytes;
-  for (const reference::Tensor& t : inputs) {
-    bytes.emplace_back(t.type().bytes());
-    reference::store_device_bytes(t, bytes.back().data());
-  }
-  bytes[3][2] = 7;
-  auto out = program->run(bytes, {});
-  ASSERT_TRUE(out) << out.error().message;
-  auto truth = reference::run(graph, inputs, reference::RunMode::fp64());
-  ASSERT_TRUE(truth) << truth.error().message;
-  for (size_t o = 0; o < truth->size(); ++o) {
-    ir::NodeId id = graph.outputs()[o];
-    reference::Tensor got = reference::load_device_bytes(graph.node(id).type, (*out)[o].data());
-    EXPECT_EQ(got.values, (*truth)[o].values) << graph.node(id).name;
-  }
+  Compared c = run_beside_fp64(graph, *program, kiln::testing::typed_edge_inputs(graph),
+                               [](auto& bytes) { bytes[3][2] = 7; });
+  ASSERT_EQ(c.got.size(), graph.outputs().size());
+  for (size_t o = 0; o < c.got.size(); ++o)
+    EXPECT_EQ(c.got[o].values, c.want[o].values) << graph.node(graph.outputs()[o]).name;
+}
+
+// Embeddings fused into the row ops that read them: ids outside [0, V) give zero rows there too
+// (the row read is row 0's, a valid address, then selected away), against fp64.
+TEST(CpuTarget, FusedGathersReadZerosForIdsOutsideTheTable) {
+  ir::Graph graph = parse(kiln::testing::k_fused_embeddings);
+  auto program = build(graph, ir::Precision::highest);
+  ASSERT_TRUE(program);
+  Compared c = run_beside_fp64(graph, *program, kiln::testing::fused_embedding_inputs(graph));
+  ASSERT_EQ(c.got.size(), graph.outputs().size());
+  for (size_t o = 0; o < c.got.size(); ++o)
+    for (size_t i = 0; i < c.got[o].values.size(); ++i)
+      EXPECT_NEAR(c.got[o].values[i], c.want[o].values[i], 1e-5)
+          << graph.node(graph.outputs()[o]).name << "[" << i << "]";
+  for (size_t i = 24; i < 36; ++i) EXPECT_EQ(c.got[1].values[i], 0.0);  // r's row 2: id -1
 }
 
 // A row of the attention op whose every key is masked out is zeros (0 / 0 would be NaN).

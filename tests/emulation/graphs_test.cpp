@@ -1,15 +1,18 @@
 // Every op pattern of examples/graphs, at odd and aligned sizes, in each precision mode and on
 // each arch family, run as generated kernels under emulation and checked against fp64, each under
 // the kind, the adversarial and two seeded schedules; races the kind schedule hides, caught.
+#include "compiler/fusion.h"
 #include "emulation/check.h"
 #include "ir/parse.h"
 #include "reference/execute.h"
+#include "reference/tensor.h"
 #include "text_edit.h"
 #include "typed_edges.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -381,29 +384,57 @@ TEST(EmulatedModule, MoreSharedMemoryThanTheArchHasIsAnError) {
 namespace kiln::emulation {
 namespace {
 
+// Runs `graph` on `inputs` emulated for sm_75 and sm_90 (highest, the adversarial schedule) and
+// in fp64, and hands each output to `check` (its name, emulated and fp64 values, the arch).
+void against_fp64(const ir::Graph& graph, const std::vector<reference::Tensor>& inputs,
+                  const std::function<void(const std::string&, const std::vector<double>&,
+                                           const std::vector<double>&, int)>& check) {
+  auto truth = reference::run(graph, inputs, reference::RunMode::fp64());
+  ASSERT_TRUE(truth) << truth.error().message;
+  for (int sm : {75, 90}) {
+    compiler::CompileOptions options;
+    options.target.sm = sm;
+    options.precision = ir::Precision::highest;
+    auto program = build_program(graph, options);
+    ASSERT_TRUE(program) << program.error().message;
+    auto out = program->run(inputs, Schedule::adversarial());
+    ASSERT_TRUE(out) << out.error().message;
+    ASSERT_EQ(out->size(), truth->size());
+    for (size_t o = 0; o < out->size(); ++o)
+      check(graph.node(graph.outputs()[o]).name, (*out)[o].values, (*truth)[o].values, sm);
+  }
+}
+
 // Edge values through the generated kernels, as the reference gives them, bit for bit: float ->
 // integer casts that truncate, saturate and take NaN to 0, i64 -> i32 wrapping, i32 products and
 // negations past the range, comparisons with NaN, bools to and from floats.
 TEST(EmulatedTyped, EdgeValuesMatchTheReferenceExactly) {
   auto graph = ir::parse_graph(kiln::testing::k_typed_edges, "edges.kg");
   ASSERT_TRUE(graph.ok()) << graph.error().message;
-  std::vector<reference::Tensor> inputs = kiln::testing::typed_edge_inputs(*graph);
-  auto truth = reference::run(*graph, inputs, reference::RunMode::fp64());
-  ASSERT_TRUE(truth) << truth.error().message;
-  for (int sm : {75, 90}) {
-    compiler::CompileOptions options;
-    options.target.sm = sm;
-    options.precision = ir::Precision::highest;
-    auto program = build_program(*graph, options);
-    ASSERT_TRUE(program) << program.error().message;
-    auto out = program->run(inputs, Schedule::adversarial());
-    ASSERT_TRUE(out) << out.error().message;
-    ASSERT_EQ(out->size(), truth->size());
-    for (size_t o = 0; o < out->size(); ++o) {
-      const std::string& name = graph->node(graph->outputs()[o]).name;
-      EXPECT_EQ((*out)[o].values, (*truth)[o].values) << name << " on sm_" << sm;
-    }
-  }
+  against_fp64(*graph, kiln::testing::typed_edge_inputs(*graph),
+               [](const std::string& name, const std::vector<double>& got,
+                  const std::vector<double>& want, int sm) {
+                 EXPECT_EQ(got, want) << name << " on sm_" << sm;
+               });
+}
+
+// Embeddings fused into the norms, softmax and reduction that read them gather each element in
+// that kernel; an id outside [0, V) reads a row of zeros there as in the gather kernel, never
+// outside the table (the emulator faults on any read outside a buffer). Against fp64.
+TEST(EmulatedEmbedding, FusedGathersReadZerosForIdsOutsideTheTable) {
+  auto graph = ir::parse_graph(kiln::testing::k_fused_embeddings, "g.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  EXPECT_EQ(compiler::fuse(*graph).size(), 4u) << "each embedding in the kernel of the row op that reads it";
+  against_fp64(*graph, kiln::testing::fused_embedding_inputs(*graph),
+               [](const std::string& name, const std::vector<double>& got,
+                  const std::vector<double>& want, int sm) {
+                 ASSERT_EQ(got.size(), want.size());
+                 for (size_t i = 0; i < got.size(); ++i)
+                   EXPECT_NEAR(got[i], want[i], 1e-5) << name << "[" << i << "] on sm_" << sm;
+                 // Row 2 of r reads id -1: a row of zeros, normalised to zeros.
+                 if (name == "r")
+                   for (size_t i = 24; i < 36; ++i) EXPECT_EQ(got[i], 0.0) << "sm_" << sm;
+               });
 }
 
 }  // namespace

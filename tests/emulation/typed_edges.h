@@ -40,4 +40,35 @@ inline std::vector<reference::Tensor> typed_edge_inputs(const ir::Graph& graph) 
           tensor(4, {1, 2, 3, 4, 5, 6})};
 }
 
+// Embeddings fused into the norms, softmax and reduction that read them (and a norm's prologue
+// with a cast bf16 table), read by ids outside [0, V) (negative, V, far past it) as well as
+// inside: zero rows, never a read outside the table, in every kernel they are fused into.
+inline const char* k_fused_embeddings = R"(graph fused_embeddings {
+  input ids: i64[2, 5]
+  input types: i32[2, 5]
+  input words: f32[7, 12]
+  input type_table: bf16[2, 12]
+  input w: f32[12]
+  input b: f32[12]
+  x = add(embedding(words, ids), cast(embedding(type_table, types), to=f32))
+  h = layer_norm(x, w, b)
+  r = rms_norm(embedding(words, ids), w)
+  s = softmax(embedding(words, ids), axis=0)
+  m = sum(embedding(words, types), axis=-1)
+  output h, r, s, m
+}
+)";
+
+// The inputs of k_fused_embeddings: ids 0 to 2 at [0, 2] are -1 (so r's row 2 is zeros).
+inline std::vector<reference::Tensor> fused_embedding_inputs(const ir::Graph& graph) {
+  std::vector<reference::Tensor> inputs;
+  for (ir::NodeId id : graph.inputs()) inputs.push_back(reference::zeros(graph.node(id).type));
+  inputs[0].values = {0, 6, -1, 7, 3, 1000000, 2, 5, -7, 4};
+  inputs[1].values = {0, 1, 2, -1, 1, 0, 0, 1, 1, 3};
+  for (size_t t = 2; t < inputs.size(); ++t)
+    for (size_t i = 0; i < inputs[t].values.size(); ++i)
+      inputs[t].values[i] = reference::store_value(inputs[t].dtype, std::sin(1.0 + 0.7 * i + t));
+  return inputs;
+}
+
 }  // namespace kiln::testing
