@@ -23,6 +23,15 @@ public:
   virtual Status prepare(const std::vector<int64_t>& values, void* stream) = 0;
   virtual Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
                      const std::vector<int64_t>& values, void* stream) = 0;
+  // Executable::run_timed: the CPU target's backend runs and times its kernels; the others
+  // say they do not.
+  virtual Status run_timed(const std::vector<TensorRef>& inputs,
+                           const std::vector<TensorRef>& outputs,
+                           const std::vector<int64_t>& values, std::vector<KernelTime>& kernels) {
+    (void)inputs, (void)outputs, (void)values, (void)kernels;
+    return make_error("run_timed times the CPU target's kernels only; this executable's are for ",
+                      exe().arch());
+  }
 
 protected:
   // `exe` owns the backend and outlives it: its description (specs, dims, device) is read here.

@@ -26,6 +26,20 @@ public:
     return m_program->run(in, out, values);
   }
 
+  Status run_timed(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+                   const std::vector<int64_t>& values, std::vector<KernelTime>& kernels) override {
+    std::vector<const void*> in;
+    std::vector<void*> out;
+    for (const TensorRef& ref : inputs) in.push_back(ref.data);
+    for (const TensorRef& ref : outputs) out.push_back(ref.data);
+    std::vector<double> us;
+    Status s = m_program->run(in, out, values, 0, &us);
+    const auto& artifact_kernels = m_program->artifact().kernels;
+    for (size_t i = 0; i < us.size() && i < artifact_kernels.size(); ++i)
+      kernels.push_back({artifact_kernels[i].name, us[i]});
+    return s;
+  }
+
 private:
   std::unique_ptr<CpuProgram> m_program;
 };

@@ -3,6 +3,7 @@
 
 #include "runtime/cpu_workers.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -110,7 +111,9 @@ Expected<std::vector<uint64_t>> CpuProgram::output_bytes(const std::vector<int64
 }
 
 Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-                       const std::vector<int64_t>& dims, int threads) const {
+                       const std::vector<int64_t>& dims, int threads,
+                       std::vector<double>* kernel_us) const {
+  if (kernel_us) kernel_us->clear();
   const compiler::Artifact& a = m_artifact;
   if (inputs.size() != a.input_bytes.size() || outputs.size() != a.output_bytes.size()) {
     return make_error("the program takes ", std::to_string(a.input_bytes.size()), " inputs and ",
@@ -146,7 +149,11 @@ Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector
         return make_error("kernel ", k.name, ": corrupt work items");
       items *= t;
     }
-    if (items == 0) continue;
+    if (items == 0) {
+      if (kernel_us) kernel_us->push_back(0.0);
+      continue;
+    }
+    auto started = std::chrono::steady_clock::now();
     auto parts = static_cast<size_t>(std::min<uint64_t>(static_cast<uint64_t>(pool), items));
     compiler::cpu::KernelFunction fn = functions[i];
     for (size_t part = 0; part < parts; ++part) {
@@ -161,6 +168,10 @@ Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector
       fn(buffers->data(), dims.data(), begin, end, scratch[part] ? scratch[part]->data : nullptr);
     };
     run_parts(parts, static_cast<int>(parts), run_part);
+    if (kernel_us) {
+      kernel_us->push_back(std::chrono::duration<double, std::micro>(
+                               std::chrono::steady_clock::now() - started).count());
+    }
   }
   return {};
 }

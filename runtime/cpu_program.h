@@ -31,9 +31,11 @@ class CpuProgram {
       const std::vector<std::vector<unsigned char>>& inputs, const std::vector<int64_t>& dims,
       int threads = 0) const;
 
-  // The same on caller-owned buffers (inputs, then outputs, in graph order).
+  // The same on caller-owned buffers (inputs, then outputs, in graph order). With `kernel_us`,
+  // each kernel's wall time in microseconds, in artifact order (0 for one with no work items).
   Status run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-             const std::vector<int64_t>& dims, int threads = 0) const;
+             const std::vector<int64_t>& dims, int threads = 0,
+             std::vector<double>* kernel_us = nullptr) const;
 
   // Byte sizes of the inputs and outputs at `dims`.
   Expected<std::vector<uint64_t>> input_bytes(const std::vector<int64_t>& dims) const;

@@ -544,8 +544,9 @@ Status Executable::prepare(const std::vector<int64_t>& values, void* stream) {
   return m_backend->prepare(values, stream);
 }
 
-Status Executable::run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
-                       void* stream) {
+Expected<std::vector<int64_t>> Executable::check_run(const std::vector<TensorRef>& inputs,
+                                                     const std::vector<TensorRef>& outputs,
+                                                     void* stream) {
   // The arguments are checked here once, whichever backend runs them: against the specs, or
   // for a symbolic graph against the specs at the symbols' values the input shapes give.
   std::vector<int64_t> values;
@@ -553,7 +554,8 @@ Status Executable::run(const std::vector<TensorRef>& inputs, const std::vector<T
   const std::vector<TensorSpec>* in_specs = &m_inputs;
   const std::vector<TensorSpec>* out_specs = &m_outputs;
   if (m_graph) {
-    if (inputs.size() != m_inputs.size()) return runtime::check_tensors(m_inputs, inputs, "input");
+    if (inputs.size() != m_inputs.size())
+      return runtime::check_tensors(m_inputs, inputs, "input").error();
     std::vector<std::vector<int64_t>> shapes;
     for (const TensorRef& ref : inputs) shapes.push_back(ref.shape);
     auto found = m_graph->symbol_values(shapes);
@@ -566,8 +568,8 @@ Status Executable::run(const std::vector<TensorRef>& inputs, const std::vector<T
     in_specs = &bound_inputs;
     out_specs = &bound_outputs;
   }
-  if (Status s = runtime::check_tensors(*in_specs, inputs, "input"); !s) return s;
-  if (Status s = runtime::check_tensors(*out_specs, outputs, "output"); !s) return s;
+  if (Status s = runtime::check_tensors(*in_specs, inputs, "input"); !s) return s.error();
+  if (Status s = runtime::check_tensors(*out_specs, outputs, "output"); !s) return s.error();
   if (m_check_indices) {
     std::vector<bool> checked(inputs.size(), false);  // an input two embeddings read: once
     for (const IndexCheck& c : m_index_checks) {
@@ -575,17 +577,33 @@ Status Executable::run(const std::vector<TensorRef>& inputs, const std::vector<T
       checked[c.input] = true;
       const TensorRef& ids = inputs[c.input];
       if (m_on_cpu) {  // host memory: the ids are read in place
-        if (Status s = check_indices(c.input, ids.data, ids.shape); !s) return s;
+        if (Status s = check_indices(c.input, ids.data, ids.shape); !s) return s.error();
         continue;
       }
       size_t bytes = m_inputs[c.input].dtype == DType::i32 ? 4 : 8;
       for (int64_t d : ids.shape) bytes *= static_cast<size_t>(d);
       auto host = read_device_ids(m_device, ids, bytes, stream);
       if (!host) return host.error();
-      if (Status s = check_indices(c.input, host->data(), ids.shape); !s) return s;
+      if (Status s = check_indices(c.input, host->data(), ids.shape); !s) return s.error();
     }
   }
-  return m_backend->run(inputs, outputs, values, stream);
+  return values;
+}
+
+Status Executable::run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+                       void* stream) {
+  auto values = check_run(inputs, outputs, stream);
+  if (!values) return values.error();
+  return m_backend->run(inputs, outputs, *values, stream);
+}
+
+Status Executable::run_timed(const std::vector<TensorRef>& inputs,
+                             const std::vector<TensorRef>& outputs,
+                             std::vector<KernelTime>& kernels) {
+  kernels.clear();
+  auto values = check_run(inputs, outputs, nullptr);
+  if (!values) return values.error();
+  return m_backend->run_timed(inputs, outputs, *values, kernels);
 }
 
 Status Executable::check_indices(size_t input, const void* ids,

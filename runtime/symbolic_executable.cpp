@@ -35,6 +35,13 @@ public:
     return ExecutableAccess::backend(**runner).run(inputs, outputs, values, stream);
   }
 
+  Status run_timed(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+                   const std::vector<int64_t>& values, std::vector<KernelTime>& kernels) override {
+    auto runner = bucket(values);
+    if (!runner) return runner.error();
+    return ExecutableAccess::backend(**runner).run_timed(inputs, outputs, values, kernels);
+  }
+
 private:
   // The executable of the bucket holding `values`, compiled on first use.
   Expected<std::shared_ptr<Executable>> bucket(const std::vector<int64_t>& values) {

@@ -174,5 +174,55 @@ TEST(CpuCheckIndices, AnIdOutsideTheTableStopsTheRunWhenAsked) {
   }
 }
 
+// Executable::run_timed on the CPU target: the outputs run() gives, one time per kernel in the
+// artifact's order (a symbolic graph's: its bucket's kernels), the arguments checked as run()
+// checks them; on the emulator it says it times the CPU target only.
+TEST(CpuRunTimed, TimesEachKernelAndComputesWhatRunDoes) {
+  TempDir dir;
+  auto graph = ir::parse_graph(
+      "graph g {\n  dim S: 1..64\n  input x: f32[S, 8]\n  input w: f32[8, 4]\n"
+      "  y = softmax(relu(matmul(x, w)))\n  output y\n}\n",
+      "g.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  RuntimeOptions options;
+  options.target = "cpu";
+  options.cache_dir = dir.path;
+  options.remote_cache = "";
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().message;
+  auto exe = (*runtime)->compile(*graph);
+  ASSERT_TRUE(exe) << exe.error().message;
+  std::vector<float> x(5 * 8), w(8 * 4), a(5 * 4, -1.0f), b(5 * 4, -2.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * static_cast<float>(i % 5);
+  std::vector<TensorRef> in = {{x.data(), DType::f32, {5, 8}}, {w.data(), DType::f32, {8, 4}}};
+  ASSERT_TRUE((*exe)->run(in, {{a.data(), DType::f32, {5, 4}}}));
+  std::vector<KernelTime> kernels{{"stale", 1.0}};
+  Status s = (*exe)->run_timed(in, {{b.data(), DType::f32, {5, 4}}}, kernels);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(kernels.size(), 2u);  // the matmul with its relu, the softmax
+  EXPECT_EQ(kernels[0].name.rfind("k0_matmul", 0), 0u) << kernels[0].name;
+  EXPECT_EQ(kernels[1].name, "k1_softmax");
+  for (const KernelTime& k : kernels) EXPECT_GE(k.us, 0.0);
+  // Checked as run() is: a wrong shape is refused before anything runs.
+  s = (*exe)->run_timed(in, {{b.data(), DType::f32, {4, 4}}}, kernels);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("output"), std::string::npos) << s.error().message;
+  EXPECT_TRUE(kernels.empty());
+
+  RuntimeOptions emulated = options;
+  emulated.target = "emulate:sm_90";
+  auto other = Runtime::create(emulated);
+  ASSERT_TRUE(other) << other.error().message;
+  auto exe2 = (*other)->compile(*graph);
+  ASSERT_TRUE(exe2) << exe2.error().message;
+  s = (*exe2)->run_timed(in, {{b.data(), DType::f32, {5, 4}}}, kernels);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("run_timed times the CPU target's kernels only"),
+            std::string::npos)
+      << s.error().message;
+}
+
 }  // namespace
 }  // namespace kiln

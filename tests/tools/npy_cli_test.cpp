@@ -336,6 +336,21 @@ TEST_F(NpyCli, IntegerAndBoolTensorsGoInAndOutAsNpy) {
   json report = json::parse(r.out);
   EXPECT_EQ(report["runs"], 3);
   EXPECT_GT(report["run_us"].get<double>(), 0.0);
+  // The CPU target times each kernel: every kernel named, the time outside them a share of the
+  // run in [0, 1].
+  ASSERT_TRUE(report["kernels"].is_array());
+  ASSERT_FALSE(report["kernels"].empty());
+  double kernels_us = 0;
+  for (const json& k : report["kernels"]) {
+    EXPECT_EQ(k["name"].get<std::string>().rfind("k", 0), 0u) << k.dump();
+    EXPECT_GE(k["run_us"].get<double>(), 0.0);
+    kernels_us += k["run_us"].get<double>();
+  }
+  EXPECT_EQ(report["kernels"][0]["name"], "k0_embedding");
+  EXPECT_GE(report["outside_share"].get<double>(), 0.0);
+  EXPECT_LE(report["outside_share"].get<double>(), 1.0);
+  EXPECT_GE(report["outside_us"].get<double>(), 0.0);
+  EXPECT_LE(kernels_us, 3 * report["run_us"].get<double>());
   npy::Array n = read_npy(m_dir + "/out/n.npy");
   EXPECT_EQ(n.descr, npy::Descr::i4);
   int32_t n_values[6];

@@ -147,6 +147,13 @@ private:
 };
 
 // A compiled graph, ready to run: what it is (specs, arch, precision, cache outcome) and the
+// One kernel of a run timed by Executable::run_timed.
+struct KernelTime {
+  std::string name;  // the artifact's name for it ("k3_matmul_tf32_64x64")
+  double us = 0;     // wall time from its dispatch to its last work item's end (the thread pool's
+                     // wake-up and join included)
+};
+
 // backend that runs it (the CUDA driver, per-bucket dispatch of a symbolic graph, or the CPU
 // target). Made by Runtime::compile*.
 class Executable {
@@ -212,6 +219,14 @@ public:
   Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
              void* stream = nullptr);
 
+  // run() on the CPU target, timing each kernel: `kernels` is set to one entry per kernel, in
+  // the order they ran (a symbolic graph's: its bucket's kernels). What the run spends outside
+  // them (temporaries, dispatch between kernels) is the caller's wall time of the call less
+  // their sum. Checks its arguments as run() does; fails on any other target (the GPU and the
+  // emulator are not timed per kernel here).
+  Status run_timed(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+                   std::vector<KernelTime>& kernels);
+
   // Host convenience for tools and tests: copies each input's bytes (device layout, in
   // declaration order) to fresh device buffers on device(), runs, waits, and returns each
   // output's bytes.
@@ -224,6 +239,11 @@ public:
 
 private:
   Executable();
+  // run()'s argument checks: counts, dtypes and shapes against the specs (at the symbols'
+  // values the input shapes give, returned; empty for a static graph), and the ids
+  // check_indices asks for.
+  Expected<std::vector<int64_t>> check_run(const std::vector<TensorRef>& inputs,
+                                           const std::vector<TensorRef>& outputs, void* stream);
   // RuntimeOptions::check_indices: the ids in `ids` (i32 or i64, `count` of them, shaped
   // `shape`) of every embedding read straight from an input.
   Status check_indices(size_t input, const void* ids, const std::vector<int64_t>& shape) const;
