@@ -30,6 +30,8 @@
 #include "compiler/target.h"
 #include "ir/parse.h"
 #include "ir/print.h"
+#include "reference/audit.h"
+#include "reference/tensor.h"
 #include "runtime/compile_service.h"
 #include "runtime/cpu_program.h"
 
@@ -63,11 +65,13 @@ struct Settings {
   bool quick = false;
   int herd = 8;
   int serving = 0;  // requests in the serving sweep (0: none)
+  bool run = false;  // --run: the CPU target's steady-state run time per graph and per kernel
   uint64_t seed = 1;
   int cold_runs() const { return quick ? 3 : 5; }
   int warm_runs() const { return quick ? 200 : 2000; }
   int process_runs() const { return quick ? 5 : 15; }
   int remote_runs() const { return quick ? 20 : 100; }
+  int run_runs() const { return quick ? 20 : 100; }
 };
 
 double median(std::vector<double> values) {
@@ -201,6 +205,63 @@ Expected<double> read_floor_us(const std::string& db_path, const std::string& ke
   return median(times);
 }
 
+// The CPU target's steady state (--run): `artifact` loaded once, run on seeded inputs at the
+// benchmark sizes into buffers allocated once, 3 warm-up runs then s.run_runs() timed ones. The
+// median run, each kernel's median, and the median time outside the kernels (temporaries,
+// dispatch between kernels) with its share of the run.
+Expected<json> bench_run(const Settings& s, const ir::Graph& graph,
+                         const compiler::CompileOptions& options,
+                         const compiler::Artifact& artifact) {
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < options.bucket.size(); ++i)
+    dims.push_back(std::clamp<int64_t>(128, graph.symbols()[i].lo, graph.symbols()[i].hi));
+  auto bound = graph.bind(dims);
+  if (!bound) return bound.error();
+  auto inputs = reference::make_inputs(*bound, reference::InputSource{s.seed, {}});
+  if (!inputs) return inputs.error();
+  std::vector<std::vector<unsigned char>> in_bytes;
+  for (const reference::Tensor& t : *inputs) {
+    in_bytes.emplace_back(static_cast<size_t>(t.type().bytes()));
+    reference::store_device_bytes(t, in_bytes.back().data());
+  }
+  auto program = runtime::CpuProgram::load(artifact);
+  if (!program) return program.error();
+  auto out_sizes = (*program)->output_bytes(dims);
+  if (!out_sizes) return out_sizes.error();
+  std::vector<std::vector<unsigned char>> out_bytes;
+  for (uint64_t bytes : *out_sizes) out_bytes.emplace_back(bytes);
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  for (const auto& b : in_bytes) in.push_back(b.data());
+  for (auto& b : out_bytes) out.push_back(b.data());
+  std::vector<double> total, outside;
+  std::vector<std::vector<double>> per_kernel(artifact.kernels.size());
+  for (int r = 0; r < 3 + s.run_runs(); ++r) {
+    std::vector<double> kernel_us;
+    auto start = std::chrono::steady_clock::now();
+    Status st = (*program)->run(in, out, dims, 0, &kernel_us);
+    double us = ms_since(start) * 1000.0;
+    if (!st) return st.error();
+    if (r < 3) continue;
+    total.push_back(us);
+    double sum = 0;
+    for (size_t k = 0; k < kernel_us.size() && k < per_kernel.size(); ++k) {
+      per_kernel[k].push_back(kernel_us[k]);
+      sum += kernel_us[k];
+    }
+    outside.push_back(std::max(0.0, us - sum));
+  }
+  json run;
+  run["runs"] = s.run_runs();
+  run["run_us"] = median(total);
+  run["outside_us"] = median(outside);
+  run["outside_share"] = median(total) > 0 ? median(outside) / median(total) : 0.0;
+  run["kernels"] = json::array();
+  for (size_t k = 0; k < per_kernel.size(); ++k)
+    run["kernels"].push_back({{"name", artifact.kernels[k].name}, {"run_us", median(per_kernel[k])}});
+  return run;
+}
+
 Expected<json> bench_graph(const Settings& s, const std::string& path,
                            compiler::CompileOptions options,
                            const testing::RedisServer* redis) {
@@ -262,6 +323,11 @@ Expected<json> bench_graph(const Settings& s, const std::string& path,
       load.push_back(ms_since(start) * 1000.0);
     }
     row["object_load_us"] = median(load);
+    if (s.run) {
+      auto run = bench_run(s, *graph, options, hit->artifact);
+      if (!run) return make_error(path, ": --run: ", run.error().message);
+      row["run"] = *run;
+    }
   }
   row["stored_bytes_v1"] = v1_stored_bytes(stored->front());
   cache.reset();
@@ -278,7 +344,9 @@ Expected<json> bench_graph(const Settings& s, const std::string& path,
     version.push_back(run_together({{s.kiln, "--version"}})[0].wall_ms);
   }
 
-  if (redis) {
+  // A CPU target's entry holds host machine code, which the remote tier takes only from a
+  // machine holding the fleet's secret: no remote column for it here.
+  if (redis && !options.target.is_cpu()) {
     // The fleet holds the entry; each run starts from an empty local cache.
     {
       auto filler = open_cache(warm_dir.path(), redis->url());
@@ -437,6 +505,11 @@ void print_table(const json& report) {
                 g["stored_bytes"].get<unsigned long long>(),
                 g["stored_bytes_v1"].get<unsigned long long>());
     if (g.contains("object_load_us")) std::printf("  load %.0f us", g["object_load_us"].get<double>());
+    if (g.contains("run")) {
+      const json& r = g["run"];
+      std::printf("  run %.1f us (outside the kernels %.1f%%)", r["run_us"].get<double>(),
+                  100.0 * r["outside_share"].get<double>());
+    }
     std::printf("\n");
   }
   if (report.contains("fleet_herd")) {
@@ -479,6 +552,11 @@ int run(const Settings& s) {
   compiler::CompileOptions options;
   options.target.sm = *sm;
   options.precision = *precision;
+  if (s.run && s.target == "cuda") {
+    std::fprintf(stderr, "kiln-bench: --run times the CPU target (--target cpu); the GPU's kernels "
+                         "are timed by bench/gpu_gemm and bench/gpu_attention\n");
+    return 2;
+  }
   if (s.target != "cuda") {
     auto target = compiler::parse_target(s.target);
     auto machine = target && target->is_cpu()
@@ -568,7 +646,10 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", s.quick, "fewer repetitions");
   app.add_option("--serving", s.serving,
                  "serving sweep: this many requests, batch sizes 1..512 (0: skip; default 0)");
-  app.add_option("--seed", s.seed, "seed of the serving sweep's batch sizes (default 1)");
+  app.add_option("--seed", s.seed, "seed of the serving sweep's batch sizes and of --run's inputs (default 1)");
+  app.add_flag("--run", s.run,
+               "with --target cpu: each graph's steady-state run time, per kernel, and the share "
+               "outside the kernels (seeded inputs at the benchmark sizes)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
