@@ -123,6 +123,9 @@ class ValueEmitter {
   // A fused embedding's value at `point`: its table's row ids[...] at the point's last
   // coordinate, 0.0f where the id is outside [0, V).
   std::string gathered(size_t point, ir::NodeId id);
+  // The row-major element offset in node `node`'s buffer of the element at `coords` (its first
+  // rank entries), a dim of 1 contributing nothing: "c0 * 64 + c1", or "0".
+  std::string offset_of(ir::NodeId node, const std::vector<std::string>& coords) const;
 
   Code& m_code;
   const KernelContext& m_ctx;

@@ -81,17 +81,7 @@ std::string ValueEmitter::load(size_t point, ir::NodeId leaf) {
   if (n.type.shape == m_ctx.graph.node(p.frame.node).type.shape && !p.frame.linear.empty()) {
     offset = p.frame.linear;
   } else {
-    std::vector<std::string> coords = project(p, leaf);
-    Extent stride;
-    for (int d = n.type.shape.rank() - 1; d >= 0; --d) {
-      if (n.type.shape.dim(d) != 1) {
-        const std::string& c = coords[static_cast<size_t>(d)];
-        std::string term = stride.fixed() && stride.coef == 1 ? c : c + " * " + stride.expr();
-        offset = offset.empty() ? term : term + " + " + offset;
-      }
-      stride = stride * m_ctx.sizes.dim(leaf, d);
-    }
-    if (offset.empty()) offset = "0";
+    offset = offset_of(leaf, project(p, leaf));
   }
   std::string name = leaf_name(leaf) + (point == 0 ? "" : "_" + to_str(m_names++));
   std::string element = m_ctx.param(leaf) + "[" + offset + "]";
@@ -101,25 +91,30 @@ std::string ValueEmitter::load(size_t point, ir::NodeId leaf) {
   return name;
 }
 
-std::string ValueEmitter::gathered(size_t point, ir::NodeId id) {
-  const ir::Graph& g = m_ctx.graph;
-  const ir::Node& n = g.node(id);
-  ir::NodeId table = n.operands[0], ids = n.operands[1];
-  std::vector<std::string> c = project(m_points[point], id);
-  const ir::Shape& shape = g.node(ids).type.shape;
+std::string ValueEmitter::offset_of(ir::NodeId node, const std::vector<std::string>& coords) const {
+  const ir::Shape& shape = m_ctx.graph.node(node).type.shape;
   std::string offset;
   Extent stride;
   for (int d = shape.rank() - 1; d >= 0; --d) {
     if (shape.dim(d) != 1) {
-      const std::string& x = c[static_cast<size_t>(d)];
-      std::string term = stride.fixed() && stride.coef == 1 ? x : x + " * " + stride.expr();
+      const std::string& c = coords[static_cast<size_t>(d)];
+      std::string term = stride.fixed() && stride.coef == 1 ? c : c + " * " + stride.expr();
       offset = offset.empty() ? term : term + " + " + offset;
     }
-    stride = stride * m_ctx.sizes.dim(ids, d);
+    stride = stride * m_ctx.sizes.dim(node, d);
   }
+  return offset.empty() ? "0" : offset;
+}
+
+std::string ValueEmitter::gathered(size_t point, ir::NodeId id) {
+  const ir::Graph& g = m_ctx.graph;
+  const ir::Node& n = g.node(id);
+  ir::NodeId table = n.operands[0], ids = n.operands[1];
+  // The embedding's coordinates: the ids' first, then the column.
+  std::vector<std::string> c = project(m_points[point], id);
   std::string gid = "f" + to_str(m_names++);
   m_code.line("const long long " + gid + " = (long long)" + m_ctx.param(ids) + "[" +
-              (offset.empty() ? "0" : offset) + "];");
+              offset_of(ids, c) + "];");
   std::string width = m_ctx.sizes.dim(table, 1).expr(), rows = m_ctx.sizes.dim(table, 0).expr();
   return "(" + gid + " >= 0 && " + gid + " < " + rows + " ? " +
          load_as_float(g.node(table).type.dtype,

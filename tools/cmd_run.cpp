@@ -82,7 +82,7 @@ Expected<std::vector<reference::Bytes>> run_cpu_timed(Executable& exe,
   if (!in_specs) return in_specs.error();
   auto out_specs = exe.outputs_at(values);
   if (!out_specs) return out_specs.error();
-  if (inputs.size() != in_specs->size()) return make_error("run: the inputs do not match the graph");
+  if (inputs.size() != in_specs->size()) return make_error("the inputs do not match the graph");
   std::vector<TensorRef> in, out;
   for (size_t i = 0; i < inputs.size(); ++i)
     in.push_back({const_cast<unsigned char*>(inputs[i].data()), (*in_specs)[i].dtype, (*in_specs)[i].shape});

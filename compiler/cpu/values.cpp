@@ -46,24 +46,30 @@ class Values {
     for (const auto& [id, v] : at.loaded)
       if (id == leaf) return v;
     const ir::Node& n = m_kb.graph().node(leaf);
-    llvm::IRBuilder<>& b = m_kb.b();
     llvm::Value* offset = nullptr;
     if (n.type.shape == m_kb.graph().node(at.point.node).type.shape && at.point.linear) {
       offset = at.point.linear;
     } else {
-      std::vector<llvm::Value*> coords = project(at, leaf);
-      offset = m_kb.i64c(0);
-      Extent stride;
-      for (int d = n.type.shape.rank() - 1; d >= 0; --d) {
-        if (n.type.shape.dim(d) != 1) {
-          offset = b.CreateAdd(offset, b.CreateMul(coords[static_cast<size_t>(d)], m_kb.extent(stride)));
-        }
-        stride = stride * m_kb.sizes().dim(leaf, d);
-      }
+      offset = offset_of(leaf, project(at, leaf));
     }
     llvm::Value* v = m_kb.load_value(n.type.dtype, m_kb.param_of(leaf), offset);
     at.loaded.emplace_back(leaf, v);
     return v;
+  }
+
+  // The row-major element offset in node `node`'s buffer of the element at `coords` (its first
+  // rank entries), a dim of 1 contributing nothing.
+  llvm::Value* offset_of(ir::NodeId node, const std::vector<llvm::Value*>& coords) {
+    const ir::Shape& shape = m_kb.graph().node(node).type.shape;
+    llvm::IRBuilder<>& b = m_kb.b();
+    llvm::Value* offset = m_kb.i64c(0);
+    Extent stride;
+    for (int d = shape.rank() - 1; d >= 0; --d) {
+      if (shape.dim(d) != 1)
+        offset = b.CreateAdd(offset, b.CreateMul(coords[static_cast<size_t>(d)], m_kb.extent(stride)));
+      stride = stride * m_kb.sizes().dim(node, d);
+    }
+    return offset;
   }
 
   // A fused embedding's value at `at`: its table's row ids[...] at the point's last coordinate,
@@ -73,17 +79,9 @@ class Values {
     const ir::Node& n = g.node(id);
     ir::NodeId table = n.operands[0], ids = n.operands[1];
     llvm::IRBuilder<>& b = m_kb.b();
-    std::vector<llvm::Value*> c = project(at, id);
-    const ir::Shape& shape = g.node(ids).type.shape;
-    llvm::Value* offset = m_kb.i64c(0);
-    Extent stride;
-    for (int d = shape.rank() - 1; d >= 0; --d) {
-      if (shape.dim(d) != 1)
-        offset = b.CreateAdd(offset, b.CreateMul(c[static_cast<size_t>(d)], m_kb.extent(stride)));
-      stride = stride * m_kb.sizes().dim(ids, d);
-    }
-    llvm::Value* gid = b.CreateSExt(m_kb.load_value(g.node(ids).type.dtype, m_kb.param_of(ids), offset),
-                                    m_kb.i64());
+    std::vector<llvm::Value*> c = project(at, id);  // the ids' coordinates, then the column
+    llvm::Value* gid = b.CreateSExt(
+        m_kb.load_value(g.node(ids).type.dtype, m_kb.param_of(ids), offset_of(ids, c)), m_kb.i64());
     llvm::Value* rows = m_kb.extent(m_kb.sizes().dim(table, 0));
     llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(gid, m_kb.i64c(0)), b.CreateICmpSLT(gid, rows));
     llvm::Value* row = b.CreateSelect(inside, gid, m_kb.i64c(0));
