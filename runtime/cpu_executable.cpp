@@ -19,21 +19,13 @@ public:
 
   Status run(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
              const std::vector<int64_t>& values, void*) override {
-    std::vector<const void*> in;
-    std::vector<void*> out;
-    for (const TensorRef& ref : inputs) in.push_back(ref.data);
-    for (const TensorRef& ref : outputs) out.push_back(ref.data);
-    return m_program->run(in, out, values);
+    return run_program(inputs, outputs, values, nullptr);
   }
 
   Status run_timed(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
                    const std::vector<int64_t>& values, std::vector<KernelTime>& kernels) override {
-    std::vector<const void*> in;
-    std::vector<void*> out;
-    for (const TensorRef& ref : inputs) in.push_back(ref.data);
-    for (const TensorRef& ref : outputs) out.push_back(ref.data);
     std::vector<double> us;
-    Status s = m_program->run(in, out, values, 0, &us);
+    Status s = run_program(inputs, outputs, values, &us);
     const auto& artifact_kernels = m_program->artifact().kernels;
     for (size_t i = 0; i < us.size() && i < artifact_kernels.size(); ++i)
       kernels.push_back({artifact_kernels[i].name, us[i]});
@@ -41,6 +33,16 @@ public:
   }
 
 private:
+  // The program on the tensors' host pointers; with `kernel_us`, each kernel timed.
+  Status run_program(const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs,
+                     const std::vector<int64_t>& values, std::vector<double>* kernel_us) {
+    std::vector<const void*> in;
+    std::vector<void*> out;
+    for (const TensorRef& ref : inputs) in.push_back(ref.data);
+    for (const TensorRef& ref : outputs) out.push_back(ref.data);
+    return m_program->run(in, out, values, 0, kernel_us);
+  }
+
   std::unique_ptr<CpuProgram> m_program;
 };
 

@@ -127,11 +127,7 @@ Expected<std::vector<std::vector<unsigned char>>> Executable::run_host(
                         " bytes, expected ", std::to_string(spec_bytes(spec)));
     }
   }
-  if (m_check_indices) {  // the ids are host bytes here, whatever the target
-    for (const IndexCheck& c : m_index_checks)
-      if (Status s = check_indices(c.input, inputs[c.input].data(), (*in_specs)[c.input].shape); !s)
-        return s.error();
-  }
+  // RuntimeOptions::check_indices: run() below checks the ids, on either path.
   if (m_on_cpu) {  // host memory: the bytes themselves
     std::vector<TensorRef> in_refs, out_refs;
     for (size_t i = 0; i < inputs.size(); ++i) {

@@ -580,8 +580,7 @@ Expected<std::vector<int64_t>> Executable::check_run(const std::vector<TensorRef
         if (Status s = check_indices(c.input, ids.data, ids.shape); !s) return s.error();
         continue;
       }
-      size_t bytes = m_inputs[c.input].dtype == DType::i32 ? 4 : 8;
-      for (int64_t d : ids.shape) bytes *= static_cast<size_t>(d);
+      size_t bytes = runtime::tensor_bytes(m_inputs[c.input].dtype, ids.shape);
       auto host = read_device_ids(m_device, ids, bytes, stream);
       if (!host) return host.error();
       if (Status s = check_indices(c.input, host->data(), ids.shape); !s) return s.error();

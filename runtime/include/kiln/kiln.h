@@ -79,8 +79,8 @@ struct RuntimeOptions {
   // Checks, before each run, that every id an embedding reads straight from an input is a row
   // of its table ([0, V)); a run that holds one fails naming the input, the id's position, the
   // id and V, and runs nothing. Off, such an id reads a row of zeros (never outside the table).
-  // Host inputs (run_host on any target, run() on the CPU and emulate targets) are read in
-  // place; run() on the GPU copies the id inputs to the host first, after synchronising the
+  // run() on the CPU and emulate targets reads the ids in place; run() on the GPU (run_host's
+  // too, after its upload) copies the id inputs to the host first, after synchronising the
   // stream (so a checked run waits for the work queued before it), and is refused on a stream
   // being captured.
   bool check_indices = false;
