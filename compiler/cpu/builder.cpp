@@ -5,6 +5,8 @@
 
 #include <llvm/IR/Intrinsics.h>
 
+#include <initializer_list>
+
 namespace kiln::compiler::cpu::detail {
 
 KernelBuilder::KernelBuilder(llvm::Module& module, const ir::Graph& graph, const ProgramPlan& plan,
@@ -220,8 +222,93 @@ llvm::Value* KernelBuilder::max(llvm::Value* a, llvm::Value* c) {
   return m_b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, a, c);
 }
 
+namespace {
+
+// c[0] + c[1] t + c[2] t^2 + ... by Horner's rule with fused multiply-adds; t a float or a
+// vector of floats.
+llvm::Value* horner(KernelBuilder& kb, llvm::Value* t, std::initializer_list<float> c) {
+  const float* p = c.end();
+  llvm::Value* acc = llvm::ConstantFP::get(t->getType(), *--p);
+  while (p != c.begin()) acc = kb.fma(acc, t, llvm::ConstantFP::get(t->getType(), *--p));
+  return acc;
+}
+
+llvm::Value* fconst(llvm::Value* like_this, double v) {
+  return llvm::ConstantFP::get(like_this->getType(), static_cast<double>(static_cast<float>(v)));
+}
+
+}  // namespace
+
+// exp, tanh and erf are straight-line arithmetic (no libm call), so that a loop of them
+// vectorizes and every lane of a vector computes what the scalar form does. Each is within one
+// ulp of the exact result over all floats (tests/cpu/math_test.cpp sweeps them); their
+// polynomials are least-squares fits with float coefficients.
 llvm::Value* KernelBuilder::exp(llvm::Value* x) {
-  return m_b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, x);
+  llvm::Type* i32 = like(x, m_b.getInt32Ty());
+  auto c = [&](double v) { return fconst(x, v); };
+  // Clamped to [-104, 89]: below, e^x is under half the least subnormal, above it overflows
+  // (a NaN is put back at the end).
+  llvm::Value* xc = m_b.CreateBinaryIntrinsic(
+      llvm::Intrinsic::minnum, m_b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, x, c(-104.0)),
+      c(89.0));
+  // n = rint(x / ln 2) by adding 1.5 * 2^23, whose low mantissa bits then hold n.
+  llvm::Value* shifted = m_b.CreateFAdd(m_b.CreateFMul(xc, c(1.4426950408889634)), c(12582912.0));
+  llvm::Value* n = m_b.CreateFSub(shifted, c(12582912.0));
+  llvm::Value* ni = m_b.CreateSub(m_b.CreateBitCast(shifted, i32), constant(i32, 0x4b400000));
+  // r = x - n ln 2 in two parts, in [-ln 2 / 2, ln 2 / 2]; e^r = 1 + r + r^2 P(r).
+  llvm::Value* r = fma(n, c(-0.693359375), xc);
+  r = fma(n, c(2.12194440e-4), r);
+  llvm::Value* p = horner(*this, r, {0.5f, 0.166666672f, 0.0416665114f, 0.0083331801f,
+                                     0.0013930503f, 0.000199696689f});
+  llvm::Value* y = m_b.CreateFAdd(fma(p, m_b.CreateFMul(r, r), r), c(1.0));
+  // Times 2^n as 2^(n/2) 2^(n - n/2): each factor a normal float for n in [-151, 129].
+  auto pow2 = [&](llvm::Value* k) {
+    return m_b.CreateBitCast(m_b.CreateShl(m_b.CreateAdd(k, constant(i32, 127)), constant(i32, 23)),
+                             x->getType());
+  };
+  llvm::Value* n1 = m_b.CreateAShr(ni, constant(i32, 1));
+  y = m_b.CreateFMul(m_b.CreateFMul(y, pow2(n1)), pow2(m_b.CreateSub(ni, n1)));
+  return m_b.CreateSelect(m_b.CreateFCmpUNO(x, x), x, y);
+}
+
+llvm::Value* KernelBuilder::tanh(llvm::Value* x) {
+  auto c = [&](double v) { return fconst(x, v); };
+  llvm::Value* ax = m_b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+  // |x| < 0.9: x + x z P(z), z = x^2.
+  llvm::Value* z = m_b.CreateFMul(x, x);
+  llvm::Value* p = horner(*this, z, {-0.333333343f, 0.133333236f, -0.0539602637f, 0.0217869431f,
+                                     -0.00850811414f, 0.00281596626f, -0.000542010181f});
+  llvm::Value* small = fma(x, m_b.CreateFMul(p, z), x);
+  // Else 1 - 2 / (e^2|x| + 1), which is 1 once e^2|x| overflows (NaN stays NaN).
+  llvm::Value* e = exp(m_b.CreateFMul(ax, c(2.0)));
+  llvm::Value* large = m_b.CreateFSub(c(1.0), m_b.CreateFDiv(c(2.0), m_b.CreateFAdd(e, c(1.0))));
+  llvm::Value* y = m_b.CreateSelect(m_b.CreateFCmpOLT(ax, c(0.9)), small, large);
+  return m_b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, y, x);  // -0 stays -0
+}
+
+llvm::Value* KernelBuilder::erf(llvm::Value* x) {
+  auto c = [&](double v) { return fconst(x, v); };
+  llvm::Value* ax = m_b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+  // |x| < 0.921875: x + x R(x^2).
+  llvm::Value* r0 = horner(*this, m_b.CreateFMul(x, x),
+                           {0.128379166f, -0.376126319f, 0.112836786f, -0.026858734f,
+                            0.00519976905f, -0.000813116087f, 8.32943915e-05f});
+  llvm::Value* small = fma(x, r0, x);
+  // Else 1 - erfc(|x|), erfc a polynomial on [0.921875, 2) and on [2, 3.9375); past that 1.
+  llvm::Value* q1 = horner(*this, m_b.CreateFSub(ax, c(1.4609375)),
+                           {0.0388211496f, -0.133513033f, 0.195054263f, -0.145470694f,
+                            0.0412423834f, 0.0195469894f, -0.0205061343f, 0.00384905422f,
+                            0.002949744f, -0.00150611077f, -3.27421658e-05f});
+  llvm::Value* q2 = horner(*this, m_b.CreateFSub(ax, c(2.96875)),
+                           {2.68756867e-05f, -0.000167805629f, 0.000498141919f, -0.00093009026f,
+                            0.00121493684f, -0.00116276182f, 0.000824947783f, -0.000426148676f,
+                            0.000143015292f, -5.97716326e-06f, -2.51796737e-05f, 1.00711386e-05f});
+  llvm::Value* q = m_b.CreateSelect(m_b.CreateFCmpOLT(ax, c(2.0)), q1, q2);
+  llvm::Value* large = m_b.CreateSelect(m_b.CreateFCmpOLT(ax, c(3.9375)),
+                                        m_b.CreateFSub(c(1.0), q), c(1.0));
+  large = m_b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, large, x);
+  llvm::Value* y = m_b.CreateSelect(m_b.CreateFCmpOLT(ax, c(0.921875)), small, large);
+  return m_b.CreateSelect(m_b.CreateFCmpUNO(x, x), x, y);
 }
 
 llvm::Value* KernelBuilder::fma(llvm::Value* a, llvm::Value* c, llvm::Value* acc) {

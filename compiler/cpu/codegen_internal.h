@@ -80,7 +80,10 @@ class KernelBuilder {
   llvm::Value* exact_unary(ir::OpKind kind, ir::DType dtype, llvm::Value* x);
   llvm::Value* cast_value(ir::DType from, ir::DType to, llvm::Value* v);
   llvm::Value* max(llvm::Value* a, llvm::Value* c);  // fmaxf
+  // e^x, tanh and erf as arithmetic (vectorizable), within one ulp; floats or vectors.
   llvm::Value* exp(llvm::Value* x);
+  llvm::Value* tanh(llvm::Value* x);
+  llvm::Value* erf(llvm::Value* x);
   llvm::Value* fma(llvm::Value* a, llvm::Value* c, llvm::Value* acc);
   // The libm function `name` of `arity` float arguments, declared in the module once.
   llvm::Function* math_function(const char* name, int arity);
@@ -181,8 +184,8 @@ struct LlvmMath {
   Value pow(Value x, Value y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y); }
   Value neg(Value x) { return b.CreateFNeg(x); }
   Value exp(Value x) { return kb.exp(x); }
-  Value erf(Value x) { return b.CreateCall(kb.math_function("erff", 1), {x}); }
-  Value tanh(Value x) { return b.CreateCall(kb.math_function("tanhf", 1), {x}); }
+  Value erf(Value x) { return kb.erf(x); }
+  Value tanh(Value x) { return kb.tanh(x); }
   Value sqrt(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); }
   Value abs(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
   Value cos(Value x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::cos, x); }
