@@ -154,6 +154,17 @@ std::vector<llvm::Value*> coords_of(KernelBuilder& kb, const std::vector<Extent>
 llvm::Value* batch_offset(KernelBuilder& kb, const std::vector<llvm::Value*>& coords,
                           const std::vector<Extent>& strides, int64_t group = 1);
 
+// The GEMM's register tile (gemm.cpp): MR rows for the path (fewer for tf32x3, which holds B's
+// small halves too), and its micro-kernel, declared in the module once per path:
+// void micro(const float* a, const float* b, float* c, i64 ldc, i64 kc, i1 first,
+//            const float* a_small, const float* b_small, i64 a_row, i64 a_col, i64 a_rows):
+// c[MR][NR] = (first ? 0 : c) + sum_k a(i, k) * b[k][j] for k = 0, 1, ... in turn, one fused
+// multiply-add each, with A's element (i, k) at a[min(i, a_rows - 1) * a_row + k * a_col] (a
+// packed panel: 1, MR, MR; A itself: lda, 1 and the rows left) and B a packed panel (b[k * NR +
+// j]); tf32x3 adds the small-half products first.
+int mr_for(MatmulPath path, const CpuFacts& facts);
+llvm::Function* micro_kernel(llvm::Module& module, MatmulPath path, const CpuFacts& facts);
+
 // What a kernel body needs to be run: its work items (the product of these terms at the dims)
 // and its scratch floats per thread.
 struct WorkShape {

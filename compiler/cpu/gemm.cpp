@@ -8,18 +8,11 @@
 
 namespace kiln::compiler::cpu::detail {
 
-namespace {
-
 int mr_for(MatmulPath path, const CpuFacts& facts) {
   // tf32x3 holds the small halves of B too: fewer accumulator rows keep it in registers.
   return path.numerics == Numerics::tf32x3 ? std::max(2, facts.mr * 2 / 3) : facts.mr;
 }
 
-// void micro(const float* a, const float* b, float* c, i64 ldc, i64 kc, i1 first,
-//            const float* a_small, const float* b_small, i64 a_row, i64 a_col, i64 a_rows):
-// c[MR][NR] = (first ? 0 : c) + sum_k a(i, k) * b[k][j], with A's element (i, k) at
-// a[min(i, a_rows - 1) * a_row + k * a_col] (a packed panel: 1, MR, MR; A itself: lda, 1 and the
-// rows left) and B a packed panel; tf32x3 adds the small-half products first.
 llvm::Function* micro_kernel(llvm::Module& module, MatmulPath path, const CpuFacts& facts) {
   bool x3 = path.numerics == Numerics::tf32x3;
   std::string name = std::string("kiln_micro_") + (x3 ? "x3" : "f32");
@@ -129,6 +122,8 @@ llvm::Function* micro_kernel(llvm::Module& module, MatmulPath path, const CpuFac
   return f;
 }
 
+namespace {
+
 // What a block's GEMM depends on besides sizes and pointers: kernels alike in these share it.
 struct GemmVariant {
   MatmulPath path;
@@ -138,6 +133,9 @@ struct GemmVariant {
   bool direct_a() const {
     return path.numerics == Numerics::fp32 && a_dtype == ir::DType::f32 && a_k_contiguous;
   }
+  // Any other A with K contiguous is converted and rounded into a copy of the block's rows in
+  // the same layout (contiguous, so the loop vectorizes), which the micro-kernel reads as A.
+  bool copied_a() const { return a_k_contiguous && !direct_a(); }
   std::string name() const {
     return std::string("kiln_gemm_") + std::string(to_string(path)) + "_" +
            std::string(ir::to_string(a_dtype)) + (a_k_contiguous ? "k" : "m") + "_" +
@@ -159,6 +157,7 @@ llvm::Function* gemm_block(KernelBuilder& kb, const GemmVariant& v) {
   const int64_t mr = mr_for(v.path, facts), nr = facts.nr;
   const int64_t kcap = facts.kc;
   const bool direct_a = v.direct_a();
+  const bool copied_a = v.copied_a();
   llvm::Function* micro = micro_kernel(module, v.path, facts);
   llvm::IRBuilder<>& b = kb.b();
   llvm::Type* fl = kb.f32();
@@ -215,8 +214,9 @@ llvm::Function* gemm_block(KernelBuilder& kb, const GemmVariant& v) {
     };
     // Packs one operand: panels of `width` along the free dim, element (f, kk) at
     // panel * kc * width + kk * width + f % width; past the free extent, zeros. A whole panel
-    // whose free dim is contiguous moves as vectors; other whole panels element by element
-    // (the vectorizer may gather them); the last, partial panel with bounds checks, as written.
+    // whose free dim is contiguous moves as vectors; other whole panels a vector along K at a time,
+    // its lanes stored down the panel; the last, partial panel with bounds
+    // checks, as written.
     auto pack = [&](llvm::Value* dst, llvm::Value* dst_small, llvm::Value* count, int64_t width,
                     llvm::Value* free0, llvm::Value* free_bound, llvm::Value* k0, llvm::Value* kc,
                     const Operand& o) {
@@ -226,23 +226,41 @@ llvm::Function* gemm_block(KernelBuilder& kb, const GemmVariant& v) {
         llvm::Value* panel = b.CreateMul(f0, kc);
         llvm::Value* whole = b.CreateICmpSLE(b.CreateAdd(f0, kb.i64c(width)), count);
         kb.when(whole, [&] {
-          kb.plain_loop(zero, kc, 1, [&](llvm::Value* kk) {
-            llvm::Value* row = b.CreateAdd(panel, b.CreateMul(kk, kb.i64c(width)));
-            if (!o.k_contiguous) {
+          if (!o.k_contiguous) {
+            kb.plain_loop(zero, kc, 1, [&](llvm::Value* kk) {
+              llvm::Value* row = b.CreateAdd(panel, b.CreateMul(kk, kb.i64c(width)));
               for (int64_t f = 0; f < width; f += lanes) {
                 llvm::Value* at = index_of(o, b.CreateAdd(free0, b.CreateAdd(f0, kb.i64c(f))),
                                            b.CreateAdd(k0, kk));
                 llvm::Value* x = kb.load_floats(o.dtype, o.base, at, static_cast<unsigned>(lanes));
                 store_rounded(dst, dst_small, b.CreateAdd(row, kb.i64c(f)), x, nullptr);
               }
-              return;
-            }
-            kb.loop(zero, kb.i64c(width), 1, [&](llvm::Value* f) {
-              llvm::Value* at = index_of(o, b.CreateAdd(free0, b.CreateAdd(f0, f)), b.CreateAdd(k0, kk));
-              store_rounded(dst, dst_small, b.CreateAdd(row, f), kb.load_float(o.dtype, o.base, at),
-                            nullptr);
             });
-          });
+          } else {
+            // K contiguous: each row of the free dim read (and rounded) a vector along K at a
+            // time, its lanes then stored down the panel; the K left over one by one.
+            llvm::Value* whole_k = b.CreateMul(b.CreateUDiv(kc, kb.i64c(w)), kb.i64c(w));
+            kb.plain_loop(zero, kb.i64c(width), 1, [&](llvm::Value* f) {
+              llvm::Value* free = b.CreateAdd(free0, b.CreateAdd(f0, f));
+              auto put = [&](llvm::Value* x, llvm::Value* kk) {
+                const int64_t n = x->getType()->isVectorTy() ? w : 1;
+                llvm::Value* big = x3 ? kb.split_tf32x3(x).first : kb.round_operand(v.path.numerics, x);
+                llvm::Value* small = x3 ? kb.split_tf32x3(x).second : nullptr;
+                for (int64_t i = 0; i < n; ++i) {
+                  llvm::Value* slot = b.CreateAdd(b.CreateAdd(panel, b.CreateMul(b.CreateAdd(kk, kb.i64c(i)), kb.i64c(width))), f);
+                  auto lane = [&](llvm::Value* y) { return n > 1 ? b.CreateExtractElement(y, static_cast<uint64_t>(i)) : y; };
+                  b.CreateAlignedStore(lane(big), b.CreateGEP(fl, dst, slot), llvm::Align(4));
+                  if (x3) b.CreateAlignedStore(lane(small), b.CreateGEP(fl, dst_small, slot), llvm::Align(4));
+                }
+              };
+              kb.plain_loop(zero, whole_k, w, [&](llvm::Value* kk) {
+                put(kb.load_floats(o.dtype, o.base, index_of(o, free, b.CreateAdd(k0, kk)), static_cast<unsigned>(w)), kk);
+              });
+              kb.plain_loop(whole_k, kc, 1, [&](llvm::Value* kk) {
+                put(kb.load_float(o.dtype, o.base, index_of(o, free, b.CreateAdd(k0, kk))), kk);
+              });
+            });
+          }
         });
         kb.when(b.CreateNot(whole), [&] {
           kb.plain_loop(zero, kc, 1, [&](llvm::Value* kk) {
@@ -264,7 +282,19 @@ llvm::Function* gemm_block(KernelBuilder& kb, const GemmVariant& v) {
     kb.loop(zero, K, kcap, [&](llvm::Value* pc) {
       llvm::Value* kc = min(kb.i64c(kcap), b.CreateSub(K, pc));
       pack(bp, bp2, cols, nr, n0, N, pc, kc, b_op);
-      if (!direct_a) pack(ap, ap2, rows, mr, m0, M, pc, kc, a_op);
+      if (copied_a) {
+        // Rows [m0, m0 + rows) of A's K slice, row r at ap[r * kc].
+        kb.loop(zero, rows, 1, [&](llvm::Value* r) {
+          llvm::Value* from = b.CreateAdd(a_off, b.CreateAdd(b.CreateMul(b.CreateAdd(m0, r), lda), pc));
+          llvm::Value* to = b.CreateMul(r, kc);
+          kb.loop(zero, kc, 1, [&](llvm::Value* kk) {
+            store_rounded(ap, ap2, b.CreateAdd(to, kk),
+                          kb.load_float(v.a_dtype, A, b.CreateAdd(from, kk)), nullptr);
+          });
+        });
+      } else if (!direct_a) {
+        pack(ap, ap2, rows, mr, m0, M, pc, kc, a_op);
+      }
       llvm::Value* first = b.CreateICmpEQ(pc, zero);
       kb.loop(zero, cols, nr, [&](llvm::Value* jr) {
         llvm::Value* bpanel = b.CreateGEP(fl, bp, b.CreateMul(jr, kc));
@@ -279,6 +309,12 @@ llvm::Function* gemm_block(KernelBuilder& kb, const GemmVariant& v) {
             llvm::Value* row0 = b.CreateAdd(m0, ir);
             apanel = b.CreateGEP(fl, A, b.CreateAdd(a_off, b.CreateAdd(b.CreateMul(row0, lda), pc)));
             a_row = lda;
+            a_col = kb.i64c(1);
+            a_rows = b.CreateSub(rows, ir);
+          } else if (copied_a) {
+            apanel = b.CreateGEP(fl, ap, b.CreateMul(ir, kc));
+            apanel2 = b.CreateGEP(fl, ap2, b.CreateMul(ir, kc));
+            a_row = kc;
             a_col = kb.i64c(1);
             a_rows = b.CreateSub(rows, ir);
           }

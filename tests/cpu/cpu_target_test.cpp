@@ -4,8 +4,10 @@
 #include "compiler/cpu/compile.h"
 #include "compiler/sizes.h"
 #include "ir/parse.h"
+#include "reference/audit.h"
 #include "reference/check.h"
 #include "reference/execute.h"
+#include "reference/metrics.h"
 #include "reference/tensor.h"
 #include "runtime/cpu_program.h"
 #include "tests/emulation/typed_edges.h"
@@ -389,6 +391,61 @@ TEST(CpuTarget, AttentionRowsWithoutAKeyAreZeros) {
     ASSERT_TRUE(std::isfinite(o[e])) << e;
     if ((e / 3) % 5 == 2) EXPECT_EQ(o[e], 0.0f) << e;
     else EXPECT_NE(o[e], 0.0f) << e;
+  }
+}
+
+// Keys past one chunk (512 at most): the softmax goes online, each query's max, sum and output
+// rescaled chunk by chunk. Rows whose first chunk is wholly masked and whose later keys are not
+// (their running max is -inf for a while), rows with no key at all (zeros for the attention op),
+// causal rows ending in every chunk, and the explicit chain (softmax's own NaN for a row with no
+// key), each mode against fp64.
+TEST(CpuTarget, AttentionOverSeveralKeyChunksMatchesTheReferenceInEveryMode) {
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    const char* text;
+    bool zero_rows;  // the attention op: a row with no key is 0; the chain: NaN
+  };
+  const Case cases[] = {
+      {"graph g { input q: f32[1, 2, 37, 16]\n input k: f32[1, 2, 1100, 16]\n"
+       " input v: f32[1, 2, 1100, 8]\n input m: f32[37, 1100]\n"
+       " o = attention(q, k, v, mask=m)\n output o }", true},
+      {"graph g { input q: f32[1, 37, 16]\n input k: f32[1, 1100, 16]\n input v: f32[1, 1100, 8]\n"
+       " input m: f32[37, 1100]\n"
+       " o = matmul(softmax(add(mul(matmul(q, k, transpose_b=true), 0.25), m), axis=-1), v)\n"
+       " output o }", false},
+      {"graph g { input q: f32[1, 1, 1100, 16]\n input k: f32[1, 1, 1100, 16]\n"
+       " input v: f32[1, 1, 1100, 8]\n o = attention(q, k, v, causal=true)\n output o }", true},
+  };
+  for (const Case& c : cases) {
+    ir::Graph graph = parse(c.text);
+    for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
+                               ir::Precision::medium}) {
+      std::string what = std::string(c.text) + " in " + std::string(ir::to_string(mode));
+      auto program = build(graph, mode);
+      ASSERT_TRUE(program) << what;
+      std::vector<reference::Tensor> inputs = reference::random_inputs(graph, 3);
+      // Mask rows: r % 3 == 0 sees keys from 700 on only, r % 3 == 1 none (but for the chain,
+      // whose row would be NaN: there keys 1000 on), r % 3 == 2 every key.
+      std::vector<size_t> empty_rows;
+      if (inputs.size() == 4) {
+        std::vector<double>& mask = inputs[3].values;
+        ASSERT_EQ(mask.size(), 37u * 1100);
+        for (size_t r = 0; r < 37; ++r) {
+          size_t from = r % 3 == 0 ? 700 : r % 3 == 1 ? (c.zero_rows ? 1100 : 1000) : 0;
+          if (from == 1100) empty_rows.push_back(r);
+          for (size_t j = 0; j < 1100; ++j) mask[r * 1100 + j] = j < from ? -inf : 0.0;
+        }
+      }
+      Compared got = run_beside_fp64(graph, *program, inputs);
+      ASSERT_EQ(got.got.size(), 1u) << what;
+      const std::vector<double>& o = got.got[0].values;
+      for (double x : o) ASSERT_TRUE(std::isfinite(x)) << what;
+      for (size_t r : empty_rows)
+        for (size_t h = 0; h < 2; ++h)
+          for (size_t e = 0; e < 8; ++e) EXPECT_EQ(o[(h * 37 + r) * 8 + e], 0.0) << what;
+      double bound = reference::output_tolerance(graph, graph.outputs()[0], mode);
+      EXPECT_LE(reference::relative_l2(o, got.want[0].values), bound) << what;
+    }
   }
 }
 
