@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """kiln's CPU target against PyTorch eager and torch.compile (Inductor, CPU) on the same layers.
 
-For the example layers (llama_layer, bert_layer: B=2, S=64, hidden 256) and the whole 2-layer
-models (llama_model, bert_model at several (B, S)), this draws the inputs scripts/check_numpy.py
-draws (realistic weights, the same seed), writes them as one .npz archive, and times, in one run
-of this script on the same cores:
+For the example layers (llama_layer, bert_layer: hidden 256, 4 heads, MLP 512) at their own
+B=2, S=64 and at (B, S) = (1, 512) and (8, 128) (the .kg with its sizes rewritten), and the whole
+2-layer models (llama_model, bert_model at several (B, S)), this draws the inputs
+scripts/check_numpy.py draws (realistic weights, the same seed), writes them as one .npz archive,
+and times, in one run of this script on the same cores:
 
-- kiln: `kiln run GRAPH --target cpu --precision highest --inputs FILE.npz --repeat N --json`
-  with KILN_CPU_THREADS=T: the median steady-state run (`run_us`, buffers allocated once) and
-  the share outside the kernels (`outside_share`);
+- kiln: `kiln run GRAPH --target cpu --precision MODE --inputs FILE.npz --repeat N --json` with
+  KILN_CPU_THREADS=T, for each of --modes (default highest): the median steady-state run
+  (`run_us`, buffers allocated once) and the share outside the kernels (`outside_share`); a run
+  whose outputs miss the mode's tolerance stops the script;
 - PyTorch eager, fp32, torch.set_num_threads(T), the same computation written with torch ops
   (F.linear, F.scaled_dot_product_attention, F.embedding, ...), checked against NumPy's fp64
   answer before it is timed; the median of N calls after warm-up;
@@ -19,7 +21,9 @@ kiln's pool's do; the default spins and competes with the other thread on 2 core
 measurement runs in a process of its own with its thread settings.
 
 Writes OUT/cpu_layers.json (rows {graph, shape, threads, mode, kiln_us, kiln_outside_share,
-torch_eager_us, torch_compile_us}) and OUT/cpu_layers.md (the table), and prints the table.
+torch_eager_us, torch_compile_us}, and kiln_vs_highest when highest is among the modes; torch's
+figures are fp32 in every row) and OUT/cpu_layers.md (the tables: highest against torch, then
+each other mode against highest), and prints them.
 Run it through bench/cpu_layers/run.sh, which makes the virtual environment with torch.
 """
 import argparse
@@ -38,17 +42,58 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import check_numpy as cn  # noqa: E402  (the inputs and the NumPy fp64 answers)
 
-# (graph, (B, S) or None for a layer's fixed shape)
+# (graph, (B, S) or None for a layer's fixed shape). A layer at another (B, S) is its .kg with
+# the batch and sequence sizes rewritten (layer_text); a model takes (B, S) as --dims.
 CASES = [("llama_layer", None), ("bert_layer", None),
+         ("llama_layer", (1, 512)), ("llama_layer", (8, 128)),
+         ("bert_layer", (1, 512)), ("bert_layer", (8, 128)),
          ("llama_model", (2, 16)), ("llama_model", (8, 64)),
          ("bert_model", (2, 16)), ("bert_model", (8, 64))]
+LAYERS = ("llama_layer", "bert_layer")
+
+
+class layer_size:
+    """check_numpy's layer sizes (its module's B and S) set to `size` for a while."""
+
+    def __init__(self, graph, size):
+        self.size = size if graph in LAYERS else None
+
+    def __enter__(self):
+        self.saved = (cn.B, cn.S)
+        if self.size:
+            cn.B, cn.S = self.size
+
+    def __exit__(self, *exc):
+        cn.B, cn.S = self.saved
+
+
+def layer_text(graph, size):
+    """The example layer's .kg text at batch B and sequence S (the examples are B=2, S=64)."""
+    b, s = size
+    with open(os.path.join(ROOT, "examples", "graphs", graph + ".kg")) as f:
+        text = f.read()
+    swaps = [("[2, 64, ", f"[{b}, {s}, ")]
+    if graph == "llama_layer":
+        swaps += [("f32[64, 1, 64]", f"f32[{s}, 1, 64]"), ("mask: f32[64, 64]", f"mask: f32[{s}, {s}]")]
+    else:
+        swaps += [("f32[2, 1, 1, 64]", f"f32[{b}, 1, 1, {s}]")]
+    for old, new in swaps:
+        if old not in text:
+            raise SystemExit(f"{graph}.kg no longer holds '{old}': update layer_text")
+        text = text.replace(old, new)
+    return text
 
 
 def inputs_of(graph, size, seed):
     make_inputs = cn.LAYERS[graph][0]
     rng = np.random.default_rng(seed)
-    return {name: np.ascontiguousarray(v if v.dtype.kind == "i" else v.astype(np.float32))
-            for name, v in make_inputs(rng, size).items()}
+    if graph == "bert_layer" and size and size[0] < 2:
+        # check_numpy pads the second sequence: draw two, keep the first B.
+        raw = inputs_of(graph, (2, size[1]), seed)
+        return {k: np.ascontiguousarray(v[:size[0]]) if k in ("x", "mask") else v for k, v in raw.items()}
+    with layer_size(graph, size):
+        return {name: np.ascontiguousarray(v if v.dtype.kind == "i" else v.astype(np.float32))
+                for name, v in make_inputs(rng, size).items()}
 
 
 # ---- the torch twins (worker side) ----
@@ -162,8 +207,9 @@ def worker(args):
     size = None if args.size == "none" else tuple(int(v) for v in args.size.split(","))
     fn = torch_forward(args.graph)
     # The twin computes what NumPy's fp64 forward does (checked in fp64, then timed in fp32).
-    exact = cn.LAYERS[args.graph][1]({k: (v if v.dtype.kind == "i" else v.astype(np.float64))
-                                      for k, v in ((k, data[k]) for k in data.files)})
+    with layer_size(args.graph, size):
+        exact = cn.LAYERS[args.graph][1]({k: (v if v.dtype.kind == "i" else v.astype(np.float64))
+                                          for k, v in ((k, data[k]) for k in data.files)})
     with torch.no_grad():
         twin = fn({k: (v.double() if v.is_floating_point() else v) for k, v in inputs.items()})
     error = float(np.linalg.norm(twin.numpy() - exact) / np.linalg.norm(exact))
@@ -194,16 +240,19 @@ def worker(args):
     return 0
 
 
-def run_kiln(kiln, graph, npz, size, threads, runs):
-    args = [kiln, "run", os.path.join(ROOT, "examples", "graphs", graph + ".kg"), "--target", "cpu",
-            "--precision", "highest", "--inputs", npz, "--repeat", str(runs), "--json"]
-    if size:
+def run_kiln(kiln, graph, path, npz, size, threads, runs, mode):
+    args = [kiln, "run", path, "--target", "cpu",
+            "--precision", mode, "--inputs", npz, "--repeat", str(runs), "--json"]
+    if size and graph not in LAYERS:
         args += ["--dims", f"B={size[0]},S={size[1]}"]
     env = dict(os.environ, KILN_CPU_THREADS=str(threads))
     run = subprocess.run(args, capture_output=True, text=True, env=env)
     if run.returncode != 0:
         raise SystemExit(f"kiln run {graph} failed (exit {run.returncode}): {run.stderr.strip()[:400]}")
     report = json.loads(run.stdout)
+    failed = [o["name"] for o in report.get("outputs", []) if not o.get("ok", True)]
+    if failed:
+        raise SystemExit(f"kiln run {graph} ({mode}): outputs {failed} miss the mode's tolerance")
     return report["run_us"], report["outside_share"]
 
 
@@ -234,6 +283,8 @@ def main():
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--modes", default="highest",
+                        help="kiln's modes, e.g. highest,high,tf32x3,medium (torch runs fp32 once)")
     # worker mode
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--graph", help=argparse.SUPPRESS)
@@ -250,31 +301,56 @@ def main():
         for graph, size in CASES:
             npz = os.path.join(tmp, f"{graph}_{'fixed' if size is None else f'{size[0]}x{size[1]}'}.npz")
             np.savez(npz, **inputs_of(graph, size, args.seed))
+            path = os.path.join(ROOT, "examples", "graphs", graph + ".kg")
+            if graph in LAYERS and size:
+                path = os.path.join(tmp, f"{graph}_{size[0]}x{size[1]}.kg")
+                with open(path, "w") as f:
+                    f.write(layer_text(graph, size))
             shape = "B=2, S=64" if size is None else f"B={size[0]}, S={size[1]}"
+            modes = args.modes.split(",")
             for threads in [int(t) for t in args.threads.split(",")]:
-                kiln_us, outside = run_kiln(args.kiln, graph, npz, size, threads, args.runs)
+                kiln = {m: run_kiln(args.kiln, graph, path, npz, size, threads, args.runs, m)
+                        for m in modes}
                 torch_result = run_torch(args.python, graph, npz, size, threads, args.runs,
                                          args.no_compile)
-                row = {"graph": graph, "shape": shape, "threads": threads, "mode": "highest",
-                       "kiln_us": round(kiln_us, 1), "kiln_outside_share": round(outside, 4),
-                       "torch_eager_us": round(torch_result["eager_us"], 1),
-                       "torch_compile_us": None if torch_result["compile_us"] is None
-                       else round(torch_result["compile_us"], 1),
-                       "torch": torch_result["torch"]}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                for mode in modes:
+                    kiln_us, outside = kiln[mode]
+                    row = {"graph": graph, "shape": shape, "threads": threads, "mode": mode,
+                           "kiln_us": round(kiln_us, 1), "kiln_outside_share": round(outside, 4),
+                           "torch_eager_us": round(torch_result["eager_us"], 1),
+                           "torch_compile_us": None if torch_result["compile_us"] is None
+                           else round(torch_result["compile_us"], 1),
+                           "torch": torch_result["torch"]}
+                    if "highest" in kiln:
+                        row["kiln_vs_highest"] = round(kiln_us / kiln["highest"][0], 3)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     with open(os.path.join(args.out, "cpu_layers.json"), "w") as f:
         json.dump(rows, f, indent=1)
     lines = ["| graph | shape | threads | kiln highest (us) | outside kernels | torch eager fp32 (us) "
              "| kiln / eager | torch.compile (us) | kiln / compile |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
+        if r["mode"] != "highest":
+            continue
         c = r["torch_compile_us"]
         compiled = "-" if c is None else f"{c:.0f}"
         ratio = "-" if c is None else f"{r['kiln_us'] / c:.2f}x"
         lines.append(f"| {r['graph']} | {r['shape']} | {r['threads']} | {r['kiln_us']:.0f} | "
                      f"{100 * r['kiln_outside_share']:.1f}% | {r['torch_eager_us']:.0f} | "
                      f"{r['kiln_us'] / r['torch_eager_us']:.2f}x | {compiled} | {ratio} |")
+    others = [m for m in args.modes.split(",") if m != "highest"]
+    if others and "highest" in args.modes.split(","):
+        lines += ["", "| graph | shape | threads | " + " | ".join(f"{m} / highest" for m in others) + " |",
+                  "| --- | --- | ---: | " + " | ".join("---:" for _ in others) + " |"]
+        for r in rows:
+            if r["mode"] != "highest":
+                continue
+            ratios = [next(x["kiln_vs_highest"] for x in rows if x["graph"] == r["graph"] and
+                           x["shape"] == r["shape"] and x["threads"] == r["threads"] and x["mode"] == m)
+                      for m in others]
+            lines.append(f"| {r['graph']} | {r['shape']} | {r['threads']} | " +
+                         " | ".join(f"{v:.2f}x" for v in ratios) + " |")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "cpu_layers.md"), "w") as f:
         f.write(table)

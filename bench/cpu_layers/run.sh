@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kiln's CPU target against PyTorch eager and torch.compile on the example layers and models,
 # side by side on the same cores: bench/cpu_layers/run.sh [--runs N] [--threads 1,2]
-# [--no-compile] [--out DIR]
+# [--modes highest,high,tf32x3,medium] [--no-compile] [--out DIR]
 #
 # Uses the virtual environment bench/peers/run.sh makes ($KILN_PEERS_VENV, default
 # ~/.cache/kiln/peers-venv: Debian's python3 with torch and numpy), making it if needed (torch's

@@ -1,5 +1,6 @@
 // CPU elementwise kernels (one item per output element) and row kernels (softmax, reductions,
-// norms: one item per row, its passes run in order over the row).
+// norms: one item per row, its passes run in order over the row, its sums and maxima taken in
+// vectors of partial results).
 #include "compiler/cpu/codegen_internal.h"
 #include "ir/scalar.h"
 
@@ -99,44 +100,76 @@ using Carried = std::vector<llvm::Value*>;
 }  // namespace
 
 WorkShape build_rows(KernelBuilder& kb) {
-  const ir::Node& anchor = kb.graph().node(kb.kernel().group.anchor);
+  const ir::Graph& g = kb.graph();
+  const ir::Node& anchor = g.node(kb.kernel().group.anchor);
   ir::NodeId in = anchor.operands[0];
   int axis = anchor.attrs.axis;
-  Extent rows = kb.sizes().product(in, 0, axis) *
-                kb.sizes().product(in, axis + 1, kb.graph().node(in).type.shape.rank());
+  int rank = g.node(in).type.shape.rank();
+  Extent rows = kb.sizes().product(in, 0, axis) * kb.sizes().product(in, axis + 1, rank);
+  Extent len = kb.sizes().dim(in, axis);
+  Extent inner = kb.sizes().product(in, axis + 1, rank);
+  const auto& nodes = kb.kernel().group.nodes;
+  // A row computed by a fused prologue (an embedding's gathers, a residual add) or read with a
+  // stride is staged in scratch once, and every pass reads it there.
+  const bool staged = std::binary_search(nodes.begin(), nodes.end(), in) ||
+                      !(inner.fixed() && inner.coef == 1);
+  const ir::DType src_dtype = staged ? ir::DType::f32 : g.node(in).type.dtype;
+  const int64_t w = kb.facts().vector_width;
   llvm::IRBuilder<>& b = kb.b();
   LlvmMath m{kb, b};  // the row formulas of ir/scalar.h as IR
   llvm::Value* zero = kb.i64c(0);
   llvm::Value* minus_inf = llvm::ConstantFP::getInfinity(kb.f32(), true);
+  auto splat = [&](llvm::Value* v) { return b.CreateVectorSplat(static_cast<unsigned>(w), v); };
   kb.loop(kb.begin(), kb.end(), 1, [&](llvm::Value* r) {
     Row row(kb, r);
+    llvm::Value* src = staged ? kb.scratch() : kb.param_of(in);
+    llvm::Value* src_base = staged ? zero : row.offset(zero);
+    if (staged) {
+      kb.loop(zero, row.len(), 1, [&](llvm::Value* j) {
+        b.CreateStore(row.element(j), b.CreateGEP(kb.f32(), kb.scratch(), j));
+      });
+    }
+    // Row element j, and elements [j, j + W) as a vector.
+    auto one = [&](llvm::Value* j) { return kb.load_float(src_dtype, src, b.CreateAdd(src_base, j)); };
+    auto lanes = [&](llvm::Value* j) {
+      return kb.load_floats(src_dtype, src, b.CreateAdd(src_base, j), static_cast<unsigned>(w));
+    };
+    llvm::Value* whole = b.CreateMul(b.CreateUDiv(row.len(), kb.i64c(w)), kb.i64c(w));
+    // combine(..., f(x)) over the row: W partial results (element j in lane j % W) over the whole
+    // vectors, folded lane 0 first, then the elements left one by one. The same order whatever
+    // the threads.
+    auto fold = [&](llvm::Value* init, const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& combine,
+                    const std::function<llvm::Value*(llvm::Value*, bool)>& f) {
+      llvm::Value* acc = kb.loop(zero, whole, w, {splat(init)}, [&](llvm::Value* j, const Carried& c) {
+        return Carried{combine(c[0], f(lanes(j), true))};
+      })[0];
+      llvm::Value* total = b.CreateExtractElement(acc, uint64_t{0});
+      for (int64_t l = 1; l < w; ++l) total = combine(total, b.CreateExtractElement(acc, static_cast<uint64_t>(l)));
+      return kb.loop(whole, row.len(), 1, {total}, [&](llvm::Value* j, const Carried& c) {
+        return Carried{combine(c[0], f(one(j), false))};
+      })[0];
+    };
+    auto add = [&](llvm::Value* x, llvm::Value* y) { return b.CreateFAdd(x, y); };
+    auto max = [&](llvm::Value* x, llvm::Value* y) { return kb.max(x, y); };
+    auto same = [](llvm::Value* x, bool) { return x; };
     llvm::Value* len_f = b.CreateSIToFP(row.len(), kb.f32());
     switch (ir::category(anchor.kind)) {
       case ir::OpCategory::reduce: {
         bool is_max = anchor.kind == ir::OpKind::max;
-        llvm::Value* acc = kb.loop(zero, row.len(), 1, {is_max ? minus_inf : kb.f32c(0.0)},
-                                   [&](llvm::Value* j, const Carried& c) {
-                                     llvm::Value* x = row.element(j);
-                                     return Carried{is_max ? kb.max(c[0], x) : b.CreateFAdd(c[0], x)};
-                                   })[0];
+        llvm::Value* acc = is_max ? fold(minus_inf, max, same) : fold(kb.f32c(0.0), add, same);
         if (anchor.kind == ir::OpKind::mean) acc = ir::row_mean(m, acc, len_f);
         ir::NodeId root = kb.kernel().group.root;
         kb.store_outputs(group_value(kb, root, Point{root, {}, r}, acc), r);
         return;
       }
       case ir::OpCategory::softmax: {
-        llvm::Value* mx = kb.loop(zero, row.len(), 1, {minus_inf},
-                                  [&](llvm::Value* j, const Carried& c) {
-                                    return Carried{kb.max(c[0], row.element(j))};
-                                  })[0];
-        llvm::Value* sum = kb.loop(zero, row.len(), 1, {kb.f32c(0.0)},
-                                   [&](llvm::Value* j, const Carried& c) {
-                                     llvm::Value* x = ir::softmax_exp(m, row.element(j), mx);
-                                     return Carried{b.CreateFAdd(c[0], x)};
-                                   })[0];
+        llvm::Value* mx = fold(minus_inf, max, same);
+        llvm::Value* sum = fold(kb.f32c(0.0), add, [&](llvm::Value* x, bool vector) {
+          return ir::softmax_exp(m, x, vector ? splat(mx) : mx);
+        });
         llvm::Value* inv = ir::reciprocal(m, sum);
         kb.loop(zero, row.len(), 1, [&](llvm::Value* j) {
-          store_at(kb, row, j, m.mul(ir::softmax_exp(m, row.element(j), mx), inv));
+          store_at(kb, row, j, m.mul(ir::softmax_exp(m, one(j), mx), inv));
         });
         return;
       }
@@ -159,28 +192,22 @@ WorkShape build_rows(KernelBuilder& kb) {
     // (layer_norm), then the mean squared deviation from it (rms_norm: from 0).
     bool layer = anchor.kind == ir::OpKind::layer_norm;
     llvm::Value* mean = kb.f32c(0.0);
-    if (layer) {
-      mean = kb.loop(zero, row.len(), 1, {mean}, [&](llvm::Value* j, const Carried& c) {
-        return Carried{b.CreateFAdd(c[0], row.element(j))};
-      })[0];
-      mean = ir::row_mean(m, mean, len_f);
-    }
-    llvm::Value* squares = kb.loop(zero, row.len(), 1, {kb.f32c(0.0)},
-                                   [&](llvm::Value* j, const Carried& c) {
-                                     llvm::Value* d = b.CreateFSub(row.element(j), mean);
-                                     return Carried{b.CreateFAdd(c[0], b.CreateFMul(d, d))};
-                                   })[0];
+    if (layer) mean = ir::row_mean(m, fold(kb.f32c(0.0), add, same), len_f);
+    llvm::Value* squares = fold(kb.f32c(0.0), add, [&](llvm::Value* x, bool vector) {
+      llvm::Value* d = b.CreateFSub(x, vector ? splat(mean) : mean);
+      return b.CreateFMul(d, d);
+    });
     llvm::Value* scale = ir::norm_scale(m, squares, len_f, kb.f32c(anchor.attrs.eps));
-    ir::DType pdtype = kb.graph().node(anchor.operands[1]).type.dtype;
+    ir::DType pdtype = g.node(anchor.operands[1]).type.dtype;
     kb.loop(zero, row.len(), 1, [&](llvm::Value* j) {
       llvm::Value* y = ir::norm_output(
-          m, row.element(j), mean, scale,
+          m, one(j), mean, scale,
           [&] { return kb.load_float(pdtype, kb.param_of(anchor.operands[1]), j); },
           [&] { return kb.load_float(pdtype, kb.param_of(anchor.operands[2]), j); }, layer);
       store_at(kb, row, j, y);
     });
   });
-  return {{rows.term()}, 0};
+  return {{rows.term()}, staged ? static_cast<uint64_t>(len.hi) : 0};
 }
 
 }  // namespace kiln::compiler::cpu::detail

@@ -284,16 +284,19 @@ std::vector<std::vector<unsigned char>> seeded_inputs(const ir::Graph& graph) {
   return inputs;
 }
 
+// The GEMM, attention (several query blocks per head) and row kernels (vector partial sums).
 TEST(CpuTarget, ResultsDoNotDependOnTheThreadCount) {
-  auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/graphs/mlp.kg");
-  ASSERT_TRUE(graph);
-  auto program = build(*graph, ir::Precision::tf32x3);
-  ASSERT_TRUE(program);
-  auto inputs = seeded_inputs(*graph);
-  auto one = program->run(inputs, {}, 1);
-  auto three = program->run(inputs, {}, 3);
-  ASSERT_TRUE(one && three);
-  EXPECT_EQ(*one, *three);
+  for (const char* name : {"mlp", "llama_layer", "bert_layer"}) {
+    auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/graphs/" + name + ".kg");
+    ASSERT_TRUE(graph);
+    auto program = build(*graph, ir::Precision::tf32x3);
+    ASSERT_TRUE(program);
+    auto inputs = seeded_inputs(*graph);
+    auto one = program->run(inputs, {}, 1);
+    auto three = program->run(inputs, {}, 3);
+    ASSERT_TRUE(one && three);
+    EXPECT_EQ(*one, *three) << name;
+  }
 }
 
 // Integer and bool values through the CPU target in every mode: the emulator's padding-mask graph
