@@ -1363,7 +1363,8 @@ Expected<std::vector<int64_t>> Graph::symbol_values(
     return make_error("graph '", name(), "' takes ", std::to_string(inputs().size()),
                       " inputs, got ", std::to_string(input_shapes.size()));
   std::vector<int64_t> values(syms.size(), 0);
-  std::vector<std::string> given_by(syms.size());
+  // Where each symbol's value came from, as (input, dim); named only in an error.
+  std::vector<std::pair<size_t, int>> given_by(syms.size());
   for (size_t i = 0; i < input_shapes.size(); ++i) {
     const Node& input = node(inputs()[i]);
     const Shape& shape = input.type.shape;
@@ -1371,27 +1372,30 @@ Expected<std::vector<int64_t>> Graph::symbol_values(
     if (dims.size() != static_cast<size_t>(shape.rank()))
       return make_error("input '", input.name, "' must be ", to_string(input.type), " (rank ",
                         std::to_string(shape.rank()), "), got ", to_string_unchecked(dims));
+    auto where = [&](size_t in, int d) {
+      return "input '" + node(inputs()[in]).name + "' dim " + std::to_string(d);
+    };
     for (int d = 0; d < shape.rank(); ++d) {
       int64_t got = dims[static_cast<size_t>(d)];
       int32_t sym = shape.symbol(d);
-      std::string where = "input '" + input.name + "' dim " + std::to_string(d);
       if (sym < 0) {
         if (got != shape.dim(d))
-          return make_error(where, " must be ", std::to_string(shape.dim(d)), ", got ",
+          return make_error(where(i, d), " must be ", std::to_string(shape.dim(d)), ", got ",
                             std::to_string(got), " (", to_string(input.type), ")");
         continue;
       }
       const Symbol& symbol = syms[static_cast<size_t>(sym)];
       if (got < symbol.lo || got > symbol.hi)
-        return make_error(where, ": ", symbol.name, " = ", std::to_string(got),
+        return make_error(where(i, d), ": ", symbol.name, " = ", std::to_string(got),
                           " is outside its range ", std::to_string(symbol.lo), "..",
                           std::to_string(symbol.hi));
       auto& value = values[static_cast<size_t>(sym)];
+      const auto& first = given_by[static_cast<size_t>(sym)];
       if (value != 0 && value != got)
-        return make_error(where, " gives ", symbol.name, " = ", std::to_string(got), ", but ",
-                          given_by[static_cast<size_t>(sym)], " gives ", symbol.name, " = ",
+        return make_error(where(i, d), " gives ", symbol.name, " = ", std::to_string(got), ", but ",
+                          where(first.first, first.second), " gives ", symbol.name, " = ",
                           std::to_string(value));
-      if (value == 0) given_by[static_cast<size_t>(sym)] = where;
+      if (value == 0) given_by[static_cast<size_t>(sym)] = {i, d};
       value = got;
     }
   }

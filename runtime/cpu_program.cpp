@@ -3,6 +3,7 @@
 
 #include "runtime/cpu_workers.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -110,6 +111,30 @@ Expected<std::vector<uint64_t>> CpuProgram::output_bytes(const std::vector<int64
   return bytes_at(m_artifact.output_bytes, m_artifact.output_sizes, m_artifact, dims);
 }
 
+// Buffers grown to each run's need and kept: temporaries by index, scratch by thread.
+struct CpuProgram::Arena {
+  std::vector<std::unique_ptr<AlignedFloats>> temporaries, scratch;
+  std::vector<uint64_t> temporary_floats, scratch_floats;
+
+  // Slot i of `buffers` holding at least `floats`; false when the memory is not there.
+  static bool fit(std::vector<std::unique_ptr<AlignedFloats>>& buffers, std::vector<uint64_t>& sizes,
+                  size_t i, uint64_t floats) {
+    if (buffers.size() <= i) {
+      buffers.resize(i + 1);
+      sizes.resize(i + 1, 0);
+    }
+    if (buffers[i] && sizes[i] >= floats) return true;
+    buffers[i].reset();  // the old one goes before the larger one comes
+    sizes[i] = 0;
+    buffers[i] = AlignedFloats::allocate(floats);
+    if (!buffers[i]) return false;
+    sizes[i] = floats;
+    return true;
+  }
+};
+
+CpuProgram::~CpuProgram() = default;
+
 Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                        const std::vector<int64_t>& dims, int threads,
                        std::vector<double>* kernel_us) const {
@@ -121,20 +146,23 @@ Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector
   }
   auto temporary = bytes_at(a.temporary_bytes, a.temporary_sizes, a, dims);
   if (!temporary) return temporary.error();
-  std::vector<std::unique_ptr<AlignedFloats>> temporaries;
+  // The program's own arena, or this run's when another run holds it.
+  std::unique_lock<std::mutex> held(m_arena_mutex, std::try_to_lock);
+  Arena own;
+  if (held.owns_lock() && !m_arena) m_arena = std::make_unique<Arena>();
+  Arena& arena = held.owns_lock() ? *m_arena : own;
   std::vector<void*> temps;
-  for (uint64_t bytes : *temporary) {
-    uint64_t floats = bytes / 4 + 1;
-    temporaries.push_back(AlignedFloats::allocate(floats));
-    if (!temporaries.back()) return no_memory("a temporary", floats);
-    temps.push_back(temporaries.back()->data);
+  for (size_t i = 0; i < temporary->size(); ++i) {
+    uint64_t floats = (*temporary)[i] / 4 + 1;
+    if (!Arena::fit(arena.temporaries, arena.temporary_floats, i, floats))
+      return no_memory("a temporary", floats);
+    temps.push_back(arena.temporaries[i]->data);
   }
   std::vector<void*> in;
   for (const void* p : inputs) in.push_back(const_cast<void*>(p));
   int pool = threads > 0 ? threads : cpu_threads();
   // Each thread's scratch, grown to the largest kernel's need before that kernel starts.
-  std::vector<std::unique_ptr<AlignedFloats>> scratch(static_cast<size_t>(pool));
-  std::vector<uint64_t> scratch_floats(static_cast<size_t>(pool), 0);
+  auto& scratch = arena.scratch;
   const auto& functions = m_object->functions();
   for (size_t i = 0; i < a.kernels.size(); ++i) {
     const compiler::KernelArtifact& k = a.kernels[i];
@@ -157,15 +185,15 @@ Status CpuProgram::run(const std::vector<const void*>& inputs, const std::vector
     auto parts = static_cast<size_t>(std::min<uint64_t>(static_cast<uint64_t>(pool), items));
     compiler::cpu::KernelFunction fn = functions[i];
     for (size_t part = 0; part < parts; ++part) {
-      if (scratch_floats[part] >= k.scratch_floats) continue;
-      scratch[part] = AlignedFloats::allocate(k.scratch_floats);
-      if (!scratch[part]) return no_memory("a thread's scratch", k.scratch_floats);
-      scratch_floats[part] = k.scratch_floats;
+      if (k.scratch_floats == 0 && part >= scratch.size()) continue;
+      if (!Arena::fit(scratch, arena.scratch_floats, part, std::max<uint64_t>(k.scratch_floats, 1)))
+        return no_memory("a thread's scratch", k.scratch_floats);
     }
     auto run_part = [&](size_t part) {
       auto begin = static_cast<int64_t>(static_cast<unsigned __int128>(items) * part / parts);
       auto end = static_cast<int64_t>(static_cast<unsigned __int128>(items) * (part + 1) / parts);
-      fn(buffers->data(), dims.data(), begin, end, scratch[part] ? scratch[part]->data : nullptr);
+      fn(buffers->data(), dims.data(), begin, end,
+         part < scratch.size() && scratch[part] ? scratch[part]->data : nullptr);
     };
     run_parts(parts, static_cast<int>(parts), run_part);
     if (kernel_us) {

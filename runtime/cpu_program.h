@@ -7,6 +7,7 @@
 #include "support/expected.h"
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ std::string cpu_threads_env_problem();
 
 class CpuProgram {
  public:
+  ~CpuProgram();
+
   // Loads the artifact's object (fails when it does not link or lacks an entry).
   static Expected<std::unique_ptr<CpuProgram>> load(compiler::Artifact artifact);
 
@@ -26,7 +29,9 @@ class CpuProgram {
 
   // Runs the program on `inputs` (graph input order, in device layout: f32, or 16-bit bits) at
   // the symbols' `dims` (none for a static graph) and returns the outputs. Fails when an input's
-  // size does not match or a dim is outside the compiled bucket.
+  // size does not match or a dim is outside the compiled bucket. The program keeps its
+  // temporaries and its threads' scratch from one run to the next (at the largest size a run
+  // needed); a run made while another is under way allocates its own. Runs may be concurrent.
   Expected<std::vector<std::vector<unsigned char>>> run(
       const std::vector<std::vector<unsigned char>>& inputs, const std::vector<int64_t>& dims,
       int threads = 0) const;
@@ -42,8 +47,11 @@ class CpuProgram {
   Expected<std::vector<uint64_t>> output_bytes(const std::vector<int64_t>& dims) const;
 
  private:
+  struct Arena;  // temporaries and scratch kept between runs
   compiler::Artifact m_artifact;
   std::unique_ptr<compiler::cpu::LoadedObject> m_object;
+  mutable std::mutex m_arena_mutex;
+  mutable std::unique_ptr<Arena> m_arena;
 };
 
 }  // namespace kiln::runtime

@@ -550,9 +550,6 @@ Expected<std::vector<int64_t>> Executable::check_run(const std::vector<TensorRef
   // The arguments are checked here once, whichever backend runs them: against the specs, or
   // for a symbolic graph against the specs at the symbols' values the input shapes give.
   std::vector<int64_t> values;
-  std::vector<TensorSpec> bound_inputs, bound_outputs;
-  const std::vector<TensorSpec>* in_specs = &m_inputs;
-  const std::vector<TensorSpec>* out_specs = &m_outputs;
   if (m_graph) {
     if (inputs.size() != m_inputs.size())
       return runtime::check_tensors(m_inputs, inputs, "input").error();
@@ -561,15 +558,19 @@ Expected<std::vector<int64_t>> Executable::check_run(const std::vector<TensorRef
     auto found = m_graph->symbol_values(shapes);
     if (!found) return found.error();
     values = std::move(*found);
-    auto bound = m_graph->bind(values);  // once for both specs
-    if (!bound) return bound.error();
-    bound_inputs = runtime::tensor_specs(*bound, bound->inputs());
-    bound_outputs = runtime::tensor_specs(*bound, bound->outputs());
-    in_specs = &bound_inputs;
-    out_specs = &bound_outputs;
+    std::lock_guard<std::mutex> lock(m_bound_mutex);
+    if (!m_bound || m_bound->values != values) {
+      auto bound = m_graph->bind(values);  // once for both specs
+      if (!bound) return bound.error();
+      m_bound = BoundSpecs{values, runtime::tensor_specs(*bound, bound->inputs()),
+                           runtime::tensor_specs(*bound, bound->outputs())};
+    }
+    if (Status s = runtime::check_tensors(m_bound->inputs, inputs, "input"); !s) return s.error();
+    if (Status s = runtime::check_tensors(m_bound->outputs, outputs, "output"); !s) return s.error();
+  } else {
+    if (Status s = runtime::check_tensors(m_inputs, inputs, "input"); !s) return s.error();
+    if (Status s = runtime::check_tensors(m_outputs, outputs, "output"); !s) return s.error();
   }
-  if (Status s = runtime::check_tensors(*in_specs, inputs, "input"); !s) return s.error();
-  if (Status s = runtime::check_tensors(*out_specs, outputs, "output"); !s) return s.error();
   if (m_check_indices) {
     std::vector<bool> checked(inputs.size(), false);  // an input two embeddings read: once
     for (const IndexCheck& c : m_index_checks) {

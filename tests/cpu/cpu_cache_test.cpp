@@ -224,5 +224,54 @@ TEST(CpuRunTimed, TimesEachKernelAndComputesWhatRunDoes) {
       << s.error().message;
 }
 
+// One executable run at sizes that come and go: the specs of the last size and the program's
+// kept temporaries and scratch are reused only where they fit. Each run computes what a fresh
+// executable computes at that size, and a shape of the previous size is refused at the next.
+TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
+  TempDir dir;
+  auto graph = ir::parse_graph(
+      "graph g {\n  dim S: 1..64\n  input x: f32[S, 8]\n  input w: f32[8, 4]\n"
+      "  input w8: f32[8]\n  input b8: f32[8]\n  h = layer_norm(add(x, 1.0), w8, b8)\n"
+      "  y = softmax(matmul(h, w))\n  output y\n}\n",
+      "g.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  RuntimeOptions options;
+  options.target = "cpu";
+  options.cache_dir = dir.path;
+  options.remote_cache = "";
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().message;
+  auto exe = (*runtime)->compile(*graph);
+  ASSERT_TRUE(exe) << exe.error().message;
+  std::vector<float> w(8 * 4), w8(8, 1.0f), b8(8, 0.0f);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * static_cast<float>(i % 5) - 0.1f;
+  auto run = [&](Executable& e, int64_t rows, std::vector<float>& out) {
+    std::vector<float> x(static_cast<size_t>(rows) * 8);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>((i * 7 + rows) % 11) - 0.5f;
+    out.assign(static_cast<size_t>(rows) * 4, -7.0f);
+    return e.run({{x.data(), DType::f32, {rows, 8}}, {w.data(), DType::f32, {8, 4}},
+                  {w8.data(), DType::f32, {8}}, {b8.data(), DType::f32, {8}}},
+                 {{out.data(), DType::f32, {rows, 4}}});
+  };
+  for (int64_t rows : {5, 40, 3, 40, 64, 5}) {
+    std::vector<float> got, want;
+    Status s = run(**exe, rows, got);
+    ASSERT_TRUE(s) << rows << ": " << s.error().message;
+    auto fresh = (*runtime)->compile(*graph);  // a hit: a new program, nothing kept yet
+    ASSERT_TRUE(fresh) << fresh.error().message;
+    ASSERT_TRUE(run(**fresh, rows, want));
+    EXPECT_EQ(got, want) << rows;
+    for (float v : got) ASSERT_TRUE(v > 0.0f && v < 1.0f) << rows;  // softmax rows
+  }
+  // Inputs of 40 rows with an output of 5 (the size before): refused, the output untouched.
+  std::vector<float> x(40 * 8, 0.5f), small(5 * 4, -7.0f);
+  Status s = (*exe)->run({{x.data(), DType::f32, {40, 8}}, {w.data(), DType::f32, {8, 4}},
+                          {w8.data(), DType::f32, {8}}, {b8.data(), DType::f32, {8}}},
+                         {{small.data(), DType::f32, {5, 4}}});
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("output"), std::string::npos) << s.error().message;
+  for (float v : small) EXPECT_EQ(v, -7.0f);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -268,6 +269,13 @@ private:
   bool m_on_cpu = false;
   std::vector<DimSpec> m_dims;
   std::optional<ir::Graph> m_graph;  // symbolic graphs: for the specs at given sizes
+  // A symbolic graph's specs at the symbols' values of the last run, reused while they repeat.
+  struct BoundSpecs {
+    std::vector<int64_t> values;
+    std::vector<TensorSpec> inputs, outputs;
+  };
+  std::mutex m_bound_mutex;
+  std::optional<BoundSpecs> m_bound;
   std::string m_graph_name;
   std::unique_ptr<runtime::Backend> m_backend;
 
