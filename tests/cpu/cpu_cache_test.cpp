@@ -174,6 +174,17 @@ TEST(CpuCheckIndices, AnIdOutsideTheTableStopsTheRunWhenAsked) {
   }
 }
 
+// A runtime for `target` (the CPU by default) over `dir`'s cache, no remote tier.
+std::unique_ptr<Runtime> cpu_runtime(const TempDir& dir, const char* target = "cpu") {
+  RuntimeOptions options;
+  options.target = target;
+  options.cache_dir = dir.path;
+  options.remote_cache = "";
+  auto runtime = Runtime::create(options);
+  EXPECT_TRUE(runtime) << runtime.error().message;
+  return runtime ? std::move(*runtime) : nullptr;
+}
+
 // Executable::run_timed on the CPU target: the outputs run() gives, one time per kernel in the
 // artifact's order (a symbolic graph's: its bucket's kernels), the arguments checked as run()
 // checks them; on the emulator it says it times the CPU target only.
@@ -184,13 +195,9 @@ TEST(CpuRunTimed, TimesEachKernelAndComputesWhatRunDoes) {
       "  y = softmax(relu(matmul(x, w)))\n  output y\n}\n",
       "g.kg");
   ASSERT_TRUE(graph) << graph.error().message;
-  RuntimeOptions options;
-  options.target = "cpu";
-  options.cache_dir = dir.path;
-  options.remote_cache = "";
-  auto runtime = Runtime::create(options);
-  ASSERT_TRUE(runtime) << runtime.error().message;
-  auto exe = (*runtime)->compile(*graph);
+  auto runtime = cpu_runtime(dir);
+  ASSERT_TRUE(runtime);
+  auto exe = runtime->compile(*graph);
   ASSERT_TRUE(exe) << exe.error().message;
   std::vector<float> x(5 * 8), w(8 * 4), a(5 * 4, -1.0f), b(5 * 4, -2.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
@@ -211,11 +218,9 @@ TEST(CpuRunTimed, TimesEachKernelAndComputesWhatRunDoes) {
   EXPECT_NE(s.error().message.find("output"), std::string::npos) << s.error().message;
   EXPECT_TRUE(kernels.empty());
 
-  RuntimeOptions emulated = options;
-  emulated.target = "emulate:sm_90";
-  auto other = Runtime::create(emulated);
-  ASSERT_TRUE(other) << other.error().message;
-  auto exe2 = (*other)->compile(*graph);
+  auto other = cpu_runtime(dir, "emulate:sm_90");
+  ASSERT_TRUE(other);
+  auto exe2 = other->compile(*graph);
   ASSERT_TRUE(exe2) << exe2.error().message;
   s = (*exe2)->run_timed(in, {{b.data(), DType::f32, {5, 4}}}, kernels);
   ASSERT_FALSE(s);
@@ -235,13 +240,9 @@ TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
       "  y = softmax(matmul(h, w))\n  output y\n}\n",
       "g.kg");
   ASSERT_TRUE(graph) << graph.error().message;
-  RuntimeOptions options;
-  options.target = "cpu";
-  options.cache_dir = dir.path;
-  options.remote_cache = "";
-  auto runtime = Runtime::create(options);
-  ASSERT_TRUE(runtime) << runtime.error().message;
-  auto exe = (*runtime)->compile(*graph);
+  auto runtime = cpu_runtime(dir);
+  ASSERT_TRUE(runtime);
+  auto exe = runtime->compile(*graph);
   ASSERT_TRUE(exe) << exe.error().message;
   std::vector<float> w(8 * 4), w8(8, 1.0f), b8(8, 0.0f);
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * static_cast<float>(i % 5) - 0.1f;
@@ -257,7 +258,7 @@ TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
     std::vector<float> got, want;
     Status s = run(**exe, rows, got);
     ASSERT_TRUE(s) << rows << ": " << s.error().message;
-    auto fresh = (*runtime)->compile(*graph);  // a hit: a new program, nothing kept yet
+    auto fresh = runtime->compile(*graph);  // a hit: a new program, nothing kept yet
     ASSERT_TRUE(fresh) << fresh.error().message;
     ASSERT_TRUE(run(**fresh, rows, want));
     EXPECT_EQ(got, want) << rows;
