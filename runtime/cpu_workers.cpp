@@ -3,6 +3,7 @@
 #include "runtime/cpu_workers.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -13,11 +14,32 @@ namespace kiln::runtime {
 
 namespace {
 
+// How long an idle worker, or a caller waiting for its helpers, watches for the next job or the
+// last part before it sleeps: a layer's kernels come microseconds apart, and waking a sleeping
+// thread takes longer than many of them run.
+constexpr auto k_spin = std::chrono::microseconds(50);
+
+// Calls `ready` until it is true or k_spin has passed; returns its last answer.
+template <class Ready>
+bool spin_until(Ready ready) {
+  auto until = std::chrono::steady_clock::now() + k_spin;
+  for (unsigned i = 1;; ++i) {
+    if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+    if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) return ready();
+  }
+}
+
 struct Job {
   const std::function<void(size_t)>* part = nullptr;
   size_t parts = 0;
   int helpers_wanted = 0;
   std::atomic<size_t> next{0};
+  std::atomic<size_t> finished{0};  // parts run, for a caller watching before it sleeps
   // Guarded by the pool's mutex.
   size_t done = 0;
   int helpers = 0;  // workers on it now
@@ -40,6 +62,7 @@ class Workers {
     for (size_t i = job.next++; i < job.parts; i = job.next++) {
       (*job.part)(i);
       ++ran;
+      job.finished.fetch_add(1, std::memory_order_release);
     }
     return ran;
   }
@@ -48,6 +71,7 @@ class Workers {
   std::condition_variable m_posted;    // a job wants helpers
   std::condition_variable m_finished;  // a part finished or a helper left a job
   std::deque<Job*> m_jobs;             // jobs that may still take helpers
+  std::atomic<uint64_t> m_posts{0};    // jobs posted so far, for workers watching before they sleep
   int m_threads = 0;  // started, detached, each in work() for good
   bool m_cannot_grow = false;  // the system refused a thread once
 };
@@ -69,6 +93,12 @@ void Workers::grow(int wanted) {
 void Workers::work() {
   std::unique_lock lock(m_mutex);
   for (;;) {
+    if (m_jobs.empty()) {  // watch for the next job a while, then sleep until one comes
+      uint64_t seen = m_posts.load(std::memory_order_relaxed);
+      lock.unlock();
+      spin_until([&] { return m_posts.load(std::memory_order_acquire) != seen; });
+      lock.lock();
+    }
     m_posted.wait(lock, [&] { return !m_jobs.empty(); });
     Job* job = m_jobs.front();
     if (job->next >= job->parts) {  // every part taken: nothing to help with
@@ -101,6 +131,7 @@ void Workers::run(size_t parts, int threads, const std::function<void(size_t)>& 
     grow(helpers);
     if (m_threads > 0) {
       m_jobs.push_back(&job);
+      m_posts.fetch_add(1, std::memory_order_release);
       m_posted.notify_all();
     }
   }
@@ -124,6 +155,8 @@ void Workers::run(size_t parts, int threads, const std::function<void(size_t)>& 
     release(lock);
     throw;
   }
+  // The helpers' last parts are usually microseconds away: watch for them before sleeping.
+  spin_until([&] { return job.finished.load(std::memory_order_acquire) == parts; });
   std::unique_lock lock(m_mutex);
   job.done += ran;
   release(lock);
