@@ -101,7 +101,7 @@ WorkShape build_attention(KernelBuilder& kb) {
   llvm::Value* V = kb.param_of(m.v);
   const bool zero_rows = zero_masked_rows(g, m);
 
-  kb.loop(kb.begin(), kb.end(), 1, [&](llvm::Value* t) {
+  kb.plain_loop(kb.begin(), kb.end(), 1, [&](llvm::Value* t) {
     llvm::Value* q_first = b.CreateMul(b.CreateURem(t, items_q), kb.i64c(qi));
     llvm::Value* bz = b.CreateUDiv(t, items_q);
     llvm::Value* b_index = rank == 4 ? b.CreateURem(bz, inner) : bz;
@@ -130,7 +130,7 @@ WorkShape build_attention(KernelBuilder& kb) {
     // is read (and rounded) a vector at a time, then stored down its lane.
     const int64_t w = facts.vector_width;
     const int64_t whole_d = a.d / w * w;
-    kb.loop(zero, kb.i64c(blocks), 1, [&](llvm::Value* blk) {
+    kb.plain_loop(zero, kb.i64c(blocks), 1, [&](llvm::Value* blk) {
       llvm::Value* q0 = b.CreateAdd(q_first, b.CreateMul(blk, kb.i64c(nr)));
       llvm::Value* panel = b.CreateMul(blk, kb.i64c(a.d * nr));
       llvm::Value* rows = b.CreateSelect(b.CreateICmpSLT(q0, sq), min(kb.i64c(nr), b.CreateSub(sq, q0)), zero);
@@ -165,7 +165,7 @@ WorkShape build_attention(KernelBuilder& kb) {
       vstore(vzero, ml, b.CreateAdd(state, kb.i64c(nr)));
     });
 
-    kb.loop(zero, item_keys, chunk, [&](llvm::Value* c0) {
+    kb.plain_loop(zero, item_keys, chunk, [&](llvm::Value* c0) {
       llvm::Value* first = b.CreateICmpEQ(c0, zero);
       llvm::Value* chunk_keys = min(kb.i64c(chunk), b.CreateSub(item_keys, c0));
       if (!direct) {
@@ -188,7 +188,7 @@ WorkShape build_attention(KernelBuilder& kb) {
         copy(row_of(k_base, K, d), kc, kc_small, b.CreateMul(chunk_keys, d));
         copy(row_of(v_base, V, dv), vc, vc_small, b.CreateMul(chunk_keys, dv));
       }
-      kb.loop(zero, kb.i64c(blocks), 1, [&](llvm::Value* blk) {
+      kb.plain_loop(zero, kb.i64c(blocks), 1, [&](llvm::Value* blk) {
         llvm::Value* q0 = b.CreateAdd(q_first, b.CreateMul(blk, kb.i64c(nr)));
         // The block's keys: causal, those up to its last query (within the item's, copied above).
         llvm::Value* block_keys = m.causal ? min(item_keys, b.CreateAdd(q0, kb.i64c(nr))) : sk;
@@ -210,7 +210,7 @@ WorkShape build_attention(KernelBuilder& kb) {
           llvm::Value* m_old = vload(ml, state);
           llvm::Value* l_old = vload(ml, b.CreateAdd(state, kb.i64c(nr)));
           llvm::Value* q_lanes = b.CreateAdd(splat(q0), lanes);
-          llvm::Value* mx = kb.loop(zero, count, 1, {m_old}, [&](llvm::Value* j, const std::vector<llvm::Value*>& c) {
+          llvm::Value* mx = kb.plain_loop(zero, count, 1, {m_old}, [&](llvm::Value* j, const std::vector<llvm::Value*>& c) {
             llvm::Value* key = b.CreateAdd(c0, j);
             llvm::Value* row = b.CreateMul(j, kb.i64c(nr));
             llvm::Value* s = b.CreateFMul(vload(st, row), splat(kb.f32c(m.scale)));
@@ -242,7 +242,7 @@ WorkShape build_attention(KernelBuilder& kb) {
           // exp() relative to the max, or to 0 while a query has no key (its exps then 0, not
           // NaN; a row left with no key at all is 0 or NaN at the end, below).
           llvm::Value* base = b.CreateSelect(b.CreateFCmpOEQ(mx, vminus_inf), vzero, mx);
-          llvm::Value* sum = kb.loop(zero, count, 1, {vzero}, [&](llvm::Value* j, const std::vector<llvm::Value*>& c) {
+          llvm::Value* sum = kb.plain_loop(zero, count, 1, {vzero}, [&](llvm::Value* j, const std::vector<llvm::Value*>& c) {
             llvm::Value* row = b.CreateMul(j, kb.i64c(nr));
             llvm::Value* p = kb.exp(b.CreateFSub(vload(st, row), base));
             store_p(p, row);
@@ -276,7 +276,7 @@ WorkShape build_attention(KernelBuilder& kb) {
 
     // out[q][c] = O^T[c][q] / sum[q]; a query with no key at all is 0 (the attention op with a
     // mask) or 0 / 0 = NaN (the explicit chain keeps softmax's NaN).
-    kb.loop(zero, kb.i64c(blocks), 1, [&](llvm::Value* blk) {
+    kb.plain_loop(zero, kb.i64c(blocks), 1, [&](llvm::Value* blk) {
       llvm::Value* q0 = b.CreateAdd(q_first, b.CreateMul(blk, kb.i64c(nr)));
       kb.when(b.CreateICmpSLT(q0, sq), [&] {
         llvm::Value* state = b.CreateMul(blk, kb.i64c(2 * nr));
@@ -285,10 +285,10 @@ WorkShape build_attention(KernelBuilder& kb) {
         if (zero_rows) inv = b.CreateSelect(b.CreateFCmpOGT(l, vzero), inv, vzero);
         vstore(inv, ml, state);
         llvm::Value* o_block = b.CreateGEP(fl, ot, b.CreateMul(blk, kb.i64c(dv_rows * nr)));
-        kb.loop(zero, min(kb.i64c(nr), b.CreateSub(sq, q0)), 1, [&](llvm::Value* lane) {
+        kb.plain_loop(zero, min(kb.i64c(nr), b.CreateSub(sq, q0)), 1, [&](llvm::Value* lane) {
           llvm::Value* scale = b.CreateLoad(fl, b.CreateGEP(fl, ml, b.CreateAdd(state, lane)));
           llvm::Value* out_row = b.CreateMul(b.CreateAdd(b.CreateMul(bz, sq), b.CreateAdd(q0, lane)), dv);
-          kb.loop(zero, dv, 1, [&](llvm::Value* c) {
+          kb.plain_loop(zero, dv, 1, [&](llvm::Value* c) {
             llvm::Value* o = b.CreateLoad(fl, b.CreateGEP(fl, o_block, b.CreateAdd(b.CreateMul(c, kb.i64c(nr)), lane)));
             kb.store_outputs(kb.round_to(g.node(m.root).type.dtype, b.CreateFMul(o, scale)),
                              b.CreateAdd(out_row, c));

@@ -369,6 +369,19 @@ void KernelBuilder::loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
 void KernelBuilder::plain_loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
                                const std::function<void(llvm::Value*)>& body) {
   loop(lo, hi, step, body);
+  keep_last_loop_plain();
+}
+
+std::vector<llvm::Value*> KernelBuilder::plain_loop(
+    llvm::Value* lo, llvm::Value* hi, int64_t step, std::vector<llvm::Value*> carried,
+    const std::function<std::vector<llvm::Value*>(llvm::Value*, const std::vector<llvm::Value*>&)>&
+        body) {
+  std::vector<llvm::Value*> out = loop(lo, hi, step, std::move(carried), body);
+  keep_last_loop_plain();
+  return out;
+}
+
+void KernelBuilder::keep_last_loop_plain() {
   llvm::LLVMContext& ctx = context();
   auto flag = [&](const char* name, llvm::Metadata* value) -> llvm::Metadata* {
     if (!value) return llvm::MDNode::get(ctx, llvm::MDString::get(ctx, name));

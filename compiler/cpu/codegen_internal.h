@@ -101,6 +101,10 @@ class KernelBuilder {
   // be masked gathers: compile time spent on code that hardly runs.
   void plain_loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
                   const std::function<void(llvm::Value*)>& body);
+  std::vector<llvm::Value*> plain_loop(
+      llvm::Value* lo, llvm::Value* hi, int64_t step, std::vector<llvm::Value*> carried,
+      const std::function<std::vector<llvm::Value*>(llvm::Value*, const std::vector<llvm::Value*>&)>&
+          body);
   // Builds `body` into f (a helper the kernel calls) from a new entry block; loops and
   // conditions made meanwhile go to f, and the builder then returns to its place in the kernel.
   void in_function(llvm::Function* f, const std::function<void()>& body);
@@ -127,6 +131,7 @@ class KernelBuilder {
   llvm::Value* m_end = nullptr;
   llvm::Value* m_scratch = nullptr;
   llvm::Instruction* m_back_edge = nullptr;  // of the loop built last
+  void keep_last_loop_plain();  // marks it: no vectorizing, interleaving or unrolling
   std::vector<llvm::Value*> m_params;
   std::map<std::pair<int64_t, std::vector<uint32_t>>, llvm::Value*> m_extents;
 };

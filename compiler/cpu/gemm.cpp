@@ -25,6 +25,7 @@ llvm::Function* micro_kernel(llvm::Module& module, MatmulPath path, const CpuFac
       b.getVoidTy(), {p, p, p, i64, i64, b.getInt1Ty(), p, p, i64, i64, i64}, false);
   auto* f = llvm::Function::Create(type, llvm::Function::InternalLinkage, name, module);
   f->addFnAttr(llvm::Attribute::NoUnwind);
+  f->addFnAttr(llvm::Attribute::NoInline);
   for (unsigned i : {0u, 1u, 2u, 6u, 7u}) f->addParamAttr(i, llvm::Attribute::NoAlias);
   auto arg = f->arg_begin();
   llvm::Value* a = &*arg++;

@@ -140,12 +140,12 @@ WorkShape build_rows(KernelBuilder& kb) {
     // the threads.
     auto fold = [&](llvm::Value* init, const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& combine,
                     const std::function<llvm::Value*(llvm::Value*, bool)>& f) {
-      llvm::Value* acc = kb.loop(zero, whole, w, {splat(init)}, [&](llvm::Value* j, const Carried& c) {
+      llvm::Value* acc = kb.plain_loop(zero, whole, w, {splat(init)}, [&](llvm::Value* j, const Carried& c) {
         return Carried{combine(c[0], f(lanes(j), true))};
       })[0];
       llvm::Value* total = b.CreateExtractElement(acc, uint64_t{0});
       for (int64_t l = 1; l < w; ++l) total = combine(total, b.CreateExtractElement(acc, static_cast<uint64_t>(l)));
-      return kb.loop(whole, row.len(), 1, {total}, [&](llvm::Value* j, const Carried& c) {
+      return kb.plain_loop(whole, row.len(), 1, {total}, [&](llvm::Value* j, const Carried& c) {
         return Carried{combine(c[0], f(one(j), false))};
       })[0];
     };
