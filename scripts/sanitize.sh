@@ -27,7 +27,7 @@ tests=(
   "tests/cache/remote/remote_tests *"
   "tests/runtime/runtime_tests *-Gpu*"  # the GPU suite needs a device (and libcuda)
   "compile_pool_tests *"
-  "tests/cpu/cpu_tests CpuTarget.*:CpuCache.*"
+  "tests/cpu/cpu_tests CpuTarget.*:CpuCache.*:CpuRuntime.*:CpuRunTimed.*"
 )
 
 # with_excluded FILTER PATTERN: FILTER with the gtest cases PATTERN names left out.

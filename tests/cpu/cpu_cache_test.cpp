@@ -7,10 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
+#include <thread>
+#include <utility>
 
 namespace kiln {
 namespace {
@@ -232,6 +236,8 @@ TEST(CpuRunTimed, TimesEachKernelAndComputesWhatRunDoes) {
 // One executable run at sizes that come and go: the specs of the last size and the program's
 // kept temporaries and scratch are reused only where they fit. Each run computes what a fresh
 // executable computes at that size, and a shape of the previous size is refused at the next.
+// Runs from several threads at once (one holds the kept buffers, the others allocate their own)
+// compute the same.
 TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
   TempDir dir;
   auto graph = ir::parse_graph(
@@ -254,6 +260,7 @@ TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
                   {w8.data(), DType::f32, {8}}, {b8.data(), DType::f32, {8}}},
                  {{out.data(), DType::f32, {rows, 4}}});
   };
+  std::map<int64_t, std::vector<float>> wanted;
   for (int64_t rows : {5, 40, 3, 40, 64, 5}) {
     std::vector<float> got, want;
     Status s = run(**exe, rows, got);
@@ -263,7 +270,22 @@ TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
     ASSERT_TRUE(run(**fresh, rows, want));
     EXPECT_EQ(got, want) << rows;
     for (float v : got) ASSERT_TRUE(v > 0.0f && v < 1.0f) << rows;  // softmax rows
+    wanted[rows] = want;
   }
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      const int64_t sizes[] = {5, 40, 3, 64};
+      for (int i = 0; i < 25; ++i) {
+        int64_t rows = sizes[(i + t) % 4];
+        std::vector<float> got;
+        if (!run(**exe, rows, got) || got != std::as_const(wanted).at(rows)) ++wrong;
+      }
+    });
+  }
+  for (std::thread& c : callers) c.join();
+  EXPECT_EQ(wrong.load(), 0);
   // Inputs of 40 rows with an output of 5 (the size before): refused, the output untouched.
   std::vector<float> x(40 * 8, 0.5f), small(5 * 4, -7.0f);
   Status s = (*exe)->run({{x.data(), DType::f32, {40, 8}}, {w.data(), DType::f32, {8, 4}},
