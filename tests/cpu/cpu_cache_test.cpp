@@ -189,27 +189,36 @@ std::unique_ptr<Runtime> cpu_runtime(const TempDir& dir, const char* target = "c
   return runtime ? std::move(*runtime) : nullptr;
 }
 
+// The graph `text` compiled by `runtime`; null, with the failure recorded, when it does not parse
+// or compile.
+std::shared_ptr<Executable> compile_text(Runtime& runtime, const std::string& text) {
+  auto graph = ir::parse_graph(text, "g.kg");
+  EXPECT_TRUE(graph) << graph.error().message;
+  if (!graph) return nullptr;
+  auto exe = runtime.compile(*graph);
+  EXPECT_TRUE(exe) << exe.error().message;
+  return exe ? *exe : nullptr;
+}
+
 // Executable::run_timed on the CPU target: the outputs run() gives, one time per kernel in the
 // artifact's order (a symbolic graph's: its bucket's kernels), the arguments checked as run()
 // checks them; on the emulator it says it times the CPU target only.
 TEST(CpuRunTimed, TimesEachKernelAndComputesWhatRunDoes) {
   TempDir dir;
-  auto graph = ir::parse_graph(
+  const std::string text =
       "graph g {\n  dim S: 1..64\n  input x: f32[S, 8]\n  input w: f32[8, 4]\n"
-      "  y = softmax(relu(matmul(x, w)))\n  output y\n}\n",
-      "g.kg");
-  ASSERT_TRUE(graph) << graph.error().message;
+      "  y = softmax(relu(matmul(x, w)))\n  output y\n}\n";
   auto runtime = cpu_runtime(dir);
   ASSERT_TRUE(runtime);
-  auto exe = runtime->compile(*graph);
-  ASSERT_TRUE(exe) << exe.error().message;
+  auto exe = compile_text(*runtime, text);
+  ASSERT_TRUE(exe);
   std::vector<float> x(5 * 8), w(8 * 4), a(5 * 4, -1.0f), b(5 * 4, -2.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * static_cast<float>(i % 5);
   std::vector<TensorRef> in = {{x.data(), DType::f32, {5, 8}}, {w.data(), DType::f32, {8, 4}}};
-  ASSERT_TRUE((*exe)->run(in, {{a.data(), DType::f32, {5, 4}}}));
+  ASSERT_TRUE(exe->run(in, {{a.data(), DType::f32, {5, 4}}}));
   std::vector<KernelTime> kernels{{"stale", 1.0}};
-  Status s = (*exe)->run_timed(in, {{b.data(), DType::f32, {5, 4}}}, kernels);
+  Status s = exe->run_timed(in, {{b.data(), DType::f32, {5, 4}}}, kernels);
   ASSERT_TRUE(s) << s.error().message;
   EXPECT_EQ(a, b);
   ASSERT_EQ(kernels.size(), 2u);  // the matmul with its relu, the softmax
@@ -217,16 +226,16 @@ TEST(CpuRunTimed, TimesEachKernelAndComputesWhatRunDoes) {
   EXPECT_EQ(kernels[1].name, "k1_softmax");
   for (const KernelTime& k : kernels) EXPECT_GE(k.us, 0.0);
   // Checked as run() is: a wrong shape is refused before anything runs.
-  s = (*exe)->run_timed(in, {{b.data(), DType::f32, {4, 4}}}, kernels);
+  s = exe->run_timed(in, {{b.data(), DType::f32, {4, 4}}}, kernels);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("output"), std::string::npos) << s.error().message;
   EXPECT_TRUE(kernels.empty());
 
   auto other = cpu_runtime(dir, "emulate:sm_90");
   ASSERT_TRUE(other);
-  auto exe2 = other->compile(*graph);
-  ASSERT_TRUE(exe2) << exe2.error().message;
-  s = (*exe2)->run_timed(in, {{b.data(), DType::f32, {5, 4}}}, kernels);
+  auto exe2 = compile_text(*other, text);
+  ASSERT_TRUE(exe2);
+  s = exe2->run_timed(in, {{b.data(), DType::f32, {5, 4}}}, kernels);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("run_timed times the CPU target's kernels only"),
             std::string::npos)
@@ -240,16 +249,14 @@ TEST(CpuRunTimed, TimesEachKernelAndComputesWhatRunDoes) {
 // compute the same.
 TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
   TempDir dir;
-  auto graph = ir::parse_graph(
+  const std::string text =
       "graph g {\n  dim S: 1..64\n  input x: f32[S, 8]\n  input w: f32[8, 4]\n"
       "  input w8: f32[8]\n  input b8: f32[8]\n  h = layer_norm(add(x, 1.0), w8, b8)\n"
-      "  y = softmax(matmul(h, w))\n  output y\n}\n",
-      "g.kg");
-  ASSERT_TRUE(graph) << graph.error().message;
+      "  y = softmax(matmul(h, w))\n  output y\n}\n";
   auto runtime = cpu_runtime(dir);
   ASSERT_TRUE(runtime);
-  auto exe = runtime->compile(*graph);
-  ASSERT_TRUE(exe) << exe.error().message;
+  auto exe = compile_text(*runtime, text);
+  ASSERT_TRUE(exe);
   std::vector<float> w(8 * 4), w8(8, 1.0f), b8(8, 0.0f);
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * static_cast<float>(i % 5) - 0.1f;
   auto run = [&](Executable& e, int64_t rows, std::vector<float>& out) {
@@ -263,11 +270,11 @@ TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
   std::map<int64_t, std::vector<float>> wanted;
   for (int64_t rows : {5, 40, 3, 40, 64, 5}) {
     std::vector<float> got, want;
-    Status s = run(**exe, rows, got);
+    Status s = run(*exe, rows, got);
     ASSERT_TRUE(s) << rows << ": " << s.error().message;
-    auto fresh = runtime->compile(*graph);  // a hit: a new program, nothing kept yet
-    ASSERT_TRUE(fresh) << fresh.error().message;
-    ASSERT_TRUE(run(**fresh, rows, want));
+    auto fresh = compile_text(*runtime, text);  // a hit: a new program, nothing kept yet
+    ASSERT_TRUE(fresh);
+    ASSERT_TRUE(run(*fresh, rows, want));
     EXPECT_EQ(got, want) << rows;
     for (float v : got) ASSERT_TRUE(v > 0.0f && v < 1.0f) << rows;  // softmax rows
     wanted[rows] = want;
@@ -280,7 +287,7 @@ TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
       for (int i = 0; i < 25; ++i) {
         int64_t rows = sizes[(i + t) % 4];
         std::vector<float> got;
-        if (!run(**exe, rows, got) || got != std::as_const(wanted).at(rows)) ++wrong;
+        if (!run(*exe, rows, got) || got != std::as_const(wanted).at(rows)) ++wrong;
       }
     });
   }
@@ -288,7 +295,7 @@ TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
   EXPECT_EQ(wrong.load(), 0);
   // Inputs of 40 rows with an output of 5 (the size before): refused, the output untouched.
   std::vector<float> x(40 * 8, 0.5f), small(5 * 4, -7.0f);
-  Status s = (*exe)->run({{x.data(), DType::f32, {40, 8}}, {w.data(), DType::f32, {8, 4}},
+  Status s = exe->run({{x.data(), DType::f32, {40, 8}}, {w.data(), DType::f32, {8, 4}},
                           {w8.data(), DType::f32, {8}}, {b8.data(), DType::f32, {8}}},
                          {{small.data(), DType::f32, {5, 4}}});
   ASSERT_FALSE(s);
