@@ -76,11 +76,9 @@ WorkShape build_attention(KernelBuilder& kb) {
   };
   // v (a float or a vector) stored rounded as the path's operands are: both tf32x3 halves, or one.
   auto store_operand = [&](llvm::Value* v, llvm::Value* p, llvm::Value* p_small, llvm::Value* index) {
-    auto put = [&](llvm::Value* x, llvm::Value* to) { b.CreateAlignedStore(x, b.CreateGEP(fl, to, index), align); };
-    if (!x3) return put(kb.round_operand(path.numerics, v), p);
-    auto [big, small] = kb.split_tf32x3(v);
-    put(big, p);
-    put(small, p_small);
+    auto [big, small] = kb.operand_parts(path.numerics, v);
+    b.CreateAlignedStore(big, b.CreateGEP(fl, p, index), align);
+    if (small) b.CreateAlignedStore(small, b.CreateGEP(fl, p_small, index), align);
   };
   // P's rounding: to the 16-bit format of an f16 or bf16 path, else as the operands.
   auto store_p = [&](llvm::Value* v, llvm::Value* index) {
@@ -135,18 +133,10 @@ WorkShape build_attention(KernelBuilder& kb) {
       llvm::Value* panel = b.CreateMul(blk, kb.i64c(a.d * nr));
       llvm::Value* rows = b.CreateSelect(b.CreateICmpSLT(q0, sq), min(kb.i64c(nr), b.CreateSub(sq, q0)), zero);
       auto put = [&](llvm::Value* v, llvm::Value* x, llvm::Value* lane) {  // v: lanes of x, x + 1, ...
-        auto put_one = [&](llvm::Value* to, llvm::Value* y, int64_t i) {
-          llvm::Value* e = w > 1 && y->getType()->isVectorTy() ? b.CreateExtractElement(y, static_cast<uint64_t>(i)) : y;
-          llvm::Value* index = b.CreateAdd(panel, b.CreateAdd(b.CreateMul(b.CreateAdd(x, kb.i64c(i)), kb.i64c(nr)), lane));
-          b.CreateAlignedStore(e, b.CreateGEP(fl, to, index), align);
-        };
-        int64_t n = v->getType()->isVectorTy() ? w : 1;
-        llvm::Value* big = x3 ? kb.split_tf32x3(v).first : kb.round_operand(path.numerics, v);
-        llvm::Value* small = x3 ? kb.split_tf32x3(v).second : nullptr;
-        for (int64_t i = 0; i < n; ++i) {
-          put_one(qt, big, i);
-          if (x3) put_one(qt_small, small, i);
-        }
+        auto [big, small] = kb.operand_parts(path.numerics, v);
+        llvm::Value* at = b.CreateAdd(panel, b.CreateAdd(b.CreateMul(x, kb.i64c(nr)), lane));
+        kb.store_strided(big, qt, at, nr);
+        if (small) kb.store_strided(small, qt_small, at, nr);
       };
       kb.plain_loop(zero, rows, 1, [&](llvm::Value* lane) {
         llvm::Value* row = b.CreateAdd(q_base, b.CreateMul(b.CreateAdd(q0, lane), d));

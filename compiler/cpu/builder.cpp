@@ -210,6 +210,23 @@ std::pair<llvm::Value*, llvm::Value*> KernelBuilder::split_tf32x3(llvm::Value* v
   return {big, small};
 }
 
+std::pair<llvm::Value*, llvm::Value*> KernelBuilder::operand_parts(Numerics numerics,
+                                                                    llvm::Value* v) {
+  if (numerics == Numerics::tf32x3) return split_tf32x3(v);
+  return {round_operand(numerics, v), nullptr};
+}
+
+void KernelBuilder::store_strided(llvm::Value* v, llvm::Value* base, llvm::Value* at,
+                                  int64_t stride) {
+  auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(v->getType());
+  unsigned lanes = vt ? vt->getNumElements() : 1;
+  for (unsigned i = 0; i < lanes; ++i) {
+    llvm::Value* lane = vt ? m_b.CreateExtractElement(v, uint64_t{i}) : v;
+    llvm::Value* index = m_b.CreateAdd(at, i64c(static_cast<int64_t>(i) * stride));
+    m_b.CreateAlignedStore(lane, m_b.CreateGEP(f32(), base, index), llvm::Align(4));
+  }
+}
+
 llvm::Function* KernelBuilder::math_function(const char* name, int arity) {
   std::vector<llvm::Type*> args(static_cast<size_t>(arity), f32());
   auto callee = m_module.getOrInsertFunction(name, llvm::FunctionType::get(f32(), args, false));

@@ -60,6 +60,11 @@ class KernelBuilder {
   llvm::Value* round_operand(Numerics numerics, llvm::Value* v);
   // The tf32x3 split of v: {big, small}.
   std::pair<llvm::Value*, llvm::Value*> split_tf32x3(llvm::Value* v);
+  // v as a packed matmul operand of `numerics` holds it: tf32x3's {big, small}, else
+  // {round_operand(v), nullptr}.
+  std::pair<llvm::Value*, llvm::Value*> operand_parts(Numerics numerics, llvm::Value* v);
+  // v stored as floats at base[at] (a float), or lane i of a vector at base[at + i * stride].
+  void store_strided(llvm::Value* v, llvm::Value* base, llvm::Value* at, int64_t stride);
 
   llvm::Value* unary(ir::OpKind kind, llvm::Value* x);
   llvm::Value* binary(ir::OpKind kind, llvm::Value* a, llvm::Value* c);

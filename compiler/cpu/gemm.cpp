@@ -208,16 +208,15 @@ llvm::Function* gemm_block(KernelBuilder& kb, const GemmVariant& v) {
         if (inside) y = b.CreateSelect(inside, y, kb.f32c(0.0));
         b.CreateAlignedStore(y, b.CreateGEP(fl, to, slot), align);
       };
-      if (!x3) return put(dst, kb.round_operand(v.path.numerics, x));
-      auto [big, small] = kb.split_tf32x3(x);
+      auto [big, small] = kb.operand_parts(v.path.numerics, x);
       put(dst, big);
-      put(dst_small, small);
+      if (small) put(dst_small, small);
     };
     // Packs one operand: panels of `width` along the free dim, element (f, kk) at
     // panel * kc * width + kk * width + f % width; past the free extent, zeros. A whole panel
-    // whose free dim is contiguous moves as vectors; other whole panels a vector along K at a time,
-    // its lanes stored down the panel; the last, partial panel with bounds
-    // checks, as written.
+    // whose free dim is contiguous moves as vectors; other whole panels a vector along K at a
+    // time, its lanes stored down the panel; the last, partial panel with bounds checks, as
+    // written.
     auto pack = [&](llvm::Value* dst, llvm::Value* dst_small, llvm::Value* count, int64_t width,
                     llvm::Value* free0, llvm::Value* free_bound, llvm::Value* k0, llvm::Value* kc,
                     const Operand& o) {
@@ -243,16 +242,11 @@ llvm::Function* gemm_block(KernelBuilder& kb, const GemmVariant& v) {
             llvm::Value* whole_k = b.CreateMul(b.CreateUDiv(kc, kb.i64c(w)), kb.i64c(w));
             kb.plain_loop(zero, kb.i64c(width), 1, [&](llvm::Value* f) {
               llvm::Value* free = b.CreateAdd(free0, b.CreateAdd(f0, f));
-              auto put = [&](llvm::Value* x, llvm::Value* kk) {
-                const int64_t n = x->getType()->isVectorTy() ? w : 1;
-                llvm::Value* big = x3 ? kb.split_tf32x3(x).first : kb.round_operand(v.path.numerics, x);
-                llvm::Value* small = x3 ? kb.split_tf32x3(x).second : nullptr;
-                for (int64_t i = 0; i < n; ++i) {
-                  llvm::Value* slot = b.CreateAdd(b.CreateAdd(panel, b.CreateMul(b.CreateAdd(kk, kb.i64c(i)), kb.i64c(width))), f);
-                  auto lane = [&](llvm::Value* y) { return n > 1 ? b.CreateExtractElement(y, static_cast<uint64_t>(i)) : y; };
-                  b.CreateAlignedStore(lane(big), b.CreateGEP(fl, dst, slot), llvm::Align(4));
-                  if (x3) b.CreateAlignedStore(lane(small), b.CreateGEP(fl, dst_small, slot), llvm::Align(4));
-                }
+              auto put = [&](llvm::Value* x, llvm::Value* kk) {  // x: lanes of kk, kk + 1, ...
+                auto [big, small] = kb.operand_parts(v.path.numerics, x);
+                llvm::Value* at = b.CreateAdd(b.CreateAdd(panel, b.CreateMul(kk, kb.i64c(width))), f);
+                kb.store_strided(big, dst, at, width);
+                if (small) kb.store_strided(small, dst_small, at, width);
               };
               kb.plain_loop(zero, whole_k, w, [&](llvm::Value* kk) {
                 put(kb.load_floats(o.dtype, o.base, index_of(o, free, b.CreateAdd(k0, kk)), static_cast<unsigned>(w)), kk);
