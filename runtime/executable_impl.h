@@ -75,6 +75,7 @@ struct ExecutableAccess {
   static void describe_compile(const CompileResult& result, const compiler::Artifact& artifact,
                                Executable& exe) {
     exe.m_cache_hit = result.hit;
+    exe.m_cache_tier = !result.hit ? "" : result.remote_hit ? "remote" : "local";
     exe.m_compile_ms = result.compile_ms;
     exe.m_lookup_us = result.lookup_us;
     exe.m_key = result.key;

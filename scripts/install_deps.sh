@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libsqlite3-dev libxxhash-dev libzstd-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev sqlite3
   libhiredis-dev redis-server libssl-dev strace python3-numpy llvm-16-dev libopenblas-dev
-  libzip-dev)
+  libzip-dev python3-venv python3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -45,10 +45,12 @@ TEST(Runtime, SecondCompileIsACacheHitWithTheSameKey) {
   auto first = runtime->compile_file(k_mlp);
   ASSERT_TRUE(first) << first.error().message;
   EXPECT_FALSE((*first)->cache_hit());
+  EXPECT_EQ((*first)->cache_tier(), "");
   EXPECT_GT((*first)->kernel_count(), 0u);
   auto second = runtime->compile_file(k_mlp);
   ASSERT_TRUE(second) << second.error().message;
   EXPECT_TRUE((*second)->cache_hit());
+  EXPECT_EQ((*second)->cache_tier(), "local");
   EXPECT_EQ((*second)->key(), (*first)->key());
   EXPECT_EQ((*second)->kernel_count(), (*first)->kernel_count());
   EXPECT_EQ((*second)->arch(), "sm_80");

@@ -39,7 +39,7 @@ out, port, root, pages = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 run_tags = {"sh", "bash"}
 skip_tags = {"sh-gpu": "needs a GPU",
              "sh-long": "builds everything, runs the test suite (this test too), runs for minutes or downloads GBs"}
-other_tags = {"kg", "cpp", "cmake", "text"}
+other_tags = {"kg", "cpp", "cmake", "text", "python"}
 marker = re.compile(r"^(?P<comment>.*?)\s*\(exit (?P<code>\d+)\)\s*$")
 manifest = open(os.path.join(out, "manifest"), "w")
 problems = []
@@ -156,7 +156,7 @@ for page_index, page in enumerate(pages):
             manifest.write(f"{tag}\t{rel}:{start}\t{name}.{tag}\t-\n")
         else:
             problems.append(f"{rel}:{start}: fence tag '{tag}' is none of sh, bash, "
-                            "sh-gpu, sh-long, kg, cpp, cmake, text")
+                            "sh-gpu, sh-long, kg, cpp, cmake, text, python")
 if problems:
     sys.exit("docs: " + "\ndocs: ".join(problems))
 PY
@@ -203,6 +203,15 @@ while IFS=$'\t' read -r kind where path info; do
   [[ $kind == kg ]] || continue
   graphs=$((graphs + 1))
   "$kiln" fmt "$path" >/dev/null || failures+=("$where (kg)")
+done <"$tmp/manifest"
+
+# Python blocks must compile (their run needs the package and torch: tests/python runs the API).
+pythons=0
+while IFS=$'\t' read -r kind where path info; do
+  [[ $kind == python ]] || continue
+  pythons=$((pythons + 1))
+  "$python" -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' "$path" ||
+    failures+=("$where (python)")
 done <"$tmp/manifest"
 
 # CMake blocks must be examples/embed's (what the docs say a project writes); C++ blocks are
@@ -253,7 +262,7 @@ fi
 
 echo
 echo "docs: ran $commands commands in $blocks blocks; $graphs graphs parsed; ${#programs[@]} C++" \
-  "examples built and run; $cmakes CMake blocks matched"
+  "examples built and run; $cmakes CMake blocks matched; $pythons Python blocks compiled"
 echo "docs: not run:"
 while IFS=$'\t' read -r kind where path info; do
   [[ $kind == skip ]] && echo "  $where: $info"

@@ -164,6 +164,9 @@ public:
   Executable& operator=(const Executable&) = delete;
 
   bool cache_hit() const { return m_cache_hit; }
+  // Where a hit came from: "local" (this machine's store) or "remote" (the fleet's tier, now also
+  // stored locally); "" for a miss.
+  const std::string& cache_tier() const { return m_cache_tier; }
   double compile_ms() const { return m_compile_ms; }  // of the compile that made it
   double lookup_us() const { return m_lookup_us; }
   const std::string& key() const { return m_key; }
@@ -261,7 +264,7 @@ private:
   bool m_cache_hit = false;
   double m_compile_ms = 0;
   double m_lookup_us = 0;
-  std::string m_key, m_graph_hash, m_arch, m_precision;
+  std::string m_key, m_graph_hash, m_arch, m_precision, m_cache_tier;
   std::vector<std::string> m_fallbacks;
   std::vector<TensorSpec> m_inputs, m_outputs;
   size_t m_kernel_count = 0;

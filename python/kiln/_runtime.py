@@ -1,0 +1,356 @@
+"""Graph, Runtime and Executable: the extension's classes with the array conventions around them
+(NumPy in, NumPy out; torch in, torch out; DLPack, no copy unless an input must be made
+contiguous or aligned, and then counted)."""
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+import threading
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from . import _kiln
+from ._errors import GraphError, RuntimeError
+
+# kiln dtype name -> NumPy dtype (NumPy has no bfloat16: bf16 tensors come from torch).
+_NUMPY = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "i64": np.int64, "bool": np.bool_}
+_NUMPY_NAMES = {np.dtype(v).name: k for k, v in _NUMPY.items()}
+_TORCH_NAMES = {
+    "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
+    "torch.int32": "i32", "torch.int64": "i64", "torch.bool": "bool",
+}
+# The kernels use 16-byte accesses: run() refuses a pointer that is not 16-byte aligned.
+_ALIGN = 16
+
+
+class TensorSpec(NamedTuple):
+    """A graph input or output: `shape` holds a symbolic dim's upper bound, `dims` its name
+    (None for a constant dim)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    dims: tuple[str | None, ...]
+
+
+class Dim(NamedTuple):
+    """A symbolic dim (`dim B: 1..4096`) and its inclusive range."""
+
+    name: str
+    lo: int
+    hi: int
+
+
+def _specs(raw) -> list[TensorSpec]:
+    return [TensorSpec(n, d, tuple(s), tuple(m)) for n, d, s, m in raw]
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+class Graph:
+    """A parsed, verified graph. `Graph.parse(text)`, `Graph.load(path)`."""
+
+    __slots__ = ("_g",)
+
+    def __init__(self, native: _kiln._Graph):
+        self._g = native
+
+    @staticmethod
+    def parse(text: str, file: str = "<graph>") -> Graph:
+        """Parses `.kg` text; a bad graph raises kiln.GraphError ("file:line:col: error: ...")."""
+        return Graph(_kiln._Graph.parse(text, file))
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> Graph:
+        """Reads and parses a `.kg` file."""
+        path = pathlib.Path(path)
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise GraphError(f"{path}: cannot read the graph: {e}") from None
+        return Graph(_kiln._Graph.parse(text, str(path)))
+
+    @property
+    def name(self) -> str:
+        return self._g.name
+
+    @property
+    def text(self) -> str:
+        """The canonical text: Graph.parse(g.text).text == g.text."""
+        return self._g.text
+
+    @property
+    def hash(self) -> str:
+        """The graph's identity in the cache: 32 hex digits (names and comments do not enter)."""
+        return self._g.hash
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return _specs(self._g.inputs)
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return _specs(self._g.outputs)
+
+    @property
+    def dims(self) -> list[Dim]:
+        return [Dim(*d) for d in self._g.dims]
+
+    def __repr__(self) -> str:
+        return f"<kiln.Graph {self.name} {self.hash}>"
+
+
+class Runtime:
+    """Compiles graphs through kiln's cache for one target and precision.
+
+    target: "cuda" (device `device`), "cuda:sm_90" (compile for that arch, no GPU needed to
+    compile), "cpu", "cpu:NAME", "emulate:sm_XX", or "auto". precision: "highest", "high",
+    "tf32x3", "medium" or "auto". cache_dir: None for $KILN_CACHE_DIR or ~/.cache/kiln. remote:
+    None for $KILN_REMOTE_CACHE, "" for no remote tier, or "redis://host:port". fallbacks:
+    "warn", "refuse" or "allow" (see docs/python.md)."""
+
+    def __init__(
+        self,
+        target: str = "cuda",
+        precision: str = "high",
+        cache_dir: str | os.PathLike | None = None,
+        remote: str | None = None,
+        fallbacks: str = "warn",
+        device: int = 0,
+        *,
+        allow_fallback: bool = False,
+        check_indices: bool = False,
+        use_cache: bool = True,
+    ):
+        self.target = target
+        self.precision = precision
+        self._rt = _kiln._Runtime(
+            target, precision, None if cache_dir is None else os.fspath(cache_dir), remote,
+            fallbacks, int(device), bool(allow_fallback), bool(check_indices), bool(use_cache))
+
+    @property
+    def arch(self) -> str:
+        """The settled target: "sm_90", "cpu:znver4", "emulate:sm_90"."""
+        return self._rt.arch
+
+    def compile(self, graph: str | os.PathLike | Graph) -> Executable:
+        """Compiles `.kg` text, a `.kg` file (a pathlib.Path) or a Graph through the cache (a hit
+        costs microseconds). A symbolic graph compiles each bucket on first use."""
+        if isinstance(graph, Graph):
+            g = graph
+        elif isinstance(graph, os.PathLike):
+            g = Graph.load(graph)
+        elif isinstance(graph, str):
+            g = Graph.parse(graph)
+        else:
+            raise TypeError(f"compile() takes .kg text, a pathlib.Path or a kiln.Graph, "
+                            f"not {type(graph).__name__}")
+        return Executable(self._rt.compile(g._g), g.name)
+
+    def __repr__(self) -> str:
+        return f"<kiln.Runtime {self.arch} {self.precision}>"
+
+
+class Executable:
+    """A compiled graph. `exe(*inputs)` returns its outputs (one array, or a tuple of several) in
+    the inputs' framework; `exe.run(inputs, outputs)` writes into arrays the caller made."""
+
+    def __init__(self, native: _kiln._Executable, name: str):
+        self._x = native
+        self.name = name
+        self._on_host = native.on_host
+        self._inputs = _specs(native.inputs)
+        self._outputs = _specs(native.outputs)
+        self._lock = threading.Lock()
+        self._stats = {"calls": 0, "copied_inputs": 0, "copied_bytes": 0}
+        self._last: tuple | None = None  # (input shapes, output specs) of the last call
+
+    # What it is.
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return list(self._inputs)
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return list(self._outputs)
+
+    @property
+    def dims(self) -> list[Dim]:
+        return [Dim(*d) for d in self._x.dims]
+
+    @property
+    def key(self) -> str:
+        """The cache key (32 hex digits); "" for a symbolic graph, whose buckets have their own."""
+        return self._x.key
+
+    @property
+    def graph_hash(self) -> str:
+        return self._x.graph_hash
+
+    @property
+    def cache(self) -> str | None:
+        """"hit" or "miss"; None for a symbolic graph (each bucket is its own entry)."""
+        if self._x.dims:
+            return None
+        return "hit" if self._x.cache_hit else "miss"
+
+    @property
+    def tier(self) -> str | None:
+        """Where a hit came from: "local" or "remote"; None for a miss."""
+        return self._x.cache_tier or None
+
+    @property
+    def compile_ms(self) -> float:
+        return self._x.compile_ms
+
+    @property
+    def lookup_us(self) -> float:
+        return self._x.lookup_us
+
+    @property
+    def arch(self) -> str:
+        return self._x.arch
+
+    @property
+    def precision(self) -> str:
+        return self._x.precision
+
+    @property
+    def fallbacks(self) -> list[str]:
+        return list(self._x.fallbacks)
+
+    @property
+    def kernel_count(self) -> int:
+        return self._x.kernel_count
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Calls, and the inputs copied because they were not C-contiguous or 16-byte aligned."""
+        with self._lock:
+            return dict(self._stats)
+
+    # Running.
+    def __call__(self, *inputs: Any, stream: int | Any | None = None):
+        arrays, framework, device = self._take_inputs(inputs)
+        specs = self._output_specs([a.shape for a in arrays])
+        outputs = [_empty(framework, device, s.dtype, s.shape, s.name) for s in specs]
+        self._x.run(arrays, outputs, self._stream(stream, framework, device))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def run(self, inputs: Sequence[Any], outputs: Sequence[Any], stream: int | Any | None = None) -> None:
+        """Runs into `outputs`: C-contiguous, 16-byte aligned arrays of the outputs' dtypes and
+        shapes (a wrong one raises kiln.RuntimeError, nothing is written)."""
+        arrays, framework, device = self._take_inputs(inputs)
+        outs = []
+        for spec, out in zip(self._outputs, outputs):
+            out = out.detach() if _is_torch(out) else out
+            if not _is_torch(out) and not isinstance(out, np.ndarray):
+                raise TypeError(f"output '{spec.name}': expected a NumPy array or a torch tensor, "
+                                f"not {type(out).__name__}")
+            if not _contiguous(out) or _address(out) % _ALIGN:
+                raise RuntimeError(f"output '{spec.name}' must be C-contiguous and 16-byte aligned")
+            outs.append(out)
+        if len(outs) != len(outputs) or len(outs) != len(self._outputs):
+            raise RuntimeError(f"graph '{self.name}' has {len(self._outputs)} outputs, "
+                               f"got {len(outputs)}")
+        self._x.run(arrays, outs, self._stream(stream, framework, device))
+
+    def prepare(self, dims: dict[str, int] | None = None, stream: int | None = None) -> None:
+        """Compiles (through the cache) and loads the bucket holding `dims` ahead of the first
+        run; a static graph takes no dims."""
+        names = [d.name for d in self.dims]
+        dims = dict(dims or {})
+        unknown = set(dims) - set(names)
+        if unknown or len(dims) != len(names):
+            raise RuntimeError(f"graph '{self.name}' has dims {names}, got {sorted(dims)}")
+        self._x.prepare([int(dims[n]) for n in names], int(stream or 0))
+
+    def _output_specs(self, shapes) -> list[TensorSpec]:
+        shapes = [tuple(int(d) for d in s) for s in shapes]
+        last = self._last
+        if last is not None and last[0] == shapes:
+            return last[1]
+        specs = _specs(self._x.outputs_for(shapes))
+        self._last = (shapes, specs)
+        return specs
+
+    def _take_inputs(self, inputs):
+        if len(inputs) != len(self._inputs):
+            names = ", ".join(s.name for s in self._inputs)
+            raise RuntimeError(f"graph '{self.name}' takes {len(self._inputs)} inputs ({names}), "
+                               f"got {len(inputs)}")
+        framework, device = "numpy", None
+        arrays = []
+        copies = copied = 0
+        for spec, x in zip(self._inputs, inputs):
+            if _is_torch(x):
+                framework, device = "torch", x.device
+                x = x.detach()
+                got = _TORCH_NAMES.get(str(x.dtype), str(x.dtype))
+            else:
+                if not isinstance(x, np.ndarray):
+                    x = np.asarray(x, dtype=_NUMPY.get(spec.dtype))
+                got = _NUMPY_NAMES.get(x.dtype.name, x.dtype.name)
+            if got != spec.dtype:
+                raise RuntimeError(f"input '{spec.name}' is {got}, expected {spec.dtype}")
+            if not _contiguous(x) or _address(x) % _ALIGN:
+                if _is_torch(x):
+                    x = x.clone(memory_format=_torch().contiguous_format)
+                    copied += x.numel() * x.element_size()
+                else:
+                    x = np.array(x, order="C", copy=True)
+                    copied += x.nbytes
+                copies += 1
+            arrays.append(x)
+        with self._lock:
+            self._stats["calls"] += 1
+            self._stats["copied_inputs"] += copies
+            self._stats["copied_bytes"] += copied
+        if framework == "torch" and device is not None and device.type == "cuda" and self._on_host:
+            raise RuntimeError(f"graph '{self.name}' was compiled for {self.arch}: it takes host "
+                               "tensors, not CUDA ones")
+        return arrays, framework, device
+
+    def _stream(self, stream, framework, device) -> int:
+        if stream is not None:
+            return int(getattr(stream, "cuda_stream", stream))
+        if framework == "torch" and device is not None and device.type == "cuda":
+            return int(_torch().cuda.current_stream(device).cuda_stream)
+        return 0
+
+    def __repr__(self) -> str:
+        return f"<kiln.Executable {self.name} {self.arch} {self.precision}>"
+
+
+def _torch():
+    return sys.modules["torch"]
+
+
+def _contiguous(x) -> bool:
+    return x.is_contiguous() if _is_torch(x) else x.flags.c_contiguous
+
+
+def _address(x) -> int:
+    return x.data_ptr() if _is_torch(x) else x.ctypes.data
+
+
+def _empty(framework: str, device, dtype: str, shape, name: str):
+    if framework == "torch":
+        torch = _torch()
+        return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[dtype]), device=device)
+    if dtype not in _NUMPY:
+        raise RuntimeError(f"output '{name}' is {dtype}, which NumPy cannot hold: pass torch tensors")
+    return np.empty(shape, dtype=_NUMPY[dtype])
+
+
+_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i32": "int32",
+                 "i64": "int64", "bool": "bool"}
+
+
+def gpu_status() -> str:
+    """"" when CUDA kernels can run here, else why not ("no CUDA driver found: ...")."""
+    return _kiln.gpu_status()

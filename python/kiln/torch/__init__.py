@@ -1,0 +1,249 @@
+"""PyTorch models into kiln: torch.export programs ahead of time (compile_exported, save, load) and
+a torch.compile backend (`backend="kiln"`). One ATen -> kiln op table (_table.py); what kiln
+cannot run stays in PyTorch, listed in `program.fallbacks`."""
+from __future__ import annotations
+
+import torch
+from torch.fx import Graph, GraphModule
+
+from .. import _runtime
+from .._errors import Error, GraphError
+from . import _canonical, _lower, _plan
+from ._program import Fallback, Program, load, report_fallbacks, torch_step
+
+__all__ = ["Fallback", "Program", "compile_exported", "dynamo_backend", "load"]
+
+_MAX_DIM = 4096
+
+
+def _check_text(text: str):
+    try:
+        _runtime.Graph.parse(text, "<partition>")
+    except GraphError as e:
+        message = str(e)
+        return (e.line or 0, message.split(": error: ", 1)[-1])
+    return None
+
+
+def _symbols_of(gm, ranges: dict, max_dim: int):
+    """kiln dims for the symbols of the placeholders' shapes: {symbol: name}, {name: (lo, hi)}.
+    A bounded symbol keeps its range. An unbounded one starts at `max_dim`, and the largest of
+    those is halved while some tensor of the graph could exceed kiln's 2^31 - 1 elements."""
+    symbols, dims, open_ended = {}, {}, set()
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        for d in val.shape:
+            if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+                key = str(d.node.expr)
+                if key in symbols:
+                    continue
+                lo, hi = ranges.get(key, (1, None))
+                lo = max(1, int(lo)) if _finite(lo) else 1
+                name = _lower.kiln_name(key)
+                symbols[key] = name
+                if hi is None or not _finite(hi) or int(hi) > max_dim:
+                    hi = max_dim
+                    open_ended.add(name)
+                dims[name] = [lo, max(lo, int(hi))]
+    shapes = []
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            shapes.append(val.shape)
+    def worst():
+        for shape in shapes:
+            total, names = 1, []
+            for d in shape:
+                if isinstance(d, torch.SymInt) and not d.node.expr.is_number:
+                    free = [symbols.get(str(s)) for s in d.node.expr.free_symbols]
+                    if None in free:
+                        break
+                    total *= int(d.node.expr.subs({s: dims[symbols[str(s)]][1]
+                                                   for s in d.node.expr.free_symbols}))
+                    names += [f for f in free if f in open_ended]
+                else:
+                    total *= int(d)
+            else:
+                if total > 2**31 - 1 and names:
+                    return names
+        return None
+    while (names := worst()) is not None:
+        name = max(names, key=lambda n: (dims[n][1], n))
+        if dims[name][1] <= dims[name][0]:
+            break
+        dims[name][1] = max(dims[name][0], dims[name][1] // 2)
+    return symbols, {n: tuple(r) for n, r in dims.items()}
+
+
+def _finite(x) -> bool:
+    """Whether a range bound (an int, or sympy's int_oo/oo) is a finite integer."""
+    if isinstance(x, int):
+        return abs(x) < 2**62
+    try:
+        return bool(x.is_finite) and x.is_integer and abs(int(x)) < 2**62
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        return False
+
+
+def _build(gm: GraphModule, input_names: dict, symbols, dims, name: str, rt, fallbacks: str,
+          constants: dict | None = None):
+    steps, fb, outputs = _plan.build_plan(gm, symbols, dims, input_names, name, _check_text,
+                                           constants)
+    fallback_list = [Fallback(op, n, why) for op, (n, why) in sorted(fb.items())]
+    report_fallbacks(name, fallback_list, fallbacks)
+    plan = []
+    for step in steps:
+        if isinstance(step, _lower.KilnStep) and not step.outputs:
+            plan.append(("alias", {a.name: input_names.get(s, s.name) for a, s in step.aliases.items()}))
+        elif isinstance(step, _lower.KilnStep):
+            exe = rt.compile(_runtime.Graph.parse(step.text, f"{step.name}.kg"))
+            plan.append(("kiln", step.name, exe, [input_names.get(n, n.name) for n in step.inputs],
+                         [n.name for n in step.outputs],
+                         {a.name: input_names.get(s, s.name) for a, s in step.aliases.items()},
+                         step.text))
+        else:
+            plan.append(torch_step(step.node, input_names))
+    out_names = []
+    for o in outputs:
+        out_names.append(input_names.get(o, o.name) if isinstance(o, torch.fx.Node) else o)
+    return plan, fallback_list, out_names
+
+
+def _copy_graph(gm: GraphModule) -> GraphModule:
+    graph = Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return GraphModule(gm, graph)
+
+
+def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = None,
+                     precision: str = "high", fallbacks: str = "warn", *, cache_dir=None,
+                     remote=None, max_dim: int = _MAX_DIM) -> Program:
+    """A kiln program from a torch.export program: its supported ops as kiln graphs (parameters
+    stay graph inputs, symbolic sizes become `dim NAME: LO..HI` from `range_constraints`, an
+    unbounded one capped at `max_dim`), the rest run in PyTorch. target: None for "cpu", or where
+    the program's tensors live ("cuda"); fallbacks: "warn" (print the list of ops kept in
+    PyTorch once), "refuse" (raise kiln.Error with it) or "allow"."""
+    if fallbacks not in ("warn", "refuse", "allow"):
+        raise ValueError(f"fallbacks={fallbacks!r}: expected 'warn', 'refuse' or 'allow'")
+    gm = _copy_graph(ep.graph_module)
+    _canonical.canonicalize(gm)
+    sig = ep.graph_signature
+    kinds = {}
+    for spec in sig.input_specs:
+        kind = spec.kind.name.lower()
+        kinds[spec.arg.name] = ("parameter" if kind == "parameter" else "buffer" if kind == "buffer"
+                                else "constant" if kind == "constant_tensor" else
+                                "user" if kind == "user_input" else kind, spec.target)
+    placeholders, values, input_names, constants = [], {}, {}, {}
+    devices = set()
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        kind, fqn = kinds.get(node.name, ("user", None))
+        if kind in ("parameter", "buffer", "constant"):
+            tensor = ep.state_dict.get(fqn) if fqn in ep.state_dict else ep.constants.get(fqn)
+            if tensor is None:
+                raise Error(f"the exported program has no value for {kind} '{fqn}'")
+            name = _lower.kiln_name(fqn)
+            values[name] = tensor.detach() if isinstance(tensor, torch.Tensor) else tensor
+            if kind != "parameter" and isinstance(tensor, torch.Tensor):
+                constants[node] = tensor.detach()
+            devices.add(getattr(tensor, "device", torch.device("cpu")).type)
+        elif kind == "user":
+            name = _lower.kiln_name(node.name)
+        else:
+            raise Error(f"input '{node.name}' of kind {kind} is not supported")
+        input_names[node] = name
+        placeholders.append((name, kind, fqn))
+    if target is None:
+        target = "cuda" if "cuda" in devices else "cpu"
+    ranges = {str(s): (r.lower, r.upper) for s, r in ep.range_constraints.items()}
+    symbols, dims = _symbols_of(gm, ranges, max_dim)
+    rt = _runtime.Runtime(target=target, precision=precision, cache_dir=cache_dir, remote=remote,
+                          fallbacks=fallbacks)
+    name = _lower.kiln_name(_model_name(ep))
+    plan, fallback_list, outputs = _build(gm, input_names, symbols, dims, name, rt, fallbacks,
+                                         constants)
+    user_outputs = [o for o, spec in zip(outputs, sig.output_specs)
+                    if spec.kind.name.lower() == "user_output"]
+    return Program(name=name, placeholders=placeholders, values=values, steps=plan,
+                   outputs=user_outputs, in_spec=ep.call_spec.in_spec, out_spec=ep.call_spec.out_spec,
+                   fallbacks=fallback_list, runtime=rt, target=target, precision=precision,
+                   exported=ep)
+
+
+def _model_name(ep) -> str:
+    """The exported module's class name (the root of the nodes' module stacks), else "program"."""
+    for node in ep.graph.nodes:
+        for path, cls in (node.meta.get("nn_module_stack") or {}).values():
+            if path == "":
+                return (cls if isinstance(cls, str) else cls.__name__).split(".")[-1]
+    return "program"
+
+
+# -- torch.compile(model, backend="kiln", options={...}) -------------------------------------------
+
+def dynamo_backend(gm: GraphModule, example_inputs, **kwargs):
+    """The torch.compile backend (entry point `torch_dynamo_backends: kiln`), for inference:
+    forward graphs through AOTAutograd, the same op table and grouping as compile_exported.
+    options: target ("cpu"), precision ("high"), fallbacks ("warn"), cache_dir, remote, max_dim."""
+    options = dict(kwargs.get("options") or {})
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def forward(fx: GraphModule, inputs):
+        return make_boxed_func(_compile_forward(fx, inputs, options))
+
+    def backward(fx: GraphModule, inputs):
+        raise Error("kiln's torch.compile backend is for inference: run the model under "
+                    "torch.no_grad() or torch.inference_mode()")
+
+    return aot_autograd(fw_compiler=forward, bw_compiler=backward)(gm, example_inputs)
+
+
+_counter = [0]
+
+
+def _compile_forward(fx: GraphModule, inputs, options: dict):
+    unknown = set(options) - {"target", "precision", "fallbacks", "cache_dir", "remote", "max_dim"}
+    if unknown:
+        raise Error(f"kiln backend: unknown options {sorted(unknown)}")
+    target = options.get("target", "cpu")
+    precision = options.get("precision", "high")
+    fallbacks = options.get("fallbacks", "warn")
+    max_dim = int(options.get("max_dim", _MAX_DIM))
+    gm = _copy_graph(fx)
+    _canonical.canonicalize(gm)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    input_names = {n: _lower.kiln_name(n.name) for n in placeholders}
+    ranges = {}
+    fake = torch._guards.detect_fake_mode(inputs)
+    shape_env = getattr(fake, "shape_env", None)
+    if shape_env is not None:
+        for sym, r in shape_env.var_to_range.items():
+            ranges[str(sym)] = (r.lower, r.upper)
+    symbols, dims = _symbols_of(gm, ranges, max_dim)
+    rt = _runtime.Runtime(target=target, precision=precision, cache_dir=options.get("cache_dir"),
+                          remote=options.get("remote"), fallbacks=fallbacks)
+    _counter[0] += 1
+    name = f"dynamo_{_counter[0]}"
+    plan, fallback_list, outputs = _build(gm, input_names, symbols, dims, name, rt, fallbacks)
+    names = [input_names[n] for n in placeholders]
+    from ._program import run_steps
+
+    def run(*args):
+        env = dict(zip(names, args))
+        run_steps(plan, env)
+        return [env[o] if isinstance(o, str) and o in env else o for o in outputs]
+
+    run.kiln_partitions = [s[6] for s in plan if s[0] == "kiln"]
+    run.kiln_fallbacks = fallback_list
+    compiled.append(run)
+    return run
+
+
+# Every forward graph the backend compiled in this process, newest last (for inspection).
+compiled: list = []

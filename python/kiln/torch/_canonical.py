@@ -1,0 +1,63 @@
+"""The FX graph as the lowering expects it: assertions dropped, decomposed linear layers
+(`view -> mm/addmm -> view`) folded back into `linear`/`matmul`, so that no shape merges a batch
+and a sequence dim (kiln cannot reshape across symbolic dims)."""
+from __future__ import annotations
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from . import _table
+
+aten = torch.ops.aten
+
+
+def canonicalize(gm: GraphModule) -> None:
+    """Drops assertion nodes and folds decomposed linear layers back (in place)."""
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target in _table.ASSERTIONS and not node.users:
+            graph.erase_node(node)
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target in (aten.view.default, aten._unsafe_view.default,
+                                                          aten.reshape.default):
+            _fold_flattened_matmul(graph, node)
+    graph.eliminate_dead_code()
+    gm.recompile()
+
+
+def _fold_flattened_matmul(graph: Graph, view: Node) -> None:
+    """view(mm(view(x, [prod, K]), w), [*lead, N]) -> linear(x, W) or matmul(x, w) (+ bias)."""
+    mm = view.args[0]
+    if not isinstance(mm, Node) or mm.op != "call_function" or len(mm.users) != 1:
+        return
+    if mm.target is aten.mm.default:
+        bias, flat, w = None, mm.args[0], mm.args[1]
+    elif mm.target is aten.addmm.default and not mm.kwargs:
+        bias, flat, w = mm.args
+    else:
+        return
+    if not (isinstance(flat, Node) and flat.op == "call_function" and
+            flat.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default)):
+        return
+    x = flat.args[0]
+    xv, outv = x.meta.get("val"), view.meta.get("val")
+    if xv is None or outv is None or xv.dim() < 3 or list(xv.shape[:-1]) != list(outv.shape[:-1]):
+        return
+    weight = None
+    if isinstance(w, Node) and w.op == "call_function" and w.target is aten.t.default:
+        weight = w.args[0]
+    with graph.inserting_before(view):
+        if weight is not None:
+            args = (x, weight) if bias is None else (x, weight, bias)
+            new = graph.call_function(aten.linear.default, args)
+            new.meta = dict(view.meta)
+        else:
+            new = graph.call_function(aten.matmul.default, (x, w))
+            new.meta = dict(view.meta)
+            if bias is not None:
+                summed = graph.call_function(aten.add.Tensor, (new, bias))
+                summed.meta = dict(view.meta)
+                new = summed
+    view.replace_all_uses_with(new)
+
+

@@ -1,0 +1,301 @@
+"""FX nodes into kiln text: names, whether kiln can run a node (and why not), and a group of
+nodes lowered into one `.kg` graph (one statement per node, dead ones pruned). _plan.py groups
+the nodes and orders the groups; _table.py holds each op's lowering."""
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import Node
+
+from . import _table
+from ._table import Alias, Const, Expr, Tuple0, Unsupported
+
+aten = torch.ops.aten
+
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int32: "i32",
+           torch.int64: "i64", torch.bool: "bool"}
+# Words a kiln name may not be: ops (ir/ops.def), dtypes, literals, keywords.
+_RESERVED = set("""input matmul add sub mul div relu gelu silu sigmoid tanh exp neg cast softmax sqrt
+rsqrt abs pow maximum minimum sum mean max rms_norm layer_norm reshape permute slice concat
+attention cos sin erf log gelu_tanh eq ne lt le gt ge logical_and logical_or logical_not where
+arange embedding expand test_extra f32 f16 bf16 i32 i64 bool true false inf graph dim output""".split())
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+
+
+def kiln_name(text: str) -> str:
+    """`text` as a kiln name: invalid characters become `_`, a reserved word gains a `_`."""
+    parts = [re.sub(r"[^A-Za-z0-9_]", "_", p) or "_" for p in text.split(".")]
+    if not re.match(r"[A-Za-z_]", parts[0]):
+        parts[0] = "_" + parts[0]
+    name = ".".join(parts)
+    if name in _RESERVED or not _NAME.match(name):
+        name += "_"
+    return name
+
+
+# -- 2. what kiln can run ------------------------------------------------------------------------
+
+class Probe:
+    """The lowering context with no partition: answers whether and why a node is unsupported."""
+
+    def __init__(self, symbols: dict, constants: dict | None = None):
+        self.symbols = symbols
+        self.constants = constants or {}
+
+    def constant(self, node):
+        """The value of a buffer or constant the graph reads (never a parameter's), else None."""
+        return self.constants.get(node) if isinstance(node, Node) else None
+
+    # Context API used by the table.
+    def meta(self, node):
+        if isinstance(node, Node):
+            val = node.meta.get("val")
+            if val is None:
+                raise Unsupported(f"no shape is known for '{node.name}'")
+            return val
+        return torch.empty(())
+
+    def dtype_of(self, node) -> str:
+        if not isinstance(node, Node):
+            if isinstance(node, bool):
+                return "bool"
+            return "i64" if isinstance(node, int) else "f32"
+        val = self.meta(node)
+        if not isinstance(val, torch.Tensor):
+            raise Unsupported("a value that is not a tensor")
+        if val.dtype not in _DTYPES:
+            raise Unsupported(f"a {str(val.dtype).replace('torch.', '')} tensor")
+        return _DTYPES[val.dtype]
+
+    def promoted(self, a, b) -> str:
+        def probe(x):
+            if isinstance(x, Node):
+                v = self.meta(x)
+                return torch.empty((1,) * max(v.dim(), 1) if v.dim() else (), dtype=v.dtype)
+            return x
+        return _DTYPES.get(torch.result_type(probe(a), probe(b)), "f64")
+
+    def is_symbolic(self, d) -> bool:
+        return isinstance(d, torch.SymInt) and not d.node.expr.is_number
+
+    def size(self, d) -> str:
+        if isinstance(d, Node):
+            d = d.meta.get("val")
+        if isinstance(d, torch.SymInt):
+            expr = d.node.expr
+            if expr.is_number:
+                return str(int(expr))
+            if expr.is_Symbol and str(expr) in self.symbols:
+                return self.symbols[str(expr)]
+            raise Unsupported(f"a size {expr} (kiln dims are symbols or constants)")
+        if isinstance(d, int):
+            return str(d)
+        raise Unsupported(f"a size of type {type(d).__name__}")
+
+    def shape(self, node) -> str:
+        return "[" + ", ".join(self.size(d) for d in self.meta(node).shape) + "]"
+
+    def only_first_output(self, node):
+        for user in node.users:
+            if not (user.op == "call_function" and user.target is _GETITEM and user.args[1] == 0):
+                raise Unsupported(f"{node.target} whose other outputs are used")
+
+    def ref(self, arg, dtype: str | None = None) -> str:
+        if isinstance(arg, Node):
+            self.dtype_of(arg)
+            val = self.meta(arg)
+            for d in val.shape:
+                self.size(d)
+            if dtype is not None and self.dtype_of(arg) != dtype:
+                return f"cast({arg.name}, to={dtype})"
+            return arg.name
+        if isinstance(arg, (bool, int, float)):
+            if dtype in ("i32", "i64") and isinstance(arg, float):
+                raise Unsupported("a float literal against an integer tensor")
+            return _table._lit(arg)
+        raise Unsupported(f"an operand of type {type(arg).__name__}")
+
+
+_GETITEM = operator.getitem
+
+
+def unsupported_reason(probe: Probe, node: Node) -> str | None:
+    """None when kiln can run `node`, else why not."""
+    if node.op != "call_function":
+        return "not an op"
+    low = _table.TABLE.get(node.target)
+    if low is None:
+        return "no kiln op for it"
+    try:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            probe.dtype_of(node)
+            for d in val.shape:
+                probe.size(d)
+        elif node.target is not _GETITEM and not isinstance(val, (list, tuple)):
+            return "not a tensor op"
+        low(probe, node)
+    except Unsupported as e:
+        return str(e)
+    return None
+
+
+# -- 3 and 4. groups and their text ---------------------------------------------------------------
+
+@dataclass
+class KilnStep:
+    name: str                 # the graph's name
+    text: str                 # its .kg text
+    inputs: list              # FX nodes, in the graph's input order
+    outputs: list             # FX nodes, in the graph's output order
+    aliases: dict = field(default_factory=dict)  # FX node -> the FX node whose value it is
+
+
+@dataclass
+class TorchStep:
+    node: Node
+
+
+class Partition:
+    """Lowers one group of nodes into kiln text."""
+
+    def __init__(self, probe: Probe, members: set, names: dict):
+        self.probe = probe
+        self.members = members
+        self.names = names            # FX node -> kiln input name (graph inputs)
+        self.values: dict = {}        # FX node -> Expr/Alias/Const/Tuple0 result
+        self.statements: list = []    # (kiln name, text, node)
+        self.external: list = []      # FX nodes read from outside, in first-use order
+
+    # The context API (as Probe's), resolving operands to kiln names.
+    def __getattr__(self, attr):
+        return getattr(self.probe, attr)
+
+    def resolve(self, node: Node):
+        """(kind, value): ('name', kiln name) | ('const', Const) for an FX node's value here."""
+        while True:
+            if node in self.members:
+                value = self.values.get(node)
+                assert value is not None, f"{node.name} used before it is lowered"
+                if isinstance(value, Alias):
+                    if not isinstance(value.node, Node):
+                        return "const", Const(value.node, self.probe.dtype_of(value.node))
+                    node = value.node
+                    continue
+                if isinstance(value, Const):
+                    return "const", value
+                return "name", self.local_name(node)
+            if node not in self.external:
+                self.external.append(node)
+            return "name", self.input_name(node)
+
+    def local_name(self, node: Node) -> str:
+        return "_" + re.sub(r"[^A-Za-z0-9_]", "_", node.name)
+
+    def input_name(self, node: Node) -> str:
+        name = self.names.get(node)
+        return name if name is not None else self.local_name(node)
+
+    def ref(self, arg, dtype: str | None = None) -> str:
+        if isinstance(arg, Node):
+            kind, value = self.resolve(arg)
+            have = self.probe.dtype_of(arg)
+            if kind == "const":
+                if dtype is not None and dtype != value.dtype:
+                    v = value.value
+                    if dtype in ("f32", "f16", "bf16"):
+                        return _table._lit(float(v))
+                    return _table._lit(bool(v) if dtype == "bool" else int(v))
+                return _table._lit(value.value)
+            if dtype is not None and have != dtype:
+                return f"cast({value}, to={dtype})"
+            return value
+        return self.probe.ref(arg, dtype)
+
+    def lower(self, order: list) -> None:
+        for node in order:
+            value = _table.TABLE[node.target](self, node)
+            self.values[node] = value
+            if isinstance(value, (Expr, Tuple0)):
+                self.statements.append((self.local_name(node), value.text, node))
+
+
+class PartitionError(Exception):
+    def __init__(self, node: Node, message: str):
+        super().__init__(message)
+        self.node = node
+
+
+def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symbols, dims, check) -> KilnStep:
+    """The kiln graph of `part` that computes `wanted` (its statements pruned to what they
+    need); a statement kiln refuses raises PartitionError for its node."""
+    outputs, aliases = [], {}
+    seen_names = {}
+    for node in wanted:
+        value = part.values[node]
+        if isinstance(value, Tuple0):
+            continue  # its getitem(0) is the value used
+        kind, resolved = part.resolve(node)
+        if kind == "const":
+            raise PartitionError(node, "a constant as a graph output")
+        # The FX node whose value this is: a statement here, or an input from outside.
+        source = _source_node(part, node)
+        if source not in part.members:
+            aliases[node] = source
+            continue
+        if resolved in seen_names:
+            aliases[node] = seen_names[resolved]
+            continue
+        seen_names[resolved] = node
+        outputs.append((node, resolved))
+    if not outputs:
+        return KilnStep("", "", [], [], aliases)  # every value it gives is another's
+    # Prune statements nothing needs.
+    live = {name for _, name in outputs}
+    kept = []
+    for name, text, node in reversed(part.statements):
+        if name in live:
+            kept.append((name, text, node))
+            live.update(re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", text))
+    kept.reverse()
+    used_inputs = [n for n in part.external if part.input_name(n) in live]
+    lines = [f"graph g{serial} {{"]
+    used_dims = set()
+    body = []
+    for n in used_inputs:
+        val = n.meta["val"]
+        shape = "[" + ", ".join(part.probe.size(d) for d in val.shape) + "]"
+        used_dims.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", shape))
+        body.append((f"  input {part.input_name(n)}: {part.probe.dtype_of(n)}{shape}", n))
+    for name, text, node in kept:
+        body.append((f"  {name} = {text}", node))
+    for node, name in outputs:
+        body.append((f"  output {name}", node))
+    for name, (lo, hi) in dims.items():
+        if name in used_dims:
+            lines.append(f"  dim {name}: {lo}..{hi}")
+    header = len(lines)
+    lines += [line for line, _ in body]
+    lines.append("}")
+    text = "\n".join(lines) + "\n"
+    problem = check(text)
+    if problem is not None:
+        line, message = problem
+        at = line - 1 - header
+        if not 0 <= at < len(body) or "narrow their ranges" in message:
+            raise RuntimeError(f"kiln.torch: kiln refuses the graph:\n{text}\nline {line}: {message}")
+        raise PartitionError(body[at][1], f"kiln refuses it: {message}")
+    return KilnStep(f"g{serial}", text, used_inputs, [n for n, _ in outputs], aliases)
+
+
+def _source_node(part: Partition, node: Node) -> Node:
+    while node in part.members:
+        value = part.values[node]
+        if isinstance(value, Alias) and isinstance(value.node, Node):
+            node = value.node
+            continue
+        return node
+    return node

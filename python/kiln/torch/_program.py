@@ -1,0 +1,352 @@
+"""kiln.torch.Program: a plan of kiln graphs and PyTorch ops, run on torch tensors; saved as a
+directory and loaded in a new process without tracing or compiling."""
+from __future__ import annotations
+
+import importlib
+import json
+import operator
+import os
+import pathlib
+import re
+import sys
+from typing import NamedTuple
+
+import torch
+import torch.utils._pytree as pytree
+from torch.fx import Node
+
+from .. import _runtime
+from .._errors import Error
+
+_FORMAT = 1
+
+
+class Fallback(NamedTuple):
+    """An op that runs in PyTorch: how many nodes, and why kiln does not run it."""
+
+    op: str
+    count: int
+    reason: str
+
+
+def report_fallbacks(name: str, fallbacks: list, policy: str) -> None:
+    """The fallbacks policy: 'refuse' raises with the list, 'warn' prints it, 'allow' is quiet."""
+    if not fallbacks:
+        return
+    lines = "\n".join(f"  {f.op} x{f.count}: {f.reason}" for f in fallbacks)
+    if policy == "refuse":
+        raise Error(f"{name}: {sum(f.count for f in fallbacks)} ops cannot run in kiln "
+                    f"(fallbacks='refuse'):\n{lines}")
+    if policy == "warn":
+        print(f"kiln: {name}: these ops run in PyTorch:\n{lines}", file=sys.stderr)
+
+
+class Program:
+    """Runs like the module it came from: `program(*args, **kwargs)`. Made by
+    kiln.torch.compile_exported or kiln.torch.load."""
+
+    def __init__(self, *, name, placeholders, values, steps, outputs, in_spec, out_spec,
+                 fallbacks, runtime, target, precision, exported=None):
+        self.name = name
+        self._placeholders = placeholders  # [(name, kind, target)]: kind parameter|buffer|constant|user
+        self._values = values              # name -> tensor (parameters, buffers, constants)
+        # ("kiln", graph name, executable, inputs, outputs, aliases, text) | ("torch", name, op,
+        # args, kwargs) | ("alias", {name: name}), values named as in the graph
+        self._steps = steps
+        self._outputs = outputs            # the user outputs' value names (or literals)
+        self._in_spec = in_spec
+        self._out_spec = out_spec
+        self._runtime = runtime
+        self.target = target
+        self.precision = precision
+        self._exported = exported
+        self.fallbacks: list[Fallback] = fallbacks
+
+    @property
+    def partitions(self) -> list[str]:
+        """The `.kg` text of each kiln graph, in the order they run."""
+        return [s[6] for s in self._steps if s[0] == "kiln"]
+
+    @property
+    def executables(self) -> list[_runtime.Executable]:
+        return [s[2] for s in self._steps if s[0] == "kiln"]
+
+    def __call__(self, *args, **kwargs):
+        flat = _flatten_inputs(self._in_spec, args, kwargs)
+        env = dict(self._values)
+        users = [p for p in self._placeholders if p[1] == "user"]
+        if len(flat) != len(users):
+            raise Error(f"{self.name} takes {len(users)} inputs, got {len(flat)}")
+        for (name, _, _), value in zip(users, flat):
+            env[name] = value
+        run_steps(self._steps, env)
+        outs = [env[o] if isinstance(o, str) and o in env else o for o in self._outputs]
+        return pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes a directory: program.pt2 (the exported program, when there is one), kiln.json
+        (the plan and the binding of inputs), graphs/*.kg and weights.pt."""
+        path = pathlib.Path(path)
+        (path / "graphs").mkdir(parents=True, exist_ok=True)
+        steps = []
+        for step in self._steps:
+            if step[0] == "kiln":
+                _, name, _, inputs, outputs, aliases, text = step
+                (path / "graphs" / f"{name}.kg").write_text(text)
+                steps.append({"kind": "kiln", "graph": name, "inputs": inputs, "outputs": outputs,
+                              "aliases": aliases})
+            elif step[0] == "alias":
+                steps.append({"kind": "alias", "aliases": step[1]})
+            else:
+                _, name, fn, args, kwargs = step
+                steps.append({"kind": "torch", "name": name, "op": _op_id(fn),
+                              "args": _encode(args), "kwargs": _encode(kwargs)})
+        meta = {
+            "format": _FORMAT,
+            "name": self.name,
+            "target": self.target,
+            "precision": self.precision,
+            "placeholders": [list(p) for p in self._placeholders],
+            "steps": steps,
+            "outputs": _encode(self._outputs),
+            "in_spec": pytree.treespec_dumps(self._in_spec),
+            "out_spec": pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None,
+            "fallbacks": [list(f) for f in self.fallbacks],
+        }
+        (path / "kiln.json").write_text(json.dumps(meta, indent=1))
+        torch.save({k: v for k, v in self._values.items() if isinstance(v, torch.Tensor)},
+                   path / "weights.pt")
+        if self._exported is not None:
+            torch.export.save(self._exported, path / "program.pt2")
+
+    def __repr__(self) -> str:
+        return (f"<kiln.torch.Program {self.name}: {len(self.partitions)} kiln graphs, "
+                f"{sum(f.count for f in self.fallbacks)} ops in PyTorch>")
+
+
+def run_steps(steps, env: dict) -> None:
+    """Runs a plan's steps on `env` (value name -> value), adding the values they compute."""
+    for step in steps:
+        if step[0] == "kiln":
+            _, name, exe, inputs, outputs, aliases = step[:6]
+            result = exe(*[env[i] for i in inputs])
+            if len(outputs) == 1:
+                env[outputs[0]] = result
+            else:
+                for o, r in zip(outputs, result):
+                    env[o] = r
+            for node, src in aliases.items():
+                env[node] = env[src]
+        elif step[0] == "alias":
+            for node, src in step[1].items():
+                env[node] = env[src]
+        else:
+            _, name, fn, args, kwargs = step
+            env[name] = fn(*_bind(args, env), **_bind(kwargs, env))
+
+
+class _Ref(NamedTuple):
+    name: str
+
+
+def _bind(x, env):
+    if isinstance(x, _Ref):
+        return env[x.name]
+    if isinstance(x, list):
+        return [_bind(v, env) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_bind(v, env) for v in x)
+    if isinstance(x, dict):
+        return {k: _bind(v, env) for k, v in x.items()}
+    return x
+
+
+def torch_step(node: Node, names: dict):
+    """A plan step running `node` in PyTorch; `names` gives the plan's name of a placeholder."""
+    def ref(n):
+        return _Ref(names.get(n, n.name))
+    args = torch.fx.node.map_arg(node.args, ref)
+    kwargs = torch.fx.node.map_arg(node.kwargs, ref)
+    return ("torch", node.name, node.target, _plain(args), _plain(kwargs))
+
+
+def _plain(x):
+    if isinstance(x, (list, tuple)) and not isinstance(x, _Ref):
+        t = [_plain(v) for v in x]
+        return tuple(t) if isinstance(x, tuple) else t
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x
+
+
+def _flatten_inputs(in_spec, args, kwargs):
+    if in_spec is None:
+        return list(args)
+    try:
+        kw_spec = in_spec.child(1) if hasattr(in_spec, "child") else in_spec.children_specs[1]
+        keys = kw_spec.context
+        missing = [k for k in keys if k not in kwargs]
+        extra = [k for k in kwargs if k not in keys]
+        if missing or extra:
+            raise Error(f"this program takes the keyword arguments {list(keys)}; "
+                        f"missing {missing}, unexpected {extra}")
+        kwargs = {k: kwargs[k] for k in keys}
+    except (AttributeError, IndexError):
+        pass
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    if spec != in_spec:
+        raise Error(f"the inputs do not have the structure the program was exported with: "
+                    f"expected {in_spec}, got {spec}")
+    return flat
+
+
+# -- serialising the PyTorch part of a plan ---------------------------------------------------------
+
+def _op_id(fn) -> str:
+    if isinstance(fn, torch._ops.OpOverload):
+        return f"torch.ops.{fn._schema.name.replace('::', '.')}.{fn._overloadname or 'default'}"
+    if getattr(fn, "__module__", None) == "_operator" and hasattr(operator, fn.__name__):
+        return f"operator.{fn.__name__}"
+    raise Error(f"cannot save a program whose PyTorch part calls {fn!r}")
+
+
+def _resolve_op(text: str):
+    """An op a saved plan names: aten and prims ops and the operator module's functions only."""
+    parts = text.split(".")
+    try:
+        if len(parts) == 2 and parts[0] == "operator" and not parts[1].startswith("_"):
+            return getattr(operator, parts[1])
+        if len(parts) == 5 and parts[:2] == ["torch", "ops"] and parts[2] in ("aten", "prims"):
+            op = getattr(getattr(getattr(torch.ops, parts[2]), parts[3]), parts[4])
+            if isinstance(op, torch._ops.OpOverload):
+                return op
+    except (AttributeError, RuntimeError):
+        pass
+    raise Error(f"kiln.json: '{text}' is not an op a kiln program runs")
+
+
+def _encode(x):
+    if isinstance(x, _Ref):
+        return {"ref": x.name}
+    if isinstance(x, (bool, int, str)) or x is None:
+        return x
+    if isinstance(x, float):
+        return {"float": repr(x)}
+    if isinstance(x, list):
+        return [_encode(v) for v in x]
+    if isinstance(x, tuple):
+        return {"tuple": [_encode(v) for v in x]}
+    if isinstance(x, dict):
+        return {"dict": {k: _encode(v) for k, v in x.items()}}
+    if isinstance(x, torch.dtype):
+        return {"dtype": str(x).replace("torch.", "")}
+    if isinstance(x, torch.device):
+        return {"device": str(x)}
+    if isinstance(x, torch.layout):
+        return {"layout": str(x).replace("torch.", "")}
+    if isinstance(x, torch.memory_format):
+        return {"memory_format": str(x).replace("torch.", "")}
+    raise Error(f"cannot save an argument of type {type(x).__name__}")
+
+
+def _decode(x):
+    if isinstance(x, list):
+        return [_decode(v) for v in x]
+    if not isinstance(x, dict):
+        return x
+    (kind, v), = x.items()
+    if kind == "ref":
+        return _Ref(v)
+    if kind == "float":
+        return float(v)
+    if kind == "tuple":
+        return tuple(_decode(e) for e in v)
+    if kind == "dict":
+        return {k: _decode(e) for k, e in v.items()}
+    if kind in ("dtype", "layout", "memory_format"):
+        return getattr(torch, v)
+    if kind == "device":
+        return torch.device(v)
+    raise Error(f"kiln.json: unknown value {x!r}")
+
+
+def _import_spec_types(spec_text: str) -> None:
+    """Imports the transformers modules of the output classes a saved spec names (transformers'
+    ModelOutput subclasses register themselves with pytree when their module loads). A class of
+    another package must be imported by the caller before loading: a saved file does not choose
+    what this process imports."""
+    def walk(node):
+        if isinstance(node, dict):
+            t = node.get("type")
+            if isinstance(t, str) and t.startswith("transformers."):
+                module = t.rsplit(".", 1)[0]
+                if module not in sys.modules:
+                    try:
+                        importlib.import_module(module)
+                    except ImportError:
+                        pass
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    try:
+        walk(json.loads(spec_text))
+    except ValueError:
+        pass
+
+
+def load(path: str | os.PathLike, target: str | None = None, precision: str | None = None,
+         cache_dir=None, remote=None, fallbacks: str = "warn") -> Program:
+    """A saved program, in this process: its kiln graphs compiled through the cache (hits on a
+    warm cache), nothing traced. target and precision default to those it was saved with."""
+    path = pathlib.Path(path)
+    try:
+        meta = json.loads((path / "kiln.json").read_text())
+    except (OSError, ValueError) as e:
+        raise Error(f"{path}: not a saved kiln program: {e}") from None
+    if meta.get("format") != _FORMAT:
+        raise Error(f"{path}: kiln.json format {meta.get('format')!r}, this kiln reads {_FORMAT}")
+    try:
+        return _load(path, meta, target, precision, cache_dir, remote, fallbacks)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise Error(f"{path}/kiln.json: malformed ({type(e).__name__}: {e})") from None
+    except OSError as e:
+        raise Error(f"{path}: cannot read the saved program: {e}") from None
+
+
+def _load(path, meta, target, precision, cache_dir, remote, fallbacks) -> Program:
+    target = target or meta["target"]
+    precision = precision or meta["precision"]
+    rt = _runtime.Runtime(target=target, precision=precision, cache_dir=cache_dir, remote=remote,
+                          fallbacks=fallbacks)
+    values = torch.load(path / "weights.pt", weights_only=True, mmap=True)
+    steps = []
+    for s in meta["steps"]:
+        if s["kind"] == "kiln":
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", s["graph"]):
+                raise Error(f"{path}/kiln.json: '{s['graph']}' is not a graph's name")
+            graph_path = path / "graphs" / f"{s['graph']}.kg"
+            text = graph_path.read_text()
+            exe = rt.compile(_runtime.Graph.parse(text, str(graph_path)))
+            steps.append(("kiln", s["graph"], exe, s["inputs"], s["outputs"], s["aliases"], text))
+        elif s["kind"] == "alias":
+            steps.append(("alias", s["aliases"]))
+        elif s["kind"] == "torch":
+            steps.append(("torch", s["name"], _resolve_op(s["op"]), _decode(s["args"]),
+                          _decode(s["kwargs"])))
+        else:
+            raise Error(f"{path}/kiln.json: a step of unknown kind {s['kind']!r}")
+    fallback_list = [Fallback(*f) for f in meta["fallbacks"]]
+    report_fallbacks(meta["name"], fallback_list, fallbacks)
+    _import_spec_types(meta["out_spec"] or "")
+    try:
+        out_spec = pytree.treespec_loads(meta["out_spec"]) if meta["out_spec"] else None
+    except (KeyError, NotImplementedError) as e:
+        raise Error(f"{path}: the program's outputs have a type this process does not know "
+                    f"({e}); import the module that defines it before loading") from None
+    return Program(name=meta["name"], placeholders=[tuple(p) for p in meta["placeholders"]],
+                   values=values, steps=steps, outputs=_decode(meta["outputs"]),
+                   in_spec=pytree.treespec_loads(meta["in_spec"]) if meta["in_spec"] else None,
+                   out_spec=out_spec, fallbacks=fallback_list,
+                   runtime=rt, target=target, precision=precision)

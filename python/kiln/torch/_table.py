@@ -1,0 +1,777 @@
+"""The ATen -> kiln op table, the Python twin of ir/ops.def: one lowering per ATen op.
+
+A lowering takes the lowering context and an FX node and returns the node's kiln value: an
+expression (`Expr`), a value it shares with an operand (`Alias`), or a scalar constant (`Const`,
+written as a literal where it is used). It raises `Unsupported(reason)` for a use kiln cannot
+express; that node then runs in PyTorch. The context (kiln/torch/_lower.py) renders operands
+(`cx.ref`), shapes (`cx.shape`) and dtypes (`cx.dtype`) and raises Unsupported itself for what
+kiln cannot hold (a float64 tensor, a dim `s0*s1`).
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.fx import Node
+
+aten = torch.ops.aten
+
+
+class Unsupported(Exception):
+    """A node kiln cannot run as asked: the reason is listed in Program.fallbacks."""
+
+
+@dataclass(frozen=True)
+class Expr:
+    text: str  # a kiln expression: `matmul(a, b, transpose_b=true)`
+
+
+@dataclass(frozen=True)
+class Alias:
+    node: Any  # the FX node (or argument) whose value this node's value is
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float | int | bool
+    dtype: str  # kiln dtype name
+
+
+@dataclass(frozen=True)
+class Tuple0:
+    """A tuple-valued op of which only element 0 is used: the expression is element 0."""
+
+    text: str
+
+
+TABLE: dict[Any, Callable] = {}
+
+# Ops that change nothing kiln holds: the same values (device moves, copies, views of the whole).
+_IDENTITY_COPIES = set()
+
+
+def lowering(*ops):
+    def register(fn):
+        for op in ops:
+            TABLE[op] = fn
+        return fn
+    return register
+
+
+def _arg(node: Node, i: int, name: str, default=None):
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def _lit(x) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if math.isnan(x):
+            raise Unsupported("a NaN literal")
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return repr(x)
+    raise Unsupported(f"a literal of type {type(x).__name__}")
+
+
+def skip_identity(cx, arg):
+    """The node an identity chain (same-dtype casts, clones, aliases) starts from."""
+    while isinstance(arg, Node) and arg.op == "call_function":
+        low = TABLE.get(arg.target)
+        if low not in (_identity, _to_dtype):
+            return arg
+        src = arg.args[0]
+        if not isinstance(src, Node) or cx.dtype_of(src) != cx.dtype_of(arg):
+            return arg
+        arg = src
+    return arg
+
+
+# -- elementwise ---------------------------------------------------------------------------------
+
+def _binary(kiln_op: str, compare: bool = False):
+    def lower(cx, node):
+        a, b = node.args[0], node.args[1]
+        if compare:
+            work = cx.promoted(a, b)
+        else:
+            work = cx.dtype_of(node)
+        return Expr(f"{kiln_op}({cx.ref(a, work)}, {cx.ref(b, work)})")
+    return lower
+
+
+for _op, _k in [(aten.add, "add"), (aten.sub, "sub"), (aten.mul, "mul"), (aten.div, "div"),
+                (aten.maximum, "maximum"), (aten.minimum, "minimum")]:
+    for _ov in ("Tensor", "Scalar", "default"):
+        if hasattr(_op, _ov):
+            TABLE[getattr(_op, _ov)] = _binary(_k)
+for _op, _k in [(aten.eq, "eq"), (aten.ne, "ne"), (aten.lt, "lt"), (aten.le, "le"),
+                (aten.gt, "gt"), (aten.ge, "ge")]:
+    TABLE[_op.Tensor] = _binary(_k, compare=True)
+    TABLE[_op.Scalar] = _binary(_k, compare=True)
+
+
+@lowering(aten.add.Tensor, aten.sub.Tensor)
+def _add_sub(cx, node):
+    kiln_op = "add" if node.target is aten.add.Tensor else "sub"
+    alpha = node.kwargs.get("alpha", 1)
+    work = cx.dtype_of(node)
+    b = cx.ref(node.args[1], work)
+    if alpha != 1:
+        b = f"mul({b}, {_lit(alpha)})"
+    return Expr(f"{kiln_op}({cx.ref(node.args[0], work)}, {b})")
+
+
+@lowering(aten.mul.Tensor)
+def _mul(cx, node):
+    norm = _rms_norm(cx, node)
+    if norm is not None:
+        return norm
+    work = cx.dtype_of(node)
+    return Expr(f"mul({cx.ref(node.args[0], work)}, {cx.ref(node.args[1], work)})")
+
+
+@lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div(cx, node):
+    if node.kwargs.get("rounding_mode") is not None:
+        raise Unsupported(f"div with rounding_mode={node.kwargs['rounding_mode']!r}")
+    work = cx.dtype_of(node)
+    return Expr(f"div({cx.ref(node.args[0], work)}, {cx.ref(node.args[1], work)})")
+
+
+@lowering(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(cx, node):
+    work = cx.dtype_of(node)
+    return Expr(f"pow({cx.ref(node.args[0], work)}, {cx.ref(node.args[1], work)})")
+
+
+def _unary(kiln_op: str):
+    def lower(cx, node):
+        return Expr(f"{kiln_op}({cx.ref(node.args[0], cx.dtype_of(node))})")
+    return lower
+
+
+for _op, _k in [(aten.relu, "relu"), (aten.silu, "silu"), (aten.sigmoid, "sigmoid"),
+                (aten.tanh, "tanh"), (aten.exp, "exp"), (aten.neg, "neg"), (aten.sqrt, "sqrt"),
+                (aten.rsqrt, "rsqrt"), (aten.abs, "abs"), (aten.cos, "cos"), (aten.sin, "sin"),
+                (aten.erf, "erf"), (aten.log, "log")]:
+    TABLE[_op.default] = _unary(_k)
+
+
+@lowering(aten.gelu.default)
+def _gelu(cx, node):
+    approximate = node.kwargs.get("approximate", _arg(node, 1, "approximate", "none"))
+    x = cx.ref(node.args[0], cx.dtype_of(node))
+    if approximate == "tanh":
+        return Expr(f'gelu({x}, approximate="tanh")')
+    if approximate != "none":
+        raise Unsupported(f"gelu approximate={approximate!r}")
+    return Expr(f"gelu({x})")
+
+
+@lowering(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
+def _clamp(cx, node):
+    work = cx.dtype_of(node)
+    if node.target is aten.clamp_min.default:
+        lo, hi = node.args[1], None
+    elif node.target is aten.clamp_max.default:
+        lo, hi = None, node.args[1]
+    else:
+        lo, hi = _arg(node, 1, "min"), _arg(node, 2, "max")
+    text = cx.ref(node.args[0], work)
+    if lo is not None:
+        text = f"maximum({text}, {cx.ref(lo, work)})"
+    if hi is not None:
+        text = f"minimum({text}, {cx.ref(hi, work)})"
+    return Expr(text)
+
+
+def _logical(kiln_op: str):
+    def lower(cx, node):
+        if any(isinstance(a, Node) and cx.dtype_of(a) != "bool" for a in node.args):
+            raise Unsupported(f"{node.target} on integers (kiln's logical ops take bool)")
+        return Expr(f"{kiln_op}({', '.join(cx.ref(a, 'bool') for a in node.args)})")
+    return lower
+
+
+for _op, _k in [(aten.logical_and.default, "logical_and"), (aten.logical_or.default, "logical_or"),
+                (aten.logical_not.default, "logical_not"),
+                (aten.bitwise_and.Tensor, "logical_and"), (aten.bitwise_or.Tensor, "logical_or"),
+                (aten.bitwise_not.default, "logical_not"),
+                (aten.__and__.Tensor, "logical_and"), (aten.__or__.Tensor, "logical_or")]:
+    TABLE[_op] = _logical(_k)
+
+
+@lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(cx, node):
+    cond, a, b = node.args
+    work = cx.dtype_of(node)
+    return Expr(f"where({cx.ref(cond, 'bool')}, {cx.ref(a, work)}, {cx.ref(b, work)})")
+
+
+@lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(cx, node):
+    x, mask, value = node.args
+    work = cx.dtype_of(node)
+    return Expr(f"where({cx.ref(mask, 'bool')}, {cx.ref(value, work)}, {cx.ref(x, work)})")
+
+
+# -- casts, copies and constants -------------------------------------------------------------------
+
+def _identity(cx, node):
+    return Alias(node.args[0])
+
+
+for _op in (aten.clone.default, aten.contiguous.default, aten.alias.default, aten.detach.default,
+            aten.lift_fresh_copy.default, aten.lift_fresh.default):
+    TABLE[_op] = _identity
+
+
+@lowering(aten.dropout.default, aten.native_dropout.default, aten.feature_dropout.default)
+def _dropout(cx, node):
+    if _arg(node, 2, "train", False):
+        raise Unsupported("dropout in training mode")
+    return Alias(node.args[0])
+
+
+def _to_dtype(cx, node):
+    to = cx.dtype_of(node)
+    src = node.args[0]
+    if not isinstance(src, Node):
+        raise Unsupported("a cast of a non-tensor")
+    if cx.dtype_of(src) == to:
+        return Alias(src)
+    return Expr(f"cast({cx.ref(src)}, to={to})")
+
+
+for _op in (aten.to.dtype, aten.to.device, aten.to.dtype_layout, aten._to_copy.default,
+            aten.type_as.default, torch.ops.prims.convert_element_type.default):
+    TABLE[_op] = _to_dtype
+
+
+def _constant(value_of):
+    def lower(cx, node):
+        val = node.meta.get("val")
+        if val is None or tuple(val.shape) != ():
+            raise Unsupported("a constant tensor that is not a scalar")
+        value = value_of(node)
+        dtype = cx.dtype_of(node)
+        if dtype == "bool":
+            value = bool(value)
+        elif dtype in ("i32", "i64"):
+            value = int(value)
+        else:
+            value = float(value)
+        return Const(value, dtype)
+    return lower
+
+
+TABLE[aten.scalar_tensor.default] = _constant(lambda n: n.args[0])
+TABLE[aten.new_ones.default] = _constant(lambda n: 1)
+TABLE[aten.new_zeros.default] = _constant(lambda n: 0)
+TABLE[aten.ones.default] = _constant(lambda n: 1)
+TABLE[aten.zeros.default] = _constant(lambda n: 0)
+TABLE[aten.full.default] = _constant(lambda n: n.args[1])
+TABLE[aten.new_full.default] = _constant(lambda n: n.args[2])
+
+
+@lowering(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _arange(cx, node):
+    if node.target is aten.arange.default:
+        start, end, step = 0, node.args[0], 1
+    else:
+        start, end = node.args[0], node.args[1]
+        step = node.args[2] if len(node.args) > 2 else node.kwargs.get("step", 1)
+    if start != 0 or step != 1:
+        raise Unsupported("arange with a start or step (kiln's arange counts 0..n-1)")
+    dtype = cx.dtype_of(node)
+    if dtype not in ("i64", "i32", "f32"):
+        raise Unsupported(f"arange of {dtype}")
+    n = cx.size(end)
+    return Expr(f"arange({n}, dtype={dtype})" if dtype != "i64" else f"arange({n})")
+
+
+# -- matmul ----------------------------------------------------------------------------------------
+
+def _transposed(cx, arg):
+    """The tensor `arg` is the last-two-dims transpose of, else None."""
+    arg = skip_identity(cx, arg)
+    if not isinstance(arg, Node) or arg.op != "call_function":
+        return None
+    rank = len(cx.meta(arg).shape)
+    if arg.target is aten.t.default and rank == 2:
+        return arg.args[0]
+    if arg.target is aten.transpose.int:
+        dims = sorted(d % rank for d in arg.args[1:3])
+        if dims == [rank - 2, rank - 1]:
+            return arg.args[0]
+    if arg.target is aten.permute.default:
+        perm = [d % rank for d in arg.args[1]]
+        if perm == list(range(rank - 2)) + [rank - 1, rank - 2]:
+            return arg.args[0]
+    return None
+
+
+def _matmul_text(cx, a, b, out_dtype) -> str:
+    for x in (a, b):
+        if cx.dtype_of(x) != out_dtype or out_dtype not in ("f32", "f16", "bf16"):
+            raise Unsupported(f"a matmul of {cx.dtype_of(x)} into {out_dtype}")
+    flags = ""
+    ta, tb = _transposed(cx, a), _transposed(cx, b)
+    if tb is not None and len(cx.meta(b).shape) >= 2:
+        b, flags = tb, flags + ", transpose_b=true"
+    if ta is not None and len(cx.meta(a).shape) >= 2:
+        a, flags = ta, ", transpose_a=true" + flags
+    if len(cx.meta(a).shape) < 2 or len(cx.meta(b).shape) < 2:
+        raise Unsupported("a matmul with a 1-D operand")
+    return f"matmul({cx.ref(a)}, {cx.ref(b)}{flags})"
+
+
+@lowering(aten.mm.default, aten.bmm.default, aten.matmul.default)
+def _mm(cx, node):
+    return Expr(_matmul_text(cx, node.args[0], node.args[1], cx.dtype_of(node)))
+
+
+@lowering(aten.addmm.default)
+def _addmm(cx, node):
+    if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+        raise Unsupported("addmm with beta or alpha")
+    bias, a, b = node.args[:3]
+    out = cx.dtype_of(node)
+    return Expr(f"add({_matmul_text(cx, a, b, out)}, {cx.ref(bias, out)})")
+
+
+@lowering(aten.linear.default)
+def _linear(cx, node):
+    x, w = node.args[0], node.args[1]
+    bias = _arg(node, 2, "bias")
+    out = cx.dtype_of(node)
+    if len(cx.meta(w).shape) != 2 or len(cx.meta(x).shape) < 2:
+        raise Unsupported("linear with a weight that is not 2-D or a 1-D input")
+    if cx.dtype_of(x) != out or cx.dtype_of(w) != out:
+        raise Unsupported("linear of mixed dtypes")
+    text = f"matmul({cx.ref(x)}, {cx.ref(w)}, transpose_b=true)"
+    if bias is not None:
+        text = f"add({text}, {cx.ref(bias, out)})"
+    return Expr(text)
+
+
+# -- rows: softmax, reductions, norms --------------------------------------------------------------
+
+def _axis(cx, node, dim) -> int:
+    rank = len(cx.meta(node.args[0]).shape)
+    if isinstance(dim, (list, tuple)):
+        if len(dim) != 1:
+            raise Unsupported(f"a reduction over {len(dim)} dims (kiln reduces one axis)")
+        dim = dim[0]
+    if not isinstance(dim, int):
+        raise Unsupported("a reduction over all dims")
+    return dim - rank if dim >= 0 else dim
+
+
+@lowering(aten._softmax.default, aten.softmax.int, aten._safe_softmax.default
+          if hasattr(aten, "_safe_softmax") else aten._softmax.default)
+def _softmax(cx, node):
+    x = node.args[0]
+    if cx.dtype_of(x) != cx.dtype_of(node):
+        raise Unsupported("softmax into another dtype")
+    return Expr(f"softmax({cx.ref(x)}, axis={_axis(cx, node, node.args[1])})")
+
+
+def _reduction(kiln_op: str):
+    def lower(cx, node):
+        x = node.args[0]
+        dim = _arg(node, 1, "dim")
+        keepdim = bool(_arg(node, 2, "keepdim", False))
+        if cx.dtype_of(x) != cx.dtype_of(node) or node.kwargs.get("dtype") is not None:
+            raise Unsupported(f"{kiln_op} into another dtype")
+        keep = ", keepdim=true" if keepdim else ""
+        return Expr(f"{kiln_op}({cx.ref(x)}, axis={_axis(cx, node, dim)}{keep})")
+    return lower
+
+
+TABLE[aten.mean.dim] = _reduction("mean")
+TABLE[aten.sum.dim_IntList] = _reduction("sum")
+TABLE[aten.amax.default] = _reduction("max")
+
+
+def _layer_norm_text(cx, node, x, shape, weight, bias, eps) -> str:
+    if list(shape) != [cx.meta(x).shape[-1]] or not isinstance(shape[0], int):
+        raise Unsupported("layer_norm over more than the last dim")
+    if weight is None or bias is None:
+        raise Unsupported("layer_norm without a weight or a bias")
+    out = cx.dtype_of(node if not isinstance(cx.meta(node), (list, tuple)) else x)
+    return f"layer_norm({cx.ref(x, out)}, {cx.ref(weight, out)}, {cx.ref(bias, out)}, eps={_lit(float(eps))})"
+
+
+@lowering(aten.layer_norm.default)
+def _layer_norm(cx, node):
+    x, shape = node.args[0], node.args[1]
+    weight, bias = _arg(node, 2, "weight"), _arg(node, 3, "bias")
+    eps = _arg(node, 4, "eps", 1e-5)
+    return Expr(_layer_norm_text(cx, node, x, shape, weight, bias, eps))
+
+
+@lowering(aten.native_layer_norm.default)
+def _native_layer_norm(cx, node):
+    cx.only_first_output(node)
+    x, shape, weight, bias, eps = node.args[:5]
+    return Tuple0(_layer_norm_text(cx, node, x, shape, weight, bias, eps))
+
+
+@lowering(aten.rms_norm.default)
+def _rms_norm_op(cx, node):
+    x, shape = node.args[0], node.args[1]
+    weight, eps = _arg(node, 2, "weight"), _arg(node, 3, "eps")
+    if weight is None or eps is None:
+        raise Unsupported("rms_norm without a weight or an eps")
+    if list(shape) != [cx.meta(x).shape[-1]]:
+        raise Unsupported("rms_norm over more than the last dim")
+    return Expr(f"rms_norm({cx.ref(x)}, {cx.ref(weight)}, eps={_lit(float(eps))})")
+
+
+def _rms_norm(cx, node):
+    """The RMSNorm pattern `w * (x * rsqrt(mean(x^2, -1, keepdim) + eps))` (LLaMA's), with the
+    casts around it, as one rms_norm; None if `node` is not its last mul."""
+    def is_op(n, *targets):
+        return isinstance(n, Node) and n.op == "call_function" and n.target in targets
+
+    for w, scaled in (node.args, node.args[::-1]):
+        if not isinstance(w, Node) or len(cx.meta(w).shape) != 1:
+            continue
+        scaled = skip_identity(cx, scaled)
+        if not is_op(scaled, aten.mul.Tensor):
+            continue
+        for x, r in (scaled.args, scaled.args[::-1]):
+            r = skip_identity(cx, r)
+            if not is_op(r, aten.rsqrt.default):
+                continue
+            add = r.args[0]
+            if not is_op(add, aten.add.Tensor, aten.add.Scalar) or not isinstance(add.args[1], float):
+                continue
+            mean = add.args[0]
+            if not is_op(mean, aten.mean.dim) or list(mean.args[1]) not in ([-1], [len(cx.meta(mean).shape) - 1]):
+                continue
+            if len(mean.args) < 3 or not mean.args[2]:
+                continue
+            square = mean.args[0]
+            if not is_op(square, aten.pow.Tensor_Scalar) or square.args[1] != 2:
+                continue
+            if skip_identity(cx, square.args[0]) is not skip_identity(cx, x):
+                continue
+            xs = skip_identity(cx, x)
+            dtype = cx.dtype_of(node)
+            if cx.dtype_of(xs) != dtype or cx.dtype_of(w) != dtype:
+                continue
+            if cx.meta(w).shape[0] != cx.meta(xs).shape[-1]:
+                continue
+            return Expr(f"rms_norm({cx.ref(xs)}, {cx.ref(w)}, eps={_lit(float(add.args[1]))})")
+    return None
+
+
+# -- layout ------------------------------------------------------------------------------------
+
+@lowering(aten.view.default, aten.reshape.default, aten._unsafe_view.default,
+          aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
+          aten.flatten.using_ints, aten.unflatten.int)
+def _reshape(cx, node):
+    x = node.args[0]
+    if list(cx.meta(x).shape) == list(cx.meta(node).shape):
+        return Alias(x)
+    return Expr(f"reshape({cx.ref(x)}, shape={cx.shape(node)})")
+
+
+@lowering(aten.permute.default, aten.transpose.int, aten.t.default, aten.swapaxes.default)
+def _permute(cx, node):
+    x = node.args[0]
+    rank = len(cx.meta(x).shape)
+    if node.target is aten.permute.default:
+        perm = [d % rank for d in node.args[1]]
+    else:
+        a, b = (0, 1) if node.target is aten.t.default else (node.args[1] % max(rank, 1), node.args[2] % max(rank, 1))
+        perm = list(range(rank))
+        perm[a], perm[b] = perm[b], perm[a]
+    if perm == list(range(rank)):
+        return Alias(x)
+    return Expr(f"permute({cx.ref(x)}, dims={perm})")
+
+
+@lowering(aten.expand.default, aten.expand_as.default)
+def _expand(cx, node):
+    x = node.args[0]
+    if list(cx.meta(x).shape) == list(cx.meta(node).shape):
+        return Alias(x)
+    return Expr(f"expand({cx.ref(x)}, shape={cx.shape(node)})")
+
+
+def _positions(cx, node):
+    """n when `node` is a constant (a buffer) holding 0..n-1 along one axis, else None."""
+    value = cx.constant(node)
+    if value is None or value.dtype not in (torch.int32, torch.int64) or value.dim() == 0:
+        return None
+    if sum(1 for d in value.shape if d != 1) > 1:
+        return None
+    flat = value.reshape(-1)
+    if not torch.equal(flat, torch.arange(flat.numel(), dtype=flat.dtype)):
+        return None
+    return flat.numel()
+
+
+@lowering(aten.slice.Tensor)
+def _slice(cx, node):
+    x = node.args[0]
+    if _positions(cx, x) is not None and _arg(node, 2, "start", 0) in (0, None) and \
+            _arg(node, 4, "step", 1) == 1:
+        # BERT's position_ids[:, :S]: a buffer of positions sliced to the sequence is arange(S).
+        dtype = cx.dtype_of(node)
+        shape = cx.meta(node).shape
+        axis = _arg(node, 1, "dim", 0) % len(shape)
+        n = cx.size(shape[axis])
+        arange = f"arange({n})" if dtype == "i64" else f"arange({n}, dtype={dtype})"
+        return Expr(arange if len(shape) == 1 else f"reshape({arange}, shape={cx.shape(node)})")
+    shape = cx.meta(x).shape
+    axis = _arg(node, 1, "dim", 0) % len(shape)
+    start, end, step = _arg(node, 2, "start", None), _arg(node, 3, "end", None), _arg(node, 4, "step", 1)
+    start = 0 if start is None else start
+    if step != 1:
+        raise Unsupported("a slice with a step")
+    size = shape[axis]
+    if start == 0 and (end is None or (isinstance(end, int) and end >= 2**62)):
+        return Alias(x)
+    if cx.is_symbolic(size) or not isinstance(start, int) or not isinstance(end, int):
+        raise Unsupported("a slice along a symbolic dim")
+    size = int(size)
+    start = max(0, min(size, start + size if start < 0 else start))
+    end = size if end is None else max(0, min(size, end + size if end < 0 else end))
+    if start == 0 and end == size:
+        return Alias(x)
+    if end <= start:
+        raise Unsupported("an empty slice")
+    return Expr(f"slice({cx.ref(x)}, axis={axis}, start={start}, end={end})")
+
+
+@lowering(aten.select.int)
+def _select(cx, node):
+    x, dim, index = node.args
+    shape = cx.meta(x).shape
+    axis = dim % len(shape)
+    if cx.is_symbolic(shape[axis]):
+        raise Unsupported("a select along a symbolic dim")
+    size = int(shape[axis])
+    index = index + size if index < 0 else index
+    return Expr(f"reshape(slice({cx.ref(x)}, axis={axis}, start={index}, end={index + 1}), "
+                f"shape={cx.shape(node)})")
+
+
+@lowering(aten.cat.default, aten.concat.default)
+def _cat(cx, node):
+    tensors = [t for t in node.args[0] if not (isinstance(t, Node) and 0 in tuple(cx.meta(t).shape))]
+    dim = _arg(node, 1, "dim", 0)
+    rank = len(cx.meta(node).shape)
+    axis = dim % rank
+    if cx.is_symbolic(cx.meta(node).shape[axis]):
+        raise Unsupported("a concat along a symbolic dim")
+    if len(tensors) == 1:
+        return Alias(tensors[0])
+    if len(tensors) > 64:
+        raise Unsupported("a concat of more than 64 tensors")
+    out = cx.dtype_of(node)
+    return Expr(f"concat({', '.join(cx.ref(t, out) for t in tensors)}, axis={axis})")
+
+
+@lowering(aten.gather.default)
+def _gather(cx, node):
+    """A gather from a constant whose elements are all one value (BERT's token_type_ids buffer,
+    zeros) is that value in the index's shape; other gathers are not kiln ops."""
+    x, _, index = node.args[:3]
+    source = x
+    while isinstance(source, Node) and source.target in (aten.expand.default,):
+        source = source.args[0]
+    value = cx.constant(source)
+    if value is None or value.numel() == 0 or _arg(node, 3, "sparse_grad", False):
+        raise Unsupported("no kiln op for it (a gather from a tensor that is not a constant)")
+    first = value.reshape(-1)[0]
+    if not torch.equal(value, torch.full_like(value, first.item())):
+        raise Unsupported("no kiln op for it (a gather from a constant of several values)")
+    dtype = cx.dtype_of(node)
+    if dtype not in ("i32", "i64") or cx.dtype_of(index) != dtype:
+        raise Unsupported("a gather of a float constant")
+    return Expr(f"add(mul({cx.ref(index)}, 0), {int(first.item())})")
+
+
+@lowering(aten.embedding.default)
+def _embedding(cx, node):
+    weight, ids = node.args[0], node.args[1]
+    if cx.dtype_of(ids) not in ("i32", "i64"):
+        raise Unsupported("embedding ids that are not integers")
+    return Expr(f"embedding({cx.ref(weight)}, {cx.ref(ids)})")
+
+
+def _arange_axis(cx, arg):
+    """(n, axis) when `arg` holds arange(n) along one axis (broadcast over the others): through
+    unsqueezes, reshapes, `+ 0`, whole slices and same-dtype casts. Else None."""
+    shape = list(cx.meta(arg).shape)
+    node = arg
+    while isinstance(node, Node) and node.op == "call_function":
+        t = node.target
+        if t in (aten.arange.default,):
+            n = cx.meta(node).shape[0]
+            long = [i for i, d in enumerate(shape) if not (isinstance(d, int) and d == 1)]
+            if len(long) == 1 and shape[long[0]] is n or (len(long) == 1 and shape[long[0]] == n):
+                return n, long[0]
+            if not long and (isinstance(n, int) and n == 1):
+                return 1, None
+            return None
+        if t in (aten.unsqueeze.default, aten.view.default, aten.reshape.default,
+                 aten._unsafe_view.default, aten.clone.default, aten.alias.default):
+            node = node.args[0]
+        elif t in (aten.add.Tensor,) and node.args[1] == 0:
+            node = node.args[0]
+        elif t is aten.slice.Tensor and _arg(node, 2, "start", 0) in (0, None) and \
+                (_arg(node, 3, "end", None) is None or (isinstance(node.args[3], int) and node.args[3] >= 2**62)):
+            node = node.args[0]
+        elif t in (aten._to_copy.default, aten.to.dtype) and cx.dtype_of(node) == cx.dtype_of(node.args[0]):
+            node = node.args[0]
+        else:
+            return None
+    return None
+
+
+@lowering(aten.index.Tensor)
+def _index(cx, node):
+    """x[arange(n0)[:, None, ...], ..., arange(nk)[..., None]]: every dim of x indexed by its own
+    positions, spread over the result's axes in order (transformers' padding-mask gather) is a
+    reshape of x."""
+    x, indices = node.args
+    xshape = list(cx.meta(x).shape)
+    out = list(cx.meta(node).shape)
+    if len(indices) != len(xshape) or any(i is None for i in indices):
+        raise Unsupported("advanced indexing (only x[arange, arange, ...] is a reshape)")
+    last = -1
+    for k, idx in enumerate(indices):
+        found = _arange_axis(cx, idx)
+        if found is None:
+            raise Unsupported("advanced indexing (only x[arange, arange, ...] is a reshape)")
+        n, axis = found
+        if not (n is xshape[k] or n == xshape[k]):
+            raise Unsupported("advanced indexing by positions that do not cover the dim")
+        if axis is not None:
+            if axis <= last:
+                raise Unsupported("advanced indexing that reorders dims")
+            last = axis
+    if int(math.prod(1 if cx.is_symbolic(d) else int(d) for d in out)) == 0:
+        raise Unsupported("an empty index")
+    return Expr(f"reshape({cx.ref(x)}, shape={cx.shape(node)})")
+
+
+# -- attention ----------------------------------------------------------------------------------
+
+def _repeat_kv_source(cx, arg):
+    """x when `arg` is transformers' repeat_kv of x (unsqueeze(x, 2) -> expand -> reshape to
+    [B, H_kv * n, S, D]): kiln's attention reads grouped heads in that order, with no copy."""
+    node = arg
+    if not (isinstance(node, Node) and node.op == "call_function" and
+            node.target in (aten.reshape.default, aten._unsafe_view.default, aten.view.default)):
+        return arg
+    inner = skip_identity(cx, node.args[0])
+    if not (isinstance(inner, Node) and inner.target is aten.expand.default):
+        return arg
+    unsq = inner.args[0]
+    if not (isinstance(unsq, Node) and unsq.target is aten.unsqueeze.default and unsq.args[1] == 2):
+        return arg
+    src = unsq.args[0]
+    s = list(cx.meta(src).shape)
+    e = list(cx.meta(inner).shape)
+    if len(s) != 4 or len(e) != 5 or cx.is_symbolic(e[2]):
+        return arg
+    return src
+
+
+def _attention(cx, node, q, k, v, mask, is_causal, scale, gqa, dropout):
+    if dropout not in (0, 0.0, None):
+        raise Unsupported("attention with dropout")
+    out = cx.dtype_of(q)
+    if out not in ("f32", "f16", "bf16") or cx.dtype_of(k) != out or cx.dtype_of(v) != out:
+        raise Unsupported("attention of mixed or integer dtypes")
+    k, v = _repeat_kv_source(cx, k), _repeat_kv_source(cx, v)
+    qs, ks = list(cx.meta(q).shape), list(cx.meta(k).shape)
+    if len(qs) < 3 or len(ks) < 3:
+        raise Unsupported("attention without a heads axis")
+    hq, hk = qs[-3], ks[-3]
+    if cx.is_symbolic(hq) or cx.is_symbolic(hk) or int(hq) % int(hk) != 0:
+        raise Unsupported("attention whose query heads are not a multiple of its key heads")
+    if cx.is_symbolic(qs[-1]) or int(qs[-1]) > 256:
+        raise Unsupported("attention with a head dim over 256 or symbolic")
+    parts = [cx.ref(q), cx.ref(k), cx.ref(v)]
+    if mask is not None:
+        md = cx.dtype_of(mask)
+        if md == "bool" or md == out:
+            parts.append(f"mask={cx.ref(mask)}")
+        else:
+            parts.append(f"mask={cx.ref(mask, out)}")
+    if scale is not None:
+        parts.append(f"scale={_lit(float(scale))}")
+    if is_causal:
+        parts.append("causal=true")
+    return f"attention({', '.join(parts)})"
+
+
+@lowering(aten.scaled_dot_product_attention.default)
+def _sdpa(cx, node):
+    q, k, v = node.args[:3]
+    return Expr(_attention(cx, node, q, k, v, _arg(node, 3, "attn_mask"),
+                           _arg(node, 5, "is_causal", False), node.kwargs.get("scale"),
+                           node.kwargs.get("enable_gqa", False), _arg(node, 4, "dropout_p", 0.0)))
+
+
+def _sdpa_tuple(cx, node):
+    cx.only_first_output(node)
+    q, k, v = node.args[:3]
+    kw = node.kwargs
+    if node.target is _FLASH_CPU:
+        causal, mask, scale = _arg(node, 4, "is_causal", False), kw.get("attn_mask"), kw.get("scale")
+        dropout = _arg(node, 3, "dropout_p", 0.0)
+    elif node.target is _EFFICIENT:
+        mask, causal = _arg(node, 3, "attn_bias"), _arg(node, 6, "is_causal", False)
+        dropout, scale = _arg(node, 5, "dropout_p", 0.0), kw.get("scale")
+    else:
+        mask, causal, dropout = kw.get("attn_mask"), _arg(node, 4, "is_causal", False), _arg(node, 3, "dropout_p", 0.0)
+        scale = kw.get("scale")
+    return Tuple0(_attention(cx, node, q, k, v, mask, causal, scale, True, dropout))
+
+
+_FLASH_CPU = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu").default
+_EFFICIENT = aten._scaled_dot_product_efficient_attention.default
+TABLE[_FLASH_CPU] = _sdpa_tuple
+TABLE[_EFFICIENT] = _sdpa_tuple
+TABLE[aten._scaled_dot_product_flash_attention.default] = _sdpa_tuple
+TABLE[aten._scaled_dot_product_cudnn_attention.default] = _sdpa_tuple
+
+
+@lowering(operator.getitem)
+def _getitem(cx, node):
+    src, index = node.args
+    if not isinstance(src, Node) or index != 0 or not isinstance(cx.meta(src), (list, tuple)):
+        raise Unsupported("an element of a tuple other than the first")
+    return Alias(src)
+
+
+# Lowerings that move or relabel values without arithmetic: a group of only these is left to
+# PyTorch (a kiln graph for a view costs more than the view), and not listed as a fallback.
+TRIVIAL = {_reshape, _permute, _expand, _slice, _select, _identity, _dropout, _to_dtype, _getitem,
+           _arange, _cat, _gather}
+
+# Nodes that are shape arithmetic or bookkeeping, not tensor work: never listed as fallbacks.
+NOT_TENSOR_WORK = {aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int,
+                   aten.sym_storage_offset.default}
+# Checks whose only effect is to assert what the lowering already guarantees: dropped.
+ASSERTIONS = {aten._assert_tensor_metadata.default, aten._assert_scalar.default,
+              aten.sym_constrain_range_for_size.default, aten.sym_constrain_range.default,
+              aten._assert_async.msg, aten._assert_async.default}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Makes (once) the virtual environment the Python package is tested in, $KILN_VENV or
+# ~/.cache/kiln-deps/venv, with torch, transformers, nanobind, scikit-build-core and pytest from
+# PyPI, and installs the package `kiln` into it from the CMake build in build/ (the one
+# scripts/build.sh made: only the extension compiles). Prints the environment's python.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${KILN_VENV:-$HOME/.cache/kiln-deps/venv}"
+python="$venv/bin/python"
+if [ ! -x "$python" ]; then
+  echo "kiln: making the Python test environment in $venv (torch is a large download)" >&2
+  /usr/bin/python3 -m venv "$venv"
+fi
+if ! "$python" -c "import torch, transformers, nanobind, scikit_build_core, pytest, numpy" 2>/dev/null; then
+  "$python" -m pip install --quiet --upgrade pip >&2
+  "$python" -m pip install --quiet torch transformers nanobind scikit-build-core pytest numpy >&2
+fi
+# The package from build/: scikit-build-core reconfigures that tree (same generator and ninja,
+# build type and install prefix, tests and benchmarks kept, so nothing else recompiles), builds
+# the extension and installs it with the Python sources.
+"$python" -m pip install --quiet --no-build-isolation --no-deps \
+  -C build-dir=build -C cmake.build-type="${BUILD_TYPE:-Release}" \
+  -C cmake.define.CMAKE_MAKE_PROGRAM="$(command -v ninja)" \
+  -C cmake.define.KILN_BUILD_TESTS=ON -C cmake.define.KILN_BUILD_BENCH=ON \
+  -C cmake.define.CMAKE_INSTALL_PREFIX=/usr/local . >&2
+echo "$python"
