@@ -9,8 +9,8 @@ The model is transformers' LlamaForCausalLM built from a config (2 layers, hidde
 each of --runs rounds, every system runs in a new process, interleaved:
 
   kiln           kiln.torch.load(saved program) + the first call
-  torch.compile  transformers' model from the config on the meta device, its state_dict assigned,
-                 torch.compile (Inductor, FX-graph cache warm) + the first call
+  torch.compile  transformers' model from the config, its state_dict loaded, torch.compile
+                 (Inductor, FX-graph cache warm) + the first call
   aoti           torch._inductor.aoti_load_package + the first call
   import torch   a bare `import torch`, which every one of them pays
 
@@ -85,9 +85,8 @@ RUN = {
     "torch.compile": SETUP + textwrap.dedent(r"""
         out = sys.argv[1]
         torch.set_float32_matmul_precision("high")
-        with torch.device("meta"):
-            model = Logits(LlamaForCausalLM(LlamaConfig(**CONFIG)))
-        model.load_state_dict(torch.load(f"{out}/state_dict.pt"), assign=True)
+        model = Logits(LlamaForCausalLM(LlamaConfig(**CONFIG)))
+        model.load_state_dict(torch.load(f"{out}/state_dict.pt"))
         model.eval()
         compiled = torch.compile(model)
         ids = torch.load(f"{out}/ids.pt")
@@ -120,9 +119,8 @@ STEADY = SETUP + textwrap.dedent(r"""
         import torch._inductor
         fn = torch._inductor.aoti_load_package(f"{out}/llama.pt2")
     else:
-        with torch.device("meta"):
-            model = Logits(LlamaForCausalLM(LlamaConfig(**CONFIG)))
-        model.load_state_dict(torch.load(f"{out}/state_dict.pt"), assign=True)
+        model = Logits(LlamaForCausalLM(LlamaConfig(**CONFIG)))
+        model.load_state_dict(torch.load(f"{out}/state_dict.pt"))
         model.eval()
         fn = torch.compile(model) if system == "torch.compile" else model
     times = []

@@ -93,6 +93,8 @@ def build_plan(gm: GraphModule, symbols: dict, dims: dict, input_names: dict, gr
                 node = step.node
                 if node.target in _table.NOT_TENSOR_WORK or node.target is _GETITEM:
                     continue
+                if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, int, float)):
+                    continue  # arithmetic on sizes (`s0 * s1`), not on tensors
                 if node.target in _table.TABLE and node in supported:
                     continue  # a view or constant kept in PyTorch, where it is cheaper
                 if _from_scalar_inputs(node):
