@@ -996,12 +996,20 @@ Expected<NodeId> Builder::add_slice(NodeId x, int axis, int64_t start, int64_t e
     return make_error("slice axis ", std::to_string(axis), " is out of range for ", describe(nx),
                       " (rank ", std::to_string(from.rank()), ")");
   }
-  if (from.symbol(*a) >= 0) {
-    return make_error("slice along the symbolic dim ",
-                      from.symbols()[static_cast<size_t>(*a)].name, " of ", describe(nx),
-                      "; kiln slices constant dims only");
-  }
+  // Along a symbolic dim only a constant window every size in its range holds: 0 <= start <
+  // end <= the range's low end (BERT's pooler reads token 0 of a symbolic sequence).
   int64_t size = from.dim(*a);
+  if (int32_t symbol = from.symbol(*a); symbol >= 0) {
+    const Symbol& sym = m_symbols[static_cast<size_t>(symbol)];
+    if (start < 0 || end < 0 || end > sym.lo) {
+      return make_error("slice ", std::to_string(start), "..", std::to_string(end),
+                        " along the symbolic dim ", sym.name, " of ", describe(nx),
+                        ": along a symbolic dim kiln slices a constant window of indices, 0 <= "
+                        "start < end <= ", std::to_string(sym.lo), " (", sym.name,
+                        "'s smallest size)");
+    }
+    size = sym.lo;
+  }
   int64_t s0 = start < 0 ? start + size : start;
   int64_t e0 = end < 0 ? end + size : end;
   if (s0 < 0 || e0 > size || s0 >= e0) {

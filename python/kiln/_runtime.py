@@ -244,6 +244,8 @@ class Executable:
     def run(self, inputs: Sequence[Any], outputs: Sequence[Any], stream: int | Any | None = None) -> None:
         """Runs into `outputs`: C-contiguous, 16-byte aligned arrays of the outputs' dtypes and
         shapes (a wrong one raises kiln.RuntimeError, nothing is written)."""
+        if not isinstance(inputs, (list, tuple)) or not isinstance(outputs, (list, tuple)):
+            raise TypeError("run() takes a list of inputs and a list of outputs")
         arrays, framework, device = self._take_inputs(inputs)
         outs = []
         for spec, out in zip(self._outputs, outputs):
@@ -253,6 +255,9 @@ class Executable:
                                 f"not {type(out).__name__}")
             if not _contiguous(out) or _address(out) % _ALIGN:
                 raise RuntimeError(f"output '{spec.name}' must be C-contiguous and 16-byte aligned")
+            if (out.is_neg() or out.is_conj()) if _is_torch(out) else not out.flags.writeable:
+                raise RuntimeError(f"output '{spec.name}' is not writable (a read-only array, or "
+                                   "a tensor view with its negative or conjugate bit set)")
             outs.append(out)
         if len(outs) != len(outputs) or len(outs) != len(self._outputs):
             raise RuntimeError(f"graph '{self.name}' has {len(self._outputs)} outputs, "
@@ -289,11 +294,16 @@ class Executable:
         for spec, x in zip(self._inputs, inputs):
             if _is_torch(x):
                 framework, device = "torch", x.device
-                x = x.detach()
-                got = _TORCH_NAMES.get(str(x.dtype), str(x.dtype))
+                if x.device.type not in ("cpu", "cuda"):
+                    raise RuntimeError(f"input '{spec.name}' is on {x.device.type}: kiln takes "
+                                       "host or CUDA tensors")
+                # A view whose negative or conjugate bit is set is read through that bit by
+                # torch alone: make its values real first (no copy when neither is set).
+                x = x.detach().resolve_neg().resolve_conj()
+                got = _TORCH_NAMES.get(str(x.dtype), str(x.dtype).replace("torch.", ""))
             else:
                 if not isinstance(x, np.ndarray):
-                    x = np.asarray(x, dtype=_NUMPY.get(spec.dtype))
+                    x = _from_python(x, spec)
                 got = _NUMPY_NAMES.get(x.dtype.name, x.dtype.name)
             if got != spec.dtype:
                 raise RuntimeError(f"input '{spec.name}' is {got}, expected {spec.dtype}")
@@ -328,6 +338,23 @@ class Executable:
 
 def _torch():
     return sys.modules["torch"]
+
+
+def _from_python(x, spec: TensorSpec) -> np.ndarray:
+    """A Python list or scalar as an array of the input's dtype, when its values are of that
+    kind: ints for an integer input (never floats truncated), numbers for a float one."""
+    array = np.asarray(x)
+    want = _NUMPY.get(spec.dtype)
+    if want is None:
+        return array
+    kinds = {"f": "fiub", "i": "iub", "b": "b"}[np.dtype(want).kind]
+    if array.dtype.kind not in kinds:
+        raise RuntimeError(f"input '{spec.name}' is {spec.dtype}; the values given are "
+                           f"{array.dtype.name}")
+    converted = array.astype(want)
+    if array.dtype.kind in "iu" and not np.array_equal(converted, array):
+        raise RuntimeError(f"input '{spec.name}' is {spec.dtype}; a value given does not fit it")
+    return converted
 
 
 def _contiguous(x) -> bool:

@@ -102,15 +102,15 @@ public:
   // The dims' values that inputs of `shapes` give (empty for a static graph); a dim no input
   // holds, or one given two values, is left for run()'s checks to name.
   std::vector<int64_t> dim_values(const std::vector<std::vector<int64_t>>& shapes) const {
-    std::vector<int64_t> values(m_exe->dims().size(), 0);
+    std::vector<int64_t> values(m_exe->dims().size(), -1);  // -1: no input gave it yet
     const auto& specs = m_exe->inputs();
     for (size_t i = 0; i < specs.size() && i < shapes.size(); ++i)
       for (size_t d = 0; d < specs[i].dims.size() && d < shapes[i].size(); ++d) {
         auto it = m_dim_index.find(specs[i].dims[d]);
-        if (it != m_dim_index.end() && values[it->second] == 0) values[it->second] = shapes[i][d];
+        if (it != m_dim_index.end() && values[it->second] < 0) values[it->second] = shapes[i][d];
       }
     for (size_t i = 0; i < values.size(); ++i)
-      if (values[i] == 0)
+      if (values[i] < 0)
         raise("RuntimeError", "no input of shape given sets dim '" + m_exe->dims()[i].name + "'");
     return values;
   }

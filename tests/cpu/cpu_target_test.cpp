@@ -23,6 +23,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace kiln {
 namespace {
@@ -157,6 +158,28 @@ TEST(CpuTarget, OddSizesLayoutsAndBatchesInEveryMode) {
 }
 
 // cos and sin (LLVM's intrinsics, libm's cosf/sinf) in a matmul epilogue and alone, rotary-style.
+// A constant window along a symbolic dim (BERT's pooler reads token 0 of the sequence): its
+// buckets at their smallest and largest sizes, and at sizes between.
+TEST(CpuTarget, AWindowAlongASymbolicDimMatchesTheReferenceInEveryMode) {
+  ir::Graph graph = parse(
+      "graph pool {\n  dim B: 1..8\n  dim S: 1..300\n  input x: f32[B, S, 40]\n"
+      "  input w: f32[40, 24]\n  f = reshape(slice(x, axis=1, start=0, end=1), shape=[B, 40])\n"
+      "  y = tanh(matmul(f, w))\n  z = add(slice(x, axis=-2, start=0, end=1), 1.0)\n"
+      "  output y, z\n}\n");
+  for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
+                             ir::Precision::medium}) {
+    for (auto [b, s] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {8, 300}, {2, 2}}) {
+      std::vector<compiler::DimRange> bucket = {compiler::bucket_of(b, graph.symbols()[0]),
+                                                compiler::bucket_of(s, graph.symbols()[1])};
+      auto program = build(graph, mode, bucket);
+      ASSERT_TRUE(program);
+      expect_within_tolerance(graph, *program, {b, s},
+                              std::string(ir::to_string(mode)) + " at B=" + std::to_string(b) +
+                                  ", S=" + std::to_string(s));
+    }
+  }
+}
+
 TEST(CpuTarget, CosAndSinMatchTheReferenceInEveryMode) {
   ir::Graph graph = parse(
       "graph g { input x: f32[37, 24]\n input t: f32[37, 24]\n input w: f32[24, 24]\n"

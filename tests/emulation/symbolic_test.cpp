@@ -37,7 +37,8 @@ const char* k_f32_graph = R"(graph sym {
 
 // The transformer ops at a symbolic sequence length: norms, reshapes and permutes of [2, S, 32]
 // into heads, a 4-D attention with S as the softmax axis and the contraction dim, slices and a
-// concat, reductions over S and after a fused prologue.
+// concat, reductions over S and after a fused prologue, and the first position of S (a pooler's
+// slice along the symbolic dim).
 const char* k_layer_graph = R"(graph symlayer {
   dim S: 1..600
   input x: f32[2, S, 32]
@@ -50,7 +51,8 @@ const char* k_layer_graph = R"(graph symlayer {
   r = concat(slice(o, start=4, end=8), neg(slice(o, start=0, end=4)))
   m = mean(r, axis=2)
   mx = max(sum(mul(x, x), axis=-1), axis=1)
-  output o, r, m, mx
+  first = tanh(mul(reshape(slice(x, axis=1, start=0, end=1), shape=[2, 32]), w))
+  output o, r, m, mx, first
 }
 )";
 

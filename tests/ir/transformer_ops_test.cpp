@@ -204,12 +204,22 @@ TEST(TransformerOps, SymbolicDimsFlowThroughReshapeAndPermute) {
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("must keep its symbolic dims"), std::string::npos)
       << bad.error().message;
-  auto slice = parse_graph(
-      "graph g {\n  dim B: 1..8\n  input x: f32[B, 32]\n  o = slice(x, axis=0, start=0, end=1)\n"
-      "  output o\n}\n", "bad.kg");
-  ASSERT_FALSE(slice);
-  EXPECT_NE(slice.error().message.find("symbolic dim B"), std::string::npos)
-      << slice.error().message;
+  // Along a symbolic dim, a window every size of its range holds (0 <= start < end <= lo).
+  Graph first = parse_ok(
+      "graph g {\n  dim B: 2..8\n  input x: f32[B, 32]\n  o = slice(x, axis=0, start=1, end=2)\n"
+      "  output o\n}\n");
+  EXPECT_EQ(to_string(first.node(first.outputs()[0]).type), "f32[1, 32]");
+  for (const char* window : {"start=0, end=3", "start=-1, end=2", "start=0, end=-1"}) {
+    auto slice = parse_graph("graph g {\n  dim B: 2..8\n  input x: f32[B, 32]\n  o = slice(x, axis=0, " +
+                                 std::string(window) + ")\n  output o\n}\n",
+                             "bad.kg");
+    ASSERT_FALSE(slice) << window;
+    EXPECT_NE(slice.error().message.find("along the symbolic dim B of 'x' (f32[B, 32]): along a "
+                                         "symbolic dim kiln slices a constant window of indices, "
+                                         "0 <= start < end <= 2 (B's smallest size)"),
+              std::string::npos)
+        << slice.error().message;
+  }
 }
 
 // A reshape of a symbolic shape that changes its element count names the dims as written: a

@@ -26,6 +26,17 @@ def rel_l2(a, b, keep=None) -> float:
     return float((a - b).norm() / b.norm())
 
 
+def greedy(forward, ids, steps=16):
+    """`ids` extended by `steps` tokens, each the argmax of `forward`'s last logits (no cache:
+    the whole sequence runs again each step)."""
+    import torch
+    with torch.no_grad():
+        for _ in range(steps):
+            logits = forward(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+            ids = torch.cat([ids, logits[:, -1].argmax(-1)[:, None]], dim=1)
+    return ids
+
+
 def kiln_cli() -> str:
     return os.environ.get("KILN_CLI", str(ROOT / "build" / "tools" / "kiln"))
 

@@ -235,3 +235,38 @@ def test_the_gil_is_released_while_kiln_runs(rt):
     # switch interval (5 ms) after each.
     # Measured: 0.83-0.97 of it with the GIL released, 0.21-0.22 with it held.
     assert together > 0.5 * alone, (together, alone)
+
+
+def test_the_emulated_cuda_kernels_take_host_arrays(tmp_path):
+    rt = kiln.Runtime(target="emulate:sm_90", precision="highest", cache_dir=tmp_path)
+    assert rt.arch == "emulate:sm_90"
+    exe = rt.compile("graph t {\n  input a: f32[4, 8]\n  b = relu(a)\n  output b\n}")
+    a = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)
+    assert np.array_equal(exe(a), np.maximum(a, 0))
+    assert np.array_equal(exe(torch.from_numpy(a)).numpy(), np.maximum(a, 0))
+
+
+def test_unwritable_outputs_views_with_bits_and_lossy_lists_are_refused(rt):
+    exe = rt.compile("graph n {\n  input a: f32[4]\n  input i: i32[3]\n  b = neg(a)\n"
+                     "  j = add(i, 1)\n  output b, j\n}")
+    a = torch.arange(1.0, 5.0)._neg_view()  # reads as -1..-4 through its negative bit
+    b, j = exe(a, [1, 2, 3])
+    assert b.tolist() == [1.0, 2.0, 3.0, 4.0] and j.tolist() == [2, 3, 4]
+    frozen = np.zeros(4, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(kiln.RuntimeError, match="output 'b' is not writable"):
+        exe.run([np.ones(4, np.float32), np.ones(3, np.int32)], [frozen, np.zeros(3, np.int32)])
+    assert (frozen == 0).all()
+    with pytest.raises(kiln.RuntimeError, match="input 'i' is i32; the values given are float64"):
+        exe(np.ones(4, np.float32), [1.9, 2.9, -0.5])
+    with pytest.raises(kiln.RuntimeError, match="does not fit"):
+        exe(np.ones(4, np.float32), [1, 2, 2**40])
+    with pytest.raises(TypeError, match="list of outputs"):
+        exe.run([np.ones(4, np.float32), np.ones(3, np.int32)], np.zeros(4, np.float32))
+
+
+def test_a_size_of_zero_is_named_as_out_of_range(rt):
+    exe = rt.compile(GRAPHS / "mlp_dynamic.kg")
+    x, w1, b1, w2, b2 = mlp_inputs(rows=1)
+    with pytest.raises(kiln.RuntimeError, match="B = 0"):
+        exe(np.zeros((0, 768), np.float32), w1, b1, w2, b2)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import kiln.torch
-from conftest import TOLERANCE, rel_l2
+from conftest import TOLERANCE, greedy, rel_l2
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -36,6 +36,17 @@ def test_llama_through_torch_compile(llama, cache_dir, mode):
     assert len(new) == 2
     assert all(run.kiln_fallbacks == [] and len(run.kiln_partitions) == 1 for run in new)
     assert any("dim s" in run.kiln_partitions[0] for run in new)
+
+
+def test_sixteen_greedy_tokens_match_torch(llama, cache_dir):
+    torch._dynamo.reset()
+    compiled_before = len(kiln.torch.compiled)
+    model = torch.compile(llama, backend="kiln", dynamic=True,
+                          options={"precision": "highest", "target": "cpu",
+                                   "cache_dir": str(cache_dir)})
+    ids = torch.randint(0, 1024, (2, 8), generator=torch.Generator().manual_seed(9))
+    assert torch.equal(greedy(model, ids), greedy(llama, ids))
+    assert len(kiln.torch.compiled) - compiled_before == 1  # lengths 8..23: one Dynamo graph
 
 
 def test_bert_through_torch_compile(bert, cache_dir):

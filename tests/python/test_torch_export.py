@@ -11,7 +11,7 @@ import torch
 
 import kiln
 import kiln.torch
-from conftest import TOLERANCE, rel_l2, cache_entries
+from conftest import TOLERANCE, cache_entries, greedy, rel_l2
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -60,7 +60,7 @@ def test_llama_runs_whole_in_kiln_in_every_mode(llama, llama_ep, cache_dir):
     assert "arange(" in text and "embedding(" in text
 
 
-def test_bert_leaves_one_select_to_pytorch(bert, bert_ep, cache_dir):
+def test_bert_runs_whole_in_kiln_in_every_mode(bert, bert_ep, cache_dir):
     ids, mask = batch(33, seed=2, pad_right=7)
     ref = fp64(bert, ids, mask)
     keep = mask.bool()
@@ -70,46 +70,61 @@ def test_bert_leaves_one_select_to_pytorch(bert, bert_ep, cache_dir):
         assert float((after - before).norm() / before.norm()) > 0.5
     for mode, tolerance in TOLERANCE.items():
         program = kiln.torch.compile_exported(bert_ep, target="cpu", precision=mode,
-                                              cache_dir=cache_dir, fallbacks="allow")
-        # The pooler reads the first token: a select along the symbolic sequence dim, which
-        # kiln's slice does not take. Nothing else runs in PyTorch; fail if the set grows.
-        assert [(f.op, f.count) for f in program.fallbacks] == [("aten.select.int", 1)]
+                                              cache_dir=cache_dir)
+        # The position ids (a buffer of positions sliced to S) fold into arange(S), the token
+        # types (a buffer of zeros gathered) into zeros, the pooler's first token is a slice
+        # along the symbolic S: nothing runs in PyTorch. Fail if anything does.
+        assert program.fallbacks == [] and len(program.partitions) == 1
         with torch.no_grad():
             out = program(input_ids=ids, attention_mask=mask)
         assert rel_l2(out.last_hidden_state, ref.last_hidden_state, keep) <= tolerance, mode
         assert rel_l2(out.pooler_output, ref.pooler_output) <= tolerance, mode
 
 
-def test_refuse_raises_with_the_whole_list(bert_ep, cache_dir):
-    with pytest.raises(kiln.Error, match=r"aten\.select\.int x1: a select along a symbolic dim"):
-        kiln.torch.compile_exported(bert_ep, target="cpu", precision="highest",
+class _Cumulative(torch.nn.Module):
+    """A model with one op kiln has no op for (cumsum) between two it has."""
+
+    def forward(self, x):
+        return torch.relu(torch.cumsum(x * 2.0, dim=-1)) + 1.0
+
+
+@pytest.fixture(scope="module")
+def cumulative_ep():
+    from torch.export import Dim
+    return torch.export.export(_Cumulative(), (torch.randn(3, 8),),
+                               dynamic_shapes=({0: Dim("B", min=1, max=64)},), strict=False)
+
+
+def test_an_op_kiln_lacks_runs_in_pytorch_between_kiln_graphs(cumulative_ep, cache_dir):
+    program = kiln.torch.compile_exported(cumulative_ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.cumsum.default", 1)]
+    assert len(program.partitions) == 2
+    x = torch.randn(5, 8)
+    assert torch.allclose(program(x), _Cumulative()(x), rtol=1e-6, atol=1e-6)
+
+
+def test_refuse_raises_with_the_whole_list(cumulative_ep, cache_dir):
+    with pytest.raises(kiln.Error, match=r"aten\.cumsum\.default x1: no kiln op for it"):
+        kiln.torch.compile_exported(cumulative_ep, target="cpu", precision="highest",
                                     cache_dir=cache_dir, fallbacks="refuse")
 
 
-def test_warn_prints_the_list_once(bert_ep, cache_dir, capfd):
-    program = kiln.torch.compile_exported(bert_ep, target="cpu", precision="highest",
+def test_warn_prints_the_list_once(cumulative_ep, cache_dir, capfd):
+    program = kiln.torch.compile_exported(cumulative_ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir)
-    ids, mask = batch(9)
     with torch.no_grad():
-        program(input_ids=ids, attention_mask=mask)
-        program(input_ids=ids, attention_mask=mask)
+        program(torch.randn(2, 8))
+        program(torch.randn(4, 8))
     err = capfd.readouterr().err
-    assert err.count("these ops run in PyTorch") == 1 and "aten.select.int x1" in err
+    assert err.count("these ops run in PyTorch") == 1 and "aten.cumsum.default x1" in err
 
 
 def test_sixteen_greedy_tokens_match_torch(llama, llama_ep, cache_dir):
     program = kiln.torch.compile_exported(llama_ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir)
     ids, _ = batch(8, seed=3)
-    ours, theirs = ids.clone(), ids.clone()
-    with torch.no_grad():
-        for _ in range(16):
-            mask = torch.ones_like(ours)
-            nxt = program(input_ids=ours, attention_mask=mask).logits[:, -1].argmax(-1)
-            ours = torch.cat([ours, nxt[:, None]], dim=1)
-            ref = llama(input_ids=theirs, attention_mask=mask).logits[:, -1].argmax(-1)
-            theirs = torch.cat([theirs, ref[:, None]], dim=1)
-    assert torch.equal(ours, theirs)
+    assert torch.equal(greedy(program, ids), greedy(llama, ids))
 
 
 def test_one_program_serves_every_length_one_entry_per_bucket(llama, llama_ep, tmp_path):

@@ -8,7 +8,7 @@ from torch.fx import Graph, GraphModule
 
 from .. import _runtime
 from .._errors import Error, GraphError
-from . import _canonical, _lower, _plan
+from . import _canonical, _lower, _plan, _table
 from ._program import Fallback, Program, load, report_fallbacks, torch_step
 
 __all__ = ["Fallback", "Program", "compile_exported", "dynamo_backend", "load"]
@@ -128,6 +128,13 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
     PyTorch once), "refuse" (raise kiln.Error with it) or "allow"."""
     if fallbacks not in ("warn", "refuse", "allow"):
         raise ValueError(f"fallbacks={fallbacks!r}: expected 'warn', 'refuse' or 'allow'")
+    if _mutates(ep.graph):
+        # torch.export keeps in-place ops (`y.add_(1)`, `y[:, 0] = 5`): functionalise them first
+        # (no op is decomposed), so that every value is written once and read as written; a
+        # mutated buffer or input becomes an output, written back after each call.
+        ep = ep.run_decompositions({})
+        if _mutates(ep.graph):
+            raise Error("the exported program still has in-place ops after functionalisation")
     gm = _copy_graph(ep.graph_module)
     _canonical.canonicalize(gm)
     sig = ep.graph_signature
@@ -167,12 +174,31 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
     name = _lower.kiln_name(_model_name(ep))
     plan, fallback_list, outputs = _build(gm, input_names, symbols, dims, name, rt, fallbacks,
                                          constants)
-    user_outputs = [o for o, spec in zip(outputs, sig.output_specs)
-                    if spec.kind.name.lower() == "user_output"]
+    user_outputs, write_back = [], []
+    for o, spec in zip(outputs, sig.output_specs):
+        kind = spec.kind.name.lower()
+        if kind == "user_output":
+            user_outputs.append(o)
+        elif kind == "buffer_mutation":
+            write_back.append(("buffer", _lower.kiln_name(spec.target), o))
+        elif kind == "user_input_mutation":
+            write_back.append(("input", _lower.kiln_name(spec.target), o))
+        else:
+            raise Error(f"an output of kind {kind} is not supported")
     return Program(name=name, placeholders=placeholders, values=values, steps=plan,
                    outputs=user_outputs, in_spec=ep.call_spec.in_spec, out_spec=ep.call_spec.out_spec,
                    fallbacks=fallback_list, runtime=rt, target=target, precision=precision,
-                   exported=ep)
+                   exported=ep, write_back=write_back)
+
+
+def _mutates(graph) -> bool:
+    """Whether a graph holds an op that writes into one of its arguments."""
+    for node in graph.nodes:
+        target = node.target
+        if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and \
+                target._schema.is_mutable and target not in _table.ASSERTIONS:
+            return True
+    return False
 
 
 def _model_name(ep) -> str:
@@ -219,8 +245,21 @@ def _compile_forward(fx: GraphModule, inputs, options: dict):
     _canonical.canonicalize(gm)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     input_names = {n: _lower.kiln_name(n.name) for n in placeholders}
-    ranges = {}
+    # Tensors the graph holds as attributes (a module's constant tensor): inputs bound once.
+    constants = {}
     fake = torch._guards.detect_fake_mode(inputs)
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            if not isinstance(value, torch.Tensor):
+                raise Error(f"kiln backend: attribute '{node.target}' is not a tensor")
+            name = _lower.kiln_name("const." + node.target)
+            input_names[node] = name
+            with torch._subclasses.fake_tensor.unset_fake_temporarily():
+                constants[name] = value.detach()
+            if not isinstance(node.meta.get("val"), torch.Tensor) and fake is not None:
+                node.meta["val"] = fake.from_tensor(constants[name])
+    ranges = {}
     shape_env = getattr(fake, "shape_env", None)
     if shape_env is not None:
         for sym, r in shape_env.var_to_range.items():
@@ -235,7 +274,8 @@ def _compile_forward(fx: GraphModule, inputs, options: dict):
     from ._program import run_steps
 
     def run(*args):
-        env = dict(zip(names, args))
+        env = dict(constants)
+        env.update(zip(names, args))
         run_steps(plan, env)
         return [env[o] if isinstance(o, str) and o in env else o for o in outputs]
 

@@ -41,9 +41,15 @@ def kiln_name(text: str) -> str:
 class Probe:
     """The lowering context with no partition: answers whether and why a node is unsupported."""
 
-    def __init__(self, symbols: dict, constants: dict | None = None):
+    def __init__(self, symbols: dict, constants: dict | None = None, dims: dict | None = None):
         self.symbols = symbols
         self.constants = constants or {}
+        self.dims = dims or {}
+
+    def smallest(self, d) -> int:
+        """The smallest size a symbolic size takes (its kiln dim's low end)."""
+        name = self.size(d)
+        return self.dims[name][0] if name in self.dims else 1
 
     def constant(self, node):
         """The value of a buffer or constant the graph reads (never a parameter's), else None."""

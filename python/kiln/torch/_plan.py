@@ -59,7 +59,7 @@ def build_plan(gm: GraphModule, symbols: dict, dims: dict, input_names: dict, gr
     nodes. `symbols` maps each symbol to its kiln dim name, `dims` each dim name to (lo, hi);
     `input_names` the placeholders to kiln input names; `check(text)` parses a graph's text and
     returns None or (line, message)."""
-    probe = Probe(symbols, constants)
+    probe = Probe(symbols, constants, dims)
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     refused: dict = {}

@@ -46,7 +46,7 @@ class Program:
     kiln.torch.compile_exported or kiln.torch.load."""
 
     def __init__(self, *, name, placeholders, values, steps, outputs, in_spec, out_spec,
-                 fallbacks, runtime, target, precision, exported=None):
+                 fallbacks, runtime, target, precision, exported=None, write_back=()):
         self.name = name
         self._placeholders = placeholders  # [(name, kind, target)]: kind parameter|buffer|constant|user
         self._values = values              # name -> tensor (parameters, buffers, constants)
@@ -60,6 +60,9 @@ class Program:
         self.target = target
         self.precision = precision
         self._exported = exported
+        # (kind, name, value): a buffer ("buffer") or a user input ("input") the program updates,
+        # and the value (a plan name) it holds after a call.
+        self._write_back = [tuple(w) for w in write_back]
         self.fallbacks: list[Fallback] = fallbacks
 
     @property
@@ -72,14 +75,27 @@ class Program:
         return [s[2] for s in self._steps if s[0] == "kiln"]
 
     def __call__(self, *args, **kwargs):
+        users = [p for p in self._placeholders if p[1] == "user"]
+        if kwargs and not _takes_keywords(self._in_spec):
+            # Exported with positional arguments: keywords name them, as ep.module() allows.
+            names = [p[0] for p in users][len(args):]
+            unknown = sorted(set(kwargs) - set(names))
+            if unknown or len(kwargs) != len(names):
+                raise Error(f"{self.name} takes {[p[0] for p in users]}; got {len(args)} "
+                            f"positional and {sorted(kwargs)}")
+            args, kwargs = tuple(args) + tuple(kwargs[n] for n in names), {}
         flat = _flatten_inputs(self._in_spec, args, kwargs)
         env = dict(self._values)
-        users = [p for p in self._placeholders if p[1] == "user"]
         if len(flat) != len(users):
             raise Error(f"{self.name} takes {len(users)} inputs, got {len(flat)}")
         for (name, _, _), value in zip(users, flat):
             env[name] = value
         run_steps(self._steps, env)
+        for kind, name, value in self._write_back:
+            if kind == "buffer":
+                self._values[name] = env[value]
+            else:
+                env[name].copy_(env[value])
         outs = [env[o] if isinstance(o, str) and o in env else o for o in self._outputs]
         return pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs
 
@@ -112,6 +128,7 @@ class Program:
             "in_spec": pytree.treespec_dumps(self._in_spec),
             "out_spec": pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None,
             "fallbacks": [list(f) for f in self.fallbacks],
+            "write_back": [list(w) for w in self._write_back],
         }
         (path / "kiln.json").write_text(json.dumps(meta, indent=1))
         torch.save({k: v for k, v in self._values.items() if isinstance(v, torch.Tensor)},
@@ -177,6 +194,14 @@ def _plain(x):
     if isinstance(x, dict):
         return {k: _plain(v) for k, v in x.items()}
     return x
+
+
+def _takes_keywords(in_spec) -> bool:
+    try:
+        kw_spec = in_spec.child(1) if hasattr(in_spec, "child") else in_spec.children_specs[1]
+        return bool(kw_spec.context)
+    except (AttributeError, IndexError):
+        return False
 
 
 def _flatten_inputs(in_spec, args, kwargs):
@@ -349,4 +374,5 @@ def _load(path, meta, target, precision, cache_dir, remote, fallbacks) -> Progra
                    values=values, steps=steps, outputs=_decode(meta["outputs"]),
                    in_spec=pytree.treespec_loads(meta["in_spec"]) if meta["in_spec"] else None,
                    out_spec=out_spec, fallbacks=fallback_list,
+                   write_back=[tuple(w) for w in meta.get("write_back", [])],
                    runtime=rt, target=target, precision=precision)

@@ -545,8 +545,14 @@ def _slice(cx, node):
     size = shape[axis]
     if start == 0 and (end is None or (isinstance(end, int) and end >= 2**62)):
         return Alias(x)
-    if cx.is_symbolic(size) or not isinstance(start, int) or not isinstance(end, int):
-        raise Unsupported("a slice along a symbolic dim")
+    if not isinstance(start, int) or not isinstance(end, int):
+        raise Unsupported("a slice with a symbolic start or end")
+    if cx.is_symbolic(size):
+        # kiln slices a symbolic dim only in a window every size of its range holds.
+        lo = cx.smallest(size)
+        if start < 0 or end < 0 or end > lo or start >= end:
+            raise Unsupported(f"a slice {start}..{end} along a symbolic dim whose sizes start at {lo}")
+        return Expr(f"slice({cx.ref(x)}, axis={axis}, start={start}, end={end})")
     size = int(size)
     start = max(0, min(size, start + size if start < 0 else start))
     end = size if end is None else max(0, min(size, end + size if end < 0 else end))
@@ -563,9 +569,12 @@ def _select(cx, node):
     shape = cx.meta(x).shape
     axis = dim % len(shape)
     if cx.is_symbolic(shape[axis]):
-        raise Unsupported("a select along a symbolic dim")
-    size = int(shape[axis])
-    index = index + size if index < 0 else index
+        if index < 0 or index >= cx.smallest(shape[axis]):
+            raise Unsupported(f"a select of {index} along a symbolic dim whose sizes start at "
+                              f"{cx.smallest(shape[axis])}")
+    else:
+        size = int(shape[axis])
+        index = index + size if index < 0 else index
     return Expr(f"reshape(slice({cx.ref(x)}, axis={axis}, start={index}, end={index + 1}), "
                 f"shape={cx.shape(node)})")
 
@@ -689,7 +698,13 @@ def _repeat_kv_source(cx, arg):
     src = unsq.args[0]
     s = list(cx.meta(src).shape)
     e = list(cx.meta(inner).shape)
-    if len(s) != 4 or len(e) != 5 or cx.is_symbolic(e[2]):
+    out = list(cx.meta(node).shape)
+    if len(s) != 4 or len(e) != 5 or cx.is_symbolic(e[2]) or cx.is_symbolic(e[1]):
+        return arg
+    # [B, H_kv, n, S, D] -> [B, H_kv * n, S, D]: each kv head repeated n times in place, the
+    # order grouped-query attention reads; any other merge is not repeat_kv.
+    same = [a is b or a == b for a, b in zip(out, [e[0], int(e[1]) * int(e[2]), e[3], e[4]])]
+    if len(out) != 4 or not all(same) or not all(a is b or a == b for a, b in zip(s, [e[0], e[1], e[3], e[4]])):
         return arg
     return src
 

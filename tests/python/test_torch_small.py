@@ -1,0 +1,125 @@
+"""Small modules through kiln.torch, each built to trip one thing the lowering must get right:
+in-place ops and mutated buffers and inputs, repeats that only look like grouped-query attention,
+tensor constants under torch.compile."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln.torch
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+def compiled(module, args, cache_dir):
+    ep = torch.export.export(module, args, strict=False)
+    return ep, kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                           cache_dir=cache_dir, fallbacks="allow")
+
+
+class InPlace(torch.nn.Module):
+    def forward(self, x):
+        y = x.clone()
+        y.add_(1)
+        y.mul_(2)
+        y[:, 0] = 5.0
+        z = torch.relu(x) * 3
+        w = z.clone()
+        w.floor_divide_(2)  # in PyTorch (kiln has no floor division): must not touch z
+        return y, z, w
+
+
+def test_in_place_ops_are_functionalised_not_dropped_or_aliased(cache_dir):
+    x = torch.randn(3, 4)
+    _, program = compiled(InPlace(), (x,), cache_dir)
+    for got, want in zip(program(x), InPlace()(x)):
+        assert torch.allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("n", torch.zeros(4))
+
+    def forward(self, x):
+        self.n.add_(x.sum(0))
+        x.mul_(2)
+        return x + self.n
+
+
+def test_mutated_buffers_and_inputs_are_written_back(cache_dir):
+    ep, program = compiled(Counter(), (torch.ones(3, 4),), cache_dir)
+    eager = Counter()
+    for _ in range(3):
+        ours, theirs = torch.ones(3, 4), torch.ones(3, 4)
+        assert torch.equal(program(ours), eager(theirs))
+        assert torch.equal(ours, theirs)  # the input doubled in place, as in eager
+    assert torch.equal(ep.state_dict["n"], torch.zeros(4))  # the export's own buffer untouched
+
+
+class RepeatAlongSequence(torch.nn.Module):
+    """unsqueeze -> expand -> reshape that repeats keys along the sequence, not the heads."""
+
+    def forward(self, q, k, v):
+        b, h, s, d = k.shape
+        k2 = k.unsqueeze(2).expand(b, h, 2, s, d).reshape(b, h, 2 * s, d)
+        v2 = v.unsqueeze(2).expand(b, h, 2, s, d).reshape(b, h, 2 * s, d)
+        return F.scaled_dot_product_attention(q, k2, v2, is_causal=True)
+
+
+class RepeatHeads(torch.nn.Module):
+    """transformers' repeat_kv: read by kiln's grouped-query attention without the copy."""
+
+    def forward(self, q, k, v):
+        b, h, s, d = k.shape
+        k2 = k.unsqueeze(2).expand(b, h, 2, s, d).reshape(b, h * 2, s, d)
+        v2 = v.unsqueeze(2).expand(b, h, 2, s, d).reshape(b, h * 2, s, d)
+        return F.scaled_dot_product_attention(q, k2, v2)
+
+
+def test_only_a_repeat_of_heads_is_read_as_grouped_query_attention(cache_dir):
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(s, generator=g) for s in ((1, 2, 6, 8), (1, 2, 3, 8), (1, 2, 3, 8)))
+    _, program = compiled(RepeatAlongSequence(), (q, k, v), cache_dir)
+    assert torch.allclose(program(q, k, v), RepeatAlongSequence()(q, k, v), atol=1e-6)
+    q = torch.randn(2, 4, 5, 8, generator=g)
+    k, v = torch.randn(2, 2, 5, 8, generator=g), torch.randn(2, 2, 5, 8, generator=g)
+    _, program = compiled(RepeatHeads(), (q, k, v), cache_dir)
+    assert torch.allclose(program(q, k, v), RepeatHeads()(q, k, v), atol=1e-6)
+    text = program.partitions[0]
+    assert "input k: f32[2, 2, 5, 8]" in text and "expand(" not in text
+
+
+class WithConstant(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+    def forward(self, x):
+        return x * self.c + torch.tensor(3.0)
+
+
+def test_torch_compile_binds_the_graphs_tensor_constants(cache_dir):
+    torch._dynamo.reset()
+    model = torch.compile(WithConstant(), backend="kiln",
+                          options={"precision": "highest", "target": "cpu",
+                                   "cache_dir": str(cache_dir)})
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        assert torch.allclose(model(x), x * torch.tensor([1.0, 2.0, 3.0, 4.0]) + 3.0)
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, x, mask):
+        return torch.where(mask, x, 0.0)
+
+
+def test_a_positional_program_takes_keywords_as_the_exported_module_does(cache_dir):
+    x, mask = torch.randn(2, 3), torch.rand(2, 3) > 0.5
+    ep, program = compiled(TwoInputs(), (x, mask), cache_dir)
+    want = ep.module()(x, mask)
+    assert torch.equal(program(x=x, mask=mask), want)
+    assert torch.equal(program(x, mask=mask), want)
+    with pytest.raises(kiln.Error, match="takes"):
+        program(x, masks=mask)
