@@ -18,9 +18,10 @@ fi
 # The package from build/: scikit-build-core reconfigures that tree (same generator and ninja,
 # build type and install prefix, tests and benchmarks kept, so nothing else recompiles), builds
 # the extension and installs it with the Python sources.
+prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' build/CMakeCache.txt 2>/dev/null || true)
 "$python" -m pip install --quiet --no-build-isolation --no-deps \
   -C build-dir=build -C cmake.build-type="${BUILD_TYPE:-Release}" \
   -C cmake.define.CMAKE_MAKE_PROGRAM="$(command -v ninja)" \
   -C cmake.define.KILN_BUILD_TESTS=ON -C cmake.define.KILN_BUILD_BENCH=ON \
-  -C cmake.define.CMAKE_INSTALL_PREFIX=/usr/local . >&2
+  -C cmake.define.CMAKE_INSTALL_PREFIX="${prefix:-/usr/local}" . >&2
 echo "$python"
