@@ -123,3 +123,14 @@ def test_a_positional_program_takes_keywords_as_the_exported_module_does(cache_d
     assert torch.equal(program(x, mask=mask), want)
     with pytest.raises(kiln.Error, match="takes"):
         program(x, masks=mask)
+
+
+class Alpha(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.add(x, y, alpha=3) - torch.sub(x, 2.0, alpha=0.5)
+
+
+def test_alpha_scales_the_second_operand(cache_dir):
+    x, y = torch.randn(2, 5), torch.randn(2, 5)
+    _, program = compiled(Alpha(), (x, y), cache_dir)
+    assert torch.allclose(program(x, y), Alpha()(x, y), atol=1e-6)

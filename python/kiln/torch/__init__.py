@@ -3,7 +3,10 @@ a torch.compile backend (`backend="kiln"`). One ATen -> kiln op table (_table.py
 cannot run stays in PyTorch, listed in `program.fallbacks`."""
 from __future__ import annotations
 
-import torch
+try:
+    import torch
+except ImportError as e:  # kiln itself needs only NumPy
+    raise ImportError("kiln.torch needs PyTorch 2.5 or later: pip install torch") from e
 from torch.fx import Graph, GraphModule
 
 from .. import _runtime

@@ -118,9 +118,9 @@ for _op, _k in [(aten.eq, "eq"), (aten.ne, "ne"), (aten.lt, "lt"), (aten.le, "le
     TABLE[_op.Scalar] = _binary(_k, compare=True)
 
 
-@lowering(aten.add.Tensor, aten.sub.Tensor)
+@lowering(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar)
 def _add_sub(cx, node):
-    kiln_op = "add" if node.target is aten.add.Tensor else "sub"
+    kiln_op = "add" if node.target in (aten.add.Tensor, aten.add.Scalar) else "sub"
     alpha = node.kwargs.get("alpha", 1)
     work = cx.dtype_of(node)
     b = cx.ref(node.args[1], work)
