@@ -49,6 +49,7 @@ class Program:
                  fallbacks, runtime, target, precision, exported=None, write_back=()):
         self.name = name
         self._placeholders = placeholders  # [(name, kind, target)]: kind parameter|buffer|constant|user
+        self._users = [p[0] for p in placeholders if p[1] == "user"]  # the call's inputs, in order
         self._values = values              # name -> tensor (parameters, buffers, constants)
         # ("kiln", graph name, executable, inputs, outputs, aliases, text) | ("torch", name, op,
         # args, kwargs) | ("alias", {name: name}), values named as in the graph
@@ -75,20 +76,20 @@ class Program:
         return [s[2] for s in self._steps if s[0] == "kiln"]
 
     def __call__(self, *args, **kwargs):
-        users = [p for p in self._placeholders if p[1] == "user"]
+        users = self._users
         if kwargs and not _takes_keywords(self._in_spec):
             # Exported with positional arguments: keywords name them, as ep.module() allows.
-            names = [p[0] for p in users][len(args):]
+            names = users[len(args):]
             unknown = sorted(set(kwargs) - set(names))
             if unknown or len(kwargs) != len(names):
-                raise Error(f"{self.name} takes {[p[0] for p in users]}; got {len(args)} "
-                            f"positional and {sorted(kwargs)}")
+                raise Error(f"{self.name} takes {users}; got {len(args)} positional and "
+                            f"{sorted(kwargs)}")
             args, kwargs = tuple(args) + tuple(kwargs[n] for n in names), {}
         flat = _flatten_inputs(self._in_spec, args, kwargs)
         env = dict(self._values)
         if len(flat) != len(users):
             raise Error(f"{self.name} takes {len(users)} inputs, got {len(flat)}")
-        for (name, _, _), value in zip(users, flat):
+        for name, value in zip(users, flat):
             env[name] = value
         run_steps(self._steps, env)
         for kind, name, value in self._write_back:
