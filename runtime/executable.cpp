@@ -638,4 +638,10 @@ Expected<std::vector<TensorSpec>> Executable::outputs_at(const std::vector<int64
   return specs_at(m_graph, m_outputs, values, false);
 }
 
+Expected<std::vector<int64_t>> Executable::dims_of(
+    const std::vector<std::vector<int64_t>>& input_shapes) const {
+  if (!m_graph) return std::vector<int64_t>{};
+  return m_graph->symbol_values(input_shapes);
+}
+
 }  // namespace kiln

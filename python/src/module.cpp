@@ -16,7 +16,6 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,26 +92,15 @@ using Array = nb::ndarray<nb::ro>;
 
 class PyExecutable {
 public:
-  explicit PyExecutable(std::shared_ptr<kiln::Executable> exe) : m_exe(std::move(exe)) {
-    for (size_t i = 0; i < m_exe->dims().size(); ++i) m_dim_index[m_exe->dims()[i].name] = i;
-  }
+  explicit PyExecutable(std::shared_ptr<kiln::Executable> exe) : m_exe(std::move(exe)) {}
 
   const kiln::Executable& exe() const { return *m_exe; }
 
-  // The dims' values that inputs of `shapes` give (empty for a static graph); a dim no input
-  // holds, or one given two values, is left for run()'s checks to name.
+  // The dims' values that inputs of `shapes` give (empty for a static graph).
   std::vector<int64_t> dim_values(const std::vector<std::vector<int64_t>>& shapes) const {
-    std::vector<int64_t> values(m_exe->dims().size(), -1);  // -1: no input gave it yet
-    const auto& specs = m_exe->inputs();
-    for (size_t i = 0; i < specs.size() && i < shapes.size(); ++i)
-      for (size_t d = 0; d < specs[i].dims.size() && d < shapes[i].size(); ++d) {
-        auto it = m_dim_index.find(specs[i].dims[d]);
-        if (it != m_dim_index.end() && values[it->second] < 0) values[it->second] = shapes[i][d];
-      }
-    for (size_t i = 0; i < values.size(); ++i)
-      if (values[i] < 0)
-        raise("RuntimeError", "no input of shape given sets dim '" + m_exe->dims()[i].name + "'");
-    return values;
+    auto values = m_exe->dims_of(shapes);
+    if (!values) raise("RuntimeError", values.error().message);
+    return *values;
   }
 
   // The outputs' specs for inputs of `shapes`.
@@ -179,7 +167,6 @@ private:
   }
 
   std::shared_ptr<kiln::Executable> m_exe;
-  std::map<std::string, size_t> m_dim_index;
 };
 
 kiln::FallbackPolicy fallback_policy(const std::string& text) {

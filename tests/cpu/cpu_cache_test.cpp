@@ -247,6 +247,33 @@ TEST(CpuRunTimed, TimesEachKernelAndComputesWhatRunDoes) {
 // executable computes at that size, and a shape of the previous size is refused at the next.
 // Runs from several threads at once (one holds the kept buffers, the others allocate their own)
 // compute the same.
+// dims_of reads the dims' values from input shapes as run() does, with run()'s errors.
+TEST(CpuRuntime, DimsOfReadsTheSizesTheInputShapesGive) {
+  TempDir dir;
+  auto runtime = cpu_runtime(dir);
+  ASSERT_TRUE(runtime);
+  auto exe = compile_text(*runtime,
+                          "graph g {\n  dim B: 1..8\n  dim S: 1..64\n  input x: f32[B, S, 4]\n"
+                          "  input m: f32[B, S]\n  y = mul(x, 2.0)\n  z = add(m, 1.0)\n"
+                          "  output y, z\n}\n");
+  ASSERT_TRUE(exe);
+  auto dims = exe->dims_of({{3, 37, 4}, {3, 37}});
+  ASSERT_TRUE(dims) << dims.error().message;
+  EXPECT_EQ(*dims, (std::vector<int64_t>{3, 37}));
+  auto twice = exe->dims_of({{3, 37, 4}, {3, 36}});
+  ASSERT_FALSE(twice);
+  EXPECT_NE(twice.error().message.find("S"), std::string::npos) << twice.error().message;
+  auto outside = exe->dims_of({{0, 37, 4}, {0, 37}});
+  ASSERT_FALSE(outside);
+  EXPECT_NE(outside.error().message.find("B = 0 is outside its range 1..8"), std::string::npos)
+      << outside.error().message;
+  auto fixed = compile_text(*runtime, "graph f {\n  input x: f32[4]\n  y = neg(x)\n  output y\n}\n");
+  ASSERT_TRUE(fixed);
+  auto none = fixed->dims_of({{4}});
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->empty());
+}
+
 TEST(CpuRuntime, RunsAtChangingSizesReuseNothingStale) {
   TempDir dir;
   const std::string text =

@@ -192,6 +192,10 @@ public:
   // outside its range.
   Expected<std::vector<TensorSpec>> inputs_at(const std::vector<int64_t>& values) const;
   Expected<std::vector<TensorSpec>> outputs_at(const std::vector<int64_t>& values) const;
+  // The dims' values (in dims()' order) that inputs of `input_shapes` give, as run() reads
+  // them; empty for a static graph. Fails as run() would, naming the input and dim: a wrong
+  // count or rank, a constant dim that differs, a dim given two values, a value out of range.
+  Expected<std::vector<int64_t>> dims_of(const std::vector<std::vector<int64_t>>& input_shapes) const;
   // Symbolic graphs: compiles (through the cache) and prepares the bucket holding `values`
   // ahead of time, as prepare(stream) does for a static graph; call it for every bucket a
   // captured run may use. A static graph takes no values.
