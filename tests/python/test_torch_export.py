@@ -215,3 +215,21 @@ def test_load_refuses_a_plan_that_names_other_code(llama_ep, tmp_path):
     (saved / "kiln.json").write_text("{")
     with pytest.raises(kiln.Error, match="not a saved kiln program"):
         kiln.torch.load(saved, cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("mode", ["highest", "high", "tf32x3"])
+def test_the_cuda_kernels_run_both_models_under_emulation(llama, llama_ep, bert, bert_ep, cache_dir,
+                                                          mode):
+    """The same programs on target emulate:sm_90: the CUDA kernels kiln generates for an H100,
+    run by kiln's emulation of CUDA on host tensors, against fp64."""
+    ids, mask = batch(12, seed=6, pad_left=3)
+    keep = mask.bool()
+    for model, ep, logits in ((llama, llama_ep, lambda o: o.logits),
+                              (bert, bert_ep, lambda o: o.last_hidden_state)):
+        ref = logits(fp64(model, ids, mask))
+        program = kiln.torch.compile_exported(ep, target="emulate:sm_90", precision=mode,
+                                              cache_dir=cache_dir)
+        assert program.fallbacks == [] and program.executables[0].arch == "emulate:sm_90"
+        with torch.no_grad():
+            out = logits(program(input_ids=ids, attention_mask=mask))
+        assert rel_l2(out, ref, keep) <= TOLERANCE[mode], (type(model).__name__, mode)
