@@ -17,10 +17,10 @@ from ._errors import GraphError, RuntimeError
 # kiln dtype name -> NumPy dtype (NumPy has no bfloat16: bf16 tensors come from torch).
 _NUMPY = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "i64": np.int64, "bool": np.bool_}
 _NUMPY_NAMES = {np.dtype(v).name: k for k, v in _NUMPY.items()}
-_TORCH_NAMES = {
-    "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
-    "torch.int32": "i32", "torch.int64": "i64", "torch.bool": "bool",
-}
+# kiln dtype name -> torch's dtype attribute, and torch's dtype as str() -> kiln's name.
+_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i32": "int32",
+                 "i64": "int64", "bool": "bool"}
+_TORCH_NAMES = {f"torch.{t}": k for k, t in _TORCH_DTYPES.items()}
 # The kernels use 16-byte accesses: run() refuses a pointer that is not 16-byte aligned.
 _ALIGN = 16
 
@@ -373,9 +373,6 @@ def _empty(framework: str, device, dtype: str, shape, name: str):
         raise RuntimeError(f"output '{name}' is {dtype}, which NumPy cannot hold: pass torch tensors")
     return np.empty(shape, dtype=_NUMPY[dtype])
 
-
-_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i32": "int32",
-                 "i64": "int64", "bool": "bool"}
 
 
 def gpu_status() -> str:

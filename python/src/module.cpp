@@ -90,6 +90,11 @@ bool same_dtype(kiln::DType dtype, nb::dlpack::dtype d) {
 
 using Array = nb::ndarray<nb::ro>;
 
+// Whether `exe` takes host memory: the CPU target, and the emulated CUDA kernels.
+bool on_host(const kiln::Executable& exe) {
+  return exe.on_cpu() || exe.arch().rfind("emulate", 0) == 0;
+}
+
 class PyExecutable {
 public:
   explicit PyExecutable(std::shared_ptr<kiln::Executable> exe) : m_exe(std::move(exe)) {}
@@ -146,10 +151,10 @@ private:
       const std::string what = std::string(role) + " '" + specs[i].name + "'";
       bool host = a.device_type() == nb::device::cpu::value;
       bool cuda = a.device_type() == nb::device::cuda::value;
-      bool on_host = m_exe->on_cpu() || m_exe->arch().rfind("emulate", 0) == 0;
-      if (on_host ? !host : !cuda || a.device_id() != m_exe->device())
+      bool host_memory = on_host(*m_exe);
+      if (host_memory ? !host : !cuda || a.device_id() != m_exe->device())
         raise("RuntimeError", what + " is on the wrong device: this executable runs on " +
-                                  (on_host ? std::string("the host (CPU arrays)")
+                                  (host_memory ? std::string("the host (CPU arrays)")
                                            : "CUDA device " + std::to_string(m_exe->device())));
       if (!same_dtype(specs[i].dtype, a.dtype()))
         raise("RuntimeError", what + " has the wrong dtype: expected " +
@@ -270,7 +275,7 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("kernel_count", [](const PyExecutable& e) { return e.exe().kernel_count(); })
       .def_prop_ro("device", [](const PyExecutable& e) { return e.exe().device(); })
       .def_prop_ro("on_host", [](const PyExecutable& e) {
-        return e.exe().on_cpu() || e.exe().arch().rfind("emulate", 0) == 0;
+        return on_host(e.exe());
       })
       .def("dim_values", &PyExecutable::dim_values, nb::arg("shapes"))
       .def("outputs_for", &PyExecutable::outputs_for, nb::arg("shapes"))

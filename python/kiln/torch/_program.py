@@ -77,7 +77,7 @@ class Program:
 
     def __call__(self, *args, **kwargs):
         users = self._users
-        if kwargs and not _takes_keywords(self._in_spec):
+        if kwargs and not _keyword_names(self._in_spec):
             # Exported with positional arguments: keywords name them, as ep.module() allows.
             names = users[len(args):]
             unknown = sorted(set(kwargs) - set(names))
@@ -197,28 +197,27 @@ def _plain(x):
     return x
 
 
-def _takes_keywords(in_spec) -> bool:
+def _keyword_names(in_spec) -> list | None:
+    """The keyword arguments an exported call takes, in its order; None where the spec is not
+    torch.export's (args, kwargs) pair."""
     try:
         kw_spec = in_spec.child(1) if hasattr(in_spec, "child") else in_spec.children_specs[1]
-        return bool(kw_spec.context)
-    except (AttributeError, IndexError):
-        return False
+        return list(kw_spec.context)
+    except (AttributeError, IndexError, TypeError):
+        return None
 
 
 def _flatten_inputs(in_spec, args, kwargs):
     if in_spec is None:
         return list(args)
-    try:
-        kw_spec = in_spec.child(1) if hasattr(in_spec, "child") else in_spec.children_specs[1]
-        keys = kw_spec.context
+    keys = _keyword_names(in_spec)
+    if keys is not None:
         missing = [k for k in keys if k not in kwargs]
         extra = [k for k in kwargs if k not in keys]
         if missing or extra:
-            raise Error(f"this program takes the keyword arguments {list(keys)}; "
+            raise Error(f"this program takes the keyword arguments {keys}; "
                         f"missing {missing}, unexpected {extra}")
         kwargs = {k: kwargs[k] for k in keys}
-    except (AttributeError, IndexError):
-        pass
     flat, spec = pytree.tree_flatten((args, kwargs))
     if spec != in_spec:
         raise Error(f"the inputs do not have the structure the program was exported with: "

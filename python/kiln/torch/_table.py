@@ -49,10 +49,6 @@ class Tuple0:
 
 TABLE: dict[Any, Callable] = {}
 
-# Ops that change nothing kiln holds: the same values (device moves, copies, views of the whole).
-_IDENTITY_COPIES = set()
-
-
 def lowering(*ops):
     def register(fn):
         for op in ops:
