@@ -239,6 +239,7 @@ enum KernelField : uint32_t {
   k_grid = 9 | k_required,
   k_items = 10 | k_required,
   k_scratch = 11 | k_required,
+  k_local_bytes = 12,
 };
 
 class FieldWriter {
@@ -336,6 +337,9 @@ void write_kernel(ByteWriter& out, const KernelArtifact& k) {
       w.i32(k.report.static_smem_bytes);
     });
   }
+  if (k.report.local_bytes != 0) {
+    f.nested(k_local_bytes, [&](ByteWriter& w) { w.i32(k.report.local_bytes); });
+  }
   if (!k.grid.empty()) f.nested(k_grid, [&](ByteWriter& w) { write_terms(w, k.grid); });
   if (!k.items.empty()) f.nested(k_items, [&](ByteWriter& w) { write_terms(w, k.items); });
   if (k.scratch_floats) f.nested(k_scratch, [&](ByteWriter& w) { w.u64(k.scratch_floats); });
@@ -411,6 +415,7 @@ Status read_kernel(std::string_view bytes, KernelArtifact& k) {
         k.report.spill_load_bytes = r.i32();
         k.report.static_smem_bytes = r.i32();
         return 1;
+      case k_local_bytes: k.report.local_bytes = r.i32(); return 1;
       case k_binary_of: k.binary_of = rest(r); return 1;
       case k_grid:
         if (!read_terms(r, k.grid))

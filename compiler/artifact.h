@@ -106,6 +106,7 @@ struct KernelReport {
   int32_t spill_store_bytes = 0;
   int32_t spill_load_bytes = 0;
   int32_t static_smem_bytes = 0;
+  int32_t local_bytes = 0;  // the stack frame per thread (spills, local arrays)
   int32_t spill_bytes() const { return spill_store_bytes + spill_load_bytes; }
   bool operator==(const KernelReport&) const = default;
 };

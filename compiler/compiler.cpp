@@ -5,7 +5,7 @@
 #include "compiler/nvrtc.h"
 #include "compiler/pool.h"
 #include "compiler/prelude.h"
-#include "compiler/ptxas_report.h"
+#include "compiler/cubin_report.h"
 #include "compiler/sizes.h"
 #include "compiler/target.h"
 
@@ -169,8 +169,10 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
     k.entry = entry_name(kernels[i]);
     k.cubin = std::move(out.cubin);
     k.ptx = std::move(out.ptx);
-    for (const auto& [entry, report] : parse_ptxas_log(out.log)) {
-      if (entry == k.entry) k.report = report;
+    std::string note;
+    k.report = kernel_report(k.cubin, k.entry, out.log, note);
+    if (!note.empty()) {
+      out.log += std::string(out.log.empty() || out.log.back() == '\n' ? "" : "\n") + note + "\n";
     }
     artifact.log +=
         "== " + k.name + "\n" + out.log + (out.log.empty() || out.log.back() == '\n' ? "" : "\n");

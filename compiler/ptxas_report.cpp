@@ -39,6 +39,7 @@ std::vector<std::pair<std::string, KernelReport>> parse_ptxas_log(std::string_vi
     }
     if (reports.empty()) continue;
     KernelReport& r = reports.back().second;
+    if (int v = number_before(line, "bytes stack frame"); v >= 0) r.local_bytes = v;
     if (int v = number_before(line, "bytes spill stores"); v >= 0) r.spill_store_bytes = v;
     if (int v = number_before(line, "bytes spill loads"); v >= 0) r.spill_load_bytes = v;
     if (int v = number_before(line, "registers"); v >= 0 && line.find("Used") != line.npos) {

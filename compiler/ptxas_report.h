@@ -1,4 +1,5 @@
-// Reads registers, spills and shared memory per kernel out of a ptxas -v log.
+// Reads registers, stack frame, spills and shared memory per kernel out of a ptxas -v log (kept
+// for diagnostics and as the fallback of read_cubin_report, compiler/cubin_report.h).
 #pragma once
 
 #include "compiler/artifact.h"

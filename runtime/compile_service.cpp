@@ -101,6 +101,7 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
     kernels.push_back({{"name", k.name},
                        {"registers", k.report.registers},
                        {"spill_bytes", k.report.spill_bytes()},
+                       {"local_bytes", k.report.local_bytes},
                        {"smem_bytes", k.smem_bytes()}});
     if (!k.binary_of.empty()) kernels.back()["binary_of"] = k.binary_of;
   }

@@ -318,9 +318,9 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
                     static_cast<unsigned long long>(k.scratch_floats));
         continue;
       }
-      std::printf("  %s: %d registers, %d spill bytes, %lld smem bytes%s\n", k.name.c_str(),
-                  k.report.registers, k.report.spill_bytes(),
-                  static_cast<long long>(k.smem_bytes()),
+      std::printf("  %s: %d registers, %d spill bytes, %d local bytes, %lld smem bytes%s\n",
+                  k.name.c_str(), k.report.registers, k.report.spill_bytes(),
+                  k.report.local_bytes, static_cast<long long>(k.smem_bytes()),
                   k.binary_of.empty() ? "" : (", the binary of " + k.binary_of).c_str());
     }
     for (const auto& f : artifact.fallbacks) std::printf("  fallback: %s\n", f.c_str());
@@ -345,6 +345,7 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
     out["kernels"].push_back({{"name", k.name},
                               {"registers", k.report.registers},
                               {"spill_bytes", k.report.spill_bytes()},
+                              {"local_bytes", k.report.local_bytes},
                               {"smem_bytes", k.smem_bytes()}});
     if (!k.binary_of.empty()) out["kernels"].back()["binary_of"] = k.binary_of;
   }

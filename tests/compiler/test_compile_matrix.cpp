@@ -1,6 +1,7 @@
 // Every example graph x every mode x the test archs: compiles without spills or warnings, or is
 // refused exactly where the arch cannot run the mode (and then compiles with a recorded fallback).
 #include "compiler/compiler.h"
+#include "compiler/ptxas_report.h"
 #include "ir/parse.h"
 
 #include "test_support.h"
@@ -56,8 +57,18 @@ void expect_clean(const Artifact& a, const std::string& what) {
   ASSERT_FALSE(a.kernels.empty()) << what;
   // Neither the prelude nor generated code draws a warning, so a real one is not buried.
   EXPECT_EQ(a.log.find("warning"), std::string::npos) << what << ":\n" << a.log;
+  auto from_log = parse_ptxas_log(a.log);
   for (const KernelArtifact& k : a.kernels) {
     EXPECT_EQ(k.report.spill_bytes(), 0) << what << " " << k.name;
+    // Registers, frame and shared memory are read from the cubin; ptxas's log says the same of
+    // every kernel (a kernel running another's binary finds that one's).
+    int said = 0;
+    for (const auto& [entry, report] : from_log) {
+      if (entry != k.entry) continue;
+      EXPECT_EQ(report, k.report) << what << " " << k.name;
+      ++said;
+    }
+    EXPECT_EQ(said, 1) << what << " " << k.name;
     EXPECT_GT(k.report.registers, 0) << what << " " << k.name;
     EXPECT_FALSE(k.cubin.empty()) << what << " " << k.name;
     EXPECT_FALSE(k.ptx.empty()) << what << " " << k.name;

@@ -27,6 +27,7 @@ TEST(PtxasReport, ReadsEachEntryFunction) {
   EXPECT_EQ(reports[0].second.spill_load_bytes, 20);
   EXPECT_EQ(reports[0].second.spill_bytes(), 32);
   EXPECT_EQ(reports[0].second.static_smem_bytes, 1024);
+  EXPECT_EQ(reports[0].second.local_bytes, 8);
   EXPECT_EQ(reports[1].first, "kiln_k1_softmax");
   EXPECT_EQ(reports[1].second.registers, 18);
   EXPECT_EQ(reports[1].second.spill_bytes(), 0);

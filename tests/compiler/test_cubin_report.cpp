@@ -1,0 +1,160 @@
+// read_cubin_report(): registers, frame, spills and shared memory read from the cubin agree with
+// what ptxas's log says of the same compile on every arch, and a damaged cubin is an error.
+#include "compiler/cubin_report.h"
+#include "compiler/nvrtc.h"
+#include "compiler/ptxas_report.h"
+#include "compiler/target.h"
+
+#include "test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace kiln::compiler {
+namespace {
+
+// `spills` keeps 64 values live under a 32-register cap; `shared` has 132 bytes of static
+// shared memory; `local` indexes local arrays at run time (its traffic is no spill to ptxas).
+constexpr const char* k_source = R"(
+extern "C" __global__ void __maxnreg__(32) spills(float* out, const float* in, int n) {
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = in[i * n + threadIdx.x];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = acc[i] * acc[(i + j) & 63] + 1.0f;
+  float s = 0;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) s += acc[i] * (i + 1);
+  out[threadIdx.x] = s;
+}
+extern "C" __global__ void shared(float* out) {
+  __shared__ float x[33];
+  x[threadIdx.x % 33] = 1;
+  __syncthreads();
+  out[threadIdx.x] = x[(threadIdx.x + 1) % 33];
+}
+extern "C" __global__ void local(float4* out, const float4* in, int i, int j) {
+  float4 a[64];
+  for (int k = 0; k < 64; ++k) a[k] = in[k * i];
+  a[i] = in[j];
+  out[0] = a[j];
+}
+)";
+
+const KernelReport* find(const std::vector<std::pair<std::string, KernelReport>>& reports,
+                         const std::string& name) {
+  for (const auto& [n, r] : reports)
+    if (n == name) return &r;
+  return nullptr;
+}
+
+std::string compiled(int sm, std::string* log = nullptr) {
+  auto nvrtc = load_nvrtc("");
+  if (!nvrtc) return {};
+  auto out = (*nvrtc)->compile(k_source, "report_probe", sm);
+  EXPECT_TRUE(out.ok()) << (out.ok() ? "" : out.error().message);
+  if (!out) return {};
+  if (log) *log = out->log;
+  return out->cubin;
+}
+
+TEST(CubinReport, AgreesWithPtxasLogOnEveryArch) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  for (const ArchFacts& arch : arch_table()) {
+    SCOPED_TRACE("sm_" + std::to_string(arch.sm));
+    std::string log;
+    std::string cubin = compiled(arch.sm, &log);
+    auto from_cubin = read_cubin_report(cubin);
+    ASSERT_TRUE(from_cubin.ok()) << from_cubin.error().message;
+    auto from_log = parse_ptxas_log(log);
+    ASSERT_EQ(from_cubin->size(), 3u);
+    for (const char* name : {"spills", "shared"}) {
+      const KernelReport* c = find(*from_cubin, name);
+      const KernelReport* l = find(from_log, name);
+      ASSERT_TRUE(c && l) << name;
+      EXPECT_EQ(*c, *l) << name << "\n" << log;
+    }
+    const KernelReport& spills = *find(*from_cubin, "spills");
+    EXPECT_LE(spills.registers, 32);
+    EXPECT_GT(spills.spill_store_bytes, 0);
+    EXPECT_GT(spills.spill_load_bytes, 0);
+    EXPECT_GT(spills.local_bytes, 0);
+    EXPECT_EQ(find(*from_cubin, "shared")->static_smem_bytes, 132);
+    EXPECT_EQ(find(*from_cubin, "shared")->spill_bytes(), 0);
+    // A local array: ptxas counts its frame but no spill; the cubin's STL.128/LDL.128 count.
+    const KernelReport& local = *find(*from_cubin, "local");
+    EXPECT_EQ(local.local_bytes, find(from_log, "local")->local_bytes);
+    EXPECT_EQ(find(from_log, "local")->spill_bytes(), 0);
+    EXPECT_GT(local.spill_store_bytes, 0);
+    EXPECT_EQ(local.spill_store_bytes % 16, 0);
+  }
+}
+
+// What compile_lowered keeps: the cubin's registers, frame and shared memory, and ptxas's spills
+// while the log has them; with an empty log (as NVRTC gave on a machine with a GPU visible) the
+// cubin's STL/LDL bytes, which equal ptxas's for a kernel without a local array.
+TEST(CubinReport, AnEmptyLogLeavesTheCubinsFigures) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  std::string log;
+  std::string cubin = compiled(80, &log);
+  ASSERT_FALSE(cubin.empty());
+  std::string note;
+  KernelReport with_log = kernel_report(cubin, "spills", log, note);
+  EXPECT_TRUE(note.empty()) << note;
+  KernelReport without = kernel_report(cubin, "spills", "", note);
+  EXPECT_TRUE(note.empty()) << note;
+  EXPECT_EQ(with_log, without);
+  EXPECT_GT(without.spill_bytes(), 0);
+  EXPECT_GT(without.registers, 0);
+  // The local array: ptxas says no spill, the cubin alone counts its traffic.
+  EXPECT_EQ(kernel_report(cubin, "local", log, note).spill_bytes(), 0);
+  EXPECT_GT(kernel_report(cubin, "local", "", note).spill_bytes(), 0);
+  // An unreadable cubin leaves the log's figures, and says so.
+  KernelReport fallback = kernel_report("not a cubin", "spills", log, note);
+  EXPECT_EQ(fallback.registers, with_log.registers);
+  EXPECT_NE(note.find("cubin: not a 64-bit ELF"), std::string::npos) << note;
+}
+
+TEST(CubinReport, NotACubinIsAnError) {
+  for (std::string_view bytes : {std::string_view(), std::string_view("hello"),
+                                 std::string_view("\x7f" "ELF\x02\x01\x01\x00", 8)}) {
+    auto r = read_cubin_report(bytes);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("cubin: "), std::string::npos) << r.error().message;
+  }
+  std::string elf(64, '\0');
+  elf.replace(0, 5, "\x7f" "ELF\x02");
+  elf[18] = 62;  // EM_X86_64
+  auto r = read_cubin_report(elf);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("not a CUDA ELF"), std::string::npos) << r.error().message;
+}
+
+// Every truncation and thousands of corrupted copies of a real cubin are read or refused, never
+// read past (the sanitizer runs of the suite check the "never").
+TEST(CubinReport, DamagedCubinsAreRefusedOrReadWithinTheirBytes) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  std::string cubin = compiled(90);
+  ASSERT_FALSE(cubin.empty());
+  ASSERT_TRUE(read_cubin_report(cubin).ok());
+  int refused = 0;
+  for (size_t n = 0; n < cubin.size(); n += 7) {
+    std::string cut(cubin.substr(0, n));  // its own allocation: an overread is caught
+    if (!read_cubin_report(cut).ok()) ++refused;
+  }
+  EXPECT_GT(refused, 0);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 3000; ++i) {
+    std::string bad = cubin;
+    for (int j = 0; j < 4; ++j) {
+      bad[rng() % bad.size()] = static_cast<char>(rng());
+    }
+    (void)read_cubin_report(bad);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::compiler
