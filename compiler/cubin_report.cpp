@@ -92,8 +92,10 @@ Expected<std::vector<std::pair<std::string, KernelReport>>> read_cubin_report(
   // Symbol index -> name, from the symbol table (Elf64_Sym: 24 bytes, st_name first).
   std::map<uint32_t, std::string_view> symbols;
   bool reserved_window = false;
+  int symbol_tables = 0;
   for (const Section& s : sections) {
     if (s.type != k_sht_symtab) continue;
+    if (++symbol_tables > 1) return bad("more than one symbol table");
     if (s.link >= shnum) return bad("symbol table names no string table");
     std::string_view strings = sections[s.link].bytes;
     for (uint64_t at = 0; at + 24 <= s.bytes.size(); at += 24) {
@@ -138,7 +140,10 @@ Expected<std::vector<std::pair<std::string, KernelReport>>> read_cubin_report(
   for (const Section& text : sections) {
     if (text.name.substr(0, 6) != ".text.") continue;
     std::string_view kernel = text.name.substr(6);
-    if (text.bytes.size() > (uint64_t{1} << 28)) return bad("an implausible code size");
+    if (text.type == k_sht_nobits || text.bytes.size() % 16 != 0 ||
+        text.bytes.size() > (uint64_t{1} << 28)) {
+      return bad("the code of '" + std::string(kernel) + "' is not whole 16-byte instructions");
+    }
     KernelReport r;
     if (auto it = registers.find(kernel); it != registers.end()) r.registers = it->second;
     if (auto it = frames.find(kernel); it != frames.end()) r.local_bytes = it->second;
@@ -175,6 +180,7 @@ KernelReport kernel_report(std::string_view cubin, const std::string& entry, std
     for (const auto& [name, report] : *from_cubin) {
       if (name != entry) continue;
       KernelReport r = report;
+      if (r.registers < 0) r.registers = logged.registers;  // no EIATTR_REGCOUNT
       if (logged.registers >= 0) {
         r.spill_store_bytes = logged.spill_store_bytes;
         r.spill_load_bytes = logged.spill_load_bytes;

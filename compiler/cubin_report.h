@@ -26,15 +26,17 @@ namespace kiln::compiler {
 // - static_smem_bytes: the size of `.nv.shared.NAME`, less the 1 KiB window the driver reserves
 //   per block that sm_90 and newer cubins put at its start (marked by `.nv.reservedSmem.*`
 //   symbols): the kernel's own, as ptxas's "bytes smem".
-// A cubin that is not a 64-bit CUDA ELF, or whose sections, symbols or attributes run past its
-// bytes, is an error naming what is wrong; the reader never reads outside `cubin`.
+// A cubin that is not a 64-bit CUDA ELF, whose sections, symbols or attributes run past its
+// bytes, that has more than one symbol table, or whose code is not whole 16-byte instructions, is
+// an error naming what is wrong; the reader never reads outside `cubin`.
 Expected<std::vector<std::pair<std::string, KernelReport>>> read_cubin_report(
     std::string_view cubin);
 
 // Kernel `entry`'s report as compile_lowered keeps it: registers, frame and shared memory from
 // `cubin` (NVRTC's log can come back empty: it did on a machine with a GPU visible, compiling on
-// two or more threads); spills from ptxas's `log` where it reports the kernel, else the cubin's
-// (an upper bound). A cubin that cannot be read leaves the log's report and says why in `note`.
+// two or more threads), registers from the log where the cubin has no count; spills from
+// ptxas's `log` where it reports the kernel, else the cubin's (an upper bound). A cubin that
+// cannot be read leaves the log's report and says why in `note`.
 KernelReport kernel_report(std::string_view cubin, const std::string& entry, std::string_view log,
                            std::string& note);
 

@@ -169,6 +169,7 @@ struct TileCopy {
   int rows = 0, cols = 0;
   Extent row_bound, col_bound, ld_global;
   int smem_ld = 0;
+  SmemTile smem;           // its swizzle, when swizzle_bits > 0 (smem_ld is then smem.ld)
   bool transpose = false;  // store element (r, c) at c * smem_ld + r (fp32 ffma kernels)
   ir::DType dtype = ir::DType::f32;
   bool smem_float = false;  // convert to float on the way (ffma kernels)
@@ -176,6 +177,10 @@ struct TileCopy {
   int threads = 0;
 };
 void emit_tile_copy(Code& code, const TileCopy& copy);
+
+// The element offset `offset` (an int expression, r * ld + c) of shared-memory tile `tile` as
+// the place it is kept: SmemTile::swizzled in CUDA text, or `offset` itself when not swizzled.
+std::string smem_at(const SmemTile& tile, const std::string& offset);
 
 // Declares bm0 and bn0, the block's first row and column. Grids taller than 8 row tiles run in
 // grouped order (8 row tiles sweep the columns together) so their operand tiles stay in L2; a
@@ -203,6 +208,9 @@ struct MmaGeometry {
   int mma_k = 16;
   bool half = false;  // 16-bit operands in shared memory
 };
+// Declares, once per thread, the lane's part of each swizzled operand's ldmatrix addresses
+// (a_lane_row/_chunk, b_lane_row/_chunk) that emit_a_fragment and emit_b_fragment read.
+void emit_fragment_lanes(Code& code, const MmaGeometry& geo);
 void emit_a_fragment(Code& code, const MmaGeometry& geo);
 void emit_b_fragment(Code& code, const MmaGeometry& geo);
 // One mma of `path` on sm: acc += a * b (tf32x3: the three products of the split operands).

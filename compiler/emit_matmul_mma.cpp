@@ -11,18 +11,81 @@ std::string pack(const std::string& lo, const std::string& hi) {
   return "kiln_pack_bf16x2(" + lo + ", " + hi + ")";
 }
 
+// An ldmatrix row address in shared-memory tile `tile`: row r0 + rl, 16-byte chunk c0 + cl, where
+// r0 is a multiple of 8 (the swizzle's period in rows), c0's bits are disjoint from cl's, and rl
+// and cl depend on the lane only. Swizzled, the chunk is (c0 + cl) ^ key(rl) = c0 ^ (cl ^ key(rl)):
+// the lane's part (`lanes`_row, `lanes`_chunk, emit_fragment_lanes) is computed once per thread,
+// and each unrolled read adds a constant and XORs one. Not swizzled (the attention kernel's
+// padded tiles), `plain`, the offset as written.
+struct LdmatrixSite {
+  std::string r0, rl, c0, cl;
+};
+
+std::string ldmatrix_at(const SmemTile& tile, const std::string& lanes, const LdmatrixSite& site,
+                        const std::string& c0, const std::string& plain) {
+  if (tile.swizzle_bits == 0) return plain;
+  return "(" + site.r0 + ") * " + to_str(tile.ld) + " + " + lanes + "_row + (((" + c0 + ") ^ " +
+         lanes + "_chunk) << " + to_str(tile.chunk_shift()) + ")";
+}
+
+// The A and B ldmatrix sites of `geo`'s path and orientations (r0 and c0 as written at each read).
+LdmatrixSite a_site(const MmaGeometry& geo) {
+  if (geo.half) {
+    return geo.s.a_k_contiguous ? LdmatrixSite{"am", "(lane & 15)", "ks / 8", "(lane >> 4)"}
+                                : LdmatrixSite{"ks", "((lane & 7) + (lane >> 4) * 8)", "am / 8",
+                                               "((lane >> 3) & 1)"};
+  }
+  return {"am", "(lane & 15)", "ks / 4", "(lane >> 4)"};  // fp32: tf32 and bf16 from fp32
+}
+
+// `pairs`: where the path reads two n8 tiles per ldmatrix.x4 (b_pairs), the lanes 16..31 address
+// the second tile.
+LdmatrixSite b_site(const MmaGeometry& geo, bool pairs) {
+  bool two = pairs && (geo.half || geo.s.path == MatmulPath::tf32 ||
+                       geo.s.path == MatmulPath::tf32x3);
+  std::string rows = two ? "((lane & 7) + (lane >> 4) * 8)" : "(lane & 7)";
+  if (geo.half) {
+    return geo.s.b_k_contiguous
+               ? LdmatrixSite{"bn", rows, "ks / 8", "((lane >> 3) & 1)"}
+               : LdmatrixSite{"ks", "(lane & 15)", "bn / 8", two ? "(lane >> 4)" : "0"};
+  }
+  if (geo.s.path == MatmulPath::bf16_of_f32) return {"bn", "(lane & 7)", "ks / 4", "(lane >> 3)"};
+  return {"bn", rows, "ks / 4", "((lane >> 3) & 1)"};
+}
+
+void emit_lanes(Code& code, const SmemTile& tile, const std::string& lanes,
+                const LdmatrixSite& site) {
+  if (tile.swizzle_bits == 0) return;
+  int period_shift = tile.chunk_shift() + tile.swizzle_shift;
+  code.line("const int " + lanes + "_row = " + site.rl + " * " + to_str(tile.ld) + ";");
+  code.line("const int " + lanes + "_chunk = " + site.cl + " ^ ((" + lanes + "_row >> " +
+            to_str(period_shift) + ") & " + to_str((1 << tile.swizzle_bits) - 1) + ");");
+}
+
 }  // namespace
+
+void emit_fragment_lanes(Code& code, const MmaGeometry& geo) {
+  bool a_ldmatrix = geo.half || geo.s.a_k_contiguous;
+  bool b_ldmatrix = geo.half || geo.s.b_k_contiguous;
+  if (a_ldmatrix) emit_lanes(code, geo.layout.a, "a_lane", a_site(geo));
+  if (b_ldmatrix) emit_lanes(code, geo.layout.b, "b_lane", b_site(geo, geo.nt % 2 == 0));
+}
 
 void emit_a_fragment(Code& code, const MmaGeometry& geo) {
   std::string lda = to_str(geo.layout.a.ld);
+  LdmatrixSite site = a_site(geo);
+  auto a_at = [&](const std::string& plain, const std::string& c0 = "") {
+    return ldmatrix_at(geo.layout.a, "a_lane", site, c0.empty() ? site.c0 : c0, plain);
+  };
   MatmulPath path = geo.s.path;
   if (geo.half) {
     if (geo.s.a_k_contiguous) {
-      code.line("kiln_ldmatrix_x4(af[mt], as + (am + (lane & 15)) * " + lda +
-                " + ks + (lane >> 4) * 8);");
+      code.line("kiln_ldmatrix_x4(af[mt], as + " +
+                a_at("(am + (lane & 15)) * " + lda + " + ks + (lane >> 4) * 8") + ");");
     } else {
-      code.line("kiln_ldmatrix_x4_trans(af[mt], as + (ks + (lane & 7) + (lane >> 4) * 8) * " + lda +
-                " + am + ((lane >> 3) & 1) * 8);");
+      code.line("kiln_ldmatrix_x4_trans(af[mt], as + " +
+                a_at("(ks + (lane & 7) + (lane >> 4) * 8) * " + lda + " + am + ((lane >> 3) & 1) * 8") +
+                ");");
     }
     return;
   }
@@ -30,10 +93,11 @@ void emit_a_fragment(Code& code, const MmaGeometry& geo) {
     // k is permuted consistently for A and B: logical pair (2t, 2t+1) holds physical (t, t+4).
     if (geo.s.a_k_contiguous) {
       code.line("unsigned x[4], y[4];");
-      code.line("kiln_ldmatrix_x4(x, as + (am + (lane & 15)) * " + lda +
-                " + ks + (lane >> 4) * 4);");
-      code.line("kiln_ldmatrix_x4(y, as + (am + (lane & 15)) * " + lda +
-                " + ks + 8 + (lane >> 4) * 4);");
+      code.line("kiln_ldmatrix_x4(x, as + " +
+                a_at("(am + (lane & 15)) * " + lda + " + ks + (lane >> 4) * 4") + ");");
+      code.line("kiln_ldmatrix_x4(y, as + " +
+                a_at("(am + (lane & 15)) * " + lda + " + ks + 8 + (lane >> 4) * 4", "ks / 4 + 2") +
+                ");");
       code.line("af[mt][0] = " + pack("kiln_as_float(x[0])", "kiln_as_float(x[2])") + ";");
       code.line("af[mt][1] = " + pack("kiln_as_float(x[1])", "kiln_as_float(x[3])") + ";");
       code.line("af[mt][2] = " + pack("kiln_as_float(y[0])", "kiln_as_float(y[2])") + ";");
@@ -53,7 +117,8 @@ void emit_a_fragment(Code& code, const MmaGeometry& geo) {
   code.line("float f[4];");
   if (geo.s.a_k_contiguous) {
     code.line("unsigned r[4];");
-    code.line("kiln_ldmatrix_x4(r, as + (am + (lane & 15)) * " + lda + " + ks + (lane >> 4) * 4);");
+    code.line("kiln_ldmatrix_x4(r, as + " +
+              a_at("(am + (lane & 15)) * " + lda + " + ks + (lane >> 4) * 4") + ");");
     code.line("for (int i = 0; i < 4; ++i) f[i] = kiln_as_float(r[i]);");
   } else {
     code.line("f[0] = as[(ks + t4) * " + lda + " + am + g];");
@@ -73,21 +138,26 @@ void emit_a_fragment(Code& code, const MmaGeometry& geo) {
 
 void emit_b_fragment(Code& code, const MmaGeometry& geo) {
   std::string ldb = to_str(geo.layout.b.ld);
+  LdmatrixSite site = b_site(geo, false);
+  auto b_at = [&](const std::string& plain) {
+    return ldmatrix_at(geo.layout.b, "b_lane", site, site.c0, plain);
+  };
   MatmulPath path = geo.s.path;
   if (geo.half) {
     if (geo.s.b_k_contiguous) {
-      code.line("kiln_ldmatrix_x2(bf[nt], bs + (bn + (lane & 7)) * " + ldb +
-                " + ks + ((lane >> 3) & 1) * 8);");
+      code.line("kiln_ldmatrix_x2(bf[nt], bs + " +
+                b_at("(bn + (lane & 7)) * " + ldb + " + ks + ((lane >> 3) & 1) * 8") + ");");
     } else {
-      code.line("kiln_ldmatrix_x2_trans(bf[nt], bs + (ks + (lane & 15)) * " + ldb + " + bn);");
+      code.line("kiln_ldmatrix_x2_trans(bf[nt], bs + " +
+                b_at("(ks + (lane & 15)) * " + ldb + " + bn") + ");");
     }
     return;
   }
   if (path == MatmulPath::bf16_of_f32) {
     if (geo.s.b_k_contiguous) {
       code.line("unsigned r[4];");
-      code.line("kiln_ldmatrix_x4(r, bs + (bn + (lane & 7)) * " + ldb +
-                " + ks + (lane >> 3) * 4);");
+      code.line("kiln_ldmatrix_x4(r, bs + " +
+                b_at("(bn + (lane & 7)) * " + ldb + " + ks + (lane >> 3) * 4") + ");");
       code.line("bf[nt][0] = " + pack("kiln_as_float(r[0])", "kiln_as_float(r[1])") + ";");
       code.line("bf[nt][1] = " + pack("kiln_as_float(r[2])", "kiln_as_float(r[3])") + ";");
     } else {
@@ -101,8 +171,8 @@ void emit_b_fragment(Code& code, const MmaGeometry& geo) {
   code.line("float f[2];");
   if (geo.s.b_k_contiguous) {
     code.line("unsigned r[2];");
-    code.line("kiln_ldmatrix_x2(r, bs + (bn + (lane & 7)) * " + ldb +
-              " + ks + ((lane >> 3) & 1) * 4);");
+    code.line("kiln_ldmatrix_x2(r, bs + " +
+              b_at("(bn + (lane & 7)) * " + ldb + " + ks + ((lane >> 3) & 1) * 4") + ");");
     code.line("f[0] = kiln_as_float(r[0]);");
     code.line("f[1] = kiln_as_float(r[1]);");
   } else {
@@ -158,6 +228,51 @@ void emit_zeroed_accumulators(Code& code, const std::string& name, int mt, int n
 
 namespace {
 
+// Whether B's fragments of two neighbouring n8 tiles come from one ldmatrix.x4 (16-bit operands
+// either way, fp32 K-contiguous for tf32 and tf32x3); medium's and the scalar reads go a tile
+// at a time (emit_b_fragment).
+bool b_pairs(const MmaGeometry& geo) {
+  if (geo.half) return true;
+  return geo.s.b_k_contiguous &&
+         (geo.s.path == MatmulPath::tf32 || geo.s.path == MatmulPath::tf32x3);
+}
+
+// bf[nt] and bf[nt + 1] (bn = wn0 + nt * 8, nt even) from one ldmatrix.x4: lanes 16..31 address
+// the second tile's rows (K-contiguous) or its chunk (N-contiguous, .trans).
+void emit_b_fragment_pair(Code& code, const MmaGeometry& geo) {
+  const SmemTile& tile = geo.layout.b;
+  std::string ldb = to_str(tile.ld);
+  // r[2 j + i]: register i of tile nt + j.
+  code.line("unsigned r[4];");
+  if (geo.half && !geo.s.b_k_contiguous) {
+    LdmatrixSite site{"ks", "(lane & 15)", "bn / 8", "(lane >> 4)"};
+    code.line("kiln_ldmatrix_x4_trans(r, bs + " +
+              ldmatrix_at(tile, "b_lane", site, site.c0,
+                          "(ks + (lane & 15)) * " + ldb + " + bn + (lane >> 4) * 8") +
+              ");");
+    code.line("for (int i = 0; i < 4; ++i) bf[nt + (i >> 1)][i & 1] = r[i];");
+    return;
+  }
+  std::string chunk = geo.half ? "ks / 8" : "ks / 4";
+  LdmatrixSite site{"bn", "((lane & 7) + (lane >> 4) * 8)", chunk, "((lane >> 3) & 1)"};
+  std::string plain = "(bn + (lane & 7) + (lane >> 4) * 8) * " + ldb + " + ks + ((lane >> 3) & 1) * " +
+                      (geo.half ? "8" : "4");
+  std::string at = "bs + " + ldmatrix_at(tile, "b_lane", site, site.c0, plain);
+  code.line("kiln_ldmatrix_x4(r, " + at + ");");
+  if (geo.half) {
+    code.line("for (int i = 0; i < 4; ++i) bf[nt + (i >> 1)][i & 1] = r[i];");
+    return;
+  }
+  // tf32: B(t + 4 i, g) of tile nt + j, rounded as emit_b_fragment rounds it.
+  code.open("for (int i = 0; i < 4; ++i) {");
+  code.line("const float f = kiln_as_float(r[i]);");
+  code.line("bf[nt + (i >> 1)][i & 1] = kiln_cvt_rna_tf32(f);");
+  if (geo.s.path == MatmulPath::tf32x3) {
+    code.line("bs_small[nt + (i >> 1)][i & 1] = kiln_cvt_rna_tf32(f - kiln_as_float(bf[nt + (i >> 1)][i & 1]));");
+  }
+  code.close();
+}
+
 void emit_compute(Code& code, const MmaGeometry& geo, const Target& target,
                   const std::string& stage) {
   std::string smem_t = geo.half ? "unsigned short" : "float";
@@ -186,10 +301,15 @@ void emit_compute(Code& code, const MmaGeometry& geo, const Target& target,
   code.line("const int am = wm0 + mt * 16;");
   emit_a_fragment(code, geo);
   code.close();
+  bool pairs = b_pairs(geo) && geo.nt % 2 == 0;
   code.line("#pragma unroll");
-  code.open("for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt) {");
+  code.open("for (int nt = 0; nt < " + to_str(geo.nt) + "; nt += " + (pairs ? "2" : "1") + ") {");
   code.line("const int bn = wn0 + nt * 8;");
-  emit_b_fragment(code, geo);
+  if (pairs) {
+    emit_b_fragment_pair(code, geo);
+  } else {
+    emit_b_fragment(code, geo);
+  }
   code.close();
   code.line("#pragma unroll");
   code.open("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt) {");
@@ -238,6 +358,7 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
             to_str(k.tile.bm / k.tile.warps_m) + ";");
   code.line("const int wn0 = (warp % " + to_str(k.tile.warps_n) + ") * " +
             to_str(k.tile.bn / k.tile.warps_n) + ";");
+  emit_fragment_lanes(code, geo);
   emit_block_origin(code, k);
   emit_batch_operands(code, ctx, gtype);
   code.line(smem_t + "* sa = (" + smem_t + "*)kiln_dynamic_smem();");
@@ -254,6 +375,7 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
     a.async = async;
     a.threads = threads;
     a.smem_ld = geo.layout.a.ld;
+    a.smem = geo.layout.a;
     a.ld_global = e.lda;
     if (s.a_k_contiguous) {
       a.row0 = "bm0", a.col0 = k0, a.rows = k.tile.bm, a.cols = k.tile.bk;
@@ -266,6 +388,7 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
     b.dst = "sb + " + stage + " * " + to_str(b_elems);
     b.src = "B";
     b.smem_ld = geo.layout.b.ld;
+    b.smem = geo.layout.b;
     b.ld_global = e.ldb;
     if (s.b_k_contiguous) {
       b.row0 = "bn0", b.col0 = k0, b.rows = k.tile.bn, b.cols = k.tile.bk;

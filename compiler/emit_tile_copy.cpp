@@ -29,7 +29,8 @@ void emit_tile_copy(Code& code, const TileCopy& c) {
   std::string offset = "(" + c.row0 + " + r) * " + c.ld_global.expr() + " + " + c.col0 + " + cc";
   std::string dst =
       c.dst + " + " +
-      (c.transpose ? "cc * " + to_str(c.smem_ld) + " + r" : "r * " + to_str(c.smem_ld) + " + cc");
+      (c.transpose ? "cc * " + to_str(c.smem_ld) + " + r"
+                   : smem_at(c.smem, "r * " + to_str(c.smem_ld) + " + cc"));
   if (!ok.empty()) code.line("const bool ok = " + ok + ";");
   std::string src = ok.empty() ? c.src + " + " + offset : c.src + " + (ok ? " + offset + " : 0)";
   std::string n = to_str(vec * elem_bytes);
@@ -52,6 +53,13 @@ void emit_tile_copy(Code& code, const TileCopy& c) {
     code.line("*(" + dst + ") = " + (ok.empty() ? value : "ok ? " + value + " : " + zero) + ";");
   }
   code.close();
+}
+
+std::string smem_at(const SmemTile& tile, const std::string& offset) {
+  if (tile.swizzle_bits == 0) return offset;
+  std::string o = "(" + offset + ")";
+  return "(" + o + " ^ ((" + o + " >> " + to_str(tile.chunk_shift() + tile.swizzle_shift) +
+         ") & " + to_str((1 << tile.swizzle_bits) - 1) + ") << " + to_str(tile.chunk_shift()) + ")";
 }
 
 void emit_block_origin(Code& code, const KernelPlan& k) {

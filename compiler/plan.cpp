@@ -58,6 +58,9 @@ MatmulShape matmul_shape(const ir::Graph& graph, ir::NodeId id, MatmulPath path,
   s.ldb = sb.dim(sb.rank() - 1);
   s.a_batch_stride = e.a_batch_stride.hi;
   s.b_batch_stride = e.b_batch_stride.hi;
+  int vec = 16 / s.elem_bytes;
+  s.a_vector = e.lda.multiple_of(vec) && (ta ? e.m : e.k).multiple_of(vec);
+  s.b_vector = e.ldb.multiple_of(vec) && (tb ? e.k : e.n).multiple_of(vec);
   return s;
 }
 

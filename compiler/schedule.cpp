@@ -29,17 +29,31 @@ const ScheduleProvider& heuristic_schedule() {
 std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
   std::vector<MatmulTile> blocks;
   if (uses_mma(shape.path)) {
-    int bk = shape.elem_bytes == 2 ? 32 : 16;
-    blocks = {{128, 128, bk, 2, 4, 1}, {64, 64, bk, 2, 2, 1}, {32, 64, bk, 1, 4, 1}};
+    int bk = shape.elem_bytes == 2 ? 32 : 16;  // 64 bytes of K
+    // 64x64 warp tiles (128x256 of 2x4 warps, 256x128 of 4x2, 128x128 of 2x2), 64x32 (128x128
+    // of 2x4), 32x32 (64x64 of 2x2) and 32x16 (32x64 of 1x4); tile_fits_registers decides.
+    const MatmulTile warp_layouts[] = {{128, 256, bk, 2, 4, 1}, {256, 128, bk, 4, 2, 1},
+                                       {128, 128, bk, 2, 2, 1}, {128, 128, bk, 2, 4, 1},
+                                       {64, 64, bk, 2, 2, 1},   {32, 64, bk, 1, 4, 1}};
+    // Each with 128 bytes of K per stage too, where a cp.async pipeline runs.
+    for (MatmulTile tile : warp_layouts) {
+      blocks.push_back(tile);
+      tile.bk *= 2;
+      if (arch_has(sm, Feature::cp_async)) blocks.push_back(tile);
+    }
   } else {
     blocks = {{128, 128, 16, 2, 4, 1}, {64, 64, 16, 2, 4, 1}};
   }
-  if (!arch_has(sm, Feature::cp_async)) return blocks;  // no cp.async: one synchronous stage
   std::vector<MatmulTile> tiles;
   for (MatmulTile tile : blocks) {
-    for (int stages = 2; stages <= 4; ++stages) {
+    // No cp.async: one synchronous stage.
+    int fewest = arch_has(sm, Feature::cp_async) ? 2 : 1, most = fewest == 1 ? 1 : 4;
+    for (int stages = fewest; stages <= most; ++stages) {
       tile.stages = stages;
-      if (stages * smem_layout(tile, shape).stage_bytes() <= smem_limit(sm)) tiles.push_back(tile);
+      if (stages * smem_layout(tile, shape).stage_bytes() <= smem_limit(sm) &&
+          tile_fits_registers(tile, shape)) {
+        tiles.push_back(tile);
+      }
     }
   }
   return tiles;

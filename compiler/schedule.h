@@ -32,9 +32,11 @@ private:
 };
 
 // Every tile the matmul emitters can run for `shape` on `sm`: the block shapes of their warp
-// layouts (mma.sync: 128x128 of 2x4 warps, 64x64 of 2x2, 32x64 of 1x4; FFMA: 128x128 and 64x64
-// of 16x16 threads), K per stage of 64 bytes, and the stage counts the arch allows (1 without
-// cp.async, else 2 to 4 within smem_limit, the arch's). choose_tile picks one of them.
+// layouts (mma.sync: 128x256 of 2x4 warps, 256x128 of 4x2 and 128x128 of 2x2, each warp 64x64;
+// 128x128 of 2x4, 64x64 of 2x2, 32x64 of 1x4; each with 64 bytes of K per stage, and 128 where
+// cp.async runs. FFMA: 128x128 and 64x64 of 16x16 threads, K 16), at the stage counts the arch
+// allows (1 without cp.async, else 2 to 4 within smem_limit, the arch's opt-in maximum), as far
+// as tile_fits_registers allows. choose_tile picks one of them.
 std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm);
 
 // Fails, saying why, when `tile` is not one of candidate_tiles(shape, sm).

@@ -16,13 +16,29 @@ SmemLayout smem_layout(const MatmulTile& tile, const MatmulShape& shape) {
     return layout;
   }
   int eb = shape.elem_bytes;
-  int pad_k = 16 / eb;  // K-contiguous rows: 80 bytes apart, so 8 ldmatrix rows hit 8 bank groups
-  int pad_mn = 8;       // MN-contiguous rows: 8 elements (conflict-free scalar fragment reads)
-  layout.a = shape.a_k_contiguous ? SmemTile{tile.bm, tile.bk, tile.bk + pad_k, eb}
-                                  : SmemTile{tile.bk, tile.bm, tile.bm + pad_mn, eb};
-  layout.b = shape.b_k_contiguous ? SmemTile{tile.bn, tile.bk, tile.bk + pad_k, eb}
-                                  : SmemTile{tile.bk, tile.bn, tile.bn + pad_mn, eb};
+  // K-contiguous rows are read by ldmatrix on every path; MN-contiguous ones by ldmatrix.trans
+  // for 16-bit operands, by scalar loads for fp32 ones (conflict-free with 8 elements of pad).
+  auto tile_of = [&](bool k_contiguous, int mn) {
+    SmemTile t = k_contiguous ? SmemTile{mn, tile.bk, tile.bk, eb} : SmemTile{tile.bk, mn, mn, eb};
+    if (k_contiguous || eb == 2) {
+      set_swizzle(t);
+    } else {
+      t.ld += 8;
+    }
+    return t;
+  };
+  layout.a = tile_of(shape.a_k_contiguous, tile.bm);
+  layout.b = tile_of(shape.b_k_contiguous, tile.bn);
   return layout;
+}
+
+void set_swizzle(SmemTile& tile) {
+  int chunks = tile.cols * tile.elem_bytes / 16;
+  int log2_chunks = 0;
+  while ((2 << log2_chunks) <= chunks) ++log2_chunks;
+  tile.ld = tile.cols;
+  tile.swizzle_bits = std::min(log2_chunks, 3);
+  tile.swizzle_shift = std::max(log2_chunks, 3);
 }
 
 int typical_sm_count(int sm) {
@@ -40,29 +56,63 @@ int smem_budget(int sm) {
   return 96 * 1024;  // fits the 99 KiB parts (sm_86/89/120) and all larger ones
 }
 
-MatmulTile choose_tile(const MatmulShape& shape, int sm) {
-  MatmulTile tile;
-  int64_t big_tiles = shape.batch * ((shape.m + 127) / 128) * ((shape.n + 127) / 128);
-  bool big = shape.m >= 128 && shape.n >= 128 && big_tiles >= typical_sm_count(sm);
-  if (uses_mma(shape.path)) {
-    int bk = shape.elem_bytes == 2 ? 32 : 16;  // 64 bytes of K per stage
-    if (big) {
-      tile = {128, 128, bk, 2, 4, 1};  // 8 warps, 64x32 per warp
-    } else if (shape.m <= 32) {
-      tile = {32, 64, bk, 1, 4, 1};  // 4 warps, 32x16 per warp
-    } else {
-      tile = {64, 64, bk, 2, 2, 1};  // 4 warps, 32x32 per warp
-    }
-  } else {
-    // 16 x 16 threads, each computing (bm/16) x (bn/16) outputs.
-    tile = big ? MatmulTile{128, 128, 16, 2, 4, 1} : MatmulTile{64, 64, 16, 2, 4, 1};
+bool tile_fits_registers(const MatmulTile& tile, const MatmulShape& shape) {
+  if (!uses_mma(shape.path)) return true;
+  int warp_m = tile.bm / tile.warps_m, warp_n = tile.bn / tile.warps_n;
+  bool deep = tile.bk * shape.elem_bytes > 64;
+  if (warp_m * warp_n >= 64 * 64 &&
+      !(shape.a_vector && shape.b_vector && tile.stages >= (deep ? 4 : 3))) {
+    return false;
   }
-  if (!arch_has(sm, Feature::cp_async)) return tile;  // synchronous single-stage loads
-  int64_t k_tiles = (shape.k + tile.bk - 1) / tile.bk;
-  int per_stage = smem_layout(tile, shape).stage_bytes();
-  int fit = std::clamp(smem_budget(sm) / per_stage, 2, 4);
-  tile.stages = static_cast<int>(std::clamp<int64_t>(k_tiles + 1, 2, fit));
-  return tile;
+  // medium with an operand copied element by element spilled 24-416 bytes at 2 stages (sm_80,
+  // 86, 90; 32x64 to 128x128, K 16 a stage) once K spans more than one tile.
+  if (shape.path == MatmulPath::bf16_of_f32 && !(shape.a_vector && shape.b_vector) &&
+      tile.stages == 2 && shape.k > tile.bk && tile.bk * shape.elem_bytes == 64) {
+    return false;
+  }
+  // tf32x3 holds the small halves of its fragments and a partial sum per accumulator besides.
+  if (shape.path == MatmulPath::tf32x3 && warp_m * warp_n > 64 * 32) return false;
+  bool tf32 = shape.path == MatmulPath::tf32 || shape.path == MatmulPath::tf32x3;
+  return !(tf32 && deep && warp_m * warp_n > 32 * 32);
+}
+
+MatmulTile choose_tile(const MatmulShape& shape, int sm) {
+  auto tiles_of = [&](int bm, int bn) {
+    return shape.batch * ((shape.m + bm - 1) / bm) * ((shape.n + bn - 1) / bn);
+  };
+  // The stages: as many as fit the arch's shared memory, 2 to 4, at most the K tiles + 1.
+  auto staged = [&](MatmulTile tile) {
+    if (!arch_has(sm, Feature::cp_async)) return tile;  // synchronous single-stage loads
+    int64_t k_tiles = (shape.k + tile.bk - 1) / tile.bk;
+    int fit = std::clamp(smem_limit(sm) / smem_layout(tile, shape).stage_bytes(), 2, 4);
+    tile.stages = static_cast<int>(std::clamp<int64_t>(k_tiles + 1, 2, fit));
+    return tile;
+  };
+  int sms = typical_sm_count(sm);
+  bool big = shape.m >= 128 && shape.n >= 128 && tiles_of(128, 128) >= sms;
+  if (!uses_mma(shape.path)) {
+    // 16 x 16 threads, each computing (bm/16) x (bn/16) outputs.
+    return staged(big ? MatmulTile{128, 128, 16, 2, 4, 1} : MatmulTile{64, 64, 16, 2, 4, 1});
+  }
+  int bk = shape.elem_bytes == 2 ? 32 : 16;  // 64 bytes of K
+  // 128x256 (or 256x128 for a tall product) where even those tiles fill the GPU: 64x64 warp tiles
+  // read a third less shared memory per mma than 64x32 ones. 128 bytes of K per stage where
+  // four such stages fit, so each barrier covers twice the mma work. Each only where ptxas keeps
+  // it in registers (tile_fits_registers: not tf32x3, 16-byte copies, 3 stages or more, 4 with
+  // 128 bytes of K).
+  bool n_wide = shape.n >= shape.m;
+  if (shape.m >= 128 && shape.n >= 128 &&
+      tiles_of(n_wide ? 128 : 256, n_wide ? 256 : 128) >= sms) {
+    MatmulTile wide = n_wide ? MatmulTile{128, 256, bk, 2, 4, 1} : MatmulTile{256, 128, bk, 4, 2, 1};
+    MatmulTile deep = wide;
+    deep.bk = 2 * bk;
+    for (const MatmulTile& tile : {staged(deep), staged(wide)}) {
+      if (tile_fits_registers(tile, shape)) return tile;
+    }
+  }
+  if (big) return staged({128, 128, bk, 2, 4, 1});      // 8 warps, 64x32 per warp
+  if (shape.m <= 32) return staged({32, 64, bk, 1, 4, 1});  // 4 warps, 32x16 per warp
+  return staged({64, 64, bk, 2, 2, 1});                   // 4 warps, 32x32 per warp
 }
 
 AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm) {

@@ -17,6 +17,10 @@ struct MatmulShape {
   int64_t a_batch_stride = 0, b_batch_stride = 0;  // 0: broadcast over the batch
   int elem_bytes = 4;                              // of A and B in global memory
   MatmulPath path = MatmulPath::ffma;
+  // Whether each operand's tile rows are copied as 16-byte vectors (its row stride and its
+  // contiguous extent are multiples of 16 bytes at every size: emit_tile_copy's rule), else
+  // element by element.
+  bool a_vector = true, b_vector = true;
 };
 
 struct MatmulTile {
@@ -29,20 +33,40 @@ struct MatmulTile {
   int threads() const { return 32 * warps_m * warps_n; }
 };
 
-// One operand tile in shared memory: `rows` rows of `ld` elements, `cols` of them used.
+// One operand tile in shared memory: `rows` rows of `ld` elements, `cols` of them used. A
+// swizzled tile (swizzle_bits > 0) has ld == cols and permutes the 16-byte chunks of each row
+// instead of padding it: element (r, c) lives at swizzled(r * ld + c), CuTe's
+// Swizzle<swizzle_bits, log2(16 / elem_bytes), swizzle_shift>.
 struct SmemTile {
   int rows = 0, cols = 0, ld = 0;
   int elem_bytes = 4;
+  int swizzle_bits = 0;   // B: how many chunk-index bits are XORed (0: not swizzled)
+  int swizzle_shift = 0;  // S: how far above the chunk bits the row bits XORed in start
   int bytes() const { return rows * ld * elem_bytes; }
+  // log2 of the elements in 16 bytes (M of Swizzle<B, M, S>).
+  int chunk_shift() const { return elem_bytes == 2 ? 3 : elem_bytes == 4 ? 2 : 4; }
+  // Where element offset `offset` (r * ld + c) lives: its 16-byte chunk index XORed with
+  // bits of its row (the identity when not swizzled).
+  int64_t swizzled(int64_t offset) const {
+    int m = chunk_shift();
+    int64_t mask = (int64_t{1} << swizzle_bits) - 1;
+    return offset ^ (((offset >> (m + swizzle_shift)) & mask) << m);
+  }
 };
+
+// The swizzle that makes rows of `row_bytes` (a multiple of 16) conflict-free for ldmatrix: the
+// 8 addresses of one 8x8 matrix (8 consecutive rows, one 16-byte chunk each) land in 8 different
+// 16-byte bank groups. B = min(log2 chunks, 3), S = max(log2 chunks, 3).
+void set_swizzle(SmemTile& tile);
 
 struct SmemLayout {
   SmemTile a, b;
   int stage_bytes() const { return a.bytes() + b.bytes(); }
 };
 
-// mma kernels keep each operand in its global orientation (so 16-byte copies work) with rows
-// padded against bank conflicts; the ffma kernel stores fp32 [k][m] and [k][n].
+// mma kernels keep each operand in its global orientation (so 16-byte copies work). A layout
+// whose fragments are read by ldmatrix is swizzled (set_swizzle); one read by scalar loads (fp32
+// MN-contiguous) has rows padded by 8 elements. The ffma kernel stores fp32 [k][m] and [k][n].
 SmemLayout smem_layout(const MatmulTile& tile, const MatmulShape& shape);
 
 // An attention kernel's tile: each block owns `br` queries (16 per warp on tensor cores, 8 per
@@ -71,12 +95,24 @@ int typical_sm_count(int sm);
 // on sm_75). What a tile may use (candidate_tiles, check_tile); an arch outside the table gets
 // smem_budget's.
 int smem_limit(int sm);
-// What the heuristics (choose_tile, choose_attention_tile) plan within: 96 KiB where the arch has
-// Feature::smem_96k, else 48 KiB (sm_75 without the opt-in); at most smem_limit(sm). A policy of
-// today's kernels, not a limit of the arch: a tuned schedule may use up to smem_limit.
+// What choose_attention_tile plans within: 96 KiB where the arch has Feature::smem_96k, else
+// 48 KiB (sm_75 without the opt-in); at most smem_limit(sm). Matmul tiles (choose_tile,
+// candidate_tiles) use up to smem_limit.
 int smem_budget(int sm);
 
-// Picks the block tile and stage count for `shape` on `sm`.
+// Whether ptxas keeps `tile` in registers on `shape` (EveryCandidateTileCompilesWithoutSpills in
+// tests/compiler, every candidate on sm_80, 86, 90 and 120): 64x64 warp tiles need both operands
+// copied as 16-byte vectors (a 128x256 tile copied element by element is 32 copies per thread
+// per stage, each with its own swizzled address) and 3 stages or more (4 with 128 bytes of K:
+// f16 at 3 stages spilled 32 bytes on sm_80), and are not for tf32x3
+// (its split fragments and partial sums besides 128 accumulators); tf32 and tf32x3, which
+// convert every fragment with cvt.rna, take 128 bytes of K per stage only in warp tiles of
+// 32x32 or less; medium with an operand copied element by element and 64 bytes of K per stage
+// runs 3 stages or more where K spans more than one tile.
+bool tile_fits_registers(const MatmulTile& tile, const MatmulShape& shape);
+
+// Picks the block tile and stage count for `shape` on `sm` (KERNELS.md, "Tile table"): the
+// analytic model, the same on every machine.
 MatmulTile choose_tile(const MatmulShape& shape, int sm);
 
 }  // namespace kiln::compiler

@@ -1,6 +1,7 @@
 // Every example graph x every mode x the test archs: compiles without spills or warnings, or is
 // refused exactly where the arch cannot run the mode (and then compiles with a recorded fallback).
 #include "compiler/compiler.h"
+#include "compiler/schedule.h"
 #include "compiler/ptxas_report.h"
 #include "ir/parse.h"
 
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <tuple>
 
 namespace kiln::compiler {
 namespace {
@@ -143,7 +145,10 @@ TEST(CompileShapes, LargeTransposedAndRaggedMatmulsCompileWithoutSpills) {
       auto a = compile(f32, options(sm, p));
       ASSERT_TRUE(a.ok()) << a.error().message;
       expect_clean(*a, std::string(ir::to_string(p)) + " sm_" + std::to_string(sm));
-      EXPECT_NE(a->kernels[0].name.find("128x128"), std::string::npos) << a->kernels[0].name;
+      // 2048 x 2050 fills the GPU with 128x256 tiles, but for tf32x3 and FFMA (128x128).
+      bool wide = p == ir::Precision::high || p == ir::Precision::medium;
+      EXPECT_NE(a->kernels[0].name.find(wide ? "128x256" : "128x128"), std::string::npos)
+          << a->kernels[0].name;
     }
   }
   for (int sm : {75, 80}) {
@@ -151,6 +156,64 @@ TEST(CompileShapes, LargeTransposedAndRaggedMatmulsCompileWithoutSpills) {
     ASSERT_TRUE(a.ok()) << a.error().message;
     expect_clean(*a, "f16 sm_" + std::to_string(sm));
   }
+}
+
+// Every tile a schedule may choose (the tuner's candidates, not only the heuristic's picks)
+// compiles without spills on every tensor-core path, for both operand orientations, on sm_80,
+// sm_86 (99 KiB), sm_90 and sm_120, on rows copied as 16-byte vectors and on ragged ones; each
+// block shape (tile, K step, warps) at each of its stage counts.
+TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  struct Path {
+    const char* dtype;
+    ir::Precision precision;
+  };
+  const Path paths[] = {{"f32", ir::Precision::high}, {"f32", ir::Precision::tf32x3},
+                        {"f32", ir::Precision::medium}, {"f32", ir::Precision::highest},
+                        {"f16", ir::Precision::high}, {"bf16", ir::Precision::high}};
+  int compiled = 0, wide = 0;
+  for (int sm : {80, 86, 90, 120}) {
+  for (const Path& path : paths) {
+    for (bool ragged : {false, true}) {
+      // Ragged: rows of no 16-byte multiple in any dtype, copied element by element.
+      std::string t = path.dtype, m = ragged ? "301" : "296", n = ragged ? "259" : "264";
+      ir::Graph g = test::parse("graph both {\n  input a: " + t + "[" + m + ", 200]\n  input b: " +
+                                t + "[200, " + n + "]\n  input c: " + t + "[200, " + m +
+                                "]\n  input d: " + t + "[" + n + ", 200]\n  x = matmul(a, b)\n" +
+                                "  y = matmul(c, d, transpose_a=true, transpose_b=true)\n" +
+                                "  output x, y\n}\n");
+      auto request = check_request(g, options(sm, path.precision));
+      ASSERT_TRUE(request.ok()) << request.error().message;
+      auto heuristic = lower(g, *request);
+      ASSERT_TRUE(heuristic.ok()) << heuristic.error().message;
+      // The tiles legal for both matmuls (a ragged operand rules 64x64 warp tiles out).
+      std::map<std::tuple<int, int, int, int>, MatmulTile> most;
+      for (const KernelPlan& k : heuristic->plan.kernels) {
+        for (const MatmulTile& tile : candidate_tiles(k.shape, sm)) {
+          if (!check_tile(tile, heuristic->plan.kernels[0].shape, sm) ||
+              !check_tile(tile, heuristic->plan.kernels[1].shape, sm)) {
+            continue;
+          }
+          most[{tile.bm, tile.bn, tile.bk, tile.warps_m * 100 + tile.warps_n * 10 + tile.stages}] =
+              tile;
+        }
+      }
+      for (const auto& [block, tile] : most) {
+        std::string what = "sm_" + std::to_string(sm) + " " + t + (ragged ? " ragged " : " ") +
+                           std::string(ir::to_string(path.precision)) + " " + to_string(tile);
+        auto program = lower(g, *request, FixedSchedule(tile));
+        ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+        auto a = compile_lowered(*program, request->options);
+        ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
+        expect_clean(*a, what);
+        ++compiled;
+        wide += tile.bn == 256;
+      }
+    }
+  }
+  }
+  EXPECT_GE(compiled, 4 * 6 * 2 * 2);
+  EXPECT_GE(wide, 4) << "the 128x256 tiles of tf32, medium, f16 and bf16 (aligned rows)";
 }
 
 // cos and sin reach NVRTC as cosf/sinf on every arch family, with no spills or warnings.

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 namespace kiln::compiler {
@@ -116,6 +117,78 @@ TEST(CubinReport, AnEmptyLogLeavesTheCubinsFigures) {
   KernelReport fallback = kernel_report("not a cubin", "spills", log, note);
   EXPECT_EQ(fallback.registers, with_log.registers);
   EXPECT_NE(note.find("cubin: not a 64-bit ELF"), std::string::npos) << note;
+}
+
+// Section header `name`'s offset in `cubin` (a 64-bit ELF), or 0.
+uint64_t section_header(const std::string& cubin, const std::string& name) {
+  auto u16 = [&](uint64_t at) {
+    uint16_t v;
+    std::memcpy(&v, cubin.data() + at, 2);
+    return v;
+  };
+  auto u32 = [&](uint64_t at) {
+    uint32_t v;
+    std::memcpy(&v, cubin.data() + at, 4);
+    return v;
+  };
+  auto u64 = [&](uint64_t at) {
+    uint64_t v;
+    std::memcpy(&v, cubin.data() + at, 8);
+    return v;
+  };
+  uint64_t shoff = u64(40);
+  uint16_t entsize = u16(58), count = u16(60), names = u16(62);
+  uint64_t strings = u64(shoff + names * entsize + 24);
+  for (uint16_t i = 0; i < count; ++i) {
+    uint64_t h = shoff + uint64_t{i} * entsize;
+    if (cubin.compare(strings + u32(h), name.size() + 1, name.c_str(), name.size() + 1) == 0)
+      return h;
+  }
+  return 0;
+}
+
+TEST(CubinReport, CodeOfNoWholeInstructionsIsRefusedAndMissingRegistersComeFromTheLog) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  std::string log;
+  std::string cubin = compiled(90, &log);
+  ASSERT_FALSE(cubin.empty());
+  // .text.spills one byte shorter.
+  uint64_t text = section_header(cubin, ".text.spills");
+  ASSERT_NE(text, 0u);
+  std::string cut = cubin;
+  uint64_t size;
+  std::memcpy(&size, cut.data() + text + 32, 8);
+  --size;
+  std::memcpy(cut.data() + text + 32, &size, 8);
+  auto refused = read_cubin_report(cut);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("not whole 16-byte instructions"), std::string::npos)
+      << refused.error().message;
+  // Every EIATTR_REGCOUNT (0x2f, format 4) of the global .nv.info renamed: the cubin has no
+  // register count, and kernel_report takes the log's.
+  uint64_t info = section_header(cubin, ".nv.info");
+  ASSERT_NE(info, 0u);
+  uint64_t at, end;
+  std::memcpy(&at, cubin.data() + info + 24, 8);
+  std::memcpy(&end, cubin.data() + info + 32, 8);
+  end += at;
+  std::string unnamed = cubin;
+  int renamed = 0;
+  while (at + 4 <= end) {
+    unsigned char format = static_cast<unsigned char>(unnamed[at]);
+    uint16_t length;
+    std::memcpy(&length, unnamed.data() + at + 2, 2);
+    if (format == 4 && unnamed[at + 1] == 0x2f) unnamed[at + 1] = 0x7e, ++renamed;
+    at += 4 + (format == 4 ? length : 0);
+  }
+  ASSERT_GE(renamed, 3);
+  auto without = read_cubin_report(unnamed);
+  ASSERT_TRUE(without.ok()) << without.error().message;
+  EXPECT_EQ(find(*without, "spills")->registers, -1);
+  std::string note;
+  KernelReport merged = kernel_report(unnamed, "spills", log, note);
+  EXPECT_EQ(merged.registers, find(parse_ptxas_log(log), "spills")->registers);
+  EXPECT_GT(merged.registers, 0);
 }
 
 TEST(CubinReport, NotACubinIsAnError) {

@@ -85,7 +85,7 @@ TEST(Emit, Sm80KernelsUseCpAsyncAndLdmatrixTuringDoesNotUseCpAsync) {
   EXPECT_GT(count(ampere, "kiln_cp_async_wait<"), 0u);
   std::string turing = source(example("half_epilogue"), 75, ir::Precision::highest, Prelude::omit);
   EXPECT_EQ(count(turing, "kiln_cp_async"), 0u);
-  EXPECT_GT(count(turing, "kiln_ldmatrix_x2_trans("), 0u);
+  EXPECT_GT(count(turing, "kiln_ldmatrix_x4_trans("), 0u);
   EXPECT_GT(count(turing, "kiln_mma_m16n8k8_f16("), 0u);
 }
 

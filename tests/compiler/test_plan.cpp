@@ -22,17 +22,61 @@ MatmulShape square(int64_t n, MatmulPath path, int elem_bytes = 4) {
   return s;
 }
 
-TEST(Tile, LargeMatmulsGetBigTilesAndAPipeline) {
+TEST(Tile, LargeMatmulsGetWideTilesOf64x64WarpTilesAndAPipeline) {
   MatmulTile t = choose_tile(square(4096, MatmulPath::tf32), 80);
   EXPECT_EQ(t.bm, 128);
-  EXPECT_EQ(t.bn, 128);
+  EXPECT_EQ(t.bn, 256);
+  EXPECT_EQ(t.bm / t.warps_m, 64);
+  EXPECT_EQ(t.bn / t.warps_n, 64);
   EXPECT_EQ(t.threads(), 256);
   EXPECT_GE(t.stages, 3);
+  // A tall product gets the transposed tile.
+  MatmulShape tall = square(4096, MatmulPath::bf16, 2);
+  tall.n = 2048;
+  MatmulTile u = choose_tile(tall, 90);
+  EXPECT_EQ(u.bm, 256);
+  EXPECT_EQ(u.bn, 128);
+  // tf32x3 keeps 64x32 warp tiles: its split operands need the registers.
+  MatmulTile x3 = choose_tile(square(4096, MatmulPath::tf32x3), 90);
+  EXPECT_EQ(x3.bm, 128);
+  EXPECT_EQ(x3.bn, 128);
+  EXPECT_EQ(x3.bn / x3.warps_n, 32);
+  // Fewer wide tiles than SMs (1024^2 on sm_90: 32): 128x128 (64 of them) are not enough either.
+  EXPECT_EQ(choose_tile(square(1024, MatmulPath::bf16, 2), 90).bm, 64);
+  EXPECT_EQ(choose_tile(square(2048, MatmulPath::bf16, 2), 90).bn, 128);
 }
 
-TEST(Tile, HalfPrecisionTakesTwiceTheKPerStage) {
-  EXPECT_EQ(choose_tile(square(4096, MatmulPath::bf16, 2), 80).bk, 32);
-  EXPECT_EQ(choose_tile(square(4096, MatmulPath::tf32), 80).bk, 16);
+TEST(Tile, KPerStageIs128BytesWhereThreeSuchStagesFitElse64) {
+  // A ragged operand (copied element by element) keeps the 64x32 warp tiles.
+  MatmulShape ragged = square(8192, MatmulPath::bf16, 2);
+  ragged.b_vector = false;
+  EXPECT_EQ(choose_tile(ragged, 90).bn, 128);
+  // 128x256 bf16 with 64 elements of K: 48 KiB a stage; 4 (what 64x64 warp tiles need at that
+  // depth) fit in sm_90's 227 KiB, not in sm_80's 163 KiB or sm_86's 99 KiB.
+  EXPECT_EQ(choose_tile(square(8192, MatmulPath::bf16, 2), 80).bk, 32);
+  EXPECT_EQ(choose_tile(square(8192, MatmulPath::bf16, 2), 90).bk, 64);
+  EXPECT_EQ(choose_tile(square(8192, MatmulPath::bf16, 2), 86).bk, 32);
+  // tf32 converts every fragment: 8 warps keep 64 bytes (tile_fits_registers).
+  EXPECT_EQ(choose_tile(square(8192, MatmulPath::tf32), 90).bk, 16);
+  EXPECT_EQ(choose_tile(square(8192, MatmulPath::bf16_of_f32), 90).bk, 32);
+  // Smaller tiles keep 64 bytes.
+  EXPECT_EQ(choose_tile(square(256, MatmulPath::bf16, 2), 90).bk, 32);
+  EXPECT_EQ(choose_tile(square(256, MatmulPath::tf32), 90).bk, 16);
+}
+
+TEST(Tile, StagesFillTheArchsOptInSharedMemory) {
+  // 128x256x64 bf16, 48 KiB a stage: 4 stages (192 KiB) on sm_90; sm_80 (163 KiB) runs 4
+  // stages of 32 elements of K (96 KiB).
+  MatmulShape s = square(8192, MatmulPath::bf16, 2);
+  MatmulTile t90 = choose_tile(s, 90);
+  EXPECT_EQ(t90.stages, 4);
+  EXPECT_GT(t90.stages * smem_layout(t90, s).stage_bytes(), 96 * 1024);
+  EXPECT_EQ(choose_tile(s, 80).stages, 4);
+  // 128x256 medium (fp32 operands, 16 of K; B N-contiguous, padded): 24.5 KiB a stage, 4 fit
+  // sm_86's 99 KiB.
+  MatmulShape medium = square(8192, MatmulPath::bf16_of_f32);
+  EXPECT_EQ(choose_tile(medium, 86).bn, 256);
+  EXPECT_EQ(choose_tile(medium, 86).stages, 4);
 }
 
 TEST(Tile, SmallMatmulsGetSmallTiles) {
@@ -47,7 +91,7 @@ TEST(Tile, TuringLoadsSynchronouslyInOneStage) {
   EXPECT_EQ(choose_tile(square(4096, MatmulPath::ffma), 75).stages, 1);
 }
 
-TEST(Tile, SharedMemoryStaysWithinTheBudgetOfEveryArch) {
+TEST(Tile, SharedMemoryStaysWithinTheOptInMaximumOfEveryArch) {
   for (int sm : known_archs()) {
     for (MatmulPath path : {MatmulPath::ffma, MatmulPath::tf32, MatmulPath::tf32x3,
                             MatmulPath::bf16_of_f32, MatmulPath::f16, MatmulPath::bf16}) {
@@ -56,7 +100,7 @@ TEST(Tile, SharedMemoryStaysWithinTheBudgetOfEveryArch) {
             square(4096, path, path == MatmulPath::f16 || path == MatmulPath::bf16 ? 2 : 4);
         s.a_k_contiguous = ka;
         MatmulTile t = choose_tile(s, sm);
-        EXPECT_LE(t.stages * smem_layout(t, s).stage_bytes(), smem_budget(sm));
+        EXPECT_LE(t.stages * smem_layout(t, s).stage_bytes(), smem_limit(sm));
       }
     }
   }

@@ -71,7 +71,9 @@ TEST_F(PtxModes, AutoOnTuringIsHighest) {
 TEST_F(PtxModes, Bf16GraphsUseBf16MmaOnAmpere) {
   std::string ptx = ptx_of("gated_mlp", 80, ir::Precision::automatic);
   EXPECT_GT(count(ptx, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), 0u);
-  EXPECT_GT(count(ptx, "ldmatrix.sync.aligned.m8n8.x2.trans"), 0u);
+  // B (N-contiguous) two n8 tiles per ldmatrix.x4.trans, none a tile at a time.
+  EXPECT_GT(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"), 0u);
+  EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x2"), 0u);
 }
 
 TEST_F(PtxModes, F16GraphsUseK16OnAmpereAndK8OnTuring) {

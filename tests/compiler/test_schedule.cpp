@@ -51,10 +51,23 @@ TEST(Schedule, CandidatesDependOnTheArchAndFitItsSharedMemory) {
   for (const MatmulTile& t : candidate_tiles(s, 75)) EXPECT_EQ(t.stages, 1);
   std::vector<MatmulTile> sm80 = candidate_tiles(s, 80);
   ASSERT_FALSE(sm80.empty());
+  bool past_96k = false;
   for (const MatmulTile& t : sm80) {
     EXPECT_GE(t.stages, 2);
-    EXPECT_LE(t.stages * smem_layout(t, s).stage_bytes(), smem_budget(80)) << to_string(t);
+    EXPECT_LE(t.stages * smem_layout(t, s).stage_bytes(), smem_limit(80)) << to_string(t);
+    past_96k |= t.stages * smem_layout(t, s).stage_bytes() > 96 * 1024;
   }
+  EXPECT_TRUE(past_96k) << "sm_80 opts in to 163 KiB";
+  for (const MatmulTile& t : candidate_tiles(s, 86))
+    EXPECT_LE(t.stages * smem_layout(t, s).stage_bytes(), 99 * 1024) << to_string(t);
+  // 64x64 warp tiles, but not for tf32x3.
+  auto has_wide = [](const std::vector<MatmulTile>& tiles) {
+    for (const MatmulTile& t : tiles)
+      if (t.bn == 256) return true;
+    return false;
+  };
+  EXPECT_TRUE(has_wide(sm80));
+  EXPECT_FALSE(has_wide(candidate_tiles(shape_of(4096, 4096, 4096, MatmulPath::tf32x3), 80)));
 }
 
 TEST(Schedule, AForcedTileReachesTheKernelItsNameAndItsLaunch) {

@@ -6,6 +6,7 @@
 #include <cute/atom/copy_traits_sm75.hpp>
 #include <cute/atom/mma_traits_sm75.hpp>
 #include <cute/atom/mma_traits_sm80.hpp>
+#include <cute/swizzle.hpp>
 #endif
 
 namespace kiln::emulation::testing {
@@ -89,6 +90,35 @@ std::vector<CuteAtom> cute_atoms() {
 #else
 std::vector<CuteAtom> cute_atoms() { return {}; }
 std::vector<CuteCopy> cute_copies() { return {}; }
+#endif
+
+#ifdef KILN_HAVE_CUTE
+namespace {
+
+template <int B, int M, int S>
+std::vector<int> apply_swizzle(int count) {
+  cute::Swizzle<B, M, S> swizzle;
+  std::vector<int> out;
+  for (int o = 0; o < count; ++o) out.push_back(static_cast<int>(swizzle(o)));
+  return out;
+}
+
+template <int B, int M, int S>
+std::vector<int> swizzle_for(int b, int m, int s, int count) {
+  if (b == B && m == M && s == S) return apply_swizzle<B, M, S>(count);
+  if constexpr (S < 7) return swizzle_for<B, M, S + 1>(b, m, s, count);
+  else if constexpr (M < 4) return swizzle_for<B, M + 1, 3>(b, m, s, count);
+  else if constexpr (B < 3) return swizzle_for<B + 1, 2, 3>(b, m, s, count);
+  else return {};
+}
+
+}  // namespace
+
+std::vector<int> cute_swizzle(int b, int m, int s, int count) {
+  return swizzle_for<0, 2, 3>(b, m, s, count);
+}
+#else
+std::vector<int> cute_swizzle(int, int, int, int) { return {}; }
 #endif
 
 }  // namespace kiln::emulation::testing

@@ -36,4 +36,8 @@ struct CuteCopy {
 // x1, x2, x4 and their .trans forms, in that order, or none without the CUTLASS headers.
 std::vector<CuteCopy> cute_copies();
 
+// CuTe's Swizzle<b, m, s> applied to the offsets 0 .. count - 1, or none without the CUTLASS
+// headers or for a (b, m, s) outside b 0..3, m 2..4, s 3..7.
+std::vector<int> cute_swizzle(int b, int m, int s, int count);
+
 }  // namespace kiln::emulation::testing

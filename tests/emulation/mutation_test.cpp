@@ -1,8 +1,9 @@
 // The mutation check: known-bad edits to the emulator's shim (a wrong fragment layout, a wrong
 // ldmatrix distribution, cp.async waits that retire nothing, a barrier that waits for no one,
 // shuffles reading the wrong lane, an mma that drops its accumulator) and to generated kernels
-// (swapped fragment registers, a wrong ldmatrix row distribution, a removed wait, a moved or
-// removed barrier, a dropped online-softmax rescale or causal mask). Each must make an emulated
+// (swapped fragment registers, a wrong ldmatrix row distribution, a shared-memory swizzle the
+// copies and the reads disagree on, a removed wait, a moved or removed barrier, a dropped
+// online-softmax rescale or causal mask). Each must make an emulated
 // check fail: a layer of the emulator that let one through could no longer be trusted to catch
 // that bug in a generated kernel.
 #include "emulation/check.h"
@@ -102,8 +103,16 @@ const Mutation k_mutations[] = {
     {"kernel_swapped_fragment_registers", "mlp_odd", 90, k_high, {},
      {{"af[mt][i] = kiln_cvt_rna_tf32(f[i]);", "af[mt][i] = kiln_cvt_rna_tf32(f[i ^ 1]);"}}, {}},
     {"kernel_wrong_ldmatrix_rows", "mlp_odd", 90, k_high, {},
-     {{"kiln_ldmatrix_x4(r, as + (am + (lane & 15))", "kiln_ldmatrix_x4(r, as + (am + (lane & 7))"}},
+     {{"const int a_lane_row = (lane & 15) * 16;", "const int a_lane_row = (lane & 7) * 16;"}},
      {}},
+    // A swizzle the fragment reads and the tile copies disagree on: the reads of A unswizzled,
+    // and the copies of B (bf16, element by element) unswizzled.
+    {"kernel_swizzle_mismatch_in_the_reads", "mlp_odd", 90, k_high, {},
+     {{"const int a_lane_chunk = (lane >> 4) ^ ((a_lane_row >> 5) & 3);",
+       "const int a_lane_chunk = (lane >> 4);"}},
+     {}},
+    {"kernel_swizzle_mismatch_in_the_copies", "reuse_bf16_odd", 80, k_high, {},
+     {{"((r * 64 + cc) ^ (((r * 64 + cc) >> 6) & 7) << 3)", "(r * 64 + cc)"}}, {}},
     {"kernel_removed_cp_async_wait", "mlp_odd", 90, k_high, {},
      {{"kiln_cp_async_wait<", "if (0) kiln_cp_async_wait<"}}, {}},
     {"kernel_removed_trailing_barrier", "mlp_odd", 75, k_highest, {},

@@ -1,4 +1,5 @@
-// Forced schedules: every block shape the matmul emitters run, at its fewest and most stages, on
+// Forced schedules: every block shape the matmul emitters run (tile, K step, warps), at its fewest
+// and most stages, on
 // odd sizes in each matmul path, as generated kernels under emulation against fp64. A tile the
 // heuristic never picks for these shapes must be as correct as the ones it does.
 #include "compiler/compiler.h"
@@ -9,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -43,10 +45,12 @@ TEST_P(ForcedTiles, EveryBlockShapeAtItsFewestAndMostStagesMatchesTheReference) 
   for (const compiler::KernelPlan& k : heuristic->plan.kernels)
     if (k.group.kind == compiler::GroupKind::matmul) matmul = &k;
   ASSERT_NE(matmul, nullptr);
-  // Each block shape's fewest and most stages.
-  std::map<std::pair<int, int>, std::pair<compiler::MatmulTile, compiler::MatmulTile>> shapes;
+  // Each block shape's (tile, K step and warps) fewest and most stages.
+  std::map<std::tuple<int, int, int, int, int>,
+           std::pair<compiler::MatmulTile, compiler::MatmulTile>>
+      shapes;
   for (const compiler::MatmulTile& t : compiler::candidate_tiles(matmul->shape, c.sm)) {
-    auto [it, fresh] = shapes.try_emplace({t.bm, t.bn}, t, t);
+    auto [it, fresh] = shapes.try_emplace({t.bm, t.bn, t.bk, t.warps_m, t.warps_n}, t, t);
     if (!fresh && t.stages < it->second.first.stages) it->second.first = t;
     if (!fresh && t.stages > it->second.second.stages) it->second.second = t;
   }
@@ -56,8 +60,9 @@ TEST_P(ForcedTiles, EveryBlockShapeAtItsFewestAndMostStagesMatchesTheReference) 
     tiles.push_back(fewest_most.first);
     if (fewest_most.second.stages != fewest_most.first.stages) tiles.push_back(fewest_most.second);
   }
-  int run = 0;
+  int run = 0, warp_64x64 = 0;
   for (const compiler::MatmulTile& tile : tiles) {
+    warp_64x64 += tile.bm / tile.warps_m == 64 && tile.bn / tile.warps_n == 64;
     SCOPED_TRACE(compiler::to_string(tile));
     auto lowered = compiler::lower(graph, *request, compiler::FixedSchedule(tile));
     ASSERT_TRUE(lowered.ok()) << lowered.error().message;
@@ -74,6 +79,10 @@ TEST_P(ForcedTiles, EveryBlockShapeAtItsFewestAndMostStagesMatchesTheReference) 
     ++run;
   }
   EXPECT_GE(run, static_cast<int>(shapes.size()));
+  // Rows of 16-byte vectors run the 64x64 warp tiles too (but for tf32x3, which has none).
+  bool aligned = std::string(c.graph).find("aligned") != std::string::npos;
+  if (aligned && c.precision != ir::Precision::tf32x3) EXPECT_GE(warp_64x64, 3);
+  if (!aligned) EXPECT_EQ(warp_64x64, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -85,7 +94,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"mlp_odd", 90, ir::Precision::medium},
                       Case{"reuse_odd", 80, ir::Precision::high},
                       Case{"reuse_bf16_odd", 80, ir::Precision::high},
-                      Case{"reuse_f16_odd", 75, ir::Precision::high}),
+                      Case{"reuse_f16_odd", 75, ir::Precision::high},
+                      Case{"reuse_aligned", 90, ir::Precision::high},
+                      Case{"reuse_aligned", 80, ir::Precision::medium},
+                      Case{"reuse_aligned", 86, ir::Precision::tf32x3},
+                      Case{"reuse_bf16_aligned", 90, ir::Precision::high},
+                      Case{"reuse_f16_aligned", 86, ir::Precision::high}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return std::string(info.param.graph) + "_sm" + std::to_string(info.param.sm) + "_" +
              std::string(ir::to_string(info.param.precision)) + "_" +
