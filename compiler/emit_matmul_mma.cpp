@@ -84,7 +84,8 @@ void emit_a_fragment(Code& code, const MmaGeometry& geo) {
                 a_at("(am + (lane & 15)) * " + lda + " + ks + (lane >> 4) * 8") + ");");
     } else {
       code.line("kiln_ldmatrix_x4_trans(af[mt], as + " +
-                a_at("(ks + (lane & 7) + (lane >> 4) * 8) * " + lda + " + am + ((lane >> 3) & 1) * 8") +
+                a_at("(ks + (lane & 7) + (lane >> 4) * 8) * " + lda +
+                     " + am + ((lane >> 3) & 1) * 8") +
                 ");");
     }
     return;
@@ -255,8 +256,8 @@ void emit_b_fragment_pair(Code& code, const MmaGeometry& geo) {
   }
   std::string chunk = geo.half ? "ks / 8" : "ks / 4";
   LdmatrixSite site{"bn", "((lane & 7) + (lane >> 4) * 8)", chunk, "((lane >> 3) & 1)"};
-  std::string plain = "(bn + (lane & 7) + (lane >> 4) * 8) * " + ldb + " + ks + ((lane >> 3) & 1) * " +
-                      (geo.half ? "8" : "4");
+  std::string plain = "(bn + (lane & 7) + (lane >> 4) * 8) * " + ldb +
+                      " + ks + ((lane >> 3) & 1) * " + (geo.half ? "8" : "4");
   std::string at = "bs + " + ldmatrix_at(tile, "b_lane", site, site.c0, plain);
   code.line("kiln_ldmatrix_x4(r, " + at + ");");
   if (geo.half) {
@@ -268,7 +269,8 @@ void emit_b_fragment_pair(Code& code, const MmaGeometry& geo) {
   code.line("const float f = kiln_as_float(r[i]);");
   code.line("bf[nt + (i >> 1)][i & 1] = kiln_cvt_rna_tf32(f);");
   if (geo.s.path == MatmulPath::tf32x3) {
-    code.line("bs_small[nt + (i >> 1)][i & 1] = kiln_cvt_rna_tf32(f - kiln_as_float(bf[nt + (i >> 1)][i & 1]));");
+    code.line("bs_small[nt + (i >> 1)][i & 1] = "
+              "kiln_cvt_rna_tf32(f - kiln_as_float(bf[nt + (i >> 1)][i & 1]));");
   }
   code.close();
 }
