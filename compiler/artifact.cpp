@@ -240,6 +240,8 @@ enum KernelField : uint32_t {
   k_items = 10 | k_required,
   k_scratch = 11 | k_required,
   k_local_bytes = 12,
+  k_tile = 13,
+  k_schedule = 14,
 };
 
 class FieldWriter {
@@ -337,6 +339,8 @@ void write_kernel(ByteWriter& out, const KernelArtifact& k) {
       w.i32(k.report.static_smem_bytes);
     });
   }
+  f.str(k_tile, k.tile);
+  f.str(k_schedule, k.schedule);
   if (k.report.local_bytes != 0) {
     f.nested(k_local_bytes, [&](ByteWriter& w) { w.i32(k.report.local_bytes); });
   }
@@ -416,6 +420,8 @@ Status read_kernel(std::string_view bytes, KernelArtifact& k) {
         k.report.static_smem_bytes = r.i32();
         return 1;
       case k_local_bytes: k.report.local_bytes = r.i32(); return 1;
+      case k_tile: k.tile = rest(r); return 1;
+      case k_schedule: k.schedule = rest(r); return 1;
       case k_binary_of: k.binary_of = rest(r); return 1;
       case k_grid:
         if (!read_terms(r, k.grid))

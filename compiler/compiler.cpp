@@ -1,11 +1,11 @@
 // The lowering pipeline, read top to bottom, and the parallel NVRTC step.
 #include "compiler/compiler.h"
 
+#include "compiler/cubin_report.h"
 #include "compiler/fusion.h"
 #include "compiler/nvrtc.h"
 #include "compiler/pool.h"
 #include "compiler/prelude.h"
-#include "compiler/cubin_report.h"
 #include "compiler/sizes.h"
 #include "compiler/target.h"
 
@@ -110,6 +110,10 @@ Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest
     k.params = plan.params;
     k.launch = plan.launch;
     k.grid = plan.grid;
+    if (plan.group.kind == GroupKind::matmul) {
+      k.tile = to_string(plan.tile);
+      k.schedule = plan.tile_source;
+    }
     artifact.kernels.push_back(std::move(k));
   }
   return artifact;
@@ -151,6 +155,10 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
     KernelArtifact k;
     k.name = kernels[i].name;
     k.launch = kernels[i].launch;
+    if (kernels[i].group.kind == GroupKind::matmul) {
+      k.tile = to_string(kernels[i].tile);
+      k.schedule = kernels[i].tile_source;
+    }
     k.params = kernels[i].params;
     k.grid = kernels[i].grid;
     if (size_t of = binary_of[i]; of != i) {

@@ -286,6 +286,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
     if (group.kind == GroupKind::matmul) {
       MatmulPath path = k.shape.path;
       k.tile = schedule.matmul_tile(k.shape, sm);
+      k.tile_source = schedule.source();
       if (Status legal = check_tile(k.tile, k.shape, sm); !legal)
         return make_error(describe_node(graph, group.anchor), ": schedule: ",
                           legal.error().message);

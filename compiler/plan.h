@@ -37,6 +37,7 @@ struct KernelPlan {
   std::string name;   // "k0_matmul_tf32", also the entry point with "kiln_" before it
   MatmulShape shape;  // matmul kernels
   MatmulTile tile;    // matmul kernels, CUDA only (schedule_cuda)
+  std::string tile_source;  // matmul kernels, CUDA only: ScheduleProvider::source() of `tile`
   MatmulExtents extents;  // matmul kernels: `shape`'s sizes as the kernel computes them;
                           // attention kernels: batch, inner_batch, m = S_q and n = D_v
   AttentionTile attention_tile;        // attention kernels, CUDA only (schedule_cuda)

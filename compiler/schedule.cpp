@@ -12,6 +12,7 @@ public:
   MatmulTile matmul_tile(const MatmulShape& shape, int sm) const override {
     return choose_tile(shape, sm);
   }
+  std::string source() const override { return "model"; }
 };
 
 bool same(const MatmulTile& a, const MatmulTile& b) {

@@ -16,6 +16,9 @@ public:
   // The tile of the matmul kernel computing `shape` on `sm`. plan_kernels checks it with
   // check_tile and fails naming the kernel when it is not a legal one.
   virtual MatmulTile matmul_tile(const MatmulShape& shape, int sm) const = 0;
+  // Where its tiles come from, as kernel reports name it: "model" (the analytic heuristic, the
+  // same on every machine), "fixed" (one tile for every kernel).
+  virtual std::string source() const = 0;
 };
 
 // choose_tile(): what every compile uses unless a caller provides otherwise.
@@ -26,6 +29,7 @@ class FixedSchedule final : public ScheduleProvider {
 public:
   explicit FixedSchedule(MatmulTile tile) : m_tile(tile) {}
   MatmulTile matmul_tile(const MatmulShape&, int) const override { return m_tile; }
+  std::string source() const override { return "fixed"; }
 
 private:
   MatmulTile m_tile;

@@ -318,9 +318,10 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
                     static_cast<unsigned long long>(k.scratch_floats));
         continue;
       }
-      std::printf("  %s: %d registers, %d spill bytes, %d local bytes, %lld smem bytes%s\n",
+      std::string tile = k.tile.empty() ? "" : ", tile " + k.tile + " (" + k.schedule + ")";
+      std::printf("  %s: %d registers, %d spill bytes, %d local bytes, %lld smem bytes%s%s\n",
                   k.name.c_str(), k.report.registers, k.report.spill_bytes(),
-                  k.report.local_bytes, static_cast<long long>(k.smem_bytes()),
+                  k.report.local_bytes, static_cast<long long>(k.smem_bytes()), tile.c_str(),
                   k.binary_of.empty() ? "" : (", the binary of " + k.binary_of).c_str());
     }
     for (const auto& f : artifact.fallbacks) std::printf("  fallback: %s\n", f.c_str());
@@ -348,6 +349,10 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
                               {"local_bytes", k.report.local_bytes},
                               {"smem_bytes", k.smem_bytes()}});
     if (!k.binary_of.empty()) out["kernels"].back()["binary_of"] = k.binary_of;
+    if (!k.tile.empty()) {
+      out["kernels"].back()["tile"] = k.tile;
+      out["kernels"].back()["schedule"] = k.schedule;
+    }
   }
   out["fallbacks"] = artifact.fallbacks;
   // A miss reports what this compile took (wall time, and CPU time over its threads); a hit what

@@ -38,6 +38,8 @@ Artifact sample() {
               {{BufferRole::input, 1}, 32, false},
               {{BufferRole::temporary, 1}, 7, false}};
   k.report = {72, 0, 4, 1024, 16};
+  k.tile = "64x64x16, 2x2 warps, 3 stages";
+  k.schedule = "model";
   a.kernels = {k, k};
   a.kernels[1].name = "k1";
   return a;
@@ -357,7 +359,11 @@ std::string serialize_v4(const Artifact& a, const std::vector<uint32_t>& dim_par
 
 TEST(Artifact, FormatFourMigratesItsDimsToTypedParameters) {
   Artifact a = sample();
-  for (KernelArtifact& k : a.kernels) k.report.local_bytes = 0;  // format 4 had no such field
+  for (KernelArtifact& k : a.kernels) {  // format 4 had no such fields
+    k.report.local_bytes = 0;
+    k.tile.clear();
+    k.schedule.clear();
+  }
   a.bucket = {{33, 64}, {1, 8}};
   a.input_sizes = {SizeTerm{16, {0}, 1}, SizeTerm{32, {0, 1}, 1}};
   a.output_sizes = {SizeTerm{64, {0}, 1}};

@@ -206,6 +206,10 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
         auto a = compile_lowered(*program, request->options);
         ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
         expect_clean(*a, what);
+        for (const KernelArtifact& k : a->kernels) {
+          EXPECT_EQ(k.tile, to_string(tile)) << what;
+          EXPECT_EQ(k.schedule, "fixed") << what;
+        }
         ++compiled;
         wide += tile.bn == 256;
       }

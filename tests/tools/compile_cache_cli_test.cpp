@@ -61,7 +61,17 @@ TEST_F(CompileCacheCli, SecondCompileHitsWithTheSameKeyAndReport) {
   EXPECT_FALSE(first.contains("saved_ms"));
   double ms = first["compile_ms"];
   EXPECT_EQ(ms, std::round(ms * 10) / 10) << "rounded to 0.1 ms";
-  for (const json& k : second["kernels"]) EXPECT_EQ(k["spill_bytes"], 0) << k;
+  int matmuls = 0;
+  for (const json& k : second["kernels"]) {
+    EXPECT_EQ(k["spill_bytes"], 0) << k;
+    EXPECT_EQ(k["local_bytes"], 0) << k;
+    // A matmul kernel names its tile and where it came from (the analytic model), hit or miss.
+    if (k["name"].get<std::string>().find("_matmul_") == std::string::npos) continue;
+    ++matmuls;
+    EXPECT_EQ(k["schedule"], "model") << k;
+    EXPECT_NE(k["tile"].get<std::string>().find(" warps, "), std::string::npos) << k;
+  }
+  EXPECT_GE(matmuls, 2);
 }
 
 TEST_F(CompileCacheCli, NoCacheNeverHitsAndStoresNothing) {
