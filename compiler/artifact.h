@@ -125,8 +125,9 @@ struct KernelArtifact {
   // source was the same but for the name, so it was compiled once. A cache entry stores that
   // binary once; cubin and ptx here hold copies.
   std::string binary_of;
-  // CUDA matmul kernels: the tile ("128x256x64, 2x4 warps, 4 stages") and where it came from
-  // ("model": the analytic heuristic); empty elsewhere.
+  // CUDA kernels: where the launch configuration came from ("model": the analytic model; a
+  // matmul's tile from its schedule provider) and a matmul's tile ("128x256x64, 2x4 warps,
+  // 4 stages"); empty on the CPU.
   std::string tile, schedule;
   // Symbolic graphs only: the grid in x, y, z as size terms (launch.grid holds it at the
   // bucket's upper bounds); the symbols' values are the `dim` parameters.

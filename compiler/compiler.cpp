@@ -110,10 +110,8 @@ Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest
     k.params = plan.params;
     k.launch = plan.launch;
     k.grid = plan.grid;
-    if (plan.group.kind == GroupKind::matmul) {
-      k.tile = to_string(plan.tile);
-      k.schedule = plan.tile_source;
-    }
+    k.schedule = plan.group.kind == GroupKind::matmul ? plan.tile_source : "model";
+    if (plan.group.kind == GroupKind::matmul) k.tile = to_string(plan.tile);
     artifact.kernels.push_back(std::move(k));
   }
   return artifact;
@@ -155,10 +153,8 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
     KernelArtifact k;
     k.name = kernels[i].name;
     k.launch = kernels[i].launch;
-    if (kernels[i].group.kind == GroupKind::matmul) {
-      k.tile = to_string(kernels[i].tile);
-      k.schedule = kernels[i].tile_source;
-    }
+    k.schedule = kernels[i].group.kind == GroupKind::matmul ? kernels[i].tile_source : "model";
+    if (kernels[i].group.kind == GroupKind::matmul) k.tile = to_string(kernels[i].tile);
     k.params = kernels[i].params;
     k.grid = kernels[i].grid;
     if (size_t of = binary_of[i]; of != i) {

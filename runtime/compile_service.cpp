@@ -104,10 +104,8 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
                        {"local_bytes", k.report.local_bytes},
                        {"smem_bytes", k.smem_bytes()}});
     if (!k.binary_of.empty()) kernels.back()["binary_of"] = k.binary_of;
-    if (!k.tile.empty()) {
-      kernels.back()["tile"] = k.tile;
-      kernels.back()["schedule"] = k.schedule;
-    }
+    if (!k.schedule.empty()) kernels.back()["schedule"] = k.schedule;
+    if (!k.tile.empty()) kernels.back()["tile"] = k.tile;
   }
   contents.payloads.push_back({cache::k_payload_source, artifact.source});
   contents.payloads.push_back({cache::k_payload_log, artifact.log});

@@ -349,10 +349,8 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
                               {"local_bytes", k.report.local_bytes},
                               {"smem_bytes", k.smem_bytes()}});
     if (!k.binary_of.empty()) out["kernels"].back()["binary_of"] = k.binary_of;
-    if (!k.tile.empty()) {
-      out["kernels"].back()["tile"] = k.tile;
-      out["kernels"].back()["schedule"] = k.schedule;
-    }
+    if (!k.schedule.empty()) out["kernels"].back()["schedule"] = k.schedule;
+    if (!k.tile.empty()) out["kernels"].back()["tile"] = k.tile;
   }
   out["fallbacks"] = artifact.fallbacks;
   // A miss reports what this compile took (wall time, and CPU time over its threads); a hit what

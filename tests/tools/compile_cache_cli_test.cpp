@@ -65,10 +65,14 @@ TEST_F(CompileCacheCli, SecondCompileHitsWithTheSameKeyAndReport) {
   for (const json& k : second["kernels"]) {
     EXPECT_EQ(k["spill_bytes"], 0) << k;
     EXPECT_EQ(k["local_bytes"], 0) << k;
-    // A matmul kernel names its tile and where it came from (the analytic model), hit or miss.
-    if (k["name"].get<std::string>().find("_matmul_") == std::string::npos) continue;
-    ++matmuls;
+    // Every kernel says where its configuration came from (the analytic model), hit or miss,
+    // and a matmul kernel names its tile.
     EXPECT_EQ(k["schedule"], "model") << k;
+    if (k["name"].get<std::string>().find("_matmul_") == std::string::npos) {
+      EXPECT_FALSE(k.contains("tile")) << k;
+      continue;
+    }
+    ++matmuls;
     EXPECT_NE(k["tile"].get<std::string>().find(" warps, "), std::string::npos) << k;
   }
   EXPECT_GE(matmuls, 2);
