@@ -95,6 +95,18 @@ Artifact program_artifact(const LoweredProgram& program) {
   return artifact;
 }
 
+namespace {
+
+// Where `plan`'s launch configuration came from: a matmul's tile and its schedule provider,
+// else the analytic model.
+void set_schedule(KernelArtifact& k, const KernelPlan& plan) {
+  bool matmul = plan.group.kind == GroupKind::matmul;
+  k.schedule = matmul ? plan.tile_source : "model";
+  if (matmul) k.tile = to_string(plan.tile);
+}
+
+}  // namespace
+
 Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest& request) {
   auto program = lower(graph, request);
   if (!program) return program.error();
@@ -110,8 +122,7 @@ Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest
     k.params = plan.params;
     k.launch = plan.launch;
     k.grid = plan.grid;
-    k.schedule = plan.group.kind == GroupKind::matmul ? plan.tile_source : "model";
-    if (plan.group.kind == GroupKind::matmul) k.tile = to_string(plan.tile);
+    set_schedule(k, plan);
     artifact.kernels.push_back(std::move(k));
   }
   return artifact;
@@ -153,8 +164,7 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
     KernelArtifact k;
     k.name = kernels[i].name;
     k.launch = kernels[i].launch;
-    k.schedule = kernels[i].group.kind == GroupKind::matmul ? kernels[i].tile_source : "model";
-    if (kernels[i].group.kind == GroupKind::matmul) k.tile = to_string(kernels[i].tile);
+    set_schedule(k, kernels[i]);
     k.params = kernels[i].params;
     k.grid = kernels[i].grid;
     if (size_t of = binary_of[i]; of != i) {
