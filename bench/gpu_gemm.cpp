@@ -1,9 +1,16 @@
 // gpu_gemm: kiln's matmul kernels, through the public Runtime and Executable, against cuBLAS,
 // per precision mode and square shape; checked against the exact product; skips without a GPU.
 //
-// Usage: gpu_gemm [--sizes 4096,1000] [--iterations 20] [--json PATH]
+// Usage: gpu_gemm [--sizes 4096,1000] [--shapes MxNxK,...] [--layers] [--modes bf16,high,...]
+//                 [--cache] [--iterations 20] [--json PATH]
 //
-// For each mode and size it compiles a one-matmul graph with kiln::Runtime for the GPU's arch,
+// --shapes adds products of M x K by K x N; --layers adds the projections of real layers (M = 1,
+// 16, 128 or 2048 tokens by K = 4096, N = 4096, 11008 or 14336: LLaMA-2 7B and Mistral 7B widths).
+// --modes keeps only the named modes (highest, high, tf32x3, medium, bf16, f16). --cache compiles
+// through the kernel cache ($KILN_CACHE_DIR), so that tuning records (`kiln tune`) apply; without
+// it nothing is cached and every kernel takes the analytic model's tile.
+//
+// For each mode and shape it compiles a one-matmul graph with kiln::Runtime for the GPU's arch,
 // prepares it, times Executable::run and the matching cuBLAS call with CUDA events on the same
 // buffers, and compares both results with the exact product (sampled) and with each other
 // (every element). A and B hold different multiples of
@@ -36,6 +43,11 @@ float round_to(double exact, const std::string& dtype) {
   return __half2float(__float2half_rn(static_cast<float>(exact)));
 }
 
+// One product: C[m, n] = A[m, k] B[k, n].
+struct Shape {
+  size_t m = 0, n = 0, k = 0;
+};
+
 // The exact product at the sampled positions (every 61st row and every 13th column, and the last
 // row and column, where the edge tiles are), each rounded once to the output dtype.
 struct Reference {
@@ -43,20 +55,20 @@ struct Reference {
   std::vector<double> value;
 };
 
-Reference exact_product(const std::vector<float>& a, const std::vector<float>& b, size_t n,
+Reference exact_product(const std::vector<float>& a, const std::vector<float>& b, Shape s,
                        const std::string& dtype) {
   Reference e;
-  auto sampled = [n](size_t step) {
+  auto sampled = [](size_t extent, size_t step) {
     std::vector<size_t> at;
-    for (size_t x = 0; x < n; x += step) at.push_back(x);
-    if (at.back() != n - 1) at.push_back(n - 1);
+    for (size_t x = 0; x < extent; x += step) at.push_back(x);
+    if (at.back() != extent - 1) at.push_back(extent - 1);
     return at;
   };
-  for (size_t i : sampled(61)) {
-    for (size_t j : sampled(13)) {
+  for (size_t i : sampled(s.m, 61)) {
+    for (size_t j : sampled(s.n, 13)) {
       double sum = 0;
-      for (size_t k = 0; k < n; ++k) sum += double(a[i * n + k]) * b[k * n + j];
-      e.at.push_back(i * n + j);
+      for (size_t k = 0; k < s.k; ++k) sum += double(a[i * s.k + k]) * b[k * s.n + j];
+      e.at.push_back(i * s.n + j);
       e.value.push_back(round_to(sum, dtype));
     }
   }
@@ -85,14 +97,15 @@ size_t mismatches(const std::vector<unsigned char>& x, const std::vector<unsigne
   return count;
 }
 
-json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations,
+json run_case(kiln::Runtime& runtime, const Mode& mode, Shape shape, int iterations,
               cublasHandle_t blas) {
-  json row = {{"mode", mode.label}, {"dtype", mode.dtype}, {"m", n}, {"n", n}, {"k", n},
+  size_t m = shape.m, n = shape.n, k = shape.k;
+  json row = {{"mode", mode.label}, {"dtype", mode.dtype}, {"m", m}, {"n", n}, {"k", k},
               {"cublas", mode.cublas_label}};
-  std::string dim = std::to_string(n);
-  std::string text = std::string("graph gemm {\n  input a: ") + mode.dtype + "[" + dim + ", " +
-                     dim + "]\n  input b: " + mode.dtype + "[" + dim + ", " + dim +
-                     "]\n  c = matmul(a, b)\n  output c\n}\n";
+  auto text_of = [](size_t x) { return std::to_string(x); };
+  std::string text = std::string("graph gemm {\n  input a: ") + mode.dtype + "[" + text_of(m) +
+                     ", " + text_of(k) + "]\n  input b: " + mode.dtype + "[" + text_of(k) + ", " +
+                     text_of(n) + "]\n  c = matmul(a, b)\n  output c\n}\n";
   auto exe = runtime.compile_text(text, "gemm.kg");
   if (!exe) {
     if (exe.error().message.find("allow fallbacks") != std::string::npos) {
@@ -103,27 +116,32 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations
     throw Failure{"compile: " + exe.error().message};
   }
   row["kiln_precision"] = (*exe)->precision();
-  size_t eb = element_bytes(mode.dtype), elements = n * n;
-  std::vector<float> a = inputs(elements, 1), b = inputs(elements, 2);
-  DeviceMemory da(elements * eb), db(elements * eb), dc(elements * eb), dref(elements * eb);
+  row["kiln_cache"] = (*exe)->cache_hit() ? "hit" : "miss";
+  size_t eb = element_bytes(mode.dtype);
+  std::vector<float> a = inputs(m * k, 1), b = inputs(k * n, 2);
+  DeviceMemory da(m * k * eb), db(k * n * eb), dc(m * n * eb), dref(m * n * eb);
   auto ha = encode(a, mode.dtype), hb = encode(b, mode.dtype);
   check_cuda(cudaMemcpy(da.pointer, ha.data(), ha.size(), cudaMemcpyHostToDevice), "upload a");
   check_cuda(cudaMemcpy(db.pointer, hb.data(), hb.size(), cudaMemcpyHostToDevice), "upload b");
   kiln::DType dtype = kiln_dtype(mode.dtype);
-  std::vector<int64_t> shape = {static_cast<int64_t>(n), static_cast<int64_t>(n)};
-  std::vector<kiln::TensorRef> in = {{da.pointer, dtype, shape}, {db.pointer, dtype, shape}};
-  std::vector<kiln::TensorRef> out = {{dc.pointer, dtype, shape}};
+  auto dims = [](size_t r, size_t c) {
+    return std::vector<int64_t>{static_cast<int64_t>(r), static_cast<int64_t>(c)};
+  };
+  std::vector<kiln::TensorRef> in = {{da.pointer, dtype, dims(m, k)},
+                                     {db.pointer, dtype, dims(k, n)}};
+  std::vector<kiln::TensorRef> out = {{dc.pointer, dtype, dims(m, n)}};
   check_kiln((*exe)->prepare(), "prepare");
   auto kiln_run = [&] { check_kiln((*exe)->run(in, out), "run"); };
   const float one = 1.0f, zero = 0.0f;
-  int dn = static_cast<int>(n);
+  int im = static_cast<int>(m), in_ = static_cast<int>(n), ik = static_cast<int>(k);
   auto blas_run = [&] {  // row-major C = A B as column-major C^T = B^T A^T
-    check_cublas(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, dn, dn, dn, &one, db.pointer,
-                              mode.cublas_type, dn, da.pointer, mode.cublas_type, dn, &zero,
-                              dref.pointer, mode.cublas_type, dn, mode.cublas_compute,
+    check_cublas(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, in_, im, ik, &one, db.pointer,
+                              mode.cublas_type, in_, da.pointer, mode.cublas_type, ik, &zero,
+                              dref.pointer, mode.cublas_type, in_, mode.cublas_compute,
                               CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
   };
+  size_t elements = m * n;
   Events events;
   double kiln_ms = events.time(iterations, kiln_run);
   double cublas_ms = events.time(iterations, blas_run);
@@ -131,8 +149,8 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations
   check_cuda(cudaMemcpy(hc.data(), dc.pointer, hc.size(), cudaMemcpyDeviceToHost), "download");
   check_cuda(cudaMemcpy(href.data(), dref.pointer, href.size(), cudaMemcpyDeviceToHost),
              "download");
-  double flops = 2.0 * double(n) * n * n;
-  Reference expected = exact_product(a, b, n, mode.dtype);
+  double flops = 2.0 * double(m) * n * k;
+  Reference expected = exact_product(a, b, shape, mode.dtype);
   double kiln_err = rel_error(hc, expected, mode.dtype);
   double cublas_err = rel_error(href, expected, mode.dtype);
   row["kiln_ms"] = kiln_ms;
@@ -157,62 +175,134 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, size_t n, int iterations
   return row;
 }
 
+
+// "4096x4096x4096,16x11008x4096" as shapes M x N x K; empty on bad text.
+std::vector<Shape> parse_shapes(const std::string& text) {
+  std::vector<Shape> shapes;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t comma = text.find(',', at);
+    std::string part = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    unsigned long v[3];
+    char tail = 0;
+    if (std::sscanf(part.c_str(), "%lux%lux%lu%c", &v[0], &v[1], &v[2], &tail) != 3) return {};
+    for (unsigned long x : v)
+      if (x < 1 || x > 65536) return {};
+    shapes.push_back({v[0], v[1], v[2]});
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return shapes;
+}
+
+// The short name --modes takes: "f32 high (tf32)" -> "high", "bf16" -> "bf16".
+std::string short_name(const Mode& mode) {
+  std::string label = mode.label;
+  if (label.rfind("f32 ", 0) == 0) label = label.substr(4);
+  return label.substr(0, label.find(' '));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gpu_gemm: kiln's matmul kernels against cuBLAS on the GPU"};
-  std::string sizes_text = "4096,1000";
+  std::string sizes_text = "4096,1000", shapes_text, modes_text;
+  bool layers = false, use_cache = false;
   int iterations = 20;
   std::string json_path;
-  app.add_option("--sizes", sizes_text, "square sizes M=N=K, comma-separated, 16..16384");
+  app.add_option("--sizes", sizes_text, "square sizes M=N=K, comma-separated, 16..16384 "
+                                        "(\"\" for none)");
+  app.add_option("--shapes", shapes_text, "products MxNxK, comma-separated, each 1..65536");
+  app.add_flag("--layers", layers, "add real layers' projections: M = 1, 16, 128, 2048 by "
+                                   "K = 4096, N = 4096, 11008, 14336");
+  app.add_option("--modes", modes_text, "only these modes: highest,high,tf32x3,medium,bf16,f16");
+  app.add_flag("--cache", use_cache, "compile through the kernel cache, so tuning records apply");
   app.add_option("--iterations", iterations, "timed runs per case")->check(CLI::Range(1, 10000));
   app.add_option("--json", json_path, "also write the results as JSON to PATH");
   CLI11_PARSE(app, argc, argv);
-  std::vector<size_t> sizes = parse_sizes(sizes_text, 16, 16384);
-  if (sizes.empty()) {
-    std::fprintf(stderr, "gpu_gemm: --sizes: expected sizes 16..16384 separated by commas, got '%s'\n",
-                 sizes_text.c_str());
+  std::vector<Shape> shapes;
+  if (!sizes_text.empty()) {
+    std::vector<size_t> sizes = parse_sizes(sizes_text, 16, 16384);
+    if (sizes.empty()) {
+      std::fprintf(stderr,
+                   "gpu_gemm: --sizes: expected sizes 16..16384 separated by commas, got '%s'\n",
+                   sizes_text.c_str());
+      return 2;
+    }
+    for (size_t n : sizes) shapes.push_back({n, n, n});
+  }
+  if (!shapes_text.empty()) {
+    std::vector<Shape> more = parse_shapes(shapes_text);
+    if (more.empty()) {
+      std::fprintf(stderr, "gpu_gemm: --shapes: expected MxNxK (each 1..65536) separated by "
+                           "commas, got '%s'\n", shapes_text.c_str());
+      return 2;
+    }
+    shapes.insert(shapes.end(), more.begin(), more.end());
+  }
+  if (layers)
+    for (size_t n : {4096, 11008, 14336})
+      for (size_t tokens : {1, 16, 128, 2048}) shapes.push_back({tokens, n, 4096});
+  std::vector<const Mode*> modes;
+  for (const Mode& mode : k_modes) {
+    std::string list = "," + modes_text + ",";
+    if (modes_text.empty() || list.find("," + short_name(mode) + ",") != std::string::npos)
+      modes.push_back(&mode);
+  }
+  if (modes.empty() || shapes.empty()) {
+    std::fprintf(stderr, "gpu_gemm: %s\n", modes.empty()
+                                                ? "--modes names none of highest, high, tf32x3, "
+                                                  "medium, bf16, f16"
+                                                : "no shapes to run");
     return 2;
   }
   json report = {{"rows", json::array()}};
   DeviceInfo device;
   if (auto exit_code = open_device("gpu_gemm", report, json_path, device)) return *exit_code;
   report["iterations"] = iterations;
+  report["cache"] = use_cache;
   cublasHandle_t blas;
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "gpu_gemm: cublasCreate failed\n");
     return 1;
   }
-  std::printf("gpu_gemm: %s (sm_%d), driver %s, %d iterations\n", device.name.c_str(), device.sm,
-              device.driver.c_str(), iterations);
-  std::printf("%-16s %6s %10s %11s %8s %-10s %10s %10s %s\n", "mode", "size", "kiln TF/s",
+  std::printf("gpu_gemm: %s (sm_%d), driver %s, %d iterations%s\n", device.name.c_str(),
+              device.sm, device.driver.c_str(), iterations,
+              use_cache ? ", through the cache (tuning records apply)" : "");
+  std::printf("%-16s %16s %10s %11s %8s %-10s %10s %10s %s\n", "mode", "MxNxK", "kiln TF/s",
               "cuBLAS TF/s", "kiln/cuBLAS", "cuBLAS", "kiln err", "cuBLAS err", "status");
   int failures = 0;
-  for (const Mode& mode : k_modes) {
+  for (const Mode* mode : modes) {
     kiln::RuntimeOptions options;
-    options.precision = mode.precision;
-    options.use_cache = false;
+    options.precision = mode->precision;
+    options.use_cache = use_cache;
     auto runtime = kiln::Runtime::create(options);
-    for (size_t n : sizes) {
+    for (Shape shape : shapes) {
       json row;
+      std::string name = shape.m == shape.n && shape.n == shape.k
+                             ? std::to_string(shape.m)
+                             : std::to_string(shape.m) + "x" + std::to_string(shape.n) + "x" +
+                                   std::to_string(shape.k);
       try {
         if (!runtime) throw Failure{"runtime: " + runtime.error().message};
-        row = run_case(**runtime, mode, n, iterations, blas);
+        row = run_case(**runtime, *mode, shape, iterations, blas);
       } catch (const Failure& f) {
-        row = {{"mode", mode.label}, {"m", n}, {"n", n}, {"k", n}, {"status", "failed"},
-               {"reason", f.message}};
+        row = {{"mode", mode->label}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
+               {"status", "failed"}, {"reason", f.message}};
       }
       std::string status = row["status"];
       failures += status == "failed";
       if (status == "ok") {
-        std::printf("%-16s %6zu %10.1f %11.1f %7.0f%% %-10s %10.1e %10.1e ok\n", mode.label, n,
-                    row["kiln_tflops"].get<double>(), row["cublas_tflops"].get<double>(),
-                    100.0 * row["kiln_vs_cublas"].get<double>(), mode.cublas_label,
+        std::printf("%-16s %16s %10.1f %11.1f %7.0f%% %-10s %10.1e %10.1e ok\n", mode->label,
+                    name.c_str(), row["kiln_tflops"].get<double>(),
+                    row["cublas_tflops"].get<double>(),
+                    100.0 * row["kiln_vs_cublas"].get<double>(), mode->cublas_label,
                     row["kiln_rel_error"].get<double>(), row["cublas_rel_error"].get<double>());
       } else {
-        std::printf("%-16s %6zu %s: %s\n", mode.label, n, status.c_str(),
+        std::printf("%-16s %16s %s: %s\n", mode->label, name.c_str(), status.c_str(),
                     row["reason"].get<std::string>().c_str());
       }
+      std::fflush(stdout);
       report["rows"].push_back(row);
     }
   }

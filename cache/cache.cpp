@@ -373,6 +373,9 @@ Expected<std::vector<EntryInfo>> Cache::list() {
   m_fill->drain();
   return m_local->list();
 }
+Expected<std::vector<EntryInfo>> Cache::list_where(const KeyField& where) {
+  return m_local->list_where(where);
+}
 Expected<std::vector<std::string>> Cache::keys_with_prefix(const std::string& prefix, int limit) {
   m_fill->drain();
   return m_local->keys_with_prefix(prefix, limit);

@@ -116,6 +116,9 @@ public:
   Expected<Stats> stats();
   Status zero_stats();
   Expected<std::vector<EntryInfo>> list();
+  // The local entries holding field `where` (e.g. the tuning records of one device): an indexed
+  // query that writes nothing.
+  Expected<std::vector<EntryInfo>> list_where(const KeyField& where);
   Expected<std::vector<std::string>> keys_with_prefix(const std::string& prefix, int limit = 2);
   Expected<std::vector<Nearest>> nearest(const std::vector<KeyField>& request,
                                          const std::string& anchor);

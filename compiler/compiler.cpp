@@ -107,8 +107,17 @@ void set_schedule(KernelArtifact& k, const KernelPlan& plan) {
 
 }  // namespace
 
+namespace {
+
+// The schedule a request names, else the heuristic.
+const ScheduleProvider& schedule_of(const CompileRequest& request) {
+  return request.options.schedule ? *request.options.schedule : heuristic_schedule();
+}
+
+}  // namespace
+
 Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest& request) {
-  auto program = lower(graph, request);
+  auto program = lower(graph, request, schedule_of(request));
   if (!program) return program.error();
   Artifact artifact = program_artifact(*program);
   artifact.target = request.options.target;
@@ -196,7 +205,7 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
 }
 
 Expected<Artifact> compile(const ir::Graph& graph, const CompileRequest& request) {
-  auto program = lower(graph, request);
+  auto program = lower(graph, request, schedule_of(request));
   if (!program) return program.error();
   return compile_lowered(*program, request.options);
 }

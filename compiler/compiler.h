@@ -50,8 +50,8 @@ struct LoweredProgram {
 // caller's to fix (exit 2 in the CLI): a plan the arch cannot launch. A symbolic graph is planned
 // at the bucket's upper bounds; its kernels take the symbols' values as parameters and serve
 // every size of the bucket.
-// `schedule` as plan_program's: a compile through the cache always uses the heuristic (its key
-// does not name a schedule).
+// `schedule`: where matmul kernels get their tiles (compile() and compile_emulated() pass
+// request.options.schedule, else the heuristic; the key names a schedule that chooses tiles).
 Expected<LoweredProgram> lower(const ir::Graph& graph, const CompileRequest& request,
                                const ScheduleProvider& schedule = heuristic_schedule());
 // check_request() then lower(): its errors too (an arch kiln does not know, a precision the arch

@@ -1,6 +1,7 @@
 // Cache key fields of a compile.
 #include "compiler/key.h"
 
+#include "compiler/schedule.h"
 #include "ir/hash.h"
 
 #include <charconv>
@@ -37,6 +38,9 @@ KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
   }
   fields.emplace_back("options", options_key(options));
   if (graph.symbolic()) fields.emplace_back("dims", dims_key(options.bucket));
+  // Tiles chosen per problem (CUDA kernels only: the CPU target blocks its own way).
+  if (options.schedule && !target.is_cpu() && !options.schedule->key().empty())
+    fields.emplace_back("schedule", options.schedule->key());
   return fields;
 }
 

@@ -31,7 +31,8 @@ using KeyFields = std::vector<std::pair<std::string, std::string>>;
 
 // Tagged fields, in this order: graph (ir::canonical_bytes), graph_hash, arch, precision,
 // nvrtc_version, codegen_version, options, and for a symbolic graph dims (the bucket, e.g.
-// "dim0 in [33, 64], dim1 in [1, 1]", symbols numbered as in the graph; names never enter).
+// "dim0 in [33, 64], dim1 in [1, 1]", symbols numbered as in the graph; names never enter), and
+// where options.schedule chooses tiles per problem, schedule (its key(): a digest of the tiles).
 // The CPU target (options.target.is_cpu()) has target ("cpu:znver4"), cpu_features and
 // llvm_version in place of arch and nvrtc_version, and the CPU codegen version.
 KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,

@@ -6,11 +6,14 @@
 #include "support/expected.h"
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace kiln::compiler {
+
+class ScheduleProvider;
 
 // What happens where kiln cannot compile what was asked for as asked: refuse (an error naming
 // the reason), warn (take the fallback, record it, and warn), or allow (take it and record it).
@@ -41,6 +44,10 @@ struct CompileOptions {
   // Symbolic graphs: the bucket to compile, one range per symbol (a bucket of it, see
   // compiler/sizes.h); empty for a static graph. A key field of its own ("dims").
   std::vector<DimRange> bucket;
+  // Where CUDA matmul kernels get their tiles; null: the analytic heuristic. A provider whose
+  // key() is not empty (tiles chosen per problem: tuning records, kiln tune's candidates) adds a
+  // key field of its own ("schedule").
+  std::shared_ptr<const ScheduleProvider> schedule;
   // Compile threads; 0: KILN_COMPILE_THREADS, else the core count.
   int threads = 0;
   // Called after each kernel's NVRTC compile with (kernels done, kernels to compile: those sharing

@@ -286,12 +286,12 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
     if (group.kind == GroupKind::matmul) {
       MatmulPath path = k.shape.path;
       k.tile = schedule.matmul_tile(k.shape, sm);
-      k.tile_source = schedule.source();
+      k.tile_source = schedule.source_for(k.shape, sm);
       if (Status legal = check_tile(k.tile, k.shape, sm); !legal)
         return make_error(describe_node(graph, group.anchor), ": schedule: ",
                           legal.error().message);
       // The CUDA tile names the kernel here; the CPU target blocks it its own way.
-      k.name += "_" + std::to_string(k.tile.bm) + "x" + std::to_string(k.tile.bn);
+      k.name = cuda_kernel_name(k.name, k.tile);
       int64_t gy = ceil_div(k.shape.m, k.tile.bm);
       if (gy > 65535 || k.shape.batch > 65535) {
         return make_error(describe_node(graph, group.anchor),

@@ -2,6 +2,9 @@
 #include "compiler/schedule.h"
 
 #include "compiler/target.h"
+#include "ir/hash.h"
+
+#include <cstdio>
 
 namespace kiln::compiler {
 
@@ -15,12 +18,47 @@ public:
   std::string source() const override { return "model"; }
 };
 
-bool same(const MatmulTile& a, const MatmulTile& b) {
+}  // namespace
+
+bool same_tile(const MatmulTile& a, const MatmulTile& b) {
   return a.bm == b.bm && a.bn == b.bn && a.bk == b.bk && a.warps_m == b.warps_m &&
          a.warps_n == b.warps_n && a.stages == b.stages;
 }
 
-}  // namespace
+std::string problem_signature(const MatmulShape& s) {
+  return "matmul batch=" + std::to_string(s.batch) + " m=" + std::to_string(s.m) +
+         " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+         " a=" + (s.a_k_contiguous ? "k-major" : "m-major") + " lda=" + std::to_string(s.lda) +
+         " b=" + (s.b_k_contiguous ? "k-major" : "n-major") + " ldb=" + std::to_string(s.ldb) +
+         " a_batch=" + std::to_string(s.a_batch_stride) +
+         " b_batch=" + std::to_string(s.b_batch_stride) +
+         " elem=" + std::to_string(s.elem_bytes) + " path=" + std::string(to_string(s.path)) +
+         " vec=" + (s.a_vector ? "1" : "0") + (s.b_vector ? "1" : "0");
+}
+
+ChosenSchedule::ChosenSchedule(std::map<std::string, ChosenTile> chosen)
+    : m_chosen(std::move(chosen)) {
+  if (m_chosen.empty()) return;
+  // Length-prefixed, in the map's (sorted) order: the same choices give the same key.
+  std::string text;
+  for (const auto& [signature, choice] : m_chosen) {
+    std::string tile = to_string(choice.tile);
+    text += std::to_string(signature.size()) + ":" + signature + std::to_string(tile.size()) +
+            ":" + tile;
+  }
+  m_key = "tiles " + ir::hash_bytes(text.data(), text.size()).hex();
+}
+
+MatmulTile ChosenSchedule::matmul_tile(const MatmulShape& shape, int sm) const {
+  auto it = m_chosen.find(problem_signature(shape));
+  return it == m_chosen.end() ? choose_tile(shape, sm) : it->second.tile;
+}
+
+std::string ChosenSchedule::source_for(const MatmulShape& shape, int sm) const {
+  (void)sm;
+  auto it = m_chosen.find(problem_signature(shape));
+  return it == m_chosen.end() ? source() : it->second.source;
+}
 
 const ScheduleProvider& heuristic_schedule() {
   static const Heuristic k_heuristic;
@@ -62,7 +100,7 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
 
 Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm) {
   for (const MatmulTile& legal : candidate_tiles(shape, sm))
-    if (same(tile, legal)) return Status::success();
+    if (same_tile(tile, legal)) return Status::success();
   std::string list;
   for (const MatmulTile& legal : candidate_tiles(shape, sm))
     list += (list.empty() ? "" : "; ") + to_string(legal);
@@ -70,10 +108,25 @@ Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm) {
                     " matmul kernel runs on sm_", std::to_string(sm), " (it runs: ", list, ")");
 }
 
+std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile) {
+  return plan_name + "_" + std::to_string(tile.bm) + "x" + std::to_string(tile.bn);
+}
+
 std::string to_string(const MatmulTile& tile) {
   return std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(tile.bk) +
          ", " + std::to_string(tile.warps_m) + "x" + std::to_string(tile.warps_n) + " warps, " +
          std::to_string(tile.stages) + (tile.stages == 1 ? " stage" : " stages");
+}
+
+std::optional<MatmulTile> parse_tile(const std::string& text) {
+  MatmulTile t;
+  char word[8] = {};
+  int used = 0;
+  if (std::sscanf(text.c_str(), "%dx%dx%d, %dx%d warps, %d %7[a-z]%n", &t.bm, &t.bn, &t.bk,
+                  &t.warps_m, &t.warps_n, &t.stages, word, &used) != 7 ||
+      static_cast<size_t>(used) != text.size() || to_string(t) != text)
+    return std::nullopt;
+  return t;
 }
 
 }  // namespace kiln::compiler

@@ -1,10 +1,13 @@
-// Where plan_kernels gets each matmul kernel's tile: a schedule provider. Today's analytic
-// heuristic by default; a test forces any legal tile; tuned records from the cache later.
+// Where plan_kernels gets each matmul kernel's tile: a schedule provider. The analytic heuristic
+// by default; tiles chosen per problem (tuning records, `kiln tune`'s candidates); a test forces
+// any legal tile.
 #pragma once
 
 #include "compiler/tile.h"
 #include "support/expected.h"
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,14 @@ public:
   // Where its tiles come from, as kernel reports name it: "model" (the analytic heuristic, the
   // same on every machine), "fixed" (one tile for every kernel).
   virtual std::string source() const = 0;
+  // Where the tile of `shape` on `sm` comes from; source() unless a provider chooses per problem.
+  virtual std::string source_for(const MatmulShape& shape, int sm) const {
+    (void)shape, (void)sm;
+    return source();
+  }
+  // What a compile's key must hold for this provider's choices: "" for the heuristic (the key
+  // names no schedule), else a digest of the tiles it chooses.
+  virtual std::string key() const { return ""; }
 };
 
 // choose_tile(): what every compile uses unless a caller provides otherwise.
@@ -35,6 +46,41 @@ private:
   MatmulTile m_tile;
 };
 
+// A matmul problem as tuning records name it: every field of `shape` that a tile's legality or
+// speed depends on, e.g. "matmul batch=1 m=4096 n=4096 k=4096 a=k-major lda=4096 b=n-major
+// ldb=4096 a_batch=0 b_batch=0 elem=2 path=bf16 vec=11". The arch is not in it.
+std::string problem_signature(const MatmulShape& shape);
+
+// A tile chosen for one problem, and where the choice came from ("tuned on NVIDIA H200 (132 SMs)
+// 2026-11-26", "candidate").
+struct ChosenTile {
+  MatmulTile tile;
+  std::string source;
+};
+
+// Tiles chosen per problem signature; every other problem gets the heuristic's. Its key() is a
+// digest of the chosen tiles (not of where they came from), so two devices that chose alike
+// share binaries.
+class ChosenSchedule final : public ScheduleProvider {
+public:
+  explicit ChosenSchedule(std::map<std::string, ChosenTile> chosen);
+  MatmulTile matmul_tile(const MatmulShape& shape, int sm) const override;
+  std::string source() const override { return "model"; }
+  std::string source_for(const MatmulShape& shape, int sm) const override;
+  std::string key() const override { return m_key; }
+  const std::map<std::string, ChosenTile>& chosen() const { return m_chosen; }
+
+  // Where the tile of each kernel (by its CUDA name, cuda_kernel_name) came from, for kernels
+  // whose entry another provider compiled: binaries are shared by the tiles' digest, so a hit's
+  // artifact may name another device's record or a tuner's candidate, and callers report these
+  // instead. Filled by whoever planned the graph (runtime::tuned_schedule).
+  std::map<std::string, std::string> kernel_sources;
+
+private:
+  std::map<std::string, ChosenTile> m_chosen;
+  std::string m_key;
+};
+
 // Every tile the matmul emitters can run for `shape` on `sm`: the block shapes of their warp
 // layouts (mma.sync: 128x256 of 2x4 warps, 256x128 of 4x2 and 128x128 of 2x2, each warp 64x64;
 // 128x128 of 2x4, 64x64 of 2x2, 32x64 of 1x4; each with 64 bytes of K per stage, and 128 where
@@ -46,7 +92,13 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm);
 // Fails, saying why, when `tile` is not one of candidate_tiles(shape, sm).
 Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm);
 
+// A CUDA matmul kernel's name: its plan's name and its block tile ("k0_matmul_bf16_128x256").
+std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile);
+
 // "128x128x16, 2x4 warps, 3 stages".
 std::string to_string(const MatmulTile& tile);
+// The tile to_string() wrote; nullopt for any other text.
+std::optional<MatmulTile> parse_tile(const std::string& text);
+bool same_tile(const MatmulTile& a, const MatmulTile& b);
 
 }  // namespace kiln::compiler

@@ -1,6 +1,8 @@
 // Compile through the cache: key fields, lookup, single-flight compile, artifact <-> payloads.
 #include "runtime/compile_service.h"
 
+#include "compiler/schedule.h"
+
 #include "compiler/compiler.h"
 #include "compiler/cpu/compile.h"
 #include "compiler/nvrtc.h"
@@ -198,8 +200,32 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry) {
   return artifact;
 }
 
+namespace {
+
+// A schedule that chose tiles per problem names where each came from: binaries are shared by the
+// tiles' digest, so an entry compiled for another device's record (or a tuner's candidate) says so
+// in its artifact; the report says what this compile chose.
+void report_chosen_sources(const compiler::CompileOptions& options, compiler::Artifact& artifact) {
+  auto* chosen = dynamic_cast<const compiler::ChosenSchedule*>(options.schedule.get());
+  if (!chosen) return;
+  for (compiler::KernelArtifact& k : artifact.kernels) {
+    auto it = chosen->kernel_sources.find(k.name);
+    if (it != chosen->kernel_sources.end()) k.schedule = it->second;
+  }
+}
+
+}  // namespace
+
 Expected<CompileResult> compile_prepared(const ir::Graph& graph, const CacheRequest& request,
                                          cache::Cache* cache) {
+  auto result = compile_prepared_as_stored(graph, request, cache);
+  if (result) report_chosen_sources(request.checked.options, result->artifact);
+  return result;
+}
+
+Expected<CompileResult> compile_prepared_as_stored(const ir::Graph& graph,
+                                                   const CacheRequest& request,
+                                                   cache::Cache* cache) {
   const compiler::CompileOptions& options = request.checked.options;
   auto start = std::chrono::steady_clock::now();
   CompileResult result;

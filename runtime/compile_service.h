@@ -51,8 +51,15 @@ Expected<CacheRequest> prepare_compile(const ir::Graph& graph, compiler::Compile
 // Looks the request up in `cache` (nullptr or a disabled cache: compile without caching) and
 // compiles on a miss, once across processes. Errors are failures of the work: NVRTC missing or
 // a kernel that does not compile (the error carries NVRTC's log).
+// Kernel reports say where each kernel's tile came from for this compile: with a schedule that
+// chose tiles per problem, what it chose (an entry shared by the tiles' digest may have been
+// compiled for another device's record).
 Expected<CompileResult> compile_prepared(const ir::Graph& graph, const CacheRequest& request,
                                          cache::Cache* cache);
+// The same, with the artifact's reports as the entry holds them.
+Expected<CompileResult> compile_prepared_as_stored(const ir::Graph& graph,
+                                                   const CacheRequest& request,
+                                                   cache::Cache* cache);
 
 // prepare_compile() then compile_prepared().
 Expected<CompileResult> compile_graph(const ir::Graph& graph,

@@ -73,6 +73,14 @@ Expected<const DriverApi*> load_once() {
       {"cuThreadExchangeStreamCaptureMode",
        resolve(library, "cuThreadExchangeStreamCaptureMode", api.thread_exchange_capture_mode)},
       {"cuGetErrorString", resolve(library, "cuGetErrorString", api.get_error_string)},
+      {"cuDeviceGetName", resolve(library, "cuDeviceGetName", api.device_get_name)},
+      {"cuEventCreate", resolve(library, "cuEventCreate", api.event_create)},
+      {"cuEventRecord", resolve(library, "cuEventRecord", api.event_record)},
+      {"cuEventSynchronize", resolve(library, "cuEventSynchronize", api.event_synchronize)},
+      {"cuEventElapsedTime",
+       resolve(library, "cuEventElapsedTime_v2", api.event_elapsed_time) ||
+           resolve(library, "cuEventElapsedTime", api.event_elapsed_time)},
+      {"cuEventDestroy_v2", resolve(library, "cuEventDestroy_v2", api.event_destroy)},
   };
   for (const Entry& e : entries) {
     if (!e.ok) return make_error("cuda driver: ", path, " lacks ", e.name);
@@ -126,6 +134,23 @@ Expected<int> device_sm(int device) {
     return driver_error(**api, "cuDeviceGetAttribute", r);
   }
   return major * 10 + minor;
+}
+
+Expected<DeviceIdentity> device_identity(int device) {
+  auto sm = device_sm(device);
+  if (!sm) return sm.error();
+  const DriverApi& api = **load_driver();
+  CuDevice handle = 0;
+  if (auto r = api.device_get(&handle, device); r != 0) return driver_error(api, "cuDeviceGet", r);
+  DeviceIdentity id;
+  id.sm = *sm;
+  char name[256] = {};
+  if (auto r = api.device_get_name(name, sizeof name - 1, handle); r != 0)
+    return driver_error(api, "cuDeviceGetName", r);
+  id.name = name;
+  if (auto r = api.device_get_attribute(&id.sm_count, k_attr_sm_count, handle); r != 0)
+    return driver_error(api, "cuDeviceGetAttribute", r);
+  return id;
 }
 
 std::string version_text(int version) {

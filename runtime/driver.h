@@ -22,6 +22,8 @@ using CuFunction = CuFunctionSt*;
 using CuStream = CuStreamSt*;
 struct CuMemPoolSt;
 using CuMemPool = CuMemPoolSt*;
+struct CuEventSt;
+using CuEvent = CuEventSt*;
 
 // CUmemPoolProps (cuda.h, unchanged in size since CUDA 11.2): a pinned device pool, no export.
 struct CuMemPoolProps {
@@ -70,12 +72,20 @@ struct DriverApi {
   CuResult (*stream_is_capturing)(CuStream, int*);
   CuResult (*thread_exchange_capture_mode)(int*);
   CuResult (*get_error_string)(CuResult, const char**);
+  // Device identity and timing (the tuner's).
+  CuResult (*device_get_name)(char*, int, CuDevice);
+  CuResult (*event_create)(CuEvent*, unsigned);
+  CuResult (*event_record)(CuEvent, CuStream);
+  CuResult (*event_synchronize)(CuEvent);
+  CuResult (*event_elapsed_time)(float*, CuEvent, CuEvent);  // _v2 where exported
+  CuResult (*event_destroy)(CuEvent);
   int version = 0;  // cuDriverGetVersion: 1000 * major + 10 * minor
 };
 
 // Driver attribute numbers used by kiln (values from the CUDA driver API).
 inline constexpr int k_attr_cc_major = 75;
 inline constexpr int k_attr_cc_minor = 76;
+inline constexpr int k_attr_sm_count = 16;        // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 inline constexpr int k_attr_memory_pools = 115;  // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
 inline constexpr int k_func_attr_max_dynamic_smem = 8;
 inline constexpr int k_pool_attr_release_threshold = 4;  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
@@ -100,6 +110,17 @@ Error driver_error(const DriverApi& api, const char* what, CuResult code);
 // The compute capability of `device` as sm_XX (e.g. 90), through the driver; fails without a
 // driver or device, saying which.
 Expected<int> device_sm(int device);
+
+// A device as tuning records name it: its name, compute capability and multiprocessor count.
+struct DeviceIdentity {
+  std::string name;  // "NVIDIA H200"
+  int sm = 0;        // 90
+  int sm_count = 0;  // 132
+  // "NVIDIA H200 (132 SMs)"
+  std::string text() const { return name + " (" + std::to_string(sm_count) + " SMs)"; }
+};
+// Fails without a driver or device, saying which.
+Expected<DeviceIdentity> device_identity(int device);
 
 // "12.2" for 12020.
 std::string version_text(int version);

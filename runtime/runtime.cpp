@@ -16,6 +16,8 @@
 #include "ir/hash.h"
 #include "runtime/executable_impl.h"
 #include "runtime/symbolic_executable.h"
+#include "runtime/tuning.h"
+#include "compiler/nvrtc.h"
 
 #include <cstdio>
 #include <mutex>
@@ -49,6 +51,71 @@ Expected<std::shared_ptr<Executable>> make_for_target(const ir::Graph& graph,
   return make_error("unknown target");
 }
 
+// The tuning records a runtime compiles with (RuntimeOptions::autotune), shared with its symbolic
+// graphs' executables: read from the cache once, on the first CUDA compile.
+class TuningState {
+public:
+  TuningState(Autotune mode, int device, std::shared_ptr<cache::Cache> cache,
+              std::function<void(LogLevel, std::string_view)> log)
+      : m_mode(mode), m_device(device), m_cache(std::move(cache)), m_log(std::move(log)) {}
+
+  // `options` with the schedule this device's records give `graph` (unchanged without records).
+  void apply(const ir::Graph& graph, compiler::CompileOptions& options) {
+    if (m_mode == Autotune::off || !m_cache || options.target.on_host()) return;
+    std::lock_guard lock(m_mutex);
+    if (!m_read) {
+      m_read = true;
+      auto identity = runtime::device_identity(m_device);
+      auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
+      if (!identity || !nvrtc || identity->sm != options.target.sm) return;
+      m_identity = *identity;
+      m_nvrtc = *nvrtc;
+      m_tiles = runtime::tuned_tiles(*m_cache, m_identity, m_nvrtc);
+    }
+    if (m_identity.sm != options.target.sm) return;
+    auto warn = [this](const std::string& message) { m_log(LogLevel::warning, message); };
+    if (m_mode == Autotune::on) tune_missing(graph, options, warn);
+    auto schedule = runtime::tuned_schedule(graph, options, *m_cache, m_tiles, warn);
+    if (!schedule) {
+      warn("tuning records not used: " + schedule.error().message);
+      return;
+    }
+    options.schedule = *schedule;
+  }
+
+private:
+  // Autotune::on: tunes the problems of `graph` that have no record, then reads the records again.
+  void tune_missing(const ir::Graph& graph, const compiler::CompileOptions& options,
+                    const std::function<void(const std::string&)>& warn) {
+    auto problems = runtime::matmul_problems(graph, options);
+    if (!problems) return;  // the compile reports it
+    runtime::TuneOptions tune;
+    tune.device = m_device;
+    for (const runtime::MatmulProblem& p : *problems) {
+      std::string signature = compiler::problem_signature(p.shape);
+      if (!m_tiles.keys.count(signature)) tune.only.push_back(signature);
+    }
+    if (tune.only.empty()) return;
+    m_log(LogLevel::info, "autotune: timing the tiles of " + std::to_string(tune.only.size()) +
+                              " matmul problem(s) on " + m_identity.text());
+    if (auto tuned = runtime::tune_graph(graph, options, m_cache.get(), tune); !tuned) {
+      warn("autotune: " + tuned.error().message + "; compiling with the model's tiles");
+      return;
+    }
+    m_tiles = runtime::tuned_tiles(*m_cache, m_identity, m_nvrtc);
+  }
+
+  Autotune m_mode;
+  int m_device;
+  std::shared_ptr<cache::Cache> m_cache;
+  std::function<void(LogLevel, std::string_view)> m_log;
+  std::mutex m_mutex;
+  bool m_read = false;
+  runtime::DeviceIdentity m_identity;
+  std::string m_nvrtc;
+  runtime::TunedTiles m_tiles;
+};
+
 class RuntimeImpl final : public Runtime {
 public:
   // `target`: resolved (a CUDA arch, or the CPU target with its LLVM CPU and features).
@@ -78,6 +145,8 @@ public:
       };
       m_cache = cache::Cache::open(std::move(cache_options));
     }
+    m_tuning = std::make_shared<TuningState>(m_options.autotune, m_options.device, m_cache,
+                                             m_options.log);
   }
 
   const std::string& arch() const override { return m_arch; }
@@ -109,7 +178,8 @@ public:
 
 private:
   Expected<std::shared_ptr<Executable>> compile_bucket(const ir::Graph& graph,
-                                                       const compiler::CompileOptions& options) {
+                                                       compiler::CompileOptions options) {
+    m_tuning->apply(graph, options);
     auto result = runtime::compile_graph(graph, options, m_cache.get());
     if (!result) return result.error();
     log_precision_once(result->artifact);
@@ -128,13 +198,15 @@ private:
     auto checked = compiler::check_request(graph, first);
     if (!checked) return checked.error();
     auto cache = m_cache;
+    auto tuning = m_tuning;
     int device = m_options.device;
     emulation::Schedule schedule = m_schedule;
-    runtime::CompileBucket compile = [graph, options, cache, device, schedule](
+    runtime::CompileBucket compile = [graph, options, cache, tuning, device, schedule](
                                          const std::vector<compiler::DimRange>& bucket)
         -> Expected<std::shared_ptr<Executable>> {
       compiler::CompileOptions o = options;
       o.bucket = bucket;
+      tuning->apply(graph, o);
       auto result = runtime::compile_graph(graph, o, cache.get());
       if (!result) return result.error();
       return make_for_target(graph, o.target, std::move(*result), device, schedule);
@@ -167,6 +239,7 @@ private:
   emulation::Schedule m_schedule;  // the emulate target's
   std::string m_arch;
   std::shared_ptr<cache::Cache> m_cache;  // shared with symbolic graphs' executables
+  std::shared_ptr<TuningState> m_tuning;  // likewise
   std::once_flag m_logged;
 };
 

@@ -17,6 +17,7 @@ namespace kiln::tools {
 inline constexpr int k_exit_ok = 0;       // the work succeeded
 inline constexpr int k_exit_failure = 1;  // the work failed (a compile error, a bad cache entry)
 inline constexpr int k_exit_usage = 2;    // bad usage or bad input
+inline constexpr int k_exit_no_gpu = 3;   // work that needs a GPU, on a machine without one
 
 // Each command file adds its subcommands to `app`; a subcommand's callback stores its exit code
 // in `exit_code`.
@@ -24,7 +25,7 @@ void register_fmt_commands(CLI::App& app, int& exit_code);  // fmt, hash
 void register_audit_commands(CLI::App& app, int& exit_code);  // audit
 void register_run_commands(CLI::App& app, int& exit_code);  // run
 void register_cache_commands(CLI::App& app, int& exit_code);  // stats ls show prune clear ...
-void register_compile_commands(CLI::App& app, int& exit_code);  // emit compile
+void register_compile_commands(CLI::App& app, int& exit_code);  // emit compile why tune
 // completion; registered last, it describes every command registered before it.
 void register_completion_command(CLI::App& app, int& exit_code);
 

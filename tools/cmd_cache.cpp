@@ -181,6 +181,12 @@ int run_ls(const CacheArgs& args) {
     for (size_t i = 0; i < entries->size(); ++i) {
       std::string dims = (*entries)[i].field("dims");
       if (!dims.empty()) list[i]["dims"] = dims;
+      // A tuning record (kiln tune): its problem and device.
+      std::string tuning = (*entries)[i].field("tuning");
+      if (!tuning.empty()) {
+        list[i]["tuning"] = tuning;
+        list[i]["device"] = (*entries)[i].field("device");
+      }
     }
     std::printf("%s\n", dump(json{{"entries", list}}).c_str());
     return k_exit_ok;
@@ -195,8 +201,10 @@ int run_ls(const CacheArgs& args) {
         dims += (i ? ",dim" : "dim") + std::to_string(i) + "=" + std::to_string((*bucket)[i].lo) +
                 ".." + std::to_string((*bucket)[i].hi);
     }
+    // A tuning record has no graph: "(tuning)" stands in its column.
+    bool tuning = !e.field("tuning").empty();
     std::printf("%-32s  %-12.12s  %-7s  %-9s  %10s  %10lld  %6lld  %-24s  %s\n", e.key.c_str(),
-                e.field("graph_hash").c_str(), entry_target(e).c_str(),
+                tuning ? "(tuning)" : e.field("graph_hash").c_str(), entry_target(e).c_str(),
                 e.field("precision").c_str(), cache::format_size(e.stored_bytes).c_str(),
                 static_cast<long long>(e.compile_ms), static_cast<long long>(e.hits),
                 iso_time(e.last_used_ms).c_str(), dims.empty() ? "-" : dims.c_str());

@@ -1,16 +1,18 @@
-// `kiln emit` (CUDA source or PTX), `kiln compile` (through the cache, kernel reports) and
-// `kiln why` (why a compile would miss).
+// `kiln emit` (CUDA source or PTX), `kiln compile` (through the cache, kernel reports),
+// `kiln why` (why a compile would miss) and `kiln tune` (matmul tiles timed on the GPU).
 #include "tools/cli.h"
 
 #include "cache/cache.h"
 #include "compiler/compiler.h"
 #include "compiler/cpu/compile.h"
 #include "compiler/key.h"
+#include "compiler/nvrtc.h"
 #include "compiler/sizes.h"
 #include "compiler/target.h"
 #include "ir/parse.h"
 #include "runtime/compile_service.h"
 #include "runtime/driver.h"
+#include "runtime/tuning.h"
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +45,7 @@ struct CompileArgs {
   std::string target = "cuda";  // --target cuda|cpu|cpu:NAME
   bool llvm = false;            // emit --llvm: the CPU target's LLVM IR
   bool yes = false;             // compile --yes: start more than k_compiles_without_yes
+  int repeats = 7;              // tune --repeats
 };
 
 // Above this many compiles (each file's --dims buckets, summed), `compile` wants --yes before it
@@ -366,6 +369,29 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
   return k_exit_ok;
 }
 
+// As the runtime does (RuntimeOptions::autotune `cached`): where GPU 0 is of the target's arch,
+// the tiles its tuning records in `cache` name, so that entries compiled here are the ones the
+// runtime looks up. Without a GPU, or without records, `options` stay as they are.
+void apply_tuning_records(const std::string& file, compiler::CompileOptions& options,
+                          cache::Cache* cache) {
+  if (!cache || !cache->enabled() || options.target.on_host()) return;
+  static std::optional<std::pair<runtime::DeviceIdentity, runtime::TunedTiles>> tiles;
+  static bool read = false;
+  if (!read) {
+    read = true;
+    auto identity = runtime::device_identity(0);
+    auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
+    if (identity && nvrtc)
+      tiles.emplace(*identity, runtime::tuned_tiles(*cache, *identity, *nvrtc));
+  }
+  if (!tiles || tiles->first.sm != options.target.sm || tiles->second.empty()) return;
+  auto graph = read_graph(file);
+  if (!graph) return;  // the compile reports it
+  auto schedule = runtime::tuned_schedule(*graph, options, *cache, tiles->second,
+                                          [](const std::string& m) { print_warning("kiln: " + m); });
+  if (schedule) options.schedule = *schedule;
+}
+
 int run_compile(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
@@ -407,6 +433,7 @@ int run_compile(const CompileArgs& args) {
     for (const auto& bucket : buckets) {
       compiler::CompileOptions bucket_options = *options;
       bucket_options.bucket = bucket;
+      apply_tuning_records(file, bucket_options, cache.get());
       int code = compile_one(file, bucket_options, args.json, cache.get());
       if (code == k_exit_usage || (code == k_exit_failure && worst == k_exit_ok)) worst = code;
     }
@@ -440,15 +467,16 @@ int run_why(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
   if (!set_one_bucket(args, "why", *options)) return k_exit_usage;
-  int code = k_exit_ok;
-  auto prepared = prepare(args.files[0], *options, code);
-  if (!prepared) return code;
-  const runtime::CacheRequest* request = &prepared->request;
   cache::Options cache_options;
   cache_options.dir = args.cache_dir;
   cache_options.remote = args.remote;
   cache_options.create = false;  // asking about a cache never makes one
   auto cache = cache::Cache::open(std::move(cache_options));
+  apply_tuning_records(args.files[0], *options, cache.get());
+  int code = k_exit_ok;
+  auto prepared = prepare(args.files[0], *options, code);
+  if (!prepared) return code;
+  const runtime::CacheRequest* request = &prepared->request;
   if (!cache->enabled()) {
     std::string reason = cache->disabled_reason();
     print_error("kiln: " + (reason.rfind(cache::k_no_cache_reason, 0) == 0
@@ -526,6 +554,104 @@ int run_why(const CompileArgs& args) {
 
 }  // namespace
 
+int run_tune(const CompileArgs& args) {
+  if (args.target != "cuda") {
+    print_error("kiln: tune times CUDA kernels; --target " + args.target + " has no tiles to tune");
+    return k_exit_usage;
+  }
+  auto graph = read_graph(args.files[0]);
+  if (!graph) {
+    print_error(graph.error().message);
+    return k_exit_usage;
+  }
+  // Tuning needs the GPU: said before anything else is asked of the machine.
+  auto identity = runtime::device_identity(0);
+  if (!identity) {
+    print_error("kiln: tune times kernels on a GPU, and there is none here (" +
+                identity.error().message + ")");
+    return k_exit_no_gpu;
+  }
+  auto options = options_from(args);
+  if (!options) return k_exit_usage;
+  if (options->target.sm != identity->sm) {
+    print_error("kiln: tune times kernels on this machine's GPU, " + identity->text() + ", which is " +
+                compiler::arch_name(identity->sm) + ": give --arch " +
+                compiler::arch_name(identity->sm) + " (or none), not " +
+                compiler::arch_name(options->target.sm));
+    return k_exit_usage;
+  }
+  if (graph->symbolic() && args.dims.empty()) {
+    // Without --dims, the largest bucket of every dim.
+    for (const ir::Symbol& symbol : graph->symbols())
+      options->bucket.push_back(compiler::bucket_of(symbol.hi, symbol));
+  } else if (!set_one_bucket(args, "tune", *options)) {
+    return k_exit_usage;
+  }
+  if (auto checked = compiler::check_request(*graph, *options); !checked) {
+    print_error("kiln: " + args.files[0] + ": " + checked.error().message);
+    return k_exit_usage;
+  }
+  std::unique_ptr<cache::Cache> cache;
+  if (!args.no_cache) {
+    cache::Options cache_options;
+    cache_options.dir = args.cache_dir;
+    cache_options.remote = args.remote;
+    cache = cache::Cache::open(std::move(cache_options));
+  }
+  runtime::TuneOptions tune;
+  tune.repeats = args.repeats;
+  if (!args.json) tune.progress = [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  auto records = runtime::tune_graph(*graph, *options, cache.get(), tune);
+  if (!records) {
+    print_error("kiln: tune " + args.files[0] + ": " + records.error().message);
+    return k_exit_failure;
+  }
+  bool stored = cache && cache->enabled();
+  if (args.json) {
+    nlohmann::json problems = nlohmann::json::array();
+    for (const runtime::TuningRecord& r : *records) {
+      nlohmann::json j = nlohmann::json::parse(runtime::encode_record(r));
+      if (stored) {
+        auto fields = runtime::tuning_fields(r.signature, *identity,
+                                             *compiler::nvrtc_identity(options->nvrtc_path));
+        j["key"] = cache::make_key(fields);
+      }
+      problems.push_back(std::move(j));
+    }
+    nlohmann::json out = {{"graph", args.files[0]},
+                          {"arch", compiler::arch_name(options->target.sm)},
+                          {"device", identity->text()},
+                          {"stored", stored},
+                          {"problems", std::move(problems)}};
+    std::printf("%s\n", out.dump().c_str());
+    return k_exit_ok;
+  }
+  if (records->empty()) std::printf("%s: no matmul kernel to tune\n", args.files[0].c_str());
+  for (const runtime::TuningRecord& r : *records) {
+    double winner_ms = -1, model_ms = -1;
+    size_t timed = 0;
+    for (const runtime::CandidateTime& c : r.candidates) {
+      if (c.status != "ok") continue;
+      ++timed;
+      if (compiler::same_tile(c.tile, r.winner)) winner_ms = c.median_ms;
+      if (compiler::same_tile(c.tile, r.model)) model_ms = c.median_ms;
+    }
+    std::printf("%s: %zu of %zu candidates timed; tuned %s (%.4f ms), model %s (%.4f ms): "
+                "%.2fx\n",
+                r.kernel.c_str(), timed, r.candidates.size(),
+                compiler::to_string(r.winner).c_str(), winner_ms,
+                compiler::to_string(r.model).c_str(), model_ms,
+                winner_ms > 0 ? model_ms / winner_ms : 0.0);
+  }
+  if (!records->empty())
+    std::printf("%s %s, %s\n",
+                stored ? "tuning records stored for" : "no cache: nothing stored for",
+                identity->text().c_str(), compiler::arch_name(options->target.sm).c_str());
+  return k_exit_ok;
+}
+
 void register_compile_commands(CLI::App& app, int& exit_code) {
   auto emit_args = std::make_shared<CompileArgs>();
   CLI::App* emit = app.add_subcommand("emit", "print the CUDA source (or PTX) of a graph");
@@ -561,6 +687,21 @@ void register_compile_commands(CLI::App& app, int& exit_code) {
   add_remote_option(why, why_args->remote);
   why->add_flag("--json", why_args->json, "print JSON");
   why->callback([why_args, &exit_code] { exit_code = run_why(*why_args); });
+
+  auto tune_args = std::make_shared<CompileArgs>();
+  CLI::App* tune = app.add_subcommand(
+      "tune", "time every legal tile of a graph's matmul kernels on the GPU and store the "
+              "fastest as tuning records (exit 3 without a GPU)");
+  tune->add_option("FILE", tune_args->files, "graph file (.kg) or -")->required()->expected(1);
+  add_target_options(tune, *tune_args);
+  tune->add_option("--repeats", tune_args->repeats, "timed runs per candidate (the median counts)")
+      ->check(CLI::Range(5, 1000))
+      ->capture_default_str();
+  tune->add_flag("--no-cache", tune_args->no_cache, "time and print only: store no record");
+  tune->add_flag("--json", tune_args->json, "print one JSON object");
+  add_cache_dir_option(tune, tune_args->cache_dir, "cache directory");
+  add_remote_option(tune, tune_args->remote);
+  tune->callback([tune_args, &exit_code] { exit_code = run_tune(*tune_args); });
 }
 
 }  // namespace kiln::tools

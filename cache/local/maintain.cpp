@@ -61,6 +61,14 @@ Expected<std::vector<EntryInfo>> Store::list() {
   });
 }
 
+Expected<std::vector<EntryInfo>> Store::list_where(const KeyField& where) {
+  std::lock_guard lock(m_mutex);
+  return recovering([&]() -> Expected<std::vector<EntryInfo>> {
+    if (!m_db) return disabled_error();
+    return list_locked(&where);
+  });
+}
+
 Expected<std::vector<EntryInfo>> Store::list_locked(const KeyField* where) {
   auto txn = Transaction::begin(*m_db, Transaction::Kind::read);
   if (!txn) return txn.error();

@@ -78,6 +78,8 @@ public:
   Expected<Stats> stats();
   Status zero_stats();
   Expected<std::vector<EntryInfo>> list();
+  // The entries holding field `where` (an indexed query; no recorded use is merged first).
+  Expected<std::vector<EntryInfo>> list_where(const KeyField& where);
   Expected<std::vector<std::string>> keys_with_prefix(const std::string& prefix, int limit);
   Expected<std::vector<Nearest>> nearest(const std::vector<KeyField>& request,
                                          const std::string& anchor);

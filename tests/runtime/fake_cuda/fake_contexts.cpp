@@ -16,6 +16,12 @@ int cuInit(unsigned flags) {
   if (flags != 0) return k_invalid_value;
   if (!s.initialised) {
     s.initialised = true;
+    // A process that configured nothing (a tool run under the fake) takes its kernels' times
+    // from the environment; malformed text is ignored (the default times stay).
+    if (const char* times = std::getenv("KILN_FAKE_CUDA_KERNEL_MS"); times && !s.configured) {
+      Config parsed = s.config;
+      if (parse_kernel_ms(times, parsed)) s.config = parsed;
+    }
     for (size_t d = 0; d < s.config.device_sms.size(); ++d) {
       auto c = std::make_unique<Context>();
       c->device = static_cast<int>(d);
@@ -54,12 +60,22 @@ int cuDeviceGetAttribute(int* value, int attribute, int device) {
   int sm = s.config.device_sms[device];
   switch (attribute) {
     case 1: *value = 1024; return k_success;                          // max threads per block
+    case 16: *value = s.config.sm_count; return k_success;            // multiprocessors
     case 75: *value = sm / 10; return k_success;                      // compute capability major
     case 76: *value = sm % 10; return k_success;                      // minor
     case 97: *value = shared_limit(sm); return k_success;             // shared memory opt-in
     case 115: *value = s.config.memory_pools ? 1 : 0; return k_success;  // memory pools
     default: return k_invalid_value;
   }
+}
+
+int cuDeviceGetName(char* name, int length, int device) {
+  FAKE_LOCK;
+  if (!name || length <= 0) return k_invalid_value;
+  if (!valid_device(s, device)) return k_invalid_device;
+  std::string text = s.config.device_name.substr(0, static_cast<size_t>(length) - 1);
+  std::memcpy(name, text.c_str(), text.size() + 1);
+  return k_success;
 }
 
 int cuDevicePrimaryCtxRetain(void** context, int device) {

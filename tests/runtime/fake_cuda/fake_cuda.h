@@ -23,6 +23,11 @@
 //   are captured;
 // - stream-ordered frees (cuMemFreeAsync) complete only when their stream or context is
 //   synchronised or the stream destroyed, so memory still in use is never handed out again.
+//
+// Timing: each device has a clock that every launch moves on by its kernel's configured time
+// (Config::kernel_ms, else KILN_FAKE_CUDA_KERNEL_MS when the process configured nothing), and an
+// event records the clock of the moment it is recorded; cuEventElapsedTime fails on an event not
+// recorded (CUDA_ERROR_INVALID_HANDLE), as the driver's does.
 #pragma once
 
 #include <cstddef>
@@ -64,7 +69,18 @@ struct Config {
   int driver_version = 13000;       // what cuDriverGetVersion says
   bool memory_pools = true;         // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
   bool reset_keeps_id = false;      // a primary context reset keeps its id (modules still die)
+  std::string device_name = "Fake CUDA Device";  // cuDeviceGetName, every device
+  int sm_count = 132;                              // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  // A launch's time in milliseconds: the first entry whose text the kernel's name contains, else
+  // default_kernel_ms. KILN_FAKE_CUDA_KERNEL_MS="TEXT=MS,TEXT=MS,*=MS" sets both ("*": the
+  // default) in a process that did not call configure().
+  std::vector<std::pair<std::string, double>> kernel_ms;
+  double default_kernel_ms = 0.01;
 };
+
+// The configuration KILN_FAKE_CUDA_KERNEL_MS describes (only kernel_ms and default_kernel_ms set);
+// nullopt-like: false when its text is malformed.
+bool parse_kernel_ms(const std::string& text, Config& config);
 
 // Sets the fake up; call before the first driver call. Returns false when the driver was already
 // initialised with another configuration (a test that needs its own process).

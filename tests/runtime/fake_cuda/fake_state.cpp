@@ -171,9 +171,34 @@ int pointer_fault(State& s, uint64_t value, const Context* c) {
   return value % 16 ? k_misaligned_address : k_success;
 }
 
+double kernel_time_ms(const Config& config, const std::string& kernel) {
+  for (const auto& [text, ms] : config.kernel_ms)
+    if (kernel.find(text) != std::string::npos) return ms;
+  return config.default_kernel_ms;
+}
+
 }  // namespace detail
 
 using namespace detail;
+
+bool parse_kernel_ms(const std::string& text, Config& config) {
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(at, end - at);
+    size_t eq = item.rfind('=');
+    if (eq == std::string::npos || eq == 0) return false;
+    char* stop = nullptr;
+    double ms = std::strtod(item.c_str() + eq + 1, &stop);
+    if (stop == item.c_str() + eq + 1 || *stop || !(ms >= 0)) return false;
+    std::string name = item.substr(0, eq);
+    if (name == "*") config.default_kernel_ms = ms;
+    else config.kernel_ms.emplace_back(name, ms);
+    at = end + 1;
+  }
+  return true;
+}
 
 bool configure(const Config& config) {
   State& s = state();
@@ -182,7 +207,10 @@ bool configure(const Config& config) {
     return s.config.device_sms == config.device_sms &&
            s.config.driver_version == config.driver_version &&
            s.config.memory_pools == config.memory_pools &&
-           s.config.reset_keeps_id == config.reset_keeps_id;
+           s.config.reset_keeps_id == config.reset_keeps_id &&
+           s.config.device_name == config.device_name && s.config.sm_count == config.sm_count &&
+           s.config.kernel_ms == config.kernel_ms &&
+           s.config.default_kernel_ms == config.default_kernel_ms;
   }
   s.config = config;
   s.configured = true;

@@ -87,6 +87,14 @@ struct Allocation {
   Stream* pending_free = nullptr;  // freed stream-ordered, not yet synchronised
 };
 
+struct Event {
+  Context* context = nullptr;
+  uint64_t generation = 0;
+  bool alive = true;
+  bool recorded = false;
+  double at_ms = 0;  // the device clock when recorded
+};
+
 struct State {
   std::mutex mutex;
   Config config;
@@ -100,7 +108,12 @@ struct State {
   std::map<uintptr_t, Allocation> allocations;
   std::vector<Launch> launches;
   std::vector<std::string> events;
+  std::vector<std::unique_ptr<Event>> timers;  // cuEvent objects
+  std::map<int, double> clock_ms;              // per device: the launches' configured times
 };
+
+// The configured time of a launch of `kernel` (milliseconds).
+double kernel_time_ms(const Config& config, const std::string& kernel);
 
 extern thread_local std::vector<Context*> t_stack;
 extern thread_local int t_capture_mode;  // cuThreadExchangeStreamCaptureMode

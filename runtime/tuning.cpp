@@ -1,0 +1,509 @@
+// Tuning records and the tuner (runtime/tuning.h).
+#include "runtime/tuning.h"
+
+#include "cache/key.h"
+#include "compiler/compiler.h"
+#include "compiler/key.h"
+#include "compiler/nvrtc.h"
+#include "compiler/request.h"
+#include "compiler/sizes.h"
+#include "compiler/target.h"
+#include "reference/tensor.h"
+#include "runtime/compile_service.h"
+#include "runtime/context.h"
+#include "runtime/executable_impl.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace kiln::runtime {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr double k_max_candidate_rel_l2 = 1e-6;
+
+json tile_json(const compiler::MatmulTile& t) { return compiler::to_string(t); }
+
+Expected<compiler::MatmulTile> tile_from(const json& j, const char* what) {
+  if (!j.is_string()) return make_error("tuning record: ", what, " is not a tile");
+  auto tile = compiler::parse_tile(j.get<std::string>());
+  if (!tile) return make_error("tuning record: ", what, " '", j.get<std::string>(),
+                               "' is not a tile");
+  return *tile;
+}
+
+std::string today_utc() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[16];
+  std::strftime(text, sizeof text, "%Y-%m-%d", &tm);
+  return text;
+}
+
+std::string format_ms(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4f", ms);
+  return text;
+}
+
+// Relative L2 difference of two outputs in device layout.
+double rel_l2(const ir::TensorType& type, const std::vector<unsigned char>& got,
+              const std::vector<unsigned char>& want) {
+  reference::Tensor a = reference::load_device_bytes(type, got.data());
+  reference::Tensor b = reference::load_device_bytes(type, want.data());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.values.size(); ++i) {
+    double d = a.values[i] - b.values[i];
+    num += d * d;
+    den += b.values[i] * b.values[i];
+  }
+  if (std::isnan(num)) return num;
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// CUDA events around runs on the legacy stream of the device's primary context.
+class EventTimer {
+public:
+  static Expected<EventTimer> create(const DriverApi& api, int device) {
+    auto scope = ScopedContext::for_device(api, device, nullptr);
+    if (!scope) return scope.error();
+    EventTimer t(api, device);
+    if (auto r = api.event_create(&t.m_start, 0); r != 0) return driver_error(api, "cuEventCreate", r);
+    if (auto r = api.event_create(&t.m_end, 0); r != 0) return driver_error(api, "cuEventCreate", r);
+    return t;
+  }
+  EventTimer(EventTimer&& o) noexcept : m_api(o.m_api), m_device(o.m_device), m_start(o.m_start),
+                                        m_end(o.m_end) {
+    o.m_start = o.m_end = nullptr;
+  }
+  EventTimer& operator=(EventTimer&&) = delete;
+  ~EventTimer() {
+    if (!m_start && !m_end) return;
+    auto scope = ScopedContext::for_device(*m_api, m_device, nullptr);
+    if (!scope) return;
+    if (m_start) m_api->event_destroy(m_start);
+    if (m_end) m_api->event_destroy(m_end);
+  }
+  // Milliseconds `run` takes on the device.
+  Expected<double> time(const std::function<Status()>& run) {
+    {
+      auto scope = ScopedContext::for_device(*m_api, m_device, nullptr);
+      if (!scope) return scope.error();
+      if (auto r = m_api->event_record(m_start, nullptr); r != 0)
+        return driver_error(*m_api, "cuEventRecord", r);
+    }
+    if (Status s = run(); !s) return s.error();
+    auto scope = ScopedContext::for_device(*m_api, m_device, nullptr);
+    if (!scope) return scope.error();
+    if (auto r = m_api->event_record(m_end, nullptr); r != 0)
+      return driver_error(*m_api, "cuEventRecord", r);
+    if (auto r = m_api->event_synchronize(m_end); r != 0)
+      return driver_error(*m_api, "cuEventSynchronize", r);
+    float ms = 0;
+    if (auto r = m_api->event_elapsed_time(&ms, m_start, m_end); r != 0)
+      return driver_error(*m_api, "cuEventElapsedTime", r);
+    return static_cast<double>(ms);
+  }
+
+private:
+  EventTimer(const DriverApi& api, int device) : m_api(&api), m_device(device) {}
+  const DriverApi* m_api;
+  int m_device;
+  CuEvent m_start = nullptr, m_end = nullptr;
+};
+
+// The graph's inputs and outputs on the device, at the sizes `graph` (bound) has.
+struct Buffers {
+  std::vector<DeviceBuffer> memory;
+  std::vector<TensorRef> inputs, outputs;
+  std::vector<ir::TensorType> output_types;
+};
+
+Expected<Buffers> make_buffers(const ir::Graph& bound, int device) {
+  Buffers b;
+  std::vector<reference::Tensor> values = reference::random_inputs(bound, 20261126);
+  auto add = [&](const ir::TensorType& type, const reference::Tensor* value,
+                 std::vector<TensorRef>& refs) -> Status {
+    size_t bytes = std::max<size_t>(type.bytes(), 1);
+    auto buffer = DeviceBuffer::allocate(bytes, device);
+    if (!buffer) return buffer.error();
+    if (value) {
+      std::vector<unsigned char> host(bytes);
+      reference::store_device_bytes(*value, host.data());
+      if (Status s = buffer->upload(host.data(), host.size()); !s) return s;
+    }
+    refs.push_back({buffer->data(), type.dtype, type.shape.dims()});
+    b.memory.push_back(std::move(*buffer));
+    return Status::success();
+  };
+  for (size_t i = 0; i < bound.inputs().size(); ++i)
+    if (Status s = add(bound.node(bound.inputs()[i]).type, &values[i], b.inputs); !s)
+      return s.error();
+  for (ir::NodeId id : bound.outputs()) {
+    const ir::TensorType& type = bound.node(id).type;
+    if (Status s = add(type, nullptr, b.outputs); !s) return s.error();
+    b.output_types.push_back(type);
+  }
+  return b;
+}
+
+Expected<std::vector<std::vector<unsigned char>>> download(const Buffers& b) {
+  std::vector<std::vector<unsigned char>> out;
+  for (size_t i = 0; i < b.outputs.size(); ++i) {
+    std::vector<unsigned char> host(b.output_types[i].bytes());
+    const DeviceBuffer& buffer = b.memory[b.inputs.size() + i];
+    if (Status s = buffer.download(host.data(), host.size()); !s) return s.error();
+    out.push_back(std::move(host));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string encode_record(const TuningRecord& r) {
+  json candidates = json::array();
+  for (const CandidateTime& c : r.candidates) {
+    json j = {{"tile", tile_json(c.tile)}, {"status", c.status}};
+    if (c.median_ms >= 0) j["median_ms"] = c.median_ms;
+    candidates.push_back(std::move(j));
+  }
+  json j = {{"signature", r.signature}, {"kernel", r.kernel},   {"arch", r.arch},
+            {"device", r.device},       {"date", r.date},       {"repeats", r.repeats},
+            {"winner", tile_json(r.winner)}, {"model", tile_json(r.model)},
+            {"candidates", std::move(candidates)}};
+  return j.dump();
+}
+
+Expected<TuningRecord> decode_record(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return make_error("tuning record: not a JSON object");
+  TuningRecord r;
+  for (auto [name, out] : {std::pair{"signature", &r.signature}, {"kernel", &r.kernel},
+                           {"arch", &r.arch}, {"device", &r.device}, {"date", &r.date}}) {
+    if (!j.contains(name) || !j[name].is_string())
+      return make_error("tuning record: '", name, "' is missing or not a string");
+    *out = j[name].get<std::string>();
+  }
+  if (!j.contains("repeats") || !j["repeats"].is_number_integer())
+    return make_error("tuning record: 'repeats' is missing or not an integer");
+  r.repeats = j["repeats"].get<int>();
+  auto winner = tile_from(j.value("winner", json()), "winner");
+  if (!winner) return winner.error();
+  r.winner = *winner;
+  auto model = tile_from(j.value("model", json()), "model");
+  if (!model) return model.error();
+  r.model = *model;
+  if (!j.contains("candidates") || !j["candidates"].is_array())
+    return make_error("tuning record: 'candidates' is missing or not a list");
+  for (const json& c : j["candidates"]) {
+    if (!c.is_object()) return make_error("tuning record: a candidate is not an object");
+    auto tile = tile_from(c.value("tile", json()), "a candidate's tile");
+    if (!tile) return tile.error();
+    CandidateTime t;
+    t.tile = *tile;
+    if (!c.contains("status") || !c["status"].is_string())
+      return make_error("tuning record: a candidate's status is missing");
+    t.status = c["status"].get<std::string>();
+    if (c.contains("median_ms")) {
+      if (!c["median_ms"].is_number()) return make_error("tuning record: a median is not a number");
+      t.median_ms = c["median_ms"].get<double>();
+    }
+    r.candidates.push_back(std::move(t));
+  }
+  return r;
+}
+
+std::vector<cache::KeyField> tuning_fields(const std::string& signature,
+                                           const DeviceIdentity& device,
+                                           const std::string& nvrtc_version) {
+  std::vector<cache::KeyField> fields = {
+      {"tuning", signature},
+      {"arch", compiler::arch_name(device.sm)},
+      {"device", device.text()},
+      {"nvrtc_version", nvrtc_version},
+      {"codegen_version", std::string(compiler::codegen_version())},
+  };
+  cache::sort_fields(fields);
+  return fields;
+}
+
+Expected<std::vector<MatmulProblem>> matmul_problems(const ir::Graph& graph,
+                                                     const compiler::CompileOptions& options) {
+  auto request = compiler::check_request(graph, options);
+  if (!request) return request.error();
+  auto planned = compiler::plan_program(graph, *request);
+  if (!planned) return planned.error();
+  std::vector<MatmulProblem> out;
+  std::set<std::string> seen;
+  for (const compiler::KernelPlan& k : planned->plan.kernels) {
+    if (k.group.kind != compiler::GroupKind::matmul) continue;
+    if (seen.insert(compiler::problem_signature(k.shape)).second) out.push_back({k.name, k.shape});
+  }
+  return out;
+}
+
+TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device,
+                       const std::string& nvrtc_version) {
+  TunedTiles tiles;
+  auto entries = cache.list_where({"device", device.text()});
+  if (!entries) return tiles;
+  std::string arch = compiler::arch_name(device.sm);
+  std::string codegen(compiler::codegen_version());
+  for (const cache::EntryInfo& e : *entries) {
+    if (e.field("arch") != arch || e.field("nvrtc_version") != nvrtc_version ||
+        e.field("codegen_version") != codegen || e.field("tuning").empty())
+      continue;
+    tiles.keys[e.field("tuning")] = e.key;
+  }
+  return tiles;
+}
+
+Expected<std::shared_ptr<const compiler::ScheduleProvider>> tuned_schedule(
+    const ir::Graph& graph, const compiler::CompileOptions& options, cache::Cache& cache,
+    const TunedTiles& tiles, const std::function<void(const std::string&)>& warn) {
+  std::shared_ptr<const compiler::ScheduleProvider> none;
+  if (tiles.empty() || options.target.on_host()) return none;
+  auto request = compiler::check_request(graph, options);
+  if (!request) return request.error();
+  auto problems = compiler::plan_program(graph, *request);
+  if (!problems) return problems.error();
+  std::map<std::string, compiler::ChosenTile> chosen;
+  std::map<std::string, std::string> names;  // every kernel of a problem with a record
+  std::set<std::string> read;
+  for (const compiler::KernelPlan& k : problems->plan.kernels) {
+    if (k.group.kind != compiler::GroupKind::matmul) continue;
+    MatmulProblem p{k.name, k.shape};
+    std::string signature = compiler::problem_signature(p.shape);
+    auto it = tiles.keys.find(signature);
+    if (it == tiles.keys.end() || !read.insert(signature).second) continue;
+    cache::Lookup found = cache.read(it->second);
+    auto why = [&](const std::string& what) {
+      if (warn) warn("tuning record " + it->second + " (" + signature + ") not used: " + what);
+    };
+    if (!found.hit()) {
+      why(found.failure.empty() ? "not found" : found.failure);
+      continue;
+    }
+    const cache::Payload* payload = found.entry.find_payload(k_payload_tuning);
+    if (!payload) {
+      why("it has no '" + std::string(k_payload_tuning) + "' payload");
+      continue;
+    }
+    auto record = decode_record(payload->bytes);
+    if (!record) {
+      why(record.error().message);
+      continue;
+    }
+    if (record->signature != signature) {
+      why("it names another problem");
+      continue;
+    }
+    if (Status legal = compiler::check_tile(record->winner, p.shape, options.target.sm); !legal) {
+      why(legal.error().message);
+      continue;
+    }
+    chosen[signature] = {record->winner, record->source()};
+  }
+  for (const compiler::KernelPlan& k : problems->plan.kernels) {
+    if (k.group.kind != compiler::GroupKind::matmul) continue;
+    auto it = chosen.find(compiler::problem_signature(k.shape));
+    if (it != chosen.end())
+      names[compiler::cuda_kernel_name(k.name, it->second.tile)] = it->second.source;
+  }
+  if (chosen.empty()) return none;
+  auto schedule = std::make_shared<compiler::ChosenSchedule>(std::move(chosen));
+  schedule->kernel_sources = std::move(names);
+  return std::shared_ptr<const compiler::ScheduleProvider>(std::move(schedule));
+}
+
+Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
+                                               const compiler::CompileOptions& options,
+                                               cache::Cache* cache, const TuneOptions& tune) {
+  if (!!options.target.on_host())
+    return make_error("tuning needs a CUDA target, not ", options.target.name());
+  if (tune.repeats < 5) return make_error("tuning needs at least 5 timed runs per candidate");
+  auto identity = device_identity(tune.device);
+  if (!identity) return identity.error();
+  if (identity->sm != options.target.sm) {
+    return make_error("CUDA device ", std::to_string(tune.device), " (", identity->name, ") is ",
+                      compiler::arch_name(identity->sm), ": tuning for ",
+                      compiler::arch_name(options.target.sm),
+                      " needs a device of that arch (or give --arch ",
+                      compiler::arch_name(identity->sm), ")");
+  }
+  auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
+  if (!nvrtc) return nvrtc.error();
+  const DriverApi& api = **load_driver();
+  auto timer = EventTimer::create(api, tune.device);
+  if (!timer) return timer.error();
+
+  auto problems = matmul_problems(graph, options);
+  if (!problems) return problems.error();
+  // The sizes the tiles are timed at: a symbolic graph's bucket at its upper bounds.
+  std::vector<int64_t> upper;
+  for (const compiler::DimRange& range : options.bucket) upper.push_back(range.hi);
+  auto bound = graph.bind(upper);
+  if (!bound) return bound.error();
+  auto buffers = make_buffers(*bound, tune.device);
+  if (!buffers) return buffers.error();
+  auto say = [&](const std::string& line) {
+    if (tune.progress) tune.progress(line);
+  };
+
+  // Compiles `graph` with `chosen` (nothing: the model's tiles) and times it: its outputs and
+  // median milliseconds.
+  struct Timed {
+    double median_ms = -1;
+    std::vector<std::vector<unsigned char>> outputs;
+  };
+  auto compile_with = [&](std::map<std::string, compiler::ChosenTile> chosen)
+      -> Expected<CompileResult> {
+    compiler::CompileOptions o = options;
+    if (!chosen.empty()) o.schedule = std::make_shared<compiler::ChosenSchedule>(std::move(chosen));
+    o.threads = 1;  // candidates compile in parallel instead
+    return compile_graph(graph, o, cache);
+  };
+  auto time_result = [&](CompileResult result) -> Expected<Timed> {
+    auto exe = make_executable(graph, std::move(result), tune.device);
+    if (!exe) return exe.error();
+    Executable& e = **exe;
+    // Outputs start at zero for every candidate: one that leaves an element unwritten differs
+    // from the model tile's there.
+    for (size_t o = 0; o < buffers->outputs.size(); ++o) {
+      std::vector<unsigned char> zeros(buffers->output_types[o].bytes(), 0);
+      if (Status s = buffers->memory[buffers->inputs.size() + o].upload(zeros.data(), zeros.size());
+          !s)
+        return s.error();
+    }
+    auto run = [&]() -> Status { return e.run(buffers->inputs, buffers->outputs, nullptr); };
+    for (int i = 0; i < tune.warmup; ++i)
+      if (Status s = run(); !s) return s.error();
+    std::vector<double> times;
+    for (int i = 0; i < tune.repeats; ++i) {
+      auto ms = timer->time(run);
+      if (!ms) return ms.error();
+      times.push_back(*ms);
+    }
+    std::sort(times.begin(), times.end());
+    Timed t;
+    t.median_ms = times[times.size() / 2];
+    auto out = download(*buffers);
+    if (!out) return out.error();
+    t.outputs = std::move(*out);
+    return t;
+  };
+
+  std::vector<TuningRecord> records;
+  for (const MatmulProblem& problem : *problems) {
+    std::string signature = compiler::problem_signature(problem.shape);
+    if (!tune.only.empty() &&
+        std::find(tune.only.begin(), tune.only.end(), signature) == tune.only.end())
+      continue;
+    TuningRecord record;
+    record.signature = signature;
+    record.kernel = problem.kernel;
+    record.arch = compiler::arch_name(identity->sm);
+    record.device = identity->text();
+    record.date = today_utc();
+    record.repeats = tune.repeats;
+    record.model = compiler::choose_tile(problem.shape, options.target.sm);
+    std::vector<compiler::MatmulTile> tiles =
+        compiler::candidate_tiles(problem.shape, options.target.sm);
+    say("tuning " + problem.kernel + " (" + signature + "): " + std::to_string(tiles.size()) +
+        " candidates");
+    // Every candidate compiles first, in parallel (NVRTC is the slow part), through the cache.
+    std::vector<Expected<CompileResult>> compiled(tiles.size(), Error{"not compiled"});
+    {
+      size_t workers = std::max(1u, std::thread::hardware_concurrency());
+      if (options.threads > 0) workers = static_cast<size_t>(options.threads);
+      workers = std::min(workers, tiles.size());
+      std::atomic<size_t> next{0};
+      std::vector<std::thread> pool;
+      for (size_t w = 0; w < workers; ++w) {
+        pool.emplace_back([&] {
+          for (size_t i = next++; i < tiles.size(); i = next++)
+            compiled[i] = compile_with({{signature, {tiles[i], "candidate"}}});
+        });
+      }
+      for (std::thread& t : pool) t.join();
+    }
+    // The model's tile is the reference every candidate's outputs must equal.
+    size_t model_index = tiles.size();
+    for (size_t i = 0; i < tiles.size(); ++i)
+      if (compiler::same_tile(tiles[i], record.model)) model_index = i;
+    if (model_index == tiles.size())
+      return make_error(problem.kernel, ": the model's tile ", compiler::to_string(record.model),
+                        " is not among the candidates");
+    if (!compiled[model_index])
+      return make_error(problem.kernel, ": the model's tile does not compile: ",
+                        compiled[model_index].error().message);
+    auto reference = time_result(*compiled[model_index]);
+    if (!reference)
+      return make_error(problem.kernel, ": the model's tile does not run: ",
+                        reference.error().message);
+    // The model's tile stands unless a candidate is strictly faster.
+    double best = reference->median_ms;
+    record.winner = record.model;
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      CandidateTime c;
+      c.tile = tiles[i];
+      if (i == model_index) {
+        c.median_ms = reference->median_ms;
+        c.status = "ok";
+      } else if (!compiled[i]) {
+        c.status = "compile: " + compiled[i].error().message;
+      } else if (auto timed = time_result(std::move(*compiled[i])); !timed) {
+        c.status = "run: " + timed.error().message;
+      } else {
+        c.median_ms = timed->median_ms;
+        c.status = "ok";
+        for (size_t o = 0; o < timed->outputs.size(); ++o) {
+          double d = rel_l2(buffers->output_types[o], timed->outputs[o], reference->outputs[o]);
+          if (!(d <= k_max_candidate_rel_l2)) {
+            char text[96];
+            std::snprintf(text, sizeof text, "output %zu differs from the model tile's: rel_l2 %.3g",
+                          o, d);
+            c.status = text;
+            break;
+          }
+        }
+      }
+      say("  " + compiler::to_string(c.tile) + ": " +
+          (c.status == "ok" ? format_ms(c.median_ms) + " ms" : c.status) +
+          (i == model_index ? " (model)" : ""));
+      if (c.status == "ok" && c.median_ms < best) {
+        best = c.median_ms;
+        record.winner = c.tile;
+      }
+      record.candidates.push_back(std::move(c));
+    }
+    if (cache && cache->enabled()) {
+      std::vector<cache::KeyField> fields = tuning_fields(signature, *identity, *nvrtc);
+      cache::Contents contents;
+      json summary = {{"tuning", signature},
+                      {"device", record.device},
+                      {"winner", compiler::to_string(record.winner)},
+                      {"model", compiler::to_string(record.model)},
+                      {"date", record.date}};
+      contents.summary = summary.dump();
+      contents.payloads.push_back({k_payload_tuning, encode_record(record)});
+      if (Status s = cache->store(cache::make_key(fields), fields, contents); !s)
+        return make_error("storing the tuning record: ", s.error().message);
+    }
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,109 @@
+// Tuning: matmul tiles timed on the device and kept as tuning records in the cache, and the
+// schedule a compile takes from them.
+//
+// A tuning record is a cache entry of its own (cache/FORMAT.md, "Tuning records"). Its key fields
+// are the problem (compiler::problem_signature), the arch, the device ("NVIDIA H200 (132 SMs)"),
+// the NVRTC version and the codegen version; its payload "tuning" is a JSON object holding the
+// winning tile, the model's tile, every candidate's median time and status, and the date. Records
+// travel through the remote tier, push and pull as entries do, signed alike.
+#pragma once
+
+#include "cache/cache.h"
+#include "compiler/options.h"
+#include "compiler/schedule.h"
+#include "ir/graph.h"
+#include "runtime/driver.h"
+#include "support/expected.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime {
+
+inline constexpr const char* k_payload_tuning = "tuning";
+
+// One candidate as timed.
+struct CandidateTime {
+  compiler::MatmulTile tile;
+  double median_ms = -1;  // of the graph's run (the other kernels at their own tiles); -1: untimed
+  // "ok"; else why it was left out ("output differs from the model tile's: rel_l2 ...",
+  // "compile: ...", "run: ...").
+  std::string status;
+};
+
+struct TuningRecord {
+  std::string signature;  // compiler::problem_signature
+  std::string kernel;     // the kernel it was tuned in (for display)
+  std::string arch;       // "sm_90"
+  std::string device;     // DeviceIdentity::text()
+  std::string date;       // "2026-11-26" (UTC)
+  int repeats = 0;        // timed runs per candidate (after the warm-up)
+  compiler::MatmulTile winner;
+  compiler::MatmulTile model;  // the analytic model's choice
+  std::vector<CandidateTime> candidates;
+
+  // "tuned on NVIDIA H200 (132 SMs) 2026-11-26": what kernel reports say of its tile.
+  std::string source() const { return "tuned on " + device + " " + date; }
+};
+
+// The record as its payload's JSON, and back; decode fails naming what is wrong.
+std::string encode_record(const TuningRecord& record);
+Expected<TuningRecord> decode_record(const std::string& json);
+
+// The key fields of the record for `signature` on `device` with `nvrtc_version`.
+std::vector<cache::KeyField> tuning_fields(const std::string& signature,
+                                           const DeviceIdentity& device,
+                                           const std::string& nvrtc_version);
+
+// The matmul problems of `graph` compiled with `options` (CUDA): each kernel's name and shape,
+// one per signature, in kernel order.
+struct MatmulProblem {
+  std::string kernel;
+  compiler::MatmulShape shape;
+};
+Expected<std::vector<MatmulProblem>> matmul_problems(const ir::Graph& graph,
+                                                     const compiler::CompileOptions& options);
+
+// The tuning records `cache`'s local tier holds for `device` (any problem), read once: the
+// runtime asks this before planning a graph to look its problems up, so a device without
+// records pays one indexed query per runtime. Keyed by signature.
+struct TunedTiles {
+  std::map<std::string, std::string> keys;  // signature -> record key (this arch, NVRTC, codegen)
+  bool empty() const { return keys.empty(); }
+};
+TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device,
+                       const std::string& nvrtc_version);
+
+// The schedule the records in `tiles` give `graph`'s matmul problems: null when none of them has
+// a record, else a ChosenSchedule naming the records' tiles ("tuned on ..."). A record that does
+// not decode, or whose tile is not legal for its problem, is left out with a warning.
+Expected<std::shared_ptr<const compiler::ScheduleProvider>> tuned_schedule(
+    const ir::Graph& graph, const compiler::CompileOptions& options, cache::Cache& cache,
+    const TunedTiles& tiles, const std::function<void(const std::string&)>& warn);
+
+struct TuneOptions {
+  int device = 0;
+  int warmup = 2;   // untimed runs per candidate
+  int repeats = 7;  // timed runs per candidate (the median is kept); at least 5
+  // Only these signatures (empty: every matmul problem of the graph).
+  std::vector<std::string> only;
+  // A line per step ("tuning k0_matmul: 14 candidates", "  128x256x64, ...: 0.412 ms").
+  std::function<void(const std::string&)> progress;
+};
+
+// Times every legal tile of each matmul problem of `graph` on device `options.device` and stores
+// a tuning record per problem in `cache` (locally, and on the remote tier when there is one).
+// Each candidate is compiled through the cache (its key names the tile) with the other problems
+// at the model's tiles, run on the same inputs (seeded, uniform in [-1, 1]) after a warm-up, and
+// timed with CUDA events around each run; its outputs must equal the model tile's within
+// 1e-6 relative L2 (the tiles change no sum's order), else it is left out. Fails without a
+// device, when `options` target another arch than the device's, or when the model's own tile
+// does not compile or run.
+Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
+                                               const compiler::CompileOptions& options,
+                                               cache::Cache* cache, const TuneOptions& tune);
+
+}  // namespace kiln::runtime

@@ -1,0 +1,419 @@
+// Tuning against the fake libcuda: its event timing (each launch moves the device's clock by its
+// kernel's configured time), the tuner's choice and record, the runtime's use of records
+// (RuntimeOptions::autotune) and its refusals. ctest runs every test in its own process.
+#include "fake_driver_support.h"
+
+#include "cache/cache.h"
+#include "cache/key.h"
+#include "compiler/nvrtc.h"
+#include "compiler/schedule.h"
+#include "ir/parse.h"
+#include "runtime/context.h"
+#include "runtime/driver.h"
+#include "runtime/tuning.h"
+#include "tests/support/redis_server.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+namespace kiln {
+namespace {
+
+using fake_cuda::Config;
+using testing_support::Buffers;
+using testing_support::use_fake_driver;
+
+class TempDir {
+public:
+  TempDir() {
+    char name[] = "/tmp/kiln-tune-XXXXXX";
+    m_path = mkdtemp(name);
+  }
+  ~TempDir() { std::filesystem::remove_all(m_path); }
+  const std::string& path() const { return m_path; }
+
+private:
+  std::string m_path;
+};
+
+// One bf16 matmul, 200 x 384 by 384 x 520: 16-byte rows, every mma tile legal.
+const char* k_gemm = R"(graph gemm {
+  input a: bf16[200, 384]
+  input b: bf16[384, 520]
+  c = matmul(a, b)
+  output c
+}
+)";
+
+ir::Graph gemm_graph() {
+  auto graph = ir::parse_graph(k_gemm, "gemm.kg");
+  EXPECT_TRUE(graph) << graph.error().message;
+  return *graph;
+}
+
+compiler::CompileOptions sm90() {
+  compiler::CompileOptions options;
+  options.target = compiler::Target::cuda(90);
+  return options;
+}
+
+std::unique_ptr<cache::Cache> open_cache(const std::string& dir) {
+  cache::Options options;
+  options.dir = dir;
+  options.remote = "";
+  return cache::Cache::open(options);
+}
+
+// The kernel's 32x64 tiles take 0.25 ms, every other 1 ms.
+Config timed_config() {
+  Config config;
+  config.device_name = "Fake H200";
+  config.sm_count = 132;
+  config.kernel_ms = {{"_32x64", 0.25}};
+  config.default_kernel_ms = 1.0;
+  return config;
+}
+
+TEST(FakeDriverTune, EventsTimeTheLaunchesRecordedBetweenThem) {
+  Config config;
+  config.kernel_ms = {{"matmul", 2.5}};
+  config.default_kernel_ms = 0.125;
+  ASSERT_TRUE(use_fake_driver(config));
+  auto exe = testing_support::compile_example("mlp.kg", 0);
+  ASSERT_TRUE(exe);
+  Buffers buffers(*exe, 0);
+  ASSERT_TRUE(buffers.ok());
+  ASSERT_TRUE(exe->prepare());
+  auto api = runtime::load_driver();
+  ASSERT_TRUE(api) << api.error().message;
+  const runtime::DriverApi& d = **api;
+  auto scope = runtime::ScopedContext::for_device(d, 0, nullptr);
+  ASSERT_TRUE(scope) << scope.error().message;
+  runtime::CuEvent start = nullptr, end = nullptr, never = nullptr;
+  ASSERT_EQ(d.event_create(&start, 0), 0);
+  ASSERT_EQ(d.event_create(&end, 0), 0);
+  ASSERT_EQ(d.event_create(&never, 0), 0);
+  size_t before = fake_cuda::launches().size();
+  ASSERT_EQ(d.event_record(start, nullptr), 0);
+  Status s = exe->run(buffers.inputs, buffers.outputs);
+  ASSERT_TRUE(s) << s.error().message;
+  ASSERT_EQ(d.event_record(end, nullptr), 0);
+  ASSERT_EQ(d.event_synchronize(end), 0);
+  double expected = 0;
+  auto launches = fake_cuda::launches();
+  for (size_t i = before; i < launches.size(); ++i)
+    expected += launches[i].function.find("matmul") != std::string::npos ? 2.5 : 0.125;
+  ASSERT_GT(launches.size(), before);
+  float ms = -1;
+  ASSERT_EQ(d.event_elapsed_time(&ms, start, end), 0);
+  EXPECT_FLOAT_EQ(ms, static_cast<float>(expected));
+  // An event never recorded has no time: CUDA_ERROR_INVALID_HANDLE, as the driver says.
+  EXPECT_EQ(d.event_elapsed_time(&ms, start, never), 400);
+  EXPECT_EQ(d.event_destroy(never), 0);
+  EXPECT_EQ(d.event_destroy(never), 400);
+  EXPECT_EQ(d.event_destroy(start), 0);
+  EXPECT_EQ(d.event_destroy(end), 0);
+}
+
+TEST(FakeDriverTune, DeviceIdentityNamesTheDeviceAndItsMultiprocessors) {
+  Config config;
+  config.device_name = "Fake H200";
+  config.sm_count = 78;
+  ASSERT_TRUE(use_fake_driver(config));
+  auto id = runtime::device_identity(0);
+  ASSERT_TRUE(id) << id.error().message;
+  EXPECT_EQ(id->name, "Fake H200");
+  EXPECT_EQ(id->sm, 90);
+  EXPECT_EQ(id->sm_count, 78);
+  EXPECT_EQ(id->text(), "Fake H200 (78 SMs)");
+  EXPECT_FALSE(runtime::device_identity(1));
+}
+
+TEST(FakeDriverTune, TheFastestTileWinsItsRecordIsStoredAndTheRuntimeCompilesWithIt) {
+  ASSERT_TRUE(use_fake_driver(timed_config()));
+  TempDir dir;
+  auto cache = open_cache(dir.path());
+  ASSERT_TRUE(cache->enabled());
+  ir::Graph graph = gemm_graph();
+  runtime::TuneOptions tune;
+  tune.repeats = 5;
+  auto records = runtime::tune_graph(graph, sm90(), cache.get(), tune);
+  ASSERT_TRUE(records) << records.error().message;
+  ASSERT_EQ(records->size(), 1u);
+  const runtime::TuningRecord& r = records->front();
+  auto problems = runtime::matmul_problems(graph, sm90());
+  ASSERT_TRUE(problems);
+  ASSERT_EQ(problems->size(), 1u);
+  const compiler::MatmulShape& shape = problems->front().shape;
+  EXPECT_EQ(r.signature, compiler::problem_signature(shape));
+  EXPECT_EQ(r.device, "Fake H200 (132 SMs)");
+  EXPECT_EQ(r.arch, "sm_90");
+  EXPECT_EQ(r.repeats, 5);
+  // Every legal tile was timed, each as its launches' configured time.
+  std::vector<compiler::MatmulTile> tiles = compiler::candidate_tiles(shape, 90);
+  ASSERT_EQ(r.candidates.size(), tiles.size());
+  for (const runtime::CandidateTime& c : r.candidates) {
+    EXPECT_EQ(c.status, "ok") << compiler::to_string(c.tile);
+    EXPECT_DOUBLE_EQ(c.median_ms, c.tile.bm == 32 && c.tile.bn == 64 ? 0.25 : 1.0)
+        << compiler::to_string(c.tile);
+  }
+  EXPECT_EQ(r.winner.bm, 32);
+  EXPECT_EQ(r.winner.bn, 64);
+  EXPECT_TRUE(compiler::same_tile(r.model, compiler::choose_tile(shape, 90)));
+  ASSERT_NE(r.model.bm, 32) << "the model's own tile must not be the one made fast here";
+
+  // The record is an entry under its own key, and decodes to what the tuner returned.
+  auto nvrtc = compiler::nvrtc_identity();
+  ASSERT_TRUE(nvrtc);
+  auto id = runtime::device_identity(0);
+  ASSERT_TRUE(id);
+  auto fields = runtime::tuning_fields(r.signature, *id, *nvrtc);
+  cache::Lookup found = cache->lookup(cache::make_key(fields), fields);
+  ASSERT_TRUE(found.hit());
+  const cache::Payload* payload = found.entry.find_payload(runtime::k_payload_tuning);
+  ASSERT_NE(payload, nullptr);
+  auto decoded = runtime::decode_record(payload->bytes);
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  EXPECT_EQ(runtime::encode_record(*decoded), runtime::encode_record(r));
+
+  // A runtime on this device compiles with the record (autotune `cached`, the default); `off`
+  // takes the model's tile, under another key.
+  auto compile_key = [&](Autotune mode) -> std::string {
+    RuntimeOptions options;
+    options.cache_dir = dir.path();
+    options.remote_cache = "";
+    options.autotune = mode;
+    auto runtime = Runtime::create(options);
+    EXPECT_TRUE(runtime) << runtime.error().message;
+    auto exe = (*runtime)->compile(graph);
+    EXPECT_TRUE(exe) << exe.error().message;
+    return exe ? (*exe)->key() : "";
+  };
+  std::string tuned_key = compile_key(Autotune::cached);
+  std::string model_key = compile_key(Autotune::off);
+  EXPECT_NE(tuned_key, model_key);
+  cache::Lookup tuned = cache->read(tuned_key);
+  ASSERT_TRUE(tuned.hit());
+  EXPECT_NE(tuned.entry.info.summary.find("\"tile\":\"" + compiler::to_string(r.winner) + "\""),
+            std::string::npos)
+      << tuned.entry.info.summary;
+  EXPECT_NE(tuned.entry.info.field("schedule"), "");
+  cache::Lookup model = cache->read(model_key);
+  ASSERT_TRUE(model.hit());
+  EXPECT_NE(model.entry.info.summary.find("\"tile\":\"" + compiler::to_string(r.model) + "\""),
+            std::string::npos)
+      << model.entry.info.summary;
+  EXPECT_EQ(model.entry.info.field("schedule"), "");
+}
+
+TEST(FakeDriverTune, ARecordThatDoesNotHoldIsLeftOutWithAWarning) {
+  ASSERT_TRUE(use_fake_driver(timed_config()));
+  TempDir dir;
+  auto cache = open_cache(dir.path());
+  ir::Graph graph = gemm_graph();
+  auto problems = runtime::matmul_problems(graph, sm90());
+  ASSERT_TRUE(problems);
+  auto nvrtc = compiler::nvrtc_identity();
+  auto id = runtime::device_identity(0);
+  ASSERT_TRUE(nvrtc && id);
+  std::string signature = compiler::problem_signature(problems->front().shape);
+  // A record naming a tile the problem cannot run (bk 8 is no candidate), then one that is not
+  // a record at all.
+  runtime::TuningRecord bad;
+  bad.signature = signature;
+  bad.kernel = "k0_matmul_bf16";
+  bad.arch = "sm_90";
+  bad.device = id->text();
+  bad.date = "2026-11-26";
+  bad.repeats = 5;
+  bad.winner = {64, 64, 8, 2, 2, 3};
+  bad.model = bad.winner;
+  auto fields = runtime::tuning_fields(signature, *id, *nvrtc);
+  for (std::string payload : {runtime::encode_record(bad), std::string("{\"signature\": 3}")}) {
+    cache::Contents contents;
+    contents.summary = "{}";
+    contents.payloads.push_back({runtime::k_payload_tuning, payload});
+    ASSERT_TRUE(cache->store(cache::make_key(fields), fields, contents));
+    std::vector<std::string> warnings;
+    RuntimeOptions options;
+    options.cache_dir = dir.path();
+    options.remote_cache = "";
+    options.log = [&](LogLevel level, std::string_view message) {
+      if (level == LogLevel::warning) warnings.emplace_back(message);
+    };
+    auto runtime = Runtime::create(options);
+    ASSERT_TRUE(runtime);
+    auto exe = (*runtime)->compile(graph);
+    ASSERT_TRUE(exe) << exe.error().message;
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_NE(warnings[0].find("tuning record " + cache::make_key(fields)), std::string::npos)
+        << warnings[0];
+    EXPECT_NE(warnings[0].find("not used"), std::string::npos) << warnings[0];
+    cache::Lookup entry = cache->read((*exe)->key());
+    ASSERT_TRUE(entry.hit());
+    EXPECT_EQ(entry.entry.info.field("schedule"), "") << "compiled with the model's tiles";
+  }
+}
+
+TEST(FakeDriverTune, AutotuneOnTunesAProblemWithoutARecordOnItsFirstCompile) {
+  ASSERT_TRUE(use_fake_driver(timed_config()));
+  TempDir dir;
+  ir::Graph graph = gemm_graph();
+  RuntimeOptions options;
+  options.cache_dir = dir.path();
+  options.remote_cache = "";
+  options.autotune = Autotune::on;
+  std::vector<std::string> info;
+  options.log = [&](LogLevel, std::string_view message) { info.emplace_back(message); };
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime);
+  auto exe = (*runtime)->compile(graph);
+  ASSERT_TRUE(exe) << exe.error().message;
+  ASSERT_FALSE(info.empty());
+  EXPECT_NE(info[0].find("autotune: timing the tiles of 1 matmul problem(s) on Fake H200"),
+            std::string::npos)
+      << info[0];
+  auto cache = open_cache(dir.path());
+  auto id = runtime::device_identity(0);
+  auto nvrtc = compiler::nvrtc_identity();
+  ASSERT_TRUE(id && nvrtc);
+  runtime::TunedTiles tiles = runtime::tuned_tiles(*cache, *id, *nvrtc);
+  EXPECT_EQ(tiles.keys.size(), 1u);
+  cache::Lookup entry = cache->read((*exe)->key());
+  ASSERT_TRUE(entry.hit());
+  EXPECT_NE(entry.entry.info.summary.find("32x64x"), std::string::npos)
+      << entry.entry.info.summary;
+  // A second compile finds the record and tunes nothing.
+  info.clear();
+  auto again = (*runtime)->compile(graph);
+  ASSERT_TRUE(again);
+  EXPECT_EQ((*again)->key(), (*exe)->key());
+  EXPECT_TRUE(info.empty()) << info[0];
+}
+
+TEST(FakeDriverTune, TuningRefusesAnArchOtherThanTheDevicesAndTooFewRuns) {
+  ASSERT_TRUE(use_fake_driver(timed_config()));
+  ir::Graph graph = gemm_graph();
+  compiler::CompileOptions options = sm90();
+  options.target = compiler::Target::cuda(80);
+  auto records = runtime::tune_graph(graph, options, nullptr, {});
+  ASSERT_FALSE(records);
+  EXPECT_NE(records.error().message.find("is sm_90: tuning for sm_80 needs a device of that arch"),
+            std::string::npos)
+      << records.error().message;
+  runtime::TuneOptions few;
+  few.repeats = 4;
+  auto refused = runtime::tune_graph(graph, sm90(), nullptr, few);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("at least 5 timed runs"), std::string::npos);
+}
+
+TEST(FakeDriverTune, RecordsRoundTripAndABadOneIsRefusedSayingWhy) {
+  runtime::TuningRecord r;
+  r.signature = "matmul batch=1";
+  r.kernel = "k0";
+  r.arch = "sm_90";
+  r.device = "X (1 SMs)";
+  r.date = "2026-11-26";
+  r.repeats = 7;
+  r.winner = {128, 128, 32, 2, 2, 3};
+  r.model = {128, 256, 64, 2, 4, 4};
+  r.candidates = {{r.winner, 0.5, "ok"}, {r.model, 0.75, "ok"}, {{64, 64, 32, 2, 2, 2}, -1,
+                                                               "compile: no"}};
+  auto back = runtime::decode_record(runtime::encode_record(r));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(runtime::encode_record(*back), runtime::encode_record(r));
+  EXPECT_EQ(back->source(), "tuned on X (1 SMs) 2026-11-26");
+  EXPECT_EQ(back->candidates[2].median_ms, -1);
+  for (const char* bad : {"[]", "{}", "not json",
+                          R"({"signature":"s","kernel":"k","arch":"a","device":"d","date":"x",
+                              "repeats":5,"winner":"128x128","model":"x","candidates":[]})"}) {
+    auto decoded = runtime::decode_record(bad);
+    ASSERT_FALSE(decoded) << bad;
+    EXPECT_NE(decoded.error().message.find("tuning record: "), std::string::npos);
+  }
+}
+
+// One GPU tunes for the fleet: its record goes to the remote tier signed, a new machine pulls it
+// and compiles with it; a record put unsigned while the fleet signs is refused.
+TEST(FakeDriverTune, ARecordTravelsThroughTheRemoteTierSignedAndAnUnsignedOneIsRefused) {
+  kiln::testing::RedisServer server;
+  if (!server.installed()) GTEST_SKIP() << "redis-server is not installed";
+  ASSERT_TRUE(server.started()) << server.error();
+  ASSERT_TRUE(use_fake_driver(timed_config()));
+  TempDir dir;
+  std::vector<std::string> warnings;
+  auto machine = [&](const std::string& name, std::optional<std::string> secret) {
+    cache::Options options;
+    options.dir = dir.path() + "/" + name;
+    options.remote = server.url();
+    options.remote_key = std::move(secret);
+    options.warn = [&](const std::string& w) { warnings.push_back(w); };
+    return cache::Cache::open(options);
+  };
+  const std::string secret = "fleet secret 0123";
+  ir::Graph graph = gemm_graph();
+  runtime::TuneOptions tune;
+  tune.repeats = 5;
+  auto tuner = machine("gpu", secret);
+  auto records = runtime::tune_graph(graph, sm90(), tuner.get(), tune);
+  ASSERT_TRUE(records) << records.error().message;
+  ASSERT_EQ(records->size(), 1u);
+  tuner->flush();
+
+  auto id = runtime::device_identity(0);
+  auto nvrtc = compiler::nvrtc_identity();
+  ASSERT_TRUE(id && nvrtc);
+  auto fresh = machine("new", secret);
+  EXPECT_TRUE(runtime::tuned_tiles(*fresh, *id, *nvrtc).empty());
+  auto pulled = fresh->pull(std::nullopt);
+  ASSERT_TRUE(pulled) << pulled.error().message;
+  EXPECT_EQ(pulled->rejected, 0u);
+  runtime::TunedTiles tiles = runtime::tuned_tiles(*fresh, *id, *nvrtc);
+  ASSERT_EQ(tiles.keys.size(), 1u);
+  auto schedule = runtime::tuned_schedule(graph, sm90(), *fresh, tiles, nullptr);
+  ASSERT_TRUE(schedule && *schedule);
+  auto* chosen = dynamic_cast<const compiler::ChosenSchedule*>(schedule->get());
+  ASSERT_NE(chosen, nullptr);
+  ASSERT_EQ(chosen->chosen().size(), 1u);
+  EXPECT_TRUE(compiler::same_tile(chosen->chosen().begin()->second.tile, records->front().winner));
+  EXPECT_EQ(chosen->chosen().begin()->second.source, "tuned on Fake H200 (132 SMs) " +
+                                                         records->front().date);
+
+  // A rogue machine without the secret cannot replace the signed record (a signed value is kept),
+  // and its unsigned record of another problem is refused by every machine that checks.
+  runtime::TuningRecord forged = records->front();
+  forged.winner = forged.model;
+  auto put_unsigned = [&](const runtime::TuningRecord& record) {
+    auto fields = runtime::tuning_fields(record.signature, *id, *nvrtc);
+    cache::Contents contents;
+    contents.summary = "{}";
+    contents.payloads.push_back({runtime::k_payload_tuning, runtime::encode_record(record)});
+    auto rogue = machine("rogue", std::nullopt);
+    ASSERT_TRUE(rogue->store(cache::make_key(fields), fields, contents));
+    rogue->flush();
+  };
+  put_unsigned(forged);
+  runtime::TuningRecord other = forged;
+  other.signature = "matmul batch=1 m=7 n=8 k=9";
+  put_unsigned(other);
+  auto victim = machine("victim", secret);
+  auto refused = victim->pull(std::nullopt);
+  ASSERT_TRUE(refused) << refused.error().message;
+  EXPECT_EQ(refused->rejected, 1u) << "the unsigned record of the other problem";
+  runtime::TunedTiles kept = runtime::tuned_tiles(*victim, *id, *nvrtc);
+  ASSERT_EQ(kept.keys.size(), 1u);
+  EXPECT_EQ(kept.keys.begin()->first, records->front().signature);
+  auto genuine = runtime::tuned_schedule(graph, sm90(), *victim, kept, nullptr);
+  ASSERT_TRUE(genuine && *genuine);
+  auto* genuine_choice = dynamic_cast<const compiler::ChosenSchedule*>(genuine->get());
+  ASSERT_NE(genuine_choice, nullptr);
+  EXPECT_TRUE(compiler::same_tile(genuine_choice->chosen().begin()->second.tile,
+                                  records->front().winner))
+      << "the tuner's record, not the rogue's";
+}
+
+}  // namespace
+}  // namespace kiln
