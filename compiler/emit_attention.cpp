@@ -55,8 +55,10 @@ bool reads_key(const KernelContext& ctx) {
 }
 
 // The score of query `row`, key `key` (int expressions) from the raw product `dot`: scaled, the
-// mask added, and -inf where the key is past S_k or (causal) after the query. Declares `row` and
-// `key` as locals only where the score reads them (NVRTC warns of unused variables).
+// mask added, and -inf where the key is past S_k or (causal) after the query, in base 2 (the
+// score times log2(e)): softmax's exponentials are then exp2f, as FlashAttention's are, and the
+// scale and log2(e) fold into one multiply. Declares `row` and `key` as locals only where the
+// score reads them (NVRTC warns of unused variables).
 std::string score(Code& code, const KernelContext& ctx, const std::string& dot,
                   const std::string& row_expr, const std::string& key_expr) {
   const AttentionMatch& m = ctx.kernel.group.attention;
@@ -74,7 +76,8 @@ std::string score(Code& code, const KernelContext& ctx, const std::string& dot,
     code.line("const int key = " + key_expr + ";");
     key = "key";
   }
-  code.line("float x = " + dot + " * " + literal(m.scale) + ";");
+  constexpr double k_log2e = 1.4426950408889634;
+  code.line("float x = " + dot + " * " + literal(m.scale * k_log2e) + ";");
   if (m.mask >= 0) {
     ir::DType dtype = ctx.graph.node(m.mask).type.dtype;
     std::string at = "M[" + row + " * " + a.mask_row.expr() + " + " + key + " * " +
@@ -83,7 +86,8 @@ std::string score(Code& code, const KernelContext& ctx, const std::string& dot,
     if (dtype == ir::DType::boolean) {
       code.line("if (" + inside + " && !" + at + ") x = kiln_neg_inf;");  // false: masked out
     } else {
-      code.line("if (" + inside + ") x += " + load_as_float(dtype, at) + ";");
+      code.line("if (" + inside + ") x = fmaf(" + load_as_float(dtype, at) + ", " +
+                literal(k_log2e) + ", x);");
     }
   }
   std::string masked;
@@ -296,9 +300,9 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
     code.open("for (int r = 0; r < 2; ++r) {");
     code.line("mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));");
     code.line("mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));");
-    code.line("// a row with no finite score yet keeps exp() finite: its p and l stay 0");
+    code.line("// a row with no finite score yet keeps exp2() finite: its p and l stay 0");
     code.line("base[r] = mx[r] == kiln_neg_inf ? 0.0f : mx[r];");
-    code.line("const float alpha = expf(m_run[r] - base[r]);");
+    code.line("const float alpha = exp2f(m_run[r] - base[r]);");
     code.line("m_run[r] = mx[r];");
     code.line("l_run[r] *= alpha;");
     code.line("#pragma unroll");
@@ -311,7 +315,7 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
     code.open("for (int nt = 0; nt < " + to_str(nt) + "; ++nt) {");
     code.line("#pragma unroll");
     code.open("for (int i = 0; i < 4; ++i) {");
-    code.line("const float p = expf(acc[0][nt][i] - base[i >> 1]);");
+    code.line("const float p = exp2f(acc[0][nt][i] - base[i >> 1]);");
     code.line("acc[0][nt][i] = p;");
     code.line("l_run[i >> 1] += p;");
     code.close();
@@ -443,16 +447,16 @@ void emit_ffma_kernel(Code& code, const KernelContext& ctx) {
     code.line("s[j] = " + x + ";");
     code.line("mx = fmaxf(mx, " + x + ");");
     code.close();
-    code.line("// a row with no finite score yet keeps exp() finite: its p and l stay 0");
+    code.line("// a row with no finite score yet keeps exp2() finite: its p and l stay 0");
     code.line("const float base = mx == kiln_neg_inf ? 0.0f : mx;");
-    code.line("const float alpha = expf(m_run - base);");
+    code.line("const float alpha = exp2f(m_run - base);");
     code.line("m_run = mx;");
     code.line("l_run *= alpha;");
     code.line("#pragma unroll");
     code.line("for (int e = 0; e < " + to_str(dvq) + "; ++e) o[e] *= alpha;");
     code.line("#pragma unroll");
     code.open("for (int j = 0; j < " + to_str(t.bc) + "; ++j) {");
-    code.line("const float p = expf(s[j] - base);");
+    code.line("const float p = exp2f(s[j] - base);");
     code.line("l_run += p;");
     code.line("#pragma unroll");
     code.line("for (int e = 0; e < " + to_str(dvq) + "; ++e) o[e] = fmaf(p, vs[j * " +

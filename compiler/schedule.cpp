@@ -4,7 +4,7 @@
 #include "compiler/target.h"
 #include "ir/hash.h"
 
-#include <cstdio>
+#include <string_view>
 
 namespace kiln::compiler {
 
@@ -16,6 +16,7 @@ public:
     return choose_tile(shape, sm);
   }
   std::string source() const override { return "model"; }
+  std::string key() const override { return ""; }
 };
 
 }  // namespace
@@ -119,12 +120,29 @@ std::string to_string(const MatmulTile& tile) {
 }
 
 std::optional<MatmulTile> parse_tile(const std::string& text) {
+  // Strictly what to_string writes, with every number 1..4096: the text can come from a record
+  // another machine wrote.
+  size_t at = 0;
+  auto number = [&](int& out) {
+    size_t start = at;
+    int64_t value = 0;
+    while (at < text.size() && at - start < 5 && text[at] >= '0' && text[at] <= '9')
+      value = value * 10 + (text[at++] - '0');
+    if (at == start || value < 1 || value > 4096) return false;
+    out = static_cast<int>(value);
+    return true;
+  };
+  auto literal = [&](const char* expected) {
+    std::string_view e(expected);
+    if (text.compare(at, e.size(), e) != 0) return false;
+    at += e.size();
+    return true;
+  };
   MatmulTile t;
-  char word[8] = {};
-  int used = 0;
-  if (std::sscanf(text.c_str(), "%dx%dx%d, %dx%d warps, %d %7[a-z]%n", &t.bm, &t.bn, &t.bk,
-                  &t.warps_m, &t.warps_n, &t.stages, word, &used) != 7 ||
-      static_cast<size_t>(used) != text.size() || to_string(t) != text)
+  if (!number(t.bm) || !literal("x") || !number(t.bn) || !literal("x") || !number(t.bk) ||
+      !literal(", ") || !number(t.warps_m) || !literal("x") || !number(t.warps_n) ||
+      !literal(" warps, ") || !number(t.stages) ||
+      !literal(t.stages == 1 ? " stage" : " stages") || at != text.size())
     return std::nullopt;
   return t;
 }

@@ -13,6 +13,9 @@
 
 namespace kiln::compiler {
 
+// "128x128x16, 2x4 warps, 3 stages".
+std::string to_string(const MatmulTile& tile);
+
 class ScheduleProvider {
 public:
   virtual ~ScheduleProvider() = default;
@@ -27,9 +30,9 @@ public:
     (void)shape, (void)sm;
     return source();
   }
-  // What a compile's key must hold for this provider's choices: "" for the heuristic (the key
-  // names no schedule), else a digest of the tiles it chooses.
-  virtual std::string key() const { return ""; }
+  // What a compile's key must hold for this provider's choices: "" for the heuristic alone (the
+  // key names no schedule), else text that differs whenever its tiles can (a digest of them).
+  virtual std::string key() const = 0;
 };
 
 // choose_tile(): what every compile uses unless a caller provides otherwise.
@@ -41,6 +44,7 @@ public:
   explicit FixedSchedule(MatmulTile tile) : m_tile(tile) {}
   MatmulTile matmul_tile(const MatmulShape&, int) const override { return m_tile; }
   std::string source() const override { return "fixed"; }
+  std::string key() const override { return "fixed " + to_string(m_tile); }
 
 private:
   MatmulTile m_tile;
@@ -52,7 +56,7 @@ private:
 std::string problem_signature(const MatmulShape& shape);
 
 // A tile chosen for one problem, and where the choice came from ("tuned on NVIDIA H200 (132 SMs)
-// 2026-11-26", "candidate").
+// 2026-11-26", "tuning candidate").
 struct ChosenTile {
   MatmulTile tile;
   std::string source;
@@ -95,8 +99,6 @@ Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm);
 // A CUDA matmul kernel's name: its plan's name and its block tile ("k0_matmul_bf16_128x256").
 std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile);
 
-// "128x128x16, 2x4 warps, 3 stages".
-std::string to_string(const MatmulTile& tile);
 // The tile to_string() wrote; nullopt for any other text.
 std::optional<MatmulTile> parse_tile(const std::string& text);
 bool same_tile(const MatmulTile& a, const MatmulTile& b);

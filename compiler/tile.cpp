@@ -95,24 +95,32 @@ MatmulTile choose_tile(const MatmulShape& shape, int sm) {
     return staged(big ? MatmulTile{128, 128, 16, 2, 4, 1} : MatmulTile{64, 64, 16, 2, 4, 1});
   }
   int bk = shape.elem_bytes == 2 ? 32 : 16;  // 64 bytes of K
-  // 128x256 (or 256x128 for a tall product) where even those tiles fill the GPU: 64x64 warp tiles
-  // read a third less shared memory per mma than 64x32 ones. 128 bytes of K per stage where
-  // four such stages fit, so each barrier covers twice the mma work. Each only where ptxas keeps
-  // it in registers (tile_fits_registers: not tf32x3, 16-byte copies, 3 stages or more, 4 with
-  // 128 bytes of K).
-  bool n_wide = shape.n >= shape.m;
-  if (shape.m >= 128 && shape.n >= 128 &&
-      tiles_of(n_wide ? 128 : 256, n_wide ? 256 : 128) >= sms) {
-    MatmulTile wide = n_wide ? MatmulTile{128, 256, bk, 2, 4, 1} : MatmulTile{256, 128, bk, 4, 2, 1};
-    MatmulTile deep = wide;
-    deep.bk = 2 * bk;
-    for (const MatmulTile& tile : {staged(deep), staged(wide)}) {
-      if (tile_fits_registers(tile, shape)) return tile;
-    }
+  // Fitted to the tuning records of 30 tensor-core problems on an H200 (bench/RESULTS.md,
+  // 2026-11-26: squares of 1000 and 4096 in every mode, real layers' projections in bf16 and
+  // tf32); measured on sm_90 only.
+  if (big) {
+    // 128x128 of 2x2 warps, 64x64 each: 128x256 of 2x4 warps ran 1.04-1.21x slower (as many
+    // blocks per wave at half the count). 64x32 warp tiles (2x4) where ptxas cannot keep 64x64
+    // ones in registers (tf32x3, rows not 16-byte vectors).
+    MatmulTile square = staged({128, 128, bk, 2, 2, 1});
+    if (tile_fits_registers(square, shape)) return square;
+    return staged({128, 128, bk, 2, 4, 1});
   }
-  if (big) return staged({128, 128, bk, 2, 4, 1});      // 8 warps, 64x32 per warp
-  if (shape.m <= 32) return staged({32, 64, bk, 1, 4, 1});  // 4 warps, 32x16 per warp
-  return staged({64, 64, bk, 2, 2, 1});                   // 4 warps, 32x32 per warp
+  // Smaller grids: 128 bytes of K per stage, where cp.async runs and registers allow, so each
+  // block waits at half as many barriers (1.0-1.39x on skinny products). Not for tf32 and tf32x3
+  // past one wave of 64x64 blocks with M > 32: there 64 bytes ran 1.15-1.18x faster at 1000^3
+  // (not profiled; the deep tiles' registers and shared memory hold fewer blocks per SM).
+  MatmulTile small = shape.m <= 32 ? MatmulTile{32, 64, bk, 1, 4, 1}  // 4 warps, 32x16 each
+                                   : MatmulTile{64, 64, bk, 2, 2, 1};  // 4 warps, 32x32 each
+  bool tf32 = shape.path == MatmulPath::tf32 || shape.path == MatmulPath::tf32x3;
+  bool one_wave = tiles_of(small.bm, small.bn) <= sms;
+  if (arch_has(sm, Feature::cp_async) && (!tf32 || shape.m <= 32 || one_wave)) {
+    MatmulTile deep = small;
+    deep.bk = 2 * bk;
+    deep = staged(deep);
+    if (tile_fits_registers(deep, shape)) return deep;
+  }
+  return staged(small);
 }
 
 AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm) {

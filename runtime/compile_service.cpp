@@ -214,6 +214,11 @@ void report_chosen_sources(const compiler::CompileOptions& options, compiler::Ar
   }
 }
 
+// compile_prepared, the artifact's reports as the entry holds them.
+Expected<CompileResult> compile_prepared_as_stored(const ir::Graph& graph,
+                                                   const CacheRequest& request,
+                                                   cache::Cache* cache);
+
 }  // namespace
 
 Expected<CompileResult> compile_prepared(const ir::Graph& graph, const CacheRequest& request,
@@ -222,6 +227,8 @@ Expected<CompileResult> compile_prepared(const ir::Graph& graph, const CacheRequ
   if (result) report_chosen_sources(request.checked.options, result->artifact);
   return result;
 }
+
+namespace {
 
 Expected<CompileResult> compile_prepared_as_stored(const ir::Graph& graph,
                                                    const CacheRequest& request,
@@ -300,6 +307,8 @@ Expected<CompileResult> compile_prepared_as_stored(const ir::Graph& graph,
   result.compile_ms = result.cpu_ms = static_cast<double>(compile_ms);
   return result;
 }
+
+}  // namespace
 
 Expected<CompileResult> compile_graph(const ir::Graph& graph,
                                       const compiler::CompileOptions& options,

@@ -56,10 +56,6 @@ Expected<CacheRequest> prepare_compile(const ir::Graph& graph, compiler::Compile
 // compiled for another device's record).
 Expected<CompileResult> compile_prepared(const ir::Graph& graph, const CacheRequest& request,
                                          cache::Cache* cache);
-// The same, with the artifact's reports as the entry holds them.
-Expected<CompileResult> compile_prepared_as_stored(const ir::Graph& graph,
-                                                   const CacheRequest& request,
-                                                   cache::Cache* cache);
 
 // prepare_compile() then compile_prepared().
 Expected<CompileResult> compile_graph(const ir::Graph& graph,

@@ -21,6 +21,7 @@
 
 #include <cstdio>
 #include <mutex>
+#include <set>
 
 namespace kiln {
 
@@ -91,9 +92,12 @@ private:
     if (!problems) return;  // the compile reports it
     runtime::TuneOptions tune;
     tune.device = m_device;
+    // Each problem is tuned at most once per runtime, whether it succeeds or not (without a
+    // cache its record is not kept, and a failure would fail again).
     for (const runtime::MatmulProblem& p : *problems) {
       std::string signature = compiler::problem_signature(p.shape);
-      if (!m_tiles.keys.count(signature)) tune.only.push_back(signature);
+      if (!m_tiles.keys.count(signature) && m_tried.insert(signature).second)
+        tune.only.push_back(signature);
     }
     if (tune.only.empty()) return;
     m_log(LogLevel::info, "autotune: timing the tiles of " + std::to_string(tune.only.size()) +
@@ -114,6 +118,7 @@ private:
   runtime::DeviceIdentity m_identity;
   std::string m_nvrtc;
   runtime::TunedTiles m_tiles;
+  std::set<std::string> m_tried;  // Autotune::on: the problems tuned (or tried) here
 };
 
 class RuntimeImpl final : public Runtime {

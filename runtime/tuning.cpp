@@ -21,6 +21,7 @@
 #include <cmath>
 #include <ctime>
 #include <mutex>
+#include <new>
 #include <set>
 #include <thread>
 
@@ -31,6 +32,11 @@ namespace {
 using nlohmann::json;
 
 constexpr double k_max_candidate_rel_l2 = 1e-6;
+// Inputs and outputs together, at the sizes tuned (drawn as doubles on the host first: 8 GiB).
+constexpr uint64_t k_max_tuning_elements = uint64_t{1} << 30;
+// A candidate replaces the model's tile only when its median is this much shorter: less is
+// within the noise of a median of a few runs.
+constexpr double k_min_gain = 0.01;
 
 json tile_json(const compiler::MatmulTile& t) { return compiler::to_string(t); }
 
@@ -256,6 +262,8 @@ Expected<std::vector<MatmulProblem>> matmul_problems(const ir::Graph& graph,
 TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device,
                        const std::string& nvrtc_version) {
   TunedTiles tiles;
+  tiles.device = device;
+  tiles.nvrtc_version = nvrtc_version;
   auto entries = cache.list_where({"device", device.text()});
   if (!entries) return tiles;
   std::string arch = compiler::arch_name(device.sm);
@@ -269,57 +277,74 @@ TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device,
   return tiles;
 }
 
+namespace {
+
+bool is_date(const std::string& text) {
+  if (text.size() != 10 || text[4] != '-' || text[7] != '-') return false;
+  for (size_t i = 0; i < text.size(); ++i)
+    if (i != 4 && i != 7 && (text[i] < '0' || text[i] > '9')) return false;
+  return true;
+}
+
+// The tile record `key` gives the problem `shape` has on `sm`, checked (tuned_schedule).
+Expected<compiler::ChosenTile> read_record(cache::Cache& cache, const TunedTiles& tiles,
+                                           const std::string& signature, const std::string& key,
+                                           const compiler::MatmulShape& shape, int sm) {
+  std::vector<cache::KeyField> fields = tuning_fields(signature, tiles.device, tiles.nvrtc_version);
+  if (cache::make_key(fields) != key) return make_error("its key is not this problem's");
+  cache::Lookup found =
+      cache.lookup(key, fields, cache::PayloadSelection::only({k_payload_tuning}));
+  if (!found.hit()) return make_error(found.failure.empty() ? "not found" : found.failure);
+  const cache::Payload* payload = found.entry.find_payload(k_payload_tuning);
+  if (!payload) return make_error("it has no '", k_payload_tuning, "' payload");
+  if (payload->bytes.size() > k_max_tuning_record_bytes)
+    return make_error("its payload is ", std::to_string(payload->bytes.size()),
+                      " bytes, over the ", std::to_string(k_max_tuning_record_bytes), " a record may be");
+  auto record = decode_record(payload->bytes);
+  if (!record) return record.error();
+  if (record->signature != signature) return make_error("it names another problem");
+  if (record->device != tiles.device.text() || record->arch != compiler::arch_name(sm))
+    return make_error("it names another device or arch (", record->device, ", ", record->arch, ")");
+  if (!is_date(record->date)) return make_error("its date is not a date");
+  bool timed = false;
+  for (const CandidateTime& c : record->candidates)
+    timed = timed || (c.status == "ok" && compiler::same_tile(c.tile, record->winner));
+  if (!timed) return make_error("its winner is not one of its candidates that timed ok");
+  if (Status legal = compiler::check_tile(record->winner, shape, sm); !legal) return legal.error();
+  return compiler::ChosenTile{record->winner, record->source()};
+}
+
+}  // namespace
+
 Expected<std::shared_ptr<const compiler::ScheduleProvider>> tuned_schedule(
     const ir::Graph& graph, const compiler::CompileOptions& options, cache::Cache& cache,
-    const TunedTiles& tiles, const std::function<void(const std::string&)>& warn) {
+    TunedTiles& tiles, const std::function<void(const std::string&)>& warn) {
   std::shared_ptr<const compiler::ScheduleProvider> none;
   if (tiles.empty() || options.target.on_host()) return none;
   auto request = compiler::check_request(graph, options);
   if (!request) return request.error();
-  auto problems = compiler::plan_program(graph, *request);
-  if (!problems) return problems.error();
+  auto planned = compiler::plan_program(graph, *request);
+  if (!planned) return planned.error();
   std::map<std::string, compiler::ChosenTile> chosen;
   std::map<std::string, std::string> names;  // every kernel of a problem with a record
-  std::set<std::string> read;
-  for (const compiler::KernelPlan& k : problems->plan.kernels) {
+  for (const compiler::KernelPlan& k : planned->plan.kernels) {
     if (k.group.kind != compiler::GroupKind::matmul) continue;
-    MatmulProblem p{k.name, k.shape};
-    std::string signature = compiler::problem_signature(p.shape);
+    std::string signature = compiler::problem_signature(k.shape);
     auto it = tiles.keys.find(signature);
-    if (it == tiles.keys.end() || !read.insert(signature).second) continue;
-    cache::Lookup found = cache.read(it->second);
-    auto why = [&](const std::string& what) {
-      if (warn) warn("tuning record " + it->second + " (" + signature + ") not used: " + what);
-    };
-    if (!found.hit()) {
-      why(found.failure.empty() ? "not found" : found.failure);
-      continue;
+    if (it == tiles.keys.end()) continue;
+    auto checked = tiles.checked.find(signature);
+    if (checked == tiles.checked.end()) {
+      checked = tiles.checked
+                    .emplace(signature, read_record(cache, tiles, signature, it->second, k.shape,
+                                                    options.target.sm))
+                    .first;
+      if (!checked->second && warn)
+        warn("tuning record " + it->second + " (" + signature + ") not used: " +
+             checked->second.error().message);
     }
-    const cache::Payload* payload = found.entry.find_payload(k_payload_tuning);
-    if (!payload) {
-      why("it has no '" + std::string(k_payload_tuning) + "' payload");
-      continue;
-    }
-    auto record = decode_record(payload->bytes);
-    if (!record) {
-      why(record.error().message);
-      continue;
-    }
-    if (record->signature != signature) {
-      why("it names another problem");
-      continue;
-    }
-    if (Status legal = compiler::check_tile(record->winner, p.shape, options.target.sm); !legal) {
-      why(legal.error().message);
-      continue;
-    }
-    chosen[signature] = {record->winner, record->source()};
-  }
-  for (const compiler::KernelPlan& k : problems->plan.kernels) {
-    if (k.group.kind != compiler::GroupKind::matmul) continue;
-    auto it = chosen.find(compiler::problem_signature(k.shape));
-    if (it != chosen.end())
-      names[compiler::cuda_kernel_name(k.name, it->second.tile)] = it->second.source;
+    if (!checked->second) continue;
+    chosen[signature] = *checked->second;
+    names[compiler::cuda_kernel_name(k.name, checked->second->tile)] = checked->second->source;
   }
   if (chosen.empty()) return none;
   auto schedule = std::make_shared<compiler::ChosenSchedule>(std::move(chosen));
@@ -344,7 +369,9 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
   }
   auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
   if (!nvrtc) return nvrtc.error();
-  const DriverApi& api = **load_driver();
+  auto driver = load_driver();  // loaded by device_identity
+  if (!driver) return driver.error();
+  const DriverApi& api = **driver;
   auto timer = EventTimer::create(api, tune.device);
   if (!timer) return timer.error();
 
@@ -355,7 +382,21 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
   for (const compiler::DimRange& range : options.bucket) upper.push_back(range.hi);
   auto bound = graph.bind(upper);
   if (!bound) return bound.error();
-  auto buffers = make_buffers(*bound, tune.device);
+  // The inputs are drawn on the host as doubles first: a bound on what that may take.
+  uint64_t elements = 0;
+  for (ir::NodeId id : bound->inputs()) elements += bound->node(id).type.shape.elements();
+  for (ir::NodeId id : bound->outputs()) elements += bound->node(id).type.shape.elements();
+  if (elements > k_max_tuning_elements)
+    return make_error("the graph's inputs and outputs hold ", std::to_string(elements),
+                      " elements at the sizes tuned, over the ",
+                      std::to_string(k_max_tuning_elements), " the tuner takes; give smaller --dims");
+  Expected<Buffers> buffers = Error{""};
+  try {
+    buffers = make_buffers(*bound, tune.device);
+  } catch (const std::bad_alloc&) {
+    return make_error("out of host memory drawing the graph's inputs (", std::to_string(elements),
+                      " elements)");
+  }
   if (!buffers) return buffers.error();
   auto say = [&](const std::string& line) {
     if (tune.progress) tune.progress(line);
@@ -433,7 +474,7 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
       for (size_t w = 0; w < workers; ++w) {
         pool.emplace_back([&] {
           for (size_t i = next++; i < tiles.size(); i = next++)
-            compiled[i] = compile_with({{signature, {tiles[i], "candidate"}}});
+            compiled[i] = compile_with({{signature, {tiles[i], "tuning candidate"}}});
         });
       }
       for (std::thread& t : pool) t.join();
@@ -452,7 +493,7 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
     if (!reference)
       return make_error(problem.kernel, ": the model's tile does not run: ",
                         reference.error().message);
-    // The model's tile stands unless a candidate is strictly faster.
+    // The fastest candidate, unless it is within k_min_gain of the model's tile.
     double best = reference->median_ms;
     record.winner = record.model;
     for (size_t i = 0; i < tiles.size(); ++i) {
@@ -488,6 +529,7 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
       }
       record.candidates.push_back(std::move(c));
     }
+    if (best > reference->median_ms * (1 - k_min_gain)) record.winner = record.model;
     if (cache && cache->enabled()) {
       std::vector<cache::KeyField> fields = tuning_fields(signature, *identity, *nvrtc);
       cache::Contents contents;

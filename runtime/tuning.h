@@ -67,22 +67,33 @@ struct MatmulProblem {
 Expected<std::vector<MatmulProblem>> matmul_problems(const ir::Graph& graph,
                                                      const compiler::CompileOptions& options);
 
-// The tuning records `cache`'s local tier holds for `device` (any problem), read once: the
-// runtime asks this before planning a graph to look its problems up, so a device without
-// records pays one indexed query per runtime. Keyed by signature.
+// The tuning records `cache`'s local tier holds for `device` (any problem): the runtime asks
+// this once, before planning a graph to look its problems up, so a device without records pays
+// one indexed query per runtime. Keyed by signature; each record is read and checked once, when
+// a graph first needs it (`checked`).
 struct TunedTiles {
+  DeviceIdentity device;
+  std::string nvrtc_version;
   std::map<std::string, std::string> keys;  // signature -> record key (this arch, NVRTC, codegen)
+  // signature -> the record's tile and source, or why it is not used (read once).
+  std::map<std::string, Expected<compiler::ChosenTile>> checked;
   bool empty() const { return keys.empty(); }
 };
 TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device,
                        const std::string& nvrtc_version);
 
+// The largest tuning payload read (a record of 27 candidates is about 3 KiB).
+inline constexpr size_t k_max_tuning_record_bytes = 1 << 20;
+
 // The schedule the records in `tiles` give `graph`'s matmul problems: null when none of them has
-// a record, else a ChosenSchedule naming the records' tiles ("tuned on ..."). A record that does
-// not decode, or whose tile is not legal for its problem, is left out with a warning.
+// a record, else a ChosenSchedule naming the records' tiles ("tuned on ..."). A record is read
+// through Cache::lookup (its use counts, as a hit's does, against eviction) and checked: at most
+// k_max_tuning_record_bytes, it decodes, it names this problem, device and arch, its date is a
+// date, its winner is one of its candidates that timed "ok", and that tile is legal for the
+// problem. One that is not is left out with a warning (once per runtime).
 Expected<std::shared_ptr<const compiler::ScheduleProvider>> tuned_schedule(
     const ir::Graph& graph, const compiler::CompileOptions& options, cache::Cache& cache,
-    const TunedTiles& tiles, const std::function<void(const std::string&)>& warn);
+    TunedTiles& tiles, const std::function<void(const std::string&)>& warn);
 
 struct TuneOptions {
   int device = 0;

@@ -613,11 +613,9 @@ int run_tune(const CompileArgs& args) {
     nlohmann::json problems = nlohmann::json::array();
     for (const runtime::TuningRecord& r : *records) {
       nlohmann::json j = nlohmann::json::parse(runtime::encode_record(r));
-      if (stored) {
-        auto fields = runtime::tuning_fields(r.signature, *identity,
-                                             *compiler::nvrtc_identity(options->nvrtc_path));
-        j["key"] = cache::make_key(fields);
-      }
+      auto nvrtc = compiler::nvrtc_identity(options->nvrtc_path);  // tune_graph loaded it
+      if (stored && nvrtc)
+        j["key"] = cache::make_key(runtime::tuning_fields(r.signature, *identity, *nvrtc));
       problems.push_back(std::move(j));
     }
     nlohmann::json out = {{"graph", args.files[0]},

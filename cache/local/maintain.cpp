@@ -74,12 +74,16 @@ Expected<std::vector<EntryInfo>> Store::list_locked(const KeyField* where) {
   if (!txn) return txn.error();
   std::vector<EntryInfo> out;
   std::map<std::string, size_t> index;
+  // With `where`, the entries come from the fields_by_value index alone (an "?1 IS NULL OR"
+  // form would scan both tables).
   {
     auto st = m_db->prepare(
-        "SELECT key, summary, compile_ms, stored_bytes, raw_bytes, created_ms, last_used_ms, hits"
-        " FROM entries WHERE ?1 IS NULL"
-        " OR key IN (SELECT key FROM fields WHERE name = ?1 AND value = ?2)"
-        " ORDER BY last_used_ms DESC, key");
+        where ? "SELECT key, summary, compile_ms, stored_bytes, raw_bytes, created_ms,"
+                " last_used_ms, hits FROM entries"
+                " WHERE key IN (SELECT key FROM fields WHERE name = ?1 AND value = ?2)"
+                " ORDER BY last_used_ms DESC, key"
+              : "SELECT key, summary, compile_ms, stored_bytes, raw_bytes, created_ms,"
+                " last_used_ms, hits FROM entries ORDER BY last_used_ms DESC, key");
     if (!st) return st.error();
     if (where) st->bind_text(1, where->name).bind_blob(2, where->value);
     for (;;) {
@@ -100,8 +104,10 @@ Expected<std::vector<EntryInfo>> Store::list_locked(const KeyField* where) {
     }
   }
   auto st = m_db->prepare(
-      "SELECT key, name, value FROM fields WHERE ?1 IS NULL"
-      " OR key IN (SELECT key FROM fields WHERE name = ?1 AND value = ?2) ORDER BY key, name");
+      where ? "SELECT key, name, value FROM fields"
+              " WHERE key IN (SELECT key FROM fields WHERE name = ?1 AND value = ?2)"
+              " ORDER BY key, name"
+            : "SELECT key, name, value FROM fields ORDER BY key, name");
   if (!st) return st.error();
   if (where) st->bind_text(1, where->name).bind_blob(2, where->value);
   for (;;) {

@@ -260,7 +260,8 @@ TEST(Attention, KernelsOfEveryPathCarryTheirArithmetic) {
     const std::string& text = program.kernel_sources[0];
     EXPECT_EQ(count(text, w.mma), w.mmas) << ir::to_string(w.p);
     EXPECT_EQ(count(text, "kiln_cp_async_wait"), 1u) << "double-buffered key tiles on sm_80";
-    EXPECT_EQ(count(text, "expf("), 2u) << "the rescale factor and p, once per key tile";
+    EXPECT_EQ(count(text, "exp2f("), 2u) << "the rescale factor and p, once per key tile";
+    EXPECT_EQ(count(text, "expf("), 0u) << "scores in base 2: exp2f, no expf";
   }
   LoweredProgram sm75 = lowered(parse(R"(graph h {
     input q: f16[4, 40, 64]

@@ -145,10 +145,8 @@ TEST(CompileShapes, LargeTransposedAndRaggedMatmulsCompileWithoutSpills) {
       auto a = compile(f32, options(sm, p));
       ASSERT_TRUE(a.ok()) << a.error().message;
       expect_clean(*a, std::string(ir::to_string(p)) + " sm_" + std::to_string(sm));
-      // 2048 x 2050 fills the GPU with 128x256 tiles, but for tf32x3 and FFMA (128x128).
-      bool wide = p == ir::Precision::high || p == ir::Precision::medium;
-      EXPECT_NE(a->kernels[0].name.find(wide ? "128x256" : "128x128"), std::string::npos)
-          << a->kernels[0].name;
+      // 2048 x 2050 fills the GPU with 128x128 tiles.
+      EXPECT_NE(a->kernels[0].name.find("128x128"), std::string::npos) << a->kernels[0].name;
     }
   }
   for (int sm : {75, 80}) {

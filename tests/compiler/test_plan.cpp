@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 namespace kiln::compiler {
 namespace {
 
@@ -22,61 +24,71 @@ MatmulShape square(int64_t n, MatmulPath path, int elem_bytes = 4) {
   return s;
 }
 
-TEST(Tile, LargeMatmulsGetWideTilesOf64x64WarpTilesAndAPipeline) {
-  MatmulTile t = choose_tile(square(4096, MatmulPath::tf32), 80);
-  EXPECT_EQ(t.bm, 128);
-  EXPECT_EQ(t.bn, 256);
-  EXPECT_EQ(t.bm / t.warps_m, 64);
-  EXPECT_EQ(t.bn / t.warps_n, 64);
-  EXPECT_EQ(t.threads(), 256);
-  EXPECT_GE(t.stages, 3);
-  // A tall product gets the transposed tile.
+TEST(Tile, LargeMatmulsGet128x128TilesOf64x64WarpTilesAndAPipeline) {
+  // What the H200's tuning records chose over 128x256 (compiler/KERNELS.md, "Tile table").
+  for (auto [path, bytes, sm] : {std::tuple{MatmulPath::tf32, 4, 80}, {MatmulPath::bf16, 2, 90},
+                                 {MatmulPath::f16, 2, 86}, {MatmulPath::bf16_of_f32, 4, 120}}) {
+    MatmulTile t = choose_tile(square(4096, path, bytes), sm);
+    EXPECT_EQ(t.bm, 128) << to_string(path);
+    EXPECT_EQ(t.bn, 128) << to_string(path);
+    EXPECT_EQ(t.bm / t.warps_m, 64) << to_string(path);
+    EXPECT_EQ(t.bn / t.warps_n, 64) << to_string(path);
+    EXPECT_EQ(t.threads(), 128) << to_string(path);
+    EXPECT_EQ(t.bk * bytes, 64) << to_string(path);
+    EXPECT_EQ(t.stages, 4) << to_string(path);
+  }
+  // A tall product gets the same tile.
   MatmulShape tall = square(4096, MatmulPath::bf16, 2);
   tall.n = 2048;
   MatmulTile u = choose_tile(tall, 90);
-  EXPECT_EQ(u.bm, 256);
+  EXPECT_EQ(u.bm, 128);
   EXPECT_EQ(u.bn, 128);
   // tf32x3 keeps 64x32 warp tiles: its split operands need the registers.
   MatmulTile x3 = choose_tile(square(4096, MatmulPath::tf32x3), 90);
   EXPECT_EQ(x3.bm, 128);
   EXPECT_EQ(x3.bn, 128);
   EXPECT_EQ(x3.bn / x3.warps_n, 32);
-  // Fewer wide tiles than SMs (1024^2 on sm_90: 32): 128x128 (64 of them) are not enough either.
+  // A ragged operand (copied element by element) keeps the 64x32 warp tiles.
+  MatmulShape ragged = square(8192, MatmulPath::bf16, 2);
+  ragged.b_vector = false;
+  EXPECT_EQ(choose_tile(ragged, 90).warps_n, 4);
+  // Fewer 128x128 tiles than SMs (1024^2 on sm_90: 64): 64x64 tiles.
   EXPECT_EQ(choose_tile(square(1024, MatmulPath::bf16, 2), 90).bm, 64);
   EXPECT_EQ(choose_tile(square(2048, MatmulPath::bf16, 2), 90).bn, 128);
 }
 
-TEST(Tile, KPerStageIs128BytesWhereThreeSuchStagesFitElse64) {
-  // A ragged operand (copied element by element) keeps the 64x32 warp tiles.
-  MatmulShape ragged = square(8192, MatmulPath::bf16, 2);
-  ragged.b_vector = false;
-  EXPECT_EQ(choose_tile(ragged, 90).bn, 128);
-  // 128x256 bf16 with 64 elements of K: 48 KiB a stage; 4 (what 64x64 warp tiles need at that
-  // depth) fit in sm_90's 227 KiB, not in sm_80's 163 KiB or sm_86's 99 KiB.
-  EXPECT_EQ(choose_tile(square(8192, MatmulPath::bf16, 2), 80).bk, 32);
-  EXPECT_EQ(choose_tile(square(8192, MatmulPath::bf16, 2), 90).bk, 64);
-  EXPECT_EQ(choose_tile(square(8192, MatmulPath::bf16, 2), 86).bk, 32);
-  // tf32 converts every fragment: 8 warps keep 64 bytes (tile_fits_registers).
-  EXPECT_EQ(choose_tile(square(8192, MatmulPath::tf32), 90).bk, 16);
-  EXPECT_EQ(choose_tile(square(8192, MatmulPath::bf16_of_f32), 90).bk, 32);
-  // Smaller tiles keep 64 bytes.
-  EXPECT_EQ(choose_tile(square(256, MatmulPath::bf16, 2), 90).bk, 32);
-  EXPECT_EQ(choose_tile(square(256, MatmulPath::tf32), 90).bk, 16);
+TEST(Tile, SmallerGridsTake128BytesOfKWhereCpAsyncRuns) {
+  // 64x64 and 32x64 blocks: 128 bytes of K per stage.
+  EXPECT_EQ(choose_tile(square(256, MatmulPath::bf16, 2), 90).bk, 64);
+  EXPECT_EQ(choose_tile(square(256, MatmulPath::tf32), 90).bk, 32);
+  EXPECT_EQ(choose_tile(square(1000, MatmulPath::bf16_of_f32), 80).bk, 32);
+  MatmulShape skinny = square(4096, MatmulPath::tf32);
+  skinny.m = 16;
+  EXPECT_EQ(choose_tile(skinny, 90).bk, 32);
+  EXPECT_EQ(choose_tile(skinny, 90).bm, 32);
+  // tf32 and tf32x3 past one wave of 64x64 blocks with M > 32 keep 64 bytes (1000^3's records).
+  EXPECT_EQ(choose_tile(square(1000, MatmulPath::tf32), 90).bk, 16);
+  EXPECT_EQ(choose_tile(square(1000, MatmulPath::tf32x3), 90).bk, 16);
+  // No cp.async (sm_75): 64 bytes in one synchronous stage.
+  MatmulTile turing = choose_tile(square(256, MatmulPath::f16, 2), 75);
+  EXPECT_EQ(turing.bk, 32);
+  EXPECT_EQ(turing.stages, 1);
+  // Large grids keep 64 bytes (the 128x128 tiles above).
+  EXPECT_EQ(choose_tile(square(8192, MatmulPath::bf16, 2), 90).bk, 32);
 }
 
 TEST(Tile, StagesFillTheArchsOptInSharedMemory) {
-  // 128x256x64 bf16, 48 KiB a stage: 4 stages (192 KiB) on sm_90; sm_80 (163 KiB) runs 4
-  // stages of 32 elements of K (96 KiB).
+  // 128x128x32 bf16, 16 KiB a stage: 4 stages (64 KiB) on every arch with cp.async.
   MatmulShape s = square(8192, MatmulPath::bf16, 2);
-  MatmulTile t90 = choose_tile(s, 90);
-  EXPECT_EQ(t90.stages, 4);
-  EXPECT_GT(t90.stages * smem_layout(t90, s).stage_bytes(), 96 * 1024);
-  EXPECT_EQ(choose_tile(s, 80).stages, 4);
-  // 128x256 medium (fp32 operands, 16 of K; B N-contiguous, padded): 24.5 KiB a stage, 4 fit
-  // sm_86's 99 KiB.
-  MatmulShape medium = square(8192, MatmulPath::bf16_of_f32);
-  EXPECT_EQ(choose_tile(medium, 86).bn, 256);
-  EXPECT_EQ(choose_tile(medium, 86).stages, 4);
+  for (int sm : {80, 86, 90, 120}) {
+    MatmulTile t = choose_tile(s, sm);
+    EXPECT_EQ(t.stages, 4) << sm;
+    EXPECT_EQ(t.stages * smem_layout(t, s).stage_bytes(), 64 * 1024) << sm;
+  }
+  // A short K: as many stages as K tiles + 1.
+  MatmulShape short_k = square(8192, MatmulPath::bf16, 2);
+  short_k.k = 64;
+  EXPECT_EQ(choose_tile(short_k, 90).stages, 3);
 }
 
 TEST(Tile, SmallMatmulsGetSmallTiles) {

@@ -111,5 +111,44 @@ TEST(Schedule, AnIllegalTileIsRefusedNamingTheKernelAndTheTilesItRuns) {
   EXPECT_FALSE(lower(g, *request75, FixedSchedule(MatmulTile{64, 64, 16, 2, 4, 2})).ok());
 }
 
+TEST(Schedule, ChosenTilesKeyTheirTilesNotWhereTheyCameFrom) {
+  MatmulShape a = shape_of(4096, 4096, 4096, MatmulPath::bf16);
+  MatmulShape b = shape_of(16, 11008, 4096, MatmulPath::tf32);
+  std::string sa = problem_signature(a), sb = problem_signature(b);
+  EXPECT_NE(sa, sb);
+  MatmulTile t1{128, 128, 32, 2, 2, 4}, t2{128, 128, 32, 2, 2, 3};
+  ChosenSchedule one({{sa, {t1, "tuned on X (132 SMs) 2026-11-26"}}});
+  ChosenSchedule same({{sa, {t1, "tuned on Y (114 SMs) 2026-11-27"}}});
+  ChosenSchedule other_tile({{sa, {t2, "tuned on X (132 SMs) 2026-11-26"}}});
+  ChosenSchedule other_problem({{sb, {t1, "tuned on X (132 SMs) 2026-11-26"}}});
+  ChosenSchedule both({{sa, {t1, "x"}}, {sb, {t1, "y"}}});
+  EXPECT_EQ(one.key(), same.key()) << "devices that chose alike share binaries";
+  EXPECT_EQ(one.key().rfind("tiles ", 0), 0u) << one.key();
+  EXPECT_NE(one.key(), other_tile.key());
+  EXPECT_NE(one.key(), other_problem.key());
+  EXPECT_NE(one.key(), both.key());
+  EXPECT_EQ(ChosenSchedule({}).key(), "");
+  EXPECT_EQ(heuristic_schedule().key(), "");
+  EXPECT_EQ(FixedSchedule(t1).key(), "fixed 128x128x32, 2x2 warps, 4 stages");
+  // A chosen problem gets its tile and source, every other the heuristic's.
+  EXPECT_TRUE(same_tile(one.matmul_tile(a, 90), t1));
+  EXPECT_EQ(one.source_for(a, 90), "tuned on X (132 SMs) 2026-11-26");
+  EXPECT_TRUE(same_tile(one.matmul_tile(b, 90), choose_tile(b, 90)));
+  EXPECT_EQ(one.source_for(b, 90), "model");
+}
+
+TEST(Schedule, ATileReadsBackOnlyAsToStringWritesIt) {
+  for (const MatmulTile& t : {MatmulTile{128, 256, 64, 2, 4, 4}, MatmulTile{32, 64, 16, 1, 4, 1}}) {
+    auto back = parse_tile(to_string(t));
+    ASSERT_TRUE(back) << to_string(t);
+    EXPECT_TRUE(same_tile(*back, t));
+  }
+  for (const char* bad : {"", "128x128", "128x128x32, 2x2 warps, 4 stage",
+                          "128x128x32, 2x2 warps, 1 stages", "128x128x32, 2x2 warps, 4 stages ",
+                          "0x128x32, 2x2 warps, 4 stages", "99999999999x128x32, 2x2 warps, 4 stages",
+                          "-128x128x32, 2x2 warps, 4 stages", "128x128x32,  2x2 warps, 4 stages"})
+    EXPECT_FALSE(parse_tile(bad)) << bad;
+}
+
 }  // namespace
 }  // namespace kiln::compiler

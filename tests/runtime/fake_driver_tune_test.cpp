@@ -7,6 +7,7 @@
 #include "cache/key.h"
 #include "compiler/nvrtc.h"
 #include "compiler/schedule.h"
+#include "compiler/sizes.h"
 #include "ir/parse.h"
 #include "runtime/context.h"
 #include "runtime/driver.h"
@@ -255,6 +256,104 @@ TEST(FakeDriverTune, ARecordThatDoesNotHoldIsLeftOutWithAWarning) {
     ASSERT_TRUE(entry.hit());
     EXPECT_EQ(entry.entry.info.field("schedule"), "") << "compiled with the model's tiles";
   }
+}
+
+TEST(FakeDriverTune, ASymbolicGraphIsTunedAtItsBucketAndCompiledWithTheRecordThere) {
+  ASSERT_TRUE(use_fake_driver(timed_config()));
+  TempDir dir;
+  auto graph = ir::parse_graph(R"(graph g {
+  dim B: 1..4096
+  input a: bf16[B, 384]
+  input b: bf16[384, 520]
+  c = matmul(a, b)
+  output c
+}
+)", "g.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  compiler::CompileOptions options = sm90();
+  options.bucket = {compiler::bucket_of(100, graph->symbols()[0])};  // B in [65, 128]
+  auto cache = open_cache(dir.path());
+  runtime::TuneOptions tune;
+  tune.repeats = 5;
+  auto records = runtime::tune_graph(*graph, options, cache.get(), tune);
+  ASSERT_TRUE(records) << records.error().message;
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_NE(records->front().signature.find(" m=128 "), std::string::npos)
+      << "planned at the bucket's upper bound: " << records->front().signature;
+  EXPECT_EQ(records->front().winner.bn, 64);
+  // A runtime running B = 100 compiles that bucket with the record; B = 20 (another bucket, no
+  // record) with the model's tiles.
+  RuntimeOptions ro;
+  ro.cache_dir = dir.path();
+  ro.remote_cache = "";
+  auto runtime = Runtime::create(ro);
+  ASSERT_TRUE(runtime);
+  auto exe = (*runtime)->compile(*graph);
+  ASSERT_TRUE(exe) << exe.error().message;
+  ASSERT_TRUE((*exe)->prepare({100}));
+  ASSERT_TRUE((*exe)->prepare({20}));
+  int tuned = 0, model = 0;
+  auto entries = cache->list();
+  ASSERT_TRUE(entries);
+  for (const cache::EntryInfo& e : *entries) {
+    if (e.field("graph_hash").empty() || e.field("dims").empty()) continue;
+    bool has_schedule = !e.field("schedule").empty();
+    if (e.field("dims") == "dim0 in [65, 128]" && has_schedule) ++tuned;
+    if (e.field("dims") == "dim0 in [17, 32]" && !has_schedule) ++model;
+  }
+  EXPECT_GE(tuned, 1);
+  EXPECT_EQ(model, 1);
+}
+
+TEST(FakeDriverTune, ARecordOfAnotherDeviceOrWithoutATimedWinnerIsNotUsed) {
+  ASSERT_TRUE(use_fake_driver(timed_config()));
+  TempDir dir;
+  auto cache = open_cache(dir.path());
+  ir::Graph graph = gemm_graph();
+  runtime::TuneOptions tune;
+  tune.repeats = 5;
+  auto records = runtime::tune_graph(graph, sm90(), cache.get(), tune);
+  ASSERT_TRUE(records) << records.error().message;
+  auto id = runtime::device_identity(0);
+  auto nvrtc = compiler::nvrtc_identity();
+  ASSERT_TRUE(id && nvrtc);
+  auto fields = runtime::tuning_fields(records->front().signature, *id, *nvrtc);
+  auto restore = [&](const runtime::TuningRecord& r) {
+    cache::Contents contents;
+    contents.summary = "{}";
+    contents.payloads.push_back({runtime::k_payload_tuning, runtime::encode_record(r)});
+    ASSERT_TRUE(cache->store(cache::make_key(fields), fields, contents));
+  };
+  auto why_unused = [&]() -> std::string {
+    runtime::TunedTiles tiles = runtime::tuned_tiles(*cache, *id, *nvrtc);
+    std::string why;
+    auto schedule = runtime::tuned_schedule(graph, sm90(), *cache, tiles,
+                                            [&](const std::string& w) { why = w; });
+    EXPECT_TRUE(schedule);
+    EXPECT_EQ(schedule && *schedule != nullptr, why.empty()) << why;
+    return why;
+  };
+  EXPECT_EQ(why_unused(), "") << "the tuner's own record is used";
+  runtime::TuningRecord r = records->front();
+  r.device = "Another GPU (8 SMs)";
+  restore(r);
+  EXPECT_NE(why_unused().find("it names another device or arch"), std::string::npos);
+  r = records->front();
+  r.date = "yesterday";
+  restore(r);
+  EXPECT_NE(why_unused().find("its date is not a date"), std::string::npos);
+  r = records->front();
+  for (runtime::CandidateTime& c : r.candidates)
+    if (compiler::same_tile(c.tile, r.winner)) c.status = "output 0 differs";
+  restore(r);
+  EXPECT_NE(why_unused().find("its winner is not one of its candidates that timed ok"),
+            std::string::npos);
+  cache::Contents big;
+  big.summary = "{}";
+  big.payloads.push_back({runtime::k_payload_tuning,
+                          std::string(runtime::k_max_tuning_record_bytes + 1, ' ')});
+  ASSERT_TRUE(cache->store(cache::make_key(fields), fields, big));
+  EXPECT_NE(why_unused().find("over the 1048576 a record may be"), std::string::npos);
 }
 
 TEST(FakeDriverTune, AutotuneOnTunesAProblemWithoutARecordOnItsFirstCompile) {
