@@ -376,6 +376,7 @@ Expected<std::vector<EntryInfo>> Cache::list() {
 Expected<std::vector<EntryInfo>> Cache::list_where(const KeyField& where) {
   return m_local->list_where(where);
 }
+Expected<bool> Cache::has_field(const std::string& name) { return m_local->has_field(name); }
 Expected<std::vector<std::string>> Cache::keys_with_prefix(const std::string& prefix, int limit) {
   m_fill->drain();
   return m_local->keys_with_prefix(prefix, limit);

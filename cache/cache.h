@@ -119,6 +119,9 @@ public:
   // The local entries holding field `where` (e.g. the tuning records of one device): an indexed
   // query that writes nothing.
   Expected<std::vector<EntryInfo>> list_where(const KeyField& where);
+  // Whether any local entry has a field named `name` (e.g. any tuning record at all): one probe of
+  // an index.
+  Expected<bool> has_field(const std::string& name);
   Expected<std::vector<std::string>> keys_with_prefix(const std::string& prefix, int limit = 2);
   Expected<std::vector<Nearest>> nearest(const std::vector<KeyField>& request,
                                          const std::string& anchor);

@@ -69,6 +69,19 @@ Expected<std::vector<EntryInfo>> Store::list_where(const KeyField& where) {
   });
 }
 
+Expected<bool> Store::has_field(const std::string& name) {
+  std::lock_guard lock(m_mutex);
+  return recovering([&]() -> Expected<bool> {
+    if (!m_db) return disabled_error();
+    auto st = m_db->prepare("SELECT 1 FROM fields WHERE name = ?1 LIMIT 1");
+    if (!st) return st.error();
+    st->bind_text(1, name);
+    auto row = st->step();
+    if (!row) return row.error();
+    return *row;
+  });
+}
+
 Expected<std::vector<EntryInfo>> Store::list_locked(const KeyField* where) {
   auto txn = Transaction::begin(*m_db, Transaction::Kind::read);
   if (!txn) return txn.error();

@@ -80,6 +80,8 @@ public:
   Expected<std::vector<EntryInfo>> list();
   // The entries holding field `where` (an indexed query; no recorded use is merged first).
   Expected<std::vector<EntryInfo>> list_where(const KeyField& where);
+  // Whether any entry has a field named `name` (one probe of the fields index).
+  Expected<bool> has_field(const std::string& name);
   Expected<std::vector<std::string>> keys_with_prefix(const std::string& prefix, int limit);
   Expected<std::vector<Nearest>> nearest(const std::vector<KeyField>& request,
                                          const std::string& anchor);
