@@ -8,6 +8,7 @@
 #include "compiler/request.h"
 #include "compiler/sizes.h"
 #include "compiler/target.h"
+#include "reference/metrics.h"
 #include "reference/tensor.h"
 #include "runtime/compile_service.h"
 #include "runtime/context.h"
@@ -66,16 +67,8 @@ std::string format_ms(double ms) {
 // Relative L2 difference of two outputs in device layout.
 double rel_l2(const ir::TensorType& type, const std::vector<unsigned char>& got,
               const std::vector<unsigned char>& want) {
-  reference::Tensor a = reference::load_device_bytes(type, got.data());
-  reference::Tensor b = reference::load_device_bytes(type, want.data());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.values.size(); ++i) {
-    double d = a.values[i] - b.values[i];
-    num += d * d;
-    den += b.values[i] * b.values[i];
-  }
-  if (std::isnan(num)) return num;
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return reference::relative_l2(reference::load_device_bytes(type, got.data()).values,
+                                reference::load_device_bytes(type, want.data()).values);
 }
 
 // CUDA events around runs on the legacy stream of the device's primary context.
