@@ -17,7 +17,6 @@
 #include "runtime/executable_impl.h"
 #include "runtime/symbolic_executable.h"
 #include "runtime/tuning.h"
-#include "compiler/nvrtc.h"
 
 #include <cstdio>
 #include <mutex>
@@ -67,22 +66,14 @@ public:
     if (!m_read) {
       m_read = true;
       // `cached` with no tuning record in the cache costs one index probe, not the driver's start.
-      if (m_mode == Autotune::cached) {
-        auto any = m_cache->has_field("tuning");
-        if (!any || !*any) return;
-      }
-      auto identity = runtime::device_identity(m_device);
-      auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
-      if (!identity || !nvrtc || identity->sm != options.target.sm) return;
-      m_identity = *identity;
-      m_nvrtc = *nvrtc;
-      m_tiles = runtime::tuned_tiles(*m_cache, m_identity, m_nvrtc);
+      m_tiles = runtime::device_tiles(*m_cache, m_device, options.nvrtc_path,
+                                      m_mode == Autotune::cached);
     }
-    if (m_identity.sm != options.target.sm) return;
+    if (!m_tiles || m_tiles->device.sm != options.target.sm) return;
     auto warn = [this](const std::string& message) { m_log(LogLevel::warning, message); };
     if (m_mode == Autotune::on) tune_missing(graph, options, warn);
     // A graph that does not plan fails its compile with the same error: nothing to add here.
-    auto schedule = runtime::tuned_schedule(graph, options, *m_cache, m_tiles, warn);
+    auto schedule = runtime::tuned_schedule(graph, options, *m_cache, *m_tiles, warn);
     if (schedule) options.schedule = *schedule;
   }
 
@@ -98,17 +89,17 @@ private:
     // cache its record is not kept, and a failure would fail again).
     for (const runtime::MatmulProblem& p : *problems) {
       std::string signature = compiler::problem_signature(p.shape);
-      if (!m_tiles.keys.count(signature) && m_tried.insert(signature).second)
+      if (!m_tiles->keys.count(signature) && m_tried.insert(signature).second)
         tune.only.push_back(signature);
     }
     if (tune.only.empty()) return;
     m_log(LogLevel::info, "autotune: timing the tiles of " + std::to_string(tune.only.size()) +
-                              " matmul problem(s) on " + m_identity.text());
+                              " matmul problem(s) on " + m_tiles->device.text());
     if (auto tuned = runtime::tune_graph(graph, options, m_cache.get(), tune); !tuned) {
       warn("autotune: " + tuned.error().message + "; compiling with the model's tiles");
       return;
     }
-    m_tiles = runtime::tuned_tiles(*m_cache, m_identity, m_nvrtc);
+    m_tiles = runtime::tuned_tiles(*m_cache, m_tiles->device, m_tiles->nvrtc_version);
   }
 
   Autotune m_mode;
@@ -117,9 +108,7 @@ private:
   std::function<void(LogLevel, std::string_view)> m_log;
   std::mutex m_mutex;
   bool m_read = false;
-  runtime::DeviceIdentity m_identity;
-  std::string m_nvrtc;
-  runtime::TunedTiles m_tiles;
+  std::optional<runtime::TunedTiles> m_tiles;  // this device's, once read
   std::set<std::string> m_tried;  // Autotune::on: the problems tuned (or tried) here
 };
 

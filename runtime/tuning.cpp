@@ -270,6 +270,18 @@ TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device,
   return tiles;
 }
 
+std::optional<TunedTiles> device_tiles(cache::Cache& cache, int device,
+                                       const std::string& nvrtc_path, bool probe) {
+  if (probe) {
+    auto any = cache.has_field("tuning");
+    if (!any || !*any) return std::nullopt;
+  }
+  auto identity = device_identity(device);
+  auto nvrtc = compiler::nvrtc_identity(nvrtc_path);
+  if (!identity || !nvrtc) return std::nullopt;
+  return tuned_tiles(cache, *identity, *nvrtc);
+}
+
 namespace {
 
 bool is_date(const std::string& text) {

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,13 @@ struct TunedTiles {
 };
 TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device,
                        const std::string& nvrtc_version);
+
+// tuned_tiles() for CUDA device `device` and the NVRTC `nvrtc_path` finds (the runtime's
+// RuntimeOptions::autotune, kiln compile and why): nullopt when either cannot be identified.
+// With `probe`, a cache holding no tuning record at all answers nullopt after one index probe,
+// without starting the driver.
+std::optional<TunedTiles> device_tiles(cache::Cache& cache, int device,
+                                       const std::string& nvrtc_path, bool probe);
 
 // The largest tuning payload read (a record of 27 candidates is about 3 KiB).
 inline constexpr size_t k_max_tuning_record_bytes = 1 << 20;

@@ -375,22 +375,17 @@ int compile_one(const std::string& file, const compiler::CompileOptions& options
 void apply_tuning_records(const std::string& file, compiler::CompileOptions& options,
                           cache::Cache* cache) {
   if (!cache || !cache->enabled() || options.target.on_host()) return;
-  static std::optional<std::pair<runtime::DeviceIdentity, runtime::TunedTiles>> tiles;
+  static std::optional<runtime::TunedTiles> tiles;
   static bool read = false;
   if (!read) {
     read = true;
     // A cache without any tuning record costs one index probe, not the driver's start.
-    auto any = cache->has_field("tuning");
-    if (!any || !*any) return;
-    auto identity = runtime::device_identity(0);
-    auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
-    if (identity && nvrtc)
-      tiles.emplace(*identity, runtime::tuned_tiles(*cache, *identity, *nvrtc));
+    tiles = runtime::device_tiles(*cache, 0, options.nvrtc_path, /*probe=*/true);
   }
-  if (!tiles || tiles->first.sm != options.target.sm || tiles->second.empty()) return;
+  if (!tiles || tiles->device.sm != options.target.sm || tiles->empty()) return;
   auto graph = read_graph(file);
   if (!graph) return;  // the compile reports it
-  auto schedule = runtime::tuned_schedule(*graph, options, *cache, tiles->second,
+  auto schedule = runtime::tuned_schedule(*graph, options, *cache, *tiles,
                                           [](const std::string& m) { print_warning("kiln: " + m); });
   if (schedule) options.schedule = *schedule;
 }
