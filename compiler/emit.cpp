@@ -50,6 +50,14 @@ std::string describe(const ir::Graph& graph, const ProgramPlan& plan, const Kern
     if (expr.size() > k_max_description) expr = expr.substr(0, k_max_description - 3) + "...";
     text[id] = std::move(expr);
   }
+  if (kernel.split == SplitRole::partials)
+    return "the fp32 partial products of " + operand(kernel.group.anchor) + " over " +
+           std::to_string(kernel.tile.split_k) + " ranges of K, to p" +
+           std::to_string(kernel.partial_param);
+  if (kernel.split == SplitRole::sum)
+    return operand(kernel.group.root) + ", its matmul the sum of the " +
+           std::to_string(kernel.tile.split_k) + " partial products in p" +
+           std::to_string(kernel.partial_param);
   return operand(kernel.group.root);
 }
 
@@ -64,14 +72,18 @@ std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const K
   auto size = [](const Extent& x) {
     return x.fixed() ? x.expr() : detail::to_str(x.lo) + ".." + detail::to_str(x.hi);
   };
-  if (kernel.group.kind == GroupKind::matmul) {
+  if (kernel.split == SplitRole::sum) {
+    detail::emit_split_sum(code, ctx);
+  } else if (kernel.group.kind == GroupKind::matmul) {
     const MatmulShape& s = kernel.shape;
     const MatmulExtents& e = kernel.extents;
     const MatmulTile& t = kernel.tile;
     code.line("// batch " + size(e.batch) + ", m " + size(e.m) + ", n " + size(e.n) + ", k " +
               size(e.k) + "; tile " +
               detail::to_str(t.bm) + "x" + detail::to_str(t.bn) + "x" + detail::to_str(t.bk) +
-              ", " + detail::to_str(t.stages) + " stage(s), " + detail::to_str(t.threads()) +
+              ", " + detail::to_str(t.stages) + " stage(s), " +
+              (t.split_k > 1 ? "split " + detail::to_str(t.split_k) + ", " : std::string()) +
+              detail::to_str(t.threads()) +
               " threads; " + std::string(to_string(s.path)) + " on " + arch_name(kernel.target.sm));
     if (uses_mma(s.path)) {
       detail::emit_matmul_mma(code, ctx);

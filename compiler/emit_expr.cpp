@@ -66,6 +66,8 @@ std::vector<ir::DType> param_dtypes(const KernelContext& ctx) {
   for (size_t i = 0; i < dtypes.size(); ++i) {
     if (ctx.kernel.params[i].written) dtypes[i] = ctx.graph.node(group.root).type.dtype;
   }
+  // A split-K matmul's partial products are fp32.
+  if (ctx.kernel.partial_param >= 0) dtypes[static_cast<size_t>(ctx.kernel.partial_param)] = ir::DType::f32;
   return dtypes;
 }
 
@@ -183,8 +185,14 @@ void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string
   const MatmulExtents& s = ctx.kernel.extents;
   const ir::Node& mm = ctx.graph.node(ctx.kernel.group.anchor);
   int rank = mm.type.shape.rank();
-  // Only batched kernels name the batch: an unused variable is an NVRTC warning.
-  if (rank >= 3) code.line("const int bz = (int)blockIdx.z;");
+  // Only batched kernels name the batch: an unused variable is an NVRTC warning. A split-K
+  // partials kernel's z is batch * splits + split.
+  int splits = ctx.kernel.split == SplitRole::partials ? ctx.kernel.tile.split_k : 1;
+  if (splits > 1) code.line("const int split = (int)blockIdx.z % " + to_str(splits) + ";");
+  if (rank >= 3) {
+    code.line(splits > 1 ? "const int bz = (int)blockIdx.z / " + to_str(splits) + ";"
+                         : "const int bz = (int)blockIdx.z;");
+  }
   // A 4-D result's batch index is (bz / inner, bz % inner); a 3-D one's is bz.
   auto offset = [&](const Extent& outer, const Extent& inner) {
     std::string text;

@@ -138,8 +138,9 @@ class ValueEmitter {
 // Returns the root value's variable.
 std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::string& anchor_value,
                           const ElementIndex& index);
-// Declares `bz` (the batch, blockIdx.z; for batched results only) and the matmul operand pointers
-// A and B of element type `gtype`, offset to that batch.
+// Declares `bz` (the batch, blockIdx.z; for batched results only), `split` (a split-K partials
+// kernel's range of K tiles) and the matmul operand pointers A and B of element type `gtype`,
+// offset to that batch.
 void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string& gtype);
 // The output element (bz, m, n) of a matmul kernel: coordinates and row-major linear index of an
 // [M, N] or [batch, M, N] result, with `bz`, `m` and `n` declared by the caller.
@@ -189,11 +190,12 @@ void emit_block_origin(Code& code, const KernelPlan& kernel);
 
 // The k loop: a `stages`-deep cp.async pipeline (stages >= 2) or synchronous single-stage loads.
 // load(stage, k0) emits one stage's copies; compute(stage) its math, tile `kt`. `limit`, when
-// given, is an int expression of the tiles to run (at most k's), e.g. a causal block's.
+// given, is an int expression of the tiles to run (at most k's), e.g. a causal block's;
+// `first`, when given, an int expression of the first tile (a split-K block's range).
 void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
                  const std::function<void(const std::string&, const std::string&)>& load,
                  const std::function<void(const std::string&)>& compute,
-                 const std::string& limit = "");
+                 const std::string& limit = "", const std::string& first = "");
 
 // The mma fragment loaders shared by the tensor-core emitters. They read the shared-memory
 // tiles `as` (A, rows of lda) and `bs` (B, rows of ldb) at k offset `ks` for the m tile `mt`
@@ -224,6 +226,9 @@ void emit_zeroed_accumulators(Code& code, const std::string& name, int mt, int n
 
 // Kernel bodies by group kind.
 void emit_matmul_mma(Code& code, const KernelContext& ctx);
+// A split-K matmul's sum kernel (SplitRole::sum): one thread per output element adds the
+// splits' partial products in split order and runs the group's epilogue.
+void emit_split_sum(Code& code, const KernelContext& ctx);
 void emit_matmul_ffma(Code& code, const KernelContext& ctx);
 // Softmax, reductions and norms: one warp per row along the anchor's axis.
 void emit_rows(Code& code, const KernelContext& ctx);

@@ -332,7 +332,70 @@ void emit_compute(Code& code, const MmaGeometry& geo, const Target& target,
   code.close();
 }
 
+// A split-K partials kernel's epilogue: the accumulators as they are, to its range's slice of
+// the partials ([split][batch][M][N] fp32), two neighbouring columns at a time where N is even.
+void emit_partials_store(Code& code, const KernelContext& ctx, const MmaGeometry& geo) {
+  const KernelPlan& k = ctx.kernel;
+  const MatmulExtents& e = k.extents;
+  bool batched = ctx.graph.node(k.group.root).type.shape.rank() >= 3;
+  std::string mn = to_str(e.m.hi * e.n.hi);
+  code.line("// this range's partial products, to its slice of the partials");
+  code.line("float* P = p" + to_str(k.partial_param) + " + ((long long)split * " +
+            to_str(e.batch.hi) + (batched ? " + bz" : "") + ") * " + mn + ";");
+  bool pairs = e.n.hi % 2 == 0;
+  bool check = !e.m.multiple_of(k.tile.bm) || !e.n.multiple_of(k.tile.bn);
+  std::string n_count = to_str(e.n.hi), m_count = to_str(e.m.hi);
+  code.line("#pragma unroll");
+  code.open("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt) {");
+  code.line("#pragma unroll");
+  code.open("for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt) {");
+  code.line("#pragma unroll");
+  if (pairs) {
+    code.open("for (int h = 0; h < 2; ++h) {");
+    code.line("const int m = bm0 + wm0 + mt * 16 + g + h * 8;");
+    code.line("const int n = bn0 + wn0 + nt * 8 + t4 * 2;");
+    if (check) code.line("if (m >= " + m_count + " || n >= " + n_count + ") continue;");
+    code.line("*(float2*)(P + m * " + n_count +
+              " + n) = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);");
+  } else {
+    code.open("for (int i = 0; i < 4; ++i) {");
+    code.line("const int m = bm0 + wm0 + mt * 16 + g + (i >> 1) * 8;");
+    code.line("const int n = bn0 + wn0 + nt * 8 + t4 * 2 + (i & 1);");
+    if (check) code.line("if (m >= " + m_count + " || n >= " + n_count + ") continue;");
+    code.line("P[m * " + n_count + " + n] = acc[mt][nt][i];");
+  }
+  code.close();
+  code.close();
+  code.close();
+}
+
 }  // namespace
+
+void emit_split_sum(Code& code, const KernelContext& ctx) {
+  const KernelPlan& k = ctx.kernel;
+  const MatmulExtents& e = k.extents;
+  int threads = static_cast<int>(k.launch.block[0]);
+  int64_t total = e.batch.hi * e.m.hi * e.n.hi;
+  code.open(kernel_signature(ctx, threads));
+  code.line("const unsigned eu = (unsigned)blockIdx.x * " + to_str(threads) +
+            "u + (unsigned)threadIdx.x;");
+  code.line("if (eu >= " + to_str(total) + "u) return;");
+  code.line("const int e = (int)eu;");
+  code.line("const int n = e % " + to_str(e.n.hi) + ";");
+  code.line("const int m = e / " + to_str(e.n.hi) + " % " + to_str(e.m.hi) + ";");
+  if (ctx.graph.node(k.group.root).type.shape.rank() >= 3)
+    code.line("const int bz = e / " + to_str(e.m.hi * e.n.hi) + ";");
+  std::string p = "p" + to_str(k.partial_param);
+  code.line("// the splits' partial products, added in split order");
+  code.line("float sum = " + p + "[e];");
+  code.line("#pragma unroll");
+  code.line("for (int s = 1; s < " + to_str(k.tile.split_k) + "; ++s) sum += " + p +
+            "[(long long)s * " + to_str(total) + " + e];");
+  ElementIndex index = matmul_output_index(ctx);
+  std::string value = emit_epilogue(code, ctx, "sum", index);
+  emit_store(code, ctx, value, index.linear);
+  code.close();
+}
 
 void emit_matmul_mma(Code& code, const KernelContext& ctx) {
   const KernelPlan& k = ctx.kernel;
@@ -402,8 +465,25 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
     emit_tile_copy(code, a);
     emit_tile_copy(code, b);
   };
-  emit_k_loop(code, k.tile.stages, e.k, k.tile.bk, load,
-              [&](const std::string& stage) { emit_compute(code, geo, k.target, stage); });
+  auto compute = [&](const std::string& stage) { emit_compute(code, geo, k.target, stage); };
+  if (k.split == SplitRole::partials) {
+    // This block's range of K tiles: `per` tiles from split * per, the last range the rest
+    // (split_k_fits: none is empty).
+    int splits = k.tile.split_k;
+    int64_t k_tiles = (e.k.hi + k.tile.bk - 1) / k.tile.bk;
+    int64_t per = (k_tiles + splits - 1) / splits;
+    code.line("// split-K: K tiles [split * " + to_str(per) + ", ...) of " + to_str(k_tiles) +
+              " in " + to_str(splits) + " ranges");
+    int64_t last = k_tiles - (splits - 1) * per;
+    std::string count = last == per ? to_str(per)
+                                     : "(split == " + to_str(splits - 1) + " ? " + to_str(last) +
+                                           " : " + to_str(per) + ")";
+    emit_k_loop(code, k.tile.stages, e.k, k.tile.bk, load, compute, count, "split * " + to_str(per));
+    emit_partials_store(code, ctx, geo);
+    code.close();
+    return;
+  }
+  emit_k_loop(code, k.tile.stages, e.k, k.tile.bk, load, compute);
 
   code.line("// epilogue: D(g, 2t..2t+1) and D(g+8, 2t..2t+1) of every mma tile");
   code.line("#pragma unroll");

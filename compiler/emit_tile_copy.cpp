@@ -88,7 +88,11 @@ void emit_block_origin(Code& code, const KernelPlan& k) {
 void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
                  const std::function<void(const std::string&, const std::string&)>& load,
                  const std::function<void(const std::string&)>& compute,
-                 const std::string& limit) {
+                 const std::string& limit, const std::string& first) {
+  // The k offset of tile `kt` of this loop.
+  auto k0_of = [&](const std::string& kt) {
+    return first.empty() ? kt + " * " + to_str(bk) : "(" + first + " + " + kt + ") * " + to_str(bk);
+  };
   int64_t k_tiles = (k.hi + bk - 1) / bk;  // the most there can be
   std::string tiles = to_str(k_tiles);
   bool fixed = k.fixed() && limit.empty();
@@ -101,7 +105,7 @@ void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
   }
   if (stages < 2) {
     code.open("for (int kt = 0; kt < " + tiles + "; ++kt) {");
-    code.line("const int k0 = kt * " + to_str(bk) + ";");
+    code.line("const int k0 = " + k0_of("kt") + ";");
     load("0", "k0");
     code.line("__syncthreads();");
     compute("0");
@@ -114,7 +118,7 @@ void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
   for (int st = 0; st < stages - 1; ++st) {
     if (st < k_tiles) {
       code.open(fixed || st == 0 ? "{" : "if (" + to_str(st) + " < k_tiles) {");
-      code.line("const int k0 = " + to_str(st * bk) + ";");
+      code.line("const int k0 = " + (first.empty() ? to_str(st * bk) : k0_of(to_str(st))) + ";");
       load(to_str(st), "k0");
       code.close();
     }
@@ -126,7 +130,7 @@ void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
   code.open("{");
   code.line("const int next = kt + " + to_str(stages - 1) + ";");
   code.open("if (next < " + tiles + ") {");
-  code.line("const int k0 = next * " + to_str(bk) + ";");
+  code.line("const int k0 = " + k0_of("next") + ";");
   code.line("const int ns = next % " + s + ";");
   load("ns", "k0");
   code.close();

@@ -274,6 +274,62 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
   return plan;
 }
 
+namespace {
+
+// Each split-K matmul kernel (tile.split_k > 1) becomes two: the partials kernel, which stores
+// only its fp32 partial products (to a new temporary) and reads only A and B, then the sum
+// kernel, which reads the partials besides the group's own parameters and stores the group's
+// value (one thread per element, as elementwise kernels run).
+void split_matmuls(const ir::Graph& graph, ProgramPlan& plan) {
+  std::vector<KernelPlan> kernels;
+  for (KernelPlan& k : plan.kernels) {
+    if (k.group.kind != GroupKind::matmul || k.tile.split_k < 2) {
+      kernels.push_back(std::move(k));
+      continue;
+    }
+    const MatmulShape& s = k.shape;
+    auto t = static_cast<uint32_t>(plan.temporary_bytes.size());
+    uint64_t bytes = static_cast<uint64_t>(k.tile.split_k * s.batch * s.m * s.n) * 4;
+    plan.temporary_bytes.push_back(bytes);
+    KernelParam partial{{BufferRole::temporary, t}, bytes, true};
+    KernelPlan sum = k;
+    // The partials kernel: the partials, then the parameters A and B come through.
+    KernelPlan& partials = k;
+    partials.split = SplitRole::partials;
+    std::vector<KernelParam> params{partial};
+    const ir::Node& mm = graph.node(k.group.anchor);
+    for (ir::NodeId operand : {mm.operands[0], mm.operands[1]}) {
+      int p = k.param_of(plan.location, operand);
+      if (p < 0) continue;
+      bool seen = false;
+      for (const KernelParam& q : params)
+        seen = seen || q.buffer == k.params[static_cast<size_t>(p)].buffer;
+      if (!seen) params.push_back(k.params[static_cast<size_t>(p)]);
+    }
+    partials.params = std::move(params);
+    partials.partial_param = 0;
+    // The sum kernel: the group's stores, the partials, the group's reads.
+    sum.split = SplitRole::sum;
+    sum.name = k.name + "_sum";
+    partial.written = false;
+    auto reads = std::find_if(sum.params.begin(), sum.params.end(),
+                              [](const KernelParam& p) { return !p.written; });
+    sum.partial_param = static_cast<int>(reads - sum.params.begin());
+    sum.params.insert(reads, partial);
+    int64_t elements = s.batch * s.m * s.n;
+    sum.launch = LaunchShape{};
+    sum.launch.grid = {ceil_div(elements, k_elementwise_threads), 1, 1};
+    sum.launch.block = {k_elementwise_threads, 1, 1};
+    kernels.push_back(std::move(partials));
+    kernels.push_back(std::move(sum));
+  }
+  plan.kernels = std::move(kernels);
+  plan.workspace_bytes = 0;
+  for (uint64_t t : plan.temporary_bytes) plan.workspace_bytes += (t + 255) / 256 * 256;
+}
+
+}  // namespace
+
 Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& target,
                      const Sizes& sizes, const ScheduleProvider& schedule) {
   bool symbolic = sizes.symbolic();
@@ -287,6 +343,8 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       MatmulPath path = k.shape.path;
       k.tile = schedule.matmul_tile(k.shape, sm);
       k.tile_source = schedule.source_for(k.shape, sm);
+      // The partials' temporary is sized at plan time: a symbolic graph's run unsplit.
+      if (symbolic) k.tile.split_k = 1;
       if (Status legal = check_tile(k.tile, k.shape, sm); !legal)
         return make_error(describe_node(graph, group.anchor), ": schedule: ",
                           legal.error().message);
@@ -299,7 +357,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
                           " x ", std::to_string(k.shape.batch), ", limit 65535)");
       }
       k.launch.grid = {ceil_div(k.shape.n, k.tile.bn), static_cast<uint32_t>(gy),
-                       static_cast<uint32_t>(k.shape.batch)};
+                       static_cast<uint32_t>(k.shape.batch * k.tile.split_k)};
       k.launch.block = {static_cast<uint32_t>(uses_mma(path) ? k.tile.threads() : 256), 1, 1};
       k.launch.dynamic_smem_bytes =
           static_cast<uint32_t>(k.tile.stages * smem_layout(k.tile, k.shape).stage_bytes());
@@ -360,6 +418,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
                         " buffers) per kernel; split the graph so that no kernel reads that many");
     }
   }
+  split_matmuls(graph, plan);
   return Status::success();
 }
 

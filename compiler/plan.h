@@ -32,8 +32,15 @@ struct AttentionExtents {
   Extent mask_row = Extent::constant(0), mask_col = Extent::constant(0);
 };
 
+// A split-K matmul (MatmulTile::split_k > 1) runs as two kernels: `partials` computes each
+// split's fp32 product into a temporary ([split][batch][M][N]), `sum` adds them in split order
+// and runs the group's epilogue.
+enum class SplitRole : uint8_t { none, partials, sum };
+
 struct KernelPlan {
   KernelGroup group;
+  SplitRole split = SplitRole::none;
+  int partial_param = -1;  // split kernels: the parameter of the partials' temporary
   std::string name;   // "k0_matmul_tf32", also the entry point with "kiln_" before it
   MatmulShape shape;  // matmul kernels
   MatmulTile tile;    // matmul kernels, CUDA only (schedule_cuda)
@@ -80,7 +87,8 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
 
 // The CUDA target's part of the plan, for `target` (its arch): matmul tiles (from `schedule`: the heuristic
 // unless a caller provides another; a tile that is not legal for the kernel fails, naming the
-// kernel and the tiles it runs), the tile in matmul kernels' names, attention tiles, launch
+// kernel and the tiles it runs; a symbolic graph's tiles run unsplit), the tile in matmul
+// kernels' names, a split-K matmul's two kernels and its partials' temporary, attention tiles, launch
 // shapes and, for a symbolic graph, grid terms. Fails for launches beyond CUDA's grid limits
 // (65535 row tiles or batches per launch) and for a kernel whose parameters would not fit in
 // k_max_param_bytes (fuse() keeps kernels far below it, so only groups formed otherwise get

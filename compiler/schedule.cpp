@@ -23,7 +23,7 @@ public:
 
 bool same_tile(const MatmulTile& a, const MatmulTile& b) {
   return a.bm == b.bm && a.bn == b.bn && a.bk == b.bk && a.warps_m == b.warps_m &&
-         a.warps_n == b.warps_n && a.stages == b.stages;
+         a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k;
 }
 
 std::string problem_signature(const MatmulShape& s) {
@@ -96,12 +96,48 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
       }
     }
   }
+  if (!uses_mma(shape.path)) return tiles;
+  // Split-K where a tile's grid is under one wave of the arch's typical part: 2, 4 and 8
+  // splits while the grid stays within two blocks per SM and each split runs 4 K tiles or more.
+  int sms = typical_sm_count(sm);
+  size_t unsplit = tiles.size();
+  for (size_t i = 0; i < unsplit; ++i) {
+    MatmulTile tile = tiles[i];
+    int64_t blocks = shape.batch * ((shape.m + tile.bm - 1) / tile.bm) *
+                     ((shape.n + tile.bn - 1) / tile.bn);
+    if (blocks >= sms) continue;
+    int64_t k_tiles = (shape.k + tile.bk - 1) / tile.bk;
+    for (int split : {2, 4, 8}) {
+      if (blocks * split > 2 * sms || k_tiles < 4 * split || !split_k_legal(tile, shape, split))
+        continue;
+      tile.split_k = split;
+      tiles.push_back(tile);
+    }
+  }
   return tiles;
 }
 
+bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split) {
+  return uses_mma(shape.path) && shape.batch * split <= 65535 &&
+         split_k_fits(shape.k, tile.bk, split);
+}
+
 Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm) {
+  // Any split of a legal tile that split_k_legal allows, not only the ones candidate_tiles
+  // offers (those depend on the arch's typical SM count; a record tuned on a larger part may
+  // split more).
+  MatmulTile unsplit = tile;
+  unsplit.split_k = 1;
+  if (tile.split_k != 1 && !split_k_legal(tile, shape, tile.split_k)) {
+    return make_error("tile ", to_string(tile), ": the ", to_string(shape.path),
+                      " matmul kernel cannot split K = ", std::to_string(shape.k), " (", 
+                      std::to_string(shape.batch), " batches) into ", std::to_string(tile.split_k),
+                      " ranges of whole ", std::to_string(tile.bk),
+                      "-element tiles (split-K runs on tensor-core paths, 2 to ",
+                      std::to_string(k_max_split_k), " ranges, none empty)");
+  }
   for (const MatmulTile& legal : candidate_tiles(shape, sm))
-    if (same_tile(tile, legal)) return Status::success();
+    if (same_tile(unsplit, legal)) return Status::success();
   std::string list;
   for (const MatmulTile& legal : candidate_tiles(shape, sm))
     list += (list.empty() ? "" : "; ") + to_string(legal);
@@ -110,13 +146,15 @@ Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm) {
 }
 
 std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile) {
-  return plan_name + "_" + std::to_string(tile.bm) + "x" + std::to_string(tile.bn);
+  return plan_name + "_" + std::to_string(tile.bm) + "x" + std::to_string(tile.bn) +
+         (tile.split_k > 1 ? "_split" + std::to_string(tile.split_k) : "");
 }
 
 std::string to_string(const MatmulTile& tile) {
   return std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(tile.bk) +
          ", " + std::to_string(tile.warps_m) + "x" + std::to_string(tile.warps_n) + " warps, " +
-         std::to_string(tile.stages) + (tile.stages == 1 ? " stage" : " stages");
+         std::to_string(tile.stages) + (tile.stages == 1 ? " stage" : " stages") +
+         (tile.split_k > 1 ? ", split " + std::to_string(tile.split_k) : "");
 }
 
 std::optional<MatmulTile> parse_tile(const std::string& text) {
@@ -142,8 +180,12 @@ std::optional<MatmulTile> parse_tile(const std::string& text) {
   if (!number(t.bm) || !literal("x") || !number(t.bn) || !literal("x") || !number(t.bk) ||
       !literal(", ") || !number(t.warps_m) || !literal("x") || !number(t.warps_n) ||
       !literal(" warps, ") || !number(t.stages) ||
-      !literal(t.stages == 1 ? " stage" : " stages") || at != text.size())
+      !literal(t.stages == 1 ? " stage" : " stages"))
     return std::nullopt;
+  if (at != text.size() &&
+      (!literal(", split ") || !number(t.split_k) || t.split_k < 2 || t.split_k > k_max_split_k))
+    return std::nullopt;
+  if (at != text.size()) return std::nullopt;
   return t;
 }
 

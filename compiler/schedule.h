@@ -13,7 +13,7 @@
 
 namespace kiln::compiler {
 
-// "128x128x16, 2x4 warps, 3 stages".
+// "128x128x16, 2x4 warps, 3 stages", and ", split 4" after it for a split-K tile.
 std::string to_string(const MatmulTile& tile);
 
 class ScheduleProvider {
@@ -90,13 +90,23 @@ private:
 // 128x128 of 2x4, 64x64 of 2x2, 32x64 of 1x4; each with 64 bytes of K per stage, and 128 where
 // cp.async runs. FFMA: 128x128 and 64x64 of 16x16 threads, K 16), at the stage counts the arch
 // allows (1 without cp.async, else 2 to 4 within smem_limit, the arch's opt-in maximum), as far
-// as tile_fits_registers allows. choose_tile picks one of them.
+// as tile_fits_registers allows; and on tensor-core paths, each of these whose grid is under one
+// wave of typical_sm_count(sm) split 2, 4 and 8 ways (split_k_legal) while the grid stays within
+// two blocks per SM and each split runs 4 K tiles or more. choose_tile picks one of them.
 std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm);
 
-// Fails, saying why, when `tile` is not one of candidate_tiles(shape, sm).
+// Whether the kernel can split `shape`'s K `split` ways with `tile` (its other fields legal):
+// tensor-core paths only, split_k_fits, and batches times splits within the grid's z limit.
+// A symbolic graph's kernels run unsplit whatever the provider says (schedule_cuda).
+bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split);
+
+// Fails, saying why, when `tile` is not one of candidate_tiles(shape, sm), or a split of one
+// that split_k_legal allows.
 Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm);
 
-// A CUDA matmul kernel's name: its plan's name and its block tile ("k0_matmul_bf16_128x256").
+// A CUDA matmul kernel's name: its plan's name and its block tile ("k0_matmul_bf16_128x256"),
+// and its splits ("k0_matmul_bf16_64x64_split4"; the kernel summing their partials adds
+// "_sum").
 std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile);
 
 // The tile to_string() wrote; nullopt for any other text.

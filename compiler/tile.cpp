@@ -76,7 +76,16 @@ bool tile_fits_registers(const MatmulTile& tile, const MatmulShape& shape) {
   return !(tf32 && deep && warp_m * warp_n > 32 * 32);
 }
 
-MatmulTile choose_tile(const MatmulShape& shape, int sm) {
+bool split_k_fits(int64_t k, int bk, int split) {
+  if (split < 2 || split > k_max_split_k || bk < 1) return false;
+  int64_t k_tiles = (k + bk - 1) / bk;
+  int64_t per = (k_tiles + split - 1) / split;
+  return (split - 1) * per < k_tiles;
+}
+
+namespace {
+
+MatmulTile choose_block_tile(const MatmulShape& shape, int sm) {
   auto tiles_of = [&](int bm, int bn) {
     return shape.batch * ((shape.m + bm - 1) / bm) * ((shape.n + bn - 1) / bn);
   };
@@ -121,6 +130,32 @@ MatmulTile choose_tile(const MatmulShape& shape, int sm) {
     if (tile_fits_registers(deep, shape)) return deep;
   }
   return staged(small);
+}
+
+}  // namespace
+
+MatmulTile choose_tile(const MatmulShape& shape, int sm) {
+  MatmulTile tile = choose_block_tile(shape, sm);
+  if (!uses_mma(shape.path)) return tile;
+  // Split-K where the grid fills at most a quarter of the SMs and K runs 32 tiles or more: the
+  // most splits of 2, 4 and 8 that keep the grid within one wave and give each split 4 K tiles
+  // or more. Unmeasured on hardware so far: a grid this small leaves three SMs in four idle, and
+  // each split's block runs 1/S of a long K loop, against a second launch and S partial tiles
+  // written and summed, which shorter K loops would not pay for (the tuner's candidates
+  // include splits wherever the grid is under one wave).
+  int64_t blocks = shape.batch * ((shape.m + tile.bm - 1) / tile.bm) *
+                   ((shape.n + tile.bn - 1) / tile.bn);
+  int sms = typical_sm_count(sm);
+  int64_t k_tiles = (shape.k + tile.bk - 1) / tile.bk;
+  if (blocks * 4 > sms || k_tiles < 32) return tile;
+  for (int split : {8, 4, 2}) {
+    if (blocks * split <= sms && k_tiles >= 4 * split && shape.batch * split <= 65535 &&
+        split_k_fits(shape.k, tile.bk, split)) {
+      tile.split_k = split;
+      break;
+    }
+  }
+  return tile;
 }
 
 AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm) {

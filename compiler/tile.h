@@ -30,8 +30,20 @@ struct MatmulTile {
   int warps_m = 2;  // warps along M (mma kernels)
   int warps_n = 2;  // warps along N (mma kernels)
   int stages = 1;   // shared-memory stages (1: synchronous loads, no cp.async)
+  // Split-K (mma kernels of static graphs): the K tiles are cut into `split_k` contiguous
+  // ranges, one block per range and output tile, each writing its fp32 partial product to a
+  // temporary; a second kernel sums the partials in split order (deterministic) and runs the
+  // epilogue. 1: no split.
+  int split_k = 1;
   int threads() const { return 32 * warps_m * warps_n; }
 };
+
+// The most splits a split-K tile takes.
+inline constexpr int k_max_split_k = 16;
+
+// Whether `split` contiguous ranges of whole K tiles of `bk`, each non-empty, cover K: every
+// range but the last holds ceil(k_tiles / split) tiles.
+bool split_k_fits(int64_t k, int bk, int split);
 
 // One operand tile in shared memory: `rows` rows of `ld` elements, `cols` of them used. A
 // swizzled tile (swizzle_bits > 0) has ld == cols and permutes the 16-byte chunks of each row

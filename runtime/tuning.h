@@ -118,7 +118,9 @@ struct TuneOptions {
 // Each candidate is compiled through the cache (its key names the tile) with the other problems
 // at the model's tiles, run on the same inputs (seeded, uniform in [-1, 1]) after a warm-up, and
 // timed with CUDA events around each run; its outputs must equal the model tile's within
-// 1e-6 relative L2 (the tiles change no sum's order), else it is left out. Fails without a
+// 1e-6 relative L2 (tiles that split K alike change no sum's order), or about a unit in the last
+// place of the output's dtype for a candidate that splits K otherwise (max_candidate_rel_l2 in
+// tuning.cpp), else it is left out. Fails without a
 // device, when `options` target another arch than the device's, or when the model's own tile
 // does not compile or run.
 Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,

@@ -138,7 +138,8 @@ TEST(Schedule, ChosenTilesKeyTheirTilesNotWhereTheyCameFrom) {
 }
 
 TEST(Schedule, ATileReadsBackOnlyAsToStringWritesIt) {
-  for (const MatmulTile& t : {MatmulTile{128, 256, 64, 2, 4, 4}, MatmulTile{32, 64, 16, 1, 4, 1}}) {
+  for (const MatmulTile& t : {MatmulTile{128, 256, 64, 2, 4, 4}, MatmulTile{32, 64, 16, 1, 4, 1},
+                              MatmulTile{64, 64, 32, 2, 2, 4, 8}}) {
     auto back = parse_tile(to_string(t));
     ASSERT_TRUE(back) << to_string(t);
     EXPECT_TRUE(same_tile(*back, t));
@@ -146,8 +147,117 @@ TEST(Schedule, ATileReadsBackOnlyAsToStringWritesIt) {
   for (const char* bad : {"", "128x128", "128x128x32, 2x2 warps, 4 stage",
                           "128x128x32, 2x2 warps, 1 stages", "128x128x32, 2x2 warps, 4 stages ",
                           "0x128x32, 2x2 warps, 4 stages", "99999999999x128x32, 2x2 warps, 4 stages",
-                          "-128x128x32, 2x2 warps, 4 stages", "128x128x32,  2x2 warps, 4 stages"})
+                          "-128x128x32, 2x2 warps, 4 stages", "128x128x32,  2x2 warps, 4 stages",
+                          "64x64x32, 2x2 warps, 4 stages, split 1",
+                          "64x64x32, 2x2 warps, 4 stages, split 17",
+                          "64x64x32, 2x2 warps, 4 stages, split 4 ",
+                          "64x64x32, 2x2 warps, 4 stages,split 4"})
     EXPECT_FALSE(parse_tile(bad)) << bad;
+  EXPECT_EQ(to_string(MatmulTile{64, 64, 32, 2, 2, 4, 8}), "64x64x32, 2x2 warps, 4 stages, split 8");
+  EXPECT_FALSE(same_tile(MatmulTile{64, 64, 32, 2, 2, 4, 8}, MatmulTile{64, 64, 32, 2, 2, 4, 4}));
+}
+
+TEST(Schedule, SplitKRunsWhereTheGridIsUnderOneWaveAndKIsDeep) {
+  // 37 x 70 x 1030 (tf32): four 64x64 blocks, 33 K tiles of 32. The model splits 4 ways (8 would
+  // leave its last range empty: 7 ranges of 5 tiles pass 33).
+  MatmulShape skinny = shape_of(37, 70, 1030, MatmulPath::tf32);
+  skinny.batch = 2;
+  MatmulTile t = choose_tile(skinny, 90);
+  EXPECT_EQ(t.split_k, 4) << to_string(t);
+  EXPECT_TRUE(check_tile(t, skinny, 90));
+  EXPECT_TRUE(split_k_fits(1030, 32, 4));
+  EXPECT_FALSE(split_k_fits(1030, 32, 8));
+  EXPECT_FALSE(split_k_fits(1030, 32, 1));
+  EXPECT_FALSE(split_k_fits(1030, 32, k_max_split_k + 1));
+  // Past a quarter wave of the arch's SMs, or with fewer than 32 K tiles, no split.
+  EXPECT_EQ(choose_tile(shape_of(4096, 4096, 4096, MatmulPath::bf16), 90).split_k, 1);
+  EXPECT_EQ(choose_tile(shape_of(37, 70, 1000 - 64 * 16, MatmulPath::tf32), 90).split_k, 1);
+  EXPECT_EQ(choose_tile(shape_of(37, 70, 1030, MatmulPath::ffma), 90).split_k, 1);
+  // The model's split is among the tuner's candidates; every candidate split is legal, and only
+  // grids under one wave get them.
+  bool model_found = false;
+  for (const MatmulTile& c : candidate_tiles(skinny, 90)) {
+    model_found |= same_tile(c, t);
+    EXPECT_TRUE(check_tile(c, skinny, 90)) << to_string(c);
+  }
+  EXPECT_TRUE(model_found);
+  for (const MatmulTile& c : candidate_tiles(shape_of(4096, 4096, 4096, MatmulPath::bf16), 90))
+    EXPECT_TRUE(c.split_k == 1 || c.bm * c.bn >= 128 * 256 || c.bm * c.bn == 128 * 128)
+        << to_string(c);
+  for (const MatmulTile& c : candidate_tiles(shape_of(37, 70, 1030, MatmulPath::ffma), 90))
+    EXPECT_EQ(c.split_k, 1) << to_string(c);
+  // A split that leaves a range empty, or on the FFMA path, is refused naming why.
+  MatmulTile eight = t;
+  eight.split_k = 8;
+  Status refused = check_tile(eight, skinny, 90);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("cannot split K = 1030 (2 batches) into 8 ranges"),
+            std::string::npos)
+      << refused.error().message;
+  MatmulShape ffma = shape_of(37, 70, 1030, MatmulPath::ffma);
+  MatmulTile f = choose_tile(ffma, 90);
+  f.split_k = 2;
+  EXPECT_FALSE(check_tile(f, ffma, 90));
+}
+
+TEST(Schedule, ASplitKMatmulRunsAsPartialsAndASumKernel) {
+  ir::Graph g = parse(
+      "graph g {\n  input x: f32[2, 37, 1030]\n  input w: f32[1030, 70]\n  input b: f32[70]\n"
+      "  y = add(matmul(x, w), b)\n  output y\n}\n");
+  auto request = check_request(g, options(90, ir::Precision::high));
+  ASSERT_TRUE(request.ok()) << request.error().message;
+  auto program = lower(g, *request);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  const auto& kernels = program->plan.kernels;
+  ASSERT_EQ(kernels.size(), 2u);
+  const KernelPlan& partials = kernels[0];
+  const KernelPlan& sum = kernels[1];
+  EXPECT_EQ(partials.name, "k0_matmul_tf32_64x64_split4");
+  EXPECT_EQ(sum.name, "k0_matmul_tf32_64x64_split4_sum");
+  EXPECT_EQ(partials.split, SplitRole::partials);
+  EXPECT_EQ(sum.split, SplitRole::sum);
+  // The partials: [4][2][37][70] fp32, a temporary of their own, the only thing the partials
+  // kernel stores; it reads x and w only.
+  ASSERT_EQ(program->plan.temporary_bytes.size(), 1u);
+  EXPECT_EQ(program->plan.temporary_bytes[0], 4u * 2 * 37 * 70 * 4);
+  EXPECT_EQ(program->plan.workspace_bytes, (4u * 2 * 37 * 70 * 4 + 255) / 256 * 256);
+  ASSERT_EQ(partials.params.size(), 3u);
+  EXPECT_EQ(partials.partial_param, 0);
+  EXPECT_EQ(partials.params[0].buffer, (BufferRef{BufferRole::temporary, 0}));
+  EXPECT_TRUE(partials.params[0].written);
+  EXPECT_FALSE(partials.params[1].written);
+  EXPECT_FALSE(partials.params[2].written);
+  // 2 x 1 x (2 batches x 4 ranges) blocks.
+  EXPECT_EQ(partials.launch.grid, (std::array<uint32_t, 3>{2, 1, 8}));
+  // The sum stores y, reads the partials, then x, w and b; one thread per element of y.
+  ASSERT_EQ(sum.params.size(), 5u);
+  EXPECT_EQ(sum.partial_param, 1);
+  EXPECT_EQ(sum.params[0].buffer, (BufferRef{BufferRole::output, 0}));
+  EXPECT_TRUE(sum.params[0].written);
+  EXPECT_EQ(sum.params[1].buffer, (BufferRef{BufferRole::temporary, 0}));
+  EXPECT_FALSE(sum.params[1].written);
+  EXPECT_EQ(sum.launch.grid[0] * sum.launch.block[0] >= 2u * 37 * 70, true);
+  EXPECT_NE(program->kernel_sources[1].find("for (int s = 1; s < 4; ++s) sum += p1["),
+            std::string::npos)
+      << program->kernel_sources[1];
+  EXPECT_NE(program->kernel_sources[0].find("float2"), std::string::npos)
+      << "N even: the partials are stored in pairs";
+}
+
+TEST(Schedule, ASymbolicGraphRunsItsTilesUnsplit) {
+  ir::Graph g = parse(
+      "graph g {\n  dim B: 1..4\n  input x: f32[B, 37, 1030]\n  input w: f32[1030, 70]\n"
+      "  y = matmul(x, w)\n  output y\n}\n");
+  CompileOptions o = options(90, ir::Precision::high);
+  o.bucket = {DimRange{3, 4}};
+  auto request = check_request(g, o);
+  ASSERT_TRUE(request.ok()) << request.error().message;
+  MatmulTile split{64, 64, 32, 2, 2, 4, 4};
+  auto program = lower(g, *request, FixedSchedule(split));
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  ASSERT_EQ(program->plan.kernels.size(), 1u);
+  EXPECT_EQ(program->plan.kernels[0].tile.split_k, 1);
+  EXPECT_EQ(program->plan.kernels[0].split, SplitRole::none);
 }
 
 }  // namespace

@@ -160,12 +160,27 @@ TEST(EmulatedAccumulation, EveryModeStaysWithinItsToleranceAtKUpTo4096) {
 // to nearest. With the tile's MMAs accumulating straight into the running sum instead, the
 // truncations add up over K / 4 steps: at K = 4096 on positive inputs the error leaves tf32x3's
 // tolerance (2e-5) under the truncating model, not under round-to-nearest.
+// The model's tiles, never split: the running sum below must run one K loop over all of K
+// (split 8 ways, each range's sum is an eighth as long and its truncation drift smaller).
+class UnsplitSchedule final : public compiler::ScheduleProvider {
+public:
+  compiler::MatmulTile matmul_tile(const compiler::MatmulShape& shape, int sm) const override {
+    compiler::MatmulTile tile = compiler::choose_tile(shape, sm);
+    tile.split_k = 1;
+    return tile;
+  }
+  std::string source() const override { return "unsplit"; }
+  std::string key() const override { return "unsplit"; }
+};
+
 TEST(EmulatedAccumulation, Tf32x3EarnsItsNameAtLargeKThroughPerTilePromotion) {
   ir::Graph graph = long_sum("f32", 4096);
   compiler::CompileOptions options;
   options.target.sm = 80;
   options.precision = ir::Precision::tf32x3;
-  auto lowered = compiler::lower(graph, options);
+  auto request = compiler::check_request(graph, options);
+  ASSERT_TRUE(request.ok()) << request.error().message;
+  auto lowered = compiler::lower(graph, *request, UnsplitSchedule());
   ASSERT_TRUE(lowered.ok()) << lowered.error().message;
   std::string promoted = compiler::program_source(*lowered, compiler::Prelude::omit);
   auto running = testing::apply_edits(

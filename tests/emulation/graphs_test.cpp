@@ -150,6 +150,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"layout_odd", 80, k_high}, Case{"layout_odd", 75, k_highest}),
     case_name);
 
+// Split-K (the model splits both graphs' grids of a few blocks 4 ways): every tensor-core path,
+// an uneven and ragged last range, batches, a fused epilogue in the sum kernel, partials stored
+// in pairs (even N) and one at a time (odd N).
+INSTANTIATE_TEST_SUITE_P(
+    SplitK, EmulatedGraph,
+    ::testing::Values(Case{"splitk_odd", 90, k_high}, Case{"splitk_odd", 90, k_tf32x3},
+                      Case{"splitk_odd", 90, k_medium}, Case{"splitk_odd", 80, k_high},
+                      Case{"splitk_bf16_odd", 90, k_high}, Case{"splitk_bf16_odd", 80, k_high}),
+    case_name);
+
 // K tiles well past the pipeline's stages (19 tiles of 16 for f32, 11 of 32 for 16-bit, against
 // 4 stages on sm_80+ and 1 on sm_75), so every stage is refilled while others are read; odd M,
 // N and K edges and both operand orientations, on every MMA path and FFMA.

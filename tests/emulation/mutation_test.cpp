@@ -3,7 +3,8 @@
 // shuffles reading the wrong lane, an mma that drops its accumulator) and to generated kernels
 // (swapped fragment registers, a wrong ldmatrix row distribution, a shared-memory swizzle the
 // copies and the reads disagree on, a removed wait, a moved or removed barrier, a dropped
-// online-softmax rescale or causal mask). Each must make an emulated
+// online-softmax rescale or causal mask, a split-K sum missing a range, overlapping split-K
+// ranges). Each must make an emulated
 // check fail: a layer of the emulator that let one through could no longer be trusted to catch
 // that bug in a generated kernel.
 #include "emulation/check.h"
@@ -129,6 +130,12 @@ const Mutation k_mutations[] = {
      {}},
     {"kernel_attention_without_causal_mask", k_attention, 80, k_high, {},
      {{" || key > qrow", ""}}, {}},
+    // Split-K: a sum that leaves the last range's partials out, and ranges that overlap (each
+    // split starting a tile early, the last one's tail left out).
+    {"kernel_split_k_sum_drops_a_range", "splitk_odd", 90, k_high, {},
+     {{"for (int s = 1; s < 4; ++s)", "for (int s = 1; s < 3; ++s)"}}, {}},
+    {"kernel_split_k_ranges_overlap", "splitk_odd", 90, k_high, {},
+     {{"k0 = (split * 9 + ", "k0 = (split * 8 + "}}, {}},
 };
 
 class EmulatedMutation : public ::testing::TestWithParam<Mutation> {};
