@@ -252,8 +252,41 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
   qc.dst = "sq";
   emit_tile_copy(code, qc);
 
+  // The warp's Q fragments stay in registers from the first key tile on, where they take 32
+  // registers or fewer (16-bit and medium head dims up to 128, tf32 up to 64, tf32x3 up to 32);
+  // past that they are read from shared memory again for every key tile.
+  int q_steps = t.d / geo.mma_k;
+  bool q_in_registers = q_steps * 4 * (x3 ? 2 : 1) <= 32;
+  auto q_fragment = [&]() {
+    code.open("{");
+    code.line("const int mt = 0;");
+    code.line("const int am = wm0;");
+    code.line("const " + smem_t + "* as = sq;");
+    emit_a_fragment(code, geo);
+    code.close();
+  };
+  if (q_in_registers) {
+    code.line("// the warp's Q fragments, read once (at the first key tile, when Q has landed)");
+    code.line("unsigned qf[" + to_str(q_steps) + "][4];");
+    if (x3) code.line("unsigned qf_small[" + to_str(q_steps) + "][4];");
+  }
   auto compute = [&](const std::string& stage) {
     open_key_tile(code, ctx, smem_t, stage);
+    if (q_in_registers) {
+      code.open("if (kt == 0) {");
+      code.line("#pragma unroll");
+      code.open("for (int ks = 0; ks < " + to_str(t.d) + "; ks += " + to_str(geo.mma_k) + ") {");
+      code.line("unsigned af[1][4];");
+      if (x3) code.line("unsigned as_small[1][4];");
+      q_fragment();
+      code.line("#pragma unroll");
+      code.open("for (int i = 0; i < 4; ++i) {");
+      code.line("qf[ks / " + to_str(geo.mma_k) + "][i] = af[0][i];");
+      if (x3) code.line("qf_small[ks / " + to_str(geo.mma_k) + "][i] = as_small[0][i];");
+      code.close();
+      code.close();
+      code.close();
+    }
     code.line("// S = Q K^T for the warp's 16 queries and the tile's keys");
     emit_zeroed_accumulators(code, "acc", 1, nt);
     code.line("#pragma unroll");
@@ -264,12 +297,15 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
       code.line("unsigned as_small[1][4];");
       code.line("unsigned bs_small[" + to_str(nt) + "][2];");
     }
-    code.open("{");
-    code.line("const int mt = 0;");
-    code.line("const int am = wm0;");
-    code.line("const " + smem_t + "* as = sq;");
-    emit_a_fragment(code, geo);
-    code.close();
+    if (q_in_registers) {
+      code.line("#pragma unroll");
+      code.open("for (int i = 0; i < 4; ++i) {");
+      code.line("af[0][i] = qf[ks / " + to_str(geo.mma_k) + "][i];");
+      if (x3) code.line("as_small[0][i] = qf_small[ks / " + to_str(geo.mma_k) + "][i];");
+      code.close();
+    } else {
+      q_fragment();
+    }
     code.line("#pragma unroll");
     code.open("for (int nt = 0; nt < " + to_str(nt) + "; ++nt) {");
     code.line("const int bn = nt * 8;");

@@ -225,6 +225,46 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
   EXPECT_GE(splits, 5 * 2) << "split-K tiles on sm_90, every tensor-core path, both row kinds";
 }
 
+// The fused attention kernel at head dims 64, 128 and 256, causal, on every tensor-core path,
+// sm_80 and sm_90: no spills, and the Q fragments kept in registers exactly where they take 32
+// registers or fewer (16-bit and medium up to 128, tf32 up to 64, tf32x3 up to 32).
+TEST(CompileShapes, FusedAttentionCompilesWithoutSpillsAtEveryHeadDim) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  struct Path {
+    const char* dtype;
+    ir::Precision precision;
+    int q_registers_per_16;  // Q fragment registers per 16 of head dim
+  };
+  const Path paths[] = {{"f32", ir::Precision::high, 8}, {"f32", ir::Precision::tf32x3, 16},
+                        {"f32", ir::Precision::medium, 4}, {"bf16", ir::Precision::high, 4},
+                        {"f16", ir::Precision::high, 4}};
+  int compiled = 0;
+  for (int sm : {80, 90}) {
+    for (const Path& path : paths) {
+      for (int d : {64, 128, 256}) {
+        std::string t = path.dtype, shape = "[2, 3, 77, " + std::to_string(d) + "]";
+        ir::Graph g = test::parse("graph a {\n  input q: " + t + shape + "\n  input k: " + t +
+                                  shape + "\n  input v: " + t + shape +
+                                  "\n  o = attention(q, k, v, causal=true)\n  output o\n}\n");
+        std::string what = "sm_" + std::to_string(sm) + " " + t + " " +
+                           std::string(ir::to_string(path.precision)) + " d " + std::to_string(d);
+        auto program = lower(g, options(sm, path.precision));
+        ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+        ASSERT_EQ(program->plan.kernels.size(), 1u) << what;
+        bool q_in_registers = d / 16 * path.q_registers_per_16 <= 32;
+        EXPECT_EQ(program->kernel_sources[0].find("unsigned qf[") != std::string::npos,
+                  q_in_registers)
+            << what;
+        auto a = compile_lowered(*program, options(sm, path.precision));
+        ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
+        expect_clean(*a, what);
+        ++compiled;
+      }
+    }
+  }
+  EXPECT_EQ(compiled, 2 * 5 * 3);
+}
+
 // cos and sin reach NVRTC as cosf/sinf on every arch family, with no spills or warnings.
 TEST(CompileShapes, CosAndSinCompileOnEveryArchFamily) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
