@@ -188,12 +188,33 @@ std::string smem_at(const SmemTile& tile, const std::string& offset);
 // symbolic graph's grid is read from gridDim.
 void emit_block_origin(Code& code, const KernelPlan& kernel);
 
+// Emits one stage's operand copies: load(stage, k0), both int expressions.
+using LoadFn = std::function<void(const std::string&, const std::string&)>;
+
+// The K tiles a k loop runs, and the pieces of the loops that run them (emit_k_loop; the mma
+// kernels' double-buffered loop).
+struct KTiles {
+  std::string count;  // a constant, or "k_tiles" (declared by declare_k_tiles)
+  int64_t most = 0;   // the most there can be
+  bool fixed = false; // a constant count: the prologue needs no guards
+  int bk = 0;
+  std::string first;  // the first tile (an int expression), or "" for 0
+  // The k offset of tile `kt` (an int expression) of this loop.
+  std::string k0_of(const std::string& kt) const;
+};
+// Declares `k_tiles` where the count is `limit` or K is symbolic (as emit_k_loop's arguments).
+KTiles declare_k_tiles(Code& code, const Extent& k, int bk, const std::string& limit,
+                       const std::string& first);
+// The first stages - 1 tiles' copies, each committed (a group even where the tile is past K).
+void emit_k_prologue(Code& code, const KTiles& tiles, int stages, const LoadFn& load);
+// Tile kt + stages - 1's copies into its stage, where there is such a tile, then a commit.
+void emit_k_refill(Code& code, const KTiles& tiles, int stages, const LoadFn& load);
+
 // The k loop: a `stages`-deep cp.async pipeline (stages >= 2) or synchronous single-stage loads.
 // load(stage, k0) emits one stage's copies; compute(stage) its math, tile `kt`. `limit`, when
 // given, is an int expression of the tiles to run (at most k's), e.g. a causal block's;
 // `first`, when given, an int expression of the first tile (a split-K block's range).
-void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
-                 const std::function<void(const std::string&, const std::string&)>& load,
+void emit_k_loop(Code& code, int stages, const Extent& k, int bk, const LoadFn& load,
                  const std::function<void(const std::string&)>& compute,
                  const std::string& limit = "", const std::string& first = "");
 

@@ -275,6 +275,26 @@ void emit_b_fragment_pair(Code& code, const MmaGeometry& geo) {
   code.close();
 }
 
+// The warp's A fragments (af[mt], every m tile) and B fragments (bf[nt], every n tile, two at a
+// time where b_pairs allows) at k offset `ks` of the tiles `as` and `bs`.
+void emit_warp_fragments(Code& code, const MmaGeometry& geo) {
+  code.line("#pragma unroll");
+  code.open("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt) {");
+  code.line("const int am = wm0 + mt * 16;");
+  emit_a_fragment(code, geo);
+  code.close();
+  bool pairs = b_pairs(geo) && geo.nt % 2 == 0;
+  code.line("#pragma unroll");
+  code.open("for (int nt = 0; nt < " + to_str(geo.nt) + "; nt += " + (pairs ? "2" : "1") + ") {");
+  code.line("const int bn = wn0 + nt * 8;");
+  if (pairs) {
+    emit_b_fragment_pair(code, geo);
+  } else {
+    emit_b_fragment(code, geo);
+  }
+  code.close();
+}
+
 void emit_compute(Code& code, const MmaGeometry& geo, const Target& target,
                   const std::string& stage) {
   std::string smem_t = geo.half ? "unsigned short" : "float";
@@ -298,21 +318,7 @@ void emit_compute(Code& code, const MmaGeometry& geo, const Target& target,
     code.line("unsigned as_small[" + to_str(geo.mt) + "][4];");
     code.line("unsigned bs_small[" + to_str(geo.nt) + "][2];");
   }
-  code.line("#pragma unroll");
-  code.open("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt) {");
-  code.line("const int am = wm0 + mt * 16;");
-  emit_a_fragment(code, geo);
-  code.close();
-  bool pairs = b_pairs(geo) && geo.nt % 2 == 0;
-  code.line("#pragma unroll");
-  code.open("for (int nt = 0; nt < " + to_str(geo.nt) + "; nt += " + (pairs ? "2" : "1") + ") {");
-  code.line("const int bn = wn0 + nt * 8;");
-  if (pairs) {
-    emit_b_fragment_pair(code, geo);
-  } else {
-    emit_b_fragment(code, geo);
-  }
-  code.close();
+  emit_warp_fragments(code, geo);
   code.line("#pragma unroll");
   code.open("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt) {");
   code.line("#pragma unroll");
@@ -328,6 +334,89 @@ void emit_compute(Code& code, const MmaGeometry& geo, const Target& target,
     code.line("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt)");
     code.line("  for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt)");
     code.line("    for (int i = 0; i < 4; ++i) acc[mt][nt][i] += part[mt][nt][i];");
+  }
+  code.close();
+}
+
+// Fragment set `set` (af0/bf0 or af1/bf1; not tf32x3, double_buffers_fragments) from stage
+// `stage` (an int expression) at k step `ks`: the loaders of emit_compute, writing through
+// references named as they expect.
+void emit_fragment_set(Code& code, const MmaGeometry& geo, const std::string& stage, int ks,
+                       int set) {
+  std::string smem_t = geo.half ? "unsigned short" : "float";
+  std::string n = to_str(set), mt = to_str(geo.mt), nt = to_str(geo.nt);
+  code.open("{");
+  code.line("unsigned (&af)[" + mt + "][4] = af" + n + ";");
+  code.line("unsigned (&bf)[" + nt + "][2] = bf" + n + ";");
+  code.line("const " + smem_t + "* as = sa + (" + stage + ") * " +
+            to_str(geo.layout.a.rows * geo.layout.a.ld) + ";");
+  code.line("const " + smem_t + "* bs = sb + (" + stage + ") * " +
+            to_str(geo.layout.b.rows * geo.layout.b.ld) + ";");
+  code.line("const int ks = " + to_str(ks) + ";");
+  emit_warp_fragments(code, geo);
+  code.close();
+}
+
+// The mmas of one k step on fragment set `set`.
+void emit_mma_step(Code& code, const MmaGeometry& geo, const Target& target, int set) {
+  std::string n = to_str(set);
+  MmaNames names;
+  names.a = "af" + n + "[mt]";
+  names.b = "bf" + n + "[nt]";
+  code.line("#pragma unroll");
+  code.open("for (int mt = 0; mt < " + to_str(geo.mt) + "; ++mt) {");
+  code.line("#pragma unroll");
+  code.open("for (int nt = 0; nt < " + to_str(geo.nt) + "; ++nt) {");
+  emit_mma(code, geo.s.path, target, names);
+  code.close();
+  code.close();
+}
+
+// The k loop of a cp.async pipeline (stages >= 2) with fragments double-buffered in registers:
+// each k step's mmas run on one fragment set while the next step's fragments are read into the
+// other, and the last step of a tile reads the next tile's first fragments, after the wait and
+// barrier that land its stage. The refill S - 1 tiles ahead is issued at the tile's first step,
+// before that wait; the stage it overwrites was last read before the previous tile's barrier,
+// so each tile costs one barrier, as emit_k_loop's does.
+// `limit` and `first`: as emit_k_loop's.
+void emit_pipelined_k_loop(Code& code, const MmaGeometry& geo, const KernelPlan& k,
+                           const LoadFn& load, const std::string& limit,
+                           const std::string& first) {
+  int stages = k.tile.stages;
+  int steps = k.tile.bk / geo.mma_k;
+  assert(geo.s.path != MatmulPath::tf32x3 && "double_buffers_fragments: not for tf32x3");
+  KTiles t = declare_k_tiles(code, k.extents.k, k.tile.bk, limit, first);
+  std::string s = to_str(stages), wait = "kiln_cp_async_wait<" + to_str(stages - 2) + ">();";
+  std::string mt = to_str(geo.mt), nt = to_str(geo.nt);
+  code.line("// two fragment sets: one k step's mmas run on one while the next step's are read");
+  code.line("unsigned af0[" + mt + "][4], af1[" + mt + "][4];");
+  code.line("unsigned bf0[" + nt + "][2], bf1[" + nt + "][2];");
+  code.line("// prologue: the first " + to_str(stages - 1) +
+            " stages in flight, then the first tile's first fragments");
+  emit_k_prologue(code, t, stages, load);
+  code.line(wait);
+  code.line("__syncthreads();");
+  emit_fragment_set(code, geo, "0", 0, 0);
+  code.open("for (int kt = 0; kt < " + t.count + "; ++kt) {");
+  if (steps > 1) code.line("const int cs = kt % " + s + ";");
+  for (int j = 0; j < steps; ++j) {
+    int now = j % 2, next = (j + 1) % 2;
+    code.line("// k step " + to_str(j) + " of " + to_str(steps));
+    // The refill first: the tile it copies must be committed before the wait below that lands
+    // the next tile, and the stage it overwrites was last read before the previous tile's
+    // barrier.
+    if (j == 0) emit_k_refill(code, t, stages, load);
+    if (j + 1 < steps) {
+      emit_fragment_set(code, geo, "cs", (j + 1) * geo.mma_k, next);
+    } else {
+      code.line("// the next tile's stage lands; every read of the stage refilled next is done");
+      code.open("if (kt + 1 < " + t.count + ") {");
+      code.line(wait);
+      code.line("__syncthreads();");
+      emit_fragment_set(code, geo, "(kt + 1) % " + s, 0, next);
+      code.close();
+    }
+    emit_mma_step(code, geo, k.target, now);
   }
   code.close();
 }
@@ -478,12 +567,21 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
     std::string count = last == per ? to_str(per)
                                      : "(split == " + to_str(splits - 1) + " ? " + to_str(last) +
                                            " : " + to_str(per) + ")";
-    emit_k_loop(code, k.tile.stages, e.k, k.tile.bk, load, compute, count, "split * " + to_str(per));
+    if (double_buffers_fragments(k.tile, k.shape)) {
+      emit_pipelined_k_loop(code, geo, k, load, count, "split * " + to_str(per));
+    } else {
+      emit_k_loop(code, k.tile.stages, e.k, k.tile.bk, load, compute, count,
+                  "split * " + to_str(per));
+    }
     emit_partials_store(code, ctx, geo);
     code.close();
     return;
   }
-  emit_k_loop(code, k.tile.stages, e.k, k.tile.bk, load, compute);
+  if (double_buffers_fragments(k.tile, k.shape)) {
+    emit_pipelined_k_loop(code, geo, k, load, "", "");
+  } else {
+    emit_k_loop(code, k.tile.stages, e.k, k.tile.bk, load, compute);
+  }
 
   code.line("// epilogue: D(g, 2t..2t+1) and D(g+8, 2t..2t+1) of every mma tile");
   code.line("#pragma unroll");

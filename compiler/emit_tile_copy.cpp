@@ -85,27 +85,60 @@ void emit_block_origin(Code& code, const KernelPlan& k) {
   code.line("const int bn0 = (in_group / rows) * " + bn + ";");
 }
 
-void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
-                 const std::function<void(const std::string&, const std::string&)>& load,
-                 const std::function<void(const std::string&)>& compute,
-                 const std::string& limit, const std::string& first) {
-  // The k offset of tile `kt` of this loop.
-  auto k0_of = [&](const std::string& kt) {
-    return first.empty() ? kt + " * " + to_str(bk) : "(" + first + " + " + kt + ") * " + to_str(bk);
-  };
-  int64_t k_tiles = (k.hi + bk - 1) / bk;  // the most there can be
-  std::string tiles = to_str(k_tiles);
-  bool fixed = k.fixed() && limit.empty();
+std::string KTiles::k0_of(const std::string& kt) const {
+  return first.empty() ? kt + " * " + to_str(bk) : "(" + first + " + " + kt + ") * " + to_str(bk);
+}
+
+KTiles declare_k_tiles(Code& code, const Extent& k, int bk, const std::string& limit,
+                       const std::string& first) {
+  KTiles t;
+  t.bk = bk;
+  t.first = first;
+  t.most = (k.hi + bk - 1) / bk;
+  t.count = to_str(t.most);
+  t.fixed = k.fixed() && limit.empty();
   if (!limit.empty()) {
     code.line("const int k_tiles = " + limit + ";");
-    tiles = "k_tiles";
+    t.count = "k_tiles";
   } else if (!k.fixed()) {
     code.line("const int k_tiles = (" + k.expr() + " + " + to_str(bk - 1) + ") / " + to_str(bk) + ";");
-    tiles = "k_tiles";
+    t.count = "k_tiles";
   }
+  return t;
+}
+
+void emit_k_prologue(Code& code, const KTiles& t, int stages, const LoadFn& load) {
+  for (int st = 0; st < stages - 1; ++st) {
+    if (st < t.most) {
+      code.open(t.fixed || st == 0 ? "{" : "if (" + to_str(st) + " < k_tiles) {");
+      code.line("const int k0 = " + (t.first.empty() ? to_str(st * t.bk) : t.k0_of(to_str(st))) +
+                ";");
+      load(to_str(st), "k0");
+      code.close();
+    }
+    code.line("kiln_cp_async_commit();");
+  }
+}
+
+void emit_k_refill(Code& code, const KTiles& t, int stages, const LoadFn& load) {
+  code.open("{");
+  code.line("const int next = kt + " + to_str(stages - 1) + ";");
+  code.open("if (next < " + t.count + ") {");
+  code.line("const int k0 = " + t.k0_of("next") + ";");
+  code.line("const int ns = next % " + to_str(stages) + ";");
+  load("ns", "k0");
+  code.close();
+  code.line("kiln_cp_async_commit();");
+  code.close();
+}
+
+void emit_k_loop(Code& code, int stages, const Extent& k, int bk, const LoadFn& load,
+                 const std::function<void(const std::string&)>& compute,
+                 const std::string& limit, const std::string& first) {
+  KTiles t = declare_k_tiles(code, k, bk, limit, first);
   if (stages < 2) {
-    code.open("for (int kt = 0; kt < " + tiles + "; ++kt) {");
-    code.line("const int k0 = " + k0_of("kt") + ";");
+    code.open("for (int kt = 0; kt < " + t.count + "; ++kt) {");
+    code.line("const int k0 = " + t.k0_of("kt") + ";");
     load("0", "k0");
     code.line("__syncthreads();");
     compute("0");
@@ -113,30 +146,13 @@ void emit_k_loop(Code& code, int stages, const Extent& k, int bk,
     code.close();
     return;
   }
-  std::string s = to_str(stages);
   code.line("// prologue: the first " + to_str(stages - 1) + " stages in flight");
-  for (int st = 0; st < stages - 1; ++st) {
-    if (st < k_tiles) {
-      code.open(fixed || st == 0 ? "{" : "if (" + to_str(st) + " < k_tiles) {");
-      code.line("const int k0 = " + (first.empty() ? to_str(st * bk) : k0_of(to_str(st))) + ";");
-      load(to_str(st), "k0");
-      code.close();
-    }
-    code.line("kiln_cp_async_commit();");
-  }
-  code.open("for (int kt = 0; kt < " + tiles + "; ++kt) {");
+  emit_k_prologue(code, t, stages, load);
+  code.open("for (int kt = 0; kt < " + t.count + "; ++kt) {");
   code.line("kiln_cp_async_wait<" + to_str(stages - 2) + ">();");
   code.line("__syncthreads();");
-  code.open("{");
-  code.line("const int next = kt + " + to_str(stages - 1) + ";");
-  code.open("if (next < " + tiles + ") {");
-  code.line("const int k0 = " + k0_of("next") + ";");
-  code.line("const int ns = next % " + s + ";");
-  load("ns", "k0");
-  code.close();
-  code.line("kiln_cp_async_commit();");
-  code.close();
-  code.line("const int cs = kt % " + s + ";");
+  emit_k_refill(code, t, stages, load);
+  code.line("const int cs = kt % " + to_str(stages) + ";");
   compute("cs");
   code.close();
 }

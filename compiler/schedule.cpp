@@ -98,7 +98,8 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
   }
   if (!uses_mma(shape.path)) return tiles;
   // Split-K where a tile's grid is under one wave of the arch's typical part: 2, 4 and 8
-  // splits while the grid stays within two blocks per SM and each split runs 4 K tiles or more.
+  // splits while the grid stays within two blocks per SM and the splits run 4 K tiles or more
+  // on average.
   int sms = typical_sm_count(sm);
   size_t unsplit = tiles.size();
   for (size_t i = 0; i < unsplit; ++i) {
@@ -118,14 +119,18 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
 }
 
 bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split) {
+  // 128 bytes of K per stage with an operand copied element by element: the partials kernel
+  // spilled 368-600 bytes (16-bit, K = 2050, sm_80 and sm_90) where the unsplit one kept
+  // (nearly) everything in registers.
+  bool deep = tile.bk * shape.elem_bytes > 64;
+  if (deep && !(shape.a_vector && shape.b_vector)) return false;
   return uses_mma(shape.path) && shape.batch * split <= 65535 &&
          split_k_fits(shape.k, tile.bk, split);
 }
 
 Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm) {
   // Any split of a legal tile that split_k_legal allows, not only the ones candidate_tiles
-  // offers (those depend on the arch's typical SM count; a record tuned on a larger part may
-  // split more).
+  // offers (a FixedSchedule or a record written by another version may hold others).
   MatmulTile unsplit = tile;
   unsplit.split_k = 1;
   if (tile.split_k != 1 && !split_k_legal(tile, shape, tile.split_k)) {

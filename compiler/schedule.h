@@ -92,11 +92,14 @@ private:
 // allows (1 without cp.async, else 2 to 4 within smem_limit, the arch's opt-in maximum), as far
 // as tile_fits_registers allows; and on tensor-core paths, each of these whose grid is under one
 // wave of typical_sm_count(sm) split 2, 4 and 8 ways (split_k_legal) while the grid stays within
-// two blocks per SM and each split runs 4 K tiles or more. choose_tile picks one of them.
+// two blocks per SM and the splits run 4 K tiles or more on average. choose_tile picks one of
+// them.
 std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm);
 
 // Whether the kernel can split `shape`'s K `split` ways with `tile` (its other fields legal):
-// tensor-core paths only, split_k_fits, and batches times splits within the grid's z limit.
+// tensor-core paths only, split_k_fits, batches times splits within the grid's z limit, and not
+// 128 bytes of K per stage with an operand copied element by element (the partials kernel
+// spills there).
 // A symbolic graph's kernels run unsplit whatever the provider says (schedule_cuda).
 bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split);
 

@@ -1,6 +1,7 @@
 // Tile heuristic: big tiles when they fill the GPU, smaller ones otherwise; stages fill smem.
 #include "compiler/tile.h"
 
+#include "compiler/schedule.h"
 #include "compiler/target.h"
 
 #include <algorithm>
@@ -134,12 +135,23 @@ MatmulTile choose_block_tile(const MatmulShape& shape, int sm) {
 
 }  // namespace
 
+bool double_buffers_fragments(const MatmulTile& tile, const MatmulShape& shape) {
+  if (!uses_mma(shape.path) || tile.stages < 2 || shape.path == MatmulPath::tf32x3) return false;
+  // An even number of k steps a tile: the last step's set then holds the next tile's first
+  // fragments in set 0, where every tile starts (the sets are registers, named at compile time).
+  int mma_k = shape.path == MatmulPath::tf32 ? 8 : 16;
+  if ((tile.bk / mma_k) % 2 != 0) return false;
+  bool deep = tile.bk * shape.elem_bytes > 64;
+  int warp_m = tile.bm / tile.warps_m, warp_n = tile.bn / tile.warps_n;
+  return !(deep && (warp_m * warp_n >= 64 * 64 || !(shape.a_vector && shape.b_vector)));
+}
+
 MatmulTile choose_tile(const MatmulShape& shape, int sm) {
   MatmulTile tile = choose_block_tile(shape, sm);
   if (!uses_mma(shape.path)) return tile;
   // Split-K where the grid fills at most a quarter of the SMs and K runs 32 tiles or more: the
-  // most splits of 2, 4 and 8 that keep the grid within one wave and give each split 4 K tiles
-  // or more. Unmeasured on hardware so far: a grid this small leaves three SMs in four idle, and
+  // most splits of 2, 4 and 8 that keep the grid within one wave and give the splits 4 K tiles
+  // or more on average (the last one holds what is left). Unmeasured on hardware so far: a grid this small leaves three SMs in four idle, and
   // each split's block runs 1/S of a long K loop, against a second launch and S partial tiles
   // written and summed, which shorter K loops would not pay for (the tuner's candidates
   // include splits wherever the grid is under one wave).
@@ -149,8 +161,7 @@ MatmulTile choose_tile(const MatmulShape& shape, int sm) {
   int64_t k_tiles = (shape.k + tile.bk - 1) / tile.bk;
   if (blocks * 4 > sms || k_tiles < 32) return tile;
   for (int split : {8, 4, 2}) {
-    if (blocks * split <= sms && k_tiles >= 4 * split && shape.batch * split <= 65535 &&
-        split_k_fits(shape.k, tile.bk, split)) {
+    if (blocks * split <= sms && k_tiles >= 4 * split && split_k_legal(tile, shape, split)) {
       tile.split_k = split;
       break;
     }

@@ -123,6 +123,14 @@ int smem_budget(int sm);
 // runs 3 stages or more where K spans more than one tile.
 bool tile_fits_registers(const MatmulTile& tile, const MatmulShape& shape);
 
+// Whether the mma kernel keeps two fragment sets in registers (the next k step's read while
+// this one's mmas run; emit_matmul_mma): a cp.async pipeline (2 stages or more), an even number
+// of k steps a tile (medium's 16 fp32 of K, one m16n8k16 step, is not), and not where
+// ptxas spilled them (EveryCandidateTileCompilesWithoutSpills: 8-304 bytes on sm_80 to sm_120):
+// tf32x3 (its split fragments and partial sums), and 128 bytes of K per stage in 64x64 warp
+// tiles or with an operand copied element by element.
+bool double_buffers_fragments(const MatmulTile& tile, const MatmulShape& shape);
+
 // Picks the block tile and stage count for `shape` on `sm` (KERNELS.md, "Tile table"): the
 // analytic model, the same on every machine.
 MatmulTile choose_tile(const MatmulShape& shape, int sm);

@@ -64,22 +64,37 @@ std::string format_ms(double ms) {
   return text;
 }
 
-// Relative L2 difference of two outputs in device layout.
-// The most a candidate's output may differ from the model tile's. Tiles that split K alike sum
-// in the same order (tf32x3's per-tile promotion aside, far below this), so they agree to
-// k_max_candidate_rel_l2; a candidate that splits K otherwise adds its ranges' sums in another
-// order, and its outputs may round differently: about a unit in the last place of the output's
-// dtype (fp32: 1e-5, a K of tens of thousands). A wrong kernel misses by far more.
-double max_candidate_rel_l2(ir::DType dtype, bool other_split) {
-  if (!other_split) return k_max_candidate_rel_l2;
+// Whether two tiles sum K in the same order: the same ranges of K, cut at the same tiles (the
+// mmas' own order does not depend on the tile; tf32x3's per-tile promotion does, far below
+// k_max_candidate_rel_l2).
+bool same_k_order(const compiler::MatmulTile& a, const compiler::MatmulTile& b) {
+  return a.split_k == b.split_k && (a.split_k == 1 || a.bk == b.bk);
+}
+
+// The unit roundoff of a float dtype (2^-8 bf16, 2^-11 f16, 2^-24 f32); 1 for the others.
+double unit_roundoff(ir::DType dtype) {
   switch (dtype) {
     case ir::DType::bf16: return 0x1p-8;
     case ir::DType::f16: return 0x1p-11;
-    case ir::DType::f32: return 1e-5;
-    default: return 1e-2;  // integers and bools cast from the product: a flip of 1 in some
+    case ir::DType::f32: return 0x1p-24;
+    default: return 1.0;
   }
 }
 
+// The most a candidate's output may differ from the model tile's: k_max_candidate_rel_l2 where
+// they sum K in the same order. A candidate that splits K otherwise adds its ranges' sums in
+// another order, and a value may round differently wherever the product or the output is
+// rounded: up to about a unit in the last place of the coarser of the product's dtype (bf16,
+// f16 or f32) and the output's, with f32 taken as 1e-5 (a K of tens of thousands) and an
+// integer or bool output as 1e-2 (a flip of one somewhere). A wrong kernel misses by far more.
+double max_candidate_rel_l2(ir::DType product, ir::DType output, bool same_order) {
+  if (same_order) return k_max_candidate_rel_l2;
+  double unit = std::max(unit_roundoff(product), unit_roundoff(output));
+  if (unit >= 1.0) return 1e-2;
+  return std::max(unit, 1e-5);
+}
+
+// Relative L2 difference of two outputs in device layout.
 double rel_l2(const ir::TensorType& type, const std::vector<unsigned char>& got,
               const std::vector<unsigned char>& want) {
   return reference::relative_l2(reference::load_device_bytes(type, got.data()).values,
@@ -262,7 +277,10 @@ Expected<std::vector<MatmulProblem>> matmul_problems(const ir::Graph& graph,
   std::set<std::string> seen;
   for (const compiler::KernelPlan& k : planned->plan.kernels) {
     if (k.group.kind != compiler::GroupKind::matmul) continue;
-    if (seen.insert(compiler::problem_signature(k.shape)).second) out.push_back({k.name, k.shape});
+    if (seen.insert(compiler::problem_signature(k.shape)).second) {
+      out.push_back({k.name, k.shape, planned->bound.node(k.group.anchor).type.dtype,
+                     planned->sizes.symbolic()});
+    }
   }
   return out;
 }
@@ -364,9 +382,12 @@ Expected<std::shared_ptr<const compiler::ScheduleProvider>> tuned_schedule(
     }
     if (!checked->second) continue;
     chosen[signature] = *checked->second;
-    std::string name = compiler::cuda_kernel_name(k.name, checked->second->tile);
+    // A symbolic graph runs the record's tile unsplit (schedule_cuda), under that name.
+    compiler::MatmulTile runs = checked->second->tile;
+    if (planned->sizes.symbolic()) runs.split_k = 1;
+    std::string name = compiler::cuda_kernel_name(k.name, runs);
     names[name] = checked->second->source;
-    if (checked->second->tile.split_k > 1) names[name + "_sum"] = checked->second->source;
+    if (runs.split_k > 1) names[name + "_sum"] = checked->second->source;
   }
   if (chosen.empty()) return none;
   auto schedule = std::make_shared<compiler::ChosenSchedule>(std::move(chosen));
@@ -483,6 +504,12 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
     record.model = compiler::choose_tile(problem.shape, options.target.sm);
     std::vector<compiler::MatmulTile> tiles =
         compiler::candidate_tiles(problem.shape, options.target.sm);
+    // A symbolic graph's kernels run unsplit whatever the tile says: its split candidates would
+    // time the unsplit kernel again under another name.
+    if (problem.symbolic) {
+      record.model.split_k = 1;
+      std::erase_if(tiles, [](const compiler::MatmulTile& t) { return t.split_k > 1; });
+    }
     say("tuning " + problem.kernel + " (" + signature + "): " + std::to_string(tiles.size()) +
         " candidates");
     // Every candidate compiles first, in parallel (NVRTC is the slow part), through the cache.
@@ -533,8 +560,8 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
         c.status = "ok";
         for (size_t o = 0; o < timed->outputs.size(); ++o) {
           double d = rel_l2(buffers->output_types[o], timed->outputs[o], reference->outputs[o]);
-          double most = max_candidate_rel_l2(buffers->output_types[o].dtype,
-                                             tiles[i].split_k != record.model.split_k);
+          double most = max_candidate_rel_l2(problem.product, buffers->output_types[o].dtype,
+                                             same_k_order(tiles[i], record.model));
           if (!(d <= most)) {
             char text[96];
             std::snprintf(text, sizeof text, "output %zu differs from the model tile's: rel_l2 %.3g",

@@ -64,6 +64,8 @@ std::vector<cache::KeyField> tuning_fields(const std::string& signature,
 struct MatmulProblem {
   std::string kernel;
   compiler::MatmulShape shape;
+  ir::DType product = ir::DType::f32;  // the matmul's own dtype (what its sum rounds to)
+  bool symbolic = false;  // of a symbolic graph: its kernels run unsplit (no split-K tiles)
 };
 Expected<std::vector<MatmulProblem>> matmul_problems(const ir::Graph& graph,
                                                      const compiler::CompileOptions& options);
@@ -119,8 +121,9 @@ struct TuneOptions {
 // at the model's tiles, run on the same inputs (seeded, uniform in [-1, 1]) after a warm-up, and
 // timed with CUDA events around each run; its outputs must equal the model tile's within
 // 1e-6 relative L2 (tiles that split K alike change no sum's order), or about a unit in the last
-// place of the output's dtype for a candidate that splits K otherwise (max_candidate_rel_l2 in
-// tuning.cpp), else it is left out. Fails without a
+// place of the matmul's or the output's dtype for a candidate that splits K otherwise
+// (max_candidate_rel_l2 in tuning.cpp), else it is left out. A symbolic graph's problems get no
+// split-K candidates. Fails without a
 // device, when `options` target another arch than the device's, or when the model's own tile
 // does not compile or run.
 Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,

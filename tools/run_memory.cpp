@@ -82,12 +82,24 @@ int64_t host_temporary_bytes(const ir::Graph& bound, const compiler::CompileOpti
   static_options.bucket.clear();
   if (cpu) static_options.target.sm = compiler::k_cpu_modes_as_on_sm;
   auto request = compiler::check_request(bound, static_options);
-  auto planned = request ? compiler::plan_program(bound, *request)
-                         : Expected<compiler::PlannedProgram>(request.error());
+  // The CUDA target's plan (emulated runs) holds split-K partials besides the values' own
+  // temporaries; the CPU target's is the target-free plan.
+  Expected<std::vector<uint64_t>> temporaries = Error{""};
+  if (!request) {
+    temporaries = request.error();
+  } else if (cpu) {
+    auto planned = compiler::plan_program(bound, *request);
+    if (planned) temporaries = planned->plan.temporary_bytes;
+    else temporaries = planned.error();
+  } else {
+    auto lowered = compiler::lower(bound, *request);
+    if (lowered) temporaries = lowered->plan.temporary_bytes;
+    else temporaries = lowered.error();
+  }
   int64_t bytes = 0;
-  if (planned) {
+  if (temporaries) {
     // Each as CpuProgram allocates it: 64-byte aligned with a float and 64 bytes to spare.
-    for (uint64_t t : planned->plan.temporary_bytes)
+    for (uint64_t t : *temporaries)
       bytes = add(bytes, static_cast<int64_t>((t + 4 + 63) / 64 * 64 + 64));
     return bytes;
   }

@@ -171,15 +171,17 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
   const Path paths[] = {{"f32", ir::Precision::high}, {"f32", ir::Precision::tf32x3},
                         {"f32", ir::Precision::medium}, {"f32", ir::Precision::highest},
                         {"f16", ir::Precision::high}, {"bf16", ir::Precision::high}};
-  int compiled = 0, wide = 0, splits = 0;
+  int compiled = 0, wide = 0, splits = 0, double_buffered = 0;
   for (int sm : {80, 86, 90, 120}) {
   for (const Path& path : paths) {
     for (bool ragged : {false, true}) {
       // Ragged: rows of no 16-byte multiple in any dtype, copied element by element.
+      // K = 264: 9 tiles of 32 16-bit elements and 17 of 16 fp32 ones, so split-K candidates
+      // (2 ranges, and 4 for fp32) exist on every path.
       std::string t = path.dtype, m = ragged ? "301" : "296", n = ragged ? "259" : "264";
-      ir::Graph g = test::parse("graph both {\n  input a: " + t + "[" + m + ", 200]\n  input b: " +
-                                t + "[200, " + n + "]\n  input c: " + t + "[200, " + m +
-                                "]\n  input d: " + t + "[" + n + ", 200]\n  x = matmul(a, b)\n" +
+      ir::Graph g = test::parse("graph both {\n  input a: " + t + "[" + m + ", 264]\n  input b: " +
+                                t + "[264, " + n + "]\n  input c: " + t + "[264, " + m +
+                                "]\n  input d: " + t + "[" + n + ", 264]\n  x = matmul(a, b)\n" +
                                 "  y = matmul(c, d, transpose_a=true, transpose_b=true)\n" +
                                 "  output x, y\n}\n");
       auto request = check_request(g, options(sm, path.precision));
@@ -194,8 +196,8 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
               !check_tile(tile, heuristic->plan.kernels[1].shape, sm)) {
             continue;
           }
-          // Split-K tiles (K = 200 splits 2 ways) on sm_90 only: their partials kernel is the
-          // unsplit kernel with a shorter K loop and a plainer epilogue.
+          // Split-K tiles on sm_90 only: their partials kernel is the unsplit kernel with a
+          // shorter K loop and a plainer epilogue.
           if (tile.split_k > 1 && sm != 90) continue;
           most[{tile.bm, tile.bn, tile.bk,
                 tile.split_k * 1000 + tile.warps_m * 100 + tile.warps_n * 10 + tile.stages}] = tile;
@@ -216,6 +218,9 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
         ++compiled;
         wide += tile.bn == 256;
         splits += tile.split_k > 1;
+        double_buffered +=
+            double_buffers_fragments(tile, program->plan.kernels[0].shape) &&
+            program->kernel_sources[0].find("unsigned af0[") != std::string::npos;
       }
     }
   }
@@ -223,6 +228,7 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
   EXPECT_GE(compiled, 4 * 6 * 2 * 2);
   EXPECT_GE(wide, 4) << "the 128x256 tiles of tf32, medium, f16 and bf16 (aligned rows)";
   EXPECT_GE(splits, 5 * 2) << "split-K tiles on sm_90, every tensor-core path, both row kinds";
+  EXPECT_GE(double_buffered, 5 * 2) << "fragments double-buffered on every path but tf32x3";
 }
 
 // The fused attention kernel at head dims 64, 128 and 256, causal, on every tensor-core path,

@@ -194,6 +194,13 @@ TEST(Schedule, SplitKRunsWhereTheGridIsUnderOneWaveAndKIsDeep) {
   EXPECT_NE(refused.error().message.find("cannot split K = 1030 (2 batches) into 8 ranges"),
             std::string::npos)
       << refused.error().message;
+  // Rows copied element by element with 128 bytes of K a stage: the partials kernel spilled.
+  MatmulShape ragged = skinny;
+  ragged.a_vector = false;
+  MatmulTile deep = choose_tile(ragged, 90);
+  EXPECT_EQ(deep.bk * ragged.elem_bytes, 128);
+  EXPECT_EQ(deep.split_k, 1) << to_string(deep);
+  EXPECT_FALSE(split_k_legal(deep, ragged, 2));
   MatmulShape ffma = shape_of(37, 70, 1030, MatmulPath::ffma);
   MatmulTile f = choose_tile(ffma, 90);
   f.split_k = 2;
@@ -202,7 +209,7 @@ TEST(Schedule, SplitKRunsWhereTheGridIsUnderOneWaveAndKIsDeep) {
 
 TEST(Schedule, ASplitKMatmulRunsAsPartialsAndASumKernel) {
   ir::Graph g = parse(
-      "graph g {\n  input x: f32[2, 37, 1030]\n  input w: f32[1030, 70]\n  input b: f32[70]\n"
+      "graph g {\n  input x: f32[2, 37, 1032]\n  input w: f32[1032, 72]\n  input b: f32[72]\n"
       "  y = add(matmul(x, w), b)\n  output y\n}\n");
   auto request = check_request(g, options(90, ir::Precision::high));
   ASSERT_TRUE(request.ok()) << request.error().message;
@@ -216,11 +223,11 @@ TEST(Schedule, ASplitKMatmulRunsAsPartialsAndASumKernel) {
   EXPECT_EQ(sum.name, "k0_matmul_tf32_64x64_split4_sum");
   EXPECT_EQ(partials.split, SplitRole::partials);
   EXPECT_EQ(sum.split, SplitRole::sum);
-  // The partials: [4][2][37][70] fp32, a temporary of their own, the only thing the partials
+  // The partials: [4][2][37][72] fp32, a temporary of their own, the only thing the partials
   // kernel stores; it reads x and w only.
   ASSERT_EQ(program->plan.temporary_bytes.size(), 1u);
-  EXPECT_EQ(program->plan.temporary_bytes[0], 4u * 2 * 37 * 70 * 4);
-  EXPECT_EQ(program->plan.workspace_bytes, (4u * 2 * 37 * 70 * 4 + 255) / 256 * 256);
+  EXPECT_EQ(program->plan.temporary_bytes[0], 4u * 2 * 37 * 72 * 4);
+  EXPECT_EQ(program->plan.workspace_bytes, (4u * 2 * 37 * 72 * 4 + 255) / 256 * 256);
   ASSERT_EQ(partials.params.size(), 3u);
   EXPECT_EQ(partials.partial_param, 0);
   EXPECT_EQ(partials.params[0].buffer, (BufferRef{BufferRole::temporary, 0}));
@@ -236,7 +243,7 @@ TEST(Schedule, ASplitKMatmulRunsAsPartialsAndASumKernel) {
   EXPECT_TRUE(sum.params[0].written);
   EXPECT_EQ(sum.params[1].buffer, (BufferRef{BufferRole::temporary, 0}));
   EXPECT_FALSE(sum.params[1].written);
-  EXPECT_EQ(sum.launch.grid[0] * sum.launch.block[0] >= 2u * 37 * 70, true);
+  EXPECT_EQ(sum.launch.grid[0] * sum.launch.block[0] >= 2u * 37 * 72, true);
   EXPECT_NE(program->kernel_sources[1].find("for (int s = 1; s < 4; ++s) sum += p1["),
             std::string::npos)
       << program->kernel_sources[1];

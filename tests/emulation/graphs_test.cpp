@@ -2,6 +2,8 @@
 // each arch family, run as generated kernels under emulation and checked against fp64, each under
 // the kind, the adversarial and two seeded schedules; races the kind schedule hides, caught.
 #include "compiler/fusion.h"
+#include "compiler/schedule.h"
+#include "compiler/tile.h"
 #include "emulation/check.h"
 #include "ir/parse.h"
 #include "reference/execute.h"
@@ -279,6 +281,47 @@ TEST(EmulatedRaces, AMissingCpAsyncWaitIsCaught) {
       emulate_edited("mlp_odd", 90, k_high, {{"kiln_cp_async_wait<", "if (0) kiln_cp_async_wait<"}});
   ASSERT_TRUE(report.ok()) << report.error().message;
   EXPECT_FALSE(report->ok);
+}
+
+// Fragments double-buffered in registers at two and at four k steps a tile (tf32: 16 and 32
+// fp32 of K a stage), 2 to 4 stages, under every schedule: a stage refilled while warps still
+// read it, or read before its copies land, misses. One k step a tile (medium's 16 fp32 of K)
+// keeps one fragment set: the set the next tile starts in would alternate with the tile.
+TEST(EmulatedDoubleBuffer, TwoAndFourKStepsATileAtEveryStageCountMatchTheReference) {
+  ir::Graph graph = load("reuse_aligned");
+  int ran = 0;
+  for (ir::Precision precision : {k_high, k_medium}) {
+    compiler::CompileOptions options;
+    options.target.sm = 80;
+    options.precision = precision;
+    auto request = compiler::check_request(graph, options);
+    ASSERT_TRUE(request.ok()) << request.error().message;
+    for (int bk : {16, 32}) {
+      for (int stages : {2, 3, 4}) {
+        compiler::MatmulTile tile{64, 64, bk, 2, 2, stages};
+        std::string what = std::string(ir::to_string(precision)) + " " + compiler::to_string(tile);
+        auto lowered = compiler::lower(graph, *request, compiler::FixedSchedule(tile));
+        ASSERT_TRUE(lowered.ok()) << what << ": " << lowered.error().message;
+        bool one_step = precision == k_medium && bk == 16;
+        EXPECT_EQ(compiler::double_buffers_fragments(tile, lowered->plan.kernels[0].shape),
+                  !one_step)
+            << what;
+        EXPECT_EQ(lowered->kernel_sources[0].find("unsigned af0[") != std::string::npos,
+                  !one_step)
+            << what;
+        auto program = build_program(graph, std::move(*lowered));
+        ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+        for (const Schedule& schedule : k_schedules) {
+          auto report = check_program(graph, *program, 1, schedule);
+          ASSERT_TRUE(report.ok()) << what << ": " << report.error().message;
+          for (const OutputCheck& o : report->outputs)
+            EXPECT_TRUE(o.ok) << what << " " << o.name << " rel_l2 " << o.rel_l2;
+        }
+        ++ran;
+      }
+    }
+  }
+  EXPECT_EQ(ran, 12);
 }
 
 // The k loop's barrier moved after the next stage's copies are issued: a fast thread refills the

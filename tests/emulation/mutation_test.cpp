@@ -3,8 +3,8 @@
 // shuffles reading the wrong lane, an mma that drops its accumulator) and to generated kernels
 // (swapped fragment registers, a wrong ldmatrix row distribution, a shared-memory swizzle the
 // copies and the reads disagree on, a removed wait, a moved or removed barrier, a dropped
-// online-softmax rescale or causal mask, a split-K sum missing a range, overlapping split-K
-// ranges). Each must make an emulated
+// online-softmax rescale or causal mask, a double-buffered k loop without its barrier, a split-K
+// sum missing a range, overlapping split-K ranges). Each must make an emulated
 // check fail: a layer of the emulator that let one through could no longer be trusted to catch
 // that bug in a generated kernel.
 #include "emulation/check.h"
@@ -130,6 +130,13 @@ const Mutation k_mutations[] = {
      {}},
     {"kernel_attention_without_causal_mask", k_attention, 80, k_high, {},
      {{" || key > qrow", ""}}, {}},
+    // Fragments double-buffered in registers: the barrier before the next tile's first
+    // fragments left out (warps read a stage others have not finished copying, and refill one
+    // others still read).
+    {"kernel_double_buffered_without_its_barrier", "reuse_aligned", 80, k_high, {},
+     {{"      kiln_cp_async_wait<2>();\n      __syncthreads();\n",
+       "      kiln_cp_async_wait<2>();\n"}},
+     Schedule::adversarial()},
     // Split-K: a sum that leaves the last range's partials out, and ranges that overlap (each
     // split starting a tile early, the last one's tail left out).
     {"kernel_split_k_sum_drops_a_range", "splitk_odd", 90, k_high, {},
