@@ -133,6 +133,13 @@ Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm) {
   // offers (a FixedSchedule or a record written by another version may hold others).
   MatmulTile unsplit = tile;
   unsplit.split_k = 1;
+  bool deep = tile.bk * shape.elem_bytes > 64;
+  if (tile.split_k != 1 && deep && !(shape.a_vector && shape.b_vector)) {
+    return make_error("tile ", to_string(tile), ": the ", to_string(shape.path),
+                      " matmul kernel does not split K with 128 bytes of K a stage where an "
+                      "operand's rows are copied element by element (its partials kernel would "
+                      "spill); split the tile with 64 bytes of K a stage instead");
+  }
   if (tile.split_k != 1 && !split_k_legal(tile, shape, tile.split_k)) {
     return make_error("tile ", to_string(tile), ": the ", to_string(shape.path),
                       " matmul kernel cannot split K = ", std::to_string(shape.k), " (", 

@@ -64,11 +64,13 @@ std::string format_ms(double ms) {
   return text;
 }
 
-// Whether two tiles sum K in the same order: the same ranges of K, cut at the same tiles (the
-// mmas' own order does not depend on the tile; tf32x3's per-tile promotion does, far below
-// k_max_candidate_rel_l2).
-bool same_k_order(const compiler::MatmulTile& a, const compiler::MatmulTile& b) {
-  return a.split_k == b.split_k && (a.split_k == 1 || a.bk == b.bk);
+// Whether two tiles of `path` sum K in the same order: the same ranges of K, cut at the same
+// tiles (the mmas' own order does not depend on the tile), and for tf32x3, whose per-tile
+// partial sums are added to the accumulator tile by tile, the same K tiles.
+bool same_k_order(const compiler::MatmulTile& a, const compiler::MatmulTile& b,
+                  compiler::MatmulPath path) {
+  if (a.split_k != b.split_k) return false;
+  return (a.split_k == 1 && path != compiler::MatmulPath::tf32x3) || a.bk == b.bk;
 }
 
 // The unit roundoff of a float dtype (2^-8 bf16, 2^-11 f16, 2^-24 f32); 1 for the others.
@@ -82,8 +84,8 @@ double unit_roundoff(ir::DType dtype) {
 }
 
 // The most a candidate's output may differ from the model tile's: k_max_candidate_rel_l2 where
-// they sum K in the same order. A candidate that splits K otherwise adds its ranges' sums in
-// another order, and a value may round differently wherever the product or the output is
+// they sum K in the same order. A candidate that splits K otherwise (or, for tf32x3, cuts K into
+// other tiles) adds its partial sums in another order, and a value may round differently wherever the product or the output is
 // rounded: up to about a unit in the last place of the coarser of the product's dtype (bf16,
 // f16 or f32) and the output's, with f32 taken as 1e-5 (a K of tens of thousands) and an
 // integer or bool output as 1e-2 (a flip of one somewhere). A wrong kernel misses by far more.
@@ -561,7 +563,8 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
         for (size_t o = 0; o < timed->outputs.size(); ++o) {
           double d = rel_l2(buffers->output_types[o], timed->outputs[o], reference->outputs[o]);
           double most = max_candidate_rel_l2(problem.product, buffers->output_types[o].dtype,
-                                             same_k_order(tiles[i], record.model));
+                                             same_k_order(tiles[i], record.model,
+                                                          problem.shape.path));
           if (!(d <= most)) {
             char text[96];
             std::snprintf(text, sizeof text, "output %zu differs from the model tile's: rel_l2 %.3g",

@@ -201,6 +201,13 @@ TEST(Schedule, SplitKRunsWhereTheGridIsUnderOneWaveAndKIsDeep) {
   EXPECT_EQ(deep.bk * ragged.elem_bytes, 128);
   EXPECT_EQ(deep.split_k, 1) << to_string(deep);
   EXPECT_FALSE(split_k_legal(deep, ragged, 2));
+  MatmulTile deep_split = deep;
+  deep_split.split_k = 2;
+  Status spills = check_tile(deep_split, ragged, 90);
+  ASSERT_FALSE(spills);
+  EXPECT_NE(spills.error().message.find("does not split K with 128 bytes of K a stage"),
+            std::string::npos)
+      << spills.error().message;
   MatmulShape ffma = shape_of(37, 70, 1030, MatmulPath::ffma);
   MatmulTile f = choose_tile(ffma, 90);
   f.split_k = 2;

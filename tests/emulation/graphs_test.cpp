@@ -283,6 +283,19 @@ TEST(EmulatedRaces, AMissingCpAsyncWaitIsCaught) {
   EXPECT_FALSE(report->ok);
 }
 
+// `lowered` (of `graph`) within tolerance of fp64 under every schedule.
+void expect_matches_under_every_schedule(const ir::Graph& graph, compiler::LoweredProgram lowered,
+                                         const std::string& what) {
+  auto program = build_program(graph, std::move(lowered));
+  ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+  for (const Schedule& schedule : k_schedules) {
+    auto report = check_program(graph, *program, 1, schedule);
+    ASSERT_TRUE(report.ok()) << what << ": " << report.error().message;
+    for (const OutputCheck& o : report->outputs)
+      EXPECT_TRUE(o.ok) << what << " " << o.name << " rel_l2 " << o.rel_l2;
+  }
+}
+
 // Fragments double-buffered in registers at two and at four k steps a tile (tf32: 16 and 32
 // fp32 of K a stage), 2 to 4 stages, under every schedule: a stage refilled while warps still
 // read it, or read before its copies land, misses. One k step a tile (medium's 16 fp32 of K)
@@ -309,19 +322,41 @@ TEST(EmulatedDoubleBuffer, TwoAndFourKStepsATileAtEveryStageCountMatchTheReferen
         EXPECT_EQ(lowered->kernel_sources[0].find("unsigned af0[") != std::string::npos,
                   !one_step)
             << what;
-        auto program = build_program(graph, std::move(*lowered));
-        ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
-        for (const Schedule& schedule : k_schedules) {
-          auto report = check_program(graph, *program, 1, schedule);
-          ASSERT_TRUE(report.ok()) << what << ": " << report.error().message;
-          for (const OutputCheck& o : report->outputs)
-            EXPECT_TRUE(o.ok) << what << " " << o.name << " rel_l2 " << o.rel_l2;
-        }
+        expect_matches_under_every_schedule(graph, std::move(*lowered), what);
         ++ran;
       }
     }
   }
   EXPECT_EQ(ran, 12);
+}
+
+// Split-K on rows copied element by element (odd K, M and N: 16-bit elements one by one, fp32
+// ones by 4-byte cp.async), 64 bytes of K a stage (the split the tuner may offer there; 128
+// would spill), under every schedule.
+TEST(EmulatedSplitK, RowsCopiedElementByElementMatchTheReference) {
+  struct Run {
+    const char* graph;
+    ir::Precision precision;
+    compiler::MatmulTile tile;
+  };
+  const Run runs[] = {{"reuse_bf16_odd", k_high, {64, 64, 32, 2, 2, 3, 2}},
+                      {"reuse_odd", k_high, {64, 64, 16, 2, 2, 3, 4}},
+                      {"reuse_odd", k_medium, {32, 64, 16, 1, 4, 3, 2}}};
+  for (const Run& run : runs) {
+    ir::Graph graph = load(run.graph);
+    compiler::CompileOptions options;
+    options.target.sm = 80;
+    options.precision = run.precision;
+    auto request = compiler::check_request(graph, options);
+    ASSERT_TRUE(request.ok()) << request.error().message;
+    std::string what = std::string(run.graph) + " " + compiler::to_string(run.tile);
+    auto lowered = compiler::lower(graph, *request, compiler::FixedSchedule(run.tile));
+    ASSERT_TRUE(lowered.ok()) << what << ": " << lowered.error().message;
+    ASSERT_EQ(lowered->plan.kernels.size(), 4u) << what << ": two matmuls, each split";
+    EXPECT_FALSE(lowered->plan.kernels[0].shape.a_vector && lowered->plan.kernels[0].shape.b_vector)
+        << what;
+    expect_matches_under_every_schedule(graph, std::move(*lowered), what);
+  }
 }
 
 // The k loop's barrier moved after the next stage's copies are issued: a fast thread refills the
