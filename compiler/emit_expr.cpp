@@ -67,7 +67,8 @@ std::vector<ir::DType> param_dtypes(const KernelContext& ctx) {
     if (ctx.kernel.params[i].written) dtypes[i] = ctx.graph.node(group.root).type.dtype;
   }
   // A split-K matmul's partial products are fp32.
-  if (ctx.kernel.partial_param >= 0) dtypes[static_cast<size_t>(ctx.kernel.partial_param)] = ir::DType::f32;
+  if (ctx.kernel.partial_param >= 0)
+    dtypes[static_cast<size_t>(ctx.kernel.partial_param)] = ir::DType::f32;
   return dtypes;
 }
 

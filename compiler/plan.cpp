@@ -188,6 +188,13 @@ AttentionExtents attention_extents(const ir::Graph& graph, const Sizes& sizes,
 
 uint32_t ceil_div(int64_t a, int64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
 
+// The workspace holding `temporaries`, each 256-byte aligned.
+uint64_t workspace_bytes_of(const std::vector<uint64_t>& temporaries) {
+  uint64_t bytes = 0;
+  for (uint64_t t : temporaries) bytes += (t + 255) / 256 * 256;
+  return bytes;
+}
+
 }  // namespace
 
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
@@ -270,7 +277,7 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
     }
     plan.kernels.push_back(std::move(k));
   }
-  for (uint64_t t : plan.temporary_bytes) plan.workspace_bytes += (t + 255) / 256 * 256;
+  plan.workspace_bytes = workspace_bytes_of(plan.temporary_bytes);
   return plan;
 }
 
@@ -324,8 +331,7 @@ void split_matmuls(const ir::Graph& graph, ProgramPlan& plan) {
     kernels.push_back(std::move(sum));
   }
   plan.kernels = std::move(kernels);
-  plan.workspace_bytes = 0;
-  for (uint64_t t : plan.temporary_bytes) plan.workspace_bytes += (t + 255) / 256 * 256;
+  plan.workspace_bytes = workspace_bytes_of(plan.temporary_bytes);
 }
 
 }  // namespace
