@@ -104,8 +104,7 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
   size_t unsplit = tiles.size();
   for (size_t i = 0; i < unsplit; ++i) {
     MatmulTile tile = tiles[i];
-    int64_t blocks = shape.batch * ((shape.m + tile.bm - 1) / tile.bm) *
-                     ((shape.n + tile.bn - 1) / tile.bn);
+    int64_t blocks = grid_blocks(tile, shape);
     if (blocks >= sms) continue;
     int64_t k_tiles = (shape.k + tile.bk - 1) / tile.bk;
     for (int split : {2, 4, 8}) {
@@ -118,13 +117,19 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
   return tiles;
 }
 
+namespace {
+
+// 128 bytes of K per stage with an operand copied element by element: the partials kernel
+// spilled 368-600 bytes (16-bit, K = 2050, sm_80 and sm_90) where the unsplit one kept (nearly)
+// everything in registers.
+bool split_spills(const MatmulTile& tile, const MatmulShape& shape) {
+  return deep_k_step(tile, shape) && !(shape.a_vector && shape.b_vector);
+}
+
+}  // namespace
+
 bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split) {
-  // 128 bytes of K per stage with an operand copied element by element: the partials kernel
-  // spilled 368-600 bytes (16-bit, K = 2050, sm_80 and sm_90) where the unsplit one kept
-  // (nearly) everything in registers.
-  bool deep = tile.bk * shape.elem_bytes > 64;
-  if (deep && !(shape.a_vector && shape.b_vector)) return false;
-  return uses_mma(shape.path) && shape.batch * split <= 65535 &&
+  return !split_spills(tile, shape) && uses_mma(shape.path) && shape.batch * split <= 65535 &&
          split_k_fits(shape.k, tile.bk, split);
 }
 
@@ -133,8 +138,7 @@ Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm) {
   // offers (a FixedSchedule or a record written by another version may hold others).
   MatmulTile unsplit = tile;
   unsplit.split_k = 1;
-  bool deep = tile.bk * shape.elem_bytes > 64;
-  if (tile.split_k != 1 && deep && !(shape.a_vector && shape.b_vector)) {
+  if (tile.split_k != 1 && split_spills(tile, shape)) {
     return make_error("tile ", to_string(tile), ": the ", to_string(shape.path),
                       " matmul kernel does not split K with 128 bytes of K a stage where an "
                       "operand's rows are copied element by element (its partials kernel would "
@@ -142,7 +146,7 @@ Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm) {
   }
   if (tile.split_k != 1 && !split_k_legal(tile, shape, tile.split_k)) {
     return make_error("tile ", to_string(tile), ": the ", to_string(shape.path),
-                      " matmul kernel cannot split K = ", std::to_string(shape.k), " (", 
+                      " matmul kernel cannot split K = ", std::to_string(shape.k), " (",
                       std::to_string(shape.batch), " batches) into ", std::to_string(tile.split_k),
                       " ranges of whole ", std::to_string(tile.bk),
                       "-element tiles (split-K runs on tensor-core paths, 2 to ",

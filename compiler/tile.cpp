@@ -57,10 +57,18 @@ int smem_budget(int sm) {
   return 96 * 1024;  // fits the 99 KiB parts (sm_86/89/120) and all larger ones
 }
 
+int64_t grid_blocks(const MatmulTile& tile, const MatmulShape& shape) {
+  return shape.batch * ((shape.m + tile.bm - 1) / tile.bm) * ((shape.n + tile.bn - 1) / tile.bn);
+}
+
+bool deep_k_step(const MatmulTile& tile, const MatmulShape& shape) {
+  return tile.bk * shape.elem_bytes > 64;
+}
+
 bool tile_fits_registers(const MatmulTile& tile, const MatmulShape& shape) {
   if (!uses_mma(shape.path)) return true;
   int warp_m = tile.bm / tile.warps_m, warp_n = tile.bn / tile.warps_n;
-  bool deep = tile.bk * shape.elem_bytes > 64;
+  bool deep = deep_k_step(tile, shape);
   if (warp_m * warp_n >= 64 * 64 &&
       !(shape.a_vector && shape.b_vector && tile.stages >= (deep ? 4 : 3))) {
     return false;
@@ -141,7 +149,7 @@ bool double_buffers_fragments(const MatmulTile& tile, const MatmulShape& shape) 
   // fragments in set 0, where every tile starts (the sets are registers, named at compile time).
   int mma_k = shape.path == MatmulPath::tf32 ? 8 : 16;
   if ((tile.bk / mma_k) % 2 != 0) return false;
-  bool deep = tile.bk * shape.elem_bytes > 64;
+  bool deep = deep_k_step(tile, shape);
   int warp_m = tile.bm / tile.warps_m, warp_n = tile.bn / tile.warps_n;
   return !(deep && (warp_m * warp_n >= 64 * 64 || !(shape.a_vector && shape.b_vector)));
 }
@@ -151,12 +159,11 @@ MatmulTile choose_tile(const MatmulShape& shape, int sm) {
   if (!uses_mma(shape.path)) return tile;
   // Split-K where the grid fills at most a quarter of the SMs and K runs 32 tiles or more: the
   // most splits of 2, 4 and 8 that keep the grid within one wave and give the splits 4 K tiles
-  // or more on average (the last one holds what is left). Unmeasured on hardware so far: a grid this small leaves three SMs in four idle, and
-  // each split's block runs 1/S of a long K loop, against a second launch and S partial tiles
-  // written and summed, which shorter K loops would not pay for (the tuner's candidates
-  // include splits wherever the grid is under one wave).
-  int64_t blocks = shape.batch * ((shape.m + tile.bm - 1) / tile.bm) *
-                   ((shape.n + tile.bn - 1) / tile.bn);
+  // or more on average (the last one holds what is left). Unmeasured on hardware so far: a grid
+  // this small leaves three SMs in four idle, and each split's block runs 1/S of a long K loop,
+  // against a second launch and S partial tiles written and summed, which shorter K loops would
+  // not pay for (the tuner's candidates include splits wherever the grid is under one wave).
+  int64_t blocks = grid_blocks(tile, shape);
   int sms = typical_sm_count(sm);
   int64_t k_tiles = (shape.k + tile.bk - 1) / tile.bk;
   if (blocks * 4 > sms || k_tiles < 32) return tile;

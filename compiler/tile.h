@@ -112,6 +112,11 @@ int smem_limit(int sm);
 // candidate_tiles) use up to smem_limit.
 int smem_budget(int sm);
 
+// The blocks of `tile`'s grid on `shape` (batches x row tiles x column tiles; splits not counted).
+int64_t grid_blocks(const MatmulTile& tile, const MatmulShape& shape);
+// Whether a stage holds 128 bytes of K per row (32 fp32 or 64 16-bit elements), not 64.
+bool deep_k_step(const MatmulTile& tile, const MatmulShape& shape);
+
 // Whether ptxas keeps `tile` in registers on `shape` (EveryCandidateTileCompilesWithoutSpills in
 // tests/compiler, every candidate on sm_80, 86, 90 and 120): 64x64 warp tiles need both operands
 // copied as 16-byte vectors (a 128x256 tile copied element by element is 32 copies per thread
