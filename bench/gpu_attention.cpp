@@ -4,7 +4,10 @@
 // length; both checked against fp64 on sampled query rows; skips without a GPU.
 //
 // Usage: gpu_attention [--seqs 1024,4096] [--head-dims 64,128] [--heads 16] [--iterations 10]
-//                      [--json PATH]
+//                      [--cache] [--json PATH]
+//
+// --cache compiles through the kernel cache ($KILN_CACHE_DIR), so that tuning records (`kiln
+// tune`) apply; without it every kernel takes the analytic model's tile.
 //
 // The unfused form: cublasGemmStridedBatchedEx for S = Q K^T (at the graph's dtype, the mode's
 // cuBLAS compute type, as gpu_gemm pairs them), kiln's own softmax kernel for
@@ -98,12 +101,13 @@ double rel_error(const std::vector<double>& q, const std::vector<double>& k,
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-json run_case(const Mode& mode, const Case& c, int iterations, cublasHandle_t blas) {
+json run_case(const Mode& mode, const Case& c, int iterations, bool use_cache,
+              cublasHandle_t blas) {
   json row = {{"mode", mode.label},  {"dtype", mode.dtype}, {"heads", c.heads},
               {"seq", c.seq},        {"head_dim", c.head_dim}, {"cublas", mode.cublas_label}};
   kiln::RuntimeOptions options;
   options.precision = mode.precision;
-  options.use_cache = false;
+  options.use_cache = use_cache;
   options.fallbacks = kiln::FallbackPolicy::refuse;  // fused, or the case fails
   auto runtime = kiln::Runtime::create(options);
   if (!runtime) throw Failure{"runtime: " + runtime.error().message};
@@ -219,11 +223,13 @@ int main(int argc, char** argv) {
   CLI::App app{"gpu_attention: kiln's fused attention against cuBLAS + softmax + cuBLAS"};
   std::string seqs_text = "1024,4096", dims_text = "64,128";
   int heads = 16, iterations = 10;
+  bool use_cache = false;
   std::string json_path;
   app.add_option("--seqs", seqs_text, "sequence lengths S_q = S_k, comma-separated, 16..16384");
   app.add_option("--head-dims", dims_text, "head dims, comma-separated, 16..128");
   app.add_option("--heads", heads, "batch x heads")->check(CLI::Range(1, 1024));
   app.add_option("--iterations", iterations, "timed runs per case")->check(CLI::Range(1, 10000));
+  app.add_flag("--cache", use_cache, "compile through the kernel cache, so tuning records apply");
   app.add_option("--json", json_path, "also write the results as JSON to PATH");
   CLI11_PARSE(app, argc, argv);
   std::vector<size_t> seqs = parse_sizes(seqs_text, 16, 16384);
@@ -239,13 +245,15 @@ int main(int argc, char** argv) {
   DeviceInfo device;
   if (auto exit_code = open_device("gpu_attention", report, json_path, device)) return *exit_code;
   report["iterations"] = iterations;
+  report["cache"] = use_cache;
   cublasHandle_t blas;
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "gpu_attention: cublasCreate failed\n");
     return 1;
   }
-  std::printf("gpu_attention: %s (sm_%d), driver %s, %d heads, %d iterations\n",
-              device.name.c_str(), device.sm, device.driver.c_str(), heads, iterations);
+  std::printf("gpu_attention: %s (sm_%d), driver %s, %d heads, %d iterations%s\n",
+              device.name.c_str(), device.sm, device.driver.c_str(), heads, iterations,
+              use_cache ? ", through the cache (tuning records apply)" : "");
   std::printf("%-16s %6s %4s %10s %13s %8s %10s %10s %s\n", "mode", "S", "D", "kiln TF/s",
               "unfused TF/s", "speedup", "kiln err", "unf. err", "status");
   int failures = 0;
@@ -255,7 +263,7 @@ int main(int argc, char** argv) {
         Case c{static_cast<size_t>(heads), s, d};
         json row;
         try {
-          row = run_case(mode, c, iterations, blas);
+          row = run_case(mode, c, iterations, use_cache, blas);
         } catch (const Failure& f) {
           row = {{"mode", mode.label}, {"seq", s}, {"head_dim", d}, {"status", "failed"},
                  {"reason", f.message}};

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # One GPU lease, the tuner measured: kiln's matmul kernels on the analytic model's tiles, then
 # `kiln tune` on each problem, then again on the tuned tiles (bench/RESULTS.md, 2026-11-26, "kiln
-# tune on an H200"). The square sizes in every mode, and real layers' projections in bf16 and tf32.
+# tune on an H200"). The square sizes in every mode, and real layers' projections in bf16 and tf32;
+# then bench/gpu_attention's cases likewise (every mode, head dims 64 and 128, S = 1024 and 4096,
+# 16 heads): on the model's attention tiles, `kiln tune` on each, and on the tuned tiles.
 #
 # With --held-out it checks the analytic model instead (bench/RESULTS.md, 2026-11-26, "the analytic
 # model refitted"): gpu_gemm without the cache (every kernel on the model's tile), then `kiln tune`
 # on 14 problems the model was not fitted to; each record times the model's tile among the rest.
 #
 # Usage: bench/gpu_tune.sh [--bin DIR] [--out DIR] [--held-out]
-#   --bin DIR  kiln, gpu_gemm and DIR/lib (scripts/gpu_check.sh --pack DIR); default build/
+#   --bin DIR  kiln, gpu_gemm, gpu_attention and DIR/lib (scripts/gpu_check.sh --pack DIR);
+#              default build/
 #   --out DIR  where results go (default: $OUT when set, else gpu-tune/): tune.log, tune.jsonl
-#              (one `kiln tune --json` object per problem), gpu_gemm-{square,layers}_{before,after}.json
+#              (one `kiln tune --json` object per problem),
+#              gpu_gemm-{square,layers}_{before,after}.json, gpu_attention_{before,after}.json
 # The cache is a fresh folder of its own ($TMPDIR/kiln-tune-cache-*). Exit 0 when every step ran,
 # 1 when one failed (the log says which), 2 on bad usage, 3 without a usable GPU (nothing run).
 set -uo pipefail
@@ -26,10 +30,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 if [[ -n $bin ]]; then
-  kiln="$bin/kiln" gemm="$bin/gpu_gemm"
+  kiln="$bin/kiln" gemm="$bin/gpu_gemm" attention="$bin/gpu_attention"
   export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
-  kiln=build/tools/kiln gemm=build/bench/gpu_gemm
+  kiln=build/tools/kiln gemm=build/bench/gpu_gemm attention=build/bench/gpu_attention
 fi
 probe=$("$gemm" --sizes 16 --iterations 1 2>&1)
 if [[ $? != 0 ]] || grep -q "skipped:" <<<"$probe"; then
@@ -106,5 +110,31 @@ for n in 4096 11008 14336; do
 done
 stamp "layers on the tuned tiles"
 gemm layers_after --sizes "" --layers --modes bf16,high
+# gpu_attention's own graph: DTYPE S D -> the file (16 heads, as gpu_attention's default).
+attention_graph() {
+  local f="$graphs/att_$1_$2_$3.kg" shape="$1[16, $2, $3]"
+  printf 'graph att {\n  input q: %s\n  input k: %s\n  input v: %s\n' "$shape" "$shape" "$shape" >"$f"
+  printf '  o = attention(q, k, v)\n  output o\n}\n' >>"$f"
+  echo "$f"
+}
+attention_run() {  # NAME
+  timeout 600 "$attention" --cache --json "$out/gpu_attention_$1.json" >>"$log" 2>&1 ||
+    { echo "gpu_attention $1 failed" | tee -a "$log"; failed=1; }
+}
+stamp "attention on the model's tiles"
+attention_run before
+stamp "tuning attention"
+for d in 64 128; do
+  for s in 1024 4096; do
+    for mode in f32:highest f32:high f32:tf32x3 f32:medium bf16:auto f16:auto; do
+      t=${mode%%:*} p=${mode#*:}
+      echo "-- tune attention $t $p $s $d" >>"$log"
+      timeout 300 "$kiln" tune "$(attention_graph "$t" "$s" "$d")" --precision "$p" --json \
+        >>"$jl" 2>>"$log" || { echo "tune attention $t $p $s $d failed" | tee -a "$log"; failed=1; }
+    done
+  done
+done
+stamp "attention on the tuned tiles"
+attention_run after
 stamp done
 exit $failed

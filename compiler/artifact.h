@@ -126,8 +126,8 @@ struct KernelArtifact {
   // binary once; cubin and ptx here hold copies.
   std::string binary_of;
   // CUDA kernels: where the launch configuration came from ("model": the analytic model; a
-  // matmul's tile from its schedule provider) and a matmul's tile ("128x256x64, 2x4 warps,
-  // 4 stages"); empty on the CPU.
+  // matmul's or attention's tile from its schedule provider) and a matmul's tile ("128x256x64,
+  // 2x4 warps, 4 stages") or an attention's ("64x64, 4 warps, 2 stages"); empty on the CPU.
   std::string tile, schedule;
   // Symbolic graphs only: the grid in x, y, z as size terms (launch.grid holds it at the
   // bucket's upper bounds); the symbols' values are the `dim` parameters.

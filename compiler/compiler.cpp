@@ -97,12 +97,14 @@ Artifact program_artifact(const LoweredProgram& program) {
 
 namespace {
 
-// Where `plan`'s launch configuration came from: a matmul's tile and its schedule provider,
-// else the analytic model.
+// Where `plan`'s launch configuration came from: a matmul's or an attention's tile and its
+// schedule provider, else the analytic model.
 void set_schedule(KernelArtifact& k, const KernelPlan& plan) {
   bool matmul = plan.group.kind == GroupKind::matmul;
-  k.schedule = matmul ? plan.tile_source : "model";
+  bool attention = plan.group.kind == GroupKind::attention;
+  k.schedule = matmul || attention ? plan.tile_source : "model";
   if (matmul) k.tile = to_string(plan.tile);
+  if (attention) k.tile = to_string(plan.attention_tile);
 }
 
 }  // namespace

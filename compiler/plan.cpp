@@ -266,6 +266,19 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
     } else if (group.kind == GroupKind::attention) {
       const AttentionMatch& m = group.attention;
       k.attention_extents = attention_extents(graph, sizes, m, k.extents);
+      const AttentionExtents& a = k.attention_extents;
+      AttentionShape& shape = k.attention_shape;
+      shape.sq = a.sq.hi;
+      shape.sk = a.sk.hi;
+      shape.d = a.d;
+      shape.dv = a.dv;
+      shape.batch = root.type.shape.elements() / std::max<int64_t>(1, shape.sq * shape.dv);
+      shape.k_group = a.k_group;
+      shape.v_group = a.v_group;
+      shape.elem_bytes = static_cast<int>(ir::byte_size(graph.node(m.q).type.dtype));
+      shape.path = m.path;
+      shape.causal = m.causal;
+      shape.mask = m.mask >= 0;
       k.name = index + "_attention_" + std::string(to_string(m.path)) + (m.causal ? "_causal" : "");
     } else if (group.kind != GroupKind::elementwise) {
       k.name = index + "_" + std::string(ir::to_string(graph.node(group.anchor).kind));
@@ -372,16 +385,18 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
                   k.extents.batch.term()};
       }
     } else if (group.kind == GroupKind::attention) {
-      const AttentionMatch& m = group.attention;
       const AttentionExtents& a = k.attention_extents;
-      k.attention_tile = choose_attention_tile(m.path, a.d, a.dv, sm);
+      k.attention_tile = schedule.attention_tile(k.attention_shape, sm);
+      k.tile_source = schedule.source_for(k.attention_shape, sm);
+      if (Status legal = check_attention_tile(k.attention_tile, k.attention_shape, sm); !legal)
+        return make_error(describe_node(graph, group.anchor), ": schedule: ",
+                          legal.error().message);
       const AttentionTile& t = k.attention_tile;
-      int64_t batch = total / (a.sq.hi * a.dv);
+      int64_t batch = k.attention_shape.batch;
       if (batch > 65535) {
         return make_error(describe_node(graph, group.anchor), ": too many batches for one launch (",
                           std::to_string(batch), ", limit 65535)");
       }
-      assert(t.smem_bytes() <= smem_budget(sm) && "every head dim up to 256 has a tile");
       k.launch.grid = {ceil_div(a.sq.hi, t.br), static_cast<uint32_t>(t.dv_slabs),
                        static_cast<uint32_t>(batch)};
       k.launch.block = {static_cast<uint32_t>(32 * t.warps), 1, 1};

@@ -44,11 +44,13 @@ struct KernelPlan {
   std::string name;   // "k0_matmul_tf32", also the entry point with "kiln_" before it
   MatmulShape shape;  // matmul kernels
   MatmulTile tile;    // matmul kernels, CUDA only (schedule_cuda)
-  std::string tile_source;  // matmul kernels, CUDA only: ScheduleProvider::source() of `tile`
+  // matmul and attention kernels, CUDA only: ScheduleProvider::source_for() of their tile
+  std::string tile_source;
   MatmulExtents extents;  // matmul kernels: `shape`'s sizes as the kernel computes them;
                           // attention kernels: batch, inner_batch, m = S_q and n = D_v
   AttentionTile attention_tile;        // attention kernels, CUDA only (schedule_cuda)
   AttentionExtents attention_extents;  // attention kernels
+  AttentionShape attention_shape;      // attention kernels: the problem its tile is chosen for
   // CUDA only (schedule_cuda), default before it and on the CPU:
   LaunchShape launch;          // for a symbolic graph, at the bucket's upper bounds
   std::vector<SizeTerm> grid;  // symbolic graphs: the grid's x, y, z as size terms
@@ -85,11 +87,11 @@ inline constexpr uint64_t k_max_param_bytes = 32764;
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
                                    const PrecisionPlan& precision, const Sizes& sizes);
 
-// The CUDA target's part of the plan, for `target` (its arch): matmul tiles (from `schedule`: the heuristic
-// unless a caller provides another; a tile that is not legal for the kernel fails, naming the
-// kernel and the tiles it runs; a symbolic graph's tiles run unsplit), the tile in matmul
-// kernels' names, a split-K matmul's two kernels and its partials' temporary, attention tiles, launch
-// shapes and, for a symbolic graph, grid terms. Fails for launches beyond CUDA's grid limits
+// The CUDA target's part of the plan, for `target` (its arch): matmul and attention tiles (from
+// `schedule`: the heuristic unless a caller provides another; a tile that is not legal for the
+// kernel fails, naming the kernel and the tiles it runs; a symbolic graph's tiles run unsplit),
+// the tile in matmul kernels' names, a split-K matmul's two kernels and its partials' temporary,
+// launch shapes and, for a symbolic graph, grid terms. Fails for launches beyond CUDA's grid limits
 // (65535 row tiles or batches per launch) and for a kernel whose parameters would not fit in
 // k_max_param_bytes (fuse() keeps kernels far below it, so only groups formed otherwise get
 // there); the message names the kernel and the bytes.

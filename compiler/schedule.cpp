@@ -4,6 +4,7 @@
 #include "compiler/target.h"
 #include "ir/hash.h"
 
+#include <algorithm>
 #include <string_view>
 
 namespace kiln::compiler {
@@ -26,6 +27,25 @@ bool same_tile(const MatmulTile& a, const MatmulTile& b) {
          a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k;
 }
 
+bool same_tile(const AttentionTile& a, const AttentionTile& b) {
+  return a.br == b.br && a.bc == b.bc && a.warps == b.warps && a.stages == b.stages;
+}
+
+bool same_tile(const KernelTile& a, const KernelTile& b) {
+  if (a.index() != b.index()) return false;
+  if (const auto* m = std::get_if<MatmulTile>(&a)) return same_tile(*m, std::get<MatmulTile>(b));
+  return same_tile(std::get<AttentionTile>(a), std::get<AttentionTile>(b));
+}
+
+std::string problem_signature(const AttentionShape& s) {
+  return "attention batch=" + std::to_string(s.batch) + " sq=" + std::to_string(s.sq) +
+         " sk=" + std::to_string(s.sk) + " d=" + std::to_string(s.d) +
+         " dv=" + std::to_string(s.dv) + " elem=" + std::to_string(s.elem_bytes) +
+         " path=" + std::string(to_string(s.path)) +
+         " causal=" + (s.causal ? "1" : "0") + " mask=" + (s.mask ? "1" : "0") +
+         " k_group=" + std::to_string(s.k_group) + " v_group=" + std::to_string(s.v_group);
+}
+
 std::string problem_signature(const MatmulShape& s) {
   return "matmul batch=" + std::to_string(s.batch) + " m=" + std::to_string(s.m) +
          " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
@@ -43,6 +63,8 @@ ChosenSchedule::ChosenSchedule(std::map<std::string, ChosenTile> chosen)
   // Length-prefixed, in the map's (sorted) order: the same choices give the same key.
   std::string text;
   for (const auto& [signature, choice] : m_chosen) {
+    // A matmul tile's text as before attention tiles were chosen too: the same choices keep
+    // their key.
     std::string tile = to_string(choice.tile);
     text += std::to_string(signature.size()) + ":" + signature + std::to_string(tile.size()) +
             ":" + tile;
@@ -52,10 +74,31 @@ ChosenSchedule::ChosenSchedule(std::map<std::string, ChosenTile> chosen)
 
 MatmulTile ChosenSchedule::matmul_tile(const MatmulShape& shape, int sm) const {
   auto it = m_chosen.find(problem_signature(shape));
-  return it == m_chosen.end() ? choose_tile(shape, sm) : it->second.tile;
+  const MatmulTile* tile =
+      it == m_chosen.end() ? nullptr : std::get_if<MatmulTile>(&it->second.tile);
+  return tile ? *tile : choose_tile(shape, sm);
+}
+
+AttentionTile ChosenSchedule::attention_tile(const AttentionShape& shape, int sm) const {
+  auto it = m_chosen.find(problem_signature(shape));
+  const AttentionTile* tile =
+      it == m_chosen.end() ? nullptr : std::get_if<AttentionTile>(&it->second.tile);
+  if (!tile) return choose_attention_tile(shape, sm);
+  // The choice (warps, keys, stages) completed for this problem; br as chosen, so a choice
+  // whose queries do not match its warps fails check_attention_tile.
+  AttentionTile t = compiler::attention_tile(shape.path, shape.d, shape.dv, tile->warps, tile->bc,
+                                             tile->stages);
+  t.br = tile->br;
+  return t;
 }
 
 std::string ChosenSchedule::source_for(const MatmulShape& shape, int sm) const {
+  (void)sm;
+  auto it = m_chosen.find(problem_signature(shape));
+  return it == m_chosen.end() ? source() : it->second.source;
+}
+
+std::string ChosenSchedule::source_for(const AttentionShape& shape, int sm) const {
   (void)sm;
   auto it = m_chosen.find(problem_signature(shape));
   return it == m_chosen.end() ? source() : it->second.source;
@@ -161,6 +204,47 @@ Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm) {
                     " matmul kernel runs on sm_", std::to_string(sm), " (it runs: ", list, ")");
 }
 
+std::vector<AttentionTile> attention_candidates(const AttentionShape& shape, int sm) {
+  std::vector<AttentionTile> out;
+  AttentionTile padded = attention_tile(shape.path, shape.d, shape.dv, 4, 16, 1);
+  int max_bc = attention_max_bc(shape.path, padded.d);
+  std::vector<int> stages = {1};
+  if (arch_has(sm, Feature::cp_async)) stages = {2, 3};
+  for (int warps : {4, 8}) {
+    for (int bc : {16, 32, 64}) {
+      if (bc > max_bc) continue;
+      for (int s : stages) {
+        AttentionTile t = attention_tile(shape.path, shape.d, shape.dv, warps, bc, s);
+        if (t.smem_bytes() <= smem_limit(sm)) out.push_back(t);
+      }
+    }
+  }
+  // The heuristic's tile (1 stage where 2 do not fit its budget) is a candidate wherever it
+  // fits (every path the arch runs, at every head dim up to 256).
+  AttentionTile model = choose_attention_tile(shape, sm);
+  if (model.smem_bytes() <= smem_limit(sm) &&
+      std::none_of(out.begin(), out.end(),
+                   [&](const AttentionTile& t) { return same_tile(t, model); }))
+    out.push_back(model);
+  return out;
+}
+
+Status check_attention_tile(const AttentionTile& tile, const AttentionShape& shape, int sm) {
+  std::vector<AttentionTile> legal = attention_candidates(shape, sm);
+  for (const AttentionTile& t : legal) {
+    // Every field, not only the choice: the padded dims and strides follow from the problem.
+    if (same_tile(t, tile) && t.d == tile.d && t.dv == tile.dv && t.dv_slabs == tile.dv_slabs &&
+        t.q_ld == tile.q_ld && t.k_ld == tile.k_ld && t.v_ld == tile.v_ld &&
+        t.elem_bytes == tile.elem_bytes)
+      return Status::success();
+  }
+  std::string list;
+  for (const AttentionTile& t : legal) list += (list.empty() ? "" : "; ") + to_string(t);
+  return make_error("tile ", to_string(tile), " is not one the ", to_string(shape.path),
+                    " attention kernel runs on sm_", std::to_string(sm), " at head dim ",
+                    std::to_string(shape.d), " (it runs: ", list, ")");
+}
+
 std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile) {
   return plan_name + "_" + std::to_string(tile.bm) + "x" + std::to_string(tile.bn) +
          (tile.split_k > 1 ? "_split" + std::to_string(tile.split_k) : "");
@@ -173,36 +257,67 @@ std::string to_string(const MatmulTile& tile) {
          (tile.split_k > 1 ? ", split " + std::to_string(tile.split_k) : "");
 }
 
-std::optional<MatmulTile> parse_tile(const std::string& text) {
-  // Strictly what to_string writes, with every number 1..4096: the text can come from a record
-  // another machine wrote.
+std::string to_string(const AttentionTile& tile) {
+  return std::to_string(tile.br) + "x" + std::to_string(tile.bc) + ", " +
+         std::to_string(tile.warps) + " warps, " + std::to_string(tile.stages) +
+         (tile.stages == 1 ? " stage" : " stages");
+}
+
+std::string to_string(const KernelTile& tile) {
+  return std::visit([](const auto& t) { return to_string(t); }, tile);
+}
+
+namespace {
+
+// Reads strictly what to_string writes, with every number 1..4096 and no leading zero: the text
+// can come from a record another machine wrote.
+struct TileText {
+  const std::string& text;
   size_t at = 0;
-  auto number = [&](int& out) {
+  bool number(int& out) {
     size_t start = at;
     int64_t value = 0;
     while (at < text.size() && at - start < 5 && text[at] >= '0' && text[at] <= '9')
       value = value * 10 + (text[at++] - '0');
-    if (at == start || value < 1 || value > 4096) return false;
+    if (at == start || text[start] == '0' || value > 4096) return false;
     out = static_cast<int>(value);
     return true;
-  };
-  auto literal = [&](const char* expected) {
-    std::string_view e(expected);
-    if (text.compare(at, e.size(), e) != 0) return false;
-    at += e.size();
+  }
+  bool literal(std::string_view expected) {
+    if (text.compare(at, expected.size(), expected) != 0) return false;
+    at += expected.size();
     return true;
-  };
+  }
+  bool stages(int& out) { return number(out) && literal(out == 1 ? " stage" : " stages"); }
+  bool done() const { return at == text.size(); }
+};
+
+}  // namespace
+
+std::optional<MatmulTile> parse_tile(const std::string& text) {
+  TileText p{text};
   MatmulTile t;
-  if (!number(t.bm) || !literal("x") || !number(t.bn) || !literal("x") || !number(t.bk) ||
-      !literal(", ") || !number(t.warps_m) || !literal("x") || !number(t.warps_n) ||
-      !literal(" warps, ") || !number(t.stages) ||
-      !literal(t.stages == 1 ? " stage" : " stages"))
+  if (!p.number(t.bm) || !p.literal("x") || !p.number(t.bn) || !p.literal("x") ||
+      !p.number(t.bk) || !p.literal(", ") || !p.number(t.warps_m) || !p.literal("x") ||
+      !p.number(t.warps_n) || !p.literal(" warps, ") || !p.stages(t.stages))
     return std::nullopt;
-  if (at != text.size() &&
-      (!literal(", split ") || !number(t.split_k) || t.split_k < 2 || t.split_k > k_max_split_k))
+  if (!p.done() && (!p.literal(", split ") || !p.number(t.split_k) || t.split_k < 2 ||
+                    t.split_k > k_max_split_k))
     return std::nullopt;
-  if (at != text.size()) return std::nullopt;
+  if (!p.done()) return std::nullopt;
   return t;
+}
+
+std::optional<KernelTile> parse_kernel_tile(const std::string& text) {
+  if (auto matmul = parse_tile(text)) return KernelTile(*matmul);
+  // An attention tile's choice; its head dims, strides and element size come from the problem
+  // (ChosenSchedule::attention_tile).
+  TileText p{text};
+  AttentionTile t;
+  if (!p.number(t.br) || !p.literal("x") || !p.number(t.bc) || !p.literal(", ") ||
+      !p.number(t.warps) || !p.literal(" warps, ") || !p.stages(t.stages) || !p.done())
+    return std::nullopt;
+  return KernelTile(t);
 }
 
 }  // namespace kiln::compiler

@@ -9,12 +9,19 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace kiln::compiler {
 
 // "128x128x16, 2x4 warps, 3 stages", and ", split 4" after it for a split-K tile.
 std::string to_string(const MatmulTile& tile);
+// An attention tile's choice: "64x64, 4 warps, 2 stages" (queries x keys per block).
+std::string to_string(const AttentionTile& tile);
+
+// A kernel's tile as schedules choose and tuning records hold it: a matmul's or an attention's.
+using KernelTile = std::variant<MatmulTile, AttentionTile>;
+std::string to_string(const KernelTile& tile);
 
 class ScheduleProvider {
 public:
@@ -27,6 +34,15 @@ public:
   virtual std::string source() const = 0;
   // Where the tile of `shape` on `sm` comes from; source() unless a provider chooses per problem.
   virtual std::string source_for(const MatmulShape& shape, int sm) const {
+    (void)shape, (void)sm;
+    return source();
+  }
+  // The tile of the attention kernel computing `shape` on `sm` (checked with
+  // check_attention_tile), and where it comes from: the heuristic's unless a provider chooses.
+  virtual AttentionTile attention_tile(const AttentionShape& shape, int sm) const {
+    return choose_attention_tile(shape, sm);
+  }
+  virtual std::string source_for(const AttentionShape& shape, int sm) const {
     (void)shape, (void)sm;
     return source();
   }
@@ -44,6 +60,9 @@ public:
   explicit FixedSchedule(MatmulTile tile) : m_tile(tile) {}
   MatmulTile matmul_tile(const MatmulShape&, int) const override { return m_tile; }
   std::string source() const override { return "fixed"; }
+  // Attention kernels keep the heuristic's tile, and say so.
+  std::string source_for(const AttentionShape&, int) const override { return "model"; }
+  using ScheduleProvider::source_for;
   std::string key() const override { return "fixed " + to_string(m_tile); }
 
 private:
@@ -54,11 +73,14 @@ private:
 // speed depends on, e.g. "matmul batch=1 m=4096 n=4096 k=4096 a=k-major lda=4096 b=n-major
 // ldb=4096 a_batch=0 b_batch=0 elem=2 path=bf16 vec=11". The arch is not in it.
 std::string problem_signature(const MatmulShape& shape);
+// An attention problem likewise: "attention batch=32 sq=4096 sk=4096 d=128 dv=128 elem=2
+// path=bf16 causal=1 mask=0 k_group=1 v_group=1".
+std::string problem_signature(const AttentionShape& shape);
 
 // A tile chosen for one problem, and where the choice came from ("tuned on NVIDIA H200 (132 SMs)
 // 2026-11-26", "tuning candidate").
 struct ChosenTile {
-  MatmulTile tile;
+  KernelTile tile;
   std::string source;
 };
 
@@ -69,8 +91,10 @@ class ChosenSchedule final : public ScheduleProvider {
 public:
   explicit ChosenSchedule(std::map<std::string, ChosenTile> chosen);
   MatmulTile matmul_tile(const MatmulShape& shape, int sm) const override;
+  AttentionTile attention_tile(const AttentionShape& shape, int sm) const override;
   std::string source() const override { return "model"; }
   std::string source_for(const MatmulShape& shape, int sm) const override;
+  std::string source_for(const AttentionShape& shape, int sm) const override;
   std::string key() const override { return m_key; }
   const std::map<std::string, ChosenTile>& chosen() const { return m_chosen; }
 
@@ -107,6 +131,14 @@ bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split);
 // that split_k_legal allows.
 Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm);
 
+// Every tile the attention kernel can run for `shape` on `sm`: 4 or 8 warps (64 or 128 queries
+// on tensor cores, 32 or 64 on FFMA), key tiles of 16, 32 and 64 up to attention_max_bc, 1 stage
+// without cp.async, else 2 and 3, within smem_limit(sm); the heuristic's tile is one of them.
+std::vector<AttentionTile> attention_candidates(const AttentionShape& shape, int sm);
+
+// Fails, saying why, when `tile` is not one of attention_candidates(shape, sm).
+Status check_attention_tile(const AttentionTile& tile, const AttentionShape& shape, int sm);
+
 // A CUDA matmul kernel's name: its plan's name and its block tile ("k0_matmul_bf16_128x256"),
 // and its splits ("k0_matmul_bf16_64x64_split4"; the kernel summing their partials adds
 // "_sum").
@@ -114,6 +146,11 @@ std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& til
 
 // The tile to_string() wrote; nullopt for any other text.
 std::optional<MatmulTile> parse_tile(const std::string& text);
+// Either tile's text (to_string of a MatmulTile or an AttentionTile); nullopt for any other.
+std::optional<KernelTile> parse_kernel_tile(const std::string& text);
 bool same_tile(const MatmulTile& a, const MatmulTile& b);
+// The same choice: queries, keys, warps and stages (the rest follows from the problem).
+bool same_tile(const AttentionTile& a, const AttentionTile& b);
+bool same_tile(const KernelTile& a, const KernelTile& b);
 
 }  // namespace kiln::compiler

@@ -176,17 +176,20 @@ MatmulTile choose_tile(const MatmulShape& shape, int sm) {
   return tile;
 }
 
-AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm) {
+AttentionTile attention_tile(MatmulPath path, int64_t d, int64_t dv, int warps, int bc,
+                             int stages) {
   AttentionTile t;
   auto pad16 = [](int64_t x) { return static_cast<int>((x + 15) / 16 * 16); };
+  t.warps = warps;
+  t.bc = bc;
+  t.stages = stages;
   t.d = pad16(d);
   // v's head dim in slabs of at most 128 columns, as even as multiples of 16 allow.
   t.dv_slabs = (pad16(dv) + 127) / 128;
   t.dv = pad16((pad16(dv) + t.dv_slabs - 1) / t.dv_slabs);
-  bool mma = uses_mma(path);
   bool half = path == MatmulPath::f16 || path == MatmulPath::bf16;
   t.elem_bytes = half ? 2 : 4;
-  if (mma) {
+  if (uses_mma(path)) {
     t.br = 16 * t.warps;
     t.q_ld = t.d + 16 / t.elem_bytes;  // rows 16 bytes apart from bank groups, as matmul's A
     t.k_ld = t.q_ld;
@@ -197,27 +200,33 @@ AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int 
     t.k_ld = t.d;        // a quad reads 4 neighbours, the warp's 8 queries the same key
     t.v_ld = t.dv;
   }
+  return t;
+}
+
+AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm) {
   struct Option {
     int bc, stages;
   };
-  const Option mma_options[] = {{64, 2}, {32, 2}, {16, 2}, {64, 1}, {32, 1}, {16, 1}};
-  const Option ffma_options[] = {{32, 2}, {32, 1}, {16, 1}};
-  // Past 128, a thread's quarter of q takes 48 to 64 registers: 16 scores per key tile, not 32,
-  // keep the kernel from spilling.
-  const Option ffma_wide_options[] = {{16, 2}, {16, 1}};
-  std::span<const Option> options = mma         ? std::span<const Option>(mma_options)
-                                    : t.d > 128 ? std::span<const Option>(ffma_wide_options)
-                                                : std::span<const Option>(ffma_options);
+  const Option options[] = {{64, 2}, {32, 2}, {16, 2}, {64, 1}, {32, 1}, {16, 1}};
+  AttentionTile t = attention_tile(path, d, dv, 4, 16, 1);
+  int max_bc = attention_max_bc(path, t.d);
   for (const Option& o : options) {
     if (o.stages > 1 && !arch_has(sm, Feature::cp_async)) continue;
-    // tf32x3 holds each score's split parts and P V's promoted partial besides: 64-key tiles
-    // (32 past a head dim of 64) would spill.
-    if (path == MatmulPath::tf32x3 && o.bc > (t.d > 64 ? 16 : 32)) continue;
-    t.bc = o.bc;
-    t.stages = o.stages;
+    if (o.bc > max_bc) continue;
+    t = attention_tile(path, d, dv, 4, o.bc, o.stages);
     if (t.smem_bytes() <= smem_budget(sm)) break;
   }
   return t;
+}
+
+AttentionTile choose_attention_tile(const AttentionShape& shape, int sm) {
+  return choose_attention_tile(shape.path, shape.d, shape.dv, sm);
+}
+
+int attention_max_bc(MatmulPath path, int d) {
+  if (path == MatmulPath::tf32x3) return d > 64 ? 16 : 32;
+  if (!uses_mma(path)) return d > 128 ? 16 : 32;
+  return 64;
 }
 
 }  // namespace kiln::compiler

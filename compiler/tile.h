@@ -96,9 +96,33 @@ struct AttentionTile {
   }
 };
 
-// Picks the attention tile for `path` and padded head dims on `sm`: the widest key tile and the
-// deepest pipeline (2 stages on sm_80+, cp.async) that fit the shared-memory budget.
+// An attention kernel's problem as schedules and tuning records see it: `batch` blocks along
+// the grid's z (batches times heads), S_q and S_k (a symbolic graph's at the bucket's upper
+// bounds), the head dims, grouped heads, the operands' element size, the path, causality and
+// whether a mask is read.
+struct AttentionShape {
+  int64_t batch = 1, sq = 1, sk = 1, d = 64, dv = 64;
+  int64_t k_group = 1, v_group = 1;
+  int elem_bytes = 4;  // of q, k and v in global memory
+  MatmulPath path = MatmulPath::ffma;
+  bool causal = false, mask = false;
+};
+
+// The attention tile of `warps` warps walking the keys `bc` at a time through `stages` stages,
+// for `path` and head dims `d` and `dv`: the padded head dims, v's slabs, the shared-memory row
+// strides and element size follow from these.
+AttentionTile attention_tile(MatmulPath path, int64_t d, int64_t dv, int warps, int bc,
+                             int stages);
+
+// Picks the attention tile for `path` and padded head dims on `sm`: 4 warps, the widest key tile
+// and the deepest pipeline (2 stages on sm_80+, cp.async) that fit the shared-memory budget.
 AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm);
+AttentionTile choose_attention_tile(const AttentionShape& shape, int sm);
+// The widest key tile the attention kernel of `path` keeps in registers at padded head dim `d`
+// (FusedAttentionCompilesWithoutSpills in tests/compiler): 64 on tensor cores, but tf32x3 (its
+// split parts and P V's promoted partial besides: 32, and 16 past a head dim of 64); FFMA 32,
+// and 16 past a head dim of 128 (a thread's quarter of q takes 48 to 64 registers there).
+int attention_max_bc(MatmulPath path, int d);
 
 // Rough SM count of a typical part of each arch: decides when big tiles still fill the GPU.
 int typical_sm_count(int sm);

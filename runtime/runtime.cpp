@@ -81,20 +81,19 @@ private:
   // Autotune::on: tunes the problems of `graph` that have no record, then reads the records again.
   void tune_missing(const ir::Graph& graph, const compiler::CompileOptions& options,
                     const std::function<void(const std::string&)>& warn) {
-    auto problems = runtime::matmul_problems(graph, options);
+    auto problems = runtime::tuning_problems(graph, options);
     if (!problems) return;  // the compile reports it
     runtime::TuneOptions tune;
     tune.device = m_device;
     // Each problem is tuned at most once per runtime, whether it succeeds or not (without a
     // cache its record is not kept, and a failure would fail again).
-    for (const runtime::MatmulProblem& p : *problems) {
-      std::string signature = compiler::problem_signature(p.shape);
-      if (!m_tiles->keys.count(signature) && m_tried.insert(signature).second)
-        tune.only.push_back(signature);
+    for (const runtime::TuningProblem& p : *problems) {
+      if (!m_tiles->keys.count(p.signature) && m_tried.insert(p.signature).second)
+        tune.only.push_back(p.signature);
     }
     if (tune.only.empty()) return;
     m_log(LogLevel::info, "autotune: timing the tiles of " + std::to_string(tune.only.size()) +
-                              " matmul problem(s) on " + m_tiles->device.text());
+                              " matmul or attention problem(s) on " + m_tiles->device.text());
     if (auto tuned = runtime::tune_graph(graph, options, m_cache.get(), tune); !tuned) {
       warn("autotune: " + tuned.error().message + "; compiling with the model's tiles");
       return;

@@ -39,11 +39,11 @@ constexpr uint64_t k_max_tuning_elements = uint64_t{1} << 30;
 // within the noise of a median of a few runs.
 constexpr double k_min_gain = 0.01;
 
-json tile_json(const compiler::MatmulTile& t) { return compiler::to_string(t); }
+json tile_json(const compiler::KernelTile& t) { return compiler::to_string(t); }
 
-Expected<compiler::MatmulTile> tile_from(const json& j, const char* what) {
+Expected<compiler::KernelTile> tile_from(const json& j, const char* what) {
   if (!j.is_string()) return make_error("tuning record: ", what, " is not a tile");
-  auto tile = compiler::parse_tile(j.get<std::string>());
+  auto tile = compiler::parse_kernel_tile(j.get<std::string>());
   if (!tile) return make_error("tuning record: ", what, " '", j.get<std::string>(),
                                "' is not a tile");
   return *tile;
@@ -64,13 +64,20 @@ std::string format_ms(double ms) {
   return text;
 }
 
-// Whether two tiles of `path` sum K in the same order: the same ranges of K, cut at the same
-// tiles (the mmas' own order does not depend on the tile), and for tf32x3, whose per-tile
-// partial sums are added to the accumulator tile by tile, the same K tiles.
-bool same_k_order(const compiler::MatmulTile& a, const compiler::MatmulTile& b,
-                  compiler::MatmulPath path) {
-  if (a.split_k != b.split_k) return false;
-  return (a.split_k == 1 && path != compiler::MatmulPath::tf32x3) || a.bk == b.bk;
+// Whether two tiles of `problem` sum in the same order. A matmul's: the same ranges of K, cut
+// at the same tiles (the mmas' own order does not depend on the tile), and for tf32x3, whose
+// per-tile partial sums are added to the accumulator tile by tile, the same K tiles. An
+// attention's: the same key tile (the online softmax rescales its sums and rounds P against the
+// running max once per key tile; warps and stages change neither).
+bool same_order(const TuningProblem& problem, const compiler::KernelTile& x,
+                const compiler::KernelTile& y) {
+  if (const auto* shape = std::get_if<compiler::MatmulShape>(&problem.shape)) {
+    const auto& a = std::get<compiler::MatmulTile>(x);
+    const auto& b = std::get<compiler::MatmulTile>(y);
+    if (a.split_k != b.split_k) return false;
+    return (a.split_k == 1 && shape->path != compiler::MatmulPath::tf32x3) || a.bk == b.bk;
+  }
+  return std::get<compiler::AttentionTile>(x).bc == std::get<compiler::AttentionTile>(y).bc;
 }
 
 // The unit roundoff of a float dtype (2^-8 bf16, 2^-11 f16, 2^-24 f32); 1 for the others.
@@ -83,15 +90,29 @@ double unit_roundoff(ir::DType dtype) {
   }
 }
 
+// The unit roundoff of what `problem`'s products round to: a matmul's own dtype (bf16, f16 or
+// f32: a split's partial products are exact, their sums are not); an attention's P, rounded to
+// the path's operand format against a running max that differs with the key tile (bf16 2^-8,
+// f16 and tf32 2^-11; fp32 for tf32x3 and FFMA).
+double product_unit(const TuningProblem& problem) {
+  const auto* shape = std::get_if<compiler::AttentionShape>(&problem.shape);
+  if (!shape) return unit_roundoff(problem.product);
+  using compiler::MatmulPath;
+  if (shape->path == MatmulPath::bf16 || shape->path == MatmulPath::bf16_of_f32) return 0x1p-8;
+  if (shape->path == MatmulPath::f16 || shape->path == MatmulPath::tf32) return 0x1p-11;
+  return unit_roundoff(ir::DType::f32);
+}
+
 // The most a candidate's output may differ from the model tile's: k_max_candidate_rel_l2 where
-// they sum K in the same order. A candidate that splits K otherwise (or, for tf32x3, cuts K into
-// other tiles) adds its partial sums in another order, and a value may round differently wherever the product or the output is
-// rounded: up to about a unit in the last place of the coarser of the product's dtype (bf16,
-// f16 or f32) and the output's, with f32 taken as 1e-5 (a K of tens of thousands) and an
-// integer or bool output as 1e-2 (a flip of one somewhere). A wrong kernel misses by far more.
-double max_candidate_rel_l2(ir::DType product, ir::DType output, bool same_order) {
+// they sum in the same order (same_order). A candidate that splits K otherwise (or, for tf32x3,
+// cuts K into other tiles), or an attention's candidate with another key tile, adds its partial
+// sums in another order, and a value may round differently wherever the product or the output
+// is rounded: up to about a unit in the last place of the coarser of the products'
+// (product_unit) and the output's dtype, with f32 taken as 1e-5 (a K of tens of thousands) and
+// an integer or bool output as 1e-2 (a flip of one somewhere). A wrong kernel misses by far more.
+double max_candidate_rel_l2(double product_unit, ir::DType output, bool same_order) {
   if (same_order) return k_max_candidate_rel_l2;
-  double unit = std::max(unit_roundoff(product), unit_roundoff(output));
+  double unit = std::max(product_unit, unit_roundoff(output));
   if (unit >= 1.0) return 1e-2;
   return std::max(unit, 1e-5);
 }
@@ -269,20 +290,82 @@ std::vector<cache::KeyField> tuning_fields(const std::string& signature,
   return fields;
 }
 
-Expected<std::vector<MatmulProblem>> matmul_problems(const ir::Graph& graph,
+namespace {
+
+// The problem kernel `k` of a plan computes, and its signature; nullopt for a kernel whose
+// launch configuration no schedule chooses.
+std::optional<TuningProblem> problem_of(const compiler::KernelPlan& k, const ir::Graph& bound,
+                                        bool symbolic) {
+  TuningProblem p;
+  p.kernel = k.name;
+  p.symbolic = symbolic;
+  if (k.group.kind == compiler::GroupKind::matmul) {
+    p.shape = k.shape;
+    p.signature = compiler::problem_signature(k.shape);
+  } else if (k.group.kind == compiler::GroupKind::attention) {
+    p.shape = k.attention_shape;
+    p.signature = compiler::problem_signature(k.attention_shape);
+  } else {
+    return std::nullopt;
+  }
+  p.product = bound.node(k.group.anchor).type.dtype;
+  return p;
+}
+
+// The candidates of `problem` on `sm`, the model's tile among them, and whether a tile is legal.
+std::vector<compiler::KernelTile> candidates_of(const TuningProblem& problem, int sm) {
+  std::vector<compiler::KernelTile> out;
+  if (const auto* shape = std::get_if<compiler::MatmulShape>(&problem.shape)) {
+    for (const compiler::MatmulTile& t : compiler::candidate_tiles(*shape, sm))
+      // A symbolic graph's kernels run unsplit whatever the tile says: its split candidates
+      // would time the unsplit kernel again under another name.
+      if (!problem.symbolic || t.split_k == 1) out.push_back(t);
+  } else {
+    const auto& attention = std::get<compiler::AttentionShape>(problem.shape);
+    for (const compiler::AttentionTile& t : compiler::attention_candidates(attention, sm))
+      out.push_back(t);
+  }
+  return out;
+}
+
+compiler::KernelTile model_of(const TuningProblem& problem, int sm) {
+  if (const auto* shape = std::get_if<compiler::MatmulShape>(&problem.shape)) {
+    compiler::MatmulTile tile = compiler::choose_tile(*shape, sm);
+    if (problem.symbolic) tile.split_k = 1;
+    return tile;
+  }
+  return compiler::choose_attention_tile(std::get<compiler::AttentionShape>(problem.shape), sm);
+}
+
+Status check_tile_of(const compiler::KernelTile& tile, const TuningProblem& problem, int sm) {
+  if (const auto* shape = std::get_if<compiler::MatmulShape>(&problem.shape)) {
+    const auto* t = std::get_if<compiler::MatmulTile>(&tile);
+    if (!t) return make_error("its tile ", compiler::to_string(tile), " is not a matmul's");
+    return compiler::check_tile(*t, *shape, sm);
+  }
+  const auto& shape = std::get<compiler::AttentionShape>(problem.shape);
+  const auto* t = std::get_if<compiler::AttentionTile>(&tile);
+  if (!t) return make_error("its tile ", compiler::to_string(tile), " is not an attention's");
+  // The record holds the choice (queries, keys, warps, stages); the rest follows from the problem.
+  compiler::AttentionTile full =
+      compiler::attention_tile(shape.path, shape.d, shape.dv, t->warps, t->bc, t->stages);
+  full.br = t->br;
+  return compiler::check_attention_tile(full, shape, sm);
+}
+
+}  // namespace
+
+Expected<std::vector<TuningProblem>> tuning_problems(const ir::Graph& graph,
                                                      const compiler::CompileOptions& options) {
   auto request = compiler::check_request(graph, options);
   if (!request) return request.error();
   auto planned = compiler::plan_program(graph, *request);
   if (!planned) return planned.error();
-  std::vector<MatmulProblem> out;
+  std::vector<TuningProblem> out;
   std::set<std::string> seen;
   for (const compiler::KernelPlan& k : planned->plan.kernels) {
-    if (k.group.kind != compiler::GroupKind::matmul) continue;
-    if (seen.insert(compiler::problem_signature(k.shape)).second) {
-      out.push_back({k.name, k.shape, planned->bound.node(k.group.anchor).type.dtype,
-                     planned->sizes.symbolic()});
-    }
+    auto problem = problem_of(k, planned->bound, planned->sizes.symbolic());
+    if (problem && seen.insert(problem->signature).second) out.push_back(std::move(*problem));
   }
   return out;
 }
@@ -326,10 +409,11 @@ bool is_date(const std::string& text) {
   return true;
 }
 
-// The tile record `key` gives the problem `shape` has on `sm`, checked (tuned_schedule).
+// The tile record `key` gives `problem` on `sm`, checked (tuned_schedule).
 Expected<compiler::ChosenTile> read_record(cache::Cache& cache, const TunedTiles& tiles,
-                                           const std::string& signature, const std::string& key,
-                                           const compiler::MatmulShape& shape, int sm) {
+                                           const TuningProblem& problem, const std::string& key,
+                                           int sm) {
+  const std::string& signature = problem.signature;
   std::vector<cache::KeyField> fields = tuning_fields(signature, tiles.device, tiles.nvrtc_version);
   if (cache::make_key(fields) != key) return make_error("its key is not this problem's");
   cache::Lookup found =
@@ -350,7 +434,7 @@ Expected<compiler::ChosenTile> read_record(cache::Cache& cache, const TunedTiles
   for (const CandidateTime& c : record->candidates)
     timed = timed || (c.status == "ok" && compiler::same_tile(c.tile, record->winner));
   if (!timed) return make_error("its winner is not one of its candidates that timed ok");
-  if (Status legal = compiler::check_tile(record->winner, shape, sm); !legal) return legal.error();
+  if (Status legal = check_tile_of(record->winner, problem, sm); !legal) return legal.error();
   return compiler::ChosenTile{record->winner, record->source()};
 }
 
@@ -368,15 +452,16 @@ Expected<std::shared_ptr<const compiler::ScheduleProvider>> tuned_schedule(
   std::map<std::string, compiler::ChosenTile> chosen;
   std::map<std::string, std::string> names;  // every kernel of a problem with a record
   for (const compiler::KernelPlan& k : planned->plan.kernels) {
-    if (k.group.kind != compiler::GroupKind::matmul) continue;
-    std::string signature = compiler::problem_signature(k.shape);
+    auto problem = problem_of(k, planned->bound, planned->sizes.symbolic());
+    if (!problem) continue;
+    const std::string& signature = problem->signature;
     auto it = tiles.keys.find(signature);
     if (it == tiles.keys.end()) continue;
     auto checked = tiles.checked.find(signature);
     if (checked == tiles.checked.end()) {
       checked = tiles.checked
-                    .emplace(signature, read_record(cache, tiles, signature, it->second, k.shape,
-                                                    options.target.sm))
+                    .emplace(signature,
+                             read_record(cache, tiles, *problem, it->second, options.target.sm))
                     .first;
       if (!checked->second && warn)
         warn("tuning record " + it->second + " (" + signature + ") not used: " +
@@ -384,8 +469,13 @@ Expected<std::shared_ptr<const compiler::ScheduleProvider>> tuned_schedule(
     }
     if (!checked->second) continue;
     chosen[signature] = *checked->second;
+    const auto* matmul = std::get_if<compiler::MatmulTile>(&checked->second->tile);
+    if (!matmul) {
+      names[k.name] = checked->second->source;  // an attention kernel's name has no tile
+      continue;
+    }
     // A symbolic graph runs the record's tile unsplit (schedule_cuda), under that name.
-    compiler::MatmulTile runs = checked->second->tile;
+    compiler::MatmulTile runs = *matmul;
     if (planned->sizes.symbolic()) runs.split_k = 1;
     std::string name = compiler::cuda_kernel_name(k.name, runs);
     names[name] = checked->second->source;
@@ -420,7 +510,7 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
   auto timer = EventTimer::create(api, tune.device);
   if (!timer) return timer.error();
 
-  auto problems = matmul_problems(graph, options);
+  auto problems = tuning_problems(graph, options);
   if (!problems) return problems.error();
   // The sizes the tiles are timed at: a symbolic graph's bucket at its upper bounds.
   std::vector<int64_t> upper;
@@ -491,8 +581,8 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
   };
 
   std::vector<TuningRecord> records;
-  for (const MatmulProblem& problem : *problems) {
-    std::string signature = compiler::problem_signature(problem.shape);
+  for (const TuningProblem& problem : *problems) {
+    const std::string& signature = problem.signature;
     if (!tune.only.empty() &&
         std::find(tune.only.begin(), tune.only.end(), signature) == tune.only.end())
       continue;
@@ -503,15 +593,8 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
     record.device = identity->text();
     record.date = today_utc();
     record.repeats = tune.repeats;
-    record.model = compiler::choose_tile(problem.shape, options.target.sm);
-    std::vector<compiler::MatmulTile> tiles =
-        compiler::candidate_tiles(problem.shape, options.target.sm);
-    // A symbolic graph's kernels run unsplit whatever the tile says: its split candidates would
-    // time the unsplit kernel again under another name.
-    if (problem.symbolic) {
-      record.model.split_k = 1;
-      std::erase_if(tiles, [](const compiler::MatmulTile& t) { return t.split_k > 1; });
-    }
+    record.model = model_of(problem, options.target.sm);
+    std::vector<compiler::KernelTile> tiles = candidates_of(problem, options.target.sm);
     say("tuning " + problem.kernel + " (" + signature + "): " + std::to_string(tiles.size()) +
         " candidates");
     // Every candidate compiles first, in parallel (NVRTC is the slow part), through the cache.
@@ -562,9 +645,8 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
         c.status = "ok";
         for (size_t o = 0; o < timed->outputs.size(); ++o) {
           double d = rel_l2(buffers->output_types[o], timed->outputs[o], reference->outputs[o]);
-          double most = max_candidate_rel_l2(problem.product, buffers->output_types[o].dtype,
-                                             same_k_order(tiles[i], record.model,
-                                                          problem.shape.path));
+          double most = max_candidate_rel_l2(product_unit(problem), buffers->output_types[o].dtype,
+                                             same_order(problem, tiles[i], record.model));
           if (!(d <= most)) {
             char text[96];
             std::snprintf(text, sizeof text, "output %zu differs from the model tile's: rel_l2 %.3g",

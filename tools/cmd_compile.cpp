@@ -1,5 +1,6 @@
 // `kiln emit` (CUDA source or PTX), `kiln compile` (through the cache, kernel reports),
-// `kiln why` (why a compile would miss) and `kiln tune` (matmul tiles timed on the GPU).
+// `kiln why` (why a compile would miss) and `kiln tune` (matmul and attention tiles timed on
+// the GPU).
 #include "tools/cli.h"
 
 #include "cache/cache.h"
@@ -624,7 +625,8 @@ int run_tune(const CompileArgs& args) {
     std::printf("%s\n", out.dump().c_str());
     return k_exit_ok;
   }
-  if (records->empty()) std::printf("%s: no matmul kernel to tune\n", args.files[0].c_str());
+  if (records->empty())
+    std::printf("%s: no matmul or attention kernel to tune\n", args.files[0].c_str());
   for (const runtime::TuningRecord& r : *records) {
     double winner_ms = -1, model_ms = -1;
     size_t timed = 0;
@@ -686,7 +688,8 @@ void register_compile_commands(CLI::App& app, int& exit_code) {
 
   auto tune_args = std::make_shared<CompileArgs>();
   CLI::App* tune = app.add_subcommand(
-      "tune", "time every legal tile of a graph's matmul kernels on the GPU and store the "
+      "tune", "time every legal tile of a graph's matmul and attention kernels on the GPU and "
+              "store the "
               "fastest as tuning records (exit 3 without a GPU)");
   tune->add_option("FILE", tune_args->files, "graph file (.kg) or -")->required()->expected(1);
   add_target_options(tune, *tune_args);

@@ -162,18 +162,28 @@ TEST(CompileShapes, LargeTransposedAndRaggedMatmulsCompileWithoutSpills) {
 // compiles without spills on every tensor-core path, for both operand orientations, on sm_80,
 // sm_86 (99 KiB), sm_90 and sm_120, on rows copied as 16-byte vectors and on ragged ones; each
 // block shape (tile, K step, warps) at each of its stage counts.
+// A graph dtype and mode for each matmul path: tf32, tf32x3, bf16 of f32, FFMA, f16, bf16.
+struct Path {
+  const char* dtype;
+  ir::Precision precision;
+};
+const Path k_every_path[] = {{"f32", ir::Precision::high},   {"f32", ir::Precision::tf32x3},
+                             {"f32", ir::Precision::medium}, {"f32", ir::Precision::highest},
+                             {"f16", ir::Precision::high},   {"bf16", ir::Precision::high}};
+
+// A causal attention op of 2 x 3 heads of 77 queries and keys at head dim `d`.
+ir::Graph causal_attention(const std::string& dtype, int d) {
+  std::string shape = "[2, 3, 77, " + std::to_string(d) + "]";
+  return test::parse("graph a {\n  input q: " + dtype + shape + "\n  input k: " + dtype + shape +
+                     "\n  input v: " + dtype + shape +
+                     "\n  o = attention(q, k, v, causal=true)\n  output o\n}\n");
+}
+
 TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
-  struct Path {
-    const char* dtype;
-    ir::Precision precision;
-  };
-  const Path paths[] = {{"f32", ir::Precision::high}, {"f32", ir::Precision::tf32x3},
-                        {"f32", ir::Precision::medium}, {"f32", ir::Precision::highest},
-                        {"f16", ir::Precision::high}, {"bf16", ir::Precision::high}};
   int compiled = 0, wide = 0, splits = 0, double_buffered = 0;
   for (int sm : {80, 86, 90, 120}) {
-  for (const Path& path : paths) {
+  for (const Path& path : k_every_path) {
     for (bool ragged : {false, true}) {
       // Ragged: rows of no 16-byte multiple in any dtype, copied element by element.
       // K = 264: 9 tiles of 32 16-bit elements and 17 of 16 fp32 ones, so split-K candidates
@@ -236,22 +246,22 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
 // registers or fewer (16-bit and medium up to 128, tf32 up to 64, tf32x3 up to 32).
 TEST(CompileShapes, FusedAttentionCompilesWithoutSpillsAtEveryHeadDim) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
-  struct Path {
+  struct HeadDimPath {
     const char* dtype;
     ir::Precision precision;
     int q_registers_per_16;  // Q fragment registers per 16 of head dim
   };
-  const Path paths[] = {{"f32", ir::Precision::high, 8}, {"f32", ir::Precision::tf32x3, 16},
-                        {"f32", ir::Precision::medium, 4}, {"bf16", ir::Precision::high, 4},
-                        {"f16", ir::Precision::high, 4}};
+  const HeadDimPath paths[] = {{"f32", ir::Precision::high, 8},
+                               {"f32", ir::Precision::tf32x3, 16},
+                               {"f32", ir::Precision::medium, 4},
+                               {"bf16", ir::Precision::high, 4},
+                               {"f16", ir::Precision::high, 4}};
   int compiled = 0;
   for (int sm : {80, 90}) {
-    for (const Path& path : paths) {
+    for (const HeadDimPath& path : paths) {
       for (int d : {64, 128, 256}) {
-        std::string t = path.dtype, shape = "[2, 3, 77, " + std::to_string(d) + "]";
-        ir::Graph g = test::parse("graph a {\n  input q: " + t + shape + "\n  input k: " + t +
-                                  shape + "\n  input v: " + t + shape +
-                                  "\n  o = attention(q, k, v, causal=true)\n  output o\n}\n");
+        std::string t = path.dtype;
+        ir::Graph g = causal_attention(t, d);
         std::string what = "sm_" + std::to_string(sm) + " " + t + " " +
                            std::string(ir::to_string(path.precision)) + " d " + std::to_string(d);
         auto program = lower(g, options(sm, path.precision));
@@ -269,6 +279,49 @@ TEST(CompileShapes, FusedAttentionCompilesWithoutSpillsAtEveryHeadDim) {
     }
   }
   EXPECT_EQ(compiled, 2 * 5 * 3);
+}
+
+// Every attention tile a schedule may choose (attention_candidates: the tuner's, not only the
+// heuristic's) compiles without spills or warnings at head dims 64, 128 and 256, causal, on
+// every path, on sm_80 and sm_90. (Registers move with the stages too: f16 at D = 256 with 8
+// warps and 16-key tiles took 232 at 2 stages and 117 at 3.)
+TEST(CompileShapes, EveryAttentionCandidateCompilesWithoutSpills) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  int compiled = 0, eight_warps = 0, wide_keys_at_256 = 0;
+  for (int sm : {80, 90}) {
+    for (const Path& path : k_every_path) {
+      for (int d : {64, 128, 256}) {
+        std::string t = path.dtype;
+        ir::Graph g = causal_attention(t, d);
+        CompileOptions o = options(sm, path.precision);
+        auto request = check_request(g, o);
+        ASSERT_TRUE(request.ok()) << request.error().message;
+        auto heuristic = lower(g, *request);
+        ASSERT_TRUE(heuristic.ok()) << heuristic.error().message;
+        ASSERT_EQ(heuristic->plan.kernels.size(), 1u);
+        const AttentionShape& as = heuristic->plan.kernels[0].attention_shape;
+        for (const AttentionTile& tile : attention_candidates(as, sm)) {
+          std::string what = "sm_" + std::to_string(sm) + " " + t + " " +
+                             std::string(ir::to_string(path.precision)) + " d " +
+                             std::to_string(d) + " " + to_string(tile);
+          ChosenSchedule chosen({{problem_signature(as), {tile, "tuning candidate"}}});
+          auto program = lower(g, *request, chosen);
+          ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+          auto a = compile_lowered(*program, o);
+          ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
+          expect_clean(*a, what);
+          EXPECT_EQ(a->kernels[0].tile, to_string(tile)) << what;
+          EXPECT_EQ(a->kernels[0].schedule, "tuning candidate") << what;
+          ++compiled;
+          eight_warps += tile.warps == 8;
+          wide_keys_at_256 += d == 256 && tile.bc == 64;
+        }
+      }
+    }
+  }
+  EXPECT_GE(compiled, 200);
+  EXPECT_GE(eight_warps, 2 * 6 * 3) << "8 warps on every path at every head dim and arch";
+  EXPECT_GE(wide_keys_at_256, 4) << "64-key tiles at head dim 256 where the opt-in smem holds them";
 }
 
 // cos and sin reach NVRTC as cosf/sinf on every arch family, with no spills or warnings.

@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+
 namespace kiln::compiler {
 namespace {
 
@@ -155,6 +158,146 @@ TEST(Schedule, ATileReadsBackOnlyAsToStringWritesIt) {
     EXPECT_FALSE(parse_tile(bad)) << bad;
   EXPECT_EQ(to_string(MatmulTile{64, 64, 32, 2, 2, 4, 8}), "64x64x32, 2x2 warps, 4 stages, split 8");
   EXPECT_FALSE(same_tile(MatmulTile{64, 64, 32, 2, 2, 4, 8}, MatmulTile{64, 64, 32, 2, 2, 4, 4}));
+}
+
+TEST(Schedule, ATileWithALeadingZeroDoesNotReadBack) {
+  for (const char* bad : {"064x64x32, 2x2 warps, 4 stages", "64x64x32, 2x2 warps, 04 stages",
+                          "64x64x32, 2x2 warps, 4 stages, split 04"})
+    EXPECT_FALSE(parse_tile(bad)) << bad;
+}
+
+AttentionShape attention_of(MatmulPath path, int64_t d) {
+  AttentionShape s;
+  s.batch = 32;
+  s.sq = s.sk = 4096;
+  s.d = s.dv = d;
+  s.path = path;
+  s.causal = true;
+  return s;
+}
+
+TEST(AttentionSchedule, TheHeuristicsTileIsACandidateAndEveryCandidateFitsTheArch) {
+  const MatmulPath paths[] = {MatmulPath::ffma, MatmulPath::tf32, MatmulPath::tf32x3,
+                              MatmulPath::bf16_of_f32, MatmulPath::f16, MatmulPath::bf16};
+  int checked = 0;
+  for (int sm : {75, 80, 86, 89, 90, 100, 120}) {
+    for (MatmulPath path : paths) {
+      // sm_75 runs FFMA and f16 only (check_request refuses the rest).
+      if (sm == 75 && path != MatmulPath::ffma && path != MatmulPath::f16) continue;
+      for (int64_t d : {16, 20, 64, 80, 128, 200, 256}) {
+        AttentionShape s = attention_of(path, d);
+        std::string what = "sm_" + std::to_string(sm) + " " + std::string(to_string(path)) +
+                           " d=" + std::to_string(d);
+        AttentionTile model = heuristic_schedule().attention_tile(s, sm);
+        Status legal = check_attention_tile(model, s, sm);
+        EXPECT_TRUE(legal) << what << ": " << (legal ? "" : legal.error().message);
+        std::vector<AttentionTile> tiles = attention_candidates(s, sm);
+        for (const AttentionTile& t : tiles) {
+          EXPECT_LE(t.smem_bytes(), smem_limit(sm)) << what << " " << to_string(t);
+          EXPECT_LE(t.bc, attention_max_bc(path, t.d)) << what << " " << to_string(t);
+          EXPECT_EQ(t.br, (uses_mma(path) ? 16 : 8) * t.warps) << what;
+          if (sm == 75) EXPECT_EQ(t.stages, 1) << what << ": no cp.async on sm_75";
+          EXPECT_TRUE(check_attention_tile(t, s, sm)) << what << " " << to_string(t);
+        }
+        // The opt-in shared memory of sm_90 (227 KiB) holds every tile of 8 warps and 3 stages.
+        if (sm == 90) {
+          EXPECT_TRUE(std::any_of(tiles.begin(), tiles.end(), [](const AttentionTile& t) {
+            return t.warps == 8 && t.stages == 3;
+          })) << what;
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, (6 * 6 + 2) * 7);
+  // The heuristic as before candidates existed: 4 warps, 64 keys and 2 stages for bf16 at 128.
+  AttentionTile t = choose_attention_tile(attention_of(MatmulPath::bf16, 128), 90);
+  EXPECT_EQ(to_string(t), "64x64, 4 warps, 2 stages");
+}
+
+TEST(AttentionSchedule, ATileReadsBackOnlyAsToStringWritesIt) {
+  AttentionShape s = attention_of(MatmulPath::bf16, 128);
+  for (const AttentionTile& t : attention_candidates(s, 90)) {
+    auto back = parse_kernel_tile(to_string(t));
+    ASSERT_TRUE(back) << to_string(t);
+    ASSERT_TRUE(std::holds_alternative<AttentionTile>(*back)) << to_string(t);
+    EXPECT_TRUE(same_tile(std::get<AttentionTile>(*back), t)) << to_string(t);
+  }
+  auto matmul = parse_kernel_tile("128x128x32, 2x2 warps, 4 stages");
+  ASSERT_TRUE(matmul);
+  EXPECT_TRUE(std::holds_alternative<MatmulTile>(*matmul));
+  EXPECT_EQ(to_string(AttentionTile{128, 32, 3, 8}), "128x32, 8 warps, 3 stages");
+  for (const char* bad : {"", "64x64", "64x64, 4 warps", "64x64, 4 warps, 2 stage",
+                          "64x64, 4 warps, 1 stages", "64x64, 4 warps, 2 stages ",
+                          "064x64, 4 warps, 2 stages", "64x64,4 warps, 2 stages",
+                          "64x64, 4x1 warps, 2 stages", "0x64, 4 warps, 2 stages"})
+    EXPECT_FALSE(parse_kernel_tile(bad)) << bad;
+  EXPECT_FALSE(same_tile(KernelTile(AttentionTile{64, 64, 2, 4}),
+                         KernelTile(MatmulTile{64, 64, 16, 2, 2, 2})));
+}
+
+const char* k_attention_graph =
+    "graph g {\n  input q: bf16[2, 3, 300, 64]\n  input k: bf16[2, 3, 300, 64]\n"
+    "  input v: bf16[2, 3, 300, 64]\n  o = attention(q, k, v, causal=true)\n  output o\n}\n";
+
+TEST(AttentionSchedule, AChosenTileReachesTheKernelItsLaunchAndItsReport) {
+  ir::Graph g = parse(k_attention_graph);
+  auto request = check_request(g, options(90, ir::Precision::high));
+  ASSERT_TRUE(request.ok());
+  auto heuristic = lower(g, *request);
+  ASSERT_TRUE(heuristic.ok()) << heuristic.error().message;
+  const KernelPlan& model = heuristic->plan.kernels[0];
+  EXPECT_EQ(model.tile_source, "model");
+  const AttentionShape& shape = model.attention_shape;
+  EXPECT_EQ(problem_signature(shape),
+            "attention batch=6 sq=300 sk=300 d=64 dv=64 elem=2 path=bf16 causal=1 mask=0 k_group=1 "
+            "v_group=1");
+  AttentionTile tile = attention_tile(MatmulPath::bf16, 64, 64, 8, 32, 3);
+  ChosenSchedule chosen({{problem_signature(shape), {tile, "tuned on X (132 SMs) 2026-11-27"}}});
+  EXPECT_NE(chosen.key(), "");
+  auto program = lower(g, *request, chosen);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  const KernelPlan& k = program->plan.kernels[0];
+  EXPECT_TRUE(same_tile(k.attention_tile, tile));
+  EXPECT_EQ(k.tile_source, "tuned on X (132 SMs) 2026-11-27");
+  EXPECT_EQ(k.launch.grid[0], 3u) << "300 queries, 128 a block";
+  EXPECT_EQ(k.launch.grid[2], 6u);
+  EXPECT_EQ(k.launch.block[0], 256u);
+  EXPECT_EQ(k.launch.dynamic_smem_bytes, static_cast<uint32_t>(tile.smem_bytes()));
+  EXPECT_NE(program->kernel_sources[0].find("128 queries x 32 keys, 3 stage(s)"),
+            std::string::npos);
+  // The artifact names the tile and where it came from.
+  CompileOptions o = options(90, ir::Precision::high);
+  o.target.kind = Target::Kind::emulate;
+  o.schedule = std::make_shared<ChosenSchedule>(chosen);
+  auto artifact = compile_emulated(g, *check_request(g, o));
+  ASSERT_TRUE(artifact.ok()) << artifact.error().message;
+  EXPECT_EQ(artifact->kernels[0].tile, "128x32, 8 warps, 3 stages");
+  EXPECT_EQ(artifact->kernels[0].schedule, "tuned on X (132 SMs) 2026-11-27");
+}
+
+TEST(AttentionSchedule, AnIllegalTileIsRefusedNamingTheKernelAndTheTilesItRuns) {
+  ir::Graph g = parse(k_attention_graph);
+  auto request = check_request(g, options(90, ir::Precision::high));
+  ASSERT_TRUE(request.ok());
+  auto heuristic = lower(g, *request);
+  ASSERT_TRUE(heuristic.ok());
+  std::string signature = problem_signature(heuristic->plan.kernels[0].attention_shape);
+  // 128 keys a tile (no candidate); queries that do not match the warps (4 warps hold 64).
+  AttentionTile wide = attention_tile(MatmulPath::bf16, 64, 64, 4, 128, 2);
+  AttentionTile mismatched = attention_tile(MatmulPath::bf16, 64, 64, 4, 64, 2);
+  mismatched.br = 128;
+  for (const AttentionTile& bad : {wide, mismatched}) {
+    auto program = lower(g, *request, ChosenSchedule({{signature, {bad, "tuning candidate"}}}));
+    ASSERT_FALSE(program.ok()) << to_string(bad);
+    const std::string& m = program.error().message;
+    EXPECT_NE(m.find("'o'"), std::string::npos) << m;
+    EXPECT_NE(m.find("schedule: tile " + to_string(bad) +
+                     " is not one the bf16 attention kernel runs on sm_90 at head dim 64"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("64x64, 4 warps, 2 stages"), std::string::npos) << m;
+  }
 }
 
 TEST(Schedule, SplitKRunsWhereTheGridIsUnderOneWaveAndKIsDeep) {

@@ -359,6 +359,85 @@ TEST(EmulatedSplitK, RowsCopiedElementByElementMatchTheReference) {
   }
 }
 
+// Attention tiles the heuristic does not choose but the tuner may (attention_candidates): 8
+// warps (128 queries a block on tensor cores, 64 on FFMA), key tiles of 16 to 64 (ragged at 33,
+// 100 and 200 keys) and 3 stages, under every schedule: the explicit chain at head dim 20 in
+// every f32 mode, and the causal, masked attention op in bf16 at 100 x 100, head dim 40. At 8
+// warps and 3 stages also a second query block with the causal loop cut short, Q read from shared
+// memory at every key tile and two slabs of D_v (f16, and f32 on FFMA: 200 x 200, head dim 160).
+TEST(EmulatedAttentionTiles, TheTunersCandidatesMatchTheReference) {
+  const char* bf16_text = R"(graph masked {
+  input q: bf16[2, 100, 40]
+  input k: bf16[2, 100, 40]
+  input v: bf16[2, 100, 40]
+  input m: f32[100, 100]
+  o = attention(q, k, v, mask=m, scale=0.158, causal=true)
+  output o
+})";
+  auto wide = [](const char* dtype) {
+    std::string t = std::string(dtype) + "[1, 2, 200, 160]";
+    return "graph wide {\n  input q: " + t + "\n  input k: " + t + "\n  input v: " + t +
+           "\n  o = attention(q, k, v, causal=true)\n  output o\n}\n";
+  };
+  struct Run {
+    std::string graph;  // a file in tests/emulation/graphs, else graph text
+    ir::Precision precision;
+    bool deepest_only = false;  // only the 8-warp tiles at 3 stages
+  };
+  const Run runs[] = {{"attention_odd", k_highest}, {"attention_odd", k_high},
+                      {"attention_odd", k_tf32x3},  {"attention_odd", k_medium},
+                      {bf16_text, k_high},          {wide("f16"), k_high, true},
+                      {wide("f32"), k_highest, true}};
+  int ran = 0;
+  for (const Run& run : runs) {
+    bool file = run.graph.find('{') == std::string::npos;
+    auto parsed =
+        file ? Expected<ir::Graph>(load(run.graph)) : ir::parse_graph(run.graph, "att.kg");
+    ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+    const ir::Graph& graph = *parsed;
+    compiler::CompileOptions options;
+    options.target.sm = 90;
+    options.precision = run.precision;
+    auto request = compiler::check_request(graph, options);
+    ASSERT_TRUE(request.ok()) << request.error().message;
+    auto heuristic = compiler::lower(graph, *request);
+    ASSERT_TRUE(heuristic.ok()) << heuristic.error().message;
+    const compiler::KernelPlan* attention = nullptr;
+    for (const compiler::KernelPlan& k : heuristic->plan.kernels)
+      if (k.group.kind == compiler::GroupKind::attention) attention = &k;
+    ASSERT_NE(attention, nullptr) << "the graph's attention is fused";
+    const compiler::AttentionShape shape = attention->attention_shape;
+    for (const compiler::AttentionTile& tile : compiler::attention_candidates(shape, 90)) {
+      // 8 warps at every key tile and stage count; 4 warps at 3 stages (the heuristic's 2 run
+      // in EmulatedGraph).
+      if (tile.warps == 4 && tile.stages != 3) continue;
+      if (run.deepest_only && (tile.warps != 8 || tile.stages != 3)) continue;
+      std::string what = graph.name() + " " +
+                         std::string(ir::to_string(graph.node(graph.inputs()[0]).type.dtype)) +
+                         " " + std::string(ir::to_string(run.precision)) + " " +
+                         compiler::to_string(tile);
+      compiler::ChosenSchedule chosen(
+          {{compiler::problem_signature(shape), {tile, "tuning candidate"}}});
+      auto lowered = compiler::lower(graph, *request, chosen);
+      ASSERT_TRUE(lowered.ok()) << what << ": " << lowered.error().message;
+      bool found = false;
+      for (const compiler::KernelPlan& k : lowered->plan.kernels) {
+        if (k.group.kind != compiler::GroupKind::attention) continue;
+        found = true;
+        EXPECT_TRUE(compiler::same_tile(k.attention_tile, tile)) << what;
+        EXPECT_EQ(k.tile_source, "tuning candidate") << what;
+      }
+      EXPECT_TRUE(found) << what;
+      expect_matches_under_every_schedule(graph, std::move(*lowered), what);
+      ++ran;
+    }
+  }
+  // 8 warps x key tiles x 2 stages, and 4 warps x key tiles at 3 stages: FFMA and tf32x3 (head
+  // dim 32 padded) take key tiles of 16 and 32, tf32, medium and bf16 16, 32 and 64; at head dim
+  // 160, f16 16, 32 and 64 at 8 warps and 3 stages, FFMA 16.
+  EXPECT_EQ(ran, 6 + 9 + 6 + 9 + 9 + 3 + 1);
+}
+
 // The k loop's barrier moved after the next stage's copies are issued: a fast thread refills the
 // stage that slower warps are still reading (a write-after-read race on a GPU). The kind schedule
 // lands copies at their wait and cannot see it; copies landing at issue, with a warp running

@@ -9,6 +9,7 @@
 #include "compiler/schedule.h"
 #include "compiler/sizes.h"
 #include "ir/parse.h"
+#include "runtime/compile_service.h"
 #include "runtime/context.h"
 #include "runtime/driver.h"
 #include "runtime/tuning.h"
@@ -144,10 +145,11 @@ TEST(FakeDriverTune, TheFastestTileWinsItsRecordIsStoredAndTheRuntimeCompilesWit
   ASSERT_TRUE(records) << records.error().message;
   ASSERT_EQ(records->size(), 1u);
   const runtime::TuningRecord& r = records->front();
-  auto problems = runtime::matmul_problems(graph, sm90());
+  auto problems = runtime::tuning_problems(graph, sm90());
   ASSERT_TRUE(problems);
   ASSERT_EQ(problems->size(), 1u);
-  const compiler::MatmulShape& shape = problems->front().shape;
+  const auto& shape = std::get<compiler::MatmulShape>(problems->front().shape);
+  EXPECT_EQ(problems->front().signature, compiler::problem_signature(shape));
   EXPECT_EQ(r.signature, compiler::problem_signature(shape));
   EXPECT_EQ(r.device, "Fake H200 (132 SMs)");
   EXPECT_EQ(r.arch, "sm_90");
@@ -158,17 +160,19 @@ TEST(FakeDriverTune, TheFastestTileWinsItsRecordIsStoredAndTheRuntimeCompilesWit
   ASSERT_EQ(r.candidates.size(), tiles.size());
   int splits = 0;
   for (const runtime::CandidateTime& c : r.candidates) {
-    EXPECT_EQ(c.status, "ok") << compiler::to_string(c.tile);
-    double one = c.tile.bm == 32 && c.tile.bn == 64 ? 0.25 : 1.0;
-    EXPECT_DOUBLE_EQ(c.median_ms, c.tile.split_k > 1 ? 2 * one : one)
-        << compiler::to_string(c.tile);
-    splits += c.tile.split_k > 1;
+    const auto& tile = std::get<compiler::MatmulTile>(c.tile);
+    EXPECT_EQ(c.status, "ok") << compiler::to_string(tile);
+    double one = tile.bm == 32 && tile.bn == 64 ? 0.25 : 1.0;
+    EXPECT_DOUBLE_EQ(c.median_ms, tile.split_k > 1 ? 2 * one : one) << compiler::to_string(tile);
+    splits += tile.split_k > 1;
   }
   EXPECT_GT(splits, 0) << "the problem's grid is under one wave: split-K tiles are candidates";
-  EXPECT_EQ(r.winner.bm, 32);
-  EXPECT_EQ(r.winner.bn, 64);
+  const auto& winner = std::get<compiler::MatmulTile>(r.winner);
+  EXPECT_EQ(winner.bm, 32);
+  EXPECT_EQ(winner.bn, 64);
   EXPECT_TRUE(compiler::same_tile(r.model, compiler::choose_tile(shape, 90)));
-  ASSERT_NE(r.model.bm, 32) << "the model's own tile must not be the one made fast here";
+  ASSERT_NE(std::get<compiler::MatmulTile>(r.model).bm, 32)
+      << "the model's own tile must not be the one made fast here";
 
   // The record is an entry under its own key, and decodes to what the tuner returned.
   auto nvrtc = compiler::nvrtc_identity();
@@ -201,7 +205,7 @@ TEST(FakeDriverTune, TheFastestTileWinsItsRecordIsStoredAndTheRuntimeCompilesWit
   std::string model_key = compile_key(Autotune::off);
   EXPECT_NE(tuned_key, model_key);
   // Each entry holds its tile; only the tuned one's key names a schedule.
-  auto expect_entry = [&](const std::string& key, const compiler::MatmulTile& tile, bool tuned) {
+  auto expect_entry = [&](const std::string& key, const compiler::KernelTile& tile, bool tuned) {
     cache::Lookup entry = cache->read(key);
     ASSERT_TRUE(entry.hit());
     EXPECT_NE(entry.entry.info.summary.find("\"tile\":\"" + compiler::to_string(tile) + "\""),
@@ -218,12 +222,12 @@ TEST(FakeDriverTune, ARecordThatDoesNotHoldIsLeftOutWithAWarning) {
   TempDir dir;
   auto cache = open_cache(dir.path());
   ir::Graph graph = gemm_graph();
-  auto problems = runtime::matmul_problems(graph, sm90());
+  auto problems = runtime::tuning_problems(graph, sm90());
   ASSERT_TRUE(problems);
   auto nvrtc = compiler::nvrtc_identity();
   auto id = runtime::device_identity(0);
   ASSERT_TRUE(nvrtc && id);
-  std::string signature = compiler::problem_signature(problems->front().shape);
+  std::string signature = problems->front().signature;
   // A record naming a tile the problem cannot run (bk 8 is no candidate), then one that is not
   // a record at all.
   runtime::TuningRecord bad;
@@ -233,7 +237,7 @@ TEST(FakeDriverTune, ARecordThatDoesNotHoldIsLeftOutWithAWarning) {
   bad.device = id->text();
   bad.date = "2026-11-26";
   bad.repeats = 5;
-  bad.winner = {64, 64, 8, 2, 2, 3};
+  bad.winner = compiler::MatmulTile{64, 64, 8, 2, 2, 3};
   bad.model = bad.winner;
   auto fields = runtime::tuning_fields(signature, *id, *nvrtc);
   for (std::string payload : {runtime::encode_record(bad), std::string("{\"signature\": 3}")}) {
@@ -284,7 +288,7 @@ TEST(FakeDriverTune, ASymbolicGraphIsTunedAtItsBucketAndCompiledWithTheRecordThe
   ASSERT_EQ(records->size(), 1u);
   EXPECT_NE(records->front().signature.find(" m=128 "), std::string::npos)
       << "planned at the bucket's upper bound: " << records->front().signature;
-  EXPECT_EQ(records->front().winner.bn, 64);
+  EXPECT_EQ(std::get<compiler::MatmulTile>(records->front().winner).bn, 64);
   // A runtime running B = 100 compiles that bucket with the record; B = 20 (another bucket, no
   // record) with the model's tiles.
   RuntimeOptions ro;
@@ -375,7 +379,8 @@ TEST(FakeDriverTune, AutotuneOnTunesAProblemWithoutARecordOnItsFirstCompile) {
   auto exe = (*runtime)->compile(graph);
   ASSERT_TRUE(exe) << exe.error().message;
   ASSERT_FALSE(info.empty());
-  EXPECT_NE(info[0].find("autotune: timing the tiles of 1 matmul problem(s) on Fake H200"),
+  EXPECT_NE(info[0].find(
+                "autotune: timing the tiles of 1 matmul or attention problem(s) on Fake H200"),
             std::string::npos)
       << info[0];
   auto cache = open_cache(dir.path());
@@ -421,10 +426,11 @@ TEST(FakeDriverTune, RecordsRoundTripAndABadOneIsRefusedSayingWhy) {
   r.device = "X (1 SMs)";
   r.date = "2026-11-26";
   r.repeats = 7;
-  r.winner = {128, 128, 32, 2, 2, 3};
-  r.model = {128, 256, 64, 2, 4, 4};
-  r.candidates = {{r.winner, 0.5, "ok"}, {r.model, 0.75, "ok"}, {{64, 64, 32, 2, 2, 2}, -1,
-                                                               "compile: no"}};
+  r.winner = compiler::MatmulTile{128, 128, 32, 2, 2, 3};
+  r.model = compiler::MatmulTile{128, 256, 64, 2, 4, 4};
+  r.candidates = {{r.winner, 0.5, "ok"},
+                  {r.model, 0.75, "ok"},
+                  {compiler::MatmulTile{64, 64, 32, 2, 2, 2}, -1, "compile: no"}};
   auto back = runtime::decode_record(runtime::encode_record(r));
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(runtime::encode_record(*back), runtime::encode_record(r));
@@ -437,6 +443,125 @@ TEST(FakeDriverTune, RecordsRoundTripAndABadOneIsRefusedSayingWhy) {
     ASSERT_FALSE(decoded) << bad;
     EXPECT_NE(decoded.error().message.find("tuning record: "), std::string::npos);
   }
+}
+
+// A projection then a causal attention: one matmul and one attention problem.
+const char* k_projected_attention = R"(graph projected {
+  input x: bf16[4, 256, 64]
+  input w: bf16[64, 64]
+  q = matmul(x, w)
+  o = attention(q, x, x, causal=true)
+  output o
+}
+)";
+
+// Attention kernels are tuned beside matmuls: each problem gets its record, the fastest tile
+// wins (8 warps here: 256 threads a block), a record that names a matmul's tile for the
+// attention is refused, and a runtime compiles both kernels with their records' tiles and says
+// so in its report.
+TEST(FakeDriverTune, AttentionTilesAreTunedBesideMatmulsAndTheRuntimeCompilesWithThem) {
+  Config config = timed_config();
+  config.kernel_ms = {{"attention@256", 0.25}, {"_32x64", 0.25}};
+  ASSERT_TRUE(use_fake_driver(config));
+  TempDir dir;
+  auto cache = open_cache(dir.path());
+  auto graph = ir::parse_graph(k_projected_attention, "projected.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  auto problems = runtime::tuning_problems(*graph, sm90());
+  ASSERT_TRUE(problems) << problems.error().message;
+  ASSERT_EQ(problems->size(), 2u);
+  ASSERT_TRUE(std::holds_alternative<compiler::AttentionShape>(problems->back().shape));
+  const auto& shape = std::get<compiler::AttentionShape>(problems->back().shape);
+  EXPECT_EQ(problems->back().signature,
+            "attention batch=4 sq=256 sk=256 d=64 dv=64 elem=2 path=bf16 causal=1 mask=0 k_group=1 "
+            "v_group=1");
+
+  runtime::TuneOptions tune;
+  tune.repeats = 5;
+  std::vector<std::string> lines;
+  tune.progress = [&](const std::string& line) { lines.push_back(line); };
+  auto records = runtime::tune_graph(*graph, sm90(), cache.get(), tune);
+  ASSERT_TRUE(records) << records.error().message;
+  ASSERT_EQ(records->size(), 2u);
+  const runtime::TuningRecord& r = records->back();
+  EXPECT_EQ(r.signature, problems->back().signature);
+  EXPECT_EQ(r.kernel, "k1_attention_bf16_causal");
+  std::vector<compiler::AttentionTile> tiles = compiler::attention_candidates(shape, 90);
+  ASSERT_EQ(r.candidates.size(), tiles.size());
+  // Each candidate times the whole graph: the projection at the model's tile (not 32x64: 1 ms)
+  // and the attention at the candidate's.
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const runtime::CandidateTime& c = r.candidates[i];
+    const auto& tile = std::get<compiler::AttentionTile>(c.tile);
+    EXPECT_TRUE(compiler::same_tile(tile, tiles[i]));
+    EXPECT_EQ(c.status, "ok") << compiler::to_string(tile);
+    EXPECT_DOUBLE_EQ(c.median_ms, 1.0 + (tile.warps == 8 ? 0.25 : 1.0))
+        << compiler::to_string(tile);
+  }
+  const auto& winner = std::get<compiler::AttentionTile>(r.winner);
+  const auto& model = std::get<compiler::AttentionTile>(r.model);
+  EXPECT_EQ(winner.warps, 8);
+  EXPECT_EQ(model.warps, 4);
+  EXPECT_TRUE(compiler::same_tile(model, compiler::choose_attention_tile(shape, 90)));
+  EXPECT_EQ(std::get<compiler::MatmulTile>(records->front().winner).bn, 64);
+  bool announced = false;
+  for (const std::string& line : lines)
+    announced = announced ||
+                line.rfind("tuning k1_attention_bf16_causal (attention batch=4", 0) == 0;
+  EXPECT_TRUE(announced);
+
+  // The record decodes to what the tuner returned; a compile with this device's records runs
+  // both kernels at their records' tiles and says where each came from.
+  auto decoded = runtime::decode_record(runtime::encode_record(r));
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  EXPECT_TRUE(compiler::same_tile(decoded->winner, r.winner));
+  auto id = runtime::device_identity(0);
+  auto nvrtc = compiler::nvrtc_identity();
+  ASSERT_TRUE(id && nvrtc);
+  runtime::TunedTiles both = runtime::tuned_tiles(*cache, *id, *nvrtc);
+  ASSERT_EQ(both.keys.size(), 2u);
+  auto chosen = runtime::tuned_schedule(*graph, sm90(), *cache, both, nullptr);
+  ASSERT_TRUE(chosen && *chosen);
+  compiler::CompileOptions with_records = sm90();
+  with_records.schedule = *chosen;
+  auto compiled = runtime::compile_graph(*graph, with_records, cache.get());
+  ASSERT_TRUE(compiled) << compiled.error().message;
+  const auto& kernels = compiled->artifact.kernels;
+  ASSERT_EQ(kernels.size(), 2u);
+  for (const compiler::KernelArtifact& k : kernels)
+    EXPECT_EQ(k.schedule, "tuned on Fake H200 (132 SMs) " + r.date) << k.name;
+  EXPECT_EQ(kernels[1].name, "k1_attention_bf16_causal");
+  EXPECT_EQ(kernels[1].tile, compiler::to_string(r.winner));
+  EXPECT_EQ(kernels[1].launch.block[0], 256u);
+  // A runtime on this device (autotune `cached`) compiles under the same key.
+  RuntimeOptions options;
+  options.cache_dir = dir.path();
+  options.remote_cache = "";
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().message;
+  auto exe = (*runtime)->compile(*graph);
+  ASSERT_TRUE(exe) << exe.error().message;
+  EXPECT_EQ((*exe)->key(), compiled->key);
+
+  // A record whose winner is a matmul's tile is left out for the attention problem.
+  runtime::TuningRecord wrong = r;
+  wrong.winner = compiler::MatmulTile{64, 64, 32, 2, 2, 3};
+  wrong.candidates.push_back({wrong.winner, 0.1, "ok"});
+  auto fields = runtime::tuning_fields(r.signature, *id, *nvrtc);
+  cache::Contents contents;
+  contents.summary = "{}";
+  contents.payloads.push_back({runtime::k_payload_tuning, runtime::encode_record(wrong)});
+  ASSERT_TRUE(cache->store(cache::make_key(fields), fields, contents));
+  runtime::TunedTiles tuned = runtime::tuned_tiles(*cache, *id, *nvrtc);
+  std::vector<std::string> warnings;
+  auto schedule = runtime::tuned_schedule(*graph, sm90(), *cache, tuned,
+                                          [&](const std::string& w) { warnings.push_back(w); });
+  ASSERT_TRUE(schedule) << schedule.error().message;
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("not used: its tile 64x64x32, 2x2 warps, 3 stages is not an "
+                             "attention's"),
+            std::string::npos)
+      << warnings[0];
 }
 
 // One GPU tunes for the fleet: its record goes to the remote tier signed, a new machine pulls it

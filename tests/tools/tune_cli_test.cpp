@@ -26,13 +26,15 @@ protected:
   }
   void TearDown() override { std::filesystem::remove_all(m_dir); }
 
-  // kiln against the fake driver (sm_90, 132 SMs), its 64x64 kernels 0.5 ms and the rest 2 ms.
-  CliResult on_fake(std::vector<std::string> args) {
+  // kiln against the fake driver (sm_90, 132 SMs), its launches taking `kernel_ms`'s times: by
+  // default its 64x64 kernels 0.5 ms and the rest 2 ms.
+  CliResult on_fake(std::vector<std::string> args,
+                    const std::string& kernel_ms = "_64x64=0.5,*=2") {
     args.push_back("--cache-dir");
     args.push_back(m_dir + "/cache");
     return run_kiln(args, {},
                     {{"KILN_CUDA_DRIVER_PATH", KILN_FAKE_CUDA_PATH},
-                     {"KILN_FAKE_CUDA_KERNEL_MS", "_64x64=0.5,*=2"},
+                     {"KILN_FAKE_CUDA_KERNEL_MS", kernel_ms},
                      {"KILN_REMOTE_CACHE", k_set_empty}});
   }
 
@@ -137,6 +139,37 @@ TEST_F(TuneCli, TheRecordItStoresIsWhatCompileThenReports) {
   json m = json::parse(model.out, nullptr, false);
   EXPECT_EQ(m["kernels"][0]["schedule"], "model");
   EXPECT_NE(m["key"], c["key"]);
+}
+
+// An attention graph: its kernel's problem is tuned (its 8-warp tiles, 256 threads a block, are
+// the fast ones here), the text report names the winner, and compile runs it.
+TEST_F(TuneCli, AnAttentionKernelIsTunedAndCompileReportsItsTile) {
+  std::string graph = m_dir + "/att.kg";
+  std::ofstream(graph) << "graph att {\n  input q: bf16[8, 200, 64]\n  input k: bf16[8, 200, 64]\n"
+                          "  input v: bf16[8, 200, 64]\n  o = attention(q, k, v)\n  output o\n}\n";
+  auto fake = [&](std::vector<std::string> args) {
+    return on_fake(std::move(args), "attention@256=0.5,*=2");
+  };
+  CliResult tuned = fake({"tune", graph});
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
+  EXPECT_NE(tuned.out.find("k0_attention_bf16: "), std::string::npos) << tuned.out;
+  EXPECT_NE(tuned.out.find(" candidates timed; tuned 128x16, 8 warps, 2 stages (0.5000 ms), "
+                           "model 64x64, 4 warps, 2 stages (2.0000 ms): 4.00x"),
+            std::string::npos)
+      << tuned.out;
+  EXPECT_NE(tuned.err.find("tuning k0_attention_bf16 (attention batch=8 sq=200 sk=200 d=64 dv=64 "
+                           "elem=2 path=bf16 causal=0 mask=0 k_group=1 v_group=1): "),
+            std::string::npos)
+      << tuned.err;
+  CliResult compiled = fake({"compile", graph, "--json"});
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
+  json c = json::parse(compiled.out, nullptr, false);
+  ASSERT_TRUE(c.is_object()) << compiled.out;
+  ASSERT_EQ(c["kernels"].size(), 1u);
+  EXPECT_EQ(c["kernels"][0]["tile"], "128x16, 8 warps, 2 stages");
+  std::string schedule = c["kernels"][0]["schedule"];
+  EXPECT_EQ(schedule.rfind("tuned on Fake CUDA Device (132 SMs) 20", 0), 0u) << schedule;
+  EXPECT_EQ(c["cache"], "hit") << "the tuner compiled that tile through the cache already";
 }
 
 }  // namespace

@@ -89,12 +89,13 @@ struct RuntimeOptions {
   // stream (so a checked run waits for the work queued before it), and is refused on a stream
   // being captured.
   bool check_indices = false;
-  // Matmul tiles from tuning records (CUDA, on device `device` of the target's arch):
+  // Matmul and attention tiles from tuning records (CUDA, on device `device` of the target's arch):
   // `cached` (the default) compiles with the tiles this device's records in the local cache name
-  // (read once per runtime, when it first compiles), else the analytic model's; `on` also tunes
-  // a matmul problem without a record on its first compile, timing every candidate tile on the
-  // device (seconds per problem) and storing the record; `off` takes the model's tiles only. With
-  // no device (an `arch` given for compiling ahead of time) every mode takes the model's tiles.
+  // (read once per runtime, when it first compiles), else the analytic model's; `on` also tunes a
+  // matmul or attention problem without a record on its first compile, timing every candidate tile
+  // on the device (seconds per problem) and storing the record; `off` takes the model's tiles only.
+  // With no device (an `arch` given for compiling ahead of time) every mode takes the model's
+  // tiles.
   Autotune autotune = Autotune::cached;
   // NVRTC threads per graph; 0: $KILN_COMPILE_THREADS, else the core count.
   int compile_threads = 0;

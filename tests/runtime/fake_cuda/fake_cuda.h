@@ -72,8 +72,10 @@ struct Config {
   std::string device_name = "Fake CUDA Device";  // cuDeviceGetName, every device
   int sm_count = 132;                              // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
   // A launch's time in milliseconds: the first entry whose text the kernel's name contains, else
-  // default_kernel_ms. KILN_FAKE_CUDA_KERNEL_MS="TEXT=MS,TEXT=MS,*=MS" sets both ("*": the
-  // default) in a process that did not call configure().
+  // default_kernel_ms; an entry "TEXT@N" matches only launches of N threads a block (kernels whose
+  // name does not tell their tiles apart: attention's).
+  // KILN_FAKE_CUDA_KERNEL_MS="TEXT=MS,TEXT=MS,*=MS" sets both ("*": the default) in a process that
+  // did not call configure().
   std::vector<std::pair<std::string, double>> kernel_ms;
   double default_kernel_ms = 0.01;
 };

@@ -128,7 +128,7 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
   s.launches.push_back(std::move(launch));
   // A fault is found while the kernel runs: the launch succeeds and the context is lost.
   if (fault) c->sticky = fault;
-  else s.clock_ms[c->device] += kernel_time_ms(s.config, f->kernel.name);
+  else s.clock_ms[c->device] += kernel_time_ms(s.config, f->kernel.name, threads);
   return k_success;
 }
 

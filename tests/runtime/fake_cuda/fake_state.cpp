@@ -171,9 +171,14 @@ int pointer_fault(State& s, uint64_t value, const Context* c) {
   return value % 16 ? k_misaligned_address : k_success;
 }
 
-double kernel_time_ms(const Config& config, const std::string& kernel) {
-  for (const auto& [text, ms] : config.kernel_ms)
-    if (kernel.find(text) != std::string::npos) return ms;
+double kernel_time_ms(const Config& config, const std::string& kernel, uint64_t threads) {
+  for (const auto& [text, ms] : config.kernel_ms) {
+    // "TEXT@N": TEXT in the name, N threads a block.
+    size_t at = text.rfind('@');
+    std::string name = at == std::string::npos ? text : text.substr(0, at);
+    if (at != std::string::npos && text.substr(at + 1) != std::to_string(threads)) continue;
+    if (kernel.find(name) != std::string::npos) return ms;
+  }
   return config.default_kernel_ms;
 }
 

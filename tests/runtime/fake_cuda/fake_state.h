@@ -112,8 +112,8 @@ struct State {
   std::map<int, double> clock_ms;              // per device: the launches' configured times
 };
 
-// The configured time of a launch of `kernel` (milliseconds).
-double kernel_time_ms(const Config& config, const std::string& kernel);
+// The configured time of a launch of `kernel` with `threads` a block (milliseconds).
+double kernel_time_ms(const Config& config, const std::string& kernel, uint64_t threads);
 
 extern thread_local std::vector<Context*> t_stack;
 extern thread_local int t_capture_mode;  // cuThreadExchangeStreamCaptureMode
