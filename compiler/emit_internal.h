@@ -183,9 +183,10 @@ void emit_tile_copy(Code& code, const TileCopy& copy);
 // the place it is kept: SmemTile::swizzled in CUDA text, or `offset` itself when not swizzled.
 std::string smem_at(const SmemTile& tile, const std::string& offset);
 
-// Declares bm0 and bn0, the block's first row and column. Grids taller than 8 row tiles run in
-// grouped order (8 row tiles sweep the columns together) so their operand tiles stay in L2; a
-// symbolic graph's grid is read from gridDim.
+// Declares bm0 and bn0, the block's first row and column. Grids taller than the tile's group (8
+// row tiles unless a schedule chose otherwise) run in grouped order (that many row tiles sweep the
+// columns together) so their operand tiles stay in L2; a symbolic graph's grid is read from
+// gridDim.
 void emit_block_origin(Code& code, const KernelPlan& kernel);
 
 // Emits one stage's operand copies: load(stage, k0), both int expressions.

@@ -63,15 +63,16 @@ std::string smem_at(const SmemTile& tile, const std::string& offset) {
 }
 
 void emit_block_origin(Code& code, const KernelPlan& k) {
-  constexpr int64_t k_group = 8;
+  const int64_t k_group = k.tile.group;
   int64_t gx = k.launch.grid[0], gy = k.launch.grid[1];  // the most a symbolic graph's can be
   std::string bm = to_str(k.tile.bm), bn = to_str(k.tile.bn);
-  if (gy <= k_group || gx < 2) {
+  if (!grouped_order(k.tile.group, gx, gy)) {
     code.line("const int bm0 = (int)blockIdx.y * " + bm + ";");
     code.line("const int bn0 = (int)blockIdx.x * " + bn + ";");
     return;
   }
-  code.line("// grouped order: 8 row tiles sweep the columns together (operand reuse in L2)");
+  code.line("// grouped order: " + to_str(k_group) +
+            " row tiles sweep the columns together (operand reuse in L2)");
   std::string x = to_str(gx), y = to_str(gy), group_size = to_str(k_group * gx);
   if (!k.grid.empty()) {
     x = "(int)gridDim.x", y = "(int)gridDim.y", group_size = "(" + to_str(k_group) + " * " + x + ")";

@@ -24,7 +24,8 @@ public:
 
 bool same_tile(const MatmulTile& a, const MatmulTile& b) {
   return a.bm == b.bm && a.bn == b.bn && a.bk == b.bk && a.warps_m == b.warps_m &&
-         a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k;
+         a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k &&
+         a.group == b.group;
 }
 
 bool same_tile(const AttentionTile& a, const AttentionTile& b) {
@@ -139,12 +140,11 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
       }
     }
   }
-  if (!uses_mma(shape.path)) return tiles;
   // Split-K where a tile's grid is under one wave of the arch's typical part: 2, 4 and 8
   // splits while the grid stays within two blocks per SM and the splits run 4 K tiles or more
   // on average.
   int sms = typical_sm_count(sm);
-  size_t unsplit = tiles.size();
+  size_t unsplit = uses_mma(shape.path) ? tiles.size() : 0;
   for (size_t i = 0; i < unsplit; ++i) {
     MatmulTile tile = tiles[i];
     int64_t blocks = grid_blocks(tile, shape);
@@ -154,6 +154,19 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm) {
       if (blocks * split > 2 * sms || k_tiles < 4 * split || !split_k_legal(tile, shape, split))
         continue;
       tile.split_k = split;
+      tiles.push_back(tile);
+    }
+  }
+  // Other block orders where the model's groups of 8 row tiles order the grid: row-major, and
+  // groups of 16 where the grid has more than 16 row tiles.
+  size_t ordered = tiles.size();
+  for (size_t i = 0; i < ordered; ++i) {
+    MatmulTile tile = tiles[i];
+    int64_t gx = (shape.n + tile.bn - 1) / tile.bn, gy = (shape.m + tile.bm - 1) / tile.bm;
+    if (!grouped_order(tile.group, gx, gy)) continue;
+    for (int group : {1, 16}) {
+      if (group > 1 && !grouped_order(group, gx, gy)) continue;
+      tile.group = group;
       tiles.push_back(tile);
     }
   }
@@ -254,7 +267,8 @@ std::string to_string(const MatmulTile& tile) {
   return std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(tile.bk) +
          ", " + std::to_string(tile.warps_m) + "x" + std::to_string(tile.warps_n) + " warps, " +
          std::to_string(tile.stages) + (tile.stages == 1 ? " stage" : " stages") +
-         (tile.split_k > 1 ? ", split " + std::to_string(tile.split_k) : "");
+         (tile.split_k > 1 ? ", split " + std::to_string(tile.split_k) : "") +
+         (tile.group != k_default_group ? ", group " + std::to_string(tile.group) : "");
 }
 
 std::string to_string(const AttentionTile& tile) {
@@ -301,8 +315,11 @@ std::optional<MatmulTile> parse_tile(const std::string& text) {
       !p.number(t.bk) || !p.literal(", ") || !p.number(t.warps_m) || !p.literal("x") ||
       !p.number(t.warps_n) || !p.literal(" warps, ") || !p.stages(t.stages))
     return std::nullopt;
-  if (!p.done() && (!p.literal(", split ") || !p.number(t.split_k) || t.split_k < 2 ||
-                    t.split_k > k_max_split_k))
+  if (p.literal(", split ") &&
+      (!p.number(t.split_k) || t.split_k < 2 || t.split_k > k_max_split_k))
+    return std::nullopt;
+  if (p.literal(", group ") &&
+      (!p.number(t.group) || t.group == k_default_group || t.group > k_max_group))
     return std::nullopt;
   if (!p.done()) return std::nullopt;
   return t;

@@ -14,7 +14,8 @@
 
 namespace kiln::compiler {
 
-// "128x128x16, 2x4 warps, 3 stages", and ", split 4" after it for a split-K tile.
+// "128x128x16, 2x4 warps, 3 stages", then ", split 4" for a split-K tile and ", group 16" for a
+// block order other than the model's groups of 8 row tiles (", group 1": row-major).
 std::string to_string(const MatmulTile& tile);
 // An attention tile's choice: "64x64, 4 warps, 2 stages" (queries x keys per block).
 std::string to_string(const AttentionTile& tile);
@@ -116,8 +117,9 @@ private:
 // allows (1 without cp.async, else 2 to 4 within smem_limit, the arch's opt-in maximum), as far
 // as tile_fits_registers allows; and on tensor-core paths, each of these whose grid is under one
 // wave of typical_sm_count(sm) split 2, 4 and 8 ways (split_k_legal) while the grid stays within
-// two blocks per SM and the splits run 4 K tiles or more on average. choose_tile picks one of
-// them.
+// two blocks per SM and the splits run 4 K tiles or more on average; and each of all these whose
+// grid the model's groups of 8 row tiles order (grouped_order) in row-major order (group 1) too,
+// and in groups of 16 where the grid has more than 16 row tiles. choose_tile picks one of them.
 std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm);
 
 // Whether the kernel can split `shape`'s K `split` ways with `tile` (its other fields legal):

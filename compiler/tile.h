@@ -35,11 +35,23 @@ struct MatmulTile {
   // temporary; a second kernel sums the partials in split order (deterministic) and runs the
   // epilogue. 1: no split.
   int split_k = 1;
+  // Block order: the grid runs in groups of `group` row tiles that sweep the columns together
+  // (neighbouring blocks share A's rows and B's columns in L2), where it has more row tiles than
+  // that and two column tiles or more; 1: plain row-major order.
+  int group = 8;
   int threads() const { return 32 * warps_m * warps_n; }
 };
 
 // The most splits a split-K tile takes.
 inline constexpr int k_max_split_k = 16;
+// The row tiles of a group in the model's block order, and the most a tile may name.
+inline constexpr int k_default_group = 8;
+inline constexpr int k_max_group = 64;
+// Whether `group` orders the blocks of a grid of `grid_x` column and `grid_y` row tiles
+// otherwise than row-major: more row tiles than the group, and two column tiles or more.
+inline bool grouped_order(int group, int64_t grid_x, int64_t grid_y) {
+  return group > 1 && grid_y > group && grid_x >= 2;
+}
 
 // Whether `split` contiguous ranges of whole K tiles of `bk`, each non-empty, cover K: every
 // range but the last holds ceil(k_tiles / split) tiles.

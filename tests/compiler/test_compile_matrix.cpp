@@ -324,6 +324,35 @@ TEST(CompileShapes, EveryAttentionCandidateCompilesWithoutSpills) {
   EXPECT_GE(wide_keys_at_256, 4) << "64-key tiles at head dim 256 where the opt-in smem holds them";
 }
 
+// The block orders a schedule may choose besides the model's groups of 8 (row-major, groups of 16)
+// compile without spills or warnings: the 4096^2 bf16 and tf32 tiles on sm_90.
+TEST(CompileShapes, OtherBlockOrdersCompileWithoutSpills) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  int compiled = 0;
+  for (const char* dtype : {"f32", "bf16"}) {
+    std::string t = dtype;
+    ir::Graph g = test::parse("graph g {\n  input a: " + t + "[4096, 4096]\n  input b: " + t +
+                              "[4096, 4096]\n  c = matmul(a, b)\n  output c\n}\n");
+    auto request = check_request(g, options(90, ir::Precision::high));
+    ASSERT_TRUE(request.ok()) << request.error().message;
+    auto model = lower(g, *request);
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    MatmulTile tile = model->plan.kernels[0].tile;
+    for (int group : {1, 16}) {
+      tile.group = group;
+      std::string what = t + " " + to_string(tile);
+      auto program = lower(g, *request, FixedSchedule(tile));
+      ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+      auto a = compile_lowered(*program, request->options);
+      ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
+      expect_clean(*a, what);
+      EXPECT_EQ(a->kernels[0].tile, to_string(tile)) << what;
+      ++compiled;
+    }
+  }
+  EXPECT_EQ(compiled, 4);
+}
+
 // cos and sin reach NVRTC as cosf/sinf on every arch family, with no spills or warnings.
 TEST(CompileShapes, CosAndSinCompileOnEveryArchFamily) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <set>
 
 namespace kiln::compiler {
 namespace {
@@ -160,6 +161,76 @@ TEST(Schedule, ATileReadsBackOnlyAsToStringWritesIt) {
   EXPECT_FALSE(same_tile(MatmulTile{64, 64, 32, 2, 2, 4, 8}, MatmulTile{64, 64, 32, 2, 2, 4, 4}));
 }
 
+TEST(Schedule, ABlockOrderReadsBackAndOnlyTheModelsGroupGoesUnwritten) {
+  for (const MatmulTile& t : {MatmulTile{128, 128, 32, 2, 2, 4, 1, 16},
+                              MatmulTile{128, 128, 32, 2, 2, 4, 1, 1},
+                              MatmulTile{64, 64, 32, 2, 2, 4, 2, 1}}) {
+    auto back = parse_tile(to_string(t));
+    ASSERT_TRUE(back) << to_string(t);
+    EXPECT_TRUE(same_tile(*back, t)) << to_string(t);
+  }
+  EXPECT_EQ(to_string(MatmulTile{64, 64, 32, 2, 2, 4, 2, 1}),
+            "64x64x32, 2x2 warps, 4 stages, split 2, group 1");
+  EXPECT_EQ(to_string(MatmulTile{64, 64, 32, 2, 2, 4, 1, 8}), "64x64x32, 2x2 warps, 4 stages");
+  EXPECT_FALSE(same_tile(MatmulTile{64, 64, 32, 2, 2, 4, 1, 16}, MatmulTile{64, 64, 32, 2, 2, 4}));
+  for (const char* bad : {"64x64x32, 2x2 warps, 4 stages, group 8",
+                          "64x64x32, 2x2 warps, 4 stages, group 0",
+                          "64x64x32, 2x2 warps, 4 stages, group 65",
+                          "64x64x32, 2x2 warps, 4 stages, group 016",
+                          "64x64x32, 2x2 warps, 4 stages, group 16, split 2",
+                          "64x64x32, 2x2 warps, 4 stages, group 16 ",
+                          "64x64x32, 2x2 warps, 4 stages, group"})
+    EXPECT_FALSE(parse_tile(bad)) << bad;
+}
+
+TEST(Schedule, OtherBlockOrdersAreCandidatesWhereTheModelsGroupsOrderTheGrid) {
+  auto orders = [](const MatmulShape& s, int sm) {
+    std::set<int> groups;
+    for (const MatmulTile& t : candidate_tiles(s, sm)) {
+      EXPECT_TRUE(check_tile(t, s, sm)) << to_string(t);
+      groups.insert(t.group);
+    }
+    return groups;
+  };
+  // 4096^2 in 128x128 tiles: 32 row tiles, so row-major and groups of 16 too.
+  EXPECT_EQ(orders(shape_of(4096, 4096, 4096, MatmulPath::bf16), 90), (std::set<int>{1, 8, 16}));
+  EXPECT_EQ(orders(shape_of(4096, 4096, 4096, MatmulPath::ffma), 80), (std::set<int>{1, 8, 16}));
+  // 296 rows: at most 10 row tiles of 32, so groups of 16 order nothing.
+  EXPECT_EQ(orders(shape_of(296, 4096, 64, MatmulPath::bf16), 90), (std::set<int>{1, 8}));
+  // 100 rows, or one column tile: only the model's order.
+  EXPECT_EQ(orders(shape_of(100, 4096, 64, MatmulPath::tf32), 90), (std::set<int>{8}));
+  EXPECT_EQ(orders(shape_of(4096, 64, 64, MatmulPath::tf32), 90), (std::set<int>{8}));
+  // The model keeps its groups of 8; a group of 16 where 16 row tiles or fewer is refused.
+  EXPECT_EQ(choose_tile(shape_of(4096, 4096, 4096, MatmulPath::bf16), 90).group, 8);
+  MatmulShape small = shape_of(296, 4096, 64, MatmulPath::bf16);
+  MatmulTile sixteen = choose_tile(small, 90);
+  sixteen.group = 16;
+  EXPECT_FALSE(check_tile(sixteen, small, 90));
+}
+
+TEST(Schedule, AChosenBlockOrderReachesTheKernel) {
+  ir::Graph g = parse(
+      "graph g {\n  input a: bf16[1100, 64]\n  input b: bf16[64, 200]\n  c = matmul(a, b)\n"
+      "  output c\n}\n");
+  auto request = check_request(g, options(90, ir::Precision::high));
+  ASSERT_TRUE(request.ok());
+  MatmulTile tile{64, 64, 32, 2, 2, 3};
+  auto model = lower(g, *request, FixedSchedule(tile));
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_NE(model->kernel_sources[0].find("grouped order: 8 row tiles"), std::string::npos);
+  tile.group = 16;
+  auto sixteen = lower(g, *request, FixedSchedule(tile));
+  ASSERT_TRUE(sixteen.ok()) << sixteen.error().message;
+  EXPECT_NE(sixteen->kernel_sources[0].find("grouped order: 16 row tiles"), std::string::npos);
+  tile.group = 1;
+  auto plain = lower(g, *request, FixedSchedule(tile));
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_EQ(plain->kernel_sources[0].find("grouped order"), std::string::npos);
+  EXPECT_NE(plain->kernel_sources[0].find("const int bm0 = (int)blockIdx.y * 64;"),
+            std::string::npos);
+  EXPECT_EQ(plain->plan.kernels[0].launch.grid[1], 18u) << "the grid is the same in every order";
+}
+
 TEST(Schedule, ATileWithALeadingZeroDoesNotReadBack) {
   for (const char* bad : {"064x64x32, 2x2 warps, 4 stages", "64x64x32, 2x2 warps, 04 stages",
                           "64x64x32, 2x2 warps, 4 stages, split 04"})
@@ -196,7 +267,9 @@ TEST(AttentionSchedule, TheHeuristicsTileIsACandidateAndEveryCandidateFitsTheArc
           EXPECT_LE(t.smem_bytes(), smem_limit(sm)) << what << " " << to_string(t);
           EXPECT_LE(t.bc, attention_max_bc(path, t.d)) << what << " " << to_string(t);
           EXPECT_EQ(t.br, (uses_mma(path) ? 16 : 8) * t.warps) << what;
-          if (sm == 75) EXPECT_EQ(t.stages, 1) << what << ": no cp.async on sm_75";
+          if (sm == 75) {
+            EXPECT_EQ(t.stages, 1) << what << ": no cp.async on sm_75";
+          }
           EXPECT_TRUE(check_attention_tile(t, s, sm)) << what << " " << to_string(t);
         }
         // The opt-in shared memory of sm_90 (227 KiB) holds every tile of 8 warps and 3 stages.

@@ -359,6 +359,37 @@ TEST(EmulatedSplitK, RowsCopiedElementByElementMatchTheReference) {
   }
 }
 
+// Block orders other than the model's groups of 8 row tiles (the tuner's candidates): row-major,
+// and groups of 16 over 18 row tiles (a last group of 2), tf32 and bf16, under every schedule. A
+// block computing the wrong tile, or two the same one, leaves outputs unwritten or wrong.
+TEST(EmulatedBlockOrder, RowMajorAndGroupsOf16MatchTheReference) {
+  int ran = 0;
+  for (const char* dtype : {"f32", "bf16"}) {
+    std::string t = dtype;
+    auto graph = ir::parse_graph("graph order {\n  input a: " + t + "[1100, 64]\n  input b: " + t +
+                                     "[64, 200]\n  c = matmul(a, b)\n  output c\n}\n",
+                                 "order.kg");
+    ASSERT_TRUE(graph.ok()) << graph.error().message;
+    compiler::CompileOptions options;
+    options.target.sm = 90;
+    options.precision = k_high;
+    auto request = compiler::check_request(*graph, options);
+    ASSERT_TRUE(request.ok()) << request.error().message;
+    for (int group : {1, 16}) {
+      compiler::MatmulTile tile{64, 64, t == "f32" ? 16 : 32, 2, 2, 3, 1, group};
+      std::string what = t + " " + compiler::to_string(tile);
+      auto lowered = compiler::lower(*graph, *request, compiler::FixedSchedule(tile));
+      ASSERT_TRUE(lowered.ok()) << what << ": " << lowered.error().message;
+      EXPECT_EQ(lowered->kernel_sources[0].find("grouped order: 16") != std::string::npos,
+                group == 16)
+          << what;
+      expect_matches_under_every_schedule(*graph, std::move(*lowered), what);
+      ++ran;
+    }
+  }
+  EXPECT_EQ(ran, 4);
+}
+
 // Attention tiles the heuristic does not choose but the tuner may (attention_candidates): 8
 // warps (128 queries a block on tensor cores, 64 on FFMA), key tiles of 16 to 64 (ragged at 33,
 // 100 and 200 keys) and 3 stages, under every schedule: the explicit chain at head dim 20 in
