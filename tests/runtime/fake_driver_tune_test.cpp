@@ -68,6 +68,13 @@ std::unique_ptr<cache::Cache> open_cache(const std::string& dir) {
   return cache::Cache::open(options);
 }
 
+// tune_graph on sm_90 with 5 timed runs a candidate.
+Expected<std::vector<runtime::TuningRecord>> tune_five(const ir::Graph& graph, cache::Cache* cache) {
+  runtime::TuneOptions tune;
+  tune.repeats = 5;
+  return runtime::tune_graph(graph, sm90(), cache, tune);
+}
+
 // The kernel's 32x64 tiles take 0.25 ms, every other 1 ms.
 Config timed_config() {
   Config config;
@@ -139,9 +146,7 @@ TEST(FakeDriverTune, TheFastestTileWinsItsRecordIsStoredAndTheRuntimeCompilesWit
   auto cache = open_cache(dir.path());
   ASSERT_TRUE(cache->enabled());
   ir::Graph graph = gemm_graph();
-  runtime::TuneOptions tune;
-  tune.repeats = 5;
-  auto records = runtime::tune_graph(graph, sm90(), cache.get(), tune);
+  auto records = tune_five(graph, cache.get());
   ASSERT_TRUE(records) << records.error().message;
   ASSERT_EQ(records->size(), 1u);
   const runtime::TuningRecord& r = records->front();
@@ -215,6 +220,37 @@ TEST(FakeDriverTune, TheFastestTileWinsItsRecordIsStoredAndTheRuntimeCompilesWit
   };
   expect_entry(tuned_key, r.winner, true);
   expect_entry(model_key, r.model, false);
+}
+
+// A candidate whose outputs differ from the model tile's is left out, however fast: here the
+// 32x64 kernels are the fastest, and they write 0x3f bytes over the output where the others
+// write nothing.
+TEST(FakeDriverTune, ACandidateWhoseOutputDiffersFromTheModelsIsLeftOut) {
+  Config config = timed_config();
+  config.kernel_fill = {{"_32x64", 0x3f}};
+  ASSERT_TRUE(use_fake_driver(config));
+  TempDir dir;
+  auto cache = open_cache(dir.path());
+  ir::Graph graph = gemm_graph();
+  auto records = tune_five(graph, cache.get());
+  ASSERT_TRUE(records) << records.error().message;
+  ASSERT_EQ(records->size(), 1u);
+  const runtime::TuningRecord& r = records->front();
+  int refused = 0;
+  for (const runtime::CandidateTime& c : r.candidates) {
+    const auto& tile = std::get<compiler::MatmulTile>(c.tile);
+    if (tile.bm == 32 && tile.bn == 64) {
+      EXPECT_EQ(c.status.rfind("output 0 differs from the model tile's: rel_l2 ", 0), 0u)
+          << compiler::to_string(tile) << ": " << c.status;
+      ++refused;
+    } else {
+      EXPECT_EQ(c.status, "ok") << compiler::to_string(tile);
+    }
+  }
+  EXPECT_GT(refused, 0);
+  // Every other candidate took as long as the model's tile: the model's stands.
+  EXPECT_TRUE(compiler::same_tile(r.winner, r.model)) << compiler::to_string(r.winner);
+  EXPECT_NE(std::get<compiler::MatmulTile>(r.winner).bm, 32);
 }
 
 TEST(FakeDriverTune, ARecordThatDoesNotHoldIsLeftOutWithAWarning) {
@@ -318,9 +354,7 @@ TEST(FakeDriverTune, ARecordOfAnotherDeviceOrWithoutATimedWinnerIsNotUsed) {
   TempDir dir;
   auto cache = open_cache(dir.path());
   ir::Graph graph = gemm_graph();
-  runtime::TuneOptions tune;
-  tune.repeats = 5;
-  auto records = runtime::tune_graph(graph, sm90(), cache.get(), tune);
+  auto records = tune_five(graph, cache.get());
   ASSERT_TRUE(records) << records.error().message;
   auto id = runtime::device_identity(0);
   auto nvrtc = compiler::nvrtc_identity();

@@ -78,6 +78,10 @@ struct Config {
   // did not call configure().
   std::vector<std::pair<std::string, double>> kernel_ms;
   double default_kernel_ms = 0.01;
+  // Launches that write something: a launch of a kernel an entry's text matches (as kernel_ms's)
+  // fills the allocation its first pointer parameter (a kiln kernel's first store) points into,
+  // from there to the allocation's end, with the entry's byte. Other launches write nothing.
+  std::vector<std::pair<std::string, unsigned char>> kernel_fill;
 };
 
 // The configuration KILN_FAKE_CUDA_KERNEL_MS describes (only kernel_ms and default_kernel_ms set);

@@ -127,8 +127,26 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
   launch.fault = fault;
   s.launches.push_back(std::move(launch));
   // A fault is found while the kernel runs: the launch succeeds and the context is lost.
-  if (fault) c->sticky = fault;
-  else s.clock_ms[c->device] += kernel_time_ms(s.config, f->kernel.name, threads);
+  if (fault) {
+    c->sticky = fault;
+    return k_success;
+  }
+  s.clock_ms[c->device] += kernel_time_ms(s.config, f->kernel.name, threads);
+  for (const auto& [text, byte] : s.config.kernel_fill) {
+    if (!kernel_matches(text, f->kernel.name, threads)) continue;
+    const Launch& done = s.launches.back();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i] != 8) continue;
+      // The first pointer: checked by pointer_fault, so inside an allocation of this device.
+      const Allocation* a = find_allocation(s, done.params[i], 1);
+      if (!a) break;
+      uintptr_t from = static_cast<uintptr_t>(done.params[i]);
+      uintptr_t end = reinterpret_cast<uintptr_t>(a->host) + a->bytes;
+      std::memset(reinterpret_cast<void*>(from), byte, end - from);
+      break;
+    }
+    break;
+  }
   return k_success;
 }
 

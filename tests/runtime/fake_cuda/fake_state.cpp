@@ -171,14 +171,17 @@ int pointer_fault(State& s, uint64_t value, const Context* c) {
   return value % 16 ? k_misaligned_address : k_success;
 }
 
+bool kernel_matches(const std::string& text, const std::string& kernel, uint64_t threads) {
+  // "TEXT@N": TEXT in the name, N threads a block.
+  size_t at = text.rfind('@');
+  std::string name = at == std::string::npos ? text : text.substr(0, at);
+  if (at != std::string::npos && text.substr(at + 1) != std::to_string(threads)) return false;
+  return kernel.find(name) != std::string::npos;
+}
+
 double kernel_time_ms(const Config& config, const std::string& kernel, uint64_t threads) {
-  for (const auto& [text, ms] : config.kernel_ms) {
-    // "TEXT@N": TEXT in the name, N threads a block.
-    size_t at = text.rfind('@');
-    std::string name = at == std::string::npos ? text : text.substr(0, at);
-    if (at != std::string::npos && text.substr(at + 1) != std::to_string(threads)) continue;
-    if (kernel.find(name) != std::string::npos) return ms;
-  }
+  for (const auto& [text, ms] : config.kernel_ms)
+    if (kernel_matches(text, kernel, threads)) return ms;
   return config.default_kernel_ms;
 }
 
@@ -215,7 +218,8 @@ bool configure(const Config& config) {
            s.config.reset_keeps_id == config.reset_keeps_id &&
            s.config.device_name == config.device_name && s.config.sm_count == config.sm_count &&
            s.config.kernel_ms == config.kernel_ms &&
-           s.config.default_kernel_ms == config.default_kernel_ms;
+           s.config.default_kernel_ms == config.default_kernel_ms &&
+           s.config.kernel_fill == config.kernel_fill;
   }
   s.config = config;
   s.configured = true;

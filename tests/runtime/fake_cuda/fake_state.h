@@ -112,6 +112,9 @@ struct State {
   std::map<int, double> clock_ms;              // per device: the launches' configured times
 };
 
+// Whether a Config entry's `text` ("TEXT" or "TEXT@N") matches a launch of `kernel` with
+// `threads` a block.
+bool kernel_matches(const std::string& text, const std::string& kernel, uint64_t threads);
 // The configured time of a launch of `kernel` with `threads` a block (milliseconds).
 double kernel_time_ms(const Config& config, const std::string& kernel, uint64_t threads);
 
