@@ -9,9 +9,11 @@
 # model refitted"): gpu_gemm without the cache (every kernel on the model's tile), then `kiln tune`
 # on 14 problems the model was not fitted to; each record times the model's tile among the rest.
 #
-# Usage: bench/gpu_tune.sh [--bin DIR] [--out DIR] [--held-out]
+# Usage: bench/gpu_tune.sh [--bin DIR] [--out DIR] [--held-out] [--part gemm|attention]
 #   --bin DIR  kiln, gpu_gemm, gpu_attention and DIR/lib (scripts/gpu_check.sh --pack DIR);
 #              default build/
+#   --part P   only the matmuls (gemm) or only the attention cases, for a lease whose commands
+#              are limited in time (default: both)
 #   --out DIR  where results go (default: $OUT when set, else gpu-tune/): tune.log, tune.jsonl
 #              (one `kiln tune --json` object per problem),
 #              gpu_gemm-{square,layers}_{before,after}.json, gpu_attention_{before,after}.json
@@ -19,13 +21,19 @@
 # 1 when one failed (the log says which), 2 on bad usage, 3 without a usable GPU (nothing run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bin="" out="${OUT:-gpu-tune}" held_out=0
+bin="" out="${OUT:-gpu-tune}" held_out=0 part=both
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --held-out) held_out=1; shift ;;
     --bin) bin="${2:?--bin needs a folder}"; shift 2 ;;
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
-    *) echo "gpu_tune: unknown argument '$1' (expected --bin DIR, --out DIR or --held-out)" >&2
+    --part)
+      part="${2:?--part needs gemm or attention}"
+      [[ $part == gemm || $part == attention ]] ||
+        { echo "gpu_tune: --part takes gemm or attention, not '$part'" >&2; exit 2; }
+      shift 2 ;;
+    *) echo "gpu_tune: unknown argument '$1'" \
+         "(expected --bin DIR, --out DIR, --held-out or --part P)" >&2
        exit 2 ;;
   esac
 done
@@ -89,6 +97,7 @@ if [[ $held_out == 1 ]]; then
   stamp done
   exit $failed
 fi
+if [[ $part != attention ]]; then
 stamp "squares on the model's tiles"
 gemm square_before
 stamp "tuning the squares"
@@ -110,6 +119,7 @@ for n in 4096 11008 14336; do
 done
 stamp "layers on the tuned tiles"
 gemm layers_after --sizes "" --layers --modes bf16,high
+fi
 # gpu_attention's own graph: DTYPE S D -> the file (16 heads, as gpu_attention's default).
 attention_graph() {
   local f="$graphs/att_$1_$2_$3.kg" shape="$1[16, $2, $3]"
@@ -121,6 +131,7 @@ attention_run() {  # NAME
   timeout 600 "$attention" --cache --json "$out/gpu_attention_$1.json" >>"$log" 2>&1 ||
     { echo "gpu_attention $1 failed" | tee -a "$log"; failed=1; }
 }
+if [[ $part != gemm ]]; then
 stamp "attention on the model's tiles"
 attention_run before
 stamp "tuning attention"
@@ -136,5 +147,6 @@ for d in 64 128; do
 done
 stamp "attention on the tuned tiles"
 attention_run after
+fi
 stamp done
 exit $failed

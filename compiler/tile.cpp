@@ -5,7 +5,6 @@
 #include "compiler/target.h"
 
 #include <algorithm>
-#include <span>
 
 namespace kiln::compiler {
 
