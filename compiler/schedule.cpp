@@ -84,12 +84,13 @@ AttentionTile ChosenSchedule::attention_tile(const AttentionShape& shape, int sm
   auto it = m_chosen.find(problem_signature(shape));
   const AttentionTile* tile =
       it == m_chosen.end() ? nullptr : std::get_if<AttentionTile>(&it->second.tile);
-  if (!tile) return choose_attention_tile(shape, sm);
-  // The choice (warps, keys, stages) completed for this problem; br as chosen, so a choice
-  // whose queries do not match its warps fails check_attention_tile.
-  AttentionTile t = compiler::attention_tile(shape.path, shape.d, shape.dv, tile->warps, tile->bc,
-                                             tile->stages);
-  t.br = tile->br;
+  return tile ? complete_attention_tile(*tile, shape) : choose_attention_tile(shape, sm);
+}
+
+AttentionTile complete_attention_tile(const AttentionTile& choice, const AttentionShape& shape) {
+  AttentionTile t =
+      attention_tile(shape.path, shape.d, shape.dv, choice.warps, choice.bc, choice.stages);
+  t.br = choice.br;
   return t;
 }
 

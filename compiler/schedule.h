@@ -141,6 +141,11 @@ std::vector<AttentionTile> attention_candidates(const AttentionShape& shape, int
 // Fails, saying why, when `tile` is not one of attention_candidates(shape, sm).
 Status check_attention_tile(const AttentionTile& tile, const AttentionShape& shape, int sm);
 
+// A tile's choice (queries, keys, warps, stages: what its text holds) completed for `shape`:
+// the padded head dims, slabs and row strides follow from the problem; the queries stay as
+// chosen, so a choice whose queries do not match its warps fails check_attention_tile.
+AttentionTile complete_attention_tile(const AttentionTile& choice, const AttentionShape& shape);
+
 // A CUDA matmul kernel's name: its plan's name and its block tile ("k0_matmul_bf16_128x256"),
 // and its splits ("k0_matmul_bf16_64x64_split4"; the kernel summing their partials adds
 // "_sum").

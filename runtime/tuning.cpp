@@ -347,10 +347,7 @@ Status check_tile_of(const compiler::KernelTile& tile, const TuningProblem& prob
   const auto* t = std::get_if<compiler::AttentionTile>(&tile);
   if (!t) return make_error("its tile ", compiler::to_string(tile), " is not an attention's");
   // The record holds the choice (queries, keys, warps, stages); the rest follows from the problem.
-  compiler::AttentionTile full =
-      compiler::attention_tile(shape.path, shape.d, shape.dv, t->warps, t->bc, t->stages);
-  full.br = t->br;
-  return compiler::check_attention_tile(full, shape, sm);
+  return compiler::check_attention_tile(compiler::complete_attention_tile(*t, shape), shape, sm);
 }
 
 }  // namespace
