@@ -550,7 +550,7 @@ int run(const Settings& s) {
     return 2;
   }
   compiler::CompileOptions options;
-  options.target.sm = *sm;
+  options.target = *sm;
   options.precision = *precision;
   if (s.run && s.target == "cuda") {
     std::fprintf(stderr, "kiln-bench: --run times the CPU target (--target cpu); the GPU's kernels "

@@ -533,8 +533,8 @@ Target target_of_arch(std::string_view arch) {
   if (arch.substr(0, 4) == "cpu:") return Target::for_cpu(std::string(arch.substr(4)), "");
   if (arch.substr(0, 8) == "emulate:")
     if (auto t = parse_target(arch); t) return *t;
-  auto sm = parse_arch(arch);
-  return Target::cuda(sm ? *sm : 0);
+  auto target = parse_arch(arch);
+  return target ? *target : Target::cuda(0);
 }
 
 std::string serialize(const Artifact& a) {
@@ -658,6 +658,15 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   if (Status s = read_fields(fields, "artifact", true, on_field); !s) return s.error();
   if (!has_arch) return make_error("artifact: no arch");
   if (!has_target) a.target = target_of_arch(a.arch);
+  // The suffix decides where the kernels may load (Target::arch_specific): only one this kiln
+  // plans, and on a CUDA artifact the same as its arch's.
+  if (!a.target.suffix.empty()) {
+    if (a.target.is_cpu() || !parse_arch(a.target.arch()))
+      return make_error("artifact: target suffix '", a.target.suffix, "' of ", a.target.name(),
+                        " is not one this kiln knows");
+  }
+  if (a.target.kind == Target::Kind::cuda && a.arch != a.target.arch())
+    return make_error("artifact: arch ", a.arch, " is not its target's (", a.target.arch(), ")");
   // A kernel running another's binary holds copies of it (the record stores it once).
   auto owners = checked_owners(a.kernels);
   if (!owners) return owners.error();

@@ -160,7 +160,7 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
     size_t i = compiled[c];
     outputs[i] =
         (*nvrtc)->compile(prelude + "\n" + program.kernel_sources[i], kernels[i].name,
-                          program.target.sm);
+                          program.target.arch());
     if (!options.on_kernel_done) return;
     std::lock_guard lock(progress);
     options.on_kernel_done(++done, compiled.size());
@@ -168,7 +168,7 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
 
   Artifact artifact = program_artifact(program);
   artifact.target = program.target;
-  artifact.arch = arch_name(program.target.sm);
+  artifact.arch = program.target.arch();
   artifact.nvrtc_version = (*nvrtc)->version() + " (" + (*nvrtc)->identity() + ")";
   artifact.source = program_source(program, Prelude::include);
   for (size_t i = 0; i < kernels.size(); ++i) {

@@ -17,7 +17,7 @@ KeyFields key_fields(const ir::Graph& graph, const CompileOptions& options,
   const Target& target = options.target;
   switch (target.kind) {
     case Target::Kind::cuda:
-      fields.emplace_back("arch", arch_name(target.sm));
+      fields.emplace_back("arch", target.arch());  // "sm_90a" apart from "sm_90"
       fields.emplace_back("precision", resolved.precision);
       fields.emplace_back("nvrtc_version", resolved.nvrtc_version);
       fields.emplace_back("codegen_version", std::string(codegen_version()));

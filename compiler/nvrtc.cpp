@@ -205,7 +205,7 @@ Expected<std::string> nvrtc_identity(const std::string& explicit_path) {
 }
 
 Expected<NvrtcOutput> Nvrtc::compile(const std::string& source, const std::string& name,
-                                     int sm) const {
+                                     const std::string& arch) const {
   const Api& api = *m_api;
   nvrtcProgram prog = nullptr;
   std::string file = name + ".cu";
@@ -213,8 +213,8 @@ Expected<NvrtcOutput> Nvrtc::compile(const std::string& source, const std::strin
   if (r != 0) {
     return make_error("nvrtc: creating program '", name, "' failed: ", api.error_string(r));
   }
-  std::string arch = "-arch=sm_" + std::to_string(sm);
-  const char* opts[] = {arch.c_str(), "-std=c++17", "-Xptxas=-v"};
+  std::string flag = "-arch=" + arch;
+  const char* opts[] = {flag.c_str(), "-std=c++17", "-Xptxas=-v"};
   Result cr = api.compile(prog, 3, opts);
   NvrtcOutput out;
   size_t size = 0;
@@ -227,7 +227,7 @@ Expected<NvrtcOutput> Nvrtc::compile(const std::string& source, const std::strin
     api.destroy(&prog);
     // The first error leads: the log after it may be long.
     std::string_view first = first_error_line(out.log);
-    return make_error("nvrtc: compiling '", name, "' for sm_", std::to_string(sm), " failed: ",
+    return make_error("nvrtc: compiling '", name, "' for ", arch, " failed: ",
                       first.empty() ? std::string(api.error_string(cr)) : std::string(first),
                       "\n", out.log);
   }
@@ -242,8 +242,7 @@ Expected<NvrtcOutput> Nvrtc::compile(const std::string& source, const std::strin
   }
   api.destroy(&prog);
   if (out.cubin.empty()) {
-    return make_error("nvrtc: compiling '", name, "' for sm_", std::to_string(sm),
-                      " produced no cubin\n", out.log);
+    return make_error("nvrtc: compiling '", name, "' for ", arch, " produced no cubin\n", out.log);
   }
   return out;
 }

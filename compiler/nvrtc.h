@@ -26,9 +26,10 @@ class Nvrtc {
   // Real architectures it can compile for, e.g. {75, 80, ..., 121}.
   const std::vector<int>& archs() const { return m_archs; }
 
-  // Compiles `source` (program `name`) for sm_XX with ptxas -v; keeps cubin and PTX. A failed
-  // compile is an error carrying the program log.
-  Expected<NvrtcOutput> compile(const std::string& source, const std::string& name, int sm) const;
+  // Compiles `source` (program `name`) for `arch` ("sm_90", "sm_90a") with ptxas -v; keeps cubin
+  // and PTX. A failed compile is an error carrying the program log.
+  Expected<NvrtcOutput> compile(const std::string& source, const std::string& name,
+                                const std::string& arch) const;
 
   struct Api;  // the resolved entry points
 

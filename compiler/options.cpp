@@ -16,13 +16,13 @@ const std::vector<int>& known_archs() {
   return archs;
 }
 
-Expected<int> parse_arch(std::string_view text) {
+Expected<Target> parse_arch(std::string_view text) {
   std::string_view digits = text;
   // compute_XX names a virtual arch (PTX for a family); kiln builds code for one real sm_XX, so
   // reading one as the other would build something other than what was asked for.
   if (text.substr(0, 8) == "compute_") {
     std::string_view rest = text.substr(8);
-    bool number = !rest.empty() && rest.find_first_not_of("0123456789") == std::string_view::npos;
+    bool number = !rest.empty() && rest.find_first_not_of("0123456789a") == std::string_view::npos;
     return make_error("arch '", std::string(text), "' is a virtual arch (compute_XX, PTX only); "
                       "kiln compiles for a real arch: give ",
                       number ? "sm_" + std::string(rest) : std::string("sm_XX, e.g. sm_90"));
@@ -33,13 +33,29 @@ Expected<int> parse_arch(std::string_view text) {
       break;
     }
   }
+  // An arch-specific target: "sm_90a".
+  std::string suffix;
+  if (!digits.empty() && digits.back() == 'a') {
+    suffix = "a";
+    digits.remove_suffix(1);
+  }
   int sm = 0;
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), sm);
   if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || sm < 10 ||
       sm > 999) {
-    return make_error("bad arch '", std::string(text), "': expected sm_XX, e.g. sm_90");
+    return make_error("bad arch '", std::string(text), "': expected sm_XX, e.g. sm_90 (or sm_90a)");
   }
-  return sm;
+  if (!suffix.empty()) {
+    const ArchFacts* facts = arch_facts(sm);
+    if (!facts || !facts->specific) {
+      std::string planned;
+      for (const ArchFacts& f : arch_table())
+        if (f.specific) planned += (planned.empty() ? "" : ", ") + arch_name(f.sm) + "a";
+      return make_error("arch '", std::string(text), "': kiln plans arch-specific code for ",
+                        planned, " only; give ", arch_name(sm), " for this arch");
+    }
+  }
+  return Target::cuda(sm, std::move(suffix));
 }
 
 std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }

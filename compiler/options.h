@@ -65,9 +65,11 @@ void set_fallback_policy(CompileOptions& options, FallbackPolicy policy, bool al
 // The architectures kiln knows when no NVRTC is loaded (CUDA 13's list).
 const std::vector<int>& known_archs();
 
-// Parses "sm_90" (also "90", "sm90") into 90; the error names the text. A virtual arch
-// ("compute_90") is refused with a message that names the sm_XX to give instead.
-Expected<int> parse_arch(std::string_view text);
+// Parses "sm_90" (also "90", "sm90") into the CUDA target of sm 90, and "sm_90a" into that of sm
+// 90 with suffix "a" (an arch-specific target: only where ArchFacts::specific says kiln plans
+// one); the error names the text. A virtual arch ("compute_90") is refused with a message that
+// names the sm_XX to give instead.
+Expected<Target> parse_arch(std::string_view text);
 
 // "sm_90".
 std::string arch_name(int sm);

@@ -18,6 +18,9 @@ constexpr uint32_t k_turing = 0;
 // at least 99 KiB of opt-in shared memory (the planner uses 96).
 constexpr uint32_t k_ampere = bit(Feature::tf32_bf16_mma) | bit(Feature::f16_mma_k16) |
                               bit(Feature::cp_async) | bit(Feature::smem_96k);
+// What sm_90a adds to sm_90 (PTX ISA: wgmma, setmaxnreg and the tensor-map forms of
+// cp.async.bulk need sm_90a).
+constexpr uint32_t k_hopper_a = bit(Feature::wgmma) | bit(Feature::tma) | bit(Feature::setmaxnreg);
 
 // Shared memory per block with the opt-in, from the CUDA programming guide's table of compute
 // capabilities; sm_88 is not in it and gets the smallest 8.x figure. SM counts are those of a
@@ -29,7 +32,7 @@ constexpr std::array<ArchFacts, 12> k_archs = {{
     {87, 16, 163 * k_kib, k_ampere},    // Orin
     {88, 16, 99 * k_kib, k_ampere},
     {89, 128, 99 * k_kib, k_ampere},    // RTX 4090 / L40 class
-    {90, 132, 227 * k_kib, k_ampere},   // H100 SXM
+    {90, 132, 227 * k_kib, k_ampere, k_hopper_a},  // H100 SXM
     {100, 148, 227 * k_kib, k_ampere},  // B200
     {103, 148, 227 * k_kib, k_ampere},
     {110, 20, 227 * k_kib, k_ampere},
@@ -56,21 +59,34 @@ bool arch_has(int sm, Feature feature) {
 bool Target::has(Feature feature) const {
   switch (kind) {
     case Kind::cuda:
-    case Kind::emulate:
-      return sm != 0 && arch_has(sm, feature);
+    case Kind::emulate: {
+      if (sm == 0) return false;
+      if (arch_has(sm, feature)) return true;
+      const ArchFacts* facts = arch_facts(sm);
+      return arch_specific() && facts && facts->specific >> static_cast<unsigned>(feature) & 1u;
+    }
     case Kind::cpu:
       return false;
   }
   return false;
 }
 
+std::string Target::arch() const {
+  return on_host() && !is_emulated() ? std::string() : sm ? arch_name(sm) + suffix : std::string();
+}
+
 std::string Target::name() const {
   switch (kind) {
-    case Kind::cuda: return sm ? "cuda:" + arch_name(sm) : "cuda";
+    case Kind::cuda: return sm ? "cuda:" + arch() : "cuda";
     case Kind::cpu: return "cpu:" + cpu;
-    case Kind::emulate: return "emulate:" + arch_name(sm);
+    case Kind::emulate: return "emulate:" + arch();
   }
   return "cuda";
+}
+
+Target device_target(int sm) {
+  const ArchFacts* facts = arch_facts(sm);
+  return Target::cuda(sm, facts && facts->specific ? "a" : "");
 }
 
 Expected<Target> parse_target(std::string_view text) {
@@ -92,19 +108,23 @@ Expected<Target> parse_target(std::string_view text) {
     return target;
   }
   if (text.substr(0, 8) == "emulate:") {
-    auto sm = parse_arch(text.substr(8));
-    if (!sm) return make_error("unknown target '", std::string(text), "': ", sm.error().message);
+    auto arch = parse_arch(text.substr(8));
+    if (!arch) return make_error("unknown target '", std::string(text), "': ", arch.error().message);
+    target = *arch;
     target.kind = Target::Kind::emulate;
-    target.sm = *sm;
     return target;
   }
   std::string_view arch = text.substr(0, 5) == "cuda:" ? text.substr(5) : text;
-  if (auto sm = parse_arch(arch); sm && (arch != text || arch.substr(0, 3) == "sm_")) {
-    target.sm = *sm;
-    return target;
+  if (arch != text || arch.substr(0, 3) == "sm_") {
+    auto parsed = parse_arch(arch);
+    // An arch-specific suffix kiln does not plan for is worth its own message.
+    if (parsed || arch.find_first_not_of("sm_0123456789") != std::string_view::npos)
+      return parsed ? Expected<Target>(*parsed)
+                    : make_error("unknown target '", std::string(text), "': ", parsed.error().message);
   }
   return make_error("unknown target '", std::string(text),
-                    "' (expected cuda, cuda:sm_XX, cpu, cpu:NAME, emulate or emulate:sm_XX)");
+                    "' (expected cuda, cuda:sm_XX, cuda:sm_90a, cpu, cpu:NAME, emulate or "
+                    "emulate:sm_XX)");
 }
 
 }  // namespace kiln::compiler

@@ -19,6 +19,11 @@ enum class Feature : uint8_t {
   cp_async,       // cp.async global-to-shared copies, so pipelines of several stages
   smem_96k,       // 96 KiB of dynamic shared memory per block with the opt-in (sm_75: 64 KiB,
                   // of which kiln plans 48 without it)
+  // Arch-specific (an "a" arch, sm_90a): code that uses them runs on that compute capability
+  // only, so a target has them only with its suffix.
+  wgmma,          // wgmma.mma_async from shared-memory descriptors, warpgroup fences
+  tma,            // cp.async.bulk.tensor with tensor maps, mbarrier transaction counts
+  setmaxnreg,     // setmaxnreg: warpgroups hand registers to each other
 };
 
 // The CUDA arch whose mode resolution and matmul paths the CPU target follows: every mode and
@@ -26,8 +31,8 @@ enum class Feature : uint8_t {
 constexpr int k_cpu_modes_as_on_sm = 90;
 
 // Where kernels run, the one value a compile carries from the command line or the runtime's
-// options to the key: its kind, the CUDA arch (and its suffix, "a" of a future sm_90a) or the
-// LLVM CPU and its feature string, asked for features rather than compared by number.
+// options to the key: its kind, the CUDA arch (and its suffix, "a" of sm_90a) or the LLVM CPU
+// and its feature string, asked for features rather than compared by number.
 struct Target {
   // emulate: the CUDA kernels of arch `sm`, run on this CPU under the host emulation of CUDA
   // (emulation/): lowered as for CUDA, built for the host when loaded; for tests and `kiln run
@@ -38,7 +43,10 @@ struct Target {
   // whose mode resolution and matmul paths the CPU target follows (check_request sets
   // k_cpu_modes_as_on_sm).
   int sm = 0;
-  std::string suffix;        // cuda: an arch suffix ("" today; kiln plans no sm_XXa code yet)
+  // cuda, emulate: the arch's suffix: "" or "a", an arch-specific target (sm_90a) whose
+  // kernels may use the arch's own instructions (ArchFacts::specific) and load only on that
+  // exact compute capability. A key value of its own: sm_90a's entries are not sm_90's.
+  std::string suffix;
   std::string cpu;           // cpu: an LLVM CPU name; "native": this machine's (resolved, e.g.
                              // "znver4", before a compile)
   std::string cpu_features;  // cpu: the LLVM feature string; "" for the CPU's own
@@ -46,9 +54,10 @@ struct Target {
   bool is_emulated() const { return kind == Kind::emulate; }
   // Whether the executable takes host pointers (cpu, emulate).
   bool on_host() const { return kind != Kind::cuda; }
-  static Target cuda(int sm) {
+  static Target cuda(int sm, std::string suffix = {}) {
     Target t;
     t.sm = sm;
+    t.suffix = std::move(suffix);
     return t;
   }
   // The CPU target of LLVM CPU `cpu` and feature string `features`.
@@ -64,7 +73,12 @@ struct Target {
   // Whether kernels for this target may use `feature`: a CUDA arch's from arch_table(); the CPU
   // target and a CUDA target of no arch yet (sm 0) have none.
   bool has(Feature feature) const;
-  // "cuda", "cuda:sm_90", "cpu:native", "cpu:x86-64-v3", "emulate:sm_90".
+  // Whether the kernels load only on compute capability sm exactly (an "a" arch).
+  bool arch_specific() const { return !on_host() && suffix == "a"; }
+  // The CUDA arch with its suffix, as NVRTC and the key name it: "sm_90", "sm_90a"; "" for the
+  // CPU target and a CUDA target of no arch yet.
+  std::string arch() const;
+  // "cuda", "cuda:sm_90", "cuda:sm_90a", "cpu:native", "cpu:x86-64-v3", "emulate:sm_90".
   std::string name() const;
 };
 
@@ -75,6 +89,9 @@ struct ArchFacts {
   int typical_sms = 0;          // SMs of the arch's common part, for choosing tile sizes
   size_t max_dynamic_smem = 0;  // bytes one block may use with the opt-in attribute
   uint32_t features = 0;        // bit (1 << Feature) for each Feature the arch has
+  // The features its "a" target adds (sm_90a: wgmma, tma, setmaxnreg); 0 where kiln plans no
+  // arch-specific target for the arch, so "sm_XXa" is refused.
+  uint32_t specific = 0;
   bool has(Feature feature) const { return features >> static_cast<unsigned>(feature) & 1u; }
 };
 
@@ -87,8 +104,13 @@ const ArchFacts* arch_facts(int sm);
 // features of sm_80 when sm >= 80, else those of sm_75.
 bool arch_has(int sm, Feature feature);
 
-// Parses "cuda", "cuda:sm_90" (or "sm_90"), "cpu" (this machine's CPU), "cpu:NAME", "emulate"
-// (as sm_90) and "emulate:sm_XX". The error names the text and what is accepted; whether LLVM
+// The CUDA target kiln compiles for on a device of compute capability `sm` when none is named
+// (RuntimeOptions::arch empty, `kiln compile` without --arch): the arch-specific target where
+// the table has one (an H100 or H200, 9.0: sm_90a), else sm_XX.
+Target device_target(int sm);
+
+// Parses "cuda", "cuda:sm_90" (or "sm_90", "cuda:sm_90a"), "cpu" (this machine's CPU),
+// "cpu:NAME", "emulate" (as sm_90) and "emulate:sm_XX" (or sm_90a). The error names the text and what is accepted; whether LLVM
 // knows a CPU name is cpu_machine()'s to say.
 Expected<Target> parse_target(std::string_view text);
 

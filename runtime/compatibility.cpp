@@ -31,10 +31,20 @@ Status check_loadable(const DriverApi& api, int device, const compiler::Artifact
   int target = artifact.target.sm;
   auto sm = device_sm(device);
   if (!sm) return sm.error();
+  // Arch-specific kernels (sm_90a: wgmma, TMA) run on their compute capability only; others on
+  // any later minor version of their major one.
+  if (artifact.target.arch_specific() && *sm != target) {
+    return make_error("kernels compiled for ", artifact.arch, " cannot run here: ", artifact.arch,
+                      " code runs only on compute capability ", std::to_string(target / 10), ".",
+                      std::to_string(target % 10), " and CUDA device ", std::to_string(device),
+                      " is ", compiler::arch_name(*sm), "; compile for ",
+                      compiler::device_target(*sm).arch(),
+                      " (RuntimeOptions::arch, or leave it empty to target the device)");
+  }
   if (*sm / 10 != target / 10 || *sm % 10 < target % 10) {
     return make_error("kernels compiled for ", artifact.arch, " cannot run here: CUDA device ",
                       std::to_string(device), " is ", compiler::arch_name(*sm), "; compile for ",
-                      compiler::arch_name(*sm),
+                      compiler::device_target(*sm).arch(),
                       " (RuntimeOptions::arch, or leave it empty to target the device)");
   }
   return Status::success();

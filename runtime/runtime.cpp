@@ -66,10 +66,10 @@ public:
     if (!m_read) {
       m_read = true;
       // `cached` with no tuning record in the cache costs one index probe, not the driver's start.
-      m_tiles = runtime::device_tiles(*m_cache, m_device, options.nvrtc_path,
+      m_tiles = runtime::device_tiles(*m_cache, m_device, options.target, options.nvrtc_path,
                                       m_mode == Autotune::cached);
     }
-    if (!m_tiles || m_tiles->device.sm != options.target.sm) return;
+    if (!m_tiles || m_tiles->arch != options.target.arch()) return;
     auto warn = [this](const std::string& message) { m_log(LogLevel::warning, message); };
     if (m_mode == Autotune::on) tune_missing(graph, options, warn);
     // A graph that does not plan fails its compile with the same error: nothing to add here.
@@ -98,7 +98,7 @@ private:
       warn("autotune: " + tuned.error().message + "; compiling with the model's tiles");
       return;
     }
-    m_tiles = runtime::tuned_tiles(*m_cache, m_tiles->device, m_tiles->nvrtc_version);
+    m_tiles = runtime::tuned_tiles(*m_cache, m_tiles->device, m_tiles->arch, m_tiles->nvrtc_version);
   }
 
   Autotune m_mode;
@@ -118,7 +118,7 @@ public:
       : m_options(std::move(options)), m_target(std::move(target)), m_schedule(schedule) {
     m_arch = m_target.is_cpu()        ? "cpu:" + m_target.cpu
              : m_target.is_emulated() ? m_target.name()
-                                      : compiler::arch_name(m_target.sm);
+                                      : m_target.arch();
     if (!m_options.log) {
       m_options.log = [](LogLevel level, std::string_view message) {
         if (level == LogLevel::warning) {
@@ -267,22 +267,23 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     return std::unique_ptr<Runtime>(
         new RuntimeImpl(std::move(options), std::move(emulated), *schedule));
   }
-  if (target->sm && options.arch.empty()) options.arch = compiler::arch_name(target->sm);
-  int sm = 0;
+  if (target->sm && options.arch.empty()) options.arch = target->arch();
+  compiler::Target cuda;
   if (!options.arch.empty()) {
     auto parsed = compiler::parse_arch(options.arch);
     if (!parsed) return parsed.error();
-    if (Status s = compiler::check_arch(*parsed, compiler::known_archs()); !s) return s.error();
-    sm = *parsed;
+    if (Status s = compiler::check_arch(parsed->sm, compiler::known_archs()); !s) return s.error();
+    cuda = *parsed;
   } else {
     auto detected = runtime::device_sm(options.device);
     if (!detected) {
       return make_error(detected.error().message,
                         "; set RuntimeOptions::arch (e.g. \"sm_90\") to compile without a GPU");
     }
-    sm = *detected;
+    // The device's own target: sm_90a on compute capability 9.0.
+    cuda = compiler::device_target(*detected);
   }
-  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), compiler::Target::cuda(sm)));
+  return std::unique_ptr<Runtime>(new RuntimeImpl(std::move(options), std::move(cuda)));
 }
 
 }  // namespace kiln

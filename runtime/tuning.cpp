@@ -277,11 +277,11 @@ Expected<TuningRecord> decode_record(const std::string& text) {
 }
 
 std::vector<cache::KeyField> tuning_fields(const std::string& signature,
-                                           const DeviceIdentity& device,
+                                           const DeviceIdentity& device, const std::string& arch,
                                            const std::string& nvrtc_version) {
   std::vector<cache::KeyField> fields = {
       {"tuning", signature},
-      {"arch", compiler::arch_name(device.sm)},
+      {"arch", arch},
       {"device", device.text()},
       {"nvrtc_version", nvrtc_version},
       {"codegen_version", std::string(compiler::codegen_version())},
@@ -367,14 +367,14 @@ Expected<std::vector<TuningProblem>> tuning_problems(const ir::Graph& graph,
   return out;
 }
 
-TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device,
+TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device, const std::string& arch,
                        const std::string& nvrtc_version) {
   TunedTiles tiles;
   tiles.device = device;
+  tiles.arch = arch;
   tiles.nvrtc_version = nvrtc_version;
   auto entries = cache.list_where({"device", device.text()});
   if (!entries) return tiles;
-  std::string arch = compiler::arch_name(device.sm);
   std::string codegen(compiler::codegen_version());
   for (const cache::EntryInfo& e : *entries) {
     if (e.field("arch") != arch || e.field("nvrtc_version") != nvrtc_version ||
@@ -386,6 +386,7 @@ TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device,
 }
 
 std::optional<TunedTiles> device_tiles(cache::Cache& cache, int device,
+                                       const compiler::Target& target,
                                        const std::string& nvrtc_path, bool probe) {
   if (probe) {
     auto any = cache.has_field("tuning");
@@ -393,8 +394,8 @@ std::optional<TunedTiles> device_tiles(cache::Cache& cache, int device,
   }
   auto identity = device_identity(device);
   auto nvrtc = compiler::nvrtc_identity(nvrtc_path);
-  if (!identity || !nvrtc) return std::nullopt;
-  return tuned_tiles(cache, *identity, *nvrtc);
+  if (!identity || !nvrtc || identity->sm != target.sm || target.on_host()) return std::nullopt;
+  return tuned_tiles(cache, *identity, target.arch(), *nvrtc);
 }
 
 namespace {
@@ -411,7 +412,8 @@ Expected<compiler::ChosenTile> read_record(cache::Cache& cache, const TunedTiles
                                            const TuningProblem& problem, const std::string& key,
                                            int sm) {
   const std::string& signature = problem.signature;
-  std::vector<cache::KeyField> fields = tuning_fields(signature, tiles.device, tiles.nvrtc_version);
+  std::vector<cache::KeyField> fields =
+      tuning_fields(signature, tiles.device, tiles.arch, tiles.nvrtc_version);
   if (cache::make_key(fields) != key) return make_error("its key is not this problem's");
   cache::Lookup found =
       cache.lookup(key, fields, cache::PayloadSelection::only({k_payload_tuning}));
@@ -424,7 +426,7 @@ Expected<compiler::ChosenTile> read_record(cache::Cache& cache, const TunedTiles
   auto record = decode_record(payload->bytes);
   if (!record) return record.error();
   if (record->signature != signature) return make_error("it names another problem");
-  if (record->device != tiles.device.text() || record->arch != compiler::arch_name(sm))
+  if (record->device != tiles.device.text() || record->arch != tiles.arch)
     return make_error("it names another device or arch (", record->device, ", ", record->arch, ")");
   if (!is_date(record->date)) return make_error("its date is not a date");
   bool timed = false;
@@ -495,9 +497,8 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
   if (identity->sm != options.target.sm) {
     return make_error("CUDA device ", std::to_string(tune.device), " (", identity->name, ") is ",
                       compiler::arch_name(identity->sm), ": tuning for ",
-                      compiler::arch_name(options.target.sm),
-                      " needs a device of that arch (or give --arch ",
-                      compiler::arch_name(identity->sm), ")");
+                      options.target.arch(), " needs a device of that arch (or give --arch ",
+                      compiler::device_target(identity->sm).arch(), ")");
   }
   auto nvrtc = compiler::nvrtc_identity(options.nvrtc_path);
   if (!nvrtc) return nvrtc.error();
@@ -586,7 +587,7 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
     TuningRecord record;
     record.signature = signature;
     record.kernel = problem.kernel;
-    record.arch = compiler::arch_name(identity->sm);
+    record.arch = options.target.arch();
     record.device = identity->text();
     record.date = today_utc();
     record.repeats = tune.repeats;
@@ -664,7 +665,7 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
     }
     if (best > reference->median_ms * (1 - k_min_gain)) record.winner = record.model;
     if (cache && cache->enabled()) {
-      std::vector<cache::KeyField> fields = tuning_fields(signature, *identity, *nvrtc);
+      std::vector<cache::KeyField> fields = tuning_fields(signature, *identity, record.arch, *nvrtc);
       cache::Contents contents;
       json summary = {{"tuning", signature},
                       {"device", record.device},

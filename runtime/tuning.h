@@ -55,9 +55,10 @@ struct TuningRecord {
 std::string encode_record(const TuningRecord& record);
 Expected<TuningRecord> decode_record(const std::string& json);
 
-// The key fields of the record for `signature` on `device` with `nvrtc_version`.
+// The key fields of the record for `signature` on `device`, for kernels of `arch` (the target's:
+// "sm_90" or "sm_90a", whose kernels differ) with `nvrtc_version`.
 std::vector<cache::KeyField> tuning_fields(const std::string& signature,
-                                           const DeviceIdentity& device,
+                                           const DeviceIdentity& device, const std::string& arch,
                                            const std::string& nvrtc_version);
 
 // The matmul and attention problems of `graph` compiled with `options` (CUDA): each kernel's
@@ -72,26 +73,30 @@ struct TuningProblem {
 Expected<std::vector<TuningProblem>> tuning_problems(const ir::Graph& graph,
                                                      const compiler::CompileOptions& options);
 
-// The tuning records `cache`'s local tier holds for `device` (any problem): the runtime asks
+// The tuning records `cache`'s local tier holds for `device` and target arch `arch` (any
+// problem): the runtime asks
 // this once, before planning a graph to look its problems up, so a device without records pays
 // one indexed query per runtime. Keyed by signature; each record is read and checked once, when
 // a graph first needs it (`checked`).
 struct TunedTiles {
   DeviceIdentity device;
+  std::string arch;  // the target's, "sm_90a"
   std::string nvrtc_version;
   std::map<std::string, std::string> keys;  // signature -> record key (this arch, NVRTC, codegen)
   // signature -> the record's tile and source, or why it is not used (read once).
   std::map<std::string, Expected<compiler::ChosenTile>> checked;
   bool empty() const { return keys.empty(); }
 };
-TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device,
+TunedTiles tuned_tiles(cache::Cache& cache, const DeviceIdentity& device, const std::string& arch,
                        const std::string& nvrtc_version);
 
-// tuned_tiles() for CUDA device `device` and the NVRTC `nvrtc_path` finds (the runtime's
-// RuntimeOptions::autotune, kiln compile and why): nullopt when either cannot be identified.
+// tuned_tiles() for CUDA device `device`, `target` and the NVRTC `nvrtc_path` finds (the
+// runtime's RuntimeOptions::autotune, kiln compile and why): nullopt when either cannot be
+// identified, or the device is not of the target's compute capability.
 // With `probe`, a cache holding no tuning record at all answers nullopt after one index probe,
 // without starting the driver.
 std::optional<TunedTiles> device_tiles(cache::Cache& cache, int device,
+                                       const compiler::Target& target,
                                        const std::string& nvrtc_path, bool probe);
 
 // The largest tuning payload read (a record of 27 candidates is about 3 KiB).

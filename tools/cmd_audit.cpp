@@ -42,12 +42,12 @@ struct AuditArgs {
   bool strict = false;
 };
 
-// Compute capability (major * 10 + minor) of an "sm_XX" in kiln's table of archs.
+// Compute capability (major * 10 + minor) of an "sm_XX" (or "sm_90a") in kiln's table of archs.
 std::optional<int> parse_arch(const std::string& arch) {
   if (arch.compare(0, 3, "sm_") != 0) return std::nullopt;
-  auto sm = compiler::parse_arch(arch);
-  if (!sm || !compiler::arch_facts(*sm)) return std::nullopt;
-  return *sm;
+  auto target = compiler::parse_arch(arch);
+  if (!target || !compiler::arch_facts(target->sm)) return std::nullopt;
+  return target->sm;
 }
 
 std::string format_error(double value) {

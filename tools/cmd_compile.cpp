@@ -114,26 +114,29 @@ bool set_one_bucket(const CompileArgs& args, const char* command,
 std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
   auto cpu = parse_cpu_target(args.target, "kiln");
   if (!cpu) return std::nullopt;
-  Expected<int> sm = compiler::k_cpu_modes_as_on_sm;
+  compiler::Target cuda = compiler::Target::cuda(compiler::k_cpu_modes_as_on_sm);
   if (*cpu && !args.arch.empty()) {
     print_error("kiln: --arch names a CUDA arch; --target " + args.target + " compiles for the CPU");
     return std::nullopt;
   }
   if (*cpu) {
   } else if (args.arch.empty()) {
-    // What `kiln run` and the runtime use, so that entries warmed here are the ones they hit.
-    sm = runtime::device_sm(0);
+    // What `kiln run` and the runtime use (sm_90a on compute capability 9.0), so that entries
+    // warmed here are the ones they hit.
+    auto sm = runtime::device_sm(0);
     if (!sm) {
       print_error("kiln: no --arch given and no GPU to take it from (" + sm.error().message +
                   "); pass --arch, e.g. --arch sm_90");
       return std::nullopt;
     }
+    cuda = compiler::device_target(*sm);
   } else {
-    sm = compiler::parse_arch(args.arch);
-    if (!sm) {
-      print_error("kiln: " + sm.error().message);
+    auto parsed = compiler::parse_arch(args.arch);
+    if (!parsed) {
+      print_error("kiln: " + parsed.error().message);
       return std::nullopt;
     }
+    cuda = *parsed;
   }
   auto precision = ir::parse_precision(args.precision);
   if (!precision) {
@@ -142,7 +145,7 @@ std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
     return std::nullopt;
   }
   compiler::CompileOptions options;
-  options.target.sm = *sm;
+  options.target = cuda;
   options.precision = *precision;
   if (*cpu) options.target = compiler::Target::for_cpu((*cpu)->cpu, (*cpu)->features);
   apply_fallback_flags(args.fallback, options);
@@ -381,9 +384,9 @@ void apply_tuning_records(const std::string& file, compiler::CompileOptions& opt
   if (!read) {
     read = true;
     // A cache without any tuning record costs one index probe, not the driver's start.
-    tiles = runtime::device_tiles(*cache, 0, options.nvrtc_path, /*probe=*/true);
+    tiles = runtime::device_tiles(*cache, 0, options.target, options.nvrtc_path, /*probe=*/true);
   }
-  if (!tiles || tiles->device.sm != options.target.sm || tiles->empty()) return;
+  if (!tiles || tiles->arch != options.target.arch() || tiles->empty()) return;
   auto graph = read_graph(file);
   if (!graph) return;  // the compile reports it
   auto schedule = runtime::tuned_schedule(*graph, options, *cache, *tiles,
@@ -461,6 +464,21 @@ void only_differing_parts(std::string& a, std::string& b) {
   b = join_missing(pb, pa);
 }
 
+// Why two "arch" key values that name one compute capability (sm_90, sm_90a) do not share
+// entries; "" for any other pair.
+std::string arch_suffix_note(const std::string& requested, const std::string& cached) {
+  auto here = compiler::parse_arch(requested), there = compiler::parse_arch(cached);
+  if (!here || !there || here->sm != there->sm || here->suffix == there->suffix) return "";
+  const compiler::Target& specific = here->arch_specific() ? *here : *there;
+  const compiler::Target& plain = here->arch_specific() ? *there : *here;
+  std::string cc = std::to_string(specific.sm / 10) + "." + std::to_string(specific.sm % 10);
+  return specific.arch() + " and " + plain.arch() + " are separate targets: " + specific.arch() +
+         " kernels may use that arch's own instructions and load only on compute capability " +
+         cc + "; with no --arch (RuntimeOptions::arch empty) a " + cc + " device compiles for " +
+         compiler::device_target(specific.sm).arch() + ". Give --arch " + cached +
+         " to use the cached entry";
+}
+
 // `kiln why`: the entries cached for the same graph and which key fields set them apart.
 int run_why(const CompileArgs& args) {
   auto options = options_from(args);
@@ -496,7 +514,11 @@ int run_why(const CompileArgs& args) {
     for (const cache::FieldDiff& d : n.diffs) {
       // The graph bytes are binary and differ only when graph_hash does; show the hash.
       if (d.name == "graph") continue;
-      diffs.push_back({{"field", d.name}, {"requested", d.requested}, {"cached", d.stored}});
+      nlohmann::json diff = {{"field", d.name}, {"requested", d.requested}, {"cached", d.stored}};
+      if (d.name == "arch")
+        if (std::string note = arch_suffix_note(d.requested, d.stored); !note.empty())
+          diff["note"] = note;
+      diffs.push_back(std::move(diff));
     }
     entries.push_back({{"key", n.info.key}, {"differs", diffs}});
   }
@@ -547,6 +569,8 @@ int run_why(const CompileArgs& args) {
                   requested.c_str(), cached.c_str());
     }
     std::printf("\n");
+    for (const auto& d : e["differs"])
+      if (d.contains("note")) std::printf("    %s\n", d["note"].get<std::string>().c_str());
   }
   return would_hit ? k_exit_ok : k_exit_failure;
 }
@@ -573,10 +597,12 @@ int run_tune(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
   if (options->target.sm != identity->sm) {
+    // The device's own target (sm_90a on 9.0), and the plain arch beside it.
+    std::string own = compiler::device_target(identity->sm).arch();
+    std::string plain = compiler::arch_name(identity->sm);
     print_error("kiln: tune times kernels on this machine's GPU, " + identity->text() + ", which is " +
-                compiler::arch_name(identity->sm) + ": give --arch " +
-                compiler::arch_name(identity->sm) + " (or none), not " +
-                compiler::arch_name(options->target.sm));
+                plain + ": give --arch " + own + (own != plain ? " or " + plain : "") +
+                " (or none), not " + options->target.arch());
     return k_exit_usage;
   }
   if (graph->symbolic() && args.dims.empty()) {
@@ -614,11 +640,11 @@ int run_tune(const CompileArgs& args) {
       nlohmann::json j = nlohmann::json::parse(runtime::encode_record(r));
       auto nvrtc = compiler::nvrtc_identity(options->nvrtc_path);  // tune_graph loaded it
       if (stored && nvrtc)
-        j["key"] = cache::make_key(runtime::tuning_fields(r.signature, *identity, *nvrtc));
+        j["key"] = cache::make_key(runtime::tuning_fields(r.signature, *identity, r.arch, *nvrtc));
       problems.push_back(std::move(j));
     }
     nlohmann::json out = {{"graph", args.files[0]},
-                          {"arch", compiler::arch_name(options->target.sm)},
+                          {"arch", options->target.arch()},
                           {"device", identity->text()},
                           {"stored", stored},
                           {"problems", std::move(problems)}};
@@ -646,7 +672,7 @@ int run_tune(const CompileArgs& args) {
   if (!records->empty())
     std::printf("%s %s, %s\n",
                 stored ? "tuning records stored for" : "no cache: nothing stored for",
-                identity->text().c_str(), compiler::arch_name(options->target.sm).c_str());
+                identity->text().c_str(), options->target.arch().c_str());
   return k_exit_ok;
 }
 

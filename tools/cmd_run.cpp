@@ -135,7 +135,7 @@ KernelShares kernel_shares(const std::vector<double>& run_us,
 }
 
 int run_graph(const RunArgs& args) {
-  auto sm = compiler::parse_arch(args.arch);
+  auto sm = compiler::parse_arch(args.arch);  // the CUDA target of --arch
   if (!sm) {
     print_error("run: " + sm.error().message);
     return k_exit_usage;
@@ -197,7 +197,7 @@ int run_graph(const RunArgs& args) {
   const std::vector<int64_t>& values = data->dims;
   const ir::Graph& bound = data->bound;
   compiler::CompileOptions options;
-  options.target.sm = *sm;
+  options.target = *sm;
   options.precision = *precision;
   apply_fallback_flags(args.fallback, options);
   for (size_t i = 0; i < values.size(); ++i)
@@ -242,7 +242,7 @@ int run_graph(const RunArgs& args) {
     }
     RuntimeOptions runtime_options;
     runtime_options.arch = args.arch_given && !*cpu && !args.emulate ? args.arch : "";
-    runtime_options.target = args.emulate ? "emulate:" + compiler::arch_name(*sm) : args.target;
+    runtime_options.target = args.emulate ? "emulate:" + sm->arch() : args.target;
     if (args.emulate) runtime_options.emulate_schedule = emulation::to_string(schedule);
     runtime_options.precision = *precision;
     runtime_options.allow_fallback = args.fallback.allow;
@@ -263,7 +263,7 @@ int run_graph(const RunArgs& args) {
     fallbacks = (*exe)->fallbacks();
     if (!args.emulate) {
       where = *cpu ? "CPU" : "GPU";
-      if (!*cpu) *sm = *compiler::parse_arch((*exe)->arch());
+      if (auto ran = compiler::parse_arch((*exe)->arch()); !*cpu && ran) *sm = *ran;
     }
     checked = reference::check_against_fp64(
         bound, *ir::parse_precision((*exe)->precision()), std::move(data->inputs),
@@ -301,7 +301,7 @@ int run_graph(const RunArgs& args) {
     nlohmann::json out;
     out["ok"] = report.ok;
     out["tolerance"] = report.tolerance;
-    out["arch"] = *cpu ? compiler::cpu::target_name(**cpu) : compiler::arch_name(*sm);
+    out["arch"] = *cpu ? compiler::cpu::target_name(**cpu) : sm->arch();
     out["precision"] = mode;
     out["seed"] = args.seed;
     out["fallbacks"] = fallbacks;
@@ -327,7 +327,7 @@ int run_graph(const RunArgs& args) {
     std::string at = describe_dims(*graph, *data);
     std::string device =
         args.emulate ? where + ", schedule " + emulation::to_string(schedule) : where;
-    std::string arch = *cpu ? compiler::cpu::target_name(**cpu) : compiler::arch_name(*sm);
+    std::string arch = *cpu ? compiler::cpu::target_name(**cpu) : sm->arch();
     std::printf("graph %s%s on %s (%s), precision %s, seed %llu, %s\n", graph->name().c_str(),
                 at.c_str(), arch.c_str(), device.c_str(), mode.c_str(),
                 static_cast<unsigned long long>(args.seed), describe_inputs(*data).c_str());
@@ -386,7 +386,8 @@ void register_run_commands(CLI::App& app, int& exit_code) {
       "run", "run a graph's kernels on the GPU (--emulate: on the CPU) and check them against fp64");
   cmd->add_option("FILE", args->file, "graph file (.kg) or -")->required();
   cmd->add_option("--arch", args->arch,
-                  "target arch, sm_XX (default: the GPU's; sm_90 with --emulate)");
+                  "target arch, sm_XX or sm_90a (default: the GPU's, sm_90a on compute capability "
+                  "9.0; sm_90 with --emulate)");
   cmd->add_option("--precision", args->precision, "highest, high, tf32x3, medium or auto");
   cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
   cmd->add_flag("--emulate", args->emulate, "run under the host emulation of CUDA");

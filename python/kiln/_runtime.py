@@ -107,8 +107,8 @@ class Graph:
 class Runtime:
     """Compiles graphs through kiln's cache for one target and precision.
 
-    target: "cuda" (device `device`), "cuda:sm_90" (compile for that arch, no GPU needed to
-    compile), "cpu", "cpu:NAME", "emulate:sm_XX", or "auto". precision: "highest", "high",
+    target: "cuda" (device `device`), "cuda:sm_90" or "cuda:sm_90a" (compile for that arch, no
+    GPU needed to compile), "cpu", "cpu:NAME", "emulate:sm_XX", or "auto". precision: "highest", "high",
     "tf32x3", "medium" or "auto". cache_dir: None for $KILN_CACHE_DIR or ~/.cache/kiln. remote:
     None for $KILN_REMOTE_CACHE, "" for no remote tier, or "redis://host:port". fallbacks:
     "warn", "refuse" or "allow" (see docs/python.md)."""
@@ -134,7 +134,7 @@ class Runtime:
 
     @property
     def arch(self) -> str:
-        """The settled target: "sm_90", "cpu:znver4", "emulate:sm_90"."""
+        """The settled target: "sm_90", "sm_90a", "cpu:znver4", "emulate:sm_90"."""
         return self._rt.arch
 
     def compile(self, graph: str | os.PathLike | Graph) -> Executable:

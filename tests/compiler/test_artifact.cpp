@@ -52,6 +52,32 @@ TEST(Artifact, RoundTripsExactly) {
   EXPECT_EQ(*back, a);
 }
 
+TEST(Artifact, AnArchSpecificTargetRoundTripsAndAForeignSuffixIsRefused) {
+  Artifact a = sample();
+  a.target = Target::cuda(90, "a");
+  a.arch = "sm_90a";
+  auto back = deserialize(serialize(a));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, a);
+  EXPECT_TRUE(back->target.arch_specific());
+  // A suffix decides where kernels load: one this kiln does not plan, or one its arch text does
+  // not carry, is refused rather than trusted.
+  Artifact foreign = a;
+  foreign.target.suffix = "f";
+  foreign.arch = "sm_90f";
+  auto refused = deserialize(serialize(foreign));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("suffix 'f'"), std::string::npos)
+      << refused.error().message;
+  Artifact mismatched = a;
+  mismatched.arch = "sm_90";
+  auto disagree = deserialize(serialize(mismatched));
+  ASSERT_FALSE(disagree);
+  EXPECT_NE(disagree.error().message.find("arch sm_90 is not its target's (sm_90a)"),
+            std::string::npos)
+      << disagree.error().message;
+}
+
 TEST(Artifact, AKernelRunningAnotherKernelsBinaryRoundTrips) {
   Artifact a = sample();
   a.kernels[1].binary_of = a.kernels[0].name;

@@ -55,7 +55,7 @@ const KernelReport* find(const std::vector<std::pair<std::string, KernelReport>>
 std::string compiled(int sm, std::string* log = nullptr) {
   auto nvrtc = load_nvrtc("");
   if (!nvrtc) return {};
-  auto out = (*nvrtc)->compile(k_source, "report_probe", sm);
+  auto out = (*nvrtc)->compile(k_source, "report_probe", arch_name(sm));
   EXPECT_TRUE(out.ok()) << (out.ok() ? "" : out.error().message);
   if (!out) return {};
   if (log) *log = out->log;

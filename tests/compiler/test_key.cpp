@@ -36,6 +36,12 @@ TEST(Key, FieldsChangeWithEveryComponent) {
   CompileOptions fallback = o;
   fallback.fallback = FallbackPolicy::allow;
   EXPECT_NE(base, key_fields(g, fallback, {"high", "13.0"}));
+  // sm_90a's kernels load on 9.0 only: never the same entries as sm_90's.
+  CompileOptions specific = o;
+  specific.target = Target::cuda(90, "a");
+  KeyFields a = key_fields(g, specific, {"high", "13.0"});
+  EXPECT_NE(base, a);
+  EXPECT_EQ(a[2], (std::pair<std::string, std::string>{"arch", "sm_90a"}));
 }
 
 TEST(Key, CodegenVersionIsABuildTimeSha256) {

@@ -67,12 +67,46 @@ TEST(Nvrtc, UnsupportedArchIsRefusedByName) {
   EXPECT_NE(program.error().message.find("sm_61"), std::string::npos);
 }
 
+// NVRTC is asked for sm_90a itself: Hopper's own instructions assemble there and not for sm_90,
+// and a graph compiled for sm_90a says so in its PTX and artifact.
+TEST(Nvrtc, Sm90aCompilesHoppersOwnInstructionsAndSm90DoesNot) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  auto lib = load_nvrtc();
+  ASSERT_TRUE(lib.ok());
+  const char* source =
+      "extern \"C\" __global__ void __launch_bounds__(128) k(float* p) {\n"
+      "  asm volatile(\"wgmma.fence.sync.aligned;\");\n"
+      "  asm volatile(\"setmaxnreg.inc.sync.aligned.u32 240;\");\n"
+      "  p[threadIdx.x] = 1.0f;\n"
+      "}\n";
+  auto specific = (*lib)->compile(source, "hopper", "sm_90a");
+  ASSERT_TRUE(specific.ok()) << specific.error().message;
+  EXPECT_NE(specific->ptx.find(".target sm_90a"), std::string::npos);
+  auto plain = (*lib)->compile(source, "hopper", "sm_90");
+  ASSERT_FALSE(plain.ok());
+  EXPECT_NE(plain.error().message.find("for sm_90 failed"), std::string::npos)
+      << plain.error().message;
+  EXPECT_NE(plain.error().message.find("not supported on .target 'sm_90'"), std::string::npos)
+      << plain.error().message;
+
+  CompileOptions options = test::options(90, ir::Precision::high);
+  options.target.suffix = "a";
+  auto artifact = compile(test::example("mlp"), options);
+  ASSERT_TRUE(artifact.ok()) << artifact.error().message;
+  EXPECT_EQ(artifact->arch, "sm_90a");
+  EXPECT_EQ(artifact->target, Target::cuda(90, "a"));
+  for (const KernelArtifact& k : artifact->kernels) {
+    EXPECT_NE(k.ptx.find(".target sm_90a"), std::string::npos) << k.name;
+    EXPECT_EQ(k.report.spill_bytes(), 0) << k.name;
+  }
+}
+
 TEST(Nvrtc, AFailedCompileCarriesTheProgramLog) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   auto lib = load_nvrtc();
   ASSERT_TRUE(lib.ok());
   auto out =
-      (*lib)->compile("extern \"C\" __global__ void k() { undefined_name(); }", "broken", 80);
+      (*lib)->compile("extern \"C\" __global__ void k() { undefined_name(); }", "broken", "sm_80");
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.error().message.find("undefined_name"), std::string::npos) << out.error().message;
   EXPECT_NE(out.error().message.find("'broken'"), std::string::npos);
@@ -89,7 +123,7 @@ TEST(Nvrtc, AFailedCompileLeadsWithItsFirstErrorBeforeTheLog) {
       "  int unused_variable = 1;\n"
       "  p[0] = undefined_name;\n"
       "}\n",
-      "warned", 90);
+      "warned", "sm_90");
   ASSERT_FALSE(out.ok());
   const std::string& message = out.error().message;
   std::string first_line = message.substr(0, message.find('\n'));

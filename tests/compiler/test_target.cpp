@@ -33,6 +33,66 @@ TEST(Target, RefusesWhatItDoesNotKnow) {
   }
 }
 
+// sm_90a: an arch of its own, named, parsed and keyed apart from sm_90, with Hopper's own
+// instructions as features only it has.
+TEST(Target, Sm90aIsAnArchOfItsOwn) {
+  for (const char* text : {"sm_90a", "cuda:sm_90a"}) {
+    auto t = parse_target(text);
+    ASSERT_TRUE(t) << text;
+    EXPECT_EQ(t->sm, 90);
+    EXPECT_EQ(t->suffix, "a");
+    EXPECT_TRUE(t->arch_specific());
+    EXPECT_EQ(t->arch(), "sm_90a");
+    EXPECT_EQ(t->name(), "cuda:sm_90a");
+    EXPECT_EQ(*parse_target(t->name()), *t) << "the name reads back";
+  }
+  auto emulated = parse_target("emulate:sm_90a");
+  ASSERT_TRUE(emulated);
+  EXPECT_TRUE(emulated->is_emulated());
+  EXPECT_EQ(emulated->name(), "emulate:sm_90a");
+  auto plain = parse_arch("sm_90");
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->arch_specific());
+  EXPECT_NE(*plain, *parse_arch("sm_90a"));
+
+  Target hopper_a = Target::cuda(90, "a"), hopper = Target::cuda(90);
+  for (Feature f : {Feature::wgmma, Feature::tma, Feature::setmaxnreg}) {
+    EXPECT_TRUE(hopper_a.has(f));
+    EXPECT_FALSE(hopper.has(f)) << "sm_90 code runs on later archs: no arch-specific features";
+    EXPECT_FALSE(Target::cuda(100).has(f));
+    EXPECT_FALSE(Target::cuda(120).has(f));
+  }
+  // Everything sm_90 has, sm_90a has too.
+  for (Feature f : {Feature::tf32_bf16_mma, Feature::f16_mma_k16, Feature::cp_async,
+                    Feature::smem_96k})
+    EXPECT_EQ(hopper_a.has(f), hopper.has(f));
+
+  // The device's default target: sm_90a on 9.0 only.
+  EXPECT_EQ(device_target(90).arch(), "sm_90a");
+  for (int sm : {75, 80, 86, 89, 100, 120}) EXPECT_EQ(device_target(sm).arch(), arch_name(sm));
+}
+
+TEST(Target, ArchSuffixesKilnDoesNotPlanAreRefusedSayingWhich) {
+  auto b200 = parse_arch("sm_100a");
+  ASSERT_FALSE(b200);
+  EXPECT_NE(b200.error().message.find("kiln plans arch-specific code for sm_90a only; give sm_100"),
+            std::string::npos)
+      << b200.error().message;
+  auto target = parse_target("cuda:sm_120a");
+  ASSERT_FALSE(target);
+  EXPECT_NE(target.error().message.find("'cuda:sm_120a'"), std::string::npos);
+  EXPECT_NE(target.error().message.find("sm_90a only"), std::string::npos);
+  for (const char* text : {"sm_90f", "sm_90aa", "sm_a", "sm_90A"}) {
+    auto t = parse_arch(text);
+    ASSERT_FALSE(t) << text;
+    EXPECT_NE(t.error().message.find(std::string("'") + text + "'"), std::string::npos);
+  }
+  auto virtual_arch = parse_arch("compute_90a");
+  ASSERT_FALSE(virtual_arch);
+  EXPECT_NE(virtual_arch.error().message.find("give sm_90a"), std::string::npos)
+      << virtual_arch.error().message;
+}
+
 // The table's facts agree with each other and with what the planner asks of them.
 TEST(ArchTable, IsOrderedAndEveryPlanFitsItsArch) {
   auto table = arch_table();

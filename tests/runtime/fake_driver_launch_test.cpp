@@ -22,6 +22,7 @@ using testing_support::use_fake_driver;
 struct ContractCase {
   const char* graph;
   int sm;
+  const char* suffix = "";  // "a": sm_90a, whose cubins load on 9.0 only
 };
 
 class LaunchContract : public ::testing::TestWithParam<ContractCase> {};
@@ -34,11 +35,12 @@ TEST_P(LaunchContract, EveryLaunchMatchesThePlanAndTheCubin) {
   auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/" + c.graph);
   ASSERT_TRUE(graph) << graph.error().message;
   compiler::CompileOptions options;
-  options.target.sm = c.sm;
+  options.target = compiler::Target::cuda(c.sm, c.suffix);
   options.fallback = compiler::FallbackPolicy::allow;
   auto result = runtime::compile_graph(*graph, options, nullptr);
   ASSERT_TRUE(result) << result.error().message;
   compiler::Artifact artifact = result->artifact;
+  EXPECT_EQ(artifact.arch, compiler::arch_name(c.sm) + c.suffix);
   auto made = runtime::make_executable(*graph, std::move(*result), 0);
   ASSERT_TRUE(made) << made.error().message;
   std::shared_ptr<Executable> exe = *made;
@@ -91,6 +93,7 @@ std::vector<ContractCase> contract_cases() {
   for (const char* graph :
        {"mlp.kg", "attention.kg", "gated_mlp.kg", "mixed_head.kg", "half_epilogue.kg"}) {
     for (int sm : {75, 80, 86, 89, 90, 120}) cases.push_back({graph, sm});
+    cases.push_back({graph, 90, "a"});
   }
   return cases;
 }
@@ -99,7 +102,7 @@ INSTANTIATE_TEST_SUITE_P(FakeDriver, LaunchContract, ::testing::ValuesIn(contrac
                          [](const auto& info) {
                            std::string name = info.param.graph;
                            return name.substr(0, name.find('.')) + "_sm" +
-                                  std::to_string(info.param.sm);
+                                  std::to_string(info.param.sm) + info.param.suffix;
                          });
 
 constexpr int k_capture_global = 0;  // CU_STREAM_CAPTURE_MODE_GLOBAL

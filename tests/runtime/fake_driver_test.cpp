@@ -3,6 +3,9 @@
 // ctest runs every test in its own process, so each configures the fake afresh.
 #include "fake_driver_support.h"
 
+#include "fake_cuda/cubin.h"
+
+#include "compiler/compiler.h"
 #include "ir/parse.h"
 #include "runtime/executable_impl.h"
 
@@ -86,6 +89,75 @@ TEST(FakeDriver, KernelsForAnotherArchAreRefusedWithTheDeviceNamed) {
   EXPECT_NE(s.error().message.find("CUDA device 1 is sm_80"), std::string::npos)
       << s.error().message;
   EXPECT_TRUE(fake_cuda::launches().empty());
+}
+
+// sm_90a: what a runtime with no arch compiles for on compute capability 9.0, and code that the
+// driver (and kiln before it, saying why) loads on 9.0 only.
+TEST(FakeDriver, Sm90aIsTheDefaultOnNinePointZeroAndLoadsThereOnly) {
+  Config config;
+  config.device_sms = {90, 100, 91};  // 9.1 is no real part: the same major, another minor
+  ASSERT_TRUE(use_fake_driver(config));
+  auto exe = compile_example("mlp.kg", 0);
+  ASSERT_TRUE(exe);
+  EXPECT_EQ(exe->arch(), "sm_90a");
+  Buffers buffers(*exe, 0);
+  ASSERT_TRUE(buffers.ok());
+  Status ran = exe->run(buffers.inputs, buffers.outputs);
+  ASSERT_TRUE(ran) << ran.error().message;
+  EXPECT_EQ(fake_cuda::launches().size(), exe->kernel_count());
+  EXPECT_EQ(compile_example("mlp.kg", 1)->arch(), "sm_100");  // no "a" target kiln plans there
+
+  // Compiled for sm_90a, run on 10.0 and on 9.1: refused before any module loads.
+  for (int device : {1, 2}) {
+    RuntimeOptions options;
+    options.arch = "sm_90a";
+    options.device = device;
+    options.use_cache = false;
+    auto runtime = Runtime::create(options);
+    ASSERT_TRUE(runtime) << runtime.error().message;
+    auto specific = (*runtime)->compile_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
+    ASSERT_TRUE(specific) << specific.error().message;
+    Buffers there(**specific, device);
+    ASSERT_TRUE(there.ok());
+    size_t before = fake_cuda::launches().size();
+    Status s = (*specific)->run(there.inputs, there.outputs);
+    ASSERT_FALSE(s) << device;
+    std::string expected = "kernels compiled for sm_90a cannot run here: sm_90a code runs only on "
+                           "compute capability 9.0 and CUDA device " + std::to_string(device) +
+                           " is " + (device == 1 ? "sm_100; compile for sm_100" : "sm_91");
+    EXPECT_NE(s.error().message.find(expected), std::string::npos) << s.error().message;
+    EXPECT_EQ(fake_cuda::launches().size(), before);
+  }
+
+  // The driver's own rule, which kiln's check stands before: an sm_90a cubin (NVRTC marks it in
+  // .nv.compat) loads on 9.0 only, while sm_90's loads on 9.1 too.
+  auto cubin_for = [](const std::string& arch) {
+    auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
+    compiler::CompileOptions options;
+    options.target = *compiler::parse_arch(arch);
+    auto artifact = graph ? compiler::compile(*graph, options) : graph.error();
+    EXPECT_TRUE(artifact) << artifact.error().message;
+    return artifact ? artifact->kernels.front().cubin : std::string();
+  };
+  std::string specific = cubin_for("sm_90a"), plain = cubin_for("sm_90");
+  ASSERT_FALSE(specific.empty());
+  ASSERT_FALSE(plain.empty());
+  auto read_specific = fake_cuda::read_cubin(specific.data());
+  auto read_plain = fake_cuda::read_cubin(plain.data());
+  ASSERT_TRUE(read_specific && read_plain);
+  EXPECT_EQ(read_specific->sm, 90);
+  EXPECT_TRUE(read_specific->arch_specific);
+  EXPECT_EQ(read_plain->sm, 90);
+  EXPECT_FALSE(read_plain->arch_specific);
+  void* context = nullptr;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&context, 2), 0);
+  ASSERT_EQ(cuCtxPushCurrent_v2(context), 0);
+  void* module = nullptr;
+  EXPECT_EQ(cuModuleLoadData(&module, specific.data()), 209);  // CUDA_ERROR_NO_BINARY_FOR_GPU
+  EXPECT_EQ(cuModuleLoadData(&module, plain.data()), 0);
+  EXPECT_EQ(cuModuleUnload(module), 0);
+  void* popped = nullptr;
+  EXPECT_EQ(cuCtxPopCurrent_v2(&popped), 0);
 }
 
 // The temporaries (workspace pointers) a run passed to its kernels: parameters that are none of

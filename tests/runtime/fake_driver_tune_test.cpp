@@ -55,9 +55,11 @@ ir::Graph gemm_graph() {
   return *graph;
 }
 
+// The target a runtime with no arch compiles for on the fake device (compute capability 9.0):
+// sm_90a, so records tuned here are the ones its compiles look up.
 compiler::CompileOptions sm90() {
   compiler::CompileOptions options;
-  options.target = compiler::Target::cuda(90);
+  options.target = compiler::device_target(90);
   return options;
 }
 
@@ -157,7 +159,7 @@ TEST(FakeDriverTune, TheFastestTileWinsItsRecordIsStoredAndTheRuntimeCompilesWit
   EXPECT_EQ(problems->front().signature, compiler::problem_signature(shape));
   EXPECT_EQ(r.signature, compiler::problem_signature(shape));
   EXPECT_EQ(r.device, "Fake H200 (132 SMs)");
-  EXPECT_EQ(r.arch, "sm_90");
+  EXPECT_EQ(r.arch, "sm_90a");
   EXPECT_EQ(r.repeats, 5);
   // Every legal tile was timed, each as its launches' configured time: a split-K tile's two
   // kernels (partials and sum) both count.
@@ -184,7 +186,7 @@ TEST(FakeDriverTune, TheFastestTileWinsItsRecordIsStoredAndTheRuntimeCompilesWit
   ASSERT_TRUE(nvrtc);
   auto id = runtime::device_identity(0);
   ASSERT_TRUE(id);
-  auto fields = runtime::tuning_fields(r.signature, *id, *nvrtc);
+  auto fields = runtime::tuning_fields(r.signature, *id, "sm_90a", *nvrtc);
   cache::Lookup found = cache->lookup(cache::make_key(fields), fields);
   ASSERT_TRUE(found.hit());
   const cache::Payload* payload = found.entry.find_payload(runtime::k_payload_tuning);
@@ -269,13 +271,13 @@ TEST(FakeDriverTune, ARecordThatDoesNotHoldIsLeftOutWithAWarning) {
   runtime::TuningRecord bad;
   bad.signature = signature;
   bad.kernel = "k0_matmul_bf16";
-  bad.arch = "sm_90";
+  bad.arch = "sm_90a";
   bad.device = id->text();
   bad.date = "2026-11-26";
   bad.repeats = 5;
   bad.winner = compiler::MatmulTile{64, 64, 8, 2, 2, 3};
   bad.model = bad.winner;
-  auto fields = runtime::tuning_fields(signature, *id, *nvrtc);
+  auto fields = runtime::tuning_fields(signature, *id, "sm_90a", *nvrtc);
   for (std::string payload : {runtime::encode_record(bad), std::string("{\"signature\": 3}")}) {
     cache::Contents contents;
     contents.summary = "{}";
@@ -359,7 +361,7 @@ TEST(FakeDriverTune, ARecordOfAnotherDeviceOrWithoutATimedWinnerIsNotUsed) {
   auto id = runtime::device_identity(0);
   auto nvrtc = compiler::nvrtc_identity();
   ASSERT_TRUE(id && nvrtc);
-  auto fields = runtime::tuning_fields(records->front().signature, *id, *nvrtc);
+  auto fields = runtime::tuning_fields(records->front().signature, *id, "sm_90a", *nvrtc);
   auto restore = [&](const runtime::TuningRecord& r) {
     cache::Contents contents;
     contents.summary = "{}";
@@ -367,7 +369,7 @@ TEST(FakeDriverTune, ARecordOfAnotherDeviceOrWithoutATimedWinnerIsNotUsed) {
     ASSERT_TRUE(cache->store(cache::make_key(fields), fields, contents));
   };
   auto why_unused = [&]() -> std::string {
-    runtime::TunedTiles tiles = runtime::tuned_tiles(*cache, *id, *nvrtc);
+    runtime::TunedTiles tiles = runtime::tuned_tiles(*cache, *id, "sm_90a", *nvrtc);
     std::string why;
     auto schedule = runtime::tuned_schedule(graph, sm90(), *cache, tiles,
                                             [&](const std::string& w) { why = w; });
@@ -421,7 +423,7 @@ TEST(FakeDriverTune, AutotuneOnTunesAProblemWithoutARecordOnItsFirstCompile) {
   auto id = runtime::device_identity(0);
   auto nvrtc = compiler::nvrtc_identity();
   ASSERT_TRUE(id && nvrtc);
-  runtime::TunedTiles tiles = runtime::tuned_tiles(*cache, *id, *nvrtc);
+  runtime::TunedTiles tiles = runtime::tuned_tiles(*cache, *id, "sm_90a", *nvrtc);
   EXPECT_EQ(tiles.keys.size(), 1u);
   cache::Lookup entry = cache->read((*exe)->key());
   ASSERT_TRUE(entry.hit());
@@ -552,7 +554,7 @@ TEST(FakeDriverTune, AttentionTilesAreTunedBesideMatmulsAndTheRuntimeCompilesWit
   auto id = runtime::device_identity(0);
   auto nvrtc = compiler::nvrtc_identity();
   ASSERT_TRUE(id && nvrtc);
-  runtime::TunedTiles both = runtime::tuned_tiles(*cache, *id, *nvrtc);
+  runtime::TunedTiles both = runtime::tuned_tiles(*cache, *id, "sm_90a", *nvrtc);
   ASSERT_EQ(both.keys.size(), 2u);
   auto chosen = runtime::tuned_schedule(*graph, sm90(), *cache, both, nullptr);
   ASSERT_TRUE(chosen && *chosen);
@@ -581,12 +583,12 @@ TEST(FakeDriverTune, AttentionTilesAreTunedBesideMatmulsAndTheRuntimeCompilesWit
   runtime::TuningRecord wrong = r;
   wrong.winner = compiler::MatmulTile{64, 64, 32, 2, 2, 3};
   wrong.candidates.push_back({wrong.winner, 0.1, "ok"});
-  auto fields = runtime::tuning_fields(r.signature, *id, *nvrtc);
+  auto fields = runtime::tuning_fields(r.signature, *id, "sm_90a", *nvrtc);
   cache::Contents contents;
   contents.summary = "{}";
   contents.payloads.push_back({runtime::k_payload_tuning, runtime::encode_record(wrong)});
   ASSERT_TRUE(cache->store(cache::make_key(fields), fields, contents));
-  runtime::TunedTiles tuned = runtime::tuned_tiles(*cache, *id, *nvrtc);
+  runtime::TunedTiles tuned = runtime::tuned_tiles(*cache, *id, "sm_90a", *nvrtc);
   std::vector<std::string> warnings;
   auto schedule = runtime::tuned_schedule(*graph, sm90(), *cache, tuned,
                                           [&](const std::string& w) { warnings.push_back(w); });
@@ -629,11 +631,11 @@ TEST(FakeDriverTune, ARecordTravelsThroughTheRemoteTierSignedAndAnUnsignedOneIsR
   auto nvrtc = compiler::nvrtc_identity();
   ASSERT_TRUE(id && nvrtc);
   auto fresh = machine("new", secret);
-  EXPECT_TRUE(runtime::tuned_tiles(*fresh, *id, *nvrtc).empty());
+  EXPECT_TRUE(runtime::tuned_tiles(*fresh, *id, "sm_90a", *nvrtc).empty());
   auto pulled = fresh->pull(std::nullopt);
   ASSERT_TRUE(pulled) << pulled.error().message;
   EXPECT_EQ(pulled->rejected, 0u);
-  runtime::TunedTiles tiles = runtime::tuned_tiles(*fresh, *id, *nvrtc);
+  runtime::TunedTiles tiles = runtime::tuned_tiles(*fresh, *id, "sm_90a", *nvrtc);
   ASSERT_EQ(tiles.keys.size(), 1u);
   auto schedule = runtime::tuned_schedule(graph, sm90(), *fresh, tiles, nullptr);
   ASSERT_TRUE(schedule && *schedule);
@@ -649,7 +651,7 @@ TEST(FakeDriverTune, ARecordTravelsThroughTheRemoteTierSignedAndAnUnsignedOneIsR
   runtime::TuningRecord forged = records->front();
   forged.winner = forged.model;
   auto put_unsigned = [&](const runtime::TuningRecord& record) {
-    auto fields = runtime::tuning_fields(record.signature, *id, *nvrtc);
+    auto fields = runtime::tuning_fields(record.signature, *id, "sm_90a", *nvrtc);
     cache::Contents contents;
     contents.summary = "{}";
     contents.payloads.push_back({runtime::k_payload_tuning, runtime::encode_record(record)});
@@ -665,7 +667,7 @@ TEST(FakeDriverTune, ARecordTravelsThroughTheRemoteTierSignedAndAnUnsignedOneIsR
   auto refused = victim->pull(std::nullopt);
   ASSERT_TRUE(refused) << refused.error().message;
   EXPECT_EQ(refused->rejected, 1u) << "the unsigned record of the other problem";
-  runtime::TunedTiles kept = runtime::tuned_tiles(*victim, *id, *nvrtc);
+  runtime::TunedTiles kept = runtime::tuned_tiles(*victim, *id, "sm_90a", *nvrtc);
   ASSERT_EQ(kept.keys.size(), 1u);
   EXPECT_EQ(kept.keys.begin()->first, records->front().signature);
   auto genuine = runtime::tuned_schedule(graph, sm90(), *victim, kept, nullptr);

@@ -156,6 +156,46 @@ TEST_F(CompileCacheCli, WhyNamesTheFieldThatDiffers) {
   EXPECT_EQ(same["cache"], "hit");
 }
 
+// sm_90 and sm_90a entries are apart, and `why` says why and what to give instead.
+TEST_F(CompileCacheCli, WhyExplainsAnSm90AgainstSm90aMiss) {
+  json plain = compile("sm_90");
+  json specific = compile("sm_90a");
+  EXPECT_EQ(specific["cache"], "miss") << "sm_90a is not served sm_90's kernels";
+  EXPECT_EQ(specific["arch"], "sm_90a");
+  EXPECT_NE(specific["key"], plain["key"]);
+  EXPECT_EQ(compile("sm_90a")["cache"], "hit");
+
+  std::string other = m_dir + "/other";
+  compile("sm_90", other);
+  CliResult text = kiln({"why", k_mlp, "--arch", "sm_90a", "--precision", "high"}, other);
+  EXPECT_EQ(text.exit_code, 1) << text.err;
+  EXPECT_NE(text.out.find("arch (sm_90a here, sm_90 cached)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("sm_90a and sm_90 are separate targets: sm_90a kernels may use that "
+                          "arch's own instructions and load only on compute capability 9.0"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("Give --arch sm_90 to use the cached entry"), std::string::npos)
+      << text.out;
+  CliResult js = kiln({"why", k_mlp, "--arch", "sm_90a", "--precision", "high", "--json"}, other);
+  json out = json::parse(js.out);
+  ASSERT_EQ(out["nearest"].size(), 1u);
+  const json& diff = out["nearest"][0]["differs"][0];
+  EXPECT_EQ(diff["field"], "arch");
+  EXPECT_EQ(diff["requested"], "sm_90a");
+  EXPECT_EQ(diff["cached"], "sm_90");
+  ASSERT_TRUE(diff.contains("note"));
+  // Archs that differ in more than the suffix get no such note.
+  CliResult other_arch = kiln({"why", k_mlp, "--arch", "sm_80", "--precision", "high", "--json"},
+                              other);
+  EXPECT_FALSE(json::parse(other_arch.out)["nearest"][0]["differs"][0].contains("note"));
+
+  CliResult b200 = kiln({"compile", k_mlp, "--arch", "sm_100a"});
+  EXPECT_EQ(b200.exit_code, 2);
+  EXPECT_NE(b200.err.find("kiln plans arch-specific code for sm_90a only; give sm_100"),
+            std::string::npos)
+      << b200.err;
+}
+
 TEST_F(CompileCacheCli, ExportedBundlePrewarmsAnotherCache) {
   std::string key = compile("sm_86")["key"];
   std::string bundle = m_dir + "/fleet.kbundle";

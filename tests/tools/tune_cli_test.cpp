@@ -60,8 +60,8 @@ TEST_F(TuneCli, BadUsageExitsTwo) {
   EXPECT_NE(cpu.err.find("tune times CUDA kernels"), std::string::npos) << cpu.err;
   CliResult arch = on_fake({"tune", m_graph, "--arch", "sm_80"});
   EXPECT_EQ(arch.exit_code, 2) << arch.err;
-  EXPECT_NE(arch.err.find("Fake CUDA Device (132 SMs), which is sm_90: give --arch sm_90 (or "
-                          "none), not sm_80"),
+  EXPECT_NE(arch.err.find("Fake CUDA Device (132 SMs), which is sm_90: give --arch sm_90a or "
+                          "sm_90 (or none), not sm_80"),
             std::string::npos)
       << arch.err;
   std::ofstream(m_dir + "/bad.kg") << "graph g {\n  input a: f32[4, 4]\n  output b\n}\n";
@@ -75,7 +75,7 @@ TEST_F(TuneCli, TheRecordItStoresIsWhatCompileThenReports) {
   ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
   json report = json::parse(tuned.out, nullptr, false);
   ASSERT_TRUE(report.is_object()) << tuned.out;
-  EXPECT_EQ(report["arch"], "sm_90");
+  EXPECT_EQ(report["arch"], "sm_90a");  // the device's own target, as the runtime's
   EXPECT_EQ(report["device"], "Fake CUDA Device (132 SMs)");
   EXPECT_EQ(report["stored"], true);
   ASSERT_EQ(report["problems"].size(), 1u);
@@ -124,7 +124,7 @@ TEST_F(TuneCli, TheRecordItStoresIsWhatCompileThenReports) {
   EXPECT_NE(text.out.find("k0_matmul_tf32: "), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("(0.5000 ms), model"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("(2.0000 ms): 4.00x"), std::string::npos) << text.out;
-  EXPECT_NE(text.out.find("tuning records stored for Fake CUDA Device (132 SMs), sm_90"),
+  EXPECT_NE(text.out.find("tuning records stored for Fake CUDA Device (132 SMs), sm_90a"),
             std::string::npos)
       << text.out;
   EXPECT_NE(text.err.find("tuning k0_matmul_tf32 (matmul batch=1 m=24 n=320 k=256"),

@@ -53,8 +53,9 @@ struct RuntimeOptions {
   // The graph-wide matmul precision; `automatic` picks high (TF32) on compute capability >= 8.0
   // and highest below, decided per arch and logged once.
   Precision precision = Precision::automatic;
-  // Target arch ("sm_90"); empty: the compute capability of CUDA device `device`. Set it to
-  // compile ahead of time on a machine without a GPU (warming a cache for a fleet).
+  // Target arch ("sm_90", "sm_90a"); empty: the compute capability of CUDA device `device`, as
+  // sm_90a on compute capability 9.0 (code that loads there only). Set it to compile ahead of
+  // time on a machine without a GPU (warming a cache for a fleet).
   std::string arch;
   // Where kernels run: "cuda" (the default; also ""; "cuda:sm_90" also sets `arch` where it is
   // empty), "cpu" (this machine's CPU: kernels compiled

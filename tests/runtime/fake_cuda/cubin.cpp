@@ -14,6 +14,7 @@ constexpr uint8_t k_format_sized = 4;  // EIFMT_SVAL: a 16-bit size, then that m
 constexpr uint8_t k_attr_max_threads = 0x05;
 constexpr uint8_t k_attr_kparam_info = 0x17;
 constexpr uint8_t k_attr_cuda_api_version = 0x37;
+constexpr uint8_t k_compat_arch_specific = 0x09;  // in .nv.compat: 1 for an sm_XXa cubin
 
 template <typename T>
 T load(const unsigned char* at) {
@@ -27,6 +28,22 @@ struct Section {
   uint32_t type = 0;
   uint64_t offset = 0, size = 0;
 };
+
+// Reads the .nv.compat records (the .nv.info layout: 4 bytes, or a sized value) into `cubin`.
+bool read_compat(const unsigned char* data, uint64_t size, Cubin& cubin) {
+  uint64_t at = 0;
+  while (at + 4 <= size) {
+    uint8_t format = data[at], attribute = data[at + 1];
+    if (format < 1 || format > k_format_sized) return false;
+    if (format != k_format_sized) {
+      if (attribute == k_compat_arch_specific) cubin.arch_specific = data[at + 2] != 0;
+      at += 4;
+      continue;
+    }
+    at += 4 + load<uint16_t>(data + at + 2);
+  }
+  return at <= size;
+}
 
 // Reads one kernel's .nv.info records into `kernel` (and the API version into `cubin`).
 bool read_info(const unsigned char* data, uint64_t size, CubinKernel& kernel, Cubin& cubin) {
@@ -93,6 +110,8 @@ std::optional<Cubin> read_cubin(const void* image) {
   }
   Cubin cubin;
   cubin.sm = static_cast<int>((flags >> 8) & 0xff);
+  for (const Section& s : sections)
+    if (s.name == ".nv.compat" && !read_compat(bytes + s.offset, s.size, cubin)) return std::nullopt;
   for (const Section& text : sections) {
     if (text.name.substr(0, 6) != ".text.") continue;
     CubinKernel kernel;

@@ -56,6 +56,8 @@ int cuStreamSynchronize(void* stream);
 int cuStreamBeginCapture_v2(void* stream, int mode);
 int cuStreamEndCapture(void* stream, void** graph);
 int cuStreamIsCapturing(void* stream, int* status);
+int cuModuleLoadData(void** module, const void* image);
+int cuModuleUnload(void* module);
 int cuMemAlloc_v2(unsigned long long* pointer, size_t bytes);
 int cuMemFree_v2(unsigned long long pointer);
 }

@@ -20,6 +20,7 @@ int cuModuleLoadData(void** module, const void* image) {
   if (!cubin) return k_invalid_image;
   int sm = s.config.device_sms[c->device];
   if (cubin->sm / 10 != sm / 10 || cubin->sm % 10 > sm % 10) return k_no_binary_for_gpu;
+  if (cubin->arch_specific && cubin->sm != sm) return k_no_binary_for_gpu;
   if (cubin->api_version / 10 > s.config.driver_version / 1000) return k_invalid_image;
   auto m = std::make_unique<Module>();
   m->context = c;
