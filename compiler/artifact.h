@@ -43,8 +43,9 @@ struct BufferRef {
 };
 
 // What a kernel parameter passes: a pointer to a buffer; the value of one of the graph's symbols
-// (an int); or a 128-byte CUDA tensor map of a buffer, by value (TMA on sm_90a; nothing emits
-// one yet, and the launcher refuses it by name).
+// (an int); or a 128-byte CUDA tensor map of a buffer, by value (TMA on sm_90a), which the
+// launcher encodes with cuTensorMapEncodeTiled from `map` (compiler/tensor_map.h) at each run.
+// No kernel kiln emits takes one yet.
 enum class ParamKind : uint8_t { pointer, dim, tensor_map };
 
 // One kernel parameter. Buffers come first (stores, then reads), then the dims.
@@ -54,7 +55,7 @@ struct KernelParam {
   bool written = false;  // the kernel stores to it
   ParamKind kind = ParamKind::pointer;
   uint32_t symbol = 0;   // dim: the index of the graph symbol whose value it passes
-  std::string map{};     // tensor_map: how to encode it (defined with the first kernel that takes one)
+  std::string map{};     // tensor_map: how to encode it, TensorMapSpec's text
   bool operator==(const KernelParam&) const = default;
 };
 

@@ -81,6 +81,8 @@ Expected<const DriverApi*> load_once() {
        resolve(library, "cuEventElapsedTime_v2", api.event_elapsed_time) ||
            resolve(library, "cuEventElapsedTime", api.event_elapsed_time)},
       {"cuEventDestroy_v2", resolve(library, "cuEventDestroy_v2", api.event_destroy)},
+      {"cuTensorMapEncodeTiled",
+       resolve(library, "cuTensorMapEncodeTiled", api.tensor_map_encode_tiled)},
   };
   for (const Entry& e : entries) {
     if (!e.ok) return make_error("cuda driver: ", path, " lacks ", e.name);

@@ -79,6 +79,11 @@ struct DriverApi {
   CuResult (*event_synchronize)(CuEvent);
   CuResult (*event_elapsed_time)(float*, CuEvent, CuEvent);  // _v2 where exported
   CuResult (*event_destroy)(CuEvent);
+  // TMA (sm_90a): a 128-byte CUtensorMap from a compiler::TensorMapSpec and an address; the enums
+  // are cuda.h's, passed as ints.
+  CuResult (*tensor_map_encode_tiled)(void*, int, uint32_t, void*, const uint64_t*,
+                                      const uint64_t*, const uint32_t*, const uint32_t*, int, int,
+                                      int, int);
   int version = 0;  // cuDriverGetVersion: 1000 * major + 10 * minor
 };
 

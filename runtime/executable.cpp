@@ -5,6 +5,7 @@
 #include "runtime/backend.h"
 
 #include "compiler/artifact.h"
+#include "compiler/tensor_map.h"
 #include "ir/types.h"
 #include "runtime/compatibility.h"
 #include "runtime/context.h"
@@ -22,14 +23,22 @@ namespace kiln::runtime {
 
 namespace {
 
-// What this launcher cannot launch yet, refused by name before anything runs: a tensor-map
-// parameter (its encoding comes with the kernels that take one) and a thread-block cluster
-// (cuLaunchKernelEx comes with them too).
+// What this launcher cannot launch, refused by name before anything runs: a tensor map whose
+// description does not read back, breaks the driver's rules or reaches past its buffer; a
+// thread-block cluster (cuLaunchKernelEx comes with the kernels that use one).
 Status check_launchable(const compiler::KernelArtifact& kernel) {
-  for (const compiler::KernelParam& p : kernel.params) {
-    if (p.kind == compiler::ParamKind::tensor_map)
-      return make_error("kernel '", kernel.name, "' takes a tensor map, which this kiln's "
-                        "launcher does not encode; compile the graph again with this kiln");
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    const compiler::KernelParam& p = kernel.params[i];
+    if (p.kind != compiler::ParamKind::tensor_map) continue;
+    auto spec = compiler::parse_tensor_map(p.map);
+    Status legal = spec ? compiler::check_tensor_map(*spec) : Status(spec.error());
+    if (!legal)
+      return make_error("kernel '", kernel.name, "' parameter ", std::to_string(i), ": ",
+                        legal.error().message);
+    if (uint64_t reach = compiler::tensor_map_extent(*spec); reach > p.bytes)
+      return make_error("kernel '", kernel.name, "' parameter ", std::to_string(i),
+                        ": its tensor map reaches ", std::to_string(reach),
+                        " bytes into a buffer of ", std::to_string(p.bytes));
   }
   if (kernel.launch.clustered()) {
     const auto& c = kernel.launch.cluster;
@@ -38,6 +47,24 @@ Status check_launchable(const compiler::KernelArtifact& kernel) {
                       ", which this kiln's launcher does not do; compile the graph again with "
                       "this kiln");
   }
+  return Status::success();
+}
+
+// A CUtensorMap as the driver wants it: 128 bytes aligned to 64.
+struct alignas(64) TensorMapBytes {
+  unsigned char bytes[128] = {};
+};
+
+// Encodes tensor-map parameter `p` of the buffer at `address` (its description checked at load).
+Status encode_tensor_map(const DriverApi& cu, const compiler::KernelParam& p, void* address,
+                         TensorMapBytes& out) {
+  auto spec = compiler::parse_tensor_map(p.map);
+  if (!spec) return spec.error();
+  CuResult r = cu.tensor_map_encode_tiled(
+      out.bytes, static_cast<int>(spec->type), spec->rank, address, spec->dims.data(),
+      spec->strides.data(), spec->box.data(), spec->element_strides.data(), /*interleave=*/0,
+      static_cast<int>(spec->swizzle), static_cast<int>(spec->l2), /*oob_fill=*/0);
+  if (r != 0) return driver_error(cu, "cuTensorMapEncodeTiled", r);
   return Status::success();
 }
 
@@ -284,22 +311,28 @@ private:
         break;
       }
       // Each parameter's value, by kind (a dim's symbol was checked against the graph's when
-      // the executable was made, a tensor map refused when the kernels were loaded).
+      // the executable was made, a tensor map's description when the kernels were loaded).
       std::vector<CuDevicePtr> pointers(kernel.params.size(), 0);
+      std::vector<TensorMapBytes> maps(kernel.params.size());
       std::vector<void*> args;
-      for (size_t i = 0; i < kernel.params.size(); ++i) {
+      for (size_t i = 0; i < kernel.params.size() && launched; ++i) {
         const compiler::KernelParam& p = kernel.params[i];
         switch (p.kind) {
           case compiler::ParamKind::pointer:
-          case compiler::ParamKind::tensor_map:
             pointers[i] = reinterpret_cast<CuDevicePtr>((*bound)[i]);
             args.push_back(&pointers[i]);
+            break;
+          case compiler::ParamKind::tensor_map:
+            if (Status s = encode_tensor_map(cu, p, (*bound)[i], maps[i]); !s)
+              launched = make_error("kernel '", kernel.name, "': ", s.error().message);
+            args.push_back(maps[i].bytes);
             break;
           case compiler::ParamKind::dim:
             args.push_back(&dim_values[p.symbol]);
             break;
         }
       }
+      if (!launched) break;
       auto launch = compiler::launch_at(kernel.launch, kernel.grid, sizes.values);
       if (!launch) {
         launched = make_error("entry ", exe().key(), ": kernel '", kernel.name,

@@ -58,6 +58,13 @@ int cuStreamEndCapture(void* stream, void** graph);
 int cuStreamIsCapturing(void* stream, int* status);
 int cuModuleLoadData(void** module, const void* image);
 int cuModuleUnload(void* module);
+int cuModuleGetFunction(void** function, void* module, const char* name);
+int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shared, void* stream, void** params, void** extra);
+int cuTensorMapEncodeTiled(void* tensor_map, int type, unsigned rank, void* address,
+                           const unsigned long long* dims, const unsigned long long* strides,
+                           const unsigned* box, const unsigned* element_strides, int interleave,
+                           int swizzle, int l2, int oob_fill);
 int cuMemAlloc_v2(unsigned long long* pointer, size_t bytes);
 int cuMemFree_v2(unsigned long long pointer);
 }

@@ -120,7 +120,14 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
   int fault = k_success;
   for (size_t i = 0; i < sizes.size(); ++i) {
     uint64_t value = 0;
-    if (sizes[i] > sizeof value || !params[i]) return k_invalid_value;
+    if (!params[i]) return k_invalid_value;
+    if (sizes[i] == 128) {  // a CUtensorMap by value: recorded as its base address
+      int map_fault = tensor_map_fault(s, params[i], c, &value);
+      if (!fault) fault = map_fault;
+      launch.params.push_back(value);
+      continue;
+    }
+    if (sizes[i] > sizeof value) return k_invalid_value;
     std::memcpy(&value, params[i], sizes[i]);
     launch.params.push_back(value);
     if (sizes[i] == 8 && !fault) fault = pointer_fault(s, value, c);

@@ -182,6 +182,11 @@ const Allocation* find_allocation(State& s, uint64_t value, size_t bytes);
 // 16-byte aligned.
 int pointer_fault(State& s, uint64_t value, const Context* c);
 
+// A 128-byte tensor-map parameter's fault (0: none): it must be one cuTensorMapEncodeTiled wrote,
+// and every byte it describes must lie in one live allocation of the launch's device. `address`:
+// the map's base address (0 when it is no map).
+int tensor_map_fault(State& s, const void* bytes, const Context* c, uint64_t* address);
+
 }  // namespace kiln::fake_cuda::detail
 
 // Opens an entry point that reads or changes shared state: holds the lock as `s`, and fails with

@@ -1,0 +1,233 @@
+// Tensor-map parameters against the fake libcuda: cuTensorMapEncodeTiled's documented rules, and
+// the launcher encoding a kernel's map of its bound buffer (a kernel that takes
+// `const __grid_constant__ CUtensorMap`, compiled by NVRTC for sm_90a), or refusing a map that
+// breaks the rules or reaches past its buffer before anything runs.
+#include "fake_driver_support.h"
+
+#include "compiler/nvrtc.h"
+#include "compiler/tensor_map.h"
+#include "ir/parse.h"
+#include "runtime/compile_service.h"
+#include "runtime/executable_impl.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace kiln {
+namespace {
+
+using testing_support::Buffers;
+using testing_support::use_fake_driver;
+
+struct alignas(64) MapBytes {
+  unsigned char bytes[128];
+};
+
+// cuTensorMapEncodeTiled of `spec` at `address` (the fake's own entry point, called directly).
+int encode(const compiler::TensorMapSpec& spec, uint64_t address, MapBytes& out) {
+  static_assert(sizeof(unsigned long long) == sizeof(uint64_t));
+  return cuTensorMapEncodeTiled(
+      out.bytes, static_cast<int>(spec.type), spec.rank, reinterpret_cast<void*>(address),
+      reinterpret_cast<const unsigned long long*>(spec.dims.data()),
+      reinterpret_cast<const unsigned long long*>(spec.strides.data()), spec.box.data(),
+      spec.element_strides.data(), 0, static_cast<int>(spec.swizzle), static_cast<int>(spec.l2), 0);
+}
+
+// The fake driver and kiln's own check agree on the documented rules: every edit that breaks one
+// is refused by both (CUDA_ERROR_INVALID_VALUE), the unedited maps pass both.
+TEST(FakeTensorMap, TheDriversRulesAndKilnsCheckAgree) {
+  ASSERT_TRUE(use_fake_driver({}));
+  auto base = compiler::parse_tensor_map(
+      "tiled bf16 dims=64,4096 strides=8192 box=64,128 elem=1,1 swizzle=128B l2=256B");
+  ASSERT_TRUE(base);
+  std::vector<compiler::TensorMapSpec> specs = {*base};
+  auto edited = [&](auto edit) {
+    compiler::TensorMapSpec s = *base;
+    edit(s);
+    specs.push_back(s);
+  };
+  edited([](auto& s) { s.rank = 6; });
+  edited([](auto& s) { s.dims[1] = 0; });
+  edited([](auto& s) { s.dims[0] = (uint64_t{1} << 32) + 1; });
+  edited([](auto& s) { s.strides[0] = 8200; });
+  edited([](auto& s) { s.strides[0] = uint64_t{1} << 40; });
+  edited([](auto& s) { s.box[1] = 257; });
+  edited([](auto& s) { s.box[0] = 60; });
+  edited([](auto& s) { s.box[0] = 72; });
+  edited([](auto& s) { s.element_strides[1] = 9; });
+  edited([](auto& s) { s.swizzle = compiler::TensorMapSwizzle::b32; });
+  edited([](auto& s) { s.swizzle = compiler::TensorMapSwizzle::none, s.box[0] = 256; });
+  edited([](auto& s) { s.type = compiler::TensorMapType::f32, s.box[0] = 32; });
+  edited([](auto& s) { s.rank = 1, s.box[0] = 8; });
+  size_t refused = 0;
+  for (const compiler::TensorMapSpec& spec : specs) {
+    MapBytes map{};
+    bool kiln_ok = compiler::check_tensor_map(spec).ok();
+    EXPECT_EQ(encode(spec, 0x10000, map) == 0, kiln_ok) << compiler::to_string(spec);
+    refused += !kiln_ok;
+  }
+  EXPECT_EQ(refused, 10u);
+  // What only the address decides: 16-byte alignment, and a 64-byte aligned map to write.
+  MapBytes map{};
+  EXPECT_EQ(encode(*base, 0x10008, map), 1);
+  alignas(64) unsigned char storage[192];
+  EXPECT_EQ(cuTensorMapEncodeTiled(storage + 8, 9, 1, reinterpret_cast<void*>(0x10000),
+                                   reinterpret_cast<const unsigned long long*>(base->dims.data()),
+                                   nullptr, base->box.data(), base->element_strides.data(), 0, 0,
+                                   0, 0),
+            1);
+}
+
+const char* k_graph = R"(graph probe {
+  input x: f32[64, 64]
+  y = relu(x)
+  output y
+}
+)";
+
+// An sm_90a kernel that takes its input as a tensor map, in place of the graph's one kernel.
+const char* k_probe = R"(struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
+extern "C" __global__ void probe(float* y, const __grid_constant__ CUtensorMap x) {
+  y[threadIdx.x] = (float)x.opaque[0];
+})";
+
+class TensorMapLaunch : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!test_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+    ASSERT_TRUE(use_fake_driver({}));
+    auto graph = ir::parse_graph(k_graph, "probe.kg");
+    ASSERT_TRUE(graph) << graph.error().message;
+    m_graph = std::make_unique<ir::Graph>(*graph);
+    compiler::CompileOptions options;
+    options.target = compiler::Target::cuda(90, "a");
+    auto result = runtime::compile_graph(*m_graph, options, nullptr);
+    ASSERT_TRUE(result) << result.error().message;
+    m_result = *result;
+    auto nvrtc = compiler::load_nvrtc("");
+    ASSERT_TRUE(nvrtc);
+    auto probe = (*nvrtc)->compile(k_probe, "probe", "sm_90a");
+    ASSERT_TRUE(probe) << probe.error().message;
+    ASSERT_EQ(m_result.artifact.kernels.size(), 1u);
+    compiler::KernelArtifact& k = m_result.artifact.kernels[0];
+    ASSERT_EQ(k.params.size(), 2u);
+    ASSERT_EQ(k.params[1].buffer.role, compiler::BufferRole::input);
+    k.cubin = probe->cubin;
+    k.entry = "probe";
+    k.params[1].kind = compiler::ParamKind::tensor_map;
+  }
+  static bool test_nvrtc() { return compiler::load_nvrtc("").ok(); }
+
+  // The probe kernel loaded by hand in device 0's primary context, made current; null on failure.
+  void* probe_function() {
+    void* context = nullptr;
+    void* module = nullptr;
+    void* function = nullptr;
+    if (cuDevicePrimaryCtxRetain(&context, 0) || cuCtxPushCurrent_v2(context) ||
+        cuModuleLoadData(&module, m_result.artifact.kernels[0].cubin.data()) ||
+        cuModuleGetFunction(&function, module, "probe"))
+      return nullptr;
+    return function;
+  }
+
+  // Makes the executable with `map` as the input's description and runs it.
+  Status run(const std::string& map) {
+    runtime::CompileResult result = m_result;
+    result.artifact.kernels[0].params[1].map = map;
+    auto made = runtime::make_executable(*m_graph, std::move(result), 0);
+    if (!made) return made.error();
+    m_exe = *made;
+    m_buffers = std::make_unique<Buffers>(*m_exe, 0);
+    if (!m_buffers->ok()) return make_error(m_buffers->error);
+    return m_exe->run(m_buffers->inputs, m_buffers->outputs);
+  }
+
+  std::unique_ptr<ir::Graph> m_graph;
+  runtime::CompileResult m_result;
+  std::shared_ptr<Executable> m_exe;
+  std::unique_ptr<Buffers> m_buffers;
+};
+
+TEST_F(TensorMapLaunch, TheLauncherEncodesTheBoundBuffersMap) {
+  // 64 x 64 f32 rows of 256 bytes, in 32 x 32 boxes swizzled over 128 bytes.
+  Status s = run("tiled f32 dims=64,64 strides=256 box=32,32 elem=1,1 swizzle=128B l2=256B");
+  ASSERT_TRUE(s) << s.error().message;
+  auto launches = fake_cuda::launches();
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].function, "probe");
+  EXPECT_EQ(launches[0].cubin_params, 2u);
+  EXPECT_EQ(launches[0].fault, 0) << "the map describes the input buffer, within it";
+  EXPECT_EQ(launches[0].params[0], reinterpret_cast<uint64_t>(m_buffers->outputs[0].data));
+  EXPECT_EQ(launches[0].params[1], reinterpret_cast<uint64_t>(m_buffers->inputs[0].data))
+      << "the map is of the bound input";
+}
+
+TEST_F(TensorMapLaunch, AMapThatBreaksARuleOrOverreachesIsRefusedBeforeAnyLaunch) {
+  struct Case {
+    const char* map;
+    const char* says;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {"tiled f32 dims=64,64 strides=256 box=32,300 elem=1,1 swizzle=none l2=none",
+            "kernel 'k0_elementwise' parameter 1: tensor map 'tiled f32 dims=64,64 strides=256 "
+            "box=32,300 elem=1,1 swizzle=none l2=none': box[1] must be 1 to 256"},
+           {"tiled f32 dims=64,65 strides=256 box=32,32 elem=1,1 swizzle=none l2=none",
+            "parameter 1: its tensor map reaches 16640 bytes into a buffer of 16384"},
+           {"tiled f32 dims=64,64 strides=264 box=32,32 elem=1,1 swizzle=none l2=none",
+            "strides[0] must be a multiple of 16"},
+           {"", "expected 'tiled TYPE"},
+       }) {
+    size_t before = fake_cuda::launches().size();
+    Status s = run(c.map);
+    ASSERT_FALSE(s) << c.map;
+    EXPECT_NE(s.error().message.find(c.says), std::string::npos) << s.error().message;
+    EXPECT_EQ(fake_cuda::launches().size(), before) << c.map;
+  }
+}
+
+// What a kernel given a map can reach is checked at the launch, as a fault: a map of more bytes
+// than its allocation holds, and 128 bytes cuTensorMapEncodeTiled did not write.
+TEST_F(TensorMapLaunch, AKernelGivenAMapBeyondItsAllocationOrNoMapFaults) {
+  void* function = probe_function();
+  ASSERT_NE(function, nullptr);
+  unsigned long long out = 0, in = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&out, 256), 0);
+  ASSERT_EQ(cuMemAlloc_v2(&in, 64 * 64 * 4), 0);
+  auto launch = [&](const MapBytes& map) {
+    void* params[] = {&out, const_cast<unsigned char*>(map.bytes)};
+    EXPECT_EQ(cuLaunchKernel(function, 1, 1, 1, 64, 1, 1, 0, nullptr, params, nullptr), 0);
+    return fake_cuda::launches().back();
+  };
+  auto spec = compiler::parse_tensor_map(
+      "tiled f32 dims=64,64 strides=256 box=32,32 elem=1,1 swizzle=none l2=none");
+  ASSERT_TRUE(spec);
+  MapBytes fits{};
+  ASSERT_EQ(encode(*spec, in, fits), 0);
+  fake_cuda::Launch ok = launch(fits);
+  EXPECT_EQ(ok.fault, 0);
+  EXPECT_EQ(ok.params[1], in);
+  spec->dims[1] = 65;  // one row past the allocation
+  MapBytes past{};
+  ASSERT_EQ(encode(*spec, in, past), 0) << "the driver does not know the allocation's size";
+  EXPECT_EQ(launch(past).fault, 700);  // CUDA_ERROR_ILLEGAL_ADDRESS
+  void* popped = nullptr;
+  cuCtxPopCurrent_v2(&popped);
+}
+
+TEST_F(TensorMapLaunch, BytesNoEncoderWroteFault) {
+  void* function = probe_function();
+  ASSERT_NE(function, nullptr);
+  unsigned long long out = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&out, 256), 0);
+  MapBytes garbage{};
+  std::memcpy(garbage.bytes + 8, &out, sizeof out);  // an address, but no map
+  void* params[] = {&out, garbage.bytes};
+  ASSERT_EQ(cuLaunchKernel(function, 1, 1, 1, 64, 1, 1, 0, nullptr, params, nullptr), 0);
+  EXPECT_EQ(fake_cuda::launches().back().fault, 700);
+  void* popped = nullptr;
+  cuCtxPopCurrent_v2(&popped);
+}
+
+}  // namespace
+}  // namespace kiln
