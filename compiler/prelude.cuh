@@ -118,6 +118,38 @@ KILN_DEVICE void kiln_cp_async_wait() {
 #endif
 }
 
+// ---- mbarrier (init and arrive: sm_80+; transaction bytes and parity waits: sm_90+) ------------
+// An mbarrier is 8 bytes of shared memory, 8-byte aligned. A phase completes when it has had
+// `count` arrivals and every transaction byte it expects has landed; waiters name the phase by
+// its parity (0 for the first, then alternating).
+KILN_DEVICE void kiln_mbarrier_init(unsigned long long* bar, unsigned count) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(kiln_smem_addr(bar)), "r"(count)
+               : "memory");
+#endif
+}
+KILN_DEVICE void kiln_mbarrier_arrive(unsigned long long* bar) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}\n"
+               :: "r"(kiln_smem_addr(bar)) : "memory");
+#endif
+}
+// Arrives, first adding `bytes` to the transaction bytes the phase waits for. sm_90 and newer:
+// not guarded, so a kernel that calls it for an older arch fails to assemble rather than skip it.
+KILN_DEVICE void kiln_mbarrier_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+               :: "r"(kiln_smem_addr(bar)), "r"(bytes) : "memory");
+}
+// Waits until the phase of parity `parity` has completed (sm_90 and newer, likewise).
+KILN_DEVICE void kiln_mbarrier_wait(unsigned long long* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(kiln_smem_addr(bar)), "r"(parity) : "memory");
+  }
+}
+
 // ---- ldmatrix (sm_75+) ----------------------------------------------------------------------
 // Each lane passes the shared-memory address of one 16-byte row: lanes 8i..8i+7 address the rows
 // of matrix i. r[i] receives this lane's 32 bits of matrix i (row lane/4, bytes 4*(lane%4)..+3),

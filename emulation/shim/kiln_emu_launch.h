@@ -26,11 +26,17 @@ inline void fiber_entry() {
 }
 
 inline std::string describe_deadlock(const Block& b) {
-  int at_barrier = 0, at_warp = 0, done = 0;
+  int at_barrier = 0, at_warp = 0, at_mbarrier = 0, done = 0;
   Collective op = Collective::none;
+  const MBarrier* waited = nullptr;
   for (const Thread& t : b.threads) {
     if (t.wait == Wait::barrier) ++at_barrier;
     if (t.wait == Wait::done) ++done;
+    if (t.wait == Wait::mbarrier) {
+      ++at_mbarrier;
+      for (const MBarrier& m : b.mbarriers)
+        if (m.offset == t.waits_on && !waited) waited = &m;
+    }
     if (t.wait == Wait::warp) {
       ++at_warp;
       op = b.warps[static_cast<size_t>(t.warp)].op;
@@ -43,7 +49,16 @@ inline std::string describe_deadlock(const Block& b) {
                 "reaches)",
                 b.block_idx.x, b.block_idx.y, b.block_idx.z, at_barrier, at_warp,
                 at_warp ? " (" : "", at_warp ? collective_name(op) : "", at_warp ? ")" : "", done);
-  return text;
+  std::string out = text;
+  if (waited) {
+    std::snprintf(text, sizeof text,
+                  "; %d thread(s) wait on mbarriers, the first at shared-memory offset %zu in "
+                  "phase %u with %u of %u arrivals and %lld transaction bytes pending",
+                  at_mbarrier, waited->offset, waited->phase, waited->pending, waited->expected,
+                  static_cast<long long>(waited->tx));
+    out += text;
+  }
+  return out;
 }
 
 // A memory fault inside a kernel (a wild load or store, a fiber's stack overflowing into its
@@ -161,6 +176,7 @@ inline bool sweep(Block& b, size_t index, bool& ran) {
 inline bool run_block(Block& b) {
   size_t n = b.threads.size();
   b.barrier_arrived = 0;
+  b.mbarriers.clear();
   for (Warp& w : b.warps) {
     w.arrived = 0;
     w.op = Collective::none;

@@ -70,6 +70,19 @@ KILN_DEVICE void kiln_cp_async_wait() {
   ::kiln_emu::cp_async_wait(N);
 }
 
+// ---- mbarrier --------------------------------------------------------------------------------
+KILN_DEVICE void kiln_mbarrier_init(unsigned long long* bar, unsigned count) {
+  ::kiln_emu::mbarrier_init(bar, count);
+}
+KILN_DEVICE void kiln_mbarrier_arrive(unsigned long long* bar) { ::kiln_emu::mbarrier_arrive(bar); }
+KILN_DEVICE void kiln_mbarrier_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+  if (bytes == 0) ::kiln_emu::require_sm(90, "mbarrier.arrive.expect_tx");
+  ::kiln_emu::mbarrier_arrive(bar, bytes);
+}
+KILN_DEVICE void kiln_mbarrier_wait(unsigned long long* bar, unsigned parity) {
+  ::kiln_emu::mbarrier_wait_parity(bar, parity);
+}
+
 // ---- ldmatrix --------------------------------------------------------------------------------
 // ldmatrix and mma.sync are .aligned: every lane must execute the same instruction. Kept out of
 // line, each call's return address names the place in the kernel that executed it.

@@ -35,7 +35,7 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 
-enum class Wait : uint8_t { none, barrier, warp, done };
+enum class Wait : uint8_t { none, barrier, warp, mbarrier, done };
 enum class Collective : uint8_t { none, shfl, syncwarp, ballot, ldmatrix, mma };
 
 inline const char* collective_name(Collective c) {
@@ -74,11 +74,25 @@ struct LaneSlot {
   const void* site = nullptr;
 };
 
+// An mbarrier object in shared memory, modelled by its state rather than its 8 bytes (PTX ISA,
+// "Parallel synchronization and communication instructions: mbarrier"): the arrivals a phase
+// expects and still awaits, the transaction bytes still to complete (which may go negative when a
+// copy completes before its expect_tx), and the phase. A phase completes when no arrival and no
+// byte is pending; the next then awaits the expected arrivals again.
+struct MBarrier {
+  size_t offset = 0;  // in the block's dynamic shared memory
+  uint32_t expected = 0, pending = 0;
+  int64_t tx = 0;
+  uint32_t phase = 0;
+};
+
 struct Thread {
   Context context;
   Dim3 tid;
   int linear = 0, lane = 0, warp = 0;
   Wait wait = Wait::none;
+  size_t waits_on = 0;      // Wait::mbarrier: the barrier's offset
+  uint32_t wait_parity = 0;  // and the parity of the phase it waits to complete
   std::vector<CpCopy> open_group;
   std::deque<std::vector<CpCopy>> groups;
   unsigned char* stack = nullptr;
@@ -104,6 +118,7 @@ struct Block {
   unsigned char* smem = nullptr;
   size_t smem_bytes = 0;
   int barrier_arrived = 0;
+  std::vector<MBarrier> mbarriers;  // those initialised in this block, by offset
   bool failed = false;
   std::string error;
   char fault[200] = {};  // set by the fault handler, which must not allocate
@@ -313,6 +328,96 @@ inline void cp_async_wait(int pending) {
     for (const CpCopy& c : self->groups.front()) perform(c);
     self->groups.pop_front();
   }
+}
+
+// ---- mbarrier ---------------------------------------------------------------------------------
+
+// The initialised mbarrier at `bar`; fails naming `what` when there is none.
+inline MBarrier& mbarrier_at(const void* bar, const char* what) {
+  check_smem(bar, 8, 8, what);
+  Block& b = *t_block;
+  size_t offset = static_cast<size_t>(static_cast<const unsigned char*>(bar) - b.smem);
+  for (MBarrier& m : b.mbarriers)
+    if (m.offset == offset) return m;
+  char text[160];
+  std::snprintf(text, sizeof text, "%s: no mbarrier was initialised at shared-memory offset %zu",
+                what, offset);
+  fail(text);
+}
+
+// mbarrier.init: `count` arrivals a phase (1 to 2^20 - 1), no bytes pending, phase 0.
+inline void mbarrier_init(void* bar, unsigned count) {
+  require_sm(80, "mbarrier.init");
+  check_smem(bar, 8, 8, "mbarrier.init");
+  if (count < 1 || count > (1u << 20) - 1) fail("mbarrier.init: the count must be 1 to 2^20 - 1");
+  Block& b = *t_block;
+  size_t offset = static_cast<size_t>(static_cast<unsigned char*>(bar) - b.smem);
+  for (MBarrier& m : b.mbarriers)
+    if (m.offset == offset) {
+      for (const Thread& t : b.threads)
+        if (t.wait == Wait::mbarrier && t.waits_on == offset)
+          fail("mbarrier.init: the mbarrier is initialised again while threads wait on it");
+      m = MBarrier{offset, count, count, 0, 0};
+      return;
+    }
+  b.mbarriers.push_back(MBarrier{offset, count, count, 0, 0});
+}
+
+// Completes the phase when nothing is pending, waking the threads that wait for it.
+inline void mbarrier_settle(MBarrier& m) {
+  if (m.pending != 0 || m.tx != 0) return;
+  for (Thread& t : t_block->threads)
+    if (t.wait == Wait::mbarrier && t.waits_on == m.offset && t.wait_parity == (m.phase & 1u))
+      t.wait = Wait::none;
+  ++m.phase;
+  m.pending = m.expected;
+}
+
+// mbarrier.arrive (with expect_tx: `bytes` more transaction bytes to wait for, before arriving).
+inline void mbarrier_arrive(void* bar, unsigned bytes = 0) {
+  require_sm(bytes ? 90 : 80, bytes ? "mbarrier.arrive.expect_tx" : "mbarrier.arrive");
+  MBarrier& m = mbarrier_at(bar, "mbarrier.arrive");
+  if (bytes > (1u << 20) - 1) fail("mbarrier.arrive.expect_tx: more than 2^20 - 1 bytes");
+  m.tx += bytes;
+  if (m.pending == 0) fail("mbarrier.arrive: the phase has had all the arrivals it expects");
+  --m.pending;
+  mbarrier_settle(m);
+}
+
+// mbarrier.expect_tx without arriving.
+inline void mbarrier_expect_tx(void* bar, unsigned bytes) {
+  require_sm(90, "mbarrier.expect_tx");
+  MBarrier& m = mbarrier_at(bar, "mbarrier.expect_tx");
+  if (bytes > (1u << 20) - 1) fail("mbarrier.expect_tx: more than 2^20 - 1 bytes");
+  m.tx += bytes;
+}
+
+// What an asynchronous copy signals as it lands (cp.async.bulk's complete_tx): `bytes` done.
+inline void mbarrier_complete_tx(void* bar, unsigned bytes) {
+  MBarrier& m = mbarrier_at(bar, "complete_tx");
+  m.tx -= bytes;
+  if (m.tx < -((int64_t{1} << 20) - 1)) fail("complete_tx: the transaction count underflows");
+  mbarrier_settle(m);
+}
+
+// mbarrier.try_wait.parity: whether the phase of parity `parity` has completed.
+inline bool mbarrier_try_wait_parity(void* bar, unsigned parity) {
+  require_sm(90, "mbarrier.try_wait.parity");
+  if (parity > 1) fail("mbarrier.try_wait.parity: the parity must be 0 or 1");
+  return (mbarrier_at(bar, "mbarrier.try_wait.parity").phase & 1u) != parity;
+}
+
+// Waits (the try_wait loop kernels write) until the phase of parity `parity` completes; a wait
+// no arrival can end is reported as a deadlock.
+inline void mbarrier_wait_parity(void* bar, unsigned parity) {
+  asm volatile("" ::: "memory");
+  while (!mbarrier_try_wait_parity(bar, parity)) {
+    t_thread->wait = Wait::mbarrier;
+    t_thread->waits_on = static_cast<size_t>(static_cast<unsigned char*>(bar) - t_block->smem);
+    t_thread->wait_parity = parity;
+    yield();
+  }
+  asm volatile("" ::: "memory");
 }
 
 }  // namespace kiln_emu

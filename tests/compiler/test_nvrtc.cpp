@@ -2,6 +2,7 @@
 #include "compiler/nvrtc.h"
 
 #include "compiler/compiler.h"
+#include "compiler/prelude.h"
 #include "test_support.h"
 
 #include <gtest/gtest.h>
@@ -99,6 +100,36 @@ TEST(Nvrtc, Sm90aCompilesHoppersOwnInstructionsAndSm90DoesNot) {
     EXPECT_NE(k.ptx.find(".target sm_90a"), std::string::npos) << k.name;
     EXPECT_EQ(k.report.spill_bytes(), 0) << k.name;
   }
+}
+
+// The prelude's mbarrier functions assemble where they run (sm_90a: a producer/consumer ring as
+// the emulator's tests run it), and a wait used for an older arch fails to assemble rather than
+// compile to nothing.
+TEST(Nvrtc, ThePreludesMbarrierFunctionsAssembleForSm90aAndRefuseOlderArchs) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  auto lib = load_nvrtc();
+  ASSERT_TRUE(lib.ok());
+  std::string source = std::string(prelude_source()) +
+                       "\nextern \"C\" __global__ void ring(int* out) {\n"
+                       "  extern __shared__ __align__(16) unsigned char smem[];\n"
+                       "  unsigned long long* bar = reinterpret_cast<unsigned long long*>(smem);\n"
+                       "  if (threadIdx.x == 0) kiln_mbarrier_init(bar, 32);\n"
+                       "  __syncthreads();\n"
+                       "  if (threadIdx.x < 32) kiln_mbarrier_arrive(bar);\n"
+                       "  else kiln_mbarrier_arrive_expect_tx(bar + 1, 16);\n"
+                       "  kiln_mbarrier_wait(bar, 0);\n"
+                       "  out[threadIdx.x] = 1;\n"
+                       "}\n";
+  auto hopper = (*lib)->compile(source, "ring", "sm_90a");
+  ASSERT_TRUE(hopper.ok()) << hopper.error().message;
+  for (const char* instruction : {"mbarrier.init.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
+                                  "mbarrier.arrive.expect_tx.shared::cta.b64",
+                                  "mbarrier.try_wait.parity.shared::cta.b64"})
+    EXPECT_NE(hopper->ptx.find(instruction), std::string::npos) << instruction;
+  EXPECT_EQ(hopper->log.find("warning"), std::string::npos) << hopper->log;
+  auto ampere = (*lib)->compile(source, "ring", "sm_80");
+  ASSERT_FALSE(ampere.ok());
+  EXPECT_NE(ampere.error().message.find("mbarrier"), std::string::npos) << ampere.error().message;
 }
 
 TEST(Nvrtc, AFailedCompileCarriesTheProgramLog) {
