@@ -661,12 +661,14 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   // The suffix decides where the kernels may load (Target::arch_specific): only one this kiln
   // plans, and on a CUDA artifact the same as its arch's.
   if (!a.target.suffix.empty()) {
-    if (a.target.is_cpu() || !parse_arch(a.target.arch()))
-      return make_error("artifact: target suffix '", a.target.suffix, "' of ", a.target.name(),
-                        " is not one this kiln knows");
+    auto parsed = a.target.is_cpu() ? Expected<Target>(Error{"cpu"}) : parse_arch(a.target.arch());
+    if (!parsed || parsed->sm != a.target.sm || parsed->suffix != a.target.suffix)
+      return make_error("artifact: target suffix '", a.target.suffix.substr(0, 16), "' of sm ",
+                        std::to_string(a.target.sm), " is not one this kiln knows");
   }
   if (a.target.kind == Target::Kind::cuda && a.arch != a.target.arch())
-    return make_error("artifact: arch ", a.arch, " is not its target's (", a.target.arch(), ")");
+    return make_error("artifact: arch ", a.arch.substr(0, 32), " is not its target's (",
+                      a.target.arch(), ")");
   // A kernel running another's binary holds copies of it (the record stores it once).
   auto owners = checked_owners(a.kernels);
   if (!owners) return owners.error();

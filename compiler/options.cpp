@@ -21,11 +21,11 @@ Expected<Target> parse_arch(std::string_view text) {
   // compute_XX names a virtual arch (PTX for a family); kiln builds code for one real sm_XX, so
   // reading one as the other would build something other than what was asked for.
   if (text.substr(0, 8) == "compute_") {
-    std::string_view rest = text.substr(8);
-    bool number = !rest.empty() && rest.find_first_not_of("0123456789a") == std::string_view::npos;
+    std::string real = "sm_" + std::string(text.substr(8));
+    bool valid = real.size() < 16 && real.find("compute_") == std::string::npos && parse_arch(real);
     return make_error("arch '", std::string(text), "' is a virtual arch (compute_XX, PTX only); "
                       "kiln compiles for a real arch: give ",
-                      number ? "sm_" + std::string(rest) : std::string("sm_XX, e.g. sm_90"));
+                      valid ? real : std::string("sm_XX, e.g. sm_90"));
   }
   for (std::string_view prefix : {"sm_", "sm"}) {
     if (digits.substr(0, prefix.size()) == prefix) {

@@ -94,14 +94,15 @@ Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileO
   PrecisionPlan plan;
   plan.graph_mode = options.precision;
   int sm = options.target.sm;
+  // "sm_90a" for that target; the CPU target's modes are those of sm_90.
+  std::string arch = options.target.arch().empty() ? arch_name(sm) : options.target.arch();
   if (options.precision == ir::Precision::automatic) {
     plan.graph_mode = automatic_precision(sm);
-    plan.decision = "auto -> " + std::string(ir::to_string(plan.graph_mode)) + " on " +
-                    arch_name(sm) +
+    plan.decision = "auto -> " + std::string(ir::to_string(plan.graph_mode)) + " on " + arch +
                     (arch_has(sm, Feature::tf32_bf16_mma) ? " (tf32 tensor cores available)"
                                                           : " (no tf32 before sm_80)");
   } else {
-    plan.decision = std::string(ir::to_string(plan.graph_mode)) + " on " + arch_name(sm);
+    plan.decision = std::string(ir::to_string(plan.graph_mode)) + " on " + arch;
   }
   plan.paths.assign(graph.nodes().size(), MatmulPath::ffma);
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
@@ -116,8 +117,7 @@ Expected<PrecisionPlan> resolve_precision(const ir::Graph& graph, const CompileO
       continue;
     }
     std::string what = describe_node(graph, id) + " (" + std::string(ir::to_string(dtype)) +
-                       ", precision " + std::string(ir::to_string(mode)) + ") on " +
-                       arch_name(sm);
+                       ", precision " + std::string(ir::to_string(mode)) + ") on " + arch;
     if (options.fallback == FallbackPolicy::refuse) {
       return make_error(
           error_location(graph, id), what, ": ", choice.needs,

@@ -18,9 +18,10 @@ constexpr uint32_t k_turing = 0;
 // at least 99 KiB of opt-in shared memory (the planner uses 96).
 constexpr uint32_t k_ampere = bit(Feature::tf32_bf16_mma) | bit(Feature::f16_mma_k16) |
                               bit(Feature::cp_async) | bit(Feature::smem_96k);
-// What sm_90a adds to sm_90 (PTX ISA: wgmma, setmaxnreg and the tensor-map forms of
-// cp.async.bulk need sm_90a).
-constexpr uint32_t k_hopper_a = bit(Feature::wgmma) | bit(Feature::tma) | bit(Feature::setmaxnreg);
+// Hopper and every later arch: TMA (cp.async.bulk.tensor, mbarrier transaction bytes).
+constexpr uint32_t k_hopper = k_ampere | bit(Feature::tma);
+// What sm_90a adds to sm_90 (PTX ISA: wgmma and setmaxnreg need sm_90a).
+constexpr uint32_t k_hopper_a = bit(Feature::wgmma) | bit(Feature::setmaxnreg);
 
 // Shared memory per block with the opt-in, from the CUDA programming guide's table of compute
 // capabilities; sm_88 is not in it and gets the smallest 8.x figure. SM counts are those of a
@@ -32,12 +33,12 @@ constexpr std::array<ArchFacts, 12> k_archs = {{
     {87, 16, 163 * k_kib, k_ampere},    // Orin
     {88, 16, 99 * k_kib, k_ampere},
     {89, 128, 99 * k_kib, k_ampere},    // RTX 4090 / L40 class
-    {90, 132, 227 * k_kib, k_ampere, k_hopper_a},  // H100 SXM
-    {100, 148, 227 * k_kib, k_ampere},  // B200
-    {103, 148, 227 * k_kib, k_ampere},
-    {110, 20, 227 * k_kib, k_ampere},
-    {120, 170, 99 * k_kib, k_ampere},   // RTX 5090 class
-    {121, 48, 99 * k_kib, k_ampere},
+    {90, 132, 227 * k_kib, k_hopper, k_hopper_a},  // H100 SXM
+    {100, 148, 227 * k_kib, k_hopper},  // B200
+    {103, 148, 227 * k_kib, k_hopper},
+    {110, 20, 227 * k_kib, k_hopper},
+    {120, 170, 99 * k_kib, k_hopper},   // RTX 5090 class
+    {121, 48, 99 * k_kib, k_hopper},
 }};
 
 }  // namespace

@@ -19,10 +19,11 @@ enum class Feature : uint8_t {
   cp_async,       // cp.async global-to-shared copies, so pipelines of several stages
   smem_96k,       // 96 KiB of dynamic shared memory per block with the opt-in (sm_75: 64 KiB,
                   // of which kiln plans 48 without it)
+  tma,            // cp.async.bulk.tensor with tensor maps, mbarrier transaction counts and
+                  // parity waits (sm_90 and newer)
   // Arch-specific (an "a" arch, sm_90a): code that uses them runs on that compute capability
   // only, so a target has them only with its suffix.
   wgmma,          // wgmma.mma_async from shared-memory descriptors, warpgroup fences
-  tma,            // cp.async.bulk.tensor with tensor maps, mbarrier transaction counts
   setmaxnreg,     // setmaxnreg: warpgroups hand registers to each other
 };
 
@@ -74,7 +75,7 @@ struct Target {
   // target and a CUDA target of no arch yet (sm 0) have none.
   bool has(Feature feature) const;
   // Whether the kernels load only on compute capability sm exactly (an "a" arch).
-  bool arch_specific() const { return !on_host() && suffix == "a"; }
+  bool arch_specific() const { return kind != Kind::cpu && suffix == "a"; }
   // The CUDA arch with its suffix, as NVRTC and the key name it: "sm_90", "sm_90a"; "" for the
   // CPU target and a CUDA target of no arch yet.
   std::string arch() const;
@@ -89,7 +90,7 @@ struct ArchFacts {
   int typical_sms = 0;          // SMs of the arch's common part, for choosing tile sizes
   size_t max_dynamic_smem = 0;  // bytes one block may use with the opt-in attribute
   uint32_t features = 0;        // bit (1 << Feature) for each Feature the arch has
-  // The features its "a" target adds (sm_90a: wgmma, tma, setmaxnreg); 0 where kiln plans no
+  // The features its "a" target adds (sm_90a: wgmma, setmaxnreg); 0 where kiln plans no
   // arch-specific target for the arch, so "sm_XXa" is refused.
   uint32_t specific = 0;
   bool has(Feature feature) const { return features >> static_cast<unsigned>(feature) & 1u; }

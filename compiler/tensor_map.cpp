@@ -86,8 +86,11 @@ Expected<TensorMapSpec> parse_tensor_map(std::string_view text) {
   auto bad = [&](const std::string& what) -> Error {
     return make_error("tensor map '", std::string(text.substr(0, 200)), "': ", what);
   };
+  // The longest description (rank 5, every number at its largest) is under 300 characters.
+  if (text.size() > k_max_tensor_map_text)
+    return bad("longer than " + std::to_string(k_max_tensor_map_text) + " characters");
   std::vector<std::string_view> words;
-  for (size_t at = 0; at <= text.size();) {
+  for (size_t at = 0; at <= text.size() && words.size() <= 8;) {
     size_t space = text.find(' ', at);
     if (space == std::string_view::npos) space = text.size();
     words.push_back(text.substr(at, space - at));
@@ -102,7 +105,7 @@ Expected<TensorMapSpec> parse_tensor_map(std::string_view text) {
   auto value = [&](size_t i) { return words[i + 2].substr(std::string_view(keys[i]).size()); };
   TensorMapSpec spec;
   int type = index_of(k_type_names, words[1]);
-  if (type < 0) return bad("unknown element type '" + std::string(words[1]) + "'");
+  if (type < 0) return bad("unknown element type '" + std::string(words[1].substr(0, 16)) + "'");
   spec.type = static_cast<TensorMapType>(type);
   std::vector<uint64_t> dims, strides;
   std::vector<uint32_t> box, element_strides;

@@ -6,6 +6,7 @@
 #include "support/expected.h"
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -20,6 +21,8 @@ enum class TensorMapSwizzle : uint8_t { none = 0, b32, b64, b128 };
 enum class TensorMapL2 : uint8_t { none = 0, b64, b128, b256 };
 
 inline constexpr uint32_t k_tensor_map_max_rank = 5;
+// The most characters a description may have (parse_tensor_map refuses longer text unread).
+inline constexpr size_t k_max_tensor_map_text = 512;
 
 // One tiled tensor map, dims innermost first (the driver's order): `dims[0]` elements of
 // `type` are contiguous, `strides[i]` is the byte step of dim i + 1. Interleave is always none

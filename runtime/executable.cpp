@@ -12,6 +12,7 @@
 #include "runtime/driver.h"
 #include "runtime/pool.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -23,22 +24,35 @@ namespace kiln::runtime {
 
 namespace {
 
+// The bytes the artifact says buffer `ref` holds (0 for an index out of range: bind_buffers
+// refuses those).
+uint64_t buffer_bytes(const compiler::Artifact& a, const compiler::BufferRef& ref) {
+  const std::vector<uint64_t>& list = ref.role == compiler::BufferRole::input    ? a.input_bytes
+                                      : ref.role == compiler::BufferRole::output ? a.output_bytes
+                                                                                 : a.temporary_bytes;
+  return ref.index < list.size() ? list[ref.index] : 0;
+}
+
 // What this launcher cannot launch, refused by name before anything runs: a tensor map whose
-// description does not read back, breaks the driver's rules or reaches past its buffer; a
-// thread-block cluster (cuLaunchKernelEx comes with the kernels that use one).
-Status check_launchable(const compiler::KernelArtifact& kernel) {
+// description does not read back, breaks the driver's rules, reaches past its buffer (as the
+// artifact sizes the buffer, not as the parameter says) or belongs to a symbolic graph (its dims
+// are fixed, its buffers' sizes are not); a thread-block cluster (cuLaunchKernelEx comes with
+// the kernels that use one).
+Status check_launchable(const compiler::KernelArtifact& kernel, const compiler::Artifact& artifact) {
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const compiler::KernelParam& p = kernel.params[i];
     if (p.kind != compiler::ParamKind::tensor_map) continue;
+    std::string where = "kernel '" + kernel.name + "' parameter " + std::to_string(i) + ": ";
+    if (!artifact.bucket.empty())
+      return make_error(where, "a tensor map in a symbolic graph's kernels, whose buffers' sizes "
+                        "follow the dims, is not launched");
     auto spec = compiler::parse_tensor_map(p.map);
     Status legal = spec ? compiler::check_tensor_map(*spec) : Status(spec.error());
-    if (!legal)
-      return make_error("kernel '", kernel.name, "' parameter ", std::to_string(i), ": ",
-                        legal.error().message);
-    if (uint64_t reach = compiler::tensor_map_extent(*spec); reach > p.bytes)
-      return make_error("kernel '", kernel.name, "' parameter ", std::to_string(i),
-                        ": its tensor map reaches ", std::to_string(reach),
-                        " bytes into a buffer of ", std::to_string(p.bytes));
+    if (!legal) return make_error(where, legal.error().message);
+    uint64_t holds = std::min(p.bytes, buffer_bytes(artifact, p.buffer));
+    if (uint64_t reach = compiler::tensor_map_extent(*spec); reach > holds)
+      return make_error(where, "its tensor map reaches ", std::to_string(reach),
+                        " bytes into a buffer of ", std::to_string(holds));
   }
   if (kernel.launch.clustered()) {
     const auto& c = kernel.launch.cluster;
@@ -211,7 +225,7 @@ private:
     }
     const std::vector<compiler::KernelArtifact>& kernels = m_artifact.kernels;
     for (const compiler::KernelArtifact& kernel : kernels)
-      if (Status s = check_launchable(kernel); !s) return s.error();
+      if (Status s = check_launchable(kernel, m_artifact); !s) return s.error();
     std::vector<uint32_t> smem_allowed(kernels.size(), 0);  // per kernel that loaded its module
     // A kernel that runs an earlier kernel's binary (binary_of) uses its module and function.
     std::vector<size_t> owners = compiler::binary_owners(kernels);
@@ -303,36 +317,46 @@ private:
     for (uint64_t offset : offsets)
       temp_pointers.push_back(reinterpret_cast<void*>(workspace + offset));
     Status launched = Status::success();
-    for (size_t k = 0; k < m_artifact.kernels.size() && launched; ++k) {
-      const compiler::KernelArtifact& kernel = m_artifact.kernels[k];
-      auto bound = compiler::bind_buffers(kernel, in_pointers, out_pointers, temp_pointers);
-      if (!bound) {
-        launched = make_error("entry ", exe().key(), ": ", bound.error().message);
+    // Every kernel's buffers bound and tensor maps encoded before the first launch, so that a
+    // map the driver refuses stops the run before any kernel of it has run.
+    const auto& kernels = m_artifact.kernels;
+    std::vector<std::vector<void*>> bound(kernels.size());
+    std::vector<std::vector<TensorMapBytes>> maps(kernels.size());
+    for (size_t k = 0; k < kernels.size() && launched; ++k) {
+      auto pointers = compiler::bind_buffers(kernels[k], in_pointers, out_pointers, temp_pointers);
+      if (!pointers) {
+        launched = make_error("entry ", exe().key(), ": ", pointers.error().message);
         break;
       }
+      bound[k] = std::move(*pointers);
+      for (size_t i = 0; i < kernels[k].params.size() && launched; ++i) {
+        if (kernels[k].params[i].kind != compiler::ParamKind::tensor_map) continue;
+        if (maps[k].empty()) maps[k].resize(kernels[k].params.size());
+        if (Status s = encode_tensor_map(cu, kernels[k].params[i], bound[k][i], maps[k][i]); !s)
+          launched = make_error("kernel '", kernels[k].name, "': ", s.error().message);
+      }
+    }
+    for (size_t k = 0; k < kernels.size() && launched; ++k) {
+      const compiler::KernelArtifact& kernel = kernels[k];
       // Each parameter's value, by kind (a dim's symbol was checked against the graph's when
       // the executable was made, a tensor map's description when the kernels were loaded).
       std::vector<CuDevicePtr> pointers(kernel.params.size(), 0);
-      std::vector<TensorMapBytes> maps(kernel.params.size());
       std::vector<void*> args;
-      for (size_t i = 0; i < kernel.params.size() && launched; ++i) {
+      for (size_t i = 0; i < kernel.params.size(); ++i) {
         const compiler::KernelParam& p = kernel.params[i];
         switch (p.kind) {
           case compiler::ParamKind::pointer:
-            pointers[i] = reinterpret_cast<CuDevicePtr>((*bound)[i]);
+            pointers[i] = reinterpret_cast<CuDevicePtr>(bound[k][i]);
             args.push_back(&pointers[i]);
             break;
           case compiler::ParamKind::tensor_map:
-            if (Status s = encode_tensor_map(cu, p, (*bound)[i], maps[i]); !s)
-              launched = make_error("kernel '", kernel.name, "': ", s.error().message);
-            args.push_back(maps[i].bytes);
+            args.push_back(maps[k][i].bytes);
             break;
           case compiler::ParamKind::dim:
             args.push_back(&dim_values[p.symbol]);
             break;
         }
       }
-      if (!launched) break;
       auto launch = compiler::launch_at(kernel.launch, kernel.grid, sizes.values);
       if (!launch) {
         launched = make_error("entry ", exe().key(), ": kernel '", kernel.name,

@@ -66,7 +66,8 @@ Expected<ir::Graph> read_graph(const std::string& file) {
 
 void add_target_options(CLI::App* cmd, CompileArgs& args) {
   cmd->add_option("--arch", args.arch,
-                  "target architecture, e.g. sm_90 (default: the GPU's; required without one)");
+                  "target architecture, e.g. sm_90 or sm_90a (default: the GPU's, sm_90a on "
+                  "compute capability 9.0; required without one)");
   cmd->add_option("--precision", args.precision, "highest, high, tf32x3, medium or auto")
       ->capture_default_str();
   add_fallback_options(cmd, args.fallback,
@@ -514,12 +515,13 @@ int run_why(const CompileArgs& args) {
     for (const cache::FieldDiff& d : n.diffs) {
       // The graph bytes are binary and differ only when graph_hash does; show the hash.
       if (d.name == "graph") continue;
-      nlohmann::json diff = {{"field", d.name}, {"requested", d.requested}, {"cached", d.stored}};
-      if (d.name == "arch")
-        if (std::string note = arch_suffix_note(d.requested, d.stored); !note.empty())
-          diff["note"] = note;
-      diffs.push_back(std::move(diff));
+      diffs.push_back({{"field", d.name}, {"requested", d.requested}, {"cached", d.stored}});
     }
+    // The note's advice (give the cached entry's arch) holds only when nothing else differs.
+    if (diffs.size() == 1 && diffs[0]["field"] == "arch")
+      if (std::string note = arch_suffix_note(diffs[0]["requested"], diffs[0]["cached"]);
+          !note.empty())
+        diffs[0]["note"] = note;
     entries.push_back({{"key", n.info.key}, {"differs", diffs}});
   }
   // Whether the fleet's tier holds it: a local miss that the remote tier would serve.

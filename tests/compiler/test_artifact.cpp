@@ -69,6 +69,14 @@ TEST(Artifact, AnArchSpecificTargetRoundTripsAndAForeignSuffixIsRefused) {
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("suffix 'f'"), std::string::npos)
       << refused.error().message;
+  // A target whose name reads as sm_90a but is not it: sm 9 with suffix "0a".
+  Artifact forged = a;
+  forged.target.sm = 9;
+  forged.target.suffix = "0a";
+  auto forged_back = deserialize(serialize(forged));
+  ASSERT_FALSE(forged_back);
+  EXPECT_NE(forged_back.error().message.find("suffix '0a' of sm 9"), std::string::npos)
+      << forged_back.error().message;
   Artifact mismatched = a;
   mismatched.arch = "sm_90";
   auto disagree = deserialize(serialize(mismatched));

@@ -56,15 +56,19 @@ TEST(Target, Sm90aIsAnArchOfItsOwn) {
   EXPECT_NE(*plain, *parse_arch("sm_90a"));
 
   Target hopper_a = Target::cuda(90, "a"), hopper = Target::cuda(90);
-  for (Feature f : {Feature::wgmma, Feature::tma, Feature::setmaxnreg}) {
+  for (Feature f : {Feature::wgmma, Feature::setmaxnreg}) {
     EXPECT_TRUE(hopper_a.has(f));
+    EXPECT_TRUE(emulated->has(f)) << "the emulated sm_90a plans as sm_90a does";
     EXPECT_FALSE(hopper.has(f)) << "sm_90 code runs on later archs: no arch-specific features";
     EXPECT_FALSE(Target::cuda(100).has(f));
     EXPECT_FALSE(Target::cuda(120).has(f));
   }
+  // TMA is sm_90's and every later arch's, with or without the suffix.
+  for (int sm : {90, 100, 103, 110, 120, 121}) EXPECT_TRUE(Target::cuda(sm).has(Feature::tma)) << sm;
+  EXPECT_FALSE(Target::cuda(89).has(Feature::tma));
   // Everything sm_90 has, sm_90a has too.
   for (Feature f : {Feature::tf32_bf16_mma, Feature::f16_mma_k16, Feature::cp_async,
-                    Feature::smem_96k})
+                    Feature::smem_96k, Feature::tma})
     EXPECT_EQ(hopper_a.has(f), hopper.has(f));
 
   // The device's default target: sm_90a on 9.0 only.

@@ -54,12 +54,21 @@ TEST(TensorMap, TextItCannotReadIsRefusedSayingWhat) {
            {"tiled bf16 dims=64 strides=- box=8 elem=1 swizzle=none l2=512B", "l2"},
            {"tiled bf16 dims=99999999999999999999 strides=- box=8 elem=1 swizzle=none l2=none",
             "dims"},
+           {"tiled bf16 dims=64 strides=- box=8 elem=1 swizzle=none l2=none extra", "expected"},
        }) {
     auto spec = parse_tensor_map(c.text);
     ASSERT_FALSE(spec) << c.text;
     EXPECT_NE(spec.error().message.find(c.says), std::string::npos)
         << c.text << ": " << spec.error().message;
   }
+}
+
+TEST(TensorMap, TextPastTheLongestDescriptionIsRefusedUnread) {
+  std::string huge = "tiled bf16 " + std::string(1 << 20, ' ');
+  auto spec = parse_tensor_map(huge);
+  ASSERT_FALSE(spec);
+  EXPECT_NE(spec.error().message.find("longer than 512 characters"), std::string::npos);
+  EXPECT_LT(spec.error().message.size(), 400u) << "the error quotes a bounded prefix";
 }
 
 TEST(TensorMap, EachDocumentedRuleIsEnforced) {

@@ -5,6 +5,7 @@
 #include "fake_driver_support.h"
 
 #include "compiler/nvrtc.h"
+#include "compiler/sizes.h"
 #include "compiler/tensor_map.h"
 #include "ir/parse.h"
 #include "runtime/compile_service.h"
@@ -184,6 +185,40 @@ TEST_F(TensorMapLaunch, AMapThatBreaksARuleOrOverreachesIsRefusedBeforeAnyLaunch
     EXPECT_NE(s.error().message.find(c.says), std::string::npos) << s.error().message;
     EXPECT_EQ(fake_cuda::launches().size(), before) << c.map;
   }
+  // The reach is held to the buffer as the artifact sizes it, whatever the parameter claims.
+  compiler::KernelParam& param = m_result.artifact.kernels[0].params[1];
+  param.bytes = 1 << 20;
+  Status s = run("tiled f32 dims=64,65 strides=256 box=32,32 elem=1,1 swizzle=none l2=none");
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("reaches 16640 bytes into a buffer of 16384"), std::string::npos)
+      << s.error().message;
+}
+
+// A symbolic graph's kernels take no tensor map: their buffers follow the dims, a map's do not.
+TEST_F(TensorMapLaunch, ASymbolicGraphsTensorMapIsRefused) {
+  auto graph = ir::parse_graph("graph sym {\n  dim B: 1..64\n  input x: f32[B, 64]\n"
+                               "  y = relu(x)\n  output y\n}\n", "sym.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  compiler::CompileOptions options;
+  options.target = compiler::Target::cuda(90, "a");
+  options.bucket = {compiler::bucket_of(64, graph->symbols()[0])};
+  auto result = runtime::compile_graph(*graph, options, nullptr);
+  ASSERT_TRUE(result) << result.error().message;
+  ASSERT_FALSE(result->artifact.bucket.empty());
+  compiler::KernelParam& param = result->artifact.kernels[0].params[1];
+  ASSERT_EQ(param.buffer.role, compiler::BufferRole::input);
+  param.kind = compiler::ParamKind::tensor_map;
+  param.map = "tiled f32 dims=64,64 strides=256 box=32,32 elem=1,1 swizzle=none l2=none";
+  auto made = runtime::make_executable(*graph, std::move(*result), 0);
+  ASSERT_TRUE(made) << made.error().message;
+  Buffers buffers(**made, 0);
+  ASSERT_TRUE(buffers.ok());
+  Status s = (*made)->run(buffers.inputs, buffers.outputs);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("kernel '"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("a tensor map in a symbolic graph's kernels"), std::string::npos)
+      << s.error().message;
+  EXPECT_TRUE(fake_cuda::launches().empty());
 }
 
 // What a kernel given a map can reach is checked at the launch, as a fault: a map of more bytes

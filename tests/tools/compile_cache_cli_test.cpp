@@ -187,7 +187,16 @@ TEST_F(CompileCacheCli, WhyExplainsAnSm90AgainstSm90aMiss) {
   // Archs that differ in more than the suffix get no such note.
   CliResult other_arch = kiln({"why", k_mlp, "--arch", "sm_80", "--precision", "high", "--json"},
                               other);
-  EXPECT_FALSE(json::parse(other_arch.out)["nearest"][0]["differs"][0].contains("note"));
+  json far = json::parse(other_arch.out);
+  ASSERT_EQ(far["nearest"].size(), 1u);
+  ASSERT_EQ(far["nearest"][0]["differs"].size(), 1u);
+  EXPECT_FALSE(far["nearest"][0]["differs"][0].contains("note"));
+  // Nor where something else differs too: giving the cached arch would still miss.
+  CliResult two = kiln({"why", k_mlp, "--arch", "sm_90a", "--precision", "medium", "--json"}, other);
+  json both = json::parse(two.out);
+  ASSERT_EQ(both["nearest"].size(), 1u);
+  ASSERT_EQ(both["nearest"][0]["differs"].size(), 2u);
+  for (const json& d : both["nearest"][0]["differs"]) EXPECT_FALSE(d.contains("note")) << d;
 
   CliResult b200 = kiln({"compile", k_mlp, "--arch", "sm_100a"});
   EXPECT_EQ(b200.exit_code, 2);
