@@ -73,7 +73,7 @@ bool Target::has(Feature feature) const {
 }
 
 std::string Target::arch() const {
-  return on_host() && !is_emulated() ? std::string() : sm ? arch_name(sm) + suffix : std::string();
+  return is_cpu() || !sm ? std::string() : arch_name(sm) + suffix;
 }
 
 std::string Target::name() const {

@@ -31,8 +31,8 @@ Status check_loadable(const DriverApi& api, int device, const compiler::Artifact
   int target = artifact.target.sm;
   auto sm = device_sm(device);
   if (!sm) return sm.error();
-  // Arch-specific kernels (sm_90a: wgmma, TMA) run on their compute capability only; others on
-  // any later minor version of their major one.
+  // Arch-specific kernels (sm_90a: wgmma, setmaxnreg) run on their compute capability only;
+  // others on any later minor version of their major one.
   if (artifact.target.arch_specific() && *sm != target) {
     return make_error("kernels compiled for ", artifact.arch, " cannot run here: ", artifact.arch,
                       " code runs only on compute capability ", std::to_string(target / 10), ".",
