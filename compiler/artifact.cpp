@@ -660,12 +660,7 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   if (!has_target) a.target = target_of_arch(a.arch);
   // The suffix decides where the kernels may load (Target::arch_specific): only one this kiln
   // plans, and on a CUDA artifact the same as its arch's.
-  if (!a.target.suffix.empty()) {
-    auto parsed = a.target.is_cpu() ? Expected<Target>(Error{"cpu"}) : parse_arch(a.target.arch());
-    if (!parsed || parsed->sm != a.target.sm || parsed->suffix != a.target.suffix)
-      return make_error("artifact: target suffix '", a.target.suffix.substr(0, 16), "' of sm ",
-                        std::to_string(a.target.sm), " is not one this kiln knows");
-  }
+  if (Status s = check_suffix(a.target); !s) return make_error("artifact: ", s.error().message);
   if (a.target.kind == Target::Kind::cuda && a.arch != a.target.arch())
     return make_error("artifact: arch ", a.arch.substr(0, 32), " is not its target's (",
                       a.target.arch(), ")");

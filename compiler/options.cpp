@@ -60,6 +60,18 @@ Expected<Target> parse_arch(std::string_view text) {
 
 std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
 
+Status check_suffix(const Target& target) {
+  if (target.suffix.empty()) return Status::success();
+  auto parsed = target.is_cpu() ? Expected<Target>(Error{"cpu"}) : parse_arch(target.arch());
+  if (!parsed || parsed->sm != target.sm || parsed->suffix != target.suffix)
+    return make_error("target suffix '", target.suffix.substr(0, 16), "' of sm ",
+                      std::to_string(target.sm), " is not one this kiln knows",
+                      parsed || target.is_cpu() || target.suffix.size() > 16
+                          ? ""
+                          : ": " + parsed.error().message);
+  return Status::success();
+}
+
 Status check_arch(int sm, const std::vector<int>& supported) {
   for (int s : supported) {
     if (s == sm) return Status::success();

@@ -74,6 +74,11 @@ Expected<Target> parse_arch(std::string_view text);
 // "sm_90".
 std::string arch_name(int sm);
 
+// Whether `target`'s suffix (a CUDA or emulate target's) is one parse_arch gives its sm: "", or
+// "a" where kiln plans an arch-specific target. For a Target not made by parse_arch (an
+// embedding's own, an artifact's from a cache); the error names the suffix, bounded.
+Status check_suffix(const Target& target);
+
 // Checks `sm` against `supported` (e.g. NVRTC's list); the error lists what is supported.
 Status check_arch(int sm, const std::vector<int>& supported);
 

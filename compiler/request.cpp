@@ -12,11 +12,9 @@ Expected<CompileRequest> check_request(const ir::Graph& graph, const CompileOpti
   request.sm = options.target.is_cpu() ? k_cpu_modes_as_on_sm : options.target.sm;
   request.options.target.sm = request.sm;
   if (Status s = check_arch(request.sm, known_archs()); !s) return s.error();
-  // A suffix set other than by parse_arch (an embedding's own Target): checked the same way.
-  if (!options.target.suffix.empty() && !options.target.is_cpu()) {
-    auto arch = parse_arch(options.target.arch());
-    if (!arch) return arch.error();
-  }
+  // A suffix set other than by parse_arch (an embedding's own Target).
+  if (!options.target.is_cpu())
+    if (Status s = check_suffix(options.target); !s) return s.error();
   if (Status s = check_bucket(graph, options.bucket); !s) return s.error();
   auto precision = resolve_precision(graph, request.options);
   if (!precision) return precision.error();
