@@ -242,6 +242,9 @@ enum KernelField : uint32_t {
   k_local_bytes = 12,
   k_tile = 13,
   k_schedule = 14,
+  // LaunchShape::persistent. Optional: a reader that skips it launches one block per work tile,
+  // which a persistent kernel computes correctly.
+  k_persistent = 15,
 };
 
 class FieldWriter {
@@ -341,6 +344,7 @@ void write_kernel(ByteWriter& out, const KernelArtifact& k) {
   }
   f.str(k_tile, k.tile);
   f.str(k_schedule, k.schedule);
+  if (k.launch.persistent) f.nested(k_persistent, [&](ByteWriter& w) { w.u32(1); });
   if (k.report.local_bytes != 0) {
     f.nested(k_local_bytes, [&](ByteWriter& w) { w.i32(k.report.local_bytes); });
   }
@@ -422,6 +426,7 @@ Status read_kernel(std::string_view bytes, KernelArtifact& k) {
       case k_local_bytes: k.report.local_bytes = r.i32(); return 1;
       case k_tile: k.tile = rest(r); return 1;
       case k_schedule: k.schedule = rest(r); return 1;
+      case k_persistent: k.launch.persistent = r.u32() == 1; return 1;
       case k_binary_of: k.binary_of = rest(r); return 1;
       case k_grid:
         if (!read_terms(r, k.grid))

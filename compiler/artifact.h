@@ -75,6 +75,9 @@ struct LaunchShape {
   // Thread-block cluster dims (sm_90 and newer); {1, 1, 1}: no cluster. The grid is a multiple of
   // it in each dim. Nothing plans clusters yet; the launcher refuses a kernel with one by name.
   std::array<uint32_t, 3> cluster{1, 1, 1};
+  // A persistent kernel (sm_90a's wgmma matmul): its blocks loop over grid[0] work tiles, so the
+  // launcher runs min(grid[0], the device's multiprocessors) blocks; any count from 1 is correct.
+  bool persistent = false;
   bool clustered() const { return cluster != std::array<uint32_t, 3>{1, 1, 1}; }
   bool operator==(const LaunchShape&) const = default;
 };

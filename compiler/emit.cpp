@@ -85,7 +85,9 @@ std::string emit_kernel(const ir::Graph& graph, const ProgramPlan& plan, const K
               (t.split_k > 1 ? "split " + detail::to_str(t.split_k) + ", " : std::string()) +
               detail::to_str(t.threads()) +
               " threads; " + std::string(to_string(s.path)) + " on " + arch_name(kernel.target.sm));
-    if (uses_mma(s.path)) {
+    if (t.wgmma) {
+      detail::emit_matmul_wgmma(code, ctx);
+    } else if (uses_mma(s.path)) {
       detail::emit_matmul_mma(code, ctx);
     } else {
       detail::emit_matmul_ffma(code, ctx);

@@ -246,8 +246,16 @@ void emit_mma(Code& code, MatmulPath path, const Target& target, const MmaNames&
 // Declares `float name[mt][nt][4]`, the accumulators of mt x nt mma tiles, all zero.
 void emit_zeroed_accumulators(Code& code, const std::string& name, int mt, int nt);
 
+// One output element of a matmul kernel from accumulator `acc`, at `m` and `n` (declared): skipped
+// outside M x N where the `bm` x `bn` tile does not divide them, else run through the group's
+// epilogue and stored.
+void emit_output_element(Code& code, const KernelContext& ctx, const std::string& acc, int bm,
+                         int bn);
+
 // Kernel bodies by group kind.
 void emit_matmul_mma(Code& code, const KernelContext& ctx);
+// sm_90a (MatmulTile::wgmma): TMA into an mbarrier ring, wgmma, warp-specialised, persistent.
+void emit_matmul_wgmma(Code& code, const KernelContext& ctx);
 // A split-K matmul's sum kernel (SplitRole::sum): one thread per output element adds the
 // splits' partial products in split order and runs the group's epilogue.
 void emit_split_sum(Code& code, const KernelContext& ctx);

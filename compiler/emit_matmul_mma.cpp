@@ -592,15 +592,21 @@ void emit_matmul_mma(Code& code, const KernelContext& ctx) {
   code.open("for (int i = 0; i < 4; ++i) {");
   code.line("const int m = bm0 + wm0 + mt * 16 + g + (i >> 1) * 8;");
   code.line("const int n = bn0 + wn0 + nt * 8 + t4 * 2 + (i & 1);");
-  bool check = !e.m.multiple_of(k.tile.bm) || !e.n.multiple_of(k.tile.bn);
-  if (check) code.line("if (m >= " + e.m.expr() + " || n >= " + e.n.expr() + ") continue;");
+  emit_output_element(code, ctx, "acc[mt][nt][i]", k.tile.bm, k.tile.bn);
+  code.close();
+  code.close();
+  code.close();
+  code.close();
+}
+
+void emit_output_element(Code& code, const KernelContext& ctx, const std::string& acc, int bm,
+                         int bn) {
+  const MatmulExtents& e = ctx.kernel.extents;
+  if (!e.m.multiple_of(bm) || !e.n.multiple_of(bn))
+    code.line("if (m >= " + e.m.expr() + " || n >= " + e.n.expr() + ") continue;");
   ElementIndex index = matmul_output_index(ctx);
-  std::string value = emit_epilogue(code, ctx, "acc[mt][nt][i]", index);
+  std::string value = emit_epilogue(code, ctx, acc, index);
   emit_store(code, ctx, value, index.linear);
-  code.close();
-  code.close();
-  code.close();
-  code.close();
 }
 
 }  // namespace kiln::compiler::detail

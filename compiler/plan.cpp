@@ -1,6 +1,8 @@
 // Kernel planning: buffers, parameter order, matmul geometry and tiles, launch shapes.
 #include "compiler/plan.h"
 
+#include "compiler/tensor_map.h"
+
 #include <algorithm>
 #include <array>
 #include <cassert>
@@ -347,7 +349,56 @@ void split_matmuls(const ir::Graph& graph, ProgramPlan& plan) {
   plan.workspace_bytes = workspace_bytes_of(plan.temporary_bytes);
 }
 
+// The wgmma kernel's launch (a persistent grid of one block per work tile at most, 384
+// threads, its shared memory) and its two tensor-map parameters, appended to the group's: A as
+// {K, M} (K-major), B as {K, N} (K-major) or {N, K} (N-major), with the batch as a third dim
+// for an operand that has one; boxes of 64 x rows with 128-byte swizzle.
+void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) {
+  const MatmulShape& s = k.shape;
+  const MatmulTile& t = k.tile;
+  bool batched = graph.node(k.group.root).type.shape.rank() >= 3;
+  int64_t tiles = s.batch * ((s.m + t.bm - 1) / t.bm) * ((s.n + t.bn - 1) / t.bn);
+  k.launch.grid = {static_cast<uint32_t>(std::min<int64_t>(tiles, 0x7fffffff)), 1, 1};
+  k.launch.block = {static_cast<uint32_t>(t.threads()), 1, 1};
+  k.launch.dynamic_smem_bytes = static_cast<uint32_t>(wgmma_smem_bytes(t));
+  k.launch.persistent = true;
+  const ir::Node& mm = graph.node(k.group.anchor);
+  auto map_param = [&](ir::NodeId operand, uint64_t inner, uint64_t outer, int64_t ld,
+                       int64_t batch_stride, uint32_t box_outer) {
+    TensorMapSpec spec;
+    spec.type = s.path == MatmulPath::bf16 ? TensorMapType::bf16 : TensorMapType::f16;
+    spec.rank = batched && batch_stride != 0 ? 3 : 2;
+    spec.dims = {inner, outer, static_cast<uint64_t>(s.batch), 1, 1};
+    spec.strides = {static_cast<uint64_t>(ld) * 2, static_cast<uint64_t>(batch_stride) * 2, 0, 0};
+    spec.box = {64, box_outer, 1, 1, 1};
+    spec.swizzle = TensorMapSwizzle::b128;
+    spec.l2 = TensorMapL2::b256;
+    int p = k.param_of(plan.location, operand);
+    KernelParam param = k.params[static_cast<size_t>(p)];
+    param.written = false;
+    param.kind = ParamKind::tensor_map;
+    param.map = to_string(spec);
+    k.params.push_back(param);
+    return static_cast<int>(k.params.size()) - 1;
+  };
+  k.a_map_param = map_param(mm.operands[0], static_cast<uint64_t>(s.k), static_cast<uint64_t>(s.m),
+                            s.lda, s.a_batch_stride, static_cast<uint32_t>(t.bm));
+  k.b_map_param = s.b_k_contiguous
+                      ? map_param(mm.operands[1], static_cast<uint64_t>(s.k),
+                                  static_cast<uint64_t>(s.n), s.ldb, s.b_batch_stride,
+                                  static_cast<uint32_t>(t.bn))
+                      : map_param(mm.operands[1], static_cast<uint64_t>(s.n),
+                                  static_cast<uint64_t>(s.k), s.ldb, s.b_batch_stride, 64);
+}
+
 }  // namespace
+
+bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target, bool symbolic) {
+  if (k.group.kind != GroupKind::matmul || symbolic || !target.has(Feature::wgmma)) return false;
+  int batch_dims = graph.node(k.group.root).type.shape.rank() - 2;
+  return wgmma_computes(k.shape, batch_dims) && !k.extents.per_dim() &&
+         k.extents.inner_batch.hi == 1;
+}
 
 Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& target,
                      const Sizes& sizes, const ScheduleProvider& schedule) {
@@ -364,9 +415,24 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       k.tile_source = schedule.source_for(k.shape, sm);
       // The partials' temporary is sized at plan time: a symbolic graph's run unsplit.
       if (symbolic) k.tile.split_k = 1;
-      if (Status legal = check_tile(k.tile, k.shape, sm); !legal)
+      // sm_90a: the model's tile for a problem the wgmma kernel computes is that kernel's (a
+      // static graph's: tensor maps are encoded for fixed sizes). A provider's own choice (a
+      // tuning record, a fixed tile) stands.
+      bool wgmma = wgmma_plans(graph, k, target, symbolic);
+      if (wgmma && k.tile_source == "model") k.tile = choose_wgmma_tile(k.shape);
+      if (k.tile.wgmma) {
+        if (!wgmma)
+          return make_error(describe_node(graph, group.anchor), ": schedule: tile ",
+                            to_string(k.tile), " needs sm_90a and a problem the wgmma kernel "
+                            "computes (16-bit operands, A K-major, 16-byte strides, one batch "
+                            "dim at most, static sizes)");
+        if (Status legal = check_wgmma_tile(k.tile, k.shape); !legal)
+          return make_error(describe_node(graph, group.anchor), ": schedule: ",
+                            legal.error().message);
+      } else if (Status legal = check_tile(k.tile, k.shape, sm); !legal) {
         return make_error(describe_node(graph, group.anchor), ": schedule: ",
                           legal.error().message);
+      }
       // The CUDA tile names the kernel here; the CPU target blocks it its own way.
       k.name = cuda_kernel_name(k.name, k.tile);
       int64_t gy = ceil_div(k.shape.m, k.tile.bm);
@@ -384,6 +450,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
         k.grid = {k.extents.n.term(k.tile.bn), k.extents.m.term(k.tile.bm),
                   k.extents.batch.term()};
       }
+      if (k.tile.wgmma) plan_wgmma(graph, plan, k);
     } else if (group.kind == GroupKind::attention) {
       const AttentionExtents& a = k.attention_extents;
       k.attention_tile = schedule.attention_tile(k.attention_shape, sm);

@@ -41,6 +41,9 @@ struct KernelPlan {
   KernelGroup group;
   SplitRole split = SplitRole::none;
   int partial_param = -1;  // split kernels: the parameter of the partials' temporary
+  // wgmma matmul kernels (MatmulTile::wgmma): the tensor-map parameters of A and B, after the
+  // group's own (which keep A's and B's pointers, unread unless the epilogue reads them)
+  int a_map_param = -1, b_map_param = -1;
   std::string name;   // "k0_matmul_tf32", also the entry point with "kiln_" before it
   MatmulShape shape;  // matmul kernels
   MatmulTile tile;    // matmul kernels, CUDA only (schedule_cuda)
@@ -86,6 +89,11 @@ inline constexpr uint64_t k_max_param_bytes = 32764;
 // its own way (schedule_cuda; the CPU target in compiler/cpu).
 Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<KernelGroup>& groups,
                                    const PrecisionPlan& precision, const Sizes& sizes);
+
+// Whether matmul kernel `k` of a plan of `graph` (bound) runs on sm_90a's wgmma kernel when its
+// schedule is the model's: `target` has wgmma, the graph is static (tensor maps are encoded for
+// fixed sizes), and the problem is one it computes (wgmma_computes; one batch dim at most).
+bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target, bool symbolic);
 
 // The CUDA target's part of the plan, for `target` (its arch): matmul and attention tiles (from
 // `schedule`: the heuristic unless a caller provides another; a tile that is not legal for the

@@ -219,4 +219,113 @@ KILN_DEVICE void kiln_mma_m16n8k8_f16(float* d, const unsigned* a, const unsigne
                : "r"(a[0]), "r"(a[1]), "r"(b[0]));
 }
 
+// ---- sm_90: TMA, the async proxy, wgmma, setmaxnreg -------------------------------------
+// These are not guarded: a kernel that calls them for an arch without them fails to assemble
+// (TMA and fence.proxy.async: sm_90; wgmma and setmaxnreg: sm_90a) rather than compile to nothing.
+// A tensor map parameter: 128 opaque bytes the host encodes with cuTensorMapEncodeTiled.
+struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
+// The generic proxy's shared-memory writes so far become visible to the async proxy (wgmma
+// operand reads, TMA).
+KILN_DEVICE void kiln_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// The box of `map` at element coordinates (c0 innermost) to shared memory at `dst`, zero-filled
+// where it leaves the tensor; the box's bytes complete on mbarrier `bar` as they land.
+KILN_DEVICE void kiln_tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1,
+                                  unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];\n"
+               :: "r"(kiln_smem_addr(dst)), "l"((unsigned long long)map), "r"(c0), "r"(c1),
+                  "r"(kiln_smem_addr(bar)) : "memory");
+}
+KILN_DEVICE void kiln_tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                  unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4}], [%5];\n"
+               :: "r"(kiln_smem_addr(dst)), "l"((unsigned long long)map), "r"(c0), "r"(c1),
+                  "r"(c2), "r"(kiln_smem_addr(bar)) : "memory");
+}
+// A wgmma shared-memory matrix descriptor with 128-byte swizzle (PTX ISA, "Matrix Descriptor
+// Format"): start address, leading and stride byte offsets (16-byte units), base offset 0.
+KILN_DEVICE unsigned long long kiln_gmma_desc_128b(const void* smem, unsigned lbo_bytes,
+                                                   unsigned sbo_bytes) {
+  return (unsigned long long)((kiln_smem_addr(smem) & 0x3ffffu) >> 4) |
+         ((unsigned long long)((lbo_bytes >> 4) & 0x3fffu) << 16) |
+         ((unsigned long long)((sbo_bytes >> 4) & 0x3fffu) << 32) | (1ull << 62);
+}
+KILN_DEVICE void kiln_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+KILN_DEVICE void kiln_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+KILN_DEVICE void kiln_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+template <int N>
+KILN_DEVICE void kiln_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+template <int N>
+KILN_DEVICE void kiln_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+// wgmma.mma_async m64nNk16 with fp32 accumulators, A and B from descriptors: A K-major, B K-major
+// (TransB 0) or N-major (1). d[4 j + i] (j = 0 .. N/8 - 1) holds D(16 w + g + 8 (i >> 1),
+// 8 j + 2 t + (i & 1)) in warp w of the warpgroup: four m16n8 accumulators stacked per warp.
+// scale_d 0: D = A B, else D += A B.
+// The accumulator operands: %0..%63 (and %64..%127) are d[0..63] (and d[64..127]).
+#define KILN_WGMMA_REGS64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define KILN_WGMMA_REGS128 KILN_WGMMA_REGS64 ", " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define KILN_WGMMA_D64 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define KILN_WGMMA_D128 KILN_WGMMA_D64, \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+// One wgmma m64nNk16: SHAPE "m64n128k16", TYPE "bf16" or "f16", REGS and D the accumulators,
+// A the operand number of desc_a (desc_b, scale_d and TransB follow it).
+#define KILN_WGMMA(SHAPE, TYPE, REGS, D, A, B, S, T)                                              \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" S ", 0;\n wgmma.mma_async.sync.aligned."   \
+               SHAPE ".f32." TYPE "." TYPE " {" REGS "}, %" A ", %" B ", p, 1, 1, 0, %" T ";\n}\n" \
+               : D : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransB))
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n128k16_bf16(float* d, unsigned long long desc_a,
+                                            unsigned long long desc_b, int scale_d) {
+  KILN_WGMMA("m64n128k16", "bf16", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67");
+}
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n128k16_f16(float* d, unsigned long long desc_a,
+                                           unsigned long long desc_b, int scale_d) {
+  KILN_WGMMA("m64n128k16", "f16", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67");
+}
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n256k16_bf16(float* d, unsigned long long desc_a,
+                                            unsigned long long desc_b, int scale_d) {
+  KILN_WGMMA("m64n256k16", "bf16", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131");
+}
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n256k16_f16(float* d, unsigned long long desc_a,
+                                           unsigned long long desc_b, int scale_d) {
+  KILN_WGMMA("m64n256k16", "f16", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131");
+}
 #endif  // KILN_PRELUDE_CUH

@@ -25,7 +25,7 @@ public:
 bool same_tile(const MatmulTile& a, const MatmulTile& b) {
   return a.bm == b.bm && a.bn == b.bn && a.bk == b.bk && a.warps_m == b.warps_m &&
          a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k &&
-         a.group == b.group;
+         a.group == b.group && a.wgmma == b.wgmma;
 }
 
 bool same_tile(const AttentionTile& a, const AttentionTile& b) {
@@ -259,12 +259,30 @@ Status check_attention_tile(const AttentionTile& tile, const AttentionShape& sha
                     std::to_string(shape.d), " (it runs: ", list, ")");
 }
 
+Status check_wgmma_tile(const MatmulTile& tile, const MatmulShape& shape) {
+  (void)shape;
+  bool legal = tile.wgmma && tile.bm == 128 && (tile.bn == 128 || tile.bn == 256) &&
+               tile.bk == 64 && tile.warps_m == 8 && tile.warps_n == 1 && tile.split_k == 1 &&
+               tile.group == k_default_group && tile.stages >= 2 &&
+               wgmma_smem_bytes(tile) <= smem_limit(90);
+  if (legal) return Status::success();
+  return make_error("tile ", to_string(tile), " is not one the wgmma kernel runs (128x128x64 or "
+                    "128x256x64, 2 stages or more within ", std::to_string(smem_limit(90) / 1024),
+                    " KiB of shared memory)");
+}
+
 std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile) {
-  return plan_name + "_" + std::to_string(tile.bm) + "x" + std::to_string(tile.bn) +
+  return plan_name + (tile.wgmma ? "_wg" : "_") + std::to_string(tile.bm) + "x" + std::to_string(tile.bn) +
          (tile.split_k > 1 ? "_split" + std::to_string(tile.split_k) : "");
 }
 
 std::string to_string(const MatmulTile& tile) {
+  if (tile.wgmma) {
+    return std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" +
+           std::to_string(tile.bk) + ", wgmma, " + std::to_string(tile.stages) +
+           (tile.stages == 1 ? " stage" : " stages") +
+           (tile.group != k_default_group ? ", group " + std::to_string(tile.group) : "");
+  }
   return std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(tile.bk) +
          ", " + std::to_string(tile.warps_m) + "x" + std::to_string(tile.warps_n) + " warps, " +
          std::to_string(tile.stages) + (tile.stages == 1 ? " stage" : " stages") +
@@ -313,9 +331,17 @@ std::optional<MatmulTile> parse_tile(const std::string& text) {
   TileText p{text};
   MatmulTile t;
   if (!p.number(t.bm) || !p.literal("x") || !p.number(t.bn) || !p.literal("x") ||
-      !p.number(t.bk) || !p.literal(", ") || !p.number(t.warps_m) || !p.literal("x") ||
-      !p.number(t.warps_n) || !p.literal(" warps, ") || !p.stages(t.stages))
+      !p.number(t.bk) || !p.literal(", "))
     return std::nullopt;
+  if (p.literal("wgmma, ")) {
+    t.wgmma = true;
+    t.warps_m = 8;
+    t.warps_n = 1;
+    if (!p.stages(t.stages)) return std::nullopt;
+  } else if (!p.number(t.warps_m) || !p.literal("x") || !p.number(t.warps_n) ||
+             !p.literal(" warps, ") || !p.stages(t.stages)) {
+    return std::nullopt;
+  }
   if (p.literal(", split ") &&
       (!p.number(t.split_k) || t.split_k < 2 || t.split_k > k_max_split_k))
     return std::nullopt;

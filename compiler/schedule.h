@@ -133,6 +133,11 @@ bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split);
 // that split_k_legal allows.
 Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm);
 
+// Fails, saying why, when `tile` is not a wgmma tile the sm_90a kernel runs (MatmulTile::wgmma):
+// 128 x 128 or 128 x 256, bk 64, 2 stages or more within smem_limit(90), unsplit, the model's
+// block order field (the persistent kernel walks its tiles row by row).
+Status check_wgmma_tile(const MatmulTile& tile, const MatmulShape& shape);
+
 // Every tile the attention kernel can run for `shape` on `sm`: 4 or 8 warps (64 or 128 queries
 // on tensor cores, 32 or 64 on FFMA), key tiles of 16, 32 and 64 up to attention_max_bc, 1 stage
 // without cp.async, else 2 and 3, within smem_limit(sm); the heuristic's tile is one of them.

@@ -228,4 +228,49 @@ int attention_max_bc(MatmulPath path, int d) {
   return 64;
 }
 
+int wgmma_smem_bytes(const MatmulTile& tile) {
+  return 1024 + tile.stages * (tile.bm + tile.bn) * 128 + 2 * 8 * tile.stages;
+}
+
+bool wgmma_computes(const MatmulShape& shape, int batch_dims) {
+  bool half = shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16;
+  auto aligned = [](int64_t elements) { return elements % 8 == 0; };  // 16 bytes of 16-bit
+  return half && shape.elem_bytes == 2 && shape.a_k_contiguous && batch_dims <= 1 &&
+         aligned(shape.lda) && aligned(shape.ldb) && aligned(shape.a_batch_stride) &&
+         aligned(shape.b_batch_stride) && shape.m >= 1 && shape.n >= 1 && shape.k >= 1;
+}
+
+MatmulTile choose_wgmma_tile(const MatmulShape& shape) {
+  MatmulTile t;
+  t.wgmma = true;
+  t.bm = 128;
+  t.bn = shape.n >= 256 ? 256 : 128;
+  t.bk = 64;
+  t.warps_m = 8;
+  t.warps_n = 1;
+  t.stages = t.bn == 256 ? 4 : 6;
+  while (t.stages > 2 && wgmma_smem_bytes(t) > smem_limit(90)) --t.stages;
+  return t;
+}
+
+std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape) {
+  (void)shape;
+  std::vector<MatmulTile> out;
+  const int choices[][3] = {{128, 4, 6}, {256, 3, 4}};  // bn, then its stage counts
+  for (const auto& choice : choices)
+    for (int stages : {choice[1], choice[2]}) {
+      int bn = choice[0];
+      MatmulTile t;
+      t.wgmma = true;
+      t.bm = 128;
+      t.bn = bn;
+      t.bk = 64;
+      t.warps_m = 8;
+      t.warps_n = 1;
+      t.stages = stages;
+      out.push_back(t);
+    }
+  return out;
+}
+
 }  // namespace kiln::compiler

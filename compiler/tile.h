@@ -4,6 +4,7 @@
 #include "compiler/precision.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace kiln::compiler {
 
@@ -39,8 +40,27 @@ struct MatmulTile {
   // (neighbouring blocks share A's rows and B's columns in L2), where it has more row tiles than
   // that and two column tiles or more; 1: plain row-major order.
   int group = 8;
-  int threads() const { return 32 * warps_m * warps_n; }
+  // sm_90a: the warp-specialised wgmma kernel (emit_matmul_wgmma): one producer warpgroup that
+  // loads A and B with TMA into `stages` stages, and two consumer warpgroups of 64 rows each
+  // (bm 128) running wgmma m64n`bn`k16 (bn 128 or 256), bk 64 (128 bytes of 16-bit K), a
+  // persistent grid. warps_m and warps_n are 8 and 1 (the consumers' warps).
+  bool wgmma = false;
+  int threads() const { return wgmma ? 384 : 32 * warps_m * warps_n; }
 };
+
+// The wgmma kernel's shared memory: a 1 KiB alignment margin, `stages` stages of A (bm rows of
+// 128 bytes) and B (bn rows of 128 bytes), then a full and an empty mbarrier per stage.
+int wgmma_smem_bytes(const MatmulTile& tile);
+// Whether the wgmma kernel computes `shape` (with `batch_dims` batch dims, 0 or 1): 16-bit
+// operands on the bf16 or f16 path, A K-major, row strides and batch strides multiples of 16
+// bytes (TMA's rule for global strides), one batch dim at most.
+bool wgmma_computes(const MatmulShape& shape, int batch_dims);
+// The wgmma tile for `shape`: 128x256 where N spans 256 columns or more (4 stages), else 128x128
+// (6 stages), within smem_limit(90).
+MatmulTile choose_wgmma_tile(const MatmulShape& shape);
+// The wgmma tiles `kiln tune` times beside the mma.sync ones: 128x128 at 4 and 6 stages, 128x256
+// at 3 and 4 (the model's among them).
+std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape);
 
 // The most splits a split-K tile takes.
 inline constexpr int k_max_split_k = 16;

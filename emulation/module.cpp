@@ -224,6 +224,8 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
   std::vector<std::string> argv = {compiler, "-std=c++17", "-O1", "-fPIC", "-shared", "-w",
                                    "-fno-strict-aliasing", "-ffp-contract=fast",
                                    "-DKILN_EMU_SM=" + std::to_string(options.sm),
+                                   "-DKILN_EMU_ARCH_SPECIFIC=" +
+                                       std::string(options.arch_specific ? "1" : "0"),
                                    "-I", dir->path(), "-o", library, source};
   if (host_has_fma()) argv.insert(argv.begin() + 1, "-mfma");
   if (options.shim.layout == Layout::broken)

@@ -38,6 +38,7 @@ struct ShimOptions {
 
 struct ModuleOptions {
   int sm = 90;                 // the arch the kernels target (primitives it lacks are errors)
+  bool arch_specific = false;  // sm_90a: wgmma and setmaxnreg exist (Target::arch_specific)
   ShimOptions shim;
   std::string compiler;        // empty: $KILN_EMU_CXX, else "g++"
   std::vector<std::string> entries;  // kernel entry points to export for launching

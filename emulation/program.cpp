@@ -2,8 +2,12 @@
 #include "emulation/program.h"
 
 #include "reference/rounding.h"
+#include "compiler/tensor_map.h"
+#include "emulation/shim/kiln_emu_abi.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <cstring>
 
 namespace kiln::emulation {
@@ -64,6 +68,46 @@ LaunchPlan launch_plan(const compiler::LoweredProgram& program) {
   return plan;
 }
 
+namespace {
+
+// A CUtensorMap parameter's 128 bytes as the emulator's shim reads them (KilnEmuTensorMap).
+struct alignas(64) EmulatedTensorMap {
+  unsigned char bytes[128];
+};
+static_assert(sizeof(KilnEmuTensorMap) <= sizeof(EmulatedTensorMap));
+
+Expected<EmulatedTensorMap> encode_tensor_map(const std::string& text, const void* base,
+                                              size_t buffer_bytes) {
+  auto spec = compiler::parse_tensor_map(text);
+  if (!spec) return spec.error();
+  if (Status legal = compiler::check_tensor_map(*spec); !legal) return legal.error();
+  if (!base) return make_error("tensor map '", text, "' binds no buffer");
+  if (compiler::tensor_map_extent(*spec) > buffer_bytes)
+    return make_error("tensor map '", text, "' reaches past its buffer's ",
+                      std::to_string(buffer_bytes), " bytes");
+  if (spec->swizzle != compiler::TensorMapSwizzle::none &&
+      spec->swizzle != compiler::TensorMapSwizzle::b128)
+    return make_error("tensor map '", text, "': the emulator models 128-byte swizzle or none");
+  KilnEmuTensorMap m{};
+  m.magic = KILN_EMU_TENSOR_MAP_MAGIC;
+  m.base = base;
+  m.rank = spec->rank;
+  m.elem_bytes = compiler::element_bytes(spec->type);
+  m.swizzle = spec->swizzle == compiler::TensorMapSwizzle::b128 ? 128 : 0;
+  for (uint32_t d = 0; d < spec->rank; ++d) {
+    m.dims[d] = spec->dims[d];
+    m.box[d] = spec->box[d];
+    if (spec->element_strides[d] != 1)
+      return make_error("tensor map '", text, "': the emulator models element strides of 1");
+    if (d + 1 < spec->rank) m.strides[d] = spec->strides[d];
+  }
+  EmulatedTensorMap out{};
+  std::memcpy(out.bytes, &m, sizeof m);
+  return out;
+}
+
+}  // namespace
+
 LaunchPlan launch_plan(const compiler::Artifact& artifact) {
   LaunchPlan plan;
   for (const compiler::KernelArtifact& k : artifact.kernels)
@@ -101,6 +145,7 @@ Expected<std::vector<std::vector<unsigned char>>> run_launch_plan(
   };
   std::vector<int> dim_values(values.begin(), values.end());
 
+  std::vector<std::unique_ptr<EmulatedTensorMap>> maps;  // alive until the launches are done
   for (const LaunchPlan::Kernel& kernel : plan.kernels) {
     std::vector<void*> args;
     std::vector<GlobalRange> ranges;
@@ -112,10 +157,17 @@ Expected<std::vector<std::vector<unsigned char>>> run_launch_plan(
         args.push_back(&dim_values[p.symbol]);
         continue;
       }
-      if (p.kind == compiler::ParamKind::tensor_map)
-        return make_error("emulation: kernel '", kernel.name, "' takes a tensor map, which the "
-                          "emulator does not run");
       HostBuffer* b = buffer(p.buffer);
+      if (p.kind == compiler::ParamKind::tensor_map) {
+        // Encoded as the launcher does (checked, its reach within the buffer), in the
+        // emulator's own form of the 128 opaque bytes.
+        auto map = encode_tensor_map(p.map, b ? b->data() : nullptr, b ? b->bytes() : 0);
+        if (!map)
+          return make_error("emulation: kernel '", kernel.name, "': ", map.error().message);
+        maps.push_back(std::make_unique<EmulatedTensorMap>(*map));
+        args.push_back(maps.back().get());
+        continue;
+      }
       // A symbolic plan's bytes are at the bucket's upper bounds; its buffers are sized above.
       if (!b || (!symbolic && b->bytes() < p.bytes))
         return make_error("emulation: kernel '", kernel.name, "' names ", role_name(p.buffer),
@@ -126,6 +178,8 @@ Expected<std::vector<std::vector<unsigned char>>> run_launch_plan(
     auto launch = compiler::launch_at(kernel.launch, kernel.grid, values);
     if (!launch)
       return make_error("emulation: kernel '", kernel.name, "' has a grid term out of range");
+    if (launch->persistent)
+      launch->grid[0] = std::max<uint32_t>(1, std::min(launch->grid[0], schedule.sm_count));
     Status launched = module.launch(kernel.entry, *launch, args, ranges, schedule);
     if (!launched) return launched.error();
     for (const compiler::KernelParam& p : kernel.params) {
@@ -199,6 +253,7 @@ Expected<Program> build_program_from_source(const ir::Graph& graph, compiler::Lo
   program.m_plan = launch_plan(program.m_lowered);
   ModuleOptions options;
   options.sm = program.m_lowered.target.sm;
+  options.arch_specific = program.m_lowered.target.arch_specific();
   options.shim = std::move(shim);
   options.entries = program.m_plan.entries();
   auto module = compile_module(program.m_source, options);

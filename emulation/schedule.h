@@ -18,9 +18,12 @@ struct Schedule {
   };
   Mode mode = Mode::kind;
   uint64_t seed = 0;  // seeded
+  // The multiprocessors a persistent kernel (LaunchShape::persistent) is launched for: it runs
+  // min(its work tiles, sm_count) blocks, as the runtime does on a device with that many.
+  uint32_t sm_count = 132;
 
-  static Schedule seeded_by(uint64_t seed) { return {Mode::seeded, seed}; }
-  static Schedule adversarial() { return {Mode::adversarial, 0}; }
+  static Schedule seeded_by(uint64_t seed) { return {Mode::seeded, seed, 132}; }
+  static Schedule adversarial() { return {Mode::adversarial, 0, 132}; }
 };
 
 // "kind", "adversarial", or a seed (decimal digits, below 2^64); anything else is an error that

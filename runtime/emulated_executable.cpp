@@ -62,6 +62,7 @@ Expected<std::shared_ptr<Executable>> make_emulated_executable(const ir::Graph& 
   emulation::LaunchPlan plan = emulation::launch_plan(artifact);
   emulation::ModuleOptions options;
   options.sm = artifact.target.sm;
+  options.arch_specific = artifact.target.arch_specific();
   options.entries = plan.entries();
   auto module = emulation::compile_module(artifact.source, options);
   if (!module) return module.error();

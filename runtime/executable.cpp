@@ -88,6 +88,7 @@ struct LoadedProgram {
   std::vector<CuModule> modules;
   std::vector<CuFunction> functions;
   CuMemPool pool = nullptr;  // kiln's pool for temporaries; null: the device has no pools
+  int sm_count = 1;          // the device's multiprocessors: a persistent kernel's blocks
 };
 
 // A failed launch whose module handles may have died with their context (destroyed, or a primary
@@ -217,6 +218,12 @@ private:
     int pools = 0;
     if (CuResult r = cu.device_get_attribute(&pools, k_attr_memory_pools, *device); r != 0) {
       return driver_error(cu, "cuDeviceGetAttribute (memory pools)", r);
+    }
+    if (CuResult r = cu.device_get_attribute(&program->sm_count, k_attr_sm_count, *device);
+        r != 0 || program->sm_count < 1) {
+      return r != 0 ? driver_error(cu, "cuDeviceGetAttribute (multiprocessors)", r)
+                    : make_error("CUDA device ", std::to_string(exe().device()),
+                                 " reports no multiprocessors");
     }
     if (pools) {
       auto pool = temporaries_pool(cu, exe().device());
@@ -363,6 +370,9 @@ private:
                               "' has a grid term out of range");
         break;
       }
+      // A persistent kernel loops over its work tiles: one block per multiprocessor at most.
+      if (launch->persistent)
+        launch->grid[0] = std::min(launch->grid[0], static_cast<uint32_t>(program.sm_count));
       const compiler::LaunchShape& l = *launch;
       CuResult r = cu.launch_kernel(program.functions[k], l.grid[0], l.grid[1], l.grid[2],
                                     l.block[0], l.block[1], l.block[2], l.dynamic_smem_bytes,

@@ -295,13 +295,14 @@ namespace {
 // The problem kernel `k` of a plan computes, and its signature; nullopt for a kernel whose
 // launch configuration no schedule chooses.
 std::optional<TuningProblem> problem_of(const compiler::KernelPlan& k, const ir::Graph& bound,
-                                        bool symbolic) {
+                                        bool symbolic, const compiler::Target& target) {
   TuningProblem p;
   p.kernel = k.name;
   p.symbolic = symbolic;
   if (k.group.kind == compiler::GroupKind::matmul) {
     p.shape = k.shape;
     p.signature = compiler::problem_signature(k.shape);
+    p.wgmma = compiler::wgmma_plans(bound, k, target, symbolic);
   } else if (k.group.kind == compiler::GroupKind::attention) {
     p.shape = k.attention_shape;
     p.signature = compiler::problem_signature(k.attention_shape);
@@ -320,6 +321,8 @@ std::vector<compiler::KernelTile> candidates_of(const TuningProblem& problem, in
       // A symbolic graph's kernels run unsplit whatever the tile says: its split candidates
       // would time the unsplit kernel again under another name.
       if (!problem.symbolic || t.split_k == 1) out.push_back(t);
+    if (problem.wgmma)
+      for (const compiler::MatmulTile& t : compiler::wgmma_candidates(*shape)) out.push_back(t);
   } else {
     const auto& attention = std::get<compiler::AttentionShape>(problem.shape);
     for (const compiler::AttentionTile& t : compiler::attention_candidates(attention, sm))
@@ -330,6 +333,7 @@ std::vector<compiler::KernelTile> candidates_of(const TuningProblem& problem, in
 
 compiler::KernelTile model_of(const TuningProblem& problem, int sm) {
   if (const auto* shape = std::get_if<compiler::MatmulShape>(&problem.shape)) {
+    if (problem.wgmma) return compiler::choose_wgmma_tile(*shape);
     compiler::MatmulTile tile = compiler::choose_tile(*shape, sm);
     if (problem.symbolic) tile.split_k = 1;
     return tile;
@@ -341,6 +345,12 @@ Status check_tile_of(const compiler::KernelTile& tile, const TuningProblem& prob
   if (const auto* shape = std::get_if<compiler::MatmulShape>(&problem.shape)) {
     const auto* t = std::get_if<compiler::MatmulTile>(&tile);
     if (!t) return make_error("its tile ", compiler::to_string(tile), " is not a matmul's");
+    if (t->wgmma) {
+      if (!problem.wgmma)
+        return make_error("its tile ", compiler::to_string(tile), " is the wgmma kernel's, which "
+                          "does not compute this problem here");
+      return compiler::check_wgmma_tile(*t, *shape);
+    }
     return compiler::check_tile(*t, *shape, sm);
   }
   const auto& shape = std::get<compiler::AttentionShape>(problem.shape);
@@ -361,7 +371,7 @@ Expected<std::vector<TuningProblem>> tuning_problems(const ir::Graph& graph,
   std::vector<TuningProblem> out;
   std::set<std::string> seen;
   for (const compiler::KernelPlan& k : planned->plan.kernels) {
-    auto problem = problem_of(k, planned->bound, planned->sizes.symbolic());
+    auto problem = problem_of(k, planned->bound, planned->sizes.symbolic(), options.target);
     if (problem && seen.insert(problem->signature).second) out.push_back(std::move(*problem));
   }
   return out;
@@ -451,7 +461,7 @@ Expected<std::shared_ptr<const compiler::ScheduleProvider>> tuned_schedule(
   std::map<std::string, compiler::ChosenTile> chosen;
   std::map<std::string, std::string> names;  // every kernel of a problem with a record
   for (const compiler::KernelPlan& k : planned->plan.kernels) {
-    auto problem = problem_of(k, planned->bound, planned->sizes.symbolic());
+    auto problem = problem_of(k, planned->bound, planned->sizes.symbolic(), options.target);
     if (!problem) continue;
     const std::string& signature = problem->signature;
     auto it = tiles.keys.find(signature);

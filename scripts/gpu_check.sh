@@ -111,9 +111,16 @@ if grep -q "skipped:" <<<"$probe"; then
 fi
 
 failed=0
-status() { if [[ $1 == 0 ]]; then echo passed; else echo "FAILED (exit $1)"; failed=1; fi; }
+status() {
+  if [[ $1 == 0 ]]; then echo passed
+  elif [[ $1 == 124 ]]; then echo "FAILED (over its time limit: a hang?)"; failed=1
+  else echo "FAILED (exit $1)"; failed=1; fi
+}
+# Each command runs under a time limit, so a kernel that never finishes (a barrier protocol that
+# deadlocks on hardware) fails its step instead of taking the lease: exit 124.
+limited() { local secs=$1; shift; timeout --kill-after=10 "$secs" "$@"; }
 
-"$tests" --gtest_filter='Gpu*' --gtest_output="xml:$out/gpu_tests.xml" >"$out/gpu_tests.log" 2>&1
+limited 420 "$tests" --gtest_filter='Gpu*' --gtest_output="xml:$out/gpu_tests.xml" >"$out/gpu_tests.log" 2>&1
 rc=$?
 {
   echo
@@ -122,7 +129,7 @@ rc=$?
   grep -E '^\[ *(OK|FAILED|SKIPPED) *\]' "$out/gpu_tests.log" | sed 's/^/    /'
 } >>"$summary"
 
-"$gemm" --json "$out/gpu_gemm.json" >"$out/gpu_gemm.log" 2>&1
+limited 420 "$gemm" --json "$out/gpu_gemm.json" >"$out/gpu_gemm.log" 2>&1
 rc=$?
 {
   echo
@@ -131,7 +138,7 @@ rc=$?
   sed 's/^/    /' "$out/gpu_gemm.log"
 } >>"$summary"
 
-"$attention" --json "$out/gpu_attention.json" >"$out/gpu_attention.log" 2>&1
+limited 420 "$attention" --json "$out/gpu_attention.json" >"$out/gpu_attention.log" 2>&1
 rc=$?
 {
   echo
@@ -173,11 +180,11 @@ for graph in examples/graphs/*.kg; do
   fi
   for mode in highest high tf32x3 medium auto; do
     report="$out/run/${name}_${mode}.json"
-    "$kiln" run "$graph" "${dims[@]}" --precision "$mode" --json >"$report" \
+    limited 60 "$kiln" run "$graph" "${dims[@]}" --precision "$mode" --json >"$report" \
       2>"$out/run/${name}_${mode}.err"
     rc=$?
     # Exit 2 is a mode the device's arch refuses (bf16 on sm_75): reported, not a failure.
-    [[ $rc == 1 ]] && failed=1
+    [[ $rc == 1 || $rc == 124 ]] && failed=1
     worst=$(${py:-python3} - "$report" <<'EOF' 2>/dev/null || echo "-"
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -25,6 +25,7 @@
 #define __shared__ static
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
+#define __grid_constant__
 #define __CUDACC_EMULATED__ 1
 
 // ---- built-in variables --------------------------------------------------------------------

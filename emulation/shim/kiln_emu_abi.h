@@ -44,6 +44,19 @@ struct KilnEmuLaunch {
   uint64_t schedule_seed;  // KILN_EMU_SEEDED
 };
 
+// A tensor map as the emulator encodes it (the 128 bytes of a CUtensorMap parameter; the driver's
+// own encoding is opaque): a tiled map of `rank` dims, dim 0 innermost, over `base`.
+// strides[i] is dim i+1's stride in bytes; `swizzle` the span in bytes (0, 32, 64 or 128).
+struct KilnEmuTensorMap {
+  uint64_t magic;  // k_emu_tensor_map_magic
+  const void* base;
+  uint32_t rank, elem_bytes, swizzle, reserved;
+  uint64_t dims[5];
+  uint64_t strides[4];
+  uint32_t box[5];
+};
+#define KILN_EMU_TENSOR_MAP_MAGIC 0x6b696c6e746d6170ull  /* "kilntmap" */
+
 // Exported by every compiled program.
 typedef void (*KilnEmuSetApiFn)(const KilnEmuApi*);
 // Returns 0, or 1 with a message (NUL-terminated, truncated to error_size) in `error`.

@@ -3,7 +3,7 @@
 #ifndef KILN_EMU_LAUNCH_H
 #define KILN_EMU_LAUNCH_H
 
-#include "kiln_emu_runtime.h"
+#include "kiln_emu_hopper.h"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -26,12 +26,13 @@ inline void fiber_entry() {
 }
 
 inline std::string describe_deadlock(const Block& b) {
-  int at_barrier = 0, at_warp = 0, at_mbarrier = 0, done = 0;
+  int at_barrier = 0, at_warp = 0, at_mbarrier = 0, at_warpgroup = 0, done = 0;
   Collective op = Collective::none;
   const MBarrier* waited = nullptr;
   for (const Thread& t : b.threads) {
     if (t.wait == Wait::barrier) ++at_barrier;
     if (t.wait == Wait::done) ++done;
+    if (t.wait == Wait::warpgroup) ++at_warpgroup;
     if (t.wait == Wait::mbarrier) {
       ++at_mbarrier;
       for (const MBarrier& m : b.mbarriers)
@@ -50,6 +51,11 @@ inline std::string describe_deadlock(const Block& b) {
                 b.block_idx.x, b.block_idx.y, b.block_idx.z, at_barrier, at_warp,
                 at_warp ? " (" : "", at_warp ? collective_name(op) : "", at_warp ? ")" : "", done);
   std::string out = text;
+  if (at_warpgroup) {
+    std::snprintf(text, sizeof text, "; %d thread(s) wait at a warpgroup instruction (wgmma, "
+                  "setmaxnreg) that not all 128 threads of their warpgroup reach", at_warpgroup);
+    out += text;
+  }
   if (waited) {
     std::snprintf(text, sizeof text,
                   "; %d thread(s) wait on mbarriers, the first at shared-memory offset %zu in "
@@ -122,7 +128,10 @@ inline bool run_thread(Block& b, Thread& t) {
                   b.block_idx.y, b.block_idx.z, t.tid.x, t.tid.y, t.tid.z);
     b.error = std::string(where) + b.fault;
   }
-  if (b.schedule == KILN_EMU_SEEDED) land_some_copy(b);
+  if (b.schedule == KILN_EMU_SEEDED) {
+    land_some_copy(b);
+    land_some_tma(b);
+  }
   return !b.failed;
 }
 
@@ -177,6 +186,9 @@ inline bool run_block(Block& b) {
   size_t n = b.threads.size();
   b.barrier_arrived = 0;
   b.mbarriers.clear();
+  b.async_view.clear();
+  b.tma.clear();
+  b.warpgroups.clear();
   for (Warp& w : b.warps) {
     w.arrived = 0;
     w.op = Collective::none;
@@ -197,6 +209,12 @@ inline bool run_block(Block& b) {
     bool all_done = true;
     for (const Thread& t : b.threads) all_done = all_done && t.wait == Wait::done;
     if (all_done) return true;
+    // Nothing can run: TMA copies still in flight land now (the latest moment), and the
+    // threads their mbarriers release run on.
+    if (!ran && land_all_tma(b)) {
+      if (b.failed) return false;
+      continue;
+    }
     if (!ran) {
       b.error = describe_deadlock(b);
       b.failed = true;
@@ -244,9 +262,9 @@ inline std::string launch(const KilnEmuLaunch& l) {
                  static_cast<unsigned>((i / l.block[0]) % l.block[1]),
                  static_cast<unsigned>(i / (size_t{l.block[0]} * l.block[1]))};
   }
-  std::vector<unsigned char> smem(l.dynamic_smem_bytes + 128);
+  std::vector<unsigned char> smem(l.dynamic_smem_bytes + 1024);
   uintptr_t raw = reinterpret_cast<uintptr_t>(smem.data());
-  b.smem = reinterpret_cast<unsigned char*>((raw + 127) & ~uintptr_t{127});
+  b.smem = reinterpret_cast<unsigned char*>((raw + 1023) & ~uintptr_t{1023});
   b.smem_bytes = l.dynamic_smem_bytes;
   Block* saved_block = t_block;
   Thread* saved_thread = t_thread;

@@ -5,7 +5,7 @@
 #ifndef KILN_EMU_PRELUDE_H
 #define KILN_EMU_PRELUDE_H
 
-#include "kiln_emu_warp.h"
+#include "kiln_emu_hopper.h"
 
 #include <type_traits>
 #include <utility>
@@ -119,6 +119,62 @@ KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_mma_m16n8k16_f16(float* d, const unsi
 }
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_mma_m16n8k8_f16(float* d, const unsigned* a, const unsigned* b) {
   ::kiln_emu::mma(::kiln_emu::mma_f16_k8, d, a, b, KILN_EMU_SITE);
+}
+
+// ---- sm_90: TMA, the async proxy, wgmma, setmaxnreg (kiln_emu_hopper.h) ----------------------
+struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
+KILN_DEVICE void kiln_fence_proxy_async() { ::kiln_emu::fence_proxy_async(); }
+KILN_DEVICE void kiln_tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1,
+                                  unsigned long long* bar) {
+  int coords[2] = {c0, c1};
+  ::kiln_emu::tma_load(dst, map, coords, 2, bar);
+}
+KILN_DEVICE void kiln_tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                  unsigned long long* bar) {
+  int coords[3] = {c0, c1, c2};
+  ::kiln_emu::tma_load(dst, map, coords, 3, bar);
+}
+KILN_DEVICE unsigned long long kiln_gmma_desc_128b(const void* smem, unsigned lbo_bytes,
+                                                   unsigned sbo_bytes) {
+  return static_cast<unsigned long long>((kiln_smem_addr(smem) & 0x3ffffu) >> 4) |
+         (static_cast<unsigned long long>((lbo_bytes >> 4) & 0x3fffu) << 16) |
+         (static_cast<unsigned long long>((sbo_bytes >> 4) & 0x3fffu) << 32) | (1ull << 62);
+}
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_fence() { ::kiln_emu::wgmma_fence(KILN_EMU_SITE); }
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_commit() { ::kiln_emu::wgmma_commit(KILN_EMU_SITE); }
+template <int N>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_wait() {
+  ::kiln_emu::wgmma_wait(N, KILN_EMU_SITE);
+}
+template <int N>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_setmaxnreg_inc() {
+  ::kiln_emu::setmaxnreg(N, true, KILN_EMU_SITE);
+}
+template <int N>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_setmaxnreg_dec() {
+  ::kiln_emu::setmaxnreg(N, false, KILN_EMU_SITE);
+}
+// wgmma m64nNk16 (kiln_emu_hopper.h): written out, one per shape and type, so that each is
+// a primitive by name (tests/emulation/shim_test.cpp matches the prelude's names).
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_bf16(float* d, unsigned long long a,
+                                                                 unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, a, b, 128, true, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_f16(float* d, unsigned long long a,
+                                                                unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, a, b, 128, false, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k16_bf16(float* d, unsigned long long a,
+                                                                 unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, a, b, 256, true, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k16_f16(float* d, unsigned long long a,
+                                                                unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, a, b, 256, false, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 
 // Calls a kernel with args[i] as parameter i: a pointer parameter is args[i] itself, an int

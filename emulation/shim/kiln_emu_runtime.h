@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,7 +36,7 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 
-enum class Wait : uint8_t { none, barrier, warp, mbarrier, done };
+enum class Wait : uint8_t { none, barrier, warp, mbarrier, warpgroup, done };
 enum class Collective : uint8_t { none, shfl, syncwarp, ballot, ldmatrix, mma };
 
 inline const char* collective_name(Collective c) {
@@ -86,6 +87,46 @@ struct MBarrier {
   uint32_t phase = 0;
 };
 
+// One TMA copy (cp.async.bulk.tensor) in flight: the box's bytes, already read from global
+// memory and laid out (swizzled) as they land at shared-memory offset `dst`, and the mbarrier
+// whose transaction count they complete. It lands (kiln_emu_hopper.h) at issue (adversarial), when
+// no thread can run otherwise (kind: the latest moment), or at a random point between (seeded).
+struct TmaCopy {
+  size_t dst = 0;
+  std::vector<unsigned char> bytes;
+  size_t bar = 0;
+};
+
+// One wgmma.mma_async of a warpgroup, issued and not yet performed: its operands are read from
+// shared memory (as the async proxy sees it) when it is performed, at the wait_group that retires
+// it. Until the last wgmma on them retires, each thread's accumulator registers hold a poison
+// value, and their true contents live in the warpgroup's `acc` (kiln_emu_hopper.h).
+struct WgmmaOp {
+  uint64_t desc_a = 0, desc_b = 0;
+  int n = 0;
+  bool bf16 = false, trans_b = false, scale_d = true;
+  float* d[128] = {};
+};
+
+// A warpgroup's wgmma state: collectives in progress (.sync.aligned over its 128 threads), the
+// wgmmas issued since its last commit, and the committed groups not yet retired.
+struct WarpGroup {
+  int arrived = 0;
+  int op = 0;  // kiln_emu_hopper.h's WgOp
+  const void* site = nullptr;
+  uint64_t desc_a = 0, desc_b = 0;
+  int n = 0, variant = 0;
+  float* d[128] = {};
+  int scale_d[128] = {};
+  std::vector<WgmmaOp> open;
+  std::deque<std::vector<WgmmaOp>> groups;
+  // Accumulator registers some wgmma in flight writes (by each thread's own address): their
+  // contents as the wgmmas performed so far leave them; written back at the wait_group that
+  // retires the last wgmma on them.
+  std::map<float*, std::vector<float>> acc;
+  bool fenced[128] = {};  // wgmma.fence since the last wait_group (or the start)
+};
+
 struct Thread {
   Context context;
   Dim3 tid;
@@ -119,6 +160,12 @@ struct Block {
   size_t smem_bytes = 0;
   int barrier_arrived = 0;
   std::vector<MBarrier> mbarriers;  // those initialised in this block, by offset
+  // sm_90: shared memory as the async proxy (wgmma, TMA) sees it: TMA writes both views; generic
+  // writes reach this one at a fence.proxy.async. Empty until the block first uses the async
+  // proxy, when it is created as the block's shared memory started (every byte 0xff).
+  std::vector<unsigned char> async_view;
+  std::vector<TmaCopy> tma;             // in flight, oldest first
+  std::vector<WarpGroup> warpgroups;
   bool failed = false;
   std::string error;
   char fault[200] = {};  // set by the fault handler, which must not allocate

@@ -27,17 +27,18 @@ struct LaunchSchedule {
 
 // Launches `kernel` (all-pointer parameters) with `args` over grid x block threads under
 // `schedule`; returns the emulator's error, empty on success. Every buffer in `args` is
-// registered with `bytes`.
+// registered with `bytes`, and so are `extra` (buffers a tensor map reads).
 template <typename... P>
 std::string launch(void (*kernel)(P...), std::vector<void*> args, std::vector<size_t> bytes,
                    unsigned grid, unsigned block, size_t smem_bytes = 0,
-                   LaunchSchedule schedule = {}) {
+                   LaunchSchedule schedule = {}, std::vector<KilnEmuRange> extra = {}) {
   install_rounding();
   static void (*s_kernel)(P...) = nullptr;
   s_kernel = kernel;
   std::vector<KilnEmuRange> ranges;
   for (size_t i = 0; i < args.size(); ++i)
     ranges.push_back({args[i], static_cast<unsigned char*>(args[i]) + bytes[i]});
+  ranges.insert(ranges.end(), extra.begin(), extra.end());
   KilnEmuLaunch l{};
   l.thunk = [](void** a) { ::kiln_emu::call_kernel(s_kernel, a); };
   l.args = args.data();

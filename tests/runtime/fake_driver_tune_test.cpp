@@ -163,8 +163,12 @@ TEST(FakeDriverTune, TheFastestTileWinsItsRecordIsStoredAndTheRuntimeCompilesWit
   EXPECT_EQ(r.repeats, 5);
   // Every legal tile was timed, each as its launches' configured time: a split-K tile's two
   // kernels (partials and sum) both count.
+  // On sm_90a the model runs this problem on the wgmma kernel, whose tiles are candidates too.
+  ASSERT_TRUE(problems->front().wgmma);
   std::vector<compiler::MatmulTile> tiles = compiler::candidate_tiles(shape, 90);
+  for (const compiler::MatmulTile& t : compiler::wgmma_candidates(shape)) tiles.push_back(t);
   ASSERT_EQ(r.candidates.size(), tiles.size());
+  int wgmma = 0;
   int splits = 0;
   for (const runtime::CandidateTime& c : r.candidates) {
     const auto& tile = std::get<compiler::MatmulTile>(c.tile);
@@ -172,12 +176,14 @@ TEST(FakeDriverTune, TheFastestTileWinsItsRecordIsStoredAndTheRuntimeCompilesWit
     double one = tile.bm == 32 && tile.bn == 64 ? 0.25 : 1.0;
     EXPECT_DOUBLE_EQ(c.median_ms, tile.split_k > 1 ? 2 * one : one) << compiler::to_string(tile);
     splits += tile.split_k > 1;
+    wgmma += tile.wgmma;
   }
   EXPECT_GT(splits, 0) << "the problem's grid is under one wave: split-K tiles are candidates";
+  EXPECT_EQ(wgmma, 4);
   const auto& winner = std::get<compiler::MatmulTile>(r.winner);
   EXPECT_EQ(winner.bm, 32);
   EXPECT_EQ(winner.bn, 64);
-  EXPECT_TRUE(compiler::same_tile(r.model, compiler::choose_tile(shape, 90)));
+  EXPECT_TRUE(compiler::same_tile(r.model, compiler::choose_wgmma_tile(shape)));
   ASSERT_NE(std::get<compiler::MatmulTile>(r.model).bm, 32)
       << "the model's own tile must not be the one made fast here";
 

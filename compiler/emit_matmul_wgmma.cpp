@@ -1,0 +1,145 @@
+// sm_90a matmul kernel: TMA loads into an mbarrier ring, wgmma from shared-memory descriptors,
+// one producer and two consumer warpgroups, a persistent grid, the fused epilogue on the
+// accumulators (KERNELS.md, design 1b).
+#include "compiler/emit_internal.h"
+
+#include "compiler/target.h"
+
+namespace kiln::compiler::detail {
+
+void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
+  const KernelPlan& k = ctx.kernel;
+  const MatmulTile& t = k.tile;
+  const MatmulShape& s = k.shape;
+  const MatmulExtents& e = k.extents;
+  bool batched = ctx.graph.node(k.group.root).type.shape.rank() >= 3;
+  std::string type = s.path == MatmulPath::bf16 ? "bf16" : "f16";
+  int stages = t.stages;
+  int a_stage = t.bm * 128, b_stage = t.bn * 128;
+  bool b_n_major = !s.b_k_contiguous;
+  std::string pa = "p" + to_str(k.a_map_param), pb = "p" + to_str(k.b_map_param);
+  // Operands broadcast over the batch take rank-2 maps (no batch coordinate).
+  bool a_batch = batched && s.a_batch_stride != 0, b_batch = batched && s.b_batch_stride != 0;
+  int64_t tiles_m = (e.m.hi + t.bm - 1) / t.bm, tiles_n = (e.n.hi + t.bn - 1) / t.bn;
+  int64_t k_tiles = (e.k.hi + t.bk - 1) / t.bk;
+
+  code.open(kernel_signature(ctx, t.threads(), 1));
+  code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms): " +
+            to_str(stages) + " stages of A (" + to_str(t.bm) + " rows of 128 bytes) and B (" +
+            (b_n_major ? to_str(t.bn / 64) + " blocks of 64 k rows x 64 columns" : to_str(t.bn) + " rows of 128 bytes") +
+            "), then full[" + to_str(stages) + "] and empty[" + to_str(stages) + "] mbarriers");
+  code.line("unsigned char* smem = kiln_dynamic_smem();");
+  code.line("smem += (1024u - (kiln_smem_addr(smem) & 1023u)) & 1023u;");
+  code.line("unsigned char* sa = smem;");
+  code.line("unsigned char* sb = smem + " + to_str(int64_t{stages} * a_stage) + ";");
+  code.line("unsigned long long* full = (unsigned long long*)(sb + " +
+            to_str(int64_t{stages} * b_stage) + ");");
+  code.line("unsigned long long* empty = full + " + to_str(stages) + ";");
+  code.line("const int tid = (int)threadIdx.x;");
+  code.open("if (tid == 0) {");
+  code.open("for (int s = 0; s < " + to_str(stages) + "; ++s) {");
+  code.line("kiln_mbarrier_init(&full[s], 1);     // the producer's expect_tx, then TMA's bytes");
+  code.line("kiln_mbarrier_init(&empty[s], 256);  // every consumer thread, once its wgmmas are done");
+  code.close();
+  code.line("kiln_fence_proxy_async();  // the initialised barriers, to the async proxy (TMA)");
+  code.close();
+  code.line("__syncthreads();");
+  code.line("// persistent: block b computes tiles b, b + gridDim.x, ... of " +
+            to_str(e.batch.hi * tiles_m * tiles_n) + " (" + to_str(e.batch.hi) + " x " +
+            to_str(tiles_m) + " row tiles x " + to_str(tiles_n) + " column tiles)");
+  std::string tiles = to_str(e.batch.hi * tiles_m * tiles_n);
+  auto decode_tile = [&] {
+    if (batched) code.line("const int bz = tile / " + to_str(tiles_m * tiles_n) + ";");
+    code.line("const int bm0 = tile / " + to_str(tiles_n) + " % " + to_str(tiles_m) + " * " +
+              to_str(t.bm) + ";");
+    code.line("const int bn0 = tile % " + to_str(tiles_n) + " * " + to_str(t.bn) + ";");
+  };
+  auto tma = [&](const std::string& dst, const std::string& map, const std::string& c0,
+                 const std::string& c1, bool with_batch) {
+    if (with_batch) {
+      code.line("kiln_tma_load_3d(" + dst + ", &" + map + ", " + c0 + ", " + c1 + ", bz, &full[s]);");
+    } else {
+      code.line("kiln_tma_load_2d(" + dst + ", &" + map + ", " + c0 + ", " + c1 + ", &full[s]);");
+    }
+  };
+
+  code.open("if (tid < 128) {");
+  code.line("// producer warpgroup: one thread issues every load");
+  code.line("// registers: 128 x 24 here and 256 x 240 in the consumers, 64512 of the SM's 65536");
+  code.line("kiln_setmaxnreg_dec<24>();");
+  code.open("if (tid == 0) {");
+  code.line("int it = 0;");
+  code.open("for (int tile = (int)blockIdx.x; tile < " + tiles + "; tile += (int)gridDim.x) {");
+  decode_tile();
+  code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt, ++it) {");
+  code.line("const int s = it % " + to_str(stages) + ";");
+  code.line("// the stage's previous use released by both consumers");
+  code.line("if (it >= " + to_str(stages) + ") kiln_mbarrier_wait(&empty[s], ((it / " +
+            to_str(stages) + ") - 1) & 1);");
+  code.line("kiln_mbarrier_arrive_expect_tx(&full[s], " + to_str(a_stage + b_stage) + ");");
+  tma("sa + s * " + to_str(a_stage), pa, "kt * 64", "bm0", a_batch);
+  if (b_n_major) {
+    for (int j = 0; j < t.bn / 64; ++j)
+      tma("sb + s * " + to_str(b_stage) + " + " + to_str(j * 8192), pb, "bn0 + " + to_str(j * 64),
+          "kt * 64", b_batch);
+  } else {
+    tma("sb + s * " + to_str(b_stage), pb, "kt * 64", "bn0", b_batch);
+  }
+  code.close();
+  code.close();
+  code.close();
+  code.close();
+  code.open("else {");
+  code.line("// consumer warpgroups: rows 64 c .. 64 c + 63 of the tile");
+  code.line("kiln_setmaxnreg_inc<240>();");
+  code.line("const int c = tid / 128 - 1;");
+  code.line("const int warp = (tid & 127) >> 5;");
+  code.line("const int lane = tid & 31;");
+  code.line("const int g = lane >> 2;");
+  code.line("const int t4 = lane & 3;");
+  code.line("float acc[" + to_str(t.bn / 2) + "];");
+  code.line("int it = 0;");
+  code.open("for (int tile = (int)blockIdx.x; tile < " + tiles + "; tile += (int)gridDim.x) {");
+  decode_tile();
+  code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt, ++it) {");
+  code.line("const int s = it % " + to_str(stages) + ";");
+  code.line("kiln_mbarrier_wait(&full[s], (it / " + to_str(stages) + ") & 1);");
+  code.line("kiln_wgmma_fence();");
+  code.line("#pragma unroll");
+  code.open("for (int ks = 0; ks < 4; ++ks) {");
+  code.line("const unsigned long long da = kiln_gmma_desc_128b(sa + s * " + to_str(a_stage) +
+            " + c * 8192 + ks * 32, 16, 1024);");
+  if (b_n_major) {
+    code.line("// B N-major: 64-column blocks 8192 bytes apart (LBO), 8 k rows a 1024-byte atom (SBO)");
+    code.line("const unsigned long long db = kiln_gmma_desc_128b(sb + s * " + to_str(b_stage) +
+              " + ks * 2048, 8192, 1024);");
+  } else {
+    code.line("const unsigned long long db = kiln_gmma_desc_128b(sb + s * " + to_str(b_stage) +
+              " + ks * 32, 16, 1024);");
+  }
+  code.line("kiln_wgmma_m64n" + to_str(t.bn) + "k16_" + type + "<" + (b_n_major ? "1" : "0") +
+            ">(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
+  code.close();
+  code.line("kiln_wgmma_commit();");
+  code.line("// the previous stage's wgmmas are done: release it to the producer");
+  code.line("kiln_wgmma_wait<1>();");
+  code.line("if (kt > 0) kiln_mbarrier_arrive(&empty[(it + " + to_str(stages - 1) + ") % " +
+            to_str(stages) + "]);");
+  code.close();
+  code.line("kiln_wgmma_wait<0>();");
+  code.line("kiln_mbarrier_arrive(&empty[(it + " + to_str(stages - 1) + ") % " + to_str(stages) +
+            "]);");
+  code.line("// epilogue: acc[4 j + i] is D(16 warp + g + 8 (i >> 1), 8 j + 2 t + (i & 1)) of the");
+  code.line("// consumer's 64 rows, four m16n8 accumulators stacked per warp");
+  code.line("#pragma unroll");
+  code.open("for (int v = 0; v < " + to_str(t.bn / 2) + "; ++v) {");
+  code.line("const int m = bm0 + c * 64 + warp * 16 + g + ((v >> 1) & 1) * 8;");
+  code.line("const int n = bn0 + (v >> 2) * 8 + t4 * 2 + (v & 1);");
+  emit_output_element(code, ctx, "acc[v]", t.bm, t.bn);
+  code.close();
+  code.close();
+  code.close();
+  code.close();
+}
+
+}  // namespace kiln::compiler::detail

@@ -1,0 +1,379 @@
+// sm_90's asynchronous proxy in kiln's emulator: TMA tile loads (cp.async.bulk.tensor), wgmma
+// (warpgroup MMAs reading shared memory through matrix descriptors), fence.proxy.async and
+// setmaxnreg, with the rules hardware leaves undefined turned into errors:
+//
+// - Shared memory has two views. Generic loads and stores use the block's memory; the async proxy
+//   (wgmma's operand reads) sees `async_view`, which TMA writes together with the block's memory
+//   and which takes the generic writes only at a fence.proxy.async. An operand written with plain
+//   stores and read by wgmma without that fence is read stale (0xff bytes: NaN in every format).
+// - A TMA copy reads its box at issue and lands when the schedule says: at issue (adversarial),
+//   when no thread can run otherwise (kind: the latest legal moment, so a consumer that reads a
+//   stage without waiting for its mbarrier reads the old contents), or in between (seeded). It
+//   completes its bytes on the mbarrier as it lands.
+// - A wgmma reads its operands when it is performed: at the wait_group that retires its group
+//   (the latest moment), so a stage refilled before that wait is read refilled. Its accumulators
+//   hold a poison value (a NaN) from issue to that wait; wgmmas issued back to back on the same
+//   registers chain as the hardware chains them.
+// - wgmma.fence, commit_group, wait_group and mma_async are .sync.aligned over the warpgroup: all
+//   128 threads must execute the same one, at the same place. A thread must execute wgmma.fence
+//   before its first wgmma and after each wait_group (where its accumulators were last touched).
+// - Descriptors: the canonical layouts of the PTX ISA ("Matrix Descriptor Format", CuTe's
+//   make_gmma_desc) with 128-byte swizzle, K-major or MN-major (imm-trans), base offset 0; the
+//   swizzle XORs address bits 4-6 with bits 7-9 of the shared-memory offset, as TMA's 128-byte
+//   swizzle writes them.
+//
+// Arithmetic: each output element adds its 16 products in two blocks of 8 with block_sum
+// (kiln_emu_warp.h), as the m16n8k16 model does.
+#ifndef KILN_EMU_HOPPER_H
+#define KILN_EMU_HOPPER_H
+
+#include "kiln_emu_warp.h"
+
+#include <algorithm>
+#include <limits>
+
+#ifndef KILN_EMU_ARCH_SPECIFIC
+#define KILN_EMU_ARCH_SPECIFIC 0
+#endif
+
+namespace kiln_emu {
+
+enum WgOp : int { wg_none = 0, wg_fence, wg_commit, wg_wait, wg_mma, wg_setmaxnreg };
+
+inline const char* wg_op_name(int op) {
+  switch (op) {
+    case wg_fence: return "wgmma.fence";
+    case wg_commit: return "wgmma.commit_group";
+    case wg_wait: return "wgmma.wait_group";
+    case wg_mma: return "wgmma.mma_async";
+    case wg_setmaxnreg: return "setmaxnreg";
+    default: return "nothing";
+  }
+}
+
+inline void require_sm90a(const char* what) {
+  if (KILN_EMU_SM != 90 || !KILN_EMU_ARCH_SPECIFIC) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%s needs sm_90a, but the program targets sm_%d%s", what,
+                  KILN_EMU_SM, KILN_EMU_ARCH_SPECIFIC ? "a" : "");
+    fail(text);
+  }
+}
+
+// The async proxy's view of shared memory, created on first use as the block's memory started.
+inline unsigned char* async_view(Block& b) {
+  if (b.async_view.size() != b.smem_bytes) b.async_view.assign(b.smem_bytes, 0xff);
+  return b.async_view.data();
+}
+
+// fence.proxy.async (shared::cta): the generic proxy's writes so far become visible to the async
+// proxy.
+inline void fence_proxy_async() {
+  require_sm(90, "fence.proxy.async");
+  Block& b = *t_block;
+  if (b.smem_bytes) std::memcpy(async_view(b), b.smem, b.smem_bytes);
+}
+
+// ---- TMA ------------------------------------------------------------------------------------
+
+// 128-byte swizzle on a shared-memory offset: 16-byte chunk bits 4-6 XOR row bits 7-9.
+inline size_t swizzle_128b(size_t offset) { return offset ^ (((offset >> 7) & 7) << 4); }
+
+// Lands `copy`: its bytes into both views, then its transaction bytes on its mbarrier. Runs from
+// the scheduler too, so it reports a vanished barrier in the block instead of failing a thread.
+inline void land_tma(Block& b, TmaCopy& copy) {
+  std::memcpy(b.smem + copy.dst, copy.bytes.data(), copy.bytes.size());
+  std::memcpy(async_view(b) + copy.dst, copy.bytes.data(), copy.bytes.size());
+  for (MBarrier& m : b.mbarriers) {
+    if (m.offset != copy.bar) continue;
+    m.tx -= static_cast<int64_t>(copy.bytes.size());
+    mbarrier_settle(m);
+    return;
+  }
+  if (!b.failed) {
+    b.failed = true;
+    char text[200];
+    std::snprintf(text, sizeof text, "block (%u, %u, %u): a TMA copy landed on shared-memory "
+                  "offset %zu, where no mbarrier is initialised any more", b.block_idx.x,
+                  b.block_idx.y, b.block_idx.z, copy.bar);
+    b.error = text;
+  }
+}
+
+// Lands every copy in flight; whether there was one.
+inline bool land_all_tma(Block& b) {
+  if (b.tma.empty()) return false;
+  std::vector<TmaCopy> copies = std::move(b.tma);
+  b.tma.clear();
+  for (TmaCopy& c : copies) land_tma(b, c);
+  return true;
+}
+
+// Seeded schedules, between two threads' turns: lands the oldest TMA copy one time in four.
+inline void land_some_tma(Block& b) {
+  if (b.tma.empty() || next_random(b) % 4 != 0) return;
+  TmaCopy copy = std::move(b.tma.front());
+  b.tma.erase(b.tma.begin());
+  land_tma(b, copy);
+}
+
+// cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes: the box of
+// `map` at element coordinates `coords` (dim 0 innermost) into shared memory at `dst`, zeros
+// where the box leaves the tensor; `bar` completes the box's bytes when it lands.
+inline void tma_load(void* dst, const void* map_param, const int* coords, int rank, void* bar) {
+  require_sm(90, "cp.async.bulk.tensor");
+  KilnEmuTensorMap map;
+  std::memcpy(&map, map_param, sizeof map);
+  if (map.magic != KILN_EMU_TENSOR_MAP_MAGIC) fail("cp.async.bulk.tensor: the tensor map was not encoded");
+  if (static_cast<int>(map.rank) != rank) {
+    fail("cp.async.bulk.tensor." + std::to_string(rank) + "d with a map of rank " +
+         std::to_string(map.rank));
+  }
+  size_t e = map.elem_bytes;
+  size_t row_bytes = map.box[0] * e;
+  size_t bytes = row_bytes;
+  for (int d = 1; d < rank; ++d) bytes *= map.box[d];
+  size_t align = map.swizzle == 128 ? 1024 : 128;
+  check_smem(dst, bytes, align, map.swizzle == 128
+                                    ? "cp.async.bulk.tensor destination (128-byte swizzle: the "
+                                      "descriptors' base offset 0 wants 1024-byte alignment)"
+                                    : "cp.async.bulk.tensor destination");
+  if (map.swizzle != 0 && map.swizzle != 128)
+    fail("cp.async.bulk.tensor: the emulator models 128-byte swizzle or none");
+  if (map.swizzle == 128 && row_bytes > 128)
+    fail("cp.async.bulk.tensor: a 128-byte swizzle's inner box is at most 128 bytes");
+  MBarrier& m = mbarrier_at(bar, "cp.async.bulk.tensor mbarrier");
+  Block& b = *t_block;
+  TmaCopy copy;
+  copy.dst = static_cast<size_t>(static_cast<unsigned char*>(dst) - b.smem);
+  copy.bar = m.offset;
+  copy.bytes.assign(bytes, 0);
+  size_t rows = bytes / row_bytes;
+  for (size_t r = 0; r < rows; ++r) {
+    // Row r of the box: its coordinates in dims 1.., then the elements along dim 0.
+    int64_t offset = 0;
+    bool inside = true;
+    size_t rest = r;
+    for (int d = 1; d < rank; ++d) {
+      int64_t c = static_cast<int64_t>(coords[d]) + static_cast<int64_t>(rest % map.box[d]);
+      rest /= map.box[d];
+      if (c < 0 || c >= static_cast<int64_t>(map.dims[d])) inside = false;
+      offset += c * static_cast<int64_t>(map.strides[d - 1]);
+    }
+    for (size_t i = 0; i < map.box[0] && inside; ++i) {
+      int64_t c0 = static_cast<int64_t>(coords[0]) + static_cast<int64_t>(i);
+      if (c0 < 0 || c0 >= static_cast<int64_t>(map.dims[0])) continue;
+      const unsigned char* src = static_cast<const unsigned char*>(map.base) + offset +
+                                 c0 * static_cast<int64_t>(e);
+      check_global(src, e, e, "cp.async.bulk.tensor source");
+      size_t at = copy.dst + r * row_bytes + i * e;
+      if (map.swizzle == 128) at = swizzle_128b(at);
+      std::memcpy(copy.bytes.data() + (at - copy.dst), src, e);
+    }
+  }
+  if (b.schedule == KILN_EMU_ADVERSARIAL ||
+      (b.schedule == KILN_EMU_SEEDED && next_random(b) % 4 == 0)) {
+    land_tma(b, copy);
+    return;
+  }
+  b.tma.push_back(std::move(copy));
+}
+
+// ---- wgmma ----------------------------------------------------------------------------------
+
+// The shared-memory offset of element (r, k) of a wgmma operand, r along M (A) or N (B), from
+// its descriptor: K-major ((8, m), (8, 2)) rows of 128 bytes, 8-row groups SBO apart; MN-major
+// 64-element runs along r, LBO apart, k rows 128 bytes apart in groups of 8, SBO apart.
+inline size_t gmma_offset(uint64_t desc, bool mn_major, int r, int k, const char* which) {
+  size_t start = static_cast<size_t>(desc & 0x3fff) << 4;
+  size_t lbo = static_cast<size_t>((desc >> 16) & 0x3fff) << 4;
+  size_t sbo = static_cast<size_t>((desc >> 32) & 0x3fff) << 4;
+  unsigned base = static_cast<unsigned>((desc >> 49) & 7);
+  unsigned mode = static_cast<unsigned>(desc >> 62);
+  if (mode != 1) fail(std::string("wgmma: descriptor of ") + which + ": the emulator models 128-byte swizzle only");
+  if (base != 0) fail(std::string("wgmma: descriptor of ") + which + ": base offset must be 0");
+  size_t off = mn_major ? start + static_cast<size_t>(r % 64) * 2 + static_cast<size_t>(r / 64) * lbo +
+                              static_cast<size_t>(k % 8) * 128 + static_cast<size_t>(k / 8) * sbo
+                        : start + static_cast<size_t>(r % 8) * 128 + static_cast<size_t>(r / 8) * sbo +
+                              static_cast<size_t>(k) * 2;
+  return swizzle_128b(off);
+}
+
+inline float poison() { return std::numeric_limits<float>::quiet_NaN(); }
+
+// Performs `op`: every thread's slice of D = A B (+ C), reading the operands as the async proxy
+// sees shared memory now, C and D in the warpgroup's record of the accumulators.
+inline void perform_wgmma(Block& b, WarpGroup& wg, const WgmmaOp& op, const char** error) {
+  const unsigned char* view = async_view(b);
+  auto element = [&](uint64_t desc, bool mn, int r, int k, const char* which) -> float {
+    size_t off = gmma_offset(desc, mn, r, k, which);
+    if (off + 2 > b.smem_bytes) {
+      *error = "wgmma: a descriptor addresses past the block's dynamic shared memory";
+      return 0.0f;
+    }
+    uint16_t h;
+    std::memcpy(&h, view + off, 2);
+    return op.bf16 ? g_api->float_from_bf16(h) : g_api->float_from_f16(h);
+  };
+  std::vector<float> a(64 * 16), bm(static_cast<size_t>(op.n) * 16);
+  for (int m = 0; m < 64; ++m)
+    for (int k = 0; k < 16; ++k) a[static_cast<size_t>(m * 16 + k)] = element(op.desc_a, false, m, k, "A");
+  for (int n = 0; n < op.n; ++n)
+    for (int k = 0; k < 16; ++k)
+      bm[static_cast<size_t>(n * 16 + k)] = element(op.desc_b, op.trans_b, n, k, "B");
+  if (*error) return;
+  int per = op.n / 2;
+  for (int thread = 0; thread < 128; ++thread) {
+    int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+    std::vector<float>& d = wg.acc[op.d[thread]];
+    for (int v = 0; v < per; ++v) {
+      int j = v / 4, i = v % 4;
+      int m = 16 * warp + g + 8 * (i >> 1), n = 8 * j + 2 * t + (i & 1);
+      float sum = op.scale_d ? d[static_cast<size_t>(v)] : 0.0f;
+      for (int k0 = 0; k0 < 16; k0 += 8) {
+        float products[8];
+        for (int kk = 0; kk < 8; ++kk)
+          products[kk] = a[static_cast<size_t>(m * 16 + k0 + kk)] * bm[static_cast<size_t>(n * 16 + k0 + kk)];
+        sum = block_sum(sum, products, 8);
+      }
+      d[static_cast<size_t>(v)] = sum;
+    }
+  }
+}
+
+inline WarpGroup& my_warpgroup() {
+  Block& b = *t_block;
+  size_t index = static_cast<size_t>(t_thread->linear / 128);
+  if (b.warpgroups.size() != (b.threads.size() + 127) / 128) b.warpgroups.resize((b.threads.size() + 127) / 128);
+  if (b.threads.size() < (index + 1) * 128) fail("wgmma: the thread's warpgroup has fewer than 128 threads");
+  return b.warpgroups[index];
+}
+
+// Every thread of the warpgroup must reach the same .sync.aligned instruction at the same place;
+// the last to arrive runs `complete`, the others wait for it.
+template <typename Complete>
+inline void warpgroup_collective(int op, int variant, const void* site, Complete&& complete) {
+  asm volatile("" ::: "memory");
+  WarpGroup& wg = my_warpgroup();
+  if (wg.arrived == 0) {
+    wg.op = op;
+    wg.variant = variant;
+    wg.site = site;
+  } else if (wg.op != op || wg.variant != variant) {
+    fail(std::string("divergent warpgroup: this thread reached ") + wg_op_name(op) +
+         " while other threads of its warpgroup wait at " + wg_op_name(wg.op) +
+         (wg.op == op ? " of another kind" : ""));
+  } else if (wg.site != site) {
+    fail(std::string("divergent warpgroup: this thread reached ") + wg_op_name(op) +
+         " at another place in the kernel than the other threads of its warpgroup (.aligned)");
+  }
+  int slot = t_thread->linear % 128;
+  complete(wg, slot, false);
+  if (++wg.arrived == 128) {
+    complete(wg, slot, true);
+    wg.arrived = 0;
+    wg.op = wg_none;
+    size_t first = static_cast<size_t>(t_thread->linear / 128) * 128;
+    for (size_t i = first; i < first + 128; ++i)
+      if (t_block->threads[i].wait == Wait::warpgroup) t_block->threads[i].wait = Wait::none;
+  } else {
+    t_thread->wait = Wait::warpgroup;
+    yield();
+  }
+  asm volatile("" ::: "memory");
+}
+
+inline void wgmma_fence(const void* site) {
+  require_sm90a("wgmma.fence");
+  warpgroup_collective(wg_fence, 0, site, [](WarpGroup& wg, int slot, bool) { wg.fenced[slot] = true; });
+}
+
+inline void wgmma_commit(const void* site) {
+  require_sm90a("wgmma.commit_group");
+  warpgroup_collective(wg_commit, 0, site, [](WarpGroup& wg, int, bool last) {
+    if (!last) return;
+    wg.groups.push_back(std::move(wg.open));
+    wg.open.clear();
+  });
+}
+
+inline void wgmma_wait(int pending, const void* site) {
+  require_sm90a("wgmma.wait_group");
+  const char* error = nullptr;
+  warpgroup_collective(wg_wait, pending, site, [&](WarpGroup& wg, int slot, bool last) {
+    wg.fenced[slot] = false;
+    if (!last) return;
+    while (static_cast<int>(wg.groups.size()) > pending && !error) {
+      for (const WgmmaOp& op : wg.groups.front()) perform_wgmma(*t_block, wg, op, &error);
+      wg.groups.pop_front();
+    }
+    // Registers no wgmma in flight writes any more get their contents back.
+    std::vector<float*> busy;
+    for (const auto& grp : wg.groups)
+      for (const WgmmaOp& o : grp) busy.insert(busy.end(), o.d, o.d + 128);
+    for (const WgmmaOp& o : wg.open) busy.insert(busy.end(), o.d, o.d + 128);
+    std::sort(busy.begin(), busy.end());
+    for (auto it = wg.acc.begin(); it != wg.acc.end();) {
+      if (std::binary_search(busy.begin(), busy.end(), it->first)) {
+        ++it;
+        continue;
+      }
+      std::memcpy(it->first, it->second.data(), sizeof(float) * it->second.size());
+      it = wg.acc.erase(it);
+    }
+  });
+  if (error) fail(error);
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} with both operands from descriptors.
+inline void wgmma(float* d, uint64_t desc_a, uint64_t desc_b, int n, bool bf16, bool trans_b,
+                  int scale_d, const void* site) {
+  require_sm90a("wgmma.mma_async");
+  int variant = n * 4 + (bf16 ? 2 : 0) + (trans_b ? 1 : 0);
+  warpgroup_collective(wg_mma, variant, site, [&](WarpGroup& wg, int s, bool last) {
+    if (!wg.fenced[s]) fail("wgmma.mma_async without a wgmma.fence since the accumulators were last accessed");
+    if (!last) {
+      if (wg.arrived == 0) wg.desc_a = desc_a, wg.desc_b = desc_b;
+      else if (wg.desc_a != desc_a || wg.desc_b != desc_b)
+        fail("wgmma.mma_async: the threads of a warpgroup give different descriptors");
+      wg.d[s] = d;
+      wg.scale_d[s] = scale_d != 0;
+      return;
+    }
+    for (int thread = 1; thread < 128; ++thread)
+      if (wg.scale_d[thread] != wg.scale_d[0])
+        fail("wgmma.mma_async: the threads of a warpgroup give different scale-d");
+    WgmmaOp op;
+    op.desc_a = wg.desc_a;
+    op.desc_b = wg.desc_b;
+    op.n = n;
+    op.bf16 = bf16;
+    op.trans_b = trans_b;
+    op.scale_d = wg.scale_d[s] != 0;
+    size_t per = static_cast<size_t>(n / 2);
+    for (int thread = 0; thread < 128; ++thread) {
+      float* regs = wg.d[thread];
+      op.d[thread] = regs;
+      // Registers no wgmma in flight writes: their contents now are C. Otherwise the chain's
+      // result so far is (the hardware orders wgmmas on the same accumulators).
+      auto [entry, fresh] = wg.acc.try_emplace(regs);
+      if (fresh) entry->second.assign(regs, regs + per);
+      else if (entry->second.size() != per) fail("wgmma.mma_async: accumulators in flight with another shape");
+      for (size_t v = 0; v < per; ++v) regs[v] = poison();
+    }
+    wg.open.push_back(std::move(op));
+  });
+}
+
+// setmaxnreg.{inc,dec}.sync.aligned.u32: 24 to 256 registers, a multiple of 8; the emulator
+// checks the operand and that the warpgroup executes it together.
+inline void setmaxnreg(int count, bool inc, const void* site) {
+  require_sm90a(inc ? "setmaxnreg.inc" : "setmaxnreg.dec");
+  if (count < 24 || count > 256 || count % 8 != 0)
+    fail("setmaxnreg: the register count must be 24 to 256, a multiple of 8");
+  warpgroup_collective(wg_setmaxnreg, count * 2 + (inc ? 1 : 0), site, [](WarpGroup&, int, bool) {});
+}
+
+}  // namespace kiln_emu
+
+#endif  // KILN_EMU_HOPPER_H

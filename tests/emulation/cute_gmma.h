@@ -1,0 +1,48 @@
+// CuTe's sm_90 GMMA model as plain tables: the shared-memory descriptors make_gmma_desc builds for
+// each k step of a 128-byte-swizzled bf16 tile, the byte address its layout gives each element,
+// and the accumulator layout of m64nNk16 (cute_gmma.cpp is the one file compiled against CUTLASS).
+#pragma once
+
+#include "cute_layouts.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::emulation::testing {
+
+// One operand tile in shared memory, laid out as CUTLASS's sm_90 TMA mainloop lays it out
+// (tile_to_shape of GMMA::Layout_{K,MN}_SW128_Atom<bf16>, K-major tiled along M|N first, MN-major
+// along K first unless `k_first` is false) and partitioned as that mainloop partitions it
+// (partition_A/B, make_fragment_A/B, one descriptor per k block of 16).
+struct CuteGmmaOperand {
+  bool mn_major = false;
+  bool k_first = true;         // MN-major: a 64-element run's 8-row k groups follow each other
+  int rows = 0, cols = 0;      // rows along M (A) or N (B), columns along K
+  int base = 0;                // shared-memory address of the tile, a multiple of 1024
+  std::vector<uint64_t> desc;  // [k block]: the descriptor of columns 16 kb .. 16 kb + 15
+  std::vector<int> address;    // [row * cols + col]: the element's byte address, swizzled
+};
+
+// A and B of one SM90_64xNx16_F32BF16BF16_SS atom, A 64 x 64 K-major, B N x 64.
+struct CuteGmmaCase {
+  std::string name;  // e.g. "SM90_64x128x16_F32BF16BF16_SS, B MN-major"
+  int n = 0;
+  CuteGmmaOperand a, b;
+};
+
+// B K-major, MN-major k groups first, MN-major 64-element runs first (N 128), then B K-major and
+// MN-major k groups first at N 256; none where kiln was built without the CUTLASS headers.
+std::vector<CuteGmmaCase> cute_gmma_cases();
+
+// The C layout of SM90_64xNx16_F32BF16BF16_SS: where value v of thread t of the warpgroup lives.
+struct CuteGmmaAccumulator {
+  std::string name;
+  int n = 0;
+  std::vector<Place> c;  // [thread * n / 2 + v]: row m, column n
+};
+
+// N 128 and 256, or none without the CUTLASS headers.
+std::vector<CuteGmmaAccumulator> cute_gmma_accumulators();
+
+}  // namespace kiln::emulation::testing

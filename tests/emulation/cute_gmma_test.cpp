@@ -1,0 +1,312 @@
+// The emulator's sm_90a wgmma model against CUTLASS's CuTe: every descriptor make_gmma_desc builds
+// for the k steps of a 128-byte-swizzled bf16 tile (A 64 x 64 K-major; B 128 or 256 x 64,
+// K-major or MN-major) decodes, through the shim's gmma_offset, to the address CuTe's swizzled
+// smem layout gives each element; kiln's descriptors (kiln_gmma_desc_128b with the bases and
+// offsets its kernels use) are CuTe's; the accumulator layout the shim and the prelude assume is
+// CuTe's C layout of m64n128k16 and m64n256k16; and a wgmma run in the emulator over a shared
+// memory image laid out by CuTe, with CuTe's or kiln's descriptors, gives the exact product where
+// CuTe's C layout reads it.
+#include "cute_gmma.h"
+#include "emu_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace kiln::emulation {
+namespace {
+
+using testing::CuteGmmaAccumulator;
+using testing::CuteGmmaCase;
+using testing::CuteGmmaOperand;
+using testing::Place;
+
+constexpr const char* k_no_cute =
+    "built without the CUTLASS headers (scripts/fetch_cutlass.sh could not fetch nvidia-cutlass "
+    "from PyPI)";
+
+// The fields of a descriptor, in bytes where the format counts 16-byte units.
+struct Fields {
+  unsigned start = 0, lbo = 0, sbo = 0, base = 0, mode = 0;
+};
+
+Fields fields(uint64_t desc) {
+  Fields f;
+  f.start = static_cast<unsigned>(desc & 0x3fff) << 4;
+  f.lbo = static_cast<unsigned>((desc >> 16) & 0x3fff) << 4;
+  f.sbo = static_cast<unsigned>((desc >> 32) & 0x3fff) << 4;
+  f.base = static_cast<unsigned>((desc >> 49) & 7);
+  f.mode = static_cast<unsigned>(desc >> 62);
+  return f;
+}
+
+std::string describe(uint64_t desc) {
+  Fields f = fields(desc);
+  return "start " + std::to_string(f.start) + ", LBO " + std::to_string(f.lbo) + ", SBO " +
+         std::to_string(f.sbo) + ", base offset " + std::to_string(f.base) + ", swizzle mode " +
+         std::to_string(f.mode);
+}
+
+// compiler/prelude.cuh's kiln_gmma_desc_128b, for a shared-memory address.
+uint64_t kiln_desc(unsigned address, unsigned lbo, unsigned sbo) {
+  return static_cast<uint64_t>((address & 0x3ffffu) >> 4) |
+         (static_cast<uint64_t>((lbo >> 4) & 0x3fffu) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
+}
+
+// Whether `o` is laid out as kiln's kernels lay out operands: K-major, or MN-major in 64-column
+// blocks of all 64 k rows each (the k groups of a block first).
+bool kiln_layout(const CuteGmmaOperand& o) { return !o.mn_major || o.k_first; }
+
+// The descriptor kiln's kernels give k step `kb` of `o`: K-major start + 32 kb, LBO 16, SBO 1024;
+// MN-major start + 2048 kb, LBO 8192 (the next 64-column block), SBO 1024 (the next 8 k rows).
+uint64_t kiln_desc_for(const CuteGmmaOperand& o, int kb) {
+  unsigned base = static_cast<unsigned>(o.base);
+  return o.mn_major ? kiln_desc(base + 2048u * static_cast<unsigned>(kb), 8192, 1024)
+                    : kiln_desc(base + 32u * static_cast<unsigned>(kb), 16, 1024);
+}
+
+// Elements (r, 16 kb + k) of `o` whose address the shim decodes from `o`'s descriptors otherwise
+// than CuTe's layout places them (decoded as MN-major when `mn_major`); the first in `first`.
+int decode_mismatches(const CuteGmmaOperand& o, bool mn_major, std::string* first) {
+  int wrong = 0;
+  for (int kb = 0; kb < static_cast<int>(o.desc.size()); ++kb) {
+    uint64_t desc = o.desc[static_cast<size_t>(kb)];
+    for (int r = 0; r < o.rows; ++r) {
+      for (int k = 0; k < 16; ++k) {
+        size_t got = ::kiln_emu::gmma_offset(desc, mn_major, r, k, "operand");
+        int want = o.address[static_cast<size_t>(r * o.cols + 16 * kb + k)];
+        if (got == static_cast<size_t>(want)) continue;
+        if (wrong++ == 0)
+          *first = "k step " + std::to_string(kb) + ", element (" + std::to_string(r) + ", " +
+                   std::to_string(k) + "): the shim decodes " + std::to_string(got) +
+                   ", CuTe's layout has " + std::to_string(want);
+      }
+    }
+  }
+  return wrong;
+}
+
+// gmma_offset fails a thread of a launch on a descriptor it does not model; outside a launch that
+// would crash, so the descriptors are checked first.
+void expect_modelled(const CuteGmmaOperand& o, const std::string& what) {
+  for (uint64_t desc : o.desc) {
+    ASSERT_EQ(fields(desc).mode, 1u) << what << ": " << describe(desc);
+    ASSERT_EQ(fields(desc).base, 0u) << what << ": " << describe(desc);
+  }
+}
+
+TEST(EmulatedGmmaAgainstCute, EveryDescriptorDecodesToCutesSwizzledAddresses) {
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases();
+  if (cases.empty()) GTEST_SKIP() << k_no_cute;
+  ASSERT_EQ(cases.size(), 5u);
+  for (const CuteGmmaCase& c : cases) {
+    for (const CuteGmmaOperand* o : {&c.a, &c.b}) {
+      std::string what = c.name + (o == &c.a ? ", A" : ", B");
+      ASSERT_EQ(o->desc.size(), 4u) << what;
+      ASSERT_EQ(o->address.size(), static_cast<size_t>(o->rows * o->cols)) << what;
+      EXPECT_EQ(o->rows, o == &c.a ? 64 : c.n) << what;
+      expect_modelled(*o, what);
+      std::string first;
+      EXPECT_EQ(decode_mismatches(*o, o->mn_major, &first), 0) << what << ": " << first;
+    }
+  }
+}
+
+TEST(EmulatedGmmaAgainstCute, KilnsDescriptorsAreCutes) {
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases();
+  if (cases.empty()) GTEST_SKIP() << k_no_cute;
+  int compared = 0;
+  for (const CuteGmmaCase& c : cases) {
+    for (const CuteGmmaOperand* o : {&c.a, &c.b}) {
+      if (!kiln_layout(*o)) continue;
+      for (int kb = 0; kb < static_cast<int>(o->desc.size()); ++kb) {
+        uint64_t cute = o->desc[static_cast<size_t>(kb)], kiln = kiln_desc_for(*o, kb);
+        EXPECT_EQ(kiln, cute) << c.name << (o == &c.a ? ", A" : ", B") << ", k step " << kb
+                              << ": kiln gives " << describe(kiln) << "; CuTe " << describe(cute);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 5 * 4 + 4 * 4);
+}
+
+TEST(EmulatedGmmaAgainstCute, TheCheckHasTeeth) {
+  // An MN-major descriptor read as K-major (and the reverse) addresses other elements.
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases();
+  if (cases.empty()) GTEST_SKIP() << k_no_cute;
+  for (const CuteGmmaCase& c : cases) {
+    std::string first;
+    EXPECT_GT(decode_mismatches(c.b, !c.b.mn_major, &first), 0) << c.name;
+  }
+}
+
+// Warp w of the warpgroup, lane 4 g + t: d[4 j + i] = D(16 w + g + 8 (i >> 1),
+// 8 j + 2 t + (i & 1)), as kiln_emu_hopper.h's perform_wgmma and compiler/prelude.cuh assume.
+Place kiln_accumulator(int thread, int v) {
+  int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4, j = v / 4, i = v % 4;
+  return {16 * warp + g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)};
+}
+
+TEST(EmulatedGmmaAgainstCute, TheAccumulatorLayoutIsCutes) {
+  std::vector<CuteGmmaAccumulator> accumulators = testing::cute_gmma_accumulators();
+  if (accumulators.empty()) GTEST_SKIP() << k_no_cute;
+  ASSERT_EQ(accumulators.size(), 2u);
+  for (const CuteGmmaAccumulator& acc : accumulators) {
+    int per = acc.n / 2;
+    ASSERT_EQ(acc.c.size(), static_cast<size_t>(128 * per)) << acc.name;
+    int wrong = 0;
+    for (int thread = 0; thread < 128; ++thread) {
+      for (int v = 0; v < per; ++v) {
+        Place want = acc.c[static_cast<size_t>(thread * per + v)];
+        Place got = kiln_accumulator(thread, v);
+        if (got.row == want.row && got.col == want.col) continue;
+        if (wrong++ == 0)
+          ADD_FAILURE() << acc.name << ": thread " << thread << " value " << v << " is D("
+                        << got.row << ", " << got.col << ") to kiln, D(" << want.row << ", "
+                        << want.col << ") to CuTe";
+      }
+    }
+    EXPECT_EQ(wrong, 0) << acc.name;
+  }
+}
+
+// ---- a wgmma over CuTe's layouts, in the emulator ----
+
+// Small integers, so that every product and sum of 64 is exact in bf16 and fp32.
+float small(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return static_cast<float>(static_cast<int>(x % 9) - 4);
+}
+float a_at(int m, int k) { return small(static_cast<uint32_t>(m * 64 + k)); }
+float b_at(int k, int n) { return small(static_cast<uint32_t>(0x10000 + k * 256 + n)); }
+
+// One warpgroup copies `image` into shared memory and runs 4 k steps of m64nNk16, with CuTe's
+// descriptors (descs[kb] for A, descs[4 + kb] for B) or, `Kiln`, kiln_gmma_desc_128b's at the
+// tiles' bases (bases[0], bases[1]); value v of thread t goes to out[t * N / 2 + v].
+template <int N, int TransB, bool Kiln>
+__global__ void cute_wgmma_kernel(float* out, const uint16_t* image,
+                                  const unsigned long long* descs, const int* bases,
+                                  const int* image_elements) {
+  unsigned char* smem = kiln_dynamic_smem();
+  const int tid = threadIdx.x;
+  for (int i = tid; i < *image_elements; i += 128) std::memcpy(smem + 2 * i, &image[i], 2);
+  kiln_fence_proxy_async();
+  __syncthreads();
+  float d[N / 2];
+  kiln_wgmma_fence();
+  for (int k = 0; k < 4; ++k) {
+    unsigned long long da = descs[k], db = descs[4 + k];
+    if (Kiln) {
+      da = kiln_gmma_desc_128b(smem + bases[0] + 32 * k, 16, 1024);
+      db = TransB ? kiln_gmma_desc_128b(smem + bases[1] + 2048 * k, 8192, 1024)
+                  : kiln_gmma_desc_128b(smem + bases[1] + 32 * k, 16, 1024);
+    }
+    if (N == 128) kiln_wgmma_m64n128k16_bf16<TransB>(d, da, db, k > 0);
+    if (N == 256) kiln_wgmma_m64n256k16_bf16<TransB>(d, da, db, k > 0);
+  }
+  kiln_wgmma_commit();
+  kiln_wgmma_wait<0>();
+  for (int v = 0; v < N / 2; ++v) out[tid * (N / 2) + v] = d[v];
+}
+
+using Launch = std::string (*)(std::vector<float>&, std::vector<uint16_t>&,
+                              std::vector<unsigned long long>&, std::vector<int>&, int&);
+
+template <int N, int TransB, bool Kiln>
+std::string launch_wgmma(std::vector<float>& out, std::vector<uint16_t>& image,
+                         std::vector<unsigned long long>& descs, std::vector<int>& bases,
+                         int& elements) {
+  return testing::launch(cute_wgmma_kernel<N, TransB, Kiln>,
+                         {out.data(), image.data(), descs.data(), bases.data(), &elements},
+                         {out.size() * 4, image.size() * 2, descs.size() * 8, bases.size() * 4,
+                          sizeof elements},
+                         1, 128, image.size() * 2);
+}
+
+// The kernel for N 128 or 256, B K-major or MN-major, CuTe's or kiln's descriptors.
+Launch launch_for(int n, bool mn_major, bool kiln) {
+  static const Launch k_launches[2][2][2] = {
+      {{launch_wgmma<128, 0, false>, launch_wgmma<128, 0, true>},
+       {launch_wgmma<128, 1, false>, launch_wgmma<128, 1, true>}},
+      {{launch_wgmma<256, 0, false>, launch_wgmma<256, 0, true>},
+       {launch_wgmma<256, 1, false>, launch_wgmma<256, 1, true>}}};
+  return k_launches[n == 256][mn_major][kiln];
+}
+
+// Values of the accumulators, read through `acc`, that differ from the exact product of A and B
+// placed at CuTe's addresses; the emulator's error, if any, in `error`.
+int product_mismatches(const CuteGmmaCase& c, const CuteGmmaAccumulator& acc, bool kiln,
+                       std::string* error) {
+  size_t bytes = 0;
+  for (const CuteGmmaOperand* o : {&c.a, &c.b})
+    bytes = std::max(bytes, static_cast<size_t>(o->base + o->rows * o->cols * 2));
+  std::vector<uint16_t> image(bytes / 2, 0);
+  for (int m = 0; m < 64; ++m)
+    for (int k = 0; k < 64; ++k)
+      image[static_cast<size_t>(c.a.address[static_cast<size_t>(m * 64 + k)] / 2)] =
+          reference::bf16_from_float(a_at(m, k));
+  for (int n = 0; n < c.n; ++n)
+    for (int k = 0; k < 64; ++k)
+      image[static_cast<size_t>(c.b.address[static_cast<size_t>(n * 64 + k)] / 2)] =
+          reference::bf16_from_float(b_at(k, n));
+  std::vector<unsigned long long> descs;
+  for (uint64_t d : c.a.desc) descs.push_back(d);
+  for (uint64_t d : c.b.desc) descs.push_back(d);
+  std::vector<int> bases = {c.a.base, c.b.base};
+  int elements = static_cast<int>(image.size());
+  int per = c.n / 2;
+  std::vector<float> out(static_cast<size_t>(128 * per), -1.0f);
+  *error = launch_for(c.n, c.b.mn_major, kiln)(out, image, descs, bases, elements);
+  int wrong = 0;
+  for (int thread = 0; thread < 128; ++thread) {
+    for (int v = 0; v < per; ++v) {
+      Place p = acc.c[static_cast<size_t>(thread * per + v)];
+      float exact = 0.0f;
+      for (int k = 0; k < 64; ++k) exact += a_at(p.row, k) * b_at(k, p.col);
+      wrong += out[static_cast<size_t>(thread * per + v)] != exact;
+    }
+  }
+  return wrong;
+}
+
+const CuteGmmaAccumulator& accumulator_for(const std::vector<CuteGmmaAccumulator>& accs, int n) {
+  return accs[n == 128 ? 0 : 1];
+}
+
+TEST(EmulatedGmmaAgainstCute, AWgmmaOverCutesLayoutsGivesTheExactProductWhereCuteReadsIt) {
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases();
+  std::vector<CuteGmmaAccumulator> accs = testing::cute_gmma_accumulators();
+  if (cases.empty() || accs.size() != 2) GTEST_SKIP() << k_no_cute;
+  for (const CuteGmmaCase& c : cases) {
+    for (bool kiln : {false, true}) {
+      if (kiln && !kiln_layout(c.b)) continue;
+      std::string error;
+      int wrong = product_mismatches(c, accumulator_for(accs, c.n), kiln, &error);
+      EXPECT_EQ(error, "") << c.name << (kiln ? ", kiln's descriptors" : ", CuTe's descriptors");
+      EXPECT_EQ(wrong, 0) << c.name << (kiln ? ", kiln's descriptors" : ", CuTe's descriptors");
+    }
+  }
+}
+
+TEST(EmulatedGmmaAgainstCute, APermutedAccumulatorLayoutIsNoticed) {
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases();
+  std::vector<CuteGmmaAccumulator> accs = testing::cute_gmma_accumulators();
+  if (cases.empty() || accs.size() != 2) GTEST_SKIP() << k_no_cute;
+  CuteGmmaAccumulator acc = accs[0];
+  for (size_t thread = 0; thread < 128; ++thread)
+    std::swap(acc.c[thread * 64 + 1], acc.c[thread * 64 + 2]);
+  std::string error;
+  EXPECT_GT(product_mismatches(cases[0], acc, false, &error), 0);
+  EXPECT_EQ(error, "");
+}
+
+}  // namespace
+}  // namespace kiln::emulation
