@@ -48,8 +48,10 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
             to_str(e.batch.hi * tiles_m * tiles_n) + " (" + to_str(e.batch.hi) + " x " +
             to_str(tiles_m) + " row tiles x " + to_str(tiles_n) + " column tiles)");
   std::string tiles = to_str(e.batch.hi * tiles_m * tiles_n);
-  auto decode_tile = [&] {
-    if (batched) code.line("const int bz = tile / " + to_str(tiles_m * tiles_n) + ";");
+  // The batch coordinate where it is read: the producer's for an operand with a batch, the
+  // consumers' for the epilogue's index of a batched result.
+  auto decode_tile = [&](bool batch) {
+    if (batch) code.line("const int bz = tile / " + to_str(tiles_m * tiles_n) + ";");
     code.line("const int bm0 = tile / " + to_str(tiles_n) + " % " + to_str(tiles_m) + " * " +
               to_str(t.bm) + ";");
     code.line("const int bn0 = tile % " + to_str(tiles_n) + " * " + to_str(t.bn) + ";");
@@ -65,12 +67,13 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
 
   code.open("if (tid < 128) {");
   code.line("// producer warpgroup: one thread issues every load");
-  code.line("// registers: 128 x 24 here and 256 x 240 in the consumers, 64512 of the SM's 65536");
+  code.line("// registers: 128 x 24 here and 256 x 240 in the consumers, the 384 x 168 = 64512 the");
+  code.line("// block holds from launch (__launch_bounds__(384, 1)): setmaxnreg.inc waits for the rest");
   code.line("kiln_setmaxnreg_dec<24>();");
   code.open("if (tid == 0) {");
   code.line("int it = 0;");
   code.open("for (int tile = (int)blockIdx.x; tile < " + tiles + "; tile += (int)gridDim.x) {");
-  decode_tile();
+  decode_tile(a_batch || b_batch);
   code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt, ++it) {");
   code.line("const int s = it % " + to_str(stages) + ";");
   code.line("// the stage's previous use released by both consumers");
@@ -100,7 +103,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("float acc[" + to_str(t.bn / 2) + "];");
   code.line("int it = 0;");
   code.open("for (int tile = (int)blockIdx.x; tile < " + tiles + "; tile += (int)gridDim.x) {");
-  decode_tile();
+  decode_tile(batched);
   code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt, ++it) {");
   code.line("const int s = it % " + to_str(stages) + ";");
   code.line("kiln_mbarrier_wait(&full[s], (it / " + to_str(stages) + ") & 1);");

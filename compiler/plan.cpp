@@ -415,17 +415,20 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       k.tile_source = schedule.source_for(k.shape, sm);
       // The partials' temporary is sized at plan time: a symbolic graph's run unsplit.
       if (symbolic) k.tile.split_k = 1;
-      // sm_90a: the model's tile for a problem the wgmma kernel computes is that kernel's (a
-      // static graph's: tensor maps are encoded for fixed sizes). A provider's own choice (a
-      // tuning record, a fixed tile) stands.
+      // sm_90a: the model runs a problem the wgmma kernel computes (a static graph's: tensor
+      // maps are encoded for fixed sizes) on it where its tiles fill the GPU (wgmma_fills). A
+      // provider's own choice (a tuning record, a fixed tile) stands, but a wgmma tile for a
+      // problem the kernel does not compute (a record of a problem with the same signature and
+      // another rank, a fixed tile for every matmul of a graph) gives way to the model's tile.
       bool wgmma = wgmma_plans(graph, k, target, symbolic);
-      if (wgmma && k.tile_source == "model") k.tile = choose_wgmma_tile(k.shape);
+      if (wgmma && k.tile_source == "model" && wgmma_fills(k.shape))
+        k.tile = choose_wgmma_tile(k.shape);
+      if (k.tile.wgmma && !wgmma) {
+        k.tile = heuristic_schedule().matmul_tile(k.shape, sm);
+        k.tile_source = heuristic_schedule().source();
+        if (symbolic) k.tile.split_k = 1;
+      }
       if (k.tile.wgmma) {
-        if (!wgmma)
-          return make_error(describe_node(graph, group.anchor), ": schedule: tile ",
-                            to_string(k.tile), " needs sm_90a and a problem the wgmma kernel "
-                            "computes (16-bit operands, A K-major, 16-byte strides, one batch "
-                            "dim at most, static sizes)");
         if (Status legal = check_wgmma_tile(k.tile, k.shape); !legal)
           return make_error(describe_node(graph, group.anchor), ": schedule: ",
                             legal.error().message);

@@ -253,6 +253,11 @@ MatmulTile choose_wgmma_tile(const MatmulShape& shape) {
   return t;
 }
 
+bool wgmma_fills(const MatmulShape& shape) {
+  int64_t tiles = shape.batch * ((shape.m + 127) / 128) * ((shape.n + 127) / 128);
+  return tiles >= typical_sm_count(90) / 2;
+}
+
 std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape) {
   (void)shape;
   std::vector<MatmulTile> out;

@@ -58,6 +58,12 @@ bool wgmma_computes(const MatmulShape& shape, int batch_dims);
 // The wgmma tile for `shape`: 128x256 where N spans 256 columns or more (4 stages), else 128x128
 // (6 stages), within smem_limit(90).
 MatmulTile choose_wgmma_tile(const MatmulShape& shape);
+// Whether the model runs `shape` (one the wgmma kernel computes) on it: when its 128x128 work
+// tiles number at least half of typical_sm_count(90). Fewer 128-row tiles leave most SMs idle
+// where the mma.sync tiles (down to 32x64, and split-K) spread the same work over more blocks:
+// decode-shaped products (M = 16 against N = 4096: 32 tiles) stay on mma.sync. A reasoned rule,
+// not a measured one.
+bool wgmma_fills(const MatmulShape& shape);
 // The wgmma tiles `kiln tune` times beside the mma.sync ones: 128x128 at 4 and 6 stages, 128x256
 // at 3 and 4 (the model's among them).
 std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape);

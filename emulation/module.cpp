@@ -232,6 +232,9 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
     argv.insert(argv.begin() + 1, "-DKILN_EMU_BREAK_LAYOUT");
   if (options.shim.mma_sum == MmaSum::nearest)
     argv.insert(argv.begin() + 1, "-DKILN_EMU_MMA_NEAREST");
+  if (options.shim.mma_sum == MmaSum::hopper ||
+      (options.shim.mma_sum == MmaSum::arch && options.sm == 90))
+    argv.insert(argv.begin() + 1, "-DKILN_EMU_MMA_HOPPER");
   auto rc = run_process(argv, log);
   if (!rc) return rc.error();
   if (*rc != 0)

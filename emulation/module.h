@@ -20,7 +20,11 @@ enum class Layout : uint8_t { correct, broken };
 // truncate, as published measurements of NVIDIA tensor cores describe (aligned to the largest
 // addend, no guard bits, the sum rounded toward zero), or nearest (each product added in fp32,
 // rounded to nearest).
-enum class MmaSum : uint8_t { truncate, nearest };
+// How the emulator's tensor cores add a k-slice (kiln_emu_warp.h): `arch`, the model of the
+// program's arch (the H100's measured one on sm_90 and sm_90a, `truncate` elsewhere); `hopper`,
+// that measured model anywhere; `truncate`, blocks of 4 (tf32) or 8 (16-bit) products aligned to
+// the largest and truncated without guard bits; `nearest`, fp32 adds rounded to nearest.
+enum class MmaSum : uint8_t { arch, hopper, truncate, nearest };
 
 // A deliberate change to one shim file's text: `from` (which must occur) becomes `to`. Only the
 // mutation check wants it: a shim with a known bug must make some emulated check fail.
@@ -32,7 +36,7 @@ struct ShimEdit {
 // How the shim is built for a program.
 struct ShimOptions {
   Layout layout = Layout::correct;
-  MmaSum mma_sum = MmaSum::truncate;
+  MmaSum mma_sum = MmaSum::arch;
   std::vector<ShimEdit> edits;
 };
 

@@ -333,7 +333,7 @@ std::vector<compiler::KernelTile> candidates_of(const TuningProblem& problem, in
 
 compiler::KernelTile model_of(const TuningProblem& problem, int sm) {
   if (const auto* shape = std::get_if<compiler::MatmulShape>(&problem.shape)) {
-    if (problem.wgmma) return compiler::choose_wgmma_tile(*shape);
+    if (problem.wgmma && compiler::wgmma_fills(*shape)) return compiler::choose_wgmma_tile(*shape);
     compiler::MatmulTile tile = compiler::choose_tile(*shape, sm);
     if (problem.symbolic) tile.split_k = 1;
     return tile;
@@ -372,7 +372,14 @@ Expected<std::vector<TuningProblem>> tuning_problems(const ir::Graph& graph,
   std::set<std::string> seen;
   for (const compiler::KernelPlan& k : planned->plan.kernels) {
     auto problem = problem_of(k, planned->bound, planned->sizes.symbolic(), options.target);
-    if (problem && seen.insert(problem->signature).second) out.push_back(std::move(*problem));
+    if (!problem) continue;
+    if (seen.insert(problem->signature).second) {
+      out.push_back(std::move(*problem));
+      continue;
+    }
+    // Kernels of one signature share a record: its wgmma tiles are timed where any computes them.
+    for (TuningProblem& p : out)
+      if (p.signature == problem->signature) p.wgmma = p.wgmma || problem->wgmma;
   }
   return out;
 }
@@ -466,10 +473,13 @@ Expected<std::shared_ptr<const compiler::ScheduleProvider>> tuned_schedule(
     const std::string& signature = problem->signature;
     auto it = tiles.keys.find(signature);
     if (it == tiles.keys.end()) continue;
-    auto checked = tiles.checked.find(signature);
+    // A record's tile holds for a problem or not by its signature and whether the wgmma kernel
+    // computes it (which the signature does not say: a result's rank, a symbolic graph).
+    std::string verdict = signature + (problem->wgmma ? " wgmma" : "");
+    auto checked = tiles.checked.find(verdict);
     if (checked == tiles.checked.end()) {
       checked = tiles.checked
-                    .emplace(signature,
+                    .emplace(verdict,
                              read_record(cache, tiles, *problem, it->second, options.target.sm))
                     .first;
       if (!checked->second && warn)

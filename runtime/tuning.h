@@ -86,7 +86,8 @@ struct TunedTiles {
   std::string arch;  // the target's, "sm_90a"
   std::string nvrtc_version;
   std::map<std::string, std::string> keys;  // signature -> record key (this arch, NVRTC, codegen)
-  // signature -> the record's tile and source, or why it is not used (read once).
+  // signature (with " wgmma" where the wgmma kernel computes the problem, which the signature
+  // does not say) -> the record's tile and source, or why it is not used (read once each).
   std::map<std::string, Expected<compiler::ChosenTile>> checked;
   bool empty() const { return keys.empty(); }
 };

@@ -22,8 +22,9 @@
 //   swizzle XORs address bits 4-6 with bits 7-9 of the shared-memory offset, as TMA's 128-byte
 //   swizzle writes them.
 //
-// Arithmetic: each output element adds its 16 products in two blocks of 8 with block_sum
-// (kiln_emu_warp.h), as the m16n8k16 model does.
+// Arithmetic: each output element adds its 16 products as the arch's mma model does
+// (kiln_emu_warp.h): the H100's whole-slice sum (slice_sum_hopper) by default, else two blocks of
+// 8 with block_sum.
 #ifndef KILN_EMU_HOPPER_H
 #define KILN_EMU_HOPPER_H
 
@@ -230,6 +231,12 @@ inline void perform_wgmma(Block& b, WarpGroup& wg, const WgmmaOp& op, const char
       int j = v / 4, i = v % 4;
       int m = 16 * warp + g + 8 * (i >> 1), n = 8 * j + 2 * t + (i & 1);
       float sum = op.scale_d ? d[static_cast<size_t>(v)] : 0.0f;
+#ifdef KILN_EMU_MMA_HOPPER
+      float column[16];
+      for (int kk = 0; kk < 16; ++kk) column[kk] = bm[static_cast<size_t>(n * 16 + kk)];
+      d[static_cast<size_t>(v)] = slice_sum_hopper(sum, &a[static_cast<size_t>(m * 16)], column, 16);
+      continue;
+#endif
       for (int k0 = 0; k0 < 16; k0 += 8) {
         float products[8];
         for (int kk = 0; kk < 8; ++kk)
@@ -365,13 +372,53 @@ inline void wgmma(float* d, uint64_t desc_a, uint64_t desc_b, int n, bool bf16, 
   });
 }
 
-// setmaxnreg.{inc,dec}.sync.aligned.u32: 24 to 256 registers, a multiple of 8; the emulator
-// checks the operand and that the warpgroup executes it together.
+// The registers a thread of this block holds from launch: as ptxas gives a kernel of
+// __launch_bounds__(threads, 1) that uses setmaxnreg, 65536 / threads in multiples of 8, at most
+// 255 (168 for 384 threads; tests/compiler checks the cubins say so).
+inline int launch_registers(const Block& b) {
+  int per = static_cast<int>(65536 / b.threads.size()) / 8 * 8;
+  return per > 255 ? 255 : per;
+}
+
+// setmaxnreg.{inc,dec}.sync.aligned.u32: 24 to 256 registers, a multiple of 8, for the
+// warpgroup. The block's registers are a pool of launch_registers x threads: dec returns a
+// warpgroup's surplus to it; inc takes from it and waits until it holds enough, so an inc that
+// no dec can satisfy is a deadlock (on hardware, a hang). An inc below the warpgroup's count or
+// a dec above it is an error.
 inline void setmaxnreg(int count, bool inc, const void* site) {
   require_sm90a(inc ? "setmaxnreg.inc" : "setmaxnreg.dec");
   if (count < 24 || count > 256 || count % 8 != 0)
     fail("setmaxnreg: the register count must be 24 to 256, a multiple of 8");
   warpgroup_collective(wg_setmaxnreg, count * 2 + (inc ? 1 : 0), site, [](WarpGroup&, int, bool) {});
+  Block& b = *t_block;
+  WarpGroup& wg = my_warpgroup();
+  int launched = launch_registers(b);
+  int now = wg.registers ? wg.registers : launched;
+  if (now == count) return;  // another thread of the warpgroup has done it
+  if (inc ? count < now : count > now) {
+    char text[160];
+    std::snprintf(text, sizeof text, "setmaxnreg.%s %d: the warpgroup holds %d registers a thread",
+                  inc ? "inc" : "dec", count, now);
+    fail(text);
+  }
+  auto held = [&] {
+    int64_t sum = 0;
+    for (const WarpGroup& other : b.warpgroups)
+      sum += 128 * int64_t{other.registers ? other.registers : launched};
+    return sum;
+  };
+  int64_t pool = int64_t{launched} * static_cast<int64_t>(b.threads.size());
+  if (inc) {
+    while (held() - 128 * int64_t{now} + 128 * int64_t{count} > pool) {
+      t_thread->wait = Wait::registers;
+      yield();
+      if (wg.registers == count) return;
+    }
+  }
+  wg.registers = count;
+  if (!inc)
+    for (Thread& t : b.threads)
+      if (t.wait == Wait::registers) t.wait = Wait::none;
 }
 
 }  // namespace kiln_emu

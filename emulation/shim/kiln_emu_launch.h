@@ -26,13 +26,14 @@ inline void fiber_entry() {
 }
 
 inline std::string describe_deadlock(const Block& b) {
-  int at_barrier = 0, at_warp = 0, at_mbarrier = 0, at_warpgroup = 0, done = 0;
+  int at_barrier = 0, at_warp = 0, at_mbarrier = 0, at_warpgroup = 0, at_registers = 0, done = 0;
   Collective op = Collective::none;
   const MBarrier* waited = nullptr;
   for (const Thread& t : b.threads) {
     if (t.wait == Wait::barrier) ++at_barrier;
     if (t.wait == Wait::done) ++done;
     if (t.wait == Wait::warpgroup) ++at_warpgroup;
+    if (t.wait == Wait::registers) ++at_registers;
     if (t.wait == Wait::mbarrier) {
       ++at_mbarrier;
       for (const MBarrier& m : b.mbarriers)
@@ -54,6 +55,12 @@ inline std::string describe_deadlock(const Block& b) {
   if (at_warpgroup) {
     std::snprintf(text, sizeof text, "; %d thread(s) wait at a warpgroup instruction (wgmma, "
                   "setmaxnreg) that not all 128 threads of their warpgroup reach", at_warpgroup);
+    out += text;
+  }
+  if (at_registers) {
+    std::snprintf(text, sizeof text, "; %d thread(s) wait in setmaxnreg.inc for registers that no "
+                  "warpgroup frees (the block holds %d a thread from launch)", at_registers,
+                  launch_registers(b));
     out += text;
   }
   if (waited) {

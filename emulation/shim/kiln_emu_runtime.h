@@ -36,7 +36,7 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 
-enum class Wait : uint8_t { none, barrier, warp, mbarrier, warpgroup, done };
+enum class Wait : uint8_t { none, barrier, warp, mbarrier, warpgroup, registers, done };
 enum class Collective : uint8_t { none, shfl, syncwarp, ballot, ldmatrix, mma };
 
 inline const char* collective_name(Collective c) {
@@ -125,6 +125,7 @@ struct WarpGroup {
   // retires the last wgmma on them.
   std::map<float*, std::vector<float>> acc;
   bool fenced[128] = {};  // wgmma.fence since the last wait_group (or the start)
+  int registers = 0;      // per thread, as setmaxnreg last left it (0: as launched)
 };
 
 struct Thread {

@@ -130,6 +130,36 @@ inline float block_sum(float c, const float* products, int n) {
 #endif
 }
 
+// The H100's accumulation, measured on hardware (bench/RESULTS.md, 2026-11-25): a whole k-slice
+// (8 tf32 products, 16 f16 or bf16 ones) and the accumulator in one step. Each product is aligned
+// by the sum of its operands' exponents (the exact product may be up to twice that), E is the
+// largest of these and the accumulator's exponent, every addend is truncated below 2^(E - 25)
+// (two bits past fp32's 23), the truncated addends are summed exactly and the sum is truncated to
+// fp32. Programs for sm_90 and sm_90a use it (KILN_EMU_MMA_HOPPER) unless a model is named.
+inline float slice_sum_hopper(float c, const float* a, const float* b, int n) {
+  bool finite = std::isfinite(c), any = c != 0.0f;
+  int e = any ? std::ilogb(c) : 0;
+  double products[16];
+  for (int i = 0; i < n; ++i) {
+    products[i] = static_cast<double>(a[i]) * static_cast<double>(b[i]);  // exact
+    finite = finite && std::isfinite(products[i]);
+    if (a[i] == 0.0f || b[i] == 0.0f) continue;
+    int ei = std::ilogb(a[i]) + std::ilogb(b[i]);
+    e = any ? std::max(e, ei) : ei;
+    any = true;
+  }
+  if (!finite || !any) {  // infinities and NaN as fp32 adds them; zeros keep c's sign
+    for (int i = 0; i < n; ++i) c += static_cast<float>(products[i]);
+    return c;
+  }
+  double quantum = std::ldexp(1.0, e - 25);
+  double total = std::trunc(static_cast<double>(c) / quantum) * quantum;
+  for (int i = 0; i < n; ++i) total += std::trunc(products[i] / quantum) * quantum;
+  float f = static_cast<float>(total);  // to nearest, then toward zero where that rounded outward
+  if (std::fabs(static_cast<double>(f)) > std::fabs(total)) f = std::nextafter(f, 0.0f);
+  return f;
+}
+
 // Gathers A (16 x K) and B (K x 8) from the lanes' fragments, then D = A B + C per lane.
 inline void complete_mma(Warp& w) {
   float a[16][16] = {}, bm[16][8] = {};
@@ -181,6 +211,12 @@ inline void complete_mma(Warp& w) {
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 8; ++j) {
       float sum = d[i][j];
+#ifdef KILN_EMU_MMA_HOPPER
+      float column[16];
+      for (int kk = 0; kk < k; ++kk) column[kk] = bm[kk][j];
+      d[i][j] = slice_sum_hopper(sum, a[i], column, k);
+      continue;
+#endif
       for (int k0 = 0; k0 < k; k0 += block) {
         float products[8];
         for (int kk = 0; kk < block; ++kk) products[kk] = a[i][k0 + kk] * bm[k0 + kk][j];  // exact

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -488,6 +489,70 @@ TEST(Schedule, ASymbolicGraphRunsItsTilesUnsplit) {
   ASSERT_EQ(program->plan.kernels.size(), 1u);
   EXPECT_EQ(program->plan.kernels[0].tile.split_k, 1);
   EXPECT_EQ(program->plan.kernels[0].split, SplitRole::none);
+}
+
+// sm_90a: the model runs a 16-bit matmul the wgmma kernel computes on it where its 128x128 tiles
+// number half the SMs or more (a 4096^2 product, a batched one), keeps decode-shaped and small
+// products on mma.sync, and plans every other matmul (A transposed, rows of no 16-byte multiple,
+// fp32, 4-D results) as sm_90 does.
+TEST(Schedule, OnSm90aTheModelTakesTheWgmmaKernelWhereItsTilesFillTheGpu) {
+  ir::Graph g = parse(
+      "graph g {\n  input x: bf16[4096, 4096]\n  input w: bf16[4096, 4096]\n"
+      "  input t: bf16[16, 4096]\n  input xb: bf16[4, 520, 1024]\n  input wb: bf16[1024, 512]\n"
+      "  input at: bf16[4096, 1024]\n  input odd: bf16[1024, 1030]\n  input wo: bf16[1030, 1024]\n"
+      "  input x4: bf16[2, 4, 520, 128]\n  input w4: bf16[128, 1024]\n"
+      "  input xf: f32[1024, 1024]\n  input wf: f32[1024, 1024]\n"
+      "  big = matmul(x, w)\n  decode = matmul(t, w)\n  batched = matmul(xb, wb)\n"
+      "  transposed = matmul(at, w, transpose_a=true)\n  ragged = matmul(odd, wo)\n"
+      "  four = matmul(x4, w4)\n  fp32 = matmul(xf, wf)\n"
+      "  output big, decode, batched, transposed, ragged, four, fp32\n}\n");
+  CompileOptions o;
+  o.target = Target::cuda(90, "a");
+  o.precision = ir::Precision::high;
+  auto request = check_request(g, o);
+  ASSERT_TRUE(request.ok()) << request.error().message;
+  auto program = lower(g, *request);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  std::map<std::string, bool> wgmma;
+  for (const KernelPlan& k : program->plan.kernels) {
+    std::string node = g.node(k.group.root).name;
+    wgmma[node] = k.tile.wgmma;
+    EXPECT_EQ(k.tile_source, "model") << node;
+  }
+  EXPECT_TRUE(wgmma.at("big"));
+  EXPECT_FALSE(wgmma.at("decode")) << "16 x 4096: 32 tiles of 128x128";
+  EXPECT_TRUE(wgmma.at("batched")) << "4 x 5 x 4 = 80 tiles";
+  EXPECT_FALSE(wgmma.at("transposed"));
+  EXPECT_FALSE(wgmma.at("ragged")) << "rows of 1030 bf16 are no 16-byte multiple";
+  EXPECT_FALSE(wgmma.at("four")) << "two batch dims";
+  EXPECT_FALSE(wgmma.at("fp32"));
+  // sm_90 plans none of them on it.
+  o.target = Target::cuda(90);
+  auto plain = lower(g, o);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  for (const KernelPlan& k : plain->plan.kernels) EXPECT_FALSE(k.tile.wgmma) << k.name;
+}
+
+// A provider's wgmma tile for a matmul the kernel does not compute (a fixed tile for every
+// matmul; a record of a problem with the same signature and another rank) gives way to the
+// model's tile, and says so.
+TEST(Schedule, AWgmmaTileForAMatmulTheKernelDoesNotComputeGivesWayToTheModels) {
+  ir::Graph g = parse(
+      "graph g {\n  input x: bf16[256, 512]\n  input w: bf16[512, 256]\n"
+      "  input at: bf16[512, 256]\n  y = matmul(x, w)\n  z = matmul(at, w, transpose_a=true)\n"
+      "  output y, z\n}\n");
+  CompileOptions o;
+  o.target = Target::cuda(90, "a");
+  auto request = check_request(g, o);
+  ASSERT_TRUE(request.ok()) << request.error().message;
+  MatmulShape any;
+  auto program = lower(g, *request, FixedSchedule(choose_wgmma_tile(any)));
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  ASSERT_EQ(program->plan.kernels.size(), 2u);
+  EXPECT_TRUE(program->plan.kernels[0].tile.wgmma);
+  EXPECT_EQ(program->plan.kernels[0].tile_source, "fixed");
+  EXPECT_FALSE(program->plan.kernels[1].tile.wgmma);
+  EXPECT_EQ(program->plan.kernels[1].tile_source, "model");
 }
 
 }  // namespace

@@ -96,6 +96,41 @@ TEST_P(H100Golden, TheEmulatorLandsNearTheHardware) {
   expect_close(*out, "emulator");
 }
 
+// half_epilogue runs no libm function (an f16 matmul, a scale, a residual, a cast to f32), so
+// the emulator's sm_90 accumulation model (the H100's measured one, emulation/module.h MmaSum)
+// reproduces the H100's output bit for bit; the earlier arches' model (blocks of 8 products, no
+// guard bits) does not.
+TEST(H100GoldenBits, TheEmulatorsSm90AccumulationIsTheHardwaresBitForBit) {
+  auto graph =
+      ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/graphs/half_epilogue.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  auto file = npy::read_file(std::string(KILN_SOURCE_DIR) +
+                             "/tests/golden/h100/half_epilogue_high/y.npy");
+  ASSERT_TRUE(file) << file.error().message;
+  const ir::Node& y = graph->node(graph->outputs()[0]);
+  reference::Tensor h100 = reference::load_device_bytes(y.type, file->data.data());
+  auto inputs = reference::random_inputs(*graph, 0);
+  compiler::CompileOptions options;
+  options.target.sm = 90;
+  options.precision = ir::Precision::high;
+  auto differing = [&](emulation::MmaSum sum) -> int64_t {
+    emulation::ShimOptions shim;
+    shim.mma_sum = sum;
+    auto program = emulation::build_program(*graph, options, shim);
+    EXPECT_TRUE(program) << program.error().message;
+    if (!program) return -1;
+    auto out = program->run(inputs);
+    EXPECT_TRUE(out) << out.error().message;
+    if (!out) return -1;
+    int64_t count = 0;
+    for (size_t i = 0; i < h100.values.size(); ++i)
+      count += (*out)[0].values[i] != h100.values[i];
+    return count;
+  };
+  EXPECT_EQ(differing(emulation::MmaSum::arch), 0);
+  EXPECT_GT(differing(emulation::MmaSum::truncate), 0);
+}
+
 const GoldenCase k_cases[] = {
     {"mlp", ir::Precision::highest},         {"mlp", ir::Precision::high},
     {"mlp", ir::Precision::tf32x3, false},   {"attention", ir::Precision::high},

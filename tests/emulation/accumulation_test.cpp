@@ -43,8 +43,8 @@ extern "C" __global__ void kiln_probe(float* io) {
 
 // The probe kernel built under `sum`, once per model.
 const Module* probe_module(MmaSum sum) {
-  static std::unique_ptr<Module> modules[2];
-  std::unique_ptr<Module>& module = modules[sum == MmaSum::truncate ? 0 : 1];
+  static std::unique_ptr<Module> modules[4];
+  std::unique_ptr<Module>& module = modules[static_cast<int>(sum)];
   if (module) return module.get();
   ModuleOptions options;
   options.sm = 80;
@@ -90,6 +90,29 @@ TEST(EmulatedAccumulation, TruncationReproducesThePublishedTensorCoreProbes) {
   // Normalisation after the sum, toward zero: 5 + 3 * 2^-23 is 5, its negative -5.
   EXPECT_EQ(probe(t, {1, 1, 1, 1}, {1, 1, 1, 1}, 1 + p2(-22) + p2(-23)), 5.0f);
   EXPECT_EQ(probe(t, {1, 1, 1, 1}, {-1, -1, -1, -1}, -1 - p2(-22) - p2(-23)), -5.0f);
+}
+
+// The H100's measured model (slice_sum_hopper): one step for the whole slice, addends aligned on
+// operand exponent sums, two bits past fp32's kept, the sum truncated.
+TEST(EmulatedAccumulation, TheHopperModelKeepsTwoBitsAndAlignsOnOperandExponents) {
+  constexpr MmaSum h = MmaSum::hopper, t = MmaSum::truncate;
+  // Two extra bits: two products of 2^-24 survive against 1 (the block model drops both).
+  EXPECT_EQ(probe(h, {1, 1, 0, 0}, {p2(-24), p2(-24), 0, 0}, 1), 1 + p2(-23));
+  EXPECT_EQ(probe(t, {1, 1, 0, 0}, {p2(-24), p2(-24), 0, 0}, 1), 1.0f);
+  // One alone is kept in the sum, then truncated away with it: 1 + 2^-24 is 1 in fp32.
+  EXPECT_EQ(probe(h, {1, 0, 0, 0}, {p2(-24), 0, 0, 0}, 1), 1.0f);
+  // Aligned on the operands' exponent sum (0 for 1.5 x 1.5, whose exact product 2.25 has
+  // exponent 1): 2^-25 is a multiple of the quantum 2^(0 - 25) and survives the cancellation;
+  // aligned on the exact product it would be truncated to 0.
+  EXPECT_EQ(probe(h, {1.5f, -1.5f, 1, 0}, {1.5f, 1.5f, p2(-25), 0}, 0), p2(-25));
+  EXPECT_EQ(probe(h, {1.5f, -1.5f, 1, 0}, {1.5f, 1.5f, p2(-26), 0}, 0), 0.0f);
+  // The whole slice in one step: the k8 probe's 8 products, where the block model takes 4 at a
+  // time and truncates in between.
+  std::vector<float> ones(8, 1.0f), halves(8, p2(-24));
+  EXPECT_EQ(probe(h, ones, halves, 1), 1 + p2(-21));
+  // The sum truncated toward zero, both signs: 3 + 1.5 ulp(2) is 3 + 2^-22.
+  EXPECT_EQ(probe(h, {1, 1, 0, 0}, {1, 1, 0, 0}, 1 + p2(-22) + p2(-23)), 3 + p2(-22));
+  EXPECT_EQ(probe(h, {1, 1, 0, 0}, {-1, -1, 0, 0}, -1 - p2(-22) - p2(-23)), -3 - p2(-22));
 }
 
 TEST(EmulatedAccumulation, RoundToNearestIsTheOption) {

@@ -318,5 +318,42 @@ TEST(EmulatedWgmma, AFenceThatPartOfAWarpgroupSkipsIsADeadlock) {
   EXPECT_NE(error.find("warpgroup instruction"), std::string::npos) << error;
 }
 
+// ---- setmaxnreg -----------------------------------------------------------------------------
+
+// 384 threads hold 168 registers each from launch (64512): the producer warpgroup gives back to
+// Dec, the two consumers ask for 240.
+template <int Dec>
+__global__ void registers_kernel(int* out) {
+  if (threadIdx.x < 128) {
+    kiln_setmaxnreg_dec<Dec>();
+  } else {
+    kiln_setmaxnreg_inc<240>();
+  }
+  out[threadIdx.x] = 1;
+}
+
+TEST(EmulatedSetmaxnreg, ConsumersGetTheirRegistersOnlyFromWhatTheProducerGivesBack) {
+  for (LaunchSchedule schedule : k_schedules) {
+    std::vector<int> out(384, 0);
+    // 128 x 24 + 256 x 240 = 64512: the consumers fit once the producer has given back.
+    EXPECT_EQ(launch(registers_kernel<24>, {out.data()}, {out.size() * 4}, 1, 384, 0, schedule), "");
+    EXPECT_EQ(out[383], 1);
+    // 128 x 32 + 256 x 240 = 65536, over the block's 64512: a hang on hardware.
+    std::string error = launch(registers_kernel<32>, {out.data()}, {out.size() * 4}, 1, 384, 0, schedule);
+    EXPECT_NE(error.find("wait in setmaxnreg.inc for registers"), std::string::npos) << error;
+  }
+}
+
+__global__ void inc_below_kernel(int* out) {
+  kiln_setmaxnreg_inc<128>();
+  out[threadIdx.x] = 1;
+}
+
+TEST(EmulatedSetmaxnreg, AnIncBelowTheWarpgroupsCountIsAnError) {
+  std::vector<int> out(384, 0);
+  std::string error = launch(inc_below_kernel, {out.data()}, {out.size() * 4}, 1, 384);
+  EXPECT_NE(error.find("setmaxnreg.inc 128: the warpgroup holds 168"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace kiln::emulation

@@ -266,12 +266,12 @@ TEST_F(TensorMapLaunch, BytesNoEncoderWroteFault) {
 
 // sm_90a's wgmma matmul as the runtime launches it: A's and B's tensor maps encoded from the bound
 // inputs after the kernel's own parameters, 384 threads, its shared memory, and a persistent grid
-// of one block per multiprocessor at most (20 work tiles here).
+// of one block per multiprocessor at most (54 work tiles of 128x256 here).
 // The fake device's multiprocessor count is set once a process, so each count is a test.
 void launch_wgmma_matmul(int sm_count) {
   auto graph = ir::parse_graph(R"(graph g {
-  input x: bf16[2, 520, 64]
-  input w: bf16[64, 136]
+  input x: bf16[2, 1040, 64]
+  input w: bf16[64, 520]
   y = matmul(x, w)
   output y
 }
@@ -287,13 +287,13 @@ void launch_wgmma_matmul(int sm_count) {
     ASSERT_TRUE(result) << result.error().message;
     ASSERT_EQ(result->artifact.kernels.size(), 1u);
     const compiler::KernelArtifact& k = result->artifact.kernels[0];
-    EXPECT_EQ(k.tile, "128x128x64, wgmma, 6 stages");
+    EXPECT_EQ(k.tile, "128x256x64, wgmma, 4 stages");
     ASSERT_TRUE(k.launch.persistent);
-    EXPECT_EQ(k.launch.grid[0], 20u);
+    EXPECT_EQ(k.launch.grid[0], 54u);
     ASSERT_EQ(k.params.size(), 5u);
     EXPECT_EQ(k.params[3].kind, compiler::ParamKind::tensor_map);
-    EXPECT_EQ(k.params[3].map, "tiled bf16 dims=64,520,2 strides=128,66560 box=64,128,1 elem=1,1,1 swizzle=128B l2=256B");
-    EXPECT_EQ(k.params[4].map, "tiled bf16 dims=136,64 strides=272 box=64,64 elem=1,1 swizzle=128B l2=256B");
+    EXPECT_EQ(k.params[3].map, "tiled bf16 dims=64,1040,2 strides=128,133120 box=64,128,1 elem=1,1,1 swizzle=128B l2=256B");
+    EXPECT_EQ(k.params[4].map, "tiled bf16 dims=520,64 strides=1040 box=64,64 elem=1,1 swizzle=128B l2=256B");
     auto made = runtime::make_executable(*graph, std::move(*result), 0);
     ASSERT_TRUE(made) << made.error().message;
     Buffers buffers(**made, 0);
@@ -304,7 +304,7 @@ void launch_wgmma_matmul(int sm_count) {
     auto launches = fake_cuda::launches();
     ASSERT_EQ(launches.size(), before + 1);
     const fake_cuda::Launch& l = launches.back();
-    EXPECT_EQ(l.grid[0], sm_count < 20 ? static_cast<unsigned>(sm_count) : 20u);
+    EXPECT_EQ(l.grid[0], sm_count < 54 ? static_cast<unsigned>(sm_count) : 54u);
     EXPECT_EQ(l.block[0], 384u);
     EXPECT_EQ(l.shared_bytes, static_cast<unsigned>(k.launch.dynamic_smem_bytes));
     EXPECT_EQ(l.cubin_params, 5u);
