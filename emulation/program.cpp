@@ -1,14 +1,14 @@
 // Host buffers with poisoned guards, tensor conversion and the launch sequence of a program.
 #include "emulation/program.h"
 
-#include "reference/rounding.h"
 #include "compiler/tensor_map.h"
 #include "emulation/shim/kiln_emu_abi.h"
+#include "reference/rounding.h"
 
 #include <algorithm>
 #include <cstdlib>
-#include <memory>
 #include <cstring>
+#include <memory>
 
 namespace kiln::emulation {
 namespace {
@@ -166,6 +166,7 @@ Expected<std::vector<std::vector<unsigned char>>> run_launch_plan(
           return make_error("emulation: kernel '", kernel.name, "': ", map.error().message);
         maps.push_back(std::make_unique<EmulatedTensorMap>(*map));
         args.push_back(maps.back().get());
+        ranges.push_back({b->data(), b->bytes()});  // what its copies may read
         continue;
       }
       // A symbolic plan's bytes are at the bucket's upper bounds; its buffers are sized above.
