@@ -11,7 +11,8 @@ namespace {
 // Per-block setup shared by both kernels: q0 (the first query), n0 (the first column of the
 // slab of v's head dim, where there are several), bz, the operand pointers Q, K, V (and M, the
 // mask) offset to this block's batch.
-void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtype) {
+void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtype,
+                   bool pointers = true) {
   const KernelPlan& k = ctx.kernel;
   const AttentionMatch& m = k.group.attention;
   const AttentionExtents& a = k.attention_extents;
@@ -29,7 +30,9 @@ void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtyp
     if (strides[0].coef) text += " + (bz / " + e.inner_batch.expr() + ") * " + strides[0].expr();
     return text;
   };
-  if (e.per_dim()) {
+  if (!pointers) {
+    // (the wgmma kernel reads Q, K and V through its tensor maps)
+  } else if (e.per_dim()) {
     code.line("const " + gtype + "* Q = " + ctx.param(m.q) + batch_offset(e, a.q_dims) + ";");
     code.line("const " + gtype + "* K = " + ctx.param(m.k) + batch_offset(e, a.k_dims, a.k_group) +
               ";");
@@ -196,6 +199,63 @@ void emit_output(Code& code, const KernelContext& ctx, const std::string& value)
   emit_store(code, ctx, value, index.linear);
 }
 
+// One key tile's online softmax over scores in m16n8 accumulators: `acc` (in terms of nt, the
+// accumulator of keys 8 nt .., and i, its element) holds the raw products of query `row` (in
+// terms of i) and keys kc + 8 nt + 2 t4 + (i & 1), `nt_count` of them. It turns them into
+// scores and then p = exp2(score - the row's new max), rescales the running sum and the output
+// (o_lo and o_hi, in terms of j < dt_count and r, the row: o's elements of that row), and adds
+// p to the running sum. m_run and l_run hold rows g and g + 8 (r 0 and 1).
+void emit_softmax_step(Code& code, const KernelContext& ctx, int nt_count, int dt_count,
+                       const std::string& acc, const std::string& row, const std::string& o_lo,
+                       const std::string& o_hi) {
+  code.line("// scores, and the rows' new max (over the quad that holds each row)");
+  code.line("float mx[2] = {m_run[0], m_run[1]};");
+  code.line("#pragma unroll");
+  code.open("for (int nt = 0; nt < " + to_str(nt_count) + "; ++nt) {");
+  code.line("#pragma unroll");
+  code.open("for (int i = 0; i < 4; ++i) {");
+  std::string x = score(code, ctx, acc, row, "kc + nt * 8 + t4 * 2 + (i & 1)");
+  code.line(acc + " = " + x + ";");
+  code.line("mx[i >> 1] = fmaxf(mx[i >> 1], " + x + ");");
+  code.close();
+  code.close();
+  code.line("float base[2];");
+  code.line("#pragma unroll");
+  code.open("for (int r = 0; r < 2; ++r) {");
+  code.line("mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));");
+  code.line("mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));");
+  code.line("// a row with no finite score yet keeps exp2() finite: its p and l stay 0");
+  code.line("base[r] = mx[r] == kiln_neg_inf ? 0.0f : mx[r];");
+  code.line("const float alpha = exp2f(m_run[r] - base[r]);");
+  code.line("m_run[r] = mx[r];");
+  code.line("l_run[r] *= alpha;");
+  code.line("#pragma unroll");
+  code.line("for (int j = 0; j < " + to_str(dt_count) + "; ++j) {");
+  code.line("  " + o_lo + " *= alpha;");
+  code.line("  " + o_hi + " *= alpha;");
+  code.line("}");
+  code.close();
+  code.line("#pragma unroll");
+  code.open("for (int nt = 0; nt < " + to_str(nt_count) + "; ++nt) {");
+  code.line("#pragma unroll");
+  code.open("for (int i = 0; i < 4; ++i) {");
+  code.line("const float p = exp2f(" + acc + " - base[i >> 1]);");
+  code.line(acc + " = p;");
+  code.line("l_run[i >> 1] += p;");
+  code.close();
+  code.close();
+}
+
+// O / l's l: each of the thread's two rows (g and g + 8) summed over the quad that holds it.
+void emit_quad_sums(Code& code) {
+  code.line("// O / l: each row's sum is split over its quad");
+  code.line("#pragma unroll");
+  code.open("for (int r = 0; r < 2; ++r) {");
+  code.line("l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);");
+  code.line("l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);");
+  code.close();
+}
+
 void emit_mma_kernel(Code& code, const KernelContext& ctx) {
   const KernelPlan& k = ctx.kernel;
   const AttentionMatch& m = k.group.attention;
@@ -319,43 +379,8 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
     code.close();
     code.close();
 
-    code.line("// scores, and the rows' new max (over the quad that holds each row)");
-    code.line("float mx[2] = {m_run[0], m_run[1]};");
-    code.line("#pragma unroll");
-    code.open("for (int nt = 0; nt < " + to_str(nt) + "; ++nt) {");
-    code.line("#pragma unroll");
-    code.open("for (int i = 0; i < 4; ++i) {");
-    std::string x = score(code, ctx, "acc[0][nt][i]", "q0 + wm0 + g + (i >> 1) * 8",
-                          "kc + nt * 8 + t4 * 2 + (i & 1)");
-    code.line("acc[0][nt][i] = " + x + ";");
-    code.line("mx[i >> 1] = fmaxf(mx[i >> 1], " + x + ");");
-    code.close();
-    code.close();
-    code.line("float base[2];");
-    code.line("#pragma unroll");
-    code.open("for (int r = 0; r < 2; ++r) {");
-    code.line("mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));");
-    code.line("mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));");
-    code.line("// a row with no finite score yet keeps exp2() finite: its p and l stay 0");
-    code.line("base[r] = mx[r] == kiln_neg_inf ? 0.0f : mx[r];");
-    code.line("const float alpha = exp2f(m_run[r] - base[r]);");
-    code.line("m_run[r] = mx[r];");
-    code.line("l_run[r] *= alpha;");
-    code.line("#pragma unroll");
-    code.line("for (int j = 0; j < " + to_str(dt) + "; ++j) {");
-    code.line("  o[j][2 * r] *= alpha;");
-    code.line("  o[j][2 * r + 1] *= alpha;");
-    code.line("}");
-    code.close();
-    code.line("#pragma unroll");
-    code.open("for (int nt = 0; nt < " + to_str(nt) + "; ++nt) {");
-    code.line("#pragma unroll");
-    code.open("for (int i = 0; i < 4; ++i) {");
-    code.line("const float p = exp2f(acc[0][nt][i] - base[i >> 1]);");
-    code.line("acc[0][nt][i] = p;");
-    code.line("l_run[i >> 1] += p;");
-    code.close();
-    code.close();
+    emit_softmax_step(code, ctx, nt, dt, "acc[0][nt][i]", "q0 + wm0 + g + (i >> 1) * 8",
+                      "o[j][2 * r]", "o[j][2 * r + 1]");
 
     int pv_k = tf32 ? 8 : 16;
     code.line("// O += P V: P's A fragments come from the accumulators of S (for tf32, key pair");
@@ -420,12 +445,7 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
   };
   emit_key_loop(code, ctx, async, compute);
 
-  code.line("// O / l: each row's sum is split over its quad");
-  code.line("#pragma unroll");
-  code.open("for (int r = 0; r < 2; ++r) {");
-  code.line("l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);");
-  code.line("l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);");
-  code.close();
+  emit_quad_sums(code);
   code.line("#pragma unroll");
   code.open("for (int dt = 0; dt < " + to_str(dt) + "; ++dt) {");
   code.line("#pragma unroll");
@@ -511,10 +531,174 @@ void emit_ffma_kernel(Code& code, const KernelContext& ctx) {
   code.close();
 }
 
+// sm_90a (design 5b): warpgroup 0 loads the block's Q once and K and V a key tile at a time
+// with TMA into a ring of stages; warpgroups 1 and 2 each own 64 of the block's 128 queries:
+// S = Q K^T by wgmma m64n128k16 from shared memory, the online softmax on S's accumulators
+// (four m16n8 accumulators stacked per warp: the mma.sync kernel's layout), then O += P V by
+// wgmma with P packed from S into registers (the RS form) and V N-major from shared memory.
+// Shared memory holds every operand in 64-column blocks of 128-byte rows, 128-byte swizzled.
+void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
+  const KernelPlan& k = ctx.kernel;
+  const AttentionMatch& m = k.group.attention;
+  const AttentionTile& t = k.attention_tile;
+  const AttentionExtents& a = k.attention_extents;
+  const MatmulExtents& e = k.extents;
+  int rank = ctx.graph.node(m.root).type.shape.rank();
+  std::string type = m.path == MatmulPath::bf16 ? "bf16" : "f16";
+  std::string pack = m.path == MatmulPath::f16 ? "kiln_pack_f16x2" : "kiln_pack_bf16x2";
+  int stages = t.stages, br = t.br, bc = t.bc;
+  int q_bytes = br * t.d * 2, k_stage = bc * t.d * 2, v_stage = bc * t.dv * 2;
+  std::string pq = "p" + to_str(k.q_map_param), pk = "p" + to_str(k.k_map_param),
+              pv = "p" + to_str(k.v_map_param);
+  int64_t batch = e.batch.hi;
+  int64_t inner = rank == 4 ? e.inner_batch.hi : batch;
+
+  code.open(kernel_signature(ctx, 384, 1));
+  code.line("const int tid = (int)threadIdx.x;");
+  code.line("const int t4 = tid & 3;");
+  code.line("const float kiln_neg_inf = kiln_as_float(0xff800000u);");
+  emit_operands(code, ctx, storage_type(ctx.graph.node(m.q).type.dtype), false);
+  code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms): Q (" +
+            to_str(t.d / 64) + " blocks of " + to_str(br) + " rows x 64 columns), " +
+            to_str(stages) + " stages of K (" + to_str(t.d / 64) + " blocks of " + to_str(bc) +
+            " keys x 64) and V (" + to_str(t.dv / 64) + " blocks of " + to_str(bc) +
+            " keys x 64), then the mbarriers: Q's, full[" + to_str(stages) + "], empty[" +
+            to_str(stages) + "]");
+  code.line("unsigned char* smem = kiln_dynamic_smem();");
+  code.line("smem += (1024u - (kiln_smem_addr(smem) & 1023u)) & 1023u;");
+  code.line("unsigned char* sq = smem;");
+  code.line("unsigned char* sk = sq + " + to_str(q_bytes) + ";");
+  code.line("unsigned char* sv = sk + " + to_str(stages * k_stage) + ";");
+  code.line("unsigned long long* qbar = (unsigned long long*)(sv + " + to_str(stages * v_stage) +
+            ");");
+  code.line("unsigned long long* full = qbar + 1;");
+  code.line("unsigned long long* empty = full + " + to_str(stages) + ";");
+  code.open("if (tid == 0) {");
+  code.line("kiln_mbarrier_init(qbar, 1);");
+  code.open("for (int s = 0; s < " + to_str(stages) + "; ++s) {");
+  code.line("kiln_mbarrier_init(&full[s], 1);     // the producer's expect_tx, then TMA's bytes");
+  code.line("kiln_mbarrier_init(&empty[s], 256);  // every consumer thread, once its P V is done");
+  code.close();
+  code.line("kiln_fence_proxy_async();  // the initialised barriers, to the async proxy (TMA)");
+  code.close();
+  code.line("__syncthreads();");
+  std::string tiles = key_tiles(ctx);
+  if (tiles.empty()) tiles = to_str((a.sk.hi + bc - 1) / bc);
+  code.line("const int key_tiles = " + tiles + ";");
+
+  code.open("if (tid < 128) {");
+  code.line("// producer warpgroup: one thread issues every load");
+  code.line("kiln_setmaxnreg_dec<24>();");
+  code.open("if (tid == 0) {");
+  // The map coordinates of the block's batch: head (inner) and outer batch, 0 where the operand
+  // broadcasts; k's and v's heads grouped.
+  auto coords = [&](const std::array<Extent, 2>& strides, int64_t group) {
+    std::string h = "0", o = "0";
+    if (strides[1].hi != 0 && rank >= 3) {
+      h = inner == batch ? "bz" : "bz % " + to_str(inner);
+      if (group > 1) h = "(" + h + ") / " + to_str(group);
+    }
+    if (strides[0].hi != 0 && rank == 4 && inner != batch) o = "bz / " + to_str(inner);
+    return h + ", " + o;
+  };
+  code.line("kiln_mbarrier_arrive_expect_tx(qbar, " + to_str(q_bytes) + ");");
+  for (int j = 0; j < t.d / 64; ++j)
+    code.line("kiln_tma_load_4d(sq + " + to_str(j * br * 128) + ", &" + pq + ", " +
+              to_str(j * 64) + ", q0, " + coords(a.q, 1) + ", qbar);");
+  code.open("for (int kt = 0; kt < key_tiles; ++kt) {");
+  code.line("const int s = kt % " + to_str(stages) + ";");
+  code.line("// the stage's previous use released by both consumers");
+  code.line("if (kt >= " + to_str(stages) + ") kiln_mbarrier_wait(&empty[s], ((kt / " +
+            to_str(stages) + ") - 1) & 1);");
+  code.line("kiln_mbarrier_arrive_expect_tx(&full[s], " + to_str(k_stage + v_stage) + ");");
+  for (int j = 0; j < t.d / 64; ++j)
+    code.line("kiln_tma_load_4d(sk + s * " + to_str(k_stage) + " + " + to_str(j * bc * 128) +
+              ", &" + pk + ", " + to_str(j * 64) + ", kt * " + to_str(bc) + ", " +
+              coords(a.k, a.k_group) + ", &full[s]);");
+  for (int j = 0; j < t.dv / 64; ++j)
+    code.line("kiln_tma_load_4d(sv + s * " + to_str(v_stage) + " + " + to_str(j * bc * 128) +
+              ", &" + pv + ", " + to_str(j * 64) + ", kt * " + to_str(bc) + ", " +
+              coords(a.v, a.v_group) + ", &full[s]);");
+  code.close();
+  code.close();
+  code.close();
+
+  code.open("else {");
+  code.line("// consumer warpgroups: queries q0 + 64 c .. q0 + 64 c + 63");
+  code.line("kiln_setmaxnreg_inc<240>();");
+  code.line("const int c = tid / 128 - 1;");
+  code.line("const int warp = (tid & 127) >> 5;");
+  code.line("const int g = (tid & 31) >> 2;");
+  code.line("// running max and sum of rows g and g + 8 of the warp's 16, their outputs, S and P");
+  code.line("float m_run[2] = {kiln_neg_inf, kiln_neg_inf};");
+  code.line("float l_run[2] = {0.0f, 0.0f};");
+  code.line("float o[" + to_str(t.dv / 2) + "];");
+  code.line("#pragma unroll");
+  code.line("for (int v = 0; v < " + to_str(t.dv / 2) + "; ++v) o[v] = 0.0f;");
+  code.line("float acc[" + to_str(bc / 2) + "];");
+  code.line("unsigned pf[" + to_str(bc / 16) + "][4];");
+  code.line("kiln_mbarrier_wait(qbar, 0);");
+  code.open("for (int kt = 0; kt < key_tiles; ++kt) {");
+  code.line("const int s = kt % " + to_str(stages) + ";");
+  if (reads_key(ctx)) code.line("const int kc = kt * " + to_str(bc) + ";");
+  code.line("kiln_mbarrier_wait(&full[s], (kt / " + to_str(stages) + ") & 1);");
+  code.line("// S = Q K^T: both K-major, 16 head-dim columns (32 bytes) a step");
+  code.line("kiln_wgmma_fence();");
+  code.line("#pragma unroll");
+  code.open("for (int ks = 0; ks < " + to_str(t.d / 16) + "; ++ks) {");
+  code.line("const unsigned long long da = kiln_gmma_desc_128b(sq + (ks >> 2) * " +
+            to_str(br * 128) + " + c * 8192 + (ks & 3) * 32, 16, 1024);");
+  code.line("const unsigned long long db = kiln_gmma_desc_128b(sk + s * " + to_str(k_stage) +
+            " + (ks >> 2) * " + to_str(bc * 128) + " + (ks & 3) * 32, 16, 1024);");
+  code.line("kiln_wgmma_m64n" + to_str(bc) + "k16_" + type + "<0>(acc, da, db, ks > 0 ? 1 : 0);");
+  code.close();
+  code.line("kiln_wgmma_commit();");
+  code.line("kiln_wgmma_wait<0>();");
+  emit_softmax_step(code, ctx, bc / 8, t.dv / 8, "acc[4 * nt + i]",
+                    "q0 + c * 64 + warp * 16 + g + (i >> 1) * 8", "o[4 * j + 2 * r]",
+                    "o[4 * j + 2 * r + 1]");
+  code.line("// P to registers as the RS form's A: keys 16 kk .. 16 kk + 15 from S's accumulators");
+  code.line("// 2 kk and 2 kk + 1, as the mma.sync kernel packs its A fragments");
+  code.line("#pragma unroll");
+  code.open("for (int kk = 0; kk < " + to_str(bc / 16) + "; ++kk) {");
+  code.line("pf[kk][0] = " + pack + "(acc[8 * kk], acc[8 * kk + 1]);");
+  code.line("pf[kk][1] = " + pack + "(acc[8 * kk + 2], acc[8 * kk + 3]);");
+  code.line("pf[kk][2] = " + pack + "(acc[8 * kk + 4], acc[8 * kk + 5]);");
+  code.line("pf[kk][3] = " + pack + "(acc[8 * kk + 6], acc[8 * kk + 7]);");
+  code.close();
+  code.line("// O += P V: V N-major, 64-column blocks " + to_str(bc * 128) +
+            " bytes apart (LBO), 8 keys a 1024-byte atom (SBO), 16 keys (2048 bytes) a step");
+  code.line("kiln_wgmma_fence();");
+  code.line("#pragma unroll");
+  code.open("for (int kk = 0; kk < " + to_str(bc / 16) + "; ++kk) {");
+  code.line("const unsigned long long dv = kiln_gmma_desc_128b(sv + s * " + to_str(v_stage) +
+            " + kk * 2048, " + to_str(bc * 128) + ", 1024);");
+  code.line("kiln_wgmma_m64n" + to_str(t.dv) + "k16_" + type + "_rs<1>(o, pf[kk], dv, 1);");
+  code.close();
+  code.line("kiln_wgmma_commit();");
+  code.line("kiln_wgmma_wait<0>();");
+  code.line("// the stage's K and V are read: release it to the producer");
+  code.line("kiln_mbarrier_arrive(&empty[s]);");
+  code.close();
+
+  emit_quad_sums(code);
+  code.line("// o[4 j + i] is O(16 warp + g + 8 (i >> 1), 8 j + 2 t4 + (i & 1)) of the 64 queries");
+  code.line("#pragma unroll");
+  code.open("for (int v = 0; v < " + to_str(t.dv / 2) + "; ++v) {");
+  code.line("const int m = q0 + c * 64 + warp * 16 + g + ((v >> 1) & 1) * 8;");
+  code.line("const int n = (v >> 2) * 8 + t4 * 2 + (v & 1);");
+  emit_output(code, ctx, row_output(ctx, "o[v]", "l_run[(v >> 1) & 1]"));
+  code.close();
+  code.close();
+  code.close();
+}
+
 }  // namespace
 
 void emit_attention(Code& code, const KernelContext& ctx) {
-  if (uses_mma(ctx.kernel.group.attention.path)) {
+  if (ctx.kernel.attention_tile.wgmma) {
+    emit_wgmma_kernel(code, ctx);
+  } else if (uses_mma(ctx.kernel.group.attention.path)) {
     emit_mma_kernel(code, ctx);
   } else {
     emit_ffma_kernel(code, ctx);

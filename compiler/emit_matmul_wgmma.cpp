@@ -13,7 +13,11 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   const MatmulShape& s = k.shape;
   const MatmulExtents& e = k.extents;
   bool batched = ctx.graph.node(k.group.root).type.shape.rank() >= 3;
-  std::string type = s.path == MatmulPath::bf16 ? "bf16" : "f16";
+  std::string type = s.path == MatmulPath::bf16 ? "bf16" : s.path == MatmulPath::f16 ? "f16" : "tf32";
+  // tf32: fp32 operands, 32 of K a stage in 4 steps of k8, rounded to tf32 in shared memory by
+  // the consumers (cvt.rna, the mode's rounding) before any wgmma reads them.
+  bool tf32 = s.path == MatmulPath::tf32;
+  std::string bk = to_str(t.bk);
   int stages = t.stages;
   int a_stage = t.bm * 128, b_stage = t.bn * 128;
   bool b_n_major = !s.b_k_contiguous;
@@ -27,7 +31,8 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms): " +
             to_str(stages) + " stages of A (" + to_str(t.bm) + " rows of 128 bytes) and B (" +
             (b_n_major ? to_str(t.bn / 64) + " blocks of 64 k rows x 64 columns" : to_str(t.bn) + " rows of 128 bytes") +
-            "), then full[" + to_str(stages) + "] and empty[" + to_str(stages) + "] mbarriers");
+            "), then full[" + to_str(stages) + "], empty[" + to_str(stages) + "] and rounded[" +
+            to_str(stages) + "] mbarriers" + (tf32 ? "" : " (rounded unused)"));
   code.line("unsigned char* smem = kiln_dynamic_smem();");
   code.line("smem += (1024u - (kiln_smem_addr(smem) & 1023u)) & 1023u;");
   code.line("unsigned char* sa = smem;");
@@ -35,11 +40,13 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("unsigned long long* full = (unsigned long long*)(sb + " +
             to_str(int64_t{stages} * b_stage) + ");");
   code.line("unsigned long long* empty = full + " + to_str(stages) + ";");
+  if (tf32) code.line("unsigned long long* rounded = empty + " + to_str(stages) + ";");
   code.line("const int tid = (int)threadIdx.x;");
   code.open("if (tid == 0) {");
   code.open("for (int s = 0; s < " + to_str(stages) + "; ++s) {");
   code.line("kiln_mbarrier_init(&full[s], 1);     // the producer's expect_tx, then TMA's bytes");
   code.line("kiln_mbarrier_init(&empty[s], 256);  // every consumer thread, once its wgmmas are done");
+  if (tf32) code.line("kiln_mbarrier_init(&rounded[s], 256);  // every consumer thread, its share rounded");
   code.close();
   code.line("kiln_fence_proxy_async();  // the initialised barriers, to the async proxy (TMA)");
   code.close();
@@ -80,13 +87,13 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("if (it >= " + to_str(stages) + ") kiln_mbarrier_wait(&empty[s], ((it / " +
             to_str(stages) + ") - 1) & 1);");
   code.line("kiln_mbarrier_arrive_expect_tx(&full[s], " + to_str(a_stage + b_stage) + ");");
-  tma("sa + s * " + to_str(a_stage), pa, "kt * 64", "bm0", a_batch);
+  tma("sa + s * " + to_str(a_stage), pa, "kt * " + bk, "bm0", a_batch);
   if (b_n_major) {
     for (int j = 0; j < t.bn / 64; ++j)
       tma("sb + s * " + to_str(b_stage) + " + " + to_str(j * 8192), pb, "bn0 + " + to_str(j * 64),
           "kt * 64", b_batch);
   } else {
-    tma("sb + s * " + to_str(b_stage), pb, "kt * 64", "bn0", b_batch);
+    tma("sb + s * " + to_str(b_stage), pb, "kt * " + bk, "bn0", b_batch);
   }
   code.close();
   code.close();
@@ -107,6 +114,24 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt, ++it) {");
   code.line("const int s = it % " + to_str(stages) + ";");
   code.line("kiln_mbarrier_wait(&full[s], (it / " + to_str(stages) + ") & 1);");
+  if (tf32) {
+    code.line("// round the stage to tf32 in place (cvt.rna, as `high` promises; wgmma would read the");
+    code.line("// fp32 bits as they are): this consumer's 64 rows of A and half of B's rows, then the");
+    code.line("// writes to the async proxy, then wait until the other consumer has rounded its half");
+    code.open("{");
+    code.line("float* ra = (float*)(sa + s * " + to_str(a_stage) + " + c * 8192);");
+    code.line("float* rb = (float*)(sb + s * " + to_str(b_stage) + " + c * " + to_str(b_stage / 2) +
+              ");");
+    code.line("#pragma unroll 4");
+    code.line("for (int i = tid & 127; i < 2048; i += 128) ra[i] = kiln_as_float(kiln_cvt_rna_tf32(ra[i]));");
+    code.line("#pragma unroll 4");
+    code.line("for (int i = tid & 127; i < " + to_str(b_stage / 8) +
+              "; i += 128) rb[i] = kiln_as_float(kiln_cvt_rna_tf32(rb[i]));");
+    code.line("kiln_fence_proxy_async();");
+    code.line("kiln_mbarrier_arrive(&rounded[s]);");
+    code.line("kiln_mbarrier_wait(&rounded[s], (it / " + to_str(stages) + ") & 1);");
+    code.close();
+  }
   code.line("kiln_wgmma_fence();");
   code.line("#pragma unroll");
   code.open("for (int ks = 0; ks < 4; ++ks) {");
@@ -120,8 +145,12 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("const unsigned long long db = kiln_gmma_desc_128b(sb + s * " + to_str(b_stage) +
               " + ks * 32, 16, 1024);");
   }
-  code.line("kiln_wgmma_m64n" + to_str(t.bn) + "k16_" + type + "<" + (b_n_major ? "1" : "0") +
-            ">(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
+  if (tf32) {  // both K-major: tf32 wgmma has no transpose
+    code.line("kiln_wgmma_m64n" + to_str(t.bn) + "k8_tf32(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
+  } else {
+    code.line("kiln_wgmma_m64n" + to_str(t.bn) + "k16_" + type + "<" + (b_n_major ? "1" : "0") +
+              ">(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
+  }
   code.close();
   code.line("kiln_wgmma_commit();");
   code.line("// the previous stage's wgmmas are done: release it to the producer");

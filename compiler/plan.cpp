@@ -349,10 +349,24 @@ void split_matmuls(const ir::Graph& graph, ProgramPlan& plan) {
   plan.workspace_bytes = workspace_bytes_of(plan.temporary_bytes);
 }
 
+// Appends a tensor-map parameter over `operand`'s buffer (the kernel's pointer parameter to it
+// stays): `spec` with 128-byte swizzle and 256-byte L2 promotion. Returns its index.
+int append_map_param(const ProgramPlan& plan, KernelPlan& k, ir::NodeId operand, TensorMapSpec spec) {
+  spec.swizzle = TensorMapSwizzle::b128;
+  spec.l2 = TensorMapL2::b256;
+  KernelParam param = k.params[static_cast<size_t>(k.param_of(plan.location, operand))];
+  param.written = false;
+  param.kind = ParamKind::tensor_map;
+  param.map = to_string(spec);
+  k.params.push_back(param);
+  return static_cast<int>(k.params.size()) - 1;
+}
+
 // The wgmma kernel's launch (a persistent grid of one block per work tile at most, 384
 // threads, its shared memory) and its two tensor-map parameters, appended to the group's: A as
 // {K, M} (K-major), B as {K, N} (K-major) or {N, K} (N-major), with the batch as a third dim
-// for an operand that has one; boxes of 64 x rows with 128-byte swizzle.
+// for an operand that has one; boxes of 128 bytes x rows with 128-byte swizzle (fp32 operands
+// of the tf32 path as f32: the kernel rounds them).
 void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) {
   const MatmulShape& s = k.shape;
   const MatmulTile& t = k.tile;
@@ -366,20 +380,15 @@ void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) 
   auto map_param = [&](ir::NodeId operand, uint64_t inner, uint64_t outer, int64_t ld,
                        int64_t batch_stride, uint32_t box_outer) {
     TensorMapSpec spec;
-    spec.type = s.path == MatmulPath::bf16 ? TensorMapType::bf16 : TensorMapType::f16;
+    spec.type = s.path == MatmulPath::bf16  ? TensorMapType::bf16
+                : s.path == MatmulPath::f16 ? TensorMapType::f16
+                                            : TensorMapType::f32;  // tf32: rounded in the kernel
+    uint64_t e = static_cast<uint64_t>(s.elem_bytes);
     spec.rank = batched && batch_stride != 0 ? 3 : 2;
     spec.dims = {inner, outer, static_cast<uint64_t>(s.batch), 1, 1};
-    spec.strides = {static_cast<uint64_t>(ld) * 2, static_cast<uint64_t>(batch_stride) * 2, 0, 0};
-    spec.box = {64, box_outer, 1, 1, 1};
-    spec.swizzle = TensorMapSwizzle::b128;
-    spec.l2 = TensorMapL2::b256;
-    int p = k.param_of(plan.location, operand);
-    KernelParam param = k.params[static_cast<size_t>(p)];
-    param.written = false;
-    param.kind = ParamKind::tensor_map;
-    param.map = to_string(spec);
-    k.params.push_back(param);
-    return static_cast<int>(k.params.size()) - 1;
+    spec.strides = {static_cast<uint64_t>(ld) * e, static_cast<uint64_t>(batch_stride) * e, 0, 0};
+    spec.box = {static_cast<uint32_t>(128 / e), box_outer, 1, 1, 1};
+    return append_map_param(plan, k, operand, spec);
   };
   k.a_map_param = map_param(mm.operands[0], static_cast<uint64_t>(s.k), static_cast<uint64_t>(s.m),
                             s.lda, s.a_batch_stride, static_cast<uint32_t>(t.bm));
@@ -391,7 +400,50 @@ void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) 
                                   static_cast<uint64_t>(s.k), s.ldb, s.b_batch_stride, 64);
 }
 
+// The wgmma attention kernel's three tensor-map parameters, appended to the group's: Q, K and V
+// as rank-4 maps {head dim, rows, inner batch, outer batch} (a broadcast batch dim a dim of 1;
+// k's and v's inner batch their H_kv heads), boxes of 64 columns x 128 rows with 128-byte
+// swizzle.
+void plan_wgmma_attention(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) {
+  const AttentionMatch& m = k.group.attention;
+  const AttentionExtents& a = k.attention_extents;
+  const AttentionTile& t = k.attention_tile;
+  int rank = graph.node(m.root).type.shape.rank();
+  int64_t batch = k.extents.batch.hi;
+  int64_t inner = rank == 4 ? k.extents.inner_batch.hi : batch;
+  int64_t outer = batch / inner;
+  auto map_param = [&](ir::NodeId operand, int64_t rows, int64_t cols,
+                       const std::array<Extent, 2>& strides, int64_t group, uint32_t box_rows) {
+    TensorMapSpec spec;
+    spec.type = m.path == MatmulPath::bf16 ? TensorMapType::bf16 : TensorMapType::f16;
+    spec.rank = 4;
+    uint64_t row_bytes = static_cast<uint64_t>(cols) * 2;
+    uint64_t head_bytes = row_bytes * static_cast<uint64_t>(rows);  // any stride serves a dim of 1
+    uint64_t si = static_cast<uint64_t>(strides[1].hi) * 2, so = static_cast<uint64_t>(strides[0].hi) * 2;
+    spec.dims = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows),
+                 si ? static_cast<uint64_t>(inner / group) : 1, so ? static_cast<uint64_t>(outer) : 1, 1};
+    spec.strides = {row_bytes, si ? si : head_bytes, so ? so : head_bytes, 0};
+    spec.box = {64, box_rows, 1, 1, 1};
+    return append_map_param(plan, k, operand, spec);
+  };
+  k.q_map_param = map_param(m.q, a.sq.hi, a.d, a.q, 1, static_cast<uint32_t>(t.br));
+  k.k_map_param = map_param(m.k, a.sk.hi, a.d, a.k, a.k_group, static_cast<uint32_t>(t.bc));
+  k.v_map_param = map_param(m.v, a.sk.hi, a.dv, a.v, a.v_group, static_cast<uint32_t>(t.bc));
+}
+
 }  // namespace
+
+bool wgmma_attention_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target,
+                           bool symbolic) {
+  if (k.group.kind != GroupKind::attention || symbolic || !target.has(Feature::wgmma)) return false;
+  const AttentionExtents& a = k.attention_extents;
+  if (graph.node(k.group.attention.root).type.shape.rank() > 4 || k.extents.per_dim()) return false;
+  auto aligned = [](const std::array<Extent, 2>& strides) {
+    return strides[0].fixed() && strides[1].fixed() && strides[0].hi % 8 == 0 && strides[1].hi % 8 == 0;
+  };
+  return wgmma_attention_computes(k.attention_shape) && aligned(a.q) && aligned(a.k) &&
+         aligned(a.v);
+}
 
 bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target, bool symbolic) {
   if (k.group.kind != GroupKind::matmul || symbolic || !target.has(Feature::wgmma)) return false;
@@ -458,9 +510,27 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       const AttentionExtents& a = k.attention_extents;
       k.attention_tile = schedule.attention_tile(k.attention_shape, sm);
       k.tile_source = schedule.source_for(k.attention_shape, sm);
-      if (Status legal = check_attention_tile(k.attention_tile, k.attention_shape, sm); !legal)
+      // sm_90a: the model runs a problem the wgmma attention kernel computes on it; a provider's
+      // choice stands, but its wgmma tile for a problem the kernel does not compute gives way to
+      // the model's tile (as for matmuls).
+      bool wgmma = wgmma_attention_plans(graph, k, target, symbolic);
+      if (wgmma && k.tile_source == "model")
+        k.attention_tile = choose_wgmma_attention_tile(k.attention_shape);
+      if (k.attention_tile.wgmma && !wgmma) {
+        k.attention_tile = heuristic_schedule().attention_tile(k.attention_shape, sm);
+        k.tile_source = heuristic_schedule().source();
+      }
+      if (k.attention_tile.wgmma) {
+        if (Status legal = check_wgmma_attention_tile(k.attention_tile, k.attention_shape); !legal)
+          return make_error(describe_node(graph, group.anchor), ": schedule: ",
+                            legal.error().message);
+        k.name += "_wg" + std::to_string(k.attention_tile.br) + "x" +
+                  std::to_string(k.attention_tile.bc);
+      } else if (Status legal = check_attention_tile(k.attention_tile, k.attention_shape, sm);
+                 !legal) {
         return make_error(describe_node(graph, group.anchor), ": schedule: ",
                           legal.error().message);
+      }
       const AttentionTile& t = k.attention_tile;
       int64_t batch = k.attention_shape.batch;
       if (batch > 65535) {
@@ -474,6 +544,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       if (symbolic) {
         k.grid = {a.sq.term(t.br), Extent::constant(t.dv_slabs).term(), k.extents.batch.term()};
       }
+      if (t.wgmma) plan_wgmma_attention(graph, plan, k);
     } else if (group.kind != GroupKind::elementwise && group.kind != GroupKind::gather) {
       // Row ops: one warp per row along the axis of the anchor's (first) operand.
       const ir::Node& row_node = graph.node(group.anchor);

@@ -44,6 +44,8 @@ struct KernelPlan {
   // wgmma matmul kernels (MatmulTile::wgmma): the tensor-map parameters of A and B, after the
   // group's own (which keep A's and B's pointers, unread unless the epilogue reads them)
   int a_map_param = -1, b_map_param = -1;
+  // wgmma attention kernels (AttentionTile::wgmma): the tensor-map parameters of Q, K and V
+  int q_map_param = -1, k_map_param = -1, v_map_param = -1;
   std::string name;   // "k0_matmul_tf32", also the entry point with "kiln_" before it
   MatmulShape shape;  // matmul kernels
   MatmulTile tile;    // matmul kernels, CUDA only (schedule_cuda)
@@ -94,6 +96,13 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
 // schedule is the model's: `target` has wgmma, the graph is static (tensor maps are encoded for
 // fixed sizes), and the problem is one it computes (wgmma_computes; one batch dim at most).
 bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target, bool symbolic);
+
+// Whether attention kernel `k` of a plan of `graph` (bound) runs on sm_90a's wgmma attention
+// kernel when its schedule is the model's: `target` has wgmma, the graph is static, the result
+// has two batch dims at most, the kernel computes the problem (wgmma_attention_computes) and
+// q's, k's and v's batch strides are whole 16-byte units (TMA's rule).
+bool wgmma_attention_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target,
+                           bool symbolic);
 
 // The CUDA target's part of the plan, for `target` (its arch): matmul and attention tiles (from
 // `schedule`: the heuristic unless a caller provides another; a tile that is not legal for the

@@ -245,6 +245,13 @@ KILN_DEVICE void kiln_tma_load_3d(void* dst, const CUtensorMap* map, int c0, int
                :: "r"(kiln_smem_addr(dst)), "l"((unsigned long long)map), "r"(c0), "r"(c1),
                   "r"(c2), "r"(kiln_smem_addr(bar)) : "memory");
 }
+KILN_DEVICE void kiln_tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                  int c3, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+               :: "r"(kiln_smem_addr(dst)), "l"((unsigned long long)map), "r"(c0), "r"(c1),
+                  "r"(c2), "r"(c3), "r"(kiln_smem_addr(bar)) : "memory");
+}
 // A wgmma shared-memory matrix descriptor with 128-byte swizzle (PTX ISA, "Matrix Descriptor
 // Format"): start address, leading and stride byte offsets (16-byte units), base offset 0.
 KILN_DEVICE unsigned long long kiln_gmma_desc_128b(const void* smem, unsigned lbo_bytes,
@@ -327,5 +334,58 @@ template <int TransB>
 KILN_DEVICE void kiln_wgmma_m64n256k16_f16(float* d, unsigned long long desc_a,
                                            unsigned long long desc_b, int scale_d) {
   KILN_WGMMA("m64n256k16", "f16", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131");
+}
+// tf32 (fp32 operands whose low 13 mantissa bits the kernel has rounded away): m64nNk8, both
+// operands K-major (tf32 wgmma takes no transpose).
+#define KILN_WGMMA_TF32(SHAPE, REGS, D, A, B, S)                                                  \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" S ", 0;\n wgmma.mma_async.sync.aligned."   \
+               SHAPE ".f32.tf32.tf32 {" REGS "}, %" A ", %" B ", p, 1, 1;\n}\n"                 \
+               : D : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+KILN_DEVICE void kiln_wgmma_m64n128k8_tf32(float* d, unsigned long long desc_a,
+                                           unsigned long long desc_b, int scale_d) {
+  KILN_WGMMA_TF32("m64n128k8", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66");
+}
+KILN_DEVICE void kiln_wgmma_m64n256k8_tf32(float* d, unsigned long long desc_a,
+                                           unsigned long long desc_b, int scale_d) {
+  KILN_WGMMA_TF32("m64n256k8", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130");
+}
+// The RS form: A from registers, a[0..3] of each thread holding warp w's rows 16 w .. 16 w + 15
+// as mma.m16n8k16's A fragment (register r: row g + 8 (r & 1), columns 2 t + 8 (r >> 1) and
+// the next); B from a descriptor. The registers must not be written before the wait_group that
+// retires the wgmma.
+#define KILN_WGMMA_REGS32 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KILN_WGMMA_D32 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+// One RS wgmma: A0 the operand number of a[0] (a[1..3], desc_b, scale_d and TransB follow it).
+#define KILN_WGMMA_RS(SHAPE, TYPE, REGS, D, A0, A1, A2, A3, B, S, T)                              \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" S ", 0;\n wgmma.mma_async.sync.aligned."   \
+               SHAPE ".f32." TYPE "." TYPE " {" REGS "}, {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B \
+               ", p, 1, 1, %" T ";\n}\n"                                                          \
+               : D : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),       \
+                 "n"(TransB))
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n64k16_bf16_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                            int scale_d) {
+  KILN_WGMMA_RS("m64n64k16", "bf16", KILN_WGMMA_REGS32, KILN_WGMMA_D32, "32", "33", "34", "35", "36", "37", "38");
+}
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n64k16_f16_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                            int scale_d) {
+  KILN_WGMMA_RS("m64n64k16", "f16", KILN_WGMMA_REGS32, KILN_WGMMA_D32, "32", "33", "34", "35", "36", "37", "38");
+}
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n128k16_bf16_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                            int scale_d) {
+  KILN_WGMMA_RS("m64n128k16", "bf16", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67", "68", "69", "70");
+}
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n128k16_f16_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                            int scale_d) {
+  KILN_WGMMA_RS("m64n128k16", "f16", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67", "68", "69", "70");
 }
 #endif  // KILN_PRELUDE_CUH

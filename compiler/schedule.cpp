@@ -29,7 +29,8 @@ bool same_tile(const MatmulTile& a, const MatmulTile& b) {
 }
 
 bool same_tile(const AttentionTile& a, const AttentionTile& b) {
-  return a.br == b.br && a.bc == b.bc && a.warps == b.warps && a.stages == b.stages;
+  return a.br == b.br && a.bc == b.bc && a.warps == b.warps && a.stages == b.stages &&
+         a.wgmma == b.wgmma;
 }
 
 bool same_tile(const KernelTile& a, const KernelTile& b) {
@@ -88,6 +89,11 @@ AttentionTile ChosenSchedule::attention_tile(const AttentionShape& shape, int sm
 }
 
 AttentionTile complete_attention_tile(const AttentionTile& choice, const AttentionShape& shape) {
+  if (choice.wgmma) {  // its only form; schedule_cuda gives way where the kernel cannot run
+    AttentionTile t = choose_wgmma_attention_tile(shape);
+    t.stages = choice.stages;
+    return t;
+  }
   AttentionTile t =
       attention_tile(shape.path, shape.d, shape.dv, choice.warps, choice.bc, choice.stages);
   t.br = choice.br;
@@ -260,15 +266,29 @@ Status check_attention_tile(const AttentionTile& tile, const AttentionShape& sha
 }
 
 Status check_wgmma_tile(const MatmulTile& tile, const MatmulShape& shape) {
-  (void)shape;
   bool legal = tile.wgmma && tile.bm == 128 && (tile.bn == 128 || tile.bn == 256) &&
-               tile.bk == 64 && tile.warps_m == 8 && tile.warps_n == 1 && tile.split_k == 1 &&
+               tile.bk == wgmma_bk(shape) && tile.warps_m == 8 && tile.warps_n == 1 && tile.split_k == 1 &&
                tile.group == k_default_group && tile.stages >= 2 &&
                wgmma_smem_bytes(tile) <= smem_limit(90);
   if (legal) return Status::success();
-  return make_error("tile ", to_string(tile), " is not one the wgmma kernel runs (128x128x64 or "
-                    "128x256x64, 2 stages or more within ", std::to_string(smem_limit(90) / 1024),
-                    " KiB of shared memory)");
+  std::string bk = std::to_string(wgmma_bk(shape));
+  return make_error("tile ", to_string(tile), " is not one the wgmma kernel runs (128x128x", bk,
+                    " or 128x256x", bk, ", 2 stages or more within ",
+                    std::to_string(smem_limit(90) / 1024), " KiB of shared memory)");
+}
+
+Status check_wgmma_attention_tile(const AttentionTile& tile, const AttentionShape& shape) {
+  AttentionTile model = choose_wgmma_attention_tile(shape);
+  model.stages = tile.stages;
+  bool legal = tile.wgmma && wgmma_attention_computes(shape) && same_tile(tile, model) &&
+               tile.d == model.d && tile.dv == model.dv && tile.q_ld == model.q_ld &&
+               tile.k_ld == model.k_ld && tile.v_ld == model.v_ld && tile.elem_bytes == 2 &&
+               tile.dv_slabs == 1 && tile.stages >= 2 && tile.smem_bytes() <= smem_limit(90);
+  if (legal) return Status::success();
+  return make_error("tile ", to_string(tile), " is not one the sm_90a attention kernel runs (",
+                    "128x128, wgmma, 2 stages or more within ",
+                    std::to_string(smem_limit(90) / 1024), " KiB of shared memory, for 16-bit "
+                    "operands at head dims that are multiples of 8 up to 128)");
 }
 
 std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile) {
@@ -291,6 +311,10 @@ std::string to_string(const MatmulTile& tile) {
 }
 
 std::string to_string(const AttentionTile& tile) {
+  if (tile.wgmma) {
+    return std::to_string(tile.br) + "x" + std::to_string(tile.bc) + ", wgmma, " +
+           std::to_string(tile.stages) + (tile.stages == 1 ? " stage" : " stages");
+  }
   return std::to_string(tile.br) + "x" + std::to_string(tile.bc) + ", " +
          std::to_string(tile.warps) + " warps, " + std::to_string(tile.stages) +
          (tile.stages == 1 ? " stage" : " stages");
@@ -358,8 +382,15 @@ std::optional<KernelTile> parse_kernel_tile(const std::string& text) {
   // (ChosenSchedule::attention_tile).
   TileText p{text};
   AttentionTile t;
-  if (!p.number(t.br) || !p.literal("x") || !p.number(t.bc) || !p.literal(", ") ||
-      !p.number(t.warps) || !p.literal(" warps, ") || !p.stages(t.stages) || !p.done())
+  if (!p.number(t.br) || !p.literal("x") || !p.number(t.bc) || !p.literal(", "))
+    return std::nullopt;
+  if (p.literal("wgmma, ")) {
+    t.wgmma = true;
+    t.warps = 12;
+    if (!p.stages(t.stages) || !p.done()) return std::nullopt;
+    return KernelTile(t);
+  }
+  if (!p.number(t.warps) || !p.literal(" warps, ") || !p.stages(t.stages) || !p.done())
     return std::nullopt;
   return KernelTile(t);
 }

@@ -17,7 +17,8 @@ namespace kiln::compiler {
 // "128x128x16, 2x4 warps, 3 stages", then ", split 4" for a split-K tile and ", group 16" for a
 // block order other than the model's groups of 8 row tiles (", group 1": row-major).
 std::string to_string(const MatmulTile& tile);
-// An attention tile's choice: "64x64, 4 warps, 2 stages" (queries x keys per block).
+// An attention tile's choice: "64x64, 4 warps, 2 stages" (queries x keys per block), or for
+// sm_90a's kernel "128x128, wgmma, 2 stages".
 std::string to_string(const AttentionTile& tile);
 
 // A kernel's tile as schedules choose and tuning records hold it: a matmul's or an attention's.
@@ -143,8 +144,11 @@ Status check_wgmma_tile(const MatmulTile& tile, const MatmulShape& shape);
 // without cp.async, else 2 and 3, within smem_limit(sm); the heuristic's tile is one of them.
 std::vector<AttentionTile> attention_candidates(const AttentionShape& shape, int sm);
 
-// Fails, saying why, when `tile` is not one of attention_candidates(shape, sm).
+// Fails, saying why, when `tile` (not wgmma) is not one of attention_candidates(shape, sm).
 Status check_attention_tile(const AttentionTile& tile, const AttentionShape& shape, int sm);
+// Fails, saying why, when `tile` is not the sm_90a attention kernel's for `shape`
+// (choose_wgmma_attention_tile at 2 stages or more) or the kernel does not compute `shape`.
+Status check_wgmma_attention_tile(const AttentionTile& tile, const AttentionShape& shape);
 
 // A tile's choice (queries, keys, warps, stages: what its text holds) completed for `shape`:
 // the padded head dims, slabs and row strides follow from the problem; the queries stay as

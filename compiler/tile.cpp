@@ -222,6 +222,29 @@ AttentionTile choose_attention_tile(const AttentionShape& shape, int sm) {
   return choose_attention_tile(shape.path, shape.d, shape.dv, sm);
 }
 
+bool wgmma_attention_computes(const AttentionShape& shape) {
+  bool half = shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16;
+  auto fits = [](int64_t dim) { return dim >= 8 && dim <= 128 && dim % 8 == 0; };
+  return half && shape.elem_bytes == 2 && fits(shape.d) && fits(shape.dv);
+}
+
+AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape) {
+  AttentionTile t;
+  auto pad64 = [](int64_t x) { return static_cast<int>((x + 63) / 64 * 64); };
+  t.wgmma = true;
+  t.br = 128;
+  t.bc = 128;
+  t.stages = 2;
+  t.warps = 12;
+  t.d = pad64(shape.d);
+  t.dv = pad64(shape.dv);
+  t.dv_slabs = 1;
+  t.q_ld = t.k_ld = t.d;
+  t.v_ld = t.dv;
+  t.elem_bytes = 2;
+  return t;
+}
+
 int attention_max_bc(MatmulPath path, int d) {
   if (path == MatmulPath::tf32x3) return d > 64 ? 16 : 32;
   if (!uses_mma(path)) return d > 128 ? 16 : 32;
@@ -229,23 +252,28 @@ int attention_max_bc(MatmulPath path, int d) {
 }
 
 int wgmma_smem_bytes(const MatmulTile& tile) {
-  return 1024 + tile.stages * (tile.bm + tile.bn) * 128 + 2 * 8 * tile.stages;
+  return 1024 + tile.stages * (tile.bm + tile.bn) * 128 + 3 * 8 * tile.stages;
 }
 
 bool wgmma_computes(const MatmulShape& shape, int batch_dims) {
-  bool half = shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16;
-  auto aligned = [](int64_t elements) { return elements % 8 == 0; };  // 16 bytes of 16-bit
-  return half && shape.elem_bytes == 2 && shape.a_k_contiguous && batch_dims <= 1 &&
-         aligned(shape.lda) && aligned(shape.ldb) && aligned(shape.a_batch_stride) &&
-         aligned(shape.b_batch_stride) && shape.m >= 1 && shape.n >= 1 && shape.k >= 1;
+  bool half = (shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16) &&
+              shape.elem_bytes == 2;
+  // tf32 wgmma reads both operands K-major only: B must be [N, K] (transpose_b).
+  bool tf32 = shape.path == MatmulPath::tf32 && shape.elem_bytes == 4 && shape.b_k_contiguous;
+  auto aligned = [&](int64_t elements) { return elements * shape.elem_bytes % 16 == 0; };
+  return (half || tf32) && shape.a_k_contiguous && batch_dims <= 1 && aligned(shape.lda) &&
+         aligned(shape.ldb) && aligned(shape.a_batch_stride) && aligned(shape.b_batch_stride) &&
+         shape.m >= 1 && shape.n >= 1 && shape.k >= 1;
 }
+
+int wgmma_bk(const MatmulShape& shape) { return 128 / shape.elem_bytes; }
 
 MatmulTile choose_wgmma_tile(const MatmulShape& shape) {
   MatmulTile t;
   t.wgmma = true;
   t.bm = 128;
   t.bn = shape.n >= 256 ? 256 : 128;
-  t.bk = 64;
+  t.bk = wgmma_bk(shape);
   t.warps_m = 8;
   t.warps_n = 1;
   t.stages = t.bn == 256 ? 4 : 6;
@@ -259,7 +287,6 @@ bool wgmma_fills(const MatmulShape& shape) {
 }
 
 std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape) {
-  (void)shape;
   std::vector<MatmulTile> out;
   const int choices[][3] = {{128, 4, 6}, {256, 3, 4}};  // bn, then its stage counts
   for (const auto& choice : choices)
@@ -269,7 +296,7 @@ std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape) {
       t.wgmma = true;
       t.bm = 128;
       t.bn = bn;
-      t.bk = 64;
+      t.bk = wgmma_bk(shape);
       t.warps_m = 8;
       t.warps_n = 1;
       t.stages = stages;

@@ -49,12 +49,16 @@ struct MatmulTile {
 };
 
 // The wgmma kernel's shared memory: a 1 KiB alignment margin, `stages` stages of A (bm rows of
-// 128 bytes) and B (bn rows of 128 bytes), then a full and an empty mbarrier per stage.
+// 128 bytes) and B (bn rows of 128 bytes), then a full, an empty and (tf32) a rounded mbarrier
+// per stage.
 int wgmma_smem_bytes(const MatmulTile& tile);
 // Whether the wgmma kernel computes `shape` (with `batch_dims` batch dims, 0 or 1): 16-bit
-// operands on the bf16 or f16 path, A K-major, row strides and batch strides multiples of 16
-// bytes (TMA's rule for global strides), one batch dim at most.
+// operands on the bf16 or f16 path, or fp32 operands on the tf32 path with B K-major
+// (transpose_b: tf32 wgmma takes no transpose); A K-major, row strides and batch strides
+// multiples of 16 bytes (TMA's rule for global strides), one batch dim at most.
 bool wgmma_computes(const MatmulShape& shape, int batch_dims);
+// Its K step: 128 bytes of K a stage (64 16-bit elements, 32 fp32 ones).
+int wgmma_bk(const MatmulShape& shape);
 // The wgmma tile for `shape`: 128x256 where N spans 256 columns or more (4 stages), else 128x128
 // (6 stages), within smem_limit(90).
 MatmulTile choose_wgmma_tile(const MatmulShape& shape);
@@ -129,7 +133,15 @@ struct AttentionTile {
   int dv_slabs = 1; // blocks along the grid's y, each a slab of dv columns of the output
   int q_ld = 0, k_ld = 0, v_ld = 0;  // q_ld 0: q is read into registers (FFMA)
   int elem_bytes = 4;                // in shared memory
+  // sm_90a: the FlashAttention-3-style kernel (emit_attention, KERNELS.md design 5b): one
+  // producer warpgroup loading Q, K and V with TMA into an mbarrier ring and two consumer
+  // warpgroups of 64 queries each (br 128, warps 12), S = Q K^T by wgmma from shared memory and
+  // O += P V by wgmma with P from registers; d and dv padded to 64 or 128, unpadded in shared
+  // memory (q_ld = d, k_ld = d, v_ld = dv: TMA's 128-byte swizzle keeps banks apart).
+  bool wgmma = false;
   int smem_bytes() const {
+    if (wgmma)  // a 1 KiB alignment margin, Q, the stages of K and V, then 1 + 2 stages mbarriers
+      return 1024 + elem_bytes * (br * q_ld + stages * bc * (k_ld + v_ld)) + 8 * (1 + 2 * stages);
     return elem_bytes * (br * q_ld + stages * bc * (k_ld + v_ld));
   }
 };
@@ -156,6 +168,11 @@ AttentionTile attention_tile(MatmulPath path, int64_t d, int64_t dv, int warps, 
 // and the deepest pipeline (2 stages on sm_80+, cp.async) that fit the shared-memory budget.
 AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm);
 AttentionTile choose_attention_tile(const AttentionShape& shape, int sm);
+// Whether the sm_90a attention kernel computes `shape`: 16-bit operands on the bf16 or f16 path,
+// head dims d and dv multiples of 8 (rows of whole 16-byte units, as TMA wants) up to 128.
+bool wgmma_attention_computes(const AttentionShape& shape);
+// Its tile: 128 queries (two consumer warpgroups) x 128 keys, 2 stages.
+AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape);
 // The widest key tile the attention kernel of `path` keeps in registers at padded head dim `d`
 // (FusedAttentionCompilesWithoutSpills in tests/compiler): 64 on tensor cores, but tf32x3 (its
 // split parts and P V's promoted partial besides: 32, and 16 past a head dim of 64); FFMA 32,

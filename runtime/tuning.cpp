@@ -306,6 +306,7 @@ std::optional<TuningProblem> problem_of(const compiler::KernelPlan& k, const ir:
   } else if (k.group.kind == compiler::GroupKind::attention) {
     p.shape = k.attention_shape;
     p.signature = compiler::problem_signature(k.attention_shape);
+    p.wgmma = compiler::wgmma_attention_plans(bound, k, target, symbolic);
   } else {
     return std::nullopt;
   }
@@ -327,6 +328,7 @@ std::vector<compiler::KernelTile> candidates_of(const TuningProblem& problem, in
     const auto& attention = std::get<compiler::AttentionShape>(problem.shape);
     for (const compiler::AttentionTile& t : compiler::attention_candidates(attention, sm))
       out.push_back(t);
+    if (problem.wgmma) out.push_back(compiler::choose_wgmma_attention_tile(attention));
   }
   return out;
 }
@@ -338,7 +340,9 @@ compiler::KernelTile model_of(const TuningProblem& problem, int sm) {
     if (problem.symbolic) tile.split_k = 1;
     return tile;
   }
-  return compiler::choose_attention_tile(std::get<compiler::AttentionShape>(problem.shape), sm);
+  const auto& attention = std::get<compiler::AttentionShape>(problem.shape);
+  if (problem.wgmma) return compiler::choose_wgmma_attention_tile(attention);
+  return compiler::choose_attention_tile(attention, sm);
 }
 
 Status check_tile_of(const compiler::KernelTile& tile, const TuningProblem& problem, int sm) {
@@ -356,6 +360,12 @@ Status check_tile_of(const compiler::KernelTile& tile, const TuningProblem& prob
   const auto& shape = std::get<compiler::AttentionShape>(problem.shape);
   const auto* t = std::get_if<compiler::AttentionTile>(&tile);
   if (!t) return make_error("its tile ", compiler::to_string(tile), " is not an attention's");
+  if (t->wgmma) {
+    if (!problem.wgmma)
+      return make_error("its tile ", compiler::to_string(tile), " is the wgmma attention "
+                        "kernel's, which does not compute this problem here");
+    return compiler::check_wgmma_attention_tile(compiler::complete_attention_tile(*t, shape), shape);
+  }
   // The record holds the choice (queries, keys, warps, stages); the rest follows from the problem.
   return compiler::check_attention_tile(compiler::complete_attention_tile(*t, shape), shape, sm);
 }

@@ -69,8 +69,8 @@ struct TuningProblem {
   std::variant<compiler::MatmulShape, compiler::AttentionShape> shape;
   ir::DType product = ir::DType::f32;  // the matmul's or attention's own dtype (its result's)
   bool symbolic = false;  // of a symbolic graph: its kernels run unsplit (no split-K tiles)
-  // sm_90a: the model runs it on the wgmma kernel (MatmulTile::wgmma), whose tiles are then
-  // candidates beside the mma.sync ones
+  // sm_90a: the model runs it on a wgmma kernel (MatmulTile::wgmma, AttentionTile::wgmma),
+  // whose tiles are then candidates beside the mma.sync ones
   bool wgmma = false;
 };
 Expected<std::vector<TuningProblem>> tuning_problems(const ir::Graph& graph,

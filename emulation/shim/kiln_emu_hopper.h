@@ -8,15 +8,21 @@
 //   stores and read by wgmma without that fence is read stale (0xff bytes: NaN in every format).
 // - A TMA copy reads its box at issue and lands when the schedule says: at issue (adversarial),
 //   when no thread can run otherwise (kind: the latest legal moment, so a consumer that reads a
-//   stage without waiting for its mbarrier reads the old contents), or in between (seeded). It
-//   completes its bytes on the mbarrier as it lands.
+//   stage without waiting for its mbarrier reads the old contents; then only the copies of the
+//   mbarriers threads wait for land), or in between (seeded: any copy in flight, in no order).
+//   It completes its bytes on the mbarrier as it lands.
 // - A wgmma reads its operands when it is performed: at the wait_group that retires its group
-//   (the latest moment), so a stage refilled before that wait is read refilled. Its accumulators
+//   (the latest moment), so a stage refilled before that wait is read refilled; or, half the
+//   time under a seeded schedule, at issue (the earliest), so operands not ready then are read
+//   unready. Its accumulators
 //   hold a poison value (a NaN) from issue to that wait; wgmmas issued back to back on the same
 //   registers chain as the hardware chains them.
 // - wgmma.fence, commit_group, wait_group and mma_async are .sync.aligned over the warpgroup: all
 //   128 threads must execute the same one, at the same place. A thread must execute wgmma.fence
 //   before its first wgmma and after each wait_group (where its accumulators were last touched).
+// - The RS form reads A from each thread's registers: captured at issue, and poisoned (NaN pairs)
+//   until the wait_group that retires the wgmma, where a register the program wrote meanwhile
+//   is an error.
 // - Descriptors: the canonical layouts of the PTX ISA ("Matrix Descriptor Format", CuTe's
 //   make_gmma_desc) with 128-byte swizzle, K-major or MN-major (imm-trans), base offset 0; the
 //   swizzle XORs address bits 4-6 with bits 7-9 of the shared-memory offset, as TMA's 128-byte
@@ -101,20 +107,31 @@ inline void land_tma(Block& b, TmaCopy& copy) {
   }
 }
 
-// Lands every copy in flight; whether there was one.
+// When no thread can run: lands the copies in flight on the mbarriers threads wait for (the
+// others stay in flight, so a read that skipped its own barrier's wait while another's released
+// the thread reads stale data), or every copy where none is waited for; whether one landed.
 inline bool land_all_tma(Block& b) {
   if (b.tma.empty()) return false;
-  std::vector<TmaCopy> copies = std::move(b.tma);
-  b.tma.clear();
+  auto awaited = [&](const TmaCopy& c) {
+    for (const Thread& t : b.threads)
+      if (t.wait == Wait::mbarrier && t.waits_on == c.bar) return true;
+    return false;
+  };
+  std::vector<TmaCopy> copies, rest;
+  for (TmaCopy& c : b.tma) (awaited(c) ? copies : rest).push_back(std::move(c));
+  if (copies.empty()) std::swap(copies, rest);
+  b.tma = std::move(rest);
   for (TmaCopy& c : copies) land_tma(b, c);
   return true;
 }
 
-// Seeded schedules, between two threads' turns: lands the oldest TMA copy one time in four.
+// Seeded schedules, between two threads' turns: lands one TMA copy in flight, any of them (copies
+// complete in no order the PTX ISA promises), one time in four.
 inline void land_some_tma(Block& b) {
   if (b.tma.empty() || next_random(b) % 4 != 0) return;
-  TmaCopy copy = std::move(b.tma.front());
-  b.tma.erase(b.tma.begin());
+  auto at = b.tma.begin() + static_cast<std::ptrdiff_t>(next_random(b) % b.tma.size());
+  TmaCopy copy = std::move(*at);
+  b.tma.erase(at);
   land_tma(b, copy);
 }
 
@@ -185,7 +202,8 @@ inline void tma_load(void* dst, const void* map_param, const int* coords, int ra
 // The shared-memory offset of element (r, k) of a wgmma operand, r along M (A) or N (B), from
 // its descriptor: K-major ((8, m), (8, 2)) rows of 128 bytes, 8-row groups SBO apart; MN-major
 // 64-element runs along r, LBO apart, k rows 128 bytes apart in groups of 8, SBO apart.
-inline size_t gmma_offset(uint64_t desc, bool mn_major, int r, int k, const char* which) {
+inline size_t gmma_offset(uint64_t desc, bool mn_major, int r, int k, const char* which,
+                          size_t elem = 2) {
   size_t start = static_cast<size_t>(desc & 0x3fff) << 4;
   size_t lbo = static_cast<size_t>((desc >> 16) & 0x3fff) << 4;
   size_t sbo = static_cast<size_t>((desc >> 32) & 0x3fff) << 4;
@@ -196,33 +214,78 @@ inline size_t gmma_offset(uint64_t desc, bool mn_major, int r, int k, const char
   size_t off = mn_major ? start + static_cast<size_t>(r % 64) * 2 + static_cast<size_t>(r / 64) * lbo +
                               static_cast<size_t>(k % 8) * 128 + static_cast<size_t>(k / 8) * sbo
                         : start + static_cast<size_t>(r % 8) * 128 + static_cast<size_t>(r / 8) * sbo +
-                              static_cast<size_t>(k) * 2;
+                              static_cast<size_t>(k) * elem;
   return swizzle_128b(off);
 }
 
 inline float poison() { return std::numeric_limits<float>::quiet_NaN(); }
 
-// Performs `op`: every thread's slice of D = A B (+ C), reading the operands as the async proxy
-// sees shared memory now, C and D in the warpgroup's record of the accumulators.
-inline void perform_wgmma(Block& b, WarpGroup& wg, const WgmmaOp& op, const char** error) {
+// An RS wgmma's A in registers (PTX ISA, "Register Fragment" of wgmma .f16/.bf16 A, CuTe's
+// SM90 RS ALayout): warp w of the warpgroup holds rows 16 w .. 16 w + 15 as mma.m16n8k16's A
+// fragment: register r, half h (h 0 the low 16 bits) of the thread with g = lane / 4, t = lane % 4
+// is element (16 w + g + 8 (r & 1), 2 t + h + 8 (r >> 1)).
+inline void rs_a_place(int thread, int reg, int half, int* m, int* k) {
+  int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+  *m = 16 * warp + g + 8 * (reg & 1);
+  *k = 2 * t + half + 8 * (reg >> 1);
+}
+
+// The bits an RS wgmma's A registers hold while it is in flight: a NaN pair in bf16 and f16.
+inline constexpr uint32_t k_poisoned_a = 0xffffffffu;
+
+// Reads `op`'s operands as the async proxy sees shared memory now (and A's registers as they
+// were at issue) into op.a_vals and op.b_vals.
+inline void gather_wgmma_operands(Block& b, WgmmaOp& op, const char** error) {
   const unsigned char* view = async_view(b);
+  size_t elem = op.tf32 ? 4 : 2;
+  int kdim = op.tf32 ? 8 : 16;
   auto element = [&](uint64_t desc, bool mn, int r, int k, const char* which) -> float {
-    size_t off = gmma_offset(desc, mn, r, k, which);
-    if (off + 2 > b.smem_bytes) {
+    size_t off = gmma_offset(desc, mn, r, k, which, elem);
+    if (off + elem > b.smem_bytes) {
       *error = "wgmma: a descriptor addresses past the block's dynamic shared memory";
       return 0.0f;
+    }
+    if (op.tf32) {  // the fp32 bits as the tensor core reads them: truncated to tf32
+      uint32_t bits;
+      std::memcpy(&bits, view + off, 4);
+      return tf32_operand(bits);
     }
     uint16_t h;
     std::memcpy(&h, view + off, 2);
     return op.bf16 ? g_api->float_from_bf16(h) : g_api->float_from_f16(h);
   };
-  std::vector<float> a(64 * 16), bm(static_cast<size_t>(op.n) * 16);
-  for (int m = 0; m < 64; ++m)
-    for (int k = 0; k < 16; ++k) a[static_cast<size_t>(m * 16 + k)] = element(op.desc_a, false, m, k, "A");
+  std::vector<float>& a = op.a_vals;
+  std::vector<float>& bm = op.b_vals;
+  a.assign(64 * 16, 0.0f);
+  bm.assign(static_cast<size_t>(op.n) * 16, 0.0f);
+  op.gathered = true;
+  if (op.a_regs) {
+    for (int thread = 0; thread < 128; ++thread)
+      for (int r = 0; r < 4; ++r)
+        for (int h = 0; h < 2; ++h) {
+          int m = 0, k = 0;
+          rs_a_place(thread, r, h, &m, &k);
+          auto bits = static_cast<uint16_t>(op.a[thread][r] >> (16 * h));
+          a[static_cast<size_t>(m * 16 + k)] = op.bf16 ? g_api->float_from_bf16(bits) : g_api->float_from_f16(bits);
+        }
+  } else {
+    for (int m = 0; m < 64; ++m)
+      for (int k = 0; k < kdim; ++k) a[static_cast<size_t>(m * 16 + k)] = element(op.desc_a, false, m, k, "A");
+  }
   for (int n = 0; n < op.n; ++n)
-    for (int k = 0; k < 16; ++k)
+    for (int k = 0; k < kdim; ++k)
       bm[static_cast<size_t>(n * 16 + k)] = element(op.desc_b, op.trans_b, n, k, "B");
+}
+
+// Performs `op`: every thread's slice of D = A B (+ C), its operands as gathered at issue or, if
+// they were not, as the async proxy sees shared memory now; C and D in the warpgroup's record
+// of the accumulators.
+inline void perform_wgmma(Block& b, WarpGroup& wg, WgmmaOp& op, const char** error) {
+  if (!op.gathered) gather_wgmma_operands(b, op, error);
   if (*error) return;
+  const std::vector<float>& a = op.a_vals;
+  const std::vector<float>& bm = op.b_vals;
+  int kdim = op.tf32 ? 8 : 16;
   int per = op.n / 2;
   for (int thread = 0; thread < 128; ++thread) {
     int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
@@ -233,15 +296,17 @@ inline void perform_wgmma(Block& b, WarpGroup& wg, const WgmmaOp& op, const char
       float sum = op.scale_d ? d[static_cast<size_t>(v)] : 0.0f;
 #ifdef KILN_EMU_MMA_HOPPER
       float column[16];
-      for (int kk = 0; kk < 16; ++kk) column[kk] = bm[static_cast<size_t>(n * 16 + kk)];
-      d[static_cast<size_t>(v)] = slice_sum_hopper(sum, &a[static_cast<size_t>(m * 16)], column, 16);
+      for (int kk = 0; kk < kdim; ++kk) column[kk] = bm[static_cast<size_t>(n * 16 + kk)];
+      d[static_cast<size_t>(v)] = slice_sum_hopper(sum, &a[static_cast<size_t>(m * 16)], column, kdim);
       continue;
 #endif
-      for (int k0 = 0; k0 < 16; k0 += 8) {
+      // blocks of 8 products (tf32: 4), as mma.sync's model adds them
+      int block = op.tf32 ? 4 : 8;
+      for (int k0 = 0; k0 < kdim; k0 += block) {
         float products[8];
-        for (int kk = 0; kk < 8; ++kk)
+        for (int kk = 0; kk < block; ++kk)
           products[kk] = a[static_cast<size_t>(m * 16 + k0 + kk)] * bm[static_cast<size_t>(n * 16 + k0 + kk)];
-        sum = block_sum(sum, products, 8);
+        sum = block_sum(sum, products, block);
       }
       d[static_cast<size_t>(v)] = sum;
     }
@@ -311,7 +376,20 @@ inline void wgmma_wait(int pending, const void* site) {
     wg.fenced[slot] = false;
     if (!last) return;
     while (static_cast<int>(wg.groups.size()) > pending && !error) {
-      for (const WgmmaOp& op : wg.groups.front()) perform_wgmma(*t_block, wg, op, &error);
+      for (WgmmaOp& op : wg.groups.front()) {
+        perform_wgmma(*t_block, wg, op, &error);
+        // An RS wgmma's A registers get their contents back, unless the program wrote them
+        // while the wgmma could still read them.
+        for (int thread = 0; op.a_regs && thread < 128 && !error; ++thread)
+          for (int r = 0; r < 4; ++r) {
+            if (op.a_at[thread][r] != k_poisoned_a) {
+              error = "wgmma.mma_async: a thread wrote A's registers before the wait_group that "
+                      "retires the wgmma reading them";
+              break;
+            }
+            op.a_at[thread][r] = op.a[thread][r];
+          }
+      }
       wg.groups.pop_front();
     }
     // Registers no wgmma in flight writes any more get their contents back.
@@ -332,11 +410,18 @@ inline void wgmma_wait(int pending, const void* site) {
   if (error) fail(error);
 }
 
-// wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} with both operands from descriptors.
-inline void wgmma(float* d, uint64_t desc_a, uint64_t desc_b, int n, bool bf16, bool trans_b,
-                  int scale_d, const void* site) {
+// The operand types of wgmma_any: f16, bf16, or tf32 (m64nNk8 on fp32 operands).
+enum WgmmaType : int { wgmma_f16 = 0, wgmma_bf16 = 1, wgmma_tf32 = 2 };
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} (or m64nNk8.f32.tf32): A from a
+// descriptor, or (a_regs not null, the RS form, 16-bit only) from the thread's four registers at
+// a_regs; B from a descriptor. tf32 takes both operands K-major.
+inline void wgmma(float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, int n, int type,
+                  bool trans_b, int scale_d, const void* site) {
   require_sm90a("wgmma.mma_async");
-  int variant = n * 4 + (bf16 ? 2 : 0) + (trans_b ? 1 : 0);
+  bool bf16 = type == wgmma_bf16, tf32 = type == wgmma_tf32;
+  if (tf32 && (trans_b || a_regs)) fail("wgmma.mma_async .tf32: both operands K-major, from descriptors");
+  int variant = n * 16 + (tf32 ? 8 : 0) + (a_regs ? 4 : 0) + (bf16 ? 2 : 0) + (trans_b ? 1 : 0);
   warpgroup_collective(wg_mma, variant, site, [&](WarpGroup& wg, int s, bool last) {
     if (!wg.fenced[s]) fail("wgmma.mma_async without a wgmma.fence since the accumulators were last accessed");
     if (!last) {
@@ -344,6 +429,7 @@ inline void wgmma(float* d, uint64_t desc_a, uint64_t desc_b, int n, bool bf16, 
       else if (wg.desc_a != desc_a || wg.desc_b != desc_b)
         fail("wgmma.mma_async: the threads of a warpgroup give different descriptors");
       wg.d[s] = d;
+      wg.a[s] = a_regs;
       wg.scale_d[s] = scale_d != 0;
       return;
     }
@@ -355,8 +441,15 @@ inline void wgmma(float* d, uint64_t desc_a, uint64_t desc_b, int n, bool bf16, 
     op.desc_b = wg.desc_b;
     op.n = n;
     op.bf16 = bf16;
+    op.tf32 = tf32;
     op.trans_b = trans_b;
     op.scale_d = wg.scale_d[s] != 0;
+    op.a_regs = a_regs != nullptr;
+    for (int thread = 0; op.a_regs && thread < 128; ++thread) {
+      op.a_at[thread] = wg.a[thread];
+      std::memcpy(op.a[thread], wg.a[thread], sizeof op.a[thread]);
+      for (int r = 0; r < 4; ++r) wg.a[thread][r] = k_poisoned_a;
+    }
     size_t per = static_cast<size_t>(n / 2);
     for (int thread = 0; thread < 128; ++thread) {
       float* regs = wg.d[thread];
@@ -367,6 +460,16 @@ inline void wgmma(float* d, uint64_t desc_a, uint64_t desc_b, int n, bool bf16, 
       if (fresh) entry->second.assign(regs, regs + per);
       else if (entry->second.size() != per) fail("wgmma.mma_async: accumulators in flight with another shape");
       for (size_t v = 0; v < per; ++v) regs[v] = poison();
+    }
+    // Hardware reads the operands at some moment between issue and wait_group: a seeded
+    // schedule reads them at issue half the time (a wgmma issued before its operands are ready
+    // reads them unready), else when performed (a stage refilled before the wait is read
+    // refilled).
+    Block& blk = *t_block;
+    if (blk.schedule == KILN_EMU_SEEDED && next_random(blk) % 2 == 0) {
+      const char* error = nullptr;
+      gather_wgmma_operands(blk, op, &error);
+      if (error) fail(error);
     }
     wg.open.push_back(std::move(op));
   });

@@ -134,6 +134,11 @@ KILN_DEVICE void kiln_tma_load_3d(void* dst, const CUtensorMap* map, int c0, int
   int coords[3] = {c0, c1, c2};
   ::kiln_emu::tma_load(dst, map, coords, 3, bar);
 }
+KILN_DEVICE void kiln_tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                  int c3, unsigned long long* bar) {
+  int coords[4] = {c0, c1, c2, c3};
+  ::kiln_emu::tma_load(dst, map, coords, 4, bar);
+}
 KILN_DEVICE unsigned long long kiln_gmma_desc_128b(const void* smem, unsigned lbo_bytes,
                                                    unsigned sbo_bytes) {
   return static_cast<unsigned long long>((kiln_smem_addr(smem) & 0x3ffffu) >> 4) |
@@ -159,22 +164,52 @@ KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_setmaxnreg_dec() {
 template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_bf16(float* d, unsigned long long a,
                                                                  unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, a, b, 128, true, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, a, nullptr, b, 128, true, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_f16(float* d, unsigned long long a,
                                                                 unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, a, b, 128, false, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, a, nullptr, b, 128, false, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k16_bf16(float* d, unsigned long long a,
                                                                  unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, a, b, 256, true, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, a, nullptr, b, 256, true, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k16_f16(float* d, unsigned long long a,
                                                                 unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, a, b, 256, false, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, a, nullptr, b, 256, false, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+// tf32: m64nNk8 on fp32 operands, both K-major.
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k8_tf32(float* d, unsigned long long a,
+                                                                unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, a, nullptr, b, 128, ::kiln_emu::wgmma_tf32, false, scale_d, KILN_EMU_SITE);
+}
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k8_tf32(float* d, unsigned long long a,
+                                                                unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, a, nullptr, b, 256, ::kiln_emu::wgmma_tf32, false, scale_d, KILN_EMU_SITE);
+}
+// The RS form: A from the thread's four registers a[0..3].
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n64k16_bf16_rs(float* d, unsigned* a,
+                                                                   unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 64, true, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n64k16_f16_rs(float* d, unsigned* a,
+                                                                   unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 64, false, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_bf16_rs(float* d, unsigned* a,
+                                                                   unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 128, true, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_f16_rs(float* d, unsigned* a,
+                                                                   unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 128, false, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 
 // Calls a kernel with args[i] as parameter i: a pointer parameter is args[i] itself, an int

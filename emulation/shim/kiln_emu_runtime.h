@@ -105,7 +105,17 @@ struct WgmmaOp {
   uint64_t desc_a = 0, desc_b = 0;
   int n = 0;
   bool bf16 = false, trans_b = false, scale_d = true;
+  bool tf32 = false;  // m64nNk8 on fp32 operands (read as tf32), else m64nNk16 on 16-bit ones
+  // A (64 x 16) and B (N x 16) as read: at issue (a seeded schedule's choice, half the time) or
+  // when performed
+  bool gathered = false;
+  std::vector<float> a_vals, b_vals;
   float* d[128] = {};
+  // A from registers (the RS form): each thread's four registers as they were at issue, and
+  // where they live (poisoned from issue to the wait_group that retires the wgmma)
+  bool a_regs = false;
+  uint32_t a[128][4] = {};
+  uint32_t* a_at[128] = {};
 };
 
 // A warpgroup's wgmma state: collectives in progress (.sync.aligned over its 128 threads), the
@@ -117,6 +127,7 @@ struct WarpGroup {
   uint64_t desc_a = 0, desc_b = 0;
   int n = 0, variant = 0;
   float* d[128] = {};
+  uint32_t* a[128] = {};  // RS form: each thread's A registers
   int scale_d[128] = {};
   std::vector<WgmmaOp> open;
   std::deque<std::vector<WgmmaOp>> groups;

@@ -452,6 +452,7 @@ TEST(CompileShapes, EveryWgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
       auto request = check_request(g, o);
       ASSERT_TRUE(request.ok()) << request.error().message;
       MatmulShape any;
+      any.elem_bytes = 2;  // 16-bit products' tiles (K 64 a stage)
       for (const MatmulTile& tile : wgmma_candidates(any)) {
         std::string what = std::string("sm_90a ") + t + (ragged ? " ragged " : " ") + to_string(tile);
         auto program = lower(g, *request, FixedSchedule(tile));
@@ -481,6 +482,111 @@ TEST(CompileShapes, EveryWgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
     }
   }
   EXPECT_EQ(compiled, 2 * 2 * 4);
+}
+
+// The wgmma kernel on the tf32 path (`high`, fp32 operands, B K-major) at every tile the tuner
+// may choose, aligned and ragged, shared and batched B, with a bias, GELU and residual: no spill
+// or warning, 168 registers, tf32 wgmma and the rounding pass's cvt.rna, no mma.sync.
+TEST(CompileShapes, EveryTf32WgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  int compiled = 0;
+  for (bool ragged : {false, true}) {
+    std::string m = ragged ? "200" : "256", n = ragged ? "264" : "512";
+    ir::Graph g = test::parse(
+        "graph w {\n  input x: f32[" + m + ", 320]\n  input w: f32[" + n + ", 320]\n  input b: f32[" +
+        n + "]\n  input xb: f32[2, " + m + ", 320]\n  input wb: f32[2, " + n +
+        ", 320]\n  input r: f32[2, " + m + ", " + n + "]\n"
+        "  h = gelu(add(matmul(x, w, transpose_b=true), b))\n"
+        "  z = add(matmul(xb, wb, transpose_b=true), r)\n"
+        "  u = matmul(xb, w, transpose_b=true)\n"
+        "  output h, z, u\n}\n");
+    CompileOptions o;
+    o.target = Target::cuda(90, "a");
+    o.precision = ir::Precision::high;
+    auto request = check_request(g, o);
+    ASSERT_TRUE(request.ok()) << request.error().message;
+    MatmulShape f32;
+    f32.elem_bytes = 4;
+    for (const MatmulTile& tile : wgmma_candidates(f32)) {
+      std::string what = std::string("sm_90a tf32") + (ragged ? " ragged " : " ") + to_string(tile);
+      EXPECT_EQ(tile.bk, 32) << what;
+      auto program = lower(g, *request, FixedSchedule(tile));
+      ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+      auto a = compile_lowered(*program, request->options);
+      ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
+      expect_clean(*a, what);
+      int matmuls = 0;
+      for (const KernelArtifact& k : a->kernels) {
+        if (k.name.find("matmul") == std::string::npos) continue;
+        ++matmuls;
+        EXPECT_EQ(k.tile, to_string(tile)) << what;
+        EXPECT_NE(k.ptx.find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(tile.bn) + "k8.f32.tf32.tf32"), std::string::npos) << what << " " << k.name;
+        EXPECT_NE(k.ptx.find("cvt.rna.tf32.f32"), std::string::npos) << what << " " << k.name;
+        EXPECT_NE(k.ptx.find("cp.async.bulk.tensor"), std::string::npos) << what << " " << k.name;
+        EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos) << what << " " << k.name;
+        EXPECT_EQ(k.report.local_bytes, 0) << what << " " << k.name;
+        EXPECT_EQ(k.report.registers, 168) << what << " " << k.name;
+      }
+      EXPECT_EQ(matmuls, 3) << what;
+      ++compiled;
+    }
+  }
+  EXPECT_EQ(compiled, 2 * 4);
+}
+
+// sm_90a's attention kernel (the model's choice for 16-bit attention there) at head dims 64 and
+// 128 (and a d_v of 128 beside a d of 64), with every score step it reads: a float mask,
+// causality, grouped heads, ragged queries and keys, and a residual in the epilogue. Each compiles
+// without a spill or a ptxas warning and holds the design: TMA loads, wgmma from shared memory
+// for Q K^T and from registers (the RS form) for P V, setmaxnreg, no mma.sync.
+TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  int compiled = 0;
+  for (const char* t : {"bf16", "f16"}) {
+    for (int d : {64, 128}) {
+      std::string ty = t, dq = std::to_string(d), dv = "128";
+      ir::Graph g = test::parse(
+          "graph a {\n  input q: " + ty + "[2, 8, 200, " + dq + "]\n  input k: " + ty +
+          "[2, 2, 330, " + dq + "]\n  input v: " + ty + "[2, 2, 330, " + dv +
+          "]\n  input pad: " + ty + "[2, 1, 1, 330]\n  input r: " + ty + "[2, 8, 200, " + dv +
+          "]\n  o = attention(q, k, v, mask=pad, causal=true)\n  y = add(o, r)\n"
+          "  p = attention(q, k, k)\n  output y, p\n}\n");
+      CompileOptions o;
+      o.target = Target::cuda(90, "a");
+      o.precision = ir::Precision::high;
+      auto request = check_request(g, o);
+      ASSERT_TRUE(request.ok()) << request.error().message;
+      std::string what = std::string("sm_90a ") + t + " d " + dq;
+      auto program = lower(g, *request, heuristic_schedule());
+      ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+      auto a = compile_lowered(*program, request->options);
+      ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
+      expect_clean(*a, what);
+      int attentions = 0;
+      for (const KernelArtifact& k : a->kernels) {
+        if (k.name.find("attention") == std::string::npos) continue;
+        ++attentions;
+        EXPECT_EQ(k.tile, "128x128, wgmma, 2 stages") << what;
+        EXPECT_NE(k.name.find("_wg128x128"), std::string::npos) << what << " " << k.name;
+        EXPECT_NE(k.ptx.find("wgmma.mma_async.sync.aligned.m64n128k16.f32." + ty), std::string::npos) << what;
+        // P V with A from registers: "{%r.., %r.., %r.., %r..}" after the accumulators, where the
+        // SS form has a descriptor (a 64-bit %rd).
+        size_t rs = k.ptx.find("}, {%r");
+        EXPECT_NE(rs, std::string::npos) << what;
+        if (rs != std::string::npos)
+          EXPECT_NE(k.ptx.rfind("wgmma.mma_async.sync.aligned.m64n" + dv + "k16.f32." + ty, rs), std::string::npos) << what;
+        EXPECT_NE(k.ptx.find("cp.async.bulk.tensor.4d"), std::string::npos) << what << " " << k.name;
+        EXPECT_NE(k.ptx.find("setmaxnreg.inc.sync.aligned.u32 240"), std::string::npos) << what;
+        EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos) << what << " " << k.name;
+        EXPECT_EQ(k.report.local_bytes, 0) << what << " " << k.name;
+        EXPECT_EQ(k.report.registers, 168) << what << " " << k.name;
+        EXPECT_EQ(k.launch.block[0], 384u) << what;
+      }
+      EXPECT_EQ(attentions, 2) << what;
+      ++compiled;
+    }
+  }
+  EXPECT_EQ(compiled, 4);
 }
 
 }  // namespace

@@ -546,6 +546,7 @@ TEST(Schedule, AWgmmaTileForAMatmulTheKernelDoesNotComputeGivesWayToTheModels) {
   auto request = check_request(g, o);
   ASSERT_TRUE(request.ok()) << request.error().message;
   MatmulShape any;
+  any.elem_bytes = 2;  // a 16-bit product's tile (K 64 a stage)
   auto program = lower(g, *request, FixedSchedule(choose_wgmma_tile(any)));
   ASSERT_TRUE(program.ok()) << program.error().message;
   ASSERT_EQ(program->plan.kernels.size(), 2u);

@@ -7,16 +7,23 @@
 #include "emulation/check.h"
 #include "emulation/program.h"
 #include "ir/parse.h"
+#include "reference/tensor.h"
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace kiln::emulation {
 namespace {
 
+// A graph of tests/emulation/graphs, or of examples/graphs where the name starts "examples/".
 ir::Graph load(const std::string& name) {
-  auto graph = ir::parse_graph_file(std::string(KILN_EMU_TEST_GRAPHS) + "/" + name + ".kg");
+  std::string dir = KILN_EMU_TEST_GRAPHS, file = name;
+  if (name.rfind("examples/", 0) == 0) dir = KILN_EMU_EXAMPLE_GRAPHS, file = name.substr(9);
+  auto graph = ir::parse_graph_file(dir + "/" + file + ".kg");
   EXPECT_TRUE(graph.ok()) << (graph.ok() ? "" : graph.error().message);
   return std::move(*graph);
 }
@@ -36,6 +43,9 @@ public:
   compiler::MatmulTile matmul_tile(const compiler::MatmulShape& shape, int) const override {
     return compiler::choose_wgmma_tile(shape);
   }
+  compiler::AttentionTile attention_tile(const compiler::AttentionShape& shape, int) const override {
+    return compiler::choose_wgmma_attention_tile(shape);
+  }
   std::string source() const override { return "fixed"; }
   std::string key() const override { return "wgmma"; }
 };
@@ -54,7 +64,8 @@ const Schedule k_schedules[] = {Schedule{}, Schedule::adversarial(), Schedule::s
 // How many of the program's kernels run the wgmma design.
 int wgmma_kernels(const Program& program) {
   int count = 0;
-  for (const auto& k : program.lowered().plan.kernels) count += k.tile.wgmma ? 1 : 0;
+  for (const auto& k : program.lowered().plan.kernels)
+    count += k.tile.wgmma || k.attention_tile.wgmma ? 1 : 0;
   return count;
 }
 
@@ -86,7 +97,120 @@ INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaGraph,
                          ::testing::Values("wgmma_bf16_odd", "wgmma_f16_odd", "wgmma_tiles_odd",
                                            "gated_mlp_aligned", "half_epilogue_aligned",
                                            "reuse_bf16_aligned", "reuse_f16_aligned",
-                                           "splitk_bf16_odd"));
+                                           "splitk_bf16_odd", "wgmma_attention_bf16_odd",
+                                           "wgmma_attention_f16_odd",
+                                           "examples/attention_causal", "wgmma_tf32_odd"));
+
+// The tf32 path's wgmma kernel rounds its operands in shared memory as the mma.sync kernel rounds
+// its fragments (cvt.rna), and both add each k8 slice as the H100 does, in the same order: the
+// two kernels' outputs agree bit for bit (a kernel that let wgmma read the fp32 bits, truncated,
+// would not).
+TEST(EmulatedWgmmaTf32, MatchesTheMmaSyncKernelBitForBit) {
+  ir::Graph graph = load("wgmma_tf32_odd");
+  auto wgmma = build(graph);
+  ASSERT_TRUE(wgmma.ok()) << wgmma.error().message;
+  ASSERT_EQ(wgmma_kernels(*wgmma), 2);
+  auto mma = build_program(graph, sm90a());  // the model keeps these small grids on mma.sync
+  ASSERT_TRUE(mma.ok()) << mma.error().message;
+  ASSERT_EQ(wgmma_kernels(*mma), 0);
+  auto inputs = reference::random_inputs(graph, 3);
+  for (const Schedule& schedule : {Schedule{}, Schedule::adversarial()}) {
+    auto a = wgmma->run(inputs, schedule);
+    auto b = mma->run(inputs, schedule);
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    ASSERT_TRUE(b.ok()) << b.error().message;
+    ASSERT_EQ(a->size(), b->size());
+    for (size_t o = 0; o < a->size(); ++o) {
+      ASSERT_EQ((*a)[o].values.size(), (*b)[o].values.size());
+      size_t differ = 0;
+      for (size_t i = 0; i < (*a)[o].values.size(); ++i)
+        differ += (*a)[o].values[i] != (*b)[o].values[i] ? 1 : 0;
+      EXPECT_EQ(differ, 0u) << "output " << o << " of " << (*a)[o].values.size();
+    }
+  }
+}
+
+// Outputs of wgmma_tf32_odd that differ from the mma.sync kernel's in their bits, the wgmma
+// kernel's text edited (each `from`, which must occur, replaced by its `to`) and run under
+// `schedule`; or a failure.
+testing::AssertionResult differs_from_mma_sync(
+    const std::function<std::string(std::string&)>& edit, const Schedule& schedule) {
+  ir::Graph graph = load("wgmma_tf32_odd");
+  auto request = compiler::check_request(graph, sm90a());
+  if (!request) return testing::AssertionFailure() << request.error().message;
+  auto lowered = compiler::lower(graph, *request, WgmmaSchedule());
+  if (!lowered) return testing::AssertionFailure() << lowered.error().message;
+  std::string source = compiler::program_source(*lowered, compiler::Prelude::omit);
+  if (std::string failed = edit(source); !failed.empty()) return testing::AssertionFailure() << failed;
+  auto edited = build_program_from_source(graph, std::move(*lowered), std::move(source));
+  if (!edited) return testing::AssertionFailure() << edited.error().message;
+  auto mma = build_program(graph, sm90a());
+  if (!mma) return testing::AssertionFailure() << mma.error().message;
+  auto inputs = reference::random_inputs(graph, 3);
+  auto a = edited->run(inputs, schedule);
+  auto b = mma->run(inputs, schedule);
+  if (!a) return testing::AssertionSuccess() << "the edited kernel failed: " << a.error().message;
+  if (!b) return testing::AssertionFailure() << b.error().message;
+  size_t differ = 0;
+  for (size_t o = 0; o < a->size(); ++o)
+    for (size_t i = 0; i < (*a)[o].values.size(); ++i)
+      differ += (*a)[o].values[i] != (*b)[o].values[i] ? 1 : 0;
+  if (differ == 0) return testing::AssertionFailure() << "the outputs agree bit for bit";
+  return testing::AssertionSuccess() << differ << " elements differ";
+}
+
+testing::AssertionResult differs_from_mma_sync(const std::string& from, const std::string& to,
+                                               const Schedule& schedule) {
+  return differs_from_mma_sync(
+      [&](std::string& source) -> std::string {
+        size_t at = source.find(from);
+        if (at == std::string::npos) return "'" + from + "' does not occur";
+        while (at != std::string::npos) {
+          source.replace(at, from.size(), to);
+          at = source.find(from, at + to.size());
+        }
+        return "";
+      },
+      schedule);
+}
+
+TEST(EmulatedWgmmaTf32, SkippingTheRoundingPassIsCaught) {
+  // wgmma then reads the fp32 bits (the emulator truncates them to tf32, as it does mma.sync's
+  // operands): within the mode's tolerance, but no longer the mma.sync kernel's bits.
+  EXPECT_TRUE(differs_from_mma_sync("ra[i] = kiln_as_float(kiln_cvt_rna_tf32(ra[i]));", ";",
+                                    Schedule{}));
+  EXPECT_TRUE(differs_from_mma_sync("rb[i] = kiln_as_float(kiln_cvt_rna_tf32(rb[i]));", ";",
+                                    Schedule{}));
+}
+
+TEST(EmulatedWgmmaTf32, ARoundingPassWithoutItsFenceIsReadUnrounded) {
+  // The rounded values stay in the generic proxy: wgmma reads what TMA wrote.
+  EXPECT_TRUE(differs_from_mma_sync("kiln_fence_proxy_async();\n          kiln_mbarrier_arrive(&rounded[s]);",
+                                    "kiln_mbarrier_arrive(&rounded[s]);", Schedule{}));
+}
+
+TEST(EmulatedWgmmaTf32, RoundingAStageUnderItsWgmmasIsCaughtWhereTheyReadAtIssue) {
+  // The rounding pass moved after the stage's wgmmas are issued: a wgmma reading its operands
+  // when it retires reads them rounded (kind), one reading them at issue reads them raw (seeded
+  // schedules, half the time): hardware may do either.
+  auto move_pass = [](std::string& source) -> std::string {
+    size_t start = source.find("// round the stage to tf32");
+    if (start == std::string::npos) return "no rounding pass";
+    start = source.rfind('\n', start) + 1;
+    size_t end = source.find("kiln_wgmma_fence();", start);
+    end = source.rfind('\n', end) + 1;
+    std::string pass = source.substr(start, end - start);
+    source.erase(start, end - start);
+    size_t commit = source.find("kiln_wgmma_commit();\n", start);
+    if (commit == std::string::npos) return "no commit after the pass";
+    source.insert(commit + std::string("kiln_wgmma_commit();\n").size(), pass);
+    return "";
+  };
+  EXPECT_FALSE(differs_from_mma_sync(move_pass, Schedule{}));
+  int caught = 0;
+  for (uint64_t seed : {1, 2, 3, 4}) caught += differs_from_mma_sync(move_pass, Schedule::seeded_by(seed)) ? 1 : 0;
+  EXPECT_GE(caught, 3);
+}
 
 TEST(EmulatedWgmmaPersistent, EveryBlockCountFrom1To132CoversEveryTile) {
   ir::Graph graph = load("wgmma_tiles_odd");
@@ -102,25 +226,63 @@ TEST(EmulatedWgmmaPersistent, EveryBlockCountFrom1To132CoversEveryTile) {
   }
 }
 
-// The kernel text with `from` replaced by `to` (which must occur), run under `schedule`.
-std::string run_edited(const std::string& name, const std::string& from, const std::string& to,
-                       const Schedule& schedule) {
+// The attention examples on sm_90a in every precision mode, with the model's schedule: f16
+// attention_causal on the wgmma attention kernel (the mode changes nothing for 16-bit
+// operands), f32 attention (the explicit chain) on the mma.sync and FFMA kernels as on sm_90.
+class EmulatedSm90aExample
+    : public ::testing::TestWithParam<std::tuple<const char*, ir::Precision>> {};
+
+TEST_P(EmulatedSm90aExample, MatchesTheFp64ReferenceWithTheModelsSchedule) {
+  auto [name, precision] = GetParam();
+  ir::Graph graph = load(name);
+  compiler::CompileOptions options = sm90a();
+  options.precision = precision;
+  auto program = build_program(graph, options);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  for (const Schedule& schedule : {Schedule{}, Schedule::adversarial()}) {
+    SCOPED_TRACE("schedule " + to_string(schedule));
+    EXPECT_EQ(check(graph, *program, schedule), "");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sm90a, EmulatedSm90aExample,
+    ::testing::Combine(::testing::Values("examples/attention_causal", "examples/attention"),
+                       ::testing::Values(ir::Precision::highest, ir::Precision::high,
+                                         ir::Precision::tf32x3, ir::Precision::medium,
+                                         ir::Precision::automatic)));
+
+struct Edit {
+  std::string from, to;
+};
+
+// The kernel text with each edit's `from` replaced by its `to` (every `from` must occur), run
+// under `schedule`.
+std::string run_edits(const std::string& name, const std::vector<Edit>& edits,
+                      const Schedule& schedule) {
   ir::Graph graph = load(name);
   auto request = compiler::check_request(graph, sm90a());
   if (!request) return "request: " + request.error().message;
   auto lowered = compiler::lower(graph, *request, WgmmaSchedule());
   if (!lowered) return "lower: " + lowered.error().message;
   std::string source = compiler::program_source(*lowered, compiler::Prelude::omit);
-  size_t at = source.find(from);
-  if (at == std::string::npos) return "the edit's text '" + from + "' does not occur";
-  while (at != std::string::npos) {
-    source.replace(at, from.size(), to);
-    at = source.find(from, at + to.size());
+  for (const Edit& e : edits) {
+    size_t at = source.find(e.from);
+    if (at == std::string::npos) return "the edit's text '" + e.from + "' does not occur";
+    while (at != std::string::npos) {
+      source.replace(at, e.from.size(), e.to);
+      at = source.find(e.from, at + e.to.size());
+    }
   }
   auto program = build_program_from_source(graph, std::move(*lowered), std::move(source));
   if (!program) return "build: " + program.error().message;
   std::string failed = check(graph, *program, schedule);
   return failed.empty() ? "passed" : failed;
+}
+
+std::string run_edited(const std::string& name, const std::string& from, const std::string& to,
+                       const Schedule& schedule) {
+  return run_edits(name, {{from, to}}, schedule);
 }
 
 // wgmma_bf16_odd on a shim with `edit` (kiln_emu_hopper.h or kiln_emu_warp.h text that must
@@ -171,8 +333,9 @@ TEST(EmulatedWgmmaRules, EveryBreakOfTheShimsSm90aModelIsCaught) {
 
 // The edit applies, builds, and its kernel fails the reference or the emulator's rules; what it
 // reported.
-std::string expect_caught(const std::string& from, const std::string& to, const Schedule& schedule) {
-  std::string result = run_edited("wgmma_bf16_odd", from, to, schedule);
+std::string expect_caught(const std::string& from, const std::string& to, const Schedule& schedule,
+                          const std::string& graph = "wgmma_bf16_odd") {
+  std::string result = run_edited(graph, from, to, schedule);
   EXPECT_NE(result, "passed") << from;
   EXPECT_EQ(result.find("does not occur"), std::string::npos) << result;
   EXPECT_EQ(result.find("build: "), std::string::npos) << result;
@@ -219,6 +382,65 @@ TEST(EmulatedWgmmaRules, AnExpectTxShortOfTheStagesBytesIsCaught) {
 TEST(EmulatedWgmmaRules, AWrongWaitParityIsCaught) {
   expect_caught("kiln_mbarrier_wait(&full[s], (it / 6) & 1);",
                 "kiln_mbarrier_wait(&full[s], ((it / 6) & 1) ^ 1);", Schedule{});
+}
+
+// The attention kernel's rules, each broken once (wgmma_attention_f16_odd: three key tiles
+// through two stages).
+std::string expect_attention_caught(const std::string& from, const std::string& to,
+                                    const Schedule& schedule) {
+  return expect_caught(from, to, schedule, "wgmma_attention_f16_odd");
+}
+
+TEST(EmulatedWgmmaAttentionRules, AConsumerThatDoesNotWaitForQReadsItBeforeTMALands) {
+  // Q's copy is issued before the first stage's, which the consumer does wait for: the kind
+  // schedule lands only the copies of the barrier waited for (TMA copies complete in no
+  // promised order).
+  expect_attention_caught("kiln_mbarrier_wait(qbar, 0);", "", Schedule{});
+}
+
+TEST(EmulatedWgmmaAttentionRules, AConsumerThatDoesNotWaitForItsStageReadsItBeforeTMALands) {
+  expect_attention_caught("kiln_mbarrier_wait(&full[s], (kt / 2) & 1);", "", Schedule{});
+}
+
+TEST(EmulatedWgmmaAttentionRules, AStageReleasedOnceKIsReadIsRefilledBeforePVReadsV) {
+  // The consumer releases the stage when S = Q K^T is done, before P V: TMA (landing at issue)
+  // overwrites the V the P V wgmmas have not read yet.
+  std::string result = run_edits(
+      "wgmma_attention_f16_odd",
+      {{"// the stage's K and V are read: release it to the producer\n      kiln_mbarrier_arrive(&empty[s]);", ""},
+       {"kiln_wgmma_wait<0>();\n      // scores", "kiln_wgmma_wait<0>();\n      kiln_mbarrier_arrive(&empty[s]);\n      // scores"}},
+      Schedule::adversarial());
+  EXPECT_NE(result, "passed");
+  EXPECT_EQ(result.find("does not occur"), std::string::npos) << result;
+  EXPECT_EQ(result.find("build: "), std::string::npos) << result;
+}
+
+TEST(EmulatedWgmmaAttentionRules, AProducerThatSkipsTheEmptyWaitOverwritesAStageInUse) {
+  expect_attention_caught("if (kt >= 2) kiln_mbarrier_wait(&empty[s], ((kt / 2) - 1) & 1);", "",
+                          Schedule::adversarial());
+}
+
+TEST(EmulatedWgmmaAttentionRules, AWrongLeadingByteOffsetForVIsCaught) {
+  expect_attention_caught("kk * 2048, 16384, 1024)", "kk * 2048, 8192, 1024)", Schedule{});
+}
+
+TEST(EmulatedWgmmaAttentionRules, PFragmentsPackedInTheWrongOrderAreCaught) {
+  expect_attention_caught("pf[kk][1] = kiln_pack_f16x2(acc[8 * kk + 2], acc[8 * kk + 3]);",
+                          "pf[kk][1] = kiln_pack_f16x2(acc[8 * kk + 4], acc[8 * kk + 5]);",
+                          Schedule{});
+}
+
+TEST(EmulatedWgmmaAttentionRules, AHeadDimStepThatDoesNotAdvanceQIsCaught) {
+  expect_attention_caught("c * 8192 + (ks & 3) * 32, 16, 1024)", "c * 8192, 16, 1024)",
+                          Schedule{});
+}
+
+TEST(EmulatedWgmmaAttentionRules, WritingPWhileItsWgmmaIsInFlightIsAnError) {
+  std::string result = expect_attention_caught(
+      "kiln_wgmma_commit();\n      kiln_wgmma_wait<0>();\n      // the stage's",
+      "pf[0][0] = 0u;\n      kiln_wgmma_commit();\n      kiln_wgmma_wait<0>();\n      // the stage's",
+      Schedule{});
+  EXPECT_NE(result.find("wrote A's registers"), std::string::npos) << result;
 }
 
 }  // namespace

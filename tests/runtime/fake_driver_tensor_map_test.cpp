@@ -324,5 +324,54 @@ TEST(WgmmaLaunch, MoreMultiprocessorsThanTilesRunOneBlockATile) {
   launch_wgmma_matmul(132);
 }
 
+// sm_90a's attention kernel as the runtime launches it: Q's, K's and V's rank-4 tensor maps (k
+// and v with 2 heads against q's 4, v broadcast over the outer batch: a dim of 1) encoded from the
+// bound inputs after the kernel's own parameters, 384 threads, its shared memory, a grid of
+// query tiles x batches.
+TEST(WgmmaLaunch, AttentionEncodesRank4MapsOfItsOperands) {
+  if (!compiler::load_nvrtc("").ok()) GTEST_SKIP() << "no NVRTC here";
+  auto graph = ir::parse_graph(R"(graph g {
+  input q: bf16[2, 4, 200, 64]
+  input k: bf16[2, 2, 300, 64]
+  input v: bf16[1, 2, 300, 128]
+  o = attention(q, k, v, causal=true)
+  output o
+}
+)", "g.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  ASSERT_TRUE(use_fake_driver(fake_cuda::Config{}));
+  compiler::CompileOptions options;
+  options.target = compiler::Target::cuda(90, "a");
+  auto result = runtime::compile_graph(*graph, options, nullptr);
+  ASSERT_TRUE(result) << result.error().message;
+  ASSERT_EQ(result->artifact.kernels.size(), 1u);
+  const compiler::KernelArtifact& k = result->artifact.kernels[0];
+  EXPECT_EQ(k.tile, "128x128, wgmma, 2 stages");
+  EXPECT_FALSE(k.launch.persistent);
+  ASSERT_EQ(k.params.size(), 7u);
+  for (size_t i = 4; i < 7; ++i) EXPECT_EQ(k.params[i].kind, compiler::ParamKind::tensor_map) << i;
+  EXPECT_EQ(k.params[4].map, "tiled bf16 dims=64,200,4,2 strides=128,25600,102400 box=64,128,1,1 elem=1,1,1,1 swizzle=128B l2=256B");
+  EXPECT_EQ(k.params[5].map, "tiled bf16 dims=64,300,2,2 strides=128,38400,76800 box=64,128,1,1 elem=1,1,1,1 swizzle=128B l2=256B");
+  EXPECT_EQ(k.params[6].map, "tiled bf16 dims=128,300,2,1 strides=256,76800,76800 box=64,128,1,1 elem=1,1,1,1 swizzle=128B l2=256B");
+  auto made = runtime::make_executable(*graph, std::move(*result), 0);
+  ASSERT_TRUE(made) << made.error().message;
+  Buffers buffers(**made, 0);
+  ASSERT_TRUE(buffers.ok()) << buffers.error;
+  size_t before = fake_cuda::launches().size();
+  Status s = (*made)->run(buffers.inputs, buffers.outputs);
+  ASSERT_TRUE(s) << s.error().message;
+  auto launches = fake_cuda::launches();
+  ASSERT_EQ(launches.size(), before + 1);
+  const fake_cuda::Launch& l = launches.back();
+  EXPECT_EQ(l.grid[0], 2u);
+  EXPECT_EQ(l.grid[2], 8u);
+  EXPECT_EQ(l.block[0], 384u);
+  EXPECT_EQ(l.shared_bytes, static_cast<unsigned>(k.launch.dynamic_smem_bytes));
+  EXPECT_EQ(l.cubin_params, 7u);
+  EXPECT_EQ(l.fault, 0);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(l.params[4 + i], reinterpret_cast<uint64_t>(buffers.inputs[i].data)) << i;
+}
+
 }  // namespace
 }  // namespace kiln

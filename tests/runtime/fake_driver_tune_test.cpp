@@ -530,7 +530,9 @@ TEST(FakeDriverTune, AttentionTilesAreTunedBesideMatmulsAndTheRuntimeCompilesWit
   const runtime::TuningRecord& r = records->back();
   EXPECT_EQ(r.signature, problems->back().signature);
   EXPECT_EQ(r.kernel, "k1_attention_bf16_causal");
+  // sm_90a: the wgmma attention kernel's tile after the mma.sync kernel's.
   std::vector<compiler::AttentionTile> tiles = compiler::attention_candidates(shape, 90);
+  tiles.push_back(compiler::choose_wgmma_attention_tile(shape));
   ASSERT_EQ(r.candidates.size(), tiles.size());
   // Each candidate times the whole graph: the projection at the model's tile (not 32x64: 1 ms)
   // and the attention at the candidate's.
@@ -545,8 +547,9 @@ TEST(FakeDriverTune, AttentionTilesAreTunedBesideMatmulsAndTheRuntimeCompilesWit
   const auto& winner = std::get<compiler::AttentionTile>(r.winner);
   const auto& model = std::get<compiler::AttentionTile>(r.model);
   EXPECT_EQ(winner.warps, 8);
-  EXPECT_EQ(model.warps, 4);
-  EXPECT_TRUE(compiler::same_tile(model, compiler::choose_attention_tile(shape, 90)));
+  // The model's tile on sm_90a is the wgmma kernel's (12 warps: 384 threads, timed at 1 ms).
+  EXPECT_TRUE(model.wgmma);
+  EXPECT_TRUE(compiler::same_tile(model, compiler::choose_wgmma_attention_tile(shape)));
   EXPECT_EQ(std::get<compiler::MatmulTile>(records->front().winner).bn, 64);
   bool announced = false;
   for (const std::string& line : lines)

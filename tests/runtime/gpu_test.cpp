@@ -61,6 +61,26 @@ INSTANTIATE_TEST_SUITE_P(Gpu, GpuAgainstReference, ::testing::ValuesIn(k_cases),
                            return name + "_" + mode;
                          });
 
+// Compiles `graph` in `precision` (no cache) on the device and checks every output against the
+// fp64 reference within the mode's tolerance.
+void expect_matches_reference(const ir::Graph& graph, Precision precision) {
+  RuntimeOptions options;
+  options.use_cache = false;
+  options.precision = precision;
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().message;
+  auto exe = (*runtime)->compile(graph);
+  ASSERT_TRUE(exe) << exe.error().message;
+  auto report = reference::check_against_fp64(
+      graph, *ir::parse_precision((*exe)->precision()), 7,
+      reference::bytes_runner(graph, [&](const std::vector<reference::Bytes>& inputs) {
+        return (*exe)->run_host(inputs);
+      }));
+  ASSERT_TRUE(report) << report.error().message;
+  for (const auto& o : report->outputs)
+    EXPECT_TRUE(o.ok) << "output " << o.name << ": rel_l2 " << o.rel_l2 << " > " << o.tolerance;
+}
+
 // sm_90a's wgmma kernel on the device (the model gives it these: each matmul's 128x128 tiles
 // number 162 or more): B N-major, K-major (transpose_b) and batched (a rank-3 tensor map),
 // K 200 ending 8 into its fourth K tile, N 2104 and 1160 ending inside a tile, 162 work tiles
@@ -82,20 +102,47 @@ TEST(GpuWgmma, LargeMatmulsOfEveryOperandLayoutMatchTheReference) {
 }
 )", "wgmma_gpu.kg");
   ASSERT_TRUE(graph) << graph.error().message;
-  RuntimeOptions options;
-  options.use_cache = false;
-  auto runtime = Runtime::create(options);
-  ASSERT_TRUE(runtime) << runtime.error().message;
-  auto exe = (*runtime)->compile(*graph);
-  ASSERT_TRUE(exe) << exe.error().message;
-  auto report = reference::check_against_fp64(
-      *graph, *ir::parse_precision((*exe)->precision()), 7,
-      reference::bytes_runner(*graph, [&](const std::vector<reference::Bytes>& inputs) {
-        return (*exe)->run_host(inputs);
-      }));
-  ASSERT_TRUE(report) << report.error().message;
-  for (const auto& o : report->outputs)
-    EXPECT_TRUE(o.ok) << "output " << o.name << ": rel_l2 " << o.rel_l2 << " > " << o.tolerance;
+  expect_matches_reference(*graph, Precision::automatic);
+}
+
+// The wgmma kernel on the tf32 path (`high`: fp32 operands rounded in shared memory, B K-major
+// through transpose_b, shared and batched, K 200 ending inside a K tile of 32, ragged N).
+TEST(GpuWgmma, Tf32MatmulsWithKMajorBMatchTheReference) {
+  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
+  auto graph = ir::parse_graph(R"(graph wgmma_tf32_gpu {
+  input x: f32[2, 1040, 200]
+  input w: f32[2104, 200]
+  input b: f32[2104]
+  input wb: f32[2, 1160, 200]
+  h = add(matmul(x, w, transpose_b=true), b)
+  z = matmul(x, wb, transpose_b=true)
+  output h, z
+}
+)", "wgmma_tf32_gpu.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  expect_matches_reference(*graph, Precision::high);
+}
+
+// sm_90a's attention kernel on the device (the model gives it every 16-bit attention there):
+// grouped heads, causal with a padding mask, ragged queries and keys, head dims 128 and 64 (v's
+// 128 beside q's 64). Elsewhere these run the mma.sync kernel and must pass as well.
+TEST(GpuWgmma, AttentionOfGroupedHeadsMatchesTheReference) {
+  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
+  auto graph = ir::parse_graph(R"(graph wgmma_attention_gpu {
+  input q: bf16[2, 8, 700, 128]
+  input k: bf16[2, 2, 900, 128]
+  input v: bf16[2, 2, 900, 128]
+  input pad: bf16[2, 1, 1, 900]
+  input q2: f16[3, 8, 520, 64]
+  input k2: f16[3, 8, 520, 64]
+  input v2: f16[3, 8, 520, 128]
+  o = attention(q, k, v, mask=pad, causal=true)
+  o2 = attention(q2, k2, v2)
+  output o, o2
+}
+)", "wgmma_attention_gpu.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  expect_matches_reference(*graph, Precision::automatic);
 }
 
 }  // namespace

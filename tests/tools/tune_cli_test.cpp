@@ -142,7 +142,8 @@ TEST_F(TuneCli, TheRecordItStoresIsWhatCompileThenReports) {
 }
 
 // An attention graph: its kernel's problem is tuned (its 8-warp tiles, 256 threads a block, are
-// the fast ones here), the text report names the winner, and compile runs it.
+// the fast ones here; the model's tile on the fake device's sm_90a is the wgmma kernel's), the
+// text report names the winner, and compile runs it.
 TEST_F(TuneCli, AnAttentionKernelIsTunedAndCompileReportsItsTile) {
   std::string graph = m_dir + "/att.kg";
   std::ofstream(graph) << "graph att {\n  input q: bf16[8, 200, 64]\n  input k: bf16[8, 200, 64]\n"
@@ -154,7 +155,7 @@ TEST_F(TuneCli, AnAttentionKernelIsTunedAndCompileReportsItsTile) {
   ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
   EXPECT_NE(tuned.out.find("k0_attention_bf16: "), std::string::npos) << tuned.out;
   EXPECT_NE(tuned.out.find(" candidates timed; tuned 128x16, 8 warps, 2 stages (0.5000 ms), "
-                           "model 64x64, 4 warps, 2 stages (2.0000 ms): 4.00x"),
+                           "model 128x128, wgmma, 2 stages (2.0000 ms): 4.00x"),
             std::string::npos)
       << tuned.out;
   EXPECT_NE(tuned.err.find("tuning k0_attention_bf16 (attention batch=8 sq=200 sk=200 d=64 dv=64 "
