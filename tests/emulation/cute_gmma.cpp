@@ -3,6 +3,7 @@
 
 #ifdef KILN_HAVE_CUTE
 #include <cstddef>
+#include <type_traits>
 
 // make_gmma_desc asks the device for a pointer's shared-memory address (cvta). On the host the
 // buffer below stands for a block's shared memory, and an address is the offset into it; it is
@@ -119,6 +120,34 @@ CuteGmmaAccumulator accumulator() {
   return a;
 }
 
+// ALayout maps (thread, value) to m + 64 k; an RS atom's B is a descriptor, its A a fragment.
+template <class Op>
+CuteGmmaRegisterA register_a(const char* name, int n, bool bf16) {
+  using Traits = MMA_Traits<Op>;
+  static_assert(std::is_same_v<typename Traits::FrgTypeB, gmma::smem_desc<gmma::Major::K>>,
+                "B from shared memory");
+  static_assert(decltype(size<1>(typename Traits::ALayout{}))::value == 8, "8 A values a thread");
+  typename Traits::ALayout layout;
+  CuteGmmaRegisterA r;
+  r.name = name;
+  r.n = n;
+  r.bf16 = bf16;
+  for (int t = 0; t < 128; ++t) {
+    for (int v = 0; v < 8; ++v) {
+      int i = static_cast<int>(layout(t, v));
+      r.a.push_back({i % 64, i / 64});
+    }
+  }
+  typename Traits::CLayout c_layout;
+  for (int t = 0; t < 128; ++t) {
+    for (int v = 0; v < n / 2; ++v) {
+      int i = static_cast<int>(c_layout(t, v));
+      r.c.push_back({i % 64, i / 64});
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 std::vector<CuteGmmaCase> cute_gmma_cases() {
@@ -133,9 +162,22 @@ std::vector<CuteGmmaCase> cute_gmma_cases() {
 std::vector<CuteGmmaAccumulator> cute_gmma_accumulators() {
   return {accumulator<128>(), accumulator<256>()};
 }
+
+std::vector<CuteGmmaRegisterA> cute_gmma_register_a() {
+  using gmma::Major;
+  return {register_a<SM90_64x64x16_F32BF16BF16_RS<Major::K, Major::K>>(
+              "SM90_64x64x16_F32BF16BF16_RS", 64, true),
+          register_a<SM90_64x128x16_F32BF16BF16_RS<Major::K, Major::K>>(
+              "SM90_64x128x16_F32BF16BF16_RS", 128, true),
+          register_a<SM90_64x64x16_F32F16F16_RS<Major::K, Major::K>>(
+              "SM90_64x64x16_F32F16F16_RS", 64, false),
+          register_a<SM90_64x128x16_F32F16F16_RS<Major::K, Major::K>>(
+              "SM90_64x128x16_F32F16F16_RS", 128, false)};
+}
 #else
 std::vector<CuteGmmaCase> cute_gmma_cases() { return {}; }
 std::vector<CuteGmmaAccumulator> cute_gmma_accumulators() { return {}; }
+std::vector<CuteGmmaRegisterA> cute_gmma_register_a() { return {}; }
 #endif
 
 }  // namespace kiln::emulation::testing

@@ -1,6 +1,7 @@
 // CuTe's sm_90 GMMA model as plain tables: the shared-memory descriptors make_gmma_desc builds for
 // each k step of a 128-byte-swizzled bf16 tile, the byte address its layout gives each element,
-// and the accumulator layout of m64nNk16 (cute_gmma.cpp is the one file compiled against CUTLASS).
+// the accumulator layout of m64nNk16, and the register layout of an RS atom's A (cute_gmma.cpp is
+// the one file compiled against CUTLASS).
 #pragma once
 
 #include "cute_layouts.h"
@@ -44,5 +45,20 @@ struct CuteGmmaAccumulator {
 
 // N 128 and 256, or none without the CUTLASS headers.
 std::vector<CuteGmmaAccumulator> cute_gmma_accumulators();
+
+// The A layout of an RS atom (A from registers, SM90_64xNx16_F32{BF16BF16,F16F16}_RS): where value
+// v of thread t of the warpgroup lives, v counting the 16-bit halves of the thread's four 32-bit A
+// registers (register v / 2, its low half first).
+struct CuteGmmaRegisterA {
+  std::string name;  // e.g. "SM90_64x128x16_F32BF16BF16_RS"
+  int n = 0;
+  bool bf16 = true;
+  std::vector<Place> a;  // [thread * 8 + v]: row m, column k
+  std::vector<Place> c;  // the atom's C layout, [thread * n / 2 + v]: row m, column n
+};
+
+// The four RS atoms kiln's attention kernel issues (N 64 and 128, bf16 and f16), or none without
+// the CUTLASS headers.
+std::vector<CuteGmmaRegisterA> cute_gmma_register_a();
 
 }  // namespace kiln::emulation::testing

@@ -5,7 +5,10 @@
 // offsets its kernels use) are CuTe's; the accumulator layout the shim and the prelude assume is
 // CuTe's C layout of m64n128k16 and m64n256k16; and a wgmma run in the emulator over a shared
 // memory image laid out by CuTe, with CuTe's or kiln's descriptors, gives the exact product where
-// CuTe's C layout reads it.
+// CuTe's C layout reads it. For the RS form (A from registers, the attention kernel's P V): the
+// register layout the shim assumes (rs_a_place) is CuTe's A layout of the four RS atoms kiln
+// issues, an RS wgmma whose registers hold A as CuTe's layout places it gives the exact product,
+// and S's accumulator packed into registers as the attention kernel packs P is CuTe's A fragment.
 #include "cute_gmma.h"
 #include "emu_test_util.h"
 
@@ -22,6 +25,7 @@ namespace {
 using testing::CuteGmmaAccumulator;
 using testing::CuteGmmaCase;
 using testing::CuteGmmaOperand;
+using testing::CuteGmmaRegisterA;
 using testing::Place;
 
 constexpr const char* k_no_cute =
@@ -241,10 +245,13 @@ Launch launch_for(int n, bool mn_major, bool kiln) {
   return k_launches[n == 256][mn_major][kiln];
 }
 
-// Values of the accumulators, read through `acc`, that differ from the exact product of A and B
-// placed at CuTe's addresses; the emulator's error, if any, in `error`.
-int product_mismatches(const CuteGmmaCase& c, const CuteGmmaAccumulator& acc, bool kiln,
-                       std::string* error) {
+// 16-bit bits of `x` in bf16 or f16 (exact for small).
+uint16_t bits_of(float x, bool bf16) {
+  return bf16 ? reference::bf16_from_float(x) : reference::f16_from_float(x);
+}
+
+// A shared-memory image holding A and B of `c` at CuTe's addresses.
+std::vector<uint16_t> image_of(const CuteGmmaCase& c, bool bf16) {
   size_t bytes = 0;
   for (const CuteGmmaOperand* o : {&c.a, &c.b})
     bytes = std::max(bytes, static_cast<size_t>(o->base + o->rows * o->cols * 2));
@@ -252,11 +259,19 @@ int product_mismatches(const CuteGmmaCase& c, const CuteGmmaAccumulator& acc, bo
   for (int m = 0; m < 64; ++m)
     for (int k = 0; k < 64; ++k)
       image[static_cast<size_t>(c.a.address[static_cast<size_t>(m * 64 + k)] / 2)] =
-          reference::bf16_from_float(a_at(m, k));
+          bits_of(a_at(m, k), bf16);
   for (int n = 0; n < c.n; ++n)
     for (int k = 0; k < 64; ++k)
       image[static_cast<size_t>(c.b.address[static_cast<size_t>(n * 64 + k)] / 2)] =
-          reference::bf16_from_float(b_at(k, n));
+          bits_of(b_at(k, n), bf16);
+  return image;
+}
+
+// Values of the accumulators, read through `acc`, that differ from the exact product of A and B
+// placed at CuTe's addresses; the emulator's error, if any, in `error`.
+int product_mismatches(const CuteGmmaCase& c, const CuteGmmaAccumulator& acc, bool kiln,
+                       std::string* error) {
+  std::vector<uint16_t> image = image_of(c, true);
   std::vector<unsigned long long> descs;
   for (uint64_t d : c.a.desc) descs.push_back(d);
   for (uint64_t d : c.b.desc) descs.push_back(d);
@@ -306,6 +321,179 @@ TEST(EmulatedGmmaAgainstCute, APermutedAccumulatorLayoutIsNoticed) {
   std::string error;
   EXPECT_GT(product_mismatches(cases[0], acc, false, &error), 0);
   EXPECT_EQ(error, "");
+}
+
+// ---- the RS form: A from registers ----
+
+TEST(EmulatedGmmaAgainstCute, TheRegisterOperandLayoutIsCutes) {
+  std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a();
+  if (atoms.empty()) GTEST_SKIP() << k_no_cute;
+  ASSERT_EQ(atoms.size(), 4u);
+  for (const CuteGmmaRegisterA& atom : atoms) {
+    ASSERT_EQ(atom.a.size(), 128u * 8u) << atom.name;
+    int wrong = 0;
+    for (int thread = 0; thread < 128; ++thread) {
+      for (int v = 0; v < 8; ++v) {
+        Place want = atom.a[static_cast<size_t>(thread * 8 + v)];
+        int m = -1, k = -1;
+        ::kiln_emu::rs_a_place(thread, v / 2, v % 2, &m, &k);
+        if (m == want.row && k == want.col) continue;
+        if (wrong++ == 0)
+          ADD_FAILURE() << atom.name << ": thread " << thread << " register " << v / 2 << " half "
+                        << v % 2 << " is A(" << m << ", " << k << ") to kiln, A(" << want.row
+                        << ", " << want.col << ") to CuTe";
+      }
+    }
+    EXPECT_EQ(wrong, 0) << atom.name;
+  }
+}
+
+// One warpgroup copies `image` into shared memory, takes its A registers of 4 k steps from
+// regs[(kb * 128 + thread) * 4 + r] and runs 4 k steps of m64nNk16 in the RS form, B read through
+// CuTe's descriptors descs[kb]; value v of thread t goes to out[t * N / 2 + v].
+template <int N, int TransB, bool Bf16>
+__global__ void cute_wgmma_rs_kernel(float* out, const uint16_t* image, const unsigned* regs,
+                                     const unsigned long long* descs, const int* image_elements) {
+  unsigned char* smem = kiln_dynamic_smem();
+  const int tid = threadIdx.x;
+  for (int i = tid; i < *image_elements; i += 128) std::memcpy(smem + 2 * i, &image[i], 2);
+  kiln_fence_proxy_async();
+  __syncthreads();
+  unsigned a[4][4];  // one set a k step: the registers of an RS wgmma in flight stay as they were
+  for (int k = 0; k < 4; ++k)
+    for (int r = 0; r < 4; ++r) a[k][r] = regs[(k * 128 + tid) * 4 + r];
+  float d[N / 2];
+  kiln_wgmma_fence();
+  for (int k = 0; k < 4; ++k) {
+    if (N == 64 && Bf16) kiln_wgmma_m64n64k16_bf16_rs<TransB>(d, a[k], descs[k], k > 0);
+    if (N == 64 && !Bf16) kiln_wgmma_m64n64k16_f16_rs<TransB>(d, a[k], descs[k], k > 0);
+    if (N == 128 && Bf16) kiln_wgmma_m64n128k16_bf16_rs<TransB>(d, a[k], descs[k], k > 0);
+    if (N == 128 && !Bf16) kiln_wgmma_m64n128k16_f16_rs<TransB>(d, a[k], descs[k], k > 0);
+  }
+  kiln_wgmma_commit();
+  kiln_wgmma_wait<0>();
+  for (int v = 0; v < N / 2; ++v) out[tid * (N / 2) + v] = d[v];
+}
+
+using LaunchRs = std::string (*)(std::vector<float>&, std::vector<uint16_t>&,
+                                 std::vector<unsigned>&, std::vector<unsigned long long>&, int&);
+
+template <int N, int TransB, bool Bf16>
+std::string launch_wgmma_rs(std::vector<float>& out, std::vector<uint16_t>& image,
+                            std::vector<unsigned>& regs, std::vector<unsigned long long>& descs,
+                            int& elements) {
+  return testing::launch(cute_wgmma_rs_kernel<N, TransB, Bf16>,
+                         {out.data(), image.data(), regs.data(), descs.data(), &elements},
+                         {out.size() * 4, image.size() * 2, regs.size() * 4, descs.size() * 8,
+                          sizeof elements},
+                         1, 128, image.size() * 2);
+}
+
+LaunchRs launch_rs_for(int n, bool mn_major, bool bf16) {
+  static const LaunchRs k_launches[2][2][2] = {
+      {{launch_wgmma_rs<64, 0, false>, launch_wgmma_rs<64, 0, true>},
+       {launch_wgmma_rs<64, 1, false>, launch_wgmma_rs<64, 1, true>}},
+      {{launch_wgmma_rs<128, 0, false>, launch_wgmma_rs<128, 0, true>},
+       {launch_wgmma_rs<128, 1, false>, launch_wgmma_rs<128, 1, true>}}};
+  return k_launches[n == 128][mn_major][bf16];
+}
+
+// Values of an RS wgmma's accumulators, read through the atom's C layout, that differ from the
+// exact product when each thread's A registers hold A as `atom`'s A layout places it and B is
+// `c`'s (an N-128 case: its first atom.n rows of B are the first atom.n columns of the product,
+// at the same descriptors); the emulator's error, if any, in `error`.
+int rs_product_mismatches(const CuteGmmaCase& c, const CuteGmmaRegisterA& atom,
+                          std::string* error) {
+  std::vector<uint16_t> image = image_of(c, atom.bf16);
+  std::vector<unsigned> regs(4 * 128 * 4, 0);
+  for (int kb = 0; kb < 4; ++kb)
+    for (int thread = 0; thread < 128; ++thread)
+      for (int v = 0; v < 8; ++v) {
+        Place p = atom.a[static_cast<size_t>(thread * 8 + v)];
+        unsigned bits = bits_of(a_at(p.row, 16 * kb + p.col), atom.bf16);
+        regs[static_cast<size_t>((kb * 128 + thread) * 4 + v / 2)] |= bits << (16 * (v % 2));
+      }
+  std::vector<unsigned long long> descs(c.b.desc.begin(), c.b.desc.end());
+  int elements = static_cast<int>(image.size());
+  int per = atom.n / 2;
+  std::vector<float> out(static_cast<size_t>(128 * per), -1.0f);
+  *error = launch_rs_for(atom.n, c.b.mn_major, atom.bf16)(out, image, regs, descs, elements);
+  int wrong = 0;
+  for (int thread = 0; thread < 128; ++thread) {
+    for (int v = 0; v < per; ++v) {
+      Place p = atom.c[static_cast<size_t>(thread * per + v)];
+      float exact = 0.0f;
+      for (int k = 0; k < 64; ++k) exact += a_at(p.row, k) * b_at(k, p.col);
+      wrong += out[static_cast<size_t>(thread * per + v)] != exact;
+    }
+  }
+  return wrong;
+}
+
+TEST(EmulatedGmmaAgainstCute, AnRsWgmmaWithCutesRegisterFragmentGivesTheExactProduct) {
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases();
+  std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a();
+  if (cases.empty() || atoms.size() != 4) GTEST_SKIP() << k_no_cute;
+  int runs = 0;
+  for (const CuteGmmaCase& c : cases) {
+    // N 128, B K-major (Q K^T's shape) and MN-major with its k groups first (V in P V).
+    if (c.n != 128 || !kiln_layout(c.b)) continue;
+    for (const CuteGmmaRegisterA& atom : atoms) {
+      ASSERT_EQ(atom.c.size(), static_cast<size_t>(128 * atom.n / 2)) << atom.name;
+      std::string error;
+      int wrong = rs_product_mismatches(c, atom, &error);
+      EXPECT_EQ(error, "") << atom.name << ", " << c.name;
+      EXPECT_EQ(wrong, 0) << atom.name << ", " << c.name;
+      ++runs;
+    }
+  }
+  EXPECT_EQ(runs, 8);
+}
+
+TEST(EmulatedGmmaAgainstCute, APermutedRegisterLayoutIsNoticed) {
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases();
+  std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a();
+  if (cases.empty() || atoms.size() != 4) GTEST_SKIP() << k_no_cute;
+  // The halves of a register swapped, then two registers swapped.
+  for (int swap : {0, 1}) {
+    CuteGmmaRegisterA atom = atoms[1];
+    for (size_t thread = 0; thread < 128; ++thread) {
+      if (swap == 0) std::swap(atom.a[thread * 8], atom.a[thread * 8 + 1]);
+      if (swap == 1) std::swap(atom.a[thread * 8 + 2], atom.a[thread * 8 + 4]);
+    }
+    std::string error;
+    EXPECT_GT(rs_product_mismatches(cases[0], atom, &error), 0) << "swap " << swap;
+    EXPECT_EQ(error, "");
+  }
+}
+
+// The attention kernel packs P from S's accumulator (an m64n128 C fragment) into the A registers
+// of P V's k step kk as pf[kk][r] = pack(acc[8 kk + 2 r], acc[8 kk + 2 r + 1]), the first value the
+// low half (compiler/emit_attention.cpp, emit_wgmma_kernel). Where CuTe's C layout puts those
+// accumulator values must be where CuTe's A layout wants register r's halves: row m of S is row m
+// of P, column 16 kk + k of S is k of k step kk.
+TEST(EmulatedGmmaAgainstCute, TheAttentionKernelsPackingOfPIsCutesRegisterFragment) {
+  std::vector<CuteGmmaAccumulator> accs = testing::cute_gmma_accumulators();
+  std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a();
+  if (accs.size() != 2 || atoms.size() != 4) GTEST_SKIP() << k_no_cute;
+  const CuteGmmaAccumulator& s = accs[0];
+  ASSERT_EQ(s.n, 128);
+  auto mismatches = [&](const CuteGmmaRegisterA& atom, int (*source)(int kk, int r, int h)) {
+    int wrong = 0;
+    for (int thread = 0; thread < 128; ++thread)
+      for (int kk = 0; kk < 8; ++kk)
+        for (int v = 0; v < 8; ++v) {
+          Place from = s.c[static_cast<size_t>(thread * 64 + source(kk, v / 2, v % 2))];
+          Place want = atom.a[static_cast<size_t>(thread * 8 + v)];
+          wrong += from.row != want.row || from.col != 16 * kk + want.col;
+        }
+    return wrong;
+  };
+  auto kiln = [](int kk, int r, int h) { return 8 * kk + 2 * r + h; };
+  for (const CuteGmmaRegisterA& atom : atoms) EXPECT_EQ(mismatches(atom, kiln), 0) << atom.name;
+  // A packing in column order (the registers of the two 8-column halves interleaved) is not.
+  auto by_column = [](int kk, int r, int h) { return 8 * kk + 4 * (r & 1) + 2 * (r >> 1) + h; };
+  EXPECT_GT(mismatches(atoms[1], by_column), 0);
 }
 
 }  // namespace
