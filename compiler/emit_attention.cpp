@@ -553,10 +553,7 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   int64_t batch = e.batch.hi;
   int64_t inner = rank == 4 ? e.inner_batch.hi : batch;
 
-  code.open(kernel_signature(ctx, 384, 1));
-  code.line("const int tid = (int)threadIdx.x;");
-  code.line("const int t4 = tid & 3;");
-  code.line("const float kiln_neg_inf = kiln_as_float(0xff800000u);");
+  open_kernel(code, ctx, 384);
   emit_operands(code, ctx, storage_type(ctx.graph.node(m.q).type.dtype), false);
   code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms): Q (" +
             to_str(t.d / 64) + " blocks of " + to_str(br) + " rows x 64 columns), " +
