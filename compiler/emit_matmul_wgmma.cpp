@@ -20,7 +20,12 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   std::string bk = to_str(t.bk);
   int stages = t.stages;
   int a_stage = t.bm * 128, b_stage = t.bn * 128;
+  // B N-major ([K, N]): TMA loads it in blocks of 128 bytes of N x bk rows of K. 16-bit wgmma
+  // reads those blocks as they are (imm-trans-b); tf32 wgmma has no transpose, so TMA loads them
+  // into a staging area and the consumers write B K-major into the stage, rounded.
   bool b_n_major = !s.b_k_contiguous;
+  bool staged = wgmma_transposes_b(s);
+  int n_block = 128 / s.elem_bytes, block_bytes = t.bk * 128;
   std::string pa = "p" + to_str(k.a_map_param), pb = "p" + to_str(k.b_map_param);
   // Operands broadcast over the batch take rank-2 maps (no batch coordinate).
   bool a_batch = batched && s.a_batch_stride != 0, b_batch = batched && s.b_batch_stride != 0;
@@ -30,15 +35,23 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.open(kernel_signature(ctx, t.threads(), 1));
   code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms): " +
             to_str(stages) + " stages of A (" + to_str(t.bm) + " rows of 128 bytes) and B (" +
-            (b_n_major ? to_str(t.bn / 64) + " blocks of 64 k rows x 64 columns" : to_str(t.bn) + " rows of 128 bytes") +
-            "), then full[" + to_str(stages) + "], empty[" + to_str(stages) + "] and rounded[" +
+            (b_n_major && !staged ? to_str(t.bn / n_block) + " blocks of " + bk + " k rows x " +
+                                        to_str(n_block) + " columns"
+                                  : to_str(t.bn) + " rows of 128 bytes") +
+            ")" +
+            (staged ? ", " + to_str(stages) + " staging areas of B as TMA loads it (" +
+                          to_str(t.bn / n_block) + " blocks of " + bk + " k rows x " +
+                          to_str(n_block) + " columns)"
+                    : "") +
+            ", then full[" + to_str(stages) + "], empty[" + to_str(stages) + "] and rounded[" +
             to_str(stages) + "] mbarriers" + (tf32 ? "" : " (rounded unused)"));
   code.line("unsigned char* smem = kiln_dynamic_smem();");
   code.line("smem += (1024u - (kiln_smem_addr(smem) & 1023u)) & 1023u;");
   code.line("unsigned char* sa = smem;");
   code.line("unsigned char* sb = smem + " + to_str(int64_t{stages} * a_stage) + ";");
-  code.line("unsigned long long* full = (unsigned long long*)(sb + " +
-            to_str(int64_t{stages} * b_stage) + ");");
+  if (staged) code.line("unsigned char* sbt = sb + " + to_str(int64_t{stages} * b_stage) + ";");
+  code.line("unsigned long long* full = (unsigned long long*)(" + std::string(staged ? "sbt" : "sb") +
+            " + " + to_str(int64_t{stages} * b_stage) + ");");
   code.line("unsigned long long* empty = full + " + to_str(stages) + ";");
   if (tf32) code.line("unsigned long long* rounded = empty + " + to_str(stages) + ";");
   code.line("const int tid = (int)threadIdx.x;");
@@ -89,9 +102,10 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("kiln_mbarrier_arrive_expect_tx(&full[s], " + to_str(a_stage + b_stage) + ");");
   tma("sa + s * " + to_str(a_stage), pa, "kt * " + bk, "bm0", a_batch);
   if (b_n_major) {
-    for (int j = 0; j < t.bn / 64; ++j)
-      tma("sb + s * " + to_str(b_stage) + " + " + to_str(j * 8192), pb, "bn0 + " + to_str(j * 64),
-          "kt * 64", b_batch);
+    for (int j = 0; j < t.bn / n_block; ++j)
+      tma(std::string(staged ? "sbt" : "sb") + " + s * " + to_str(b_stage) + " + " +
+              to_str(j * block_bytes),
+          pb, "bn0 + " + to_str(j * n_block), "kt * " + bk, b_batch);
   } else {
     tma("sb + s * " + to_str(b_stage), pb, "kt * " + bk, "bn0", b_batch);
   }
@@ -120,13 +134,27 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("// writes to the async proxy, then wait until the other consumer has rounded its half");
     code.open("{");
     code.line("float* ra = (float*)(sa + s * " + to_str(a_stage) + " + c * 8192);");
-    code.line("float* rb = (float*)(sb + s * " + to_str(b_stage) + " + c * " + to_str(b_stage / 2) +
-              ");");
     code.line("#pragma unroll 4");
     code.line("for (int i = tid & 127; i < 2048; i += 128) ra[i] = kiln_as_float(kiln_cvt_rna_tf32(ra[i]));");
-    code.line("#pragma unroll 4");
-    code.line("for (int i = tid & 127; i < " + to_str(b_stage / 8) +
-              "; i += 128) rb[i] = kiln_as_float(kiln_cvt_rna_tf32(rb[i]));");
+    if (staged) {
+      code.line("// B: this consumer's " + to_str(t.bn / 2) + " of its rows n, each 32 k read from");
+      code.line("// the staging area (element (k, n) of a block of 32 n at k * 128 + 16 ((n / 4) ^ (k & 7))");
+      code.line("// + 4 (n & 3)) and written K-major (row n at n * 128 + 16 ((k / 4) ^ (n & 7)) + 4 (k & 3))");
+      code.line("const float* tb = (const float*)(sbt + s * " + to_str(b_stage) + ");");
+      code.line("float* rb = (float*)(sb + s * " + to_str(b_stage) + ");");
+      code.line("#pragma unroll 4");
+      code.open("for (int i = tid & 127; i < " + to_str(t.bn * 16) + "; i += 128) {");
+      code.line("const int n = c * " + to_str(t.bn / 2) + " + (i >> 5), k = i & 31;");
+      code.line("const float x = tb[(n >> 5) * 1024 + k * 32 + ((((n & 31) >> 2) ^ (k & 7)) << 2) + (n & 3)];");
+      code.line("rb[n * 32 + (((k >> 2) ^ (n & 7)) << 2) + (k & 3)] = kiln_as_float(kiln_cvt_rna_tf32(x));");
+      code.close();
+    } else {
+      code.line("float* rb = (float*)(sb + s * " + to_str(b_stage) + " + c * " + to_str(b_stage / 2) +
+                ");");
+      code.line("#pragma unroll 4");
+      code.line("for (int i = tid & 127; i < " + to_str(b_stage / 8) +
+                "; i += 128) rb[i] = kiln_as_float(kiln_cvt_rna_tf32(rb[i]));");
+    }
     code.line("kiln_fence_proxy_async();");
     code.line("kiln_mbarrier_arrive(&rounded[s]);");
     code.line("kiln_mbarrier_wait(&rounded[s], (it / " + to_str(stages) + ") & 1);");
@@ -137,7 +165,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.open("for (int ks = 0; ks < 4; ++ks) {");
   code.line("const unsigned long long da = kiln_gmma_desc_128b(sa + s * " + to_str(a_stage) +
             " + c * 8192 + ks * 32, 16, 1024);");
-  if (b_n_major) {
+  if (b_n_major && !staged) {
     code.line("// B N-major: 64-column blocks 8192 bytes apart (LBO), 8 k rows a 1024-byte atom (SBO)");
     code.line("const unsigned long long db = kiln_gmma_desc_128b(sb + s * " + to_str(b_stage) +
               " + ks * 2048, 8192, 1024);");
@@ -145,7 +173,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("const unsigned long long db = kiln_gmma_desc_128b(sb + s * " + to_str(b_stage) +
               " + ks * 32, 16, 1024);");
   }
-  if (tf32) {  // both K-major: tf32 wgmma has no transpose
+  if (tf32) {  // both K-major (B as loaded, or as transposed): tf32 wgmma has no transpose
     code.line("kiln_wgmma_m64n" + to_str(t.bn) + "k8_tf32(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
   } else {
     code.line("kiln_wgmma_m64n" + to_str(t.bn) + "k16_" + type + "<" + (b_n_major ? "1" : "0") +

@@ -365,8 +365,8 @@ int append_map_param(const ProgramPlan& plan, KernelPlan& k, ir::NodeId operand,
 // The wgmma kernel's launch (a persistent grid of one block per work tile at most, 384
 // threads, its shared memory) and its two tensor-map parameters, appended to the group's: A as
 // {K, M} (K-major), B as {K, N} (K-major) or {N, K} (N-major), with the batch as a third dim
-// for an operand that has one; boxes of 128 bytes x rows with 128-byte swizzle (fp32 operands
-// of the tf32 path as f32: the kernel rounds them).
+// for an operand that has one; boxes of 128 bytes x the tile's rows (B N-major: x bk rows of K)
+// with 128-byte swizzle (fp32 operands of the tf32 path as f32: the kernel rounds them).
 void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) {
   const MatmulShape& s = k.shape;
   const MatmulTile& t = k.tile;
@@ -374,7 +374,7 @@ void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) 
   int64_t tiles = s.batch * ((s.m + t.bm - 1) / t.bm) * ((s.n + t.bn - 1) / t.bn);
   k.launch.grid = {static_cast<uint32_t>(std::min<int64_t>(tiles, 0x7fffffff)), 1, 1};
   k.launch.block = {static_cast<uint32_t>(t.threads()), 1, 1};
-  k.launch.dynamic_smem_bytes = static_cast<uint32_t>(wgmma_smem_bytes(t));
+  k.launch.dynamic_smem_bytes = static_cast<uint32_t>(wgmma_smem_bytes(t, s));
   k.launch.persistent = true;
   const ir::Node& mm = graph.node(k.group.anchor);
   auto map_param = [&](ir::NodeId operand, uint64_t inner, uint64_t outer, int64_t ld,
@@ -397,7 +397,8 @@ void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) 
                                   static_cast<uint64_t>(s.n), s.ldb, s.b_batch_stride,
                                   static_cast<uint32_t>(t.bn))
                       : map_param(mm.operands[1], static_cast<uint64_t>(s.n),
-                                  static_cast<uint64_t>(s.k), s.ldb, s.b_batch_stride, 64);
+                                  static_cast<uint64_t>(s.k), s.ldb, s.b_batch_stride,
+                                  static_cast<uint32_t>(t.bk));
 }
 
 // The wgmma attention kernel's three tensor-map parameters, appended to the group's: Q, K and V

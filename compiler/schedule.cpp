@@ -269,7 +269,7 @@ Status check_wgmma_tile(const MatmulTile& tile, const MatmulShape& shape) {
   bool legal = tile.wgmma && tile.bm == 128 && (tile.bn == 128 || tile.bn == 256) &&
                tile.bk == wgmma_bk(shape) && tile.warps_m == 8 && tile.warps_n == 1 && tile.split_k == 1 &&
                tile.group == k_default_group && tile.stages >= 2 &&
-               wgmma_smem_bytes(tile) <= smem_limit(90);
+               wgmma_smem_bytes(tile, shape) <= smem_limit(90);
   if (legal) return Status::success();
   std::string bk = std::to_string(wgmma_bk(shape));
   return make_error("tile ", to_string(tile), " is not one the wgmma kernel runs (128x128x", bk,

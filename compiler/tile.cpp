@@ -251,15 +251,19 @@ int attention_max_bc(MatmulPath path, int d) {
   return 64;
 }
 
-int wgmma_smem_bytes(const MatmulTile& tile) {
-  return 1024 + tile.stages * (tile.bm + tile.bn) * 128 + 3 * 8 * tile.stages;
+bool wgmma_transposes_b(const MatmulShape& shape) {
+  return shape.path == MatmulPath::tf32 && shape.elem_bytes == 4 && !shape.b_k_contiguous;
+}
+
+int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape) {
+  int b_rows = wgmma_transposes_b(shape) ? 2 * tile.bn : tile.bn;
+  return 1024 + tile.stages * (tile.bm + b_rows) * 128 + 3 * 8 * tile.stages;
 }
 
 bool wgmma_computes(const MatmulShape& shape, int batch_dims) {
   bool half = (shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16) &&
               shape.elem_bytes == 2;
-  // tf32 wgmma reads both operands K-major only: B must be [N, K] (transpose_b).
-  bool tf32 = shape.path == MatmulPath::tf32 && shape.elem_bytes == 4 && shape.b_k_contiguous;
+  bool tf32 = shape.path == MatmulPath::tf32 && shape.elem_bytes == 4;
   auto aligned = [&](int64_t elements) { return elements * shape.elem_bytes % 16 == 0; };
   return (half || tf32) && shape.a_k_contiguous && batch_dims <= 1 && aligned(shape.lda) &&
          aligned(shape.ldb) && aligned(shape.a_batch_stride) && aligned(shape.b_batch_stride) &&
@@ -268,16 +272,26 @@ bool wgmma_computes(const MatmulShape& shape, int batch_dims) {
 
 int wgmma_bk(const MatmulShape& shape) { return 128 / shape.elem_bytes; }
 
-MatmulTile choose_wgmma_tile(const MatmulShape& shape) {
+namespace {
+
+MatmulTile wgmma_tile(const MatmulShape& shape, int bn, int stages) {
   MatmulTile t;
   t.wgmma = true;
   t.bm = 128;
-  t.bn = shape.n >= 256 ? 256 : 128;
+  t.bn = bn;
   t.bk = wgmma_bk(shape);
   t.warps_m = 8;
   t.warps_n = 1;
-  t.stages = t.bn == 256 ? 4 : 6;
-  while (t.stages > 2 && wgmma_smem_bytes(t) > smem_limit(90)) --t.stages;
+  t.stages = stages;
+  return t;
+}
+
+}  // namespace
+
+MatmulTile choose_wgmma_tile(const MatmulShape& shape) {
+  bool wide = shape.n >= 256 && !wgmma_transposes_b(shape);
+  MatmulTile t = wgmma_tile(shape, wide ? 256 : 128, wide ? 4 : 6);
+  while (t.stages > 2 && wgmma_smem_bytes(t, shape) > smem_limit(90)) --t.stages;
   return t;
 }
 
@@ -287,21 +301,15 @@ bool wgmma_fills(const MatmulShape& shape) {
 }
 
 std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape) {
+  // bn and stages; the staging area of a transposed B takes the room of the deeper rings
+  const int plain[][2] = {{128, 4}, {128, 6}, {256, 3}, {256, 4}};
+  const int transposed[][2] = {{128, 3}, {128, 4}, {256, 2}};
   std::vector<MatmulTile> out;
-  const int choices[][3] = {{128, 4, 6}, {256, 3, 4}};  // bn, then its stage counts
-  for (const auto& choice : choices)
-    for (int stages : {choice[1], choice[2]}) {
-      int bn = choice[0];
-      MatmulTile t;
-      t.wgmma = true;
-      t.bm = 128;
-      t.bn = bn;
-      t.bk = wgmma_bk(shape);
-      t.warps_m = 8;
-      t.warps_n = 1;
-      t.stages = stages;
-      out.push_back(t);
-    }
+  if (wgmma_transposes_b(shape)) {
+    for (const auto& c : transposed) out.push_back(wgmma_tile(shape, c[0], c[1]));
+  } else {
+    for (const auto& c : plain) out.push_back(wgmma_tile(shape, c[0], c[1]));
+  }
   return out;
 }
 

@@ -421,6 +421,39 @@ TEST(CompileShapes, AWideSumCompilesAsSeveralKernels) {
   EXPECT_EQ(a->temporary_bytes.size(), 1u);
 }
 
+// `g` lowered with `tile` for every matmul and compiled for sm_90a: clean (expect_clean), and each
+// of its `matmuls` matmul kernels holds the wgmma design: the tile, the `wgmma` instruction
+// named (e.g. "m64n128k16.f32.bf16"), TMA loads, setmaxnreg's 240, no mma.sync, no local memory
+// (not even a copy of a tensor map: each is read where it lies, __grid_constant__), and the 168
+// registers setmaxnreg's budget (24 x 128 + 240 x 256) takes from launch.
+void expect_wgmma_matmuls(const ir::Graph& g, const CompileRequest& request,
+                          const MatmulTile& tile, const std::string& wgmma, int matmuls,
+                          const std::string& what) {
+  auto program = lower(g, request, FixedSchedule(tile));
+  ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+  auto a = compile_lowered(*program, request.options);
+  ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
+  expect_clean(*a, what);
+  int found = 0;
+  for (const KernelArtifact& k : a->kernels) {
+    if (k.name.find("matmul") == std::string::npos) continue;
+    ++found;
+    EXPECT_EQ(k.tile, to_string(tile)) << what;
+    EXPECT_NE(k.ptx.find("wgmma.mma_async.sync.aligned." + wgmma), std::string::npos) << what << " " << k.name;
+    EXPECT_NE(k.ptx.find("cp.async.bulk.tensor"), std::string::npos) << what << " " << k.name;
+    EXPECT_NE(k.ptx.find("setmaxnreg.inc.sync.aligned.u32 240"), std::string::npos) << what;
+    EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos) << what << " " << k.name;
+    EXPECT_EQ(k.report.local_bytes, 0) << what << " " << k.name;
+    EXPECT_EQ(k.report.registers, 168) << what << " " << k.name;
+    EXPECT_TRUE(k.launch.persistent) << what;
+    EXPECT_EQ(k.launch.block[0], 384u) << what;
+    if (tile.bk == 32) {  // the tf32 path's rounding pass
+      EXPECT_NE(k.ptx.find("cvt.rna.tf32.f32"), std::string::npos) << what << " " << k.name;
+    }
+  }
+  EXPECT_EQ(found, matmuls) << what;
+}
+
 // sm_90a's wgmma kernel: every tile `kiln tune` may choose, on bf16 and f16, B N-major and
 // K-major, aligned and ragged edges, batched A and B, a batched A with B broadcast, a batch of
 // one (no operand reads the batch coordinate), and the heaviest epilogues the examples
@@ -455,28 +488,8 @@ TEST(CompileShapes, EveryWgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
       any.elem_bytes = 2;  // 16-bit products' tiles (K 64 a stage)
       for (const MatmulTile& tile : wgmma_candidates(any)) {
         std::string what = std::string("sm_90a ") + t + (ragged ? " ragged " : " ") + to_string(tile);
-        auto program = lower(g, *request, FixedSchedule(tile));
-        ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
-        auto a = compile_lowered(*program, request->options);
-        ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
-        expect_clean(*a, what);
-        int matmuls = 0;
-        for (const KernelArtifact& k : a->kernels) {
-          if (k.name.find("matmul") == std::string::npos) continue;
-          ++matmuls;
-          EXPECT_EQ(k.tile, to_string(tile)) << what;
-          EXPECT_NE(k.ptx.find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(tile.bn) + "k16.f32." + d), std::string::npos) << what << " " << k.name;
-          EXPECT_NE(k.ptx.find("cp.async.bulk.tensor"), std::string::npos) << what << " " << k.name;
-          EXPECT_NE(k.ptx.find("setmaxnreg.inc.sync.aligned.u32 240"), std::string::npos) << what;
-          EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos) << what << " " << k.name;
-          // Not even a copy of a tensor map: each is read where it lies (__grid_constant__).
-          EXPECT_EQ(k.report.local_bytes, 0) << what << " " << k.name;
-          // setmaxnreg's budget (24 x 128 + 240 x 256) is the block's 168 x 384 from launch.
-          EXPECT_EQ(k.report.registers, 168) << what << " " << k.name;
-          EXPECT_TRUE(k.launch.persistent) << what;
-          EXPECT_EQ(k.launch.block[0], 384u) << what;
-        }
-        EXPECT_EQ(matmuls, 7) << what;
+        expect_wgmma_matmuls(g, *request, tile, "m64n" + std::to_string(tile.bn) + "k16.f32." + d,
+                             7, what);
         ++compiled;
       }
     }
@@ -484,54 +497,47 @@ TEST(CompileShapes, EveryWgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
   EXPECT_EQ(compiled, 2 * 2 * 4);
 }
 
-// The wgmma kernel on the tf32 path (`high`, fp32 operands, B K-major) at every tile the tuner
-// may choose, aligned and ragged, shared and batched B, with a bias, GELU and residual: no spill
-// or warning, 168 registers, tf32 wgmma and the rounding pass's cvt.rna, no mma.sync.
+// The wgmma kernel on the tf32 path (`high`, fp32 operands) at every tile the tuner may choose,
+// aligned and ragged, shared and batched B, B K-major and B [K, N] (transposed in shared memory),
+// with a bias, GELU and residual: no spill or warning, 168 registers, tf32 wgmma and the rounding
+// pass's cvt.rna, no mma.sync.
 TEST(CompileShapes, EveryTf32WgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   int compiled = 0;
-  for (bool ragged : {false, true}) {
-    std::string m = ragged ? "200" : "256", n = ragged ? "264" : "512";
-    ir::Graph g = test::parse(
-        "graph w {\n  input x: f32[" + m + ", 320]\n  input w: f32[" + n + ", 320]\n  input b: f32[" +
-        n + "]\n  input xb: f32[2, " + m + ", 320]\n  input wb: f32[2, " + n +
-        ", 320]\n  input r: f32[2, " + m + ", " + n + "]\n"
-        "  h = gelu(add(matmul(x, w, transpose_b=true), b))\n"
-        "  z = add(matmul(xb, wb, transpose_b=true), r)\n"
-        "  u = matmul(xb, w, transpose_b=true)\n"
-        "  output h, z, u\n}\n");
-    CompileOptions o;
-    o.target = Target::cuda(90, "a");
-    o.precision = ir::Precision::high;
-    auto request = check_request(g, o);
-    ASSERT_TRUE(request.ok()) << request.error().message;
-    MatmulShape f32;
-    f32.elem_bytes = 4;
-    for (const MatmulTile& tile : wgmma_candidates(f32)) {
-      std::string what = std::string("sm_90a tf32") + (ragged ? " ragged " : " ") + to_string(tile);
-      EXPECT_EQ(tile.bk, 32) << what;
-      auto program = lower(g, *request, FixedSchedule(tile));
-      ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
-      auto a = compile_lowered(*program, request->options);
-      ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
-      expect_clean(*a, what);
-      int matmuls = 0;
-      for (const KernelArtifact& k : a->kernels) {
-        if (k.name.find("matmul") == std::string::npos) continue;
-        ++matmuls;
-        EXPECT_EQ(k.tile, to_string(tile)) << what;
-        EXPECT_NE(k.ptx.find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(tile.bn) + "k8.f32.tf32.tf32"), std::string::npos) << what << " " << k.name;
-        EXPECT_NE(k.ptx.find("cvt.rna.tf32.f32"), std::string::npos) << what << " " << k.name;
-        EXPECT_NE(k.ptx.find("cp.async.bulk.tensor"), std::string::npos) << what << " " << k.name;
-        EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos) << what << " " << k.name;
-        EXPECT_EQ(k.report.local_bytes, 0) << what << " " << k.name;
-        EXPECT_EQ(k.report.registers, 168) << what << " " << k.name;
+  for (bool kn : {false, true}) {
+    for (bool ragged : {false, true}) {
+      std::string m = ragged ? "200" : "256", n = ragged ? "264" : "512";
+      // B's type and how a matmul reads it: [N, K] with transpose_b, or [K, N]
+      std::string w = kn ? "320, " + n : n + ", 320", tb = kn ? ")" : ", transpose_b=true)";
+      ir::Graph g = test::parse(
+          "graph w {\n  input x: f32[" + m + ", 320]\n  input w: f32[" + w + "]\n  input b: f32[" +
+          n + "]\n  input xb: f32[2, " + m + ", 320]\n  input wb: f32[2, " + w +
+          "]\n  input r: f32[2, " + m + ", " + n + "]\n"
+          "  h = gelu(add(matmul(x, w" + tb + ", b))\n"
+          "  z = add(matmul(xb, wb" + tb + ", r)\n"
+          "  u = matmul(xb, w" + tb + "\n"
+          "  output h, z, u\n}\n");
+      CompileOptions o;
+      o.target = Target::cuda(90, "a");
+      o.precision = ir::Precision::high;
+      auto request = check_request(g, o);
+      ASSERT_TRUE(request.ok()) << request.error().message;
+      MatmulShape f32;
+      f32.elem_bytes = 4;
+      f32.path = MatmulPath::tf32;
+      f32.b_k_contiguous = !kn;
+      EXPECT_EQ(wgmma_transposes_b(f32), kn);
+      for (const MatmulTile& tile : wgmma_candidates(f32)) {
+        std::string what = std::string("sm_90a tf32") + (kn ? " B [K, N]" : " B K-major") +
+                           (ragged ? " ragged " : " ") + to_string(tile);
+        ASSERT_EQ(tile.bk, 32) << what;
+        expect_wgmma_matmuls(g, *request, tile,
+                             "m64n" + std::to_string(tile.bn) + "k8.f32.tf32.tf32", 3, what);
+        ++compiled;
       }
-      EXPECT_EQ(matmuls, 3) << what;
-      ++compiled;
     }
   }
-  EXPECT_EQ(compiled, 2 * 4);
+  EXPECT_EQ(compiled, 2 * 4 + 2 * 3);
 }
 
 // sm_90a's attention kernel (the model's choice for 16-bit attention there) at head dims 64 and
@@ -573,8 +579,9 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
         // SS form has a descriptor (a 64-bit %rd).
         size_t rs = k.ptx.find("}, {%r");
         EXPECT_NE(rs, std::string::npos) << what;
-        if (rs != std::string::npos)
+        if (rs != std::string::npos) {
           EXPECT_NE(k.ptx.rfind("wgmma.mma_async.sync.aligned.m64n" + dv + "k16.f32." + ty, rs), std::string::npos) << what;
+        }
         EXPECT_NE(k.ptx.find("cp.async.bulk.tensor.4d"), std::string::npos) << what << " " << k.name;
         EXPECT_NE(k.ptx.find("setmaxnreg.inc.sync.aligned.u32 240"), std::string::npos) << what;
         EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos) << what << " " << k.name;

@@ -104,12 +104,12 @@ INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaGraph,
 // The tf32 path's wgmma kernel rounds its operands in shared memory as the mma.sync kernel rounds
 // its fragments (cvt.rna), and both add each k8 slice as the H100 does, in the same order: the
 // two kernels' outputs agree bit for bit (a kernel that let wgmma read the fp32 bits, truncated,
-// would not).
+// would not), B K-major and B [K, N] (transposed in shared memory) alike.
 TEST(EmulatedWgmmaTf32, MatchesTheMmaSyncKernelBitForBit) {
   ir::Graph graph = load("wgmma_tf32_odd");
   auto wgmma = build(graph);
   ASSERT_TRUE(wgmma.ok()) << wgmma.error().message;
-  ASSERT_EQ(wgmma_kernels(*wgmma), 2);
+  ASSERT_EQ(wgmma_kernels(*wgmma), 4);
   auto mma = build_program(graph, sm90a());  // the model keeps these small grids on mma.sync
   ASSERT_TRUE(mma.ok()) << mma.error().message;
   ASSERT_EQ(wgmma_kernels(*mma), 0);
@@ -181,6 +181,15 @@ TEST(EmulatedWgmmaTf32, SkippingTheRoundingPassIsCaught) {
                                     Schedule{}));
   EXPECT_TRUE(differs_from_mma_sync("rb[i] = kiln_as_float(kiln_cvt_rna_tf32(rb[i]));", ";",
                                     Schedule{}));
+}
+
+TEST(EmulatedWgmmaTf32, ATransposedBMisplacedOrUnroundedIsCaught) {
+  // B [K, N]: the staging area read without TMA's swizzle, B written K-major without the swizzle
+  // wgmma's descriptor reads, or written unrounded.
+  EXPECT_TRUE(differs_from_mma_sync("((((n & 31) >> 2) ^ (k & 7)) << 2)", "(((n & 31) >> 2) << 2)",
+                                    Schedule{}));
+  EXPECT_TRUE(differs_from_mma_sync("(((k >> 2) ^ (n & 7)) << 2)", "((k >> 2) << 2)", Schedule{}));
+  EXPECT_TRUE(differs_from_mma_sync("= kiln_as_float(kiln_cvt_rna_tf32(x));", "= x;", Schedule{}));
 }
 
 TEST(EmulatedWgmmaTf32, ARoundingPassWithoutItsFenceIsReadUnrounded) {

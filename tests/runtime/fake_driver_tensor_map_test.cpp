@@ -264,54 +264,72 @@ TEST_F(TensorMapLaunch, BytesNoEncoderWroteFault) {
   cuCtxPopCurrent_v2(&popped);
 }
 
+// `text`'s one kernel compiled for sm_90a in `precision`, on a fake device of `config`, and run
+// once with bound inputs: its artifact, its launch, and the device addresses of its inputs.
+struct Sm90aRun {
+  compiler::KernelArtifact kernel;
+  fake_cuda::Launch launch;
+  std::vector<uint64_t> inputs;
+};
+
+void run_on_sm90a(const char* text, ir::Precision precision, const fake_cuda::Config& config,
+                  Sm90aRun* out) {
+  auto graph = ir::parse_graph(text, "g.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  ASSERT_TRUE(use_fake_driver(config));
+  compiler::CompileOptions options;
+  options.target = compiler::Target::cuda(90, "a");
+  options.precision = precision;
+  auto result = runtime::compile_graph(*graph, options, nullptr);
+  ASSERT_TRUE(result) << result.error().message;
+  ASSERT_EQ(result->artifact.kernels.size(), 1u);
+  out->kernel = result->artifact.kernels[0];
+  auto made = runtime::make_executable(*graph, std::move(*result), 0);
+  ASSERT_TRUE(made) << made.error().message;
+  Buffers buffers(**made, 0);
+  ASSERT_TRUE(buffers.ok()) << buffers.error;
+  size_t before = fake_cuda::launches().size();
+  Status s = (*made)->run(buffers.inputs, buffers.outputs);
+  ASSERT_TRUE(s) << s.error().message;
+  auto launches = fake_cuda::launches();
+  ASSERT_EQ(launches.size(), before + 1);
+  out->launch = launches.back();
+  for (const auto& input : buffers.inputs)
+    out->inputs.push_back(reinterpret_cast<uint64_t>(input.data));
+  // Every launch of a kernel with tensor maps: 384 threads, its shared memory, no fault, and each
+  // map parameter encoded over the input it names.
+  EXPECT_EQ(out->launch.block[0], 384u);
+  EXPECT_EQ(out->launch.shared_bytes, static_cast<unsigned>(out->kernel.launch.dynamic_smem_bytes));
+  EXPECT_EQ(out->launch.cubin_params, static_cast<unsigned>(out->kernel.params.size()));
+  EXPECT_EQ(out->launch.fault, 0);
+}
+
 // sm_90a's wgmma matmul as the runtime launches it: A's and B's tensor maps encoded from the bound
 // inputs after the kernel's own parameters, 384 threads, its shared memory, and a persistent grid
 // of one block per multiprocessor at most (54 work tiles of 128x256 here).
 // The fake device's multiprocessor count is set once a process, so each count is a test.
 void launch_wgmma_matmul(int sm_count) {
-  auto graph = ir::parse_graph(R"(graph g {
+  fake_cuda::Config config;
+  config.sm_count = sm_count;
+  Sm90aRun run;
+  ASSERT_NO_FATAL_FAILURE(run_on_sm90a(R"(graph g {
   input x: bf16[2, 1040, 64]
   input w: bf16[64, 520]
   y = matmul(x, w)
   output y
 }
-)", "g.kg");
-  ASSERT_TRUE(graph) << graph.error().message;
-  {
-    fake_cuda::Config config;
-    config.sm_count = sm_count;
-    ASSERT_TRUE(use_fake_driver(config));
-    compiler::CompileOptions options;
-    options.target = compiler::Target::cuda(90, "a");
-    auto result = runtime::compile_graph(*graph, options, nullptr);
-    ASSERT_TRUE(result) << result.error().message;
-    ASSERT_EQ(result->artifact.kernels.size(), 1u);
-    const compiler::KernelArtifact& k = result->artifact.kernels[0];
-    EXPECT_EQ(k.tile, "128x256x64, wgmma, 4 stages");
-    ASSERT_TRUE(k.launch.persistent);
-    EXPECT_EQ(k.launch.grid[0], 54u);
-    ASSERT_EQ(k.params.size(), 5u);
-    EXPECT_EQ(k.params[3].kind, compiler::ParamKind::tensor_map);
-    EXPECT_EQ(k.params[3].map, "tiled bf16 dims=64,1040,2 strides=128,133120 box=64,128,1 elem=1,1,1 swizzle=128B l2=256B");
-    EXPECT_EQ(k.params[4].map, "tiled bf16 dims=520,64 strides=1040 box=64,64 elem=1,1 swizzle=128B l2=256B");
-    auto made = runtime::make_executable(*graph, std::move(*result), 0);
-    ASSERT_TRUE(made) << made.error().message;
-    Buffers buffers(**made, 0);
-    ASSERT_TRUE(buffers.ok()) << buffers.error;
-    size_t before = fake_cuda::launches().size();
-    Status s = (*made)->run(buffers.inputs, buffers.outputs);
-    ASSERT_TRUE(s) << s.error().message;
-    auto launches = fake_cuda::launches();
-    ASSERT_EQ(launches.size(), before + 1);
-    const fake_cuda::Launch& l = launches.back();
-    EXPECT_EQ(l.grid[0], sm_count < 54 ? static_cast<unsigned>(sm_count) : 54u);
-    EXPECT_EQ(l.block[0], 384u);
-    EXPECT_EQ(l.shared_bytes, static_cast<unsigned>(k.launch.dynamic_smem_bytes));
-    EXPECT_EQ(l.cubin_params, 5u);
-    EXPECT_EQ(l.fault, 0);
-    EXPECT_EQ(l.params[3], reinterpret_cast<uint64_t>(buffers.inputs[0].data));
-    EXPECT_EQ(l.params[4], reinterpret_cast<uint64_t>(buffers.inputs[1].data));
-  }
+)", ir::Precision::automatic, config, &run));
+  const compiler::KernelArtifact& k = run.kernel;
+  EXPECT_EQ(k.tile, "128x256x64, wgmma, 4 stages");
+  ASSERT_TRUE(k.launch.persistent);
+  EXPECT_EQ(k.launch.grid[0], 54u);
+  ASSERT_EQ(k.params.size(), 5u);
+  EXPECT_EQ(k.params[3].kind, compiler::ParamKind::tensor_map);
+  EXPECT_EQ(k.params[3].map, "tiled bf16 dims=64,1040,2 strides=128,133120 box=64,128,1 elem=1,1,1 swizzle=128B l2=256B");
+  EXPECT_EQ(k.params[4].map, "tiled bf16 dims=520,64 strides=1040 box=64,64 elem=1,1 swizzle=128B l2=256B");
+  EXPECT_EQ(run.launch.grid[0], sm_count < 54 ? static_cast<unsigned>(sm_count) : 54u);
+  EXPECT_EQ(run.launch.params[3], run.inputs[0]);
+  EXPECT_EQ(run.launch.params[4], run.inputs[1]);
 }
 
 TEST(WgmmaLaunch, FewerMultiprocessorsThanTilesRunOneBlockEach) {
@@ -324,28 +342,47 @@ TEST(WgmmaLaunch, MoreMultiprocessorsThanTilesRunOneBlockATile) {
   launch_wgmma_matmul(132);
 }
 
+// `high`'s fp32 matmul with B [K, N] on the wgmma kernel: A's map as the 16-bit kernel's with
+// fp32 boxes of 32 x 128, B's {N, K} in boxes of 32 columns x 32 k rows (the staging area's
+// blocks), and shared memory for 4 stages of A, B and B's staging area and their barriers.
+TEST(WgmmaLaunch, Tf32WithBKNEncodesBoxesOfTheStagingArea) {
+  if (!compiler::load_nvrtc("").ok()) GTEST_SKIP() << "no NVRTC here";
+  Sm90aRun run;
+  ASSERT_NO_FATAL_FAILURE(run_on_sm90a(R"(graph g {
+  input x: f32[2, 1040, 64]
+  input w: f32[64, 520]
+  y = matmul(x, w)
+  output y
+}
+)", ir::Precision::high, fake_cuda::Config{}, &run));
+  const compiler::KernelArtifact& k = run.kernel;
+  EXPECT_EQ(k.tile, "128x128x32, wgmma, 4 stages");
+  ASSERT_TRUE(k.launch.persistent);
+  EXPECT_EQ(k.launch.grid[0], 90u);
+  EXPECT_EQ(k.launch.dynamic_smem_bytes, 1024u + 4u * (128u + 2u * 128u) * 128u + 3u * 8u * 4u);
+  ASSERT_EQ(k.params.size(), 5u);
+  EXPECT_EQ(k.params[3].map, "tiled f32 dims=64,1040,2 strides=256,266240 box=32,128,1 elem=1,1,1 swizzle=128B l2=256B");
+  EXPECT_EQ(k.params[4].map, "tiled f32 dims=520,64 strides=2080 box=32,32 elem=1,1 swizzle=128B l2=256B");
+  EXPECT_EQ(run.launch.params[3], run.inputs[0]);
+  EXPECT_EQ(run.launch.params[4], run.inputs[1]);
+}
+
 // sm_90a's attention kernel as the runtime launches it: Q's, K's and V's rank-4 tensor maps (k
 // and v with 2 heads against q's 4, v broadcast over the outer batch: a dim of 1) encoded from the
 // bound inputs after the kernel's own parameters, 384 threads, its shared memory, a grid of
 // query tiles x batches.
 TEST(WgmmaLaunch, AttentionEncodesRank4MapsOfItsOperands) {
   if (!compiler::load_nvrtc("").ok()) GTEST_SKIP() << "no NVRTC here";
-  auto graph = ir::parse_graph(R"(graph g {
+  Sm90aRun run;
+  ASSERT_NO_FATAL_FAILURE(run_on_sm90a(R"(graph g {
   input q: bf16[2, 4, 200, 64]
   input k: bf16[2, 2, 300, 64]
   input v: bf16[1, 2, 300, 128]
   o = attention(q, k, v, causal=true)
   output o
 }
-)", "g.kg");
-  ASSERT_TRUE(graph) << graph.error().message;
-  ASSERT_TRUE(use_fake_driver(fake_cuda::Config{}));
-  compiler::CompileOptions options;
-  options.target = compiler::Target::cuda(90, "a");
-  auto result = runtime::compile_graph(*graph, options, nullptr);
-  ASSERT_TRUE(result) << result.error().message;
-  ASSERT_EQ(result->artifact.kernels.size(), 1u);
-  const compiler::KernelArtifact& k = result->artifact.kernels[0];
+)", ir::Precision::automatic, fake_cuda::Config{}, &run));
+  const compiler::KernelArtifact& k = run.kernel;
   EXPECT_EQ(k.tile, "128x128, wgmma, 2 stages");
   EXPECT_FALSE(k.launch.persistent);
   ASSERT_EQ(k.params.size(), 7u);
@@ -353,24 +390,9 @@ TEST(WgmmaLaunch, AttentionEncodesRank4MapsOfItsOperands) {
   EXPECT_EQ(k.params[4].map, "tiled bf16 dims=64,200,4,2 strides=128,25600,102400 box=64,128,1,1 elem=1,1,1,1 swizzle=128B l2=256B");
   EXPECT_EQ(k.params[5].map, "tiled bf16 dims=64,300,2,2 strides=128,38400,76800 box=64,128,1,1 elem=1,1,1,1 swizzle=128B l2=256B");
   EXPECT_EQ(k.params[6].map, "tiled bf16 dims=128,300,2,1 strides=256,76800,76800 box=64,128,1,1 elem=1,1,1,1 swizzle=128B l2=256B");
-  auto made = runtime::make_executable(*graph, std::move(*result), 0);
-  ASSERT_TRUE(made) << made.error().message;
-  Buffers buffers(**made, 0);
-  ASSERT_TRUE(buffers.ok()) << buffers.error;
-  size_t before = fake_cuda::launches().size();
-  Status s = (*made)->run(buffers.inputs, buffers.outputs);
-  ASSERT_TRUE(s) << s.error().message;
-  auto launches = fake_cuda::launches();
-  ASSERT_EQ(launches.size(), before + 1);
-  const fake_cuda::Launch& l = launches.back();
-  EXPECT_EQ(l.grid[0], 2u);
-  EXPECT_EQ(l.grid[2], 8u);
-  EXPECT_EQ(l.block[0], 384u);
-  EXPECT_EQ(l.shared_bytes, static_cast<unsigned>(k.launch.dynamic_smem_bytes));
-  EXPECT_EQ(l.cubin_params, 7u);
-  EXPECT_EQ(l.fault, 0);
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_EQ(l.params[4 + i], reinterpret_cast<uint64_t>(buffers.inputs[i].data)) << i;
+  EXPECT_EQ(run.launch.grid[0], 2u);
+  EXPECT_EQ(run.launch.grid[2], 8u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(run.launch.params[4 + i], run.inputs[i]) << i;
 }
 
 }  // namespace

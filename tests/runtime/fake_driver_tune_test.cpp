@@ -636,7 +636,7 @@ TEST(FakeDriverTune, ARecordTravelsThroughTheRemoteTierSignedAndAnUnsignedOneIsR
   auto records = runtime::tune_graph(graph, sm90(), tuner.get(), tune);
   ASSERT_TRUE(records) << records.error().message;
   ASSERT_EQ(records->size(), 1u);
-  tuner->flush();
+  ASSERT_TRUE(tuner->flush());
 
   auto id = runtime::device_identity(0);
   auto nvrtc = compiler::nvrtc_identity();
@@ -668,7 +668,7 @@ TEST(FakeDriverTune, ARecordTravelsThroughTheRemoteTierSignedAndAnUnsignedOneIsR
     contents.payloads.push_back({runtime::k_payload_tuning, runtime::encode_record(record)});
     auto rogue = machine("rogue", std::nullopt);
     ASSERT_TRUE(rogue->store(cache::make_key(fields), fields, contents));
-    rogue->flush();
+    ASSERT_TRUE(rogue->flush());
   };
   put_unsigned(forged);
   runtime::TuningRecord other = forged;

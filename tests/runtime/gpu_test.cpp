@@ -105,18 +105,23 @@ TEST(GpuWgmma, LargeMatmulsOfEveryOperandLayoutMatchTheReference) {
   expect_matches_reference(*graph, Precision::automatic);
 }
 
-// The wgmma kernel on the tf32 path (`high`: fp32 operands rounded in shared memory, B K-major
-// through transpose_b, shared and batched, K 200 ending inside a K tile of 32, ragged N).
-TEST(GpuWgmma, Tf32MatmulsWithKMajorBMatchTheReference) {
+// The wgmma kernel on the tf32 path (`high`: fp32 operands rounded in shared memory): B K-major
+// through transpose_b and B [K, N] (transposed in shared memory), each shared and batched, K 200
+// ending inside a K tile of 32, ragged N.
+TEST(GpuWgmma, Tf32MatmulsOfBothBLayoutsMatchTheReference) {
   if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   auto graph = ir::parse_graph(R"(graph wgmma_tf32_gpu {
   input x: f32[2, 1040, 200]
   input w: f32[2104, 200]
   input b: f32[2104]
   input wb: f32[2, 1160, 200]
+  input wn: f32[200, 2104]
+  input wbn: f32[2, 200, 1160]
   h = add(matmul(x, w, transpose_b=true), b)
   z = matmul(x, wb, transpose_b=true)
-  output h, z
+  hn = add(matmul(x, wn), b)
+  zn = matmul(x, wbn)
+  output h, z, hn, zn
 }
 )", "wgmma_tf32_gpu.kg");
   ASSERT_TRUE(graph) << graph.error().message;
