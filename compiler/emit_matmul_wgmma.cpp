@@ -15,8 +15,10 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   bool batched = ctx.graph.node(k.group.root).type.shape.rank() >= 3;
   std::string type = s.path == MatmulPath::bf16 ? "bf16" : s.path == MatmulPath::f16 ? "f16" : "tf32";
   // tf32: fp32 operands, 32 of K a stage in 4 steps of k8, rounded to tf32 in shared memory by
-  // the consumers (cvt.rna, the mode's rounding) before any wgmma reads them.
-  bool tf32 = s.path == MatmulPath::tf32;
+  // the consumers (cvt.rna, the mode's rounding) before any wgmma reads them. tf32x3: the same
+  // pass also writes each element's small part, tf32(x - tf32(x)), beside the stage (x3).
+  bool x3 = wgmma_splits(s);
+  bool tf32 = s.path == MatmulPath::tf32 || x3;
   std::string bk = to_str(t.bk);
   int stages = t.stages;
   int a_stage = t.bm * 128, b_stage = t.bn * 128;
@@ -38,7 +40,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
             (b_n_major && !staged ? to_str(t.bn / n_block) + " blocks of " + bk + " k rows x " +
                                         to_str(n_block) + " columns"
                                   : to_str(t.bn) + " rows of 128 bytes") +
-            ")" +
+            ")" + (x3 ? ", the small parts of A and B (as many again)" : "") +
             (staged ? ", " + to_str(stages) + " staging areas of B as TMA loads it (" +
                           to_str(t.bn / n_block) + " blocks of " + bk + " k rows x " +
                           to_str(n_block) + " columns)"
@@ -49,9 +51,19 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("smem += (1024u - (kiln_smem_addr(smem) & 1023u)) & 1023u;");
   code.line("unsigned char* sa = smem;");
   code.line("unsigned char* sb = smem + " + to_str(int64_t{stages} * a_stage) + ";");
-  if (staged) code.line("unsigned char* sbt = sb + " + to_str(int64_t{stages} * b_stage) + ";");
-  code.line("unsigned long long* full = (unsigned long long*)(" + std::string(staged ? "sbt" : "sb") +
-            " + " + to_str(int64_t{stages} * b_stage) + ");");
+  std::string last = "sb";  // the last region before the barriers
+  if (x3) {
+    code.line("// tf32x3: the small parts of A and B, laid out as A and B");
+    code.line("unsigned char* sas = sb + " + to_str(int64_t{stages} * b_stage) + ";");
+    code.line("unsigned char* sbs = sas + " + to_str(int64_t{stages} * a_stage) + ";");
+    last = "sbs";
+  }
+  if (staged) {
+    code.line("unsigned char* sbt = " + last + " + " + to_str(int64_t{stages} * b_stage) + ";");
+    last = "sbt";
+  }
+  code.line("unsigned long long* full = (unsigned long long*)(" + last + " + " +
+            to_str(int64_t{stages} * b_stage) + ");");
   code.line("unsigned long long* empty = full + " + to_str(stages) + ";");
   if (tf32) code.line("unsigned long long* rounded = empty + " + to_str(stages) + ";");
   code.line("const int tid = (int)threadIdx.x;");
@@ -125,6 +137,10 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("int it = 0;");
   code.open("for (int tile = (int)blockIdx.x; tile < " + tiles + "; tile += (int)gridDim.x) {");
   decode_tile(batched);
+  if (x3) {
+    code.line("#pragma unroll");
+    code.line("for (int v = 0; v < " + to_str(t.bn / 2) + "; ++v) acc[v] = 0.0f;");
+  }
   code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt, ++it) {");
   code.line("const int s = it % " + to_str(stages) + ";");
   code.line("kiln_mbarrier_wait(&full[s], (it / " + to_str(stages) + ") & 1);");
@@ -133,38 +149,80 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("// fp32 bits as they are): this consumer's 64 rows of A and half of B's rows, then the");
     code.line("// writes to the async proxy, then wait until the other consumer has rounded its half");
     code.open("{");
+    // The rounded value of `x` to `dst`, and with x3 its small part to `small`.
+    auto round_to = [&](const std::string& x, const std::string& dst, const std::string& small) {
+      if (!x3) {
+        code.line(dst + " = kiln_as_float(kiln_cvt_rna_tf32(" + x + "));");
+        return;
+      }
+      code.line("const float big = kiln_as_float(kiln_cvt_rna_tf32(" + x + "));");
+      code.line(small + " = kiln_as_float(kiln_cvt_rna_tf32(" + x + " - big));");
+      code.line(dst + " = big;");
+    };
     code.line("float* ra = (float*)(sa + s * " + to_str(a_stage) + " + c * 8192);");
+    if (x3) code.line("float* ras = (float*)(sas + s * " + to_str(a_stage) + " + c * 8192);");
     code.line("#pragma unroll 4");
-    code.line("for (int i = tid & 127; i < 2048; i += 128) ra[i] = kiln_as_float(kiln_cvt_rna_tf32(ra[i]));");
+    if (x3) {
+      code.open("for (int i = tid & 127; i < 2048; i += 128) {");
+      code.line("const float x = ra[i];");
+      round_to("x", "ra[i]", "ras[i]");
+      code.close();
+    } else {
+      code.line("for (int i = tid & 127; i < 2048; i += 128) ra[i] = kiln_as_float(kiln_cvt_rna_tf32(ra[i]));");
+    }
     if (staged) {
       code.line("// B: this consumer's " + to_str(t.bn / 2) + " of its rows n, each 32 k read from");
       code.line("// the staging area (element (k, n) of a block of 32 n at k * 128 + 16 ((n / 4) ^ (k & 7))");
       code.line("// + 4 (n & 3)) and written K-major (row n at n * 128 + 16 ((k / 4) ^ (n & 7)) + 4 (k & 3))");
       code.line("const float* tb = (const float*)(sbt + s * " + to_str(b_stage) + ");");
       code.line("float* rb = (float*)(sb + s * " + to_str(b_stage) + ");");
+      if (x3) code.line("float* rbs = (float*)(sbs + s * " + to_str(b_stage) + ");");
       code.line("#pragma unroll 4");
       code.open("for (int i = tid & 127; i < " + to_str(t.bn * 16) + "; i += 128) {");
       code.line("const int n = c * " + to_str(t.bn / 2) + " + (i >> 5), k = i & 31;");
       code.line("const float x = tb[(n >> 5) * 1024 + k * 32 + ((((n & 31) >> 2) ^ (k & 7)) << 2) + (n & 3)];");
-      code.line("rb[n * 32 + (((k >> 2) ^ (n & 7)) << 2) + (k & 3)] = kiln_as_float(kiln_cvt_rna_tf32(x));");
+      code.line("const int at = n * 32 + (((k >> 2) ^ (n & 7)) << 2) + (k & 3);");
+      round_to("x", "rb[at]", "rbs[at]");
       code.close();
     } else {
       code.line("float* rb = (float*)(sb + s * " + to_str(b_stage) + " + c * " + to_str(b_stage / 2) +
                 ");");
+      if (x3)
+        code.line("float* rbs = (float*)(sbs + s * " + to_str(b_stage) + " + c * " +
+                  to_str(b_stage / 2) + ");");
       code.line("#pragma unroll 4");
-      code.line("for (int i = tid & 127; i < " + to_str(b_stage / 8) +
-                "; i += 128) rb[i] = kiln_as_float(kiln_cvt_rna_tf32(rb[i]));");
+      if (x3) {
+        code.open("for (int i = tid & 127; i < " + to_str(b_stage / 8) + "; i += 128) {");
+        code.line("const float x = rb[i];");
+        round_to("x", "rb[i]", "rbs[i]");
+        code.close();
+      } else {
+        code.line("for (int i = tid & 127; i < " + to_str(b_stage / 8) +
+                  "; i += 128) rb[i] = kiln_as_float(kiln_cvt_rna_tf32(rb[i]));");
+      }
     }
     code.line("kiln_fence_proxy_async();");
     code.line("kiln_mbarrier_arrive(&rounded[s]);");
     code.line("kiln_mbarrier_wait(&rounded[s], (it / " + to_str(stages) + ") & 1);");
     code.close();
   }
+  if (x3) {
+    code.line("// tf32x3: the stage's products summed on the tensor cores from zero (part), then added");
+    code.line("// to acc in fp32 to nearest, as design 1 sums a k tile (tensor cores truncate their");
+    code.line("// sums: a truncated running sum would drift)");
+    code.line("float part[" + to_str(t.bn / 2) + "];");
+  }
   code.line("kiln_wgmma_fence();");
   code.line("#pragma unroll");
   code.open("for (int ks = 0; ks < 4; ++ks) {");
   code.line("const unsigned long long da = kiln_gmma_desc_128b(sa + s * " + to_str(a_stage) +
             " + c * 8192 + ks * 32, 16, 1024);");
+  if (x3) {
+    code.line("const unsigned long long das = kiln_gmma_desc_128b(sas + s * " + to_str(a_stage) +
+              " + c * 8192 + ks * 32, 16, 1024);");
+    code.line("const unsigned long long dbs = kiln_gmma_desc_128b(sbs + s * " + to_str(b_stage) +
+              " + ks * 32, 16, 1024);");
+  }
   if (b_n_major && !staged) {
     code.line("// B N-major: 64-column blocks 8192 bytes apart (LBO), 8 k rows a 1024-byte atom (SBO)");
     code.line("const unsigned long long db = kiln_gmma_desc_128b(sb + s * " + to_str(b_stage) +
@@ -173,22 +231,36 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("const unsigned long long db = kiln_gmma_desc_128b(sb + s * " + to_str(b_stage) +
               " + ks * 32, 16, 1024);");
   }
-  if (tf32) {  // both K-major (B as loaded, or as transposed): tf32 wgmma has no transpose
-    code.line("kiln_wgmma_m64n" + to_str(t.bn) + "k8_tf32(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
+  std::string tf32_op = "kiln_wgmma_m64n" + to_str(t.bn) + "k8_tf32";
+  if (x3) {  // design 1's order: small A x B, A x small B, A x B
+    code.line(tf32_op + "(part, das, db, ks > 0 ? 1 : 0);");
+    code.line(tf32_op + "(part, da, dbs, 1);");
+    code.line(tf32_op + "(part, da, db, 1);");
+  } else if (tf32) {  // both K-major (B as loaded, or as transposed): tf32 wgmma has no transpose
+    code.line(tf32_op + "(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
   } else {
     code.line("kiln_wgmma_m64n" + to_str(t.bn) + "k16_" + type + "<" + (b_n_major ? "1" : "0") +
               ">(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
   }
   code.close();
   code.line("kiln_wgmma_commit();");
-  code.line("// the previous stage's wgmmas are done: release it to the producer");
-  code.line("kiln_wgmma_wait<1>();");
-  code.line("if (kt > 0) kiln_mbarrier_arrive(&empty[(it + " + to_str(stages - 1) + ") % " +
-            to_str(stages) + "]);");
-  code.close();
-  code.line("kiln_wgmma_wait<0>();");
-  code.line("kiln_mbarrier_arrive(&empty[(it + " + to_str(stages - 1) + ") % " + to_str(stages) +
-            "]);");
+  if (x3) {
+    code.line("// part is complete (and the stage read): release the stage, add part");
+    code.line("kiln_wgmma_wait<0>();");
+    code.line("kiln_mbarrier_arrive(&empty[s]);");
+    code.line("#pragma unroll");
+    code.line("for (int v = 0; v < " + to_str(t.bn / 2) + "; ++v) acc[v] += part[v];");
+    code.close();
+  } else {
+    code.line("// the previous stage's wgmmas are done: release it to the producer");
+    code.line("kiln_wgmma_wait<1>();");
+    code.line("if (kt > 0) kiln_mbarrier_arrive(&empty[(it + " + to_str(stages - 1) + ") % " +
+              to_str(stages) + "]);");
+    code.close();
+    code.line("kiln_wgmma_wait<0>();");
+    code.line("kiln_mbarrier_arrive(&empty[(it + " + to_str(stages - 1) + ") % " + to_str(stages) +
+              "]);");
+  }
   code.line("// epilogue: acc[4 j + i] is D(16 warp + g + 8 (i >> 1), 8 j + 2 t + (i & 1)) of the");
   code.line("// consumer's 64 rows, four m16n8 accumulators stacked per warp");
   code.line("#pragma unroll");

@@ -266,14 +266,15 @@ Status check_attention_tile(const AttentionTile& tile, const AttentionShape& sha
 }
 
 Status check_wgmma_tile(const MatmulTile& tile, const MatmulShape& shape) {
-  bool legal = tile.wgmma && tile.bm == 128 && (tile.bn == 128 || tile.bn == 256) &&
+  bool legal = tile.wgmma && tile.bm == 128 &&
+               (tile.bn == 128 || (tile.bn == 256 && !wgmma_splits(shape))) &&
                tile.bk == wgmma_bk(shape) && tile.warps_m == 8 && tile.warps_n == 1 && tile.split_k == 1 &&
                tile.group == k_default_group && tile.stages >= 2 &&
                wgmma_smem_bytes(tile, shape) <= smem_limit(90);
   if (legal) return Status::success();
   std::string bk = std::to_string(wgmma_bk(shape));
   return make_error("tile ", to_string(tile), " is not one the wgmma kernel runs (128x128x", bk,
-                    " or 128x256x", bk, ", 2 stages or more within ",
+                    wgmma_splits(shape) ? "" : " or 128x256x" + bk, ", 2 stages or more within ",
                     std::to_string(smem_limit(90) / 1024), " KiB of shared memory)");
 }
 

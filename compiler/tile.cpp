@@ -251,19 +251,34 @@ int attention_max_bc(MatmulPath path, int d) {
   return 64;
 }
 
+namespace {
+
+bool wgmma_tf32(const MatmulShape& shape) {
+  return (shape.path == MatmulPath::tf32 || shape.path == MatmulPath::tf32x3) &&
+         shape.elem_bytes == 4;
+}
+
+}  // namespace
+
 bool wgmma_transposes_b(const MatmulShape& shape) {
-  return shape.path == MatmulPath::tf32 && shape.elem_bytes == 4 && !shape.b_k_contiguous;
+  return wgmma_tf32(shape) && !shape.b_k_contiguous;
+}
+
+bool wgmma_splits(const MatmulShape& shape) {
+  return shape.path == MatmulPath::tf32x3 && shape.elem_bytes == 4;
 }
 
 int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape) {
-  int b_rows = wgmma_transposes_b(shape) ? 2 * tile.bn : tile.bn;
-  return 1024 + tile.stages * (tile.bm + b_rows) * 128 + 3 * 8 * tile.stages;
+  int rows = tile.bm + tile.bn;                     // A and B
+  if (wgmma_splits(shape)) rows *= 2;               // their small parts
+  if (wgmma_transposes_b(shape)) rows += tile.bn;   // B's staging area
+  return 1024 + tile.stages * rows * 128 + 3 * 8 * tile.stages;
 }
 
 bool wgmma_computes(const MatmulShape& shape, int batch_dims) {
   bool half = (shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16) &&
               shape.elem_bytes == 2;
-  bool tf32 = shape.path == MatmulPath::tf32 && shape.elem_bytes == 4;
+  bool tf32 = wgmma_tf32(shape);
   auto aligned = [&](int64_t elements) { return elements * shape.elem_bytes % 16 == 0; };
   return (half || tf32) && shape.a_k_contiguous && batch_dims <= 1 && aligned(shape.lda) &&
          aligned(shape.ldb) && aligned(shape.a_batch_stride) && aligned(shape.b_batch_stride) &&
@@ -289,7 +304,7 @@ MatmulTile wgmma_tile(const MatmulShape& shape, int bn, int stages) {
 }  // namespace
 
 MatmulTile choose_wgmma_tile(const MatmulShape& shape) {
-  bool wide = shape.n >= 256 && !wgmma_transposes_b(shape);
+  bool wide = shape.n >= 256 && !wgmma_transposes_b(shape) && !wgmma_splits(shape);
   MatmulTile t = wgmma_tile(shape, wide ? 256 : 128, wide ? 4 : 6);
   while (t.stages > 2 && wgmma_smem_bytes(t, shape) > smem_limit(90)) --t.stages;
   return t;
@@ -305,7 +320,12 @@ std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape) {
   const int plain[][2] = {{128, 4}, {128, 6}, {256, 3}, {256, 4}};
   const int transposed[][2] = {{128, 3}, {128, 4}, {256, 2}};
   std::vector<MatmulTile> out;
-  if (wgmma_transposes_b(shape)) {
+  if (wgmma_splits(shape)) {  // 128 columns (acc and a stage's part take 128 registers), in room
+    for (int stages : {2, 3}) {
+      MatmulTile t = wgmma_tile(shape, 128, stages);
+      if (wgmma_smem_bytes(t, shape) <= smem_limit(90)) out.push_back(t);
+    }
+  } else if (wgmma_transposes_b(shape)) {
     for (const auto& c : transposed) out.push_back(wgmma_tile(shape, c[0], c[1]));
   } else {
     for (const auto& c : plain) out.push_back(wgmma_tile(shape, c[0], c[1]));

@@ -49,23 +49,27 @@ struct MatmulTile {
 };
 
 // Whether the wgmma kernel transposes B in shared memory for `shape`: fp32 B read as [K, N] on
-// the tf32 path. tf32 wgmma reads both operands K-major only, so TMA brings B N-major into a
+// the tf32 or tf32x3 path. tf32 wgmma reads both operands K-major only, so TMA brings B N-major into a
 // staging area and the consumers write it K-major, rounded to tf32, where wgmma reads it.
 bool wgmma_transposes_b(const MatmulShape& shape);
+// Whether it splits the operands for `shape`: tf32x3, whose consumers write each operand's small
+// part (x - tf32(x), rounded) beside it in shared memory for the two extra wgmmas.
+bool wgmma_splits(const MatmulShape& shape);
 // The wgmma kernel's shared memory for `shape`: a 1 KiB alignment margin, `stages` stages of A
-// (bm rows of 128 bytes), B (bn rows of 128 bytes) and, where it transposes B, B's staging area
-// (bn x 128 bytes), then a full, an empty and (tf32) a rounded mbarrier per stage.
+// (bm rows of 128 bytes), B (bn rows of 128 bytes), where it splits them their small parts (as
+// many again), where it transposes B B's staging area (bn x 128 bytes), then a full, an empty
+// and (tf32, tf32x3) a rounded mbarrier per stage.
 int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape);
 // Whether the wgmma kernel computes `shape` (with `batch_dims` batch dims, 0 or 1): 16-bit
-// operands on the bf16 or f16 path, or fp32 operands on the tf32 path (B of either layout: [K, N]
-// is transposed in shared memory); A K-major, row strides and batch strides multiples of 16
+// operands on the bf16 or f16 path, or fp32 operands on the tf32 or tf32x3 path (B of either
+// layout: [K, N] is transposed in shared memory); A K-major, row strides and batch strides multiples of 16
 // bytes (TMA's rule for global strides), one batch dim at most.
 bool wgmma_computes(const MatmulShape& shape, int batch_dims);
 // Its K step: 128 bytes of K a stage (64 16-bit elements, 32 fp32 ones).
 int wgmma_bk(const MatmulShape& shape);
 // The wgmma tile for `shape`: 128x256 where N spans 256 columns or more (4 stages), else 128x128
 // (6 stages), within smem_limit(90); 128x128 where the kernel transposes B (its staging area
-// leaves 128x256 two stages).
+// leaves 128x256 two stages) or splits the operands (tf32x3: 3 stages, 2 with B transposed).
 MatmulTile choose_wgmma_tile(const MatmulShape& shape);
 // Whether the model runs `shape` (one the wgmma kernel computes) on it: when its 128x128 work
 // tiles number at least half of typical_sm_count(90). Fewer 128-row tiles leave most SMs idle
@@ -75,7 +79,8 @@ MatmulTile choose_wgmma_tile(const MatmulShape& shape);
 bool wgmma_fills(const MatmulShape& shape);
 // The wgmma tiles `kiln tune` times beside the mma.sync ones: 128x128 at 4 and 6 stages, 128x256
 // at 3 and 4 (the model's among them); where the kernel transposes B, 128x128 at 3 and 4 stages
-// and 128x256 at 2.
+// and 128x256 at 2; where it splits the operands, 128x128 at 2 and 3 stages (2 with B
+// transposed).
 std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape);
 
 // The most splits a split-K tile takes.

@@ -497,13 +497,14 @@ TEST(CompileShapes, EveryWgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
   EXPECT_EQ(compiled, 2 * 2 * 4);
 }
 
-// The wgmma kernel on the tf32 path (`high`, fp32 operands) at every tile the tuner may choose,
-// aligned and ragged, shared and batched B, B K-major and B [K, N] (transposed in shared memory),
-// with a bias, GELU and residual: no spill or warning, 168 registers, tf32 wgmma and the rounding
-// pass's cvt.rna, no mma.sync.
+// The wgmma kernel on the tf32 and tf32x3 paths (`high` and `tf32x3`, fp32 operands) at every
+// tile the tuner may choose, aligned and ragged, shared and batched B, B K-major and B [K, N]
+// (transposed in shared memory), with a bias, GELU and residual: no spill or warning, 168
+// registers, tf32 wgmma and the rounding pass's cvt.rna, no mma.sync.
 TEST(CompileShapes, EveryTf32WgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   int compiled = 0;
+  for (ir::Precision precision : {ir::Precision::high, ir::Precision::tf32x3})
   for (bool kn : {false, true}) {
     for (bool ragged : {false, true}) {
       std::string m = ragged ? "200" : "256", n = ragged ? "264" : "512";
@@ -519,16 +520,17 @@ TEST(CompileShapes, EveryTf32WgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
           "  output h, z, u\n}\n");
       CompileOptions o;
       o.target = Target::cuda(90, "a");
-      o.precision = ir::Precision::high;
+      o.precision = precision;
       auto request = check_request(g, o);
       ASSERT_TRUE(request.ok()) << request.error().message;
       MatmulShape f32;
       f32.elem_bytes = 4;
-      f32.path = MatmulPath::tf32;
+      f32.path = precision == ir::Precision::high ? MatmulPath::tf32 : MatmulPath::tf32x3;
       f32.b_k_contiguous = !kn;
       EXPECT_EQ(wgmma_transposes_b(f32), kn);
       for (const MatmulTile& tile : wgmma_candidates(f32)) {
-        std::string what = std::string("sm_90a tf32") + (kn ? " B [K, N]" : " B K-major") +
+        std::string what = "sm_90a " + std::string(ir::to_string(precision)) +
+                           (kn ? " B [K, N]" : " B K-major") +
                            (ragged ? " ragged " : " ") + to_string(tile);
         ASSERT_EQ(tile.bk, 32) << what;
         expect_wgmma_matmuls(g, *request, tile,
@@ -537,7 +539,8 @@ TEST(CompileShapes, EveryTf32WgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
       }
     }
   }
-  EXPECT_EQ(compiled, 2 * 4 + 2 * 3);
+  // high: 4 tiles B K-major, 3 B [K, N]; tf32x3: 2 and 1; each aligned and ragged
+  EXPECT_EQ(compiled, 2 * (4 + 3 + 2 + 1));
 }
 
 // sm_90a's attention kernel (the model's choice for 16-bit attention there) at head dims 64 and

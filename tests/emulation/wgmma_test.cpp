@@ -28,10 +28,10 @@ ir::Graph load(const std::string& name) {
   return std::move(*graph);
 }
 
-compiler::CompileOptions sm90a() {
+compiler::CompileOptions sm90a(ir::Precision precision = ir::Precision::high) {
   compiler::CompileOptions options;
   options.target = compiler::Target::cuda(90, "a");
-  options.precision = ir::Precision::high;
+  options.precision = precision;
   return options;
 }
 
@@ -50,8 +50,9 @@ public:
   std::string key() const override { return "wgmma"; }
 };
 
-Expected<Program> build(const ir::Graph& graph, ShimOptions shim = {}) {
-  auto request = compiler::check_request(graph, sm90a());
+Expected<Program> build(const ir::Graph& graph, ShimOptions shim = {},
+                        ir::Precision precision = ir::Precision::high) {
+  auto request = compiler::check_request(graph, sm90a(precision));
   if (!request) return request.error();
   auto lowered = compiler::lower(graph, *request, WgmmaSchedule());
   if (!lowered) return lowered.error();
@@ -104,13 +105,18 @@ INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaGraph,
 // The tf32 path's wgmma kernel rounds its operands in shared memory as the mma.sync kernel rounds
 // its fragments (cvt.rna), and both add each k8 slice as the H100 does, in the same order: the
 // two kernels' outputs agree bit for bit (a kernel that let wgmma read the fp32 bits, truncated,
-// would not), B K-major and B [K, N] (transposed in shared memory) alike.
-TEST(EmulatedWgmmaTf32, MatchesTheMmaSyncKernelBitForBit) {
+// would not), B K-major and B [K, N] (transposed in shared memory) alike. tf32x3 likewise: both
+// split each operand with cvt.rna, run the three products in the same order, sum a k tile of 32
+// on the tensor cores from zero and add it to the accumulator in fp32.
+class EmulatedWgmmaTf32Modes : public ::testing::TestWithParam<ir::Precision> {};
+
+TEST_P(EmulatedWgmmaTf32Modes, MatchesTheMmaSyncKernelBitForBit) {
   ir::Graph graph = load("wgmma_tf32_odd");
-  auto wgmma = build(graph);
+  auto wgmma = build(graph, {}, GetParam());
   ASSERT_TRUE(wgmma.ok()) << wgmma.error().message;
   ASSERT_EQ(wgmma_kernels(*wgmma), 4);
-  auto mma = build_program(graph, sm90a());  // the model keeps these small grids on mma.sync
+  // the model keeps these small grids on mma.sync
+  auto mma = build_program(graph, sm90a(GetParam()));
   ASSERT_TRUE(mma.ok()) << mma.error().message;
   ASSERT_EQ(wgmma_kernels(*mma), 0);
   auto inputs = reference::random_inputs(graph, 3);
@@ -130,13 +136,29 @@ TEST(EmulatedWgmmaTf32, MatchesTheMmaSyncKernelBitForBit) {
   }
 }
 
+TEST_P(EmulatedWgmmaTf32Modes, MatchesTheFp64ReferenceUnderEverySchedule) {
+  ir::Graph graph = load("wgmma_tf32_odd");
+  auto program = build(graph, {}, GetParam());
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  ASSERT_EQ(wgmma_kernels(*program), 4);
+  for (const Schedule& schedule : k_schedules) {
+    SCOPED_TRACE("schedule " + to_string(schedule));
+    EXPECT_EQ(check(graph, *program, schedule), "");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaTf32Modes,
+                         ::testing::Values(ir::Precision::high, ir::Precision::tf32x3),
+                         [](const auto& info) { return std::string(ir::to_string(info.param)); });
+
 // Outputs of wgmma_tf32_odd that differ from the mma.sync kernel's in their bits, the wgmma
 // kernel's text edited (each `from`, which must occur, replaced by its `to`) and run under
 // `schedule`; or a failure.
 testing::AssertionResult differs_from_mma_sync(
-    const std::function<std::string(std::string&)>& edit, const Schedule& schedule) {
+    const std::function<std::string(std::string&)>& edit, const Schedule& schedule,
+    ir::Precision precision = ir::Precision::high) {
   ir::Graph graph = load("wgmma_tf32_odd");
-  auto request = compiler::check_request(graph, sm90a());
+  auto request = compiler::check_request(graph, sm90a(precision));
   if (!request) return testing::AssertionFailure() << request.error().message;
   auto lowered = compiler::lower(graph, *request, WgmmaSchedule());
   if (!lowered) return testing::AssertionFailure() << lowered.error().message;
@@ -144,7 +166,7 @@ testing::AssertionResult differs_from_mma_sync(
   if (std::string failed = edit(source); !failed.empty()) return testing::AssertionFailure() << failed;
   auto edited = build_program_from_source(graph, std::move(*lowered), std::move(source));
   if (!edited) return testing::AssertionFailure() << edited.error().message;
-  auto mma = build_program(graph, sm90a());
+  auto mma = build_program(graph, sm90a(precision));
   if (!mma) return testing::AssertionFailure() << mma.error().message;
   auto inputs = reference::random_inputs(graph, 3);
   auto a = edited->run(inputs, schedule);
@@ -160,7 +182,8 @@ testing::AssertionResult differs_from_mma_sync(
 }
 
 testing::AssertionResult differs_from_mma_sync(const std::string& from, const std::string& to,
-                                               const Schedule& schedule) {
+                                               const Schedule& schedule,
+                                               ir::Precision precision = ir::Precision::high) {
   return differs_from_mma_sync(
       [&](std::string& source) -> std::string {
         size_t at = source.find(from);
@@ -171,7 +194,7 @@ testing::AssertionResult differs_from_mma_sync(const std::string& from, const st
         }
         return "";
       },
-      schedule);
+      schedule, precision);
 }
 
 TEST(EmulatedWgmmaTf32, SkippingTheRoundingPassIsCaught) {
@@ -190,6 +213,33 @@ TEST(EmulatedWgmmaTf32, ATransposedBMisplacedOrUnroundedIsCaught) {
                                     Schedule{}));
   EXPECT_TRUE(differs_from_mma_sync("(((k >> 2) ^ (n & 7)) << 2)", "((k >> 2) << 2)", Schedule{}));
   EXPECT_TRUE(differs_from_mma_sync("= kiln_as_float(kiln_cvt_rna_tf32(x));", "= x;", Schedule{}));
+}
+
+TEST(EmulatedWgmmaTf32, Tf32x3sSmallPartsAreNeededRoundedAndSummedApart) {
+  const ir::Precision x3 = ir::Precision::tf32x3;
+  // Either small part left out of its product (zeros where it lies), or written unrounded.
+  EXPECT_TRUE(differs_from_mma_sync("ras[i] = kiln_as_float(kiln_cvt_rna_tf32(x - big));",
+                                    "ras[i] = 0.0f;", Schedule{}, x3));
+  EXPECT_TRUE(differs_from_mma_sync("rbs[i] = kiln_as_float(kiln_cvt_rna_tf32(x - big));",
+                                    "rbs[i] = 0.0f;", Schedule{}, x3));
+  EXPECT_TRUE(differs_from_mma_sync("rbs[at] = kiln_as_float(kiln_cvt_rna_tf32(x - big));",
+                                    "rbs[at] = x - big;", Schedule{}, x3));
+  // The k tiles summed on the tensor cores into acc (truncated) instead of apart in fp32.
+  EXPECT_TRUE(differs_from_mma_sync(
+      [](std::string& source) -> std::string {
+        for (const char* from : {"(part, das, db, ks > 0 ? 1 : 0)", "acc[v] += part[v]"})
+          if (source.find(from) == std::string::npos) return std::string("no '") + from + "'";
+        auto replace_all = [&](const std::string& from, const std::string& to) {
+          for (size_t at = source.find(from); at != std::string::npos; at = source.find(from, at + to.size()))
+            source.replace(at, from.size(), to);
+        };
+        replace_all("(part, das, db, ks > 0 ? 1 : 0)", "(acc, das, db, 1)");
+        replace_all("(part, da, dbs, 1)", "(acc, da, dbs, 1)");
+        replace_all("(part, da, db, 1)", "(acc, da, db, 1)");
+        replace_all("acc[v] += part[v]", "(void)0");
+        return "";
+      },
+      Schedule{}, x3));
 }
 
 TEST(EmulatedWgmmaTf32, ARoundingPassWithoutItsFenceIsReadUnrounded) {

@@ -105,9 +105,9 @@ TEST(GpuWgmma, LargeMatmulsOfEveryOperandLayoutMatchTheReference) {
   expect_matches_reference(*graph, Precision::automatic);
 }
 
-// The wgmma kernel on the tf32 path (`high`: fp32 operands rounded in shared memory): B K-major
-// through transpose_b and B [K, N] (transposed in shared memory), each shared and batched, K 200
-// ending inside a K tile of 32, ragged N.
+// The wgmma kernel on the tf32 and tf32x3 paths (`high` and `tf32x3`: fp32 operands rounded, and
+// for tf32x3 split, in shared memory): B K-major through transpose_b and B [K, N] (transposed in
+// shared memory), each shared and batched, K 200 ending inside a K tile of 32, ragged N.
 TEST(GpuWgmma, Tf32MatmulsOfBothBLayoutsMatchTheReference) {
   if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   auto graph = ir::parse_graph(R"(graph wgmma_tf32_gpu {
@@ -126,6 +126,7 @@ TEST(GpuWgmma, Tf32MatmulsOfBothBLayoutsMatchTheReference) {
 )", "wgmma_tf32_gpu.kg");
   ASSERT_TRUE(graph) << graph.error().message;
   expect_matches_reference(*graph, Precision::high);
+  expect_matches_reference(*graph, Precision::tf32x3);
 }
 
 // sm_90a's attention kernel on the device (the model gives it every 16-bit attention there):
