@@ -13,7 +13,12 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   const MatmulShape& s = k.shape;
   const MatmulExtents& e = k.extents;
   bool batched = ctx.graph.node(k.group.root).type.shape.rank() >= 3;
-  std::string type = s.path == MatmulPath::bf16 ? "bf16" : s.path == MatmulPath::f16 ? "f16" : "tf32";
+  // medium (conv): fp32 operands staged by TMA and written as bf16 by the consumers; from there
+  // on the 16-bit kernel's stages, descriptors and wgmmas.
+  bool conv = wgmma_converts(s);
+  std::string type = s.path == MatmulPath::bf16 || conv ? "bf16"
+                     : s.path == MatmulPath::f16        ? "f16"
+                                                        : "tf32";
   // tf32: fp32 operands, 32 of K a stage in 4 steps of k8, rounded to tf32 in shared memory by
   // the consumers (cvt.rna, the mode's rounding) before any wgmma reads them. tf32x3: the same
   // pass also writes each element's small part, tf32(x - tf32(x)), beside the stage (x3).
@@ -28,6 +33,11 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   bool b_n_major = !s.b_k_contiguous;
   bool staged = wgmma_transposes_b(s);
   int n_block = 128 / s.elem_bytes, block_bytes = t.bk * 128;
+  // conv: the staging areas hold 64 of K in fp32, two boxes of 32 (128 bytes) a row: A as two
+  // blocks of bm rows, B K-major as two blocks of bn rows, B N-major as bn / 32 blocks of 64 k
+  // rows x 32 columns; 8 KiB a block at 128 rows.
+  int at_stage = t.bm * 256, bt_stage = t.bn * 256;
+  if (conv) n_block = 32, block_bytes = 64 * 128;
   std::string pa = "p" + to_str(k.a_map_param), pb = "p" + to_str(k.b_map_param);
   // Operands broadcast over the batch take rank-2 maps (no batch coordinate).
   bool a_batch = batched && s.a_batch_stride != 0, b_batch = batched && s.b_batch_stride != 0;
@@ -41,12 +51,13 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
                                         to_str(n_block) + " columns"
                                   : to_str(t.bn) + " rows of 128 bytes") +
             ")" + (x3 ? ", the small parts of A and B (as many again)" : "") +
+            (conv ? ", " + to_str(stages) + " fp32 staging areas of A and B as TMA loads them" : "") +
             (staged ? ", " + to_str(stages) + " staging areas of B as TMA loads it (" +
                           to_str(t.bn / n_block) + " blocks of " + bk + " k rows x " +
                           to_str(n_block) + " columns)"
                     : "") +
             ", then full[" + to_str(stages) + "], empty[" + to_str(stages) + "] and rounded[" +
-            to_str(stages) + "] mbarriers" + (tf32 ? "" : " (rounded unused)"));
+            to_str(stages) + "] mbarriers" + (tf32 || conv ? "" : " (rounded unused)"));
   code.line("unsigned char* smem = kiln_dynamic_smem();");
   code.line("smem += (1024u - (kiln_smem_addr(smem) & 1023u)) & 1023u;");
   code.line("unsigned char* sa = smem;");
@@ -58,20 +69,27 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("unsigned char* sbs = sas + " + to_str(int64_t{stages} * a_stage) + ";");
     last = "sbs";
   }
+  int64_t last_bytes = int64_t{stages} * b_stage;
   if (staged) {
-    code.line("unsigned char* sbt = " + last + " + " + to_str(int64_t{stages} * b_stage) + ";");
+    code.line("unsigned char* sbt = " + last + " + " + to_str(last_bytes) + ";");
     last = "sbt";
   }
+  if (conv) {
+    code.line("unsigned char* sac = " + last + " + " + to_str(last_bytes) + ";");
+    code.line("unsigned char* sbc = sac + " + to_str(int64_t{stages} * at_stage) + ";");
+    last = "sbc";
+    last_bytes = int64_t{stages} * bt_stage;
+  }
   code.line("unsigned long long* full = (unsigned long long*)(" + last + " + " +
-            to_str(int64_t{stages} * b_stage) + ");");
+            to_str(last_bytes) + ");");
   code.line("unsigned long long* empty = full + " + to_str(stages) + ";");
-  if (tf32) code.line("unsigned long long* rounded = empty + " + to_str(stages) + ";");
+  if (tf32 || conv) code.line("unsigned long long* rounded = empty + " + to_str(stages) + ";");
   code.line("const int tid = (int)threadIdx.x;");
   code.open("if (tid == 0) {");
   code.open("for (int s = 0; s < " + to_str(stages) + "; ++s) {");
   code.line("kiln_mbarrier_init(&full[s], 1);     // the producer's expect_tx, then TMA's bytes");
   code.line("kiln_mbarrier_init(&empty[s], 256);  // every consumer thread, once its wgmmas are done");
-  if (tf32) code.line("kiln_mbarrier_init(&rounded[s], 256);  // every consumer thread, its share rounded");
+  if (tf32 || conv) code.line("kiln_mbarrier_init(&rounded[s], 256);  // every consumer thread, its share rounded");
   code.close();
   code.line("kiln_fence_proxy_async();  // the initialised barriers, to the async proxy (TMA)");
   code.close();
@@ -111,6 +129,19 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("// the stage's previous use released by both consumers");
   code.line("if (it >= " + to_str(stages) + ") kiln_mbarrier_wait(&empty[s], ((it / " +
             to_str(stages) + ") - 1) & 1);");
+  if (conv) {
+    code.line("kiln_mbarrier_arrive_expect_tx(&full[s], " + to_str(at_stage + bt_stage) + ");");
+    for (int h = 0; h < 2; ++h) {
+      std::string k0 = "kt * 64" + std::string(h ? " + 32" : "");
+      tma("sac + s * " + to_str(at_stage) + " + " + to_str(h * t.bm * 128), pa, k0, "bm0", a_batch);
+      if (!b_n_major)
+        tma("sbc + s * " + to_str(bt_stage) + " + " + to_str(h * t.bn * 128), pb, k0, "bn0", b_batch);
+    }
+    if (b_n_major)
+      for (int j = 0; j < t.bn / n_block; ++j)
+        tma("sbc + s * " + to_str(bt_stage) + " + " + to_str(j * block_bytes), pb,
+            "bn0 + " + to_str(j * n_block), "kt * 64", b_batch);
+  } else {
   code.line("kiln_mbarrier_arrive_expect_tx(&full[s], " + to_str(a_stage + b_stage) + ");");
   tma("sa + s * " + to_str(a_stage), pa, "kt * " + bk, "bm0", a_batch);
   if (b_n_major) {
@@ -120,6 +151,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
           pb, "bn0 + " + to_str(j * n_block), "kt * " + bk, b_batch);
   } else {
     tma("sb + s * " + to_str(b_stage), pb, "kt * " + bk, "bn0", b_batch);
+  }
   }
   code.close();
   code.close();
@@ -144,6 +176,49 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt, ++it) {");
   code.line("const int s = it % " + to_str(stages) + ";");
   code.line("kiln_mbarrier_wait(&full[s], (it / " + to_str(stages) + ") & 1);");
+  if (conv) {
+    code.line("// convert the stage to bf16 (cvt.rn, as `medium` promises) from the staging areas into");
+    code.line("// the 16-bit kernel's layout: this consumer's 64 rows of A and half of B, two elements");
+    code.line("// a write; then the writes to the async proxy, then wait for the other consumer's half.");
+    code.line("// fp32 (k, r) of a staging block at r * 128 + 16 (((k & 31) / 4) ^ (r & 7)) + 4 (k & 3),");
+    code.line("// bf16 (k, r) of the stage at r * 128 + 16 ((k / 8) ^ (r & 7)) + 2 (k & 7)");
+    code.open("{");
+    // K-major operand: `rows` rows from `first`, pairs of k.
+    auto k_major = [&](const std::string& src, const std::string& dst, int rows_all, int rows,
+                       const std::string& first) {
+      code.line("#pragma unroll 4");
+      code.open("for (int i = tid & 127; i < " + to_str(rows * 32) + "; i += 128) {");
+      code.line("const int r = " + first + " + (i >> 5), k = (i & 31) * 2;");
+      code.line("const float* f = (const float*)(" + src + ") + (k >> 5) * " + to_str(rows_all * 32) +
+                " + r * 32 + ((((k & 31) >> 2) ^ (r & 7)) << 2) + (k & 3);");
+      code.line("((unsigned*)(" + dst + "))[(r * 64 + (((k >> 3) ^ (r & 7)) << 3) + (k & 7)) >> 1] = "
+                "kiln_pack_bf16x2(f[0], f[1]);");
+      code.close();
+    };
+    k_major("sac + s * " + to_str(at_stage), "sa + s * " + to_str(a_stage), t.bm, 64, "c * 64");
+    if (b_n_major) {
+      code.line("// B N-major: this consumer's 32 k rows, pairs of n; fp32 (k, n) of block n / 32 at");
+      code.line("// k * 128 + 16 (((n & 31) / 4) ^ (k & 7)) + 4 (n & 3), bf16 (k, n) of block n / 64");
+      code.line("// (8 KiB apart) at k * 128 + 16 (((n & 63) / 8) ^ (k & 7)) + 2 (n & 7)");
+      code.line("#pragma unroll 4");
+      code.open("for (int i = tid & 127; i < " + to_str(32 * t.bn / 2) + "; i += 128) {");
+      code.line("const int k = c * 32 + i / " + to_str(t.bn / 2) + ", n = (i % " + to_str(t.bn / 2) +
+                ") * 2;");
+      code.line("const float* f = (const float*)(sbc + s * " + to_str(bt_stage) +
+                ") + (n >> 5) * 2048 + k * 32 + ((((n & 31) >> 2) ^ (k & 7)) << 2) + (n & 3);");
+      code.line("((unsigned*)(sb + s * " + to_str(b_stage) +
+                "))[((n >> 6) * 4096 + k * 64 + ((((n & 63) >> 3) ^ (k & 7)) << 3) + (n & 7)) >> 1] = "
+                "kiln_pack_bf16x2(f[0], f[1]);");
+      code.close();
+    } else {
+      k_major("sbc + s * " + to_str(bt_stage), "sb + s * " + to_str(b_stage), t.bn, t.bn / 2,
+              "c * " + to_str(t.bn / 2));
+    }
+    code.line("kiln_fence_proxy_async();");
+    code.line("kiln_mbarrier_arrive(&rounded[s]);");
+    code.line("kiln_mbarrier_wait(&rounded[s], (it / " + to_str(stages) + ") & 1);");
+    code.close();
+  }
   if (tf32) {
     code.line("// round the stage to tf32 in place (cvt.rna, as `high` promises; wgmma would read the");
     code.line("// fp32 bits as they are): this consumer's 64 rows of A and half of B's rows, then the");

@@ -268,9 +268,14 @@ bool wgmma_splits(const MatmulShape& shape) {
   return shape.path == MatmulPath::tf32x3 && shape.elem_bytes == 4;
 }
 
+bool wgmma_converts(const MatmulShape& shape) {
+  return shape.path == MatmulPath::bf16_of_f32 && shape.elem_bytes == 4;
+}
+
 int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape) {
   int rows = tile.bm + tile.bn;                     // A and B
   if (wgmma_splits(shape)) rows *= 2;               // their small parts
+  if (wgmma_converts(shape)) rows *= 3;             // their fp32 staging areas, 256-byte rows
   if (wgmma_transposes_b(shape)) rows += tile.bn;   // B's staging area
   return 1024 + tile.stages * rows * 128 + 3 * 8 * tile.stages;
 }
@@ -278,14 +283,16 @@ int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape) {
 bool wgmma_computes(const MatmulShape& shape, int batch_dims) {
   bool half = (shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16) &&
               shape.elem_bytes == 2;
-  bool tf32 = wgmma_tf32(shape);
+  bool tf32 = wgmma_tf32(shape) || wgmma_converts(shape);
   auto aligned = [&](int64_t elements) { return elements * shape.elem_bytes % 16 == 0; };
   return (half || tf32) && shape.a_k_contiguous && batch_dims <= 1 && aligned(shape.lda) &&
          aligned(shape.ldb) && aligned(shape.a_batch_stride) && aligned(shape.b_batch_stride) &&
          shape.m >= 1 && shape.n >= 1 && shape.k >= 1;
 }
 
-int wgmma_bk(const MatmulShape& shape) { return 128 / shape.elem_bytes; }
+int wgmma_bk(const MatmulShape& shape) {
+  return wgmma_converts(shape) ? 64 : 128 / shape.elem_bytes;
+}
 
 namespace {
 
@@ -304,7 +311,8 @@ MatmulTile wgmma_tile(const MatmulShape& shape, int bn, int stages) {
 }  // namespace
 
 MatmulTile choose_wgmma_tile(const MatmulShape& shape) {
-  bool wide = shape.n >= 256 && !wgmma_transposes_b(shape) && !wgmma_splits(shape);
+  bool wide = shape.n >= 256 && !wgmma_transposes_b(shape) && !wgmma_splits(shape) &&
+              !wgmma_converts(shape);
   MatmulTile t = wgmma_tile(shape, wide ? 256 : 128, wide ? 4 : 6);
   while (t.stages > 2 && wgmma_smem_bytes(t, shape) > smem_limit(90)) --t.stages;
   return t;
@@ -320,7 +328,9 @@ std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape) {
   const int plain[][2] = {{128, 4}, {128, 6}, {256, 3}, {256, 4}};
   const int transposed[][2] = {{128, 3}, {128, 4}, {256, 2}};
   std::vector<MatmulTile> out;
-  if (wgmma_splits(shape)) {  // 128 columns (acc and a stage's part take 128 registers), in room
+  if (wgmma_converts(shape)) {  // the staging areas leave room for 2 stages of 128x128
+    out.push_back(wgmma_tile(shape, 128, 2));
+  } else if (wgmma_splits(shape)) {  // 128 columns (acc and a stage's part: 128 registers)
     for (int stages : {2, 3}) {
       MatmulTile t = wgmma_tile(shape, 128, stages);
       if (wgmma_smem_bytes(t, shape) <= smem_limit(90)) out.push_back(t);

@@ -55,21 +55,28 @@ bool wgmma_transposes_b(const MatmulShape& shape);
 // Whether it splits the operands for `shape`: tf32x3, whose consumers write each operand's small
 // part (x - tf32(x), rounded) beside it in shared memory for the two extra wgmmas.
 bool wgmma_splits(const MatmulShape& shape);
+// Whether it converts the operands for `shape`: fp32 operands on the bf16 path (medium). TMA
+// loads them into fp32 staging areas (64 of K a stage, two 128-byte boxes a row) and the
+// consumers write them as bf16 where the 16-bit kernel's wgmmas read them.
+bool wgmma_converts(const MatmulShape& shape);
 // The wgmma kernel's shared memory for `shape`: a 1 KiB alignment margin, `stages` stages of A
 // (bm rows of 128 bytes), B (bn rows of 128 bytes), where it splits them their small parts (as
-// many again), where it transposes B B's staging area (bn x 128 bytes), then a full, an empty
-// and (tf32, tf32x3) a rounded mbarrier per stage.
+// many again), where it transposes B B's staging area (bn x 128 bytes), where it converts them
+// their fp32 staging areas ((bm + bn) x 256 bytes), then a full, an empty and (tf32, tf32x3,
+// medium) a rounded mbarrier per stage.
 int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape);
 // Whether the wgmma kernel computes `shape` (with `batch_dims` batch dims, 0 or 1): 16-bit
-// operands on the bf16 or f16 path, or fp32 operands on the tf32 or tf32x3 path (B of either
-// layout: [K, N] is transposed in shared memory); A K-major, row strides and batch strides multiples of 16
+// operands on the bf16 or f16 path, or fp32 operands on the tf32, tf32x3 or bf16_of_f32 path (B
+// of either layout: [K, N] is transposed in shared memory for tf32); A K-major, row strides and batch strides multiples of 16
 // bytes (TMA's rule for global strides), one batch dim at most.
 bool wgmma_computes(const MatmulShape& shape, int batch_dims);
-// Its K step: 128 bytes of K a stage (64 16-bit elements, 32 fp32 ones).
+// Its K step: 128 bytes of K a stage (64 16-bit elements, 32 fp32 ones), 64 where it converts
+// fp32 operands to bf16.
 int wgmma_bk(const MatmulShape& shape);
 // The wgmma tile for `shape`: 128x256 where N spans 256 columns or more (4 stages), else 128x128
 // (6 stages), within smem_limit(90); 128x128 where the kernel transposes B (its staging area
-// leaves 128x256 two stages) or splits the operands (tf32x3: 3 stages, 2 with B transposed).
+// leaves 128x256 two stages) or splits the operands (tf32x3: 3 stages, 2 with B transposed);
+// 128x128 at 2 stages where it converts them.
 MatmulTile choose_wgmma_tile(const MatmulShape& shape);
 // Whether the model runs `shape` (one the wgmma kernel computes) on it: when its 128x128 work
 // tiles number at least half of typical_sm_count(90). Fewer 128-row tiles leave most SMs idle
@@ -80,7 +87,7 @@ bool wgmma_fills(const MatmulShape& shape);
 // The wgmma tiles `kiln tune` times beside the mma.sync ones: 128x128 at 4 and 6 stages, 128x256
 // at 3 and 4 (the model's among them); where the kernel transposes B, 128x128 at 3 and 4 stages
 // and 128x256 at 2; where it splits the operands, 128x128 at 2 and 3 stages (2 with B
-// transposed).
+// transposed); where it converts them, 128x128 at 2.
 std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape);
 
 // The most splits a split-K tile takes.

@@ -497,14 +497,14 @@ TEST(CompileShapes, EveryWgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
   EXPECT_EQ(compiled, 2 * 2 * 4);
 }
 
-// The wgmma kernel on the tf32 and tf32x3 paths (`high` and `tf32x3`, fp32 operands) at every
-// tile the tuner may choose, aligned and ragged, shared and batched B, B K-major and B [K, N]
-// (transposed in shared memory), with a bias, GELU and residual: no spill or warning, 168
-// registers, tf32 wgmma and the rounding pass's cvt.rna, no mma.sync.
-TEST(CompileShapes, EveryTf32WgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
+// The wgmma kernel on fp32 operands (`high`, `tf32x3` and `medium`) at every tile the tuner may
+// choose, aligned and ragged, shared and batched B, B K-major and B [K, N], with a bias, GELU and
+// residual: no spill or warning, 168 registers, tf32 wgmma and the rounding pass's cvt.rna (bf16
+// wgmma for medium), no mma.sync.
+TEST(CompileShapes, EveryFp32OperandWgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   int compiled = 0;
-  for (ir::Precision precision : {ir::Precision::high, ir::Precision::tf32x3})
+  for (ir::Precision precision : {ir::Precision::high, ir::Precision::tf32x3, ir::Precision::medium})
   for (bool kn : {false, true}) {
     for (bool ragged : {false, true}) {
       std::string m = ragged ? "200" : "256", n = ragged ? "264" : "512";
@@ -525,22 +525,29 @@ TEST(CompileShapes, EveryTf32WgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
       ASSERT_TRUE(request.ok()) << request.error().message;
       MatmulShape f32;
       f32.elem_bytes = 4;
-      f32.path = precision == ir::Precision::high ? MatmulPath::tf32 : MatmulPath::tf32x3;
+      f32.path = precision == ir::Precision::high     ? MatmulPath::tf32
+                 : precision == ir::Precision::tf32x3 ? MatmulPath::tf32x3
+                                                      : MatmulPath::bf16_of_f32;
       f32.b_k_contiguous = !kn;
-      EXPECT_EQ(wgmma_transposes_b(f32), kn);
+      // tf32 wgmma reads B K-major only; medium's bf16 wgmma reads B [K, N] as it lies
+      EXPECT_EQ(wgmma_transposes_b(f32), kn && precision != ir::Precision::medium);
       for (const MatmulTile& tile : wgmma_candidates(f32)) {
         std::string what = "sm_90a " + std::string(ir::to_string(precision)) +
                            (kn ? " B [K, N]" : " B K-major") +
                            (ragged ? " ragged " : " ") + to_string(tile);
-        ASSERT_EQ(tile.bk, 32) << what;
+        bool medium = precision == ir::Precision::medium;
+        ASSERT_EQ(tile.bk, medium ? 64 : 32) << what;
         expect_wgmma_matmuls(g, *request, tile,
-                             "m64n" + std::to_string(tile.bn) + "k8.f32.tf32.tf32", 3, what);
+                             "m64n" + std::to_string(tile.bn) +
+                                 (medium ? "k16.f32.bf16.bf16" : "k8.f32.tf32.tf32"),
+                             3, what);
         ++compiled;
       }
     }
   }
-  // high: 4 tiles B K-major, 3 B [K, N]; tf32x3: 2 and 1; each aligned and ragged
-  EXPECT_EQ(compiled, 2 * (4 + 3 + 2 + 1));
+  // high: 4 tiles B K-major, 3 B [K, N]; tf32x3: 2 and 1; medium: 1 and 1; each aligned and
+  // ragged
+  EXPECT_EQ(compiled, 2 * (4 + 3 + 2 + 1 + 1 + 1));
 }
 
 // sm_90a's attention kernel (the model's choice for 16-bit attention there) at head dims 64 and

@@ -107,10 +107,11 @@ INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaGraph,
 // two kernels' outputs agree bit for bit (a kernel that let wgmma read the fp32 bits, truncated,
 // would not), B K-major and B [K, N] (transposed in shared memory) alike. tf32x3 likewise: both
 // split each operand with cvt.rna, run the three products in the same order, sum a k tile of 32
-// on the tensor cores from zero and add it to the accumulator in fp32.
-class EmulatedWgmmaTf32Modes : public ::testing::TestWithParam<ir::Precision> {};
+// on the tensor cores from zero and add it to the accumulator in fp32. medium: both round the fp32
+// operands to bf16 (cvt.rn) and add each k16 slice as the H100 does.
+class EmulatedWgmmaFp32Operands : public ::testing::TestWithParam<ir::Precision> {};
 
-TEST_P(EmulatedWgmmaTf32Modes, MatchesTheMmaSyncKernelBitForBit) {
+TEST_P(EmulatedWgmmaFp32Operands, MatchesTheMmaSyncKernelBitForBit) {
   ir::Graph graph = load("wgmma_tf32_odd");
   auto wgmma = build(graph, {}, GetParam());
   ASSERT_TRUE(wgmma.ok()) << wgmma.error().message;
@@ -136,7 +137,7 @@ TEST_P(EmulatedWgmmaTf32Modes, MatchesTheMmaSyncKernelBitForBit) {
   }
 }
 
-TEST_P(EmulatedWgmmaTf32Modes, MatchesTheFp64ReferenceUnderEverySchedule) {
+TEST_P(EmulatedWgmmaFp32Operands, MatchesTheFp64ReferenceUnderEverySchedule) {
   ir::Graph graph = load("wgmma_tf32_odd");
   auto program = build(graph, {}, GetParam());
   ASSERT_TRUE(program.ok()) << program.error().message;
@@ -147,8 +148,9 @@ TEST_P(EmulatedWgmmaTf32Modes, MatchesTheFp64ReferenceUnderEverySchedule) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaTf32Modes,
-                         ::testing::Values(ir::Precision::high, ir::Precision::tf32x3),
+INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaFp32Operands,
+                         ::testing::Values(ir::Precision::high, ir::Precision::tf32x3,
+                                           ir::Precision::medium),
                          [](const auto& info) { return std::string(ir::to_string(info.param)); });
 
 // Outputs of wgmma_tf32_odd that differ from the mma.sync kernel's in their bits, the wgmma
@@ -240,6 +242,19 @@ TEST(EmulatedWgmmaTf32, Tf32x3sSmallPartsAreNeededRoundedAndSummedApart) {
         return "";
       },
       Schedule{}, x3));
+}
+
+TEST(EmulatedWgmmaTf32, MediumsConversionMisplacedIsCaught) {
+  // A's staging area read without TMA's swizzle, B [K, N] written without the 16-bit kernel's.
+  const ir::Precision medium = ir::Precision::medium;
+  EXPECT_TRUE(differs_from_mma_sync("r * 32 + ((((k & 31) >> 2) ^ (r & 7)) << 2)",
+                                    "r * 32 + (((k & 31) >> 2) << 2)", Schedule{}, medium));
+  EXPECT_TRUE(differs_from_mma_sync("((((n & 63) >> 3) ^ (k & 7)) << 3)", "(((n & 63) >> 3) << 3)",
+                                    Schedule{}, medium));
+  // The converted stage published without its fence: wgmma reads what was there before.
+  EXPECT_TRUE(differs_from_mma_sync(
+      "kiln_pack_bf16x2(f[0], f[1]);\n          }\n          kiln_fence_proxy_async();",
+      "kiln_pack_bf16x2(f[0], f[1]);\n          }\n          (void)0;", Schedule{}, medium));
 }
 
 TEST(EmulatedWgmmaTf32, ARoundingPassWithoutItsFenceIsReadUnrounded) {

@@ -105,10 +105,10 @@ TEST(GpuWgmma, LargeMatmulsOfEveryOperandLayoutMatchTheReference) {
   expect_matches_reference(*graph, Precision::automatic);
 }
 
-// The wgmma kernel on the tf32 and tf32x3 paths (`high` and `tf32x3`: fp32 operands rounded, and
-// for tf32x3 split, in shared memory): B K-major through transpose_b and B [K, N] (transposed in
+// The wgmma kernel on fp32 operands (`high`, `tf32x3` and `medium`: rounded, split or converted
+// to bf16 in shared memory): B K-major through transpose_b and B [K, N] (transposed in
 // shared memory), each shared and batched, K 200 ending inside a K tile of 32, ragged N.
-TEST(GpuWgmma, Tf32MatmulsOfBothBLayoutsMatchTheReference) {
+TEST(GpuWgmma, Fp32MatmulsOfBothBLayoutsMatchTheReference) {
   if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   auto graph = ir::parse_graph(R"(graph wgmma_tf32_gpu {
   input x: f32[2, 1040, 200]
@@ -127,6 +127,7 @@ TEST(GpuWgmma, Tf32MatmulsOfBothBLayoutsMatchTheReference) {
   ASSERT_TRUE(graph) << graph.error().message;
   expect_matches_reference(*graph, Precision::high);
   expect_matches_reference(*graph, Precision::tf32x3);
+  expect_matches_reference(*graph, Precision::medium);
 }
 
 // sm_90a's attention kernel on the device (the model gives it every 16-bit attention there):
