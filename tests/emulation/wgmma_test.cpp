@@ -326,6 +326,42 @@ INSTANTIATE_TEST_SUITE_P(
                                          ir::Precision::tf32x3, ir::Precision::medium,
                                          ir::Precision::automatic)));
 
+// Every example graph on sm_90a in every precision mode, with the wgmma kernels wherever they
+// compute a matmul or an attention (the model would keep these small grids on mma.sync): the
+// matmuls of every tensor-core mode, 16-bit and fp32, the attention kernel, and the kernels that
+// stay (highest's FFMA, fp32 attention, symbolic graphs) beside them.
+class EmulatedSm90aExampleOnWgmma
+    : public ::testing::TestWithParam<std::tuple<const char*, ir::Precision>> {};
+
+TEST_P(EmulatedSm90aExampleOnWgmma, MatchesTheFp64Reference) {
+  auto [name, precision] = GetParam();
+  ir::Graph graph = load(name);
+  auto program = build(graph, {}, precision);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  EXPECT_EQ(check(graph, *program, Schedule{}), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sm90a, EmulatedSm90aExampleOnWgmma,
+    ::testing::Combine(::testing::Values("examples/mlp", "examples/gated_mlp",
+                                         "examples/half_epilogue", "examples/mixed_head",
+                                         "examples/bert_layer", "examples/attention",
+                                         "examples/attention_causal"),
+                       ::testing::Values(ir::Precision::highest, ir::Precision::high,
+                                         ir::Precision::tf32x3, ir::Precision::medium,
+                                         ir::Precision::automatic)));
+
+// llama_layer in `high`, `medium` and `auto` is past its tolerance under the emulator on every
+// arch, on the mma.sync kernels as on these (rel_l2 3.1e-3 against 2e-3 in `high`, 2.3e-2 against
+// 1.5e-2 in `medium`; `kiln run --emulate --arch sm_80` gives the same), where the H100 and H200
+// measured 3.4e-4 and 2.7e-3 with the same inputs in every GPU check so far
+// (bench/results/*-gpu-check*.md): an open discrepancy between the emulator and the hardware,
+// not of the wgmma kernels. Its other modes run here.
+INSTANTIATE_TEST_SUITE_P(
+    Sm90aLlama, EmulatedSm90aExampleOnWgmma,
+    ::testing::Combine(::testing::Values("examples/llama_layer"),
+                       ::testing::Values(ir::Precision::highest, ir::Precision::tf32x3)));
+
 struct Edit {
   std::string from, to;
 };
