@@ -37,7 +37,10 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   // blocks of bm rows, B K-major as two blocks of bn rows, B N-major as bn / 32 blocks of 64 k
   // rows x 32 columns; 8 KiB a block at 128 rows.
   int at_stage = t.bm * 256, bt_stage = t.bn * 256;
-  if (conv) n_block = 32, block_bytes = 64 * 128;
+  if (conv) {
+    n_block = 32;
+    block_bytes = 64 * 128;
+  }
   std::string pa = "p" + to_str(k.a_map_param), pb = "p" + to_str(k.b_map_param);
   // Operands broadcast over the batch take rank-2 maps (no batch coordinate).
   bool a_batch = batched && s.a_batch_stride != 0, b_batch = batched && s.b_batch_stride != 0;
@@ -142,16 +145,16 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
         tma("sbc + s * " + to_str(bt_stage) + " + " + to_str(j * block_bytes), pb,
             "bn0 + " + to_str(j * n_block), "kt * 64", b_batch);
   } else {
-  code.line("kiln_mbarrier_arrive_expect_tx(&full[s], " + to_str(a_stage + b_stage) + ");");
-  tma("sa + s * " + to_str(a_stage), pa, "kt * " + bk, "bm0", a_batch);
-  if (b_n_major) {
-    for (int j = 0; j < t.bn / n_block; ++j)
-      tma(std::string(staged ? "sbt" : "sb") + " + s * " + to_str(b_stage) + " + " +
-              to_str(j * block_bytes),
-          pb, "bn0 + " + to_str(j * n_block), "kt * " + bk, b_batch);
-  } else {
-    tma("sb + s * " + to_str(b_stage), pb, "kt * " + bk, "bn0", b_batch);
-  }
+    code.line("kiln_mbarrier_arrive_expect_tx(&full[s], " + to_str(a_stage + b_stage) + ");");
+    tma("sa + s * " + to_str(a_stage), pa, "kt * " + bk, "bm0", a_batch);
+    if (b_n_major) {
+      for (int j = 0; j < t.bn / n_block; ++j)
+        tma(std::string(staged ? "sbt" : "sb") + " + s * " + to_str(b_stage) + " + " +
+                to_str(j * block_bytes),
+            pb, "bn0 + " + to_str(j * n_block), "kt * " + bk, b_batch);
+    } else {
+      tma("sb + s * " + to_str(b_stage), pb, "kt * " + bk, "bn0", b_batch);
+    }
   }
   code.close();
   code.close();
