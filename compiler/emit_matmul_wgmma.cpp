@@ -24,6 +24,9 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   // pass also writes each element's small part, tf32(x - tf32(x)), beside the stage (x3).
   bool x3 = wgmma_splits(s);
   bool tf32 = s.path == MatmulPath::tf32 || x3;
+  // Whether the consumers rewrite each stage (round, split or convert) before its wgmmas: then a
+  // `rounded` mbarrier a stage says both have.
+  bool rewrites = tf32 || conv;
   std::string bk = to_str(t.bk);
   int stages = t.stages;
   int a_stage = t.bm * 128, b_stage = t.bn * 128;
@@ -60,7 +63,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
                           to_str(n_block) + " columns)"
                     : "") +
             ", then full[" + to_str(stages) + "], empty[" + to_str(stages) + "] and rounded[" +
-            to_str(stages) + "] mbarriers" + (tf32 || conv ? "" : " (rounded unused)"));
+            to_str(stages) + "] mbarriers" + (rewrites ? "" : " (rounded unused)"));
   code.line("unsigned char* smem = kiln_dynamic_smem();");
   code.line("smem += (1024u - (kiln_smem_addr(smem) & 1023u)) & 1023u;");
   code.line("unsigned char* sa = smem;");
@@ -86,13 +89,13 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("unsigned long long* full = (unsigned long long*)(" + last + " + " +
             to_str(last_bytes) + ");");
   code.line("unsigned long long* empty = full + " + to_str(stages) + ";");
-  if (tf32 || conv) code.line("unsigned long long* rounded = empty + " + to_str(stages) + ";");
+  if (rewrites) code.line("unsigned long long* rounded = empty + " + to_str(stages) + ";");
   code.line("const int tid = (int)threadIdx.x;");
   code.open("if (tid == 0) {");
   code.open("for (int s = 0; s < " + to_str(stages) + "; ++s) {");
   code.line("kiln_mbarrier_init(&full[s], 1);     // the producer's expect_tx, then TMA's bytes");
   code.line("kiln_mbarrier_init(&empty[s], 256);  // every consumer thread, once its wgmmas are done");
-  if (tf32 || conv) code.line("kiln_mbarrier_init(&rounded[s], 256);  // every consumer thread, its share rounded");
+  if (rewrites) code.line("kiln_mbarrier_init(&rounded[s], 256);  // every consumer thread, its share rounded");
   code.close();
   code.line("kiln_fence_proxy_async();  // the initialised barriers, to the async proxy (TMA)");
   code.close();
@@ -179,6 +182,13 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt, ++it) {");
   code.line("const int s = it % " + to_str(stages) + ";");
   code.line("kiln_mbarrier_wait(&full[s], (it / " + to_str(stages) + ") & 1);");
+  // The end of a consumer's rewrite of the stage: its writes to the async proxy, then both
+  // consumers' shares done.
+  auto publish_stage = [&] {
+    code.line("kiln_fence_proxy_async();");
+    code.line("kiln_mbarrier_arrive(&rounded[s]);");
+    code.line("kiln_mbarrier_wait(&rounded[s], (it / " + to_str(stages) + ") & 1);");
+  };
   if (conv) {
     code.line("// convert the stage to bf16 (cvt.rn, as `medium` promises) from the staging areas into");
     code.line("// the 16-bit kernel's layout: this consumer's 64 rows of A and half of B, two elements");
@@ -217,9 +227,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
       k_major("sbc + s * " + to_str(bt_stage), "sb + s * " + to_str(b_stage), t.bn, t.bn / 2,
               "c * " + to_str(t.bn / 2));
     }
-    code.line("kiln_fence_proxy_async();");
-    code.line("kiln_mbarrier_arrive(&rounded[s]);");
-    code.line("kiln_mbarrier_wait(&rounded[s], (it / " + to_str(stages) + ") & 1);");
+    publish_stage();
     code.close();
   }
   if (tf32) {
@@ -279,9 +287,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
                   "; i += 128) rb[i] = kiln_as_float(kiln_cvt_rna_tf32(rb[i]));");
       }
     }
-    code.line("kiln_fence_proxy_async();");
-    code.line("kiln_mbarrier_arrive(&rounded[s]);");
-    code.line("kiln_mbarrier_wait(&rounded[s], (it / " + to_str(stages) + ") & 1);");
+    publish_stage();
     code.close();
   }
   if (x3) {

@@ -283,9 +283,9 @@ int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape) {
 bool wgmma_computes(const MatmulShape& shape, int batch_dims) {
   bool half = (shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16) &&
               shape.elem_bytes == 2;
-  bool tf32 = wgmma_tf32(shape) || wgmma_converts(shape);
+  bool fp32 = wgmma_tf32(shape) || wgmma_converts(shape);
   auto aligned = [&](int64_t elements) { return elements * shape.elem_bytes % 16 == 0; };
-  return (half || tf32) && shape.a_k_contiguous && batch_dims <= 1 && aligned(shape.lda) &&
+  return (half || fp32) && shape.a_k_contiguous && batch_dims <= 1 && aligned(shape.lda) &&
          aligned(shape.ldb) && aligned(shape.a_batch_stride) && aligned(shape.b_batch_stride) &&
          shape.m >= 1 && shape.n >= 1 && shape.k >= 1;
 }
