@@ -199,15 +199,27 @@ void emit_output(Code& code, const KernelContext& ctx, const std::string& value)
   emit_store(code, ctx, value, index.linear);
 }
 
+// O's rows scaled by `alpha` (inside the loop over the thread's two rows r).
+void emit_rescale(Code& code, int dt_count, const std::string& o_lo, const std::string& o_hi,
+                  const std::string& alpha) {
+  code.line("#pragma unroll");
+  code.line("for (int j = 0; j < " + to_str(dt_count) + "; ++j) {");
+  code.line("  " + o_lo + " *= " + alpha + ";");
+  code.line("  " + o_hi + " *= " + alpha + ";");
+  code.line("}");
+}
+
 // One key tile's online softmax over scores in m16n8 accumulators: `acc` (in terms of nt, the
 // accumulator of keys 8 nt .., and i, its element) holds the raw products of query `row` (in
 // terms of i) and keys kc + 8 nt + 2 t4 + (i & 1), `nt_count` of them. It turns them into
 // scores and then p = exp2(score - the row's new max), rescales the running sum and the output
 // (o_lo and o_hi, in terms of j < dt_count and r, the row: o's elements of that row), and adds
-// p to the running sum. m_run and l_run hold rows g and g + 8 (r 0 and 1).
+// p to the running sum. m_run and l_run hold rows g and g + 8 (r 0 and 1). With `alpha_out` it
+// leaves the output alone and stores each row's factor in alpha_out[r] (for emit_rescale once
+// nothing in flight writes the output).
 void emit_softmax_step(Code& code, const KernelContext& ctx, int nt_count, int dt_count,
                        const std::string& acc, const std::string& row, const std::string& o_lo,
-                       const std::string& o_hi) {
+                       const std::string& o_hi, const std::string& alpha_out = "") {
   code.line("// scores, and the rows' new max (over the quad that holds each row)");
   code.line("float mx[2] = {m_run[0], m_run[1]};");
   code.line("#pragma unroll");
@@ -229,11 +241,11 @@ void emit_softmax_step(Code& code, const KernelContext& ctx, int nt_count, int d
   code.line("const float alpha = exp2f(m_run[r] - base[r]);");
   code.line("m_run[r] = mx[r];");
   code.line("l_run[r] *= alpha;");
-  code.line("#pragma unroll");
-  code.line("for (int j = 0; j < " + to_str(dt_count) + "; ++j) {");
-  code.line("  " + o_lo + " *= alpha;");
-  code.line("  " + o_hi + " *= alpha;");
-  code.line("}");
+  if (!alpha_out.empty()) {
+    code.line(alpha_out + "[r] = alpha;");
+  } else {
+    emit_rescale(code, dt_count, o_lo, o_hi, "alpha");
+  }
   code.close();
   code.line("#pragma unroll");
   code.open("for (int nt = 0; nt < " + to_str(nt_count) + "; ++nt) {");
@@ -634,48 +646,88 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   code.line("for (int v = 0; v < " + to_str(t.dv / 2) + "; ++v) o[v] = 0.0f;");
   code.line("float acc[" + to_str(bc / 2) + "];");
   code.line("unsigned pf[" + to_str(bc / 16) + "][4];");
+  code.line("float o_scale[2];  // each row's rescale of O, applied once the P V writing O retires");
   code.line("kiln_mbarrier_wait(qbar, 0);");
-  code.open("for (int kt = 0; kt < key_tiles; ++kt) {");
-  code.line("const int s = kt % " + to_str(stages) + ";");
-  if (reads_key(ctx)) code.line("const int kc = kt * " + to_str(bc) + ";");
+  std::string stage_of = "% " + to_str(stages);
+  // S = Q K^T of the stage `s`, issued and committed
+  auto issue_s = [&](const std::string& s) {
+    code.line("// S = Q K^T: both K-major, 16 head-dim columns (32 bytes) a step");
+    code.line("#pragma unroll");
+    code.open("for (int ks = 0; ks < " + to_str(t.d / 16) + "; ++ks) {");
+    code.line("const unsigned long long da = kiln_gmma_desc_128b(sq + (ks >> 2) * " +
+              to_str(br * 128) + " + c * 8192 + (ks & 3) * 32, 16, 1024);");
+    code.line("const unsigned long long db = kiln_gmma_desc_128b(sk + " + s + " * " +
+              to_str(k_stage) + " + (ks >> 2) * " + to_str(bc * 128) + " + (ks & 3) * 32, 16, 1024);");
+    code.line("kiln_wgmma_m64n" + to_str(bc) + "k16_" + type + "<0>(acc, da, db, ks > 0 ? 1 : 0);");
+    code.close();
+    code.line("kiln_wgmma_commit();");
+  };
+  // O += P V with the stage `s`'s V, issued and committed
+  auto issue_pv = [&](const std::string& s) {
+    code.line("// O += P V: V N-major, 64-column blocks " + to_str(bc * 128) +
+              " bytes apart (LBO), 8 keys a 1024-byte atom (SBO), 16 keys (2048 bytes) a step");
+    code.line("#pragma unroll");
+    code.open("for (int kk = 0; kk < " + to_str(bc / 16) + "; ++kk) {");
+    code.line("const unsigned long long dv = kiln_gmma_desc_128b(sv + " + s + " * " +
+              to_str(v_stage) + " + kk * 2048, " + to_str(bc * 128) + ", 1024);");
+    code.line("kiln_wgmma_m64n" + to_str(t.dv) + "k16_" + type + "_rs<1>(o, pf[kk], dv, 1);");
+    code.close();
+    code.line("kiln_wgmma_commit();");
+  };
+  // The softmax of S (key tile kt) with O's rescale deferred to o_scale
+  auto softmax = [&] {
+    if (reads_key(ctx)) code.line("const int kc = kt * " + to_str(bc) + ";");
+    emit_softmax_step(code, ctx, bc / 8, t.dv / 8, "acc[4 * nt + i]",
+                      "q0 + c * 64 + warp * 16 + g + (i >> 1) * 8", "o[4 * j + 2 * r]",
+                      "o[4 * j + 2 * r + 1]", "o_scale");
+  };
+  // O rescaled, then P to registers (once the P V reading the previous P has retired)
+  auto rescale_and_pack = [&] {
+    code.line("#pragma unroll");
+    code.open("for (int r = 0; r < 2; ++r) {");
+    emit_rescale(code, t.dv / 8, "o[4 * j + 2 * r]", "o[4 * j + 2 * r + 1]", "o_scale[r]");
+    code.close();
+    code.line("// P to registers as the RS form's A: keys 16 kk .. 16 kk + 15 from S's accumulators");
+    code.line("// 2 kk and 2 kk + 1, as the mma.sync kernel packs its A fragments");
+    code.line("#pragma unroll");
+    code.open("for (int kk = 0; kk < " + to_str(bc / 16) + "; ++kk) {");
+    code.line("pf[kk][0] = " + pack + "(acc[8 * kk], acc[8 * kk + 1]);");
+    code.line("pf[kk][1] = " + pack + "(acc[8 * kk + 2], acc[8 * kk + 3]);");
+    code.line("pf[kk][2] = " + pack + "(acc[8 * kk + 4], acc[8 * kk + 5]);");
+    code.line("pf[kk][3] = " + pack + "(acc[8 * kk + 6], acc[8 * kk + 7]);");
+    code.close();
+  };
+  code.line("// FlashAttention-3's intra-warpgroup overlap: key tile kt's S = Q K^T and tile kt - 1's");
+  code.line("// O += P V are in flight together, and tile kt's softmax runs while P V still does");
+  code.open("if (key_tiles > 0) {");
+  code.open("{");
+  code.line("const int kt = 0;");
+  code.line("kiln_mbarrier_wait(&full[0], 0);");
+  code.line("kiln_wgmma_fence();");
+  issue_s("0");
+  code.line("kiln_wgmma_wait<0>();");
+  softmax();
+  rescale_and_pack();
+  code.close();
+  code.open("for (int kt = 1; kt < key_tiles; ++kt) {");
+  code.line("const int s = kt " + stage_of + ", sp = (kt - 1) " + stage_of + ";");
   code.line("kiln_mbarrier_wait(&full[s], (kt / " + to_str(stages) + ") & 1);");
-  code.line("// S = Q K^T: both K-major, 16 head-dim columns (32 bytes) a step");
   code.line("kiln_wgmma_fence();");
-  code.line("#pragma unroll");
-  code.open("for (int ks = 0; ks < " + to_str(t.d / 16) + "; ++ks) {");
-  code.line("const unsigned long long da = kiln_gmma_desc_128b(sq + (ks >> 2) * " +
-            to_str(br * 128) + " + c * 8192 + (ks & 3) * 32, 16, 1024);");
-  code.line("const unsigned long long db = kiln_gmma_desc_128b(sk + s * " + to_str(k_stage) +
-            " + (ks >> 2) * " + to_str(bc * 128) + " + (ks & 3) * 32, 16, 1024);");
-  code.line("kiln_wgmma_m64n" + to_str(bc) + "k16_" + type + "<0>(acc, da, db, ks > 0 ? 1 : 0);");
-  code.close();
-  code.line("kiln_wgmma_commit();");
+  issue_s("s");
+  issue_pv("sp");
+  code.line("// S of tile kt is done; tile kt - 1's P V may still run");
+  code.line("kiln_wgmma_wait<1>();");
+  softmax();
   code.line("kiln_wgmma_wait<0>();");
-  emit_softmax_step(code, ctx, bc / 8, t.dv / 8, "acc[4 * nt + i]",
-                    "q0 + c * 64 + warp * 16 + g + (i >> 1) * 8", "o[4 * j + 2 * r]",
-                    "o[4 * j + 2 * r + 1]");
-  code.line("// P to registers as the RS form's A: keys 16 kk .. 16 kk + 15 from S's accumulators");
-  code.line("// 2 kk and 2 kk + 1, as the mma.sync kernel packs its A fragments");
-  code.line("#pragma unroll");
-  code.open("for (int kk = 0; kk < " + to_str(bc / 16) + "; ++kk) {");
-  code.line("pf[kk][0] = " + pack + "(acc[8 * kk], acc[8 * kk + 1]);");
-  code.line("pf[kk][1] = " + pack + "(acc[8 * kk + 2], acc[8 * kk + 3]);");
-  code.line("pf[kk][2] = " + pack + "(acc[8 * kk + 4], acc[8 * kk + 5]);");
-  code.line("pf[kk][3] = " + pack + "(acc[8 * kk + 6], acc[8 * kk + 7]);");
+  code.line("// tile kt - 1's K and V are read: release its stage to the producer");
+  code.line("kiln_mbarrier_arrive(&empty[sp]);");
+  rescale_and_pack();
   code.close();
-  code.line("// O += P V: V N-major, 64-column blocks " + to_str(bc * 128) +
-            " bytes apart (LBO), 8 keys a 1024-byte atom (SBO), 16 keys (2048 bytes) a step");
+  code.line("// the last key tile's P V");
   code.line("kiln_wgmma_fence();");
-  code.line("#pragma unroll");
-  code.open("for (int kk = 0; kk < " + to_str(bc / 16) + "; ++kk) {");
-  code.line("const unsigned long long dv = kiln_gmma_desc_128b(sv + s * " + to_str(v_stage) +
-            " + kk * 2048, " + to_str(bc * 128) + ", 1024);");
-  code.line("kiln_wgmma_m64n" + to_str(t.dv) + "k16_" + type + "_rs<1>(o, pf[kk], dv, 1);");
-  code.close();
-  code.line("kiln_wgmma_commit();");
+  issue_pv("((key_tiles - 1) " + stage_of + ")");
   code.line("kiln_wgmma_wait<0>();");
-  code.line("// the stage's K and V are read: release it to the producer");
-  code.line("kiln_mbarrier_arrive(&empty[s]);");
+  code.line("kiln_mbarrier_arrive(&empty[(key_tiles - 1) " + stage_of + "]);");
   code.close();
 
   emit_quad_sums(code);

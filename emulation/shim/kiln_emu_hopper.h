@@ -11,12 +11,15 @@
 //   stage without waiting for its mbarrier reads the old contents; then only the copies of the
 //   mbarriers threads wait for land), or in between (seeded: any copy in flight, in no order).
 //   It completes its bytes on the mbarrier as it lands.
-// - A wgmma reads its operands when it is performed: at the wait_group that retires its group
-//   (the latest moment), so a stage refilled before that wait is read refilled; or, half the
-//   time under a seeded schedule, at issue (the earliest), so operands not ready then are read
-//   unready. Its accumulators
-//   hold a poison value (a NaN) from issue to that wait; wgmmas issued back to back on the same
-//   registers chain as the hardware chains them.
+// - Hardware reads a wgmma's shared-memory operands at some moment between its issue and the
+//   wait_group that retires it, so they must hold still in between. The emulator reads them at
+//   issue and again as the wgmma retires, and a byte that changed (operands not ready at issue, or
+//   a stage refilled or rewritten before its wgmmas retired) is an error. A wait_group retires
+//   its groups late, when no thread of the block can run otherwise (before TMA copies that no
+//   thread waits for land, which keeps those at the latest moment under the kind schedule), so a
+//   stage released before that wait is refilled first wherever copies land early.
+//   Its accumulators hold a poison value (a NaN) from issue to that wait; wgmmas issued back to
+//   back on the same registers chain as the hardware chains them.
 // - wgmma.fence, commit_group, wait_group and mma_async are .sync.aligned over the warpgroup: all
 //   128 threads must execute the same one, at the same place. A thread must execute wgmma.fence
 //   before its first wgmma and after each wait_group (where its accumulators were last touched).
@@ -109,8 +112,9 @@ inline void land_tma(Block& b, TmaCopy& copy) {
 
 // When no thread can run: lands the copies in flight on the mbarriers threads wait for (the
 // others stay in flight, so a read that skipped its own barrier's wait while another's released
-// the thread reads stale data), or every copy where none is waited for; whether one landed.
-inline bool land_all_tma(Block& b) {
+// the thread reads stale data), or, unless `awaited_only`, every copy where none is waited for;
+// whether one landed.
+inline bool land_all_tma(Block& b, bool awaited_only = false) {
   if (b.tma.empty()) return false;
   auto awaited = [&](const TmaCopy& c) {
     for (const Thread& t : b.threads)
@@ -119,8 +123,9 @@ inline bool land_all_tma(Block& b) {
   };
   std::vector<TmaCopy> copies, rest;
   for (TmaCopy& c : b.tma) (awaited(c) ? copies : rest).push_back(std::move(c));
-  if (copies.empty()) std::swap(copies, rest);
+  if (copies.empty() && !awaited_only) std::swap(copies, rest);
   b.tma = std::move(rest);
+  if (copies.empty()) return false;
   for (TmaCopy& c : copies) land_tma(b, c);
   return true;
 }
@@ -233,18 +238,42 @@ inline void rs_a_place(int thread, int reg, int half, int* m, int* k) {
 // The bits an RS wgmma's A registers hold while it is in flight: a NaN pair in bf16 and f16.
 inline constexpr uint32_t k_poisoned_a = 0xffffffffu;
 
+// The shared-memory bytes `op` reads, in order (A's, unless it is in registers, then B's), as the
+// async proxy sees them now; false where a descriptor addresses past the block's dynamic shared
+// memory.
+inline bool wgmma_operand_bytes(Block& b, const WgmmaOp& op, std::string& out) {
+  const unsigned char* view = async_view(b);
+  size_t elem = op.tf32 ? 4 : 2;
+  int kdim = op.tf32 ? 8 : 16;
+  out.clear();
+  out.reserve(static_cast<size_t>((op.a_regs ? 0 : 64) + op.n) * static_cast<size_t>(kdim) * elem);
+  auto add = [&](uint64_t desc, bool mn, int r, int k, const char* which) {
+    size_t off = gmma_offset(desc, mn, r, k, which, elem);
+    if (off + elem > b.smem_bytes) return false;
+    out.append(reinterpret_cast<const char*>(view + off), elem);
+    return true;
+  };
+  for (int m = 0; !op.a_regs && m < 64; ++m)
+    for (int k = 0; k < kdim; ++k)
+      if (!add(op.desc_a, false, m, k, "A")) return false;
+  for (int n = 0; n < op.n; ++n)
+    for (int k = 0; k < kdim; ++k)
+      if (!add(op.desc_b, op.trans_b, n, k, "B")) return false;
+  return true;
+}
+
 // Reads `op`'s operands as the async proxy sees shared memory now (and A's registers as they
-// were at issue) into op.a_vals and op.b_vals.
+// were at issue) into op.a_vals and op.b_vals, and their bytes into op.seen.
 inline void gather_wgmma_operands(Block& b, WgmmaOp& op, const char** error) {
   const unsigned char* view = async_view(b);
+  if (!wgmma_operand_bytes(b, op, op.seen)) {
+    *error = "wgmma: a descriptor addresses past the block's dynamic shared memory";
+    return;
+  }
   size_t elem = op.tf32 ? 4 : 2;
   int kdim = op.tf32 ? 8 : 16;
   auto element = [&](uint64_t desc, bool mn, int r, int k, const char* which) -> float {
     size_t off = gmma_offset(desc, mn, r, k, which, elem);
-    if (off + elem > b.smem_bytes) {
-      *error = "wgmma: a descriptor addresses past the block's dynamic shared memory";
-      return 0.0f;
-    }
     if (op.tf32) {  // the fp32 bits as the tensor core reads them: truncated to tf32
       uint32_t bits;
       std::memcpy(&bits, view + off, 4);
@@ -258,7 +287,6 @@ inline void gather_wgmma_operands(Block& b, WgmmaOp& op, const char** error) {
   std::vector<float>& bm = op.b_vals;
   a.assign(64 * 16, 0.0f);
   bm.assign(static_cast<size_t>(op.n) * 16, 0.0f);
-  op.gathered = true;
   if (op.a_regs) {
     for (int thread = 0; thread < 128; ++thread)
       for (int r = 0; r < 4; ++r)
@@ -277,12 +305,16 @@ inline void gather_wgmma_operands(Block& b, WgmmaOp& op, const char** error) {
       bm[static_cast<size_t>(n * 16 + k)] = element(op.desc_b, op.trans_b, n, k, "B");
 }
 
-// Performs `op`: every thread's slice of D = A B (+ C), its operands as gathered at issue or, if
-// they were not, as the async proxy sees shared memory now; C and D in the warpgroup's record
-// of the accumulators.
+// Performs `op`: every thread's slice of D = A B (+ C), its operands as gathered at issue, which
+// shared memory must still hold; C and D in the warpgroup's record of the accumulators.
 inline void perform_wgmma(Block& b, WarpGroup& wg, WgmmaOp& op, const char** error) {
-  if (!op.gathered) gather_wgmma_operands(b, op, error);
-  if (*error) return;
+  std::string now;
+  if (!wgmma_operand_bytes(b, op, now) || now != op.seen) {
+    *error = "wgmma.mma_async: shared memory a wgmma reads changed between its issue and the "
+             "wait_group that retires it (operands not ready when it was issued, or a stage "
+             "refilled or rewritten under it)";
+    return;
+  }
   const std::vector<float>& a = op.a_vals;
   const std::vector<float>& bm = op.b_vals;
   int kdim = op.tf32 ? 8 : 16;
@@ -369,45 +401,72 @@ inline void wgmma_commit(const void* site) {
   });
 }
 
+// wgmma.wait_group: the warpgroup's committed groups but the newest `pending` retire. Where some
+// do, the warpgroup waits until no thread of the block can run otherwise (let_wgmmas_retire),
+// and the first of its threads to run on retires them: each wgmma's operands must still be what
+// it read at issue.
 inline void wgmma_wait(int pending, const void* site) {
   require_sm90a("wgmma.wait_group");
-  const char* error = nullptr;
   warpgroup_collective(wg_wait, pending, site, [&](WarpGroup& wg, int slot, bool last) {
     wg.fenced[slot] = false;
-    if (!last) return;
-    while (static_cast<int>(wg.groups.size()) > pending && !error) {
-      for (WgmmaOp& op : wg.groups.front()) {
-        perform_wgmma(*t_block, wg, op, &error);
-        // An RS wgmma's A registers get their contents back, unless the program wrote them
-        // while the wgmma could still read them.
-        for (int thread = 0; op.a_regs && thread < 128 && !error; ++thread)
-          for (int r = 0; r < 4; ++r) {
-            if (op.a_at[thread][r] != k_poisoned_a) {
-              error = "wgmma.mma_async: a thread wrote A's registers before the wait_group that "
-                      "retires the wgmma reading them";
-              break;
-            }
-            op.a_at[thread][r] = op.a[thread][r];
-          }
-      }
-      wg.groups.pop_front();
-    }
-    // Registers no wgmma in flight writes any more get their contents back.
-    std::vector<float*> busy;
-    for (const auto& grp : wg.groups)
-      for (const WgmmaOp& o : grp) busy.insert(busy.end(), o.d, o.d + 128);
-    for (const WgmmaOp& o : wg.open) busy.insert(busy.end(), o.d, o.d + 128);
-    std::sort(busy.begin(), busy.end());
-    for (auto it = wg.acc.begin(); it != wg.acc.end();) {
-      if (std::binary_search(busy.begin(), busy.end(), it->first)) {
-        ++it;
-        continue;
-      }
-      std::memcpy(it->first, it->second.data(), sizeof(float) * it->second.size());
-      it = wg.acc.erase(it);
-    }
+    if (last && static_cast<int>(wg.groups.size()) > pending) wg.retire_to = pending;
   });
+  WarpGroup& wg = my_warpgroup();
+  while (wg.retire_to >= 0 && !wg.retire_now) {
+    t_thread->wait = Wait::wgmma;
+    yield();
+  }
+  if (wg.retire_to < 0) return;  // another thread of the warpgroup has retired them
+  wg.retire_now = false;
+  wg.retire_to = -1;
+  const char* error = nullptr;
+  while (static_cast<int>(wg.groups.size()) > pending && !error) {
+    for (WgmmaOp& op : wg.groups.front()) {
+      perform_wgmma(*t_block, wg, op, &error);
+      // An RS wgmma's A registers get their contents back, unless the program wrote them
+      // while the wgmma could still read them.
+      for (int thread = 0; op.a_regs && thread < 128 && !error; ++thread)
+        for (int r = 0; r < 4; ++r) {
+          if (op.a_at[thread][r] != k_poisoned_a) {
+            error = "wgmma.mma_async: a thread wrote A's registers before the wait_group that "
+                    "retires the wgmma reading them";
+            break;
+          }
+          op.a_at[thread][r] = op.a[thread][r];
+        }
+    }
+    wg.groups.pop_front();
+  }
+  // Registers no wgmma in flight writes any more get their contents back.
+  std::vector<float*> busy;
+  for (const auto& grp : wg.groups)
+    for (const WgmmaOp& o : grp) busy.insert(busy.end(), o.d, o.d + 128);
+  for (const WgmmaOp& o : wg.open) busy.insert(busy.end(), o.d, o.d + 128);
+  std::sort(busy.begin(), busy.end());
+  for (auto it = wg.acc.begin(); it != wg.acc.end();) {
+    if (std::binary_search(busy.begin(), busy.end(), it->first)) {
+      ++it;
+      continue;
+    }
+    std::memcpy(it->first, it->second.data(), sizeof(float) * it->second.size());
+    it = wg.acc.erase(it);
+  }
   if (error) fail(error);
+}
+
+// When no thread can run: lets every warpgroup whose wait_group has groups to retire retire them
+// (its threads run on); whether there was one.
+inline bool let_wgmmas_retire(Block& b) {
+  bool any = false;
+  for (size_t g = 0; g < b.warpgroups.size(); ++g) {
+    WarpGroup& wg = b.warpgroups[g];
+    if (wg.retire_to < 0 || wg.retire_now) continue;
+    wg.retire_now = true;
+    any = true;
+    for (size_t i = g * 128; i < (g + 1) * 128 && i < b.threads.size(); ++i)
+      if (b.threads[i].wait == Wait::wgmma) b.threads[i].wait = Wait::none;
+  }
+  return any;
 }
 
 // The operand types of wgmma_any: f16, bf16, or tf32 (m64nNk8 on fp32 operands).
@@ -461,16 +520,11 @@ inline void wgmma(float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, 
       else if (entry->second.size() != per) fail("wgmma.mma_async: accumulators in flight with another shape");
       for (size_t v = 0; v < per; ++v) regs[v] = poison();
     }
-    // Hardware reads the operands at some moment between issue and wait_group: a seeded
-    // schedule reads them at issue half the time (a wgmma issued before its operands are ready
-    // reads them unready), else when performed (a stage refilled before the wait is read
-    // refilled).
-    Block& blk = *t_block;
-    if (blk.schedule == KILN_EMU_SEEDED && next_random(blk) % 2 == 0) {
-      const char* error = nullptr;
-      gather_wgmma_operands(blk, op, &error);
-      if (error) fail(error);
-    }
+    // Hardware reads the operands at some moment between issue and wait_group: read them now,
+    // and check at the wait_group that they still hold.
+    const char* error = nullptr;
+    gather_wgmma_operands(*t_block, op, &error);
+    if (error) fail(error);
     wg.open.push_back(std::move(op));
   });
 }

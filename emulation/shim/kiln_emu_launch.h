@@ -216,8 +216,15 @@ inline bool run_block(Block& b) {
     bool all_done = true;
     for (const Thread& t : b.threads) all_done = all_done && t.wait == Wait::done;
     if (all_done) return true;
-    // Nothing can run: TMA copies still in flight land now (the latest moment), and the
-    // threads their mbarriers release run on.
+    // Nothing can run: the TMA copies in flight that threads wait for land now (the latest
+    // moment), and the threads their mbarriers release run on; else wgmma.wait_groups retire
+    // their groups; else the copies no thread waits for land (so a stage refilled before its
+    // wgmmas retire is refilled under them only where copies land early: adversarial, seeded).
+    if (!ran && land_all_tma(b, true)) {
+      if (b.failed) return false;
+      continue;
+    }
+    if (!ran && let_wgmmas_retire(b)) continue;
     if (!ran && land_all_tma(b)) {
       if (b.failed) return false;
       continue;

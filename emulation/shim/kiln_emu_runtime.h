@@ -36,7 +36,7 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 
-enum class Wait : uint8_t { none, barrier, warp, mbarrier, warpgroup, registers, done };
+enum class Wait : uint8_t { none, barrier, warp, mbarrier, warpgroup, registers, wgmma, done };
 enum class Collective : uint8_t { none, shfl, syncwarp, ballot, ldmatrix, mma };
 
 inline const char* collective_name(Collective c) {
@@ -106,10 +106,10 @@ struct WgmmaOp {
   int n = 0;
   bool bf16 = false, trans_b = false, scale_d = true;
   bool tf32 = false;  // m64nNk8 on fp32 operands (read as tf32), else m64nNk16 on 16-bit ones
-  // A (64 x 16) and B (N x 16) as read: at issue (a seeded schedule's choice, half the time) or
-  // when performed
-  bool gathered = false;
+  // A (64 x 16) and B (N x 16) as read at issue, and the shared-memory bytes they were read
+  // from, which must be the same when the wgmma retires
   std::vector<float> a_vals, b_vals;
+  std::string seen;
   float* d[128] = {};
   // A from registers (the RS form): each thread's four registers as they were at issue, and
   // where they live (poisoned from issue to the wait_group that retires the wgmma)
@@ -136,6 +136,10 @@ struct WarpGroup {
   // retires the last wgmma on them.
   std::map<float*, std::vector<float>> acc;
   bool fenced[128] = {};  // wgmma.fence since the last wait_group (or the start)
+  // A wait_group that retires groups: the groups it leaves in flight (-1: none is retiring), and
+  // whether the block has let it retire them (when no thread could run otherwise)
+  int retire_to = -1;
+  bool retire_now = false;
   int registers = 0;      // per thread, as setmaxnreg last left it (0: as launched)
 };
 

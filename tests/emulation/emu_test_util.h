@@ -36,6 +36,7 @@ std::string launch(void (*kernel)(P...), std::vector<void*> args, std::vector<si
   static void (*s_kernel)(P...) = nullptr;
   s_kernel = kernel;
   std::vector<KilnEmuRange> ranges;
+  ranges.reserve(args.size() + extra.size());
   for (size_t i = 0; i < args.size(); ++i)
     ranges.push_back({args[i], static_cast<unsigned char*>(args[i]) + bytes[i]});
   ranges.insert(ranges.end(), extra.begin(), extra.end());

@@ -2,8 +2,8 @@
 // swizzle, completion on an mbarrier), wgmma from shared-memory descriptors (K-major and
 // N-major B) against an fp64 product, and the misuses the model turns into errors or wrong
 // results: reading a stage before its mbarrier, accumulators read before wait_group, operands
-// written by plain stores without fence.proxy.async, wgmma without wgmma.fence, and a warpgroup
-// that diverges.
+// written by plain stores without fence.proxy.async, operands rewritten or refilled before the
+// wait_group that retires their wgmmas, wgmma without wgmma.fence, and a warpgroup that diverges.
 #include "emu_test_util.h"
 
 #include <gtest/gtest.h>
@@ -246,12 +246,9 @@ TEST(EmulatedWgmma, AccumulatorsReadBeforeWaitGroupHoldPoison) {
   EXPECT_TRUE(std::isnan(out[0]));
 }
 
-// A written only by plain stores: with the fence the product, without it the async proxy's
-// view (0xff bytes, NaN).
-template <bool Fence>
-__global__ void plain_operand_kernel(float* out, uint16_t* a, uint16_t* b) {
-  unsigned char* smem = kiln_dynamic_smem();
-  const int tid = threadIdx.x;
+// A (64 x 64) and B (K-major, 128 x 64) stored by the warpgroup's plain stores, 128-byte swizzled,
+// A at offset 0 and B at 8192.
+void store_plainly(unsigned char* smem, const uint16_t* a, const uint16_t* b, int tid) {
   for (int i = tid; i < 64 * 64; i += 128) {
     size_t offset = static_cast<size_t>(i) * 2;
     std::memcpy(smem + (offset ^ (((offset >> 7) & 7) << 4)), &a[i], 2);
@@ -260,6 +257,15 @@ __global__ void plain_operand_kernel(float* out, uint16_t* a, uint16_t* b) {
     size_t offset = 8192 + static_cast<size_t>(i) * 2;
     std::memcpy(smem + (offset ^ (((offset >> 7) & 7) << 4)), &b[i], 2);
   }
+}
+
+// A written only by plain stores: with the fence the product, without it the async proxy's
+// view (0xff bytes, NaN). `Rewrite`: a byte of A changed (and fenced) after the wgmmas are issued.
+template <bool Fence, bool Rewrite = false>
+__global__ void plain_operand_kernel(float* out, uint16_t* a, uint16_t* b) {
+  unsigned char* smem = kiln_dynamic_smem();
+  const int tid = threadIdx.x;
+  store_plainly(smem, a, b, tid);
   if (Fence) kiln_fence_proxy_async();
   __syncthreads();
   float d[64];
@@ -268,6 +274,10 @@ __global__ void plain_operand_kernel(float* out, uint16_t* a, uint16_t* b) {
     kiln_wgmma_m64n128k16_bf16<0>(d, kiln_gmma_desc_128b(smem + 32 * k, 16, 1024),
                                   kiln_gmma_desc_128b(smem + 8192 + 32 * k, 16, 1024), k > 0);
   kiln_wgmma_commit();
+  if (Rewrite) {
+    if (tid == 0) smem[2] ^= 0x40;
+    kiln_fence_proxy_async();
+  }
   kiln_wgmma_wait<0>();
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   for (int v = 0; v < 64; ++v)
@@ -296,6 +306,94 @@ TEST(EmulatedWgmma, WgmmaWithoutWgmmaFenceIsAnError) {
   std::vector<float> out;
   std::string error = run_wgmma<0, Flaw::no_fence>(c, out);
   EXPECT_NE(error.find("without a wgmma.fence"), std::string::npos) << error;
+}
+
+// Hardware reads a wgmma's shared-memory operands at any moment from its issue to the wait_group
+// that retires it: they must hold still in between. A byte of A rewritten (and fenced to the
+// async proxy) after the wgmmas are issued is an error under every schedule.
+TEST(EmulatedWgmma, OperandsRewrittenBeforeWaitGroupAreAnErrorUnderEverySchedule) {
+  WgmmaCase c = make_case(false);
+  for (LaunchSchedule schedule : k_schedules) {
+    std::vector<float> out(64 * 128, -1.0f);
+    std::vector<uint16_t> a = c.a, b = c.b;
+    std::string error = launch(plain_operand_kernel<true, true>, {out.data(), a.data(), b.data()},
+                               {out.size() * 4, a.size() * 2, b.size() * 2}, 1, 128, 8192 + 16384,
+                               schedule);
+    EXPECT_NE(error.find("changed between its issue and the wait_group"), std::string::npos)
+        << "schedule " << schedule.kind << ": " << error;
+  }
+}
+
+// A producer thread (warpgroup 1) refills B's stage with other data once the consumer warpgroup
+// (0) releases it on `empty`. The consumer releases it after wait_group (right) or before (the
+// flaw): the wait_group retires its wgmmas only once the block can do nothing else, so the
+// producer has issued the refill by then, and where copies land at issue (adversarial) it has
+// landed under the wgmmas: an error. (The kind schedule lands copies no thread waits for after
+// the wgmmas retire, the latest moment, so there the flaw goes unseen.)
+template <bool ReleaseEarly>
+__global__ void refill_kernel(float* out, const __grid_constant__ CUtensorMap ma,
+                              const __grid_constant__ CUtensorMap mb,
+                              const __grid_constant__ CUtensorMap mb2) {
+  unsigned char* smem = kiln_dynamic_smem();
+  unsigned char* sa = smem;
+  unsigned char* sb = smem + 8192;
+  auto* full = reinterpret_cast<unsigned long long*>(smem + 8192 + 16384);
+  auto* empty = full + 1;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    kiln_mbarrier_init(full, 1);
+    kiln_mbarrier_init(empty, 1);
+  }
+  __syncthreads();
+  if (tid == 128) {
+    kiln_mbarrier_arrive_expect_tx(full, 8192 + 16384);
+    kiln_tma_load_2d(sa, &ma, 0, 0, full);
+    kiln_tma_load_2d(sb, &mb, 0, 0, full);
+    kiln_mbarrier_wait(empty, 0);
+    kiln_mbarrier_arrive_expect_tx(full, 16384);
+    kiln_tma_load_2d(sb, &mb2, 0, 0, full);
+  }
+  if (tid >= 128) return;
+  kiln_mbarrier_wait(full, 0);
+  float d[64];
+  kiln_wgmma_fence();
+  for (int k = 0; k < 4; ++k)
+    kiln_wgmma_m64n128k16_bf16<0>(d, kiln_gmma_desc_128b(sa + 32 * k, 16, 1024),
+                                  kiln_gmma_desc_128b(sb + 32 * k, 16, 1024), k > 0);
+  kiln_wgmma_commit();
+  if (ReleaseEarly && tid == 0) kiln_mbarrier_arrive(empty);
+  kiln_wgmma_wait<0>();
+  if (!ReleaseEarly && tid == 0) kiln_mbarrier_arrive(empty);
+  kiln_mbarrier_wait(full, 1);
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  for (int v = 0; v < 64; ++v)
+    out[(16 * warp + g + 8 * ((v % 4) >> 1)) * 128 + 8 * (v / 4) + 2 * t + (v & 1)] = d[v];
+}
+
+TEST(EmulatedWgmma, AStageReleasedBeforeWaitGroupIsRefilledUnderItsWgmmas) {
+  WgmmaCase c = make_case(false);
+  std::vector<uint16_t> b2(c.b.size());
+  for (size_t i = 0; i < b2.size(); ++i) b2[i] = bf16(static_cast<float>(i % 7) - 3.0f);
+  CUtensorMap ma = map_2d(c.a.data(), 64, 64, 64, 64);
+  CUtensorMap mb = map_2d(c.b.data(), 64, 128, 64, 128);
+  CUtensorMap mb2 = map_2d(b2.data(), 64, 128, 64, 128);
+  for (LaunchSchedule schedule : k_schedules) {
+    for (bool early : {false, true}) {
+      std::vector<float> out(64 * 128, -1.0f);
+      std::string error = launch(early ? refill_kernel<true> : refill_kernel<false>,
+                                 {out.data(), &ma, &mb, &mb2},
+                                 {out.size() * 4, sizeof ma, sizeof mb, sizeof mb2}, 1, 256,
+                                 8192 + 16384 + 64, schedule, {range(c.a), range(c.b), range(b2)});
+      if (early) {
+        if (schedule.kind != KILN_EMU_ADVERSARIAL) continue;
+        EXPECT_NE(error.find("changed between its issue and the wait_group"), std::string::npos)
+            << error;
+      } else {
+        ASSERT_EQ(error, "") << "schedule " << schedule.kind;
+        EXPECT_TRUE(matches(c, out)) << "schedule " << schedule.kind;
+      }
+    }
+  }
 }
 
 TEST(EmulatedWgmma, AWarpgroupReachingWgmmaFromTwoPlacesIsAnError) {
