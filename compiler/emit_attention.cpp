@@ -697,14 +697,26 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
     code.line("pf[kk][3] = " + pack + "(acc[8 * kk + 6], acc[8 * kk + 7]);");
     code.close();
   };
+  // FlashAttention-3's inter-warpgroup ping-pong: consumer c issues its wgmmas once the other
+  // has issued its own (named barrier 1 + c: its 128 threads sync, the other's 128 arrive), so
+  // the tensor cores take the two consumers' GEMMs in turn and one's softmax runs while the
+  // other's GEMMs do. Consumer 1 lets consumer 0 go first and arrives after each turn but its
+  // last, so every arrival is matched.
+  auto take_turn = [&] { code.line("kiln_bar_sync(1 + c, 256);  // my turn to issue"); };
+  auto pass_turn = [&](bool last) {
+    code.line(std::string(last ? "if (c == 0) " : "") + "kiln_bar_arrive(2 - c, 256);  // the other consumer's turn");
+  };
   code.line("// FlashAttention-3's intra-warpgroup overlap: key tile kt's S = Q K^T and tile kt - 1's");
   code.line("// O += P V are in flight together, and tile kt's softmax runs while P V still does");
   code.open("if (key_tiles > 0) {");
+  code.line("if (c == 1) kiln_bar_arrive(1, 256);  // consumer 0 issues first");
   code.open("{");
   code.line("const int kt = 0;");
   code.line("kiln_mbarrier_wait(&full[0], 0);");
+  take_turn();
   code.line("kiln_wgmma_fence();");
   issue_s("0");
+  pass_turn(false);
   code.line("kiln_wgmma_wait<0>();");
   softmax();
   rescale_and_pack();
@@ -712,9 +724,11 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   code.open("for (int kt = 1; kt < key_tiles; ++kt) {");
   code.line("const int s = kt " + stage_of + ", sp = (kt - 1) " + stage_of + ";");
   code.line("kiln_mbarrier_wait(&full[s], (kt / " + to_str(stages) + ") & 1);");
+  take_turn();
   code.line("kiln_wgmma_fence();");
   issue_s("s");
   issue_pv("sp");
+  pass_turn(false);
   code.line("// S of tile kt is done; tile kt - 1's P V may still run");
   code.line("kiln_wgmma_wait<1>();");
   softmax();
@@ -724,8 +738,10 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   rescale_and_pack();
   code.close();
   code.line("// the last key tile's P V");
+  take_turn();
   code.line("kiln_wgmma_fence();");
   issue_pv("((key_tiles - 1) " + stage_of + ")");
+  pass_turn(true);
   code.line("kiln_wgmma_wait<0>();");
   code.line("kiln_mbarrier_arrive(&empty[(key_tiles - 1) " + stage_of + "]);");
   code.close();

@@ -268,6 +268,15 @@ template <int N>
 KILN_DEVICE void kiln_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
 }
+// Named barrier `id` (1 to 15; 0 is __syncthreads') of `count` threads, a multiple of 32:
+// kiln_bar_sync waits until `count` threads have arrived at it, itself included; kiln_bar_arrive
+// counts the thread and goes on (bar.sync / bar.arrive: whole warps arrive together).
+KILN_DEVICE void kiln_bar_sync(unsigned id, unsigned count) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+KILN_DEVICE void kiln_bar_arrive(unsigned id, unsigned count) {
+  asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
 template <int N>
 KILN_DEVICE void kiln_setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));

@@ -26,7 +26,9 @@ inline void fiber_entry() {
 }
 
 inline std::string describe_deadlock(const Block& b) {
-  int at_barrier = 0, at_warp = 0, at_mbarrier = 0, at_warpgroup = 0, at_registers = 0, done = 0;
+  int at_barrier = 0, at_named = 0, at_warp = 0, at_mbarrier = 0, at_warpgroup = 0, at_registers = 0,
+      done = 0;
+  size_t named_id = 0;
   Collective op = Collective::none;
   const MBarrier* waited = nullptr;
   for (const Thread& t : b.threads) {
@@ -34,6 +36,7 @@ inline std::string describe_deadlock(const Block& b) {
     if (t.wait == Wait::done) ++done;
     if (t.wait == Wait::warpgroup) ++at_warpgroup;
     if (t.wait == Wait::registers) ++at_registers;
+    if (t.wait == Wait::named && at_named++ == 0) named_id = t.waits_on;
     if (t.wait == Wait::mbarrier) {
       ++at_mbarrier;
       for (const MBarrier& m : b.mbarriers)
@@ -55,6 +58,12 @@ inline std::string describe_deadlock(const Block& b) {
   if (at_warpgroup) {
     std::snprintf(text, sizeof text, "; %d thread(s) wait at a warpgroup instruction (wgmma, "
                   "setmaxnreg) that not all 128 threads of their warpgroup reach", at_warpgroup);
+    out += text;
+  }
+  if (at_named) {
+    std::snprintf(text, sizeof text, "; %d thread(s) wait at named barriers (bar.sync), the first "
+                  "at barrier %zu with %d of its %d arrivals", at_named, named_id,
+                  b.named[named_id].arrived, b.named[named_id].count);
     out += text;
   }
   if (at_registers) {
@@ -192,6 +201,7 @@ inline bool sweep(Block& b, size_t index, bool& ran) {
 inline bool run_block(Block& b) {
   size_t n = b.threads.size();
   b.barrier_arrived = 0;
+  for (Block::Named& n : b.named) n = Block::Named{};
   b.mbarriers.clear();
   b.async_view.clear();
   b.tma.clear();

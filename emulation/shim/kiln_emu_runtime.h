@@ -36,7 +36,7 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 
-enum class Wait : uint8_t { none, barrier, warp, mbarrier, warpgroup, registers, wgmma, done };
+enum class Wait : uint8_t { none, barrier, named, warp, mbarrier, warpgroup, registers, wgmma, done };
 enum class Collective : uint8_t { none, shfl, syncwarp, ballot, ldmatrix, mma };
 
 inline const char* collective_name(Collective c) {
@@ -148,7 +148,7 @@ struct Thread {
   Dim3 tid;
   int linear = 0, lane = 0, warp = 0;
   Wait wait = Wait::none;
-  size_t waits_on = 0;      // Wait::mbarrier: the barrier's offset
+  size_t waits_on = 0;      // Wait::mbarrier: the barrier's offset; Wait::named: its id
   uint32_t wait_parity = 0;  // and the parity of the phase it waits to complete
   std::vector<CpCopy> open_group;
   std::deque<std::vector<CpCopy>> groups;
@@ -175,6 +175,12 @@ struct Block {
   unsigned char* smem = nullptr;
   size_t smem_bytes = 0;
   int barrier_arrived = 0;
+  // bar.sync / bar.arrive: each named barrier's arrivals in its current phase and the count the
+  // first of them gave
+  struct Named {
+    int arrived = 0;
+    int count = 0;
+  } named[16];
   std::vector<MBarrier> mbarriers;  // those initialised in this block, by offset
   // sm_90: shared memory as the async proxy (wgmma, TMA) sees it: TMA writes both views; generic
   // writes reach this one at a fence.proxy.async. Empty until the block first uses the async
@@ -292,6 +298,37 @@ inline void barrier() {
   }
   t_thread->wait = Wait::barrier;
   yield();
+}
+
+// bar.sync (wait) or bar.arrive on named barrier `id` of `count` threads: the phase completes at
+// the count-th arrival, which releases the threads waiting at it. Ids 1 to 15 (0 is
+// __syncthreads'), a count of whole warps no larger than the block, and one count a phase.
+inline void named_barrier(unsigned id, unsigned count, bool wait, const void* site) {
+  (void)site;
+  asm volatile("" ::: "memory");
+  Block* b = t_block;
+  const char* what = wait ? "bar.sync" : "bar.arrive";
+  if (id < 1 || id > 15)
+    fail(std::string(what) + ": the emulator models named barriers 1 to 15 (0 is __syncthreads')");
+  if (count == 0 || count % 32 != 0 || count > b->threads.size())
+    fail(std::string(what) + ": the thread count must be a multiple of 32 up to the block's threads");
+  Block::Named& n = b->named[id];
+  if (n.arrived == 0) {
+    n.count = static_cast<int>(count);
+  } else if (n.count != static_cast<int>(count)) {
+    fail(std::string(what) + ": threads arrive at one named barrier with different counts");
+  }
+  if (++n.arrived == n.count) {
+    n.arrived = 0;
+    for (Thread& t : b->threads)
+      if (t.wait == Wait::named && t.waits_on == id) t.wait = Wait::none;
+    return;
+  }
+  if (!wait) return;
+  t_thread->wait = Wait::named;
+  t_thread->waits_on = id;
+  yield();
+  asm volatile("" ::: "memory");
 }
 
 inline void complete_collective(Warp& warp);

@@ -3,7 +3,8 @@
 // N-major B) against an fp64 product, and the misuses the model turns into errors or wrong
 // results: reading a stage before its mbarrier, accumulators read before wait_group, operands
 // written by plain stores without fence.proxy.async, operands rewritten or refilled before the
-// wait_group that retires their wgmmas, wgmma without wgmma.fence, and a warpgroup that diverges.
+// wait_group that retires their wgmmas, wgmma without wgmma.fence, and a warpgroup that diverges;
+// named barriers (bar.sync, bar.arrive).
 #include "emu_test_util.h"
 
 #include <gtest/gtest.h>
@@ -414,6 +415,48 @@ TEST(EmulatedWgmma, AFenceThatPartOfAWarpgroupSkipsIsADeadlock) {
   std::string error = launch(partial_warpgroup_kernel, {out.data()}, {out.size() * 4}, 1, 128);
   EXPECT_NE(error.find("deadlock"), std::string::npos) << error;
   EXPECT_NE(error.find("warpgroup instruction"), std::string::npos) << error;
+}
+
+// ---- named barriers -------------------------------------------------------------------------
+
+// Warp 1 writes a value to shared memory and arrives at named barrier 1 (64 threads); warp 0
+// waits there and reads it. `Flaw` 2: only warp 0 reaches the barrier; 3: id 0; 4: a count not a
+// multiple of 32; 5: the warps give different counts.
+template <int Flaw>
+__global__ void named_barrier_kernel(int* out) {
+  int* shared = reinterpret_cast<int*>(kiln_dynamic_smem());
+  const int tid = threadIdx.x;
+  const unsigned id = Flaw == 3 ? 0u : 1u;
+  const unsigned count = Flaw == 4 ? 48u : (Flaw == 5 && tid >= 32 ? 32u : 64u);
+  if (tid >= 32) {
+    shared[tid - 32] = tid * 3;
+    if (Flaw != 2) kiln_bar_arrive(id, count);
+    return;
+  }
+  kiln_bar_sync(id, count);
+  out[tid] = shared[tid];
+}
+
+TEST(EmulatedNamedBarrier, ASyncWaitsForTheArrivalsUnderEverySchedule) {
+  for (LaunchSchedule schedule : k_schedules) {
+    std::vector<int> out(32, -1);
+    ASSERT_EQ(launch(named_barrier_kernel<0>, {out.data()}, {out.size() * 4}, 1, 64, 256, schedule), "");
+    for (int i = 0; i < 32; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], (i + 32) * 3) << i;
+  }
+}
+
+TEST(EmulatedNamedBarrier, MisusesAreErrorsAndAMissingArrivalIsADeadlock) {
+  std::vector<int> out(32, -1);
+  std::string error = launch(named_barrier_kernel<2>, {out.data()}, {out.size() * 4}, 1, 64, 256);
+  EXPECT_NE(error.find("deadlock"), std::string::npos) << error;
+  EXPECT_NE(error.find("wait at named barriers (bar.sync), the first at barrier 1 with 32 of its 64"),
+            std::string::npos) << error;
+  error = launch(named_barrier_kernel<3>, {out.data()}, {out.size() * 4}, 1, 64, 256);
+  EXPECT_NE(error.find("named barriers 1 to 15"), std::string::npos) << error;
+  error = launch(named_barrier_kernel<4>, {out.data()}, {out.size() * 4}, 1, 64, 256);
+  EXPECT_NE(error.find("multiple of 32"), std::string::npos) << error;
+  error = launch(named_barrier_kernel<5>, {out.data()}, {out.size() * 4}, 1, 64, 256);
+  EXPECT_NE(error.find("different counts"), std::string::npos) << error;
 }
 
 // ---- setmaxnreg -----------------------------------------------------------------------------

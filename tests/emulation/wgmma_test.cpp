@@ -574,6 +574,18 @@ TEST(EmulatedWgmmaAttentionRules, ASoftmaxThatRescalesOWhilePVIsInFlightIsCaught
   EXPECT_EQ(result.find("build: "), std::string::npos) << result;
 }
 
+TEST(EmulatedWgmmaAttentionRules, APingPongThatLosesATurnIsADeadlock) {
+  // The consumers take turns issuing their wgmmas on named barriers 1 and 2. Without consumer
+  // 1's first arrival neither may start; without the arrivals after each turn the other waits
+  // for its turn forever. The emulator reports the deadlock (on hardware: a hang).
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"if (c == 1) kiln_bar_arrive(1, 256);  // consumer 0 issues first", ""},
+           {"kiln_bar_arrive(2 - c, 256);  // the other consumer's turn", ";"}}) {
+    std::string result = expect_attention_caught(from, to, Schedule{});
+    EXPECT_NE(result.find("wait at named barriers (bar.sync)"), std::string::npos) << result;
+  }
+}
+
 TEST(EmulatedWgmmaAttentionRules, AProducerThatSkipsTheEmptyWaitOverwritesAStageInUse) {
   expect_attention_caught("if (kt >= 2) kiln_mbarrier_wait(&empty[s], ((kt / 2) - 1) & 1);", "",
                           Schedule::adversarial());
