@@ -263,24 +263,26 @@ inline bool wgmma_operand_bytes(Block& b, const WgmmaOp& op, std::string& out) {
 }
 
 // Reads `op`'s operands as the async proxy sees shared memory now (and A's registers as they
-// were at issue) into op.a_vals and op.b_vals, and their bytes into op.seen.
+// were at issue): their bytes into op.seen, their values into op.a_vals and op.b_vals.
 inline void gather_wgmma_operands(Block& b, WgmmaOp& op, const char** error) {
-  const unsigned char* view = async_view(b);
   if (!wgmma_operand_bytes(b, op, op.seen)) {
     *error = "wgmma: a descriptor addresses past the block's dynamic shared memory";
     return;
   }
   size_t elem = op.tf32 ? 4 : 2;
   int kdim = op.tf32 ? 8 : 16;
-  auto element = [&](uint64_t desc, bool mn, int r, int k, const char* which) -> float {
-    size_t off = gmma_offset(desc, mn, r, k, which, elem);
+  size_t at = 0;
+  // The next element of op.seen, in wgmma_operand_bytes' order.
+  auto element = [&]() -> float {
+    const char* bytes = op.seen.data() + at;
+    at += elem;
     if (op.tf32) {  // the fp32 bits as the tensor core reads them: truncated to tf32
       uint32_t bits;
-      std::memcpy(&bits, view + off, 4);
+      std::memcpy(&bits, bytes, 4);
       return tf32_operand(bits);
     }
     uint16_t h;
-    std::memcpy(&h, view + off, 2);
+    std::memcpy(&h, bytes, 2);
     return op.bf16 ? g_api->float_from_bf16(h) : g_api->float_from_f16(h);
   };
   std::vector<float>& a = op.a_vals;
@@ -298,11 +300,10 @@ inline void gather_wgmma_operands(Block& b, WgmmaOp& op, const char** error) {
         }
   } else {
     for (int m = 0; m < 64; ++m)
-      for (int k = 0; k < kdim; ++k) a[static_cast<size_t>(m * 16 + k)] = element(op.desc_a, false, m, k, "A");
+      for (int k = 0; k < kdim; ++k) a[static_cast<size_t>(m * 16 + k)] = element();
   }
   for (int n = 0; n < op.n; ++n)
-    for (int k = 0; k < kdim; ++k)
-      bm[static_cast<size_t>(n * 16 + k)] = element(op.desc_b, op.trans_b, n, k, "B");
+    for (int k = 0; k < kdim; ++k) bm[static_cast<size_t>(n * 16 + k)] = element();
 }
 
 // Performs `op`: every thread's slice of D = A B (+ C), its operands as gathered at issue, which

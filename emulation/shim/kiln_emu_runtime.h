@@ -303,8 +303,7 @@ inline void barrier() {
 // bar.sync (wait) or bar.arrive on named barrier `id` of `count` threads: the phase completes at
 // the count-th arrival, which releases the threads waiting at it. Ids 1 to 15 (0 is
 // __syncthreads'), a count of whole warps no larger than the block, and one count a phase.
-inline void named_barrier(unsigned id, unsigned count, bool wait, const void* site) {
-  (void)site;
+inline void named_barrier(unsigned id, unsigned count, bool wait) {
   asm volatile("" ::: "memory");
   Block* b = t_block;
   const char* what = wait ? "bar.sync" : "bar.arrive";

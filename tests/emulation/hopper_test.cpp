@@ -420,17 +420,17 @@ TEST(EmulatedWgmma, AFenceThatPartOfAWarpgroupSkipsIsADeadlock) {
 // ---- named barriers -------------------------------------------------------------------------
 
 // Warp 1 writes a value to shared memory and arrives at named barrier 1 (64 threads); warp 0
-// waits there and reads it. `Flaw` 2: only warp 0 reaches the barrier; 3: id 0; 4: a count not a
-// multiple of 32; 5: the warps give different counts.
+// waits there and reads it. `Flaw` 1: only warp 0 reaches the barrier; 2: id 0; 3: a count not a
+// multiple of 32; 4: the warps give different counts.
 template <int Flaw>
 __global__ void named_barrier_kernel(int* out) {
   int* shared = reinterpret_cast<int*>(kiln_dynamic_smem());
   const int tid = threadIdx.x;
-  const unsigned id = Flaw == 3 ? 0u : 1u;
-  const unsigned count = Flaw == 4 ? 48u : (Flaw == 5 && tid >= 32 ? 32u : 64u);
+  const unsigned id = Flaw == 2 ? 0u : 1u;
+  const unsigned count = Flaw == 3 ? 48u : (Flaw == 4 && tid >= 32 ? 32u : 64u);
   if (tid >= 32) {
     shared[tid - 32] = tid * 3;
-    if (Flaw != 2) kiln_bar_arrive(id, count);
+    if (Flaw != 1) kiln_bar_arrive(id, count);
     return;
   }
   kiln_bar_sync(id, count);
@@ -447,15 +447,15 @@ TEST(EmulatedNamedBarrier, ASyncWaitsForTheArrivalsUnderEverySchedule) {
 
 TEST(EmulatedNamedBarrier, MisusesAreErrorsAndAMissingArrivalIsADeadlock) {
   std::vector<int> out(32, -1);
-  std::string error = launch(named_barrier_kernel<2>, {out.data()}, {out.size() * 4}, 1, 64, 256);
+  std::string error = launch(named_barrier_kernel<1>, {out.data()}, {out.size() * 4}, 1, 64, 256);
   EXPECT_NE(error.find("deadlock"), std::string::npos) << error;
   EXPECT_NE(error.find("wait at named barriers (bar.sync), the first at barrier 1 with 32 of its 64"),
             std::string::npos) << error;
-  error = launch(named_barrier_kernel<3>, {out.data()}, {out.size() * 4}, 1, 64, 256);
+  error = launch(named_barrier_kernel<2>, {out.data()}, {out.size() * 4}, 1, 64, 256);
   EXPECT_NE(error.find("named barriers 1 to 15"), std::string::npos) << error;
-  error = launch(named_barrier_kernel<4>, {out.data()}, {out.size() * 4}, 1, 64, 256);
+  error = launch(named_barrier_kernel<3>, {out.data()}, {out.size() * 4}, 1, 64, 256);
   EXPECT_NE(error.find("multiple of 32"), std::string::npos) << error;
-  error = launch(named_barrier_kernel<5>, {out.data()}, {out.size() * 4}, 1, 64, 256);
+  error = launch(named_barrier_kernel<4>, {out.data()}, {out.size() * 4}, 1, 64, 256);
   EXPECT_NE(error.find("different counts"), std::string::npos) << error;
 }
 
