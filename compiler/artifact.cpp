@@ -111,6 +111,22 @@ std::optional<std::vector<uint64_t>> sizes_at(const std::vector<SizeTerm>& terms
   return out;
 }
 
+Expected<TensorMapSpec> tensor_map_at(const KernelParam& p, const std::vector<int64_t>& values) {
+  auto spec = parse_tensor_map(p.map);
+  if (!spec) return spec.error();
+  if (!p.map_terms.empty()) {
+    if (p.map_terms.size() != 2 * size_t{spec->rank} - 1)
+      return make_error("tensor map '", p.map, "' has ", std::to_string(p.map_terms.size()),
+                        " size terms where its rank takes ", std::to_string(2 * spec->rank - 1));
+    auto at = sizes_at(p.map_terms, values);
+    if (!at) return make_error("tensor map '", p.map, "': a size term is out of range");
+    for (uint32_t d = 0; d < spec->rank; ++d) spec->dims[d] = (*at)[d];
+    for (uint32_t d = 0; d + 1 < spec->rank; ++d) spec->strides[d] = (*at)[spec->rank + d];
+  }
+  if (Status legal = check_tensor_map(*spec); !legal) return legal.error();
+  return spec;
+}
+
 std::optional<LaunchShape> launch_at(const LaunchShape& launch, const std::vector<SizeTerm>& grid,
                                      const std::vector<int64_t>& values) {
   LaunchShape out = launch;
@@ -245,6 +261,10 @@ enum KernelField : uint32_t {
   // LaunchShape::persistent. Optional: a reader that skips it launches one block per work tile,
   // which a persistent kernel computes correctly.
   k_persistent = 15,
+  // KernelParam::map_terms of a symbolic graph's tensor maps: u64 count, then per map its
+  // parameter's index (u32) and its terms. Required: without them a map keeps the bucket's
+  // upper bounds at every size.
+  k_map_terms = 16 | k_required,
 };
 
 class FieldWriter {
@@ -351,6 +371,18 @@ void write_kernel(ByteWriter& out, const KernelArtifact& k) {
   if (!k.grid.empty()) f.nested(k_grid, [&](ByteWriter& w) { write_terms(w, k.grid); });
   if (!k.items.empty()) f.nested(k_items, [&](ByteWriter& w) { write_terms(w, k.items); });
   if (k.scratch_floats) f.nested(k_scratch, [&](ByteWriter& w) { w.u64(k.scratch_floats); });
+  size_t maps = std::count_if(k.params.begin(), k.params.end(),
+                              [](const KernelParam& p) { return !p.map_terms.empty(); });
+  if (maps) {
+    f.nested(k_map_terms, [&](ByteWriter& w) {
+      w.u64(maps);
+      for (size_t i = 0; i < k.params.size(); ++i) {
+        if (k.params[i].map_terms.empty()) continue;
+        w.u32(static_cast<uint32_t>(i));
+        write_terms(w, k.params[i].map_terms);
+      }
+    });
+  }
 }
 
 // Calls `field(tag, payload reader)` for each field of `bytes`; the payload must be consumed
@@ -436,6 +468,18 @@ Status read_kernel(std::string_view bytes, KernelArtifact& k) {
         if (!read_terms(r, k.items))
           return failed(error, make_error("artifact: corrupt work items"));
         return 1;
+      case k_map_terms: {
+        // After k_params (write_kernel's order): each entry names a tensor-map parameter.
+        size_t maps = r.count(12);  // an index and a term count at least
+        for (size_t m = 0; m < maps && r.ok(); ++m) {
+          uint32_t i = r.u32();
+          if (!r.ok() || i >= k.params.size() || k.params[i].kind != ParamKind::tensor_map ||
+              !k.params[i].map_terms.empty() || !read_terms(r, k.params[i].map_terms) ||
+              k.params[i].map_terms.empty())
+            return failed(error, make_error("artifact: corrupt tensor-map terms"));
+        }
+        return 1;
+      }
       case k_scratch:
         k.scratch_floats = r.u64();
         // A thread's scratch is allocated before a kernel runs: bound it (256 MiB).

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "compiler/target.h"
+#include "compiler/tensor_map.h"
 #include "support/expected.h"
 
 #include <array>
@@ -45,8 +46,18 @@ struct BufferRef {
 // What a kernel parameter passes: a pointer to a buffer; the value of one of the graph's symbols
 // (an int); or a 128-byte CUDA tensor map of a buffer, by value (TMA on sm_90a), which the
 // launcher encodes with cuTensorMapEncodeTiled from `map` (compiler/tensor_map.h) at each run.
-// No kernel kiln emits takes one yet.
 enum class ParamKind : uint8_t { pointer, dim, tensor_map };
+
+// A size that follows a symbolic graph's dims: ceil(coef * product of values[symbols] / divisor).
+struct SizeTerm {
+  int64_t coef = 1;
+  std::vector<uint32_t> symbols;  // indices into the graph's symbols, with repetition
+  int64_t divisor = 1;
+  // The value at the symbols' `values`; nullopt when a symbol index is out of range or the
+  // value would pass 2^62 (only a corrupt term gets there).
+  std::optional<uint64_t> at(const std::vector<int64_t>& values) const;
+  bool operator==(const SizeTerm&) const = default;
+};
 
 // One kernel parameter. Buffers come first (stores, then reads), then the dims.
 struct KernelParam {
@@ -56,6 +67,9 @@ struct KernelParam {
   ParamKind kind = ParamKind::pointer;
   uint32_t symbol = 0;   // dim: the index of the graph symbol whose value it passes
   std::string map{};     // tensor_map: how to encode it, TensorMapSpec's text
+  // tensor_map of a symbolic graph: its dims, then its strides (rank + rank - 1 terms), as size
+  // terms of the symbols; `map` holds them at the bucket's upper bounds. Empty: `map` as it is.
+  std::vector<SizeTerm> map_terms{};
   bool operator==(const KernelParam&) const = default;
 };
 
@@ -82,27 +96,20 @@ struct LaunchShape {
   bool operator==(const LaunchShape&) const = default;
 };
 
-struct SizeTerm;
 // `launch` with its grid from `grid` (x, y, z size terms of a symbolic graph; none: unchanged)
 // at `values`; nullopt when a term is out of range, zero, or above launch.grid (which holds the
 // grid at the bucket's upper bounds).
 std::optional<LaunchShape> launch_at(const LaunchShape& launch, const std::vector<SizeTerm>& grid,
                                      const std::vector<int64_t>& values);
 
-// A size that follows a symbolic graph's dims: ceil(coef * product of values[symbols] / divisor).
-struct SizeTerm {
-  int64_t coef = 1;
-  std::vector<uint32_t> symbols;  // indices into the graph's symbols, with repetition
-  int64_t divisor = 1;
-  // The value at the symbols' `values`; nullopt when a symbol index is out of range or the
-  // value would pass 2^62 (only a corrupt term gets there).
-  std::optional<uint64_t> at(const std::vector<int64_t>& values) const;
-  bool operator==(const SizeTerm&) const = default;
-};
-
 // Every term of `terms` at `values`; nullopt when one is out of range (SizeTerm::at).
 std::optional<std::vector<uint64_t>> sizes_at(const std::vector<SizeTerm>& terms,
                                               const std::vector<int64_t>& values);
+
+// Tensor-map parameter `p`'s description at the symbols' `values`: `map` read back, with its
+// dims and strides replaced by `map_terms` at `values` where it has them (a symbolic graph's), then
+// checked against the driver's rules (check_tensor_map). The error names what is wrong.
+Expected<TensorMapSpec> tensor_map_at(const KernelParam& p, const std::vector<int64_t>& values);
 
 // What ptxas reported for one kernel (-1: not reported).
 struct KernelReport {

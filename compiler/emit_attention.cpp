@@ -592,7 +592,9 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   code.close();
   code.line("__syncthreads();");
   std::string tiles = key_tiles(ctx);
-  if (tiles.empty()) tiles = to_str((a.sk.hi + bc - 1) / bc);
+  if (tiles.empty())
+    tiles = a.sk.fixed() ? to_str((a.sk.hi + bc - 1) / bc)
+                         : "(" + a.sk.expr() + " + " + to_str(bc - 1) + ") / " + to_str(bc);
   code.line("const int key_tiles = " + tiles + ";");
 
   code.open("if (tid < 128) {");

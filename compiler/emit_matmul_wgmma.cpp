@@ -49,6 +49,17 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   bool a_batch = batched && s.a_batch_stride != 0, b_batch = batched && s.b_batch_stride != 0;
   int64_t tiles_m = (e.m.hi + t.bm - 1) / t.bm, tiles_n = (e.n.hi + t.bn - 1) / t.bn;
   int64_t k_tiles = (e.k.hi + t.bk - 1) / t.bk;
+  // The tile counts: numbers for a static graph; for a symbolic one, names the kernel declares
+  // from its dims (the counts above are then the bucket's upper bounds).
+  bool symbolic = !(e.m.fixed() && e.n.fixed() && e.k.fixed() && e.batch.fixed());
+  std::string tiles_m_text = symbolic ? "tiles_m" : to_str(tiles_m);
+  std::string tiles_n_text = symbolic ? "tiles_n" : to_str(tiles_n);
+  std::string mn_text = symbolic ? "tiles_m * tiles_n" : to_str(tiles_m * tiles_n);
+  std::string k_tiles_text = symbolic ? "k_tiles" : to_str(k_tiles);
+  auto ceil_text = [](const Extent& x, int d) {
+    return x.fixed() ? to_str((x.hi + d - 1) / d)
+                     : "(" + x.expr() + " + " + to_str(d - 1) + ") / " + to_str(d);
+  };
 
   code.open(kernel_signature(ctx, t.threads(), 1));
   code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms): " +
@@ -100,17 +111,30 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("kiln_fence_proxy_async();  // the initialised barriers, to the async proxy (TMA)");
   code.close();
   code.line("__syncthreads();");
-  code.line("// persistent: block b computes tiles b, b + gridDim.x, ... of " +
-            to_str(e.batch.hi * tiles_m * tiles_n) + " (" + to_str(e.batch.hi) + " x " +
-            to_str(tiles_m) + " row tiles x " + to_str(tiles_n) + " column tiles)");
   std::string tiles = to_str(e.batch.hi * tiles_m * tiles_n);
+  if (symbolic) {
+    code.line("// the tiles at this launch's dims (at most " + tiles + ": " + to_str(e.batch.hi) +
+              " x " + to_str(tiles_m) + " row tiles x " + to_str(tiles_n) + " column tiles, " +
+              to_str(k_tiles) + " k tiles)");
+    code.line("const int tiles_m = " + ceil_text(e.m, t.bm) + ";");
+    code.line("const int tiles_n = " + ceil_text(e.n, t.bn) + ";");
+    code.line("const int k_tiles = " + ceil_text(e.k, t.bk) + ";");
+    code.line("const int tiles = " + (e.batch.fixed() ? to_str(e.batch.hi) : e.batch.expr()) +
+              " * tiles_m * tiles_n;");
+    code.line("// persistent: block b computes tiles b, b + gridDim.x, ... of them");
+    tiles = "tiles";
+  } else {
+    code.line("// persistent: block b computes tiles b, b + gridDim.x, ... of " + tiles + " (" +
+              to_str(e.batch.hi) + " x " + to_str(tiles_m) + " row tiles x " + to_str(tiles_n) +
+              " column tiles)");
+  }
   // The batch coordinate where it is read: the producer's for an operand with a batch, the
   // consumers' for the epilogue's index of a batched result.
   auto decode_tile = [&](bool batch) {
-    if (batch) code.line("const int bz = tile / " + to_str(tiles_m * tiles_n) + ";");
-    code.line("const int bm0 = tile / " + to_str(tiles_n) + " % " + to_str(tiles_m) + " * " +
+    if (batch) code.line("const int bz = tile / " + (symbolic ? "(" + mn_text + ")" : mn_text) + ";");
+    code.line("const int bm0 = tile / " + tiles_n_text + " % " + tiles_m_text + " * " +
               to_str(t.bm) + ";");
-    code.line("const int bn0 = tile % " + to_str(tiles_n) + " * " + to_str(t.bn) + ";");
+    code.line("const int bn0 = tile % " + tiles_n_text + " * " + to_str(t.bn) + ";");
   };
   auto tma = [&](const std::string& dst, const std::string& map, const std::string& c0,
                  const std::string& c1, bool with_batch) {
@@ -130,7 +154,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("int it = 0;");
   code.open("for (int tile = (int)blockIdx.x; tile < " + tiles + "; tile += (int)gridDim.x) {");
   decode_tile(a_batch || b_batch);
-  code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt, ++it) {");
+  code.open("for (int kt = 0; kt < " + k_tiles_text + "; ++kt, ++it) {");
   code.line("const int s = it % " + to_str(stages) + ";");
   code.line("// the stage's previous use released by both consumers");
   code.line("if (it >= " + to_str(stages) + ") kiln_mbarrier_wait(&empty[s], ((it / " +
@@ -179,7 +203,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("#pragma unroll");
     code.line("for (int v = 0; v < " + to_str(t.bn / 2) + "; ++v) acc[v] = 0.0f;");
   }
-  code.open("for (int kt = 0; kt < " + to_str(k_tiles) + "; ++kt, ++it) {");
+  code.open("for (int kt = 0; kt < " + k_tiles_text + "; ++kt, ++it) {");
   code.line("const int s = it % " + to_str(stages) + ";");
   code.line("kiln_mbarrier_wait(&full[s], (it / " + to_str(stages) + ") & 1);");
   // The end of a consumer's rewrite of the stage: its writes to the async proxy, then both

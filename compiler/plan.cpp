@@ -350,14 +350,17 @@ void split_matmuls(const ir::Graph& graph, ProgramPlan& plan) {
 }
 
 // Appends a tensor-map parameter over `operand`'s buffer (the kernel's pointer parameter to it
-// stays): `spec` with 128-byte swizzle and 256-byte L2 promotion. Returns its index.
-int append_map_param(const ProgramPlan& plan, KernelPlan& k, ir::NodeId operand, TensorMapSpec spec) {
+// stays): `spec` with 128-byte swizzle and 256-byte L2 promotion, and for a symbolic graph
+// `terms`, its dims and strides as size terms (KernelParam::map_terms). Returns its index.
+int append_map_param(const ProgramPlan& plan, KernelPlan& k, ir::NodeId operand, TensorMapSpec spec,
+                     std::vector<SizeTerm> terms = {}) {
   spec.swizzle = TensorMapSwizzle::b128;
   spec.l2 = TensorMapL2::b256;
   KernelParam param = k.params[static_cast<size_t>(k.param_of(plan.location, operand))];
   param.written = false;
   param.kind = ParamKind::tensor_map;
   param.map = to_string(spec);
+  param.map_terms = std::move(terms);
   k.params.push_back(param);
   return static_cast<int>(k.params.size()) - 1;
 }
@@ -367,8 +370,9 @@ int append_map_param(const ProgramPlan& plan, KernelPlan& k, ir::NodeId operand,
 // {K, M} (K-major), B as {K, N} (K-major) or {N, K} (N-major), with the batch as a third dim
 // for an operand that has one; boxes of 128 bytes x the tile's rows (B N-major: x bk rows of K)
 // with 128-byte swizzle (fp32 operands of the tf32 path as f32: the kernel rounds them).
-void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) {
+void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k, bool symbolic) {
   const MatmulShape& s = k.shape;
+  const MatmulExtents& x = k.extents;
   const MatmulTile& t = k.tile;
   bool batched = graph.node(k.group.root).type.shape.rank() >= 3;
   int64_t tiles = s.batch * ((s.m + t.bm - 1) / t.bm) * ((s.n + t.bn - 1) / t.bn);
@@ -376,81 +380,131 @@ void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) 
   k.launch.block = {static_cast<uint32_t>(t.threads()), 1, 1};
   k.launch.dynamic_smem_bytes = static_cast<uint32_t>(wgmma_smem_bytes(t, s));
   k.launch.persistent = true;
+  // A symbolic graph's blocks: as many as its tiles at the bucket's upper bounds (any count
+  // computes every tile; blocks past a run's tiles find none and end).
+  if (symbolic) k.grid = {Extent::constant(k.launch.grid[0]).term(), Extent::constant(1).term(),
+                          Extent::constant(1).term()};
   const ir::Node& mm = graph.node(k.group.anchor);
-  auto map_param = [&](ir::NodeId operand, uint64_t inner, uint64_t outer, int64_t ld,
-                       int64_t batch_stride, uint32_t box_outer) {
+  auto map_param = [&](ir::NodeId operand, const Extent& inner, const Extent& outer,
+                       const Extent& ld, const Extent& batch_stride, uint32_t box_outer) {
     TensorMapSpec spec;
     spec.type = s.path == MatmulPath::bf16  ? TensorMapType::bf16
                 : s.path == MatmulPath::f16 ? TensorMapType::f16
                                             : TensorMapType::f32;  // tf32: rounded in the kernel
     uint64_t e = static_cast<uint64_t>(s.elem_bytes);
-    spec.rank = batched && batch_stride != 0 ? 3 : 2;
-    spec.dims = {inner, outer, static_cast<uint64_t>(s.batch), 1, 1};
-    spec.strides = {static_cast<uint64_t>(ld) * e, static_cast<uint64_t>(batch_stride) * e, 0, 0};
+    Extent bytes = Extent::constant(s.elem_bytes);
+    bool with_batch = batched && batch_stride.hi != 0;
+    spec.rank = with_batch ? 3 : 2;
+    spec.dims = {static_cast<uint64_t>(inner.hi), static_cast<uint64_t>(outer.hi),
+                 static_cast<uint64_t>(x.batch.hi), 1, 1};
+    spec.strides = {static_cast<uint64_t>(ld.hi) * e, static_cast<uint64_t>(batch_stride.hi) * e,
+                    0, 0};
     spec.box = {static_cast<uint32_t>(128 / e), box_outer, 1, 1, 1};
-    return append_map_param(plan, k, operand, spec);
+    std::vector<SizeTerm> terms;
+    if (symbolic) {
+      terms = {inner.term(), outer.term()};
+      if (with_batch) terms.push_back(x.batch.term());
+      terms.push_back((ld * bytes).term());
+      if (with_batch) terms.push_back((batch_stride * bytes).term());
+    }
+    return append_map_param(plan, k, operand, spec, std::move(terms));
   };
-  k.a_map_param = map_param(mm.operands[0], static_cast<uint64_t>(s.k), static_cast<uint64_t>(s.m),
-                            s.lda, s.a_batch_stride, static_cast<uint32_t>(t.bm));
+  k.a_map_param = map_param(mm.operands[0], x.k, x.m, x.lda, x.a_batch_stride,
+                            static_cast<uint32_t>(t.bm));
   k.b_map_param = s.b_k_contiguous
-                      ? map_param(mm.operands[1], static_cast<uint64_t>(s.k),
-                                  static_cast<uint64_t>(s.n), s.ldb, s.b_batch_stride,
+                      ? map_param(mm.operands[1], x.k, x.n, x.ldb, x.b_batch_stride,
                                   static_cast<uint32_t>(t.bn))
-                      : map_param(mm.operands[1], static_cast<uint64_t>(s.n),
-                                  static_cast<uint64_t>(s.k), s.ldb, s.b_batch_stride,
+                      : map_param(mm.operands[1], x.n, x.k, x.ldb, x.b_batch_stride,
                                   static_cast<uint32_t>(t.bk));
 }
 
 // The wgmma attention kernel's three tensor-map parameters, appended to the group's: Q, K and V
 // as rank-4 maps {head dim, rows, inner batch, outer batch} (a broadcast batch dim a dim of 1;
 // k's and v's inner batch their H_kv heads), boxes of 64 columns x 128 rows with 128-byte
-// swizzle.
-void plan_wgmma_attention(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k) {
+// swizzle; for a symbolic graph with their dims and strides as size terms.
+void plan_wgmma_attention(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k,
+                          bool symbolic) {
   const AttentionMatch& m = k.group.attention;
   const AttentionExtents& a = k.attention_extents;
   const AttentionTile& t = k.attention_tile;
   int rank = graph.node(m.root).type.shape.rank();
-  int64_t batch = k.extents.batch.hi;
-  int64_t inner = rank == 4 ? k.extents.inner_batch.hi : batch;
-  int64_t outer = batch / inner;
-  auto map_param = [&](ir::NodeId operand, int64_t rows, int64_t cols,
+  // The inner batch (heads: fixed, wgmma_attention_plans) and the outer batch.
+  int64_t inner = rank == 4 ? k.extents.inner_batch.hi : k.extents.batch.hi;
+  Extent outer = k.extents.batch;
+  outer.coef /= inner;
+  outer.lo /= inner;
+  outer.hi /= inner;
+  Extent inner_all = rank == 4 ? Extent::constant(inner) : k.extents.batch;
+  auto map_param = [&](ir::NodeId operand, const Extent& rows, int64_t cols,
                        const std::array<Extent, 2>& strides, int64_t group, uint32_t box_rows) {
     TensorMapSpec spec;
     spec.type = m.path == MatmulPath::bf16 ? TensorMapType::bf16 : TensorMapType::f16;
     spec.rank = 4;
-    uint64_t row_bytes = static_cast<uint64_t>(cols) * 2;
-    uint64_t head_bytes = row_bytes * static_cast<uint64_t>(rows);  // any stride serves a dim of 1
-    uint64_t si = static_cast<uint64_t>(strides[1].hi) * 2, so = static_cast<uint64_t>(strides[0].hi) * 2;
-    spec.dims = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows),
-                 si ? static_cast<uint64_t>(inner / group) : 1, so ? static_cast<uint64_t>(outer) : 1, 1};
-    spec.strides = {row_bytes, si ? si : head_bytes, so ? so : head_bytes, 0};
+    Extent two = Extent::constant(2);
+    Extent row_bytes = Extent::constant(cols * 2);
+    // Any stride serves a dim of 1: a head's bytes at the upper bounds.
+    Extent head_bytes = Extent::constant(cols * 2 * rows.hi);
+    bool has_inner = strides[1].hi != 0, has_outer = strides[0].hi != 0;
+    Extent heads = has_inner ? inner_all : Extent::constant(1);
+    heads.coef /= group;
+    heads.lo /= group;
+    heads.hi /= group;
+    std::array<Extent, 7> x = {Extent::constant(cols), rows, heads,
+                               has_outer ? outer : Extent::constant(1), row_bytes,
+                               has_inner ? strides[1] * two : head_bytes,
+                               has_outer ? strides[0] * two : head_bytes};
+    spec.dims = {static_cast<uint64_t>(x[0].hi), static_cast<uint64_t>(x[1].hi),
+                 static_cast<uint64_t>(x[2].hi), static_cast<uint64_t>(x[3].hi), 1};
+    spec.strides = {static_cast<uint64_t>(x[4].hi), static_cast<uint64_t>(x[5].hi),
+                    static_cast<uint64_t>(x[6].hi), 0};
     spec.box = {64, box_rows, 1, 1, 1};
-    return append_map_param(plan, k, operand, spec);
+    std::vector<SizeTerm> terms;
+    if (symbolic)
+      for (const Extent& v : x) terms.push_back(v.term());
+    return append_map_param(plan, k, operand, spec, std::move(terms));
   };
-  k.q_map_param = map_param(m.q, a.sq.hi, a.d, a.q, 1, static_cast<uint32_t>(t.br));
-  k.k_map_param = map_param(m.k, a.sk.hi, a.d, a.k, a.k_group, static_cast<uint32_t>(t.bc));
-  k.v_map_param = map_param(m.v, a.sk.hi, a.dv, a.v, a.v_group, static_cast<uint32_t>(t.bc));
+  k.q_map_param = map_param(m.q, a.sq, a.d, a.q, 1, static_cast<uint32_t>(t.br));
+  k.k_map_param = map_param(m.k, a.sk, a.d, a.k, a.k_group, static_cast<uint32_t>(t.bc));
+  k.v_map_param = map_param(m.v, a.sk, a.dv, a.v, a.v_group, static_cast<uint32_t>(t.bc));
 }
 
 }  // namespace
 
 bool wgmma_attention_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target,
                            bool symbolic) {
-  if (k.group.kind != GroupKind::attention || symbolic || !target.has(Feature::wgmma)) return false;
+  if (k.group.kind != GroupKind::attention || !target.has(Feature::wgmma)) return false;
   const AttentionExtents& a = k.attention_extents;
-  if (graph.node(k.group.attention.root).type.shape.rank() > 4 || k.extents.per_dim()) return false;
+  const MatmulExtents& e = k.extents;
+  int rank = graph.node(k.group.attention.root).type.shape.rank();
+  if (rank > 4 || e.per_dim()) return false;
+  // Strides of whole 16-byte units at every size (TMA's rule); for a symbolic graph, fixed heads
+  // that divide the batch and k's and v's head groups that divide the heads at every size (the
+  // maps' dims as size terms, plan_wgmma_attention).
   auto aligned = [](const std::array<Extent, 2>& strides) {
-    return strides[0].fixed() && strides[1].fixed() && strides[0].hi % 8 == 0 && strides[1].hi % 8 == 0;
+    return strides[0].multiple_of(8) && strides[1].multiple_of(8);
   };
+  if (symbolic) {
+    const Extent& heads = rank == 4 ? e.inner_batch : e.batch;
+    if (!e.inner_batch.fixed() || e.batch.coef % e.inner_batch.hi != 0 ||
+        heads.coef % a.k_group != 0 || heads.coef % a.v_group != 0)
+      return false;
+  }
   return wgmma_attention_computes(k.attention_shape) && aligned(a.q) && aligned(a.k) &&
          aligned(a.v);
 }
 
 bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target, bool symbolic) {
-  if (k.group.kind != GroupKind::matmul || symbolic || !target.has(Feature::wgmma)) return false;
+  if (k.group.kind != GroupKind::matmul || !target.has(Feature::wgmma)) return false;
   int batch_dims = graph.node(k.group.root).type.shape.rank() - 2;
-  return wgmma_computes(k.shape, batch_dims) && !k.extents.per_dim() &&
-         k.extents.inner_batch.hi == 1;
+  const MatmulExtents& e = k.extents;
+  // A symbolic graph's strides are whole 16-byte units at every size of its bucket, not just
+  // at the upper bounds (MatmulShape's); a static graph's extents are its sizes.
+  int64_t unit = 16 / k.shape.elem_bytes;
+  bool aligned = !symbolic || (e.lda.multiple_of(unit) && e.ldb.multiple_of(unit) &&
+                               e.a_batch_stride.multiple_of(unit) &&
+                               e.b_batch_stride.multiple_of(unit));
+  return wgmma_computes(k.shape, batch_dims) && aligned && !e.per_dim() &&
+         e.inner_batch.hi == 1;
 }
 
 Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& target,
@@ -506,7 +560,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
         k.grid = {k.extents.n.term(k.tile.bn), k.extents.m.term(k.tile.bm),
                   k.extents.batch.term()};
       }
-      if (k.tile.wgmma) plan_wgmma(graph, plan, k);
+      if (k.tile.wgmma) plan_wgmma(graph, plan, k, symbolic);
     } else if (group.kind == GroupKind::attention) {
       const AttentionExtents& a = k.attention_extents;
       k.attention_tile = schedule.attention_tile(k.attention_shape, sm);
@@ -545,7 +599,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       if (symbolic) {
         k.grid = {a.sq.term(t.br), Extent::constant(t.dv_slabs).term(), k.extents.batch.term()};
       }
-      if (t.wgmma) plan_wgmma_attention(graph, plan, k);
+      if (t.wgmma) plan_wgmma_attention(graph, plan, k, symbolic);
     } else if (group.kind != GroupKind::elementwise && group.kind != GroupKind::gather) {
       // Row ops: one warp per row along the axis of the anchor's (first) operand.
       const ir::Node& row_node = graph.node(group.anchor);

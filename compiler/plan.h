@@ -93,14 +93,16 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
                                    const PrecisionPlan& precision, const Sizes& sizes);
 
 // Whether matmul kernel `k` of a plan of `graph` (bound) runs on sm_90a's wgmma kernel when its
-// schedule is the model's: `target` has wgmma, the graph is static (tensor maps are encoded for
-// fixed sizes), and the problem is one it computes (wgmma_computes; one batch dim at most).
+// schedule is the model's: `target` has wgmma, the problem is one it computes (wgmma_computes; one
+// batch dim at most), and for a symbolic graph its strides are whole 16-byte units at every size
+// of the bucket (its tensor maps' dims and strides are then size terms).
 bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target, bool symbolic);
 
 // Whether attention kernel `k` of a plan of `graph` (bound) runs on sm_90a's wgmma attention
-// kernel when its schedule is the model's: `target` has wgmma, the graph is static, the result
-// has two batch dims at most, the kernel computes the problem (wgmma_attention_computes) and
-// q's, k's and v's batch strides are whole 16-byte units (TMA's rule).
+// kernel when its schedule is the model's: `target` has wgmma, the result has two batch dims at
+// most, the kernel computes the problem (wgmma_attention_computes) and q's, k's and v's batch
+// strides are whole 16-byte units at every size (TMA's rule); for a symbolic graph, its heads
+// are fixed and divide the batch, and k's and v's head groups divide the heads.
 bool wgmma_attention_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target,
                            bool symbolic);
 

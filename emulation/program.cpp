@@ -76,11 +76,13 @@ struct alignas(64) EmulatedTensorMap {
 };
 static_assert(sizeof(KilnEmuTensorMap) <= sizeof(EmulatedTensorMap));
 
-Expected<EmulatedTensorMap> encode_tensor_map(const std::string& text, const void* base,
+// Parameter `p`'s map at the symbols' `values` (a static graph's: none).
+Expected<EmulatedTensorMap> encode_tensor_map(const compiler::KernelParam& p,
+                                              const std::vector<int64_t>& values, const void* base,
                                               size_t buffer_bytes) {
-  auto spec = compiler::parse_tensor_map(text);
+  const std::string& text = p.map;
+  auto spec = compiler::tensor_map_at(p, values);
   if (!spec) return spec.error();
-  if (Status legal = compiler::check_tensor_map(*spec); !legal) return legal.error();
   if (!base) return make_error("tensor map '", text, "' binds no buffer");
   if (compiler::tensor_map_extent(*spec) > buffer_bytes)
     return make_error("tensor map '", text, "' reaches past its buffer's ",
@@ -161,7 +163,7 @@ Expected<std::vector<std::vector<unsigned char>>> run_launch_plan(
       if (p.kind == compiler::ParamKind::tensor_map) {
         // Encoded as the launcher does (checked, its reach within the buffer), in the
         // emulator's own form of the 128 opaque bytes.
-        auto map = encode_tensor_map(p.map, b ? b->data() : nullptr, b ? b->bytes() : 0);
+        auto map = encode_tensor_map(p, values, b ? b->data() : nullptr, b ? b->bytes() : 0);
         if (!map)
           return make_error("emulation: kernel '", kernel.name, "': ", map.error().message);
         maps.push_back(std::make_unique<EmulatedTensorMap>(*map));

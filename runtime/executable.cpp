@@ -34,21 +34,33 @@ uint64_t buffer_bytes(const compiler::Artifact& a, const compiler::BufferRef& re
 }
 
 // What this launcher cannot launch, refused by name before anything runs: a tensor map whose
-// description does not read back, breaks the driver's rules, reaches past its buffer (as the
-// artifact sizes the buffer, not as the parameter says) or belongs to a symbolic graph (its dims
-// are fixed, its buffers' sizes are not); a thread-block cluster (cuLaunchKernelEx comes with
-// the kernels that use one).
+// description does not read back, breaks the driver's rules or reaches past its buffer (as the
+// artifact sizes the buffer, not as the parameter says; a symbolic graph's at the bucket's upper
+// bounds, where its size terms give the map's largest dims and the buffers their largest sizes,
+// and again at each run's sizes); a thread-block cluster (cuLaunchKernelEx comes with the kernels
+// that use one).
 Status check_launchable(const compiler::KernelArtifact& kernel, const compiler::Artifact& artifact) {
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const compiler::KernelParam& p = kernel.params[i];
     if (p.kind != compiler::ParamKind::tensor_map) continue;
     std::string where = "kernel '" + kernel.name + "' parameter " + std::to_string(i) + ": ";
-    if (!artifact.bucket.empty())
-      return make_error(where, "a tensor map in a symbolic graph's kernels, whose buffers' sizes "
-                        "follow the dims, is not launched");
-    auto spec = compiler::parse_tensor_map(p.map);
-    Status legal = spec ? compiler::check_tensor_map(*spec) : Status(spec.error());
-    if (!legal) return make_error(where, legal.error().message);
+    if (!p.map_terms.empty() && artifact.bucket.empty())
+      return make_error(where, "a static graph's tensor map has size terms");
+    if (p.map_terms.empty() && !artifact.bucket.empty())
+      return make_error(where, "a symbolic graph's tensor map has no size terms");
+    compiler::KernelParam at_bounds = p;
+    at_bounds.map_terms.clear();
+    auto spec = compiler::tensor_map_at(at_bounds, {});
+    if (!spec) return make_error(where, spec.error().message);
+    if (!artifact.bucket.empty()) {
+      std::vector<int64_t> hi;
+      for (const auto& range : artifact.bucket) hi.push_back(range[1]);
+      auto top = compiler::tensor_map_at(p, hi);
+      if (!top) return make_error(where, top.error().message);
+      if (*top != *spec)
+        return make_error(where, "its size terms at the bucket's upper bounds give another map "
+                          "than its description");
+    }
     uint64_t holds = std::min(p.bytes, buffer_bytes(artifact, p.buffer));
     if (uint64_t reach = compiler::tensor_map_extent(*spec); reach > holds)
       return make_error(where, "its tensor map reaches ", std::to_string(reach),
@@ -69,15 +81,16 @@ struct alignas(64) TensorMapBytes {
   unsigned char bytes[128] = {};
 };
 
-// Encodes tensor-map parameter `p` of the buffer at `address` (its description checked at load).
-Status encode_tensor_map(const DriverApi& cu, const compiler::KernelParam& p, void* address,
-                         TensorMapBytes& out) {
-  auto spec = compiler::parse_tensor_map(p.map);
-  if (!spec) return spec.error();
+// Encodes tensor map `spec` (checked) of the buffer at `address`, which holds `holds` bytes.
+Status encode_tensor_map(const DriverApi& cu, const compiler::TensorMapSpec& spec, void* address,
+                         uint64_t holds, TensorMapBytes& out) {
+  if (uint64_t reach = compiler::tensor_map_extent(spec); reach > holds)
+    return make_error("its tensor map reaches ", std::to_string(reach), " bytes into a buffer of ",
+                      std::to_string(holds));
   CuResult r = cu.tensor_map_encode_tiled(
-      out.bytes, static_cast<int>(spec->type), spec->rank, address, spec->dims.data(),
-      spec->strides.data(), spec->box.data(), spec->element_strides.data(), /*interleave=*/0,
-      static_cast<int>(spec->swizzle), static_cast<int>(spec->l2), /*oob_fill=*/0);
+      out.bytes, static_cast<int>(spec.type), spec.rank, address, spec.dims.data(),
+      spec.strides.data(), spec.box.data(), spec.element_strides.data(), /*interleave=*/0,
+      static_cast<int>(spec.swizzle), static_cast<int>(spec.l2), /*oob_fill=*/0);
   if (r != 0) return driver_error(cu, "cuTensorMapEncodeTiled", r);
   return Status::success();
 }
@@ -172,7 +185,18 @@ private:
     std::vector<int64_t> values;
     std::vector<uint64_t> offsets;
     uint64_t workspace_bytes = 0;
+    std::vector<uint64_t> input_bytes, output_bytes, temporary_bytes;  // each buffer's, at values
   };
+
+  // The bytes buffer `ref` holds in a run at `sizes` (a static graph's: the artifact's).
+  uint64_t bytes_at(const compiler::BufferRef& ref, const Sizes& sizes) const {
+    if (!graph()) return buffer_bytes(m_artifact, ref);
+    const std::vector<uint64_t>& list = ref.role == compiler::BufferRole::input ? sizes.input_bytes
+                                        : ref.role == compiler::BufferRole::output
+                                            ? sizes.output_bytes
+                                            : sizes.temporary_bytes;
+    return ref.index < list.size() ? list[ref.index] : 0;
+  }
 
   Expected<Sizes> sizes_of(const std::vector<int64_t>& values) const {
     Sizes sizes;
@@ -185,9 +209,14 @@ private:
                           std::to_string(range[1]), "]");
     }
     auto bytes = compiler::sizes_at(m_artifact.temporary_sizes, sizes.values);
-    if (!bytes)
-      return make_error("entry ", exe().key(), ": a temporary's size term is out of range");
+    auto in = compiler::sizes_at(m_artifact.input_sizes, sizes.values);
+    auto out = compiler::sizes_at(m_artifact.output_sizes, sizes.values);
+    if (!bytes || !in || !out)
+      return make_error("entry ", exe().key(), ": a buffer's size term is out of range");
     sizes.offsets = temporary_offsets(*bytes, &sizes.workspace_bytes);
+    sizes.temporary_bytes = std::move(*bytes);
+    sizes.input_bytes = std::move(*in);
+    sizes.output_bytes = std::move(*out);
     return sizes;
   }
 
@@ -339,8 +368,15 @@ private:
       for (size_t i = 0; i < kernels[k].params.size() && launched; ++i) {
         if (kernels[k].params[i].kind != compiler::ParamKind::tensor_map) continue;
         if (maps[k].empty()) maps[k].resize(kernels[k].params.size());
-        if (Status s = encode_tensor_map(cu, kernels[k].params[i], bound[k][i], maps[k][i]); !s)
-          launched = make_error("kernel '", kernels[k].name, "': ", s.error().message);
+        // A symbolic graph's map at this run's sizes, into its buffer as sized at them.
+        const compiler::KernelParam& p = kernels[k].params[i];
+        auto spec = compiler::tensor_map_at(p, sizes.values);
+        Status s = spec ? encode_tensor_map(cu, *spec, bound[k][i], bytes_at(p.buffer, sizes),
+                                            maps[k][i])
+                        : Status(spec.error());
+        if (!s)
+          launched = make_error("kernel '", kernels[k].name, "' parameter ", std::to_string(i),
+                                ": ", s.error().message);
       }
     }
     for (size_t k = 0; k < kernels.size() && launched; ++k) {
@@ -526,6 +562,7 @@ Status check_artifact_fits(const compiler::Artifact& a, const ir::Graph& graph) 
     // Dims pass the symbols' values (each symbol's, in order, in what kiln writes).
     size_t dims = 0;
     for (const compiler::KernelParam& p : k.params) {
+      if (!in_range(p.map_terms)) return bad("a tensor map's size terms");
       if (p.kind != compiler::ParamKind::dim) continue;
       if (p.symbol >= symbols) return bad("a kernel's dims");
       ++dims;

@@ -200,6 +200,7 @@ Artifact typed_sample() {
   map.buffer = {BufferRole::input, 0};
   map.bytes = 16;
   map.map = "box 64x64 swizzle 128";
+  map.map_terms = {SizeTerm{64, {}, 1}, SizeTerm{1, {0}, 1}, SizeTerm{256, {}, 1}};
   k.params.push_back(map);
   k.launch.cluster = {2, 1, 1};
   k.grid = {SizeTerm{1, {0}, 64}, SizeTerm{}, SizeTerm{}};
@@ -213,6 +214,7 @@ TEST(Artifact, TypedParametersAndClustersRoundTrip) {
   EXPECT_EQ(*back, a);
   EXPECT_EQ(back->kernels[0].params[3].kind, ParamKind::dim);
   EXPECT_EQ(back->kernels[0].params[4].map, "box 64x64 swizzle 128");
+  EXPECT_EQ(back->kernels[0].params[4].map_terms.size(), 3u);
   EXPECT_TRUE(back->kernels[0].launch.clustered());
   EXPECT_FALSE(back->kernels[1].launch.clustered());
 
@@ -245,6 +247,44 @@ TEST(Artifact, TypedParametersAndClustersRoundTrip) {
   Artifact no_kernels = cpu;
   no_kernels.kernels.clear();
   EXPECT_EQ(whole - serialize(no_kernels).size(), 12 + kernel_record);
+}
+
+// Size terms belong to tensor-map parameters: terms on another kind of parameter are refused.
+// A map's terms replace its dims and strides at the symbols' values; a count its rank does not
+// take, or a map the terms make illegal, is an error naming the map.
+TEST(Artifact, TensorMapSizeTermsFollowTheDimsAndBelongToMaps) {
+  Artifact a = typed_sample();
+  a.kernels[0].params[0].map_terms = {SizeTerm{}};  // a pointer
+  auto refused = deserialize(serialize(a));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("corrupt tensor-map terms"), std::string::npos)
+      << refused.error().message;
+
+  KernelParam map;
+  map.kind = ParamKind::tensor_map;
+  map.map = "tiled bf16 dims=64,2048,4 strides=128,262144 box=64,128,1 elem=1,1,1 swizzle=128B l2=256B";
+  map.map_terms = {SizeTerm{64, {}, 1}, SizeTerm{1, {0}, 1}, SizeTerm{4, {}, 1},
+                   SizeTerm{128, {}, 1}, SizeTerm{128, {0}, 1}};
+  auto at = tensor_map_at(map, {100});
+  ASSERT_TRUE(at.ok()) << at.error().message;
+  EXPECT_EQ(to_string(*at),
+            "tiled bf16 dims=64,100,4 strides=128,12800 box=64,128,1 elem=1,1,1 swizzle=128B l2=256B");
+  auto top = tensor_map_at(map, {2048});
+  ASSERT_TRUE(top.ok()) << top.error().message;
+  EXPECT_EQ(to_string(*top), map.map);
+  auto missing = tensor_map_at(map, {});  // no value for the symbol
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("a size term is out of range"), std::string::npos);
+  map.map_terms[4] = SizeTerm{100, {0}, 1};  // a stride of no 16-byte multiple at S = 1
+  auto odd = tensor_map_at(map, {1});
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.error().message.find("16"), std::string::npos) << odd.error().message;
+  map.map_terms.pop_back();
+  auto short_terms = tensor_map_at(map, {100});
+  ASSERT_FALSE(short_terms.ok());
+  EXPECT_NE(short_terms.error().message.find("has 4 size terms where its rank takes 5"),
+            std::string::npos)
+      << short_terms.error().message;
 }
 
 TEST(Artifact, ParameterSpaceAlignsEachKind) {

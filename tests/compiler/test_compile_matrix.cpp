@@ -606,5 +606,61 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
   EXPECT_EQ(compiled, 4);
 }
 
+// A symbolic graph's matmuls and attention on sm_90a's wgmma kernels, as the model plans them at
+// the bucket's upper bounds (S up to 8192): each mode's matmul kernel and 16-bit attention (causal,
+// grouped heads) compile without a spill or a ptxas warning at the kernels' 168 registers, with
+// tensor maps whose dims follow S, and read the tile counts from S's value.
+TEST(CompileShapes, SymbolicGraphsWgmmaKernelsCompileWithoutSpillsOrWarningsOnSm90a) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  struct Case {
+    const char* type;
+    ir::Precision precision;
+  };
+  for (Case c : {Case{"bf16", ir::Precision::high}, Case{"f32", ir::Precision::high},
+                 Case{"f32", ir::Precision::tf32x3}, Case{"f32", ir::Precision::medium}}) {
+    std::string ty = c.type, what = "sm_90a symbolic " + ty + " " + std::string(ir::to_string(c.precision));
+    bool half = ty == "bf16";
+    ir::Graph g = test::parse(
+        "graph s {\n  dim S: 1..8192\n  input x: " + ty + "[S, 1024]\n  input w: " + ty +
+        "[1024, 1024]\n  input b: " + ty + "[1024]\n" +
+        (half ? "  input q: bf16[2, 8, S, 128]\n  input k: bf16[2, 2, S, 128]\n" : "") +
+        "  h = gelu(add(matmul(x, w), b))\n  g = matmul(x, w, transpose_b=true)\n" +
+        (half ? "  o = attention(q, k, k, causal=true)\n  output h, g, o\n}\n" : "  output h, g\n}\n"));
+    CompileOptions o;
+    o.target = Target::cuda(90, "a");
+    o.precision = c.precision;
+    o.bucket = {{4097, 8192}};
+    auto request = check_request(g, o);
+    ASSERT_TRUE(request.ok()) << request.error().message;
+    auto program = lower(g, *request, heuristic_schedule());
+    ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+    auto a = compile_lowered(*program, request->options);
+    ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
+    expect_clean(*a, what);
+    int wgmma = 0;
+    for (size_t i = 0; i < a->kernels.size(); ++i) {
+      const KernelArtifact& k = a->kernels[i];
+      if (k.tile.find("wgmma") == std::string::npos) continue;
+      ++wgmma;
+      EXPECT_NE(k.ptx.find("wgmma.mma_async.sync.aligned"), std::string::npos) << what << " " << k.name;
+      EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos) << what << " " << k.name;
+      EXPECT_EQ(k.report.local_bytes, 0) << what << " " << k.name;
+      EXPECT_EQ(k.report.registers, 168) << what << " " << k.name;
+      int maps = 0;
+      for (const KernelParam& p : k.params) {
+        if (p.kind != ParamKind::tensor_map) continue;
+        ++maps;
+        EXPECT_FALSE(p.map_terms.empty()) << what << " " << k.name;
+      }
+      EXPECT_GE(maps, 2) << what << " " << k.name;
+      if (k.name.find("matmul") != std::string::npos)
+        EXPECT_NE(program->kernel_sources[i].find("const int tiles_m = (kiln_dim0 + 127) / 128;"),
+                  std::string::npos)
+            << what << " " << k.name;
+    }
+    EXPECT_EQ(wgmma, half ? 3 : 2) << what;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::compiler

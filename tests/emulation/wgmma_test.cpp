@@ -7,11 +7,13 @@
 #include "emulation/check.h"
 #include "emulation/program.h"
 #include "ir/parse.h"
+#include "reference/check.h"
 #include "reference/tensor.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -332,6 +334,145 @@ TEST(EmulatedWgmmaPersistent, EveryBlockCountFrom1To132CoversEveryTile) {
     EXPECT_EQ(check(graph, *program, schedule), "");
   }
 }
+
+// Symbolic graphs on the wgmma kernels: one bucket's build at the bucket's bounds and sizes
+// between (partial tiles, the upper bound), against fp64 under the kind and the adversarial
+// schedule, in every mode the matmul kernel computes, and attention. S is a row
+// count (x), a column count (nn's N, its B K-major) and a batch (bz). A contraction over S stays
+// on mma.sync: A's rows are then S elements, not 16-byte multiples at every S (tk).
+const char* k_symbolic_wgmma_graph = R"(graph symwg {
+  dim S: 1..300
+  input x: f32[S, 48]
+  input w: f32[48, 40]
+  input wt: f32[40, 48]
+  input b: f32[40]
+  input z: f32[S, 5, 48]
+  input t: f32[4, S]
+  h = gelu(add(matmul(x, w), b))
+  g = matmul(x, wt, transpose_b=true)
+  nn = matmul(wt, x, transpose_b=true)
+  bz = matmul(z, w)
+  tk = matmul(t, x)
+  output h, g, nn, bz, tk
+}
+)";
+
+const char* k_symbolic_wgmma_half_graph = R"(graph symwgh {
+  dim S: 1..300
+  input x: bf16[S, 48]
+  input w: bf16[48, 40]
+  input wt: bf16[40, 48]
+  input z: bf16[S, 5, 48]
+  input t: bf16[4, S]
+  h = relu(matmul(x, w))
+  nn = matmul(wt, x, transpose_b=true)
+  bz = matmul(z, w)
+  tk = matmul(t, x)
+  output h, nn, bz, tk
+}
+)";
+
+// Attention at a symbolic sequence length: grouped heads (4 q heads, 2 kv heads), v broadcast
+// over the batch, causal (the key tiles a query tile reaches follow S) and not.
+const char* k_symbolic_attention_graph = R"(graph symatt {
+  dim S: 1..300
+  input q: bf16[2, 4, S, 64]
+  input k: bf16[2, 2, S, 64]
+  input v: bf16[1, 2, S, 64]
+  input kf: bf16[2, 4, S, 64]
+  o = attention(q, k, v, causal=true)
+  f = attention(q, kf, kf)
+  output o, f
+}
+)";
+
+// Attention over a symbolic batch (rank 3: B is the maps' third dim), queries fewer than keys.
+const char* k_symbolic_batch_attention_graph = R"(graph symbatch {
+  dim B: 1..64
+  input q: f16[B, 40, 64]
+  input k: f16[B, 72, 64]
+  input v: f16[B, 72, 128]
+  o = attention(q, k, v)
+  output o
+}
+)";
+
+struct SymbolicCase {
+  const char* graph;
+  ir::Precision precision;
+  compiler::DimRange bucket;
+  std::vector<int64_t> sizes;
+  int wgmma_kernels;  // of the bucket's build
+};
+
+void PrintTo(const SymbolicCase& c, std::ostream* os) {
+  *os << ir::to_string(c.precision) << ", bucket [" << c.bucket.lo << ", " << c.bucket.hi << "]";
+}
+
+class EmulatedWgmmaSymbolic : public ::testing::TestWithParam<SymbolicCase> {};
+
+TEST_P(EmulatedWgmmaSymbolic, OneBucketsBuildMatchesFp64AtEverySize) {
+  const SymbolicCase& c = GetParam();
+  auto parsed = ir::parse_graph(c.graph, "sym.kg");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const ir::Graph& graph = *parsed;
+  compiler::CompileOptions options = sm90a(c.precision);
+  options.bucket = {c.bucket};
+  auto request = compiler::check_request(graph, options);
+  ASSERT_TRUE(request.ok()) << request.error().message;
+  auto lowered = compiler::lower(graph, *request, WgmmaSchedule());
+  ASSERT_TRUE(lowered.ok()) << lowered.error().message;
+  auto program = build_program(graph, std::move(*lowered));
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  // Every matmul but tk (M = 4) on wgmma, every map following the dims.
+  int maps = 0;
+  for (const auto& k : program->lowered().plan.kernels) {
+    if (k.group.kind == compiler::GroupKind::matmul) EXPECT_EQ(k.tile.wgmma, k.shape.m != 4) << k.name;
+    for (const compiler::KernelParam& p : k.params) {
+      if (p.kind != compiler::ParamKind::tensor_map) continue;
+      EXPECT_FALSE(p.map_terms.empty()) << k.name;
+      ++maps;
+    }
+  }
+  EXPECT_EQ(wgmma_kernels(*program), c.wgmma_kernels);
+  EXPECT_GE(maps, 2 * c.wgmma_kernels);
+  for (int64_t size : c.sizes) {
+    SCOPED_TRACE("at " + std::to_string(size));
+    auto bound = graph.bind({size});
+    ASSERT_TRUE(bound.ok()) << bound.error().message;
+    for (const Schedule& schedule : {Schedule{}, Schedule::adversarial()}) {
+      SCOPED_TRACE("schedule " + to_string(schedule));
+      auto report = reference::check_against_fp64(
+          *bound, program->lowered().precision.graph_mode, 5,
+          [&](const std::vector<reference::Tensor>& inputs) {
+            return program->run(inputs, schedule);
+          });
+      ASSERT_TRUE(report.ok()) << report.error().message;
+      for (const reference::OutputCheck& o : report->outputs)
+        EXPECT_TRUE(o.ok) << o.name << ": rel_l2 " << o.rel_l2 << " > " << o.tolerance;
+    }
+  }
+}
+
+std::string symbolic_case_name(const ::testing::TestParamInfo<SymbolicCase>& info) {
+  const SymbolicCase& c = info.param;
+  std::string graph = c.graph == k_symbolic_wgmma_graph        ? "f32"
+                      : c.graph == k_symbolic_wgmma_half_graph ? "bf16"
+                      : c.graph == k_symbolic_attention_graph  ? "attention"
+                                                               : "batch_attention";
+  return graph + "_" + std::string(ir::to_string(c.precision));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sm90a, EmulatedWgmmaSymbolic,
+    ::testing::Values(
+        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::high, {129, 256}, {129, 130, 200, 256}, 4},
+        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::tf32x3, {129, 256}, {129, 256}, 4},
+        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::medium, {129, 256}, {130, 256}, 4},
+        SymbolicCase{k_symbolic_wgmma_half_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 3},
+        SymbolicCase{k_symbolic_attention_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 2},
+        SymbolicCase{k_symbolic_batch_attention_graph, ir::Precision::high, {5, 8}, {5, 8}, 1}),
+    symbolic_case_name);
 
 // The attention examples on sm_90a in every precision mode, with the model's schedule: f16
 // attention_causal on the wgmma attention kernel (the mode changes nothing for 16-bit

@@ -194,8 +194,9 @@ TEST_F(TensorMapLaunch, AMapThatBreaksARuleOrOverreachesIsRefusedBeforeAnyLaunch
       << s.error().message;
 }
 
-// A symbolic graph's kernels take no tensor map: their buffers follow the dims, a map's do not.
-TEST_F(TensorMapLaunch, ASymbolicGraphsTensorMapIsRefused) {
+// A symbolic graph's tensor map without size terms (its dims fixed where its buffer's follow the
+// dims) is refused before anything launches.
+TEST_F(TensorMapLaunch, ASymbolicGraphsTensorMapWithoutSizeTermsIsRefused) {
   auto graph = ir::parse_graph("graph sym {\n  dim B: 1..64\n  input x: f32[B, 64]\n"
                                "  y = relu(x)\n  output y\n}\n", "sym.kg");
   ASSERT_TRUE(graph) << graph.error().message;
@@ -216,7 +217,8 @@ TEST_F(TensorMapLaunch, ASymbolicGraphsTensorMapIsRefused) {
   Status s = (*made)->run(buffers.inputs, buffers.outputs);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("kernel '"), std::string::npos) << s.error().message;
-  EXPECT_NE(s.error().message.find("a tensor map in a symbolic graph's kernels"), std::string::npos)
+  EXPECT_NE(s.error().message.find("a symbolic graph's tensor map has no size terms"),
+            std::string::npos)
       << s.error().message;
   EXPECT_TRUE(fake_cuda::launches().empty());
 }
@@ -365,6 +367,91 @@ TEST(WgmmaLaunch, Tf32WithBKNEncodesBoxesOfTheStagingArea) {
   EXPECT_EQ(k.params[4].map, "tiled f32 dims=520,64 strides=2080 box=32,32 elem=1,1 swizzle=128B l2=256B");
   EXPECT_EQ(run.launch.params[3], run.inputs[0]);
   EXPECT_EQ(run.launch.params[4], run.inputs[1]);
+}
+
+// A symbolic graph's wgmma matmul: its maps hold the bucket's upper bounds and size terms, and
+// each run encodes them at its own sizes over buffers sized for them (a map left at the upper
+// bounds would reach past the smaller buffers: the fake faults such a launch); the persistent
+// grid is the tiles at the upper bounds, one block per multiprocessor at most. Terms that give
+// another map at the upper bounds than the description are refused before anything launches.
+// A run of symbolic `exe` at S = `size` over device buffers sized for it.
+Status run_at(Executable& exe, int64_t size) {
+  auto in = exe.inputs_at({size});
+  auto out = exe.outputs_at({size});
+  if (!in) return in.error();
+  if (!out) return out.error();
+  std::vector<DeviceBuffer> owned;
+  std::vector<TensorRef> inputs, outputs;
+  for (auto [specs, refs] : {std::pair{&*in, &inputs}, std::pair{&*out, &outputs}}) {
+    for (const TensorSpec& spec : *specs) {
+      auto buffer = DeviceBuffer::allocate(testing_support::spec_bytes(spec), 0);
+      if (!buffer) return buffer.error();
+      refs->push_back({buffer->data(), spec.dtype, spec.shape});
+      owned.push_back(std::move(*buffer));
+    }
+  }
+  return exe.run(inputs, outputs);
+}
+
+TEST(WgmmaLaunch, ASymbolicGraphsMapsFollowEachRunsSizes) {
+  if (!compiler::load_nvrtc("").ok()) GTEST_SKIP() << "no NVRTC here";
+  auto graph = ir::parse_graph(R"(graph g {
+  dim S: 1..4096
+  input x: bf16[S, 1024]
+  input w: bf16[1024, 1024]
+  y = matmul(x, w)
+  output y
+}
+)", "g.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  ASSERT_TRUE(use_fake_driver({}));
+  compiler::CompileOptions options;
+  options.target = compiler::Target::cuda(90, "a");
+  options.bucket = {compiler::bucket_of(2048, graph->symbols()[0])};
+  ASSERT_EQ(options.bucket[0].hi, 2048);
+  auto result = runtime::compile_graph(*graph, options, nullptr);
+  ASSERT_TRUE(result) << result.error().message;
+  ASSERT_EQ(result->artifact.kernels.size(), 1u);
+  const compiler::KernelArtifact k = result->artifact.kernels[0];
+  EXPECT_EQ(k.tile, "128x256x64, wgmma, 4 stages");
+  ASSERT_TRUE(k.launch.persistent);
+  EXPECT_EQ(k.launch.grid[0], 64u);  // 16 x 4 tiles at S = 2048
+  ASSERT_EQ(k.params.size(), 6u);    // y, x, w, S, A's map, B's map
+  EXPECT_EQ(k.params[3].kind, compiler::ParamKind::dim);
+  EXPECT_EQ(k.params[4].map, "tiled bf16 dims=1024,2048 strides=2048 box=64,128 elem=1,1 swizzle=128B l2=256B");
+  EXPECT_EQ(k.params[4].map_terms.size(), 3u);
+  EXPECT_EQ(k.params[5].map, "tiled bf16 dims=1024,1024 strides=2048 box=64,64 elem=1,1 swizzle=128B l2=256B");
+  EXPECT_EQ(k.params[5].map_terms.size(), 3u);
+  // A's rows follow S: its map at S = 1100.
+  auto at = compiler::tensor_map_at(k.params[4], {1100});
+  ASSERT_TRUE(at) << at.error().message;
+  EXPECT_EQ(compiler::to_string(*at), "tiled bf16 dims=1024,1100 strides=2048 box=64,128 elem=1,1 swizzle=128B l2=256B");
+
+  auto broken = *result;
+  broken.artifact.kernels[0].params[4].map_terms[1].coef = 2;  // 2 S rows
+  auto made = runtime::make_executable(*graph, std::move(*result), 0);
+  ASSERT_TRUE(made) << made.error().message;
+  for (int64_t size : {1100, 2048, 1025}) {
+    SCOPED_TRACE("S = " + std::to_string(size));
+    size_t before = fake_cuda::launches().size();
+    Status s = run_at(**made, size);
+    ASSERT_TRUE(s) << s.error().message;
+    auto launches = fake_cuda::launches();
+    ASSERT_EQ(launches.size(), before + 1);
+    EXPECT_EQ(launches.back().fault, 0);
+    EXPECT_EQ(launches.back().grid[0],
+              static_cast<unsigned>(std::min(64, fake_cuda::Config{}.sm_count)));
+    EXPECT_EQ(launches.back().params[3], static_cast<uint64_t>(size));
+  }
+  auto refused = runtime::make_executable(*graph, std::move(broken), 0);
+  ASSERT_TRUE(refused) << refused.error().message;
+  size_t before = fake_cuda::launches().size();
+  Status s = run_at(**refused, 2048);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("size terms at the bucket's upper bounds give another map"),
+            std::string::npos)
+      << s.error().message;
+  EXPECT_EQ(fake_cuda::launches().size(), before);
 }
 
 // sm_90a's attention kernel as the runtime launches it: Q's, K's and V's rank-4 tensor maps (k

@@ -152,5 +152,46 @@ TEST(GpuWgmma, AttentionOfGroupedHeadsMatchesTheReference) {
   expect_matches_reference(*graph, Precision::automatic);
 }
 
+// A symbolic graph's wgmma kernels on the device: one executable (S in 1..2048) run at sizes of
+// two buckets, with partial tiles of rows and keys, each against the fp64 reference of the graph
+// bound there. At the upper bound 2048 the matmul's tiles fill the GPU, so the model plans it and
+// the attention on sm_90a's wgmma kernels, whose tensor maps are encoded at each run's S (at
+// 1024, the bucket of 700, the matmul stays on mma.sync).
+TEST(GpuWgmma, ASymbolicGraphMatchesTheReferenceAtEverySize) {
+  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
+  auto graph = ir::parse_graph(R"(graph wgmma_symbolic_gpu {
+  dim S: 1..2048
+  input x: bf16[S, 1024]
+  input w: bf16[1024, 1024]
+  input b: bf16[1024]
+  input q: bf16[1, 8, S, 128]
+  input k: bf16[1, 2, S, 128]
+  h = gelu(add(matmul(x, w), b))
+  o = attention(q, k, k, causal=true)
+  output h, o
+}
+)", "wgmma_symbolic_gpu.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  RuntimeOptions options;
+  options.use_cache = false;
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().message;
+  auto exe = (*runtime)->compile(*graph);
+  ASSERT_TRUE(exe) << exe.error().message;
+  for (int64_t size : {1025, 1500, 2048, 700}) {
+    SCOPED_TRACE("S = " + std::to_string(size));
+    auto bound = graph->bind({size});
+    ASSERT_TRUE(bound) << bound.error().message;
+    auto report = reference::check_against_fp64(
+        *bound, *ir::parse_precision((*exe)->precision()), 7,
+        reference::bytes_runner(*bound, [&](const std::vector<reference::Bytes>& inputs) {
+          return (*exe)->run_host(inputs, {size});
+        }));
+    ASSERT_TRUE(report) << report.error().message;
+    for (const auto& o : report->outputs)
+      EXPECT_TRUE(o.ok) << "output " << o.name << ": rel_l2 " << o.rel_l2 << " > " << o.tolerance;
+  }
+}
+
 }  // namespace
 }  // namespace kiln
