@@ -152,10 +152,10 @@ KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_wait() {
   ::kiln_emu::wgmma_wait(N, KILN_EMU_SITE);
 }
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_bar_sync(unsigned id, unsigned count) {
-  ::kiln_emu::named_barrier(id, count, true);
+  ::kiln_emu::named_barrier(id, count, true, KILN_EMU_SITE);
 }
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_bar_arrive(unsigned id, unsigned count) {
-  ::kiln_emu::named_barrier(id, count, false);
+  ::kiln_emu::named_barrier(id, count, false, KILN_EMU_SITE);
 }
 template <int N>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_setmaxnreg_inc() {

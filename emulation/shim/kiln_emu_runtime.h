@@ -180,6 +180,9 @@ struct Block {
   struct Named {
     int arrived = 0;
     int count = 0;
+    // Where each warp's lanes reach the barrier this phase (bar.sync and bar.arrive are
+    // .aligned: a warp's lanes execute one instruction); empty between phases.
+    std::vector<const void*> sites;
   } named[16];
   std::vector<MBarrier> mbarriers;  // those initialised in this block, by offset
   // sm_90: shared memory as the async proxy (wgmma, TMA) sees it: TMA writes both views; generic
@@ -300,10 +303,11 @@ inline void barrier() {
   yield();
 }
 
-// bar.sync (wait) or bar.arrive on named barrier `id` of `count` threads: the phase completes at
-// the count-th arrival, which releases the threads waiting at it. Ids 1 to 15 (0 is
-// __syncthreads'), a count of whole warps no larger than the block, and one count a phase.
-inline void named_barrier(unsigned id, unsigned count, bool wait) {
+// bar.sync (wait) or bar.arrive on named barrier `id` of `count` threads at `site` (where in
+// the kernel): the phase completes at the count-th arrival, which releases the threads waiting
+// at it. Ids 1 to 15 (0 is __syncthreads'), a count of whole warps no larger than the block, one
+// count a phase, and a warp's lanes from one place (the instructions are .aligned).
+inline void named_barrier(unsigned id, unsigned count, bool wait, const void* site) {
   asm volatile("" ::: "memory");
   Block* b = t_block;
   const char* what = wait ? "bar.sync" : "bar.arrive";
@@ -317,8 +321,18 @@ inline void named_barrier(unsigned id, unsigned count, bool wait) {
   } else if (n.count != static_cast<int>(count)) {
     fail(std::string(what) + ": threads arrive at one named barrier with different counts");
   }
+  size_t warp = static_cast<size_t>(t_thread->warp);
+  if (n.sites.size() <= warp) n.sites.resize(warp + 1, nullptr);
+  if (!n.sites[warp]) {
+    n.sites[warp] = site;
+  } else if (n.sites[warp] != site) {
+    fail(std::string(what) + ": lanes of one warp reach named barrier " + std::to_string(id) +
+         " at different places in the kernel (bar.sync and bar.arrive are .aligned: every lane "
+         "of a warp must execute the same instruction)");
+  }
   if (++n.arrived == n.count) {
     n.arrived = 0;
+    n.sites.clear();
     for (Thread& t : b->threads)
       if (t.wait == Wait::named && t.waits_on == id) t.wait = Wait::none;
     return;

@@ -419,9 +419,16 @@ TEST(EmulatedWgmma, AFenceThatPartOfAWarpgroupSkipsIsADeadlock) {
 
 // ---- named barriers -------------------------------------------------------------------------
 
+// Arrives at named barrier `id` from a place of its own (the flaw 5 of named_barrier_kernel).
+__attribute__((noinline)) void arrive_elsewhere(unsigned id, unsigned count) {
+  kiln_bar_arrive(id, count);
+  asm volatile("" ::: "memory");  // not a tail call: the arrival's return address is here
+}
+
 // Warp 1 writes a value to shared memory and arrives at named barrier 1 (64 threads); warp 0
 // waits there and reads it. `Flaw` 1: only warp 0 reaches the barrier; 2: id 0; 3: a count not a
-// multiple of 32; 4: the warps give different counts.
+// multiple of 32; 4: the warps give different counts; 5: half of warp 1 arrives from another
+// place in the kernel.
 template <int Flaw>
 __global__ void named_barrier_kernel(int* out) {
   int* shared = reinterpret_cast<int*>(kiln_dynamic_smem());
@@ -430,7 +437,12 @@ __global__ void named_barrier_kernel(int* out) {
   const unsigned count = Flaw == 3 ? 48u : (Flaw == 4 && tid >= 32 ? 32u : 64u);
   if (tid >= 32) {
     shared[tid - 32] = tid * 3;
-    if (Flaw != 1) kiln_bar_arrive(id, count);
+    if (Flaw == 5 && tid >= 48) {
+      arrive_elsewhere(id, count);
+    } else if (Flaw != 1) {
+      kiln_bar_arrive(id, count);
+    }
+    asm volatile("" ::: "memory");  // nor these: each call's return address is in this kernel
     return;
   }
   kiln_bar_sync(id, count);
@@ -457,6 +469,12 @@ TEST(EmulatedNamedBarrier, MisusesAreErrorsAndAMissingArrivalIsADeadlock) {
   EXPECT_NE(error.find("multiple of 32"), std::string::npos) << error;
   error = launch(named_barrier_kernel<4>, {out.data()}, {out.size() * 4}, 1, 64, 256);
   EXPECT_NE(error.find("different counts"), std::string::npos) << error;
+  for (LaunchSchedule schedule : k_schedules) {
+    error = launch(named_barrier_kernel<5>, {out.data()}, {out.size() * 4}, 1, 64, 256, schedule);
+    EXPECT_NE(error.find("lanes of one warp reach named barrier 1 at different places"),
+              std::string::npos)
+        << error;
+  }
 }
 
 // ---- setmaxnreg -----------------------------------------------------------------------------
