@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 
 namespace kiln {
 namespace {
@@ -393,26 +394,40 @@ Status run_at(Executable& exe, int64_t size) {
   return exe.run(inputs, outputs);
 }
 
+// `text` (one symbolic dim S) compiled for sm_90a on the fake driver, for the bucket holding S =
+// `size`, whose upper bound must be `hi`: its graph and compile, one kernel.
+struct SymbolicCompile {
+  std::optional<ir::Graph> graph;
+  runtime::CompileResult result;
+};
+
+void compile_symbolic(const char* text, int64_t size, int64_t hi, SymbolicCompile* out) {
+  auto graph = ir::parse_graph(text, "g.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  ASSERT_TRUE(use_fake_driver({}));
+  compiler::CompileOptions options;
+  options.target = compiler::Target::cuda(90, "a");
+  options.bucket = {compiler::bucket_of(size, graph->symbols()[0])};
+  ASSERT_EQ(options.bucket[0].hi, hi);
+  auto result = runtime::compile_graph(*graph, options, nullptr);
+  ASSERT_TRUE(result) << result.error().message;
+  ASSERT_EQ(result->artifact.kernels.size(), 1u);
+  out->graph.emplace(std::move(*graph));
+  out->result = std::move(*result);
+}
+
 TEST(WgmmaLaunch, ASymbolicGraphsMapsFollowEachRunsSizes) {
   if (!compiler::load_nvrtc("").ok()) GTEST_SKIP() << "no NVRTC here";
-  auto graph = ir::parse_graph(R"(graph g {
+  SymbolicCompile c;
+  ASSERT_NO_FATAL_FAILURE(compile_symbolic(R"(graph g {
   dim S: 1..4096
   input x: bf16[S, 1024]
   input w: bf16[1024, 1024]
   y = matmul(x, w)
   output y
 }
-)", "g.kg");
-  ASSERT_TRUE(graph) << graph.error().message;
-  ASSERT_TRUE(use_fake_driver({}));
-  compiler::CompileOptions options;
-  options.target = compiler::Target::cuda(90, "a");
-  options.bucket = {compiler::bucket_of(2048, graph->symbols()[0])};
-  ASSERT_EQ(options.bucket[0].hi, 2048);
-  auto result = runtime::compile_graph(*graph, options, nullptr);
-  ASSERT_TRUE(result) << result.error().message;
-  ASSERT_EQ(result->artifact.kernels.size(), 1u);
-  const compiler::KernelArtifact k = result->artifact.kernels[0];
+)", 2048, 2048, &c));
+  const compiler::KernelArtifact k = c.result.artifact.kernels[0];
   EXPECT_EQ(k.tile, "128x256x64, wgmma, 4 stages");
   ASSERT_TRUE(k.launch.persistent);
   EXPECT_EQ(k.launch.grid[0], 64u);  // 16 x 4 tiles at S = 2048
@@ -427,9 +442,9 @@ TEST(WgmmaLaunch, ASymbolicGraphsMapsFollowEachRunsSizes) {
   ASSERT_TRUE(at) << at.error().message;
   EXPECT_EQ(compiler::to_string(*at), "tiled bf16 dims=1024,1100 strides=2048 box=64,128 elem=1,1 swizzle=128B l2=256B");
 
-  auto broken = *result;
+  auto broken = c.result;
   broken.artifact.kernels[0].params[4].map_terms[1].coef = 2;  // 2 S rows
-  auto made = runtime::make_executable(*graph, std::move(*result), 0);
+  auto made = runtime::make_executable(*c.graph, std::move(c.result), 0);
   ASSERT_TRUE(made) << made.error().message;
   for (int64_t size : {1100, 2048, 1025}) {
     SCOPED_TRACE("S = " + std::to_string(size));
@@ -443,7 +458,7 @@ TEST(WgmmaLaunch, ASymbolicGraphsMapsFollowEachRunsSizes) {
               static_cast<unsigned>(std::min(64, fake_cuda::Config{}.sm_count)));
     EXPECT_EQ(launches.back().params[3], static_cast<uint64_t>(size));
   }
-  auto refused = runtime::make_executable(*graph, std::move(broken), 0);
+  auto refused = runtime::make_executable(*c.graph, std::move(broken), 0);
   ASSERT_TRUE(refused) << refused.error().message;
   size_t before = fake_cuda::launches().size();
   Status s = run_at(**refused, 2048);
@@ -452,6 +467,42 @@ TEST(WgmmaLaunch, ASymbolicGraphsMapsFollowEachRunsSizes) {
             std::string::npos)
       << s.error().message;
   EXPECT_EQ(fake_cuda::launches().size(), before);
+}
+
+// A symbolic graph's wgmma attention (a symbolic sequence length, grouped heads, causal): its
+// three maps' terms give the description at the bucket's upper bounds (checked at load), and
+// each run encodes them at its S over buffers sized for it, on a grid of that S's query tiles.
+TEST(WgmmaLaunch, ASymbolicGraphsAttentionMapsFollowEachRunsSizes) {
+  if (!compiler::load_nvrtc("").ok()) GTEST_SKIP() << "no NVRTC here";
+  SymbolicCompile c;
+  ASSERT_NO_FATAL_FAILURE(compile_symbolic(R"(graph g {
+  dim S: 1..4096
+  input q: bf16[2, 8, S, 128]
+  input k: bf16[2, 2, S, 128]
+  o = attention(q, k, k, causal=true)
+  output o
+}
+)", 1000, 1024, &c));
+  const compiler::KernelArtifact k = c.result.artifact.kernels[0];
+  EXPECT_EQ(k.tile, "128x128, wgmma, 2 stages");
+  ASSERT_EQ(k.params.size(), 7u);  // o, q, k, S, and the maps of q, k and v (k again)
+  EXPECT_EQ(k.params[4].map, "tiled bf16 dims=128,1024,8,2 strides=256,262144,2097152 box=64,128,1,1 elem=1,1,1,1 swizzle=128B l2=256B");
+  auto at = compiler::tensor_map_at(k.params[5], {1000});
+  ASSERT_TRUE(at) << at.error().message;
+  EXPECT_EQ(compiler::to_string(*at), "tiled bf16 dims=128,1000,2,2 strides=256,256000,512000 box=64,128,1,1 elem=1,1,1,1 swizzle=128B l2=256B");
+  auto made = runtime::make_executable(*c.graph, std::move(c.result), 0);
+  ASSERT_TRUE(made) << made.error().message;
+  for (int64_t size : {1000, 1024, 513}) {
+    SCOPED_TRACE("S = " + std::to_string(size));
+    size_t before = fake_cuda::launches().size();
+    Status s = run_at(**made, size);
+    ASSERT_TRUE(s) << s.error().message;
+    auto launches = fake_cuda::launches();
+    ASSERT_EQ(launches.size(), before + 1);
+    EXPECT_EQ(launches.back().fault, 0);
+    EXPECT_EQ(launches.back().grid[0], static_cast<unsigned>((size + 127) / 128));
+    EXPECT_EQ(launches.back().grid[2], 16u);
+  }
 }
 
 // sm_90a's attention kernel as the runtime launches it: Q's, K's and V's rank-4 tensor maps (k

@@ -335,6 +335,16 @@ TEST(FakeDriverTune, ASymbolicGraphIsTunedAtItsBucketAndCompiledWithTheRecordThe
   EXPECT_NE(records->front().signature.find(" m=128 "), std::string::npos)
       << "planned at the bucket's upper bound: " << records->front().signature;
   EXPECT_EQ(std::get<compiler::MatmulTile>(records->front().winner).bn, 64);
+  // The wgmma kernel computes the bucket's problem too: its tiles were timed, each run with its
+  // tensor maps encoded at the bucket's sizes.
+  int wgmma = 0;
+  for (const runtime::CandidateTime& c : records->front().candidates) {
+    const auto& tile = std::get<compiler::MatmulTile>(c.tile);
+    if (!tile.wgmma) continue;
+    EXPECT_EQ(c.status, "ok") << compiler::to_string(tile);
+    ++wgmma;
+  }
+  EXPECT_EQ(wgmma, 4);
   // A runtime running B = 100 compiles that bucket with the record; B = 20 (another bucket, no
   // record) with the model's tiles.
   RuntimeOptions ro;
