@@ -312,6 +312,7 @@ void write_params(ByteWriter& w, const std::vector<KernelParam>& params) {
 }
 
 Status read_params(Reader& r, std::vector<KernelParam>& params) {
+  params.clear();  // a second parameters field replaces the first, terms included
   params.resize(r.count(5));  // a kind and a symbol at least
   for (KernelParam& p : params) {
     uint8_t kind = r.u8();

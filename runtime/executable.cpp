@@ -5,6 +5,7 @@
 #include "runtime/backend.h"
 
 #include "compiler/artifact.h"
+#include "compiler/sizes.h"
 #include "compiler/tensor_map.h"
 #include "ir/types.h"
 #include "runtime/compatibility.h"
@@ -558,6 +559,21 @@ Status check_artifact_fits(const compiler::Artifact& a, const ir::Graph& graph) 
   };
   for (const auto* terms : {&a.input_sizes, &a.output_sizes, &a.temporary_sizes})
     if (!in_range(*terms)) return bad("the buffers' size terms");
+  if (symbols != 0) {
+    // The inputs' and outputs' bytes as the graph sizes them in this bucket: the caller's tensors
+    // are, and a tensor map's reach is held to these terms at each run.
+    std::vector<compiler::DimRange> bucket;
+    for (const auto& range : a.bucket) bucket.push_back({range[0], range[1]});
+    compiler::Sizes sizes(graph, std::move(bucket));
+    auto bytes_term = [&](ir::NodeId id) {
+      int64_t element = ir::byte_size(graph.node(id).type.dtype);
+      return (sizes.elements(id) * compiler::Extent::constant(element)).term();
+    };
+    for (size_t i = 0; i < a.input_sizes.size(); ++i)
+      if (a.input_sizes[i] != bytes_term(graph.inputs()[i])) return bad("the input sizes");
+    for (size_t i = 0; i < a.output_sizes.size(); ++i)
+      if (a.output_sizes[i] != bytes_term(graph.outputs()[i])) return bad("the output sizes");
+  }
   for (const compiler::KernelArtifact& k : a.kernels) {
     // Dims pass the symbols' values (each symbol's, in order, in what kiln writes).
     size_t dims = 0;

@@ -1,8 +1,9 @@
 // sm_90a's matmul kernel (TMA, mbarrier ring, wgmma, warp specialisation, persistent grid)
 // emulated against the fp64 reference: the wgmma graphs and the 16-bit graphs whose matmuls it
 // computes, every matmul it computes on it (the model would keep these small grids on mma.sync),
-// under every schedule; the persistent grid at 1 to 132 blocks; and the kernel's own rules and
-// the shim's model, each broken once, caught.
+// under every schedule; the persistent grid at 1 to 132 blocks; symbolic graphs' matmuls and
+// attention at sizes of one bucket's build; and the kernel's own rules and the shim's model, each
+// broken once, caught.
 #include "compiler/compiler.h"
 #include "emulation/check.h"
 #include "emulation/program.h"

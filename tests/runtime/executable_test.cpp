@@ -83,6 +83,14 @@ TEST(Executable, AnArtifactThatDoesNotFitItsGraphIsRefused) {
   wrong = s;
   wrong.input_sizes[0].symbols = {1};
   refused(wrong, *symbolic, "the buffers' size terms");
+  // A symbolic graph's input and output bytes are the graph's own terms (what a run's tensors
+  // hold, which its tensor maps' reach is held to).
+  wrong = s;
+  wrong.input_sizes[0].coef = 32;
+  refused(wrong, *symbolic, "the input sizes");
+  wrong = s;
+  wrong.output_sizes[0] = compiler::SizeTerm{1 << 20, {}, 1};
+  refused(wrong, *symbolic, "the output sizes");
 
   compiler::Artifact cpu = s;
   cpu.arch = "cpu:znver4";

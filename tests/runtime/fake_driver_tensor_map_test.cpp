@@ -374,7 +374,8 @@ TEST(WgmmaLaunch, Tf32WithBKNEncodesBoxesOfTheStagingArea) {
 // each run encodes them at its own sizes over buffers sized for them (a map left at the upper
 // bounds would reach past the smaller buffers: the fake faults such a launch); the persistent
 // grid is the tiles at the upper bounds, one block per multiprocessor at most. Terms that give
-// another map at the upper bounds than the description are refused before anything launches.
+// another map at the upper bounds than the description, and input sizes other than the graph's,
+// are refused before anything launches.
 // A run of symbolic `exe` at S = `size` over device buffers sized for it.
 Status run_at(Executable& exe, int64_t size) {
   auto in = exe.inputs_at({size});
@@ -444,6 +445,15 @@ TEST(WgmmaLaunch, ASymbolicGraphsMapsFollowEachRunsSizes) {
 
   auto broken = c.result;
   broken.artifact.kernels[0].params[4].map_terms[1].coef = 2;  // 2 S rows
+  // An input's bytes other than the graph's (the sizes a map's reach is held to at each run) are
+  // refused when the executable is made.
+  auto oversized = c.result;
+  oversized.artifact.input_sizes[0] = compiler::SizeTerm{int64_t{1} << 40, {}, 1};
+  auto forged = runtime::make_executable(*c.graph, std::move(oversized), 0);
+  ASSERT_FALSE(forged);
+  EXPECT_NE(forged.error().message.find("the input sizes do not match the graph"),
+            std::string::npos)
+      << forged.error().message;
   auto made = runtime::make_executable(*c.graph, std::move(c.result), 0);
   ASSERT_TRUE(made) << made.error().message;
   for (int64_t size : {1100, 2048, 1025}) {
