@@ -536,6 +536,12 @@ Status check_artifact_fits(const compiler::Artifact& a, const ir::Graph& graph) 
   };
   size_t symbols = graph.symbols().size();
   if (a.bucket.size() != symbols) return bad("the bucket's dims");
+  for (size_t i = 0; i < symbols; ++i) {
+    const ir::Symbol& symbol = graph.symbols()[i];
+    if (a.bucket[i][0] < symbol.lo || a.bucket[i][0] > a.bucket[i][1] ||
+        a.bucket[i][1] > symbol.hi)
+      return bad("the bucket's dims");
+  }
   if (a.input_bytes.size() != graph.inputs().size() ||
       a.output_bytes.size() != graph.outputs().size())
     return bad("the inputs and outputs");

@@ -86,6 +86,9 @@ TEST(Executable, AnArtifactThatDoesNotFitItsGraphIsRefused) {
   // A symbolic graph's input and output bytes are the graph's own terms (what a run's tensors
   // hold, which its tensor maps' reach is held to).
   wrong = s;
+  wrong.bucket = {{33, 65}};  // past B's range
+  refused(wrong, *symbolic, "the bucket's dims");
+  wrong = s;
   wrong.input_sizes[0].coef = 32;
   refused(wrong, *symbolic, "the input sizes");
   wrong = s;
