@@ -395,6 +395,17 @@ Status run_at(Executable& exe, int64_t size) {
   return exe.run(inputs, outputs);
 }
 
+// The one launch a run of symbolic `exe` at S = `size` makes, which must not fault.
+void run_once_at(Executable& exe, int64_t size, fake_cuda::Launch* out) {
+  size_t before = fake_cuda::launches().size();
+  Status s = run_at(exe, size);
+  ASSERT_TRUE(s) << s.error().message;
+  auto launches = fake_cuda::launches();
+  ASSERT_EQ(launches.size(), before + 1);
+  EXPECT_EQ(launches.back().fault, 0);
+  *out = launches.back();
+}
+
 // `text` (one symbolic dim S) compiled for sm_90a on the fake driver, for the bucket holding S =
 // `size`, whose upper bound must be `hi`: its graph and compile, one kernel.
 struct SymbolicCompile {
@@ -458,15 +469,10 @@ TEST(WgmmaLaunch, ASymbolicGraphsMapsFollowEachRunsSizes) {
   ASSERT_TRUE(made) << made.error().message;
   for (int64_t size : {1100, 2048, 1025}) {
     SCOPED_TRACE("S = " + std::to_string(size));
-    size_t before = fake_cuda::launches().size();
-    Status s = run_at(**made, size);
-    ASSERT_TRUE(s) << s.error().message;
-    auto launches = fake_cuda::launches();
-    ASSERT_EQ(launches.size(), before + 1);
-    EXPECT_EQ(launches.back().fault, 0);
-    EXPECT_EQ(launches.back().grid[0],
-              static_cast<unsigned>(std::min(64, fake_cuda::Config{}.sm_count)));
-    EXPECT_EQ(launches.back().params[3], static_cast<uint64_t>(size));
+    fake_cuda::Launch launch;
+    ASSERT_NO_FATAL_FAILURE(run_once_at(**made, size, &launch));
+    EXPECT_EQ(launch.grid[0], static_cast<unsigned>(std::min(64, fake_cuda::Config{}.sm_count)));
+    EXPECT_EQ(launch.params[3], static_cast<uint64_t>(size));
   }
   auto refused = runtime::make_executable(*c.graph, std::move(broken), 0);
   ASSERT_TRUE(refused) << refused.error().message;
@@ -504,14 +510,10 @@ TEST(WgmmaLaunch, ASymbolicGraphsAttentionMapsFollowEachRunsSizes) {
   ASSERT_TRUE(made) << made.error().message;
   for (int64_t size : {1000, 1024, 513}) {
     SCOPED_TRACE("S = " + std::to_string(size));
-    size_t before = fake_cuda::launches().size();
-    Status s = run_at(**made, size);
-    ASSERT_TRUE(s) << s.error().message;
-    auto launches = fake_cuda::launches();
-    ASSERT_EQ(launches.size(), before + 1);
-    EXPECT_EQ(launches.back().fault, 0);
-    EXPECT_EQ(launches.back().grid[0], static_cast<unsigned>((size + 127) / 128));
-    EXPECT_EQ(launches.back().grid[2], 16u);
+    fake_cuda::Launch launch;
+    ASSERT_NO_FATAL_FAILURE(run_once_at(**made, size, &launch));
+    EXPECT_EQ(launch.grid[0], static_cast<unsigned>((size + 127) / 128));
+    EXPECT_EQ(launch.grid[2], 16u);
   }
 }
 
