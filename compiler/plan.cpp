@@ -428,12 +428,17 @@ void plan_wgmma_attention(const ir::Graph& graph, const ProgramPlan& plan, Kerne
   const AttentionExtents& a = k.attention_extents;
   const AttentionTile& t = k.attention_tile;
   int rank = graph.node(m.root).type.shape.rank();
-  // The inner batch (heads: fixed, wgmma_attention_plans) and the outer batch.
+  // `x` over `d`, which divides its constant factor (wgmma_attention_plans makes sure).
+  auto over = [](Extent x, int64_t d) {
+    x.coef /= d;
+    x.lo /= d;
+    x.hi /= d;
+    return x;
+  };
+  // The inner batch (a rank-4 result's heads: fixed, wgmma_attention_plans) and the outer batch
+  // (a rank-4 result's only).
   int64_t inner = rank == 4 ? k.extents.inner_batch.hi : k.extents.batch.hi;
-  Extent outer = k.extents.batch;
-  outer.coef /= inner;
-  outer.lo /= inner;
-  outer.hi /= inner;
+  Extent outer = rank == 4 ? over(k.extents.batch, inner) : Extent::constant(1);
   Extent inner_all = rank == 4 ? Extent::constant(inner) : k.extents.batch;
   auto map_param = [&](ir::NodeId operand, const Extent& rows, int64_t cols,
                        const std::array<Extent, 2>& strides, int64_t group, uint32_t box_rows) {
@@ -445,10 +450,7 @@ void plan_wgmma_attention(const ir::Graph& graph, const ProgramPlan& plan, Kerne
     // Any stride serves a dim of 1: a head's bytes at the upper bounds.
     Extent head_bytes = Extent::constant(cols * 2 * rows.hi);
     bool has_inner = strides[1].hi != 0, has_outer = strides[0].hi != 0;
-    Extent heads = has_inner ? inner_all : Extent::constant(1);
-    heads.coef /= group;
-    heads.lo /= group;
-    heads.hi /= group;
+    Extent heads = has_inner ? over(inner_all, group) : Extent::constant(1);
     std::array<Extent, 7> x = {Extent::constant(cols), rows, heads,
                                has_outer ? outer : Extent::constant(1), row_bytes,
                                has_inner ? strides[1] * two : head_bytes,
