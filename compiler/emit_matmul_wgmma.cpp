@@ -35,10 +35,16 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   // into a staging area and the consumers write B K-major into the stage, rounded.
   bool b_n_major = !s.b_k_contiguous;
   bool staged = wgmma_transposes_b(s);
+  // A M-major ([K, M], transpose_a) likewise: TMA loads blocks of 128 bytes of M x bk rows of K;
+  // 16-bit wgmma reads consumer c's block c as it is (imm-trans-a, 64 columns: one block), and
+  // tf32's are staged and written K-major by the consumers.
+  bool a_m_major = !s.a_k_contiguous;
+  bool a_staged = wgmma_transposes_a(s);
+  bool a_trans = a_m_major && !tf32;
   int n_block = 128 / s.elem_bytes, block_bytes = t.bk * 128;
-  // conv: the staging areas hold 64 of K in fp32, two boxes of 32 (128 bytes) a row: A as two
-  // blocks of bm rows, B K-major as two blocks of bn rows, B N-major as bn / 32 blocks of 64 k
-  // rows x 32 columns; 8 KiB a block at 128 rows.
+  // conv: the staging areas hold 64 of K in fp32, two boxes of 32 (128 bytes) a row: A K-major
+  // as two blocks of bm rows, B K-major as two blocks of bn rows, A M-major and B N-major as
+  // bm / 32 and bn / 32 blocks of 64 k rows x 32 columns; 8 KiB a block at 128 rows.
   int at_stage = t.bm * 256, bt_stage = t.bn * 256;
   if (conv) {
     n_block = 32;
@@ -61,11 +67,17 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
                      : "(" + x.expr() + " + " + to_str(d - 1) + ") / " + to_str(d);
   };
 
+  // An MN-major operand's blocks in the stage: 64 16-bit columns (medium's too, once converted).
+  int stage_columns = 64;
   code.open(kernel_signature(ctx, t.threads(), 1));
   code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms): " +
-            to_str(stages) + " stages of A (" + to_str(t.bm) + " rows of 128 bytes) and B (" +
-            (b_n_major && !staged ? to_str(t.bn / n_block) + " blocks of " + bk + " k rows x " +
-                                        to_str(n_block) + " columns"
+            to_str(stages) + " stages of A (" +
+            (a_m_major && !a_staged ? to_str(t.bm / stage_columns) + " blocks of " + bk +
+                                          " k rows x " + to_str(stage_columns) + " columns"
+                                    : to_str(t.bm) + " rows of 128 bytes") +
+            ") and B (" +
+            (b_n_major && !staged ? to_str(t.bn / stage_columns) + " blocks of " + bk +
+                                        " k rows x " + to_str(stage_columns) + " columns"
                                   : to_str(t.bn) + " rows of 128 bytes") +
             ")" + (x3 ? ", the small parts of A and B (as many again)" : "") +
             (conv ? ", " + to_str(stages) + " fp32 staging areas of A and B as TMA loads them" : "") +
@@ -73,6 +85,10 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
                           to_str(t.bn / n_block) + " blocks of " + bk + " k rows x " +
                           to_str(n_block) + " columns)"
                     : "") +
+            (a_staged ? ", " + to_str(stages) + " staging areas of A as TMA loads it (" +
+                            to_str(t.bm / n_block) + " blocks of " + bk + " k rows x " +
+                            to_str(n_block) + " columns)"
+                      : "") +
             ", then full[" + to_str(stages) + "], empty[" + to_str(stages) + "] and rounded[" +
             to_str(stages) + "] mbarriers" + (rewrites ? "" : " (rounded unused)"));
   code.line("unsigned char* smem = kiln_dynamic_smem();");
@@ -90,6 +106,11 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   if (staged) {
     code.line("unsigned char* sbt = " + last + " + " + to_str(last_bytes) + ";");
     last = "sbt";
+  }
+  if (a_staged) {
+    code.line("unsigned char* sat = " + last + " + " + to_str(last_bytes) + ";");
+    last = "sat";
+    last_bytes = int64_t{stages} * a_stage;
   }
   if (conv) {
     code.line("unsigned char* sac = " + last + " + " + to_str(last_bytes) + ";");
@@ -145,6 +166,19 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     }
   };
 
+  // A stage of one operand from map `map` into `dst` (`stage_bytes` a stage), its tile's `rows`
+  // from `origin`: K-major in one box at (k, origin), or MN-major in blocks of n_block columns.
+  auto load = [&](const std::string& dst, int stage_bytes, const std::string& map, bool mn_major,
+                  int rows, const std::string& origin, bool with_batch) {
+    if (!mn_major) {
+      tma(dst + " + s * " + to_str(stage_bytes), map, "kt * " + bk, origin, with_batch);
+      return;
+    }
+    for (int j = 0; j < rows / n_block; ++j)
+      tma(dst + " + s * " + to_str(stage_bytes) + " + " + to_str(j * block_bytes), map,
+          origin + " + " + to_str(j * n_block), "kt * " + bk, with_batch);
+  };
+
   code.open("if (tid < 128) {");
   code.line("// producer warpgroup: one thread issues every load");
   code.line("// registers: 128 x 24 here and 256 x 240 in the consumers, the 384 x 168 = 64512 the");
@@ -163,25 +197,17 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("kiln_mbarrier_arrive_expect_tx(&full[s], " + to_str(at_stage + bt_stage) + ");");
     for (int h = 0; h < 2; ++h) {
       std::string k0 = "kt * 64" + std::string(h ? " + 32" : "");
-      tma("sac + s * " + to_str(at_stage) + " + " + to_str(h * t.bm * 128), pa, k0, "bm0", a_batch);
+      if (!a_m_major)
+        tma("sac + s * " + to_str(at_stage) + " + " + to_str(h * t.bm * 128), pa, k0, "bm0", a_batch);
       if (!b_n_major)
         tma("sbc + s * " + to_str(bt_stage) + " + " + to_str(h * t.bn * 128), pb, k0, "bn0", b_batch);
     }
-    if (b_n_major)
-      for (int j = 0; j < t.bn / n_block; ++j)
-        tma("sbc + s * " + to_str(bt_stage) + " + " + to_str(j * block_bytes), pb,
-            "bn0 + " + to_str(j * n_block), "kt * 64", b_batch);
+    if (a_m_major) load("sac", at_stage, pa, true, t.bm, "bm0", a_batch);
+    if (b_n_major) load("sbc", bt_stage, pb, true, t.bn, "bn0", b_batch);
   } else {
     code.line("kiln_mbarrier_arrive_expect_tx(&full[s], " + to_str(a_stage + b_stage) + ");");
-    tma("sa + s * " + to_str(a_stage), pa, "kt * " + bk, "bm0", a_batch);
-    if (b_n_major) {
-      for (int j = 0; j < t.bn / n_block; ++j)
-        tma(std::string(staged ? "sbt" : "sb") + " + s * " + to_str(b_stage) + " + " +
-                to_str(j * block_bytes),
-            pb, "bn0 + " + to_str(j * n_block), "kt * " + bk, b_batch);
-    } else {
-      tma("sb + s * " + to_str(b_stage), pb, "kt * " + bk, "bn0", b_batch);
-    }
+    load(a_staged ? "sat" : "sa", a_stage, pa, a_m_major, t.bm, "bm0", a_batch);
+    load(staged ? "sbt" : "sb", b_stage, pb, b_n_major, t.bn, "bn0", b_batch);
   }
   code.close();
   code.close();
@@ -232,21 +258,35 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
                 "kiln_pack_bf16x2(f[0], f[1]);");
       code.close();
     };
-    k_major("sac + s * " + to_str(at_stage), "sa + s * " + to_str(a_stage), t.bm, 64, "c * 64");
+    // MN-major operand: `count` pairs of columns `x` ("m" or "n"), each thread's k and x from i by
+    // `place`; fp32 from blocks of 32 columns x 64 k rows, bf16 into blocks of 64 columns.
+    auto mn_major = [&](const std::string& src, const std::string& dst, int count,
+                        const std::string& place, const std::string& x) {
+      code.line("#pragma unroll 4");
+      code.open("for (int i = tid & 127; i < " + to_str(count) + "; i += 128) {");
+      code.line(place);
+      code.line("const float* f = (const float*)(" + src + ") + (" + x + " >> 5) * 2048 + k * 32 + ((((" +
+                x + " & 31) >> 2) ^ (k & 7)) << 2) + (" + x + " & 3);");
+      code.line("((unsigned*)(" + dst + "))[((" + x + " >> 6) * 4096 + k * 64 + ((((" + x +
+                " & 63) >> 3) ^ (k & 7)) << 3) + (" + x + " & 7)) >> 1] = kiln_pack_bf16x2(f[0], f[1]);");
+      code.close();
+    };
+    if (a_m_major) {
+      code.line("// A M-major: this consumer's 64 columns m (its rows of the tile), every k, pairs of m;");
+      code.line("// fp32 (k, m) of block m / 32 and bf16 (k, m) of block m / 64 as B N-major's below");
+      mn_major("sac + s * " + to_str(at_stage), "sa + s * " + to_str(a_stage), 2048,
+               "const int k = i >> 5, m = c * 64 + (i & 31) * 2;", "m");
+    } else {
+      k_major("sac + s * " + to_str(at_stage), "sa + s * " + to_str(a_stage), t.bm, 64, "c * 64");
+    }
     if (b_n_major) {
       code.line("// B N-major: this consumer's 32 k rows, pairs of n; fp32 (k, n) of block n / 32 at");
       code.line("// k * 128 + 16 (((n & 31) / 4) ^ (k & 7)) + 4 (n & 3), bf16 (k, n) of block n / 64");
       code.line("// (8 KiB apart) at k * 128 + 16 (((n & 63) / 8) ^ (k & 7)) + 2 (n & 7)");
-      code.line("#pragma unroll 4");
-      code.open("for (int i = tid & 127; i < " + to_str(32 * t.bn / 2) + "; i += 128) {");
-      code.line("const int k = c * 32 + i / " + to_str(t.bn / 2) + ", n = (i % " + to_str(t.bn / 2) +
-                ") * 2;");
-      code.line("const float* f = (const float*)(sbc + s * " + to_str(bt_stage) +
-                ") + (n >> 5) * 2048 + k * 32 + ((((n & 31) >> 2) ^ (k & 7)) << 2) + (n & 3);");
-      code.line("((unsigned*)(sb + s * " + to_str(b_stage) +
-                "))[((n >> 6) * 4096 + k * 64 + ((((n & 63) >> 3) ^ (k & 7)) << 3) + (n & 7)) >> 1] = "
-                "kiln_pack_bf16x2(f[0], f[1]);");
-      code.close();
+      mn_major("sbc + s * " + to_str(bt_stage), "sb + s * " + to_str(b_stage), 32 * t.bn / 2,
+               "const int k = c * 32 + i / " + to_str(t.bn / 2) + ", n = (i % " +
+                   to_str(t.bn / 2) + ") * 2;",
+               "n");
     } else {
       k_major("sbc + s * " + to_str(bt_stage), "sb + s * " + to_str(b_stage), t.bn, t.bn / 2,
               "c * " + to_str(t.bn / 2));
@@ -269,16 +309,32 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
       code.line(small + " = kiln_as_float(kiln_cvt_rna_tf32(" + x + " - big));");
       code.line(dst + " = big;");
     };
-    code.line("float* ra = (float*)(sa + s * " + to_str(a_stage) + " + c * 8192);");
-    if (x3) code.line("float* ras = (float*)(sas + s * " + to_str(a_stage) + " + c * 8192);");
-    code.line("#pragma unroll 4");
-    if (x3) {
+    if (a_staged) {
+      code.line("// A: this consumer's 64 rows m, each 32 k read from the staging area (element (k, m) of");
+      code.line("// a block of 32 m at k * 128 + 16 ((m / 4) ^ (k & 7)) + 4 (m & 3)) and written K-major");
+      code.line("// (row m at m * 128 + 16 ((k / 4) ^ (m & 7)) + 4 (k & 3))");
+      code.line("const float* ta = (const float*)(sat + s * " + to_str(a_stage) + ");");
+      code.line("float* ra = (float*)(sa + s * " + to_str(a_stage) + ");");
+      if (x3) code.line("float* ras = (float*)(sas + s * " + to_str(a_stage) + ");");
+      code.line("#pragma unroll 4");
       code.open("for (int i = tid & 127; i < 2048; i += 128) {");
-      code.line("const float x = ra[i];");
-      round_to("x", "ra[i]", "ras[i]");
+      code.line("const int m = c * 64 + (i >> 5), k = i & 31;");
+      code.line("const float x = ta[(m >> 5) * 1024 + k * 32 + ((((m & 31) >> 2) ^ (k & 7)) << 2) + (m & 3)];");
+      code.line("const int at = m * 32 + (((k >> 2) ^ (m & 7)) << 2) + (k & 3);");
+      round_to("x", "ra[at]", "ras[at]");
       code.close();
     } else {
-      code.line("for (int i = tid & 127; i < 2048; i += 128) ra[i] = kiln_as_float(kiln_cvt_rna_tf32(ra[i]));");
+      code.line("float* ra = (float*)(sa + s * " + to_str(a_stage) + " + c * 8192);");
+      if (x3) code.line("float* ras = (float*)(sas + s * " + to_str(a_stage) + " + c * 8192);");
+      code.line("#pragma unroll 4");
+      if (x3) {
+        code.open("for (int i = tid & 127; i < 2048; i += 128) {");
+        code.line("const float x = ra[i];");
+        round_to("x", "ra[i]", "ras[i]");
+        code.close();
+      } else {
+        code.line("for (int i = tid & 127; i < 2048; i += 128) ra[i] = kiln_as_float(kiln_cvt_rna_tf32(ra[i]));");
+      }
     }
     if (staged) {
       code.line("// B: this consumer's " + to_str(t.bn / 2) + " of its rows n, each 32 k read from");
@@ -323,8 +379,15 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("kiln_wgmma_fence();");
   code.line("#pragma unroll");
   code.open("for (int ks = 0; ks < 4; ++ks) {");
-  code.line("const unsigned long long da = kiln_gmma_desc_128b(sa + s * " + to_str(a_stage) +
-            " + c * 8192 + ks * 32, 16, 1024);");
+  if (a_trans) {
+    code.line("// A M-major: the consumer's one 64-column block (LBO 0, as CuTe gives a single block), 8 k");
+    code.line("// rows a 1024-byte atom (SBO)");
+    code.line("const unsigned long long da = kiln_gmma_desc_128b(sa + s * " + to_str(a_stage) +
+              " + c * 8192 + ks * 2048, 0, 1024);");
+  } else {
+    code.line("const unsigned long long da = kiln_gmma_desc_128b(sa + s * " + to_str(a_stage) +
+              " + c * 8192 + ks * 32, 16, 1024);");
+  }
   if (x3) {
     code.line("const unsigned long long das = kiln_gmma_desc_128b(sas + s * " + to_str(a_stage) +
               " + c * 8192 + ks * 32, 16, 1024);");
@@ -344,11 +407,11 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line(tf32_op + "(part, das, db, ks > 0 ? 1 : 0);");
     code.line(tf32_op + "(part, da, dbs, 1);");
     code.line(tf32_op + "(part, da, db, 1);");
-  } else if (tf32) {  // both K-major (B as loaded, or as transposed): tf32 wgmma has no transpose
+  } else if (tf32) {  // both K-major (as loaded, or as transposed): tf32 wgmma has no transpose
     code.line(tf32_op + "(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
   } else {
     code.line("kiln_wgmma_m64n" + to_str(t.bn) + "k16_" + type + "<" + (b_n_major ? "1" : "0") +
-              ">(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
+              (a_trans ? ", 1" : "") + ">(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
   }
   code.close();
   code.line("kiln_wgmma_commit();");

@@ -367,9 +367,10 @@ int append_map_param(const ProgramPlan& plan, KernelPlan& k, ir::NodeId operand,
 
 // The wgmma kernel's launch (a persistent grid of one block per work tile at most, 384
 // threads, its shared memory) and its two tensor-map parameters, appended to the group's: A as
-// {K, M} (K-major), B as {K, N} (K-major) or {N, K} (N-major), with the batch as a third dim
-// for an operand that has one; boxes of 128 bytes x the tile's rows (B N-major: x bk rows of K)
-// with 128-byte swizzle (fp32 operands of the tf32 path as f32: the kernel rounds them).
+// {K, M} (K-major) or {M, K} (M-major, transpose_a), B as {K, N} (K-major) or {N, K} (N-major),
+// with the batch as a third dim for an operand that has one; boxes of 128 bytes x the tile's rows
+// (M-major A and N-major B: x bk rows of K) with 128-byte swizzle (fp32 operands of the tf32
+// path as f32: the kernel rounds them).
 void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k, bool symbolic) {
   const MatmulShape& s = k.shape;
   const MatmulExtents& x = k.extents;
@@ -409,8 +410,11 @@ void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k, 
     }
     return append_map_param(plan, k, operand, spec, std::move(terms));
   };
-  k.a_map_param = map_param(mm.operands[0], x.k, x.m, x.lda, x.a_batch_stride,
-                            static_cast<uint32_t>(t.bm));
+  k.a_map_param = s.a_k_contiguous
+                      ? map_param(mm.operands[0], x.k, x.m, x.lda, x.a_batch_stride,
+                                  static_cast<uint32_t>(t.bm))
+                      : map_param(mm.operands[0], x.m, x.k, x.lda, x.a_batch_stride,
+                                  static_cast<uint32_t>(t.bk));
   k.b_map_param = s.b_k_contiguous
                       ? map_param(mm.operands[1], x.k, x.n, x.ldb, x.b_batch_stride,
                                   static_cast<uint32_t>(t.bn))

@@ -285,8 +285,8 @@ template <int N>
 KILN_DEVICE void kiln_setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N));
 }
-// wgmma.mma_async m64nNk16 with fp32 accumulators, A and B from descriptors: A K-major, B K-major
-// (TransB 0) or N-major (1). d[4 j + i] (j = 0 .. N/8 - 1) holds D(16 w + g + 8 (i >> 1),
+// wgmma.mma_async m64nNk16 with fp32 accumulators, A and B from descriptors: A K-major (TransA 0)
+// or M-major (1), B K-major (TransB 0) or N-major (1). d[4 j + i] (j = 0 .. N/8 - 1) holds D(16 w + g + 8 (i >> 1),
 // 8 j + 2 t + (i & 1)) in warp w of the warpgroup: four m16n8 accumulators stacked per warp.
 // scale_d 0: D = A B, else D += A B.
 // The accumulator operands: %0..%63 (and %64..%127) are d[0..63] (and d[64..127]).
@@ -319,30 +319,31 @@ KILN_DEVICE void kiln_setmaxnreg_dec() {
   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 // One wgmma m64nNk16: SHAPE "m64n128k16", TYPE "bf16" or "f16", REGS and D the accumulators,
-// A the operand number of desc_a (desc_b, scale_d and TransB follow it).
-#define KILN_WGMMA(SHAPE, TYPE, REGS, D, A, B, S, T)                                              \
+// A the operand number of desc_a (desc_b, scale_d, TransA and TransB follow it).
+#define KILN_WGMMA(SHAPE, TYPE, REGS, D, A, B, S, TA, TB)                                         \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" S ", 0;\n wgmma.mma_async.sync.aligned."   \
-               SHAPE ".f32." TYPE "." TYPE " {" REGS "}, %" A ", %" B ", p, 1, 1, 0, %" T ";\n}\n" \
-               : D : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransB))
-template <int TransB>
+               SHAPE ".f32." TYPE "." TYPE " {" REGS "}, %" A ", %" B ", p, 1, 1, %" TA ", %" TB \
+               ";\n}\n"                                                                         \
+               : D : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB))
+template <int TransB, int TransA = 0>
 KILN_DEVICE void kiln_wgmma_m64n128k16_bf16(float* d, unsigned long long desc_a,
                                             unsigned long long desc_b, int scale_d) {
-  KILN_WGMMA("m64n128k16", "bf16", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67");
+  KILN_WGMMA("m64n128k16", "bf16", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67", "68");
 }
-template <int TransB>
+template <int TransB, int TransA = 0>
 KILN_DEVICE void kiln_wgmma_m64n128k16_f16(float* d, unsigned long long desc_a,
                                            unsigned long long desc_b, int scale_d) {
-  KILN_WGMMA("m64n128k16", "f16", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67");
+  KILN_WGMMA("m64n128k16", "f16", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67", "68");
 }
-template <int TransB>
+template <int TransB, int TransA = 0>
 KILN_DEVICE void kiln_wgmma_m64n256k16_bf16(float* d, unsigned long long desc_a,
                                             unsigned long long desc_b, int scale_d) {
-  KILN_WGMMA("m64n256k16", "bf16", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131");
+  KILN_WGMMA("m64n256k16", "bf16", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131", "132");
 }
-template <int TransB>
+template <int TransB, int TransA = 0>
 KILN_DEVICE void kiln_wgmma_m64n256k16_f16(float* d, unsigned long long desc_a,
                                            unsigned long long desc_b, int scale_d) {
-  KILN_WGMMA("m64n256k16", "f16", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131");
+  KILN_WGMMA("m64n256k16", "f16", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131", "132");
 }
 // tf32 (fp32 operands whose low 13 mantissa bits the kernel has rounded away): m64nNk8, both
 // operands K-major (tf32 wgmma takes no transpose).

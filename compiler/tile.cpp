@@ -264,6 +264,10 @@ bool wgmma_transposes_b(const MatmulShape& shape) {
   return wgmma_tf32(shape) && !shape.b_k_contiguous;
 }
 
+bool wgmma_transposes_a(const MatmulShape& shape) {
+  return wgmma_tf32(shape) && !shape.a_k_contiguous;
+}
+
 bool wgmma_splits(const MatmulShape& shape) {
   return shape.path == MatmulPath::tf32x3 && shape.elem_bytes == 4;
 }
@@ -277,6 +281,7 @@ int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape) {
   if (wgmma_splits(shape)) rows *= 2;               // their small parts
   if (wgmma_converts(shape)) rows *= 3;             // their fp32 staging areas, 256-byte rows
   if (wgmma_transposes_b(shape)) rows += tile.bn;   // B's staging area
+  if (wgmma_transposes_a(shape)) rows += tile.bm;   // A's
   return 1024 + tile.stages * rows * 128 + 3 * 8 * tile.stages;
 }
 
@@ -285,7 +290,7 @@ bool wgmma_computes(const MatmulShape& shape, int batch_dims) {
               shape.elem_bytes == 2;
   bool fp32 = wgmma_tf32(shape) || wgmma_converts(shape);
   auto aligned = [&](int64_t elements) { return elements * shape.elem_bytes % 16 == 0; };
-  return (half || fp32) && shape.a_k_contiguous && batch_dims <= 1 && aligned(shape.lda) &&
+  return (half || fp32) && batch_dims <= 1 && aligned(shape.lda) &&
          aligned(shape.ldb) && aligned(shape.a_batch_stride) && aligned(shape.b_batch_stride) &&
          shape.m >= 1 && shape.n >= 1 && shape.k >= 1;
 }
@@ -311,8 +316,8 @@ MatmulTile wgmma_tile(const MatmulShape& shape, int bn, int stages) {
 }  // namespace
 
 MatmulTile choose_wgmma_tile(const MatmulShape& shape) {
-  bool wide = shape.n >= 256 && !wgmma_transposes_b(shape) && !wgmma_splits(shape) &&
-              !wgmma_converts(shape);
+  bool wide = shape.n >= 256 && !wgmma_transposes_b(shape) && !wgmma_transposes_a(shape) &&
+              !wgmma_splits(shape) && !wgmma_converts(shape);
   MatmulTile t = wgmma_tile(shape, wide ? 256 : 128, wide ? 4 : 6);
   while (t.stages > 2 && wgmma_smem_bytes(t, shape) > smem_limit(90)) --t.stages;
   return t;
@@ -324,7 +329,8 @@ bool wgmma_fills(const MatmulShape& shape) {
 }
 
 std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape) {
-  // bn and stages; the staging area of a transposed B takes the room of the deeper rings
+  // bn and stages; the staging areas of a transposed A or B take the room of the deeper rings
+  // (both: 128x128 at 3 stages, 128x256 at 2)
   const int plain[][2] = {{128, 4}, {128, 6}, {256, 3}, {256, 4}};
   const int transposed[][2] = {{128, 3}, {128, 4}, {256, 2}};
   std::vector<MatmulTile> out;
@@ -335,8 +341,11 @@ std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape) {
       MatmulTile t = wgmma_tile(shape, 128, stages);
       if (wgmma_smem_bytes(t, shape) <= smem_limit(90)) out.push_back(t);
     }
-  } else if (wgmma_transposes_b(shape)) {
-    for (const auto& c : transposed) out.push_back(wgmma_tile(shape, c[0], c[1]));
+  } else if (wgmma_transposes_b(shape) || wgmma_transposes_a(shape)) {
+    for (const auto& c : transposed) {
+      MatmulTile t = wgmma_tile(shape, c[0], c[1]);
+      if (wgmma_smem_bytes(t, shape) <= smem_limit(90)) out.push_back(t);
+    }
   } else {
     for (const auto& c : plain) out.push_back(wgmma_tile(shape, c[0], c[1]));
   }

@@ -52,6 +52,10 @@ struct MatmulTile {
 // the tf32 or tf32x3 path. tf32 wgmma reads both operands K-major only, so TMA brings B N-major into a
 // staging area and the consumers write it K-major, rounded to tf32, where wgmma reads it.
 bool wgmma_transposes_b(const MatmulShape& shape);
+// Whether it transposes A for `shape`: fp32 A read as [K, M] (transpose_a) on the tf32 or tf32x3
+// path, staged and written K-major as B is. 16-bit A read as [K, M] stays as TMA loads it (M-major
+// blocks of 64 columns, read by wgmma with imm-trans-a); medium's conversion writes it so.
+bool wgmma_transposes_a(const MatmulShape& shape);
 // Whether it splits the operands for `shape`: tf32x3, whose consumers write each operand's small
 // part (x - tf32(x), rounded) beside it in shared memory for the two extra wgmmas.
 bool wgmma_splits(const MatmulShape& shape);
@@ -61,22 +65,24 @@ bool wgmma_splits(const MatmulShape& shape);
 bool wgmma_converts(const MatmulShape& shape);
 // The wgmma kernel's shared memory for `shape`: a 1 KiB alignment margin, `stages` stages of A
 // (bm rows of 128 bytes), B (bn rows of 128 bytes), where it splits them their small parts (as
-// many again), where it transposes B B's staging area (bn x 128 bytes), where it converts them
+// many again), where it transposes B B's staging area (bn x 128 bytes), where it transposes A A's
+// (bm x 128 bytes), where it converts them
 // their fp32 staging areas ((bm + bn) x 256 bytes), then a full, an empty and (tf32, tf32x3,
 // medium) a rounded mbarrier per stage.
 int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape);
 // Whether the wgmma kernel computes `shape` (with `batch_dims` batch dims, 0 or 1): 16-bit
-// operands on the bf16 or f16 path, or fp32 operands on the tf32, tf32x3 or bf16_of_f32 path (B
-// of either layout: [K, N] is transposed in shared memory for tf32); A K-major, row strides and batch strides multiples of 16
-// bytes (TMA's rule for global strides), one batch dim at most.
+// operands on the bf16 or f16 path, or fp32 operands on the tf32, tf32x3 or bf16_of_f32 path (A
+// and B of either layout: [K, M] and [K, N] are transposed in shared memory for tf32); row
+// strides and batch strides multiples of 16 bytes (TMA's rule for global strides), one batch dim
+// at most.
 bool wgmma_computes(const MatmulShape& shape, int batch_dims);
 // Its K step: 128 bytes of K a stage (64 16-bit elements, 32 fp32 ones), 64 where it converts
 // fp32 operands to bf16.
 int wgmma_bk(const MatmulShape& shape);
 // The wgmma tile for `shape`: 128x256 where N spans 256 columns or more (4 stages), else 128x128
-// (6 stages), within smem_limit(90); 128x128 where the kernel transposes B (its staging area
-// leaves 128x256 two stages) or splits the operands (tf32x3: 3 stages, 2 with B transposed);
-// 128x128 at 2 stages where it converts them.
+// (6 stages), within smem_limit(90); 128x128 where the kernel transposes A or B (their staging
+// areas leave 128x256 two stages) or splits the operands (tf32x3: 3 stages, 2 with A or B
+// transposed); 128x128 at 2 stages where it converts them.
 MatmulTile choose_wgmma_tile(const MatmulShape& shape);
 // Whether the model runs `shape` (one the wgmma kernel computes) on it: when its 128x128 work
 // tiles number at least half of typical_sm_count(90). Fewer 128-row tiles leave most SMs idle

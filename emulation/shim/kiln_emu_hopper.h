@@ -255,7 +255,7 @@ inline bool wgmma_operand_bytes(Block& b, const WgmmaOp& op, std::string& out) {
   };
   for (int m = 0; !op.a_regs && m < 64; ++m)
     for (int k = 0; k < kdim; ++k)
-      if (!add(op.desc_a, false, m, k, "A")) return false;
+      if (!add(op.desc_a, op.trans_a, m, k, "A")) return false;
   for (int n = 0; n < op.n; ++n)
     for (int k = 0; k < kdim; ++k)
       if (!add(op.desc_b, op.trans_b, n, k, "B")) return false;
@@ -474,14 +474,17 @@ inline bool let_wgmmas_retire(Block& b) {
 enum WgmmaType : int { wgmma_f16 = 0, wgmma_bf16 = 1, wgmma_tf32 = 2 };
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} (or m64nNk8.f32.tf32): A from a
-// descriptor, or (a_regs not null, the RS form, 16-bit only) from the thread's four registers at
-// a_regs; B from a descriptor. tf32 takes both operands K-major.
+// descriptor, K-major or (trans_a, 16-bit only) M-major, or (a_regs not null, the RS form, 16-bit
+// only) from the thread's four registers at a_regs; B from a descriptor, K-major or (trans_b,
+// 16-bit only) N-major. tf32 takes both operands K-major.
 inline void wgmma(float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, int n, int type,
-                  bool trans_b, int scale_d, const void* site) {
+                  bool trans_a, bool trans_b, int scale_d, const void* site) {
   require_sm90a("wgmma.mma_async");
   bool bf16 = type == wgmma_bf16, tf32 = type == wgmma_tf32;
-  if (tf32 && (trans_b || a_regs)) fail("wgmma.mma_async .tf32: both operands K-major, from descriptors");
-  int variant = n * 16 + (tf32 ? 8 : 0) + (a_regs ? 4 : 0) + (bf16 ? 2 : 0) + (trans_b ? 1 : 0);
+  if (tf32 && (trans_a || trans_b || a_regs)) fail("wgmma.mma_async .tf32: both operands K-major, from descriptors");
+  if (trans_a && a_regs) fail("wgmma.mma_async: A from registers takes no imm-trans-a");
+  int variant = n * 32 + (trans_a ? 16 : 0) + (tf32 ? 8 : 0) + (a_regs ? 4 : 0) + (bf16 ? 2 : 0) +
+                (trans_b ? 1 : 0);
   warpgroup_collective(wg_mma, variant, site, [&](WarpGroup& wg, int s, bool last) {
     if (!wg.fenced[s]) fail("wgmma.mma_async without a wgmma.fence since the accumulators were last accessed");
     if (!last) {
@@ -502,6 +505,7 @@ inline void wgmma(float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, 
     op.n = n;
     op.bf16 = bf16;
     op.tf32 = tf32;
+    op.trans_a = trans_a;
     op.trans_b = trans_b;
     op.scale_d = wg.scale_d[s] != 0;
     op.a_regs = a_regs != nullptr;

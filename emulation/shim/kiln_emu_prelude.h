@@ -165,57 +165,58 @@ template <int N>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_setmaxnreg_dec() {
   ::kiln_emu::setmaxnreg(N, false, KILN_EMU_SITE);
 }
-// wgmma m64nNk16 (kiln_emu_hopper.h): written out, one per shape and type, so that each is
+// wgmma m64nNk16, A K-major (TransA 0) or M-major (1), B K-major (TransB 0) or N-major (1)
+// (kiln_emu_hopper.h): written out, one per shape and type, so that each is
 // a primitive by name (tests/emulation/shim_test.cpp matches the prelude's names).
-template <int TransB>
+template <int TransB, int TransA = 0>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_bf16(float* d, unsigned long long a,
                                                                  unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, a, nullptr, b, 128, true, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, a, nullptr, b, 128, true, TransA != 0, TransB != 0, scale_d, KILN_EMU_SITE);
 }
-template <int TransB>
+template <int TransB, int TransA = 0>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_f16(float* d, unsigned long long a,
                                                                 unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, a, nullptr, b, 128, false, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, a, nullptr, b, 128, false, TransA != 0, TransB != 0, scale_d, KILN_EMU_SITE);
 }
-template <int TransB>
+template <int TransB, int TransA = 0>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k16_bf16(float* d, unsigned long long a,
                                                                  unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, a, nullptr, b, 256, true, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, a, nullptr, b, 256, true, TransA != 0, TransB != 0, scale_d, KILN_EMU_SITE);
 }
-template <int TransB>
+template <int TransB, int TransA = 0>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k16_f16(float* d, unsigned long long a,
                                                                 unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, a, nullptr, b, 256, false, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, a, nullptr, b, 256, false, TransA != 0, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 // tf32: m64nNk8 on fp32 operands, both K-major.
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k8_tf32(float* d, unsigned long long a,
                                                                 unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, a, nullptr, b, 128, ::kiln_emu::wgmma_tf32, false, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, a, nullptr, b, 128, ::kiln_emu::wgmma_tf32, false, false, scale_d, KILN_EMU_SITE);
 }
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k8_tf32(float* d, unsigned long long a,
                                                                 unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, a, nullptr, b, 256, ::kiln_emu::wgmma_tf32, false, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, a, nullptr, b, 256, ::kiln_emu::wgmma_tf32, false, false, scale_d, KILN_EMU_SITE);
 }
 // The RS form: A from the thread's four registers a[0..3].
 template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n64k16_bf16_rs(float* d, unsigned* a,
                                                                    unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, 0, a, b, 64, true, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, 0, a, b, 64, true, false, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n64k16_f16_rs(float* d, unsigned* a,
                                                                    unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, 0, a, b, 64, false, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, 0, a, b, 64, false, false, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_bf16_rs(float* d, unsigned* a,
                                                                    unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, 0, a, b, 128, true, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, 0, a, b, 128, true, false, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_f16_rs(float* d, unsigned* a,
                                                                    unsigned long long b, int scale_d) {
-  ::kiln_emu::wgmma(d, 0, a, b, 128, false, TransB != 0, scale_d, KILN_EMU_SITE);
+  ::kiln_emu::wgmma(d, 0, a, b, 128, false, false, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 
 // Calls a kernel with args[i] as parameter i: a pointer parameter is args[i] itself, an int

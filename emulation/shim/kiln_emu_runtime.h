@@ -104,7 +104,7 @@ struct TmaCopy {
 struct WgmmaOp {
   uint64_t desc_a = 0, desc_b = 0;
   int n = 0;
-  bool bf16 = false, trans_b = false, scale_d = true;
+  bool bf16 = false, trans_a = false, trans_b = false, scale_d = true;
   bool tf32 = false;  // m64nNk8 on fp32 operands (read as tf32), else m64nNk16 on 16-bit ones
   // A (64 x 16) and B (N x 16) as read at issue, and the shared-memory bytes they were read
   // from, which must be the same when the wgmma retires

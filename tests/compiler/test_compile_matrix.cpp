@@ -497,6 +497,22 @@ TEST(CompileShapes, EveryWgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
   EXPECT_EQ(compiled, 2 * 2 * 4);
 }
 
+// Three matmuls of `d` operands with the heaviest epilogues the wgmma tests fuse: h = gelu(x w +
+// b), z = xb wb + r (xb batched, `a` and `ab` x's and xb's dims, `w` w's dims, wb's w's by a batch
+// of 2, n the columns), u = xb w; `args` closes each matmul (its transpose attributes, then ")").
+ir::Graph three_matmuls(const std::string& d, const std::string& a, const std::string& ab,
+                        const std::string& w, const std::string& m, const std::string& n,
+                        const std::string& args) {
+  return test::parse("graph w {\n  input x: " + d + "[" + a + "]\n  input w: " + d + "[" + w +
+                     "]\n  input b: " + d + "[" + n + "]\n  input xb: " + d + "[" + ab +
+                     "]\n  input wb: " + d + "[2, " + w + "]\n  input r: " + d + "[2, " + m +
+                     ", " + n + "]\n"
+                     "  h = gelu(add(matmul(x, w" + args + ", b))\n"
+                     "  z = add(matmul(xb, wb" + args + ", r)\n"
+                     "  u = matmul(xb, w" + args + "\n"
+                     "  output h, z, u\n}\n");
+}
+
 // The wgmma kernel on fp32 operands (`high`, `tf32x3` and `medium`) at every tile the tuner may
 // choose, aligned and ragged, shared and batched B, B K-major and B [K, N], with a bias, GELU and
 // residual: no spill or warning, 168 registers, tf32 wgmma and the rounding pass's cvt.rna (bf16
@@ -510,14 +526,7 @@ TEST(CompileShapes, EveryFp32OperandWgmmaTileCompilesWithoutSpillsOrWarningsOnSm
       std::string m = ragged ? "200" : "256", n = ragged ? "264" : "512";
       // B's type and how a matmul reads it: [N, K] with transpose_b, or [K, N]
       std::string w = kn ? "320, " + n : n + ", 320", tb = kn ? ")" : ", transpose_b=true)";
-      ir::Graph g = test::parse(
-          "graph w {\n  input x: f32[" + m + ", 320]\n  input w: f32[" + w + "]\n  input b: f32[" +
-          n + "]\n  input xb: f32[2, " + m + ", 320]\n  input wb: f32[2, " + w +
-          "]\n  input r: f32[2, " + m + ", " + n + "]\n"
-          "  h = gelu(add(matmul(x, w" + tb + ", b))\n"
-          "  z = add(matmul(xb, wb" + tb + ", r)\n"
-          "  u = matmul(xb, w" + tb + "\n"
-          "  output h, z, u\n}\n");
+      ir::Graph g = three_matmuls("f32", m + ", 320", "2, " + m + ", 320", w, m, n, tb);
       CompileOptions o;
       o.target = Target::cuda(90, "a");
       o.precision = precision;
@@ -548,6 +557,62 @@ TEST(CompileShapes, EveryFp32OperandWgmmaTileCompilesWithoutSpillsOrWarningsOnSm
   // high: 4 tiles B K-major, 3 B [K, N]; tf32x3: 2 and 1; medium: 1 and 1; each aligned and
   // ragged
   EXPECT_EQ(compiled, 2 * (4 + 3 + 2 + 1 + 1 + 1));
+}
+
+// A read as [K, M] (transpose_a) on the wgmma kernel, at every tile the tuner may choose for it,
+// ragged, shared and batched A, B K-major and B [K, N], with a bias, GELU and residual: 16-bit A
+// read by wgmma as TMA loads it (imm-trans-a set: the PTX's immediates "1, 1, 1, TransB" after
+// scale-d), fp32 A staged and written K-major (tf32, tf32x3) or converted (medium). No spill or
+// warning, 168 registers, no mma.sync.
+TEST(CompileShapes, EveryTransposedAWgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  int compiled = 0;
+  for (const char* t : {"bf16", "f16", "f32"}) {
+    std::string d = t;
+    bool f32 = d == "f32";
+    for (ir::Precision precision : {ir::Precision::high, ir::Precision::tf32x3, ir::Precision::medium}) {
+      if (!f32 && precision != ir::Precision::high) continue;  // the mode changes nothing for 16-bit
+      for (bool kn : {false, true}) {
+        std::string w = kn ? "320, 264" : "264, 320", tb = kn ? ", transpose_a=true)" : ", transpose_a=true, transpose_b=true)";
+        ir::Graph g = three_matmuls(d, "320, 200", "2, 320, 200", w, "200", "264", tb);
+        CompileOptions o;
+        o.target = Target::cuda(90, "a");
+        o.precision = precision;
+        auto request = check_request(g, o);
+        ASSERT_TRUE(request.ok()) << request.error().message;
+        MatmulShape shape;
+        shape.elem_bytes = f32 ? 4 : 2;
+        shape.path = !f32                                 ? MatmulPath::bf16
+                     : precision == ir::Precision::high   ? MatmulPath::tf32
+                     : precision == ir::Precision::tf32x3 ? MatmulPath::tf32x3
+                                                          : MatmulPath::bf16_of_f32;
+        shape.a_k_contiguous = false;
+        shape.b_k_contiguous = !kn;
+        // tf32 wgmma reads A K-major only; 16-bit and medium's bf16 wgmma read A [K, M] as it lies
+        EXPECT_EQ(wgmma_transposes_a(shape), f32 && precision != ir::Precision::medium);
+        bool medium = f32 && precision == ir::Precision::medium, tf32 = f32 && !medium;
+        std::vector<MatmulTile> tiles = wgmma_candidates(shape);
+        for (const MatmulTile& tile : tiles) {
+          std::string what = "sm_90a " + d + " " + std::string(ir::to_string(precision)) +
+                             (kn ? " A [K, M], B [K, N] " : " A [K, M], B K-major ") + to_string(tile);
+          std::string type = tf32 ? "k8.f32.tf32.tf32" : medium ? "k16.f32.bf16.bf16" : "k16.f32." + d;
+          expect_wgmma_matmuls(g, *request, tile, "m64n" + std::to_string(tile.bn) + type, 3, what);
+          if (!tf32 && &tile == &tiles.front()) {  // imm-trans-a and imm-trans-b: the last immediates
+            auto program = lower(g, *request, FixedSchedule(tile));
+            ASSERT_TRUE(program.ok()) << what;
+            auto a = compile_lowered(*program, request->options);
+            ASSERT_TRUE(a.ok()) << what;
+            std::string trans = std::string("p, 1, 1, 1, ") + (kn ? "1;" : "0;");
+            EXPECT_NE(a->kernels[0].ptx.find(trans), std::string::npos) << what;
+          }
+          ++compiled;
+        }
+      }
+    }
+  }
+  // bf16, f16 and medium: 4, 4 and 1 tiles for either B; high: 3 (B K-major) and 2 (B [K, N]:
+  // both staging areas leave 128x128 three stages); tf32x3: 1 and 1
+  EXPECT_EQ(compiled, 2 * (4 + 4 + 1) + 3 + 2 + 1 + 1);
 }
 
 // sm_90a's attention kernel (the model's choice for 16-bit attention there) at head dims 64 and

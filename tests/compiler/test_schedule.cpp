@@ -493,8 +493,8 @@ TEST(Schedule, ASymbolicGraphRunsItsTilesUnsplit) {
 
 // sm_90a: the model runs a 16-bit matmul the wgmma kernel computes on it where its 128x128 tiles
 // number half the SMs or more (a 4096^2 product, a batched one), keeps decode-shaped and small
-// products on mma.sync, and plans every other matmul (A transposed, rows of no 16-byte multiple,
-// fp32, 4-D results) as sm_90 does.
+// products on mma.sync (A read as [K, M] too), and plans every other matmul (rows of no 16-byte
+// multiple, fp32, 4-D results) as sm_90 does.
 TEST(Schedule, OnSm90aTheModelTakesTheWgmmaKernelWhereItsTilesFillTheGpu) {
   ir::Graph g = parse(
       "graph g {\n  input x: bf16[4096, 4096]\n  input w: bf16[4096, 4096]\n"
@@ -522,7 +522,7 @@ TEST(Schedule, OnSm90aTheModelTakesTheWgmmaKernelWhereItsTilesFillTheGpu) {
   EXPECT_TRUE(wgmma.at("big"));
   EXPECT_FALSE(wgmma.at("decode")) << "16 x 4096: 32 tiles of 128x128";
   EXPECT_TRUE(wgmma.at("batched")) << "4 x 5 x 4 = 80 tiles";
-  EXPECT_FALSE(wgmma.at("transposed"));
+  EXPECT_TRUE(wgmma.at("transposed")) << "A [K, M]: 8 x 32 tiles, A read M-major";
   EXPECT_FALSE(wgmma.at("ragged")) << "rows of 1030 bf16 are no 16-byte multiple";
   EXPECT_FALSE(wgmma.at("four")) << "two batch dims";
   EXPECT_FALSE(wgmma.at("fp32"));
@@ -539,8 +539,8 @@ TEST(Schedule, OnSm90aTheModelTakesTheWgmmaKernelWhereItsTilesFillTheGpu) {
 TEST(Schedule, AWgmmaTileForAMatmulTheKernelDoesNotComputeGivesWayToTheModels) {
   ir::Graph g = parse(
       "graph g {\n  input x: bf16[256, 512]\n  input w: bf16[512, 256]\n"
-      "  input at: bf16[512, 256]\n  y = matmul(x, w)\n  z = matmul(at, w, transpose_a=true)\n"
-      "  output y, z\n}\n");
+      "  input odd: bf16[256, 1030]\n  input wo: bf16[1030, 256]\n  y = matmul(x, w)\n"
+      "  z = matmul(odd, wo)\n  output y, z\n}\n");
   CompileOptions o;
   o.target = Target::cuda(90, "a");
   auto request = check_request(g, o);

@@ -76,30 +76,31 @@ CuteGmmaOperand operand(const Tensor& smem, const Fragment& frag, bool mn_major,
   return o;
 }
 
-// SM90_64xNx16_F32BF16BF16_SS with A K-major, N 128 or 256.
-template <int N, gmma::Major MajorB>
-using Atom = std::conditional_t<N == 128, SM90_64x128x16_F32BF16BF16_SS<gmma::Major::K, MajorB>,
-                                SM90_64x256x16_F32BF16BF16_SS<gmma::Major::K, MajorB>>;
+// SM90_64xNx16_F32BF16BF16_SS, N 128 or 256.
+template <int N, gmma::Major MajorB, gmma::Major MajorA = gmma::Major::K>
+using Atom = std::conditional_t<N == 128, SM90_64x128x16_F32BF16BF16_SS<MajorA, MajorB>,
+                                SM90_64x256x16_F32BF16BF16_SS<MajorA, MajorB>>;
 
 const char* name(int n) {
   return n == 128 ? "SM90_64x128x16_F32BF16BF16_SS" : "SM90_64x256x16_F32BF16BF16_SS";
 }
 
-template <int N, gmma::Major MajorB, bool KFirst>
+template <int N, gmma::Major MajorB, bool KFirst, gmma::Major MajorA = gmma::Major::K>
 CuteGmmaCase gmma_case(const char* b_layout) {
-  using Op = Atom<N, MajorB>;
+  using Op = Atom<N, MajorB, MajorA>;
   auto tiled_mma = make_tiled_mma(Op{});
   auto thread_mma = tiled_mma.get_slice(0);
   auto s_a = make_tensor(make_smem_ptr(reinterpret_cast<const bfloat16_t*>(g_cute_smem + k_base_a)),
-                         smem_layout<gmma::Major::K, true, 64>());
+                         smem_layout<MajorA, true, 64>());
   auto s_b = make_tensor(make_smem_ptr(reinterpret_cast<const bfloat16_t*>(g_cute_smem + k_base_b)),
                          smem_layout<MajorB, KFirst, N>());
   auto frag_a = thread_mma.make_fragment_A(thread_mma.partition_A(s_a));
   auto frag_b = thread_mma.make_fragment_B(thread_mma.partition_B(s_b));
   CuteGmmaCase c;
-  c.name = std::string(name(N)) + ", B " + b_layout;
+  c.name = std::string(name(N)) + (MajorA == gmma::Major::MN ? ", A MN-major" : "") + ", B " +
+            b_layout;
   c.n = N;
-  c.a = operand(s_a, frag_a, false, true, k_base_a);
+  c.a = operand(s_a, frag_a, MajorA == gmma::Major::MN, true, k_base_a);
   c.b = operand(s_b, frag_b, MajorB == gmma::Major::MN, KFirst, k_base_b);
   return c;
 }
@@ -156,7 +157,9 @@ std::vector<CuteGmmaCase> cute_gmma_cases() {
           gmma_case<128, Major::MN, true>("MN-major, k groups first"),
           gmma_case<128, Major::MN, false>("MN-major, runs first"),
           gmma_case<256, Major::K, true>("K-major"),
-          gmma_case<256, Major::MN, true>("MN-major, k groups first")};
+          gmma_case<256, Major::MN, true>("MN-major, k groups first"),
+          gmma_case<128, Major::K, true, Major::MN>("K-major"),
+          gmma_case<128, Major::MN, true, Major::MN>("MN-major, k groups first")};
 }
 
 std::vector<CuteGmmaAccumulator> cute_gmma_accumulators() {

@@ -25,15 +25,17 @@ struct CuteGmmaOperand {
   std::vector<int> address;    // [row * cols + col]: the element's byte address, swizzled
 };
 
-// A and B of one SM90_64xNx16_F32BF16BF16_SS atom, A 64 x 64 K-major, B N x 64.
+// A and B of one SM90_64xNx16_F32BF16BF16_SS atom, A 64 x 64 (K-major, or MN-major with its k
+// groups first), B N x 64.
 struct CuteGmmaCase {
   std::string name;  // e.g. "SM90_64x128x16_F32BF16BF16_SS, B MN-major"
   int n = 0;
   CuteGmmaOperand a, b;
 };
 
-// B K-major, MN-major k groups first, MN-major 64-element runs first (N 128), then B K-major and
-// MN-major k groups first at N 256; none where kiln was built without the CUTLASS headers.
+// A K-major with B K-major, MN-major k groups first, MN-major 64-element runs first (N 128),
+// then B K-major and MN-major k groups first at N 256; then A MN-major (k groups first) with B
+// K-major and MN-major (N 128); none where kiln was built without the CUTLASS headers.
 std::vector<CuteGmmaCase> cute_gmma_cases();
 
 // The C layout of SM90_64xNx16_F32BF16BF16_SS: where value v of thread t of the warpgroup lives.

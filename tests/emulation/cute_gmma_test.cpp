@@ -66,10 +66,11 @@ uint64_t kiln_desc(unsigned address, unsigned lbo, unsigned sbo) {
 bool kiln_layout(const CuteGmmaOperand& o) { return !o.mn_major || o.k_first; }
 
 // The descriptor kiln's kernels give k step `kb` of `o`: K-major start + 32 kb, LBO 16, SBO 1024;
-// MN-major start + 2048 kb, LBO 8192 (the next 64-column block), SBO 1024 (the next 8 k rows).
+// MN-major start + 2048 kb, LBO 8192 (the next 64-column block; 0 for A's single block), SBO 1024
+// (the next 8 k rows).
 uint64_t kiln_desc_for(const CuteGmmaOperand& o, int kb) {
   unsigned base = static_cast<unsigned>(o.base);
-  return o.mn_major ? kiln_desc(base + 2048u * static_cast<unsigned>(kb), 8192, 1024)
+  return o.mn_major ? kiln_desc(base + 2048u * static_cast<unsigned>(kb), o.rows > 64 ? 8192 : 0, 1024)
                     : kiln_desc(base + 32u * static_cast<unsigned>(kb), 16, 1024);
 }
 
@@ -106,7 +107,7 @@ void expect_modelled(const CuteGmmaOperand& o, const std::string& what) {
 TEST(EmulatedGmmaAgainstCute, EveryDescriptorDecodesToCutesSwizzledAddresses) {
   std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases();
   if (cases.empty()) GTEST_SKIP() << k_no_cute;
-  ASSERT_EQ(cases.size(), 5u);
+  ASSERT_EQ(cases.size(), 7u);
   for (const CuteGmmaCase& c : cases) {
     for (const CuteGmmaOperand* o : {&c.a, &c.b}) {
       std::string what = c.name + (o == &c.a ? ", A" : ", B");
@@ -135,7 +136,7 @@ TEST(EmulatedGmmaAgainstCute, KilnsDescriptorsAreCutes) {
       }
     }
   }
-  EXPECT_EQ(compared, 5 * 4 + 4 * 4);
+  EXPECT_EQ(compared, 7 * 4 + 6 * 4);
 }
 
 TEST(EmulatedGmmaAgainstCute, TheCheckHasTeeth) {
@@ -144,6 +145,7 @@ TEST(EmulatedGmmaAgainstCute, TheCheckHasTeeth) {
   if (cases.empty()) GTEST_SKIP() << k_no_cute;
   for (const CuteGmmaCase& c : cases) {
     std::string first;
+    EXPECT_GT(decode_mismatches(c.a, !c.a.mn_major, &first), 0) << c.name;
     EXPECT_GT(decode_mismatches(c.b, !c.b.mn_major, &first), 0) << c.name;
   }
 }
@@ -195,7 +197,7 @@ float b_at(int k, int n) { return small(static_cast<uint32_t>(0x10000 + k * 256 
 // One warpgroup copies `image` into shared memory and runs 4 k steps of m64nNk16, with CuTe's
 // descriptors (descs[kb] for A, descs[4 + kb] for B) or, `Kiln`, kiln_gmma_desc_128b's at the
 // tiles' bases (bases[0], bases[1]); value v of thread t goes to out[t * N / 2 + v].
-template <int N, int TransB, bool Kiln>
+template <int N, int TransA, int TransB, bool Kiln>
 __global__ void cute_wgmma_kernel(float* out, const uint16_t* image,
                                   const unsigned long long* descs, const int* bases,
                                   const int* image_elements) {
@@ -209,12 +211,13 @@ __global__ void cute_wgmma_kernel(float* out, const uint16_t* image,
   for (int k = 0; k < 4; ++k) {
     unsigned long long da = descs[k], db = descs[4 + k];
     if (Kiln) {
-      da = kiln_gmma_desc_128b(smem + bases[0] + 32 * k, 16, 1024);
+      da = TransA ? kiln_gmma_desc_128b(smem + bases[0] + 2048 * k, 0, 1024)
+                  : kiln_gmma_desc_128b(smem + bases[0] + 32 * k, 16, 1024);
       db = TransB ? kiln_gmma_desc_128b(smem + bases[1] + 2048 * k, 8192, 1024)
                   : kiln_gmma_desc_128b(smem + bases[1] + 32 * k, 16, 1024);
     }
-    if (N == 128) kiln_wgmma_m64n128k16_bf16<TransB>(d, da, db, k > 0);
-    if (N == 256) kiln_wgmma_m64n256k16_bf16<TransB>(d, da, db, k > 0);
+    if (N == 128) kiln_wgmma_m64n128k16_bf16<TransB, TransA>(d, da, db, k > 0);
+    if (N == 256) kiln_wgmma_m64n256k16_bf16<TransB, TransA>(d, da, db, k > 0);
   }
   kiln_wgmma_commit();
   kiln_wgmma_wait<0>();
@@ -224,25 +227,29 @@ __global__ void cute_wgmma_kernel(float* out, const uint16_t* image,
 using Launch = std::string (*)(std::vector<float>&, std::vector<uint16_t>&,
                               std::vector<unsigned long long>&, std::vector<int>&, int&);
 
-template <int N, int TransB, bool Kiln>
+template <int N, int TransA, int TransB, bool Kiln>
 std::string launch_wgmma(std::vector<float>& out, std::vector<uint16_t>& image,
                          std::vector<unsigned long long>& descs, std::vector<int>& bases,
                          int& elements) {
-  return testing::launch(cute_wgmma_kernel<N, TransB, Kiln>,
+  return testing::launch(cute_wgmma_kernel<N, TransA, TransB, Kiln>,
                          {out.data(), image.data(), descs.data(), bases.data(), &elements},
                          {out.size() * 4, image.size() * 2, descs.size() * 8, bases.size() * 4,
                           sizeof elements},
                          1, 128, image.size() * 2);
 }
 
-// The kernel for N 128 or 256, B K-major or MN-major, CuTe's or kiln's descriptors.
-Launch launch_for(int n, bool mn_major, bool kiln) {
+// The kernel for N 128 or 256, B K-major or MN-major, CuTe's or kiln's descriptors; A MN-major
+// at N 128.
+Launch launch_for(int n, bool a_mn_major, bool mn_major, bool kiln) {
   static const Launch k_launches[2][2][2] = {
-      {{launch_wgmma<128, 0, false>, launch_wgmma<128, 0, true>},
-       {launch_wgmma<128, 1, false>, launch_wgmma<128, 1, true>}},
-      {{launch_wgmma<256, 0, false>, launch_wgmma<256, 0, true>},
-       {launch_wgmma<256, 1, false>, launch_wgmma<256, 1, true>}}};
-  return k_launches[n == 256][mn_major][kiln];
+      {{launch_wgmma<128, 0, 0, false>, launch_wgmma<128, 0, 0, true>},
+       {launch_wgmma<128, 0, 1, false>, launch_wgmma<128, 0, 1, true>}},
+      {{launch_wgmma<256, 0, 0, false>, launch_wgmma<256, 0, 0, true>},
+       {launch_wgmma<256, 0, 1, false>, launch_wgmma<256, 0, 1, true>}}};
+  static const Launch k_a_mn_major[2][2] = {
+      {launch_wgmma<128, 1, 0, false>, launch_wgmma<128, 1, 0, true>},
+      {launch_wgmma<128, 1, 1, false>, launch_wgmma<128, 1, 1, true>}};
+  return a_mn_major ? k_a_mn_major[mn_major][kiln] : k_launches[n == 256][mn_major][kiln];
 }
 
 // 16-bit bits of `x` in bf16 or f16 (exact for small).
@@ -279,7 +286,7 @@ int product_mismatches(const CuteGmmaCase& c, const CuteGmmaAccumulator& acc, bo
   int elements = static_cast<int>(image.size());
   int per = c.n / 2;
   std::vector<float> out(static_cast<size_t>(128 * per), -1.0f);
-  *error = launch_for(c.n, c.b.mn_major, kiln)(out, image, descs, bases, elements);
+  *error = launch_for(c.n, c.a.mn_major, c.b.mn_major, kiln)(out, image, descs, bases, elements);
   int wrong = 0;
   for (int thread = 0; thread < 128; ++thread) {
     for (int v = 0; v < per; ++v) {
@@ -437,7 +444,7 @@ TEST(EmulatedGmmaAgainstCute, AnRsWgmmaWithCutesRegisterFragmentGivesTheExactPro
   int runs = 0;
   for (const CuteGmmaCase& c : cases) {
     // N 128, B K-major (Q K^T's shape) and MN-major with its k groups first (V in P V).
-    if (c.n != 128 || !kiln_layout(c.b)) continue;
+    if (c.n != 128 || c.a.mn_major || !kiln_layout(c.b)) continue;
     for (const CuteGmmaRegisterA& atom : atoms) {
       ASSERT_EQ(atom.c.size(), static_cast<size_t>(128 * atom.n / 2)) << atom.name;
       std::string error;

@@ -103,7 +103,47 @@ INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaGraph,
                                            "reuse_bf16_aligned", "reuse_f16_aligned",
                                            "splitk_bf16_odd", "wgmma_attention_bf16_odd",
                                            "wgmma_attention_f16_odd",
-                                           "examples/attention_causal", "wgmma_tf32_odd"));
+                                           "examples/attention_causal", "wgmma_tf32_odd",
+                                           "wgmma_transpose_a_bf16_odd", "wgmma_transpose_a_odd"));
+
+// How many matmuls `graph` has.
+int matmuls(const ir::Graph& graph) {
+  int count = 0;
+  for (const ir::Node& n : graph.nodes()) count += n.kind == ir::OpKind::matmul ? 1 : 0;
+  return count;
+}
+
+// A read as [K, M] (transpose_a) on the wgmma kernel: 16-bit A as TMA loads it (M-major blocks,
+// imm-trans-a), fp32 A staged and written K-major (tf32, tf32x3) or converted to bf16 M-major
+// (medium); every matmul of these graphs runs there, and the graphs with A and B transposed that
+// the 16-bit mma.sync kernels are checked on (reuse_*_aligned) now run there too.
+class EmulatedWgmmaTransposeA
+    : public ::testing::TestWithParam<std::tuple<const char*, ir::Precision>> {};
+
+TEST_P(EmulatedWgmmaTransposeA, EveryMatmulRunsOnWgmmaAndMatchesFp64UnderEverySchedule) {
+  auto [name, precision] = GetParam();
+  ir::Graph graph = load(name);
+  auto program = build(graph, {}, precision);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  EXPECT_EQ(wgmma_kernels(*program), matmuls(graph));
+  int transposed = 0;
+  for (const auto& k : program->lowered().plan.kernels)
+    transposed += k.tile.wgmma && !k.shape.a_k_contiguous ? 1 : 0;
+  EXPECT_GT(transposed, 0);
+  for (const Schedule& schedule : k_schedules) {
+    SCOPED_TRACE("schedule " + to_string(schedule));
+    EXPECT_EQ(check(graph, *program, schedule), "");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sm90a, EmulatedWgmmaTransposeA,
+    ::testing::Values(std::make_tuple("wgmma_transpose_a_bf16_odd", ir::Precision::high),
+                      std::make_tuple("reuse_bf16_aligned", ir::Precision::high),
+                      std::make_tuple("reuse_f16_aligned", ir::Precision::high),
+                      std::make_tuple("wgmma_transpose_a_odd", ir::Precision::high),
+                      std::make_tuple("wgmma_transpose_a_odd", ir::Precision::tf32x3),
+                      std::make_tuple("wgmma_transpose_a_odd", ir::Precision::medium)));
 
 // The tf32 path's wgmma kernel rounds its operands in shared memory as the mma.sync kernel rounds
 // its fragments (cvt.rna), and both add each k8 slice as the H100 does, in the same order: the
@@ -112,15 +152,17 @@ INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaGraph,
 // split each operand with cvt.rna, run the three products in the same order, sum a k tile of 32
 // on the tensor cores from zero and add it to the accumulator in fp32. medium: both round the fp32
 // operands to bf16 (cvt.rn) and add each k16 slice as the H100 does.
-class EmulatedWgmmaFp32Operands : public ::testing::TestWithParam<ir::Precision> {};
+class EmulatedWgmmaFp32Operands
+    : public ::testing::TestWithParam<std::tuple<const char*, ir::Precision>> {};
 
 TEST_P(EmulatedWgmmaFp32Operands, MatchesTheMmaSyncKernelBitForBit) {
-  ir::Graph graph = load("wgmma_tf32_odd");
-  auto wgmma = build(graph, {}, GetParam());
+  auto [name, precision] = GetParam();
+  ir::Graph graph = load(name);
+  auto wgmma = build(graph, {}, precision);
   ASSERT_TRUE(wgmma.ok()) << wgmma.error().message;
   ASSERT_EQ(wgmma_kernels(*wgmma), 4);
   // the model keeps these small grids on mma.sync
-  auto mma = build_program(graph, sm90a(GetParam()));
+  auto mma = build_program(graph, sm90a(precision));
   ASSERT_TRUE(mma.ok()) << mma.error().message;
   ASSERT_EQ(wgmma_kernels(*mma), 0);
   auto inputs = reference::random_inputs(graph, 3);
@@ -141,8 +183,9 @@ TEST_P(EmulatedWgmmaFp32Operands, MatchesTheMmaSyncKernelBitForBit) {
 }
 
 TEST_P(EmulatedWgmmaFp32Operands, MatchesTheFp64ReferenceUnderEverySchedule) {
-  ir::Graph graph = load("wgmma_tf32_odd");
-  auto program = build(graph, {}, GetParam());
+  auto [name, precision] = GetParam();
+  ir::Graph graph = load(name);
+  auto program = build(graph, {}, precision);
   ASSERT_TRUE(program.ok()) << program.error().message;
   ASSERT_EQ(wgmma_kernels(*program), 4);
   for (const Schedule& schedule : k_schedules) {
@@ -151,18 +194,24 @@ TEST_P(EmulatedWgmmaFp32Operands, MatchesTheFp64ReferenceUnderEverySchedule) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaFp32Operands,
-                         ::testing::Values(ir::Precision::high, ir::Precision::tf32x3,
-                                           ir::Precision::medium),
-                         [](const auto& info) { return std::string(ir::to_string(info.param)); });
+// wgmma_transpose_a_odd: the same with A read as [K, M], staged and transposed like B.
+INSTANTIATE_TEST_SUITE_P(
+    Sm90a, EmulatedWgmmaFp32Operands,
+    ::testing::Combine(::testing::Values("wgmma_tf32_odd", "wgmma_transpose_a_odd"),
+                       ::testing::Values(ir::Precision::high, ir::Precision::tf32x3,
+                                         ir::Precision::medium)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param)) + "_" +
+             std::string(ir::to_string(std::get<1>(info.param)));
+    });
 
-// Outputs of wgmma_tf32_odd that differ from the mma.sync kernel's in their bits, the wgmma
-// kernel's text edited (each `from`, which must occur, replaced by its `to`) and run under
+// Outputs of `name` (wgmma_tf32_odd) that differ from the mma.sync kernel's in their bits, the
+// wgmma kernel's text edited (each `from`, which must occur, replaced by its `to`) and run under
 // `schedule`; or a failure.
 testing::AssertionResult differs_from_mma_sync(
     const std::function<std::string(std::string&)>& edit, const Schedule& schedule,
-    ir::Precision precision = ir::Precision::high) {
-  ir::Graph graph = load("wgmma_tf32_odd");
+    ir::Precision precision = ir::Precision::high, const std::string& name = "wgmma_tf32_odd") {
+  ir::Graph graph = load(name);
   auto request = compiler::check_request(graph, sm90a(precision));
   if (!request) return testing::AssertionFailure() << request.error().message;
   auto lowered = compiler::lower(graph, *request, WgmmaSchedule());
@@ -188,7 +237,8 @@ testing::AssertionResult differs_from_mma_sync(
 
 testing::AssertionResult differs_from_mma_sync(const std::string& from, const std::string& to,
                                                const Schedule& schedule,
-                                               ir::Precision precision = ir::Precision::high) {
+                                               ir::Precision precision = ir::Precision::high,
+                                               const std::string& name = "wgmma_tf32_odd") {
   return differs_from_mma_sync(
       [&](std::string& source) -> std::string {
         size_t at = source.find(from);
@@ -199,7 +249,7 @@ testing::AssertionResult differs_from_mma_sync(const std::string& from, const st
         }
         return "";
       },
-      schedule, precision);
+      schedule, precision, name);
 }
 
 TEST(EmulatedWgmmaTf32, SkippingTheRoundingPassIsCaught) {
@@ -264,6 +314,27 @@ TEST(EmulatedWgmmaTf32, ARoundingPassWithoutItsFenceIsReadUnrounded) {
   // The rounded values stay in the generic proxy: wgmma reads what TMA wrote.
   EXPECT_TRUE(differs_from_mma_sync("kiln_fence_proxy_async();\n          kiln_mbarrier_arrive(&rounded[s]);",
                                     "kiln_mbarrier_arrive(&rounded[s]);", Schedule{}));
+}
+
+TEST(EmulatedWgmmaTf32, ATransposedAMisplacedUnroundedOrUnsplitIsCaught) {
+  // A [K, M]: the staging area read without TMA's swizzle, A written K-major without the swizzle
+  // wgmma's descriptor reads, written unrounded, or (tf32x3) its small part left out; medium:
+  // A's staging area read without TMA's swizzle, or A written without the 16-bit kernel's.
+  const std::string graph = "wgmma_transpose_a_odd";
+  const ir::Precision high = ir::Precision::high, x3 = ir::Precision::tf32x3,
+                      medium = ir::Precision::medium;
+  EXPECT_TRUE(differs_from_mma_sync("((((m & 31) >> 2) ^ (k & 7)) << 2)", "(((m & 31) >> 2) << 2)",
+                                    Schedule{}, high, graph));
+  EXPECT_TRUE(differs_from_mma_sync("(((k >> 2) ^ (m & 7)) << 2)", "((k >> 2) << 2)", Schedule{},
+                                    high, graph));
+  EXPECT_TRUE(differs_from_mma_sync("ra[at] = kiln_as_float(kiln_cvt_rna_tf32(x));", "ra[at] = x;",
+                                    Schedule{}, high, graph));
+  EXPECT_TRUE(differs_from_mma_sync("ras[at] = kiln_as_float(kiln_cvt_rna_tf32(x - big));",
+                                    "ras[at] = 0.0f;", Schedule{}, x3, graph));
+  EXPECT_TRUE(differs_from_mma_sync("((((m & 31) >> 2) ^ (k & 7)) << 2)", "(((m & 31) >> 2) << 2)",
+                                    Schedule{}, medium, graph));
+  EXPECT_TRUE(differs_from_mma_sync("((((m & 63) >> 3) ^ (k & 7)) << 3)", "(((m & 63) >> 3) << 3)",
+                                    Schedule{}, medium, graph));
 }
 
 // Whether the edited kernel stopped with the emulator's error for shared memory that changed
@@ -339,7 +410,8 @@ TEST(EmulatedWgmmaPersistent, EveryBlockCountFrom1To132CoversEveryTile) {
 // Symbolic graphs on the wgmma kernels: one bucket's build at the bucket's bounds and sizes
 // between (partial tiles, the upper bound), against fp64 under the kind and the adversarial
 // schedule, in every mode the matmul kernel computes, and attention. S is a row
-// count (x), a column count (nn's N, its B K-major) and a batch (bz). A contraction over S stays
+// count (x), a column count (nn's N, its B K-major) and a batch (bz; bt's A read as [K, M]). A
+// contraction over S stays
 // on mma.sync: A's rows are then S elements, not 16-byte multiples at every S (tk).
 const char* k_symbolic_wgmma_graph = R"(graph symwg {
   dim S: 1..300
@@ -349,12 +421,14 @@ const char* k_symbolic_wgmma_graph = R"(graph symwg {
   input b: f32[40]
   input z: f32[S, 5, 48]
   input t: f32[4, S]
+  input zt: f32[S, 48, 8]
   h = gelu(add(matmul(x, w), b))
   g = matmul(x, wt, transpose_b=true)
   nn = matmul(wt, x, transpose_b=true)
   bz = matmul(z, w)
   tk = matmul(t, x)
-  output h, g, nn, bz, tk
+  bt = matmul(zt, w, transpose_a=true)
+  output h, g, nn, bz, tk, bt
 }
 )";
 
@@ -365,11 +439,13 @@ const char* k_symbolic_wgmma_half_graph = R"(graph symwgh {
   input wt: bf16[40, 48]
   input z: bf16[S, 5, 48]
   input t: bf16[4, S]
+  input zt: bf16[S, 48, 8]
   h = relu(matmul(x, w))
   nn = matmul(wt, x, transpose_b=true)
   bz = matmul(z, w)
   tk = matmul(t, x)
-  output h, nn, bz, tk
+  bt = matmul(zt, w, transpose_a=true)
+  output h, nn, bz, tk, bt
 }
 )";
 
@@ -467,10 +543,10 @@ std::string symbolic_case_name(const ::testing::TestParamInfo<SymbolicCase>& inf
 INSTANTIATE_TEST_SUITE_P(
     Sm90a, EmulatedWgmmaSymbolic,
     ::testing::Values(
-        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::high, {129, 256}, {129, 130, 200, 256}, 4},
-        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::tf32x3, {129, 256}, {129, 256}, 4},
-        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::medium, {129, 256}, {130, 256}, 4},
-        SymbolicCase{k_symbolic_wgmma_half_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 3},
+        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::high, {129, 256}, {129, 130, 200, 256}, 5},
+        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::tf32x3, {129, 256}, {129, 256}, 5},
+        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::medium, {129, 256}, {130, 256}, 5},
+        SymbolicCase{k_symbolic_wgmma_half_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 4},
         SymbolicCase{k_symbolic_attention_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 2},
         SymbolicCase{k_symbolic_batch_attention_graph, ir::Precision::high, {5, 8}, {5, 8}, 1}),
     symbolic_case_name);
@@ -640,6 +716,14 @@ TEST(EmulatedWgmmaRules, AConsumerThatDoesNotWaitForItsStageReadsItBeforeTMALand
 
 TEST(EmulatedWgmmaRules, AWrongLeadingByteOffsetForNMajorBIsCaught) {
   expect_caught("ks * 2048, 8192, 1024)", "ks * 2048, 4096, 1024)", Schedule{});
+}
+
+TEST(EmulatedWgmmaRules, AnMMajorAReadWithoutImmTransAOrWithAWrongStrideIsCaught) {
+  // A [K, M] in bf16: wgmma told A is K-major reads rows of k as rows of m; an SBO of 512 reads
+  // each 8-row group of k from the middle of the previous one.
+  expect_caught("1, 1>(acc, da, db", "1>(acc, da, db", Schedule{}, "wgmma_transpose_a_bf16_odd");
+  expect_caught("c * 8192 + ks * 2048, 0, 1024)", "c * 8192 + ks * 2048, 0, 512)", Schedule{},
+                "wgmma_transpose_a_bf16_odd");
 }
 
 TEST(EmulatedWgmmaRules, AKStepThatDoesNotAdvanceTheDescriptorsIsCaught) {

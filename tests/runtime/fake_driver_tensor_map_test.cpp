@@ -345,6 +345,19 @@ TEST(WgmmaLaunch, MoreMultiprocessorsThanTilesRunOneBlockATile) {
   launch_wgmma_matmul(132);
 }
 
+// The one matmul kernel of `run`: its tile, A's and B's maps (its parameters 3 and 4) and the
+// inputs they were encoded over.
+void expect_matmul_maps(const Sm90aRun& run, const std::string& tile, const std::string& a_map,
+                        const std::string& b_map) {
+  const compiler::KernelArtifact& k = run.kernel;
+  EXPECT_EQ(k.tile, tile);
+  ASSERT_EQ(k.params.size(), 5u);
+  EXPECT_EQ(k.params[3].map, a_map);
+  EXPECT_EQ(k.params[4].map, b_map);
+  EXPECT_EQ(run.launch.params[3], run.inputs[0]);
+  EXPECT_EQ(run.launch.params[4], run.inputs[1]);
+}
+
 // `high`'s fp32 matmul with B [K, N] on the wgmma kernel: A's map as the 16-bit kernel's with
 // fp32 boxes of 32 x 128, B's {N, K} in boxes of 32 columns x 32 k rows (the staging area's
 // blocks), and shared memory for 4 stages of A, B and B's staging area and their barriers.
@@ -359,15 +372,48 @@ TEST(WgmmaLaunch, Tf32WithBKNEncodesBoxesOfTheStagingArea) {
 }
 )", ir::Precision::high, fake_cuda::Config{}, &run));
   const compiler::KernelArtifact& k = run.kernel;
-  EXPECT_EQ(k.tile, "128x128x32, wgmma, 4 stages");
   ASSERT_TRUE(k.launch.persistent);
   EXPECT_EQ(k.launch.grid[0], 90u);
   EXPECT_EQ(k.launch.dynamic_smem_bytes, 1024u + 4u * (128u + 2u * 128u) * 128u + 3u * 8u * 4u);
-  ASSERT_EQ(k.params.size(), 5u);
-  EXPECT_EQ(k.params[3].map, "tiled f32 dims=64,1040,2 strides=256,266240 box=32,128,1 elem=1,1,1 swizzle=128B l2=256B");
-  EXPECT_EQ(k.params[4].map, "tiled f32 dims=520,64 strides=2080 box=32,32 elem=1,1 swizzle=128B l2=256B");
-  EXPECT_EQ(run.launch.params[3], run.inputs[0]);
-  EXPECT_EQ(run.launch.params[4], run.inputs[1]);
+  expect_matmul_maps(run, "128x128x32, wgmma, 4 stages",
+                     "tiled f32 dims=64,1040,2 strides=256,266240 box=32,128,1 elem=1,1,1 swizzle=128B l2=256B",
+                     "tiled f32 dims=520,64 strides=2080 box=32,32 elem=1,1 swizzle=128B l2=256B");
+}
+
+// A read as [K, M] (transpose_a) on the wgmma kernel: A's map is {M, K} (and the batch) in boxes
+// of 128 bytes of M x the K step's rows, as B [K, N]'s; 16-bit A lands as wgmma reads it
+// (imm-trans-a), fp32 A (`high`) in its staging area, whose room the shared memory holds.
+TEST(WgmmaLaunch, ATransposedAEncodesMMajorBoxes) {
+  if (!compiler::load_nvrtc("").ok()) GTEST_SKIP() << "no NVRTC here";
+  Sm90aRun run;
+  ASSERT_NO_FATAL_FAILURE(run_on_sm90a(R"(graph g {
+  input x: bf16[2, 64, 1040]
+  input w: bf16[64, 520]
+  y = matmul(x, w, transpose_a=true)
+  output y
+}
+)", ir::Precision::automatic, fake_cuda::Config{}, &run));
+  expect_matmul_maps(run, "128x256x64, wgmma, 4 stages",
+                     "tiled bf16 dims=1040,64,2 strides=2080,133120 box=64,64,1 elem=1,1,1 swizzle=128B l2=256B",
+                     "tiled bf16 dims=520,64 strides=1040 box=64,64 elem=1,1 swizzle=128B l2=256B");
+}
+
+TEST(WgmmaLaunch, Tf32WithATransposedEncodesBoxesOfItsStagingArea) {
+  if (!compiler::load_nvrtc("").ok()) GTEST_SKIP() << "no NVRTC here";
+  Sm90aRun run;
+  ASSERT_NO_FATAL_FAILURE(run_on_sm90a(R"(graph g {
+  input x: f32[2, 64, 1040]
+  input w: f32[520, 64]
+  y = matmul(x, w, transpose_a=true, transpose_b=true)
+  output y
+}
+)", ir::Precision::high, fake_cuda::Config{}, &run));
+  EXPECT_EQ(run.kernel.launch.grid[0], 90u);
+  EXPECT_EQ(run.kernel.launch.dynamic_smem_bytes,
+            1024u + 4u * (2u * 128u + 128u) * 128u + 3u * 8u * 4u);
+  expect_matmul_maps(run, "128x128x32, wgmma, 4 stages",
+                     "tiled f32 dims=1040,64,2 strides=4160,266240 box=32,32,1 elem=1,1,1 swizzle=128B l2=256B",
+                     "tiled f32 dims=64,520 strides=256 box=32,128 elem=1,1 swizzle=128B l2=256B");
 }
 
 // A symbolic graph's wgmma matmul: its maps hold the bucket's upper bounds and size terms, and

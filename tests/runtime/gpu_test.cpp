@@ -130,6 +130,33 @@ TEST(GpuWgmma, Fp32MatmulsOfBothBLayoutsMatchTheReference) {
   expect_matches_reference(*graph, Precision::medium);
 }
 
+// A read as [K, M] (transpose_a) on the wgmma kernel: bf16 A read M-major by wgmma
+// (imm-trans-a), fp32 A staged and written K-major (`high`, `tf32x3`) or converted (`medium`);
+// batched and shared A, B N-major and K-major, K 200 ending inside a K tile, ragged M and N.
+TEST(GpuWgmma, MatmulsWithATransposedMatchTheReference) {
+  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
+  for (const char* type : {"bf16", "f32"}) {
+    std::string t = type;
+    auto graph = ir::parse_graph("graph wgmma_ta_gpu {\n  input xt: " + t +
+                                     "[2, 200, 1040]\n  input w: " + t + "[200, 2104]\n  input b: " +
+                                     t + "[2104]\n  input w2: " + t + "[1160, 200]\n  input at: " + t +
+                                     "[200, 1040]\n"
+                                     "  h = add(matmul(xt, w, transpose_a=true), b)\n"
+                                     "  y = matmul(xt, w2, transpose_a=true, transpose_b=true)\n"
+                                     "  s = matmul(at, w, transpose_a=true)\n"
+                                     "  output h, y, s\n}\n",
+                                 "wgmma_ta_gpu.kg");
+    ASSERT_TRUE(graph) << graph.error().message;
+    if (t == "bf16") {
+      expect_matches_reference(*graph, Precision::automatic);
+    } else {
+      expect_matches_reference(*graph, Precision::high);
+      expect_matches_reference(*graph, Precision::tf32x3);
+      expect_matches_reference(*graph, Precision::medium);
+    }
+  }
+}
+
 // sm_90a's attention kernel on the device (the model gives it every 16-bit attention there):
 // grouped heads, causal with a padding mask, ragged queries and keys, head dims 128 and 64 (v's
 // 128 beside q's 64). Elsewhere these run the mma.sync kernel and must pass as well.
