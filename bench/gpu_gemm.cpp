@@ -2,13 +2,16 @@
 // per precision mode and square shape; checked against the exact product; skips without a GPU.
 //
 // Usage: gpu_gemm [--sizes 4096,1000] [--shapes MxNxK,...] [--layers] [--modes bf16,high,...]
-//                 [--cache] [--iterations 20] [--json PATH]
+//                 [--layouts nn,tn,nt,tt] [--cache] [--iterations 20] [--json PATH]
 //
 // --shapes adds products of M x K by K x N; --layers adds the projections of real layers (M = 1,
 // 16, 128 or 2048 tokens by K = 4096, N = 4096, 11008 or 14336: LLaMA-2 7B and Mistral 7B widths).
 // --modes keeps only the named modes (highest, high, tf32x3, medium, bf16, f16). --cache compiles
 // through the kernel cache ($KILN_CACHE_DIR), so that tuning records (`kiln tune`) apply; without
-// it nothing is cached and every kernel takes the analytic model's tile.
+// it nothing is cached and every kernel takes the analytic model's tile. --layouts says how the
+// operands lie (default nn): the first letter A's, the second B's; n as written (A [M, K], B
+// [K, N]), t transposed (A [K, M] read through transpose_a, B [N, K] through transpose_b), and
+// cuBLAS is given the same layouts.
 //
 // For each mode and shape it compiles a one-matmul graph with kiln::Runtime for the GPU's arch,
 // prepares it, times Executable::run and the matching cuBLAS call with CUDA events on the same
@@ -24,10 +27,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -43,10 +48,16 @@ float round_to(double exact, const std::string& dtype) {
   return __half2float(__float2half_rn(static_cast<float>(exact)));
 }
 
-// One product: C[m, n] = A[m, k] B[k, n].
+// One product: C[m, n] = A[m, k] B[k, n], A stored [k, m] where ta and B [n, k] where tb.
 struct Shape {
   size_t m = 0, n = 0, k = 0;
+  bool ta = false, tb = false;
 };
+
+// "nn", "tn", "nt" or "tt": how `s`'s operands lie.
+std::string layout_of(const Shape& s) {
+  return std::string(s.ta ? "t" : "n") + (s.tb ? "t" : "n");
+}
 
 // The exact product at the sampled positions (every 61st row and every 13th column, and the last
 // row and column, where the edge tiles are), each rounded once to the output dtype.
@@ -67,7 +78,8 @@ Reference exact_product(const std::vector<float>& a, const std::vector<float>& b
   for (size_t i : sampled(s.m, 61)) {
     for (size_t j : sampled(s.n, 13)) {
       double sum = 0;
-      for (size_t k = 0; k < s.k; ++k) sum += double(a[i * s.k + k]) * b[k * s.n + j];
+      for (size_t k = 0; k < s.k; ++k)
+        sum += double(a[s.ta ? k * s.m + i : i * s.k + k]) * b[s.tb ? j * s.k + k : k * s.n + j];
       e.at.push_back(i * s.n + j);
       e.value.push_back(round_to(sum, dtype));
     }
@@ -101,11 +113,15 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, Shape shape, int iterati
               cublasHandle_t blas) {
   size_t m = shape.m, n = shape.n, k = shape.k;
   json row = {{"mode", mode.label}, {"dtype", mode.dtype}, {"m", m}, {"n", n}, {"k", k},
-              {"cublas", mode.cublas_label}};
+              {"layout", layout_of(shape)}, {"cublas", mode.cublas_label}};
   auto text_of = [](size_t x) { return std::to_string(x); };
-  std::string text = std::string("graph gemm {\n  input a: ") + mode.dtype + "[" + text_of(m) +
-                     ", " + text_of(k) + "]\n  input b: " + mode.dtype + "[" + text_of(k) + ", " +
-                     text_of(n) + "]\n  c = matmul(a, b)\n  output c\n}\n";
+  // A [M, K] or [K, M], B [K, N] or [N, K], as stored
+  size_t a0 = shape.ta ? k : m, a1 = shape.ta ? m : k, b0 = shape.tb ? n : k, b1 = shape.tb ? k : n;
+  std::string text = std::string("graph gemm {\n  input a: ") + mode.dtype + "[" + text_of(a0) +
+                     ", " + text_of(a1) + "]\n  input b: " + mode.dtype + "[" + text_of(b0) + ", " +
+                     text_of(b1) + "]\n  c = matmul(a, b" +
+                     (shape.ta ? ", transpose_a=true" : "") + (shape.tb ? ", transpose_b=true" : "") +
+                     ")\n  output c\n}\n";
   auto exe = runtime.compile_text(text, "gemm.kg");
   if (!exe) {
     if (exe.error().message.find("allow fallbacks") != std::string::npos) {
@@ -127,16 +143,22 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, Shape shape, int iterati
   auto dims = [](size_t r, size_t c) {
     return std::vector<int64_t>{static_cast<int64_t>(r), static_cast<int64_t>(c)};
   };
-  std::vector<kiln::TensorRef> in = {{da.pointer, dtype, dims(m, k)},
-                                     {db.pointer, dtype, dims(k, n)}};
+  std::vector<kiln::TensorRef> in = {{da.pointer, dtype, dims(a0, a1)},
+                                     {db.pointer, dtype, dims(b0, b1)}};
   std::vector<kiln::TensorRef> out = {{dc.pointer, dtype, dims(m, n)}};
   check_kiln((*exe)->prepare(), "prepare");
   auto kiln_run = [&] { check_kiln((*exe)->run(in, out), "run"); };
   const float one = 1.0f, zero = 0.0f;
   int im = static_cast<int>(m), in_ = static_cast<int>(n), ik = static_cast<int>(k);
-  auto blas_run = [&] {  // row-major C = A B as column-major C^T = B^T A^T
-    check_cublas(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, in_, im, ik, &one, db.pointer,
-                              mode.cublas_type, in_, da.pointer, mode.cublas_type, ik, &zero,
+  // row-major C = A B as column-major C^T = B^T A^T: a row-major [r, c] operand is column-major
+  // [c, r] with leading dimension c, so A [M, K] and B [K, N] are A^T and B^T as they lie, and A
+  // [K, M] and B [N, K] are transposed by cuBLAS
+  cublasOperation_t op_a = shape.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_b = shape.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int lda = static_cast<int>(a1), ldb = static_cast<int>(b1);
+  auto blas_run = [&] {
+    check_cublas(cublasGemmEx(blas, op_b, op_a, in_, im, ik, &one, db.pointer,
+                              mode.cublas_type, ldb, da.pointer, mode.cublas_type, lda, &zero,
                               dref.pointer, mode.cublas_type, in_, mode.cublas_compute,
                               CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
@@ -206,7 +228,7 @@ std::string short_name(const Mode& mode) {
 
 int main(int argc, char** argv) {
   CLI::App app{"gpu_gemm: kiln's matmul kernels against cuBLAS on the GPU"};
-  std::string sizes_text = "4096,1000", shapes_text, modes_text;
+  std::string sizes_text = "4096,1000", shapes_text, modes_text, layouts_text = "nn";
   bool layers = false, use_cache = false;
   int iterations = 20;
   std::string json_path;
@@ -216,6 +238,8 @@ int main(int argc, char** argv) {
   app.add_flag("--layers", layers, "add real layers' projections: M = 1, 16, 128, 2048 by "
                                    "K = 4096, N = 4096, 11008, 14336");
   app.add_option("--modes", modes_text, "only these modes: highest,high,tf32x3,medium,bf16,f16");
+  app.add_option("--layouts", layouts_text, "operand layouts, comma-separated: nn, tn (A [K, M]), "
+                                            "nt (B [N, K]), tt");
   app.add_flag("--cache", use_cache, "compile through the kernel cache, so tuning records apply");
   app.add_option("--iterations", iterations, "timed runs per case")->check(CLI::Range(1, 10000));
   app.add_option("--json", json_path, "also write the results as JSON to PATH");
@@ -243,6 +267,27 @@ int main(int argc, char** argv) {
   if (layers)
     for (size_t n : {4096, 11008, 14336})
       for (size_t tokens : {1, 16, 128, 2048}) shapes.push_back({tokens, n, 4096});
+  // Every shape in every layout asked for, in the order given.
+  std::vector<std::pair<bool, bool>> layouts;
+  for (size_t at = 0; at <= layouts_text.size();) {
+    size_t comma = std::min(layouts_text.find(',', at), layouts_text.size());
+    std::string part = layouts_text.substr(at, comma - at);
+    if (part.size() != 2 || (part[0] != 'n' && part[0] != 't') || (part[1] != 'n' && part[1] != 't')) {
+      std::fprintf(stderr, "gpu_gemm: --layouts: expected nn, tn, nt or tt separated by commas, "
+                           "got '%s'\n", layouts_text.c_str());
+      return 2;
+    }
+    layouts.emplace_back(part[0] == 't', part[1] == 't');
+    at = comma + 1;
+  }
+  std::vector<Shape> laid;
+  for (auto [ta, tb] : layouts)
+    for (Shape shape : shapes) {
+      shape.ta = ta;
+      shape.tb = tb;
+      laid.push_back(shape);
+    }
+  shapes = std::move(laid);
   std::vector<const Mode*> modes;
   for (const Mode& mode : k_modes) {
     std::string list = "," + modes_text + ",";
@@ -283,12 +328,13 @@ int main(int argc, char** argv) {
                              ? std::to_string(shape.m)
                              : std::to_string(shape.m) + "x" + std::to_string(shape.n) + "x" +
                                    std::to_string(shape.k);
+      if (shape.ta || shape.tb) name += " " + layout_of(shape);
       try {
         if (!runtime) throw Failure{"runtime: " + runtime.error().message};
         row = run_case(**runtime, *mode, shape, iterations, blas);
       } catch (const Failure& f) {
         row = {{"mode", mode->label}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
-               {"status", "failed"}, {"reason", f.message}};
+               {"layout", layout_of(shape)}, {"status", "failed"}, {"reason", f.message}};
       }
       std::string status = row["status"];
       failures += status == "failed";
