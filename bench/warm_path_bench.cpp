@@ -132,6 +132,56 @@ void decode_artifact(benchmark::State& state) {
 }
 BENCHMARK(decode_artifact);
 
+// kiln's part of encoding one tensor map at a run (the wgmma kernels' A of [S, 64] bf16 by a
+// batch of 2, S = 1500), before cuTensorMapEncodeTiled (not timed here), once a map a run.
+// tensor_map_at: from the map's text (read back, its dims and strides from the run's dims for a
+// symbolic graph, checked against the driver's rules), as every run did until the launcher kept
+// each description from load. tensor_map_at_described: a symbolic graph's map from that
+// description (terms and check only), what a run does now; a static graph's map is used as
+// loaded, with no work at all.
+compiler::KernelParam wgmma_map_param(bool symbolic) {
+  compiler::KernelParam p;
+  p.kind = compiler::ParamKind::tensor_map;
+  p.map = "tiled bf16 dims=64,2048,2 strides=128,262144 box=64,128,1 elem=1,1,1 swizzle=128B l2=256B";
+  if (symbolic) {  // dims 64, S, 2; strides 128 bytes a row, 128 S a batch
+    auto term = [](int64_t coef, bool of_s) {
+      compiler::SizeTerm t;
+      t.coef = coef;
+      if (of_s) t.symbols = {0};
+      return t;
+    };
+    p.map_terms = {term(64, false), term(1, true), term(2, false), term(128, false),
+                   term(128, true)};
+  }
+  return p;
+}
+
+void tensor_map_at(benchmark::State& state) {
+  compiler::KernelParam p = wgmma_map_param(state.range(0) != 0);
+  std::vector<int64_t> values;
+  if (state.range(0) != 0) values = {1500};
+  for (auto _ : state) {
+    auto spec = compiler::tensor_map_at(p, values);
+    if (!spec) state.SkipWithError(spec.error().message.c_str());
+    benchmark::DoNotOptimize(spec);
+  }
+}
+BENCHMARK(tensor_map_at)->Arg(0)->Arg(1)->ArgName("symbolic");
+
+void tensor_map_at_described(benchmark::State& state) {
+  compiler::KernelParam p = wgmma_map_param(true);
+  compiler::KernelParam at_bounds = p;
+  at_bounds.map_terms.clear();
+  compiler::TensorMapSpec description = compiler::tensor_map_at(at_bounds, {}).value();
+  std::vector<int64_t> values = {1500};
+  for (auto _ : state) {
+    auto spec = compiler::tensor_map_at(description, p.map_terms, values);
+    if (!spec) state.SkipWithError(spec.error().message.c_str());
+    benchmark::DoNotOptimize(spec);
+  }
+}
+BENCHMARK(tensor_map_at_described);
+
 void whole_warm_path(benchmark::State& state) {
   Fixture& f = fixture();
   for (auto _ : state) {

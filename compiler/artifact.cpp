@@ -114,17 +114,24 @@ std::optional<std::vector<uint64_t>> sizes_at(const std::vector<SizeTerm>& terms
 Expected<TensorMapSpec> tensor_map_at(const KernelParam& p, const std::vector<int64_t>& values) {
   auto spec = parse_tensor_map(p.map);
   if (!spec) return spec.error();
-  if (!p.map_terms.empty()) {
-    if (p.map_terms.size() != 2 * size_t{spec->rank} - 1)
-      return make_error("tensor map '", p.map, "' has ", std::to_string(p.map_terms.size()),
-                        " size terms where its rank takes ", std::to_string(2 * spec->rank - 1));
-    auto at = sizes_at(p.map_terms, values);
-    if (!at) return make_error("tensor map '", p.map, "': a size term is out of range");
-    for (uint32_t d = 0; d < spec->rank; ++d) spec->dims[d] = (*at)[d];
-    for (uint32_t d = 0; d + 1 < spec->rank; ++d) spec->strides[d] = (*at)[spec->rank + d];
+  return tensor_map_at(std::move(*spec), p.map_terms, values);
+}
+
+Expected<TensorMapSpec> tensor_map_at(TensorMapSpec description, const std::vector<SizeTerm>& terms,
+                                      const std::vector<int64_t>& values) {
+  if (!terms.empty()) {
+    uint32_t rank = description.rank;
+    if (rank < 1 || rank > 5 || terms.size() != 2 * size_t{rank} - 1)
+      return make_error("tensor map '", to_string(description), "' has ",
+                        std::to_string(terms.size()), " size terms where its rank takes ",
+                        std::to_string(2 * size_t{rank} - 1));
+    auto at = sizes_at(terms, values);
+    if (!at) return make_error("tensor map '", to_string(description), "': a size term is out of range");
+    for (uint32_t d = 0; d < rank; ++d) description.dims[d] = (*at)[d];
+    for (uint32_t d = 0; d + 1 < rank; ++d) description.strides[d] = (*at)[rank + d];
   }
-  if (Status legal = check_tensor_map(*spec); !legal) return legal.error();
-  return spec;
+  if (Status legal = check_tensor_map(description); !legal) return legal.error();
+  return description;
 }
 
 std::optional<LaunchShape> launch_at(const LaunchShape& launch, const std::vector<SizeTerm>& grid,

@@ -110,6 +110,10 @@ std::optional<std::vector<uint64_t>> sizes_at(const std::vector<SizeTerm>& terms
 // dims and strides replaced by `map_terms` at `values` where it has them (a symbolic graph's), then
 // checked against the driver's rules (check_tensor_map). The error names what is wrong.
 Expected<TensorMapSpec> tensor_map_at(const KernelParam& p, const std::vector<int64_t>& values);
+// The same from a description already read back (TensorMapSpec, not its text) and its terms, so
+// that a launcher reads each map's text once, at load, rather than at every run.
+Expected<TensorMapSpec> tensor_map_at(TensorMapSpec description, const std::vector<SizeTerm>& terms,
+                                      const std::vector<int64_t>& values);
 
 // What ptxas reported for one kernel (-1: not reported).
 struct KernelReport {

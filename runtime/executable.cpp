@@ -39,8 +39,11 @@ uint64_t buffer_bytes(const compiler::Artifact& a, const compiler::BufferRef& re
 // artifact sizes the buffer, not as the parameter says; a symbolic graph's at the bucket's upper
 // bounds, where its size terms give the map's largest dims and the buffers their largest sizes,
 // and again at each run's sizes); a thread-block cluster (cuLaunchKernelEx comes with the kernels
-// that use one).
-Status check_launchable(const compiler::KernelArtifact& kernel, const compiler::Artifact& artifact) {
+// that use one). Each map's description, read back, goes to (*maps)[param], so that a run does
+// not read its text again.
+Status check_launchable(const compiler::KernelArtifact& kernel, const compiler::Artifact& artifact,
+                        std::vector<compiler::TensorMapSpec>* maps) {
+  maps->assign(kernel.params.size(), compiler::TensorMapSpec{});
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const compiler::KernelParam& p = kernel.params[i];
     if (p.kind != compiler::ParamKind::tensor_map) continue;
@@ -66,6 +69,7 @@ Status check_launchable(const compiler::KernelArtifact& kernel, const compiler::
     if (uint64_t reach = compiler::tensor_map_extent(*spec); reach > holds)
       return make_error(where, "its tensor map reaches ", std::to_string(reach),
                         " bytes into a buffer of ", std::to_string(holds));
+    (*maps)[i] = *spec;
   }
   if (kernel.launch.clustered()) {
     const auto& c = kernel.launch.cluster;
@@ -103,6 +107,9 @@ struct LoadedProgram {
   std::vector<CuFunction> functions;
   CuMemPool pool = nullptr;  // kiln's pool for temporaries; null: the device has no pools
   int sm_count = 1;          // the device's multiprocessors: a persistent kernel's blocks
+  // [kernel][param]: each tensor map's description, read back and checked at load (a symbolic
+  // graph's at the bucket's upper bounds)
+  std::vector<std::vector<compiler::TensorMapSpec>> maps;
 };
 
 // A failed launch whose module handles may have died with their context (destroyed, or a primary
@@ -261,8 +268,10 @@ private:
       program->pool = *pool;
     }
     const std::vector<compiler::KernelArtifact>& kernels = m_artifact.kernels;
-    for (const compiler::KernelArtifact& kernel : kernels)
-      if (Status s = check_launchable(kernel, m_artifact); !s) return s.error();
+    program->maps.resize(kernels.size());
+    for (size_t k = 0; k < kernels.size(); ++k)
+      if (Status s = check_launchable(kernels[k], m_artifact, &program->maps[k]); !s)
+        return s.error();
     std::vector<uint32_t> smem_allowed(kernels.size(), 0);  // per kernel that loaded its module
     // A kernel that runs an earlier kernel's binary (binary_of) uses its module and function.
     std::vector<size_t> owners = compiler::binary_owners(kernels);
@@ -369,9 +378,13 @@ private:
       for (size_t i = 0; i < kernels[k].params.size() && launched; ++i) {
         if (kernels[k].params[i].kind != compiler::ParamKind::tensor_map) continue;
         if (maps[k].empty()) maps[k].resize(kernels[k].params.size());
-        // A symbolic graph's map at this run's sizes, into its buffer as sized at them.
+        // A static graph's map as checked at load; a symbolic graph's at this run's sizes, into
+        // its buffer as sized at them.
         const compiler::KernelParam& p = kernels[k].params[i];
-        auto spec = compiler::tensor_map_at(p, sizes.values);
+        const compiler::TensorMapSpec& description = program.maps[k][i];
+        auto spec = p.map_terms.empty()
+                        ? Expected<compiler::TensorMapSpec>(description)
+                        : compiler::tensor_map_at(description, p.map_terms, sizes.values);
         Status s = spec ? encode_tensor_map(cu, *spec, bound[k][i], bytes_at(p.buffer, sizes),
                                             maps[k][i])
                         : Status(spec.error());

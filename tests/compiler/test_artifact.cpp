@@ -250,8 +250,9 @@ TEST(Artifact, TypedParametersAndClustersRoundTrip) {
 }
 
 // Size terms belong to tensor-map parameters: terms on another kind of parameter are refused.
-// A map's terms replace its dims and strides at the symbols' values; a count its rank does not
-// take, or a map the terms make illegal, is an error naming the map.
+// A map's terms replace its dims and strides at the symbols' values (from its text, or from its
+// description read back); a count its rank does not take, or a map the terms make illegal, is an
+// error naming the map.
 TEST(Artifact, TensorMapSizeTermsFollowTheDimsAndBelongToMaps) {
   Artifact a = typed_sample();
   a.kernels[0].params[0].map_terms = {SizeTerm{}};  // a pointer
@@ -272,6 +273,15 @@ TEST(Artifact, TensorMapSizeTermsFollowTheDimsAndBelongToMaps) {
   auto top = tensor_map_at(map, {2048});
   ASSERT_TRUE(top.ok()) << top.error().message;
   EXPECT_EQ(to_string(*top), map.map);
+  // From the description already read back (as a launcher keeps it from load): the same map.
+  auto described = tensor_map_at(*top, map.map_terms, {100});
+  ASSERT_TRUE(described.ok()) << described.error().message;
+  EXPECT_EQ(*described, *at);
+  auto too_few = tensor_map_at(*top, {SizeTerm{64, {}, 1}}, {100});
+  ASSERT_FALSE(too_few.ok());
+  EXPECT_NE(too_few.error().message.find("has 1 size terms where its rank takes 5"),
+            std::string::npos)
+      << too_few.error().message;
   auto missing = tensor_map_at(map, {});  // no value for the symbol
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message.find("a size term is out of range"), std::string::npos);
