@@ -309,20 +309,27 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
       code.line(small + " = kiln_as_float(kiln_cvt_rna_tf32(" + x + " - big));");
       code.line(dst + " = big;");
     };
+    // A staged operand ("a" or "b", its stage `stage_bytes`) written K-major and rounded: this
+    // consumer's `rows` rows `x` ("m" or "n"), each 32 k read from the staging area.
+    auto write_k_major = [&](const std::string& op, int stage_bytes, int rows, const std::string& x) {
+      std::string stage = " + s * " + to_str(stage_bytes);
+      code.line("const float* t" + op + " = (const float*)(s" + op + "t" + stage + ");");
+      code.line("float* r" + op + " = (float*)(s" + op + stage + ");");
+      if (x3) code.line("float* r" + op + "s = (float*)(s" + op + "s" + stage + ");");
+      code.line("#pragma unroll 4");
+      code.open("for (int i = tid & 127; i < " + to_str(rows * 32) + "; i += 128) {");
+      code.line("const int " + x + " = c * " + to_str(rows) + " + (i >> 5), k = i & 31;");
+      code.line("const float x = t" + op + "[(" + x + " >> 5) * 1024 + k * 32 + ((((" + x +
+                " & 31) >> 2) ^ (k & 7)) << 2) + (" + x + " & 3)];");
+      code.line("const int at = " + x + " * 32 + (((k >> 2) ^ (" + x + " & 7)) << 2) + (k & 3);");
+      round_to("x", "r" + op + "[at]", "r" + op + "s[at]");
+      code.close();
+    };
     if (a_staged) {
       code.line("// A: this consumer's 64 rows m, each 32 k read from the staging area (element (k, m) of");
       code.line("// a block of 32 m at k * 128 + 16 ((m / 4) ^ (k & 7)) + 4 (m & 3)) and written K-major");
       code.line("// (row m at m * 128 + 16 ((k / 4) ^ (m & 7)) + 4 (k & 3))");
-      code.line("const float* ta = (const float*)(sat + s * " + to_str(a_stage) + ");");
-      code.line("float* ra = (float*)(sa + s * " + to_str(a_stage) + ");");
-      if (x3) code.line("float* ras = (float*)(sas + s * " + to_str(a_stage) + ");");
-      code.line("#pragma unroll 4");
-      code.open("for (int i = tid & 127; i < 2048; i += 128) {");
-      code.line("const int m = c * 64 + (i >> 5), k = i & 31;");
-      code.line("const float x = ta[(m >> 5) * 1024 + k * 32 + ((((m & 31) >> 2) ^ (k & 7)) << 2) + (m & 3)];");
-      code.line("const int at = m * 32 + (((k >> 2) ^ (m & 7)) << 2) + (k & 3);");
-      round_to("x", "ra[at]", "ras[at]");
-      code.close();
+      write_k_major("a", a_stage, 64, "m");
     } else {
       code.line("float* ra = (float*)(sa + s * " + to_str(a_stage) + " + c * 8192);");
       if (x3) code.line("float* ras = (float*)(sas + s * " + to_str(a_stage) + " + c * 8192);");
@@ -340,16 +347,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
       code.line("// B: this consumer's " + to_str(t.bn / 2) + " of its rows n, each 32 k read from");
       code.line("// the staging area (element (k, n) of a block of 32 n at k * 128 + 16 ((n / 4) ^ (k & 7))");
       code.line("// + 4 (n & 3)) and written K-major (row n at n * 128 + 16 ((k / 4) ^ (n & 7)) + 4 (k & 3))");
-      code.line("const float* tb = (const float*)(sbt + s * " + to_str(b_stage) + ");");
-      code.line("float* rb = (float*)(sb + s * " + to_str(b_stage) + ");");
-      if (x3) code.line("float* rbs = (float*)(sbs + s * " + to_str(b_stage) + ");");
-      code.line("#pragma unroll 4");
-      code.open("for (int i = tid & 127; i < " + to_str(t.bn * 16) + "; i += 128) {");
-      code.line("const int n = c * " + to_str(t.bn / 2) + " + (i >> 5), k = i & 31;");
-      code.line("const float x = tb[(n >> 5) * 1024 + k * 32 + ((((n & 31) >> 2) ^ (k & 7)) << 2) + (n & 3)];");
-      code.line("const int at = n * 32 + (((k >> 2) ^ (n & 7)) << 2) + (k & 3);");
-      round_to("x", "rb[at]", "rbs[at]");
-      code.close();
+      write_k_major("b", b_stage, t.bn / 2, "n");
     } else {
       code.line("float* rb = (float*)(sb + s * " + to_str(b_stage) + " + c * " + to_str(b_stage / 2) +
                 ");");
