@@ -2,7 +2,8 @@
 // per precision mode and square shape; checked against the exact product; skips without a GPU.
 //
 // Usage: gpu_gemm [--sizes 4096,1000] [--shapes MxNxK,...] [--layers] [--modes bf16,high,...]
-//                 [--layouts nn,tn,nt,tt] [--cache] [--iterations 20] [--json PATH]
+//                 [--layouts nn,tn,nt,tt] [--batch B1[xB2]] [--cache] [--iterations 20]
+//                 [--json PATH]
 //
 // --shapes adds products of M x K by K x N; --layers adds the projections of real layers (M = 1,
 // 16, 128 or 2048 tokens by K = 4096, N = 4096, 11008 or 14336: LLaMA-2 7B and Mistral 7B widths).
@@ -11,7 +12,9 @@
 // it nothing is cached and every kernel takes the analytic model's tile. --layouts says how the
 // operands lie (default nn): the first letter A's, the second B's; n as written (A [M, K], B
 // [K, N]), t transposed (A [K, M] read through transpose_a, B [N, K] through transpose_b), and
-// cuBLAS is given the same layouts.
+// cuBLAS is given the same layouts. --batch runs every product as a batch of them over one or two
+// batch dims (A, B and C each [B1, B2, ...], contiguous: a 4-D matmul such as attention's
+// unfused Q K^T), against cuBLAS's strided batched GEMM.
 //
 // For each mode and shape it compiles a one-matmul graph with kiln::Runtime for the GPU's arch,
 // prepares it, times Executable::run and the matching cuBLAS call with CUDA events on the same
@@ -48,10 +51,17 @@ float round_to(double exact, const std::string& dtype) {
   return __half2float(__float2half_rn(static_cast<float>(exact)));
 }
 
-// One product: C[m, n] = A[m, k] B[k, n], A stored [k, m] where ta and B [n, k] where tb.
+// One product: C[m, n] = A[m, k] B[k, n], A stored [k, m] where ta and B [n, k] where tb; over
+// the batch dims `batch` (none, one or two), each operand and the result [batch..., rows, cols].
 struct Shape {
   size_t m = 0, n = 0, k = 0;
   bool ta = false, tb = false;
+  std::vector<size_t> batch;
+  size_t count() const {
+    size_t c = 1;
+    for (size_t b : batch) c *= b;
+    return c;
+  }
 };
 
 // "nn", "tn", "nt" or "tt": how `s`'s operands lie.
@@ -60,7 +70,8 @@ std::string layout_of(const Shape& s) {
 }
 
 // The exact product at the sampled positions (every 61st row and every 13th column, and the last
-// row and column, where the edge tiles are), each rounded once to the output dtype.
+// row and column, where the edge tiles are; of the first and the last product of a batch), each
+// rounded once to the output dtype.
 struct Reference {
   std::vector<size_t> at;
   std::vector<double> value;
@@ -75,13 +86,19 @@ Reference exact_product(const std::vector<float>& a, const std::vector<float>& b
     if (at.back() != extent - 1) at.push_back(extent - 1);
     return at;
   };
-  for (size_t i : sampled(s.m, 61)) {
-    for (size_t j : sampled(s.n, 13)) {
-      double sum = 0;
-      for (size_t k = 0; k < s.k; ++k)
-        sum += double(a[s.ta ? k * s.m + i : i * s.k + k]) * b[s.tb ? j * s.k + k : k * s.n + j];
-      e.at.push_back(i * s.n + j);
-      e.value.push_back(round_to(sum, dtype));
+  std::vector<size_t> products = {0};
+  if (s.count() > 1) products.push_back(s.count() - 1);
+  for (size_t p : products) {
+    const float* pa = &a[p * s.m * s.k];
+    const float* pb = &b[p * s.k * s.n];
+    for (size_t i : sampled(s.m, 61)) {
+      for (size_t j : sampled(s.n, 13)) {
+        double sum = 0;
+        for (size_t k = 0; k < s.k; ++k)
+          sum += double(pa[s.ta ? k * s.m + i : i * s.k + k]) * pb[s.tb ? j * s.k + k : k * s.n + j];
+        e.at.push_back((p * s.m + i) * s.n + j);
+        e.value.push_back(round_to(sum, dtype));
+      }
     }
   }
   return e;
@@ -112,14 +129,17 @@ size_t mismatches(const std::vector<unsigned char>& x, const std::vector<unsigne
 json run_case(kiln::Runtime& runtime, const Mode& mode, Shape shape, int iterations,
               cublasHandle_t blas) {
   size_t m = shape.m, n = shape.n, k = shape.k;
+  size_t count = shape.count();
   json row = {{"mode", mode.label}, {"dtype", mode.dtype}, {"m", m}, {"n", n}, {"k", k},
-              {"layout", layout_of(shape)}, {"cublas", mode.cublas_label}};
+              {"layout", layout_of(shape)}, {"batch", shape.batch}, {"cublas", mode.cublas_label}};
   auto text_of = [](size_t x) { return std::to_string(x); };
-  // A [M, K] or [K, M], B [K, N] or [N, K], as stored
+  // A [M, K] or [K, M], B [K, N] or [N, K], as stored, after the batch dims
   size_t a0 = shape.ta ? k : m, a1 = shape.ta ? m : k, b0 = shape.tb ? n : k, b1 = shape.tb ? k : n;
-  std::string text = std::string("graph gemm {\n  input a: ") + mode.dtype + "[" + text_of(a0) +
-                     ", " + text_of(a1) + "]\n  input b: " + mode.dtype + "[" + text_of(b0) + ", " +
-                     text_of(b1) + "]\n  c = matmul(a, b" +
+  std::string batch_text;
+  for (size_t b : shape.batch) batch_text += text_of(b) + ", ";
+  std::string text = std::string("graph gemm {\n  input a: ") + mode.dtype + "[" + batch_text +
+                     text_of(a0) + ", " + text_of(a1) + "]\n  input b: " + mode.dtype + "[" +
+                     batch_text + text_of(b0) + ", " + text_of(b1) + "]\n  c = matmul(a, b" +
                      (shape.ta ? ", transpose_a=true" : "") + (shape.tb ? ", transpose_b=true" : "") +
                      ")\n  output c\n}\n";
   auto exe = runtime.compile_text(text, "gemm.kg");
@@ -134,14 +154,19 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, Shape shape, int iterati
   row["kiln_precision"] = (*exe)->precision();
   row["kiln_cache"] = (*exe)->cache_hit() ? "hit" : "miss";
   size_t eb = element_bytes(mode.dtype);
-  std::vector<float> a = inputs(m * k, 1), b = inputs(k * n, 2);
-  DeviceMemory da(m * k * eb), db(k * n * eb), dc(m * n * eb), dref(m * n * eb);
+  std::vector<float> a = inputs(count * m * k, 1), b = inputs(count * k * n, 2);
+  DeviceMemory da(count * m * k * eb), db(count * k * n * eb), dc(count * m * n * eb),
+      dref(count * m * n * eb);
   auto ha = encode(a, mode.dtype), hb = encode(b, mode.dtype);
   check_cuda(cudaMemcpy(da.pointer, ha.data(), ha.size(), cudaMemcpyHostToDevice), "upload a");
   check_cuda(cudaMemcpy(db.pointer, hb.data(), hb.size(), cudaMemcpyHostToDevice), "upload b");
   kiln::DType dtype = kiln_dtype(mode.dtype);
-  auto dims = [](size_t r, size_t c) {
-    return std::vector<int64_t>{static_cast<int64_t>(r), static_cast<int64_t>(c)};
+  auto dims = [&](size_t r, size_t c) {
+    std::vector<int64_t> d;
+    for (size_t b : shape.batch) d.push_back(static_cast<int64_t>(b));
+    d.push_back(static_cast<int64_t>(r));
+    d.push_back(static_cast<int64_t>(c));
+    return d;
   };
   std::vector<kiln::TensorRef> in = {{da.pointer, dtype, dims(a0, a1)},
                                      {db.pointer, dtype, dims(b0, b1)}};
@@ -152,18 +177,29 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, Shape shape, int iterati
   int im = static_cast<int>(m), in_ = static_cast<int>(n), ik = static_cast<int>(k);
   // row-major C = A B as column-major C^T = B^T A^T: a row-major [r, c] operand is column-major
   // [c, r] with leading dimension c, so A [M, K] and B [K, N] are A^T and B^T as they lie, and A
-  // [K, M] and B [N, K] are transposed by cuBLAS
+  // [K, M] and B [N, K] are transposed by cuBLAS; a batch is its strided batched GEMM (each
+  // product's operands and result one after another)
   cublasOperation_t op_a = shape.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_b = shape.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = static_cast<int>(a1), ldb = static_cast<int>(b1);
   auto blas_run = [&] {
-    check_cublas(cublasGemmEx(blas, op_b, op_a, in_, im, ik, &one, db.pointer,
-                              mode.cublas_type, ldb, da.pointer, mode.cublas_type, lda, &zero,
-                              dref.pointer, mode.cublas_type, in_, mode.cublas_compute,
-                              CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx");
+    if (shape.batch.empty()) {
+      check_cublas(cublasGemmEx(blas, op_b, op_a, in_, im, ik, &one, db.pointer,
+                                mode.cublas_type, ldb, da.pointer, mode.cublas_type, lda, &zero,
+                                dref.pointer, mode.cublas_type, in_, mode.cublas_compute,
+                                CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx");
+      return;
+    }
+    check_cublas(cublasGemmStridedBatchedEx(
+                     blas, op_b, op_a, in_, im, ik, &one, db.pointer, mode.cublas_type, ldb,
+                     static_cast<long long>(k * n), da.pointer, mode.cublas_type, lda,
+                     static_cast<long long>(m * k), &zero, dref.pointer, mode.cublas_type, in_,
+                     static_cast<long long>(m * n), static_cast<int>(count), mode.cublas_compute,
+                     CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx");
   };
-  size_t elements = m * n;
+  size_t elements = count * m * n;
   Events events;
   double kiln_ms = events.time(iterations, kiln_run);
   double cublas_ms = events.time(iterations, blas_run);
@@ -171,7 +207,7 @@ json run_case(kiln::Runtime& runtime, const Mode& mode, Shape shape, int iterati
   check_cuda(cudaMemcpy(hc.data(), dc.pointer, hc.size(), cudaMemcpyDeviceToHost), "download");
   check_cuda(cudaMemcpy(href.data(), dref.pointer, href.size(), cudaMemcpyDeviceToHost),
              "download");
-  double flops = 2.0 * double(m) * n * k;
+  double flops = 2.0 * double(count) * m * n * k;
   Reference expected = exact_product(a, b, shape, mode.dtype);
   double kiln_err = rel_error(hc, expected, mode.dtype);
   double cublas_err = rel_error(href, expected, mode.dtype);
@@ -210,7 +246,7 @@ std::vector<Shape> parse_shapes(const std::string& text) {
     if (std::sscanf(part.c_str(), "%lux%lux%lu%c", &v[0], &v[1], &v[2], &tail) != 3) return {};
     for (unsigned long x : v)
       if (x < 1 || x > 65536) return {};
-    shapes.push_back({v[0], v[1], v[2]});
+    shapes.push_back({v[0], v[1], v[2], false, false, {}});
     if (comma == std::string::npos) break;
     at = comma + 1;
   }
@@ -228,7 +264,7 @@ std::string short_name(const Mode& mode) {
 
 int main(int argc, char** argv) {
   CLI::App app{"gpu_gemm: kiln's matmul kernels against cuBLAS on the GPU"};
-  std::string sizes_text = "4096,1000", shapes_text, modes_text, layouts_text = "nn";
+  std::string sizes_text = "4096,1000", shapes_text, modes_text, layouts_text = "nn", batch_text;
   bool layers = false, use_cache = false;
   int iterations = 20;
   std::string json_path;
@@ -240,6 +276,8 @@ int main(int argc, char** argv) {
   app.add_option("--modes", modes_text, "only these modes: highest,high,tf32x3,medium,bf16,f16");
   app.add_option("--layouts", layouts_text, "operand layouts, comma-separated: nn, tn (A [K, M]), "
                                             "nt (B [N, K]), tt");
+  app.add_option("--batch", batch_text, "run each product as a batch over one or two batch dims, "
+                                        "B1 or B1xB2 (each 1..65535, 65535 products at most)");
   app.add_flag("--cache", use_cache, "compile through the kernel cache, so tuning records apply");
   app.add_option("--iterations", iterations, "timed runs per case")->check(CLI::Range(1, 10000));
   app.add_option("--json", json_path, "also write the results as JSON to PATH");
@@ -253,7 +291,7 @@ int main(int argc, char** argv) {
                    sizes_text.c_str());
       return 2;
     }
-    for (size_t n : sizes) shapes.push_back({n, n, n});
+    for (size_t n : sizes) shapes.push_back({n, n, n, false, false, {}});
   }
   if (!shapes_text.empty()) {
     std::vector<Shape> more = parse_shapes(shapes_text);
@@ -266,7 +304,7 @@ int main(int argc, char** argv) {
   }
   if (layers)
     for (size_t n : {4096, 11008, 14336})
-      for (size_t tokens : {1, 16, 128, 2048}) shapes.push_back({tokens, n, 4096});
+      for (size_t tokens : {1, 16, 128, 2048}) shapes.push_back({tokens, n, 4096, false, false, {}});
   // Every shape in every layout asked for, in the order given.
   std::vector<std::pair<bool, bool>> layouts;
   for (size_t at = 0; at <= layouts_text.size();) {
@@ -280,11 +318,30 @@ int main(int argc, char** argv) {
     layouts.emplace_back(part[0] == 't', part[1] == 't');
     at = comma + 1;
   }
+  // --batch: "32" or "2x16".
+  std::vector<size_t> batch;
+  if (!batch_text.empty()) {
+    unsigned long v[2] = {0, 0};
+    char tail = 0;
+    int read = std::sscanf(batch_text.c_str(), "%lux%lu%c", &v[0], &v[1], &tail);
+    bool two = read == 2, ok = (read == 1 && batch_text.find('x') == std::string::npos) || two;
+    for (int i = 0; i < (two ? 2 : 1) && ok; ++i) ok = v[i] >= 1 && v[i] <= 65535;
+    ok = ok && v[0] * (two ? v[1] : 1) <= 65535 &&
+         batch_text.find_first_not_of("0123456789x") == std::string::npos;
+    if (!ok) {
+      std::fprintf(stderr, "gpu_gemm: --batch: expected B1 or B1xB2 (each 1..65535, 65535 "
+                           "products at most), got '%s'\n", batch_text.c_str());
+      return 2;
+    }
+    batch.push_back(v[0]);
+    if (two) batch.push_back(v[1]);
+  }
   std::vector<Shape> laid;
   for (auto [ta, tb] : layouts)
     for (Shape shape : shapes) {
       shape.ta = ta;
       shape.tb = tb;
+      shape.batch = batch;
       laid.push_back(shape);
     }
   shapes = std::move(laid);
@@ -329,12 +386,18 @@ int main(int argc, char** argv) {
                              : std::to_string(shape.m) + "x" + std::to_string(shape.n) + "x" +
                                    std::to_string(shape.k);
       if (shape.ta || shape.tb) name += " " + layout_of(shape);
+      if (!shape.batch.empty()) {  // "2x16 x 1024x1024x128"
+        std::string prefix;
+        for (size_t b : shape.batch) prefix += (prefix.empty() ? "" : "x") + std::to_string(b);
+        name = prefix + " x " + name;
+      }
       try {
         if (!runtime) throw Failure{"runtime: " + runtime.error().message};
         row = run_case(**runtime, *mode, shape, iterations, blas);
       } catch (const Failure& f) {
         row = {{"mode", mode->label}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
-               {"layout", layout_of(shape)}, {"status", "failed"}, {"reason", f.message}};
+               {"layout", layout_of(shape)}, {"batch", shape.batch}, {"status", "failed"},
+               {"reason", f.message}};
       }
       std::string status = row["status"];
       failures += status == "failed";

@@ -12,7 +12,8 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   const MatmulTile& t = k.tile;
   const MatmulShape& s = k.shape;
   const MatmulExtents& e = k.extents;
-  bool batched = ctx.graph.node(k.group.root).type.shape.rank() >= 3;
+  int rank = ctx.graph.node(k.group.root).type.shape.rank();
+  bool batched = rank >= 3;
   // medium (conv): fp32 operands staged by TMA and written as bf16 by the consumers; from there
   // on the 16-bit kernel's stages, descriptors and wgmmas.
   bool conv = wgmma_converts(s);
@@ -51,8 +52,17 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     block_bytes = 64 * 128;
   }
   std::string pa = "p" + to_str(k.a_map_param), pb = "p" + to_str(k.b_map_param);
-  // Operands broadcast over the batch take rank-2 maps (no batch coordinate).
-  bool a_batch = batched && s.a_batch_stride != 0, b_batch = batched && s.b_batch_stride != 0;
+  // Each operand's map holds the batch dims it does not broadcast over after its matrix's two
+  // (plan_wgmma), its coordinates along them the result's batch coordinates (from bz) for those
+  // dims: none for an operand broadcast over the whole batch (a rank-2 map).
+  ElementIndex result_index = matmul_output_index(ctx);
+  auto batch_coords = [&](bool b) {
+    std::vector<std::string> coords;
+    for (const OperandBatchDim& d : operand_batch_dims(e, rank, b))
+      coords.push_back(result_index.coords[static_cast<size_t>(d.dim)]);
+    return coords;
+  };
+  const std::vector<std::string> a_batch = batch_coords(false), b_batch = batch_coords(true);
   int64_t tiles_m = (e.m.hi + t.bm - 1) / t.bm, tiles_n = (e.n.hi + t.bn - 1) / t.bn;
   int64_t k_tiles = (e.k.hi + t.bk - 1) / t.bk;
   // The tile counts: numbers for a static graph; for a symbolic one, names the kernel declares
@@ -158,25 +168,24 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("const int bn0 = tile % " + tiles_n_text + " * " + to_str(t.bn) + ";");
   };
   auto tma = [&](const std::string& dst, const std::string& map, const std::string& c0,
-                 const std::string& c1, bool with_batch) {
-    if (with_batch) {
-      code.line("kiln_tma_load_3d(" + dst + ", &" + map + ", " + c0 + ", " + c1 + ", bz, &full[s]);");
-    } else {
-      code.line("kiln_tma_load_2d(" + dst + ", &" + map + ", " + c0 + ", " + c1 + ", &full[s]);");
-    }
+                 const std::string& c1, const std::vector<std::string>& batch) {
+    std::string coords = c0 + ", " + c1;
+    for (const std::string& c : batch) coords += ", " + c;
+    std::string rank_text = to_str(2 + static_cast<int64_t>(batch.size()));
+    code.line("kiln_tma_load_" + rank_text + "d(" + dst + ", &" + map + ", " + coords + ", &full[s]);");
   };
 
   // A stage of one operand from map `map` into `dst` (`stage_bytes` a stage), its tile's `rows`
   // from `origin`: K-major in one box at (k, origin), or MN-major in blocks of n_block columns.
   auto load = [&](const std::string& dst, int stage_bytes, const std::string& map, bool mn_major,
-                  int rows, const std::string& origin, bool with_batch) {
+                  int rows, const std::string& origin, const std::vector<std::string>& batch) {
     if (!mn_major) {
-      tma(dst + " + s * " + to_str(stage_bytes), map, "kt * " + bk, origin, with_batch);
+      tma(dst + " + s * " + to_str(stage_bytes), map, "kt * " + bk, origin, batch);
       return;
     }
     for (int j = 0; j < rows / n_block; ++j)
       tma(dst + " + s * " + to_str(stage_bytes) + " + " + to_str(j * block_bytes), map,
-          origin + " + " + to_str(j * n_block), "kt * " + bk, with_batch);
+          origin + " + " + to_str(j * n_block), "kt * " + bk, batch);
   };
 
   code.open("if (tid < 128) {");
@@ -187,7 +196,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.open("if (tid == 0) {");
   code.line("int it = 0;");
   code.open("for (int tile = (int)blockIdx.x; tile < " + tiles + "; tile += (int)gridDim.x) {");
-  decode_tile(a_batch || b_batch);
+  decode_tile(!a_batch.empty() || !b_batch.empty());
   code.open("for (int kt = 0; kt < " + k_tiles_text + "; ++kt, ++it) {");
   code.line("const int s = it % " + to_str(stages) + ";");
   code.line("// the stage's previous use released by both consumers");

@@ -113,6 +113,7 @@ MatmulExtents matmul_extents(const ir::Graph& graph, const Sizes& sizes, ir::Nod
   MatmulExtents e;
   e.batch = sizes.product(id, 0, rc - 2);
   e.inner_batch = rc == 4 ? sizes.dim(id, 1) : Extent::constant(1);
+  e.outer_batch = rc == 4 ? sizes.dim(id, 0) : Extent::constant(1);
   e.m = sizes.dim(id, rc - 2);
   e.n = sizes.dim(id, rc - 1);
   e.k = sizes.dim(a, ra - (node.attrs.transpose_a ? 2 : 1));
@@ -368,14 +369,15 @@ int append_map_param(const ProgramPlan& plan, KernelPlan& k, ir::NodeId operand,
 // The wgmma kernel's launch (a persistent grid of one block per work tile at most, 384
 // threads, its shared memory) and its two tensor-map parameters, appended to the group's: A as
 // {K, M} (K-major) or {M, K} (M-major, transpose_a), B as {K, N} (K-major) or {N, K} (N-major),
-// with the batch as a third dim for an operand that has one; boxes of 128 bytes x the tile's rows
-// (M-major A and N-major B: x bk rows of K) with 128-byte swizzle (fp32 operands of the tf32
-// path as f32: the kernel rounds them).
+// then the batch dims the operand does not broadcast over, innermost first (operand_batch_dims:
+// rank 2 to 5); boxes of 128 bytes x the tile's rows (M-major A and N-major B: x bk rows of K)
+// and 1 along each batch dim, with 128-byte swizzle (fp32 operands of the tf32 path as f32: the
+// kernel rounds them).
 void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k, bool symbolic) {
   const MatmulShape& s = k.shape;
   const MatmulExtents& x = k.extents;
   const MatmulTile& t = k.tile;
-  bool batched = graph.node(k.group.root).type.shape.rank() >= 3;
+  int rank = graph.node(k.group.root).type.shape.rank();
   int64_t tiles = s.batch * ((s.m + t.bm - 1) / t.bm) * ((s.n + t.bn - 1) / t.bn);
   k.launch.grid = {static_cast<uint32_t>(std::min<int64_t>(tiles, 0x7fffffff)), 1, 1};
   k.launch.block = {static_cast<uint32_t>(t.threads()), 1, 1};
@@ -386,40 +388,39 @@ void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k, 
   if (symbolic) k.grid = {Extent::constant(k.launch.grid[0]).term(), Extent::constant(1).term(),
                           Extent::constant(1).term()};
   const ir::Node& mm = graph.node(k.group.anchor);
-  auto map_param = [&](ir::NodeId operand, const Extent& inner, const Extent& outer,
-                       const Extent& ld, const Extent& batch_stride, uint32_t box_outer) {
+  auto map_param = [&](ir::NodeId operand, bool b, const Extent& inner, const Extent& outer,
+                       const Extent& ld, uint32_t box_outer) {
     TensorMapSpec spec;
     spec.type = s.path == MatmulPath::bf16  ? TensorMapType::bf16
                 : s.path == MatmulPath::f16 ? TensorMapType::f16
                                             : TensorMapType::f32;  // tf32: rounded in the kernel
-    uint64_t e = static_cast<uint64_t>(s.elem_bytes);
     Extent bytes = Extent::constant(s.elem_bytes);
-    bool with_batch = batched && batch_stride.hi != 0;
-    spec.rank = with_batch ? 3 : 2;
-    spec.dims = {static_cast<uint64_t>(inner.hi), static_cast<uint64_t>(outer.hi),
-                 static_cast<uint64_t>(x.batch.hi), 1, 1};
-    spec.strides = {static_cast<uint64_t>(ld.hi) * e, static_cast<uint64_t>(batch_stride.hi) * e,
-                    0, 0};
-    spec.box = {static_cast<uint32_t>(128 / e), box_outer, 1, 1, 1};
+    std::vector<OperandBatchDim> batch = operand_batch_dims(x, rank, b);
+    std::vector<Extent> dims = {inner, outer}, strides = {ld * bytes};
+    for (const OperandBatchDim& d : batch) {
+      dims.push_back(d.size);
+      strides.push_back(d.stride * bytes);
+    }
+    spec.rank = static_cast<uint32_t>(dims.size());
+    spec.dims = {1, 1, 1, 1, 1};
+    spec.box = {static_cast<uint32_t>(128 / s.elem_bytes), box_outer, 1, 1, 1};
     std::vector<SizeTerm> terms;
-    if (symbolic) {
-      terms = {inner.term(), outer.term()};
-      if (with_batch) terms.push_back(x.batch.term());
-      terms.push_back((ld * bytes).term());
-      if (with_batch) terms.push_back((batch_stride * bytes).term());
+    for (size_t i = 0; i < dims.size(); ++i) {
+      spec.dims[i] = static_cast<uint64_t>(dims[i].hi);
+      if (symbolic) terms.push_back(dims[i].term());
+    }
+    for (size_t i = 0; i < strides.size(); ++i) {
+      spec.strides[i] = static_cast<uint64_t>(strides[i].hi);
+      if (symbolic) terms.push_back(strides[i].term());
     }
     return append_map_param(plan, k, operand, spec, std::move(terms));
   };
   k.a_map_param = s.a_k_contiguous
-                      ? map_param(mm.operands[0], x.k, x.m, x.lda, x.a_batch_stride,
-                                  static_cast<uint32_t>(t.bm))
-                      : map_param(mm.operands[0], x.m, x.k, x.lda, x.a_batch_stride,
-                                  static_cast<uint32_t>(t.bk));
+                      ? map_param(mm.operands[0], false, x.k, x.m, x.lda, static_cast<uint32_t>(t.bm))
+                      : map_param(mm.operands[0], false, x.m, x.k, x.lda, static_cast<uint32_t>(t.bk));
   k.b_map_param = s.b_k_contiguous
-                      ? map_param(mm.operands[1], x.k, x.n, x.ldb, x.b_batch_stride,
-                                  static_cast<uint32_t>(t.bn))
-                      : map_param(mm.operands[1], x.n, x.k, x.ldb, x.b_batch_stride,
-                                  static_cast<uint32_t>(t.bk));
+                      ? map_param(mm.operands[1], true, x.k, x.n, x.ldb, static_cast<uint32_t>(t.bn))
+                      : map_param(mm.operands[1], true, x.n, x.k, x.ldb, static_cast<uint32_t>(t.bk));
 }
 
 // The wgmma attention kernel's three tensor-map parameters, appended to the group's: Q, K and V
@@ -499,18 +500,22 @@ bool wgmma_attention_plans(const ir::Graph& graph, const KernelPlan& k, const Ta
          aligned(a.v);
 }
 
-bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target, bool symbolic) {
+bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target) {
   if (k.group.kind != GroupKind::matmul || !target.has(Feature::wgmma)) return false;
-  int batch_dims = graph.node(k.group.root).type.shape.rank() - 2;
+  int rank = graph.node(k.group.root).type.shape.rank();
   const MatmulExtents& e = k.extents;
-  // A symbolic graph's strides are whole 16-byte units at every size of its bucket, not just
-  // at the upper bounds (MatmulShape's); a static graph's extents are its sizes.
+  // Strides of whole 16-byte units (TMA's rule): a symbolic graph's at every size of its bucket,
+  // not just at the upper bounds (MatmulShape's); a static graph's extents are its sizes. An
+  // operand's tensor map holds its matrix and the batch dims it does not broadcast over: three
+  // at most (TMA's five dims).
   int64_t unit = 16 / k.shape.elem_bytes;
-  bool aligned = !symbolic || (e.lda.multiple_of(unit) && e.ldb.multiple_of(unit) &&
-                               e.a_batch_stride.multiple_of(unit) &&
-                               e.b_batch_stride.multiple_of(unit));
-  return wgmma_computes(k.shape, batch_dims) && aligned && !e.per_dim() &&
-         e.inner_batch.hi == 1;
+  bool aligned = e.lda.multiple_of(unit) && e.ldb.multiple_of(unit);
+  for (bool b : {false, true}) {
+    std::vector<OperandBatchDim> dims = operand_batch_dims(e, rank, b);
+    if (dims.size() > k_tensor_map_max_rank - 2) return false;
+    for (const OperandBatchDim& d : dims) aligned = aligned && d.stride.multiple_of(unit);
+  }
+  return wgmma_computes(k.shape) && aligned;
 }
 
 Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& target,
@@ -533,7 +538,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       // provider's own choice (a tuning record, a fixed tile) stands, but a wgmma tile for a
       // problem the kernel does not compute (a record of a problem with the same signature and
       // another rank, a fixed tile for every matmul of a graph) gives way to the model's tile.
-      bool wgmma = wgmma_plans(graph, k, target, symbolic);
+      bool wgmma = wgmma_plans(graph, k, target);
       if (wgmma && k.tile_source == "model" && wgmma_fills(k.shape))
         k.tile = choose_wgmma_tile(k.shape);
       if (k.tile.wgmma && !wgmma) {

@@ -93,10 +93,11 @@ Expected<ProgramPlan> plan_kernels(const ir::Graph& graph, const std::vector<Ker
                                    const PrecisionPlan& precision, const Sizes& sizes);
 
 // Whether matmul kernel `k` of a plan of `graph` (bound) runs on sm_90a's wgmma kernel when its
-// schedule is the model's: `target` has wgmma, the problem is one it computes (wgmma_computes; one
-// batch dim at most), and for a symbolic graph its strides are whole 16-byte units at every size
-// of the bucket (its tensor maps' dims and strides are then size terms).
-bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target, bool symbolic);
+// schedule is the model's: `target` has wgmma, the problem is one it computes (wgmma_computes),
+// each operand's strides are whole 16-byte units (a symbolic graph's at every size of the bucket:
+// its tensor maps' dims and strides are then size terms), and neither operand has more than three
+// batch dims it does not broadcast over (operand_batch_dims; its tensor map holds them).
+bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& target);
 
 // Whether attention kernel `k` of a plan of `graph` (bound) runs on sm_90a's wgmma attention
 // kernel when its schedule is the model's: `target` has wgmma, the result has two batch dims at

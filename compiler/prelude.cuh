@@ -252,6 +252,13 @@ KILN_DEVICE void kiln_tma_load_4d(void* dst, const CUtensorMap* map, int c0, int
                :: "r"(kiln_smem_addr(dst)), "l"((unsigned long long)map), "r"(c0), "r"(c1),
                   "r"(c2), "r"(c3), "r"(kiln_smem_addr(bar)) : "memory");
 }
+KILN_DEVICE void kiln_tma_load_5d(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                  int c3, int c4, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
+               :: "r"(kiln_smem_addr(dst)), "l"((unsigned long long)map), "r"(c0), "r"(c1),
+                  "r"(c2), "r"(c3), "r"(c4), "r"(kiln_smem_addr(bar)) : "memory");
+}
 // A wgmma shared-memory matrix descriptor with 128-byte swizzle (PTX ISA, "Matrix Descriptor
 // Format"): start address, leading and stride byte offsets (16-byte units), base offset 0.
 KILN_DEVICE unsigned long long kiln_gmma_desc_128b(const void* smem, unsigned lbo_bytes,

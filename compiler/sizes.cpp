@@ -149,6 +149,24 @@ Extent batch_dims_after(const MatmulExtents& e, int d) {
   return after;
 }
 
+std::vector<OperandBatchDim> operand_batch_dims(const MatmulExtents& e, int rank, bool b) {
+  std::vector<OperandBatchDim> dims;
+  auto add = [&](int dim, const Extent& size, const Extent& stride) {
+    if (stride.coef != 0) dims.push_back({dim, size, stride});
+  };
+  if (e.per_dim()) {
+    const std::vector<Extent>& strides = b ? e.b_dim_strides : e.a_dim_strides;
+    for (int d = static_cast<int>(e.batch_dims.size()) - 1; d >= 0; --d)
+      add(d, e.batch_dims[static_cast<size_t>(d)], strides[static_cast<size_t>(d)]);
+  } else if (rank == 4) {
+    add(1, e.inner_batch, b ? e.b_batch_stride : e.a_batch_stride);
+    add(0, e.outer_batch, b ? e.b_outer_stride : e.a_outer_stride);
+  } else if (rank == 3) {
+    add(0, e.batch, b ? e.b_batch_stride : e.a_batch_stride);
+  }
+  return dims;
+}
+
 SizeTerm Extent::term(int64_t divisor) const {
   return SizeTerm{coef, symbols, divisor};
 }

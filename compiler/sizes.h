@@ -66,6 +66,7 @@ struct Extent {
 struct MatmulExtents {
   Extent batch, m, n, k, lda, ldb;
   Extent inner_batch = Extent::constant(1);
+  Extent outer_batch = Extent::constant(1);  // a 4-D result's dim 0 (batch / inner_batch)
   Extent a_batch_stride = Extent::constant(0), b_batch_stride = Extent::constant(0);
   Extent a_outer_stride = Extent::constant(0), b_outer_stride = Extent::constant(0);
   std::vector<Extent> batch_dims;                 // rank 5 and 6 only
@@ -76,6 +77,17 @@ struct MatmulExtents {
 
 // The product of batch dims [d + 1, end) of `e`: what coordinate d of bz is divided by.
 Extent batch_dims_after(const MatmulExtents& e, int d);
+
+// One batch dim of a matmul's result that operand A or B does not broadcast over (its element
+// stride along it is not 0): the result's batch dim `dim` (an index into its batch dims, 0
+// outermost), its size and the operand's element stride.
+struct OperandBatchDim {
+  int dim = 0;
+  Extent size, stride;
+};
+// Operand A's (`b` false) or B's batch dims over a result of rank `rank`, innermost first: the
+// dims a tensor map of the operand holds after its matrix's two (sm_90a's wgmma kernel).
+std::vector<OperandBatchDim> operand_batch_dims(const MatmulExtents& e, int rank, bool b);
 
 // The extents of a graph's values for one bucket (one range per symbol, checked by the caller);
 // for a static graph (no bucket) every extent is a constant.

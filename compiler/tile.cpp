@@ -285,14 +285,14 @@ int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape) {
   return 1024 + tile.stages * rows * 128 + 3 * 8 * tile.stages;
 }
 
-bool wgmma_computes(const MatmulShape& shape, int batch_dims) {
+bool wgmma_computes(const MatmulShape& shape) {
   bool half = (shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16) &&
               shape.elem_bytes == 2;
   bool fp32 = wgmma_tf32(shape) || wgmma_converts(shape);
   auto aligned = [&](int64_t elements) { return elements * shape.elem_bytes % 16 == 0; };
-  return (half || fp32) && batch_dims <= 1 && aligned(shape.lda) &&
-         aligned(shape.ldb) && aligned(shape.a_batch_stride) && aligned(shape.b_batch_stride) &&
-         shape.m >= 1 && shape.n >= 1 && shape.k >= 1;
+  return (half || fp32) && aligned(shape.lda) && aligned(shape.ldb) &&
+         aligned(shape.a_batch_stride) && aligned(shape.b_batch_stride) && shape.m >= 1 &&
+         shape.n >= 1 && shape.k >= 1;
 }
 
 int wgmma_bk(const MatmulShape& shape) {

@@ -70,12 +70,12 @@ bool wgmma_converts(const MatmulShape& shape);
 // their fp32 staging areas ((bm + bn) x 256 bytes), then a full, an empty and (tf32, tf32x3,
 // medium) a rounded mbarrier per stage.
 int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape);
-// Whether the wgmma kernel computes `shape` (with `batch_dims` batch dims, 0 or 1): 16-bit
-// operands on the bf16 or f16 path, or fp32 operands on the tf32, tf32x3 or bf16_of_f32 path (A
-// and B of either layout: [K, M] and [K, N] are transposed in shared memory for tf32); row
-// strides and batch strides multiples of 16 bytes (TMA's rule for global strides), one batch dim
-// at most.
-bool wgmma_computes(const MatmulShape& shape, int batch_dims);
+// Whether the wgmma kernel computes `shape`: 16-bit operands on the bf16 or f16 path, or fp32
+// operands on the tf32, tf32x3 or bf16_of_f32 path (A and B of either layout: [K, M] and [K, N]
+// are transposed in shared memory for tf32); row strides and (innermost) batch strides multiples
+// of 16 bytes (TMA's rule for global strides). The plan checks the rest of a batched operand's
+// strides and how many batch dims it has (wgmma_plans).
+bool wgmma_computes(const MatmulShape& shape);
 // Its K step: 128 bytes of K a stage (64 16-bit elements, 32 fp32 ones), 64 where it converts
 // fp32 operands to bf16.
 int wgmma_bk(const MatmulShape& shape);

@@ -302,7 +302,7 @@ std::optional<TuningProblem> problem_of(const compiler::KernelPlan& k, const ir:
   if (k.group.kind == compiler::GroupKind::matmul) {
     p.shape = k.shape;
     p.signature = compiler::problem_signature(k.shape);
-    p.wgmma = compiler::wgmma_plans(bound, k, target, symbolic);
+    p.wgmma = compiler::wgmma_plans(bound, k, target);
   } else if (k.group.kind == compiler::GroupKind::attention) {
     p.shape = k.attention_shape;
     p.signature = compiler::problem_signature(k.attention_shape);

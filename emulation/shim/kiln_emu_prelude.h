@@ -139,6 +139,11 @@ KILN_DEVICE void kiln_tma_load_4d(void* dst, const CUtensorMap* map, int c0, int
   int coords[4] = {c0, c1, c2, c3};
   ::kiln_emu::tma_load(dst, map, coords, 4, bar);
 }
+KILN_DEVICE void kiln_tma_load_5d(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                  int c3, int c4, unsigned long long* bar) {
+  int coords[5] = {c0, c1, c2, c3, c4};
+  ::kiln_emu::tma_load(dst, map, coords, 5, bar);
+}
 KILN_DEVICE unsigned long long kiln_gmma_desc_128b(const void* smem, unsigned lbo_bytes,
                                                    unsigned sbo_bytes) {
   return static_cast<unsigned long long>((kiln_smem_addr(smem) & 0x3ffffu) >> 4) |

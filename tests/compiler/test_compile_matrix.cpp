@@ -615,6 +615,51 @@ TEST(CompileShapes, EveryTransposedAWgmmaTileCompilesWithoutSpillsOrWarningsOnSm
   EXPECT_EQ(compiled, 2 * (4 + 4 + 1) + 3 + 2 + 1 + 1);
 }
 
+// Matmuls with two to four batch dims on the wgmma kernel (the emulator's wgmma_batched graphs:
+// operands' tensor maps of rank 3 to 5, read at the result's batch coordinates), 16-bit and fp32
+// in high, tf32x3 and medium, at the 128x128 tile (fp32: 2 stages, as A and B both staged leave
+// tf32x3 and medium): no spill or warning, 168 registers, and the
+// 4-D and 5-D TMA loads in the PTX.
+TEST(CompileShapes, BatchedWgmmaMatmulsCompileWithoutSpillsOrWarningsOnSm90a) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  for (auto [name, precision, matmuls] :
+       {std::tuple{"wgmma_batched_bf16_odd", ir::Precision::high, 6},
+        std::tuple{"wgmma_batched_odd", ir::Precision::high, 4},
+        std::tuple{"wgmma_batched_odd", ir::Precision::tf32x3, 4},
+        std::tuple{"wgmma_batched_odd", ir::Precision::medium, 4}}) {
+    std::string what = std::string(name) + " " + std::string(ir::to_string(precision));
+    auto g = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/" +
+                                  name + ".kg");
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    CompileOptions o;
+    o.target = Target::cuda(90, "a");
+    o.precision = precision;
+    auto request = check_request(*g, o);
+    ASSERT_TRUE(request.ok()) << request.error().message;
+    MatmulShape shape;
+    shape.elem_bytes = std::string(name).find("bf16") != std::string::npos ? 2 : 4;
+    shape.path = shape.elem_bytes == 2               ? MatmulPath::bf16
+                 : precision == ir::Precision::high   ? MatmulPath::tf32
+                 : precision == ir::Precision::tf32x3 ? MatmulPath::tf32x3
+                                                      : MatmulPath::bf16_of_f32;
+    MatmulTile tile = choose_wgmma_tile(shape);
+    ASSERT_EQ(tile.bn, 128) << what;
+    if (shape.elem_bytes == 4) tile.stages = 2;  // A and B both staged in one of the matmuls
+    bool tf32 = shape.path == MatmulPath::tf32 || shape.path == MatmulPath::tf32x3;
+    std::string type = tf32 ? "k8.f32.tf32.tf32" : "k16.f32.bf16.bf16";
+    expect_wgmma_matmuls(*g, *request, tile, "m64n128" + type, matmuls, what);
+    auto program = lower(*g, *request, FixedSchedule(tile));
+    ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
+    auto a = compile_lowered(*program, request->options);
+    ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;
+    std::string ptx;
+    for (const KernelArtifact& k : a->kernels) ptx += k.ptx;
+    for (const char* rank : {"3d", "4d", "5d"})
+      EXPECT_NE(ptx.find(std::string("cp.async.bulk.tensor.") + rank), std::string::npos)
+          << what << ": " << rank;
+  }
+}
+
 // sm_90a's attention kernel (the model's choice for 16-bit attention there) at head dims 64 and
 // 128 (and a d_v of 128 beside a d of 64), with every score step it reads: a float mask,
 // causality, grouped heads, ragged queries and keys, and a residual in the epilogue. Each compiles

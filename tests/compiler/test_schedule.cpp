@@ -492,20 +492,21 @@ TEST(Schedule, ASymbolicGraphRunsItsTilesUnsplit) {
 }
 
 // sm_90a: the model runs a 16-bit matmul the wgmma kernel computes on it where its 128x128 tiles
-// number half the SMs or more (a 4096^2 product, a batched one), keeps decode-shaped and small
-// products on mma.sync (A read as [K, M] too), and plans every other matmul (rows of no 16-byte
-// multiple, fp32, 4-D results) as sm_90 does.
+// number half the SMs or more (a 4096^2 product, a batched one, a 4-D one), keeps decode-shaped
+// and small products on mma.sync (A read as [K, M] too), and plans every other matmul (rows of no
+// 16-byte multiple, fp32, an operand with four batch dims: no tensor map holds it) as sm_90 does.
 TEST(Schedule, OnSm90aTheModelTakesTheWgmmaKernelWhereItsTilesFillTheGpu) {
   ir::Graph g = parse(
       "graph g {\n  input x: bf16[4096, 4096]\n  input w: bf16[4096, 4096]\n"
       "  input t: bf16[16, 4096]\n  input xb: bf16[4, 520, 1024]\n  input wb: bf16[1024, 512]\n"
       "  input at: bf16[4096, 1024]\n  input odd: bf16[1024, 1030]\n  input wo: bf16[1030, 1024]\n"
       "  input x4: bf16[2, 4, 520, 128]\n  input w4: bf16[128, 1024]\n"
+      "  input x6: bf16[2, 2, 2, 2, 520, 128]\n"
       "  input xf: f32[1024, 1024]\n  input wf: f32[1024, 1024]\n"
       "  big = matmul(x, w)\n  decode = matmul(t, w)\n  batched = matmul(xb, wb)\n"
       "  transposed = matmul(at, w, transpose_a=true)\n  ragged = matmul(odd, wo)\n"
-      "  four = matmul(x4, w4)\n  fp32 = matmul(xf, wf)\n"
-      "  output big, decode, batched, transposed, ragged, four, fp32\n}\n");
+      "  four = matmul(x4, w4)\n  six = matmul(x6, w4)\n  fp32 = matmul(xf, wf)\n"
+      "  output big, decode, batched, transposed, ragged, four, six, fp32\n}\n");
   CompileOptions o;
   o.target = Target::cuda(90, "a");
   o.precision = ir::Precision::high;
@@ -524,7 +525,8 @@ TEST(Schedule, OnSm90aTheModelTakesTheWgmmaKernelWhereItsTilesFillTheGpu) {
   EXPECT_TRUE(wgmma.at("batched")) << "4 x 5 x 4 = 80 tiles";
   EXPECT_TRUE(wgmma.at("transposed")) << "A [K, M]: 8 x 32 tiles, A read M-major";
   EXPECT_FALSE(wgmma.at("ragged")) << "rows of 1030 bf16 are no 16-byte multiple";
-  EXPECT_FALSE(wgmma.at("four")) << "two batch dims";
+  EXPECT_TRUE(wgmma.at("four")) << "2 x 4 x 5 x 8 = 320 tiles, A's map of rank 4";
+  EXPECT_FALSE(wgmma.at("six")) << "A's four batch dims: a map of rank 6";
   EXPECT_FALSE(wgmma.at("fp32"));
   // sm_90 plans none of them on it.
   o.target = Target::cuda(90);

@@ -13,10 +13,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace kiln::emulation {
@@ -104,7 +107,8 @@ INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaGraph,
                                            "splitk_bf16_odd", "wgmma_attention_bf16_odd",
                                            "wgmma_attention_f16_odd",
                                            "examples/attention_causal", "wgmma_tf32_odd",
-                                           "wgmma_transpose_a_bf16_odd", "wgmma_transpose_a_odd"));
+                                           "wgmma_transpose_a_bf16_odd", "wgmma_transpose_a_odd",
+                                           "wgmma_batched_bf16_odd", "wgmma_batched_odd"));
 
 // How many matmuls `graph` has.
 int matmuls(const ir::Graph& graph) {
@@ -144,6 +148,45 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple("wgmma_transpose_a_odd", ir::Precision::high),
                       std::make_tuple("wgmma_transpose_a_odd", ir::Precision::tf32x3),
                       std::make_tuple("wgmma_transpose_a_odd", ir::Precision::medium)));
+
+// Matmuls with two to four batch dims on the wgmma kernel: each operand's tensor map holds the
+// batch dims it does not broadcast over (rank 3 to 5 here), indexed by the result's batch
+// coordinates. Every matmul of these graphs runs there, their maps of the ranks the operands'
+// batch dims give, and matches fp64 under every schedule.
+class EmulatedWgmmaBatched
+    : public ::testing::TestWithParam<std::tuple<const char*, ir::Precision>> {};
+
+TEST_P(EmulatedWgmmaBatched, EveryMatmulRunsOnWgmmaAndMatchesFp64UnderEverySchedule) {
+  auto [name, precision] = GetParam();
+  ir::Graph graph = load(name);
+  auto program = build(graph, {}, precision);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  EXPECT_EQ(wgmma_kernels(*program), matmuls(graph));
+  // The ranks of the kernels' maps: "tiled TYPE dims=D0,D1,... ".
+  std::multiset<size_t> ranks;
+  for (const auto& k : program->lowered().plan.kernels)
+    for (const auto& p : k.params)
+      if (p.kind == compiler::ParamKind::tensor_map) {
+        size_t at = p.map.find("dims="), end = p.map.find(' ', at);
+        ASSERT_NE(at, std::string::npos) << p.map;
+        std::string dims = p.map.substr(at, end - at);
+        ranks.insert(static_cast<size_t>(std::count(dims.begin(), dims.end(), ',')) + 1);
+      }
+  // Both graphs: A and B of [2, 3] (4, 4), B over the heads (3), A of three batch dims (5).
+  EXPECT_TRUE(ranks.count(4) >= 2 && ranks.count(3) >= 2 && ranks.count(5) == 1)
+      << ::testing::PrintToString(ranks);
+  for (const Schedule& schedule : k_schedules) {
+    SCOPED_TRACE("schedule " + to_string(schedule));
+    EXPECT_EQ(check(graph, *program, schedule), "");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sm90a, EmulatedWgmmaBatched,
+    ::testing::Values(std::make_tuple("wgmma_batched_bf16_odd", ir::Precision::high),
+                      std::make_tuple("wgmma_batched_odd", ir::Precision::high),
+                      std::make_tuple("wgmma_batched_odd", ir::Precision::tf32x3),
+                      std::make_tuple("wgmma_batched_odd", ir::Precision::medium)));
 
 // The tf32 path's wgmma kernel rounds its operands in shared memory as the mma.sync kernel rounds
 // its fragments (cvt.rna), and both add each k8 slice as the H100 does, in the same order: the
@@ -194,10 +237,12 @@ TEST_P(EmulatedWgmmaFp32Operands, MatchesTheFp64ReferenceUnderEverySchedule) {
   }
 }
 
-// wgmma_transpose_a_odd: the same with A read as [K, M], staged and transposed like B.
+// wgmma_transpose_a_odd: the same with A read as [K, M], staged and transposed like B;
+// wgmma_batched_odd: with two and three batch dims (rank-3 to rank-5 maps).
 INSTANTIATE_TEST_SUITE_P(
     Sm90a, EmulatedWgmmaFp32Operands,
-    ::testing::Combine(::testing::Values("wgmma_tf32_odd", "wgmma_transpose_a_odd"),
+    ::testing::Combine(::testing::Values("wgmma_tf32_odd", "wgmma_transpose_a_odd",
+                                         "wgmma_batched_odd"),
                        ::testing::Values(ir::Precision::high, ir::Precision::tf32x3,
                                          ir::Precision::medium)),
     [](const auto& info) {
@@ -344,6 +389,20 @@ bool changed_under_wgmma(const testing::AssertionResult& result) {
                        std::string::npos;
 }
 
+TEST(EmulatedWgmmaTf32, ABatchCoordinateSwappedOrDroppedIsCaught) {
+  // wgmma_batched_odd's maps: inner and outer batch coordinates swapped (A and B of [2, 3]); B
+  // broadcast over the heads read at outer batch 0; the rank-5 map's two outer coordinates
+  // swapped; B broadcast over the outer batch read at head 0.
+  for (auto [from, to] : {std::pair{"(bz % 3), (bz / 3), &full", "(bz / 3), (bz % 3), &full"},
+                          std::pair{"bn0, (bz / 3), &full", "bn0, 0, &full"},
+                          std::pair{"((bz / 3) % 2), (bz / 6)", "(bz / 6), ((bz / 3) % 2)"},
+                          std::pair{"kt * 32, (bz % 3), &full", "kt * 32, 0, &full"}}) {
+    SCOPED_TRACE(from);
+    EXPECT_TRUE(differs_from_mma_sync(from, to, Schedule{}, ir::Precision::high,
+                                      "wgmma_batched_odd"));
+  }
+}
+
 TEST(EmulatedWgmmaTf32, RoundingAStageUnderItsWgmmasIsAnErrorUnderEverySchedule) {
   // The rounding pass moved after the stage's wgmmas are issued: hardware may read the operands
   // raw (at issue) or rounded (later), and the emulator, reading them at issue and again at
@@ -410,9 +469,10 @@ TEST(EmulatedWgmmaPersistent, EveryBlockCountFrom1To132CoversEveryTile) {
 // Symbolic graphs on the wgmma kernels: one bucket's build at the bucket's bounds and sizes
 // between (partial tiles, the upper bound), against fp64 under the kind and the adversarial
 // schedule, in every mode the matmul kernel computes, and attention. S is a row
-// count (x), a column count (nn's N, its B K-major) and a batch (bz; bt's A read as [K, M]). A
-// contraction over S stays
-// on mma.sync: A's rows are then S elements, not 16-byte multiples at every S (tk).
+// count (x; b4's, a 4-D matmul whose B is broadcast over the heads), a column count (nn's N,
+// its B K-major) and a batch (bz; bt's A read as [K, M]; s4's outer batch dim, a dim of its A's
+// rank-4 map). A contraction over S stays on mma.sync: A's rows are then S elements, not 16-byte
+// multiples at every S (tk).
 const char* k_symbolic_wgmma_graph = R"(graph symwg {
   dim S: 1..300
   input x: f32[S, 48]
@@ -422,13 +482,16 @@ const char* k_symbolic_wgmma_graph = R"(graph symwg {
   input z: f32[S, 5, 48]
   input t: f32[4, S]
   input zt: f32[S, 48, 8]
+  input q4: f32[2, 3, S, 48]
+  input w4: f32[2, 1, 48, 40]
   h = gelu(add(matmul(x, w), b))
   g = matmul(x, wt, transpose_b=true)
   nn = matmul(wt, x, transpose_b=true)
   bz = matmul(z, w)
   tk = matmul(t, x)
   bt = matmul(zt, w, transpose_a=true)
-  output h, g, nn, bz, tk, bt
+  b4 = matmul(q4, w4)
+  output h, g, nn, bz, tk, bt, b4
 }
 )";
 
@@ -440,12 +503,17 @@ const char* k_symbolic_wgmma_half_graph = R"(graph symwgh {
   input z: bf16[S, 5, 48]
   input t: bf16[4, S]
   input zt: bf16[S, 48, 8]
+  input q4: bf16[2, 3, S, 48]
+  input w4: bf16[2, 1, 48, 40]
+  input z4: bf16[S, 2, 3, 48]
   h = relu(matmul(x, w))
   nn = matmul(wt, x, transpose_b=true)
   bz = matmul(z, w)
   tk = matmul(t, x)
   bt = matmul(zt, w, transpose_a=true)
-  output h, nn, bz, tk, bt
+  b4 = matmul(q4, w4)
+  s4 = matmul(z4, w)
+  output h, nn, bz, tk, bt, b4, s4
 }
 )";
 
@@ -471,6 +539,21 @@ const char* k_symbolic_batch_attention_graph = R"(graph symbatch {
   input v: f16[B, 72, 128]
   o = attention(q, k, v)
   output o
+}
+)";
+
+// Matmuls with several batch dims over a symbolic dim: B the inner batch dim of a 4-D result
+// (its coordinate bz % B, its maps' dims and strides size terms) and the outermost of a 5-D
+// one whose A holds all three batch dims (a rank-5 map of 9 size terms).
+const char* k_symbolic_batched_graph = R"(graph symbatched {
+  dim B: 1..8
+  input x: bf16[2, B, 40, 48]
+  input w: bf16[48, 40]
+  input y: bf16[B, 2, 3, 24, 48]
+  input wy: bf16[3, 48, 40]
+  a = matmul(x, w)
+  b = matmul(y, wy)
+  output a, b
 }
 )";
 
@@ -536,6 +619,7 @@ std::string symbolic_case_name(const ::testing::TestParamInfo<SymbolicCase>& inf
   std::string graph = c.graph == k_symbolic_wgmma_graph        ? "f32"
                       : c.graph == k_symbolic_wgmma_half_graph ? "bf16"
                       : c.graph == k_symbolic_attention_graph  ? "attention"
+                      : c.graph == k_symbolic_batched_graph    ? "batched"
                                                                : "batch_attention";
   return graph + "_" + std::string(ir::to_string(c.precision));
 }
@@ -543,12 +627,13 @@ std::string symbolic_case_name(const ::testing::TestParamInfo<SymbolicCase>& inf
 INSTANTIATE_TEST_SUITE_P(
     Sm90a, EmulatedWgmmaSymbolic,
     ::testing::Values(
-        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::high, {129, 256}, {129, 130, 200, 256}, 5},
-        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::tf32x3, {129, 256}, {129, 256}, 5},
-        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::medium, {129, 256}, {130, 256}, 5},
-        SymbolicCase{k_symbolic_wgmma_half_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 4},
+        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::high, {129, 256}, {129, 130, 200, 256}, 6},
+        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::tf32x3, {129, 256}, {129, 256}, 6},
+        SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::medium, {129, 256}, {130, 256}, 6},
+        SymbolicCase{k_symbolic_wgmma_half_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 6},
         SymbolicCase{k_symbolic_attention_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 2},
-        SymbolicCase{k_symbolic_batch_attention_graph, ir::Precision::high, {5, 8}, {5, 8}, 1}),
+        SymbolicCase{k_symbolic_batch_attention_graph, ir::Precision::high, {5, 8}, {5, 8}, 1},
+        SymbolicCase{k_symbolic_batched_graph, ir::Precision::high, {5, 8}, {5, 7, 8}, 2}),
     symbolic_case_name);
 
 // The attention examples on sm_90a in every precision mode, with the model's schedule: f16

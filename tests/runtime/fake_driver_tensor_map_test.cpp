@@ -416,6 +416,39 @@ TEST(WgmmaLaunch, Tf32WithATransposedEncodesBoxesOfItsStagingArea) {
                      "tiled f32 dims=64,520 strides=256 box=32,128 elem=1,1 swizzle=128B l2=256B");
 }
 
+// A 4-D matmul on the wgmma kernel: A's map holds both batch dims after its matrix (rank 4,
+// heads innermost), B's, broadcast over the heads, only the outer one (rank 3).
+TEST(WgmmaLaunch, AFourDMatmulEncodesEachOperandsOwnBatchDims) {
+  if (!compiler::load_nvrtc("").ok()) GTEST_SKIP() << "no NVRTC here";
+  Sm90aRun run;
+  ASSERT_NO_FATAL_FAILURE(run_on_sm90a(R"(graph g {
+  input x: bf16[2, 3, 1040, 64]
+  input w: bf16[2, 1, 64, 520]
+  y = matmul(x, w)
+  output y
+}
+)", ir::Precision::automatic, fake_cuda::Config{}, &run));
+  expect_matmul_maps(run, "128x256x64, wgmma, 4 stages",
+                     "tiled bf16 dims=64,1040,3,2 strides=128,133120,399360 box=64,128,1,1 elem=1,1,1,1 swizzle=128B l2=256B",
+                     "tiled bf16 dims=520,64,2 strides=1040,66560 box=64,64,1 elem=1,1,1 swizzle=128B l2=256B");
+}
+
+// A 5-D matmul (fp32, `high`): A's three batch dims in a rank-5 map (TMA's most), B shared (rank 2).
+TEST(WgmmaLaunch, AFiveDMatmulEncodesARankFiveMap) {
+  if (!compiler::load_nvrtc("").ok()) GTEST_SKIP() << "no NVRTC here";
+  Sm90aRun run;
+  ASSERT_NO_FATAL_FAILURE(run_on_sm90a(R"(graph g {
+  input x: f32[2, 2, 3, 520, 64]
+  input w: f32[64, 520]
+  y = matmul(x, w)
+  output y
+}
+)", ir::Precision::high, fake_cuda::Config{}, &run));
+  expect_matmul_maps(run, "128x128x32, wgmma, 4 stages",
+                     "tiled f32 dims=64,520,3,2,2 strides=256,133120,399360,798720 box=32,128,1,1,1 elem=1,1,1,1,1 swizzle=128B l2=256B",
+                     "tiled f32 dims=520,64 strides=2080 box=32,32 elem=1,1 swizzle=128B l2=256B");
+}
+
 // A symbolic graph's wgmma matmul: its maps hold the bucket's upper bounds and size terms, and
 // each run encodes them at its own sizes over buffers sized for them (a map left at the upper
 // bounds would reach past the smaller buffers: the fake faults such a launch); the persistent

@@ -1,10 +1,15 @@
 // The GPU suite: kiln's compiled kernels on a real device against the fp64 reference. Every
 // test reports itself skipped where there is no CUDA driver or device.
 #include "kiln/kiln.h"
+#include "compiler/compiler.h"
 #include "ir/parse.h"
 #include "reference/check.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
 
 namespace kiln {
 namespace {
@@ -81,13 +86,34 @@ void expect_matches_reference(const ir::Graph& graph, Precision precision) {
     EXPECT_TRUE(o.ok) << "output " << o.name << ": rel_l2 " << o.rel_l2 << " > " << o.tolerance;
 }
 
+// How many of `graph`'s kernels the model plans on sm_90a's wgmma kernels (matmul and attention)
+// in `precision`, for `bucket` where the graph is symbolic. The GpuWgmma tests check this first,
+// with or without a device: a model that stopped choosing wgmma for their shapes would otherwise
+// leave them passing on mma.sync.
+int planned_on_wgmma(const ir::Graph& graph, Precision precision,
+                     std::vector<compiler::DimRange> bucket = {}) {
+  compiler::CompileOptions o;
+  o.target = compiler::Target::cuda(90, "a");
+  o.precision = precision;
+  o.bucket = std::move(bucket);
+  auto request = compiler::check_request(graph, o);
+  EXPECT_TRUE(request) << request.error().message;
+  if (!request) return -1;
+  auto lowered = compiler::lower(graph, *request);
+  EXPECT_TRUE(lowered) << lowered.error().message;
+  if (!lowered) return -1;
+  int count = 0;
+  for (const compiler::KernelPlan& k : lowered->plan.kernels)
+    count += k.tile.wgmma || k.attention_tile.wgmma ? 1 : 0;
+  return count;
+}
+
 // sm_90a's wgmma kernel on the device (the model gives it these: each matmul's 128x128 tiles
 // number 162 or more): B N-major, K-major (transpose_b) and batched (a rank-3 tensor map),
 // K 200 ending 8 into its fourth K tile, N 2104 and 1160 ending inside a tile, 162 work tiles
 // of 128x256 on fewer SMs (several a block), a fused bias, GELU and residual. Elsewhere these
 // run the mma.sync kernels and must pass as well.
 TEST(GpuWgmma, LargeMatmulsOfEveryOperandLayoutMatchTheReference) {
-  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   auto graph = ir::parse_graph(R"(graph wgmma_gpu {
   input x: bf16[2, 1040, 200]
   input w: bf16[200, 2104]
@@ -102,6 +128,8 @@ TEST(GpuWgmma, LargeMatmulsOfEveryOperandLayoutMatchTheReference) {
 }
 )", "wgmma_gpu.kg");
   ASSERT_TRUE(graph) << graph.error().message;
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::automatic), 3);
+  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   expect_matches_reference(*graph, Precision::automatic);
 }
 
@@ -109,7 +137,6 @@ TEST(GpuWgmma, LargeMatmulsOfEveryOperandLayoutMatchTheReference) {
 // to bf16 in shared memory): B K-major through transpose_b and B [K, N] (transposed in
 // shared memory), each shared and batched, K 200 ending inside a K tile of 32, ragged N.
 TEST(GpuWgmma, Fp32MatmulsOfBothBLayoutsMatchTheReference) {
-  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   auto graph = ir::parse_graph(R"(graph wgmma_tf32_gpu {
   input x: f32[2, 1040, 200]
   input w: f32[2104, 200]
@@ -125,43 +152,68 @@ TEST(GpuWgmma, Fp32MatmulsOfBothBLayoutsMatchTheReference) {
 }
 )", "wgmma_tf32_gpu.kg");
   ASSERT_TRUE(graph) << graph.error().message;
+  for (Precision p : {Precision::high, Precision::tf32x3, Precision::medium})
+    EXPECT_EQ(planned_on_wgmma(*graph, p), 4) << ir::to_string(p);
+  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   expect_matches_reference(*graph, Precision::high);
   expect_matches_reference(*graph, Precision::tf32x3);
   expect_matches_reference(*graph, Precision::medium);
+}
+
+// The graph `text_of(type)` gives for bf16 (in `auto`) and for f32 (in `high`, `tf32x3` and
+// `medium`): `wgmma` of its kernels planned on sm_90a's wgmma kernels in each mode, with or without
+// a device; then, on a device, its outputs against the reference.
+void expect_on_wgmma_in_every_mode(const std::function<std::string(const std::string&)>& text_of,
+                                   int wgmma) {
+  for (const char* type : {"bf16", "f32"}) {
+    std::string t = type;
+    auto graph = ir::parse_graph(text_of(t), "wgmma_gpu.kg");
+    ASSERT_TRUE(graph) << graph.error().message;
+    std::vector<Precision> modes = {Precision::automatic};
+    if (t == "f32") modes = {Precision::high, Precision::tf32x3, Precision::medium};
+    for (Precision p : modes) EXPECT_EQ(planned_on_wgmma(*graph, p), wgmma) << t << " " << ir::to_string(p);
+    if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
+    for (Precision p : modes) expect_matches_reference(*graph, p);
+  }
 }
 
 // A read as [K, M] (transpose_a) on the wgmma kernel: bf16 A read M-major by wgmma
 // (imm-trans-a), fp32 A staged and written K-major (`high`, `tf32x3`) or converted (`medium`);
 // batched and shared A, B N-major and K-major, K 200 ending inside a K tile, ragged M and N.
 TEST(GpuWgmma, MatmulsWithATransposedMatchTheReference) {
-  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
-  for (const char* type : {"bf16", "f32"}) {
-    std::string t = type;
-    auto graph = ir::parse_graph("graph wgmma_ta_gpu {\n  input xt: " + t +
-                                     "[2, 200, 1040]\n  input w: " + t + "[200, 2104]\n  input b: " +
-                                     t + "[2104]\n  input w2: " + t + "[1160, 200]\n  input at: " + t +
-                                     "[200, 1040]\n"
-                                     "  h = add(matmul(xt, w, transpose_a=true), b)\n"
-                                     "  y = matmul(xt, w2, transpose_a=true, transpose_b=true)\n"
-                                     "  s = matmul(at, w, transpose_a=true)\n"
-                                     "  output h, y, s\n}\n",
-                                 "wgmma_ta_gpu.kg");
-    ASSERT_TRUE(graph) << graph.error().message;
-    if (t == "bf16") {
-      expect_matches_reference(*graph, Precision::automatic);
-    } else {
-      expect_matches_reference(*graph, Precision::high);
-      expect_matches_reference(*graph, Precision::tf32x3);
-      expect_matches_reference(*graph, Precision::medium);
-    }
-  }
+  expect_on_wgmma_in_every_mode(
+      [](const std::string& t) {
+        return "graph wgmma_ta_gpu {\n  input xt: " + t + "[2, 200, 1040]\n  input w: " + t +
+               "[200, 2104]\n  input b: " + t + "[2104]\n  input w2: " + t +
+               "[1160, 200]\n  input at: " + t + "[200, 1040]\n"
+               "  h = add(matmul(xt, w, transpose_a=true), b)\n"
+               "  y = matmul(xt, w2, transpose_a=true, transpose_b=true)\n"
+               "  s = matmul(at, w, transpose_a=true)\n  output h, y, s\n}\n";
+      },
+      3);
+}
+
+// Matmuls with two and three batch dims on the wgmma kernel: A and B of [2, 3] (rank-4 tensor
+// maps), B broadcast over the heads (its map holds the outer dim) and over the outer batch (the
+// inner one), a 5-D result whose A has all three batch dims (a rank-5 map); bf16, and fp32 in
+// `high`, `tf32x3` and `medium`; K 200 ending inside a K tile, ragged M and N.
+TEST(GpuWgmma, MatmulsWithSeveralBatchDimsMatchTheReference) {
+  expect_on_wgmma_in_every_mode(
+      [](const std::string& t) {
+        return "graph wgmma_batched_gpu {\n  input x: " + t + "[2, 3, 1040, 200]\n  input w: " + t +
+               "[2, 3, 200, 1160]\n  input wo: " + t + "[2, 1, 200, 1160]\n  input wh: " + t +
+               "[3, 1160, 200]\n  input y: " + t + "[2, 2, 3, 520, 200]\n"
+               "  p = matmul(x, w)\n  q = matmul(x, wo)\n"
+               "  r = matmul(x, wh, transpose_b=true)\n  s = matmul(y, wo)\n"
+               "  output p, q, r, s\n}\n";
+      },
+      4);
 }
 
 // sm_90a's attention kernel on the device (the model gives it every 16-bit attention there):
 // grouped heads, causal with a padding mask, ragged queries and keys, head dims 128 and 64 (v's
 // 128 beside q's 64). Elsewhere these run the mma.sync kernel and must pass as well.
 TEST(GpuWgmma, AttentionOfGroupedHeadsMatchesTheReference) {
-  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   auto graph = ir::parse_graph(R"(graph wgmma_attention_gpu {
   input q: bf16[2, 8, 700, 128]
   input k: bf16[2, 2, 900, 128]
@@ -176,6 +228,8 @@ TEST(GpuWgmma, AttentionOfGroupedHeadsMatchesTheReference) {
 }
 )", "wgmma_attention_gpu.kg");
   ASSERT_TRUE(graph) << graph.error().message;
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::automatic), 2);
+  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   expect_matches_reference(*graph, Precision::automatic);
 }
 
@@ -185,7 +239,6 @@ TEST(GpuWgmma, AttentionOfGroupedHeadsMatchesTheReference) {
 // the attention on sm_90a's wgmma kernels, whose tensor maps are encoded at each run's S (at
 // 1024, the bucket of 700, the matmul stays on mma.sync).
 TEST(GpuWgmma, ASymbolicGraphMatchesTheReferenceAtEverySize) {
-  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   auto graph = ir::parse_graph(R"(graph wgmma_symbolic_gpu {
   dim S: 1..2048
   input x: bf16[S, 1024]
@@ -199,6 +252,9 @@ TEST(GpuWgmma, ASymbolicGraphMatchesTheReferenceAtEverySize) {
 }
 )", "wgmma_symbolic_gpu.kg");
   ASSERT_TRUE(graph) << graph.error().message;
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::automatic, {compiler::DimRange{1025, 2048}}), 2);
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::automatic, {compiler::DimRange{513, 1024}}), 1);
+  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   RuntimeOptions options;
   options.use_cache = false;
   auto runtime = Runtime::create(options);
