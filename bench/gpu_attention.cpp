@@ -226,17 +226,17 @@ int main(int argc, char** argv) {
   bool use_cache = false;
   std::string json_path;
   app.add_option("--seqs", seqs_text, "sequence lengths S_q = S_k, comma-separated, 16..16384");
-  app.add_option("--head-dims", dims_text, "head dims, comma-separated, 16..128");
+  app.add_option("--head-dims", dims_text, "head dims, comma-separated, 16..256");
   app.add_option("--heads", heads, "batch x heads")->check(CLI::Range(1, 1024));
   app.add_option("--iterations", iterations, "timed runs per case")->check(CLI::Range(1, 10000));
   app.add_flag("--cache", use_cache, "compile through the kernel cache, so tuning records apply");
   app.add_option("--json", json_path, "also write the results as JSON to PATH");
   CLI11_PARSE(app, argc, argv);
   std::vector<size_t> seqs = parse_sizes(seqs_text, 16, 16384);
-  std::vector<size_t> dims = parse_sizes(dims_text, 16, 128);
+  std::vector<size_t> dims = parse_sizes(dims_text, 16, 256);
   if (seqs.empty() || dims.empty()) {
     std::fprintf(stderr,
-                 "gpu_attention: expected --seqs 16..16384 and --head-dims 16..128, separated by "
+                 "gpu_attention: expected --seqs 16..16384 and --head-dims 16..256, separated by "
                  "commas, got '%s' and '%s'\n",
                  seqs_text.c_str(), dims_text.c_str());
     return 2;

@@ -297,6 +297,15 @@ KILN_DEVICE void kiln_setmaxnreg_dec() {
 // 8 j + 2 t + (i & 1)) in warp w of the warpgroup: four m16n8 accumulators stacked per warp.
 // scale_d 0: D = A B, else D += A B.
 // The accumulator operands: %0..%63 (and %64..%127) are d[0..63] (and d[64..127]).
+// (m64n64: %0..%31 are d[0..31].)
+#define KILN_WGMMA_REGS32 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KILN_WGMMA_D32 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define KILN_WGMMA_REGS64 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -332,6 +341,16 @@ KILN_DEVICE void kiln_setmaxnreg_dec() {
                SHAPE ".f32." TYPE "." TYPE " {" REGS "}, %" A ", %" B ", p, 1, 1, %" TA ", %" TB \
                ";\n}\n"                                                                         \
                : D : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB))
+template <int TransB, int TransA = 0>
+KILN_DEVICE void kiln_wgmma_m64n64k16_bf16(float* d, unsigned long long desc_a,
+                                           unsigned long long desc_b, int scale_d) {
+  KILN_WGMMA("m64n64k16", "bf16", KILN_WGMMA_REGS32, KILN_WGMMA_D32, "32", "33", "34", "35", "36");
+}
+template <int TransB, int TransA = 0>
+KILN_DEVICE void kiln_wgmma_m64n64k16_f16(float* d, unsigned long long desc_a,
+                                          unsigned long long desc_b, int scale_d) {
+  KILN_WGMMA("m64n64k16", "f16", KILN_WGMMA_REGS32, KILN_WGMMA_D32, "32", "33", "34", "35", "36");
+}
 template <int TransB, int TransA = 0>
 KILN_DEVICE void kiln_wgmma_m64n128k16_bf16(float* d, unsigned long long desc_a,
                                             unsigned long long desc_b, int scale_d) {
@@ -370,14 +389,6 @@ KILN_DEVICE void kiln_wgmma_m64n256k8_tf32(float* d, unsigned long long desc_a,
 // as mma.m16n8k16's A fragment (register r: row g + 8 (r & 1), columns 2 t + 8 (r >> 1) and
 // the next); B from a descriptor. The registers must not be written before the wait_group that
 // retires the wgmma.
-#define KILN_WGMMA_REGS32 \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define KILN_WGMMA_D32 \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 // One RS wgmma: A0 the operand number of a[0] (a[1..3], desc_b, scale_d and TransB follow it).
 #define KILN_WGMMA_RS(SHAPE, TYPE, REGS, D, A0, A1, A2, A3, B, S, T)                              \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" S ", 0;\n wgmma.mma_async.sync.aligned."   \
@@ -404,5 +415,15 @@ template <int TransB>
 KILN_DEVICE void kiln_wgmma_m64n128k16_f16_rs(float* d, unsigned* a, unsigned long long desc_b,
                                             int scale_d) {
   KILN_WGMMA_RS("m64n128k16", "f16", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67", "68", "69", "70");
+}
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n256k16_bf16_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                            int scale_d) {
+  KILN_WGMMA_RS("m64n256k16", "bf16", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131", "132", "133", "134");
+}
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n256k16_f16_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                            int scale_d) {
+  KILN_WGMMA_RS("m64n256k16", "f16", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131", "132", "133", "134");
 }
 #endif  // KILN_PRELUDE_CUH

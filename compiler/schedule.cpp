@@ -287,9 +287,9 @@ Status check_wgmma_attention_tile(const AttentionTile& tile, const AttentionShap
                tile.dv_slabs == 1 && tile.stages >= 2 && tile.smem_bytes() <= smem_limit(90);
   if (legal) return Status::success();
   return make_error("tile ", to_string(tile), " is not one the sm_90a attention kernel runs (",
-                    "128x128, wgmma, 2 stages or more within ",
+                    "128x128, or 128x64 at head dims over 128, wgmma, 2 stages or more within ",
                     std::to_string(smem_limit(90) / 1024), " KiB of shared memory, for 16-bit "
-                    "operands at head dims that are multiples of 8 up to 128)");
+                    "operands at head dims that are multiples of 8 up to 256)");
 }
 
 std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile) {

@@ -224,7 +224,7 @@ AttentionTile choose_attention_tile(const AttentionShape& shape, int sm) {
 
 bool wgmma_attention_computes(const AttentionShape& shape) {
   bool half = shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16;
-  auto fits = [](int64_t dim) { return dim >= 8 && dim <= 128 && dim % 8 == 0; };
+  auto fits = [](int64_t dim) { return dim >= 8 && dim <= 256 && dim % 8 == 0; };
   return half && shape.elem_bytes == 2 && fits(shape.d) && fits(shape.dv);
 }
 
@@ -233,11 +233,15 @@ AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape) {
   auto pad64 = [](int64_t x) { return static_cast<int>((x + 63) / 64 * 64); };
   t.wgmma = true;
   t.br = 128;
-  t.bc = 128;
+  // Head dims over 128: 64 keys a tile, so that Q and two stages of K and V fit shared memory
+  // (at d = d_v = 256: 64 KiB of Q and two stages of 32 KiB of K and 32 KiB of V, where 128 keys
+  // would need 257 KiB) and S's accumulators (32 a thread) leave registers for O's (128).
+  t.bc = shape.d > 128 || shape.dv > 128 ? 64 : 128;
   t.stages = 2;
   t.warps = 12;
   t.d = pad64(shape.d);
-  t.dv = pad64(shape.dv);
+  // P V's wgmma is m64n{dv}k16: 64, 128 or 256 (past 128, a dv of 192 pads to 256)
+  t.dv = shape.dv > 128 ? 256 : pad64(shape.dv);
   t.dv_slabs = 1;
   t.q_ld = t.k_ld = t.d;
   t.v_ld = t.dv;

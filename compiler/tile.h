@@ -160,7 +160,8 @@ struct AttentionTile {
   // sm_90a: the FlashAttention-3-style kernel (emit_attention, KERNELS.md design 5b): one
   // producer warpgroup loading Q, K and V with TMA into an mbarrier ring and two consumer
   // warpgroups of 64 queries each (br 128, warps 12), S = Q K^T by wgmma from shared memory and
-  // O += P V by wgmma with P from registers; d and dv padded to 64 or 128, unpadded in shared
+  // O += P V by wgmma with P from registers; d padded to a multiple of 64 up to 256, dv to 64,
+  // 128 or 256 (choose_wgmma_attention_tile), unpadded in shared
   // memory (q_ld = d, k_ld = d, v_ld = dv: TMA's 128-byte swizzle keeps banks apart).
   bool wgmma = false;
   int smem_bytes() const {
@@ -193,9 +194,11 @@ AttentionTile attention_tile(MatmulPath path, int64_t d, int64_t dv, int warps, 
 AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm);
 AttentionTile choose_attention_tile(const AttentionShape& shape, int sm);
 // Whether the sm_90a attention kernel computes `shape`: 16-bit operands on the bf16 or f16 path,
-// head dims d and dv multiples of 8 (rows of whole 16-byte units, as TMA wants) up to 128.
+// head dims d and dv multiples of 8 (rows of whole 16-byte units, as TMA wants) up to 256.
 bool wgmma_attention_computes(const AttentionShape& shape);
-// Its tile: 128 queries (two consumer warpgroups) x 128 keys, 2 stages.
+// Its tile: 128 queries (two consumer warpgroups) x 128 keys, 2 stages; 64 keys where d or dv is
+// over 128 (Q and two stages of K and V then fit shared memory). d padded to a multiple of 64, dv
+// to 64, 128 or 256 (P V's wgmma widths).
 AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape);
 // The widest key tile the attention kernel of `path` keeps in registers at padded head dim `d`
 // (FusedAttentionCompilesWithoutSpills in tests/compiler): 64 on tensor cores, but tf32x3 (its

@@ -174,6 +174,16 @@ KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_setmaxnreg_dec() {
 // (kiln_emu_hopper.h): written out, one per shape and type, so that each is
 // a primitive by name (tests/emulation/shim_test.cpp matches the prelude's names).
 template <int TransB, int TransA = 0>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n64k16_bf16(float* d, unsigned long long a,
+                                                                unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, a, nullptr, b, 64, true, TransA != 0, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB, int TransA = 0>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n64k16_f16(float* d, unsigned long long a,
+                                                               unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, a, nullptr, b, 64, false, TransA != 0, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB, int TransA = 0>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_bf16(float* d, unsigned long long a,
                                                                  unsigned long long b, int scale_d) {
   ::kiln_emu::wgmma(d, a, nullptr, b, 128, true, TransA != 0, TransB != 0, scale_d, KILN_EMU_SITE);
@@ -222,6 +232,16 @@ template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_f16_rs(float* d, unsigned* a,
                                                                    unsigned long long b, int scale_d) {
   ::kiln_emu::wgmma(d, 0, a, b, 128, false, false, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k16_bf16_rs(float* d, unsigned* a,
+                                                                   unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 256, true, false, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k16_f16_rs(float* d, unsigned* a,
+                                                                   unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 256, false, false, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 
 // Calls a kernel with args[i] as parameter i: a pointer parameter is args[i] itself, an int

@@ -661,7 +661,8 @@ TEST(CompileShapes, BatchedWgmmaMatmulsCompileWithoutSpillsOrWarningsOnSm90a) {
 }
 
 // sm_90a's attention kernel (the model's choice for 16-bit attention there) at head dims 64 and
-// 128 (and a d_v of 128 beside a d of 64), with every score step it reads: a float mask,
+// 128 (and a d_v of 128 beside a d of 64), and over 128 (64-key tiles: 256, and 192 beside 200,
+// P V's width then 256), with every score step it reads: a float mask,
 // causality, grouped heads, ragged queries and keys, and a residual in the epilogue. Each compiles
 // without a spill or a ptxas warning and holds the design: TMA loads, wgmma from shared memory
 // for Q K^T and from registers (the RS form) for P V, setmaxnreg, no mma.sync.
@@ -669,8 +670,12 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   int compiled = 0;
   for (const char* t : {"bf16", "f16"}) {
-    for (int d : {64, 128}) {
-      std::string ty = t, dq = std::to_string(d), dv = "128";
+    // (d, d_v): over 128 the key tile is 64 and d_v pads to 256 (192 too)
+    for (auto [d, d_v] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{256, 256},
+                          std::pair{200, 192}}) {
+      std::string ty = t, dq = std::to_string(d), dv = std::to_string(d_v);
+      bool wide = d > 128 || d_v > 128;
+      std::string bc = wide ? "64" : "128", pv = d_v > 128 ? "256" : dv;
       ir::Graph g = test::parse(
           "graph a {\n  input q: " + ty + "[2, 8, 200, " + dq + "]\n  input k: " + ty +
           "[2, 2, 330, " + dq + "]\n  input v: " + ty + "[2, 2, 330, " + dv +
@@ -682,7 +687,7 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
       o.precision = ir::Precision::high;
       auto request = check_request(g, o);
       ASSERT_TRUE(request.ok()) << request.error().message;
-      std::string what = std::string("sm_90a ") + t + " d " + dq;
+      std::string what = std::string("sm_90a ") + t + " d " + dq + " d_v " + dv;
       auto program = lower(g, *request, heuristic_schedule());
       ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
       auto a = compile_lowered(*program, request->options);
@@ -692,15 +697,15 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
       for (const KernelArtifact& k : a->kernels) {
         if (k.name.find("attention") == std::string::npos) continue;
         ++attentions;
-        EXPECT_EQ(k.tile, "128x128, wgmma, 2 stages") << what;
-        EXPECT_NE(k.name.find("_wg128x128"), std::string::npos) << what << " " << k.name;
-        EXPECT_NE(k.ptx.find("wgmma.mma_async.sync.aligned.m64n128k16.f32." + ty), std::string::npos) << what;
+        EXPECT_EQ(k.tile, "128x" + bc + ", wgmma, 2 stages") << what;
+        EXPECT_NE(k.name.find("_wg128x" + bc), std::string::npos) << what << " " << k.name;
+        EXPECT_NE(k.ptx.find("wgmma.mma_async.sync.aligned.m64n" + bc + "k16.f32." + ty), std::string::npos) << what;
         // P V with A from registers: "{%r.., %r.., %r.., %r..}" after the accumulators, where the
         // SS form has a descriptor (a 64-bit %rd).
         size_t rs = k.ptx.find("}, {%r");
         EXPECT_NE(rs, std::string::npos) << what;
-        if (rs != std::string::npos) {
-          EXPECT_NE(k.ptx.rfind("wgmma.mma_async.sync.aligned.m64n" + dv + "k16.f32." + ty, rs), std::string::npos) << what;
+        if (rs != std::string::npos && k.name.find("k0_") != std::string::npos) {  // o: d_v's width
+          EXPECT_NE(k.ptx.rfind("wgmma.mma_async.sync.aligned.m64n" + pv + "k16.f32." + ty, rs), std::string::npos) << what;
         }
         EXPECT_NE(k.ptx.find("cp.async.bulk.tensor.4d"), std::string::npos) << what << " " << k.name;
         EXPECT_NE(k.ptx.find("setmaxnreg.inc.sync.aligned.u32 240"), std::string::npos) << what;
@@ -713,7 +718,7 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
       ++compiled;
     }
   }
-  EXPECT_EQ(compiled, 4);
+  EXPECT_EQ(compiled, 8);
 }
 
 // A symbolic graph's matmuls and attention on sm_90a's wgmma kernels, as the model plans them at

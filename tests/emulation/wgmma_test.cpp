@@ -108,7 +108,8 @@ INSTANTIATE_TEST_SUITE_P(Sm90a, EmulatedWgmmaGraph,
                                            "wgmma_attention_f16_odd",
                                            "examples/attention_causal", "wgmma_tf32_odd",
                                            "wgmma_transpose_a_bf16_odd", "wgmma_transpose_a_odd",
-                                           "wgmma_batched_bf16_odd", "wgmma_batched_odd"));
+                                           "wgmma_batched_bf16_odd", "wgmma_batched_odd",
+                                           "wgmma_attention_wide_odd"));
 
 // How many matmuls `graph` has.
 int matmuls(const ir::Graph& graph) {
