@@ -198,7 +198,7 @@ AttentionTile choose_attention_tile(const AttentionShape& shape, int sm);
 bool wgmma_attention_computes(const AttentionShape& shape);
 // Its tile: 128 queries (two consumer warpgroups) x 128 keys, 2 stages; 64 keys where d or dv is
 // over 128 (Q and two stages of K and V then fit shared memory). d padded to a multiple of 64, dv
-// to 64, 128 or 256 (P V's wgmma widths).
+// to 64, 128 or 256 (the P V wgmma widths the prelude holds).
 AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape);
 // The widest key tile the attention kernel of `path` keeps in registers at padded head dim `d`
 // (FusedAttentionCompilesWithoutSpills in tests/compiler): 64 on tensor cores, but tf32x3 (its

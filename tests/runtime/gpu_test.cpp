@@ -212,7 +212,8 @@ TEST(GpuWgmma, MatmulsWithSeveralBatchDimsMatchTheReference) {
 
 // sm_90a's attention kernel on the device (the model gives it every 16-bit attention there):
 // grouped heads, causal with a padding mask, ragged queries and keys, head dims 128 and 64 (v's
-// 128 beside q's 64), and 256 (64-key tiles; multi-query). Elsewhere these run the mma.sync
+// 128 beside q's 64), and 200 with v's 192 (64-key tiles, padded to 256; multi-query). Elsewhere
+// these run the mma.sync
 // kernel and must pass as well.
 TEST(GpuWgmma, AttentionOfGroupedHeadsMatchesTheReference) {
   auto graph = ir::parse_graph(R"(graph wgmma_attention_gpu {
@@ -223,11 +224,12 @@ TEST(GpuWgmma, AttentionOfGroupedHeadsMatchesTheReference) {
   input q2: f16[3, 8, 520, 64]
   input k2: f16[3, 8, 520, 64]
   input v2: f16[3, 8, 520, 128]
-  input q3: bf16[2, 4, 600, 256]
-  input k3: bf16[2, 1, 700, 256]
+  input q3: bf16[2, 4, 600, 200]
+  input k3: bf16[2, 1, 700, 200]
+  input v3: bf16[2, 1, 700, 192]
   o = attention(q, k, v, mask=pad, causal=true)
   o2 = attention(q2, k2, v2)
-  o3 = attention(q3, k3, k3, causal=true)
+  o3 = attention(q3, k3, v3, causal=true)
   output o, o2, o3
 }
 )", "wgmma_attention_gpu.kg");
