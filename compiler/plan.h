@@ -83,6 +83,10 @@ std::vector<ir::NodeId> kernel_reads(const ir::Graph& graph, const KernelGroup& 
 // newer); param_space_bytes() (artifact.h) measures a kernel's parameters in it.
 inline constexpr uint64_t k_max_param_bytes = 32764;
 
+// sm_90a's persistent wgmma matmul numbers its work tiles (batches x row tiles x column tiles)
+// with an int and steps by its grid (one block per multiprocessor at most): 2^30 leaves room.
+inline constexpr int64_t k_max_wgmma_work_tiles = int64_t{1} << 30;
+
 // The target-free plan. `graph` is static: a symbolic graph bound at its bucket's upper bounds,
 // whose sizes `sizes` gives as extents (Sizes(graph) for a static graph).
 // Assigns every group's value a buffer (graph output, else a temporary), orders parameters
@@ -112,7 +116,8 @@ bool wgmma_attention_plans(const ir::Graph& graph, const KernelPlan& k, const Ta
 // kernel fails, naming the kernel and the tiles it runs; a symbolic graph's tiles run unsplit),
 // the tile in matmul kernels' names, a split-K matmul's two kernels and its partials' temporary,
 // launch shapes and, for a symbolic graph, grid terms. Fails for launches beyond CUDA's grid limits
-// (65535 row tiles or batches per launch) and for a kernel whose parameters would not fit in
+// (65535 row tiles or batches per launch; for sm_90a's persistent wgmma matmul,
+// k_max_wgmma_work_tiles work tiles) and for a kernel whose parameters would not fit in
 // k_max_param_bytes (fuse() keeps kernels far below it, so only groups formed otherwise get
 // there); the message names the kernel and the bytes.
 Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& target,

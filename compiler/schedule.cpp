@@ -89,9 +89,13 @@ AttentionTile ChosenSchedule::attention_tile(const AttentionShape& shape, int sm
 }
 
 AttentionTile complete_attention_tile(const AttentionTile& choice, const AttentionShape& shape) {
-  if (choice.wgmma) {  // its only form; schedule_cuda gives way where the kernel cannot run
+  if (choice.wgmma) {  // schedule_cuda gives way where the kernel cannot run
+    // The problem's form, at the chosen stages, queries and keys: a record of another key tile
+    // (128 keys at a head dim over 128) then fails check_wgmma_attention_tile, not runs as 64.
     AttentionTile t = choose_wgmma_attention_tile(shape);
     t.stages = choice.stages;
+    t.br = choice.br;
+    t.bc = choice.bc;
     return t;
   }
   AttentionTile t =

@@ -152,7 +152,10 @@ Status check_wgmma_attention_tile(const AttentionTile& tile, const AttentionShap
 
 // A tile's choice (queries, keys, warps, stages: what its text holds) completed for `shape`:
 // the padded head dims, slabs and row strides follow from the problem; the queries stay as
-// chosen, so a choice whose queries do not match its warps fails check_attention_tile.
+// chosen, so a choice whose queries do not match its warps fails check_attention_tile. A wgmma
+// choice takes the kernel's form for `shape` (choose_wgmma_attention_tile) at its own queries,
+// keys and stages, so a key tile the kernel does not run at `shape` fails
+// check_wgmma_attention_tile.
 AttentionTile complete_attention_tile(const AttentionTile& choice, const AttentionShape& shape);
 
 // A CUDA matmul kernel's name: its plan's name and its block tile ("k0_matmul_bf16_128x256"),

@@ -310,6 +310,42 @@ TEST(AttentionSchedule, ATileReadsBackOnlyAsToStringWritesIt) {
                          KernelTile(MatmulTile{64, 64, 16, 2, 2, 2})));
 }
 
+// A wgmma attention choice (a tuning record's text) runs as written or fails: 128 keys at head
+// dim 256 (the kernel takes 64 there) and 64 keys at 128 are refused naming the tile, not run
+// with the key tile the problem's model would take; the model's own choices hold.
+TEST(AttentionSchedule, AWgmmaChoiceKeepsItsKeyTileAndFailsWhereTheKernelTakesAnother) {
+  auto shape_at = [](int64_t d) {
+    AttentionShape s;
+    s.batch = 8;
+    s.sq = s.sk = 4096;
+    s.d = s.dv = d;
+    s.elem_bytes = 2;
+    s.path = MatmulPath::bf16;
+    return s;
+  };
+  auto complete = [](const char* text, const AttentionShape& s) {
+    auto choice = parse_kernel_tile(text);
+    EXPECT_TRUE(choice && std::holds_alternative<AttentionTile>(*choice)) << text;
+    return complete_attention_tile(std::get<AttentionTile>(*choice), s);
+  };
+  AttentionShape wide = shape_at(256), narrow = shape_at(128);
+  AttentionTile t = complete("128x64, wgmma, 2 stages", wide);
+  EXPECT_EQ(t.bc, 64);
+  EXPECT_EQ(t.dv, 256);
+  EXPECT_TRUE(check_wgmma_attention_tile(t, wide));
+  t = complete("128x128, wgmma, 2 stages", wide);
+  EXPECT_EQ(t.bc, 128) << "the record's key tile, not the model's";
+  Status refused = check_wgmma_attention_tile(t, wide);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("tile 128x128, wgmma, 2 stages is not one the sm_90a "
+                                         "attention kernel runs"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_TRUE(check_wgmma_attention_tile(complete("128x128, wgmma, 3 stages", narrow), narrow));
+  EXPECT_FALSE(check_wgmma_attention_tile(complete("128x64, wgmma, 2 stages", narrow), narrow));
+  EXPECT_FALSE(check_wgmma_attention_tile(complete("64x128, wgmma, 2 stages", narrow), narrow));
+}
+
 const char* k_attention_graph =
     "graph g {\n  input q: bf16[2, 3, 300, 64]\n  input k: bf16[2, 3, 300, 64]\n"
     "  input v: bf16[2, 3, 300, 64]\n  o = attention(q, k, v, causal=true)\n  output o\n}\n";
@@ -556,6 +592,33 @@ TEST(Schedule, AWgmmaTileForAMatmulTheKernelDoesNotComputeGivesWayToTheModels) {
   EXPECT_EQ(program->plan.kernels[0].tile_source, "fixed");
   EXPECT_FALSE(program->plan.kernels[1].tile.wgmma);
   EXPECT_EQ(program->plan.kernels[1].tile_source, "model");
+}
+
+// CUDA's 65535 batches a launch bind the mma.sync matmul (its batch is the grid's z) but not
+// sm_90a's persistent wgmma kernel, whose work tiles run along x: 70000 batches of 128x128 plan
+// on wgmma there (one work tile each) and fail on sm_90 naming the limit.
+TEST(Schedule, TheWgmmaMatmulTakesMoreThan65535Batches) {
+  ir::Graph g = parse(
+      "graph g {\n  input x: bf16[70000, 128, 64]\n  input w: bf16[70000, 64, 128]\n"
+      "  y = matmul(x, w)\n  output y\n}\n");
+  CompileOptions o;
+  o.target = Target::cuda(90, "a");
+  auto program = lower(g, o);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  ASSERT_EQ(program->plan.kernels.size(), 1u);
+  const KernelPlan& k = program->plan.kernels[0];
+  EXPECT_TRUE(k.tile.wgmma);
+  EXPECT_TRUE(k.launch.persistent);
+  EXPECT_EQ(k.launch.grid[0], 70000u);
+  EXPECT_EQ(k.launch.grid[1], 1u);
+  EXPECT_EQ(k.launch.grid[2], 1u);
+  o.target = Target::cuda(90);
+  auto plain = lower(g, o);
+  ASSERT_FALSE(plain.ok());
+  EXPECT_NE(plain.error().message.find("too many row tiles or batches for one launch (1 x 70000, "
+                                       "limit 65535)"),
+            std::string::npos)
+      << plain.error().message;
 }
 
 }  // namespace
