@@ -598,8 +598,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
         if (Status legal = check_wgmma_attention_tile(k.attention_tile, k.attention_shape); !legal)
           return make_error(describe_node(graph, group.anchor), ": schedule: ",
                             legal.error().message);
-        k.name += "_wg" + std::to_string(k.attention_tile.br) + "x" +
-                  std::to_string(k.attention_tile.bc);
+        k.name = cuda_kernel_name(k.name, k.attention_tile);
       } else if (Status legal = check_attention_tile(k.attention_tile, k.attention_shape, sm);
                  !legal) {
         return make_error(describe_node(graph, group.anchor), ": schedule: ",

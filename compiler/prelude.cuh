@@ -297,7 +297,7 @@ KILN_DEVICE void kiln_setmaxnreg_dec() {
 // 8 j + 2 t + (i & 1)) in warp w of the warpgroup: four m16n8 accumulators stacked per warp.
 // scale_d 0: D = A B, else D += A B.
 // The accumulator operands: %0..%63 (and %64..%127) are d[0..63] (and d[64..127]).
-// (m64n64: %0..%31 are d[0..31].)
+// (m64n64: %0..%31 are d[0..31]; m64n192: %0..%95 are d[0..95].)
 #define KILN_WGMMA_REGS32 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -311,6 +311,9 @@ KILN_DEVICE void kiln_setmaxnreg_dec() {
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define KILN_WGMMA_REGS96 KILN_WGMMA_REGS64 ", " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define KILN_WGMMA_REGS128 KILN_WGMMA_REGS64 ", " \
   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
@@ -325,6 +328,11 @@ KILN_DEVICE void kiln_setmaxnreg_dec() {
   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define KILN_WGMMA_D96 KILN_WGMMA_D64, \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
 #define KILN_WGMMA_D128 KILN_WGMMA_D64, \
   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
@@ -415,6 +423,16 @@ template <int TransB>
 KILN_DEVICE void kiln_wgmma_m64n128k16_f16_rs(float* d, unsigned* a, unsigned long long desc_b,
                                             int scale_d) {
   KILN_WGMMA_RS("m64n128k16", "f16", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67", "68", "69", "70");
+}
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n192k16_bf16_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                            int scale_d) {
+  KILN_WGMMA_RS("m64n192k16", "bf16", KILN_WGMMA_REGS96, KILN_WGMMA_D96, "96", "97", "98", "99", "100", "101", "102");
+}
+template <int TransB>
+KILN_DEVICE void kiln_wgmma_m64n192k16_f16_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                            int scale_d) {
+  KILN_WGMMA_RS("m64n192k16", "f16", KILN_WGMMA_REGS96, KILN_WGMMA_D96, "96", "97", "98", "99", "100", "101", "102");
 }
 template <int TransB>
 KILN_DEVICE void kiln_wgmma_m64n256k16_bf16_rs(float* d, unsigned* a, unsigned long long desc_b,

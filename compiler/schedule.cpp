@@ -301,6 +301,11 @@ std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& til
          (tile.split_k > 1 ? "_split" + std::to_string(tile.split_k) : "");
 }
 
+std::string cuda_kernel_name(const std::string& plan_name, const AttentionTile& tile) {
+  if (!tile.wgmma) return plan_name;
+  return plan_name + "_wg" + std::to_string(tile.br) + "x" + std::to_string(tile.bc);
+}
+
 std::string to_string(const MatmulTile& tile) {
   if (tile.wgmma) {
     return std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" +

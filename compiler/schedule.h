@@ -162,6 +162,9 @@ AttentionTile complete_attention_tile(const AttentionTile& choice, const Attenti
 // and its splits ("k0_matmul_bf16_64x64_split4"; the kernel summing their partials adds
 // "_sum").
 std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile);
+// An attention kernel's: the plan's name, and the block tile of the wgmma kernel
+// ("k1_attention_bf16_causal_wg128x128"; the mma.sync kernel's name holds no tile).
+std::string cuda_kernel_name(const std::string& plan_name, const AttentionTile& tile);
 
 // The tile to_string() wrote; nullopt for any other text.
 std::optional<MatmulTile> parse_tile(const std::string& text);

@@ -240,9 +240,8 @@ AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape) {
   t.stages = 2;
   t.warps = 12;
   t.d = pad64(shape.d);
-  // P V's wgmma is m64n{dv}k16, of which the prelude holds n = 64, 128 and 256 (past 128, a dv
-  // of 192 pads to 256; an m64n192k16 would save that quarter, not written yet)
-  t.dv = shape.dv > 128 ? 256 : pad64(shape.dv);
+  // P V's wgmma is m64n{dv}k16, of which the prelude holds n = 64, 128, 192 and 256
+  t.dv = pad64(shape.dv);
   t.dv_slabs = 1;
   t.q_ld = t.k_ld = t.d;
   t.v_ld = t.dv;

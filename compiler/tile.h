@@ -153,15 +153,16 @@ SmemLayout smem_layout(const MatmulTile& tile, const MatmulShape& shape);
 struct AttentionTile {
   int br = 64, bc = 64, stages = 1, warps = 4;
   int d = 64;       // padded head dim of q and k
-  int dv = 64;      // padded width of the slab of v's head dim one block computes (<= 128)
+  int dv = 64;      // padded width of the slab of v's head dim one block computes (<= 128; the
+                    // wgmma kernel's: <= 256)
   int dv_slabs = 1; // blocks along the grid's y, each a slab of dv columns of the output
   int q_ld = 0, k_ld = 0, v_ld = 0;  // q_ld 0: q is read into registers (FFMA)
   int elem_bytes = 4;                // in shared memory
   // sm_90a: the FlashAttention-3-style kernel (emit_attention, KERNELS.md design 5b): one
   // producer warpgroup loading Q, K and V with TMA into an mbarrier ring and two consumer
   // warpgroups of 64 queries each (br 128, warps 12), S = Q K^T by wgmma from shared memory and
-  // O += P V by wgmma with P from registers; d padded to a multiple of 64 up to 256, dv to 64,
-  // 128 or 256 (choose_wgmma_attention_tile), unpadded in shared
+  // O += P V by wgmma with P from registers; d and dv padded to multiples of 64 up to 256
+  // (choose_wgmma_attention_tile), unpadded in shared
   // memory (q_ld = d, k_ld = d, v_ld = dv: TMA's 128-byte swizzle keeps banks apart).
   bool wgmma = false;
   int smem_bytes() const {
@@ -197,8 +198,8 @@ AttentionTile choose_attention_tile(const AttentionShape& shape, int sm);
 // head dims d and dv multiples of 8 (rows of whole 16-byte units, as TMA wants) up to 256.
 bool wgmma_attention_computes(const AttentionShape& shape);
 // Its tile: 128 queries (two consumer warpgroups) x 128 keys, 2 stages; 64 keys where d or dv is
-// over 128 (Q and two stages of K and V then fit shared memory). d padded to a multiple of 64, dv
-// to 64, 128 or 256 (the P V wgmma widths the prelude holds).
+// over 128 (Q and two stages of K and V then fit shared memory). d and dv padded to a multiple
+// of 64 (P V's wgmma is m64n{dv}k16: the prelude holds 64, 128, 192 and 256).
 AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape);
 // The widest key tile the attention kernel of `path` keeps in registers at padded head dim `d`
 // (FusedAttentionCompilesWithoutSpills in tests/compiler): 64 on tensor cores, but tf32x3 (its

@@ -504,7 +504,8 @@ Expected<std::shared_ptr<const compiler::ScheduleProvider>> tuned_schedule(
     chosen[signature] = *checked->second;
     const auto* matmul = std::get_if<compiler::MatmulTile>(&checked->second->tile);
     if (!matmul) {
-      names[k.name] = checked->second->source;  // an attention kernel's name has no tile
+      const auto& attention = std::get<compiler::AttentionTile>(checked->second->tile);
+      names[compiler::cuda_kernel_name(k.name, attention)] = checked->second->source;
       continue;
     }
     // A symbolic graph runs the record's tile unsplit (schedule_cuda), under that name.

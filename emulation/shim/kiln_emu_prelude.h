@@ -234,6 +234,16 @@ KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k16_f16_rs(float* d, uns
   ::kiln_emu::wgmma(d, 0, a, b, 128, false, false, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n192k16_bf16_rs(float* d, unsigned* a,
+                                                                   unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 192, true, false, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB>
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n192k16_f16_rs(float* d, unsigned* a,
+                                                                   unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 192, false, false, TransB != 0, scale_d, KILN_EMU_SITE);
+}
+template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k16_bf16_rs(float* d, unsigned* a,
                                                                    unsigned long long b, int scale_d) {
   ::kiln_emu::wgmma(d, 0, a, b, 256, true, false, TransB != 0, scale_d, KILN_EMU_SITE);

@@ -346,6 +346,33 @@ TEST(AttentionSchedule, AWgmmaChoiceKeepsItsKeyTileAndFailsWhereTheKernelTakesAn
   EXPECT_FALSE(check_wgmma_attention_tile(complete("64x128, wgmma, 2 stages", narrow), narrow));
 }
 
+// The wgmma attention tile pads d and d_v to multiples of 64 (P V's m64n{64,128,192,256}k16), with
+// 64-key tiles past a head dim of 128; its kernel is named by its block tile.
+TEST(AttentionSchedule, TheWgmmaTilePadsHeadDimsToMultiplesOf64) {
+  struct Case {
+    int64_t d, dv;
+    int pd, pdv, bc;
+  };
+  for (Case c : {Case{64, 64, 64, 64, 128}, Case{40, 72, 64, 128, 128}, Case{128, 128, 128, 128, 128},
+                 Case{64, 136, 64, 192, 64}, Case{192, 192, 192, 192, 64}, Case{200, 192, 256, 192, 64},
+                 Case{256, 256, 256, 256, 64}}) {
+    AttentionShape s;
+    s.d = c.d;
+    s.dv = c.dv;
+    s.elem_bytes = 2;
+    s.path = MatmulPath::bf16;
+    AttentionTile t = choose_wgmma_attention_tile(s);
+    std::string what = "d " + std::to_string(c.d) + " dv " + std::to_string(c.dv);
+    EXPECT_EQ(t.d, c.pd) << what;
+    EXPECT_EQ(t.dv, c.pdv) << what;
+    EXPECT_EQ(t.bc, c.bc) << what;
+    EXPECT_TRUE(check_wgmma_attention_tile(t, s)) << what;
+    EXPECT_EQ(cuda_kernel_name("k1_attention_bf16", t),
+              "k1_attention_bf16_wg128x" + std::to_string(c.bc)) << what;
+  }
+  EXPECT_EQ(cuda_kernel_name("k1_attention_bf16", AttentionTile{64, 64, 2, 4}), "k1_attention_bf16");
+}
+
 const char* k_attention_graph =
     "graph g {\n  input q: bf16[2, 3, 300, 64]\n  input k: bf16[2, 3, 300, 64]\n"
     "  input v: bf16[2, 3, 300, 64]\n  o = attention(q, k, v, causal=true)\n  output o\n}\n";

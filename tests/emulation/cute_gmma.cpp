@@ -175,7 +175,15 @@ std::vector<CuteGmmaRegisterA> cute_gmma_register_a() {
           register_a<SM90_64x64x16_F32F16F16_RS<Major::K, Major::K>>(
               "SM90_64x64x16_F32F16F16_RS", 64, false),
           register_a<SM90_64x128x16_F32F16F16_RS<Major::K, Major::K>>(
-              "SM90_64x128x16_F32F16F16_RS", 128, false)};
+              "SM90_64x128x16_F32F16F16_RS", 128, false),
+          register_a<SM90_64x192x16_F32BF16BF16_RS<Major::K, Major::K>>(
+              "SM90_64x192x16_F32BF16BF16_RS", 192, true),
+          register_a<SM90_64x256x16_F32BF16BF16_RS<Major::K, Major::K>>(
+              "SM90_64x256x16_F32BF16BF16_RS", 256, true),
+          register_a<SM90_64x192x16_F32F16F16_RS<Major::K, Major::K>>(
+              "SM90_64x192x16_F32F16F16_RS", 192, false),
+          register_a<SM90_64x256x16_F32F16F16_RS<Major::K, Major::K>>(
+              "SM90_64x256x16_F32F16F16_RS", 256, false)};
 }
 #else
 std::vector<CuteGmmaCase> cute_gmma_cases() { return {}; }

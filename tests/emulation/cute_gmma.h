@@ -59,8 +59,8 @@ struct CuteGmmaRegisterA {
   std::vector<Place> c;  // the atom's C layout, [thread * n / 2 + v]: row m, column n
 };
 
-// The four RS atoms kiln's attention kernel issues (N 64 and 128, bf16 and f16), or none without
-// the CUTLASS headers.
+// The eight RS atoms kiln's attention kernel issues (N 64, 128, 192 and 256, bf16 and f16), or
+// none without the CUTLASS headers.
 std::vector<CuteGmmaRegisterA> cute_gmma_register_a();
 
 }  // namespace kiln::emulation::testing

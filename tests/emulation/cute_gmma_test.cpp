@@ -6,8 +6,8 @@
 // CuTe's C layout of m64n128k16 and m64n256k16; and a wgmma run in the emulator over a shared
 // memory image laid out by CuTe, with CuTe's or kiln's descriptors, gives the exact product where
 // CuTe's C layout reads it. For the RS form (A from registers, the attention kernel's P V): the
-// register layout the shim assumes (rs_a_place) is CuTe's A layout of the four RS atoms kiln
-// issues, an RS wgmma whose registers hold A as CuTe's layout places it gives the exact product,
+// register layout the shim assumes (rs_a_place) is CuTe's A layout of the eight RS atoms kiln
+// issues (N 64, 128, 192 and 256; bf16 and f16), an RS wgmma whose registers hold A as CuTe's layout places it gives the exact product,
 // and S's accumulator packed into registers as the attention kernel packs P is CuTe's A fragment.
 #include "cute_gmma.h"
 #include "emu_test_util.h"
@@ -335,7 +335,7 @@ TEST(EmulatedGmmaAgainstCute, APermutedAccumulatorLayoutIsNoticed) {
 TEST(EmulatedGmmaAgainstCute, TheRegisterOperandLayoutIsCutes) {
   std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a();
   if (atoms.empty()) GTEST_SKIP() << k_no_cute;
-  ASSERT_EQ(atoms.size(), 4u);
+  ASSERT_EQ(atoms.size(), 8u);
   for (const CuteGmmaRegisterA& atom : atoms) {
     ASSERT_EQ(atom.a.size(), 128u * 8u) << atom.name;
     int wrong = 0;
@@ -376,6 +376,10 @@ __global__ void cute_wgmma_rs_kernel(float* out, const uint16_t* image, const un
     if (N == 64 && !Bf16) kiln_wgmma_m64n64k16_f16_rs<TransB>(d, a[k], descs[k], k > 0);
     if (N == 128 && Bf16) kiln_wgmma_m64n128k16_bf16_rs<TransB>(d, a[k], descs[k], k > 0);
     if (N == 128 && !Bf16) kiln_wgmma_m64n128k16_f16_rs<TransB>(d, a[k], descs[k], k > 0);
+    if (N == 192 && Bf16) kiln_wgmma_m64n192k16_bf16_rs<TransB>(d, a[k], descs[k], k > 0);
+    if (N == 192 && !Bf16) kiln_wgmma_m64n192k16_f16_rs<TransB>(d, a[k], descs[k], k > 0);
+    if (N == 256 && Bf16) kiln_wgmma_m64n256k16_bf16_rs<TransB>(d, a[k], descs[k], k > 0);
+    if (N == 256 && !Bf16) kiln_wgmma_m64n256k16_f16_rs<TransB>(d, a[k], descs[k], k > 0);
   }
   kiln_wgmma_commit();
   kiln_wgmma_wait<0>();
@@ -397,17 +401,21 @@ std::string launch_wgmma_rs(std::vector<float>& out, std::vector<uint16_t>& imag
 }
 
 LaunchRs launch_rs_for(int n, bool mn_major, bool bf16) {
-  static const LaunchRs k_launches[2][2][2] = {
+  static const LaunchRs k_launches[4][2][2] = {
       {{launch_wgmma_rs<64, 0, false>, launch_wgmma_rs<64, 0, true>},
        {launch_wgmma_rs<64, 1, false>, launch_wgmma_rs<64, 1, true>}},
       {{launch_wgmma_rs<128, 0, false>, launch_wgmma_rs<128, 0, true>},
-       {launch_wgmma_rs<128, 1, false>, launch_wgmma_rs<128, 1, true>}}};
-  return k_launches[n == 128][mn_major][bf16];
+       {launch_wgmma_rs<128, 1, false>, launch_wgmma_rs<128, 1, true>}},
+      {{launch_wgmma_rs<192, 0, false>, launch_wgmma_rs<192, 0, true>},
+       {launch_wgmma_rs<192, 1, false>, launch_wgmma_rs<192, 1, true>}},
+      {{launch_wgmma_rs<256, 0, false>, launch_wgmma_rs<256, 0, true>},
+       {launch_wgmma_rs<256, 1, false>, launch_wgmma_rs<256, 1, true>}}};
+  return k_launches[n / 64 - 1][mn_major][bf16];
 }
 
 // Values of an RS wgmma's accumulators, read through the atom's C layout, that differ from the
 // exact product when each thread's A registers hold A as `atom`'s A layout places it and B is
-// `c`'s (an N-128 case: its first atom.n rows of B are the first atom.n columns of the product,
+// `c`'s (a case at least atom.n wide: its first atom.n rows of B are the first atom.n columns of the product,
 // at the same descriptors); the emulator's error, if any, in `error`.
 int rs_product_mismatches(const CuteGmmaCase& c, const CuteGmmaRegisterA& atom,
                           std::string* error) {
@@ -440,12 +448,14 @@ int rs_product_mismatches(const CuteGmmaCase& c, const CuteGmmaRegisterA& atom,
 TEST(EmulatedGmmaAgainstCute, AnRsWgmmaWithCutesRegisterFragmentGivesTheExactProduct) {
   std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases();
   std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a();
-  if (cases.empty() || atoms.size() != 4) GTEST_SKIP() << k_no_cute;
+  if (cases.empty() || atoms.size() != 8) GTEST_SKIP() << k_no_cute;
   int runs = 0;
   for (const CuteGmmaCase& c : cases) {
-    // N 128, B K-major (Q K^T's shape) and MN-major with its k groups first (V in P V).
-    if (c.n != 128 || c.a.mn_major || !kiln_layout(c.b)) continue;
+    // B K-major (Q K^T's shape) and MN-major with its k groups first (V in P V): N 128 for the
+    // atoms of N 64 and 128, N 256 for those of 192 and 256.
+    if (c.a.mn_major || !kiln_layout(c.b)) continue;
     for (const CuteGmmaRegisterA& atom : atoms) {
+      if (c.n != (atom.n > 128 ? 256 : 128)) continue;
       ASSERT_EQ(atom.c.size(), static_cast<size_t>(128 * atom.n / 2)) << atom.name;
       std::string error;
       int wrong = rs_product_mismatches(c, atom, &error);
@@ -454,13 +464,13 @@ TEST(EmulatedGmmaAgainstCute, AnRsWgmmaWithCutesRegisterFragmentGivesTheExactPro
       ++runs;
     }
   }
-  EXPECT_EQ(runs, 8);
+  EXPECT_EQ(runs, 16);
 }
 
 TEST(EmulatedGmmaAgainstCute, APermutedRegisterLayoutIsNoticed) {
   std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases();
   std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a();
-  if (cases.empty() || atoms.size() != 4) GTEST_SKIP() << k_no_cute;
+  if (cases.empty() || atoms.size() != 8) GTEST_SKIP() << k_no_cute;
   // The halves of a register swapped, then two registers swapped.
   for (int swap : {0, 1}) {
     CuteGmmaRegisterA atom = atoms[1];
@@ -482,7 +492,7 @@ TEST(EmulatedGmmaAgainstCute, APermutedRegisterLayoutIsNoticed) {
 TEST(EmulatedGmmaAgainstCute, TheAttentionKernelsPackingOfPIsCutesRegisterFragment) {
   std::vector<CuteGmmaAccumulator> accs = testing::cute_gmma_accumulators();
   std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a();
-  if (accs.size() != 2 || atoms.size() != 4) GTEST_SKIP() << k_no_cute;
+  if (accs.size() != 2 || atoms.size() != 8) GTEST_SKIP() << k_no_cute;
   const CuteGmmaAccumulator& s = accs[0];
   ASSERT_EQ(s.n, 128);
   auto mismatches = [&](const CuteGmmaRegisterA& atom, int (*source)(int kk, int r, int h)) {

@@ -619,6 +619,51 @@ TEST(FakeDriverTune, AttentionTilesAreTunedBesideMatmulsAndTheRuntimeCompilesWit
                              "attention's"),
             std::string::npos)
       << warnings[0];
+
+  // A record whose winner is the wgmma kernel's tile runs it, and the kernel (named by its
+  // block tile) says where its tile came from; one of a key tile that kernel does not run at
+  // this head dim (64 keys are for head dims over 128) is left out, saying why.
+  for (const char* tile : {"128x128, wgmma, 2 stages", "128x64, wgmma, 2 stages"}) {
+    SCOPED_TRACE(tile);
+    runtime::TuningRecord wg = r;
+    auto parsed = compiler::parse_kernel_tile(tile);
+    ASSERT_TRUE(parsed);
+    wg.winner = *parsed;
+    wg.candidates.push_back({wg.winner, 0.1, "ok"});
+    cache::Contents replaced;
+    replaced.summary = "{}";
+    replaced.payloads.push_back({runtime::k_payload_tuning, runtime::encode_record(wg)});
+    ASSERT_TRUE(cache->store(cache::make_key(fields), fields, replaced));
+    warnings.clear();
+    runtime::TunedTiles stored = runtime::tuned_tiles(*cache, *id, "sm_90a", *nvrtc);
+    auto with_wg = runtime::tuned_schedule(*graph, sm90(), *cache, stored,
+                                           [&](const std::string& w) { warnings.push_back(w); });
+    ASSERT_TRUE(with_wg && *with_wg);
+    if (std::string(tile) == "128x64, wgmma, 2 stages") {
+      ASSERT_EQ(warnings.size(), 1u);
+      EXPECT_NE(warnings[0].find("not used: tile 128x64, wgmma, 2 stages is not one the sm_90a "
+                                 "attention kernel runs"),
+                std::string::npos)
+          << warnings[0];
+      continue;
+    }
+    EXPECT_TRUE(warnings.empty());
+    compiler::CompileOptions on_wg = sm90();
+    on_wg.schedule = *with_wg;
+    auto wg_compiled = runtime::compile_graph(*graph, on_wg, cache.get());
+    ASSERT_TRUE(wg_compiled) << wg_compiled.error().message;
+    const compiler::KernelArtifact& a = wg_compiled->artifact.kernels.at(1);
+    EXPECT_EQ(a.name, "k1_attention_bf16_causal_wg128x128");
+    EXPECT_EQ(a.tile, tile);
+    EXPECT_EQ(a.schedule, "tuned on Fake H200 (132 SMs) " + r.date);
+    // An entry shared by the tiles' digest (compiled for another device's record) is reported
+    // by the kernel's name: the schedule must know it by the name the kernel has.
+    const auto* by_name = dynamic_cast<const compiler::ChosenSchedule*>(with_wg->get());
+    ASSERT_TRUE(by_name);
+    auto source = by_name->kernel_sources.find(a.name);
+    ASSERT_NE(source, by_name->kernel_sources.end()) << a.name;
+    EXPECT_EQ(source->second, a.schedule);
+  }
 }
 
 // One GPU tunes for the fleet: its record goes to the remote tier signed, a new machine pulls it

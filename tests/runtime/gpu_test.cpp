@@ -212,7 +212,7 @@ TEST(GpuWgmma, MatmulsWithSeveralBatchDimsMatchTheReference) {
 
 // sm_90a's attention kernel on the device (the model gives it every 16-bit attention there):
 // grouped heads, causal with a padding mask, ragged queries and keys, head dims 128 and 64 (v's
-// 128 beside q's 64), and 200 with v's 192 (64-key tiles, padded to 256; multi-query). Elsewhere
+// 128 beside q's 64), and 200 with v's 192 (64-key tiles, P V m64n192k16; multi-query). Elsewhere
 // these run the mma.sync
 // kernel and must pass as well.
 TEST(GpuWgmma, AttentionOfGroupedHeadsMatchesTheReference) {
