@@ -557,15 +557,14 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       // The CUDA tile names the kernel here; the CPU target blocks it its own way.
       k.name = cuda_kernel_name(k.name, k.tile);
       int64_t gy = ceil_div(k.shape.m, k.tile.bm);
-      // The wgmma kernel's persistent grid walks its work tiles along x: no y or z limit, but an
-      // int tile index (and the stride past the last tile) must not overflow.
-      int64_t work_tiles = k.shape.batch * gy * ceil_div(k.shape.n, k.tile.bn);
-      if (k.tile.wgmma && work_tiles > k_max_wgmma_work_tiles) {
-        return make_error(describe_node(graph, group.anchor),
-                          ": too many work tiles for one launch (", std::to_string(work_tiles),
-                          ", limit ", std::to_string(k_max_wgmma_work_tiles), ")");
-      }
-      if (!k.tile.wgmma && (gy > 65535 || k.shape.batch > 65535)) {
+      if (!launch_fits(k.tile, k.shape)) {
+        // The wgmma kernel's persistent grid walks its work tiles along x: no y or z limit.
+        if (k.tile.wgmma) {
+          int64_t work_tiles = k.shape.batch * gy * ceil_div(k.shape.n, k.tile.bn);
+          return make_error(describe_node(graph, group.anchor),
+                            ": too many work tiles for one launch (", std::to_string(work_tiles),
+                            ", limit ", std::to_string(k_max_wgmma_work_tiles), ")");
+        }
         return make_error(describe_node(graph, group.anchor),
                           ": too many row tiles or batches for one launch (", std::to_string(gy),
                           " x ", std::to_string(k.shape.batch), ", limit 65535)");

@@ -83,10 +83,6 @@ std::vector<ir::NodeId> kernel_reads(const ir::Graph& graph, const KernelGroup& 
 // newer); param_space_bytes() (artifact.h) measures a kernel's parameters in it.
 inline constexpr uint64_t k_max_param_bytes = 32764;
 
-// sm_90a's persistent wgmma matmul numbers its work tiles (batches x row tiles x column tiles)
-// with an int and steps by its grid (one block per multiprocessor at most): 2^30 leaves room.
-inline constexpr int64_t k_max_wgmma_work_tiles = int64_t{1} << 30;
-
 // The target-free plan. `graph` is static: a symbolic graph bound at its bucket's upper bounds,
 // whose sizes `sizes` gives as extents (Sizes(graph) for a static graph).
 // Assigns every group's value a buffer (graph output, else a temporary), orders parameters

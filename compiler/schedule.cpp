@@ -195,6 +195,12 @@ bool split_spills(const MatmulTile& tile, const MatmulShape& shape) {
 
 }  // namespace
 
+bool launch_fits(const MatmulTile& tile, const MatmulShape& shape) {
+  int64_t rows = (shape.m + tile.bm - 1) / tile.bm;
+  if (tile.wgmma) return shape.batch * rows * ((shape.n + tile.bn - 1) / tile.bn) <= k_max_wgmma_work_tiles;
+  return rows <= 65535 && shape.batch <= 65535;
+}
+
 bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split) {
   return !split_spills(tile, shape) && uses_mma(shape.path) && shape.batch * split <= 65535 &&
          split_k_fits(shape.k, tile.bk, split);

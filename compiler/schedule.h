@@ -130,6 +130,15 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm);
 // A symbolic graph's kernels run unsplit whatever the provider says (schedule_cuda).
 bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split);
 
+// Whether `tile`'s launch on `shape` fits CUDA's grid: at most 65535 row tiles and 65535
+// batches (the grid's y and z); the persistent wgmma kernel, whose work tiles run along x, at
+// most k_max_wgmma_work_tiles of them. schedule_cuda fails where it does not; the tuner offers
+// no such candidate.
+bool launch_fits(const MatmulTile& tile, const MatmulShape& shape);
+// The work tiles of the persistent wgmma kernel: an int tile index steps by the grid (one block
+// per multiprocessor at most), so 2^30 leave room.
+inline constexpr int64_t k_max_wgmma_work_tiles = int64_t{1} << 30;
+
 // Fails, saying why, when `tile` is not one of candidate_tiles(shape, sm), or a split of one
 // that split_k_legal allows.
 Status check_tile(const MatmulTile& tile, const MatmulShape& shape, int sm);

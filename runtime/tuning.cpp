@@ -324,8 +324,10 @@ std::vector<compiler::KernelTile> candidates_of(const TuningProblem& problem, in
   if (const auto* shape = std::get_if<compiler::MatmulShape>(&problem.shape)) {
     for (const compiler::MatmulTile& t : compiler::candidate_tiles(*shape, sm))
       // A symbolic graph's kernels run unsplit whatever the tile says: its split candidates
-      // would time the unsplit kernel again under another name.
-      if (!problem.symbolic || t.split_k == 1) out.push_back(t);
+      // would time the unsplit kernel again under another name. A tile whose grid CUDA cannot
+      // launch (over 65535 batches: the wgmma kernel's problem) is none.
+      if ((!problem.symbolic || t.split_k == 1) && compiler::launch_fits(t, *shape))
+        out.push_back(t);
     if (problem.wgmma)
       for (const compiler::MatmulTile& t : compiler::wgmma_candidates(*shape)) out.push_back(t);
   } else {

@@ -639,6 +639,22 @@ TEST(Schedule, TheWgmmaMatmulTakesMoreThan65535Batches) {
   EXPECT_EQ(k.launch.grid[0], 70000u);
   EXPECT_EQ(k.launch.grid[1], 1u);
   EXPECT_EQ(k.launch.grid[2], 1u);
+  // launch_fits says so for the tuner too: no mma.sync candidate, the wgmma tile.
+  EXPECT_TRUE(launch_fits(k.tile, k.shape));
+  std::vector<MatmulTile> offered = candidate_tiles(k.shape, 90);
+  EXPECT_FALSE(offered.empty());
+  for (const MatmulTile& t : offered) EXPECT_FALSE(launch_fits(t, k.shape)) << to_string(t);
+  MatmulShape tall = k.shape;
+  tall.batch = 1;
+  tall.m = 65536 * 32;
+  EXPECT_FALSE(launch_fits(MatmulTile{32, 64, 32, 1, 4, 3}, tall)) << "65536 row tiles";
+  EXPECT_TRUE(launch_fits(MatmulTile{64, 64, 32, 2, 2, 3}, tall));
+  MatmulShape many = k.shape;
+  many.batch = k_max_wgmma_work_tiles + 1;
+  many.m = many.n = 128;
+  EXPECT_FALSE(launch_fits(k.tile, many)) << "2^30 + 1 work tiles";
+  many.batch = k_max_wgmma_work_tiles;
+  EXPECT_TRUE(launch_fits(k.tile, many));
   o.target = Target::cuda(90);
   auto plain = lower(g, o);
   ASSERT_FALSE(plain.ok());
