@@ -378,7 +378,7 @@ void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k, 
   const MatmulExtents& x = k.extents;
   const MatmulTile& t = k.tile;
   int rank = graph.node(k.group.root).type.shape.rank();
-  int64_t tiles = s.batch * ((s.m + t.bm - 1) / t.bm) * ((s.n + t.bn - 1) / t.bn);
+  int64_t tiles = grid_blocks(t, s);
   k.launch.grid = {static_cast<uint32_t>(std::min<int64_t>(tiles, 0x7fffffff)), 1, 1};
   k.launch.block = {static_cast<uint32_t>(t.threads()), 1, 1};
   k.launch.dynamic_smem_bytes = static_cast<uint32_t>(wgmma_smem_bytes(t, s));
@@ -560,10 +560,10 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       if (!launch_fits(k.tile, k.shape)) {
         // The wgmma kernel's persistent grid walks its work tiles along x: no y or z limit.
         if (k.tile.wgmma) {
-          int64_t work_tiles = k.shape.batch * gy * ceil_div(k.shape.n, k.tile.bn);
           return make_error(describe_node(graph, group.anchor),
-                            ": too many work tiles for one launch (", std::to_string(work_tiles),
-                            ", limit ", std::to_string(k_max_wgmma_work_tiles), ")");
+                            ": too many work tiles for one launch (",
+                            std::to_string(grid_blocks(k.tile, k.shape)), ", limit ",
+                            std::to_string(k_max_wgmma_work_tiles), ")");
         }
         return make_error(describe_node(graph, group.anchor),
                           ": too many row tiles or batches for one launch (", std::to_string(gy),

@@ -196,9 +196,8 @@ bool split_spills(const MatmulTile& tile, const MatmulShape& shape) {
 }  // namespace
 
 bool launch_fits(const MatmulTile& tile, const MatmulShape& shape) {
-  int64_t rows = (shape.m + tile.bm - 1) / tile.bm;
-  if (tile.wgmma) return shape.batch * rows * ((shape.n + tile.bn - 1) / tile.bn) <= k_max_wgmma_work_tiles;
-  return rows <= 65535 && shape.batch <= 65535;
+  if (tile.wgmma) return grid_blocks(tile, shape) <= k_max_wgmma_work_tiles;
+  return (shape.m + tile.bm - 1) / tile.bm <= 65535 && shape.batch <= 65535;
 }
 
 bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split) {

@@ -7,8 +7,9 @@
 // memory image laid out by CuTe, with CuTe's or kiln's descriptors, gives the exact product where
 // CuTe's C layout reads it. For the RS form (A from registers, the attention kernel's P V): the
 // register layout the shim assumes (rs_a_place) is CuTe's A layout of the eight RS atoms kiln
-// issues (N 64, 128, 192 and 256; bf16 and f16), an RS wgmma whose registers hold A as CuTe's layout places it gives the exact product,
-// and S's accumulator packed into registers as the attention kernel packs P is CuTe's A fragment.
+// issues (N 64, 128, 192 and 256; bf16 and f16), an RS wgmma whose registers hold A as CuTe's
+// layout places it gives the exact product, and S's accumulator packed into registers as the
+// attention kernel packs P is CuTe's A fragment.
 #include "cute_gmma.h"
 #include "emu_test_util.h"
 
@@ -415,8 +416,8 @@ LaunchRs launch_rs_for(int n, bool mn_major, bool bf16) {
 
 // Values of an RS wgmma's accumulators, read through the atom's C layout, that differ from the
 // exact product when each thread's A registers hold A as `atom`'s A layout places it and B is
-// `c`'s (a case at least atom.n wide: its first atom.n rows of B are the first atom.n columns of the product,
-// at the same descriptors); the emulator's error, if any, in `error`.
+// `c`'s (a case at least atom.n wide: its first atom.n rows of B are the first atom.n columns of
+// the product, at the same descriptors); the emulator's error, if any, in `error`.
 int rs_product_mismatches(const CuteGmmaCase& c, const CuteGmmaRegisterA& atom,
                           std::string* error) {
   std::vector<uint16_t> image = image_of(c, atom.bf16);
