@@ -543,61 +543,20 @@ void emit_ffma_kernel(Code& code, const KernelContext& ctx) {
   code.close();
 }
 
-// sm_90a (design 5b): warpgroup 0 loads the block's Q once and K and V a key tile at a time
-// with TMA into a ring of stages; warpgroups 1 and 2 each own 64 of the block's 128 queries:
-// S = Q K^T by wgmma m64n128k16 from shared memory, the online softmax on S's accumulators
-// (four m16n8 accumulators stacked per warp: the mma.sync kernel's layout), then O += P V by
-// wgmma with P packed from S into registers (the RS form) and V N-major from shared memory.
-// Shared memory holds every operand in 64-column blocks of 128-byte rows, 128-byte swizzled.
-void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
+// sm_90a's attention producer for 16-bit operands: one thread arms the barriers and issues
+// every TMA copy, Q once and K and V a key tile at a time.
+void emit_tma_producer(Code& code, const KernelContext& ctx) {
   const KernelPlan& k = ctx.kernel;
-  const AttentionMatch& m = k.group.attention;
   const AttentionTile& t = k.attention_tile;
   const AttentionExtents& a = k.attention_extents;
   const MatmulExtents& e = k.extents;
-  int rank = ctx.graph.node(m.root).type.shape.rank();
-  std::string type = m.path == MatmulPath::bf16 ? "bf16" : "f16";
-  std::string pack = m.path == MatmulPath::f16 ? "kiln_pack_f16x2" : "kiln_pack_bf16x2";
+  int rank = ctx.graph.node(k.group.attention.root).type.shape.rank();
   int stages = t.stages, br = t.br, bc = t.bc;
   int q_bytes = br * t.d * 2, k_stage = bc * t.d * 2, v_stage = bc * t.dv * 2;
   std::string pq = "p" + to_str(k.q_map_param), pk = "p" + to_str(k.k_map_param),
               pv = "p" + to_str(k.v_map_param);
   int64_t batch = e.batch.hi;
   int64_t inner = rank == 4 ? e.inner_batch.hi : batch;
-
-  open_kernel(code, ctx, 384);
-  emit_operands(code, ctx, storage_type(ctx.graph.node(m.q).type.dtype), false);
-  code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms): Q (" +
-            to_str(t.d / 64) + " blocks of " + to_str(br) + " rows x 64 columns), " +
-            to_str(stages) + " stages of K (" + to_str(t.d / 64) + " blocks of " + to_str(bc) +
-            " keys x 64) and V (" + to_str(t.dv / 64) + " blocks of " + to_str(bc) +
-            " keys x 64), then the mbarriers: Q's, full[" + to_str(stages) + "], empty[" +
-            to_str(stages) + "]");
-  code.line("unsigned char* smem = kiln_dynamic_smem();");
-  code.line("smem += (1024u - (kiln_smem_addr(smem) & 1023u)) & 1023u;");
-  code.line("unsigned char* sq = smem;");
-  code.line("unsigned char* sk = sq + " + to_str(q_bytes) + ";");
-  code.line("unsigned char* sv = sk + " + to_str(stages * k_stage) + ";");
-  code.line("unsigned long long* qbar = (unsigned long long*)(sv + " + to_str(stages * v_stage) +
-            ");");
-  code.line("unsigned long long* full = qbar + 1;");
-  code.line("unsigned long long* empty = full + " + to_str(stages) + ";");
-  code.open("if (tid == 0) {");
-  code.line("kiln_mbarrier_init(qbar, 1);");
-  code.open("for (int s = 0; s < " + to_str(stages) + "; ++s) {");
-  code.line("kiln_mbarrier_init(&full[s], 1);     // the producer's expect_tx, then TMA's bytes");
-  code.line("kiln_mbarrier_init(&empty[s], 256);  // every consumer thread, once its P V is done");
-  code.close();
-  code.line("kiln_fence_proxy_async();  // the initialised barriers, to the async proxy (TMA)");
-  code.close();
-  code.line("__syncthreads();");
-  std::string tiles = key_tiles(ctx);
-  if (tiles.empty())
-    tiles = a.sk.fixed() ? to_str((a.sk.hi + bc - 1) / bc)
-                         : "(" + a.sk.expr() + " + " + to_str(bc - 1) + ") / " + to_str(bc);
-  code.line("const int key_tiles = " + tiles + ";");
-
-  code.open("if (tid < 128) {");
   code.line("// producer warpgroup: one thread issues every load");
   code.line("kiln_setmaxnreg_dec<24>();");
   code.open("if (tid == 0) {");
@@ -632,6 +591,178 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
               coords(a.v, a.v_group) + ", &full[s]);");
   code.close();
   code.close();
+}
+
+// sm_90a's attention producer for fp32 operands (`medium` and `high`, wgmma_attention_loads):
+// TMA copies without converting or rounding, so the producer warpgroup's 128 threads load Q
+// once and K and V a key tile at a time themselves, 4 columns (one 16-byte load) a thread at a
+// time, and write them where the consumers' descriptors read them, zeros past the rows and
+// columns. One load at a time, not unrolled: the producer's 24 registers hold no more without a
+// spill. Each thread then makes its writes visible to the async proxy (wgmma's operand reads) and
+// arrives on the barrier, which counts the 128 arrivals.
+// - `medium`: converted to bf16 (cvt.rn, as `medium` promises) where TMA would have put bf16
+//   operands: 64-column blocks of 128-byte rows, 16-byte chunk c of row r at
+//   r * 128 + 16 (c ^ (r & 7)) (the 128-byte swizzle).
+// - `high`: rounded to tf32 (cvt.rna, as `high` promises), fp32 in 32-column blocks of 128-byte
+//   rows, swizzled alike. Q and K as they lie (K-major for Q K^T); V transposed, K-major for
+//   P V (tf32 wgmma reads B K-major only): key r of the tile is V^T's column p(r), with pairs of
+//   keys 2l, 2l + 1 of each 8 at l and l + 4, where P's A fragment holds them (S's accumulator
+//   holds a row's keys 2t and 2t + 1 in one thread, the tf32 A fragment its k = t and t + 4).
+void emit_loading_producer(Code& code, const KernelContext& ctx) {
+  const KernelPlan& k = ctx.kernel;
+  const AttentionTile& t = k.attention_tile;
+  const AttentionExtents& a = k.attention_extents;
+  bool tf32 = wgmma_attention_tf32(k.attention_shape);
+  int stages = t.stages, bc = t.bc, eb = t.elem_bytes;
+  int k_stage = bc * t.d * eb, v_stage = bc * t.dv * eb;
+  // Quad j (4 columns) of row `row` (row r of the tile) of `src` (rows of `ld` columns; quads
+  // past `ld` and rows past `bound` zero), loaded into f (the zeros where it is outside).
+  auto load = [&](const std::string& src, const std::string& row0, int rows, int cols,
+                  int64_t ld, const Extent& bound) {
+    int quads = cols / 4;
+    code.line("#pragma unroll 1");
+    code.open("for (int i = tid; i < " + to_str(rows * quads) + "; i += 128) {");
+    code.line("const int r = i / " + to_str(quads) + ", j = i % " + to_str(quads) + ";");
+    code.line("const int row = " + row0 + "r;");
+    code.line("float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);");
+    std::string inside = "row < " + bound.expr();
+    if (cols > ld) inside += " && j < " + to_str(ld / 4);
+    code.line("if (" + inside + ") f = *(const float4*)(" + src + " + (long long)row * " +
+              to_str(ld) + " + j * 4);");
+  };
+  // Rows of `src` into `dst` as they lie: bf16 (quad j is half j & 1 of chunk (j / 2) mod 8 of
+  // the row in block j / 16) or tf32 (quad j is chunk j mod 8 of the row in block j / 8).
+  auto copy = [&](const std::string& src, const std::string& dst, const std::string& row0,
+                  int rows, int cols, int64_t ld, const Extent& bound) {
+    load(src, row0, rows, cols, ld, bound);
+    if (tf32) {
+      code.line("*(uint4*)(" + dst + " + (j >> 3) * " + to_str(rows * 128) +
+                " + r * 128 + (((j & 7) ^ (r & 7)) << 4)) = make_uint4(kiln_cvt_rna_tf32(f.x), "
+                "kiln_cvt_rna_tf32(f.y), kiln_cvt_rna_tf32(f.z), kiln_cvt_rna_tf32(f.w));");
+    } else {
+      code.line("*(uint2*)(" + dst + " + (j >> 4) * " + to_str(rows * 128) +
+                " + r * 128 + ((((j >> 1) & 7) ^ (r & 7)) << 4) + (j & 1) * 8) = "
+                "make_uint2(kiln_pack_bf16x2(f.x, f.y), kiln_pack_bf16x2(f.z, f.w));");
+    }
+    code.close();
+  };
+  // V's tile into `dst` transposed (tf32): column n = 4 j + e of key r is row n of V^T, its
+  // k position p = p(r) in 32-key blocks of t.dv rows x 128 bytes.
+  auto transpose = [&](const std::string& dst) {
+    load("V", "kt * " + to_str(bc) + " + ", bc, t.dv, a.dv, a.sk);
+    code.line("const int p = (r & ~7) | ((r & 1) << 2) | ((r & 7) >> 1);");
+    code.line("unsigned char* col = " + dst + " + (p >> 5) * " + to_str(t.dv * 128) +
+              " + ((p & 3) << 2);");
+    code.line("const float e[4] = {f.x, f.y, f.z, f.w};");
+    code.line("#pragma unroll");
+    code.open("for (int x = 0; x < 4; ++x) {");
+    code.line("const int n = 4 * j + x;");
+    code.line("*(unsigned*)(col + n * 128 + ((((p & 31) >> 2) ^ (n & 7)) << 4)) = "
+              "kiln_cvt_rna_tf32(e[x]);");
+    code.close();
+    code.close();
+  };
+  code.line(std::string("// producer warpgroup: its 128 threads load Q, K and V, ") +
+            (tf32 ? "round them to tf32 and write V transposed" : "convert them to bf16"));
+  code.line("kiln_setmaxnreg_dec<24>();");
+  copy("Q", "sq", "q0 + ", t.br, t.d, a.d, a.sq);
+  code.line("kiln_fence_proxy_async();  // this thread's writes, to the async proxy (wgmma)");
+  code.line("kiln_mbarrier_arrive(qbar);");
+  code.open("for (int kt = 0; kt < key_tiles; ++kt) {");
+  code.line("const int s = kt % " + to_str(stages) + ";");
+  code.line("// the stage's previous use released by both consumers");
+  code.line("if (kt >= " + to_str(stages) + ") kiln_mbarrier_wait(&empty[s], ((kt / " +
+            to_str(stages) + ") - 1) & 1);");
+  copy("K", "sk + s * " + to_str(k_stage), "kt * " + to_str(bc) + " + ", bc, t.d, a.d, a.sk);
+  if (tf32) {
+    transpose("sv + s * " + to_str(v_stage));
+  } else {
+    copy("V", "sv + s * " + to_str(v_stage), "kt * " + to_str(bc) + " + ", bc, t.dv, a.dv, a.sk);
+  }
+  code.line("kiln_fence_proxy_async();");
+  code.line("kiln_mbarrier_arrive(&full[s]);");
+  code.close();
+}
+
+// sm_90a (design 5b): warpgroup 0 loads the block's Q once and K and V a key tile at a time
+// with TMA (fp32 operands: with its own loads, emit_loading_producer) into a ring of stages;
+// warpgroups 1 and 2 each own 64 of the block's 128 queries: S = Q K^T by wgmma m64n{Bc}k16
+// (tf32: k8) from shared memory, the online softmax on S's accumulators (four m16n8
+// accumulators stacked per warp: the mma.sync kernel's layout), then O += P V by wgmma with P
+// packed from S into registers (the RS form) and V N-major (tf32: V^T K-major) from shared
+// memory. Shared memory holds every operand in blocks of 128-byte rows, 128-byte swizzled.
+void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
+  const KernelPlan& k = ctx.kernel;
+  const AttentionMatch& m = k.group.attention;
+  const AttentionTile& t = k.attention_tile;
+  const AttentionExtents& a = k.attention_extents;
+  // fp32 q, k and v (`medium`, `high`): loaded by the producer, converted to bf16 or rounded to
+  // tf32 on their way to shared memory; `high` runs tf32 wgmma (m64nNk8) on them
+  bool loads = wgmma_attention_loads(k.attention_shape);
+  bool tf32 = wgmma_attention_tf32(k.attention_shape);
+  std::string type = m.path == MatmulPath::f16 ? "f16" : "bf16";
+  std::string pack = m.path == MatmulPath::f16 ? "kiln_pack_f16x2" : "kiln_pack_bf16x2";
+  int stages = t.stages, br = t.br, bc = t.bc, eb = t.elem_bytes;
+  int q_bytes = br * t.d * eb, k_stage = bc * t.d * eb, v_stage = bc * t.dv * eb;
+  int step = tf32 ? 8 : 16;             // keys or head-dim columns a wgmma takes (its k)
+  std::string cols = to_str(128 / eb);  // head-dim columns a 128-byte row holds
+
+  open_kernel(code, ctx, 384);
+  emit_operands(code, ctx, storage_type(ctx.graph.node(m.q).type.dtype), loads);
+  if (tf32) {
+    code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms), fp32 rounded to");
+    code.line("// tf32: Q (" + to_str(t.d / 32) + " blocks of " + to_str(br) + " rows x 32 columns), " +
+              to_str(stages) + " stages of K (" + to_str(t.d / 32) + " blocks of " + to_str(bc) +
+              " keys x 32) and V transposed (" + to_str(bc / 32) + " blocks of " + to_str(t.dv) +
+              " columns x 32 keys), then the mbarriers: Q's, full[" + to_str(stages) +
+              "], empty[" + to_str(stages) + "]");
+  } else {
+    code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms): Q (" +
+              to_str(t.d / 64) + " blocks of " + to_str(br) + " rows x 64 columns), " +
+              to_str(stages) + " stages of K (" + to_str(t.d / 64) + " blocks of " + to_str(bc) +
+              " keys x 64) and V (" + to_str(t.dv / 64) + " blocks of " + to_str(bc) +
+              " keys x 64), then the mbarriers: Q's, full[" + to_str(stages) + "], empty[" +
+              to_str(stages) + "]");
+  }
+  code.line("unsigned char* smem = kiln_dynamic_smem();");
+  code.line("smem += (1024u - (kiln_smem_addr(smem) & 1023u)) & 1023u;");
+  code.line("unsigned char* sq = smem;");
+  code.line("unsigned char* sk = sq + " + to_str(q_bytes) + ";");
+  code.line("unsigned char* sv = sk + " + to_str(stages * k_stage) + ";");
+  code.line("unsigned long long* qbar = (unsigned long long*)(sv + " + to_str(stages * v_stage) +
+            ");");
+  code.line("unsigned long long* full = qbar + 1;");
+  code.line("unsigned long long* empty = full + " + to_str(stages) + ";");
+  code.open("if (tid == 0) {");
+  if (loads) {
+    code.line("// every producer thread arrives once its share is written");
+    code.line("kiln_mbarrier_init(qbar, 128);");
+  } else {
+    code.line("kiln_mbarrier_init(qbar, 1);");
+  }
+  code.open("for (int s = 0; s < " + to_str(stages) + "; ++s) {");
+  if (loads) {
+    code.line("kiln_mbarrier_init(&full[s], 128);");
+  } else {
+    code.line("kiln_mbarrier_init(&full[s], 1);     // the producer's expect_tx, then TMA's bytes");
+  }
+  code.line("kiln_mbarrier_init(&empty[s], 256);  // every consumer thread, once its P V is done");
+  code.close();
+  code.line("kiln_fence_proxy_async();  // the initialised barriers, to the async proxy (TMA)");
+  code.close();
+  code.line("__syncthreads();");
+  std::string tiles = key_tiles(ctx);
+  if (tiles.empty())
+    tiles = a.sk.fixed() ? to_str((a.sk.hi + bc - 1) / bc)
+                         : "(" + a.sk.expr() + " + " + to_str(bc - 1) + ") / " + to_str(bc);
+  code.line("const int key_tiles = " + tiles + ";");
+
+  code.open("if (tid < 128) {");
+  if (loads) {
+    emit_loading_producer(code, ctx);
+  } else {
+    emit_tma_producer(code, ctx);
+  }
   code.close();
 
   code.open("else {");
@@ -647,25 +778,43 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   code.line("#pragma unroll");
   code.line("for (int v = 0; v < " + to_str(t.dv / 2) + "; ++v) o[v] = 0.0f;");
   code.line("float acc[" + to_str(bc / 2) + "];");
-  code.line("unsigned pf[" + to_str(bc / 16) + "][4];");
+  code.line("unsigned pf[" + to_str(bc / step) + "][4];");
   code.line("float o_scale[2];  // each row's rescale of O, applied once the P V writing O retires");
   code.line("kiln_mbarrier_wait(qbar, 0);");
   std::string stage_of = "% " + to_str(stages);
   // S = Q K^T of the stage `s`, issued and committed
   auto issue_s = [&](const std::string& s) {
-    code.line("// S = Q K^T: both K-major, 16 head-dim columns (32 bytes) a step");
+    code.line("// S = Q K^T: both K-major, " + to_str(step) + " head-dim columns (32 bytes) a step, " +
+              cols + " a block");
     code.line("#pragma unroll");
-    code.open("for (int ks = 0; ks < " + to_str(t.d / 16) + "; ++ks) {");
+    code.open("for (int ks = 0; ks < " + to_str(t.d / step) + "; ++ks) {");
     code.line("const unsigned long long da = kiln_gmma_desc_128b(sq + (ks >> 2) * " +
               to_str(br * 128) + " + c * 8192 + (ks & 3) * 32, 16, 1024);");
     code.line("const unsigned long long db = kiln_gmma_desc_128b(sk + " + s + " * " +
               to_str(k_stage) + " + (ks >> 2) * " + to_str(bc * 128) + " + (ks & 3) * 32, 16, 1024);");
-    code.line("kiln_wgmma_m64n" + to_str(bc) + "k16_" + type + "<0>(acc, da, db, ks > 0 ? 1 : 0);");
+    if (tf32) {
+      code.line("kiln_wgmma_m64n" + to_str(bc) + "k8_tf32(acc, da, db, ks > 0 ? 1 : 0);");
+    } else {
+      code.line("kiln_wgmma_m64n" + to_str(bc) + "k16_" + type + "<0>(acc, da, db, ks > 0 ? 1 : 0);");
+    }
     code.close();
     code.line("kiln_wgmma_commit();");
   };
   // O += P V with the stage `s`'s V, issued and committed
   auto issue_pv = [&](const std::string& s) {
+    if (tf32) {
+      code.line("// O += P V: V^T K-major, 32-key blocks " + to_str(t.dv * 128) +
+                " bytes apart, 8 keys (32 bytes) a step");
+      code.line("#pragma unroll");
+      code.open("for (int kk = 0; kk < " + to_str(bc / 8) + "; ++kk) {");
+      code.line("const unsigned long long dv = kiln_gmma_desc_128b(sv + " + s + " * " +
+                to_str(v_stage) + " + (kk >> 2) * " + to_str(t.dv * 128) +
+                " + (kk & 3) * 32, 16, 1024);");
+      code.line("kiln_wgmma_m64n" + to_str(t.dv) + "k8_tf32_rs(o, pf[kk], dv, 1);");
+      code.close();
+      code.line("kiln_wgmma_commit();");
+      return;
+    }
     code.line("// O += P V: V N-major, 64-column blocks " + to_str(bc * 128) +
               " bytes apart (LBO), 8 keys a 1024-byte atom (SBO), 16 keys (2048 bytes) a step");
     code.line("#pragma unroll");
@@ -689,6 +838,19 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
     code.open("for (int r = 0; r < 2; ++r) {");
     emit_rescale(code, t.dv / 8, "o[4 * j + 2 * r]", "o[4 * j + 2 * r + 1]", "o_scale[r]");
     code.close();
+    if (tf32) {
+      code.line("// P to registers as the tf32 RS form's A, rounded (cvt.rna): keys 8 kk .. 8 kk + 7 from");
+      code.line("// S's accumulator kk, key pair 2 t, 2 t + 1 as the fragment's k = t, t + 4 (V^T's");
+      code.line("// columns are ordered to match), as the mma.sync kernel packs its tf32 A fragments");
+      code.line("#pragma unroll");
+      code.open("for (int kk = 0; kk < " + to_str(bc / 8) + "; ++kk) {");
+      code.line("pf[kk][0] = kiln_cvt_rna_tf32(acc[4 * kk]);");
+      code.line("pf[kk][1] = kiln_cvt_rna_tf32(acc[4 * kk + 2]);");
+      code.line("pf[kk][2] = kiln_cvt_rna_tf32(acc[4 * kk + 1]);");
+      code.line("pf[kk][3] = kiln_cvt_rna_tf32(acc[4 * kk + 3]);");
+      code.close();
+      return;
+    }
     code.line("// P to registers as the RS form's A: keys 16 kk .. 16 kk + 15 from S's accumulators");
     code.line("// 2 kk and 2 kk + 1, as the mma.sync kernel packs its A fragments");
     code.line("#pragma unroll");

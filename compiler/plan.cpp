@@ -426,7 +426,8 @@ void plan_wgmma(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k, 
 // The wgmma attention kernel's three tensor-map parameters, appended to the group's: Q, K and V
 // as rank-4 maps {head dim, rows, inner batch, outer batch} (a broadcast batch dim a dim of 1;
 // k's and v's inner batch their H_kv heads), boxes of 64 columns x 128 rows with 128-byte
-// swizzle; for a symbolic graph with their dims and strides as size terms.
+// swizzle; for a symbolic graph with their dims and strides as size terms. None where the kernel
+// takes fp32 operands (wgmma_attention_loads): it reads them through their pointers.
 void plan_wgmma_attention(const ir::Graph& graph, const ProgramPlan& plan, KernelPlan& k,
                           bool symbolic) {
   const AttentionMatch& m = k.group.attention;
@@ -470,6 +471,8 @@ void plan_wgmma_attention(const ir::Graph& graph, const ProgramPlan& plan, Kerne
       for (const Extent& v : x) terms.push_back(v.term());
     return append_map_param(plan, k, operand, spec, std::move(terms));
   };
+  // fp32 q, k and v (`medium`, `high`): the producer loads, converts or rounds them itself
+  if (wgmma_attention_loads(k.attention_shape)) return;
   k.q_map_param = map_param(m.q, a.sq, a.d, a.q, 1, static_cast<uint32_t>(t.br));
   k.k_map_param = map_param(m.k, a.sk, a.d, a.k, a.k_group, static_cast<uint32_t>(t.bc));
   k.v_map_param = map_param(m.v, a.sk, a.dv, a.v, a.v_group, static_cast<uint32_t>(t.bc));
@@ -484,7 +487,8 @@ bool wgmma_attention_plans(const ir::Graph& graph, const KernelPlan& k, const Ta
   const MatmulExtents& e = k.extents;
   int rank = graph.node(k.group.attention.root).type.shape.rank();
   if (rank > 4 || e.per_dim()) return false;
-  // Strides of whole 16-byte units at every size (TMA's rule); for a symbolic graph, fixed heads
+  // Strides of whole 8-element units at every size (TMA's 16-byte rule; for fp32 operands the
+  // converting producer's aligned 16-byte loads); for a symbolic graph, fixed heads
   // that divide the batch and k's and v's head groups that divide the heads at every size (the
   // maps' dims as size terms, plan_wgmma_attention).
   auto aligned = [](const std::array<Extent, 2>& strides) {

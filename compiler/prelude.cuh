@@ -385,6 +385,10 @@ KILN_DEVICE void kiln_wgmma_m64n256k16_f16(float* d, unsigned long long desc_a,
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" S ", 0;\n wgmma.mma_async.sync.aligned."   \
                SHAPE ".f32.tf32.tf32 {" REGS "}, %" A ", %" B ", p, 1, 1;\n}\n"                 \
                : D : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+KILN_DEVICE void kiln_wgmma_m64n64k8_tf32(float* d, unsigned long long desc_a,
+                                          unsigned long long desc_b, int scale_d) {
+  KILN_WGMMA_TF32("m64n64k8", KILN_WGMMA_REGS32, KILN_WGMMA_D32, "32", "33", "34");
+}
 KILN_DEVICE void kiln_wgmma_m64n128k8_tf32(float* d, unsigned long long desc_a,
                                            unsigned long long desc_b, int scale_d) {
   KILN_WGMMA_TF32("m64n128k8", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66");
@@ -443,5 +447,21 @@ template <int TransB>
 KILN_DEVICE void kiln_wgmma_m64n256k16_f16_rs(float* d, unsigned* a, unsigned long long desc_b,
                                             int scale_d) {
   KILN_WGMMA_RS("m64n256k16", "f16", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131", "132", "133", "134");
+}
+// tf32 in the RS form: a[0..3] of each thread hold warp w's rows 16 w .. 16 w + 15 as
+// mma.m16n8k8 tf32's A fragment (register r: row g + 8 (r & 1), column t + 4 (r >> 1), the fp32
+// bits of a tf32 value); B K-major from a descriptor (tf32 takes no transpose).
+#define KILN_WGMMA_TF32_RS(SHAPE, REGS, D, A0, A1, A2, A3, B, S)                                  \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" S ", 0;\n wgmma.mma_async.sync.aligned."   \
+               SHAPE ".f32.tf32.tf32 {" REGS "}, {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B       \
+               ", p, 1, 1;\n}\n"                                                                 \
+               : D : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+KILN_DEVICE void kiln_wgmma_m64n64k8_tf32_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                             int scale_d) {
+  KILN_WGMMA_TF32_RS("m64n64k8", KILN_WGMMA_REGS32, KILN_WGMMA_D32, "32", "33", "34", "35", "36", "37");
+}
+KILN_DEVICE void kiln_wgmma_m64n128k8_tf32_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                              int scale_d) {
+  KILN_WGMMA_TF32_RS("m64n128k8", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67", "68", "69");
 }
 #endif  // KILN_PRELUDE_CUH

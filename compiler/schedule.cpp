@@ -292,13 +292,15 @@ Status check_wgmma_attention_tile(const AttentionTile& tile, const AttentionShap
   model.stages = tile.stages;
   bool legal = tile.wgmma && wgmma_attention_computes(shape) && same_tile(tile, model) &&
                tile.d == model.d && tile.dv == model.dv && tile.q_ld == model.q_ld &&
-               tile.k_ld == model.k_ld && tile.v_ld == model.v_ld && tile.elem_bytes == 2 &&
-               tile.dv_slabs == 1 && tile.stages >= 2 && tile.smem_bytes() <= smem_limit(90);
+               tile.k_ld == model.k_ld && tile.v_ld == model.v_ld &&
+               tile.elem_bytes == model.elem_bytes && tile.dv_slabs == 1 && tile.stages >= 2 &&
+               tile.smem_bytes() <= smem_limit(90);
   if (legal) return Status::success();
   return make_error("tile ", to_string(tile), " is not one the sm_90a attention kernel runs (",
-                    "128x128, or 128x64 at head dims over 128, wgmma, 2 stages or more within ",
-                    std::to_string(smem_limit(90) / 1024), " KiB of shared memory, for 16-bit "
-                    "operands at head dims that are multiples of 8 up to 256)");
+                    "128x128, or 128x64 at head dims over 128 (fp32 in `high`: over 64), wgmma, ",
+                    "2 stages or more within ", std::to_string(smem_limit(90) / 1024),
+                    " KiB of shared memory, for 16-bit operands or fp32 ones in `medium` at head "
+                    "dims that are multiples of 8 up to 256, or fp32 ones in `high` up to 128)");
 }
 
 std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile) {

@@ -223,9 +223,25 @@ AttentionTile choose_attention_tile(const AttentionShape& shape, int sm) {
 }
 
 bool wgmma_attention_computes(const AttentionShape& shape) {
-  bool half = shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16;
-  auto fits = [](int64_t dim) { return dim >= 8 && dim <= 256 && dim % 8 == 0; };
-  return half && shape.elem_bytes == 2 && fits(shape.d) && fits(shape.dv);
+  bool half = (shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16) &&
+              shape.elem_bytes == 2;
+  // tf32: head dims up to 128 (Q and two stages of fp32 K and V fill shared memory there)
+  int64_t widest = wgmma_attention_tf32(shape) ? 128 : 256;
+  auto fits = [&](int64_t dim) { return dim >= 8 && dim <= widest && dim % 8 == 0; };
+  return (half || wgmma_attention_converts(shape) || wgmma_attention_tf32(shape)) &&
+         fits(shape.d) && fits(shape.dv);
+}
+
+bool wgmma_attention_converts(const AttentionShape& shape) {
+  return shape.path == MatmulPath::bf16_of_f32 && shape.elem_bytes == 4;
+}
+
+bool wgmma_attention_tf32(const AttentionShape& shape) {
+  return shape.path == MatmulPath::tf32 && shape.elem_bytes == 4;
+}
+
+bool wgmma_attention_loads(const AttentionShape& shape) {
+  return wgmma_attention_converts(shape) || wgmma_attention_tf32(shape);
 }
 
 AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape) {
@@ -246,6 +262,15 @@ AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape) {
   t.q_ld = t.k_ld = t.d;
   t.v_ld = t.dv;
   t.elem_bytes = 2;
+  if (wgmma_attention_tf32(shape)) {
+    // fp32 in shared memory: d padded to a multiple of 32 (128-byte rows of 32 fp32), P V's
+    // m64n{dv}k8 at n = 64 or 128; 64 keys a tile past a head dim of 64 (at d = d_v = 128: 64 KiB
+    // of Q and two stages of 32 KiB of K and 32 KiB of V, where 128 keys would need 320 KiB).
+    t.elem_bytes = 4;
+    t.d = static_cast<int>((shape.d + 31) / 32 * 32);
+    t.q_ld = t.k_ld = t.d;
+    t.bc = shape.d > 64 || shape.dv > 64 ? 64 : 128;
+  }
   return t;
 }
 

@@ -195,11 +195,22 @@ AttentionTile attention_tile(MatmulPath path, int64_t d, int64_t dv, int warps, 
 AttentionTile choose_attention_tile(MatmulPath path, int64_t d, int64_t dv, int sm);
 AttentionTile choose_attention_tile(const AttentionShape& shape, int sm);
 // Whether the sm_90a attention kernel computes `shape`: 16-bit operands on the bf16 or f16 path,
-// head dims d and dv multiples of 8 (rows of whole 16-byte units, as TMA wants) up to 256.
+// or fp32 operands on the bf16_of_f32 path (`medium`, wgmma_attention_converts), head dims d and
+// dv multiples of 8 (rows of whole 16-byte units, as TMA wants) up to 256; or fp32 operands on
+// the tf32 path (`high`, wgmma_attention_tf32) with head dims up to 128.
 bool wgmma_attention_computes(const AttentionShape& shape);
+// Whether it converts fp32 q, k and v to bf16 on their way to shared memory (`medium`): its
+// producer warpgroup then loads them itself, not by TMA, which copies without converting.
+bool wgmma_attention_converts(const AttentionShape& shape);
+// Whether it runs tf32 wgmma (`high`, head dims up to 128): its producer loads q, k and v itself,
+// rounds them to tf32 and writes V transposed (tf32 wgmma reads B K-major only).
+bool wgmma_attention_tf32(const AttentionShape& shape);
+// Whether its producer loads q, k and v itself (either of the above), with no tensor maps.
+bool wgmma_attention_loads(const AttentionShape& shape);
 // Its tile: 128 queries (two consumer warpgroups) x 128 keys, 2 stages; 64 keys where d or dv is
 // over 128 (Q and two stages of K and V then fit shared memory). d and dv padded to a multiple
-// of 64 (P V's wgmma is m64n{dv}k16: the prelude holds 64, 128, 192 and 256).
+// of 64 (P V's wgmma is m64n{dv}k16: the prelude holds 64, 128, 192 and 256). tf32: fp32 in
+// shared memory, d padded to a multiple of 32, 64 keys where d or dv is over 64.
 AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape);
 // The widest key tile the attention kernel of `path` keeps in registers at padded head dim `d`
 // (FusedAttentionCompilesWithoutSpills in tests/compiler): 64 on tensor cores, but tf32x3 (its

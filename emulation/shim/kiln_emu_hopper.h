@@ -235,7 +235,17 @@ inline void rs_a_place(int thread, int reg, int half, int* m, int* k) {
   *k = 2 * t + half + 8 * (reg >> 1);
 }
 
-// The bits an RS wgmma's A registers hold while it is in flight: a NaN pair in bf16 and f16.
+// The same for tf32 (m64nNk8; PTX ISA, "Register Fragment" of wgmma .tf32 A, CuTe's
+// ALayout_64x8): warp w's rows as mma.m16n8k8 tf32's A fragment: register r of the thread is
+// element (16 w + g + 8 (r & 1), t + 4 (r >> 1)), the fp32 bits of a tf32 value.
+inline void rs_a_place_tf32(int thread, int reg, int* m, int* k) {
+  int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+  *m = 16 * warp + g + 8 * (reg & 1);
+  *k = t + 4 * (reg >> 1);
+}
+
+// The bits an RS wgmma's A registers hold while it is in flight: a NaN pair in bf16 and f16, a
+// NaN in tf32.
 inline constexpr uint32_t k_poisoned_a = 0xffffffffu;
 
 // The shared-memory bytes `op` reads, in order (A's, unless it is in registers, then B's), as the
@@ -289,7 +299,14 @@ inline void gather_wgmma_operands(Block& b, WgmmaOp& op, const char** error) {
   std::vector<float>& bm = op.b_vals;
   a.assign(64 * 16, 0.0f);
   bm.assign(static_cast<size_t>(op.n) * 16, 0.0f);
-  if (op.a_regs) {
+  if (op.a_regs && op.tf32) {
+    for (int thread = 0; thread < 128; ++thread)
+      for (int r = 0; r < 4; ++r) {
+        int m = 0, k = 0;
+        rs_a_place_tf32(thread, r, &m, &k);
+        a[static_cast<size_t>(m * 16 + k)] = tf32_operand(op.a[thread][r]);
+      }
+  } else if (op.a_regs) {
     for (int thread = 0; thread < 128; ++thread)
       for (int r = 0; r < 4; ++r)
         for (int h = 0; h < 2; ++h) {
@@ -474,14 +491,14 @@ inline bool let_wgmmas_retire(Block& b) {
 enum WgmmaType : int { wgmma_f16 = 0, wgmma_bf16 = 1, wgmma_tf32 = 2 };
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} (or m64nNk8.f32.tf32): A from a
-// descriptor, K-major or (trans_a, 16-bit only) M-major, or (a_regs not null, the RS form, 16-bit
-// only) from the thread's four registers at a_regs; B from a descriptor, K-major or (trans_b,
+// descriptor, K-major or (trans_a, 16-bit only) M-major, or (a_regs not null, the RS form) from
+// the thread's four registers at a_regs; B from a descriptor, K-major or (trans_b,
 // 16-bit only) N-major. tf32 takes both operands K-major.
 inline void wgmma(float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, int n, int type,
                   bool trans_a, bool trans_b, int scale_d, const void* site) {
   require_sm90a("wgmma.mma_async");
   bool bf16 = type == wgmma_bf16, tf32 = type == wgmma_tf32;
-  if (tf32 && (trans_a || trans_b || a_regs)) fail("wgmma.mma_async .tf32: both operands K-major, from descriptors");
+  if (tf32 && (trans_a || trans_b)) fail("wgmma.mma_async .tf32: both operands K-major");
   if (trans_a && a_regs) fail("wgmma.mma_async: A from registers takes no imm-trans-a");
   int variant = n * 32 + (trans_a ? 16 : 0) + (tf32 ? 8 : 0) + (a_regs ? 4 : 0) + (bf16 ? 2 : 0) +
                 (trans_b ? 1 : 0);

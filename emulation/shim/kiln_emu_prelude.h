@@ -204,6 +204,10 @@ KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k16_f16(float* d, unsign
   ::kiln_emu::wgmma(d, a, nullptr, b, 256, false, TransA != 0, TransB != 0, scale_d, KILN_EMU_SITE);
 }
 // tf32: m64nNk8 on fp32 operands, both K-major.
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n64k8_tf32(float* d, unsigned long long a,
+                                                               unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, a, nullptr, b, 64, ::kiln_emu::wgmma_tf32, false, false, scale_d, KILN_EMU_SITE);
+}
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k8_tf32(float* d, unsigned long long a,
                                                                 unsigned long long b, int scale_d) {
   ::kiln_emu::wgmma(d, a, nullptr, b, 128, ::kiln_emu::wgmma_tf32, false, false, scale_d, KILN_EMU_SITE);
@@ -211,6 +215,15 @@ KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k8_tf32(float* d, unsign
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k8_tf32(float* d, unsigned long long a,
                                                                 unsigned long long b, int scale_d) {
   ::kiln_emu::wgmma(d, a, nullptr, b, 256, ::kiln_emu::wgmma_tf32, false, false, scale_d, KILN_EMU_SITE);
+}
+// tf32 in the RS form: A from the thread's four registers a[0..3], B K-major.
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n64k8_tf32_rs(float* d, unsigned* a,
+                                                                  unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 64, ::kiln_emu::wgmma_tf32, false, false, scale_d, KILN_EMU_SITE);
+}
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k8_tf32_rs(float* d, unsigned* a,
+                                                                   unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 128, ::kiln_emu::wgmma_tf32, false, false, scale_d, KILN_EMU_SITE);
 }
 // The RS form: A from the thread's four registers a[0..3].
 template <int TransB>

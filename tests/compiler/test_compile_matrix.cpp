@@ -665,17 +665,30 @@ TEST(CompileShapes, BatchedWgmmaMatmulsCompileWithoutSpillsOrWarningsOnSm90a) {
 // 136 beside 192, P V's width then 192), with every score step it reads: a float mask,
 // causality, grouped heads, ragged queries and keys, and a residual in the epilogue. Each compiles
 // without a spill or a ptxas warning and holds the design: TMA loads, wgmma from shared memory
-// for Q K^T and from registers (the RS form) for P V, setmaxnreg, no mma.sync.
+// for Q K^T and from registers (the RS form) for P V, setmaxnreg, no mma.sync. fp32 operands in
+// `medium` take the same kernel on bf16 wgmma with a producer that loads and converts them itself
+// (16-byte loads, no TMA); in `high` (head dims up to 128) on tf32 wgmma (m64nNk8, P from
+// registers), the producer rounding them to tf32, with 64-key tiles past a head dim of 64.
 TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  struct Mode {
+    const char* type;
+    ir::Precision precision;
+  };
   int compiled = 0;
-  for (const char* t : {"bf16", "f16"}) {
-    // (d, d_v): over 128 the key tile is 64; d_v pads to a multiple of 64, P V's width
-    for (auto [d, d_v] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{256, 256},
-                          std::pair{200, 192}, std::pair{192, 136}}) {
-      std::string ty = t, dq = std::to_string(d), dv = std::to_string(d_v);
-      bool wide = d > 128 || d_v > 128;
-      std::string bc = wide ? "64" : "128", pv = std::to_string((d_v + 63) / 64 * 64);
+  for (Mode mode : {Mode{"bf16", ir::Precision::high}, Mode{"f16", ir::Precision::high},
+                    Mode{"f32", ir::Precision::medium}, Mode{"f32", ir::Precision::high}}) {
+    std::string ty = mode.type;
+    bool loads = ty == "f32", tf32 = loads && mode.precision == ir::Precision::high;
+    // the wgmmas' shape suffix and operand types
+    std::string wg = tf32 ? "k8.f32.tf32.tf32" : "k16.f32." + (loads ? std::string("bf16") : ty);
+    // (d, d_v): over 128 the key tile is 64 (tf32: over 64); d_v pads to a multiple of 64, P V's
+    // width
+    std::vector<std::pair<int, int>> dims = {{64, 128}, {128, 128}, {256, 256}, {200, 192}, {192, 136}};
+    if (tf32) dims = {{64, 64}, {64, 128}, {128, 128}};
+    for (auto [d, d_v] : dims) {
+      std::string dq = std::to_string(d), dv = std::to_string(d_v);
+      std::string pv = std::to_string((d_v + 63) / 64 * 64);
       ir::Graph g = test::parse(
           "graph a {\n  input q: " + ty + "[2, 8, 200, " + dq + "]\n  input k: " + ty +
           "[2, 2, 330, " + dq + "]\n  input v: " + ty + "[2, 2, 330, " + dv +
@@ -684,10 +697,11 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
           "  p = attention(q, k, k)\n  output y, p\n}\n");
       CompileOptions o;
       o.target = Target::cuda(90, "a");
-      o.precision = ir::Precision::high;
+      o.precision = mode.precision;
       auto request = check_request(g, o);
       ASSERT_TRUE(request.ok()) << request.error().message;
-      std::string what = std::string("sm_90a ") + t + " d " + dq + " d_v " + dv;
+      std::string what = "sm_90a " + ty + " " + std::string(ir::to_string(mode.precision)) +
+                         " d " + dq + " d_v " + dv;
       auto program = lower(g, *request, heuristic_schedule());
       ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
       auto a = compile_lowered(*program, request->options);
@@ -697,17 +711,31 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
       for (const KernelArtifact& k : a->kernels) {
         if (k.name.find("attention") == std::string::npos) continue;
         ++attentions;
-        EXPECT_EQ(k.tile, "128x" + bc + ", wgmma, 2 stages") << what;
+        // o's head dims are (d, d_v), p's (d, d)
+        bool is_o = k.name.find("k0_") != std::string::npos;
+        int kv = is_o ? d_v : d;
+        bool wide = tf32 ? d > 64 || kv > 64 : d > 128 || kv > 128;
+        std::string bc = wide ? "64" : "128";
+        EXPECT_EQ(k.tile, "128x" + bc + ", wgmma, 2 stages") << what << " " << k.name;
         EXPECT_NE(k.name.find("_wg128x" + bc), std::string::npos) << what << " " << k.name;
-        EXPECT_NE(k.ptx.find("wgmma.mma_async.sync.aligned.m64n" + bc + "k16.f32." + ty), std::string::npos) << what;
+        EXPECT_NE(k.ptx.find("wgmma.mma_async.sync.aligned.m64n" + bc + wg), std::string::npos) << what;
         // P V with A from registers: "{%r.., %r.., %r.., %r..}" after the accumulators, where the
         // SS form has a descriptor (a 64-bit %rd).
         size_t rs = k.ptx.find("}, {%r");
         EXPECT_NE(rs, std::string::npos) << what;
-        if (rs != std::string::npos && k.name.find("k0_") != std::string::npos) {  // o: d_v's width
-          EXPECT_NE(k.ptx.rfind("wgmma.mma_async.sync.aligned.m64n" + pv + "k16.f32." + ty, rs), std::string::npos) << what;
+        if (rs != std::string::npos && is_o) {  // o: d_v's width
+          EXPECT_NE(k.ptx.rfind("wgmma.mma_async.sync.aligned.m64n" + pv + wg, rs), std::string::npos) << what;
         }
-        EXPECT_NE(k.ptx.find("cp.async.bulk.tensor.4d"), std::string::npos) << what << " " << k.name;
+        if (loads) {  // q, k and v loaded 16 bytes at a time and converted or rounded
+          EXPECT_EQ(k.ptx.find("cp.async.bulk.tensor"), std::string::npos) << what << " " << k.name;
+          EXPECT_TRUE(k.ptx.find("ld.global.nc.v4.f32") != std::string::npos ||
+                      k.ptx.find("ld.global.v4.f32") != std::string::npos)
+              << what << " " << k.name;
+          EXPECT_NE(k.ptx.find(tf32 ? "cvt.rna.tf32.f32" : "cvt.rn.bf16x2.f32"), std::string::npos)
+              << what << " " << k.name;
+        } else {
+          EXPECT_NE(k.ptx.find("cp.async.bulk.tensor.4d"), std::string::npos) << what << " " << k.name;
+        }
         EXPECT_NE(k.ptx.find("setmaxnreg.inc.sync.aligned.u32 240"), std::string::npos) << what;
         EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos) << what << " " << k.name;
         EXPECT_EQ(k.report.local_bytes, 0) << what << " " << k.name;
@@ -718,7 +746,7 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
       ++compiled;
     }
   }
-  EXPECT_EQ(compiled, 10);
+  EXPECT_EQ(compiled, 18);
 }
 
 // A symbolic graph's matmuls and attention on sm_90a's wgmma kernels, as the model plans them at

@@ -373,6 +373,56 @@ TEST(AttentionSchedule, TheWgmmaTilePadsHeadDimsToMultiplesOf64) {
   EXPECT_EQ(cuda_kernel_name("k1_attention_bf16", AttentionTile{64, 64, 2, 4}), "k1_attention_bf16");
 }
 
+// fp32 attention reaches the wgmma kernel in `medium` (its producer converts q, k and v to bf16,
+// wgmma_attention_converts; the tile, bf16 in shared memory, is the 16-bit one's) and in `high`
+// at head dims up to 128 (tf32 wgmma, fp32 in shared memory: d padded to a multiple of 32, 64
+// keys a tile past a head dim of 64), not in `tf32x3` or `highest`.
+TEST(AttentionSchedule, TheWgmmaKernelTakesFp32AttentionInMediumAndHigh) {
+  auto shape_of = [](MatmulPath path, int elem_bytes, int64_t d = 128, int64_t dv = 128) {
+    AttentionShape s;
+    s.d = d;
+    s.dv = dv;
+    s.path = path;
+    s.elem_bytes = elem_bytes;
+    return s;
+  };
+  AttentionShape medium = shape_of(MatmulPath::bf16_of_f32, 4), half = shape_of(MatmulPath::bf16, 2);
+  EXPECT_TRUE(wgmma_attention_computes(medium));
+  EXPECT_TRUE(wgmma_attention_converts(medium));
+  EXPECT_TRUE(wgmma_attention_loads(medium));
+  EXPECT_TRUE(wgmma_attention_computes(half));
+  EXPECT_FALSE(wgmma_attention_loads(half));
+  EXPECT_FALSE(wgmma_attention_loads(shape_of(MatmulPath::f16, 2)));
+  for (MatmulPath path : {MatmulPath::tf32x3, MatmulPath::ffma})
+    EXPECT_FALSE(wgmma_attention_computes(shape_of(path, 4))) << to_string(path);
+  AttentionTile t = choose_wgmma_attention_tile(medium);
+  EXPECT_EQ(t.elem_bytes, 2);
+  EXPECT_EQ(t.smem_bytes(), choose_wgmma_attention_tile(half).smem_bytes());
+  EXPECT_TRUE(check_wgmma_attention_tile(t, medium));
+  struct Case {
+    int64_t d, dv;
+    int pd, pdv, bc;
+  };
+  for (Case c : {Case{128, 128, 128, 128, 64}, Case{40, 72, 64, 128, 64}, Case{64, 56, 64, 64, 128},
+                 Case{8, 8, 32, 64, 128}, Case{96, 64, 96, 64, 64}}) {
+    AttentionShape high = shape_of(MatmulPath::tf32, 4, c.d, c.dv);
+    std::string what = "d " + std::to_string(c.d) + " dv " + std::to_string(c.dv);
+    EXPECT_TRUE(wgmma_attention_computes(high)) << what;
+    EXPECT_TRUE(wgmma_attention_tf32(high)) << what;
+    EXPECT_TRUE(wgmma_attention_loads(high)) << what;
+    EXPECT_FALSE(wgmma_attention_converts(high)) << what;
+    t = choose_wgmma_attention_tile(high);
+    EXPECT_EQ(t.elem_bytes, 4) << what;
+    EXPECT_EQ(t.d, c.pd) << what;
+    EXPECT_EQ(t.dv, c.pdv) << what;
+    EXPECT_EQ(t.bc, c.bc) << what;
+    EXPECT_LE(t.smem_bytes(), smem_limit(90)) << what;
+    EXPECT_TRUE(check_wgmma_attention_tile(t, high)) << what;
+  }
+  EXPECT_FALSE(wgmma_attention_computes(shape_of(MatmulPath::tf32, 4, 136, 64)));
+  EXPECT_FALSE(wgmma_attention_computes(shape_of(MatmulPath::tf32, 4, 64, 136)));
+}
+
 const char* k_attention_graph =
     "graph g {\n  input q: bf16[2, 3, 300, 64]\n  input k: bf16[2, 3, 300, 64]\n"
     "  input v: bf16[2, 3, 300, 64]\n  o = attention(q, k, v, causal=true)\n  output o\n}\n";

@@ -121,20 +121,22 @@ CuteGmmaAccumulator accumulator() {
   return a;
 }
 
-// ALayout maps (thread, value) to m + 64 k; an RS atom's B is a descriptor, its A a fragment.
-template <class Op>
+// ALayout maps (thread, value) to m + 64 k; an RS atom's B is a descriptor, its A a fragment of
+// `Values` values a thread (8 of 16 bits, 4 of tf32).
+template <class Op, int Values = 8>
 CuteGmmaRegisterA register_a(const char* name, int n, bool bf16) {
   using Traits = MMA_Traits<Op>;
   static_assert(std::is_same_v<typename Traits::FrgTypeB, gmma::smem_desc<gmma::Major::K>>,
                 "B from shared memory");
-  static_assert(decltype(size<1>(typename Traits::ALayout{}))::value == 8, "8 A values a thread");
+  static_assert(decltype(size<1>(typename Traits::ALayout{}))::value == Values,
+                "the A values a thread holds");
   typename Traits::ALayout layout;
   CuteGmmaRegisterA r;
   r.name = name;
   r.n = n;
   r.bf16 = bf16;
   for (int t = 0; t < 128; ++t) {
-    for (int v = 0; v < 8; ++v) {
+    for (int v = 0; v < Values; ++v) {
       int i = static_cast<int>(layout(t, v));
       r.a.push_back({i % 64, i / 64});
     }
@@ -185,7 +187,15 @@ std::vector<CuteGmmaRegisterA> cute_gmma_register_a() {
           register_a<SM90_64x256x16_F32F16F16_RS<Major::K, Major::K>>(
               "SM90_64x256x16_F32F16F16_RS", 256, false)};
 }
+
+std::vector<CuteGmmaRegisterA> cute_gmma_register_a_tf32() {
+  return {register_a<SM90_64x64x8_F32TF32TF32_RS_TN<>, 4>("SM90_64x64x8_F32TF32TF32_RS_TN", 64,
+                                                           false),
+          register_a<SM90_64x128x8_F32TF32TF32_RS_TN<>, 4>("SM90_64x128x8_F32TF32TF32_RS_TN", 128,
+                                                            false)};
+}
 #else
+std::vector<CuteGmmaRegisterA> cute_gmma_register_a_tf32() { return {}; }
 std::vector<CuteGmmaCase> cute_gmma_cases() { return {}; }
 std::vector<CuteGmmaAccumulator> cute_gmma_accumulators() { return {}; }
 std::vector<CuteGmmaRegisterA> cute_gmma_register_a() { return {}; }

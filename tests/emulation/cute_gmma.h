@@ -55,12 +55,15 @@ struct CuteGmmaRegisterA {
   std::string name;  // e.g. "SM90_64x128x16_F32BF16BF16_RS"
   int n = 0;
   bool bf16 = true;
-  std::vector<Place> a;  // [thread * 8 + v]: row m, column k
+  std::vector<Place> a;  // [thread * 8 + v] (tf32: [thread * 4 + v]): row m, column k
   std::vector<Place> c;  // the atom's C layout, [thread * n / 2 + v]: row m, column n
 };
 
-// The eight RS atoms kiln's attention kernel issues (N 64, 128, 192 and 256, bf16 and f16), or
-// none without the CUTLASS headers.
+// The eight 16-bit RS atoms kiln's attention kernel issues (N 64, 128, 192 and 256, bf16 and
+// f16), or none without the CUTLASS headers.
 std::vector<CuteGmmaRegisterA> cute_gmma_register_a();
+// The two tf32 RS atoms it issues in `high` (SM90_64x{64,128}x8_F32TF32TF32_RS_TN: four values
+// a thread), or none without the CUTLASS headers.
+std::vector<CuteGmmaRegisterA> cute_gmma_register_a_tf32();
 
 }  // namespace kiln::emulation::testing

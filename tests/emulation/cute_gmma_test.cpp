@@ -356,6 +356,43 @@ TEST(EmulatedGmmaAgainstCute, TheRegisterOperandLayoutIsCutes) {
   }
 }
 
+// tf32 in the RS form (the attention kernel's P V in `high`): register r of each thread is the
+// element CuTe's ALayout_64x8 gives, for both atoms it issues.
+TEST(EmulatedGmmaAgainstCute, TheTf32RegisterOperandLayoutIsCutes) {
+  std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a_tf32();
+  if (atoms.empty()) GTEST_SKIP() << k_no_cute;
+  ASSERT_EQ(atoms.size(), 2u);
+  for (const CuteGmmaRegisterA& atom : atoms) {
+    ASSERT_EQ(atom.a.size(), 128u * 4u) << atom.name;
+    ASSERT_EQ(atom.c.size(), static_cast<size_t>(128 * atom.n / 2)) << atom.name;
+    int wrong = 0;
+    for (int thread = 0; thread < 128; ++thread) {
+      for (int r = 0; r < 4; ++r) {
+        Place want = atom.a[static_cast<size_t>(thread * 4 + r)];
+        int m = -1, k = -1;
+        ::kiln_emu::rs_a_place_tf32(thread, r, &m, &k);
+        if (m == want.row && k == want.col) continue;
+        if (wrong++ == 0)
+          ADD_FAILURE() << atom.name << ": thread " << thread << " register " << r << " is A("
+                        << m << ", " << k << ") to kiln, A(" << want.row << ", " << want.col
+                        << ") to CuTe";
+      }
+    }
+    EXPECT_EQ(wrong, 0) << atom.name;
+    // and its accumulators are the 16-bit atoms' (CLayout_64xN): what the softmax reads as S
+    int moved = 0;
+    for (int thread = 0; thread < 128; ++thread) {
+      int warp = thread / 32, g = thread % 32 / 4, t = thread % 4;
+      for (int v = 0; v < atom.n / 2; ++v) {
+        Place p = atom.c[static_cast<size_t>(thread * atom.n / 2 + v)];
+        int j = v / 4, i = v % 4;
+        moved += p.row != 16 * warp + g + 8 * (i >> 1) || p.col != 8 * j + 2 * t + (i & 1);
+      }
+    }
+    EXPECT_EQ(moved, 0) << atom.name;
+  }
+}
+
 // One warpgroup copies `image` into shared memory, takes its A registers of 4 k steps from
 // regs[(kb * 128 + thread) * 4 + r] and runs 4 k steps of m64nNk16 in the RS form, B read through
 // CuTe's descriptors descs[kb]; value v of thread t goes to out[t * N / 2 + v].

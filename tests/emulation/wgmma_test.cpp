@@ -534,6 +534,20 @@ const char* k_symbolic_attention_graph = R"(graph symatt {
 }
 )";
 
+// The same in fp32 (`medium`: the producer loads and converts q, k and v, no maps), the key
+// tiles' bounds and the grouped heads' offsets read from S.
+const char* k_symbolic_attention_f32_graph = R"(graph symattf {
+  dim S: 1..300
+  input q: f32[2, 4, S, 64]
+  input k: f32[2, 2, S, 64]
+  input v: f32[1, 2, S, 64]
+  input kf: f32[2, 4, S, 64]
+  o = attention(q, k, v, causal=true)
+  f = attention(q, kf, kf)
+  output o, f
+}
+)";
+
 // Attention over a symbolic batch (rank 3: B is the maps' third dim), queries fewer than keys.
 const char* k_symbolic_batch_attention_graph = R"(graph symbatch {
   dim B: 1..64
@@ -587,18 +601,24 @@ TEST_P(EmulatedWgmmaSymbolic, OneBucketsBuildMatchesFp64AtEverySize) {
   ASSERT_TRUE(lowered.ok()) << lowered.error().message;
   auto program = build_program(graph, std::move(*lowered));
   ASSERT_TRUE(program.ok()) << program.error().message;
-  // Every matmul but tk (M = 4) on wgmma, every map following the dims.
-  int maps = 0;
+  // Every matmul but tk (M = 4) on wgmma, every map following the dims; two maps or more for
+  // each wgmma kernel but an attention converting fp32 operands, which reads them itself.
   for (const auto& k : program->lowered().plan.kernels) {
     if (k.group.kind == compiler::GroupKind::matmul) EXPECT_EQ(k.tile.wgmma, k.shape.m != 4) << k.name;
+    int maps = 0;
     for (const compiler::KernelParam& p : k.params) {
       if (p.kind != compiler::ParamKind::tensor_map) continue;
       EXPECT_FALSE(p.map_terms.empty()) << k.name;
       ++maps;
     }
+    bool wgmma = k.tile.wgmma || k.attention_tile.wgmma;
+    if (wgmma && compiler::wgmma_attention_converts(k.attention_shape)) {
+      EXPECT_EQ(maps, 0) << k.name;
+    } else if (wgmma) {
+      EXPECT_GE(maps, 2) << k.name;
+    }
   }
   EXPECT_EQ(wgmma_kernels(*program), c.wgmma_kernels);
-  EXPECT_GE(maps, 2 * c.wgmma_kernels);
   for (int64_t size : c.sizes) {
     SCOPED_TRACE("at " + std::to_string(size));
     auto bound = graph.bind({size});
@@ -622,6 +642,7 @@ std::string symbolic_case_name(const ::testing::TestParamInfo<SymbolicCase>& inf
   std::string graph = c.graph == k_symbolic_wgmma_graph        ? "f32"
                       : c.graph == k_symbolic_wgmma_half_graph ? "bf16"
                       : c.graph == k_symbolic_attention_graph  ? "attention"
+                      : c.graph == k_symbolic_attention_f32_graph ? "attention_f32"
                       : c.graph == k_symbolic_batched_graph    ? "batched"
                                                                : "batch_attention";
   return graph + "_" + std::string(ir::to_string(c.precision));
@@ -635,13 +656,15 @@ INSTANTIATE_TEST_SUITE_P(
         SymbolicCase{k_symbolic_wgmma_graph, ir::Precision::medium, {129, 256}, {130, 256}, 6},
         SymbolicCase{k_symbolic_wgmma_half_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 6},
         SymbolicCase{k_symbolic_attention_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 2},
+        SymbolicCase{k_symbolic_attention_f32_graph, ir::Precision::medium, {129, 256}, {129, 200, 256}, 2},
         SymbolicCase{k_symbolic_batch_attention_graph, ir::Precision::high, {5, 8}, {5, 8}, 1},
         SymbolicCase{k_symbolic_batched_graph, ir::Precision::high, {5, 8}, {5, 7, 8}, 2}),
     symbolic_case_name);
 
 // The attention examples on sm_90a in every precision mode, with the model's schedule: f16
 // attention_causal on the wgmma attention kernel (the mode changes nothing for 16-bit
-// operands), f32 attention (the explicit chain) on the mma.sync and FFMA kernels as on sm_90.
+// operands), f32 attention on the mma.sync and FFMA kernels as on sm_90 but in `medium`, where it
+// takes the wgmma attention kernel with its converting producer.
 class EmulatedSm90aExample
     : public ::testing::TestWithParam<std::tuple<const char*, ir::Precision>> {};
 
@@ -668,7 +691,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Every example graph on sm_90a in every precision mode, with the wgmma kernels wherever they
 // compute a matmul or an attention (the model would keep these small grids on mma.sync): the
 // matmuls of every tensor-core mode, 16-bit and fp32, the attention kernel, and the kernels that
-// stay (highest's FFMA, fp32 attention, symbolic graphs) beside them.
+// stay (highest's FFMA, fp32 attention but in `medium`, symbolic graphs) beside them.
 class EmulatedSm90aExampleOnWgmma
     : public ::testing::TestWithParam<std::tuple<const char*, ir::Precision>> {};
 
@@ -705,11 +728,11 @@ struct Edit {
 };
 
 // The kernel text with each edit's `from` replaced by its `to` (every `from` must occur), run
-// under `schedule`.
+// under `schedule` in `precision`.
 std::string run_edits(const std::string& name, const std::vector<Edit>& edits,
-                      const Schedule& schedule) {
+                      const Schedule& schedule, ir::Precision precision = ir::Precision::high) {
   ir::Graph graph = load(name);
-  auto request = compiler::check_request(graph, sm90a());
+  auto request = compiler::check_request(graph, sm90a(precision));
   if (!request) return "request: " + request.error().message;
   auto lowered = compiler::lower(graph, *request, WgmmaSchedule());
   if (!lowered) return "lower: " + lowered.error().message;
@@ -925,6 +948,98 @@ TEST(EmulatedWgmmaAttentionRules, WritingPWhileItsWgmmaIsInFlightIsAnError) {
   std::string result = expect_attention_caught(
       "kiln_wgmma_wait<1>();\n", "kiln_wgmma_wait<1>();\n        pf[0][0] = 0u;\n", Schedule{});
   EXPECT_NE(result.find("wrote A's registers"), std::string::npos) << result;
+}
+
+// The fp32 graph `name` in `precision`: `kernels` attentions on the wgmma kernel, matching fp64
+// under every schedule; in `tf32x3` none there (they stay on the mma.sync kernel).
+void expect_fp32_attention_on_wgmma(const char* name, ir::Precision precision, int kernels) {
+  ir::Graph graph = load(name);
+  auto program = build(graph, {}, precision);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  EXPECT_EQ(wgmma_kernels(*program), kernels);
+  for (const Schedule& schedule : k_schedules) {
+    SCOPED_TRACE("schedule " + to_string(schedule));
+    EXPECT_EQ(check(graph, *program, schedule), "");
+  }
+  auto x3 = build(graph, {}, ir::Precision::tf32x3);
+  ASSERT_TRUE(x3.ok()) << x3.error().message;
+  EXPECT_EQ(wgmma_kernels(*x3), 0);
+}
+
+// fp32 attention in `medium` on the wgmma kernel: its producer warpgroup loads q, k and v,
+// converts them to bf16 and writes them as TMA would have; both attentions of the graph (grouped
+// heads, padded head dims, a mask, a ring that wraps; d 192 on 64-key tiles, causal) run there.
+TEST(EmulatedWgmmaAttentionFp32, MediumOperandsConvertedByTheProducerMatchFp64UnderEverySchedule) {
+  expect_fp32_attention_on_wgmma("wgmma_attention_medium_odd", ir::Precision::medium, 2);
+}
+
+// fp32 attention in `high` on tf32 wgmma: the producer rounds q, k and v to tf32 and writes V
+// transposed (K-major, its keys ordered as P's tf32 A fragment holds them); S by m64n{64,128}k8
+// from shared memory, P V by m64n{64,128}k8 with P in registers. All three attentions (grouped
+// heads, padded head dims, a mask, a ring that wraps; d 128 on 64-key tiles, causal; d 64 on
+// 128-key tiles, d_v 56 padded) run there, within `high`'s tolerance. With a head dim over 128
+// (the medium graph's second attention) `high` stays on the mma.sync kernel.
+TEST(EmulatedWgmmaAttentionFp32, HighOperandsRoundedToTf32MatchFp64UnderEverySchedule) {
+  expect_fp32_attention_on_wgmma("wgmma_attention_tf32_odd", ir::Precision::high, 3);
+  ir::Graph wide = load("wgmma_attention_medium_odd");
+  auto high = build(wide, {}, ir::Precision::high);
+  ASSERT_TRUE(high.ok()) << high.error().message;
+  EXPECT_EQ(wgmma_kernels(*high), 1);
+}
+
+// The fp32 producer's rules, each broken once: wgmma_attention_medium_odd in `medium`,
+// wgmma_attention_tf32_odd in `high`.
+std::string expect_fp32_attention_caught(ir::Precision precision, const std::string& from,
+                                         const std::string& to) {
+  bool high = precision == ir::Precision::high;
+  std::string result = run_edits(high ? "wgmma_attention_tf32_odd" : "wgmma_attention_medium_odd",
+                                 {{from, to}}, Schedule{}, precision);
+  EXPECT_NE(result, "passed") << from;
+  EXPECT_EQ(result.find("does not occur"), std::string::npos) << result;
+  EXPECT_EQ(result.find("build: "), std::string::npos) << result;
+  return result;
+}
+
+std::string expect_medium_attention_caught(const std::string& from, const std::string& to) {
+  return expect_fp32_attention_caught(ir::Precision::medium, from, to);
+}
+
+std::string expect_tf32_attention_caught(const std::string& from, const std::string& to) {
+  return expect_fp32_attention_caught(ir::Precision::high, from, to);
+}
+
+TEST(EmulatedWgmmaAttentionRules, AConvertingProducerWithoutTheProxyFenceIsCaught) {
+  // K and V written by plain stores and read by wgmma without fence.proxy.async: the async
+  // proxy reads what shared memory held before (NaN).
+  expect_medium_attention_caught("kiln_fence_proxy_async();\n      kiln_mbarrier_arrive(&full[s]);",
+                                 "kiln_mbarrier_arrive(&full[s]);");
+}
+
+TEST(EmulatedWgmmaAttentionRules, AConvertingProducerThatWritesWithoutTheSwizzleIsCaught) {
+  expect_medium_attention_caught("((((j >> 1) & 7) ^ (r & 7)) << 4)", "(((j >> 1) & 7) << 4)");
+}
+
+TEST(EmulatedWgmmaAttentionRules, AVTransposedWithoutPsKeyOrderIsCaught) {
+  // V^T's keys in their own order, where P's tf32 fragment holds keys 2 t and 2 t + 1 at k = t
+  // and t + 4: P V pairs each probability with another key's value.
+  expect_tf32_attention_caught("const int p = (r & ~7) | ((r & 1) << 2) | ((r & 7) >> 1);",
+                               "const int p = r;");
+}
+
+TEST(EmulatedWgmmaAttentionRules, Tf32PFragmentsPackedInTheWrongOrderAreCaught) {
+  expect_tf32_attention_caught("pf[kk][1] = kiln_cvt_rna_tf32(acc[4 * kk + 2]);",
+                               "pf[kk][1] = kiln_cvt_rna_tf32(acc[4 * kk + 1]);");
+}
+
+TEST(EmulatedWgmmaAttentionRules, AVTransposeWithoutTheSwizzleIsCaught) {
+  expect_tf32_attention_caught("((((p & 31) >> 2) ^ (n & 7)) << 4)", "(((p & 31) >> 2) << 4)");
+}
+
+TEST(EmulatedWgmmaAttentionRules, AProducerThreadThatDoesNotArriveIsADeadlock) {
+  // `full` counts the 128 producer threads: one short, the consumers wait for ever.
+  std::string result = expect_medium_attention_caught(
+      "kiln_mbarrier_arrive(&full[s]);", "if (tid != 5) kiln_mbarrier_arrive(&full[s]);");
+  EXPECT_NE(result.find("deadlock"), std::string::npos) << result;
 }
 
 }  // namespace

@@ -239,6 +239,36 @@ TEST(GpuWgmma, AttentionOfGroupedHeadsMatchesTheReference) {
   expect_matches_reference(*graph, Precision::automatic);
 }
 
+// fp32 attention on the same kernel, its producer loading q, k and v itself: in `medium`
+// converted to bf16, in `high` rounded to tf32 for tf32 wgmma (head dims up to 128: o and o2).
+// Grouped heads, a mask, causal, a head dim padded to 64 (d 40) and one over 128 on 64-key tiles.
+TEST(GpuWgmma, Fp32AttentionInMediumAndHighMatchesTheReference) {
+  auto graph = ir::parse_graph(R"(graph wgmma_attention_medium_gpu {
+  input q: f32[2, 8, 700, 128]
+  input k: f32[2, 2, 900, 128]
+  input v: f32[2, 2, 900, 128]
+  input pad: f32[2, 1, 1, 900]
+  input q2: f32[3, 4, 520, 40]
+  input k2: f32[3, 4, 520, 40]
+  input v2: f32[3, 4, 520, 40]
+  input q3: f32[2, 4, 600, 200]
+  input k3: f32[2, 1, 700, 200]
+  input v3: f32[2, 1, 700, 192]
+  o = attention(q, k, v, mask=pad, causal=true)
+  o2 = attention(q2, k2, v2)
+  o3 = attention(q3, k3, v3, causal=true)
+  output o, o2, o3
+}
+)", "wgmma_attention_medium_gpu.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::medium), 3);
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::high), 2);
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::tf32x3), 0);
+  if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
+  expect_matches_reference(*graph, Precision::medium);
+  expect_matches_reference(*graph, Precision::high);
+}
+
 // A symbolic graph's wgmma kernels on the device: one executable (S in 1..2048) run at sizes of
 // two buckets, with partial tiles of rows and keys, each against the fp64 reference of the graph
 // bound there. At the upper bound 2048 the matmul's tiles fill the GPU, so the model plans it and
