@@ -244,6 +244,10 @@ bool wgmma_attention_loads(const AttentionShape& shape) {
   return wgmma_attention_converts(shape) || wgmma_attention_tf32(shape);
 }
 
+bool wgmma_attention_by_model(const AttentionShape& shape) {
+  return wgmma_attention_computes(shape) && !wgmma_attention_loads(shape);
+}
+
 AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape) {
   AttentionTile t;
   auto pad64 = [](int64_t x) { return static_cast<int>((x + 63) / 64 * 64); };
@@ -265,7 +269,8 @@ AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape) {
   if (wgmma_attention_tf32(shape)) {
     // fp32 in shared memory: d padded to a multiple of 32 (128-byte rows of 32 fp32), P V's
     // m64n{dv}k8 at n = 64 or 128; 64 keys a tile past a head dim of 64 (at d = d_v = 128: 64 KiB
-    // of Q and two stages of 32 KiB of K and 32 KiB of V, where 128 keys would need 320 KiB).
+    // of Q and two stages of 32 KiB of K and 32 KiB of V, where 128 keys would need 320 KiB; at
+    // d up to 64 with d_v over 64, 128 keys would fit but hold 192 accumulators a thread).
     t.elem_bytes = 4;
     t.d = static_cast<int>((shape.d + 31) / 32 * 32);
     t.q_ld = t.k_ld = t.d;

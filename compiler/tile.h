@@ -207,6 +207,11 @@ bool wgmma_attention_converts(const AttentionShape& shape);
 bool wgmma_attention_tf32(const AttentionShape& shape);
 // Whether its producer loads q, k and v itself (either of the above), with no tensor maps.
 bool wgmma_attention_loads(const AttentionShape& shape);
+// Whether the analytic model plans `shape` on it: 16-bit operands. fp32 ones stay on the
+// mma.sync kernel (design 5) unless a tuning record or a fixed schedule chooses the wgmma tile
+// (`kiln tune` times it beside design 5's and checks its result against the model's): whether
+// the producer's own loads keep the consumers fed is not measured yet.
+bool wgmma_attention_by_model(const AttentionShape& shape);
 // Its tile: 128 queries (two consumer warpgroups) x 128 keys, 2 stages; 64 keys where d or dv is
 // over 128 (Q and two stages of K and V then fit shared memory). d and dv padded to a multiple
 // of 64 (P V's wgmma is m64n{dv}k16: the prelude holds 64, 128, 192 and 256). tf32: fp32 in

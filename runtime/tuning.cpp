@@ -347,7 +347,8 @@ compiler::KernelTile model_of(const TuningProblem& problem, int sm) {
     return tile;
   }
   const auto& attention = std::get<compiler::AttentionShape>(problem.shape);
-  if (problem.wgmma) return compiler::choose_wgmma_attention_tile(attention);
+  if (problem.wgmma && compiler::wgmma_attention_by_model(attention))
+    return compiler::choose_wgmma_attention_tile(attention);
   return compiler::choose_attention_tile(attention, sm);
 }
 

@@ -668,7 +668,21 @@ TEST(CompileShapes, BatchedWgmmaMatmulsCompileWithoutSpillsOrWarningsOnSm90a) {
 // for Q K^T and from registers (the RS form) for P V, setmaxnreg, no mma.sync. fp32 operands in
 // `medium` take the same kernel on bf16 wgmma with a producer that loads and converts them itself
 // (16-byte loads, no TMA); in `high` (head dims up to 128) on tf32 wgmma (m64nNk8, P from
-// registers), the producer rounding them to tf32, with 64-key tiles past a head dim of 64.
+// registers), the producer rounding them to tf32, with 64-key tiles past a head dim of 64. (The
+// model keeps fp32 attention on the mma.sync kernel: WgmmaAttentionSchedule chooses the wgmma
+// kernel's tile, as a tuning record may.)
+class WgmmaAttentionSchedule final : public ScheduleProvider {
+public:
+  MatmulTile matmul_tile(const MatmulShape& shape, int sm) const override {
+    return heuristic_schedule().matmul_tile(shape, sm);
+  }
+  AttentionTile attention_tile(const AttentionShape& shape, int) const override {
+    return choose_wgmma_attention_tile(shape);
+  }
+  std::string source() const override { return "fixed"; }
+  std::string key() const override { return "wgmma attention"; }
+};
+
 TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   struct Mode {
@@ -702,7 +716,7 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
       ASSERT_TRUE(request.ok()) << request.error().message;
       std::string what = "sm_90a " + ty + " " + std::string(ir::to_string(mode.precision)) +
                          " d " + dq + " d_v " + dv;
-      auto program = lower(g, *request, heuristic_schedule());
+      auto program = lower(g, *request, WgmmaAttentionSchedule());
       ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
       auto a = compile_lowered(*program, request->options);
       ASSERT_TRUE(a.ok()) << what << ": " << a.error().message;

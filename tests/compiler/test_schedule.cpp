@@ -373,10 +373,10 @@ TEST(AttentionSchedule, TheWgmmaTilePadsHeadDimsToMultiplesOf64) {
   EXPECT_EQ(cuda_kernel_name("k1_attention_bf16", AttentionTile{64, 64, 2, 4}), "k1_attention_bf16");
 }
 
-// fp32 attention reaches the wgmma kernel in `medium` (its producer converts q, k and v to bf16,
+// fp32 attention can take the wgmma kernel in `medium` (its producer converts q, k and v to bf16,
 // wgmma_attention_converts; the tile, bf16 in shared memory, is the 16-bit one's) and in `high`
 // at head dims up to 128 (tf32 wgmma, fp32 in shared memory: d padded to a multiple of 32, 64
-// keys a tile past a head dim of 64), not in `tf32x3` or `highest`.
+// keys a tile past a head dim of 64), not in `tf32x3` or `highest`; the model does not choose it.
 TEST(AttentionSchedule, TheWgmmaKernelTakesFp32AttentionInMediumAndHigh) {
   auto shape_of = [](MatmulPath path, int elem_bytes, int64_t d = 128, int64_t dv = 128) {
     AttentionShape s;
@@ -392,6 +392,10 @@ TEST(AttentionSchedule, TheWgmmaKernelTakesFp32AttentionInMediumAndHigh) {
   EXPECT_TRUE(wgmma_attention_loads(medium));
   EXPECT_TRUE(wgmma_attention_computes(half));
   EXPECT_FALSE(wgmma_attention_loads(half));
+  // the model plans 16-bit attention there, fp32 (its producer's loads unmeasured) on design 5
+  EXPECT_TRUE(wgmma_attention_by_model(half));
+  EXPECT_FALSE(wgmma_attention_by_model(medium));
+  EXPECT_FALSE(wgmma_attention_by_model(shape_of(MatmulPath::tf32, 4)));
   EXPECT_FALSE(wgmma_attention_loads(shape_of(MatmulPath::f16, 2)));
   for (MatmulPath path : {MatmulPath::tf32x3, MatmulPath::ffma})
     EXPECT_FALSE(wgmma_attention_computes(shape_of(path, 4))) << to_string(path);

@@ -612,7 +612,7 @@ TEST_P(EmulatedWgmmaSymbolic, OneBucketsBuildMatchesFp64AtEverySize) {
       ++maps;
     }
     bool wgmma = k.tile.wgmma || k.attention_tile.wgmma;
-    if (wgmma && compiler::wgmma_attention_converts(k.attention_shape)) {
+    if (wgmma && compiler::wgmma_attention_loads(k.attention_shape)) {
       EXPECT_EQ(maps, 0) << k.name;
     } else if (wgmma) {
       EXPECT_GE(maps, 2) << k.name;
@@ -663,8 +663,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The attention examples on sm_90a in every precision mode, with the model's schedule: f16
 // attention_causal on the wgmma attention kernel (the mode changes nothing for 16-bit
-// operands), f32 attention on the mma.sync and FFMA kernels as on sm_90 but in `medium`, where it
-// takes the wgmma attention kernel with its converting producer.
+// operands), f32 attention on the mma.sync and FFMA kernels as on sm_90 (the model keeps fp32
+// attention off the wgmma kernel, whose producer's loads are unmeasured).
 class EmulatedSm90aExample
     : public ::testing::TestWithParam<std::tuple<const char*, ir::Precision>> {};
 
@@ -691,7 +691,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Every example graph on sm_90a in every precision mode, with the wgmma kernels wherever they
 // compute a matmul or an attention (the model would keep these small grids on mma.sync): the
 // matmuls of every tensor-core mode, 16-bit and fp32, the attention kernel, and the kernels that
-// stay (highest's FFMA, fp32 attention but in `medium`, symbolic graphs) beside them.
+// stay (highest's FFMA, fp32 attention in tf32x3, symbolic graphs) beside them.
 class EmulatedSm90aExampleOnWgmma
     : public ::testing::TestWithParam<std::tuple<const char*, ir::Precision>> {};
 
@@ -950,10 +950,14 @@ TEST(EmulatedWgmmaAttentionRules, WritingPWhileItsWgmmaIsInFlightIsAnError) {
   EXPECT_NE(result.find("wrote A's registers"), std::string::npos) << result;
 }
 
-// The fp32 graph `name` in `precision`: `kernels` attentions on the wgmma kernel, matching fp64
-// under every schedule; in `tf32x3` none there (they stay on the mma.sync kernel).
+// The fp32 graph `name` in `precision` with the wgmma attention kernel's tiles: `kernels`
+// attentions on it, matching fp64 under every schedule; in `tf32x3` none there, nor with the
+// model's schedule (fp32 attention stays on the mma.sync kernel unless a record chooses it).
 void expect_fp32_attention_on_wgmma(const char* name, ir::Precision precision, int kernels) {
   ir::Graph graph = load(name);
+  auto model = build_program(graph, sm90a(precision));
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_EQ(wgmma_kernels(*model), 0);
   auto program = build(graph, {}, precision);
   ASSERT_TRUE(program.ok()) << program.error().message;
   EXPECT_EQ(wgmma_kernels(*program), kernels);

@@ -2,11 +2,13 @@
 // test reports itself skipped where there is no CUDA driver or device.
 #include "kiln/kiln.h"
 #include "compiler/compiler.h"
+#include "compiler/schedule.h"
 #include "ir/parse.h"
 #include "reference/check.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -66,11 +68,15 @@ INSTANTIATE_TEST_SUITE_P(Gpu, GpuAgainstReference, ::testing::ValuesIn(k_cases),
                            return name + "_" + mode;
                          });
 
-// Compiles `graph` in `precision` (no cache) on the device and checks every output against the
-// fp64 reference within the mode's tolerance.
-void expect_matches_reference(const ir::Graph& graph, Precision precision) {
+// Compiles `graph` in `precision` (no cache; or, given `tune_dir`, tuning every problem into a
+// cache there first) on the device and checks every output against the fp64 reference within the
+// mode's tolerance.
+void expect_matches_reference(const ir::Graph& graph, Precision precision,
+                              const std::string& tune_dir = "") {
   RuntimeOptions options;
-  options.use_cache = false;
+  options.use_cache = !tune_dir.empty();
+  options.cache_dir = tune_dir;
+  if (!tune_dir.empty()) options.autotune = Autotune::on;
   options.precision = precision;
   auto runtime = Runtime::create(options);
   ASSERT_TRUE(runtime) << runtime.error().message;
@@ -91,7 +97,8 @@ void expect_matches_reference(const ir::Graph& graph, Precision precision) {
 // with or without a device: a model that stopped choosing wgmma for their shapes would otherwise
 // leave them passing on mma.sync.
 int planned_on_wgmma(const ir::Graph& graph, Precision precision,
-                     std::vector<compiler::DimRange> bucket = {}) {
+                     std::vector<compiler::DimRange> bucket = {},
+                     const compiler::ScheduleProvider& schedule = compiler::heuristic_schedule()) {
   compiler::CompileOptions o;
   o.target = compiler::Target::cuda(90, "a");
   o.precision = precision;
@@ -99,7 +106,7 @@ int planned_on_wgmma(const ir::Graph& graph, Precision precision,
   auto request = compiler::check_request(graph, o);
   EXPECT_TRUE(request) << request.error().message;
   if (!request) return -1;
-  auto lowered = compiler::lower(graph, *request);
+  auto lowered = compiler::lower(graph, *request, schedule);
   EXPECT_TRUE(lowered) << lowered.error().message;
   if (!lowered) return -1;
   int count = 0;
@@ -239,9 +246,27 @@ TEST(GpuWgmma, AttentionOfGroupedHeadsMatchesTheReference) {
   expect_matches_reference(*graph, Precision::automatic);
 }
 
+// The wgmma attention kernel's tile for every attention it computes (the model's for the rest),
+// as a tuning record may choose it.
+class WgmmaAttentionSchedule final : public compiler::ScheduleProvider {
+public:
+  compiler::MatmulTile matmul_tile(const compiler::MatmulShape& shape, int sm) const override {
+    return compiler::heuristic_schedule().matmul_tile(shape, sm);
+  }
+  compiler::AttentionTile attention_tile(const compiler::AttentionShape& shape, int) const override {
+    return compiler::choose_wgmma_attention_tile(shape);
+  }
+  std::string source() const override { return "fixed"; }
+  std::string key() const override { return "wgmma attention"; }
+};
+
 // fp32 attention on the same kernel, its producer loading q, k and v itself: in `medium`
 // converted to bf16, in `high` rounded to tf32 for tf32 wgmma (head dims up to 128: o and o2).
 // Grouped heads, a mask, causal, a head dim padded to 64 (d 40) and one over 128 on 64-key tiles.
+// The model keeps fp32 attention on the mma.sync kernel; a tuning record may choose the wgmma
+// one, so on the device the runtime tunes (`Autotune::on`, a cache of its own): each attention's
+// wgmma tile is timed and its result checked against the model tile's, and the winner's outputs
+// against fp64.
 TEST(GpuWgmma, Fp32AttentionInMediumAndHighMatchesTheReference) {
   auto graph = ir::parse_graph(R"(graph wgmma_attention_medium_gpu {
   input q: f32[2, 8, 700, 128]
@@ -261,12 +286,19 @@ TEST(GpuWgmma, Fp32AttentionInMediumAndHighMatchesTheReference) {
 }
 )", "wgmma_attention_medium_gpu.kg");
   ASSERT_TRUE(graph) << graph.error().message;
-  EXPECT_EQ(planned_on_wgmma(*graph, Precision::medium), 3);
-  EXPECT_EQ(planned_on_wgmma(*graph, Precision::high), 2);
-  EXPECT_EQ(planned_on_wgmma(*graph, Precision::tf32x3), 0);
+  WgmmaAttentionSchedule wgmma;
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::medium, {}, wgmma), 3);
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::high, {}, wgmma), 2);
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::tf32x3, {}, wgmma), 0);
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::medium), 0);
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::high), 0);
   if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
-  expect_matches_reference(*graph, Precision::medium);
-  expect_matches_reference(*graph, Precision::high);
+  for (Precision precision : {Precision::medium, Precision::high}) {
+    std::string dir = testing::TempDir() + "kiln-fp32-attention-tune";
+    std::filesystem::remove_all(dir);
+    expect_matches_reference(*graph, precision, dir);
+    std::filesystem::remove_all(dir);
+  }
 }
 
 // A symbolic graph's wgmma kernels on the device: one executable (S in 1..2048) run at sizes of
