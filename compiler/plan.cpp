@@ -587,9 +587,9 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       const AttentionExtents& a = k.attention_extents;
       k.attention_tile = schedule.attention_tile(k.attention_shape, sm);
       k.tile_source = schedule.source_for(k.attention_shape, sm);
-      // sm_90a: the model runs a problem the wgmma attention kernel computes on it, but for fp32
-      // operands (wgmma_attention_by_model); a provider's choice stands, but its wgmma tile for a
-      // problem the kernel does not compute gives way to the model's tile (as for matmuls).
+      // sm_90a: the model runs a problem the wgmma attention kernel computes on it, except fp32
+      // attention (wgmma_attention_by_model); a provider's choice stands, but its wgmma tile for
+      // a problem the kernel does not compute gives way to the model's tile (as for matmuls).
       bool wgmma = wgmma_attention_plans(graph, k, target, symbolic);
       if (wgmma && k.tile_source == "model" && wgmma_attention_by_model(k.attention_shape))
         k.attention_tile = choose_wgmma_attention_tile(k.attention_shape);
