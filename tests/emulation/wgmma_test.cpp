@@ -657,6 +657,7 @@ INSTANTIATE_TEST_SUITE_P(
         SymbolicCase{k_symbolic_wgmma_half_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 6},
         SymbolicCase{k_symbolic_attention_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 2},
         SymbolicCase{k_symbolic_attention_f32_graph, ir::Precision::medium, {129, 256}, {129, 200, 256}, 2},
+        SymbolicCase{k_symbolic_attention_f32_graph, ir::Precision::high, {129, 256}, {129, 256}, 2},
         SymbolicCase{k_symbolic_batch_attention_graph, ir::Precision::high, {5, 8}, {5, 8}, 1},
         SymbolicCase{k_symbolic_batched_graph, ir::Precision::high, {5, 8}, {5, 7, 8}, 2}),
     symbolic_case_name);
@@ -994,10 +995,11 @@ TEST(EmulatedWgmmaAttentionFp32, HighOperandsRoundedToTf32MatchFp64UnderEverySch
 // The fp32 producer's rules, each broken once: wgmma_attention_medium_odd in `medium`,
 // wgmma_attention_tf32_odd in `high`.
 std::string expect_fp32_attention_caught(ir::Precision precision, const std::string& from,
-                                         const std::string& to) {
+                                         const std::string& to,
+                                         const Schedule& schedule = Schedule{}) {
   bool high = precision == ir::Precision::high;
   std::string result = run_edits(high ? "wgmma_attention_tf32_odd" : "wgmma_attention_medium_odd",
-                                 {{from, to}}, Schedule{}, precision);
+                                 {{from, to}}, schedule, precision);
   EXPECT_NE(result, "passed") << from;
   EXPECT_EQ(result.find("does not occur"), std::string::npos) << result;
   EXPECT_EQ(result.find("build: "), std::string::npos) << result;
@@ -1012,11 +1014,21 @@ std::string expect_tf32_attention_caught(const std::string& from, const std::str
   return expect_fp32_attention_caught(ir::Precision::high, from, to);
 }
 
-TEST(EmulatedWgmmaAttentionRules, AConvertingProducerWithoutTheProxyFenceIsCaught) {
+TEST(EmulatedWgmmaAttentionRules, ALoadingProducerWithoutTheProxyFenceIsCaught) {
   // K and V written by plain stores and read by wgmma without fence.proxy.async: the async
-  // proxy reads what shared memory held before (NaN).
-  expect_medium_attention_caught("kiln_fence_proxy_async();\n      kiln_mbarrier_arrive(&full[s]);",
+  // proxy reads what shared memory held before (NaN). In both modes.
+  for (ir::Precision precision : {ir::Precision::medium, ir::Precision::high})
+    expect_fp32_attention_caught(precision,
+                                 "kiln_fence_proxy_async();\n      kiln_mbarrier_arrive(&full[s]);",
                                  "kiln_mbarrier_arrive(&full[s]);");
+}
+
+TEST(EmulatedWgmmaAttentionRules, ALoadingProducerThatSkipsTheEmptyWaitOverwritesAStageInUse) {
+  // Its plain stores land at once: a stage the consumers' wgmmas still read is rewritten.
+  for (ir::Precision precision : {ir::Precision::medium, ir::Precision::high})
+    expect_fp32_attention_caught(precision,
+                                 "if (kt >= 2) kiln_mbarrier_wait(&empty[s], ((kt / 2) - 1) & 1);",
+                                 "", Schedule::adversarial());
 }
 
 TEST(EmulatedWgmmaAttentionRules, AConvertingProducerThatWritesWithoutTheSwizzleIsCaught) {
@@ -1041,9 +1053,18 @@ TEST(EmulatedWgmmaAttentionRules, AVTransposeWithoutTheSwizzleIsCaught) {
 
 TEST(EmulatedWgmmaAttentionRules, AProducerThreadThatDoesNotArriveIsADeadlock) {
   // `full` counts the 128 producer threads: one short, the consumers wait for ever.
-  std::string result = expect_medium_attention_caught(
-      "kiln_mbarrier_arrive(&full[s]);", "if (tid != 5) kiln_mbarrier_arrive(&full[s]);");
-  EXPECT_NE(result.find("deadlock"), std::string::npos) << result;
+  for (ir::Precision precision : {ir::Precision::medium, ir::Precision::high}) {
+    std::string result = expect_fp32_attention_caught(
+        precision, "kiln_mbarrier_arrive(&full[s]);", "if (tid != 5) kiln_mbarrier_arrive(&full[s]);");
+    EXPECT_NE(result.find("deadlock"), std::string::npos) << result;
+  }
+}
+
+TEST(EmulatedWgmmaAttentionRules, WritingTf32PWhileItsWgmmaIsInFlightIsAnError) {
+  // P of tile kt packed before tile kt - 1's P V (tf32, A from registers) has retired.
+  std::string result = expect_tf32_attention_caught(
+      "kiln_wgmma_wait<1>();\n", "kiln_wgmma_wait<1>();\n        pf[0][0] = 0u;\n");
+  EXPECT_NE(result.find("wrote A's registers"), std::string::npos) << result;
 }
 
 }  // namespace
