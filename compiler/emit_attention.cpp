@@ -543,6 +543,17 @@ void emit_ffma_kernel(Code& code, const KernelContext& ctx) {
   code.close();
 }
 
+// The bytes of the sm_90a attention kernel's Q area and of one stage of K and of V in shared
+// memory (the tile's element size: 2, or 4 for tf32).
+struct WgmmaAttentionBytes {
+  int q, k_stage, v_stage;
+};
+
+WgmmaAttentionBytes wgmma_attention_bytes(const AttentionTile& t) {
+  int eb = t.elem_bytes;
+  return {t.br * t.d * eb, t.bc * t.d * eb, t.bc * t.dv * eb};
+}
+
 // sm_90a's attention producer for 16-bit operands: one thread arms the barriers and issues
 // every TMA copy, Q once and K and V a key tile at a time.
 void emit_tma_producer(Code& code, const KernelContext& ctx) {
@@ -552,7 +563,7 @@ void emit_tma_producer(Code& code, const KernelContext& ctx) {
   const MatmulExtents& e = k.extents;
   int rank = ctx.graph.node(k.group.attention.root).type.shape.rank();
   int stages = t.stages, br = t.br, bc = t.bc;
-  int q_bytes = br * t.d * 2, k_stage = bc * t.d * 2, v_stage = bc * t.dv * 2;
+  auto [q_bytes, k_stage, v_stage] = wgmma_attention_bytes(t);
   std::string pq = "p" + to_str(k.q_map_param), pk = "p" + to_str(k.k_map_param),
               pv = "p" + to_str(k.v_map_param);
   int64_t batch = e.batch.hi;
@@ -613,8 +624,8 @@ void emit_loading_producer(Code& code, const KernelContext& ctx) {
   const AttentionTile& t = k.attention_tile;
   const AttentionExtents& a = k.attention_extents;
   bool tf32 = wgmma_attention_tf32(k.attention_shape);
-  int stages = t.stages, bc = t.bc, eb = t.elem_bytes;
-  int k_stage = bc * t.d * eb, v_stage = bc * t.dv * eb;
+  int stages = t.stages, bc = t.bc;
+  WgmmaAttentionBytes bytes = wgmma_attention_bytes(t);
   // Quad j (4 columns) of row `row` (row r of the tile) of `src` (rows of `ld` columns; quads
   // past `ld` and rows past `bound` zero), loaded into f (the zeros where it is outside).
   auto load = [&](const std::string& src, const std::string& row0, int rows, int cols,
@@ -673,11 +684,12 @@ void emit_loading_producer(Code& code, const KernelContext& ctx) {
   code.line("// the stage's previous use released by both consumers");
   code.line("if (kt >= " + to_str(stages) + ") kiln_mbarrier_wait(&empty[s], ((kt / " +
             to_str(stages) + ") - 1) & 1);");
-  copy("K", "sk + s * " + to_str(k_stage), "kt * " + to_str(bc) + " + ", bc, t.d, a.d, a.sk);
+  copy("K", "sk + s * " + to_str(bytes.k_stage), "kt * " + to_str(bc) + " + ", bc, t.d, a.d, a.sk);
   if (tf32) {
-    transpose("sv + s * " + to_str(v_stage));
+    transpose("sv + s * " + to_str(bytes.v_stage));
   } else {
-    copy("V", "sv + s * " + to_str(v_stage), "kt * " + to_str(bc) + " + ", bc, t.dv, a.dv, a.sk);
+    copy("V", "sv + s * " + to_str(bytes.v_stage), "kt * " + to_str(bc) + " + ", bc, t.dv, a.dv,
+         a.sk);
   }
   code.line("kiln_fence_proxy_async();");
   code.line("kiln_mbarrier_arrive(&full[s]);");
@@ -703,7 +715,7 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   std::string type = m.path == MatmulPath::f16 ? "f16" : "bf16";
   std::string pack = m.path == MatmulPath::f16 ? "kiln_pack_f16x2" : "kiln_pack_bf16x2";
   int stages = t.stages, br = t.br, bc = t.bc, eb = t.elem_bytes;
-  int q_bytes = br * t.d * eb, k_stage = bc * t.d * eb, v_stage = bc * t.dv * eb;
+  auto [q_bytes, k_stage, v_stage] = wgmma_attention_bytes(t);
   int step = tf32 ? 8 : 16;             // keys or head-dim columns a wgmma takes (its k)
   std::string cols = to_str(128 / eb);  // head-dim columns a 128-byte row holds
 
