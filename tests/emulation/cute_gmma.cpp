@@ -105,6 +105,32 @@ CuteGmmaCase gmma_case(const char* b_layout) {
   return c;
 }
 
+// SM90_64xNx8_F32TF32TF32_SS_TN, N 64 or 128: A 64 x 32 at k_base_a, B N x 32 at k_base_b, both
+// tile_to_shape of Layout_K_SW128_Atom<tfloat32_t> (one 128-byte row holds a row's 32 values).
+template <int N>
+CuteGmmaCase tf32_case() {
+  using Op = std::conditional_t<N == 64, SM90_64x64x8_F32TF32TF32_SS_TN<>,
+                                SM90_64x128x8_F32TF32TF32_SS_TN<>>;
+  auto tiled_mma = make_tiled_mma(Op{});
+  auto thread_mma = tiled_mma.get_slice(0);
+  auto layout = [](auto rows) {
+    return tile_to_shape(gmma::Layout_K_SW128_Atom<tfloat32_t>{},
+                         make_shape(rows, Int<32>{}, Int<1>{}), Step<_1, _2, _3>{});
+  };
+  auto s_a = make_tensor(make_smem_ptr(reinterpret_cast<const tfloat32_t*>(g_cute_smem + k_base_a)),
+                         layout(Int<64>{}));
+  auto s_b = make_tensor(make_smem_ptr(reinterpret_cast<const tfloat32_t*>(g_cute_smem + k_base_b)),
+                         layout(Int<N>{}));
+  auto frag_a = thread_mma.make_fragment_A(thread_mma.partition_A(s_a));
+  auto frag_b = thread_mma.make_fragment_B(thread_mma.partition_B(s_b));
+  CuteGmmaCase c;
+  c.name = N == 64 ? "SM90_64x64x8_F32TF32TF32_SS_TN" : "SM90_64x128x8_F32TF32TF32_SS_TN";
+  c.n = N;
+  c.a = operand(s_a, frag_a, false, true, k_base_a);
+  c.b = operand(s_b, frag_b, false, true, k_base_b);
+  return c;
+}
+
 // CLayout maps (thread, value) to m + 64 n.
 template <int N>
 CuteGmmaAccumulator accumulator() {
@@ -164,6 +190,8 @@ std::vector<CuteGmmaCase> cute_gmma_cases() {
           gmma_case<128, Major::MN, true, Major::MN>("MN-major, k groups first")};
 }
 
+std::vector<CuteGmmaCase> cute_gmma_cases_tf32() { return {tf32_case<64>(), tf32_case<128>()}; }
+
 std::vector<CuteGmmaAccumulator> cute_gmma_accumulators() {
   return {accumulator<128>(), accumulator<256>()};
 }
@@ -195,6 +223,7 @@ std::vector<CuteGmmaRegisterA> cute_gmma_register_a_tf32() {
                                                             false)};
 }
 #else
+std::vector<CuteGmmaCase> cute_gmma_cases_tf32() { return {}; }
 std::vector<CuteGmmaRegisterA> cute_gmma_register_a_tf32() { return {}; }
 std::vector<CuteGmmaCase> cute_gmma_cases() { return {}; }
 std::vector<CuteGmmaAccumulator> cute_gmma_accumulators() { return {}; }

@@ -38,6 +38,13 @@ struct CuteGmmaCase {
 // K-major and MN-major (N 128); none where kiln was built without the CUTLASS headers.
 std::vector<CuteGmmaCase> cute_gmma_cases();
 
+// tf32 (fp32 bits in shared memory, 4 bytes an element): A and B of SM90_64xNx8_F32TF32TF32_SS_TN,
+// N 64 and 128, A 64 x 32 and B N x 32, both K-major (Layout_K_SW128_Atom<tfloat32_t>, tf32 takes
+// no transpose), a descriptor for each of the four k blocks of 8; addresses in bytes. Kiln's
+// attention kernel in `high` reads Q and K this way, and V^T (the B of its RS P V) as this B.
+// None without the CUTLASS headers.
+std::vector<CuteGmmaCase> cute_gmma_cases_tf32();
+
 // The C layout of SM90_64xNx16_F32BF16BF16_SS: where value v of thread t of the warpgroup lives.
 struct CuteGmmaAccumulator {
   std::string name;

@@ -9,7 +9,10 @@
 // register layout the shim assumes (rs_a_place) is CuTe's A layout of the eight RS atoms kiln
 // issues (N 64, 128, 192 and 256; bf16 and f16), an RS wgmma whose registers hold A as CuTe's
 // layout places it gives the exact product, and S's accumulator packed into registers as the
-// attention kernel packs P is CuTe's A fragment.
+// attention kernel packs P is CuTe's A fragment. For tf32 (the attention kernel in `high`): CuTe's
+// descriptors of K-major fp32 tiles decode to its layout's addresses and are kiln's, the register
+// layout is CuTe's ALayout_64x8, and SS and RS tf32 wgmmas over CuTe's layouts give the exact
+// product.
 #include "cute_gmma.h"
 #include "emu_test_util.h"
 
@@ -195,6 +198,21 @@ float small(uint32_t x) {
 float a_at(int m, int k) { return small(static_cast<uint32_t>(m * 64 + k)); }
 float b_at(int k, int n) { return small(static_cast<uint32_t>(0x10000 + k * 256 + n)); }
 
+// Values of `out` (value v of thread t at out[t * per + v]) that differ from the exact product of
+// a_at and b_at over `k_len` where the C layout `c` places them.
+int mismatches_of(const std::vector<float>& out, const std::vector<Place>& c, int per, int k_len) {
+  int wrong = 0;
+  for (int thread = 0; thread < 128; ++thread) {
+    for (int v = 0; v < per; ++v) {
+      Place p = c[static_cast<size_t>(thread * per + v)];
+      float exact = 0.0f;
+      for (int k = 0; k < k_len; ++k) exact += a_at(p.row, k) * b_at(k, p.col);
+      wrong += out[static_cast<size_t>(thread * per + v)] != exact;
+    }
+  }
+  return wrong;
+}
+
 // One warpgroup copies `image` into shared memory and runs 4 k steps of m64nNk16, with CuTe's
 // descriptors (descs[kb] for A, descs[4 + kb] for B) or, `Kiln`, kiln_gmma_desc_128b's at the
 // tiles' bases (bases[0], bases[1]); value v of thread t goes to out[t * N / 2 + v].
@@ -288,16 +306,7 @@ int product_mismatches(const CuteGmmaCase& c, const CuteGmmaAccumulator& acc, bo
   int per = c.n / 2;
   std::vector<float> out(static_cast<size_t>(128 * per), -1.0f);
   *error = launch_for(c.n, c.a.mn_major, c.b.mn_major, kiln)(out, image, descs, bases, elements);
-  int wrong = 0;
-  for (int thread = 0; thread < 128; ++thread) {
-    for (int v = 0; v < per; ++v) {
-      Place p = acc.c[static_cast<size_t>(thread * per + v)];
-      float exact = 0.0f;
-      for (int k = 0; k < 64; ++k) exact += a_at(p.row, k) * b_at(k, p.col);
-      wrong += out[static_cast<size_t>(thread * per + v)] != exact;
-    }
-  }
-  return wrong;
+  return mismatches_of(out, acc.c, per, 64);
 }
 
 const CuteGmmaAccumulator& accumulator_for(const std::vector<CuteGmmaAccumulator>& accs, int n) {
@@ -393,6 +402,195 @@ TEST(EmulatedGmmaAgainstCute, TheTf32RegisterOperandLayoutIsCutes) {
   }
 }
 
+// ---- tf32: fp32 bits in shared memory, K-major, 8 values (32 bytes) a k step ----
+
+std::vector<uint32_t> tf32_image_of(const CuteGmmaCase& c) {
+  size_t bytes = 0;
+  for (const CuteGmmaOperand* o : {&c.a, &c.b})
+    bytes = std::max(bytes, static_cast<size_t>(o->base + o->rows * o->cols * 4));
+  std::vector<uint32_t> image(bytes / 4, 0);
+  auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  };
+  for (int m = 0; m < 64; ++m)
+    for (int k = 0; k < 32; ++k)
+      image[static_cast<size_t>(c.a.address[static_cast<size_t>(m * 32 + k)] / 4)] =
+          bits(a_at(m, k));
+  for (int n = 0; n < c.n; ++n)
+    for (int k = 0; k < 32; ++k)
+      image[static_cast<size_t>(c.b.address[static_cast<size_t>(n * 32 + k)] / 4)] =
+          bits(b_at(k, n));
+  return image;
+}
+
+// Each of CuTe's tf32 descriptors decodes, through the shim's gmma_offset with 4-byte elements, to
+// the address CuTe's layout gives each element, and is the descriptor kiln's kernels build for that
+// k step (kiln_gmma_desc_128b at the tile's base + 32 kb, LBO 16, SBO 1024: Q, K and V^T in the
+// attention kernel's `high`, the matmul kernel's tf32 operands).
+TEST(EmulatedGmmaAgainstCute, Tf32DescriptorsDecodeToCutesAddressesAndAreKilns) {
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases_tf32();
+  if (cases.empty()) GTEST_SKIP() << k_no_cute;
+  ASSERT_EQ(cases.size(), 2u);
+  for (const CuteGmmaCase& c : cases) {
+    for (const CuteGmmaOperand* o : {&c.a, &c.b}) {
+      std::string what = c.name + (o == &c.a ? ", A" : ", B");
+      ASSERT_EQ(o->desc.size(), 4u) << what;
+      ASSERT_EQ(o->cols, 32) << what;
+      ASSERT_EQ(o->rows, o == &c.a ? 64 : c.n) << what;
+      ASSERT_EQ(o->address.size(), static_cast<size_t>(o->rows * 32)) << what;
+      expect_modelled(*o, what);
+      int wrong = 0, wrong_as_16_bit = 0;
+      for (int kb = 0; kb < 4; ++kb) {
+        uint64_t desc = o->desc[static_cast<size_t>(kb)];
+        uint64_t kiln = kiln_desc(static_cast<unsigned>(o->base) + 32u * static_cast<unsigned>(kb),
+                                  16, 1024);
+        EXPECT_EQ(kiln, desc) << what << ", k step " << kb << ": kiln gives " << describe(kiln)
+                              << "; CuTe " << describe(desc);
+        for (int r = 0; r < o->rows; ++r) {
+          for (int k = 0; k < 8; ++k) {
+            size_t want = static_cast<size_t>(o->address[static_cast<size_t>(r * 32 + 8 * kb + k)]);
+            size_t got = ::kiln_emu::gmma_offset(desc, false, r, k, "operand", 4);
+            if (got != want && wrong++ == 0)
+              ADD_FAILURE() << what << ", k step " << kb << ", element (" << r << ", " << k
+                            << "): the shim decodes " << got << ", CuTe's layout has " << want;
+            wrong_as_16_bit += ::kiln_emu::gmma_offset(desc, false, r, k, "operand", 2) != want;
+          }
+        }
+      }
+      EXPECT_EQ(wrong, 0) << what;
+      EXPECT_GT(wrong_as_16_bit, 0) << what << ": the element size does not matter to the check";
+    }
+  }
+}
+
+// One warpgroup copies `image` (fp32 bits) into shared memory and runs 4 k steps of m64nNk8 tf32:
+// SS with CuTe's descriptors (descs[kb] for A, descs[4 + kb] for B) or, `Kiln`, kiln's at the
+// tiles' bases (bases[0], bases[1]); `Rs`, A from regs[(kb * 128 + thread) * 4 + r] instead. Value
+// v of thread t goes to out[t * N / 2 + v].
+template <int N, bool Rs, bool Kiln>
+__global__ void cute_wgmma_tf32_kernel(float* out, const uint32_t* image, const unsigned* regs,
+                                       const unsigned long long* descs, const int* bases,
+                                       const int* image_words) {
+  unsigned char* smem = kiln_dynamic_smem();
+  const int tid = threadIdx.x;
+  for (int i = tid; i < *image_words; i += 128) std::memcpy(smem + 4 * i, &image[i], 4);
+  kiln_fence_proxy_async();
+  __syncthreads();
+  unsigned a[4][4];
+  for (int k = 0; k < 4; ++k)
+    for (int r = 0; r < 4; ++r) a[k][r] = Rs ? regs[(k * 128 + tid) * 4 + r] : 0u;
+  float d[N / 2];
+  kiln_wgmma_fence();
+  for (int k = 0; k < 4; ++k) {
+    unsigned long long da = descs[k], db = descs[4 + k];
+    if (Kiln) {
+      da = kiln_gmma_desc_128b(smem + bases[0] + 32 * k, 16, 1024);
+      db = kiln_gmma_desc_128b(smem + bases[1] + 32 * k, 16, 1024);
+    }
+    if (N == 64 && Rs) kiln_wgmma_m64n64k8_tf32_rs(d, a[k], db, k > 0);
+    if (N == 128 && Rs) kiln_wgmma_m64n128k8_tf32_rs(d, a[k], db, k > 0);
+    if (N == 64 && !Rs) kiln_wgmma_m64n64k8_tf32(d, da, db, k > 0);
+    if (N == 128 && !Rs) kiln_wgmma_m64n128k8_tf32(d, da, db, k > 0);
+  }
+  kiln_wgmma_commit();
+  kiln_wgmma_wait<0>();
+  for (int v = 0; v < N / 2; ++v) out[tid * (N / 2) + v] = d[v];
+}
+
+using LaunchTf32 = std::string (*)(std::vector<float>&, std::vector<uint32_t>&,
+                                   std::vector<unsigned>&, std::vector<unsigned long long>&,
+                                   std::vector<int>&, int&);
+
+template <int N, bool Rs, bool Kiln>
+std::string launch_wgmma_tf32(std::vector<float>& out, std::vector<uint32_t>& image,
+                              std::vector<unsigned>& regs, std::vector<unsigned long long>& descs,
+                              std::vector<int>& bases, int& words) {
+  return testing::launch(cute_wgmma_tf32_kernel<N, Rs, Kiln>,
+                         {out.data(), image.data(), regs.data(), descs.data(), bases.data(), &words},
+                         {out.size() * 4, image.size() * 4, regs.size() * 4, descs.size() * 8,
+                          bases.size() * 4, sizeof words},
+                         1, 128, image.size() * 4);
+}
+
+LaunchTf32 launch_tf32_for(int n, bool rs, bool kiln) {
+  static const LaunchTf32 k_launches[2][2][2] = {
+      {{launch_wgmma_tf32<64, false, false>, launch_wgmma_tf32<64, false, true>},
+       {launch_wgmma_tf32<64, true, false>, launch_wgmma_tf32<64, true, true>}},
+      {{launch_wgmma_tf32<128, false, false>, launch_wgmma_tf32<128, false, true>},
+       {launch_wgmma_tf32<128, true, false>, launch_wgmma_tf32<128, true, true>}}};
+  return k_launches[n == 128][rs][kiln];
+}
+
+// Values of a tf32 wgmma's accumulators, read through `atom`'s C layout, that differ from the
+// exact product of `c`'s A and B (B at CuTe's addresses; A there too, or, `rs`, in each thread's
+// registers as `atom`'s A layout places it); the emulator's error, if any, in `error`.
+int tf32_product_mismatches(const CuteGmmaCase& c, const CuteGmmaRegisterA& atom, bool rs,
+                            bool kiln, std::string* error) {
+  std::vector<uint32_t> image = tf32_image_of(c);
+  std::vector<unsigned> regs(4 * 128 * 4, 0);
+  for (int kb = 0; kb < 4 && rs; ++kb)
+    for (int thread = 0; thread < 128; ++thread)
+      for (int r = 0; r < 4; ++r) {
+        Place p = atom.a[static_cast<size_t>(thread * 4 + r)];
+        float x = a_at(p.row, 8 * kb + p.col);
+        std::memcpy(&regs[static_cast<size_t>((kb * 128 + thread) * 4 + r)], &x, 4);
+      }
+  std::vector<unsigned long long> descs;
+  for (uint64_t d : c.a.desc) descs.push_back(d);
+  for (uint64_t d : c.b.desc) descs.push_back(d);
+  std::vector<int> bases = {c.a.base, c.b.base};
+  int words = static_cast<int>(image.size());
+  int per = c.n / 2;
+  std::vector<float> out(static_cast<size_t>(128 * per), -1.0f);
+  *error = launch_tf32_for(c.n, rs, kiln)(out, image, regs, descs, bases, words);
+  return mismatches_of(out, atom.c, per, 32);
+}
+
+// The attention kernel's S = Q K^T (SS) and O += P V (RS, V^T as B) in `high`: over CuTe's tf32
+// layouts, with CuTe's descriptors and with kiln's, A from shared memory or from registers as
+// CuTe's ALayout_64x8 places it, the exact product where CuTe's C layout reads it.
+TEST(EmulatedGmmaAgainstCute, ATf32WgmmaOverCutesLayoutsGivesTheExactProduct) {
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases_tf32();
+  std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a_tf32();
+  if (cases.empty() || atoms.size() != 2) GTEST_SKIP() << k_no_cute;
+  int runs = 0;
+  for (const CuteGmmaCase& c : cases) {
+    const CuteGmmaRegisterA& atom = atoms[c.n == 64 ? 0 : 1];
+    ASSERT_EQ(atom.n, c.n) << atom.name;
+    ASSERT_EQ(atom.c.size(), static_cast<size_t>(128 * c.n / 2)) << atom.name;
+    for (bool rs : {false, true}) {
+      for (bool kiln : {false, true}) {
+        std::string what = (rs ? atom.name : c.name) +
+                           (kiln ? ", kiln's descriptors" : ", CuTe's descriptors");
+        std::string error;
+        EXPECT_EQ(tf32_product_mismatches(c, atom, rs, kiln, &error), 0) << what;
+        EXPECT_EQ(error, "") << what;
+        ++runs;
+      }
+    }
+  }
+  EXPECT_EQ(runs, 8);
+}
+
+TEST(EmulatedGmmaAgainstCute, APermutedTf32RegisterLayoutIsNoticed) {
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases_tf32();
+  std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a_tf32();
+  if (cases.empty() || atoms.size() != 2) GTEST_SKIP() << k_no_cute;
+  // Registers 1 and 2 swapped (rows g + 8 and columns t + 4 exchanged), then 0 and 1.
+  for (int swap : {0, 1}) {
+    CuteGmmaRegisterA atom = atoms[1];
+    for (size_t thread = 0; thread < 128; ++thread) {
+      if (swap == 0) std::swap(atom.a[thread * 4 + 1], atom.a[thread * 4 + 2]);
+      if (swap == 1) std::swap(atom.a[thread * 4], atom.a[thread * 4 + 1]);
+    }
+    std::string error;
+    EXPECT_GT(tf32_product_mismatches(cases[1], atom, true, true, &error), 0) << "swap " << swap;
+    EXPECT_EQ(error, "");
+  }
+}
+
 // One warpgroup copies `image` into shared memory, takes its A registers of 4 k steps from
 // regs[(kb * 128 + thread) * 4 + r] and runs 4 k steps of m64nNk16 in the RS form, B read through
 // CuTe's descriptors descs[kb]; value v of thread t goes to out[t * N / 2 + v].
@@ -471,16 +669,7 @@ int rs_product_mismatches(const CuteGmmaCase& c, const CuteGmmaRegisterA& atom,
   int per = atom.n / 2;
   std::vector<float> out(static_cast<size_t>(128 * per), -1.0f);
   *error = launch_rs_for(atom.n, c.b.mn_major, atom.bf16)(out, image, regs, descs, elements);
-  int wrong = 0;
-  for (int thread = 0; thread < 128; ++thread) {
-    for (int v = 0; v < per; ++v) {
-      Place p = atom.c[static_cast<size_t>(thread * per + v)];
-      float exact = 0.0f;
-      for (int k = 0; k < 64; ++k) exact += a_at(p.row, k) * b_at(k, p.col);
-      wrong += out[static_cast<size_t>(thread * per + v)] != exact;
-    }
-  }
-  return wrong;
+  return mismatches_of(out, atom.c, per, 64);
 }
 
 TEST(EmulatedGmmaAgainstCute, AnRsWgmmaWithCutesRegisterFragmentGivesTheExactProduct) {
@@ -549,6 +738,66 @@ TEST(EmulatedGmmaAgainstCute, TheAttentionKernelsPackingOfPIsCutesRegisterFragme
   // A packing in column order (the registers of the two 8-column halves interleaved) is not.
   auto by_column = [](int kk, int r, int h) { return 8 * kk + 4 * (r & 1) + 2 * (r >> 1) + h; };
   EXPECT_GT(mismatches(atoms[1], by_column), 0);
+}
+
+// The same in `high` (tf32, compiler/emit_attention.cpp): the producer writes element (r, 4 j + e)
+// of Q or K at (j >> 3) * rows * 128 + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 e, and element
+// (key r, column n) of V, transposed, at row n, k position p(r) = (r & ~7) | ((r & 1) << 2) |
+// ((r & 7) >> 1) of V^T: n * 128 + ((((p & 31) >> 2) ^ (n & 7)) << 4) + 4 (p & 3) in a 32-key block.
+// The consumers pack pf[kk][r] = acc[4 kk + {0, 2, 1, 3}[r]]. Within one 32-column block those
+// addresses are CuTe's tf32 K-major layout, and the key each P register holds, moved to its k
+// position by p, is where CuTe's A layout wants it.
+TEST(EmulatedGmmaAgainstCute, TheAttentionKernelsTf32StoresAndPackingOfPAreCutes) {
+  std::vector<CuteGmmaCase> cases = testing::cute_gmma_cases_tf32();
+  std::vector<CuteGmmaRegisterA> atoms = testing::cute_gmma_register_a_tf32();
+  if (cases.empty() || atoms.size() != 2) GTEST_SKIP() << k_no_cute;
+  auto key_position = [](int r) { return (r & ~7) | ((r & 1) << 2) | ((r & 7) >> 1); };
+  for (const CuteGmmaCase& c : cases) {
+    // Q (A) and K (B) as the producer writes them
+    for (const CuteGmmaOperand* o : {&c.a, &c.b}) {
+      int wrong = 0;
+      for (int r = 0; r < o->rows; ++r)
+        for (int col = 0; col < 32; ++col) {
+          int j = col / 4, e = col % 4;
+          int kiln = o->base + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * e;
+          wrong += kiln != o->address[static_cast<size_t>(r * 32 + col)];
+        }
+      EXPECT_EQ(wrong, 0) << c.name << (o == &c.a ? ", A as Q" : ", B as K");
+    }
+    // V^T (B of P V): key r at k position p(r)
+    int wrong = 0;
+    for (int n = 0; n < c.n; ++n)
+      for (int r = 0; r < 32; ++r) {
+        int p = key_position(r);
+        int kiln = c.b.base + n * 128 + ((((p & 31) >> 2) ^ (n & 7)) << 4) + 4 * (p & 3);
+        wrong += kiln != c.b.address[static_cast<size_t>(n * 32 + p)];
+      }
+    EXPECT_EQ(wrong, 0) << c.name << ", B as V^T";
+  }
+  // P: S's accumulator (the m64n128 tf32 atom's C layout) into the RS atom's A registers
+  const CuteGmmaRegisterA& s = atoms[1];
+  ASSERT_EQ(s.n, 128);
+  auto mismatches = [&](const CuteGmmaRegisterA& atom, const int (&source)[4],
+                        int (*position)(int)) {
+    int wrong = 0;
+    for (int thread = 0; thread < 128; ++thread)
+      for (int kk = 0; kk < 16; ++kk)
+        for (int r = 0; r < 4; ++r) {
+          Place from = s.c[static_cast<size_t>(thread * 64 + 4 * kk + source[r])];
+          Place want = atom.a[static_cast<size_t>(thread * 4 + r)];
+          wrong += from.row != want.row || position(from.col) != 8 * kk + want.col;
+        }
+    return wrong;
+  };
+  const int kiln[4] = {0, 2, 1, 3};
+  for (const CuteGmmaRegisterA& atom : atoms)
+    EXPECT_EQ(mismatches(atom, kiln, key_position), 0) << atom.name;
+  // The accumulator's order with V^T in key order, and kiln's order without the permutation, are
+  // each wrong.
+  const int in_order[4] = {0, 1, 2, 3};
+  auto identity = [](int r) { return r; };
+  EXPECT_GT(mismatches(atoms[1], in_order, identity), 0);
+  EXPECT_GT(mismatches(atoms[1], kiln, identity), 0);
 }
 
 }  // namespace

@@ -992,6 +992,19 @@ TEST(EmulatedWgmmaAttentionFp32, HighOperandsRoundedToTf32MatchFp64UnderEverySch
   EXPECT_EQ(wgmma_kernels(*high), 1);
 }
 
+// Odd numbers of 32-column blocks of fp32 in shared memory (the tf32 layout's unit; the others
+// have two or four): head dim 96 in three blocks on 64-key tiles, head dim 24 in one on 128-key
+// tiles, each with a narrow d_v padded to 64.
+TEST(EmulatedWgmmaAttentionFp32, HighWithOddCountsOf32ColumnBlocksMatchesFp64UnderEverySchedule) {
+  expect_fp32_attention_on_wgmma("wgmma_attention_tf32_blocks", ir::Precision::high, 2);
+  auto program = build(load("wgmma_attention_tf32_blocks"), {}, ir::Precision::high);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  std::vector<std::pair<int, int>> tiles;  // (d, bc) of each wgmma attention kernel
+  for (const auto& k : program->lowered().plan.kernels)
+    if (k.attention_tile.wgmma) tiles.push_back({k.attention_tile.d, k.attention_tile.bc});
+  EXPECT_EQ(tiles, (std::vector<std::pair<int, int>>{{96, 64}, {32, 128}}));
+}
+
 // The fp32 producer's rules, each broken once: wgmma_attention_medium_odd in `medium`,
 // wgmma_attention_tf32_odd in `high`.
 std::string expect_fp32_attention_caught(ir::Precision precision, const std::string& from,
