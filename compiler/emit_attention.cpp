@@ -544,7 +544,7 @@ void emit_ffma_kernel(Code& code, const KernelContext& ctx) {
 }
 
 // The bytes of the sm_90a attention kernel's Q area and of one stage of K and of V in shared
-// memory (the tile's element size: 2, or 4 for tf32).
+// memory (the tile's element size: 2, 4 for tf32, or 8 for tf32x3's two parts).
 struct WgmmaAttentionBytes {
   int q, k_stage, v_stage;
 };
@@ -604,7 +604,8 @@ void emit_tma_producer(Code& code, const KernelContext& ctx) {
   code.close();
 }
 
-// sm_90a's attention producer for fp32 operands (`medium` and `high`, wgmma_attention_loads):
+// sm_90a's attention producer for fp32 operands (`medium`, `high` and `tf32x3`,
+// wgmma_attention_loads):
 // TMA copies without converting or rounding, so the producer warpgroup's 128 threads load Q
 // once and K and V a key tile at a time themselves, 4 columns (one 16-byte load) a thread at a
 // time, and write them where the consumers' descriptors read them, zeros past the rows and
@@ -619,11 +620,14 @@ void emit_tma_producer(Code& code, const KernelContext& ctx) {
 //   P V (tf32 wgmma reads B K-major only): key r of the tile is V^T's column p(r), with pairs of
 //   keys 2l, 2l + 1 of each 8 at l and l + 4, where P's A fragment holds them (S's accumulator
 //   holds a row's keys 2t and 2t + 1 in one thread, the tf32 A fragment its k = t and t + 4).
+// - `tf32x3`: as `high`, and each element's small part tf32(x - tf32(x)) (cvt.rna twice, as the
+//   mma.sync kernel splits its fragments) at the same place in the area's second half.
 void emit_loading_producer(Code& code, const KernelContext& ctx) {
   const KernelPlan& k = ctx.kernel;
   const AttentionTile& t = k.attention_tile;
   const AttentionExtents& a = k.attention_extents;
   bool tf32 = wgmma_attention_tf32(k.attention_shape);
+  bool x3 = wgmma_attention_splits(k.attention_shape);
   int stages = t.stages, bc = t.bc;
   WgmmaAttentionBytes bytes = wgmma_attention_bytes(t);
   // Quad j (4 columns) of row `row` (row r of the tile) of `src` (rows of `ld` columns; quads
@@ -646,9 +650,18 @@ void emit_loading_producer(Code& code, const KernelContext& ctx) {
   auto copy = [&](const std::string& src, const std::string& dst, const std::string& row0,
                   int rows, int cols, int64_t ld, const Extent& bound) {
     load(src, row0, rows, cols, ld, bound);
-    if (tf32) {
-      code.line("*(uint4*)(" + dst + " + (j >> 3) * " + to_str(rows * 128) +
-                " + r * 128 + (((j & 7) ^ (r & 7)) << 4)) = make_uint4(kiln_cvt_rna_tf32(f.x), "
+    std::string at = dst + " + (j >> 3) * " + to_str(rows * 128) +
+                     " + r * 128 + (((j & 7) ^ (r & 7)) << 4)";
+    if (x3) {
+      code.line("const uint4 big = make_uint4(kiln_cvt_rna_tf32(f.x), kiln_cvt_rna_tf32(f.y), "
+                "kiln_cvt_rna_tf32(f.z), kiln_cvt_rna_tf32(f.w));");
+      code.line("*(uint4*)(" + at + ") = big;");
+      code.line("*(uint4*)(" + at + " + " + to_str(rows * cols * 4) +
+                ") = make_uint4(kiln_cvt_rna_tf32(f.x - kiln_as_float(big.x)), "
+                "kiln_cvt_rna_tf32(f.y - kiln_as_float(big.y)), kiln_cvt_rna_tf32(f.z - "
+                "kiln_as_float(big.z)), kiln_cvt_rna_tf32(f.w - kiln_as_float(big.w)));");
+    } else if (tf32) {
+      code.line("*(uint4*)(" + at + ") = make_uint4(kiln_cvt_rna_tf32(f.x), "
                 "kiln_cvt_rna_tf32(f.y), kiln_cvt_rna_tf32(f.z), kiln_cvt_rna_tf32(f.w));");
     } else {
       code.line("*(uint2*)(" + dst + " + (j >> 4) * " + to_str(rows * 128) +
@@ -668,13 +681,20 @@ void emit_loading_producer(Code& code, const KernelContext& ctx) {
     code.line("#pragma unroll");
     code.open("for (int x = 0; x < 4; ++x) {");
     code.line("const int n = 4 * j + x;");
-    code.line("*(unsigned*)(col + n * 128 + ((((p & 31) >> 2) ^ (n & 7)) << 4)) = "
-              "kiln_cvt_rna_tf32(e[x]);");
+    code.line("unsigned* to = (unsigned*)(col + n * 128 + ((((p & 31) >> 2) ^ (n & 7)) << 4));");
+    code.line("const unsigned big = kiln_cvt_rna_tf32(e[x]);");
+    code.line("*to = big;");
+    if (x3) {
+      code.line("to[" + to_str(bc * t.dv) + "] = kiln_cvt_rna_tf32(e[x] - kiln_as_float(big));  "
+                "// the small part");
+    }
     code.close();
     code.close();
   };
   code.line(std::string("// producer warpgroup: its 128 threads load Q, K and V, ") +
-            (tf32 ? "round them to tf32 and write V transposed" : "convert them to bf16"));
+            (x3     ? "split them into tf32 big and small parts and write V transposed"
+             : tf32 ? "round them to tf32 and write V transposed"
+                    : "convert them to bf16"));
   code.line("kiln_setmaxnreg_dec<24>();");
   copy("Q", "sq", "q0 + ", t.br, t.d, a.d, a.sq);
   code.line("kiln_fence_proxy_async();  // this thread's writes, to the async proxy (wgmma)");
@@ -703,26 +723,32 @@ void emit_loading_producer(Code& code, const KernelContext& ctx) {
 // accumulators stacked per warp: the mma.sync kernel's layout), then O += P V by wgmma with P
 // packed from S into registers (the RS form) and V N-major (tf32: V^T K-major) from shared
 // memory. Shared memory holds every operand in blocks of 128-byte rows, 128-byte swizzled.
+// tf32x3: each product three tf32 wgmmas over big and small parts, P V summed from zero each
+// key tile and added to O in fp32.
 void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   const KernelPlan& k = ctx.kernel;
   const AttentionMatch& m = k.group.attention;
   const AttentionTile& t = k.attention_tile;
   const AttentionExtents& a = k.attention_extents;
-  // fp32 q, k and v (`medium`, `high`): loaded by the producer, converted to bf16 or rounded to
-  // tf32 on their way to shared memory; `high` runs tf32 wgmma (m64nNk8) on them
+  // fp32 q, k and v (`medium`, `high`, `tf32x3`): loaded by the producer, converted to bf16,
+  // rounded to tf32 or split into tf32 parts on their way to shared memory; `high` and `tf32x3`
+  // run tf32 wgmma (m64nNk8) on them
   bool loads = wgmma_attention_loads(k.attention_shape);
   bool tf32 = wgmma_attention_tf32(k.attention_shape);
+  // tf32x3: every operand's small part in the second half of its area; three wgmmas a product
+  bool x3 = wgmma_attention_splits(k.attention_shape);
   std::string type = m.path == MatmulPath::f16 ? "f16" : "bf16";
   std::string pack = m.path == MatmulPath::f16 ? "kiln_pack_f16x2" : "kiln_pack_bf16x2";
-  int stages = t.stages, br = t.br, bc = t.bc, eb = t.elem_bytes;
+  int stages = t.stages, br = t.br, bc = t.bc;
   auto [q_bytes, k_stage, v_stage] = wgmma_attention_bytes(t);
-  int step = tf32 ? 8 : 16;             // keys or head-dim columns a wgmma takes (its k)
-  std::string cols = to_str(128 / eb);  // head-dim columns a 128-byte row holds
+  int step = tf32 ? 8 : 16;                   // keys or head-dim columns a wgmma takes (its k)
+  std::string cols = to_str(tf32 ? 32 : 64);  // head-dim columns a 128-byte row holds
 
   open_kernel(code, ctx, 384);
   emit_operands(code, ctx, storage_type(ctx.graph.node(m.q).type.dtype), loads);
   if (tf32) {
     code.line("// shared memory, from a 1024-byte boundary (128-byte swizzle atoms), fp32 rounded to");
+    if (x3) code.line("// tf32 (each area's second half the small parts, laid out alike)");
     code.line("// tf32: Q (" + to_str(t.d / 32) + " blocks of " + to_str(br) + " rows x 32 columns), " +
               to_str(stages) + " stages of K (" + to_str(t.d / 32) + " blocks of " + to_str(bc) +
               " keys x 32) and V transposed (" + to_str(bc / 32) + " blocks of " + to_str(t.dv) +
@@ -791,6 +817,11 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   code.line("for (int v = 0; v < " + to_str(t.dv / 2) + "; ++v) o[v] = 0.0f;");
   code.line("float acc[" + to_str(bc / 2) + "];");
   code.line("unsigned pf[" + to_str(bc / step) + "][4];");
+  if (x3) {
+    code.line("unsigned pf_small[" + to_str(bc / step) + "][4];");
+    code.line("// a key tile's P V, summed from zero on the tensor cores, then added to o in fp32");
+    code.line("float part[" + to_str(t.dv / 2) + "];");
+  }
   code.line("float o_scale[2];  // each row's rescale of O, applied once the P V writing O retires");
   code.line("kiln_mbarrier_wait(qbar, 0);");
   std::string stage_of = "% " + to_str(stages);
@@ -804,7 +835,17 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
               to_str(br * 128) + " + c * 8192 + (ks & 3) * 32, 16, 1024);");
     code.line("const unsigned long long db = kiln_gmma_desc_128b(sk + " + s + " * " +
               to_str(k_stage) + " + (ks >> 2) * " + to_str(bc * 128) + " + (ks & 3) * 32, 16, 1024);");
-    if (tf32) {
+    if (x3) {
+      // (a descriptor's start address is its low bits, in 16-byte units: the small parts lie
+      // half the area further on)
+      code.line("const unsigned long long da_small = da + " + to_str(q_bytes / 2 / 16) + ";");
+      code.line("const unsigned long long db_small = db + " + to_str(k_stage / 2 / 16) + ";");
+      code.line("// small Q x K, Q x small K, Q x K, as the mma.sync kernel orders them");
+      std::string wg = "kiln_wgmma_m64n" + to_str(bc) + "k8_tf32(acc, ";
+      code.line(wg + "da_small, db, ks > 0 ? 1 : 0);");
+      code.line(wg + "da, db_small, 1);");
+      code.line(wg + "da, db, 1);");
+    } else if (tf32) {
       code.line("kiln_wgmma_m64n" + to_str(bc) + "k8_tf32(acc, da, db, ks > 0 ? 1 : 0);");
     } else {
       code.line("kiln_wgmma_m64n" + to_str(bc) + "k16_" + type + "<0>(acc, da, db, ks > 0 ? 1 : 0);");
@@ -822,7 +863,16 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
       code.line("const unsigned long long dv = kiln_gmma_desc_128b(sv + " + s + " * " +
                 to_str(v_stage) + " + (kk >> 2) * " + to_str(t.dv * 128) +
                 " + (kk & 3) * 32, 16, 1024);");
-      code.line("kiln_wgmma_m64n" + to_str(t.dv) + "k8_tf32_rs(o, pf[kk], dv, 1);");
+      std::string wg = "kiln_wgmma_m64n" + to_str(t.dv) + "k8_tf32_rs(";
+      if (x3) {
+        code.line("const unsigned long long dv_small = dv + " + to_str(v_stage / 2 / 16) + ";");
+        code.line("// into part, from zero: small P x V, P x small V, P x V");
+        code.line(wg + "part, pf_small[kk], dv, kk > 0 ? 1 : 0);");
+        code.line(wg + "part, pf[kk], dv_small, 1);");
+        code.line(wg + "part, pf[kk], dv, 1);");
+      } else {
+        code.line(wg + "o, pf[kk], dv, 1);");
+      }
       code.close();
       code.line("kiln_wgmma_commit();");
       return;
@@ -860,6 +910,13 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
       code.line("pf[kk][1] = kiln_cvt_rna_tf32(acc[4 * kk + 2]);");
       code.line("pf[kk][2] = kiln_cvt_rna_tf32(acc[4 * kk + 1]);");
       code.line("pf[kk][3] = kiln_cvt_rna_tf32(acc[4 * kk + 3]);");
+      if (x3) {
+        code.line("#pragma unroll");
+        code.open("for (int i = 0; i < 4; ++i) {");
+        code.line("const float p = acc[4 * kk + ((i & 1) << 1) + (i >> 1)];");
+        code.line("pf_small[kk][i] = kiln_cvt_rna_tf32(p - kiln_as_float(pf[kk][i]));");
+        code.close();
+      }
       code.close();
       return;
     }
@@ -872,6 +929,12 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
     code.line("pf[kk][2] = " + pack + "(acc[8 * kk + 4], acc[8 * kk + 5]);");
     code.line("pf[kk][3] = " + pack + "(acc[8 * kk + 6], acc[8 * kk + 7]);");
     code.close();
+  };
+  // tf32x3: the retired P V's part added to O (before O's rescale: both are at that tile's max)
+  auto promote = [&] {
+    if (!x3) return;
+    code.line("#pragma unroll");
+    code.line("for (int v = 0; v < " + to_str(t.dv / 2) + "; ++v) o[v] += part[v];");
   };
   // FlashAttention-3's inter-warpgroup ping-pong: consumer c issues its wgmmas once the other
   // has issued its own (named barrier 1 + c: its 128 threads sync, the other's 128 arrive), so
@@ -911,6 +974,7 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   code.line("kiln_wgmma_wait<0>();");
   code.line("// tile kt - 1's K and V are read: release its stage to the producer");
   code.line("kiln_mbarrier_arrive(&empty[sp]);");
+  promote();
   rescale_and_pack();
   code.close();
   code.line("// the last key tile's P V");
@@ -920,6 +984,7 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   pass_turn(true);
   code.line("kiln_wgmma_wait<0>();");
   code.line("kiln_mbarrier_arrive(&empty[(key_tiles - 1) " + stage_of + "]);");
+  promote();
   code.close();
 
   emit_quad_sums(code);

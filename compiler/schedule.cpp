@@ -297,10 +297,12 @@ Status check_wgmma_attention_tile(const AttentionTile& tile, const AttentionShap
                tile.smem_bytes() <= smem_limit(90);
   if (legal) return Status::success();
   return make_error("tile ", to_string(tile), " is not one the sm_90a attention kernel runs (",
-                    "128x128, or 128x64 at head dims over 128 (fp32 in `high`: over 64), wgmma, ",
-                    "2 stages or more within ", std::to_string(smem_limit(90) / 1024),
+                    "128x128, or 128x64 at head dims over 128 (fp32 in `high`: over 64; in "
+                    "`tf32x3`: always), wgmma, 2 stages or more within ",
+                    std::to_string(smem_limit(90) / 1024),
                     " KiB of shared memory, for 16-bit operands or fp32 ones in `medium` at head "
-                    "dims that are multiples of 8 up to 256, or fp32 ones in `high` up to 128)");
+                    "dims that are multiples of 8 up to 256, fp32 ones in `high` up to 128, or in "
+                    "`tf32x3` up to 64)");
 }
 
 std::string cuda_kernel_name(const std::string& plan_name, const MatmulTile& tile) {

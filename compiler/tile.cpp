@@ -225,8 +225,9 @@ AttentionTile choose_attention_tile(const AttentionShape& shape, int sm) {
 bool wgmma_attention_computes(const AttentionShape& shape) {
   bool half = (shape.path == MatmulPath::bf16 || shape.path == MatmulPath::f16) &&
               shape.elem_bytes == 2;
-  // tf32: head dims up to 128 (Q and two stages of fp32 K and V fill shared memory there)
-  int64_t widest = wgmma_attention_tf32(shape) ? 128 : 256;
+  // tf32: head dims up to 128 (Q and two stages of fp32 K and V fill shared memory there);
+  // tf32x3: up to 64 (the small parts double it)
+  int64_t widest = wgmma_attention_splits(shape) ? 64 : wgmma_attention_tf32(shape) ? 128 : 256;
   auto fits = [&](int64_t dim) { return dim >= 8 && dim <= widest && dim % 8 == 0; };
   return (half || wgmma_attention_converts(shape) || wgmma_attention_tf32(shape)) &&
          fits(shape.d) && fits(shape.dv);
@@ -237,7 +238,12 @@ bool wgmma_attention_converts(const AttentionShape& shape) {
 }
 
 bool wgmma_attention_tf32(const AttentionShape& shape) {
-  return shape.path == MatmulPath::tf32 && shape.elem_bytes == 4;
+  return (shape.path == MatmulPath::tf32 || shape.path == MatmulPath::tf32x3) &&
+         shape.elem_bytes == 4;
+}
+
+bool wgmma_attention_splits(const AttentionShape& shape) {
+  return shape.path == MatmulPath::tf32x3 && shape.elem_bytes == 4;
 }
 
 bool wgmma_attention_loads(const AttentionShape& shape) {
@@ -275,6 +281,13 @@ AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape) {
     t.d = static_cast<int>((shape.d + 31) / 32 * 32);
     t.q_ld = t.k_ld = t.d;
     t.bc = shape.d > 64 || shape.dv > 64 ? 64 : 128;
+    // tf32x3: each element's small part beside it, 8 bytes an element (at d = d_v = 64: 64 KiB of
+    // Q and two stages of 32 KiB of K and 32 KiB of V, 193 KiB), 64 keys a tile (128 would need
+    // 321 KiB; S's, P's two parts' and O's two sums' registers, 160 a thread, fit 240)
+    if (wgmma_attention_splits(shape)) {
+      t.elem_bytes = 8;
+      t.bc = 64;
+    }
   }
   return t;
 }

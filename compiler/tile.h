@@ -157,7 +157,8 @@ struct AttentionTile {
                     // wgmma kernel's: <= 256)
   int dv_slabs = 1; // blocks along the grid's y, each a slab of dv columns of the output
   int q_ld = 0, k_ld = 0, v_ld = 0;  // q_ld 0: q is read into registers (FFMA)
-  int elem_bytes = 4;                // in shared memory
+  int elem_bytes = 4;                // in shared memory (the wgmma kernel's tf32x3: 8, an
+                                     // element's big and small parts)
   // sm_90a: the FlashAttention-3-style kernel (emit_attention, KERNELS.md design 5b): one
   // producer warpgroup loading Q, K and V with TMA into an mbarrier ring and two consumer
   // warpgroups of 64 queries each (br 128, warps 12), S = Q K^T by wgmma from shared memory and
@@ -197,14 +198,19 @@ AttentionTile choose_attention_tile(const AttentionShape& shape, int sm);
 // Whether the sm_90a attention kernel computes `shape`: 16-bit operands on the bf16 or f16 path,
 // or fp32 operands on the bf16_of_f32 path (`medium`, wgmma_attention_converts), head dims d and
 // dv multiples of 8 (rows of whole 16-byte units, as TMA wants) up to 256; or fp32 operands on
-// the tf32 path (`high`, wgmma_attention_tf32) with head dims up to 128.
+// the tf32 path (`high`, wgmma_attention_tf32) with head dims up to 128, or on the tf32x3 path
+// (wgmma_attention_splits) with head dims up to 64.
 bool wgmma_attention_computes(const AttentionShape& shape);
 // Whether it converts fp32 q, k and v to bf16 on their way to shared memory (`medium`): its
 // producer warpgroup then loads them itself, not by TMA, which copies without converting.
 bool wgmma_attention_converts(const AttentionShape& shape);
-// Whether it runs tf32 wgmma (`high`, head dims up to 128): its producer loads q, k and v itself,
-// rounds them to tf32 and writes V transposed (tf32 wgmma reads B K-major only).
+// Whether it runs tf32 wgmma (`high`, head dims up to 128, or `tf32x3`): its producer loads q, k
+// and v itself, rounds them to tf32 and writes V transposed (tf32 wgmma reads B K-major only).
 bool wgmma_attention_tf32(const AttentionShape& shape);
+// Whether it runs tf32x3 (head dims up to 64): the producer also writes each operand's small
+// part, tf32(x - tf32(x)), beside it (8 bytes an element in shared memory), and each product is
+// three tf32 wgmmas.
+bool wgmma_attention_splits(const AttentionShape& shape);
 // Whether its producer loads q, k and v itself (either of the above), with no tensor maps.
 bool wgmma_attention_loads(const AttentionShape& shape);
 // Whether the analytic model plans `shape` on it: 16-bit operands. fp32 ones stay on the

@@ -248,6 +248,23 @@ inline void rs_a_place_tf32(int thread, int reg, int* m, int* k) {
 // NaN in tf32.
 inline constexpr uint32_t k_poisoned_a = 0xffffffffu;
 
+// The in-flight RS wgmma of `wg` (committed or not) that reads thread `thread`'s A registers at
+// `regs`, other than `skip` and the first `retired` of the oldest group; null where none does.
+// Several may read the same registers (tf32x3's P x small V and P x V): they all see the values
+// the registers held when the first was issued.
+inline const WgmmaOp* a_reader(const WarpGroup& wg, int thread, const uint32_t* regs,
+                               const WgmmaOp* skip = nullptr, size_t retired = 0) {
+  auto reads = [&](const WgmmaOp& o) {
+    return &o != skip && o.a_regs && o.a_at[thread] == regs;
+  };
+  for (size_t g = 0; g < wg.groups.size(); ++g)
+    for (size_t i = g == 0 ? retired : 0; i < wg.groups[g].size(); ++i)
+      if (reads(wg.groups[g][i])) return &wg.groups[g][i];
+  for (const WgmmaOp& o : wg.open)
+    if (reads(o)) return &o;
+  return nullptr;
+}
+
 // The shared-memory bytes `op` reads, in order (A's, unless it is in registers, then B's), as the
 // async proxy sees them now; false where a descriptor addresses past the block's dynamic shared
 // memory.
@@ -439,19 +456,22 @@ inline void wgmma_wait(int pending, const void* site) {
   wg.retire_to = -1;
   const char* error = nullptr;
   while (static_cast<int>(wg.groups.size()) > pending && !error) {
-    for (WgmmaOp& op : wg.groups.front()) {
+    for (size_t i = 0; i < wg.groups.front().size(); ++i) {
+      WgmmaOp& op = wg.groups.front()[i];
       perform_wgmma(*t_block, wg, op, &error);
-      // An RS wgmma's A registers get their contents back, unless the program wrote them
-      // while the wgmma could still read them.
-      for (int thread = 0; op.a_regs && thread < 128 && !error; ++thread)
+      // An RS wgmma's A registers get their contents back once no wgmma in flight reads them,
+      // unless the program wrote them while one could still read them.
+      for (int thread = 0; op.a_regs && thread < 128 && !error; ++thread) {
         for (int r = 0; r < 4; ++r) {
           if (op.a_at[thread][r] != k_poisoned_a) {
             error = "wgmma.mma_async: a thread wrote A's registers before the wait_group that "
                     "retires the wgmma reading them";
             break;
           }
-          op.a_at[thread][r] = op.a[thread][r];
         }
+        if (!error && !a_reader(wg, thread, op.a_at[thread], &op, i + 1))
+          std::memcpy(op.a_at[thread], op.a[thread], sizeof op.a[thread]);
+      }
     }
     wg.groups.pop_front();
   }
@@ -528,7 +548,14 @@ inline void wgmma(float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, 
     op.a_regs = a_regs != nullptr;
     for (int thread = 0; op.a_regs && thread < 128; ++thread) {
       op.a_at[thread] = wg.a[thread];
-      std::memcpy(op.a[thread], wg.a[thread], sizeof op.a[thread]);
+      // registers another wgmma in flight reads hold poison now, unless the program wrote them
+      // meanwhile: its copy is what they held
+      const WgmmaOp* reader = a_reader(wg, thread, wg.a[thread]);
+      for (int r = 0; reader && r < 4; ++r)
+        if (wg.a[thread][r] != k_poisoned_a)
+          fail("wgmma.mma_async: a thread wrote A's registers before the wait_group that retires "
+               "the wgmma reading them");
+      std::memcpy(op.a[thread], reader ? reader->a[thread] : wg.a[thread], sizeof op.a[thread]);
       for (int r = 0; r < 4; ++r) wg.a[thread][r] = k_poisoned_a;
     }
     size_t per = static_cast<size_t>(n / 2);

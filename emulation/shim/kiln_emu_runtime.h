@@ -111,8 +111,9 @@ struct WgmmaOp {
   std::vector<float> a_vals, b_vals;
   std::string seen;
   float* d[128] = {};
-  // A from registers (the RS form): each thread's four registers as they were at issue, and
-  // where they live (poisoned from issue to the wait_group that retires the wgmma)
+  // A from registers (the RS form): each thread's four registers as they were at issue (at the
+  // first issue of the wgmmas in flight that read them), and where they live (poisoned from that
+  // issue until the wait_group that retires the last of those wgmmas)
   bool a_regs = false;
   uint32_t a[128][4] = {};
   uint32_t* a_at[128] = {};

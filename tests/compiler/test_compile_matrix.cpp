@@ -668,7 +668,9 @@ TEST(CompileShapes, BatchedWgmmaMatmulsCompileWithoutSpillsOrWarningsOnSm90a) {
 // for Q K^T and from registers (the RS form) for P V, setmaxnreg, no mma.sync. fp32 operands in
 // `medium` take the same kernel on bf16 wgmma with a producer that loads and converts them itself
 // (16-byte loads, no TMA); in `high` (head dims up to 128) on tf32 wgmma (m64nNk8, P from
-// registers), the producer rounding them to tf32, with 64-key tiles past a head dim of 64. (The
+// registers), the producer rounding them to tf32, with 64-key tiles past a head dim of 64; in
+// `tf32x3` (head dims up to 64, 64-key tiles) with three tf32 wgmmas a step, on the big and small
+// parts the producer writes. (The
 // model keeps fp32 attention on the mma.sync kernel: WgmmaAttentionSchedule chooses the wgmma
 // kernel's tile, as a tuning record may.)
 class WgmmaAttentionSchedule final : public ScheduleProvider {
@@ -691,9 +693,11 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
   };
   int compiled = 0;
   for (Mode mode : {Mode{"bf16", ir::Precision::high}, Mode{"f16", ir::Precision::high},
-                    Mode{"f32", ir::Precision::medium}, Mode{"f32", ir::Precision::high}}) {
+                    Mode{"f32", ir::Precision::medium}, Mode{"f32", ir::Precision::high},
+                    Mode{"f32", ir::Precision::tf32x3}}) {
     std::string ty = mode.type;
-    bool loads = ty == "f32", tf32 = loads && mode.precision == ir::Precision::high;
+    bool loads = ty == "f32", x3 = mode.precision == ir::Precision::tf32x3;
+    bool tf32 = loads && (mode.precision == ir::Precision::high || x3);
     // the wgmmas' shape suffix and operand types
     std::string wg = tf32 ? "k8.f32.tf32.tf32" : "k16.f32." + (loads ? std::string("bf16") : ty);
     // (d, d_v): over 128 the key tile is 64 (tf32: over 64); d_v pads to a multiple of 64, P V's
@@ -701,6 +705,7 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
     std::vector<std::pair<int, int>> dims = {{64, 128}, {128, 128}, {256, 256}, {200, 192}, {192, 136}};
     // (tf32: d 96 and 24 hold three and one 32-column blocks, the others two and four)
     if (tf32) dims = {{64, 64}, {64, 128}, {128, 128}, {96, 24}, {24, 8}};
+    if (x3) dims = {{64, 64}, {40, 56}, {24, 8}};  // (tf32x3: head dims up to 64, 64-key tiles)
     for (auto [d, d_v] : dims) {
       std::string dq = std::to_string(d), dv = std::to_string(d_v);
       std::string pv = std::to_string((d_v + 63) / 64 * 64);
@@ -729,7 +734,7 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
         // o's head dims are (d, d_v), p's (d, d)
         bool is_o = k.name.find("k0_") != std::string::npos;
         int kv = is_o ? d_v : d;
-        bool wide = tf32 ? d > 64 || kv > 64 : d > 128 || kv > 128;
+        bool wide = x3 || (tf32 ? d > 64 || kv > 64 : d > 128 || kv > 128);
         std::string bc = wide ? "64" : "128";
         EXPECT_EQ(k.tile, "128x" + bc + ", wgmma, 2 stages") << what << " " << k.name;
         EXPECT_NE(k.name.find("_wg128x" + bc), std::string::npos) << what << " " << k.name;
@@ -751,6 +756,15 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
         } else {
           EXPECT_NE(k.ptx.find("cp.async.bulk.tensor.4d"), std::string::npos) << what << " " << k.name;
         }
+        // Every wgmma issued: S's d / k steps where key tile 0 starts and in the loop, P V's
+        // Bc / k in the loop and for the last tile; tf32x3 issues three a step.
+        int kstep = tf32 ? 8 : 16, pad = tf32 ? 32 : 64;
+        int steps = (d + pad - 1) / pad * pad / kstep + std::stoi(bc) / kstep;
+        size_t issued = 0;
+        for (size_t at = k.ptx.find("wgmma.mma_async."); at != std::string::npos;
+             at = k.ptx.find("wgmma.mma_async.", at + 1))
+          ++issued;
+        EXPECT_EQ(issued, static_cast<size_t>(2 * steps * (x3 ? 3 : 1))) << what << " " << k.name;
         EXPECT_NE(k.ptx.find("setmaxnreg.inc.sync.aligned.u32 240"), std::string::npos) << what;
         EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos) << what << " " << k.name;
         EXPECT_EQ(k.report.local_bytes, 0) << what << " " << k.name;
@@ -761,7 +775,7 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
       ++compiled;
     }
   }
-  EXPECT_EQ(compiled, 20);
+  EXPECT_EQ(compiled, 23);
 }
 
 // A symbolic graph's matmuls and attention on sm_90a's wgmma kernels, as the model plans them at

@@ -376,8 +376,9 @@ TEST(AttentionSchedule, TheWgmmaTilePadsHeadDimsToMultiplesOf64) {
 // fp32 attention can take the wgmma kernel in `medium` (its producer converts q, k and v to bf16,
 // wgmma_attention_converts; the tile, bf16 in shared memory, is the 16-bit one's) and in `high`
 // at head dims up to 128 (tf32 wgmma, fp32 in shared memory: d padded to a multiple of 32, 64
-// keys a tile past a head dim of 64), not in `tf32x3` or `highest`; the model does not choose it.
-TEST(AttentionSchedule, TheWgmmaKernelTakesFp32AttentionInMediumAndHigh) {
+// keys a tile past a head dim of 64) and in `tf32x3` at head dims up to 64 (big and small parts,
+// 8 bytes an element, 64-key tiles), not in `highest`; the model does not choose it.
+TEST(AttentionSchedule, TheWgmmaKernelTakesFp32AttentionInMediumHighAndTf32x3) {
   auto shape_of = [](MatmulPath path, int elem_bytes, int64_t d = 128, int64_t dv = 128) {
     AttentionShape s;
     s.d = d;
@@ -397,6 +398,7 @@ TEST(AttentionSchedule, TheWgmmaKernelTakesFp32AttentionInMediumAndHigh) {
   EXPECT_FALSE(wgmma_attention_by_model(medium));
   EXPECT_FALSE(wgmma_attention_by_model(shape_of(MatmulPath::tf32, 4)));
   EXPECT_FALSE(wgmma_attention_loads(shape_of(MatmulPath::f16, 2)));
+  // tf32x3 at head dim 128 (its small parts would not fit) and FFMA: not there
   for (MatmulPath path : {MatmulPath::tf32x3, MatmulPath::ffma})
     EXPECT_FALSE(wgmma_attention_computes(shape_of(path, 4))) << to_string(path);
   AttentionTile t = choose_wgmma_attention_tile(medium);
@@ -407,24 +409,45 @@ TEST(AttentionSchedule, TheWgmmaKernelTakesFp32AttentionInMediumAndHigh) {
     int64_t d, dv;
     int pd, pdv, bc;
   };
+  // `high` (tf32, 4 bytes an element) and, head dims up to 64, `tf32x3` (each element's two
+  // parts, 8 bytes; 64 keys)
+  auto expect_tf32_tile = [&](MatmulPath path, Case c) {
+    AttentionShape s = shape_of(path, 4, c.d, c.dv);
+    bool x3 = path == MatmulPath::tf32x3;
+    std::string what = std::string(to_string(path)) + " d " + std::to_string(c.d) + " dv " +
+                       std::to_string(c.dv);
+    EXPECT_TRUE(wgmma_attention_computes(s)) << what;
+    EXPECT_TRUE(wgmma_attention_tf32(s)) << what;
+    EXPECT_EQ(wgmma_attention_splits(s), x3) << what;
+    EXPECT_TRUE(wgmma_attention_loads(s)) << what;
+    EXPECT_FALSE(wgmma_attention_converts(s)) << what;
+    EXPECT_FALSE(wgmma_attention_by_model(s)) << what;
+    AttentionTile tile = choose_wgmma_attention_tile(s);
+    EXPECT_EQ(tile.elem_bytes, x3 ? 8 : 4) << what;
+    EXPECT_EQ(tile.d, c.pd) << what;
+    EXPECT_EQ(tile.dv, c.pdv) << what;
+    EXPECT_EQ(tile.bc, c.bc) << what;
+    EXPECT_LE(tile.smem_bytes(), smem_limit(90)) << what;
+    EXPECT_TRUE(check_wgmma_attention_tile(tile, s)) << what;
+  };
   for (Case c : {Case{128, 128, 128, 128, 64}, Case{40, 72, 64, 128, 64}, Case{64, 56, 64, 64, 128},
-                 Case{8, 8, 32, 64, 128}, Case{96, 64, 96, 64, 64}}) {
-    AttentionShape high = shape_of(MatmulPath::tf32, 4, c.d, c.dv);
-    std::string what = "d " + std::to_string(c.d) + " dv " + std::to_string(c.dv);
-    EXPECT_TRUE(wgmma_attention_computes(high)) << what;
-    EXPECT_TRUE(wgmma_attention_tf32(high)) << what;
-    EXPECT_TRUE(wgmma_attention_loads(high)) << what;
-    EXPECT_FALSE(wgmma_attention_converts(high)) << what;
-    t = choose_wgmma_attention_tile(high);
-    EXPECT_EQ(t.elem_bytes, 4) << what;
-    EXPECT_EQ(t.d, c.pd) << what;
-    EXPECT_EQ(t.dv, c.pdv) << what;
-    EXPECT_EQ(t.bc, c.bc) << what;
-    EXPECT_LE(t.smem_bytes(), smem_limit(90)) << what;
-    EXPECT_TRUE(check_wgmma_attention_tile(t, high)) << what;
-  }
+                 Case{8, 8, 32, 64, 128}, Case{96, 64, 96, 64, 64}})
+    expect_tf32_tile(MatmulPath::tf32, c);
   EXPECT_FALSE(wgmma_attention_computes(shape_of(MatmulPath::tf32, 4, 136, 64)));
   EXPECT_FALSE(wgmma_attention_computes(shape_of(MatmulPath::tf32, 4, 64, 136)));
+  for (Case c : {Case{64, 64, 64, 64, 64}, Case{40, 56, 64, 64, 64}, Case{8, 8, 32, 64, 64}}) {
+    expect_tf32_tile(MatmulPath::tf32x3, c);
+    AttentionShape x3 = shape_of(MatmulPath::tf32x3, 4, c.d, c.dv);
+    std::string what = "tf32x3 d " + std::to_string(c.d) + " dv " + std::to_string(c.dv);
+    // `high`'s tile (4 bytes an element, 128 keys) is not one the tf32x3 kernel runs
+    AttentionTile high = choose_wgmma_attention_tile(shape_of(MatmulPath::tf32, 4, c.d, c.dv));
+    high.bc = 64;
+    EXPECT_FALSE(check_wgmma_attention_tile(high, x3)) << what;
+  }
+  EXPECT_EQ(choose_wgmma_attention_tile(shape_of(MatmulPath::tf32x3, 4, 64, 64)).smem_bytes(),
+            1024 + 8 * (128 * 64 + 2 * 64 * (64 + 64)) + 8 * 5);
+  EXPECT_FALSE(wgmma_attention_computes(shape_of(MatmulPath::tf32x3, 4, 72, 64)));
+  EXPECT_FALSE(wgmma_attention_computes(shape_of(MatmulPath::tf32x3, 4, 64, 72)));
 }
 
 const char* k_attention_graph =

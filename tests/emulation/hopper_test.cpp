@@ -3,7 +3,8 @@
 // N-major B) against an fp64 product, and the misuses the model turns into errors or wrong
 // results: reading a stage before its mbarrier, accumulators read before wait_group, operands
 // written by plain stores without fence.proxy.async, operands rewritten or refilled before the
-// wait_group that retires their wgmmas, wgmma without wgmma.fence, and a warpgroup that diverges;
+// wait_group that retires their wgmmas, wgmma without wgmma.fence, a warpgroup that diverges,
+// and RS wgmmas in flight sharing their A registers (allowed) while one writes them (not);
 // named barriers (bar.sync, bar.arrive).
 #include "emu_test_util.h"
 
@@ -393,6 +394,88 @@ TEST(EmulatedWgmma, AStageReleasedBeforeWaitGroupIsRefilledUnderItsWgmmas) {
         ASSERT_EQ(error, "") << "schedule " << schedule.kind;
         EXPECT_TRUE(matches(c, out)) << "schedule " << schedule.kind;
       }
+    }
+  }
+}
+
+// Two RS wgmmas (A from registers) reading the same registers, as tf32x3's P x small V and
+// P x V do: in one commit group (`one_group`) or two, the second retired by a later wait_group
+// (`two_groups`); `write_between`: as two, the registers written after the first group's
+// wait_group, while the second still reads them; `write_before_second`: written between the two
+// issues, while the first reads them. d1 goes to out[0..), d2 to out[64 * 128..), and
+// out[2 * 64 * 128 + tid] is 1 where the thread's registers hold their values again after the
+// last wait_group.
+enum class SharedA { one_group, two_groups, write_between, write_before_second };
+
+template <SharedA S>
+__global__ void shared_a_kernel(float* out, uint16_t* a, uint16_t* b) {
+  unsigned char* smem = kiln_dynamic_smem();
+  const int tid = threadIdx.x;
+  store_plainly(smem, a, b, tid);
+  kiln_fence_proxy_async();
+  __syncthreads();
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  unsigned regs[4][4];  // k step k's A registers: register r, half h at A(m, 16 k + kk)
+  for (int k = 0; k < 4; ++k)
+    for (int r = 0; r < 4; ++r) {
+      unsigned bits = 0;
+      for (int h = 0; h < 2; ++h) {
+        int m = 16 * warp + g + 8 * (r & 1), kk = 2 * t + h + 8 * (r >> 1);
+        bits |= static_cast<unsigned>(a[m * 64 + 16 * k + kk]) << (16 * h);
+      }
+      regs[k][r] = bits;
+    }
+  float d1[64], d2[64];
+  kiln_wgmma_fence();
+  unsigned want[4][4];
+  std::memcpy(want, regs, sizeof want);
+  for (int k = 0; k < 4; ++k)
+    kiln_wgmma_m64n128k16_bf16_rs<0>(d1, regs[k], kiln_gmma_desc_128b(smem + 8192 + 32 * k, 16, 1024),
+                                     k > 0);
+  if (S == SharedA::write_before_second) regs[2][1] = 0u;
+  if (S != SharedA::one_group) kiln_wgmma_commit();
+  for (int k = 0; k < 4; ++k)
+    kiln_wgmma_m64n128k16_bf16_rs<0>(d2, regs[k], kiln_gmma_desc_128b(smem + 8192 + 32 * k, 16, 1024),
+                                     k > 0);
+  kiln_wgmma_commit();
+  if (S != SharedA::one_group) {
+    kiln_wgmma_wait<1>();
+    if (S == SharedA::write_between) regs[2][1] = 0u;
+  }
+  kiln_wgmma_wait<0>();
+  for (int v = 0; v < 64; ++v) {
+    int row = 16 * warp + g + 8 * ((v % 4) >> 1), col = 8 * (v / 4) + 2 * t + (v & 1);
+    out[row * 128 + col] = d1[v];
+    out[64 * 128 + row * 128 + col] = d2[v];
+  }
+  out[2 * 64 * 128 + tid] = std::memcmp(want, regs, sizeof want) == 0 ? 1.0f : 0.0f;
+}
+
+TEST(EmulatedWgmma, RsWgmmasInFlightMayReadTheSameRegistersButNoneMayWriteThem) {
+  WgmmaCase c = make_case(false);
+  WgmmaCase twice = c;
+  twice.want.insert(twice.want.end(), c.want.begin(), c.want.end());
+  twice.want.insert(twice.want.end(), 128, 1.0);  // every thread's registers given back
+  for (SharedA mode : {SharedA::one_group, SharedA::two_groups, SharedA::write_between,
+                       SharedA::write_before_second}) {
+    for (LaunchSchedule schedule : k_schedules) {
+      std::vector<float> out(2 * 64 * 128 + 128, -1.0f);
+      std::vector<uint16_t> a = c.a, b = c.b;
+      auto kernel = mode == SharedA::one_group       ? shared_a_kernel<SharedA::one_group>
+                    : mode == SharedA::two_groups    ? shared_a_kernel<SharedA::two_groups>
+                    : mode == SharedA::write_between ? shared_a_kernel<SharedA::write_between>
+                                                     : shared_a_kernel<SharedA::write_before_second>;
+      std::string error = launch(kernel, {out.data(), a.data(), b.data()},
+                                 {out.size() * 4, a.size() * 2, b.size() * 2}, 1, 128,
+                                 8192 + 16384, schedule);
+      std::string what = "mode " + std::to_string(static_cast<int>(mode)) + ", schedule " +
+                         std::to_string(schedule.kind);
+      if (mode == SharedA::write_between || mode == SharedA::write_before_second) {
+        EXPECT_NE(error.find("wrote A's registers"), std::string::npos) << what << ": " << error;
+        continue;
+      }
+      ASSERT_EQ(error, "") << what;
+      EXPECT_TRUE(matches(twice, out)) << what;
     }
   }
 }

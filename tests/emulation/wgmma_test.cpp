@@ -534,8 +534,8 @@ const char* k_symbolic_attention_graph = R"(graph symatt {
 }
 )";
 
-// The same in fp32 (`medium`: the producer loads and converts q, k and v, no maps), the key
-// tiles' bounds and the grouped heads' offsets read from S.
+// The same in fp32 (`medium`, `high` and `tf32x3`: the producer loads and converts, rounds or
+// splits q, k and v, no maps), the key tiles' bounds and the grouped heads' offsets read from S.
 const char* k_symbolic_attention_f32_graph = R"(graph symattf {
   dim S: 1..300
   input q: f32[2, 4, S, 64]
@@ -658,6 +658,7 @@ INSTANTIATE_TEST_SUITE_P(
         SymbolicCase{k_symbolic_attention_graph, ir::Precision::high, {129, 256}, {129, 200, 256}, 2},
         SymbolicCase{k_symbolic_attention_f32_graph, ir::Precision::medium, {129, 256}, {129, 200, 256}, 2},
         SymbolicCase{k_symbolic_attention_f32_graph, ir::Precision::high, {129, 256}, {129, 256}, 2},
+        SymbolicCase{k_symbolic_attention_f32_graph, ir::Precision::tf32x3, {129, 256}, {129, 256}, 2},
         SymbolicCase{k_symbolic_batch_attention_graph, ir::Precision::high, {5, 8}, {5, 8}, 1},
         SymbolicCase{k_symbolic_batched_graph, ir::Precision::high, {5, 8}, {5, 7, 8}, 2}),
     symbolic_case_name);
@@ -952,9 +953,10 @@ TEST(EmulatedWgmmaAttentionRules, WritingPWhileItsWgmmaIsInFlightIsAnError) {
 }
 
 // The fp32 graph `name` in `precision` with the wgmma attention kernel's tiles: `kernels`
-// attentions on it, matching fp64 under every schedule; in `tf32x3` none there, nor with the
-// model's schedule (fp32 attention stays on the mma.sync kernel unless a record chooses it).
-void expect_fp32_attention_on_wgmma(const char* name, ir::Precision precision, int kernels) {
+// attentions on it, matching fp64 under every schedule; none with the model's schedule (fp32
+// attention stays on the mma.sync kernel unless a record chooses it); in `tf32x3`, `x3_kernels`.
+void expect_fp32_attention_on_wgmma(const char* name, ir::Precision precision, int kernels,
+                                    int x3_kernels = 0) {
   ir::Graph graph = load(name);
   auto model = build_program(graph, sm90a(precision));
   ASSERT_TRUE(model.ok()) << model.error().message;
@@ -968,7 +970,7 @@ void expect_fp32_attention_on_wgmma(const char* name, ir::Precision precision, i
   }
   auto x3 = build(graph, {}, ir::Precision::tf32x3);
   ASSERT_TRUE(x3.ok()) << x3.error().message;
-  EXPECT_EQ(wgmma_kernels(*x3), 0);
+  EXPECT_EQ(wgmma_kernels(*x3), x3_kernels);
 }
 
 // fp32 attention in `medium` on the wgmma kernel: its producer warpgroup loads q, k and v,
@@ -985,18 +987,28 @@ TEST(EmulatedWgmmaAttentionFp32, MediumOperandsConvertedByTheProducerMatchFp64Un
 // 128-key tiles, d_v 56 padded) run there, within `high`'s tolerance. With a head dim over 128
 // (the medium graph's second attention) `high` stays on the mma.sync kernel.
 TEST(EmulatedWgmmaAttentionFp32, HighOperandsRoundedToTf32MatchFp64UnderEverySchedule) {
-  expect_fp32_attention_on_wgmma("wgmma_attention_tf32_odd", ir::Precision::high, 3);
+  expect_fp32_attention_on_wgmma("wgmma_attention_tf32_odd", ir::Precision::high, 3, 1);
   ir::Graph wide = load("wgmma_attention_medium_odd");
   auto high = build(wide, {}, ir::Precision::high);
   ASSERT_TRUE(high.ok()) << high.error().message;
   EXPECT_EQ(wgmma_kernels(*high), 1);
 }
 
+// fp32 attention in `tf32x3` on tf32 wgmma (head dims up to 64): the producer writes each
+// operand's tf32 big and small parts, S is small Q x K + Q x small K + Q x K, P V the same with P
+// split in registers, summed from zero each key tile and added to O in fp32. All three attentions
+// (grouped heads, padded head dims, a mask, a ring that wraps; d = d_v = 64, causal; one 32-column
+// block) run there, within `tf32x3`'s fp32-level tolerance. (In the `high` graphs, only the
+// attentions with both head dims up to 64 take it in `tf32x3`.)
+TEST(EmulatedWgmmaAttentionFp32, Tf32x3OperandsSplitByTheProducerMatchFp64UnderEverySchedule) {
+  expect_fp32_attention_on_wgmma("wgmma_attention_tf32x3_odd", ir::Precision::tf32x3, 3, 3);
+}
+
 // Odd numbers of 32-column blocks of fp32 in shared memory (the tf32 layout's unit; the others
 // have two or four): head dim 96 in three blocks on 64-key tiles, head dim 24 in one on 128-key
 // tiles, each with a narrow d_v padded to 64.
 TEST(EmulatedWgmmaAttentionFp32, HighWithOddCountsOf32ColumnBlocksMatchesFp64UnderEverySchedule) {
-  expect_fp32_attention_on_wgmma("wgmma_attention_tf32_blocks", ir::Precision::high, 2);
+  expect_fp32_attention_on_wgmma("wgmma_attention_tf32_blocks", ir::Precision::high, 2, 1);
   auto program = build(load("wgmma_attention_tf32_blocks"), {}, ir::Precision::high);
   ASSERT_TRUE(program.ok()) << program.error().message;
   std::vector<std::pair<int, int>> tiles;  // (d, bc) of each wgmma attention kernel
@@ -1006,13 +1018,14 @@ TEST(EmulatedWgmmaAttentionFp32, HighWithOddCountsOf32ColumnBlocksMatchesFp64Und
 }
 
 // The fp32 producer's rules, each broken once: wgmma_attention_medium_odd in `medium`,
-// wgmma_attention_tf32_odd in `high`.
+// wgmma_attention_tf32_odd in `high`, wgmma_attention_tf32x3_odd in `tf32x3`.
 std::string expect_fp32_attention_caught(ir::Precision precision, const std::string& from,
                                          const std::string& to,
                                          const Schedule& schedule = Schedule{}) {
-  bool high = precision == ir::Precision::high;
-  std::string result = run_edits(high ? "wgmma_attention_tf32_odd" : "wgmma_attention_medium_odd",
-                                 {{from, to}}, schedule, precision);
+  const char* graph = precision == ir::Precision::high     ? "wgmma_attention_tf32_odd"
+                      : precision == ir::Precision::tf32x3 ? "wgmma_attention_tf32x3_odd"
+                                                           : "wgmma_attention_medium_odd";
+  std::string result = run_edits(graph, {{from, to}}, schedule, precision);
   EXPECT_NE(result, "passed") << from;
   EXPECT_EQ(result.find("does not occur"), std::string::npos) << result;
   EXPECT_EQ(result.find("build: "), std::string::npos) << result;
@@ -1078,6 +1091,28 @@ TEST(EmulatedWgmmaAttentionRules, WritingTf32PWhileItsWgmmaIsInFlightIsAnError) 
   std::string result = expect_tf32_attention_caught(
       "kiln_wgmma_wait<1>();\n", "kiln_wgmma_wait<1>();\n        pf[0][0] = 0u;\n");
   EXPECT_NE(result.find("wrote A's registers"), std::string::npos) << result;
+}
+
+// tf32x3 without one of its small parts: `high`'s error, past `tf32x3`'s fp32-level tolerance.
+TEST(EmulatedWgmmaAttentionRules, Tf32x3WithoutASmallPartIsCaught) {
+  for (auto [from, to] :
+       {std::pair{"kiln_wgmma_m64n64k8_tf32(acc, da, db_small, 1);", ""},
+        std::pair{"pf_small[kk][i] = kiln_cvt_rna_tf32(p - kiln_as_float(pf[kk][i]));",
+                  "pf_small[kk][i] = 0u;"}}) {
+    std::string result = expect_fp32_attention_caught(ir::Precision::tf32x3, from, to);
+    EXPECT_NE(result.find("rel_l2"), std::string::npos) << result;
+  }
+}
+
+TEST(EmulatedWgmmaAttentionRules, WritingTf32x3PWhileAWgmmaReadsItIsAnError) {
+  // P's small part (one wgmma reads it) and its big part (two do: P x small V and P x V) written
+  // before tile kt - 1's P V has retired.
+  for (const char* part : {"pf_small", "pf"}) {
+    std::string result = expect_fp32_attention_caught(
+        ir::Precision::tf32x3, "kiln_wgmma_wait<1>();\n",
+        std::string("kiln_wgmma_wait<1>();\n        ") + part + "[0][0] = 0u;\n");
+    EXPECT_NE(result.find("wrote A's registers"), std::string::npos) << part << ": " << result;
+  }
 }
 
 }  // namespace

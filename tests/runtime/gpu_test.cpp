@@ -5,12 +5,14 @@
 #include "compiler/schedule.h"
 #include "ir/parse.h"
 #include "reference/check.h"
+#include "runtime/tuning.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace kiln {
@@ -261,13 +263,14 @@ public:
 };
 
 // fp32 attention on the same kernel, its producer loading q, k and v itself: in `medium`
-// converted to bf16, in `high` rounded to tf32 for tf32 wgmma (head dims up to 128: o and o2).
+// converted to bf16, in `high` rounded to tf32 for tf32 wgmma (head dims up to 128: o and o2), in
+// `tf32x3` split into tf32 big and small parts (head dims up to 64: o2).
 // Grouped heads, a mask, causal, a head dim padded to 64 (d 40) and one over 128 on 64-key tiles.
 // The model keeps fp32 attention on the mma.sync kernel; a tuning record may choose the wgmma
-// one, so on the device the runtime tunes (`Autotune::on`, a cache of its own): each attention's
-// wgmma tile is timed and its result checked against the model tile's, and the winner's outputs
-// against fp64.
-TEST(GpuWgmma, Fp32AttentionInMediumAndHighMatchesTheReference) {
+// one. On the device each attention is tuned first: its wgmma tile must run and agree with the
+// model tile's (status "ok"), faster or not. Then the runtime tunes (`Autotune::on`, a cache of
+// its own) and the winner's outputs are checked against fp64.
+TEST(GpuWgmma, Fp32AttentionInMediumHighAndTf32x3MatchesTheReference) {
   auto graph = ir::parse_graph(R"(graph wgmma_attention_medium_gpu {
   input q: f32[2, 8, 700, 128]
   input k: f32[2, 2, 900, 128]
@@ -289,11 +292,29 @@ TEST(GpuWgmma, Fp32AttentionInMediumAndHighMatchesTheReference) {
   WgmmaAttentionSchedule wgmma;
   EXPECT_EQ(planned_on_wgmma(*graph, Precision::medium, {}, wgmma), 3);
   EXPECT_EQ(planned_on_wgmma(*graph, Precision::high, {}, wgmma), 2);
-  EXPECT_EQ(planned_on_wgmma(*graph, Precision::tf32x3, {}, wgmma), 0);
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::tf32x3, {}, wgmma), 1);
   EXPECT_EQ(planned_on_wgmma(*graph, Precision::medium), 0);
   EXPECT_EQ(planned_on_wgmma(*graph, Precision::high), 0);
+  EXPECT_EQ(planned_on_wgmma(*graph, Precision::tf32x3), 0);
   if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
-  for (Precision precision : {Precision::medium, Precision::high}) {
+  for (Precision precision : {Precision::medium, Precision::high, Precision::tf32x3}) {
+    compiler::CompileOptions o;
+    o.target = compiler::Target::cuda(90, "a");
+    o.precision = precision;
+    auto records = runtime::tune_graph(*graph, o, nullptr, {});
+    ASSERT_TRUE(records) << records.error().message;
+    int timed = 0;
+    for (const runtime::TuningRecord& r : *records) {
+      for (const runtime::CandidateTime& c : r.candidates) {
+        const auto* t = std::get_if<compiler::AttentionTile>(&c.tile);
+        if (!t || !t->wgmma) continue;
+        ++timed;
+        EXPECT_EQ(c.status, "ok") << r.kernel << " in " << ir::to_string(precision);
+      }
+    }
+    EXPECT_EQ(timed, planned_on_wgmma(*graph, precision, {}, wgmma)) << ir::to_string(precision);
+  }
+  for (Precision precision : {Precision::medium, Precision::high, Precision::tf32x3}) {
     std::string dir = testing::TempDir() + "kiln-fp32-attention-tune";
     std::filesystem::remove_all(dir);
     expect_matches_reference(*graph, precision, dir);
