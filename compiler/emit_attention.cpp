@@ -9,8 +9,9 @@ namespace kiln::compiler::detail {
 namespace {
 
 // Per-block setup shared by both kernels: q0 (the first query), n0 (the first column of the
-// slab of v's head dim, where there are several), bz, the operand pointers Q, K, V (and M, the
-// mask) offset to this block's batch.
+// slab of v's head dim, where there are several), bz (the batch: blockIdx.z, or past 65535
+// batches folded over y and z, the blocks past the batch returning), the operand pointers Q, K,
+// V (and M, the mask) offset to this block's batch.
 void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtype,
                    bool pointers = true) {
   const KernelPlan& k = ctx.kernel;
@@ -18,10 +19,20 @@ void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtyp
   const AttentionExtents& a = k.attention_extents;
   const MatmulExtents& e = k.extents;
   int rank = ctx.graph.node(m.root).type.shape.rank();
+  int slabs = k.attention_tile.dv_slabs;
   code.line("const int q0 = (int)blockIdx.x * " + to_str(k.attention_tile.br) + ";");
-  if (k.attention_tile.dv_slabs > 1)
-    code.line("const int n0 = (int)blockIdx.y * " + to_str(k.attention_tile.dv) + ";");
-  if (rank >= 3) code.line("const int bz = (int)blockIdx.z;");
+  if (slabs > 1) {
+    code.line("const int n0 = (int)blockIdx.y" + (k.batch_fold > 1 ? " % " + to_str(slabs) : "") +
+              " * " + to_str(k.attention_tile.dv) + ";");
+  }
+  if (rank >= 3 && k.batch_fold > 1) {
+    // the batch folded over y and z (plan_attention_grid): the blocks past it have nothing to do
+    std::string fold = slabs > 1 ? "(int)blockIdx.y / " + to_str(slabs) : "(int)blockIdx.y";
+    code.line("const int bz = (int)blockIdx.z + (int)gridDim.z * (" + fold + ");");
+    code.line("if (bz >= " + e.batch.expr() + ") return;");
+  } else if (rank >= 3) {
+    code.line("const int bz = (int)blockIdx.z;");
+  }
   auto offset = [&](const std::array<Extent, 2>& strides, int64_t group = 1) {
     std::string text;
     std::string b = rank == 4 ? "(bz % " + e.inner_batch.expr() + ")" : "bz";

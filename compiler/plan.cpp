@@ -522,6 +522,26 @@ bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& targ
   return wgmma_computes(k.shape) && aligned;
 }
 
+namespace {
+
+// Attention kernel `k`'s launch (and, `symbolic`, grid terms) for its tile, its batch folded
+// `fold` times (KernelPlan::batch_fold).
+void plan_attention_grid(KernelPlan& k, int64_t fold, bool symbolic) {
+  const AttentionTile& t = k.attention_tile;
+  k.batch_fold = fold;
+  k.launch.grid = {ceil_div(k.attention_extents.sq.hi, t.br),
+                   static_cast<uint32_t>(t.dv_slabs * fold),
+                   ceil_div(k.attention_shape.batch, fold)};
+  k.launch.block = {static_cast<uint32_t>(32 * t.warps), 1, 1};
+  k.launch.dynamic_smem_bytes = static_cast<uint32_t>(t.smem_bytes());
+  if (symbolic) {
+    k.grid = {k.attention_extents.sq.term(t.br), Extent::constant(t.dv_slabs * fold).term(),
+              k.extents.batch.term(fold)};
+  }
+}
+
+}  // namespace
+
 Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& target,
                      const Sizes& sizes, const ScheduleProvider& schedule) {
   bool symbolic = sizes.symbolic();
@@ -584,7 +604,6 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       }
       if (k.tile.wgmma) plan_wgmma(graph, plan, k, symbolic);
     } else if (group.kind == GroupKind::attention) {
-      const AttentionExtents& a = k.attention_extents;
       k.attention_tile = schedule.attention_tile(k.attention_shape, sm);
       k.tile_source = schedule.source_for(k.attention_shape, sm);
       // sm_90a: the model runs a problem the wgmma attention kernel computes on it, except fp32
@@ -608,18 +627,17 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
                           legal.error().message);
       }
       const AttentionTile& t = k.attention_tile;
+      // Past 65535 batches (grid z's limit) the batch folds over y too. (A tensor's 2^31 - 1
+      // elements keep the fold far below y's limit; the check stays for safety.)
       int64_t batch = k.attention_shape.batch;
-      if (batch > 65535) {
+      int64_t z = std::clamp<int64_t>(schedule.attention_grid_z(), 1, 65535);
+      int64_t fold = (batch + z - 1) / z;
+      if (fold * t.dv_slabs > 65535) {
         return make_error(describe_node(graph, group.anchor), ": too many batches for one launch (",
-                          std::to_string(batch), ", limit 65535)");
+                          std::to_string(batch), ", limit ",
+                          std::to_string(65535 / t.dv_slabs * 65535), ")");
       }
-      k.launch.grid = {ceil_div(a.sq.hi, t.br), static_cast<uint32_t>(t.dv_slabs),
-                       static_cast<uint32_t>(batch)};
-      k.launch.block = {static_cast<uint32_t>(32 * t.warps), 1, 1};
-      k.launch.dynamic_smem_bytes = static_cast<uint32_t>(t.smem_bytes());
-      if (symbolic) {
-        k.grid = {a.sq.term(t.br), Extent::constant(t.dv_slabs).term(), k.extents.batch.term()};
-      }
+      plan_attention_grid(k, fold, symbolic);
       if (t.wgmma) plan_wgmma_attention(graph, plan, k, symbolic);
     } else if (group.kind != GroupKind::elementwise && group.kind != GroupKind::gather) {
       // Row ops: one warp per row along the axis of the anchor's (first) operand.

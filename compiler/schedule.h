@@ -48,6 +48,9 @@ public:
     (void)shape, (void)sm;
     return source();
   }
+  // The most batches an attention kernel's grid holds along z: CUDA's 65535; past it the batch
+  // folds over y as well (plan_attention_grid). Tests lower it to fold small batches.
+  virtual int64_t attention_grid_z() const { return 65535; }
   // What a compile's key must hold for this provider's choices: "" for the heuristic alone (the
   // key names no schedule), else text that differs whenever its tiles can (a digest of them).
   virtual std::string key() const = 0;

@@ -450,6 +450,49 @@ TEST(AttentionSchedule, TheWgmmaKernelTakesFp32AttentionInMediumHighAndTf32x3) {
   EXPECT_FALSE(wgmma_attention_computes(shape_of(MatmulPath::tf32x3, 4, 64, 72)));
 }
 
+// Past 65535 batches x heads (grid z's limit) an attention's batch folds over y as well: the
+// fewest folds that fit, the blocks past the batch returning at once; the source of a smaller
+// batch does not change. With v's head dim in two slabs, y holds the slabs x the folds.
+TEST(AttentionSchedule, ABatchPast65535FoldsOverTheGridsYAndZ) {
+  struct Case {
+    int64_t batch, dv;
+    int sm;
+    ir::Precision precision;
+    int64_t fold;
+    uint32_t y, z;
+  };
+  for (Case c : {Case{70000, 8, 80, ir::Precision::high, 2, 2, 35000},
+                 Case{65535, 8, 80, ir::Precision::high, 1, 1, 65535},
+                 Case{200001, 8, 80, ir::Precision::highest, 4, 4, 50001},
+                 Case{70000, 200, 80, ir::Precision::high, 2, 4, 35000},
+                 Case{70000, 64, 90, ir::Precision::high, 2, 2, 35000}}) {
+    std::string b = std::to_string(c.batch), dv = std::to_string(c.dv);
+    bool half = c.sm == 90;  // sm_90a's wgmma kernel: 16-bit operands
+    std::string ty = half ? "bf16" : "f32";
+    ir::Graph g = parse("graph g {\n  input q: " + ty + "[" + b + ", 1, 64]\n  input k: " + ty +
+                        "[" + b + ", 3, 64]\n  input v: " + ty + "[" + b + ", 3, " + dv +
+                        "]\n  o = attention(q, k, v)\n  output o\n}\n");
+    CompileOptions o = options(c.sm, c.precision);
+    if (half) o.target = Target::cuda(90, "a");
+    std::string what = "batch " + b + " dv " + dv + " sm_" + std::to_string(c.sm);
+    auto request = check_request(g, o);
+    ASSERT_TRUE(request.ok()) << what << ": " << request.error().message;
+    auto lowered = lower(g, *request);
+    ASSERT_TRUE(lowered.ok()) << what << ": " << lowered.error().message;
+    ASSERT_EQ(lowered->plan.kernels.size(), 1u) << what;
+    const KernelPlan& k = lowered->plan.kernels[0];
+    EXPECT_EQ(k.attention_tile.wgmma, half) << what;
+    EXPECT_EQ(k.batch_fold, c.fold) << what;
+    EXPECT_EQ(k.launch.grid[1], c.y) << what;
+    EXPECT_EQ(k.launch.grid[2], c.z) << what;
+    EXPECT_EQ(k.launch.grid[1] / k.attention_tile.dv_slabs, c.fold) << what;
+    std::string source = program_source(*lowered, Prelude::omit);
+    bool returns = source.find("if (bz >= " + b + ") return;") != std::string::npos;
+    EXPECT_EQ(returns, c.fold > 1) << what;
+    EXPECT_EQ(source.find("gridDim.z") != std::string::npos, c.fold > 1) << what;
+  }
+}
+
 const char* k_attention_graph =
     "graph g {\n  input q: bf16[2, 3, 300, 64]\n  input k: bf16[2, 3, 300, 64]\n"
     "  input v: bf16[2, 3, 300, 64]\n  o = attention(q, k, v, causal=true)\n  output o\n}\n";

@@ -637,6 +637,121 @@ TEST_P(EmulatedWgmmaSymbolic, OneBucketsBuildMatchesFp64AtEverySize) {
   }
 }
 
+// ---- an attention's batch folded over the grid's y and z (past 65535 batches) ----
+
+// WgmmaSchedule's tiles (the model's where sm_90a's kernels do not compute the problem), with a
+// grid z of 3 batches: a batch past it folds over y, as one past 65535 does on hardware.
+class FoldingSchedule final : public compiler::ScheduleProvider {
+public:
+  compiler::MatmulTile matmul_tile(const compiler::MatmulShape& shape, int sm) const override {
+    return m_wgmma.matmul_tile(shape, sm);
+  }
+  compiler::AttentionTile attention_tile(const compiler::AttentionShape& shape, int sm) const override {
+    return m_wgmma.attention_tile(shape, sm);
+  }
+  int64_t attention_grid_z() const override { return 3; }
+  std::string source() const override { return "fixed"; }
+  std::string key() const override { return "wgmma, folded"; }
+
+private:
+  WgmmaSchedule m_wgmma;
+};
+
+// `graph` lowered for `options` with FoldingSchedule (every attention's batch over 3 folded),
+// matching fp64 under every schedule; a symbolic graph (a bucket in `options`) at each of
+// `sizes`. Returns how many attention kernels ran on the wgmma kernel.
+int expect_folded_attention_matches(const char* text, const compiler::CompileOptions& options,
+                                    const std::vector<int64_t>& sizes = {}) {
+  auto parsed = ir::parse_graph(text, "fold.kg");
+  EXPECT_TRUE(parsed.ok()) << parsed.error().message;
+  if (!parsed) return -1;
+  const ir::Graph& graph = *parsed;
+  auto request = compiler::check_request(graph, options);
+  EXPECT_TRUE(request.ok()) << request.error().message;
+  if (!request) return -1;
+  auto lowered = compiler::lower(graph, *request, FoldingSchedule());
+  EXPECT_TRUE(lowered.ok()) << lowered.error().message;
+  if (!lowered) return -1;
+  int folded = 0, wgmma = 0;
+  for (const compiler::KernelPlan& k : lowered->plan.kernels) {
+    if (k.group.kind != compiler::GroupKind::attention) continue;
+    int64_t fold = (k.attention_shape.batch + 2) / 3;
+    EXPECT_GT(fold, 1) << k.name;
+    EXPECT_EQ(k.batch_fold, fold) << k.name;
+    EXPECT_EQ(k.launch.grid[1], static_cast<uint32_t>(fold * k.attention_tile.dv_slabs)) << k.name;
+    EXPECT_EQ(k.launch.grid[2], static_cast<uint32_t>((k.attention_shape.batch + fold - 1) / fold))
+        << k.name;
+    ++folded;
+    wgmma += k.attention_tile.wgmma ? 1 : 0;
+  }
+  EXPECT_GT(folded, 0);
+  std::string source = compiler::program_source(*lowered, compiler::Prelude::omit);
+  EXPECT_NE(source.find("(int)gridDim.z * ("), std::string::npos);
+  auto program = build_program(graph, std::move(*lowered));
+  EXPECT_TRUE(program.ok()) << program.error().message;
+  if (!program) return -1;
+  if (options.bucket.empty()) {
+    for (const Schedule& schedule : k_schedules)
+      EXPECT_EQ(check(graph, *program, schedule), "") << "schedule " << to_string(schedule);
+    return wgmma;
+  }
+  for (int64_t size : sizes) {
+    auto bound = graph.bind({size});
+    EXPECT_TRUE(bound.ok()) << bound.error().message;
+    if (!bound) continue;
+    auto report = reference::check_against_fp64(
+        *bound, program->lowered().precision.graph_mode, 5,
+        [&](const std::vector<reference::Tensor>& inputs) { return program->run(inputs); });
+    EXPECT_TRUE(report.ok()) << report.error().message;
+    if (!report) continue;
+    for (const reference::OutputCheck& o : report->outputs)
+      EXPECT_TRUE(o.ok) << "at " << size << ": " << o.name << " rel_l2 " << o.rel_l2;
+  }
+  return wgmma;
+}
+
+// Batches 8 (rank 4, grouped heads) and 5 in grids of 3 along z: 3 x 3 and 2 x 3 batch slots, the
+// last ones empty; v's head dim 200 in two slabs on sm_80 (y holds slabs x folds).
+const char* k_folded_attention_graph = R"(graph fold {
+  input q: f32[2, 4, 40, 24]
+  input k: f32[2, 2, 70, 24]
+  input v: f32[2, 2, 70, 200]
+  input q2: f32[5, 33, 64]
+  input k2: f32[5, 50, 64]
+  input v2: f32[5, 50, 64]
+  o = attention(q, k, v, causal=true)
+  o2 = attention(q2, k2, v2)
+  output o, o2
+}
+)";
+
+TEST(EmulatedFoldedAttention, EveryAttentionKernelFindsItsBatchFoldedOverYAndZ) {
+  compiler::CompileOptions sm80;
+  sm80.target = compiler::Target::cuda(80);
+  for (ir::Precision precision : {ir::Precision::high, ir::Precision::highest, ir::Precision::tf32x3}) {
+    sm80.precision = precision;
+    SCOPED_TRACE("sm_80 " + std::string(ir::to_string(precision)));
+    EXPECT_EQ(expect_folded_attention_matches(k_folded_attention_graph, sm80), 0);
+  }
+  // sm_90a's attention kernel: fp32 loaded by its producer (`high`: o2; o's d_v is over 128),
+  // and 16-bit through TMA, whose coordinates follow the folded batch
+  {
+    SCOPED_TRACE("sm_90a high");
+    EXPECT_EQ(expect_folded_attention_matches(k_folded_attention_graph, sm90a()), 1);
+  }
+  std::string half = k_folded_attention_graph;
+  for (size_t at = half.find("f32"); at != std::string::npos; at = half.find("f32", at))
+    half.replace(at, 3, "bf16");
+  SCOPED_TRACE("sm_90a bf16");
+  EXPECT_EQ(expect_folded_attention_matches(half.c_str(), sm90a()), 2);
+}
+
+TEST(EmulatedFoldedAttention, ASymbolicBatchFoldsWithItsGridTerms) {
+  compiler::CompileOptions options = sm90a();
+  options.bucket = {compiler::DimRange{5, 8}};
+  EXPECT_EQ(expect_folded_attention_matches(k_symbolic_batch_attention_graph, options, {5, 7, 8}), 1);
+}
+
 std::string symbolic_case_name(const ::testing::TestParamInfo<SymbolicCase>& info) {
   const SymbolicCase& c = info.param;
   std::string graph = c.graph == k_symbolic_wgmma_graph        ? "f32"
