@@ -1219,6 +1219,21 @@ TEST(EmulatedWgmmaAttentionRules, Tf32x3WithoutASmallPartIsCaught) {
   }
 }
 
+// tf32x3's P V summed on the tensor cores across key tiles (into o, no `part`): over 4096 keys of
+// positive values the truncations drift past the tolerance, where the promoted sum passes.
+TEST(EmulatedWgmmaAttentionRules, Tf32x3PVSummedOnTheTensorCoresAcrossKeyTilesDrifts) {
+  const char* graph = "wgmma_attention_tf32x3_long";
+  EXPECT_EQ(run_edits(graph, {}, Schedule{}, ir::Precision::tf32x3), "passed");
+  std::string result =
+      run_edits(graph,
+                {{"(part, pf_small[kk], dv, kk > 0 ? 1 : 0);", "(o, pf_small[kk], dv, 1);"},
+                 {"(part, pf[kk], dv_small, 1);", "(o, pf[kk], dv_small, 1);"},
+                 {"(part, pf[kk], dv, 1);", "(o, pf[kk], dv, 1);"},
+                 {"o[v] += part[v];", ";"}},
+                Schedule{}, ir::Precision::tf32x3);
+  EXPECT_NE(result.find("rel_l2"), std::string::npos) << result;
+}
+
 TEST(EmulatedWgmmaAttentionRules, WritingTf32x3PWhileAWgmmaReadsItIsAnError) {
   // P's small part (one wgmma reads it) and its big part (two do: P x small V and P x V) written
   // before tile kt - 1's P V has retired.
