@@ -267,9 +267,10 @@ public:
 // `tf32x3` split into tf32 big and small parts (head dims up to 64: o2).
 // Grouped heads, a mask, causal, a head dim padded to 64 (d 40) and one over 128 on 64-key tiles.
 // The model keeps fp32 attention on the mma.sync kernel; a tuning record may choose the wgmma
-// one. On the device each attention is tuned first: its wgmma tile must run and agree with the
-// model tile's (status "ok"), faster or not. Then the runtime tunes (`Autotune::on`, a cache of
-// its own) and the winner's outputs are checked against fp64.
+// one. On the device each attention is tuned into a cache of its own: its wgmma tile must run
+// and agree with the model tile's (status "ok"), faster or not. Then the runtime compiles from
+// that cache (`Autotune::on`, which finds the records and tunes nothing again) and the winner's
+// outputs are checked against fp64.
 TEST(GpuWgmma, Fp32AttentionInMediumHighAndTf32x3MatchesTheReference) {
   auto graph = ir::parse_graph(R"(graph wgmma_attention_medium_gpu {
   input q: f32[2, 8, 700, 128]
@@ -298,10 +299,17 @@ TEST(GpuWgmma, Fp32AttentionInMediumHighAndTf32x3MatchesTheReference) {
   EXPECT_EQ(planned_on_wgmma(*graph, Precision::tf32x3), 0);
   if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   for (Precision precision : {Precision::medium, Precision::high, Precision::tf32x3}) {
+    std::string dir = testing::TempDir() + "kiln-fp32-attention-tune";
+    std::filesystem::remove_all(dir);
     compiler::CompileOptions o;
     o.target = compiler::Target::cuda(90, "a");
     o.precision = precision;
-    auto records = runtime::tune_graph(*graph, o, nullptr, {});
+    cache::Options cache_options;
+    cache_options.dir = dir;
+    cache_options.remote = "";
+    auto cache = cache::Cache::open(cache_options);
+    auto records = runtime::tune_graph(*graph, o, cache.get(), {});
+    cache.reset();
     ASSERT_TRUE(records) << records.error().message;
     int timed = 0;
     for (const runtime::TuningRecord& r : *records) {
@@ -313,10 +321,6 @@ TEST(GpuWgmma, Fp32AttentionInMediumHighAndTf32x3MatchesTheReference) {
       }
     }
     EXPECT_EQ(timed, planned_on_wgmma(*graph, precision, {}, wgmma)) << ir::to_string(precision);
-  }
-  for (Precision precision : {Precision::medium, Precision::high, Precision::tf32x3}) {
-    std::string dir = testing::TempDir() + "kiln-fp32-attention-tune";
-    std::filesystem::remove_all(dir);
     expect_matches_reference(*graph, precision, dir);
     std::filesystem::remove_all(dir);
   }
