@@ -917,16 +917,14 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
       code.line("// columns are ordered to match), as the mma.sync kernel packs its tf32 A fragments");
       code.line("#pragma unroll");
       code.open("for (int kk = 0; kk < " + to_str(bc / 8) + "; ++kk) {");
-      code.line("pf[kk][0] = kiln_cvt_rna_tf32(acc[4 * kk]);");
-      code.line("pf[kk][1] = kiln_cvt_rna_tf32(acc[4 * kk + 2]);");
-      code.line("pf[kk][2] = kiln_cvt_rna_tf32(acc[4 * kk + 1]);");
-      code.line("pf[kk][3] = kiln_cvt_rna_tf32(acc[4 * kk + 3]);");
-      if (x3) {
-        code.line("#pragma unroll");
-        code.open("for (int i = 0; i < 4; ++i) {");
-        code.line("const float p = acc[4 * kk + ((i & 1) << 1) + (i >> 1)];");
-        code.line("pf_small[kk][i] = kiln_cvt_rna_tf32(p - kiln_as_float(pf[kk][i]));");
-        code.close();
+      // register r holds accumulator 4 kk + {0, 2, 1, 3}[r]; tf32x3 its small part beside it
+      const char* const from[4] = {"acc[4 * kk]", "acc[4 * kk + 2]", "acc[4 * kk + 1]",
+                                   "acc[4 * kk + 3]"};
+      for (int r = 0; r < 4; ++r)
+        code.line("pf[kk][" + to_str(r) + "] = kiln_cvt_rna_tf32(" + from[r] + ");");
+      for (int r = 0; x3 && r < 4; ++r) {
+        code.line("pf_small[kk][" + to_str(r) + "] = kiln_cvt_rna_tf32(" + from[r] +
+                  " - kiln_as_float(pf[kk][" + to_str(r) + "]));");
       }
       code.close();
       return;
