@@ -4,6 +4,9 @@
 // from the QK^T accumulators in registers) or, for `highest`, on FFMA.
 #include "compiler/emit_internal.h"
 
+#include <functional>
+#include <stdexcept>
+
 namespace kiln::compiler::detail {
 
 namespace {
@@ -618,11 +621,17 @@ void emit_tma_producer(Code& code, const KernelContext& ctx) {
 // sm_90a's attention producer for fp32 operands (`medium`, `high` and `tf32x3`,
 // wgmma_attention_loads):
 // TMA copies without converting or rounding, so the producer warpgroup's 128 threads load Q
-// once and K and V a key tile at a time themselves, 4 columns (one 16-byte load) a thread at a
-// time, and write them where the consumers' descriptors read them, zeros past the rows and
-// columns. One load at a time, not unrolled: the producer's 24 registers hold no more without a
-// spill. Each thread then makes its writes visible to the async proxy (wgmma's operand reads) and
-// arrives on the barrier, which counts the 128 arrivals.
+// once and K and V a key tile at a time themselves and write them where the consumers'
+// descriptors read them, zeros past the rows and columns. A thread's loads are 16-byte pieces
+// (4 columns of a row) copied by cp.async into its own slots of a staging ring, `pieces` of them
+// (wgmma_attention_staging_pieces; slot u of thread x at (u * 128 + x) * 16, so a warp's slots
+// are 512 contiguous bytes), in groups of 4 with pieces / 4 groups in flight: the copies need no
+// registers, where a load into registers kept one piece in flight within the producer's 24.
+// Each thread converts only the pieces it copied itself (cp.async.wait_group: no barrier), reuses
+// a slot once it has read it, and then makes its writes visible to the async proxy (wgmma's
+// operand reads) and arrives on the barrier, which counts the 128 arrivals. An operand tile's
+// copies are issued before the stage's `empty` wait, so they run while the consumers still read
+// the stage.
 // - `medium`: converted to bf16 (cvt.rn, as `medium` promises) where TMA would have put bf16
 //   operands: 64-column blocks of 128-byte rows, 16-byte chunk c of row r at
 //   r * 128 + 16 (c ^ (r & 7)) (the 128-byte swizzle).
@@ -641,86 +650,140 @@ void emit_loading_producer(Code& code, const KernelContext& ctx) {
   bool x3 = wgmma_attention_splits(k.attention_shape);
   int stages = t.stages, bc = t.bc;
   WgmmaAttentionBytes bytes = wgmma_attention_bytes(t);
-  // Quad j (4 columns) of row `row` (row r of the tile) of `src` (rows of `ld` columns; quads
-  // past `ld` and rows past `bound` zero), loaded into f (the zeros where it is outside).
-  auto load = [&](const std::string& src, const std::string& row0, int rows, int cols,
-                  int64_t ld, const Extent& bound) {
+  int pieces = wgmma_attention_staging_pieces(t, k.attention_shape);
+  if (pieces < 4 || pieces % 4 != 0)
+    throw std::logic_error("emit_loading_producer: no staging ring (check_wgmma_attention_tile)");
+  std::string slot_mask = to_str(pieces - 1), in_flight = to_str(pieces / 4 - 1);
+  // One operand tile: `rows` rows from `row0` of `src` (rows of `ld` columns; quads past `ld`
+  // and rows past `bound` zero), `cols` columns, quad j of row r (piece n of thread tid:
+  // i = tid + 128 n, r = i / quads, j = i % quads) read from its slot into f and written by
+  // `convert`; `between` runs after the first copies are issued, before the first is read.
+  auto stream = [&](const std::string& src, const std::string& row0, int rows, int cols,
+                    int64_t ld, const Extent& bound, const std::function<void()>& between,
+                    const std::function<void()>& convert) {
     int quads = cols / 4;
+    int per_thread = rows * quads / 128;
+    if (rows * quads % 512 != 0)
+      throw std::logic_error("emit_loading_producer: a tile of pieces not a multiple of 4 a thread");
+    std::string n_text = to_str(per_thread);
+    // Copies pieces first .. first + 3 of this thread into their slots.
+    auto issue = [&](const std::string& first) {
+      code.line("#pragma unroll 1");
+      code.open("for (int u = " + first + "; u < " + first + " + 4; ++u) {");
+      code.line("const int i = tid + 128 * u;");
+      code.line("const int row = " + row0 + "i / " + to_str(quads) + ", j = i % " + to_str(quads) +
+                ";");
+      std::string inside = "row < " + bound.expr();
+      if (cols > ld) inside += " && j < " + to_str(ld / 4);
+      code.line("const bool in = " + inside + ";");
+      code.line("kiln_cp_async_16(stg + (((u & " + slot_mask + ") << 7) + tid) * 16, " + src +
+                " + (in ? (long long)row * " + to_str(ld) + " + j * 4 : 0), in ? 16 : 0);");
+      code.close();
+    };
+    code.open("{");
+    code.line("// " + n_text + " pieces a thread, " + to_str(pieces) + " in flight: the first copies");
     code.line("#pragma unroll 1");
-    code.open("for (int i = tid; i < " + to_str(rows * quads) + "; i += 128) {");
+    code.open("for (int piece = 0; piece < " + to_str(pieces) + "; piece += 4) {");
+    if (per_thread < pieces) {
+      code.open("if (piece < " + n_text + ") {");
+      issue("piece");
+      code.close();
+    } else {
+      issue("piece");
+    }
+    code.line("kiln_cp_async_commit();");
+    code.close();
+    between();
+    code.line("#pragma unroll 1");
+    code.open("for (int piece = 0; piece < " + n_text + "; piece += 4) {");
+    code.line("kiln_cp_async_wait<" + in_flight + ">();  // this thread's pieces piece .. piece + 3 have landed");
+    code.line("#pragma unroll 1");
+    code.open("for (int u = piece; u < piece + 4; ++u) {");
+    code.line("const int i = tid + 128 * u;");
     code.line("const int r = i / " + to_str(quads) + ", j = i % " + to_str(quads) + ";");
-    code.line("const int row = " + row0 + "r;");
-    code.line("float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);");
-    std::string inside = "row < " + bound.expr();
-    if (cols > ld) inside += " && j < " + to_str(ld / 4);
-    code.line("if (" + inside + ") f = *(const float4*)(" + src + " + (long long)row * " +
-              to_str(ld) + " + j * 4);");
+    code.line("const float4 f = *(const float4*)(stg + (((u & " + slot_mask + ") << 7) + tid) * 16);");
+    convert();
+    code.close();
+    if (per_thread > pieces) {
+      code.line("// the slots just read take pieces piece + " + to_str(pieces) + " .. piece + " +
+                to_str(pieces + 3));
+      code.open("if (piece + " + to_str(pieces) + " < " + n_text + ") {");
+      issue("piece + " + to_str(pieces));
+      code.close();
+    }
+    code.line("kiln_cp_async_commit();");
+    code.close();
+    code.close();
   };
+  auto nothing = [] {};
   // Rows of `src` into `dst` as they lie: bf16 (quad j is half j & 1 of chunk (j / 2) mod 8 of
   // the row in block j / 16) or tf32 (quad j is chunk j mod 8 of the row in block j / 8).
   auto copy = [&](const std::string& src, const std::string& dst, const std::string& row0,
-                  int rows, int cols, int64_t ld, const Extent& bound) {
-    load(src, row0, rows, cols, ld, bound);
-    std::string at = dst + " + (j >> 3) * " + to_str(rows * 128) +
-                     " + r * 128 + (((j & 7) ^ (r & 7)) << 4)";
-    if (x3) {
-      code.line("const uint4 big = make_uint4(kiln_cvt_rna_tf32(f.x), kiln_cvt_rna_tf32(f.y), "
-                "kiln_cvt_rna_tf32(f.z), kiln_cvt_rna_tf32(f.w));");
-      code.line("*(uint4*)(" + at + ") = big;");
-      code.line("*(uint4*)(" + at + " + " + to_str(rows * cols * 4) +
-                ") = make_uint4(kiln_cvt_rna_tf32(f.x - kiln_as_float(big.x)), "
-                "kiln_cvt_rna_tf32(f.y - kiln_as_float(big.y)), kiln_cvt_rna_tf32(f.z - "
-                "kiln_as_float(big.z)), kiln_cvt_rna_tf32(f.w - kiln_as_float(big.w)));");
-    } else if (tf32) {
-      code.line("*(uint4*)(" + at + ") = make_uint4(kiln_cvt_rna_tf32(f.x), "
-                "kiln_cvt_rna_tf32(f.y), kiln_cvt_rna_tf32(f.z), kiln_cvt_rna_tf32(f.w));");
-    } else {
-      code.line("*(uint2*)(" + dst + " + (j >> 4) * " + to_str(rows * 128) +
-                " + r * 128 + ((((j >> 1) & 7) ^ (r & 7)) << 4) + (j & 1) * 8) = "
-                "make_uint2(kiln_pack_bf16x2(f.x, f.y), kiln_pack_bf16x2(f.z, f.w));");
-    }
-    code.close();
+                  int rows, int cols, int64_t ld, const Extent& bound,
+                  const std::function<void()>& between) {
+    stream(src, row0, rows, cols, ld, bound, between, [&] {
+      std::string at = dst + " + (j >> 3) * " + to_str(rows * 128) +
+                       " + r * 128 + (((j & 7) ^ (r & 7)) << 4)";
+      if (x3) {
+        code.line("const uint4 big = make_uint4(kiln_cvt_rna_tf32(f.x), kiln_cvt_rna_tf32(f.y), "
+                  "kiln_cvt_rna_tf32(f.z), kiln_cvt_rna_tf32(f.w));");
+        code.line("*(uint4*)(" + at + ") = big;");
+        code.line("*(uint4*)(" + at + " + " + to_str(rows * cols * 4) +
+                  ") = make_uint4(kiln_cvt_rna_tf32(f.x - kiln_as_float(big.x)), "
+                  "kiln_cvt_rna_tf32(f.y - kiln_as_float(big.y)), kiln_cvt_rna_tf32(f.z - "
+                  "kiln_as_float(big.z)), kiln_cvt_rna_tf32(f.w - kiln_as_float(big.w)));");
+      } else if (tf32) {
+        code.line("*(uint4*)(" + at + ") = make_uint4(kiln_cvt_rna_tf32(f.x), "
+                  "kiln_cvt_rna_tf32(f.y), kiln_cvt_rna_tf32(f.z), kiln_cvt_rna_tf32(f.w));");
+      } else {
+        code.line("*(uint2*)(" + dst + " + (j >> 4) * " + to_str(rows * 128) +
+                  " + r * 128 + ((((j >> 1) & 7) ^ (r & 7)) << 4) + (j & 1) * 8) = "
+                  "make_uint2(kiln_pack_bf16x2(f.x, f.y), kiln_pack_bf16x2(f.z, f.w));");
+      }
+    });
   };
   // V's tile into `dst` transposed (tf32): column n = 4 j + e of key r is row n of V^T, its
   // k position p = p(r) in 32-key blocks of t.dv rows x 128 bytes.
   auto transpose = [&](const std::string& dst) {
-    load("V", "kt * " + to_str(bc) + " + ", bc, t.dv, a.dv, a.sk);
-    code.line("const int p = (r & ~7) | ((r & 1) << 2) | ((r & 7) >> 1);");
-    code.line("unsigned char* col = " + dst + " + (p >> 5) * " + to_str(t.dv * 128) +
-              " + ((p & 3) << 2);");
-    code.line("const float e[4] = {f.x, f.y, f.z, f.w};");
-    code.line("#pragma unroll");
-    code.open("for (int x = 0; x < 4; ++x) {");
-    code.line("const int n = 4 * j + x;");
-    code.line("unsigned* to = (unsigned*)(col + n * 128 + ((((p & 31) >> 2) ^ (n & 7)) << 4));");
-    code.line("const unsigned big = kiln_cvt_rna_tf32(e[x]);");
-    code.line("*to = big;");
-    if (x3) {
-      code.line("to[" + to_str(bc * t.dv) + "] = kiln_cvt_rna_tf32(e[x] - kiln_as_float(big));  "
-                "// the small part");
-    }
-    code.close();
-    code.close();
+    stream("V", "kt * " + to_str(bc) + " + ", bc, t.dv, a.dv, a.sk, nothing, [&] {
+      code.line("const int p = (r & ~7) | ((r & 1) << 2) | ((r & 7) >> 1);");
+      code.line("unsigned char* col = " + dst + " + (p >> 5) * " + to_str(t.dv * 128) +
+                " + ((p & 3) << 2);");
+      code.line("const float e[4] = {f.x, f.y, f.z, f.w};");
+      code.line("#pragma unroll");
+      code.open("for (int x = 0; x < 4; ++x) {");
+      code.line("const int n = 4 * j + x;");
+      code.line("unsigned* to = (unsigned*)(col + n * 128 + ((((p & 31) >> 2) ^ (n & 7)) << 4));");
+      code.line("const unsigned big = kiln_cvt_rna_tf32(e[x]);");
+      code.line("*to = big;");
+      if (x3) {
+        code.line("to[" + to_str(bc * t.dv) + "] = kiln_cvt_rna_tf32(e[x] - kiln_as_float(big));  "
+                  "// the small part");
+      }
+      code.close();
+    });
   };
   code.line(std::string("// producer warpgroup: its 128 threads load Q, K and V, ") +
             (x3     ? "split them into tf32 big and small parts and write V transposed"
              : tf32 ? "round them to tf32 and write V transposed"
                     : "convert them to bf16"));
   code.line("kiln_setmaxnreg_dec<24>();");
-  copy("Q", "sq", "q0 + ", t.br, t.d, a.d, a.sq);
+  copy("Q", "sq", "q0 + ", t.br, t.d, a.d, a.sq, nothing);
   code.line("kiln_fence_proxy_async();  // this thread's writes, to the async proxy (wgmma)");
   code.line("kiln_mbarrier_arrive(qbar);");
   code.open("for (int kt = 0; kt < key_tiles; ++kt) {");
   code.line("const int s = kt % " + to_str(stages) + ";");
-  code.line("// the stage's previous use released by both consumers");
-  code.line("if (kt >= " + to_str(stages) + ") kiln_mbarrier_wait(&empty[s], ((kt / " +
-            to_str(stages) + ") - 1) & 1);");
-  copy("K", "sk + s * " + to_str(bytes.k_stage), "kt * " + to_str(bc) + " + ", bc, t.d, a.d, a.sk);
+  copy("K", "sk + s * " + to_str(bytes.k_stage), "kt * " + to_str(bc) + " + ", bc, t.d, a.d, a.sk,
+       [&] {
+         code.line("// the stage's previous use released by both consumers");
+         code.line("if (kt >= " + to_str(stages) + ") kiln_mbarrier_wait(&empty[s], ((kt / " +
+                   to_str(stages) + ") - 1) & 1);");
+       });
   if (tf32) {
     transpose("sv + s * " + to_str(bytes.v_stage));
   } else {
     copy("V", "sv + s * " + to_str(bytes.v_stage), "kt * " + to_str(bc) + " + ", bc, t.dv, a.dv,
-         a.sk);
+         a.sk, nothing);
   }
   code.line("kiln_fence_proxy_async();");
   code.line("kiln_mbarrier_arrive(&full[s]);");
@@ -778,8 +841,17 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   code.line("unsigned char* sq = smem;");
   code.line("unsigned char* sk = sq + " + to_str(q_bytes) + ";");
   code.line("unsigned char* sv = sk + " + to_str(stages * k_stage) + ";");
-  code.line("unsigned long long* qbar = (unsigned long long*)(sv + " + to_str(stages * v_stage) +
-            ");");
+  if (loads) {
+    int pieces = wgmma_attention_staging_pieces(t, k.attention_shape);
+    code.line("// the producer's staging ring: " + to_str(pieces) +
+              " 16-byte slots a producer thread, slot u of thread x at (u * 128 + x) * 16");
+    code.line("unsigned char* stg = sv + " + to_str(stages * v_stage) + ";");
+    code.line("unsigned long long* qbar = (unsigned long long*)(stg + " + to_str(128 * 16 * pieces) +
+              ");");
+  } else {
+    code.line("unsigned long long* qbar = (unsigned long long*)(sv + " + to_str(stages * v_stage) +
+              ");");
+  }
   code.line("unsigned long long* full = qbar + 1;");
   code.line("unsigned long long* empty = full + " + to_str(stages) + ";");
   code.open("if (tid == 0) {");

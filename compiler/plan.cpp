@@ -533,7 +533,8 @@ void plan_attention_grid(KernelPlan& k, int64_t fold, bool symbolic) {
                    static_cast<uint32_t>(t.dv_slabs * fold),
                    ceil_div(k.attention_shape.batch, fold)};
   k.launch.block = {static_cast<uint32_t>(32 * t.warps), 1, 1};
-  k.launch.dynamic_smem_bytes = static_cast<uint32_t>(t.smem_bytes());
+  k.launch.dynamic_smem_bytes = static_cast<uint32_t>(
+      t.wgmma ? wgmma_attention_smem_bytes(t, k.attention_shape) : t.smem_bytes());
   if (symbolic) {
     k.grid = {k.attention_extents.sq.term(t.br), Extent::constant(t.dv_slabs * fold).term(),
               k.extents.batch.term(fold)};

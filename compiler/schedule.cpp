@@ -294,13 +294,15 @@ Status check_wgmma_attention_tile(const AttentionTile& tile, const AttentionShap
                tile.d == model.d && tile.dv == model.dv && tile.q_ld == model.q_ld &&
                tile.k_ld == model.k_ld && tile.v_ld == model.v_ld &&
                tile.elem_bytes == model.elem_bytes && tile.dv_slabs == 1 && tile.stages >= 2 &&
-               tile.smem_bytes() <= smem_limit(90);
+               tile.smem_bytes() <= smem_limit(90) &&
+               (!wgmma_attention_loads(shape) || wgmma_attention_staging_pieces(tile, shape) > 0);
   if (legal) return Status::success();
   return make_error("tile ", to_string(tile), " is not one the sm_90a attention kernel runs (",
                     "128x128, or 128x64 at head dims over 128 (fp32 in `high`: over 64; in "
                     "`tf32x3`: always), wgmma, 2 stages or more within ",
                     std::to_string(smem_limit(90) / 1024),
-                    " KiB of shared memory, for 16-bit operands or fp32 ones in `medium` at head "
+                    " KiB of shared memory (fp32 operands: with 8 KiB or more to stage their "
+                    "loads), for 16-bit operands or fp32 ones in `medium` at head "
                     "dims that are multiples of 8 up to 256, fp32 ones in `high` up to 128, or in "
                     "`tf32x3` up to 64)");
 }

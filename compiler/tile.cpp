@@ -292,6 +292,18 @@ AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape) {
   return t;
 }
 
+int wgmma_attention_staging_pieces(const AttentionTile& tile, const AttentionShape& shape) {
+  if (!wgmma_attention_loads(shape)) return 0;
+  int free = smem_limit(90) - tile.smem_bytes();
+  for (int pieces : {32, 16, 8, 4})
+    if (128 * 16 * pieces <= free) return pieces;
+  return 0;
+}
+
+int wgmma_attention_smem_bytes(const AttentionTile& tile, const AttentionShape& shape) {
+  return tile.smem_bytes() + 128 * 16 * wgmma_attention_staging_pieces(tile, shape);
+}
+
 int attention_max_bc(MatmulPath path, int d) {
   if (path == MatmulPath::tf32x3) return d > 64 ? 16 : 32;
   if (!uses_mma(path)) return d > 128 ? 16 : 32;

@@ -216,13 +216,22 @@ bool wgmma_attention_loads(const AttentionShape& shape);
 // Whether the analytic model plans `shape` on it: 16-bit operands. fp32 ones stay on the
 // mma.sync kernel (design 5) unless a tuning record or a fixed schedule chooses the wgmma tile
 // (`kiln tune` times it beside design 5's and checks its result against the model's): whether
-// the producer's own loads keep the consumers fed is not measured yet.
+// the producer's own loads (cp.async through a staging ring) keep the consumers fed is not
+// measured yet.
 bool wgmma_attention_by_model(const AttentionShape& shape);
 // Its tile: 128 queries (two consumer warpgroups) x 128 keys, 2 stages; 64 keys where d or dv is
 // over 128 (Q and two stages of K and V then fit shared memory). d and dv padded to a multiple
 // of 64 (P V's wgmma is m64n{dv}k16: the prelude holds 64, 128, 192 and 256). tf32: fp32 in
 // shared memory, d padded to a multiple of 32, 64 keys where d or dv is over 64.
 AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape);
+// The loading producer's staging ring (fp32 operands, wgmma_attention_loads): the 16-byte pieces
+// each of the producer's 128 threads keeps in flight with cp.async, the most of 32, 16, 8 and 4
+// that fit smem_limit(90) beside `tile`'s operands (16 at every model tile over 64 KiB of
+// operands); 0 where the kernel does not load (TMA) or where not even 4 fit.
+int wgmma_attention_staging_pieces(const AttentionTile& tile, const AttentionShape& shape);
+// The attention kernel's dynamic shared memory on sm_90a: the tile's (AttentionTile::smem_bytes)
+// and, where it loads, the staging ring's 128 x pieces x 16 bytes.
+int wgmma_attention_smem_bytes(const AttentionTile& tile, const AttentionShape& shape);
 // The widest key tile the attention kernel of `path` keeps in registers at padded head dim `d`
 // (FusedAttentionCompilesWithoutSpills in tests/compiler): 64 on tensor cores, but tf32x3 (its
 // split parts and P V's promoted partial besides: 32, and 16 past a head dim of 64); FFMA 32,

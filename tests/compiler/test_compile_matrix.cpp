@@ -667,7 +667,7 @@ TEST(CompileShapes, BatchedWgmmaMatmulsCompileWithoutSpillsOrWarningsOnSm90a) {
 // without a spill or a ptxas warning and holds the design: TMA loads, wgmma from shared memory
 // for Q K^T and from registers (the RS form) for P V, setmaxnreg, no mma.sync. fp32 operands in
 // `medium` take the same kernel on bf16 wgmma with a producer that loads and converts them itself
-// (16-byte loads, no TMA); in `high` (head dims up to 128) on tf32 wgmma (m64nNk8, P from
+// (16-byte cp.async copies into a staging ring, no TMA); in `high` (head dims up to 128) on tf32 wgmma (m64nNk8, P from
 // registers), the producer rounding them to tf32, with 64-key tiles past a head dim of 64; in
 // `tf32x3` (head dims up to 64, 64-key tiles) with three tf32 wgmmas a step, on the big and small
 // parts the producer writes. (The
@@ -746,11 +746,21 @@ TEST(CompileShapes, EveryWgmmaAttentionCompilesWithoutSpillsOrWarningsOnSm90a) {
         if (rs != std::string::npos && is_o) {  // o: d_v's width
           EXPECT_NE(k.ptx.rfind("wgmma.mma_async.sync.aligned.m64n" + pv + wg, rs), std::string::npos) << what;
         }
-        if (loads) {  // q, k and v loaded 16 bytes at a time and converted or rounded
+        if (loads) {  // q, k and v copied 16 bytes at a time into the staging ring, converted or
+                      // rounded from there
           EXPECT_EQ(k.ptx.find("cp.async.bulk.tensor"), std::string::npos) << what << " " << k.name;
-          EXPECT_TRUE(k.ptx.find("ld.global.nc.v4.f32") != std::string::npos ||
-                      k.ptx.find("ld.global.v4.f32") != std::string::npos)
-              << what << " " << k.name;
+          EXPECT_NE(k.ptx.find("cp.async.cg.shared.global"), std::string::npos) << what << " " << k.name;
+          // pieces / 4 groups in flight: 32 pieces where the operands leave 64 KiB, else 16
+          int pieces = 0;
+          for (const KernelPlan& kp : program->plan.kernels)
+            if (kp.name == k.name)
+              pieces = wgmma_attention_staging_pieces(kp.attention_tile, kp.attention_shape);
+          EXPECT_GE(pieces, 16) << what << " " << k.name;
+          EXPECT_NE(k.ptx.find("cp.async.wait_group " + std::to_string(pieces / 4 - 1) + ";"),
+                    std::string::npos)
+              << what << " " << k.name << " " << pieces;
+          EXPECT_EQ(k.ptx.find("ld.global.nc.v4.f32"), std::string::npos) << what << " " << k.name;
+          EXPECT_EQ(k.ptx.find("ld.global.v4.f32"), std::string::npos) << what << " " << k.name;
           EXPECT_NE(k.ptx.find(tf32 ? "cvt.rna.tf32.f32" : "cvt.rn.bf16x2.f32"), std::string::npos)
               << what << " " << k.name;
         } else {

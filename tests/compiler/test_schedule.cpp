@@ -448,6 +448,42 @@ TEST(AttentionSchedule, TheWgmmaKernelTakesFp32AttentionInMediumHighAndTf32x3) {
             1024 + 8 * (128 * 64 + 2 * 64 * (64 + 64)) + 8 * 5);
   EXPECT_FALSE(wgmma_attention_computes(shape_of(MatmulPath::tf32x3, 4, 72, 64)));
   EXPECT_FALSE(wgmma_attention_computes(shape_of(MatmulPath::tf32x3, 4, 64, 72)));
+  // The fp32 producer's staging ring (128 threads x pieces x 16 bytes) sits beside the tile's
+  // operands: 32 pieces a thread where they leave 64 KiB (medium at d = d_v = 128: 161 KiB), 16
+  // at the fullest tiles (193 KiB: high at 128, tf32x3 at 64, medium at 256); none for TMA.
+  struct Staged {
+    AttentionShape shape;
+    int pieces;
+  };
+  for (Staged c : {Staged{medium, 32}, Staged{shape_of(MatmulPath::bf16_of_f32, 4, 256, 256), 16},
+                   Staged{shape_of(MatmulPath::tf32, 4), 16},
+                   Staged{shape_of(MatmulPath::tf32, 4, 64, 64), 32},
+                   Staged{shape_of(MatmulPath::tf32x3, 4, 64, 64), 16}, Staged{half, 0}}) {
+    std::string what = std::string(to_string(c.shape.path)) + " d " + std::to_string(c.shape.d);
+    AttentionTile tile = choose_wgmma_attention_tile(c.shape);
+    EXPECT_EQ(wgmma_attention_staging_pieces(tile, c.shape), c.pieces) << what;
+    EXPECT_EQ(wgmma_attention_smem_bytes(tile, c.shape), tile.smem_bytes() + 2048 * c.pieces) << what;
+    EXPECT_LE(wgmma_attention_smem_bytes(tile, c.shape), smem_limit(90)) << what;
+  }
+  EXPECT_EQ(smem_limit(90), 227 * 1024);
+  // A tile that leaves no 8 KiB for the ring is not one the loading kernel runs: 3 stages of
+  // high's at d = d_v = 64 (128 keys) take 225 KiB, within 227, but leave under 2 KiB; 3 of
+  // medium's at d = 64 with d_v 128 (161 KiB) leave 66
+  AttentionShape small = shape_of(MatmulPath::tf32, 4, 64, 64);
+  AttentionTile three = choose_wgmma_attention_tile(small);
+  three.stages = 3;
+  EXPECT_LE(three.smem_bytes(), smem_limit(90));
+  EXPECT_EQ(wgmma_attention_staging_pieces(three, small), 0);
+  EXPECT_FALSE(check_wgmma_attention_tile(three, small));
+  AttentionShape narrow = shape_of(MatmulPath::bf16_of_f32, 4, 64, 128);
+  three = choose_wgmma_attention_tile(narrow);
+  three.stages = 3;
+  EXPECT_TRUE(check_wgmma_attention_tile(three, narrow));
+  EXPECT_EQ(wgmma_attention_staging_pieces(three, narrow), 32);
+  // 4 stages of it (209 KiB) leave 17 KiB: 8 pieces
+  three.stages = 4;
+  EXPECT_TRUE(check_wgmma_attention_tile(three, narrow));
+  EXPECT_EQ(wgmma_attention_staging_pieces(three, narrow), 8);
 }
 
 // Past 65535 batches x heads (grid z's limit) an attention's batch folds over y as well: the

@@ -1147,6 +1147,17 @@ std::string expect_fp32_attention_caught(ir::Precision precision, const std::str
   return result;
 }
 
+// As expect_fp32_attention_caught, for several edits at once.
+void run_edits_expecting_failure(ir::Precision precision, const std::vector<Edit>& edits) {
+  const char* graph = precision == ir::Precision::high     ? "wgmma_attention_tf32_odd"
+                      : precision == ir::Precision::tf32x3 ? "wgmma_attention_tf32x3_odd"
+                                                           : "wgmma_attention_medium_odd";
+  std::string result = run_edits(graph, edits, Schedule{}, precision);
+  EXPECT_NE(result, "passed") << edits[0].from;
+  EXPECT_EQ(result.find("does not occur"), std::string::npos) << result;
+  EXPECT_EQ(result.find("build: "), std::string::npos) << result;
+}
+
 std::string expect_medium_attention_caught(const std::string& from, const std::string& to) {
   return expect_fp32_attention_caught(ir::Precision::medium, from, to);
 }
@@ -1198,6 +1209,26 @@ TEST(EmulatedWgmmaAttentionRules, AProducerThreadThatDoesNotArriveIsADeadlock) {
     std::string result = expect_fp32_attention_caught(
         precision, "kiln_mbarrier_arrive(&full[s]);", "if (tid != 5) kiln_mbarrier_arrive(&full[s]);");
     EXPECT_NE(result.find("deadlock"), std::string::npos) << result;
+  }
+}
+
+// The fp32 producer's staging ring: each thread reads only the slots it copied into, once
+// cp.async.wait_group says they have landed. A wait one group short reads a slot before its copy
+// lands (the default schedule lands a copy at its thread's wait): the slot's previous piece, or
+// the poison of a slot not yet used. Reading the neighbouring thread's slots (the piece that
+// thread copied, to its place) needs that thread's copy to have landed, which cp.async orders for
+// the copying thread only: it has not, under the same schedule.
+TEST(EmulatedWgmmaAttentionRules, AStagingRingReadBeforeItsCopyLandsIsCaught) {
+  // medium_odd: 32 pieces a thread in flight, 8 groups; tf32x3_odd: 16, 4 groups
+  expect_fp32_attention_caught(ir::Precision::medium, "kiln_cp_async_wait<7>();",
+                               "kiln_cp_async_wait<8>();");
+  expect_fp32_attention_caught(ir::Precision::tf32x3, "kiln_cp_async_wait<3>();",
+                               "kiln_cp_async_wait<4>();");
+  for (ir::Precision precision : {ir::Precision::medium, ir::Precision::high}) {
+    run_edits_expecting_failure(precision,
+                                {{"const int i = tid + 128 * u;\n          const int r =",
+                                  "const int i = (tid ^ 1) + 128 * u;\n          const int r ="},
+                                 {"<< 7) + tid) * 16);\n", "<< 7) + (tid ^ 1)) * 16);\n"}});
   }
 }
 
