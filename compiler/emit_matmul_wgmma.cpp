@@ -25,6 +25,14 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   // pass also writes each element's small part, tf32(x - tf32(x)), beside the stage (x3).
   bool x3 = wgmma_splits(s);
   bool tf32 = s.path == MatmulPath::tf32 || x3;
+  // tf32 with A K-major as TMA loads it: A from registers (the RS form). Each consumer reads its
+  // rows' A fragments from the stage and rounds them (tf32x3: splits them) in registers, where a
+  // pass rounded A in place (and wrote its small part) for wgmma to read it again from shared
+  // memory: a stage's A crosses shared memory once, not three times. Two sets of fragments in
+  // tf32 (a stage's wgmmas read theirs until the next stage's wait_group 1 retires them), one in
+  // tf32x3 (each stage's wgmmas retire before the next stage's fragments are read).
+  bool a_regs = tf32 && s.a_k_contiguous;
+  int a_sets = x3 ? 1 : 2;
   // Whether the consumers rewrite each stage (round, split or convert) before its wgmmas: then a
   // `rounded` mbarrier a stage says both have.
   bool rewrites = tf32 || conv;
@@ -89,7 +97,10 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
             (b_n_major && !staged ? to_str(t.bn / stage_columns) + " blocks of " + bk +
                                         " k rows x " + to_str(stage_columns) + " columns"
                                   : to_str(t.bn) + " rows of 128 bytes") +
-            ")" + (x3 ? ", the small parts of A and B (as many again)" : "") +
+            ")" +
+            (x3 ? (a_regs ? ", the small parts of B (as many again)"
+                          : ", the small parts of A and B (as many again)")
+                : "") +
             (conv ? ", " + to_str(stages) + " fp32 staging areas of A and B as TMA loads them" : "") +
             (staged ? ", " + to_str(stages) + " staging areas of B as TMA loads it (" +
                           to_str(t.bn / n_block) + " blocks of " + bk + " k rows x " +
@@ -106,7 +117,11 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("unsigned char* sa = smem;");
   code.line("unsigned char* sb = smem + " + to_str(int64_t{stages} * a_stage) + ";");
   std::string last = "sb";  // the last region before the barriers
-  if (x3) {
+  if (x3 && a_regs) {
+    code.line("// tf32x3: the small parts of B, laid out as B (A's are in registers)");
+    code.line("unsigned char* sbs = sb + " + to_str(int64_t{stages} * b_stage) + ";");
+    last = "sbs";
+  } else if (x3) {
     code.line("// tf32x3: the small parts of A and B, laid out as A and B");
     code.line("unsigned char* sas = sb + " + to_str(int64_t{stages} * b_stage) + ";");
     code.line("unsigned char* sbs = sas + " + to_str(int64_t{stages} * a_stage) + ";");
@@ -231,6 +246,13 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("const int g = lane >> 2;");
   code.line("const int t4 = lane & 3;");
   code.line("float acc[" + to_str(t.bn / 2) + "];");
+  if (a_regs) {
+    code.line("// A's fragments of a stage's 4 k steps" +
+              std::string(a_sets > 1 ? ", two sets (stages alternate)" : "") +
+              (x3 ? "; afs their small parts" : ""));
+    code.line("unsigned af[" + to_str(a_sets) + "][4][4];");
+    if (x3) code.line("unsigned afs[4][4];");
+  }
   code.line("int it = 0;");
   code.open("for (int tile = (int)blockIdx.x; tile < " + tiles + "; tile += (int)gridDim.x) {");
   decode_tile(batched);
@@ -238,7 +260,18 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("#pragma unroll");
     code.line("for (int v = 0; v < " + to_str(t.bn / 2) + "; ++v) acc[v] = 0.0f;");
   }
-  code.open("for (int kt = 0; kt < " + k_tiles_text + "; ++kt, ++it) {");
+  // tf32 with A in registers: k tiles two at a time, the first with A's fragment set 0, the
+  // second with set 1 (h, unrolled: the sets stay registers)
+  bool pairs = a_regs && a_sets > 1;
+  if (pairs) {
+    code.open("for (int kt2 = 0; kt2 < " + k_tiles_text + "; kt2 += 2) {");
+    code.line("#pragma unroll");
+    code.open("for (int h = 0; h < 2; ++h) {");
+    code.line("const int kt = kt2 + h;");
+    code.line("if (kt >= " + k_tiles_text + ") break;");
+  } else {
+    code.open("for (int kt = 0; kt < " + k_tiles_text + "; ++kt, ++it) {");
+  }
   code.line("const int s = it % " + to_str(stages) + ";");
   code.line("kiln_mbarrier_wait(&full[s], (it / " + to_str(stages) + ") & 1);");
   // The end of a consumer's rewrite of the stage: its writes to the async proxy, then both
@@ -303,10 +336,37 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     publish_stage();
     code.close();
   }
+  if (a_regs) {
+    code.line("// A from registers: warp w's 16 of this consumer's rows as the tf32 A fragment of each k");
+    code.line("// step (register r: row g + 8 (r & 1), k = t + 4 (r >> 1)), read from the stage (row m at");
+    code.line("// m * 128 + 16 ((k / 4) ^ (m & 7)) + 4 (k & 3)) and rounded (cvt.rna, as `high` promises)" +
+              std::string(x3 ? "; its small part tf32(x - tf32(x)) beside it" : ""));
+    code.open("{");
+    code.line("const float* fa = (const float*)(sa + s * " + to_str(a_stage) + " + c * 8192);");
+    code.line("#pragma unroll");
+    code.open("for (int ks = 0; ks < 4; ++ks) {");
+    code.line("#pragma unroll");
+    code.open("for (int r = 0; r < 4; ++r) {");
+    code.line("const int m = warp * 16 + g + 8 * (r & 1), k = ks * 8 + t4 + 4 * (r >> 1);");
+    code.line("const float x = fa[m * 32 + (((k >> 2) ^ (m & 7)) << 2) + (k & 3)];");
+    if (x3) {
+      code.line("const unsigned big = kiln_cvt_rna_tf32(x);");
+      code.line("af[" + std::string(a_sets > 1 ? "h][" : "0][") + "ks][r] = big;");
+      code.line("afs[ks][r] = kiln_cvt_rna_tf32(x - kiln_as_float(big));");
+    } else {
+      code.line("af[h][ks][r] = kiln_cvt_rna_tf32(x);");
+    }
+    code.close();
+    code.close();
+    code.close();
+  }
   if (tf32) {
-    code.line("// round the stage to tf32 in place (cvt.rna, as `high` promises; wgmma would read the");
-    code.line("// fp32 bits as they are): this consumer's 64 rows of A and half of B's rows, then the");
-    code.line("// writes to the async proxy, then wait until the other consumer has rounded its half");
+    code.line(a_regs ? "// round B in place (cvt.rna, as `high` promises; wgmma would read the fp32 bits as they"
+                     : "// round the stage to tf32 in place (cvt.rna, as `high` promises; wgmma would read the");
+    code.line(a_regs ? "// are): this consumer's half of B's rows, then the writes to the async proxy, then wait"
+                     : "// fp32 bits as they are): this consumer's 64 rows of A and half of B's rows, then the");
+    code.line(a_regs ? "// until the other consumer has rounded its half"
+                     : "// writes to the async proxy, then wait until the other consumer has rounded its half");
     code.open("{");
     // The rounded value of `x` to `dst`, and with x3 its small part to `small`.
     auto round_to = [&](const std::string& x, const std::string& dst, const std::string& small) {
@@ -339,7 +399,7 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
       code.line("// a block of 32 m at k * 128 + 16 ((m / 4) ^ (k & 7)) + 4 (m & 3)) and written K-major");
       code.line("// (row m at m * 128 + 16 ((k / 4) ^ (m & 7)) + 4 (k & 3))");
       write_k_major("a", a_stage, 64, "m");
-    } else {
+    } else if (!a_regs) {
       code.line("float* ra = (float*)(sa + s * " + to_str(a_stage) + " + c * 8192);");
       if (x3) code.line("float* ras = (float*)(sas + s * " + to_str(a_stage) + " + c * 8192);");
       code.line("#pragma unroll 4");
@@ -386,7 +446,9 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("kiln_wgmma_fence();");
   code.line("#pragma unroll");
   code.open("for (int ks = 0; ks < 4; ++ks) {");
-  if (a_trans) {
+  if (a_regs) {
+    // A from af
+  } else if (a_trans) {
     code.line("// A M-major: the consumer's one 64-column block (LBO 0, as CuTe gives a single block), 8 k");
     code.line("// rows a 1024-byte atom (SBO)");
     code.line("const unsigned long long da = kiln_gmma_desc_128b(sa + s * " + to_str(a_stage) +
@@ -395,9 +457,11 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("const unsigned long long da = kiln_gmma_desc_128b(sa + s * " + to_str(a_stage) +
               " + c * 8192 + ks * 32, 16, 1024);");
   }
-  if (x3) {
+  if (x3 && !a_regs) {
     code.line("const unsigned long long das = kiln_gmma_desc_128b(sas + s * " + to_str(a_stage) +
               " + c * 8192 + ks * 32, 16, 1024);");
+  }
+  if (x3) {
     code.line("const unsigned long long dbs = kiln_gmma_desc_128b(sbs + s * " + to_str(b_stage) +
               " + ks * 32, 16, 1024);");
   }
@@ -410,10 +474,16 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
               " + ks * 32, 16, 1024);");
   }
   std::string tf32_op = "kiln_wgmma_m64n" + to_str(t.bn) + "k8_tf32";
-  if (x3) {  // design 1's order: small A x B, A x small B, A x B
+  if (x3 && a_regs) {  // design 1's order: small A x B, A x small B, A x B; A from registers
+    code.line(tf32_op + "_rs(part, afs[ks], db, ks > 0 ? 1 : 0);");
+    code.line(tf32_op + "_rs(part, af[0][ks], dbs, 1);");
+    code.line(tf32_op + "_rs(part, af[0][ks], db, 1);");
+  } else if (x3) {  // design 1's order: small A x B, A x small B, A x B
     code.line(tf32_op + "(part, das, db, ks > 0 ? 1 : 0);");
     code.line(tf32_op + "(part, da, dbs, 1);");
     code.line(tf32_op + "(part, da, db, 1);");
+  } else if (a_regs) {  // A from this set of registers, B K-major (as loaded, or as transposed)
+    code.line(tf32_op + "_rs(acc, af[h][ks], db, (kt > 0 || ks > 0) ? 1 : 0);");
   } else if (tf32) {  // both K-major (as loaded, or as transposed): tf32 wgmma has no transpose
     code.line(tf32_op + "(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);");
   } else {
@@ -430,10 +500,16 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
     code.line("for (int v = 0; v < " + to_str(t.bn / 2) + "; ++v) acc[v] += part[v];");
     code.close();
   } else {
-    code.line("// the previous stage's wgmmas are done: release it to the producer");
+    code.line("// the previous stage's wgmmas are done: release it to the producer" +
+              std::string(pairs ? " (and the other set of A's" : ""));
+    if (pairs) code.line("// fragments, which they read)");
     code.line("kiln_wgmma_wait<1>();");
     code.line("if (kt > 0) kiln_mbarrier_arrive(&empty[(it + " + to_str(stages - 1) + ") % " +
               to_str(stages) + "]);");
+    if (pairs) {
+      code.line("++it;");
+      code.close();
+    }
     code.close();
     code.line("kiln_wgmma_wait<0>();");
     code.line("kiln_mbarrier_arrive(&empty[(it + " + to_str(stages - 1) + ") % " + to_str(stages) +

@@ -464,4 +464,8 @@ KILN_DEVICE void kiln_wgmma_m64n128k8_tf32_rs(float* d, unsigned* a, unsigned lo
                                               int scale_d) {
   KILN_WGMMA_TF32_RS("m64n128k8", KILN_WGMMA_REGS64, KILN_WGMMA_D64, "64", "65", "66", "67", "68", "69");
 }
+KILN_DEVICE void kiln_wgmma_m64n256k8_tf32_rs(float* d, unsigned* a, unsigned long long desc_b,
+                                              int scale_d) {
+  KILN_WGMMA_TF32_RS("m64n256k8", KILN_WGMMA_REGS128, KILN_WGMMA_D128, "128", "129", "130", "131", "132", "133");
+}
 #endif  // KILN_PRELUDE_CUH

@@ -337,7 +337,8 @@ bool wgmma_converts(const MatmulShape& shape) {
 
 int wgmma_smem_bytes(const MatmulTile& tile, const MatmulShape& shape) {
   int rows = tile.bm + tile.bn;                     // A and B
-  if (wgmma_splits(shape)) rows *= 2;               // their small parts
+  // the small parts: B's, and A's where A is staged (K-major, A's are in the consumers' registers)
+  if (wgmma_splits(shape)) rows += tile.bn + (wgmma_transposes_a(shape) ? tile.bm : 0);
   if (wgmma_converts(shape)) rows *= 3;             // their fp32 staging areas, 256-byte rows
   if (wgmma_transposes_b(shape)) rows += tile.bn;   // B's staging area
   if (wgmma_transposes_a(shape)) rows += tile.bm;   // A's
@@ -396,7 +397,7 @@ std::vector<MatmulTile> wgmma_candidates(const MatmulShape& shape) {
   if (wgmma_converts(shape)) {  // the staging areas leave room for 2 stages of 128x128
     out.push_back(wgmma_tile(shape, 128, 2));
   } else if (wgmma_splits(shape)) {  // 128 columns (acc and a stage's part: 128 registers)
-    for (int stages : {2, 3}) {
+    for (int stages : {2, 3, 4}) {
       MatmulTile t = wgmma_tile(shape, 128, stages);
       if (wgmma_smem_bytes(t, shape) <= smem_limit(90)) out.push_back(t);
     }

@@ -225,6 +225,10 @@ KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n128k8_tf32_rs(float* d, uns
                                                                    unsigned long long b, int scale_d) {
   ::kiln_emu::wgmma(d, 0, a, b, 128, ::kiln_emu::wgmma_tf32, false, false, scale_d, KILN_EMU_SITE);
 }
+KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n256k8_tf32_rs(float* d, unsigned* a,
+                                                                   unsigned long long b, int scale_d) {
+  ::kiln_emu::wgmma(d, 0, a, b, 256, ::kiln_emu::wgmma_tf32, false, false, scale_d, KILN_EMU_SITE);
+}
 // The RS form: A from the thread's four registers a[0..3].
 template <int TransB>
 KILN_DEVICE KILN_EMU_OUT_OF_LINE void kiln_wgmma_m64n64k16_bf16_rs(float* d, unsigned* a,

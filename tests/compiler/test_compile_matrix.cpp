@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <tuple>
 
 namespace kiln::compiler {
@@ -426,9 +427,12 @@ TEST(CompileShapes, AWideSumCompilesAsSeveralKernels) {
 // named (e.g. "m64n128k16.f32.bf16"), TMA loads, setmaxnreg's 240, no mma.sync, no local memory
 // (not even a copy of a tensor map: each is read where it lies, __grid_constant__), and the 168
 // registers setmaxnreg's budget (24 x 128 + 240 x 256) takes from launch.
+// `a_in_registers` (where given): whether the tf32 wgmmas read A from registers (the RS form:
+// "{%r.., %r.., %r.., %r..}" after the accumulators, where the SS form has a 64-bit descriptor).
 void expect_wgmma_matmuls(const ir::Graph& g, const CompileRequest& request,
                           const MatmulTile& tile, const std::string& wgmma, int matmuls,
-                          const std::string& what) {
+                          const std::string& what,
+                          std::optional<bool> a_in_registers = std::nullopt) {
   auto program = lower(g, request, FixedSchedule(tile));
   ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
   auto a = compile_lowered(*program, request.options);
@@ -449,6 +453,8 @@ void expect_wgmma_matmuls(const ir::Graph& g, const CompileRequest& request,
     EXPECT_EQ(k.launch.block[0], 384u) << what;
     if (tile.bk == 32) {  // the tf32 path's rounding pass
       EXPECT_NE(k.ptx.find("cvt.rna.tf32.f32"), std::string::npos) << what << " " << k.name;
+      if (a_in_registers)
+        EXPECT_EQ(k.ptx.find("}, {%r") != std::string::npos, *a_in_registers) << what << " " << k.name;
     }
   }
   EXPECT_EQ(found, matmuls) << what;
@@ -515,8 +521,8 @@ ir::Graph three_matmuls(const std::string& d, const std::string& a, const std::s
 
 // The wgmma kernel on fp32 operands (`high`, `tf32x3` and `medium`) at every tile the tuner may
 // choose, aligned and ragged, shared and batched B, B K-major and B [K, N], with a bias, GELU and
-// residual: no spill or warning, 168 registers, tf32 wgmma and the rounding pass's cvt.rna (bf16
-// wgmma for medium), no mma.sync.
+// residual: no spill or warning, 168 registers, tf32 wgmma with A from registers (K-major here)
+// and the rounding's cvt.rna (bf16 wgmma for medium), no mma.sync.
 TEST(CompileShapes, EveryFp32OperandWgmmaTileCompilesWithoutSpillsOrWarningsOnSm90a) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   int compiled = 0;
@@ -546,17 +552,18 @@ TEST(CompileShapes, EveryFp32OperandWgmmaTileCompilesWithoutSpillsOrWarningsOnSm
                            (ragged ? " ragged " : " ") + to_string(tile);
         bool medium = precision == ir::Precision::medium;
         ASSERT_EQ(tile.bk, medium ? 64 : 32) << what;
+        // tf32: A K-major from registers
         expect_wgmma_matmuls(g, *request, tile,
                              "m64n" + std::to_string(tile.bn) +
                                  (medium ? "k16.f32.bf16.bf16" : "k8.f32.tf32.tf32"),
-                             3, what);
+                             3, what, !medium);
         ++compiled;
       }
     }
   }
-  // high: 4 tiles B K-major, 3 B [K, N]; tf32x3: 2 and 1; medium: 1 and 1; each aligned and
-  // ragged
-  EXPECT_EQ(compiled, 2 * (4 + 3 + 2 + 1 + 1 + 1));
+  // high: 4 tiles B K-major, 3 B [K, N]; tf32x3: 3 and 2 (A's small parts in registers, a
+  // stage is 48 or 64 KiB); medium: 1 and 1; each aligned and ragged
+  EXPECT_EQ(compiled, 2 * (4 + 3 + 3 + 2 + 1 + 1));
 }
 
 // A read as [K, M] (transpose_a) on the wgmma kernel, at every tile the tuner may choose for it,
@@ -596,7 +603,9 @@ TEST(CompileShapes, EveryTransposedAWgmmaTileCompilesWithoutSpillsOrWarningsOnSm
           std::string what = "sm_90a " + d + " " + std::string(ir::to_string(precision)) +
                              (kn ? " A [K, M], B [K, N] " : " A [K, M], B K-major ") + to_string(tile);
           std::string type = tf32 ? "k8.f32.tf32.tf32" : medium ? "k16.f32.bf16.bf16" : "k16.f32." + d;
-          expect_wgmma_matmuls(g, *request, tile, "m64n" + std::to_string(tile.bn) + type, 3, what);
+          // tf32: A [K, M] staged, written K-major and read by descriptor
+          expect_wgmma_matmuls(g, *request, tile, "m64n" + std::to_string(tile.bn) + type, 3, what,
+                               false);
           if (!tf32 && &tile == &tiles.front()) {  // imm-trans-a and imm-trans-b: the last immediates
             auto program = lower(g, *request, FixedSchedule(tile));
             ASSERT_TRUE(program.ok()) << what;
