@@ -89,32 +89,35 @@ KILN_DEVICE void kiln_zero_16(void* smem_dst) {
 }
 
 // ---- cp.async (sm_80+) ----------------------------------------------------------------------
+// Each clobbers "memory", so the compiler keeps plain shared-memory accesses on their side of the
+// copies and waits (a thread reading what its own copies wrote right after its wait, with no
+// barrier between: the sm_90a attention producer's staging ring).
 // Copies src_bytes (0 or 16) from global to shared asynchronously, zero-filling the rest of the
 // 16 bytes; with src_bytes == 0 nothing is read.
 KILN_DEVICE void kiln_cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes) {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-               :: "r"(kiln_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes));
+               :: "r"(kiln_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
 #endif
 }
 // Copies src_bytes (0 or 4) asynchronously, zero-filling the rest of the 4 bytes.
 KILN_DEVICE void kiln_cp_async_4(void* smem_dst, const void* gmem_src, int src_bytes) {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-               :: "r"(kiln_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes));
+               :: "r"(kiln_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
 #endif
 }
 // Closes the current group of cp.async copies issued by this thread.
 KILN_DEVICE void kiln_cp_async_commit() {
 #if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>
 KILN_DEVICE void kiln_cp_async_wait() {
 #if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 #endif
 }
 

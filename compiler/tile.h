@@ -226,8 +226,8 @@ bool wgmma_attention_by_model(const AttentionShape& shape);
 AttentionTile choose_wgmma_attention_tile(const AttentionShape& shape);
 // The loading producer's staging ring (fp32 operands, wgmma_attention_loads): the 16-byte pieces
 // each of the producer's 128 threads keeps in flight with cp.async, the most of 32, 16, 8 and 4
-// that fit smem_limit(90) beside `tile`'s operands (16 at every model tile over 64 KiB of
-// operands); 0 where the kernel does not load (TMA) or where not even 4 fit.
+// that fit smem_limit(90) beside `tile`'s operands (32 where they leave 64 KiB, 16 at the
+// fullest model tiles, 193 KiB); 0 where the kernel does not load (TMA) or where not even 4 fit.
 int wgmma_attention_staging_pieces(const AttentionTile& tile, const AttentionShape& shape);
 // The attention kernel's dynamic shared memory on sm_90a: the tile's (AttentionTile::smem_bytes)
 // and, where it loads, the staging ring's 128 x pieces x 16 bytes.

@@ -304,8 +304,11 @@ TEST(EmulatedWgmmaTf32, SkippingTheRoundingPassIsCaught) {
   // wgmma then reads the fp32 bits (the emulator truncates them to tf32, as it does mma.sync's
   // operands): within the mode's tolerance, but no longer the mma.sync kernel's bits. A's
   // fragments unrounded in registers, or B left unrounded in the stage.
-  EXPECT_TRUE(differs_from_mma_sync("af[h][ks][r] = kiln_cvt_rna_tf32(x);",
-                                    "af[h][ks][r] = kiln_as_uint(x);", Schedule{}));
+  auto a_unrounded = differs_from_mma_sync("af[h][ks][r] = kiln_cvt_rna_tf32(x);",
+                                          "af[h][ks][r] = kiln_as_uint(x);", Schedule{});
+  EXPECT_TRUE(a_unrounded);
+  EXPECT_NE(std::string(a_unrounded.message()).find("elements differ"), std::string::npos)
+      << a_unrounded.message();
   EXPECT_TRUE(differs_from_mma_sync("rb[i] = kiln_as_float(kiln_cvt_rna_tf32(rb[i]));", ";",
                                     Schedule{}));
 }
@@ -313,10 +316,16 @@ TEST(EmulatedWgmmaTf32, SkippingTheRoundingPassIsCaught) {
 TEST(EmulatedWgmmaTf32, AFragmentsReadOutOfPlaceAreCaught) {
   // A from registers: the rows and k of a register swapped (r & 1 picks k, r >> 1 the row), or
   // the stage read without TMA's swizzle.
-  EXPECT_TRUE(differs_from_mma_sync("g + 8 * (r & 1), k = ks * 8 + t4 + 4 * (r >> 1)",
-                                    "g + 8 * (r >> 1), k = ks * 8 + t4 + 4 * (r & 1)", Schedule{}));
-  EXPECT_TRUE(differs_from_mma_sync("fa[m * 32 + (((k >> 2) ^ (m & 7)) << 2) + (k & 3)]",
-                                    "fa[m * 32 + ((k >> 2) << 2) + (k & 3)]", Schedule{}));
+  // (the outputs differ: neither stops the kernel)
+  for (auto [from, to] : {std::pair{"g + 8 * (r & 1), k = ks * 8 + t4 + 4 * (r >> 1)",
+                                    "g + 8 * (r >> 1), k = ks * 8 + t4 + 4 * (r & 1)"},
+                          std::pair{"fa[m * 32 + (((k >> 2) ^ (m & 7)) << 2) + (k & 3)]",
+                                    "fa[m * 32 + ((k >> 2) << 2) + (k & 3)]"}}) {
+    auto result = differs_from_mma_sync(from, to, Schedule{});
+    EXPECT_TRUE(result) << from;
+    EXPECT_NE(std::string(result.message()).find("elements differ"), std::string::npos)
+        << result.message();
+  }
 }
 
 TEST(EmulatedWgmmaTf32, OneSetOfAFragmentsIsWrittenUnderTheWgmmasReadingIt) {
