@@ -446,14 +446,12 @@ void emit_matmul_wgmma(Code& code, const KernelContext& ctx) {
   code.line("kiln_wgmma_fence();");
   code.line("#pragma unroll");
   code.open("for (int ks = 0; ks < 4; ++ks) {");
-  if (a_regs) {
-    // A from af
-  } else if (a_trans) {
+  if (a_trans) {
     code.line("// A M-major: the consumer's one 64-column block (LBO 0, as CuTe gives a single block), 8 k");
     code.line("// rows a 1024-byte atom (SBO)");
     code.line("const unsigned long long da = kiln_gmma_desc_128b(sa + s * " + to_str(a_stage) +
               " + c * 8192 + ks * 2048, 0, 1024);");
-  } else {
+  } else if (!a_regs) {  // (A from registers: af)
     code.line("const unsigned long long da = kiln_gmma_desc_128b(sa + s * " + to_str(a_stage) +
               " + c * 8192 + ks * 32, 16, 1024);");
   }
