@@ -22,7 +22,10 @@
 //   back on the same registers chain as the hardware chains them.
 // - wgmma.fence, commit_group, wait_group and mma_async are .sync.aligned over the warpgroup: all
 //   128 threads must execute the same one, at the same place. A thread must execute wgmma.fence
-//   before its first wgmma and after each wait_group (where its accumulators were last touched).
+//   before its first wgmma and after each wait_group (where its accumulators were last touched),
+//   and between its writes to registers a wgmma reads (RS A, accumulators it adds to) and that
+//   wgmma: registers an earlier wgmma read are taken at each fence, and a wgmma that finds them
+//   changed since is an error.
 // - The RS form reads A from each thread's registers: captured at issue, and poisoned (NaN pairs)
 //   until the wait_group that retires the wgmma, where a register the program wrote meanwhile
 //   is an error.
@@ -422,9 +425,60 @@ inline void warpgroup_collective(int op, int variant, const void* site, Complete
   asm volatile("" ::: "memory");
 }
 
+// What thread `thread`'s registers `r` hold as the next wgmma would read them: the copy of an RS
+// wgmma in flight that reads them as A, or the chain's result so far where wgmmas in flight
+// accumulate into them (their registers hold poison meanwhile), else the registers themselves.
+inline void registers_as_read(const WarpGroup& wg, int thread,
+                              const WarpGroup::FencedRegisters& r, uint32_t* out) {
+  const void* from = r.at;
+  if (r.a) {
+    if (const WgmmaOp* reader = a_reader(wg, thread, static_cast<const uint32_t*>(r.at)))
+      from = reader->a[thread];
+  } else {
+    auto it = wg.acc.find(static_cast<float*>(r.at));
+    if (it != wg.acc.end() && it->second.size() == r.words) from = it->second.data();
+  }
+  std::memcpy(out, from, r.words * sizeof(uint32_t));
+}
+
+// A wgmma of thread `thread` reads `words` registers at `at` (A, or accumulators it adds to): an
+// error where they are known from an earlier wgmma and differ from what they held at the
+// thread's last wgmma.fence; registers seen for the first time are taken at the next fence.
+inline void check_fenced_registers(WarpGroup& wg, int thread, void* at, size_t words, bool a) {
+  auto& known = wg.fenced_registers[thread];
+  auto it = std::find_if(known.begin(), known.end(), [&](const WarpGroup::FencedRegisters& r) {
+    return r.at == at && r.a == a;
+  });
+  if (it == known.end()) {
+    known.push_back({at, a, words, {}, false});
+    return;
+  }
+  if (it->words != words) {
+    it->words = words;
+    it->snapped = false;
+    return;
+  }
+  if (!it->snapped) return;
+  std::vector<uint32_t> now(words);
+  registers_as_read(wg, thread, *it, now.data());
+  if (now != it->held)
+    fail(a ? "wgmma.mma_async: a thread wrote A's registers after its last wgmma.fence (the fence "
+             "must come between the writes and the wgmma that reads them)"
+           : "wgmma.mma_async: a thread wrote the accumulators after its last wgmma.fence (the "
+             "fence must come between the writes and the wgmma that adds to them)");
+}
+
 inline void wgmma_fence(const void* site) {
   require_sm90a("wgmma.fence");
-  warpgroup_collective(wg_fence, 0, site, [](WarpGroup& wg, int slot, bool) { wg.fenced[slot] = true; });
+  warpgroup_collective(wg_fence, 0, site, [](WarpGroup& wg, int slot, bool last) {
+    if (last) return;
+    wg.fenced[slot] = true;
+    for (WarpGroup::FencedRegisters& r : wg.fenced_registers[slot]) {
+      r.held.resize(r.words);
+      registers_as_read(wg, slot, r, r.held.data());
+      r.snapped = true;
+    }
+  });
 }
 
 inline void wgmma_commit(const void* site) {
@@ -525,6 +579,8 @@ inline void wgmma(float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, 
   warpgroup_collective(wg_mma, variant, site, [&](WarpGroup& wg, int s, bool last) {
     if (!wg.fenced[s]) fail("wgmma.mma_async without a wgmma.fence since the accumulators were last accessed");
     if (!last) {
+      if (scale_d) check_fenced_registers(wg, s, d, static_cast<size_t>(n / 2), false);
+      if (a_regs) check_fenced_registers(wg, s, a_regs, 4, true);
       if (wg.arrived == 0) wg.desc_a = desc_a, wg.desc_b = desc_b;
       else if (wg.desc_a != desc_a || wg.desc_b != desc_b)
         fail("wgmma.mma_async: the threads of a warpgroup give different descriptors");

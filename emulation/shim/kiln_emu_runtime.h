@@ -137,6 +137,18 @@ struct WarpGroup {
   // retires the last wgmma on them.
   std::map<float*, std::vector<float>> acc;
   bool fenced[128] = {};  // wgmma.fence since the last wait_group (or the start)
+  // Registers a thread's wgmmas have read: RS A registers and accumulators, each as the next
+  // wgmma would read it (kiln_emu_hopper.h's registers_as_read) at the thread's last
+  // wgmma.fence. A wgmma that finds them otherwise reads registers the program wrote after that
+  // fence, which the fence must come after.
+  struct FencedRegisters {
+    void* at = nullptr;
+    bool a = false;  // RS A (4 registers), else accumulators
+    size_t words = 0;
+    std::vector<uint32_t> held;
+    bool snapped = false;  // `held` was taken at a wgmma.fence
+  };
+  std::vector<FencedRegisters> fenced_registers[128];
   // A wait_group that retires groups: the groups it leaves in flight (-1: none is retiring), and
   // whether the block has let it retire them (when no thread could run otherwise)
   int retire_to = -1;

@@ -340,6 +340,37 @@ TEST(EmulatedWgmmaTf32, OneSetOfAFragmentsIsWrittenUnderTheWgmmasReadingIt) {
   }
 }
 
+TEST(EmulatedWgmmaTf32, AFragmentsWrittenAfterTheWgmmaFenceAreCaught) {
+  // wgmma.fence orders the registers' writes before the wgmmas that read them: with the fence
+  // moved above the loads of A's fragments, the wgmmas read registers written after it. An error
+  // from the first k tile whose registers an earlier wgmma read (the third in tf32, whose two
+  // sets alternate; the second in tf32x3), under the kind and the adversarial schedule.
+  auto fence_before_a = [](std::string& source) -> std::string {
+    const std::string fence = "kiln_wgmma_fence();\n", loads = "// A from registers";
+    size_t moved = 0;
+    for (size_t at = source.find(fence); at != std::string::npos; ++moved) {
+      size_t start = source.rfind('\n', at) + 1;
+      source.erase(start, at + fence.size() - start);
+      at = source.find(fence, start);
+    }
+    for (size_t at = source.find(loads); at != std::string::npos;
+         at = source.find(loads, at + fence.size() + loads.size())) {
+      source.insert(at, fence);
+      --moved;
+    }
+    return moved == 0 ? "" : "the fences and A's loads do not pair";
+  };
+  for (ir::Precision precision : {ir::Precision::high, ir::Precision::tf32x3}) {
+    for (const Schedule& schedule : {Schedule{}, Schedule::adversarial()}) {
+      auto result = differs_from_mma_sync(fence_before_a, schedule, precision);
+      EXPECT_TRUE(result) << result.message();
+      std::string message = result.message();
+      EXPECT_NE(message.find("wrote A's registers after its last wgmma.fence"), std::string::npos)
+          << message;
+    }
+  }
+}
+
 TEST(EmulatedWgmmaTf32, ATransposedBMisplacedOrUnroundedIsCaught) {
   // B [K, N]: the staging area read without TMA's swizzle, B written K-major without the swizzle
   // wgmma's descriptor reads, or written unrounded.
@@ -1274,6 +1305,35 @@ TEST(EmulatedWgmmaAttentionRules, WritingTf32PWhileItsWgmmaIsInFlightIsAnError) 
   std::string result = expect_tf32_attention_caught(
       "kiln_wgmma_wait<1>();\n", "kiln_wgmma_wait<1>();\n        pf[0][0] = 0u;\n");
   EXPECT_NE(result.find("wrote A's registers"), std::string::npos) << result;
+}
+
+// wgmma.fence between the writes of P and O and the P V wgmmas that read them: the key loop's
+// fence moved above P's packing (P written after it; `high` and `tf32x3`), or above O's
+// rescaling (O, the accumulators of `high`'s P V, written after it, checked first; tf32x3 sums
+// P V into `part`) is an error.
+TEST(EmulatedWgmmaAttentionRules, RegistersWrittenAfterTheWgmmaFenceAreAnError) {
+  const std::string loop_top =
+      "(kt / 2) & 1);\n        kiln_bar_sync(1 + c, 256);  // my turn to issue\n";
+  const std::string loop_fence = loop_top + "        kiln_wgmma_fence();\n";
+  const std::string pack = "        // P to registers as the tf32 RS form's A";
+  const std::string rescale =
+      "        #pragma unroll\n        for (int r = 0; r < 2; ++r) {\n          #pragma unroll\n"
+      "          for (int j = 0; j < ";
+  for (ir::Precision precision : {ir::Precision::high, ir::Precision::tf32x3}) {
+    const char* graph =
+        precision == ir::Precision::high ? "wgmma_attention_tf32_odd" : "wgmma_attention_tf32x3_odd";
+    std::string p_late = run_edits(
+        graph, {{loop_fence, loop_top}, {pack, "        kiln_wgmma_fence();\n" + pack}}, Schedule{},
+        precision);
+    EXPECT_NE(p_late.find("wrote A's registers after its last wgmma.fence"), std::string::npos)
+        << p_late;
+  }
+  std::string o_late = run_edits(
+      "wgmma_attention_tf32_odd",
+      {{loop_fence, loop_top}, {rescale, "        kiln_wgmma_fence();\n" + rescale}},
+      Schedule{}, ir::Precision::high);
+  EXPECT_NE(o_late.find("wrote the accumulators after its last wgmma.fence"), std::string::npos)
+      << o_late;
 }
 
 // tf32x3 without one of its small parts (Q x small K left out of S; P's small parts made 0):
