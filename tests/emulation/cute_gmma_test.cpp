@@ -713,7 +713,7 @@ TEST(EmulatedGmmaAgainstCute, APermutedRegisterLayoutIsNoticed) {
 
 // The attention kernel packs P from S's accumulator (an m64n128 C fragment) into the A registers
 // of P V's k step kk as pf[kk][r] = pack(acc[8 kk + 2 r], acc[8 kk + 2 r + 1]), the first value the
-// low half (compiler/emit_attention.cpp, emit_wgmma_kernel). Where CuTe's C layout puts those
+// low half (compiler/emit_attention_wgmma.cpp, emit_wgmma_kernel). Where CuTe's C layout puts those
 // accumulator values must be where CuTe's A layout wants register r's halves: row m of S is row m
 // of P, column 16 kk + k of S is k of k step kk.
 TEST(EmulatedGmmaAgainstCute, TheAttentionKernelsPackingOfPIsCutesRegisterFragment) {
@@ -740,10 +740,11 @@ TEST(EmulatedGmmaAgainstCute, TheAttentionKernelsPackingOfPIsCutesRegisterFragme
   EXPECT_GT(mismatches(atoms[1], by_column), 0);
 }
 
-// The same in `high` (tf32, compiler/emit_attention.cpp): the producer writes element (r, 4 j + e)
-// of Q or K at (j >> 3) * rows * 128 + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 e, and element
-// (key r, column n) of V, transposed, at row n, k position p(r) = (r & ~7) | ((r & 1) << 2) |
-// ((r & 7) >> 1) of V^T: n * 128 + ((((p & 31) >> 2) ^ (n & 7)) << 4) + 4 (p & 3) in a 32-key block.
+// The same in `high` (tf32, compiler/emit_attention_producer.cpp): the producer writes element (r,
+// 4 j + e) of Q or K at (j >> 3) * rows * 128 + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 e, and
+// element (key r, column n) of V, transposed, at row n, k position p(r) = (r & ~7) | ((r & 1) << 2)
+// | ((r & 7) >> 1) of V^T: n * 128 + ((((p & 31) >> 2) ^ (n & 7)) << 4) + 4 (p & 3) in a 32-key
+// block.
 // The consumers pack pf[kk][r] = acc[4 kk + {0, 2, 1, 3}[r]]. Within one 32-column block those
 // addresses are CuTe's tf32 K-major layout, and the key each P register holds, moved to its k
 // position by p, is where CuTe's A layout wants it.
