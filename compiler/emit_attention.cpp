@@ -12,10 +12,9 @@ namespace kiln::compiler::detail {
 
 namespace attn {
 
-// Per-block setup shared by the kernels: q0 (the first query), n0 (the first column of the
-// slab of v's head dim, where there are several), bz (the batch: blockIdx.z, or past 65535
-// batches folded over y and z, the blocks past the batch returning), the operand pointers Q, K,
-// V (and M, the mask) offset to this block's batch.
+// The pieces emit_attention_internal.h declares (and documents), and the helpers only this file
+// uses.
+
 void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtype,
                    bool pointers) {
   const KernelPlan& k = ctx.kernel;
@@ -65,7 +64,6 @@ void emit_operands(Code& code, const KernelContext& ctx, const std::string& gtyp
   }
 }
 
-// Whether a score depends on its key's index: a mask, causality, or keys past S_k in the last tile.
 bool reads_key(const KernelContext& ctx) {
   const AttentionMatch& m = ctx.kernel.group.attention;
   return m.mask >= 0 || m.causal ||
@@ -119,8 +117,6 @@ std::string score(Code& code, const KernelContext& ctx, const std::string& dot,
 
 }  // namespace
 
-// The number of key tiles a block runs: all of S_k, or for a causal block those up to its last
-// query.
 std::string key_tiles(const KernelContext& ctx) {
   const AttentionMatch& m = ctx.kernel.group.attention;
   if (!m.causal) return "";
@@ -139,7 +135,6 @@ std::string slab_start(const AttentionTile& t) { return t.dv_slabs > 1 ? "n0" : 
 
 }  // namespace
 
-// "n0 + " where the grid's y splits v's head dim, else "".
 std::string slab_offset(const AttentionTile& t) { return t.dv_slabs > 1 ? "n0 + " : ""; }
 
 namespace {
@@ -179,8 +174,6 @@ void emit_kv_copy(Code& code, const KernelContext& ctx, const std::string& stage
 
 }  // namespace
 
-// The loop over key tiles (a causal block's up to its last query), K and V copied into the
-// stages; compute(stage) emits one tile's math.
 void emit_key_loop(Code& code, const KernelContext& ctx, bool async,
                    const std::function<void(const std::string&)>& compute) {
   const AttentionTile& t = ctx.kernel.attention_tile;
@@ -192,8 +185,6 @@ void emit_key_loop(Code& code, const KernelContext& ctx, bool async,
       compute, key_tiles(ctx));
 }
 
-// Opens one key tile's block: kc, its first key (where scores read it), and kst / vs, its K
-// and V stage.
 void open_key_tile(Code& code, const KernelContext& ctx, const std::string& smem_t,
                    const std::string& stage) {
   const AttentionTile& t = ctx.kernel.attention_tile;
@@ -203,7 +194,6 @@ void open_key_tile(Code& code, const KernelContext& ctx, const std::string& smem
   code.line("const " + smem_t + "* vs = sv + " + stage + " * " + to_str(t.bc * t.v_ld) + ";");
 }
 
-// The kernel's signature and the names the kernels use: tid, t4 (tid % 4) and -inf.
 void open_kernel(Code& code, const KernelContext& ctx, int threads) {
   code.open(kernel_signature(ctx, threads, 1));
   code.line("const int tid = (int)threadIdx.x;");
@@ -211,14 +201,11 @@ void open_kernel(Code& code, const KernelContext& ctx, int threads) {
   code.line("const float kiln_neg_inf = kiln_as_float(0xff800000u);");
 }
 
-// A row's output o / l. With a mask, a row of the attention op may have no key left (l = 0): its
-// output is 0 (the op's rule), where 0 / 0 would be NaN. The explicit chain keeps softmax's NaN.
 std::string row_output(const KernelContext& ctx, const std::string& o, const std::string& l) {
   if (!zero_masked_rows(ctx.graph, ctx.kernel.group.attention)) return o + " / " + l;
   return "(" + l + " > 0.0f ? " + o + " / " + l + " : 0.0f)";
 }
 
-// Stores o / l at every element (m, n) the thread holds, through the group's epilogue.
 void emit_output(Code& code, const KernelContext& ctx, const std::string& value) {
   const AttentionExtents& a = ctx.kernel.attention_extents;
   code.line("if (m >= " + a.sq.expr() + " || n >= " + to_str(a.dv) + ") continue;");
@@ -226,7 +213,6 @@ void emit_output(Code& code, const KernelContext& ctx, const std::string& value)
   emit_store(code, ctx, value, index.linear);
 }
 
-// O's rows scaled by `alpha` (inside the loop over the thread's two rows r).
 void emit_rescale(Code& code, int dt_count, const std::string& o_lo, const std::string& o_hi,
                   const std::string& alpha) {
   code.line("#pragma unroll");
@@ -236,14 +222,6 @@ void emit_rescale(Code& code, int dt_count, const std::string& o_lo, const std::
   code.line("}");
 }
 
-// One key tile's online softmax over scores in m16n8 accumulators: `acc` (in terms of nt, the
-// accumulator of keys 8 nt .., and i, its element) holds the raw products of query `row` (in
-// terms of i) and keys kc + 8 nt + 2 t4 + (i & 1), `nt_count` of them. It turns them into
-// scores and then p = exp2(score - the row's new max), rescales the running sum and the output
-// (o_lo and o_hi, in terms of j < dt_count and r, the row: o's elements of that row), and adds
-// p to the running sum. m_run and l_run hold rows g and g + 8 (r 0 and 1). With `alpha_out` it
-// leaves the output alone and stores each row's factor in alpha_out[r] (for emit_rescale once
-// nothing in flight writes the output).
 void emit_softmax_step(Code& code, const KernelContext& ctx, int nt_count, int dt_count,
                        const std::string& acc, const std::string& row, const std::string& o_lo,
                        const std::string& o_hi, const std::string& alpha_out) {
@@ -285,7 +263,6 @@ void emit_softmax_step(Code& code, const KernelContext& ctx, int nt_count, int d
   code.close();
 }
 
-// O / l's l: each of the thread's two rows (g and g + 8) summed over the quad that holds it.
 void emit_quad_sums(Code& code) {
   code.line("// O / l: each row's sum is split over its quad");
   code.line("#pragma unroll");

@@ -89,8 +89,9 @@ void emit_loading_producer(Code& code, const KernelContext& ctx) {
   int stages = t.stages, bc = t.bc;
   WgmmaAttentionBytes bytes = wgmma_attention_bytes(t);
   int pieces = wgmma_attention_staging_pieces(t, k.attention_shape);
-  assert(pieces >= 4 && pieces % 4 == 0 &&
-         "emit_loading_producer: no staging ring (check_wgmma_attention_tile refuses the tile)");
+  assert(pieces >= 4 && (pieces & (pieces - 1)) == 0 &&
+         "emit_loading_producer: no staging ring of 4, 8, 16 or 32 slots (check_wgmma_attention_tile "
+         "refuses the tile)");
   std::string slot_mask = to_str(pieces - 1), in_flight = to_str(pieces / 4 - 1);
   // The operands a thread copies, one stream of pieces: Q's, then each key tile's K and V.
   // Piece n of an operand's tile is its 16-byte piece i = tid + 128 n: quad j = i % quads of row

@@ -18,14 +18,15 @@
 //   its groups late, when no thread of the block can run otherwise (before TMA copies that no
 //   thread waits for land, which keeps those at the latest moment under the kind schedule), so a
 //   stage released before that wait is refilled first wherever copies land early.
-//   Its accumulators hold a poison value (a NaN) from issue to that wait; wgmmas issued back to
-//   back on the same registers chain as the hardware chains them.
+//   Its accumulators hold a poison value (a signaling NaN) from issue to that wait, and a thread
+//   that writes them meanwhile is an error; wgmmas issued back to back on the same registers
+//   chain as the hardware chains them.
 // - wgmma.fence, commit_group, wait_group and mma_async are .sync.aligned over the warpgroup: all
 //   128 threads must execute the same one, at the same place. A thread must execute wgmma.fence
 //   before its first wgmma and after each wait_group (where its accumulators were last touched),
-//   and between its writes to registers a wgmma reads (RS A, accumulators it adds to) and that
-//   wgmma: registers an earlier wgmma read are taken at each fence, and a wgmma that finds them
-//   changed since is an error.
+//   and between its writes to registers a wgmma uses (RS A, its accumulators) and that wgmma:
+//   registers an earlier wgmma used are taken at each fence, and a wgmma that finds them changed
+//   since is an error.
 // - The RS form reads A from each thread's registers: captured at issue, and poisoned (NaN pairs)
 //   until the wait_group that retires the wgmma, where a register the program wrote meanwhile
 //   is an error.
@@ -43,7 +44,6 @@
 #include "kiln_emu_warp.h"
 
 #include <algorithm>
-#include <limits>
 
 #ifndef KILN_EMU_ARCH_SPECIFIC
 #define KILN_EMU_ARCH_SPECIFIC 0
@@ -226,7 +226,26 @@ inline size_t gmma_offset(uint64_t desc, bool mn_major, int r, int k, const char
   return swizzle_128b(off);
 }
 
-inline float poison() { return std::numeric_limits<float>::quiet_NaN(); }
+// The bits accumulators hold while a wgmma in flight writes them: a signaling NaN, so that
+// arithmetic on them (which quiets it, as x86 does) leaves other bits, and a thread that writes
+// them before the wait_group that retires the wgmma, even with a product of them, is seen.
+inline constexpr uint32_t k_poisoned_acc = 0x7fa0acc0u;
+
+// Poisons the `count` accumulators at `regs`: the bits copied, never passed as a float (an x87
+// load would quiet them).
+inline void poison(float* regs, size_t count) {
+  for (size_t v = 0; v < count; ++v) std::memcpy(&regs[v], &k_poisoned_acc, sizeof k_poisoned_acc);
+}
+
+// Whether the `count` accumulators at `regs` still hold the poison of a wgmma in flight.
+inline bool holds_poison(const float* regs, size_t count) {
+  for (size_t v = 0; v < count; ++v) {
+    uint32_t bits;
+    std::memcpy(&bits, &regs[v], sizeof bits);
+    if (bits != k_poisoned_acc) return false;
+  }
+  return true;
+}
 
 // An RS wgmma's A in registers (PTX ISA, "Register Fragment" of wgmma .f16/.bf16 A, CuTe's
 // SM90 RS ALayout): warp w of the warpgroup holds rows 16 w .. 16 w + 15 as mma.m16n8k16's A
@@ -441,9 +460,9 @@ inline void registers_as_read(const WarpGroup& wg, int thread,
   std::memcpy(out, from, r.words * sizeof(uint32_t));
 }
 
-// A wgmma of thread `thread` reads `words` registers at `at` (A, or accumulators it adds to): an
-// error where they are known from an earlier wgmma and differ from what they held at the
-// thread's last wgmma.fence; registers seen for the first time are taken at the next fence.
+// A wgmma of thread `thread` uses `words` registers at `at` (A, or its accumulators, whatever its
+// scale-d): an error where they are known from an earlier wgmma and differ from what they held at
+// the thread's last wgmma.fence; registers seen for the first time are taken at the next fence.
 inline void check_fenced_registers(WarpGroup& wg, int thread, void* at, size_t words, bool a) {
   auto& known = wg.fenced_registers[thread];
   auto it = std::find_if(known.begin(), known.end(), [&](const WarpGroup::FencedRegisters& r) {
@@ -459,13 +478,14 @@ inline void check_fenced_registers(WarpGroup& wg, int thread, void* at, size_t w
     return;
   }
   if (!it->snapped) return;
-  std::vector<uint32_t> now(words);
-  registers_as_read(wg, thread, *it, now.data());
-  if (now != it->held)
+  uint32_t now[128];  // at most m64n256's 128 accumulators a thread
+  if (words > 128) fail("wgmma.mma_async: more than 128 registers a thread");
+  registers_as_read(wg, thread, *it, now);
+  if (std::memcmp(now, it->held.data(), words * sizeof(uint32_t)) != 0)
     fail(a ? "wgmma.mma_async: a thread wrote A's registers after its last wgmma.fence (the fence "
              "must come between the writes and the wgmma that reads them)"
            : "wgmma.mma_async: a thread wrote the accumulators after its last wgmma.fence (the "
-             "fence must come between the writes and the wgmma that adds to them)");
+             "fence must come between the writes and the wgmma that uses them)");
 }
 
 inline void wgmma_fence(const void* site) {
@@ -489,6 +509,10 @@ inline void wgmma_commit(const void* site) {
     wg.open.clear();
   });
 }
+
+inline constexpr const char* k_wrote_acc_in_flight =
+    "wgmma.mma_async: a thread wrote the accumulators while a wgmma in flight writes them (before "
+    "the wait_group that retires it)";
 
 // wgmma.wait_group: the warpgroup's committed groups but the newest `pending` retire. Where some
 // do, the warpgroup waits until no thread of the block can run otherwise (let_wgmmas_retire),
@@ -540,6 +564,7 @@ inline void wgmma_wait(int pending, const void* site) {
       ++it;
       continue;
     }
+    if (!error && !holds_poison(it->first, it->second.size())) error = k_wrote_acc_in_flight;
     std::memcpy(it->first, it->second.data(), sizeof(float) * it->second.size());
     it = wg.acc.erase(it);
   }
@@ -579,7 +604,7 @@ inline void wgmma(float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, 
   warpgroup_collective(wg_mma, variant, site, [&](WarpGroup& wg, int s, bool last) {
     if (!wg.fenced[s]) fail("wgmma.mma_async without a wgmma.fence since the accumulators were last accessed");
     if (!last) {
-      if (scale_d) check_fenced_registers(wg, s, d, static_cast<size_t>(n / 2), false);
+      check_fenced_registers(wg, s, d, static_cast<size_t>(n / 2), false);
       if (a_regs) check_fenced_registers(wg, s, a_regs, 4, true);
       if (wg.arrived == 0) wg.desc_a = desc_a, wg.desc_b = desc_b;
       else if (wg.desc_a != desc_a || wg.desc_b != desc_b)
@@ -623,7 +648,8 @@ inline void wgmma(float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, 
       auto [entry, fresh] = wg.acc.try_emplace(regs);
       if (fresh) entry->second.assign(regs, regs + per);
       else if (entry->second.size() != per) fail("wgmma.mma_async: accumulators in flight with another shape");
-      for (size_t v = 0; v < per; ++v) regs[v] = poison();
+      else if (!holds_poison(regs, per)) fail(k_wrote_acc_in_flight);
+      poison(regs, per);
     }
     // Hardware reads the operands at some moment between issue and wait_group: read them now,
     // and check at the wait_group that they still hold.

@@ -137,9 +137,9 @@ struct WarpGroup {
   // retires the last wgmma on them.
   std::map<float*, std::vector<float>> acc;
   bool fenced[128] = {};  // wgmma.fence since the last wait_group (or the start)
-  // Registers a thread's wgmmas have read: RS A registers and accumulators, each as the next
+  // Registers a thread's wgmmas have used: RS A registers and accumulators, each as the next
   // wgmma would read it (kiln_emu_hopper.h's registers_as_read) at the thread's last
-  // wgmma.fence. A wgmma that finds them otherwise reads registers the program wrote after that
+  // wgmma.fence. A wgmma that finds them otherwise uses registers the program wrote after that
   // fence, which the fence must come after.
   struct FencedRegisters {
     void* at = nullptr;

@@ -1,11 +1,11 @@
-// The shim's sm_90a model (kiln_emu_hopper.h): TMA boxes (out-of-bounds zeros, 128-byte
-// swizzle, completion on an mbarrier), wgmma from shared-memory descriptors (K-major and
-// N-major B) against an fp64 product, and the misuses the model turns into errors or wrong
-// results: reading a stage before its mbarrier, accumulators read before wait_group, operands
-// written by plain stores without fence.proxy.async, operands rewritten or refilled before the
-// wait_group that retires their wgmmas, wgmma without wgmma.fence, a warpgroup that diverges,
-// and RS wgmmas in flight sharing their A registers (allowed) while one writes them (not);
-// named barriers (bar.sync, bar.arrive).
+// The shim's sm_90a model (kiln_emu_hopper.h): TMA boxes (out-of-bounds zeros, 128-byte swizzle,
+// completion on an mbarrier), wgmma from shared-memory descriptors (K-major and N-major B) against
+// an fp64 product, and the misuses the model turns into errors or wrong results: reading a stage
+// before its mbarrier, accumulators read or written before wait_group, operands written by plain
+// stores without fence.proxy.async, operands rewritten or refilled before the wait_group that
+// retires their wgmmas, wgmma without wgmma.fence, a warpgroup that diverges, and RS wgmmas in
+// flight sharing their A registers (allowed) while one writes them (not); named barriers (bar.sync,
+// bar.arrive).
 #include "emu_test_util.h"
 
 #include <gtest/gtest.h>
@@ -129,7 +129,7 @@ TEST(EmulatedTma, MisusesAreErrors) {
 // One warpgroup: D (64 x 128, fp32) = A (64 x 64, K-major) B (64 x 128), B K-major ([128][64])
 // or N-major ([64][128], two 64-column boxes). Thread 0 loads both with TMA; the warpgroup waits,
 // runs 4 k steps of m64n128k16 and writes D. The variants leave out one rule.
-enum class Flaw { none, read_before_wait, no_fence, diverge };
+enum class Flaw { none, read_before_wait, write_before_wait, no_fence, diverge };
 
 // Issues the wgmma from a place of its own (Flaw::diverge).
 template <int TransB>
@@ -174,6 +174,7 @@ __global__ void wgmma_kernel(float* out, const __grid_constant__ CUtensorMap ma,
   }
   kiln_wgmma_commit();
   if (F == Flaw::read_before_wait) out[tid] = d[0];
+  if (F == Flaw::write_before_wait) d[0] *= 2.0f;  // a product of the poison
   kiln_wgmma_wait<0>();
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   for (int v = 0; v < 64; ++v) {
@@ -246,6 +247,16 @@ TEST(EmulatedWgmma, AccumulatorsReadBeforeWaitGroupHoldPoison) {
   std::vector<float> out;
   ASSERT_EQ((run_wgmma<0, Flaw::read_before_wait>(c, out)), "");
   EXPECT_TRUE(std::isnan(out[0]));
+}
+
+TEST(EmulatedWgmma, AccumulatorsWrittenBeforeWaitGroupAreAnError) {
+  // Even where the write is a product of the poison: a signaling NaN, which arithmetic quiets.
+  WgmmaCase c = make_case(false);
+  std::vector<float> out;
+  std::string result = run_wgmma<0, Flaw::write_before_wait>(c, out);
+  EXPECT_NE(result.find("wrote the accumulators while a wgmma in flight writes them"),
+            std::string::npos)
+      << result;
 }
 
 // A (64 x 64) and B (K-major, 128 x 64) stored by the warpgroup's plain stores, 128-byte swizzled,
