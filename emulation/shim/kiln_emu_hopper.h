@@ -376,6 +376,13 @@ inline void perform_wgmma(Block& b, WarpGroup& wg, WgmmaOp& op, const char** err
   const std::vector<float>& bm = op.b_vals;
   int kdim = op.tf32 ? 8 : 16;
   int per = op.n / 2;
+#ifdef KILN_EMU_MMA_HOPPER
+  // A's rows and B's columns (bm holds them contiguous) prepared once for every output.
+  std::vector<SliceOperands> rows(64), columns(static_cast<size_t>(op.n));
+  for (int m = 0; m < 64; ++m) prepare_slice(rows[static_cast<size_t>(m)], &a[static_cast<size_t>(m * 16)], kdim);
+  for (int n = 0; n < op.n; ++n)
+    prepare_slice(columns[static_cast<size_t>(n)], &bm[static_cast<size_t>(n * 16)], kdim);
+#endif
   for (int thread = 0; thread < 128; ++thread) {
     int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
     std::vector<float>& d = wg.acc[op.d[thread]];
@@ -384,9 +391,8 @@ inline void perform_wgmma(Block& b, WarpGroup& wg, WgmmaOp& op, const char** err
       int m = 16 * warp + g + 8 * (i >> 1), n = 8 * j + 2 * t + (i & 1);
       float sum = op.scale_d ? d[static_cast<size_t>(v)] : 0.0f;
 #ifdef KILN_EMU_MMA_HOPPER
-      float column[16];
-      for (int kk = 0; kk < kdim; ++kk) column[kk] = bm[static_cast<size_t>(n * 16 + kk)];
-      d[static_cast<size_t>(v)] = slice_sum_hopper(sum, &a[static_cast<size_t>(m * 16)], column, kdim);
+      d[static_cast<size_t>(v)] =
+          slice_sum_hopper(sum, rows[static_cast<size_t>(m)], columns[static_cast<size_t>(n)], kdim);
       continue;
 #endif
       // blocks of 8 products (tf32: 4), as mma.sync's model adds them

@@ -3,10 +3,9 @@
 //
 // MMA arithmetic: every product of two operands is exact (tf32 x tf32, bf16 x bf16 and f16 x f16
 // products all fit in an fp32); each element of D starts from C and adds the products of its
-// k-slice in fp32 in increasing k order, each addition rounded to nearest even. (The hardware adds
-// a k-slice with wider internal alignment in an order it does not specify; the difference is a
-// few fp32 ulps of the accumulator.) TF32 operands are read through tf32 truncation (the low 13
-// bits dropped), as the hardware does with values that cvt.rna did not convert.
+// k-slice as a tensor core does (kiln_emu_sum.h: block_sum, or slice_sum_hopper for sm_90). TF32
+// operands are read through tf32 truncation (the low 13 bits dropped), as the hardware does with
+// values that cvt.rna did not convert.
 //
 // KILN_EMU_BREAK_LAYOUT swaps two A-fragment registers in every mma (a deliberately wrong layout,
 // used only to prove that the comparison against the reference catches layout errors).
@@ -14,6 +13,7 @@
 #define KILN_EMU_WARP_H
 
 #include "kiln_emu_runtime.h"
+#include "kiln_emu_sum.h"
 
 #include <cmath>
 
@@ -21,17 +21,6 @@ namespace kiln_emu {
 
 enum ShuffleKind : int { shfl_idx = 0, shfl_up = 1, shfl_down = 2, shfl_xor = 3 };
 enum MmaKind : int { mma_tf32_k8 = 0, mma_bf16_k16 = 1, mma_f16_k16 = 2, mma_f16_k8 = 3 };
-
-inline float to_float(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-inline uint32_t to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 inline float tf32_operand(uint32_t bits) { return to_float(g_api->tf32_truncate_bits(bits)); }
 inline float half_operand(uint32_t word, int half, bool bf16) {
@@ -100,66 +89,6 @@ inline void complete_ldmatrix(Warp& w) {
   }
 }
 
-// One step of a tensor core's accumulation: c plus `n` exact products. The model (Fasi, Higham,
-// Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021): every
-// addend is aligned to the largest one's exponent E and truncated below 2^(E - 23) (no guard
-// bits), the aligned addends are summed exactly (carry-out bits), and the sum is truncated to
-// fp32 (round toward zero). KILN_EMU_MMA_NEAREST instead adds the products one at a time in fp32
-// with round-to-nearest, as the emulator did before.
-inline float block_sum(float c, const float* products, int n) {
-#ifdef KILN_EMU_MMA_NEAREST
-  for (int i = 0; i < n; ++i) c += products[i];
-  return c;
-#else
-  double big = std::fabs(static_cast<double>(c));
-  bool finite = std::isfinite(c);
-  for (int i = 0; i < n; ++i) {
-    big = std::fmax(big, std::fabs(static_cast<double>(products[i])));
-    finite = finite && std::isfinite(products[i]);
-  }
-  if (!finite || big == 0.0) {  // infinities and NaN as fp32 adds them; zeros keep c's sign
-    for (int i = 0; i < n; ++i) c += products[i];
-    return c;
-  }
-  double quantum = std::ldexp(1.0, std::ilogb(big) - 23);
-  double sum = std::trunc(static_cast<double>(c) / quantum) * quantum;
-  for (int i = 0; i < n; ++i) sum += std::trunc(static_cast<double>(products[i]) / quantum) * quantum;
-  float f = static_cast<float>(sum);  // to nearest, then toward zero where that rounded outward
-  if (std::fabs(static_cast<double>(f)) > std::fabs(sum)) f = std::nextafter(f, 0.0f);
-  return f;
-#endif
-}
-
-// The H100's accumulation, measured on hardware (bench/RESULTS.md, 2026-11-25): a whole k-slice
-// (8 tf32 products, 16 f16 or bf16 ones) and the accumulator in one step. Each product is aligned
-// by the sum of its operands' exponents (the exact product may be up to twice that), E is the
-// largest of these and the accumulator's exponent, every addend is truncated below 2^(E - 25)
-// (two bits past fp32's 23), the truncated addends are summed exactly and the sum is truncated to
-// fp32. Programs for sm_90 and sm_90a use it (KILN_EMU_MMA_HOPPER) unless a model is named.
-inline float slice_sum_hopper(float c, const float* a, const float* b, int n) {
-  bool finite = std::isfinite(c), any = c != 0.0f;
-  int e = any ? std::ilogb(c) : 0;
-  double products[16];
-  for (int i = 0; i < n; ++i) {
-    products[i] = static_cast<double>(a[i]) * static_cast<double>(b[i]);  // exact
-    finite = finite && std::isfinite(products[i]);
-    if (a[i] == 0.0f || b[i] == 0.0f) continue;
-    int ei = std::ilogb(a[i]) + std::ilogb(b[i]);
-    e = any ? std::max(e, ei) : ei;
-    any = true;
-  }
-  if (!finite || !any) {  // infinities and NaN as fp32 adds them; zeros keep c's sign
-    for (int i = 0; i < n; ++i) c += static_cast<float>(products[i]);
-    return c;
-  }
-  double quantum = std::ldexp(1.0, e - 25);
-  double total = std::trunc(static_cast<double>(c) / quantum) * quantum;
-  for (int i = 0; i < n; ++i) total += std::trunc(products[i] / quantum) * quantum;
-  float f = static_cast<float>(total);  // to nearest, then toward zero where that rounded outward
-  if (std::fabs(static_cast<double>(f)) > std::fabs(total)) f = std::nextafter(f, 0.0f);
-  return f;
-}
-
 // Gathers A (16 x K) and B (K x 8) from the lanes' fragments, then D = A B + C per lane.
 inline void complete_mma(Warp& w) {
   float a[16][16] = {}, bm[16][8] = {};
@@ -208,13 +137,20 @@ inline void complete_mma(Warp& w) {
   // Products in blocks (4 for tf32 and sm_75's f16 m16n8k8, 8 for 16-bit m16n8k16), each block
   // added to the accumulator in one step.
   int block = w.variant == mma_tf32_k8 || w.variant == mma_f16_k8 ? 4 : 8;
+#ifdef KILN_EMU_MMA_HOPPER
+  SliceOperands rows[16], columns[8];
+  for (int i = 0; i < 16; ++i) prepare_slice(rows[i], a[i], k);
+  for (int j = 0; j < 8; ++j) {
+    float column[16];
+    for (int kk = 0; kk < k; ++kk) column[kk] = bm[kk][j];
+    prepare_slice(columns[j], column, k);
+  }
+#endif
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 8; ++j) {
       float sum = d[i][j];
 #ifdef KILN_EMU_MMA_HOPPER
-      float column[16];
-      for (int kk = 0; kk < k; ++kk) column[kk] = bm[kk][j];
-      d[i][j] = slice_sum_hopper(sum, a[i], column, k);
+      d[i][j] = slice_sum_hopper(sum, rows[i], columns[j], k);
       continue;
 #endif
       for (int k0 = 0; k0 < k; k0 += block) {

@@ -992,8 +992,8 @@ TEST(EmulatedWgmmaRules, EveryBreakOfTheShimsSm90aModelIsCaught) {
       {"kiln_emu_hopper.h", "int m = 16 * warp + g + 8 * (i >> 1), n = 8 * j + 2 * t + (i & 1);",
        "int m = 16 * warp + g + 8 * (1 - (i >> 1)), n = 8 * j + 2 * t + (i & 1);"},
       // The H100 sum drops the accumulator.
-      {"kiln_emu_warp.h", "double total = std::trunc(static_cast<double>(c) / quantum) * quantum;",
-       "double total = 0.0;"},
+      {"kiln_emu_sum.h", "double slice = std::trunc(static_cast<double>(c) * to_units);",
+       "double slice = 0.0;"},
   };
   for (const Break& b : breaks) {
     std::string result = run_with_shim_edit(b.file, b.from, b.to, Schedule{});
