@@ -2,20 +2,27 @@
 #include "emulation/module.h"
 
 #include "compiler/target.h"
+#include "ir/hash.h"
 #include "reference/rounding.h"
 #include "shim/kiln_emu_abi.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <sstream>
 
 extern char** environ;
@@ -100,11 +107,10 @@ const KilnEmuApi& rounding_api() {
   return k_api;
 }
 
-// The program: the shim, the kernels, then the exported launch entry and one thunk per kernel.
-std::string module_source(const std::string& kernels, const std::vector<std::string>& entries) {
-  std::string text = "#include \"cuda_host.h\"\n#line 1 \"kernels.cu\"\n";
-  text += kernels;
-  text += "\n#line 1 \"kiln_emu_exports\"\n";
+// The exported entries that do not depend on the kernels: the rounding functions' installer and
+// the launch.
+std::string shim_exports() {
+  std::string text = "#include \"cuda_host.h\"\n#line 1 \"kiln_emu_exports\"\n";
   text += "extern \"C\" void kiln_emu_set_api(const KilnEmuApi* api) { ::kiln_emu::g_api = api; }\n";
   text += "extern \"C\" int kiln_emu_launch(const KilnEmuLaunch* l, char* error, size_t size) {\n"
           "  std::string e = ::kiln_emu::launch(*l);\n"
@@ -112,6 +118,18 @@ std::string module_source(const std::string& kernels, const std::vector<std::str
           "  std::snprintf(error, size, \"%s\", e.c_str());\n"
           "  return 1;\n"
           "}\n";
+  return text;
+}
+
+// The kernels, then one thunk per kernel; with `exports`, the shim's exported entries too (the
+// whole program in one translation unit).
+std::string module_source(const std::string& kernels, const std::vector<std::string>& entries,
+                          bool exports) {
+  std::string text = "#include \"cuda_host.h\"\n#line 1 \"kernels.cu\"\n";
+  text += kernels;
+  text += "\n";
+  if (exports) text += shim_exports();
+  text += "#line 1 \"kiln_emu_thunks\"\n";
   for (const std::string& entry : entries) {
     text += "extern \"C\" void kiln_emu_thunk_" + entry + "(void** args) { ::kiln_emu::call_kernel(&" +
             entry + ", args); }\n";
@@ -119,6 +137,138 @@ std::string module_source(const std::string& kernels, const std::vector<std::str
             "); }\n";
   }
   return text;
+}
+
+// ---- the shim cache (KILN_EMU_CACHE_DIR) ----------------------------------------------------
+//
+// Most of a module's build is the shim's: parsing its headers and the standard library's, and
+// compiling the launch. With KILN_EMU_CACHE_DIR set, that part is done once per compiler, flags
+// and shim text: an entry (a folder named by their hash) holds the shim's headers, shim.o (the
+// exported launch) and, for GCC, cuda_host.h.gch (the headers precompiled); a module then
+// compiles only its kernels against the entry and links them with shim.o. An entry is built in a
+// private folder and renamed into place, so a reader sees it whole or not at all. The folder
+// holds code that runs as the user, so it must be the user's alone (owned by them, writable by
+// no one else), else it is not used. Shims with edits (the mutation check) are not cached.
+
+constexpr size_t k_max_cached_shims = 24;  // entries kept; the least recently used go first
+
+// The compiler's `--version` text ("" when it does not run), once per process and compiler.
+std::string compiler_version(const std::string& compiler) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> known;
+  std::lock_guard lock(mutex);
+  if (auto it = known.find(compiler); it != known.end()) return it->second;
+  std::string version;
+  if (auto dir = TempDir::make()) {
+    std::string log = dir->path() + "/version";
+    auto rc = run_process({compiler, "--version"}, log);
+    if (rc && *rc == 0) version = read_file(log);
+  }
+  return known.emplace(compiler, version).first->second;
+}
+
+// The cache folder, created if need be, or nullopt: unset, or not the user's alone (said once).
+std::optional<std::string> shim_cache_dir() {
+  const char* env = std::getenv("KILN_EMU_CACHE_DIR");
+  if (!env || !*env) return std::nullopt;
+  std::string dir = env;
+  std::error_code ec;
+  if (fs::path parent = fs::path(dir).parent_path(); !parent.empty()) fs::create_directories(parent, ec);
+  ::mkdir(dir.c_str(), 0700);  // the user's alone, whatever the umask
+  struct stat st {};
+  std::string problem;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    problem = "is not a folder kiln can create";
+  else if (st.st_uid != ::geteuid())
+    problem = "belongs to another user";
+  else if (st.st_mode & (S_IWGRP | S_IWOTH))
+    problem = "is writable by other users (fix it with `chmod go-w '" + dir + "'`)";
+  if (problem.empty()) return dir;
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    std::fprintf(stderr,
+                 "kiln: the emulator's cache folder '%s' (KILN_EMU_CACHE_DIR) %s; the emulator "
+                 "builds without it\n",
+                 dir.c_str(), problem.c_str());
+  });
+  return std::nullopt;
+}
+
+// Keeps the k_max_cached_shims most recently used entries of `dir` and no builder's folder older
+// than a day.
+void prune_shim_cache(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::pair<fs::file_time_type, fs::path>> entries;
+  auto now = fs::file_time_type::clock::now();
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    auto when = fs::last_write_time(e.path(), ec);
+    if (ec) continue;
+    if (name.rfind("building-", 0) == 0) {
+      if (now - when > std::chrono::hours(24)) fs::remove_all(e.path(), ec);
+    } else if (name.size() == 32 && e.is_directory(ec) && !e.is_symlink(ec)) {
+      entries.emplace_back(when, e.path());
+    }
+  }
+  if (entries.size() <= k_max_cached_shims) return;
+  std::sort(entries.begin(), entries.end());
+  for (size_t i = 0; i + k_max_cached_shims < entries.size(); ++i) fs::remove_all(entries[i].second, ec);
+}
+
+// The entry for `compiler` and `flags` over the shim `files`, built if missing; nullopt where
+// there is no cache or the entry cannot be built (the module is then built whole).
+std::optional<std::string> cached_shim(const std::string& compiler, const std::vector<std::string>& flags,
+                                       const std::vector<std::pair<std::string, std::string>>& files) {
+  std::optional<std::string> dir = shim_cache_dir();
+  if (!dir) return std::nullopt;
+  std::string version = compiler_version(compiler);
+  if (version.empty()) return std::nullopt;
+  std::string identity = "kiln emulator shim 1\n" + compiler + "\n" + version + "\n";
+  for (const std::string& f : flags) identity += f + "\n";
+  for (const auto& [name, text] : files)
+    identity += name + "\n" + std::to_string(text.size()) + "\n" + text;
+  std::string entry = *dir + "/" + ir::hash_bytes(identity.data(), identity.size()).hex();
+  struct stat st {};
+  if (::lstat(entry.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return std::nullopt;
+    ::utimensat(AT_FDCWD, entry.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);  // recently used
+    return entry;
+  }
+  std::string pattern = *dir + "/building-XXXXXX";
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (!mkdtemp(buffer.data())) return std::nullopt;
+  std::string building = buffer.data();
+  std::error_code ec;
+  auto give_up = [&]() -> std::optional<std::string> {
+    fs::remove_all(building, ec);
+    return std::nullopt;
+  };
+  for (const auto& [name, text] : files)
+    if (!write_file(building + "/" + name, text)) return give_up();
+  if (!write_file(building + "/shim_exports.cpp", shim_exports())) return give_up();
+  std::string log = building + "/build.log";
+  std::vector<std::string> argv = {compiler};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  std::vector<std::string> object = argv;
+  object.insert(object.end(), {"-c", "-I", building, "-o", building + "/shim.o",
+                               building + "/shim_exports.cpp"});
+  auto rc = run_process(object, log);
+  if (!rc || *rc != 0) return give_up();
+  if (version.find("clang") == std::string::npos) {  // GCC finds cuda_host.h.gch by itself
+    std::vector<std::string> header = argv;
+    header.insert(header.end(), {"-x", "c++-header", building + "/cuda_host.h", "-o",
+                                 building + "/cuda_host.h.gch"});
+    rc = run_process(header, log);
+    if (!rc || *rc != 0) return give_up();
+  }
+  if (::rename(building.c_str(), entry.c_str()) != 0) {
+    give_up();  // another process built it first; theirs serves
+    return ::lstat(entry.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? std::optional(entry)
+                                                                    : std::nullopt;
+  }
+  prune_shim_cache(*dir);
+  return entry;
 }
 
 // The most dynamic shared memory one block may use on `sm` (with the opt-in attribute); 48 KiB,
@@ -191,8 +341,7 @@ Status Module::launch(const std::string& entry, const compiler::LaunchShape& sha
 
 Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
                                                  const ModuleOptions& options) {
-  auto dir = TempDir::make();
-  if (!dir) return dir.error();
+  std::vector<std::pair<std::string, std::string>> files;  // the shim, edited
   for (const ShimFile& f : shim_files()) {
     std::string text = f.text;
     for (const ShimEdit& e : options.shim.edits) {
@@ -202,44 +351,72 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
         return make_error("emulation: the shim file ", e.file, " has no '", e.from, "' to change");
       text.replace(at, e.from.size(), e.to);
     }
-    Status written = write_file(dir->path() + "/" + f.name, text);
-    if (!written) return written.error();
+    files.emplace_back(f.name, std::move(text));
   }
   for (const ShimEdit& e : options.shim.edits) {
     bool known = false;
     for (const ShimFile& f : shim_files()) known = known || e.file == f.name;
     if (!known) return make_error("emulation: no shim file is named '", e.file, "'");
   }
-  std::string source = dir->path() + "/program.cpp";
-  std::string library = dir->path() + "/program.so";
-  std::string log = dir->path() + "/compile.log";
-  Status written = write_file(source, module_source(kernels, options.entries));
-  if (!written) return written.error();
 
   std::string compiler = options.compiler;
   if (compiler.empty()) {
     const char* env = std::getenv("KILN_EMU_CXX");
     compiler = env && *env ? env : "g++";
   }
-  std::vector<std::string> argv = {compiler, "-std=c++17", "-O1", "-fPIC", "-shared", "-w",
-                                   "-fno-strict-aliasing", "-ffp-contract=fast",
-                                   "-DKILN_EMU_SM=" + std::to_string(options.sm),
-                                   "-DKILN_EMU_ARCH_SPECIFIC=" +
-                                       std::string(options.arch_specific ? "1" : "0"),
-                                   "-I", dir->path(), "-o", library, source};
-  if (host_has_fma()) argv.insert(argv.begin() + 1, "-mfma");
-  if (options.shim.layout == Layout::broken)
-    argv.insert(argv.begin() + 1, "-DKILN_EMU_BREAK_LAYOUT");
-  if (options.shim.mma_sum == MmaSum::nearest)
-    argv.insert(argv.begin() + 1, "-DKILN_EMU_MMA_NEAREST");
+  std::vector<std::string> flags = {"-std=c++17", "-O1", "-fPIC", "-w", "-fno-strict-aliasing",
+                                    "-ffp-contract=fast",
+                                    "-DKILN_EMU_SM=" + std::to_string(options.sm),
+                                    "-DKILN_EMU_ARCH_SPECIFIC=" +
+                                        std::string(options.arch_specific ? "1" : "0")};
+  if (host_has_fma()) flags.push_back("-mfma");
+  if (options.shim.layout == Layout::broken) flags.push_back("-DKILN_EMU_BREAK_LAYOUT");
+  if (options.shim.mma_sum == MmaSum::nearest) flags.push_back("-DKILN_EMU_MMA_NEAREST");
   if (options.shim.mma_sum == MmaSum::hopper ||
       (options.shim.mma_sum == MmaSum::arch && options.sm == 90))
-    argv.insert(argv.begin() + 1, "-DKILN_EMU_MMA_HOPPER");
-  auto rc = run_process(argv, log);
-  if (!rc) return rc.error();
-  if (*rc != 0)
-    return make_error("emulation: compiling the kernels with '", compiler, "' failed (exit ",
-                      std::to_string(*rc), "):\n", read_file(log));
+    flags.push_back("-DKILN_EMU_MMA_HOPPER");
+
+  auto dir = TempDir::make();
+  if (!dir) return dir.error();
+  std::string source = dir->path() + "/program.cpp";
+  std::string library = dir->path() + "/program.so";
+  std::string log = dir->path() + "/compile.log";
+  std::vector<std::string> argv = {compiler};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+
+  // The kernels alone against a cached shim, where there is one; should that fail (an entry
+  // pruned meanwhile, or bad kernel text), the whole program is built below and its errors told.
+  bool built = false;
+  if (std::optional<std::string> shim =
+          options.shim.edits.empty() ? cached_shim(compiler, flags, files) : std::nullopt) {
+    std::string object = dir->path() + "/kernels.o";
+    std::vector<std::string> compile = argv, link = {compiler, "-shared", "-o", library};
+    compile.insert(compile.end(), {"-c", "-I", *shim, "-o", object, source});
+    link.insert(link.end(), {*shim + "/shim.o", object});
+    auto rc = write_file(source, module_source(kernels, options.entries, false))
+                  ? run_process(compile, log)
+                  : Expected<int>(1);
+    if (rc && *rc == 0) {
+      rc = run_process(link, log);
+      std::error_code ec;
+      if (!rc || *rc != 0) fs::remove_all(*shim, ec);  // the kernels compiled: the entry is bad
+    }
+    built = rc && *rc == 0;
+  }
+  if (!built) {
+    for (const auto& [name, text] : files) {
+      Status written = write_file(dir->path() + "/" + name, text);
+      if (!written) return written.error();
+    }
+    Status written = write_file(source, module_source(kernels, options.entries, true));
+    if (!written) return written.error();
+    argv.insert(argv.end(), {"-shared", "-I", dir->path(), "-o", library, source});
+    auto rc = run_process(argv, log);
+    if (!rc) return rc.error();
+    if (*rc != 0)
+      return make_error("emulation: compiling the kernels with '", compiler, "' failed (exit ",
+                        std::to_string(*rc), "):\n", read_file(log));
+  }
 
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) return make_error("emulation: cannot load the compiled kernels: ", dlerror());

@@ -1,5 +1,7 @@
 // A kernel program compiled for the host: generated CUDA text built with g++ against the host
 // shim into a shared object in a private temporary directory, loaded, and launched by entry name.
+// With KILN_EMU_CACHE_DIR set, the shim is compiled once per compiler, flags and shim text and
+// kept there (emulation/module.cpp, "the shim cache"); each module then compiles only its kernels.
 #pragma once
 
 #include "compiler/artifact.h"
@@ -16,11 +18,7 @@ namespace kiln::emulation {
 // which only a test of the checks themselves wants.
 enum class Layout : uint8_t { correct, broken };
 
-// How an mma.sync adds its products to the accumulator (kiln_emu_warp.h, block_sum):
-// truncate, as published measurements of NVIDIA tensor cores describe (aligned to the largest
-// addend, no guard bits, the sum rounded toward zero), or nearest (each product added in fp32,
-// rounded to nearest).
-// How the emulator's tensor cores add a k-slice (kiln_emu_warp.h): `arch`, the model of the
+// How the emulator's tensor cores add a k-slice (kiln_emu_sum.h): `arch`, the model of the
 // program's arch (the H100's measured one on sm_90 and sm_90a, `truncate` elsewhere); `hopper`,
 // that measured model anywhere; `truncate`, blocks of 4 (tf32) or 8 (16-bit) products aligned to
 // the largest and truncated without guard bits; `nearest`, fp32 adds rounded to nearest.

@@ -1,0 +1,197 @@
+// The emulator's shim cache (KILN_EMU_CACHE_DIR, emulation/module.cpp): a module builds its
+// kernels against a shim compiled once and kept; the result runs as the whole-program build's
+// does; edited shims, damaged entries and folders others can write are never used.
+#include "emulation/module.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace kiln::emulation {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* k_kernel =
+    "extern \"C\" __global__ void kiln_lanes(float* out) {\n"
+    "  out[threadIdx.x] = (float)threadIdx.x * 2.0f + (float)__shfl_xor_sync(0xffffffffu, "
+    "(int)threadIdx.x, 1);\n"
+    "}\n";
+
+// A private folder, with KILN_EMU_CACHE_DIR pointing into it while this lives (the value it had
+// comes back after).
+class CacheFolder {
+ public:
+  CacheFolder() {
+    char pattern[] = "/tmp/kiln-emu-cache-test-XXXXXX";
+    m_root = mkdtemp(pattern);
+    m_cache = m_root + "/cache";
+    if (const char* old = std::getenv("KILN_EMU_CACHE_DIR")) m_old = old;
+    setenv("KILN_EMU_CACHE_DIR", m_cache.c_str(), 1);
+    // A compiler that logs each command line, then runs g++.
+    m_compiler = m_root + "/logging-g++";
+    std::ofstream script(m_compiler);
+    script << "#!/bin/sh\necho \"$*\" >> '" << m_root << "/commands'\nexec g++ \"$@\"\n";
+    script.close();
+    chmod(m_compiler.c_str(), 0700);
+  }
+  ~CacheFolder() {
+    if (m_old) setenv("KILN_EMU_CACHE_DIR", m_old->c_str(), 1);
+    else unsetenv("KILN_EMU_CACHE_DIR");
+    std::error_code ignored;
+    fs::remove_all(m_root, ignored);
+  }
+  const std::string& cache() const { return m_cache; }
+  const std::string& compiler() const { return m_compiler; }
+
+  // The compiler's command lines since the last call.
+  std::vector<std::string> commands() {
+    std::vector<std::string> lines;
+    std::ifstream in(m_root + "/commands");
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    fs::remove(m_root + "/commands");
+    return lines;
+  }
+
+  // The cache's entries (folders named by a 32-digit hash).
+  std::vector<fs::path> entries() const {
+    std::vector<fs::path> found;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(m_cache, ec))
+      if (e.path().filename().string().size() == 32) found.push_back(e.path());
+    return found;
+  }
+
+ private:
+  std::string m_root, m_cache, m_compiler;
+  std::optional<std::string> m_old;
+};
+
+// Builds the lanes kernel with `options` and runs it over one warp: each lane's value, or the
+// error.
+std::string run_lanes(ModuleOptions options, std::vector<float>* out) {
+  options.sm = 80;
+  options.entries = {"kiln_lanes"};
+  auto module = compile_module(k_kernel, options);
+  if (!module) return module.error().message;
+  out->assign(32, -1.0f);
+  compiler::LaunchShape shape;
+  shape.block = {32, 1, 1};
+  Status status = (*module)->launch("kiln_lanes", shape, {out->data()}, {{out->data(), 32 * 4}});
+  return status.ok() ? "" : status.error().message;
+}
+
+std::vector<float> expected_lanes() {
+  std::vector<float> v(32);
+  for (int lane = 0; lane < 32; ++lane) v[lane] = lane * 2.0f + (lane ^ 1);
+  return v;
+}
+
+bool contains(const std::vector<std::string>& lines, const std::string& text) {
+  for (const std::string& l : lines)
+    if (l.find(text) != std::string::npos) return true;
+  return false;
+}
+
+TEST(EmulatorShimCache, TheSecondModuleCompilesOnlyItsKernelsAgainstTheCachedShim) {
+  CacheFolder folder;
+  ModuleOptions options;
+  options.compiler = folder.compiler();
+  std::vector<float> out;
+  ASSERT_EQ(run_lanes(options, &out), "");
+  EXPECT_EQ(out, expected_lanes());
+  std::vector<std::string> first = folder.commands();
+  // The shim's object and precompiled header, then the kernels and the link.
+  EXPECT_TRUE(contains(first, "shim_exports.cpp")) << first.size();
+  EXPECT_TRUE(contains(first, "-x c++-header"));
+  ASSERT_EQ(folder.entries().size(), 1u);
+  fs::path entry = folder.entries()[0];
+  EXPECT_TRUE(fs::exists(entry / "shim.o"));
+  EXPECT_TRUE(fs::exists(entry / "cuda_host.h.gch"));
+  EXPECT_TRUE(fs::exists(entry / "kiln_emu_sum.h"));
+
+  ASSERT_EQ(run_lanes(options, &out), "");
+  EXPECT_EQ(out, expected_lanes());
+  std::vector<std::string> second = folder.commands();
+  EXPECT_FALSE(contains(second, "shim_exports.cpp"));
+  EXPECT_FALSE(contains(second, "-x c++-header"));
+  ASSERT_EQ(second.size(), 2u) << "the kernels, the link";
+  EXPECT_TRUE(contains(second, "-c -I " + entry.string()));
+  EXPECT_TRUE(contains(second, entry.string() + "/shim.o"));
+  EXPECT_EQ(folder.entries().size(), 1u);
+
+  // Other flags (another arch) are another entry.
+  ModuleOptions nearest = options;
+  nearest.shim.mma_sum = MmaSum::nearest;
+  ASSERT_EQ(run_lanes(nearest, &out), "");
+  EXPECT_EQ(folder.entries().size(), 2u);
+}
+
+TEST(EmulatorShimCache, AnEditedShimIsBuiltWholeAndNotKept) {
+  CacheFolder folder;
+  ModuleOptions options;
+  options.compiler = folder.compiler();
+  // An edit that changes the result: shuffles read the lane itself.
+  options.shim.edits = {{"kiln_emu_warp.h",
+                         "case shfl_xor: src = (lane ^ s.arg) < base + width ? lane ^ s.arg : lane;",
+                         "case shfl_xor: src = lane;"}};
+  std::vector<float> out;
+  ASSERT_EQ(run_lanes(options, &out), "");
+  for (int lane = 0; lane < 32; ++lane) EXPECT_EQ(out[lane], lane * 3.0f) << lane;
+  EXPECT_TRUE(folder.entries().empty());
+  EXPECT_FALSE(contains(folder.commands(), "shim_exports.cpp"));
+  // The unedited shim after it is cached and right.
+  options.shim.edits.clear();
+  ASSERT_EQ(run_lanes(options, &out), "");
+  EXPECT_EQ(out, expected_lanes());
+  EXPECT_EQ(folder.entries().size(), 1u);
+}
+
+TEST(EmulatorShimCache, ADamagedEntryFallsBackToTheWholeBuild) {
+  CacheFolder folder;
+  ModuleOptions options;
+  options.compiler = folder.compiler();
+  std::vector<float> out;
+  ASSERT_EQ(run_lanes(options, &out), "");
+  ASSERT_EQ(folder.entries().size(), 1u);
+  std::ofstream(folder.entries()[0] / "shim.o") << "not an object";
+  folder.commands();
+  ASSERT_EQ(run_lanes(options, &out), "");
+  EXPECT_EQ(out, expected_lanes());
+  // The link failed, the entry went, and the whole program was built; the next module builds
+  // the entry again.
+  EXPECT_TRUE(contains(folder.commands(), "-shared -I"));
+  EXPECT_TRUE(folder.entries().empty());
+  ASSERT_EQ(run_lanes(options, &out), "");
+  EXPECT_EQ(out, expected_lanes());
+  EXPECT_EQ(folder.entries().size(), 1u);
+}
+
+TEST(EmulatorShimCache, AFolderOthersCanWriteIsNotUsed) {
+  CacheFolder folder;
+  fs::create_directories(folder.cache());
+  chmod(folder.cache().c_str(), 0777);
+  ModuleOptions options;
+  options.compiler = folder.compiler();
+  testing::internal::CaptureStderr();
+  std::vector<float> out;
+  std::string result = run_lanes(options, &out);
+  std::string said = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(result, "");
+  EXPECT_EQ(out, expected_lanes());
+  EXPECT_TRUE(fs::is_empty(folder.cache()));
+  EXPECT_FALSE(contains(folder.commands(), "shim_exports.cpp"));
+  EXPECT_NE(said.find("is writable by other users"), std::string::npos) << said;
+  EXPECT_NE(said.find("chmod go-w"), std::string::npos) << said;
+}
+
+}  // namespace
+}  // namespace kiln::emulation
