@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -200,14 +201,17 @@ void prune_shim_cache(const std::string& dir) {
   std::error_code ec;
   std::vector<std::pair<fs::file_time_type, fs::path>> entries;
   auto now = fs::file_time_type::clock::now();
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string name = e.path().filename().string();
-    auto when = fs::last_write_time(e.path(), ec);
-    if (ec) continue;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {  // other processes may add and remove meanwhile
+    const fs::path& path = it->path();
+    std::string name = path.filename().string();
+    std::error_code stat_ec;
+    auto when = fs::last_write_time(path, stat_ec);
+    if (stat_ec) continue;
     if (name.rfind("building-", 0) == 0) {
-      if (now - when > std::chrono::hours(24)) fs::remove_all(e.path(), ec);
-    } else if (name.size() == 32 && e.is_directory(ec) && !e.is_symlink(ec)) {
-      entries.emplace_back(when, e.path());
+      if (now - when > std::chrono::hours(24)) fs::remove_all(path, stat_ec);
+    } else if (name.size() == 32 && it->is_directory(stat_ec) && !it->is_symlink(stat_ec)) {
+      entries.emplace_back(when, path);
     }
   }
   if (entries.size() <= k_max_cached_shims) return;

@@ -7,6 +7,8 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -173,6 +175,33 @@ TEST(EmulatorShimCache, ADamagedEntryFallsBackToTheWholeBuild) {
   ASSERT_EQ(run_lanes(options, &out), "");
   EXPECT_EQ(out, expected_lanes());
   EXPECT_EQ(folder.entries().size(), 1u);
+}
+
+TEST(EmulatorShimCache, ANewEntryKeepsTheMostRecentlyUsedAndClearsStaleBuilders) {
+  CacheFolder folder;
+  fs::create_directories(folder.cache());
+  // 30 old entries, the last written the most recently, and a builder's folder left for a day.
+  auto long_ago = fs::file_time_type::clock::now() - std::chrono::hours(48);
+  std::vector<fs::path> old;
+  for (int i = 0; i < 30; ++i) {
+    char name[40];
+    std::snprintf(name, sizeof name, "%032x", i);
+    old.push_back(fs::path(folder.cache()) / name);
+    fs::create_directory(old.back());
+    fs::last_write_time(old.back(), long_ago + std::chrono::minutes(i));
+  }
+  fs::path builder = fs::path(folder.cache()) / "building-abc123";
+  fs::create_directory(builder);
+  fs::last_write_time(builder, long_ago);
+  ModuleOptions options;
+  options.compiler = folder.compiler();
+  std::vector<float> out;
+  ASSERT_EQ(run_lanes(options, &out), "");
+  EXPECT_EQ(out, expected_lanes());
+  EXPECT_EQ(folder.entries().size(), 24u);
+  EXPECT_FALSE(fs::exists(builder));
+  for (int i = 0; i < 7; ++i) EXPECT_FALSE(fs::exists(old[i])) << i;  // the 7 oldest went
+  for (int i = 7; i < 30; ++i) EXPECT_TRUE(fs::exists(old[i])) << i;
 }
 
 TEST(EmulatorShimCache, AFolderOthersCanWriteIsNotUsed) {
