@@ -24,6 +24,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 
 extern char** environ;
@@ -168,7 +169,8 @@ std::string compiler_version(const std::string& compiler) {
   return known.emplace(compiler, version).first->second;
 }
 
-// The cache folder, created if need be, or nullopt: unset, or not the user's alone (said once).
+// The cache folder, created if need be, as its real path (a link to it is followed once, here),
+// or nullopt: unset, or not the user's alone (said once per folder and process).
 std::optional<std::string> shim_cache_dir() {
   const char* env = std::getenv("KILN_EMU_CACHE_DIR");
   if (!env || !*env) return std::nullopt;
@@ -176,22 +178,26 @@ std::optional<std::string> shim_cache_dir() {
   std::error_code ec;
   if (fs::path parent = fs::path(dir).parent_path(); !parent.empty()) fs::create_directories(parent, ec);
   ::mkdir(dir.c_str(), 0700);  // the user's alone, whatever the umask
-  struct stat st {};
   std::string problem;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+  char* real = ::realpath(dir.c_str(), nullptr);
+  std::string path = real ? real : "";
+  std::free(real);
+  struct stat st {};
+  if (path.empty() || ::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     problem = "is not a folder kiln can create";
   else if (st.st_uid != ::geteuid())
     problem = "belongs to another user";
   else if (st.st_mode & (S_IWGRP | S_IWOTH))
     problem = "is writable by other users (fix it with `chmod go-w '" + dir + "'`)";
-  if (problem.empty()) return dir;
-  static std::once_flag said;
-  std::call_once(said, [&] {
+  if (problem.empty()) return path;
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard lock(mutex);
+  if (said.insert(dir).second)
     std::fprintf(stderr,
                  "kiln: the emulator's cache folder '%s' (KILN_EMU_CACHE_DIR) %s; the emulator "
                  "builds without it\n",
                  dir.c_str(), problem.c_str());
-  });
   return std::nullopt;
 }
 
@@ -208,9 +214,13 @@ void prune_shim_cache(const std::string& dir) {
     std::error_code stat_ec;
     auto when = fs::last_write_time(path, stat_ec);
     if (stat_ec) continue;
+    // Only folders this code made: named so, holding the shim's exports.
+    if (!it->is_directory(stat_ec) || it->is_symlink(stat_ec) ||
+        !fs::exists(path / "shim_exports.cpp", stat_ec))
+      continue;
     if (name.rfind("building-", 0) == 0) {
       if (now - when > std::chrono::hours(24)) fs::remove_all(path, stat_ec);
-    } else if (name.size() == 32 && it->is_directory(stat_ec) && !it->is_symlink(stat_ec)) {
+    } else if (name.size() == 32 && name.find_first_not_of("0123456789abcdef") == std::string::npos) {
       entries.emplace_back(when, path);
     }
   }
@@ -227,7 +237,7 @@ std::optional<std::string> cached_shim(const std::string& compiler, const std::v
   if (!dir) return std::nullopt;
   std::string version = compiler_version(compiler);
   if (version.empty()) return std::nullopt;
-  std::string identity = "kiln emulator shim 1\n" + compiler + "\n" + version + "\n";
+  std::string identity = "kiln emulator shim 1\n" + compiler + "\n" + version + "\n" + shim_exports();
   for (const std::string& f : flags) identity += f + "\n";
   for (const auto& [name, text] : files)
     identity += name + "\n" + std::to_string(text.size()) + "\n" + text;
@@ -388,11 +398,13 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
   std::vector<std::string> argv = {compiler};
   argv.insert(argv.end(), flags.begin(), flags.end());
 
-  // The kernels alone against a cached shim, where there is one; should that fail (an entry
-  // pruned meanwhile, or bad kernel text), the whole program is built below and its errors told.
+  // The kernels alone against a cached shim, where there is one. Should that fail, the whole
+  // program is built below and its errors told; where the whole build succeeds, the kernels were
+  // fine and the entry is bad (damaged, or pruned meanwhile), so it goes, to be built anew.
   bool built = false;
-  if (std::optional<std::string> shim =
-          options.shim.edits.empty() ? cached_shim(compiler, flags, files) : std::nullopt) {
+  std::optional<std::string> shim =
+      options.shim.edits.empty() ? cached_shim(compiler, flags, files) : std::nullopt;
+  if (shim) {
     std::string object = dir->path() + "/kernels.o";
     std::vector<std::string> compile = argv, link = {compiler, "-shared", "-o", library};
     compile.insert(compile.end(), {"-c", "-I", *shim, "-o", object, source});
@@ -400,11 +412,7 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
     auto rc = write_file(source, module_source(kernels, options.entries, false))
                   ? run_process(compile, log)
                   : Expected<int>(1);
-    if (rc && *rc == 0) {
-      rc = run_process(link, log);
-      std::error_code ec;
-      if (!rc || *rc != 0) fs::remove_all(*shim, ec);  // the kernels compiled: the entry is bad
-    }
+    if (rc && *rc == 0) rc = run_process(link, log);
     built = rc && *rc == 0;
   }
   if (!built) {
@@ -420,6 +428,8 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
     if (*rc != 0)
       return make_error("emulation: compiling the kernels with '", compiler, "' failed (exit ",
                         std::to_string(*rc), "):\n", read_file(log));
+    std::error_code ec;
+    if (shim) fs::remove_all(*shim, ec);
   }
 
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -119,6 +119,9 @@ TEST(EmulatorShimCache, TheSecondModuleCompilesOnlyItsKernelsAgainstTheCachedShi
   EXPECT_TRUE(fs::exists(entry / "shim.o"));
   EXPECT_TRUE(fs::exists(entry / "cuda_host.h.gch"));
   EXPECT_TRUE(fs::exists(entry / "kiln_emu_sum.h"));
+  // GCC reads the precompiled header where it is valid, and ignores it silently where not: with
+  // the header itself gone, the kernels compile only through it.
+  fs::remove(entry / "cuda_host.h");
 
   ASSERT_EQ(run_lanes(options, &out), "");
   EXPECT_EQ(out, expected_lanes());
@@ -179,29 +182,56 @@ TEST(EmulatorShimCache, ADamagedEntryFallsBackToTheWholeBuild) {
 
 TEST(EmulatorShimCache, ANewEntryKeepsTheMostRecentlyUsedAndClearsStaleBuilders) {
   CacheFolder folder;
-  fs::create_directories(folder.cache());
-  // 30 old entries, the last written the most recently, and a builder's folder left for a day.
+  ASSERT_EQ(mkdir(folder.cache().c_str(), 0700), 0);
+  // 30 old entries, the last written the most recently, a builder's folder left for a day, and
+  // two folders the cache did not make (no shim_exports.cpp), which stay.
   auto long_ago = fs::file_time_type::clock::now() - std::chrono::hours(48);
+  auto old_folder = [&](const std::string& name, bool ours, int minutes) {
+    fs::path path = fs::path(folder.cache()) / name;
+    fs::create_directory(path);
+    if (ours) std::ofstream(path / "shim_exports.cpp") << "// made by the cache\n";
+    fs::last_write_time(path, long_ago + std::chrono::minutes(minutes));
+    return path;
+  };
   std::vector<fs::path> old;
   for (int i = 0; i < 30; ++i) {
     char name[40];
-    std::snprintf(name, sizeof name, "%032x", i);
-    old.push_back(fs::path(folder.cache()) / name);
-    fs::create_directory(old.back());
-    fs::last_write_time(old.back(), long_ago + std::chrono::minutes(i));
+    std::snprintf(name, sizeof name, "%032x", i + 1);
+    old.push_back(old_folder(name, true, i));
   }
-  fs::path builder = fs::path(folder.cache()) / "building-abc123";
-  fs::create_directory(builder);
-  fs::last_write_time(builder, long_ago);
+  fs::path builder = old_folder("building-abc123", true, 0);
+  fs::path not_ours = old_folder(std::string(32, '0'), false, 0);
+  fs::path not_ours_either = old_folder("building-of-something-else", false, 0);
   ModuleOptions options;
   options.compiler = folder.compiler();
   std::vector<float> out;
   ASSERT_EQ(run_lanes(options, &out), "");
   EXPECT_EQ(out, expected_lanes());
-  EXPECT_EQ(folder.entries().size(), 24u);
+  EXPECT_EQ(folder.entries().size(), 25u) << "24 entries and the folder that is not one";
   EXPECT_FALSE(fs::exists(builder));
+  EXPECT_TRUE(fs::exists(not_ours));
+  EXPECT_TRUE(fs::exists(not_ours_either));
   for (int i = 0; i < 7; ++i) EXPECT_FALSE(fs::exists(old[i])) << i;  // the 7 oldest went
   for (int i = 7; i < 30; ++i) EXPECT_TRUE(fs::exists(old[i])) << i;
+}
+
+TEST(EmulatorShimCache, BadKernelTextIsTheWholeBuildsErrorAndTheEntryStays) {
+  CacheFolder folder;
+  ModuleOptions options;
+  options.compiler = folder.compiler();
+  std::vector<float> out;
+  ASSERT_EQ(run_lanes(options, &out), "");
+  ASSERT_EQ(folder.entries().size(), 1u);
+  folder.commands();
+  options.sm = 80;  // run_lanes's arch: the same entry
+  options.entries = {"kiln_bad"};
+  auto module = compile_module("extern \"C\" __global__ void kiln_bad(float* p) { p[0] = nope; }\n",
+                               options);
+  ASSERT_FALSE(module.ok());
+  EXPECT_NE(module.error().message.find("nope"), std::string::npos) << module.error().message;
+  EXPECT_NE(module.error().message.find("kernels.cu"), std::string::npos) << module.error().message;
+  EXPECT_TRUE(contains(folder.commands(), "-shared -I")) << "the whole build, whose errors are told";
+  EXPECT_EQ(folder.entries().size(), 1u);
 }
 
 TEST(EmulatorShimCache, AFolderOthersCanWriteIsNotUsed) {
