@@ -28,6 +28,13 @@ const char* k_kernel =
     "(int)threadIdx.x, 1);\n"
     "}\n";
 
+// What the lanes kernel writes.
+std::vector<float> expected_lanes() {
+  std::vector<float> v(32);
+  for (int lane = 0; lane < 32; ++lane) v[lane] = lane * 2.0f + (lane ^ 1);
+  return v;
+}
+
 // A private folder, with KILN_EMU_CACHE_DIR pointing into it while this lives (the value it had
 // comes back after).
 class CacheFolder {
@@ -54,6 +61,32 @@ class CacheFolder {
   const std::string& cache() const { return m_cache; }
   const std::string& compiler() const { return m_compiler; }
 
+  // Builds the lanes kernel with `options` and this folder's logging compiler, and runs it over
+  // one warp: "" and each lane's value in `out`, or the error.
+  std::string run_lanes(ModuleOptions options, std::vector<float>* out) {
+    options.compiler = m_compiler;
+    options.sm = 80;
+    options.entries = {"kiln_lanes"};
+    auto module = compile_module(k_kernel, options);
+    if (!module) return module.error().message;
+    out->assign(32, -1.0f);
+    compiler::LaunchShape shape;
+    shape.block = {32, 1, 1};
+    Status status = (*module)->launch("kiln_lanes", shape, {out->data()}, {{out->data(), 32 * 4}});
+    return status.ok() ? "" : status.error().message;
+  }
+
+  // run_lanes's values, an empty vector (and a failure) where it does not run.
+  std::vector<float> lanes(const ModuleOptions& options = {}) {
+    std::vector<float> out;
+    std::string error = run_lanes(options, &out);
+    if (!error.empty()) {
+      ADD_FAILURE() << error;
+      return {};
+    }
+    return out;
+  }
+
   // The compiler's command lines since the last call.
   std::vector<std::string> commands() {
     std::vector<std::string> lines;
@@ -77,26 +110,6 @@ class CacheFolder {
   std::optional<std::string> m_old;
 };
 
-// Builds the lanes kernel with `options` and runs it over one warp: each lane's value, or the
-// error.
-std::string run_lanes(ModuleOptions options, std::vector<float>* out) {
-  options.sm = 80;
-  options.entries = {"kiln_lanes"};
-  auto module = compile_module(k_kernel, options);
-  if (!module) return module.error().message;
-  out->assign(32, -1.0f);
-  compiler::LaunchShape shape;
-  shape.block = {32, 1, 1};
-  Status status = (*module)->launch("kiln_lanes", shape, {out->data()}, {{out->data(), 32 * 4}});
-  return status.ok() ? "" : status.error().message;
-}
-
-std::vector<float> expected_lanes() {
-  std::vector<float> v(32);
-  for (int lane = 0; lane < 32; ++lane) v[lane] = lane * 2.0f + (lane ^ 1);
-  return v;
-}
-
 bool contains(const std::vector<std::string>& lines, const std::string& text) {
   for (const std::string& l : lines)
     if (l.find(text) != std::string::npos) return true;
@@ -105,11 +118,7 @@ bool contains(const std::vector<std::string>& lines, const std::string& text) {
 
 TEST(EmulatorShimCache, TheSecondModuleCompilesOnlyItsKernelsAgainstTheCachedShim) {
   CacheFolder folder;
-  ModuleOptions options;
-  options.compiler = folder.compiler();
-  std::vector<float> out;
-  ASSERT_EQ(run_lanes(options, &out), "");
-  EXPECT_EQ(out, expected_lanes());
+  EXPECT_EQ(folder.lanes(), expected_lanes());
   std::vector<std::string> first = folder.commands();
   // The shim's object and precompiled header, then the kernels and the link.
   EXPECT_TRUE(contains(first, "shim_exports.cpp")) << first.size();
@@ -123,8 +132,7 @@ TEST(EmulatorShimCache, TheSecondModuleCompilesOnlyItsKernelsAgainstTheCachedShi
   // the header itself gone, the kernels compile only through it.
   fs::remove(entry / "cuda_host.h");
 
-  ASSERT_EQ(run_lanes(options, &out), "");
-  EXPECT_EQ(out, expected_lanes());
+  EXPECT_EQ(folder.lanes(), expected_lanes());
   std::vector<std::string> second = folder.commands();
   EXPECT_FALSE(contains(second, "shim_exports.cpp"));
   EXPECT_FALSE(contains(second, "-x c++-header"));
@@ -134,49 +142,41 @@ TEST(EmulatorShimCache, TheSecondModuleCompilesOnlyItsKernelsAgainstTheCachedShi
   EXPECT_EQ(folder.entries().size(), 1u);
 
   // Other flags (another arch) are another entry.
-  ModuleOptions nearest = options;
+  ModuleOptions nearest;
   nearest.shim.mma_sum = MmaSum::nearest;
-  ASSERT_EQ(run_lanes(nearest, &out), "");
+  EXPECT_EQ(folder.lanes(nearest), expected_lanes());
   EXPECT_EQ(folder.entries().size(), 2u);
 }
 
 TEST(EmulatorShimCache, AnEditedShimIsBuiltWholeAndNotKept) {
   CacheFolder folder;
   ModuleOptions options;
-  options.compiler = folder.compiler();
   // An edit that changes the result: shuffles read the lane itself.
   options.shim.edits = {{"kiln_emu_warp.h",
                          "case shfl_xor: src = (lane ^ s.arg) < base + width ? lane ^ s.arg : lane;",
                          "case shfl_xor: src = lane;"}};
-  std::vector<float> out;
-  ASSERT_EQ(run_lanes(options, &out), "");
+  std::vector<float> out = folder.lanes(options);
+  ASSERT_EQ(out.size(), 32u);
   for (int lane = 0; lane < 32; ++lane) EXPECT_EQ(out[lane], lane * 3.0f) << lane;
   EXPECT_TRUE(folder.entries().empty());
   EXPECT_FALSE(contains(folder.commands(), "shim_exports.cpp"));
   // The unedited shim after it is cached and right.
-  options.shim.edits.clear();
-  ASSERT_EQ(run_lanes(options, &out), "");
-  EXPECT_EQ(out, expected_lanes());
+  EXPECT_EQ(folder.lanes(), expected_lanes());
   EXPECT_EQ(folder.entries().size(), 1u);
 }
 
 TEST(EmulatorShimCache, ADamagedEntryFallsBackToTheWholeBuild) {
   CacheFolder folder;
-  ModuleOptions options;
-  options.compiler = folder.compiler();
-  std::vector<float> out;
-  ASSERT_EQ(run_lanes(options, &out), "");
+  EXPECT_EQ(folder.lanes(), expected_lanes());
   ASSERT_EQ(folder.entries().size(), 1u);
   std::ofstream(folder.entries()[0] / "shim.o") << "not an object";
   folder.commands();
-  ASSERT_EQ(run_lanes(options, &out), "");
-  EXPECT_EQ(out, expected_lanes());
+  EXPECT_EQ(folder.lanes(), expected_lanes());
   // The link failed, the entry went, and the whole program was built; the next module builds
   // the entry again.
   EXPECT_TRUE(contains(folder.commands(), "-shared -I"));
   EXPECT_TRUE(folder.entries().empty());
-  ASSERT_EQ(run_lanes(options, &out), "");
-  EXPECT_EQ(out, expected_lanes());
+  EXPECT_EQ(folder.lanes(), expected_lanes());
   EXPECT_EQ(folder.entries().size(), 1u);
 }
 
@@ -202,11 +202,7 @@ TEST(EmulatorShimCache, ANewEntryKeepsTheMostRecentlyUsedAndClearsStaleBuilders)
   fs::path builder = old_folder("building-abc123", true, 0);
   fs::path not_ours = old_folder(std::string(32, '0'), false, 0);
   fs::path not_ours_either = old_folder("building-of-something-else", false, 0);
-  ModuleOptions options;
-  options.compiler = folder.compiler();
-  std::vector<float> out;
-  ASSERT_EQ(run_lanes(options, &out), "");
-  EXPECT_EQ(out, expected_lanes());
+  EXPECT_EQ(folder.lanes(), expected_lanes());
   EXPECT_EQ(folder.entries().size(), 25u) << "24 entries and the folder that is not one";
   EXPECT_FALSE(fs::exists(builder));
   EXPECT_TRUE(fs::exists(not_ours));
@@ -217,12 +213,11 @@ TEST(EmulatorShimCache, ANewEntryKeepsTheMostRecentlyUsedAndClearsStaleBuilders)
 
 TEST(EmulatorShimCache, BadKernelTextIsTheWholeBuildsErrorAndTheEntryStays) {
   CacheFolder folder;
-  ModuleOptions options;
-  options.compiler = folder.compiler();
-  std::vector<float> out;
-  ASSERT_EQ(run_lanes(options, &out), "");
+  EXPECT_EQ(folder.lanes(), expected_lanes());
   ASSERT_EQ(folder.entries().size(), 1u);
   folder.commands();
+  ModuleOptions options;
+  options.compiler = folder.compiler();
   options.sm = 80;  // run_lanes's arch: the same entry
   options.entries = {"kiln_bad"};
   auto module = compile_module("extern \"C\" __global__ void kiln_bad(float* p) { p[0] = nope; }\n",
@@ -238,11 +233,9 @@ TEST(EmulatorShimCache, AFolderOthersCanWriteIsNotUsed) {
   CacheFolder folder;
   fs::create_directories(folder.cache());
   chmod(folder.cache().c_str(), 0777);
-  ModuleOptions options;
-  options.compiler = folder.compiler();
   testing::internal::CaptureStderr();
   std::vector<float> out;
-  std::string result = run_lanes(options, &out);
+  std::string result = folder.run_lanes({}, &out);
   std::string said = testing::internal::GetCapturedStderr();
   ASSERT_EQ(result, "");
   EXPECT_EQ(out, expected_lanes());
