@@ -144,10 +144,12 @@ std::string module_source(const std::string& kernels, const std::vector<std::str
 // ---- the shim cache (KILN_EMU_CACHE_DIR) ----------------------------------------------------
 //
 // Most of a module's build is the shim's: parsing its headers and the standard library's, and
-// compiling the launch. With KILN_EMU_CACHE_DIR set, that part is done once per compiler, flags
-// and shim text: an entry (a folder named by their hash) holds the shim's headers, shim.o (the
-// exported launch) and, for GCC, cuda_host.h.gch (the headers precompiled); a module then
-// compiles only its kernels against the entry and links them with shim.o. An entry is built in a
+// compiling the launch and the entry points the kernels call (KILN_EMU_ENTRY, kiln_emu_runtime.h).
+// With KILN_EMU_CACHE_DIR set, that part is done once per compiler, flags and shim text: an entry
+// (a folder named by their hash) holds the shim's headers, shim.o (the exported launch and the
+// entry points, out of line) and, for GCC, cuda_host.h.gch (the headers precompiled as the kernels
+// see them); a module then compiles only its kernels against the entry (KILN_EMU_KERNELS_ONLY:
+// the entry points declared, not defined) and links them with shim.o. An entry is built in a
 // private folder and renamed into place, so a reader sees it whole or not at all. The folder
 // holds code that runs as the user, so it must be the user's alone (owned by them, writable by
 // no one else), else it is not used. Shims with edits (the mutation check) are not cached.
@@ -237,7 +239,7 @@ std::optional<std::string> cached_shim(const std::string& compiler, const std::v
   if (!dir) return std::nullopt;
   std::string version = compiler_version(compiler);
   if (version.empty()) return std::nullopt;
-  std::string identity = "kiln emulator shim 1\n" + compiler + "\n" + version + "\n" + shim_exports();
+  std::string identity = "kiln emulator shim 2\n" + compiler + "\n" + version + "\n" + shim_exports();
   for (const std::string& f : flags) identity += f + "\n";
   for (const auto& [name, text] : files)
     identity += name + "\n" + std::to_string(text.size()) + "\n" + text;
@@ -265,14 +267,14 @@ std::optional<std::string> cached_shim(const std::string& compiler, const std::v
   std::vector<std::string> argv = {compiler};
   argv.insert(argv.end(), flags.begin(), flags.end());
   std::vector<std::string> object = argv;
-  object.insert(object.end(), {"-c", "-I", building, "-o", building + "/shim.o",
-                               building + "/shim_exports.cpp"});
+  object.insert(object.end(), {"-DKILN_EMU_SHIM_OBJECT", "-c", "-I", building, "-o",
+                               building + "/shim.o", building + "/shim_exports.cpp"});
   auto rc = run_process(object, log);
   if (!rc || *rc != 0) return give_up();
   if (version.find("clang") == std::string::npos) {  // GCC finds cuda_host.h.gch by itself
     std::vector<std::string> header = argv;
-    header.insert(header.end(), {"-x", "c++-header", building + "/cuda_host.h", "-o",
-                                 building + "/cuda_host.h.gch"});
+    header.insert(header.end(), {"-DKILN_EMU_KERNELS_ONLY", "-x", "c++-header",
+                                 building + "/cuda_host.h", "-o", building + "/cuda_host.h.gch"});
     rc = run_process(header, log);
     if (!rc || *rc != 0) return give_up();
   }
@@ -384,6 +386,12 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
                                     "-DKILN_EMU_ARCH_SPECIFIC=" +
                                         std::string(options.arch_specific ? "1" : "0")};
   if (host_has_fma()) flags.push_back("-mfma");
+  // No jump threading (a GCC flag; clang does not take it): it copies a call for the threads of
+  // one path (`if (tid == 0)` on through a __syncthreads to the setmaxnreg every thread reaches),
+  // and the copy's return address names another place in the kernel to the .aligned checks
+  // (KILN_EMU_SITE).
+  if (compiler_version(compiler).find("clang") == std::string::npos)
+    flags.push_back("-fno-thread-jumps");
   if (options.shim.layout == Layout::broken) flags.push_back("-DKILN_EMU_BREAK_LAYOUT");
   if (options.shim.mma_sum == MmaSum::nearest) flags.push_back("-DKILN_EMU_MMA_NEAREST");
   if (options.shim.mma_sum == MmaSum::hopper ||
@@ -407,7 +415,8 @@ Expected<std::unique_ptr<Module>> compile_module(const std::string& kernels,
   if (shim) {
     std::string object = dir->path() + "/kernels.o";
     std::vector<std::string> compile = argv, link = {compiler, "-shared", "-o", library};
-    compile.insert(compile.end(), {"-c", "-I", *shim, "-o", object, source});
+    compile.insert(compile.end(),
+                   {"-DKILN_EMU_KERNELS_ONLY", "-c", "-I", *shim, "-o", object, source});
     link.insert(link.end(), {*shim + "/shim.o", object});
     auto rc = write_file(source, module_source(kernels, options.entries, false))
                   ? run_process(compile, log)

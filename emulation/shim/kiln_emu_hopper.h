@@ -81,7 +81,7 @@ inline unsigned char* async_view(Block& b) {
 
 // fence.proxy.async (shared::cta): the generic proxy's writes so far become visible to the async
 // proxy.
-inline void fence_proxy_async() {
+KILN_EMU_ENTRY(void, fence_proxy_async, ()) {
   require_sm(90, "fence.proxy.async");
   Block& b = *t_block;
   if (b.smem_bytes) std::memcpy(async_view(b), b.smem, b.smem_bytes);
@@ -146,7 +146,8 @@ inline void land_some_tma(Block& b) {
 // cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes: the box of
 // `map` at element coordinates `coords` (dim 0 innermost) into shared memory at `dst`, zeros
 // where the box leaves the tensor; `bar` completes the box's bytes when it lands.
-inline void tma_load(void* dst, const void* map_param, const int* coords, int rank, void* bar) {
+KILN_EMU_ENTRY(void, tma_load,
+               (void* dst, const void* map_param, const int* coords, int rank, void* bar)) {
   require_sm(90, "cp.async.bulk.tensor");
   KilnEmuTensorMap map;
   std::memcpy(&map, map_param, sizeof map);
@@ -494,7 +495,7 @@ inline void check_fenced_registers(WarpGroup& wg, int thread, void* at, size_t w
              "fence must come between the writes and the wgmma that uses them)");
 }
 
-inline void wgmma_fence(const void* site) {
+KILN_EMU_ENTRY(void, wgmma_fence, (const void* site)) {
   require_sm90a("wgmma.fence");
   warpgroup_collective(wg_fence, 0, site, [](WarpGroup& wg, int slot, bool last) {
     if (last) return;
@@ -507,7 +508,7 @@ inline void wgmma_fence(const void* site) {
   });
 }
 
-inline void wgmma_commit(const void* site) {
+KILN_EMU_ENTRY(void, wgmma_commit, (const void* site)) {
   require_sm90a("wgmma.commit_group");
   warpgroup_collective(wg_commit, 0, site, [](WarpGroup& wg, int, bool last) {
     if (!last) return;
@@ -524,7 +525,7 @@ inline constexpr const char* k_wrote_acc_in_flight =
 // do, the warpgroup waits until no thread of the block can run otherwise (let_wgmmas_retire),
 // and the first of its threads to run on retires them: each wgmma's operands must still be what
 // it read at issue.
-inline void wgmma_wait(int pending, const void* site) {
+KILN_EMU_ENTRY(void, wgmma_wait, (int pending, const void* site)) {
   require_sm90a("wgmma.wait_group");
   warpgroup_collective(wg_wait, pending, site, [&](WarpGroup& wg, int slot, bool last) {
     wg.fenced[slot] = false;
@@ -599,8 +600,9 @@ enum WgmmaType : int { wgmma_f16 = 0, wgmma_bf16 = 1, wgmma_tf32 = 2 };
 // descriptor, K-major or (trans_a, 16-bit only) M-major, or (a_regs not null, the RS form) from
 // the thread's four registers at a_regs; B from a descriptor, K-major or (trans_b,
 // 16-bit only) N-major. tf32 takes both operands K-major.
-inline void wgmma(float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, int n, int type,
-                  bool trans_a, bool trans_b, int scale_d, const void* site) {
+KILN_EMU_ENTRY(void, wgmma,
+               (float* d, uint64_t desc_a, uint32_t* a_regs, uint64_t desc_b, int n, int type,
+                bool trans_a, bool trans_b, int scale_d, const void* site)) {
   require_sm90a("wgmma.mma_async");
   bool bf16 = type == wgmma_bf16, tf32 = type == wgmma_tf32;
   if (tf32 && (trans_a || trans_b)) fail("wgmma.mma_async .tf32: both operands K-major");
@@ -679,7 +681,7 @@ inline int launch_registers(const Block& b) {
 // warpgroup's surplus to it; inc takes from it and waits until it holds enough, so an inc that
 // no dec can satisfy is a deadlock (on hardware, a hang). An inc below the warpgroup's count or
 // a dec above it is an error.
-inline void setmaxnreg(int count, bool inc, const void* site) {
+KILN_EMU_ENTRY(void, setmaxnreg, (int count, bool inc, const void* site)) {
   require_sm90a(inc ? "setmaxnreg.inc" : "setmaxnreg.dec");
   if (count < 24 || count > 256 || count % 8 != 0)
     fail("setmaxnreg: the register count must be 24 to 256, a multiple of 8");

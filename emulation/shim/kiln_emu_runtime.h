@@ -30,6 +30,24 @@
 #define KILN_EMU_SM 90
 #endif
 
+// KILN_EMU_ENTRY(type, name, (params)) { body } defines one of the shim's entry points that
+// kernels call (barriers, warp collectives, mma, cp.async, mbarriers, TMA, wgmma, setmaxnreg):
+// with what they call, they are most of the code a module compiles. A module built whole (one
+// translation unit) has them inline. Against a cached shim (emulation/module.cpp) they are
+// compiled once, out of line, into the entry's shim.o (KILN_EMU_SHIM_OBJECT), and the kernels
+// see declarations (KILN_EMU_KERNELS_ONLY): the body becomes that of a function template never
+// instantiated, so it is still parsed and checked but generates no code.
+#if defined(KILN_EMU_KERNELS_ONLY)
+#define KILN_EMU_ENTRY(type, name, params) \
+  type name params;                        \
+  template <int>                           \
+  type kiln_emu_unused_##name params
+#elif defined(KILN_EMU_SHIM_OBJECT)
+#define KILN_EMU_ENTRY(type, name, params) type name params
+#else
+#define KILN_EMU_ENTRY(type, name, params) inline type name params
+#endif
+
 namespace kiln_emu {
 
 struct Dim3 {
@@ -303,7 +321,7 @@ inline void check_global(const void* p, size_t bytes, size_t align, const char* 
 }
 
 // __syncthreads: every thread of the block must arrive (an exited thread never does).
-inline void barrier() {
+KILN_EMU_ENTRY(void, barrier, ()) {
   asm volatile("" ::: "memory");
   Block* b = t_block;
   if (++b->barrier_arrived == static_cast<int>(b->threads.size())) {
@@ -361,7 +379,7 @@ inline void complete_collective(Warp& warp);
 
 // Enters a warp collective with this lane's slot filled in; returns once every lane of `mask` has
 // arrived and the results are in place.
-inline LaneSlot& collective(const LaneSlot& mine) {
+KILN_EMU_ENTRY(LaneSlot&, collective, (const LaneSlot& mine)) {
   asm volatile("" ::: "memory");
   Thread* self = t_thread;
   Warp& warp = t_block->warps[static_cast<size_t>(self->warp)];
@@ -413,7 +431,7 @@ inline void perform(const CpCopy& c) {
 // group; where, the schedule says: at the wait (kind: a missing wait shows up as stale shared
 // memory), at issue (adversarial: a copy into a buffer other threads still read shows up as
 // changed data), or at a random one of those moments (seeded; see land_some_copy).
-inline void cp_async(void* dst, const void* src, int size, int src_bytes) {
+KILN_EMU_ENTRY(void, cp_async, (void* dst, const void* src, int size, int src_bytes)) {
   require_sm(80, "cp.async");
   if (src_bytes < 0 || src_bytes > size) fail("cp.async: source size out of range");
   check_smem(dst, static_cast<size_t>(size), static_cast<size_t>(size), "cp.async destination");
@@ -441,13 +459,13 @@ inline void land_some_copy(Block& b) {
   oldest.erase(oldest.begin());
 }
 
-inline void cp_async_commit() {
+KILN_EMU_ENTRY(void, cp_async_commit, ()) {
   require_sm(80, "cp.async.commit_group");
   t_thread->groups.push_back(std::move(t_thread->open_group));
   t_thread->open_group.clear();
 }
 
-inline void cp_async_wait(int pending) {
+KILN_EMU_ENTRY(void, cp_async_wait, (int pending)) {
   require_sm(80, "cp.async.wait_group");
   Thread* self = t_thread;
   while (static_cast<int>(self->groups.size()) > pending) {
@@ -472,7 +490,7 @@ inline MBarrier& mbarrier_at(const void* bar, const char* what) {
 }
 
 // mbarrier.init: `count` arrivals a phase (1 to 2^20 - 1), no bytes pending, phase 0.
-inline void mbarrier_init(void* bar, unsigned count) {
+KILN_EMU_ENTRY(void, mbarrier_init, (void* bar, unsigned count)) {
   require_sm(80, "mbarrier.init");
   check_smem(bar, 8, 8, "mbarrier.init");
   if (count < 1 || count > (1u << 20) - 1) fail("mbarrier.init: the count must be 1 to 2^20 - 1");
@@ -500,7 +518,7 @@ inline void mbarrier_settle(MBarrier& m) {
 }
 
 // mbarrier.arrive (with expect_tx: `bytes` more transaction bytes to wait for, before arriving).
-inline void mbarrier_arrive(void* bar, unsigned bytes = 0) {
+KILN_EMU_ENTRY(void, mbarrier_arrive, (void* bar, unsigned bytes = 0)) {
   require_sm(bytes ? 90 : 80, bytes ? "mbarrier.arrive.expect_tx" : "mbarrier.arrive");
   MBarrier& m = mbarrier_at(bar, "mbarrier.arrive");
   if (bytes > (1u << 20) - 1) fail("mbarrier.arrive.expect_tx: more than 2^20 - 1 bytes");
@@ -535,7 +553,7 @@ inline bool mbarrier_try_wait_parity(void* bar, unsigned parity) {
 
 // Waits (the try_wait loop kernels write) until the phase of parity `parity` completes; a wait
 // no arrival can end is reported as a deadlock.
-inline void mbarrier_wait_parity(void* bar, unsigned parity) {
+KILN_EMU_ENTRY(void, mbarrier_wait_parity, (void* bar, unsigned parity)) {
   asm volatile("" ::: "memory");
   while (!mbarrier_try_wait_parity(bar, parity)) {
     t_thread->wait = Wait::mbarrier;

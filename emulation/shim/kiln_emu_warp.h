@@ -205,7 +205,7 @@ inline uint32_t ballot(unsigned mask, bool vote) {
   return static_cast<uint32_t>(collective(s).result) & mask;
 }
 
-inline void syncwarp(unsigned mask) {
+KILN_EMU_ENTRY(void, syncwarp, (unsigned mask)) {
   LaneSlot s;
   s.op = Collective::syncwarp;
   s.mask = mask;
@@ -213,7 +213,8 @@ inline void syncwarp(unsigned mask) {
 }
 
 // `site`: where the kernel executes it (see LaneSlot::site).
-inline void ldmatrix(unsigned* r, const void* row, int count, bool trans, const void* site) {
+KILN_EMU_ENTRY(void, ldmatrix,
+               (unsigned* r, const void* row, int count, bool trans, const void* site)) {
   require_sm(75, "ldmatrix");
   LaneSlot s;
   s.op = Collective::ldmatrix;
@@ -225,7 +226,8 @@ inline void ldmatrix(unsigned* r, const void* row, int count, bool trans, const 
   collective(s);
 }
 
-inline void mma(MmaKind kind, float* d, const unsigned* a, const unsigned* b, const void* site) {
+KILN_EMU_ENTRY(void, mma,
+               (MmaKind kind, float* d, const unsigned* a, const unsigned* b, const void* site)) {
   require_sm(kind == mma_f16_k8 ? 75 : 80, kind == mma_tf32_k8    ? "mma.sync m16n8k8 tf32"
                                             : kind == mma_bf16_k16 ? "mma.sync m16n8k16 bf16"
                                             : kind == mma_f16_k16  ? "mma.sync m16n8k16 f16"

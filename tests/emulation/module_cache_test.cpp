@@ -45,10 +45,12 @@ class CacheFolder {
     m_cache = m_root + "/cache";
     if (const char* old = std::getenv("KILN_EMU_CACHE_DIR")) m_old = old;
     setenv("KILN_EMU_CACHE_DIR", m_cache.c_str(), 1);
-    // A compiler that logs each command line, then runs g++.
+    // A compiler that logs each command line, runs g++, and keeps a copy of the kernels' object.
     m_compiler = m_root + "/logging-g++";
     std::ofstream script(m_compiler);
-    script << "#!/bin/sh\necho \"$*\" >> '" << m_root << "/commands'\nexec g++ \"$@\"\n";
+    script << "#!/bin/sh\necho \"$*\" >> '" << m_root << "/commands'\ng++ \"$@\" || exit $?\n"
+           << "for a; do case \"$a\" in *kernels.o) cp \"$a\" '" << m_root << "/kernels.o';; esac; "
+           << "done\n";
     script.close();
     chmod(m_compiler.c_str(), 0700);
   }
@@ -59,6 +61,8 @@ class CacheFolder {
     fs::remove_all(m_root, ignored);
   }
   const std::string& cache() const { return m_cache; }
+  // The kernels' object of the last module built against an entry.
+  std::string kernels_object() const { return m_root + "/kernels.o"; }
   const std::string& compiler() const { return m_compiler; }
 
   // Builds the lanes kernel with `options` and this folder's logging compiler, and runs it over
@@ -146,6 +150,38 @@ TEST(EmulatorShimCache, TheSecondModuleCompilesOnlyItsKernelsAgainstTheCachedShi
   nearest.shim.mma_sum = MmaSum::nearest;
   EXPECT_EQ(folder.lanes(nearest), expected_lanes());
   EXPECT_EQ(folder.entries().size(), 2u);
+}
+
+// `nm`'s line for the symbol `name` (demangled, up to its parameters) in `object`, or "".
+std::string symbol_line(const std::string& object, const std::string& name) {
+  std::string command = "nm -C '" + object + "' 2>&1";
+  std::string line, found;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[4096];
+    while (std::fgets(buffer, sizeof buffer, pipe)) {
+      line = buffer;
+      if (line.find(" " + name + "(") != std::string::npos) found = line;
+    }
+    pclose(pipe);
+  }
+  return found;
+}
+
+// The shim's entry points the kernels call are compiled once, into the entry's shim.o: the
+// kernels' object only calls them. The lanes kernel's __shfl_xor_sync reaches the warp
+// collective through kiln_emu::collective.
+TEST(EmulatorShimCache, TheShimsEntryPointsAreCompiledOnceIntoTheEntry) {
+  CacheFolder folder;
+  EXPECT_EQ(folder.lanes(), expected_lanes());
+  ASSERT_EQ(folder.entries().size(), 1u);
+  std::string shim = (folder.entries()[0] / "shim.o").string();
+  ASSERT_TRUE(fs::exists(folder.kernels_object()));
+  EXPECT_NE(symbol_line(shim, "kiln_emu::collective").find(" T "), std::string::npos)
+      << symbol_line(shim, "kiln_emu::collective");
+  EXPECT_NE(symbol_line(shim, "kiln_emu::wgmma").find(" T "), std::string::npos);
+  std::string called = symbol_line(folder.kernels_object(), "kiln_emu::collective");
+  EXPECT_NE(called.find(" U "), std::string::npos) << called;
+  EXPECT_EQ(symbol_line(folder.kernels_object(), "kiln_emu::complete_shuffle"), "");
 }
 
 TEST(EmulatorShimCache, AnEditedShimIsBuiltWholeAndNotKept) {
