@@ -8,6 +8,7 @@
 #include "compiler/prelude.h"
 #include "compiler/sizes.h"
 #include "compiler/target.h"
+#include "ir/hash.h"
 
 #include <mutex>
 #include <unordered_map>
@@ -158,9 +159,15 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
   size_t done = 0;
   parallel_for(compiled.size(), compile_threads(options.threads), [&](size_t c) {
     size_t i = compiled[c];
-    outputs[i] =
-        (*nvrtc)->compile(prelude + "\n" + program.kernel_sources[i], kernels[i].name,
-                          program.target.arch());
+    std::string source = prelude + "\n" + program.kernel_sources[i];
+    auto run = [&] { return (*nvrtc)->compile(source, kernels[i].name, program.target.arch()); };
+    if (options.kernel_memo) {
+      std::string key = (*nvrtc)->identity() + "\n" + program.target.arch() + "\n" +
+                        kernels[i].name + "\n" + source;
+      outputs[i] = options.kernel_memo->get(ir::hash_bytes(key.data(), key.size()).hex(), run);
+    } else {
+      outputs[i] = run();
+    }
     if (!options.on_kernel_done) return;
     std::lock_guard lock(progress);
     options.on_kernel_done(++done, compiled.size());

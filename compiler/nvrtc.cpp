@@ -247,4 +247,39 @@ Expected<NvrtcOutput> Nvrtc::compile(const std::string& source, const std::strin
   return out;
 }
 
+Expected<NvrtcOutput> KernelMemo::get(const std::string& key,
+                                      const std::function<Expected<NvrtcOutput>()>& compile) {
+  std::promise<Expected<NvrtcOutput>> promise;
+  std::shared_future<Expected<NvrtcOutput>> kept;
+  {
+    std::lock_guard lock(m_mutex);
+    if (auto it = m_outputs.find(key); it != m_outputs.end()) {
+      ++m_reused;
+      kept = it->second;
+    } else {
+      ++m_compiled;
+      m_outputs.emplace(key, promise.get_future().share());
+    }
+  }
+  if (kept.valid()) return kept.get();  // waits where another call is compiling it
+  Expected<NvrtcOutput> out = Error{"nvrtc: the compile did not finish"};
+  try {
+    out = compile();
+  } catch (const std::exception& e) {
+    out = make_error("nvrtc: ", e.what());
+  }
+  promise.set_value(out);
+  return out;
+}
+
+size_t KernelMemo::compiled() const {
+  std::lock_guard lock(m_mutex);
+  return m_compiled;
+}
+
+size_t KernelMemo::reused() const {
+  std::lock_guard lock(m_mutex);
+  return m_reused;
+}
+
 }  // namespace kiln::compiler

@@ -3,6 +3,11 @@
 
 #include "support/expected.h"
 
+#include <cstddef>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,6 +45,25 @@ class Nvrtc {
   std::string m_identity;
   std::vector<int> m_archs;
   const Api* m_api = nullptr;
+};
+
+// NVRTC's outputs kept for compiles that share them (CompileOptions::kernel_memo): kiln tune
+// compiles its graph once per candidate tile of one kernel, and every other kernel's source is the
+// same each time. A kernel is compiled once per source, name, arch and NVRTC; a compile that asks
+// for one another is running waits for it. Thread-safe; holds every output until destroyed.
+class KernelMemo {
+ public:
+  // The output kept for `key`, else compile()'s, kept.
+  Expected<NvrtcOutput> get(const std::string& key,
+                            const std::function<Expected<NvrtcOutput>()>& compile);
+  // NVRTC compiles run through it, and calls answered from what it kept.
+  size_t compiled() const;
+  size_t reused() const;
+
+ private:
+  mutable std::mutex m_mutex;
+  std::map<std::string, std::shared_future<Expected<NvrtcOutput>>> m_outputs;
+  size_t m_compiled = 0, m_reused = 0;
 };
 
 // Loads libnvrtc. `explicit_path` (if not empty), else $KILN_NVRTC_PATH (if set), is the only

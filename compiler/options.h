@@ -14,6 +14,7 @@
 namespace kiln::compiler {
 
 class ScheduleProvider;
+class KernelMemo;
 
 // What happens where kiln cannot compile what was asked for as asked: refuse (an error naming
 // the reason), warn (take the fallback, record it, and warn), or allow (take it and record it).
@@ -54,6 +55,11 @@ struct CompileOptions {
   // a binary count once), from the compile threads one call at a time; for a progress line. Not
   // part of the key.
   std::function<void(size_t, size_t)> on_kernel_done;
+  // NVRTC outputs shared by compiles that hold the same memo (kiln tune's candidates: one graph,
+  // one kernel's tile changed each time): a kernel it holds (same source, name, arch and NVRTC)
+  // is not compiled again. Null: none shared. Not part of the key: NVRTC's output is a function
+  // of what it is keyed by.
+  std::shared_ptr<KernelMemo> kernel_memo;
 };
 
 // The one place a user's fallback settings become a compile's two policies (RuntimeOptions'

@@ -579,9 +579,13 @@ Expected<std::vector<TuningRecord>> tune_graph(const ir::Graph& graph,
     double median_ms = -1;
     std::vector<std::vector<unsigned char>> outputs;
   };
+  // Every candidate compiles the whole graph; the kernels it leaves as they are (the other
+  // problems', the other ops') are compiled once for all of them.
+  auto memo = std::make_shared<compiler::KernelMemo>();
   auto compile_with = [&](std::map<std::string, compiler::ChosenTile> chosen)
       -> Expected<CompileResult> {
     compiler::CompileOptions o = options;
+    o.kernel_memo = memo;
     if (!chosen.empty()) o.schedule = std::make_shared<compiler::ChosenSchedule>(std::move(chosen));
     o.threads = 1;  // candidates compile in parallel instead
     return compile_graph(graph, o, cache);

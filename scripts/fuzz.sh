@@ -12,9 +12,27 @@ mkdir -p build-fuzz/corpus
 cp examples/graphs/*.kg tests/emulation/graphs/*.kg build-fuzz/corpus/
 mkdir -p build-fuzz/npy-corpus
 cd build-fuzz
+# Both fuzzers at once (each is one process); their logs are build-fuzz/parser.log and npy.log.
 ./tests/fuzz/fuzz_parser -max_total_time="$seconds" -max_len=4096 -timeout=10 \
-  -print_final_stats=1 corpus 2>&1 | tail -n 15
-echo "fuzz: parser ran ${seconds}s without a crash"
+  -print_final_stats=1 corpus >parser.log 2>&1 &
+parser=$!
 ./tests/fuzz/fuzz_npy -max_total_time="$((seconds / 2))" -max_len=4096 -timeout=10 \
-  -print_final_stats=1 npy-corpus 2>&1 | tail -n 5
-echo "fuzz: npy reader ran $((seconds / 2))s without a crash"
+  -print_final_stats=1 npy-corpus >npy.log 2>&1 &
+npy=$!
+parser_rc=0
+npy_rc=0
+wait "$parser" || parser_rc=$?
+wait "$npy" || npy_rc=$?
+tail -n 15 parser.log
+if [ "$parser_rc" -ne 0 ]; then
+  echo "fuzz: the parser fuzzer failed (exit $parser_rc; log: build-fuzz/parser.log)"
+else
+  echo "fuzz: parser ran ${seconds}s without a crash"
+fi
+tail -n 5 npy.log
+if [ "$npy_rc" -ne 0 ]; then
+  echo "fuzz: the .npy fuzzer failed (exit $npy_rc; log: build-fuzz/npy.log)"
+else
+  echo "fuzz: npy reader ran $((seconds / 2))s without a crash"
+fi
+[ "$parser_rc" -eq 0 ] && [ "$npy_rc" -eq 0 ]

@@ -3,6 +3,7 @@
 
 #include "compiler/compiler.h"
 #include "compiler/prelude.h"
+#include "compiler/schedule.h"
 #include "test_support.h"
 
 #include <gtest/gtest.h>
@@ -130,6 +131,59 @@ TEST(Nvrtc, ThePreludesMbarrierFunctionsAssembleForSm90aAndRefuseOlderArchs) {
   auto ampere = (*lib)->compile(source, "ring", "sm_80");
   ASSERT_FALSE(ampere.ok());
   EXPECT_NE(ampere.error().message.find("mbarrier"), std::string::npos) << ampere.error().message;
+}
+
+// Compiles that share a KernelMemo (kiln tune's candidates: one graph, the matmul's tile changed
+// each time) compile each kernel once: the softmax after the matmul is compiled for the first
+// tile only, and the memo's outputs are NVRTC's own.
+TEST(Nvrtc, CompilesSharingAKernelMemoCompileEachKernelOnce) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  ir::Graph g = test::parse(R"(graph g {
+    input a: f16[64, 96]
+    input b: f16[96, 128]
+    y = softmax(matmul(a, b), axis=1)
+    output y
+  })");
+  auto request = check_request(g, test::options(80, ir::Precision::high));
+  ASSERT_TRUE(request.ok()) << request.error().message;
+  auto model = lower(g, *request);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  ASSERT_EQ(model->plan.kernels.size(), 2u) << "a matmul kernel, then the softmax";
+  std::vector<MatmulTile> tiles = candidate_tiles(model->plan.kernels[0].shape, 80);
+  ASSERT_GE(tiles.size(), 2u);
+  auto memo = std::make_shared<KernelMemo>();
+  CompileOptions shared = request->options;
+  shared.kernel_memo = memo;
+  auto compile_at = [&](const MatmulTile& tile, const CompileOptions& o) -> Artifact {
+    auto program = lower(g, *request, FixedSchedule(tile));
+    EXPECT_TRUE(program.ok()) << program.error().message;
+    if (!program.ok()) return {};
+    auto a = compile_lowered(*program, o);
+    EXPECT_TRUE(a.ok()) << a.error().message;
+    return a.ok() ? *a : Artifact{};
+  };
+  Artifact first = compile_at(tiles[0], shared);
+  EXPECT_EQ(memo->compiled(), 2u);
+  EXPECT_EQ(memo->reused(), 0u);
+  Artifact second = compile_at(tiles[1], shared);
+  EXPECT_EQ(memo->compiled(), 3u) << "the second tile's matmul";
+  EXPECT_EQ(memo->reused(), 1u) << "the softmax";
+  Artifact again = compile_at(tiles[0], shared);
+  EXPECT_EQ(memo->compiled(), 3u);
+  EXPECT_EQ(memo->reused(), 3u);
+  // What the memo gave is what a compile without it makes.
+  Artifact alone = compile_at(tiles[1], request->options);
+  ASSERT_EQ(second.kernels.size(), 2u);
+  ASSERT_EQ(alone.kernels.size(), 2u);
+  ASSERT_EQ(again.kernels.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(second.kernels[k].cubin, alone.kernels[k].cubin) << k;
+    EXPECT_EQ(second.kernels[k].ptx, alone.kernels[k].ptx) << k;
+    EXPECT_EQ(second.kernels[k].report, alone.kernels[k].report) << k;
+    EXPECT_EQ(again.kernels[k].cubin, first.kernels[k].cubin) << k;
+  }
+  EXPECT_NE(first.kernels[0].cubin, second.kernels[0].cubin) << "two tiles, two matmul kernels";
+  EXPECT_EQ(first.kernels[1].cubin, second.kernels[1].cubin);
 }
 
 TEST(Nvrtc, AFailedCompileCarriesTheProgramLog) {
