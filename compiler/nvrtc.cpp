@@ -261,14 +261,33 @@ Expected<NvrtcOutput> KernelMemo::get(const std::string& key,
       m_outputs.emplace(key, promise.get_future().share());
     }
   }
-  if (kept.valid()) return kept.get();  // waits where another call is compiling it
+  if (kept.valid()) {
+    try {
+      return kept.get();  // waits where another call is compiling it
+    } catch (const std::exception& e) {  // that call could not hand its output over
+      return make_error("nvrtc: ", e.what());
+    }
+  }
   Expected<NvrtcOutput> out = Error{"nvrtc: the compile did not finish"};
   try {
     out = compile();
   } catch (const std::exception& e) {
     out = make_error("nvrtc: ", e.what());
+  } catch (...) {
+    out = make_error("nvrtc: the compile failed with an unknown exception");
   }
-  promise.set_value(out);
+  bool handed = false;
+  try {
+    promise.set_value(out);
+    handed = true;
+  } catch (const std::exception&) {  // calls waiting meanwhile get an error, not a crash
+  }
+  // Only outputs are kept: a failed compile (out of memory, say) is tried again by the next
+  // call that asks, rather than failing every candidate after it.
+  if (!out || !handed) {
+    std::lock_guard lock(m_mutex);
+    m_outputs.erase(key);
+  }
   return out;
 }
 

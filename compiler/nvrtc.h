@@ -50,7 +50,8 @@ class Nvrtc {
 // NVRTC's outputs kept for compiles that share them (CompileOptions::kernel_memo): kiln tune
 // compiles its graph once per candidate tile of one kernel, and every other kernel's source is the
 // same each time. A kernel is compiled once per source, name, arch and NVRTC; a compile that asks
-// for one another is running waits for it. Thread-safe; holds every output until destroyed.
+// for one another is running waits for it. A failed compile is not kept (the next call tries
+// again). Thread-safe; holds every output until destroyed.
 class KernelMemo {
  public:
   // The output kept for `key`, else compile()'s, kept.

@@ -186,6 +186,34 @@ TEST(Nvrtc, CompilesSharingAKernelMemoCompileEachKernelOnce) {
   EXPECT_EQ(first.kernels[1].cubin, second.kernels[1].cubin);
 }
 
+// A failed compile is answered as it failed but not kept: the next call compiles again.
+TEST(Nvrtc, AKernelMemoKeepsOutputsNotFailures) {
+  KernelMemo memo;
+  int runs = 0;
+  auto failing = [&]() -> Expected<NvrtcOutput> {
+    ++runs;
+    return make_error("nvrtc: out of memory");
+  };
+  auto working = [&]() -> Expected<NvrtcOutput> {
+    ++runs;
+    NvrtcOutput out;
+    out.cubin = "cubin";
+    return out;
+  };
+  auto first = memo.get("k", failing);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.error().message, "nvrtc: out of memory");
+  auto second = memo.get("k", working);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->cubin, "cubin");
+  auto third = memo.get("k", failing);
+  ASSERT_TRUE(third.ok()) << "kept from the second call";
+  EXPECT_EQ(third->cubin, "cubin");
+  EXPECT_EQ(runs, 2);
+  EXPECT_EQ(memo.compiled(), 2u);
+  EXPECT_EQ(memo.reused(), 1u);
+}
+
 TEST(Nvrtc, AFailedCompileCarriesTheProgramLog) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   auto lib = load_nvrtc();

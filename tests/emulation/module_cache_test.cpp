@@ -152,19 +152,27 @@ TEST(EmulatorShimCache, TheSecondModuleCompilesOnlyItsKernelsAgainstTheCachedShi
   EXPECT_EQ(folder.entries().size(), 2u);
 }
 
-// `nm`'s line for the symbol `name` (demangled, up to its parameters) in `object`, or "".
+// `nm`'s line for the function `name` itself (demangled: "ADDRESS T name(params)"; not a lambda
+// or clone inside it) in `object`, or "".
 std::string symbol_line(const std::string& object, const std::string& name) {
   std::string command = "nm -C '" + object + "' 2>&1";
-  std::string line, found;
   if (FILE* pipe = popen(command.c_str(), "r")) {
+    std::string found;
     char buffer[4096];
-    while (std::fgets(buffer, sizeof buffer, pipe)) {
-      line = buffer;
-      if (line.find(" " + name + "(") != std::string::npos) found = line;
+    while (found.empty() && std::fgets(buffer, sizeof buffer, pipe)) {
+      std::string line = buffer;
+      while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+      // 16 address digits (blank where undefined), the kind letter, the symbol.
+      if (line.size() < 19 || line[16] != ' ' || line[18] != ' ') continue;
+      std::string symbol = line.substr(19);
+      if (symbol.rfind(name + "(", 0) == 0 && symbol.back() == ')' &&
+          symbol.find(")::") == std::string::npos && symbol.find("[clone") == std::string::npos)
+        found = line;
     }
     pclose(pipe);
+    return found;
   }
-  return found;
+  return "";
 }
 
 // The shim's entry points the kernels call are compiled once, into the entry's shim.o: the
