@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
   app.add_option("--layouts", layouts_text, "operand layouts, comma-separated: nn, tn (A [K, M]), "
                                             "nt (B [N, K]), tt");
   app.add_option("--batch", batch_text, "run each product as a batch over one or two batch dims, "
-                                        "B1 or B1xB2 (each 1..65535, 65535 products at most)");
+                                        "B1 or B1xB2 (each 1..1048576, 1048576 products at most)");
   app.add_flag("--cache", use_cache, "compile through the kernel cache, so tuning records apply");
   app.add_option("--iterations", iterations, "timed runs per case")->check(CLI::Range(1, 10000));
   app.add_option("--json", json_path, "also write the results as JSON to PATH");
@@ -325,12 +325,13 @@ int main(int argc, char** argv) {
     char tail = 0;
     int read = std::sscanf(batch_text.c_str(), "%lux%lu%c", &v[0], &v[1], &tail);
     bool two = read == 2, ok = (read == 1 && batch_text.find('x') == std::string::npos) || two;
-    for (int i = 0; i < (two ? 2 : 1) && ok; ++i) ok = v[i] >= 1 && v[i] <= 65535;
-    ok = ok && v[0] * (two ? v[1] : 1) <= 65535 &&
+    // past 65535 products kiln's matmul grids fold (cuBLAS's batch count is an int)
+    for (int i = 0; i < (two ? 2 : 1) && ok; ++i) ok = v[i] >= 1 && v[i] <= (1ul << 20);
+    ok = ok && v[0] * (two ? v[1] : 1) <= (1ul << 20) &&
          batch_text.find_first_not_of("0123456789x") == std::string::npos;
     if (!ok) {
-      std::fprintf(stderr, "gpu_gemm: --batch: expected B1 or B1xB2 (each 1..65535, 65535 "
-                           "products at most), got '%s'\n", batch_text.c_str());
+      std::fprintf(stderr, "gpu_gemm: --batch: expected B1 or B1xB2 (each 1..1048576, "
+                           "1048576 products at most), got '%s'\n", batch_text.c_str());
       return 2;
     }
     batch.push_back(v[0]);

@@ -189,11 +189,11 @@ void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string
   // Only batched kernels name the batch: an unused variable is an NVRTC warning. A split-K
   // partials kernel's z is batch * splits + split.
   int splits = ctx.kernel.split == SplitRole::partials ? ctx.kernel.tile.split_k : 1;
-  if (splits > 1) code.line("const int split = (int)blockIdx.z % " + to_str(splits) + ";");
-  if (rank >= 3) {
-    code.line(splits > 1 ? "const int bz = (int)blockIdx.z / " + to_str(splits) + ";"
-                         : "const int bz = (int)blockIdx.z;");
-  }
+  // z, or past the grid's limit the index emit_block_origin folds out of y and z
+  std::string z = ctx.kernel.folded_rows > 0 ? "bzs" : "(int)blockIdx.z";
+  if (splits > 1) code.line("const int split = " + z + " % " + to_str(splits) + ";");
+  if (rank >= 3)
+    code.line("const int bz = " + (splits > 1 ? z + " / " + to_str(splits) : z) + ";");
   // A 4-D result's batch index is (bz / inner, bz % inner); a 3-D one's is bz.
   auto offset = [&](const Extent& outer, const Extent& inner) {
     std::string text;

@@ -138,9 +138,9 @@ class ValueEmitter {
 // Returns the root value's variable.
 std::string emit_epilogue(Code& code, const KernelContext& ctx, const std::string& anchor_value,
                           const ElementIndex& index);
-// Declares `bz` (the batch, blockIdx.z; for batched results only), `split` (a split-K partials
-// kernel's range of K tiles) and the matmul operand pointers A and B of element type `gtype`,
-// offset to that batch.
+// Declares `bz` (the batch, blockIdx.z or emit_block_origin's folded index; for batched results
+// only), `split` (a split-K partials kernel's range of K tiles) and the matmul operand pointers A
+// and B of element type `gtype`, offset to that batch.
 void emit_batch_operands(Code& code, const KernelContext& ctx, const std::string& gtype);
 // The output element (bz, m, n) of a matmul kernel: coordinates and row-major linear index of an
 // [M, N] or [batch, M, N] result, with `bz`, `m` and `n` declared by the caller.
@@ -186,7 +186,8 @@ std::string smem_at(const SmemTile& tile, const std::string& offset);
 // Declares bm0 and bn0, the block's first row and column. Grids taller than the tile's group (8
 // row tiles unless a schedule chose otherwise) run in grouped order (that many row tiles sweep the
 // columns together) so their operand tiles stay in L2; a symbolic graph's grid is read from
-// gridDim.
+// gridDim. A grid folded over y and z (KernelPlan::folded_rows) declares `by`, the row tile, and
+// `bzs`, batch x splits + split, and its blocks past the problem return.
 void emit_block_origin(Code& code, const KernelPlan& kernel);
 
 // Emits one stage's operand copies: load(stage, k0), both int expressions.

@@ -13,7 +13,8 @@ WgmmaMatmul::WgmmaMatmul(const KernelPlan& k) : t(k.tile), s(k.shape) {
   type = s.path == MatmulPath::bf16 || conv ? "bf16" : s.path == MatmulPath::f16 ? "f16" : "tf32";
   x3 = wgmma_splits(s);
   tf32 = s.path == MatmulPath::tf32 || x3;
-  a_regs = tf32 && !wgmma_transposes_a(s);
+  a_staged = wgmma_transposes_a(s);
+  a_regs = tf32 && !a_staged;
   a_sets = x3 ? 1 : 2;
   rewrites = tf32 || conv;
   bk = to_str(t.bk);
@@ -23,7 +24,6 @@ WgmmaMatmul::WgmmaMatmul(const KernelPlan& k) : t(k.tile), s(k.shape) {
   b_n_major = !s.b_k_contiguous;
   staged = wgmma_transposes_b(s);
   a_m_major = !s.a_k_contiguous;
-  a_staged = wgmma_transposes_a(s);
   a_trans = a_m_major && !tf32;
   n_block = conv ? 32 : 128 / s.elem_bytes;
   block_bytes = conv ? 64 * 128 : t.bk * 128;

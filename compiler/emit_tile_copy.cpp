@@ -64,10 +64,28 @@ std::string smem_at(const SmemTile& tile, const std::string& offset) {
 
 void emit_block_origin(Code& code, const KernelPlan& k) {
   const int64_t k_group = k.tile.group;
-  int64_t gx = k.launch.grid[0], gy = k.launch.grid[1];  // the most a symbolic graph's can be
+  // the most a symbolic graph's can be
+  int64_t gx = k.launch.grid[0], gy = k.folded_rows > 0 ? k.folded_rows : k.launch.grid[1];
   std::string bm = to_str(k.tile.bm), bn = to_str(k.tile.bn);
+  std::string row = "(int)blockIdx.y", rows = "(int)gridDim.y";
+  if (k.folded_rows > 0) {
+    // plan_matmul_grid: the block's flat index over y and z is row tile + rows x (batch x splits
+    // + split); the blocks past the problem (the last z's, or a smaller size's) have nothing to do
+    const MatmulExtents& e = k.extents;
+    int splits = k.split == SplitRole::partials ? k.tile.split_k : 1;
+    code.line("// the row tiles and batches x splits folded over the grid's y and z");
+    code.line("const unsigned yz = blockIdx.y + gridDim.y * blockIdx.z;");
+    rows = e.m.fixed() ? to_str(k.folded_rows) : "row_tiles";
+    if (!e.m.fixed())
+      code.line("const int row_tiles = (" + e.m.expr() + " + " + to_str(k.tile.bm - 1) + ") / " + bm + ";");
+    code.line("const int by = (int)(yz % (unsigned)" + rows + ");");
+    code.line("const int bzs = (int)(yz / (unsigned)" + rows + ");");
+    std::string problem = splits > 1 ? "(" + e.batch.expr() + ") * " + to_str(splits) : e.batch.expr();
+    code.line("if (bzs >= " + problem + ") return;");
+    row = "by";
+  }
   if (!grouped_order(k.tile.group, gx, gy)) {
-    code.line("const int bm0 = (int)blockIdx.y * " + bm + ";");
+    code.line("const int bm0 = " + row + " * " + bm + ";");
     code.line("const int bn0 = (int)blockIdx.x * " + bn + ";");
     return;
   }
@@ -75,9 +93,9 @@ void emit_block_origin(Code& code, const KernelPlan& k) {
             " row tiles sweep the columns together (operand reuse in L2)");
   std::string x = to_str(gx), y = to_str(gy), group_size = to_str(k_group * gx);
   if (!k.grid.empty()) {
-    x = "(int)gridDim.x", y = "(int)gridDim.y", group_size = "(" + to_str(k_group) + " * " + x + ")";
+    x = "(int)gridDim.x", y = rows, group_size = "(" + to_str(k_group) + " * " + x + ")";
   }
-  code.line("const int pid = (int)blockIdx.y * " + x + " + (int)blockIdx.x;");
+  code.line("const int pid = " + row + " * " + x + " + (int)blockIdx.x;");
   code.line("const int first = pid / " + group_size + " * " + to_str(k_group) + ";");
   code.line("const int rows = " + y + " - first < " + to_str(k_group) + " ? " + y +
             " - first : " + to_str(k_group) + ";");

@@ -341,6 +341,7 @@ void split_matmuls(const ir::Graph& graph, ProgramPlan& plan) {
     sum.params.insert(reads, partial);
     int64_t elements = s.batch * s.m * s.n;
     sum.launch = LaunchShape{};
+    sum.folded_rows = 0;
     sum.launch.grid = {ceil_div(elements, k_elementwise_threads), 1, 1};
     sum.launch.block = {k_elementwise_threads, 1, 1};
     kernels.push_back(std::move(partials));
@@ -524,6 +525,32 @@ bool wgmma_plans(const ir::Graph& graph, const KernelPlan& k, const Target& targ
 
 namespace {
 
+// Matmul kernel `k`'s launch (not wgmma; and, `symbolic`, grid terms) for its tile: x the column
+// tiles, y the row tiles and z batch x splits, or past `limit` (ScheduleProvider::grid_limit) of
+// either the two folded over y and z together (KernelPlan::folded_rows), y as small as z allows.
+// False where z would pass CUDA's limit even so.
+bool plan_matmul_grid(KernelPlan& k, int64_t limit, bool symbolic) {
+  const MatmulTile& t = k.tile;
+  int64_t gy = (k.shape.m + t.bm - 1) / t.bm, gz = k.shape.batch * t.split_k;
+  uint32_t gx = ceil_div(k.shape.n, t.bn);
+  k.folded_rows = 0;
+  if (gy <= limit && gz <= limit) {
+    k.launch.grid = {gx, static_cast<uint32_t>(gy), static_cast<uint32_t>(gz)};
+    if (symbolic) k.grid = {k.extents.n.term(t.bn), k.extents.m.term(t.bm), k.extents.batch.term()};
+    return true;
+  }
+  // the fewest y whose z stays within the limit (a test's limit, below CUDA's, holds y only)
+  int64_t blocks = gy * gz, y = std::min((blocks + limit - 1) / limit, limit);
+  int64_t z = (blocks + y - 1) / y;
+  if (z > k_max_grid_yz) return false;
+  k.folded_rows = gy;
+  k.launch.grid = {gx, static_cast<uint32_t>(y), static_cast<uint32_t>(z)};
+  if (symbolic) {
+    k.grid = {k.extents.n.term(t.bn), Extent::constant(y).term(), Extent::constant(z).term()};
+  }
+  return true;
+}
+
 // Attention kernel `k`'s launch (and, `symbolic`, grid terms) for its tile, its batch folded
 // `fold` times (KernelPlan::batch_fold).
 void plan_attention_grid(KernelPlan& k, int64_t fold, bool symbolic) {
@@ -581,8 +608,8 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       }
       // The CUDA tile names the kernel here; the CPU target blocks it its own way.
       k.name = cuda_kernel_name(k.name, k.tile);
-      int64_t gy = ceil_div(k.shape.m, k.tile.bm);
-      if (!launch_fits(k.tile, k.shape)) {
+      int64_t limit = std::clamp<int64_t>(schedule.grid_limit(), 1, k_max_grid_yz);
+      if (!launch_fits(k.tile, k.shape) || (!k.tile.wgmma && !plan_matmul_grid(k, limit, symbolic))) {
         // The wgmma kernel's persistent grid walks its work tiles along x: no y or z limit.
         if (k.tile.wgmma) {
           return make_error(describe_node(graph, group.anchor),
@@ -591,18 +618,13 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
                             std::to_string(k_max_wgmma_work_tiles), ")");
         }
         return make_error(describe_node(graph, group.anchor),
-                          ": too many row tiles or batches for one launch (", std::to_string(gy),
-                          " x ", std::to_string(k.shape.batch), ", limit 65535)");
+                          ": too many blocks for one launch (", std::to_string(ceil_div(k.shape.m, k.tile.bm)),
+                          " row tiles x ", std::to_string(k.shape.batch * k.tile.split_k),
+                          " batches x splits, limit 65535 x 65535)");
       }
-      k.launch.grid = {ceil_div(k.shape.n, k.tile.bn), static_cast<uint32_t>(gy),
-                       static_cast<uint32_t>(k.shape.batch * k.tile.split_k)};
       k.launch.block = {static_cast<uint32_t>(uses_mma(path) ? k.tile.threads() : 256), 1, 1};
       k.launch.dynamic_smem_bytes =
           static_cast<uint32_t>(k.tile.stages * smem_layout(k.tile, k.shape).stage_bytes());
-      if (symbolic) {
-        k.grid = {k.extents.n.term(k.tile.bn), k.extents.m.term(k.tile.bm),
-                  k.extents.batch.term()};
-      }
       if (k.tile.wgmma) plan_wgmma(graph, plan, k, symbolic);
     } else if (group.kind == GroupKind::attention) {
       k.attention_tile = schedule.attention_tile(k.attention_shape, sm);
@@ -631,7 +653,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       // Past 65535 batches (grid z's limit) the batch folds over y too. (A tensor's 2^31 - 1
       // elements keep the fold far below y's limit; the check stays for safety.)
       int64_t batch = k.attention_shape.batch;
-      int64_t z = std::clamp<int64_t>(schedule.attention_grid_z(), 1, 65535);
+      int64_t z = std::clamp<int64_t>(schedule.grid_limit(), 1, k_max_grid_yz);
       int64_t fold = (batch + z - 1) / z;
       if (fold * t.dv_slabs > 65535) {
         return make_error(describe_node(graph, group.anchor), ": too many batches for one launch (",

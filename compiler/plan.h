@@ -57,10 +57,17 @@ struct KernelPlan {
   AttentionExtents attention_extents;  // attention kernels
   AttentionShape attention_shape;      // attention kernels: the problem its tile is chosen for
   // Attention kernels, CUDA only: a batch past what the grid's z holds
-  // (ScheduleProvider::attention_grid_z, CUDA's 65535) spreads over y as well, y holding
+  // (ScheduleProvider::grid_limit, CUDA's 65535) spreads over y as well, y holding
   // dv_slabs x batch_fold blocks, z ceil(batch / batch_fold), and a block's batch is
   // blockIdx.z + gridDim.z x (blockIdx.y / dv_slabs); the blocks past the batch return at once
   int64_t batch_fold = 1;
+  // Matmul kernels (not wgmma), CUDA only: past grid_limit() row tiles, or batches x splits, the
+  // two fold over y and z together: the block's flat index blockIdx.y + gridDim.y x blockIdx.z is
+  // row tile + row_tiles x (batch x splits + split), with row_tiles `folded_rows` (for a symbolic
+  // graph whose M is not fixed, ceil(M / bm) computed in the kernel and `folded_rows` its most);
+  // the grid's y and z are constants (a symbolic graph's at the bucket's upper bounds), and the
+  // blocks past the problem return at once. 0: not folded (y the row tiles, z batch x splits).
+  int64_t folded_rows = 0;
   // CUDA only (schedule_cuda), default before it and on the CPU:
   LaunchShape launch;          // for a symbolic graph, at the bucket's upper bounds
   std::vector<SizeTerm> grid;  // symbolic graphs: the grid's x, y, z as size terms
@@ -117,8 +124,8 @@ bool wgmma_attention_plans(const ir::Graph& graph, const KernelPlan& k, const Ta
 // kernel fails, naming the kernel and the tiles it runs; a symbolic graph's tiles run unsplit),
 // the tile in matmul kernels' names, a split-K matmul's two kernels and its partials' temporary,
 // launch shapes and, for a symbolic graph, grid terms. Fails for launches beyond CUDA's grid limits
-// (65535 row tiles or batches per launch, attention's batch folded past that up to 65535 x 65535
-// blocks along y and z; for sm_90a's persistent wgmma matmul,
+// (65535 blocks along y and z: a matmul's row tiles and batches, and an attention's batch, fold
+// over both past 65535 of either, up to 65535 x 65535; for sm_90a's persistent wgmma matmul,
 // k_max_wgmma_work_tiles work tiles) and for a kernel whose parameters would not fit in
 // k_max_param_bytes (fuse() keeps kernels far below it, so only groups formed otherwise get
 // there); the message names the kernel and the bytes.

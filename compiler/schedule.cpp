@@ -197,11 +197,12 @@ bool split_spills(const MatmulTile& tile, const MatmulShape& shape) {
 
 bool launch_fits(const MatmulTile& tile, const MatmulShape& shape) {
   if (tile.wgmma) return grid_blocks(tile, shape) <= k_max_wgmma_work_tiles;
-  return (shape.m + tile.bm - 1) / tile.bm <= 65535 && shape.batch <= 65535;
+  int64_t row_tiles = (shape.m + tile.bm - 1) / tile.bm;
+  return row_tiles * shape.batch * std::max(tile.split_k, 1) <= k_max_grid_yz * k_max_grid_yz;
 }
 
 bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split) {
-  return !split_spills(tile, shape) && uses_mma(shape.path) && shape.batch * split <= 65535 &&
+  return !split_spills(tile, shape) && uses_mma(shape.path) &&
          split_k_fits(shape.k, tile.bk, split);
 }
 

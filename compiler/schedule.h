@@ -48,9 +48,10 @@ public:
     (void)shape, (void)sm;
     return source();
   }
-  // The most batches an attention kernel's grid holds along z: CUDA's 65535; past it the batch
-  // folds over y as well (plan_attention_grid). Tests lower it to fold small batches.
-  virtual int64_t attention_grid_z() const { return 65535; }
+  // The most blocks a kernel's grid holds along y and z before it folds: CUDA's 65535. Past it an
+  // attention's batch folds over y as well (plan_attention_grid) and a matmul's row tiles and
+  // batches over y and z together (plan_matmul_grid). Tests lower it to fold small problems.
+  virtual int64_t grid_limit() const { return 65535; }
   // What a compile's key must hold for this provider's choices: "" for the heuristic alone (the
   // key names no schedule), else text that differs whenever its tiles can (a digest of them).
   virtual std::string key() const = 0;
@@ -127,17 +128,20 @@ private:
 std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm);
 
 // Whether the kernel can split `shape`'s K `split` ways with `tile` (its other fields legal):
-// tensor-core paths only, split_k_fits, batches times splits within the grid's z limit, and not
-// 128 bytes of K per stage with an operand copied element by element (the partials kernel
-// spills there).
+// tensor-core paths only, split_k_fits, and not 128 bytes of K per stage with an operand copied
+// element by element (the partials kernel spills there). (Batches times splits past the grid's
+// z limit fold over y: plan_matmul_grid.)
 // A symbolic graph's kernels run unsplit whatever the provider says (schedule_cuda).
 bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split);
 
-// Whether `tile`'s launch on `shape` fits CUDA's grid: at most 65535 row tiles and 65535
-// batches (the grid's y and z); the persistent wgmma kernel, whose work tiles run along x, at
-// most k_max_wgmma_work_tiles of them. schedule_cuda fails where it does not; the tuner offers
-// no such candidate.
+// Whether `tile`'s launch on `shape` fits CUDA's grid: the row tiles x batches x splits (which
+// fold over the grid's y and z past 65535 of either, plan_matmul_grid) at most 65535 x 65535 (a
+// tensor's 2^31 - 1 elements keep every matmul below it); the persistent wgmma kernel, whose
+// work tiles run along x, at most k_max_wgmma_work_tiles of them. schedule_cuda fails where it
+// does not; the tuner offers no such candidate.
 bool launch_fits(const MatmulTile& tile, const MatmulShape& shape);
+// The most blocks CUDA's grid holds along y and along z.
+inline constexpr int64_t k_max_grid_yz = 65535;
 // The work tiles of the persistent wgmma kernel: an int tile index steps by the grid (one block
 // per multiprocessor at most), so 2^30 leave room.
 inline constexpr int64_t k_max_wgmma_work_tiles = int64_t{1} << 30;

@@ -325,7 +325,7 @@ std::vector<compiler::KernelTile> candidates_of(const TuningProblem& problem, in
     for (const compiler::MatmulTile& t : compiler::candidate_tiles(*shape, sm))
       // A symbolic graph's kernels run unsplit whatever the tile says: its split candidates
       // would time the unsplit kernel again under another name. A tile whose grid CUDA cannot
-      // launch (over 65535 batches: the wgmma kernel's problem) is none.
+      // launch even folded (launch_fits) is none.
       if ((!problem.symbolic || t.split_k == 1) && compiler::launch_fits(t, *shape))
         out.push_back(t);
     if (problem.wgmma)

@@ -777,10 +777,11 @@ TEST(Schedule, AWgmmaTileForAMatmulTheKernelDoesNotComputeGivesWayToTheModels) {
   EXPECT_EQ(program->plan.kernels[1].tile_source, "model");
 }
 
-// CUDA's 65535 batches a launch bind the mma.sync matmul (its batch is the grid's z) but not
-// sm_90a's persistent wgmma kernel, whose work tiles run along x: 70000 batches of 128x128 plan
-// on wgmma there (one work tile each) and fail on sm_90 naming the limit.
-TEST(Schedule, TheWgmmaMatmulTakesMoreThan65535Batches) {
+// sm_90a's persistent wgmma kernel walks its work tiles along x: 70000 batches of 128x128 plan on
+// it there, one work tile each. Other matmul kernels' row tiles and batches fold over the grid's y
+// and z past 65535 of either (CUDA's limit of each): on sm_90, the same 70000 batches run in a
+// grid of 2 x 35000, and the tuner offers every candidate.
+TEST(Schedule, MoreThan65535BatchesFoldOrRunPersistent) {
   ir::Graph g = parse(
       "graph g {\n  input x: bf16[70000, 128, 64]\n  input w: bf16[70000, 64, 128]\n"
       "  y = matmul(x, w)\n  output y\n}\n");
@@ -795,29 +796,53 @@ TEST(Schedule, TheWgmmaMatmulTakesMoreThan65535Batches) {
   EXPECT_EQ(k.launch.grid[0], 70000u);
   EXPECT_EQ(k.launch.grid[1], 1u);
   EXPECT_EQ(k.launch.grid[2], 1u);
-  // launch_fits says so for the tuner too: no mma.sync candidate, the wgmma tile.
+  EXPECT_EQ(k.folded_rows, 0);
   EXPECT_TRUE(launch_fits(k.tile, k.shape));
   std::vector<MatmulTile> offered = candidate_tiles(k.shape, 90);
   EXPECT_FALSE(offered.empty());
-  for (const MatmulTile& t : offered) EXPECT_FALSE(launch_fits(t, k.shape)) << to_string(t);
+  for (const MatmulTile& t : offered) EXPECT_TRUE(launch_fits(t, k.shape)) << to_string(t);
+  // launch_fits: row tiles x batches x splits up to 65535 x 65535 (a tensor's 2^31 - 1 elements
+  // keep a graph's matmuls far below it)
   MatmulShape tall = k.shape;
   tall.batch = 1;
   tall.m = 65536 * 32;
-  EXPECT_FALSE(launch_fits(MatmulTile{32, 64, 32, 1, 4, 3}, tall)) << "65536 row tiles";
-  EXPECT_TRUE(launch_fits(MatmulTile{64, 64, 32, 2, 2, 3}, tall));
+  EXPECT_TRUE(launch_fits(MatmulTile{32, 64, 32, 1, 4, 3}, tall)) << "65536 row tiles fold";
+  tall.batch = 65535;
+  tall.m = 65535 * 32;
+  EXPECT_TRUE(launch_fits(MatmulTile{32, 64, 32, 1, 4, 3}, tall));
+  tall.m += 1;
+  EXPECT_FALSE(launch_fits(MatmulTile{32, 64, 32, 1, 4, 3}, tall)) << "65536 x 65535 blocks";
   MatmulShape many = k.shape;
   many.batch = k_max_wgmma_work_tiles + 1;
   many.m = many.n = 128;
   EXPECT_FALSE(launch_fits(k.tile, many)) << "2^30 + 1 work tiles";
   many.batch = k_max_wgmma_work_tiles;
   EXPECT_TRUE(launch_fits(k.tile, many));
+
   o.target = Target::cuda(90);
   auto plain = lower(g, o);
-  ASSERT_FALSE(plain.ok());
-  EXPECT_NE(plain.error().message.find("too many row tiles or batches for one launch (1 x 70000, "
-                                       "limit 65535)"),
-            std::string::npos)
-      << plain.error().message;
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  ASSERT_EQ(plain->plan.kernels.size(), 1u);
+  const KernelPlan& f = plain->plan.kernels[0];
+  EXPECT_FALSE(f.tile.wgmma);
+  int64_t rows = (128 + f.tile.bm - 1) / f.tile.bm, blocks = rows * 70000 * f.tile.split_k;
+  int64_t y = (blocks + 65534) / 65535;
+  EXPECT_EQ(f.folded_rows, rows);
+  EXPECT_EQ(f.launch.grid[1], static_cast<uint32_t>(y));
+  EXPECT_EQ(f.launch.grid[2], static_cast<uint32_t>((blocks + y - 1) / y));
+  std::string source = program_source(*plain, Prelude::omit);
+  EXPECT_NE(source.find("const unsigned yz = blockIdx.y + gridDim.y * blockIdx.z;"),
+            std::string::npos);
+  EXPECT_NE(source.find("if (bzs >= " + std::to_string(70000 * f.tile.split_k) + ") return;"),
+            std::string::npos);
+  // 65535 batches of one row tile: not folded, the source as before the fold existed
+  ir::Graph fits = parse(
+      "graph g {\n  input x: f32[65535, 16, 16]\n  y = matmul(x, x)\n  output y\n}\n");
+  auto unfolded = lower(fits, o);
+  ASSERT_TRUE(unfolded.ok()) << unfolded.error().message;
+  EXPECT_EQ(unfolded->plan.kernels[0].folded_rows, 0);
+  EXPECT_EQ(unfolded->plan.kernels[0].launch.grid[2], 65535u);
+  EXPECT_EQ(program_source(*unfolded, Prelude::omit).find("bzs"), std::string::npos);
 }
 
 }  // namespace

@@ -598,7 +598,8 @@ TEST(CpuTarget, WrongInputsAndDimsAreErrors) {
   EXPECT_NE(short_inputs.error().message.find("bytes"), std::string::npos);
 }
 
-// CUDA's grid limits (65535 batches per launch) are CUDA's: the CPU has no grid.
+// CUDA's grid limits (65535 blocks along y and z, which CUDA's kernels fold past) are CUDA's: the
+// CPU has no grid.
 TEST(CpuTarget, BatchesPastCudasGridLimitRun) {
   ir::Graph graph = parse("graph g { input a: f32[70000, 2, 3]\n input b: f32[70000, 3, 2]\n"
                           " c = matmul(a, b)\n output c }");

@@ -732,7 +732,7 @@ public:
   compiler::AttentionTile attention_tile(const compiler::AttentionShape& shape, int sm) const override {
     return m_wgmma.attention_tile(shape, sm);
   }
-  int64_t attention_grid_z() const override { return 3; }
+  int64_t grid_limit() const override { return 3; }
   std::string source() const override { return "fixed"; }
   std::string key() const override { return "wgmma, folded"; }
 

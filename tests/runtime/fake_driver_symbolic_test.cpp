@@ -168,36 +168,58 @@ TEST(FakeDriverSymbolic, PrepareCompilesABucketAheadAndOutputShapesFollowTheValu
   std::filesystem::remove_all(f.dir);
 }
 
-// A bucket whose plan cannot launch (more than 65535 batches on sm_90's mma.sync kernel) fails on
-// its own, every time, while the executable's other buckets run. On sm_90a, the arch the 9.0
-// device compiles for by default, the persistent wgmma kernel takes that bucket.
-TEST(FakeDriverSymbolic, ABucketThatCannotBePlannedFailsAloneAndKeepsItsError) {
+// A bucket past 65535 batches (CUDA's limit of the grid's z) plans and runs: on sm_90's mma.sync
+// kernel the row tiles and batches fold over the grid's y and z together, every launch within
+// CUDA's grid (the fake driver refuses one past it); on sm_90a, the arch the 9.0 device compiles
+// for by default, the persistent wgmma kernel walks its work tiles along x. A small bucket's grid
+// is not folded.
+TEST(FakeDriverSymbolic, ABucketPast65535BatchesFoldsItsGridAndRuns) {
   ASSERT_TRUE(use_fake_driver({}));
   for (std::string arch : {"", "sm_90"}) {
+    SCOPED_TRACE(arch.empty() ? "sm_90a" : arch);
     RuntimeOptions options;
     options.use_cache = false;
     options.precision = Precision::high;
     options.arch = arch;
     auto runtime = Runtime::create(options);
     ASSERT_TRUE(runtime) << runtime.error().message;
-    auto exe = (*runtime)->compile_text(
+    const char* text =
         "graph batched {\n  dim B: 1..100000\n  input a: f32[B, 16, 16]\n"
-        "  y = matmul(a, a)\n  output y\n}\n",
-        "batched.kg");
+        "  y = matmul(a, a)\n  output y\n}\n";
+    auto exe = (*runtime)->compile_text(text, "batched.kg");
     ASSERT_TRUE(exe) << exe.error().message;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      Status big = (*exe)->prepare(std::vector<int64_t>{70000});
-      if (arch.empty()) {
-        EXPECT_TRUE(big) << "sm_90a: " << big.error().message;
-        continue;
+    for (int64_t batch : {int64_t{70000}, int64_t{3}}) {
+      SCOPED_TRACE("B = " + std::to_string(batch));
+      SizedBuffers buffers(**exe, {batch});
+      size_t before = fake_cuda::launches().size();
+      Status run = (*exe)->run(buffers.inputs, buffers.outputs);
+      ASSERT_TRUE(run) << run.error().message;
+      auto launches = fake_cuda::launches();
+      ASSERT_EQ(launches.size(), before + 1);
+      const fake_cuda::Launch& launch = launches.back();
+      EXPECT_EQ(launch.fault, 0);
+      EXPECT_LE(launch.grid[1], 65535u);
+      EXPECT_LE(launch.grid[2], 65535u);
+      uint64_t blocks = uint64_t{launch.grid[0]} * launch.grid[1] * launch.grid[2];
+      if (!arch.empty()) {
+        // one row tile and one column tile a batch: y x z blocks cover the batch
+        EXPECT_EQ(launch.grid[0], 1u);
+        if (batch > 65535) {
+          // planned at the bucket's upper bound: the fewest y whose z holds it within 65535
+          auto graph = ir::parse_graph(text, "batched.kg");
+          ASSERT_TRUE(graph) << graph.error().message;
+          int64_t hi = compiler::bucket_of(batch, graph->symbols()[0]).hi;
+          EXPECT_GT(hi, 65535);
+          EXPECT_LE(hi, 2 * 65535);
+          EXPECT_EQ(launch.grid[1], 2u);
+          EXPECT_EQ(launch.grid[2], static_cast<uint32_t>((hi + 1) / 2));
+          EXPECT_GE(blocks, static_cast<uint64_t>(batch));
+        } else {
+          EXPECT_EQ(launch.grid[1], 1u);
+          EXPECT_EQ(launch.grid[2], static_cast<uint32_t>(batch)) << "unfolded";
+        }
       }
-      ASSERT_FALSE(big);
-      EXPECT_NE(big.error().message.find("too many row tiles or batches"), std::string::npos)
-          << big.error().message;
     }
-    SizedBuffers buffers(**exe, {3});
-    Status small = (*exe)->run(buffers.inputs, buffers.outputs);
-    EXPECT_TRUE(small) << arch << ": " << small.error().message;
   }
 }
 

@@ -24,7 +24,7 @@ bash "$root/scripts/gpu_check.sh" --frobnicate >"$tmp/stdout" 2>&1
 rc=$?
 [[ $rc == 2 ]] || { echo "expected exit 2 on bad usage, got $rc"; exit 1; }
 grep -q "unknown argument '--frobnicate'" "$tmp/stdout" || { cat "$tmp/stdout"; exit 1; }
-for bad in "--layouts nx" "--batch 0" "--batch 2x" "--batch 300x300" "--batch -3"; do
+for bad in "--layouts nx" "--batch 0" "--batch 2x" "--batch 2000x2000" "--batch -3"; do
   # shellcheck disable=SC2086
   KILN_CUDA_DRIVER_PATH=/nonexistent/libcuda.so.1 "$3" $bad --sizes 64 >"$tmp/stdout" 2>&1
   rc=$?
