@@ -620,7 +620,7 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
         return make_error(describe_node(graph, group.anchor),
                           ": too many blocks for one launch (", std::to_string(ceil_div(k.shape.m, k.tile.bm)),
                           " row tiles x ", std::to_string(k.shape.batch * k.tile.split_k),
-                          " batches x splits, limit 65535 x 65535)");
+                          " batches x splits, limit ", std::to_string(k_max_folded_blocks), " blocks)");
       }
       k.launch.block = {static_cast<uint32_t>(uses_mma(path) ? k.tile.threads() : 256), 1, 1};
       k.launch.dynamic_smem_bytes =

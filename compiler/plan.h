@@ -125,7 +125,8 @@ bool wgmma_attention_plans(const ir::Graph& graph, const KernelPlan& k, const Ta
 // the tile in matmul kernels' names, a split-K matmul's two kernels and its partials' temporary,
 // launch shapes and, for a symbolic graph, grid terms. Fails for launches beyond CUDA's grid limits
 // (65535 blocks along y and z: a matmul's row tiles and batches, and an attention's batch, fold
-// over both past 65535 of either, up to 65535 x 65535; for sm_90a's persistent wgmma matmul,
+// over both past 65535 of either, a matmul's up to k_max_folded_blocks blocks, an attention's up to
+// 65535 x 65535; for sm_90a's persistent wgmma matmul,
 // k_max_wgmma_work_tiles work tiles) and for a kernel whose parameters would not fit in
 // k_max_param_bytes (fuse() keeps kernels far below it, so only groups formed otherwise get
 // there); the message names the kernel and the bytes.

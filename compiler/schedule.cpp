@@ -198,7 +198,7 @@ bool split_spills(const MatmulTile& tile, const MatmulShape& shape) {
 bool launch_fits(const MatmulTile& tile, const MatmulShape& shape) {
   if (tile.wgmma) return grid_blocks(tile, shape) <= k_max_wgmma_work_tiles;
   int64_t row_tiles = (shape.m + tile.bm - 1) / tile.bm;
-  return row_tiles * shape.batch * std::max(tile.split_k, 1) <= k_max_grid_yz * k_max_grid_yz;
+  return row_tiles * shape.batch * std::max(tile.split_k, 1) <= k_max_folded_blocks;
 }
 
 bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split) {

@@ -135,13 +135,17 @@ std::vector<MatmulTile> candidate_tiles(const MatmulShape& shape, int sm);
 bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split);
 
 // Whether `tile`'s launch on `shape` fits CUDA's grid: the row tiles x batches x splits (which
-// fold over the grid's y and z past 65535 of either, plan_matmul_grid) at most 65535 x 65535 (a
-// tensor's 2^31 - 1 elements keep every matmul below it); the persistent wgmma kernel, whose
-// work tiles run along x, at most k_max_wgmma_work_tiles of them. schedule_cuda fails where it
-// does not; the tuner offers no such candidate.
+// fold over the grid's y and z past 65535 of either, plan_matmul_grid) at most
+// k_max_folded_blocks; the persistent wgmma kernel, whose work tiles run along x, at most
+// k_max_wgmma_work_tiles of them. schedule_cuda fails where it does not; the tuner offers no such
+// candidate.
 bool launch_fits(const MatmulTile& tile, const MatmulShape& shape);
 // The most blocks CUDA's grid holds along y and along z.
 inline constexpr int64_t k_max_grid_yz = 65535;
+// The most row tiles x batches x splits of a matmul: the kernel's int arithmetic on its folded
+// index holds 2^31 - 1, below 65535 x 65535; a tensor's 2^31 - 1 elements keep a graph's matmuls
+// (but for a deep split of a large batch) within it.
+inline constexpr int64_t k_max_folded_blocks = (int64_t{1} << 31) - 1;
 // The work tiles of the persistent wgmma kernel: an int tile index steps by the grid (one block
 // per multiprocessor at most), so 2^30 leave room.
 inline constexpr int64_t k_max_wgmma_work_tiles = int64_t{1} << 30;

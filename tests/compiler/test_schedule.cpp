@@ -801,17 +801,17 @@ TEST(Schedule, MoreThan65535BatchesFoldOrRunPersistent) {
   std::vector<MatmulTile> offered = candidate_tiles(k.shape, 90);
   EXPECT_FALSE(offered.empty());
   for (const MatmulTile& t : offered) EXPECT_TRUE(launch_fits(t, k.shape)) << to_string(t);
-  // launch_fits: row tiles x batches x splits up to 65535 x 65535 (a tensor's 2^31 - 1 elements
-  // keep a graph's matmuls far below it)
+  // launch_fits: row tiles x batches x splits up to 2^31 - 1 (a tensor's 2^31 - 1 elements keep
+  // a graph's matmuls within it)
   MatmulShape tall = k.shape;
   tall.batch = 1;
   tall.m = 65536 * 32;
   EXPECT_TRUE(launch_fits(MatmulTile{32, 64, 32, 1, 4, 3}, tall)) << "65536 row tiles fold";
-  tall.batch = 65535;
+  tall.batch = 32768;
   tall.m = 65535 * 32;
-  EXPECT_TRUE(launch_fits(MatmulTile{32, 64, 32, 1, 4, 3}, tall));
-  tall.m += 1;
-  EXPECT_FALSE(launch_fits(MatmulTile{32, 64, 32, 1, 4, 3}, tall)) << "65536 x 65535 blocks";
+  EXPECT_TRUE(launch_fits(MatmulTile{32, 64, 32, 1, 4, 3}, tall)) << "2^31 - 32768 blocks";
+  tall.m = 65536 * 32;
+  EXPECT_FALSE(launch_fits(MatmulTile{32, 64, 32, 1, 4, 3}, tall)) << "2^31 blocks";
   MatmulShape many = k.shape;
   many.batch = k_max_wgmma_work_tiles + 1;
   many.m = many.n = 128;
