@@ -76,12 +76,16 @@ void emit_block_origin(Code& code, const KernelPlan& k) {
     code.line("// the row tiles and batches x splits folded over the grid's y and z");
     code.line("const unsigned yz = blockIdx.y + gridDim.y * blockIdx.z;");
     rows = e.m.fixed() ? to_str(k.folded_rows) : "row_tiles";
-    if (!e.m.fixed())
-      code.line("const int row_tiles = (" + e.m.expr() + " + " + to_str(k.tile.bm - 1) + ") / " + bm + ";");
+    if (!e.m.fixed()) {
+      code.line("const int row_tiles = (" + e.m.expr() + " + " + to_str(k.tile.bm - 1) + ") / " +
+                bm + ";");
+    }
+    // compared unsigned: the spare blocks' index may pass 2^31 - 1
+    std::string problem = e.batch.expr();
+    if (splits > 1) problem = "(" + problem + ") * " + to_str(splits);
+    code.line("if (yz / (unsigned)" + rows + " >= (unsigned)(" + problem + ")) return;");
     code.line("const int by = (int)(yz % (unsigned)" + rows + ");");
     code.line("const int bzs = (int)(yz / (unsigned)" + rows + ");");
-    std::string problem = splits > 1 ? "(" + e.batch.expr() + ") * " + to_str(splits) : e.batch.expr();
-    code.line("if (bzs >= " + problem + ") return;");
     row = "by";
   }
   if (!grouped_order(k.tile.group, gx, gy)) {

@@ -609,7 +609,8 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
       // The CUDA tile names the kernel here; the CPU target blocks it its own way.
       k.name = cuda_kernel_name(k.name, k.tile);
       int64_t limit = std::clamp<int64_t>(schedule.grid_limit(), 1, k_max_grid_yz);
-      if (!launch_fits(k.tile, k.shape) || (!k.tile.wgmma && !plan_matmul_grid(k, limit, symbolic))) {
+      bool fits = launch_fits(k.tile, k.shape);
+      if (!fits || (!k.tile.wgmma && !plan_matmul_grid(k, limit, symbolic))) {
         // The wgmma kernel's persistent grid walks its work tiles along x: no y or z limit.
         if (k.tile.wgmma) {
           return make_error(describe_node(graph, group.anchor),
@@ -617,10 +618,12 @@ Status schedule_cuda(const ir::Graph& graph, ProgramPlan& plan, const Target& ta
                             std::to_string(grid_blocks(k.tile, k.shape)), ", limit ",
                             std::to_string(k_max_wgmma_work_tiles), ")");
         }
-        return make_error(describe_node(graph, group.anchor),
-                          ": too many blocks for one launch (", std::to_string(ceil_div(k.shape.m, k.tile.bm)),
-                          " row tiles x ", std::to_string(k.shape.batch * k.tile.split_k),
-                          " batches x splits, limit ", std::to_string(k_max_folded_blocks), " blocks)");
+        // (a provider's grid limit below CUDA's folds into a z that CUDA's limit binds)
+        int64_t most = fits ? limit * k_max_grid_yz : k_max_folded_blocks;
+        return make_error(describe_node(graph, group.anchor), ": too many blocks for one launch (",
+                          std::to_string(ceil_div(k.shape.m, k.tile.bm)), " row tiles x ",
+                          std::to_string(k.shape.batch * k.tile.split_k),
+                          " batches x splits, limit ", std::to_string(most), " blocks)");
       }
       k.launch.block = {static_cast<uint32_t>(uses_mma(path) ? k.tile.threads() : 256), 1, 1};
       k.launch.dynamic_smem_bytes =

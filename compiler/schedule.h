@@ -142,9 +142,10 @@ bool split_k_legal(const MatmulTile& tile, const MatmulShape& shape, int split);
 bool launch_fits(const MatmulTile& tile, const MatmulShape& shape);
 // The most blocks CUDA's grid holds along y and along z.
 inline constexpr int64_t k_max_grid_yz = 65535;
-// The most row tiles x batches x splits of a matmul: the kernel's int arithmetic on its folded
-// index holds 2^31 - 1, below 65535 x 65535; a tensor's 2^31 - 1 elements keep a graph's matmuls
-// (but for a deep split of a large batch) within it.
+// The most row tiles x batches x splits of a matmul: the kernel's int row tile and batch x splits
+// index stay below 2^31 (its spare blocks' unsigned index may pass it; they return first); a
+// tensor's 2^31 - 1 elements keep a graph's matmuls (but for a deep split of a large batch)
+// within it.
 inline constexpr int64_t k_max_folded_blocks = (int64_t{1} << 31) - 1;
 // The work tiles of the persistent wgmma kernel: an int tile index steps by the grid (one block
 // per multiprocessor at most), so 2^30 leave room.

@@ -57,7 +57,8 @@ struct Extent {
 };
 
 // MatmulShape's sizes as extents (the kernel's view of them).
-// batch is every batch dim's product (the grid's z); a 4-D result's batch index bz is
+// batch is every batch dim's product (the grid's z, or folded with the row tiles past 65535:
+// KernelPlan::folded_rows); a 4-D result's batch index bz is
 // (bz / inner_batch, bz % inner_batch), whose element strides in A and B are the outer and
 // (inner) batch strides, 0 where the operand broadcasts.
 // A 5-D or 6-D result (3 or 4 batch dims) indexes its batch per dim instead: batch_dims holds

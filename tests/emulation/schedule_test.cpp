@@ -211,8 +211,9 @@ TEST(EmulatedFoldedMatmul, EveryMatmulKernelFindsItsRowTileAndBatchFoldedOverYAn
   EXPECT_GE(grouped_folded, 1) << "a grouped block order folded";
 }
 
-// A symbolic batch, and a symbolic M whose row tiles the kernel counts itself: one build runs
-// every size of the bucket, the grid planned (and folded) at its upper bounds.
+// A symbolic batch, and a symbolic M whose row tiles the kernel counts itself (in grouped order:
+// 9 to 16 row tiles of 32, 2 column tiles or more): one build runs every size of the bucket, the
+// grid planned (and folded) at its upper bounds.
 TEST(EmulatedFoldedMatmul, SymbolicSizesFoldAtTheBucketsUpperBounds) {
   const char* text = R"(graph foldsym {
   dim B: 1..64
@@ -220,7 +221,7 @@ TEST(EmulatedFoldedMatmul, SymbolicSizesFoldAtTheBucketsUpperBounds) {
   input a: f32[B, 40, 24]
   input b: f32[B, 24, 20]
   input x: f32[S, 40]
-  input w: f32[40, 24]
+  input w: f32[40, 70]
   y = matmul(a, b)
   z = matmul(x, w)
   output y, z
@@ -232,7 +233,7 @@ TEST(EmulatedFoldedMatmul, SymbolicSizesFoldAtTheBucketsUpperBounds) {
   compiler::CompileOptions options;
   options.target = compiler::Target::cuda(80);
   options.precision = ir::Precision::high;
-  options.bucket = {compiler::DimRange{5, 8}, compiler::DimRange{129, 256}};
+  options.bucket = {compiler::DimRange{5, 8}, compiler::DimRange{257, 512}};
   auto request = compiler::check_request(graph, options);
   ASSERT_TRUE(request.ok()) << request.error().message;
   auto lowered = compiler::lower(graph, *request, FoldingMatmuls(1));
@@ -248,9 +249,11 @@ TEST(EmulatedFoldedMatmul, SymbolicSizesFoldAtTheBucketsUpperBounds) {
   EXPECT_EQ(folded, 2);
   std::string source = compiler::program_source(*lowered, compiler::Prelude::omit);
   EXPECT_NE(source.find("const int row_tiles = ("), std::string::npos) << "S's row tiles";
+  EXPECT_NE(source.find("const int rows = row_tiles - first < 8"), std::string::npos)
+      << "the grouped order over them";
   auto program = build_program(graph, std::move(*lowered));
   ASSERT_TRUE(program.ok()) << program.error().message;
-  for (std::vector<int64_t> sizes : {std::vector<int64_t>{5, 129}, {7, 200}, {8, 256}}) {
+  for (std::vector<int64_t> sizes : {std::vector<int64_t>{5, 257}, {7, 300}, {8, 512}}) {
     auto bound = graph.bind(sizes);
     ASSERT_TRUE(bound.ok()) << bound.error().message;
     auto report = reference::check_against_fp64(
