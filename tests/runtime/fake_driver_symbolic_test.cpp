@@ -6,9 +6,12 @@
 #include "cache/cache.h"
 #include "compiler/compiler.h"
 #include "compiler/sizes.h"
+#include "compiler/target.h"
+#include "ir/hash.h"
 #include "ir/parse.h"
 #include "runtime/compile_service.h"
 #include "runtime/executable_impl.h"
+#include "runtime/symbolic_executable.h"
 
 #include <gtest/gtest.h>
 
@@ -221,6 +224,62 @@ TEST(FakeDriverSymbolic, ABucketPast65535BatchesFoldsItsGridAndRuns) {
       }
     }
   }
+}
+
+// A bucket whose compile fails fails on its own, every time, with its first error and no second
+// compile, while the executable's other buckets compile and run. (A valid graph's bucket always
+// plans, now that matmul grids fold past CUDA's limits: the failure is the compile function's.)
+TEST(FakeDriverSymbolic, ABucketThatFailsToCompileFailsAloneAndKeepsItsError) {
+  ASSERT_TRUE(use_fake_driver({}));
+  RuntimeOptions options;
+  options.use_cache = false;
+  options.precision = Precision::high;
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().message;
+  // what the small bucket runs: the graph at B = 3
+  auto small = (*runtime)->compile_text(
+      "graph batched {\n  input a: f32[3, 16, 16]\n  y = matmul(a, a)\n  output y\n}\n",
+      "small.kg");
+  ASSERT_TRUE(small) << small.error().message;
+  auto graph = ir::parse_graph(
+      "graph batched {\n  dim B: 1..100000\n  input a: f32[B, 16, 16]\n  y = matmul(a, a)\n"
+      "  output y\n}\n",
+      "batched.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  compiler::CompileOptions o;
+  o.target = compiler::device_target(90);
+  o.precision = ir::Precision::high;
+  o.bucket = {compiler::bucket_of(3, graph->symbols()[0])};  // the graph's request, at a bucket
+  auto request = compiler::check_request(*graph, o);
+  ASSERT_TRUE(request) << request.error().message;
+  int failed = 0, compiled = 0;
+  runtime::CompileBucket compile =
+      [&](const std::vector<compiler::DimRange>& bucket) -> Expected<std::shared_ptr<Executable>> {
+    if (bucket.at(0).hi > 4) {
+      ++failed;
+      return Error{"bucket " + std::to_string(bucket[0].lo) + ".." + std::to_string(bucket[0].hi) +
+                   " failed " + std::to_string(failed) + " time(s)"};
+    }
+    ++compiled;
+    return *small;
+  };
+  auto exe = runtime::make_symbolic_executable(*graph, compile, 0, "sm_90a", false, *request,
+                                               ir::graph_hash(*graph).hex());
+  std::string first;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Status big = exe->prepare(std::vector<int64_t>{70000});
+    ASSERT_FALSE(big);
+    if (first.empty()) first = big.error().message;
+    EXPECT_EQ(big.error().message, first) << "the first error, kept";
+    EXPECT_NE(first.find("failed 1 time(s)"), std::string::npos) << first;
+    if (attempt == 1) {
+      SizedBuffers buffers(*exe, {3});
+      Status run = exe->run(buffers.inputs, buffers.outputs);
+      EXPECT_TRUE(run) << run.error().message;
+    }
+  }
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(compiled, 1);
 }
 
 // An entry whose symbolic fields do not fit the graph (only a damaged or foreign one can) is
