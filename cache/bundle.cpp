@@ -18,7 +18,7 @@
 namespace kiln::cache {
 namespace {
 
-constexpr std::string_view k_magic = "KILNBNDL";
+constexpr std::string_view k_bundle_magic = "KILNBNDL";
 
 // Version 1 wrote each entry's fields inline, every payload a zstd frame (FORMAT.md); such
 // bundles are still read.
@@ -59,7 +59,7 @@ bool read_v1_entry(ByteReader& r, StoredEntry& e) {
 Status write_bundle(const std::string& path, const std::vector<StoredEntry>& entries,
                     Replace replace) {
   ByteWriter w;
-  w.raw(k_magic);
+  w.raw(k_bundle_magic);
   w.u64(k_bundle_format_version);
   w.u64(entries.size());
   for (const StoredEntry& e : entries) {
@@ -143,7 +143,8 @@ Expected<std::vector<StoredEntry>> read_bundle(const std::string& path) {
 
 Expected<std::vector<StoredEntry>> parse_bundle(const std::string& data, const std::string& name) {
   auto bad = [&](const std::string& why) { return make_error("bad bundle '", name, "': ", why); };
-  if (data.size() < k_magic.size() + 24 || data.compare(0, k_magic.size(), k_magic) != 0)
+  if (data.size() < k_bundle_magic.size() + 24 ||
+      data.compare(0, k_bundle_magic.size(), k_bundle_magic) != 0)
     return bad("not a kiln cache bundle");
   std::string_view body(data.data(), data.size() - 8);
   ByteReader tail(std::string_view(data).substr(body.size()));
@@ -151,7 +152,7 @@ Expected<std::vector<StoredEntry>> parse_bundle(const std::string& data, const s
   (void)tail.u64(stored_sum);
   if (checksum(body) != stored_sum) return bad("file checksum mismatch");
   ByteReader r(body);
-  (void)r.expect(k_magic);
+  (void)r.expect(k_bundle_magic);
   uint64_t version = 0, count = 0;
   (void)r.u64(version);
   if (version != 1 && version != k_bundle_format_version)

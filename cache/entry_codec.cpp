@@ -8,7 +8,7 @@
 namespace kiln::cache {
 namespace {
 
-constexpr std::string_view k_magic = "KILNENTR";
+constexpr std::string_view k_entry_magic = "KILNENTR";
 constexpr uint64_t k_placement_inline = 0;
 constexpr uint64_t k_placement_apart = 1;
 
@@ -22,7 +22,7 @@ Error bad(const std::string& why) { return make_error("entry record: ", why); }
 
 std::string encode_entry(const StoredEntry& entry) {
   ByteWriter w;
-  w.raw(k_magic);
+  w.raw(k_entry_magic);
   w.u64(k_entry_codec_version);
   w.str(entry.info.key);
   w.u64(entry.info.fields.size());
@@ -58,10 +58,10 @@ bool record_checksum_holds(std::string_view record) {
 }
 
 Expected<StoredEntry> decode_entry(std::string_view bytes) {
-  if (bytes.size() < k_magic.size() + 16) return bad("too short");
+  if (bytes.size() < k_entry_magic.size() + 16) return bad("too short");
   std::string_view body = bytes.substr(0, bytes.size() - 8);
   ByteReader r(body);
-  if (!r.expect(k_magic)) return bad("not a kiln entry");
+  if (!r.expect(k_entry_magic)) return bad("not a kiln entry");
   uint64_t version = 0;
   (void)r.u64(version);
   if (version != k_entry_codec_version)

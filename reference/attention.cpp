@@ -15,7 +15,7 @@ namespace {
 
 // One attention's sizes: `queries` rows of q and `keys` rows of k and v, q and k of head dim
 // `head`, v of width `width`; `batch` of them.
-struct Geometry {
+struct AttentionGeometry {
   int64_t batch = 1;
   int64_t queries = 0;
   int64_t keys = 0;
@@ -73,7 +73,7 @@ float multiply_add(float x, float y, float acc) { return fma_f32(x, y, acc); }
 // `operand` rounds a value entering a product: q, k, v and the probabilities (the identity in
 // fp64, `highest` and `tf32x3`, whose split keeps about fp32's precision).
 template <typename T, typename Round>
-void run_batch(const ir::Node& node, const Geometry& g, const Batch& b, bool store,
+void run_batch(const ir::Node& node, const AttentionGeometry& g, const Batch& b, bool store,
                Round operand) {
   const T scale = static_cast<T>(node.attrs.scale);
   const bool causal = node.attrs.causal;
@@ -134,7 +134,7 @@ Tensor run_attention(const ir::Node& node, const Tensor& q, const Tensor& k, con
   Tensor out = zeros(node.type);
   const ir::Shape& shape = node.type.shape;
   int rank = shape.rank();
-  Geometry g;
+  AttentionGeometry g;
   for (int d = 0; d < rank - 2; ++d) g.batch *= shape.dim(d);
   g.queries = shape.dim(rank - 2);
   g.width = shape.dim(rank - 1);

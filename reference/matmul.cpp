@@ -9,7 +9,7 @@
 namespace kiln::reference::detail {
 namespace {
 
-struct Geometry {
+struct MatmulDims {
   int64_t batch = 1;
   int64_t m = 0;
   int64_t k = 0;
@@ -35,7 +35,7 @@ std::vector<Elem> load(const Tensor& t, int64_t offset, int64_t rows, int64_t co
 // C[m, n] = fold over k in order of step(acc, A[m, k], B[k, n]). The i-k-j loop order keeps the
 // k order of every output element's accumulation while walking B and C row by row.
 template <typename Acc, typename Elem, typename Step>
-std::vector<Acc> gemm(const std::vector<Elem>& a, const std::vector<Elem>& b, const Geometry& g,
+std::vector<Acc> gemm(const std::vector<Elem>& a, const std::vector<Elem>& b, const MatmulDims& g,
                       Step step) {
   std::vector<Acc> c(static_cast<size_t>(g.m * g.n), Acc(0));
   for (int64_t i = 0; i < g.m; ++i) {
@@ -51,7 +51,7 @@ std::vector<Acc> gemm(const std::vector<Elem>& a, const std::vector<Elem>& b, co
 
 // Runs one batch with element type Elem (after `convert`) and accumulator Acc, storing into out.
 template <typename Acc, typename Elem, typename Convert, typename Step>
-void run_batches(const ir::Node& node, const Tensor& a, const Tensor& b, const Geometry& g,
+void run_batches(const ir::Node& node, const Tensor& a, const Tensor& b, const MatmulDims& g,
                  Tensor& out, bool round_store, Convert convert, Step step) {
   for (int64_t batch = 0; batch < g.batch; ++batch) {
     std::vector<Elem> am = load<Elem>(a, batch_offset(a, node.type.shape, batch, g.m * g.k), g.m, g.k,
@@ -93,7 +93,7 @@ int64_t batch_offset(const Tensor& t, const ir::Shape& out, int64_t b, int64_t m
 Tensor run_matmul(const ir::Node& node, const Tensor& a, const Tensor& b, const RunMode& mode) {
   Tensor out = zeros(node.type);
   const ir::Shape& shape = node.type.shape;
-  Geometry g;
+  MatmulDims g;
   for (int d = 0; d < shape.rank() - 2; ++d) g.batch *= shape.dim(d);
   g.m = shape.dim(shape.rank() - 2);
   g.n = shape.dim(shape.rank() - 1);

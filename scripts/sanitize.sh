@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Builds the tests of kiln's threaded parts (cache and remote tier, CPU worker pool, compiles
 # through the cache, NVRTC compile pool) under ThreadSanitizer (build-tsan/) and under
-# AddressSanitizer + UBSan (build-asan/), Debug (-O0) with asserts on, and runs them.
+# AddressSanitizer + UBSan (build-asan/), Debug (-O0) with asserts on, and runs them. The builds
+# are unity builds (CMake's CMAKE_UNITY_BUILD: a target's sources compiled a batch to one
+# translation unit) with line tables only for debug information (-g1; a report's stack still names
+# each frame's file and line): under TSan on 2 cores, 87 s where one translation unit a source with
+# -g took 195 s. So names in a source's anonymous namespace must differ from those of every other
+# source of its target.
 # Any sanitizer report fails the run, whether a test binary or a process it starts (the cache's
 # worker processes) made it: TSan and ASan write each process's reports to a file checked here,
 # and UBSan (GCC 12's ignores log_path) ends the process with exit code 1. So do test runs taking
@@ -48,7 +53,7 @@ sanitize() {
   # GCC: its sanitizer runtimes are shared libraries, so the CPU target's plugin (linked with
   # --no-undefined) links; clang would leave the runtime's symbols undefined there.
   if ! CC=gcc CXX=g++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-    -DCMAKE_C_FLAGS_DEBUG="-O0 -g" -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g" \
+    -DCMAKE_C_FLAGS_DEBUG="-O0 -g1" -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DCMAKE_UNITY_BUILD=ON \
     -DKILN_SANITIZE="$flags" >/dev/null; then
     echo "sanitize: $kind: configuring $dir failed"
     return 1
