@@ -15,9 +15,15 @@ packages=(torch transformers nanobind scikit-build-core pytest numpy)
 if ! "$python" -c "import torch, transformers, nanobind, scikit_build_core, pytest, numpy" 2>/dev/null; then
   "$python" -m pip install --quiet --upgrade pip >&2
   # uv (from PyPI) fetches and unpacks the wheels in parallel: about 30 s where pip takes about
-  # 95 on an empty cache. pip installs them where uv cannot be had.
+  # 95 on an empty cache. It is given pip's index and find-links settings from the environment
+  # (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS); pip installs the wheels where uv cannot.
+  uv_env=()
+  [ -n "${PIP_INDEX_URL:-}" ] && uv_env+=("UV_INDEX_URL=$PIP_INDEX_URL")
+  [ -n "${PIP_EXTRA_INDEX_URL:-}" ] && uv_env+=("UV_EXTRA_INDEX_URL=$PIP_EXTRA_INDEX_URL")
+  [ -n "${PIP_FIND_LINKS:-}" ] && uv_env+=("UV_FIND_LINKS=$PIP_FIND_LINKS")
   if ! { "$python" -m pip install --quiet uv >&2 &&
-         "$python" -m uv pip install --quiet --python "$python" "${packages[@]}" >&2; }; then
+         env "${uv_env[@]}" "$python" -m uv pip install --quiet --python "$python" \
+           "${packages[@]}" >&2; }; then
     "$python" -m pip install --quiet "${packages[@]}" >&2
   fi
 fi
