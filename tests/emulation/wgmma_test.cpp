@@ -538,12 +538,15 @@ TEST(EmulatedWgmmaTf32, ATf32x3StageReleasedBeforeItsWgmmasRetireIsCaught) {
   EXPECT_TRUE(changed_under_wgmma(result)) << result.message();
 }
 
-TEST(EmulatedWgmmaPersistent, EveryBlockCountFrom1To132CoversEveryTile) {
+TEST(EmulatedWgmmaPersistent, BlockCountsFrom1To132EachCoverEveryTile) {
   ir::Graph graph = load("wgmma_tiles_odd");
   auto program = build(graph);
   ASSERT_TRUE(program.ok()) << program.error().message;
   ASSERT_EQ(wgmma_kernels(*program), 1);
-  // 20 work tiles: one block for all, fewer blocks than tiles (uneven shares), as many, more.
+  // 20 work tiles, taken round-robin: one block for all, even shares (2), uneven ones (3, 7;
+  // 19: one block takes two), one tile a block (20), and 112 blocks with none (132, an H100's
+  // SMs). Not every count from 1 to 132: each block takes 20 / count tiles rounded down or up,
+  // and these counts give each kind of share.
   for (uint32_t blocks : {1u, 2u, 3u, 7u, 19u, 20u, 132u}) {
     SCOPED_TRACE("blocks " + std::to_string(blocks));
     Schedule schedule = Schedule::seeded_by(blocks);
