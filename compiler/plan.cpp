@@ -167,8 +167,9 @@ AttentionExtents attention_extents(const ir::Graph& graph, const Sizes& sizes,
   if (m.mask >= 0) {
     const ir::Shape& ms = graph.node(m.mask).type.shape;
     int r = ms.rank();
-    // Right-aligned against the scores [..., S_q, S_k]: a dim of 1 (or none) broadcasts.
-    if (ms.dim(r - 1) != 1) a.mask_col = Extent::constant(1);
+    // Right-aligned against the scores [..., S_q, S_k]: a dim of 1 (or none) broadcasts, a
+    // rank-0 mask over every score.
+    if (r >= 1 && ms.dim(r - 1) != 1) a.mask_col = Extent::constant(1);
     if (r >= 2 && ms.dim(r - 2) != 1) a.mask_row = sizes.dim(m.mask, r - 1);
     if (r > 2) {
       a.mask = batch_stride_extents(graph, sizes, m.mask, rc - 2, sizes.product(m.mask, r - 2, r));

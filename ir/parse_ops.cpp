@@ -409,13 +409,16 @@ Expected<NodeId> Parser::build_attention(const Token& op_token, const std::vecto
     // The usual 1/sqrt(D), D being q's head dim; a symbolic D has no single value.
     const Shape& q = m_builder.node(ops[0]).type.shape;
     int last = q.rank() - 1;
-    if (q.symbol(last) >= 0 && q.rank() >= 2) {
+    if (last < 0) {
+      scale = 1.0;  // a rank-0 q has no head dim: add_attention refuses it, naming its rank
+    } else if (q.symbol(last) >= 0 && q.rank() >= 2) {
       return error_at(op_token.location,
                       "attention needs scale= when q's head dim is the symbolic dim " +
                           q.symbols()[static_cast<size_t>(last)].name +
                           ": attention(q, k, v, scale=0.125)");
+    } else {
+      scale = 1.0 / std::sqrt(static_cast<double>(q.dim(last)));
     }
-    scale = 1.0 / std::sqrt(static_cast<double>(q.dim(last)));
   }
   auto id = m_builder.add_attention(ops[0], ops[1], ops[2], mask, *scale, causal);
   if (!id) return error_at(op_token.location, id.error().message);

@@ -253,6 +253,31 @@ TEST(FusedAttentionSoftmax, RowsWhoseFirstKeyTileIsMaskedStayFinite) {
   }
 }
 
+// A rank-0 mask adds one value to every score (the same softmax); given to the op or through the
+// explicit chain, it compiles and matches fp64 on the FFMA kernel and the tf32 and bf16 mma ones
+// (the mask is read by code they share with the other modes). Its extents once read the last
+// dim of a shape that has none (a crash).
+TEST(FusedAttentionSoftmax, ARankZeroMaskBroadcastsOverEveryScore) {
+  for (const Arithmetic& a : k_arithmetic) {
+    std::string t = a.dtype;
+    if (a.precision == ir::Precision::tf32x3 || a.precision == ir::Precision::medium || t == "f16")
+      continue;
+    std::string in = "  input q: " + t + "[2, 20, 16]\n  input m: " + t + "[]\n";
+    std::vector<std::string> bodies = {"  o = attention(q, q, q, mask=m)\n"};
+    if (t == "f32" && a.precision == ir::Precision::high) {  // the chain fuses to the same kernel
+      bodies.push_back("  s = add(mul(matmul(q, q, transpose_b=true), 0.25), m)\n"
+                       "  o = matmul(softmax(s, axis=-1), q)\n");
+    }
+    for (const std::string& body : bodies) {
+      auto graph = ir::parse_graph("graph scalar {\n" + in + body + "  output o\n}\n", "s.kg");
+      ASSERT_TRUE(graph.ok()) << graph.error().message;
+      SCOPED_TRACE(std::string(a.dtype) + " " + std::string(ir::to_string(a.precision)) + "\n" +
+                   body);
+      expect_within_tolerance(emulate(*graph, 80, a.precision, reference::InputSource{7, {}}));
+    }
+  }
+}
+
 // Grouped-query attention (6 query heads over 2 and 3 kv heads, rank 4 and 3) with a padding-and-
 // block mask, additive f32 at rank 4 and bool at rank 3, that leaves some rows no key at all:
 // those rows are zeros, the others match fp64, in every mode and dtype, on the tensor-core and

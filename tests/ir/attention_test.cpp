@@ -380,6 +380,9 @@ INSTANTIATE_TEST_SUITE_P(
                      "  dim D: 1..64\n" + qkv("f32[16, D]", "f32[12, D]", "f32[12, 8]"),
                      "attention(q, k, v)", 7,
                      "attention needs scale= when q's head dim is the symbolic dim D"},
+        // A rank-0 q and no scale=: its default (1 / sqrt of q's last dim) has no dim to read.
+        BadAttention{"ScalarQueries", qkv("f32[]", "f32[2, 12, 64]", "f32[2, 12, 32]"),
+                     "attention(q, k, v)", 7, "attention: q must be 2-D to 6-D"},
         BadAttention{"Misspelt", k_ok, "atention(q, k, v)", 7, "concat, attention"}),
     [](const ::testing::TestParamInfo<BadAttention>& info) {
       return std::string(info.param.name);
