@@ -18,6 +18,7 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/TargetParser/Triple.h>
 #include <llvm/Target/TargetMachine.h>
 
 #include <map>
@@ -95,6 +96,13 @@ Expected<CpuMachine> cpu_machine(const std::string& cpu, const std::string& feat
   auto tm = target_machine(machine);
   if (!tm) return tm.error();
   const llvm::MCSubtargetInfo* info = (*tm)->getMCSubtargetInfo();
+  // A 32-bit x86 CPU (i386, pentium4, ...) is a name LLVM knows, but it cannot run the host's
+  // 64-bit code: LLVM aborts the process on the first compile for it.
+  if (llvm::Triple(llvm::sys::getProcessTriple()).getArch() == llvm::Triple::x86_64 &&
+      !info->checkFeatures("+64bit")) {
+    return make_error("cpu '", cpu, "' cannot run 64-bit code, which kiln compiles for ",
+                      llvm::sys::getProcessTriple(), " (try native, x86-64-v3 or x86-64-v4)");
+  }
   CpuFacts& f = machine.facts;
   if (info->checkFeatures("+avx512f")) {
     f.vector_width = 16;

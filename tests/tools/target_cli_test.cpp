@@ -116,6 +116,19 @@ TEST_F(TargetCli, AnUnknownCpuIsOneErrorWithoutLlvmsWarning) {
   }
 }
 
+// A 32-bit x86 CPU is a name LLVM knows, but kiln compiles 64-bit code: refused, as LLVM would
+// otherwise abort the process on the first compile.
+TEST_F(TargetCli, AThirtyTwoBitCpuIsRefused) {
+  for (const char* cpu : {"cpu:i386", "cpu:pentium4"}) {
+    for (const char* command : {"run", "compile", "emit"}) {
+      CliResult r = run_kiln({command, k_mlp, "--target", cpu}, {}, env());
+      EXPECT_EQ(r.exit_code, 2) << command << " " << cpu << ": " << r.err;
+      EXPECT_NE(r.err.find("cannot run 64-bit code"), std::string::npos) << r.err;
+      EXPECT_EQ(r.err.find("LLVM ERROR"), std::string::npos) << r.err;
+    }
+  }
+}
+
 // --arch names a CUDA arch: with --target cpu it is refused by every command that takes both.
 TEST_F(TargetCli, ArchWithTheCpuTargetIsAUsageError) {
   CliResult run = run_kiln({"run", k_mlp, "--target", "cpu", "--arch", "sm_90"}, {}, env());
