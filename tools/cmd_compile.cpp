@@ -23,6 +23,7 @@
 #include <map>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -54,6 +55,9 @@ struct CompileArgs {
 // 'all' multiplies across dims (two dims of 1..4096: 13 x 13 = 169; three of 1..2^31-1: 32,768,
 // hours of NVRTC), and such a product is asked about first.
 constexpr size_t k_compiles_without_yes = 64;
+// The most compiles one `kiln compile` starts, --yes or not: its buckets are made before the
+// first compile (65536 buckets of 16 dims take 16 MiB).
+constexpr uint64_t k_max_compiles = 65536;
 
 // Parses `file` once per process: `--dims` needs the graph before the compile does, and "-"
 // (stdin) can be read only once.
@@ -78,11 +82,10 @@ void add_target_options(CLI::App* cmd, CompileArgs& args) {
   add_target_option(cmd, args.target);
 }
 
-// The buckets `--dims` asks for (one empty bucket without --dims: check_request then reports a
-// symbolic graph); prints the error and returns nullopt on bad input.
-std::optional<std::vector<std::vector<compiler::DimRange>>> buckets_from(
-    const CompileArgs& args, const std::string& file) {
-  if (args.dims.empty()) return std::vector<std::vector<compiler::DimRange>>{{}};
+// The values --dims gives `file`'s symbols (each nullopt: NAME=all); prints the error and
+// returns nullopt on bad input.
+std::optional<std::vector<std::optional<int64_t>>> dims_values(const CompileArgs& args,
+                                                               const std::string& file) {
   auto graph = read_graph(file);
   if (!graph) {
     print_error(graph.error().message);
@@ -93,20 +96,49 @@ std::optional<std::vector<std::vector<compiler::DimRange>>> buckets_from(
     print_error("kiln: " + file + ": " + values.error().message);
     return std::nullopt;
   }
-  return compiler::buckets_for(*graph, *values);
+  return *values;
+}
+
+// The buckets `--dims` asks for (one empty bucket without --dims: check_request then reports a
+// symbolic graph); prints the error and returns nullopt on bad input.
+std::optional<std::vector<std::vector<compiler::DimRange>>> buckets_from(
+    const CompileArgs& args, const std::string& file) {
+  if (args.dims.empty()) return std::vector<std::vector<compiler::DimRange>>{{}};
+  auto values = dims_values(args, file);
+  if (!values) return std::nullopt;
+  return compiler::buckets_for(*read_graph(file), *values);
+}
+
+// How many buckets `--dims` asks for in `file` (1 without --dims), counted without making them:
+// every NAME=all multiplies by that dim's bucket count, saturating at UINT64_MAX. Prints the
+// error and returns nullopt on bad input.
+std::optional<uint64_t> bucket_count(const CompileArgs& args, const std::string& file) {
+  if (args.dims.empty()) return 1;
+  auto values = dims_values(args, file);
+  if (!values) return std::nullopt;
+  const ir::Graph& graph = *read_graph(file);
+  uint64_t count = 1;
+  for (size_t i = 0; i < values->size() && i < graph.symbols().size(); ++i) {
+    if ((*values)[i]) continue;
+    uint64_t n = compiler::buckets(graph.symbols()[i]).size();
+    count = n != 0 && count > UINT64_MAX / n ? UINT64_MAX : count * n;
+  }
+  return count;
 }
 
 // Sets options.bucket to the one bucket --dims names (`command` cannot take several); prints
 // the error and returns false on bad input.
 bool set_one_bucket(const CompileArgs& args, const char* command,
                     compiler::CompileOptions& options) {
-  auto buckets = buckets_from(args, args.files[0]);
-  if (!buckets) return false;
-  if (buckets->size() != 1) {
+  auto count = bucket_count(args, args.files[0]);  // counted first: 'all' may ask for billions
+  if (!count) return false;
+  if (*count != 1) {
     print_error(std::string("kiln: ") + command +
                 " takes one bucket: give each dim a value, not 'all'");
     return false;
   }
+  auto buckets = buckets_from(args, args.files[0]);
+  if (!buckets) return false;
   options.bucket = buckets->front();
   return true;
 }
@@ -400,31 +432,48 @@ int run_compile(const CompileArgs& args) {
   if (!options) return k_exit_usage;
   std::unique_ptr<cache::Cache> cache;
   int worst = k_exit_ok;
-  // Every file's buckets first: how many compiles --dims asks for is said before any starts.
-  std::vector<std::pair<std::string, std::vector<std::vector<compiler::DimRange>>>> work;
-  size_t total = 0;
+  // Every file's bucket count first (counted, not made): how many compiles --dims asks for is
+  // said, and a count past the limits refused, before any bucket is made or compile starts.
+  std::vector<std::pair<std::string, uint64_t>> counts;
+  uint64_t total = 0;
   for (const std::string& file : args.files) {
-    auto buckets = buckets_from(args, file);
-    if (!buckets) {
+    auto count = bucket_count(args, file);
+    if (!count) {
       worst = k_exit_usage;
       continue;
     }
-    total += buckets->size();
-    work.emplace_back(file, std::move(*buckets));
+    total = total > UINT64_MAX - *count ? UINT64_MAX : total + *count;
+    counts.emplace_back(file, *count);
   }
-  if (total > work.size()) {  // some NAME=all
+  if (total > counts.size()) {  // some NAME=all
     std::string each;
-    for (const auto& [file, buckets] : work)
-      each += (each.empty() ? "" : ", ") + file + ": " + std::to_string(buckets.size()) +
-              (buckets.size() == 1 ? " bucket" : " buckets");
-    std::string count = "--dims " + args.dims + " asks for " + std::to_string(total) +
+    for (const auto& [file, n] : counts)
+      each += (each.empty() ? "" : ", ") + file + ": " +
+              (n == UINT64_MAX ? "more than 2^64 - 1" : std::to_string(n)) +
+              (n == 1 ? " bucket" : " buckets");
+    std::string count = "--dims " + args.dims + " asks for " +
+                        (total == UINT64_MAX ? "more than 2^64 - 1" : std::to_string(total)) +
                         " compiles (" + each + ")";
+    if (total > k_max_compiles) {
+      print_error("kiln: " + count + "; one command compiles at most " +
+                  std::to_string(k_max_compiles) + " (fix more dims in --dims)");
+      return k_exit_usage;
+    }
     if (total > k_compiles_without_yes && !args.yes) {
       print_error("kiln: " + count + "; pass --yes to start more than " +
                   std::to_string(k_compiles_without_yes));
       return k_exit_usage;
     }
     print_warning("kiln: note: " + count);
+  }
+  std::vector<std::pair<std::string, std::vector<std::vector<compiler::DimRange>>>> work;
+  for (const auto& [file, n] : counts) {
+    auto buckets = buckets_from(args, file);
+    if (!buckets) {
+      worst = k_exit_usage;
+      continue;
+    }
+    work.emplace_back(file, std::move(*buckets));
   }
   if (!args.no_cache) {
     cache::Options cache_options;

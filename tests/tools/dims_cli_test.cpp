@@ -140,6 +140,37 @@ TEST_F(DimsCli, CompileCountsTheBucketsAndAsksForYesPast64) {
   EXPECT_TRUE(huge.out.empty()) << huge.out;
   EXPECT_FALSE(std::filesystem::exists(m_dir + "/cache")) << "nothing compiled";
 
+  // Counted before any bucket is made: 16 dims of 1..2^31 - 1 each 'all' (32^16 buckets) and 4
+  // of them (2^20) are refused at once, --yes or not, past the 65536 one command compiles; emit
+  // (one bucket) refuses 'all' as quickly. Making them first took all the memory there was.
+  std::string many = m_dir + "/many.kg", all, four;
+  std::ofstream out(many);
+  out << "graph many {\n";
+  for (int i = 0; i < 16; ++i) out << "  dim D" << i << ": 1..2147483647\n";
+  for (int i = 0; i < 16; ++i) out << "  input x" << i << ": f32[D" << i << "]\n";
+  for (int i = 0; i < 16; ++i) out << "  y" << i << " = relu(x" << i << ")\n";
+  out << "  output y0";
+  for (int i = 1; i < 16; ++i) out << ", y" << i;
+  out << "\n}\n";
+  out.close();
+  for (int i = 0; i < 16; ++i) {
+    all += (i ? ",D" : "D") + std::to_string(i) + "=all";
+    four += (i ? ",D" : "D") + std::to_string(i) + (i < 4 ? "=all" : "=1");
+  }
+  CliResult most = kiln({"compile", many, "--target", "cpu", "--dims", all, "--yes"});
+  EXPECT_EQ(most.exit_code, 2);
+  EXPECT_EQ(most.err, "kiln compile: --dims " + all + " asks for more than 2^64 - 1 compiles (" +
+                          many + ": more than 2^64 - 1 buckets); one command compiles at most " +
+                          "65536 (fix more dims in --dims)\n");
+  CliResult million = kiln({"compile", many, "--target", "cpu", "--dims", four, "--yes"});
+  EXPECT_EQ(million.exit_code, 2);
+  EXPECT_NE(million.err.find("asks for 1048576 compiles"), std::string::npos) << million.err;
+  EXPECT_NE(million.err.find("at most 65536"), std::string::npos) << million.err;
+  CliResult emit = run_kiln({"emit", many, "--dims", all, "--target", "cpu", "--llvm"});
+  EXPECT_EQ(emit.exit_code, 2);
+  EXPECT_EQ(emit.err, "kiln emit: emit takes one bucket: give each dim a value, not 'all'\n");
+  EXPECT_FALSE(std::filesystem::exists(m_dir + "/cache")) << "nothing compiled";
+
   // Two dims of 1..256: 9 x 9 = 81 compiles (on the CPU target: fast).
   std::string two = m_dir + "/two.kg";
   std::ofstream(two) << "graph two {\n  dim A: 1..256\n  dim B: 1..256\n  input x: f32[A, B]\n"
