@@ -22,6 +22,9 @@ _TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i32": 
                  "i64": "int64", "bool": "bool"}
 _TORCH_NAMES = {f"torch.{t}": k for k, t in _TORCH_DTYPES.items()}
 # The kernels use 16-byte accesses: run() refuses a pointer that is not 16-byte aligned.
+# Graph files larger than this are refused rather than read (the CLI's and ir::parse_graph_file's
+# limit, ir::k_max_source_bytes).
+_MAX_GRAPH_BYTES = 64 << 20
 _ALIGN = 16
 
 
@@ -69,7 +72,12 @@ class Graph:
         """Reads and parses a `.kg` file."""
         path = pathlib.Path(path)
         try:
-            text = path.read_text()
+            with path.open("rb") as f:
+                data = f.read(_MAX_GRAPH_BYTES + 1)  # at most: /dev/zero has no end
+            if len(data) > _MAX_GRAPH_BYTES:
+                raise GraphError(f"{path}: larger than {_MAX_GRAPH_BYTES >> 20} MiB; "
+                                 "kiln graph files are small text")
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise GraphError(f"{path}: cannot read the graph: {e}") from None
         return Graph(_kiln._Graph.parse(text, str(path)))

@@ -49,6 +49,17 @@ def test_graph_parse_reports_line_and_column():
     assert "undefined value 'b'" in str(e.value)
 
 
+def test_a_graph_file_past_64_mib_is_refused_unread(tmp_path, rt):
+    # /dev/zero has no end: reading it whole took all the memory there was.
+    for load in (kiln.Graph.load, rt.compile):
+        with pytest.raises(kiln.GraphError, match="larger than 64 MiB"):
+            load(pathlib.Path("/dev/zero"))
+    big = tmp_path / "big.kg"
+    big.write_bytes(b"#" * ((64 << 20) + 1))
+    with pytest.raises(kiln.GraphError, match="big.kg: larger than 64 MiB"):
+        kiln.Graph.load(big)
+
+
 def test_graph_describes_itself_and_hashes_as_the_cli_does():
     g = kiln.Graph.load(MLP)
     cli = subprocess.run([kiln_cli(), "hash", str(MLP)], capture_output=True, text=True, check=True)
