@@ -71,9 +71,16 @@ Status write_bundle(const std::string& path, const std::vector<StoredEntry>& ent
   ByteWriter tail;
   tail.u64(checksum(out));
   out += tail.take();
-  if (replace == Replace::no) {
+  {
     struct stat st {};
-    if (::lstat(path.c_str(), &st) == 0) return make_error("'", path, "' exists");
+    if (::lstat(path.c_str(), &st) == 0) {
+      if (replace == Replace::no) return make_error("'", path, "' exists");
+      // Replacing renames over the path: a device, pipe, socket, link or folder would be lost
+      // (as root, /dev/full turned into a file), so only a regular file is replaced.
+      if (!S_ISREG(st.st_mode)) {
+        return make_error("'", path, "' is not a regular file; only a regular file is replaced");
+      }
+    }
   }
   // A private temporary (0600, a new name made here: O_EXCL, so never through a link), renamed
   // into place.

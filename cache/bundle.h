@@ -12,7 +12,8 @@ namespace kiln::cache {
 inline constexpr unsigned k_bundle_format_version = 2;  // reads 1 too
 
 // Writes `entries` to `path` (mode 0600, through a temporary file renamed into place). Fails when
-// `path` exists (unless Replace::yes) and on I/O errors, saying why.
+// `path` exists (unless Replace::yes, which replaces only a regular file: never a device, pipe,
+// link or folder) and on I/O errors, saying why.
 enum class Replace { no, yes };
 Status write_bundle(const std::string& path, const std::vector<StoredEntry>& entries,
                     Replace replace = Replace::no);

@@ -386,6 +386,8 @@ int run_export(const CacheArgs& args) {
   const std::string exists = "'" + args.target + "' exists";
   if (!written && written.error().message == exists)
     return fail(exists + "; pass --force to replace it", k_exit_usage);
+  if (!written && written.error().message.find("' is not a regular file;") != std::string::npos)
+    return fail(written.error().message, k_exit_usage);
   if (!written) return fail(written.error().message, k_exit_failure);
   std::printf("exported %zu entries to %s\n", entries->size(), args.target.c_str());
   return k_exit_ok;

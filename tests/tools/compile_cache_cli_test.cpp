@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -216,6 +218,21 @@ TEST_F(CompileCacheCli, ExportedBundlePrewarmsAnotherCache) {
   EXPECT_EQ(kiln({"export", bundle, "--force"}).exit_code, 0);
   EXPECT_EQ(std::filesystem::status(bundle).permissions() & std::filesystem::perms::all,
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  // --force replaces a regular file only: a pipe, a link or a folder stays (a device too: as
+  // root, /dev/full once became a bundle).
+  std::string pipe = m_dir + "/pipe", link = m_dir + "/link", folder = m_dir + "/folder";
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
+  std::filesystem::create_symlink(bundle, link);
+  std::filesystem::create_directory(folder);
+  for (const std::string& path : {pipe, link, folder}) {
+    CliResult kept = kiln({"export", path, "--force"});
+    EXPECT_EQ(kept.exit_code, 2) << path;
+    EXPECT_EQ(kept.err, "kiln export: '" + path +
+                            "' is not a regular file; only a regular file is replaced\n");
+  }
+  EXPECT_TRUE(std::filesystem::is_fifo(pipe));
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_TRUE(std::filesystem::is_directory(folder));
   std::string other = m_dir + "/other";
   CliResult imported = kiln({"import", bundle}, other);
   ASSERT_EQ(imported.exit_code, 0) << imported.err;
