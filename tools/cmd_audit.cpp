@@ -154,7 +154,7 @@ void register_audit_commands(CLI::App& app, int& exit_code) {
   cmd->add_option("--precision", args->precision, "highest, high, tf32x3, medium or auto")
       ->required();
   cmd->add_option("--arch", args->arch, "sm_XX, used only to resolve auto (default sm_90)");
-  cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
+  add_seed_option(cmd, args->seed);
   cmd->add_option("--dims", args->dims,
                   "sizes of a symbolic graph's dims, e.g. B=37,S=100 (default: the --input "
                   "files')");

@@ -389,7 +389,7 @@ void register_run_commands(CLI::App& app, int& exit_code) {
                   "target arch, sm_XX or sm_90a (default: the GPU's, sm_90a on compute capability "
                   "9.0; sm_90 with --emulate)");
   cmd->add_option("--precision", args->precision, "highest, high, tf32x3, medium or auto");
-  cmd->add_option("--seed", args->seed, "seed of the random inputs (default 0)");
+  add_seed_option(cmd, args->seed);
   cmd->add_flag("--emulate", args->emulate, "run under the host emulation of CUDA");
   add_target_option(cmd, args->target);
   cmd->add_option("--schedule", args->schedule,

@@ -7,6 +7,7 @@
 #include "tools/cli.h"
 
 #include <algorithm>
+#include <charconv>
 #include <bit>
 #include <cctype>
 #include <cstring>
@@ -262,6 +263,17 @@ std::string output_name(const ir::Graph& graph, size_t i) {
 }
 
 }  // namespace
+
+void add_seed_option(CLI::App* cmd, uint64_t& seed) {
+  auto whole = [](const std::string& value) {
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (value.empty() || ec != std::errc() || end != value.data() + value.size())
+      return "expected a whole number from 0 to 2^64 - 1, got '" + value + "'";
+    return std::string();
+  };
+  cmd->add_option("--seed", seed, "seed of the random inputs (default 0)")->check(whole);
+}
 
 void add_data_options(CLI::App* cmd, DataFlags& flags, const std::string& saved) {
   auto not_empty = [](const std::string& value) {

@@ -49,6 +49,10 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
                                     const std::string& dims, uint64_t seed,
                                     const std::string& command, int& exit_code);
 
+// --seed: the random inputs' seed, a whole number from 0 to 2^64 - 1 (-1 or 2^64 is a usage
+// error, not wrapped or clamped).
+void add_seed_option(CLI::App* cmd, uint64_t& seed);
+
 // "inputs uniform in [-1, 1]", "inputs x from x.npy, the rest uniform in [-1, 1]", ...
 std::string describe_inputs(const RunData& data);
 // " at B = 37, S = 100" for a symbolic `graph` (as written) at data.dims; "" for a static one.

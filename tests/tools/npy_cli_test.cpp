@@ -409,6 +409,18 @@ TEST_F(NpyCli, InputsNotGivenStaySeeded) {
   EXPECT_NE(text.out.find("inputs x from " + m_dir + "/x.npy, the rest uniform in [-1, 1]"),
             std::string::npos)
       << text.out;
+  // A seed is 0 to 2^64 - 1: -1 was wrapped to 2^64 - 1, and 2^64 clamped to it, silently.
+  for (const char* seed : {"-1", "18446744073709551616", "1.5", ""}) {
+    for (const char* command : {"run", "audit"}) {
+      CliResult bad = run_kiln({command, m_graph, "--seed", seed});
+      EXPECT_EQ(bad.exit_code, 2) << command << " --seed '" << seed << "'";
+      EXPECT_NE(bad.err.find("--seed: expected a whole number from 0 to 2^64 - 1, got '" +
+                             std::string(seed) + "'"),
+                std::string::npos)
+          << bad.err;
+    }
+  }
+  EXPECT_EQ(run({"--seed", "18446744073709551615"}).exit_code, 0);
 }
 
 TEST_F(NpyCli, Bf16ReadsTheSameAsU2OrV2) {
