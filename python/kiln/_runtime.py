@@ -21,10 +21,10 @@ _NUMPY_NAMES = {np.dtype(v).name: k for k, v in _NUMPY.items()}
 _TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i32": "int32",
                  "i64": "int64", "bool": "bool"}
 _TORCH_NAMES = {f"torch.{t}": k for k, t in _TORCH_DTYPES.items()}
-# The kernels use 16-byte accesses: run() refuses a pointer that is not 16-byte aligned.
 # Graph files larger than this are refused rather than read (the CLI's and ir::parse_graph_file's
 # limit, ir::k_max_source_bytes).
 _MAX_GRAPH_BYTES = 64 << 20
+# The kernels use 16-byte accesses: run() refuses a pointer that is not 16-byte aligned.
 _ALIGN = 16
 
 
