@@ -280,7 +280,16 @@ class Executable:
         unknown = set(dims) - set(names)
         if unknown or len(dims) != len(names):
             raise RuntimeError(f"graph '{self.name}' has dims {names}, got {sorted(dims)}")
-        self._x.prepare([int(dims[n]) for n in names], int(stream or 0))
+        values = []
+        for d in self.dims:
+            v = dims[d.name]
+            # A whole number (int or NumPy integer), never a float, string or bool made one.
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"dim {d.name}: expected an integer, not {type(v).__name__} {v!r}")
+            if not d.lo <= v <= d.hi:
+                raise RuntimeError(f"{d.name} = {v} is outside its range {d.lo}..{d.hi}")
+            values.append(int(v))
+        self._x.prepare(values, int(stream or 0))
 
     def _output_specs(self, shapes) -> list[TensorSpec]:
         shapes = [tuple(int(d) for d in s) for s in shapes]

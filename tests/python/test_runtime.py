@@ -285,3 +285,16 @@ def test_a_size_of_zero_is_named_as_out_of_range(rt):
     x, w1, b1, w2, b2 = mlp_inputs(rows=1)
     with pytest.raises(kiln.RuntimeError, match="B = 0"):
         exe(np.zeros((0, 768), np.float32), w1, b1, w2, b2)
+
+
+def test_prepare_takes_whole_dims_only(rt):
+    # int() once made '7' a 7, 3.7 a 3 and True a 1; 2**70 reached the binding's signature dump.
+    exe = rt.compile(GRAPHS / "mlp_dynamic.kg")
+    for bad in ("7", 3.7, True, np.bool_(True), None):
+        with pytest.raises(TypeError, match=f"dim B: expected an integer, not {type(bad).__name__}"):
+            exe.prepare(dims={"B": bad})
+    for far in (0, 4097, 2**70, -(2**70)):
+        with pytest.raises(kiln.RuntimeError, match=f"B = {far} is outside its range 1..4096"):
+            exe.prepare(dims={"B": far})
+    exe.prepare(dims={"B": np.int64(37)})
+    exe.prepare(dims={"B": 4096})
