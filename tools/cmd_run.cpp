@@ -233,9 +233,12 @@ int run_graph(const RunArgs& args) {
       print_error("run: " + gpu.error().message + "; --emulate runs the kernels on the CPU");
       return k_exit_failure;
     }
-    if (args.emulate) {
-      // What the request refuses (an arch, a precision, a fallback) is the user's to fix.
-      if (auto request = compiler::check_request(*graph, options); !request) {
+    if (args.emulate || *cpu) {
+      // What the request refuses (an arch, a precision, a fallback, an attention no kernel
+      // runs) is the user's to fix.
+      compiler::CompileOptions request_options = options;
+      if (*cpu) request_options.target = compiler::Target::for_cpu((*cpu)->cpu, (*cpu)->features);
+      if (auto request = compiler::check_request(*graph, request_options); !request) {
         print_error("run: " + request.error().message);
         return k_exit_usage;
       }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 namespace kiln::testing {
@@ -126,6 +127,22 @@ TEST_F(TargetCli, AThirtyTwoBitCpuIsRefused) {
       EXPECT_NE(r.err.find("cannot run 64-bit code"), std::string::npos) << r.err;
       EXPECT_EQ(r.err.find("LLVM ERROR"), std::string::npos) << r.err;
     }
+  }
+}
+
+// A graph the CPU target cannot compile (an attention over head dim 300) is a usage error under
+// run too, as under compile and emit: run checks the request before compiling (it said exit 1).
+TEST_F(TargetCli, AGraphTheCpuTargetRefusesIsAUsageErrorUnderEveryCommand) {
+  std::filesystem::create_directories(dir);
+  std::string wide = dir + "/wide.kg";
+  std::ofstream(wide) << "graph wide {\n  input q: f32[4, 300]\n  y = attention(q, q, q)\n"
+                         "  output y\n}\n";
+  for (const char* command : {"run", "compile", "emit"}) {
+    CliResult r = run_kiln({command, wide, "--target", "cpu", "--precision", "high"}, {}, env());
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.err;
+    EXPECT_NE(r.err.find("wide.kg:3:7: error: attention 'y': head dim 300 > 256"),
+              std::string::npos)
+        << r.err;
   }
 }
 
