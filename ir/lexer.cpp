@@ -15,8 +15,10 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_ident_char(char c) { return is_ident_start(c) || is_digit(c); }
 
 // Printable names for bytes that cannot start a token, kept static so tokens can point at them.
+// `in_name` says the same of a non-ASCII byte met inside a name.
 struct ByteNames {
   std::array<std::array<char, 8>, 256> names{};
+  std::array<std::array<char, 40>, 128> in_name{};
   ByteNames() {
     for (int b = 0; b < 256; ++b) {
       if (b >= 0x21 && b < 0x7f) {
@@ -24,6 +26,10 @@ struct ByteNames {
       } else {
         std::snprintf(names[b].data(), names[b].size(), "'\\x%02x'", b);
       }
+    }
+    for (int b = 0x80; b < 256; ++b) {
+      std::snprintf(in_name[b - 0x80].data(), in_name[b - 0x80].size(),
+                    "'\\x%02x' in a name (names are ASCII)", b);
     }
   }
 };
@@ -108,6 +114,14 @@ Token Lexer::next() {
     while (peek() == '.' && is_ident_char(peek(1))) {
       advance();
       while (is_ident_char(peek())) advance();
+    }
+    if (static_cast<unsigned char>(peek()) >= 0x80) {
+      // "relé": the name does not end at the non-ASCII byte, it is refused there.
+      token.kind = TokenKind::invalid;
+      token.location = m_location;
+      token.text = k_byte_names.in_name[static_cast<unsigned char>(peek()) - 0x80].data();
+      advance();
+      return token;
     }
     token.kind = TokenKind::identifier;
     m_name_end = m_pos;

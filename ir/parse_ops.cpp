@@ -32,6 +32,13 @@ std::optional<T> parse_number(const Token& token) {
 
 std::optional<int64_t> parse_int(const Token& token) { return parse_number<int64_t>(token); }
 
+// What a named argument's value is, for an error: "a list", "a call of 'relu'", or its token.
+std::string describe_value(const NamedArg& arg) {
+  if (arg.is_list) return "a list";
+  if (arg.node >= 0) return "a call of '" + std::string(arg.value.text) + "'";
+  return describe(arg.value);
+}
+
 }  // namespace
 
 Expected<NodeId> Parser::tensor_arg(const Token& op_token, const Operand& operand,
@@ -94,8 +101,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
   };
   auto bad_value = [&](const NamedArg& arg, const std::string& wanted) {
     return error_at(arg.value.location, "expected " + wanted + " for '" +
-                                            std::string(arg.name) + "', got " +
-                                            describe(arg.value));
+                                            std::string(arg.name) + "', got " + describe_value(arg));
   };
   auto located = [&](Expected<NodeId> id) -> Expected<NodeId> {
     if (!id) return error_at(op_token.location, id.error().message);
@@ -114,7 +120,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
           if (!value) return bad_value(arg, "true or false");
           (arg.name == "transpose_a" ? transpose_a : transpose_b) = *value;
         } else if (arg.name == "precision") {
-          precision = arg.value.kind == TokenKind::identifier
+          precision = arg.value.kind == TokenKind::identifier && arg.node < 0
                           ? parse_precision(arg.value.text)
                           : std::nullopt;
           if (!precision) return bad_value(arg, "highest, high, tf32x3 or medium");
@@ -151,9 +157,9 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       OpKind unary = *kind;
       for (const NamedArg& arg : named) {
         if (*kind != OpKind::gelu) return unknown_arg(arg, "it takes one operand only");
-        if (arg.name != "approximate" || arg.is_list) return unknown_arg(arg, "expected approximate");
+        if (arg.name != "approximate") return unknown_arg(arg, "expected approximate");
         std::optional<OpKind> approximate;
-        if (arg.value.kind == TokenKind::string && arg.value.text.size() >= 2) {
+        if (!arg.is_list && arg.node < 0 && arg.value.kind == TokenKind::string && arg.value.text.size() >= 2) {
           approximate = approximate_kind(*kind, arg.value.text.substr(1, arg.value.text.size() - 2));
         }
         if (!approximate) return bad_value(arg, "\"none\" or \"tanh\"");
@@ -167,7 +173,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       std::optional<DType> to;
       for (const NamedArg& arg : named) {
         if (arg.name != "to") return unknown_arg(arg, "expected to");
-        to = arg.value.kind == TokenKind::identifier ? parse_dtype(arg.value.text)
+        to = arg.value.kind == TokenKind::identifier && arg.node < 0 ? parse_dtype(arg.value.text)
                                                      : std::nullopt;
         if (!to) return bad_value(arg, "a dtype (" + dtype_names() + ")");
       }
@@ -181,13 +187,13 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       int axis = default_attrs(*kind).axis;
       bool keepdim = false;
       for (const NamedArg& arg : named) {
-        if (arg.name == "axis" && !arg.is_list) {
-          auto value = parse_int(arg.value);
+        if (arg.name == "axis") {
+          auto value = arg.is_list || arg.node >= 0 ? std::nullopt : parse_int(arg.value);
           if (!value || *value < -k_max_rank || *value >= k_max_rank)
             return bad_value(arg, "an integer axis");
           axis = static_cast<int>(*value);
-        } else if (arg.name == "keepdim" && cat == OpCategory::reduce && !arg.is_list) {
-          auto value = parse_bool(arg.value);
+        } else if (arg.name == "keepdim" && cat == OpCategory::reduce) {
+          auto value = arg.is_list || arg.node >= 0 ? std::nullopt : parse_bool(arg.value);
           if (!value) return bad_value(arg, "true or false");
           keepdim = *value;
         } else {
@@ -203,8 +209,8 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
     case OpCategory::norm: {
       double eps = default_attrs(*kind).eps;
       for (const NamedArg& arg : named) {
-        if (arg.name != "eps" || arg.is_list) return unknown_arg(arg, "expected eps");
-        auto value = parse_number<double>(arg.value);
+        if (arg.name != "eps") return unknown_arg(arg, "expected eps");
+        auto value = arg.is_list || arg.node >= 0 ? std::nullopt : parse_number<double>(arg.value);
         if (!value || !(*value > 0.0) || !std::isfinite(*value))
           return bad_value(arg, "a positive number");
         eps = *value;
@@ -266,6 +272,10 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
     return error_at(at.location, "expected " + wanted + " for '" + std::string(arg) + "', got " +
                                      describe(at));
   };
+  auto bad_arg = [&](const NamedArg& arg, const std::string& wanted) {
+    return error_at(arg.value.location, "expected " + wanted + " for '" +
+                                            std::string(arg.name) + "', got " + describe_value(arg));
+  };
   auto located = [&](Expected<NodeId> id) -> Expected<NodeId> {
     if (!id) return error_at(op_token.location, id.error().message);
     m_builder.set_location(*id, op_token.location.line, op_token.location.column);
@@ -286,7 +296,7 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
     std::vector<SymbolicDim> symbols;
     for (const NamedArg& arg : named) {
       if (arg.name != "shape") return unknown_arg(arg, "expected shape");
-      if (!arg.is_list) return bad_value(arg.value, arg.name, "a list of dims, [2, -1, 64]");
+      if (!arg.is_list) return bad_arg(arg, "a list of dims, [2, -1, 64]");
       dims.emplace();
       for (const Token& item : arg.list) {
         SymbolicDim sym;
@@ -318,7 +328,7 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
     std::optional<std::vector<int>> dims;
     for (const NamedArg& arg : named) {
       if (arg.name != "dims") return unknown_arg(arg, "expected dims");
-      if (!arg.is_list) return bad_value(arg.value, arg.name, "a list of axes, [0, 2, 1, 3]");
+      if (!arg.is_list) return bad_arg(arg, "a list of axes, [0, 2, 1, 3]");
       dims.emplace();
       for (const Token& item : arg.list) {
         auto v = parse_int(item);
@@ -342,7 +352,7 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
       bool is_axis = target == &axis;
       int64_t limit = is_axis ? k_max_rank : k_max_elements;
       if (!v || *v < -limit || *v > limit - is_axis)
-        return bad_value(arg.value, arg.name, is_axis ? "an integer axis" : "an integer");
+        return bad_arg(arg, is_axis ? "an integer axis" : "an integer");
       *target = *v;
     }
     if (!start || !end) return missing("start and end", "slice(x, axis=-1, start=0, end=32)");
@@ -355,7 +365,7 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
       if (arg.name != "axis") return unknown_arg(arg, "expected axis");
       auto v = arg.is_list ? std::nullopt : parse_int(arg.value);
       if (!v || *v < -k_max_rank || *v >= k_max_rank)
-        return bad_value(arg.value, arg.name, "an integer axis");
+        return bad_arg(arg, "an integer axis");
       axis = static_cast<int>(*v);
     }
     return located(m_builder.add_concat(ops, axis));
@@ -367,8 +377,7 @@ Expected<NodeId> Parser::build_attention(const Token& op_token, const std::vecto
                                          const std::vector<NamedArg>& named) {
   auto bad_value = [&](const NamedArg& arg, const std::string& wanted) {
     return error_at(arg.value.location, "expected " + wanted + " for '" +
-                                            std::string(arg.name) + "', got " +
-                                            describe(arg.value));
+                                            std::string(arg.name) + "', got " + describe_value(arg));
   };
   std::optional<NodeId> mask;
   std::optional<double> scale;
