@@ -37,6 +37,11 @@ CLI::Option* add_cache_dir_option(CLI::App* cmd, std::string& dir, const std::st
 // `cmd`; a URL that is not redis://[:password@]host[:port][/db][?prefix=P] is bad usage.
 CLI::Option* add_remote_option(CLI::App* cmd, std::optional<std::string>& remote);
 
+// A validator for an integer option: the text must be a whole number from `lo` to `hi`
+// ("expected a whole number from 1 to 1000000, got '2.5'"), checked before CLI11 converts it,
+// which would clamp 10^20 to 2^63 - 1 and quote the clamped value.
+CLI::Validator whole_number_in(int64_t lo, int64_t hi);
+
 // --allow-fallback (precision fallbacks: a mode the arch lacks, run on the best available path)
 // and --no-fallback (no fallback of any kind: an attention kiln cannot fuse is an error too);
 // given together they are bad usage.

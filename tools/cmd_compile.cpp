@@ -770,8 +770,9 @@ void register_compile_commands(CLI::App& app, int& exit_code) {
               "fastest as tuning records (exit 3 without a GPU)");
   tune->add_option("FILE", tune_args->files, "graph file (.kg) or -")->required()->expected(1);
   add_target_options(tune, *tune_args);
-  tune->add_option("--repeats", tune_args->repeats, "timed runs per candidate (the median counts)")
-      ->check(CLI::Range(5, 1000))
+  tune->add_option("--repeats", tune_args->repeats,
+                   "timed runs per candidate, 5 to 1000 (the median counts)")
+      ->check(whole_number_in(5, 1000))
       ->capture_default_str();
   tune->add_flag("--no-cache", tune_args->no_cache, "time and print only: store no record");
   tune->add_flag("--json", tune_args->json, "print one JSON object");

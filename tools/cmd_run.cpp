@@ -414,8 +414,9 @@ void register_run_commands(CLI::App& app, int& exit_code) {
   cmd->add_option("--repeat", args->repeat,
                   "run N times, each timed (inputs in, kernels, outputs out; compile and the fp64 "
                   "reference excluded): the median is printed, and is run_us in --json; the "
-                  "first run's outputs are checked (default 1)")
-      ->type_name("N");
+                  "first run's outputs are checked (1 to 1000000, default 1)")
+      ->type_name("N")
+      ->check(whole_number_in(1, k_max_repeat));
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([args, cmd, &exit_code] {
     args->arch_given = cmd->count("--arch") > 0;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -183,6 +184,21 @@ void apply_fallback_flags(const FallbackFlags& flags, compiler::CompileOptions& 
   compiler::set_fallback_policy(
       options, flags.refuse ? compiler::FallbackPolicy::refuse : compiler::FallbackPolicy::warn,
       flags.allow);
+}
+
+CLI::Validator whole_number_in(int64_t lo, int64_t hi) {
+  std::string range = "a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& value) {
+        int64_t v = 0;
+        const char* first = value.data() + (!value.empty() && value[0] == '+');
+        auto [end, ec] = std::from_chars(first, value.data() + value.size(), v);
+        if (value.empty() || ec != std::errc() || end != value.data() + value.size() || v < lo ||
+            v > hi)
+          return "expected " + range + ", got '" + value + "'";
+        return std::string();
+      },
+      "");
 }
 
 CLI::Option* add_remote_option(CLI::App* cmd, std::optional<std::string>& remote) {

@@ -380,6 +380,15 @@ TEST_F(NpyCli, IntegerAndBoolTensorsGoInAndOutAsNpy) {
   EXPECT_NE(wrong.err.find("expected i64[2, 3] (descr '<i8'), got descr '<f4'"), std::string::npos)
       << wrong.err;
   EXPECT_EQ(run_kiln({"run", fixed, "--target", "cpu", "--repeat", "0"}).exit_code, 2);
+  // A count past int64 is quoted as written, not as the value it would clamp to.
+  for (const char* count : {"99999999999999999999", "2.5", "-99999999999999999999"}) {
+    CliResult bad = run_kiln({"run", fixed, "--target", "cpu", "--repeat", count});
+    EXPECT_EQ(bad.exit_code, 2) << count;
+    EXPECT_NE(bad.err.find("--repeat: expected a whole number from 1 to 1000000, got '" +
+                           std::string(count) + "'"),
+              std::string::npos)
+        << bad.err;
+  }
 }
 
 TEST_F(NpyCli, TheSameInputsGiveTheSameOutputsWhateverTheSeed) {

@@ -55,6 +55,11 @@ TEST_F(TuneCli, WithoutAGpuItSaysSoAndExitsThree) {
 
 TEST_F(TuneCli, BadUsageExitsTwo) {
   EXPECT_EQ(on_fake({"tune", m_graph, "--repeats", "4"}).exit_code, 2);
+  CliResult fraction = on_fake({"tune", m_graph, "--repeats", "5.5"});
+  EXPECT_EQ(fraction.exit_code, 2);
+  EXPECT_NE(fraction.err.find("--repeats: expected a whole number from 5 to 1000, got '5.5'"),
+            std::string::npos)
+      << fraction.err;
   CliResult cpu = on_fake({"tune", m_graph, "--target", "cpu"});
   EXPECT_EQ(cpu.exit_code, 2);
   EXPECT_NE(cpu.err.find("tune times CUDA kernels"), std::string::npos) << cpu.err;
