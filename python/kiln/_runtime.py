@@ -263,6 +263,10 @@ class Executable:
                                 f"not {type(out).__name__}")
             if not _contiguous(out) or _address(out) % _ALIGN:
                 raise RuntimeError(f"output '{spec.name}' must be C-contiguous and 16-byte aligned")
+            if not _is_torch(out) and not out.dtype.isnative:
+                raise RuntimeError(f"output '{spec.name}' is in non-native byte order "
+                                   f"({out.dtype.str}): kiln writes {out.dtype.name} in the "
+                                   "machine's own")
             if (out.is_neg() or out.is_conj()) if _is_torch(out) else not out.flags.writeable:
                 raise RuntimeError(f"output '{spec.name}' is not writable (a read-only array, or "
                                    "a tensor view with its negative or conjugate bit set)")
@@ -324,6 +328,11 @@ class Executable:
                 got = _NUMPY_NAMES.get(x.dtype.name, x.dtype.name)
             if got != spec.dtype:
                 raise RuntimeError(f"input '{spec.name}' is {got}, expected {spec.dtype}")
+            if not _is_torch(x) and not x.dtype.isnative:
+                # A byte-swapped array ('>f4' here): its values in native order, one copy.
+                x = x.astype(x.dtype.newbyteorder("="), order="C")
+                copied += x.nbytes
+                copies += 1
             if not _contiguous(x) or _address(x) % _ALIGN:
                 if _is_torch(x):
                     x = x.clone(memory_format=_torch().contiguous_format)

@@ -164,6 +164,21 @@ def test_noncontiguous_and_misaligned_inputs_are_copied_and_counted(rt):
     assert after["calls"] - before["calls"] == 2
 
 
+def test_byte_swapped_inputs_are_read_in_order_and_outputs_refused(rt):
+    exe = rt.compile(MLP)
+    inputs = mlp_inputs(seed=3)
+    expected = exe(*inputs)
+    swapped = inputs[0].astype(inputs[0].dtype.newbyteorder())
+    assert not swapped.dtype.isnative and np.array_equal(swapped, inputs[0])
+    before = exe.stats
+    assert np.array_equal(exe(swapped, *inputs[1:]), expected)
+    assert exe.stats["copied_inputs"] - before["copied_inputs"] == 1
+    out = np.full((128, 768), 7.0, np.float32).astype(swapped.dtype)
+    with pytest.raises(kiln.RuntimeError, match="output 'y' is in non-native byte order"):
+        exe.run(inputs, [out])
+    assert (out == 7.0).all()
+
+
 def test_bad_inputs_are_errors_naming_the_input(rt):
     exe = rt.compile(MLP)
     x, w1, b1, w2, b2 = mlp_inputs()
