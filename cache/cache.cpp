@@ -128,6 +128,7 @@ remote::Backend* Cache::remote_now() {
 void Cache::remote_failed(const std::string& what) {
   m_local->count(local::Counter::remote_errors);
   m_remote_down_until_ms = m_local->now() + m_options.remote_down_for.count();
+  m_remote_failure = what;
   if (m_remote_warned) return;
   m_remote_warned = true;
   m_local->warn("remote cache: " + what + "; going on with the local cache (retried after " +
@@ -137,7 +138,7 @@ void Cache::remote_failed(const std::string& what) {
 std::optional<Entry> Cache::remote_fetch(const std::string& key,
                                          const std::vector<KeyField>* fields,
                                          const PayloadSelection& want, Outcome* outcome,
-                                         const std::string* only_graph, Refresh refresh) {
+                                         const std::string* only_graph, bool report_rejection) {
   Outcome ignored;
   if (!outcome) outcome = &ignored;
   *outcome = Outcome::failed;
@@ -146,17 +147,19 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     std::lock_guard lock(m_remote_mutex);
     remote::Backend* backend = remote_now();
     if (!backend) return std::nullopt;
-    // A pull refreshes an entry's time to live only once it has verified it (below).
+    // The time to live is reset only once the entry is verified (below).
     remote::ValueLimits limits{m_remote_max_bytes,
                                m_remote_secret.empty() ? "" : remote::signed_prefix()};
-    auto got = backend->get(key, refresh == Refresh::with_get ? m_remote_ttl_ms : 0, limits);
+    auto got = backend->get(key, 0, limits);
     if (!got && got.failure().kind == remote::Failure::Kind::refused) {
       *outcome = Outcome::rejected;
       // With a secret, only values that start as signed ones are asked for.
       bool unsigned_value = got.failure().refusal == remote::Failure::Refusal::prefix;
-      remote_rejected(key, unsigned_value ? std::string(remote::describe(remote::Opened::unsigned_entry)) +
-                                                " (refused before its body was read)"
-                                          : got.failure().message);
+      if (report_rejection)
+        remote_rejected(key, unsigned_value
+                                 ? std::string(remote::describe(remote::Opened::unsigned_entry)) +
+                                       " (refused before its body was read)"
+                                 : got.failure().message);
       return std::nullopt;
     }
     if (!got) {
@@ -173,7 +176,7 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
   auto reject = [&](const std::string& why,
                     Rejection kind = Rejection::reported) -> std::optional<Entry> {
     *outcome = Outcome::rejected;
-    remote_rejected(key, why, kind);
+    if (report_rejection) remote_rejected(key, why, kind);
     return std::nullopt;
   };
   std::string_view record;
@@ -202,10 +205,12 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     return std::nullopt;
   }
   *outcome = Outcome::hit;
-  if (refresh == Refresh::after_verifying) {
+  {
     std::lock_guard lock(m_remote_mutex);
     if (remote::Backend* backend = remote_now()) {
-      auto refreshed = backend->refresh(key, m_remote_ttl_ms);
+      std::string graph = entry->info.field("graph_hash");
+      auto refreshed = backend->refresh(key, m_remote_ttl_ms,
+                                        graph.empty() ? std::string() : graph_marker(graph, key));
       if (!refreshed) remote_failed(refreshed.failure().message);
     }
   }
@@ -263,6 +268,13 @@ Expected<bool> Cache::remote_put(const StoredEntry& entry) {
   }
   m_local->count(local::Counter::remote_puts);
   return true;
+}
+
+Status Cache::replace_bad(const std::string& key, const std::vector<KeyField>& fields,
+                          const Contents& contents, const std::string& why) {
+  m_local->count(local::Counter::errors);
+  m_local->warn("replaced bad entry " + key + ": " + why);
+  return store(key, fields, contents);
 }
 
 Lookup Cache::lookup(const std::string& key, const std::vector<KeyField>& fields,
@@ -349,12 +361,13 @@ Expected<PullReport> Cache::pull(const std::optional<std::string>& graph_hash) {
     Outcome outcome;
     // Every payload is decoded and checked before the entry is stored here.
     (void)remote_fetch(key, nullptr, PayloadSelection(), &outcome,
-                       graph_hash ? &*graph_hash : nullptr, Refresh::after_verifying);
+                       graph_hash ? &*graph_hash : nullptr);
     if (outcome == Outcome::hit) ++report.pulled;
     if (outcome == Outcome::rejected) ++report.rejected;
     if (outcome == Outcome::failed) {
       m_fill->drain();
-      return make_error("remote cache: unavailable");
+      std::lock_guard lock(m_remote_mutex);
+      return make_error("remote cache: unavailable (", m_remote_failure, ")");
     }
   }
   m_fill->drain();  // pulled means stored

@@ -98,6 +98,13 @@ public:
   Status store(const std::string& key, const std::vector<KeyField>& fields,
                const Contents& contents);
 
+  // An entry served as good whose contents its user could not decode or load (checksums and
+  // signature held, so the damage is older than them, or the entry came from a machine trusted to
+  // sign): counted as an error, reported with `why`, and replaced by `contents`, a fresh compile,
+  // as store() does, remotely too. Without a secret a signed remote value is kept, as by any put.
+  Status replace_bad(const std::string& key, const std::vector<KeyField>& fields,
+                     const Contents& contents, const std::string& why);
+
   // The entry for `key`, running `producer` once across the threads, processes and (with a
   // remote tier) machines that ask at the same time. Waits at most Options::lock_wait for another
   // producer; a dead one is noticed at once on this machine and when its lease expires on
@@ -142,15 +149,14 @@ private:
   remote::Backend* remote_now();
   void remote_failed(const std::string& what);
   enum class Outcome { hit, miss, rejected, failed, other_graph };
-  // When a fetched entry's time to live is reset: by the read itself (one round trip; a lookup),
-  // or only once the entry is verified (a pull, which must not keep junk alive).
-  enum class Refresh { with_get, after_verifying };
   // A verified remote entry for `key`, stored locally; nullopt on a miss, a rejection or a
-  // failure (counted and reported). With `only_graph`, an entry of another graph is left alone.
+  // failure (counted and reported; a rejection only with `report_rejection`). With `only_graph`,
+  // an entry of another graph is left alone. Only a verified entry has its time to live reset
+  // (and its graph's marker with it): a rejected value is left to expire, never kept alive.
   std::optional<Entry> remote_fetch(const std::string& key, const std::vector<KeyField>* fields,
                                     const PayloadSelection& want, Outcome* outcome = nullptr,
                                     const std::string* only_graph = nullptr,
-                                    Refresh refresh = Refresh::with_get);
+                                    bool report_rejection = true);
   // Puts `entry` (sealed) to the remote tier; a failure marks the tier down (one warning).
   // Without a secret, an entry holding host machine code is not put (answers false: no machine
   // takes it unsigned), and a signed value already there is kept.
@@ -179,6 +185,7 @@ private:
   std::string m_remote_description;
   int64_t m_remote_down_until_ms = 0;
   bool m_remote_warned = false;
+  std::string m_remote_failure;  // what the last remote failure was, for a later error
 };
 
 }  // namespace kiln::cache

@@ -73,11 +73,14 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
     m_local->record_hit(found.entry);
     return Fetched{FetchSource::hit, std::move(found.entry)};
   };
-  // A rejected remote value is read again only while another machine may be replacing it.
+  // A rejected remote value is read again only while another machine may be replacing it, and
+  // is reported (and counted) once per call however often it is read.
   Outcome last = Outcome::miss;
+  bool rejected = false;
   auto remote_hit = [&](bool waiting = false) -> std::optional<Fetched> {
     if (!m_remote || (last == Outcome::rejected && !waiting)) return std::nullopt;
-    auto entry = remote_fetch(key, &fields, want, &last);
+    auto entry = remote_fetch(key, &fields, want, &last, nullptr, !rejected);
+    rejected = rejected || last == Outcome::rejected;
     if (!entry) return std::nullopt;
     m_local->count(local::Counter::misses);
     return Fetched{FetchSource::remote_hit, std::move(*entry)};

@@ -294,10 +294,18 @@ Expected<CompileResult> compile_prepared_as_stored(const ir::Graph& graph,
   auto artifact = from_entry(std::move(fetched->entry));
   result.lookup_us = lookup_us();
   if (!artifact) {
-    // Checksums held but the artifact does not decode: never run it; compile this one afresh
-    // (the key covers the codegen version, so only a damaged build gets here).
+    // Checksums held but the artifact does not decode: never run it; compile this one afresh and
+    // store it in the bad one's place, locally and remotely (a damaged build, or a remote entry
+    // a keyholder signed, gets here; kept, it would be a hit that compiles every time).
     auto fresh = compile_now();
     if (!fresh) return fresh.error();
+    (void)cache->replace_bad(result.key, request.fields,
+                             to_contents(*fresh, result.graph_hash, result.cpu_ms),
+                             std::string(fetched->source == cache::FetchSource::remote_hit
+                                             ? "the remote tier's copy"
+                                             : "the copy here") +
+                                 " does not decode (" + artifact.error().message +
+                                 "); compiled again");
     result.artifact = std::move(*fresh);
     return result;
   }

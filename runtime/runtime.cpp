@@ -19,6 +19,7 @@
 #include "runtime/tuning.h"
 
 #include <cstdio>
+#include <functional>
 #include <mutex>
 #include <set>
 
@@ -49,6 +50,36 @@ Expected<std::shared_ptr<Executable>> make_for_target(const ir::Graph& graph,
       return runtime::make_emulated_executable(graph, std::move(result), schedule);
   }
   return make_error("unknown target");
+}
+
+// compile_graph, then the target's executable. A hit whose host code does not load (a CPU object
+// the loader refuses, an emulator payload that does not decode: checksums and signature held, so
+// a keyholder or a damaged build made it) is compiled again; once the fresh one loads, it replaces
+// the bad entry (Cache::replace_bad), which would otherwise fail every run that hits it.
+// `compiled` sees the artifact compile_graph returned, before it is loaded.
+using OnCompiled = std::function<void(const compiler::Artifact&)>;
+Expected<std::shared_ptr<Executable>> compile_for_target(const ir::Graph& graph,
+                                                         const compiler::CompileOptions& options,
+                                                         cache::Cache* cache, int device,
+                                                         const emulation::Schedule& schedule,
+                                                         const OnCompiled& compiled = {}) {
+  auto result = runtime::compile_graph(graph, options, cache);
+  if (!result) return result.error();
+  if (compiled) compiled(result->artifact);
+  bool hit = result->hit;
+  auto exe = make_for_target(graph, options.target, std::move(*result), device, schedule);
+  if (exe || !hit || !cache || !options.target.on_host()) return exe;
+  auto request = runtime::prepare_compile(graph, options);
+  if (!request) return exe;
+  auto fresh = runtime::compile_prepared(graph, *request, nullptr);
+  if (!fresh) return exe;
+  cache::Contents contents =
+      runtime::to_contents(fresh->artifact, request->graph_hash, fresh->cpu_ms);
+  auto remade = make_for_target(graph, options.target, std::move(*fresh), device, schedule);
+  if (!remade) return exe;  // the fresh one fails too: not the entry's fault
+  (void)cache->replace_bad(request->key, request->fields, contents,
+                           "it does not load (" + exe.error().message + "); compiled again");
+  return remade;
 }
 
 // The tuning records a runtime compiles with (RuntimeOptions::autotune), shared with its symbolic
@@ -175,12 +206,11 @@ private:
   Expected<std::shared_ptr<Executable>> compile_bucket(const ir::Graph& graph,
                                                        compiler::CompileOptions options) {
     m_tuning->apply(graph, options);
-    auto result = runtime::compile_graph(graph, options, m_cache.get());
-    if (!result) return result.error();
-    log_precision_once(result->artifact);
-    warn_fallbacks(result->artifact.fallbacks);
-    return make_for_target(graph, options.target, std::move(*result), m_options.device,
-                           m_schedule);
+    return compile_for_target(graph, options, m_cache.get(), m_options.device, m_schedule,
+                              [this](const compiler::Artifact& artifact) {
+                                log_precision_once(artifact);
+                                warn_fallbacks(artifact.fallbacks);
+                              });
   }
 
   // Nothing compiles yet: the arch and precision are checked now (on the smallest bucket), each
@@ -202,9 +232,7 @@ private:
       compiler::CompileOptions o = options;
       o.bucket = bucket;
       tuning->apply(graph, o);
-      auto result = runtime::compile_graph(graph, o, cache.get());
-      if (!result) return result.error();
-      return make_for_target(graph, o.target, std::move(*result), device, schedule);
+      return compile_for_target(graph, o, cache.get(), device, schedule);
     };
     warn_fallbacks(checked->fallbacks());
     return runtime::make_symbolic_executable(graph, std::move(compile), m_options.device, m_arch,

@@ -425,9 +425,9 @@ int run_import(const CacheArgs& args) {
 int run_push(const CacheArgs& args) {
   auto c = open_cache(args);
   if (!c) return k_exit_failure;
-  if (!c->has_remote()) return fail("push: no remote cache (set KILN_REMOTE_CACHE or --remote)", k_exit_usage);
+  if (!c->has_remote()) return fail("no remote cache (set KILN_REMOTE_CACHE or --remote)", k_exit_usage);
   auto report = c->push();
-  if (!report) return fail("push: " + report.error().message, k_exit_failure);
+  if (!report) return fail(report.error().message, k_exit_failure);
   std::printf("pushed %llu entries to %s (%llu bad ones skipped)\n",
               static_cast<unsigned long long>(report->pushed), c->remote_description().c_str(),
               static_cast<unsigned long long>(report->skipped_bad));
@@ -440,15 +440,15 @@ int run_push(const CacheArgs& args) {
 
 int run_pull(const CacheArgs& args) {
   if (!args.graph.empty() && (args.graph.size() != 32 || !cache::is_key_prefix(args.graph)))
-    return fail("pull: --graph expects a graph hash of 32 hex digits (kiln hash FILE)",
+    return fail("--graph expects a graph hash of 32 hex digits (kiln hash FILE)",
                 k_exit_usage);
   auto c = open_cache(args);
   if (!c) return k_exit_failure;
-  if (!c->has_remote()) return fail("pull: no remote cache (set KILN_REMOTE_CACHE or --remote)", k_exit_usage);
+  if (!c->has_remote()) return fail("no remote cache (set KILN_REMOTE_CACHE or --remote)", k_exit_usage);
   std::optional<std::string> graph;
   if (!args.graph.empty()) graph = args.graph;
   auto report = c->pull(graph);
-  if (!report) return fail("pull: " + report.error().message, k_exit_failure);
+  if (!report) return fail(report.error().message, k_exit_failure);
   std::printf("pulled %llu entries from %s (%llu already present, %llu rejected)\n",
               static_cast<unsigned long long>(report->pulled), c->remote_description().c_str(),
               static_cast<unsigned long long>(report->already_present),

@@ -72,8 +72,11 @@ public:
   // is kept instead (answers false).
   virtual Result<bool> put(const std::string& key, const std::string& bytes, int64_t ttl_ms,
                            const std::string& unless_prefix = {}) = 0;
-  // Resets the time to live of `key` to `ttl_ms` if it is present (answers whether it was).
-  virtual Result<bool> refresh(const std::string& key, int64_t ttl_ms) = 0;
+  // Resets the time to live of `key` to `ttl_ms` if it is present (answers whether it was); with
+  // `marker`, also stores an empty value under `marker` with the same time to live (one round
+  // trip), so a marker naming the key lives as long as it does.
+  virtual Result<bool> refresh(const std::string& key, int64_t ttl_ms,
+                               const std::string& marker = {}) = 0;
   virtual Result<Done> remove(const std::string& key) = 0;
   // True when `key` is present (without reading its value).
   virtual Result<bool> exists(const std::string& key) = 0;

@@ -15,6 +15,7 @@ extern "C" {
 #include <cerrno>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <set>
@@ -66,14 +67,40 @@ constexpr std::string_view k_put_unless_script =
     "if tonumber(ARGV[2]) > 0 then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
     "else redis.call('set', KEYS[1], ARGV[1]) end return 1";
 
-// The URL with its password replaced by "***", so messages never carry a secret.
+// refresh with a marker: resets KEYS[1]'s time to live to ARGV[1] ms and, when it is present,
+// stores "" under KEYS[2] with that time to live; answers whether KEYS[1] was present.
+constexpr std::string_view k_refresh_marked_script =
+    "if redis.call('pexpire', KEYS[1], ARGV[1]) == 0 then return 0 end "
+    "redis.call('set', KEYS[2], '', 'PX', ARGV[1]) return 1";
+
+// The URL with its password replaced by "***", so messages never carry a secret: everything up
+// to the last '@' but the scheme and the user (userinfo without a ':' may be a password written
+// without its ':', and is hidden whole).
 std::string redacted(const std::string& url) {
   size_t start = url.find("://");
+  size_t from = start == std::string::npos ? 0 : start + 3;
   size_t at = url.rfind('@');
-  if (start == std::string::npos || at == std::string::npos || at < start) return url;
-  size_t colon = url.find(':', start + 3);
-  if (colon == std::string::npos || colon > at) return url;
-  return url.substr(0, colon + 1) + "***" + url.substr(at);
+  if (at == std::string::npos || at < from) return url;
+  size_t colon = url.find(':', from);
+  size_t keep = colon != std::string::npos && colon < at ? colon + 1 : from;
+  return url.substr(0, keep) + "***" + url.substr(at);
+}
+
+// `text` for a message: a control byte, DEL or a non-ASCII byte (a %-escaped prefix may hold any)
+// as \xNN, so a prefix cannot move the cursor, colour the terminal or start a line of its own.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+      out += hex;
+    }
+  }
+  return out;
 }
 
 bool all_digits(std::string_view text) {
@@ -452,9 +479,13 @@ public:
     return true;
   }
 
-  Result<bool> refresh(const std::string& key, int64_t ttl_ms) override {
-    return integer_answer("PEXPIRE", {"PEXPIRE", m_url.prefix + key,
-                                      std::to_string(std::max<int64_t>(ttl_ms, 1))});
+  Result<bool> refresh(const std::string& key, int64_t ttl_ms,
+                       const std::string& marker) override {
+    std::string ttl = std::to_string(std::max<int64_t>(ttl_ms, 1));
+    if (!marker.empty())
+      return integer_answer("PEXPIRE", {"EVAL", k_refresh_marked_script, "2", m_url.prefix + key,
+                                        m_url.prefix + marker, ttl});
+    return integer_answer("PEXPIRE", {"PEXPIRE", m_url.prefix + key, ttl});
   }
 
   Result<Done> remove(const std::string& key) override {
@@ -527,7 +558,7 @@ public:
 
   std::string describe() const override {
     return m_where + "/" + std::to_string(m_url.db) +
-           (m_url.prefix.empty() ? " (no prefix)" : " (prefix " + m_url.prefix + ")");
+           (m_url.prefix.empty() ? " (no prefix)" : " (prefix " + printable(m_url.prefix) + ")");
   }
 
 private:

@@ -534,6 +534,62 @@ TEST_F(FleetLimits, PullByGraphFetchesOnlyThatGraphAndLeavesJunkToExpire) {
       << "a verified entry's is refreshed";
 }
 
+// A lookup resets a value's time to live only once it has verified it: junk a keyless machine
+// cannot replace (it starts as a signed value) is left to expire, not kept alive by every miss.
+TEST_F(FleetLimits, ALookupLeavesARejectedValuesTimeToLiveAlone) {
+  std::string junk = remote::signed_prefix() + std::string(32, '\0') + "JUNK";
+  EXPECT_EQ(server.command({"SET", "kiln:" + key, junk, "PX", "100000"}), "OK");
+  Options keyless = options_for("keyless", &warnings);
+  auto got = Cache::open(keyless)->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->source, FetchSource::produced);
+  EXPECT_EQ(rejected(keyless), 1u);
+  EXPECT_LE(std::stoll(server.command({"PTTL", "kiln:" + key})), 100000);
+  EXPECT_EQ(direct()->get(key)->value_or(""), junk) << "a keyless put keeps a signed-looking value";
+  // A verified hit resets it (and its graph's marker, below).
+  EXPECT_EQ(server.command({"DEL", "kiln:" + key}), "1");
+  ASSERT_TRUE(Cache::open(options_for("build", &warnings))->store(key, fields, contents_for("a"))
+                  .ok());
+  EXPECT_EQ(server.command({"PEXPIRE", "kiln:" + key, "100000"}), "1");
+  auto hit = Cache::open(options_for("node", &warnings))->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->source, FetchSource::remote_hit);
+  EXPECT_GT(std::stoll(server.command({"PTTL", "kiln:" + key})), 100000);
+}
+
+// A remote hit refreshes its graph's marker with the entry, so `pull --graph` still finds an
+// entry kept alive by hits after the put that marked it.
+TEST_F(FleetLimits, ARemoteHitKeepsItsGraphMarkerAlive) {
+  ASSERT_TRUE(Cache::open(options_for("build", &warnings))->store(key, fields, contents_for("a"))
+                  .ok());
+  std::string marker = "kiln:graph:h-a:" + key;
+  EXPECT_EQ(server.command({"EXISTS", marker}), "1");
+  EXPECT_EQ(server.command({"DEL", marker}), "1");  // as if it had expired
+  auto hit = Cache::open(options_for("node", &warnings))->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->source, FetchSource::remote_hit);
+  EXPECT_GT(std::stoll(server.command({"PTTL", marker})), 100000);
+  auto pulled = Cache::open(options_for("other", &warnings))->pull(std::string("h-a"));
+  ASSERT_TRUE(pulled.ok());
+  EXPECT_EQ(pulled->pulled, 1u);
+}
+
+// While another machine's lease is waited on, a rejected value is read again (it may be replaced
+// meanwhile), but reported and counted once.
+TEST_F(FleetLimits, ARejectedValueReadWhileWaitingIsReportedOnce) {
+  EXPECT_EQ(server.command({"SET", "kiln:" + key, "junk"}), "OK");
+  EXPECT_EQ(server.command({"SET", "kiln:lock:" + key, "other machine", "PX", "600000"}), "OK");
+  Options o = options_for("m", &warnings);
+  o.lock_wait = std::chrono::milliseconds(1500);
+  auto got = Cache::open(o)->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->source, FetchSource::produced);
+  EXPECT_EQ(rejected(o), 1u);
+  size_t reports = 0;
+  for (const std::string& w : warnings) reports += w.find("rejected remote entry") != std::string::npos;
+  EXPECT_EQ(reports, 1u) << join(warnings);
+}
+
 TEST_F(FleetLimits, ALeaseWithoutATimeToLiveIsStale) {
   EXPECT_EQ(server.command({"SET", "kiln:lock:" + key, "ghost"}), "OK");
   auto start = std::chrono::steady_clock::now();

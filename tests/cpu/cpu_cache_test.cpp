@@ -1,5 +1,6 @@
 // The CPU target through the Runtime and its cache: a hit loads the stored object code and gives
 // the same bits as the compile that stored it; a damaged record is dropped and compiled afresh.
+#include "cache/cache.h"
 #include "cache/local/sqlite.h"
 #include "ir/parse.h"
 #include "kiln/kiln.h"
@@ -11,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <thread>
@@ -98,6 +101,62 @@ TEST_F(CpuCache, ADamagedObjectIsDroppedAndCompiledAfresh) {
   ASSERT_TRUE(again);
   EXPECT_FALSE(again->cache_hit());
   EXPECT_EQ(outputs(*again, *graph), compiled);
+}
+
+// An entry whose checksums (and, from a fleet, signature) hold but whose object the loader
+// refuses: what a keyholder's forged or damaged build would leave. It is compiled again, the fresh
+// object replaces it, and the next compile hits; kept, it would fail every run that hit it.
+TEST_F(CpuCache, AnObjectTheLoaderRefusesIsCompiledAgainAndReplacesTheEntry) {
+  std::ifstream in(KILN_FORGED_OBJECT, std::ios::binary);
+  ASSERT_TRUE(in) << KILN_FORGED_OBJECT;
+  std::string forged_object((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string key;
+  {
+    cache::Options cache_options;
+    cache_options.dir = dir.path;
+    auto store = cache::Cache::open(cache_options);
+    auto listed = store->list();
+    ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+    key = listed->front().key;
+    cache::Lookup found = store->read(key);
+    ASSERT_TRUE(found.hit());
+    cache::Contents forged{found.entry.info.summary, found.entry.payloads,
+                           found.entry.info.compile_ms};
+    int objects = 0;
+    for (cache::Payload& p : forged.payloads) {
+      if (!cache::is_native_payload(p.name)) continue;
+      p.bytes = forged_object;
+      ++objects;
+    }
+    ASSERT_EQ(objects, 1);
+    ASSERT_TRUE(store->store(key, found.entry.info.fields, forged).ok());
+  }
+  std::vector<std::string> warnings;
+  RuntimeOptions options;
+  options.target = "cpu";
+  options.cache_dir = dir.path;
+  options.precision = Precision::tf32x3;
+  options.remote_cache = "";
+  options.log = [&](LogLevel level, std::string_view message) {
+    if (level == LogLevel::warning) warnings.emplace_back(message);
+  };
+  auto runtime = Runtime::create(options);
+  ASSERT_TRUE(runtime) << runtime.error().message;
+  auto again = (*runtime)->compile(*graph);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_FALSE((*again)->cache_hit());
+  EXPECT_EQ(outputs(**again, *graph), compiled);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("replaced bad entry " + key + ": it does not load"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find("refused: it imports 'system'"), std::string::npos) << warnings[0];
+  warnings.clear();
+  auto third = (*runtime)->compile(*graph);
+  ASSERT_TRUE(third) << third.error().message;
+  EXPECT_TRUE((*third)->cache_hit()) << "the fresh object replaced the refused one";
+  EXPECT_EQ(outputs(**third, *graph), compiled);
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
 }
 
 TEST(CpuRuntime, UnknownTargetsAreErrors) {

@@ -134,6 +134,47 @@ std::string field_of(const CacheRequest& request, const std::string& name) {
 }
 
 // --allow-fallback changes the kernels only where something falls back, so only then the key.
+// An entry whose checksums hold but whose artifact does not decode (a damaged build, or a remote
+// entry a keyholder signed) is never run: the fresh compile replaces it, so the next one hits.
+TEST_F(CachedCompile, AnEntryWhoseArtifactDoesNotDecodeIsReplacedNotKept) {
+  std::vector<std::string> warnings;
+  cache::Options cache_options;
+  cache_options.dir = dir.path();
+  cache_options.warn = [&](const std::string& message) { warnings.push_back(message); };
+  cache = cache::Cache::open(cache_options);
+  auto graph = example("mlp.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  auto first = compile_graph(*graph, options, cache.get());
+  ASSERT_TRUE(first) << first.error().message;
+  cache::Lookup found = cache->read(first->key);
+  ASSERT_TRUE(found.hit());
+  cache::Contents bad{found.entry.info.summary, found.entry.payloads, found.entry.info.compile_ms};
+  int artifacts = 0;
+  for (cache::Payload& p : bad.payloads) {
+    if (p.name != "artifact") continue;
+    p.bytes = "{\"not\": \"an artifact\"}";
+    ++artifacts;
+  }
+  ASSERT_EQ(artifacts, 1);
+  ASSERT_TRUE(cache->store(first->key, found.entry.info.fields, bad).ok());
+  ASSERT_TRUE(warnings.empty());
+
+  auto second = compile_graph(*graph, options, cache.get());
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_FALSE(second->hit);
+  EXPECT_EQ(second->artifact.kernels.size(), first->artifact.kernels.size());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("replaced bad entry " + first->key + ": the copy here does not decode"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_EQ(cache->stats()->errors, 1u);
+
+  auto third = compile_graph(*graph, options, cache.get());
+  ASSERT_TRUE(third) << third.error().message;
+  EXPECT_TRUE(third->hit) << "the fresh compile replaced the entry";
+  EXPECT_EQ(warnings.size(), 1u);
+}
+
 TEST(CompileService, AllowingFallbacksKeysLikeRefusingWhenNothingFallsBack) {
   auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
   ASSERT_TRUE(graph) << graph.error().message;

@@ -295,6 +295,15 @@ TEST(RedisUrlTest, ErrorsAndDescriptionsNeverShowThePassword) {
   EXPECT_EQ(bad.error().message.find("hunter2"), std::string::npos) << bad.error().message;
   EXPECT_NE(bad.error().message.find("redis://:***@h:99999"), std::string::npos);
 
+  // A password written without its ':' is refused, and hidden whole.
+  for (const char* text : {"redis://s3cretpw@127.0.0.1:6411", "s3cretpw@127.0.0.1:6411"}) {
+    bad = parse_redis_url(text);
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_EQ(bad.error().message.find("s3cretpw"), std::string::npos) << bad.error().message;
+    EXPECT_NE(bad.error().message.find("***@127.0.0.1:6411"), std::string::npos)
+        << bad.error().message;
+  }
+
   bad = parse_redis_url("redis://u:pa:ss/x?y@h:0/9");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().message.find("pa:ss"), std::string::npos) << bad.error().message;
@@ -306,6 +315,11 @@ TEST(RedisUrlTest, ErrorsAndDescriptionsNeverShowThePassword) {
   EXPECT_EQ(make_redis_backend(*good)->describe(), "redis 10.0.0.5:6380/3 (prefix p:)");
   EXPECT_EQ(make_redis_backend(*parse_redis_url("redis://[::1]"))->describe(),
             "redis [::1]:6379/0 (prefix kiln:)");
+  // A prefix's control bytes are shown escaped: it cannot colour the terminal or forge a line.
+  auto escapes = parse_redis_url("redis://h?prefix=%1b%5b31mk%0afake%5c");
+  ASSERT_TRUE(escapes.ok());
+  EXPECT_EQ(make_redis_backend(*escapes)->describe(),
+            "redis h:6379/0 (prefix \\x1b[31mk\\x0afake\\x5c)");
 }
 
 TEST(RedisServerTest, RunsAPrivateServerAndAnswersCommands) {
