@@ -134,11 +134,25 @@ class Runtime:
         check_indices: bool = False,
         use_cache: bool = True,
     ):
+        words = {"target": target, "precision": precision, "fallbacks": fallbacks}
+        if remote is not None:
+            words["remote"] = remote
+        if cache_dir is not None:
+            cache_dir = os.fsdecode(os.fspath(cache_dir))
+            words["cache_dir"] = cache_dir
+        for name, value in words.items():
+            if not isinstance(value, str):
+                raise TypeError(f"Runtime({name}=...): expected a str, not {type(value).__name__}")
+            if "\0" in value:
+                raise ValueError(f"Runtime({name}={value!r}): a NUL character")
+        if isinstance(device, bool) or not isinstance(device, (int, np.integer)):
+            raise TypeError(f"Runtime(device=...): expected an int, not {type(device).__name__}")
+        if not 0 <= device < 2**31:
+            raise ValueError(f"Runtime(device={device}): expected a device number from 0")
         self.target = target
         self.precision = precision
-        self._rt = _kiln._Runtime(
-            target, precision, None if cache_dir is None else os.fspath(cache_dir), remote,
-            fallbacks, int(device), bool(allow_fallback), bool(check_indices), bool(use_cache))
+        self._rt = _kiln._Runtime(target, precision, cache_dir, remote, fallbacks, int(device),
+                                  bool(allow_fallback), bool(check_indices), bool(use_cache))
 
     @property
     def arch(self) -> str:
@@ -328,6 +342,11 @@ class Executable:
                 got = _NUMPY_NAMES.get(x.dtype.name, x.dtype.name)
             if got != spec.dtype:
                 raise RuntimeError(f"input '{spec.name}' is {got}, expected {spec.dtype}")
+            if len(x.shape) == len(spec.shape) and any(
+                    n == 0 and not spec.dims[i] for i, n in enumerate(x.shape)):
+                # (a symbolic dim at 0 is named with its range by the runtime)
+                raise RuntimeError(f"input '{spec.name}' has shape {list(x.shape)}, expected "
+                                   f"{list(spec.shape)}: kiln's tensors have no dim of size 0")
             if not _is_torch(x) and not x.dtype.isnative:
                 # A byte-swapped array ('>f4' here): its values in native order, one copy.
                 x = x.astype(x.dtype.newbyteorder("="), order="C")

@@ -188,6 +188,19 @@ def test_bad_inputs_are_errors_naming_the_input(rt):
         exe(x, w1)
     with pytest.raises(kiln.RuntimeError, match="input 'w1'"):
         exe(x, w1[:100], b1, w2, b2)
+    with pytest.raises(kiln.RuntimeError, match=r"input 'x' has shape \[0, 768\], expected "
+                                                r"\[128, 768\]: kiln's tensors have no dim"):
+        exe(x[:0], w1, b1, w2, b2)
+
+
+def test_runtime_arguments_of_the_wrong_kind_are_named(cache_dir):
+    for kwargs, error in (({"target": None}, TypeError), ({"precision": "high\0x"}, ValueError),
+                          ({"cache_dir": str(cache_dir) + "\0junk"}, ValueError),
+                          ({"device": 2**40}, ValueError), ({"device": "0"}, TypeError),
+                          ({"remote": 7}, TypeError)):
+        name = next(iter(kwargs))
+        with pytest.raises(error, match=f"Runtime\\({name}="):
+            kiln.Runtime(**{"target": "cpu", "cache_dir": cache_dir, **kwargs})
 
 
 def test_symbolic_graph_serves_every_size(rt):

@@ -207,6 +207,12 @@ def test_load_refuses_a_plan_that_names_other_code(llama_ep, tmp_path):
     (saved / "kiln.json").write_text(json.dumps(meta))
     with pytest.raises(kiln.Error, match="'builtins.eval' is not an op a kiln program runs"):
         kiln.torch.load(saved, cache_dir=tmp_path / "cache")
+    # operator's attrgetter, methodcaller and call reach any attribute (exec among them).
+    for op in ("operator.attrgetter", "operator.methodcaller", "operator.call"):
+        meta["steps"][0]["op"] = op
+        (saved / "kiln.json").write_text(json.dumps(meta))
+        with pytest.raises(kiln.Error, match=f"'{op}' is not an op a kiln program runs"):
+            kiln.torch.load(saved, cache_dir=tmp_path / "cache")
     del meta["steps"][0]
     del meta["outputs"]
     (saved / "kiln.json").write_text(json.dumps(meta))

@@ -134,3 +134,97 @@ def test_alpha_scales_the_second_operand(cache_dir):
     x, y = torch.randn(2, 5), torch.randn(2, 5)
     _, program = compiled(Alpha(), (x, y), cache_dir)
     assert torch.allclose(program(x, y), Alpha()(x, y), atol=1e-6)
+
+
+class Positions(torch.nn.Module):
+    """A positions buffer the model advances: not the constant it held at export."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pos", torch.arange(8))
+
+    def forward(self, x):
+        y = x + self.pos[: x.shape[0]]
+        self.pos.add_(1)
+        return y
+
+
+def test_a_buffer_the_model_writes_is_read_as_it_is_now_not_as_exported(cache_dir):
+    x = torch.zeros(4, dtype=torch.int64)
+    _, program = compiled(Positions(), (x,), cache_dir)
+    eager = Positions()
+    for _ in range(3):
+        assert torch.equal(program(x), eager(x))
+
+
+class RmsAlpha(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(8))
+
+    def forward(self, x):
+        return self.w * (x * torch.rsqrt(torch.add(x.pow(2).mean(-1, keepdim=True), 0.1, alpha=3)))
+
+
+def test_an_rms_norm_whose_eps_is_scaled_is_not_read_as_that_eps(cache_dir):
+    x = torch.randn(2, 8) * 0.1
+    _, program = compiled(RmsAlpha(), (x,), cache_dir)
+    assert torch.allclose(program(x), RmsAlpha()(x), rtol=1e-5, atol=1e-6)
+
+
+class Shapes(torch.nn.Module):
+    def forward(self, v, cond):
+        return v.t() * 2, torch.where(cond > 0, 1, 0), torch.where(cond > 0, 2**40, -7)
+
+
+def test_vector_transposes_and_wheres_of_integer_literals_keep_torchs_values_and_dtypes(cache_dir):
+    v, cond = torch.randn(5), torch.randn(3, 4)
+    _, program = compiled(Shapes(), (v, cond), cache_dir)
+    for got, want in zip(program(v, cond), Shapes()(v, cond)):
+        assert got.dtype == want.dtype
+        assert torch.equal(got, want)
+
+
+class Empty(torch.nn.Module):
+    def forward(self, x, y):
+        return x * 2 + 1, y + 1
+
+
+def test_a_tensor_kiln_cannot_hold_runs_in_pytorch(cache_dir):
+    x, y = torch.randn(0, 4), torch.randn(3, 4)
+    _, program = compiled(Empty(), (x, y), cache_dir)
+    assert any("size 0" in f.reason for f in program.fallbacks), program.fallbacks
+    for got, want in zip(program(x, y), Empty()(x, y)):
+        assert torch.equal(got, want)
+
+
+class Branches(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x * 2, lambda x: x - 1, (x,))
+
+
+def test_control_flow_is_refused_when_compiled_not_when_called(cache_dir):
+    ep = torch.export.export(Branches(), (torch.randn(3),), strict=False)
+    with pytest.raises(kiln.Error, match="control flow .* is not supported"):
+        kiln.torch.compile_exported(ep, target="cpu", cache_dir=cache_dir)
+
+
+def test_max_dim_is_a_whole_number_from_1(cache_dir):
+    ep = torch.export.export(Alpha(), (torch.randn(2, 5), torch.randn(2, 5)), strict=False)
+    for bad in (0, -5, 2**31, 2.5, "abc", True):
+        with pytest.raises(ValueError, match="max_dim"):
+            kiln.torch.compile_exported(ep, target="cpu", cache_dir=cache_dir, max_dim=bad)
+
+
+def test_check_indices_makes_an_id_outside_the_table_an_error_as_in_eager(cache_dir):
+    module = torch.nn.Embedding(10, 4)
+    ids = torch.tensor([1, 3])
+    ep = torch.export.export(module, (ids,), strict=False)
+    quiet = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                        cache_dir=cache_dir)
+    checked = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, check_indices=True)
+    assert torch.equal(checked(ids), module(ids).detach())
+    outside = torch.tensor([1, 10])
+    assert torch.equal(quiet(outside)[1], torch.zeros(4))
+    with pytest.raises(kiln.RuntimeError, match="10"):
+        checked(outside)

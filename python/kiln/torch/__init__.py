@@ -3,6 +3,8 @@ a torch.compile backend (`backend="kiln"`). One ATen -> kiln op table (_table.py
 cannot run stays in PyTorch, listed in `program.fallbacks`."""
 from __future__ import annotations
 
+import operator
+
 try:
     import torch
 except ImportError as e:  # kiln itself needs only NumPy
@@ -123,7 +125,7 @@ def _copy_graph(gm: GraphModule) -> GraphModule:
 
 def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = None,
                      precision: str = "high", fallbacks: str = "warn", *, cache_dir=None,
-                     remote=None, max_dim: int = _MAX_DIM) -> Program:
+                     remote=None, max_dim: int = _MAX_DIM, check_indices: bool = False) -> Program:
     """A kiln program from a torch.export program: its supported ops as kiln graphs (parameters
     stay graph inputs, symbolic sizes become `dim NAME: LO..HI` from `range_constraints`, an
     unbounded one capped at `max_dim`), the rest run in PyTorch. target: None for "cpu", or where
@@ -131,6 +133,7 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
     PyTorch once), "refuse" (raise kiln.Error with it) or "allow"."""
     if fallbacks not in ("warn", "refuse", "allow"):
         raise ValueError(f"fallbacks={fallbacks!r}: expected 'warn', 'refuse' or 'allow'")
+    max_dim = _checked_max_dim(max_dim)
     if _mutates(ep.graph):
         # torch.export keeps in-place ops (`y.add_(1)`, `y[:, 0] = 5`): functionalise them first
         # (no op is decomposed), so that every value is written once and read as written; a
@@ -140,7 +143,18 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
             raise Error("the exported program still has in-place ops after functionalisation")
     gm = _copy_graph(ep.graph_module)
     _canonical.canonicalize(gm)
+    for node in gm.graph.nodes:
+        # An exported program lifts its tensors to inputs: what it still reads as an attribute is
+        # a subgraph of a higher-order op (torch.cond's branches, torch.map's body).
+        if node.op == "get_attr":
+            users = ", ".join(sorted(str(u.target) for u in node.users))
+            raise Error(f"node '{node.name}' is the subgraph '{node.target}' of {users}: "
+                        "control flow (torch.cond, torch.map, while_loop) is not supported")
     sig = ep.graph_signature
+    # A buffer the program writes (`self.pos.add_(1)`) holds another value at every call: it is an
+    # input, never folded into the graph as the constant it held at export.
+    mutated = {spec.target for spec in sig.output_specs
+               if spec.kind.name.lower() == "buffer_mutation"}
     kinds = {}
     for spec in sig.input_specs:
         kind = spec.kind.name.lower()
@@ -159,7 +173,7 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
                 raise Error(f"the exported program has no value for {kind} '{fqn}'")
             name = _lower.kiln_name(fqn)
             values[name] = tensor.detach() if isinstance(tensor, torch.Tensor) else tensor
-            if kind != "parameter" and isinstance(tensor, torch.Tensor):
+            if kind != "parameter" and isinstance(tensor, torch.Tensor) and fqn not in mutated:
                 constants[node] = tensor.detach()
             devices.add(getattr(tensor, "device", torch.device("cpu")).type)
         elif kind == "user":
@@ -173,7 +187,7 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
     ranges = {str(s): (r.lower, r.upper) for s, r in ep.range_constraints.items()}
     symbols, dims = _symbols_of(gm, ranges, max_dim)
     rt = _runtime.Runtime(target=target, precision=precision, cache_dir=cache_dir, remote=remote,
-                          fallbacks=fallbacks)
+                          fallbacks=fallbacks, check_indices=check_indices)
     name = _lower.kiln_name(_model_name(ep))
     plan, fallback_list, outputs = _build(gm, input_names, symbols, dims, name, rt, fallbacks,
                                          constants)
@@ -192,6 +206,17 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
                    outputs=user_outputs, in_spec=ep.call_spec.in_spec, out_spec=ep.call_spec.out_spec,
                    fallbacks=fallback_list, runtime=rt, target=target, precision=precision,
                    exported=ep, write_back=write_back)
+
+
+def _checked_max_dim(max_dim) -> int:
+    """max_dim as given: a whole number from 1 to 2^31 - 1 (kiln's largest dim)."""
+    try:
+        value = operator.index(max_dim) if not isinstance(max_dim, bool) else None
+    except TypeError:
+        value = None
+    if value is None or not 1 <= value < 2**31:
+        raise ValueError(f"max_dim={max_dim!r}: expected a whole number from 1 to 2^31 - 1")
+    return value
 
 
 def _mutates(graph) -> bool:
@@ -237,13 +262,14 @@ _counter = [0]
 
 
 def _compile_forward(fx: GraphModule, inputs, options: dict):
-    unknown = set(options) - {"target", "precision", "fallbacks", "cache_dir", "remote", "max_dim"}
+    unknown = set(options) - {"target", "precision", "fallbacks", "cache_dir", "remote", "max_dim",
+                              "check_indices"}
     if unknown:
         raise Error(f"kiln backend: unknown options {sorted(unknown)}")
     target = options.get("target", "cpu")
     precision = options.get("precision", "high")
     fallbacks = options.get("fallbacks", "warn")
-    max_dim = int(options.get("max_dim", _MAX_DIM))
+    max_dim = _checked_max_dim(options.get("max_dim", _MAX_DIM))
     gm = _copy_graph(fx)
     _canonical.canonicalize(gm)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -269,7 +295,8 @@ def _compile_forward(fx: GraphModule, inputs, options: dict):
             ranges[str(sym)] = (r.lower, r.upper)
     symbols, dims = _symbols_of(gm, ranges, max_dim)
     rt = _runtime.Runtime(target=target, precision=precision, cache_dir=options.get("cache_dir"),
-                          remote=options.get("remote"), fallbacks=fallbacks)
+                          remote=options.get("remote"), fallbacks=fallbacks,
+                          check_indices=bool(options.get("check_indices", False)))
     _counter[0] += 1
     name = f"dynamo_{_counter[0]}"
     plan, fallback_list, outputs = _build(gm, input_names, symbols, dims, name, rt, fallbacks)

@@ -93,13 +93,26 @@ class Probe:
         if isinstance(d, torch.SymInt):
             expr = d.node.expr
             if expr.is_number:
-                return str(int(expr))
-            if expr.is_Symbol and str(expr) in self.symbols:
+                d = int(expr)
+            elif expr.is_Symbol and str(expr) in self.symbols:
                 return self.symbols[str(expr)]
-            raise Unsupported(f"a size {expr} (kiln dims are symbols or constants)")
+            else:
+                raise Unsupported(f"a size {expr} (kiln dims are symbols or constants)")
         if isinstance(d, int):
+            if d < 1:
+                raise Unsupported("a tensor with a dim of size 0 (kiln's dims are positive)")
             return str(d)
         raise Unsupported(f"a size of type {type(d).__name__}")
+
+    def check_shape(self, shape) -> None:
+        """Raises Unsupported for a tensor kiln cannot hold: a dim of size 0, or more than
+        2^31 - 1 elements (a symbolic dim counted at its high end)."""
+        elements = 1
+        for d in shape:
+            name = self.size(d)
+            elements *= self.dims[name][1] if name in self.dims else int(name)
+        if elements > 2**31 - 1:
+            raise Unsupported(f"a tensor of {elements} elements (kiln's limit is 2^31 - 1)")
 
     def shape(self, node) -> str:
         return "[" + ", ".join(self.size(d) for d in self.meta(node).shape) + "]"
@@ -112,9 +125,7 @@ class Probe:
     def ref(self, arg, dtype: str | None = None) -> str:
         if isinstance(arg, Node):
             self.dtype_of(arg)
-            val = self.meta(arg)
-            for d in val.shape:
-                self.size(d)
+            self.check_shape(self.meta(arg).shape)
             if dtype is not None and self.dtype_of(arg) != dtype:
                 return f"cast({arg.name}, to={dtype})"
             return arg.name
@@ -139,8 +150,7 @@ def unsupported_reason(probe: Probe, node: Node) -> str | None:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
             probe.dtype_of(node)
-            for d in val.shape:
-                probe.size(d)
+            probe.check_shape(val.shape)
         elif node.target is not _GETITEM and not isinstance(val, (list, tuple)):
             return "not a tensor op"
         low(probe, node)

@@ -227,19 +227,29 @@ def _flatten_inputs(in_spec, args, kwargs):
 
 # -- serialising the PyTorch part of a plan ---------------------------------------------------------
 
+# The operator module's functions an exported graph calls: indexing, arithmetic, comparisons and
+# logic on values and SymInts. Not attrgetter, methodcaller or call: chained, those reach any
+# attribute of any object, exec included, so a saved plan naming one would run what it liked.
+_OPERATORS = frozenset({
+    "getitem", "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs",
+    "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "xor", "not_", "invert", "lshift",
+    "rshift", "matmul", "truth", "index"})
+
+
 def _op_id(fn) -> str:
     if isinstance(fn, torch._ops.OpOverload):
         return f"torch.ops.{fn._schema.name.replace('::', '.')}.{fn._overloadname or 'default'}"
-    if getattr(fn, "__module__", None) == "_operator" and hasattr(operator, fn.__name__):
+    if (getattr(fn, "__module__", None) == "_operator" and fn.__name__ in _OPERATORS
+            and getattr(operator, fn.__name__, None) is fn):
         return f"operator.{fn.__name__}"
     raise Error(f"cannot save a program whose PyTorch part calls {fn!r}")
 
 
 def _resolve_op(text: str):
-    """An op a saved plan names: aten and prims ops and the operator module's functions only."""
+    """An op a saved plan names: aten and prims ops and the operator functions of _OPERATORS."""
     parts = text.split(".")
     try:
-        if len(parts) == 2 and parts[0] == "operator" and not parts[1].startswith("_"):
+        if len(parts) == 2 and parts[0] == "operator" and parts[1] in _OPERATORS:
             return getattr(operator, parts[1])
         if len(parts) == 5 and parts[:2] == ["torch", "ops"] and parts[2] in ("aten", "prims"):
             op = getattr(getattr(getattr(torch.ops, parts[2]), parts[3]), parts[4])
@@ -317,12 +327,13 @@ def _import_spec_types(spec_text: str) -> None:
                 walk(v)
     try:
         walk(json.loads(spec_text))
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
 
 
 def load(path: str | os.PathLike, target: str | None = None, precision: str | None = None,
-         cache_dir=None, remote=None, fallbacks: str = "warn") -> Program:
+         cache_dir=None, remote=None, fallbacks: str = "warn", *,
+         check_indices: bool = False) -> Program:
     """A saved program, in this process: its kiln graphs compiled through the cache (hits on a
     warm cache), nothing traced. target and precision default to those it was saved with."""
     path = pathlib.Path(path)
@@ -333,18 +344,18 @@ def load(path: str | os.PathLike, target: str | None = None, precision: str | No
     if meta.get("format") != _FORMAT:
         raise Error(f"{path}: kiln.json format {meta.get('format')!r}, this kiln reads {_FORMAT}")
     try:
-        return _load(path, meta, target, precision, cache_dir, remote, fallbacks)
+        return _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_indices)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise Error(f"{path}/kiln.json: malformed ({type(e).__name__}: {e})") from None
     except OSError as e:
         raise Error(f"{path}: cannot read the saved program: {e}") from None
 
 
-def _load(path, meta, target, precision, cache_dir, remote, fallbacks) -> Program:
+def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_indices) -> Program:
     target = target or meta["target"]
     precision = precision or meta["precision"]
     rt = _runtime.Runtime(target=target, precision=precision, cache_dir=cache_dir, remote=remote,
-                          fallbacks=fallbacks)
+                          fallbacks=fallbacks, check_indices=check_indices)
     values = torch.load(path / "weights.pt", weights_only=True, mmap=True)
     steps = []
     for s in meta["steps"]:

@@ -10,6 +10,7 @@ kiln cannot hold (a float64 tensor, a dim `s0*s1`).
 from __future__ import annotations
 
 import math
+import re
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -209,7 +210,26 @@ for _op, _k in [(aten.logical_and.default, "logical_and"), (aten.logical_or.defa
 def _where(cx, node):
     cond, a, b = node.args
     work = cx.dtype_of(node)
-    return Expr(f"where({cx.ref(cond, 'bool')}, {cx.ref(a, work)}, {cx.ref(b, work)})")
+    c, ra, rb = cx.ref(cond, 'bool'), cx.ref(a, work), cx.ref(b, work)
+    if work != "f32" and _is_literal(ra) and _is_literal(rb):
+        # kiln gives a where of two literals f32: torch.where(c, 1, 0) is i64.
+        if work in ("i32", "i64"):
+            # b + c * (a - b), wrapping as the dtype does: exact where f32 is not past 2^24.
+            bits = 32 if work == "i32" else 64
+            diff = (int(ra) - int(rb) + 2 ** (bits - 1)) % 2 ** bits - 2 ** (bits - 1)
+            return Expr(f"add(mul(cast({c}, to={work}), {diff}), {rb})")
+        if work == "bool":
+            raise Unsupported("a where of two bool literals")
+        return Expr(f"cast(where({c}, {ra}, {rb}), to={work})")
+    return Expr(f"where({c}, {ra}, {rb})")
+
+
+def _is_literal(ref: str) -> bool:
+    """Whether a kiln operand is a literal (what _lit writes) rather than a value."""
+    return ref in ("true", "false") or _LITERAL.fullmatch(ref) is not None
+
+
+_LITERAL = re.compile(r"[-+]?(inf|\d+(\.\d*)?([eE][-+]?\d+)?)")
 
 
 @lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
@@ -452,6 +472,8 @@ def _rms_norm(cx, node):
             add = r.args[0]
             if not is_op(add, aten.add.Tensor, aten.add.Scalar) or not isinstance(add.args[1], float):
                 continue
+            if len(add.args) > 2 or add.kwargs.get("alpha", 1) != 1:
+                continue  # mean + alpha * eps: not the pattern (its eps is not add's literal)
             mean = add.args[0]
             if not is_op(mean, aten.mean.dim) or list(mean.args[1]) not in ([-1], [len(cx.meta(mean).shape) - 1]):
                 continue
@@ -490,8 +512,10 @@ def _permute(cx, node):
     rank = len(cx.meta(x).shape)
     if node.target is aten.permute.default:
         perm = [d % rank for d in node.args[1]]
+    elif rank < 2:
+        perm = list(range(rank))  # t() of a vector or scalar, transpose(0, 0): the tensor itself
     else:
-        a, b = (0, 1) if node.target is aten.t.default else (node.args[1] % max(rank, 1), node.args[2] % max(rank, 1))
+        a, b = (0, 1) if node.target is aten.t.default else (node.args[1] % rank, node.args[2] % rank)
         perm = list(range(rank))
         perm[a], perm[b] = perm[b], perm[a]
     if perm == list(range(rank)):
