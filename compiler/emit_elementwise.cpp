@@ -124,8 +124,10 @@ void warp_sum(Code& code, const std::string& v) {
             ", o);");
 }
 
-void warp_max(Code& code, const std::string& v) {
-  code.line("for (int o = 16; o > 0; o >>= 1) " + v + " = fmaxf(" + v +
+// `fn` fmaxf (a softmax's row max: a NaN reaches every output through exp anyway) or kiln_max
+// (the max reduction, which keeps a NaN as PyTorch's amax does).
+void warp_max(Code& code, const std::string& v, const char* fn = "fmaxf") {
+  code.line("for (int o = 16; o > 0; o >>= 1) " + v + " = " + fn + "(" + v +
             ", __shfl_xor_sync(0xffffffffu, " + v + ", o));");
 }
 
@@ -145,9 +147,9 @@ void emit_reduce(Code& code, const KernelContext& ctx, ValueEmitter& values, Row
   code.line(std::string("float acc = ") + (is_max ? k_minus_inf : "0.0f") + ";");
   code.open("for (unsigned j = lane; j < " + len_u + "; j += 32) {");
   std::string x = row.element("j", "x");
-  code.line(is_max ? "acc = fmaxf(acc, " + x + ");" : "acc += " + x + ";");
+  code.line(is_max ? "acc = kiln_max(acc, " + x + ");" : "acc += " + x + ";");
   code.close();
-  if (is_max) warp_max(code, "acc");
+  if (is_max) warp_max(code, "acc", "kiln_max");
   else warp_sum(code, "acc");
   code.line("if (lane != 0) return;");
   CudaText m;

@@ -293,8 +293,8 @@ struct CudaText {
   Value sub(const Value& a, const Value& b) { return infix(a, " - ", b, additive); }
   Value mul(const Value& a, const Value& b) { return infix(a, " * ", b, multiplicative); }
   Value div(const Value& a, const Value& b) { return infix(a, " / ", b, multiplicative); }
-  Value max(const Value& a, const Value& b) { return call("fmaxf", a, b); }
-  Value min(const Value& a, const Value& b) { return call("fminf", a, b); }
+  Value max(const Value& a, const Value& b) { return call("kiln_max", a, b); }
+  Value min(const Value& a, const Value& b) { return call("kiln_min", a, b); }
   Value pow(const Value& a, const Value& b) { return call("powf", a, b); }
   Value neg(const Value& x) { return {"-" + wrap(x, x.precedence < prefix), prefix}; }
   Value exp(const Value& x) { return call("expf", x); }

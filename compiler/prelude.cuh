@@ -38,6 +38,10 @@ KILN_DEVICE kiln_f16 kiln_float_to_f16(float f) {
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
   return h;
 }
+// max and min as PyTorch's maximum and minimum: a NaN operand gives NaN (fmaxf would drop it).
+KILN_DEVICE float kiln_max(float a, float b) { return (a > b || a != a) ? a : b; }
+KILN_DEVICE float kiln_min(float a, float b) { return (a < b || a != a) ? a : b; }
+
 // Rounds a float to the nearest bf16 / f16 value and back (a value of that dtype, held as float).
 KILN_DEVICE float kiln_round_bf16(float f) { return kiln_bf16_to_float(kiln_float_to_bf16(f)); }
 KILN_DEVICE float kiln_round_f16(float f) { return kiln_f16_to_float(kiln_float_to_f16(f)); }

@@ -14,7 +14,8 @@ namespace kiln::ir {
 // A Math has a copyable `Value` and these members, each returning a Value:
 //   constant(double value, const char* text)  a float constant; `text` is its decimal spelling
 //                                             (the CUDA renderer writes it, with an f suffix)
-//   add sub mul div max min pow (a, b)        max/min as fmaxf/fminf (a NaN operand loses)
+//   add sub mul div max min pow (a, b)        max/min as PyTorch's maximum/minimum (a NaN
+//                                             operand gives NaN, where fmaxf would drop it)
 //   neg exp erf tanh sqrt abs cos sin log (x)
 //   group(x)                                  x as one term: parenthesised in CUDA text, the
 //                                             identity elsewhere

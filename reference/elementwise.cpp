@@ -56,8 +56,9 @@ struct RefMath {
   T sub(T a, T b) { return a - b; }
   T mul(T a, T b) { return a * b; }
   T div(T a, T b) { return a / b; }
-  T max(T a, T b) { return std::fmax(a, b); }
-  T min(T a, T b) { return std::fmin(a, b); }
+  // PyTorch's maximum and minimum: a NaN operand gives NaN (std::fmax would drop it).
+  T max(T a, T b) { return (a > b || a != a) ? a : b; }
+  T min(T a, T b) { return (a < b || a != a) ? a : b; }
   T pow(T a, T b) { return std::pow(a, b); }
   T neg(T x) { return -x; }
   T exp(T x) { return std::exp(x); }

@@ -12,8 +12,10 @@ double relative_l2(const std::vector<double>& actual, const std::vector<double>&
   double diff = 0.0;
   double norm = 0.0;
   for (size_t i = 0; i < actual.size(); ++i) {
-    // Equal infinities (a mask's -inf) match and weigh nothing.
+    // Equal infinities (a mask's -inf) match and weigh nothing; so does a NaN where the
+    // reference has one (maximum(NaN, x) is NaN, as in PyTorch). A NaN on one side only is NaN.
     if (actual[i] == expected[i] && std::isinf(expected[i])) continue;
+    if (std::isnan(actual[i]) && std::isnan(expected[i])) continue;
     double d = actual[i] - expected[i];
     diff += d * d;
     norm += expected[i] * expected[i];
@@ -27,7 +29,8 @@ double max_abs_error(const std::vector<double>& actual, const std::vector<double
   assert(actual.size() == expected.size());
   double worst = 0.0;
   for (size_t i = 0; i < actual.size(); ++i) {
-    double d = actual[i] == expected[i] ? 0.0 : std::fabs(actual[i] - expected[i]);
+    bool both_nan = std::isnan(actual[i]) && std::isnan(expected[i]);
+    double d = actual[i] == expected[i] || both_nan ? 0.0 : std::fabs(actual[i] - expected[i]);
     if (std::isnan(d)) return std::numeric_limits<double>::quiet_NaN();
     if (d > worst) worst = d;
   }

@@ -6,11 +6,12 @@
 namespace kiln::reference {
 
 // ||actual - expected||_2 / ||expected||_2. When the reference is all zeros the absolute
-// ||actual - expected||_2 is returned instead (0 when both are zero). NaN anywhere gives NaN.
-// Sizes must match (asserted).
+// ||actual - expected||_2 is returned instead (0 when both are zero). Equal infinities and NaN
+// on both sides match and weigh nothing; a NaN on one side only gives NaN. Sizes must match
+// (asserted).
 double relative_l2(const std::vector<double>& actual, const std::vector<double>& expected);
 
-// max |actual - expected|; NaN anywhere gives NaN.
+// max |actual - expected|; NaN on both sides of an element matches, on one side gives NaN.
 double max_abs_error(const std::vector<double>& actual, const std::vector<double>& expected);
 
 }  // namespace kiln::reference

@@ -27,7 +27,10 @@ template <typename T>
 T reduce_line(ir::OpKind kind, const double* in, int64_t count, int64_t stride) {
   if (kind == ir::OpKind::max) {
     T best = static_cast<T>(in[0]);
-    for (int64_t i = 1; i < count; ++i) best = std::max(best, static_cast<T>(in[i * stride]));
+    for (int64_t i = 1; i < count; ++i) {  // a NaN anywhere is the result, as PyTorch's amax
+      T x = static_cast<T>(in[i * stride]);
+      if (x > best || x != x) best = x;  // nothing is greater than a NaN best: it stays
+    }
     return best;
   }
   T sum(0);

@@ -239,6 +239,18 @@ llvm::Value* KernelBuilder::max(llvm::Value* a, llvm::Value* c) {
   return m_b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, a, c);
 }
 
+// (a > c || a != a) ? a : c, as the CUDA prelude's kiln_max: a NaN in either operand is the
+// result (a NaN `a` by the second test, a NaN `c` since both tests fail).
+llvm::Value* KernelBuilder::max_nan(llvm::Value* a, llvm::Value* c) {
+  llvm::Value* take_a = m_b.CreateOr(m_b.CreateFCmpOGT(a, c), m_b.CreateFCmpUNO(a, a));
+  return m_b.CreateSelect(take_a, a, c);
+}
+
+llvm::Value* KernelBuilder::min_nan(llvm::Value* a, llvm::Value* c) {
+  llvm::Value* take_a = m_b.CreateOr(m_b.CreateFCmpOLT(a, c), m_b.CreateFCmpUNO(a, a));
+  return m_b.CreateSelect(take_a, a, c);
+}
+
 namespace {
 
 // c[0] + c[1] t + c[2] t^2 + ... by Horner's rule with fused multiply-adds; t a float or a

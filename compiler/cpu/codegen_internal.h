@@ -84,7 +84,10 @@ class KernelBuilder {
   llvm::Value* exact_binary(ir::OpKind kind, ir::DType dtype, llvm::Value* a, llvm::Value* c);
   llvm::Value* exact_unary(ir::OpKind kind, ir::DType dtype, llvm::Value* x);
   llvm::Value* cast_value(ir::DType from, ir::DType to, llvm::Value* v);
-  llvm::Value* max(llvm::Value* a, llvm::Value* c);  // fmaxf
+  llvm::Value* max(llvm::Value* a, llvm::Value* c);  // fmaxf (a NaN operand loses)
+  // PyTorch's maximum and minimum: NaN when either operand is NaN; floats or vectors.
+  llvm::Value* max_nan(llvm::Value* a, llvm::Value* c);
+  llvm::Value* min_nan(llvm::Value* a, llvm::Value* c);
   // e^x, tanh and erf as arithmetic (vectorizable), within one ulp; floats or vectors.
   llvm::Value* exp(llvm::Value* x);
   llvm::Value* tanh(llvm::Value* x);
@@ -200,8 +203,8 @@ struct LlvmMath {
   Value sub(Value x, Value y) { return b.CreateFSub(x, y); }
   Value mul(Value x, Value y) { return b.CreateFMul(x, y); }
   Value div(Value x, Value y) { return b.CreateFDiv(x, y); }
-  Value max(Value x, Value y) { return kb.max(x, y); }
-  Value min(Value x, Value y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, x, y); }
+  Value max(Value x, Value y) { return kb.max_nan(x, y); }
+  Value min(Value x, Value y) { return kb.min_nan(x, y); }
   Value pow(Value x, Value y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y); }
   Value neg(Value x) { return b.CreateFNeg(x); }
   Value exp(Value x) { return kb.exp(x); }

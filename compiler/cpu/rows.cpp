@@ -151,12 +151,15 @@ WorkShape build_rows(KernelBuilder& kb) {
     };
     auto add = [&](llvm::Value* x, llvm::Value* y) { return b.CreateFAdd(x, y); };
     auto max = [&](llvm::Value* x, llvm::Value* y) { return kb.max(x, y); };
+    // The max reduction keeps a NaN, as PyTorch's amax (a softmax's NaN reaches every output
+    // through exp with the plain max).
+    auto max_nan = [&](llvm::Value* x, llvm::Value* y) { return kb.max_nan(x, y); };
     auto same = [](llvm::Value* x, bool) { return x; };
     llvm::Value* len_f = b.CreateSIToFP(row.len(), kb.f32());
     switch (ir::category(anchor.kind)) {
       case ir::OpCategory::reduce: {
         bool is_max = anchor.kind == ir::OpKind::max;
-        llvm::Value* acc = is_max ? fold(minus_inf, max, same) : fold(kb.f32c(0.0), add, same);
+        llvm::Value* acc = is_max ? fold(minus_inf, max_nan, same) : fold(kb.f32c(0.0), add, same);
         if (anchor.kind == ir::OpKind::mean) acc = ir::row_mean(m, acc, len_f);
         ir::NodeId root = kb.kernel().group.root;
         kb.store_outputs(group_value(kb, root, Point{root, {}, r}, acc), r);

@@ -26,6 +26,8 @@ KILN_DEVICE kiln_bf16 kiln_float_to_bf16(float f) {
 }
 KILN_DEVICE float kiln_f16_to_float(kiln_f16 h) { return ::kiln_emu::api().float_from_f16(h.bits); }
 KILN_DEVICE kiln_f16 kiln_float_to_f16(float f) { return kiln_f16{::kiln_emu::api().f16_from_float(f)}; }
+KILN_DEVICE float kiln_max(float a, float b) { return (a > b || a != a) ? a : b; }
+KILN_DEVICE float kiln_min(float a, float b) { return (a < b || a != a) ? a : b; }
 KILN_DEVICE float kiln_round_bf16(float f) { return kiln_bf16_to_float(kiln_float_to_bf16(f)); }
 KILN_DEVICE float kiln_round_f16(float f) { return kiln_f16_to_float(kiln_float_to_f16(f)); }
 KILN_DEVICE unsigned kiln_pack_bf16x2(float lo, float hi) {

@@ -228,3 +228,18 @@ def test_check_indices_makes_an_id_outside_the_table_an_error_as_in_eager(cache_
     assert torch.equal(quiet(outside)[1], torch.zeros(4))
     with pytest.raises(kiln.RuntimeError, match="10"):
         checked(outside)
+
+
+class NanOps(torch.nn.Module):
+    def forward(self, x):
+        zeros = torch.zeros_like(x)
+        return (torch.relu(x), x.clamp(0, 1), torch.maximum(x, zeros), torch.minimum(x, zeros),
+                x.reshape(2, 2).amax(-1))
+
+
+def test_a_nan_reaches_the_outputs_as_in_eager(cache_dir):
+    x = torch.tensor([float("nan"), -1.0, 2.0, 3.0])
+    _, program = compiled(NanOps(), (x,), cache_dir)
+    for got, want in zip(program(x), NanOps()(x)):
+        assert torch.equal(got.isnan(), want.isnan()), (got, want)
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())

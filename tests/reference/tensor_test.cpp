@@ -92,6 +92,10 @@ TEST(Metrics, MaxAbsErrorAndNanPropagation) {
   double nan = std::numeric_limits<double>::quiet_NaN();
   EXPECT_TRUE(std::isnan(max_abs_error({nan, 1.0}, {0.0, 1.0})));
   EXPECT_TRUE(std::isnan(relative_l2({nan, 1.0}, {0.0, 1.0})));
+  EXPECT_TRUE(std::isnan(relative_l2({0.0, 1.0}, {nan, 1.0})));
+  // A NaN where the reference has one matches, as equal infinities do.
+  EXPECT_EQ(relative_l2({nan, 1.0}, {nan, 1.0}), 0.0);
+  EXPECT_EQ(max_abs_error({nan, 1.0}, {nan, 1.5}), 0.5);
 }
 
 }  // namespace

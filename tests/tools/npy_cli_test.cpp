@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -388,6 +389,57 @@ TEST_F(NpyCli, IntegerAndBoolTensorsGoInAndOutAsNpy) {
                            std::string(count) + "'"),
               std::string::npos)
         << bad.err;
+  }
+}
+
+// maximum, minimum, relu, a clamp and the max reduction give NaN where an operand is NaN, as
+// PyTorch does (fmaxf would drop it), on the CPU target and the CUDA kernels alike; the check
+// against fp64 takes a NaN the reference also has as a match.
+TEST_F(NpyCli, ANanOperandGivesNanThroughMaxMinReluAndTheMaxReduction) {
+  std::string graph = write_text("nan.kg", R"(graph nanprop {
+  input x: f32[4, 32]
+  input y: f32[4, 32]
+  r = relu(x)
+  mx = maximum(x, y)
+  mn = minimum(x, y)
+  c = minimum(maximum(x, 0.0), 1.0)
+  a = max(x, axis=-1)
+  output r
+  output mx
+  output mn
+  output c
+  output a
+}
+)");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  npy::Array x = filled(npy::Descr::f4, {4, 32}, 0.5f), y = filled(npy::Descr::f4, {4, 32}, -2.0f);
+  std::memcpy(x.data.data() + 4 * (0 * 32 + 3), &nan, 4);   // row 0: x NaN
+  std::memcpy(y.data.data() + 4 * (1 * 32 + 5), &nan, 4);   // row 1: y NaN
+  std::vector<std::string> inputs = {"--input", "x=" + write_npy("x.npy", x),
+                                     "--input", "y=" + write_npy("y.npy", y)};
+  for (std::vector<std::string> where : {std::vector<std::string>{"--target", "cpu"},
+                                         {"--emulate", "--arch", "sm_80"},
+                                         {"--emulate", "--arch", "sm_90a"}}) {
+    std::string out = m_dir + "/out-" + where.back();
+    std::vector<std::string> args = {"run", graph, "--save", out};
+    args.insert(args.end(), where.begin(), where.end());
+    args.insert(args.end(), inputs.begin(), inputs.end());
+    CliResult r = run_kiln(args);
+    ASSERT_EQ(r.exit_code, 0) << where.back() << ": " << r.out << r.err;
+    auto at = [&](const char* name, size_t i) {
+      return f32_at(read_npy(out + "/" + name + ".npy"), i);
+    };
+    EXPECT_TRUE(std::isnan(at("r", 3))) << where.back();
+    EXPECT_EQ(at("r", 4), 0.5f);
+    EXPECT_TRUE(std::isnan(at("mx", 3))) << where.back();
+    EXPECT_TRUE(std::isnan(at("mx", 32 + 5))) << where.back();
+    EXPECT_EQ(at("mx", 32 + 6), 0.5f);
+    EXPECT_TRUE(std::isnan(at("mn", 3))) << where.back();
+    EXPECT_TRUE(std::isnan(at("mn", 32 + 5))) << where.back();
+    EXPECT_EQ(at("mn", 32 + 6), -2.0f);
+    EXPECT_TRUE(std::isnan(at("c", 3))) << where.back();
+    EXPECT_TRUE(std::isnan(at("a", 0))) << where.back();
+    EXPECT_EQ(at("a", 1), 0.5f);
   }
 }
 
