@@ -138,7 +138,8 @@ void Cache::remote_failed(const std::string& what) {
 std::optional<Entry> Cache::remote_fetch(const std::string& key,
                                          const std::vector<KeyField>* fields,
                                          const PayloadSelection& want, Outcome* outcome,
-                                         const std::string* only_graph, bool report_rejection) {
+                                         const std::string* only_graph, bool report_rejection,
+                                         bool pulling) {
   Outcome ignored;
   if (!outcome) outcome = &ignored;
   *outcome = Outcome::failed;
@@ -173,10 +174,13 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     }
     value = std::move(**got);
   }
+  uint64_t verified_bytes = value.size();  // for the refresh, once verified
   auto reject = [&](const std::string& why,
                     Rejection kind = Rejection::reported) -> std::optional<Entry> {
-    *outcome = Outcome::rejected;
-    if (report_rejection) remote_rejected(key, why, kind);
+    bool needs_key = kind == Rejection::unsigned_host_code;
+    *outcome = needs_key ? Outcome::needs_key : Outcome::rejected;
+    // A pull leaves host code it may not take without a secret, and says so in its report.
+    if (report_rejection && !(needs_key && pulling)) remote_rejected(key, why, kind);
     return std::nullopt;
   };
   std::string_view record;
@@ -209,7 +213,7 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     std::lock_guard lock(m_remote_mutex);
     if (remote::Backend* backend = remote_now()) {
       std::string graph = entry->info.field("graph_hash");
-      auto refreshed = backend->refresh(key, m_remote_ttl_ms,
+      auto refreshed = backend->refresh(key, verified_bytes, m_remote_ttl_ms,
                                         graph.empty() ? std::string() : graph_marker(graph, key));
       if (!refreshed) remote_failed(refreshed.failure().message);
     }
@@ -353,7 +357,13 @@ Expected<PullReport> Cache::pull(const std::optional<std::string>& graph_hash) {
     }
   }
   PullReport report;
+  report.listed = keys.size();
+  auto deadline = std::chrono::steady_clock::now() + m_options.remote_pull_budget;
   for (const std::string& key : keys) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      report.stopped = true;
+      break;
+    }
     if (m_local->contains(key)) {
       ++report.already_present;
       continue;
@@ -361,9 +371,10 @@ Expected<PullReport> Cache::pull(const std::optional<std::string>& graph_hash) {
     Outcome outcome;
     // Every payload is decoded and checked before the entry is stored here.
     (void)remote_fetch(key, nullptr, PayloadSelection(), &outcome,
-                       graph_hash ? &*graph_hash : nullptr);
+                       graph_hash ? &*graph_hash : nullptr, true, true);
     if (outcome == Outcome::hit) ++report.pulled;
     if (outcome == Outcome::rejected) ++report.rejected;
+    if (outcome == Outcome::needs_key) ++report.needs_key;
     if (outcome == Outcome::failed) {
       m_fill->drain();
       std::lock_guard lock(m_remote_mutex);

@@ -53,6 +53,11 @@ struct PullReport {
   uint64_t pulled = 0;
   uint64_t already_present = 0;
   uint64_t rejected = 0;  // damaged, unsigned, badly signed or foreign remote entries
+  // Entries holding host code (the CPU target's) left there: without KILN_REMOTE_KEY such an
+  // entry is taken only signed, so a keyless machine does not pull it (not a failure).
+  uint64_t needs_key = 0;
+  uint64_t listed = 0;   // the keys the listing named
+  bool stopped = false;  // Options::remote_pull_budget ran out before every key was fetched
 };
 
 // Makes a remote backend; the cache calls it once for its own use and once per compile that holds
@@ -148,15 +153,17 @@ private:
   // The remote backend when it is usable now (configured and not marked down).
   remote::Backend* remote_now();
   void remote_failed(const std::string& what);
-  enum class Outcome { hit, miss, rejected, failed, other_graph };
+  // needs_key: host code refused for want of a secret (a rejection that is not the entry's fault).
+  enum class Outcome { hit, miss, rejected, needs_key, failed, other_graph };
   // A verified remote entry for `key`, stored locally; nullopt on a miss, a rejection or a
-  // failure (counted and reported; a rejection only with `report_rejection`). With `only_graph`,
-  // an entry of another graph is left alone. Only a verified entry has its time to live reset
-  // (and its graph's marker with it): a rejected value is left to expire, never kept alive.
+  // failure (counted and reported; a rejection only with `report_rejection`, and host code
+  // refused for want of a secret not while `pulling`: the pull's report counts it). With
+  // `only_graph`, an entry of another graph is left alone. Only a verified entry has its time to
+  // live reset (and its graph's marker with it): a rejected value is left to expire.
   std::optional<Entry> remote_fetch(const std::string& key, const std::vector<KeyField>* fields,
                                     const PayloadSelection& want, Outcome* outcome = nullptr,
                                     const std::string* only_graph = nullptr,
-                                    bool report_rejection = true);
+                                    bool report_rejection = true, bool pulling = false);
   // Puts `entry` (sealed) to the remote tier; a failure marks the tier down (one warning).
   // Without a secret, an entry holding host machine code is not put (answers false: no machine
   // takes it unsigned), and a signed value already there is kept.

@@ -78,9 +78,10 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
   Outcome last = Outcome::miss;
   bool rejected = false;
   auto remote_hit = [&](bool waiting = false) -> std::optional<Fetched> {
-    if (!m_remote || (last == Outcome::rejected && !waiting)) return std::nullopt;
+    bool was_rejected = last == Outcome::rejected || last == Outcome::needs_key;
+    if (!m_remote || (was_rejected && !waiting)) return std::nullopt;
     auto entry = remote_fetch(key, &fields, want, &last, nullptr, !rejected);
-    rejected = rejected || last == Outcome::rejected;
+    rejected = rejected || last == Outcome::rejected || last == Outcome::needs_key;
     if (!entry) return std::nullopt;
     m_local->count(local::Counter::misses);
     return Fetched{FetchSource::remote_hit, std::move(*entry)};

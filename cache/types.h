@@ -44,6 +44,10 @@ struct Options {
   std::chrono::milliseconds remote_op_timeout{1000};
   std::chrono::milliseconds remote_lease{10000};      // a compile's lease, renewed while it runs
   std::chrono::milliseconds remote_down_for{30000};   // how long a failing remote is skipped
+  // The longest a pull fetches for: a server that answers every read just inside the operation
+  // timeout cannot hold `kiln pull` for days (2^20 keys); a pull stopped there says how far it
+  // got, and the next one goes on (it skips the keys already here).
+  std::chrono::milliseconds remote_pull_budget{600000};
 
   // Receives warnings (one line, no prefix), one call at a time, from whichever thread meets
   // them (the local fill's included, so it must not call back into this cache); default:

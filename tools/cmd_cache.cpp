@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -453,6 +454,20 @@ int run_pull(const CacheArgs& args) {
               static_cast<unsigned long long>(report->pulled), c->remote_description().c_str(),
               static_cast<unsigned long long>(report->already_present),
               static_cast<unsigned long long>(report->rejected));
+  if (report->needs_key)
+    std::printf("%llu CPU-target or emulated entries not pulled: host code is taken only signed "
+                "(set KILN_REMOTE_KEY)\n",
+                static_cast<unsigned long long>(report->needs_key));
+  if (report->stopped) {
+    uint64_t done = report->pulled + report->already_present + report->rejected +
+                    report->needs_key;
+    auto budget = std::chrono::duration_cast<std::chrono::seconds>(
+        cache::Options().remote_pull_budget);
+    return fail("stopped after " + std::to_string(budget.count()) + " s, " +
+                    std::to_string(done) + " of " + std::to_string(report->listed) +
+                    " keys read; run kiln pull again to go on (it skips the entries already here)",
+                k_exit_failure);
+  }
   return report->rejected ? k_exit_failure : k_exit_ok;
 }
 

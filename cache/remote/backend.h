@@ -72,10 +72,11 @@ public:
   // is kept instead (answers false).
   virtual Result<bool> put(const std::string& key, const std::string& bytes, int64_t ttl_ms,
                            const std::string& unless_prefix = {}) = 0;
-  // Resets the time to live of `key` to `ttl_ms` if it is present (answers whether it was); with
-  // `marker`, also stores an empty value under `marker` with the same time to live (one round
-  // trip), so a marker naming the key lives as long as it does.
-  virtual Result<bool> refresh(const std::string& key, int64_t ttl_ms,
+  // Resets the time to live of `key` to `ttl_ms` (0: none) if it holds a string of `length` bytes,
+  // the value the caller verified (answers whether it did: a value put there meanwhile keeps its
+  // own); with `marker`, also stores an empty value under `marker` with the same time to live (one
+  // round trip; a failure to write the marker is ignored), so a marker lives as long as its key.
+  virtual Result<bool> refresh(const std::string& key, uint64_t length, int64_t ttl_ms,
                                const std::string& marker = {}) = 0;
   virtual Result<Done> remove(const std::string& key) = 0;
   // True when `key` is present (without reading its value).

@@ -67,20 +67,28 @@ constexpr std::string_view k_put_unless_script =
     "if tonumber(ARGV[2]) > 0 then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
     "else redis.call('set', KEYS[1], ARGV[1]) end return 1";
 
-// refresh with a marker: resets KEYS[1]'s time to live to ARGV[1] ms and, when it is present,
-// stores "" under KEYS[2] with that time to live; answers whether KEYS[1] was present.
-constexpr std::string_view k_refresh_marked_script =
-    "if redis.call('pexpire', KEYS[1], ARGV[1]) == 0 then return 0 end "
-    "redis.call('set', KEYS[2], '', 'PX', ARGV[1]) return 1";
+// refresh: when KEYS[1] is a string of ARGV[2] bytes (the value just verified, not one put there
+// since), resets its time to live to ARGV[1] ms (0: removes it) and, with KEYS[2], stores "" there
+// with the same time to live; answers whether it did. A failed marker write (a full server) is not
+// an error: the marker is a hint.
+constexpr std::string_view k_refresh_script =
+    "if redis.call('type', KEYS[1])['ok'] ~= 'string' or "
+    "redis.call('strlen', KEYS[1]) ~= tonumber(ARGV[2]) then return 0 end "
+    "local ttl = tonumber(ARGV[1]) "
+    "if ttl > 0 then redis.call('pexpire', KEYS[1], ttl) else redis.call('persist', KEYS[1]) end "
+    "if #KEYS > 1 then "
+    "if ttl > 0 then pcall(redis.call, 'set', KEYS[2], '', 'PX', ttl) "
+    "else pcall(redis.call, 'set', KEYS[2], '') end end "
+    "return 1";
 
 // The URL with its password replaced by "***", so messages never carry a secret: everything up
 // to the last '@' but the scheme and the user (userinfo without a ':' may be a password written
 // without its ':', and is hidden whole).
 std::string redacted(const std::string& url) {
-  size_t start = url.find("://");
-  size_t from = start == std::string::npos ? 0 : start + 3;
   size_t at = url.rfind('@');
-  if (at == std::string::npos || at < from) return url;
+  if (at == std::string::npos) return url;
+  size_t start = url.find("://");
+  size_t from = start == std::string::npos || start > at ? 0 : start + 3;
   size_t colon = url.find(':', from);
   size_t keep = colon != std::string::npos && colon < at ? colon + 1 : from;
   return url.substr(0, keep) + "***" + url.substr(at);
@@ -479,13 +487,15 @@ public:
     return true;
   }
 
-  Result<bool> refresh(const std::string& key, int64_t ttl_ms,
+  Result<bool> refresh(const std::string& key, uint64_t length, int64_t ttl_ms,
                        const std::string& marker) override {
-    std::string ttl = std::to_string(std::max<int64_t>(ttl_ms, 1));
-    if (!marker.empty())
-      return integer_answer("PEXPIRE", {"EVAL", k_refresh_marked_script, "2", m_url.prefix + key,
-                                        m_url.prefix + marker, ttl});
-    return integer_answer("PEXPIRE", {"PEXPIRE", m_url.prefix + key, ttl});
+    std::string name = m_url.prefix + key, marker_name = m_url.prefix + marker;
+    std::string ttl = std::to_string(std::max<int64_t>(ttl_ms, 0));
+    std::string bytes = std::to_string(length);
+    if (marker.empty())
+      return integer_answer("EVAL refresh", {"EVAL", k_refresh_script, "1", name, ttl, bytes});
+    return integer_answer("EVAL refresh",
+                          {"EVAL", k_refresh_script, "2", name, marker_name, ttl, bytes});
   }
 
   Result<Done> remove(const std::string& key) override {

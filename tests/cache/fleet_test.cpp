@@ -404,6 +404,16 @@ TEST_F(FleetLimits, HostCodeIsSharedOnlySigned) {
   auto node = Cache::open(signed_options("node"))->get_or_create(key, fields, native_a);
   ASSERT_TRUE(node.ok());
   EXPECT_EQ(node->source, FetchSource::remote_hit);
+  // A keyless pull leaves it there: not a rejection (kiln pull exits 0), counted apart.
+  warnings.clear();
+  Options keyless_pull = options_for("keyless-pull", &warnings);
+  auto pulled = Cache::open(keyless_pull)->pull(std::nullopt);
+  ASSERT_TRUE(pulled.ok());
+  EXPECT_EQ(pulled->pulled, 0u);
+  EXPECT_EQ(pulled->rejected, 0u);
+  EXPECT_EQ(pulled->needs_key, 1u);
+  EXPECT_EQ(rejected(keyless_pull), 0u);
+  EXPECT_TRUE(warnings.empty()) << join(warnings);
 
   // Unsigned host code, planted by anyone who can write to Redis, is refused by a machine without
   // a secret (it cannot check one) with one warning saying how to share such entries...
@@ -588,6 +598,27 @@ TEST_F(FleetLimits, ARejectedValueReadWhileWaitingIsReportedOnce) {
   size_t reports = 0;
   for (const std::string& w : warnings) reports += w.find("rejected remote entry") != std::string::npos;
   EXPECT_EQ(reports, 1u) << join(warnings);
+}
+
+// A pull stops when its time is spent, saying how far it got; the next one goes on from there.
+TEST_F(FleetLimits, APullStopsWhenItsBudgetIsSpentAndTheNextGoesOn) {
+  Options build = options_for("build", &warnings);
+  for (const char* g : {"a", "b", "c"}) {
+    auto f = fields_for(g);
+    ASSERT_TRUE(Cache::open(build)->store(make_key(f), f, contents_for(g)).ok());
+  }
+  Options node = options_for("node", &warnings);
+  node.remote_pull_budget = std::chrono::milliseconds(0);
+  auto stopped = Cache::open(node)->pull(std::nullopt);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_TRUE(stopped->stopped);
+  EXPECT_EQ(stopped->listed, 3u);
+  EXPECT_EQ(stopped->pulled, 0u);
+  node.remote_pull_budget = std::chrono::milliseconds(60000);
+  auto rest = Cache::open(node)->pull(std::nullopt);
+  ASSERT_TRUE(rest.ok());
+  EXPECT_FALSE(rest->stopped);
+  EXPECT_EQ(rest->pulled, 3u);
 }
 
 TEST_F(FleetLimits, ALeaseWithoutATimeToLiveIsStale) {

@@ -133,7 +133,6 @@ std::string field_of(const CacheRequest& request, const std::string& name) {
   return {};
 }
 
-// --allow-fallback changes the kernels only where something falls back, so only then the key.
 // An entry whose checksums hold but whose artifact does not decode (a damaged build, or a remote
 // entry a keyholder signed) is never run: the fresh compile replaces it, so the next one hits.
 TEST_F(CachedCompile, AnEntryWhoseArtifactDoesNotDecodeIsReplacedNotKept) {
@@ -175,6 +174,7 @@ TEST_F(CachedCompile, AnEntryWhoseArtifactDoesNotDecodeIsReplacedNotKept) {
   EXPECT_EQ(warnings.size(), 1u);
 }
 
+// --allow-fallback changes the kernels only where something falls back, so only then the key.
 TEST(CompileService, AllowingFallbacksKeysLikeRefusingWhenNothingFallsBack) {
   auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
   ASSERT_TRUE(graph) << graph.error().message;

@@ -394,11 +394,12 @@ TEST_F(NpyCli, IntegerAndBoolTensorsGoInAndOutAsNpy) {
 
 // maximum, minimum, relu, a clamp and the max reduction give NaN where an operand is NaN, as
 // PyTorch does (fmaxf would drop it), on the CPU target and the CUDA kernels alike; the check
-// against fp64 takes a NaN the reference also has as a match.
+// against fp64 takes a NaN the reference also has as a match. Rows of 37: the CPU target's
+// vector loop and its scalar tail each meet a NaN.
 TEST_F(NpyCli, ANanOperandGivesNanThroughMaxMinReluAndTheMaxReduction) {
   std::string graph = write_text("nan.kg", R"(graph nanprop {
-  input x: f32[4, 32]
-  input y: f32[4, 32]
+  input x: f32[4, 37]
+  input y: f32[4, 37]
   r = relu(x)
   mx = maximum(x, y)
   mn = minimum(x, y)
@@ -412,9 +413,11 @@ TEST_F(NpyCli, ANanOperandGivesNanThroughMaxMinReluAndTheMaxReduction) {
 }
 )");
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  npy::Array x = filled(npy::Descr::f4, {4, 32}, 0.5f), y = filled(npy::Descr::f4, {4, 32}, -2.0f);
-  std::memcpy(x.data.data() + 4 * (0 * 32 + 3), &nan, 4);   // row 0: x NaN
-  std::memcpy(y.data.data() + 4 * (1 * 32 + 5), &nan, 4);   // row 1: y NaN
+  npy::Array x = filled(npy::Descr::f4, {4, 37}, 0.5f);
+  npy::Array y = filled(npy::Descr::f4, {4, 37}, -2.0f);
+  std::memcpy(x.data.data() + 4 * (0 * 37 + 3), &nan, 4);   // row 0: x NaN
+  std::memcpy(y.data.data() + 4 * (1 * 37 + 5), &nan, 4);   // row 1: y NaN
+  std::memcpy(x.data.data() + 4 * (2 * 37 + 35), &nan, 4);  // row 2: x NaN in the tail
   std::vector<std::string> inputs = {"--input", "x=" + write_npy("x.npy", x),
                                      "--input", "y=" + write_npy("y.npy", y)};
   for (std::vector<std::string> where : {std::vector<std::string>{"--target", "cpu"},
@@ -432,14 +435,17 @@ TEST_F(NpyCli, ANanOperandGivesNanThroughMaxMinReluAndTheMaxReduction) {
     EXPECT_TRUE(std::isnan(at("r", 3))) << where.back();
     EXPECT_EQ(at("r", 4), 0.5f);
     EXPECT_TRUE(std::isnan(at("mx", 3))) << where.back();
-    EXPECT_TRUE(std::isnan(at("mx", 32 + 5))) << where.back();
-    EXPECT_EQ(at("mx", 32 + 6), 0.5f);
+    EXPECT_TRUE(std::isnan(at("mx", 37 + 5))) << where.back();
+    EXPECT_EQ(at("mx", 37 + 6), 0.5f);
+    EXPECT_TRUE(std::isnan(at("mx", 2 * 37 + 35))) << where.back();
+    EXPECT_TRUE(std::isnan(at("r", 2 * 37 + 35))) << where.back();
     EXPECT_TRUE(std::isnan(at("mn", 3))) << where.back();
-    EXPECT_TRUE(std::isnan(at("mn", 32 + 5))) << where.back();
-    EXPECT_EQ(at("mn", 32 + 6), -2.0f);
+    EXPECT_TRUE(std::isnan(at("mn", 37 + 5))) << where.back();
+    EXPECT_EQ(at("mn", 37 + 6), -2.0f);
     EXPECT_TRUE(std::isnan(at("c", 3))) << where.back();
     EXPECT_TRUE(std::isnan(at("a", 0))) << where.back();
     EXPECT_EQ(at("a", 1), 0.5f);
+    EXPECT_TRUE(std::isnan(at("a", 2))) << where.back();
   }
 }
 

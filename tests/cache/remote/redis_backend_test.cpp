@@ -186,7 +186,7 @@ std::vector<Failure> failures_of_every_call(Backend& backend) {
   note(backend.get("k"));
   note(backend.get("k", 1000));
   note(backend.put("k", "v", 1000));
-  note(backend.refresh("k", 1000));
+  note(backend.refresh("k", 1, 1000));
   note(backend.remove("k"));
   note(backend.exists("k"));
   note(backend.acquire_lease("l", "me", 1000));
@@ -296,7 +296,8 @@ TEST(RedisUrlTest, ErrorsAndDescriptionsNeverShowThePassword) {
   EXPECT_NE(bad.error().message.find("redis://:***@h:99999"), std::string::npos);
 
   // A password written without its ':' is refused, and hidden whole.
-  for (const char* text : {"redis://s3cretpw@127.0.0.1:6411", "s3cretpw@127.0.0.1:6411"}) {
+  for (const char* text : {"redis://s3cretpw@127.0.0.1:6411", "s3cretpw@127.0.0.1:6411",
+                           "s3cretpw@127.0.0.1:6411/0?prefix=a://b"}) {
     bad = parse_redis_url(text);
     ASSERT_FALSE(bad.ok()) << text;
     EXPECT_EQ(bad.error().message.find("s3cretpw"), std::string::npos) << bad.error().message;
@@ -825,14 +826,23 @@ TEST(RedisBackendTest, ALeaseWithoutATimeToLiveIsTakenOver) {
   EXPECT_FALSE(*backend->acquire_lease("lock", "bob", 5000)) << "a live lease is kept";
 }
 
-TEST(RedisBackendTest, RefreshResetsTheTimeToLiveOfAPresentKey) {
+TEST(RedisBackendTest, RefreshResetsTheTimeToLiveOfTheValueVerifiedAndItsMarker) {
   RedisServer server;
   SKIP_WITHOUT(server);
   auto backend = backend_at(server.url());
   ASSERT_TRUE(backend->put("k", "v", 1000).ok());
-  EXPECT_TRUE(*backend->refresh("k", 600000));
+  // Another length: a value put there since the caller verified it keeps its own time to live.
+  EXPECT_FALSE(*backend->refresh("k", 2, 600000, "graph:h:k"));
+  EXPECT_LE(std::stoll(server.command({"PTTL", "kiln:k"})), 1000);
+  EXPECT_EQ(server.command({"EXISTS", "kiln:graph:h:k"}), "0");
+  EXPECT_TRUE(*backend->refresh("k", 1, 600000, "graph:h:k"));
   EXPECT_GT(std::stoll(server.command({"PTTL", "kiln:k"})), 500000);
-  EXPECT_FALSE(*backend->refresh("absent", 600000));
+  EXPECT_GT(std::stoll(server.command({"PTTL", "kiln:graph:h:k"})), 500000);
+  EXPECT_FALSE(*backend->refresh("absent", 1, 600000));
+  // A time to live of 0 is none, as for put.
+  EXPECT_TRUE(*backend->refresh("k", 1, 0, "graph:h:k"));
+  EXPECT_EQ(server.command({"PTTL", "kiln:k"}), "-1");
+  EXPECT_EQ(server.command({"PTTL", "kiln:graph:h:k"}), "-1");
 }
 
 }  // namespace
