@@ -65,6 +65,10 @@ class Graph:
     @staticmethod
     def parse(text: str, file: str = "<graph>") -> Graph:
         """Parses `.kg` text; a bad graph raises kiln.GraphError ("file:line:col: error: ...")."""
+        if not isinstance(text, str) or not isinstance(file, str):
+            raise TypeError("Graph.parse takes the graph's text and a file name, both str")
+        if "\0" in file:
+            raise ValueError(f"Graph.parse(file={file!r}): a NUL character")
         return Graph(_kiln._Graph.parse(text, file))
 
     @staticmethod

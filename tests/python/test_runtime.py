@@ -193,6 +193,11 @@ def test_bad_inputs_are_errors_naming_the_input(rt):
         exe(x[:0], w1, b1, w2, b2)
 
 
+def test_a_graph_file_name_with_a_nul_is_refused():
+    with pytest.raises(ValueError, match="NUL"):
+        kiln.Graph.parse(MLP.read_text(), "a\0b")
+
+
 def test_runtime_arguments_of_the_wrong_kind_are_named(cache_dir):
     for kwargs, error in (({"target": None}, TypeError), ({"precision": "high\0x"}, ValueError),
                           ({"cache_dir": str(cache_dir) + "\0junk"}, ValueError),

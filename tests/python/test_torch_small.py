@@ -173,7 +173,8 @@ def test_an_rms_norm_whose_eps_is_scaled_is_not_read_as_that_eps(cache_dir):
 
 class Shapes(torch.nn.Module):
     def forward(self, v, cond):
-        return v.t() * 2, torch.where(cond > 0, 1, 0), torch.where(cond > 0, 2**40, -7)
+        return (v.t() * 2, torch.where(cond > 0, 1, 0), torch.where(cond > 0, 2**40, -7),
+                torch.where(cond > 0, True, 5))
 
 
 def test_vector_transposes_and_wheres_of_integer_literals_keep_torchs_values_and_dtypes(cache_dir):
@@ -202,7 +203,7 @@ class Branches(torch.nn.Module):
         return torch.cond(x.sum() > 0, lambda x: x * 2, lambda x: x - 1, (x,))
 
 
-def test_control_flow_is_refused_when_compiled_not_when_called(cache_dir):
+def test_control_flow_is_refused_when_compiled(cache_dir):
     ep = torch.export.export(Branches(), (torch.randn(3),), strict=False)
     with pytest.raises(kiln.Error, match="control flow .* is not supported"):
         kiln.torch.compile_exported(ep, target="cpu", cache_dir=cache_dir)
@@ -243,3 +244,11 @@ def test_a_nan_reaches_the_outputs_as_in_eager(cache_dir):
     for got, want in zip(program(x), NanOps()(x)):
         assert torch.equal(got.isnan(), want.isnan()), (got, want)
         assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+def test_a_wrong_argument_count_is_named_not_dumped(cache_dir):
+    x, y = torch.randn(2, 5), torch.randn(2, 5)
+    _, program = compiled(Alpha(), (x, y), cache_dir)
+    for args in ((), (x,), (x, y, y)):
+        with pytest.raises(kiln.Error, match=f"takes 2 positional arguments; got {len(args)}$"):
+            program(*args)

@@ -148,8 +148,11 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
         # a subgraph of a higher-order op (torch.cond's branches, torch.map's body).
         if node.op == "get_attr":
             users = ", ".join(sorted(str(u.target) for u in node.users))
+            control = any(w in users for w in ("cond", "map", "while_loop", "scan"))
             raise Error(f"node '{node.name}' is the subgraph '{node.target}' of {users}: "
-                        "control flow (torch.cond, torch.map, while_loop) is not supported")
+                        + ("control flow (torch.cond, torch.map, while_loop) is not supported"
+                           if control else "a higher-order op kiln.torch does not run (a "
+                           "no_grad or autocast block inside forward is one: move it out)"))
     sig = ep.graph_signature
     # A buffer the program writes (`self.pos.add_(1)`) holds another value at every call: it is an
     # input, never folded into the graph as the constant it held at export.

@@ -211,6 +211,15 @@ def _flatten_inputs(in_spec, args, kwargs):
     if in_spec is None:
         return list(args)
     keys = _keyword_names(in_spec)
+    try:
+        args_spec = in_spec.child(0) if hasattr(in_spec, "child") else in_spec.children_specs[0]
+        positional = args_spec.num_children if in_spec.num_children == 2 else None
+    except (AttributeError, IndexError, TypeError):
+        positional = None
+    if positional is not None and len(args) != positional:
+        raise Error(f"this program takes {positional} positional argument"
+                    f"{'' if positional == 1 else 's'}"
+                    f"{f' and the keyword arguments {keys}' if keys else ''}; got {len(args)}")
     if keys is not None:
         missing = [k for k in keys if k not in kwargs]
         extra = [k for k in kwargs if k not in keys]
@@ -220,8 +229,11 @@ def _flatten_inputs(in_spec, args, kwargs):
         kwargs = {k: kwargs[k] for k in keys}
     flat, spec = pytree.tree_flatten((args, kwargs))
     if spec != in_spec:
+        def short(s):
+            text = str(s)
+            return text if len(text) <= 300 else text[:300] + " ..."
         raise Error(f"the inputs do not have the structure the program was exported with: "
-                    f"expected {in_spec}, got {spec}")
+                    f"expected {short(in_spec)}, got {short(spec)}")
     return flat
 
 
@@ -299,7 +311,13 @@ def _decode(x):
     if kind == "dict":
         return {k: _decode(e) for k, e in v.items()}
     if kind in ("dtype", "layout", "memory_format"):
-        return getattr(torch, v)
+        # Only a value of that kind: never another attribute of torch (its builtins, a function).
+        value = getattr(torch, v, None) if isinstance(v, str) else None
+        wanted = {"dtype": torch.dtype, "layout": torch.layout,
+                  "memory_format": torch.memory_format}[kind]
+        if not isinstance(value, wanted):
+            raise Error(f"kiln.json: {v!r} is not a torch {kind}")
+        return value
     if kind == "device":
         return torch.device(v)
     raise Error(f"kiln.json: unknown value {x!r}")
@@ -339,13 +357,14 @@ def load(path: str | os.PathLike, target: str | None = None, precision: str | No
     path = pathlib.Path(path)
     try:
         meta = json.loads((path / "kiln.json").read_text())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise Error(f"{path}: not a saved kiln program: {e}") from None
-    if meta.get("format") != _FORMAT:
-        raise Error(f"{path}: kiln.json format {meta.get('format')!r}, this kiln reads {_FORMAT}")
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise Error(f"{path}: kiln.json format {found!r}, this kiln reads {_FORMAT}")
     try:
         return _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_indices)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as e:
         raise Error(f"{path}/kiln.json: malformed ({type(e).__name__}: {e})") from None
     except OSError as e:
         raise Error(f"{path}: cannot read the saved program: {e}") from None

@@ -214,10 +214,14 @@ def _where(cx, node):
     if work != "f32" and _is_literal(ra) and _is_literal(rb):
         # kiln gives a where of two literals f32: torch.where(c, 1, 0) is i64.
         if work in ("i32", "i64"):
-            # b + c * (a - b), wrapping as the dtype does: exact where f32 is not past 2^24.
+            # b + c * (a - b) in the dtype, wrapping as it does: exact for every literal.
+            try:
+                va, vb = (int({"true": 1, "false": 0}.get(r, r)) for r in (ra, rb))
+            except ValueError:
+                raise Unsupported("a where of literals kiln cannot write as integers") from None
             bits = 32 if work == "i32" else 64
-            diff = (int(ra) - int(rb) + 2 ** (bits - 1)) % 2 ** bits - 2 ** (bits - 1)
-            return Expr(f"add(mul(cast({c}, to={work}), {diff}), {rb})")
+            diff = (va - vb + 2 ** (bits - 1)) % 2 ** bits - 2 ** (bits - 1)
+            return Expr(f"add(mul(cast({c}, to={work}), {diff}), {vb})")
         if work == "bool":
             raise Unsupported("a where of two bool literals")
         return Expr(f"cast(where({c}, {ra}, {rb}), to={work})")
