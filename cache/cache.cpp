@@ -364,6 +364,7 @@ Expected<PullReport> Cache::pull(const std::optional<std::string>& graph_hash) {
       report.stopped = true;
       break;
     }
+    ++report.read;
     if (m_local->contains(key)) {
       ++report.already_present;
       continue;

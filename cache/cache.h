@@ -57,6 +57,7 @@ struct PullReport {
   // entry is taken only signed, so a keyless machine does not pull it (not a failure).
   uint64_t needs_key = 0;
   uint64_t listed = 0;   // the keys the listing named
+  uint64_t read = 0;     // of those, the keys looked at before the pull ended
   bool stopped = false;  // Options::remote_pull_budget ran out before every key was fetched
 };
 

@@ -459,12 +459,10 @@ int run_pull(const CacheArgs& args) {
                 "(set KILN_REMOTE_KEY)\n",
                 static_cast<unsigned long long>(report->needs_key));
   if (report->stopped) {
-    uint64_t done = report->pulled + report->already_present + report->rejected +
-                    report->needs_key;
     auto budget = std::chrono::duration_cast<std::chrono::seconds>(
         cache::Options().remote_pull_budget);
     return fail("stopped after " + std::to_string(budget.count()) + " s, " +
-                    std::to_string(done) + " of " + std::to_string(report->listed) +
+                    std::to_string(report->read) + " of " + std::to_string(report->listed) +
                     " keys read; run kiln pull again to go on (it skips the entries already here)",
                 k_exit_failure);
   }

@@ -613,11 +613,13 @@ TEST_F(FleetLimits, APullStopsWhenItsBudgetIsSpentAndTheNextGoesOn) {
   ASSERT_TRUE(stopped.ok());
   EXPECT_TRUE(stopped->stopped);
   EXPECT_EQ(stopped->listed, 3u);
+  EXPECT_EQ(stopped->read, 0u);
   EXPECT_EQ(stopped->pulled, 0u);
   node.remote_pull_budget = std::chrono::milliseconds(60000);
   auto rest = Cache::open(node)->pull(std::nullopt);
   ASSERT_TRUE(rest.ok());
   EXPECT_FALSE(rest->stopped);
+  EXPECT_EQ(rest->read, 3u);
   EXPECT_EQ(rest->pulled, 3u);
 }
 
