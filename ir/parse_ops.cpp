@@ -41,6 +41,11 @@ std::string describe_value(const NamedArg& arg) {
 
 }  // namespace
 
+Error Parser::bad_value(const NamedArg& arg, const std::string& wanted) const {
+  return error_at(arg.value.location, "expected " + wanted + " for '" + std::string(arg.name) +
+                                          "', got " + describe_value(arg));
+}
+
 Expected<NodeId> Parser::tensor_arg(const Token& op_token, const Operand& operand,
                                     size_t index) {
   if (operand.is_literal) {
@@ -98,10 +103,6 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
   auto unknown_arg = [&](const NamedArg& arg, const char* accepted) {
     return error_at(arg.value.location, op_name + " has no argument '" + std::string(arg.name) +
                                             "'; " + accepted);
-  };
-  auto bad_value = [&](const NamedArg& arg, const std::string& wanted) {
-    return error_at(arg.value.location, "expected " + wanted + " for '" +
-                                            std::string(arg.name) + "', got " + describe_value(arg));
   };
   auto located = [&](Expected<NodeId> id) -> Expected<NodeId> {
     if (!id) return error_at(op_token.location, id.error().message);
@@ -268,13 +269,9 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
     return error_at(arg.value.location, op_name + " has no argument '" + std::string(arg.name) +
                                             "'; " + accepted);
   };
-  auto bad_value = [&](const Token& at, std::string_view arg, const std::string& wanted) {
+  auto bad_item = [&](const Token& at, std::string_view arg, const std::string& wanted) {
     return error_at(at.location, "expected " + wanted + " for '" + std::string(arg) + "', got " +
                                      describe(at));
-  };
-  auto bad_arg = [&](const NamedArg& arg, const std::string& wanted) {
-    return error_at(arg.value.location, "expected " + wanted + " for '" +
-                                            std::string(arg.name) + "', got " + describe_value(arg));
   };
   auto located = [&](Expected<NodeId> id) -> Expected<NodeId> {
     if (!id) return error_at(op_token.location, id.error().message);
@@ -296,7 +293,7 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
     std::vector<SymbolicDim> symbols;
     for (const NamedArg& arg : named) {
       if (arg.name != "shape") return unknown_arg(arg, "expected shape");
-      if (!arg.is_list) return bad_arg(arg, "a list of dims, [2, -1, 64]");
+      if (!arg.is_list) return bad_value(arg, "a list of dims, [2, -1, 64]");
       dims.emplace();
       for (const Token& item : arg.list) {
         SymbolicDim sym;
@@ -310,7 +307,7 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
           sym = {*index, std::string(item.text)};
         } else {
           auto v = parse_int(item);
-          if (!v) return bad_value(item, arg.name, "an integer dim or a dim name");
+          if (!v) return bad_item(item, arg.name, "an integer dim or a dim name");
           value = *v;
         }
         dims->push_back(value);
@@ -328,12 +325,12 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
     std::optional<std::vector<int>> dims;
     for (const NamedArg& arg : named) {
       if (arg.name != "dims") return unknown_arg(arg, "expected dims");
-      if (!arg.is_list) return bad_arg(arg, "a list of axes, [0, 2, 1, 3]");
+      if (!arg.is_list) return bad_value(arg, "a list of axes, [0, 2, 1, 3]");
       dims.emplace();
       for (const Token& item : arg.list) {
         auto v = parse_int(item);
         if (!v || *v < -k_max_rank || *v >= k_max_rank)
-          return bad_value(item, arg.name, "an axis");
+          return bad_item(item, arg.name, "an axis");
         dims->push_back(static_cast<int>(*v));
       }
     }
@@ -352,7 +349,7 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
       bool is_axis = target == &axis;
       int64_t limit = is_axis ? k_max_rank : k_max_elements;
       if (!v || *v < -limit || *v > limit - is_axis)
-        return bad_arg(arg, is_axis ? "an integer axis" : "an integer");
+        return bad_value(arg, is_axis ? "an integer axis" : "an integer");
       *target = *v;
     }
     if (!start || !end) return missing("start and end", "slice(x, axis=-1, start=0, end=32)");
@@ -365,7 +362,7 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
       if (arg.name != "axis") return unknown_arg(arg, "expected axis");
       auto v = arg.is_list ? std::nullopt : parse_int(arg.value);
       if (!v || *v < -k_max_rank || *v >= k_max_rank)
-        return bad_arg(arg, "an integer axis");
+        return bad_value(arg, "an integer axis");
       axis = static_cast<int>(*v);
     }
     return located(m_builder.add_concat(ops, axis));
@@ -375,10 +372,6 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
 
 Expected<NodeId> Parser::build_attention(const Token& op_token, const std::vector<Operand>& args,
                                          const std::vector<NamedArg>& named) {
-  auto bad_value = [&](const NamedArg& arg, const std::string& wanted) {
-    return error_at(arg.value.location, "expected " + wanted + " for '" +
-                                            std::string(arg.name) + "', got " + describe_value(arg));
-  };
   std::optional<NodeId> mask;
   std::optional<double> scale;
   bool causal = false;

@@ -70,6 +70,8 @@ private:
     return Error{std::string(m_file) + ":" + std::to_string(at.line) + ":" +
                  std::to_string(at.column) + ": error: " + message};
   }
+  // "expected WANTED for 'NAME', got a list" (or a call, or the token), at the argument's value.
+  Error bad_value(const NamedArg& arg, const std::string& wanted) const;
   Error expected(const std::string& what) const {
     return error_at(m_token.location, "expected " + what + ", got " + describe(m_token));
   }
