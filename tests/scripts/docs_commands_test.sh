@@ -64,7 +64,9 @@ def sq(text):
 def script_for(where, body):
     """The block as a bash script: each top-level command echoed, checks where asked."""
     lines = body.split("\n")
-    out_lines = ["set -eo pipefail", "__out=$(mktemp)"]
+    # The checked command's output goes to the page's scratch folder (the block starts in its
+    # work/), which the test removes: a file under /tmp would outlive the run.
+    out_lines = ["set -eo pipefail", '__out=$(mktemp "$PWD/../check-out.XXXXXX")']
     depth, heredoc, continued, commands = 0, None, False, 0
     for n, line in enumerate(lines):
         at = f"{where[0]}:{where[1] + n + 1}"
