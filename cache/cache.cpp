@@ -411,9 +411,9 @@ Expected<std::vector<Nearest>> Cache::nearest(const std::vector<KeyField>& reque
   m_fill->drain();
   return m_local->nearest(request, anchor);
 }
-Expected<VerifyReport> Cache::verify(Fix fix) {
+Expected<VerifyReport> Cache::verify(Fix fix, const EntryCheck& check) {
   m_fill->drain();
-  return m_local->verify(fix);
+  return m_local->verify(fix, check);
 }
 Expected<PruneReport> Cache::prune(std::optional<uint64_t> max_size,
                                    std::optional<uint64_t> older_than_s) {

@@ -138,7 +138,9 @@ public:
   Expected<std::vector<std::string>> keys_with_prefix(const std::string& prefix, int limit = 2);
   Expected<std::vector<Nearest>> nearest(const std::vector<KeyField>& request,
                                          const std::string& anchor);
-  Expected<VerifyReport> verify(Fix fix);
+  // SQLite's check, then every entry's checksums and key; `check`, when given, on each entry
+  // that holds (the runtime's decode). Fix::yes drops the bad ones.
+  Expected<VerifyReport> verify(Fix fix, const EntryCheck& check = {});
   Expected<PruneReport> prune(std::optional<uint64_t> max_size,
                               std::optional<uint64_t> older_than_s);
   Expected<PruneReport> clear();

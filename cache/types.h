@@ -141,4 +141,8 @@ struct Nearest {
 
 enum class Fix { no, yes };
 
+// A check verify() runs on each entry whose checksums and key hold, for what the cache layer
+// cannot see (whether its artifact decodes): "" when the entry is good, else why it is bad.
+using EntryCheck = std::function<std::string(Entry entry)>;
+
 }  // namespace kiln::cache

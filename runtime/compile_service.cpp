@@ -8,6 +8,7 @@
 #include "compiler/nvrtc.h"
 #include "compiler/pool.h"
 #include "compiler/sizes.h"
+#include "runtime/cpu_program.h"
 
 #include <nlohmann/json.hpp>
 
@@ -198,6 +199,24 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry) {
     }
   }
   return artifact;
+}
+
+std::string entry_problem(cache::Entry entry) {
+  const std::string key = entry.info.key;
+  auto without_key = [&](std::string message) {
+    const std::string named = "cache entry " + key;
+    if (message.compare(0, named.size(), named) == 0) message.erase(0, named.size());
+    if (message.compare(0, 2, ": ") == 0) message.erase(0, 2);
+    if (message.compare(0, 1, " ") == 0) message.erase(0, 1);
+    return message;
+  };
+  auto artifact = from_entry(std::move(entry));
+  if (!artifact) return "its artifact does not decode: " + without_key(artifact.error().message);
+  // Another CPU's code, or no LLVM plugin here: decoding is all this machine can check.
+  if (!artifact->is_cpu() || !compiler::cpu::runs_here(artifact->target.cpu)) return "";
+  auto program = CpuProgram::load(std::move(*artifact));
+  if (!program) return "its object does not load: " + program.error().message;
+  return "";
 }
 
 namespace {

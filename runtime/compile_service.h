@@ -70,6 +70,12 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
                             double compile_ms);
 Expected<compiler::Artifact> from_entry(cache::Entry entry);
 
+// What a run that hits `entry` does past its checksums, as `kiln verify` checks it: decode the
+// artifact and, for a CPU target's that this machine can run, load its object (the loader's
+// allow-list, the link). "" when it holds, else why not: such an entry fails every run that hits
+// it. Another CPU's object, or one with no LLVM plugin here, is only decoded.
+std::string entry_problem(cache::Entry entry);
+
 // The payloads compile_prepared reads on a hit: "artifact" and "cubin:*".
 cache::PayloadSelection run_payloads();
 

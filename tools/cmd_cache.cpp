@@ -12,6 +12,7 @@
 #include "cache/units.h"
 #include "ir/hash.h"
 #include "ir/print.h"
+#include "runtime/compile_service.h"
 
 #include <nlohmann/json.hpp>
 
@@ -347,7 +348,7 @@ int run_clear(const CacheArgs& args) {
 int run_verify(const CacheArgs& args) {
   auto c = open_cache(args);
   if (!c) return k_exit_failure;
-  auto report = c->verify(args.fix ? cache::Fix::yes : cache::Fix::no);
+  auto report = c->verify(args.fix ? cache::Fix::yes : cache::Fix::no, runtime::entry_problem);
   if (!report) return fail(report.error().message, k_exit_failure);
   int code = report->bad.empty() && report->database.empty() ? k_exit_ok : k_exit_failure;
   if (args.json) {
@@ -484,7 +485,8 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
       {"show", "print one cache entry, or its source, PTX or log", run_show},
       {"prune", "evict entries by age and then least recently used down to a size", run_prune},
       {"clear", "remove every cache entry", run_clear},
-      {"verify", "check every entry's checksums (exit 1 and a list when any is bad)", run_verify},
+      {"verify", "check every entry's checksums and that it decodes (exit 1 and a list when any is "
+                 "bad)", run_verify},
       {"export", "write every cache entry to one bundle file", run_export},
       {"import", "add the entries of a bundle file (every checksum is verified first)", run_import},
       {"push", "upload every local entry to the remote cache (pre-warm a fleet)", run_push},

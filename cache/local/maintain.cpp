@@ -179,7 +179,7 @@ Expected<std::vector<Nearest>> Store::nearest(const std::vector<KeyField>& reque
   });
 }
 
-Expected<VerifyReport> Store::verify(Fix fix) {
+Expected<VerifyReport> Store::verify(Fix fix, const EntryCheck& check) {
   std::lock_guard lock(m_mutex);
   if (!m_db) return disabled_error();
   // SQLite's own check first: damage to its pages or indexes that no entry's checksum sees.
@@ -205,11 +205,16 @@ Expected<VerifyReport> Store::verify(Fix fix) {
   auto ages = entries_oldest_first(*m_db);
   if (!ages) return ages.error();
   for (const EntryAge& v : *ages) {
-    Checked checked = read_checked(v.key, PayloadSelection());
+    Checked checked = read_checked(v.key, PayloadSelection(), Keep::entry);
     if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
     if (checked.kind == Checked::Kind::absent) continue;  // removed meanwhile
     ++report.checked;
-    if (checked.kind == Checked::Kind::bad) report.bad.push_back({v.key, checked.reason});
+    if (checked.kind == Checked::Kind::bad) {
+      report.bad.push_back({v.key, checked.reason});
+    } else if (check) {
+      if (std::string why = check(std::move(checked.entry)); !why.empty())
+        report.bad.push_back({v.key, std::move(why)});
+    }
   }
   if (fix == Fix::no || report.bad.empty()) return report;
   auto txn = Transaction::begin(*m_db, Transaction::Kind::write);

@@ -85,7 +85,7 @@ public:
   Expected<std::vector<std::string>> keys_with_prefix(const std::string& prefix, int limit);
   Expected<std::vector<Nearest>> nearest(const std::vector<KeyField>& request,
                                          const std::string& anchor);
-  Expected<VerifyReport> verify(Fix fix);
+  Expected<VerifyReport> verify(Fix fix, const EntryCheck& check);
   Expected<PruneReport> prune(std::optional<uint64_t> max_size,
                               std::optional<uint64_t> older_than_s);
   Expected<PruneReport> clear();

@@ -3,6 +3,7 @@
 #include "cache/cache.h"
 #include "cache/local/sqlite.h"
 #include "ir/parse.h"
+#include "runtime/compile_service.h"
 #include "kiln/kiln.h"
 #include "reference/tensor.h"
 
@@ -130,6 +131,18 @@ TEST_F(CpuCache, AnObjectTheLoaderRefusesIsCompiledAgainAndReplacesTheEntry) {
     }
     ASSERT_EQ(objects, 1);
     ASSERT_TRUE(store->store(key, found.entry.info.fields, forged).ok());
+    // `kiln verify`'s check names it, where the checksums alone find nothing wrong.
+    auto checksums = store->verify(cache::Fix::no);
+    ASSERT_TRUE(checksums) << checksums.error().message;
+    EXPECT_TRUE(checksums->bad.empty());
+    auto verified = store->verify(cache::Fix::no, runtime::entry_problem);
+    ASSERT_TRUE(verified) << verified.error().message;
+    ASSERT_EQ(verified->bad.size(), 1u);
+    EXPECT_EQ(verified->bad[0].key, key);
+    EXPECT_EQ(verified->bad[0].reason.rfind("its object does not load: ", 0), 0u)
+        << verified->bad[0].reason;
+    EXPECT_NE(verified->bad[0].reason.find("'system'"), std::string::npos)
+        << verified->bad[0].reason;
   }
   std::vector<std::string> warnings;
   RuntimeOptions options;

@@ -5,6 +5,7 @@
 #include "tests/cache/test_util.h"
 
 #include "cache/bundle.h"
+#include "cache/cache.h"
 #include "cache/codec.h"
 #include "cache/entry_codec.h"
 #include "cache/key.h"
@@ -208,6 +209,57 @@ TEST_F(CacheDiskCli, RunOnTheCpuDropsAnObjectDamagedUnderARecomputedRecordChecks
   EXPECT_EQ(second.exit_code, 0) << second.err;
   EXPECT_NE(second.err.find("dropped bad entry"), std::string::npos) << second.err;
   EXPECT_NE(second.err.find("payload 'object'"), std::string::npos) << second.err;
+}
+
+// An entry whose checksums hold but whose artifact does not decode (a damaged build, or one a
+// keyholder signed) fails every run that hits it: verify names it, and --fix drops it.
+TEST_F(CacheDiskCli, VerifyNamesAnEntryWhoseArtifactDoesNotDecodeAndFixDropsIt) {
+  const std::string mlp = std::string(KILN_EXAMPLES_DIR) + "/mlp.kg";
+  CliResult compiled = kiln({"compile", mlp, "--arch", "sm_90", "--precision", "high"});
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
+  CliResult good = kiln({"verify"});
+  EXPECT_EQ(good.exit_code, 0) << good.out << good.err;
+  std::string key;
+  {
+    cache::Options options;
+    options.dir = m_dir;
+    auto store = cache::Cache::open(options);
+    auto listed = store->list();
+    ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+    key = listed->front().key;
+    cache::Lookup found = store->read(key);
+    ASSERT_TRUE(found.hit());
+    cache::Contents bad{found.entry.info.summary, found.entry.payloads,
+                        found.entry.info.compile_ms};
+    int artifacts = 0;
+    for (cache::Payload& p : bad.payloads) {
+      if (p.name != "artifact") continue;
+      p.bytes = "{\"not\": \"an artifact\"}";
+      ++artifacts;
+    }
+    ASSERT_EQ(artifacts, 1);
+    ASSERT_TRUE(store->store(key, found.entry.info.fields, bad).ok());
+  }
+  CliResult checked = kiln({"verify"});
+  EXPECT_EQ(checked.exit_code, 1) << checked.out << checked.err;
+  EXPECT_NE(checked.out.find("bad " + key + ": its artifact does not decode: "), std::string::npos)
+      << checked.out;
+  EXPECT_NE(checked.out.find("checked 1 entries, 1 bad"), std::string::npos) << checked.out;
+  CliResult as_json = kiln({"verify", "--json"});
+  EXPECT_EQ(as_json.exit_code, 1);
+  json report = json::parse(as_json.out, nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << as_json.out;
+  ASSERT_EQ(report["bad"].size(), 1u) << as_json.out;
+  EXPECT_EQ(report["bad"][0]["key"], key);
+  EXPECT_EQ(report["bad"][0]["reason"].get<std::string>().rfind("its artifact does not decode", 0),
+            0u)
+      << as_json.out;
+  CliResult fixed = kiln({"verify", "--fix"});
+  EXPECT_EQ(fixed.exit_code, 1) << "the entry was bad";
+  EXPECT_NE(fixed.out.find("removed " + key + ": its artifact"), std::string::npos) << fixed.out;
+  CliResult again = kiln({"verify"});
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_NE(again.out.find("checked 0 entries, 0 bad"), std::string::npos) << again.out;
 }
 
 }  // namespace
