@@ -6,6 +6,7 @@
 // emit_attention_wgmma.cpp and emit_attention_producer.cpp sm_90a's.
 #include "compiler/emit_attention_internal.h"
 
+#include <cfloat>
 #include <functional>
 
 namespace kiln::compiler::detail {
@@ -104,8 +105,17 @@ std::string score(Code& code, const KernelContext& ctx, const std::string& dot,
     if (dtype == ir::DType::boolean) {
       code.line("if (" + inside + " && !" + at + ") x = kiln_neg_inf;");  // false: masked out
     } else {
-      code.line("if (" + inside + ") x = fmaf(" + load_as_float(dtype, at) + ", " +
-                literal(k_log2e) + ", x);");
+      // A finite mask past FLT_MAX / log2(e) (PyTorch's finfo(float32).min and finfo(bfloat16)
+      // .min, which transformers writes for a padded key) overflows in base 2. Such a score
+      // stays the largest finite one of its sign, so a row masked only by such values weighs its
+      // keys evenly, as PyTorch's does, where -inf would mask the row out (zeros, or NaN).
+      code.open("if (" + inside + ") {");
+      code.line("const float mk = " + load_as_float(dtype, at) + ";");
+      code.line("const float xm = fmaf(mk, " + literal(k_log2e) + ", x);");
+      code.line("x = fabsf(xm) > " + literal(FLT_MAX) + " && fabsf(mk) <= " + literal(FLT_MAX) +
+                " && fabsf(x) <= " + literal(FLT_MAX) + " ? copysignf(" + literal(FLT_MAX) +
+                ", xm) : xm;");
+      code.close();
     }
   }
   std::string masked;

@@ -322,6 +322,46 @@ TEST(FusedAttentionGrouped, KvHeadGroupsAndFullyMaskedRowsMatchTheReference) {
   }
 }
 
+// transformers fills a padded key's mask with finfo(dtype).min; past FLT_MAX / log2(e) that
+// overflowed the kernels' base-2 scores to -inf, so a row padded throughout was zeros (NaN for
+// the explicit chain) where PyTorch weighs its keys evenly. The lowest f32 (f32 masks) and bf16
+// value (16-bit masks) on keys past 30 and on rows 3 and 20 whole: those rows average v, as the
+// fp64 reference, in every mode on sm_80, through the op and the chain.
+TEST(FusedAttentionSoftmax, TheLowestFloatMasksAKeyAsPyTorchDoes) {
+  for (const Arithmetic& a : k_arithmetic) {
+    std::string t = a.dtype, mt = t == "f32" ? "f32" : "bf16";
+    double lowest = t == "f32" ? -3.4028234663852886e38 : -3.3895313892515355e38;
+    std::string in = "  input q: " + t + "[2, 2, 37, 32]\n  input k: " + t +
+                     "[2, 2, 41, 32]\n  input v: " + t + "[2, 2, 41, 24]\n  input m: " + mt +
+                     "[2, 1, 37, 41]\n";
+    std::vector<std::string> bodies = {"  o = attention(q, k, v, mask=m, scale=0.25)\n"};
+    if (t == "f32" && (a.precision == ir::Precision::high || a.precision == ir::Precision::highest))
+      bodies.push_back("  s = add(mul(matmul(q, k, transpose_b=true), 0.25), m)\n"
+                       "  o = matmul(softmax(s, axis=-1), v)\n");
+    for (const std::string& body : bodies) {
+      auto graph = ir::parse_graph("graph padded {\n" + in + body + "  output o\n}\n", "p.kg");
+      ASSERT_TRUE(graph.ok()) << graph.error().message;
+      reference::Tensor mask = reference::zeros(graph->node(graph->inputs()[3]).type);
+      for (size_t e = 0; e < mask.values.size(); ++e) {
+        size_t row = (e / 41) % 37, key = e % 41;
+        if (key > 30 || row == 3 || row == 20) mask.values[e] = lowest;
+      }
+      reference::InputSource inputs{11, {std::nullopt, std::nullopt, std::nullopt, mask}};
+      SCOPED_TRACE(std::string(a.dtype) + " " + std::string(ir::to_string(a.precision)) + "\n" +
+                   body);
+      auto run = emulate(*graph, 80, a.precision, inputs);
+      expect_within_tolerance(run);
+      ASSERT_TRUE(run.ok());
+      const std::vector<double>& o = run->actual[0].values;
+      for (size_t e = 0; e < o.size(); ++e) ASSERT_TRUE(std::isfinite(o[e])) << e;
+      // Row 3 of the first batch and head: the mean of v over all 41 keys, not zeros.
+      double nonzero = 0.0;
+      for (size_t c = 0; c < 24; ++c) nonzero += std::abs(o[3 * 24 + c]);
+      EXPECT_GT(nonzero, 0.0);
+    }
+  }
+}
+
 // The explicit chain as mixed-precision code writes it for 16-bit q, k and v: scores widened to
 // f32 before the scale and an f32 mask, softmax in f32, P cast back to v's dtype; and the plain
 // P cast of 16-bit scores. One fused kernel (emulate() refuses a fallback and checks the count),

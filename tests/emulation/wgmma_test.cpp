@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <ostream>
 #include <set>
@@ -719,6 +720,47 @@ TEST_P(EmulatedWgmmaSymbolic, OneBucketsBuildMatchesFp64AtEverySize) {
       ASSERT_TRUE(report.ok()) << report.error().message;
       for (const reference::OutputCheck& o : report->outputs)
         EXPECT_TRUE(o.ok) << o.name << ": rel_l2 " << o.rel_l2 << " > " << o.tolerance;
+    }
+  }
+}
+
+// ---- a padding mask of the lowest float, as transformers writes one ----
+
+// finfo(float32).min and finfo(bfloat16).min overflow the kernel's base-2 scores past
+// FLT_MAX / log2(e): on the wgmma attention kernel (bf16 through TMA, and `high` loading fp32
+// itself), rows 3 and 20, masked whole by it, average v as the fp64 reference does (not zeros).
+TEST(EmulatedWgmmaAttention, TheLowestFloatMasksAKeyAsPyTorchDoes) {
+  for (const char* t : {"bf16", "f32"}) {
+    SCOPED_TRACE(t);
+    double lowest = std::string(t) == "f32" ? -3.4028234663852886e38 : -3.3895313892515355e38;
+    auto graph = ir::parse_graph(std::string("graph padded {\n  input q: ") + t +
+                                     "[2, 2, 37, 64]\n  input k: " + t +
+                                     "[2, 2, 41, 64]\n  input v: " + t + "[2, 2, 41, 64]\n"
+                                     "  input m: " + t + "[2, 1, 37, 41]\n"
+                                     "  o = attention(q, k, v, mask=m, scale=0.125)\n"
+                                     "  output o\n}\n",
+                                 "padded.kg");
+    ASSERT_TRUE(graph.ok()) << graph.error().message;
+    auto program = build(*graph);
+    ASSERT_TRUE(program.ok()) << program.error().message;
+    ASSERT_EQ(wgmma_kernels(*program), 1);
+    reference::Tensor mask = reference::zeros(graph->node(graph->inputs()[3]).type);
+    for (size_t e = 0; e < mask.values.size(); ++e) {
+      size_t row = (e / 41) % 37, key = e % 41;
+      if (key > 30 || row == 3 || row == 20) mask.values[e] = lowest;
+    }
+    reference::InputSource inputs{13, {std::nullopt, std::nullopt, std::nullopt, mask}};
+    for (const Schedule& schedule : {Schedule{}, Schedule::adversarial()}) {
+      SCOPED_TRACE("schedule " + to_string(schedule));
+      auto report = reference::check_against_fp64(
+          *graph, program->lowered().precision.graph_mode, inputs,
+          [&](const std::vector<reference::Tensor>& in) { return program->run(in, schedule); });
+      ASSERT_TRUE(report.ok()) << report.error().message;
+      for (const reference::OutputCheck& o : report->report.outputs)
+        EXPECT_TRUE(o.ok) << o.name << ": rel_l2 " << o.rel_l2 << " > " << o.tolerance;
+      double row3 = 0.0;
+      for (size_t c = 0; c < 64; ++c) row3 += std::abs(report->actual[0].values[3 * 64 + c]);
+      EXPECT_GT(row3, 0.0) << "row 3 averages v";
     }
   }
 }
