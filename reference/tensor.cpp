@@ -17,6 +17,19 @@ Tensor zeros(const ir::TensorType& type) {
   return tensor;
 }
 
+namespace {
+
+// A whole double as an int64_t, saturated past its range (a double of 2^63 does not fit: the
+// cast alone is undefined, and gave -2^63 here); NaN is 0.
+int64_t saturated_int64(double v) {
+  if (!(v == v)) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
 double store_value(ir::DType dtype, double value) {
   auto single = static_cast<float>(value);
   switch (dtype) {
@@ -28,7 +41,7 @@ double store_value(ir::DType dtype, double value) {
       return round_bf16(single);
     case ir::DType::i32:
       return static_cast<double>(static_cast<int32_t>(static_cast<uint32_t>(
-          static_cast<uint64_t>(static_cast<int64_t>(value)))));
+          static_cast<uint64_t>(saturated_int64(value)))));
     case ir::DType::i64:
       return std::trunc(value);
     case ir::DType::boolean:
@@ -76,8 +89,11 @@ std::vector<Tensor> random_inputs(const ir::Graph& graph, uint64_t seed) {
 
 void store_device_bytes(const Tensor& t, unsigned char* out) {
   if (!ir::is_float(t.dtype)) {
+    bool exact = t.dtype == ir::DType::i64 && t.exact.size() == t.values.size();
     for (size_t i = 0; i < t.values.size(); ++i) {
-      auto v = static_cast<int64_t>(store_value(t.dtype, t.values[i]));
+      int64_t v = exact && static_cast<double>(t.exact[i]) == t.values[i]
+                      ? t.exact[i]
+                      : saturated_int64(store_value(t.dtype, t.values[i]));
       if (t.dtype == ir::DType::i64) {
         std::memcpy(out + 8 * i, &v, 8);
       } else if (t.dtype == ir::DType::i32) {
@@ -103,10 +119,12 @@ void store_device_bytes(const Tensor& t, unsigned char* out) {
 Tensor load_device_bytes(const ir::TensorType& type, const unsigned char* in) {
   Tensor t = zeros(type);
   if (!ir::is_float(type.dtype)) {
+    if (type.dtype == ir::DType::i64) t.exact.resize(t.values.size());
     for (size_t i = 0; i < t.values.size(); ++i) {
       if (type.dtype == ir::DType::i64) {
         int64_t v;
         std::memcpy(&v, in + 8 * i, 8);
+        t.exact[i] = v;
         t.values[i] = static_cast<double>(v);
       } else if (type.dtype == ir::DType::i32) {
         int32_t v;

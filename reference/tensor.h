@@ -15,6 +15,11 @@ struct Tensor {
   ir::DType dtype = ir::DType::f32;
   ir::Shape shape;
   std::vector<double> values;
+  // An i64 tensor read from device bytes (load_device_bytes: an input file, a kernel's output)
+  // keeps its exact values here too, since a double holds integers exactly only to 2^53.
+  // store_device_bytes writes exact[i] while values[i] is still its double, so the file's or the
+  // kernel's value goes through unrounded; a value changed since is written as it reads.
+  std::vector<int64_t> exact;
 
   ir::TensorType type() const { return ir::TensorType{dtype, shape}; }
 };

@@ -392,6 +392,50 @@ TEST_F(NpyCli, IntegerAndBoolTensorsGoInAndOutAsNpy) {
   }
 }
 
+// i64 values past 2^53 go into the kernels and out of --save exactly, wrapping as int64 does (a
+// double held them on the way: 2^63 - 1 came back as -2^63); the fp64 reference cannot hold them,
+// and a warning says so.
+TEST_F(NpyCli, I64ValuesPast2To53GoInAndOutExactly) {
+  std::string graph = write_text("wide.kg", R"(graph wide {
+  input a: i64[5]
+  y = add(a, 1)
+  p = gt(a, 0)
+  output y, p
+}
+)");
+  const int64_t big = int64_t{1} << 53;
+  const int64_t in[] = {big + 1, (int64_t{1} << 62) + 1, INT64_MAX, INT64_MIN + 1,
+                        12345678901234567};
+  npy::Array a{npy::Descr::i8, {5}, std::vector<unsigned char>(sizeof in)};
+  std::memcpy(a.data.data(), in, sizeof in);
+  ASSERT_TRUE(npy::write_file(m_dir + "/a.npy", a));
+  for (std::vector<std::string> where : {std::vector<std::string>{"--target", "cpu"},
+                                         std::vector<std::string>{"--emulate", "--arch", "sm_80"}}) {
+    SCOPED_TRACE(where[0]);
+    std::vector<std::string> args = {"run", graph, "--input", "a=" + m_dir + "/a.npy", "--save",
+                                     m_dir + "/out"};
+    args.insert(args.end(), where.begin(), where.end());
+    CliResult r = run_kiln(args);
+    EXPECT_EQ(r.signal, 0);
+    EXPECT_NE(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("a.npy: warning: --input a holds i64 values past +-2^53"),
+              std::string::npos)
+        << r.err;
+    npy::Array y = read_npy(m_dir + "/out/y.npy");
+    ASSERT_EQ(y.descr, npy::Descr::i8);
+    ASSERT_EQ(y.data.size(), sizeof in);
+    int64_t got[5];
+    std::memcpy(got, y.data.data(), sizeof got);
+    EXPECT_EQ(got[0], big + 2);
+    EXPECT_EQ(got[1], (int64_t{1} << 62) + 2);
+    EXPECT_EQ(got[2], INT64_MIN) << "2^63 - 1 + 1 wraps";
+    EXPECT_EQ(got[3], INT64_MIN + 2);
+    EXPECT_EQ(got[4], 12345678901234568);
+    npy::Array p = read_npy(m_dir + "/out/p.npy");
+    EXPECT_EQ(p.data, (std::vector<unsigned char>{1, 1, 1, 0, 1}));
+  }
+}
+
 // maximum, minimum, relu, a clamp and the max reduction give NaN where an operand is NaN, as
 // PyTorch does (fmaxf would drop it), on the CPU target and the CUDA kernels alike; the check
 // against fp64 takes a NaN the reference also has as a match. Rows of 37: the CPU target's
