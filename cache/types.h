@@ -120,8 +120,10 @@ struct VerifyReport {
 struct PruneReport {
   uint64_t removed = 0;
   uint64_t freed_bytes = 0;
-  // clear() only: the database was malformed, so it was moved aside and a new one started.
+  // clear() only: the database was malformed, so it was moved aside and a new one started; or,
+  // with disk_full, the disk had no room to log the removals, so it was removed instead.
   bool replaced_database = false;
+  bool disk_full = false;
   // kiln.db and kiln.db-wal together, before and after (prune and clear give free pages back).
   uint64_t disk_bytes_before = 0;
   uint64_t disk_bytes_after = 0;
@@ -131,6 +133,9 @@ struct ImportReport {
   uint64_t imported = 0;
   uint64_t already_present = 0;
   uint64_t too_large = 0;  // entries larger than the size cap alone, not imported (warned about)
+  // Entries evicted to keep the cache within its size cap as the import went: the oldest used,
+  // which may be entries just imported.
+  uint64_t evicted = 0;
 };
 
 // An entry sharing one field value with a request, and how its other fields differ.

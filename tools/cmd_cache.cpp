@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <ctime>
 #include <memory>
+#include <mutex>
 
 namespace kiln::tools {
 namespace {
@@ -75,13 +76,38 @@ std::unique_ptr<cache::Cache> open_cache(const CacheArgs& args) {
   options.dir = args.dir;
   options.remote = args.remote;
   options.create = args.create;
+  // The warnings of the open wait here: a cache that cannot be used ends a cache command with an
+  // error saying why, where the warning would say "continuing without a cache". Later ones print
+  // as they come.
+  struct Held {
+    std::mutex mutex;
+    bool opening = true;
+    std::vector<std::string> warnings;
+  };
+  auto held = std::make_shared<Held>();
+  options.warn = [held](const std::string& message) {
+    std::lock_guard lock(held->mutex);
+    if (held->opening) return held->warnings.push_back(message);
+    std::fprintf(stderr, "kiln: cache: %s\n", message.c_str());
+  };
   auto opened = cache::Cache::open(options);
-  if (!opened->enabled()) {
-    std::string reason = opened->disabled_reason();
-    if (reason.rfind(cache::k_no_cache_reason, 0) == 0) (void)fail(reason, k_exit_failure);
-    return nullptr;
+  std::vector<std::string> warnings;
+  {
+    std::lock_guard lock(held->mutex);
+    held->opening = false;
+    warnings.swap(held->warnings);
   }
-  return opened;
+  std::string reason = opened->enabled() ? "" : opened->disabled_reason();
+  for (const std::string& w : warnings)
+    if (reason.empty() || w.rfind(reason, 0) != 0)
+      std::fprintf(stderr, "kiln: cache: %s\n", w.c_str());
+  if (reason.empty()) return opened;
+  if (reason.rfind(cache::k_no_cache_reason, 0) == 0) {
+    (void)fail(reason, k_exit_failure);
+  } else {
+    (void)fail("cannot use the cache: " + reason, k_exit_failure);
+  }
+  return nullptr;
 }
 
 // Hits over lookups (local hits and misses); 0 before any lookup.
@@ -306,8 +332,11 @@ int run_show(const CacheArgs& args) {
 }
 
 int print_removed(const cache::PruneReport& report) {
-  if (report.replaced_database)
-    std::printf("the database was malformed: moved it aside and started an empty one\n");
+  if (report.replaced_database && report.disk_full)
+    std::printf("the disk is full, which leaves no room to remove entries one by one: removed "
+                "the database and started an empty one\n");
+  else if (report.replaced_database)
+    std::printf("the database was malformed: started an empty one\n");
   else
     std::printf("removed %llu entries (%s)\n", static_cast<unsigned long long>(report.removed),
                 cache::format_size(report.freed_bytes).c_str());
@@ -421,6 +450,15 @@ int run_import(const CacheArgs& args) {
   std::printf("imported %llu entries (%llu already present)\n",
               static_cast<unsigned long long>(report->imported),
               static_cast<unsigned long long>(report->already_present));
+  if (report->too_large)
+    std::printf("%llu entries not imported: each is larger than the size cap (%s)\n",
+                static_cast<unsigned long long>(report->too_large),
+                cache::format_size(c->max_size()).c_str());
+  if (report->evicted)
+    std::printf("%llu entries evicted to keep the cache within its size cap (%s), the least "
+                "recently used first\n",
+                static_cast<unsigned long long>(report->evicted),
+                cache::format_size(c->max_size()).c_str());
   return k_exit_ok;
 }
 

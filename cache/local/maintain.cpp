@@ -2,10 +2,15 @@
 // and moving entries in and out (for bundles).
 #include "cache/local/store.h"
 
+#include "cache/key_lock.h"
+
 #include "cache/local/rows.h"
 #include "cache/local/sqlite.h"
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <filesystem>
 #include <cstdint>
 #include <map>
 
@@ -56,7 +61,7 @@ Expected<std::vector<EntryInfo>> Store::list() {
   std::lock_guard lock(m_mutex);
   return recovering([&]() -> Expected<std::vector<EntryInfo>> {
     if (!m_db) return disabled_error();
-    if (Status s = flush_locked(); !s) return s.error();
+    if (Status s = merge_before_read(); !s) return s.error();
     return list_locked(nullptr);
   });
 }
@@ -162,7 +167,7 @@ Expected<std::vector<Nearest>> Store::nearest(const std::vector<KeyField>& reque
   std::lock_guard lock(m_mutex);
   return recovering([&]() -> Expected<std::vector<Nearest>> {
     if (!m_db) return disabled_error();
-    if (Status s = flush_locked(); !s) return s.error();
+    if (Status s = merge_before_read(); !s) return s.error();
     auto matching = list_locked(&where);  // through the fields_by_value index
     if (!matching) return matching.error();
     std::vector<Nearest> out;
@@ -201,7 +206,7 @@ Expected<VerifyReport> Store::verify(Fix fix, const EntryCheck& check) {
     report.removed = true;
     return report;
   }
-  if (Status s = flush_locked(); !s) return s.error();
+  if (Status s = merge_before_read(); !s) return s.error();
   auto ages = entries_oldest_first(*m_db);
   if (!ages) return ages.error();
   for (const EntryAge& v : *ages) {
@@ -265,10 +270,37 @@ Expected<PruneReport> Store::prune(std::optional<uint64_t> max_size,
   auto report = recovering([&]() -> Expected<PruneReport> {
     return prune_locked(max_size, older_than_s);
   });
+  if (!report && m_db && m_db->last_code() == sql::k_full)
+    return make_error(report.error().message,
+                      " (SQLite needs room on the disk to remove entries one by one; `kiln "
+                      "clear` removes the database instead, which frees the space kiln holds)");
   if (!report) return report;
   report->disk_bytes_before = before;
   report->disk_bytes_after = disk_files().total();
   return report;
+}
+
+void Store::sweep_locks_locked() {
+  const std::string locks = m_dir + "/locks";
+  std::error_code ec;
+  std::filesystem::directory_iterator it(locks, ec), end;
+  std::vector<std::string> keys;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.size() <= 5 || name.size() > 133 || name.compare(name.size() - 5, 5, ".lock") != 0)
+      continue;
+    std::string key = name.substr(0, name.size() - 5);
+    if (std::all_of(key.begin(), key.end(), [](char c) {
+          return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+        }))
+      keys.push_back(std::move(key));
+  }
+  for (const std::string& key : keys) {
+    KeyLock lock;
+    std::string error;
+    if (lock.acquire(locks, key, std::chrono::milliseconds(0), error) == KeyLock::Result::acquired)
+      lock.release();  // unlinks it, as a holder's release does
+  }
 }
 
 Expected<PruneReport> Store::prune_locked(std::optional<uint64_t> max_size,
@@ -300,6 +332,7 @@ Expected<PruneReport> Store::prune_locked(std::optional<uint64_t> max_size,
   // What was freed goes back to the file system, and the WAL that holds the moves is emptied.
   give_back_locked(GiveBack::all);
   checkpoint_locked(Wait::yes);
+  sweep_locks_locked();
   return report;
 }
 
@@ -311,12 +344,20 @@ Expected<PruneReport> Store::clear() {
   auto report = prune_locked(0, std::nullopt);  // gives every page back
   if (!report) {
     // A malformed database, which cannot be cleared row by row, is moved aside and a new, empty
-    // one started: clearing always works. Any other failure (busy, a full disk) is reported.
-    if (!m_db || !sql::is_malformed_code(m_db->last_code())) return report;
-    if (Status s = replace_malformed_db(); !s) return s.error();
+    // one started; on a full disk, where SQLite has no room to log the removals, the database is
+    // removed and a new one started: clearing always works, and frees the space kiln holds.
+    // Any other failure (busy, a read-only folder) is reported.
+    if (!m_db) return report;
+    int code = m_db->last_code();
+    bool full = code == sql::k_full;
+    if (!sql::is_malformed_code(code) && !full) return report;
+    if (Status s = replace_malformed_db(full ? Replace::remove : Replace::move_aside); !s)
+      return s.error();
     remove_moved_aside();  // clearing means the old entries go too
+    sweep_locks_locked();
     PruneReport replaced;
     replaced.replaced_database = true;
+    replaced.disk_full = full;
     report = replaced;
   }
   report->disk_bytes_before = before;
@@ -328,7 +369,7 @@ Expected<std::vector<StoredEntry>> Store::export_entries() {
   std::lock_guard lock(m_mutex);
   return recovering([&]() -> Expected<std::vector<StoredEntry>> {
     if (!m_db) return disabled_error();
-    if (Status s = flush_locked(); !s) return s.error();
+    if (Status s = merge_before_read(); !s) return s.error();
     auto ages = entries_oldest_first(*m_db);
     if (!ages) return ages.error();
     std::vector<StoredEntry> out;
@@ -388,6 +429,7 @@ Expected<ImportReport> Store::import_entries(const std::vector<StoredEntry>& ent
       if (m_max_size != 0) {
         auto evicted = evict_locked(m_max_size, "");
         if (!evicted) return evicted.error();
+        report.evicted += evicted->removed;
       }
       settle_locked(written, Checkpoint::yes);
     }

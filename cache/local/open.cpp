@@ -142,14 +142,21 @@ void Store::disable(const std::string& reason, Quiet quiet) {
   if (quiet == Quiet::no) warn(reason + "; continuing without a cache");
 }
 
-// The cache folder, its locks folder and the database must be the user's alone (FORMAT.md,
-// "Trust"), and nothing inside the folder is reached through a symbolic link.
-Status Store::check_folder() {
+// The cache folder must be a directory of the user's alone (FORMAT.md, "Trust"): checked before
+// kiln writes anything into it.
+Status Store::check_cache_dir() {
   struct stat st {};
   if (::stat(m_dir.c_str(), &st) != 0)
     return make_error("cannot read '", m_dir, "': ", std::strerror(errno));
   if (!S_ISDIR(st.st_mode)) return make_error("'", m_dir, "' is not a directory");
-  if (Status s = check_private(m_dir, st, "cache folder"); !s) return s;
+  return check_private(m_dir, st, "cache folder");
+}
+
+// The cache folder, its locks folder and the database must be the user's alone (FORMAT.md,
+// "Trust"), and nothing inside the folder is reached through a symbolic link.
+Status Store::check_folder() {
+  if (Status s = check_cache_dir(); !s) return s;
+  struct stat st {};
   std::string locks = m_dir + "/locks";
   if (::lstat(locks.c_str(), &st) != 0)
     return make_error("cannot read '", locks, "': ", std::strerror(errno));
@@ -163,9 +170,10 @@ Status Store::check_folder() {
   for (const char* name : {"kiln.db-wal", "kiln.db-shm", "usage"}) {
     std::string path = m_dir + "/" + name;
     if (::lstat(path.c_str(), &st) != 0) continue;
-    if (!S_ISREG(st.st_mode))
-      return make_error("'", path, "' is not a regular file; kiln follows no links in its cache "
+    if (S_ISLNK(st.st_mode))
+      return make_error("'", path, "' is a symbolic link; kiln follows no links in its cache "
                                    "folder");
+    if (!S_ISREG(st.st_mode)) return make_error("'", path, "' is not a regular file");
     if (Status s = check_private(path, st, "cache file"); !s) return s;
   }
   return Status::success();
@@ -180,6 +188,8 @@ void Store::open_db(bool create) {
       return disable(k_no_cache_reason + ("'" + m_dir + "'"), Quiet::yes);
   }
   if (Status made = make_dir(m_dir); !made) return disable(made.error().message);
+  // A folder refused is left as it was: no locks folder made in it.
+  if (Status trusted = check_cache_dir(); !trusted) return disable(trusted.error().message);
   if (Status made = make_dir(m_dir + "/locks"); !made) return disable(made.error().message);
   if (Status trusted = check_folder(); !trusted) return disable(trusted.error().message);
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -303,10 +313,10 @@ bool Store::recover_if_malformed_locked() {
   return replace_malformed_db().ok();
 }
 
-Status Store::replace_malformed_db() {
+Status Store::replace_malformed_db(Replace how) {
   m_db.reset();
   m_enabled = false;
-  if (Status moved = move_aside_corrupt_db(m_opened); !moved) {
+  if (Status moved = move_aside_corrupt_db(m_opened, how); !moved) {
     disable(moved.error().message);
     return moved;
   }
@@ -317,7 +327,7 @@ Status Store::replace_malformed_db() {
   return Status::success();
 }
 
-Status Store::move_aside_corrupt_db(const FileId& bad) {
+Status Store::move_aside_corrupt_db(const FileId& bad, Replace how) {
   // One process at a time, with no process opening the database meanwhile, and only the file
   // this process found bad: another may have moved it and created a good database already, which
   // must be left alone (and its -wal/-shm with it).
@@ -332,6 +342,14 @@ Status Store::move_aside_corrupt_db(const FileId& bad) {
   if (::stat(db_path().c_str(), &named) != 0 ||
       !(FileId{static_cast<uint64_t>(named.st_dev), static_cast<uint64_t>(named.st_ino)} == bad))
     return Status::success();  // already replaced
+  if (how == Replace::remove) {
+    // Unlinked, the file's space comes back once the processes that have it open close it.
+    if (std::remove(db_path().c_str()) != 0)
+      return make_error("removing '", db_path(), "' failed: ", std::strerror(errno));
+    std::remove((db_path() + "-wal").c_str());
+    std::remove((db_path() + "-shm").c_str());
+    return Status::success();
+  }
   std::string aside = db_path() + ".corrupt-" + std::to_string(now() / 1000);
   if (std::rename(db_path().c_str(), aside.c_str()) != 0)
     return make_error("'", db_path(), "' is not a valid database and moving it to '", aside,

@@ -356,11 +356,20 @@ Status Store::flush_locked() {
   return written;
 }
 
+Status Store::merge_before_read() {
+  Status merged = flush_locked();
+  if (merged || !m_db || sql::is_malformed_code(m_db->last_code())) return merged;
+  if (!std::exchange(m_merge_warned, true))
+    warn("could not record the uses since the last write (" + merged.error().message +
+         "); going on without them, which a later write records");
+  return Status::success();
+}
+
 Expected<Stats> Store::stats() {
   std::lock_guard lock(m_mutex);
   return recovering([&]() -> Expected<Stats> {
     if (!m_db) return disabled_error();
-    if (Status s = flush_locked(); !s) return s.error();
+    if (Status s = merge_before_read(); !s) return s.error();
     Stats out;
     auto st = m_db->prepare(
         "SELECT count(*), coalesce(sum(stored_bytes), 0), coalesce(sum(raw_bytes), 0) FROM entries");

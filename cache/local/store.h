@@ -107,18 +107,27 @@ private:
     uint64_t device = 0, inode = 0;
     bool operator==(const FileId&) const = default;
   };
-  Status move_aside_corrupt_db(const FileId& bad);  // `bad`: the file this process found bad
+  // What becomes of a database that is replaced: a malformed one is moved aside (kept beside the
+  // new one, with a warning), one `clear` cannot empty on a full disk is removed.
+  enum class Replace { move_aside, remove };
+  // `bad`: the file this process found bad.
+  Status move_aside_corrupt_db(const FileId& bad, Replace how = Replace::move_aside);
   FileId m_opened;  // the database file this store opened
   // Turns the store off; the reason is warned about unless `quiet` (a read of a cache that is
   // not there, which the caller reports).
   enum class Quiet { no, yes };
   void disable(const std::string& reason, Quiet quiet = Quiet::no);
+  Status check_cache_dir();
+  // Removes the lock files a killed producer left in locks/ (a holder removes its own): each that
+  // no process holds is taken and released, which unlinks it as a holder's release does; one
+  // held is left alone. prune and clear run it.
+  void sweep_locks_locked();
   Status check_folder();
   // After a failed operation: a malformed database is moved aside and a new one started (its
   // entries are lost: they are a cache). True when that happened and the store is usable again.
   bool recover_if_malformed_locked();
-  // Moves the database this store opened aside and opens a new, empty one.
-  Status replace_malformed_db();
+  // Moves the database this store opened aside (or removes it) and opens a new, empty one.
+  Status replace_malformed_db(Replace how = Replace::move_aside);
   void forget_last_code();
   // Deletes the databases moved aside as malformed (kiln.db.corrupt-*): `clear` leaves nothing.
   void remove_moved_aside();
@@ -156,6 +165,11 @@ private:
   Status insert_locked(StoredEntry entry, Checkpoint checkpoint,
                        IfPresent if_present = IfPresent::replace);
   Status flush_locked();
+  // flush_locked() before a read that reports what it merges (stats, ls, verify, export, why).
+  // A merge that fails for want of a write (a full disk, a read-only folder) warns once and the
+  // read goes on without it: the uses stay in the usage file for a later merge. A malformed
+  // database is still an error, for recovering() to repair.
+  Status merge_before_read();
 
   // Free pages worth giving back to the file system when no cap asks for it (a quarter of the
   // file at least), and writes after which the WAL is emptied even on the remote fill.
@@ -210,6 +224,7 @@ private:
   // Use the usage file could not take (it is missing or full): written at the next write.
   uint64_t m_pending[k_counter_count] = {};
   std::map<std::string, std::pair<uint64_t, int64_t>> m_pending_touches;  // key -> (hits, last)
+  bool m_merge_warned = false;  // merge_before_read() has warned of a failed merge
 };
 
 }  // namespace local

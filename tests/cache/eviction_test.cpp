@@ -1,6 +1,11 @@
 // Size cap with least-recently-used eviction, age pruning and clearing.
 #include "cache/cache.h"
 #include "test_util.h"
+#include "cache/key_lock.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -119,6 +124,32 @@ TEST_F(CacheEviction, ClearRemovesEverything) {
   EXPECT_EQ(report->removed, 3u);
   EXPECT_EQ(cache->stats()->entries, 0u);
   EXPECT_EQ(cache->stats()->bytes, 0u);
+}
+
+// A producer killed mid-compile leaves its lock file (a holder removes its own): prune and clear
+// remove each that no process holds, and leave one held, and the repair gate, alone.
+TEST_F(CacheEviction, PruneAndClearRemoveTheLockFilesNoProcessHolds) {
+  auto cache = open(0);
+  put(*cache, "a");
+  const std::string locks = tmp.path() + "/locks";
+  for (bool clear : {false, true}) {
+    SCOPED_TRACE(clear ? "clear" : "prune");
+    std::string stale = locks + "/0123456789abcdef0123456789abcdef.lock";
+    std::ofstream(stale).put('x');
+    std::ofstream(locks + "/kiln.db-repair.gate").put('x');
+    KeyLock held;
+    std::string error;
+    ASSERT_EQ(held.acquire(locks, "fedcba9876543210fedcba9876543210", std::chrono::milliseconds(0),
+                           error),
+              KeyLock::Result::acquired)
+        << error;
+    auto report = clear ? cache->clear() : cache->prune(std::nullopt, std::nullopt);
+    ASSERT_TRUE(report.ok()) << report.error().message;
+    EXPECT_FALSE(std::filesystem::exists(stale)) << "a lock nobody holds is removed";
+    EXPECT_TRUE(std::filesystem::exists(locks + "/fedcba9876543210fedcba9876543210.lock"))
+        << "a lock a process holds stays";
+    EXPECT_TRUE(std::filesystem::exists(locks + "/kiln.db-repair.gate"));
+  }
 }
 
 }  // namespace

@@ -138,5 +138,71 @@ TEST(CacheFaults, FullDiskTurnsTheCacheOffAndWorkContinues) {
   EXPECT_EQ(warnings.size(), 1u);
 }
 
+// A disk the cache helped fill: the commands that read it (stats, ls, verify, export, why) still
+// work, the uses they cannot record waiting in the usage file with one warning; prune, which
+// needs room to log its removals, says so and points at clear; and clear frees the space by
+// removing the database, where every command once failed and only deleting the files by hand
+// helped.
+TEST(CacheFaults, OnAFullDiskReadsGoOnAndClearFreesTheSpace) {
+  TempDir tmp;
+  Tmpfs fs(tmp.sub("full"), "size=2m,mode=0700");
+  if (!fs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << fs.error;
+  std::vector<std::string> warnings;
+  std::string dir = tmp.sub("full/kiln");
+  auto fields = fields_for("a");
+  std::string key = make_key(fields);
+  {
+    auto cache = Cache::open(options_in(dir, &warnings));
+    ASSERT_TRUE(cache->enabled());
+    Contents a = contents_for("a");  // incompressible: removing it frees room for a new one
+    std::mt19937_64 rng(7);
+    a.payloads[1].bytes.resize(300000);
+    for (char& c : a.payloads[1].bytes) c = static_cast<char>(rng());
+    ASSERT_TRUE(cache->store(key, fields, a).ok());
+    ASSERT_TRUE(cache->stats().ok());  // merged: nothing waits
+    ASSERT_TRUE(cache->lookup(key, fields).hit());  // one use, waiting in the usage file
+  }
+  {
+    // The rest of the disk, filled.
+    std::ofstream filler(tmp.sub("full/filler"), std::ios::binary);
+    std::string block(4096, '\0');
+    while (filler.write(block.data(), static_cast<std::streamsize>(block.size()))) {
+    }
+  }
+  ASSERT_TRUE(warnings.empty()) << warnings[0];
+  auto cache = Cache::open(options_in(dir, &warnings));
+  ASSERT_TRUE(cache->enabled()) << (warnings.empty() ? "" : warnings[0]);
+  auto stats = cache->stats();
+  ASSERT_TRUE(stats.ok()) << stats.error().message;
+  EXPECT_EQ(stats->entries, 1u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("could not record the uses since the last write"), std::string::npos)
+      << warnings[0];
+  auto listed = cache->list();
+  ASSERT_TRUE(listed.ok()) << listed.error().message;
+  EXPECT_EQ(listed->size(), 1u);
+  auto verified = cache->verify(Fix::no);
+  ASSERT_TRUE(verified.ok()) << verified.error().message;
+  EXPECT_TRUE(verified->bad.empty());
+  auto exported = cache->export_entries();
+  ASSERT_TRUE(exported.ok()) << exported.error().message;
+  EXPECT_EQ(exported->size(), 1u);
+  EXPECT_EQ(warnings.size(), 1u) << "one warning";
+
+  auto pruned = cache->prune(0, std::nullopt);
+  ASSERT_FALSE(pruned.ok());
+  EXPECT_NE(pruned.error().message.find("`kiln clear` removes the database"), std::string::npos)
+      << pruned.error().message;
+  auto cleared = cache->clear();
+  ASSERT_TRUE(cleared.ok()) << cleared.error().message;
+  EXPECT_TRUE(cleared->replaced_database);
+  EXPECT_TRUE(cleared->disk_full);
+  EXPECT_LT(cleared->disk_bytes_after, cleared->disk_bytes_before);
+  auto after = cache->stats();
+  ASSERT_TRUE(after.ok()) << after.error().message;
+  EXPECT_EQ(after->entries, 0u);
+  EXPECT_TRUE(cache->enabled());
+}
+
 }  // namespace
 }  // namespace kiln::cache

@@ -68,6 +68,17 @@ TEST_F(CacheTrust, AFolderOthersCanWriteIsBypassedWithAWarningSayingHowToFixIt) 
   EXPECT_TRUE(hits(again)) << "once private again, the entry is served";
 }
 
+// A folder refused is left as found: kiln made its locks folder in it before the check.
+TEST_F(CacheTrust, AFolderOthersCanWriteGetsNothingWrittenIntoIt) {
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  std::vector<std::string> seen;
+  EXPECT_FALSE(hits(seen));
+  ASSERT_EQ(seen.size(), 1u) << joined(seen);
+  EXPECT_NE(seen[0].find("writable by other users (mode 0777)"), std::string::npos) << seen[0];
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "nothing made in a folder kiln refuses";
+}
+
 TEST_F(CacheTrust, ADatabaseOthersCanWriteIsBypassed) {
   make_cache();
   ASSERT_EQ(::chmod((dir + "/kiln.db").c_str(), 0666), 0);

@@ -92,6 +92,11 @@ TEST_F(CacheDiskCli, ImportUnderTheCapKeepsTheFilesWithinItAndPruneAndClearShrin
   std::printf("bundle: %llu bytes\n", static_cast<unsigned long long>(file_size(file)));
   CliResult imported = kiln({"import", file}, {{"KILN_CACHE_MAX_SIZE", "4M"}});
   ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  // What the cap did is said, not only what went in.
+  EXPECT_NE(imported.out.find("imported 24 entries"), std::string::npos) << imported.out;
+  EXPECT_NE(imported.out.find(" entries evicted to keep the cache within its size cap (4.0 MiB)"),
+            std::string::npos)
+      << imported.out;
   json s = stats();
   std::printf("after import: %s\n", s.dump().c_str());
   EXPECT_LE(s["bytes"].get<uint64_t>(), 4 * k_mib);
@@ -209,6 +214,24 @@ TEST_F(CacheDiskCli, RunOnTheCpuDropsAnObjectDamagedUnderARecomputedRecordChecks
   EXPECT_EQ(second.exit_code, 0) << second.err;
   EXPECT_NE(second.err.find("dropped bad entry"), std::string::npos) << second.err;
   EXPECT_NE(second.err.find("payload 'object'"), std::string::npos) << second.err;
+}
+
+// A cache command on a cache folder it cannot use ends with an error saying why, not the
+// compile's warning that it goes on without a cache (it does not go on).
+TEST_F(CacheDiskCli, ACacheCommandOnACacheItCannotUseSaysWhy) {
+  ASSERT_EQ(kiln({"import", bundle("small", 1, 1000)}).exit_code, 0);
+  std::filesystem::remove(m_dir + "/usage");
+  std::filesystem::create_directory(m_dir + "/usage");
+  for (const char* command : {"stats", "ls", "verify", "clear"}) {
+    CliResult r = kiln({command});
+    EXPECT_EQ(r.exit_code, 1) << command;
+    EXPECT_NE(r.err.find(std::string("kiln ") + command + ": cannot use the cache: '" + m_dir +
+                         "/usage' is not a regular file"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("continuing without a cache"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("links"), std::string::npos) << "a folder is no link: " << r.err;
+  }
 }
 
 // An entry whose checksums hold but whose artifact does not decode (a damaged build, or one a
