@@ -139,7 +139,7 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
                                          const std::vector<KeyField>* fields,
                                          const PayloadSelection& want, Outcome* outcome,
                                          const std::string* only_graph, bool report_rejection,
-                                         bool pulling) {
+                                         bool pulling, bool count_miss) {
   Outcome ignored;
   if (!outcome) outcome = &ignored;
   *outcome = Outcome::failed;
@@ -168,7 +168,7 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
       return std::nullopt;
     }
     if (!*got) {
-      m_local->count(local::Counter::remote_misses);
+      if (count_miss) m_local->count(local::Counter::remote_misses);
       *outcome = Outcome::miss;
       return std::nullopt;
     }

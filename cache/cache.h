@@ -162,11 +162,13 @@ private:
   // failure (counted and reported; a rejection only with `report_rejection`, and host code
   // refused for want of a secret not while `pulling`: the pull's report counts it). With
   // `only_graph`, an entry of another graph is left alone. Only a verified entry has its time to
-  // live reset (and its graph's marker with it): a rejected value is left to expire.
+  // live reset (and its graph's marker with it): a rejected value is left to expire. A miss is
+  // counted unless `count_miss` is false (get_or_create counts one per call, not per read).
   std::optional<Entry> remote_fetch(const std::string& key, const std::vector<KeyField>* fields,
                                     const PayloadSelection& want, Outcome* outcome = nullptr,
                                     const std::string* only_graph = nullptr,
-                                    bool report_rejection = true, bool pulling = false);
+                                    bool report_rejection = true, bool pulling = false,
+                                    bool count_miss = true);
   // Puts `entry` (sealed) to the remote tier; a failure marks the tier down (one warning).
   // Without a secret, an entry holding host machine code is not put (answers false: no machine
   // takes it unsigned), and a signed value already there is kept.

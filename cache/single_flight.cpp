@@ -77,12 +77,23 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
   // is reported (and counted) once per call however often it is read.
   Outcome last = Outcome::miss;
   bool rejected = false;
+  // A remote miss counts once per call, and not at all when a later read hits (a read again
+  // while another machine holds the lease is no new lookup): counted as the call returns.
+  struct RemoteMiss {
+    local::Store& store;
+    bool missed = false, hit = false;
+    ~RemoteMiss() {
+      if (missed && !hit) store.count(local::Counter::remote_misses);
+    }
+  } remote_miss{*m_local};
   auto remote_hit = [&](bool waiting = false) -> std::optional<Fetched> {
     bool was_rejected = last == Outcome::rejected || last == Outcome::needs_key;
     if (!m_remote || (was_rejected && !waiting)) return std::nullopt;
-    auto entry = remote_fetch(key, &fields, want, &last, nullptr, !rejected);
+    auto entry = remote_fetch(key, &fields, want, &last, nullptr, !rejected, false, false);
     rejected = rejected || last == Outcome::rejected || last == Outcome::needs_key;
+    remote_miss.missed = remote_miss.missed || last == Outcome::miss;
     if (!entry) return std::nullopt;
+    remote_miss.hit = true;
     m_local->count(local::Counter::misses);
     return Fetched{FetchSource::remote_hit, std::move(*entry)};
   };

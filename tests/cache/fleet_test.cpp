@@ -600,6 +600,29 @@ TEST_F(FleetLimits, ARejectedValueReadWhileWaitingIsReportedOnce) {
   EXPECT_EQ(reports, 1u) << join(warnings);
 }
 
+// A lookup that finds nothing remotely counts one remote miss, however often it reads the key
+// (before and after its lock, and while another machine's lease is waited on): 3 for a compile,
+// and one per poll while waiting, were counted, so the hit rate could not be read from stats.
+TEST_F(FleetLimits, ARemoteMissCountsOncePerLookup) {
+  Options o = options_for("m", &warnings);
+  o.lock_wait = std::chrono::milliseconds(5000);
+  auto cache = Cache::open(o);
+  auto got = cache->get_or_create(key, fields, producer_a);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->source, FetchSource::produced);
+  EXPECT_EQ(cache->stats()->remote_misses, 1u);
+  // Another key, whose lease another machine holds for a while and then lets lapse: read many
+  // times, missed once.
+  auto other = fields_for("b");
+  std::string other_key = make_key(other);
+  EXPECT_EQ(server.command({"SET", "kiln:lock:" + other_key, "other machine", "PX", "700"}), "OK");
+  auto waited = cache->get_or_create(other_key, other, producer_a);
+  ASSERT_TRUE(waited.ok());
+  EXPECT_EQ(waited->source, FetchSource::produced);
+  EXPECT_EQ(cache->stats()->remote_misses, 2u) << join(warnings);
+  EXPECT_EQ(cache->stats()->remote_hits, 0u);
+}
+
 // A pull stops when its time is spent, saying how far it got; the next one goes on from there.
 TEST_F(FleetLimits, APullStopsWhenItsBudgetIsSpentAndTheNextGoesOn) {
   Options build = options_for("build", &warnings);
