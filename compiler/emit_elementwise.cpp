@@ -256,24 +256,29 @@ void emit_rows(Code& code, const KernelContext& ctx) {
   }
 
   // rms_norm and layer_norm over the last axis, statistics in fp32 over two passes: the mean
-  // (layer_norm), then the mean squared deviation from it (rms_norm: from 0).
+  // (layer_norm), then the mean squared deviation from it (rms_norm: from 0). layer_norm works on
+  // the row less its first element x0 (the CPU target's build_rows does the same): x - x0 is
+  // exact for a row far from 0 next to its spread (1e4 and noise of 0.01), where the mean of the
+  // row itself loses the deviations to its own fp32 rounding (5% off fp64 there).
   bool layer = anchor.kind == ir::OpKind::layer_norm;
   std::string weight = ctx.param(anchor.operands[1]);
   std::string bias = layer ? ctx.param(anchor.operands[2]) : "";
   ir::DType pdtype = g.node(anchor.operands[1]).type.dtype;
+  if (layer) code.line("const float x0 = " + row.element("0", "x0f") + ";");
+  auto less_x0 = [&](const std::string& x) { return layer ? "(" + x + " - x0)" : x; };
   code.line("float mean = 0.0f;");
   if (cached) {
     code.line("float x[" + to_str(per_lane) + "];");
     for_cached(false);
     code.line("x[i] = 0.0f;");
     code.open("if (j < " + len + ") {");
-    code.line("x[i] = " + row.element("j", "xj") + ";");
+    code.line("x[i] = " + less_x0(row.element("j", "xj")) + ";");
     code.close();
     if (layer) code.line("mean += x[i];");
     code.close();
   } else if (layer) {
     for_uncached();
-    code.line("mean += " + row.element("j", "xj") + ";");
+    code.line("mean += " + less_x0(row.element("j", "xj")) + ";");
     code.close();
   }
   if (layer) {
@@ -286,7 +291,7 @@ void emit_rows(Code& code, const KernelContext& ctx) {
     code.line("const float d = x[i] - mean;");
   } else {
     for_uncached();
-    code.line("const float d = " + row.element("j", "xj") + " - mean;");
+    code.line("const float d = " + less_x0(row.element("j", "xj")) + " - mean;");
   }
   code.line("squares += d * d;");
   code.close();
@@ -300,7 +305,7 @@ void emit_rows(Code& code, const KernelContext& ctx) {
     x = "x[i]";
   } else {
     for_uncached();
-    x = row.element("j", "xj");
+    x = less_x0(row.element("j", "xj"));
   }
   T y = ir::norm_output(
       m, T{x}, T{"mean"}, T{"scale"}, [&] { return T{load_as_float(pdtype, weight + "[j]")}; },
