@@ -258,7 +258,16 @@ std::string dtype_refusal(OpKind kind, DType dtype) {
   return "";
 }
 
-// A literal's fit in `dtype`: the rules of add_binary_literal.
+// A value the ops that do float arithmetic (matmul, softmax, reductions, norms, attention) read.
+Status require_float(std::string_view op, const char* role, const Node& n,
+                     const std::string& what) {
+  if (is_float(n.type.dtype)) return Status::success();
+  return make_error(std::string(op), ": ", role, " must be a float tensor (f32, f16 or bf16), got ",
+                    what, "; cast it");
+}
+
+}  // namespace
+
 Status check_literal(DType dtype, double literal) {
   if (std::isnan(literal)) return make_error("a literal operand must not be NaN");
   if (is_float(dtype)) return Status::success();
@@ -274,16 +283,6 @@ Status check_literal(DType dtype, double literal) {
   }
   return Status::success();
 }
-
-// A value the ops that do float arithmetic (matmul, softmax, reductions, norms, attention) read.
-Status require_float(std::string_view op, const char* role, const Node& n,
-                     const std::string& what) {
-  if (is_float(n.type.dtype)) return Status::success();
-  return make_error(std::string(op), ": ", role, " must be a float tensor (f32, f16 or bf16), got ",
-                    what, "; cast it");
-}
-
-}  // namespace
 
 Status Builder::check_operand(NodeId id) const {
   if (id < 0 || static_cast<size_t>(id) >= m_nodes.size()) {

@@ -64,13 +64,21 @@ Status Parser::check_literal_spelling(const Token& op_token, const Operand& lite
   bool ok = is_float(dtype)     ? literal.kind != LiteralKind::boolean
             : is_integer(dtype) ? literal.kind == LiteralKind::integer
                                 : literal.kind == LiteralKind::boolean;
-  if (ok) return Status::success();
+  std::string op(op_token.text);
+  if (ok) {
+    // Its value too, where it is written (the builder's error would stand at the op).
+    if (Status fits = check_literal(dtype, literal.literal); !fits)
+      return error_at(literal.location, op + ": " + fits.error().message + ", got " +
+                                            std::string(literal.text));
+    return Status::success();
+  }
   const char* wanted = is_float(dtype)     ? "a number"
                        : is_integer(dtype) ? "an integer (no '.', exponent or inf)"
                                            : "true or false";
-  return error_at(literal.location, std::string(op_token.text) + ": the literal " +
-                                        std::string(literal.text) + " meets a " +
-                                        std::string(to_string(dtype)) + " tensor, which takes " +
+  std::string name(to_string(dtype));
+  const char* article = name[0] == 'i' || name[0] == 'f' ? "an " : "a ";
+  return error_at(literal.location, op + ": the literal " + std::string(literal.text) +
+                                        " meets " + article + name + " tensor, which takes " +
                                         wanted + "; tensors and literals never convert: cast");
 }
 

@@ -109,11 +109,11 @@ void expect_errors(const std::string& inputs, const ErrorCase (&cases)[N]) {
 TEST(Dtypes, RulesAreLocatedErrors) {
   const std::string in = "  input i: i64[4]\n  input f: f32[4]\n  input b: bool[4]\n  input j: i32[4]\n";
   const ErrorCase cases[] = {
-      {"mul(i, 2.5)", "g.kg:6:14: error: mul: the literal 2.5 meets a i64 tensor, which takes an "
+      {"mul(i, 2.5)", "g.kg:6:14: error: mul: the literal 2.5 meets an i64 tensor, which takes an "
                       "integer (no '.', exponent or inf); tensors and literals never convert: cast"},
-      {"add(i, 2.0)", "the literal 2.0 meets a i64 tensor"},
-      {"add(i, inf)", "the literal inf meets a i64 tensor"},
-      {"add(f, true)", "the literal true meets a f32 tensor, which takes a number"},
+      {"add(i, 2.0)", "the literal 2.0 meets an i64 tensor"},
+      {"add(i, inf)", "the literal inf meets an i64 tensor"},
+      {"add(f, true)", "the literal true meets an f32 tensor, which takes a number"},
       {"eq(b, 1)", "the literal 1 meets a bool tensor, which takes true or false"},
       {"div(i, 2)", "6:7: error: div takes float operands, got i64"},
       {"pow(j, j)", "pow takes float operands, got i32"},
@@ -125,15 +125,16 @@ TEST(Dtypes, RulesAreLocatedErrors) {
       {"add(i, f)", "add operands differ in dtype"},
       {"where(i, f, f)", "where: the condition must be bool, got 'i' (i64[4]); compare it"},
       {"where(b, i, f)", "where: its values differ in dtype"},
-      {"where(b, i, 0.5)", "the literal 0.5 meets a i64 tensor"},
-      {"where(b, f, false)", "the literal false meets a f32 tensor"},
+      {"where(b, i, 0.5)", "the literal 0.5 meets an i64 tensor"},
+      {"where(b, f, false)", "the literal false meets an f32 tensor"},
       {"where(1.0, f, f)", "where operand 1 must be a tensor"},
       {"where(b, f)", "where takes 3 operands, got 2"},
       {"matmul(reshape(i, shape=[2, 2]), reshape(i, shape=[2, 2]))",
        "matmul: an operand must be a float tensor (f32, f16 or bf16), got reshape result (i64[2, 2])"},
       {"softmax(i)", "softmax: its operand must be a float tensor"},
       {"sum(j)", "sum: its operand must be a float tensor"},
-      {"mul(j, 2147483648)", "a literal against an i32 tensor is an integer within i32"},
+      {"mul(j, 2147483648)", "6:14: error: mul: a literal against an i32 tensor is an integer "
+                             "within i32, got 2147483648"},
       {"true(f)", "'true' is a literal, not an op"},
       {"cast(f, to=i16)", "expected a dtype (f32, f16, bf16, i32, i64 or bool) for 'to'"},
   };
