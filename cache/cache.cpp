@@ -138,8 +138,7 @@ void Cache::remote_failed(const std::string& what) {
 std::optional<Entry> Cache::remote_fetch(const std::string& key,
                                          const std::vector<KeyField>* fields,
                                          const PayloadSelection& want, Outcome* outcome,
-                                         const std::string* only_graph, bool report_rejection,
-                                         bool pulling, bool count_miss) {
+                                         const std::string* only_graph, const RemoteFetchHow& how) {
   Outcome ignored;
   if (!outcome) outcome = &ignored;
   *outcome = Outcome::failed;
@@ -156,11 +155,12 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
       *outcome = Outcome::rejected;
       // With a secret, only values that start as signed ones are asked for.
       bool unsigned_value = got.failure().refusal == remote::Failure::Refusal::prefix;
-      if (report_rejection)
-        remote_rejected(key, unsigned_value
-                                 ? std::string(remote::describe(remote::Opened::unsigned_entry)) +
-                                       " (refused before its body was read)"
-                                 : got.failure().message);
+      std::string why = unsigned_value
+                            ? std::string(remote::describe(remote::Opened::unsigned_entry)) +
+                                  " (refused before its body was read)"
+                            : got.failure().message;
+      if (how.rejection) *how.rejection = why;
+      if (how.report_rejection && !how.check_only) remote_rejected(key, why);
       return std::nullopt;
     }
     if (!got) {
@@ -168,7 +168,7 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
       return std::nullopt;
     }
     if (!*got) {
-      if (count_miss) m_local->count(local::Counter::remote_misses);
+      if (how.count_miss && !how.check_only) m_local->count(local::Counter::remote_misses);
       *outcome = Outcome::miss;
       return std::nullopt;
     }
@@ -179,8 +179,10 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
                     Rejection kind = Rejection::reported) -> std::optional<Entry> {
     bool needs_key = kind == Rejection::unsigned_host_code;
     *outcome = needs_key ? Outcome::needs_key : Outcome::rejected;
+    if (how.rejection) *how.rejection = why;
     // A pull leaves host code it may not take without a secret, and says so in its report.
-    if (report_rejection && !(needs_key && pulling)) remote_rejected(key, why, kind);
+    if (how.report_rejection && !how.check_only && !(needs_key && how.pulling))
+      remote_rejected(key, why, kind);
     return std::nullopt;
   };
   std::string_view record;
@@ -209,6 +211,7 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     return std::nullopt;
   }
   *outcome = Outcome::hit;
+  if (how.check_only) return std::move(*entry);
   {
     std::lock_guard lock(m_remote_mutex);
     if (remote::Backend* backend = remote_now()) {
@@ -309,16 +312,23 @@ Status Cache::store(const std::string& key, const std::vector<KeyField>& fields,
   return m_local->insert(std::move(*entry));
 }
 
-std::optional<bool> Cache::remote_contains(const std::string& key) {
-  std::lock_guard lock(m_remote_mutex);
-  remote::Backend* backend = remote_now();
-  if (!backend) return std::nullopt;
-  auto present = backend->exists(key);
-  if (!present) {
-    remote_failed(present.failure().message);
-    return std::nullopt;
+std::string Cache::remote_verdict(const std::string& key, const std::vector<KeyField>& fields,
+                                  std::string& why) {
+  if (!m_remote) return "unavailable";
+  Outcome outcome;
+  RemoteFetchHow how;
+  how.check_only = true;
+  how.rejection = &why;
+  (void)remote_fetch(key, &fields, PayloadSelection(), &outcome, nullptr, how);
+  switch (outcome) {
+    case Outcome::hit: return "present";
+    case Outcome::miss: return "absent";
+    case Outcome::rejected:
+    case Outcome::needs_key: return "rejected";
+    case Outcome::failed:
+    case Outcome::other_graph: break;
   }
-  return *present;
+  return "unavailable";
 }
 
 Expected<PushReport> Cache::push() {
@@ -371,8 +381,10 @@ Expected<PullReport> Cache::pull(const std::optional<std::string>& graph_hash) {
     }
     Outcome outcome;
     // Every payload is decoded and checked before the entry is stored here.
+    RemoteFetchHow how;
+    how.pulling = true;
     (void)remote_fetch(key, nullptr, PayloadSelection(), &outcome,
-                       graph_hash ? &*graph_hash : nullptr, true, true);
+                       graph_hash ? &*graph_hash : nullptr, how);
     if (outcome == Outcome::hit) ++report.pulled;
     if (outcome == Outcome::rejected) ++report.rejected;
     if (outcome == Outcome::needs_key) ++report.needs_key;

@@ -65,6 +65,18 @@ struct PullReport {
 // a lease (the lease is renewed from another thread, on its own connection).
 using BackendFactory = std::function<std::unique_ptr<remote::Backend>()>;
 
+// How Cache::remote_fetch reads a value (a class of its own: a default argument of the class
+// that nests it could not use its member initializers).
+struct RemoteFetchHow {
+  bool report_rejection = true;
+  bool pulling = false;
+  // A miss is counted unless false (get_or_create counts one per call, not per read).
+  bool count_miss = true;
+  // Verify only: nothing stored here, counted or refreshed (`kiln why`).
+  bool check_only = false;
+  std::string* rejection = nullptr;  // why the value was rejected, when it was
+};
+
 class Cache {
 public:
   // Never fails: a local tier that cannot be opened comes back disabled, and a remote tier that
@@ -118,8 +130,11 @@ public:
   Expected<Fetched> get_or_create(const std::string& key, const std::vector<KeyField>& fields,
                                   const Producer& producer, const PayloadSelection& want = {});
 
-  // Whether the remote tier holds `key`: nullopt without a remote tier or when it is down.
-  std::optional<bool> remote_contains(const std::string& key);
+  // What a compile's remote lookup would make of the fleet's value of `key`, verified as a
+  // compile verifies it but not taken (nothing stored here, counted or refreshed): "present",
+  // "absent", "rejected" (with `why`), or "unavailable" (no remote tier, or it is down).
+  std::string remote_verdict(const std::string& key, const std::vector<KeyField>& fields,
+                             std::string& why);
   // Uploads every good local entry to the remote tier.
   Expected<PushReport> push();
   // Fills the local tier from the remote one: every remote entry, or those of one graph (its
@@ -162,13 +177,11 @@ private:
   // failure (counted and reported; a rejection only with `report_rejection`, and host code
   // refused for want of a secret not while `pulling`: the pull's report counts it). With
   // `only_graph`, an entry of another graph is left alone. Only a verified entry has its time to
-  // live reset (and its graph's marker with it): a rejected value is left to expire. A miss is
-  // counted unless `count_miss` is false (get_or_create counts one per call, not per read).
+  // live reset (and its graph's marker with it): a rejected value is left to expire.
   std::optional<Entry> remote_fetch(const std::string& key, const std::vector<KeyField>* fields,
                                     const PayloadSelection& want, Outcome* outcome = nullptr,
                                     const std::string* only_graph = nullptr,
-                                    bool report_rejection = true, bool pulling = false,
-                                    bool count_miss = true);
+                                    const RemoteFetchHow& how = {});
   // Puts `entry` (sealed) to the remote tier; a failure marks the tier down (one warning).
   // Without a secret, an entry holding host machine code is not put (answers false: no machine
   // takes it unsigned), and a signed value already there is kept.

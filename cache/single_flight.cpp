@@ -89,7 +89,10 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
   auto remote_hit = [&](bool waiting = false) -> std::optional<Fetched> {
     bool was_rejected = last == Outcome::rejected || last == Outcome::needs_key;
     if (!m_remote || (was_rejected && !waiting)) return std::nullopt;
-    auto entry = remote_fetch(key, &fields, want, &last, nullptr, !rejected, false, false);
+    RemoteFetchHow how;
+    how.report_rejection = !rejected;
+    how.count_miss = false;
+    auto entry = remote_fetch(key, &fields, want, &last, nullptr, how);
     rejected = rejected || last == Outcome::rejected || last == Outcome::needs_key;
     remote_miss.missed = remote_miss.missed || last == Outcome::miss;
     if (!entry) return std::nullopt;

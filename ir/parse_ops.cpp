@@ -66,8 +66,20 @@ Status Parser::check_literal_spelling(const Token& op_token, const Operand& lite
                                 : literal.kind == LiteralKind::boolean;
   std::string op(op_token.text);
   if (ok) {
-    // Its value too, where it is written (the builder's error would stand at the op).
-    if (Status fits = check_literal(dtype, literal.literal); !fits)
+    // Its value too, where it is written (the builder's error would stand at the op), read from
+    // its text for an integer: the double it was read into rounds 2^53 + 1 to 2^53.
+    double value = literal.literal;
+    if (is_integer(dtype)) {
+      std::string_view text = literal.text;
+      int64_t exact = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), exact);
+      bool negative = !text.empty() && text.front() == '-';
+      bool whole = ec == std::errc() && end == text.data() + text.size();
+      bool past = ec == std::errc::result_out_of_range ||
+                  (whole && (exact < -(int64_t{1} << 53) || exact > (int64_t{1} << 53)));
+      if (past) value = negative ? -1e300 : 1e300;  // check_literal names the range
+    }
+    if (Status fits = check_literal(dtype, value); !fits)
       return error_at(literal.location, op + ": " + fits.error().message + ", got " +
                                             std::string(literal.text));
     return Status::success();

@@ -39,24 +39,28 @@ T reduce_line(ir::OpKind kind, const double* in, int64_t count, int64_t stride) 
 }
 
 // One row of a norm: two passes for layer_norm (the mean, then the mean squared deviation),
-// one for rms_norm (the mean square).
+// one for rms_norm (the mean square). layer_norm works on the row less its first element x0, as
+// the kernels do (compiler/KERNELS.md, "Norms"), so the emulated modes round as they do.
 template <typename T>
 void norm_line(ir::OpKind kind, const double* x, const double* w, const double* b, double* out,
                int64_t count, double eps, ir::DType dtype, bool store) {
   T n = static_cast<T>(count);
+  bool layer = kind == ir::OpKind::layer_norm;
+  T x0 = layer && count > 0 ? static_cast<T>(x[0]) : T(0);
+  auto at = [&](int64_t i) { return layer ? static_cast<T>(x[i]) - x0 : static_cast<T>(x[i]); };
   T mean(0);
-  if (kind == ir::OpKind::layer_norm) {
-    for (int64_t i = 0; i < count; ++i) mean += static_cast<T>(x[i]);
+  if (layer) {
+    for (int64_t i = 0; i < count; ++i) mean += at(i);
     mean /= n;
   }
   T squares(0);
   for (int64_t i = 0; i < count; ++i) {
-    T d = static_cast<T>(x[i]) - mean;
+    T d = at(i) - mean;
     squares += d * d;
   }
   T scale = T(1) / std::sqrt(squares / n + static_cast<T>(eps));
   for (int64_t i = 0; i < count; ++i) {
-    T y = (static_cast<T>(x[i]) - mean) * scale * static_cast<T>(w[i]);
+    T y = (at(i) - mean) * scale * static_cast<T>(w[i]);
     if (b) y += static_cast<T>(b[i]);
     out[i] = store ? store_value(dtype, static_cast<double>(y)) : static_cast<double>(y);
   }

@@ -573,18 +573,19 @@ int run_why(const CompileArgs& args) {
         diffs[0]["note"] = note;
     entries.push_back({{"key", n.info.key}, {"differs", diffs}});
   }
-  // Whether the fleet's tier holds it: a local miss that the remote tier would serve.
-  std::string remote = "unavailable";
-  if (cache->has_remote()) {
-    if (auto present = cache->remote_contains(request->key))
-      remote = present.value() ? "present" : "absent";
-  }
+  // Whether the fleet's tier holds it, verified as a compile would verify it: a local miss that
+  // the remote tier would serve.
+  std::string remote_rejection;
+  std::string remote = cache->has_remote()
+                           ? cache->remote_verdict(request->key, request->fields, remote_rejection)
+                           : "unavailable";
   // Exit 0 when a compile would hit (here, or in the fleet's tier), 1 when it would compile.
   bool would_hit = hit || remote == "present";
   if (args.json) {
     nlohmann::json out = {{"graph", request->graph_hash}, {"key", request->key},
                           {"cache", hit ? "hit" : "miss"}, {"nearest", entries}};
     if (cache->has_remote()) out["remote"] = remote;
+    if (remote == "rejected") out["remote_rejection"] = remote_rejection;
     std::printf("%s\n", out.dump().c_str());
     return would_hit ? k_exit_ok : k_exit_failure;
   }
@@ -592,7 +593,10 @@ int run_why(const CompileArgs& args) {
               hit ? "hit" : "miss");
   if (cache->has_remote()) {
     std::printf("  remote %s: %s%s\n", cache->remote_description().c_str(), remote.c_str(),
-                remote == "present" && !hit ? " (this compile would hit remotely)" : "");
+                remote == "present" && !hit ? " (this compile would hit remotely)"
+                : remote == "rejected"      ? " (" + remote_rejection + "; a compile here would "
+                                              "compile it afresh)"
+                                            : "");
   }
   if (entries.empty()) std::printf("  no cached entry for graph %s\n", request->graph_hash.c_str());
   // A symbolic graph: whether any entry serves the requested bucket.

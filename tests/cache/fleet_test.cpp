@@ -623,6 +623,27 @@ TEST_F(FleetLimits, ARemoteMissCountsOncePerLookup) {
   EXPECT_EQ(cache->stats()->remote_hits, 0u);
 }
 
+// `kiln why`'s look at the fleet's value: verified as a compile verifies it, and not taken
+// (nothing stored here, counted or refreshed); junk is "rejected" with the reason, where EXISTS
+// called it present and the compile then rejected it.
+TEST_F(FleetLimits, ARemoteVerdictVerifiesTheValueAndTakesNothing) {
+  auto cache = Cache::open(options_for("m", &warnings));
+  std::string why;
+  EXPECT_EQ(cache->remote_verdict(key, fields, why), "absent");
+  ASSERT_TRUE(Cache::open(options_for("build", &warnings))->store(key, fields, contents_for("a")).ok());
+  EXPECT_EQ(cache->remote_verdict(key, fields, why), "present");
+  EXPECT_FALSE(cache->read(key).hit()) << "nothing stored here";
+  auto other = fields_for("b");
+  std::string other_key = make_key(other);
+  EXPECT_EQ(server.command({"SET", "kiln:" + other_key, "junk"}), "OK");
+  EXPECT_EQ(cache->remote_verdict(other_key, other, why), "rejected");
+  EXPECT_FALSE(why.empty());
+  auto stats = cache->stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->remote_hits + stats->remote_misses + stats->remote_rejected, 0u);
+  EXPECT_TRUE(warnings.empty()) << join(warnings);
+}
+
 // A pull stops when its time is spent, saying how far it got; the next one goes on from there.
 TEST_F(FleetLimits, APullStopsWhenItsBudgetIsSpentAndTheNextGoesOn) {
   Options build = options_for("build", &warnings);

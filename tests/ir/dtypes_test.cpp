@@ -135,6 +135,9 @@ TEST(Dtypes, RulesAreLocatedErrors) {
       {"sum(j)", "sum: its operand must be a float tensor"},
       {"mul(j, 2147483648)", "6:14: error: mul: a literal against an i32 tensor is an integer "
                              "within i32, got 2147483648"},
+      // read from its text: as a double, 2^53 + 1 is 2^53 and would pass
+      {"add(i, 9007199254740993)", "6:14: error: add: a literal against an i64 tensor is an "
+                                   "integer within +-2^53, got 9007199254740993"},
       {"true(f)", "'true' is a literal, not an op"},
       {"cast(f, to=i16)", "expected a dtype (f32, f16, bf16, i32, i64 or bool) for 'to'"},
   };

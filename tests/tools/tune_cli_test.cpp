@@ -122,6 +122,11 @@ TEST_F(TuneCli, TheRecordItStoresIsWhatCompileThenReports) {
     EXPECT_EQ(e["key"], p["key"]);
   }
   EXPECT_EQ(records, 1);
+  // verify takes the record (no artifact) as good, and --fix keeps it.
+  CliResult verified = on_fake({"verify", "--fix"});
+  EXPECT_EQ(verified.exit_code, 0) << verified.out << verified.err;
+  EXPECT_NE(verified.out.find(", 0 bad"), std::string::npos) << verified.out;
+  EXPECT_EQ(on_fake({"show", p["key"].get<std::string>()}).exit_code, 0) << "the record stays";
 
   // The text form: one line per problem with both times.
   CliResult text = on_fake({"tune", m_graph, "--precision", "high"});
