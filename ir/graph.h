@@ -137,13 +137,13 @@ std::string describe(const Symbol& symbol);
 
 class Graph;
 
-// Builds a Graph one node at a time; every add_* validates its operands and infers the result
-// type, returning an error (without location) that the parser decorates with file:line:col.
 // A literal operand's fit in `dtype`, the rules of Builder::add_binary_literal and add_where: a
 // float (finite or +-inf) for a float tensor, an integer within the type and +-2^53 for an
 // integer one, 0 or 1 for bool; never NaN.
 Status check_literal(DType dtype, double literal);
 
+// Builds a Graph one node at a time; every add_* validates its operands and infers the result
+// type, returning an error (without location) that the parser decorates with file:line:col.
 class Builder {
 public:
   explicit Builder(std::string graph_name);

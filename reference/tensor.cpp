@@ -17,18 +17,12 @@ Tensor zeros(const ir::TensorType& type) {
   return tensor;
 }
 
-namespace {
-
-// A whole double as an int64_t, saturated past its range (a double of 2^63 does not fit: the
-// cast alone is undefined, and gave -2^63 here); NaN is 0.
 int64_t saturated_int64(double v) {
   if (!(v == v)) return 0;
   if (v >= 9223372036854775807.0) return INT64_MAX;
   if (v <= -9223372036854775808.0) return INT64_MIN;
   return static_cast<int64_t>(v);
 }
-
-}  // namespace
 
 double store_value(ir::DType dtype, double value) {
   auto single = static_cast<float>(value);

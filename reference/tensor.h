@@ -32,6 +32,10 @@ Tensor zeros(const ir::TensorType& type);
 // to i32, or as it is for i64; 1 or 0 for bool.
 double store_value(ir::DType dtype, double value);
 
+// A whole double as an int64_t, saturated past its range (the double 2^63, which i64's 2^63 - 1
+// rounds to, does not fit: the plain cast is undefined, and gave -2^63); NaN is 0.
+int64_t saturated_int64(double v);
+
 // Deterministic uniform numbers from a seed, identical on every platform and standard library:
 // std::mt19937_64 (fully specified by the standard) with kiln's own mapping to doubles.
 class Rng {

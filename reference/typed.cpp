@@ -17,14 +17,8 @@ int64_t wrap(ir::DType dtype, uint64_t x) {
   return static_cast<int64_t>(x);
 }
 
-// A whole double's two's-complement bits, saturated past int64 (the double 2^63, which i64's
-// 2^63 - 1 rounds to, does not fit: the plain cast is undefined and gave -2^63).
-uint64_t bits(double x) {
-  if (!(x == x)) return 0;
-  if (x >= 9223372036854775807.0) return static_cast<uint64_t>(INT64_MAX);
-  if (x <= -9223372036854775808.0) return static_cast<uint64_t>(INT64_MIN);
-  return static_cast<uint64_t>(static_cast<int64_t>(x));
-}
+// A whole double's two's-complement bits, saturated past int64.
+uint64_t bits(double x) { return static_cast<uint64_t>(saturated_int64(x)); }
 
 // The integer op `kind` (add, sub, mul, maximum, minimum) on integer operands of `dtype`, wrapped.
 double integer_binary(ir::OpKind kind, ir::DType dtype, double a, double b) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,25 @@ inline size_t find_in(const std::string& bytes, const std::string& needle) {
   size_t at = bytes.find(needle);
   EXPECT_NE(at, std::string::npos) << "not found: " << needle;
   return at == std::string::npos ? 0 : at;
+}
+
+// Stores `key`'s entry again with each payload `which` names holding `bytes`, its checksums
+// made anew (what a damaged build, or an entry a keyholder signed, leaves): how many payloads it
+// replaced, or -1 when the entry is not there or the store fails.
+inline int replace_payloads(Cache& cache, const std::string& key,
+                            const std::function<bool(const std::string&)>& which,
+                            const std::string& bytes) {
+  Lookup found = cache.read(key);
+  if (!found.hit()) return -1;
+  Contents replaced{found.entry.info.summary, found.entry.payloads, found.entry.info.compile_ms};
+  int count = 0;
+  for (Payload& p : replaced.payloads) {
+    if (!which(p.name)) continue;
+    p.bytes = bytes;
+    ++count;
+  }
+  if (!cache.store(key, found.entry.info.fields, replaced).ok()) return -1;
+  return count;
 }
 
 }  // namespace kiln::cache::testing

@@ -1,6 +1,7 @@
 // The CPU target through the Runtime and its cache: a hit loads the stored object code and gives
 // the same bits as the compile that stored it; a damaged record is dropped and compiled afresh.
 #include "cache/cache.h"
+#include "tests/cache/test_util.h"
 #include "cache/local/sqlite.h"
 #include "ir/parse.h"
 #include "runtime/compile_service.h"
@@ -119,18 +120,10 @@ TEST_F(CpuCache, AnObjectTheLoaderRefusesIsCompiledAgainAndReplacesTheEntry) {
     auto listed = store->list();
     ASSERT_TRUE(listed.ok() && listed->size() == 1u);
     key = listed->front().key;
-    cache::Lookup found = store->read(key);
-    ASSERT_TRUE(found.hit());
-    cache::Contents forged{found.entry.info.summary, found.entry.payloads,
-                           found.entry.info.compile_ms};
-    int objects = 0;
-    for (cache::Payload& p : forged.payloads) {
-      if (!cache::is_native_payload(p.name)) continue;
-      p.bytes = forged_object;
-      ++objects;
-    }
-    ASSERT_EQ(objects, 1);
-    ASSERT_TRUE(store->store(key, found.entry.info.fields, forged).ok());
+    ASSERT_EQ(cache::testing::replace_payloads(
+                  *store, key, [](const std::string& name) { return cache::is_native_payload(name); },
+                  forged_object),
+              1);
     // `kiln verify`'s check names it, where the checksums alone find nothing wrong.
     auto checksums = store->verify(cache::Fix::no);
     ASSERT_TRUE(checksums) << checksums.error().message;

@@ -2,6 +2,7 @@
 #include "runtime/compile_service.h"
 
 #include "ir/parse.h"
+#include "tests/cache/test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -145,17 +146,9 @@ TEST_F(CachedCompile, AnEntryWhoseArtifactDoesNotDecodeIsReplacedNotKept) {
   ASSERT_TRUE(graph) << graph.error().message;
   auto first = compile_graph(*graph, options, cache.get());
   ASSERT_TRUE(first) << first.error().message;
-  cache::Lookup found = cache->read(first->key);
-  ASSERT_TRUE(found.hit());
-  cache::Contents bad{found.entry.info.summary, found.entry.payloads, found.entry.info.compile_ms};
-  int artifacts = 0;
-  for (cache::Payload& p : bad.payloads) {
-    if (p.name != "artifact") continue;
-    p.bytes = "{\"not\": \"an artifact\"}";
-    ++artifacts;
-  }
-  ASSERT_EQ(artifacts, 1);
-  ASSERT_TRUE(cache->store(first->key, found.entry.info.fields, bad).ok());
+  ASSERT_EQ(cache::testing::replace_payloads(*cache, first->key, [](const std::string& name) { return name == "artifact"; },
+                                             "{\"not\": \"an artifact\"}"),
+            1);
   ASSERT_TRUE(warnings.empty());
 
   auto second = compile_graph(*graph, options, cache.get());

@@ -250,18 +250,9 @@ TEST_F(CacheDiskCli, VerifyNamesAnEntryWhoseArtifactDoesNotDecodeAndFixDropsIt) 
     auto listed = store->list();
     ASSERT_TRUE(listed.ok() && listed->size() == 1u);
     key = listed->front().key;
-    cache::Lookup found = store->read(key);
-    ASSERT_TRUE(found.hit());
-    cache::Contents bad{found.entry.info.summary, found.entry.payloads,
-                        found.entry.info.compile_ms};
-    int artifacts = 0;
-    for (cache::Payload& p : bad.payloads) {
-      if (p.name != "artifact") continue;
-      p.bytes = "{\"not\": \"an artifact\"}";
-      ++artifacts;
-    }
-    ASSERT_EQ(artifacts, 1);
-    ASSERT_TRUE(store->store(key, found.entry.info.fields, bad).ok());
+    ASSERT_EQ(cache::testing::replace_payloads(*store, key, [](const std::string& name) { return name == "artifact"; },
+                                               "{\"not\": \"an artifact\"}"),
+              1);
   }
   CliResult checked = kiln({"verify"});
   EXPECT_EQ(checked.exit_code, 1) << checked.out << checked.err;
