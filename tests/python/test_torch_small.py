@@ -252,3 +252,90 @@ def test_a_wrong_argument_count_is_named_not_dumped(cache_dir):
     for args in ((), (x,), (x, y, y)):
         with pytest.raises(kiln.Error, match=f"takes 2 positional arguments; got {len(args)}$"):
             program(*args)
+
+
+class PositionBias(torch.nn.Module):
+    """A bias made from positions alone (as T5's relative position bias is): the kiln graph before
+    the floor division takes no tensors."""
+    def forward(self, x):
+        bias = torch.arange(6, dtype=torch.float32).reshape(2, 3) * 3 + 1
+        return x + bias.floor_divide(2), bias
+
+
+def test_a_kiln_graph_that_takes_no_tensors_returns_torch_tensors(cache_dir):
+    x = torch.randn(2, 3)
+    _, program = compiled(PositionBias(), (x,), cache_dir)
+    assert any("floor_divide" in f.op for f in program.fallbacks), program.fallbacks
+    assert any("  input " not in text for text in program.partitions), program.partitions
+    for got, want in zip(program(x), PositionBias()(x)):
+        assert isinstance(got, torch.Tensor)
+        assert torch.equal(got, want)
+
+
+class TrueDivide(torch.nn.Module):
+    def forward(self, x, n):
+        return torch.true_divide(x, n), torch.true_divide(n, 4)
+
+
+def test_true_divide_is_kilns_div_and_makes_integers_float(cache_dir):
+    x, n = torch.randn(3, 4), torch.tensor([1, 2, 3, 4])
+    ep, program = compiled(TrueDivide(), (x, n), cache_dir)
+    assert not program.fallbacks, program.fallbacks
+    for got, want in zip(program(x, n), TrueDivide()(x, n)):
+        assert got.dtype == want.dtype
+        assert torch.allclose(got, want, rtol=1e-6, atol=0)
+
+
+class Splits(torch.nn.Module):
+    """GPT-2's c_attn(x).split(n, dim=2), a gated MLP's chunk(2, dim=-1), a packed qkv's
+    unbind(0), and uneven pieces."""
+    def forward(self, x, qkv):
+        q, k, v = (x * 2).split(4, dim=2)
+        a, gate = torch.relu(x).chunk(2, dim=-1)
+        first, rest = x.split_with_sizes([3, 9], dim=-1)
+        odd = (x + 1).chunk(5, dim=-1)
+        p, r, s = (qkv * 3).unbind(0)
+        return q + k * v, a * gate, first.sum(-1), rest * 2, odd[-1] * 3, p - r * s
+
+
+def test_split_chunk_and_unbind_are_slices_inside_one_kiln_graph(cache_dir):
+    x, qkv = torch.randn(2, 3, 12), torch.randn(3, 2, 5)
+    _, program = compiled(Splits(), (x, qkv), cache_dir)
+    assert not program.fallbacks, program.fallbacks
+    assert len(program.partitions) == 1, program.partitions
+    assert "slice(" in program.partitions[0]
+    for got, want in zip(program(x, qkv), Splits()(x, qkv)):
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+class PieceInPyTorch(torch.nn.Module):
+    def forward(self, x):
+        a, b = (x * 2).split(2, dim=-1)
+        return a.floor_divide(3) + b, torch.exp(b)
+
+
+def test_a_piece_pytorch_reads_comes_from_the_split_as_in_eager(cache_dir):
+    x = torch.randn(3, 4) * 10
+    _, program = compiled(PieceInPyTorch(), (x,), cache_dir)
+    assert [f.op for f in program.fallbacks] == ["aten.floor_divide.default"], program.fallbacks
+    for got, want in zip(program(x), PieceInPyTorch()(x)):
+        assert torch.allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+class MaxMinOther(torch.nn.Module):
+    """torch.max(a, b) and torch.min(a, b) (aten's .other: T5's bucket clamp) on floats and ints."""
+    def forward(self, x, y, n):
+        return torch.max(x, y), torch.min(x, y), torch.min(n, torch.full_like(n, 3))
+
+
+def test_max_and_min_of_two_tensors_are_maximum_and_minimum_nan_included(cache_dir):
+    x, y = torch.tensor([1.0, float("nan"), -2.0, 5.0]), torch.tensor([0.0, 1.0, float("nan"), 6.0])
+    n = torch.tensor([1, 5, 3, -7])
+    _, program = compiled(MaxMinOther(), (x, y, n), cache_dir)
+    assert not any(f.op.startswith(("aten.max", "aten.min")) for f in program.fallbacks), \
+        program.fallbacks
+    for got, want in zip(program(x, y, n), MaxMinOther()(x, y, n)):
+        assert got.dtype == want.dtype
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())

@@ -11,7 +11,7 @@ import torch
 from torch.fx import Node
 
 from . import _table
-from ._table import Alias, Const, Expr, Tuple0, Unsupported
+from ._table import Alias, Const, Expr, Pieces, Tuple0, Unsupported
 
 aten = torch.ops.aten
 
@@ -254,6 +254,8 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
         value = part.values[node]
         if isinstance(value, Tuple0):
             continue  # its getitem(0) is the value used
+        if isinstance(value, Pieces):
+            raise PartitionError(node, "its pieces are used outside a kiln graph")
         kind, resolved = part.resolve(node)
         if kind == "const":
             raise PartitionError(node, "a constant as a graph output")

@@ -147,7 +147,7 @@ def run_steps(steps, env: dict) -> None:
     for step in steps:
         if step[0] == "kiln":
             _, name, exe, inputs, outputs, aliases = step[:6]
-            result = exe(*[env[i] for i in inputs])
+            result = exe(*[env[i] for i in inputs]) if inputs else _call_without_inputs(exe)
             if len(outputs) == 1:
                 env[outputs[0]] = result
             else:
@@ -161,6 +161,16 @@ def run_steps(steps, env: dict) -> None:
         else:
             _, name, fn, args, kwargs = step
             env[name] = fn(*_bind(args, env), **_bind(kwargs, env))
+
+
+def _call_without_inputs(exe):
+    """Runs a kiln graph that takes no tensors (positions, masks or biases made from arange and
+    literals) into torch tensors on the target's device: called with nothing, kiln returns NumPy."""
+    device = torch.device("cpu") if exe._on_host else torch.device("cuda", exe._x.device)
+    outputs = [_runtime._empty("torch", device, s.dtype, s.shape, s.name)
+               for s in exe._output_specs([])]
+    exe.run([], outputs, stream=None if exe._on_host else torch.cuda.current_stream(device))
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
 class _Ref(NamedTuple):

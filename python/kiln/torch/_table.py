@@ -48,6 +48,14 @@ class Tuple0:
     text: str
 
 
+@dataclass(frozen=True)
+class Pieces:
+    """A split, chunk or unbind: a list, not a tensor. No kiln value of its own: each getitem of
+    it is a slice of the split tensor."""
+
+    node: Any
+
+
 TABLE: dict[Any, Callable] = {}
 
 def lowering(*ops):
@@ -109,6 +117,8 @@ for _op, _k in [(aten.add, "add"), (aten.sub, "sub"), (aten.mul, "mul"), (aten.d
     for _ov in ("Tensor", "Scalar", "default"):
         if hasattr(_op, _ov):
             TABLE[getattr(_op, _ov)] = _binary(_k)
+TABLE[aten.max.other] = _binary("maximum")  # torch.max(a, b): maximum, NaN included
+TABLE[aten.min.other] = _binary("minimum")
 for _op, _k in [(aten.eq, "eq"), (aten.ne, "ne"), (aten.lt, "lt"), (aten.le, "le"),
                 (aten.gt, "gt"), (aten.ge, "ge")]:
     TABLE[_op.Tensor] = _binary(_k, compare=True)
@@ -135,7 +145,8 @@ def _mul(cx, node):
     return Expr(f"mul({cx.ref(node.args[0], work)}, {cx.ref(node.args[1], work)})")
 
 
-@lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+@lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode,
+          aten.true_divide.Tensor, aten.true_divide.Scalar)
 def _div(cx, node):
     if node.kwargs.get("rounding_mode") is not None:
         raise Unsupported(f"div with rounding_mode={node.kwargs['rounding_mode']!r}")
@@ -794,9 +805,63 @@ TABLE[aten._scaled_dot_product_flash_attention.default] = _sdpa_tuple
 TABLE[aten._scaled_dot_product_cudnn_attention.default] = _sdpa_tuple
 
 
+def _piece_bounds(cx, node) -> tuple[int, list]:
+    """(axis, [(start, end), ...]) of a split, split_with_sizes, chunk or unbind's pieces."""
+    x = node.args[0]
+    shape = cx.meta(x).shape
+    if not shape:
+        raise Unsupported(f"{node.target} of a scalar")
+    if node.target is aten.unbind.int:
+        axis = _arg(node, 1, "dim", 0) % len(shape)
+    else:
+        axis = _arg(node, 2, "dim", 0) % len(shape)
+    if cx.is_symbolic(shape[axis]):
+        raise Unsupported(f"{node.target} along a symbolic dim")
+    size = int(shape[axis])
+    if node.target is aten.unbind.int:
+        sizes = [1] * size
+    elif node.target is aten.split_with_sizes.default:
+        sizes = list(node.args[1])
+    else:
+        n = node.args[1]
+        if not isinstance(n, int) or n < 1:
+            raise Unsupported(f"{node.target} by {n!r}")
+        each = -(-size // n) if node.target is aten.chunk.default else n
+        sizes = [min(each, size - i) for i in range(0, size, each)]
+    if not all(isinstance(n, int) for n in sizes) or sum(sizes) != size:
+        raise Unsupported(f"{node.target} with sizes {sizes} along a dim of {size}")
+    bounds, start = [], 0
+    for n in sizes:
+        bounds.append((start, start + n))
+        start += n
+    return axis, bounds
+
+
+_SPLITS = (aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default, aten.unbind.int)
+
+
+@lowering(*_SPLITS)
+def _split(cx, node):
+    _piece_bounds(cx, node)
+    return Pieces(node)
+
+
 @lowering(operator.getitem)
 def _getitem(cx, node):
     src, index = node.args
+    if isinstance(src, Node) and src.op == "call_function" and src.target in _SPLITS:
+        # A piece of a split reads the split tensor itself, whatever group the split is in.
+        axis, bounds = _piece_bounds(cx, src)
+        if not isinstance(index, int) or not -len(bounds) <= index < len(bounds):
+            raise Unsupported(f"piece {index!r} of {src.target}")
+        start, end = bounds[index]
+        x = src.args[0]
+        if (start, end) == (0, int(cx.meta(x).shape[axis])) and src.target is not aten.unbind.int:
+            return Alias(x)
+        piece = f"slice({cx.ref(x)}, axis={axis}, start={start}, end={end})"
+        if src.target is aten.unbind.int:
+            piece = f"reshape({piece}, shape={cx.shape(node)})"
+        return Expr(piece)
     if not isinstance(src, Node) or index != 0 or not isinstance(cx.meta(src), (list, tuple)):
         raise Unsupported("an element of a tuple other than the first")
     return Alias(src)
@@ -805,7 +870,7 @@ def _getitem(cx, node):
 # Lowerings that move or relabel values without arithmetic: a group of only these is left to
 # PyTorch (a kiln graph for a view costs more than the view), and not listed as a fallback.
 TRIVIAL = {_reshape, _permute, _expand, _slice, _select, _identity, _dropout, _to_dtype, _getitem,
-           _arange, _cat, _gather}
+           _arange, _cat, _gather, _split}
 
 # Nodes that are shape arithmetic or bookkeeping, not tensor work: never listed as fallbacks.
 NOT_TENSOR_WORK = {aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int,
