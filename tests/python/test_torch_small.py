@@ -339,3 +339,48 @@ def test_max_and_min_of_two_tensors_are_maximum_and_minimum_nan_included(cache_d
         assert got.dtype == want.dtype
         assert torch.equal(got.isnan(), want.isnan())
         assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+class Alibi(torch.nn.Module):
+    """BLOOM's pieces: powers from arange with a start and a step, baddbmm with beta and alpha,
+    repeat; addmm with alpha and beta, and beta 0 (the input is not read, NaN included)."""
+    def forward(self, bias, q, k, m, a, b):
+        powers = torch.arange(1, 9, 2, dtype=torch.int32)
+        down = torch.arange(5, 0, -2, dtype=torch.float32)
+        slopes = torch.pow(0.5, powers)
+        scores = bias.baddbmm(q, k, beta=0.5, alpha=0.25)
+        ignored = torch.baddbmm(torch.full_like(bias, float("nan")), q, k, beta=0, alpha=2.0)
+        return (slopes, down + 1, scores, ignored, bias.repeat(2, 1, 3), powers.repeat(2),
+                torch.addmm(m, a, b, beta=2, alpha=-1))
+
+
+def test_arange_with_a_start_and_step_baddbmm_addmm_and_repeat_run_in_kiln(cache_dir):
+    args = (torch.randn(2, 3, 4), torch.randn(2, 3, 5), torch.randn(2, 5, 4), torch.randn(3, 2),
+            torch.randn(3, 4), torch.randn(4, 2))
+    _, program = compiled(Alibi(), args, cache_dir)
+    assert not program.fallbacks, program.fallbacks
+    for got, want in zip(program(*args), Alibi()(*args)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (got, want)
+
+
+class Filled(torch.nn.Module):
+    """Tensors of one value with a shape: ones(B, S) (OPT's mask), full_like (T5's bucket bound),
+    -0.0 and inf, bool and integer fills, a bf16 fill f32 holds and one it does not."""
+    def forward(self, x, n):
+        b, s = x.shape
+        return (torch.ones(b, s) + x, torch.full_like(n, 7) + n, torch.full((2, 3), -0.0),
+                torch.full((3,), float("-inf")) + x[0, :3], torch.zeros_like(n, dtype=torch.bool),
+                torch.ones(2, 2, dtype=torch.bool), x.new_full((4,), 2.5, dtype=torch.bfloat16) * 2,
+                torch.full((4,), 0.1, dtype=torch.bfloat16) * 2, torch.zeros(4) * x[0])
+
+
+def test_a_filled_tensor_of_a_shape_is_kilns_and_keeps_the_value_torch_writes(cache_dir):
+    x, n = torch.randn(4, 4), torch.tensor([1, -5, 2**40, 3])
+    _, program = compiled(Filled(), (x, n), cache_dir)
+    assert [f.op for f in program.fallbacks] == ["aten.full.default"], program.fallbacks
+    assert "that f32 does not hold" in program.fallbacks[0].reason
+    for got, want in zip(program(x, n), Filled()(x, n)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got, want), (got, want)
+        assert torch.equal(got.signbit(), want.signbit())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import operator
+import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -288,11 +289,15 @@ for _op in (aten.to.dtype, aten.to.device, aten.to.dtype_layout, aten._to_copy.d
 
 
 def _constant(value_of):
+    """A tensor of one value: a literal where its shape is [], else that value in a 1-element
+    tensor expanded to the shape (OPT's ones(B, S) mask, T5's full_like bucket bound)."""
     def lower(cx, node):
         val = node.meta.get("val")
-        if val is None or tuple(val.shape) != ():
-            raise Unsupported("a constant tensor that is not a scalar")
+        if not isinstance(val, torch.Tensor):
+            raise Unsupported("a constant whose shape is not known")
         value = value_of(node)
+        if not isinstance(value, (bool, int, float)):
+            raise Unsupported(f"a constant tensor of {type(value).__name__}")
         dtype = cx.dtype_of(node)
         if dtype == "bool":
             value = bool(value)
@@ -300,10 +305,33 @@ def _constant(value_of):
             value = int(value)
         else:
             value = float(value)
-        return Const(value, dtype)
+        if tuple(val.shape) == ():
+            return Const(value, dtype)
+        if dtype == "bool":
+            seed = f"{'eq' if value else 'ne'}(arange(1), 0)"
+        elif dtype in ("i32", "i64"):
+            seed = f"add(arange(1, dtype={dtype}), {_lit(value)})"
+        else:
+            # where() of two literals is an f32 tensor holding the value, -0.0 and inf included;
+            # a half type takes it through one rounding only where f32 holds it exactly.
+            seed = f"where(eq(arange(1), 0), {_lit(value)}, {_lit(value)})"
+            if dtype != "f32":
+                if not math.isinf(value) and not _f32_holds(value):
+                    raise Unsupported(f"a {dtype} constant {value!r} that f32 does not hold")
+                seed = f"cast({seed}, to={dtype})"
+        return Expr(f"expand({seed}, shape={cx.shape(node)})")
+    _CONSTANTS.add(lower)
     return lower
 
 
+def _f32_holds(value: float) -> bool:
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0] == value
+    except OverflowError:
+        return False
+
+
+_CONSTANTS: set = set()
 TABLE[aten.scalar_tensor.default] = _constant(lambda n: n.args[0])
 TABLE[aten.new_ones.default] = _constant(lambda n: 1)
 TABLE[aten.new_zeros.default] = _constant(lambda n: 0)
@@ -311,6 +339,9 @@ TABLE[aten.ones.default] = _constant(lambda n: 1)
 TABLE[aten.zeros.default] = _constant(lambda n: 0)
 TABLE[aten.full.default] = _constant(lambda n: n.args[1])
 TABLE[aten.new_full.default] = _constant(lambda n: n.args[2])
+TABLE[aten.ones_like.default] = _constant(lambda n: 1)
+TABLE[aten.zeros_like.default] = _constant(lambda n: 0)
+TABLE[aten.full_like.default] = _constant(lambda n: n.args[1])
 
 
 @lowering(aten.arange.default, aten.arange.start, aten.arange.start_step)
@@ -320,13 +351,28 @@ def _arange(cx, node):
     else:
         start, end = node.args[0], node.args[1]
         step = node.args[2] if len(node.args) > 2 else node.kwargs.get("step", 1)
-    if start != 0 or step != 1:
-        raise Unsupported("arange with a start or step (kiln's arange counts 0..n-1)")
     dtype = cx.dtype_of(node)
     if dtype not in ("i64", "i32", "f32"):
         raise Unsupported(f"arange of {dtype}")
-    n = cx.size(end)
-    return Expr(f"arange({n}, dtype={dtype})" if dtype != "i64" else f"arange({n})")
+    if start == 0 and step == 1:
+        n = cx.size(end)
+        return Expr(f"arange({n}, dtype={dtype})" if dtype != "i64" else f"arange({n})")
+    # start + i * step (BLOOM's ALiBi powers): whole numbers, so each value is exact where
+    # PyTorch's is; kiln's arange counts 0..n-1.
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)):
+        raise Unsupported("arange with a start or step that is not a whole number, or a "
+                          "symbolic end (kiln's arange counts 0..n-1)")
+    n = len(range(start, end, step))
+    if n < 1:
+        raise Unsupported("an empty arange")
+    if dtype == "f32" and max(abs(start), abs(start + (n - 1) * step)) > 2**24:
+        raise Unsupported("an f32 arange past 2^24")
+    text = f"arange({n}, dtype={dtype})" if dtype != "i64" else f"arange({n})"
+    if step != 1:
+        text = f"mul({text}, {_lit(float(step) if dtype == 'f32' else step)})"
+    if start != 0:
+        text = f"add({text}, {_lit(float(start) if dtype == 'f32' else start)})"
+    return Expr(text)
 
 
 # -- matmul ----------------------------------------------------------------------------------------
@@ -370,13 +416,25 @@ def _mm(cx, node):
     return Expr(_matmul_text(cx, node.args[0], node.args[1], cx.dtype_of(node)))
 
 
-@lowering(aten.addmm.default)
+@lowering(aten.addmm.default, aten.baddbmm.default)
 def _addmm(cx, node):
-    if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
-        raise Unsupported("addmm with beta or alpha")
-    bias, a, b = node.args[:3]
+    """beta * input + alpha * (a @ b); with beta 0 the input is not read (NaN included), as in
+    PyTorch."""
+    first = ("mat1", "mat2") if node.target is aten.addmm.default else ("batch1", "batch2")
+    bias, a, b = _arg(node, 0, "self"), _arg(node, 1, first[0]), _arg(node, 2, first[1])
+    beta, alpha = _arg(node, 3, "beta", 1), _arg(node, 4, "alpha", 1)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (beta, alpha)):
+        raise Unsupported(f"{node.target} with a beta or alpha that is not a number")
     out = cx.dtype_of(node)
-    return Expr(f"add({_matmul_text(cx, a, b, out)}, {cx.ref(bias, out)})")
+    text = _matmul_text(cx, a, b, out)
+    if alpha != 1:
+        text = f"mul({text}, {_lit(float(alpha))})"
+    if beta == 0:
+        return Expr(text)
+    bias = cx.ref(bias, out)
+    if beta != 1:
+        bias = f"mul({bias}, {_lit(float(beta))})"
+    return Expr(f"add({text}, {bias})")
 
 
 @lowering(aten.linear.default)
@@ -544,6 +602,28 @@ def _expand(cx, node):
     if list(cx.meta(x).shape) == list(cx.meta(node).shape):
         return Alias(x)
     return Expr(f"expand({cx.ref(x)}, shape={cx.shape(node)})")
+
+
+@lowering(aten.repeat.default)
+def _repeat(cx, node):
+    """x.repeat(r0, ..., rk): x (ones prepended to k + 1 dims) with a new dim of r_i before each
+    dim, expanded and merged: reshape, expand, reshape."""
+    x, repeats = node.args[0], list(node.args[1])
+    shape = list(cx.meta(x).shape)
+    if len(repeats) < len(shape) or not all(isinstance(r, int) and r >= 1 for r in repeats):
+        raise Unsupported(f"repeat {repeats}")
+    shape = [1] * (len(repeats) - len(shape)) + shape
+    if all(r == 1 for r in repeats):
+        return Alias(x) if len(shape) == len(cx.meta(x).shape) else \
+            Expr(f"reshape({cx.ref(x)}, shape={cx.shape(node)})")
+    if any(r != 1 and cx.is_symbolic(d) for r, d in zip(repeats, shape)):
+        raise Unsupported("a repeat along a symbolic dim")
+    split, wide = [], []
+    for r, d in zip(repeats, shape):
+        split += ["1", cx.size(d)]
+        wide += [str(r), cx.size(d)]
+    return Expr(f"reshape(expand(reshape({cx.ref(x)}, shape=[{', '.join(split)}]), "
+                f"shape=[{', '.join(wide)}]), shape={cx.shape(node)})")
 
 
 def _positions(cx, node):
@@ -870,7 +950,7 @@ def _getitem(cx, node):
 # Lowerings that move or relabel values without arithmetic: a group of only these is left to
 # PyTorch (a kiln graph for a view costs more than the view), and not listed as a fallback.
 TRIVIAL = {_reshape, _permute, _expand, _slice, _select, _identity, _dropout, _to_dtype, _getitem,
-           _arange, _cat, _gather, _split}
+           _arange, _cat, _gather, _split, _repeat} | _CONSTANTS
 
 # Nodes that are shape arithmetic or bookkeeping, not tensor work: never listed as fallbacks.
 NOT_TENSOR_WORK = {aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int,
