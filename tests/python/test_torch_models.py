@@ -61,3 +61,33 @@ def test_the_model_runs_in_kiln_and_matches_eager(arch, cache_dir):
     unexpected = [f for f in program.fallbacks if f.op not in MASK_BOOKKEEPING]
     assert not unexpected, unexpected
     assert rel_l2(got, want) < TOLERANCE["highest"], rel_l2(got, want)
+
+
+# BLOOM's ALiBi repeat of batch * heads rows stays in PyTorch (a repeat kiln runs only on dims
+# of their own).
+DYNAMIC_EXTRA = {"bloom": {"aten.repeat.default"}}
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "opt", "bloom"])
+def test_a_dynamic_batch_and_sequence_flattened_into_rows_stays_in_kiln(arch, cache_dir):
+    """OPT's MLP, GPT-2's Conv1D and BLOOM's bmm flatten the dynamic batch and sequence (or
+    batch and heads) into one dim: kiln runs them as the dims, and matches eager at each size."""
+    torch.manual_seed(0)
+    model = _models()[arch]().eval()
+    ids = torch.randint(0, 100, (2, 12))
+    dims = {"input_ids": {0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", max=64)},
+            "use_cache": None}
+    with torch.no_grad():
+        ep = torch.export.export(model, (), {"input_ids": ids, "use_cache": False},
+                                 dynamic_shapes=dims, strict=False)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        unexpected = [f for f in program.fallbacks
+                      if f.op not in MASK_BOOKKEEPING | DYNAMIC_EXTRA.get(arch, set())]
+        assert not unexpected, unexpected
+        for shape in [(2, 12), (3, 7), (1, 33)]:
+            ids = torch.randint(0, 100, shape)
+            want = model(input_ids=ids, use_cache=False).last_hidden_state
+            got = program(input_ids=ids, use_cache=False)
+            got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
+            assert rel_l2(got, want) < TOLERANCE["highest"], (shape, rel_l2(got, want))

@@ -3,6 +3,8 @@ in-place ops and mutated buffers and inputs, repeats that only look like grouped
 tensor constants under torch.compile."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -384,3 +386,72 @@ def test_a_filled_tensor_of_a_shape_is_kilns_and_keeps_the_value_torch_writes(ca
         assert got.dtype == want.dtype and got.shape == want.shape
         assert torch.equal(got, want), (got, want)
         assert torch.equal(got.signbit(), want.signbit())
+
+
+class Flattened(torch.nn.Module):
+    """A dynamic batch and sequence flattened into one dim (OPT's MLP, GPT-2's Conv1D) and batch
+    times heads (BLOOM's bmm), with work kiln may run on the factors and work it may not: a sum
+    over the merged dim, a matmul contracting it, a permute moving it, and an add that
+    broadcasts [B, 1, 8] against [B, B*S, 8] (aligned from the last dim, kiln's [B, B, S, 8]
+    would meet the batch with the merged dim's first factor)."""
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        flat = x.reshape(-1, h)                                       # [B*S, 8]
+        y = self.norm(torch.relu(self.fc(flat)) + flat).softmax(-1)
+        rows = y.sum(-1, keepdim=True) * y
+        heads = (x * 2).view(b, s, 2, 4).transpose(1, 2).reshape(b * 2, s, 4)  # [B*2, S, 4]
+        scores = torch.bmm(heads, heads.transpose(1, 2)).softmax(-1)
+        mixed = torch.bmm(scores, heads).transpose(1, 2)              # [B*2, 4, S]
+        # Both orders: kiln writes B*S's factors in one order, so one of these aligns.
+        shifted = flat.expand(b, -1, -1) + x[:, :1, :] * 3
+        shifted_s = flat.expand(s, -1, -1) + x.transpose(0, 1)[:, :1, :] * 3
+        return (rows.view(b, s, h), mixed.reshape(b, 2, 4, s), flat.sum(0),
+                flat.t() @ flat, flat.t().reshape(h, b, s), shifted, shifted_s)
+
+
+def test_a_flattened_dynamic_dim_runs_in_kiln_only_where_its_factors_read_alike(cache_dir,
+                                                                                  tmp_path):
+    x = torch.randn(2, 5, 8)
+    dims = {"x": {0: torch.export.Dim("B", max=16), 1: torch.export.Dim("S", max=64)}}
+    ep = torch.export.export(Flattened(), (x,), dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    text = "\n".join(program.partitions)
+    assert "layer_norm(" in text and "softmax(" in text and text.count("matmul(") >= 3, text
+    moved = {f.op for f in program.fallbacks}
+    # The sum over the merged dim, the matmul contracting it and the permute moving it.
+    assert moved == {"aten.sum.dim_IntList", "aten.matmul.default", "aten.t.default",
+                     "aten.add.Tensor"}, program.fallbacks
+    module = Flattened()
+    module.load_state_dict(ep.module().state_dict())
+    program.save(tmp_path / "flat")
+    loaded = kiln.torch.load(tmp_path / "flat", cache_dir=cache_dir)
+    for shape in [(2, 5, 8), (3, 7, 8), (1, 1, 8), (16, 3, 8)]:
+        x = torch.randn(shape)
+        want = module(x)
+        for run in (program, loaded):
+            for got, w in zip(run(x), want):
+                assert got.shape == w.shape
+                assert torch.allclose(got, w, rtol=1e-5, atol=1e-5), (shape, got, w)
+
+
+def test_a_saved_view_of_a_merged_dim_must_name_a_placeholder(cache_dir, tmp_path):
+    x = torch.randn(2, 5, 8)
+    dims = {"x": {0: torch.export.Dim("B", max=16), 1: torch.export.Dim("S", max=64)}}
+    ep = torch.export.export(Flattened(), (x,), dynamic_shapes=dims, strict=False)
+    kiln.torch.compile_exported(ep, target="cpu", precision="highest", cache_dir=cache_dir,
+                                fallbacks="allow").save(tmp_path / "flat")
+    meta = json.loads((tmp_path / "flat" / "kiln.json").read_text())
+    step = next(s for s in meta["steps"] if s["kind"] == "kiln" and s["views"])
+    view = next(iter(step["views"].values()))
+    factor = next(f for f in view if f is not None)
+    for bad in (["secret", 0], ["x", 9], "x", 1, [1.5, 0]):
+        factor[0] = bad
+        (tmp_path / "flat" / "kiln.json").write_text(json.dumps(meta))
+        with pytest.raises(kiln.Error, match="'views' is not a map"):
+            kiln.torch.load(tmp_path / "flat", cache_dir=cache_dir)

@@ -92,6 +92,13 @@ def _finite(x) -> bool:
         return False
 
 
+def _views(spec, input_names) -> list:
+    """A KilnStep's view of an input, with each placeholder as its name in the plan."""
+    return [None if f is None else
+            [x if isinstance(x, int) else [input_names.get(x[0], x[0].name), x[1]] for x in f]
+            for f in spec]
+
+
 def _build(gm: GraphModule, input_names: dict, symbols, dims, name: str, rt, fallbacks: str,
           constants: dict | None = None):
     steps, fb, outputs = _plan.build_plan(gm, symbols, dims, input_names, name, _check_text,
@@ -107,7 +114,9 @@ def _build(gm: GraphModule, input_names: dict, symbols, dims, name: str, rt, fal
             plan.append(("kiln", step.name, exe, [input_names.get(n, n.name) for n in step.inputs],
                          [n.name for n in step.outputs],
                          {a.name: input_names.get(s, s.name) for a, s in step.aliases.items()},
-                         step.text))
+                         step.text, {n.name: spans for n, spans in step.spans.items()},
+                         {input_names.get(n, n.name): _views(spec, input_names)
+                          for n, spec in step.views.items()}))
         else:
             plan.append(torch_step(step.node, input_names))
     out_names = []

@@ -104,18 +104,49 @@ class Probe:
             return str(d)
         raise Unsupported(f"a size of type {type(d).__name__}")
 
+    def merged(self, d) -> list | None:
+        """The kiln dims of a size that is a product of symbolic dims (`s0*s1`: a dynamic batch
+        and sequence flattened, as OPT's MLP and GPT-2's Conv1D do), else None. kiln holds such a
+        dim as its factors in its place: [s0*s1, 64] is [s0, s1, 64], the same elements in the
+        same order, which row-wise work (elementwise ops, matmuls over the last dim, norms and
+        reductions after it) reads alike; _table.merged_dims_reason says which nodes may."""
+        if isinstance(d, torch.SymInt):
+            expr = d.node.expr
+            if not expr.is_Mul:
+                return None
+            names, count = [], 1
+            for f in expr.args:
+                if f.is_Symbol and str(f) in self.symbols:
+                    names.append(self.symbols[str(f)])
+                elif f.is_Integer and int(f) > 1:
+                    count *= int(f)  # a constant factor (batch * heads): after the dims
+                else:
+                    return None
+            return names + ([str(count)] if count > 1 else [])
+        return None
+
     def check_shape(self, shape) -> None:
         """Raises Unsupported for a tensor kiln cannot hold: a dim of size 0, or more than
         2^31 - 1 elements (a symbolic dim counted at its high end)."""
         elements = 1
         for d in shape:
-            name = self.size(d)
-            elements *= self.dims[name][1] if name in self.dims else int(name)
+            for name in self.merged(d) or [self.size(d)]:
+                elements *= self.dims[name][1] if name in self.dims else int(name)
         if elements > 2**31 - 1:
             raise Unsupported(f"a tensor of {elements} elements (kiln's limit is 2^31 - 1)")
 
     def shape(self, node) -> str:
-        return "[" + ", ".join(self.size(d) for d in self.meta(node).shape) + "]"
+        """A tensor's kiln shape: a merged dim written as its factors."""
+        return "[" + ", ".join(", ".join(self.merged(d) or [self.size(d)])
+                               for d in self.meta(node).shape) + "]"
+
+    def fx_shape(self, node) -> str:
+        """The shape as PyTorch writes it (`[s0*s1, 64]`), for messages."""
+        return "[" + ", ".join(str(d) for d in self.meta(node).shape) + "]"
+
+    def has_merged(self, node) -> bool:
+        val = node.meta.get("val") if isinstance(node, Node) else None
+        return isinstance(val, torch.Tensor) and any(self.merged(d) for d in val.shape)
 
     def only_first_output(self, node):
         for user in node.users:
@@ -153,6 +184,9 @@ def unsupported_reason(probe: Probe, node: Node) -> str | None:
             probe.check_shape(val.shape)
         elif node.target is not _GETITEM and not isinstance(val, (list, tuple)):
             return "not a tensor op"
+        reason = _table.merged_dims_reason(probe, node)
+        if reason is not None:
+            return reason
         low(probe, node)
     except Unsupported as e:
         return str(e)
@@ -168,6 +202,12 @@ class KilnStep:
     inputs: list              # FX nodes, in the graph's input order
     outputs: list             # FX nodes, in the graph's output order
     aliases: dict = field(default_factory=dict)  # FX node -> the FX node whose value it is
+    # FX node -> how many of kiln's dims make each of its dims, for an output with a merged dim
+    # (kiln gives [s0, s1, 64] where PyTorch's [s0*s1, 64] is wanted: [2, 1]).
+    spans: dict = field(default_factory=dict)
+    # FX node -> for an input with a merged dim, how the caller's tensor is viewed in kiln's
+    # shape: per dim None (its own size) or the factors, each a constant or (placeholder, axis).
+    views: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -185,6 +225,8 @@ class Partition:
         self.values: dict = {}        # FX node -> Expr/Alias/Const/Tuple0 result
         self.statements: list = []    # (kiln name, text, node)
         self.external: list = []      # FX nodes read from outside, in first-use order
+        self.first_reader: dict = {}  # each of those -> the node whose lowering read it first
+        self.lowering = None          # the node being lowered
 
     # The context API (as Probe's), resolving operands to kiln names.
     def __getattr__(self, attr):
@@ -206,6 +248,7 @@ class Partition:
                 return "name", self.local_name(node)
             if node not in self.external:
                 self.external.append(node)
+                self.first_reader[node] = self.lowering
             return "name", self.input_name(node)
 
     def local_name(self, node: Node) -> str:
@@ -233,6 +276,7 @@ class Partition:
 
     def lower(self, order: list) -> None:
         for node in order:
+            self.lowering = node
             value = _table.TABLE[node.target](self, node)
             self.values[node] = value
             if isinstance(value, (Expr, Tuple0)):
@@ -280,12 +324,31 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
             live.update(re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", text))
     kept.reverse()
     used_inputs = [n for n in part.external if part.input_name(n) in live]
+    views = {}
+    for n in used_inputs:
+        if part.probe.has_merged(n):
+            # The caller's tensor has the merged shape: viewed in kiln's from the sizes of the
+            # program's inputs, or where none carries a factor, the nodes here that read it stay
+            # in PyTorch.
+            views[n] = _view_of(part, n)
+            if views[n] is None:
+                raise PartitionError(part.first_reader[n],
+                                     f"a tensor of shape {part.probe.fx_shape(n)} entering a kiln "
+                                     "graph, a factor of which no input of the program carries")
+    # A dim the statements use (arange(S), a shape) that no input here carries: the program
+    # input that does comes in too, read for its size alone (transformers' cache_position).
+    words = {w for _, text, _ in kept for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)}
+    carried = {w for n in used_inputs for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*",
+                                                          part.probe.shape(n))}
+    carriers = _carriers(part)
+    for name in sorted((words & set(dims)) - carried):
+        if name in carriers and carriers[name][0] not in used_inputs:
+            used_inputs.append(carriers[name][0])
     lines = [f"graph g{serial} {{"]
     used_dims = set()
     body = []
     for n in used_inputs:
-        val = n.meta["val"]
-        shape = "[" + ", ".join(part.probe.size(d) for d in val.shape) + "]"
+        shape = part.probe.shape(n)
         used_dims.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", shape))
         body.append((f"  input {part.input_name(n)}: {part.probe.dtype_of(n)}{shape}", n))
     for name, text, node in kept:
@@ -306,7 +369,41 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
         if not 0 <= at < len(body) or "narrow their ranges" in message:
             raise RuntimeError(f"kiln.torch: kiln refuses the graph:\n{text}\nline {line}: {message}")
         raise PartitionError(body[at][1], f"kiln refuses it: {message}")
-    return KilnStep(f"g{serial}", text, used_inputs, [n for n, _ in outputs], aliases)
+    spans = {n: [len(part.probe.merged(d) or [d]) for d in part.probe.meta(n).shape]
+             for n, _ in outputs if part.probe.has_merged(n)}
+    return KilnStep(f"g{serial}", text, used_inputs, [n for n, _ in outputs], aliases, spans,
+                    views)
+
+
+def _carriers(part: Partition) -> dict:
+    """kiln dim name -> (placeholder node, axis): the first input of the program whose size
+    there is that dim."""
+    carriers = {}
+    for ph in part.names:
+        val = ph.meta.get("val") if isinstance(ph, Node) else None
+        if isinstance(val, torch.Tensor) and val.dtype in _DTYPES:
+            for axis, d in enumerate(val.shape):
+                if part.probe.is_symbolic(d) and d.node.expr.is_Symbol:
+                    name = part.probe.symbols.get(str(d.node.expr))
+                    carriers.setdefault(name, (ph, axis))
+    return carriers
+
+
+def _view_of(part: Partition, node: Node) -> list | None:
+    """How `node`'s tensor ([s0*s1, 64]) is viewed in kiln's shape ([s0, s1, 64]): per dim None
+    or its factors, each an int or (placeholder node, axis) whose size is that dim's; None where
+    no placeholder of the graph carries a factor as a dim of its own."""
+    carriers = _carriers(part)
+    spec = []
+    for d in part.probe.meta(node).shape:
+        factors = part.probe.merged(d)
+        if factors is None:
+            spec.append(None)
+            continue
+        spec.append([int(f) if f.isdigit() else carriers.get(f) for f in factors])
+        if None in spec[-1]:
+            return None
+    return spec
 
 
 def _source_node(part: Partition, node: Node) -> Node:

@@ -51,8 +51,11 @@ class Program:
         self._placeholders = placeholders  # [(name, kind, target)]: kind parameter|buffer|constant|user
         self._users = [p[0] for p in placeholders if p[1] == "user"]  # the call's inputs, in order
         self._values = values              # name -> tensor (parameters, buffers, constants)
-        # ("kiln", graph name, executable, inputs, outputs, aliases, text) | ("torch", name, op,
-        # args, kwargs) | ("alias", {name: name}), values named as in the graph
+        # ("kiln", graph name, executable, inputs, outputs, aliases, text, spans, views) |
+        # ("torch", name, op, args, kwargs) | ("alias", {name: name}), values named as in the
+        # graph. A merged dim (s0*s1) is its factors in kiln: spans maps an output to how many of
+        # kiln's dims make each of PyTorch's, views an input to the factors of each of its dims
+        # (None: its own size; an int; [placeholder, axis]: that input's size there).
         self._steps = steps
         self._outputs = outputs            # the user outputs' value names (or literals)
         self._in_spec = in_spec
@@ -108,10 +111,10 @@ class Program:
         steps = []
         for step in self._steps:
             if step[0] == "kiln":
-                _, name, _, inputs, outputs, aliases, text = step
+                _, name, _, inputs, outputs, aliases, text, spans, views = step
                 (path / "graphs" / f"{name}.kg").write_text(text)
                 steps.append({"kind": "kiln", "graph": name, "inputs": inputs, "outputs": outputs,
-                              "aliases": aliases})
+                              "aliases": aliases, "spans": spans, "views": views})
             elif step[0] == "alias":
                 steps.append({"kind": "alias", "aliases": step[1]})
             else:
@@ -146,13 +149,14 @@ def run_steps(steps, env: dict) -> None:
     """Runs a plan's steps on `env` (value name -> value), adding the values they compute."""
     for step in steps:
         if step[0] == "kiln":
-            _, name, exe, inputs, outputs, aliases = step[:6]
-            result = exe(*[env[i] for i in inputs]) if inputs else _call_without_inputs(exe)
-            if len(outputs) == 1:
-                env[outputs[0]] = result
-            else:
-                for o, r in zip(outputs, result):
-                    env[o] = r
+            _, name, exe, inputs, outputs, aliases, _, spans, views = step
+            args = [env[i] if i not in views else
+                    env[i].reshape(_split(env[i].shape, views[i], env)) for i in inputs]
+            result = exe(*args) if inputs else _call_without_inputs(exe)
+            for o, r in zip(outputs, [result] if len(outputs) == 1 else result):
+                if o in spans:
+                    r = r.view(_merge(r.shape, spans[o]))
+                env[o] = r
             for node, src in aliases.items():
                 env[node] = env[src]
         elif step[0] == "alias":
@@ -161,6 +165,31 @@ def run_steps(steps, env: dict) -> None:
         else:
             _, name, fn, args, kwargs = step
             env[name] = fn(*_bind(args, env), **_bind(kwargs, env))
+
+
+def _merge(shape, spans) -> list:
+    """kiln's shape with each run of `spans` dims multiplied into one ([s0, s1, 64], [2, 1] ->
+    [s0*s1, 64])."""
+    out, at = [], 0
+    for n in spans:
+        size = 1
+        for d in shape[at:at + n]:
+            size *= d
+        out.append(size)
+        at += n
+    return out
+
+
+def _split(shape, view, env) -> list:
+    """PyTorch's shape in kiln's: each merged dim ([s0*s1, 64]) as its factors ([s0, s1, 64]),
+    a factor's size read from the program input that carries it."""
+    out = []
+    for size, factors in zip(shape, view):
+        if factors is None:
+            out.append(size)
+        else:
+            out += [f if isinstance(f, int) else env[f[0]].shape[f[1]] for f in factors]
+    return out
 
 
 def _call_without_inputs(exe):
@@ -265,6 +294,26 @@ def _op_id(fn) -> str:
             and getattr(operator, fn.__name__, None) is fn):
         return f"operator.{fn.__name__}"
     raise Error(f"cannot save a program whose PyTorch part calls {fn!r}")
+
+
+def _is_view(view, meta) -> bool:
+    """Whether a saved view is a list, per dim, of null or factors: whole numbers from 2, or
+    [placeholder name, axis] of a placeholder the plan names."""
+    names = {p[0] for p in meta.get("placeholders", []) if isinstance(p, list) and p}
+    if not isinstance(view, list) or not 1 <= len(view) <= 6:
+        return False
+    for factors in view:
+        if factors is None:
+            continue
+        if not isinstance(factors, list) or not 1 <= len(factors) <= 6:
+            return False
+        for f in factors:
+            if type(f) is int and f >= 2:
+                continue
+            if not (isinstance(f, list) and len(f) == 2 and f[0] in names and type(f[1]) is int
+                    and 0 <= f[1] < 6):
+                return False
+    return True
 
 
 def _resolve_op(text: str):
@@ -394,7 +443,19 @@ def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_ind
             graph_path = path / "graphs" / f"{s['graph']}.kg"
             text = graph_path.read_text()
             exe = rt.compile(_runtime.Graph.parse(text, str(graph_path)))
-            steps.append(("kiln", s["graph"], exe, s["inputs"], s["outputs"], s["aliases"], text))
+            spans = s.get("spans", {})
+            if not (isinstance(spans, dict) and all(
+                    o in s["outputs"] and isinstance(v, list) and v and all(
+                        type(n) is int and 1 <= n <= 6 for n in v) for o, v in spans.items())):
+                raise Error(f"{path}/kiln.json: graph {s['graph']}: 'spans' is not a map of its "
+                            "outputs to lists of dim counts")
+            views = s.get("views", {})
+            if not (isinstance(views, dict) and all(
+                    i in s["inputs"] and _is_view(v, meta) for i, v in views.items())):
+                raise Error(f"{path}/kiln.json: graph {s['graph']}: 'views' is not a map of its "
+                            "inputs to the factors of their dims")
+            steps.append(("kiln", s["graph"], exe, s["inputs"], s["outputs"], s["aliases"], text,
+                          spans, views))
         elif s["kind"] == "alias":
             steps.append(("alias", s["aliases"]))
         elif s["kind"] == "torch":

@@ -58,6 +58,8 @@ class Pieces:
 
 
 TABLE: dict[Any, Callable] = {}
+# Lowerings whose work is per element (made by _binary, _unary, _logical; listed by name below).
+_ROW_WISE: set = set()
 
 def lowering(*ops):
     def register(fn):
@@ -110,6 +112,7 @@ def _binary(kiln_op: str, compare: bool = False):
         else:
             work = cx.dtype_of(node)
         return Expr(f"{kiln_op}({cx.ref(a, work)}, {cx.ref(b, work)})")
+    _ROW_WISE.add(lower)
     return lower
 
 
@@ -164,6 +167,7 @@ def _pow(cx, node):
 def _unary(kiln_op: str):
     def lower(cx, node):
         return Expr(f"{kiln_op}({cx.ref(node.args[0], cx.dtype_of(node))})")
+    _ROW_WISE.add(lower)
     return lower
 
 
@@ -207,6 +211,7 @@ def _logical(kiln_op: str):
         if any(isinstance(a, Node) and cx.dtype_of(a) != "bool" for a in node.args):
             raise Unsupported(f"{node.target} on integers (kiln's logical ops take bool)")
         return Expr(f"{kiln_op}({', '.join(cx.ref(a, 'bool') for a in node.args)})")
+    _ROW_WISE.add(lower)
     return lower
 
 
@@ -486,9 +491,10 @@ def _reduction(kiln_op: str):
     return lower
 
 
-TABLE[aten.mean.dim] = _reduction("mean")
-TABLE[aten.sum.dim_IntList] = _reduction("sum")
-TABLE[aten.amax.default] = _reduction("max")
+_reduction_mean, _reduction_sum, _reduction_max = (_reduction(k) for k in ("mean", "sum", "max"))
+TABLE[aten.mean.dim] = _reduction_mean
+TABLE[aten.sum.dim_IntList] = _reduction_sum
+TABLE[aten.amax.default] = _reduction_max
 
 
 def _layer_norm_text(cx, node, x, shape, weight, bias, eps) -> str:
@@ -558,6 +564,8 @@ def _rms_norm(cx, node):
             if skip_identity(cx, square.args[0]) is not skip_identity(cx, x):
                 continue
             xs = skip_identity(cx, x)
+            if cx.merged(cx.meta(xs).shape[-1]):
+                continue  # kiln would normalise over the merged dim's last factor alone
             dtype = cx.dtype_of(node)
             if cx.dtype_of(xs) != dtype or cx.dtype_of(w) != dtype:
                 continue
@@ -593,6 +601,15 @@ def _permute(cx, node):
         perm[a], perm[b] = perm[b], perm[a]
     if perm == list(range(rank)):
         return Alias(x)
+    shape = list(cx.meta(x).shape)
+    kept = max((i + 1 for i, d in enumerate(shape) if cx.merged(d)), default=0)
+    if kept:
+        # Merged dims (batch * heads) stay in place, and only dims after them move: kiln's
+        # permutation keeps its factors too.
+        if perm[:kept] != list(range(kept)):
+            raise Unsupported("a permute that moves a merged dim (a product of dims)")
+        extra = sum(len(cx.merged(d) or [0]) - 1 for d in shape[:kept])
+        perm = list(range(kept + extra)) + [p + extra for p in perm[kept:]]
     return Expr(f"permute({cx.ref(x)}, dims={perm})")
 
 
@@ -951,6 +968,79 @@ def _getitem(cx, node):
 # PyTorch (a kiln graph for a view costs more than the view), and not listed as a fallback.
 TRIVIAL = {_reshape, _permute, _expand, _slice, _select, _identity, _dropout, _to_dtype, _getitem,
            _arange, _cat, _gather, _split, _repeat} | _CONSTANTS
+
+_ROW_WISE |= {_add_sub, _mul, _div, _pow, _gelu, _clamp, _where, _masked_fill, _identity, _dropout,
+              _to_dtype, _reshape, _expand} | _CONSTANTS
+
+
+def merged_dims_reason(cx, node) -> str | None:
+    """None unless `node` reads or makes a tensor with a merged dim (a size s0*s1, which kiln
+    holds as its factors in its place) and its work would see the factors: only elementwise
+    work, reshapes, matmuls and linears whose merged dims are rows, and norms, softmax and
+    reductions over dims after the merged ones read [s0, s1, 64] as PyTorch reads [s0*s1, 64]."""
+    operands = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+    merged = [n for n in operands + [node] if cx.has_merged(n)]
+    if not merged:
+        return None
+    low = TABLE[node.target]
+    shape = cx.meta(merged[0]).shape
+    why = (f"a size {next(d for d in shape if cx.merged(d))} (kiln holds a product of dims as "
+           f"the dims only for row-wise work)")
+
+    def tail_free(n, count):  # the last `count` dims of n are not merged, nor is any after
+        if not isinstance(n, Node):
+            return True
+        dims = list(cx.meta(n).shape)
+        return count <= len(dims) and not any(cx.merged(d) for d in dims[len(dims) - count:])
+
+    def free(n):
+        return not isinstance(n, Node) or not cx.has_merged(n)
+
+    def aligned(operand, result, drop=0):
+        """Whether kiln, aligning `operand`'s dims with `result`'s from the last as numpy
+        does (less the last `drop`), meets each where PyTorch does. Where the operand
+        broadcasts a merged dim (size 1, or no dim there), its dims before it are shifted by
+        the merged dim's extra factors: they must all be 1."""
+        if not isinstance(operand, Node):
+            return True
+        op = list(cx.meta(operand).shape)[:len(cx.meta(operand).shape) - drop]
+        out = list(cx.meta(result).shape)[:len(cx.meta(result).shape) - drop]
+        one = [not cx.is_symbolic(d) and int(d) == 1 for d in op]
+        for i in range(1, len(out) + 1):
+            if cx.merged(out[-i]) and (i > len(op) or one[-i]):
+                if not all(one[:max(len(op) - i + 1, 0)]):
+                    return False
+        return True
+
+    if low in _ROW_WISE:
+        if low in (_reshape,) or low in _CONSTANTS:
+            return None
+        ok = all(aligned(a, node) for a in operands)
+        return None if ok else why
+    if low is _linear:
+        ok = tail_free(node.args[0], 1) and all(free(a) for a in node.args[1:])
+    elif low in (_mm, _addmm):
+        a, b = node.args[0:2] if low is _mm else node.args[1:3]
+        # Merged dims must be batch dims or rows of `a` (a transposed `a` is read from its
+        # source), batch dims of `b`.
+        ok = (tail_free(a, 2 if _transposed(cx, a) is not None else 1) and tail_free(b, 2)
+              and aligned(a, node, 2) and aligned(b, node, 2)
+              and (low is _mm or aligned(node.args[0], node)))
+    elif low in (_softmax, _reduction_sum, _reduction_mean, _reduction_max):
+        axis = _axis(cx, node, node.args[1] if low is _softmax else _arg(node, 1, "dim"))
+        ok = tail_free(node.args[0], -axis)
+    elif low is _permute:
+        ok = True  # it refuses a permutation that moves a merged dim
+    elif low is _getitem:
+        # Element 0 of native_layer_norm is its value; a piece of a split is a slice, whose
+        # axis kiln would count among the factors.
+        ok = not (isinstance(node.args[0], Node) and node.args[0].target in _SPLITS)
+    elif low in (_layer_norm, _native_layer_norm, _rms_norm_op):
+        ok = tail_free(node.args[0], 1) and all(free(a) for a in node.args[2:4])
+    else:
+        ok = False
+    return None if ok else why
+
 
 # Nodes that are shape arithmetic or bookkeeping, not tensor work: never listed as fallbacks.
 NOT_TENSOR_WORK = {aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int,
