@@ -455,3 +455,68 @@ def test_a_saved_view_of_a_merged_dim_must_name_a_placeholder(cache_dir, tmp_pat
         (tmp_path / "flat" / "kiln.json").write_text(json.dumps(meta))
         with pytest.raises(kiln.Error, match="'views' is not a map"):
             kiln.torch.load(tmp_path / "flat", cache_dir=cache_dir)
+
+
+class MergedEdges(torch.nn.Module):
+    """Merged rows times a weight with a batch dim of 1 (kiln would broadcast it against the
+    merged dim's first factor), a dim needed by an arange that only a merged-dim input carries,
+    and addmm with alpha 0 over an inf (PyTorch does not read the product)."""
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(1, 8, 6))
+
+    def forward(self, x, y, c, a, b):
+        rows = torch.matmul(x.reshape(-1, 8), self.w) * 1.5
+        positions = torch.arange(y.shape[0]) * 3 + 1
+        return rows, positions, torch.addmm(c, a, b, alpha=0)
+
+
+def test_merged_rows_against_a_batched_weight_and_a_merged_size_carrier_match_eager(cache_dir):
+    n = torch.export.Dim("R", max=16)
+    dims = {"x": {0: torch.export.Dim("B", max=16), 1: torch.export.Dim("S", max=64)},
+            "y": {0: n, 1: 4 * n}, "c": None, "a": None, "b": None}
+    a = torch.randn(4, 5)
+    a[0, 0] = float("inf")
+    args = (torch.randn(2, 5, 8), torch.randn(3, 12), torch.randn(4, 6), a, torch.randn(5, 6))
+    module = MergedEdges()
+    ep = torch.export.export(module, args, dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    moved = {f.op: f.reason for f in program.fallbacks}
+    assert "aten.matmul.default" in moved and "aten.addmm.default" in moved, moved
+    for x_shape, n in (((2, 5, 8), 3), ((3, 7, 8), 5)):
+        call = (torch.randn(x_shape), torch.randn(n, 4 * n)) + args[2:]
+        for got, want in zip(program(*call), module(*call)):
+            assert got.shape == want.shape
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (got, want)
+
+
+class Overflowing(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.full((3,), 1e39), torch.full((2,), 65520.0, dtype=torch.float16)
+
+
+def test_a_fill_its_dtype_cannot_hold_is_refused_as_pytorch_refuses_it(cache_dir):
+    x = torch.randn(3)
+    ep = torch.export.export(Overflowing(), (x,), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert sum("past the type's range" in f.reason for f in program.fallbacks) == 1, \
+        program.fallbacks
+    with pytest.raises(RuntimeError, match="overflow"):
+        program(x)
+
+
+def test_saved_spans_must_add_up_to_kilns_rank(cache_dir, tmp_path):
+    x = torch.randn(2, 5, 8)
+    dims = {"x": {0: torch.export.Dim("B", max=16), 1: torch.export.Dim("S", max=64)}}
+    ep = torch.export.export(Flattened(), (x,), dynamic_shapes=dims, strict=False)
+    kiln.torch.compile_exported(ep, target="cpu", precision="highest", cache_dir=cache_dir,
+                                fallbacks="allow").save(tmp_path / "flat")
+    meta = json.loads((tmp_path / "flat" / "kiln.json").read_text())
+    step = next(s for s in meta["steps"] if s["kind"] == "kiln" and s["spans"])
+    spans = next(iter(step["spans"].values()))
+    spans.append(1)
+    (tmp_path / "flat" / "kiln.json").write_text(json.dumps(meta))
+    with pytest.raises(kiln.Error, match="'spans' is not a map"):
+        kiln.torch.load(tmp_path / "flat", cache_dir=cache_dir)

@@ -22,12 +22,15 @@ _MAX_DIM = 4096
 
 
 def _check_text(text: str):
+    """(line, message) where kiln refuses a graph's text, else the shape kiln infers for each
+    output, as tokens (`['s0', 's1', '64']`)."""
     try:
-        _runtime.Graph.parse(text, "<partition>")
+        graph = _runtime.Graph.parse(text, "<partition>")
     except GraphError as e:
         message = str(e)
         return (e.line or 0, message.split(": error: ", 1)[-1])
-    return None
+    return [[d if d is not None else str(n) for n, d in zip(o.shape, o.dims)]
+            for o in graph.outputs]
 
 
 def _symbols_of(gm, ranges: dict, max_dim: int):

@@ -332,7 +332,8 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
             # in PyTorch.
             views[n] = _view_of(part, n)
             if views[n] is None:
-                raise PartitionError(part.first_reader[n],
+                raise PartitionError(part.first_reader.get(n) or next(
+                                         u for u in n.users if u in part.members),
                                      f"a tensor of shape {part.probe.fx_shape(n)} entering a kiln "
                                      "graph, a factor of which no input of the program carries")
     # A dim the statements use (arange(S), a shape) that no input here carries: the program
@@ -343,6 +344,8 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
     carriers = _carriers(part)
     for name in sorted((words & set(dims)) - carried):
         if name in carriers and carriers[name][0] not in used_inputs:
+            if part.probe.has_merged(carriers[name][0]):
+                continue  # kiln would need it viewed; the graph is refused as it stands
             used_inputs.append(carriers[name][0])
     lines = [f"graph g{serial} {{"]
     used_dims = set()
@@ -363,6 +366,16 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
     lines.append("}")
     text = "\n".join(lines) + "\n"
     problem = check(text)
+    if isinstance(problem, list):
+        # Where kiln's shape inference and PyTorch's part (a lowering that broadcast or
+        # contracted dims other than PyTorch's), the value would be wrong: it stays in PyTorch.
+        for (node, _), inferred in zip(outputs, problem):
+            want = re.findall(r"[A-Za-z0-9_]+", part.probe.shape(node))
+            if inferred != want:
+                raise PartitionError(_source_node(part, node),
+                                     f"kiln infers the shape [{', '.join(inferred)}] where "
+                                     f"PyTorch's is {part.probe.fx_shape(node)}")
+        problem = None
     if problem is not None:
         line, message = problem
         at = line - 1 - header

@@ -58,7 +58,7 @@ def build_plan(gm: GraphModule, symbols: dict, dims: dict, input_names: dict, gr
     """The plan (steps in order), the fallbacks ({op: (count, reason)}) and the graph's output
     nodes. `symbols` maps each symbol to its kiln dim name, `dims` each dim name to (lo, hi);
     `input_names` the placeholders to kiln input names; `check(text)` parses a graph's text and
-    returns None or (line, message)."""
+    returns (line, message) or its outputs' shapes."""
     probe = Probe(symbols, constants, dims)
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     output_node = next(n for n in gm.graph.nodes if n.op == "output")

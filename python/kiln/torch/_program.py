@@ -150,12 +150,16 @@ def run_steps(steps, env: dict) -> None:
     for step in steps:
         if step[0] == "kiln":
             _, name, exe, inputs, outputs, aliases, _, spans, views = step
-            args = [env[i] if i not in views else
-                    env[i].reshape(_split(env[i].shape, views[i], env)) for i in inputs]
+            try:
+                args = [env[i] if i not in views else
+                        env[i].reshape(_split(env[i].shape, views[i], env)) for i in inputs]
+            except (IndexError, RuntimeError) as e:
+                raise Error(f"graph {name}: an input cannot be viewed in kiln's shape (a saved "
+                            f"plan's 'views' that does not match the program): {e}") from None
             result = exe(*args) if inputs else _call_without_inputs(exe)
             for o, r in zip(outputs, [result] if len(outputs) == 1 else result):
                 if o in spans:
-                    r = r.view(_merge(r.shape, spans[o]))
+                    r = r.view(_merge(r.shape, spans[o]))  # sum(spans) == rank: checked
                 env[o] = r
             for node, src in aliases.items():
                 env[node] = env[src]
@@ -299,7 +303,8 @@ def _op_id(fn) -> str:
 def _is_view(view, meta) -> bool:
     """Whether a saved view is a list, per dim, of null or factors: whole numbers from 2, or
     [placeholder name, axis] of a placeholder the plan names."""
-    names = {p[0] for p in meta.get("placeholders", []) if isinstance(p, list) and p}
+    names = {p[0] for p in meta.get("placeholders", [])
+             if isinstance(p, list) and len(p) > 1 and p[1] == "user"}
     if not isinstance(view, list) or not 1 <= len(view) <= 6:
         return False
     for factors in view:
@@ -444,9 +449,11 @@ def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_ind
             text = graph_path.read_text()
             exe = rt.compile(_runtime.Graph.parse(text, str(graph_path)))
             spans = s.get("spans", {})
+            ranks = {o: len(spec.shape) for o, spec in zip(s["outputs"], exe.outputs)}
             if not (isinstance(spans, dict) and all(
-                    o in s["outputs"] and isinstance(v, list) and v and all(
-                        type(n) is int and 1 <= n <= 6 for n in v) for o, v in spans.items())):
+                    o in ranks and isinstance(v, list) and v and all(
+                        type(n) is int and 1 <= n <= 6 for n in v) and sum(v) == ranks[o]
+                    for o, v in spans.items())):
                 raise Error(f"{path}/kiln.json: graph {s['graph']}: 'spans' is not a map of its "
                             "outputs to lists of dim counts")
             views = s.get("views", {})

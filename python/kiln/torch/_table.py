@@ -316,6 +316,10 @@ def _constant(value_of):
             seed = f"{'eq' if value else 'ne'}(arange(1), 0)"
         elif dtype in ("i32", "i64"):
             seed = f"add(arange(1, dtype={dtype}), {_lit(value)})"
+        elif not math.isinf(value) and abs(value) >= _ROUNDS_TO_INF[dtype]:
+            # PyTorch refuses a value its dtype cannot hold ("cannot be converted ... without
+            # overflow"); kiln would write inf.
+            raise Unsupported(f"a {dtype} constant {value!r} past the type's range")
         else:
             # where() of two literals is an f32 tensor holding the value, -0.0 and inf included;
             # a half type takes it through one rounding only where f32 holds it exactly.
@@ -327,6 +331,11 @@ def _constant(value_of):
         return Expr(f"expand({seed}, shape={cx.shape(node)})")
     _CONSTANTS.add(lower)
     return lower
+
+
+# The smallest magnitude each float type rounds to infinity: its largest value plus half a unit
+# in the last place (a tie rounds to the even infinity).
+_ROUNDS_TO_INF = {"f32": 2.0**128 - 2.0**103, "f16": 2.0**16 - 2.0**4, "bf16": 2.0**128 - 2.0**119}
 
 
 def _f32_holds(value: float) -> bool:
@@ -432,6 +441,9 @@ def _addmm(cx, node):
         raise Unsupported(f"{node.target} with a beta or alpha that is not a number")
     out = cx.dtype_of(node)
     text = _matmul_text(cx, a, b, out)
+    if alpha == 0 and node.target is aten.addmm.default:
+        raise Unsupported("addmm with alpha 0 (PyTorch does not read the product: an inf in it "
+                          "gives no NaN)")
     if alpha != 1:
         text = f"mul({text}, {_lit(float(alpha))})"
     if beta == 0:
@@ -1023,8 +1035,12 @@ def merged_dims_reason(cx, node) -> str | None:
         a, b = node.args[0:2] if low is _mm else node.args[1:3]
         # Merged dims must be batch dims or rows of `a` (a transposed `a` is read from its
         # source), batch dims of `b`.
+        # Merged rows of `a` are batch dims and rows to kiln: `b` must then have no batch dims,
+        # or kiln would broadcast them against the merged dim's first factors.
+        rows = cx.meta(a).shape[-2] if len(cx.meta(a).shape) >= 2 else None
         ok = (tail_free(a, 2 if _transposed(cx, a) is not None else 1) and tail_free(b, 2)
               and aligned(a, node, 2) and aligned(b, node, 2)
+              and not (cx.merged(rows) and len(cx.meta(b).shape) > 2)
               and (low is _mm or aligned(node.args[0], node)))
     elif low in (_softmax, _reduction_sum, _reduction_mean, _reduction_max):
         axis = _axis(cx, node, node.args[1] if low is _softmax else _arg(node, 1, "dim"))
