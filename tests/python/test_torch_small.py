@@ -440,13 +440,18 @@ def test_a_flattened_dynamic_dim_runs_in_kiln_only_where_its_factors_read_alike(
                 assert torch.allclose(got, w, rtol=1e-5, atol=1e-5), (shape, got, w)
 
 
-def test_a_saved_view_of_a_merged_dim_must_name_a_placeholder(cache_dir, tmp_path):
+def saved_flattened(cache_dir, path):
+    """Flattened exported with a dynamic batch and sequence, saved to `path`: its kiln.json."""
     x = torch.randn(2, 5, 8)
     dims = {"x": {0: torch.export.Dim("B", max=16), 1: torch.export.Dim("S", max=64)}}
     ep = torch.export.export(Flattened(), (x,), dynamic_shapes=dims, strict=False)
     kiln.torch.compile_exported(ep, target="cpu", precision="highest", cache_dir=cache_dir,
-                                fallbacks="allow").save(tmp_path / "flat")
-    meta = json.loads((tmp_path / "flat" / "kiln.json").read_text())
+                                fallbacks="allow").save(path)
+    return json.loads((path / "kiln.json").read_text())
+
+
+def test_a_saved_view_of_a_merged_dim_must_name_a_placeholder(cache_dir, tmp_path):
+    meta = saved_flattened(cache_dir, tmp_path / "flat")
     step = next(s for s in meta["steps"] if s["kind"] == "kiln" and s["views"])
     view = next(iter(step["views"].values()))
     factor = next(f for f in view if f is not None)
@@ -508,12 +513,7 @@ def test_a_fill_its_dtype_cannot_hold_is_refused_as_pytorch_refuses_it(cache_dir
 
 
 def test_saved_spans_must_add_up_to_kilns_rank(cache_dir, tmp_path):
-    x = torch.randn(2, 5, 8)
-    dims = {"x": {0: torch.export.Dim("B", max=16), 1: torch.export.Dim("S", max=64)}}
-    ep = torch.export.export(Flattened(), (x,), dynamic_shapes=dims, strict=False)
-    kiln.torch.compile_exported(ep, target="cpu", precision="highest", cache_dir=cache_dir,
-                                fallbacks="allow").save(tmp_path / "flat")
-    meta = json.loads((tmp_path / "flat" / "kiln.json").read_text())
+    meta = saved_flattened(cache_dir, tmp_path / "flat")
     step = next(s for s in meta["steps"] if s["kind"] == "kiln" and s["spans"])
     spans = next(iter(step["spans"].values()))
     spans.append(1)
