@@ -63,9 +63,6 @@ def test_the_model_runs_in_kiln_and_matches_eager(arch, cache_dir):
     assert rel_l2(got, want) < TOLERANCE["highest"], rel_l2(got, want)
 
 
-# BLOOM's ALiBi repeat of batch * heads rows stays in PyTorch (a repeat kiln runs only on dims
-# of their own).
-DYNAMIC_EXTRA = {"bloom": {"aten.repeat.default"}}
 
 
 @pytest.mark.parametrize("arch, target", [("gpt2", "cpu"), ("opt", "cpu"), ("bloom", "cpu"),
@@ -85,8 +82,7 @@ def test_a_dynamic_batch_and_sequence_flattened_into_rows_stays_in_kiln(arch, ta
         program = kiln.torch.compile_exported(ep, target=target, precision="highest",
                                               cache_dir=cache_dir, fallbacks="allow")
         assert program.executables[0].arch.startswith(target)
-        unexpected = [f for f in program.fallbacks
-                      if f.op not in MASK_BOOKKEEPING | DYNAMIC_EXTRA.get(arch, set())]
+        unexpected = [f for f in program.fallbacks if f.op not in MASK_BOOKKEEPING]
         assert not unexpected, unexpected
         for shape in [(2, 12), (3, 7), (1, 33)]:
             ids = torch.randint(0, 100, shape)

@@ -520,3 +520,30 @@ def test_saved_spans_must_add_up_to_kilns_rank(cache_dir, tmp_path):
     (tmp_path / "flat" / "kiln.json").write_text(json.dumps(meta))
     with pytest.raises(kiln.Error, match="'spans' is not a map"):
         kiln.torch.load(tmp_path / "flat", cache_dir=cache_dir)
+
+
+class Repeats(torch.nn.Module):
+    """BLOOM's alibi.repeat(batch, 1, 1): a count that is a symbolic size makes a merged dim
+    (4*B); a constant count along a symbolic dim (2*B) and along a merged one."""
+    def forward(self, x, slopes):
+        b, s, h = x.shape
+        alibi = slopes[:, None, None] * torch.arange(s, dtype=torch.float32)[None, None, :]
+        rows = alibi.repeat(b, 1, 1)                                 # [4*B, 1, S]
+        twice = x.repeat(2, 1, 1)                                    # [2*B, S, 8]
+        flat = x.reshape(-1, h).repeat(3, 2)                         # [3*B*S, 16]
+        return rows + 1, twice * 2, flat.sum(-1)
+
+
+def test_a_repeat_by_a_symbolic_count_or_of_a_merged_dim_runs_in_kiln(cache_dir):
+    x, slopes = torch.randn(2, 5, 8), torch.randn(4)
+    dims = {"x": {0: torch.export.Dim("B", max=16), 1: torch.export.Dim("S", max=64)},
+            "slopes": None}
+    ep = torch.export.export(Repeats(), (x, slopes), dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert "aten.repeat.default" not in {f.op for f in program.fallbacks}, program.fallbacks
+    for shape in [(2, 5, 8), (3, 7, 8), (1, 1, 8)]:
+        x = torch.randn(shape)
+        for got, want in zip(program(x, slopes), Repeats()(x, slopes)):
+            assert got.shape == want.shape
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (shape, got, want)

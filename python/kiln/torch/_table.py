@@ -636,21 +636,31 @@ def _expand(cx, node):
 @lowering(aten.repeat.default)
 def _repeat(cx, node):
     """x.repeat(r0, ..., rk): x (ones prepended to k + 1 dims) with a new dim of r_i before each
-    dim, expanded and merged: reshape, expand, reshape."""
-    x, repeats = node.args[0], list(node.args[1])
+    dim, expanded and merged: reshape, expand, reshape. A count may be a symbolic size (BLOOM's
+    alibi.repeat(batch, 1, 1)), and a dim a merged one, written as its factors."""
+    x, counts = node.args[0], []
+    for r in node.args[1]:
+        r = r.meta.get("val") if isinstance(r, Node) else r
+        if isinstance(r, bool) or not isinstance(r, (int, torch.SymInt)) or \
+                (isinstance(r, int) and r < 1):
+            raise Unsupported(f"repeat {list(node.args[1])}")
+        counts.append(r)
     shape = list(cx.meta(x).shape)
-    if len(repeats) < len(shape) or not all(isinstance(r, int) and r >= 1 for r in repeats):
-        raise Unsupported(f"repeat {repeats}")
-    shape = [1] * (len(repeats) - len(shape)) + shape
-    if all(r == 1 for r in repeats):
+    if len(counts) < len(shape):
+        raise Unsupported(f"repeat {list(node.args[1])}")
+    shape = [1] * (len(counts) - len(shape)) + shape
+
+    def one(r):
+        return not cx.is_symbolic(r) and int(r) == 1
+
+    if all(one(r) for r in counts):
         return Alias(x) if len(shape) == len(cx.meta(x).shape) else \
             Expr(f"reshape({cx.ref(x)}, shape={cx.shape(node)})")
-    if any(r != 1 and cx.is_symbolic(d) for r, d in zip(repeats, shape)):
-        raise Unsupported("a repeat along a symbolic dim")
     split, wide = [], []
-    for r, d in zip(repeats, shape):
-        split += ["1", cx.size(d)]
-        wide += [str(r), cx.size(d)]
+    for r, d in zip(counts, shape):
+        dims = cx.merged(d) or [cx.size(d)]
+        split += dims if one(r) else ["1"] + dims
+        wide += dims if one(r) else [cx.size(r)] + dims
     return Expr(f"reshape(expand(reshape({cx.ref(x)}, shape=[{', '.join(split)}]), "
                 f"shape=[{', '.join(wide)}]), shape={cx.shape(node)})")
 
@@ -1045,8 +1055,8 @@ def merged_dims_reason(cx, node) -> str | None:
     elif low in (_softmax, _reduction_sum, _reduction_mean, _reduction_max):
         axis = _axis(cx, node, node.args[1] if low is _softmax else _arg(node, 1, "dim"))
         ok = tail_free(node.args[0], -axis)
-    elif low is _permute:
-        ok = True  # it refuses a permutation that moves a merged dim
+    elif low in (_permute, _repeat):
+        ok = True  # a permute refuses to move a merged dim; a repeat reshapes explicitly
     elif low is _getitem:
         # Element 0 of native_layer_norm is its value; a piece of a split is a slice, whose
         # axis kiln would count among the factors.
