@@ -547,3 +547,23 @@ def test_a_repeat_by_a_symbolic_count_or_of_a_merged_dim_runs_in_kiln(cache_dir)
         for got, want in zip(program(x, slopes), Repeats()(x, slopes)):
             assert got.shape == want.shape
             assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (shape, got, want)
+
+
+class IntoF32(torch.nn.Module):
+    """Eager attention's softmax(scores, dtype=float32) on bf16 scores (BLOOM, Gemma 2), sum and
+    mean with dtype=, and an integer sum (i64 in PyTorch: not kiln's)."""
+    def forward(self, x, n):
+        scores = x @ x.transpose(-1, -2)
+        p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(x.dtype)
+        return (p @ x, x.sum(-1, dtype=torch.float32), x.mean(-1, dtype=torch.float32),
+                n.sum(-1))
+
+
+def test_softmax_and_reductions_into_f32_cast_first_as_pytorch_does(cache_dir):
+    x = torch.randn(2, 8, 16, dtype=torch.bfloat16)
+    n = torch.randint(-5, 5, (3, 4), dtype=torch.int32)
+    _, program = compiled(IntoF32(), (x, n), cache_dir)
+    assert [f.op for f in program.fallbacks] == ["aten.sum.dim_IntList"], program.fallbacks
+    for got, want in zip(program(x, n), IntoF32()(x, n)):
+        assert got.dtype == want.dtype
+        assert torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2), (got, want)

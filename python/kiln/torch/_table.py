@@ -485,10 +485,11 @@ def _axis(cx, node, dim) -> int:
 @lowering(aten._softmax.default, aten.softmax.int, aten._safe_softmax.default
           if hasattr(aten, "_safe_softmax") else aten._softmax.default)
 def _softmax(cx, node):
-    x = node.args[0]
-    if cx.dtype_of(x) != cx.dtype_of(node):
-        raise Unsupported("softmax into another dtype")
-    return Expr(f"softmax({cx.ref(x)}, axis={_axis(cx, node, node.args[1])})")
+    # softmax(x, dtype=f32) (or half_to_float) is the softmax of x cast first, as PyTorch does.
+    x, out = node.args[0], cx.dtype_of(node)
+    if out not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"softmax into {out}")
+    return Expr(f"softmax({cx.ref(x, out)}, axis={_axis(cx, node, node.args[1])})")
 
 
 def _reduction(kiln_op: str):
@@ -496,10 +497,13 @@ def _reduction(kiln_op: str):
         x = node.args[0]
         dim = _arg(node, 1, "dim")
         keepdim = bool(_arg(node, 2, "keepdim", False))
-        if cx.dtype_of(x) != cx.dtype_of(node) or node.kwargs.get("dtype") is not None:
+        out = cx.dtype_of(node)
+        if cx.dtype_of(x) != out and (out not in ("f32", "f16", "bf16") or
+                                      node.kwargs.get("dtype") is None):
             raise Unsupported(f"{kiln_op} into another dtype")
         keep = ", keepdim=true" if keepdim else ""
-        return Expr(f"{kiln_op}({cx.ref(x)}, axis={_axis(cx, node, dim)}{keep})")
+        # sum(x, dtype=f32) is the sum of x cast first, as PyTorch does.
+        return Expr(f"{kiln_op}({cx.ref(x, out)}, axis={_axis(cx, node, dim)}{keep})")
     return lower
 
 
