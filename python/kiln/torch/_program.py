@@ -302,7 +302,7 @@ def _op_id(fn) -> str:
 
 def _is_view(view, meta) -> bool:
     """Whether a saved view is a list, per dim, of null or factors: whole numbers from 2, or
-    [placeholder name, axis] of a placeholder the plan names."""
+    [input name, axis] of one of the plan's user inputs."""
     names = {p[0] for p in meta.get("placeholders", [])
              if isinstance(p, list) and len(p) > 1 and p[1] == "user"}
     if not isinstance(view, list) or not 1 <= len(view) <= 6:

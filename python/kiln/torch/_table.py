@@ -1001,9 +1001,11 @@ _ROW_WISE |= {_add_sub, _mul, _div, _pow, _gelu, _clamp, _where, _masked_fill, _
 
 def merged_dims_reason(cx, node) -> str | None:
     """None unless `node` reads or makes a tensor with a merged dim (a size s0*s1, which kiln
-    holds as its factors in its place) and its work would see the factors: only elementwise
-    work, reshapes, matmuls and linears whose merged dims are rows, and norms, softmax and
-    reductions over dims after the merged ones read [s0, s1, 64] as PyTorch reads [s0*s1, 64]."""
+    holds as its factors in its place) and its work would see the factors, else why. Only
+    elementwise work aligned as PyTorch aligns it, reshapes, repeats, matmuls and linears whose
+    merged dims are rows or batch dims, permutes that keep merged dims in place, and norms,
+    softmax and reductions over dims after the merged ones read [s0, s1, 64] as PyTorch reads
+    [s0*s1, 64]."""
     operands = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
     merged = [n for n in operands + [node] if cx.has_merged(n)]
     if not merged:
@@ -1048,9 +1050,8 @@ def merged_dims_reason(cx, node) -> str | None:
     elif low in (_mm, _addmm):
         a, b = node.args[0:2] if low is _mm else node.args[1:3]
         # Merged dims must be batch dims or rows of `a` (a transposed `a` is read from its
-        # source), batch dims of `b`.
-        # Merged rows of `a` are batch dims and rows to kiln: `b` must then have no batch dims,
-        # or kiln would broadcast them against the merged dim's first factors.
+        # source), batch dims of `b`. Merged rows of `a` are batch dims and rows to kiln: `b`
+        # must then have no batch dims, or kiln would broadcast them against the factors.
         rows = cx.meta(a).shape[-2] if len(cx.meta(a).shape) >= 2 else None
         ok = (tail_free(a, 2 if _transposed(cx, a) is not None else 1) and tail_free(b, 2)
               and aligned(a, node, 2) and aligned(b, node, 2)
