@@ -324,13 +324,14 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
             live.update(re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", text))
     kept.reverse()
     used_inputs = [n for n in part.external if part.input_name(n) in live]
+    carriers = _carriers(part)
     views = {}
     for n in used_inputs:
         if part.probe.has_merged(n):
             # The caller's tensor has the merged shape: viewed in kiln's from the sizes of the
             # program's inputs, or where none carries a factor, the nodes here that read it stay
             # in PyTorch.
-            views[n] = _view_of(part, n)
+            views[n] = _view_of(part, n, carriers)
             if views[n] is None:
                 raise PartitionError(part.first_reader.get(n) or next(
                                          u for u in n.users if u in part.members),
@@ -341,7 +342,6 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
     words = {w for _, text, _ in kept for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)}
     carried = {w for n in used_inputs for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*",
                                                           part.probe.shape(n))}
-    carriers = _carriers(part)
     for name in sorted((words & set(dims)) - carried):
         if name in carriers and carriers[name][0] not in used_inputs:
             if part.probe.has_merged(carriers[name][0]):
@@ -402,11 +402,11 @@ def _carriers(part: Partition) -> dict:
     return carriers
 
 
-def _view_of(part: Partition, node: Node) -> list | None:
+def _view_of(part: Partition, node: Node, carriers: dict) -> list | None:
     """How `node`'s tensor ([s0*s1, 64]) is viewed in kiln's shape ([s0, s1, 64]): per dim None
     or its factors, each an int or (placeholder node, axis) whose size is that dim's; None where
-    no placeholder of the graph carries a factor as a dim of its own."""
-    carriers = _carriers(part)
+    no placeholder of the graph carries a factor as a dim of its own (`carriers`, as
+    _carriers gives them)."""
     spec = []
     for d in part.probe.meta(node).shape:
         factors = part.probe.merged(d)
