@@ -33,6 +33,7 @@ std::string describe(const ir::Graph& graph, const ProgramPlan& plan, const Kern
     if (n.kind == ir::OpKind::matmul && n.attrs.transpose_b) args += ", transpose_b";
     if (n.kind == ir::OpKind::cast) args += ", to=" + std::string(ir::to_string(n.type.dtype));
     if (n.kind == ir::OpKind::softmax || ir::category(n.kind) == ir::OpCategory::reduce ||
+        ir::category(n.kind) == ir::OpCategory::scan ||
         n.kind == ir::OpKind::slice || n.kind == ir::OpKind::concat)
       args += ", axis=" + std::to_string(n.attrs.axis);
     if (n.attrs.keepdim) args += ", keepdim";

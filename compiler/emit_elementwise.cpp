@@ -106,6 +106,16 @@ class RowInput {
     m_code.close();
     return into;
   }
+  // As element(), in the input's value type (value_type: an integer stays one).
+  std::string typed_element(const std::string& j, const std::string& into) {
+    if (!m_fused) return load_value(dtype(), m_ctx.param(m_in) + "[" + offset(j) + "]");
+    m_code.line(value_type(dtype()) + " " + into + ";");
+    m_code.open("{");
+    std::string v = m_values.value(m_in, Frame{m_in, {}, offset(j)}, "");
+    m_code.line(into + " = " + v + ";");
+    m_code.close();
+    return into;
+  }
 
  private:
   Code& m_code;
@@ -162,6 +172,34 @@ void emit_reduce(Code& code, const KernelContext& ctx, ValueEmitter& values, Row
   emit_store(code, ctx, result, "row");
 }
 
+// cumsum along the row, 32 elements at a time: each lane's element, an inclusive scan across
+// the warp (log2(32) shuffle steps), plus the carry of the elements before. Integers add as
+// unsigned (two's complement wrapping), floats in fp32, each result rounded to its dtype by the
+// epilogue's store.
+void emit_scan(Code& code, const KernelContext& ctx, ValueEmitter& values, RowInput& row) {
+  ir::DType dtype = row.dtype();
+  bool integer = ir::is_integer(dtype);
+  std::string acc = !integer ? "float" : dtype == ir::DType::i32 ? "unsigned" : "unsigned long long";
+  std::string len_u = row.len().fixed() ? row.len().expr() + "u" : "(unsigned)" + row.len().expr();
+  code.line(acc + " carry = 0;");
+  code.open("for (unsigned c = 0; c < " + len_u + "; c += 32u) {");
+  code.line("const unsigned j = c + (unsigned)lane;");
+  code.line(acc + " x = 0;");
+  code.open("if (j < " + len_u + ") {");
+  code.line("x = (" + acc + ")(" + row.typed_element("j", "xj") + ");");
+  code.close();
+  code.open("for (int o = 1; o < 32; o <<= 1) {");
+  code.line("const " + acc + " y = __shfl_up_sync(0xffffffffu, x, o);");
+  code.line("if (lane >= o) x += y;");
+  code.close();
+  code.line("x += carry;");
+  code.line("carry = __shfl_sync(0xffffffffu, x, 31);");
+  code.open("if (j < " + len_u + ") {");
+  emit_row_store(code, ctx, values, row, integer ? "(" + value_type(dtype) + ")(x)" : "x");
+  code.close();
+  code.close();
+}
+
 }  // namespace
 
 void emit_rows(Code& code, const KernelContext& ctx) {
@@ -188,6 +226,11 @@ void emit_rows(Code& code, const KernelContext& ctx) {
   if (anchor.kind == ir::OpKind::sum || anchor.kind == ir::OpKind::mean ||
       anchor.kind == ir::OpKind::max) {
     emit_reduce(code, ctx, values, row, anchor);
+    code.close();
+    return;
+  }
+  if (anchor.kind == ir::OpKind::cumsum) {
+    emit_scan(code, ctx, values, row);
     code.close();
     return;
   }

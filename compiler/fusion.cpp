@@ -20,6 +20,8 @@ GroupKind anchor_kind(ir::OpKind kind) {
       return GroupKind::attention;
     case ir::OpCategory::gather:
       return GroupKind::gather;
+    case ir::OpCategory::scan:
+      return GroupKind::scan;
     case ir::OpCategory::input:
     case ir::OpCategory::binary:
     case ir::OpCategory::unary:
@@ -33,7 +35,8 @@ GroupKind anchor_kind(ir::OpKind kind) {
 }
 
 bool is_row_op(GroupKind kind) {
-  return kind == GroupKind::softmax || kind == GroupKind::reduce || kind == GroupKind::norm;
+  return kind == GroupKind::softmax || kind == GroupKind::reduce || kind == GroupKind::norm ||
+         kind == GroupKind::scan;
 }
 
 bool is_layout(ir::OpKind kind) { return ir::fusion_class(kind) == ir::FusionClass::layout; }
@@ -204,8 +207,7 @@ std::vector<KernelGroup> fuse(const ir::Graph& graph, size_t max_reads,
       GroupKind consumer_kind = anchor_kind(consumer.kind);
       if (g >= 0 && kind == GroupKind::elementwise && node.kind != ir::OpKind::reshape) {
         // An elementwise value joins an elementwise consumer, or a row op as its prologue.
-        bool row_op = consumer_kind == GroupKind::softmax || consumer_kind == GroupKind::reduce ||
-                      consumer_kind == GroupKind::norm;
+        bool row_op = is_row_op(consumer_kind);
         if (is_elementwise(consumer.kind) ||
             (row_op && consumer.operands[0] == id && !feeds_on_anchor(graph, id, consumers)))
           target = g;

@@ -11,16 +11,19 @@
 
 namespace kiln::compiler {
 
-enum class GroupKind : uint8_t { matmul, softmax, reduce, norm, elementwise, attention, gather };
+enum class GroupKind : uint8_t {
+  matmul, softmax, reduce, norm, elementwise, attention, gather, scan
+};
 
-// The anchor kind of an op (matmul, softmax, reduce, norm, attention), or elementwise for the
-// rest.
+// The anchor kind of an op (matmul, softmax, reduce, norm, attention, gather, scan), or
+// elementwise for the rest.
 GroupKind anchor_kind(ir::OpKind kind);
 // True for the ops a group evaluates per element: binary, unary, cast, and the layout ops that
 // move elements (permute, slice, concat), whose operands are read at moved coordinates.
 bool is_elementwise(ir::OpKind kind);
 bool is_layout(ir::OpKind kind);
-// Softmax, reductions and norms: the row ops, whose first operand may carry a fused prologue.
+// Softmax, reductions, norms and scans: the row ops, whose first operand may carry a fused
+// prologue.
 bool is_row_op(GroupKind kind);
 // True when node `id` is a view of its operand's buffer: a reshape that is not a graph output.
 bool is_view(const ir::Graph& graph, ir::NodeId id);

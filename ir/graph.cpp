@@ -345,6 +345,8 @@ Expected<NodeId> Builder::add(OpKind kind, const std::vector<NodeId>& operands,
       return add_softmax(operands[0], attrs.axis, std::move(name));
     case OpCategory::reduce:
       return add_reduce(kind, operands[0], attrs.axis, attrs.keepdim, std::move(name));
+    case OpCategory::scan:
+      return add_scan(kind, operands[0], attrs.axis, std::move(name));
     case OpCategory::norm:
       if (kind == OpKind::rms_norm)
         return add_rms_norm(operands[0], operands[1], attrs.eps, std::move(name));
@@ -689,6 +691,30 @@ std::optional<int> normal_axis(int axis, int rank) {
 }
 
 }  // namespace
+
+Expected<NodeId> Builder::add_scan(OpKind kind, NodeId x, int axis, std::string name) {
+  std::string op(to_string(kind));
+  if (category(kind) != OpCategory::scan) return make_error("'", op, "' is not a scan");
+  if (Status s = check_operand(x); !s) return s.error();
+  const Node& nx = node(x);
+  if (nx.type.dtype == DType::boolean) {
+    return make_error(op, " adds numbers; ", describe(nx),
+                      " is bool: cast it to i64 (or i32) first, as PyTorch's cumsum does");
+  }
+  int rank = nx.type.shape.rank();
+  auto a = normal_axis(axis, rank);
+  if (!a) {
+    return make_error(op, " axis ", std::to_string(axis), " is out of range for ", describe(nx),
+                      " (rank ", std::to_string(rank), ")");
+  }
+  Node node;
+  node.kind = kind;
+  node.operands = {x};
+  node.attrs.axis = *a;
+  node.type = nx.type;
+  node.name = std::move(name);
+  return push(std::move(node));
+}
 
 Expected<NodeId> Builder::add_reduce(OpKind kind, NodeId x, int axis, bool keepdim,
                                      std::string name) {

@@ -31,7 +31,7 @@ inline constexpr int k_op_kind_count = 0
 // How an op is parsed, printed, hashed and verified (ops.def's category column).
 enum class OpCategory : uint8_t {
   input, matmul, binary, unary, cast, softmax, reduce, norm, layout, attention, select, arange,
-  gather
+  gather, scan
 };
 
 // How the fuser treats an op (ops.def's fusion column).
@@ -188,6 +188,9 @@ public:
   Expected<NodeId> add_cast(NodeId x, DType to, std::string name = {});
   // axis may be negative (counted from the end).
   Expected<NodeId> add_softmax(NodeId x, int axis = -1, std::string name = {});
+  // cumsum(x, axis): x of any dtype but bool (a running count of a mask casts it first), the
+  // result x's type; axis may be negative.
+  Expected<NodeId> add_scan(OpKind kind, NodeId x, int axis = -1, std::string name = {});
   // kind must be sum/mean/max; axis may be negative. keepdim keeps the axis with size 1.
   Expected<NodeId> add_reduce(OpKind kind, NodeId x, int axis = -1, bool keepdim = false,
                               std::string name = {});

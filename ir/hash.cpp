@@ -65,6 +65,7 @@ std::string canonical_bytes(const Graph& graph) {
         w.u8(static_cast<uint8_t>(a.cast_to));
         break;
       case OpCategory::softmax:
+      case OpCategory::scan:
         w.u32(static_cast<uint32_t>(a.axis));
         break;
       case OpCategory::reduce:
@@ -223,6 +224,12 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
         auto axis = r.u32();
         if (arity == 1 && axis < static_cast<uint64_t>(k_max_rank))
           added = b.add_softmax(operands[0], static_cast<int>(axis));
+        break;
+      }
+      case OpCategory::scan: {
+        auto axis = r.u32();
+        if (arity == 1 && axis < static_cast<uint64_t>(k_max_rank))
+          added = b.add_scan(op_kind, operands[0], static_cast<int>(axis));
         break;
       }
       case OpCategory::reduce: {

@@ -204,6 +204,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       return located(m_builder.add_cast(*x, *to));
     }
     case OpCategory::softmax:
+    case OpCategory::scan:
     case OpCategory::reduce: {
       int axis = default_attrs(*kind).axis;
       bool keepdim = false;
@@ -225,6 +226,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       auto x = tensor_arg(op_token, args[0], 0);
       if (!x) return x;
       if (cat == OpCategory::softmax) return located(m_builder.add_softmax(*x, axis));
+      if (cat == OpCategory::scan) return located(m_builder.add_scan(*kind, *x, axis));
       return located(m_builder.add_reduce(*kind, *x, axis, keepdim));
     }
     case OpCategory::norm: {

@@ -84,6 +84,7 @@ public:
         out += to_string(attrs.cast_to);
         break;
       case OpCategory::softmax:
+      case OpCategory::scan:
         if (attrs.axis != node.type.shape.rank() - 1) {
           out += ", axis=" + std::to_string(attrs.axis);
         }

@@ -101,6 +101,7 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
     // Not pointwise formulas.
     case OpKind::embedding:
     case OpKind::expand:
+    case OpKind::cumsum:
     case OpKind::input:
     case OpKind::matmul:
     case OpKind::cast:

@@ -59,6 +59,8 @@ Tensor run_node(const ir::Node& node, const std::vector<Tensor>& values, const R
       return detail::run_softmax(node, operand(0), mode);
     case ir::OpCategory::reduce:
       return detail::run_reduce(node, operand(0), mode);
+    case ir::OpCategory::scan:
+      return detail::run_scan(node, operand(0), mode);
     case ir::OpCategory::norm:
       return detail::run_norm(node, operand(0), operand(1),
                               node.operands.size() > 2 ? &operand(2) : nullptr, mode);

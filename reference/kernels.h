@@ -31,6 +31,9 @@ std::vector<int64_t> broadcast_strides(const ir::Shape& out, const ir::Shape& op
 Tensor run_softmax(const ir::Node& node, const Tensor& x, const RunMode& mode);
 // sum, mean, max along node.attrs.axis.
 Tensor run_reduce(const ir::Node& node, const Tensor& x, const RunMode& mode);
+// cumsum along node.attrs.axis: integers wrapped as their dtype, exact; floats summed in order,
+// in fp64 (Arithmetic::fp64) or fp32 with each result stored as its dtype (emulated).
+Tensor run_scan(const ir::Node& node, const Tensor& x, const RunMode& mode);
 // rms_norm (bias null) or layer_norm over the last axis.
 Tensor run_norm(const ir::Node& node, const Tensor& x, const Tensor& weight, const Tensor* bias,
                 const RunMode& mode);

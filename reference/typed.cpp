@@ -171,4 +171,38 @@ Tensor run_where(const ir::Node& node, const Tensor& cond, const Tensor* a, cons
   return out;
 }
 
+Tensor run_scan(const ir::Node& node, const Tensor& x, const RunMode& mode) {
+  Tensor out = zeros(node.type);
+  const ir::Shape& shape = x.shape;
+  int axis = node.attrs.axis;
+  int64_t outer = 1, count = shape.dim(axis), inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= shape.dim(d);
+  for (int d = axis + 1; d < shape.rank(); ++d) inner *= shape.dim(d);
+  ir::DType dtype = node.type.dtype;
+  bool integer = ir::is_integer(dtype);
+  bool fp64 = mode.arithmetic == Arithmetic::fp64;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t j) { return static_cast<size_t>((o * count + j) * inner + i); };
+      uint64_t wrapped = 0;
+      double sum64 = 0.0;
+      float sum32 = 0.0f;
+      for (int64_t j = 0; j < count; ++j) {
+        double v = x.values[at(j)];
+        double& y = out.values[at(j)];
+        if (integer) {
+          wrapped += bits(v);
+          y = static_cast<double>(wrap(dtype, wrapped));
+        } else if (fp64) {
+          y = sum64 += v;
+        } else {
+          sum32 += static_cast<float>(v);
+          y = store_value(dtype, static_cast<double>(sum32));
+        }
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace kiln::reference::detail

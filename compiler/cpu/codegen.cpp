@@ -24,6 +24,9 @@ Expected<std::vector<CpuKernel>> build_module(llvm::Module& module, const ir::Gr
       case GroupKind::norm:
         shape = detail::build_rows(kb);
         break;
+      case GroupKind::scan:
+        shape = detail::build_scan(kb);
+        break;
       case GroupKind::matmul:
         shape = detail::build_matmul(kb);
         break;

@@ -191,6 +191,8 @@ WorkShape build_rows(KernelBuilder& kb);
 WorkShape build_matmul(KernelBuilder& kb);
 WorkShape build_attention(KernelBuilder& kb);
 WorkShape build_gather(KernelBuilder& kb);
+// cumsum: one item per row, the running sum carried along it (integers wrap, floats in fp32).
+WorkShape build_scan(KernelBuilder& kb);
 
 // ir/scalar.h's Math as LLVM IR, built in call order at the builder's insertion point.
 struct LlvmMath {

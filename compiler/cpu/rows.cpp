@@ -1,6 +1,6 @@
 // CPU elementwise kernels (one item per output element) and row kernels (softmax, reductions,
 // norms: one item per row, its passes run in order over the row, its sums and maxima taken in
-// vectors of partial results).
+// vectors of partial results; cumsum: one item per row, its running sum carried in order).
 #include "compiler/cpu/codegen_internal.h"
 #include "ir/scalar.h"
 
@@ -188,6 +188,7 @@ WorkShape build_rows(KernelBuilder& kb) {
       case ir::OpCategory::select:
       case ir::OpCategory::arange:
       case ir::OpCategory::gather:
+      case ir::OpCategory::scan:  // build_scan
         assert(false && "build_rows: not a row op");
         return;
     }
@@ -220,6 +221,35 @@ WorkShape build_rows(KernelBuilder& kb) {
     });
   });
   return {{rows.term()}, staged ? static_cast<uint64_t>(len.hi) : 0};
+}
+
+WorkShape build_scan(KernelBuilder& kb) {
+  const ir::Graph& g = kb.graph();
+  const ir::Node& anchor = g.node(kb.kernel().group.anchor);
+  ir::NodeId in = anchor.operands[0], root = kb.kernel().group.root;
+  int axis = anchor.attrs.axis;
+  int rank = g.node(in).type.shape.rank();
+  Extent rows = kb.sizes().product(in, 0, axis) * kb.sizes().product(in, axis + 1, rank);
+  const auto& nodes = kb.kernel().group.nodes;
+  const bool fused = std::binary_search(nodes.begin(), nodes.end(), in);
+  const ir::DType dtype = g.node(in).type.dtype;
+  const bool integer = ir::is_integer(dtype);
+  llvm::IRBuilder<>& b = kb.b();
+  kb.loop(kb.begin(), kb.end(), 1, [&](llvm::Value* r) {
+    Row row(kb, r);
+    // Integers add wrapping (no nsw), floats in fp32; the epilogue rounds each result to its
+    // dtype, the running sum stays unrounded.
+    llvm::Value* zero = integer ? kb.typed_literal(dtype, 0.0) : kb.f32c(0.0);
+    kb.plain_loop(kb.i64c(0), row.len(), 1, {zero}, [&](llvm::Value* j, const Carried& c) {
+      llvm::Value* at = row.offset(j);
+      llvm::Value* x = fused ? group_value(kb, in, Point{in, {}, at}, nullptr)
+                             : kb.load_value(dtype, kb.param_of(in), at);
+      llvm::Value* sum = integer ? b.CreateAdd(c[0], x) : b.CreateFAdd(c[0], x);
+      kb.store_outputs(group_value(kb, root, Point{root, {}, at}, sum), at);
+      return Carried{sum};
+    });
+  });
+  return {{rows.term()}, 0};
 }
 
 }  // namespace kiln::compiler::cpu::detail

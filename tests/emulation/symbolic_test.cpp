@@ -1,7 +1,8 @@
 // Symbolic graphs under emulation: every kernel design (tensor-core matmul in each mode, FFMA,
-// elementwise, softmax, rank-6 batches) at sizes 1..65 and above 256 against fp64; one bucket's kernels at every
-// size of the bucket; bit-identical results to the static graph where the tile plan is the same;
-// sizes outside the bucket or inconsistent between inputs refused.
+// elementwise, softmax, rank-6 batches, running sums) at sizes 1..65 and above 256 against fp64;
+// one bucket's kernels at every size of the bucket; bit-identical results to the static graph
+// where the tile plan is the same; sizes outside the bucket or inconsistent between inputs
+// refused.
 #include "compiler/compiler.h"
 #include "compiler/sizes.h"
 #include "emulation/program.h"
@@ -85,6 +86,21 @@ const char* k_rank6_graph = R"(graph symrank6 {
 }
 )";
 
+// Running sums along S (a padding mask's positions, a row of S, S as the strided axis of [S, 3])
+// and across it.
+const char* k_scan_graph = R"(graph symscan {
+  dim S: 1..600
+  input mask: i64[2, S]
+  input x: f32[S, 3]
+  input t: f32[4, S]
+  p = sub(mul(cumsum(mask), mask), 1)
+  c = cumsum(x, axis=0)
+  r = cumsum(exp(t))
+  a = cumsum(x, axis=1)
+  output p, c, r, a
+}
+)";
+
 ir::Graph parse(const char* text) {
   auto graph = ir::parse_graph(text, "sym.kg");
   EXPECT_TRUE(graph) << graph.error().message;
@@ -107,6 +123,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string graph = info.param.graph == k_f32_graph     ? "f32"
                       : info.param.graph == k_f16_graph   ? "f16"
                       : info.param.graph == k_rank6_graph ? "rank6"
+                      : info.param.graph == k_scan_graph  ? "scan"
                                                           : "layer";
   return graph + "_sm" +
          std::to_string(info.param.sm) + "_" + std::string(ir::to_string(info.param.precision)) +
@@ -204,6 +221,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{k_rank6_graph, 90, ir::Precision::medium, 65},
                       Case{k_rank6_graph, 80, ir::Precision::high, 7},
                       Case{k_rank6_graph, 75, ir::Precision::highest, 3}),
+    case_name);
+
+INSTANTIATE_TEST_SUITE_P(
+    Scan, SymbolicEmulation,
+    ::testing::Values(Case{k_scan_graph, 90, ir::Precision::highest, 1},
+                      Case{k_scan_graph, 90, ir::Precision::highest, 33},
+                      Case{k_scan_graph, 90, ir::Precision::high, 300},
+                      Case{k_scan_graph, 75, ir::Precision::highest, 65}),
     case_name);
 
 // One build of a bucket's kernels serves its lower bound, its upper bound and a size between.

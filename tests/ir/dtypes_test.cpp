@@ -258,6 +258,37 @@ TEST(Dtypes, ExpandBroadcastsToAShape) {
   expect_errors(in, cases);
 }
 
+// cumsum(x, axis): every dtype but bool, the result x's type; the axis printed only when it is
+// not the last, and hashed.
+TEST(Dtypes, CumsumRunsAlongOneAxisOfANumericTensor) {
+  const char* text =
+      "graph g {\n  dim S: 1..64\n  input mask: i64[2, S]\n  input x: bf16[S, 3]\n"
+      "  p = sub(mul(cumsum(mask), mask), 1)\n  c = cumsum(x, axis=0)\n"
+      "  k = cumsum(cast(ne(mask, 0), to=i32))\n  output p, c, k\n}\n";
+  auto g = parse_round_trip(text);
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_EQ(to_string(g->node(g->outputs()[0]).type), "i64[2, S]");
+  EXPECT_EQ(to_string(g->node(g->outputs()[1]).type), "bf16[S, 3]");
+  EXPECT_EQ(to_string(g->node(g->outputs()[2]).type), "i32[2, S]");
+  auto last = parse_graph("graph g {\n  input x: f32[4, 8]\n  y = cumsum(x, axis=-1)\n"
+                          "  output y\n}\n", "g.kg");
+  auto first = parse_graph("graph g {\n  input x: f32[4, 8]\n  y = cumsum(x, axis=0)\n"
+                           "  output y\n}\n", "g.kg");
+  ASSERT_TRUE(last && first);
+  EXPECT_EQ(print_graph(*last), "graph g {\n  input x: f32[4, 8]\n  y = cumsum(x)\n  output y\n}\n");
+  EXPECT_NE(graph_hash(*last).hex(), graph_hash(*first).hex());
+  const std::string in = "  input x: f32[3, 4]\n  input b: bool[3, 4]\n  input s: f32[]\n";
+  const ErrorCase cases[] = {
+      {"cumsum(b)", "g.kg:5:7: error: cumsum adds numbers; 'b' (bool[3, 4]) is bool: cast it to "
+                    "i64 (or i32) first, as PyTorch's cumsum does"},
+      {"cumsum(x, axis=2)", "cumsum axis 2 is out of range for 'x' (f32[3, 4]) (rank 2)"},
+      {"cumsum(s)", "cumsum axis -1 is out of range for 's' (f32[]) (rank 0)"},
+      {"cumsum(x, keepdim=true)", "expected axis"},
+      {"cumsum(x, x)", "cumsum takes 1 operand, got 2"},
+  };
+  expect_errors(in, cases);
+}
+
 // attention's mask may be written as an expression (mask=where(...)); the printer names it.
 TEST(Dtypes, AnAttentionMaskMayBeAnExpression) {
   const char* inline_text =
