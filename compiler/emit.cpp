@@ -34,11 +34,12 @@ std::string describe(const ir::Graph& graph, const ProgramPlan& plan, const Kern
     if (n.kind == ir::OpKind::cast) args += ", to=" + std::string(ir::to_string(n.type.dtype));
     if (n.kind == ir::OpKind::softmax || ir::category(n.kind) == ir::OpCategory::reduce ||
         ir::category(n.kind) == ir::OpCategory::scan ||
-        n.kind == ir::OpKind::slice || n.kind == ir::OpKind::concat)
+        n.kind == ir::OpKind::slice || n.kind == ir::OpKind::concat || n.kind == ir::OpKind::roll)
       args += ", axis=" + std::to_string(n.attrs.axis);
     if (n.attrs.keepdim) args += ", keepdim";
     if (n.kind == ir::OpKind::slice)
       args += ", " + std::to_string(n.attrs.start) + ".." + std::to_string(n.attrs.end);
+    if (n.kind == ir::OpKind::roll) args += ", shift=" + std::to_string(n.attrs.shift);
     if (ir::category(n.kind) == ir::OpCategory::norm) args += ", eps";
     if (n.kind == ir::OpKind::permute) {
       args += ", dims=";

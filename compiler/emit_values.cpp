@@ -180,6 +180,23 @@ std::string ValueEmitter::value(ir::NodeId top, Frame frame, const std::string& 
       if (l.attrs.start != 0)
         c[static_cast<size_t>(axis)] = "(" + lc[static_cast<size_t>(axis)] + " + " +
                                        to_str(l.attrs.start) + ")";
+    } else if (l.kind == ir::OpKind::roll) {
+      // Element i reads element (i - shift) mod n: the shift reduced here for a fixed n, at run
+      // time for a symbolic one.
+      Extent n = m_ctx.sizes.dim(operand, axis);
+      std::string i = lc[static_cast<size_t>(axis)];
+      std::string t = "f" + to_str(m_names++);
+      std::string k = to_str(n.fixed() ? ((l.attrs.shift % n.coef) + n.coef) % n.coef : 0);
+      if (!n.fixed()) {
+        k = t + "k";
+        m_code.line("const int " + k + " = (int)((" + to_str(l.attrs.shift) + "LL % " +
+                    n.expr() + " + " + n.expr() + ") % " + n.expr() + ");");
+      }
+      if (k != "0") {
+        m_code.line("const int " + t + " = " + i + " >= " + k + " ? " + i + " - " + k + " : " +
+                    i + " + (" + n.expr() + " - " + k + ");");
+        c[static_cast<size_t>(axis)] = t;
+      }
     } else if (l.kind == ir::OpKind::concat) {
       int64_t offset = 0;
       for (size_t k = 0; k < rule.operand; ++k)

@@ -359,6 +359,8 @@ Expected<NodeId> Builder::add(OpKind kind, const std::vector<NodeId>& operands,
         return add_expand(operands[0], attrs.shape, attrs.shape_symbols, std::move(name));
       if (kind == OpKind::slice)
         return add_slice(operands[0], attrs.axis, attrs.start, attrs.end, std::move(name));
+      if (kind == OpKind::roll)
+        return add_roll(operands[0], attrs.shift, attrs.axis, std::move(name));
       return add_concat(operands, attrs.axis, std::move(name));
     case OpCategory::arange: {
       // Its size is attrs.shape (one dim; attrs.shape_symbols names a symbolic one).
@@ -1007,6 +1009,28 @@ Expected<NodeId> Builder::add_permute(NodeId x, std::vector<int> dims, std::stri
   node.operands = {x};
   node.attrs.dims = std::move(dims);
   node.type = TensorType{nx.type.dtype, std::move(*shape)};
+  node.name = std::move(name);
+  return push(std::move(node));
+}
+
+Expected<NodeId> Builder::add_roll(NodeId x, int64_t shift, int axis, std::string name) {
+  if (Status s = check_operand(x); !s) return s.error();
+  const Node& nx = node(x);
+  auto a = normal_axis(axis, nx.type.shape.rank());
+  if (!a) {
+    return make_error("roll axis ", std::to_string(axis), " is out of range for ", describe(nx),
+                      " (rank ", std::to_string(nx.type.shape.rank()), ")");
+  }
+  constexpr int64_t limit = (int64_t{1} << 31) - 1;
+  if (shift < -limit || shift > limit) {
+    return make_error("roll shift ", std::to_string(shift), " is past +-", std::to_string(limit));
+  }
+  Node node;
+  node.kind = OpKind::roll;
+  node.operands = {x};
+  node.attrs.axis = *a;
+  node.attrs.shift = shift;
+  node.type = nx.type;
   node.name = std::move(name);
   return push(std::move(node));
 }

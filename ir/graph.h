@@ -91,6 +91,7 @@ struct Attrs {
   bool keepdim = false;                     // reduce
   double eps = 0.0;                         // norm
   int64_t start = 0, end = 0;               // slice: normalised, 0 <= start < end <= dim
+  int64_t shift = 0;  // roll: as written, |shift| < 2^31 (taken mod the dim where it runs)
   std::vector<int> dims;                    // permute: result dim i is operand dim dims[i]
   double scale = 0.0;                       // attention: finite and non-zero
   bool causal = false;                      // attention: key j > query i is masked out
@@ -214,6 +215,10 @@ public:
   // dims is a permutation of 0..rank-1 (negative entries count from the end).
   Expected<NodeId> add_permute(NodeId x, std::vector<int> dims, std::string name = {});
   // Elements start..end-1 along axis; negative start/end count from the end (as Python's).
+  // roll(x, shift, axis): y[.., i, ..] = x[.., (i - shift) mod n, ..], n x's dim `axis`
+  // (symbolic or not); the shift is kept as written (|shift| < 2^31) and reduced mod n where the
+  // value is computed.
+  Expected<NodeId> add_roll(NodeId x, int64_t shift, int axis = -1, std::string name = {});
   Expected<NodeId> add_slice(NodeId x, int axis, int64_t start, int64_t end,
                              std::string name = {});
   // The operands (1 to k_max_concat, same dtype and rank, equal dims but along axis) joined.

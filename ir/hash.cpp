@@ -86,6 +86,9 @@ std::string canonical_bytes(const Graph& graph) {
           w.i64(a.end);
         } else if (node.kind == OpKind::concat) {
           w.u32(static_cast<uint32_t>(a.axis));
+        } else if (node.kind == OpKind::roll) {
+          w.u32(static_cast<uint32_t>(a.axis));
+          w.i64(a.shift);
         }
         break;
       case OpCategory::attention:
@@ -274,6 +277,11 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
           if (r.ok() && arity == 1 && axis < static_cast<uint64_t>(k_max_rank) && start >= 0 &&
               end >= 0)
             added = b.add_slice(operands[0], static_cast<int>(axis), start, end);
+        } else if (op_kind == OpKind::roll) {
+          auto axis = r.u32();
+          auto shift = static_cast<int64_t>(r.u64());
+          if (r.ok() && arity == 1 && axis < static_cast<uint64_t>(k_max_rank))
+            added = b.add_roll(operands[0], shift, static_cast<int>(axis));
         } else if (op_kind == OpKind::concat) {
           auto axis = r.u32();
           if (r.ok() && arity >= 1 && axis < static_cast<uint64_t>(k_max_rank))

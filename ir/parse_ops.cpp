@@ -359,14 +359,18 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
     if (!dims) return missing("dims", "permute(x, dims=[0, 2, 1, 3])");
     return located(m_builder.add_permute(ops[0], std::move(*dims)));
   }
-  if (kind == OpKind::slice) {
-    std::optional<int64_t> axis, start, end;
+  if (kind == OpKind::slice || kind == OpKind::roll) {
+    // slice(x, axis, start, end) and roll(x, shift, axis): integers, the axis optional.
+    bool slice = kind == OpKind::slice;
+    std::optional<int64_t> axis, start, end, shift;
     for (const NamedArg& arg : named) {
-      std::optional<int64_t>* target = arg.name == "axis"    ? &axis
-                                       : arg.name == "start" ? &start
-                                       : arg.name == "end"   ? &end
-                                                             : nullptr;
-      if (!target) return unknown_arg(arg, "expected axis, start or end");
+      std::optional<int64_t>* target = arg.name == "axis"             ? &axis
+                                       : slice && arg.name == "start" ? &start
+                                       : slice && arg.name == "end"   ? &end
+                                       : !slice && arg.name == "shift" ? &shift
+                                                                       : nullptr;
+      if (!target)
+        return unknown_arg(arg, slice ? "expected axis, start or end" : "expected shift or axis");
       auto v = arg.is_list ? std::nullopt : parse_int(arg.value);
       bool is_axis = target == &axis;
       int64_t limit = is_axis ? k_max_rank : k_max_elements;
@@ -374,9 +378,13 @@ Expected<NodeId> Parser::build_layout(const Token& op_token, OpKind kind,
         return bad_value(arg, is_axis ? "an integer axis" : "an integer");
       *target = *v;
     }
+    int a = axis ? static_cast<int>(*axis) : default_attrs(kind).axis;
+    if (!slice) {
+      if (!shift) return missing("a shift", "roll(x, shift=1, axis=-1)");
+      return located(m_builder.add_roll(ops[0], *shift, a));
+    }
     if (!start || !end) return missing("start and end", "slice(x, axis=-1, start=0, end=32)");
-    int slice_axis = axis ? static_cast<int>(*axis) : default_attrs(kind).axis;
-    return located(m_builder.add_slice(ops[0], slice_axis, *start, *end));
+    return located(m_builder.add_slice(ops[0], a, *start, *end));
   }
   if (kind == OpKind::concat) {
     int axis = default_attrs(kind).axis;

@@ -157,7 +157,8 @@ public:
       out += ']';
       return;
     }
-    // slice and concat
+    // slice, concat and roll
+    if (node.kind == OpKind::roll) out += ", shift=" + std::to_string(attrs.shift);
     if (attrs.axis != operand_rank(node) - 1) out += ", axis=" + std::to_string(attrs.axis);
     if (node.kind == OpKind::slice) {
       out += ", start=" + std::to_string(attrs.start) + ", end=" + std::to_string(attrs.end);

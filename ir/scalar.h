@@ -102,6 +102,7 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
     case OpKind::embedding:
     case OpKind::expand:
     case OpKind::cumsum:
+    case OpKind::roll:
     case OpKind::input:
     case OpKind::matmul:
     case OpKind::cast:

@@ -1,5 +1,5 @@
 // Reference kernels for reductions (sum, mean, max), the norms, and the layout ops (reshape,
-// permute, slice, concat).
+// permute, expand, roll, slice, concat).
 #include "reference/kernels.h"
 
 #include <algorithm>
@@ -156,6 +156,19 @@ Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operan
     for_each_index(shape, [&](int64_t flat, const std::vector<int64_t>& index) {
       int64_t offset = 0;
       for (size_t d = 0; d < index.size(); ++d) offset += index[d] * from[d];
+      out.values[static_cast<size_t>(flat)] = x.values[static_cast<size_t>(offset)];
+    });
+    return out;
+  }
+  if (node.kind == ir::OpKind::roll) {
+    std::vector<int64_t> from = strides_of(x.shape);
+    auto axis = static_cast<size_t>(node.attrs.axis);
+    int64_t n = x.shape.dim(node.attrs.axis);
+    int64_t k = (node.attrs.shift % n + n) % n;
+    for_each_index(shape, [&](int64_t flat, const std::vector<int64_t>& index) {
+      int64_t offset = 0;
+      for (size_t d = 0; d < index.size(); ++d)
+        offset += (d == axis ? (index[d] - k + n) % n : index[d]) * from[d];
       out.values[static_cast<size_t>(flat)] = x.values[static_cast<size_t>(offset)];
     });
     return out;

@@ -126,6 +126,12 @@ llvm::Value* Values::value(ir::NodeId top, Point point, llvm::Value* anchor_valu
       for (size_t j = 0; j < lc.size(); ++j) c[static_cast<size_t>(l.attrs.dims[j])] = lc[j];
     } else if (l.kind == ir::OpKind::slice) {
       if (l.attrs.start != 0) c[axis] = b.CreateAdd(lc[axis], m_kb.i64c(l.attrs.start));
+    } else if (l.kind == ir::OpKind::roll) {
+      // Element i reads element (i - shift) mod n, n fixed or symbolic.
+      llvm::Value* n = m_kb.extent(m_kb.sizes().dim(operand, l.attrs.axis));
+      llvm::Value* k = b.CreateSRem(b.CreateAdd(b.CreateSRem(m_kb.i64c(l.attrs.shift), n), n), n);
+      llvm::Value* back = b.CreateSub(lc[axis], k);
+      c[axis] = b.CreateSelect(b.CreateICmpSGE(lc[axis], k), back, b.CreateAdd(back, n));
     } else if (l.kind == ir::OpKind::concat) {
       int64_t offset = 0;
       for (size_t k = 0; k < rule.operand; ++k)

@@ -400,11 +400,12 @@ TEST(CompileShapes, ErfLogAndTanhGeluCompileOnEveryArchFamily) {
 
 // Integer and bool values reach NVRTC on every arch family with no spills or warnings: the
 // padding-mask graph (where, comparisons, logical ops, wrapping i32 products, every cast), the
-// embeddings, the rotary tables from arange and the running sums (warp shuffles of 64-bit
-// integers).
+// embeddings, the rotary tables from arange, the running sums (warp shuffles of 64-bit
+// integers) and rolls.
 TEST(CompileShapes, IntegerAndBoolKernelsCompileOnEveryArchFamily) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
-  for (const char* name : {"masks_odd", "embedding_odd", "rotary_positions_odd", "scans_odd"}) {
+  for (const char* name :
+       {"masks_odd", "embedding_odd", "rotary_positions_odd", "scans_odd", "rolls_odd"}) {
     auto g = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/" +
                                   name + ".kg");
     ASSERT_TRUE(g) << g.error().message;

@@ -326,11 +326,11 @@ TEST(CpuTarget, ResultsDoNotDependOnTheThreadCount) {
 // Integer and bool values through the CPU target in every mode: the emulator's padding-mask graph
 // (where, comparisons, logical ops, wrapping i32 products, casts) and its rotary tables computed
 // from arange, embeddings, expands, rank 6 and rank 0, running sums of integers and floats,
-// against fp64.
+// rolls, against fp64.
 TEST(CpuTarget, IntegerAndBoolGraphsMatchTheReferenceInEveryMode) {
   for (const char* name :
        {"masks_odd", "rotary_positions_odd", "embedding_odd", "expand_odd", "rank6_odd",
-        "scalars_odd", "batch6_odd", "scans_odd"}) {
+        "scalars_odd", "batch6_odd", "scans_odd", "rolls_odd"}) {
     auto graph = ir::parse_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/emulation/graphs/" +
                                       name + ".kg");
     ASSERT_TRUE(graph) << graph.error().message;

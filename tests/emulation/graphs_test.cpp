@@ -145,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(
     case_name);
 
 // The transformer ops: norms, reductions and running sums (no matmul, so one mode each arch
-// family), layout ops with 4-D matmuls in every mode.
+// family), layout ops with 4-D matmuls in every mode, rolls.
 INSTANTIATE_TEST_SUITE_P(
     TransformerOps, EmulatedGraph,
     ::testing::Values(Case{"norms_odd", 90, k_high}, Case{"norms_odd", 75, k_highest},
@@ -154,7 +154,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"layout_odd", 90, k_tf32x3}, Case{"layout_odd", 90, k_medium},
                       Case{"layout_odd", 80, k_high}, Case{"layout_odd", 75, k_highest},
                       Case{"scans_odd", 90, k_highest}, Case{"scans_odd", 90, k_medium},
-                      Case{"scans_odd", 80, k_high}, Case{"scans_odd", 75, k_highest}),
+                      Case{"scans_odd", 80, k_high}, Case{"scans_odd", 75, k_highest},
+                      Case{"rolls_odd", 90, k_highest}, Case{"rolls_odd", 90, k_tf32x3},
+                      Case{"rolls_odd", 80, k_high}, Case{"rolls_odd", 75, k_highest}),
     case_name);
 
 // Split-K (the model splits both graphs' grids of a few blocks 4 ways): every tensor-core path,

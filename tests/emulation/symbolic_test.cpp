@@ -87,7 +87,7 @@ const char* k_rank6_graph = R"(graph symrank6 {
 )";
 
 // Running sums along S (a padding mask's positions, a row of S, S as the strided axis of [S, 3])
-// and across it.
+// and across it; rolls along S, the shift reduced mod S at run time (one past every S).
 const char* k_scan_graph = R"(graph symscan {
   dim S: 1..600
   input mask: i64[2, S]
@@ -97,7 +97,9 @@ const char* k_scan_graph = R"(graph symscan {
   c = cumsum(x, axis=0)
   r = cumsum(exp(t))
   a = cumsum(x, axis=1)
-  output p, c, r, a
+  b = roll(t, shift=1)
+  e = add(roll(x, shift=-601, axis=0), 1.0)
+  output p, c, r, a, b, e
 }
 )";
 

@@ -289,6 +289,37 @@ TEST(Dtypes, CumsumRunsAlongOneAxisOfANumericTensor) {
   expect_errors(in, cases);
 }
 
+// roll(x, shift, axis): any dtype, the shift kept as written (reduced mod the dim where it
+// runs), along a symbolic dim too.
+TEST(Dtypes, RollRotatesAlongOneAxis) {
+  const char* text =
+      "graph g {\n  dim S: 1..64\n  input p: i64[2, S]\n  input keep: bool[S, 3]\n"
+      "  d = sub(p, roll(p, shift=1))\n  k = roll(keep, shift=-70, axis=0)\n"
+      "  output d, k\n}\n";
+  auto g = parse_round_trip(text);
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_EQ(to_string(g->node(g->outputs()[1]).type), "bool[S, 3]");
+  auto one = parse_graph("graph g {\n  input x: f32[4, 8]\n  y = roll(x, shift=1, axis=-1)\n"
+                         "  output y\n}\n", "g.kg");
+  auto nine = parse_graph("graph g {\n  input x: f32[4, 8]\n  y = roll(x, shift=9)\n"
+                          "  output y\n}\n", "g.kg");
+  ASSERT_TRUE(one && nine);
+  EXPECT_EQ(print_graph(*one),
+            "graph g {\n  input x: f32[4, 8]\n  y = roll(x, shift=1)\n  output y\n}\n");
+  // The same values, written differently: the hash follows the text, as slice's does not.
+  EXPECT_NE(graph_hash(*one).hex(), graph_hash(*nine).hex());
+  const std::string in = "  input x: f32[3, 4]\n  input s: f32[]\n";
+  const ErrorCase cases[] = {
+      {"roll(x)", "g.kg:4:7: error: roll needs a shift: roll(x, shift=1, axis=-1)"},
+      {"roll(x, shift=1, axis=2)", "roll axis 2 is out of range for 'x' (f32[3, 4]) (rank 2)"},
+      {"roll(s, shift=1)", "roll axis -1 is out of range for 's' (f32[]) (rank 0)"},
+      {"roll(x, shift=1.5)", "an integer"},
+      {"roll(x, shift=4294967296)", "an integer"},
+      {"roll(x, shifts=1)", "expected shift or axis"},
+  };
+  expect_errors(in, cases);
+}
+
 // attention's mask may be written as an expression (mask=where(...)); the printer names it.
 TEST(Dtypes, AnAttentionMaskMayBeAnExpression) {
   const char* inline_text =

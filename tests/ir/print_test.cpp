@@ -114,13 +114,15 @@ TEST(Print, RandomGraphsRoundTripThroughText) {
 
 TEST(Print, RandomGeneratorCoversEveryOpKind) {
   std::set<OpKind> kinds;
-  for (uint64_t seed = 1; seed <= 400; ++seed) {
+  for (uint64_t seed = 1; seed <= 1000; ++seed) {
     Graph g = testing::random_graph(seed);
     for (const Node& n : g.nodes()) kinds.insert(n.kind);
   }
   // input, matmul, 4 binary, 12 unary, cast, softmax; 6 comparisons, 3 logical ops, maximum and
-  // minimum, where, arange, expand, embedding: every kind the generator writes.
-  EXPECT_EQ(kinds.size(), 35u);
+  // minimum, where, arange, expand, embedding, cumsum, roll: every kind the generator writes.
+  EXPECT_EQ(kinds.size(), 37u);
+  for (OpKind kind : {OpKind::embedding, OpKind::cumsum, OpKind::roll})
+    EXPECT_TRUE(kinds.count(kind)) << to_string(kind);
 }
 
 }  // namespace

@@ -157,11 +157,12 @@ private:
     }
   }
 
-  // arange, expand (a new leading dim of 2, or a dim of 1 broadcast to 3), embedding and cumsum.
+  // arange, expand (a new leading dim of 2, or a dim of 1 broadcast to 3), embedding, cumsum and
+  // roll.
   Expected<NodeId> try_shaped() {
     NodeId v = any_value();
     const Shape& shape = m_builder.node(v).type.shape;
-    switch (pick(4)) {
+    switch (pick(5)) {
       case 0:
         return m_builder.add_arange(Shape::make({1 + pick(16)}).value(),
                                     pick(2) ? DType::i64 : static_cast<DType>(pick(2) ? 0 : 3),
@@ -176,8 +177,11 @@ private:
       }
       case 2:
         return m_builder.add_embedding(any_value(), v, maybe_name());
-      default:
+      case 3:
         return m_builder.add_scan(OpKind::cumsum, v, shape.rank() ? pick(shape.rank()) : -1,
+                                  maybe_name());
+      default:
+        return m_builder.add_roll(v, pick(41) - 20, shape.rank() ? pick(shape.rank()) : -1,
                                   maybe_name());
     }
   }

@@ -82,10 +82,10 @@ def test_bert_runs_whole_in_kiln_in_every_mode(bert, bert_ep, cache_dir):
 
 
 class _Cumulative(torch.nn.Module):
-    """A model with one op kiln has no op for (cumsum) between two it has."""
+    """A model with one op kiln has no op for (cumprod) between two it has."""
 
     def forward(self, x):
-        return torch.relu(torch.cumsum(x * 2.0, dim=-1)) + 1.0
+        return torch.relu(torch.cumprod(x * 2.0, dim=-1)) + 1.0
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +98,14 @@ def cumulative_ep():
 def test_an_op_kiln_lacks_runs_in_pytorch_between_kiln_graphs(cumulative_ep, cache_dir):
     program = kiln.torch.compile_exported(cumulative_ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
-    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.cumsum.default", 1)]
+    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.cumprod.default", 1)]
     assert len(program.partitions) == 2
     x = torch.randn(5, 8)
     assert torch.allclose(program(x), _Cumulative()(x), rtol=1e-6, atol=1e-6)
 
 
 def test_refuse_raises_with_the_whole_list(cumulative_ep, cache_dir):
-    with pytest.raises(kiln.Error, match=r"aten\.cumsum\.default x1: no kiln op for it"):
+    with pytest.raises(kiln.Error, match=r"aten\.cumprod\.default x1: no kiln op for it"):
         kiln.torch.compile_exported(cumulative_ep, target="cpu", precision="highest",
                                     cache_dir=cache_dir, fallbacks="refuse")
 
@@ -117,7 +117,7 @@ def test_warn_prints_the_list_once(cumulative_ep, cache_dir, capfd):
         program(torch.randn(2, 8))
         program(torch.randn(4, 8))
     err = capfd.readouterr().err
-    assert err.count("these ops run in PyTorch") == 1 and "aten.cumsum.default x1" in err
+    assert err.count("these ops run in PyTorch") == 1 and "aten.cumprod.default x1" in err
 
 
 def test_sixteen_greedy_tokens_match_torch(llama, llama_ep, cache_dir):

@@ -567,3 +567,46 @@ def test_softmax_and_reductions_into_f32_cast_first_as_pytorch_does(cache_dir):
     for got, want in zip(program(x, n), IntoF32()(x, n)):
         assert got.dtype == want.dtype
         assert torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2), (got, want)
+
+
+class Running(torch.nn.Module):
+    """Running sums, rolls and diffs as the mask builders write them: cumsum of a bool mask and
+    of i32 ids (i64 in PyTorch), of bf16 (fp32 sums, each rounded), with dtype=; a roll over two
+    dims by negative and long shifts; diffs with a prepend and an append, of bool (xor), and
+    along the dynamic sequence with a one-element prepend (transformers' packed-sequence check),
+    and one kiln cannot hold (along the sequence without a prepend: S - 1 long)."""
+    def forward(self, mask, ids, pos, x, h):
+        counts = (mask != 0).cumsum(-1)
+        positions = ids.cumsum(1) * ids - 1
+        running, as_f32 = h.cumsum(-1), h.cumsum(0, dtype=torch.float32)
+        rolled = torch.roll(x, shifts=(-1, 10), dims=(0, 2))
+        d = torch.diff(x, dim=1, prepend=x[:, :2], append=x[:, -1:])
+        flips = torch.diff(x > 0, dim=-1)
+        packed = (torch.diff(pos, prepend=pos[:, :1] - 1, dim=-1) != 1).cumsum(-1)
+        rolled_s = torch.roll(pos, 1, 1)
+        steps = torch.diff(mask, dim=-1)
+        return counts, positions, running, as_f32, rolled, d, flips, packed, rolled_s, steps
+
+
+def test_cumsum_roll_and_diff_run_in_kiln_as_in_eager(cache_dir):
+    def inputs(b, s):
+        pos = torch.cat([torch.arange(s // 2), torch.arange(s - s // 2)]).repeat(b, 1)
+        return (torch.randint(0, 2, (b, s)), torch.randint(-3, 9, (b, s), dtype=torch.int32), pos,
+                torch.randn(3, 5, 7), torch.randn(4, 33, dtype=torch.bfloat16))
+    batch, seq = torch.export.Dim("B", max=8), torch.export.Dim("S", min=3, max=64)
+    dims = ({0: batch, 1: seq}, {0: batch, 1: seq}, {0: batch, 1: seq}, None, None)
+    ep = torch.export.export(Running(), inputs(2, 12), dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.diff.default", 1)]
+    assert "- 1 (kiln dims are symbols or constants)" in program.fallbacks[0].reason
+    text = "\n".join(program.partitions)
+    assert text.count("cumsum(") == 5 and "roll(" in text, text
+    for b, s in [(2, 12), (3, 7), (1, 3), (8, 64)]:
+        args = inputs(b, s)
+        for got, want in zip(program(*args), Running()(*args)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            if want.is_floating_point():
+                assert torch.allclose(got.float(), want.float(), rtol=1e-5, atol=1e-5)
+            else:
+                assert torch.equal(got, want), (got, want)

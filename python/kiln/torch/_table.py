@@ -513,6 +513,75 @@ TABLE[aten.sum.dim_IntList] = _reduction_sum
 TABLE[aten.amax.default] = _reduction_max
 
 
+@lowering(aten.cumsum.default)
+def _cumsum(cx, node):
+    # PyTorch sums bool and integers as i64 unless dtype= says otherwise, and casts the input to
+    # dtype= first: kiln casts the input to the result's dtype, then sums in it.
+    x = node.args[0]
+    if not cx.meta(x).shape:
+        raise Unsupported("cumsum of a tensor of rank 0")
+    out = cx.dtype_of(node)
+    return Expr(f"cumsum({cx.ref(x, out)}, axis={_axis(cx, node, node.args[1])})")
+
+
+@lowering(aten.roll.default)
+def _roll(cx, node):
+    x = node.args[0]
+    shifts, dims = _arg(node, 1, "shifts"), _arg(node, 2, "dims", [])
+    shifts = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
+    dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    rank = len(cx.meta(x).shape)
+    if not dims or not rank:
+        raise Unsupported("a roll of the flattened tensor (kiln rolls along dims)")
+    if len(shifts) != len(dims):
+        raise Unsupported("a roll with as many shifts as dims")
+    if any(not isinstance(s, int) or isinstance(s, bool) or abs(s) > 2**31 - 1 for s in shifts):
+        raise Unsupported("a roll by a symbolic shift or one past +-(2^31 - 1)")
+    text = cx.ref(x)
+    for shift, dim in zip(shifts, dims):
+        text = f"roll({text}, shift={shift}, axis={dim % rank})"
+    return Expr(text)
+
+
+@lowering(aten.diff.default)
+def _diff(cx, node):
+    """diff(x, n=1, dim, prepend, append): x joined to prepend and append, less itself one
+    element earlier (bool: where they differ, as PyTorch's xor). Along a symbolic dim, only with
+    a prepend of one element (transformers' packed-sequence check): x less x rolled by one, the
+    prepend where the roll wrapped."""
+    x = node.args[0]
+    n, dim = _arg(node, 1, "n", 1), _arg(node, 2, "dim", -1)
+    prepend, append = _arg(node, 3, "prepend"), _arg(node, 4, "append")
+    if n != 1:
+        raise Unsupported(f"diff with n={n}")
+    shape = cx.meta(x).shape
+    if not shape:
+        raise Unsupported("diff of a tensor of rank 0")
+    axis = dim % len(shape)
+    parts = [p for p in (prepend, x, append) if p is not None]
+    if any(not isinstance(p, Node) or len(cx.meta(p).shape) != len(shape) for p in parts):
+        raise Unsupported("diff with a prepend or append that is not a tensor of x's rank")
+    sizes = [cx.meta(p).shape[axis] for p in parts]
+    out = cx.dtype_of(node)
+    op = "ne" if out == "bool" else "sub"
+    if any(cx.is_symbolic(s) for s in sizes):
+        if prepend is None or append is not None or cx.is_symbolic(sizes[0]) or sizes[0] != 1:
+            raise Unsupported("a diff along a symbolic dim without a prepend of one element")
+        dims = ", ".join(cx.size(d) if i == axis else "1" for i, d in enumerate(shape))
+        first = f"eq(reshape(arange({cx.size(shape[axis])}), shape=[{dims}]), 0)"
+        x_ = cx.ref(x, out)
+        earlier = f"where({first}, {cx.ref(prepend, out)}, roll({x_}, shift=1, axis={axis}))"
+        return Expr(f"{op}({x_}, {earlier})")
+    total = sum(int(s) for s in sizes)
+    if total < 2:
+        raise Unsupported("an empty diff")
+    joined = (f"concat({', '.join(cx.ref(p, out) for p in parts)}, axis={axis})"
+              if len(parts) > 1 else cx.ref(x, out))
+    later = f"slice({joined}, axis={axis}, start=1, end={total})"
+    earlier = f"slice({joined}, axis={axis}, start=0, end={total - 1})"
+    return Expr(f"{op}({later}, {earlier})")
+
+
 def _layer_norm_text(cx, node, x, shape, weight, bias, eps) -> str:
     if list(shape) != [cx.meta(x).shape[-1]] or not isinstance(shape[0], int):
         raise Unsupported("layer_norm over more than the last dim")
@@ -1004,8 +1073,8 @@ def merged_dims_reason(cx, node) -> str | None:
     holds as its factors in its place) and its work would see the factors, else why. Only
     elementwise work aligned as PyTorch aligns it, reshapes, repeats, matmuls and linears whose
     merged dims are rows or batch dims, permutes that keep merged dims in place, and norms,
-    softmax and reductions over dims after the merged ones read [s0, s1, 64] as PyTorch reads
-    [s0*s1, 64]."""
+    softmax, reductions and running sums over dims after the merged ones read [s0, s1, 64] as
+    PyTorch reads [s0*s1, 64]."""
     operands = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
     merged = [n for n in operands + [node] if cx.has_merged(n)]
     if not merged:
@@ -1057,8 +1126,9 @@ def merged_dims_reason(cx, node) -> str | None:
               and aligned(a, node, 2) and aligned(b, node, 2)
               and not (cx.merged(rows) and len(cx.meta(b).shape) > 2)
               and (low is _mm or aligned(node.args[0], node)))
-    elif low in (_softmax, _reduction_sum, _reduction_mean, _reduction_max):
-        axis = _axis(cx, node, node.args[1] if low is _softmax else _arg(node, 1, "dim"))
+    elif low in (_softmax, _reduction_sum, _reduction_mean, _reduction_max, _cumsum):
+        axis = _axis(cx, node, node.args[1] if low in (_softmax, _cumsum)
+                     else _arg(node, 1, "dim"))
         ok = tail_free(node.args[0], -axis)
     elif low in (_permute, _repeat):
         ok = True  # a permute refuses to move a merged dim; a repeat reshapes explicitly
