@@ -19,7 +19,7 @@ enum class GroupKind : uint8_t {
 // elementwise for the rest.
 GroupKind anchor_kind(ir::OpKind kind);
 // True for the ops a group evaluates per element: binary, unary, cast, and the layout ops that
-// move elements (permute, slice, concat), whose operands are read at moved coordinates.
+// move elements (permute, slice, concat, roll), whose operands are read at moved coordinates.
 bool is_elementwise(ir::OpKind kind);
 bool is_layout(ir::OpKind kind);
 // Softmax, reductions, norms and scans: the row ops, whose first operand may carry a fused

@@ -214,11 +214,11 @@ public:
                               std::vector<SymbolicDim> symbols = {}, std::string name = {});
   // dims is a permutation of 0..rank-1 (negative entries count from the end).
   Expected<NodeId> add_permute(NodeId x, std::vector<int> dims, std::string name = {});
-  // Elements start..end-1 along axis; negative start/end count from the end (as Python's).
   // roll(x, shift, axis): y[.., i, ..] = x[.., (i - shift) mod n, ..], n x's dim `axis`
   // (symbolic or not); the shift is kept as written (|shift| < 2^31) and reduced mod n where the
   // value is computed.
   Expected<NodeId> add_roll(NodeId x, int64_t shift, int axis = -1, std::string name = {});
+  // Elements start..end-1 along axis; negative start/end count from the end (as Python's).
   Expected<NodeId> add_slice(NodeId x, int axis, int64_t start, int64_t end,
                              std::string name = {});
   // The operands (1 to k_max_concat, same dtype and rank, equal dims but along axis) joined.

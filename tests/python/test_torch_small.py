@@ -610,3 +610,33 @@ def test_cumsum_roll_and_diff_run_in_kiln_as_in_eager(cache_dir):
                 assert torch.allclose(got.float(), want.float(), rtol=1e-5, atol=1e-5)
             else:
                 assert torch.equal(got, want), (got, want)
+
+
+class EveryTwo(torch.nn.Module):
+    """GPT-J's rotary pieces and Falcon's multi-query split: strided slices (a last step cut
+    short by the dim's end, a negative start), stack along the last and the first dim of mixed
+    dtypes, repeat_interleave, an index by constant positions (a run, scattered ones, one
+    negative, a 0-d one) and a table indexed by ids (a negative id counts from the end)."""
+    def forward(self, x, ids, n):
+        evens, odds = x[..., ::2], x[..., 1::2]
+        rotated = torch.stack((-odds, evens), dim=-1).flatten(-2)
+        cut, tail = x[..., 1:7:3], x[..., -3::2]
+        pair = torch.stack((n, x[0, 0, 0, :4].to(torch.int32)), dim=0)
+        wide = torch.repeat_interleave(x[..., :3], 2, dim=3)
+        picked = x[:, :, [-2]]
+        scattered = x[:, [0, 2, 3]]
+        single = x[:, :, 1]
+        table = x[0, 0, 0, :5].reshape(5, 1) * torch.ones(1, 3)
+        rows = table[ids]
+        return rotated, cut, tail, pair, wide, picked, scattered, single, rows
+
+
+def test_strided_slices_stack_repeat_interleave_and_constant_indices_run_in_kiln(cache_dir):
+    x = torch.randn(2, 4, 3, 8)
+    ids = torch.tensor([[0, 4, -1], [2, -5, 3]])
+    n = torch.tensor([1, -2, 3, 4], dtype=torch.int32)
+    _, program = compiled(EveryTwo(), (x, ids, n), cache_dir)
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    for got, want in zip(program(x, ids, n), EveryTwo()(x, ids, n)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got, want), (got, want)

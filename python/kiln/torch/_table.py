@@ -751,6 +751,86 @@ def _positions(cx, node):
     return flat.numel()
 
 
+def _dims_text(cx, shape, axis=None, replace=()) -> str:
+    """A shape as kiln text, its dim `axis` replaced by the sizes `replace`."""
+    dims = []
+    for i, d in enumerate(shape):
+        dims += [str(r) for r in replace] if i == axis else [cx.size(d)]
+    return "[" + ", ".join(dims) + "]"
+
+
+def _strided_slice(cx, node, x, axis, start, end, step) -> str:
+    """x[..., start:end:step, ...] along a dim of fixed size: the window of `count` whole steps
+    as [count, step], its first column (GPT-J's x[..., ::2] and x[..., 1::2])."""
+    shape = cx.meta(x).shape
+    size = shape[axis]
+    if cx.is_symbolic(size) or not isinstance(step, int) or step < 1 or \
+            not isinstance(start, int) or not (end is None or isinstance(end, int)):
+        raise Unsupported("a slice with a step along a symbolic dim or with symbolic bounds")
+    size = int(size)
+    start = max(0, min(size, start + size if start < 0 else start))
+    end = size if end is None else max(0, min(size, end + size if end < 0 else end))
+    count = -(-(end - start) // step)
+    if count < 1:
+        raise Unsupported("an empty slice")
+    text = cx.ref(x)
+    whole = min(size - start, count * step)  # the last step may be cut short by the dim's end
+    if whole < count * step:
+        count_whole = whole // step
+        if count_whole < 1:
+            return f"slice({text}, axis={axis}, start={start}, end={start + 1})"
+        head = _strided_text(cx, shape, axis, text, start, count_whole, step)
+        last = start + count_whole * step
+        tail = f"slice({text}, axis={axis}, start={last}, end={last + 1})"
+        return f"concat({head}, {tail}, axis={axis})"
+    return _strided_text(cx, shape, axis, text, start, count, step)
+
+
+def _strided_text(cx, shape, axis, text, start, count, step) -> str:
+    window = text
+    if start != 0 or count * step != int(shape[axis]):
+        window = f"slice({text}, axis={axis}, start={start}, end={start + count * step})"
+    grouped = f"reshape({window}, shape={_dims_text(cx, shape, axis, (count, step))})"
+    first = f"slice({grouped}, axis={axis + 1}, start=0, end=1)"
+    return f"reshape({first}, shape={_dims_text(cx, shape, axis, (count,))})"
+
+
+@lowering(aten.stack.default)
+def _stack(cx, node):
+    """stack(tensors, dim): each tensor with a dim of 1 at `dim`, joined along it."""
+    tensors, dim = node.args[0], _arg(node, 1, "dim", 0)
+    out = cx.meta(node).shape
+    axis = dim % len(out)
+    if len(tensors) > 64:
+        raise Unsupported("a stack of more than 64 tensors")
+    if any(not isinstance(t, Node) for t in tensors):
+        raise Unsupported("a stack of values that are not tensors")
+    one = _dims_text(cx, out, axis, (1,))
+    dtype = cx.dtype_of(node)
+    parts = [f"reshape({cx.ref(t, dtype)}, shape={one})" for t in tensors]
+    return Expr(parts[0] if len(parts) == 1 else f"concat({', '.join(parts)}, axis={axis})")
+
+
+@lowering(aten.repeat_interleave.self_int)
+def _repeat_interleave(cx, node):
+    """repeat_interleave(x, r, dim) along a dim of fixed size d: [.., d, 1, ..] expanded to
+    [.., d, r, ..], read as [.., d * r, ..] (GPT-J's sin and cos)."""
+    x, repeats = node.args[0], node.args[1]
+    dim = _arg(node, 2, "dim")
+    shape = cx.meta(x).shape
+    if dim is None or not shape:
+        raise Unsupported("a repeat_interleave of the flattened tensor")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise Unsupported("a repeat_interleave by a symbolic or tensor count")
+    axis = dim % len(shape)
+    if cx.is_symbolic(shape[axis]):
+        raise Unsupported("a repeat_interleave along a symbolic dim")
+    d = int(shape[axis])
+    split = f"reshape({cx.ref(x)}, shape={_dims_text(cx, shape, axis, (d, 1))})"
+    wide = f"expand({split}, shape={_dims_text(cx, shape, axis, (d, repeats))})"
+    return Expr(f"reshape({wide}, shape={_dims_text(cx, shape, axis, (d * repeats,))})")
+
+
 @lowering(aten.slice.Tensor)
 def _slice(cx, node):
     x = node.args[0]
@@ -768,7 +848,7 @@ def _slice(cx, node):
     start, end, step = _arg(node, 2, "start", None), _arg(node, 3, "end", None), _arg(node, 4, "step", 1)
     start = 0 if start is None else start
     if step != 1:
-        raise Unsupported("a slice with a step")
+        return Expr(_strided_slice(cx, node, x, axis, start, end, step))
     size = shape[axis]
     if start == 0 and (end is None or (isinstance(end, int) and end >= 2**62)):
         return Alias(x)
@@ -880,14 +960,62 @@ def _arange_axis(cx, arg):
     return None
 
 
+def _lifted_constant(cx, arg):
+    """The value of a constant `arg` reads (through lift_fresh_copy, clone, alias), else None."""
+    while isinstance(arg, Node) and arg.op == "call_function" and arg.target in (
+            aten.lift_fresh_copy.default, aten.clone.default, aten.alias.default):
+        arg = arg.args[0]
+    return cx.constant(arg)
+
+
+def _take(cx, node, x, axis, picks) -> str:
+    """x[..., picks, ...] along `axis` for constant positions `picks` (a list of ints): slices of
+    the runs of consecutive positions, joined."""
+    size = cx.meta(x).shape[axis]
+    if cx.is_symbolic(size):
+        if any(p < 0 or p >= cx.smallest(size) for p in picks):
+            raise Unsupported("an index along a symbolic dim past its smallest size")
+    else:
+        if any(p < -int(size) or p >= int(size) for p in picks):
+            raise Unsupported("an index outside the dim (PyTorch raises)")
+        picks = [p % int(size) for p in picks]
+    runs = []
+    for p in picks:
+        if runs and runs[-1][1] == p:
+            runs[-1][1] = p + 1
+        else:
+            runs.append([p, p + 1])
+    if len(runs) > 64:
+        raise Unsupported("an index of more than 64 runs of positions")
+    pieces = [f"slice({cx.ref(x)}, axis={axis}, start={a}, end={b})" for a, b in runs]
+    return pieces[0] if len(pieces) == 1 else f"concat({', '.join(pieces)}, axis={axis})"
+
+
 @lowering(aten.index.Tensor)
 def _index(cx, node):
     """x[arange(n0)[:, None, ...], ..., arange(nk)[..., None]]: every dim of x indexed by its own
     positions, spread over the result's axes in order (transformers' padding-mask gather) is a
-    reshape of x."""
+    reshape of x. x[:, :, [i, j, ...]] by constant positions along one dim (Falcon's multi-query
+    split, `fused_qkv[..., [-2], :]`) is slices of x, joined."""
     x, indices = node.args
     xshape = list(cx.meta(x).shape)
     out = list(cx.meta(node).shape)
+    given = [k for k, i in enumerate(indices) if i is not None]
+    if len(given) == 1 and given[0] == len(indices) - 1:
+        axis = given[0]
+        value = _lifted_constant(cx, indices[axis])
+        if value is not None and value.dim() <= 1 and value.numel() > 0 and \
+                value.dtype in (torch.int64, torch.int32):
+            text = _take(cx, node, x, axis, [int(v) for v in value.reshape(-1)])
+            return Expr(text if value.dim() == 1 else f"reshape({text}, shape={cx.shape(node)})")
+        if value is None and axis == 0 and len(xshape) == 2 and \
+                cx.dtype_of(x) in ("f32", "f16", "bf16") and \
+                cx.dtype_of(indices[0]) in ("i32", "i64") and not cx.is_symbolic(xshape[0]):
+            # table[ids] (GPT-J's embed_positions[position_ids]) is an embedding, a negative id
+            # counting from the end as PyTorch's does.
+            ids = cx.ref(indices[0])
+            rows = int(xshape[0])
+            return Expr(f"embedding({cx.ref(x)}, where(lt({ids}, 0), add({ids}, {rows}), {ids}))")
     if len(indices) != len(xshape) or any(i is None for i in indices):
         raise Unsupported("advanced indexing (only x[arange, arange, ...] is a reshape)")
     last = -1
