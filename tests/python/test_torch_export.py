@@ -60,6 +60,20 @@ def test_llama_runs_whole_in_kiln_in_every_mode(llama, llama_ep, cache_dir):
     assert "arange(" in text and "embedding(" in text
 
 
+def test_a_decomposed_llama_is_one_kiln_graph(llama, llama_ep, cache_dir):
+    """After run_decompositions(): linear as view -> mm -> view, attention as bmm and softmax,
+    the mask builder's any() and its arange(0, S) gather: still one kiln graph."""
+    program = kiln.torch.compile_exported(llama_ep.run_decompositions(), target="cpu",
+                                          precision="highest", cache_dir=cache_dir)
+    assert program.fallbacks == [] and len(program.partitions) == 1, program.fallbacks
+    ids, mask = batch(9, pad_left=3)
+    keep = mask.bool()
+    with torch.no_grad():
+        want = llama(input_ids=ids, attention_mask=mask).logits
+        got = program(input_ids=ids, attention_mask=mask).logits
+    assert rel_l2(got, want, keep) <= TOLERANCE["highest"]
+
+
 def test_bert_runs_whole_in_kiln_in_every_mode(bert, bert_ep, cache_dir):
     ids, mask = batch(33, seed=2, pad_right=7)
     ref = fp64(bert, ids, mask)

@@ -640,3 +640,19 @@ def test_strided_slices_stack_repeat_interleave_and_constant_indices_run_in_kiln
     for got, want in zip(program(x, ids, n), EveryTwo()(x, ids, n)):
         assert got.dtype == want.dtype and got.shape == want.shape
         assert torch.equal(got, want), (got, want)
+
+
+class Truth(torch.nn.Module):
+    """any and all along one dim, of floats (a NaN counts as true), integers and bool."""
+    def forward(self, x, n, b):
+        return (x.any(-1), x.all(0, keepdim=True), n.any(1), n.all(1), b.any(0), b.all(-1))
+
+
+def test_any_and_all_along_a_dim_run_in_kiln_as_in_eager(cache_dir):
+    x = torch.tensor([[0.0, float("nan"), 0.0], [0.0, 0.0, 0.0], [1.0, -2.0, 0.5]])
+    n = torch.tensor([[0, 0, 3], [0, 0, 0], [-1, 2, 5]])
+    b = torch.tensor([[True, False], [True, True], [False, False]])
+    _, program = compiled(Truth(), (x, n, b), cache_dir)
+    assert not program.fallbacks, program.fallbacks
+    for got, want in zip(program(x, n, b), Truth()(x, n, b)):
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)

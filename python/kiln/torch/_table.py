@@ -513,6 +513,28 @@ TABLE[aten.sum.dim_IntList] = _reduction_sum
 TABLE[aten.amax.default] = _reduction_max
 
 
+def _truth(kind: str):
+    """any(x, dim) and all(x, dim): whether some (every) element along the dim is nonzero (NaN
+    counts, as in PyTorch), as the max of 0/1 floats: all(x) is not any(not x)."""
+    def lower(cx, node):
+        x, dim = node.args[0], _arg(node, 1, "dim")
+        keepdim = bool(_arg(node, 2, "keepdim", False))
+        if dim is None or not cx.meta(x).shape:
+            raise Unsupported(f"{kind} over every dim")
+        axis = _axis(cx, node, dim)
+        truth = cx.ref(x) if cx.dtype_of(x) == "bool" else f"ne({cx.ref(x)}, 0)"
+        if kind == "all":
+            truth = f"logical_not({truth})"
+        keep = ", keepdim=true" if keepdim else ""
+        some = f"gt(max(cast({truth}, to=f32), axis={axis}{keep}), 0.0)"
+        return Expr(some if kind == "any" else f"logical_not({some})")
+    return lower
+
+
+TABLE[aten.any.dim] = _truth("any")
+TABLE[aten.all.dim] = _truth("all")
+
+
 @lowering(aten.cumsum.default)
 def _cumsum(cx, node):
     # PyTorch sums bool and integers as i64 unless dtype= says otherwise, and casts the input to
@@ -937,7 +959,9 @@ def _arange_axis(cx, arg):
     node = arg
     while isinstance(node, Node) and node.op == "call_function":
         t = node.target
-        if t in (aten.arange.default,):
+        # arange(n), or arange(0, n) and arange(0, n, 1) as a decomposed program writes it.
+        if t is aten.arange.default or (t in (aten.arange.start, aten.arange.start_step) and
+                                        node.args[0] == 0 and _arg(node, 2, "step", 1) == 1):
             n = cx.meta(node).shape[0]
             long = [i for i, d in enumerate(shape) if not (isinstance(d, int) and d == 1)]
             if len(long) == 1 and shape[long[0]] is n or (len(long) == 1 and shape[long[0]] == n):
