@@ -1,4 +1,4 @@
-"""Eight more transformers architectures through kiln.torch.compile_exported, built from small
+"""Nine more transformers architectures through kiln.torch.compile_exported, built from small
 configs (no download): each runs whole in one kiln graph, mask builder included, and matches
 eager. Any op left in PyTorch, or a second kiln graph, fails the test."""
 from __future__ import annotations
@@ -33,6 +33,9 @@ def _models():
             num_hidden_layers=2, hidden_size=64, num_attention_heads=4, **small)),
         "bloom": lambda: t.BloomModel(t.BloomConfig(n_layer=2, hidden_size=64, n_head=4,
                                                     **small)),
+        "roberta": lambda: t.RobertaModel(t.RobertaConfig(
+            num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+            max_position_embeddings=80, **small)),
         "gptj": lambda: t.GPTJModel(t.GPTJConfig(n_layer=2, n_embd=64, n_head=4, rotary_dim=8,
                                                  n_positions=64, **small)),
         "llama": lambda: t.LlamaModel(t.LlamaConfig(
@@ -42,13 +45,13 @@ def _models():
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "gpt_neox", "t5_encoder", "opt", "phi", "falcon",
-                                  "bloom", "gptj"])
+                                  "bloom", "gptj", "roberta"])
 def test_the_model_runs_in_kiln_and_matches_eager(arch, cache_dir):
     torch.manual_seed(0)
     model = _models()[arch]().eval()
     ids = torch.randint(0, 100, (2, 12))
     kwargs = {"input_ids": ids}
-    if arch != "t5_encoder":
+    if arch not in ("t5_encoder", "roberta"):
         kwargs["use_cache"] = False
     with torch.no_grad():
         want = model(**kwargs).last_hidden_state

@@ -656,3 +656,28 @@ def test_any_and_all_along_a_dim_run_in_kiln_as_in_eager(cache_dir):
     assert not program.fallbacks, program.fallbacks
     for got, want in zip(program(x, n, b), Truth()(x, n, b)):
         assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+
+
+class Affineless(torch.nn.Module):
+    """OLMo's layer norm without a weight or a bias (f32 and bf16), Persimmon's square, MPT's
+    reciprocal, and a gather from a zero buffer reached through a conversion (RoBERTa's
+    token-type ids)."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("types", torch.zeros(1, 16, dtype=torch.int32))
+
+    def forward(self, x, h, idx):
+        types = torch.gather(self.types.to(torch.int64).expand(idx.shape[0], -1), 1, idx)
+        return (F.layer_norm(x, (8,)), F.layer_norm(h, (8,)), torch.square(x),
+                torch.reciprocal(x), types + idx)
+
+
+def test_layer_norm_without_affine_square_reciprocal_and_a_converted_buffer_run_in_kiln(
+        cache_dir):
+    x, h = torch.randn(3, 5, 8), torch.randn(2, 8, dtype=torch.bfloat16)
+    idx = torch.randint(0, 16, (3, 4))
+    _, program = compiled(Affineless(), (x, h, idx), cache_dir)
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    for got, want in zip(program(x, h, idx), Affineless()(x, h, idx)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.allclose(got.float(), want.float(), rtol=1e-5, atol=1e-5), (got, want)

@@ -178,6 +178,18 @@ for _op, _k in [(aten.relu, "relu"), (aten.silu, "silu"), (aten.sigmoid, "sigmoi
     TABLE[_op.default] = _unary(_k)
 
 
+@lowering(aten.square.default)
+def _square(cx, node):
+    x = cx.ref(node.args[0], cx.dtype_of(node))
+    return Expr(f"mul({x}, {x})")
+
+
+@lowering(aten.reciprocal.default)
+def _reciprocal(cx, node):
+    return Expr(f"div(1.0, {cx.ref(node.args[0], cx.dtype_of(node))})")
+
+
+
 @lowering(aten.gelu.default)
 def _gelu(cx, node):
     approximate = node.kwargs.get("approximate", _arg(node, 1, "approximate", "none"))
@@ -607,10 +619,17 @@ def _diff(cx, node):
 def _layer_norm_text(cx, node, x, shape, weight, bias, eps) -> str:
     if list(shape) != [cx.meta(x).shape[-1]] or not isinstance(shape[0], int):
         raise Unsupported("layer_norm over more than the last dim")
-    if weight is None or bias is None:
-        raise Unsupported("layer_norm without a weight or a bias")
     out = cx.dtype_of(node if not isinstance(cx.meta(node), (list, tuple)) else x)
-    return f"layer_norm({cx.ref(x, out)}, {cx.ref(weight, out)}, {cx.ref(bias, out)}, eps={_lit(float(eps))})"
+
+    def filled(value):
+        # A layer_norm without a weight (bias) is one with ones (zeros): OLMo's, MPT's.
+        seed = f"where(eq(arange(1), 0), {_lit(value)}, {_lit(value)})"
+        seed = seed if out == "f32" else f"cast({seed}, to={out})"
+        return f"expand({seed}, shape=[{cx.size(cx.meta(x).shape[-1])}])"
+
+    w = filled(1.0) if weight is None else cx.ref(weight, out)
+    b = filled(0.0) if bias is None else cx.ref(bias, out)
+    return f"layer_norm({cx.ref(x, out)}, {w}, {b}, eps={_lit(float(eps))})"
 
 
 @lowering(aten.layer_norm.default)
@@ -930,9 +949,15 @@ def _gather(cx, node):
     zeros) is that value in the index's shape; other gathers are not kiln ops."""
     x, _, index = node.args[:3]
     source = x
-    while isinstance(source, Node) and source.target in (aten.expand.default,):
+    # Through expands and conversions (RoBERTa's buffer reaches the gather through
+    # to(device, dtype)); an integer constant's value is the same integer in every integer dtype.
+    while isinstance(source, Node) and source.target in (
+            aten.expand.default, aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout):
         source = source.args[0]
     value = cx.constant(source)
+    if value is not None and value.is_floating_point() and source is not x and \
+            cx.dtype_of(x) != cx.dtype_of(source):
+        value = None  # a float constant converted: left to PyTorch
     if value is None or value.numel() == 0 or _arg(node, 3, "sparse_grad", False):
         raise Unsupported("no kiln op for it (a gather from a tensor that is not a constant)")
     first = value.reshape(-1)[0]
@@ -1216,8 +1241,8 @@ def _getitem(cx, node):
 TRIVIAL = {_reshape, _permute, _expand, _slice, _select, _identity, _dropout, _to_dtype, _getitem,
            _arange, _cat, _gather, _split, _repeat} | _CONSTANTS
 
-_ROW_WISE |= {_add_sub, _mul, _div, _pow, _gelu, _clamp, _where, _masked_fill, _identity, _dropout,
-              _to_dtype, _reshape, _expand} | _CONSTANTS
+_ROW_WISE |= {_add_sub, _mul, _div, _pow, _square, _reciprocal, _gelu, _clamp, _where, _masked_fill,
+              _identity, _dropout, _to_dtype, _reshape, _expand} | _CONSTANTS
 
 
 def merged_dims_reason(cx, node) -> str | None:
