@@ -681,3 +681,24 @@ def test_layer_norm_without_affine_square_reciprocal_and_a_converted_buffer_run_
     for got, want in zip(program(x, h, idx), Affineless()(x, h, idx)):
         assert got.dtype == want.dtype and got.shape == want.shape
         assert torch.allclose(got.float(), want.float(), rtol=1e-5, atol=1e-5), (got, want)
+
+
+class EmptyPart(torch.nn.Module):
+    """Phi-3's partial rotary at a full rotary dim: the part past it is empty, and cat joins it
+    back. The empty slice adds nothing and must not split the kiln graph around it."""
+    def forward(self, x, w):
+        h = x @ w
+        rot, rest = h[..., :8], h[..., 8:]
+        return torch.relu(torch.cat([torch.sin(rot), rest], dim=-1)) @ w.t()
+
+
+def test_an_empty_operand_of_a_cat_does_not_split_the_kiln_graph(cache_dir):
+    x, w = torch.randn(2, 3, 8), torch.randn(8, 8)
+    dims = {"x": {1: torch.export.Dim("S", max=64)}, "w": None}
+    ep = torch.export.export(EmptyPart(), (x, w), dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.partitions
+    for s in (3, 1, 17):
+        x = torch.randn(2, s, 8)
+        assert torch.allclose(program(x, w), EmptyPart()(x, w), rtol=1e-5, atol=1e-5)

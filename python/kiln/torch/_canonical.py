@@ -1,6 +1,7 @@
 """The FX graph as the lowering expects it: assertions dropped, decomposed linear layers
 (`view -> mm/addmm -> view`) folded back into `linear`/`matmul`, so that no shape merges a batch
-and a sequence dim (kiln cannot reshape across symbolic dims)."""
+and a sequence dim (kiln cannot reshape across symbolic dims), and empty tensors dropped from
+concatenations."""
 from __future__ import annotations
 
 import torch
@@ -12,17 +13,38 @@ aten = torch.ops.aten
 
 
 def canonicalize(gm: GraphModule) -> None:
-    """Drops assertion nodes and folds decomposed linear layers back (in place)."""
+    """Drops assertion nodes and the empty operands of concatenations, and folds decomposed
+    linear layers back (in place)."""
     graph = gm.graph
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in _table.ASSERTIONS and not node.users:
             graph.erase_node(node)
+        elif node.op == "call_function" and node.target in (aten.cat.default, aten.concat.default):
+            _drop_empty_operands(node)
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in (aten.view.default, aten._unsafe_view.default,
                                                           aten.reshape.default):
             _fold_flattened_matmul(graph, node)
     graph.eliminate_dead_code()
     gm.recompile()
+
+
+def _empty(arg) -> bool:
+    val = arg.meta.get("val") if isinstance(arg, Node) else None
+    return isinstance(val, torch.Tensor) and any(isinstance(d, int) and d == 0 for d in val.shape)
+
+
+def _drop_empty_operands(cat: Node) -> None:
+    """cat([x, empty], dim) -> cat([x], dim): a tensor with no elements adds none (Phi-3's
+    `q_pass`, the part past a full rotary dim). Left where it would reach the graph otherwise,
+    the empty slice sits between two kiln ops and splits their graph. The cat's dtype, from its
+    metadata, still counts the empty operands, as PyTorch's promotion does."""
+    tensors = cat.args[0]
+    if not isinstance(tensors, (list, tuple)):
+        return
+    kept = [t for t in tensors if not _empty(t)]
+    if kept and len(kept) < len(tensors):
+        cat.args = (kept,) + tuple(cat.args[1:])
 
 
 def _fold_flattened_matmul(graph: Graph, view: Node) -> None:

@@ -189,7 +189,6 @@ def _reciprocal(cx, node):
     return Expr(f"div(1.0, {cx.ref(node.args[0], cx.dtype_of(node))})")
 
 
-
 @lowering(aten.gelu.default)
 def _gelu(cx, node):
     approximate = node.kwargs.get("approximate", _arg(node, 1, "approximate", "none"))
