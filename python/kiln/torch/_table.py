@@ -323,25 +323,31 @@ def _constant(value_of):
             value = float(value)
         if tuple(val.shape) == ():
             return Const(value, dtype)
-        if dtype == "bool":
-            seed = f"{'eq' if value else 'ne'}(arange(1), 0)"
-        elif dtype in ("i32", "i64"):
-            seed = f"add(arange(1, dtype={dtype}), {_lit(value)})"
-        elif not math.isinf(value) and abs(value) >= _ROUNDS_TO_INF[dtype]:
-            # PyTorch refuses a value its dtype cannot hold ("cannot be converted ... without
-            # overflow"); kiln would write inf.
-            raise Unsupported(f"a {dtype} constant {value!r} past the type's range")
-        else:
-            # where() of two literals is an f32 tensor holding the value, -0.0 and inf included;
-            # a half type takes it through one rounding only where f32 holds it exactly.
-            seed = f"where(eq(arange(1), 0), {_lit(value)}, {_lit(value)})"
-            if dtype != "f32":
-                if not math.isinf(value) and not _f32_holds(value):
-                    raise Unsupported(f"a {dtype} constant {value!r} that f32 does not hold")
-                seed = f"cast({seed}, to={dtype})"
-        return Expr(f"expand({seed}, shape={cx.shape(node)})")
+        return Expr(_filled(value, dtype, cx.shape(node)))
     _CONSTANTS.add(lower)
     return lower
+
+
+def _filled(value, dtype: str, shape: str) -> str:
+    """A tensor of `shape` (kiln text) holding `value` (of the dtype's kind): the value in a
+    1-element tensor, expanded."""
+    if dtype == "bool":
+        seed = f"{'eq' if value else 'ne'}(arange(1), 0)"
+    elif dtype in ("i32", "i64"):
+        seed = f"add(arange(1, dtype={dtype}), {_lit(value)})"
+    elif not math.isinf(value) and abs(value) >= _ROUNDS_TO_INF[dtype]:
+        # PyTorch refuses a value its dtype cannot hold ("cannot be converted ... without
+        # overflow"); kiln would write inf.
+        raise Unsupported(f"a {dtype} constant {value!r} past the type's range")
+    else:
+        # where() of two literals is an f32 tensor holding the value, -0.0 and inf included;
+        # a half type takes it through one rounding only where f32 holds it exactly.
+        seed = f"where(eq(arange(1), 0), {_lit(value)}, {_lit(value)})"
+        if dtype != "f32":
+            if not math.isinf(value) and not _f32_holds(value):
+                raise Unsupported(f"a {dtype} constant {value!r} that f32 does not hold")
+            seed = f"cast({seed}, to={dtype})"
+    return f"expand({seed}, shape={shape})"
 
 
 # The smallest magnitude each float type rounds to infinity: its largest value plus half a unit
@@ -619,15 +625,10 @@ def _layer_norm_text(cx, node, x, shape, weight, bias, eps) -> str:
     if list(shape) != [cx.meta(x).shape[-1]] or not isinstance(shape[0], int):
         raise Unsupported("layer_norm over more than the last dim")
     out = cx.dtype_of(node if not isinstance(cx.meta(node), (list, tuple)) else x)
-
-    def filled(value):
-        # A layer_norm without a weight (bias) is one with ones (zeros): OLMo's, MPT's.
-        seed = f"where(eq(arange(1), 0), {_lit(value)}, {_lit(value)})"
-        seed = seed if out == "f32" else f"cast({seed}, to={out})"
-        return f"expand({seed}, shape=[{cx.size(cx.meta(x).shape[-1])}])"
-
-    w = filled(1.0) if weight is None else cx.ref(weight, out)
-    b = filled(0.0) if bias is None else cx.ref(bias, out)
+    # A layer_norm without a weight (bias) is one with ones (zeros): OLMo's, MPT's.
+    last = f"[{cx.size(cx.meta(x).shape[-1])}]"
+    w = _filled(1.0, out, last) if weight is None else cx.ref(weight, out)
+    b = _filled(0.0, out, last) if bias is None else cx.ref(bias, out)
     return f"layer_norm({cx.ref(x, out)}, {w}, {b}, eps={_lit(float(eps))})"
 
 
