@@ -96,25 +96,11 @@ class RowInput {
   // Emits what element j needs and returns its float value: a load, or the prologue's value
   // computed in a block of its own into `into` (declared here).
   std::string element(const std::string& j, const std::string& into) {
-    if (!m_fused) {
-      return load_as_float(dtype(), m_ctx.param(m_in) + "[" + offset(j) + "]");
-    }
-    m_code.line("float " + into + ";");
-    m_code.open("{");
-    std::string v = m_values.value(m_in, Frame{m_in, {}, offset(j)}, "");
-    m_code.line(into + " = " + v + ";");
-    m_code.close();
-    return into;
+    return read(j, into, false);
   }
   // As element(), in the input's value type (value_type: an integer stays one).
   std::string typed_element(const std::string& j, const std::string& into) {
-    if (!m_fused) return load_value(dtype(), m_ctx.param(m_in) + "[" + offset(j) + "]");
-    m_code.line(value_type(dtype()) + " " + into + ";");
-    m_code.open("{");
-    std::string v = m_values.value(m_in, Frame{m_in, {}, offset(j)}, "");
-    m_code.line(into + " = " + v + ";");
-    m_code.close();
-    return into;
+    return read(j, into, true);
   }
 
  private:
@@ -125,6 +111,17 @@ class RowInput {
   bool m_fused = false;
   bool m_unit_inner = true;
   Extent m_len, m_inner, m_rows;
+
+  std::string read(const std::string& j, const std::string& into, bool typed) {
+    std::string at = m_ctx.param(m_in) + "[" + offset(j) + "]";
+    if (!m_fused) return typed ? load_value(dtype(), at) : load_as_float(dtype(), at);
+    m_code.line((typed ? value_type(dtype()) : std::string("float")) + " " + into + ";");
+    m_code.open("{");
+    std::string v = m_values.value(m_in, Frame{m_in, {}, offset(j)}, "");
+    m_code.line(into + " = " + v + ";");
+    m_code.close();
+    return into;
+  }
 };
 
 const char* k_minus_inf = "kiln_as_float(0xff800000u)";

@@ -29,6 +29,11 @@ Tensor run_where(const ir::Node& node, const Tensor& cond, const Tensor* a, cons
 // operand lacks or has as 1.
 std::vector<int64_t> broadcast_strides(const ir::Shape& out, const ir::Shape& operand);
 Tensor run_softmax(const ir::Node& node, const Tensor& x, const RunMode& mode);
+// A tensor seen as [outer, count, inner] around one axis.
+struct Line {
+  int64_t outer = 1, count = 1, inner = 1;
+};
+Line line_of(const ir::Shape& shape, int axis);
 // sum, mean, max along node.attrs.axis.
 Tensor run_reduce(const ir::Node& node, const Tensor& x, const RunMode& mode);
 // cumsum along node.attrs.axis: integers wrapped as their dtype, exact; floats summed in order,

@@ -10,19 +10,6 @@
 namespace kiln::reference::detail {
 namespace {
 
-// A tensor seen as [outer, count, inner] around one axis.
-struct Line {
-  int64_t outer = 1, count = 1, inner = 1;
-};
-
-Line line_of(const ir::Shape& shape, int axis) {
-  Line l;
-  for (int d = 0; d < axis; ++d) l.outer *= shape.dim(d);
-  l.count = shape.dim(axis);
-  for (int d = axis + 1; d < shape.rank(); ++d) l.inner *= shape.dim(d);
-  return l;
-}
-
 template <typename T>
 T reduce_line(ir::OpKind kind, const double* in, int64_t count, int64_t stride) {
   if (kind == ir::OpKind::max) {
@@ -201,6 +188,14 @@ Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operan
     out.values[static_cast<size_t>(flat)] = src.values[static_cast<size_t>(offset)];
   });
   return out;
+}
+
+Line line_of(const ir::Shape& shape, int axis) {
+  Line l;
+  for (int d = 0; d < axis; ++d) l.outer *= shape.dim(d);
+  l.count = shape.dim(axis);
+  for (int d = axis + 1; d < shape.rank(); ++d) l.inner *= shape.dim(d);
+  return l;
 }
 
 }  // namespace kiln::reference::detail

@@ -173,15 +173,12 @@ Tensor run_where(const ir::Node& node, const Tensor& cond, const Tensor* a, cons
 
 Tensor run_scan(const ir::Node& node, const Tensor& x, const RunMode& mode) {
   Tensor out = zeros(node.type);
-  const ir::Shape& shape = x.shape;
-  int axis = node.attrs.axis;
-  int64_t outer = 1, count = shape.dim(axis), inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= shape.dim(d);
-  for (int d = axis + 1; d < shape.rank(); ++d) inner *= shape.dim(d);
+  const Line line = line_of(x.shape, node.attrs.axis);
+  const int64_t count = line.count, inner = line.inner;
   ir::DType dtype = node.type.dtype;
   bool integer = ir::is_integer(dtype);
   bool fp64 = mode.arithmetic == Arithmetic::fp64;
-  for (int64_t o = 0; o < outer; ++o) {
+  for (int64_t o = 0; o < line.outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
       auto at = [&](int64_t j) { return static_cast<size_t>((o * count + j) * inner + i); };
       uint64_t wrapped = 0;
