@@ -1,4 +1,4 @@
-"""Nine more transformers architectures through kiln.torch.compile_exported, built from small
+"""Ten more transformers architectures through kiln.torch.compile_exported, built from small
 configs (no download): each runs whole in one kiln graph, mask builder included, and matches
 eager. Any op left in PyTorch, or a second kiln graph, fails the test."""
 from __future__ import annotations
@@ -38,6 +38,8 @@ def _models():
             max_position_embeddings=80, **small)),
         "gptj": lambda: t.GPTJModel(t.GPTJConfig(n_layer=2, n_embd=64, n_head=4, rotary_dim=8,
                                                  n_positions=64, **small)),
+        "mpt": lambda: t.MptModel(t.MptConfig(n_layers=2, d_model=64, n_heads=4,
+                                               max_seq_len=80, **small)),
         "llama": lambda: t.LlamaModel(t.LlamaConfig(
             num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=128, max_position_embeddings=64, **small)),
@@ -45,7 +47,7 @@ def _models():
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "gpt_neox", "t5_encoder", "opt", "phi", "falcon",
-                                  "bloom", "gptj", "roberta"])
+                                  "bloom", "gptj", "roberta", "mpt"])
 def test_the_model_runs_in_kiln_and_matches_eager(arch, cache_dir):
     torch.manual_seed(0)
     model = _models()[arch]().eval()
@@ -68,13 +70,14 @@ def test_the_model_runs_in_kiln_and_matches_eager(arch, cache_dir):
 
 
 @pytest.mark.parametrize("arch, target", [("gpt2", "cpu"), ("opt", "cpu"), ("bloom", "cpu"),
-                                          ("falcon", "cpu"), ("gptj", "cpu"),
+                                          ("falcon", "cpu"), ("gptj", "cpu"), ("mpt", "cpu"),
                                           ("opt", "emulate:sm_90")])
 def test_a_dynamic_batch_and_sequence_flattened_into_rows_stays_in_kiln(arch, target, cache_dir):
     """OPT's MLP, GPT-2's Conv1D and BLOOM's bmm flatten the dynamic batch and sequence (or
     batch and heads) into one dim: kiln runs them as the dims, and matches eager at each size
     (on the CPU target, and OPT through the CUDA kernels kiln makes for an H100, emulated).
-    Falcon's mask builder and GPT-J's rotary pieces run in kiln at every size too."""
+    Falcon's mask builder, GPT-J's rotary pieces and MPT's alibi (its last S positions, sliced
+    from Max(0, 80 - S)) run in kiln at every size too."""
     torch.manual_seed(0)
     model = _models()[arch]().eval()
     ids = torch.randint(0, 100, (2, 12))

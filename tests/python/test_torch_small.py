@@ -702,3 +702,39 @@ def test_an_empty_operand_of_a_cat_does_not_split_the_kiln_graph(cache_dir):
     for s in (3, 1, 17):
         x = torch.randn(2, s, 8)
         assert torch.allclose(program(x, w), EmptyPart()(x, w), rtol=1e-5, atol=1e-5)
+
+
+class Windows(torch.nn.Module):
+    """Slices of a fixed dim by a symbolic start or end: MPT's alibi[..., Max(0, 64 - S):] (its
+    last S), a float buffer's first S rows, a computed row's window from 3 and from S, and a
+    bool buffer's first S (left to PyTorch: kiln gathers float tensors only)."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("slopes", torch.tensor([0.5, 0.25, 0.125, 0.0625]).reshape(4, 1, 1))
+        self.register_buffer("table", torch.randn(48, 5))
+        self.register_buffer("causal", torch.tril(torch.ones(48, 48, dtype=torch.bool)))
+
+    def forward(self, x, w):
+        s = x.shape[1]
+        alibi = self.slopes * torch.arange(-63, 1).reshape(1, 1, 64)
+        tail = alibi[:, torch.sym_max(0, 1 - s):, torch.sym_max(0, 64 - s):]
+        h = torch.tanh(x.mean(1) @ w)
+        return (tail, self.table[:s] * 2, h[:, 3:3 + s], h[:, s:2 * s],
+                self.causal[:s, :s] & (x[..., 0, None] > 0))
+
+
+def test_a_window_from_a_symbolic_start_or_to_a_symbolic_end_runs_in_kiln(cache_dir):
+    x, w = torch.randn(2, 12, 8), torch.randn(8, 80)
+    dims = ({0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", min=2, max=40)}, None)
+    module = Windows()
+    ep = torch.export.export(module, (x, w), dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.slice.Tensor", 2)]
+    assert "of a bool tensor" in program.fallbacks[0].reason, program.fallbacks[0].reason
+    assert len(program.executables) == 1 and "embedding(" in program.partitions[0]
+    for b, s in [(2, 12), (1, 2), (3, 40), (2, 17)]:
+        x = torch.randn(b, s, 8)
+        for got, want in zip(program(x, w), module(x, w)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert torch.allclose(got.float(), want.float(), rtol=1e-5, atol=1e-5), (got, want)

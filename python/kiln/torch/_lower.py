@@ -7,8 +7,11 @@ import operator
 import re
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 from torch.fx import Node
+from torch.utils._sympy import functions as _sym
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from . import _table
 from ._table import Alias, Const, Expr, Pieces, Tuple0, Unsupported
@@ -45,6 +48,7 @@ class Probe:
         self.symbols = symbols
         self.constants = constants or {}
         self.dims = dims or {}
+        self._decided = {}
 
     def smallest(self, d) -> int:
         """The smallest size a symbolic size takes (its kiln dim's low end)."""
@@ -84,14 +88,36 @@ class Probe:
             return x
         return _DTYPES.get(torch.result_type(probe(a), probe(b)), "f64")
 
+    def expr(self, d):
+        """A SymInt's sympy expression, each Max and Min in it decided where the kiln dims'
+        ranges decide it: MPT slices its alibi from Max(0, 64 - S), which is 64 - S wherever S
+        is at most 64."""
+        expr = d.node.expr
+        if expr.is_number or expr.is_Symbol or not expr.has(*_MAX, *_MIN):
+            return expr
+        if expr not in self._decided:
+            ranges = self.ranges(expr)
+            self._decided[expr] = expr if ranges is None else _decide(expr, ranges)
+        return self._decided[expr]
+
+    def ranges(self, expr) -> dict | None:
+        """{symbol: its kiln dim's range} for the symbols of `expr`, None if one has no kiln dim."""
+        ranges = {}
+        for sym in expr.free_symbols:
+            name = self.symbols.get(str(sym))
+            if name is None or name not in self.dims:
+                return None
+            ranges[sym] = ValueRanges(*self.dims[name])
+        return ranges
+
     def is_symbolic(self, d) -> bool:
-        return isinstance(d, torch.SymInt) and not d.node.expr.is_number
+        return isinstance(d, torch.SymInt) and not self.expr(d).is_number
 
     def size(self, d) -> str:
         if isinstance(d, Node):
             d = d.meta.get("val")
         if isinstance(d, torch.SymInt):
-            expr = d.node.expr
+            expr = self.expr(d)
             if expr.is_number:
                 d = int(expr)
             elif expr.is_Symbol and str(expr) in self.symbols:
@@ -111,7 +137,7 @@ class Probe:
         same order, which row-wise work (elementwise ops, matmuls over the last dim, norms and
         reductions after it) reads alike; _table.merged_dims_reason says which nodes may."""
         if isinstance(d, torch.SymInt):
-            expr = d.node.expr
+            expr = self.expr(d)
             if not expr.is_Mul:
                 return None
             names, count = [], 1
@@ -168,6 +194,27 @@ class Probe:
 
 
 _GETITEM = operator.getitem
+
+
+_MAX, _MIN = (sympy.Max, _sym.Max), (sympy.Min, _sym.Min)  # torch's and sympy's own
+
+
+def _decide(expr, ranges: dict):
+    """`expr` with each Max (Min) rid of the arguments another is at least (at most) as large
+    as over `ranges`."""
+    if expr.is_Atom:
+        return expr
+    expr = expr.func(*[_decide(a, ranges) for a in expr.args])
+    if isinstance(expr, _MAX + _MIN):
+        keep = list(expr.args)
+        for a in list(keep):
+            for b in keep:
+                if b is not a and bool(bound_sympy(b - a if isinstance(expr, _MAX) else a - b,
+                                                   ranges).lower >= 0):
+                    keep.remove(a)  # b always decides where a would
+                    break
+        expr = keep[0] if len(keep) == 1 else expr.func(*keep)
+    return expr
 
 
 def unsupported_reason(probe: Probe, node: Node) -> str | None:

@@ -16,8 +16,10 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import sympy
 import torch
 from torch.fx import Node
+from torch.utils._sympy.value_ranges import bound_sympy
 
 aten = torch.ops.aten
 
@@ -886,15 +888,16 @@ def _slice(cx, node):
         return Expr(arange if len(shape) == 1 else f"reshape({arange}, shape={cx.shape(node)})")
     shape = cx.meta(x).shape
     axis = _arg(node, 1, "dim", 0) % len(shape)
-    start, end, step = _arg(node, 2, "start", None), _arg(node, 3, "end", None), _arg(node, 4, "step", 1)
+    start, end = _bound(cx, _arg(node, 2, "start", None)), _bound(cx, _arg(node, 3, "end", None))
+    step = _arg(node, 4, "step", 1)
     start = 0 if start is None else start
     if step != 1:
         return Expr(_strided_slice(cx, node, x, axis, start, end, step))
     size = shape[axis]
     if start == 0 and (end is None or (isinstance(end, int) and end >= 2**62)):
         return Alias(x)
-    if not isinstance(start, int) or not isinstance(end, int):
-        raise Unsupported("a slice with a symbolic start or end")
+    if not isinstance(start, int) or not (end is None or isinstance(end, int)):
+        return Expr(_window(cx, node, x, axis, start))
     if cx.is_symbolic(size):
         # kiln slices a symbolic dim only in a window every size of its range holds.
         lo = cx.smallest(size)
@@ -909,6 +912,78 @@ def _slice(cx, node):
     if end <= start:
         raise Unsupported("an empty slice")
     return Expr(f"slice({cx.ref(x)}, axis={axis}, start={start}, end={end})")
+
+
+def _bound(cx, v):
+    """A slice's start or end: None, an int, or a symbolic one's sympy expression (an int where
+    the dims' ranges decide it, as MPT's Max(0, 1 - S) is 0)."""
+    if isinstance(v, Node):
+        v = v.meta.get("val")
+    if isinstance(v, torch.SymInt):
+        expr = cx.expr(v)
+        return int(expr) if expr.is_number else expr
+    return v
+
+
+def _window(cx, node, x, axis, start) -> str:
+    """x[..., start:start + n, ...] along a dim of fixed size M where the start or the size n is
+    symbolic (MPT's alibi[..., M - S:], the last S of M): the rows arange(n) + start of an
+    embedding whose table is x with that axis first. For a float x; `start` of the form a + b * s
+    (s one kiln dim, a and b integers), the window inside the dim at every size of the ranges."""
+    shape = cx.meta(x).shape
+    dtype = cx.dtype_of(x)
+    if cx.is_symbolic(shape[axis]):
+        raise Unsupported("a slice with a symbolic start or end along a symbolic dim")
+    if dtype not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"a slice with a symbolic start or end of a {dtype} tensor (kiln "
+                          "gathers float tensors)")
+    size, n = int(shape[axis]), cx.meta(node).shape[axis]
+    n_text = cx.size(n)
+    offset = sympy.Integer(start) if isinstance(start, int) else start
+    count = cx.expr(n) if cx.is_symbolic(n) else sympy.Integer(int(n))
+    window = offset + count
+    ranges = cx.ranges(sympy.Tuple(offset, count))
+    syms = list(offset.free_symbols)
+    a = offset.subs({sym: 0 for sym in syms})
+    b = offset.diff(syms[0]) if syms else sympy.Integer(0)
+    if ranges is None or len(syms) > 1 or not (a.is_Integer and b.is_Integer) or \
+            sympy.expand(offset - a - b * (syms[0] if syms else 0)) != 0:
+        raise Unsupported(f"a slice from {offset} (kiln takes a + b * S)")
+    if bound_sympy(offset, ranges).lower < 0 or bound_sympy(window, ranges).upper > size:
+        raise Unsupported(f"a slice from {offset} of {n} that may leave the dim of {size}")
+    others = [i for i in range(len(shape)) if i != axis]
+    if any(cx.merged(shape[i]) for i in others):
+        raise Unsupported("a slice with a symbolic start or end of a tensor with merged dims")
+    symbolic = [i for i in others if cx.is_symbolic(shape[i])]
+    fixed = 1
+    for i in others:
+        fixed *= 1 if i in symbolic else int(shape[i])
+    if len(symbolic) > 1 or (symbolic and fixed != 1):
+        raise Unsupported("a slice with a symbolic start or end of a tensor whose other dims "
+                          "hold a symbolic one and others")
+    width = cx.size(shape[symbolic[0]]) if symbolic else str(fixed)
+    order = [axis] + others
+    table = cx.ref(x)
+    if axis != 0:
+        table = f"permute({table}, dims={order})"
+    if len(shape) != 2:
+        table = f"reshape({table}, shape=[{size}, {width}])"
+    ids = f"arange({n_text})"
+    a, b = int(a), int(b)
+    if b != 0:
+        # s as a value: the first of arange(s) rolled by one is s - 1.
+        last = f"slice(roll(arange({cx.symbols[str(syms[0])]}), shift=1, axis=0), axis=0, start=0, end=1)"
+        ids = (f"add({ids}, {last})" if b == 1 else f"sub({ids}, {last})" if b == -1 else
+               f"add({ids}, mul({last}, {b}))")
+    if a + b != 0:
+        ids = f"add({ids}, {a + b})"
+    rows = f"embedding({table}, {ids})"
+    moved = "[" + ", ".join([n_text] + [cx.size(shape[i]) for i in others]) + "]"
+    if len(shape) != 2:
+        rows = f"reshape({rows}, shape={moved})"
+    if axis != 0:
+        rows = f"permute({rows}, dims={[order.index(i) for i in range(len(shape))]})"
+    return rows
 
 
 @lowering(aten.select.int)
