@@ -1,6 +1,7 @@
-"""Ten more transformers architectures through kiln.torch.compile_exported, built from small
-configs (no download): each runs whole in one kiln graph, mask builder included, and matches
-eager. Any op left in PyTorch, or a second kiln graph, fails the test."""
+"""Ten more transformers architectures, and two vision transformers, through
+kiln.torch.compile_exported, built from small configs (no download): each runs whole in one kiln
+graph, mask builder included, and matches eager. Any op left in PyTorch, or a second kiln graph,
+fails the test."""
 from __future__ import annotations
 
 import pytest
@@ -126,3 +127,28 @@ def test_packed_sequences_stay_apart_in_one_kiln_graph(arch, cache_dir):
             got = program(**kwargs)
             got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
             assert rel_l2(got, want) < TOLERANCE["highest"], ((b, s), rel_l2(got, want))
+
+
+@pytest.mark.parametrize("arch", ["vit", "clip_vision"])
+def test_a_vision_transformer_is_one_kiln_graph_patch_embedding_included(arch, cache_dir):
+    """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
+    runs in kiln as the image's patches times the weight, at a dynamic batch."""
+    import transformers as t
+    torch.manual_seed(0)
+    small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=128, image_size=32, patch_size=8)
+    model = (t.ViTModel(t.ViTConfig(**small)) if arch == "vit" else
+             t.CLIPVisionModel(t.CLIPVisionConfig(**small))).eval()
+    dims = {"pixel_values": {0: torch.export.Dim("B", max=8)}}
+    with torch.no_grad():
+        ep = torch.export.export(model, (), {"pixel_values": torch.randn(2, 3, 32, 32)},
+                                 dynamic_shapes=dims, strict=False)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for b in (2, 1, 5):
+            pixels = torch.randn(b, 3, 32, 32)
+            want = model(pixel_values=pixels).last_hidden_state
+            got = program(pixel_values=pixels)
+            got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
+            assert rel_l2(got, want) < TOLERANCE["highest"], (b, rel_l2(got, want))

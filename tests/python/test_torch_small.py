@@ -738,3 +738,47 @@ def test_a_window_from_a_symbolic_start_or_to_a_symbolic_end_runs_in_kiln(cache_
         for got, want in zip(program(x, w), module(x, w)):
             assert got.dtype == want.dtype and got.shape == want.shape
             assert torch.allclose(got.float(), want.float(), rtol=1e-5, atol=1e-5), (got, want)
+
+
+class Convolutions(torch.nn.Module):
+    """conv2d and conv1d as patches times the weight: a vision transformer's patch embedding (a
+    size no whole patch ends on, dropped), 3x3 padded, strided, dilated and 'same', an unbatched
+    input, no bias, a Whisper-like conv1d pair, and bf16."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.patch = torch.nn.Conv2d(3, 16, 8, stride=8)
+        self.pad = torch.nn.Conv2d(3, 5, 3, padding=1)
+        self.step = torch.nn.Conv2d(3, 4, (3, 2), stride=(2, 3), padding=(1, 2), bias=False)
+        self.wide = torch.nn.Conv2d(3, 4, 3, dilation=2, padding="same")
+        self.c1 = torch.nn.Conv1d(6, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv1d(8, 8, 3, stride=2, padding=1)
+        self.low = torch.nn.Conv1d(6, 4, 4, stride=4).to(torch.bfloat16)
+
+    def forward(self, x, a):
+        y = torch.nn.functional.gelu(self.c1(a))
+        return (self.patch(x), self.pad(x), self.step(x), self.wide(x), self.pad(x[0]),
+                self.c2(y), self.low(a.to(torch.bfloat16)))
+
+
+@pytest.mark.parametrize("target", ["cpu", "emulate:sm_90"])
+def test_convolutions_are_one_matmul_of_patches_in_kiln(target, cache_dir):
+    module = Convolutions()
+    x, a = torch.randn(2, 3, 20, 27), torch.randn(2, 6, 17)
+    dims = ({0: torch.export.Dim("B", max=8)}, {0: torch.export.Dim("N", max=8)})
+    ep = torch.export.export(module, (x, a), dynamic_shapes=dims, strict=False)
+    # As exported (conv2d, conv1d) and decomposed (aten.convolution).
+    programs = [kiln.torch.compile_exported(e, target=target, precision="highest",
+                                            cache_dir=cache_dir, fallbacks="allow")
+                for e in (ep, ep.run_decompositions())]
+    for program in programs:
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    assert "convolution" in str(ep.run_decompositions().graph)
+    for b, program in [(2, programs[0]), (1, programs[0]), (5, programs[1]), (3, programs[1])]:
+        x, a = torch.randn(b, 3, 20, 27), torch.randn(b, 6, 17)
+        with torch.no_grad():
+            want = module(x, a)
+        for got, w in zip(program(x, a), want):
+            assert got.dtype == w.dtype and got.shape == w.shape, (got.shape, w.shape)
+            tol = 2e-2 if w.dtype == torch.bfloat16 else 1e-5
+            assert torch.allclose(got.float(), w.float(), rtol=tol, atol=tol), (got, w)

@@ -9,6 +9,7 @@ kiln cannot hold (a float64 tensor, a dim `s0*s1`).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import operator
@@ -486,6 +487,118 @@ def _linear(cx, node):
     if bias is not None:
         text = f"add({text}, {cx.ref(bias, out)})"
     return Expr(text)
+
+
+@lowering(aten.conv1d.default, aten.conv2d.default, aten.conv1d.padding, aten.conv2d.padding,
+          aten.convolution.default)
+def _conv(cx, node):
+    """conv1d and conv2d as one matmul of the input's patches by the weight as [O, C k...] (bias
+    added). Where the stride is the kernel and nothing is padded (a vision transformer's patch
+    embedding) the patches are the input's own elements, split and permuted; otherwise each of
+    the kernel's offsets is a strided window of the input, zero-padded, and the windows are
+    stacked (up to 64 offsets)."""
+    x, weight = node.args[0], node.args[1]
+    bias = _arg(node, 2, "bias")
+    if node.target is aten.convolution.default:
+        stride, padding, dilation, transposed, _, groups = node.args[3:9]
+        if transposed:
+            raise Unsupported("a transposed convolution")
+    else:
+        stride, padding = _arg(node, 3, "stride", 1), _arg(node, 4, "padding", 0)
+        dilation, groups = _arg(node, 5, "dilation", 1), _arg(node, 6, "groups", 1)
+    wshape, xshape = cx.meta(weight).shape, cx.meta(x).shape
+    spatial = len(wshape) - 2
+    if spatial not in (1, 2):
+        raise Unsupported(f"a convolution over {spatial} dims (kiln lowers conv1d and conv2d)")
+    if groups != 1:
+        raise Unsupported("a grouped convolution")
+    out = cx.dtype_of(node)
+    if out not in ("f32", "f16", "bf16") or cx.dtype_of(x) != out or cx.dtype_of(weight) != out:
+        raise Unsupported(f"a convolution of {cx.dtype_of(x)} by {cx.dtype_of(weight)}")
+    lead = len(xshape) - spatial - 1  # a batch dim, or none
+    if lead not in (0, 1) or any(cx.is_symbolic(d) for d in list(xshape[lead:]) + list(wshape)):
+        raise Unsupported("a convolution with a symbolic channel or spatial dim, or more than one "
+                          "batch dim")
+    if lead and cx.merged(xshape[0]):
+        raise Unsupported("a convolution of a batch of merged dims")
+    kernel = [int(k) for k in wshape[2:]]
+    def each(v):
+        v = [v] if isinstance(v, int) else list(v)
+        return v * spatial if len(v) == 1 else v
+    stride, dilation = each(stride), each(dilation)
+    if padding == "valid":
+        padding = 0
+    if padding == "same":  # stride 1 (PyTorch's rule): the odd one of a total after, as PyTorch
+        total = [d * (k - 1) for d, k in zip(dilation, kernel)]
+        before, after = [t // 2 for t in total], [t - t // 2 for t in total]
+    elif isinstance(padding, str):
+        raise Unsupported(f"a convolution with padding='{padding}'")
+    else:
+        before = after = each(padding)
+    if not all(isinstance(v, int) for v in stride + before + after + dilation):
+        raise Unsupported("a convolution with a symbolic stride, padding or dilation")
+    chans = int(xshape[lead])
+    sizes = [int(d) for d in xshape[lead + 1:]]
+    outs = [(n + b + a - d * (k - 1) - 1) // st + 1
+            for n, b, a, d, k, st in zip(sizes, before, after, dilation, kernel, stride)]
+    if any(o < 1 for o in outs):
+        raise Unsupported("a convolution whose output is empty (PyTorch raises)")
+    batch = [cx.size(xshape[0])] if lead else []
+    rows, depth = math.prod(outs), chans * math.prod(kernel)
+    text = cx.ref(x)
+    if stride == kernel and not any(before + after) and all(d == 1 for d in dilation):
+        for i, (o, k) in enumerate(zip(outs, kernel)):
+            if o * k != sizes[i]:  # PyTorch drops what no whole patch covers
+                text = f"slice({text}, axis={lead + 1 + i}, start=0, end={o * k})"
+        split = batch + [str(chans)] + [str(v) for o, k in zip(outs, kernel) for v in (o, k)]
+        order = list(range(lead)) + [lead + 1 + 2 * i for i in range(spatial)] + [lead] + \
+            [lead + 2 + 2 * i for i in range(spatial)]
+        text = f"permute(reshape({text}, shape=[{', '.join(split)}]), dims={order})"
+    else:
+        if math.prod(kernel) > 64:
+            raise Unsupported(f"a convolution of {math.prod(kernel)} kernel offsets (kiln "
+                              "stacks up to 64)")
+        dims = batch + [str(chans)] + [str(n) for n in sizes]
+        for i, (n, p, d, k, st, o) in enumerate(zip(sizes, before, dilation, kernel, stride,
+                                                    outs)):
+            # Zeros before and after: the padding, and after it enough that every offset's
+            # window of o whole steps fits (what lies past its last element is never read).
+            tail = max(after[i], d * (k - 1) + o * st - n - p)
+            parts = [text]
+            for count, first in ((p, True), (tail, False)):
+                if count:
+                    zeros = _filled(0.0, out, "[" + ", ".join(
+                        dims[:lead + 1 + i] + [str(count)] + dims[lead + 2 + i:]) + "]")
+                    parts.insert(0 if first else len(parts), zeros)
+            if len(parts) > 1:
+                text = f"concat({', '.join(parts)}, axis={lead + 1 + i})"
+            dims[lead + 1 + i] = str(n + p + tail)
+        windows = []
+        for offsets in itertools.product(*[range(k) for k in kernel]):
+            w, wdims = text, list(dims)
+            for i, (j, d, st, o) in enumerate(zip(offsets, dilation, stride, outs)):
+                axis = lead + 1 + i
+                w = f"slice({w}, axis={axis}, start={j * d}, end={j * d + o * st})"
+                if st > 1:
+                    grouped = wdims[:axis] + [str(o), str(st)] + wdims[axis + 1:]
+                    w = f"slice(reshape({w}, shape=[{', '.join(grouped)}]), axis={axis + 1}, " \
+                        f"start=0, end=1)"
+                wdims[axis] = str(o)
+                if st > 1:
+                    w = f"reshape({w}, shape=[{', '.join(wdims)}])"
+            windows.append(f"reshape({w}, shape=[{', '.join(wdims[:lead + 1] + ['1'] + wdims[lead + 1:])}])")
+        text = windows[0] if len(windows) == 1 else f"concat({', '.join(windows)}, axis={lead + 1})"
+        # [.., C, K, o...] with the spatial dims first, then C and K.
+        order = list(range(lead)) + [lead + 2 + i for i in range(spatial)] + [lead, lead + 1]
+        text = f"permute({text}, dims={order})"
+    patches = f"reshape({text}, shape=[{', '.join(batch + [str(rows), str(depth)])}])"
+    flat = f"reshape({cx.ref(weight)}, shape=[{int(wshape[0])}, {depth}])"
+    text = f"matmul({patches}, {flat}, transpose_b=true)"
+    if bias is not None:
+        text = f"add({text}, {cx.ref(bias, out)})"
+    grid = batch + [str(o) for o in outs] + [str(int(wshape[0]))]
+    back = list(range(lead)) + [lead + spatial] + [lead + i for i in range(spatial)]
+    return Expr(f"permute(reshape({text}, shape=[{', '.join(grid)}]), dims={back})")
 
 
 # -- rows: softmax, reductions, norms --------------------------------------------------------------
