@@ -152,3 +152,39 @@ def test_a_vision_transformer_is_one_kiln_graph_patch_embedding_included(arch, c
             got = program(pixel_values=pixels)
             got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
             assert rel_l2(got, want) < TOLERANCE["highest"], (b, rel_l2(got, want))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_a_sequence_classifier_reads_its_last_token_in_kiln(arch, cache_dir):
+    """LlamaForSequenceClassification (a reward model's shape) and GPT-2's: the score of the last
+    token before the padding, found by argmax and picked per batch entry, all in one kiln graph
+    at a dynamic batch and sequence."""
+    import transformers as t
+    torch.manual_seed(0)
+    small = dict(vocab_size=100, pad_token_id=0, num_labels=3)
+    model = (t.LlamaForSequenceClassification(t.LlamaConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, max_position_embeddings=64, **small)) if arch == "llama" else
+        t.GPT2ForSequenceClassification(t.GPT2Config(n_layer=2, n_embd=64, n_head=4,
+                                                     n_positions=64, **small))).eval()
+
+    def padded(b, s):
+        ids = torch.randint(1, 100, (b, s))
+        for row in range(b):
+            ids[row, s - row % 3:] = 0  # 0, 1 or 2 pads at the end
+        return ids
+    dims = {"input_ids": {0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", max=63)},
+            "use_cache": None}
+    with torch.no_grad():
+        ep = torch.export.export(model, (), {"input_ids": padded(2, 12), "use_cache": False},
+                                 dynamic_shapes=dims, strict=False)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for b, s in [(2, 12), (3, 7), (5, 33)]:
+            ids = padded(b, s)
+            want = model(input_ids=ids, use_cache=False).logits
+            got = program(input_ids=ids, use_cache=False)
+            got = got["logits"] if isinstance(got, dict) else got[0]
+            assert got.shape == (b, 3)
+            assert rel_l2(got, want) < TOLERANCE["highest"], ((b, s), rel_l2(got, want))

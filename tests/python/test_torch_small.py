@@ -782,3 +782,40 @@ def test_convolutions_are_one_matmul_of_patches_in_kiln(target, cache_dir):
             assert got.dtype == w.dtype and got.shape == w.shape, (got.shape, w.shape)
             tol = 2e-2 if w.dtype == torch.bfloat16 else 1e-5
             assert torch.allclose(got.float(), w.float(), rtol=tol, atol=tol), (got, w)
+
+
+class Picks(torch.nn.Module):
+    """A sequence classifier's head: the last non-pad position by argmax of positions times the
+    mask, then x[arange(B), that] (also by a negative i32 id, and at rank 2), and argmax of floats
+    (ties: the first; NaN: the first NaN, as PyTorch), of a mask, along dim 0 and kept; an argmax of
+    ids whose values nothing bounds stays in PyTorch (kiln compares in f32)."""
+    def forward(self, h, ids, f):
+        s = ids.shape[1]
+        last = (torch.arange(s) * (ids != 0).to(torch.int32)).argmax(-1)
+        rows = torch.arange(h.shape[0])
+        return (h[rows, last], h[rows, (last * 0).to(torch.int32) - 2],
+                f[torch.arange(f.shape[0]), last], f.argmax(-1), f.argmax(0, keepdim=True),
+                (f > 0).long().argmax(1), ids.argmax(-1))
+
+
+def test_argmax_and_a_row_picked_per_batch_entry_run_in_kiln_as_in_eager(cache_dir):
+    def inputs(b, s):
+        ids = torch.randint(1, 50, (b, s))
+        ids[0, -2:] = 0
+        f = torch.randn(b, s)
+        f[0, 1] = f[0, 3] = 9.0  # a tie
+        if b > 1:
+            f[1, 2], f[1, 4] = float("nan"), float("nan")
+        return torch.randn(b, s, 6), ids, f
+    batch, seq = torch.export.Dim("B", max=8), torch.export.Dim("S", min=5, max=64)
+    dims = ({0: batch, 1: seq}, {0: batch, 1: seq}, {0: batch, 1: seq})
+    ep = torch.export.export(Picks(), inputs(2, 12), dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.argmax.default", 1)]
+    assert "within +-2^24" in program.fallbacks[0].reason
+    assert len(program.executables) == 1
+    for b, s in [(2, 12), (3, 5), (1, 64)]:
+        args = inputs(b, s)
+        for got, want in zip(program(*args), Picks()(*args)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)

@@ -1228,6 +1228,104 @@ def _take(cx, node, x, axis, picks) -> str:
     return pieces[0] if len(pieces) == 1 else f"concat({', '.join(pieces)}, axis={axis})"
 
 
+# Nodes whose integer values are their first operand's (conversions, views, moves).
+_SAME_VALUES = (aten.to.dtype, aten.to.device, aten.to.dtype_layout, aten._to_copy.default,
+                torch.ops.prims.convert_element_type.default, aten.clone.default,
+                aten.alias.default, aten.view.default, aten.reshape.default,
+                aten._unsafe_view.default, aten.unsqueeze.default, aten.squeeze.dim,
+                aten.expand.default, aten.permute.default, aten.slice.Tensor, aten.select.int)
+
+
+def _int_range(cx, arg, depth: int = 0):
+    """(lo, hi) holding every value of an integer or bool tensor, from the ops that made it (a
+    mask, arange, conversions of those, their sums and products), else None."""
+    if isinstance(arg, bool):
+        return int(arg), int(arg)
+    if isinstance(arg, int):
+        return arg, arg
+    if not isinstance(arg, Node) or arg.op != "call_function" or depth > 32:
+        return None
+    dtype = cx.dtype_of(arg)
+    if dtype == "bool":
+        return 0, 1
+    if dtype not in ("i32", "i64"):
+        return None
+    t = arg.target
+    if t is aten.arange.default:
+        n = arg.args[0]
+        n = n.meta.get("val") if isinstance(n, Node) else n
+        top = cx.dims[cx.size(n)][1] if cx.is_symbolic(n) else int(n)
+        return 0, top - 1
+    if t in _SAME_VALUES:
+        source = arg.args[0]
+        if isinstance(source, Node) and cx.dtype_of(source) not in ("bool", "i32", "i64"):
+            return None  # from a float: any value
+        return _int_range(cx, source, depth + 1)
+    if t in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor) and _arg(arg, 2, "alpha", 1) == 1:
+        a, b = (_int_range(cx, x, depth + 1) for x in arg.args[:2])
+        if a is None or b is None:
+            return None
+        if t is aten.add.Tensor:
+            return a[0] + b[0], a[1] + b[1]
+        if t is aten.sub.Tensor:
+            return a[0] - b[1], a[1] - b[0]
+        corners = [x * y for x in a for y in b]
+        return min(corners), max(corners)
+    return None
+
+
+@lowering(aten.argmax.default)
+def _argmax(cx, node):
+    """argmax along one dim: the smallest position holding the max, found as a max of the
+    negated positions where x equals its max or is NaN (the first NaN, as PyTorch). In f32: a
+    float, a bool, or integers known to lie within +-2^24, along a dim of fewer than 2^24."""
+    x = node.args[0]
+    dim, keepdim = _arg(node, 1, "dim"), _arg(node, 2, "keepdim", False)
+    if dim is None:
+        raise Unsupported("an argmax over all dims")
+    shape = cx.meta(x).shape
+    axis = dim % max(len(shape), 1)
+    if not shape:
+        raise Unsupported("an argmax of a tensor of rank 0")
+    n = shape[axis]
+    if (cx.dims[cx.size(n)][1] if cx.is_symbolic(n) else int(n)) >= 2**24:
+        raise Unsupported("an argmax along a dim of 2^24 or more (positions compared in f32)")
+    dtype = cx.dtype_of(x)
+    if dtype in ("i32", "i64"):
+        bounds = _int_range(cx, x)
+        if bounds is None or min(bounds) <= -2**24 or max(bounds) >= 2**24:
+            raise Unsupported("an argmax of integers not known to lie within +-2^24 (kiln "
+                              "compares them in f32)")
+    xf = cx.ref(x) if dtype in ("f32", "f16", "bf16") else f"cast({cx.ref(x)}, to=f32)"
+    top = f"max({xf}, axis={axis}, keepdim=true)"
+    hit = f"eq({xf}, {top})"
+    if dtype in ("f32", "f16", "bf16"):
+        hit = f"logical_or({hit}, ne({xf}, {xf}))"
+    along = ", ".join(cx.size(d) if i == axis else "1" for i, d in enumerate(shape))
+    positions = f"reshape(arange({cx.size(n)}, dtype=f32), shape=[{along}])"
+    first = f"max(where({hit}, neg({positions}), -3.0e38), axis={axis}, " \
+            f"keepdim={'true' if keepdim else 'false'})"
+    return Expr(f"cast(neg({first}), to=i64)")
+
+
+def _pick(cx, x, ids) -> str:
+    """x[arange(B), ids]: row ids[b] of each x[b], as the sum along dim 1 of x where the
+    position is ids[b] and 0 elsewhere (a negative id counts from the end; one past the dim gives
+    zeros, where PyTorch raises)."""
+    xshape = cx.meta(x).shape
+    n = cx.size(xshape[1])
+    ones = ", ".join(["1"] * (len(xshape) - 2))
+    tail = f", {ones}" if ones else ""
+    dtype = cx.dtype_of(ids)
+    arange = f"arange({n})" if dtype == "i64" else f"arange({n}, dtype={dtype})"
+    size = n if not cx.is_symbolic(xshape[1]) else \
+        f"add(slice(roll({arange}, shift=1, axis=0), axis=0, start=0, end=1), 1)"
+    wrapped = f"where(lt({cx.ref(ids)}, 0), add({cx.ref(ids)}, {size}), {cx.ref(ids)})"
+    at = f"eq(reshape({arange}, shape=[1, {n}{tail}]), " \
+         f"reshape({wrapped}, shape=[{cx.size(xshape[0])}, 1{tail}]))"
+    return f"sum(where({at}, {cx.ref(x)}, 0.0), axis=1)"
+
+
 @lowering(aten.index.Tensor)
 def _index(cx, node):
     """x[arange(n0)[:, None, ...], ..., arange(nk)[..., None]]: every dim of x indexed by its own
@@ -1253,6 +1351,15 @@ def _index(cx, node):
             ids = cx.ref(indices[0])
             rows = int(xshape[0])
             return Expr(f"embedding({cx.ref(x)}, where(lt({ids}, 0), add({ids}, {rows}), {ids}))")
+    if len(indices) == 2 and len(xshape) >= 2 and all(isinstance(i, Node) for i in indices) and \
+            all(len(cx.meta(i).shape) == 1 for i in indices):
+        # x[arange(B), ids], ids [B]: a classifier's last token, CLIP's pooled EOS token.
+        found, rows = _arange_axis(cx, indices[0]), cx.meta(indices[1]).shape[0]
+        same = lambda d: d is xshape[0] or d == xshape[0]
+        if found is not None and found[1] == 0 and same(found[0]) and same(rows) and \
+                cx.dtype_of(indices[1]) in ("i32", "i64") and \
+                cx.dtype_of(x) in ("f32", "f16", "bf16") and not cx.merged(xshape[0]):
+            return Expr(_pick(cx, x, indices[1]))
     if len(indices) != len(xshape) or any(i is None for i in indices):
         raise Unsupported("advanced indexing (only x[arange, arange, ...] is a reshape)")
     last = -1
