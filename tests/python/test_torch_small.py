@@ -706,8 +706,9 @@ def test_an_empty_operand_of_a_cat_does_not_split_the_kiln_graph(cache_dir):
 
 class Windows(torch.nn.Module):
     """Slices of a fixed dim by a symbolic start or end: MPT's alibi[..., Max(0, 64 - S):] (its
-    last S), a float buffer's first S rows, a computed row's window from 3 and from S, and a
-    bool buffer's first S (left to PyTorch: kiln gathers float tensors only)."""
+    last S), a float buffer's first S rows, a computed row's window from 3 and from S, a bool
+    buffer's first S (left to PyTorch: kiln gathers float tensors only), and windows from a
+    negative start (counted from the end, as PyTorch does)."""
     def __init__(self):
         super().__init__()
         self.register_buffer("slopes", torch.tensor([0.5, 0.25, 0.125, 0.0625]).reshape(4, 1, 1))
@@ -720,7 +721,7 @@ class Windows(torch.nn.Module):
         tail = alibi[:, torch.sym_max(0, 1 - s):, torch.sym_max(0, 64 - s):]
         h = torch.tanh(x.mean(1) @ w)
         return (tail, self.table[:s] * 2, h[:, 3:3 + s], h[:, s:2 * s],
-                self.causal[:s, :s] & (x[..., 0, None] > 0))
+                self.causal[:s, :s] & (x[..., 0, None] > 0), self.table[-s:], h[:, -5 - s:-5])
 
 
 def test_a_window_from_a_symbolic_start_or_to_a_symbolic_end_runs_in_kiln(cache_dir):
@@ -819,3 +820,29 @@ def test_argmax_and_a_row_picked_per_batch_entry_run_in_kiln_as_in_eager(cache_d
         args = inputs(b, s)
         for got, want in zip(program(*args), Picks()(*args)):
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+class Pads(torch.nn.Module):
+    """F.pad with a constant: after, before, both, a crop (a negative pad), bool and integer
+    values, bf16; a pad of the symbolic batch dim stays in PyTorch (its size is B + 1)."""
+    def forward(self, x, m):
+        return (F.pad(x, (1, 2)), F.pad(x, (0, 0, 3, 1), value=-1.5), F.pad(x, (-1, 2, 1, -2)),
+                F.pad(m, (2, 0), value=True), F.pad(x.long(), (1, 1), value=7),
+                F.pad(x.to(torch.bfloat16), (0, 1, 1, 0), value=2.0),
+                F.pad(x, (0, 0, 0, 0, 1, 0)))
+
+
+def test_a_constant_pad_is_a_concat_in_kiln(cache_dir):
+    x, m = torch.randn(2, 5, 6), torch.rand(2, 5) > 0.5
+    dims = ({0: torch.export.Dim("B", max=8)}, {0: torch.export.Dim("B2", max=8)})
+    ep = torch.export.export(Pads(), (x, m), dynamic_shapes=dims, strict=False)
+    assert "constant_pad_nd" in str(ep.run_decompositions().graph)
+    for e in (ep, ep.run_decompositions()):  # aten.pad, and constant_pad_nd decomposed
+        program = kiln.torch.compile_exported(e, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert len(program.fallbacks) == 1 and program.fallbacks[0].count == 1, program.fallbacks
+        assert "s" in program.fallbacks[0].reason and "+ 1" in program.fallbacks[0].reason
+        for b in (2, 3):
+            x, m = torch.randn(b, 5, 6), torch.rand(b, 5) > 0.5
+            for got, want in zip(program(x, m), Pads()(x, m)):
+                torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -489,6 +489,56 @@ def _linear(cx, node):
     return Expr(text)
 
 
+@lowering(aten.constant_pad_nd.default, aten.pad.default)
+def _constant_pad(cx, node):
+    """F.pad with a constant: along each padded dim (of fixed size) the value before and after x,
+    joined by concat; a negative pad crops, as PyTorch's."""
+    x, pad = node.args[0], list(_arg(node, 1, "pad"))
+    if node.target is aten.pad.default:
+        if _arg(node, 2, "mode", "constant") != "constant":
+            raise Unsupported(f"a pad in mode '{_arg(node, 2, 'mode')}'")
+        value = _arg(node, 3, "value", None)
+        value = 0 if value is None else value
+    else:
+        value = _arg(node, 2, "value", 0)
+    shape = cx.meta(x).shape
+    if len(pad) % 2 or len(pad) // 2 > len(shape) or \
+            not all(isinstance(p, int) for p in pad) or not isinstance(value, (int, float)):
+        raise Unsupported("a pad by symbolic or malformed amounts")
+    out = cx.dtype_of(node)
+    value = float(value) if out in ("f32", "f16", "bf16") else \
+        bool(value) if out == "bool" else int(value)
+    text = cx.ref(x)
+    dims = [cx.size(d) for d in shape]
+    for k in range(len(pad) // 2):
+        axis, (before, after) = len(shape) - 1 - k, pad[2 * k:2 * k + 2]
+        if before == 0 and after == 0:
+            continue
+        if cx.is_symbolic(shape[axis]):
+            raise Unsupported("a pad along a symbolic dim")
+        size = int(shape[axis])
+        start, end = max(0, -before), size - max(0, -after)
+        if end <= start:
+            raise Unsupported("a pad that crops everything")
+        if start or end != size:
+            text = f"slice({text}, axis={axis}, start={start}, end={end})"
+        dims[axis] = str(end - start)
+        text = _padded(text, dims, axis, max(0, before), max(0, after), value, out)
+    return Expr(text)
+
+
+def _padded(text: str, dims: list, axis: int, before: int, after: int, value, dtype: str) -> str:
+    """`text` (kiln shape `dims`) with `before` and `after` elements of `value` joined along
+    `axis`; dims[axis] becomes the padded size."""
+    parts = [text]
+    for count, first in ((before, True), (after, False)):
+        if count:
+            shape = "[" + ", ".join(dims[:axis] + [str(count)] + dims[axis + 1:]) + "]"
+            parts.insert(0 if first else len(parts), _filled(value, dtype, shape))
+    dims[axis] = str(int(dims[axis]) + before + after)
+    return text if len(parts) == 1 else f"concat({', '.join(parts)}, axis={axis})"
+
+
 @lowering(aten.conv1d.default, aten.conv2d.default, aten.conv1d.padding, aten.conv2d.padding,
           aten.convolution.default)
 def _conv(cx, node):
@@ -564,15 +614,7 @@ def _conv(cx, node):
             # Zeros before and after: the padding, and after it enough that every offset's
             # window of o whole steps fits (what lies past its last element is never read).
             tail = max(after[i], d * (k - 1) + o * st - n - p)
-            parts = [text]
-            for count, first in ((p, True), (tail, False)):
-                if count:
-                    zeros = _filled(0.0, out, "[" + ", ".join(
-                        dims[:lead + 1 + i] + [str(count)] + dims[lead + 2 + i:]) + "]")
-                    parts.insert(0 if first else len(parts), zeros)
-            if len(parts) > 1:
-                text = f"concat({', '.join(parts)}, axis={lead + 1 + i})"
-            dims[lead + 1 + i] = str(n + p + tail)
+            text = _padded(text, dims, lead + 1 + i, p, tail, 0.0, out)
         windows = []
         for offsets in itertools.product(*[range(k) for k in kernel]):
             w, wdims = text, list(dims)
@@ -1048,18 +1090,23 @@ def _window(cx, node, x, axis, start) -> str:
     if cx.is_symbolic(shape[axis]):
         raise Unsupported("a slice with a symbolic start or end along a symbolic dim")
     if dtype not in ("f32", "f16", "bf16"):
-        raise Unsupported(f"a slice with a symbolic start or end of a {dtype} tensor (kiln "
-                          "gathers float tensors)")
+        article = "an" if dtype.startswith("i") else "a"
+        raise Unsupported(f"a slice with a symbolic start or end of {article} {dtype} tensor "
+                          "(kiln gathers float tensors)")
     size, n = int(shape[axis]), cx.meta(node).shape[axis]
     n_text = cx.size(n)
     offset = sympy.Integer(start) if isinstance(start, int) else start
-    count = cx.expr(n) if cx.is_symbolic(n) else sympy.Integer(int(n))
-    window = offset + count
+    count = cx.expr(n) if isinstance(n, torch.SymInt) else sympy.Integer(int(n))
     ranges = cx.ranges(sympy.Tuple(offset, count))
+    if ranges is None:
+        raise Unsupported(f"a slice from {offset} of {count}: a size that is no kiln dim")
+    if bool(bound_sympy(offset, ranges).upper < 0):
+        offset = offset + size  # a negative start counts from the end, as PyTorch's
+    window = offset + count
     syms = list(offset.free_symbols)
     a = offset.subs({sym: 0 for sym in syms})
     b = offset.diff(syms[0]) if syms else sympy.Integer(0)
-    if ranges is None or len(syms) > 1 or not (a.is_Integer and b.is_Integer) or \
+    if len(syms) > 1 or not (a.is_Integer and b.is_Integer) or \
             sympy.expand(offset - a - b * (syms[0] if syms else 0)) != 0:
         raise Unsupported(f"a slice from {offset} (kiln takes a + b * S)")
     if bound_sympy(offset, ranges).lower < 0 or bound_sympy(window, ranges).upper > size:
