@@ -787,16 +787,18 @@ def test_convolutions_are_one_matmul_of_patches_in_kiln(target, cache_dir):
 
 class Picks(torch.nn.Module):
     """A sequence classifier's head: the last non-pad position by argmax of positions times the
-    mask, then x[arange(B), that] (also by a negative i32 id, and at rank 2), and argmax of floats
-    (ties: the first; NaN: the first NaN, as PyTorch), of a mask, along dim 0 and kept; an argmax of
+    mask, then x[arange(B), that] (also by a negative i32 id, and at rank 2; a -0.0 picked stays
+    one), and argmax of floats
+    (ties: the first; NaN: the first NaN, as PyTorch), of a computed and a given mask, along dim 0
+    and kept; an argmax of
     ids whose values nothing bounds stays in PyTorch (kiln compares in f32)."""
-    def forward(self, h, ids, f):
+    def forward(self, h, ids, f, m):
         s = ids.shape[1]
         last = (torch.arange(s) * (ids != 0).to(torch.int32)).argmax(-1)
         rows = torch.arange(h.shape[0])
         return (h[rows, last], h[rows, (last * 0).to(torch.int32) - 2],
                 f[torch.arange(f.shape[0]), last], f.argmax(-1), f.argmax(0, keepdim=True),
-                (f > 0).long().argmax(1), ids.argmax(-1))
+                (f > 0).long().argmax(1), (torch.arange(s) * m).argmax(-1), ids.argmax(-1))
 
 
 def test_argmax_and_a_row_picked_per_batch_entry_run_in_kiln_as_in_eager(cache_dir):
@@ -807,9 +809,11 @@ def test_argmax_and_a_row_picked_per_batch_entry_run_in_kiln_as_in_eager(cache_d
         f[0, 1] = f[0, 3] = 9.0  # a tie
         if b > 1:
             f[1, 2], f[1, 4] = float("nan"), float("nan")
-        return torch.randn(b, s, 6), ids, f
+        h = torch.randn(b, s, 6)
+        h[:, :, 0] = -0.0
+        return h, ids, f, torch.rand(b, s) > 0.5
     batch, seq = torch.export.Dim("B", max=8), torch.export.Dim("S", min=5, max=64)
-    dims = ({0: batch, 1: seq}, {0: batch, 1: seq}, {0: batch, 1: seq})
+    dims = ({0: batch, 1: seq}, {0: batch, 1: seq}, {0: batch, 1: seq}, {0: batch, 1: seq})
     ep = torch.export.export(Picks(), inputs(2, 12), dynamic_shapes=dims, strict=False)
     program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
@@ -820,16 +824,19 @@ def test_argmax_and_a_row_picked_per_batch_entry_run_in_kiln_as_in_eager(cache_d
         args = inputs(b, s)
         for got, want in zip(program(*args), Picks()(*args)):
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+            assert torch.equal(torch.signbit(got), torch.signbit(want)), (got, want)
 
 
 class Pads(torch.nn.Module):
     """F.pad with a constant: after, before, both, a crop (a negative pad), bool and integer
-    values, bf16; a pad of the symbolic batch dim stays in PyTorch (its size is B + 1)."""
+    values, bf16, all-zero pads mid-graph, a crop of integers by an infinite value (never
+    written); a pad of the symbolic batch dim stays in PyTorch (its size is B + 1)."""
     def forward(self, x, m):
         return (F.pad(x, (1, 2)), F.pad(x, (0, 0, 3, 1), value=-1.5), F.pad(x, (-1, 2, 1, -2)),
                 F.pad(m, (2, 0), value=True), F.pad(x.long(), (1, 1), value=7),
                 F.pad(x.to(torch.bfloat16), (0, 1, 1, 0), value=2.0),
-                F.pad(x, (0, 0, 0, 0, 1, 0)))
+                F.pad(x, (0, 0, 0, 0, 1, 0)), F.pad(x * 2, (0, 0)) + 1,
+                F.pad(x.long(), (-1, -2), value=float("-inf")))
 
 
 def test_a_constant_pad_is_a_concat_in_kiln(cache_dir):

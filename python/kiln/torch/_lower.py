@@ -77,7 +77,8 @@ class Probe:
         if not isinstance(val, torch.Tensor):
             raise Unsupported("a value that is not a tensor")
         if val.dtype not in _DTYPES:
-            raise Unsupported(f"a {str(val.dtype).replace('torch.', '')} tensor")
+            name = str(val.dtype).replace("torch.", "")
+            raise Unsupported(f"{'an' if name[0] in 'aeio' else 'a'} {name} tensor")
         return _DTYPES[val.dtype]
 
     def promoted(self, a, b) -> str:

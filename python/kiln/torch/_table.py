@@ -506,8 +506,13 @@ def _constant_pad(cx, node):
             not all(isinstance(p, int) for p in pad) or not isinstance(value, (int, float)):
         raise Unsupported("a pad by symbolic or malformed amounts")
     out = cx.dtype_of(node)
-    value = float(value) if out in ("f32", "f16", "bf16") else \
-        bool(value) if out == "bool" else int(value)
+    if any(p > 0 for p in pad):  # the value is read only where something is added
+        if out in ("i32", "i64") and not math.isfinite(value):
+            raise Unsupported(f"a pad of an integer tensor by {value}")
+        value = float(value) if out in ("f32", "f16", "bf16") else \
+            bool(value) if out == "bool" else int(value)
+    if not any(pad):
+        return Alias(x)
     text = cx.ref(x)
     dims = [cx.size(d) for d in shape]
     for k in range(len(pad) // 2):
@@ -1290,12 +1295,12 @@ def _int_range(cx, arg, depth: int = 0):
         return int(arg), int(arg)
     if isinstance(arg, int):
         return arg, arg
-    if not isinstance(arg, Node) or arg.op != "call_function" or depth > 32:
+    if not isinstance(arg, Node) or depth > 32:
         return None
     dtype = cx.dtype_of(arg)
     if dtype == "bool":
-        return 0, 1
-    if dtype not in ("i32", "i64"):
+        return 0, 1  # a mask, computed or given
+    if dtype not in ("i32", "i64") or arg.op != "call_function":
         return None
     t = arg.target
     if t is aten.arange.default:
@@ -1338,6 +1343,8 @@ def _argmax(cx, node):
     if (cx.dims[cx.size(n)][1] if cx.is_symbolic(n) else int(n)) >= 2**24:
         raise Unsupported("an argmax along a dim of 2^24 or more (positions compared in f32)")
     dtype = cx.dtype_of(x)
+    if dtype == "bool":
+        raise Unsupported("an argmax of bool (PyTorch refuses it)")
     if dtype in ("i32", "i64"):
         bounds = _int_range(cx, x)
         if bounds is None or min(bounds) <= -2**24 or max(bounds) >= 2**24:
@@ -1356,9 +1363,9 @@ def _argmax(cx, node):
 
 
 def _pick(cx, x, ids) -> str:
-    """x[arange(B), ids]: row ids[b] of each x[b], as the sum along dim 1 of x where the
-    position is ids[b] and 0 elsewhere (a negative id counts from the end; one past the dim gives
-    zeros, where PyTorch raises)."""
+    """x[arange(B), ids]: row ids[b] of each x[b], as the max along dim 1 of x where the
+    position is ids[b] and -inf elsewhere: the value itself, a signed zero or a NaN too (a
+    negative id counts from the end; an id outside the dim gives -inf, where PyTorch raises)."""
     xshape = cx.meta(x).shape
     n = cx.size(xshape[1])
     ones = ", ".join(["1"] * (len(xshape) - 2))
@@ -1370,7 +1377,7 @@ def _pick(cx, x, ids) -> str:
     wrapped = f"where(lt({cx.ref(ids)}, 0), add({cx.ref(ids)}, {size}), {cx.ref(ids)})"
     at = f"eq(reshape({arange}, shape=[1, {n}{tail}]), " \
          f"reshape({wrapped}, shape=[{cx.size(xshape[0])}, 1{tail}]))"
-    return f"sum(where({at}, {cx.ref(x)}, 0.0), axis=1)"
+    return f"max(where({at}, {cx.ref(x)}, -inf), axis=1)"
 
 
 @lowering(aten.index.Tensor)
