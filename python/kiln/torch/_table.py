@@ -633,7 +633,8 @@ def _conv(cx, node):
                 wdims[axis] = str(o)
                 if st > 1:
                     w = f"reshape({w}, shape=[{', '.join(wdims)}])"
-            windows.append(f"reshape({w}, shape=[{', '.join(wdims[:lead + 1] + ['1'] + wdims[lead + 1:])}])")
+            stacked = wdims[:lead + 1] + ["1"] + wdims[lead + 1:]
+            windows.append(f"reshape({w}, shape=[{', '.join(stacked)}])")
         text = windows[0] if len(windows) == 1 else f"concat({', '.join(windows)}, axis={lead + 1})"
         # [.., C, K, o...] with the spatial dims first, then C and K.
         order = list(range(lead)) + [lead + 2 + i for i in range(spatial)] + [lead, lead + 1]
@@ -1074,6 +1075,13 @@ def _slice(cx, node):
     return Expr(f"slice({cx.ref(x)}, axis={axis}, start={start}, end={end})")
 
 
+def _dim_value(name: str, dtype: str) -> str:
+    """The size of kiln dim `name` as a [1] tensor of `dtype`: the first of arange(name) rolled
+    by one is its last position, name - 1."""
+    arange = f"arange({name})" if dtype == "i64" else f"arange({name}, dtype={dtype})"
+    return f"add(slice(roll({arange}, shift=1, axis=0), axis=0, start=0, end=1), 1)"
+
+
 def _bound(cx, v):
     """A slice's start or end: None, an int, or a symbolic one's sympy expression (an int where
     the dims' ranges decide it, as MPT's Max(0, 1 - S) is 0)."""
@@ -1136,12 +1144,11 @@ def _window(cx, node, x, axis, start) -> str:
     ids = f"arange({n_text})"
     a, b = int(a), int(b)
     if b != 0:
-        # s as a value: the first of arange(s) rolled by one is s - 1.
-        last = f"slice(roll(arange({cx.symbols[str(syms[0])]}), shift=1, axis=0), axis=0, start=0, end=1)"
-        ids = (f"add({ids}, {last})" if b == 1 else f"sub({ids}, {last})" if b == -1 else
-               f"add({ids}, mul({last}, {b}))")
-    if a + b != 0:
-        ids = f"add({ids}, {a + b})"
+        dim = _dim_value(cx.symbols[str(syms[0])], "i64")
+        ids = (f"add({ids}, {dim})" if b == 1 else f"sub({ids}, {dim})" if b == -1 else
+               f"add({ids}, mul({dim}, {b}))")
+    if a != 0:
+        ids = f"add({ids}, {a})"
     rows = f"embedding({table}, {ids})"
     moved = "[" + ", ".join([n_text] + [cx.size(shape[i]) for i in others]) + "]"
     if len(shape) != 2:
@@ -1290,7 +1297,7 @@ _SAME_VALUES = (aten.to.dtype, aten.to.device, aten.to.dtype_layout, aten._to_co
 
 def _int_range(cx, arg, depth: int = 0):
     """(lo, hi) holding every value of an integer or bool tensor, from the ops that made it (a
-    mask, arange, conversions of those, their sums and products), else None."""
+    mask, arange, conversions of those, add, sub and mul of them), else None."""
     if isinstance(arg, bool):
         return int(arg), int(arg)
     if isinstance(arg, int):
@@ -1330,7 +1337,7 @@ def _int_range(cx, arg, depth: int = 0):
 def _argmax(cx, node):
     """argmax along one dim: the smallest position holding the max, found as a max of the
     negated positions where x equals its max or is NaN (the first NaN, as PyTorch). In f32: a
-    float, a bool, or integers known to lie within +-2^24, along a dim of fewer than 2^24."""
+    float, or integers known to lie within +-2^24, along a dim of fewer than 2^24."""
     x = node.args[0]
     dim, keepdim = _arg(node, 1, "dim"), _arg(node, 2, "keepdim", False)
     if dim is None:
@@ -1372,8 +1379,7 @@ def _pick(cx, x, ids) -> str:
     tail = f", {ones}" if ones else ""
     dtype = cx.dtype_of(ids)
     arange = f"arange({n})" if dtype == "i64" else f"arange({n}, dtype={dtype})"
-    size = n if not cx.is_symbolic(xshape[1]) else \
-        f"add(slice(roll({arange}, shift=1, axis=0), axis=0, start=0, end=1), 1)"
+    size = _dim_value(n, dtype) if cx.is_symbolic(xshape[1]) else n
     wrapped = f"where(lt({cx.ref(ids)}, 0), add({cx.ref(ids)}, {size}), {cx.ref(ids)})"
     at = f"eq(reshape({arange}, shape=[1, {n}{tail}]), " \
          f"reshape({wrapped}, shape=[{cx.size(xshape[0])}, 1{tail}]))"
