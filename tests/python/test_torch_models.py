@@ -154,6 +154,32 @@ def test_a_vision_transformer_is_one_kiln_graph_patch_embedding_included(arch, c
             assert rel_l2(got, want) < TOLERANCE["highest"], (b, rel_l2(got, want))
 
 
+def test_clips_text_tower_pools_its_end_token_in_kiln(cache_dir):
+    """CLIP's text tower with the legacy end-of-text id 2 pools the token at the argmax of the
+    ids themselves (the largest id, nothing bounds it): found exactly and picked per batch
+    entry in the one kiln graph, at a dynamic batch and sequence."""
+    import transformers as t
+    torch.manual_seed(0)
+    model = t.CLIPTextModel(t.CLIPTextConfig(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=64, eos_token_id=2)).eval()
+    dims = {"input_ids": {0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", max=64)}}
+    with torch.no_grad():
+        ep = torch.export.export(model, (), {"input_ids": torch.randint(3, 99, (2, 12))},
+                                 dynamic_shapes=dims, strict=False)
+        assert "argmax" in str(ep.graph)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for b, s in [(2, 12), (3, 7), (1, 33)]:
+            ids = torch.randint(3, 99, (b, s))
+            ids[torch.arange(b), torch.randint(0, s, (b,))] = 99  # the end token, anywhere
+            want = model(input_ids=ids).pooler_output
+            got = program(input_ids=ids)
+            got = got["pooler_output"] if isinstance(got, dict) else got[1]
+            assert rel_l2(got, want) < TOLERANCE["highest"], ((b, s), rel_l2(got, want))
+
+
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_a_sequence_classifier_reads_its_last_token_in_kiln(arch, cache_dir):
     """LlamaForSequenceClassification (a reward model's shape) and GPT-2's: the score of the last

@@ -790,8 +790,7 @@ class Picks(torch.nn.Module):
     mask, then x[arange(B), that] (also by a negative i32 id, and at rank 2; a -0.0 picked stays
     one), and argmax of floats
     (ties: the first; NaN: the first NaN, as PyTorch), of a computed and a given mask, along dim 0
-    and kept; an argmax of
-    ids whose values nothing bounds stays in PyTorch (kiln compares in f32)."""
+    and kept, and of ids whose values nothing bounds."""
     def forward(self, h, ids, f, m):
         s = ids.shape[1]
         last = (torch.arange(s) * (ids != 0).to(torch.int32)).argmax(-1)
@@ -817,14 +816,52 @@ def test_argmax_and_a_row_picked_per_batch_entry_run_in_kiln_as_in_eager(cache_d
     ep = torch.export.export(Picks(), inputs(2, 12), dynamic_shapes=dims, strict=False)
     program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
-    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.argmax.default", 1)]
-    assert "within +-2^24" in program.fallbacks[0].reason
-    assert len(program.executables) == 1
+    assert program.fallbacks == [] and len(program.executables) == 1
     for b, s in [(2, 12), (3, 5), (1, 64)]:
         args = inputs(b, s)
         for got, want in zip(program(*args), Picks()(*args)):
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
             assert torch.equal(torch.signbit(got), torch.signbit(want)), (got, want)
+
+
+class IntegerArgmax(torch.nn.Module):
+    """argmax of i32 and i64 along either dim, and of i32 that wrapped (`a * 3 - 7`)."""
+    def forward(self, a, b):
+        return (a.argmax(-1), b.argmax(-1), a.argmax(0, keepdim=True), b.argmax(0),
+                (a * 3 - 7).argmax(1))
+
+
+def integer_argmax_inputs(b, s, seed):
+    """Random i32 and i64 over their whole range; row 0 holds values next to the top that round
+    to one float (2^31 - 1, 2^31 - 2, ...), row 1 the bottom of the range with the max one
+    above it, twice in i64 (the first wins), row 2 values around 2^24 (i32) and 2^40 (i64)
+    that differ by less than a float's spacing there."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randint(-2**31, 2**31 - 1, (b, s), dtype=torch.int32, generator=g)
+    x = torch.randint(-2**63, 2**63 - 1, (b, s), dtype=torch.int64, generator=g)
+    a[0, :4] = torch.tensor([2**31 - 2, 2**31 - 1, 2**31 - 1, 2**31 - 100])
+    x[0, :4] = torch.tensor([2**63 - 2, 2**63 - 1, 2**63 - 1, 2**63 - 100])
+    if b > 1:
+        a[1], x[1] = -2**31, -2**63
+        a[1, 3], x[1, 5], x[1, 6] = -2**31 + 1, -2**63 + 1, -2**63 + 1
+    if b > 2:
+        a[2] = 2**24 + torch.randint(-3, 3, (s,), dtype=torch.int32, generator=g)
+        x[2] = 2**40 + 12345 + torch.randint(-3, 3, (s,), generator=g)
+    return a, x
+
+
+@pytest.mark.parametrize("target", ["cpu", "emulate:sm_90"])
+def test_an_argmax_of_integers_is_exact_over_their_whole_range(cache_dir, target):
+    dims = ({0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", min=8, max=64)},) * 2
+    ep = torch.export.export(IntegerArgmax(), integer_argmax_inputs(3, 10, 0),
+                             dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target=target, precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert program.fallbacks == [] and len(program.executables) == 1
+    for seed, (b, s) in enumerate([(3, 10), (1, 8), (4, 33), (2, 64)]):
+        args = integer_argmax_inputs(b, s, seed)
+        for got, want in zip(program(*args), IntegerArgmax()(*args)):
+            assert torch.equal(got, want), (b, s, got, want)
 
 
 class Pads(torch.nn.Module):

@@ -1336,8 +1336,11 @@ def _int_range(cx, arg, depth: int = 0):
 @lowering(aten.argmax.default)
 def _argmax(cx, node):
     """argmax along one dim: the smallest position holding the max, found as a max of the
-    negated positions where x equals its max or is NaN (the first NaN, as PyTorch). In f32: a
-    float, or integers known to lie within +-2^24, along a dim of fewer than 2^24."""
+    negated positions where x equals its max or is NaN (the first NaN, as PyTorch). A float is
+    compared in f32. Integers are compared exactly, in rounds of f32 compares: a round keeps the
+    positions whose value rounds to the largest (rounding never reorders), and the next compares
+    what those positions hold less that largest, until the values left lie within +-2^24 (i32:
+    two rounds, i64: three; one where the ops making x keep it within +-2^24)."""
     x = node.args[0]
     dim, keepdim = _arg(node, 1, "dim"), _arg(node, 2, "keepdim", False)
     if dim is None:
@@ -1352,16 +1355,26 @@ def _argmax(cx, node):
     dtype = cx.dtype_of(x)
     if dtype == "bool":
         raise Unsupported("an argmax of bool (PyTorch refuses it)")
-    if dtype in ("i32", "i64"):
-        bounds = _int_range(cx, x)
-        if bounds is None or min(bounds) <= -2**24 or max(bounds) >= 2**24:
-            raise Unsupported("an argmax of integers not known to lie within +-2^24 (kiln "
-                              "compares them in f32)")
     xf = cx.ref(x) if dtype in ("f32", "f16", "bf16") else f"cast({cx.ref(x)}, to=f32)"
     top = f"max({xf}, axis={axis}, keepdim=true)"
     hit = f"eq({xf}, {top})"
     if dtype in ("f32", "f16", "bf16"):
         hit = f"logical_or({hit}, ne({xf}, {xf}))"
+    else:
+        bounds = _int_range(cx, x)
+        # The largest magnitude a round's values may have: the dtype's, then half a float's
+        # spacing at that magnitude (24 significant bits), plus one where the rounded largest
+        # is 2^31 or 2^63 and its cast back saturates one below.
+        reach = 2**63 if dtype == "i64" else 2**31
+        if bounds is not None:
+            reach = max(abs(bounds[0]), abs(bounds[1]))
+        rest = cx.ref(x)
+        while reach >= 2**24:
+            reach = 2 ** max(reach.bit_length() - 25, 0) + 1
+            rest = f"sub({rest}, cast({top}, to={dtype}))"
+            kept = f"where({hit}, cast({rest}, to=f32), -inf)"
+            top = f"max({kept}, axis={axis}, keepdim=true)"
+            hit = f"logical_and({hit}, eq({kept}, {top}))"
     along = ", ".join(cx.size(d) if i == axis else "1" for i, d in enumerate(shape))
     positions = f"reshape(arange({cx.size(n)}, dtype=f32), shape=[{along}])"
     first = f"max(where({hit}, neg({positions}), -3.0e38), axis={axis}, " \
