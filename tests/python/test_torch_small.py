@@ -4,6 +4,7 @@ tensor constants under torch.compile."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -706,14 +707,20 @@ def test_an_empty_operand_of_a_cat_does_not_split_the_kiln_graph(cache_dir):
 
 class Windows(torch.nn.Module):
     """Slices of a fixed dim by a symbolic start or end: MPT's alibi[..., Max(0, 64 - S):] (its
-    last S), a float buffer's first S rows, a computed row's window from 3 and from S, a bool
-    buffer's first S (left to PyTorch: kiln gathers float tensors only), and windows from a
-    negative start (counted from the end, as PyTorch does)."""
+    last S), a float buffer's first S rows, a computed row's window from 3 and from S, windows
+    from a negative start (counted from the end, as PyTorch does), and of bool buffers: a
+    causal one's first S (GPT-Neo's `bias[:, :, :S, :S]`, as 2-D and 4-D), a local band's
+    window from S - 2 and from 2, and the first S of a buffer that is no band (left to
+    PyTorch: kiln gathers float tensors only)."""
     def __init__(self):
         super().__init__()
         self.register_buffer("slopes", torch.tensor([0.5, 0.25, 0.125, 0.0625]).reshape(4, 1, 1))
         self.register_buffer("table", torch.randn(48, 5))
-        self.register_buffer("causal", torch.tril(torch.ones(48, 48, dtype=torch.bool)))
+        causal = torch.tril(torch.ones(48, 48, dtype=torch.bool))
+        self.register_buffer("causal", causal)
+        self.register_buffer("local", (causal ^ torch.tril(causal, -4)).view(1, 1, 48, 48))
+        seeded = torch.Generator().manual_seed(2)
+        self.register_buffer("scattered", torch.rand(48, 3, generator=seeded) > 0.5)
 
     def forward(self, x, w):
         s = x.shape[1]
@@ -721,7 +728,9 @@ class Windows(torch.nn.Module):
         tail = alibi[:, torch.sym_max(0, 1 - s):, torch.sym_max(0, 64 - s):]
         h = torch.tanh(x.mean(1) @ w)
         return (tail, self.table[:s] * 2, h[:, 3:3 + s], h[:, s:2 * s],
-                self.causal[:s, :s] & (x[..., 0, None] > 0), self.table[-s:], h[:, -5 - s:-5])
+                self.causal[:s, :s] & (x[..., 0, None] > 0), self.table[-s:], h[:, -5 - s:-5],
+                self.local[:, :, :s, :s], self.local[:, :, s - 2:s, 2:s + 2],
+                self.scattered[:s] | (x[0, :, :3] > 0))
 
 
 def test_a_window_from_a_symbolic_start_or_to_a_symbolic_end_runs_in_kiln(cache_dir):
@@ -731,9 +740,10 @@ def test_a_window_from_a_symbolic_start_or_to_a_symbolic_end_runs_in_kiln(cache_
     ep = torch.export.export(module, (x, w), dynamic_shapes=dims, strict=False)
     program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
-    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.slice.Tensor", 2)]
+    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.slice.Tensor", 1)]
     assert "of a bool tensor" in program.fallbacks[0].reason, program.fallbacks[0].reason
     assert len(program.executables) == 1 and "embedding(" in program.partitions[0]
+    assert "causal" not in program.partitions[0] and "local" not in program.partitions[0]
     for b, s in [(2, 12), (1, 2), (3, 40), (2, 17)]:
         x = torch.randn(b, s, 8)
         for got, want in zip(program(x, w), module(x, w)):
@@ -822,6 +832,70 @@ def test_argmax_and_a_row_picked_per_batch_entry_run_in_kiln_as_in_eager(cache_d
         for got, want in zip(program(*args), Picks()(*args)):
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
             assert torch.equal(torch.signbit(got), torch.signbit(want)), (got, want)
+
+
+class SizesAsValues(torch.nn.Module):
+    """Sizes used as values: `ids - S` (i64, and i32 as PyTorch keeps it), `x * x.shape[1]`,
+    `x / (S + 1)`, `tanh + (2 S - 3)`, `ids * (S B - 1)`, a rank-0 sum plus S, a parameter
+    times S (a graph no input of which has S but for the one kiln adds), and a float size
+    (`sym_sqrt(S)`) and `S // 2`, which stay in PyTorch."""
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x, ids):
+        s, b = ids.shape[1], ids.shape[0]
+        return (ids - s, ids.to(torch.int32) - s, x * x.shape[1], x / (s + 1),
+                torch.tanh(x) + (2 * s - 3), ids * (s * b - 1), x[0, 0, 0] + s, self.w * s,
+                x / torch.sym_sqrt(x.shape[1]), ids - s // 2)
+
+
+def test_a_size_used_as_a_value_is_computed_from_the_graphs_dims(cache_dir):
+    x, ids = torch.randn(2, 6, 8), torch.randint(0, 9, (2, 6))
+    dims = ({0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", min=2, max=10)},) * 2
+    ep = torch.export.export(SizesAsValues(), (x, ids), dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.div.Tensor", 1),
+                                                            ("aten.sub.Tensor", 1)]
+    assert program.fallbacks[0].reason == "a value that is not a tensor (SymFloat)"
+    assert re.fullmatch(r"a size \(s\d+//2\) as a value \(kiln takes sums of products of dims\)",
+                        program.fallbacks[1].reason), program.fallbacks[1].reason
+    assert len(program.executables) == 1
+    module = ep.module()
+    for b, s in [(2, 6), (3, 9), (1, 2), (8, 10)]:
+        args = (torch.randn(b, s, 8), torch.randint(-9, 9, (b, s)))
+        for got, want in zip(program(*args), module(*args)):
+            assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+class OtherPicks(torch.nn.Module):
+    """Index forms kiln leaves to PyTorch, each with its reason: a row picked per batch entry
+    from integers, and ids of shape [B, 1]."""
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+
+    def forward(self, h, ids):
+        rows = torch.arange(h.shape[0])
+        return h.long()[rows, ids] if self.form == "int" else h[rows[:, None], ids[:, None]]
+
+
+@pytest.mark.parametrize("form, reason", [
+    ("int", "x[arange(B), ids] of i64 (kiln picks a row per batch entry from a float tensor)"),
+    ("column", "advanced indexing other than kiln's four forms (x[arange, arange, ...]; "
+               "constant positions along one dim; table[ids]; x[arange(B), ids] with ids of "
+               "shape [B])")])
+def test_an_index_kiln_leaves_to_pytorch_says_which_forms_it_takes(cache_dir, form, reason):
+    h, ids = torch.randn(3, 5, 2), torch.tensor([0, 4, 2])
+    module = OtherPicks(form)
+    ep = torch.export.export(module, (h, ids), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [(f.op, f.count, f.reason) for f in program.fallbacks] == \
+        [("aten.index.Tensor", 1, reason)]
+    assert torch.equal(program(h, ids), module(h, ids))
 
 
 class IntegerArgmax(torch.nn.Module):

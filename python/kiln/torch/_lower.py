@@ -49,6 +49,7 @@ class Probe:
         self.constants = constants or {}
         self.dims = dims or {}
         self._decided = {}
+        self.memo = {}  # what a lowering found once of a node (a constant's band), by node
 
     def smallest(self, d) -> int:
         """The smallest size a symbolic size takes (its kiln dim's low end)."""
@@ -61,10 +62,16 @@ class Probe:
 
     # Context API used by the table.
     def meta(self, node):
+        """A node's fake tensor (or list of them); a size used as a value (`ids - S`) reads as a
+        rank-0 i64 tensor, as `ref` writes it. Any other value raises Unsupported."""
         if isinstance(node, Node):
             val = node.meta.get("val")
             if val is None:
                 raise Unsupported(f"no shape is known for '{node.name}'")
+            if _is_size(val):
+                return torch.empty((), dtype=torch.int64)
+            if not isinstance(val, (torch.Tensor, list, tuple)):
+                raise Unsupported(f"a value that is not a tensor ({type(val).__name__})")
             return val
         return torch.empty(())
 
@@ -180,7 +187,19 @@ class Probe:
             if not (user.op == "call_function" and user.target is _GETITEM and user.args[1] == 0):
                 raise Unsupported(f"{node.target} whose other outputs are used")
 
+    def size_value(self, node: Node, dtype: str | None) -> str:
+        """A size used as a value (`ids - S`, `x * x.shape[1]`): a literal, or a rank-0 tensor
+        computed from its kiln dims (_table.size_text), cast to `dtype` where one is given."""
+        val = node.meta["val"]
+        expr = self.expr(val) if isinstance(val, torch.SymInt) else sympy.Integer(int(val))
+        if expr.is_Integer:
+            return self.ref(int(expr), dtype)
+        text = _table.size_text(self, expr)
+        return text if dtype in (None, "i64") else f"cast({text}, to={dtype})"
+
     def ref(self, arg, dtype: str | None = None) -> str:
+        if isinstance(arg, Node) and _is_size(arg.meta.get("val")):
+            return self.size_value(arg, dtype)
         if isinstance(arg, Node):
             self.dtype_of(arg)
             self.check_shape(self.meta(arg).shape)
@@ -195,6 +214,11 @@ class Probe:
 
 
 _GETITEM = operator.getitem
+
+
+def _is_size(val) -> bool:
+    """Whether a node's value is an integer size (a SymInt, or an int torch specialised)."""
+    return isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool)
 
 
 _MAX, _MIN = (sympy.Max, _sym.Max), (sympy.Min, _sym.Min)  # torch's and sympy's own
@@ -307,6 +331,8 @@ class Partition:
         return name if name is not None else self.local_name(node)
 
     def ref(self, arg, dtype: str | None = None) -> str:
+        if isinstance(arg, Node) and _is_size(arg.meta.get("val")):
+            return self.probe.size_value(arg, dtype)  # from the graph's dims, never an input
         if isinstance(arg, Node):
             kind, value = self.resolve(arg)
             have = self.probe.dtype_of(arg)

@@ -1058,7 +1058,8 @@ def _slice(cx, node):
     if start == 0 and (end is None or (isinstance(end, int) and end >= 2**62)):
         return Alias(x)
     if not isinstance(start, int) or not (end is None or isinstance(end, int)):
-        return Expr(_window(cx, node, x, axis, start))
+        band = _band_window(cx, node)
+        return Expr(band if band is not None else _window(cx, node, x, axis, start))
     if cx.is_symbolic(size):
         # kiln slices a symbolic dim only in a window every size of its range holds.
         lo = cx.smallest(size)
@@ -1080,6 +1081,38 @@ def _dim_value(name: str, dtype: str) -> str:
     by one is its last position, name - 1."""
     arange = f"arange({name})" if dtype == "i64" else f"arange({name}, dtype={dtype})"
     return f"add(slice(roll({arange}, shift=1, axis=0), axis=0, start=0, end=1), 1)"
+
+
+def size_text(cx, expr) -> str:
+    """A size `expr` that is a polynomial of kiln dims with integer coefficients (`S - 1`,
+    `2 * B * S`) as a rank-0 i64 tensor: each dim's value from _dim_value, multiplied and
+    summed. Else Unsupported."""
+    syms = sorted(expr.free_symbols, key=str)
+    names = [cx.symbols.get(str(sym)) for sym in syms]
+    if any(name is None or name not in cx.dims for name in names):
+        raise Unsupported(f"a size {expr} as a value: a symbol that is no kiln dim")
+    try:
+        poly = sympy.Poly(sympy.expand(expr), *syms)
+    except sympy.PolynomialError:
+        poly = None
+    if poly is None or not all(c.is_Integer for c in poly.coeffs()):
+        raise Unsupported(f"a size {expr} as a value (kiln takes sums of products of dims)")
+    terms, constant = [], 0
+    for powers, coeff in poly.terms():
+        factors = [_dim_value(name, "i64") for name, k in zip(names, powers) for _ in range(k)]
+        if not factors:
+            constant = int(coeff)
+            continue
+        term = factors[0]
+        for f in factors[1:]:
+            term = f"mul({term}, {f})"
+        terms.append(term if coeff == 1 else f"mul({term}, {int(coeff)})")
+    text = terms[0]
+    for term in terms[1:]:
+        text = f"add({text}, {term})"
+    if constant:
+        text = f"add({text}, {constant})"
+    return f"reshape({text}, shape=[])"
 
 
 def _bound(cx, v):
@@ -1115,15 +1148,7 @@ def _window(cx, node, x, axis, start) -> str:
         raise Unsupported(f"a slice from {offset} of {count}: a size that is no kiln dim")
     if bool(bound_sympy(offset, ranges).upper < 0):
         offset = offset + size  # a negative start counts from the end, as PyTorch's
-    window = offset + count
-    syms = list(offset.free_symbols)
-    a = offset.subs({sym: 0 for sym in syms})
-    b = offset.diff(syms[0]) if syms else sympy.Integer(0)
-    if len(syms) > 1 or not (a.is_Integer and b.is_Integer) or \
-            sympy.expand(offset - a - b * (syms[0] if syms else 0)) != 0:
-        raise Unsupported(f"a slice from {offset} (kiln takes a + b * S)")
-    if bound_sympy(offset, ranges).lower < 0 or bound_sympy(window, ranges).upper > size:
-        raise Unsupported(f"a slice from {offset} of {n} that may leave the dim of {size}")
+    _inside(offset, count, size, ranges)
     others = [i for i in range(len(shape)) if i != axis]
     if any(cx.merged(shape[i]) for i in others):
         raise Unsupported("a slice with a symbolic start or end of a tensor with merged dims")
@@ -1141,21 +1166,104 @@ def _window(cx, node, x, axis, start) -> str:
         table = f"permute({table}, dims={order})"
     if len(shape) != 2:
         table = f"reshape({table}, shape=[{size}, {width}])"
-    ids = f"arange({n_text})"
-    a, b = int(a), int(b)
-    if b != 0:
-        dim = _dim_value(cx.symbols[str(syms[0])], "i64")
-        ids = (f"add({ids}, {dim})" if b == 1 else f"sub({ids}, {dim})" if b == -1 else
-               f"add({ids}, mul({dim}, {b}))")
-    if a != 0:
-        ids = f"add({ids}, {a})"
-    rows = f"embedding({table}, {ids})"
+    rows = f"embedding({table}, {_shifted(cx, f'arange({n_text})', offset)})"
     moved = "[" + ", ".join([n_text] + [cx.size(shape[i]) for i in others]) + "]"
     if len(shape) != 2:
         rows = f"reshape({rows}, shape={moved})"
     if axis != 0:
         rows = f"permute({rows}, dims={[order.index(i) for i in range(len(shape))]})"
     return rows
+
+
+def _inside(offset, count, size: int, ranges) -> None:
+    """Raises Unsupported unless `offset` (sympy) has the form a + b * s, s one kiln dim, and
+    [offset, offset + count) lies inside [0, size) at every size of the ranges."""
+    syms = list(offset.free_symbols)
+    a = offset.subs({sym: 0 for sym in syms})
+    b = offset.diff(syms[0]) if syms else sympy.Integer(0)
+    if len(syms) > 1 or not (a.is_Integer and b.is_Integer) or \
+            sympy.expand(offset - a - b * (syms[0] if syms else 0)) != 0:
+        raise Unsupported(f"a slice from {offset} (kiln takes a + b * S)")
+    if bound_sympy(offset, ranges).lower < 0 or \
+            bound_sympy(offset + count, ranges).upper > size:
+        raise Unsupported(f"a slice from {offset} of {count} that may leave the dim of {size}")
+
+
+def _shifted(cx, text: str, offset) -> str:
+    """An i64 tensor `text` plus `offset`, a + b * s as _inside checked it."""
+    syms = list(offset.free_symbols)
+    a = int(offset.subs({sym: 0 for sym in syms}))
+    b = int(offset.diff(syms[0])) if syms else 0
+    if b != 0:
+        dim = _dim_value(cx.symbols[str(syms[0])], "i64")
+        text = (f"add({text}, {dim})" if b == 1 else f"sub({text}, {dim})" if b == -1 else
+                f"add({text}, mul({dim}, {b}))")
+    return f"add({text}, {a})" if a != 0 else text
+
+
+def _band(value: torch.Tensor):
+    """(lo, hi) when a bool constant of shape [1, ..., 1, R, C] holds at [i, j] whether
+    lo <= i - j <= hi (a causal buffer, `tril`, is lo = 0; GPT-Neo's local one, `tril` less
+    `tril(-w)`, is 0..w-1), else None."""
+    if value.dtype != torch.bool or value.dim() < 2 or any(d != 1 for d in value.shape[:-2]) or \
+            not value.any():
+        return None
+    m = value.reshape(value.shape[-2:])
+    d = torch.arange(m.shape[0])[:, None] - torch.arange(m.shape[1])[None, :]
+    lo, hi = int(d[m].min()), int(d[m].max())
+    return (lo, hi) if torch.equal(m, (d >= lo) & (d <= hi)) else None
+
+
+def _band_window(cx, node):
+    """A window (slices of step 1) of a bool band constant (see _band) as its compare of
+    positions, rows arange(n) + r0 against columns arange(m) + c0: GPT-Neo's causal buffer
+    `bias[:, :, :S, :S]`, with no copy of the buffer. None where `node` is no such window."""
+    chain, base = [], node
+    while isinstance(base, Node) and base.op == "call_function" and \
+            base.target is aten.slice.Tensor and _arg(base, 4, "step", 1) == 1:
+        chain.append(base)
+        base = base.args[0]
+    value = _lifted_constant(cx, base)
+    if value is None:
+        return None
+    if ("band", base) not in cx.memo:  # a model's buffer: 2048 x 2048 is 0.1 s to read
+        cx.memo[("band", base)] = _band(value)
+    band = cx.memo[("band", base)]
+    if band is None:
+        return None
+    rank = value.dim()
+    offsets = [sympy.Integer(0)] * rank
+    for piece in reversed(chain):
+        axis = _arg(piece, 1, "dim", 0) % rank
+        start = _bound(cx, _arg(piece, 2, "start", None))
+        start = sympy.Integer(0) if start is None else sympy.sympify(start)
+        size = cx.meta(piece.args[0]).shape[axis]
+        ranges = cx.ranges(sympy.Tuple(start))
+        if ranges is None:
+            raise Unsupported(f"a slice from {start}: a size that is no kiln dim")
+        if bool(bound_sympy(start, ranges).upper < 0):
+            if cx.is_symbolic(size):
+                raise Unsupported("a slice from a negative start along a symbolic dim")
+            start = start + int(size)
+        offsets[axis] += start
+    shape = cx.meta(node).shape
+    counts = [cx.expr(d) if isinstance(d, torch.SymInt) else sympy.Integer(int(d))
+              for d in shape]
+    for axis in range(rank):
+        ranges = cx.ranges(sympy.Tuple(offsets[axis], counts[axis]))
+        if ranges is None:
+            raise Unsupported(f"a slice from {offsets[axis]}: a size that is no kiln dim")
+        _inside(offsets[axis], counts[axis], int(value.shape[axis]), ranges)
+    n, m = cx.size(shape[-2]), cx.size(shape[-1])
+    rows = _shifted(cx, f"reshape(arange({n}), shape=[{n}, 1])", offsets[-2])
+    cols = _shifted(cx, f"reshape(arange({m}), shape=[1, {m}])", offsets[-1])
+    lo, hi = band
+    apart = f"sub({rows}, {cols})"
+    tests = ([f"ge({apart}, {lo})"] if lo > 1 - value.shape[-1] else []) + \
+            ([f"le({apart}, {hi})"] if hi < value.shape[-2] - 1 else [])
+    text = tests[0] if len(tests) == 1 else f"logical_and({tests[0]}, {tests[1]})" if tests \
+        else f"eq({apart}, {apart})"
+    return text if rank == 2 else f"reshape({text}, shape={cx.shape(node)})"
 
 
 @lowering(aten.select.int)
@@ -1399,6 +1507,10 @@ def _pick(cx, x, ids) -> str:
     return f"max(where({at}, {cx.ref(x)}, -inf), axis=1)"
 
 
+_INDEX_FORMS = ("advanced indexing other than kiln's four forms (x[arange, arange, ...]; constant "
+                "positions along one dim; table[ids]; x[arange(B), ids] with ids of shape [B])")
+
+
 @lowering(aten.index.Tensor)
 def _index(cx, node):
     """x[arange(n0)[:, None, ...], ..., arange(nk)[..., None]]: every dim of x indexed by its own
@@ -1430,16 +1542,18 @@ def _index(cx, node):
         found, rows = _arange_axis(cx, indices[0]), cx.meta(indices[1]).shape[0]
         same = lambda d: d is xshape[0] or d == xshape[0]
         if found is not None and found[1] == 0 and same(found[0]) and same(rows) and \
-                cx.dtype_of(indices[1]) in ("i32", "i64") and \
-                cx.dtype_of(x) in ("f32", "f16", "bf16") and not cx.merged(xshape[0]):
+                cx.dtype_of(indices[1]) in ("i32", "i64") and not cx.merged(xshape[0]):
+            if cx.dtype_of(x) not in ("f32", "f16", "bf16"):
+                raise Unsupported(f"x[arange(B), ids] of {cx.dtype_of(x)} (kiln picks a row per "
+                                  "batch entry from a float tensor)")
             return Expr(_pick(cx, x, indices[1]))
     if len(indices) != len(xshape) or any(i is None for i in indices):
-        raise Unsupported("advanced indexing (only x[arange, arange, ...] is a reshape)")
+        raise Unsupported(_INDEX_FORMS)
     last = -1
     for k, idx in enumerate(indices):
         found = _arange_axis(cx, idx)
         if found is None:
-            raise Unsupported("advanced indexing (only x[arange, arange, ...] is a reshape)")
+            raise Unsupported(_INDEX_FORMS)
         n, axis = found
         if not (n is xshape[k] or n == xshape[k]):
             raise Unsupported("advanced indexing by positions that do not cover the dim")
