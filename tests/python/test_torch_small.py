@@ -837,8 +837,10 @@ def test_argmax_and_a_row_picked_per_batch_entry_run_in_kiln_as_in_eager(cache_d
 class SizesAsValues(torch.nn.Module):
     """Sizes used as values: `ids - S` (i64, and i32 as PyTorch keeps it), `x * x.shape[1]`,
     `x / (S + 1)`, `tanh + (2 S - 3)`, `ids * (S B - 1)`, a rank-0 sum plus S, a parameter
-    times S (a graph no input of which has S but for the one kiln adds), and a float size
-    (`sym_sqrt(S)`) and `S // 2`, which stay in PyTorch."""
+    times S (a graph no input of which has S but for the one kiln adds), `full` of S (i64,
+    f32 and a rank-0 f16), and a float size
+    (`sym_sqrt(S)`), `S // 2` and `S % 3`, which stay in PyTorch (two subs: both reasons
+    said)."""
     def __init__(self):
         super().__init__()
         self.w = torch.nn.Parameter(torch.randn(4))
@@ -847,7 +849,8 @@ class SizesAsValues(torch.nn.Module):
         s, b = ids.shape[1], ids.shape[0]
         return (ids - s, ids.to(torch.int32) - s, x * x.shape[1], x / (s + 1),
                 torch.tanh(x) + (2 * s - 3), ids * (s * b - 1), x[0, 0, 0] + s, self.w * s,
-                x / torch.sym_sqrt(x.shape[1]), ids - s // 2)
+                x / torch.sym_sqrt(x.shape[1]), ids - s // 2, ids - s % 3,
+                torch.full((3,), s), x.new_full((2, 2), s * b), torch.full((), s, dtype=torch.half))
 
 
 def test_a_size_used_as_a_value_is_computed_from_the_graphs_dims(cache_dir):
@@ -857,9 +860,10 @@ def test_a_size_used_as_a_value_is_computed_from_the_graphs_dims(cache_dir):
     program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
     assert [(f.op, f.count) for f in program.fallbacks] == [("aten.div.Tensor", 1),
-                                                            ("aten.sub.Tensor", 1)]
+                                                            ("aten.sub.Tensor", 2)]
     assert program.fallbacks[0].reason == "a value that is not a tensor (SymFloat)"
-    assert re.fullmatch(r"a size \(s\d+//2\) as a value \(kiln takes sums of products of dims\)",
+    assert re.fullmatch(r"a size \(s\d+//2\) as a value \(kiln takes sums of products of dims\); "
+                        r"a size Mod\(s\d+, 3\) as a value \(kiln takes sums of products of dims\)",
                         program.fallbacks[1].reason), program.fallbacks[1].reason
     assert len(program.executables) == 1
     module = ep.module()
@@ -868,6 +872,81 @@ def test_a_size_used_as_a_value_is_computed_from_the_graphs_dims(cache_dir):
         for got, want in zip(program(*args), module(*args)):
             assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+class PyTorchFirst(torch.nn.Module):
+    """An input read first by an op kiln leaves to PyTorch (cumprod), so the first kiln graph's
+    input is an intermediate; a second input sharing the batch dim."""
+    def forward(self, x, y):
+        return torch.tanh(x.cumprod(1)) + y[:, None, :]
+
+
+def test_a_wrong_input_shape_is_named_by_the_users_input_before_anything_runs(cache_dir,
+                                                                                 tmp_path):
+    dims = ({0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", min=2, max=10)},
+            {0: torch.export.Dim("B", max=8)})
+    ep = torch.export.export(PyTorchFirst(), (torch.randn(2, 5, 4), torch.randn(2, 4)),
+                             dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [f.op for f in program.fallbacks] == ["aten.cumprod.default"]
+    assert "input _cumprod" in program.partitions[0]  # the graph's own input
+    program.save(tmp_path / "saved")
+    loaded = kiln.torch.load(tmp_path / "saved", cache_dir=cache_dir, fallbacks="allow")
+    opened = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                         cache_dir=cache_dir, fallbacks="allow", max_dim=6)
+    s = r"s\d+"
+    for p, x, y, message in [
+            (program, torch.randn(2, 1, 4), torch.randn(2, 4),
+             rf"input 'x' dim 1: {s} = 1 is outside its range 2\.\.10$"),
+            (loaded, torch.randn(2, 11, 4), torch.randn(2, 4),
+             rf"input 'x' dim 1: {s} = 11 is outside its range 2\.\.10$"),
+            (program, torch.randn(2, 5, 3), torch.randn(2, 4),
+             r"input 'x' dim 2 must be 4, got 3 \(\[s\d+, s\d+, 4\]\)$"),
+            (loaded, torch.randn(5, 4), torch.randn(2, 4),
+             r"input 'x' must have rank 3 \(\[s\d+, s\d+, 4\]\), got \[5, 4\]$"),
+            (program, torch.randn(2, 5, 4), torch.randn(3, 4),
+             rf"input 'y' dim 0: {s} = 3, but input 'x' dim 0 has {s} = 2$"),
+            (opened, torch.randn(2, 7, 4), torch.randn(2, 4),
+             rf"input 'x' dim 1: {s} = 7 is outside its range 2\.\.6 \(max_dim=6 capped "
+             r"it: compile with a larger max_dim\)$")]:
+        with pytest.raises(kiln.RuntimeError, match=message):
+            p(x, y)
+    x, y = torch.randn(3, 10, 4), torch.randn(3, 4)
+    for p in (program, loaded):
+        torch.testing.assert_close(p(x, y), PyTorchFirst()(x, y))
+    meta = json.loads((tmp_path / "saved" / "kiln.json").read_text())
+    meta["input_dims"]["x"][1] = "nowhere"
+    (tmp_path / "saved" / "kiln.json").write_text(json.dumps(meta))
+    with pytest.raises(kiln.Error, match="malformed.*input 'x'"):
+        kiln.torch.load(tmp_path / "saved", cache_dir=cache_dir, fallbacks="allow")
+    del meta["input_dims"], meta["dims"]  # as saved before these were kept: no check
+    (tmp_path / "saved" / "kiln.json").write_text(json.dumps(meta))
+    older = kiln.torch.load(tmp_path / "saved", cache_dir=cache_dir, fallbacks="allow")
+    torch.testing.assert_close(older(x, y), PyTorchFirst()(x, y))
+
+
+class HalfSizes(torch.nn.Module):
+    """Half tensors with sizes: PyTorch computes them in f32 and rounds once, so B * S past
+    65504 is no inf in f16 and 2049 (f16) or 257 (bf16) is not rounded before the op."""
+    def forward(self, h, b):
+        rows, cols = h.shape
+        return h / (rows * cols), h * cols, b * cols, b / cols, h - (cols - 1)
+
+
+def test_a_half_tensor_with_a_size_rounds_once_as_in_eager(cache_dir):
+    dims = ({0: torch.export.Dim("B", max=64), 1: torch.export.Dim("S", min=2, max=4096)},) * 2
+    ep = torch.export.export(HalfSizes(), (torch.ones(2, 3, dtype=torch.float16),
+                                           torch.ones(2, 3, dtype=torch.bfloat16)),
+                             dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert program.fallbacks == [] and len(program.executables) == 1
+    for rows, cols in [(32, 2049), (1, 257), (3, 5)]:
+        h = torch.full((rows, cols), 3.0, dtype=torch.float16)
+        b = torch.full((rows, cols), 3.0, dtype=torch.bfloat16)
+        for got, want in zip(program(h, b), HalfSizes()(h, b)):
+            assert got.dtype == want.dtype and torch.equal(got, want), (rows, cols, got, want)
 
 
 class OtherPicks(torch.nn.Module):

@@ -35,8 +35,9 @@ def _check_text(text: str):
 
 def _symbols_of(gm, ranges: dict, max_dim: int):
     """kiln dims for the symbols of the placeholders' shapes: {symbol: name}, {name: (lo, hi)}.
-    A bounded symbol keeps its range. An unbounded one starts at `max_dim`, and the largest of
-    those is halved while some tensor of the graph could exceed kiln's 2^31 - 1 elements."""
+    A symbol bounded at `max_dim` or below keeps its range. An unbounded one, or one bounded
+    above `max_dim`, ends at `max_dim`, and the largest of those is halved while some tensor of
+    the graph could exceed kiln's 2^31 - 1 elements."""
     symbols, dims, open_ended = {}, {}, set()
     for node in gm.graph.nodes:
         val = node.meta.get("val") if node.op == "placeholder" else None
@@ -217,10 +218,31 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
             write_back.append(("input", _lower.kiln_name(spec.target), o))
         else:
             raise Error(f"an output of kind {kind} is not supported")
+    input_dims = {}
+    for node, name in input_names.items():
+        val = node.meta.get("val")
+        if kinds.get(node.name, ("user",))[0] == "user" and isinstance(val, torch.Tensor):
+            input_dims[name] = [_dim_spec(d, symbols) for d in val.shape]
+    kiln_dims = {}
+    for sym, dim in symbols.items():
+        lo, hi = dims[dim]
+        given = ranges.get(sym, (1, None))[1]
+        kiln_dims[dim] = (lo, hi, not (_finite(given) and int(given) <= hi))
     return Program(name=name, placeholders=placeholders, values=values, steps=plan,
                    outputs=user_outputs, in_spec=ep.call_spec.in_spec, out_spec=ep.call_spec.out_spec,
                    fallbacks=fallback_list, runtime=rt, target=target, precision=precision,
-                   exported=ep, write_back=write_back)
+                   exported=ep, write_back=write_back, input_dims=input_dims, dims=kiln_dims)
+
+
+def _dim_spec(d, symbols: dict):
+    """A placeholder's dim as the program checks it: its size, its kiln dim's name, or None
+    (an expression of dims, left to the graphs)."""
+    if not isinstance(d, torch.SymInt):
+        return int(d)
+    expr = d.node.expr
+    if expr.is_number:
+        return int(expr)
+    return symbols.get(str(expr)) if expr.is_Symbol else None
 
 
 def _checked_max_dim(max_dim) -> int:

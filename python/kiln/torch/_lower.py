@@ -215,10 +215,7 @@ class Probe:
 
 _GETITEM = operator.getitem
 
-
-def _is_size(val) -> bool:
-    """Whether a node's value is an integer size (a SymInt, or an int torch specialised)."""
-    return isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool)
+_is_size = _table.is_size
 
 
 _MAX, _MIN = (sympy.Max, _sym.Max), (sympy.Min, _sym.Min)  # torch's and sympy's own

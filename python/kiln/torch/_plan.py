@@ -88,6 +88,7 @@ def build_plan(gm: GraphModule, symbols: dict, dims: dict, input_names: dict, gr
             refused[e.node] = str(e)
             continue
         fallbacks: dict = {}
+        said_of: dict = {}
         for step in steps:
             if isinstance(step, TorchStep):
                 node = step.node
@@ -101,8 +102,11 @@ def build_plan(gm: GraphModule, symbols: dict, dims: dict, input_names: dict, gr
                     continue  # a Python scalar Dynamo passes as a float64 tensor, converted
                 reason = reasons.get(node, "kept in PyTorch")
                 name = op_name(node)
-                count, _ = fallbacks.get(name, (0, reason))
-                fallbacks[name] = (count + 1, reason)
+                count, said = fallbacks.get(name, (0, ""))
+                met = said_of.setdefault(name, [])
+                if reason not in met:  # each distinct reason once, as first met
+                    met.append(reason)
+                fallbacks[name] = (count + 1, "; ".join(met))
         return steps, fallbacks, list(output_node.args[0]) if isinstance(output_node.args[0], (list, tuple)) else [output_node.args[0]]
     raise RuntimeError("kiln.torch: the graph could not be split into kiln graphs")
 

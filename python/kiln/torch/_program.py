@@ -16,7 +16,7 @@ import torch.utils._pytree as pytree
 from torch.fx import Node
 
 from .. import _runtime
-from .._errors import Error
+from .._errors import Error, RuntimeError as KilnRuntimeError
 
 _FORMAT = 1
 
@@ -46,8 +46,14 @@ class Program:
     kiln.torch.compile_exported or kiln.torch.load."""
 
     def __init__(self, *, name, placeholders, values, steps, outputs, in_spec, out_spec,
-                 fallbacks, runtime, target, precision, exported=None, write_back=()):
+                 fallbacks, runtime, target, precision, exported=None, write_back=(),
+                 input_dims=None, dims=None):
         self.name = name
+        # A user input's dims as exported ({name: [size | kiln dim name | None]}: None where a
+        # dim is an expression) and each kiln dim's range ({name: [lo, hi, capped]}: capped
+        # where max_dim cut an unbounded or larger range), checked before a call runs anything.
+        self._input_dims = dict(input_dims or {})
+        self._dims = dict(dims or {})
         self._placeholders = placeholders  # [(name, kind, target)]: kind parameter|buffer|constant|user
         self._users = [p[0] for p in placeholders if p[1] == "user"]  # the call's inputs, in order
         self._values = values              # name -> tensor (parameters, buffers, constants)
@@ -94,6 +100,7 @@ class Program:
             raise Error(f"{self.name} takes {len(users)} inputs, got {len(flat)}")
         for name, value in zip(users, flat):
             env[name] = value
+        self._check_shapes(flat)
         run_steps(self._steps, env)
         for kind, name, value in self._write_back:
             if kind == "buffer":
@@ -102,6 +109,40 @@ class Program:
                 env[name].copy_(env[value])
         outs = [env[o] if isinstance(o, str) and o in env else o for o in self._outputs]
         return pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs
+
+    def _check_shapes(self, flat) -> None:
+        """Raises kiln.RuntimeError naming the user's input where a tensor's rank, a fixed size
+        or a symbolic one's range differs from the exported program's, or where two inputs give
+        one dim two sizes: before anything runs (a kiln graph after a step in PyTorch would
+        otherwise name its own input)."""
+        seen = {}
+        for name, value in zip(self._users, flat):
+            spec = self._input_dims.get(name)
+            if spec is None or not isinstance(value, torch.Tensor):
+                continue
+            want = "[" + ", ".join("?" if d is None else str(d) for d in spec) + "]"
+            if value.dim() != len(spec):
+                raise KilnRuntimeError(f"input '{name}' must have rank {len(spec)} "
+                                       f"({want}), got {list(value.shape)}")
+            for axis, (d, got) in enumerate(zip(spec, value.shape)):
+                where = f"input '{name}' dim {axis}"
+                if isinstance(d, int):
+                    if got != d:
+                        raise KilnRuntimeError(f"{where} must be {d}, got {got} ({want})")
+                    continue
+                if d is None:
+                    continue
+                lo, hi, capped = self._dims[d]
+                if not lo <= got <= hi:
+                    hint = (f" (max_dim={hi} capped it: compile with a larger max_dim)"
+                            if capped and got > hi else "")
+                    raise KilnRuntimeError(f"{where}: {d} = {got} is outside its range "
+                                           f"{lo}..{hi}{hint}")
+                if d in seen and seen[d][0] != got:
+                    first, first_axis = seen[d][1], seen[d][2]
+                    raise KilnRuntimeError(f"{where}: {d} = {got}, but input '{first}' dim "
+                                           f"{first_axis} has {d} = {seen[d][0]}")
+                seen.setdefault(d, (got, name, axis))
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes a directory: program.pt2 (the exported program, when there is one), kiln.json
@@ -133,6 +174,8 @@ class Program:
             "out_spec": pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None,
             "fallbacks": [list(f) for f in self.fallbacks],
             "write_back": [list(w) for w in self._write_back],
+            "input_dims": self._input_dims,
+            "dims": {n: list(r) for n, r in self._dims.items()},
         }
         (path / "kiln.json").write_text(json.dumps(meta, indent=1))
         torch.save({k: v for k, v in self._values.items() if isinstance(v, torch.Tensor)},
@@ -483,4 +526,24 @@ def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_ind
                    in_spec=pytree.treespec_loads(meta["in_spec"]) if meta["in_spec"] else None,
                    out_spec=out_spec, fallbacks=fallback_list,
                    write_back=[tuple(w) for w in meta.get("write_back", [])],
-                   runtime=rt, target=target, precision=precision)
+                   runtime=rt, target=target, precision=precision,
+                   **_checked_shapes(meta))
+
+
+def _checked_shapes(meta) -> dict:
+    """kiln.json's input dims and dim ranges, checked (ValueError: malformed); none where a
+    program saved before they were kept has neither."""
+    input_dims, dims = meta.get("input_dims", {}), meta.get("dims", {})
+    if not isinstance(input_dims, dict) or not isinstance(dims, dict):
+        raise ValueError("'input_dims' and 'dims' must be maps")
+    for name, r in dims.items():
+        if not (isinstance(name, str) and isinstance(r, list) and len(r) == 3 and
+                all(type(v) is int for v in r[:2]) and type(r[2]) is bool and
+                1 <= r[0] <= r[1] <= 2**31 - 1):
+            raise ValueError(f"dim {name!r}: not [lo, hi, capped] with 1 <= lo <= hi < 2^31")
+    for name, spec in input_dims.items():
+        if not (isinstance(spec, list) and len(spec) <= 64 and all(
+                d is None or (type(d) is int and 0 <= d < 2**63) or (isinstance(d, str) and d in dims)
+                for d in spec)):
+            raise ValueError(f"input {name!r}: its dims are not sizes, known dim names or null")
+    return {"input_dims": input_dims, "dims": {n: tuple(r) for n, r in dims.items()}}

@@ -132,15 +132,30 @@ for _op, _k in [(aten.eq, "eq"), (aten.ne, "ne"), (aten.lt, "lt"), (aten.le, "le
     TABLE[_op.Scalar] = _binary(_k, compare=True)
 
 
+def is_size(val) -> bool:
+    """Whether a node's value is an integer size (a SymInt, or an int torch specialised)."""
+    return isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool)
+
+
+def _arith(cx, node, kiln_op: str, a, b) -> Expr:
+    """kiln_op(a, b) in the node's dtype. A half tensor with a size (`h * S`) is computed in
+    f32 and rounded once, as PyTorch computes a half tensor with a number (and kiln with a
+    literal): the size written in the half type would round first, and a product of sizes past
+    65504 would be inf in f16."""
+    work = cx.dtype_of(node)
+    sized = work in ("f16", "bf16") and any(
+        isinstance(x, Node) and is_size(x.meta.get("val")) for x in (a, b))
+    compute = "f32" if sized else work
+    alpha = node.kwargs.get("alpha", 1)
+    right = cx.ref(b, compute) if alpha == 1 else f"mul({cx.ref(b, compute)}, {_lit(alpha)})"
+    text = f"{kiln_op}({cx.ref(a, compute)}, {right})"
+    return Expr(f"cast({text}, to={work})" if sized else text)
+
+
 @lowering(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar)
 def _add_sub(cx, node):
     kiln_op = "add" if node.target in (aten.add.Tensor, aten.add.Scalar) else "sub"
-    alpha = node.kwargs.get("alpha", 1)
-    work = cx.dtype_of(node)
-    b = cx.ref(node.args[1], work)
-    if alpha != 1:
-        b = f"mul({b}, {_lit(alpha)})"
-    return Expr(f"{kiln_op}({cx.ref(node.args[0], work)}, {b})")
+    return _arith(cx, node, kiln_op, node.args[0], node.args[1])
 
 
 @lowering(aten.mul.Tensor)
@@ -148,8 +163,7 @@ def _mul(cx, node):
     norm = _rms_norm(cx, node)
     if norm is not None:
         return norm
-    work = cx.dtype_of(node)
-    return Expr(f"mul({cx.ref(node.args[0], work)}, {cx.ref(node.args[1], work)})")
+    return _arith(cx, node, "mul", node.args[0], node.args[1])
 
 
 @lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode,
@@ -157,14 +171,12 @@ def _mul(cx, node):
 def _div(cx, node):
     if node.kwargs.get("rounding_mode") is not None:
         raise Unsupported(f"div with rounding_mode={node.kwargs['rounding_mode']!r}")
-    work = cx.dtype_of(node)
-    return Expr(f"div({cx.ref(node.args[0], work)}, {cx.ref(node.args[1], work)})")
+    return _arith(cx, node, "div", node.args[0], node.args[1])
 
 
 @lowering(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow(cx, node):
-    work = cx.dtype_of(node)
-    return Expr(f"pow({cx.ref(node.args[0], work)}, {cx.ref(node.args[1], work)})")
+    return _arith(cx, node, "pow", node.args[0], node.args[1])
 
 
 def _unary(kiln_op: str):
@@ -315,6 +327,15 @@ def _constant(value_of):
         if not isinstance(val, torch.Tensor):
             raise Unsupported("a constant whose shape is not known")
         value = value_of(node)
+        if isinstance(value, Node) and is_size(value.meta.get("val")):
+            # torch.full(shape, S): the size as the graph computes it, or a fixed one's number
+            size = value.meta["val"]
+            expr = cx.expr(size) if isinstance(size, torch.SymInt) else sympy.Integer(size)
+            if not expr.is_Integer:
+                text = cx.ref(value, cx.dtype_of(node))
+                return Expr(text if tuple(val.shape) == () else
+                            f"expand({text}, shape={cx.shape(node)})")
+            value = int(expr)
         if not isinstance(value, (bool, int, float)):
             raise Unsupported(f"a constant tensor of {type(value).__name__}")
         dtype = cx.dtype_of(node)
