@@ -924,27 +924,47 @@ def test_a_wrong_input_shape_is_named_by_the_users_input_before_anything_runs(ca
     (tmp_path / "saved" / "kiln.json").write_text(json.dumps(meta))
     older = kiln.torch.load(tmp_path / "saved", cache_dir=cache_dir, fallbacks="allow")
     torch.testing.assert_close(older(x, y), PyTorchFirst()(x, y))
+    # A dim no kiln graph reads binds nothing: PyTorch alone takes 1 (below torch's range, which
+    # starts at 2) and sizes past max_dim, as ep.module() does.
+    sort = torch.export.export(Sorted(), (torch.randn(4, 3),),
+                               dynamic_shapes=({0: torch.export.Dim.AUTO},), strict=False)
+    alone = kiln.torch.compile_exported(sort, target="cpu", cache_dir=cache_dir,
+                                        fallbacks="allow", max_dim=64)
+    assert alone.partitions == []
+    for rows in (1, 65):
+        x = torch.randn(rows, 3)
+        assert torch.equal(alone(x), Sorted()(x))
+
+
+class Sorted(torch.nn.Module):
+    def forward(self, x):
+        return torch.sort(x, 0).values
 
 
 class HalfSizes(torch.nn.Module):
-    """Half tensors with sizes: PyTorch computes them in f32 and rounds once, so B * S past
-    65504 is no inf in f16 and 2049 (f16) or 257 (bf16) is not rounded before the op."""
+    """Half tensors with sizes, numbers and alpha, as PyTorch's CPU kernels compute them: in
+    f32, rounded once; `mul` and `div` take a size as it is (B * S past 65504 is no inf in f16,
+    2049 is not 2048), `add` and `sub` a size or a number rounded to the half type first, times
+    `alpha` in f32."""
     def forward(self, h, b):
         rows, cols = h.shape
-        return h / (rows * cols), h * cols, b * cols, b / cols, h - (cols - 1)
+        return (h / (rows * cols), h * cols, b * cols, b / cols, h - (cols - 1), h + cols,
+                b - cols, torch.add(h, cols, alpha=3), torch.sub(b, rows * cols, alpha=-2),
+                h + 2049, b - 257, torch.add(h, 2049, alpha=3))
 
 
 def test_a_half_tensor_with_a_size_rounds_once_as_in_eager(cache_dir):
-    dims = ({0: torch.export.Dim("B", max=64), 1: torch.export.Dim("S", min=2, max=4096)},) * 2
+    dims = ({0: torch.export.Dim("B", max=64), 1: torch.export.Dim("S", min=2, max=40000)},) * 2
     ep = torch.export.export(HalfSizes(), (torch.ones(2, 3, dtype=torch.float16),
                                            torch.ones(2, 3, dtype=torch.bfloat16)),
                              dynamic_shapes=dims, strict=False)
     program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
-                                          cache_dir=cache_dir, fallbacks="allow")
+                                          cache_dir=cache_dir, fallbacks="allow", max_dim=40000)
     assert program.fallbacks == [] and len(program.executables) == 1
-    for rows, cols in [(32, 2049), (1, 257), (3, 5)]:
-        h = torch.full((rows, cols), 3.0, dtype=torch.float16)
-        b = torch.full((rows, cols), 3.0, dtype=torch.bfloat16)
+    g = torch.Generator().manual_seed(3)
+    for rows, cols in [(32, 2049), (1, 257), (3, 5), (2, 32769)]:
+        h = (torch.randn(rows, cols, generator=g) * 8).to(torch.float16)
+        b = (torch.randn(rows, cols, generator=g) * 8).to(torch.bfloat16)
         for got, want in zip(program(h, b), HalfSizes()(h, b)):
             assert got.dtype == want.dtype and torch.equal(got, want), (rows, cols, got, want)
 

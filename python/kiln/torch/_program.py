@@ -54,6 +54,11 @@ class Program:
         # where max_dim cut an unbounded or larger range), checked before a call runs anything.
         self._input_dims = dict(input_dims or {})
         self._dims = dict(dims or {})
+        # The dims some kiln graph declares: only their ranges bind a call (a size no kiln graph
+        # reads runs in PyTorch alone, which takes it, as `ep.module()` takes 1 where torch's
+        # range starts at 2).
+        self._bound_dims = {m for s in steps if s[0] == "kiln"
+                            for m in re.findall(r"(?m)^\s*dim ([A-Za-z_][A-Za-z0-9_]*):", s[6])}
         self._placeholders = placeholders  # [(name, kind, target)]: kind parameter|buffer|constant|user
         self._users = [p[0] for p in placeholders if p[1] == "user"]  # the call's inputs, in order
         self._values = values              # name -> tensor (parameters, buffers, constants)
@@ -133,7 +138,7 @@ class Program:
                 if d is None:
                     continue
                 lo, hi, capped = self._dims[d]
-                if not lo <= got <= hi:
+                if d in self._bound_dims and not lo <= got <= hi:
                     hint = (f" (max_dim={hi} capped it: compile with a larger max_dim)"
                             if capped and got > hi else "")
                     raise KilnRuntimeError(f"{where}: {d} = {got} is outside its range "
@@ -543,7 +548,7 @@ def _checked_shapes(meta) -> dict:
             raise ValueError(f"dim {name!r}: not [lo, hi, capped] with 1 <= lo <= hi < 2^31")
     for name, spec in input_dims.items():
         if not (isinstance(spec, list) and len(spec) <= 64 and all(
-                d is None or (type(d) is int and 0 <= d < 2**63) or (isinstance(d, str) and d in dims)
-                for d in spec)):
+                d is None or (type(d) is int and 0 <= d < 2**63) or
+                (isinstance(d, str) and d in dims) for d in spec)):
             raise ValueError(f"input {name!r}: its dims are not sizes, known dim names or null")
     return {"input_dims": input_dims, "dims": {n: tuple(r) for n, r in dims.items()}}

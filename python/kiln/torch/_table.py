@@ -138,18 +138,37 @@ def is_size(val) -> bool:
 
 
 def _arith(cx, node, kiln_op: str, a, b) -> Expr:
-    """kiln_op(a, b) in the node's dtype. A half tensor with a size (`h * S`) is computed in
-    f32 and rounded once, as PyTorch computes a half tensor with a number (and kiln with a
-    literal): the size written in the half type would round first, and a product of sizes past
-    65504 would be inf in f16."""
+    """kiln_op(a, b) in the node's dtype. A half tensor's op is computed as PyTorch's CPU kernels
+    compute it: with a size or an `alpha`, in f32 and rounded once (`h / (B * S)` past 65504 is
+    no inf in f16); `mul` and `div` take a size as it is, `add` and `sub` take a number or a size
+    rounded to the half type first (2049 is 2048 in f16), times `alpha` in f32."""
     work = cx.dtype_of(node)
-    sized = work in ("f16", "bf16") and any(
-        isinstance(x, Node) and is_size(x.meta.get("val")) for x in (a, b))
-    compute = "f32" if sized else work
     alpha = node.kwargs.get("alpha", 1)
-    right = cx.ref(b, compute) if alpha == 1 else f"mul({cx.ref(b, compute)}, {_lit(alpha)})"
-    text = f"{kiln_op}({cx.ref(a, compute)}, {right})"
-    return Expr(f"cast({text}, to={work})" if sized else text)
+    half = work in ("f16", "bf16") and kiln_op != "pow"
+    wide = half and (alpha != 1 or any(
+        isinstance(x, Node) and is_size(x.meta.get("val")) for x in (a, b)))
+
+    def operand(x):
+        if half and kiln_op in ("add", "sub") and isinstance(x, (int, float)) and \
+                not isinstance(x, bool):
+            return _lit(float(torch.tensor(float(x), dtype=_TORCH_DTYPES[work])))
+        if not wide:
+            return cx.ref(x, work)
+        if kiln_op in ("add", "sub") and isinstance(x, Node) and is_size(x.meta.get("val")):
+            return f"cast({cx.ref(x, work)}, to=f32)"
+        return cx.ref(x, "f32")
+    if alpha == 1:
+        right = operand(b)
+    elif half and isinstance(b, (int, float)) and not isinstance(b, bool):
+        # alpha * a number, in f32 as PyTorch's kernel takes it: one literal
+        right = _lit(float(torch.tensor(float(operand(b))) * torch.tensor(float(alpha))))
+    else:
+        right = f"mul({operand(b)}, {_lit(alpha)})"
+    text = f"{kiln_op}({operand(a)}, {right})"
+    return Expr(f"cast({text}, to={work})" if wide else text)
+
+
+_TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
 @lowering(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar)
