@@ -148,10 +148,15 @@ def _arith(cx, node, kiln_op: str, a, b) -> Expr:
     wide = half and (alpha != 1 or any(
         isinstance(x, Node) and is_size(x.meta.get("val")) for x in (a, b)))
 
-    def operand(x):
+    def number(x):  # a Python number an add or sub of a half tensor takes: in its type
         if half and kiln_op in ("add", "sub") and isinstance(x, (int, float)) and \
                 not isinstance(x, bool):
-            return _lit(float(torch.tensor(float(x), dtype=_TORCH_DTYPES[work])))
+            return float(torch.tensor(float(x), dtype=_TORCH_DTYPES[work]))
+        return None
+
+    def operand(x):
+        if number(x) is not None:
+            return _lit(number(x))
         if not wide:
             return cx.ref(x, work)
         if kiln_op in ("add", "sub") and isinstance(x, Node) and is_size(x.meta.get("val")):
@@ -159,9 +164,8 @@ def _arith(cx, node, kiln_op: str, a, b) -> Expr:
         return cx.ref(x, "f32")
     if alpha == 1:
         right = operand(b)
-    elif half and isinstance(b, (int, float)) and not isinstance(b, bool):
-        # alpha * a number, in f32 as PyTorch's kernel takes it: one literal
-        right = _lit(float(torch.tensor(float(operand(b))) * torch.tensor(float(alpha))))
+    elif number(b) is not None:  # alpha times the number, in f32 as PyTorch's kernel: one literal
+        right = _lit(float(torch.tensor(number(b)) * torch.tensor(float(alpha))))
     else:
         right = f"mul({operand(b)}, {_lit(alpha)})"
     text = f"{kiln_op}({operand(a)}, {right})"
@@ -1230,15 +1234,10 @@ def _inside(offset, count, size: int, ranges) -> None:
 
 
 def _shifted(cx, text: str, offset) -> str:
-    """An i64 tensor `text` plus `offset`, a + b * s as _inside checked it."""
-    syms = list(offset.free_symbols)
-    a = int(offset.subs({sym: 0 for sym in syms}))
-    b = int(offset.diff(syms[0])) if syms else 0
-    if b != 0:
-        dim = _dim_value(cx.symbols[str(syms[0])], "i64")
-        text = (f"add({text}, {dim})" if b == 1 else f"sub({text}, {dim})" if b == -1 else
-                f"add({text}, mul({dim}, {b}))")
-    return f"add({text}, {a})" if a != 0 else text
+    """An i64 tensor `text` plus `offset` (sympy: a number, or a size as size_text writes it)."""
+    if offset == 0:
+        return text
+    return f"add({text}, {int(offset) if offset.is_Integer else size_text(cx, offset)})"
 
 
 def _band(value: torch.Tensor):
