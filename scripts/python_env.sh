@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes (once) the virtual environment the Python package is tested in, $KILN_VENV or
-# ~/.cache/kiln-deps/venv, with torch, transformers, nanobind, scikit-build-core and pytest from
-# PyPI, and installs the package `kiln` into it from the CMake build in build/ (the one
-# scripts/build.sh made: only the extension compiles). Prints the environment's python.
+# ~/.cache/kiln-deps/venv, with torch, transformers, nanobind, scikit-build-core, pytest and
+# pytest-xdist from PyPI, and installs the package `kiln` into it from the CMake build in build/
+# (the one scripts/build.sh made: only the extension compiles). Prints the environment's python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${KILN_VENV:-$HOME/.cache/kiln-deps/venv}"
@@ -11,8 +11,8 @@ if [ ! -x "$python" ]; then
   echo "kiln: making the Python test environment in $venv (torch is a large download)" >&2
   /usr/bin/python3 -m venv "$venv"
 fi
-packages=(torch transformers nanobind scikit-build-core pytest numpy)
-if ! "$python" -c "import torch, transformers, nanobind, scikit_build_core, pytest, numpy" 2>/dev/null; then
+packages=(torch transformers nanobind scikit-build-core pytest pytest-xdist numpy)
+if ! "$python" -c "import torch, transformers, nanobind, scikit_build_core, pytest, xdist, numpy" 2>/dev/null; then
   "$python" -m pip install --quiet --upgrade pip >&2
   # uv (from PyPI) fetches and unpacks the wheels in parallel: about 30 s where pip takes about
   # 95 on an empty cache. It is given pip's index and find-links settings from the environment

@@ -72,5 +72,8 @@ std::optional<std::vector<int64_t>> run_dims(const std::string& dims, const ir::
 void print_error(const std::string& message);
 // A warning or note: always on stderr, prefixed as errors are.
 void print_warning(const std::string& message);
+// An error measure (relative L2, max abs, tolerance) as `kiln run` and `kiln audit` print it:
+// "%.3e".
+std::string format_error(double value);
 
 }  // namespace kiln::tools

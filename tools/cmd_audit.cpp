@@ -50,12 +50,6 @@ std::optional<int> parse_arch(const std::string& arch) {
   return target->sm;
 }
 
-std::string format_error(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.3e", value);
-  return buffer;
-}
-
 int run_audit(const AuditArgs& args) {
   auto requested = ir::parse_precision(args.precision);
   if (!requested) {

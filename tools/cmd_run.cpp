@@ -53,12 +53,6 @@ struct RunArgs {
 // The most runs --repeat takes.
 constexpr int64_t k_max_repeat = 1000000;
 
-std::string format_error(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.3e", value);
-  return buffer;
-}
-
 // The median of `values` (0 when empty).
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;

@@ -233,6 +233,12 @@ std::string with_prefix(const std::string& message, std::string* bare = nullptr)
 
 }  // namespace
 
+std::string format_error(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3e", value);
+  return buffer;
+}
+
 void print_error(const std::string& message) {
   std::string bare;
   std::string text = with_prefix(message, &bare);

@@ -277,10 +277,10 @@ TEST(EmulatorShimCache, AFolderOthersCanWriteIsNotUsed) {
   CacheFolder folder;
   fs::create_directories(folder.cache());
   chmod(folder.cache().c_str(), 0777);
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   std::vector<float> out;
   std::string result = folder.run_lanes({}, &out);
-  std::string said = testing::internal::GetCapturedStderr();
+  std::string said = ::testing::internal::GetCapturedStderr();
   ASSERT_EQ(result, "");
   EXPECT_EQ(out, expected_lanes());
   EXPECT_TRUE(fs::is_empty(folder.cache()));

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-namespace kiln::ir {
+namespace kiln::ir::attention_test {
 namespace {
 
 TensorType type_of(DType dtype, std::vector<int64_t> dims) {
@@ -501,4 +501,4 @@ TEST(AttentionCanonical, DamagedBytesAreRefused) {
 }
 
 }  // namespace
-}  // namespace kiln::ir
+}  // namespace kiln::ir::attention_test

@@ -8,7 +8,7 @@
 
 #include <string>
 
-namespace kiln::ir {
+namespace kiln::ir::symbolic_test {
 namespace {
 
 const char* k_mlp = R"(graph mlp {
@@ -209,4 +209,4 @@ TEST(Symbolic, AValueMayStillBeNamedDim) {
 }
 
 }  // namespace
-}  // namespace kiln::ir
+}  // namespace kiln::ir::symbolic_test

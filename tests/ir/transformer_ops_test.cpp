@@ -9,7 +9,7 @@
 
 #include <string>
 
-namespace kiln::ir {
+namespace kiln::ir::transformer_ops_test {
 namespace {
 
 // A graph with inputs x: f32[2, 6, 8], w: f32[8], b: f32[8], y: f32[2, 6, 8] and `body`.
@@ -287,4 +287,4 @@ TEST(TransformerOps, EveryAttributeChangesTheHash) {
 }
 
 }  // namespace
-}  // namespace kiln::ir
+}  // namespace kiln::ir::transformer_ops_test

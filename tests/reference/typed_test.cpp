@@ -10,7 +10,7 @@
 #include <limits>
 #include <string>
 
-namespace kiln::reference {
+namespace kiln::reference::typed_test {
 namespace {
 
 using testing::make_tensor;
@@ -141,4 +141,4 @@ TEST(ExactValues, DeviceBytesAndSeededIntegers) {
 }
 
 }  // namespace
-}  // namespace kiln::reference
+}  // namespace kiln::reference::typed_test

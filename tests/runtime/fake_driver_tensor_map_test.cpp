@@ -16,7 +16,7 @@
 #include <cstring>
 #include <optional>
 
-namespace kiln {
+namespace kiln::fake_driver_tensor_map_test {
 namespace {
 
 using testing_support::Buffers;
@@ -625,4 +625,4 @@ TEST(WgmmaLaunch, AttentionEncodesRank4MapsOfItsOperands) {
 }
 
 }  // namespace
-}  // namespace kiln
+}  // namespace kiln::fake_driver_tensor_map_test

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace kiln::testing {
+namespace kiln::testing::compile_cache_cli_test {
 namespace {
 
 using nlohmann::json;
@@ -316,9 +316,9 @@ TEST_F(CompileCacheCli, BadArchOrModeExitsTwoAndMissingNvrtcExitsOne) {
 }
 
 }  // namespace
-}  // namespace kiln::testing
+}  // namespace kiln::testing::compile_cache_cli_test
 
-namespace kiln::testing {
+namespace kiln::testing::compile_cache_cli_test {
 namespace {
 
 // Inputs that once crashed or exhausted memory: each must end in a clear error or in bounded work.
@@ -399,4 +399,4 @@ TEST_F(RobustnessCli, LongFusedChainEmitsInLinearSpace) {
 }
 
 }  // namespace
-}  // namespace kiln::testing
+}  // namespace kiln::testing::compile_cache_cli_test

@@ -21,7 +21,7 @@
 #include <limits>
 #include <thread>
 
-namespace kiln::testing {
+namespace kiln::testing::npy_cli_test {
 namespace {
 
 using nlohmann::json;
@@ -786,4 +786,4 @@ TEST_F(NpyCli, AuditStrictExits1WhenAnOutputExceedsItsTolerance) {
 }
 
 }  // namespace
-}  // namespace kiln::testing
+}  // namespace kiln::testing::npy_cli_test

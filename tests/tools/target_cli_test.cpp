@@ -12,7 +12,7 @@
 #include <fstream>
 #include <regex>
 
-namespace kiln::testing {
+namespace kiln::testing::target_cli_test {
 namespace {
 
 using nlohmann::json;
@@ -210,4 +210,4 @@ TEST_F(TargetCli, RunMaxMemoryRefusesARunEstimatedAboveIt) {
 }
 
 }  // namespace
-}  // namespace kiln::testing
+}  // namespace kiln::testing::target_cli_test
