@@ -184,6 +184,39 @@ def test_clips_text_tower_pools_its_end_token_in_kiln(cache_dir):
             assert rel_l2(got, want) < TOLERANCE["highest"], ((b, s), rel_l2(got, want))
 
 
+@pytest.mark.parametrize("arch", ["Bart", "MBart"])
+def test_bart_without_decoder_ids_shifts_its_input_ids_in_kiln(arch, cache_dir):
+    """BartModel given input_ids alone feeds its decoder the ids shifted right
+    (shift_tokens_right: `shifted[:, 1:] = ids[:, :-1]`, `shifted[:, 0] = start`, -100 read as
+    the pad id): in-place writes into slices, one of size S - 1, which kiln reads as a roll of
+    the ids and compares of positions. MBart's shift starts each row with its last token that
+    is not padding (a sum of a bool mask into i64, then a gather). Either is one kiln graph at a
+    dynamic batch and sequence, padded rows included."""
+    import transformers as t
+    torch.manual_seed(0)
+    model = getattr(t, f"{arch}Model")(getattr(t, f"{arch}Config")(
+        vocab_size=100, d_model=64, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+        decoder_ffn_dim=128, max_position_embeddings=64, use_cache=False)).eval()
+    dims = {"input_ids": {0: torch.export.Dim("B", max=8),
+                          1: torch.export.Dim("S", min=3, max=60)}}
+    with torch.no_grad():
+        ep = torch.export.export(model, (), {"input_ids": torch.randint(3, 100, (2, 12))},
+                                 dynamic_shapes=dims, strict=False)
+        assert "slice_scatter" in str(ep.run_decompositions({}).graph)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for b, s in [(2, 12), (3, 7), (1, 3)]:
+            ids = torch.randint(3, 100, (b, s))
+            ids[-1, s - 1:] = model.config.pad_token_id
+            ids[0, s // 2:] = model.config.pad_token_id
+            want = model(input_ids=ids).last_hidden_state
+            got = program(input_ids=ids)
+            got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
+            assert rel_l2(got, want) < TOLERANCE["highest"], ((b, s), rel_l2(got, want))
+
+
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_a_sequence_classifier_reads_its_last_token_in_kiln(arch, cache_dir):
     """LlamaForSequenceClassification (a reward model's shape) and GPT-2's: the score of the last

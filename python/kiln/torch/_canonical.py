@@ -1,7 +1,7 @@
 """The FX graph as the lowering expects it: assertions dropped, decomposed linear layers
 (`view -> mm/addmm -> view`) folded back into `linear`/`matmul`, so that no shape merges a batch
-and a sequence dim (kiln cannot reshape across symbolic dims), and empty tensors dropped from
-concatenations."""
+and a sequence dim (kiln cannot reshape across symbolic dims), empty tensors dropped from
+concatenations, and a copy of a value into a tensor of its shape and dtype read as the value."""
 from __future__ import annotations
 
 import torch
@@ -13,14 +13,17 @@ aten = torch.ops.aten
 
 
 def canonicalize(gm: GraphModule) -> None:
-    """Drops assertion nodes and the empty operands of concatenations, and folds decomposed
-    linear layers back (in place)."""
+    """Drops assertion nodes and the empty operands of concatenations, reads a copy of a value
+    of the destination's shape and dtype as the value, and folds decomposed linear layers back
+    (in place)."""
     graph = gm.graph
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in _table.ASSERTIONS and not node.users:
             graph.erase_node(node)
         elif node.op == "call_function" and node.target in (aten.cat.default, aten.concat.default):
             _drop_empty_operands(node)
+        elif node.op == "call_function" and node.target is aten.copy.default:
+            _fold_copy(node)
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in (aten.view.default, aten._unsafe_view.default,
                                                           aten.reshape.default):
@@ -45,6 +48,26 @@ def _drop_empty_operands(cat: Node) -> None:
     kept = [t for t in tensors if not _empty(t)]
     if kept and len(kept) < len(tensors):
         cat.args = (kept,) + tuple(cat.args[1:])
+
+
+def _size(d):
+    return d.node.expr if isinstance(d, torch.SymInt) else int(d)
+
+
+def _fold_copy(copy: Node) -> None:
+    """copy(dst, src) -> src where src has dst's shape, dtype and device: the functional form of
+    `dst.copy_(src)` is then src's value (BART's `shifted[:, 1:] = ids[:, :-1].clone()`). The
+    slice of dst it wrote, of a size kiln cannot name (S - 1), is then read by nothing."""
+    dst, src = copy.args[0], copy.args[1]
+    if not (isinstance(dst, Node) and isinstance(src, Node)):
+        return
+    dv, sv = dst.meta.get("val"), src.meta.get("val")
+    if not (isinstance(dv, torch.Tensor) and isinstance(sv, torch.Tensor)):
+        return
+    if dv.dtype != sv.dtype or dv.device != sv.device or dv.dim() != sv.dim() or \
+            any(_size(a) != _size(b) for a, b in zip(dv.shape, sv.shape)):
+        return
+    copy.replace_all_uses_with(src)
 
 
 def _fold_flattened_matmul(graph: Graph, view: Node) -> None:

@@ -50,6 +50,11 @@ class Probe:
         self.dims = dims or {}
         self._decided = {}
         self.memo = {}  # what a lowering found once of a node (a constant's band), by node
+        # Nodes kiln cannot run that no kiln lowering reads (a window of size S - 1 that a
+        # slice_scatter places by rolling its tensor): node -> why kiln cannot run it. They join
+        # kiln's groups, so as not to split them, and are never lowered.
+        self.unread: dict = {}
+        self.reads: set | None = None  # while probing a lowering: the nodes it reads
 
     def smallest(self, d) -> int:
         """The smallest size a symbolic size takes (its kiln dim's low end)."""
@@ -201,6 +206,8 @@ class Probe:
         if isinstance(arg, Node) and _is_size(arg.meta.get("val")):
             return self.size_value(arg, dtype)
         if isinstance(arg, Node):
+            if self.reads is not None:
+                self.reads.add(arg)
             self.dtype_of(arg)
             self.check_shape(self.meta(arg).shape)
             if dtype is not None and self.dtype_of(arg) != dtype:
@@ -239,8 +246,9 @@ def _decide(expr, ranges: dict):
     return expr
 
 
-def unsupported_reason(probe: Probe, node: Node) -> str | None:
-    """None when kiln can run `node`, else why not."""
+def unsupported_reason(probe: Probe, node: Node, reads: set | None = None) -> str | None:
+    """None when kiln can run `node`, else why not. `reads`, where given, gains the nodes its
+    lowering reads."""
     if node.op != "call_function":
         return "not an op"
     low = _table.TABLE.get(node.target)
@@ -256,9 +264,15 @@ def unsupported_reason(probe: Probe, node: Node) -> str | None:
         reason = _table.merged_dims_reason(probe, node)
         if reason is not None:
             return reason
-        low(probe, node)
+        probe.reads = reads
+        value = low(probe, node)
+        if reads is not None and isinstance(value, (Alias, Pieces)) and \
+                isinstance(value.node, Node):
+            reads.add(value.node)  # its value is that node's
     except Unsupported as e:
         return str(e)
+    finally:
+        probe.reads = None
     return None
 
 
@@ -305,6 +319,8 @@ class Partition:
         """(kind, value): ('name', kiln name) | ('const', Const) for an FX node's value here."""
         while True:
             if node in self.members:
+                if node in self.probe.unread:  # read after all: kiln cannot run it
+                    raise PartitionError(node, self.probe.unread[node])
                 value = self.values.get(node)
                 assert value is not None, f"{node.name} used before it is lowered"
                 if isinstance(value, Alias):
@@ -347,6 +363,8 @@ class Partition:
 
     def lower(self, order: list) -> None:
         for node in order:
+            if node in self.probe.unread:
+                continue
             self.lowering = node
             value = _table.TABLE[node.target](self, node)
             self.values[node] = value

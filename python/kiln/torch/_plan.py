@@ -64,21 +64,24 @@ def build_plan(gm: GraphModule, symbols: dict, dims: dict, input_names: dict, gr
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     refused: dict = {}
     for _ in range(len(nodes) + 1):
-        supported, reasons = set(), {}
+        supported, reasons, reads = set(), {}, {}
         for node in nodes:
-            reason = refused.get(node) or unsupported_reason(probe, node)
+            reads[node] = set()
+            reason = refused.get(node) or unsupported_reason(probe, node, reads[node])
             if reason is None:
                 supported.add(node)
             else:
                 reasons[node] = reason
+        probe.unread = _unread(nodes, supported, reasons, reads, refused)
         # Constants are literals in kiln and cheap in PyTorch: never a group of their own.
         groups = []
         if supported:
-            partitioner = CapabilityBasedPartitioner(gm, _Support(supported),
+            partitioner = CapabilityBasedPartitioner(gm, _Support(supported | set(probe.unread)),
                                                      allows_single_node_partition=True)
             groups = [set(p.nodes) for p in partitioner.propose_partitions()]
-            groups = [g for g in groups
-                      if any(_table.TABLE[n.target] not in _table.TRIVIAL for n in g)]
+            groups = [g for g in groups if any(n in supported and
+                                               _table.TABLE[n.target] not in _table.TRIVIAL
+                                               for n in g)]
         try:
             steps = _lower_groups(gm, probe, groups, input_names, graph_name, symbols, dims, check,
                                   output_node)
@@ -111,6 +114,25 @@ def build_plan(gm: GraphModule, symbols: dict, dims: dict, input_names: dict, gr
     raise RuntimeError("kiln.torch: the graph could not be split into kiln graphs")
 
 
+def _unread(nodes, supported: set, reasons: dict, reads: dict, refused: dict) -> dict:
+    """The nodes kiln cannot run whose every user kiln runs without reading them (BART's window
+    of S - 1 ids, which the slice_scatter it feeds places by rolling the ids), each with why
+    kiln cannot run it; a node only such nodes use is one too. Left in PyTorch, such a node
+    would sit between two parts of one kiln graph and split it."""
+    unread: dict = {}
+    grew = True
+    while grew:
+        grew = False
+        for node in reversed(nodes):
+            if node in supported or node in unread or node in refused or not node.users:
+                continue
+            if all(u in unread or (u in supported and node not in reads[u])
+                   for u in node.users):
+                unread[node] = reasons[node]
+                grew = True
+    return unread
+
+
 def _lower_groups(gm, probe, groups, input_names, graph_name, symbols, dims, check, output_node):
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     member_of = {}
@@ -124,7 +146,8 @@ def _lower_groups(gm, probe, groups, input_names, graph_name, symbols, dims, che
         try:
             part.lower(sorted(group, key=order.__getitem__))
         except Unsupported as e:  # a lowering that depends on the grouping
-            bad = next(n for n in sorted(group, key=order.__getitem__) if n not in part.values)
+            bad = next(n for n in sorted(group, key=order.__getitem__)
+                       if n not in part.values and n not in probe.unread)
             raise PartitionError(bad, str(e)) from None
         parts.append(part)
 

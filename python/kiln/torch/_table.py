@@ -359,20 +359,22 @@ def _constant(value_of):
                 return Expr(text if tuple(val.shape) == () else
                             f"expand({text}, shape={cx.shape(node)})")
             value = int(expr)
-        if not isinstance(value, (bool, int, float)):
-            raise Unsupported(f"a constant tensor of {type(value).__name__}")
         dtype = cx.dtype_of(node)
-        if dtype == "bool":
-            value = bool(value)
-        elif dtype in ("i32", "i64"):
-            value = int(value)
-        else:
-            value = float(value)
+        value = _number(value, dtype)
         if tuple(val.shape) == ():
             return Const(value, dtype)
         return Expr(_filled(value, dtype, cx.shape(node)))
     _CONSTANTS.add(lower)
+    _CONSTANT_OF[lower] = value_of
     return lower
+
+
+def _number(value, dtype: str):
+    """A constant's value as a Python number of `dtype`'s kind."""
+    if not isinstance(value, (bool, int, float)):
+        raise Unsupported(f"a constant tensor of {type(value).__name__}")
+    return bool(value) if dtype == "bool" else int(value) if dtype in ("i32", "i64") else \
+        float(value)
 
 
 def _filled(value, dtype: str, shape: str) -> str:
@@ -410,6 +412,7 @@ def _f32_holds(value: float) -> bool:
 
 
 _CONSTANTS: set = set()
+_CONSTANT_OF: dict = {}  # each constant's lowering -> how it reads the value from its node
 TABLE[aten.scalar_tensor.default] = _constant(lambda n: n.args[0])
 TABLE[aten.new_ones.default] = _constant(lambda n: 1)
 TABLE[aten.new_zeros.default] = _constant(lambda n: 0)
@@ -420,6 +423,28 @@ TABLE[aten.new_full.default] = _constant(lambda n: n.args[2])
 TABLE[aten.ones_like.default] = _constant(lambda n: 1)
 TABLE[aten.zeros_like.default] = _constant(lambda n: 0)
 TABLE[aten.full_like.default] = _constant(lambda n: n.args[1])
+TABLE[aten.fill.Scalar] = _constant(lambda n: n.args[1])  # x's shape and dtype, all value
+
+
+@lowering(aten.fill.Tensor)
+def _fill_tensor(cx, node):
+    """x's shape and dtype, all the value of a 0-d tensor (MBart's `ids[:, 0] = start` at a
+    batch of 1, where the start token is a squeezed gather)."""
+    value = node.args[1]
+    if not isinstance(value, Node) or cx.meta(value).dim() != 0:
+        raise Unsupported("a fill by a tensor that is not 0-d")
+    dtype = cx.dtype_of(node)
+    text = cx.ref(value, dtype)
+    if _is_literal(text):  # a constant's value
+        number = {"true": True, "false": False}.get(text)
+        if number is None:
+            number = int(text) if dtype in ("i32", "i64") else float(text)
+        if tuple(cx.meta(node).shape) == ():
+            return Const(_number(number, dtype), dtype)
+        return Expr(_filled(_number(number, dtype), dtype, cx.shape(node)))
+    if tuple(cx.meta(node).shape) == ():
+        return Expr(text) if cx.dtype_of(value) != dtype else Alias(value)
+    return Expr(f"expand({text}, shape={cx.shape(node)})")
 
 
 @lowering(aten.arange.default, aten.arange.start, aten.arange.start_step)
@@ -722,6 +747,8 @@ def _reduction(kiln_op: str):
         dim = _arg(node, 1, "dim")
         keepdim = bool(_arg(node, 2, "keepdim", False))
         out = cx.dtype_of(node)
+        if kiln_op == "sum" and out in ("i32", "i64"):
+            return Expr(_integer_sum(cx, node, x, dim, keepdim, out))
         if cx.dtype_of(x) != out and (out not in ("f32", "f16", "bf16") or
                                       node.kwargs.get("dtype") is None):
             raise Unsupported(f"{kiln_op} into another dtype")
@@ -729,6 +756,35 @@ def _reduction(kiln_op: str):
         # sum(x, dtype=f32) is the sum of x cast first, as PyTorch does.
         return Expr(f"{kiln_op}({cx.ref(x, out)}, axis={_axis(cx, node, dim)}{keep})")
     return lower
+
+
+def _last_along(text: str, axis: int) -> str:
+    """The last element along `axis` of `text` (the dim kept, of size 1): rolled by one, it is
+    first."""
+    return f"slice(roll({text}, shift=1, axis={axis}), axis={axis}, start=0, end=1)"
+
+
+def _integer_sum(cx, node, x, dim, keepdim: bool, out: str) -> str:
+    """A sum into an integer dtype (PyTorch sums bool and integers into i64): along each dim the
+    last of the running sum, exact and wrapping as PyTorch's (kiln's sum adds floats)."""
+    rank = len(cx.meta(x).shape)
+    dims = list(range(rank)) if rank == 0 or dim is None or \
+        (isinstance(dim, (list, tuple)) and not dim) else \
+        [d % rank for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+    text = cx.ref(x, out)
+    for axis in sorted(set(dims)):
+        text = _last_along(f"cumsum({text}, axis={axis})", axis)
+    if not keepdim:
+        text = f"reshape({text}, shape={cx.shape(node)})"
+    return text
+
+
+@lowering(aten.sum.default)
+def _sum_all(cx, node):
+    out = cx.dtype_of(node)
+    if out not in ("i32", "i64"):
+        raise Unsupported("a float sum over all dims (kiln sums one axis)")
+    return Expr(_integer_sum(cx, node, node.args[0], None, False, out))
 
 
 _reduction_mean, _reduction_sum, _reduction_max = (_reduction(k) for k in ("mean", "sum", "max"))
@@ -1311,14 +1367,149 @@ def _select(cx, node):
     shape = cx.meta(x).shape
     axis = dim % len(shape)
     if cx.is_symbolic(shape[axis]):
-        if index < 0 or index >= cx.smallest(shape[axis]):
+        if not -cx.smallest(shape[axis]) <= index < cx.smallest(shape[axis]):
             raise Unsupported(f"a select of {index} along a symbolic dim whose sizes start at "
                               f"{cx.smallest(shape[axis])}")
+        if index < 0:  # x[:, -k]: rolled by k, the element is first
+            return Expr(f"reshape(slice(roll({cx.ref(x)}, shift={-index}, axis={axis}), "
+                        f"axis={axis}, start=0, end=1), shape={cx.shape(node)})")
     else:
         size = int(shape[axis])
         index = index + size if index < 0 else index
     return Expr(f"reshape(slice({cx.ref(x)}, axis={axis}, start={index}, end={index + 1}), "
                 f"shape={cx.shape(node)})")
+
+
+def _positions_along(cx, shape, axis: int) -> str:
+    """The positions 0..n-1 of dim `axis` of `shape`, shaped to broadcast against it (size 1
+    along every other dim)."""
+    n = cx.size(shape[axis])
+    if len(shape) == 1:
+        return f"arange({n})"
+    dims = ", ".join(n if i == axis else "1" for i in range(len(shape)))
+    return f"reshape(arange({n}), shape=[{dims}])"
+
+
+def _size_expr(cx, d):
+    return cx.expr(d) if isinstance(d, torch.SymInt) else sympy.Integer(int(d))
+
+
+def _from_start(cx, d, start):
+    """A slice's start along a dim of size `d` (None, an int, or a sympy expression) as the
+    position PyTorch starts at (sympy): a negative one counts from the end, clamped at 0 and at
+    the size. Along a symbolic dim, Unsupported where the clamp depends on the size."""
+    start = sympy.Integer(0) if start is None else sympy.sympify(start)
+    if not start.is_Integer:
+        return start
+    size = _size_expr(cx, d)
+    if size.is_Integer:
+        return sympy.Integer(max(0, min(int(size), int(start) + int(size) if start < 0
+                                        else int(start))))
+    name = cx.size(d)
+    lo, hi = cx.dims[name] if name in cx.dims else (1, 2**31 - 1)
+    if 0 <= start <= lo:
+        return start
+    if start < 0 and -start <= lo:
+        return start + size
+    if start < 0 and -start >= hi:
+        return sympy.Integer(0)
+    raise Unsupported(f"a slice from {start} along a symbolic dim of sizes {lo}..{hi}, clamped "
+                      "at some sizes only")
+
+
+def _position_text(cx, expr) -> str:
+    """A position along a dim (sympy: a number, or a polynomial of kiln dims such as S - 2) as a
+    literal or a rank-0 i64 tensor."""
+    return str(int(expr)) if expr.is_Integer else size_text(cx, expr)
+
+
+@lowering(aten.select_scatter.default)
+def _select_scatter(cx, node):
+    """base with src written at `index` along `dim` (the functional form of `x[:, 0] = v`): a
+    where of the positions along the dim equal to index (size + index for a negative one)."""
+    base, src, dim, index = node.args
+    shape = cx.meta(base).shape
+    axis = dim % len(shape)
+    size = _size_expr(cx, shape[axis])
+    if not size.is_Integer and not -cx.smallest(shape[axis]) <= index < cx.smallest(shape[axis]):
+        raise Unsupported(f"a select_scatter at {index} along a symbolic dim whose sizes start "
+                          f"at {cx.smallest(shape[axis])}")
+    at = sympy.Integer(index) + (size if index < 0 else 0)
+    work = cx.dtype_of(node)
+    value = cx.ref(src, work)
+    if not _is_literal(value):
+        value = f"reshape({value}, shape={_dims_text(cx, shape, axis, [1])})"
+    return Expr(f"where(eq({_positions_along(cx, shape, axis)}, {_position_text(cx, at)}), "
+                f"{value}, {cx.ref(base, work)})")
+
+
+@lowering(aten.slice_scatter.default)
+def _slice_scatter(cx, node):
+    """base with src written at start..end along `dim` (the functional form of `x[:, 1:] = y`),
+    for a step of 1. Along a dim of fixed size, from a fixed start: the concat of base's slices
+    before and after and src. Otherwise a where of the positions start..end along the dim, of
+    src's one value where src is a constant (`x[:, -2:] = 0`), or of x rolled by start - a where
+    src is a window x[.., a:b, ..] of a tensor x of base's shape (BART's shift_tokens_right,
+    `shifted[:, 1:] = ids[:, :-1]`): that window, of a size kiln cannot name (S - 1), is never
+    made."""
+    base, src = node.args[0], node.args[1]
+    dim = _arg(node, 2, "dim", 0)
+    start = _bound(cx, _arg(node, 3, "start", None))
+    if _arg(node, 5, "step", 1) != 1:
+        raise Unsupported("a slice_scatter with a step")
+    shape = cx.meta(base).shape
+    axis = dim % len(shape)
+    size = _size_expr(cx, shape[axis])
+    start = _from_start(cx, shape[axis], start)
+    stop = sympy.expand(start + _size_expr(cx, cx.meta(src).shape[axis]))  # src is end - start
+    work = cx.dtype_of(node)
+    if start == stop:
+        return Alias(base)
+    if size.is_Integer and start.is_Integer and stop.is_Integer:
+        b = cx.ref(base, work)
+        parts = ([f"slice({b}, axis={axis}, start=0, end={start})"] if start > 0 else []) + \
+            [cx.ref(src, work)] + \
+            ([f"slice({b}, axis={axis}, start={stop}, end={size})"] if stop < size else [])
+        return Expr(parts[0] if len(parts) == 1 else f"concat({', '.join(parts)}, axis={axis})")
+    value, whole = _scattered(cx, src, base, axis, start, work)
+    positions = _positions_along(cx, shape, axis)
+    tests = ([f"ge({positions}, {_position_text(cx, start)})"] if start != 0 else []) + \
+        ([f"lt({positions}, {_position_text(cx, stop)})"] if stop != size else [])
+    if not tests:
+        return Alias(whole) if whole is not None else Expr(value)
+    where = tests[0] if len(tests) == 1 else f"logical_and({tests[0]}, {tests[1]})"
+    return Expr(f"where({where}, {value}, {cx.ref(base, work)})")
+
+
+def _scattered(cx, src, base, axis: int, start, work: str):
+    """What a slice_scatter along a symbolic dim or from a symbolic start reads at each position
+    it writes: src's value where src is a constant, or a window's tensor rolled into place; and
+    the window's tensor where it is read as it is (no roll), else None."""
+    shape = cx.meta(base).shape
+    low = TABLE.get(src.target) if isinstance(src, Node) and src.op == "call_function" else None
+    if low in _CONSTANT_OF and cx.dtype_of(src) == work:
+        value = _CONSTANT_OF[low](src)
+        if not isinstance(value, Node):
+            return _filled(_number(value, work), work, cx.shape(base)), None
+    window = skip_identity(cx, src)
+    if not (isinstance(window, Node) and window.op == "call_function" and
+            window.target is aten.slice.Tensor and _arg(window, 4, "step", 1) == 1 and
+            _arg(window, 1, "dim", 0) % len(shape) == axis):
+        raise Unsupported("a slice_scatter along a symbolic dim or from a symbolic start of a "
+                          "tensor that is neither a constant nor a window of one of the same "
+                          "shape")
+    x = window.args[0]
+    xshape = cx.meta(x).shape
+    if len(xshape) != len(shape) or cx.dtype_of(x) != work or \
+            any(_size_expr(cx, p) != _size_expr(cx, q) for p, q in zip(xshape, shape)):
+        raise Unsupported("a slice_scatter of a window of a tensor of another shape or dtype")
+    a = _from_start(cx, shape[axis], _bound(cx, _arg(window, 2, "start", None)))
+    shift = sympy.expand(start - a)
+    if not shift.is_Integer or abs(int(shift)) > 2**31 - 1:
+        raise Unsupported(f"a slice_scatter at {start} of a window from {a} (kiln rolls by a "
+                          "fixed shift)")
+    value = cx.ref(x)
+    return (value, x) if shift == 0 else (f"roll({value}, shift={int(shift)}, axis={axis})", None)
 
 
 @lowering(aten.cat.default, aten.concat.default)
@@ -1352,8 +1543,12 @@ def _gather(cx, node):
     if value is not None and value.is_floating_point() and source is not x and \
             cx.dtype_of(x) != cx.dtype_of(source):
         value = None  # a float constant converted: left to PyTorch
-    if value is None or value.numel() == 0 or _arg(node, 3, "sparse_grad", False):
-        raise Unsupported("no kiln op for it (a gather from a tensor that is not a constant)")
+    if _arg(node, 3, "sparse_grad", False):
+        raise Unsupported("a gather with sparse_grad")
+    if value is None:
+        return Expr(_gathered_one(cx, node, x, node.args[1], index))
+    if value.numel() == 0:
+        raise Unsupported("a gather from an empty constant")
     first = value.reshape(-1)[0]
     if not torch.equal(value, torch.full_like(value, first.item())):
         raise Unsupported("no kiln op for it (a gather from a constant of several values)")
@@ -1361,6 +1556,29 @@ def _gather(cx, node):
     if dtype not in ("i32", "i64") or cx.dtype_of(index) != dtype:
         raise Unsupported("a gather of a float constant")
     return Expr(f"add(mul({cx.ref(index)}, 0), {int(first.item())})")
+
+
+def _gathered_one(cx, node, x, dim: int, index) -> str:
+    """gather(x, dim, index) where index holds one position along dim and x's other sizes
+    (MBart's `ids.gather(1, last)`, each row's last token): the element at that position, the
+    max where the positions match (-inf elsewhere: a signed zero and a NaN kept) for floats, the
+    last of the running sum of where they match (0 elsewhere: exact) for integers. A position
+    outside the dim gives -inf or 0, where PyTorch raises."""
+    xshape, ishape = cx.meta(x).shape, cx.meta(index).shape
+    rank = len(xshape)
+    axis = dim % max(rank, 1)
+    if rank == 0 or len(ishape) != rank or _size_expr(cx, ishape[axis]) != 1 or any(
+            i != axis and _size_expr(cx, p) != _size_expr(cx, q)
+            for i, (p, q) in enumerate(zip(xshape, ishape))):
+        raise Unsupported("no kiln op for it (kiln gathers one position along the dim, the "
+                          "index of the tensor's other sizes)")
+    dtype = cx.dtype_of(node)
+    at = f"eq({_positions_along(cx, xshape, axis)}, {cx.ref(index, 'i64')})"
+    if dtype in ("f32", "f16", "bf16"):
+        return f"max(where({at}, {cx.ref(x)}, -inf), axis={axis}, keepdim=true)"
+    values = cx.ref(x, "i32" if dtype == "bool" else None)
+    picked = _last_along(f"cumsum(where({at}, {values}, 0), axis={axis})", axis)
+    return f"ne({picked}, 0)" if dtype == "bool" else picked
 
 
 @lowering(aten.embedding.default)
