@@ -4,6 +4,7 @@ tensor constants under torch.compile."""
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 
 import pytest
@@ -862,9 +863,9 @@ def test_a_size_used_as_a_value_is_computed_from_the_graphs_dims(cache_dir):
     assert [(f.op, f.count) for f in program.fallbacks] == [("aten.div.Tensor", 1),
                                                             ("aten.sub.Tensor", 2)]
     assert program.fallbacks[0].reason == "a value that is not a tensor (SymFloat)"
-    assert re.fullmatch(r"a size \(s\d+//2\) as a value \(kiln takes sums of products of dims\); "
-                        r"a size Mod\(s\d+, 3\) as a value \(kiln takes sums of products of dims\)",
-                        program.fallbacks[1].reason), program.fallbacks[1].reason
+    assert program.fallbacks[1].reason == (
+        "a size (S//2) as a value (kiln takes sums of products of dims); "
+        "a size Mod(S, 3) as a value (kiln takes sums of products of dims)")
     assert len(program.executables) == 1
     module = ep.module()
     for b, s in [(2, 6), (3, 9), (1, 2), (8, 10)]:
@@ -895,20 +896,19 @@ def test_a_wrong_input_shape_is_named_by_the_users_input_before_anything_runs(ca
     loaded = kiln.torch.load(tmp_path / "saved", cache_dir=cache_dir, fallbacks="allow")
     opened = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                          cache_dir=cache_dir, fallbacks="allow", max_dim=6)
-    s = r"s\d+"
     for p, x, y, message in [
             (program, torch.randn(2, 1, 4), torch.randn(2, 4),
-             rf"input 'x' dim 1: {s} = 1 is outside its range 2\.\.10$"),
+             r"input 'x' dim 1: S = 1 is outside its range 2\.\.10$"),
             (loaded, torch.randn(2, 11, 4), torch.randn(2, 4),
-             rf"input 'x' dim 1: {s} = 11 is outside its range 2\.\.10$"),
+             r"input 'x' dim 1: S = 11 is outside its range 2\.\.10$"),
             (program, torch.randn(2, 5, 3), torch.randn(2, 4),
-             r"input 'x' dim 2 must be 4, got 3 \(\[s\d+, s\d+, 4\]\)$"),
+             r"input 'x' dim 2 must be 4, got 3 \(\[B, S, 4\]\)$"),
             (loaded, torch.randn(5, 4), torch.randn(2, 4),
-             r"input 'x' must have rank 3 \(\[s\d+, s\d+, 4\]\), got \[5, 4\]$"),
+             r"input 'x' must have rank 3 \(\[B, S, 4\]\), got \[5, 4\]$"),
             (program, torch.randn(2, 5, 4), torch.randn(3, 4),
-             rf"input 'y' dim 0: {s} = 3, but input 'x' dim 0 has {s} = 2$"),
+             r"input 'y' dim 0: B = 3, but input 'x' dim 0 has B = 2$"),
             (opened, torch.randn(2, 7, 4), torch.randn(2, 4),
-             rf"input 'x' dim 1: {s} = 7 is outside its range 2\.\.6 \(max_dim=6 capped "
+             r"input 'x' dim 1: S = 7 is outside its range 2\.\.6 \(max_dim=6 capped "
              r"it: compile with a larger max_dim\)$")]:
         with pytest.raises(kiln.RuntimeError, match=message):
             p(x, y)
@@ -939,6 +939,62 @@ def test_a_wrong_input_shape_is_named_by_the_users_input_before_anything_runs(ca
 class Sorted(torch.nn.Module):
     def forward(self, x):
         return torch.sort(x, 0).values
+
+
+class SizeAsValue(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.relu(x) * (x.shape[1] // 2), y + 1
+
+
+def test_dims_take_the_exports_dim_names_where_kiln_can(cache_dir, tmp_path):
+    """kiln's dims take the torch.export.Dim names: in each graph, in the fallback reasons and in
+    the input checks. A name kiln could confuse (an input's, an op's) and a program that
+    torch.export.load made (its shape environment keeps no names) keep torch's symbols."""
+    x, y = torch.randn(2, 6), torch.randn(2, 4)
+
+    def program_of(batch, seq, ep=None):
+        if ep is None:
+            dims = {"x": {0: torch.export.Dim(batch, max=8), 1: torch.export.Dim(seq, max=64)},
+                    "y": {0: torch.export.Dim(batch, max=8)}}
+            ep = torch.export.export(SizeAsValue(), (x, y), dynamic_shapes=dims, strict=False)
+        return ep, kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                               cache_dir=cache_dir, fallbacks="allow")
+
+    ep, named = program_of("batch", "seq")
+    dims = sorted(line for part in named.partitions for line in part.splitlines()
+                  if line.startswith("  dim "))
+    assert dims == ["  dim batch: 1..8", "  dim seq: 1..64"]
+    assert [(f.op, f.reason) for f in named.fallbacks] == [
+        ("aten.mul.Tensor", "a size (seq//2) as a value (kiln takes sums of products of dims)")]
+    with pytest.raises(kiln.RuntimeError, match=r"input 'x' dim 1: seq = 65 is outside its "
+                                                r"range 1\.\.64$"):
+        named(torch.randn(2, 65), y)
+    with pytest.raises(kiln.RuntimeError, match=r"input 'y' dim 0: batch = 3, but input 'x' "
+                                                r"dim 0 has batch = 2$"):
+        named(x, torch.randn(3, 4))
+    for got, want in zip(named(x, y), SizeAsValue()(x, y)):
+        torch.testing.assert_close(got, want)
+
+    _, confusable = program_of("y", "roll")  # an input's name, an op's
+    buffer = tmp_path / "ep.pt2"
+    torch.export.save(ep, buffer)
+    _, reloaded = program_of(None, None, torch.export.load(buffer))
+    for program in (confusable, reloaded):
+        text = "\n".join(program.partitions)
+        assert re.findall(r"^  dim (\w+):", text, re.M) and all(
+            re.fullmatch(r"s\d+", d) for d in re.findall(r"^  dim (\w+):", text, re.M)), text
+        assert re.fullmatch(r"a size \(s\d+//2\) as a value .*", program.fallbacks[0].reason)
+        for got, want in zip(program(x, y), SizeAsValue()(x, y)):
+            torch.testing.assert_close(got, want)
+
+
+def test_every_kiln_op_is_a_reserved_word():
+    """A placeholder or dim named as an op (`roll`, `cumsum`) would be refused by kiln's parser:
+    kiln_name gives it a `_`. The reserved words cover every op of ir/ops.def."""
+    ops_def = (pathlib.Path(__file__).resolve().parents[2] / "ir" / "ops.def").read_text()
+    ops = re.findall(r"^KILN_OP\((\w+),", ops_def, re.M)
+    assert len(ops) > 50
+    assert [op for op in ops if kiln.torch._lower.kiln_name(op) == op] == []
 
 
 class HalfSizes(torch.nn.Module):

@@ -4,6 +4,7 @@ cannot run stays in PyTorch, listed in `program.fallbacks`."""
 from __future__ import annotations
 
 import operator
+import re
 
 try:
     import torch
@@ -33,12 +34,54 @@ def _check_text(text: str):
             for o in graph.outputs]
 
 
-def _symbols_of(gm, ranges: dict, max_dim: int):
+def _dim_names(gm) -> dict:
+    """{symbol: the name of its torch.export.Dim} for the placeholders' symbolic sizes, where the
+    shape environment keeps it: a program exported in this process (torch.export.load's and
+    Dynamo's name none). Read from torch's private ShapeEnv; where that changes, the symbols
+    keep their own names."""
+    names = {}
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        for d in val.shape:
+            if not (isinstance(d, torch.SymInt) and d.node.expr.is_Symbol):
+                continue
+            key = str(d.node.expr)
+            try:
+                env = d.node.shape_env
+                debug = env.source_name_to_debug_name
+                for source in env.var_to_sources.get(d.node.expr, ()):
+                    text = source.name if isinstance(source.name, str) else source.name()
+                    if isinstance(debug.get(text), str):
+                        names.setdefault(key, debug[text])
+            except Exception:  # noqa: BLE001 - a private API: the symbol's name serves
+                continue
+    return names
+
+
+def _symbols_of(gm, ranges: dict, max_dim: int, taken=()):
     """kiln dims for the symbols of the placeholders' shapes: {symbol: name}, {name: (lo, hi)}.
+    A dim takes its torch.export.Dim's name where the export kept it (_dim_names) and the name
+    is a plain kiln name no input (`taken`), symbol or other dim has; else the symbol's (s27).
     A symbol bounded at `max_dim` or below keeps its range. An unbounded one, or one bounded
     above `max_dim`, ends at `max_dim`, and the largest of those is halved while some tensor of
     the graph could exceed kiln's 2^31 - 1 elements."""
     symbols, dims, open_ended = {}, {}, set()
+    given = _dim_names(gm)
+    # A name kiln could confuse is not taken: an input's, a symbol's, a reserved word, or one
+    # starting with `_` (a value of a graph) or holding a dot (a parameter's).
+    avoid = set(taken)
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(val, torch.Tensor):
+            avoid.update(str(s) for d in val.shape if isinstance(d, torch.SymInt)
+                         for s in d.node.expr.free_symbols)
+    chosen = {}
+    for key, name in given.items():
+        if (re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) and name not in _lower._RESERVED
+                and name not in avoid and name not in chosen.values()):
+            chosen[key] = name
     for node in gm.graph.nodes:
         val = node.meta.get("val") if node.op == "placeholder" else None
         if not isinstance(val, torch.Tensor):
@@ -50,7 +93,7 @@ def _symbols_of(gm, ranges: dict, max_dim: int):
                     continue
                 lo, hi = ranges.get(key, (1, None))
                 lo = max(1, int(lo)) if _finite(lo) else 1
-                name = _lower.kiln_name(key)
+                name = chosen.get(key) or _lower.kiln_name(key)
                 symbols[key] = name
                 if hi is None or not _finite(hi) or int(hi) > max_dim:
                     hi = max_dim
@@ -201,7 +244,7 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
     if target is None:
         target = "cuda" if "cuda" in devices else "cpu"
     ranges = {str(s): (r.lower, r.upper) for s, r in ep.range_constraints.items()}
-    symbols, dims = _symbols_of(gm, ranges, max_dim)
+    symbols, dims = _symbols_of(gm, ranges, max_dim, input_names.values())
     rt = _runtime.Runtime(target=target, precision=precision, cache_dir=cache_dir, remote=remote,
                           fallbacks=fallbacks, check_indices=check_indices)
     name = _lower.kiln_name(_model_name(ep))
@@ -330,7 +373,7 @@ def _compile_forward(fx: GraphModule, inputs, options: dict):
     if shape_env is not None:
         for sym, r in shape_env.var_to_range.items():
             ranges[str(sym)] = (r.lower, r.upper)
-    symbols, dims = _symbols_of(gm, ranges, max_dim)
+    symbols, dims = _symbols_of(gm, ranges, max_dim, input_names.values())
     rt = _runtime.Runtime(target=target, precision=precision, cache_dir=options.get("cache_dir"),
                           remote=options.get("remote"), fallbacks=fallbacks,
                           check_indices=bool(options.get("check_indices", False)))

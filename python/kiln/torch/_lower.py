@@ -24,7 +24,8 @@ _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", t
 _RESERVED = set("""input matmul add sub mul div relu gelu silu sigmoid tanh exp neg cast softmax sqrt
 rsqrt abs pow maximum minimum sum mean max rms_norm layer_norm reshape permute slice concat
 attention cos sin erf log gelu_tanh eq ne lt le gt ge logical_and logical_or logical_not where
-arange embedding expand test_extra f32 f16 bf16 i32 i64 bool true false inf graph dim output""".split())
+arange embedding expand cumsum roll test_extra f32 f16 bf16 i32 i64 bool true false inf graph dim
+output""".split())
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 
 
@@ -180,8 +181,13 @@ class Probe:
                                for d in self.meta(node).shape) + "]"
 
     def fx_shape(self, node) -> str:
-        """The shape as PyTorch writes it (`[s0*s1, 64]`), for messages."""
-        return "[" + ", ".join(str(d) for d in self.meta(node).shape) + "]"
+        """The shape as PyTorch writes it (`[B*S, 64]`), for messages."""
+        return self.named("[" + ", ".join(str(d) for d in self.meta(node).shape) + "]")
+
+    def named(self, text: str) -> str:
+        """`text` with each of torch's symbols (`s27`) written as its kiln dim's name."""
+        return re.sub(r"\b[a-z]+[0-9]+\b", lambda m: self.symbols.get(m.group(0), m.group(0)),
+                      text)
 
     def has_merged(self, node) -> bool:
         val = node.meta.get("val") if isinstance(node, Node) else None

@@ -103,7 +103,7 @@ def build_plan(gm: GraphModule, symbols: dict, dims: dict, input_names: dict, gr
                     continue  # a view or constant kept in PyTorch, where it is cheaper
                 if _from_scalar_inputs(node):
                     continue  # a Python scalar Dynamo passes as a float64 tensor, converted
-                reason = reasons.get(node, "kept in PyTorch")
+                reason = probe.named(reasons.get(node, "kept in PyTorch"))
                 name = op_name(node)
                 count, said = fallbacks.get(name, (0, ""))
                 met = said_of.setdefault(name, [])
