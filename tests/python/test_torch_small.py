@@ -875,6 +875,44 @@ def test_a_size_used_as_a_value_is_computed_from_the_graphs_dims(cache_dir):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+class DerivedDims(torch.nn.Module):
+    """Inputs whose sizes torch.export derives from another's: y of 3 * L (read by kiln as
+    [L, 3]), z of 2 * L + 1 (left to PyTorch)."""
+    def forward(self, x, y, z):
+        return x.reshape(-1) * 2 + y, torch.tanh(z).sum(0)
+
+
+def test_a_derived_dim_is_checked_against_its_dims_before_anything_runs(cache_dir, tmp_path):
+    length = torch.export.Dim("L", min=2, max=16)
+    ep = torch.export.export(DerivedDims(), (torch.randn(4, 3), torch.randn(12), torch.randn(9)),
+                             dynamic_shapes=({0: length}, {0: 3 * length}, {0: 2 * length + 1}),
+                             strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert "input y: f32[L, 3]" in program.partitions[0]
+    program.save(tmp_path / "saved")
+    loaded = kiln.torch.load(tmp_path / "saved", cache_dir=cache_dir, fallbacks="allow")
+    for p in (program, loaded):
+        args = (torch.randn(5, 3), torch.randn(15), torch.randn(11))
+        for got, want in zip(p(*args), DerivedDims()(*args)):
+            torch.testing.assert_close(got, want)
+        # Before: a view of y as [5, 3] failed inside the kiln graph's call.
+        with pytest.raises(kiln.RuntimeError,
+                           match=r"^input 'y' dim 0 must be 3\*L = 15 \(L = 5\), got 14 "
+                                 r"\(\[3\*L\]\)$"):
+            p(torch.randn(5, 3), torch.randn(14), torch.randn(11))
+        with pytest.raises(kiln.RuntimeError,
+                           match=r"^input 'z' dim 0 must be 2\*L \+ 1 = 11 \(L = 5\), got 10"):
+            p(torch.randn(5, 3), torch.randn(15), torch.randn(10))
+    meta = json.loads((tmp_path / "saved" / "kiln.json").read_text())
+    assert meta["input_dims"] == {"x": ["L", 3], "y": ["3*L"], "z": ["2*L + 1"]}
+    for bad in ("3*Q", "3*L +", "L**2", "3*L; import os"):
+        meta["input_dims"]["y"] = [bad]
+        (tmp_path / "saved" / "kiln.json").write_text(json.dumps(meta))
+        with pytest.raises(kiln.Error, match="malformed.*input 'y'"):
+            kiln.torch.load(tmp_path / "saved", cache_dir=cache_dir, fallbacks="allow")
+
+
 class PyTorchFirst(torch.nn.Module):
     """An input read first by an op kiln leaves to PyTorch (cumprod), so the first kiln graph's
     input is an intermediate; a second input sharing the batch dim."""

@@ -14,7 +14,7 @@ from torch.fx import Graph, GraphModule
 
 from .. import _runtime
 from .._errors import Error, GraphError
-from . import _canonical, _lower, _plan, _table
+from . import _canonical, _lower, _plan, _program, _table
 from ._program import Fallback, Program, load, report_fallbacks, torch_step
 
 __all__ = ["Fallback", "Program", "compile_exported", "dynamo_backend", "load"]
@@ -278,14 +278,32 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
 
 
 def _dim_spec(d, symbols: dict):
-    """A placeholder's dim as the program checks it: its size, its kiln dim's name, or None
-    (an expression of dims, left to the graphs)."""
+    """A placeholder's dim as the program checks it: its size, its kiln dim's name, a sum of
+    products of whole numbers and kiln dims as text (`3*L + 1`: a torch.export derived dim), or
+    None (any other expression, left to the graphs)."""
     if not isinstance(d, torch.SymInt):
         return int(d)
     expr = d.node.expr
     if expr.is_number:
         return int(expr)
-    return symbols.get(str(expr)) if expr.is_Symbol else None
+    if expr.is_Symbol:
+        return symbols.get(str(expr))
+    terms = []
+    for monomial, coef in sorted(expr.expand().as_coefficients_dict().items(), key=str):
+        if not coef.is_Integer:
+            return None
+        names = []
+        for factor, power in monomial.as_powers_dict().items():
+            if factor.is_Number and factor == 1:
+                continue
+            if (not factor.is_Symbol or str(factor) not in symbols or not power.is_Integer
+                    or not 1 <= int(power) <= 8):
+                return None
+            names += [symbols[str(factor)]] * int(power)
+        terms.append((int(coef), sorted(names)))
+    terms.sort(key=lambda t: (not t[1], t[1]))  # the whole number last
+    text = _program.sum_text(terms)
+    return text if _program.parse_sum(text, set(symbols.values())) == terms else None
 
 
 def _checked_max_dim(max_dim) -> int:

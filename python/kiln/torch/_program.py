@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import operator
 import os
 import pathlib
@@ -120,7 +121,7 @@ class Program:
         or a symbolic one's range differs from the exported program's, or where two inputs give
         one dim two sizes: before anything runs (a kiln graph after a step in PyTorch would
         otherwise name its own input)."""
-        seen = {}
+        seen, sums = {}, []
         for name, value in zip(self._users, flat):
             spec = self._input_dims.get(name)
             if spec is None or not isinstance(value, torch.Tensor):
@@ -137,6 +138,9 @@ class Program:
                     continue
                 if d is None:
                     continue
+                if d not in self._dims:  # a sum of products of dims (`3*L + 1`)
+                    sums.append((where, d, got, want))
+                    continue
                 lo, hi, capped = self._dims[d]
                 if d in self._bound_dims and not lo <= got <= hi:
                     hint = (f" (max_dim={hi} capped it: compile with a larger max_dim)"
@@ -148,6 +152,17 @@ class Program:
                     raise KilnRuntimeError(f"{where}: {d} = {got}, but input '{first}' dim "
                                            f"{first_axis} has {d} = {seen[d][0]}")
                 seen.setdefault(d, (got, name, axis))
+        # A sum is checked where each of its dims is some input's dim of its own.
+        for where, text, got, want in sums:
+            terms = parse_sum(text, seen)
+            if terms is None:
+                continue
+            size = sum(coef * math.prod(seen[n][0] for n in names) for coef, names in terms)
+            if got != size:
+                given = ", ".join(f"{n} = {seen[n][0]}" for n in sorted({n for _, ns in terms
+                                                                           for n in ns}))
+                raise KilnRuntimeError(f"{where} must be {text} = {size} ({given}), got {got} "
+                                       f"({want})")
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes a directory: program.pt2 (the exported program, when there is one), kiln.json
@@ -535,6 +550,46 @@ def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_ind
                    **_checked_shapes(meta))
 
 
+def sum_text(terms) -> str:
+    """[(3, ["L"]), (1, [])] as `3*L + 1`: a sum of products of whole numbers and dims."""
+    text = ""
+    for coef, names in terms:
+        sign = "-" if coef < 0 else "+"
+        factors = ([str(abs(coef))] if abs(coef) != 1 or not names else []) + list(names)
+        term = "*".join(factors)
+        text += (f" {sign} {term}" if text else ("-" if coef < 0 else "") + term)
+    return text
+
+
+_SUM_TERM = re.compile(r"(?:(?P<sign>^-|^|\s[-+]\s))(?P<term>(?:[0-9]+|[A-Za-z_][A-Za-z0-9_]*)"
+                       r"(?:\*(?:[0-9]+|[A-Za-z_][A-Za-z0-9_]*))*)")
+
+
+def parse_sum(text, names) -> list | None:
+    """sum_text's terms back from `text`, each dim one of `names`; None where `text` is not
+    such a sum (at most 256 characters, 16 terms, whole numbers below 2^31)."""
+    if not isinstance(text, str) or not text or len(text) > 256:
+        return None
+    terms, at = [], 0
+    while at < len(text):
+        m = _SUM_TERM.match(text, at)
+        if not m or (at and not m.group("sign")) or len(terms) == 16:
+            return None
+        coef, dims = -1 if m.group("sign").strip() == "-" else 1, []
+        for factor in m.group("term").split("*"):
+            if factor.isdigit():
+                if len(factor) > 10 or int(factor) >= 2**31:
+                    return None
+                coef *= int(factor)
+            elif factor in names:
+                dims.append(factor)
+            else:
+                return None
+        terms.append((coef, dims))
+        at = m.end()
+    return terms
+
+
 def _checked_shapes(meta) -> dict:
     """kiln.json's input dims and dim ranges, checked (ValueError: malformed); none where a
     program saved before they were kept has neither."""
@@ -549,6 +604,8 @@ def _checked_shapes(meta) -> dict:
     for name, spec in input_dims.items():
         if not (isinstance(spec, list) and len(spec) <= 64 and all(
                 d is None or (type(d) is int and 0 <= d < 2**63) or
-                (isinstance(d, str) and d in dims) for d in spec)):
-            raise ValueError(f"input {name!r}: its dims are not sizes, known dim names or null")
+                (isinstance(d, str) and (d in dims or parse_sum(d, dims) is not None))
+                for d in spec)):
+            raise ValueError(f"input {name!r}: its dims are not sizes, known dim names, sums of "
+                             "products of them or null")
     return {"input_dims": input_dims, "dims": {n: tuple(r) for n, r in dims.items()}}
