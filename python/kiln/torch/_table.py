@@ -1177,10 +1177,10 @@ def _slice(cx, node):
 
 
 def _dim_value(name: str, dtype: str) -> str:
-    """The size of kiln dim `name` as a [1] tensor of `dtype`: the first of arange(name) rolled
-    by one is its last position, name - 1."""
+    """The size of kiln dim `name` as a [1] tensor of `dtype`: one past the last position of
+    arange(name)."""
     arange = f"arange({name})" if dtype == "i64" else f"arange({name}, dtype={dtype})"
-    return f"add(slice(roll({arange}, shift=1, axis=0), axis=0, start=0, end=1), 1)"
+    return f"add({_last_along(arange, 0)}, 1)"
 
 
 def size_text(cx, expr) -> str:
@@ -1242,7 +1242,7 @@ def _window(cx, node, x, axis, start) -> str:
     size, n = int(shape[axis]), cx.meta(node).shape[axis]
     n_text = cx.size(n)
     offset = sympy.Integer(start) if isinstance(start, int) else start
-    count = cx.expr(n) if isinstance(n, torch.SymInt) else sympy.Integer(int(n))
+    count = _size_expr(cx, n)
     ranges = cx.ranges(sympy.Tuple(offset, count))
     if ranges is None:
         raise Unsupported(f"a slice from {offset} of {count}: a size that is no kiln dim")
@@ -1342,8 +1342,7 @@ def _band_window(cx, node):
             start = start + int(size)
         offsets[axis] += start
     shape = cx.meta(node).shape
-    counts = [cx.expr(d) if isinstance(d, torch.SymInt) else sympy.Integer(int(d))
-              for d in shape]
+    counts = [_size_expr(cx, d) for d in shape]
     for axis in range(rank):
         ranges = cx.ranges(sympy.Tuple(offsets[axis], counts[axis]))
         if ranges is None:
@@ -1391,6 +1390,7 @@ def _positions_along(cx, shape, axis: int) -> str:
 
 
 def _size_expr(cx, d):
+    """A dim's size as sympy: a kiln dim's expression, or the whole number."""
     return cx.expr(d) if isinstance(d, torch.SymInt) else sympy.Integer(int(d))
 
 
