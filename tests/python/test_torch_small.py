@@ -875,6 +875,24 @@ def test_a_size_used_as_a_value_is_computed_from_the_graphs_dims(cache_dir):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+class ScalarConstants(torch.nn.Module):
+    """Ops of constants of shape [] alone: a product, an exp and a compare of literals (and a
+    floor division, which kiln has no op for)."""
+    def forward(self, x):
+        return (x * torch.full((), 2.0) * 4 + torch.full((), 0.5).exp() +
+                (torch.full((), 3) < 4) - torch.full((), 7) // 2)
+
+
+def test_ops_of_constants_of_shape_nothing_alone_run_in_kiln(cache_dir):
+    ep = torch.export.export(ScalarConstants(), (torch.randn(4, 3),), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    # Before: kiln refused each ("mul needs at least one tensor operand").
+    assert [f.op for f in program.fallbacks] == ["aten.floor_divide.default"], program.fallbacks
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(program(x), ScalarConstants()(x))
+
+
 class DerivedDims(torch.nn.Module):
     """Inputs whose sizes torch.export derives from another's: y of 3 * L (read by kiln as
     [L, 3]), z of 2 * L + 1 (left to PyTorch)."""

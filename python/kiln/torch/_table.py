@@ -114,7 +114,10 @@ def _binary(kiln_op: str, compare: bool = False):
             work = cx.promoted(a, b)
         else:
             work = cx.dtype_of(node)
-        return Expr(f"{kiln_op}({cx.ref(a, work)}, {cx.ref(b, work)})")
+        ta, tb = cx.ref(a, work), cx.ref(b, work)
+        if _LITERAL.fullmatch(ta) and _LITERAL.fullmatch(tb):  # two constants of shape []
+            ta = _as_tensor(ta, work)
+        return Expr(f"{kiln_op}({ta}, {tb})")
     _ROW_WISE.add(lower)
     return lower
 
@@ -168,7 +171,10 @@ def _arith(cx, node, kiln_op: str, a, b) -> Expr:
         right = _lit(float(torch.tensor(number(b)) * torch.tensor(float(alpha))))
     else:
         right = f"mul({operand(b)}, {_lit(alpha)})"
-    text = f"{kiln_op}({operand(a)}, {right})"
+    left = operand(a)
+    if _LITERAL.fullmatch(left) and _LITERAL.fullmatch(right):  # two constants of shape []
+        left = _as_tensor(left, "f32" if wide else work)
+    text = f"{kiln_op}({left}, {right})"
     return Expr(f"cast({text}, to={work})" if wide else text)
 
 
@@ -204,7 +210,8 @@ def _pow(cx, node):
 
 def _unary(kiln_op: str):
     def lower(cx, node):
-        return Expr(f"{kiln_op}({cx.ref(node.args[0], cx.dtype_of(node))})")
+        x = cx.ref(node.args[0], cx.dtype_of(node))
+        return Expr(f"{kiln_op}({_as_tensor(x, cx.dtype_of(node))})")
     _ROW_WISE.add(lower)
     return lower
 
@@ -375,6 +382,24 @@ def _number(value, dtype: str):
         raise Unsupported(f"a constant tensor of {type(value).__name__}")
     return bool(value) if dtype == "bool" else int(value) if dtype in ("i32", "i64") else \
         float(value)
+
+
+# A literal's text as _lit writes it.
+_LITERAL = re.compile(r"true|false|-?inf|-?[0-9][0-9.eE+-]*")
+
+
+def _as_tensor(text: str, dtype: str) -> str:
+    """An operand's kiln text, a literal (a constant of shape []) made a tensor of shape []
+    holding it: an op of one operand, or of two literals, takes no literal alone."""
+    if not _LITERAL.fullmatch(text):
+        return text
+    if dtype == "bool":
+        value = text == "true" or (text != "false" and float(text) != 0)
+    elif dtype in ("i32", "i64"):
+        value = int(text)
+    else:
+        value = float(text)
+    return f"reshape({_filled(value, dtype, '[1]')}, shape=[])"
 
 
 def _filled(value, dtype: str, shape: str) -> str:
