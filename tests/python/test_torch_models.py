@@ -44,6 +44,9 @@ def _models():
         "gpt_neo": lambda: t.GPTNeoModel(t.GPTNeoConfig(
             num_layers=2, hidden_size=64, num_heads=4, attention_types=[[["global", "local"], 1]],
             window_size=8, max_position_embeddings=80, **small)),
+        "xglm": lambda: t.XGLMModel(t.XGLMConfig(
+            num_layers=2, d_model=64, attention_heads=4, ffn_dim=128,
+            max_position_embeddings=64, **small)),
         "llama": lambda: t.LlamaModel(t.LlamaConfig(
             num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=128, max_position_embeddings=64, **small)),
@@ -75,14 +78,16 @@ def test_the_model_runs_in_kiln_and_matches_eager(arch, cache_dir):
 
 @pytest.mark.parametrize("arch, target", [("gpt2", "cpu"), ("opt", "cpu"), ("bloom", "cpu"),
                                           ("falcon", "cpu"), ("gptj", "cpu"), ("mpt", "cpu"),
-                                          ("gpt_neo", "cpu"), ("opt", "emulate:sm_90")])
+                                          ("gpt_neo", "cpu"), ("xglm", "cpu"),
+                                          ("opt", "emulate:sm_90")])
 def test_a_dynamic_batch_and_sequence_flattened_into_rows_stays_in_kiln(arch, target, cache_dir):
     """OPT's MLP, GPT-2's Conv1D and BLOOM's bmm flatten the dynamic batch and sequence (or
     batch and heads) into one dim: kiln runs them as the dims, and matches eager at each size
     (on the CPU target, and OPT through the CUDA kernels kiln makes for an H100, emulated).
     Falcon's mask builder, GPT-J's rotary pieces, MPT's alibi (its last S positions, sliced
     from Max(0, 80 - S)) and GPT-Neo's causal and local bool buffers (their first S rows and
-    columns, compares of positions in kiln) run in kiln at every size too."""
+    columns, compares of positions in kiln) and XGLM's sinusoidal positions (an index_select of
+    the flattened position ids) run in kiln at every size too."""
     torch.manual_seed(0)
     model = _models()[arch]().eval()
     ids = torch.randint(0, 100, (2, 12))

@@ -875,6 +875,45 @@ def test_a_size_used_as_a_value_is_computed_from_the_graphs_dims(cache_dir):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+class IndexSelects(torch.nn.Module):
+    """index_select of a table's rows by flattened ids (XGLM's positions), along a middle dim
+    of a constant, along the last dim by two ids, by a 0-d id, in f16; and along a dim of a
+    tensor whose other dims are a symbolic one and a fixed one (in PyTorch)."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(10, 6))
+        self.register_buffer("cube", torch.randn(4, 5, 3))
+
+    def forward(self, x, ids):
+        rows = self.table.index_select(0, ids.reshape(-1)).reshape(ids.shape[0], ids.shape[1], 6)
+        middle = self.cube.index_select(1, torch.tensor([4, 0, 2]))
+        last = x[:, 0].index_select(-1, ids[0, :2])
+        one = self.cube.index_select(-1, ids[0, 0])
+        half = self.table.half().index_select(0, ids[:, 1])
+        return rows, middle, last, one, half, x.index_select(1, ids[0])
+
+
+def test_index_select_is_an_embedding_of_the_dim_moved_first(cache_dir):
+    dims = ({0: torch.export.Dim("B", min=2, max=8), 1: torch.export.Dim("S", min=2, max=16)},) * 2
+    ep = torch.export.export(IndexSelects(), (torch.randn(2, 5, 7), torch.randint(0, 5, (2, 5))),
+                             dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [(f.op, f.count, f.reason) for f in program.fallbacks] == [
+        ("aten.index_select.default", 1,
+         "an index_select of a tensor whose other dims hold a symbolic one and others")]
+    assert len(program.executables) == 1
+    module = ep.module()
+    for b, s in [(3, 6), (2, 2), (8, 16)]:
+        x, ids = torch.randn(b, s, 7), torch.randint(0, 2, (b, s))
+        for got, want in zip(program(x, ids), module(x, ids)):
+            assert got.dtype == want.dtype and torch.equal(got, want), (b, s)
+    # An id past the dim: a row of zeros, where PyTorch raises.
+    x, ids = torch.randn(2, 3, 7), torch.tensor([[0, 1, 2], [9, 10, 1]])
+    rows = program(x, ids)[0]
+    assert torch.equal(rows[1, 1], torch.zeros(6)) and torch.equal(rows[1, 0], module.table[9])
+
+
 class ScalarConstants(torch.nn.Module):
     """Ops of constants of shape [] alone: a product, an exp and a compare of literals (and a
     floor division, which kiln has no op for)."""

@@ -1274,24 +1274,33 @@ def _window(cx, node, x, axis, start) -> str:
     if bool(bound_sympy(offset, ranges).upper < 0):
         offset = offset + size  # a negative start counts from the end, as PyTorch's
     _inside(offset, count, size, ranges)
+    return _rows_along(cx, x, axis, _shifted(cx, f"arange({n_text})", offset), n_text,
+                       "a slice with a symbolic start or end")
+
+
+def _rows_along(cx, x, axis: int, ids: str, n_text: str, what: str) -> str:
+    """The slices of float `x` along `axis` at positions `ids` (kiln text: an integer tensor of
+    shape [n], `n_text` its size), in their order: an embedding whose table is x with that axis
+    first. Unsupported, naming `what`, where x's other dims are merged or hold a symbolic dim
+    beside others."""
+    shape = cx.meta(x).shape
     others = [i for i in range(len(shape)) if i != axis]
-    if any(cx.merged(shape[i]) for i in others):
-        raise Unsupported("a slice with a symbolic start or end of a tensor with merged dims")
+    if cx.merged(shape[axis]) or any(cx.merged(shape[i]) for i in others):
+        raise Unsupported(f"{what} of a tensor with merged dims")
     symbolic = [i for i in others if cx.is_symbolic(shape[i])]
     fixed = 1
     for i in others:
         fixed *= 1 if i in symbolic else int(shape[i])
     if len(symbolic) > 1 or (symbolic and fixed != 1):
-        raise Unsupported("a slice with a symbolic start or end of a tensor whose other dims "
-                          "hold a symbolic one and others")
+        raise Unsupported(f"{what} of a tensor whose other dims hold a symbolic one and others")
     width = cx.size(shape[symbolic[0]]) if symbolic else str(fixed)
     order = [axis] + others
     table = cx.ref(x)
     if axis != 0:
         table = f"permute({table}, dims={order})"
     if len(shape) != 2:
-        table = f"reshape({table}, shape=[{size}, {width}])"
-    rows = f"embedding({table}, {_shifted(cx, f'arange({n_text})', offset)})"
+        table = f"reshape({table}, shape=[{cx.size(shape[axis])}, {width}])"
+    rows = f"embedding({table}, {ids})"
     moved = "[" + ", ".join([n_text] + [cx.size(shape[i]) for i in others]) + "]"
     if len(shape) != 2:
         rows = f"reshape({rows}, shape={moved})"
@@ -1612,6 +1621,36 @@ def _embedding(cx, node):
     if cx.dtype_of(ids) not in ("i32", "i64"):
         raise Unsupported("embedding ids that are not integers")
     return Expr(f"embedding({cx.ref(weight)}, {cx.ref(ids)})")
+
+
+@lowering(aten.index_select.default)
+def _index_select(cx, node):
+    """x.index_select(dim, index): the slices of a float x at the positions `index` (of rank 0
+    or 1), an embedding of x with that dim first (XGLM's sinusoidal positions). An index outside
+    the dim gives zeros where PyTorch raises."""
+    x, dim, index = node.args[0], node.args[1], node.args[2]
+    dtype, shape = cx.dtype_of(x), cx.meta(x).shape
+    if cx.dtype_of(index) not in ("i32", "i64"):
+        raise Unsupported("an index_select by indices that are not integers")
+    if dtype not in ("f32", "f16", "bf16"):
+        article = "an" if dtype.startswith("i") else "a"
+        raise Unsupported(f"an index_select of {article} {dtype} tensor (kiln gathers float "
+                          "tensors)")
+    if not shape:
+        raise Unsupported("an index_select of a tensor of shape []")
+    axis = dim % len(shape)
+    ids = cx.ref(index)
+    if not cx.meta(index).shape:
+        ids = f"reshape({ids}, shape=[1])"
+    if len(shape) == 2 and axis == 0:
+        # Rows of a table: its ids' dim may be merged (XGLM's position_ids.view(-1), [B*S] held
+        # as [B, S]), the rows then [B, S, D] as kiln holds [B*S, D].
+        return Expr(f"embedding({cx.ref(x)}, {ids})")
+    n = cx.meta(node).shape[axis]
+    if cx.merged(n):
+        raise Unsupported("an index_select by indices with merged dims of a tensor other than "
+                          "a 2-D table's rows")
+    return Expr(_rows_along(cx, x, axis, ids, cx.size(n), "an index_select"))
 
 
 def _arange_axis(cx, arg):
@@ -2079,6 +2118,11 @@ def merged_dims_reason(cx, node) -> str | None:
         ok = not (isinstance(node.args[0], Node) and node.args[0].target in _SPLITS)
     elif low in (_layer_norm, _native_layer_norm, _rms_norm_op):
         ok = tail_free(node.args[0], 1) and all(free(a) for a in node.args[2:4])
+    elif low in (_embedding, _index_select):
+        # A 2-D table's rows at ids of any shape: [B, S, D] in kiln is [B*S, D] in PyTorch.
+        table = node.args[0]
+        ok = free(table) and len(cx.meta(table).shape) == 2 and \
+            (low is _embedding or node.args[1] % 2 == 0)
     else:
         ok = False
     return None if ok else why
