@@ -914,6 +914,59 @@ def test_index_select_is_an_embedding_of_the_dim_moved_first(cache_dir):
     assert torch.equal(rows[1, 1], torch.zeros(6)) and torch.equal(rows[1, 0], module.table[9])
 
 
+class NormsAndPools(torch.nn.Module):
+    """A CNN's eval batch norms (with and without an affine), global average pools, and float
+    reductions over several dims (ConvNeXt's mean over H and W), over all of them, kept or not,
+    in f16 too."""
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(3)
+        self.bn1 = torch.nn.BatchNorm1d(3, affine=False)
+        for norm in (self.bn, self.bn1):
+            norm.running_mean.uniform_(-1, 1)
+            norm.running_var.uniform_(0.5, 2)
+        self.bn.weight.data.uniform_(0.5, 1.5)
+        self.bn.bias.data.uniform_(-1, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(x))
+        return (y, self.bn1(x[:, :, 0]), torch.nn.functional.adaptive_avg_pool2d(y, 1),
+                torch.nn.functional.adaptive_avg_pool1d(x[:, 0], (1,)), x.mean([-2, -1]),
+                x.sum((1, 3), keepdim=True), x.amax([0, 2]), x.mean(), x.sum(),
+                x.half().mean([2, 3]), x.sum(dim=(-1, 1, 0)))
+
+
+class InPyTorch(torch.nn.Module):
+    """A batch norm in training mode and an average pool to 2: kiln takes neither."""
+    def forward(self, x, mean, var):
+        return (torch.nn.functional.batch_norm(x, mean, var, training=True),
+                torch.nn.functional.adaptive_avg_pool2d(x, 2))
+
+
+def test_batch_norms_global_pools_and_reductions_over_several_dims_run_in_kiln(cache_dir):
+    torch.manual_seed(0)
+    model = NormsAndPools().eval()
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    ep = torch.export.export(model, (torch.randn(2, 3, 4, 5),), dynamic_shapes=dims,
+                             strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    # Before: the batch norms, the pools and each reduction over several dims fell back.
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    for b in (1, 2, 5):
+        x = torch.randn(b, 3, 4, 5)
+        for got, want in zip(program(x), model(x)):
+            assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    ep = torch.export.export(InPyTorch(), (torch.randn(2, 3, 4, 4), torch.zeros(3),
+                                           torch.ones(3)), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    reasons = sorted(f.reason for f in program.fallbacks)
+    assert reasons == ["a batch norm in training (of the batch's statistics)",
+                       "an adaptive average pool to [2, 2] (kiln pools to 1)"], reasons
+
+
 class ScalarConstants(torch.nn.Module):
     """Ops of constants of shape [] alone: a product, an exp and a compare of literals (and a
     floor division, which kiln has no op for)."""

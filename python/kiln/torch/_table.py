@@ -777,10 +777,40 @@ def _reduction(kiln_op: str):
         if cx.dtype_of(x) != out and (out not in ("f32", "f16", "bf16") or
                                       node.kwargs.get("dtype") is None):
             raise Unsupported(f"{kiln_op} into another dtype")
-        keep = ", keepdim=true" if keepdim else ""
         # sum(x, dtype=f32) is the sum of x cast first, as PyTorch does.
-        return Expr(f"{kiln_op}({cx.ref(x, out)}, axis={_axis(cx, node, dim)}{keep})")
+        return Expr(_reduced(cx, node, kiln_op, cx.ref(x, out), _axes(cx, x, dim), keepdim))
     return lower
+
+
+def _axes(cx, x, dim) -> list:
+    """A reduction's dims of `x` (an int, a list, or None or [] for all of them) as distinct
+    negative axes, from the last."""
+    rank = len(cx.meta(x).shape)
+    if rank == 0:
+        raise Unsupported("a reduction of a tensor of shape []")
+    if dim is None or (isinstance(dim, (list, tuple)) and not dim):
+        dim = list(range(rank))
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    if not all(isinstance(d, int) and -rank <= d < rank for d in dims):
+        raise Unsupported(f"a reduction over dims {list(dims)} of a tensor of rank {rank}")
+    return sorted({d % rank - rank for d in dims})
+
+
+def _reduced(cx, node, kiln_op: str, text: str, axes: list, keepdim: bool) -> str:
+    """kiln_op (mean, sum or max) of `text` over `axes`: one axis after another, each kept, then
+    the node's shape where the dims are not kept (a mean of means over a block is its mean). A
+    half type's sum or mean is taken in f32 and rounded once, as PyTorch's is."""
+    if len(axes) == 1:
+        return f"{kiln_op}({text}, axis={axes[0]}{', keepdim=true' if keepdim else ''})"
+    out = cx.dtype_of(node)
+    wide = kiln_op != "max" and out in ("f16", "bf16")
+    if wide:
+        text = f"cast({text}, to=f32)"
+    for axis in axes:
+        text = f"{kiln_op}({text}, axis={axis}, keepdim=true)"
+    if wide:
+        text = f"cast({text}, to={out})"
+    return text if keepdim else f"reshape({text}, shape={cx.shape(node)})"
 
 
 def _last_along(text: str, axis: int) -> str:
@@ -804,12 +834,31 @@ def _integer_sum(cx, node, x, dim, keepdim: bool, out: str) -> str:
     return text
 
 
-@lowering(aten.sum.default)
+@lowering(aten.sum.default, aten.mean.default)
 def _sum_all(cx, node):
-    out = cx.dtype_of(node)
-    if out not in ("i32", "i64"):
-        raise Unsupported("a float sum over all dims (kiln sums one axis)")
-    return Expr(_integer_sum(cx, node, node.args[0], None, False, out))
+    out, x = cx.dtype_of(node), node.args[0]
+    kiln_op = "sum" if node.target is aten.sum.default else "mean"
+    if kiln_op == "sum" and out in ("i32", "i64"):
+        return Expr(_integer_sum(cx, node, x, None, False, out))
+    if out not in ("f32", "f16", "bf16") or (cx.dtype_of(x) != out and
+                                             node.kwargs.get("dtype") is None):
+        raise Unsupported(f"{kiln_op} into another dtype")
+    return Expr(_reduced(cx, node, kiln_op, cx.ref(x, out), _axes(cx, x, None), False))
+
+
+@lowering(aten.adaptive_avg_pool1d.default, aten.adaptive_avg_pool2d.default,
+          aten._adaptive_avg_pool2d.default)
+def _global_pool(cx, node):
+    """An adaptive average pool to size 1 along each pooled dim (a global pool): their mean,
+    kept. To any other size, Unsupported."""
+    x, size = node.args[0], list(node.args[1])
+    shape = cx.meta(x).shape
+    if cx.dtype_of(x) not in ("f32", "f16", "bf16") or len(shape) < len(size) + 1:
+        raise Unsupported("an adaptive average pool of that tensor")
+    pooled = list(range(-len(size), 0))
+    if any(n != 1 for n in size):
+        raise Unsupported(f"an adaptive average pool to {size} (kiln pools to 1)")
+    return Expr(_reduced(cx, node, "mean", cx.ref(x), pooled, True))
 
 
 _reduction_mean, _reduction_sum, _reduction_max = (_reduction(k) for k in ("mean", "sum", "max"))
@@ -933,6 +982,40 @@ def _native_layer_norm(cx, node):
     cx.only_first_output(node)
     x, shape, weight, bias, eps = node.args[:5]
     return Tuple0(_layer_norm_text(cx, node, x, shape, weight, bias, eps))
+
+
+@lowering(aten._native_batch_norm_legit_no_training.default, aten.batch_norm.default)
+def _batch_norm(cx, node):
+    """An eval batch norm, as PyTorch's CPU kernel computes it: per channel (dim 1) alpha =
+    weight / sqrt(var + eps) and beta = bias - mean * alpha, then x * alpha + beta, the channel
+    values shaped [C, 1, ...] against x's dims after it. A half x with f32 statistics is taken
+    in f32 and rounded once."""
+    legit = node.target is not aten.batch_norm.default
+    if legit:
+        cx.only_first_output(node)
+    elif _arg(node, 5, "training", False):
+        raise Unsupported("a batch norm in training (of the batch's statistics)")
+    x, weight, bias, mean, var = node.args[:5]
+    eps = _arg(node, 6 if legit else 7, "eps")
+    if mean is None or var is None:
+        raise Unsupported("a batch norm without running statistics")
+    shape, out = cx.meta(x).shape, cx.dtype_of(x)
+    stats = cx.dtype_of(mean)
+    if len(shape) < 2 or not isinstance(eps, (int, float)) or \
+            any(cx.dtype_of(v) != stats for v in (weight, bias, var) if v is not None) or \
+            not (out == stats or (out in ("f16", "bf16") and stats == "f32")) or \
+            stats not in ("f32", "f16", "bf16"):
+        raise Unsupported("a batch norm of those dtypes or shapes")
+    alpha = f"div(1.0, sqrt(add({cx.ref(var)}, {_lit(float(eps))})))"
+    if weight is not None:
+        alpha = f"mul({alpha}, {cx.ref(weight)})"
+    beta = f"mul({cx.ref(mean)}, {alpha})"
+    beta = f"sub({cx.ref(bias)}, {beta})" if bias is not None else f"neg({beta})"
+    channel = "[" + ", ".join([cx.size(shape[1])] + ["1"] * (len(shape) - 2)) + "]"
+    text = cx.ref(x, stats)
+    text = f"add(mul({text}, reshape({alpha}, shape={channel})), reshape({beta}, shape={channel}))"
+    text = text if out == stats else f"cast({text}, to={out})"
+    return Tuple0(text) if legit else Expr(text)
 
 
 @lowering(aten.rms_norm.default)
@@ -2106,9 +2189,14 @@ def merged_dims_reason(cx, node) -> str | None:
               and aligned(a, node, 2) and aligned(b, node, 2)
               and not (cx.merged(rows) and len(cx.meta(b).shape) > 2)
               and (low is _mm or aligned(node.args[0], node)))
-    elif low in (_softmax, _reduction_sum, _reduction_mean, _reduction_max, _cumsum):
-        axis = _axis(cx, node, node.args[1] if low in (_softmax, _cumsum)
-                     else _arg(node, 1, "dim"))
+    elif low in (_softmax, _reduction_sum, _reduction_mean, _reduction_max, _cumsum, _sum_all,
+                 _global_pool):
+        if low in (_softmax, _cumsum):
+            axis = _axis(cx, node, node.args[1])
+        elif low is _global_pool:
+            axis = -len(node.args[1])
+        else:
+            axis = min(_axes(cx, node.args[0], _arg(node, 1, "dim")))
         ok = tail_free(node.args[0], -axis)
     elif low in (_permute, _repeat):
         ok = True  # a permute refuses to move a merged dim; a repeat reshapes explicitly
