@@ -138,24 +138,38 @@ def test_packed_sequences_stay_apart_in_one_kiln_graph(arch, cache_dir):
             assert rel_l2(got, want) < TOLERANCE["highest"], ((b, s), rel_l2(got, want))
 
 
-@pytest.mark.parametrize("arch", ["vit", "clip_vision"])
-def test_a_vision_transformer_is_one_kiln_graph_patch_embedding_included(arch, cache_dir):
+@pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer"])
+def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir):
     """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
-    runs in kiln as the image's patches times the weight, at a dynamic batch."""
+    runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
+    SegFormer's depthwise convolutions (a matmul batched over the groups), ConvNeXt's pool over
+    H and W, and Swin's relative position bias (its table by a constant index of more than 64
+    runs) run in kiln too. Swin at a fixed batch: its window attention's batch is the image
+    batch times the windows, a product of dims kiln's attention does not take."""
     import transformers as t
     torch.manual_seed(0)
     small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=128, image_size=32, patch_size=8)
-    model = (t.ViTModel(t.ViTConfig(**small)) if arch == "vit" else
-             t.CLIPVisionModel(t.CLIPVisionConfig(**small))).eval()
-    dims = {"pixel_values": {0: torch.export.Dim("B", max=8)}}
+    model = {
+        "vit": lambda: t.ViTModel(t.ViTConfig(**small)),
+        "clip_vision": lambda: t.CLIPVisionModel(t.CLIPVisionConfig(**small)),
+        "convnext": lambda: t.ConvNextModel(t.ConvNextConfig(
+            hidden_sizes=[8, 16], depths=[1, 1], num_stages=2)),
+        "swin": lambda: t.SwinModel(t.SwinConfig(
+            image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+            window_size=4)),
+        "segformer": lambda: t.SegformerModel(t.SegformerConfig(
+            num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+            num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])),
+    }[arch]().eval()
+    dims = {"pixel_values": {0: torch.export.Dim("B", max=8)}} if arch != "swin" else None
     with torch.no_grad():
         ep = torch.export.export(model, (), {"pixel_values": torch.randn(2, 3, 32, 32)},
                                  dynamic_shapes=dims, strict=False)
         program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                               cache_dir=cache_dir, fallbacks="allow")
         assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
-        for b in (2, 1, 5):
+        for b in (2, 1, 5) if dims else (2,):
             pixels = torch.randn(b, 3, 32, 32)
             want = model(pixel_values=pixels).last_hidden_state
             got = program(pixel_values=pixels)

@@ -755,7 +755,8 @@ def test_a_window_from_a_symbolic_start_or_to_a_symbolic_end_runs_in_kiln(cache_
 class Convolutions(torch.nn.Module):
     """conv2d and conv1d as patches times the weight: a vision transformer's patch embedding (a
     size no whole patch ends on, dropped), 3x3 padded, strided, dilated and 'same', an unbatched
-    input, no bias, a Whisper-like conv1d pair, and bf16."""
+    input, no bias, a Whisper-like conv1d pair, and bf16; and of several groups: depthwise 7x7
+    (ConvNeXt's), two groups strided, a conv1d of four, patches of four, an unbatched input."""
     def __init__(self):
         super().__init__()
         torch.manual_seed(1)
@@ -766,11 +767,17 @@ class Convolutions(torch.nn.Module):
         self.c1 = torch.nn.Conv1d(6, 8, 3, padding=1)
         self.c2 = torch.nn.Conv1d(8, 8, 3, stride=2, padding=1)
         self.low = torch.nn.Conv1d(6, 4, 4, stride=4).to(torch.bfloat16)
+        self.depthwise = torch.nn.Conv2d(3, 3, 7, padding=3, groups=3)
+        self.halves = torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2, bias=False)
+        self.quarters = torch.nn.Conv1d(8, 4, 3, padding=1, groups=4)
+        self.patches = torch.nn.Conv2d(4, 8, 2, stride=2, groups=4)
 
     def forward(self, x, a):
         y = torch.nn.functional.gelu(self.c1(a))
+        z = self.pad(x)[:, :4]
         return (self.patch(x), self.pad(x), self.step(x), self.wide(x), self.pad(x[0]),
-                self.c2(y), self.low(a.to(torch.bfloat16)))
+                self.c2(y), self.low(a.to(torch.bfloat16)), self.depthwise(x), self.halves(z),
+                self.quarters(y), self.patches(z), self.depthwise(x[0]))
 
 
 @pytest.mark.parametrize("target", ["cpu", "emulate:sm_90"])
@@ -794,6 +801,38 @@ def test_convolutions_are_one_matmul_of_patches_in_kiln(target, cache_dir):
             assert got.dtype == w.dtype and got.shape == w.shape, (got.shape, w.shape)
             tol = 2e-2 if w.dtype == torch.bfloat16 else 1e-5
             assert torch.allclose(got.float(), w.float(), rtol=tol, atol=tol), (got, w)
+
+
+class LongConstantIndex(torch.nn.Module):
+    """Swin's relative position bias: a table indexed by a constant of more than 64 runs of
+    positions (some negative, counting from the end), and a constant index of a few runs."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.table = torch.nn.Parameter(torch.randn(25, 4))
+        index = torch.randint(0, 25, (100,))
+        index[::7] -= 25
+        self.register_buffer("index", index)
+
+    def forward(self, x):
+        bias = self.table[self.index].view(10, 10, 4).permute(2, 0, 1)
+        return x + bias, x[:, :, :, torch.tensor([0, 1, 2, 7])]
+
+
+def test_a_constant_index_of_many_runs_is_an_embedding_of_the_table(cache_dir):
+    module = LongConstantIndex()
+    ep = torch.export.export(module, (torch.randn(2, 4, 10, 10),),
+                             dynamic_shapes=({0: torch.export.Dim("B", max=8)},), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    # Before: "an index of more than 64 runs of positions" left the gather in PyTorch.
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    assert "embedding(" in program.partitions[0]
+    for b in (1, 3):
+        x = torch.randn(b, 4, 10, 10)
+        with torch.no_grad():
+            for got, want in zip(program(x), module(x)):
+                assert torch.equal(got, want)
 
 
 class Picks(torch.nn.Module):

@@ -642,7 +642,8 @@ def _padded(text: str, dims: list, axis: int, before: int, after: int, value, dt
           aten.convolution.default)
 def _conv(cx, node):
     """conv1d and conv2d as one matmul of the input's patches by the weight as [O, C k...] (bias
-    added). Where the stride is the kernel and nothing is padded (a vision transformer's patch
+    added); of several groups, a matmul batched over the groups (a depthwise convolution's of
+    [C/groups k...] = [k...]). Where the stride is the kernel and nothing is padded (a vision transformer's patch
     embedding) the patches are the input's own elements, split and permuted; otherwise each of
     the kernel's offsets is a strided window of the input, zero-padded, and the windows are
     stacked (up to 64 offsets)."""
@@ -659,8 +660,10 @@ def _conv(cx, node):
     spatial = len(wshape) - 2
     if spatial not in (1, 2):
         raise Unsupported(f"a convolution over {spatial} dims (kiln lowers conv1d and conv2d)")
-    if groups != 1:
-        raise Unsupported("a grouped convolution")
+    if not isinstance(groups, int) or groups < 1 or int(wshape[0]) % groups or \
+            cx.is_symbolic(xshape[-spatial - 1]) or \
+            int(xshape[-spatial - 1]) != groups * int(wshape[1]):
+        raise Unsupported(f"a convolution of {groups} groups of those channels")
     out = cx.dtype_of(node)
     if out not in ("f32", "f16", "bf16") or cx.dtype_of(x) != out or cx.dtype_of(weight) != out:
         raise Unsupported(f"a convolution of {cx.dtype_of(x)} by {cx.dtype_of(weight)}")
@@ -733,9 +736,21 @@ def _conv(cx, node):
         # [.., C, K, o...] with the spatial dims first, then C and K.
         order = list(range(lead)) + [lead + 2 + i for i in range(spatial)] + [lead, lead + 1]
         text = f"permute({text}, dims={order})"
-    patches = f"reshape({text}, shape=[{', '.join(batch + [str(rows), str(depth)])}])"
-    flat = f"reshape({cx.ref(weight)}, shape=[{int(wshape[0])}, {depth}])"
-    text = f"matmul({patches}, {flat}, transpose_b=true)"
+    if groups == 1:
+        patches = f"reshape({text}, shape=[{', '.join(batch + [str(rows), str(depth)])}])"
+        flat = f"reshape({cx.ref(weight)}, shape=[{int(wshape[0])}, {depth}])"
+        text = f"matmul({patches}, {flat}, transpose_b=true)"
+    else:
+        # Each group's channels times its outputs' weights: a matmul batched over the groups,
+        # [.., groups, rows, C/groups k...] by [groups, O/groups, C/groups k...].
+        g, part = groups, depth // groups
+        swap = list(range(lead)) + [lead + 1, lead, lead + 2]
+        split = ", ".join(batch + [str(rows), str(g), str(part)])
+        patches = f"permute(reshape({text}, shape=[{split}]), dims={swap})"
+        flat = f"reshape({cx.ref(weight)}, shape=[{g}, {int(wshape[0]) // g}, {part}])"
+        text = f"matmul({patches}, {flat}, transpose_b=true)"
+        joined = ", ".join(batch + [str(rows), str(int(wshape[0]))])
+        text = f"reshape(permute({text}, dims={swap}), shape=[{joined}])"
     if bias is not None:
         text = f"add({text}, {cx.ref(bias, out)})"
     grid = batch + [str(o) for o in outs] + [str(int(wshape[0]))]
@@ -1776,10 +1791,13 @@ def _lifted_constant(cx, arg):
     return cx.constant(arg)
 
 
-def _take(cx, node, x, axis, picks) -> str:
+def _take(cx, node, x, axis, picks, ids=None) -> str:
     """x[..., picks, ...] along `axis` for constant positions `picks` (a list of ints): slices of
-    the runs of consecutive positions, joined."""
+    the runs of consecutive positions, joined. Past 64 runs, where `ids` (the node holding the
+    positions) is given and x is float along a fixed dim: the rows of x at `ids`, an embedding
+    (Swin's relative position bias table by its index)."""
     size = cx.meta(x).shape[axis]
+    picks_given = picks
     if cx.is_symbolic(size):
         if any(p < 0 or p >= cx.smallest(size) for p in picks):
             raise Unsupported("an index along a symbolic dim past its smallest size")
@@ -1794,7 +1812,12 @@ def _take(cx, node, x, axis, picks) -> str:
         else:
             runs.append([p, p + 1])
     if len(runs) > 64:
-        raise Unsupported("an index of more than 64 runs of positions")
+        if ids is None or cx.is_symbolic(size) or cx.dtype_of(x) not in ("f32", "f16", "bf16"):
+            raise Unsupported("an index of more than 64 runs of positions")
+        text = cx.ref(ids, "i64")  # of shape [n]: more than 64 runs
+        if min(picks_given) < 0:  # counting from the end, as PyTorch's
+            text = f"where(lt({text}, 0), add({text}, {int(size)}), {text})"
+        return _rows_along(cx, x, axis, text, str(len(picks)), "an index")
     pieces = [f"slice({cx.ref(x)}, axis={axis}, start={a}, end={b})" for a, b in runs]
     return pieces[0] if len(pieces) == 1 else f"concat({', '.join(pieces)}, axis={axis})"
 
@@ -1930,7 +1953,7 @@ def _index(cx, node):
         value = _lifted_constant(cx, indices[axis])
         if value is not None and value.dim() <= 1 and value.numel() > 0 and \
                 value.dtype in (torch.int64, torch.int32):
-            text = _take(cx, node, x, axis, [int(v) for v in value.reshape(-1)])
+            text = _take(cx, node, x, axis, [int(v) for v in value.reshape(-1)], indices[axis])
             return Expr(text if value.dim() == 1 else f"reshape({text}, shape={cx.shape(node)})")
         if value is None and axis == 0 and len(xshape) == 2 and \
                 cx.dtype_of(x) in ("f32", "f16", "bf16") and \
