@@ -643,10 +643,10 @@ def _padded(text: str, dims: list, axis: int, before: int, after: int, value, dt
 def _conv(cx, node):
     """conv1d and conv2d as one matmul of the input's patches by the weight as [O, C k...] (bias
     added); of several groups, a matmul batched over the groups (a depthwise convolution's of
-    [C/groups k...] = [k...]). Where the stride is the kernel and nothing is padded (a vision transformer's patch
-    embedding) the patches are the input's own elements, split and permuted; otherwise each of
-    the kernel's offsets is a strided window of the input, zero-padded, and the windows are
-    stacked (up to 64 offsets)."""
+    [C/groups k...] = [k...]). Where the stride is the kernel and nothing is padded (a vision
+    transformer's patch embedding) the patches are the input's own elements, split and
+    permuted; otherwise each of the kernel's offsets is a strided window of the input,
+    zero-padded, and the windows are stacked (up to 64 offsets)."""
     x, weight = node.args[0], node.args[1]
     bias = _arg(node, 2, "bias")
     if node.target is aten.convolution.default:
