@@ -138,13 +138,14 @@ def test_packed_sequences_stay_apart_in_one_kiln_graph(arch, cache_dir):
             assert rel_l2(got, want) < TOLERANCE["highest"], ((b, s), rel_l2(got, want))
 
 
-@pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer"])
+@pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer",
+                                  "resnet"])
 def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir):
     """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
     runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
     SegFormer's depthwise convolutions (a matmul batched over the groups), ConvNeXt's pool over
     H and W, and Swin's relative position bias (its table by a constant index of more than 64
-    runs) run in kiln too. Swin at a fixed batch: its window attention's batch is the image
+    runs) run in kiln too, and so do ResNet's eval batch norms and stem max pool. Swin at a fixed batch: its window attention's batch is the image
     batch times the windows, a product of dims kiln's attention does not take."""
     import transformers as t
     torch.manual_seed(0)
@@ -161,6 +162,8 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
         "segformer": lambda: t.SegformerModel(t.SegformerConfig(
             num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
             num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])),
+        "resnet": lambda: t.ResNetModel(t.ResNetConfig(
+            embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])),
     }[arch]().eval()
     dims = {"pixel_values": {0: torch.export.Dim("B", max=8)}} if arch != "swin" else None
     with torch.no_grad():

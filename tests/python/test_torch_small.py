@@ -975,11 +975,39 @@ class NormsAndPools(torch.nn.Module):
                 x.half().mean([2, 3]), x.sum(dim=(-1, 1, 0)))
 
 
+class MaxPools(torch.nn.Module):
+    """ResNet's stem pool (3x3, stride 2, padded), a 2x2 one, a conv1d-shaped one, a dilated
+    one of a rectangular kernel, an unbatched input, and f16."""
+    def forward(self, x):
+        pool = torch.nn.functional.max_pool2d
+        return (pool(x, 3, 2, 1), pool(x, 2), torch.nn.functional.max_pool1d(x[:, 0], 3, 1, 1),
+                pool(x, (2, 3), (1, 2), (1, 0), dilation=(2, 1)), pool(x[0], 2),
+                pool(x.half(), 3, 2, 1))
+
+
+def test_a_max_pool_is_the_maximum_of_its_windows_nan_and_inf_included(cache_dir):
+    ep = torch.export.export(MaxPools(), (torch.randn(2, 3, 9, 10),),
+                             dynamic_shapes=({0: torch.export.Dim("B", max=8)},), strict=False)
+    # As exported (max_pool2d) and decomposed (max_pool2d_with_indices, its values).
+    for e in (ep, ep.run_decompositions()):
+        program = kiln.torch.compile_exported(e, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for b in (1, 3):
+            x = torch.randn(b, 3, 9, 10)
+            x[0, 0, 1, 1], x[0, 1, 2, 2] = float("nan"), -float("inf")
+            for got, want in zip(program(x), MaxPools()(x)):
+                assert got.dtype == want.dtype and torch.equal(got.isnan(), want.isnan())
+                assert torch.equal(got.nan_to_num(0), want.nan_to_num(0))
+
+
 class InPyTorch(torch.nn.Module):
-    """A batch norm in training mode and an average pool to 2: kiln takes neither."""
+    """A batch norm in training mode, an average pool to 2 and a max pool in ceil mode: kiln
+    takes none of them."""
     def forward(self, x, mean, var):
         return (torch.nn.functional.batch_norm(x, mean, var, training=True),
-                torch.nn.functional.adaptive_avg_pool2d(x, 2))
+                torch.nn.functional.adaptive_avg_pool2d(x, 2),
+                torch.nn.functional.max_pool2d(x, 3, 2, ceil_mode=True))
 
 
 def test_batch_norms_global_pools_and_reductions_over_several_dims_run_in_kiln(cache_dir):
@@ -1003,6 +1031,7 @@ def test_batch_norms_global_pools_and_reductions_over_several_dims_run_in_kiln(c
                                           cache_dir=cache_dir, fallbacks="allow")
     reasons = sorted(f.reason for f in program.fallbacks)
     assert reasons == ["a batch norm in training (of the batch's statistics)",
+                       "a max pool in ceil mode",
                        "an adaptive average pool to [2, 2] (kiln pools to 1)"], reasons
 
 

@@ -638,6 +638,78 @@ def _padded(text: str, dims: list, axis: int, before: int, after: int, value, dt
     return text if len(parts) == 1 else f"concat({', '.join(parts)}, axis={axis})"
 
 
+def _windows(text: str, lead: list, sizes: list, kernel: list, stride: list, dilation: list,
+             before: list, after: list, outs: list, value, dtype: str):
+    """Each kernel offset's window of `text` (kiln shape `lead` then `sizes`, the spatial dims):
+    (kiln text, its shape's dims), of `outs` positions a spatial dim, the input padded with
+    `value` (`before` and `after` each dim) and read every `stride` from the offset times the
+    `dilation`."""
+    dims, at = list(lead) + [str(n) for n in sizes], len(lead)
+    for i, (n, p, d, k, st, o) in enumerate(zip(sizes, before, dilation, kernel, stride, outs)):
+        # The padding before and after, and after it enough that every offset's window of o
+        # whole steps fits (what lies past its last element is never read).
+        tail = max(after[i], d * (k - 1) + o * st - n - p)
+        text = _padded(text, dims, at + i, p, tail, value, dtype)
+    for offsets in itertools.product(*[range(k) for k in kernel]):
+        w, wdims = text, list(dims)
+        for i, (j, d, st, o) in enumerate(zip(offsets, dilation, stride, outs)):
+            axis = at + i
+            w = f"slice({w}, axis={axis}, start={j * d}, end={j * d + o * st})"
+            if st > 1:
+                grouped = wdims[:axis] + [str(o), str(st)] + wdims[axis + 1:]
+                w = f"slice(reshape({w}, shape=[{', '.join(grouped)}]), axis={axis + 1}, " \
+                    f"start=0, end=1)"
+            wdims[axis] = str(o)
+            if st > 1:
+                w = f"reshape({w}, shape=[{', '.join(wdims)}])"
+        yield w, wdims
+
+
+@lowering(aten.max_pool1d.default, aten.max_pool2d.default,
+          aten.max_pool2d_with_indices.default)
+def _max_pool(cx, node):
+    """max_pool1d and max_pool2d (ResNet's stem): the maximum of the kernel offsets' windows of
+    the input padded with -inf (NaN wins, as in PyTorch). Not in ceil mode; of the indices'
+    form only the values."""
+    if node.target is aten.max_pool2d_with_indices.default:
+        cx.only_first_output(node)
+    x = node.args[0]
+    spatial = 1 if node.target is aten.max_pool1d.default else 2
+    kernel = _arg(node, 1, "kernel_size")
+    stride = _arg(node, 2, "stride", None) or kernel
+    padding, dilation = _arg(node, 3, "padding", 0), _arg(node, 4, "dilation", 1)
+    if _arg(node, 5, "ceil_mode", False):
+        raise Unsupported("a max pool in ceil mode")
+    def each(v):
+        v = [v] if isinstance(v, int) else list(v)
+        return v * spatial if len(v) == 1 else v
+    kernel, stride, padding, dilation = (each(v) for v in (kernel, stride, padding, dilation))
+    shape, out = cx.meta(x).shape, cx.dtype_of(x)
+    lead = len(shape) - spatial
+    if out not in ("f32", "f16", "bf16") or lead < 1 or \
+            any(cx.is_symbolic(d) for d in shape[lead:]) or \
+            not all(isinstance(v, int) for v in kernel + stride + padding + dilation):
+        raise Unsupported("a max pool of a symbolic spatial dim, or of integers")
+    if any(cx.merged(d) for d in shape[:lead]):
+        raise Unsupported("a max pool of a tensor with merged dims")
+    if math.prod(kernel) > 64:
+        raise Unsupported(f"a max pool of {math.prod(kernel)} kernel offsets (kiln takes up to 64)")
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        raise Unsupported("a max pool padded by more than half its kernel (PyTorch raises)")
+    sizes = [int(d) for d in shape[lead:]]
+    outs = [(n + 2 * p - d * (k - 1) - 1) // st + 1
+            for n, p, d, k, st in zip(sizes, padding, dilation, kernel, stride)]
+    if any(o < 1 for o in outs):
+        raise Unsupported("a max pool whose output is empty (PyTorch raises)")
+    windows = [w for w, _ in _windows(cx.ref(x), [cx.size(d) for d in shape[:lead]], sizes,
+                                      kernel, stride, dilation, padding, padding, outs,
+                                      -math.inf, out)]
+    text = windows[0]
+    for w in windows[1:]:
+        text = f"maximum({text}, {w})"
+    return Tuple0(text) if node.target is aten.max_pool2d_with_indices.default else Expr(text)
+
+
 @lowering(aten.conv1d.default, aten.conv2d.default, aten.conv1d.padding, aten.conv2d.padding,
           aten.convolution.default)
 def _conv(cx, node):
@@ -710,26 +782,9 @@ def _conv(cx, node):
         if math.prod(kernel) > 64:
             raise Unsupported(f"a convolution of {math.prod(kernel)} kernel offsets (kiln "
                               "stacks up to 64)")
-        dims = batch + [str(chans)] + [str(n) for n in sizes]
-        for i, (n, p, d, k, st, o) in enumerate(zip(sizes, before, dilation, kernel, stride,
-                                                    outs)):
-            # Zeros before and after: the padding, and after it enough that every offset's
-            # window of o whole steps fits (what lies past its last element is never read).
-            tail = max(after[i], d * (k - 1) + o * st - n - p)
-            text = _padded(text, dims, lead + 1 + i, p, tail, 0.0, out)
         windows = []
-        for offsets in itertools.product(*[range(k) for k in kernel]):
-            w, wdims = text, list(dims)
-            for i, (j, d, st, o) in enumerate(zip(offsets, dilation, stride, outs)):
-                axis = lead + 1 + i
-                w = f"slice({w}, axis={axis}, start={j * d}, end={j * d + o * st})"
-                if st > 1:
-                    grouped = wdims[:axis] + [str(o), str(st)] + wdims[axis + 1:]
-                    w = f"slice(reshape({w}, shape=[{', '.join(grouped)}]), axis={axis + 1}, " \
-                        f"start=0, end=1)"
-                wdims[axis] = str(o)
-                if st > 1:
-                    w = f"reshape({w}, shape=[{', '.join(wdims)}])"
+        for w, wdims in _windows(text, batch + [str(chans)], sizes, kernel, stride, dilation,
+                                 before, after, outs, 0.0, out):
             stacked = wdims[:lead + 1] + ["1"] + wdims[lead + 1:]
             windows.append(f"reshape({w}, shape=[{', '.join(stacked)}])")
         text = windows[0] if len(windows) == 1 else f"concat({', '.join(windows)}, axis={lead + 1})"
