@@ -145,8 +145,9 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
     runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
     SegFormer's depthwise convolutions (a matmul batched over the groups), ConvNeXt's pool over
     H and W, and Swin's relative position bias (its table by a constant index of more than 64
-    runs) run in kiln too, and so do ResNet's eval batch norms and stem max pool. Swin at a fixed batch: its window attention's batch is the image
-    batch times the windows, a product of dims kiln's attention does not take."""
+    runs) run in kiln too, and so do ResNet's eval batch norms and stem max pool. Swin at a
+    fixed batch: its window attention's batch is the image batch times the windows, a product
+    of dims kiln's attention does not take."""
     import transformers as t
     torch.manual_seed(0)
     small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
