@@ -368,6 +368,10 @@ def _constant(value_of):
             value = int(expr)
         dtype = cx.dtype_of(node)
         value = _number(value, dtype)
+        if dtype in _TORCH_DTYPES and abs(value) < _ROUNDS_TO_INF[dtype]:
+            # The tensor holds the value rounded to its type as torch rounds it (0.1 is
+            # 0.0999755859375 in f16); past the type's range _filled refuses it, as PyTorch.
+            value = float(torch.tensor(value, dtype=_TORCH_DTYPES[dtype]))
         if tuple(val.shape) == ():
             return Const(value, dtype)
         return Expr(_filled(value, dtype, cx.shape(node)))
@@ -1058,8 +1062,8 @@ def _native_layer_norm(cx, node):
 def _batch_norm(cx, node):
     """An eval batch norm, as PyTorch's CPU kernel computes it: per channel (dim 1) alpha =
     weight / sqrt(var + eps) and beta = bias - mean * alpha, then x * alpha + beta, the channel
-    values shaped [C, 1, ...] against x's dims after it. A half x with f32 statistics is taken
-    in f32 and rounded once."""
+    values shaped [C, 1, ...] against x's dims after it. A half x (with half or f32 statistics)
+    is taken in f32 and rounded once."""
     legit = node.target is not aten.batch_norm.default
     if legit:
         cx.only_first_output(node)
@@ -1076,15 +1080,15 @@ def _batch_norm(cx, node):
             not (out == stats or (out in ("f16", "bf16") and stats == "f32")) or \
             stats not in ("f32", "f16", "bf16"):
         raise Unsupported("a batch norm of those dtypes or shapes")
-    alpha = f"div(1.0, sqrt(add({cx.ref(var)}, {_lit(float(eps))})))"
+    alpha = f"div(1.0, sqrt(add({cx.ref(var, 'f32')}, {_lit(float(eps))})))"
     if weight is not None:
-        alpha = f"mul({alpha}, {cx.ref(weight)})"
-    beta = f"mul({cx.ref(mean)}, {alpha})"
-    beta = f"sub({cx.ref(bias)}, {beta})" if bias is not None else f"neg({beta})"
+        alpha = f"mul({alpha}, {cx.ref(weight, 'f32')})"
+    beta = f"mul({cx.ref(mean, 'f32')}, {alpha})"
+    beta = f"sub({cx.ref(bias, 'f32')}, {beta})" if bias is not None else f"neg({beta})"
     channel = "[" + ", ".join([cx.size(shape[1])] + ["1"] * (len(shape) - 2)) + "]"
-    text = cx.ref(x, stats)
+    text = cx.ref(x, "f32")
     text = f"add(mul({text}, reshape({alpha}, shape={channel})), reshape({beta}, shape={channel}))"
-    text = text if out == stats else f"cast({text}, to={out})"
+    text = text if out == "f32" else f"cast({text}, to={out})"
     return Tuple0(text) if legit else Expr(text)
 
 
