@@ -45,8 +45,8 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
       return m.max(a, b);
     case OpKind::minimum:
       return m.min(a, b);
-    case OpKind::relu:
-      return m.max(a, m.constant(0.0, "0.0"));
+    case OpKind::relu:  // max(0, x) in this order: NaN stays NaN and -0.0 stays -0.0, as in PyTorch
+      return m.max(m.constant(0.0, "0.0"), a);
     case OpKind::gelu: {  // the exact (erf) form
       Value erf = m.erf(m.mul(a, m.constant(0.70710678118654752, "0.70710678118654752")));
       Value one_plus_erf = m.add(m.constant(1.0, "1.0"), erf);

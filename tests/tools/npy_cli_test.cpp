@@ -20,6 +20,7 @@
 #include <fstream>
 #include <limits>
 #include <thread>
+#include <utility>
 
 namespace kiln::testing::npy_cli_test {
 namespace {
@@ -439,7 +440,8 @@ TEST_F(NpyCli, I64ValuesPast2To53GoInAndOutExactly) {
 // maximum, minimum, relu, a clamp and the max reduction give NaN where an operand is NaN, as
 // PyTorch does (fmaxf would drop it), on the CPU target and the CUDA kernels alike; the check
 // against fp64 takes a NaN the reference also has as a match. Rows of 37: the CPU target's
-// vector loop and its scalar tail each meet a NaN.
+// vector loop and its scalar tail each meet a NaN. relu(-0.0) is -0.0 and relu of a negative
+// +0.0, as in PyTorch, in the vector loop and the tail.
 TEST_F(NpyCli, ANanOperandGivesNanThroughMaxMinReluAndTheMaxReduction) {
   std::string graph = write_text("nan.kg", R"(graph nanprop {
   input x: f32[4, 37]
@@ -462,6 +464,9 @@ TEST_F(NpyCli, ANanOperandGivesNanThroughMaxMinReluAndTheMaxReduction) {
   std::memcpy(x.data.data() + 4 * (0 * 37 + 3), &nan, 4);   // row 0: x NaN
   std::memcpy(y.data.data() + 4 * (1 * 37 + 5), &nan, 4);   // row 1: y NaN
   std::memcpy(x.data.data() + 4 * (2 * 37 + 35), &nan, 4);  // row 2: x NaN in the tail
+  // row 3: -0.0 in the vector loop (7) and the tail (36), a negative at 8
+  for (auto [column, value] : {std::pair{7, -0.0f}, std::pair{8, -1.5f}, std::pair{36, -0.0f}})
+    std::memcpy(x.data.data() + 4 * (3 * 37 + column), &value, 4);
   std::vector<std::string> inputs = {"--input", "x=" + write_npy("x.npy", x),
                                      "--input", "y=" + write_npy("y.npy", y)};
   for (std::vector<std::string> where : {std::vector<std::string>{"--target", "cpu"},
@@ -490,6 +495,11 @@ TEST_F(NpyCli, ANanOperandGivesNanThroughMaxMinReluAndTheMaxReduction) {
     EXPECT_TRUE(std::isnan(at("a", 0))) << where.back();
     EXPECT_EQ(at("a", 1), 0.5f);
     EXPECT_TRUE(std::isnan(at("a", 2))) << where.back();
+    for (size_t column : {7, 36}) {
+      EXPECT_EQ(at("r", 3 * 37 + column), 0.0f) << where.back();
+      EXPECT_TRUE(std::signbit(at("r", 3 * 37 + column))) << where.back() << ": relu(-0.0)";
+    }
+    EXPECT_FALSE(std::signbit(at("r", 3 * 37 + 8))) << where.back() << ": relu(-1.5)";
   }
 }
 
