@@ -274,3 +274,32 @@ def test_a_sequence_classifier_reads_its_last_token_in_kiln(arch, cache_dir):
             got = got["logits"] if isinstance(got, dict) else got[0]
             assert got.shape == (b, 3)
             assert rel_l2(got, want) < TOLERANCE["highest"], ((b, s), rel_l2(got, want))
+
+
+def test_a_speech_encoder_is_one_kiln_graph_feature_extractor_included(cache_dir):
+    """wav2vec2 from raw audio: its feature extractor's strided conv1d layers with a group norm of
+    a group per channel, and its positional convolution of 128 kernel offsets in groups whose
+    weight is a weight norm's (computed in the graph from its two parameters), all in one kiln
+    graph with the encoder, at a dynamic batch. HuBERT's model is the same code."""
+    import transformers as t
+    torch.manual_seed(0)
+    model = t.Wav2Vec2Model(t.Wav2Vec2Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        conv_dim=(16, 16, 16), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+        num_conv_pos_embeddings=128, num_conv_pos_embedding_groups=4,
+        feat_extract_norm="group")).eval()
+    dims = {"input_values": {0: torch.export.Dim("B", max=8)}}
+    with torch.no_grad():
+        ep = torch.export.export(model, (), {"input_values": torch.randn(2, 400)},
+                                 dynamic_shapes=dims, strict=False)
+        assert "group_norm" in str(ep.graph) and "_weight_norm" in str(ep.graph)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for b in (2, 3):
+            audio = torch.randn(b, 400)
+            want = model(input_values=audio).last_hidden_state
+            got = program(input_values=audio)
+            got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
+            assert got.shape == want.shape
+            assert rel_l2(got, want) < TOLERANCE["highest"], (b, rel_l2(got, want))

@@ -23,6 +23,15 @@ def compiled(module, args, cache_dir):
                                            cache_dir=cache_dir, fallbacks="allow")
 
 
+def one_kiln_graph(ep, cache_dir):
+    """The exported program compiled for the CPU target, asserted to be one kiln graph with
+    nothing left in PyTorch."""
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    return program
+
+
 class InPlace(torch.nn.Module):
     def forward(self, x):
         y = x.clone()
@@ -249,6 +258,19 @@ def test_a_nan_reaches_the_outputs_as_in_eager(cache_dir):
     for got, want in zip(program(x), NanOps()(x)):
         assert torch.equal(got.isnan(), want.isnan()), (got, want)
         assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+class Relu(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def test_relu_keeps_a_negative_zero_as_eager_does(cache_dir):
+    x = torch.tensor([-0.0, 0.0, -1.0, 2.0, float("nan")])
+    _, program = compiled(Relu(), (x,), cache_dir)
+    got, want = program(x), Relu()(x)
+    assert torch.equal(got.signbit(), want.signbit()), (got, want)
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
 
 
 def test_a_wrong_argument_count_is_named_not_dumped(cache_dir):
@@ -991,9 +1013,7 @@ def test_a_max_pool_is_the_maximum_of_its_windows_nan_and_inf_included(cache_dir
                              dynamic_shapes=({0: torch.export.Dim("B", max=8)},), strict=False)
     # As exported (max_pool2d) and decomposed (max_pool2d_with_indices, its values).
     for e in (ep, ep.run_decompositions()):
-        program = kiln.torch.compile_exported(e, target="cpu", precision="highest",
-                                              cache_dir=cache_dir, fallbacks="allow")
-        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        program = one_kiln_graph(e, cache_dir)
         for b in (1, 3):
             x = torch.randn(b, 3, 9, 10)
             x[0, 0, 1, 1], x[0, 1, 2, 2] = float("nan"), -float("inf")
@@ -1043,6 +1063,101 @@ def test_batch_norms_global_pools_and_reductions_over_several_dims_run_in_kiln(c
     assert reasons == ["a batch norm in training (of the batch's statistics)",
                        "a max pool in ceil mode",
                        "an adaptive average pool to [2, 2] (kiln pools to 1)"], reasons
+
+
+class GroupAndWeightNorms(torch.nn.Module):
+    """Group norms (of an image, of a conv1d's output with a group a channel as wav2vec2's, with
+    no affine, in bf16), a weight norm's weight feeding a conv1d of 80 kernel offsets in two
+    groups (wav2vec2's positional convolution, smaller), a weight norm along dim 0, and a
+    concat of 100 slices."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.image = torch.nn.GroupNorm(2, 6)
+        self.channels = torch.nn.GroupNorm(6, 6)
+        self.plain = torch.nn.GroupNorm(3, 6, affine=False)
+        self.low = torch.nn.GroupNorm(3, 6).to(torch.bfloat16)
+        for norm in (self.image, self.channels, self.low):
+            norm.weight.data.uniform_(0.5, 1.5)
+            norm.bias.data.uniform_(-1, 1)
+        conv = torch.nn.Conv1d(6, 6, 80, padding=40, groups=2)
+        self.pos = torch.nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
+        self.v = torch.nn.Parameter(torch.randn(5, 3, 2))
+        self.g = torch.nn.Parameter(torch.rand(5, 1, 1) + 0.5)
+
+    def forward(self, x):
+        a = x[:, :, 0]
+        return (self.image(x), self.channels(a), self.plain(x), self.low(x.to(torch.bfloat16)),
+                self.pos(a)[:, :, :-1], torch._weight_norm(self.v, self.g, 0),
+                torch.cat([a[:, :, i % 7:i % 7 + 1] for i in range(100)], dim=-1))
+
+
+def test_group_norms_weight_norms_and_long_convolutions_run_in_kiln(cache_dir):
+    model = GroupAndWeightNorms().eval()
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    with torch.no_grad():
+        ep = torch.export.export(model, (torch.randn(2, 6, 7, 5),), dynamic_shapes=dims,
+                                 strict=False)
+    assert "group_norm" in str(ep.graph) and "_weight_norm" in str(ep.graph)
+    # As exported and decomposed (native_group_norm). Before: the group norms, the weight norm
+    # and the convolution of more than 64 offsets fell back, and so did a concat of more than 64.
+    for e in (ep, ep.run_decompositions()):
+        program = one_kiln_graph(e, cache_dir)
+        for b in (1, 3):
+            x = torch.randn(b, 6, 7, 5)
+            with torch.no_grad():
+                want = model(x)
+            for got, w in zip(program(x), want):
+                assert got.dtype == w.dtype and got.shape == w.shape, (got.shape, w.shape)
+                tol = 8e-3 if w.dtype == torch.bfloat16 else 1e-5  # bf16: 1 ulp
+                torch.testing.assert_close(got, w, rtol=tol, atol=tol)
+
+
+class Upsamples(torch.nn.Module):
+    """F.interpolate by whole factors: nearest (2d by 2, 1d by 3, to a size), bilinear by 2, by
+    4 and to a size (W doubled, H kept), and in bf16; nn.Upsample."""
+    def forward(self, x):
+        up = torch.nn.functional.interpolate
+        return (up(x, scale_factor=2), up(x[:, 0], scale_factor=3), up(x, size=(8, 15)),
+                up(x, scale_factor=2, mode="bilinear"), up(x, scale_factor=4.0, mode="bilinear"),
+                up(x, size=(4, 10), mode="bilinear"),
+                up(x.to(torch.bfloat16), scale_factor=2, mode="bilinear"),
+                torch.nn.Upsample(scale_factor=2)(x))
+
+
+class UpsamplesInPyTorch(torch.nn.Module):
+    def forward(self, x):
+        up = torch.nn.functional.interpolate
+        return (up(x, scale_factor=2, mode="bilinear", align_corners=True),
+                up(x, size=(6, 7), mode="nearest"), up(x, scale_factor=3, mode="bilinear"))
+
+
+def test_an_upsample_by_whole_factors_runs_in_kiln(cache_dir):
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    ep = torch.export.export(Upsamples(), (torch.randn(2, 3, 4, 5),), dynamic_shapes=dims,
+                             strict=False)
+    program = one_kiln_graph(ep, cache_dir)  # before: each upsample fell back ("no kiln op")
+    for b in (1, 3):
+        x = torch.randn(b, 3, 4, 5)
+        for k, (got, want) in enumerate(zip(program(x), Upsamples()(x))):
+            assert got.dtype == want.dtype and got.shape == want.shape, (k, got.shape, want.shape)
+            if k in (0, 1, 2, 7):  # nearest: copies
+                assert torch.equal(got, want), k
+            else:
+                tol = 8e-3 if want.dtype == torch.bfloat16 else 1e-6
+                torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+        x[0, 0, 1, 2], x[-1, 1, 0, 0] = float("inf"), float("nan")  # copied as they are
+        for k in (0, 1, 2, 7):
+            got, want = program(x)[k], Upsamples()(x)[k]
+            assert torch.equal(got.nan_to_num(0), want.nan_to_num(0)), k
+            assert torch.equal(got.isnan(), want.isnan()), k
+    ep = torch.export.export(UpsamplesInPyTorch(), (torch.randn(2, 3, 4, 5),), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert sorted(r for f in program.fallbacks for r in f.reason.split("; ")) == [
+        "a bilinear upsample by [3, 3] (kiln takes powers of two)",
+        "a bilinear upsample with align_corners (kiln takes whole factors without it)",
+        "an upsample from [4, 5] by [6, 7] (kiln takes whole factors)"], program.fallbacks
 
 
 class ScalarConstants(torch.nn.Module):

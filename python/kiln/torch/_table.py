@@ -115,9 +115,7 @@ def _binary(kiln_op: str, compare: bool = False):
         else:
             work = cx.dtype_of(node)
         ta, tb = cx.ref(a, work), cx.ref(b, work)
-        if _LITERAL.fullmatch(ta) and _LITERAL.fullmatch(tb):  # two constants of shape []
-            ta = _as_tensor(ta, work)
-        return Expr(f"{kiln_op}({ta}, {tb})")
+        return Expr(f"{kiln_op}({_left_operand(ta, tb, work)}, {tb})")
     _ROW_WISE.add(lower)
     return lower
 
@@ -171,9 +169,7 @@ def _arith(cx, node, kiln_op: str, a, b) -> Expr:
         right = _lit(float(torch.tensor(number(b)) * torch.tensor(float(alpha))))
     else:
         right = f"mul({operand(b)}, {_lit(alpha)})"
-    left = operand(a)
-    if _LITERAL.fullmatch(left) and _LITERAL.fullmatch(right):  # two constants of shape []
-        left = _as_tensor(left, "f32" if wide else work)
+    left = _left_operand(operand(a), right, "f32" if wide else work)
     text = f"{kiln_op}({left}, {right})"
     return Expr(f"cast({text}, to={work})" if wide else text)
 
@@ -404,6 +400,19 @@ def _as_tensor(text: str, dtype: str) -> str:
     else:
         value = float(text)
     return f"reshape({_filled(value, dtype, '[1]')}, shape=[])"
+
+
+def _left_operand(left: str, right: str, dtype: str) -> str:
+    """A binary op's left operand text: where both are literals (two constants of shape []),
+    the left one made a tensor of `dtype`, since a kiln op takes at most one literal."""
+    if _LITERAL.fullmatch(left) and _LITERAL.fullmatch(right):
+        return _as_tensor(left, dtype)
+    return left
+
+
+def _from_end(ids: str, rows) -> str:
+    """Integer ids where a negative one counts from the end of `rows`, as PyTorch's indexing."""
+    return f"where(lt({ids}, 0), add({ids}, {rows}), {ids})"
 
 
 def _filled(value, dtype: str, shape: str) -> str:
@@ -642,6 +651,15 @@ def _padded(text: str, dims: list, axis: int, before: int, after: int, value, dt
     return text if len(parts) == 1 else f"concat({', '.join(parts)}, axis={axis})"
 
 
+def _joined(pieces: list, axis: int) -> str:
+    """`pieces` (kiln texts) joined along `axis`: a concat of at most 64 operands, of concats of
+    64 where there are more."""
+    while len(pieces) > 64:
+        pieces = [pieces[i:i + 64] for i in range(0, len(pieces), 64)]
+        pieces = [p[0] if len(p) == 1 else f"concat({', '.join(p)}, axis={axis})" for p in pieces]
+    return pieces[0] if len(pieces) == 1 else f"concat({', '.join(pieces)}, axis={axis})"
+
+
 def _windows(text: str, lead: list, sizes: list, kernel: list, stride: list, dilation: list,
              before: list, after: list, outs: list, value, dtype: str):
     """Each kernel offset's window of `text` (kiln shape `lead` then `sizes`, the spatial dims):
@@ -667,6 +685,95 @@ def _windows(text: str, lead: list, sizes: list, kernel: list, stride: list, dil
             if st > 1:
                 w = f"reshape({w}, shape=[{', '.join(wdims)}])"
         yield w, wdims
+
+
+@lowering(aten.upsample_nearest1d.vec, aten.upsample_nearest2d.vec,
+          aten.upsample_bilinear2d.vec)
+def _upsample(cx, node):
+    """F.interpolate (nn.Upsample) by a whole factor along each spatial dim of fixed size: an
+    output size that is a multiple of the input's, or a scale factor that is a whole number.
+    'nearest' repeats each element (reshape, expand, reshape). 'bilinear' (not align_corners,
+    factors powers of two) weighs each element and its neighbour, the edges clamped, with
+    PyTorch's f32 weights of each of the factor's phases: along W, then along H, as PyTorch's
+    sum is nested. A half input is taken in f32 and rounded once. Where an input element is
+    infinite, PyTorch's kernels give NaN at some outputs its weights reach; kiln gives inf."""
+    bilinear = node.target is aten.upsample_bilinear2d.vec
+    x, size = node.args[0], node.args[1]
+    align = bilinear and bool(node.args[2])
+    scales = node.args[3] if bilinear else node.args[2]
+    shape = cx.meta(x).shape
+    spatial = 1 if node.target is aten.upsample_nearest1d.vec else 2
+    out = cx.dtype_of(x)
+    if align:
+        raise Unsupported("a bilinear upsample with align_corners (kiln takes whole factors "
+                          "without it)")
+    if len(shape) != spatial + 2 or any(cx.is_symbolic(d) for d in shape[2:]) or \
+            cx.merged(shape[0]) or (bilinear and out not in ("f32", "f16", "bf16")):
+        raise Unsupported("an upsample of a symbolic spatial dim, a batch of merged dims, or "
+                          "an integer bilinear one")
+    sizes = [int(d) for d in shape[2:]]
+    if size is not None:
+        outs = [int(v) if isinstance(v, int) else None for v in size]
+        factors = [o // n if o is not None and n and o % n == 0 else None
+                   for o, n in zip(outs, sizes)]
+    else:
+        factors = [int(f) if isinstance(f, (int, float)) and float(f).is_integer() else None
+                   for f in scales or ()]
+    if len(factors) != spatial or any(f is None or f < 1 for f in factors):
+        raise Unsupported(f"an upsample from {sizes} by {size or scales} (kiln takes whole "
+                          "factors)")
+    if bilinear and any(f & (f - 1) for f in factors):
+        # Past powers of two PyTorch's f32 positions drift from the factor's phases (at 3 its
+        # weight of 0 is about 1e-7 at some positions, so an inf neighbour reaches the output).
+        raise Unsupported(f"a bilinear upsample by {factors} (kiln takes powers of two)")
+    dims = [cx.size(d) for d in shape]
+    text = cx.ref(x, "f32") if bilinear else cx.ref(x)
+
+    def interleaved(phases, axis, n, s):  # [.., n, ..] each -> [.., n * s, ..], phase r at r
+        one = dims[:axis] + [str(n), "1"] + dims[axis + 1:]
+        parts = [f"reshape({p}, shape=[{', '.join(one)}])" for p in phases]
+        return _joined(parts, axis + 1)
+
+    for i in reversed(range(spatial)):  # W first, as PyTorch's nested sum
+        axis, n, s = 2 + i, sizes[i], factors[i]
+        if s == 1:
+            continue
+        grouped = dims[:axis] + [str(n), str(s)] + dims[axis + 1:]
+        if not bilinear:
+            one = dims[:axis] + [str(n), "1"] + dims[axis + 1:]
+            wide = f"expand(reshape({text}, shape=[{', '.join(one)}]), " \
+                   f"shape=[{', '.join(grouped)}])"
+        else:
+            def piece(a, b):
+                return f"slice({text}, axis={axis}, start={a}, end={b})"
+            before = _joined([piece(0, 1), piece(0, n - 1)], axis) if n > 1 else text
+            after = _joined([piece(1, n), piece(n - 1, n)], axis) if n > 1 else text
+            second = _joined([piece(1, 2), piece(1, n)], axis) if n > 1 else text
+            along = "[" + ", ".join(str(n) if k == axis else "1" for k in range(len(dims))) + "]"
+
+            def at_first(value, first):  # the weight `value`, `first` at position 0
+                return f"reshape(where(eq(arange({n}), 0), {_lit(first)}, {_lit(value)}), " \
+                       f"shape={along})"
+            phases = []
+            for r in range(s):
+                # PyTorch's source position of output s + r (past the clamp at 0), in f32.
+                scale = torch.tensor(1.0 / s, dtype=torch.float32)
+                src = scale * (torch.tensor(float(s + r)) + 0.5) - 0.5
+                low = int(torch.floor(src))
+                far = float(src - low)  # the weight of the position after `low`
+                near = float(torch.tensor(1.0) - torch.tensor(far))
+                if low < 1:
+                    # Output r's position is below 0, clamped as PyTorch's: x[0] * 1 + x[1] * 0.
+                    phases.append(f"add(mul({before}, {at_first(near, 1.0)}), "
+                                  f"mul({second}, {at_first(far, 0.0)}))")
+                else:
+                    phases.append(f"add(mul({text}, {_lit(near)}), mul({after}, {_lit(far)}))")
+            wide = interleaved(phases, axis, n, s)
+        dims[axis] = str(n * s)
+        text = f"reshape({wide}, shape=[{', '.join(dims)}])"
+    if bilinear and out != "f32":
+        text = f"cast({text}, to={out})"
+    return Expr(text)
 
 
 @lowering(aten.max_pool1d.default, aten.max_pool2d.default,
@@ -722,7 +829,8 @@ def _conv(cx, node):
     [C/groups k...] = [k...]). Where the stride is the kernel and nothing is padded (a vision
     transformer's patch embedding) the patches are the input's own elements, split and
     permuted; otherwise each of the kernel's offsets is a strided window of the input,
-    zero-padded, and the windows are stacked (up to 64 offsets)."""
+    zero-padded, and the windows are stacked (up to 4096 offsets: wav2vec2's positional
+    convolution has 128)."""
     x, weight = node.args[0], node.args[1]
     bias = _arg(node, 2, "bias")
     if node.target is aten.convolution.default:
@@ -783,15 +891,15 @@ def _conv(cx, node):
             [lead + 2 + 2 * i for i in range(spatial)]
         text = f"permute(reshape({text}, shape=[{', '.join(split)}]), dims={order})"
     else:
-        if math.prod(kernel) > 64:
+        if math.prod(kernel) > 64 * 64:
             raise Unsupported(f"a convolution of {math.prod(kernel)} kernel offsets (kiln "
-                              "stacks up to 64)")
+                              "stacks up to 4096)")
         windows = []
         for w, wdims in _windows(text, batch + [str(chans)], sizes, kernel, stride, dilation,
                                  before, after, outs, 0.0, out):
             stacked = wdims[:lead + 1] + ["1"] + wdims[lead + 1:]
             windows.append(f"reshape({w}, shape=[{', '.join(stacked)}])")
-        text = windows[0] if len(windows) == 1 else f"concat({', '.join(windows)}, axis={lead + 1})"
+        text = _joined(windows, lead + 1)
         # [.., C, K, o...] with the spatial dims first, then C and K.
         order = list(range(lead)) + [lead + 2 + i for i in range(spatial)] + [lead, lead + 1]
         text = f"permute({text}, dims={order})"
@@ -1092,6 +1200,69 @@ def _batch_norm(cx, node):
     return Tuple0(text) if legit else Expr(text)
 
 
+@lowering(aten.group_norm.default, aten.native_group_norm.default)
+def _group_norm(cx, node):
+    """group_norm(x [N, C, ...], G, weight, bias, eps): each of x[n]'s G groups of C/G channels,
+    with all their positions, normalised by its mean and biased variance (a layer_norm of x viewed
+    [N, G, C/G * ...] with no weight), then scaled and shifted per channel. A half x is taken in
+    f32 and rounded once, as PyTorch's CPU kernel does."""
+    native = node.target is aten.native_group_norm.default
+    x = node.args[0]
+    if native:  # (x, weight, bias, N, C, HxW, group, eps) -> (y, mean, rstd)
+        cx.only_first_output(node)
+        weight, bias, groups, eps = node.args[1], node.args[2], node.args[6], node.args[7]
+    else:
+        groups, weight, bias = node.args[1], _arg(node, 2, "weight"), _arg(node, 3, "bias")
+        eps = _arg(node, 4, "eps", 1e-5)
+    shape, out = cx.meta(x).shape, cx.dtype_of(x)
+    if out not in ("f32", "f16", "bf16") or len(shape) < 2 or \
+            any(v is not None and cx.dtype_of(v) not in (out, "f32") for v in (weight, bias)):
+        raise Unsupported(f"a group norm of {out}")
+    if any(cx.is_symbolic(d) for d in shape[1:]) or cx.merged(shape[0]):
+        raise Unsupported("a group norm with a symbolic channel or spatial dim, or a batch of "
+                          "merged dims")
+    chans = int(shape[1])
+    if not isinstance(groups, int) or groups < 1 or chans % groups or \
+            not isinstance(eps, (int, float)):
+        raise Unsupported(f"a group norm of {groups} groups of {chans} channels (PyTorch raises)")
+    rows = chans // groups * math.prod(int(d) for d in shape[2:])
+    if rows == 0:
+        raise Unsupported("a group norm of an empty tensor")
+    grouped = f"[{cx.size(shape[0])}, {groups}, {rows}]"
+    text = f"reshape({cx.ref(x, 'f32')}, shape={grouped})"
+    text = f"layer_norm({text}, {_filled(1.0, 'f32', f'[{rows}]')}, " \
+           f"{_filled(0.0, 'f32', f'[{rows}]')}, eps={_lit(float(eps))})"
+    text = f"reshape({text}, shape={cx.shape(x)})"
+    channel = "[" + ", ".join([str(chans)] + ["1"] * (len(shape) - 2)) + "]"
+    if weight is not None:
+        text = f"mul({text}, reshape({cx.ref(weight, 'f32')}, shape={channel}))"
+    if bias is not None:
+        text = f"add({text}, reshape({cx.ref(bias, 'f32')}, shape={channel}))"
+    text = text if out == "f32" else f"cast({text}, to={out})"
+    return Tuple0(text) if native else Expr(text)
+
+
+@lowering(aten._weight_norm.default)
+def _weight_norm(cx, node):
+    """_weight_norm(v, g, dim): v * (g / norm), the norm the 2-norm of v over every dim but
+    `dim` (kept; over all of them where dim is -1), as torch.nn.utils' weight_norm makes a
+    weight (wav2vec2's positional convolution). A half v is taken in f32 and rounded once."""
+    v, g, dim = node.args[0], node.args[1], _arg(node, 2, "dim", 0)
+    shape, out = cx.meta(v).shape, cx.dtype_of(node)
+    if any(cx.dtype_of(t) not in ("f32", "f16", "bf16") for t in (v, g, node)) or not shape:
+        raise Unsupported(f"a weight norm of {cx.dtype_of(v)} by {cx.dtype_of(g)}")
+    rank = len(shape)
+    if not isinstance(dim, int) or not -1 <= dim < rank:
+        raise Unsupported(f"a weight norm along dim {dim} of a tensor of rank {rank}")
+    vf = cx.ref(v, "f32")
+    squares = f"mul({vf}, {vf})"
+    for axis in range(rank):
+        if axis != dim:
+            squares = f"sum({squares}, axis={axis}, keepdim=true)"
+    text = f"mul({vf}, div({cx.ref(g, 'f32')}, sqrt({squares})))"
+    return Expr(text if out == "f32" else f"cast({text}, to={out})")
+
+
 @lowering(aten.rms_norm.default)
 def _rms_norm_op(cx, node):
     x, shape = node.args[0], node.args[1]
@@ -1287,14 +1458,13 @@ def _stack(cx, node):
     tensors, dim = node.args[0], _arg(node, 1, "dim", 0)
     out = cx.meta(node).shape
     axis = dim % len(out)
-    if len(tensors) > 64:
-        raise Unsupported("a stack of more than 64 tensors")
+    if len(tensors) > 64 * 64:
+        raise Unsupported("a stack of more than 4096 tensors")
     if any(not isinstance(t, Node) for t in tensors):
         raise Unsupported("a stack of values that are not tensors")
     one = _dims_text(cx, out, axis, (1,))
     dtype = cx.dtype_of(node)
-    parts = [f"reshape({cx.ref(t, dtype)}, shape={one})" for t in tensors]
-    return Expr(parts[0] if len(parts) == 1 else f"concat({', '.join(parts)}, axis={axis})")
+    return Expr(_joined([f"reshape({cx.ref(t, dtype)}, shape={one})" for t in tensors], axis))
 
 
 @lowering(aten.repeat_interleave.self_int)
@@ -1713,10 +1883,10 @@ def _cat(cx, node):
         raise Unsupported("a concat along a symbolic dim")
     if len(tensors) == 1:
         return Alias(tensors[0])
-    if len(tensors) > 64:
-        raise Unsupported("a concat of more than 64 tensors")
+    if len(tensors) > 64 * 64:
+        raise Unsupported("a concat of more than 4096 tensors")
     out = cx.dtype_of(node)
-    return Expr(f"concat({', '.join(cx.ref(t, out) for t in tensors)}, axis={axis})")
+    return Expr(_joined([cx.ref(t, out) for t in tensors], axis))
 
 
 @lowering(aten.gather.default)
@@ -1875,7 +2045,7 @@ def _take(cx, node, x, axis, picks, ids=None) -> str:
             raise Unsupported("an index of more than 64 runs of positions")
         text = cx.ref(ids, "i64")  # of shape [n]: more than 64 runs
         if min(picks_given) < 0:  # counting from the end, as PyTorch's
-            text = f"where(lt({text}, 0), add({text}, {int(size)}), {text})"
+            text = _from_end(text, int(size))
         return _rows_along(cx, x, axis, text, str(len(picks)), "an index")
     pieces = [f"slice({cx.ref(x)}, axis={axis}, start={a}, end={b})" for a, b in runs]
     return pieces[0] if len(pieces) == 1 else f"concat({', '.join(pieces)}, axis={axis})"
@@ -1987,7 +2157,7 @@ def _pick(cx, x, ids) -> str:
     dtype = cx.dtype_of(ids)
     arange = f"arange({n})" if dtype == "i64" else f"arange({n}, dtype={dtype})"
     size = _dim_value(n, dtype) if cx.is_symbolic(xshape[1]) else n
-    wrapped = f"where(lt({cx.ref(ids)}, 0), add({cx.ref(ids)}, {size}), {cx.ref(ids)})"
+    wrapped = _from_end(cx.ref(ids), size)
     at = f"eq(reshape({arange}, shape=[1, {n}{tail}]), " \
          f"reshape({wrapped}, shape=[{cx.size(xshape[0])}, 1{tail}]))"
     return f"max(where({at}, {cx.ref(x)}, -inf), axis=1)"
@@ -2019,9 +2189,7 @@ def _index(cx, node):
                 cx.dtype_of(indices[0]) in ("i32", "i64") and not cx.is_symbolic(xshape[0]):
             # table[ids] (GPT-J's embed_positions[position_ids]) is an embedding, a negative id
             # counting from the end as PyTorch's does.
-            ids = cx.ref(indices[0])
-            rows = int(xshape[0])
-            return Expr(f"embedding({cx.ref(x)}, where(lt({ids}, 0), add({ids}, {rows}), {ids}))")
+            return Expr(f"embedding({cx.ref(x)}, {_from_end(cx.ref(indices[0]), int(xshape[0]))})")
     if len(indices) == 2 and len(xshape) >= 2 and all(isinstance(i, Node) for i in indices) and \
             all(len(cx.meta(i).shape) == 1 for i in indices):
         # x[arange(B), ids], ids [B]: a classifier's last token, CLIP's pooled EOS token.
