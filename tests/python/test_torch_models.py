@@ -139,15 +139,17 @@ def test_packed_sequences_stay_apart_in_one_kiln_graph(arch, cache_dir):
 
 
 @pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer",
-                                  "resnet"])
+                                  "resnet", "poolformer", "efficientnet"])
 def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir):
     """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
     runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
     SegFormer's depthwise convolutions (a matmul batched over the groups), ConvNeXt's pool over
     H and W, and Swin's relative position bias (its table by a constant index of more than 64
-    runs) run in kiln too, and so do ResNet's eval batch norms and stem max pool. Swin at a
-    fixed batch: its window attention's batch is the image batch times the windows, a product
-    of dims kiln's attention does not take."""
+    runs) run in kiln too, and so do ResNet's eval batch norms and stem max pool, PoolFormer's
+    average pools (the padding not counted) and EfficientNet's pooler (an average pool in ceil
+    mode whose kernel is past the input). Every output is compared (the pooled ones too). Swin
+    at a fixed batch: its window attention's batch is the image batch times the windows, a
+    product of dims kiln's attention does not take."""
     import transformers as t
     torch.manual_seed(0)
     small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -165,7 +167,19 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
             num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])),
         "resnet": lambda: t.ResNetModel(t.ResNetConfig(
             embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])),
+        "poolformer": lambda: t.PoolFormerModel(t.PoolFormerConfig(
+            hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2, patch_sizes=[7, 3],
+            strides=[4, 2], padding=[2, 1])),
+        "efficientnet": lambda: t.EfficientNetModel(t.EfficientNetConfig(
+            image_size=32, width_coefficient=0.25, depth_coefficient=0.2, hidden_dim=320)),
     }[arch]().eval()
+    if arch == "efficientnet":  # as initialised, its last hidden state is zeros
+        for norm in model.modules():
+            if isinstance(norm, torch.nn.BatchNorm2d):
+                norm.weight.data.uniform_(0.5, 1.5)
+                norm.bias.data.uniform_(-0.5, 0.5)
+                norm.running_mean.uniform_(-0.5, 0.5)
+                norm.running_var.uniform_(0.5, 2)
     dims = {"pixel_values": {0: torch.export.Dim("B", max=8)}} if arch != "swin" else None
     with torch.no_grad():
         ep = torch.export.export(model, (), {"pixel_values": torch.randn(2, 3, 32, 32)},
@@ -175,10 +189,12 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
         assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
         for b in (2, 1, 5) if dims else (2,):
             pixels = torch.randn(b, 3, 32, 32)
-            want = model(pixel_values=pixels).last_hidden_state
+            want = model(pixel_values=pixels)
             got = program(pixel_values=pixels)
-            got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
-            assert rel_l2(got, want) < TOLERANCE["highest"], (b, rel_l2(got, want))
+            assert list(got.keys()) == list(want.keys()), (list(got.keys()), list(want.keys()))
+            for key in want.keys():
+                assert rel_l2(got[key], want[key]) < TOLERANCE["highest"], \
+                    (b, key, rel_l2(got[key], want[key]))
 
 
 def test_clips_text_tower_pools_its_end_token_in_kiln(cache_dir):

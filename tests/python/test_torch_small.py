@@ -1023,12 +1023,12 @@ def test_a_max_pool_is_the_maximum_of_its_windows_nan_and_inf_included(cache_dir
 
 
 class InPyTorch(torch.nn.Module):
-    """A batch norm in training mode, an average pool to 2 and a max pool in ceil mode: kiln
-    takes none of them."""
+    """A batch norm in training mode, max and average pools of 81 kernel offsets: kiln takes none
+    of them."""
     def forward(self, x, mean, var):
         return (torch.nn.functional.batch_norm(x, mean, var, training=True),
-                torch.nn.functional.adaptive_avg_pool2d(x, 2),
-                torch.nn.functional.max_pool2d(x, 3, 2, ceil_mode=True))
+                torch.nn.functional.avg_pool2d(x, 9, 1, 4),
+                torch.nn.functional.max_pool2d(x, 9, 1, 4))
 
 
 def test_batch_norms_global_pools_and_reductions_over_several_dims_run_in_kiln(cache_dir):
@@ -1061,8 +1061,51 @@ def test_batch_norms_global_pools_and_reductions_over_several_dims_run_in_kiln(c
                                           cache_dir=cache_dir, fallbacks="allow")
     reasons = sorted(f.reason for f in program.fallbacks)
     assert reasons == ["a batch norm in training (of the batch's statistics)",
-                       "a max pool in ceil mode",
-                       "an adaptive average pool to [2, 2] (kiln pools to 1)"], reasons
+                       "a max pool of 81 kernel offsets (kiln takes up to 64)",
+                       "an average pool of 81 kernel offsets (kiln takes up to 64)"], reasons
+
+
+class Pools(torch.nn.Module):
+    """Average pools with every option (ceil mode with and without the padding counted, a
+    divisor, a kernel past the input: EfficientNet's pooler), adaptive average and max pools to
+    sizes that divide the input's and to sizes that do not (PSP's), max pools in ceil mode, and
+    half types."""
+    def forward(self, x):
+        avg, adaptive, adaptive_max = F.avg_pool2d, F.adaptive_avg_pool2d, F.adaptive_max_pool2d
+        return (avg(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+                avg(x, 3, 2, 1, ceil_mode=True), avg(x, 3, 1, 1, count_include_pad=False),
+                F.avg_pool1d(x[:, 0], 3, 2, 1), avg(x, 2, divisor_override=3),
+                avg(x, (2, 3), (2, 1), (1, 0), ceil_mode=True), adaptive(x, (3, 2)),
+                adaptive(x, (3, 5)), F.adaptive_avg_pool1d(x[:, 0], 5), adaptive_max(x, (3, 5)),
+                adaptive_max(x, (4, 3)), F.adaptive_max_pool1d(x[:, 0], 3),
+                F.max_pool2d(x, 3, 2, ceil_mode=True), F.max_pool2d(x, 2, 2, 1, ceil_mode=True),
+                avg(x.half(), 3, 2, 1, ceil_mode=True, count_include_pad=False),
+                # Within rounding of eager's sums: a kernel past the input, uneven windows.
+                avg(x, 40, ceil_mode=True), adaptive(x, (4, 7)), F.adaptive_avg_pool1d(x[:, 0], 4),
+                adaptive(x.to(torch.bfloat16), (4, 7)),
+                F.adaptive_avg_pool1d(x.reshape(-1, 1, 270), 100))  # windows of 3 and 4
+
+
+def test_average_adaptive_and_ceil_mode_pools_run_in_kiln_as_in_eager(cache_dir):
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    ep = torch.export.export(Pools(), (torch.randn(2, 3, 9, 10),), dynamic_shapes=dims,
+                             strict=False)
+    # As exported and decomposed (avg_pool1d as avg_pool2d, _adaptive_avg_pool2d). Before: every
+    # one but the max pools out of ceil mode fell back.
+    for e in (ep, ep.run_decompositions()):
+        program = one_kiln_graph(e, cache_dir)
+        for b in (1, 3):
+            x = torch.randn(b, 3, 9, 10)
+            x[0, 0, 1, 1], x[-1, 2, 8, 9] = float("nan"), -float("inf")
+            for k, (got, want) in enumerate(zip(program(x), Pools()(x))):
+                assert got.dtype == want.dtype and got.shape == want.shape, (k, got, want)
+                assert torch.equal(got.isnan(), want.isnan()), k
+                got, want = got.nan_to_num(0), want.nan_to_num(0)
+                if k < 15:  # the windows summed in PyTorch's order: the same bits
+                    assert torch.equal(got, want), (k, (got - want).abs().max())
+                else:
+                    tol = 8e-3 if want.dtype == torch.bfloat16 else 1e-6
+                    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
 class GroupAndWeightNorms(torch.nn.Module):

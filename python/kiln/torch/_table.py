@@ -776,49 +776,218 @@ def _upsample(cx, node):
     return Expr(text)
 
 
+def _pooled_input(cx, x, spatial: int, what: str):
+    """The kiln dims before a pool's `spatial` pooled dims and the pooled dims' sizes, or
+    Unsupported: a float tensor with something before its pooled dims, none of them merged, the
+    pooled ones of fixed size."""
+    shape = cx.meta(x).shape
+    lead = len(shape) - spatial
+    if cx.dtype_of(x) not in ("f32", "f16", "bf16") or lead < 1 or \
+            any(cx.is_symbolic(d) for d in shape[lead:]):
+        raise Unsupported(f"{what} of a symbolic spatial dim, or of integers")
+    if any(cx.merged(d) for d in shape[:lead]):
+        raise Unsupported(f"{what} of a tensor with merged dims")
+    return [cx.size(d) for d in shape[:lead]], [int(d) for d in shape[lead:]]
+
+
+def _pool_window(node, spatial: int, what: str, at: dict):
+    """A max or average pool's kernel, stride, padding and dilation (one each spatial dim) and
+    ceil mode, read from the node's arguments at the positions `at` names; Unsupported unless
+    they are whole numbers, the padding at most half the kernel (PyTorch raises past it)."""
+    def each(v):
+        v = [v] if isinstance(v, int) else list(v)
+        return v * spatial if len(v) == 1 else v
+    kernel = each(_arg(node, 1, "kernel_size"))
+    stride = each(_arg(node, 2, "stride", None) or kernel)
+    padding = each(_arg(node, 3, "padding", 0))
+    dilation = each(_arg(node, at["dilation"], "dilation", 1)) if "dilation" in at else \
+        [1] * spatial
+    ceil = bool(_arg(node, at["ceil_mode"], "ceil_mode", False))
+    if not all(isinstance(v, int) for v in kernel + stride + padding + dilation) or \
+            len({len(kernel), len(stride), len(padding), len(dilation), spatial}) != 1 or \
+            min(kernel + stride + dilation) < 1 or min(padding) < 0:
+        raise Unsupported(f"{what} of a malformed kernel, stride, padding or dilation")
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        raise Unsupported(f"{what} padded by more than half its kernel (PyTorch raises)")
+    return kernel, stride, padding, dilation, ceil
+
+
+def _pooled_sizes(sizes, kernel, stride, padding, dilation, ceil: bool) -> list:
+    """A pool's output size along each spatial dim, as PyTorch's: in ceil mode a last partial
+    window counts where it starts inside the input or its padding before."""
+    outs = []
+    for n, k, st, p, d in zip(sizes, kernel, stride, padding, dilation):
+        o = (n + 2 * p - d * (k - 1) - 1 + (st - 1 if ceil else 0)) // st + 1
+        if ceil and (o - 1) * st >= n + p:
+            o -= 1
+        outs.append(o)
+    return outs
+
+
 @lowering(aten.max_pool1d.default, aten.max_pool2d.default,
           aten.max_pool2d_with_indices.default)
 def _max_pool(cx, node):
     """max_pool1d and max_pool2d (ResNet's stem): the maximum of the kernel offsets' windows of
-    the input padded with -inf (NaN wins, as in PyTorch). Not in ceil mode; of the indices'
-    form only the values."""
+    the input padded with -inf (NaN wins, as in PyTorch); in ceil mode, past the padding too
+    (SqueezeNet's and GoogLeNet's pools). Of the indices' form only the values."""
     if node.target is aten.max_pool2d_with_indices.default:
         cx.only_first_output(node)
     x = node.args[0]
     spatial = 1 if node.target is aten.max_pool1d.default else 2
-    kernel = _arg(node, 1, "kernel_size")
-    stride = _arg(node, 2, "stride", None) or kernel
-    padding, dilation = _arg(node, 3, "padding", 0), _arg(node, 4, "dilation", 1)
-    if _arg(node, 5, "ceil_mode", False):
-        raise Unsupported("a max pool in ceil mode")
-    def each(v):
-        v = [v] if isinstance(v, int) else list(v)
-        return v * spatial if len(v) == 1 else v
-    kernel, stride, padding, dilation = (each(v) for v in (kernel, stride, padding, dilation))
-    shape, out = cx.meta(x).shape, cx.dtype_of(x)
-    lead = len(shape) - spatial
-    if out not in ("f32", "f16", "bf16") or lead < 1 or \
-            any(cx.is_symbolic(d) for d in shape[lead:]) or \
-            not all(isinstance(v, int) for v in kernel + stride + padding + dilation):
-        raise Unsupported("a max pool of a symbolic spatial dim, or of integers")
-    if any(cx.merged(d) for d in shape[:lead]):
-        raise Unsupported("a max pool of a tensor with merged dims")
+    lead, sizes = _pooled_input(cx, x, spatial, "a max pool")
+    kernel, stride, padding, dilation, ceil = _pool_window(
+        node, spatial, "a max pool", {"dilation": 4, "ceil_mode": 5})
     if math.prod(kernel) > 64:
         raise Unsupported(f"a max pool of {math.prod(kernel)} kernel offsets (kiln takes up to 64)")
-    if any(p > k // 2 for p, k in zip(padding, kernel)):
-        raise Unsupported("a max pool padded by more than half its kernel (PyTorch raises)")
-    sizes = [int(d) for d in shape[lead:]]
-    outs = [(n + 2 * p - d * (k - 1) - 1) // st + 1
-            for n, p, d, k, st in zip(sizes, padding, dilation, kernel, stride)]
+    outs = _pooled_sizes(sizes, kernel, stride, padding, dilation, ceil)
     if any(o < 1 for o in outs):
         raise Unsupported("a max pool whose output is empty (PyTorch raises)")
-    windows = [w for w, _ in _windows(cx.ref(x), [cx.size(d) for d in shape[:lead]], sizes,
-                                      kernel, stride, dilation, padding, padding, outs,
-                                      -math.inf, out)]
+    windows = [w for w, _ in _windows(cx.ref(x), lead, sizes, kernel, stride, dilation, padding,
+                                      padding, outs, -math.inf, cx.dtype_of(x))]
     text = windows[0]
     for w in windows[1:]:
         text = f"maximum({text}, {w})"
     return Tuple0(text) if node.target is aten.max_pool2d_with_indices.default else Expr(text)
+
+
+def _float_vector(values: list) -> str:
+    """A 1-D f32 tensor holding `values` (whole numbers, which f32 holds): each run of equal
+    values a filled tensor, the runs joined."""
+    runs = [(v, len(list(group))) for v, group in itertools.groupby(values)]
+    return _joined([_filled(float(v), "f32", f"[{n}]") for v, n in runs], 0)
+
+
+def _along(values: list, axis: int, rank: int) -> str:
+    """_float_vector(values) shaped to broadcast along `axis` of a rank-`rank` value."""
+    shape = ", ".join(str(len(values)) if k == axis else "1" for k in range(rank))
+    return f"reshape({_float_vector(values)}, shape=[{shape}])"
+
+
+def _divided(text: str, counts: list, spatial_at: int, rank: int) -> str:
+    """`text` divided by each spatial dim's window sizes `counts` (a list of ints each, one a
+    position), one dim after another (a literal where a dim's windows are all alike)."""
+    for i, c in enumerate(counts):
+        if c == [1] * len(c):
+            continue
+        if len(set(c)) == 1:
+            text = f"div({text}, {_lit(float(c[0]))})"
+        else:
+            text = f"div({text}, {_along(c, spatial_at + i, rank)})"
+    return text
+
+
+@lowering(aten.avg_pool1d.default, aten.avg_pool2d.default)
+def _avg_pool(cx, node):
+    """avg_pool1d and avg_pool2d, every option: the sum of the kernel offsets' windows of the
+    input padded with zeros (in PyTorch's order, in f32 for a half input), divided by the window's
+    size, its padding counted (count_include_pad) or not, or by divisor_override; in ceil mode a
+    last partial window's size is what it covers of the input and its padding (PoolFormer's
+    token mixer, DenseNet's transitions, EfficientNet's pooler: a kernel past a single window's
+    input is that input)."""
+    x = node.args[0]
+    spatial = 1 if node.target is aten.avg_pool1d.default else 2
+    lead, sizes = _pooled_input(cx, x, spatial, "an average pool")
+    kernel, stride, padding, _, ceil = _pool_window(node, spatial, "an average pool",
+                                                    {"ceil_mode": 4})
+    include_pad = bool(_arg(node, 5, "count_include_pad", True))
+    override = _arg(node, 6, "divisor_override", None) if spatial == 2 else None
+    if override is not None and (not isinstance(override, int) or override == 0):
+        raise Unsupported(f"an average pool divided by {override!r} (PyTorch raises at 0)")
+    outs = _pooled_sizes(sizes, kernel, stride, padding, [1] * spatial, ceil)
+    if any(o < 1 for o in outs):
+        raise Unsupported("an average pool whose output is empty (PyTorch raises)")
+    counts = []  # each dim's window sizes, a position each, as PyTorch counts them
+    for i, (n, k, st, p, o) in enumerate(zip(sizes, kernel, stride, padding, outs)):
+        starts = [j * st - p for j in range(o)]
+        ends = [min(a + k, n + p) for a in starts]
+        counts.append([b - a if include_pad else min(b, n) - max(a, 0)
+                       for a, b in zip(starts, ends)])
+        if o == 1 and p == 0 and k > n:
+            kernel[i] = n  # the one window is the whole dim: the same elements and count
+    out, rank = cx.dtype_of(x), len(lead) + spatial
+    if all(o == 1 and p == 0 and k == n for o, p, k, n in zip(outs, padding, kernel, sizes)):
+        # One window, the whole input (EfficientNet's pooler): summed along each dim, the last
+        # first (within rounding of PyTorch's sum in order).
+        text = cx.ref(x, "f32")
+        for axis in reversed(range(len(lead), rank)):
+            text = f"sum({text}, axis={axis}, keepdim=true)"
+    elif math.prod(kernel) > 64:
+        raise Unsupported(f"an average pool of {math.prod(kernel)} kernel offsets (kiln takes "
+                          "up to 64)")
+    else:
+        windows = [w for w, _ in _windows(cx.ref(x, "f32"), lead, sizes, kernel, stride,
+                                          [1] * spatial, padding, padding, outs, 0.0, "f32")]
+        text = windows[0]
+        for w in windows[1:]:
+            text = f"add({text}, {w})"
+    if override is not None:
+        text = f"div({text}, {_lit(float(override))})"
+    elif all(len(set(c)) == 1 for c in counts):
+        text = f"div({text}, {_lit(float(math.prod(c[0] for c in counts)))})"
+    else:  # PyTorch divides by the product of the dims' sizes, which f32 holds exactly
+        factors = [_lit(float(c[0])) if len(set(c)) == 1 else
+                   _along(c, len(lead) + i, rank) for i, c in enumerate(counts)]
+        size = factors[0] if len(factors) == 1 else f"mul({factors[0]}, {factors[1]})"
+        text = f"div({text}, {size})"
+    return Expr(text if out == "f32" else f"cast({text}, to={out})")
+
+
+def _adaptive_bins(n: int, m: int) -> list:
+    """PyTorch's adaptive pool windows of `n` elements into `m`: [floor(o n / m),
+    ceil((o + 1) n / m)) for each output o."""
+    return [(o * n // m, -(-(o + 1) * n // m)) for o in range(m)]
+
+
+@lowering(aten.adaptive_max_pool1d.default, aten.adaptive_max_pool2d.default)
+def _adaptive_max(cx, node):
+    """adaptive_max_pool1d and adaptive_max_pool2d (of the values and indices only the values):
+    as _adaptive (NaN wins, as in PyTorch)."""
+    cx.only_first_output(node)
+    return Tuple0(_adaptive(cx, node, "max"))
+
+
+def _adaptive(cx, node, kind: str) -> str:
+    """An adaptive pool (`kind` max or avg) to any size: where each pooled dim's size is a
+    multiple of its output's, a pool whose kernel and stride are the quotient (the windows
+    summed in PyTorch's order, then divided by each dim's window size, as PyTorch's); otherwise,
+    along each dim (the last first), each output's window of the input reduced (sum or max, kept)
+    and the results joined, the sums then divided as PyTorch's (PSP's pools to 2, 3 and 6: sums
+    within rounding of eager's)."""
+    x, size = node.args[0], list(node.args[1])
+    what = f"an adaptive {'maximum' if kind == 'max' else 'average'} pool"
+    lead, sizes = _pooled_input(cx, x, len(size), what)
+    size = [n if m is None else m for n, m in zip(sizes, size)]
+    if not all(isinstance(m, int) and m >= 1 for m in size):
+        raise Unsupported(f"{what} to {size}")
+    out = cx.dtype_of(x)
+    wide = kind == "avg" and out != "f32"
+    text = cx.ref(x, "f32" if wide else None)
+    rank = len(lead) + len(size)
+    counts = [[b - a for a, b in _adaptive_bins(n, m)] for n, m in zip(sizes, size)]
+    kernel = [n // m for n, m in zip(sizes, size)]
+    if all(n % m == 0 for n, m in zip(sizes, size)) and math.prod(kernel) <= 64:
+        windows = [w for w, _ in _windows(text, lead, sizes, kernel, kernel, [1] * len(size),
+                                          [0] * len(size), [0] * len(size), size, 0.0,
+                                          "f32" if wide else out)]
+        text = windows[0]
+        for w in windows[1:]:
+            text = f"{'maximum' if kind == 'max' else 'add'}({text}, {w})"
+    else:
+        if max(size) > 256:
+            raise Unsupported(f"{what} to {size} (kiln takes up to 256 windows a dim)")
+        reduce = "max" if kind == "max" else "sum"
+        for i in reversed(range(len(size))):
+            axis = len(lead) + i
+            if sizes[i] == size[i]:
+                continue
+            pieces = [f"{reduce}(slice({text}, axis={axis}, start={a}, end={b}), axis={axis}, "
+                      f"keepdim=true)" for a, b in _adaptive_bins(sizes[i], size[i])]
+            text = _joined(pieces, axis)
+    if kind == "avg":
+        text = _divided(text, counts, len(lead), rank)
+        if wide:
+            text = f"cast({text}, to={out})"
+    return text
 
 
 @lowering(aten.conv1d.default, aten.conv2d.default, aten.conv1d.padding, aten.conv2d.padding,
@@ -1032,14 +1201,14 @@ def _sum_all(cx, node):
           aten._adaptive_avg_pool2d.default)
 def _global_pool(cx, node):
     """An adaptive average pool to size 1 along each pooled dim (a global pool): their mean,
-    kept. To any other size, Unsupported."""
+    kept. To any other size, _adaptive."""
     x, size = node.args[0], list(node.args[1])
     shape = cx.meta(x).shape
     if cx.dtype_of(x) not in ("f32", "f16", "bf16") or len(shape) < len(size) + 1:
         raise Unsupported("an adaptive average pool of that tensor")
     pooled = list(range(-len(size), 0))
     if any(n != 1 for n in size):
-        raise Unsupported(f"an adaptive average pool to {size} (kiln pools to 1)")
+        return Expr(_adaptive(cx, node, "avg"))
     return Expr(_reduced(cx, node, "mean", cx.ref(x), pooled, True))
 
 
