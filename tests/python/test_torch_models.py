@@ -139,7 +139,7 @@ def test_packed_sequences_stay_apart_in_one_kiln_graph(arch, cache_dir):
 
 
 @pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer",
-                                  "resnet", "poolformer", "efficientnet"])
+                                  "resnet", "poolformer", "efficientnet", "mobilenet_v2"])
 def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir):
     """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
     runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
@@ -147,7 +147,8 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
     H and W, and Swin's relative position bias (its table by a constant index of more than 64
     runs) run in kiln too, and so do ResNet's eval batch norms and stem max pool, PoolFormer's
     average pools (the padding not counted) and EfficientNet's pooler (an average pool in ceil
-    mode whose kernel is past the input). Every output is compared (the pooled ones too). Swin
+    mode whose kernel is past the input) and MobileNetV2's relu6s. Every output is compared (the
+    pooled ones too). Swin
     at a fixed batch: its window attention's batch is the image batch times the windows, a
     product of dims kiln's attention does not take."""
     import transformers as t
@@ -172,8 +173,10 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
             strides=[4, 2], padding=[2, 1])),
         "efficientnet": lambda: t.EfficientNetModel(t.EfficientNetConfig(
             image_size=32, width_coefficient=0.25, depth_coefficient=0.2, hidden_dim=320)),
+        "mobilenet_v2": lambda: t.MobileNetV2Model(t.MobileNetV2Config(
+            image_size=32, depth_multiplier=0.25)),
     }[arch]().eval()
-    if arch == "efficientnet":  # as initialised, its last hidden state is zeros
+    if arch in ("efficientnet", "mobilenet_v2"):  # as initialised, their outputs are zeros
         for norm in model.modules():
             if isinstance(norm, torch.nn.BatchNorm2d):
                 norm.weight.data.uniform_(0.5, 1.5)
@@ -290,6 +293,32 @@ def test_a_sequence_classifier_reads_its_last_token_in_kiln(arch, cache_dir):
             got = got["logits"] if isinstance(got, dict) else got[0]
             assert got.shape == (b, 3)
             assert rel_l2(got, want) < TOLERANCE["highest"], ((b, s), rel_l2(got, want))
+
+
+def test_a_vocoder_is_one_kiln_graph_transposed_convolutions_included(cache_dir):
+    """SpeechT5's HiFi-GAN vocoder, spectrogram to waveform: its upsampling transposed conv1d
+    layers, leaky relus and residual blocks of dilated conv1d layers, in one kiln graph at a
+    dynamic batch."""
+    import transformers as t
+    torch.manual_seed(0)
+    model = t.SpeechT5HifiGan(t.SpeechT5HifiGanConfig(
+        model_in_dim=16, upsample_initial_channel=32, upsample_rates=[4, 2],
+        upsample_kernel_sizes=[8, 4], resblock_kernel_sizes=[3, 5],
+        resblock_dilation_sizes=[[1, 3], [1, 3]], normalize_before=False)).eval()
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    with torch.no_grad():
+        ep = torch.export.export(model, (torch.randn(2, 20, 16),), dynamic_shapes=dims,
+                                 strict=False)
+        assert "conv_transpose1d" in str(ep.graph) and "leaky_relu" in str(ep.graph)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for b in (2, 3):
+            spectrogram = torch.randn(b, 20, 16)
+            want, got = model(spectrogram), program(spectrogram)
+            got = got if torch.is_tensor(got) else got[0]
+            assert got.shape == want.shape == (b, 160), (got.shape, want.shape)
+            assert rel_l2(got, want) < TOLERANCE["highest"], (b, rel_l2(got, want))
 
 
 def test_a_speech_encoder_is_one_kiln_graph_feature_extractor_included(cache_dir):

@@ -1203,6 +1203,96 @@ def test_an_upsample_by_whole_factors_runs_in_kiln(cache_dir):
         "an upsample from [4, 5] by [6, 7] (kiln takes whole factors)"], program.fallbacks
 
 
+class Activations(torch.nn.Module):
+    """Activations kiln writes as its own ops (leaky relu, relu6, hardtanh, hardsigmoid,
+    hardswish, softsign, prelu of a weight a channel and of one weight: outputs 0 to 8, the same
+    bits as eager), and those through exp and log (elu, selu, celu, softplus, mish, log_softmax,
+    logsigmoid, glu, log1p, expm1) and half types."""
+    def __init__(self):
+        super().__init__()
+        self.channels, self.one = torch.nn.PReLU(4), torch.nn.PReLU()
+        self.channels.weight.data.uniform_(-1, 1)
+
+    def forward(self, x):
+        return (F.leaky_relu(x, 0.2), F.relu6(x), F.hardtanh(x, -2, 3), F.hardsigmoid(x),
+                F.hardswish(x), F.softsign(x), self.channels(x), self.one(x),
+                torch.nn.LeakyReLU(0.1, inplace=True)(x.clone()),
+                F.elu(x, 0.5), F.selu(x), F.celu(x, 2.0), F.softplus(x, 2, 10), F.softplus(x),
+                F.mish(x), F.log_softmax(x, -1), F.logsigmoid(x), F.glu(x, 1),
+                torch.log1p(x.abs()), torch.expm1(x), F.log_softmax(x.half(), 1),
+                F.log_softmax(x.half(), -1, dtype=torch.float32), F.hardswish(x.bfloat16()),
+                F.elu(x.half()))
+
+
+def test_activations_run_in_kiln_within_an_ulp_or_two_of_eager(cache_dir):
+    model = Activations()
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    ep = torch.export.export(model, (torch.randn(2, 4, 6),), dynamic_shapes=dims, strict=False)
+    # As exported and decomposed (hardsigmoid as clamps, elu and softplus through expm1 and
+    # log1p, log_softmax as _log_softmax). Before: each fell back ("no kiln op for it").
+    for e in (ep, ep.run_decompositions()):
+        program = one_kiln_graph(e, cache_dir)
+        for b in (1, 3):
+            x = torch.randn(b, 4, 6) * 4
+            x[0, 0] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-6, -1e-6])
+            x[-1, 1] = torch.tensor([100.0, -100.0, 1e-30, -1e-30, 30.0, -30.0])
+            with torch.no_grad():
+                outputs = list(zip(program(x), model(x)))
+            for k, (got, want) in enumerate(outputs):
+                assert got.dtype == want.dtype and got.shape == want.shape, (k, got, want)
+                assert torch.equal(got.isnan(), want.isnan()), (k, got, want)
+                got, want = got.nan_to_num(0), want.nan_to_num(0)
+                if k < 9:
+                    assert torch.equal(got, want), (k, got, want)
+                else:  # exp, log and tanh within an ulp of eager's: results within two
+                    ulp = {torch.float32: 1.2e-7, torch.float16: 9.8e-4,
+                           torch.bfloat16: 7.9e-3}[want.dtype]
+                    torch.testing.assert_close(got, want, rtol=2 * ulp, atol=1e-37)
+
+
+class TransposedConvolutions(torch.nn.Module):
+    """Transposed convolutions: strided with output padding in groups, a kernel that is its
+    stride (a U-Net's upsampling: the output's patches), dilated without a bias, depthwise, a
+    stride past the kernel's reach; conv_transpose1d, of an unbatched input too."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        up = torch.nn.ConvTranspose2d
+        self.two = torch.nn.ModuleList([
+            up(4, 6, 3, 2, 1, output_padding=1, groups=2), up(4, 6, 2, 2),
+            up(4, 3, (3, 2), (1, 2), (1, 0), dilation=(2, 1), bias=False),
+            up(4, 4, 3, 1, 1, groups=4), up(4, 2, 4, 3, 0, output_padding=2)])
+        self.one = torch.nn.ConvTranspose1d(4, 5, 4, 2, 1)
+        self.patch = torch.nn.ConvTranspose1d(4, 5, 3, 3)
+
+    def forward(self, x):
+        return tuple(m(x) for m in self.two) + (self.one(x[:, :, 0]), self.patch(x[:, :, 1]),
+                                                self.two[0](x[0]))
+
+
+def test_transposed_convolutions_are_one_matmul_and_a_sum_of_shifted_offsets(cache_dir):
+    model = TransposedConvolutions().eval()
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    ep = torch.export.export(model, (torch.randn(2, 4, 5, 6),), dynamic_shapes=dims,
+                             strict=False)
+    # As exported (conv_transpose2d, conv_transpose1d) and decomposed (convolution with
+    # transposed=True). Before: each fell back.
+    for e in (ep, ep.run_decompositions()):
+        program = one_kiln_graph(e, cache_dir)
+        for b in (1, 3):
+            x = torch.randn(b, 4, 5, 6)
+            with torch.no_grad():
+                outputs = list(zip(program(x), model(x)))
+            for k, (got, want) in enumerate(outputs):
+                assert got.shape == want.shape, (k, got.shape, want.shape)
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        half = copy.deepcopy(model.two[0]).to(torch.bfloat16)
+        x = torch.randn(2, 4, 5, 6, dtype=torch.bfloat16)
+        program = one_kiln_graph(torch.export.export(half, (x,), strict=False), cache_dir)
+        torch.testing.assert_close(program(x), half(x), rtol=1.6e-2, atol=1.6e-2)
+
+
 class ScalarConstants(torch.nn.Module):
     """Ops of constants of shape [] alone: a product, an exp and a compare of literals (and a
     floor division, which kiln has no op for); an f16 constant holds its value rounded to f16

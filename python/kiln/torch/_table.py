@@ -258,6 +258,166 @@ def _clamp(cx, node):
     return Expr(text)
 
 
+def _f32_of(cx, node, what: str):
+    """(the node's float dtype, its operand 0 in f32): a half type's activation is computed in
+    f32 and rounded once, as PyTorch's CPU kernels compute it."""
+    out = cx.dtype_of(node)
+    if out not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"{what} of {out}")
+    return out, _as_tensor(cx.ref(node.args[0], "f32"), "f32")
+
+
+def _rounded(text: str, out: str) -> Expr:
+    return Expr(text if out == "f32" else f"cast({text}, to={out})")
+
+
+def _scalar_arg(node, i: int, name: str, default) -> float:
+    """A scalar argument as the f32 PyTorch's kernels take it in; Unsupported for a tensor."""
+    v = _arg(node, i, name, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise Unsupported(f"{node.target} with {name} that is not a number")
+    return float(torch.tensor(float(v), dtype=torch.float32))
+
+
+def _log1p_of(e: str) -> str:
+    """log(1 + e) within a few ulps for small e too (Goldberg's: log(u) * (e / (u - 1)) with u
+    = 1 + e rounded; e itself where u is 1, u where it is inf), as PyTorch's log1p."""
+    u = f"add({e}, 1.0)"
+    return f"where(eq({u}, 1.0), {e}, where(eq({u}, inf), {u}, " \
+           f"mul(log({u}), div({e}, sub({u}, 1.0)))))"
+
+
+def _expm1_of(x: str) -> str:
+    """exp(x) - 1 within a few ulps near 0 too (Kahan's: (u - 1) * (x / log(u)) with u = exp(x);
+    x where u is 1, -1 where u - 1 is, u where it is inf), as PyTorch's expm1."""
+    u = f"exp({x})"
+    return f"where(eq({u}, 1.0), {x}, where(eq(sub({u}, 1.0), -1.0), -1.0, " \
+           f"where(eq({u}, inf), {u}, mul(sub({u}, 1.0), div({x}, log({u}))))))"
+
+
+@lowering(aten.log1p.default, aten.expm1.default)
+def _log1p_expm1(cx, node):
+    out, x = _f32_of(cx, node, str(node.target))
+    return _rounded((_log1p_of if node.target is aten.log1p.default else _expm1_of)(x), out)
+
+
+@lowering(aten.leaky_relu.default)
+def _leaky_relu(cx, node):
+    """x > 0 ? x : x * slope, as PyTorch's kernel (NaN and -0.0 kept)."""
+    out, x = _f32_of(cx, node, "leaky_relu")
+    slope = _scalar_arg(node, 1, "negative_slope", 0.01)
+    return _rounded(f"where(gt({x}, 0.0), {x}, mul({x}, {_lit(slope)}))", out)
+
+
+@lowering(aten.hardtanh.default, aten.relu6.default)
+def _hardtanh(cx, node):
+    """hardtanh (relu6: MobileNetV2's) is PyTorch's clamp: maximum, then minimum (NaN kept)."""
+    out = cx.dtype_of(node)
+    if out not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"hardtanh of {out}")
+    lo, hi = (0.0, 6.0) if node.target is aten.relu6.default else \
+        (_scalar_arg(node, 1, "min_val", -1.0), _scalar_arg(node, 2, "max_val", 1.0))
+    x = _as_tensor(cx.ref(node.args[0], out), out)
+    return Expr(f"minimum(maximum({x}, {_lit(lo)}), {_lit(hi)})")
+
+
+@lowering(aten.hardsigmoid.default, aten.hardswish.default)
+def _hard_sigmoid_swish(cx, node):
+    """hardsigmoid min(max(x + 3, 0), 6) / 6 and hardswish x * that / 6, in PyTorch's order
+    (MobileNetV3's)."""
+    out, x = _f32_of(cx, node, str(node.target))
+    gate = f"minimum(maximum(add({x}, 3.0), 0.0), 6.0)"
+    text = f"div({gate}, 6.0)" if node.target is aten.hardsigmoid.default else \
+        f"div(mul({x}, {gate}), 6.0)"
+    return _rounded(text, out)
+
+
+@lowering(aten.elu.default, aten.selu.default, aten.celu.default)
+def _elu(cx, node):
+    """elu (selu and celu are elus, as PyTorch defines them): x > 0 ? x * scale :
+    expm1(x * input_scale) * alpha * scale."""
+    out, x = _f32_of(cx, node, str(node.target))
+    if node.target is aten.selu.default:
+        alpha, scale, inner = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0
+    elif node.target is aten.celu.default:
+        alpha = _scalar_arg(node, 1, "alpha", 1.0)
+        if alpha == 0:
+            raise Unsupported("celu with alpha 0 (PyTorch raises)")
+        scale, inner = 1.0, 1.0 / float(_arg(node, 1, "alpha", 1.0))
+    else:
+        alpha, scale, inner = (_scalar_arg(node, i, k, 1.0) for i, k in
+                               ((1, "alpha"), (2, "scale"), (3, "input_scale")))
+    f32 = lambda v: float(torch.tensor(float(v), dtype=torch.float32))  # noqa: E731
+    negative = f32(f32(alpha) * f32(scale))
+    below = _expm1_of(f"mul({x}, {_lit(f32(inner))})")
+    return _rounded(f"where(gt({x}, 0.0), mul({x}, {_lit(f32(scale))}), "
+                    f"mul({below}, {_lit(negative)}))", out)
+
+
+@lowering(aten.softplus.default)
+def _softplus(cx, node):
+    """x * beta > threshold ? x : log1p(exp(x * beta)) / beta, as PyTorch's kernel."""
+    out, x = _f32_of(cx, node, "softplus")
+    beta, threshold = _scalar_arg(node, 1, "beta", 1.0), _scalar_arg(node, 2, "threshold", 20.0)
+    scaled = f"mul({x}, {_lit(beta)})"
+    return _rounded(f"where(gt({scaled}, {_lit(threshold)}), {x}, "
+                    f"div({_log1p_of(f'exp({scaled})')}, {_lit(beta)}))", out)
+
+
+@lowering(aten.mish.default)
+def _mish(cx, node):
+    """x * tanh(log1p(exp(x))), as PyTorch's kernel."""
+    out, x = _f32_of(cx, node, "mish")
+    return _rounded(f"mul({x}, tanh({_log1p_of(f'exp({x})')}))", out)
+
+
+@lowering(aten.log_sigmoid.default, aten.log_sigmoid_forward.default)
+def _log_sigmoid(cx, node):
+    """min(x, 0) - log1p(exp(-|x|)), as PyTorch's kernel (of log_sigmoid_forward's outputs, the
+    value)."""
+    if node.target is aten.log_sigmoid_forward.default:
+        cx.only_first_output(node)
+    out, x = _f32_of(cx, node, "log_sigmoid")
+    text = f"sub(minimum({x}, 0.0), {_log1p_of(f'exp(neg(abs({x})))')})"
+    if node.target is aten.log_sigmoid_forward.default:
+        return Tuple0(text if out == "f32" else f"cast({text}, to={out})")
+    return _rounded(text, out)
+
+
+@lowering(aten.prelu.default, aten._prelu_kernel.default)
+def _prelu(cx, node):
+    """x > 0 ? x : weight * x, the weight (one value, or one a channel: dim 1, or dim 0 of a 1-D
+    x) broadcast, as PyTorch's."""
+    out, x = _f32_of(cx, node, "prelu")
+    weight = node.args[1]
+    rank, wshape = len(cx.meta(node.args[0]).shape), cx.meta(weight).shape
+    if len(wshape) > 1 or any(cx.is_symbolic(d) for d in wshape):
+        raise Unsupported("a prelu weight of that shape")
+    w = cx.ref(weight, "f32")
+    if node.target is aten.prelu.default and rank >= 2 and int(wshape[0]) != 1:
+        w = f"reshape({w}, shape=[{int(wshape[0])}{', 1' * (rank - 2)}])"
+    return _rounded(f"where(gt({x}, 0.0), {x}, mul({w}, {x}))", out)
+
+
+@lowering(aten.glu.default)
+def _glu(cx, node):
+    """The first half along `dim` times the sigmoid of the second, as PyTorch's."""
+    out, x = _f32_of(cx, node, "glu")
+    shape = cx.meta(node.args[0]).shape
+    dim = _arg(node, 1, "dim", -1)
+    axis = dim - len(shape) if dim >= 0 else dim
+    if cx.is_symbolic(shape[axis]) or int(shape[axis]) % 2:
+        raise Unsupported("a glu along a symbolic dim or one of odd size (PyTorch raises)")
+    half = int(shape[axis]) // 2
+    a = f"slice({x}, axis={axis}, start=0, end={half})"
+    b = f"slice({x}, axis={axis}, start={half}, end={2 * half})"
+    return _rounded(f"mul({a}, sigmoid({b}))", out)
+
+
+_ROW_WISE |= {_log1p_expm1, _leaky_relu, _hardtanh, _hard_sigmoid_swish, _elu, _softplus, _mish,
+              _log_sigmoid}
+
+
 def _logical(kiln_op: str):
     def lower(cx, node):
         if any(isinstance(a, Node) and cx.dtype_of(a) != "bool" for a in node.args):
@@ -990,6 +1150,24 @@ def _adaptive(cx, node, kind: str) -> str:
     return text
 
 
+def _conv_operands(cx, node, what: str):
+    """(the output's float dtype, 1 where the input has a batch dim else 0) of a convolution,
+    transposed or not, or Unsupported: input and weight of that dtype, fixed channel and spatial
+    dims, at most one batch dim, not merged."""
+    x, weight = node.args[0], node.args[1]
+    wshape, xshape = cx.meta(weight).shape, cx.meta(x).shape
+    out = cx.dtype_of(node)
+    if out not in ("f32", "f16", "bf16") or cx.dtype_of(x) != out or cx.dtype_of(weight) != out:
+        raise Unsupported(f"{what} of {cx.dtype_of(x)} by {cx.dtype_of(weight)}")
+    lead = len(xshape) - (len(wshape) - 2) - 1  # a batch dim, or none
+    if lead not in (0, 1) or any(cx.is_symbolic(d) for d in list(xshape[lead:]) + list(wshape)):
+        raise Unsupported(f"{what} with a symbolic channel or spatial dim, or more than one "
+                          "batch dim")
+    if lead and cx.merged(xshape[0]):
+        raise Unsupported(f"{what} of a batch of merged dims")
+    return out, lead
+
+
 @lowering(aten.conv1d.default, aten.conv2d.default, aten.conv1d.padding, aten.conv2d.padding,
           aten.convolution.default)
 def _conv(cx, node):
@@ -1003,9 +1181,9 @@ def _conv(cx, node):
     x, weight = node.args[0], node.args[1]
     bias = _arg(node, 2, "bias")
     if node.target is aten.convolution.default:
-        stride, padding, dilation, transposed, _, groups = node.args[3:9]
+        stride, padding, dilation, transposed, output_padding, groups = node.args[3:9]
         if transposed:
-            raise Unsupported("a transposed convolution")
+            return _transposed_conv(cx, node, stride, padding, output_padding, dilation, groups)
     else:
         stride, padding = _arg(node, 3, "stride", 1), _arg(node, 4, "padding", 0)
         dilation, groups = _arg(node, 5, "dilation", 1), _arg(node, 6, "groups", 1)
@@ -1017,15 +1195,7 @@ def _conv(cx, node):
             cx.is_symbolic(xshape[-spatial - 1]) or \
             int(xshape[-spatial - 1]) != groups * int(wshape[1]):
         raise Unsupported(f"a convolution of {groups} groups of those channels")
-    out = cx.dtype_of(node)
-    if out not in ("f32", "f16", "bf16") or cx.dtype_of(x) != out or cx.dtype_of(weight) != out:
-        raise Unsupported(f"a convolution of {cx.dtype_of(x)} by {cx.dtype_of(weight)}")
-    lead = len(xshape) - spatial - 1  # a batch dim, or none
-    if lead not in (0, 1) or any(cx.is_symbolic(d) for d in list(xshape[lead:]) + list(wshape)):
-        raise Unsupported("a convolution with a symbolic channel or spatial dim, or more than one "
-                          "batch dim")
-    if lead and cx.merged(xshape[0]):
-        raise Unsupported("a convolution of a batch of merged dims")
+    out, lead = _conv_operands(cx, node, "a convolution")
     kernel = [int(k) for k in wshape[2:]]
     def each(v):
         v = [v] if isinstance(v, int) else list(v)
@@ -1094,6 +1264,113 @@ def _conv(cx, node):
     return Expr(f"permute(reshape({text}, shape=[{', '.join(grid)}]), dims={back})")
 
 
+@lowering(aten.conv_transpose1d.default, aten.conv_transpose2d.input)
+def _conv_transpose(cx, node):
+    return _transposed_conv(cx, node, _arg(node, 3, "stride", 1), _arg(node, 4, "padding", 0),
+                            _arg(node, 5, "output_padding", 0), _arg(node, 7, "dilation", 1),
+                            _arg(node, 6, "groups", 1))
+
+
+def _transposed_conv(cx, node, stride, padding, output_padding, dilation, groups):
+    """conv_transpose1d and conv_transpose2d (and convolution with transposed=True): one matmul
+    of the input's positions [.., positions, C_in] by the weight as [C_in, C_out k...] (batched
+    over the groups), each position's outputs for each kernel offset. Where the stride is the
+    kernel with no padding, output padding or dilation (a U-Net's or SAM's upsampling) those are
+    the output's own patches, permuted into place; otherwise each offset's outputs are spread
+    `stride` apart (zeros between), shifted to where the offset lands and summed, the offsets in
+    PyTorch's order (in f32 for a half type), at most 64 of them."""
+    x, weight, bias = node.args[0], node.args[1], _arg(node, 2, "bias")
+    wshape, xshape = cx.meta(weight).shape, cx.meta(x).shape  # weight [C_in, C_out/groups, k...]
+    spatial = len(wshape) - 2
+    if spatial not in (1, 2):
+        raise Unsupported(f"a transposed convolution over {spatial} dims (kiln lowers 1 and 2)")
+    out, lead = _conv_operands(cx, node, "a transposed convolution")
+    c_in = int(wshape[0])
+    if not isinstance(groups, int) or groups < 1 or c_in % groups or int(xshape[lead]) != c_in:
+        raise Unsupported(f"a transposed convolution of {groups} groups of those channels")
+    def each(v):
+        v = [v] if isinstance(v, int) else list(v)
+        return v * spatial if len(v) == 1 else v
+    kernel = [int(k) for k in wshape[2:]]
+    stride, padding, extra, dilation = (each(v) for v in
+                                        (stride, padding, output_padding, dilation))
+    if not all(isinstance(v, int) for v in stride + padding + extra + dilation) or \
+            len({len(stride), len(padding), len(extra), len(dilation), spatial}) != 1 or \
+            min(stride + dilation) < 1 or min(padding + extra) < 0:
+        raise Unsupported("a transposed convolution with a symbolic or malformed stride, "
+                          "padding or dilation")
+    if any(e >= st and e >= d for e, st, d in zip(extra, stride, dilation)):
+        raise Unsupported("a transposed convolution whose output padding is not smaller than "
+                          "its stride or dilation (PyTorch raises)")
+    sizes = [int(d) for d in xshape[lead + 1:]]
+    outs = [(n - 1) * st - 2 * p + d * (k - 1) + e + 1
+            for n, st, p, d, k, e in zip(sizes, stride, padding, dilation, kernel, extra)]
+    if any(o < 1 for o in outs):
+        raise Unsupported("a transposed convolution whose output is empty (PyTorch raises)")
+    batch = [cx.size(xshape[0])] if lead else []
+    g, c_out, taps, positions = groups, int(wshape[1]) * groups, math.prod(kernel), \
+        math.prod(sizes)
+    # [.., positions, C_in] by [C_in, C_out k...]: each position's outputs at every offset.
+    order = list(range(lead)) + [lead + 1 + i for i in range(spatial)] + [lead]
+    rows = f"permute({cx.ref(x)}, dims={order})"
+    if g == 1:
+        rows = f"reshape({rows}, shape=[{', '.join(batch + [str(positions), str(c_in)])}])"
+        flat = f"reshape({cx.ref(weight)}, shape=[{c_in}, {c_out * taps}])"
+        y = f"matmul({rows}, {flat})"
+    else:
+        swap = list(range(lead)) + [lead + 1, lead, lead + 2]
+        split = ", ".join(batch + [str(positions), str(g), str(c_in // g)])
+        rows = f"permute(reshape({rows}, shape=[{split}]), dims={swap})"
+        flat = f"reshape({cx.ref(weight)}, shape=[{g}, {c_in // g}, {c_out // g * taps}])"
+        y = f"permute(matmul({rows}, {flat}), dims={swap})"  # [.., positions, g, C_out/g k...]
+    grid = batch + [str(n) for n in sizes] + [str(c_out)] + [str(k) for k in kernel]
+    y = f"reshape({y}, shape=[{', '.join(grid)}])"
+    if stride == kernel and not any(padding + extra) and all(d == 1 for d in dilation):
+        # [.., C_out, n, k, ...]: each position's outputs are its own patch of the output.
+        order = list(range(lead)) + [lead + spatial] + \
+            [a for i in range(spatial) for a in (lead + i, lead + spatial + 1 + i)]
+        shape = batch + [str(c_out)] + [str(o) for o in outs]
+        text = f"reshape(permute({y}, dims={order}), shape=[{', '.join(shape)}])"
+    else:
+        if taps > 64:
+            raise Unsupported(f"a transposed convolution of {taps} kernel offsets (kiln takes up "
+                              "to 64)")
+        # [.., C_out, n..., k...], in f32 for a half type.
+        order = list(range(lead)) + [lead + spatial] + [lead + i for i in range(spatial)] + \
+            [lead + spatial + 1 + i for i in range(spatial)]
+        y = f"permute({y}, dims={order})"
+        if out != "f32":
+            y = f"cast({y}, to=f32)"
+        text = None
+        for offsets in itertools.product(*[range(k) for k in kernel]):
+            w, dims = y, batch + [str(c_out)] + [str(n) for n in sizes]
+            for i, j in enumerate(offsets):
+                w = f"slice({w}, axis={lead + 1 + spatial + i}, start={j}, end={j + 1})"
+            w = f"reshape({w}, shape=[{', '.join(dims)}])"
+            for i, (n, st, p, d, o, j) in enumerate(zip(sizes, stride, padding, dilation, outs,
+                                                        offsets)):
+                axis = lead + 1 + i
+                if st > 1:  # input position q at q * st, zeros between
+                    dims[axis:axis + 1] = [str(n), "1"]
+                    w = _padded(f"reshape({w}, shape=[{', '.join(dims)}])", dims, axis + 1, 0,
+                                st - 1, 0.0, "f32")
+                    dims[axis:axis + 2] = [str(n * st)]
+                    w = f"reshape({w}, shape=[{', '.join(dims)}])"
+                # then at q * st + j * d - p: shifted, and cut to the output's size
+                shift, length = j * d - p, int(dims[axis])
+                before, crop = max(0, shift), max(0, -shift)
+                w = _padded(w, dims, axis, before, max(0, crop + o - before - length), 0.0, "f32")
+                if crop or int(dims[axis]) != o:
+                    w = f"slice({w}, axis={axis}, start={crop}, end={crop + o})"
+                    dims[axis] = str(o)
+            text = w if text is None else f"add({text}, {w})"
+        if out != "f32":
+            text = f"cast({text}, to={out})"
+    if bias is not None:
+        text = f"add({text}, reshape({cx.ref(bias, out)}, shape=[{c_out}{', 1' * spatial}]))"
+    return Expr(text)
+
+
 # -- rows: softmax, reductions, norms --------------------------------------------------------------
 
 def _axis(cx, node, dim) -> int:
@@ -1105,6 +1382,18 @@ def _axis(cx, node, dim) -> int:
     if not isinstance(dim, int):
         raise Unsupported("a reduction over all dims")
     return dim - rank if dim >= 0 else dim
+
+
+@lowering(aten._log_softmax.default, aten.log_softmax.int)
+def _log_softmax(cx, node):
+    """x - max - log(sum(exp(x - max))) along the dim, as PyTorch's kernel: in f32 for a half
+    type (a dtype= or half_to_float casts the input first, as PyTorch does)."""
+    x, out = node.args[0], cx.dtype_of(node)
+    if out not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"log_softmax into {out}")
+    axis = _axis(cx, node, node.args[1])
+    t = f"sub({cx.ref(x, 'f32')}, max({cx.ref(x, 'f32')}, axis={axis}, keepdim=true))"
+    return _rounded(f"sub({t}, log(sum(exp({t}), axis={axis}, keepdim=true)))", out)
 
 
 @lowering(aten._softmax.default, aten.softmax.int, aten._safe_softmax.default
@@ -2608,9 +2897,9 @@ def merged_dims_reason(cx, node) -> str | None:
               and aligned(a, node, 2) and aligned(b, node, 2)
               and not (cx.merged(rows) and len(cx.meta(b).shape) > 2)
               and (low is _mm or aligned(node.args[0], node)))
-    elif low in (_softmax, _reduction_sum, _reduction_mean, _reduction_max, _cumsum, _sum_all,
-                 _global_pool):
-        if low in (_softmax, _cumsum):
+    elif low in (_softmax, _log_softmax, _reduction_sum, _reduction_mean, _reduction_max, _cumsum,
+                 _sum_all, _global_pool):
+        if low in (_softmax, _log_softmax, _cumsum):
             axis = _axis(cx, node, node.args[1])
         elif low is _global_pool:
             axis = -len(node.args[1])
