@@ -1293,6 +1293,31 @@ def test_transposed_convolutions_are_one_matmul_and_a_sum_of_shifted_offsets(cac
         torch.testing.assert_close(program(x), half(x), rtol=1.6e-2, atol=1.6e-2)
 
 
+class EdgePads(torch.nn.Module):
+    """F.pad in modes reflect, replicate and circular (nn.ReflectionPad2d, nn.ReplicationPad1d
+    of an unbatched input), by amounts up to the dim's size, of f16 and bool too."""
+    def forward(self, x):
+        pad = F.pad
+        return (pad(x[:, 0], (1, 2), mode="reflect"), pad(x, (1, 2, 2, 0), mode="replicate"),
+                pad(x[:, 0], (2, 1), mode="circular"), torch.nn.ReflectionPad2d(1)(x),
+                pad(x, (5, 5, 4, 0), mode="reflect"), pad(x.half()[:, 0], (0, 3), mode="replicate"),
+                pad(x > 0, (6, 6, 5, 5), mode="circular"), torch.nn.ReplicationPad1d((0, 4))(x[0]))
+
+
+def test_reflect_replicate_and_circular_pads_are_copies_in_kiln(cache_dir):
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    ep = torch.export.export(EdgePads(), (torch.randn(2, 3, 5, 6),), dynamic_shapes=dims,
+                             strict=False)
+    program = one_kiln_graph(ep, cache_dir)  # before: each fell back ("a pad in mode ...")
+    for b in (1, 3):
+        x = torch.randn(b, 3, 5, 6)
+        x[0, 0, 0, 0], x[-1, 2, 4, 5] = float("nan"), -float("inf")
+        for k, (got, want) in enumerate(zip(program(x), EdgePads()(x))):
+            assert got.dtype == want.dtype and got.shape == want.shape, (k, got, want)
+            assert torch.equal(got.isnan(), want.isnan()), k
+            assert torch.equal(got.nan_to_num(0), want.nan_to_num(0)), k
+
+
 class ScalarConstants(torch.nn.Module):
     """Ops of constants of shape [] alone: a product, an exp and a compare of literals (and a
     floor division, which kiln has no op for); an f16 constant holds its value rounded to f16

@@ -762,8 +762,11 @@ def _constant_pad(cx, node):
     joined by concat; a negative pad crops, as PyTorch's."""
     x, pad = node.args[0], list(_arg(node, 1, "pad"))
     if node.target is aten.pad.default:
-        if _arg(node, 2, "mode", "constant") != "constant":
-            raise Unsupported(f"a pad in mode '{_arg(node, 2, 'mode')}'")
+        mode = _arg(node, 2, "mode", "constant")
+        if mode in ("reflect", "replicate", "circular"):
+            return _edge_pad(cx, x, pad, mode)
+        if mode != "constant":
+            raise Unsupported(f"a pad in mode '{mode}'")
         value = _arg(node, 3, "value", None)
         value = 0 if value is None else value
     else:
@@ -796,6 +799,49 @@ def _constant_pad(cx, node):
             text = f"slice({text}, axis={axis}, start={start}, end={end})"
         dims[axis] = str(end - start)
         text = _padded(text, dims, axis, max(0, before), max(0, after), value, out)
+    return Expr(text)
+
+
+def _edge_pad(cx, x, pad: list, mode: str) -> Expr:
+    """F.pad in mode reflect (the elements next to the edge, mirrored, the edge not repeated),
+    replicate (the edge element repeated: a slice of one, expanded) or circular (the other end's
+    elements): along each padded dim of fixed size, pieces of x joined to it by concat, copies
+    exact in any dtype. Amounts PyTorch refuses (reflect: as large as the dim; circular: larger
+    than it) and negative ones are Unsupported."""
+    shape = cx.meta(x).shape
+    if len(pad) % 2 or len(pad) // 2 > len(shape) or \
+            not all(isinstance(p, int) and p >= 0 for p in pad):
+        raise Unsupported(f"a {mode} pad by symbolic, negative or malformed amounts")
+    text, dims = cx.ref(x), [cx.size(d) for d in shape]
+    for k in range(len(pad) // 2):
+        axis, (before, after) = len(shape) - 1 - k, pad[2 * k:2 * k + 2]
+        if before == 0 and after == 0:
+            continue
+        if cx.is_symbolic(shape[axis]):
+            raise Unsupported(f"a {mode} pad along a symbolic dim")
+        n = int(shape[axis])
+        if (mode == "reflect" and max(before, after) >= n) or \
+                (mode == "circular" and max(before, after) > n):
+            raise Unsupported(f"a {mode} pad of {max(before, after)} along a dim of {n} "
+                              "(PyTorch raises)")
+
+        def piece(start, end):
+            return f"slice({text}, axis={axis}, start={start}, end={end})"
+
+        def repeated(at, count):
+            wide = ", ".join(dims[:axis] + [str(count)] + dims[axis + 1:])
+            return f"expand({piece(at, at + 1)}, shape=[{wide}])"
+        if mode == "reflect":
+            left = [piece(i, i + 1) for i in range(before, 0, -1)]
+            right = [piece(i, i + 1) for i in range(n - 2, n - 2 - after, -1)]
+        elif mode == "replicate":
+            left = [repeated(0, before)] if before else []
+            right = [repeated(n - 1, after)] if after else []
+        else:
+            left = [piece(n - before, n)] if before else []
+            right = [piece(0, after)] if after else []
+        text = _joined(left + [text] + right, axis)
+        dims[axis] = str(n + before + after)
     return Expr(text)
 
 
