@@ -103,3 +103,13 @@ def llama_ep(llama):
 @pytest.fixture(scope="session")
 def bert_ep(bert):
     return export(bert)
+
+
+def one_kiln_graph(ep, cache_dir):
+    """The exported program compiled for the CPU target, asserted to be one kiln graph with
+    nothing left in PyTorch."""
+    import kiln.torch
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    return program

@@ -250,18 +250,25 @@ def _clamp(cx, node):
         lo, hi = None, node.args[1]
     else:
         lo, hi = _arg(node, 1, "min"), _arg(node, 2, "max")
-    text = cx.ref(node.args[0], work)
+    return Expr(_clamped(cx.ref(node.args[0], work), None if lo is None else cx.ref(lo, work),
+                         None if hi is None else cx.ref(hi, work)))
+
+
+def _clamped(x: str, lo: str | None, hi: str | None) -> str:
+    """x clamped to [lo, hi] as PyTorch's clamp: NaN stays NaN, and x is kept where it equals a
+    bound (-0.0 at a bound of 0 stays -0.0): by where for a literal bound; by maximum and
+    minimum for a tensor one (a NaN bound wins, as in PyTorch)."""
     if lo is not None:
-        text = f"maximum({text}, {cx.ref(lo, work)})"
+        x = f"where(lt({x}, {lo}), {lo}, {x})" if _is_literal(lo) else f"maximum({x}, {lo})"
     if hi is not None:
-        text = f"minimum({text}, {cx.ref(hi, work)})"
-    return Expr(text)
+        x = f"where(gt({x}, {hi}), {hi}, {x})" if _is_literal(hi) else f"minimum({x}, {hi})"
+    return x
 
 
-def _f32_of(cx, node, what: str):
-    """(the node's float dtype, its operand 0 in f32): a half type's activation is computed in
-    f32 and rounded once, as PyTorch's CPU kernels compute it."""
-    out = cx.dtype_of(node)
+def _f32_of(cx, node, what: str, of=None):
+    """(the node's float dtype, or `of`'s, and its operand 0 in f32): a half type's activation
+    is computed in f32 and rounded once, as PyTorch's CPU kernels compute it."""
+    out = cx.dtype_of(node if of is None else of)
     if out not in ("f32", "f16", "bf16"):
         raise Unsupported(f"{what} of {out}")
     return out, _as_tensor(cx.ref(node.args[0], "f32"), "f32")
@@ -311,14 +318,13 @@ def _leaky_relu(cx, node):
 
 @lowering(aten.hardtanh.default, aten.relu6.default)
 def _hardtanh(cx, node):
-    """hardtanh (relu6: MobileNetV2's) is PyTorch's clamp: maximum, then minimum (NaN kept)."""
+    """hardtanh (relu6: MobileNetV2's) is PyTorch's clamp (NaN kept, and -0.0 at a bound of 0)."""
     out = cx.dtype_of(node)
     if out not in ("f32", "f16", "bf16"):
         raise Unsupported(f"hardtanh of {out}")
     lo, hi = (0.0, 6.0) if node.target is aten.relu6.default else \
         (_scalar_arg(node, 1, "min_val", -1.0), _scalar_arg(node, 2, "max_val", 1.0))
-    x = _as_tensor(cx.ref(node.args[0], out), out)
-    return Expr(f"minimum(maximum({x}, {_lit(lo)}), {_lit(hi)})")
+    return Expr(_clamped(_as_tensor(cx.ref(node.args[0], out), out), _lit(lo), _lit(hi)))
 
 
 @lowering(aten.hardsigmoid.default, aten.hardswish.default)
@@ -375,11 +381,12 @@ def _mish(cx, node):
 def _log_sigmoid(cx, node):
     """min(x, 0) - log1p(exp(-|x|)), as PyTorch's kernel (of log_sigmoid_forward's outputs, the
     value)."""
-    if node.target is aten.log_sigmoid_forward.default:
+    forward = node.target is aten.log_sigmoid_forward.default
+    if forward:
         cx.only_first_output(node)
-    out, x = _f32_of(cx, node, "log_sigmoid")
+    out, x = _f32_of(cx, node, "log_sigmoid", node.args[0] if forward else None)
     text = f"sub(minimum({x}, 0.0), {_log1p_of(f'exp(neg(abs({x})))')})"
-    if node.target is aten.log_sigmoid_forward.default:
+    if forward:
         return Tuple0(text if out == "f32" else f"cast({text}, to={out})")
     return _rounded(text, out)
 
@@ -394,7 +401,8 @@ def _prelu(cx, node):
     if len(wshape) > 1 or any(cx.is_symbolic(d) for d in wshape):
         raise Unsupported("a prelu weight of that shape")
     w = cx.ref(weight, "f32")
-    if node.target is aten.prelu.default and rank >= 2 and int(wshape[0]) != 1:
+    if node.target is aten.prelu.default and rank >= 2 and len(wshape) == 1 and \
+            int(wshape[0]) != 1:
         w = f"reshape({w}, shape=[{int(wshape[0])}{', 1' * (rank - 2)}])"
     return _rounded(f"where(gt({x}, 0.0), {x}, mul({w}, {x}))", out)
 
@@ -1111,9 +1119,10 @@ def _avg_pool(cx, node):
         if o == 1 and p == 0 and k > n:
             kernel[i] = n  # the one window is the whole dim: the same elements and count
     out, rank = cx.dtype_of(x), len(lead) + spatial
-    if all(o == 1 and p == 0 and k == n for o, p, k, n in zip(outs, padding, kernel, sizes)):
-        # One window, the whole input (EfficientNet's pooler): summed along each dim, the last
-        # first (within rounding of PyTorch's sum in order).
+    if math.prod(kernel) > 64 and \
+            all(o == 1 and p == 0 and k == n for o, p, k, n in zip(outs, padding, kernel, sizes)):
+        # One window of more than 64 elements, the whole input (EfficientNet's pooler on a large
+        # map): summed along each dim, the last first (within rounding of PyTorch's sum).
         text = cx.ref(x, "f32")
         for axis in reversed(range(len(lead), rank)):
             text = f"sum({text}, axis={axis}, keepdim=true)"
@@ -1438,7 +1447,9 @@ def _log_softmax(cx, node):
     if out not in ("f32", "f16", "bf16"):
         raise Unsupported(f"log_softmax into {out}")
     axis = _axis(cx, node, node.args[1])
-    t = f"sub({cx.ref(x, 'f32')}, max({cx.ref(x, 'f32')}, axis={axis}, keepdim=true))"
+    # The input in the output's dtype first (a dtype= rounds it there, as in PyTorch), in f32.
+    wide = cx.ref(x, out) if out == "f32" else f"cast({cx.ref(x, out)}, to=f32)"
+    t = f"sub({wide}, max({wide}, axis={axis}, keepdim=true))"
     return _rounded(f"sub({t}, log(sum(exp({t}), axis={axis}, keepdim=true)))", out)
 
 
