@@ -343,8 +343,9 @@ def _elu(cx, node):
     """elu (selu and celu are elus, as PyTorch defines them): x > 0 ? x * scale :
     expm1(x * input_scale) * alpha * scale."""
     out, x = _f32_of(cx, node, str(node.target))
-    if node.target is aten.selu.default:
-        alpha, scale, inner = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0
+    if node.target is aten.selu.default:  # PyTorch's constants
+        alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+        inner = 1.0
     elif node.target is aten.celu.default:
         alpha = _scalar_arg(node, 1, "alpha", 1.0)
         if alpha == 0:
