@@ -1206,6 +1206,28 @@ def _adaptive(cx, node, kind: str) -> str:
     return text
 
 
+def _grouped_matmul(rows: str, batch: list, count: int, depth: int, groups: int, weight: str,
+                    outs: int, transpose_b: bool) -> str:
+    """`rows` (read as [.., count, depth]) times `weight`: [.., count, outs], each group's
+    depth/groups columns by its own outs/groups outputs, a matmul batched over the groups
+    ([.., groups, count, depth/groups] by the weight's groups). The weight is read as
+    [groups, outs/groups, depth/groups] with transpose_b (a convolution's [O, C/groups k...]),
+    else as [groups, depth/groups, outs/groups] (a transposed one's [C_in, C_out/groups k...])."""
+    lead, g = len(batch), groups
+    flag = ", transpose_b=true" if transpose_b else ""
+    if g == 1:
+        rows = f"reshape({rows}, shape=[{', '.join(batch + [str(count), str(depth)])}])"
+        shape = [outs, depth] if transpose_b else [depth, outs]
+        return f"matmul({rows}, reshape({weight}, shape={shape}){flag})"
+    swap = list(range(lead)) + [lead + 1, lead, lead + 2]
+    split = ", ".join(batch + [str(count), str(g), str(depth // g)])
+    rows = f"permute(reshape({rows}, shape=[{split}]), dims={swap})"
+    shape = [g, outs // g, depth // g] if transpose_b else [g, depth // g, outs // g]
+    text = f"matmul({rows}, reshape({weight}, shape={shape}){flag})"
+    joined = ", ".join(batch + [str(count), str(outs)])
+    return f"reshape(permute({text}, dims={swap}), shape=[{joined}])"
+
+
 def _conv_operands(cx, node, what: str):
     """(the output's float dtype, 1 where the input has a batch dim else 0) of a convolution,
     transposed or not, or Unsupported: input and weight of that dtype, fixed channel and spatial
@@ -1298,21 +1320,7 @@ def _conv(cx, node):
         # [.., C, K, o...] with the spatial dims first, then C and K.
         order = list(range(lead)) + [lead + 2 + i for i in range(spatial)] + [lead, lead + 1]
         text = f"permute({text}, dims={order})"
-    if groups == 1:
-        patches = f"reshape({text}, shape=[{', '.join(batch + [str(rows), str(depth)])}])"
-        flat = f"reshape({cx.ref(weight)}, shape=[{int(wshape[0])}, {depth}])"
-        text = f"matmul({patches}, {flat}, transpose_b=true)"
-    else:
-        # Each group's channels times its outputs' weights: a matmul batched over the groups,
-        # [.., groups, rows, C/groups k...] by [groups, O/groups, C/groups k...].
-        g, part = groups, depth // groups
-        swap = list(range(lead)) + [lead + 1, lead, lead + 2]
-        split = ", ".join(batch + [str(rows), str(g), str(part)])
-        patches = f"permute(reshape({text}, shape=[{split}]), dims={swap})"
-        flat = f"reshape({cx.ref(weight)}, shape=[{g}, {int(wshape[0]) // g}, {part}])"
-        text = f"matmul({patches}, {flat}, transpose_b=true)"
-        joined = ", ".join(batch + [str(rows), str(int(wshape[0]))])
-        text = f"reshape(permute({text}, dims={swap}), shape=[{joined}])"
+    text = _grouped_matmul(text, batch, rows, depth, groups, cx.ref(weight), int(wshape[0]), True)
     if bias is not None:
         text = f"add({text}, {cx.ref(bias, out)})"
     grid = batch + [str(o) for o in outs] + [str(int(wshape[0]))]
@@ -1369,16 +1377,7 @@ def _transposed_conv(cx, node, stride, padding, output_padding, dilation, groups
     # [.., positions, C_in] by [C_in, C_out k...]: each position's outputs at every offset.
     order = list(range(lead)) + [lead + 1 + i for i in range(spatial)] + [lead]
     rows = f"permute({cx.ref(x)}, dims={order})"
-    if g == 1:
-        rows = f"reshape({rows}, shape=[{', '.join(batch + [str(positions), str(c_in)])}])"
-        flat = f"reshape({cx.ref(weight)}, shape=[{c_in}, {c_out * taps}])"
-        y = f"matmul({rows}, {flat})"
-    else:
-        swap = list(range(lead)) + [lead + 1, lead, lead + 2]
-        split = ", ".join(batch + [str(positions), str(g), str(c_in // g)])
-        rows = f"permute(reshape({rows}, shape=[{split}]), dims={swap})"
-        flat = f"reshape({cx.ref(weight)}, shape=[{g}, {c_in // g}, {c_out // g * taps}])"
-        y = f"permute(matmul({rows}, {flat}), dims={swap})"  # [.., positions, g, C_out/g k...]
+    y = _grouped_matmul(rows, batch, positions, c_in, g, cx.ref(weight), c_out * taps, False)
     grid = batch + [str(n) for n in sizes] + [str(c_out)] + [str(k) for k in kernel]
     y = f"reshape({y}, shape=[{', '.join(grid)}])"
     if stride == kernel and not any(padding + extra) and all(d == 1 for d in dilation):
