@@ -866,6 +866,21 @@ def _padded(text: str, dims: list, axis: int, before: int, after: int, value, dt
     return text if len(parts) == 1 else f"concat({', '.join(parts)}, axis={axis})"
 
 
+def _per_dim(v, spatial: int) -> list:
+    """A convolution's or pool's kernel, stride, padding or dilation as one value a spatial dim
+    (a number, or a list of one, is every dim's)."""
+    v = [v] if isinstance(v, int) else list(v)
+    return v * spatial if len(v) == 1 else v
+
+
+def _chained(op: str, texts: list) -> str:
+    """`op` (add, maximum) of `texts` in order, left-nested as a loop's: op(op(a, b), c)."""
+    text = texts[0]
+    for t in texts[1:]:
+        text = f"{op}({text}, {t})"
+    return text
+
+
 def _joined(pieces: list, axis: int) -> str:
     """`pieces` (kiln texts) joined along `axis`: a concat of at most 64 operands, of concats of
     64 where there are more."""
@@ -1009,14 +1024,11 @@ def _pool_window(node, spatial: int, what: str, at: dict):
     """A max or average pool's kernel, stride, padding and dilation (one each spatial dim) and
     ceil mode, read from the node's arguments at the positions `at` names; Unsupported unless
     they are whole numbers, the padding at most half the kernel (PyTorch raises past it)."""
-    def each(v):
-        v = [v] if isinstance(v, int) else list(v)
-        return v * spatial if len(v) == 1 else v
-    kernel = each(_arg(node, 1, "kernel_size"))
-    stride = each(_arg(node, 2, "stride", None) or kernel)
-    padding = each(_arg(node, 3, "padding", 0))
-    dilation = each(_arg(node, at["dilation"], "dilation", 1)) if "dilation" in at else \
-        [1] * spatial
+    kernel = _per_dim(_arg(node, 1, "kernel_size"), spatial)
+    stride = _per_dim(_arg(node, 2, "stride", None) or kernel, spatial)
+    padding = _per_dim(_arg(node, 3, "padding", 0), spatial)
+    dilation = _per_dim(_arg(node, at["dilation"], "dilation", 1) if "dilation" in at else 1,
+                        spatial)
     ceil = bool(_arg(node, at["ceil_mode"], "ceil_mode", False))
     if not all(isinstance(v, int) for v in kernel + stride + padding + dilation) or \
             len({len(kernel), len(stride), len(padding), len(dilation), spatial}) != 1 or \
@@ -1059,9 +1071,7 @@ def _max_pool(cx, node):
         raise Unsupported("a max pool whose output is empty (PyTorch raises)")
     windows = [w for w, _ in _windows(cx.ref(x), lead, sizes, kernel, stride, dilation, padding,
                                       padding, outs, -math.inf, cx.dtype_of(x))]
-    text = windows[0]
-    for w in windows[1:]:
-        text = f"maximum({text}, {w})"
+    text = _chained("maximum", windows)
     return Tuple0(text) if node.target is aten.max_pool2d_with_indices.default else Expr(text)
 
 
@@ -1133,9 +1143,7 @@ def _avg_pool(cx, node):
     else:
         windows = [w for w, _ in _windows(cx.ref(x, "f32"), lead, sizes, kernel, stride,
                                           [1] * spatial, padding, padding, outs, 0.0, "f32")]
-        text = windows[0]
-        for w in windows[1:]:
-            text = f"add({text}, {w})"
+        text = _chained("add", windows)
     if override is not None:
         text = f"div({text}, {_lit(float(override))})"
     elif all(len(set(c)) == 1 for c in counts):
@@ -1185,9 +1193,7 @@ def _adaptive(cx, node, kind: str) -> str:
         windows = [w for w, _ in _windows(text, lead, sizes, kernel, kernel, [1] * len(size),
                                           [0] * len(size), [0] * len(size), size, 0.0,
                                           "f32" if wide else out)]
-        text = windows[0]
-        for w in windows[1:]:
-            text = f"{'maximum' if kind == 'max' else 'add'}({text}, {w})"
+        text = _chained("maximum" if kind == "max" else "add", windows)
     else:
         if max(size) > 256:
             raise Unsupported(f"{what} to {size} (kiln takes up to 256 windows a dim)")
@@ -1275,10 +1281,7 @@ def _conv(cx, node):
         raise Unsupported(f"a convolution of {groups} groups of those channels")
     out, lead = _conv_operands(cx, node, "a convolution")
     kernel = [int(k) for k in wshape[2:]]
-    def each(v):
-        v = [v] if isinstance(v, int) else list(v)
-        return v * spatial if len(v) == 1 else v
-    stride, dilation = each(stride), each(dilation)
+    stride, dilation = _per_dim(stride, spatial), _per_dim(dilation, spatial)
     if padding == "valid":
         padding = 0
     if padding == "same":  # stride 1 (PyTorch's rule): the odd one of a total after, as PyTorch
@@ -1287,7 +1290,7 @@ def _conv(cx, node):
     elif isinstance(padding, str):
         raise Unsupported(f"a convolution with padding='{padding}'")
     else:
-        before = after = each(padding)
+        before = after = _per_dim(padding, spatial)
     if not all(isinstance(v, int) for v in stride + before + after + dilation):
         raise Unsupported("a convolution with a symbolic stride, padding or dilation")
     chans = int(xshape[lead])
@@ -1352,11 +1355,8 @@ def _transposed_conv(cx, node, stride, padding, output_padding, dilation, groups
     c_in = int(wshape[0])
     if not isinstance(groups, int) or groups < 1 or c_in % groups or int(xshape[lead]) != c_in:
         raise Unsupported(f"a transposed convolution of {groups} groups of those channels")
-    def each(v):
-        v = [v] if isinstance(v, int) else list(v)
-        return v * spatial if len(v) == 1 else v
     kernel = [int(k) for k in wshape[2:]]
-    stride, padding, extra, dilation = (each(v) for v in
+    stride, padding, extra, dilation = (_per_dim(v, spatial) for v in
                                         (stride, padding, output_padding, dilation))
     if not all(isinstance(v, int) for v in stride + padding + extra + dilation) or \
             len({len(stride), len(padding), len(extra), len(dilation), spatial}) != 1 or \
@@ -1396,7 +1396,7 @@ def _transposed_conv(cx, node, stride, padding, output_padding, dilation, groups
         y = f"permute({y}, dims={order})"
         if out != "f32":
             y = f"cast({y}, to=f32)"
-        text = None
+        spread = []
         for offsets in itertools.product(*[range(k) for k in kernel]):
             w, dims = y, batch + [str(c_out)] + [str(n) for n in sizes]
             for i, j in enumerate(offsets):
@@ -1418,7 +1418,8 @@ def _transposed_conv(cx, node, stride, padding, output_padding, dilation, groups
                 if crop or int(dims[axis]) != o:
                     w = f"slice({w}, axis={axis}, start={crop}, end={crop + o})"
                     dims[axis] = str(o)
-            text = w if text is None else f"add({text}, {w})"
+            spread.append(w)
+        text = _chained("add", spread)
         if out != "f32":
             text = f"cast({text}, to={out})"
     if bias is not None:
