@@ -808,7 +808,10 @@ def test_convolutions_are_one_matmul_of_patches_in_kiln(target, cache_dir):
     for program in programs:
         assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
     assert "convolution" in str(ep.run_decompositions().graph)
-    for b, program in [(2, programs[0]), (1, programs[0]), (5, programs[1]), (3, programs[1])]:
+    sizes = [(2, programs[0]), (1, programs[0]), (5, programs[1]), (3, programs[1])]
+    if target != "cpu":  # the emulator runs the CUDA kernels: one size a program
+        sizes = sizes[1:3]
+    for b, program in sizes:
         x, a = torch.randn(b, 3, 20, 27), torch.randn(b, 6, 17)
         with torch.no_grad():
             want = module(x, a)
