@@ -45,8 +45,8 @@ bool must_refuse(const ir::Graph& g, ir::Precision mode, int sm) {
   return false;
 }
 
-// `text` with each "sm_<sm>" written "sm_80": sm_86, sm_89, sm_100 and sm_120 lower most graphs
-// to sm_80's kernels, differing only where a comment names the arch.
+// `text` with each "sm_<sm>" written "sm_80": sm_86, sm_89, sm_90, sm_100 and sm_120 lower most
+// graphs and tiles to sm_80's kernels, differing only where a comment names the arch.
 std::string as_sm80_text(const std::string& text, int sm) {
   const std::string name = "sm_" + std::to_string(sm);
   std::string out;
@@ -241,10 +241,10 @@ ir::Graph causal_attention(const std::string& dtype, int d) {
 }
 
 // A tile sm_86, sm_90 or sm_120 shares with sm_80 is lowered to sm_80's kernels, the arch's name
-// aside (checked for each): NVRTC compiles it for that arch where its warp tile is the largest and
-// it has its most stages (where ptxas would run out of registers first). Tiles of an arch's own
-// (sm_90's split-K tiles, stage counts only its shared memory holds) and any tile whose text
-// differs from sm_80's are all compiled.
+// aside (compared for each): NVRTC compiles such a twin for that arch where its warp tile is the
+// largest among the twins (where ptxas would run out of registers first), at each of its stage
+// counts. Tiles of an arch's own (sm_90's split-K tiles, stage counts only its shared memory
+// holds) and any tile whose text differs from sm_80's are all compiled.
 TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   int compiled = 0, wide = 0, splits = 0, double_buffered = 0, twins = 0;
@@ -283,19 +283,15 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
                 tile.split_k * 1000 + tile.warps_m * 100 + tile.warps_n * 10 + tile.stages}] = tile;
         }
       }
-      // The warp tiles of most accumulators, and each block shape's most stages among them.
+      // The largest warp tile (most accumulators) among the tiles sm_80 has too.
       auto warp_area = [](const MatmulTile& x) {
         return x.bm / x.warps_m * (x.bn / x.warps_n);
       };
-      auto shape_of = [](const MatmulTile& x) {
-        return std::make_tuple(x.bm, x.bn, x.bk, x.split_k * 100 + x.warps_m * 10 + x.warps_n);
-      };
       int largest = 0;
-      std::map<std::tuple<int, int, int, int>, int> most_stages;
-      for (const auto& [block, tile] : most) largest = std::max(largest, warp_area(tile));
       for (const auto& [block, tile] : most) {
-        int& stages = most_stages[shape_of(tile)];
-        stages = std::max(stages, tile.stages);
+        if (sm80_text.count({&path, ragged, to_string(tile)})) {
+          largest = std::max(largest, warp_area(tile));
+        }
       }
       for (const auto& [block, tile] : most) {
         std::string what = "sm_" + std::to_string(sm) + " " + t + (ragged ? " ragged " : " ") +
@@ -308,7 +304,7 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
         if (sm != 80 && twin != sm80_text.end() &&
             as_sm80_text(text, sm) == twin->second) {
           ++twins;
-          if (warp_area(tile) < largest || tile.stages < most_stages[shape_of(tile)]) continue;
+          if (warp_area(tile) < largest) continue;
         }
         CompileOptions o = request->options;
         o.kernel_memo = memo;
@@ -384,9 +380,10 @@ TEST(CompileShapes, FusedAttentionKeepsQInRegistersWhereItFitsAtEveryHeadDim) {
 // heuristic's) compiles without spills or warnings at head dims 64, 128 and 256, causal, on
 // every path, on sm_80 and sm_90. (Registers move with the stages too: f16 at D = 256 with 8
 // warps and 16-key tiles took 232 at 2 stages and 117 at 3.) A tile sm_90 shares with sm_80 is
-// lowered to sm_80's kernel, the arch's name aside (checked for each): NVRTC compiles it for
-// sm_90 where its scores per thread are the most at the head dim and it has its most stages, and
-// compiles every tile of sm_90's own (its larger shared memory) or whose text differs.
+// lowered to sm_80's kernel, the arch's name aside (compared for each): NVRTC compiles such a
+// twin for sm_90 at head dim 256 (the most registers), and at 64 and 128 where its scores per
+// thread are the most among the twins, at each of its stage counts. Tiles of sm_90's own (its
+// larger shared memory) and any whose text differs from sm_80's are all compiled.
 TEST(CompileShapes, EveryAttentionCandidateCompilesWithoutSpills) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   int compiled = 0, eight_warps = 0, wide_keys_at_256 = 0, twins = 0;
@@ -408,16 +405,11 @@ TEST(CompileShapes, EveryAttentionCandidateCompilesWithoutSpills) {
         ASSERT_EQ(heuristic->plan.kernels.size(), 1u);
         const AttentionShape& as = heuristic->plan.kernels[0].attention_shape;
         std::vector<AttentionTile> candidates = attention_candidates(as, sm);
+        // The most scores a thread holds among the tiles sm_80 has too.
         auto per_thread = [](const AttentionTile& x) { return x.br * x.bc / x.warps; };
-        auto shape_of = [](const AttentionTile& x) {
-          return std::make_tuple(x.br, x.bc, x.warps, x.dv * 10 + x.dv_slabs, x.q_ld);
-        };
         int most = 0;
-        std::map<std::tuple<int, int, int, int, int>, int> most_stages;
         for (const AttentionTile& x : candidates) {
-          most = std::max(most, per_thread(x));
-          int& stages = most_stages[shape_of(x)];
-          stages = std::max(stages, x.stages);
+          if (sm80_text.count({&path, d, to_string(x)})) most = std::max(most, per_thread(x));
         }
         for (const AttentionTile& tile : candidates) {
           std::string what = "sm_" + std::to_string(sm) + " " + t + " " +
@@ -433,7 +425,7 @@ TEST(CompileShapes, EveryAttentionCandidateCompilesWithoutSpills) {
           if (sm == 80) sm80_text[{&path, d, to_string(tile)}] = text;
           if (sm == 90 && twin != sm80_text.end() && as_sm80_text(text, sm) == twin->second) {
             ++twins;
-            if (per_thread(tile) < most || tile.stages < most_stages[shape_of(tile)]) continue;
+            if (d != 256 && per_thread(tile) < most) continue;
           }
           programs.push_back(std::move(*program));
           program_options.push_back(o);
