@@ -60,6 +60,25 @@ std::string as_sm80_text(const std::string& text, int sm) {
   return out.append(text, from, std::string::npos);
 }
 
+// sm_80's kernel texts by `Key`, and which of another arch's are the same, the arch's name aside.
+template <typename Key>
+class Sm80Twins {
+ public:
+  // On sm_80, keeps `text` for `key` (false); on another arch, whether `text` is sm_80's.
+  bool twin(const Key& key, const std::string& text, int sm) {
+    if (sm == 80) {
+      m_text[key] = text;
+      return false;
+    }
+    auto it = m_text.find(key);
+    return it != m_text.end() && as_sm80_text(text, sm) == it->second;
+  }
+  bool on_sm80(const Key& key) const { return m_text.count(key) > 0; }
+
+ private:
+  std::map<Key, std::string> m_text;
+};
+
 // Compiles each distinct source once per test process.
 class Compiled {
  public:
@@ -136,7 +155,7 @@ TEST_P(CompileMatrix, EveryModeAndArchCompilesWithoutSpillsOrWarningsOrIsRefused
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   ir::Graph g = example(GetParam());
   Compiled compiled;
-  std::map<ir::Precision, std::string> sm80_text;  // kernels and fallbacks, per mode
+  Sm80Twins<ir::Precision> sm80;  // kernels and fallbacks, per mode
   for (int sm : k_archs) {
     for (ir::Precision mode : k_modes) {
       std::string what =
@@ -157,11 +176,7 @@ TEST_P(CompileMatrix, EveryModeAndArchCompilesWithoutSpillsOrWarningsOrIsRefused
       ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
       std::string text = program_source(*program, Prelude::omit);
       for (const std::string& f : program->precision.fallbacks) text += "\n" + f;
-      if (sm == 80) sm80_text[mode] = text;
-      if (sm != 80 && sm != 90 && mode != ir::Precision::tf32x3 && sm80_text.count(mode) &&
-          as_sm80_text(text, sm) == sm80_text[mode]) {
-        continue;
-      }
+      if (sm80.twin(mode, text, sm) && sm != 90 && mode != ir::Precision::tf32x3) continue;
       const Artifact& a = compiled.get(*program, strict);
       expect_clean(a, what);
       for (const KernelArtifact& k : a.kernels) {
@@ -251,7 +266,7 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
   // Split-K tiles that share a split share their sums kernel: compiled once.
   auto memo = std::make_shared<KernelMemo>();
   // sm_80's kernels by path, row kind and tile.
-  std::map<std::tuple<const Path*, bool, std::string>, std::string> sm80_text;
+  Sm80Twins<std::tuple<const Path*, bool, std::string>> sm80;
   for (int sm : {80, 86, 90, 120}) {
   for (const Path& path : k_every_path) {
     for (bool ragged : {false, true}) {
@@ -289,7 +304,7 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
       };
       int largest = 0;
       for (const auto& [block, tile] : most) {
-        if (sm80_text.count({&path, ragged, to_string(tile)})) {
+        if (sm80.on_sm80({&path, ragged, to_string(tile)})) {
           largest = std::max(largest, warp_area(tile));
         }
       }
@@ -299,10 +314,7 @@ TEST(CompileShapes, EveryCandidateTileCompilesWithoutSpillsOnEveryPath) {
         auto program = lower(g, *request, FixedSchedule(tile));
         ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
         std::string text = program_source(*program, Prelude::omit);
-        auto twin = sm80_text.find({&path, ragged, to_string(tile)});
-        if (sm == 80) sm80_text[{&path, ragged, to_string(tile)}] = text;
-        if (sm != 80 && twin != sm80_text.end() &&
-            as_sm80_text(text, sm) == twin->second) {
+        if (sm80.twin({&path, ragged, to_string(tile)}, text, sm)) {
           ++twins;
           if (warp_area(tile) < largest) continue;
         }
@@ -387,7 +399,7 @@ TEST(CompileShapes, FusedAttentionKeepsQInRegistersWhereItFitsAtEveryHeadDim) {
 TEST(CompileShapes, EveryAttentionCandidateCompilesWithoutSpills) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   int compiled = 0, eight_warps = 0, wide_keys_at_256 = 0, twins = 0;
-  std::map<std::tuple<const Path*, int, std::string>, std::string> sm80_text;
+  Sm80Twins<std::tuple<const Path*, int, std::string>> sm80;
   std::vector<LoweredProgram> programs;
   std::vector<CompileOptions> program_options;
   std::vector<std::string> whats;
@@ -409,7 +421,7 @@ TEST(CompileShapes, EveryAttentionCandidateCompilesWithoutSpills) {
         auto per_thread = [](const AttentionTile& x) { return x.br * x.bc / x.warps; };
         int most = 0;
         for (const AttentionTile& x : candidates) {
-          if (sm80_text.count({&path, d, to_string(x)})) most = std::max(most, per_thread(x));
+          if (sm80.on_sm80({&path, d, to_string(x)})) most = std::max(most, per_thread(x));
         }
         for (const AttentionTile& tile : candidates) {
           std::string what = "sm_" + std::to_string(sm) + " " + t + " " +
@@ -421,9 +433,7 @@ TEST(CompileShapes, EveryAttentionCandidateCompilesWithoutSpills) {
           eight_warps += tile.warps == 8;
           wide_keys_at_256 += d == 256 && tile.bc == 64;
           std::string text = program_source(*program, Prelude::omit);
-          auto twin = sm80_text.find({&path, d, to_string(tile)});
-          if (sm == 80) sm80_text[{&path, d, to_string(tile)}] = text;
-          if (sm == 90 && twin != sm80_text.end() && as_sm80_text(text, sm) == twin->second) {
+          if (sm80.twin({&path, d, to_string(tile)}, text, sm)) {
             ++twins;
             if (d != 256 && per_thread(tile) < most) continue;
           }
