@@ -45,6 +45,13 @@ bool must_refuse(const ir::Graph& g, ir::Precision mode, int sm) {
   return false;
 }
 
+// A program's kernels (without the prelude) and its fallbacks: what its compile depends on.
+std::string kernels_and_fallbacks(const LoweredProgram& program) {
+  std::string text = program_source(program, Prelude::omit);
+  for (const std::string& f : program.precision.fallbacks) text += "\n" + f;
+  return text;
+}
+
 // `text` with each "sm_<sm>" written "sm_80": sm_86, sm_89, sm_90, sm_100 and sm_120 lower most
 // graphs and tiles to sm_80's kernels, differing only where a comment names the arch.
 std::string as_sm80_text(const std::string& text, int sm) {
@@ -83,8 +90,7 @@ class Sm80Twins {
 class Compiled {
  public:
   const Artifact& get(const LoweredProgram& program, const CompileOptions& o) {
-    std::string key = std::to_string(program.target.sm) + program_source(program, Prelude::omit);
-    for (const std::string& f : program.precision.fallbacks) key += "\n" + f;
+    std::string key = std::to_string(program.target.sm) + kernels_and_fallbacks(program);
     auto it = m_done.find(key);
     if (it != m_done.end()) return it->second;
     CompileOptions shared = o;
@@ -174,9 +180,7 @@ TEST_P(CompileMatrix, EveryModeAndArchCompilesWithoutSpillsOrWarningsOrIsRefused
         continue;
       }
       ASSERT_TRUE(program.ok()) << what << ": " << program.error().message;
-      std::string text = program_source(*program, Prelude::omit);
-      for (const std::string& f : program->precision.fallbacks) text += "\n" + f;
-      if (sm80.twin(mode, text, sm) && sm != 90 && mode != ir::Precision::tf32x3) continue;
+      if (sm80.twin(mode, kernels_and_fallbacks(*program), sm) && sm != 90 && mode != ir::Precision::tf32x3) continue;
       const Artifact& a = compiled.get(*program, strict);
       expect_clean(a, what);
       for (const KernelArtifact& k : a.kernels) {
