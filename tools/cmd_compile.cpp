@@ -592,11 +592,12 @@ int run_why(const CompileArgs& args) {
   std::printf("%s: key %s would %s\n", args.files[0].c_str(), request->key.c_str(),
               hit ? "hit" : "miss");
   if (cache->has_remote()) {
+    std::string why = remote == "present" && !hit ? " (this compile would hit remotely)"
+                      : remote == "rejected"
+                          ? " (" + remote_rejection + "; a compile here would compile it afresh)"
+                          : "";
     std::printf("  remote %s: %s%s\n", cache->remote_description().c_str(), remote.c_str(),
-                remote == "present" && !hit ? " (this compile would hit remotely)"
-                : remote == "rejected"      ? " (" + remote_rejection + "; a compile here would "
-                                              "compile it afresh)"
-                                            : "");
+                why.c_str());
   }
   if (entries.empty()) std::printf("  no cached entry for graph %s\n", request->graph_hash.c_str());
   // A symbolic graph: whether any entry serves the requested bucket.

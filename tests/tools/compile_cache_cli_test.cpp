@@ -1,5 +1,6 @@
 // `kiln compile` through the cache and the cache commands on its entries, as a user runs them.
 #include "run_cli.h"
+#include "tests/support/redis_server.h"
 
 #include <nlohmann/json.hpp>
 
@@ -205,6 +206,42 @@ TEST_F(CompileCacheCli, WhyExplainsAnSm90AgainstSm90aMiss) {
   EXPECT_NE(b200.err.find("kiln plans arch-specific code for sm_90a only; give sm_100"),
             std::string::npos)
       << b200.err;
+}
+
+// `why` on a machine whose cache lacks the key says what the fleet's tier holds for it: present
+// (a compile would hit remotely), rejected (and why) or absent.
+TEST_F(CompileCacheCli, WhySaysWhatTheRemoteTierHoldsForAMiss) {
+  RedisServer server;
+  if (!server.installed()) GTEST_SKIP() << "redis-server is not installed";
+  ASSERT_TRUE(server.started()) << server.error();
+  std::string first = m_dir + "/first", second = m_dir + "/second";
+  CliResult stored = kiln({"compile", k_mlp, "--arch", "sm_90", "--precision", "high",
+                           "--remote", server.url()}, first);
+  ASSERT_EQ(stored.exit_code, 0) << stored.err;
+  compile("sm_80", second);  // the second machine's cache, without the sm_90 entry
+
+  std::string tier =
+      "  remote redis 127.0.0.1:" + std::to_string(server.port()) + "/0 (prefix kiln:): ";
+  CliResult present = kiln({"why", k_mlp, "--arch", "sm_90", "--precision", "high", "--remote",
+                            server.url()}, second);
+  EXPECT_EQ(present.exit_code, 0) << present.err;
+  EXPECT_NE(present.out.find(" would miss\n" + tier + "present (this compile would hit remotely)\n"),
+            std::string::npos)
+      << present.out;
+
+  // With a secret set, the unsigned entry is refused, as a compile would refuse it.
+  std::vector<std::string> args = {"why", k_mlp, "--arch", "sm_90", "--precision", "high",
+                                   "--remote", server.url(), "--cache-dir", second};
+  CliResult rejected = run_kiln(args, "", {{"KILN_REMOTE_KEY", "a secret of 16 b"}});
+  EXPECT_EQ(rejected.exit_code, 1) << rejected.err;
+  EXPECT_NE(rejected.out.find(tier + "rejected ("), std::string::npos) << rejected.out;
+  EXPECT_NE(rejected.out.find("; a compile here would compile it afresh)\n"), std::string::npos)
+      << rejected.out;
+
+  CliResult absent = kiln({"why", k_mlp, "--arch", "sm_86", "--precision", "high", "--remote",
+                           server.url()}, second);
+  EXPECT_EQ(absent.exit_code, 1) << absent.err;
+  EXPECT_NE(absent.out.find(tier + "absent\n"), std::string::npos) << absent.out;
 }
 
 TEST_F(CompileCacheCli, ExportedBundlePrewarmsAnotherCache) {
