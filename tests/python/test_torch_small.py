@@ -828,6 +828,45 @@ def test_convolutions_are_one_matmul_of_patches_in_kiln(target, cache_dir):
             assert torch.allclose(got.float(), w.float(), rtol=tol, atol=tol), (got, w)
 
 
+class Convolutions3d(torch.nn.Module):
+    """conv3d: a video model's tubelet embedding (stride its kernel, sizes no whole tubelet ends
+    on dropped), 3x3x3 padded, strided with a padding per dim and no bias, dilated 'same', of
+    two groups, an unbatched input, and bf16."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.tube = torch.nn.Conv3d(3, 8, (2, 4, 4), stride=(2, 4, 4))
+        self.pad = torch.nn.Conv3d(3, 4, 3, padding=1)
+        self.step = torch.nn.Conv3d(3, 4, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
+                                    bias=False)
+        self.same = torch.nn.Conv3d(3, 2, 3, dilation=(1, 2, 1), padding="same")
+        self.halves = torch.nn.Conv3d(4, 6, 3, stride=2, padding=1, groups=2)
+        self.low = torch.nn.Conv3d(3, 4, 2, stride=2).to(torch.bfloat16)
+
+    def forward(self, x):
+        return (self.tube(x), self.pad(x), self.step(x), self.same(x), self.halves(self.pad(x)),
+                self.tube(x[0]), self.low(x.to(torch.bfloat16)))
+
+
+def test_3d_convolutions_are_one_matmul_of_patches_in_kiln(cache_dir):
+    module = Convolutions3d()
+    ep = torch.export.export(module, (torch.randn(2, 3, 5, 9, 10),),
+                             dynamic_shapes=({0: torch.export.Dim("B", max=8)},), strict=False)
+    # Before: "a convolution over 3 dims" left each of them in PyTorch.
+    for e in (ep, ep.run_decompositions()):
+        program = kiln.torch.compile_exported(e, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for b in (1, 3):
+            x = torch.randn(b, 3, 5, 9, 10)
+            with torch.no_grad():
+                want = module(x)
+            for got, w in zip(program(x), want):
+                assert got.dtype == w.dtype and got.shape == w.shape, (got.shape, w.shape)
+                tol = 2e-2 if w.dtype == torch.bfloat16 else 1e-5
+                assert torch.allclose(got.float(), w.float(), rtol=tol, atol=tol), (got, w)
+
+
 class LongConstantIndex(torch.nn.Module):
     """Swin's relative position bias: a table indexed by a constant of more than 64 runs of
     positions (some negative, counting from the end), and a constant index of a few runs."""

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 
 @pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer",
-                                  "resnet", "poolformer", "efficientnet", "mobilenet_v2"])
+                                  "resnet", "poolformer", "efficientnet", "mobilenet_v2",
+                                  "videomae"])
 def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir):
     """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
     runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
@@ -21,8 +22,9 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
     H and W, and Swin's relative position bias (its table by a constant index of more than 64
     runs) run in kiln too, and so do ResNet's eval batch norms and stem max pool, PoolFormer's
     average pools (the padding not counted) and EfficientNet's pooler (an average pool in ceil
-    mode whose kernel is past the input) and MobileNetV2's relu6s. Every output is compared (the
-    pooled ones too). Swin
+    mode whose kernel is past the input) and MobileNetV2's relu6s; so does VideoMAE's tubelet
+    embedding, a conv3d whose stride is its kernel. Every output is compared (the pooled ones
+    too). Swin
     at a fixed batch: its window attention's batch is the image batch times the windows, a
     product of dims kiln's attention does not take."""
     import transformers as t
@@ -49,7 +51,11 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
             image_size=32, width_coefficient=0.25, depth_coefficient=0.2, hidden_dim=320)),
         "mobilenet_v2": lambda: t.MobileNetV2Model(t.MobileNetV2Config(
             image_size=32, depth_multiplier=0.25)),
+        "videomae": lambda: t.VideoMAEModel(t.VideoMAEConfig(
+            **small, num_frames=4, tubelet_size=2)),
     }[arch]().eval()
+    # A video: [B, frames, C, H, W].
+    pixel_shape = (4, 3, 32, 32) if arch == "videomae" else (3, 32, 32)
     if arch in ("efficientnet", "mobilenet_v2"):  # as initialised, their outputs are zeros
         for norm in model.modules():
             if isinstance(norm, torch.nn.BatchNorm2d):
@@ -59,13 +65,13 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
                 norm.running_var.uniform_(0.5, 2)
     dims = {"pixel_values": {0: torch.export.Dim("B", max=8)}} if arch != "swin" else None
     with torch.no_grad():
-        ep = torch.export.export(model, (), {"pixel_values": torch.randn(2, 3, 32, 32)},
+        ep = torch.export.export(model, (), {"pixel_values": torch.randn(2, *pixel_shape)},
                                  dynamic_shapes=dims, strict=False)
         program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                               cache_dir=cache_dir, fallbacks="allow")
         assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
         for b in (2, 1, 5) if dims else (2,):
-            pixels = torch.randn(b, 3, 32, 32)
+            pixels = torch.randn(b, *pixel_shape)
             want = model(pixel_values=pixels)
             got = program(pixel_values=pixels)
             assert list(got.keys()) == list(want.keys()), (list(got.keys()), list(want.keys()))

@@ -1234,6 +1234,26 @@ def _grouped_matmul(rows: str, batch: list, count: int, depth: int, groups: int,
     return f"reshape(permute({text}, dims={swap}), shape=[{joined}])"
 
 
+def _patches(text: str, batch: list, chans: int, outs: list, kernel: list) -> str:
+    """`text` ([.., C, o k, ...], each spatial dim `outs[i]` whole patches of `kernel[i]`) with
+    its elements in the order [.., o..., C, k...]: each patch a row. One reshape and permute for
+    1 or 2 spatial dims; for 3 (rank 8 at once, past kiln's 6) two: the last two dims' patches
+    first, within each C o1 k1, then C, o1 and k1 around them."""
+    lead, spatial = len(batch), len(outs)
+    if spatial == 3:
+        (o1, o2, o3), (k1, k2, k3) = outs, kernel
+        split = batch + [str(chans * o1 * k1), str(o2), str(k2), str(o3), str(k3)]
+        order = list(range(lead)) + [lead + i for i in (0, 1, 3, 2, 4)]
+        text = f"permute(reshape({text}, shape=[{', '.join(split)}]), dims={order})"
+        split = batch + [str(v) for v in (chans, o1, k1, o2 * o3, k2 * k3)]
+        order = list(range(lead)) + [lead + i for i in (1, 3, 0, 2, 4)]
+        return f"permute(reshape({text}, shape=[{', '.join(split)}]), dims={order})"
+    split = batch + [str(chans)] + [str(v) for o, k in zip(outs, kernel) for v in (o, k)]
+    order = list(range(lead)) + [lead + 1 + 2 * i for i in range(spatial)] + [lead] + \
+        [lead + 2 + 2 * i for i in range(spatial)]
+    return f"permute(reshape({text}, shape=[{', '.join(split)}]), dims={order})"
+
+
 def _conv_operands(cx, node, what: str):
     """(the output's float dtype, 1 where the input has a batch dim else 0) of a convolution,
     transposed or not, or Unsupported: input and weight of that dtype, fixed channel and spatial
@@ -1252,10 +1272,10 @@ def _conv_operands(cx, node, what: str):
     return out, lead
 
 
-@lowering(aten.conv1d.default, aten.conv2d.default, aten.conv1d.padding, aten.conv2d.padding,
-          aten.convolution.default)
+@lowering(aten.conv1d.default, aten.conv2d.default, aten.conv3d.default, aten.conv1d.padding,
+          aten.conv2d.padding, aten.conv3d.padding, aten.convolution.default)
 def _conv(cx, node):
-    """conv1d and conv2d as one matmul of the input's patches by the weight as [O, C k...] (bias
+    """conv1d, conv2d and conv3d as one matmul of the input's patches by the weight as [O, C k...] (bias
     added); of several groups, a matmul batched over the groups (a depthwise convolution's of
     [C/groups k...] = [k...]). Where the stride is the kernel and nothing is padded (a vision
     transformer's patch embedding) the patches are the input's own elements, split and
@@ -1273,8 +1293,9 @@ def _conv(cx, node):
         dilation, groups = _arg(node, 5, "dilation", 1), _arg(node, 6, "groups", 1)
     wshape, xshape = cx.meta(weight).shape, cx.meta(x).shape
     spatial = len(wshape) - 2
-    if spatial not in (1, 2):
-        raise Unsupported(f"a convolution over {spatial} dims (kiln lowers conv1d and conv2d)")
+    if spatial not in (1, 2, 3):
+        raise Unsupported(f"a convolution over {spatial} dims (kiln lowers conv1d, conv2d and "
+                          "conv3d)")
     if not isinstance(groups, int) or groups < 1 or int(wshape[0]) % groups or \
             cx.is_symbolic(xshape[-spatial - 1]) or \
             int(xshape[-spatial - 1]) != groups * int(wshape[1]):
@@ -1306,10 +1327,7 @@ def _conv(cx, node):
         for i, (o, k) in enumerate(zip(outs, kernel)):
             if o * k != sizes[i]:  # PyTorch drops what no whole patch covers
                 text = f"slice({text}, axis={lead + 1 + i}, start=0, end={o * k})"
-        split = batch + [str(chans)] + [str(v) for o, k in zip(outs, kernel) for v in (o, k)]
-        order = list(range(lead)) + [lead + 1 + 2 * i for i in range(spatial)] + [lead] + \
-            [lead + 2 + 2 * i for i in range(spatial)]
-        text = f"permute(reshape({text}, shape=[{', '.join(split)}]), dims={order})"
+        text = _patches(text, batch, chans, outs, kernel)
     else:
         if math.prod(kernel) > 64 * 64:
             raise Unsupported(f"a convolution of {math.prod(kernel)} kernel offsets (kiln "
