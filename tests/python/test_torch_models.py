@@ -50,11 +50,15 @@ def _models():
         "llama": lambda: t.LlamaModel(t.LlamaConfig(
             num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=128, max_position_embeddings=64, **small)),
+        # Its selective scan in PyTorch (no CUDA kernels): a loop over the sequence, the
+        # projections' pieces by tensor_split.
+        "mamba": lambda: t.MambaModel(t.MambaConfig(num_hidden_layers=2, hidden_size=32,
+                                                    state_size=8, **small)),
     }
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "gpt_neox", "t5_encoder", "opt", "phi", "falcon",
-                                  "bloom", "gptj", "roberta", "mpt"])
+                                  "bloom", "gptj", "roberta", "mpt", "mamba"])
 def test_the_model_runs_in_kiln_and_matches_eager(arch, cache_dir):
     torch.manual_seed(0)
     model = _models()[arch]().eval()

@@ -1155,50 +1155,92 @@ def test_group_norms_weight_norms_and_long_convolutions_run_in_kiln(cache_dir):
 
 
 class Upsamples(torch.nn.Module):
-    """F.interpolate by whole factors: nearest (2d by 2, 1d by 3, to a size), bilinear by 2, by
-    4 and to a size (W doubled, H kept), and in bf16; nn.Upsample."""
+    """F.interpolate: nearest by whole factors (2d by 2, 1d by 3, to a size); bilinear by 2, by
+    4 and to a size (W doubled, H kept), in bf16, and to any size: up by 7/4 and 16/5, down, by
+    1.5, by 3 (PyTorch's fused source index puts 1.5e-8 on a neighbour), to its own size (each
+    position its own two sources), align_corners up and down, to one element; linear (1d) to a
+    size and down with align_corners; nn.Upsample."""
     def forward(self, x):
         up = torch.nn.functional.interpolate
         return (up(x, scale_factor=2), up(x[:, 0], scale_factor=3), up(x, size=(8, 15)),
                 up(x, scale_factor=2, mode="bilinear"), up(x, scale_factor=4.0, mode="bilinear"),
                 up(x, size=(4, 10), mode="bilinear"),
                 up(x.to(torch.bfloat16), scale_factor=2, mode="bilinear"),
-                torch.nn.Upsample(scale_factor=2)(x))
+                torch.nn.Upsample(scale_factor=2)(x),
+                up(x, size=(7, 16), mode="bilinear"), up(x, size=(2, 3), mode="bilinear"),
+                up(x, scale_factor=1.5, mode="bilinear"), up(x, scale_factor=3, mode="bilinear"),
+                up(x, size=(4, 5), mode="bilinear"),
+                up(x, scale_factor=2, mode="bilinear", align_corners=True),
+                up(x, size=(9, 3), mode="bilinear", align_corners=True),
+                up(x, size=(1, 1), mode="bilinear"), up(x[:, 0], size=11, mode="linear"),
+                up(x[:, 0], scale_factor=0.5, mode="linear", align_corners=True))
 
 
 class UpsamplesInPyTorch(torch.nn.Module):
     def forward(self, x):
-        up = torch.nn.functional.interpolate
-        return (up(x, scale_factor=2, mode="bilinear", align_corners=True),
-                up(x, size=(6, 7), mode="nearest"), up(x, scale_factor=3, mode="bilinear"))
+        return torch.nn.functional.interpolate(x, size=(6, 7), mode="nearest")
 
 
-def test_an_upsample_by_whole_factors_runs_in_kiln(cache_dir):
+def test_an_upsample_runs_in_kiln_nearest_by_whole_factors_linear_to_any_size(cache_dir):
     dims = ({0: torch.export.Dim("B", max=8)},)
     ep = torch.export.export(Upsamples(), (torch.randn(2, 3, 4, 5),), dynamic_shapes=dims,
                              strict=False)
-    program = one_kiln_graph(ep, cache_dir)  # before: each upsample fell back ("no kiln op")
+    # Before: each upsample fell back ("no kiln op"); then bilinear ones other than by powers
+    # of two, or with align_corners.
+    program = one_kiln_graph(ep, cache_dir)
+    nearest = (0, 1, 2, 7)
     for b in (1, 3):
         x = torch.randn(b, 3, 4, 5)
         for k, (got, want) in enumerate(zip(program(x), Upsamples()(x))):
             assert got.dtype == want.dtype and got.shape == want.shape, (k, got.shape, want.shape)
-            if k in (0, 1, 2, 7):  # nearest: copies
+            if k in nearest:  # copies
                 assert torch.equal(got, want), k
             else:
                 tol = 8e-3 if want.dtype == torch.bfloat16 else 1e-6
                 torch.testing.assert_close(got, want, rtol=tol, atol=tol)
-        x[0, 0, 1, 2], x[-1, 1, 0, 0] = float("inf"), float("nan")  # copied as they are
-        for k in (0, 1, 2, 7):
-            got, want = program(x)[k], Upsamples()(x)[k]
-            assert torch.equal(got.nan_to_num(0), want.nan_to_num(0)), k
+        # Copied as they are by nearest; where a linear weight reaches an inf, inf, and where
+        # a weight of 0 meets one, NaN, at PyTorch's positions.
+        x[0, 0, 1, 2], x[-1, 1, 0, 0], x[0, 2, 3, 4] = float("inf"), float("nan"), -float("inf")
+        for k, (got, want) in enumerate(zip(program(x), Upsamples()(x))):
             assert torch.equal(got.isnan(), want.isnan()), k
+            assert torch.equal(got.isinf(), want.isinf()), k
+            fine = want.isfinite()
+            if k in nearest:
+                assert torch.equal(got[fine], want[fine]), k
+            elif want.dtype == torch.float32:
+                torch.testing.assert_close(got[fine], want[fine], rtol=1e-6, atol=1e-6)
     ep = torch.export.export(UpsamplesInPyTorch(), (torch.randn(2, 3, 4, 5),), strict=False)
     program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
-    assert sorted(r for f in program.fallbacks for r in f.reason.split("; ")) == [
-        "a bilinear upsample by [3, 3] (kiln takes powers of two)",
-        "a bilinear upsample with align_corners (kiln takes whole factors without it)",
-        "an upsample from [4, 5] by [6, 7] (kiln takes whole factors)"], program.fallbacks
+    assert [f.reason for f in program.fallbacks] == [
+        "a nearest upsample from [4, 5] to [6, 7] (kiln takes whole factors)"], program.fallbacks
+
+
+class SplitsAndNorms(torch.nn.Module):
+    """tensor_split at indices (one negative, one past the end: an empty last piece, unused)
+    and into sections; vector norms of ord 2 over two dims kept, 1 over one, inf, 3, over every
+    dim, and of a bf16 tensor."""
+    def forward(self, x):
+        a, b, c, _ = torch.tensor_split(x, [2, -3, 99], dim=-1)
+        d, e, f = torch.tensor_split(x, 3, dim=1)
+        norm = torch.linalg.vector_norm
+        return (a, b, c, d, e, f, norm(x, 2, dim=(1, 2), keepdim=True), norm(x, 1, dim=-1),
+                norm(x, float("inf"), dim=1), norm(x, 3, dim=(0, 2)), norm(x),
+                norm(x.to(torch.bfloat16), dim=-1))
+
+
+def test_tensor_splits_and_vector_norms_run_in_kiln(cache_dir):
+    ep = torch.export.export(SplitsAndNorms(), (torch.randn(2, 7, 9),), strict=False)
+    program = one_kiln_graph(ep, cache_dir)  # before: "no kiln op for it", each
+    x = torch.randn(2, 7, 9)
+    x[1, 3, 4] = 40.0
+    for k, (got, want) in enumerate(zip(program(x), SplitsAndNorms()(x))):
+        assert got.dtype == want.dtype and got.shape == want.shape, (k, got.shape, want.shape)
+        if k < 6:  # the pieces: copies
+            assert torch.equal(got, want), k
+        else:
+            tol = 8e-3 if want.dtype == torch.bfloat16 else 1e-6
+            torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
 class ScalarConstants(torch.nn.Module):

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 @pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer",
                                   "resnet", "poolformer", "efficientnet", "mobilenet_v2",
-                                  "videomae"])
+                                  "videomae", "convnextv2", "dpt", "mobilevit"])
 def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir):
     """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
     runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
@@ -22,9 +22,11 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
     H and W, and Swin's relative position bias (its table by a constant index of more than 64
     runs) run in kiln too, and so do ResNet's eval batch norms and stem max pool, PoolFormer's
     average pools (the padding not counted) and EfficientNet's pooler (an average pool in ceil
-    mode whose kernel is past the input) and MobileNetV2's relu6s; so does VideoMAE's tubelet
-    embedding, a conv3d whose stride is its kernel. Every output is compared (the pooled ones
-    too). Swin
+    mode whose kernel is past the input) and MobileNetV2's relu6s; so do VideoMAE's tubelet
+    embedding (a conv3d whose stride is its kernel), ConvNeXt V2's global response norm (a
+    vector norm), DPT's position embeddings resized bilinearly to their own size, and
+    MobileViT's bilinear resizes down to its patches and back. Every output is compared (the
+    pooled ones too). Swin
     at a fixed batch: its window attention's batch is the image batch times the windows, a
     product of dims kiln's attention does not take."""
     import transformers as t
@@ -53,16 +55,25 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
             image_size=32, depth_multiplier=0.25)),
         "videomae": lambda: t.VideoMAEModel(t.VideoMAEConfig(
             **small, num_frames=4, tubelet_size=2)),
+        "convnextv2": lambda: t.ConvNextV2Model(t.ConvNextV2Config(
+            hidden_sizes=[8, 16], depths=[1, 1], num_stages=2)),
+        "dpt": lambda: t.DPTModel(t.DPTConfig(**small)),
+        "mobilevit": lambda: t.MobileViTModel(t.MobileViTConfig(
+            image_size=32, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64])),
     }[arch]().eval()
     # A video: [B, frames, C, H, W].
     pixel_shape = (4, 3, 32, 32) if arch == "videomae" else (3, 32, 32)
-    if arch in ("efficientnet", "mobilenet_v2"):  # as initialised, their outputs are zeros
+    if arch in ("efficientnet", "mobilenet_v2", "mobilevit"):  # as initialised: zeros out
         for norm in model.modules():
             if isinstance(norm, torch.nn.BatchNorm2d):
                 norm.weight.data.uniform_(0.5, 1.5)
                 norm.bias.data.uniform_(-0.5, 0.5)
                 norm.running_mean.uniform_(-0.5, 0.5)
                 norm.running_var.uniform_(0.5, 2)
+    if arch == "convnextv2":  # as initialised, its response norms add nothing
+        for name, param in model.named_parameters():
+            if ".grn." in name:
+                param.data.uniform_(-1, 1)
     dims = {"pixel_values": {0: torch.export.Dim("B", max=8)}} if arch != "swin" else None
     with torch.no_grad():
         ep = torch.export.export(model, (), {"pixel_values": torch.randn(2, *pixel_shape)},

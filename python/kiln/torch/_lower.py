@@ -189,6 +189,11 @@ class Probe:
         return re.sub(r"\b[a-z]+[0-9]+\b", lambda m: self.symbols.get(m.group(0), m.group(0)),
                       text)
 
+    def let(self, text: str) -> str:
+        """A name for `text`, which a lowering reads more than once (Partition.let writes it as
+        a statement of its own); probing asks only whether the lowering works."""
+        return "_let"
+
     def has_merged(self, node) -> bool:
         val = node.meta.get("val") if isinstance(node, Node) else None
         return isinstance(val, torch.Tensor) and any(self.merged(d) for d in val.shape)
@@ -367,12 +372,37 @@ class Partition:
             return value
         return self.probe.ref(arg, dtype)
 
+    def let(self, text: str) -> str:
+        """A name for `text`, which the node being lowered reads more than once: a statement of
+        its own before the node's, so the node's text names it rather than repeating it (a
+        repeat of a repeat grows as a power). A name is itself."""
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+            return text
+        taken = {self.local_name(n) for n in self.members} | {n for n, _, _ in self.statements}
+        k = 0
+        while (name := f"{self.local_name(self.lowering)}_let{k}") in taken:
+            k += 1
+        self.statements.append((name, text, self.lowering))
+        return name
+
+    def renamed(self, node: Node, value):
+        """`value`, or an Alias of the operand it only names: a lowering that comes to the
+        identity (an upsample to the input's own size) writes that operand's kiln name, and kiln
+        refuses a value that only renames another."""
+        if not isinstance(value, Expr) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value.text):
+            return value
+        for arg in node.all_input_nodes:
+            if arg in self.members or arg in self.external:  # read: resolve adds nothing
+                if self.resolve(arg) == ("name", value.text):
+                    return Alias(arg)
+        return value
+
     def lower(self, order: list) -> None:
         for node in order:
             if node in self.probe.unread:
                 continue
             self.lowering = node
-            value = _table.TABLE[node.target](self, node)
+            value = self.renamed(node, _table.TABLE[node.target](self, node))
             self.values[node] = value
             if isinstance(value, (Expr, Tuple0)):
                 self.statements.append((self.local_name(node), value.text, node))

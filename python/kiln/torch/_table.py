@@ -917,93 +917,122 @@ def _windows(text: str, lead: list, sizes: list, kernel: list, stride: list, dil
         yield w, wdims
 
 
-@lowering(aten.upsample_nearest1d.vec, aten.upsample_nearest2d.vec,
+@lowering(aten.upsample_nearest1d.vec, aten.upsample_nearest2d.vec, aten.upsample_linear1d.vec,
           aten.upsample_bilinear2d.vec)
 def _upsample(cx, node):
-    """F.interpolate (nn.Upsample) by a whole factor along each spatial dim of fixed size: an
-    output size that is a multiple of the input's, or a scale factor that is a whole number.
-    'nearest' repeats each element (reshape, expand, reshape). 'bilinear' (not align_corners,
-    factors powers of two) weighs each element and its neighbour, the edges clamped, with
-    PyTorch's f32 weights of each of the factor's phases: along W, then along H, as PyTorch's
-    sum is nested. A half input is taken in f32 and rounded once. Where an input element is
-    infinite, PyTorch's kernels give NaN at some outputs its weights reach; kiln gives inf."""
-    bilinear = node.target is aten.upsample_bilinear2d.vec
+    """F.interpolate (nn.Upsample) along each spatial dim of fixed size. 'nearest' by a whole
+    factor (an output size that is a multiple of the input's, or a whole scale factor) repeats
+    each element (reshape, expand, reshape). 'linear' and 'bilinear' to any size, up or down,
+    align_corners or not: each output position weighs its two source elements by PyTorch's f32
+    taps (_linear_taps), the sources gathered by slices (runs of consecutive or repeated
+    positions) joined by concat; along W, then along H, as PyTorch's sum is nested. Both terms are
+    kept where a weight is 0, so an inf next to a position gives NaN there as in PyTorch. A half
+    input is taken in f32 and rounded once."""
+    linear = node.target in (aten.upsample_linear1d.vec, aten.upsample_bilinear2d.vec)
     x, size = node.args[0], node.args[1]
-    align = bilinear and bool(node.args[2])
-    scales = node.args[3] if bilinear else node.args[2]
+    align = linear and bool(node.args[2])
+    scales = node.args[3] if linear else node.args[2]
     shape = cx.meta(x).shape
-    spatial = 1 if node.target is aten.upsample_nearest1d.vec else 2
+    spatial = 1 if node.target in (aten.upsample_nearest1d.vec, aten.upsample_linear1d.vec) else 2
     out = cx.dtype_of(x)
-    if align:
-        raise Unsupported("a bilinear upsample with align_corners (kiln takes whole factors "
-                          "without it)")
     if len(shape) != spatial + 2 or any(cx.is_symbolic(d) for d in shape[2:]) or \
-            cx.merged(shape[0]) or (bilinear and out not in ("f32", "f16", "bf16")):
+            cx.merged(shape[0]) or (linear and out not in ("f32", "f16", "bf16")):
         raise Unsupported("an upsample of a symbolic spatial dim, a batch of merged dims, or "
-                          "an integer bilinear one")
+                          "an integer linear one")
     sizes = [int(d) for d in shape[2:]]
     if size is not None:
         outs = [int(v) if isinstance(v, int) else None for v in size]
-        factors = [o // n if o is not None and n and o % n == 0 else None
-                   for o, n in zip(outs, sizes)]
+        scales = [None] * spatial
     else:
-        factors = [int(f) if isinstance(f, (int, float)) and float(f).is_integer() else None
-                   for f in scales or ()]
-    if len(factors) != spatial or any(f is None or f < 1 for f in factors):
-        raise Unsupported(f"an upsample from {sizes} by {size or scales} (kiln takes whole "
-                          "factors)")
-    if bilinear and any(f & (f - 1) for f in factors):
-        # Past powers of two PyTorch's f32 positions drift from the factor's phases (at 3 its
-        # weight of 0 is about 1e-7 at some positions, so an inf neighbour reaches the output).
-        raise Unsupported(f"a bilinear upsample by {factors} (kiln takes powers of two)")
+        scales = list(scales or ())
+        outs = [int(math.floor(n * float(f))) if isinstance(f, (int, float)) else None
+                for n, f in zip(sizes, scales)]
+    if len(outs) != spatial or any(o is None or o < 1 for o in outs):
+        raise Unsupported(f"an upsample from {sizes} to {size or scales}")
     dims = [cx.size(d) for d in shape]
-    text = cx.ref(x, "f32") if bilinear else cx.ref(x)
-
-    def interleaved(phases, axis, n, s):  # [.., n, ..] each -> [.., n * s, ..], phase r at r
-        one = dims[:axis] + [str(n), "1"] + dims[axis + 1:]
-        parts = [f"reshape({p}, shape=[{', '.join(one)}])" for p in phases]
-        return _joined(parts, axis + 1)
-
-    for i in reversed(range(spatial)):  # W first, as PyTorch's nested sum
+    if linear:
+        text = cx.ref(x, "f32")
+        for i in reversed(range(spatial)):  # W first, as PyTorch's nested sum
+            axis = 2 + i
+            i0, i1, w0, w1 = _linear_taps(sizes[i], outs[i], align, scales[i])
+            text = cx.let(text)  # each gather reads it once a run
+            g0, g1 = (_gathered(text, dims, axis, idx) for idx in (i0, i1))
+            dims[axis] = str(outs[i])
+            text = f"add(mul({g0}, {_along(w0, axis, len(dims))}), " \
+                   f"mul({g1}, {_along(w1, axis, len(dims))}))"
+        return _rounded(text, out)
+    factors = [o // n if o % n == 0 else None for o, n in zip(outs, sizes)]
+    if any(f is None for f in factors):
+        raise Unsupported(f"a nearest upsample from {sizes} to {outs} (kiln takes whole "
+                          "factors)")
+    text = cx.ref(x)
+    for i in reversed(range(spatial)):
         axis, n, s = 2 + i, sizes[i], factors[i]
         if s == 1:
             continue
         grouped = dims[:axis] + [str(n), str(s)] + dims[axis + 1:]
-        if not bilinear:
-            one = dims[:axis] + [str(n), "1"] + dims[axis + 1:]
-            wide = f"expand(reshape({text}, shape=[{', '.join(one)}]), " \
-                   f"shape=[{', '.join(grouped)}])"
-        else:
-            def piece(a, b):
-                return f"slice({text}, axis={axis}, start={a}, end={b})"
-            before = _joined([piece(0, 1), piece(0, n - 1)], axis) if n > 1 else text
-            after = _joined([piece(1, n), piece(n - 1, n)], axis) if n > 1 else text
-            second = _joined([piece(1, 2), piece(1, n)], axis) if n > 1 else text
-            along = "[" + ", ".join(str(n) if k == axis else "1" for k in range(len(dims))) + "]"
-
-            def at_first(value, first):  # the weight `value`, `first` at position 0
-                return f"reshape(where(eq(arange({n}), 0), {_lit(first)}, {_lit(value)}), " \
-                       f"shape={along})"
-            phases = []
-            for r in range(s):
-                # PyTorch's source position of output s + r (past the clamp at 0), in f32.
-                scale = torch.tensor(1.0 / s, dtype=torch.float32)
-                src = scale * (torch.tensor(float(s + r)) + 0.5) - 0.5
-                low = int(torch.floor(src))
-                far = float(src - low)  # the weight of the position after `low`
-                near = float(torch.tensor(1.0) - torch.tensor(far))
-                if low < 1:
-                    # Output r's position is below 0, clamped as PyTorch's: x[0] * 1 + x[1] * 0.
-                    phases.append(f"add(mul({before}, {at_first(near, 1.0)}), "
-                                  f"mul({second}, {at_first(far, 0.0)}))")
-                else:
-                    phases.append(f"add(mul({text}, {_lit(near)}), mul({after}, {_lit(far)}))")
-            wide = interleaved(phases, axis, n, s)
+        one = dims[:axis] + [str(n), "1"] + dims[axis + 1:]
+        wide = f"expand(reshape({text}, shape=[{', '.join(one)}]), " \
+               f"shape=[{', '.join(grouped)}])"
         dims[axis] = str(n * s)
         text = f"reshape({wide}, shape=[{', '.join(dims)}])"
-    if bilinear and out != "f32":
-        text = f"cast({text}, to={out})"
     return Expr(text)
+
+
+def _linear_taps(n: int, m: int, align: bool, scale) -> tuple:
+    """PyTorch's linear interpolation from n positions to m (compute_source_index_and_lambda:
+    area_pixel_compute_scale, area_pixel_compute_source_index and guard_index_and_lambda, in
+    f32): each output position's source positions and weights, (i0, i1, w0, w1) as lists.
+    `scale` is the scale factor given (its inverse is the step), else None (n / m). To the same
+    size each position is its own two sources, weighed 1 and 0. The source index
+    `step * (j + 0.5) - 0.5` is rounded once, as the fused multiply-add of PyTorch's AVX2 and
+    CUDA kernels rounds it (a scale of 3 puts weight 1.5e-8, not 0, on a neighbour)."""
+    if n == m:
+        return list(range(m)), list(range(m)), [1.0] * m, [0.0] * m
+    f32 = torch.float32
+    if align:
+        step = torch.tensor(float(n - 1), dtype=f32) / float(m - 1) if m > 1 else \
+            torch.tensor(0.0, dtype=f32)
+    elif scale is not None and float(scale) > 0:
+        step = torch.tensor(1.0 / float(scale), dtype=f32)
+    else:
+        step = torch.tensor(float(n), dtype=f32) / float(m)
+    j = torch.arange(m, dtype=torch.float64)
+    if align:
+        src = (step.double() * j).float()
+    else:
+        # step * (j + 0.5) is exact in f64 (24-bit factors), and so is less 0.5 where it is not
+        # negative (then 0): one rounding, to f32.
+        src = (step.double() * (j + 0.5) - 0.5).float()
+        src = torch.where(src < 0, torch.zeros((), dtype=f32), src)
+    i0 = torch.clamp(torch.floor(src).to(torch.int64), max=n - 1)
+    lam = torch.clamp(src - i0.to(f32), 0.0, 1.0)
+    i1 = i0 + (i0 < n - 1).to(torch.int64)
+    w0 = torch.tensor(1.0, dtype=f32) - lam
+    return i0.tolist(), i1.tolist(), w0.tolist(), lam.tolist()
+
+
+def _gathered(text: str, dims: list, axis: int, index: list) -> str:
+    """`text` (kiln shape `dims`) at positions `index` along `axis`: a slice for each run of
+    consecutive positions, a slice of one expanded for each run of one repeated, joined."""
+    pieces, j = [], 0
+    while j < len(index):
+        k = j + 1
+        if k < len(index) and index[k] == index[j]:
+            while k < len(index) and index[k] == index[j]:
+                k += 1
+            one = f"slice({text}, axis={axis}, start={index[j]}, end={index[j] + 1})"
+            wide = dims[:axis] + [str(k - j)] + dims[axis + 1:]
+            pieces.append(f"expand({one}, shape=[{', '.join(wide)}])")
+        else:
+            while k < len(index) and index[k] == index[k - 1] + 1:
+                k += 1
+            pieces.append(f"slice({text}, axis={axis}, start={index[j]}, end={index[k - 1] + 1})")
+        j = k
+    if len(pieces) > 64 * 64:
+        raise Unsupported(f"an interpolation to {len(index)} positions of {len(pieces)} runs "
+                          "(kiln joins up to 4096)")
+    return _joined(pieces, axis)
 
 
 def _pooled_input(cx, x, spatial: int, what: str):
@@ -1076,8 +1105,8 @@ def _max_pool(cx, node):
 
 
 def _float_vector(values: list) -> str:
-    """A 1-D f32 tensor holding `values` (whole numbers, which f32 holds): each run of equal
-    values a filled tensor, the runs joined."""
+    """A 1-D f32 tensor holding `values` (each one f32 holds exactly): each run of equal values a
+    filled tensor, the runs joined."""
     runs = [(v, len(list(group))) for v, group in itertools.groupby(values)]
     return _joined([_filled(float(v), "f32", f"[{n}]") for v, n in runs], 0)
 
@@ -1581,6 +1610,39 @@ _reduction_mean, _reduction_sum, _reduction_max = (_reduction(k) for k in ("mean
 TABLE[aten.mean.dim] = _reduction_mean
 TABLE[aten.sum.dim_IntList] = _reduction_sum
 TABLE[aten.amax.default] = _reduction_max
+
+
+@lowering(aten.linalg_vector_norm.default)
+def _vector_norm(cx, node):
+    """linalg.vector_norm (torch.norm's; ConvNeXt V2's global response norm) over `dim` (every
+    dim when none): ord 2 the square root of the sum of squares, 1 the sum of |x|, inf the max
+    of |x|, another positive ord p the p-th root of the sum of |x|^p. One dim after another (the
+    sums' order differs from PyTorch's within rounding), in f32 for a half type, rounded once."""
+    x = node.args[0]
+    p = _arg(node, 1, "ord", 2)
+    dim, keepdim = _arg(node, 2, "dim", None), bool(_arg(node, 3, "keepdim", False))
+    out = cx.dtype_of(node)
+    if out not in ("f32", "f16", "bf16") or cx.dtype_of(x) != out:
+        raise Unsupported(f"a vector norm of {cx.dtype_of(x)} into {out}")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
+        raise Unsupported(f"a vector norm of ord {p!r} (kiln takes a positive ord)")
+    axes = _axes(cx, x, dim)
+    xf = cx.ref(x, "f32")
+    if p == 2:
+        text, kind = f"mul({xf}, {xf})", "sum"
+    elif p == 1 or math.isinf(p):
+        text, kind = f"abs({xf})", "max" if math.isinf(p) else "sum"
+    else:
+        text, kind = f"pow(abs({xf}), {_lit(float(p))})", "sum"
+    for axis in axes:
+        text = f"{kind}({text}, axis={axis}, keepdim=true)"
+    if p == 2:
+        text = f"sqrt({text})"
+    elif p != 1 and not math.isinf(p):
+        text = f"pow({text}, {_lit(1.0 / float(p))})"
+    if not keepdim:
+        text = f"reshape({text}, shape={cx.shape(node)})"
+    return _rounded(text, out)
 
 
 def _truth(kind: str):
@@ -2845,7 +2907,8 @@ TABLE[aten._scaled_dot_product_cudnn_attention.default] = _sdpa_tuple
 
 
 def _piece_bounds(cx, node) -> tuple[int, list]:
-    """(axis, [(start, end), ...]) of a split, split_with_sizes, chunk or unbind's pieces."""
+    """(axis, [(start, end), ...]) of a split, split_with_sizes, chunk, unbind or tensor_split's
+    pieces (tensor_split's indices clamped to the dim as PyTorch's: a piece may be empty)."""
     x = node.args[0]
     shape = cx.meta(x).shape
     if not shape:
@@ -2861,6 +2924,18 @@ def _piece_bounds(cx, node) -> tuple[int, list]:
         sizes = [1] * size
     elif node.target is aten.split_with_sizes.default:
         sizes = list(node.args[1])
+    elif node.target is aten.tensor_split.indices:
+        cuts = list(node.args[1])
+        if not all(isinstance(c, int) for c in cuts):
+            raise Unsupported(f"{node.target} at symbolic indices")
+        # Python's slices x[a:b] between the cuts: empty where b <= a (cuts going down).
+        cuts = [0] + [min(max(c + size if c < 0 else c, 0), size) for c in cuts] + [size]
+        return axis, [(a, max(a, b)) for a, b in zip(cuts, cuts[1:])]
+    elif node.target is aten.tensor_split.sections:
+        n = node.args[1]
+        if not isinstance(n, int) or n < 1:
+            raise Unsupported(f"{node.target} into {n!r} sections")
+        sizes = [size // n + (1 if i < size % n else 0) for i in range(n)]
     else:
         n = node.args[1]
         if not isinstance(n, int) or n < 1:
@@ -2876,7 +2951,8 @@ def _piece_bounds(cx, node) -> tuple[int, list]:
     return axis, bounds
 
 
-_SPLITS = (aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default, aten.unbind.int)
+_SPLITS = (aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default, aten.unbind.int,
+           aten.tensor_split.indices, aten.tensor_split.sections)
 
 
 @lowering(*_SPLITS)
@@ -2894,6 +2970,8 @@ def _getitem(cx, node):
         if not isinstance(index, int) or not -len(bounds) <= index < len(bounds):
             raise Unsupported(f"piece {index!r} of {src.target}")
         start, end = bounds[index]
+        if start == end:
+            raise Unsupported(f"an empty piece of {src.target} (kiln holds no empty tensor)")
         x = src.args[0]
         if (start, end) == (0, int(cx.meta(x).shape[axis])) and src.target is not aten.unbind.int:
             return Alias(x)
