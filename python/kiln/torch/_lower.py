@@ -378,7 +378,9 @@ class Partition:
         repeat of a repeat grows as a power). A name is itself."""
         if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
             return text
-        taken = {self.local_name(n) for n in self.members} | {n for n, _, _ in self.statements}
+        # Every node's name (an input read later takes its node's) and the inputs' given names.
+        taken = {self.local_name(n) for n in self.lowering.graph.nodes} | \
+            set(self.names.values()) | {n for n, _, _ in self.statements}
         k = 0
         while (name := f"{self.local_name(self.lowering)}_let{k}") in taken:
             k += 1

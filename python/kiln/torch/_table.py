@@ -925,9 +925,9 @@ def _upsample(cx, node):
     each element (reshape, expand, reshape). 'linear' and 'bilinear' to any size, up or down,
     align_corners or not: each output position weighs its two source elements by PyTorch's f32
     taps (_linear_taps), the sources gathered by slices (runs of consecutive or repeated
-    positions) joined by concat; along W, then along H, as PyTorch's sum is nested. Both terms are
-    kept where a weight is 0, so an inf next to a position gives NaN there as in PyTorch. A half
-    input is taken in f32 and rounded once."""
+    positions) joined by concat; along W, then along H, as PyTorch's generic kernel nests its
+    sum. Both terms are kept where a weight is 0, so an inf next to a position gives NaN there as
+    in PyTorch. A half input is taken in f32 (f32 weights) and rounded once."""
     linear = node.target in (aten.upsample_linear1d.vec, aten.upsample_bilinear2d.vec)
     x, size = node.args[0], node.args[1]
     align = linear and bool(node.args[2])
@@ -955,13 +955,20 @@ def _upsample(cx, node):
         for i in reversed(range(spatial)):  # W first, as PyTorch's nested sum
             axis = 2 + i
             i0, i1, w0, w1 = _linear_taps(sizes[i], outs[i], align, scales[i])
+            runs = max(len(list(itertools.groupby(w))) for w in (w0, w1))
+            if runs > 1024:  # each run of equal weights is a piece of the graph's text
+                raise Unsupported(f"an interpolation to {outs[i]} positions of {runs} runs of "
+                                  "weights (kiln takes up to 1024)")
             text = cx.let(text)  # each gather reads it once a run
             g0, g1 = (_gathered(text, dims, axis, idx) for idx in (i0, i1))
             dims[axis] = str(outs[i])
             text = f"add(mul({g0}, {_along(w0, axis, len(dims))}), " \
                    f"mul({g1}, {_along(w1, axis, len(dims))}))"
         return _rounded(text, out)
-    factors = [o // n if o % n == 0 else None for o, n in zip(outs, sizes)]
+    # A scale factor given is PyTorch's step (1 / scale) even where floor(n * scale) is a
+    # multiple of n (3.1 on 4 positions reads 0, 0, 0, 0, 1, ..., not each 3 times).
+    factors = [o // n if o % n == 0 and (scale is None or float(scale).is_integer()) else None
+               for o, n, scale in zip(outs, sizes, scales)]
     if any(f is None for f in factors):
         raise Unsupported(f"a nearest upsample from {sizes} to {outs} (kiln takes whole "
                           "factors)")
@@ -985,8 +992,9 @@ def _linear_taps(n: int, m: int, align: bool, scale) -> tuple:
     f32): each output position's source positions and weights, (i0, i1, w0, w1) as lists.
     `scale` is the scale factor given (its inverse is the step), else None (n / m). To the same
     size each position is its own two sources, weighed 1 and 0. The source index
-    `step * (j + 0.5) - 0.5` is rounded once, as the fused multiply-add of PyTorch's AVX2 and
-    CUDA kernels rounds it (a scale of 3 puts weight 1.5e-8, not 0, on a neighbour)."""
+    `step * (j + 0.5) - 0.5` is rounded twice, as the C++ writes it and PyTorch's generic kernel
+    and linear1d compute it; its bilinear kernel for small outputs on an AVX2 CPU rounds it once
+    (a fused multiply-add), so a weight there can be 1.5e-8 where it is 0 here."""
     if n == m:
         return list(range(m)), list(range(m)), [1.0] * m, [0.0] * m
     f32 = torch.float32
@@ -997,13 +1005,11 @@ def _linear_taps(n: int, m: int, align: bool, scale) -> tuple:
         step = torch.tensor(1.0 / float(scale), dtype=f32)
     else:
         step = torch.tensor(float(n), dtype=f32) / float(m)
-    j = torch.arange(m, dtype=torch.float64)
+    j = torch.arange(m, dtype=f32)
     if align:
-        src = (step.double() * j).float()
+        src = step * j
     else:
-        # step * (j + 0.5) is exact in f64 (24-bit factors), and so is less 0.5 where it is not
-        # negative (then 0): one rounding, to f32.
-        src = (step.double() * (j + 0.5) - 0.5).float()
+        src = step * (j + 0.5) - 0.5
         src = torch.where(src < 0, torch.zeros((), dtype=f32), src)
     i0 = torch.clamp(torch.floor(src).to(torch.int64), max=n - 1)
     lam = torch.clamp(src - i0.to(f32), 0.0, 1.0)
