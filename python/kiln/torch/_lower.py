@@ -376,7 +376,7 @@ class Partition:
         """A name for `text`, which the node being lowered reads more than once: a statement of
         its own before the node's, so the node's text names it rather than repeating it (a
         repeat of a repeat grows as a power). A name is itself."""
-        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        if _NAME.match(text):
             return text
         # Every node's name (an input read later takes its node's) and the inputs' given names.
         taken = {self.local_name(n) for n in self.lowering.graph.nodes} | \
@@ -391,7 +391,7 @@ class Partition:
         """`value`, or an Alias of the operand it only names: a lowering that comes to the
         identity (an upsample to the input's own size) writes that operand's kiln name, and kiln
         refuses a value that only renames another."""
-        if not isinstance(value, Expr) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value.text):
+        if not isinstance(value, Expr) or not _NAME.match(value.text):
             return value
         for arg in node.all_input_nodes:
             if arg in self.members or arg in self.external:  # read: resolve adds nothing
