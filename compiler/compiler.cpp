@@ -155,19 +155,24 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
     if (binary_of[i] == i) compiled.push_back(i);
   std::vector<Expected<NvrtcOutput>> outputs(kernels.size(), Error{"not compiled"});
   std::string prelude(prelude_source());
+  // Kernels an earlier compile kept on disk (KILN_KERNEL_CACHE_DIR) are not compiled again.
+  std::shared_ptr<KernelStore> store = KernelStore::from_environment();
   std::mutex progress;
   size_t done = 0;
   parallel_for(compiled.size(), compile_threads(options.threads), [&](size_t c) {
     size_t i = compiled[c];
     std::string source = prelude + "\n" + program.kernel_sources[i];
-    auto run = [&] { return (*nvrtc)->compile(source, kernels[i].name, program.target.arch()); };
-    if (options.kernel_memo) {
-      std::string key = (*nvrtc)->identity() + "\n" + program.target.arch() + "\n" +
-                        kernels[i].name + "\n" + source;
-      outputs[i] = options.kernel_memo->get(ir::hash_bytes(key.data(), key.size()).hex(), run);
-    } else {
-      outputs[i] = run();
-    }
+    const std::string& arch = program.target.arch();
+    std::string key = kernel_key((*nvrtc)->identity(), arch, kernels[i].name, source);
+    auto run = [&]() -> Expected<NvrtcOutput> {
+      if (store) {
+        if (std::optional<NvrtcOutput> kept = store->load(key)) return std::move(*kept);
+      }
+      Expected<NvrtcOutput> out = (*nvrtc)->compile(source, kernels[i].name, arch);
+      if (out && store) store->save(key, *out);
+      return out;
+    };
+    outputs[i] = options.kernel_memo ? options.kernel_memo->get(key, run) : run();
     if (!options.on_kernel_done) return;
     std::lock_guard lock(progress);
     options.on_kernel_done(++done, compiled.size());

@@ -1,15 +1,27 @@
 // dlopen-based NVRTC binding: only the dozen entry points kiln calls.
 #include "compiler/nvrtc.h"
 
-#include <dlfcn.h>
-#include <sys/stat.h>
+#include "ir/hash.h"
+#include "support/private_dir.h"
 
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <tuple>
+#include <vector>
 
 namespace kiln::compiler {
 
@@ -129,6 +141,9 @@ std::string_view first_error_line(std::string_view log) {
   return {};
 }
 
+// NVRTC's flags besides -arch (in kernel_key: a change to them changes every key).
+constexpr const char* k_flags[] = {"-std=c++17", "-Xptxas=-v"};
+
 std::mutex g_mutex;
 std::map<std::string, std::unique_ptr<Nvrtc>>& loaded() {
   static std::map<std::string, std::unique_ptr<Nvrtc>> libs;
@@ -214,7 +229,7 @@ Expected<NvrtcOutput> Nvrtc::compile(const std::string& source, const std::strin
     return make_error("nvrtc: creating program '", name, "' failed: ", api.error_string(r));
   }
   std::string flag = "-arch=" + arch;
-  const char* opts[] = {flag.c_str(), "-std=c++17", "-Xptxas=-v"};
+  const char* opts[] = {flag.c_str(), k_flags[0], k_flags[1]};
   Result cr = api.compile(prog, 3, opts);
   NvrtcOutput out;
   size_t size = 0;
@@ -299,6 +314,202 @@ size_t KernelMemo::compiled() const {
 size_t KernelMemo::reused() const {
   std::lock_guard lock(m_mutex);
   return m_reused;
+}
+
+// ---- KernelStore -------------------------------------------------------------------------
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// An entry: k_store_magic, the key and '\n', the cubin's, PTX's and log's sizes (u64 each,
+// little-endian), their bytes, then XXH3-128 of everything before (high half, then low, each
+// little-endian).
+constexpr std::string_view k_store_magic = "kiln kernel 1\n";
+constexpr size_t k_store_header = k_store_magic.size() + 33 + 3 * 8;
+constexpr uint64_t k_max_entry_bytes = uint64_t{1} << 30;  // larger files are not read
+
+bool is_key(const std::string& key) {
+  return key.size() == 32 && key.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+void put_u64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint64_t get_u64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
+  return v;
+}
+
+std::string checksum(std::string_view bytes) {
+  ir::Hash128 h = ir::hash_bytes(bytes.data(), bytes.size());
+  std::string out;
+  put_u64(out, h.high);
+  put_u64(out, h.low);
+  return out;
+}
+
+// The whole of the file at `path`, or nullopt: none, or not one save() makes (a regular file of
+// the user's with one link, not a symbolic link; a pipe does not block the open), or over
+// `limit` bytes.
+std::optional<std::string> read_entry_file(const std::string& path, uint64_t limit) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::optional<std::string> bytes;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+      st.st_nlink == 1 && st.st_size >= 0 && static_cast<uint64_t>(st.st_size) <= limit) {
+    std::string data(static_cast<size_t>(st.st_size), '\0');
+    size_t got = 0;
+    while (got < data.size()) {
+      ssize_t n = ::read(fd, data.data() + got, data.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    if (got == data.size()) bytes = std::move(data);
+  }
+  ::close(fd);
+  return bytes;
+}
+
+// Removes the least recently used entries of `dir` while they take more than `max_bytes` (down to
+// three quarters of it), and files of saves that stopped more than a day ago.
+void prune_store(const std::string& dir, uint64_t max_bytes) {
+  std::error_code ec;
+  std::vector<std::tuple<fs::file_time_type, uint64_t, fs::path>> entries;
+  uint64_t total = 0;
+  auto now = fs::file_time_type::clock::now();
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {  // other processes may add and remove meanwhile
+    const fs::path& path = it->path();
+    std::string name = path.filename().string();
+    std::error_code stat_ec;
+    if (!it->is_regular_file(stat_ec) || it->is_symlink(stat_ec)) continue;
+    auto when = fs::last_write_time(path, stat_ec);
+    uint64_t size = it->file_size(stat_ec);
+    if (stat_ec) continue;
+    if (name.rfind(".saving-", 0) == 0) {
+      if (now - when > std::chrono::hours(24)) fs::remove(path, stat_ec);
+    } else if (name.size() == 39 && name.compare(32, 7, ".kernel") == 0 &&
+               is_key(name.substr(0, 32))) {
+      entries.emplace_back(when, size, path);
+      total += size;
+    }
+  }
+  if (total <= max_bytes) return;
+  std::sort(entries.begin(), entries.end());
+  for (const auto& [when, size, path] : entries) {
+    if (total <= max_bytes / 4 * 3) break;
+    // Gone either way where another process pruning at once removed it first (remove() then
+    // returns false without an error): counting only its own removals, each would remove all.
+    std::error_code remove_ec;
+    fs::remove(path, remove_ec);
+    if (!remove_ec) total -= size;
+  }
+}
+
+}  // namespace
+
+std::string kernel_key(const std::string& nvrtc_identity, const std::string& arch,
+                       const std::string& name, const std::string& source) {
+  std::string text = "kiln kernel key 1\n" + nvrtc_identity + "\n" + arch + "\n";
+  for (const char* flag : k_flags) text += std::string(flag) + "\n";
+  text += name + "\n" + source;
+  return ir::hash_bytes(text.data(), text.size()).hex();
+}
+
+Expected<std::shared_ptr<KernelStore>> KernelStore::open(const std::string& dir,
+                                                         uint64_t max_bytes) {
+  if (dir.empty()) return make_error("the kernel cache folder is empty");
+  Expected<std::string> path = private_folder(dir);
+  if (!path) return make_error("the kernel cache folder '", dir, "' ", path.error().message);
+  prune_store(*path, max_bytes);
+  return std::shared_ptr<KernelStore>(new KernelStore(*path));
+}
+
+std::shared_ptr<KernelStore> KernelStore::from_environment() {
+  const char* env = std::getenv("KILN_KERNEL_CACHE_DIR");
+  if (!env || !*env) return nullptr;
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<KernelStore>> opened;  // null: refused
+  std::lock_guard lock(mutex);
+  if (auto it = opened.find(env); it != opened.end()) return it->second;
+  std::shared_ptr<KernelStore> store;
+  if (auto s = open(env)) {
+    store = *s;
+  } else {
+    std::fprintf(stderr, "kiln: %s (KILN_KERNEL_CACHE_DIR); kernels are compiled without it\n",
+                 s.error().message.c_str());
+  }
+  opened.emplace(env, store);
+  return store;
+}
+
+std::optional<NvrtcOutput> KernelStore::load(const std::string& key) const {
+  if (!is_key(key)) return std::nullopt;
+  std::string path = m_dir + "/" + key + ".kernel";
+  std::optional<std::string> bytes = read_entry_file(path, k_max_entry_bytes);
+  if (!bytes) return std::nullopt;
+  auto damaged = [&]() -> std::optional<NvrtcOutput> {
+    ::unlink(path.c_str());
+    ++m_damaged;
+    return std::nullopt;
+  };
+  const std::string& b = *bytes;
+  if (b.size() < k_store_header + 16 || b.compare(0, k_store_magic.size(), k_store_magic) != 0 ||
+      b.compare(k_store_magic.size(), 33, key + "\n") != 0) {
+    return damaged();
+  }
+  const char* sizes = b.data() + k_store_magic.size() + 33;
+  uint64_t cubin = get_u64(sizes), ptx = get_u64(sizes + 8), log = get_u64(sizes + 16);
+  uint64_t body = b.size() - k_store_header - 16;
+  if (cubin == 0 || cubin > body || ptx > body - cubin || log != body - cubin - ptx)
+    return damaged();
+  std::string_view covered(b.data(), b.size() - 16);
+  if (checksum(covered) != std::string_view(b).substr(b.size() - 16)) return damaged();
+  NvrtcOutput out;
+  size_t at = k_store_header;
+  out.cubin = b.substr(at, cubin);
+  out.ptx = b.substr(at + cubin, ptx);
+  out.log = b.substr(at + cubin + ptx, log);
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);  // recently used
+  ++m_hits;
+  return out;
+}
+
+bool KernelStore::save(const std::string& key, const NvrtcOutput& out) const {
+  if (!is_key(key) || out.cubin.empty()) return false;
+  std::string bytes(k_store_magic);
+  bytes += key + "\n";
+  put_u64(bytes, out.cubin.size());
+  put_u64(bytes, out.ptx.size());
+  put_u64(bytes, out.log.size());
+  bytes += out.cubin;
+  bytes += out.ptx;
+  bytes += out.log;
+  bytes += checksum(bytes);
+  std::string pattern = m_dir + "/.saving-XXXXXX";
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  int fd = ::mkostemp(name.data(), O_CLOEXEC);  // mode 0600
+  if (fd < 0) return false;
+  size_t put = 0;
+  while (put < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + put, bytes.size() - put);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    put += static_cast<size_t>(n);
+  }
+  bool ok = ::close(fd) == 0 && put == bytes.size();
+  std::string path = m_dir + "/" + key + ".kernel";
+  if (!ok || ::rename(name.data(), path.c_str()) != 0) {
+    ::unlink(name.data());
+    return false;
+  }
+  return true;
 }
 
 }  // namespace kiln::compiler

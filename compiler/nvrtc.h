@@ -3,11 +3,15 @@
 
 #include "support/expected.h"
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +70,49 @@ class KernelMemo {
   std::map<std::string, std::shared_future<Expected<NvrtcOutput>>> m_outputs;
   size_t m_compiled = 0, m_reused = 0;
 };
+
+// NVRTC's outputs kept on disk across processes and runs, in the folder $KILN_KERNEL_CACHE_DIR
+// names (unset, the default: nothing kept). A graph's compile finds there each kernel any earlier
+// compile made (same source, name, arch, flags and NVRTC, whatever the graph), so graphs that
+// share kernels (a model's layers, kiln tune's candidates, a test suite's) compile each once. An
+// entry is one file, "<32 hex digits>.kernel": a header, the cubin, PTX and log, and an XXH3-128
+// checksum; it is written to a private file and renamed into place, so a reader sees it whole or
+// not at all, and one that does not check out is removed and compiled again. Cubins run as the
+// user, so the folder must be theirs alone (support/private_dir.h), else it is not used (said once
+// on stderr). Past k_max_bytes, the least recently used entries are removed when a process opens
+// the folder. Thread-safe.
+class KernelStore {
+ public:
+  static constexpr uint64_t k_max_bytes = uint64_t{2} << 30;
+  // The store in `dir`, created if missing, its entries pruned to `max_bytes`; the error says
+  // why the folder cannot be used.
+  static Expected<std::shared_ptr<KernelStore>> open(const std::string& dir,
+                                                      uint64_t max_bytes = k_max_bytes);
+  // The store $KILN_KERNEL_CACHE_DIR names (one per folder and process), or null: unset, or the
+  // folder refused (said once per folder and process).
+  static std::shared_ptr<KernelStore> from_environment();
+
+  // The outputs kept under `key` (32 lower-case hex digits), or nullopt: none, or an entry that
+  // does not check out (removed).
+  std::optional<NvrtcOutput> load(const std::string& key) const;
+  // Keeps `out` under `key`; false where it could not be written (nothing is left half written).
+  bool save(const std::string& key, const NvrtcOutput& out) const;
+  // The folder's real path.
+  const std::string& dir() const { return m_dir; }
+  // Calls of load() answered with an entry, and entries removed as damaged, by this object.
+  size_t hits() const { return m_hits; }
+  size_t damaged() const { return m_damaged; }
+
+ private:
+  explicit KernelStore(std::string dir) : m_dir(std::move(dir)) {}
+  std::string m_dir;
+  mutable std::atomic<size_t> m_hits{0}, m_damaged{0};
+};
+
+// The key under which a kernel's NVRTC outputs are kept (KernelMemo, KernelStore): a hash of the
+// NVRTC identity, arch, NVRTC's flags, program name and source.
+std::string kernel_key(const std::string& nvrtc_identity, const std::string& arch,
+                       const std::string& name, const std::string& source);
 
 // Loads libnvrtc. `explicit_path` (if not empty), else $KILN_NVRTC_PATH (if set), is the only
 // file tried; otherwise $CUDA_HOME/lib64, /usr/local/cuda/lib64, then the loader's search path

@@ -5,6 +5,7 @@
 #include "ir/hash.h"
 #include "reference/rounding.h"
 #include "shim/kiln_emu_abi.h"
+#include "support/private_dir.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -177,21 +178,8 @@ std::optional<std::string> shim_cache_dir() {
   const char* env = std::getenv("KILN_EMU_CACHE_DIR");
   if (!env || !*env) return std::nullopt;
   std::string dir = env;
-  std::error_code ec;
-  if (fs::path parent = fs::path(dir).parent_path(); !parent.empty()) fs::create_directories(parent, ec);
-  ::mkdir(dir.c_str(), 0700);  // the user's alone, whatever the umask
-  std::string problem;
-  char* real = ::realpath(dir.c_str(), nullptr);
-  std::string path = real ? real : "";
-  std::free(real);
-  struct stat st {};
-  if (path.empty() || ::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    problem = "is not a folder kiln can create";
-  else if (st.st_uid != ::geteuid())
-    problem = "belongs to another user";
-  else if (st.st_mode & (S_IWGRP | S_IWOTH))
-    problem = "is writable by other users (fix it with `chmod go-w '" + dir + "'`)";
-  if (problem.empty()) return path;
+  Expected<std::string> path = private_folder(dir);
+  if (path) return *path;
   static std::mutex mutex;
   static std::set<std::string> said;
   std::lock_guard lock(mutex);
@@ -199,7 +187,7 @@ std::optional<std::string> shim_cache_dir() {
     std::fprintf(stderr,
                  "kiln: the emulator's cache folder '%s' (KILN_EMU_CACHE_DIR) %s; the emulator "
                  "builds without it\n",
-                 dir.c_str(), problem.c_str());
+                 dir.c_str(), path.error().message.c_str());
   return std::nullopt;
 }
 

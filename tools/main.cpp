@@ -56,6 +56,7 @@ constexpr const char* k_environment_help =
     "  KILN_REMOTE_KEY       secret that signs and checks remote entries (16 bytes or more)\n"
     "  KILN_REMOTE_MAX_BYTES largest remote entry taken, e.g. 64M (default)\n"
     "  KILN_REMOTE_TTL       how long remote entries live, e.g. 30d (default)\n"
+    "  KILN_KERNEL_CACHE_DIR folder keeping compiled kernels for later compiles (default: none)\n"
     "  KILN_COMPILE_THREADS  NVRTC threads per graph, 1 to 1024 (default: the core count)\n"
     "  KILN_CPU_THREADS      threads of the CPU target's kernels, 1 to 1024 (default: cores)\n"
     "  KILN_CPU_PLUGIN       the CPU target's LLVM plugin (else the installed, then the built one)\n"
