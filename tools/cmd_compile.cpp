@@ -544,14 +544,21 @@ int run_why(const CompileArgs& args) {
   auto prepared = prepare(args.files[0], *options, code);
   if (!prepared) return code;
   const runtime::CacheRequest* request = &prepared->request;
+  // Without a local cache, a compile still asks the remote tier: so does this, where there is one.
+  std::string local_missing;
   if (!cache->enabled()) {
     std::string reason = cache->disabled_reason();
-    print_error("kiln: " + (reason.rfind(cache::k_no_cache_reason, 0) == 0
-                                ? reason
-                                : "cache unavailable: " + reason));
-    return k_exit_failure;
+    local_missing = reason.rfind(cache::k_no_cache_reason, 0) == 0
+                        ? reason
+                        : "cache unavailable: " + reason;
+    if (!cache->has_remote()) {
+      print_error("kiln: " + local_missing);
+      return k_exit_failure;
+    }
   }
-  auto nearest = cache->nearest(request->fields, "graph_hash");
+  auto nearest = local_missing.empty()
+                     ? cache->nearest(request->fields, "graph_hash")
+                     : Expected<std::vector<cache::Nearest>>(std::vector<cache::Nearest>{});
   if (!nearest) {
     print_error("kiln: " + nearest.error().message);
     return k_exit_failure;
@@ -584,6 +591,7 @@ int run_why(const CompileArgs& args) {
   if (args.json) {
     nlohmann::json out = {{"graph", request->graph_hash}, {"key", request->key},
                           {"cache", hit ? "hit" : "miss"}, {"nearest", entries}};
+    if (!local_missing.empty()) out["local"] = local_missing;
     if (cache->has_remote()) out["remote"] = remote;
     if (remote == "rejected") out["remote_rejection"] = remote_rejection;
     std::printf("%s\n", out.dump().c_str());
@@ -599,7 +607,11 @@ int run_why(const CompileArgs& args) {
     std::printf("  remote %s: %s%s\n", cache->remote_description().c_str(), remote.c_str(),
                 why.c_str());
   }
-  if (entries.empty()) std::printf("  no cached entry for graph %s\n", request->graph_hash.c_str());
+  if (!local_missing.empty()) {
+    std::printf("  local: %s\n", local_missing.c_str());
+  } else if (entries.empty()) {
+    std::printf("  no cached entry for graph %s\n", request->graph_hash.c_str());
+  }
   // A symbolic graph: whether any entry serves the requested bucket.
   std::string requested_dims = compiler::dims_key(options->bucket);
   bool bucket_cached = false;

@@ -242,6 +242,36 @@ TEST_F(CompileCacheCli, WhySaysWhatTheRemoteTierHoldsForAMiss) {
                            server.url()}, second);
   EXPECT_EQ(absent.exit_code, 1) << absent.err;
   EXPECT_NE(absent.out.find(tier + "absent\n"), std::string::npos) << absent.out;
+
+  // A machine with no cache yet: its first compile would hit remotely, and why says so (and
+  // makes no cache). Without a remote tier there is nothing to ask.
+  std::string none = m_dir + "/none";
+  CliResult bare = kiln({"why", k_mlp, "--arch", "sm_90", "--precision", "high", "--remote",
+                         server.url()}, none);
+  EXPECT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_NE(bare.out.find(" would miss\n" + tier + "present (this compile would hit remotely)\n" +
+                          "  local: no cache at '" + none + "'\n"),
+            std::string::npos)
+      << bare.out;
+  EXPECT_EQ(bare.err, "");
+  CliResult bare_json = kiln({"why", k_mlp, "--arch", "sm_90", "--precision", "high", "--remote",
+                              server.url(), "--json"}, none);
+  EXPECT_EQ(bare_json.exit_code, 0) << bare_json.err;
+  json parsed = json::parse(bare_json.out, nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << bare_json.out;
+  EXPECT_EQ(parsed["cache"], "miss");
+  EXPECT_EQ(parsed["remote"], "present");
+  EXPECT_EQ(parsed["local"], "no cache at '" + none + "'");
+  EXPECT_EQ(parsed["nearest"], json::array());
+  CliResult bare_absent = kiln({"why", k_mlp, "--arch", "sm_86", "--precision", "high",
+                                "--remote", server.url()}, none);
+  EXPECT_EQ(bare_absent.exit_code, 1) << bare_absent.err;
+  EXPECT_NE(bare_absent.out.find(tier + "absent\n"), std::string::npos) << bare_absent.out;
+  CliResult alone = kiln({"why", k_mlp, "--arch", "sm_90", "--precision", "high"}, none);
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_EQ(alone.out, "");
+  EXPECT_NE(alone.err.find("no cache at '" + none + "'"), std::string::npos) << alone.err;
+  EXPECT_FALSE(std::filesystem::exists(none)) << "asking about a cache never makes one";
 }
 
 TEST_F(CompileCacheCli, ExportedBundlePrewarmsAnotherCache) {
