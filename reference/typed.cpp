@@ -91,7 +91,8 @@ double float_to_integer(ir::DType to, double x) {
 
 }  // namespace
 
-Tensor run_exact_binary(const ir::Node& node, const Tensor& a, const Tensor* b, const RunMode& mode) {
+Tensor run_exact_binary(const ir::Node& node, const Tensor& a, const Tensor* b,
+                        const RunMode& /*mode: exact, so the same in every mode*/) {
   Tensor out = zeros(node.type);
   ir::DType dtype = a.dtype;
   if (b == nullptr) {
@@ -151,7 +152,7 @@ Tensor run_exact_cast(const ir::Node& node, const Tensor& x) {
 }
 
 Tensor run_where(const ir::Node& node, const Tensor& cond, const Tensor* a, const Tensor* b,
-                 const RunMode& mode) {
+                 const RunMode& /*mode: a choice, so the same in every mode*/) {
   Tensor out = zeros(node.type);
   ir::DType dtype = node.type.dtype;
   ir::LiteralSide side = node.attrs.literal_side;

@@ -23,6 +23,11 @@ std::optional<int> threads_from_env() {
   return static_cast<int>(v);
 }
 
+}  // namespace
+
+// Not in the anonymous namespace: CpuProgram::Arena, a member of a class with linkage, holds them.
+namespace cpu_program_detail {
+
 // 64-byte aligned floats, for scratch and temporaries.
 struct AlignedFloats {
   // Null when `floats` is absurd (past 2^56 bytes) or the memory is not there.
@@ -40,6 +45,12 @@ struct AlignedFloats {
  private:
   explicit AlignedFloats(float* d) : data(d) {}
 };
+
+}  // namespace cpu_program_detail
+
+using cpu_program_detail::AlignedFloats;
+
+namespace {
 
 Error no_memory(const char* what, uint64_t floats) {
   return make_error("cpu: cannot allocate ", what, " of ", std::to_string(floats * 4), " bytes");

@@ -289,7 +289,7 @@ inline void check_smem(const void* p, size_t bytes, size_t align, const char* wh
     fail(text);
   }
   if ((static_cast<size_t>(c - b->smem)) % align != 0) {
-    char text[160];
+    char text[256];
     std::snprintf(text, sizeof text, "%s: shared-memory offset %zu is not %zu-byte aligned", what,
                   static_cast<size_t>(c - b->smem), align);
     fail(text);

@@ -594,8 +594,9 @@ void expect_wgmma_matmuls(const ir::Graph& g, const CompileRequest& request,
     EXPECT_EQ(k.launch.block[0], 384u) << what;
     if (tile.bk == 32) {  // the tf32 path's rounding pass
       EXPECT_NE(k.ptx.find("cvt.rna.tf32.f32"), std::string::npos) << what << " " << k.name;
-      if (a_in_registers)
+      if (a_in_registers) {
         EXPECT_EQ(k.ptx.find("}, {%r") != std::string::npos, *a_in_registers) << what << " " << k.name;
+      }
     }
   }
   EXPECT_EQ(found, matmuls) << what;
@@ -985,10 +986,11 @@ TEST(CompileShapes, SymbolicGraphsWgmmaKernelsCompileWithoutSpillsOrWarningsOnSm
         EXPECT_FALSE(p.map_terms.empty()) << what << " " << k.name;
       }
       EXPECT_GE(maps, 2) << what << " " << k.name;
-      if (k.name.find("matmul") != std::string::npos)
+      if (k.name.find("matmul") != std::string::npos) {
         EXPECT_NE(program->kernel_sources[i].find("const int tiles_m = (kiln_dim0 + 127) / 128;"),
                   std::string::npos)
             << what << " " << k.name;
+      }
     }
     EXPECT_EQ(wgmma, half ? 3 : 2) << what;
   }

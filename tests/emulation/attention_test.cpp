@@ -316,7 +316,9 @@ TEST(FusedAttentionGrouped, KvHeadGroupsAndFullyMaskedRowsMatchTheReference) {
       for (size_t e = 0; e < o.size(); ++e) {
         ASSERT_TRUE(std::isfinite(o[e])) << e;
         size_t row = (e / 24) % 37;
-        if (row == 3 || row == 4 || row == 20) ASSERT_EQ(o[e], 0.0) << e;
+        if (row == 3 || row == 4 || row == 20) {
+          ASSERT_EQ(o[e], 0.0) << e;
+        }
       }
     }
   }

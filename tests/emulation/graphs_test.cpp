@@ -80,7 +80,9 @@ TEST_P(EmulatedGraph, MatchesTheFp64ReferenceWithinTolerance) {
       const OutputCheck& o = report->outputs[i];
       EXPECT_LE(o.rel_l2, o.tolerance) << o.name << " max_abs " << o.max_abs;
       // Exact (0) only for an integer or bool output computed without float values.
-      if (ir::is_float(graph.node(graph.outputs()[i]).type.dtype)) EXPECT_GT(o.tolerance, 0.0);
+      if (ir::is_float(graph.node(graph.outputs()[i]).type.dtype)) {
+        EXPECT_GT(o.tolerance, 0.0);
+      }
     }
   }
 }
@@ -658,8 +660,9 @@ TEST(EmulatedEmbedding, FusedGathersReadZerosForIdsOutsideTheTable) {
                  for (size_t i = 0; i < got.size(); ++i)
                    EXPECT_NEAR(got[i], want[i], 1e-5) << name << "[" << i << "] on sm_" << sm;
                  // Row 2 of r reads id -1: a row of zeros, normalised to zeros.
-                 if (name == "r")
+                 if (name == "r") {
                    for (size_t i = 24; i < 36; ++i) EXPECT_EQ(got[i], 0.0) << "sm_" << sm;
+                 }
                });
 }
 

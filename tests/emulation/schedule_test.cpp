@@ -85,8 +85,12 @@ TEST_P(ForcedTiles, EveryBlockShapeAtItsFewestAndMostStagesMatchesTheReference) 
   EXPECT_GE(run, static_cast<int>(shapes.size()));
   // Rows of 16-byte vectors run the 64x64 warp tiles too (but for tf32x3, which has none).
   bool aligned = std::string(c.graph).find("aligned") != std::string::npos;
-  if (aligned && c.precision != ir::Precision::tf32x3) EXPECT_GE(warp_64x64, 3);
-  if (!aligned) EXPECT_EQ(warp_64x64, 0);
+  if (aligned && c.precision != ir::Precision::tf32x3) {
+    EXPECT_GE(warp_64x64, 3);
+  }
+  if (!aligned) {
+    EXPECT_EQ(warp_64x64, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

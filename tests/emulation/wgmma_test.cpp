@@ -96,7 +96,9 @@ TEST_P(EmulatedWgmmaGraph, MatchesTheFp64ReferenceUnderEverySchedule) {
   ASSERT_TRUE(program.ok()) << program.error().message;
   EXPECT_GT(wgmma_kernels(*program), 0);
   // head dims over 128: all four attentions on the wgmma kernel's 64-key tiles
-  if (std::string(GetParam()) == "wgmma_attention_wide_odd") EXPECT_EQ(wgmma_kernels(*program), 4);
+  if (std::string(GetParam()) == "wgmma_attention_wide_odd") {
+    EXPECT_EQ(wgmma_kernels(*program), 4);
+  }
   for (const Schedule& schedule : k_schedules) {
     SCOPED_TRACE("schedule " + to_string(schedule));
     EXPECT_EQ(check(graph, *program, schedule), "");
@@ -691,7 +693,9 @@ TEST_P(EmulatedWgmmaSymbolic, OneBucketsBuildMatchesFp64AtEverySize) {
   // Every matmul but tk (M = 4) on wgmma, every map following the dims; two maps or more for
   // each wgmma kernel but an attention converting fp32 operands, which reads them itself.
   for (const auto& k : program->lowered().plan.kernels) {
-    if (k.group.kind == compiler::GroupKind::matmul) EXPECT_EQ(k.tile.wgmma, k.shape.m != 4) << k.name;
+    if (k.group.kind == compiler::GroupKind::matmul) {
+      EXPECT_EQ(k.tile.wgmma, k.shape.m != 4) << k.name;
+    }
     int maps = 0;
     for (const compiler::KernelParam& p : k.params) {
       if (p.kind != compiler::ParamKind::tensor_map) continue;
