@@ -8,7 +8,6 @@
 #include "compiler/prelude.h"
 #include "compiler/sizes.h"
 #include "compiler/target.h"
-#include "ir/hash.h"
 
 #include <mutex>
 #include <unordered_map>

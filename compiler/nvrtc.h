@@ -97,8 +97,6 @@ class KernelStore {
   std::optional<NvrtcOutput> load(const std::string& key) const;
   // Keeps `out` under `key`; false where it could not be written (nothing is left half written).
   bool save(const std::string& key, const NvrtcOutput& out) const;
-  // The folder's real path.
-  const std::string& dir() const { return m_dir; }
   // Calls of load() answered with an entry, and entries removed as damaged, by this object.
   size_t hits() const { return m_hits; }
   size_t damaged() const { return m_damaged; }
