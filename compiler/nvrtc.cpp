@@ -194,8 +194,11 @@ Expected<std::string> nvrtc_identity(const std::string& explicit_path) {
   // the loader, so for those the library is loaded.
   static std::mutex mutex;
   static std::map<std::string, std::string> known;  // lookup only
-  std::string memo_key = explicit_path + '\n' + (std::getenv("KILN_NVRTC_PATH") ? std::getenv("KILN_NVRTC_PATH") : "") +
-                         '\n' + (std::getenv("CUDA_HOME") ? std::getenv("CUDA_HOME") : "");
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  std::string memo_key = explicit_path + '\n' + env("KILN_NVRTC_PATH") + '\n' + env("CUDA_HOME");
   {
     std::lock_guard lock(mutex);
     if (auto it = known.find(memo_key); it != known.end()) return it->second;
@@ -353,11 +356,11 @@ std::string checksum(std::string_view bytes) {
 
 // The whole of the file at `path`, or nullopt: none, or not one save() makes (a regular file of
 // the user's with one link, not a symbolic link; a pipe does not block the open), or over
-// `limit` bytes.
-std::optional<std::string> read_entry_file(const std::string& path, uint64_t limit) {
+// `limit` bytes. `st` is the file's status, as read from the file opened.
+std::optional<std::string> read_entry_file(const std::string& path, uint64_t limit,
+                                           struct stat& st) {
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
-  struct stat st {};
   std::optional<std::string> bytes;
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
       st.st_nlink == 1 && st.st_size >= 0 && static_cast<uint64_t>(st.st_size) <= limit) {
@@ -427,7 +430,7 @@ Expected<std::shared_ptr<KernelStore>> KernelStore::open(const std::string& dir,
   Expected<std::string> path = private_folder(dir);
   if (!path) return make_error("the kernel cache folder '", dir, "' ", path.error().message);
   prune_store(*path, max_bytes);
-  return std::shared_ptr<KernelStore>(new KernelStore(*path));
+  return std::shared_ptr<KernelStore>(new KernelStore(*path, max_bytes));
 }
 
 std::shared_ptr<KernelStore> KernelStore::from_environment() {
@@ -451,10 +454,17 @@ std::shared_ptr<KernelStore> KernelStore::from_environment() {
 std::optional<NvrtcOutput> KernelStore::load(const std::string& key) const {
   if (!is_key(key)) return std::nullopt;
   std::string path = m_dir + "/" + key + ".kernel";
-  std::optional<std::string> bytes = read_entry_file(path, k_max_entry_bytes);
+  struct stat seen {};
+  std::optional<std::string> bytes = read_entry_file(path, k_max_entry_bytes, seen);
   if (!bytes) return std::nullopt;
   auto damaged = [&]() -> std::optional<NvrtcOutput> {
-    ::unlink(path.c_str());
+    // Only the file read: a good entry another process renamed into place meanwhile stays (a
+    // rename between this check and the unlink, microseconds, still loses it: one recompile).
+    struct stat now {};
+    if (::lstat(path.c_str(), &now) == 0 && now.st_dev == seen.st_dev &&
+        now.st_ino == seen.st_ino) {
+      ::unlink(path.c_str());
+    }
     ++m_damaged;
     return std::nullopt;
   };
@@ -508,6 +518,16 @@ bool KernelStore::save(const std::string& key, const NvrtcOutput& out) const {
   if (!ok || ::rename(name.data(), path.c_str()) != 0) {
     ::unlink(name.data());
     return false;
+  }
+  // A quarter of the limit saved since the last prune: prune again (one thread; the others go
+  // on, their bytes counted towards the next).
+  uint64_t quarter = std::max<uint64_t>(m_max_bytes / 4, 1);
+  if (m_saved_since_prune.fetch_add(bytes.size()) + bytes.size() >= quarter) {
+    std::unique_lock lock(m_prune, std::try_to_lock);
+    if (lock.owns_lock() && m_saved_since_prune.load() >= quarter) {
+      m_saved_since_prune = 0;
+      prune_store(m_dir, m_max_bytes);
+    }
   }
   return true;
 }

@@ -79,8 +79,10 @@ class KernelMemo {
 // checksum; it is written to a private file and renamed into place, so a reader sees it whole or
 // not at all, and one that does not check out is removed and compiled again. Cubins run as the
 // user, so the folder must be theirs alone (support/private_dir.h), else it is not used (said once
-// on stderr). Past k_max_bytes, the least recently used entries are removed when a process opens
-// the folder. Thread-safe.
+// on stderr). Past its limit (k_max_bytes unless open() is given another), the least recently
+// used entries are removed, down to three quarters of it: when a process opens the folder, and
+// again each time this object has saved a quarter of the limit since (so a long-lived process
+// keeps the folder within 1.25 times the limit, other processes' saves aside). Thread-safe.
 class KernelStore {
  public:
   static constexpr uint64_t k_max_bytes = uint64_t{2} << 30;
@@ -102,9 +104,13 @@ class KernelStore {
   size_t damaged() const { return m_damaged; }
 
  private:
-  explicit KernelStore(std::string dir) : m_dir(std::move(dir)) {}
+  KernelStore(std::string dir, uint64_t max_bytes)
+      : m_dir(std::move(dir)), m_max_bytes(max_bytes) {}
   std::string m_dir;
+  uint64_t m_max_bytes;
   mutable std::atomic<size_t> m_hits{0}, m_damaged{0};
+  mutable std::atomic<uint64_t> m_saved_since_prune{0};  // bytes
+  mutable std::mutex m_prune;                             // one prune at a time
 };
 
 // The key under which a kernel's NVRTC outputs are kept (KernelMemo, KernelStore): a hash of the

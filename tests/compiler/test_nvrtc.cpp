@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -488,6 +489,36 @@ TEST(Nvrtc, AKernelStorePastItsLimitLosesItsLeastRecentlyUsedEntries) {
   auto pruned = KernelStore::open(dir.path(), 3 * entry);
   ASSERT_TRUE(pruned.ok());
   EXPECT_EQ(dir.entries(), (std::vector<std::string>{keys[0] + ".kernel", keys[3] + ".kernel"}));
+}
+
+// A store that stays open prunes again each time it has saved a quarter of its limit: a
+// long-lived process does not grow the folder past it.
+TEST(Nvrtc, AKernelStoreKeptOpenPrunesAsItSaves) {
+  StoreDir dir;
+  NvrtcOutput out;
+  out.cubin = std::string(1000, 'c');
+  uint64_t entry = 0;
+  {
+    StoreDir sizing;
+    auto first = KernelStore::open(sizing.path());
+    ASSERT_TRUE(first.ok()) << first.error().message;
+    ASSERT_TRUE((*first)->save(std::string(32, 'f'), out));
+    entry = fs::file_size(sizing.path() + "/" + std::string(32, 'f') + ".kernel");
+  }
+  // A limit of four entries: each save is a quarter of it, so each save past four prunes to three.
+  auto store = KernelStore::open(dir.path(), 4 * entry);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  std::string last;
+  for (char c : std::string("0123456789")) {
+    last = std::string(32, c);
+    ASSERT_TRUE((*store)->save(last, out));
+    EXPECT_LE(dir.entries().size(), 4u) << "after saving " << last;
+  }
+  std::vector<std::string> left = dir.entries();
+  EXPECT_GE(left.size(), 3u);
+  EXPECT_NE(std::find(left.begin(), left.end(), last + ".kernel"), left.end())
+      << "the newest entry stays";
+  EXPECT_TRUE((*store)->load(last));
 }
 
 }  // namespace
