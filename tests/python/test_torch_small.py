@@ -1224,6 +1224,38 @@ def test_an_upsample_runs_in_kiln_nearest_by_whole_factors_linear_to_any_size(ca
         "a nearest upsample from [4, 5] to [6, 7] (kiln takes whole factors)"], program.fallbacks
 
 
+class Bicubics(torch.nn.Module):
+    """F.interpolate(mode="bicubic"): up to a size, by 2, by 1.7, down (to 3 x 2, where the
+    taps reach past both edges), to its own size, to one element, align_corners, in bf16."""
+    def forward(self, x):
+        up = torch.nn.functional.interpolate
+        return (up(x, size=(9, 13), mode="bicubic"), up(x, scale_factor=2, mode="bicubic"),
+                up(x, scale_factor=1.7, mode="bicubic"), up(x, size=(3, 2), mode="bicubic"),
+                up(x, size=(4, 5), mode="bicubic"), up(x, size=(1, 1), mode="bicubic"),
+                up(x, size=(8, 11), mode="bicubic", align_corners=True),
+                up(x.to(torch.bfloat16), size=(6, 6), mode="bicubic"))
+
+
+def test_a_bicubic_upsample_runs_in_kiln_to_any_size(cache_dir):
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    ep = torch.export.export(Bicubics(), (torch.randn(2, 3, 4, 5),), dynamic_shapes=dims,
+                             strict=False)
+    program = one_kiln_graph(ep, cache_dir)  # before: "no kiln op for it", each
+    for b in (1, 3):
+        x = torch.randn(b, 3, 4, 5)
+        for k, (got, want) in enumerate(zip(program(x), Bicubics()(x))):
+            assert got.dtype == want.dtype and got.shape == want.shape, (k, got.shape, want.shape)
+            # The weights are the C++ source's f32 expressions; PyTorch's x86-64 builds fuse
+            # some of their multiply-adds, so a weight can be ~1e-7 apart.
+            tol = 8e-3 if want.dtype == torch.bfloat16 else 1e-5
+            torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+        # Every one of the 16 taps is kept where its weight is 0: inf and NaN where eager's are.
+        x[0, 0, 1, 2], x[-1, 1, 0, 0], x[0, 2, 3, 4] = float("inf"), float("nan"), -float("inf")
+        for k, (got, want) in enumerate(zip(program(x), Bicubics()(x))):
+            assert torch.equal(got.isnan(), want.isnan()), k
+            assert torch.equal(got.isinf(), want.isinf()), k
+
+
 class SplitsAndNorms(torch.nn.Module):
     """tensor_split at indices (one negative, one past the end: an empty last piece, unused)
     and into sections; vector norms of ord 2 over two dims kept, 1 over one, inf, 3, over every

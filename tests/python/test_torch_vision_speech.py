@@ -14,7 +14,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 @pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer",
                                   "resnet", "poolformer", "efficientnet", "mobilenet_v2",
-                                  "videomae", "convnextv2", "dpt", "mobilevit"])
+                                  "videomae", "convnextv2", "dpt", "mobilevit", "dinov2"])
 def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir):
     """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
     runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
@@ -25,8 +25,9 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
     mode whose kernel is past the input) and MobileNetV2's relu6s; so do VideoMAE's tubelet
     embedding (a conv3d whose stride is its kernel), ConvNeXt V2's global response norm (a
     vector norm), DPT's position embeddings resized bilinearly to their own size, and
-    MobileViT's bilinear resizes down to its patches and back. Every output is compared (the
-    pooled ones too). Swin
+    MobileViT's bilinear resizes down to its patches and back, and DINOv2's position embeddings
+    resized bicubically to an image of another shape (40 x 24 where they are for 32 x 32: 4 x 4
+    patches to 5 x 3). Every output is compared (the pooled ones too). Swin
     at a fixed batch: its window attention's batch is the image batch times the windows, a
     product of dims kiln's attention does not take."""
     import transformers as t
@@ -60,9 +61,10 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
         "dpt": lambda: t.DPTModel(t.DPTConfig(**small)),
         "mobilevit": lambda: t.MobileViTModel(t.MobileViTConfig(
             image_size=32, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64])),
+        "dinov2": lambda: t.Dinov2Model(t.Dinov2Config(**small)),
     }[arch]().eval()
     # A video: [B, frames, C, H, W].
-    pixel_shape = (4, 3, 32, 32) if arch == "videomae" else (3, 32, 32)
+    pixel_shape = {"videomae": (4, 3, 32, 32), "dinov2": (3, 40, 24)}.get(arch, (3, 32, 32))
     if arch in ("efficientnet", "mobilenet_v2", "mobilevit"):  # as initialised: zeros out
         for norm in model.modules():
             if isinstance(norm, torch.nn.BatchNorm2d):

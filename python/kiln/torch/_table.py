@@ -918,17 +918,20 @@ def _windows(text: str, lead: list, sizes: list, kernel: list, stride: list, dil
 
 
 @lowering(aten.upsample_nearest1d.vec, aten.upsample_nearest2d.vec, aten.upsample_linear1d.vec,
-          aten.upsample_bilinear2d.vec)
+          aten.upsample_bilinear2d.vec, aten.upsample_bicubic2d.vec)
 def _upsample(cx, node):
     """F.interpolate (nn.Upsample) along each spatial dim of fixed size. 'nearest' by a whole
     factor (an output size that is a multiple of the input's, or a whole scale factor) repeats
-    each element (reshape, expand, reshape). 'linear' and 'bilinear' to any size, up or down,
-    align_corners or not: each output position weighs its two source elements by PyTorch's f32
-    taps (_linear_taps), the sources gathered by slices (runs of consecutive or repeated
-    positions) joined by concat; along W, then along H, as PyTorch's generic kernel nests its
-    sum. Both terms are kept where a weight is 0, so an inf next to a position gives NaN there as
-    in PyTorch. A half input is taken in f32 (f32 weights) and rounded once."""
-    linear = node.target in (aten.upsample_linear1d.vec, aten.upsample_bilinear2d.vec)
+    each element (reshape, expand, reshape). 'linear', 'bilinear' and 'bicubic' (not
+    antialiased) to any size, up or down, align_corners or not: each output position weighs its
+    two source elements (four for bicubic, clamped at the edges) by PyTorch's f32 taps
+    (_linear_taps, _cubic_taps), the sources gathered by slices (runs of consecutive or repeated
+    positions) joined by concat, the terms summed in order; along W, then along H, as PyTorch's
+    generic kernel nests its sum. Every term is kept where its weight is 0, so an inf next to a
+    position gives NaN there as in PyTorch. A half input is taken in f32 (f32 weights) and
+    rounded once."""
+    cubic = node.target is aten.upsample_bicubic2d.vec
+    linear = cubic or node.target in (aten.upsample_linear1d.vec, aten.upsample_bilinear2d.vec)
     x, size = node.args[0], node.args[1]
     align = linear and bool(node.args[2])
     scales = node.args[3] if linear else node.args[2]
@@ -954,16 +957,18 @@ def _upsample(cx, node):
         text = cx.ref(x, "f32")
         for i in reversed(range(spatial)):  # W first, as PyTorch's nested sum
             axis = 2 + i
-            i0, i1, w0, w1 = _linear_taps(sizes[i], outs[i], align, scales[i])
-            runs = max(len(list(itertools.groupby(w))) for w in (w0, w1))
+            taps = (_cubic_taps if cubic else _linear_taps)(sizes[i], outs[i], align, scales[i])
+            runs = max(len(list(itertools.groupby(w))) for _, w in taps)
             if runs > 1024:  # each run of equal weights is a piece of the graph's text
                 raise Unsupported(f"an interpolation to {outs[i]} positions of {runs} runs of "
                                   "weights (kiln takes up to 1024)")
             text = cx.let(text)  # each gather reads it once a run
-            g0, g1 = (_gathered(text, dims, axis, idx) for idx in (i0, i1))
+            terms = [(_gathered(text, dims, axis, idx), w) for idx, w in taps]
             dims[axis] = str(outs[i])
-            text = f"add(mul({g0}, {_along(w0, axis, len(dims))}), " \
-                   f"mul({g1}, {_along(w1, axis, len(dims))}))"
+            text = None
+            for g, w in terms:  # ((t0 + t1) + t2) + t3, as PyTorch's loop adds them
+                term = f"mul({g}, {_along(w, axis, len(dims))})"
+                text = term if text is None else f"add({text}, {term})"
         return _rounded(text, out)
     # A scale factor given is PyTorch's step (1 / scale) even where floor(n * scale) is a
     # multiple of n (3.1 on 4 positions reads 0, 0, 0, 0, 1, ..., not each 3 times).
@@ -986,17 +991,29 @@ def _upsample(cx, node):
     return Expr(text)
 
 
-def _linear_taps(n: int, m: int, align: bool, scale) -> tuple:
+def _linear_taps(n: int, m: int, align: bool, scale) -> list:
     """PyTorch's linear interpolation from n positions to m (compute_source_index_and_lambda:
     area_pixel_compute_scale, area_pixel_compute_source_index and guard_index_and_lambda, in
-    f32): each output position's source positions and weights, (i0, i1, w0, w1) as lists.
+    f32): each output position's source positions and weights, [(i0, w0), (i1, w1)], lists.
     `scale` is the scale factor given (its inverse is the step), else None (n / m). To the same
     size each position is its own two sources, weighed 1 and 0. The source index
     `step * (j + 0.5) - 0.5` is rounded twice, as the C++ writes it and PyTorch's generic kernel
     and linear1d compute it; its bilinear kernel for small outputs on an AVX2 CPU rounds it once
     (a fused multiply-add), so a weight there can be 1.5e-8 where it is 0 here."""
     if n == m:
-        return list(range(m)), list(range(m)), [1.0] * m, [0.0] * m
+        return [(list(range(m)), [1.0] * m), (list(range(m)), [0.0] * m)]
+    f32 = torch.float32
+    i0, lam = _source_index(n, m, align, scale, cubic=False)
+    i1 = i0 + (i0 < n - 1).to(torch.int64)
+    w0 = torch.tensor(1.0, dtype=f32) - lam
+    return [(i0.tolist(), w0.tolist()), (i1.tolist(), lam.tolist())]
+
+
+def _source_index(n: int, m: int, align: bool, scale, cubic: bool) -> tuple:
+    """Each of m output positions' first source position (int64) and its distance past it (f32,
+    in [0, 1]), from n positions: PyTorch's area_pixel_compute_scale,
+    area_pixel_compute_source_index and guard_index_and_lambda in f32. For linear interpolation
+    a source index before 0 is 0; for cubic it is kept (the first position is then -1)."""
     f32 = torch.float32
     if align:
         step = torch.tensor(float(n - 1), dtype=f32) / float(m - 1) if m > 1 else \
@@ -1010,12 +1027,34 @@ def _linear_taps(n: int, m: int, align: bool, scale) -> tuple:
         src = step * j
     else:
         src = step * (j + 0.5) - 0.5
-        src = torch.where(src < 0, torch.zeros((), dtype=f32), src)
+        if not cubic:
+            src = torch.where(src < 0, torch.zeros((), dtype=f32), src)
     i0 = torch.clamp(torch.floor(src).to(torch.int64), max=n - 1)
-    lam = torch.clamp(src - i0.to(f32), 0.0, 1.0)
-    i1 = i0 + (i0 < n - 1).to(torch.int64)
-    w0 = torch.tensor(1.0, dtype=f32) - lam
-    return i0.tolist(), i1.tolist(), w0.tolist(), lam.tolist()
+    return i0, torch.clamp(src - i0.to(f32), 0.0, 1.0)
+
+
+def _cubic_taps(n: int, m: int, align: bool, scale) -> list:
+    """PyTorch's bicubic interpolation from n positions to m along one dim (its generic CPU
+    kernel's HelperInterpCubic, in f32): four (positions, weights) lists, the positions i - 1 to
+    i + 2 around each output's source index i, clamped to the dim, and the weights Keys' cubic
+    convolution (A = -0.75) at its distance t past i, as get_cubic_upsample_coefficients
+    computes them: f(t + 1), g(t), g(1 - t), f(2 - t) with g(x) = ((A + 2) x - (A + 3)) x x + 1
+    and f(x) = ((A x - 5A) x + 8A) x - 4A. PyTorch's AVX2 build may fuse a multiply and an add
+    of these (one rounding fewer): a weight an ulp apart at times."""
+    f32 = torch.float32
+    i, t = _source_index(n, m, align, scale, cubic=True)
+    a = torch.tensor(-0.75, dtype=f32)
+    one = torch.tensor(1.0, dtype=f32)
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    weights = (far(t + one), near(t), near(one - t), far((one - t) + one))
+    return [(torch.clamp(i - 1 + k, 0, n - 1).tolist(), w.tolist())
+            for k, w in enumerate(weights)]
 
 
 def _gathered(text: str, dims: list, axis: int, index: list) -> str:
