@@ -1176,11 +1176,43 @@ class Upsamples(torch.nn.Module):
 
 
 class UpsamplesInPyTorch(torch.nn.Module):
-    """Nearest to a size that is not a multiple, and by 3.1: 4 positions to 12 read 0, 0, 0, 0,
-    1, ... (PyTorch's step is 1 / 3.1), not each one 3 times."""
+    """'nearest-exact' and an antialiased bilinear resize."""
     def forward(self, x):
         up = torch.nn.functional.interpolate
-        return up(x, size=(6, 7), mode="nearest"), up(x, scale_factor=3.1)
+        return (up(x, size=(6, 7), mode="nearest-exact"),
+                up(x, size=(2, 3), mode="bilinear", antialias=True))
+
+
+class NearestAndTrilinear(torch.nn.Module):
+    """Nearest to sizes that are not multiples (up to 6 x 7, down to 3 x 2) and by 3.1 (4
+    positions to 12 read 0, 0, 0, 0, 1, ...: PyTorch's step is 1 / 3.1, so not each one 3
+    times) and 0.6; nearest over 3 dims by 2 and to a size; trilinear up, down, with
+    align_corners, and in bf16."""
+    def forward(self, x):
+        up = torch.nn.functional.interpolate
+        v = x.reshape(x.shape[0], 3, 2, 2, 5)
+        return (up(x, size=(6, 7)), up(x, size=(3, 2)), up(x, scale_factor=3.1),
+                up(x, scale_factor=0.6), up(v, scale_factor=2), up(v, size=(3, 5, 2)),
+                up(v, size=(3, 5, 7), mode="trilinear"),
+                up(v, scale_factor=0.5, mode="trilinear"),
+                up(v, size=(4, 3, 9), mode="trilinear", align_corners=True),
+                up(v.to(torch.bfloat16), scale_factor=1.5, mode="trilinear"))
+
+
+def test_nearest_to_any_size_and_trilinear_upsamples_run_in_kiln(cache_dir):
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    ep = torch.export.export(NearestAndTrilinear(), (torch.randn(2, 3, 4, 5),),
+                             dynamic_shapes=dims, strict=False)
+    program = one_kiln_graph(ep, cache_dir)  # before: each in PyTorch
+    for b in (1, 3):
+        x = torch.randn(b, 3, 4, 5)
+        for k, (got, want) in enumerate(zip(program(x), NearestAndTrilinear()(x))):
+            assert got.dtype == want.dtype and got.shape == want.shape, (k, got.shape, want.shape)
+            if k < 6:  # copies
+                assert torch.equal(got, want), k
+            else:
+                tol = 8e-3 if want.dtype == torch.bfloat16 else 1e-6
+                torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
 def test_an_upsample_runs_in_kiln_nearest_by_whole_factors_linear_to_any_size(cache_dir):
@@ -1219,9 +1251,9 @@ def test_an_upsample_runs_in_kiln_nearest_by_whole_factors_linear_to_any_size(ca
     ep = torch.export.export(UpsamplesInPyTorch(), (torch.randn(2, 3, 4, 5),), strict=False)
     program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
-    assert sorted(r for f in program.fallbacks for r in f.reason.split("; ")) == [
-        "a nearest upsample from [4, 5] to [12, 15] (kiln takes whole factors)",
-        "a nearest upsample from [4, 5] to [6, 7] (kiln takes whole factors)"], program.fallbacks
+    assert sorted(f.op for f in program.fallbacks) == [
+        "aten._upsample_bilinear2d_aa.vec", "aten._upsample_nearest_exact2d.vec"], \
+        program.fallbacks
 
 
 class Bicubics(torch.nn.Module):

@@ -917,12 +917,14 @@ def _windows(text: str, lead: list, sizes: list, kernel: list, stride: list, dil
         yield w, wdims
 
 
-@lowering(aten.upsample_nearest1d.vec, aten.upsample_nearest2d.vec, aten.upsample_linear1d.vec,
-          aten.upsample_bilinear2d.vec, aten.upsample_bicubic2d.vec)
+@lowering(aten.upsample_nearest1d.vec, aten.upsample_nearest2d.vec, aten.upsample_nearest3d.vec,
+          aten.upsample_linear1d.vec, aten.upsample_bilinear2d.vec, aten.upsample_trilinear3d.vec,
+          aten.upsample_bicubic2d.vec)
 def _upsample(cx, node):
     """F.interpolate (nn.Upsample) along each spatial dim of fixed size. 'nearest' by a whole
     factor (an output size that is a multiple of the input's, or a whole scale factor) repeats
-    each element (reshape, expand, reshape). 'linear', 'bilinear' and 'bicubic' (not
+    each element (reshape, expand, reshape); to any other size it gathers PyTorch's source
+    positions (_nearest_index) by slices. 'linear', 'bilinear', 'trilinear' and 'bicubic' (not
     antialiased) to any size, up or down, align_corners or not: each output position weighs its
     two source elements (four for bicubic, clamped at the edges) by PyTorch's f32 taps
     (_linear_taps, _cubic_taps), the sources gathered by slices (runs of consecutive or repeated
@@ -931,12 +933,14 @@ def _upsample(cx, node):
     position gives NaN there as in PyTorch. A half input is taken in f32 (f32 weights) and
     rounded once."""
     cubic = node.target is aten.upsample_bicubic2d.vec
-    linear = cubic or node.target in (aten.upsample_linear1d.vec, aten.upsample_bilinear2d.vec)
+    linear = cubic or node.target in (aten.upsample_linear1d.vec, aten.upsample_bilinear2d.vec,
+                                      aten.upsample_trilinear3d.vec)
     x, size = node.args[0], node.args[1]
     align = linear and bool(node.args[2])
     scales = node.args[3] if linear else node.args[2]
     shape = cx.meta(x).shape
-    spatial = 1 if node.target in (aten.upsample_nearest1d.vec, aten.upsample_linear1d.vec) else 2
+    spatial = 1 if node.target in (aten.upsample_nearest1d.vec, aten.upsample_linear1d.vec) else \
+        3 if node.target in (aten.upsample_nearest3d.vec, aten.upsample_trilinear3d.vec) else 2
     out = cx.dtype_of(x)
     if len(shape) != spatial + 2 or any(cx.is_symbolic(d) for d in shape[2:]) or \
             cx.merged(shape[0]) or (linear and out not in ("f32", "f16", "bf16")):
@@ -974,12 +978,13 @@ def _upsample(cx, node):
     # multiple of n (3.1 on 4 positions reads 0, 0, 0, 0, 1, ..., not each 3 times).
     factors = [o // n if o % n == 0 and (scale is None or float(scale).is_integer()) else None
                for o, n, scale in zip(outs, sizes, scales)]
-    if any(f is None for f in factors):
-        raise Unsupported(f"a nearest upsample from {sizes} to {outs} (kiln takes whole "
-                          "factors)")
     text = cx.ref(x)
     for i in reversed(range(spatial)):
         axis, n, s = 2 + i, sizes[i], factors[i]
+        if s is None:  # PyTorch's positions, gathered
+            text = _gathered(cx.let(text), dims, axis, _nearest_index(n, outs[i], scales[i]))
+            dims[axis] = str(outs[i])
+            continue
         if s == 1:
             continue
         grouped = dims[:axis] + [str(n), str(s)] + dims[axis + 1:]
@@ -989,6 +994,19 @@ def _upsample(cx, node):
         dims[axis] = str(n * s)
         text = f"reshape({wide}, shape=[{', '.join(dims)}])"
     return Expr(text)
+
+
+def _nearest_index(n: int, m: int, scale) -> list:
+    """PyTorch's 'nearest' source positions from n positions to m (HelperInterpNearest, in
+    f32): floor(j * step), at most n - 1, the step 1 / scale where a scale factor is given,
+    else n / m."""
+    f32 = torch.float32
+    if scale is not None and float(scale) > 0:
+        step = torch.tensor(1.0 / float(scale), dtype=f32)
+    else:
+        step = torch.tensor(float(n), dtype=f32) / float(m)
+    src = torch.floor(torch.arange(m, dtype=f32) * step).to(torch.int64)
+    return torch.clamp(src, max=n - 1).tolist()
 
 
 def _linear_taps(n: int, m: int, align: bool, scale) -> list:
