@@ -1063,6 +1063,34 @@ def test_a_max_pool_is_the_maximum_of_its_windows_nan_and_inf_included(cache_dir
                 assert torch.equal(got.nan_to_num(0), want.nan_to_num(0))
 
 
+class Pools3d(torch.nn.Module):
+    """Pools over 3 dims (video models' stems and heads): max 3x3x3 stride 2 padded, 1x3x3
+    dilated in ceil mode; average 2x2x2, 3x3x3 padded without counting the padding, in ceil
+    mode, and with a divisor (eager has no half avg_pool3d on the CPU)."""
+    def forward(self, x):
+        mx, avg = torch.nn.functional.max_pool3d, torch.nn.functional.avg_pool3d
+        return (mx(x, 3, 2, 1), mx(x, (1, 3, 3), (1, 2, 2), dilation=(1, 2, 1), ceil_mode=True),
+                avg(x, 2), avg(x, 3, 2, 1, count_include_pad=False),
+                avg(x, (2, 3, 3), 2, ceil_mode=True), avg(x, 2, divisor_override=3))
+
+
+def test_pools_over_3_dims_run_in_kiln(cache_dir):
+    dims = ({0: torch.export.Dim("B", max=8)},)
+    ep = torch.export.export(Pools3d(), (torch.randn(2, 3, 5, 9, 10),), dynamic_shapes=dims,
+                             strict=False)
+    # As exported and decomposed (max_pool3d_with_indices, its values). Before: each in PyTorch.
+    for e in (ep, ep.run_decompositions()):
+        program = one_kiln_graph(e, cache_dir)
+        for b in (1, 3):
+            x = torch.randn(b, 3, 5, 9, 10)
+            x[0, 0, 1, 1, 1], x[0, 1, 2, 2, 2] = float("nan"), -float("inf")
+            for k, (got, want) in enumerate(zip(program(x), Pools3d()(x))):
+                assert got.dtype == want.dtype and got.shape == want.shape, (k, got.shape)
+                assert torch.equal(got.isnan(), want.isnan()), k
+                # The same bits: maxima pick elements, sums add in PyTorch's order.
+                assert torch.equal(got.nan_to_num(0), want.nan_to_num(0)), k
+
+
 class InPyTorch(torch.nn.Module):
     """A batch norm in training mode, max and average pools of 81 kernel offsets: kiln takes none
     of them."""

@@ -1143,16 +1143,20 @@ def _pooled_sizes(sizes, kernel, stride, padding, dilation, ceil: bool) -> list:
     return outs
 
 
-@lowering(aten.max_pool1d.default, aten.max_pool2d.default,
-          aten.max_pool2d_with_indices.default)
+@lowering(aten.max_pool1d.default, aten.max_pool2d.default, aten.max_pool3d.default,
+          aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
 def _max_pool(cx, node):
-    """max_pool1d and max_pool2d (ResNet's stem): the maximum of the kernel offsets' windows of
-    the input padded with -inf (NaN wins, as in PyTorch); in ceil mode, past the padding too
-    (SqueezeNet's and GoogLeNet's pools). Of the indices' form only the values."""
-    if node.target is aten.max_pool2d_with_indices.default:
+    """max_pool1d, max_pool2d (ResNet's stem) and max_pool3d: the maximum of the kernel
+    offsets' windows of the input padded with -inf (NaN wins, as in PyTorch); in ceil mode, past
+    the padding too (SqueezeNet's and GoogLeNet's pools). Of the indices' forms only the
+    values."""
+    indices = node.target in (aten.max_pool2d_with_indices.default,
+                              aten.max_pool3d_with_indices.default)
+    if indices:
         cx.only_first_output(node)
     x = node.args[0]
-    spatial = 1 if node.target is aten.max_pool1d.default else 2
+    spatial = 1 if node.target is aten.max_pool1d.default else \
+        3 if node.target in (aten.max_pool3d.default, aten.max_pool3d_with_indices.default) else 2
     lead, sizes = _pooled_input(cx, x, spatial, "a max pool")
     kernel, stride, padding, dilation, ceil = _pool_window(
         node, spatial, "a max pool", {"dilation": 4, "ceil_mode": 5})
@@ -1164,7 +1168,7 @@ def _max_pool(cx, node):
     windows = [w for w, _ in _windows(cx.ref(x), lead, sizes, kernel, stride, dilation, padding,
                                       padding, outs, -math.inf, cx.dtype_of(x))]
     text = _chained("maximum", windows)
-    return Tuple0(text) if node.target is aten.max_pool2d_with_indices.default else Expr(text)
+    return Tuple0(text) if indices else Expr(text)
 
 
 def _float_vector(values: list) -> str:
@@ -1193,21 +1197,21 @@ def _divided(text: str, counts: list, spatial_at: int, rank: int) -> str:
     return text
 
 
-@lowering(aten.avg_pool1d.default, aten.avg_pool2d.default)
+@lowering(aten.avg_pool1d.default, aten.avg_pool2d.default, aten.avg_pool3d.default)
 def _avg_pool(cx, node):
-    """avg_pool1d and avg_pool2d, every option: the sum of the kernel offsets' windows of the
+    """avg_pool1d, avg_pool2d and avg_pool3d, every option: the sum of the kernel offsets' windows of the
     input padded with zeros (in PyTorch's order, in f32 for a half input), divided by the window's
     size, its padding counted (count_include_pad) or not, or by divisor_override; in ceil mode a
     last partial window's size is what it covers of the input and its padding (PoolFormer's
     token mixer, DenseNet's transitions, EfficientNet's pooler: a kernel past a single window's
     input is that input)."""
     x = node.args[0]
-    spatial = 1 if node.target is aten.avg_pool1d.default else 2
+    spatial = {aten.avg_pool1d.default: 1, aten.avg_pool2d.default: 2}.get(node.target, 3)
     lead, sizes = _pooled_input(cx, x, spatial, "an average pool")
     kernel, stride, padding, _, ceil = _pool_window(node, spatial, "an average pool",
                                                     {"ceil_mode": 4})
     include_pad = bool(_arg(node, 5, "count_include_pad", True))
-    override = _arg(node, 6, "divisor_override", None) if spatial == 2 else None
+    override = _arg(node, 6, "divisor_override", None) if spatial > 1 else None
     if override is not None and (not isinstance(override, int) or override == 0):
         raise Unsupported(f"an average pool divided by {override!r} (PyTorch raises at 0)")
     outs = _pooled_sizes(sizes, kernel, stride, padding, [1] * spatial, ceil)
@@ -1243,7 +1247,9 @@ def _avg_pool(cx, node):
     else:  # PyTorch divides by the product of the dims' sizes, which f32 holds exactly
         factors = [_lit(float(c[0])) if len(set(c)) == 1 else
                    _along(c, len(lead) + i, rank) for i, c in enumerate(counts)]
-        size = factors[0] if len(factors) == 1 else f"mul({factors[0]}, {factors[1]})"
+        size = factors[0]
+        for factor in factors[1:]:
+            size = f"mul({size}, {factor})"
         text = f"div({text}, {size})"
     return Expr(text if out == "f32" else f"cast({text}, to={out})")
 
