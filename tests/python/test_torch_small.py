@@ -899,6 +899,35 @@ def test_a_constant_index_of_many_runs_is_an_embedding_of_the_table(cache_dir):
                 assert torch.equal(got, want)
 
 
+class TwoDimConstantIndex(torch.nn.Module):
+    """LeViT's attention biases: a table [heads, offsets] by a constant index of 2 dims along
+    dim 1 (more than 64 runs, some negative), and one of few runs; reshape_as and view_as."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.biases = torch.nn.Parameter(torch.randn(4, 25))
+        index = torch.randint(0, 25, (10, 10))
+        index[::3, ::2] -= 25
+        self.register_buffer("index", index)
+        self.register_buffer("few", torch.tensor([[0, 1], [2, 3], [3, 4]]))
+
+    def forward(self, x):
+        return (x + self.biases[:, self.index], self.biases[:, self.few],
+                x.flatten(1).reshape_as(x), x.view(x.shape[0], -1).view_as(x) * 2)
+
+
+def test_a_constant_index_of_two_dims_is_taken_in_order(cache_dir):
+    module = TwoDimConstantIndex()
+    ep = torch.export.export(module, (torch.randn(2, 4, 10, 10),),
+                             dynamic_shapes=({0: torch.export.Dim("B", max=8)},), strict=False)
+    program = one_kiln_graph(ep, cache_dir)  # before: in PyTorch ("advanced indexing", no op)
+    for b in (1, 3):
+        x = torch.randn(b, 4, 10, 10)
+        with torch.no_grad():
+            for k, (got, want) in enumerate(zip(program(x), module(x))):
+                assert got.shape == want.shape and torch.equal(got, want), k
+
+
 class Picks(torch.nn.Module):
     """A sequence classifier's head: the last non-pad position by argmax of positions times the
     mask, then x[arange(B), that] (also by a negative i32 id, and at rank 2; a -0.0 picked stays

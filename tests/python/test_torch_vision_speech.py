@@ -14,7 +14,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 @pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer",
                                   "resnet", "poolformer", "efficientnet", "mobilenet_v2",
-                                  "videomae", "convnextv2", "dpt", "mobilevit", "dinov2"])
+                                  "videomae", "convnextv2", "dpt", "mobilevit", "dinov2",
+                                  "levit"])
 def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir):
     """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
     runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
@@ -27,7 +28,8 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
     vector norm), DPT's position embeddings resized bilinearly to their own size, and
     MobileViT's bilinear resizes down to its patches and back, and DINOv2's position embeddings
     resized bicubically to an image of another shape (40 x 24 where they are for 32 x 32: 4 x 4
-    patches to 5 x 3). Every output is compared (the pooled ones too). Swin
+    patches to 5 x 3); so do LeViT's attention biases (a table by a constant index of 2 dims)
+    and its batch norms of [B * N, C]. Every output is compared (the pooled ones too). Swin
     at a fixed batch: its window attention's batch is the image batch times the windows, a
     product of dims kiln's attention does not take."""
     import transformers as t
@@ -62,12 +64,16 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
         "mobilevit": lambda: t.MobileViTModel(t.MobileViTConfig(
             image_size=32, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64])),
         "dinov2": lambda: t.Dinov2Model(t.Dinov2Config(**small)),
+        "levit": lambda: t.LevitModel(t.LevitConfig(
+            image_size=64, hidden_sizes=[16, 24, 32], num_attention_heads=[1, 2, 2],
+            depths=[1, 1, 1], key_dim=[8, 8, 8], down_ops=[["Subsample", 8, 1, 4, 2, 2]] * 2)),
     }[arch]().eval()
     # A video: [B, frames, C, H, W].
-    pixel_shape = {"videomae": (4, 3, 32, 32), "dinov2": (3, 40, 24)}.get(arch, (3, 32, 32))
-    if arch in ("efficientnet", "mobilenet_v2", "mobilevit"):  # as initialised: zeros out
+    pixel_shape = {"videomae": (4, 3, 32, 32), "dinov2": (3, 40, 24),
+                   "levit": (3, 64, 64)}.get(arch, (3, 32, 32))
+    if arch in ("efficientnet", "mobilenet_v2", "mobilevit", "levit"):  # zeros out as initialised
         for norm in model.modules():
-            if isinstance(norm, torch.nn.BatchNorm2d):
+            if isinstance(norm, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
                 norm.weight.data.uniform_(0.5, 1.5)
                 norm.bias.data.uniform_(-0.5, 0.5)
                 norm.running_mean.uniform_(-0.5, 0.5)

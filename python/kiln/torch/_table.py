@@ -1986,7 +1986,8 @@ def _rms_norm(cx, node):
 
 @lowering(aten.view.default, aten.reshape.default, aten._unsafe_view.default,
           aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
-          aten.flatten.using_ints, aten.unflatten.int)
+          aten.flatten.using_ints, aten.unflatten.int, aten.reshape_as.default,
+          aten.view_as.default)
 def _reshape(cx, node):
     x = node.args[0]
     if list(cx.meta(x).shape) == list(cx.meta(node).shape):
@@ -2708,7 +2709,9 @@ def _take(cx, node, x, axis, picks, ids=None) -> str:
     if len(runs) > 64:
         if ids is None or cx.is_symbolic(size) or cx.dtype_of(x) not in ("f32", "f16", "bf16"):
             raise Unsupported("an index of more than 64 runs of positions")
-        text = cx.ref(ids, "i64")  # of shape [n]: more than 64 runs
+        text = cx.ref(ids, "i64")  # more than 64 runs
+        if len(cx.meta(ids).shape) != 1:  # positions of any shape, taken in order
+            text = f"reshape({text}, shape=[{len(picks)}])"
         if min(picks_given) < 0:  # counting from the end, as PyTorch's
             text = _from_end(text, int(size))
         return _rows_along(cx, x, axis, text, str(len(picks)), "an index")
@@ -2837,7 +2840,8 @@ def _index(cx, node):
     """x[arange(n0)[:, None, ...], ..., arange(nk)[..., None]]: every dim of x indexed by its own
     positions, spread over the result's axes in order (transformers' padding-mask gather) is a
     reshape of x. x[:, :, [i, j, ...]] by constant positions along one dim (Falcon's multi-query
-    split, `fused_qkv[..., [-2], :]`) is slices of x, joined."""
+    split, `fused_qkv[..., [-2], :]`) is slices of x, joined; positions of several dims are
+    taken in order and the result reshaped."""
     x, indices = node.args
     xshape = list(cx.meta(x).shape)
     out = list(cx.meta(node).shape)
@@ -2845,8 +2849,10 @@ def _index(cx, node):
     if len(given) == 1 and given[0] == len(indices) - 1:
         axis = given[0]
         value = _lifted_constant(cx, indices[axis])
-        if value is not None and value.dim() <= 1 and value.numel() > 0 and \
+        if value is not None and value.numel() > 0 and \
                 value.dtype in (torch.int64, torch.int32):
+            # Positions of any shape (LeViT's attention_biases[:, attention_bias_idxs]) are
+            # taken in order and the result reshaped.
             text = _take(cx, node, x, axis, [int(v) for v in value.reshape(-1)], indices[axis])
             return Expr(text if value.dim() == 1 else f"reshape({text}, shape={cx.shape(node)})")
         if value is None and axis == 0 and len(xshape) == 2 and \
@@ -3066,9 +3072,9 @@ def merged_dims_reason(cx, node) -> str | None:
     """None unless `node` reads or makes a tensor with a merged dim (a size s0*s1, which kiln
     holds as its factors in its place) and its work would see the factors, else why. Only
     elementwise work aligned as PyTorch aligns it, reshapes, repeats, matmuls and linears whose
-    merged dims are rows or batch dims, permutes that keep merged dims in place, and norms,
-    softmax, reductions and running sums over dims after the merged ones read [s0, s1, 64] as
-    PyTorch reads [s0*s1, 64]."""
+    merged dims are rows or batch dims, permutes that keep merged dims in place, batch norms
+    whose channels follow the merged dim, and norms, softmax, reductions and running sums over
+    dims after the merged ones read [s0, s1, 64] as PyTorch reads [s0*s1, 64]."""
     operands = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
     merged = [n for n in operands + [node] if cx.has_merged(n)]
     if not merged:
@@ -3137,6 +3143,11 @@ def merged_dims_reason(cx, node) -> str | None:
         ok = not (isinstance(node.args[0], Node) and node.args[0].target in _SPLITS)
     elif low in (_layer_norm, _native_layer_norm, _rms_norm_op):
         ok = tail_free(node.args[0], 1) and all(free(a) for a in node.args[2:4])
+    elif low is _batch_norm:
+        # Channels in dim 1, their values shaped [C, 1, ...] against the dims after it: a merged
+        # dim 0 (LeViT's norms of [B * N, C]) is read alike.
+        x = node.args[0]
+        ok = tail_free(x, len(cx.meta(x).shape) - 1) and all(free(a) for a in node.args[1:5])
     elif low in (_embedding, _index_select):
         # A 2-D table's rows at ids of any shape: [B, S, D] in kiln is [B*S, D] in PyTorch.
         table = node.args[0]
