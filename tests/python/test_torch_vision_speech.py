@@ -29,9 +29,9 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
     MobileViT's bilinear resizes down to its patches and back, and DINOv2's position embeddings
     resized bicubically to an image of another shape (40 x 24 where they are for 32 x 32: 4 x 4
     patches to 5 x 3); so do LeViT's attention biases (a table by a constant index of 2 dims)
-    and its batch norms of [B * N, C]. Every output is compared (the pooled ones too). Swin
-    at a fixed batch: its window attention's batch is the image batch times the windows, a
-    product of dims kiln's attention does not take."""
+    and its batch norms of [B * N, C], and Swin's window attention (shifted windows with their
+    mask included), whose batch is the image batch times the windows. Every output is compared
+    (the pooled ones too), at a dynamic batch."""
     import transformers as t
     torch.manual_seed(0)
     small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -42,7 +42,7 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
         "convnext": lambda: t.ConvNextModel(t.ConvNextConfig(
             hidden_sizes=[8, 16], depths=[1, 1], num_stages=2)),
         "swin": lambda: t.SwinModel(t.SwinConfig(
-            image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+            image_size=32, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 2],
             window_size=4)),
         "segformer": lambda: t.SegformerModel(t.SegformerConfig(
             num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
@@ -82,14 +82,14 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
         for name, param in model.named_parameters():
             if ".grn." in name:
                 param.data.uniform_(-1, 1)
-    dims = {"pixel_values": {0: torch.export.Dim("B", max=8)}} if arch != "swin" else None
+    dims = {"pixel_values": {0: torch.export.Dim("B", max=8)}}
     with torch.no_grad():
         ep = torch.export.export(model, (), {"pixel_values": torch.randn(2, *pixel_shape)},
                                  dynamic_shapes=dims, strict=False)
         program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                               cache_dir=cache_dir, fallbacks="allow")
         assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
-        for b in (2, 1, 5) if dims else (2,):
+        for b in (2, 1, 5):
             pixels = torch.randn(b, *pixel_shape)
             want = model(pixel_values=pixels)
             got = program(pixel_values=pixels)

@@ -3072,8 +3072,8 @@ def merged_dims_reason(cx, node) -> str | None:
     """None unless `node` reads or makes a tensor with a merged dim (a size s0*s1, which kiln
     holds as its factors in its place) and its work would see the factors, else why. Only
     elementwise work aligned as PyTorch aligns it, reshapes, repeats, matmuls and linears whose
-    merged dims are rows or batch dims, permutes that keep merged dims in place, batch norms
-    whose channels follow the merged dim, and norms, softmax, reductions and running sums over
+    merged dims are rows or batch dims, attention whose merged dims are batch dims, permutes
+    that keep merged dims in place, batch norms whose channels follow the merged dim, and norms, softmax, reductions and running sums over
     dims after the merged ones read [s0, s1, 64] as PyTorch reads [s0*s1, 64]."""
     operands = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
     merged = [n for n in operands + [node] if cx.has_merged(n)]
@@ -3143,6 +3143,13 @@ def merged_dims_reason(cx, node) -> str | None:
         ok = not (isinstance(node.args[0], Node) and node.args[0].target in _SPLITS)
     elif low in (_layer_norm, _native_layer_norm, _rms_norm_op):
         ok = tail_free(node.args[0], 1) and all(free(a) for a in node.args[2:4])
+    elif low in (_sdpa, _sdpa_tuple):
+        # Merged dims among the batch dims (Swin's windows times the batch): kiln's attention
+        # broadcasts its batch dims as matmul does,
+        # each operand aligned with the output's (the query's where the node is a tuple).
+        out = node if isinstance(cx.meta(node), torch.Tensor) else node.args[0]
+        ok = all(tail_free(a, 3) for a in node.args[:3]) and \
+            all(tail_free(a, 2) and aligned(a, out) for a in operands)
     elif low is _batch_norm:
         # Channels in dim 1, their values shaped [C, 1, ...] against the dims after it: a merged
         # dim 0 (LeViT's norms of [B * N, C]) is read alike.
