@@ -524,9 +524,13 @@ bool KernelStore::save(const std::string& key, const NvrtcOutput& out) const {
   uint64_t quarter = std::max<uint64_t>(m_max_bytes / 4, 1);
   if (m_saved_since_prune.fetch_add(bytes.size()) + bytes.size() >= quarter) {
     std::unique_lock lock(m_prune, std::try_to_lock);
-    if (lock.owns_lock() && m_saved_since_prune.load() >= quarter) {
-      m_saved_since_prune = 0;
-      prune_store(m_dir, m_max_bytes);
+    if (lock.owns_lock()) {
+      uint64_t saved = m_saved_since_prune.exchange(0);
+      if (saved >= quarter) {
+        prune_store(m_dir, m_max_bytes);
+      } else {
+        m_saved_since_prune += saved;  // another thread pruned meanwhile: counted towards the next
+      }
     }
   }
   return true;

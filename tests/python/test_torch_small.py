@@ -1243,13 +1243,16 @@ class UpsamplesInPyTorch(torch.nn.Module):
 class NearestAndTrilinear(torch.nn.Module):
     """Nearest to sizes that are not multiples (up to 6 x 7, down to 3 x 2) and by 3.1 (4
     positions to 12 read 0, 0, 0, 0, 1, ...: PyTorch's step is 1 / 3.1, so not each one 3
-    times) and 0.6; nearest over 3 dims by 2 and to a size; trilinear up, down, with
-    align_corners, and in bf16."""
+    times) and 0.6; in 2-D by 1.1 and 2.2 (eager's 2-D kernel copies to the same size and
+    reads j // 2 to twice it, whatever the factor), and 1-D by 1.1 (the step: 0, 0, 1, 2);
+    nearest over 3 dims by 2 and to a size; trilinear up, down, with align_corners, and in
+    bf16."""
     def forward(self, x):
         up = torch.nn.functional.interpolate
         v = x.reshape(x.shape[0], 3, 2, 2, 5)
         return (up(x, size=(6, 7)), up(x, size=(3, 2)), up(x, scale_factor=3.1),
-                up(x, scale_factor=0.6), up(v, scale_factor=2), up(v, size=(3, 5, 2)),
+                up(x, scale_factor=0.6), up(x, scale_factor=(1.1, 2.2)),
+                up(x[:, 0], scale_factor=1.1), up(v, scale_factor=2), up(v, size=(3, 5, 2)),
                 up(v, size=(3, 5, 7), mode="trilinear"),
                 up(v, scale_factor=0.5, mode="trilinear"),
                 up(v, size=(4, 3, 9), mode="trilinear", align_corners=True),
@@ -1265,7 +1268,7 @@ def test_nearest_to_any_size_and_trilinear_upsamples_run_in_kiln(cache_dir):
         x = torch.randn(b, 3, 4, 5)
         for k, (got, want) in enumerate(zip(program(x), NearestAndTrilinear()(x))):
             assert got.dtype == want.dtype and got.shape == want.shape, (k, got.shape, want.shape)
-            if k < 6:  # copies
+            if k < 8:  # copies
                 assert torch.equal(got, want), k
             else:
                 tol = 8e-3 if want.dtype == torch.bfloat16 else 1e-6
@@ -1608,6 +1611,28 @@ def test_an_index_kiln_leaves_to_pytorch_says_which_forms_it_takes(cache_dir, fo
     assert [(f.op, f.count, f.reason) for f in program.fallbacks] == \
         [("aten.index.Tensor", 1, reason)]
     assert torch.equal(program(h, ids), module(h, ids))
+
+
+class SelectAtABuffer(torch.nn.Module):
+    """t[:, buf] with buf a 0-d integer buffer: exported as buf's item() and a select at it."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("at", torch.tensor(2))
+
+    def forward(self, t):
+        return t[:, self.at] * 2
+
+
+def test_a_select_at_a_position_computed_in_the_program_stays_in_pytorch(cache_dir):
+    module, t = SelectAtABuffer(), torch.randn(3, 5)
+    ep = torch.export.export(module, (t,), strict=False)
+    # Before: a TypeError from the lowering (the position is a node, not a number).
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [(f.op, f.reason) for f in program.fallbacks if "select" in f.op] == \
+        [("aten.select.int", "a select at a position computed in the program")], \
+        program.fallbacks
+    assert torch.equal(program(t), module(t))
 
 
 class IntegerArgmax(torch.nn.Module):

@@ -982,7 +982,8 @@ def _upsample(cx, node):
     for i in reversed(range(spatial)):
         axis, n, s = 2 + i, sizes[i], factors[i]
         if s is None:  # PyTorch's positions, gathered
-            text = _gathered(cx.let(text), dims, axis, _nearest_index(n, outs[i], scales[i]))
+            index = _nearest_index(n, outs[i], scales[i], spatial == 2)
+            text = _gathered(cx.let(text), dims, axis, index)
             dims[axis] = str(outs[i])
             continue
         if s == 1:
@@ -996,10 +997,15 @@ def _upsample(cx, node):
     return Expr(text)
 
 
-def _nearest_index(n: int, m: int, scale) -> list:
+def _nearest_index(n: int, m: int, scale, two_d: bool) -> list:
     """PyTorch's 'nearest' source positions from n positions to m (HelperInterpNearest, in
     f32): floor(j * step), at most n - 1, the step 1 / scale where a scale factor is given,
-    else n / m."""
+    else n / m. Its 2-D kernels take m = n as a copy and m = 2n as j // 2 whatever the scale
+    factor (1.1 on 4 positions reads 0, 1, 2, 3, where the step would read 0, 0, 1, 2)."""
+    if two_d and m == n:
+        return list(range(m))
+    if two_d and m == 2 * n:
+        return [j // 2 for j in range(m)]
     f32 = torch.float32
     if scale is not None and float(scale) > 0:
         step = torch.tensor(1.0 / float(scale), dtype=f32)
@@ -1199,12 +1205,12 @@ def _divided(text: str, counts: list, spatial_at: int, rank: int) -> str:
 
 @lowering(aten.avg_pool1d.default, aten.avg_pool2d.default, aten.avg_pool3d.default)
 def _avg_pool(cx, node):
-    """avg_pool1d, avg_pool2d and avg_pool3d, every option: the sum of the kernel offsets' windows of the
-    input padded with zeros (in PyTorch's order, in f32 for a half input), divided by the window's
-    size, its padding counted (count_include_pad) or not, or by divisor_override; in ceil mode a
-    last partial window's size is what it covers of the input and its padding (PoolFormer's
-    token mixer, DenseNet's transitions, EfficientNet's pooler: a kernel past a single window's
-    input is that input)."""
+    """avg_pool1d, avg_pool2d and avg_pool3d, every option: the sum of the kernel offsets'
+    windows of the input padded with zeros (in PyTorch's order, in f32 for a half input),
+    divided by the window's size, its padding counted (count_include_pad) or not, or by
+    divisor_override; in ceil mode a last partial window's size is what it covers of the input
+    and its padding (PoolFormer's token mixer, DenseNet's transitions, EfficientNet's pooler: a
+    kernel past a single window's input is that input)."""
     x = node.args[0]
     spatial = {aten.avg_pool1d.default: 1, aten.avg_pool2d.default: 2}.get(node.target, 3)
     lead, sizes = _pooled_input(cx, x, spatial, "an average pool")
@@ -2390,6 +2396,8 @@ def _band_window(cx, node):
 @lowering(aten.select.int)
 def _select(cx, node):
     x, dim, index = node.args
+    if not isinstance(index, int):  # t[:, buf] with buf a 0-d tensor: its item(), a value
+        raise Unsupported("a select at a position computed in the program")
     shape = cx.meta(x).shape
     axis = dim % len(shape)
     if cx.is_symbolic(shape[axis]):
@@ -3073,8 +3081,9 @@ def merged_dims_reason(cx, node) -> str | None:
     holds as its factors in its place) and its work would see the factors, else why. Only
     elementwise work aligned as PyTorch aligns it, reshapes, repeats, matmuls and linears whose
     merged dims are rows or batch dims, attention whose merged dims are batch dims, permutes
-    that keep merged dims in place, batch norms whose channels follow the merged dim, and norms, softmax, reductions and running sums over
-    dims after the merged ones read [s0, s1, 64] as PyTorch reads [s0*s1, 64]."""
+    that keep merged dims in place, batch norms whose channels follow the merged dim, and
+    norms, softmax, reductions and running sums over dims after the merged ones read
+    [s0, s1, 64] as PyTorch reads [s0*s1, 64]."""
     operands = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
     merged = [n for n in operands + [node] if cx.has_merged(n)]
     if not merged:
