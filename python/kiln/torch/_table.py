@@ -928,8 +928,8 @@ def _upsample(cx, node):
     antialiased) to any size, up or down, align_corners or not: each output position weighs its
     two source elements (four for bicubic, clamped at the edges) by PyTorch's f32 taps
     (_linear_taps, _cubic_taps), the sources gathered by slices (runs of consecutive or repeated
-    positions) joined by concat, the terms summed in order; along W, then along H, as PyTorch's
-    generic kernel nests its sum. Every term is kept where its weight is 0, so an inf next to a
+    positions) joined by concat, the terms summed in order; along W, then H, then D, as
+    PyTorch's generic kernel nests its sum. Every term is kept where its weight is 0, so an inf next to a
     position gives NaN there as in PyTorch. A half input is taken in f32 (f32 weights) and
     rounded once."""
     cubic = node.target is aten.upsample_bicubic2d.vec
@@ -1006,12 +1006,8 @@ def _nearest_index(n: int, m: int, scale, two_d: bool) -> list:
         return list(range(m))
     if two_d and m == 2 * n:
         return [j // 2 for j in range(m)]
-    f32 = torch.float32
-    if scale is not None and float(scale) > 0:
-        step = torch.tensor(1.0 / float(scale), dtype=f32)
-    else:
-        step = torch.tensor(float(n), dtype=f32) / float(m)
-    src = torch.floor(torch.arange(m, dtype=f32) * step).to(torch.int64)
+    step = _interp_step(n, m, False, scale)
+    src = torch.floor(torch.arange(m, dtype=torch.float32) * step).to(torch.int64)
     return torch.clamp(src, max=n - 1).tolist()
 
 
@@ -1033,19 +1029,26 @@ def _linear_taps(n: int, m: int, align: bool, scale) -> list:
     return [(i0.tolist(), w0.tolist()), (i1.tolist(), lam.tolist())]
 
 
+def _interp_step(n: int, m: int, align: bool, scale):
+    """PyTorch's step between source positions from n positions to m, an f32 scalar
+    (area_pixel_compute_scale): (n - 1) / (m - 1) with align_corners, else 1 / scale where a
+    scale factor is given, else n / m."""
+    f32 = torch.float32
+    if align:
+        return torch.tensor(float(n - 1), dtype=f32) / float(m - 1) if m > 1 else \
+            torch.tensor(0.0, dtype=f32)
+    if scale is not None and float(scale) > 0:
+        return torch.tensor(1.0 / float(scale), dtype=f32)
+    return torch.tensor(float(n), dtype=f32) / float(m)
+
+
 def _source_index(n: int, m: int, align: bool, scale, cubic: bool) -> tuple:
     """Each of m output positions' first source position (int64) and its distance past it (f32,
     in [0, 1]), from n positions: PyTorch's area_pixel_compute_scale,
     area_pixel_compute_source_index and guard_index_and_lambda in f32. For linear interpolation
     a source index before 0 is 0; for cubic it is kept (the first position is then -1)."""
     f32 = torch.float32
-    if align:
-        step = torch.tensor(float(n - 1), dtype=f32) / float(m - 1) if m > 1 else \
-            torch.tensor(0.0, dtype=f32)
-    elif scale is not None and float(scale) > 0:
-        step = torch.tensor(1.0 / float(scale), dtype=f32)
-    else:
-        step = torch.tensor(float(n), dtype=f32) / float(m)
+    step = _interp_step(n, m, align, scale)
     j = torch.arange(m, dtype=f32)
     if align:
         src = step * j
@@ -1063,8 +1066,8 @@ def _cubic_taps(n: int, m: int, align: bool, scale) -> list:
     i + 2 around each output's source index i, clamped to the dim, and the weights Keys' cubic
     convolution (A = -0.75) at its distance t past i, as get_cubic_upsample_coefficients
     computes them: f(t + 1), g(t), g(1 - t), f(2 - t) with g(x) = ((A + 2) x - (A + 3)) x x + 1
-    and f(x) = ((A x - 5A) x + 8A) x - 4A. PyTorch's AVX2 build may fuse a multiply and an add
-    of these (one rounding fewer): a weight an ulp apart at times."""
+    and f(x) = ((A x - 5A) x + 8A) x - 4A. PyTorch's x86-64 builds fuse some multiply-adds
+    of these (one rounding fewer): a weight a few ulps apart at times."""
     f32 = torch.float32
     i, t = _source_index(n, m, align, scale, cubic=True)
     a = torch.tensor(-0.75, dtype=f32)
