@@ -493,6 +493,31 @@ class MergedEdges(torch.nn.Module):
         return rows, positions, torch.addmm(c, a, b, alpha=0)
 
 
+class SevenMergedDims(torch.nn.Module):
+    """A reshape to [B*W, T*2, 1, N, D]: seven dims as kiln holds merged ones (their factors)."""
+    def forward(self, x):
+        b, w, t, n, d = x.shape
+        q = (x * 2).unsqueeze(3).expand(b, w, t, 2, n, d).reshape(b * w, t * 2, 1, n, d)
+        return torch.nn.functional.scaled_dot_product_attention(q, q + 1, q - 1).sum(
+            dim=(2, 3, 4))
+
+
+def test_a_tensor_of_more_merged_dims_than_kiln_holds_stays_in_pytorch(cache_dir):
+    dims = ({0: torch.export.Dim("B", min=2, max=8), 2: torch.export.Dim("T", min=2, max=8)},)
+    x = torch.randn(2, 4, 3, 5, 8)
+    ep = torch.export.export(SevenMergedDims(), (x,), dynamic_shapes=dims, strict=False)
+    # Before: "node 'reshape' refused twice" (the reshape in PyTorch, its output entering a kiln
+    # graph as an input of 7 dims); now the nodes reading it stay in PyTorch too.
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    moved = {f.op: f.reason for f in program.fallbacks}
+    assert "6 dim" in moved["aten.reshape.default"], moved
+    assert "aten.scaled_dot_product_attention.default" in moved, moved
+    for shape in ((2, 4, 3, 5, 8), (3, 4, 5, 5, 8)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(program(x), SevenMergedDims()(x), rtol=1e-5, atol=1e-5)
+
+
 def test_merged_rows_against_a_batched_weight_and_a_merged_size_carrier_match_eager(cache_dir):
     n = torch.export.Dim("R", max=16)
     dims = {"x": {0: torch.export.Dim("B", max=16), 1: torch.export.Dim("S", max=64)},

@@ -508,7 +508,13 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
         at = line - 1 - header
         if not 0 <= at < len(body) or "narrow their ranges" in message:
             raise RuntimeError(f"kiln.torch: kiln refuses the graph:\n{text}\nline {line}: {message}")
-        raise PartitionError(body[at][1], f"kiln refuses it: {message}")
+        node = body[at][1]
+        if node not in part.members:
+            # An input kiln cannot declare (merged dims past kiln's 6 as factors): the node here
+            # that reads it stays in PyTorch, the node that made it being there already.
+            node = part.first_reader.get(node) or next(
+                (u for u in node.users if u in part.members), node)
+        raise PartitionError(node, f"kiln refuses it: {message}")
     spans = {n: [len(part.probe.merged(d) or [d]) for d in part.probe.meta(n).shape]
              for n, _ in outputs if part.probe.has_merged(n)}
     return KilnStep(f"g{serial}", text, used_inputs, [n for n, _ in outputs], aliases, spans,
