@@ -460,8 +460,7 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
             # in PyTorch.
             views[n] = _view_of(part, n, carriers)
             if views[n] is None:
-                raise PartitionError(part.first_reader.get(n) or next(
-                                         u for u in n.users if u in part.members),
+                raise PartitionError(_reader(part, n),
                                      f"a tensor of shape {part.probe.fx_shape(n)} entering a kiln "
                                      "graph, a factor of which no input of the program carries")
     # A dim the statements use (arange(S), a shape) that no input here carries: the program
@@ -512,8 +511,7 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
         if node not in part.members:
             # An input kiln cannot declare (merged dims past kiln's 6 as factors): the node here
             # that reads it stays in PyTorch, the node that made it being there already.
-            node = part.first_reader.get(node) or next(
-                (u for u in node.users if u in part.members), node)
+            node = _reader(part, node)
         raise PartitionError(node, f"kiln refuses it: {message}")
     spans = {n: [len(part.probe.merged(d) or [d]) for d in part.probe.meta(n).shape]
              for n, _ in outputs if part.probe.has_merged(n)}
@@ -550,6 +548,12 @@ def _view_of(part: Partition, node: Node, carriers: dict) -> list | None:
         if None in spec[-1]:
             return None
     return spec
+
+
+def _reader(part: Partition, node: Node) -> Node:
+    """The node of `part` that reads `node` (an input of its graph): the one whose lowering
+    read it first, else any member using it."""
+    return part.first_reader.get(node) or next(u for u in node.users if u in part.members)
 
 
 def _source_node(part: Partition, node: Node) -> Node:

@@ -3157,8 +3157,8 @@ def merged_dims_reason(cx, node) -> str | None:
         ok = tail_free(node.args[0], 1) and all(free(a) for a in node.args[2:4])
     elif low in (_sdpa, _sdpa_tuple):
         # Merged dims among the batch dims (Swin's windows times the batch): kiln's attention
-        # broadcasts its batch dims as matmul does,
-        # each operand aligned with the output's (the query's where the node is a tuple).
+        # broadcasts its batch dims as matmul does, each operand aligned with the output's (the
+        # query's where the node is a tuple).
         out = node if isinstance(cx.meta(node), torch.Tensor) else node.args[0]
         ok = all(tail_free(a, 3) for a in node.args[:3]) and \
             all(tail_free(a, 2) and aligned(a, out) for a in operands)
