@@ -80,6 +80,17 @@ def test_the_model_runs_in_kiln_and_matches_eager(arch, cache_dir):
 
 
 
+def _matches_eager_at_three_sizes(model, program):
+    """The program's last hidden state within the `highest` tolerance of eager's, at three
+    batch and sequence sizes."""
+    for shape in [(2, 12), (3, 7), (1, 33)]:
+        ids = torch.randint(0, 100, shape)
+        want = model(input_ids=ids, use_cache=False).last_hidden_state
+        got = program(input_ids=ids, use_cache=False)
+        got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
+        assert rel_l2(got, want) < TOLERANCE["highest"], (shape, rel_l2(got, want))
+
+
 @pytest.mark.parametrize("arch, target", [("gpt2", "cpu"), ("opt", "cpu"), ("bloom", "cpu"),
                                           ("falcon", "cpu"), ("gptj", "cpu"), ("mpt", "cpu"),
                                           ("gpt_neo", "cpu"), ("xglm", "cpu"),
@@ -104,12 +115,7 @@ def test_a_dynamic_batch_and_sequence_flattened_into_rows_stays_in_kiln(arch, ta
                                               cache_dir=cache_dir, fallbacks="allow")
         assert program.executables[0].arch.startswith(target)
         assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
-        for shape in [(2, 12), (3, 7), (1, 33)]:
-            ids = torch.randint(0, 100, shape)
-            want = model(input_ids=ids, use_cache=False).last_hidden_state
-            got = program(input_ids=ids, use_cache=False)
-            got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
-            assert rel_l2(got, want) < TOLERANCE["highest"], (shape, rel_l2(got, want))
+        _matches_eager_at_three_sizes(model, program)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -235,3 +241,57 @@ def test_a_sequence_classifier_reads_its_last_token_in_kiln(arch, cache_dir):
             got = got["logits"] if isinstance(got, dict) else got[0]
             assert got.shape == (b, 3)
             assert rel_l2(got, want) < TOLERANCE["highest"], ((b, s), rel_l2(got, want))
+
+
+def _mixture_of_experts(arch: str, implementation: str):
+    import transformers as t
+    common = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                  num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64,
+                  vocab_size=100, experts_implementation=implementation)
+    if arch == "mixtral":
+        model = t.MixtralModel(t.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
+                                               **common))
+    else:
+        model = t.Qwen2MoeModel(t.Qwen2MoeConfig(
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=64, **common))
+    for p in model.parameters():
+        p.data.normal_(0, 0.2)  # the experts' share of the output well above the tolerance
+    return model.eval()
+
+
+@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe"])
+def test_a_mixture_of_experts_runs_in_one_kiln_graph(arch, cache_dir):
+    """Mixtral's and Qwen2-MoE's routers (a softmax, a topk, Qwen2-MoE's shared expert behind a
+    sigmoid gate) and their experts as transformers' batched_mm writes them (each token
+    repeated for its k experts, the experts' weights picked by id, a bmm) run in one kiln graph
+    at a dynamic batch and sequence, and match eager. The default grouped_mm experts (tokens
+    sorted by expert, groups of data-dependent sizes) stay in PyTorch, their reason naming the
+    implementation that runs in kiln."""
+    torch.manual_seed(0)
+    model = _mixture_of_experts(arch, "batched_mm")
+    dims = {"input_ids": {0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", max=64)},
+            "use_cache": None}
+    with torch.no_grad():
+        ep = torch.export.export(model, (), {"input_ids": torch.randint(0, 100, (2, 12)),
+                                             "use_cache": False},
+                                 dynamic_shapes=dims, strict=False)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        _matches_eager_at_three_sizes(model, program)
+        if arch != "mixtral":
+            return
+        grouped = _mixture_of_experts(arch, "grouped_mm")
+        ids = torch.randint(0, 100, (2, 12))
+        ep = torch.export.export(grouped, (), {"input_ids": ids, "use_cache": False},
+                                 strict=False)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        reasons = {f.op: f.reason for f in program.fallbacks}
+        assert 'experts_implementation="batched_mm"' in \
+            reasons["transformers.grouped_mm_fallback.default"], reasons
+        got = program(input_ids=ids, use_cache=False)
+        got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
+        want = grouped(input_ids=ids, use_cache=False).last_hidden_state
+        assert rel_l2(got, want) < TOLERANCE["highest"]

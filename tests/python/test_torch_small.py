@@ -1835,3 +1835,71 @@ def test_sums_into_integers_and_gathers_of_one_position_run_in_kiln_exactly(cach
         for got, want in zip(program(*args), IntegerSums()(*args)):
             assert got.dtype == want.dtype and got.shape == want.shape
             torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+class Router(torch.nn.Module):
+    """A mixture of experts' routing as transformers' batched_mm experts write it: a topk of
+    rows (flattened [B*S, E] too, largest and smallest, of bf16 too), each token repeated for
+    its k experts (repeat_interleave along the flattened dim), the experts' weights picked by
+    id as a table's rows ([E, O, I] at ids [B*S*k]), a bmm, a split of the merged rows."""
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(6, 5, 4))
+
+    def forward(self, x, h):
+        v, i = torch.topk(x, 3)
+        sv, si = torch.topk(x.reshape(-1, 6), 2, largest=False)
+        bv, bi = torch.topk(x.to(torch.bfloat16), 1)
+        rows = self.w[si.reshape(-1)]
+        hh = h.reshape(-1, 4).repeat_interleave(2, dim=0)
+        y = torch.bmm(rows, hh.unsqueeze(-1)).squeeze(-1)
+        a, b = y.split([2, 3], dim=-1)
+        return v, i, sv, si, bv, bi, (a.sum(-1, keepdim=True) * b).view(-1, 2, 3).sum(1)
+
+
+def test_a_routers_topk_and_its_experts_picked_by_id_run_in_kiln(cache_dir):
+    torch.manual_seed(0)
+    B, S = torch.export.Dim("B", max=8), torch.export.Dim("S", min=2, max=32)
+    x, h = torch.randn(2, 5, 6), torch.randn(2, 5, 4)
+    module = Router()
+    ep = torch.export.export(module, (x, h), dynamic_shapes=({0: B, 1: S}, {0: B, 1: S}),
+                             strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    for b, s in [(2, 5), (3, 7), (1, 32)]:
+        # Distinct in bf16 too: 6 steps of 0.37 in a random order along each row.
+        x = torch.argsort(torch.rand(b, s, 6), -1).float() * 0.37 - 1
+        h = torch.randn(b, s, 4)
+        got, want = program(x, h), module(x, h)
+        for g, w in zip(got[:6], want[:6]):  # no ties: the same values at the same positions
+            assert g.dtype == w.dtype and torch.equal(g, w), (b, s, g, w)
+        assert got[6].shape == want[6].shape == (b * s, 3)
+        torch.testing.assert_close(got[6], want[6], rtol=1e-5, atol=1e-5)
+    # NaN ranks above every number, as in PyTorch; infinities and signed zeros keep their place.
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[[0.5, nan, -inf, inf, -0.0, -2.0], [-inf, 1.0, nan, 0.0, -1.0, 3.0]]])
+    for g, w in zip(program(x, torch.randn(1, 2, 4))[:6], module(x, torch.randn(1, 2, 4))[:6]):
+        assert torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(), w.nan_to_num())
+        assert torch.equal(g.nan_to_num().signbit(), w.nan_to_num().signbit())
+    # Equal values: the same values, their positions lowest first (PyTorch's order among them
+    # follows its selection algorithm).
+    x = torch.tensor([[[1.0, 3.0, 3.0, 2.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]]])
+    v, i = program(x, torch.randn(1, 2, 4))[:2]
+    assert torch.equal(v, torch.topk(x, 3).values)
+    assert i.tolist() == [[[1, 2, 4], [0, 1, 2]]]
+
+
+def test_a_topk_kiln_cannot_rank_stays_in_pytorch(cache_dir):
+    class Odd(torch.nn.Module):
+        def forward(self, x, n):
+            return torch.topk(x, 2, dim=0), torch.topk(n, 1), torch.topk(x * 2, 2)
+
+    x, n = torch.randn(3, 5), torch.randint(0, 9, (3, 5))
+    _, program = compiled(Odd(), (x, n), cache_dir)
+    assert [(f.op, f.count, f.reason) for f in program.fallbacks] == [
+        ("aten.topk.default", 2, "a topk along a dim other than the last; a topk of i64 (kiln "
+         "ranks float tensors)")], program.fallbacks
+    assert len(program.executables) == 1  # the topk of x * 2
+    for got, want in zip(program(x, n), Odd()(x, n)):
+        assert all(torch.equal(g, w) for g, w in zip(got, want))

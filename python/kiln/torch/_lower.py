@@ -264,7 +264,7 @@ def unsupported_reason(probe: Probe, node: Node, reads: set | None = None) -> st
         return "not an op"
     low = _table.TABLE.get(node.target)
     if low is None:
-        return "no kiln op for it"
+        return _table.NO_OP_HINTS.get(str(node.target), "no kiln op for it")
     try:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):

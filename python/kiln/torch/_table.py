@@ -2145,7 +2145,8 @@ def _stack(cx, node):
 @lowering(aten.repeat_interleave.self_int)
 def _repeat_interleave(cx, node):
     """repeat_interleave(x, r, dim) along a dim of fixed size d: [.., d, 1, ..] expanded to
-    [.., d, r, ..], read as [.., d * r, ..] (GPT-J's sin and cos)."""
+    [.., d, r, ..], read as [.., d * r, ..] (GPT-J's sin and cos); along a merged dim alike,
+    its factors in place of d."""
     x, repeats = node.args[0], node.args[1]
     dim = _arg(node, 2, "dim")
     shape = cx.meta(x).shape
@@ -2154,6 +2155,18 @@ def _repeat_interleave(cx, node):
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise Unsupported("a repeat_interleave by a symbolic or tensor count")
     axis = dim % len(shape)
+    if any(cx.merged(d) for i, d in enumerate(shape) if i != axis):
+        raise Unsupported("a repeat_interleave of a tensor with merged dims")
+    factors = cx.merged(shape[axis])
+    if factors:
+        # Along a merged dim (a mixture of experts' tokens, [B*S, H], each repeated for its k
+        # experts): [B, S, 1, H] expanded to [B, S, r, H], which kiln holds as [B*S*r, H].
+        pre = [cx.size(d) for d in shape[:axis]]
+        post = [cx.size(d) for d in shape[axis + 1:]]
+        one = "[" + ", ".join(pre + factors + ["1"] + post) + "]"
+        wide = "[" + ", ".join(pre + factors + [str(repeats)] + post) + "]"
+        return Expr(f"reshape(expand(reshape({cx.ref(x)}, shape={one}), shape={wide}), "
+                    f"shape={cx.shape(node)})")
     if cx.is_symbolic(shape[axis]):
         raise Unsupported("a repeat_interleave along a symbolic dim")
     d = int(shape[axis])
@@ -2619,6 +2632,72 @@ def _gathered_one(cx, node, x, dim: int, index) -> str:
     return f"ne({picked}, 0)" if dtype == "bool" else picked
 
 
+# A topk ranks each element against every other of its row: [.., n, n] comparisons.
+_TOPK_LIMIT = 1024
+
+
+@lowering(aten.topk.default)
+def _topk(cx, node):
+    """topk(x, k, dim, largest, sorted): its values and indices, each made by the getitem that
+    reads it (_topk_piece)."""
+    _topk_plan(cx, node)
+    return Pieces(node)
+
+
+def _topk_plan(cx, node):
+    """(x, k, n, largest) of a topk kiln runs: of a float x along its last dim, of fixed size n
+    up to _TOPK_LIMIT."""
+    x, k = node.args[0], _arg(node, 1, "k")
+    dim, largest = _arg(node, 2, "dim", -1), _arg(node, 3, "largest", True)
+    shape = list(cx.meta(x).shape)
+    dtype = cx.dtype_of(x)
+    if dtype not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"a topk of {dtype} (kiln ranks float tensors)")
+    if not shape or not isinstance(dim, int) or dim % len(shape) != len(shape) - 1:
+        raise Unsupported("a topk along a dim other than the last")
+    if cx.is_symbolic(shape[-1]):
+        raise Unsupported("a topk along a symbolic dim")
+    n = int(shape[-1])
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= n:
+        raise Unsupported(f"a topk of {k!r} of {n} elements")
+    if n > _TOPK_LIMIT:
+        raise Unsupported(f"a topk of {n} elements (kiln ranks up to {_TOPK_LIMIT})")
+    if len(_kiln_dims(cx, shape)) > 5:
+        raise Unsupported("a topk of a tensor of more than 5 dims in kiln")
+    cx.check_shape(shape + [n])  # the comparisons
+    return x, k, n, bool(largest)
+
+
+def _topk_piece(cx, node, index: int) -> str:
+    """Element `index` of topk `node`: its values (0) or their positions (1), i64.
+
+    Each element's rank is the count of its row's elements before it: larger (smaller where
+    largest=False), NaN above every number as PyTorch orders it, or equal (NaN equal to NaN)
+    and at a lower position. The ranks are a permutation of 0..n-1; the element of rank r is
+    the r-th of the result, its value read from x (a signed zero kept). Equal values are
+    taken lowest position first, where PyTorch's order among them follows its selection
+    algorithm (the values are the same)."""
+    x, k, n, largest = _topk_plan(cx, node)
+    lead = _kiln_dims(cx, cx.meta(x).shape)[:-1]
+    shaped = lambda *dims: "[" + ", ".join(lead + [str(d) for d in dims]) + "]"
+    xs = cx.ref(x)
+    xi = cx.let(f"reshape({xs}, shape={shaped(n, 1)})")  # element i along dim -2
+    xj = cx.let(f"reshape({xs}, shape={shaped(1, n)})")  # element j along dim -1
+    nan_i, nan_j = f"ne({xi}, {xi})", f"ne({xj}, {xj})"
+    if largest:
+        beyond = f"logical_or(gt({xj}, {xi}), logical_and({nan_j}, logical_not({nan_i})))"
+    else:
+        beyond = f"logical_or(lt({xj}, {xi}), logical_and({nan_i}, logical_not({nan_j})))"
+    equal = f"logical_or(eq({xj}, {xi}), logical_and({nan_j}, {nan_i}))"
+    earlier = f"lt(reshape(arange({n}), shape=[1, {n}]), reshape(arange({n}), shape=[{n}, 1]))"
+    before = f"logical_or({beyond}, logical_and({equal}, {earlier}))"
+    rank = f"reshape(sum(cast({before}, to=f32), axis=-1), shape={shaped(1, n)})"
+    slot = cx.let(f"eq({rank}, reshape(arange({k}, dtype=f32), shape=[{k}, 1]))")  # [.., k, n]
+    if index == 0:
+        return f"max(where({slot}, {xj}, -inf), axis=-1)"
+    return f"cast(sum(where({slot}, arange({n}, dtype=f32), 0.0), axis=-1), to=i64)"
+
+
 @lowering(aten.embedding.default)
 def _embedding(cx, node):
     weight, ids = node.args[0], node.args[1]
@@ -2842,6 +2921,24 @@ def _pick(cx, x, ids) -> str:
     return f"max(where({at}, {cx.ref(x)}, -inf), axis=1)"
 
 
+def _table_rows(cx, node) -> bool:
+    """Whether `node` is table[ids]: x[ids] of a float x of fixed dims (2 or more) by integer
+    ids computed in the graph, of any shape."""
+    x, indices = node.args
+    if len(indices) != 1 or not isinstance(indices[0], Node) or \
+            _lifted_constant(cx, indices[0]) is not None:
+        return False
+    xshape = cx.meta(x).shape
+    fixed = not any(cx.is_symbolic(d) for d in (xshape[:1] if len(xshape) == 2 else xshape))
+    return len(xshape) >= 2 and fixed and \
+        cx.dtype_of(x) in ("f32", "f16", "bf16") and cx.dtype_of(indices[0]) in ("i32", "i64")
+
+
+def _kiln_dims(cx, shape) -> list:
+    """A shape's kiln dims as text, a merged dim written as its factors."""
+    return [f for d in shape for f in (cx.merged(d) or [cx.size(d)])]
+
+
 _INDEX_FORMS = ("advanced indexing other than kiln's four forms (x[arange, arange, ...]; constant "
                 "positions along one dim; table[ids]; x[arange(B), ids] with ids of shape [B])")
 
@@ -2866,12 +2963,19 @@ def _index(cx, node):
             # taken in order and the result reshaped.
             text = _take(cx, node, x, axis, [int(v) for v in value.reshape(-1)], indices[axis])
             return Expr(text if value.dim() == 1 else f"reshape({text}, shape={cx.shape(node)})")
-        if value is None and axis == 0 and len(xshape) == 2 and \
-                cx.dtype_of(x) in ("f32", "f16", "bf16") and \
-                cx.dtype_of(indices[0]) in ("i32", "i64") and not cx.is_symbolic(xshape[0]):
+        if _table_rows(cx, node):
             # table[ids] (GPT-J's embed_positions[position_ids]) is an embedding, a negative id
-            # counting from the end as PyTorch's does.
-            return Expr(f"embedding({cx.ref(x)}, {_from_end(cx.ref(indices[0]), int(xshape[0]))})")
+            # counting from the end as PyTorch's does. A table of more dims (a mixture of
+            # experts' weights [E, O, I] at each token's expert ids) is one of rows [E, O * I],
+            # the rows then reshaped.
+            ids = _from_end(cx.ref(indices[0]), int(xshape[0]))
+            if len(xshape) == 2:
+                return Expr(f"embedding({cx.ref(x)}, {ids})")
+            if len(_kiln_dims(cx, out)) > 6:
+                raise Unsupported("a table's rows at ids of more than kiln's 6 dims in all")
+            rows = math.prod(int(d) for d in xshape[1:])
+            table = f"reshape({cx.ref(x)}, shape=[{int(xshape[0])}, {rows}])"
+            return Expr(f"reshape(embedding({table}, {ids}), shape={cx.shape(node)})")
     if len(indices) == 2 and len(xshape) >= 2 and all(isinstance(i, Node) for i in indices) and \
             all(len(cx.meta(i).shape) == 1 for i in indices):
         # x[arange(B), ids], ids [B]: a classifier's last token, CLIP's pooled EOS token.
@@ -3059,12 +3163,18 @@ def _getitem(cx, node):
         if start == end:
             raise Unsupported(f"an empty piece of {src.target} (kiln holds no empty tensor)")
         x = src.args[0]
+        rank = len(cx.meta(x).shape)
         if (start, end) == (0, int(cx.meta(x).shape[axis])) and src.target is not aten.unbind.int:
             return Alias(x)
-        piece = f"slice({cx.ref(x)}, axis={axis}, start={start}, end={end})"
+        # Counted from the end, kiln's axis is PyTorch's with merged dims before it.
+        piece = f"slice({cx.ref(x)}, axis={axis - rank}, start={start}, end={end})"
         if src.target is aten.unbind.int:
             piece = f"reshape({piece}, shape={cx.shape(node)})"
         return Expr(piece)
+    if isinstance(src, Node) and src.op == "call_function" and src.target is aten.topk.default:
+        if index not in (0, 1):
+            raise Unsupported(f"element {index!r} of a topk")
+        return Expr(_topk_piece(cx, src, index))
     if not isinstance(src, Node) or index != 0 or not isinstance(cx.meta(src), (list, tuple)):
         raise Unsupported("an element of a tuple other than the first")
     return Alias(src)
@@ -3150,9 +3260,20 @@ def merged_dims_reason(cx, node) -> str | None:
     elif low in (_permute, _repeat):
         ok = True  # a permute refuses to move a merged dim; a repeat reshapes explicitly
     elif low is _getitem:
-        # Element 0 of native_layer_norm is its value; a piece of a split is a slice, whose
-        # axis kiln would count among the factors.
-        ok = not (isinstance(node.args[0], Node) and node.args[0].target in _SPLITS)
+        # Element 0 of native_layer_norm is its value, a topk's elements are made along its
+        # last dim, and a piece of a split is a slice along a dim after the merged ones.
+        src = node.args[0]
+        ok = True
+        if isinstance(src, Node) and src.target in _SPLITS:
+            axis = _piece_bounds(cx, src)[0]
+            ok = tail_free(src.args[0], len(cx.meta(src.args[0]).shape) - axis)
+    elif low is _topk:
+        ok = tail_free(node.args[0], 1)
+    elif low is _repeat_interleave:
+        ok = True  # it refuses merged dims other than the one repeated
+    elif low is _index:
+        # table[ids] with ids of any shape: kiln's rows [B, S, ..] are PyTorch's [B*S, ..].
+        ok = _table_rows(cx, node) and free(node.args[0])
     elif low in (_layer_norm, _native_layer_norm, _rms_norm_op):
         ok = tail_free(node.args[0], 1) and all(free(a) for a in node.args[2:4])
     elif low in (_sdpa, _sdpa_tuple):
@@ -3176,6 +3297,14 @@ def merged_dims_reason(cx, node) -> str | None:
         ok = False
     return None if ok else why
 
+
+# Ops with no kiln lowering whose fallback reason says more than "no kiln op for it".
+NO_OP_HINTS = {
+    name: "no kiln op for it (a matmul over row groups whose sizes are data: transformers' "
+          "grouped_mm experts; with experts_implementation=\"batched_mm\" a mixture of experts "
+          "runs in kiln)"
+    for name in ("transformers.grouped_mm_fallback.default", "aten._grouped_mm.default",
+                 "aten.grouped_mm.default")}
 
 # Nodes that are shape arithmetic or bookkeeping, not tensor work: never listed as fallbacks.
 NOT_TENSOR_WORK = {aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int,
