@@ -69,9 +69,9 @@ def test_bert_through_torch_compile(bert, cache_dir):
     (run,) = kiln.torch.compiled[compiled_before:]
     # Dynamo's first graph has static sizes (the pooler's select and the slice of the position
     # buffer are kiln slices then), and it passes the buffers as inputs, so they are not
-    # constants here (they are for compile_exported): the gather from the token-type buffer runs
-    # in PyTorch. Fail if the set grows.
-    assert [(f.op, f.count) for f in run.kiln_fallbacks] == [("aten.gather.default", 1)]
+    # constants here (they are for compile_exported): the gather from the token-type buffer is
+    # a gather of positions in kiln.
+    assert run.kiln_fallbacks == []
 
 
 def test_unknown_options_are_refused():

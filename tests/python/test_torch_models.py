@@ -251,6 +251,12 @@ def _mixture_of_experts(arch: str, implementation: str):
     if arch == "mixtral":
         model = t.MixtralModel(t.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
                                                **common))
+    elif arch == "deepseek_v3":
+        model = t.DeepseekV3Model(t.DeepseekV3Config(
+            n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+            moe_intermediate_size=32, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
+            qk_nope_head_dim=8, v_head_dim=16, first_k_dense_replace=1, n_shared_experts=1,
+            **{**common, "num_key_value_heads": 4}))
     else:
         model = t.Qwen2MoeModel(t.Qwen2MoeConfig(
             num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
@@ -260,10 +266,12 @@ def _mixture_of_experts(arch: str, implementation: str):
     return model.eval()
 
 
-@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe", "deepseek_v3"])
 def test_a_mixture_of_experts_runs_in_one_kiln_graph(arch, cache_dir):
-    """Mixtral's and Qwen2-MoE's routers (a softmax, a topk, Qwen2-MoE's shared expert behind a
-    sigmoid gate) and their experts as transformers' batched_mm writes them (each token
+    """Mixtral's, Qwen2-MoE's and DeepSeek-V3's routers (a softmax, a topk, Qwen2-MoE's shared
+    expert behind a sigmoid gate; DeepSeek-V3's sigmoid scores, a topk of expert groups
+    scattered into a mask, the weights gathered at the topk's positions; its attention's keys
+    a new_empty copied into) and their experts as transformers' batched_mm writes them (each token
     repeated for its k experts, the experts' weights picked by id, a bmm) run in one kiln graph
     at a dynamic batch and sequence, and match eager. The default grouped_mm experts (tokens
     sorted by expert, groups of data-dependent sizes) stay in PyTorch, their reason naming the

@@ -1903,3 +1903,59 @@ def test_a_topk_kiln_cannot_rank_stays_in_pytorch(cache_dir):
     assert len(program.executables) == 1  # the topk of x * 2
     for got, want in zip(program(x, n), Odd()(x, n)):
         assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+class RouterPicks(torch.nn.Module):
+    """DeepSeek-V3's routing pieces: gathers of several positions along a dim (of floats over
+    merged rows, integers and bool), a scatter of a value at positions (its group mask), and a
+    new_empty whose every element is then copied into."""
+    def forward(self, x, at, n, m):
+        rows = x.reshape(-1, 6)
+        mask = torch.zeros_like(rows).scatter_(1, at.reshape(-1, 2), 1)
+        keys = x.new_empty(*x.shape[:-1], 8)
+        keys[..., :6].copy_(x)
+        keys[..., 6:].copy_(x[..., :2] * 2)
+        return (rows.gather(1, at.reshape(-1, 2)), n.gather(0, at[0, :3]), m.gather(2, at),
+                mask, torch.ones(2, 6, dtype=torch.bool).scatter(1, at[0, :2], False), keys)
+
+
+def test_gathers_and_scatters_of_several_positions_run_in_kiln(cache_dir):
+    B, S = torch.export.Dim("B", max=8), torch.export.Dim("S", min=3, max=32)
+    args = (torch.randn(2, 5, 6), torch.randint(0, 6, (2, 5, 2)),
+            torch.randint(-9, 9, (6, 2), dtype=torch.int32), torch.rand(2, 5, 6) > 0.5)
+    ep = torch.export.export(RouterPicks(), args, dynamic_shapes=(
+        {0: B, 1: S}, {0: B, 1: S}, None, {0: B, 1: S}), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    for b, s in [(2, 5), (3, 3), (1, 32)]:
+        args = (torch.randn(b, s, 6), torch.randint(0, 6, (b, s, 2)),
+                torch.randint(-9, 9, (6, 2), dtype=torch.int32), torch.rand(b, s, 6) > 0.5)
+        args[0][0, 0, 1] = -0.0
+        args[1][0, 0] = torch.tensor([1, 1])  # the same position twice
+        for got, want in zip(program(*args), RouterPicks()(*args)):
+            assert got.dtype == want.dtype and torch.equal(got, want), (b, s, got, want)
+            assert torch.equal(got.signbit(), want.signbit())
+
+
+def test_a_gather_or_scatter_kiln_cannot_hold_stays_in_pytorch(cache_dir):
+    """Pairs of positions and elements past kiln's 2^31 - 1 elements at the dims' largest
+    sizes, and a value its dtype cannot hold (PyTorch raises), leave the op in PyTorch."""
+    class Big(torch.nn.Module):
+        def forward(self, x, i, h):
+            rows, at = (-x).reshape(-1, 256), i.reshape(-1, 8)
+            return rows.gather(1, at), rows.scatter(1, at, 1.0), h.scatter(1, i[0, :2], 65519.0)
+
+    B, S = torch.export.Dim("B", max=256), torch.export.Dim("S", min=3, max=4096)
+    args = (torch.randn(2, 5, 256), torch.randint(0, 4, (2, 5, 8)),
+            torch.randn(2, 8, dtype=torch.float16))
+    ep = torch.export.export(Big(), args, dynamic_shapes=({0: B, 1: S}, {0: B, 1: S}, None),
+                             strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert sorted((f.op, f.count, f.reason) for f in program.fallbacks) == [
+        ("aten.gather.default", 1, "a tensor of 2147483648 elements (kiln's limit is 2^31 - 1)"),
+        ("aten.scatter.value", 2, "a tensor of 2147483648 elements (kiln's limit is 2^31 - 1); "
+         "a scatter of 65519.0 into a f16 tensor (past its range)")], program.fallbacks
+    with pytest.raises(RuntimeError, match="without overflow"):
+        program(*args)

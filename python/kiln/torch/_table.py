@@ -629,6 +629,11 @@ TABLE[aten.full.default] = _constant(lambda n: n.args[1])
 TABLE[aten.new_full.default] = _constant(lambda n: n.args[2])
 TABLE[aten.ones_like.default] = _constant(lambda n: 1)
 TABLE[aten.zeros_like.default] = _constant(lambda n: 0)
+# An empty tensor's elements are whatever memory held: zeros are one such (DeepSeek-V3's keys,
+# new_empty then copies into each half).
+TABLE[aten.new_empty.default] = _constant(lambda n: 0)
+TABLE[aten.empty_like.default] = _constant(lambda n: 0)
+TABLE[aten.empty.memory_format] = _constant(lambda n: 0)
 TABLE[aten.full_like.default] = _constant(lambda n: n.args[1])
 TABLE[aten.fill.Scalar] = _constant(lambda n: n.args[1])  # x's shape and dtype, all value
 
@@ -2582,7 +2587,7 @@ def _cat(cx, node):
 @lowering(aten.gather.default)
 def _gather(cx, node):
     """A gather from a constant whose elements are all one value (BERT's token_type_ids buffer,
-    zeros) is that value in the index's shape; other gathers are not kiln ops."""
+    zeros) is that value in the index's shape; a gather of positions is _gathered_one's."""
     x, _, index = node.args[:3]
     source = x
     # Through expands and conversions (RoBERTa's buffer reaches the gather through
@@ -2610,26 +2615,103 @@ def _gather(cx, node):
 
 
 def _gathered_one(cx, node, x, dim: int, index) -> str:
-    """gather(x, dim, index) where index holds one position along dim and x's other sizes
-    (MBart's `ids.gather(1, last)`, each row's last token): the element at that position, the
-    max where the positions match (-inf elsewhere: a signed zero and a NaN kept) for floats, the
-    last of the running sum of where they match (0 elsewhere: exact) for integers. A position
-    outside the dim gives -inf or 0, where PyTorch raises."""
+    """gather(x, dim, index) where index holds k positions along dim (a fixed k) and x's other
+    sizes (MBart's `ids.gather(1, last)`, each row's last token; DeepSeek-V3's router weights
+    at its topk's positions): each position's element, the max along the dim of where the
+    positions match (-inf elsewhere: a signed zero and a NaN kept) for floats, the last of the
+    running sum of where they match (0 elsewhere: exact) for integers, over the pairs
+    [.., k, n, ..]. A position outside the dim gives -inf or 0, where PyTorch raises."""
     xshape, ishape = cx.meta(x).shape, cx.meta(index).shape
     rank = len(xshape)
     axis = dim % max(rank, 1)
-    if rank == 0 or len(ishape) != rank or _size_expr(cx, ishape[axis]) != 1 or any(
+    if rank == 0 or len(ishape) != rank or cx.is_symbolic(ishape[axis]) or any(
             i != axis and _size_expr(cx, p) != _size_expr(cx, q)
             for i, (p, q) in enumerate(zip(xshape, ishape))):
-        raise Unsupported("no kiln op for it (kiln gathers one position along the dim, the "
-                          "index of the tensor's other sizes)")
+        raise Unsupported("no kiln op for it (kiln gathers a fixed number of positions along "
+                          "the dim, the index of the tensor's other sizes)")
+    if len(_kiln_dims(cx, xshape)) > 5:
+        raise Unsupported("a gather of a tensor of more than 5 dims in kiln")
+    pairs, at = _position_pairs(cx, xshape, axis, index)
+    n = cx.size(xshape[axis])
     dtype = cx.dtype_of(node)
-    at = f"eq({_positions_along(cx, xshape, axis)}, {cx.ref(index, 'i64')})"
+    # x with a dim of 1 for the positions: [.., 1, n, ..]
+    wide = f"reshape({cx.ref(x, 'i32' if dtype == 'bool' else None)}, shape={pairs(1, n)})"
     if dtype in ("f32", "f16", "bf16"):
-        return f"max(where({at}, {cx.ref(x)}, -inf), axis={axis}, keepdim=true)"
-    values = cx.ref(x, "i32" if dtype == "bool" else None)
-    picked = _last_along(f"cumsum(where({at}, {values}, 0), axis={axis})", axis)
+        return f"max(where({at}, {wide}, -inf), axis={axis - rank})"
+    picked = _last_along(f"cumsum(where({at}, {wide}, 0), axis={axis - rank})", axis - rank)
+    picked = f"reshape({picked}, shape={cx.shape(node)})"
     return f"ne({picked}, 0)" if dtype == "bool" else picked
+
+
+def _position_pairs(cx, shape, axis: int, index):
+    """(pairs, at) for k positions `index` along dim `axis` of `shape` (n long; the index of
+    the tensor's other sizes): `pairs(a, b)` is the kiln shape of `shape` with [a, b] in place
+    of the dim (merged dims as their factors), and `at` the bool [.., k, n, ..] of where each
+    position is each of the n."""
+    n = cx.size(shape[axis])
+    k = int(cx.meta(index).shape[axis])
+
+    def pairs(a, b) -> str:
+        dims = []
+        for i, d in enumerate(shape):
+            dims += [str(a), str(b)] if i == axis else (cx.merged(d) or [cx.size(d)])
+        return "[" + ", ".join(dims) + "]"
+
+    ishape = list(cx.meta(index).shape)
+    cx.check_shape(ishape[:axis + 1] + [shape[axis]] + ishape[axis + 1:])  # the pairs
+    ones = ", 1" * (len(shape) - 1 - axis)
+    positions = f"reshape(arange({n}), shape=[{n}{ones}])"
+    ids = f"reshape({cx.ref(index, 'i64')}, shape={pairs(k, 1)})"
+    return pairs, f"eq({positions}, {ids})"
+
+
+@lowering(aten.scatter.value)
+def _scatter_value(cx, node):
+    """scatter(x, dim, index, value) where index holds k positions along dim (a fixed k) and
+    x's other sizes (DeepSeek-V3's group mask, `zeros.scatter_(1, group_idx, 1)`): the value
+    where any of the k positions is the element's, x elsewhere. A position outside the dim
+    writes nothing, where PyTorch raises."""
+    x, dim, index, value = node.args[:4]
+    xshape, ishape = cx.meta(x).shape, cx.meta(index).shape
+    rank = len(xshape)
+    if _arg(node, 4, "reduce", None) is not None:
+        raise Unsupported("a scatter with a reduce")
+    if rank == 0 or not isinstance(dim, int) or len(ishape) != rank or \
+            cx.is_symbolic(ishape[dim % rank]) or any(
+                i != dim % rank and _size_expr(cx, p) != _size_expr(cx, q)
+                for i, (p, q) in enumerate(zip(xshape, ishape))):
+        raise Unsupported("a scatter other than of a fixed number of positions along the dim, "
+                          "the index of the tensor's other sizes")
+    if len(_kiln_dims(cx, xshape)) > 5:
+        raise Unsupported("a scatter into a tensor of more than 5 dims in kiln")
+    axis = dim % rank
+    _, at = _position_pairs(cx, xshape, axis, index)
+    hit = f"gt(max(cast({at}, to=f32), axis={axis - rank - 1}), 0.0)"  # any of the k
+    dtype = cx.dtype_of(node)
+    if isinstance(value, (bool, int, float)):
+        value = _scattered_value(value, dtype)
+    return Expr(f"where({hit}, {cx.ref(value, dtype)}, {cx.ref(x, dtype)})")
+
+
+_INT_RANGE = {"i32": (-2**31, 2**31 - 1), "i64": (-2**63, 2**63 - 1)}
+
+
+def _scattered_value(value, dtype: str):
+    """A number scattered into a `dtype` tensor, as PyTorch converts it (any number into bool
+    is its truth); one the dtype cannot hold, which PyTorch refuses, is Unsupported."""
+    if dtype == "bool":
+        return bool(value)
+    if dtype in _INT_RANGE:
+        lo, hi = _INT_RANGE[dtype]
+        if isinstance(value, float) or not lo <= int(value) <= hi:
+            raise Unsupported(f"a scatter of {value!r} into a {dtype} tensor")
+        return int(value)
+    value = float(value)
+    # PyTorch's checked conversion refuses a finite value past the type's largest.
+    largest = torch.finfo({"f32": torch.float32, **_TORCH_DTYPES}[dtype]).max
+    if not math.isinf(value) and not math.isnan(value) and abs(value) > largest:
+        raise Unsupported(f"a scatter of {value!r} into a {dtype} tensor (past its range)")
+    return value
 
 
 # A topk ranks each element against every other of its row: [.., n, n] comparisons.
@@ -3269,6 +3351,12 @@ def merged_dims_reason(cx, node) -> str | None:
             ok = tail_free(src.args[0], len(cx.meta(src.args[0]).shape) - axis)
     elif low is _topk:
         ok = tail_free(node.args[0], 1)
+    elif low in (_gather, _scatter_value):
+        # Positions along a dim after the merged ones, the index of the tensor's other sizes.
+        x, dim = node.args[0], node.args[1]
+        rank = len(cx.meta(x).shape)
+        ok = isinstance(dim, int) and rank > 0 and \
+            tail_free(x, rank - dim % rank) and tail_free(node.args[2], rank - dim % rank)
     elif low is _repeat_interleave:
         ok = True  # it refuses merged dims other than the one repeated
     elif low is _index:
