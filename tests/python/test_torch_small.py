@@ -32,7 +32,7 @@ class InPlace(torch.nn.Module):
         y[:, 0] = 5.0
         z = torch.relu(x) * 3
         w = z.clone()
-        w.floor_divide_(2)  # in PyTorch (kiln has no floor division): must not touch z
+        w.floor_divide_(3)  # in PyTorch (kiln floor-divides by powers of two): must not touch z
         return y, z, w
 
 
@@ -275,10 +275,10 @@ def test_a_wrong_argument_count_is_named_not_dumped(cache_dir):
 
 class PositionBias(torch.nn.Module):
     """A bias made from positions alone (as T5's relative position bias is): the kiln graph before
-    the floor division takes no tensors."""
+    the floor division (by 3: in PyTorch) takes no tensors."""
     def forward(self, x):
         bias = torch.arange(6, dtype=torch.float32).reshape(2, 3) * 3 + 1
-        return x + bias.floor_divide(2), bias
+        return x + bias.floor_divide(3), bias
 
 
 def test_a_kiln_graph_that_takes_no_tensors_returns_torch_tensors(cache_dir):
@@ -1401,8 +1401,8 @@ def test_tensor_splits_and_vector_norms_run_in_kiln(cache_dir):
 
 
 class ScalarConstants(torch.nn.Module):
-    """Ops of constants of shape [] alone: a product, an exp and a compare of literals (and a
-    floor division, which kiln has no op for); an f16 constant holds its value rounded to f16
+    """Ops of constants of shape [] alone: a product, an exp and a compare of literals (and an
+    integer floor division, which kiln has no op for); an f16 constant holds its value rounded to f16
     (0.1 is 0.0999755859375)."""
     def forward(self, x):
         return (x * torch.full((), 2.0) * 4 + torch.full((), 0.5).exp() +
@@ -1959,3 +1959,79 @@ def test_a_gather_or_scatter_kiln_cannot_hold_stays_in_pytorch(cache_dir):
          "a scatter of 65519.0 into a f16 tensor (past its range)")], program.fallbacks
     with pytest.raises(RuntimeError, match="without overflow"):
         program(*args)
+
+
+class Rounding(torch.nn.Module):
+    """floor, ceil and trunc of floats, and divisions rounded down or toward zero by powers of
+    two (DETR's sine positions, `torch.div(dim_t, 2, rounding_mode="floor")`), of f16 too."""
+    def forward(self, x, h):
+        return (x.floor(), x.ceil(), x.trunc(), torch.div(x, 2, rounding_mode="floor"),
+                torch.div(x, -0.25, rounding_mode="trunc"), x // 4, h.floor(),
+                torch.div(h, 2, rounding_mode="floor"), torch.div(x, -2, rounding_mode="floor"))
+
+
+def test_floor_ceil_trunc_and_rounded_divisions_by_powers_of_two_run_in_kiln(cache_dir):
+    nan, inf = float("nan"), float("inf")
+    special = [0.0, -0.0, 0.3, -0.3, 0.5, -0.5, 1.0, -1.0, 2.5, -2.5, 7.99, -7.99, 2.0**23 + 1,
+               -(2.0**23) - 1, 2.0**40 + 0.5 * 2**18, 3e38, -3e38, inf, -inf, nan, 1e-45, -1e-45]
+    x = torch.cat([torch.tensor(special), torch.randn(42) * 10, torch.randn(32) * 1e6])
+    h = (torch.randn(96) * 100).half()
+    _, program = compiled(Rounding(), (x, h), cache_dir)
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    for i, (got, want) in enumerate(zip(program(x, h), Rounding()(x, h))):
+        assert got.dtype == want.dtype and torch.equal(got.isnan(), want.isnan()), i
+        keep = ~want.isnan()
+        assert torch.equal(got[keep], want[keep]), (i, got[keep], want[keep])
+        assert torch.equal(got[keep].signbit(), want[keep].signbit()), i
+
+
+EQUATIONS = [("bhwc,hkc->bhwk", (2, 3, 4, 5), (3, 6, 5)),  # SAM's relative positions
+             ("bnqd,bnkd->bnqk", (2, 3, 4, 5), (2, 3, 6, 5)),
+             ("ibh,hnd->ibnd", (4, 2, 6), (6, 3, 5)),
+             ("bqc, bchw -> bqhw", (2, 4, 5), (2, 5, 3, 6)),
+             ("bd,dn->bn", (4, 5), (5, 6)),
+             ("bsj,j->bs", (2, 4, 5), (5,)),
+             ("blq,bhlk->bhlqk", (2, 3, 4), (2, 5, 3, 6)),  # an outer product per (b, l)
+             ("...pd,...qd->...pq", (2, 3, 4, 5), (3, 6, 5)),
+             ("bcxd,bcyd", (2, 3, 4, 5), (2, 3, 6, 5)),  # implicit output: b c x y sorted
+             ("ijbn->bnij", (2, 3, 4, 5), None),
+             ("bij,bjk->bi", (2, 3, 4), (2, 4, 5)),  # k summed in b first
+             ("abcd,cd->ab", (2, 3, 4, 5), (4, 5)),  # two summed labels, merged
+             ("bxy,bxy->b", (1, 3, 4), (2, 3, 4)),  # a batch of 1 broadcast
+             ("ij->j", (3, 4), None)]
+
+
+class Einsum(torch.nn.Module):
+    def __init__(self, equation):
+        super().__init__()
+        self.equation = equation
+
+    def forward(self, *xs):
+        return torch.einsum(self.equation, *xs)
+
+
+@pytest.mark.parametrize("equation, a, b", EQUATIONS)
+def test_an_einsum_is_a_matmul_of_its_operands_arranged(equation, a, b, cache_dir):
+    torch.manual_seed(0)
+    args = (torch.randn(a),) if b is None else (torch.randn(a), torch.randn(b))
+    _, program = compiled(Einsum(equation), args, cache_dir)
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    got, want = program(*args), Einsum(equation)(*args)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_einsum_kiln_cannot_arrange_stays_in_pytorch(cache_dir):
+    class Odd(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.einsum("ii->i", x), torch.einsum("ij,jk,kl->il", x, x, x), \
+                torch.einsum("abcdef,abcdeg->abcdefg", y, y)
+
+    x, y = torch.randn(3, 3), torch.randn(2, 1, 2, 1, 2, 3)
+    _, program = compiled(Odd(), (x, y), cache_dir)
+    assert [(f.op, f.count, f.reason) for f in program.fallbacks] == [
+        ("aten.einsum.default", 3, "an einsum with a repeated label ('ii->i'); an einsum of "
+         "other than one or two tensors; an einsum of more than 4 batch dims")]
+    for got, want in zip(program(x, y), Odd()(x, y)):
+        torch.testing.assert_close(got, want)

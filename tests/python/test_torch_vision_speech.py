@@ -15,7 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 @pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer",
                                   "resnet", "poolformer", "efficientnet", "mobilenet_v2",
                                   "videomae", "convnextv2", "dpt", "mobilevit", "dinov2",
-                                  "levit"])
+                                  "levit", "beit", "detr"])
 def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir):
     """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
     runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
@@ -30,8 +30,10 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
     resized bicubically to an image of another shape (40 x 24 where they are for 32 x 32: 4 x 4
     patches to 5 x 3); so do LeViT's attention biases (a table by a constant index of 2 dims)
     and its batch norms of [B * N, C], and Swin's window attention (shifted windows with their
-    mask included), whose batch is the image batch times the windows. Every output is compared
-    (the pooled ones too), at a dynamic batch."""
+    mask included), whose batch is the image batch times the windows; so do BEiT's relative
+    position index (a meshgrid of the window's positions) and DETR's sine position embedding
+    (a floor division by 2), its ResNet backbone's frozen batch norms, and its encoder and
+    decoder. Every output is compared (the pooled ones too), at a dynamic batch."""
     import transformers as t
     torch.manual_seed(0)
     small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -67,10 +69,17 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
         "levit": lambda: t.LevitModel(t.LevitConfig(
             image_size=64, hidden_sizes=[16, 24, 32], num_attention_heads=[1, 2, 2],
             depths=[1, 1, 1], key_dim=[8, 8, 8], down_ops=[["Subsample", 8, 1, 4, 2, 2]] * 2)),
+        "beit": lambda: t.BeitModel(t.BeitConfig(**small, use_relative_position_bias=True)),
+        "detr": lambda: t.DetrModel(t.DetrConfig(
+            use_timm_backbone=False, use_pretrained_backbone=False, num_queries=5,
+            backbone_config=t.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16, 16, 16],
+                                           depths=[1, 1, 1, 1], out_features=["stage4"]),
+            d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64)),
     }[arch]().eval()
     # A video: [B, frames, C, H, W].
     pixel_shape = {"videomae": (4, 3, 32, 32), "dinov2": (3, 40, 24),
-                   "levit": (3, 64, 64)}.get(arch, (3, 32, 32))
+                   "levit": (3, 64, 64), "detr": (3, 64, 64)}.get(arch, (3, 32, 32))
     if arch in ("efficientnet", "mobilenet_v2", "mobilevit", "levit"):  # zeros out as initialised
         for norm in model.modules():
             if isinstance(norm, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
@@ -151,4 +160,40 @@ def test_a_speech_encoder_is_one_kiln_graph_feature_extractor_included(cache_dir
             got = program(input_values=audio)
             got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
             assert got.shape == want.shape
+            assert rel_l2(got, want) < TOLERANCE["highest"], (b, rel_l2(got, want))
+
+
+def test_sams_image_encoder_at_a_dynamic_batch_matches_eager(cache_dir):
+    """SAM's image encoder: its relative positions (einsums) run in kiln at a fixed batch; at
+    a dynamic batch its windows multiply the batch (4*B, 8*B) and its einsums, an unbind and a
+    permute of those merged dims stay in PyTorch. Its window sizes (4*B) are shape arithmetic
+    kiln skips inside a graph where only views read them, but which PyTorch reads once those
+    views are left to it: the plan computes them in PyTorch (before, a KeyError)."""
+    import transformers as t
+    torch.manual_seed(0)
+    model = t.SamVisionModel(t.SamVisionConfig(
+        image_size=64, patch_size=16, hidden_size=32, output_channels=16, num_hidden_layers=2,
+        num_attention_heads=2, window_size=2, global_attn_indexes=[1], mlp_dim=64)).eval()
+    for p in model.parameters():
+        p.data.normal_(0, 0.2)
+    with torch.no_grad():
+        pixels = torch.randn(2, 3, 64, 64)
+        ep = torch.export.export(model, (), {"pixel_values": pixels}, strict=False)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        want = model(pixel_values=pixels).last_hidden_state
+        assert rel_l2(program(pixel_values=pixels)["last_hidden_state"], want) < \
+            TOLERANCE["highest"]
+        dims = {"pixel_values": {0: torch.export.Dim("B", max=8)}}
+        ep = torch.export.export(model, (), {"pixel_values": pixels}, dynamic_shapes=dims,
+                                 strict=False)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert {f.op for f in program.fallbacks} == {
+            "aten.einsum.default", "aten.unbind.int", "aten.permute.default"}, program.fallbacks
+        for b in (2, 3, 1):
+            pixels = torch.randn(b, 3, 64, 64)
+            want = model(pixel_values=pixels).last_hidden_state
+            got = program(pixel_values=pixels)["last_hidden_state"]
             assert rel_l2(got, want) < TOLERANCE["highest"], (b, rel_l2(got, want))

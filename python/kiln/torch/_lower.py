@@ -422,6 +422,11 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
     outputs, aliases = [], {}
     seen_names = {}
     for node in wanted:
+        if node not in part.values:
+            # A node kiln skips (its kiln users read nothing of it: a size in a reshape's
+            # shape) that PyTorch reads after all, where a group of views alone was left to it.
+            raise PartitionError(node, part.probe.unread.get(node, "read by PyTorch where kiln "
+                                                              "skips it"))
         value = part.values[node]
         if isinstance(value, Tuple0):
             continue  # its getitem(0) is the value used

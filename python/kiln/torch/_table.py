@@ -194,9 +194,71 @@ def _mul(cx, node):
 @lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode,
           aten.true_divide.Tensor, aten.true_divide.Scalar)
 def _div(cx, node):
-    if node.kwargs.get("rounding_mode") is not None:
-        raise Unsupported(f"div with rounding_mode={node.kwargs['rounding_mode']!r}")
+    mode = node.kwargs.get("rounding_mode")
+    if mode is not None:
+        return Expr(_rounded_quotient(cx, node, mode))
     return _arith(cx, node, "div", node.args[0], node.args[1])
+
+
+@lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
+def _floor_divide(cx, node):
+    return Expr(_rounded_quotient(cx, node, "floor"))
+
+
+def _rounded_quotient(cx, node, mode: str) -> str:
+    """div(a, b, rounding_mode) of a float tensor by a number that is a power of two, positive
+    or negative (DETR's sine positions, `torch.div(dim_t, 2, rounding_mode="floor")`): the
+    quotient is exact (a subnormal `a` divided by more than 1 aside, which only the sign of a
+    zero quotient tells), so its floor or trunc is PyTorch's, a zero result signed as `a / b`
+    is."""
+    a, b = node.args[0], node.args[1]
+    dtype = cx.dtype_of(node)
+    if mode not in ("floor", "trunc"):
+        raise Unsupported(f"div with rounding_mode={mode!r}")
+    if dtype not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"a {mode} division of integers (kiln divides floats)")
+    if isinstance(b, bool) or not isinstance(b, (int, float)) or b == 0 or \
+            not math.isfinite(b) or math.frexp(abs(b))[0] != 0.5 or \
+            not 2.0**-149 <= abs(b) <= 2.0**127:
+        raise Unsupported(f"a {mode} division by other than a power of two f32 holds")
+    a = cx.let(_as_tensor(cx.ref(a, 'f32'), 'f32'))
+    quotient = cx.let(f"div({a}, {_lit(float(b))})")
+    text = _whole(cx, quotient, mode)
+    if mode == "floor":
+        # PyTorch floors (a - fmod(a, b)) / b: an infinite `a` is NaN (inf - inf here), and an
+        # `a` of the other sign than b whose quotient rounded to zero (a subnormal) is -1.
+        other_sign = f"{'lt' if b > 0 else 'gt'}({a}, 0.0)"
+        text = (f"where(eq(abs({a}), inf), sub({quotient}, {quotient}), "
+                f"where(logical_and({other_sign}, eq({quotient}, 0.0)), -1.0, {text}))")
+    return text if dtype == "f32" else f"cast({text}, to={dtype})"
+
+
+def _whole(cx, x: str, mode: str) -> str:
+    """floor, ceil or trunc of an f32 value `x` (a name), exactly: a cast to i64 and back
+    truncates toward zero, floor takes one less where that went up; past 2^23 every f32 is a
+    whole number, and it, an infinity or a NaN is itself; a zero result takes `x`'s sign."""
+    if mode == "ceil":
+        return f"neg({_whole(cx, cx.let(f'neg({x})'), 'floor')})"
+    whole = cx.let(f"cast(cast({x}, to=i64), to=f32)")
+    if mode == "floor":
+        whole = cx.let(f"where(gt({whole}, {x}), sub({whole}, 1.0), {whole})")
+    signed = f"where(eq({whole}, 0.0), mul({x}, 0.0), {whole})"
+    return f"where(logical_or(ge(abs({x}), 8388608.0), ne({x}, {x})), {x}, {signed})"
+
+
+def _rounding(mode: str):
+    def lower(cx, node):
+        dtype = cx.dtype_of(node)
+        if dtype not in ("f32", "f16", "bf16"):
+            raise Unsupported(f"{mode} of {dtype} (kiln rounds floats)")
+        text = _whole(cx, cx.let(_as_tensor(cx.ref(node.args[0], "f32"), "f32")), mode)
+        return Expr(text if dtype == "f32" else f"cast({text}, to={dtype})")
+    _ROW_WISE.add(lower)
+    return lower
+
+
+for _op, _k in [(aten.floor, "floor"), (aten.ceil, "ceil"), (aten.trunc, "trunc")]:
+    TABLE[_op.default] = _rounding(_k)
 
 
 @lowering(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
@@ -729,6 +791,130 @@ def _matmul_text(cx, a, b, out_dtype) -> str:
 @lowering(aten.mm.default, aten.bmm.default, aten.matmul.default)
 def _mm(cx, node):
     return Expr(_matmul_text(cx, node.args[0], node.args[1], cx.dtype_of(node)))
+
+
+@lowering(aten.einsum.default)
+def _einsum(cx, node):
+    """einsum of one operand (a permute, sums over the labels it drops) or two (SAM's
+    `bhwc,hkc->bhwk`, attention's `bnqd,bnkd->bnqk`): each operand's labels only it has and
+    the output does not are summed first; then one matmul, `a` as [batch.., row, K] and `b` as
+    [batch.., col, K] (`transpose_b`), where K is the labels both have and the output does not
+    (several of fixed sizes merged, none a K of 1), row and col are the labels only `a` or
+    only `b` has that come last in the output (or a dim of 1), and the batch dims are every
+    other output label in the output's order, each a dim of 1 in the operand that lacks it;
+    the result permuted to the output's order."""
+    equation, operands = node.args[0], list(node.args[1])
+    if not isinstance(equation, str) or not 1 <= len(operands) <= 2 or \
+            not all(isinstance(x, Node) for x in operands):
+        raise Unsupported("an einsum of other than one or two tensors")
+    dtype = cx.dtype_of(node)
+    for x in operands:
+        if cx.dtype_of(x) != dtype or dtype not in ("f32", "f16", "bf16"):
+            raise Unsupported("an einsum of integers or of mixed dtypes")
+        if cx.has_merged(x):
+            raise Unsupported("an einsum of a tensor with merged dims")
+        if not cx.meta(x).shape:
+            raise Unsupported("an einsum of a 0-d tensor")
+    ins, out = _einsum_labels(equation, [len(cx.meta(x).shape) for x in operands])
+    # Each operand's dim of each of its labels; a label's size in the output is one that is
+    # not 1 (an operand's 1 broadcasts).
+    dims = [dict(zip(labels, cx.meta(x).shape)) for x, labels in zip(operands, ins)]
+    sizes = {}
+    for own in dims:
+        for label, d in own.items():
+            if label not in sizes or _size_expr(cx, sizes[label]) == 1:
+                sizes[label] = d
+            elif _size_expr(cx, d) not in (1, _size_expr(cx, sizes[label])):
+                raise Unsupported(f"an einsum whose label {label!r} has two sizes")
+    texts, kept = [], []
+    for x, labels in zip(operands, ins):
+        # Labels only this operand has, not in the output: summed away first.
+        others = [l for other in ins if other is not labels for l in other]
+        text, labels = cx.ref(x), list(labels)
+        for label in [l for l in labels if l not in out and l not in others][::-1]:
+            text = f"sum({text}, axis={labels.index(label) - len(labels)})"
+            labels.remove(label)
+        if not labels:
+            raise Unsupported("an einsum that sums an operand to a scalar")
+        texts.append(text)
+        kept.append(labels)
+    if len(operands) == 1:
+        perm = [kept[0].index(l) for l in out]
+        return Expr(texts[0] if perm == list(range(len(perm))) else
+                    f"permute({texts[0]}, dims={perm})")
+    (a, b), (la, lb) = texts, kept
+    contract = [l for l in la if l in lb and l not in out]
+    if any(_size_expr(cx, dims[0][l]) != _size_expr(cx, dims[1][l]) for l in contract):
+        raise Unsupported("an einsum that broadcasts a label it sums over")
+    if len(contract) > 1 and any(cx.is_symbolic(sizes[l]) for l in contract):
+        raise Unsupported("an einsum summing over several labels, one of a symbolic size")
+    only_a = [l for l in out if l in la and l not in lb]
+    only_b = [l for l in out if l in lb and l not in la]
+    row = only_a[-1] if only_a else None
+    col = only_b[-1] if only_b else None
+    batch = [l for l in out if l not in (row, col)]
+    if len(batch) > 4:
+        raise Unsupported("an einsum of more than 4 batch dims")
+
+    def arranged(text, labels, own, mid) -> str:
+        """`text` (of `labels`, sized `own`) as [batch.., mid, K]: permuted, a dim of 1 for
+        each batch label it lacks (and for a missing mid), K merged."""
+        order = [l for l in batch if l in labels] + ([mid] if mid else []) + contract
+        perm = [labels.index(l) for l in order]
+        if perm != list(range(len(perm))):
+            text = f"permute({text}, dims={perm})"
+        k = [cx.size(own[l]) for l in contract]
+        k = [str(math.prod(int(v) for v in k))] if len(k) > 1 else (k or ["1"])
+        shape = [cx.size(own[l]) if l in labels else "1" for l in batch] + \
+            [cx.size(own[mid]) if mid else "1"] + k
+        return f"reshape({text}, shape=[{', '.join(shape)}])"
+
+    product = (f"matmul({arranged(a, la, dims[0], row)}, {arranged(b, lb, dims[1], col)}, "
+               f"transpose_b=true)")
+    have = batch + [l for l in (row, col) if l]
+    result = f"reshape({product}, shape=[{', '.join(cx.size(sizes[l]) for l in have)}])"
+    perm = [have.index(l) for l in out]
+    return Expr(result if perm == list(range(len(perm))) else f"permute({result}, dims={perm})")
+
+
+def _einsum_labels(equation: str, ranks: list) -> tuple[list, list]:
+    """An einsum equation's labels: one list per operand, and the output's (implicit: any
+    ellipsis, then the labels used once, sorted as PyTorch sorts them). An ellipsis is its operand's leading
+    dims, labelled from the right so that they broadcast."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise Unsupported(f"an einsum equation {equation!r} for {len(ranks)} tensors")
+    fresh = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq]
+    longest = 0
+    ins = []
+    for term, rank in zip(terms, ranks):
+        named = term.replace("...", "")
+        if not all(c.isalpha() for c in named) or term.count("...") > 1:
+            raise Unsupported(f"an einsum equation {equation!r}")
+        spread = rank - len(named)
+        if spread < 0 or ("..." not in term and spread):
+            raise Unsupported(f"an einsum equation {equation!r} for ranks {ranks}")
+        longest = max(longest, spread)
+        head, _, tail = term.partition("...")
+        ins.append(list(head) + fresh[len(fresh) - spread:] + list(tail) if "..." in term
+                   else list(term))
+    dots = fresh[len(fresh) - longest:]
+    if arrow:
+        if not all(c.isalpha() for c in rhs.replace("...", "")):
+            raise Unsupported(f"an einsum equation {equation!r}")
+        head, _, tail = rhs.partition("...")
+        out = list(head) + (dots if "..." in rhs else []) + list(tail)
+    else:
+        used = [c for t in ins for c in t if c not in dots]
+        out = dots + sorted(c for c in set(used) if used.count(c) == 1)
+    for labels in ins + [out]:
+        if len(set(labels)) != len(labels):
+            raise Unsupported(f"an einsum with a repeated label ({equation!r})")
+    if any(l not in [c for t in ins for c in t] for l in out):
+        raise Unsupported(f"an einsum equation {equation!r}")
+    return ins, out
 
 
 @lowering(aten.addmm.default, aten.baddbmm.default)
@@ -2714,6 +2900,42 @@ def _scattered_value(value, dtype: str):
     return value
 
 
+_MESHGRIDS = (aten.meshgrid.default, aten.meshgrid.indexing)
+
+
+@lowering(*_MESHGRIDS)
+def _meshgrid(cx, node):
+    """meshgrid(tensors, indexing): a list, each getitem of it made by _meshgrid_piece."""
+    _meshgrid_plan(cx, node)
+    return Pieces(node)
+
+
+def _meshgrid_plan(cx, node) -> tuple[list, str]:
+    tensors = list(node.args[0])
+    indexing = _arg(node, 1, "indexing", "ij")
+    if indexing not in ("ij", "xy"):
+        raise Unsupported(f"a meshgrid with indexing {indexing!r}")
+    for t in tensors:
+        if not isinstance(t, Node) or len(cx.meta(t).shape) != 1 or cx.has_merged(t):
+            raise Unsupported("a meshgrid of other than 1-D tensors (of unmerged dims)")
+    return tensors, indexing
+
+
+def _meshgrid_piece(cx, src, index, node) -> str:
+    """Output `index` of a meshgrid (BEiT's relative position index, from the window's
+    positions): input `index` along its own dim of the grid ('xy' swaps the first two),
+    expanded over the others."""
+    tensors, indexing = _meshgrid_plan(cx, src)
+    if not isinstance(index, int) or not 0 <= index < len(tensors):
+        raise Unsupported(f"element {index!r} of a meshgrid")
+    along = index
+    if indexing == "xy" and len(tensors) >= 2 and index < 2:
+        along = 1 - index
+    n = cx.size(cx.meta(tensors[index]).shape[0])
+    dims = ", ".join(n if i == along else "1" for i in range(len(tensors)))
+    return f"expand(reshape({cx.ref(tensors[index])}, shape=[{dims}]), shape={cx.shape(node)})"
+
+
 # A topk ranks each element against every other of its row: [.., n, n] comparisons.
 _TOPK_LIMIT = 1024
 
@@ -3253,6 +3475,8 @@ def _getitem(cx, node):
         if src.target is aten.unbind.int:
             piece = f"reshape({piece}, shape={cx.shape(node)})"
         return Expr(piece)
+    if isinstance(src, Node) and src.op == "call_function" and src.target in _MESHGRIDS:
+        return Expr(_meshgrid_piece(cx, src, index, node))
     if isinstance(src, Node) and src.op == "call_function" and src.target is aten.topk.default:
         if index not in (0, 1):
             raise Unsupported(f"element {index!r} of a topk")
@@ -3265,9 +3489,9 @@ def _getitem(cx, node):
 # Lowerings that move or relabel values without arithmetic: a group of only these is left to
 # PyTorch (a kiln graph for a view costs more than the view), and not listed as a fallback.
 TRIVIAL = {_reshape, _permute, _expand, _slice, _select, _identity, _dropout, _to_dtype, _getitem,
-           _arange, _cat, _gather, _split, _repeat} | _CONSTANTS
+           _arange, _cat, _gather, _split, _repeat, _meshgrid} | _CONSTANTS
 
-_ROW_WISE |= {_add_sub, _mul, _div, _pow, _square, _reciprocal, _gelu, _clamp, _where, _masked_fill,
+_ROW_WISE |= {_add_sub, _mul, _div, _floor_divide, _pow, _square, _reciprocal, _gelu, _clamp, _where, _masked_fill,
               _identity, _dropout, _to_dtype, _reshape, _expand} | _CONSTANTS
 
 
