@@ -1402,8 +1402,8 @@ def test_tensor_splits_and_vector_norms_run_in_kiln(cache_dir):
 
 class ScalarConstants(torch.nn.Module):
     """Ops of constants of shape [] alone: a product, an exp and a compare of literals (and an
-    integer floor division, which kiln has no op for); an f16 constant holds its value rounded to f16
-    (0.1 is 0.0999755859375)."""
+    integer floor division, which kiln has no op for); an f16 constant holds its value rounded
+    to f16 (0.1 is 0.0999755859375)."""
     def forward(self, x):
         return (x * torch.full((), 2.0) * 4 + torch.full((), 0.5).exp() +
                 (torch.full((), 3) < 4) - torch.full((), 7) // 2,

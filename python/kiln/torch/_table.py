@@ -879,8 +879,8 @@ def _einsum(cx, node):
 
 def _einsum_labels(equation: str, ranks: list) -> tuple[list, list]:
     """An einsum equation's labels: one list per operand, and the output's (implicit: any
-    ellipsis, then the labels used once, sorted as PyTorch sorts them). An ellipsis is its operand's leading
-    dims, labelled from the right so that they broadcast."""
+    ellipsis, then the labels used once, sorted as PyTorch sorts them). An ellipsis is its
+    operand's leading dims, labelled from the right so that they broadcast."""
     eq = equation.replace(" ", "")
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
@@ -2773,7 +2773,7 @@ def _cat(cx, node):
 @lowering(aten.gather.default)
 def _gather(cx, node):
     """A gather from a constant whose elements are all one value (BERT's token_type_ids buffer,
-    zeros) is that value in the index's shape; a gather of positions is _gathered_one's."""
+    zeros) is that value in the index's shape; a gather of positions is _gathered_positions's."""
     x, _, index = node.args[:3]
     source = x
     # Through expands and conversions (RoBERTa's buffer reaches the gather through
@@ -2788,7 +2788,7 @@ def _gather(cx, node):
     if _arg(node, 3, "sparse_grad", False):
         raise Unsupported("a gather with sparse_grad")
     if value is None:
-        return Expr(_gathered_one(cx, node, x, node.args[1], index))
+        return Expr(_gathered_positions(cx, node, x, node.args[1], index))
     if value.numel() == 0:
         raise Unsupported("a gather from an empty constant")
     first = value.reshape(-1)[0]
@@ -2800,7 +2800,7 @@ def _gather(cx, node):
     return Expr(f"add(mul({cx.ref(index)}, 0), {int(first.item())})")
 
 
-def _gathered_one(cx, node, x, dim: int, index) -> str:
+def _gathered_positions(cx, node, x, dim: int, index) -> str:
     """gather(x, dim, index) where index holds k positions along dim (a fixed k) and x's other
     sizes (MBart's `ids.gather(1, last)`, each row's last token; DeepSeek-V3's router weights
     at its topk's positions): each position's element, the max along the dim of where the
@@ -3491,8 +3491,8 @@ def _getitem(cx, node):
 TRIVIAL = {_reshape, _permute, _expand, _slice, _select, _identity, _dropout, _to_dtype, _getitem,
            _arange, _cat, _gather, _split, _repeat, _meshgrid} | _CONSTANTS
 
-_ROW_WISE |= {_add_sub, _mul, _div, _floor_divide, _pow, _square, _reciprocal, _gelu, _clamp, _where, _masked_fill,
-              _identity, _dropout, _to_dtype, _reshape, _expand} | _CONSTANTS
+_ROW_WISE |= {_add_sub, _mul, _div, _floor_divide, _pow, _square, _reciprocal, _gelu, _clamp,
+              _where, _masked_fill, _identity, _dropout, _to_dtype, _reshape, _expand} | _CONSTANTS
 
 
 def merged_dims_reason(cx, node) -> str | None:
