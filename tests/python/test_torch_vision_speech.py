@@ -163,6 +163,32 @@ def test_a_speech_encoder_is_one_kiln_graph_feature_extractor_included(cache_dir
             assert rel_l2(got, want) < TOLERANCE["highest"], (b, rel_l2(got, want))
 
 
+def test_whispers_encoder_is_one_kiln_graph_at_a_dynamic_batch(cache_dir):
+    """Whisper's encoder from a log-mel spectrogram: its two conv1d layers (the second strided),
+    gelus, fixed sinusoidal positions and pre-norm layers, one kiln graph at a dynamic batch."""
+    import transformers as t
+    torch.manual_seed(0)
+    model = t.WhisperModel(t.WhisperConfig(
+        d_model=64, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
+        max_source_positions=50, vocab_size=100, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2, decoder_start_token_id=1)).encoder.eval()
+    dims = {"input_features": {0: torch.export.Dim("B", max=8)}}
+    with torch.no_grad():
+        ep = torch.export.export(model, (), {"input_features": torch.randn(2, 16, 100)},
+                                 dynamic_shapes=dims, strict=False)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for b in (2, 3, 1):
+            features = torch.randn(b, 16, 100)
+            want = model(input_features=features).last_hidden_state
+            got = program(input_features=features)
+            got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
+            assert got.shape == want.shape == (b, 50, 64)
+            assert rel_l2(got, want) < TOLERANCE["highest"], (b, rel_l2(got, want))
+
+
 def test_sams_image_encoder_at_a_dynamic_batch_matches_eager(cache_dir):
     """SAM's image encoder: its relative positions (einsums) run in kiln at a fixed batch; at
     a dynamic batch its windows multiply the batch (4*B, 8*B) and its einsums, an unbind and a
