@@ -2807,18 +2807,11 @@ def _gathered_positions(cx, node, x, dim: int, index) -> str:
     positions match (-inf elsewhere: a signed zero and a NaN kept) for floats, the last of the
     running sum of where they match (0 elsewhere: exact) for integers, over the pairs
     [.., k, n, ..]. A position outside the dim gives -inf or 0, where PyTorch raises."""
-    xshape, ishape = cx.meta(x).shape, cx.meta(index).shape
-    rank = len(xshape)
-    axis = dim % max(rank, 1)
-    if rank == 0 or len(ishape) != rank or cx.is_symbolic(ishape[axis]) or any(
-            i != axis and _size_expr(cx, p) != _size_expr(cx, q)
-            for i, (p, q) in enumerate(zip(xshape, ishape))):
-        raise Unsupported("no kiln op for it (kiln gathers a fixed number of positions along "
-                          "the dim, the index of the tensor's other sizes)")
-    if len(_kiln_dims(cx, xshape)) > 5:
-        raise Unsupported("a gather of a tensor of more than 5 dims in kiln")
-    pairs, at = _position_pairs(cx, xshape, axis, index)
-    n = cx.size(xshape[axis])
+    axis, pairs, at = _position_pairs(
+        cx, x, dim, index, "a gather of a tensor", "no kiln op for it (kiln gathers a fixed "
+        "number of positions along the dim, the index of the tensor's other sizes)")
+    rank = len(cx.meta(x).shape)
+    n = cx.size(cx.meta(x).shape[axis])
     dtype = cx.dtype_of(node)
     # x with a dim of 1 for the positions: [.., 1, n, ..]
     wide = f"reshape({cx.ref(x, 'i32' if dtype == 'bool' else None)}, shape={pairs(1, n)})"
@@ -2829,13 +2822,24 @@ def _gathered_positions(cx, node, x, dim: int, index) -> str:
     return f"ne({picked}, 0)" if dtype == "bool" else picked
 
 
-def _position_pairs(cx, shape, axis: int, index):
-    """(pairs, at) for k positions `index` along dim `axis` of `shape` (n long; the index of
-    the tensor's other sizes): `pairs(a, b)` is the kiln shape of `shape` with [a, b] in place
-    of the dim (merged dims as their factors), and `at` the bool [.., k, n, ..] of where each
-    position is each of the n."""
+def _position_pairs(cx, x, dim, index, what: str, refusal: str):
+    """(axis, pairs, at) for k positions `index` along dim `dim` of x (n long): `pairs(a, b)`
+    is the kiln shape of x with [a, b] in place of the dim (merged dims as their factors), and
+    `at` the bool [.., k, n, ..] of where each position is each of the n. Unsupported
+    (`refusal`) unless the index holds a fixed number of positions and x's other sizes, or
+    (`what`, the op of x) past kiln's dims or elements."""
+    shape, ishape = cx.meta(x).shape, cx.meta(index).shape
+    rank = len(shape)
+    if rank == 0 or not isinstance(dim, int) or len(ishape) != rank or \
+            cx.is_symbolic(ishape[dim % rank]) or any(
+                i != dim % rank and _size_expr(cx, p) != _size_expr(cx, q)
+                for i, (p, q) in enumerate(zip(shape, ishape))):
+        raise Unsupported(refusal)
+    if len(_kiln_dims(cx, shape)) > 5:
+        raise Unsupported(f"{what} of more than 5 dims in kiln")
+    axis = dim % rank
     n = cx.size(shape[axis])
-    k = int(cx.meta(index).shape[axis])
+    k = int(ishape[axis])
 
     def pairs(a, b) -> str:
         dims = []
@@ -2843,12 +2847,11 @@ def _position_pairs(cx, shape, axis: int, index):
             dims += [str(a), str(b)] if i == axis else (cx.merged(d) or [cx.size(d)])
         return "[" + ", ".join(dims) + "]"
 
-    ishape = list(cx.meta(index).shape)
-    cx.check_shape(ishape[:axis + 1] + [shape[axis]] + ishape[axis + 1:])  # the pairs
+    cx.check_shape(list(ishape[:axis + 1]) + [shape[axis]] + list(ishape[axis + 1:]))  # pairs
     ones = ", 1" * (len(shape) - 1 - axis)
     positions = f"reshape(arange({n}), shape=[{n}{ones}])"
     ids = f"reshape({cx.ref(index, 'i64')}, shape={pairs(k, 1)})"
-    return pairs, f"eq({positions}, {ids})"
+    return axis, pairs, f"eq({positions}, {ids})"
 
 
 @lowering(aten.scatter.value)
@@ -2858,20 +2861,12 @@ def _scatter_value(cx, node):
     where any of the k positions is the element's, x elsewhere. A position outside the dim
     writes nothing, where PyTorch raises."""
     x, dim, index, value = node.args[:4]
-    xshape, ishape = cx.meta(x).shape, cx.meta(index).shape
-    rank = len(xshape)
     if _arg(node, 4, "reduce", None) is not None:
         raise Unsupported("a scatter with a reduce")
-    if rank == 0 or not isinstance(dim, int) or len(ishape) != rank or \
-            cx.is_symbolic(ishape[dim % rank]) or any(
-                i != dim % rank and _size_expr(cx, p) != _size_expr(cx, q)
-                for i, (p, q) in enumerate(zip(xshape, ishape))):
-        raise Unsupported("a scatter other than of a fixed number of positions along the dim, "
-                          "the index of the tensor's other sizes")
-    if len(_kiln_dims(cx, xshape)) > 5:
-        raise Unsupported("a scatter into a tensor of more than 5 dims in kiln")
-    axis = dim % rank
-    _, at = _position_pairs(cx, xshape, axis, index)
+    axis, _, at = _position_pairs(
+        cx, x, dim, index, "a scatter into a tensor", "a scatter other than of a fixed number "
+        "of positions along the dim, the index of the tensor's other sizes")
+    rank = len(cx.meta(x).shape)
     hit = f"gt(max(cast({at}, to=f32), axis={axis - rank - 1}), 0.0)"  # any of the k
     dtype = cx.dtype_of(node)
     if isinstance(value, (bool, int, float)):
