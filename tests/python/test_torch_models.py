@@ -251,6 +251,10 @@ def _mixture_of_experts(arch: str, implementation: str):
     if arch == "mixtral":
         model = t.MixtralModel(t.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
                                                **common))
+    elif arch == "gpt_oss":
+        model = t.GptOssModel(t.GptOssConfig(
+            num_local_experts=4, num_experts_per_tok=2, head_dim=16, sliding_window=8,
+            **{**common, "intermediate_size": 64}))
     elif arch == "deepseek_v3":
         model = t.DeepseekV3Model(t.DeepseekV3Config(
             n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
@@ -266,14 +270,15 @@ def _mixture_of_experts(arch: str, implementation: str):
     return model.eval()
 
 
-@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe", "deepseek_v3"])
+@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe", "deepseek_v3", "gpt_oss"])
 def test_a_mixture_of_experts_runs_in_one_kiln_graph(arch, cache_dir):
-    """Mixtral's, Qwen2-MoE's and DeepSeek-V3's routers (a softmax, a topk, Qwen2-MoE's shared
-    expert behind a sigmoid gate; DeepSeek-V3's sigmoid scores, a topk of expert groups
-    scattered into a mask, the weights gathered at the topk's positions; its attention's keys
-    a new_empty copied into) and their experts as transformers' batched_mm writes them (each token
-    repeated for its k experts, the experts' weights picked by id, a bmm) run in one kiln graph
-    at a dynamic batch and sequence, and match eager. The default grouped_mm experts (tokens
+    """Mixtral's, Qwen2-MoE's, DeepSeek-V3's and GPT-OSS's routers (a softmax, a topk,
+    Qwen2-MoE's shared expert behind a sigmoid gate; DeepSeek-V3's sigmoid scores, a topk of
+    expert groups scattered into a mask, the weights gathered at the topk's positions; its
+    attention's keys a new_empty copied into; GPT-OSS's attention sinks, its gate and up
+    interleaved) and their experts as transformers' batched_mm writes them (each token repeated
+    for its k experts, the experts' weights picked by id, a bmm) run in one kiln graph at a
+    dynamic batch and sequence, and match eager. The default grouped_mm experts (tokens
     sorted by expert, groups of data-dependent sizes) stay in PyTorch, their reason naming the
     implementation that runs in kiln."""
     torch.manual_seed(0)

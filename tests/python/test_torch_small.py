@@ -2035,3 +2035,66 @@ def test_an_einsum_kiln_cannot_arrange_stays_in_pytorch(cache_dir):
          "other than one or two tensors; an einsum of more than 4 batch dims")]
     for got, want in zip(program(x, y), Odd()(x, y)):
         torch.testing.assert_close(got, want)
+
+
+class Sinks(torch.nn.Module):
+    """GPT-OSS's attention sinks: each head's logit joins every row of scores, takes a share of
+    the softmax and is dropped. The logits less their row's maximum (max.dim, as GPT-OSS writes
+    it, or amax) or not, the sink dropped by [..., :-1] or [..., :S]; and a strided slice of a
+    flattened batch and sequence (its gate and up of [B*S*k, 2I])."""
+    def __init__(self):
+        super().__init__()
+        self.sinks = torch.nn.Parameter(torch.tensor([2.0, -1.0, 0.5]))
+
+    def forward(self, q, k, x):
+        scores = q @ k.transpose(-1, -2) * 0.5
+        b, _, s, _ = scores.shape
+        logits = torch.cat([scores, self.sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)], -1)
+        shifted = logits - logits.max(dim=-1, keepdim=True).values
+        first = F.softmax(shifted, dim=-1, dtype=shifted.dtype)[..., :-1]
+        second = torch.softmax(logits - logits.amax(-1, keepdim=True), -1)[..., :s]
+        third = torch.softmax(logits, dim=-1)[..., :-1]
+        rows = x.reshape(-1, x.shape[-1])
+        return first @ k, second, third, rows[..., ::2] * rows[..., 1::2]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_sinks_run_in_one_kiln_graph(dtype, cache_dir):
+    B, S = torch.export.Dim("B", max=8), torch.export.Dim("S", min=2, max=40)
+    module = Sinks().to(dtype)
+
+    def args(b, s):
+        return (torch.randn(b, 3, s, 4, dtype=dtype), torch.randn(b, 3, s, 4, dtype=dtype),
+                torch.randn(b, s, 6, dtype=dtype))
+
+    ep = torch.export.export(module, args(2, 5), dynamic_shapes=(
+        {0: B, 2: S}, {0: B, 2: S}, {0: B, 1: S}), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+    for b, s in [(2, 5), (3, 2), (1, 40)]:
+        a = args(b, s)
+        a[0][0, 0, 0, 0] = 30.0  # a row whose maximum is a score, far above its sink
+        got, want = program(*a), module(*a)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            torch.testing.assert_close(g, w, rtol=tolerance, atol=tolerance)
+        # The sinks take their share: the weights of a row add up to well under 1.
+        assert (1 - got[2].float().sum(-1)).max() > 0.05
+
+
+def test_a_sink_of_two_columns_stays_in_pytorch(cache_dir):
+    class TwoSinks(torch.nn.Module):
+        def forward(self, x, sink):
+            return torch.softmax(torch.cat([x, sink.expand(x.shape[0], -1)], -1), -1)[..., :-2]
+
+    S = torch.export.Dim("S", min=2, max=16)
+    x, sink = torch.randn(3, 5), torch.randn(1, 2)
+    ep = torch.export.export(TwoSinks(), (x, sink), dynamic_shapes=({1: S}, None), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert sorted(f.op for f in program.fallbacks) == ["aten.cat.default", "aten.slice.Tensor",
+                                                       "aten.softmax.int"], program.fallbacks
+    assert "S + 2" in program.fallbacks[0].reason
+    torch.testing.assert_close(program(x, sink), TwoSinks()(x, sink), rtol=1e-6, atol=1e-6)

@@ -117,14 +117,24 @@ def build_plan(gm: GraphModule, symbols: dict, dims: dict, input_names: dict, gr
 def _unread(nodes, supported: set, reasons: dict, reads: dict, refused: dict) -> dict:
     """The nodes kiln cannot run whose every user kiln runs without reading them (BART's window
     of S - 1 ids, which the slice_scatter it feeds places by rolling the ids), each with why
-    kiln cannot run it; a node only such nodes use is one too. Left in PyTorch, such a node
-    would sit between two parts of one kiln graph and split it."""
+    kiln cannot run it; a node only such nodes use is one too, kiln's or not (GPT-OSS's
+    max.dim of the logits and sinks, read through a getitem by a subtraction the sink softmax's
+    slice skips). Left in PyTorch, such a node would sit between two parts of one kiln graph and
+    split it."""
     unread: dict = {}
     grew = True
     while grew:
         grew = False
+        # What kiln's lowerings read, their FX operands or not (the sink softmax's slice reads
+        # the operands of the concatenation it looks through), skipped ones aside.
+        read = set().union(*(reads[u] for u in supported if u not in unread))
         for node in reversed(nodes):
-            if node in supported or node in unread or node in refused or not node.users:
+            if node in unread or node in refused or not node.users or node in read:
+                continue
+            if node in supported:
+                if all(u in unread for u in node.users):
+                    unread[node] = "read only by nodes kiln skips"
+                    grew = True
                 continue
             if all(u in unread or (u in supported and node not in reads[u])
                    for u in node.users):

@@ -2275,11 +2275,17 @@ def _positions(cx, node):
 
 
 def _dims_text(cx, shape, axis=None, replace=()) -> str:
-    """A shape as kiln text, its dim `axis` replaced by the sizes `replace`."""
+    """A shape as kiln text, its dim `axis` replaced by the sizes `replace`; a merged dim (a
+    product of kiln dims) is written as its factors."""
     dims = []
     for i, d in enumerate(shape):
-        dims += [str(r) for r in replace] if i == axis else [cx.size(d)]
+        dims += [str(r) for r in replace] if i == axis else (cx.merged(d) or [cx.size(d)])
     return "[" + ", ".join(dims) + "]"
+
+
+def _kiln_axis(cx, shape, axis: int) -> int:
+    """PyTorch's dim `axis` of `shape` as kiln's: each merged dim before it is its factors."""
+    return axis + sum(len(cx.merged(d) or [d]) - 1 for d in list(shape)[:axis])
 
 
 def _strided_slice(cx, node, x, axis, start, end, step) -> str:
@@ -2296,25 +2302,25 @@ def _strided_slice(cx, node, x, axis, start, end, step) -> str:
     count = -(-(end - start) // step)
     if count < 1:
         raise Unsupported("an empty slice")
-    text = cx.ref(x)
+    text, k = cx.ref(x), _kiln_axis(cx, shape, axis)
     whole = min(size - start, count * step)  # the last step may be cut short by the dim's end
     if whole < count * step:
         count_whole = whole // step
         if count_whole < 1:
-            return f"slice({text}, axis={axis}, start={start}, end={start + 1})"
+            return f"slice({text}, axis={k}, start={start}, end={start + 1})"
         head = _strided_text(cx, shape, axis, text, start, count_whole, step)
         last = start + count_whole * step
-        tail = f"slice({text}, axis={axis}, start={last}, end={last + 1})"
-        return f"concat({head}, {tail}, axis={axis})"
+        tail = f"slice({text}, axis={k}, start={last}, end={last + 1})"
+        return f"concat({head}, {tail}, axis={k})"
     return _strided_text(cx, shape, axis, text, start, count, step)
 
 
 def _strided_text(cx, shape, axis, text, start, count, step) -> str:
-    window = text
+    window, k = text, _kiln_axis(cx, shape, axis)
     if start != 0 or count * step != int(shape[axis]):
-        window = f"slice({text}, axis={axis}, start={start}, end={start + count * step})"
+        window = f"slice({text}, axis={k}, start={start}, end={start + count * step})"
     grouped = f"reshape({window}, shape={_dims_text(cx, shape, axis, (count, step))})"
-    first = f"slice({grouped}, axis={axis + 1}, start=0, end=1)"
+    first = f"slice({grouped}, axis={k + 1}, start=0, end=1)"
     return f"reshape({first}, shape={_dims_text(cx, shape, axis, (count,))})"
 
 
@@ -2369,7 +2375,11 @@ def _repeat_interleave(cx, node):
 @lowering(aten.slice.Tensor)
 def _slice(cx, node):
     x = node.args[0]
-    if _positions(cx, x) is not None and _arg(node, 2, "start", 0) in (0, None) and \
+    sink = _sink_softmax(cx, node)
+    if sink is not None:
+        return Expr(sink)
+    merged = cx.has_merged(x)
+    if not merged and _positions(cx, x) is not None and _arg(node, 2, "start", 0) in (0, None) and \
             _arg(node, 4, "step", 1) == 1:
         # BERT's position_ids[:, :S]: a buffer of positions sliced to the sequence is arange(S).
         dtype = cx.dtype_of(node)
@@ -2388,6 +2398,9 @@ def _slice(cx, node):
     size = shape[axis]
     if start == 0 and (end is None or (isinstance(end, int) and end >= 2**62)):
         return Alias(x)
+    if merged and not (isinstance(start, int) and isinstance(end, (int, type(None)))):
+        raise Unsupported("a slice with a symbolic start or end of a tensor with a merged dim")
+    k = _kiln_axis(cx, shape, axis)
     if not isinstance(start, int) or not (end is None or isinstance(end, int)):
         band = _band_window(cx, node)
         return Expr(band if band is not None else _window(cx, node, x, axis, start))
@@ -2396,7 +2409,7 @@ def _slice(cx, node):
         lo = cx.smallest(size)
         if start < 0 or end < 0 or end > lo or start >= end:
             raise Unsupported(f"a slice {start}..{end} along a symbolic dim whose sizes start at {lo}")
-        return Expr(f"slice({cx.ref(x)}, axis={axis}, start={start}, end={end})")
+        return Expr(f"slice({cx.ref(x)}, axis={k}, start={start}, end={end})")
     size = int(size)
     start = max(0, min(size, start + size if start < 0 else start))
     end = size if end is None else max(0, min(size, end + size if end < 0 else end))
@@ -2404,7 +2417,62 @@ def _slice(cx, node):
         return Alias(x)
     if end <= start:
         raise Unsupported("an empty slice")
-    return Expr(f"slice({cx.ref(x)}, axis={axis}, start={start}, end={end})")
+    return Expr(f"slice({cx.ref(x)}, axis={k}, start={start}, end={end})")
+
+
+_SOFTMAXES = (aten._softmax.default, aten.softmax.int) + \
+    ((aten._safe_softmax.default,) if hasattr(aten, "_safe_softmax") else ())
+
+
+def _sink_softmax(cx, node) -> str | None:
+    """softmax(cat([x, s], -1), -1)[..., :-1], s of one column (GPT-OSS's attention sinks: a
+    logit of each head's own that takes a share of the weights and is dropped), its logits less
+    their maximum or not: the weights of x's columns, computed from x and s with no tensor one
+    column wider than x (kiln's dims are symbols or constants, and S + 1 is neither). None where
+    `node` is no such slice."""
+    if _arg(node, 2, "start", 0) not in (0, None) or _arg(node, 4, "step", 1) != 1:
+        return None
+    src = node.args[0]
+    if not (isinstance(src, Node) and src.op == "call_function" and src.target in _SOFTMAXES):
+        return None
+    rank = len(cx.meta(src).shape)
+    if rank == 0 or _arg(node, 1, "dim", 0) % rank != rank - 1 or src.args[1] % rank != rank - 1:
+        return None
+    logits = src.args[0]
+    if isinstance(logits, Node) and logits.op == "call_function" and \
+            logits.target is aten.sub.Tensor and isinstance(logits.args[1], Node):
+        # Less the row's maximum (max.dim's values, or amax), kept: the same softmax.
+        m = logits.args[1]
+        if m.op == "call_function" and m.target is operator.getitem and m.args[1] == 0:
+            m = m.args[0]
+        if m.op == "call_function" and m.target in (aten.max.dim, aten.amax.default) and \
+                m.args[0] is logits.args[0] and \
+                [d % rank for d in (m.args[1] if isinstance(m.args[1], (list, tuple))
+                                    else [m.args[1]])] == [rank - 1] and \
+                bool(_arg(m, 2, "keepdim", False)):
+            logits = logits.args[0]
+    if not (isinstance(logits, Node) and logits.op == "call_function" and
+            logits.target in (aten.cat.default, aten.concat.default) and
+            len(logits.args[0]) == 2 and _arg(logits, 1, "dim", 0) % rank == rank - 1):
+        return None
+    x, s = logits.args[0]
+    xs, ss = cx.meta(x).shape, cx.meta(s).shape
+    end = _bound(cx, _arg(node, 3, "end", None))
+    if len(xs) != rank or len(ss) != rank or cx.is_symbolic(ss[-1]) or int(ss[-1]) != 1 or \
+            not (end == -1 or (end is not None and not isinstance(end, int) and
+                               cx.is_symbolic(xs[-1]) and end == cx.expr(xs[-1])) or
+                 (isinstance(end, int) and not cx.is_symbolic(xs[-1]) and end == int(xs[-1]))):
+        return None
+    out = cx.dtype_of(src)
+    if out not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"softmax into {out}")
+    # In f32 (as PyTorch's softmax of a half type is), rounded once.
+    xv = cx.let(cx.ref(x, out) if out == "f32" else f"cast({cx.ref(x, out)}, to=f32)")
+    sv = cx.let(cx.ref(s, out) if out == "f32" else f"cast({cx.ref(s, out)}, to=f32)")
+    m = cx.let(f"maximum(max({xv}, axis=-1, keepdim=true), {sv})")
+    e = cx.let(f"exp(sub({xv}, {m}))")
+    weights = f"div({e}, add(sum({e}, axis=-1, keepdim=true), exp(sub({sv}, {m}))))"
+    return weights if out == "f32" else f"cast({weights}, to={out})"
 
 
 def _dim_value(name: str, dtype: str) -> str:
@@ -3570,6 +3638,11 @@ def merged_dims_reason(cx, node) -> str | None:
             ok = tail_free(src.args[0], len(cx.meta(src.args[0]).shape) - axis)
     elif low is _topk:
         ok = tail_free(node.args[0], 1)
+    elif low is _slice:
+        # Along a dim after the merged ones (GPT-OSS's gate_up[..., ::2] of [B*S*k, 2I]).
+        x = node.args[0]
+        rank = len(cx.meta(x).shape)
+        ok = rank > 0 and tail_free(x, rank - _arg(node, 1, "dim", 0) % rank)
     elif low in (_gather, _scatter_value):
         # Positions along a dim after the merged ones, the index of the tensor's other sizes.
         x, dim = node.args[0], node.args[1]
