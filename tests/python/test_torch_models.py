@@ -54,11 +54,28 @@ def _models():
         # projections' pieces by tensor_split.
         "mamba": lambda: t.MambaModel(t.MambaConfig(num_hidden_layers=2, hidden_size=32,
                                                     state_size=8, **small)),
+        # Mamba-2 layers and an attention layer; the chunked scan in PyTorch: tril masks, a
+        # segment sum, cumsum and exp.
+        "bamba": lambda: t.BambaModel(t.BambaConfig(
+            num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=128, mamba_n_heads=8, mamba_d_head=16, mamba_d_state=16,
+            mamba_chunk_size=8, attn_layer_indices=[1], max_position_embeddings=64, **small)),
+        # Gated delta-net layers (a chunked delta rule: tril, triu and eye, a triangular solve
+        # by rows) beside full attention, and a mixture of experts.
+        "qwen3_next": lambda: t.Qwen3NextModel(t.Qwen3NextConfig(
+            num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, intermediate_size=128, layer_types=["linear_attention",
+                                                            "full_attention"],
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+            linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, shared_expert_intermediate_size=64,
+            experts_implementation="batched_mm", max_position_embeddings=64, **small)),
     }
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "gpt_neox", "t5_encoder", "opt", "phi", "falcon",
-                                  "bloom", "gptj", "roberta", "mpt", "mamba"])
+                                  "bloom", "gptj", "roberta", "mpt", "mamba", "bamba",
+                                  "qwen3_next"])
 def test_the_model_runs_in_kiln_and_matches_eager(arch, cache_dir):
     torch.manual_seed(0)
     model = _models()[arch]().eval()
@@ -251,6 +268,9 @@ def _mixture_of_experts(arch: str, implementation: str):
     if arch == "mixtral":
         model = t.MixtralModel(t.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
                                                **common))
+    elif arch == "phimoe":
+        model = t.PhimoeModel(t.PhimoeConfig(num_local_experts=4, num_experts_per_tok=2,
+                                             **common))
     elif arch == "gpt_oss":
         model = t.GptOssModel(t.GptOssConfig(
             num_local_experts=4, num_experts_per_tok=2, head_dim=16, sliding_window=8,
@@ -270,17 +290,18 @@ def _mixture_of_experts(arch: str, implementation: str):
     return model.eval()
 
 
-@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe", "deepseek_v3", "gpt_oss"])
+@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe", "deepseek_v3", "gpt_oss", "phimoe"])
 def test_a_mixture_of_experts_runs_in_one_kiln_graph(arch, cache_dir):
-    """Mixtral's, Qwen2-MoE's, DeepSeek-V3's and GPT-OSS's routers (a softmax, a topk,
+    """Mixtral's, Qwen2-MoE's, DeepSeek-V3's, GPT-OSS's and PhiMoE's routers (a softmax, a topk,
     Qwen2-MoE's shared expert behind a sigmoid gate; DeepSeek-V3's sigmoid scores, a topk of
     expert groups scattered into a mask, the weights gathered at the topk's positions; its
     attention's keys a new_empty copied into; GPT-OSS's attention sinks, its gate and up
-    interleaved) and their experts as transformers' batched_mm writes them (each token repeated
-    for its k experts, the experts' weights picked by id, a bmm) run in one kiln graph at a
-    dynamic batch and sequence, and match eager. The default grouped_mm experts (tokens
-    sorted by expert, groups of data-dependent sizes) stay in PyTorch, their reason naming the
-    implementation that runs in kiln."""
+    interleaved; PhiMoE's sparse mixer, max along a dim, scores clamped to their row's max, the
+    best expert's score scattered out for the second) and their experts as transformers'
+    batched_mm writes them (each token repeated for its k experts, the experts' weights picked
+    by id, a bmm) run in one kiln graph at a dynamic batch and sequence, and match eager. The
+    default grouped_mm experts (tokens sorted by expert, groups of data-dependent sizes) stay in
+    PyTorch, their reason naming the implementation that runs in kiln."""
     torch.manual_seed(0)
     model = _mixture_of_experts(arch, "batched_mm")
     dims = {"input_ids": {0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", max=64)},

@@ -2098,3 +2098,129 @@ def test_a_sink_of_two_columns_stays_in_pytorch(cache_dir):
                                                        "aten.softmax.int"], program.fallbacks
     assert "S + 2" in program.fallbacks[0].reason
     torch.testing.assert_close(program(x, sink), TwoSinks()(x, sink), rtol=1e-6, atol=1e-6)
+
+
+
+def test_a_sink_softmax_of_inputs_alone_runs_in_kiln(cache_dir):
+    """The logits and the sink straight from the inputs (no kiln op but the views and the
+    sink's slice): still one kiln graph, not left to PyTorch as a group of views."""
+    class OfInputs(torch.nn.Module):
+        def forward(self, x, s):
+            logits = torch.cat([x, s.expand(x.shape[0], x.shape[1], 1)], -1)
+            return torch.softmax(logits, -1)[..., :-1]
+
+    S = torch.export.Dim("S", min=2, max=16)
+    x, s = torch.randn(2, 5, 5), torch.randn(2, 1, 1)
+    ep = torch.export.export(OfInputs(), (x, s), dynamic_shapes=({1: S, 2: S}, None),
+                             strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    x = torch.randn(2, 7, 7)
+    torch.testing.assert_close(program(x, s), OfInputs()(x, s), rtol=1e-6, atol=1e-6)
+
+
+class NotSinks(torch.nn.Module):
+    """Near misses of the sink softmax, each left to PyTorch with its values eager's: logits
+    whose last dim is a flattened batch and sequence (kiln holds it as two dims), a max over
+    every dim, and _safe_softmax (a row of -inf, its sink too, is zeros there)."""
+    def forward(self, a, s, x):
+        flat = (a * 2).reshape(a.shape[0], -1)
+        first = torch.softmax(torch.cat([flat, s], -1), -1)[..., :-1]
+        logits = torch.cat([x * 2, s.reshape(1, 1, 1).expand(x.shape[0], x.shape[1], 1)], -1)
+        second = torch.softmax(logits - logits.amax(), -1)[..., :-1]
+        third = torch.ops.aten._safe_softmax(logits, -1)[..., :-1]
+        return first, second, third
+
+
+def test_a_near_miss_of_the_sink_softmax_stays_in_pytorch(cache_dir):
+    B, S = torch.export.Dim("B", max=8), torch.export.Dim("S", min=2, max=16)
+    args = (torch.randn(1, 3, 5), torch.randn(1, 1), torch.randn(2, 5, 5))
+    ep = torch.export.export(NotSinks(), args, dynamic_shapes=(
+        {1: B, 2: S}, None, {1: S, 2: S}), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert {"aten.slice.Tensor", "aten.softmax.int", "aten._safe_softmax.default"} <= \
+        {f.op for f in program.fallbacks}, program.fallbacks
+    args = (torch.randn(1, 2, 7), torch.tensor([[float("-inf")]]), torch.randn(2, 7, 7))
+    args[2][1, 0] = float("-inf")  # a row of -inf, its sink too
+    for got, want in zip(program(*args), NotSinks()(*args)):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+class Triangles(torch.nn.Module):
+    """tril and triu at several diagonals (of floats holding NaN and inf, integers, bool), eye,
+    max and min along a dim (values and positions, kept or not, of flattened rows too), clamp to
+    tensor bounds, rsub, torch's alias names (multiply, subtract, divide) and a cat of flattened
+    rows along their last dim (Mamba-2's, Qwen3-Next's and PhiMoE's pieces)."""
+    def forward(self, x, n, b, r):
+        s = x.shape[-1]
+        rows = r.reshape(-1, r.shape[-1])
+        values, at = rows.max(dim=-1, keepdim=True)
+        low, low_at = x.min(1)
+        bounded = torch.clamp(rows.abs(), min=values * 0.5, max=values)
+        scaled = torch.subtract(torch.multiply(rows, 2.0), torch.divide(rows, values))
+        return (x.tril(), x.triu(1), x.tril(-2), n.triu(-1), b.tril(2),
+                x + torch.eye(s), torch.eye(3, s, dtype=torch.int32), values, at, low, low_at,
+                bounded, torch.rsub(rows, 1.0), 1 - n, scaled, torch.cat([values, bounded], -1))
+
+
+def test_triangles_eye_max_along_a_dim_clamp_to_tensors_and_aliases_run_in_kiln(cache_dir):
+    B, S = torch.export.Dim("B", max=8), torch.export.Dim("S", min=2, max=32)
+
+    def args(b, s):
+        x = torch.randn(b, s, s)
+        x[0, 0, 1], x[0, 1, 0], x[0, -1, -1] = float("nan"), float("inf"), -0.0
+        return (x, torch.randint(-9, 9, (b, s, s)), torch.rand(b, s, s) > 0.5,
+                torch.randn(b, s, 5))
+
+    ep = torch.export.export(Triangles(), args(2, 5), dynamic_shapes=(
+        {0: B, 1: S, 2: S}, {0: B, 1: S, 2: S}, {0: B, 1: S, 2: S}, {0: B, 1: S}), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    for b, s in [(2, 5), (1, 2), (3, 32)]:
+        a = args(b, s)
+        a[3][0, 0, 2] = float("nan")  # a row whose max and its position are the NaN's
+        a[3][-1, -1] = torch.tensor([1.0, 3.0, 3.0, -2.0, 3.0])  # the first of equal maxima
+        for i, (got, want) in enumerate(zip(program(*a), Triangles()(*a))):
+            assert got.dtype == want.dtype and got.shape == want.shape, i
+            assert torch.equal(got.isnan(), want.isnan()), i
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, equal_nan=True,
+                                       msg=lambda m: f"output {i}: {m}")
+
+
+def test_a_max_along_a_dim_kiln_cannot_reduce_stays_in_pytorch(cache_dir):
+    class IntegerMax(torch.nn.Module):
+        def forward(self, n, x):
+            return n.max(0), x.tril(-1) * 2
+
+    n, x = torch.randint(0, 9, (3, 5)), torch.randn(4, 4)
+    _, program = compiled(IntegerMax(), (n, x), cache_dir)
+    assert [(f.op, f.reason) for f in program.fallbacks] == [
+        ("aten.max.dim", "a max or min along a dim of i64 (kiln reduces float tensors)")]
+    assert len(program.executables) == 1  # the tril
+    (values, at), doubled = program(n, x)
+    (want_values, want_at), want_doubled = IntegerMax()(n, x)
+    assert torch.equal(values, want_values) and torch.equal(at, want_at)
+    assert torch.equal(doubled, want_doubled)
+
+
+class BareRmsNorm(torch.nn.Module):
+    """rms_norm with no weight, with no eps (PyTorch's default: f32's epsilon), or neither
+    (DiffLlama's head norm, no affine)."""
+    def forward(self, x, w):
+        return (F.rms_norm(x, (x.shape[-1],)), F.rms_norm(x, (x.shape[-1],), eps=1e-3),
+                F.rms_norm(x, (x.shape[-1],), weight=w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_rms_norm_without_a_weight_or_an_eps_runs_in_kiln(dtype, cache_dir):
+    x, w = torch.randn(2, 3, 8, dtype=dtype), torch.randn(8, dtype=dtype)
+    x[0, 0] = 1e-4  # a row whose mean square is under the default eps: eps decides it
+    _, program = compiled(BareRmsNorm(), (x, w), cache_dir)
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+    for got, want in zip(program(x, w), BareRmsNorm()(x, w)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)

@@ -79,8 +79,7 @@ def build_plan(gm: GraphModule, symbols: dict, dims: dict, input_names: dict, gr
             partitioner = CapabilityBasedPartitioner(gm, _Support(supported | set(probe.unread)),
                                                      allows_single_node_partition=True)
             groups = [set(p.nodes) for p in partitioner.propose_partitions()]
-            groups = [g for g in groups if any(n in supported and
-                                               _table.TABLE[n.target] not in _table.TRIVIAL
+            groups = [g for g in groups if any(n in supported and _table.does_work(probe, n)
                                                for n in g)]
         try:
             steps = _lower_groups(gm, probe, groups, input_names, graph_name, symbols, dims, check,

@@ -177,13 +177,14 @@ def _arith(cx, node, kiln_op: str, a, b) -> Expr:
 _TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
-@lowering(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar)
+@lowering(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar,
+          aten.subtract.Tensor, aten.subtract.Scalar)
 def _add_sub(cx, node):
     kiln_op = "add" if node.target in (aten.add.Tensor, aten.add.Scalar) else "sub"
     return _arith(cx, node, kiln_op, node.args[0], node.args[1])
 
 
-@lowering(aten.mul.Tensor)
+@lowering(aten.mul.Tensor, aten.multiply.Tensor)
 def _mul(cx, node):
     norm = _rms_norm(cx, node)
     if norm is not None:
@@ -192,12 +193,21 @@ def _mul(cx, node):
 
 
 @lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode,
-          aten.true_divide.Tensor, aten.true_divide.Scalar)
+          aten.true_divide.Tensor, aten.true_divide.Scalar, aten.divide.Tensor,
+          aten.divide.Scalar, aten.divide.Tensor_mode, aten.divide.Scalar_mode)
 def _div(cx, node):
     mode = node.kwargs.get("rounding_mode")
     if mode is not None:
         return Expr(_rounded_quotient(cx, node, mode))
     return _arith(cx, node, "div", node.args[0], node.args[1])
+
+
+@lowering(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(cx, node):
+    """rsub(x, other, alpha): other - alpha * x (CANINE's `1 - mask`)."""
+    if len(node.args) > 2:
+        raise Unsupported("an rsub with a positional alpha")
+    return _arith(cx, node, "sub", node.args[1], node.args[0])
 
 
 @lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
@@ -303,12 +313,15 @@ def _gelu(cx, node):
     return Expr(f"gelu({x})")
 
 
-@lowering(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
+@lowering(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default,
+          aten.clamp.Tensor, aten.clamp_min.Tensor, aten.clamp_max.Tensor)
 def _clamp(cx, node):
+    """clamp, clamp_min and clamp_max, the bounds numbers or tensors (PhiMoE's router clamps
+    |scores| to their row's max)."""
     work = cx.dtype_of(node)
-    if node.target is aten.clamp_min.default:
+    if node.target in (aten.clamp_min.default, aten.clamp_min.Tensor):
         lo, hi = node.args[1], None
-    elif node.target is aten.clamp_max.default:
+    elif node.target in (aten.clamp_max.default, aten.clamp_max.Tensor):
         lo, hi = None, node.args[1]
     else:
         lo, hi = _arg(node, 1, "min"), _arg(node, 2, "max")
@@ -2130,13 +2143,21 @@ def _weight_norm(cx, node):
 
 @lowering(aten.rms_norm.default)
 def _rms_norm_op(cx, node):
+    """rms_norm over the last dim. With no weight (DiffLlama's head norm, no affine), a weight
+    of ones; with no eps, f32's epsilon (2^-23), as PyTorch takes for f32 and the half types."""
     x, shape = node.args[0], node.args[1]
     weight, eps = _arg(node, 2, "weight"), _arg(node, 3, "eps")
-    if weight is None or eps is None:
-        raise Unsupported("rms_norm without a weight or an eps")
     if list(shape) != [cx.meta(x).shape[-1]]:
         raise Unsupported("rms_norm over more than the last dim")
-    return Expr(f"rms_norm({cx.ref(x)}, {cx.ref(weight)}, eps={_lit(float(eps))})")
+    dtype = cx.dtype_of(x)
+    if dtype not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"rms_norm of {dtype}")
+    if weight is None:
+        weight_text = _filled(1.0, dtype, f"[{cx.size(cx.meta(x).shape[-1])}]")
+    else:
+        weight_text = cx.ref(weight)
+    eps = 2.0**-23 if eps is None else float(eps)
+    return Expr(f"rms_norm({cx.ref(x)}, {weight_text}, eps={_lit(eps)})")
 
 
 def _rms_norm(cx, node):
@@ -2420,8 +2441,8 @@ def _slice(cx, node):
     return Expr(f"slice({cx.ref(x)}, axis={k}, start={start}, end={end})")
 
 
-_SOFTMAXES = (aten._softmax.default, aten.softmax.int) + \
-    ((aten._safe_softmax.default,) if hasattr(aten, "_safe_softmax") else ())
+# _safe_softmax is not one: a row of -inf logits (the sink too) is zeros there, NaN here.
+_SOFTMAXES = (aten._softmax.default, aten.softmax.int)
 
 
 def _sink_softmax(cx, node) -> str | None:
@@ -2445,11 +2466,12 @@ def _sink_softmax(cx, node) -> str | None:
         m = logits.args[1]
         if m.op == "call_function" and m.target is operator.getitem and m.args[1] == 0:
             m = m.args[0]
-        if m.op == "call_function" and m.target in (aten.max.dim, aten.amax.default) and \
-                m.args[0] is logits.args[0] and \
-                [d % rank for d in (m.args[1] if isinstance(m.args[1], (list, tuple))
-                                    else [m.args[1]])] == [rank - 1] and \
-                bool(_arg(m, 2, "keepdim", False)):
+        dims = _arg(m, 1, "dim", None) if m.op == "call_function" else None
+        dims = dims if isinstance(dims, (list, tuple)) else [dims]
+        if m.target in (aten.max.dim, aten.amax.default) and m.args[0] is logits.args[0] and \
+                len(dims) == 1 and isinstance(dims[0], int) and \
+                dims[0] % rank == rank - 1 and bool(_arg(m, 2, "keepdim", False)) and \
+                len(logits.args) == 2 and "alpha" not in logits.kwargs:
             logits = logits.args[0]
     if not (isinstance(logits, Node) and logits.op == "call_function" and
             logits.target in (aten.cat.default, aten.concat.default) and
@@ -2458,6 +2480,9 @@ def _sink_softmax(cx, node) -> str | None:
     x, s = logits.args[0]
     xs, ss = cx.meta(x).shape, cx.meta(s).shape
     end = _bound(cx, _arg(node, 3, "end", None))
+    if (cx.has_merged(x) or cx.has_merged(s)) and (
+            cx.merged(xs[-1]) or any(str(a) != str(b) for a, b in zip(xs[:-1], ss[:-1]))):
+        return None  # kiln's dims of x and s would not meet where PyTorch's do
     if len(xs) != rank or len(ss) != rank or cx.is_symbolic(ss[-1]) or int(ss[-1]) != 1 or \
             not (end == -1 or (end is not None and not isinstance(end, int) and
                                cx.is_symbolic(xs[-1]) and end == cx.expr(xs[-1])) or
@@ -2835,7 +2860,8 @@ def _cat(cx, node):
     if len(tensors) > 64 * 64:
         raise Unsupported("a concat of more than 4096 tensors")
     out = cx.dtype_of(node)
-    return Expr(_joined([cx.ref(t, out) for t in tensors], axis))
+    return Expr(_joined([cx.ref(t, out) for t in tensors],
+                        _kiln_axis(cx, cx.meta(node).shape, axis)))
 
 
 @lowering(aten.gather.default)
@@ -3264,11 +3290,100 @@ def _argmax(cx, node):
             kept = f"where({hit}, cast({rest}, to=f32), -inf)"
             top = f"max({kept}, axis={axis}, keepdim=true)"
             hit = f"logical_and({hit}, eq({kept}, {top}))"
-    along = ", ".join(cx.size(d) if i == axis else "1" for i, d in enumerate(shape))
-    positions = f"reshape(arange({cx.size(n)}, dtype=f32), shape=[{along}])"
-    first = f"max(where({hit}, neg({positions}), -3.0e38), axis={axis}, " \
+    return Expr(_first_hit(cx, hit, shape, axis, keepdim))
+
+
+def _first_hit(cx, hit: str, shape, axis: int, keepdim: bool) -> str:
+    """The smallest position along `axis` (of PyTorch's `shape`, every dim after it and the
+    axis itself of kiln's own size, not merged) where the bool `hit` is true, as i64: the max of
+    the negated positions there. The axis is named from the end, so merged dims before it (held
+    as their factors) are read alike."""
+    rank = len(shape)
+    n = cx.size(shape[axis])
+    along = ", ".join([n] + ["1"] * (rank - 1 - axis))
+    positions = f"reshape(arange({n}, dtype=f32), shape=[{along}])"
+    first = f"max(where({hit}, neg({positions}), -3.0e38), axis={axis - rank}, " \
             f"keepdim={'true' if keepdim else 'false'})"
-    return Expr(f"cast(neg({first}), to=i64)")
+    return f"cast(neg({first}), to=i64)"
+
+
+@lowering(aten.max.dim, aten.min.dim)
+def _max_dim(cx, node):
+    """max(x, dim) and min(x, dim): their values and indices, each made by the getitem that
+    reads it (_max_dim_piece)."""
+    _max_dim_plan(cx, node)
+    return Pieces(node)
+
+
+def _max_dim_plan(cx, node):
+    """(x, axis, keepdim) of a max.dim or min.dim kiln runs: of a float x, along a dim of fewer
+    than 2^24 (positions compared in f32)."""
+    x, dim = node.args[0], _arg(node, 1, "dim")
+    keepdim = bool(_arg(node, 2, "keepdim", False))
+    shape = cx.meta(x).shape
+    if not shape or not isinstance(dim, int):
+        raise Unsupported("a max or min along a dim of a tensor of rank 0")
+    dtype = cx.dtype_of(x)
+    if dtype not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"a max or min along a dim of {dtype} (kiln reduces float tensors)")
+    cx.check_shape(shape)
+    axis = dim % len(shape)
+    n = shape[axis]
+    if (cx.dims[cx.size(n)][1] if cx.is_symbolic(n) else int(n)) >= 2**24:
+        raise Unsupported("a max or min along a dim of 2^24 or more (positions compared in f32)")
+    return x, axis, keepdim
+
+
+def _max_dim_piece(cx, node, index: int) -> str:
+    """Element `index` of max.dim or min.dim `node`: the values (0), NaN where the row holds
+    one, as PyTorch's; or their first positions (1), i64, a NaN's where the row holds one. A
+    min is the max of -x negated (a row's zeros of both signs may give the other sign than
+    PyTorch's)."""
+    x, axis, keepdim = _max_dim_plan(cx, node)
+    shape = cx.meta(x).shape
+    xs = cx.ref(x)
+    low = node.target is aten.min.dim
+    if index == 0:
+        top = f"max({f'neg({xs})' if low else xs}, axis={axis - len(shape)}" \
+              f"{', keepdim=true' if keepdim else ''})"
+        return f"neg({top})" if low else top
+    xv = cx.let(xs)
+    top = f"max({f'neg({xv})' if low else xv}, axis={axis - len(shape)}, keepdim=true)"
+    if low:
+        top = f"neg({top})"
+    hit = f"logical_or(eq({xv}, {top}), ne({xv}, {xv}))"
+    return _first_hit(cx, hit, shape, axis, keepdim)
+
+
+@lowering(aten.tril.default, aten.triu.default)
+def _triangle(cx, node):
+    """tril(x, k) and triu(x, k): x where its column less its row (the last two dims) is at
+    most k (tril) or at least k (triu), zero (false) elsewhere whatever x holds there (Mamba-2's
+    and Qwen3-Next's chunked scans)."""
+    x, k = node.args[0], _arg(node, 1, "diagonal", 0)
+    shape = cx.meta(x).shape
+    if len(shape) < 2:
+        raise Unsupported("a tril or triu of a tensor of fewer than 2 dims")
+    if not isinstance(k, int) or isinstance(k, bool) or abs(k) >= 2**31:
+        raise Unsupported(f"a tril or triu at diagonal {k!r}")
+    r, c = cx.size(shape[-2]), cx.size(shape[-1])
+    offset = f"sub(reshape(arange({c}), shape=[1, {c}]), reshape(arange({r}), shape=[{r}, 1]))"
+    keep = f"{'le' if node.target is aten.tril.default else 'ge'}({offset}, {k})"
+    dtype = cx.dtype_of(node)
+    if dtype == "bool":
+        return Expr(f"logical_and({cx.ref(x)}, {keep})")
+    return Expr(f"where({keep}, {cx.ref(x)}, {'0' if dtype in ('i32', 'i64') else '0.0'})")
+
+
+@lowering(aten.eye.default, aten.eye.m)
+def _eye(cx, node):
+    """eye(n) and eye(n, m): ones where the row is the column, zeros elsewhere (Qwen3-Next's
+    chunked delta rule adds one to its triangular solve)."""
+    shape = cx.meta(node).shape
+    n, m = cx.size(shape[0]), cx.size(shape[1])
+    dtype = cx.dtype_of(node)
+    diagonal = f"eq(reshape(arange({n}), shape=[{n}, 1]), reshape(arange({m}), shape=[1, {m}]))"
+    return Expr(diagonal if dtype == "bool" else f"cast({diagonal}, to={dtype})")
 
 
 def _pick(cx, x, ids) -> str:
@@ -3540,6 +3655,11 @@ def _getitem(cx, node):
         return Expr(piece)
     if isinstance(src, Node) and src.op == "call_function" and src.target in _MESHGRIDS:
         return Expr(_meshgrid_piece(cx, src, index, node))
+    if isinstance(src, Node) and src.op == "call_function" and \
+            src.target in (aten.max.dim, aten.min.dim):
+        if index not in (0, 1):
+            raise Unsupported(f"element {index!r} of a max or min along a dim")
+        return Expr(_max_dim_piece(cx, src, index))
     if isinstance(src, Node) and src.op == "call_function" and src.target is aten.topk.default:
         if index not in (0, 1):
             raise Unsupported(f"element {index!r} of a topk")
@@ -3549,13 +3669,26 @@ def _getitem(cx, node):
     return Alias(src)
 
 
+def does_work(cx, node) -> bool:
+    """Whether kiln's lowering of `node` does arithmetic: its op's lowering is not one of
+    TRIVIAL's, or it is the slice of a sink softmax (_sink_softmax)."""
+    low = TABLE[node.target]
+    if low is _slice:
+        try:
+            return _sink_softmax(cx, node) is not None
+        except Unsupported:
+            return False
+    return low not in TRIVIAL
+
+
 # Lowerings that move or relabel values without arithmetic: a group of only these is left to
 # PyTorch (a kiln graph for a view costs more than the view), and not listed as a fallback.
 TRIVIAL = {_reshape, _permute, _expand, _slice, _select, _identity, _dropout, _to_dtype, _getitem,
            _arange, _cat, _gather, _split, _repeat, _meshgrid} | _CONSTANTS
 
-_ROW_WISE |= {_add_sub, _mul, _div, _floor_divide, _pow, _square, _reciprocal, _gelu, _clamp,
-              _where, _masked_fill, _identity, _dropout, _to_dtype, _reshape, _expand} | _CONSTANTS
+_ROW_WISE |= {_add_sub, _mul, _div, _rsub, _floor_divide, _pow, _square, _reciprocal, _gelu,
+              _clamp, _where, _masked_fill, _identity, _dropout, _to_dtype, _reshape,
+              _expand} | _CONSTANTS
 
 
 def merged_dims_reason(cx, node) -> str | None:
@@ -3638,6 +3771,17 @@ def merged_dims_reason(cx, node) -> str | None:
             ok = tail_free(src.args[0], len(cx.meta(src.args[0]).shape) - axis)
     elif low is _topk:
         ok = tail_free(node.args[0], 1)
+    elif low is _max_dim:
+        x = node.args[0]
+        rank = len(cx.meta(x).shape)
+        ok = rank > 0 and tail_free(x, rank - _arg(node, 1, "dim") % rank)
+    elif low is _triangle:
+        ok = tail_free(node.args[0], 2)
+    elif low is _cat:
+        # Along a dim after the merged ones (PhiMoE's two experts' multipliers of [B*S, 1]).
+        rank = len(cx.meta(node).shape)
+        axis = _arg(node, 1, "dim", 0) % rank
+        ok = all(tail_free(t, rank - axis) for t in node.args[0])
     elif low is _slice:
         # Along a dim after the merged ones (GPT-OSS's gate_up[..., ::2] of [B*S*k, 2I]).
         x = node.args[0]
