@@ -329,3 +329,37 @@ def test_a_mixture_of_experts_runs_in_one_kiln_graph(arch, cache_dir):
         got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
         want = grouped(input_ids=ids, use_cache=False).last_hidden_state
         assert rel_l2(got, want) < TOLERANCE["highest"]
+
+
+def _encoders():
+    import transformers as t
+    common = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                  intermediate_size=128, max_position_embeddings=64, vocab_size=100)
+    return {
+        "convbert": lambda: t.ConvBertModel(t.ConvBertConfig(embedding_size=64, **common)),
+        "nystromformer": lambda: t.NystromformerModel(t.NystromformerConfig(**common)),
+        "big_bird": lambda: t.BigBirdModel(t.BigBirdConfig(attention_type="original_full",
+                                                           **common)),
+    }
+
+
+@pytest.mark.parametrize("arch", ["convbert", "nystromformer", "big_bird"])
+def test_an_encoder_convolving_its_sequence_runs_in_one_kiln_graph(arch, cache_dir):
+    """ConvBERT's separable conv1d and span unfold, and Nystromformer's depthwise conv of its
+    values (65 offsets), along a dynamic sequence; BigBird's token_type_ids buffer sliced to
+    it: each model one kiln graph at a dynamic batch and sequence, matching eager."""
+    torch.manual_seed(0)
+    model = _encoders()[arch]().eval()
+    dims = {"input_ids": {0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", max=60)}}
+    with torch.no_grad():
+        ep = torch.export.export(model, (), {"input_ids": torch.randint(0, 100, (2, 12))},
+                                 dynamic_shapes=dims, strict=False)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for shape in [(2, 12), (3, 7), (1, 60)]:
+            ids = torch.randint(0, 100, shape)
+            want = model(input_ids=ids).last_hidden_state
+            got = program(input_ids=ids)
+            got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
+            assert rel_l2(got, want) < TOLERANCE["highest"], (shape, rel_l2(got, want))

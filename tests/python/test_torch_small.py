@@ -758,8 +758,9 @@ class Windows(torch.nn.Module):
     last S), a float buffer's first S rows, a computed row's window from 3 and from S, windows
     from a negative start (counted from the end, as PyTorch does), and of bool buffers: a
     causal one's first S (GPT-Neo's `bias[:, :, :S, :S]`, as 2-D and 4-D), a local band's
-    window from S - 2 and from 2, and the first S of a buffer that is no band (left to
-    PyTorch: kiln gathers float tensors only)."""
+    window from S - 2 and from 2, the first S of a buffer that is no band, and of integer
+    buffers (BigBird's token_type_ids; one holding values f32 does not, left to PyTorch: kiln
+    gathers floats)."""
     def __init__(self):
         super().__init__()
         self.register_buffer("slopes", torch.tensor([0.5, 0.25, 0.125, 0.0625]).reshape(4, 1, 1))
@@ -769,6 +770,8 @@ class Windows(torch.nn.Module):
         self.register_buffer("local", (causal ^ torch.tril(causal, -4)).view(1, 1, 48, 48))
         seeded = torch.Generator().manual_seed(2)
         self.register_buffer("scattered", torch.rand(48, 3, generator=seeded) > 0.5)
+        self.register_buffer("types", torch.randint(-2**24, 2**24, (1, 48), generator=seeded))
+        self.register_buffer("wide", torch.arange(48).reshape(1, 48) + 2**40)
 
     def forward(self, x, w):
         s = x.shape[1]
@@ -778,7 +781,8 @@ class Windows(torch.nn.Module):
         return (tail, self.table[:s] * 2, h[:, 3:3 + s], h[:, s:2 * s],
                 self.causal[:s, :s] & (x[..., 0, None] > 0), self.table[-s:], h[:, -5 - s:-5],
                 self.local[:, :, :s, :s], self.local[:, :, s - 2:s, 2:s + 2],
-                self.scattered[:s] | (x[0, :, :3] > 0))
+                self.scattered[:s] | (x[0, :, :3] > 0), self.types[:, :s] + 1,
+                self.wide[:, :s] - 1)
 
 
 def test_a_window_from_a_symbolic_start_or_to_a_symbolic_end_runs_in_kiln(cache_dir):
@@ -789,14 +793,18 @@ def test_a_window_from_a_symbolic_start_or_to_a_symbolic_end_runs_in_kiln(cache_
     program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
     assert [(f.op, f.count) for f in program.fallbacks] == [("aten.slice.Tensor", 1)]
-    assert "of a bool tensor" in program.fallbacks[0].reason, program.fallbacks[0].reason
+    assert "of an i64 tensor whose values f32 may not hold" in program.fallbacks[0].reason, \
+        program.fallbacks[0].reason
     assert len(program.executables) == 1 and "embedding(" in program.partitions[0]
     assert "causal" not in program.partitions[0] and "local" not in program.partitions[0]
     for b, s in [(2, 12), (1, 2), (3, 40), (2, 17)]:
         x = torch.randn(b, s, 8)
-        for got, want in zip(program(x, w), module(x, w)):
-            assert got.dtype == want.dtype and got.shape == want.shape
-            assert torch.allclose(got.float(), want.float(), rtol=1e-5, atol=1e-5), (got, want)
+        got, want = program(x, w), module(x, w)
+        for g, v in zip(got, want):
+            assert g.dtype == v.dtype and g.shape == v.shape
+            assert torch.allclose(g.double(), v.double(), rtol=1e-5, atol=1e-5), (g, v)
+        for g, v in zip(got[-3:], want[-3:]):  # bool and integers: exactly
+            assert torch.equal(g, v)
 
 
 class Convolutions(torch.nn.Module):
@@ -2224,3 +2232,110 @@ def test_an_rms_norm_without_a_weight_or_an_eps_runs_in_kiln(dtype, cache_dir):
     for got, want in zip(program(x, w), BareRmsNorm()(x, w)):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)
+
+
+def test_a_clamp_to_tensor_bounds_keeps_x_where_it_equals_a_bound(cache_dir):
+    class Ties(torch.nn.Module):
+        def forward(self, x, lo):
+            return torch.clamp(x, min=lo), torch.clamp_max(x, lo), torch.clamp(x, lo, lo + 1)
+
+    x, lo = torch.tensor([[0.0, -0.0, 2.0, float("nan")]]), torch.tensor([[-0.0, 0.0, 1.0, 0.0]])
+    _, program = compiled(Ties(), (x, lo), cache_dir)
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    lo[0, 2] = float("nan")  # a NaN bound wins, as in PyTorch
+    for got, want in zip(program(x, lo), Ties()(x, lo)):
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+        assert torch.equal(got.signbit(), want.signbit()), (got, want)
+
+
+class Centres(torch.nn.Module):
+    """DINOv3's pieces: aranges from a fraction or by one (patch centres), exact in f32, and
+    tile (counts fewer than, as many as and more than the dims); SEW-D's sign (of floats, NaN
+    and -0.0 among them, integers and bool); an arange by 0.1, whose values f32 rounds, stays
+    in PyTorch."""
+    def forward(self, x):
+        centres = torch.arange(0.5, 4, dtype=torch.float32)
+        quarters = torch.arange(-1, 2, 0.25)
+        tenths = torch.arange(0.1, 1.0, 0.1)
+        return (x * centres, quarters * x[0, 0, 0], x.tile((2,)), x.tile((2, 1, 3)),
+                x[0].tile((3, 1)), tenths * 2, torch.sign(x), torch.sign(x.half()),
+                torch.sign((x[1] * 4).int()), torch.sign(x > 0))
+
+
+def test_fractional_aranges_and_tile_run_in_kiln(cache_dir):
+    x = torch.randn(2, 3, 4)
+    x[0, 0, :3] = torch.tensor([float("nan"), -0.0, 0.0])
+    _, program = compiled(Centres(), (x,), cache_dir)
+    assert [f.op for f in program.fallbacks] == ["aten.arange.start_step"], program.fallbacks
+    assert "may round" in program.fallbacks[0].reason
+    assert len(program.executables) == 1
+    for got, want in zip(program(x), Centres()(x)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num()), (got, want)
+        if got.is_floating_point():
+            assert torch.equal(got.signbit(), want.signbit()), (got, want)
+
+
+class AlongTheSequence(torch.nn.Module):
+    """Convolutions along a symbolic sequence that keep its length: depthwise (ConvBERT's
+    separable conv1d, kernel 9; Nystromformer's conv2d of kernel (k, 1), no bias, of 65
+    offsets, past the sequence at its shortest), of one group (dilated, 'same'), unbatched, and
+    bf16; and ConvBERT's unfold of [B, C, S, 1] by [k, 1]."""
+    def __init__(self):
+        super().__init__()
+        self.dw = torch.nn.Conv1d(6, 6, 9, padding=4, groups=6)
+        self.pw = torch.nn.Conv1d(6, 5, 3, padding=1)
+        self.values = torch.nn.Conv2d(4, 4, (65, 1), padding=(32, 0), groups=4, bias=False)
+        self.dilated = torch.nn.Conv1d(6, 3, 4, padding="same", dilation=2)
+        self.narrow = torch.nn.Conv1d(6, 6, 3, padding=1, groups=6).to(torch.bfloat16)
+
+    def forward(self, x, v):
+        spans = F.unfold(x.unsqueeze(-1), kernel_size=[5, 1], padding=[2, 0])
+        return (self.dw(x), self.pw(x), self.values(v), self.dilated(x),
+                F.conv1d(x[0], self.pw.weight, padding=1), self.narrow(x.to(torch.bfloat16)),
+                spans)
+
+
+def test_a_convolution_along_a_symbolic_sequence_runs_in_kiln(cache_dir):
+    torch.manual_seed(0)
+    module = AlongTheSequence().eval()
+    B, S = torch.export.Dim("B", max=4), torch.export.Dim("S", min=2, max=70)
+    x, v = torch.randn(2, 6, 7), torch.randn(2, 4, 7, 3)
+    ep = torch.export.export(module, (x, v), dynamic_shapes=({0: B, 2: S}, {0: B, 2: S}),
+                             strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    for b, s in [(2, 7), (1, 2), (3, 70), (1, 33)]:
+        x, v = torch.randn(b, 6, s), torch.randn(b, 4, s, 3)
+        for i, (got, want) in enumerate(zip(program(x, v), module(x, v))):
+            assert got.dtype == want.dtype and got.shape == want.shape, i
+            tolerance = 1e-2 if got.dtype == torch.bfloat16 else 1e-5
+            torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance,
+                                       msg=lambda m: f"output {i} at {(b, s)}: {m}")
+
+
+def test_a_convolution_along_a_symbolic_dim_kiln_cannot_lower_says_why(cache_dir):
+    """A strided or unpadded one (the length changes: no kiln dim holds it) and one with a
+    kernel past 1 along a fixed dim stay in PyTorch."""
+    class Odd(torch.nn.Module):
+        def forward(self, x, w, y, u):
+            return (F.conv1d(x, w, stride=3), F.conv1d(x, w), F.conv1d(x, w, padding=1) * 2,
+                    F.conv2d(y, u, padding=(1, 0)))
+
+    S = torch.export.Dim("S", min=7, max=32)
+    args = (torch.randn(2, 3, 9), torch.randn(4, 3, 3), torch.randn(2, 3, 9, 5),
+            torch.randn(4, 3, 3, 3))
+    ep = torch.export.export(Odd(), args, dynamic_shapes=({2: S}, None, {2: S}, None),
+                             strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    reasons = {f.op: (f.count, f.reason) for f in program.fallbacks}
+    assert set(reasons) == {"aten.conv1d.default", "aten.conv2d.default"}, reasons
+    assert reasons["aten.conv1d.default"][0] == 2 and "S - 2" in reasons["aten.conv1d.default"][1]
+    assert "a kernel past 1 along another dim" in reasons["aten.conv2d.default"][1]
+    assert len(program.executables) == 1  # the padded conv1d
+    for got, want in zip(program(*args), Odd()(*args)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 @pytest.mark.parametrize("arch", ["vit", "clip_vision", "convnext", "swin", "segformer",
                                   "resnet", "poolformer", "efficientnet", "mobilenet_v2",
                                   "videomae", "convnextv2", "dpt", "mobilevit", "dinov2",
-                                  "levit", "beit", "detr"])
+                                  "levit", "beit", "detr", "dinov3"])
 def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir):
     """ViT and CLIP's vision tower: the patch embedding (a conv2d whose stride is its kernel)
     runs in kiln as the image's patches times the weight, at a dynamic batch. ConvNeXt's and
@@ -33,7 +33,8 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
     mask included), whose batch is the image batch times the windows; so do BEiT's relative
     position index (a meshgrid of the window's positions) and DETR's sine position embedding
     (a floor division by 2), its ResNet backbone's frozen batch norms, and its encoder and
-    decoder. Every output is compared (the pooled ones too), at a dynamic batch."""
+    decoder; so do DINOv3's rotary patch centres (an arange from 0.5) and angles (a tile).
+    Every output is compared (the pooled ones too), at a dynamic batch."""
     import transformers as t
     torch.manual_seed(0)
     small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -66,6 +67,7 @@ def test_a_vision_model_is_one_kiln_graph_convolutions_included(arch, cache_dir)
         "mobilevit": lambda: t.MobileViTModel(t.MobileViTConfig(
             image_size=32, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64])),
         "dinov2": lambda: t.Dinov2Model(t.Dinov2Config(**small)),
+        "dinov3": lambda: t.DINOv3ViTModel(t.DINOv3ViTConfig(**small, num_register_tokens=2)),
         "levit": lambda: t.LevitModel(t.LevitConfig(
             image_size=64, hidden_sizes=[16, 24, 32], num_attention_heads=[1, 2, 2],
             depths=[1, 1, 1], key_dim=[8, 8, 8], down_ops=[["Subsample", 8, 1, 4, 2, 2]] * 2)),

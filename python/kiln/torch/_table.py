@@ -202,6 +202,18 @@ def _div(cx, node):
     return _arith(cx, node, "div", node.args[0], node.args[1])
 
 
+@lowering(aten.sign.default)
+def _sign(cx, node):
+    """sign(x): 1 where x > 0, -1 where x < 0, else 0 (a NaN's and a -0.0's sign is +0, as
+    PyTorch's); a bool is itself (SEW-D's relative positions)."""
+    x, dtype = node.args[0], cx.dtype_of(node)
+    if dtype == "bool":
+        return Alias(x)
+    zero = "0" if dtype in ("i32", "i64") else "0.0"
+    xs = cx.let(cx.ref(x))
+    return Expr(f"sub(cast(gt({xs}, {zero}), to={dtype}), cast(lt({xs}, {zero}), to={dtype}))")
+
+
 @lowering(aten.rsub.Scalar, aten.rsub.Tensor)
 def _rsub(cx, node):
     """rsub(x, other, alpha): other - alpha * x (CANINE's `1 - mask`)."""
@@ -332,11 +344,13 @@ def _clamp(cx, node):
 def _clamped(x: str, lo: str | None, hi: str | None) -> str:
     """x clamped to [lo, hi] as PyTorch's clamp: NaN stays NaN, and x is kept where it equals a
     bound (-0.0 at a bound of 0 stays -0.0): by where for a literal bound; by maximum and
-    minimum for a tensor one (a NaN bound wins, as in PyTorch)."""
+    minimum for a tensor one (a NaN bound wins, as in PyTorch), x where it equals the bound."""
     if lo is not None:
-        x = f"where(lt({x}, {lo}), {lo}, {x})" if _is_literal(lo) else f"maximum({x}, {lo})"
+        x = f"where(lt({x}, {lo}), {lo}, {x})" if _is_literal(lo) else \
+            f"where(eq({x}, {lo}), {x}, maximum({x}, {lo}))"
     if hi is not None:
-        x = f"where(gt({x}, {hi}), {hi}, {x})" if _is_literal(hi) else f"minimum({x}, {hi})"
+        x = f"where(gt({x}, {hi}), {hi}, {x})" if _is_literal(hi) else \
+            f"where(eq({x}, {hi}), {x}, minimum({x}, {hi}))"
     return x
 
 
@@ -749,6 +763,10 @@ def _arange(cx, node):
         return Expr(f"arange({n}, dtype={dtype})" if dtype != "i64" else f"arange({n})")
     # start + i * step (BLOOM's ALiBi powers): whole numbers, so each value is exact where
     # PyTorch's is; kiln's arange counts 0..n-1.
+    if dtype == "f32" and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                              for v in (start, end, step)) and \
+            not all(isinstance(v, int) for v in (start, end, step)):
+        return Expr(_fractional_arange(start, end, step))
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)):
         raise Unsupported("arange with a start or step that is not a whole number, or a "
                           "symbolic end (kiln's arange counts 0..n-1)")
@@ -763,6 +781,34 @@ def _arange(cx, node):
     if start != 0:
         text = f"add({text}, {_lit(float(start) if dtype == 'f32' else start)})"
     return Expr(text)
+
+
+def _fractional_arange(start, end, step) -> str:
+    """An f32 arange from `start` by `step` (numbers, one not whole: DINOv3's patch centres
+    arange(0.5, H)) as arange(n) * step + start, where every value and every partial result is
+    a multiple of one power of two within 2^24 of them: exact in f32, as PyTorch's values
+    (computed in double, then rounded) are. Its count is PyTorch's, ceil((end - start) / step)."""
+    def dyadic(v):  # k with v * 2^k whole, k <= 40
+        v = float(v)
+        if not math.isfinite(v):
+            return None
+        return next((k for k in range(41) if (v * 2**k).is_integer()), None)
+
+    ks = [dyadic(v) for v in (start, step)]
+    if None in ks or step == 0 or not math.isfinite(float(end)):
+        raise Unsupported(f"an f32 arange({start}, {end}, {step}) whose values f32 may round")
+    n = math.ceil((float(end) - float(start)) / float(step))
+    if n < 1:
+        raise Unsupported("an empty arange")
+    unit = 2.0**max(ks)
+    if (abs(float(start)) + (n - 1) * abs(float(step))) * unit > 2**24:
+        raise Unsupported(f"an f32 arange({start}, {end}, {step}) whose values f32 may round")
+    text = f"arange({n}, dtype=f32)"
+    if step != 1:
+        text = f"mul({text}, {_lit(float(step))})"
+    if start != 0:
+        text = f"add({text}, {_lit(float(start))})"
+    return text
 
 
 # -- matmul ----------------------------------------------------------------------------------------
@@ -1611,7 +1657,6 @@ def _conv(cx, node):
             cx.is_symbolic(xshape[-spatial - 1]) or \
             int(xshape[-spatial - 1]) != groups * int(wshape[1]):
         raise Unsupported(f"a convolution of {groups} groups of those channels")
-    out, lead = _conv_operands(cx, node, "a convolution")
     kernel = [int(k) for k in wshape[2:]]
     stride, dilation = _per_dim(stride, spatial), _per_dim(dilation, spatial)
     if padding == "valid":
@@ -1625,6 +1670,11 @@ def _conv(cx, node):
         before = after = _per_dim(padding, spatial)
     if not all(isinstance(v, int) for v in stride + before + after + dilation):
         raise Unsupported("a convolution with a symbolic stride, padding or dilation")
+    along = _symbolic_length_conv(cx, node, spatial, kernel, stride, dilation, before, after,
+                                  groups)
+    if along is not None:
+        return Expr(along)
+    out, lead = _conv_operands(cx, node, "a convolution")
     chans = int(xshape[lead])
     sizes = [int(d) for d in xshape[lead + 1:]]
     outs = [(n + b + a - d * (k - 1) - 1) // st + 1
@@ -1658,6 +1708,123 @@ def _conv(cx, node):
     grid = batch + [str(o) for o in outs] + [str(int(wshape[0]))]
     back = list(range(lead)) + [lead + spatial] + [lead + i for i in range(spatial)]
     return Expr(f"permute(reshape({text}, shape=[{', '.join(grid)}]), dims={back})")
+
+
+def _symbolic_length_conv(cx, node, spatial, kernel, stride, dilation, before, after,
+                          groups) -> str | None:
+    """A convolution along one symbolic spatial dim (a sequence: ConvBERT's separable conv1d,
+    Nystromformer's depthwise conv2d of kernel (k, 1) over the values) whose output keeps the
+    input's length: stride 1 there, padding before and after adding up to the kernel's reach,
+    every other spatial dim of fixed size with a kernel of 1, stride 1 and no padding; of one
+    group or depthwise (one group a channel, as many outputs as channels). None where the
+    input's spatial dims are all fixed (the patches path). Each kernel offset's window is the
+    input rolled along the sequence, zeros where it reads past either end (a position less its
+    shift outside the sequence: the positions less their own roll differ from the shift), the
+    channels last: depthwise, the windows times their weights added in f32 (rounded once for
+    a half type); of one group, the windows joined along the channels and one matmul by the
+    weight as [O, k C]. Then the bias, and the channels put back. Up to 256 offsets
+    (Nystromformer's 65), the depthwise products added pairwise."""
+    x, weight, bias = node.args[0], node.args[1], _arg(node, 2, "bias")
+    xshape, wshape = cx.meta(x).shape, cx.meta(weight).shape
+    lead = len(xshape) - spatial - 1
+    symbolic = [i for i in range(spatial) if cx.is_symbolic(xshape[lead + 1 + i])]
+    if len(symbolic) != 1 or lead not in (0, 1) or cx.has_merged(x):
+        return None
+    axis = symbolic[0]
+    out = cx.dtype_of(node)
+    if out not in ("f32", "f16", "bf16") or cx.dtype_of(x) != out or cx.dtype_of(weight) != out:
+        raise Unsupported(f"a convolution of {cx.dtype_of(x)} by {cx.dtype_of(weight)}")
+    if cx.is_symbolic(xshape[lead]) or any(cx.is_symbolic(d) for d in wshape):
+        raise Unsupported("a convolution with a symbolic channel dim")
+    others = [i for i in range(spatial) if i != axis]
+    if stride[axis] != 1 or before[axis] + after[axis] != dilation[axis] * (kernel[axis] - 1) or \
+            any(kernel[i] != 1 or stride[i] != 1 or before[i] or after[i] for i in others):
+        raise Unsupported("a convolution along a symbolic dim whose output is not as long as its "
+                          "input, or with a kernel past 1 along another dim")
+    chans, outs, k = int(xshape[lead]), int(wshape[0]), kernel[axis]
+    depthwise = groups == chans == outs and groups > 1
+    if groups != 1 and not depthwise:
+        raise Unsupported(f"a convolution along a symbolic dim of {groups} groups")
+    if k > 256:
+        raise Unsupported(f"a convolution along a symbolic dim of {k} kernel offsets (kiln "
+                          "takes up to 256)")
+    rank = lead + 1 + spatial
+    last = list(range(lead)) + list(range(lead + 1, rank)) + [lead]  # channels last
+    xl = cx.let(f"permute({cx.ref(x)}, dims={last})")
+    n = cx.size(xshape[lead + 1 + axis])
+    trailing = spatial - axis  # dims after the sequence, the channels among them
+    at = -trailing - 1  # the sequence from the end, channels last
+    positions = f"reshape(arange({n}), shape=[{', '.join([n] + ['1'] * trailing)}])"
+    ps = cx.let(positions)
+    windows = []
+    for j in range(k):
+        shift = before[axis] - j * dilation[axis]  # window j's position p reads p - shift
+        if shift == 0:
+            windows.append(xl)
+            continue
+        reads = f"eq(sub({ps}, roll({ps}, shift={shift}, axis={-trailing - 1})), {shift})"
+        windows.append(f"where({reads}, roll({xl}, shift={shift}, axis={at}), 0.0)")
+    # The weight's offsets along the sequence: [O, C/groups, k] once the kernel's 1s are gone.
+    w = f"reshape({cx.ref(weight)}, shape=[{outs}, {int(wshape[1])}, {k}])"
+    if depthwise:
+        terms = []
+        for j, window in enumerate(windows):
+            wj = f"reshape(slice({w}, axis=2, start={j}, end={j + 1}), shape=[{chans}])"
+            terms.append(f"mul({_as_f32(window, out)}, {_as_f32(wj, out)})")
+        while len(terms) > 1:  # pairwise: nested 8 deep for 256 offsets, not 256
+            terms = [f"add({a}, {b})" for a, b in zip(terms[::2], terms[1::2])] + \
+                ([terms[-1]] if len(terms) % 2 else [])
+        text = terms[0]
+        if bias is not None:
+            text = f"add({text}, {_as_f32(cx.ref(bias, out), out)})"
+        if out != "f32":
+            text = f"cast({text}, to={out})"
+    else:
+        stacked = _joined(windows, -1)  # [.., k C]: offset-major, as the weight below
+        flat = f"reshape(permute({w}, dims=[0, 2, 1]), shape=[{outs}, {k * chans}])"
+        text = f"matmul({stacked}, {flat}, transpose_b=true)"
+        if bias is not None:
+            text = f"add({text}, {cx.ref(bias, out)})"
+    back = list(range(lead)) + [rank - 1] + list(range(lead, rank - 1))
+    return f"permute({text}, dims={back})"
+
+
+@lowering(aten.im2col.default)
+def _im2col(cx, node):
+    """im2col (F.unfold) of [N, C, S, 1] along a symbolic S with a kernel [k, 1], stride 1 and
+    padding keeping the length (ConvBERT's span convolution): [N, C k, S], each offset's window
+    the input rolled along S, zeros where it reads past either end (as _symbolic_length_conv
+    makes them), joined offset-minor after each channel as PyTorch orders the columns."""
+    x, kernel, dilation, padding, stride = node.args[:5]
+    shape = cx.meta(x).shape
+    lead = len(shape) - 3
+    if lead not in (0, 1) or cx.has_merged(x) or cx.dtype_of(x) not in ("f32", "f16", "bf16"):
+        raise Unsupported("an im2col of that tensor")
+    kernel, dilation, padding, stride = (_per_dim(v, 2) for v in (kernel, dilation, padding,
+                                                                  stride))
+    if not cx.is_symbolic(shape[-2]) or cx.is_symbolic(shape[-1]) or int(shape[-1]) != 1 or \
+            cx.is_symbolic(shape[lead]) or kernel[1] != 1 or padding[1] or stride != [1, 1] or \
+            2 * padding[0] != dilation[0] * (kernel[0] - 1) or not 1 <= kernel[0] <= 256:
+        raise Unsupported("an im2col other than of [N, C, S, 1] along a symbolic S, the length "
+                          "kept")
+    n, k, chans = cx.size(shape[-2]), kernel[0], int(shape[lead])
+    xs = cx.let(cx.ref(x))
+    ps = cx.let(f"reshape(arange({n}), shape=[{n}, 1])")
+    lead_dims = [cx.size(shape[0])] if lead else []
+    windows = []
+    for j in range(k):
+        shift = padding[0] - j * dilation[0]
+        window = xs
+        if shift:
+            reads = f"eq(sub({ps}, roll({ps}, shift={shift}, axis=0)), {shift})"
+            window = f"where({reads}, roll({xs}, shift={shift}, axis=-2), 0.0)"
+        windows.append(f"reshape({window}, shape=[{', '.join(lead_dims + [str(chans), '1', n])}])")
+    joined = ", ".join(lead_dims + [str(chans * k), n])
+    return Expr(f"reshape({_joined(windows, lead + 1)}, shape=[{joined}])")
+
+
+def _as_f32(text: str, dtype: str) -> str:
+    return text if dtype == "f32" else f"cast({text}, to=f32)"
 
 
 @lowering(aten.conv_transpose1d.default, aten.conv_transpose2d.input)
@@ -2255,16 +2422,28 @@ def _repeat(cx, node):
     """x.repeat(r0, ..., rk): x (ones prepended to k + 1 dims) with a new dim of r_i before each
     dim, expanded and merged: reshape, expand, reshape. A count may be a symbolic size (BLOOM's
     alibi.repeat(batch, 1, 1)), and a dim a merged one, written as its factors."""
-    x, counts = node.args[0], []
-    for r in node.args[1]:
+    return _repeated(cx, node, node.args[0], list(node.args[1]))
+
+
+@lowering(aten.tile.default)
+def _tile(cx, node):
+    """x.tile(dims): a repeat, the counts with ones prepended to x's rank (DINOv3's rotary
+    angles)."""
+    x, dims = node.args[0], list(node.args[1])
+    return _repeated(cx, node, x, [1] * (len(cx.meta(x).shape) - len(dims)) + dims)
+
+
+def _repeated(cx, node, x, given: list):
+    counts = []
+    for r in given:
         r = r.meta.get("val") if isinstance(r, Node) else r
         if isinstance(r, bool) or not isinstance(r, (int, torch.SymInt)) or \
                 (isinstance(r, int) and r < 1):
-            raise Unsupported(f"repeat {list(node.args[1])}")
+            raise Unsupported(f"repeat {given}")
         counts.append(r)
     shape = list(cx.meta(x).shape)
     if len(counts) < len(shape):
-        raise Unsupported(f"repeat {list(node.args[1])}")
+        raise Unsupported(f"repeat {given}")
     shape = [1] * (len(counts) - len(shape)) + shape
 
     def one(r):
@@ -2553,16 +2732,25 @@ def _bound(cx, v):
 def _window(cx, node, x, axis, start) -> str:
     """x[..., start:start + n, ...] along a dim of fixed size M where the start or the size n is
     symbolic (MPT's alibi[..., M - S:], the last S of M): the rows arange(n) + start of an
-    embedding whose table is x with that axis first. For a float x; `start` of the form a + b * s
-    (s one kiln dim, a and b integers), the window inside the dim at every size of the ranges."""
+    embedding whose table is x with that axis first. For a float x, or an integer or bool one
+    whose values f32 holds exactly (within +-2^24: a constant's, or as _int_range bounds them;
+    BigBird's token_type_ids buffer[:, :S]), taken in f32 and cast back; `start` of the form
+    a + b * s (s one kiln dim, a and b integers), the window inside the dim at every size of
+    the ranges."""
     shape = cx.meta(x).shape
     dtype = cx.dtype_of(x)
     if cx.is_symbolic(shape[axis]):
         raise Unsupported("a slice with a symbolic start or end along a symbolic dim")
+    table = None
     if dtype not in ("f32", "f16", "bf16"):
-        article = "an" if dtype.startswith("i") else "a"
-        raise Unsupported(f"a slice with a symbolic start or end of {article} {dtype} tensor "
-                          "(kiln gathers float tensors)")
+        value = cx.constant(x)
+        bounds = (int(value.min()), int(value.max())) if value is not None and \
+            value.numel() else _int_range(cx, x)
+        if bounds is None or not -2**24 <= bounds[0] <= bounds[1] <= 2**24:
+            article = "an" if dtype.startswith("i") else "a"
+            raise Unsupported(f"a slice with a symbolic start or end of {article} {dtype} "
+                              "tensor whose values f32 may not hold (kiln gathers floats)")
+        table = f"cast({cx.ref(x)}, to=f32)"
     size, n = int(shape[axis]), cx.meta(node).shape[axis]
     n_text = cx.size(n)
     offset = sympy.Integer(start) if isinstance(start, int) else start
@@ -2573,15 +2761,17 @@ def _window(cx, node, x, axis, start) -> str:
     if bool(bound_sympy(offset, ranges).upper < 0):
         offset = offset + size  # a negative start counts from the end, as PyTorch's
     _inside(offset, count, size, ranges)
-    return _rows_along(cx, x, axis, _shifted(cx, f"arange({n_text})", offset), n_text,
-                       "a slice with a symbolic start or end")
+    rows = _rows_along(cx, x, axis, _shifted(cx, f"arange({n_text})", offset), n_text,
+                       "a slice with a symbolic start or end", table)
+    return rows if table is None else f"cast({rows}, to={dtype})"
 
 
-def _rows_along(cx, x, axis: int, ids: str, n_text: str, what: str) -> str:
+def _rows_along(cx, x, axis: int, ids: str, n_text: str, what: str,
+                table: str | None = None) -> str:
     """The slices of float `x` along `axis` at positions `ids` (kiln text: an integer tensor of
-    shape [n], `n_text` its size), in their order: an embedding whose table is x with that axis
-    first. Unsupported, naming `what`, where x's other dims are merged or hold a symbolic dim
-    beside others."""
+    shape [n], `n_text` its size), in their order: an embedding whose table is x (or `table`,
+    kiln text of x's shape) with that axis first. Unsupported, naming `what`, where x's other
+    dims are merged or hold a symbolic dim beside others."""
     shape = cx.meta(x).shape
     others = [i for i in range(len(shape)) if i != axis]
     if cx.merged(shape[axis]) or any(cx.merged(shape[i]) for i in others):
@@ -2594,7 +2784,7 @@ def _rows_along(cx, x, axis: int, ids: str, n_text: str, what: str) -> str:
         raise Unsupported(f"{what} of a tensor whose other dims hold a symbolic one and others")
     width = cx.size(shape[symbolic[0]]) if symbolic else str(fixed)
     order = [axis] + others
-    table = cx.ref(x)
+    table = cx.ref(x) if table is None else table
     if axis != 0:
         table = f"permute({table}, dims={order})"
     if len(shape) != 2:
@@ -3337,8 +3527,8 @@ def _max_dim_plan(cx, node):
 def _max_dim_piece(cx, node, index: int) -> str:
     """Element `index` of max.dim or min.dim `node`: the values (0), NaN where the row holds
     one, as PyTorch's; or their first positions (1), i64, a NaN's where the row holds one. A
-    min is the max of -x negated (a row's zeros of both signs may give the other sign than
-    PyTorch's)."""
+    min is the max of -x negated. Where a row's extreme is a zero held with both signs, the
+    value may have the other sign than PyTorch's (the first one's)."""
     x, axis, keepdim = _max_dim_plan(cx, node)
     shape = cx.meta(x).shape
     xs = cx.ref(x)
@@ -3684,10 +3874,10 @@ def does_work(cx, node) -> bool:
 # Lowerings that move or relabel values without arithmetic: a group of only these is left to
 # PyTorch (a kiln graph for a view costs more than the view), and not listed as a fallback.
 TRIVIAL = {_reshape, _permute, _expand, _slice, _select, _identity, _dropout, _to_dtype, _getitem,
-           _arange, _cat, _gather, _split, _repeat, _meshgrid} | _CONSTANTS
+           _arange, _cat, _gather, _split, _repeat, _tile, _meshgrid} | _CONSTANTS
 
-_ROW_WISE |= {_add_sub, _mul, _div, _rsub, _floor_divide, _pow, _square, _reciprocal, _gelu,
-              _clamp, _where, _masked_fill, _identity, _dropout, _to_dtype, _reshape,
+_ROW_WISE |= {_add_sub, _mul, _div, _rsub, _sign, _floor_divide, _pow, _square, _reciprocal,
+              _gelu, _clamp, _where, _masked_fill, _identity, _dropout, _to_dtype, _reshape,
               _expand} | _CONSTANTS
 
 
@@ -3759,7 +3949,7 @@ def merged_dims_reason(cx, node) -> str | None:
         else:
             axis = min(_axes(cx, node.args[0], _arg(node, 1, "dim")))
         ok = tail_free(node.args[0], -axis)
-    elif low in (_permute, _repeat):
+    elif low in (_permute, _repeat, _tile):
         ok = True  # a permute refuses to move a merged dim; a repeat reshapes explicitly
     elif low is _getitem:
         # Element 0 of native_layer_norm is its value, a topk's elements are made along its
