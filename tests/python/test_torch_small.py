@@ -2258,7 +2258,9 @@ class Centres(torch.nn.Module):
         centres = torch.arange(0.5, 4, dtype=torch.float32)
         quarters = torch.arange(-1, 2, 0.25)
         tenths = torch.arange(0.1, 1.0, 0.1)
-        return (x * centres, quarters * x[0, 0, 0], x.tile((2,)), x.tile((2, 1, 3)),
+        down = torch.arange(0, -2, -0.5)  # its first value +0.0, not 0 * -0.5
+        return (x * centres, quarters * x[0, 0, 0], torch.arange(0, 5.5), down,
+                torch.arange(0.5, 1.0, 2.0**100), x.tile((2,)), x.tile((2, 1, 3)),
                 x[0].tile((3, 1)), tenths * 2, torch.sign(x), torch.sign(x.half()),
                 torch.sign((x[1] * 4).int()), torch.sign(x > 0))
 

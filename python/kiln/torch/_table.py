@@ -758,15 +758,15 @@ def _arange(cx, node):
     dtype = cx.dtype_of(node)
     if dtype not in ("i64", "i32", "f32"):
         raise Unsupported(f"arange of {dtype}")
+    if dtype == "f32" and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                              for v in (start, end, step)) and \
+            not all(isinstance(v, int) for v in (start, end, step)):
+        return Expr(_fractional_arange(start, end, step))
     if start == 0 and step == 1:
         n = cx.size(end)
         return Expr(f"arange({n}, dtype={dtype})" if dtype != "i64" else f"arange({n})")
     # start + i * step (BLOOM's ALiBi powers): whole numbers, so each value is exact where
     # PyTorch's is; kiln's arange counts 0..n-1.
-    if dtype == "f32" and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                              for v in (start, end, step)) and \
-            not all(isinstance(v, int) for v in (start, end, step)):
-        return Expr(_fractional_arange(start, end, step))
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)):
         raise Unsupported("arange with a start or step that is not a whole number, or a "
                           "symbolic end (kiln's arange counts 0..n-1)")
@@ -795,7 +795,8 @@ def _fractional_arange(start, end, step) -> str:
         return next((k for k in range(41) if (v * 2**k).is_integer()), None)
 
     ks = [dyadic(v) for v in (start, step)]
-    if None in ks or step == 0 or not math.isfinite(float(end)):
+    if None in ks or step == 0 or not math.isfinite(float(end)) or \
+            not (_f32_holds(float(start)) and _f32_holds(float(step))):
         raise Unsupported(f"an f32 arange({start}, {end}, {step}) whose values f32 may round")
     n = math.ceil((float(end) - float(start)) / float(step))
     if n < 1:
@@ -806,9 +807,9 @@ def _fractional_arange(start, end, step) -> str:
     text = f"arange({n}, dtype=f32)"
     if step != 1:
         text = f"mul({text}, {_lit(float(step))})"
-    if start != 0:
-        text = f"add({text}, {_lit(float(start))})"
-    return text
+    # The start added even where it is 0: 0 times a negative step is -0.0, PyTorch's first
+    # value +0.0.
+    return f"add({text}, {_lit(float(start))})"
 
 
 # -- matmul ----------------------------------------------------------------------------------------
