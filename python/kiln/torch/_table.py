@@ -1757,14 +1757,8 @@ def _symbolic_length_conv(cx, node, spatial, kernel, stride, dilation, before, a
     at = -trailing - 1  # the sequence from the end, channels last
     positions = f"reshape(arange({n}), shape=[{', '.join([n] + ['1'] * trailing)}])"
     ps = cx.let(positions)
-    windows = []
-    for j in range(k):
-        shift = before[axis] - j * dilation[axis]  # window j's position p reads p - shift
-        if shift == 0:
-            windows.append(xl)
-            continue
-        reads = f"eq(sub({ps}, roll({ps}, shift={shift}, axis={-trailing - 1})), {shift})"
-        windows.append(f"where({reads}, roll({xl}, shift={shift}, axis={at}), 0.0)")
+    # Window j's position p reads p - shift.
+    windows = [_read_shifted(xl, ps, before[axis] - j * dilation[axis], at) for j in range(k)]
     # The weight's offsets along the sequence: [O, C/groups, k] once the kernel's 1s are gone.
     w = f"reshape({cx.ref(weight)}, shape=[{outs}, {int(wshape[1])}, {k}])"
     if depthwise:
@@ -1812,16 +1806,22 @@ def _im2col(cx, node):
     xs = cx.let(cx.ref(x))
     ps = cx.let(f"reshape(arange({n}), shape=[{n}, 1])")
     lead_dims = [cx.size(shape[0])] if lead else []
-    windows = []
-    for j in range(k):
-        shift = padding[0] - j * dilation[0]
-        window = xs
-        if shift:
-            reads = f"eq(sub({ps}, roll({ps}, shift={shift}, axis=0)), {shift})"
-            window = f"where({reads}, roll({xs}, shift={shift}, axis=-2), 0.0)"
-        windows.append(f"reshape({window}, shape=[{', '.join(lead_dims + [str(chans), '1', n])}])")
+    shape = "[" + ", ".join(lead_dims + [str(chans), "1", n]) + "]"
+    windows = [f"reshape({_read_shifted(xs, ps, padding[0] - j * dilation[0], -2)}, "
+               f"shape={shape})" for j in range(k)]
     joined = ", ".join(lead_dims + [str(chans * k), n])
     return Expr(f"reshape({_joined(windows, lead + 1)}, shape=[{joined}])")
+
+
+def _read_shifted(text: str, positions: str, shift: int, axis: int) -> str:
+    """`text` rolled by `shift` along `axis` (from the end), so position p reads p - shift,
+    zeros where p - shift is outside the dim: where the positions (`positions`, that dim's
+    arange shaped to meet `text` there) less their own roll differ from the shift. No size
+    value is needed, and a shift past the dim's size reads zeros throughout."""
+    if shift == 0:
+        return text
+    reads = f"eq(sub({positions}, roll({positions}, shift={shift}, axis={axis})), {shift})"
+    return f"where({reads}, roll({text}, shift={shift}, axis={axis}), 0.0)"
 
 
 def _as_f32(text: str, dtype: str) -> str:
