@@ -268,6 +268,14 @@ def _mixture_of_experts(arch: str, implementation: str):
     if arch == "mixtral":
         model = t.MixtralModel(t.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
                                                **common))
+    elif arch == "llama4":
+        # Chunked attention (chunks of 4) with rotary as complex numbers in layer 0; no rotary,
+        # full attention and its temperature tuning (floor_scale 3) in layer 1; a sigmoid
+        # router of top 1 over 4 experts and a shared expert in both.
+        model = t.Llama4TextModel(t.Llama4TextConfig(
+            num_local_experts=4, num_experts_per_tok=1, head_dim=16, attention_chunk_size=4,
+            floor_scale=3, no_rope_layers=[1, 0], interleave_moe_layer_step=1,
+            intermediate_size_mlp=96, **common))
     elif arch == "phimoe":
         model = t.PhimoeModel(t.PhimoeConfig(num_local_experts=4, num_experts_per_tok=2,
                                              **common))
@@ -290,7 +298,8 @@ def _mixture_of_experts(arch: str, implementation: str):
     return model.eval()
 
 
-@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe", "deepseek_v3", "gpt_oss", "phimoe"])
+@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe", "deepseek_v3", "gpt_oss", "phimoe",
+                                  "llama4"])
 def test_a_mixture_of_experts_runs_in_one_kiln_graph(arch, cache_dir):
     """Mixtral's, Qwen2-MoE's, DeepSeek-V3's, GPT-OSS's and PhiMoE's routers (a softmax, a topk,
     Qwen2-MoE's shared expert behind a sigmoid gate; DeepSeek-V3's sigmoid scores, a topk of
@@ -299,7 +308,10 @@ def test_a_mixture_of_experts_runs_in_one_kiln_graph(arch, cache_dir):
     interleaved; PhiMoE's sparse mixer, max along a dim, scores clamped to their row's max, the
     best expert's score scattered out for the second) and their experts as transformers'
     batched_mm writes them (each token repeated for its k experts, the experts' weights picked
-    by id, a bmm) run in one kiln graph at a dynamic batch and sequence, and match eager. The
+    by id, a bmm) run in one kiln graph at a dynamic batch and sequence, and match eager. So
+    does Llama 4 whole: its rotary as complex numbers, its chunked attention's mask (positions
+    floor-divided), its router's top scores scattered into -inf, each token weighted for every
+    expert and a bmm of each expert's rows, summed over the experts. The
     default grouped_mm experts (tokens sorted by expert, groups of data-dependent sizes) stay in
     PyTorch, their reason naming the implementation that runs in kiln."""
     torch.manual_seed(0)
@@ -361,5 +373,37 @@ def test_an_encoder_convolving_its_sequence_runs_in_one_kiln_graph(arch, cache_d
             ids = torch.randint(0, 100, shape)
             want = model(input_ids=ids).last_hidden_state
             got = program(input_ids=ids)
+            got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
+            assert rel_l2(got, want) < TOLERANCE["highest"], (shape, rel_l2(got, want))
+
+
+@pytest.mark.parametrize("arch", ["luke", "doge"])
+def test_a_mask_sliced_to_its_dynamic_length_runs_in_one_kiln_graph(arch, cache_dir):
+    """LUKE's and Doge's masks sliced to the sequence's own length (`mask[..., :S]` of a dim of
+    size S, a slice with a symbolic end that is the whole dim): each model one kiln graph at a
+    dynamic batch and sequence, matching eager."""
+    import transformers as t
+    torch.manual_seed(0)
+    common = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                  intermediate_size=128, max_position_embeddings=64, vocab_size=100)
+    if arch == "luke":
+        model = t.LukeModel(t.LukeConfig(entity_vocab_size=10, entity_emb_size=16, **common))
+        extra = {}
+    else:
+        model = t.DogeModel(t.DogeConfig(num_key_value_heads=2, **common))
+        extra = {"use_cache": False}
+    model.eval()
+    dims = {"input_ids": {0: torch.export.Dim("B", max=8), 1: torch.export.Dim("S", max=60)},
+            **{k: None for k in extra}}
+    with torch.no_grad():
+        ep = torch.export.export(model, (), {"input_ids": torch.randint(0, 100, (2, 12)),
+                                             **extra}, dynamic_shapes=dims, strict=False)
+        program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                              cache_dir=cache_dir, fallbacks="allow")
+        assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+        for shape in [(2, 12), (3, 7), (1, 60)]:
+            ids = torch.randint(0, 100, shape)
+            want = model(input_ids=ids, **extra).last_hidden_state
+            got = program(input_ids=ids, **extra)
             got = got["last_hidden_state"] if isinstance(got, dict) else got[0]
             assert rel_l2(got, want) < TOLERANCE["highest"], (shape, rel_l2(got, want))

@@ -213,6 +213,12 @@ class Probe:
         text = _table.size_text(self, expr)
         return text if dtype in (None, "i64") else f"cast({text}, to={dtype})"
 
+    def pairs_ref(self, node: Node) -> str:
+        """A complex tensor's kiln name: its pairs (_table's complex values)."""
+        if self.reads is not None:
+            self.reads.add(node)
+        return node.name
+
     def ref(self, arg, dtype: str | None = None) -> str:
         if isinstance(arg, Node) and _is_size(arg.meta.get("val")):
             return self.size_value(arg, dtype)
@@ -262,17 +268,21 @@ def unsupported_reason(probe: Probe, node: Node, reads: set | None = None) -> st
     lowering reads."""
     if node.op != "call_function":
         return "not an op"
-    low = _table.TABLE.get(node.target)
+    complex_ = _table.touches_complex(node)
+    low = _table.lowering_for(node)
     if low is None:
-        return _table.NO_OP_HINTS.get(str(node.target), "no kiln op for it")
+        return _table.complex_reason(node) if complex_ and node.target in _table.TABLE else \
+            _table.NO_OP_HINTS.get(str(node.target), "no kiln op for it")
     try:
         val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
+        if complex_:
+            pass  # the complex lowerings check their tensors (_table._complex_operands)
+        elif isinstance(val, torch.Tensor):
             probe.dtype_of(node)
             probe.check_shape(val.shape)
         elif node.target is not _GETITEM and not isinstance(val, (list, tuple)):
             return "not a tensor op"
-        reason = _table.merged_dims_reason(probe, node)
+        reason = None if complex_ else _table.merged_dims_reason(probe, node)
         if reason is not None:
             return reason
         probe.reads = reads
@@ -354,6 +364,12 @@ class Partition:
         name = self.names.get(node)
         return name if name is not None else self.local_name(node)
 
+    def pairs_ref(self, node: Node) -> str:
+        kind, value = self.resolve(node)
+        if kind == "const":
+            raise Unsupported("a constant as complex pairs")
+        return value
+
     def ref(self, arg, dtype: str | None = None) -> str:
         if isinstance(arg, Node) and _is_size(arg.meta.get("val")):
             return self.probe.size_value(arg, dtype)  # from the graph's dims, never an input
@@ -404,7 +420,7 @@ class Partition:
             if node in self.probe.unread:
                 continue
             self.lowering = node
-            value = self.renamed(node, _table.TABLE[node.target](self, node))
+            value = self.renamed(node, _table.lowering_for(node)(self, node))
             self.values[node] = value
             if isinstance(value, (Expr, Tuple0)):
                 self.statements.append((self.local_name(node), value.text, node))
@@ -422,6 +438,9 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
     outputs, aliases = [], {}
     seen_names = {}
     for node in wanted:
+        if _table.is_complex(node):
+            raise PartitionError(node, "a complex tensor read by PyTorch (kiln holds it as pairs "
+                                 "of floats inside a graph)")
         if node not in part.values:
             # A node kiln skips (its kiln users read nothing of it: a size in a reshape's
             # shape) that PyTorch reads after all, where a group of views alone was left to it.
@@ -456,6 +475,10 @@ def emit_graph(part: Partition, wanted: list, graph_name: str, serial: int, symb
             live.update(re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", text))
     kept.reverse()
     used_inputs = [n for n in part.external if part.input_name(n) in live]
+    for n in used_inputs:
+        if _table.is_complex(n):
+            raise PartitionError(_reader(part, n), "a complex tensor from PyTorch (kiln holds "
+                                 "one as pairs of floats made inside its graph)")
     carriers = _carriers(part)
     views = {}
     for n in used_inputs:

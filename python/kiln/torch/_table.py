@@ -227,18 +227,58 @@ def _floor_divide(cx, node):
     return Expr(_rounded_quotient(cx, node, "floor"))
 
 
+@lowering(aten.remainder.Scalar, aten.remainder.Tensor, aten.fmod.Scalar, aten.fmod.Tensor)
+def _remainder(cx, node):
+    """remainder (the divisor's sign, as Python's %) and fmod (the dividend's) of integers:
+    a less b times the floor or the truncation of a / b, found as _integer_quotient finds it."""
+    a, b = node.args[0], node.args[1]
+    dtype = cx.dtype_of(node)
+    mode = "floor" if node.target in (aten.remainder.Scalar, aten.remainder.Tensor) else "trunc"
+    if dtype not in ("i32", "i64"):
+        raise Unsupported(f"a {'remainder' if mode == 'floor' else 'fmod'} of {dtype} (kiln "
+                          "takes integer ones)")
+    quotient = _integer_quotient(cx, node, a, b, mode)
+    return Expr(f"sub({cx.ref(a, dtype)}, mul({quotient}, {cx.ref(b, dtype)}))")
+
+
+def _integer_quotient(cx, node, a, b, mode: str) -> str:
+    """floor or trunc of a / b for integers `a` and `b` (into the node's integer dtype) where
+    |a| < 2^24 and 0 < |b| <= 2^24, as a literal or _int_range bounds them (Llama 4's chunk of
+    each position, `positions // 8192`): their f32 quotient, correctly rounded, is an integer
+    exactly where a / b is, and lies on the same side of every other integer (its distance to
+    one is at least 1/|b|, more than half an ulp of a quotient below 2^24/|b|), so the
+    truncation of the f32 quotient is a / b's, less one where the floor is asked and it went
+    up. PyTorch raises on a zero divisor; kiln refuses any divisor that may be zero."""
+    dtype = cx.dtype_of(node)
+    ranges = [_int_range(cx, x) for x in (a, b)]
+    if isinstance(b, bool) or ranges[0] is None or ranges[1] is None or \
+            not -2**24 < ranges[0][0] <= ranges[0][1] < 2**24 or \
+            not -2**24 <= ranges[1][0] <= ranges[1][1] <= 2**24:
+        raise Unsupported(f"a {mode} division of integers whose values f32 may not hold (kiln "
+                          "divides integers in f32, within +-2^24)")
+    if ranges[1][0] <= 0 <= ranges[1][1]:
+        raise Unsupported(f"a {mode} division of integers by a divisor that may be 0")
+    quotient = cx.let(f"div({_as_tensor(cx.ref(a, 'f32'), 'f32')}, {cx.ref(b, 'f32')})")
+    if mode == "trunc":
+        return f"cast({quotient}, to={dtype})"  # truncated toward zero
+    whole = cx.let(f"cast({quotient}, to={dtype})")
+    return f"where(gt(cast({whole}, to=f32), {quotient}), sub({whole}, 1), {whole})"
+
+
 def _rounded_quotient(cx, node, mode: str) -> str:
     """div(a, b, rounding_mode) of a float tensor by a number that is a power of two, positive
     or negative (DETR's sine positions, `torch.div(dim_t, 2, rounding_mode="floor")`): the
     quotient is exact (a subnormal `a` divided by more than 1 aside, which only the sign of a
     zero quotient tells), so its floor or trunc is PyTorch's, a zero result signed as `a / b`
-    is."""
+    is. Of integers, _integer_quotient's."""
     a, b = node.args[0], node.args[1]
     dtype = cx.dtype_of(node)
     if mode not in ("floor", "trunc"):
         raise Unsupported(f"div with rounding_mode={mode!r}")
+    if dtype in ("i32", "i64"):
+        return _integer_quotient(cx, node, a, b, mode)
     if dtype not in ("f32", "f16", "bf16"):
-        raise Unsupported(f"a {mode} division of integers (kiln divides floats)")
+        raise Unsupported(f"a {mode} division into {dtype}")
     if isinstance(b, bool) or not isinstance(b, (int, float)) or b == 0 or \
             not math.isfinite(b) or math.frexp(abs(b))[0] != 0.5 or \
             not 2.0**-149 <= abs(b) <= 2.0**127:
@@ -845,7 +885,16 @@ def _matmul_text(cx, a, b, out_dtype) -> str:
         a, flags = ta, ", transpose_a=true" + flags
     if len(cx.meta(a).shape) < 2 or len(cx.meta(b).shape) < 2:
         raise Unsupported("a matmul with a 1-D operand")
-    return f"matmul({cx.ref(a)}, {cx.ref(b)}{flags})"
+    b_text = cx.ref(b)
+    rows = cx.merged(cx.meta(a).shape[-2]) if ta is None else None
+    if rows and len(cx.meta(b).shape) > 2:
+        # Rows of `a` that are a product of dims (Llama 4's experts, [E, B*S, D] @ [E, D, F])
+        # are kiln's [E, B, S, D]: `b` gains a batch dim of 1 for each extra factor, so its own
+        # batch dims stay aligned with `a`'s.
+        dims = _kiln_dims(cx, cx.meta(b).shape)
+        dims[-2:-2] = ["1"] * (len(rows) - 1)
+        b_text = f"reshape({b_text}, shape=[{', '.join(dims)}])"
+    return f"matmul({cx.ref(a)}, {b_text}{flags})"
 
 
 @lowering(aten.mm.default, aten.bmm.default, aten.matmul.default)
@@ -1654,6 +1703,8 @@ def _conv(cx, node):
     if spatial not in (1, 2, 3):
         raise Unsupported(f"a convolution over {spatial} dims (kiln lowers conv1d, conv2d and "
                           "conv3d)")
+    if any(cx.is_symbolic(d) for d in wshape):
+        raise Unsupported("a convolution whose weight has a symbolic size")
     if not isinstance(groups, int) or groups < 1 or int(wshape[0]) % groups or \
             cx.is_symbolic(xshape[-spatial - 1]) or \
             int(xshape[-spatial - 1]) != groups * int(wshape[1]):
@@ -1973,8 +2024,22 @@ def _reduction(kiln_op: str):
                                       node.kwargs.get("dtype") is None):
             raise Unsupported(f"{kiln_op} into another dtype")
         # sum(x, dtype=f32) is the sum of x cast first, as PyTorch does.
-        return Expr(_reduced(cx, node, kiln_op, cx.ref(x, out), _axes(cx, x, dim), keepdim))
+        return Expr(_reduced(cx, node, kiln_op, cx.ref(x, out),
+                             _kiln_axes(cx, x, _axes(cx, x, dim)), keepdim))
     return lower
+
+
+def _kiln_axes(cx, x, axes: list) -> list:
+    """A reduction's negative `axes` of `x` as kiln's, from kiln's last dim: a dim before a
+    merged one (Llama 4's sum over the experts of [E, B*S, D], kiln's [E, B, S, D]) lies its
+    extra factors further from the end. Unsupported for a merged dim itself."""
+    shape = list(cx.meta(x).shape)
+    if not any(cx.merged(d) for d in shape):
+        return axes
+    total = len(_kiln_dims(cx, shape))
+    if any(cx.merged(shape[a]) for a in axes):
+        raise Unsupported("a reduction over a merged dim (a product of dims)")
+    return [_kiln_axis(cx, shape, a + len(shape)) - total for a in axes]
 
 
 def _axes(cx, x, dim) -> list:
@@ -2022,7 +2087,7 @@ def _integer_sum(cx, node, x, dim, keepdim: bool, out: str) -> str:
         (isinstance(dim, (list, tuple)) and not dim) else \
         [d % rank for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
     text = cx.ref(x, out)
-    for axis in sorted(set(dims)):
+    for axis in _kiln_axes(cx, x, sorted({d - rank for d in dims})):
         text = _last_along(f"cumsum({text}, axis={axis})", axis)
     if not keepdim:
         text = f"reshape({text}, shape={cx.shape(node)})"
@@ -2399,14 +2464,11 @@ def _permute(cx, node):
     if perm == list(range(rank)):
         return Alias(x)
     shape = list(cx.meta(x).shape)
-    kept = max((i + 1 for i, d in enumerate(shape) if cx.merged(d)), default=0)
-    if kept:
-        # Merged dims (batch * heads) stay in place, and only dims after them move: kiln's
-        # permutation keeps its factors too.
-        if perm[:kept] != list(range(kept)):
-            raise Unsupported("a permute that moves a merged dim (a product of dims)")
-        extra = sum(len(cx.merged(d) or [0]) - 1 for d in shape[:kept])
-        perm = list(range(kept + extra)) + [p + extra for p in perm[kept:]]
+    if any(cx.merged(d) for d in shape):
+        # A merged dim (batch * heads) moves as its factors, in their order: the same elements
+        # in the same order along it (Llama 4's router scores, [B*S, E] to [E, B*S]).
+        first = [_kiln_axis(cx, shape, i) for i in range(len(shape))]
+        perm = [first[p] + j for p in perm for j in range(len(cx.merged(shape[p]) or [0]))]
     return Expr(f"permute({cx.ref(x)}, dims={perm})")
 
 
@@ -2599,6 +2661,13 @@ def _slice(cx, node):
     size = shape[axis]
     if start == 0 and (end is None or (isinstance(end, int) and end >= 2**62)):
         return Alias(x)
+    if start == 0 and isinstance(end, sympy.Expr) and not end.is_Integer:
+        # x[..., :S] of a dim of size S, or of a size the end is never below (Doge's mask
+        # sliced to the keys' length): x itself.
+        over = end - _size_expr(cx, size)
+        ranges = cx.ranges(over)
+        if over == 0 or (ranges is not None and bound_sympy(over, ranges).lower >= 0):
+            return Alias(x)
     if merged and not (isinstance(start, int) and isinstance(end, (int, type(None)))):
         raise Unsupported("a slice with a symbolic start or end of a tensor with a merged dim")
     k = _kiln_axis(cx, shape, axis)
@@ -3159,6 +3228,44 @@ def _scatter_value(cx, node):
     return Expr(f"where({hit}, {cx.ref(value, dtype)}, {cx.ref(x, dtype)})")
 
 
+@lowering(aten.scatter.src)
+def _scatter_src(cx, node):
+    """scatter(x, dim, index, src) of floats where index holds k positions along dim (a fixed
+    k) and x's other sizes, src the index's shape (Llama 4's router scores,
+    `full_like(logits, -inf).scatter_(1, top_index, top_value)`): where one of the k positions
+    is the element's, src's value there, x elsewhere; where several are, the last one's, as
+    PyTorch's CPU kernel writes them in order (PyTorch leaves which one wins unspecified). A
+    position outside the dim writes nothing, where PyTorch raises."""
+    x, dim, index, src = node.args[:4]
+    if _arg(node, 4, "reduce", None) is not None:
+        raise Unsupported("a scatter with a reduce")
+    dtype = cx.dtype_of(node)
+    if dtype not in ("f32", "f16", "bf16") or not isinstance(src, Node) or \
+            cx.dtype_of(src) != dtype:
+        raise Unsupported(f"a scatter of a tensor into {dtype} (kiln scatters floats of the "
+                          "tensor's dtype)")
+    if [_size_expr(cx, d) for d in cx.meta(src).shape] != \
+            [_size_expr(cx, d) for d in cx.meta(index).shape]:
+        raise Unsupported("a scatter of a tensor of another shape than its index")
+    axis, pairs, at = _position_pairs(
+        cx, x, dim, index, "a scatter into a tensor", "a scatter other than of a fixed number "
+        "of positions along the dim, the index of the tensor's other sizes")
+    shape = cx.meta(x).shape
+    rank, k = len(shape), int(cx.meta(index).shape[axis])
+    along = axis - rank - 1  # the k positions' dim of the pairs, from the end
+    at = cx.let(at)
+    # Each position's number j along [.., k, 1, ..]; the last j matching an element, -1 where
+    # none does.
+    ones = ["1"] * _kiln_axis(cx, shape, axis)
+    numbers = (f"reshape(arange({k}, dtype=f32), "
+               f"shape=[{', '.join(ones + [str(k), '1'] + ['1'] * (rank - 1 - axis))}])")
+    last = cx.let(f"max(where({at}, {numbers}, -1.0), axis={along}, keepdim=true)")
+    values = f"reshape({cx.ref(src)}, shape={pairs(k, 1)})"
+    picked = f"max(where(logical_and({at}, eq({numbers}, {last})), {values}, -inf), axis={along})"
+    hit = f"reshape(ge({last}, 0.0), shape={cx.shape(node)})"
+    return Expr(f"where({hit}, {picked}, {cx.ref(x)})")
+
+
 _INT_RANGE = {"i32": (-2**31, 2**31 - 1), "i64": (-2**63, 2**63 - 1)}
 
 
@@ -3403,19 +3510,62 @@ _SAME_VALUES = (aten.to.dtype, aten.to.device, aten.to.dtype_layout, aten._to_co
 
 def _int_range(cx, arg, depth: int = 0):
     """(lo, hi) holding every value of an integer or bool tensor, from the ops that made it (a
-    mask, arange, conversions of those, add, sub and mul of them), else None."""
+    mask, arange, a constant, conversions, views and picks of those, add, sub and mul of them,
+    integer quotients and remainders), else None."""
     if isinstance(arg, bool):
         return int(arg), int(arg)
     if isinstance(arg, int):
         return arg, arg
     if not isinstance(arg, Node) or depth > 32:
         return None
+    if is_size(arg.meta.get("val")):
+        val = arg.meta["val"]
+        expr = cx.expr(val) if isinstance(val, torch.SymInt) else sympy.Integer(int(val))
+        if expr.is_Integer:
+            return int(expr), int(expr)
+        ranges = cx.ranges(expr)
+        if ranges is None:
+            return None
+        bounds = bound_sympy(expr, ranges)
+        finite = bounds.lower.is_finite and bounds.upper.is_finite
+        return (int(bounds.lower), int(bounds.upper)) if finite else None
     dtype = cx.dtype_of(arg)
     if dtype == "bool":
         return 0, 1  # a mask, computed or given
-    if dtype not in ("i32", "i64") or arg.op != "call_function":
+    if dtype not in ("i32", "i64"):
+        return None
+    value = cx.constant(arg)
+    if value is not None:
+        return (int(value.min()), int(value.max())) if value.numel() else None
+    if arg.op != "call_function":
         return None
     t = arg.target
+    low = TABLE.get(t)
+    if low in _CONSTANT_OF:
+        v = _CONSTANT_OF[low](arg)
+        return (int(v), int(v)) if isinstance(v, (bool, int)) else None
+    if t is aten.index.Tensor:  # elements of the indexed tensor
+        return _int_range(cx, arg.args[0], depth + 1)
+    if t is aten.neg.default:
+        inner = _int_range(cx, arg.args[0], depth + 1)
+        return None if inner is None else (-inner[1], -inner[0])
+    if t in (aten.floor_divide.default, aten.floor_divide.Scalar, aten.div.Tensor_mode,
+             aten.remainder.Scalar,
+             aten.remainder.Tensor) or (t is aten.div.Scalar_mode and
+                                        isinstance(arg.args[1], int)):
+        a, b = (_int_range(cx, x, depth + 1) for x in arg.args[:2])
+        if a is None or b is None or b[0] <= 0 <= b[1]:
+            return None
+        if t in (aten.remainder.Scalar, aten.remainder.Tensor):  # the divisor's sign
+            top = max(abs(b[0]), abs(b[1])) - 1
+            return (0, top) if b[0] > 0 else (-top, 0)
+        floor = t in (aten.floor_divide.default, aten.floor_divide.Scalar)
+        mode = arg.kwargs.get("rounding_mode", "floor" if floor else None)
+        if mode not in ("floor", "trunc"):
+            return None
+        corners = [x // y if mode == "floor" or (x < 0) == (y < 0) else -(-x // y)
+                   for x in a for y in b]  # monotone in each, b of one sign
+        return min(corners), max(corners)
     if t is aten.arange.default:
         n = arg.args[0]
         n = n.meta.get("val") if isinstance(n, Node) else n
@@ -3860,9 +4010,244 @@ def _getitem(cx, node):
     return Alias(src)
 
 
+# -- complex values -------------------------------------------------------------------------
+# A complex64 tensor is held in kiln as the f32 tensor view_as_real gives: its own shape and a last
+# dim of 2, the real part first (Llama 4's rotary: polar angles, view_as_complex of the queries and
+# keys, their products, view_as_real). Only COMPLEX's lowerings read or make one; a complex tensor
+# never enters or leaves a kiln graph (emit_graph leaves the node that would pass it to PyTorch).
+
+COMPLEX: dict[Any, Callable] = {}
+COMPLEX_TRIVIAL: set = set()  # complex lowerings that only move or relabel pairs
+
+
+def complex_lowering(*ops, trivial: bool = False):
+    def register(fn):
+        for op in ops:
+            COMPLEX[op] = fn
+        if trivial:
+            COMPLEX_TRIVIAL.add(fn)
+        return fn
+    return register
+
+
+def is_complex(node) -> bool:
+    val = node.meta.get("val") if isinstance(node, Node) else None
+    return isinstance(val, torch.Tensor) and val.is_complex()
+
+
+def touches_complex(node) -> bool:
+    """Whether `node` reads or makes a complex tensor: COMPLEX lowers it, never TABLE."""
+    return is_complex(node) or any(is_complex(a) for a in node.all_input_nodes)
+
+
+def lowering_for(node):
+    """The lowering of `node`'s op (COMPLEX's where it touches a complex tensor), else None."""
+    return (COMPLEX if touches_complex(node) else TABLE).get(node.target)
+
+
+def complex_reason(node) -> str:
+    """Why kiln cannot run a node touching a complex tensor whose op COMPLEX does not lower."""
+    return (f"{str(node.target)} of a complex tensor (kiln lowers complex64 through polar, "
+            "view_as_complex, view_as_real, mul, add, sub, views, slices and concats)")
+
+
+def _complex_operands(cx, node) -> None:
+    """Unsupported unless each tensor `node` reads or makes is complex64 or of a dtype kiln
+    names, none with merged dims, each complex one within kiln's limits as pairs."""
+    for n in [node] + list(node.all_input_nodes):
+        val = n.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        if val.is_complex():
+            if val.dtype != torch.complex64:
+                raise Unsupported(f"a {str(val.dtype).replace('torch.', '')} tensor (kiln holds "
+                                  "complex64 as pairs of f32)")
+            cx.check_shape(list(val.shape) + [2])
+        else:
+            cx.dtype_of(n)
+        if cx.has_merged(n):
+            raise Unsupported("a complex tensor with merged dims (a product of dims)")
+
+
+def _pairs_shape(cx, node, extra: int = 2) -> str:
+    """A tensor's kiln shape with a last dim of `extra` added: a complex one's pairs, or a
+    part's [.., 1]."""
+    shape = cx.shape(node)
+    return f"[{extra}]" if shape == "[]" else f"{shape[:-1]}, {extra}]"
+
+
+def _parts(cx, z: str):
+    """The real and imaginary parts of pairs `z` (a name), each [.., 1]."""
+    return (cx.let(f"slice({z}, axis=-1, start=0, end=1)"),
+            cx.let(f"slice({z}, axis=-1, start=1, end=2)"))
+
+
+def _as_part(cx, x) -> str:
+    """A real operand of complex arithmetic as f32 shaped [.., 1] against pairs: PyTorch
+    promotes it to complex64 with a zero imaginary part."""
+    if not isinstance(x, Node):
+        if isinstance(x, complex):
+            raise Unsupported("a Python complex number in complex arithmetic")
+        return _lit(float(x))
+    if not cx.meta(x).shape:
+        return cx.ref(x, "f32")
+    return f"reshape({cx.ref(x, 'f32')}, shape={_pairs_shape(cx, x, 1)})"
+
+
+@complex_lowering(aten.view_as_complex.default, aten.view_as_real.default, aten.clone.default,
+                  aten.contiguous.default, aten.alias.default, aten.detach.default,
+                  aten.lift_fresh_copy.default, aten._to_copy.default, aten.to.dtype,
+                  trivial=True)
+def _complex_same(cx, node):
+    """view_as_complex of f32 [.., 2], view_as_real of a complex tensor, and copies of one:
+    the same pairs."""
+    _complex_operands(cx, node)
+    x = node.args[0]
+    if node.target is aten.view_as_complex.default and cx.dtype_of(x) != "f32":
+        raise Unsupported(f"a view_as_complex of {cx.dtype_of(x)} (kiln's complex is complex64)")
+    if not is_complex(x) and node.target is not aten.view_as_complex.default or \
+            not is_complex(node) and node.target is not aten.view_as_real.default:
+        raise Unsupported(f"{node.target} between a complex tensor and a real one")
+    if node.kwargs.get("memory_format") not in (None, torch.preserve_format,
+                                                torch.contiguous_format):
+        raise Unsupported("a copy of a complex tensor in another memory format")
+    cx.pairs_ref(x)
+    return Alias(x)
+
+
+@complex_lowering(aten.polar.default)
+def _polar(cx, node):
+    """polar(abs, angle) of f32: abs cos(angle) and abs sin(angle) (Llama 4's rotary angles as
+    unit complex numbers; cos and sin as kiln computes them)."""
+    _complex_operands(cx, node)
+    r, t = node.args[:2]
+    if not all(isinstance(x, Node) and cx.dtype_of(x) == "f32" for x in (r, t)):
+        raise Unsupported("a polar of other than two f32 tensors")
+    r, t, one = cx.let(cx.ref(r)), cx.let(cx.ref(t)), _pairs_shape(cx, node, 1)
+    return Expr(f"concat(reshape(mul({r}, cos({t})), shape={one}), "
+                f"reshape(mul({r}, sin({t})), shape={one}), axis=-1)")
+
+
+@complex_lowering(aten.mul.Tensor, aten.mul.Scalar)
+def _complex_mul(cx, node):
+    """A product of complex tensors, (a + bi)(c + di) = (ac - bd) + (ad + bc)i, each product
+    rounded and then summed, as PyTorch's; of a complex tensor and a real one or a number, each
+    part times it."""
+    _complex_operands(cx, node)
+    a, b = node.args[:2]
+    if is_complex(a) and is_complex(b):
+        (ar, ai), (br, bi) = _parts(cx, cx.pairs_ref(a)), _parts(cx, cx.pairs_ref(b))
+        return Expr(f"concat(sub(mul({ar}, {br}), mul({ai}, {bi})), "
+                    f"add(mul({ar}, {bi}), mul({ai}, {br})), axis=-1)")
+    z, r = (a, b) if is_complex(a) else (b, a)
+    return Expr(f"mul({cx.pairs_ref(z)}, {_as_part(cx, r)})")
+
+
+@complex_lowering(aten.add.Tensor, aten.sub.Tensor, aten.rsub.Scalar, aten.rsub.Tensor)
+def _complex_add(cx, node):
+    """A sum or difference of complex tensors, part by part; with a real tensor or a number,
+    its real part. rsub(x, other) is other - x."""
+    _complex_operands(cx, node)
+    a, b = node.args[:2]
+    if _arg(node, 2, "alpha", 1) != 1:
+        raise Unsupported("a complex add or sub with an alpha")
+    op = "add" if node.target is aten.add.Tensor else "sub"
+    if node.target in (aten.rsub.Scalar, aten.rsub.Tensor):
+        a, b = b, a
+    if is_complex(a) and is_complex(b):
+        return Expr(f"{op}({cx.pairs_ref(a)}, {cx.pairs_ref(b)})")
+    z = a if is_complex(a) else b
+    zr, zi = _parts(cx, cx.pairs_ref(z))
+    r = _as_part(cx, b if z is a else a)
+    real = f"{op}({zr}, {r})" if z is a else f"{op}({r}, {zr})"
+    imag = f"neg({zi})" if op == "sub" and z is b else zi
+    # The imaginary part broadcast as the real one is against the other operand.
+    return Expr(f"concat({real}, expand({imag}, shape={_pairs_shape(cx, node, 1)}), axis=-1)")
+
+
+@complex_lowering(aten.view.default, aten.reshape.default, aten._unsafe_view.default,
+                  aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
+                  aten.squeeze.default, aten.flatten.using_ints, aten.unflatten.int,
+                  aten.expand.default, aten.permute.default, aten.transpose.int,
+                  trivial=True)
+def _complex_layout(cx, node):
+    """Views of a complex tensor: the pairs reshaped, expanded or permuted, the pair dim kept
+    last."""
+    _complex_operands(cx, node)
+    z = node.args[0]
+    if list(cx.meta(z).shape) == list(cx.meta(node).shape) and \
+            node.target not in (aten.permute.default, aten.transpose.int):
+        cx.pairs_ref(z)
+        return Alias(z)
+    if node.target is aten.expand.default:
+        return Expr(f"expand({cx.pairs_ref(z)}, shape={_pairs_shape(cx, node)})")
+    if node.target in (aten.permute.default, aten.transpose.int):
+        rank = len(cx.meta(z).shape)
+        perm = list(range(rank))
+        if node.target is aten.permute.default:
+            perm = [d % rank for d in node.args[1]]
+        elif rank:  # transpose(0, 0) of a 0-d tensor is itself
+            i, j = node.args[1] % rank, node.args[2] % rank
+            perm[i], perm[j] = perm[j], perm[i]
+        if perm == list(range(rank)):
+            cx.pairs_ref(z)
+            return Alias(z)
+        return Expr(f"permute({cx.pairs_ref(z)}, dims={perm + [rank]})")
+    return Expr(f"reshape({cx.pairs_ref(z)}, shape={_pairs_shape(cx, node)})")
+
+
+@complex_lowering(aten.slice.Tensor, aten.select.int, trivial=True)
+def _complex_slice(cx, node):
+    """A slice (step 1) or select of a complex tensor along a dim of fixed size, bounds fixed:
+    the pairs'."""
+    _complex_operands(cx, node)
+    z, dim = node.args[0], _arg(node, 1, "dim", 0)
+    shape = cx.meta(z).shape
+    rank = len(shape)
+    if not rank or not isinstance(dim, int) or cx.is_symbolic(shape[dim % rank]):
+        raise Unsupported("a slice of a complex tensor along a symbolic dim")
+    axis, size = dim % rank, int(shape[dim % rank])
+    if node.target is aten.select.int:
+        i = node.args[2]
+        if not isinstance(i, int) or not -size <= i < size:
+            raise Unsupported("a select of a complex tensor at other than a fixed position")
+        start, end = i % size, i % size + 1
+    else:
+        start, end = _arg(node, 2, "start", None), _arg(node, 3, "end", None)
+        if _arg(node, 4, "step", 1) != 1 or not all(v is None or isinstance(v, int)
+                                                  for v in (start, end)):
+            raise Unsupported("a slice of a complex tensor with a step or symbolic bounds")
+        start = 0 if start is None else max(0, min(size, start + size if start < 0 else start))
+        end = size if end is None else max(0, min(size, end + size if end < 0 else end))
+        if end <= start:
+            raise Unsupported("an empty slice")
+    text = f"slice({cx.pairs_ref(z)}, axis={axis - rank - 1}, start={start}, end={end})"
+    if node.target is aten.select.int:
+        text = f"reshape({text}, shape={_pairs_shape(cx, node)})"
+    return Expr(text)
+
+
+@complex_lowering(aten.cat.default, aten.concat.default)
+def _complex_cat(cx, node):
+    """A concat of complex tensors along a dim of fixed size: the pairs'."""
+    _complex_operands(cx, node)
+    tensors, dim = list(node.args[0]), _arg(node, 1, "dim", 0)
+    rank = len(cx.meta(node).shape)
+    if not all(isinstance(t, Node) and is_complex(t) for t in tensors) or \
+            not 1 <= len(tensors) <= 64 or cx.is_symbolic(cx.meta(node).shape[dim % rank]):
+        raise Unsupported("a concat of complex tensors with real ones, of more than 64, or "
+                          "along a symbolic dim")
+    if len(tensors) == 1:
+        cx.pairs_ref(tensors[0])
+        return Alias(tensors[0])
+    return Expr(_joined([cx.pairs_ref(t) for t in tensors], dim % rank - rank - 1))
+
+
 def does_work(cx, node) -> bool:
     """Whether kiln's lowering of `node` does arithmetic: its op's lowering is not one of
-    TRIVIAL's, or it is the slice of a sink softmax (_sink_softmax)."""
+    TRIVIAL's (COMPLEX_TRIVIAL's), or it is the slice of a sink softmax (_sink_softmax)."""
+    if touches_complex(node):
+        return lowering_for(node) not in COMPLEX_TRIVIAL
     low = TABLE[node.target]
     if low is _slice:
         try:
@@ -3877,9 +4262,9 @@ def does_work(cx, node) -> bool:
 TRIVIAL = {_reshape, _permute, _expand, _slice, _select, _identity, _dropout, _to_dtype, _getitem,
            _arange, _cat, _gather, _split, _repeat, _tile, _meshgrid} | _CONSTANTS
 
-_ROW_WISE |= {_add_sub, _mul, _div, _rsub, _sign, _floor_divide, _pow, _square, _reciprocal,
-              _gelu, _clamp, _where, _masked_fill, _identity, _dropout, _to_dtype, _reshape,
-              _expand} | _CONSTANTS
+_ROW_WISE |= {_add_sub, _mul, _div, _rsub, _sign, _floor_divide, _remainder, _pow, _square,
+              _reciprocal, _gelu, _clamp, _where, _masked_fill, _identity, _dropout, _to_dtype,
+              _reshape, _expand} | _CONSTANTS
 
 
 def merged_dims_reason(cx, node) -> str | None:
@@ -3887,9 +4272,9 @@ def merged_dims_reason(cx, node) -> str | None:
     holds as its factors in its place) and its work would see the factors, else why. Only
     elementwise work aligned as PyTorch aligns it, reshapes, repeats, matmuls and linears whose
     merged dims are rows or batch dims, attention whose merged dims are batch dims, permutes
-    that keep merged dims in place, batch norms whose channels follow the merged dim, and
-    norms, softmax, reductions and running sums over dims after the merged ones read
-    [s0, s1, 64] as PyTorch reads [s0*s1, 64]."""
+    (a merged dim's factors move together), batch norms whose channels follow the merged dim,
+    norms, softmax and running sums over dims after the merged ones, and reductions over other
+    dims than the merged ones read [s0, s1, 64] as PyTorch reads [s0*s1, 64]."""
     operands = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
     merged = [n for n in operands + [node] if cx.has_merged(n)]
     if not merged:
@@ -3935,23 +4320,26 @@ def merged_dims_reason(cx, node) -> str | None:
         a, b = node.args[0:2] if low is _mm else node.args[1:3]
         # Merged dims must be batch dims or rows of `a` (a transposed `a` is read from its
         # source), batch dims of `b`. Merged rows of `a` are batch dims and rows to kiln: `b`
-        # must then have no batch dims, or kiln would broadcast them against the factors.
+        # must then have no batch dims, or none merged, given a dim of 1 for each extra factor
+        # (_matmul_text), or kiln would broadcast them against the factors.
         rows = cx.meta(a).shape[-2] if len(cx.meta(a).shape) >= 2 else None
         ok = (tail_free(a, 2 if _transposed(cx, a) is not None else 1) and tail_free(b, 2)
               and aligned(a, node, 2) and aligned(b, node, 2)
-              and not (cx.merged(rows) and len(cx.meta(b).shape) > 2)
+              and not (cx.merged(rows) and len(cx.meta(b).shape) > 2 and
+                       (not free(b) or low is not _mm or _transposed(cx, a) is not None))
               and (low is _mm or aligned(node.args[0], node)))
     elif low in (_softmax, _log_softmax, _reduction_sum, _reduction_mean, _reduction_max, _cumsum,
                  _sum_all, _global_pool):
-        if low in (_softmax, _log_softmax, _cumsum):
-            axis = _axis(cx, node, node.args[1])
-        elif low is _global_pool:
-            axis = -len(node.args[1])
+        if low in (_softmax, _log_softmax, _cumsum, _global_pool):
+            axis = -len(node.args[1]) if low is _global_pool else _axis(cx, node, node.args[1])
+            ok = tail_free(node.args[0], -axis)
         else:
-            axis = min(_axes(cx, node.args[0], _arg(node, 1, "dim")))
-        ok = tail_free(node.args[0], -axis)
+            # Over dims that are not merged, before them or after (_kiln_axes).
+            shape = list(cx.meta(node.args[0]).shape)
+            ok = bool(shape) and not any(
+                cx.merged(shape[a]) for a in _axes(cx, node.args[0], _arg(node, 1, "dim")))
     elif low in (_permute, _repeat, _tile):
-        ok = True  # a permute refuses to move a merged dim; a repeat reshapes explicitly
+        ok = True  # a permute moves a merged dim's factors together; a repeat reshapes
     elif low is _getitem:
         # Element 0 of native_layer_norm is its value, a topk's elements are made along its
         # last dim, and a piece of a split is a slice along a dim after the merged ones.
@@ -3978,12 +4366,13 @@ def merged_dims_reason(cx, node) -> str | None:
         x = node.args[0]
         rank = len(cx.meta(x).shape)
         ok = rank > 0 and tail_free(x, rank - _arg(node, 1, "dim", 0) % rank)
-    elif low in (_gather, _scatter_value):
+    elif low in (_gather, _scatter_value, _scatter_src):
         # Positions along a dim after the merged ones, the index of the tensor's other sizes.
         x, dim = node.args[0], node.args[1]
         rank = len(cx.meta(x).shape)
         ok = isinstance(dim, int) and rank > 0 and \
-            tail_free(x, rank - dim % rank) and tail_free(node.args[2], rank - dim % rank)
+            all(tail_free(t, rank - dim % rank) for t in (x,) + tuple(node.args[2:4])
+                if isinstance(t, Node))
     elif low is _repeat_interleave:
         ok = True  # it refuses merged dims other than the one repeated
     elif low is _index:
