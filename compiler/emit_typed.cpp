@@ -87,6 +87,19 @@ std::string exact_binary(ir::OpKind kind, ir::DType dtype, const std::string& a,
   if (kind == ir::OpKind::logical_or) return "(" + a + " || " + b + ")";
   if (kind == ir::OpKind::maximum) return "(" + a + " > " + b + " ? " + a + " : " + b + ")";
   if (kind == ir::OpKind::minimum) return "(" + a + " < " + b + " ? " + a + " : " + b + ")";
+  if (kind == ir::OpKind::floor_divide || kind == ir::OpKind::remainder) {
+    // Each operand evaluated once (a lambda called in place), no division by 0 or of the
+    // smallest value by -1 (undefined in C++): 0 for a zero divisor, the wrapped negation and
+    // remainder 0 for -1; else C's truncated quotient less one (the remainder plus b) where
+    // the remainder is nonzero and of the other sign than b.
+    std::string t = value_type(dtype);
+    bool floor = kind == ir::OpKind::floor_divide;
+    return "([](" + t + " a, " + t + " b) -> " + t + " { if (b == 0) return 0; if (b == -1) " +
+           "return " + (floor ? wrapped(dtype, "0u - " + as_unsigned(dtype, "a")) : "0") +
+           "; " + t + " r = a % b; bool adjust = r != 0 && ((r < 0) != (b < 0)); return " +
+           (floor ? "a / b - (adjust ? 1 : 0)" : "adjust ? r + b : r") + "; })(" + a + ", " + b +
+           ")";
+  }
   const char* op = kind == ir::OpKind::add ? " + " : kind == ir::OpKind::sub ? " - " : " * ";
   assert(kind == ir::OpKind::add || kind == ir::OpKind::sub || kind == ir::OpKind::mul);
   return wrapped(dtype, as_unsigned(dtype, a) + op + as_unsigned(dtype, b));

@@ -248,12 +248,16 @@ std::string dtype_refusal(OpKind kind, DType dtype) {
   if (is_comparison(kind)) return "";
   if (dtype == DType::boolean)
     return op + " does no arithmetic on bool; use logical_and, logical_or, logical_not or where";
+  if (kind == OpKind::floor_divide || kind == OpKind::remainder) {
+    if (is_integer(dtype)) return "";
+    return op + " takes integer operands, got " + d + " (for floats, div)";
+  }
   bool integer_ok = kind == OpKind::add || kind == OpKind::sub || kind == OpKind::mul ||
                     kind == OpKind::maximum || kind == OpKind::minimum || kind == OpKind::neg ||
                     kind == OpKind::abs;
   if (is_integer(dtype) && !integer_ok) {
     return op + " takes float operands, got " + d + " (integers take add, sub, mul, neg, abs, " +
-           "maximum, minimum and comparisons; cast to f32 for the rest)";
+           "maximum, minimum, floor_divide, remainder and comparisons; cast to f32 for the rest)";
   }
   return "";
 }

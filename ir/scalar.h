@@ -98,6 +98,8 @@ typename Math::Value pointwise_formula(Math& m, OpKind kind, typename Math::Valu
     case OpKind::logical_not:
     case OpKind::where:
     case OpKind::arange:
+    case OpKind::floor_divide:
+    case OpKind::remainder:
     // Not pointwise formulas.
     case OpKind::embedding:
     case OpKind::expand:

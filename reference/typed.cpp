@@ -20,11 +20,30 @@ int64_t wrap(ir::DType dtype, uint64_t x) {
 // A whole double's two's-complement bits, saturated past int64.
 uint64_t bits(double x) { return static_cast<uint64_t>(saturated_int64(x)); }
 
-// The integer op `kind` (add, sub, mul, maximum, minimum) on integer operands of `dtype`, wrapped.
+// floor_divide or remainder of integers as Python's // and %: 0 for a zero divisor; by -1, the
+// wrapped negation and remainder 0.
+double floor_division(ir::OpKind kind, ir::DType dtype, double a, double b) {
+  int64_t x = wrap(dtype, bits(a)), y = wrap(dtype, bits(b));
+  if (y == 0) return 0.0;
+  if (y == -1) {
+    return kind == ir::OpKind::floor_divide ? static_cast<double>(wrap(dtype, 0 - bits(a))) : 0.0;
+  }
+  int64_t q = x / y, r = x % y;
+  if (r != 0 && ((r < 0) != (y < 0))) {
+    --q;
+    r += y;
+  }
+  return static_cast<double>(kind == ir::OpKind::floor_divide ? q : r);
+}
+
+// The integer op `kind` (add, sub, mul, maximum, minimum, floor_divide, remainder) on integer
+// operands of `dtype`, wrapped.
 double integer_binary(ir::OpKind kind, ir::DType dtype, double a, double b) {
   if (kind == ir::OpKind::add) return static_cast<double>(wrap(dtype, bits(a) + bits(b)));
   if (kind == ir::OpKind::sub) return static_cast<double>(wrap(dtype, bits(a) - bits(b)));
   if (kind == ir::OpKind::mul) return static_cast<double>(wrap(dtype, bits(a) * bits(b)));
+  if (kind == ir::OpKind::floor_divide || kind == ir::OpKind::remainder)
+    return floor_division(kind, dtype, a, b);
   if (kind == ir::OpKind::maximum) return a > b ? a : b;
   assert(kind == ir::OpKind::minimum);
   return a < b ? a : b;
@@ -47,7 +66,8 @@ double compare(ir::OpKind kind, double a, double b) {
 double exact_binary(ir::OpKind kind, ir::DType operand_dtype, double a, double b) {
   if (ir::is_integer(operand_dtype) &&
       (kind == ir::OpKind::add || kind == ir::OpKind::sub || kind == ir::OpKind::mul ||
-       kind == ir::OpKind::maximum || kind == ir::OpKind::minimum))
+       kind == ir::OpKind::maximum || kind == ir::OpKind::minimum ||
+       kind == ir::OpKind::floor_divide || kind == ir::OpKind::remainder))
     return integer_binary(kind, operand_dtype, a, b);
   return compare(kind, a, b);
 }

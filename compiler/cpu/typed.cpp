@@ -71,6 +71,33 @@ llvm::Value* KernelBuilder::exact_binary(ir::OpKind kind, ir::DType dtype, llvm:
   if (kind == ir::OpKind::sub) return m_b.CreateSub(a, c);
   if (kind == ir::OpKind::mul) return m_b.CreateMul(a, c);
   if (kind == ir::OpKind::maximum) return m_b.CreateSelect(m_b.CreateICmpSGT(a, c), a, c);
+  if (kind == ir::OpKind::floor_divide || kind == ir::OpKind::remainder) {
+    // No division by 0 or of the smallest value by -1 (LLVM's sdiv and srem are undefined
+    // there, and x86 traps): those divide by 1, then 0 for a zero divisor, the wrapped negation
+    // and remainder 0 for -1; else the truncated quotient less one (the remainder plus c) where
+    // the remainder is nonzero and of the other sign than c.
+    llvm::Type* t = value_type(dtype);
+    llvm::Value* zero = llvm::ConstantInt::get(t, 0);
+    llvm::Value* by_zero = m_b.CreateICmpEQ(c, zero);
+    llvm::Value* by_minus_one = m_b.CreateICmpEQ(c, llvm::ConstantInt::get(t, -1, true));
+    llvm::Value* safe = m_b.CreateSelect(m_b.CreateOr(by_zero, by_minus_one),
+                                         llvm::ConstantInt::get(t, 1), c);
+    llvm::Value* r = m_b.CreateSRem(a, safe);
+    llvm::Value* adjust = m_b.CreateAnd(
+        m_b.CreateICmpNE(r, zero),
+        m_b.CreateICmpNE(m_b.CreateICmpSLT(r, zero), m_b.CreateICmpSLT(c, zero)));
+    llvm::Value* result;
+    llvm::Value* special;
+    if (kind == ir::OpKind::floor_divide) {
+      llvm::Value* q = m_b.CreateSDiv(a, safe);
+      result = m_b.CreateSub(q, m_b.CreateZExt(adjust, t));
+      special = m_b.CreateSelect(by_zero, zero, m_b.CreateSub(zero, a));
+    } else {
+      result = m_b.CreateSelect(adjust, m_b.CreateAdd(r, c), r);
+      special = zero;
+    }
+    return m_b.CreateSelect(m_b.CreateOr(by_zero, by_minus_one), special, result);
+  }
   assert(kind == ir::OpKind::minimum);
   return m_b.CreateSelect(m_b.CreateICmpSLT(a, c), a, c);
 }

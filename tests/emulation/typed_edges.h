@@ -2,7 +2,8 @@
 // target's): float -> integer casts that truncate, saturate and take NaN to 0, i64 -> i32
 // wrapping, i32 products and negations past the range, comparisons with NaN, bools to and from
 // floats, embedding rows for ids inside and outside the table (past it, negative, past 2^32:
-// zeros, never a read outside the table).
+// zeros, never a read outside the table), floor divisions and remainders of either sign, by 0
+// and of the smallest i32 by -1.
 #pragma once
 
 #include "ir/parse.h"
@@ -16,12 +17,14 @@ namespace kiln::testing {
 
 inline const char* k_typed_edges =
     "graph edges {\n  input f: f32[8]\n  input i: i64[8]\n  input j: i32[8]\n"
-    "  input c: bool[8]\n  input tab: f32[3, 2]\n"
+    "  input c: bool[8]\n  input tab: f32[3, 2]\n  input p: i32[8]\n"
     "  a = cast(f, to=i32)\n  b = cast(f, to=i64)\n  t = cast(f, to=bool)\n"
     "  d = cast(i, to=i32)\n  e = mul(j, j)\n  g = add(j, 1)\n  h = neg(j)\n  k = abs(j)\n"
     "  l = ne(f, 2.7)\n  m = where(c, f, -inf)\n  n = cast(c, to=f32)\n  o = cast(i, to=f32)\n"
     "  r = embedding(tab, i)\n  s = embedding(tab, j)\n"
-    "  output a, b, t, d, e, g, h, k, l, m, n, o, r, s\n}\n";
+    "  u = floor_divide(j, p)\n  v = remainder(j, p)\n  w = floor_divide(i, -3)\n"
+    "  x = remainder(i, 7)\n  y = floor_divide(7, p)\n  z = remainder(-7, p)\n"
+    "  output a, b, t, d, e, g, h, k, l, m, n, o, r, s, u, v, w, x, y, z\n}\n";
 
 // The inputs of k_typed_edges, each value as the device holds it.
 inline std::vector<reference::Tensor> typed_edge_inputs(const ir::Graph& graph) {
@@ -37,7 +40,8 @@ inline std::vector<reference::Tensor> typed_edge_inputs(const ir::Graph& graph) 
                      16777217, 1}),
           tensor(2, {2147483647.0, -2147483648.0, 65536, 1000000007, -4, 5, 0, -5}),
           tensor(3, {1, 0, 1, 1, 0, 0, 1, 0}),
-          tensor(4, {1, 2, 3, 4, 5, 6})};
+          tensor(4, {1, 2, 3, 4, 5, 6}),
+          tensor(5, {3, -1, 7, -3, 0, 2, -5, 5})};
 }
 
 // Embeddings fused into the norms, softmax and reduction that read them (and a norm's prologue

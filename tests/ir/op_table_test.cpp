@@ -66,7 +66,8 @@ TEST(OpTable, OperandCountsAreConsistentAndReachTheParser) {
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().message.find("expected one of matmul, add, sub"), std::string::npos);
   EXPECT_NE(unknown.error().message.find(", attention, cos, sin, erf, log, eq, ne, lt, le, gt, ge, "
-                                         "logical_and, logical_or, logical_not, where, arange, embedding, expand, cumsum or roll"),
+                                         "logical_and, logical_or, logical_not, where, arange, embedding, expand, cumsum, "
+                                         "roll, floor_divide or remainder"),
             std::string::npos)
       << unknown.error().message;
   EXPECT_EQ(unknown.error().message.find("input"), std::string::npos) << unknown.error().message;

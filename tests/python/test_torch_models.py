@@ -70,18 +70,23 @@ def _models():
             linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2,
             moe_intermediate_size=32, shared_expert_intermediate_size=64,
             experts_implementation="batched_mm", max_position_embeddings=64, **small)),
+        # Characters hashed into buckets (ids times primes, a remainder: kiln's exact integer
+        # remainder), downsampled by a strided conv1d, upsampled back.
+        "canine": lambda: t.CanineModel(t.CanineConfig(
+            num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+            max_position_embeddings=64, num_hash_buckets=64)),
     }
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "gpt_neox", "t5_encoder", "opt", "phi", "falcon",
                                   "bloom", "gptj", "roberta", "mpt", "mamba", "bamba",
-                                  "qwen3_next"])
+                                  "qwen3_next", "canine"])
 def test_the_model_runs_in_kiln_and_matches_eager(arch, cache_dir):
     torch.manual_seed(0)
     model = _models()[arch]().eval()
     ids = torch.randint(0, 100, (2, 12))
     kwargs = {"input_ids": ids}
-    if arch not in ("t5_encoder", "roberta"):
+    if arch not in ("t5_encoder", "roberta", "canine"):
         kwargs["use_cache"] = False
     with torch.no_grad():
         want = model(**kwargs).last_hidden_state

@@ -2405,8 +2405,9 @@ def test_a_complex_tensor_leaving_kiln_stays_in_pytorch(cache_dir):
 class Quotients(torch.nn.Module):
     """Integer floor division, truncation, remainder and fmod of positions (arange less an
     offset: negative values too) by numbers of either sign, by a tensor whose values are never
-    0 and by the sequence's size; Llama 4's chunk of each position. And an argmax of positions
-    less the size, whose values are bounded through the size (before, a crash)."""
+    0 (bounded by the ops making it) and by the sequence's size; Llama 4's chunk of each
+    position. And an argmax of positions less the size, whose values are bounded through the
+    size (before, a crash)."""
 
     def forward(self, x):
         s = x.shape[1]
@@ -2433,18 +2434,24 @@ def test_integer_quotients_and_remainders_are_exact_in_kiln(cache_dir):
 
 
 class QuotientOfIds(torch.nn.Module):
-    def forward(self, ids):
-        return ids // 7 + ids % 7
+    """CANINE's hash buckets of ids from the caller (any i64 values), truncation and fmod of
+    them, and a quotient by a tensor that may hold 0 (PyTorch raises there)."""
+    def forward(self, ids, d):
+        return ((ids + 1) * 31 % 16381, ids // 7, torch.div(ids, -3, rounding_mode="trunc"),
+                torch.fmod(ids, 5), 1000 // ids[:, :1].clamp(1, 9), ids // d)
 
 
-def test_an_integer_quotient_of_unbounded_values_stays_in_pytorch(cache_dir):
-    """ids from the caller may exceed what f32 holds exactly: their quotient stays in PyTorch,
-    the reason saying why, and the result is exact."""
-    ids = torch.tensor([[2**40 + 3, -(2**35) - 1, 5, -9]])
-    _, program = compiled(QuotientOfIds(), (ids,), cache_dir)
-    reasons = " ".join(f.reason for f in program.fallbacks)
-    assert "+-2^24" in reasons, program.fallbacks
-    assert torch.equal(program(ids), QuotientOfIds()(ids))
+def test_integer_quotients_of_any_values_are_exact_in_kiln(cache_dir):
+    """Quotients and remainders of ids past what f32 or fp64 hold exactly are exact in kiln
+    (its floor_divide and remainder); only the one whose divisor may be 0 stays in PyTorch."""
+    ids = torch.tensor([[2**40 + 3, -(2**35) - 1, 5, -9, 2**62 + 1, -(2**62) - 7]])
+    d = torch.tensor([[3, -2, 1, 4, -7, 9]])
+    _, program = compiled(QuotientOfIds(), (ids, d), cache_dir)
+    reasons = {f.op: f.reason for f in program.fallbacks}
+    assert list(reasons) == ["aten.floor_divide.default"] and "may be 0" in \
+        reasons["aten.floor_divide.default"], program.fallbacks
+    for got, want in zip(program(ids, d), QuotientOfIds()(ids, d)):
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
 
 
 class ScatterRows(torch.nn.Module):

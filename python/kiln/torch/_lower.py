@@ -24,8 +24,8 @@ _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", t
 _RESERVED = set("""input matmul add sub mul div relu gelu silu sigmoid tanh exp neg cast softmax sqrt
 rsqrt abs pow maximum minimum sum mean max rms_norm layer_norm reshape permute slice concat
 attention cos sin erf log gelu_tanh eq ne lt le gt ge logical_and logical_or logical_not where
-arange embedding expand cumsum roll test_extra f32 f16 bf16 i32 i64 bool true false inf graph dim
-output""".split())
+arange embedding expand cumsum roll floor_divide remainder test_extra f32 f16 bf16 i32 i64 bool true
+false inf graph dim output""".split())
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 
 

@@ -229,40 +229,51 @@ def _floor_divide(cx, node):
 
 @lowering(aten.remainder.Scalar, aten.remainder.Tensor, aten.fmod.Scalar, aten.fmod.Tensor)
 def _remainder(cx, node):
-    """remainder (the divisor's sign, as Python's %) and fmod (the dividend's) of integers:
-    a less b times the floor or the truncation of a / b, found as _integer_quotient finds it."""
+    """remainder of integers (the divisor's sign, as Python's %) is kiln's remainder; fmod (the
+    dividend's sign) is a less b times the truncated quotient (_integer_quotient)."""
     a, b = node.args[0], node.args[1]
     dtype = cx.dtype_of(node)
-    mode = "floor" if node.target in (aten.remainder.Scalar, aten.remainder.Tensor) else "trunc"
+    floor = node.target in (aten.remainder.Scalar, aten.remainder.Tensor)
     if dtype not in ("i32", "i64"):
-        raise Unsupported(f"a {'remainder' if mode == 'floor' else 'fmod'} of {dtype} (kiln "
-                          "takes integer ones)")
-    quotient = _integer_quotient(cx, node, a, b, mode)
+        raise Unsupported(f"a {'remainder' if floor else 'fmod'} of {dtype} (kiln takes integer "
+                          "ones)")
+    if floor:
+        left, right = _integer_operands(cx, node, a, b)
+        return Expr(f"remainder({left}, {right})")
+    quotient = _integer_quotient(cx, node, a, b, "trunc")
     return Expr(f"sub({cx.ref(a, dtype)}, mul({quotient}, {cx.ref(b, dtype)}))")
 
 
-def _integer_quotient(cx, node, a, b, mode: str) -> str:
-    """floor or trunc of a / b for integers `a` and `b` (into the node's integer dtype) where
-    |a| < 2^24 and 0 < |b| <= 2^24, as a literal or _int_range bounds them (Llama 4's chunk of
-    each position, `positions // 8192`): their f32 quotient, correctly rounded, is an integer
-    exactly where a / b is, and lies on the same side of every other integer (its distance to
-    one is at least 1/|b|, more than half an ulp of a quotient below 2^24/|b|), so the
-    truncation of the f32 quotient is a / b's, less one where the floor is asked and it went
-    up. PyTorch raises on a zero divisor; kiln refuses any divisor that may be zero."""
+def _integer_operands(cx, node, a, b):
+    """The kiln texts of integer division's operands in the node's dtype (a literal `a` made a
+    tensor where `b` is one too). PyTorch raises on a zero divisor, where kiln's gives 0: a
+    divisor that may be 0 (not a nonzero literal, nor bounded away from 0 by _int_range) is
+    Unsupported."""
     dtype = cx.dtype_of(node)
-    ranges = [_int_range(cx, x) for x in (a, b)]
-    if isinstance(b, bool) or ranges[0] is None or ranges[1] is None or \
-            not -2**24 < ranges[0][0] <= ranges[0][1] < 2**24 or \
-            not -2**24 <= ranges[1][0] <= ranges[1][1] <= 2**24:
-        raise Unsupported(f"a {mode} division of integers whose values f32 may not hold (kiln "
-                          "divides integers in f32, within +-2^24)")
-    if ranges[1][0] <= 0 <= ranges[1][1]:
-        raise Unsupported(f"a {mode} division of integers by a divisor that may be 0")
-    quotient = cx.let(f"div({_as_tensor(cx.ref(a, 'f32'), 'f32')}, {cx.ref(b, 'f32')})")
-    if mode == "trunc":
-        return f"cast({quotient}, to={dtype})"  # truncated toward zero
-    whole = cx.let(f"cast({quotient}, to={dtype})")
-    return f"where(gt(cast({whole}, to=f32), {quotient}), sub({whole}, 1), {whole})"
+    bounds = _int_range(cx, b)
+    if bounds is None or bounds[0] <= 0 <= bounds[1]:
+        raise Unsupported("an integer division by a divisor that may be 0 (PyTorch raises)")
+    right = cx.ref(b, dtype)
+    return _left_operand(cx.ref(a, dtype), right, dtype), right
+
+
+def _integer_quotient(cx, node, a, b, mode: str) -> str:
+    """floor or trunc of a / b for integers, exact at any values (Llama 4's chunk of each
+    position, `positions // 8192`; CANINE's hash buckets): kiln's floor_divide, plus one for
+    the truncation where the division is inexact and a and b differ in sign."""
+    left, right = _integer_operands(cx, node, a, b)
+    if mode == "floor":
+        return f"floor_divide({left}, {right})"
+    dtype = cx.dtype_of(node)
+    left, right = (x if _LITERAL.fullmatch(x) else cx.let(x) for x in (left, right))
+
+    def negative(x: str) -> str:
+        return ("true" if int(x) < 0 else "false") if _LITERAL.fullmatch(x) else f"lt({x}, 0)"
+
+    differ = f"ne({negative(left)}, {negative(right)})"
+    inexact = f"ne(remainder({left}, {right}), 0)"
+    return (f"add(floor_divide({left}, {right}), "
+            f"cast(logical_and({inexact}, {differ}), to={dtype}))")
 
 
 def _rounded_quotient(cx, node, mode: str) -> str:
