@@ -2418,7 +2418,8 @@ class Quotients(torch.nn.Module):
                 torch.div(p, 3, rounding_mode="trunc"), p % 7, p % -3, torch.fmod(p, 3),
                 torch.remainder(p.to(torch.int32)[None, :], q), p.to(torch.int32) // q,
                 chunk, x.masked_fill(~chunk[:2], 0.0), (torch.arange(s) * 3) // s,
-                -(-p // 8), (torch.arange(s) - s).argmax(0))
+                -(-p // 8), (torch.arange(s) - s).argmax(0), p // torch.arange(s).clamp(3, 9),
+                p % torch.arange(s).clamp(70, 80), p // (torch.arange(s) - 100).clamp(max=-60))
 
 
 def test_integer_quotients_and_remainders_are_exact_in_kiln(cache_dir):
@@ -2435,10 +2436,28 @@ def test_integer_quotients_and_remainders_are_exact_in_kiln(cache_dir):
 
 class QuotientOfIds(torch.nn.Module):
     """CANINE's hash buckets of ids from the caller (any i64 values), truncation and fmod of
-    them, and a quotient by a tensor that may hold 0 (PyTorch raises there)."""
+    them, numbers by ids clamped away from 0, and a quotient by a tensor that may hold 0
+    (PyTorch raises there): that one stays in PyTorch."""
     def forward(self, ids, d):
         return ((ids + 1) * 31 % 16381, ids // 7, torch.div(ids, -3, rounding_mode="trunc"),
-                torch.fmod(ids, 5), 1000 // ids[:, :1].clamp(1, 9), ids // d)
+                torch.fmod(ids, 5), 1000 // ids[:, :1].clamp(1, 9), 7 % ids[:, :1].clamp(min=2),
+                ids // d)
+
+
+class BoolDivisor(torch.nn.Module):
+    def forward(self, ids):
+        return torch.div(ids, True, rounding_mode="trunc"), torch.fmod(ids, True), ids // True
+
+
+class WrappingDivisor(torch.nn.Module):
+    """A divisor whose bounds hold 0 once its i32 products wrap (4 * 2^30), and an i64 one
+    past i32's range divided into i32 (2^32 as i32 is 0): PyTorch raises on both."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("big", torch.tensor(2**32))
+
+    def forward(self, x):
+        return x // ((torch.arange(5, dtype=torch.int32) + 1) * 2**30), x // self.big
 
 
 def test_integer_quotients_of_any_values_are_exact_in_kiln(cache_dir):
@@ -2447,10 +2466,21 @@ def test_integer_quotients_of_any_values_are_exact_in_kiln(cache_dir):
     ids = torch.tensor([[2**40 + 3, -(2**35) - 1, 5, -9, 2**62 + 1, -(2**62) - 7]])
     d = torch.tensor([[3, -2, 1, 4, -7, 9]])
     _, program = compiled(QuotientOfIds(), (ids, d), cache_dir)
-    reasons = {f.op: f.reason for f in program.fallbacks}
-    assert list(reasons) == ["aten.floor_divide.default"] and "may be 0" in \
-        reasons["aten.floor_divide.default"], program.fallbacks
+    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.floor_divide.default", 1)] \
+        and "may be 0" in program.fallbacks[0].reason, program.fallbacks
     for got, want in zip(program(ids, d), QuotientOfIds()(ids, d)):
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+    x = torch.arange(5, dtype=torch.int32)
+    _, program = compiled(WrappingDivisor(), (x,), cache_dir)
+    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.floor_divide.default", 2)], \
+        program.fallbacks
+    for run in (program, WrappingDivisor()):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            run(x)
+    # A bool divisor (before, a ValueError compiling): PyTorch's, exactly.
+    ids = torch.tensor([7, -7, 0, 2**40])
+    _, program = compiled(BoolDivisor(), (ids,), cache_dir)
+    for got, want in zip(program(ids), BoolDivisor()(ids)):
         assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
 
 

@@ -227,13 +227,15 @@ def _floor_divide(cx, node):
     return Expr(_rounded_quotient(cx, node, "floor"))
 
 
-@lowering(aten.remainder.Scalar, aten.remainder.Tensor, aten.fmod.Scalar, aten.fmod.Tensor)
+@lowering(aten.remainder.Scalar, aten.remainder.Tensor, aten.remainder.Scalar_Tensor,
+          aten.fmod.Scalar, aten.fmod.Tensor)
 def _remainder(cx, node):
     """remainder of integers (the divisor's sign, as Python's %) is kiln's remainder; fmod (the
     dividend's sign) is a less b times the truncated quotient (_integer_quotient)."""
     a, b = node.args[0], node.args[1]
     dtype = cx.dtype_of(node)
-    floor = node.target in (aten.remainder.Scalar, aten.remainder.Tensor)
+    floor = node.target in (aten.remainder.Scalar, aten.remainder.Tensor,
+                            aten.remainder.Scalar_Tensor)
     if dtype not in ("i32", "i64"):
         raise Unsupported(f"a {'remainder' if floor else 'fmod'} of {dtype} (kiln takes integer "
                           "ones)")
@@ -250,8 +252,10 @@ def _integer_operands(cx, node, a, b):
     divisor that may be 0 (not a nonzero literal, nor bounded away from 0 by _int_range) is
     Unsupported."""
     dtype = cx.dtype_of(node)
-    bounds = _int_range(cx, b)
-    if bounds is None or bounds[0] <= 0 <= bounds[1]:
+    bounds = None if isinstance(b, bool) else _int_range(cx, b)
+    lo, hi = _INT_RANGE[dtype]
+    # The divisor as the node's dtype: an i64 one past i32's range would wrap, maybe to 0.
+    if bounds is None or bounds[0] <= 0 <= bounds[1] or not lo <= bounds[0] <= bounds[1] <= hi:
         raise Unsupported("an integer division by a divisor that may be 0 (PyTorch raises)")
     right = cx.ref(b, dtype)
     return _left_operand(cx.ref(a, dtype), right, dtype), right
@@ -3521,8 +3525,19 @@ _SAME_VALUES = (aten.to.dtype, aten.to.device, aten.to.dtype_layout, aten._to_co
 
 def _int_range(cx, arg, depth: int = 0):
     """(lo, hi) holding every value of an integer or bool tensor, from the ops that made it (a
-    mask, arange, a constant, conversions, views and picks of those, add, sub and mul of them,
-    integer quotients and remainders), else None."""
+    mask, arange, a constant, conversions, views and picks of those, add, sub, mul and clamps of
+    them, integer quotients and remainders), else None; None too where a value it bounds may
+    have wrapped (a range past its tensor's dtype: `(arange(5) + 1) * 2**30` in i32)."""
+    bounds = _int_range_of(cx, arg, depth)
+    if bounds is not None and isinstance(arg, Node):
+        limits = _INT_RANGE.get(cx.dtype_of(arg))
+        if limits is not None and not limits[0] <= bounds[0] <= bounds[1] <= limits[1]:
+            return None
+    return bounds
+
+
+def _int_range_of(cx, arg, depth: int):
+    """_int_range's bounds, the dtype's range not yet checked."""
     if isinstance(arg, bool):
         return int(arg), int(arg)
     if isinstance(arg, int):
@@ -3560,6 +3575,22 @@ def _int_range(cx, arg, depth: int = 0):
     if t is aten.neg.default:
         inner = _int_range(cx, arg.args[0], depth + 1)
         return None if inner is None else (-inner[1], -inner[0])
+    if t in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
+        given = [_arg(arg, 1, "min"), _arg(arg, 2, "max")] if t is aten.clamp.default else \
+            [arg.args[1], None] if t is aten.clamp_min.default else [None, arg.args[1]]
+        if any(v is not None and (isinstance(v, bool) or not isinstance(v, int))
+               for v in given):
+            return None
+        # Unbounded, x's values span its dtype (ids from the caller clamped to at least 1).
+        inner = _int_range(cx, arg.args[0], depth + 1) or _INT_RANGE[dtype]
+        if given[0] is not None and given[1] is not None and given[0] > given[1]:
+            return given[1], given[1]  # PyTorch gives max everywhere
+        lo = inner[0] if given[0] is None else max(inner[0], given[0])
+        hi = inner[1] if given[1] is None else min(inner[1], given[1])
+        if lo > hi:  # x's values all past one bound: that bound everywhere
+            v = given[0] if given[0] is not None and inner[1] < given[0] else given[1]
+            return v, v
+        return lo, hi
     if t in (aten.floor_divide.default, aten.floor_divide.Scalar, aten.div.Tensor_mode,
              aten.remainder.Scalar,
              aten.remainder.Tensor) or (t is aten.div.Scalar_mode and
