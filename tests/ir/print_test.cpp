@@ -119,9 +119,11 @@ TEST(Print, RandomGeneratorCoversEveryOpKind) {
     for (const Node& n : g.nodes()) kinds.insert(n.kind);
   }
   // input, matmul, 4 binary, 12 unary, cast, softmax; 6 comparisons, 3 logical ops, maximum and
-  // minimum, where, arange, expand, embedding, cumsum, roll: every kind the generator writes.
-  EXPECT_EQ(kinds.size(), 37u);
-  for (OpKind kind : {OpKind::embedding, OpKind::cumsum, OpKind::roll})
+  // minimum, where, arange, expand, embedding, cumsum, roll, floor_divide and remainder: every
+  // kind the generator writes.
+  EXPECT_EQ(kinds.size(), 39u);
+  for (OpKind kind : {OpKind::embedding, OpKind::cumsum, OpKind::roll, OpKind::floor_divide,
+                      OpKind::remainder})
     EXPECT_TRUE(kinds.count(kind)) << to_string(kind);
 }
 

@@ -117,8 +117,11 @@ private:
   Expected<NodeId> try_typed() {
     static const OpKind k_compare[] = {OpKind::eq, OpKind::ne, OpKind::lt,
                                        OpKind::le, OpKind::gt, OpKind::ge};
-    static const OpKind k_integer[] = {OpKind::add, OpKind::sub, OpKind::mul, OpKind::maximum,
-                                       OpKind::minimum, OpKind::logical_and, OpKind::logical_or};
+    static const OpKind k_integer[] = {OpKind::add,         OpKind::sub,
+                                       OpKind::mul,         OpKind::maximum,
+                                       OpKind::minimum,     OpKind::logical_and,
+                                       OpKind::logical_or,  OpKind::floor_divide,
+                                       OpKind::remainder};
     NodeId v = any_value();
     DType dtype = m_builder.node(v).type.dtype;
     switch (pick(5)) {
@@ -131,7 +134,7 @@ private:
                                             pick(2) ? LiteralSide::lhs : LiteralSide::rhs,
                                             maybe_name());
       case 3:
-        return m_builder.add_binary_literal(k_integer[pick(7)], v, literal_for(dtype),
+        return m_builder.add_binary_literal(k_integer[pick(9)], v, literal_for(dtype),
                                             pick(2) ? LiteralSide::lhs : LiteralSide::rhs,
                                             maybe_name());
       default:
