@@ -757,6 +757,33 @@ def test_an_empty_operand_of_a_cat_does_not_split_the_kiln_graph(cache_dir):
         assert torch.allclose(program(x, w), EmptyPart()(x, w), rtol=1e-5, atol=1e-5)
 
 
+class OneBlock(torch.nn.Module):
+    """MiniMax's lightning attention joins its blocks along the sequence: at most one block,
+    the cat of one tensor along a symbolic dim; and a cat whose empty operand promotes the
+    other's dtype (i64 to f32, as PyTorch's cat does)."""
+    def forward(self, x, ids):
+        blocks = [torch.relu(x) * 2]
+        y = torch.cat(blocks, dim=-2)
+        z = torch.cat([torch.empty(0), ids[1]])
+        return y + 1, z * 0.5
+
+
+def test_a_cat_of_one_tensor_is_the_tensor_along_any_dim(cache_dir):
+    x, ids = torch.randn(2, 5, 8), torch.arange(10).reshape(2, 5)
+    S = torch.export.Dim("S", max=64)
+    ep = torch.export.export(OneBlock(), (x, ids), dynamic_shapes={"x": {1: S}, "ids": {1: S}},
+                             strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.partitions
+    assert "concat" not in program.partitions[0]
+    for s in (5, 1, 33):
+        x, ids = torch.randn(2, s, 8), torch.arange(2 * s).reshape(2, s) - 7
+        for got, want in zip(program(x, ids), OneBlock()(x, ids)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert torch.equal(got, want), (got, want)
+
+
 class Windows(torch.nn.Module):
     """Slices of a fixed dim by a symbolic start or end: MPT's alibi[..., Max(0, 64 - S):] (its
     last S), a float buffer's first S rows, a computed row's window from 3 and from S, windows

@@ -612,10 +612,7 @@ def _where(cx, node):
 
 def _is_literal(ref: str) -> bool:
     """Whether a kiln operand is a literal (what _lit writes) rather than a value."""
-    return ref in ("true", "false") or _LITERAL.fullmatch(ref) is not None
-
-
-_LITERAL = re.compile(r"[-+]?(inf|\d+(\.\d*)?([eE][-+]?\d+)?)")
+    return _LITERAL.fullmatch(ref) is not None
 
 
 @lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
@@ -2566,6 +2563,14 @@ def _kiln_axis(cx, shape, axis: int) -> int:
     return axis + sum(len(cx.merged(d) or [d]) - 1 for d in list(shape)[:axis])
 
 
+def _within(start: int, end, size: int) -> tuple[int, int]:
+    """A slice's fixed bounds (`end` None for the dim's end) as PyTorch takes them along a dim of
+    `size`: a negative one counted from the end, both clamped to 0..size."""
+    start = max(0, min(size, start + size if start < 0 else start))
+    end = size if end is None else max(0, min(size, end + size if end < 0 else end))
+    return start, end
+
+
 def _strided_slice(cx, node, x, axis, start, end, step) -> str:
     """x[..., start:end:step, ...] along a dim of fixed size: the window of `count` whole steps
     as [count, step], its first column (GPT-J's x[..., ::2] and x[..., 1::2])."""
@@ -2575,8 +2580,7 @@ def _strided_slice(cx, node, x, axis, start, end, step) -> str:
             not isinstance(start, int) or not (end is None or isinstance(end, int)):
         raise Unsupported("a slice with a step along a symbolic dim or with symbolic bounds")
     size = int(size)
-    start = max(0, min(size, start + size if start < 0 else start))
-    end = size if end is None else max(0, min(size, end + size if end < 0 else end))
+    start, end = _within(start, end, size)
     count = -(-(end - start) // step)
     if count < 1:
         raise Unsupported("an empty slice")
@@ -2696,8 +2700,7 @@ def _slice(cx, node):
             raise Unsupported(f"a slice {start}..{end} along a symbolic dim whose sizes start at {lo}")
         return Expr(f"slice({cx.ref(x)}, axis={k}, start={start}, end={end})")
     size = int(size)
-    start = max(0, min(size, start + size if start < 0 else start))
-    end = size if end is None else max(0, min(size, end + size if end < 0 else end))
+    start, end = _within(start, end, size)
     if start == 0 and end == size:
         return Alias(x)
     if end <= start:
@@ -3128,13 +3131,16 @@ def _cat(cx, node):
     dim = _arg(node, 1, "dim", 0)
     rank = len(cx.meta(node).shape)
     axis = dim % rank
+    out = cx.dtype_of(node)
+    if len(tensors) == 1:
+        # The tensor itself (MiniMax's blocks of lightning attention, one where the sequence
+        # fits a block), cast where an empty operand of another dtype promoted it.
+        t = tensors[0]
+        return Alias(t) if cx.dtype_of(t) == out else Expr(cx.ref(t, out))
     if cx.is_symbolic(cx.meta(node).shape[axis]):
         raise Unsupported("a concat along a symbolic dim")
-    if len(tensors) == 1:
-        return Alias(tensors[0])
     if len(tensors) > 64 * 64:
         raise Unsupported("a concat of more than 4096 tensors")
-    out = cx.dtype_of(node)
     return Expr(_joined([cx.ref(t, out) for t in tensors],
                         _kiln_axis(cx, cx.meta(node).shape, axis)))
 
@@ -3647,9 +3653,7 @@ def _argmax(cx, node):
     axis = dim % max(len(shape), 1)
     if not shape:
         raise Unsupported("an argmax of a tensor of rank 0")
-    n = shape[axis]
-    if (cx.dims[cx.size(n)][1] if cx.is_symbolic(n) else int(n)) >= 2**24:
-        raise Unsupported("an argmax along a dim of 2^24 or more (positions compared in f32)")
+    _check_positions(cx, shape[axis], "an argmax")
     dtype = cx.dtype_of(x)
     if dtype == "bool":
         raise Unsupported("an argmax of bool (PyTorch refuses it)")
@@ -3674,6 +3678,13 @@ def _argmax(cx, node):
             top = f"max({kept}, axis={axis}, keepdim=true)"
             hit = f"logical_and({hit}, eq({kept}, {top}))"
     return Expr(_first_hit(cx, hit, shape, axis, keepdim))
+
+
+def _check_positions(cx, n, what: str) -> None:
+    """Refuses `what` along a dim of size `n` (its largest, where symbolic) of 2^24 or more:
+    _first_hit compares positions in f32, exact below 2^24."""
+    if (cx.dims[cx.size(n)][1] if cx.is_symbolic(n) else int(n)) >= 2**24:
+        raise Unsupported(f"{what} along a dim of 2^24 or more (positions compared in f32)")
 
 
 def _first_hit(cx, hit: str, shape, axis: int, keepdim: bool) -> str:
@@ -3711,9 +3722,7 @@ def _max_dim_plan(cx, node):
         raise Unsupported(f"a max or min along a dim of {dtype} (kiln reduces float tensors)")
     cx.check_shape(shape)
     axis = dim % len(shape)
-    n = shape[axis]
-    if (cx.dims[cx.size(n)][1] if cx.is_symbolic(n) else int(n)) >= 2**24:
-        raise Unsupported("a max or min along a dim of 2^24 or more (positions compared in f32)")
+    _check_positions(cx, shape[axis], "a max or min")
     return x, axis, keepdim
 
 
@@ -4259,8 +4268,7 @@ def _complex_slice(cx, node):
         if _arg(node, 4, "step", 1) != 1 or not all(v is None or isinstance(v, int)
                                                   for v in (start, end)):
             raise Unsupported("a slice of a complex tensor with a step or symbolic bounds")
-        start = 0 if start is None else max(0, min(size, start + size if start < 0 else start))
-        end = size if end is None else max(0, min(size, end + size if end < 0 else end))
+        start, end = _within(0 if start is None else start, end, size)
         if end <= start:
             raise Unsupported("an empty slice")
     text = f"slice({cx.pairs_ref(z)}, axis={axis - rank - 1}, start={start}, end={end})"
