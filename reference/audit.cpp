@@ -146,8 +146,8 @@ Expected<AuditRun> audit(const ir::Graph& graph, ir::Precision precision, InputS
     ir::NodeId id = graph.outputs()[i];
     OutputAudit out;
     out.name = graph.node(id).name;
-    out.rel_l2 = relative_l2((*emulated)[i].values, (*truth)[i].values);
-    out.max_abs = max_abs_error((*emulated)[i].values, (*truth)[i].values);
+    out.rel_l2 = relative_l2((*emulated)[i], (*truth)[i]);
+    out.max_abs = max_abs_error((*emulated)[i], (*truth)[i]);
     out.tolerance = output_tolerance(graph, id, precision);
     out.ok = out.rel_l2 <= out.tolerance;
     if (!out.ok)

@@ -64,8 +64,8 @@ Expected<CheckRun> check_against_fp64(const ir::Graph& graph, ir::Precision prec
     ir::NodeId id = graph.outputs()[i];
     OutputCheck check;
     check.name = graph.node(id).name.empty() ? "output #" + std::to_string(i) : graph.node(id).name;
-    check.rel_l2 = relative_l2((*actual)[i].values, (*expected)[i].values);
-    check.max_abs = max_abs_error((*actual)[i].values, (*expected)[i].values);
+    check.rel_l2 = relative_l2((*actual)[i], (*expected)[i]);
+    check.max_abs = max_abs_error((*actual)[i], (*expected)[i]);
     check.tolerance = output_tolerance(graph, id, precision);
     check.ok = check.rel_l2 <= check.tolerance;  // false for NaN
     report.ok = report.ok && check.ok;

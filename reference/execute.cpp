@@ -79,8 +79,8 @@ Tensor run_node(const ir::Node& node, const std::vector<Tensor>& values, const R
       Tensor out = zeros(node.type);
       int64_t rows = table.shape.dim(0), width = table.shape.dim(1);
       for (size_t i = 0; i < ids.values.size(); ++i) {
-        double id = ids.values[i];
-        if (!(id >= 0 && id < static_cast<double>(rows))) continue;
+        int64_t id = ids.integer(i);
+        if (id < 0 || id >= rows) continue;
         auto r = static_cast<size_t>(id);
         for (int64_t d = 0; d < width; ++d)
           out.values[i * static_cast<size_t>(width) + static_cast<size_t>(d)] =
@@ -90,7 +90,13 @@ Tensor run_node(const ir::Node& node, const std::vector<Tensor>& values, const R
     }
     case ir::OpCategory::arange: {
       Tensor out = zeros(node.type);
-      for (size_t i = 0; i < out.values.size(); ++i) out.values[i] = static_cast<double>(i);
+      for (size_t i = 0; i < out.values.size(); ++i) {
+        if (ir::is_float(out.dtype)) {
+          out.values[i] = static_cast<double>(i);
+        } else {
+          out.set_integer(i, static_cast<int64_t>(i));
+        }
+      }
       return out;
     }
     case ir::OpCategory::select: {
@@ -114,7 +120,9 @@ RunCost estimate_cost(const ir::Graph& graph) {
   RunCost cost;
   for (const ir::Node& node : graph.nodes()) {
     int64_t elements = node.type.shape.elements();
-    cost.bytes = saturating_add(cost.bytes, saturating_mul(elements, int64_t{sizeof(double)}));
+    // An i64 tensor holds its exact values beside its doubles.
+    int64_t element_bytes = node.type.dtype == ir::DType::i64 ? 16 : 8;
+    cost.bytes = saturating_add(cost.bytes, saturating_mul(elements, element_bytes));
     if (node.kind == ir::OpKind::attention) {
       // D multiply-adds per score, then Dv per score for the weighted sum of v.
       const ir::Shape& out = node.type.shape;
@@ -170,7 +178,10 @@ Expected<std::vector<Tensor>> run(const ir::Graph& graph, const std::vector<Tens
       values[id] = run_node(node, values, mode);
       for (ir::NodeId operand : node.operands) {
         auto index = static_cast<size_t>(operand);
-        if (--remaining_uses[index] == 0) std::vector<double>().swap(values[index].values);
+        if (--remaining_uses[index] == 0) {
+          std::vector<double>().swap(values[index].values);
+          std::vector<int64_t>().swap(values[index].exact);
+        }
       }
     }
     std::vector<Tensor> outputs;

@@ -48,9 +48,9 @@ struct RunLimits {
   int64_t max_bytes = k_default_max_bytes;
 };
 
-// Host memory (bytes; an upper bound: every tensor of the graph as doubles, though run() frees
-// intermediates after their last use) and matmul and attention multiply-adds of one run, without
-// running it.
+// Host memory (bytes; an upper bound: every tensor of the graph as doubles, an i64 one with its
+// exact values beside them, though run() frees intermediates after their last use) and matmul
+// and attention multiply-adds of one run, without running it.
 struct RunCost {
   int64_t bytes = 0;
   int64_t multiply_adds = 0;

@@ -13,8 +13,8 @@ Tensor run_matmul(const ir::Node& node, const Tensor& a, const Tensor& b, const 
 Tensor run_binary(const ir::Node& node, const Tensor& a, const Tensor* b, const RunMode& mode);
 Tensor run_unary(const ir::Node& node, const Tensor& x, const RunMode& mode);
 Tensor run_cast(const ir::Node& node, const Tensor& x, const RunMode& mode);
-// Integer and bool values and comparisons (reference/typed.cpp): integers exact (as doubles, so up
-// to 2^53) with two's complement wrapping, comparisons of the values as they stand (fp64's full
+// Integer and bool values and comparisons (reference/typed.cpp): integers exact (int64_t, past
+// 2^53 too) with two's complement wrapping, comparisons of the values as they stand (fp64's full
 // precision, or the mode's stored floats) with a literal in the operands' dtype.
 Tensor run_exact_binary(const ir::Node& node, const Tensor& a, const Tensor* b, const RunMode& mode);
 Tensor run_exact_unary(const ir::Node& node, const Tensor& x);

@@ -1,6 +1,7 @@
 // Relative L2 and max-abs error, accumulated in double with NaN propagated, never hidden.
 #include "reference/metrics.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <limits>
@@ -34,6 +35,44 @@ double max_abs_error(const std::vector<double>& actual, const std::vector<double
     if (std::isnan(d)) return std::numeric_limits<double>::quiet_NaN();
     if (d > worst) worst = d;
   }
+  return worst;
+}
+
+namespace {
+
+// actual[i] - expected[i] of integer tensors, exactly, as a double.
+double integer_difference(const Tensor& actual, const Tensor& expected, size_t i) {
+  __int128 d = static_cast<__int128>(actual.integer(i)) - expected.integer(i);
+  return static_cast<double>(d);
+}
+
+bool integers(const Tensor& actual, const Tensor& expected) {
+  return !ir::is_float(actual.dtype) && !ir::is_float(expected.dtype);
+}
+
+}  // namespace
+
+double relative_l2(const Tensor& actual, const Tensor& expected) {
+  if (!integers(actual, expected)) return relative_l2(actual.values, expected.values);
+  assert(actual.values.size() == expected.values.size());
+  double diff = 0.0;
+  double norm = 0.0;
+  for (size_t i = 0; i < actual.values.size(); ++i) {
+    double d = integer_difference(actual, expected, i);
+    auto e = static_cast<double>(expected.integer(i));
+    diff += d * d;
+    norm += e * e;
+  }
+  if (norm == 0.0) return std::sqrt(diff);
+  return std::sqrt(diff) / std::sqrt(norm);
+}
+
+double max_abs_error(const Tensor& actual, const Tensor& expected) {
+  if (!integers(actual, expected)) return max_abs_error(actual.values, expected.values);
+  assert(actual.values.size() == expected.values.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < actual.values.size(); ++i)
+    worst = std::max(worst, std::fabs(integer_difference(actual, expected, i)));
   return worst;
 }
 

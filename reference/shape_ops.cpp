@@ -121,10 +121,21 @@ Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operan
   Tensor out = zeros(node.type);
   const ir::Shape& shape = node.type.shape;
   const Tensor& x = *operands[0];
+  // Element `flat` of the result is element `offset` of `src` (an i64's exact value too).
+  bool integer = !ir::is_float(node.type.dtype);
+  auto take = [&](int64_t flat, const Tensor& src, int64_t offset) {
+    auto to = static_cast<size_t>(flat), from = static_cast<size_t>(offset);
+    if (integer) {
+      out.set_integer(to, src.integer(from));
+    } else {
+      out.values[to] = src.values[from];
+    }
+  };
   // Layout ops only (the callers send nothing else): an if chain, as the op table's other kinds
   // have no place here.
   if (node.kind == ir::OpKind::reshape) {
     out.values = x.values;
+    out.exact = x.exact;
     return out;
   }
   if (node.kind == ir::OpKind::permute) {
@@ -133,7 +144,7 @@ Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operan
       int64_t offset = 0;
       for (size_t d = 0; d < index.size(); ++d)
         offset += index[d] * from[static_cast<size_t>(node.attrs.dims[d])];
-      out.values[static_cast<size_t>(flat)] = x.values[static_cast<size_t>(offset)];
+      take(flat, x, offset);
     });
     return out;
   }
@@ -143,7 +154,7 @@ Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operan
     for_each_index(shape, [&](int64_t flat, const std::vector<int64_t>& index) {
       int64_t offset = 0;
       for (size_t d = 0; d < index.size(); ++d) offset += index[d] * from[d];
-      out.values[static_cast<size_t>(flat)] = x.values[static_cast<size_t>(offset)];
+      take(flat, x, offset);
     });
     return out;
   }
@@ -156,7 +167,7 @@ Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operan
       int64_t offset = 0;
       for (size_t d = 0; d < index.size(); ++d)
         offset += (d == axis ? (index[d] - k + n) % n : index[d]) * from[d];
-      out.values[static_cast<size_t>(flat)] = x.values[static_cast<size_t>(offset)];
+      take(flat, x, offset);
     });
     return out;
   }
@@ -166,7 +177,7 @@ Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operan
     for_each_index(shape, [&](int64_t flat, const std::vector<int64_t>& index) {
       int64_t offset = node.attrs.start * from[axis];
       for (size_t d = 0; d < index.size(); ++d) offset += index[d] * from[d];
-      out.values[static_cast<size_t>(flat)] = x.values[static_cast<size_t>(offset)];
+      take(flat, x, offset);
     });
     return out;
   }
@@ -185,7 +196,7 @@ Tensor run_layout(const ir::Node& node, const std::vector<const Tensor*>& operan
     const std::vector<int64_t>& from = strides[which];
     int64_t offset = 0;
     for (size_t d = 0; d < index.size(); ++d) offset += (d == axis ? c : index[d]) * from[d];
-    out.values[static_cast<size_t>(flat)] = src.values[static_cast<size_t>(offset)];
+    take(flat, src, offset);
   });
   return out;
 }

@@ -14,7 +14,20 @@ Tensor zeros(const ir::TensorType& type) {
   tensor.dtype = type.dtype;
   tensor.shape = type.shape;
   tensor.values.assign(static_cast<size_t>(type.shape.elements()), 0.0);
+  if (type.dtype == ir::DType::i64) tensor.exact.assign(tensor.values.size(), 0);
   return tensor;
+}
+
+int64_t Tensor::integer(size_t i) const {
+  if (i < exact.size() && static_cast<double>(exact[i]) == values[i]) return exact[i];
+  return saturated_int64(values[i]);
+}
+
+void Tensor::set_integer(size_t i, int64_t v) {
+  values[i] = static_cast<double>(v);
+  if (dtype != ir::DType::i64) return;
+  if (exact.size() != values.size()) exact.assign(values.size(), 0);
+  exact[i] = v;
 }
 
 int64_t saturated_int64(double v) {
@@ -83,11 +96,9 @@ std::vector<Tensor> random_inputs(const ir::Graph& graph, uint64_t seed) {
 
 void store_device_bytes(const Tensor& t, unsigned char* out) {
   if (!ir::is_float(t.dtype)) {
-    bool exact = t.dtype == ir::DType::i64 && t.exact.size() == t.values.size();
     for (size_t i = 0; i < t.values.size(); ++i) {
-      int64_t v = exact && static_cast<double>(t.exact[i]) == t.values[i]
-                      ? t.exact[i]
-                      : saturated_int64(store_value(t.dtype, t.values[i]));
+      int64_t v = t.dtype == ir::DType::i64 ? t.integer(i)
+                                             : saturated_int64(store_value(t.dtype, t.values[i]));
       if (t.dtype == ir::DType::i64) {
         std::memcpy(out + 8 * i, &v, 8);
       } else if (t.dtype == ir::DType::i32) {
@@ -113,13 +124,11 @@ void store_device_bytes(const Tensor& t, unsigned char* out) {
 Tensor load_device_bytes(const ir::TensorType& type, const unsigned char* in) {
   Tensor t = zeros(type);
   if (!ir::is_float(type.dtype)) {
-    if (type.dtype == ir::DType::i64) t.exact.resize(t.values.size());
     for (size_t i = 0; i < t.values.size(); ++i) {
       if (type.dtype == ir::DType::i64) {
         int64_t v;
         std::memcpy(&v, in + 8 * i, 8);
-        t.exact[i] = v;
-        t.values[i] = static_cast<double>(v);
+        t.set_integer(i, v);
       } else if (type.dtype == ir::DType::i32) {
         int32_t v;
         std::memcpy(&v, in + 4 * i, 4);

@@ -15,13 +15,18 @@ struct Tensor {
   ir::DType dtype = ir::DType::f32;
   ir::Shape shape;
   std::vector<double> values;
-  // An i64 tensor read from device bytes (load_device_bytes: an input file, a kernel's output)
-  // keeps its exact values here too, since a double holds integers exactly only to 2^53.
-  // store_device_bytes writes exact[i] while values[i] is still its double, so the file's or the
-  // kernel's value goes through unrounded; a value changed since is written as it reads.
+  // An i64 tensor keeps its exact values here too, since a double holds integers exactly only
+  // to 2^53: zeros() makes room, load_device_bytes (an input file, a kernel's output) fills it,
+  // and the integer kernels, layout ops and casts read and write it through integer() and
+  // set_integer(). exact[i] counts only while values[i] is still its double: a value changed
+  // through `values` alone (a tensor built by hand) reads as it is there.
   std::vector<int64_t> exact;
 
   ir::TensorType type() const { return ir::TensorType{dtype, shape}; }
+  // Element i of an integer or bool tensor, exactly where `exact` holds it.
+  int64_t integer(size_t i) const;
+  // Sets element i of an integer or bool tensor to `v` (already within its dtype).
+  void set_integer(size_t i, int64_t v);
 };
 
 // A zero-filled tensor of `type`.

@@ -1,8 +1,10 @@
 // Reference kernels for integer and bool values: integer arithmetic with two's complement
 // wrapping, comparisons, logical ops, where, and casts to or from integer and bool dtypes.
-// Values are held as doubles (reference/tensor.h): integers are exact up to 2^53.
+// Integers are computed as int64_t, exactly: an i64 tensor's values past 2^53 are read from and
+// written to its exact values (Tensor::integer, Tensor::set_integer), not its doubles.
 #include "reference/kernels.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -17,31 +19,29 @@ int64_t wrap(ir::DType dtype, uint64_t x) {
   return static_cast<int64_t>(x);
 }
 
-// A whole double's two's-complement bits, saturated past int64.
-uint64_t bits(double x) { return static_cast<uint64_t>(saturated_int64(x)); }
+// An integer's two's-complement bits.
+uint64_t bits(int64_t x) { return static_cast<uint64_t>(x); }
 
 // floor_divide or remainder of integers as Python's // and %: 0 for a zero divisor; by -1, the
 // wrapped negation and remainder 0.
-double floor_division(ir::OpKind kind, ir::DType dtype, double a, double b) {
+int64_t floor_division(ir::OpKind kind, ir::DType dtype, int64_t a, int64_t b) {
   int64_t x = wrap(dtype, bits(a)), y = wrap(dtype, bits(b));
-  if (y == 0) return 0.0;
-  if (y == -1) {
-    return kind == ir::OpKind::floor_divide ? static_cast<double>(wrap(dtype, 0 - bits(a))) : 0.0;
-  }
+  if (y == 0) return 0;
+  if (y == -1) return kind == ir::OpKind::floor_divide ? wrap(dtype, 0 - bits(a)) : 0;
   int64_t q = x / y, r = x % y;
   if (r != 0 && ((r < 0) != (y < 0))) {
     --q;
     r += y;
   }
-  return static_cast<double>(kind == ir::OpKind::floor_divide ? q : r);
+  return kind == ir::OpKind::floor_divide ? q : r;
 }
 
 // The integer op `kind` (add, sub, mul, maximum, minimum, floor_divide, remainder) on integer
 // operands of `dtype`, wrapped.
-double integer_binary(ir::OpKind kind, ir::DType dtype, double a, double b) {
-  if (kind == ir::OpKind::add) return static_cast<double>(wrap(dtype, bits(a) + bits(b)));
-  if (kind == ir::OpKind::sub) return static_cast<double>(wrap(dtype, bits(a) - bits(b)));
-  if (kind == ir::OpKind::mul) return static_cast<double>(wrap(dtype, bits(a) * bits(b)));
+int64_t integer_binary(ir::OpKind kind, ir::DType dtype, int64_t a, int64_t b) {
+  if (kind == ir::OpKind::add) return wrap(dtype, bits(a) + bits(b));
+  if (kind == ir::OpKind::sub) return wrap(dtype, bits(a) - bits(b));
+  if (kind == ir::OpKind::mul) return wrap(dtype, bits(a) * bits(b));
   if (kind == ir::OpKind::floor_divide || kind == ir::OpKind::remainder)
     return floor_division(kind, dtype, a, b);
   if (kind == ir::OpKind::maximum) return a > b ? a : b;
@@ -49,27 +49,26 @@ double integer_binary(ir::OpKind kind, ir::DType dtype, double a, double b) {
   return a < b ? a : b;
 }
 
-// A comparison or logical op, 1 or 0.
-double compare(ir::OpKind kind, double a, double b) {
+// Whether `kind` on integer operands is arithmetic (an integer result) rather than a compare.
+bool is_integer_arithmetic(ir::OpKind kind) {
+  return kind == ir::OpKind::add || kind == ir::OpKind::sub || kind == ir::OpKind::mul ||
+         kind == ir::OpKind::maximum || kind == ir::OpKind::minimum ||
+         kind == ir::OpKind::floor_divide || kind == ir::OpKind::remainder;
+}
+
+// A comparison or logical op, 1 or 0: of doubles (float operands) or of int64_t (integer and
+// bool ones, exact past 2^53).
+template <typename T>
+double compare(ir::OpKind kind, T a, T b) {
   if (kind == ir::OpKind::eq) return a == b;
   if (kind == ir::OpKind::ne) return a != b;  // true where either is NaN
   if (kind == ir::OpKind::lt) return a < b;
   if (kind == ir::OpKind::le) return a <= b;
   if (kind == ir::OpKind::gt) return a > b;
   if (kind == ir::OpKind::ge) return a >= b;
-  if (kind == ir::OpKind::logical_and) return a != 0.0 && b != 0.0;
+  if (kind == ir::OpKind::logical_and) return a != T(0) && b != T(0);
   assert(kind == ir::OpKind::logical_or);
-  return a != 0.0 || b != 0.0;
-}
-
-// One element of an exact binary op whose operands have `operand_dtype`.
-double exact_binary(ir::OpKind kind, ir::DType operand_dtype, double a, double b) {
-  if (ir::is_integer(operand_dtype) &&
-      (kind == ir::OpKind::add || kind == ir::OpKind::sub || kind == ir::OpKind::mul ||
-       kind == ir::OpKind::maximum || kind == ir::OpKind::minimum ||
-       kind == ir::OpKind::floor_divide || kind == ir::OpKind::remainder))
-    return integer_binary(kind, operand_dtype, a, b);
-  return compare(kind, a, b);
+  return a != T(0) || b != T(0);
 }
 
 // A literal takes the dtype of the tensor it meets, in every mode: a float literal compared with
@@ -101,12 +100,11 @@ void for_each_element(const ir::Shape& out, const std::vector<std::vector<int64_
 }
 
 // float -> `to` (an integer dtype): toward zero, saturated, NaN -> 0.
-double float_to_integer(ir::DType to, double x) {
-  if (std::isnan(x)) return 0.0;
-  double lo = to == ir::DType::i32 ? -2147483648.0 : -9223372036854775808.0;
-  double hi = to == ir::DType::i32 ? 2147483647.0 : 9223372036854775807.0;
-  double t = std::trunc(x);
-  return t < lo ? lo : t > hi ? hi : t;
+int64_t float_to_integer(ir::DType to, double x) {
+  if (std::isnan(x)) return 0;
+  int64_t t = saturated_int64(std::trunc(x));
+  if (to == ir::DType::i32) return std::clamp<int64_t>(t, INT32_MIN, INT32_MAX);
+  return t;
 }
 
 }  // namespace
@@ -115,13 +113,30 @@ Tensor run_exact_binary(const ir::Node& node, const Tensor& a, const Tensor* b,
                         const RunMode& /*mode: exact, so the same in every mode*/) {
   Tensor out = zeros(node.type);
   ir::DType dtype = a.dtype;
+  // Element o of the result from its operands' elements x and y (at their flat positions, or
+  // the literal where the operand is none).
+  auto element = [&](size_t o, const Tensor* p, size_t i, const Tensor* q, size_t j) {
+    if (ir::is_float(dtype)) {  // a compare of floats
+      double literal = literal_as(dtype, node.attrs.literal);
+      out.values[o] = compare(node.kind, p ? p->values[i] : literal, q ? q->values[j] : literal);
+      return;
+    }
+    int64_t literal = saturated_int64(node.attrs.literal);
+    int64_t x = p ? p->integer(i) : literal, y = q ? q->integer(j) : literal;
+    if (ir::is_integer(dtype) && is_integer_arithmetic(node.kind)) {
+      out.set_integer(o, integer_binary(node.kind, dtype, x, y));
+    } else {
+      out.values[o] = compare(node.kind, x, y);
+    }
+  };
   if (b == nullptr) {
     bool left = node.attrs.literal_side == ir::LiteralSide::lhs;
-    double literal = literal_as(dtype, node.attrs.literal);
     for (size_t i = 0; i < a.values.size(); ++i) {
-      double x = a.values[i];
-      out.values[i] = left ? exact_binary(node.kind, dtype, literal, x)
-                           : exact_binary(node.kind, dtype, x, literal);
+      if (left) {
+        element(i, nullptr, 0, &a, i);
+      } else {
+        element(i, &a, i, nullptr, 0);
+      }
     }
     return out;
   }
@@ -129,9 +144,8 @@ Tensor run_exact_binary(const ir::Node& node, const Tensor& a, const Tensor* b,
   std::vector<std::vector<int64_t>> strides = {broadcast_strides(shape, a.shape),
                                                broadcast_strides(shape, b->shape)};
   for_each_element(shape, strides, [&](int64_t o, const std::vector<int64_t>& at) {
-    out.values[static_cast<size_t>(o)] =
-        exact_binary(node.kind, dtype, a.values[static_cast<size_t>(at[0])],
-                     b->values[static_cast<size_t>(at[1])]);
+    element(static_cast<size_t>(o), &a, static_cast<size_t>(at[0]), b,
+            static_cast<size_t>(at[1]));
   });
   return out;
 }
@@ -139,14 +153,14 @@ Tensor run_exact_binary(const ir::Node& node, const Tensor& a, const Tensor* b,
 Tensor run_exact_unary(const ir::Node& node, const Tensor& x) {
   Tensor out = zeros(node.type);
   for (size_t i = 0; i < x.values.size(); ++i) {
-    double v = x.values[i];
+    int64_t v = x.integer(i);
     if (node.kind == ir::OpKind::neg) {
-      out.values[i] = static_cast<double>(wrap(x.dtype, 0 - bits(v)));
+      out.set_integer(i, wrap(x.dtype, 0 - bits(v)));
     } else if (node.kind == ir::OpKind::abs) {
-      out.values[i] = v < 0 ? static_cast<double>(wrap(x.dtype, 0 - bits(v))) : v;
+      out.set_integer(i, v < 0 ? wrap(x.dtype, 0 - bits(v)) : v);
     } else {
       assert(node.kind == ir::OpKind::logical_not);
-      out.values[i] = v == 0.0;
+      out.values[i] = v == 0;
     }
   }
   return out;
@@ -157,16 +171,16 @@ Tensor run_exact_cast(const ir::Node& node, const Tensor& x) {
   ir::DType from = x.dtype, to = node.type.dtype;
   for (size_t i = 0; i < x.values.size(); ++i) {
     double v = x.values[i];
-    double r = 0.0;
     if (to == ir::DType::boolean) {
-      r = v != 0.0;  // NaN is nonzero: true
+      out.values[i] = ir::is_float(from) ? v != 0.0 : x.integer(i) != 0;  // NaN is true
     } else if (ir::is_integer(to)) {
-      r = ir::is_float(from) ? float_to_integer(to, v)
-                             : static_cast<double>(wrap(to, bits(v)));  // i64 -> i32 wraps
+      out.set_integer(i, ir::is_float(from) ? float_to_integer(to, v)
+                                            : wrap(to, bits(x.integer(i))));  // i64 -> i32 wraps
     } else {
-      r = store_value(to, v);  // integer or bool -> float, rounded as the target stores it
+      // Integer or bool -> float: rounded once to f32 (as a kernel's conversion does, where
+      // the double would round an i64 past 2^53 first), then as the target stores it.
+      out.values[i] = store_value(to, static_cast<float>(x.integer(i)));
     }
-    out.values[i] = r;
   }
   return out;
 }
@@ -179,15 +193,21 @@ Tensor run_where(const ir::Node& node, const Tensor& cond, const Tensor* a, cons
   double la = literal_as(dtype, node.attrs.literal);
   double lb = literal_as(dtype, side == ir::LiteralSide::both ? node.attrs.literal2
                                                               : node.attrs.literal);
+  bool integer = !ir::is_float(dtype);
   const ir::Shape& shape = node.type.shape;
   std::vector<std::vector<int64_t>> strides = {broadcast_strides(shape, cond.shape)};
   if (a) strides.push_back(broadcast_strides(shape, a->shape));
   if (b) strides.push_back(broadcast_strides(shape, b->shape));
   for_each_element(shape, strides, [&](int64_t o, const std::vector<int64_t>& at) {
     bool c = cond.values[static_cast<size_t>(at[0])] != 0.0;
-    double va = a ? a->values[static_cast<size_t>(at[1])] : la;
-    double vb = b ? b->values[static_cast<size_t>(at[a ? 2 : 1])] : lb;
-    out.values[static_cast<size_t>(o)] = c ? va : vb;
+    const Tensor* from = c ? a : b;
+    auto i = from ? static_cast<size_t>(at[c ? 1 : (a ? 2 : 1)]) : 0;
+    auto flat = static_cast<size_t>(o);
+    if (integer) {
+      out.set_integer(flat, from ? from->integer(i) : saturated_int64(c ? la : lb));
+    } else {
+      out.values[flat] = from ? from->values[i] : (c ? la : lb);
+    }
   });
   return out;
 }
@@ -209,8 +229,8 @@ Tensor run_scan(const ir::Node& node, const Tensor& x, const RunMode& mode) {
         double v = x.values[at(j)];
         double& y = out.values[at(j)];
         if (integer) {
-          wrapped += bits(v);
-          y = static_cast<double>(wrap(dtype, wrapped));
+          wrapped += bits(x.integer(at(j)));
+          out.set_integer(at(j), wrap(dtype, wrapped));
         } else if (fp64) {
           y = sum64 += v;
         } else {

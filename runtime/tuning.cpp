@@ -124,8 +124,8 @@ double max_candidate_rel_l2(double product_unit, ir::DType output, bool same_ord
 // Relative L2 difference of two outputs in device layout.
 double rel_l2(const ir::TensorType& type, const std::vector<unsigned char>& got,
               const std::vector<unsigned char>& want) {
-  return reference::relative_l2(reference::load_device_bytes(type, got.data()).values,
-                                reference::load_device_bytes(type, want.data()).values);
+  return reference::relative_l2(reference::load_device_bytes(type, got.data()),
+                                reference::load_device_bytes(type, want.data()));
 }
 
 // CUDA events around runs on the legacy stream of the device's primary context.

@@ -408,16 +408,6 @@ std::optional<RunData> prepare_data(const ir::Graph& graph, const DataFlags& fla
     }
     inputs.given[i] = reference::load_device_bytes(input.type, arrays[i]->data.data());
     arrays[i].reset();
-    // The kernels get such a file's values exactly; the fp64 reference, holding integers as
-    // doubles, rounds those past 2^53.
-    const std::vector<int64_t>& exact = inputs.given[i]->exact;
-    if (std::any_of(exact.begin(), exact.end(), [](int64_t v) {
-          return v > (int64_t{1} << 53) || v < -(int64_t{1} << 53);
-        })) {
-      print_warning(paths[i] + ": warning: --input " + input.name +
-                    " holds i64 values past +-2^53: the kernels read them exactly, the fp64 "
-                    "reference rounds them, so its check of what they reach may fail");
-    }
   }
 
   // Ids an embedding reads from a given file must be rows of its table.

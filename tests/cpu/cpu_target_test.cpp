@@ -371,16 +371,22 @@ Compared run_beside_fp64(const ir::Graph& graph, runtime::CpuProgram& program,
 }
 
 // Edge values bit for bit against the reference: casts that truncate, saturate and take NaN to
-// 0, i64 -> i32 wrapping, wrapping i32 products, a bool byte of 7 read as true.
+// 0, i64 -> i32 wrapping, wrapping i32 products, a bool byte of 7 read as true; and i64 values
+// past 2^53 through every kind of integer op, exact.
 TEST(CpuTarget, IntegerAndBoolEdgeValuesMatchTheReferenceExactly) {
-  ir::Graph graph = parse(kiln::testing::k_typed_edges);
-  auto program = build(graph, ir::Precision::highest);
-  ASSERT_TRUE(program);
-  Compared c = run_beside_fp64(graph, *program, kiln::testing::typed_edge_inputs(graph),
-                               [](auto& bytes) { bytes[3][2] = 7; });
-  ASSERT_EQ(c.got.size(), graph.outputs().size());
-  for (size_t o = 0; o < c.got.size(); ++o)
-    EXPECT_EQ(c.got[o].values, c.want[o].values) << graph.node(graph.outputs()[o]).name;
+  for (bool wide : {false, true}) {
+    ir::Graph graph = parse(wide ? kiln::testing::k_wide_integers : kiln::testing::k_typed_edges);
+    SCOPED_TRACE(graph.name());
+    auto program = build(graph, ir::Precision::highest);
+    ASSERT_TRUE(program);
+    Compared c = wide ? run_beside_fp64(graph, *program, kiln::testing::wide_integer_inputs(graph))
+                      : run_beside_fp64(graph, *program, kiln::testing::typed_edge_inputs(graph),
+                                        [](auto& bytes) { bytes[3][2] = 7; });
+    ASSERT_EQ(c.got.size(), graph.outputs().size());
+    for (size_t o = 0; o < c.got.size(); ++o)
+      EXPECT_TRUE(kiln::testing::same_values(c.got[o], c.want[o]))
+          << graph.node(graph.outputs()[o]).name;
+  }
 }
 
 // Embeddings fused into the row ops that read them: ids outside [0, V) give zero rows there too

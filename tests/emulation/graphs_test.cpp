@@ -594,8 +594,8 @@ namespace {
 // Runs `graph` on `inputs` emulated for sm_75 and sm_90 (highest, the adversarial schedule) and
 // in fp64, and hands each output to `check` (its name, emulated and fp64 values, the arch).
 void against_fp64(const ir::Graph& graph, const std::vector<reference::Tensor>& inputs,
-                  const std::function<void(const std::string&, const std::vector<double>&,
-                                           const std::vector<double>&, int)>& check) {
+                  const std::function<void(const std::string&, const reference::Tensor&,
+                                           const reference::Tensor&, int)>& check) {
   auto truth = reference::run(graph, inputs, reference::RunMode::fp64());
   ASSERT_TRUE(truth) << truth.error().message;
   for (int sm : {75, 90}) {
@@ -608,21 +608,27 @@ void against_fp64(const ir::Graph& graph, const std::vector<reference::Tensor>& 
     ASSERT_TRUE(out) << out.error().message;
     ASSERT_EQ(out->size(), truth->size());
     for (size_t o = 0; o < out->size(); ++o)
-      check(graph.node(graph.outputs()[o]).name, (*out)[o].values, (*truth)[o].values, sm);
+      check(graph.node(graph.outputs()[o]).name, (*out)[o], (*truth)[o], sm);
   }
 }
 
 // Edge values through the generated kernels, as the reference gives them, bit for bit: float ->
 // integer casts that truncate, saturate and take NaN to 0, i64 -> i32 wrapping, i32 products and
-// negations past the range, comparisons with NaN, bools to and from floats.
+// negations past the range, comparisons with NaN, bools to and from floats; and i64 values past
+// 2^53 through every kind of integer op, exact.
 TEST(EmulatedTyped, EdgeValuesMatchTheReferenceExactly) {
-  auto graph = ir::parse_graph(kiln::testing::k_typed_edges, "edges.kg");
-  ASSERT_TRUE(graph.ok()) << graph.error().message;
-  against_fp64(*graph, kiln::testing::typed_edge_inputs(*graph),
-               [](const std::string& name, const std::vector<double>& got,
-                  const std::vector<double>& want, int sm) {
-                 EXPECT_EQ(got, want) << name << " on sm_" << sm;
-               });
+  for (bool wide : {false, true}) {
+    auto graph = ir::parse_graph(wide ? kiln::testing::k_wide_integers
+                                      : kiln::testing::k_typed_edges, "edges.kg");
+    ASSERT_TRUE(graph.ok()) << graph.error().message;
+    against_fp64(*graph,
+                 wide ? kiln::testing::wide_integer_inputs(*graph)
+                      : kiln::testing::typed_edge_inputs(*graph),
+                 [](const std::string& name, const reference::Tensor& got,
+                    const reference::Tensor& want, int sm) {
+                   EXPECT_TRUE(kiln::testing::same_values(got, want)) << name << " on sm_" << sm;
+                 });
+  }
 }
 
 // layer_norm of rows far from 0 next to their spread keeps their deviations (the kernel works on
@@ -634,8 +640,8 @@ TEST(EmulatedNorm, LayerNormOfRowsFarFromZeroKeepsTheirDeviations) {
   auto inputs = reference::make_inputs(*graph, kiln::testing::far_row_inputs(*graph, 3));
   ASSERT_TRUE(inputs) << inputs.error().message;
   against_fp64(*graph, *inputs,
-               [](const std::string& name, const std::vector<double>& got,
-                  const std::vector<double>& want, int sm) {
+               [](const std::string& name, const reference::Tensor& got,
+                  const reference::Tensor& want, int sm) {
                  EXPECT_LE(reference::relative_l2(got, want), 1e-5) << name << " on sm_" << sm;
                });
   // The emulated reference (`kiln audit`'s prediction of the kernels) rounds as they do.
@@ -654,8 +660,10 @@ TEST(EmulatedEmbedding, FusedGathersReadZerosForIdsOutsideTheTable) {
   ASSERT_TRUE(graph) << graph.error().message;
   EXPECT_EQ(compiler::fuse(*graph).size(), 4u) << "each embedding in the kernel of the row op that reads it";
   against_fp64(*graph, kiln::testing::fused_embedding_inputs(*graph),
-               [](const std::string& name, const std::vector<double>& got,
-                  const std::vector<double>& want, int sm) {
+               [](const std::string& name, const reference::Tensor& got_tensor,
+                  const reference::Tensor& want_tensor, int sm) {
+                 const std::vector<double>& got = got_tensor.values;
+                 const std::vector<double>& want = want_tensor.values;
                  ASSERT_EQ(got.size(), want.size());
                  for (size_t i = 0; i < got.size(); ++i)
                    EXPECT_NEAR(got[i], want[i], 1e-5) << name << "[" << i << "] on sm_" << sm;

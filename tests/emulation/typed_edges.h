@@ -10,6 +10,8 @@
 #include "reference/tensor.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,61 @@ inline std::vector<reference::Tensor> typed_edge_inputs(const ir::Graph& graph) 
           tensor(3, {1, 0, 1, 1, 0, 0, 1, 0}),
           tensor(4, {1, 2, 3, 4, 5, 6}),
           tensor(5, {3, -1, 7, -3, 0, 2, -5, 5})};
+}
+
+// i64 values past 2^53, where a double holds them inexactly, through every kind of integer op:
+// products that wrap mod 2^64, a difference, a floor quotient and remainder of it, a running sum,
+// a where of a compare, an equality only exact values decide (a + 1 == b at 2^53 + 2, which
+// doubles miss: they round 2^53 + 1 to 2^53), concat, slice, reshape, permute and neg, casts to
+// i32 (the low 32 bits) and to f32 (2^62 + 2^38 + 1 rounds up to 2^62 + 2^39 once; through a
+// double, first to 2^62 + 2^38, a tie, then down to 2^62).
+inline const char* k_wide_integers = R"(graph wide {
+  input a: i64[4]
+  input b: i64[4]
+  p = mul(a, b)
+  d = sub(p, 1)
+  q = floor_divide(d, b)
+  r = remainder(d, 1000003)
+  s = cumsum(a, axis=0)
+  w = where(gt(a, b), a, b)
+  e = eq(add(a, 1), b)
+  c = concat(reshape(a, shape=[2, 2]), reshape(b, shape=[2, 2]), axis=0)
+  t = slice(c, axis=0, start=1, end=3)
+  f = cast(a, to=f32)
+  g = cast(a, to=i32)
+  n = neg(permute(reshape(a, shape=[2, 2]), dims=[1, 0]))
+  output p, d, q, r, s, w, e, t, f, g, n
+}
+)";
+
+// The inputs of k_wide_integers, as the device holds them.
+inline std::vector<int64_t> wide_a() {
+  return {(int64_t{1} << 53) + 1, -(int64_t{1} << 62) + 3, 3 * (int64_t{1} << 51) + 7,
+          (int64_t{1} << 62) + (int64_t{1} << 38) + 1};
+}
+inline std::vector<int64_t> wide_b() {
+  return {(int64_t{1} << 53) + 2, 12345, -(int64_t{1} << 40) - 1, (int64_t{1} << 62) + 4};
+}
+inline std::vector<reference::Tensor> wide_integer_inputs(const ir::Graph& graph) {
+  std::vector<reference::Tensor> inputs;
+  for (const auto& values : {wide_a(), wide_b()}) {
+    std::vector<unsigned char> bytes(8 * values.size());
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    inputs.push_back(reference::load_device_bytes(graph.node(graph.inputs()[inputs.size()]).type,
+                                                  bytes.data()));
+  }
+  return inputs;
+}
+
+// Whether two outputs hold the same values: an integer one's exactly, past 2^53 too.
+inline bool same_values(const reference::Tensor& got, const reference::Tensor& want) {
+  if (got.dtype != want.dtype || got.values.size() != want.values.size()) return false;
+  for (size_t i = 0; i < got.values.size(); ++i) {
+    if (ir::is_float(got.dtype) ? got.values[i] != want.values[i]
+                                : got.integer(i) != want.integer(i))
+      return false;
+  }
+  return true;
 }
 
 // Embeddings fused into the norms, softmax and reduction that read them (and a norm's prologue

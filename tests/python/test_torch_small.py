@@ -784,6 +784,24 @@ def test_a_cat_of_one_tensor_is_the_tensor_along_any_dim(cache_dir):
             assert torch.equal(got, want), (got, want)
 
 
+class Rsubs(torch.nn.Module):
+    """rsub with an alpha: rsub.Scalar takes it positionally (`torch.rsub(x, 2, alpha=3)` is
+    exported as `rsub.Scalar(x, 2, 3)`), rsub.Tensor as a keyword; of floats and integers."""
+    def forward(self, x, ids):
+        return (torch.rsub(x, 2, alpha=3), torch.rsub(x, x * 2, alpha=0.5),
+                torch.rsub(ids, 7, alpha=2), torch.rsub(ids, ids * ids, alpha=-3))
+
+
+def test_an_rsub_with_an_alpha_runs_in_kiln(cache_dir):
+    x, ids = torch.randn(2, 5), torch.arange(10).reshape(2, 5) - 4
+    ep, program = compiled(Rsubs(), (x, ids), cache_dir)
+    assert not program.fallbacks and len(program.executables) == 1, program.partitions
+    for got, want in zip(program(x, ids), Rsubs()(x, ids)):
+        assert got.dtype == want.dtype
+        assert torch.allclose(got, want, rtol=1e-6, atol=1e-6) if got.is_floating_point() else \
+            torch.equal(got, want), (got, want)
+
+
 class Windows(torch.nn.Module):
     """Slices of a fixed dim by a symbolic start or end: MPT's alibi[..., Max(0, 64 - S):] (its
     last S), a float buffer's first S rows, a computed row's window from 3 and from S, windows

@@ -2,11 +2,15 @@
 // with NaN, logical ops, where with literals and broadcasting, casts between every kind of
 // dtype, device bytes and seeded integer inputs.
 #include "reference/audit.h"
+#include "reference/metrics.h"
 #include "test_util.h"
+#include "tests/emulation/typed_edges.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -138,6 +142,66 @@ TEST(ExactValues, DeviceBytesAndSeededIntegers) {
   }
   EXPECT_EQ(lo, 0);
   EXPECT_EQ(hi, k_random_integer_limit - 1);
+}
+
+// Python's // and % of whole numbers (the divisor neither 0 nor -1).
+int64_t python_quotient(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && ((a % b < 0) != (b < 0))) ? q - 1 : q;
+}
+int64_t python_remainder(int64_t a, int64_t b) { return a - python_quotient(a, b) * b; }
+
+// Integers past 2^53 stay exact through every integer op, against values worked out here in
+// int64_t (products mod 2^64 as unsigned ones), where doubles gave wrong sums, quotients and
+// remainders of rounded products, a false a + 1 == b, and a cast to f32 rounded twice.
+TEST(ExactValues, I64ValuesPast2To53StayExactThroughEveryIntegerOp) {
+  ir::Graph g = parse_or_die(kiln::testing::k_wide_integers);
+  std::vector<Tensor> out = testing::run_ok(g, kiln::testing::wide_integer_inputs(g),
+                                            RunMode::fp64());
+  ASSERT_EQ(out.size(), 11u);
+  std::vector<int64_t> a = kiln::testing::wide_a(), b = kiln::testing::wide_b();
+  auto integers = [](const Tensor& t) {
+    std::vector<int64_t> v;
+    for (size_t i = 0; i < t.values.size(); ++i) v.push_back(t.integer(i));
+    return v;
+  };
+  std::vector<int64_t> p, d, q, r, s, w, e, g32, n;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    p.push_back(static_cast<int64_t>(static_cast<uint64_t>(a[i]) * static_cast<uint64_t>(b[i])));
+    d.push_back(p.back() - 1);
+    q.push_back(python_quotient(d.back(), b[i]));
+    r.push_back(python_remainder(d.back(), 1000003));
+    sum += static_cast<uint64_t>(a[i]);
+    s.push_back(static_cast<int64_t>(sum));
+    w.push_back(std::max(a[i], b[i]));
+    e.push_back(a[i] + 1 == b[i]);
+    g32.push_back(static_cast<int32_t>(static_cast<uint32_t>(a[i])));
+  }
+  n = {-a[0], -a[2], -a[1], -a[3]};
+  EXPECT_EQ(integers(out[0]), p);
+  EXPECT_EQ(integers(out[1]), d);
+  EXPECT_EQ(integers(out[2]), q);
+  EXPECT_EQ(integers(out[3]), r);
+  EXPECT_EQ(integers(out[4]), s);
+  EXPECT_EQ(integers(out[5]), w);
+  EXPECT_EQ(integers(out[6]), (std::vector<int64_t>{1, 0, 0, 0}));
+  EXPECT_EQ(integers(out[6]), e);
+  EXPECT_EQ(integers(out[7]), (std::vector<int64_t>{a[2], a[3], b[0], b[1]}));
+  EXPECT_EQ(out[8].values[3], 0x1p62 + 0x1p39);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(out[8].values[i], static_cast<float>(a[i])) << i;
+  EXPECT_EQ(integers(out[9]), g32);
+  EXPECT_EQ(integers(out[10]), n);
+  // Device bytes carry them unrounded, and two outputs one ulp of a double apart differ.
+  std::vector<unsigned char> bytes(32);
+  store_device_bytes(out[1], bytes.data());
+  Tensor back = load_device_bytes(out[1].type(), bytes.data());
+  EXPECT_EQ(integers(back), d);
+  back.set_integer(0, back.integer(0) + 1);
+  EXPECT_EQ(back.values[0], out[1].values[0]) << "a double holds both";
+  EXPECT_EQ(max_abs_error(back, out[1]), 1.0);
+  EXPECT_GT(relative_l2(back, out[1]), 0.0);
+  EXPECT_EQ(relative_l2(out[1], out[1]), 0.0);
 }
 
 }  // namespace

@@ -393,9 +393,9 @@ TEST_F(NpyCli, IntegerAndBoolTensorsGoInAndOutAsNpy) {
   }
 }
 
-// i64 values past 2^53 go into the kernels and out of --save exactly, wrapping as int64 does (a
-// double held them on the way: 2^63 - 1 came back as -2^63); the fp64 reference cannot hold them,
-// and a warning says so.
+// i64 values past 2^53 go into the kernels, the fp64 reference and out of --save exactly,
+// wrapping as int64 does (a double held them on the way: 2^63 - 1 came back as -2^63), and the
+// check passes (the reference held them as doubles, and failed what they reached).
 TEST_F(NpyCli, I64ValuesPast2To53GoInAndOutExactly) {
   std::string graph = write_text("wide.kg", R"(graph wide {
   input a: i64[5]
@@ -418,10 +418,8 @@ TEST_F(NpyCli, I64ValuesPast2To53GoInAndOutExactly) {
     args.insert(args.end(), where.begin(), where.end());
     CliResult r = run_kiln(args);
     EXPECT_EQ(r.signal, 0);
-    EXPECT_NE(r.exit_code, 2) << r.err;
-    EXPECT_NE(r.err.find("a.npy: warning: --input a holds i64 values past +-2^53"),
-              std::string::npos)
-        << r.err;
+    EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+    EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
     npy::Array y = read_npy(m_dir + "/out/y.npy");
     ASSERT_EQ(y.descr, npy::Descr::i8);
     ASSERT_EQ(y.data.size(), sizeof in);

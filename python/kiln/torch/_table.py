@@ -138,13 +138,14 @@ def is_size(val) -> bool:
     return isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool)
 
 
-def _arith(cx, node, kiln_op: str, a, b) -> Expr:
+def _arith(cx, node, kiln_op: str, a, b, alpha=None) -> Expr:
     """kiln_op(a, b) in the node's dtype. A half tensor's op is computed as PyTorch's CPU kernels
     compute it: with a size or an `alpha`, in f32 and rounded once (`h / (B * S)` past 65504 is
     no inf in f16); `mul` and `div` take a size as it is, `add` and `sub` take a number or a size
-    rounded to the half type first (2049 is 2048 in f16), times `alpha` in f32."""
+    rounded to the half type first (2049 is 2048 in f16), times `alpha` in f32. `alpha` is the
+    node's keyword where not given."""
     work = cx.dtype_of(node)
-    alpha = node.kwargs.get("alpha", 1)
+    alpha = node.kwargs.get("alpha", 1) if alpha is None else alpha
     half = work in ("f16", "bf16") and kiln_op != "pow"
     wide = half and (alpha != 1 or any(
         isinstance(x, Node) and is_size(x.meta.get("val")) for x in (a, b)))
@@ -216,10 +217,10 @@ def _sign(cx, node):
 
 @lowering(aten.rsub.Scalar, aten.rsub.Tensor)
 def _rsub(cx, node):
-    """rsub(x, other, alpha): other - alpha * x (CANINE's `1 - mask`)."""
-    if len(node.args) > 2:
-        raise Unsupported("an rsub with a positional alpha")
-    return _arith(cx, node, "sub", node.args[1], node.args[0])
+    """rsub(x, other, alpha): other - alpha * x (CANINE's `1 - mask`); rsub.Scalar takes
+    alpha positionally too."""
+    alpha = node.args[2] if len(node.args) > 2 else None
+    return _arith(cx, node, "sub", node.args[1], node.args[0], alpha)
 
 
 @lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
