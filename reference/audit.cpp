@@ -89,11 +89,11 @@ Status check_embedding_ids(const ir::Graph& graph, const std::vector<const Tenso
     if (e.input >= inputs.size() || inputs[e.input] == nullptr) continue;
     const Tensor& t = *inputs[e.input];
     for (size_t i = 0; i < t.values.size(); ++i) {
-      double id = t.values[i];
-      if (id >= 0 && id < static_cast<double>(e.rows)) continue;
-      return make_error(ir::embedding_id_error(
-          graph.node(graph.inputs()[e.input]).name, static_cast<int64_t>(id),
-          static_cast<int64_t>(i), t.shape.dims(), graph.node(e.table).name, e.rows));
+      int64_t id = t.integer(i);
+      if (id >= 0 && id < e.rows) continue;
+      return make_error(ir::embedding_id_error(graph.node(graph.inputs()[e.input]).name, id,
+                                               static_cast<int64_t>(i), t.shape.dims(),
+                                               graph.node(e.table).name, e.rows));
     }
   }
   return Status::success();

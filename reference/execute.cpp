@@ -120,9 +120,8 @@ RunCost estimate_cost(const ir::Graph& graph) {
   RunCost cost;
   for (const ir::Node& node : graph.nodes()) {
     int64_t elements = node.type.shape.elements();
-    // An i64 tensor holds its exact values beside its doubles.
-    int64_t element_bytes = node.type.dtype == ir::DType::i64 ? 16 : 8;
-    cost.bytes = saturating_add(cost.bytes, saturating_mul(elements, element_bytes));
+    cost.bytes = saturating_add(cost.bytes,
+                                saturating_mul(elements, host_bytes_per_element(node.type.dtype)));
     if (node.kind == ir::OpKind::attention) {
       // D multiply-adds per score, then Dv per score for the weighted sum of v.
       const ir::Shape& out = node.type.shape;

@@ -41,7 +41,8 @@ struct RunMode {
   }
 };
 
-// Refuse graphs whose tensors would need more host memory than this (all values as doubles).
+// Refuse graphs whose tensors would need more host memory than this (all values as doubles, an
+// i64 tensor's exact values too).
 inline constexpr int64_t k_default_max_bytes = int64_t{4} << 30;
 
 struct RunLimits {

@@ -29,6 +29,11 @@ struct Tensor {
   void set_integer(size_t i, int64_t v);
 };
 
+// The host bytes a Tensor holds per element of `dtype`: a double, and an i64's exact value too.
+inline int64_t host_bytes_per_element(ir::DType dtype) {
+  return dtype == ir::DType::i64 ? 16 : 8;
+}
+
 // A zero-filled tensor of `type`.
 Tensor zeros(const ir::TensorType& type);
 

@@ -200,7 +200,10 @@ int run_graph(const RunArgs& args) {
     // Before anything of the run is allocated (the --input files aside) or compiled.
     int64_t read = 0;
     for (const auto& given : data->inputs.given)
-      if (given) read += static_cast<int64_t>(given->values.size() * sizeof(double));
+      if (given) {
+        read += static_cast<int64_t>(given->values.size()) *
+                reference::host_bytes_per_element(given->dtype);
+      }
     // On a GPU the temporaries are device memory.
     bool on_cpu = cpu->has_value();
     int64_t temporaries = args.emulate || on_cpu ? host_temporary_bytes(bound, options, on_cpu) : 0;

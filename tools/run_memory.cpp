@@ -4,6 +4,7 @@
 #include "compiler/compiler.h"
 #include "compiler/request.h"
 #include "compiler/target.h"
+#include "reference/tensor.h"
 
 #include <algorithm>
 #include <limits>
@@ -21,15 +22,19 @@ int64_t times(int64_t a, int64_t b) {
              : a * b;
 }
 
+// The host bytes of one reference::Tensor of node `id`: its doubles (an i64's exact values too).
+int64_t tensor_bytes(const ir::Graph& graph, ir::NodeId id) {
+  const ir::TensorType& type = graph.node(id).type;
+  return times(type.shape.elements(), reference::host_bytes_per_element(type.dtype));
+}
+
 // The fp64 reference's peak as reference::run reaches it on `graph` (static), in doubles: its
 // own copy of the inputs, each node's result allocated in order and each value freed after its
 // last use (an output's never), a matmul's per-batch operand and result copies while it runs,
 // and the outputs copied out at the end.
 int64_t reference_peak_bytes(const ir::Graph& graph) {
   constexpr int64_t k_double = sizeof(double);
-  auto doubles = [&](ir::NodeId id) {
-    return times(graph.node(id).type.shape.elements(), k_double);
-  };
+  auto doubles = [&](ir::NodeId id) { return tensor_bytes(graph, id); };
   std::vector<int> uses = graph.use_counts();
   int64_t live = 0, outputs = 0;
   for (ir::NodeId id : graph.inputs()) live = add(live, doubles(id));
@@ -59,14 +64,13 @@ int64_t reference_peak_bytes(const ir::Graph& graph) {
 }  // namespace
 
 int64_t run_host_bytes(const ir::Graph& graph, int64_t read_from_files, int64_t host_temporaries) {
-  constexpr int64_t k_double = sizeof(double);
   int64_t inputs = 0, outputs = 0, device_bytes = 0;
   for (ir::NodeId id : graph.inputs()) {
-    inputs = add(inputs, times(graph.node(id).type.shape.elements(), k_double));
+    inputs = add(inputs, tensor_bytes(graph, id));
     device_bytes = add(device_bytes, graph.node(id).type.bytes());
   }
   for (ir::NodeId id : graph.outputs()) {
-    outputs = add(outputs, times(graph.node(id).type.shape.elements(), k_double));
+    outputs = add(outputs, tensor_bytes(graph, id));
     device_bytes = add(device_bytes, graph.node(id).type.bytes());
   }
   int64_t drawn = add(inputs, read_from_files);

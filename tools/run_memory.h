@@ -9,7 +9,8 @@
 
 namespace kiln::tools {
 
-// The host memory a run of `graph` (static: bound to its dims) holds at its peak, in bytes: the
+// The host memory a run of `graph` (static: bound to its dims) holds at its peak, in bytes (an
+// fp64 tensor of i64 holds its exact values beside its doubles: 16 bytes an element): the
 // largest of its three phases (reference::check_against_fp64):
 // 1. every input drawn as an fp64 tensor, beside those read from files (`read_from_files`
 //    bytes; reference::make_inputs);

@@ -48,10 +48,11 @@ inline std::vector<reference::Tensor> typed_edge_inputs(const ir::Graph& graph) 
 
 // i64 values past 2^53, where a double holds them inexactly, through every kind of integer op:
 // products that wrap mod 2^64, a difference, a floor quotient and remainder of it, a running sum,
-// a where of a compare, an equality only exact values decide (a + 1 == b at 2^53 + 2, which
-// doubles miss: they round 2^53 + 1 to 2^53), concat, slice, reshape, permute and neg, casts to
-// i32 (the low 32 bits) and to f32 (2^62 + 2^38 + 1 rounds up to 2^62 + 2^39 once; through a
-// double, first to 2^62 + 2^38, a tie, then down to 2^62).
+// a where of a compare and one of a literal, equalities only exact values decide (a + 1 == b at
+// 2^53 + 2, and a != 2^53 at 2^53 + 1, which doubles miss: they round 2^53 + 1 to 2^53), concat,
+// slice, reshape, permute, roll, expand and neg, casts to i32 (the low 32 bits) and to f32
+// (2^62 + 2^38 + 1 rounds up to 2^62 + 2^39 once; through a double, first to 2^62 + 2^38, a
+// tie, then down to 2^62).
 inline const char* k_wide_integers = R"(graph wide {
   input a: i64[4]
   input b: i64[4]
@@ -67,7 +68,11 @@ inline const char* k_wide_integers = R"(graph wide {
   f = cast(a, to=f32)
   g = cast(a, to=i32)
   n = neg(permute(reshape(a, shape=[2, 2]), dims=[1, 0]))
-  output p, d, q, r, s, w, e, t, f, g, n
+  o = roll(a, shift=1, axis=0)
+  x = expand(reshape(b, shape=[4, 1]), shape=[4, 2])
+  l = where(lt(a, 0), 7, a)
+  k = ne(a, 9007199254740992)
+  output p, d, q, r, s, w, e, t, f, g, n, o, x, l, k
 }
 )";
 

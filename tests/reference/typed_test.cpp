@@ -151,6 +151,19 @@ int64_t python_quotient(int64_t a, int64_t b) {
 }
 int64_t python_remainder(int64_t a, int64_t b) { return a - python_quotient(a, b) * b; }
 
+// A float cast to an integer is a whole number: -0.5 is 0, never -0 (which a double could hold,
+// and 1 / x would tell apart), as the kernels store it.
+TEST(ExactValues, AFloatCastToAnIntegerHasNoNegativeZero) {
+  for (const char* to : {"i32", "i64"}) {
+    std::vector<double> z = on("f32[2]", {-0.5, -0.0}, std::string("cast(x, to=") + to + ")");
+    ASSERT_EQ(z.size(), 2u);
+    EXPECT_FALSE(std::signbit(z[0])) << to;
+    EXPECT_FALSE(std::signbit(z[1])) << to;
+  }
+  std::vector<double> back = on("f32[1]", {-0.5}, "div(1.0, cast(cast(x, to=i32), to=f32))");
+  EXPECT_EQ(back, (std::vector<double>{k_inf}));
+}
+
 // Integers past 2^53 stay exact through every integer op, against values worked out here in
 // int64_t (products mod 2^64 as unsigned ones), where doubles gave wrong sums, quotients and
 // remainders of rounded products, a false a + 1 == b, and a cast to f32 rounded twice.
@@ -158,7 +171,7 @@ TEST(ExactValues, I64ValuesPast2To53StayExactThroughEveryIntegerOp) {
   ir::Graph g = parse_or_die(kiln::testing::k_wide_integers);
   std::vector<Tensor> out = testing::run_ok(g, kiln::testing::wide_integer_inputs(g),
                                             RunMode::fp64());
-  ASSERT_EQ(out.size(), 11u);
+  ASSERT_EQ(out.size(), 15u);
   std::vector<int64_t> a = kiln::testing::wide_a(), b = kiln::testing::wide_b();
   auto integers = [](const Tensor& t) {
     std::vector<int64_t> v;
@@ -192,6 +205,11 @@ TEST(ExactValues, I64ValuesPast2To53StayExactThroughEveryIntegerOp) {
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(out[8].values[i], static_cast<float>(a[i])) << i;
   EXPECT_EQ(integers(out[9]), g32);
   EXPECT_EQ(integers(out[10]), n);
+  EXPECT_EQ(integers(out[11]), (std::vector<int64_t>{a[3], a[0], a[1], a[2]}));
+  EXPECT_EQ(integers(out[12]), (std::vector<int64_t>{b[0], b[0], b[1], b[1], b[2], b[2], b[3],
+                                                     b[3]}));
+  EXPECT_EQ(integers(out[13]), (std::vector<int64_t>{a[0], 7, a[2], a[3]}));
+  EXPECT_EQ(integers(out[14]), (std::vector<int64_t>{1, 1, 1, 1}));
   // Device bytes carry them unrounded, and two outputs one ulp of a double apart differ.
   std::vector<unsigned char> bytes(32);
   store_device_bytes(out[1], bytes.data());

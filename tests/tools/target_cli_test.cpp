@@ -209,5 +209,27 @@ TEST_F(TargetCli, RunMaxMemoryRefusesARunEstimatedAboveIt) {
             "kiln run: --max-memory 'lots' is not a size (bytes, or a number with K, M or G)\n");
 }
 
+// The estimate counts an i64 tensor's exact values beside its doubles: twice an i32 graph's.
+TEST_F(TargetCli, RunMaxMemoryCountsI64TensorsAtSixteenBytesAnElement) {
+  std::filesystem::path graphs = dir + "_graphs";
+  std::filesystem::create_directories(graphs);
+  auto needs = [&](const std::string& dtype) -> int64_t {
+    std::string path = (graphs / (dtype + ".kg")).string();
+    std::ofstream(path) << "graph g {\n  input a: " << dtype << "[1048576]\n  b = add(a, 1)\n"
+                        << "  output b\n}\n";
+    CliResult r = run_kiln({"run", path, "--target", "cpu", "--max-memory", "1K"}, {}, env());
+    std::smatch m;
+    if (!std::regex_search(r.err, m, std::regex("needs about ([0-9]+) bytes"))) {
+      ADD_FAILURE() << r.err;
+      return 0;
+    }
+    return std::stoll(m[1].str());
+  };
+  int64_t i32 = needs("i32"), i64 = needs("i64");
+  std::filesystem::remove_all(graphs);
+  EXPECT_GE(i64, int64_t{2} * 1048576 * 16) << "drawn and the reference's own copy, exact too";
+  EXPECT_EQ(i64, 2 * i32);
+}
+
 }  // namespace
 }  // namespace kiln::testing::target_cli_test

@@ -3638,47 +3638,64 @@ def _int_range_of(cx, arg, depth: int):
     return None
 
 
-@lowering(aten.argmax.default)
+@lowering(aten.argmax.default, aten.argmin.default)
 def _argmax(cx, node):
-    """argmax along one dim: the smallest position holding the max, found as a max of the
-    negated positions where x equals its max or is NaN (the first NaN, as PyTorch). A float is
-    compared in f32. Integers are compared exactly, in rounds of f32 compares: a round keeps the
+    """argmax and argmin along one dim: the first position of the max or min
+    (_first_extreme)."""
+    x = node.args[0]
+    dim, keepdim = _arg(node, 1, "dim"), _arg(node, 2, "keepdim", False)
+    lowest = node.target is aten.argmin.default
+    what = "an argmin" if lowest else "an argmax"
+    if dim is None:
+        raise Unsupported(f"{what} over all dims")
+    shape = cx.meta(x).shape
+    if not shape:
+        raise Unsupported(f"{what} of a tensor of rank 0")
+    axis = dim % len(shape)
+    _check_positions(cx, shape[axis], what)
+    if cx.dtype_of(x) == "bool":
+        raise Unsupported(f"{what} of bool (PyTorch refuses it)")
+    return Expr(_first_extreme(cx, x, axis, bool(keepdim), lowest))
+
+
+def _first_extreme(cx, x, axis: int, keepdim: bool, lowest: bool) -> str:
+    """The first position along `axis` of x's max (its min where `lowest`), i64: a max of the
+    negated positions where x equals its max or is NaN (the first NaN, as PyTorch). A min is
+    the max of -x for floats, of -1 - x for integers (which never wraps). A float is compared
+    in its dtype. Integers are compared exactly, in rounds of f32 compares: a round keeps the
     positions whose value rounds to the largest (rounding never reorders), and the next compares
     what those positions hold less that largest, until the values left lie within +-2^24 (i32:
     two rounds, i64: three; one where the ops making x keep it within +-2^24)."""
-    x = node.args[0]
-    dim, keepdim = _arg(node, 1, "dim"), _arg(node, 2, "keepdim", False)
-    if dim is None:
-        raise Unsupported("an argmax over all dims")
     shape = cx.meta(x).shape
-    axis = dim % max(len(shape), 1)
-    if not shape:
-        raise Unsupported("an argmax of a tensor of rank 0")
-    _check_positions(cx, shape[axis], "an argmax")
+    k = axis - len(shape)
     dtype = cx.dtype_of(x)
-    if dtype == "bool":
-        raise Unsupported("an argmax of bool (PyTorch refuses it)")
-    xf = cx.ref(x) if dtype in ("f32", "f16", "bf16") else f"cast({cx.ref(x)}, to=f32)"
-    top = f"max({xf}, axis={axis}, keepdim=true)"
-    hit = f"eq({xf}, {top})"
+    xs = cx.ref(x)
     if dtype in ("f32", "f16", "bf16"):
-        hit = f"logical_or({hit}, ne({xf}, {xf}))"
-    else:
-        bounds = _int_range(cx, x)
-        # The largest magnitude a round's values may have: the dtype's, then half a float's
-        # spacing at that magnitude (24 significant bits), plus one where the rounded largest
-        # is 2^31 or 2^63 and its cast back saturates one below.
-        reach = 2**63 if dtype == "i64" else 2**31
-        if bounds is not None:
-            reach = max(abs(bounds[0]), abs(bounds[1]))
-        rest = cx.ref(x)
-        while reach >= 2**24:
-            reach = 2 ** max(reach.bit_length() - 25, 0) + 1
-            rest = f"sub({rest}, cast({top}, to={dtype}))"
-            kept = f"where({hit}, cast({rest}, to=f32), -inf)"
-            top = f"max({kept}, axis={axis}, keepdim=true)"
-            hit = f"logical_and({hit}, eq({kept}, {top}))"
-    return Expr(_first_hit(cx, hit, shape, axis, keepdim))
+        xv = cx.let(f"neg({xs})" if lowest else xs)
+        top = f"max({xv}, axis={k}, keepdim=true)"
+        return _first_hit(cx, f"logical_or(eq({xv}, {top}), ne({xv}, {xv}))", shape, axis,
+                          keepdim)
+    bounds = _int_range(cx, x)
+    if lowest:
+        xs = cx.let(f"sub(-1, {xs})")
+        bounds = None if bounds is None else (-1 - bounds[1], -1 - bounds[0])
+    xf = f"cast({xs}, to=f32)"
+    top = f"max({xf}, axis={k}, keepdim=true)"
+    hit = f"eq({xf}, {top})"
+    # The largest magnitude a round's values may have: the dtype's, then half a float's spacing
+    # at that magnitude (24 significant bits), plus one where the rounded largest is 2^31 or
+    # 2^63 and its cast back saturates one below.
+    reach = 2**63 if dtype == "i64" else 2**31
+    if bounds is not None:
+        reach = max(abs(bounds[0]), abs(bounds[1]))
+    rest = xs
+    while reach >= 2**24:
+        reach = 2 ** max(reach.bit_length() - 25, 0) + 1
+        rest = f"sub({rest}, cast({top}, to={dtype}))"
+        kept = f"where({hit}, cast({rest}, to=f32), -inf)"
+        top = f"max({kept}, axis={k}, keepdim=true)"
+        hit = f"logical_and({hit}, eq({kept}, {top}))"
+    return _first_hit(cx, hit, shape, axis, keepdim)
 
 
 def _check_positions(cx, n, what: str) -> None:
@@ -3711,16 +3728,16 @@ def _max_dim(cx, node):
 
 
 def _max_dim_plan(cx, node):
-    """(x, axis, keepdim) of a max.dim or min.dim kiln runs: of a float x, along a dim of fewer
-    than 2^24 (positions compared in f32)."""
+    """(x, axis, keepdim) of a max.dim or min.dim kiln runs: of a float or integer x, along a
+    dim of fewer than 2^24 (positions compared in f32)."""
     x, dim = node.args[0], _arg(node, 1, "dim")
     keepdim = bool(_arg(node, 2, "keepdim", False))
     shape = cx.meta(x).shape
     if not shape or not isinstance(dim, int):
         raise Unsupported("a max or min along a dim of a tensor of rank 0")
     dtype = cx.dtype_of(x)
-    if dtype not in ("f32", "f16", "bf16"):
-        raise Unsupported(f"a max or min along a dim of {dtype} (kiln reduces float tensors)")
+    if dtype == "bool":
+        raise Unsupported("a max or min along a dim of bool")
     cx.check_shape(shape)
     axis = dim % len(shape)
     _check_positions(cx, shape[axis], "a max or min")
@@ -3729,23 +3746,30 @@ def _max_dim_plan(cx, node):
 
 def _max_dim_piece(cx, node, index: int) -> str:
     """Element `index` of max.dim or min.dim `node`: the values (0), NaN where the row holds
-    one, as PyTorch's; or their first positions (1), i64, a NaN's where the row holds one. A
-    min is the max of -x negated. Where a row's extreme is a zero held with both signs, the
-    value may have the other sign than PyTorch's (the first one's)."""
+    one, as PyTorch's; or their first positions (1), i64, a NaN's where the row holds one
+    (_first_extreme). A float min is the max of -x negated; where a row's extreme is a zero held
+    with both signs, its value may have the other sign than PyTorch's (the first one's). An
+    integer row's value is the element at its first position: the last of the running sum of x
+    where the position is that one, 0 elsewhere (exact)."""
     x, axis, keepdim = _max_dim_plan(cx, node)
     shape = cx.meta(x).shape
-    xs = cx.ref(x)
+    k = axis - len(shape)
     low = node.target is aten.min.dim
-    if index == 0:
-        top = f"max({f'neg({xs})' if low else xs}, axis={axis - len(shape)}" \
+    if index == 1:
+        return _first_extreme(cx, x, axis, keepdim, low)
+    xs = cx.ref(x)
+    if cx.dtype_of(x) in ("f32", "f16", "bf16"):
+        top = f"max({f'neg({xs})' if low else xs}, axis={k}" \
               f"{', keepdim=true' if keepdim else ''})"
         return f"neg({top})" if low else top
-    xv = cx.let(xs)
-    top = f"max({f'neg({xv})' if low else xv}, axis={axis - len(shape)}, keepdim=true)"
-    if low:
-        top = f"neg({top})"
-    hit = f"logical_or(eq({xv}, {top}), ne({xv}, {xv}))"
-    return _first_hit(cx, hit, shape, axis, keepdim)
+    n = cx.size(shape[axis])
+    along = ", ".join([n] + ["1"] * (len(shape) - 1 - axis))
+    at = f"eq(reshape(arange({n}), shape=[{along}]), {_first_extreme(cx, x, axis, True, low)})"
+    picked = _last_along(f"cumsum(where({at}, {xs}, 0), axis={k})", k)
+    if keepdim:
+        return picked
+    kept = [d for i, d in enumerate(shape) if i != axis]
+    return f"reshape({picked}, shape=[{', '.join(_kiln_dims(cx, kept))}])"
 
 
 @lowering(aten.tril.default, aten.triu.default)
@@ -4401,10 +4425,10 @@ def merged_dims_reason(cx, node) -> str | None:
             ok = tail_free(src.args[0], len(cx.meta(src.args[0]).shape) - axis)
     elif low is _topk:
         ok = tail_free(node.args[0], 1)
-    elif low is _max_dim:
-        x = node.args[0]
+    elif low in (_max_dim, _argmax):
+        x, dim = node.args[0], _arg(node, 1, "dim")
         rank = len(cx.meta(x).shape)
-        ok = rank > 0 and tail_free(x, rank - _arg(node, 1, "dim") % rank)
+        ok = rank > 0 and isinstance(dim, int) and tail_free(x, rank - dim % rank)
     elif low is _triangle:
         ok = tail_free(node.args[0], 2)
     elif low is _cat:
