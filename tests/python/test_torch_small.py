@@ -759,13 +759,14 @@ def test_an_empty_operand_of_a_cat_does_not_split_the_kiln_graph(cache_dir):
 
 class OneBlock(torch.nn.Module):
     """MiniMax's lightning attention joins its blocks along the sequence: at most one block,
-    the cat of one tensor along a symbolic dim; and a cat whose empty operand promotes the
-    other's dtype (i64 to f32, as PyTorch's cat does)."""
+    the cat of one tensor along a symbolic dim (and along a merged one); and a cat whose empty
+    operand promotes the other's dtype (i64 to f32, as PyTorch's cat does)."""
     def forward(self, x, ids):
         blocks = [torch.relu(x) * 2]
         y = torch.cat(blocks, dim=-2)
         z = torch.cat([torch.empty(0), ids[1]])
-        return y + 1, z * 0.5
+        rows = torch.cat([x.reshape(-1, 8) * 2], 0)  # along the merged dim B*S
+        return y + 1, z * 0.5, rows + 1
 
 
 def test_a_cat_of_one_tensor_is_the_tensor_along_any_dim(cache_dir):
@@ -792,6 +793,14 @@ class Rsubs(torch.nn.Module):
                 torch.rsub(ids, 7, alpha=2), torch.rsub(ids, ids * ids, alpha=-3))
 
 
+class HalfRsubs(torch.nn.Module):
+    """A half tensor's sub and rsub with a fractional alpha: PyTorch's CPU kernel rounds alpha
+    to the tensor's type, then computes in f32 and rounds once."""
+    def forward(self, h, y):
+        return (torch.rsub(h, 0.1, alpha=0.3), torch.rsub(h, 2, alpha=0.7),
+                torch.sub(y, h, alpha=0.3), torch.rsub(h, y, alpha=0.3))
+
+
 def test_an_rsub_with_an_alpha_runs_in_kiln(cache_dir):
     x, ids = torch.randn(2, 5), torch.arange(10).reshape(2, 5) - 4
     ep, program = compiled(Rsubs(), (x, ids), cache_dir)
@@ -800,6 +809,16 @@ def test_an_rsub_with_an_alpha_runs_in_kiln(cache_dir):
         assert got.dtype == want.dtype
         assert torch.allclose(got, want, rtol=1e-6, atol=1e-6) if got.is_floating_point() else \
             torch.equal(got, want), (got, want)
+    # Exactly as eager at [4, 64] (a whole number of PyTorch's vector loop: its scalar tail
+    # rounds twice).
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float16, torch.bfloat16):
+        h = (torch.randn(4, 64, generator=g) * 300).to(dtype)
+        y = torch.randn(4, 64, generator=g).to(dtype)
+        _, program = compiled(HalfRsubs(), (h, y), cache_dir)
+        assert not program.fallbacks, program.fallbacks
+        for got, want in zip(program(h, y), HalfRsubs()(h, y)):
+            assert got.dtype == want.dtype and torch.equal(got, want), (dtype, got, want)
 
 
 class Windows(torch.nn.Module):

@@ -142,13 +142,16 @@ def _arith(cx, node, kiln_op: str, a, b, alpha=None) -> Expr:
     """kiln_op(a, b) in the node's dtype. A half tensor's op is computed as PyTorch's CPU kernels
     compute it: with a size or an `alpha`, in f32 and rounded once (`h / (B * S)` past 65504 is
     no inf in f16); `mul` and `div` take a size as it is, `add` and `sub` take a number or a size
-    rounded to the half type first (2049 is 2048 in f16), times `alpha` in f32. `alpha` is the
+    rounded to the half type first (2049 is 2048 in f16), times `alpha` (rounded to the half
+    type too) in f32. `alpha` is the
     node's keyword where not given."""
     work = cx.dtype_of(node)
     alpha = node.kwargs.get("alpha", 1) if alpha is None else alpha
     half = work in ("f16", "bf16") and kiln_op != "pow"
     wide = half and (alpha != 1 or any(
         isinstance(x, Node) and is_size(x.meta.get("val")) for x in (a, b)))
+    if half and alpha != 1:  # PyTorch's kernel takes alpha in the tensor's type
+        alpha = float(torch.tensor(float(alpha), dtype=_TORCH_DTYPES[work]))
 
     def number(x):  # a Python number an add or sub of a half tensor takes: in its type
         if half and kiln_op in ("add", "sub") and isinstance(x, (int, float)) and \
@@ -4432,10 +4435,13 @@ def merged_dims_reason(cx, node) -> str | None:
     elif low is _triangle:
         ok = tail_free(node.args[0], 2)
     elif low is _cat:
-        # Along a dim after the merged ones (PhiMoE's two experts' multipliers of [B*S, 1]).
+        # Along a dim after the merged ones (PhiMoE's two experts' multipliers of [B*S, 1]);
+        # along any dim where one tensor is left, the empty ones dropped (the tensor itself).
         rank = len(cx.meta(node).shape)
         axis = _arg(node, 1, "dim", 0) % rank
-        ok = all(tail_free(t, rank - axis) for t in node.args[0])
+        left = [t for t in node.args[0]
+                if not (isinstance(t, Node) and 0 in tuple(cx.meta(t).shape))]
+        ok = len(left) == 1 or all(tail_free(t, rank - axis) for t in node.args[0])
     elif low is _slice:
         # Along a dim after the merged ones (GPT-OSS's gate_up[..., ::2] of [B*S*k, 2I]).
         x = node.args[0]
