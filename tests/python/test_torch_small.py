@@ -1780,6 +1780,24 @@ def test_argmax_argmin_max_and_min_of_integers_are_exact_over_their_whole_range(
             assert torch.equal(got, want), (b, s, got, want)
 
 
+class BoundedByTheDivisor(torch.nn.Module):
+    def forward(self, ids):
+        return (ids % 7).argmin(-1), (ids % -5).argmax(-1)
+
+
+def test_a_remainder_is_bounded_by_its_divisor_whatever_it_divides(cache_dir):
+    """`ids % 7` lies in 0..6 whatever ids hold, so its argmin compares in one f32 round (two
+    maxes: the values', the positions'), where ids' own would take three."""
+    ids = torch.randint(-2**62, 2**62, (3, 9))
+    _, program = compiled(BoundedByTheDivisor(), (ids,), cache_dir)
+    assert not program.fallbacks and len(program.executables) == 1
+    text = program.partitions[0]
+    assert text.count("max(") == 4, text
+    ids[0, 3] = ids[0, 5] = 7 * 2**40  # ties at 0, the first wins
+    for got, want in zip(program(ids), BoundedByTheDivisor()(ids)):
+        assert torch.equal(got, want), (got, want)
+
+
 class Pads(torch.nn.Module):
     """F.pad with a constant: after, before, both, a crop (a negative pad), bool and integer
     values, bf16, all-zero pads mid-graph, a crop of integers by an infinite value (never

@@ -3606,11 +3606,13 @@ def _int_range_of(cx, arg, depth: int):
              aten.remainder.Tensor) or (t is aten.div.Scalar_mode and
                                         isinstance(arg.args[1], int)):
         a, b = (_int_range(cx, x, depth + 1) for x in arg.args[:2])
-        if a is None or b is None or b[0] <= 0 <= b[1]:
+        if b is None or b[0] <= 0 <= b[1]:
             return None
-        if t in (aten.remainder.Scalar, aten.remainder.Tensor):  # the divisor's sign
+        if t in (aten.remainder.Scalar, aten.remainder.Tensor):  # the divisor's sign, any a
             top = max(abs(b[0]), abs(b[1])) - 1
             return (0, top) if b[0] > 0 else (-top, 0)
+        if a is None:
+            return None
         floor = t in (aten.floor_divide.default, aten.floor_divide.Scalar)
         mode = arg.kwargs.get("rounding_mode", "floor" if floor else None)
         if mode not in ("floor", "trunc"):
