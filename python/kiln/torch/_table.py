@@ -143,8 +143,7 @@ def _arith(cx, node, kiln_op: str, a, b, alpha=None) -> Expr:
     compute it: with a size or an `alpha`, in f32 and rounded once (`h / (B * S)` past 65504 is
     no inf in f16); `mul` and `div` take a size as it is, `add` and `sub` take a number or a size
     rounded to the half type first (2049 is 2048 in f16), times `alpha` (rounded to the half
-    type too) in f32. `alpha` is the
-    node's keyword where not given."""
+    type too) in f32. `alpha` is the node's keyword where not given."""
     work = cx.dtype_of(node)
     alpha = node.kwargs.get("alpha", 1) if alpha is None else alpha
     half = work in ("f16", "bf16") and kiln_op != "pow"
