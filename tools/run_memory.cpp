@@ -34,11 +34,10 @@ int64_t tensor_bytes(const ir::Graph& graph, ir::NodeId id) {
 // and the outputs copied out at the end.
 int64_t reference_peak_bytes(const ir::Graph& graph) {
   constexpr int64_t k_double = sizeof(double);
-  auto doubles = [&](ir::NodeId id) { return tensor_bytes(graph, id); };
   std::vector<int> uses = graph.use_counts();
   int64_t live = 0, outputs = 0;
-  for (ir::NodeId id : graph.inputs()) live = add(live, doubles(id));
-  for (ir::NodeId id : graph.outputs()) outputs = add(outputs, doubles(id));
+  for (ir::NodeId id : graph.inputs()) live = add(live, tensor_bytes(graph, id));
+  for (ir::NodeId id : graph.outputs()) outputs = add(outputs, tensor_bytes(graph, id));
   int64_t peak = live;
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
     const ir::Node& node = graph.nodes()[i];
@@ -52,10 +51,10 @@ int64_t reference_peak_bytes(const ir::Graph& graph) {
       int64_t k = node.attrs.transpose_a ? a.dim(a.rank() - 2) : a.dim(a.rank() - 1);
       transient = times(add(add(times(m, k), times(k, n)), times(m, n)), k_double);
     }
-    live = add(live, doubles(id));
+    live = add(live, tensor_bytes(graph, id));
     peak = std::max(peak, add(live, transient));
     for (ir::NodeId operand : node.operands) {
-      if (--uses[static_cast<size_t>(operand)] == 0) live -= doubles(operand);
+      if (--uses[static_cast<size_t>(operand)] == 0) live -= tensor_bytes(graph, operand);
     }
   }
   return std::max(peak, add(live, outputs));

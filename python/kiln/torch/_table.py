@@ -3128,9 +3128,14 @@ def _scattered(cx, src, base, axis: int, start, work: str):
     return (value, x) if shift == 0 else (f"roll({value}, shift={int(shift)}, axis={axis})", None)
 
 
+def _nonempty(cx, tensors) -> list:
+    """A cat's operands less its empty ones (a dim of 0), which add nothing."""
+    return [t for t in tensors if not (isinstance(t, Node) and 0 in tuple(cx.meta(t).shape))]
+
+
 @lowering(aten.cat.default, aten.concat.default)
 def _cat(cx, node):
-    tensors = [t for t in node.args[0] if not (isinstance(t, Node) and 0 in tuple(cx.meta(t).shape))]
+    tensors = _nonempty(cx, node.args[0])
     dim = _arg(node, 1, "dim", 0)
     rank = len(cx.meta(node).shape)
     axis = dim % rank
@@ -4440,9 +4445,8 @@ def merged_dims_reason(cx, node) -> str | None:
         # along any dim where one tensor is left, the empty ones dropped (the tensor itself).
         rank = len(cx.meta(node).shape)
         axis = _arg(node, 1, "dim", 0) % rank
-        left = [t for t in node.args[0]
-                if not (isinstance(t, Node) and 0 in tuple(cx.meta(t).shape))]
-        ok = len(left) == 1 or all(tail_free(t, rank - axis) for t in node.args[0])
+        ok = len(_nonempty(cx, node.args[0])) == 1 or \
+            all(tail_free(t, rank - axis) for t in node.args[0])
     elif low is _slice:
         # Along a dim after the merged ones (GPT-OSS's gate_up[..., ::2] of [B*S*k, 2I]).
         x = node.args[0]
