@@ -530,6 +530,17 @@ Expected<std::vector<size_t>> checked_owners(const std::vector<KernelArtifact>& 
   return owners;
 }
 
+// The suffix decides where the kernels may load (Target::arch_specific): only one this kiln
+// plans, and on a CUDA artifact the same as its arch's (every format: one derived from the arch,
+// as formats 2 to 4 have it, must name the arch back).
+Status check_target(const Artifact& a) {
+  if (Status s = check_suffix(a.target); !s) return make_error("artifact: ", s.error().message);
+  if (a.target.kind == Target::Kind::cuda && a.arch != a.target.arch())
+    return make_error("artifact: arch ", a.arch.substr(0, 32), " is not its target's (",
+                      a.target.arch(), ")");
+  return Status::success();
+}
+
 // Formats 2 to 4, fields in declaration order; their `dim_params` count becomes dim parameters.
 Expected<Artifact> deserialize_v4(Reader& r, uint32_t version) {
   Artifact a;
@@ -548,6 +559,7 @@ Expected<Artifact> deserialize_v4(Reader& r, uint32_t version) {
   a.kernels.resize(r.count(92));
   for (KernelArtifact& k : a.kernels) {
     if (!read_kernel_v4(r, k)) return make_error("artifact: truncated or corrupt kernel record");
+    if (k.name.empty()) return make_error("artifact: a kernel record without a name");
   }
   a.bucket.resize(r.count(16));
   for (auto& range : a.bucket) {
@@ -581,6 +593,7 @@ Expected<Artifact> deserialize_v4(Reader& r, uint32_t version) {
   if (!r.ok()) return make_error("artifact: truncated");
   if (!r.done()) return make_error("artifact: ", std::to_string(r.left()), " trailing bytes");
   a.target = target_of_arch(a.arch);
+  if (Status s = check_target(a); !s) return s.error();
   return a;
 }
 
@@ -715,12 +728,7 @@ Expected<Artifact> deserialize(std::string_view bytes) {
   if (Status s = read_fields(fields, "artifact", true, on_field); !s) return s.error();
   if (!has_arch) return make_error("artifact: no arch");
   if (!has_target) a.target = target_of_arch(a.arch);
-  // The suffix decides where the kernels may load (Target::arch_specific): only one this kiln
-  // plans, and on a CUDA artifact the same as its arch's.
-  if (Status s = check_suffix(a.target); !s) return make_error("artifact: ", s.error().message);
-  if (a.target.kind == Target::Kind::cuda && a.arch != a.target.arch())
-    return make_error("artifact: arch ", a.arch.substr(0, 32), " is not its target's (",
-                      a.target.arch(), ")");
+  if (Status s = check_target(a); !s) return s.error();
   // A kernel running another's binary holds copies of it (the record stores it once).
   auto owners = checked_owners(a.kernels);
   if (!owners) return owners.error();

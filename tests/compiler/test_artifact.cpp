@@ -476,5 +476,27 @@ TEST(Artifact, FormatFourMigratesItsDimsToTypedParameters) {
     EXPECT_FALSE(deserialize(std::string_view(old).substr(0, n)).ok()) << n;
 }
 
+// What format 5 refuses, format 4 refuses too (an artifact read from it is written as format 5,
+// which would not read back): a kernel without a name, an arch that names no CUDA arch.
+TEST(Artifact, FormatFourRefusesWhatFormatFiveRefuses) {
+  Artifact nameless = sample();
+  nameless.kernels[1].name.clear();
+  auto old = deserialize(serialize_v4(nameless, {0, 0}));
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.error().message, "artifact: a kernel record without a name");
+  EXPECT_FALSE(deserialize(serialize(nameless)).ok());
+  for (const char* arch : {"sm_9x", "compute_90", "sm_90b"}) {
+    Artifact a = sample();
+    a.arch = arch;
+    auto read = deserialize(serialize_v4(a, {0, 0}));
+    ASSERT_FALSE(read.ok()) << arch;
+    EXPECT_NE(read.error().message.find("is not its target's"), std::string::npos)
+        << read.error().message;
+  }
+  Artifact cpu = sample();
+  cpu.arch = "cpu:znver4";
+  EXPECT_TRUE(deserialize(serialize_v4(cpu, {0, 0})).ok()) << "a CPU target's arch reads";
+}
+
 }  // namespace
 }  // namespace kiln::compiler
