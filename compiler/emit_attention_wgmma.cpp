@@ -29,7 +29,10 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
   std::string type = m.path == MatmulPath::f16 ? "f16" : "bf16";
   std::string pack = m.path == MatmulPath::f16 ? "kiln_pack_f16x2" : "kiln_pack_bf16x2";
   int stages = t.stages, br = t.br, bc = t.bc;
-  auto [q_bytes, k_stage, v_stage] = wgmma_attention_bytes(t);
+  // Named variables, not a structured binding: the lambdas below capture them (clang before 16
+  // cannot capture a binding, and the fuzz targets build with clang).
+  const WgmmaAttentionBytes bytes = wgmma_attention_bytes(t);
+  const int q_bytes = bytes.q, k_stage = bytes.k_stage, v_stage = bytes.v_stage;
   int step = tf32 ? 8 : 16;                   // keys or head-dim columns a wgmma takes (its k)
   std::string cols = to_str(tf32 ? 32 : 64);  // head-dim columns a 128-byte row holds
 
