@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang and fuzzes the graph parser for N seconds (default 60;
-# 1 to 999999) and the .npy reader for N/2 (at least 1: libFuzzer reads a time of 0 as no limit).
-# Any crash, leak or sanitizer report fails the run; the crashing input is kept in build-fuzz/.
+# Builds the libFuzzer targets with clang and fuzzes for about N seconds (default 60; 1 to 999999),
+# two targets at a time:
+#   - the graph parser, then the compiler's passes on the graphs that parse (N/2 each);
+#   - the .npy reader and the .npz reader (N/4 each), then the records a cache, a bundle or a peer
+#     hands over: artifacts, entry records and bundles (N/2).
+# Each target runs at least 1 s (libFuzzer reads a time of 0 as no limit). Any crash, leak or
+# sanitizer report fails the run; the crashing input is kept in build-fuzz/, each target's log is
+# build-fuzz/NAME.log.
 # Usage: scripts/fuzz.sh [N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,35 +15,71 @@ if ! [[ $seconds =~ ^[1-9][0-9]{0,5}$ ]]; then
   echo "fuzz: expected a number of seconds from 1 to 999999, got '$seconds'" >&2
   exit 2
 fi
-npy_seconds=$((seconds / 2 > 0 ? seconds / 2 : 1))
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+half=$((seconds / 2 > 0 ? seconds / 2 : 1))
+quarter=$((seconds / 4 > 0 ? seconds / 4 : 1))
+# A build type of its own: -O1 (fast to build, and the fuzzers' coverage is the same), line tables
+# for the reports, and assert() on (no NDEBUG: an assertion a fuzzed input breaks is a crash).
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Fuzz \
+  -DCMAKE_C_FLAGS="-O1 -gline-tables-only" -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only" \
   -DKILN_BUILD_FUZZ=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF >/dev/null
-cmake --build build-fuzz --target fuzz_parser fuzz_npy >/dev/null
-mkdir -p build-fuzz/corpus
-cp examples/graphs/*.kg tests/emulation/graphs/*.kg build-fuzz/corpus/
-mkdir -p build-fuzz/npy-corpus
+cmake --build build-fuzz --target fuzz_parser fuzz_lower fuzz_npy fuzz_npz fuzz_records >/dev/null
 cd build-fuzz
-# Both fuzzers at once (each is one process); their logs are build-fuzz/parser.log and npy.log.
-./tests/fuzz/fuzz_parser -max_total_time="$seconds" -max_len=4096 -timeout=10 \
-  -print_final_stats=1 corpus >parser.log 2>&1 &
-parser=$!
-./tests/fuzz/fuzz_npy -max_total_time="$npy_seconds" -max_len=4096 -timeout=10 \
-  -print_final_stats=1 npy-corpus >npy.log 2>&1 &
-npy=$!
-parser_rc=0
-npy_rc=0
-wait "$parser" || parser_rc=$?
-wait "$npy" || npy_rc=$?
-tail -n 15 parser.log
-if [ "$parser_rc" -ne 0 ]; then
-  echo "fuzz: the parser fuzzer failed (exit $parser_rc; log: build-fuzz/parser.log)"
-else
-  echo "fuzz: parser ran ${seconds}s without a crash"
+mkdir -p parser-corpus lower-corpus npy-corpus npz-corpus records-corpus
+cp ../examples/graphs/*.kg ../tests/emulation/graphs/*.kg parser-corpus/
+cp ../examples/graphs/*.kg ../tests/emulation/graphs/*.kg lower-corpus/
+# The graph text's words, for the graph fuzzers: every op of ir/ops.def, attributes, dtypes,
+# keywords and punctuation.
+{
+  sed -nE 's/^KILN_OP\(([a-z_0-9]+),.*/\1/p' ../ir/ops.def | while read -r op; do
+    printf '"%s("\n' "$op"
+  done
+  for word in approximate axis causal dims end eps keepdim mask precision scale shape shift start \
+    to transpose_a transpose_b; do
+    printf '"%s="\n' "$word"
+  done
+  for dtype in f32 f16 bf16 i32 i64 bool; do printf '"%s["\n' "$dtype"; done
+  for word in 'graph g {' 'dim S: 1..' 'input ' 'output ' 'true' 'false' '..' ']' ')' '}' \
+    ', ' ' = '; do
+    printf '"%s"\n' "$word"
+  done
+} >graph.dict
+# Archives numpy writes, stored and deflated, where numpy is installed.
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  /usr/bin/python3 - npz-corpus <<'EOF'
+import sys
+import numpy as np
+d = sys.argv[1]
+np.savez(f"{d}/seed-stored.npz", a=np.arange(6, dtype=np.float32).reshape(2, 3),
+         ids=np.array([1, -2], dtype=np.int64))
+np.savez_compressed(f"{d}/seed-deflated.npz", x=np.ones((3, 1), dtype=np.float16))
+EOF
 fi
-tail -n 5 npy.log
-if [ "$npy_rc" -ne 0 ]; then
-  echo "fuzz: the .npy fuzzer failed (exit $npy_rc; log: build-fuzz/npy.log)"
-else
-  echo "fuzz: npy reader ran ${npy_seconds}s without a crash"
-fi
-[ "$parser_rc" -eq 0 ] && [ "$npy_rc" -eq 0 ]
+
+# fuzz NAME SECONDS CORPUS [MAX_LEN]: runs build-fuzz/tests/fuzz/fuzz_NAME on inputs of at most
+# MAX_LEN bytes (default 4096); says how it ended; fails with it.
+fuzz() {
+  local name=$1 time=$2 corpus=$3 max_len=${4:-4096} rc=0 dict=()
+  case $name in parser | lower) dict=(-dict=graph.dict) ;; esac
+  # fuzz_records writes well-formed seeds of each record kind into its corpus first.
+  KILN_FUZZ_SEEDS="$corpus" "./tests/fuzz/fuzz_$name" -max_total_time="$time" -max_len="$max_len" \
+    -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 "${dict[@]}" "$corpus" >"$name.log" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    tail -n 30 "$name.log"
+    echo "fuzz: fuzz_$name failed (exit $rc; log: build-fuzz/$name.log)"
+    return 1
+  fi
+  grep -E '^stat::(number_of_executed_units|new_units_added)' "$name.log" | tr '\n' ' '
+  echo
+  echo "fuzz: $name ran ${time}s without a crash"
+}
+
+(fuzz parser "$half" parser-corpus && fuzz lower "$half" lower-corpus) &
+first=$!
+(fuzz npy "$quarter" npy-corpus && fuzz npz "$quarter" npz-corpus &&
+  fuzz records "$half" records-corpus 16384) &
+second=$!
+first_rc=0
+second_rc=0
+wait "$first" || first_rc=$?
+wait "$second" || second_rc=$?
+[ "$first_rc" -eq 0 ] && [ "$second_rc" -eq 0 ]
