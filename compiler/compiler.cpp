@@ -119,6 +119,10 @@ const ScheduleProvider& schedule_of(const CompileRequest& request) {
 }  // namespace
 
 Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest& request) {
+  // Its artifact names the emulate target, which its bytes must agree with (deserialize checks).
+  if (!request.options.target.is_emulated())
+    return make_error("compile_emulated: the request is for ", request.options.target.name(),
+                      ", not an emulate target");
   auto program = lower(graph, request, schedule_of(request));
   if (!program) return program.error();
   Artifact artifact = program_artifact(*program);

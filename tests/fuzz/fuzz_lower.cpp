@@ -1,9 +1,13 @@
-// libFuzzer entry: a graph that parses must lower for CUDA (three archs and modes) and have its
-// cost estimated without a crash, a sanitizer report or an unbounded allocation; a lowering that
-// fails says why. A symbolic graph is lowered at its smallest bucket.
+// libFuzzer entry: a graph that parses must lower for CUDA (three archs and modes), have its cost
+// estimated and, where that is small (1 MiB of host tensors, 2^20 multiply-adds), run on the
+// reference in fp64 and in `high`'s emulated rounding (an audit), without a crash, a sanitizer
+// report or an unbounded allocation; a lowering or a run that fails says why. The sm_80 lowering's
+// emulate artifact must write and read back the same. A symbolic graph is lowered at its smallest
+// bucket and run at its dims' smallest values.
 #include "compiler/compiler.h"
 #include "compiler/sizes.h"
 #include "ir/parse.h"
+#include "reference/audit.h"
 #include "reference/execute.h"
 
 #include <cstdint>
@@ -23,13 +27,53 @@ void lower_for(const ir::Graph& graph, compiler::Target target, ir::Precision pr
   for (const ir::Symbol& symbol : graph.symbols()) {
     options.bucket.push_back(compiler::bucket_of(symbol.lo, symbol));
   }
-  auto program = compiler::lower(graph, options);
+  auto request = compiler::check_request(graph, options);
+  if (!request) {
+    if (request.error().message.empty()) std::abort();  // a failure must say why
+    return;
+  }
+  auto program = compiler::lower(graph, *request);
   if (!program) {
-    if (program.error().message.empty()) std::abort();  // a failure must say why
+    if (program.error().message.empty()) std::abort();
     return;
   }
   if (program->kernel_sources.size() != program->plan.kernels.size()) std::abort();
   (void)compiler::program_source(*program, compiler::Prelude::omit);
+  if (options.target != compiler::Target::cuda(80)) return;
+  // Once per graph, the emulate target's artifact (lowered again, no NVRTC) is written and read
+  // back whole.
+  options.target.kind = compiler::Target::Kind::emulate;
+  request = compiler::check_request(graph, options);
+  if (!request) {
+    if (request.error().message.empty()) std::abort();
+    return;
+  }
+  auto artifact = compiler::compile_emulated(graph, *request);
+  if (!artifact) {
+    if (artifact.error().message.empty()) std::abort();
+    return;
+  }
+  auto back = compiler::deserialize(compiler::serialize(*artifact));
+  if (!back) {
+    std::fprintf(stderr, "an artifact does not read back: %s\n", back.error().message.c_str());
+    std::abort();
+  }
+  if (!(*back == *artifact)) std::abort();
+}
+
+void run_reference(const ir::Graph& graph) {
+  std::vector<int64_t> lows;
+  for (const ir::Symbol& symbol : graph.symbols()) lows.push_back(symbol.lo);
+  auto bound = graph.bind(lows);
+  if (!bound) {
+    if (bound.error().message.empty()) std::abort();
+    return;
+  }
+  reference::RunCost cost = reference::estimate_cost(*bound);
+  constexpr int64_t k_bytes = int64_t{1} << 20;
+  if (cost.bytes > k_bytes || cost.multiply_adds > (int64_t{1} << 20)) return;
+  auto report = reference::audit(*bound, ir::Precision::high, 0, reference::RunLimits{k_bytes});
+  if (!report && report.error().message.empty()) std::abort();
 }
 
 }  // namespace
@@ -38,7 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   auto graph = ir::parse_graph(text, "fuzz.kg");
   if (!graph) return 0;
-  (void)reference::estimate_cost(*graph);
+  run_reference(*graph);
   lower_for(*graph, compiler::Target::cuda(80), ir::Precision::high);
   lower_for(*graph, compiler::Target::cuda(90, "a"), ir::Precision::automatic);
   lower_for(*graph, compiler::Target::cuda(75), ir::Precision::tf32x3);

@@ -97,12 +97,14 @@ void write_seeds(const std::string& dir) {
   if (!graph) std::abort();
   compiler::CompileOptions options;
   options.target = compiler::Target::cuda(80);
+  options.target.kind = compiler::Target::Kind::emulate;
   options.bucket = {compiler::bucket_of(17, graph->symbols()[0])};
   auto request = compiler::check_request(*graph, options);
   if (!request) std::abort();
   auto compiled = compiler::compile_emulated(*graph, *request);
   if (!compiled) std::abort();
   std::string artifact = compiler::serialize(*compiled);
+  if (!compiler::deserialize(artifact)) std::abort();
   write_seed(dir, "seed-artifact", 0, artifact);
 
   cache::StoredEntry stored;

@@ -128,6 +128,30 @@ TEST(EmulatedTarget, RunsThroughTheCacheAndMatchesTheReferenceAtEverySizeItRuns)
 
 // The kernel text is built into host code and run: a native payload, which the remote tier
 // takes only signed, as the CPU target's objects.
+// compile_emulated() makes the emulate target's artifact only: for a CUDA request it would name
+// "cuda:sm_80" as its arch, which no artifact of that target reads back as.
+TEST(EmulatedTarget, CompileEmulatedRefusesARequestForAnotherTarget) {
+  auto ir = ir::parse_graph(k_graph, "g.kg");
+  ASSERT_TRUE(ir);
+  compiler::CompileOptions options;
+  options.target = compiler::Target::cuda(80);
+  options.bucket = {compiler::bucket_of(8, ir->symbols()[0])};
+  auto request = compiler::check_request(*ir, options);
+  ASSERT_TRUE(request) << request.error().message;
+  auto artifact = compiler::compile_emulated(*ir, *request);
+  ASSERT_FALSE(artifact);
+  EXPECT_EQ(artifact.error().message,
+            "compile_emulated: the request is for cuda:sm_80, not an emulate target");
+  options.target.kind = compiler::Target::Kind::emulate;
+  request = compiler::check_request(*ir, options);
+  ASSERT_TRUE(request) << request.error().message;
+  artifact = compiler::compile_emulated(*ir, *request);
+  ASSERT_TRUE(artifact) << artifact.error().message;
+  auto back = compiler::deserialize(compiler::serialize(*artifact));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, *artifact);
+}
+
 TEST(EmulatedTarget, ItsKernelTextIsStoredAsHostCode) {
   auto ir = ir::parse_graph(k_graph, "g.kg");
   ASSERT_TRUE(ir);
