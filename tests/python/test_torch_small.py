@@ -875,6 +875,41 @@ def test_a_window_from_a_symbolic_start_or_to_a_symbolic_end_runs_in_kiln(cache_
             assert torch.equal(g, v)
 
 
+class DecayWindows(torch.nn.Module):
+    """A window of a window of a float constant, both along fixed dims to symbolic bounds:
+    MiniMax's diagonal_decay[:, :, :S, :S] (heads before the two windows), and windows from a
+    symbolic start along a constant's first two dims ([S - 2, S) and [1, S + 1)), a dim of 3
+    after them."""
+    def __init__(self):
+        super().__init__()
+        slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625]).reshape(1, 4, 1, 1)
+        i = torch.arange(48)
+        d = (i[:, None] - i[None, :]).reshape(1, 1, 48, 48) * slopes
+        self.register_buffer("decay", torch.exp(torch.where(d >= 0, -d, float("-inf"))))
+        self.register_buffer("grid", torch.randn(48, 50, 3))
+
+    def forward(self, q):
+        s = q.shape[2]
+        scores = q @ q.transpose(-1, -2)
+        return scores * self.decay[:, :, :s, :s], self.grid[s - 2:s, 1:s + 1] * 2
+
+
+def test_a_window_of_a_window_of_a_constant_is_one_embedding(cache_dir):
+    q = torch.randn(2, 12, 8).reshape(2, 1, 12, 8).expand(2, 4, 12, 8).contiguous()
+    dims = ({2: torch.export.Dim("S", min=2, max=40)},)
+    module = DecayWindows()
+    ep = torch.export.export(module, (q,), dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.partitions
+    assert program.partitions[0].count("embedding(") == 2, program.partitions[0]
+    for s in (12, 2, 40, 17):
+        q = torch.randn(2, 4, s, 8)
+        for got, want in zip(program(q), module(q)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (got, want)
+
+
 class Convolutions(torch.nn.Module):
     """conv2d and conv1d as patches times the weight: a vision transformer's patch embedding (a
     size no whole patch ends on, dropped), 3x3 padded, strided, dilated and 'same', an unbatched

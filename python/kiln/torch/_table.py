@@ -2852,9 +2852,63 @@ def _window(cx, node, x, axis, start) -> str:
     if bool(bound_sympy(offset, ranges).upper < 0):
         offset = offset + size  # a negative start counts from the end, as PyTorch's
     _inside(offset, count, size, ranges)
-    rows = _rows_along(cx, x, axis, _shifted(cx, f"arange({n_text})", offset), n_text,
-                       "a slice with a symbolic start or end", table)
+    ids = _shifted(cx, f"arange({n_text})", offset)
+    if table is None:
+        both = _window_of_window(cx, x, axis, ids, n_text)
+        if both is not None:
+            return both
+    rows = _rows_along(cx, x, axis, ids, n_text, "a slice with a symbolic start or end", table)
     return rows if table is None else f"cast({rows}, to={dtype})"
+
+
+def _window_of_window(cx, x, axis: int, ids: str, n_text: str) -> str | None:
+    """A window along `axis` (its rows `ids`, kiln text of shape [n_text]) of `x`, itself a
+    window with a symbolic start or end along another dim of a float constant whose dims are all
+    fixed (MiniMax's diagonal_decay[:, :, :S, :S]): one embedding whose table is the constant
+    with both dims first and merged into rows, at ids `i * M + j` for the rows i of x's window and
+    j of this one ([n0, n1]). None where x is no such window (x's window is then the table, as
+    _rows_along takes it, or Unsupported there)."""
+    if not (isinstance(x, Node) and x.op == "call_function" and x.target is aten.slice.Tensor and
+            _arg(x, 4, "step", 1) == 1):
+        return None
+    c = x.args[0]
+    shape = cx.meta(c).shape
+    if cx.constant(c) is None or cx.dtype_of(c) not in ("f32", "f16", "bf16") or \
+            cx.has_merged(c) or any(cx.is_symbolic(d) for d in shape):
+        return None
+    first = _arg(x, 1, "dim", 0) % len(shape)
+    start, end = _bound(cx, _arg(x, 2, "start", None)), _bound(cx, _arg(x, 3, "end", None))
+    if first == axis or (isinstance(start, (int, type(None))) and isinstance(end, (int, type(None)))):
+        return None  # a window of fixed bounds along the first dim: a kiln slice, the table
+    size, n = int(shape[first]), cx.meta(x).shape[first]
+    offset = sympy.Integer(start or 0) if isinstance(start, (int, type(None))) else start
+    count = _size_expr(cx, n)
+    ranges = cx.ranges(sympy.Tuple(offset, count))
+    if ranges is None:
+        raise Unsupported(f"a slice from {offset} of {count}: a size that is no kiln dim")
+    if bool(bound_sympy(offset, ranges).upper < 0):
+        offset = offset + size
+    _inside(offset, count, size, ranges)
+    first_text = cx.size(n)
+    rows = _shifted(cx, f"arange({first_text})", offset)
+    width = int(shape[axis])
+    pairs = f"add(mul(reshape({rows}, shape=[{first_text}, 1]), {width}), " \
+            f"reshape({ids}, shape=[1, {n_text}]))"
+    others = [i for i in range(len(shape)) if i not in (first, axis)]
+    order = [first, axis] + others
+    rest = 1
+    for i in others:
+        rest *= int(shape[i])
+    table = cx.ref(c)
+    if order != list(range(len(shape))):
+        table = f"permute({table}, dims={order})"
+    table = f"reshape({table}, shape=[{size * width}, {rest}])"
+    out = f"embedding({table}, {pairs})"
+    moved = [first_text, n_text] + [str(int(shape[i])) for i in others]
+    out = f"reshape({out}, shape=[{', '.join(moved)}])"
+    if order != list(range(len(shape))):
+        out = f"permute({out}, dims={[order.index(i) for i in range(len(shape))]})"
+    return out
 
 
 def _rows_along(cx, x, axis: int, ids: str, n_text: str, what: str,
