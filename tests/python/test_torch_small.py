@@ -908,9 +908,26 @@ def test_a_window_of_a_window_of_a_constant_is_one_embedding(cache_dir):
         for got, want in zip(program(q), module(q)):
             assert got.dtype == want.dtype and got.shape == want.shape
             assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (got, want)
+    # A first window from a start kiln does not take (S // 2) stays in PyTorch alone: the second
+    # is an embedding of its result, as before the two were composed.
+    class FloorWindow(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("grid", torch.randn(48, 50, 3))
 
+        def forward(self, q):
+            s = q.shape[2]
+            return self.grid[s // 2:s // 2 + 2, :s] * 2
 
-class Convolutions(torch.nn.Module):
+    module = FloorWindow()
+    ep = torch.export.export(module, (q,), dynamic_shapes=dims, strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [(f.op, f.count) for f in program.fallbacks] == [("aten.slice.Tensor", 1)]
+    assert "embedding(" in program.partitions[0], program.partitions
+    for s in (12, 2, 40):
+        q = torch.randn(2, 4, s, 8)
+        assert torch.equal(program(q), module(q)), s
     """conv2d and conv1d as patches times the weight: a vision transformer's patch embedding (a
     size no whole patch ends on, dropped), 3x3 padded, strided, dilated and 'same', an unbatched
     input, no bias, a Whisper-like conv1d pair, and bf16; and of several groups: depthwise 7x7

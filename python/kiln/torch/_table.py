@@ -2866,8 +2866,9 @@ def _window_of_window(cx, x, axis: int, ids: str, n_text: str) -> str | None:
     window with a symbolic start or end along another dim of a float constant whose dims are all
     fixed (MiniMax's diagonal_decay[:, :, :S, :S]): one embedding whose table is the constant
     with both dims first and merged into rows, at ids `i * M + j` for the rows i of x's window and
-    j of this one ([n0, n1]). None where x is no such window (x's window is then the table, as
-    _rows_along takes it, or Unsupported there)."""
+    j of this one ([n0, n1]). None where x is no such window, or one this cannot take (a start
+    of no form _inside takes: x's window is then left to its own lowering, a kiln embedding or
+    PyTorch, and this window is of its result, as _rows_along takes it)."""
     if not (isinstance(x, Node) and x.op == "call_function" and x.target is aten.slice.Tensor and
             _arg(x, 4, "step", 1) == 1):
         return None
@@ -2882,15 +2883,18 @@ def _window_of_window(cx, x, axis: int, ids: str, n_text: str) -> str | None:
         return None  # a window of fixed bounds along the first dim: a kiln slice, the table
     size, n = int(shape[first]), cx.meta(x).shape[first]
     offset = sympy.Integer(start or 0) if isinstance(start, (int, type(None))) else start
-    count = _size_expr(cx, n)
-    ranges = cx.ranges(sympy.Tuple(offset, count))
-    if ranges is None:
-        raise Unsupported(f"a slice from {offset} of {count}: a size that is no kiln dim")
-    if bool(bound_sympy(offset, ranges).upper < 0):
-        offset = offset + size
-    _inside(offset, count, size, ranges)
-    first_text = cx.size(n)
-    rows = _shifted(cx, f"arange({first_text})", offset)
+    try:
+        count = _size_expr(cx, n)
+        ranges = cx.ranges(sympy.Tuple(offset, count))
+        if ranges is None:
+            return None
+        if bool(bound_sympy(offset, ranges).upper < 0):
+            offset = offset + size
+        _inside(offset, count, size, ranges)
+        first_text = cx.size(n)
+        rows = _shifted(cx, f"arange({first_text})", offset)
+    except Unsupported:
+        return None
     width = int(shape[axis])
     pairs = f"add(mul(reshape({rows}, shape=[{first_text}, 1]), {width}), " \
             f"reshape({ids}, shape=[1, {n_text}]))"
