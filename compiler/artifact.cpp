@@ -535,9 +535,12 @@ Expected<std::vector<size_t>> checked_owners(const std::vector<KernelArtifact>& 
 // as formats 2 to 4 have it, must name the arch back).
 Status check_target(const Artifact& a) {
   if (Status s = check_suffix(a.target); !s) return make_error("artifact: ", s.error().message);
-  if (a.target.kind == Target::Kind::cuda && a.arch != a.target.arch())
+  if (a.target.kind == Target::Kind::cuda && a.arch != a.target.arch()) {
+    if (a.target.arch().empty())  // formats 2 to 4: an arch that names no CUDA arch
+      return make_error("artifact: arch ", a.arch.substr(0, 32), " names no CUDA arch");
     return make_error("artifact: arch ", a.arch.substr(0, 32), " is not its target's (",
                       a.target.arch(), ")");
+  }
   return Status::success();
 }
 

@@ -78,9 +78,9 @@ Expected<Artifact> compile_lowered(const LoweredProgram& program, const CompileO
 Artifact program_artifact(const LoweredProgram& program);
 
 // The emulate target's artifact (Target::Kind::emulate; a request for another target is refused):
-// lower() without NVRTC. Its kernels carry
-// entry names, parameters, launch shapes and grid terms and no binary; `source` is the kernel
-// text without the prelude, which the emulator builds for the host when it loads the program.
+// lower() without NVRTC. Its kernels carry entry names, parameters, launch shapes and grid terms
+// and no binary; `source` is the kernel text without the prelude, which the emulator builds for
+// the host when it loads the program.
 Expected<Artifact> compile_emulated(const ir::Graph& graph, const CompileRequest& request);
 
 // lower() then compile_lowered().

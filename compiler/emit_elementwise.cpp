@@ -113,10 +113,11 @@ class RowInput {
   Extent m_len, m_inner, m_rows;
 
   std::string read(const std::string& j, const std::string& into, bool typed) {
-    if (!m_fused) {  // a fused input is computed here and has no parameter
+    if (!m_fused) {
       std::string at = m_ctx.param(m_in) + "[" + offset(j) + "]";
       return typed ? load_value(dtype(), at) : load_as_float(dtype(), at);
     }
+    // A fused input is computed here from the prologue: it has no parameter of its own.
     m_code.line((typed ? value_type(dtype()) : std::string("float")) + " " + into + ";");
     m_code.open("{");
     std::string v = m_values.value(m_in, Frame{m_in, {}, offset(j)}, "");

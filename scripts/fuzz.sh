@@ -22,7 +22,13 @@ quarter=$((seconds / 4 > 0 ? seconds / 4 : 1))
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Fuzz \
   -DCMAKE_C_FLAGS="-O1 -gline-tables-only" -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only" \
   -DKILN_BUILD_FUZZ=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF >/dev/null
-cmake --build build-fuzz --target fuzz_parser fuzz_lower fuzz_npy fuzz_npz fuzz_records >/dev/null
+# Ninja prints a compile error on stdout: the build's output is shown when it fails.
+if ! cmake --build build-fuzz --target fuzz_parser fuzz_lower fuzz_npy fuzz_npz fuzz_records \
+  >build-fuzz/build.log 2>&1; then
+  tail -n 60 build-fuzz/build.log
+  echo "fuzz: building the fuzzers failed (log: build-fuzz/build.log)"
+  exit 1
+fi
 cd build-fuzz
 mkdir -p parser-corpus lower-corpus npy-corpus npz-corpus records-corpus
 cp ../examples/graphs/*.kg ../tests/emulation/graphs/*.kg parser-corpus/
@@ -43,7 +49,8 @@ cp ../examples/graphs/*.kg ../tests/emulation/graphs/*.kg lower-corpus/
     printf '"%s"\n' "$word"
   done
 } >graph.dict
-# Archives numpy writes, stored and deflated, where numpy is installed.
+# Archives numpy writes, stored and deflated, where numpy is installed (python3-numpy, as
+# scripts/install_deps.sh installs it).
 if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
   /usr/bin/python3 - npz-corpus <<'EOF'
 import sys
@@ -53,6 +60,8 @@ np.savez(f"{d}/seed-stored.npz", a=np.arange(6, dtype=np.float32).reshape(2, 3),
          ids=np.array([1, -2], dtype=np.int64))
 np.savez_compressed(f"{d}/seed-deflated.npz", x=np.ones((3, 1), dtype=np.float16))
 EOF
+else
+  echo "fuzz: no numpy for /usr/bin/python3: the .npz fuzzer starts from an empty corpus"
 fi
 
 # fuzz NAME SECONDS CORPUS [MAX_LEN]: runs build-fuzz/tests/fuzz/fuzz_NAME on inputs of at most
@@ -73,13 +82,30 @@ fuzz() {
   echo "fuzz: $name ran ${time}s without a crash"
 }
 
-(fuzz parser "$half" parser-corpus && fuzz lower "$half" lower-corpus) &
+# lane NAME:SECONDS:CORPUS[:MAX_LEN] ...: the fuzzers one after another; after a failure the rest
+# are named as not run.
+lane() {
+  local spec name time corpus max_len failed=""
+  for spec in "$@"; do
+    IFS=: read -r name time corpus max_len <<<"$spec"
+    if [ -n "$failed" ]; then
+      echo "fuzz: $name not run: $failed failed before it"
+    elif ! fuzz "$name" "$time" "$corpus" "$max_len"; then
+      failed=$name
+    fi
+  done
+  [ -z "$failed" ]
+}
+
+# Two lanes at once, each saying what it did into a file of its own, shown after both end.
+lane "parser:$half:parser-corpus" "lower:$half:lower-corpus" >lane1.out 2>&1 &
 first=$!
-(fuzz npy "$quarter" npy-corpus && fuzz npz "$quarter" npz-corpus &&
-  fuzz records "$half" records-corpus 16384) &
+lane "npy:$quarter:npy-corpus" "npz:$quarter:npz-corpus" "records:$half:records-corpus:16384" \
+  >lane2.out 2>&1 &
 second=$!
 first_rc=0
 second_rc=0
 wait "$first" || first_rc=$?
 wait "$second" || second_rc=$?
+cat lane1.out lane2.out
 [ "$first_rc" -eq 0 ] && [ "$second_rc" -eq 0 ]

@@ -82,7 +82,10 @@ void write_seed(const std::string& dir, const std::string& name, char kind,
                 const std::string& bytes) {
   std::ofstream out(dir + "/" + name, std::ios::binary);
   out << kind << bytes;
-  if (!out) std::abort();
+  if (!out) {
+    std::fprintf(stderr, "KILN_FUZZ_SEEDS: cannot write %s/%s\n", dir.c_str(), name.c_str());
+    std::exit(2);
+  }
 }
 
 // The seeds described at the top; any failure here is the fuzzer's own fault: abort.

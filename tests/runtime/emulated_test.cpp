@@ -126,8 +126,6 @@ TEST(EmulatedTarget, RunsThroughTheCacheAndMatchesTheReferenceAtEverySizeItRuns)
   EXPECT_FALSE(result->artifact.source.empty()) << "its kernel text comes back with the hit";
 }
 
-// The kernel text is built into host code and run: a native payload, which the remote tier
-// takes only signed, as the CPU target's objects.
 // compile_emulated() makes the emulate target's artifact only: for a CUDA request it would name
 // "cuda:sm_80" as its arch, which no artifact of that target reads back as.
 TEST(EmulatedTarget, CompileEmulatedRefusesARequestForAnotherTarget) {
@@ -152,6 +150,8 @@ TEST(EmulatedTarget, CompileEmulatedRefusesARequestForAnotherTarget) {
   EXPECT_EQ(*back, *artifact);
 }
 
+// The kernel text is built into host code and run: a native payload, which the remote tier
+// takes only signed, as the CPU target's objects.
 TEST(EmulatedTarget, ItsKernelTextIsStoredAsHostCode) {
   auto ir = ir::parse_graph(k_graph, "g.kg");
   ASSERT_TRUE(ir);
