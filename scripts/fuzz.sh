@@ -71,7 +71,8 @@ fuzz() {
   case $name in parser | lower) dict=(-dict=graph.dict) ;; esac
   # fuzz_records writes well-formed seeds of each record kind into its corpus first.
   KILN_FUZZ_SEEDS="$corpus" "./tests/fuzz/fuzz_$name" -max_total_time="$time" -max_len="$max_len" \
-    -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 "${dict[@]}" "$corpus" >"$name.log" 2>&1 || rc=$?
+    -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 "${dict[@]}" "$corpus" >"$name.log" 2>&1 ||
+    rc=$?
   if [ "$rc" -ne 0 ]; then
     tail -n 30 "$name.log"
     echo "fuzz: fuzz_$name failed (exit $rc; log: build-fuzz/$name.log)"

@@ -2879,10 +2879,11 @@ def _window_of_window(cx, x, axis: int, ids: str, n_text: str) -> str | None:
         return None
     first = _arg(x, 1, "dim", 0) % len(shape)
     start, end = _bound(cx, _arg(x, 2, "start", None)), _bound(cx, _arg(x, 3, "end", None))
-    if first == axis or (isinstance(start, (int, type(None))) and isinstance(end, (int, type(None)))):
+    fixed = (int, type(None))
+    if first == axis or (isinstance(start, fixed) and isinstance(end, fixed)):
         return None  # a window of fixed bounds along the first dim: a kiln slice, the table
     size, n = int(shape[first]), cx.meta(x).shape[first]
-    offset = sympy.Integer(start or 0) if isinstance(start, (int, type(None))) else start
+    offset = sympy.Integer(start or 0) if isinstance(start, fixed) else start
     try:
         count = _size_expr(cx, n)
         ranges = cx.ranges(sympy.Tuple(offset, count))
