@@ -928,6 +928,9 @@ def test_a_window_of_a_window_of_a_constant_is_one_embedding(cache_dir):
     for s in (12, 2, 40):
         q = torch.randn(2, 4, s, 8)
         assert torch.equal(program(q), module(q)), s
+
+
+class Convolutions(torch.nn.Module):
     """conv2d and conv1d as patches times the weight: a vision transformer's patch embedding (a
     size no whole patch ends on, dropped), 3x3 padded, strided, dilated and 'same', an unbatched
     input, no bias, a Whisper-like conv1d pair, and bf16; and of several groups: depthwise 7x7
