@@ -2842,23 +2842,31 @@ def _window(cx, node, x, axis, start) -> str:
             raise Unsupported(f"a slice with a symbolic start or end of {article} {dtype} "
                               "tensor whose values f32 may not hold (kiln gathers floats)")
         table = f"cast({cx.ref(x)}, to=f32)"
-    size, n = int(shape[axis]), cx.meta(node).shape[axis]
-    n_text = cx.size(n)
-    offset = sympy.Integer(start) if isinstance(start, int) else start
-    count = _size_expr(cx, n)
-    ranges = cx.ranges(sympy.Tuple(offset, count))
-    if ranges is None:
-        raise Unsupported(f"a slice from {offset} of {count}: a size that is no kiln dim")
-    if bool(bound_sympy(offset, ranges).upper < 0):
-        offset = offset + size  # a negative start counts from the end, as PyTorch's
-    _inside(offset, count, size, ranges)
-    ids = _shifted(cx, f"arange({n_text})", offset)
+    n = cx.meta(node).shape[axis]
+    ids, n_text = _window_rows(cx, int(shape[axis]), n, start)
     if table is None:
         both = _window_of_window(cx, x, axis, ids, n_text)
         if both is not None:
             return both
     rows = _rows_along(cx, x, axis, ids, n_text, "a slice with a symbolic start or end", table)
     return rows if table is None else f"cast({rows}, to={dtype})"
+
+
+def _window_rows(cx, size: int, n, start) -> tuple[str, str]:
+    """The positions of a window of `n` (a size) from `start` (an int, None for 0, or sympy)
+    along a dim of fixed `size`, as kiln text of shape [n], and n's text. A negative start counts
+    from the end, as PyTorch's; Unsupported unless the start has the form _inside takes and the
+    window lies inside the dim at every size of the ranges."""
+    offset = sympy.Integer(start or 0) if isinstance(start, (int, type(None))) else start
+    count = _size_expr(cx, n)
+    ranges = cx.ranges(sympy.Tuple(offset, count))
+    if ranges is None:
+        raise Unsupported(f"a slice from {offset} of {count}: a size that is no kiln dim")
+    if bool(bound_sympy(offset, ranges).upper < 0):
+        offset = offset + size
+    _inside(offset, count, size, ranges)
+    n_text = cx.size(n)
+    return _shifted(cx, f"arange({n_text})", offset), n_text
 
 
 def _window_of_window(cx, x, axis: int, ids: str, n_text: str) -> str | None:
@@ -2882,18 +2890,9 @@ def _window_of_window(cx, x, axis: int, ids: str, n_text: str) -> str | None:
     fixed = (int, type(None))
     if first == axis or (isinstance(start, fixed) and isinstance(end, fixed)):
         return None  # a window of fixed bounds along the first dim: a kiln slice, the table
-    size, n = int(shape[first]), cx.meta(x).shape[first]
-    offset = sympy.Integer(start or 0) if isinstance(start, fixed) else start
+    size = int(shape[first])
     try:
-        count = _size_expr(cx, n)
-        ranges = cx.ranges(sympy.Tuple(offset, count))
-        if ranges is None:
-            return None
-        if bool(bound_sympy(offset, ranges).upper < 0):
-            offset = offset + size
-        _inside(offset, count, size, ranges)
-        first_text = cx.size(n)
-        rows = _shifted(cx, f"arange({first_text})", offset)
+        rows, first_text = _window_rows(cx, size, cx.meta(x).shape[first], start)
     except Unsupported:
         return None
     width = int(shape[axis])
