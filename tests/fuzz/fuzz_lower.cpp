@@ -19,6 +19,13 @@ namespace {
 
 using namespace kiln;
 
+// Whether `result` holds a value; a failure must say why (else the fuzzer aborts).
+template <class T>
+bool holds(const Expected<T>& result) {
+  if (!result && result.error().message.empty()) std::abort();
+  return result.ok();
+}
+
 void lower_for(const ir::Graph& graph, compiler::Target target, ir::Precision precision) {
   compiler::CompileOptions options;
   options.target = std::move(target);
@@ -28,15 +35,9 @@ void lower_for(const ir::Graph& graph, compiler::Target target, ir::Precision pr
     options.bucket.push_back(compiler::bucket_of(symbol.lo, symbol));
   }
   auto request = compiler::check_request(graph, options);
-  if (!request) {
-    if (request.error().message.empty()) std::abort();  // a failure must say why
-    return;
-  }
+  if (!holds(request)) return;
   auto program = compiler::lower(graph, *request);
-  if (!program) {
-    if (program.error().message.empty()) std::abort();
-    return;
-  }
+  if (!holds(program)) return;
   if (program->kernel_sources.size() != program->plan.kernels.size()) std::abort();
   (void)compiler::program_source(*program, compiler::Prelude::omit);
   if (options.target != compiler::Target::cuda(80)) return;
@@ -44,15 +45,9 @@ void lower_for(const ir::Graph& graph, compiler::Target target, ir::Precision pr
   // back whole.
   options.target.kind = compiler::Target::Kind::emulate;
   request = compiler::check_request(graph, options);
-  if (!request) {
-    if (request.error().message.empty()) std::abort();
-    return;
-  }
+  if (!holds(request)) return;
   auto artifact = compiler::compile_emulated(graph, *request);
-  if (!artifact) {
-    if (artifact.error().message.empty()) std::abort();
-    return;
-  }
+  if (!holds(artifact)) return;
   auto back = compiler::deserialize(compiler::serialize(*artifact));
   if (!back) {
     std::fprintf(stderr, "an artifact does not read back: %s\n", back.error().message.c_str());
@@ -65,15 +60,12 @@ void run_reference(const ir::Graph& graph) {
   std::vector<int64_t> lows;
   for (const ir::Symbol& symbol : graph.symbols()) lows.push_back(symbol.lo);
   auto bound = graph.bind(lows);
-  if (!bound) {
-    if (bound.error().message.empty()) std::abort();
-    return;
-  }
+  if (!holds(bound)) return;
   reference::RunCost cost = reference::estimate_cost(*bound);
   constexpr int64_t k_bytes = int64_t{1} << 20;
   if (cost.bytes > k_bytes || cost.multiply_adds > (int64_t{1} << 20)) return;
   auto report = reference::audit(*bound, ir::Precision::high, 0, reference::RunLimits{k_bytes});
-  if (!report && report.error().message.empty()) std::abort();
+  (void)holds(report);
 }
 
 }  // namespace
