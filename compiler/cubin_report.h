@@ -1,5 +1,6 @@
 // Reads registers, local memory, spills and static shared memory per kernel out of a cubin itself
-// (its ELF sections), so the report never depends on NVRTC's log.
+// (its ELF sections), so the report never depends on NVRTC's log; and checks a cubin before the
+// driver is handed it.
 #pragma once
 
 #include "compiler/artifact.h"
@@ -31,6 +32,16 @@ namespace kiln::compiler {
 // an error naming what is wrong; the reader never reads outside `cubin`.
 Expected<std::vector<std::pair<std::string, KernelReport>>> read_cubin_report(
     std::string_view cubin);
+
+// Whether the driver may be handed `cubin` to launch kernel `entry` with `params`, checked
+// before any cubin of an artifact is loaded: cuModuleLoadData takes no size (the driver reads it
+// from the ELF's own headers) and cuLaunchKernel reads each parameter's bytes as the cubin sizes
+// it, so a forged or damaged cubin could otherwise make the driver read past kiln's buffers. The
+// cubin must be a 64-bit little-endian CUDA ELF whose headers, sections and segments all lie
+// within its bytes; built for `target` (its SM, and `a` or not); with code for `entry`; whose
+// parameters are exactly `params`, each of the size kiln passes. The error names what is wrong.
+Status check_cubin(std::string_view cubin, const std::string& entry,
+                   const std::vector<KernelParam>& params, const Target& target);
 
 // Kernel `entry`'s report as compile_lowered keeps it: registers, frame and shared memory from
 // `cubin` (NVRTC's log can come back empty: it did on a machine with a GPU visible, compiling on

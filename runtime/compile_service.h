@@ -71,10 +71,11 @@ cache::Contents to_contents(const compiler::Artifact& artifact, const std::strin
 Expected<compiler::Artifact> from_entry(cache::Entry entry);
 
 // What a run that hits `entry` does past its checksums, as `kiln verify` checks it: decode the
-// artifact and, for a CPU target's that this machine can run, load its object (the loader's
-// allow-list, the link). "" when it holds, else why not: such an entry fails every run that hits
-// it. Another CPU's object, or one with no LLVM plugin here, is only decoded; a tuning record
-// (no artifact) is not checked.
+// artifact; check a CUDA target's cubins as the runtime does before loading them
+// (compiler::check_cubin); for a CPU target's that this machine can run, load its object (the
+// loader's allow-list, the link). "" when it holds, else why not: such an entry fails every run
+// that hits it. Another CPU's object, or one with no LLVM plugin here, is only decoded; a tuning
+// record (no artifact) is not checked.
 std::string entry_problem(cache::Entry entry);
 
 // The payloads compile_prepared reads on a hit: "artifact" and "cubin:*".

@@ -5,6 +5,7 @@
 #include "runtime/backend.h"
 
 #include "compiler/artifact.h"
+#include "compiler/cubin_report.h"
 #include "compiler/sizes.h"
 #include "compiler/tensor_map.h"
 #include "ir/types.h"
@@ -275,6 +276,17 @@ private:
     std::vector<uint32_t> smem_allowed(kernels.size(), 0);  // per kernel that loaded its module
     // A kernel that runs an earlier kernel's binary (binary_of) uses its module and function.
     std::vector<size_t> owners = compiler::binary_owners(kernels);
+    // Every cubin a whole CUDA ELF of the artifact's arch whose entry takes the parameters this
+    // launcher passes, before the driver reads any (compiler/cubin_report.h says why).
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const compiler::KernelArtifact& binary = kernels[owners[i]];
+      if (Status s = compiler::check_cubin(binary.cubin, binary.entry, kernels[i].params,
+                                           m_artifact.target);
+          !s) {
+        return make_error("entry ", exe().key(), ": kernel '", kernels[i].name, "': ",
+                          s.error().message);
+      }
+    }
     for (size_t i = 0; i < kernels.size(); ++i) {
       const compiler::KernelArtifact& kernel = kernels[i];
       CuModule module = nullptr;

@@ -3,7 +3,7 @@
 # two targets at a time:
 #   - the graph parser, then the compiler's passes on the graphs that parse (N/2 each);
 #   - the .npy reader and the .npz reader (N/4 each), then the records a cache, a bundle or a peer
-#     hands over: artifacts, entry records and bundles (N/2).
+#     hands over: artifacts, entry records, bundles and cubins (N/2).
 # Each target runs at least 1 s (libFuzzer reads a time of 0 as no limit). Any crash, leak or
 # sanitizer report fails the run; the crashing input is kept in build-fuzz/, each target's log is
 # build-fuzz/NAME.log.

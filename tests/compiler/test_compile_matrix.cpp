@@ -1,6 +1,7 @@
 // Every example graph x every mode x the test archs: compiles without spills or warnings, or is
 // refused exactly where the arch cannot run the mode (and then compiles with a recorded fallback).
 #include "compiler/compiler.h"
+#include "compiler/cubin_report.h"
 #include "compiler/nvrtc.h"
 #include "compiler/schedule.h"
 #include "compiler/ptxas_report.h"
@@ -126,6 +127,14 @@ void expect_clean(const Artifact& a, const std::string& what) {
     EXPECT_GT(k.report.registers, 0) << what << " " << k.name;
     EXPECT_FALSE(k.cubin.empty()) << what << " " << k.name;
     EXPECT_FALSE(k.ptx.empty()) << what << " " << k.name;
+  }
+  // What the runtime checks before the driver sees a cubin holds of every kernel kiln compiles.
+  std::vector<size_t> owners = binary_owners(a.kernels);
+  for (size_t i = 0; i < a.kernels.size(); ++i) {
+    const KernelArtifact& binary = a.kernels[owners[i]];
+    Status loadable = check_cubin(binary.cubin, binary.entry, a.kernels[i].params, a.target);
+    EXPECT_TRUE(loadable.ok()) << what << " " << a.kernels[i].name << ": "
+                               << (loadable ? "" : loadable.error().message);
   }
 }
 

@@ -2,6 +2,7 @@
 // what ptxas's log says of the same compile on every arch, and a damaged cubin is an error.
 #include "compiler/cubin_report.h"
 #include "compiler/nvrtc.h"
+#include "compiler/options.h"
 #include "compiler/ptxas_report.h"
 #include "compiler/target.h"
 
@@ -227,6 +228,131 @@ TEST(CubinReport, DamagedCubinsAreRefusedOrReadWithinTheirBytes) {
     }
     (void)read_cubin_report(bad);
   }
+}
+
+// check_cubin(): what the runtime checks before the driver is handed a cubin. `mapped` takes a
+// pointer, a 128-byte tensor map by value (as kiln's TMA kernels do) and an int.
+constexpr const char* k_params_source = R"(
+struct alignas(64) Map { unsigned long long opaque[16]; };
+extern "C" __global__ void mapped(float* out, const __grid_constant__ Map map, int n) {
+  if (threadIdx.x < n) out[threadIdx.x] = static_cast<float>(map.opaque[threadIdx.x % 16]);
+}
+)";
+
+std::string compiled_params(const std::string& arch) {
+  auto nvrtc = load_nvrtc("");
+  if (!nvrtc) return {};
+  auto out = (*nvrtc)->compile(k_params_source, "params_probe", arch);
+  EXPECT_TRUE(out.ok()) << (out.ok() ? "" : out.error().message);
+  return out ? out->cubin : std::string();
+}
+
+std::vector<KernelParam> params_of(std::initializer_list<ParamKind> kinds) {
+  std::vector<KernelParam> params;
+  for (ParamKind kind : kinds) {
+    KernelParam p;
+    p.kind = kind;
+    params.push_back(p);
+  }
+  return params;
+}
+
+// The error of check_cubin(...), or "ok".
+std::string checked(std::string_view cubin, const std::string& entry,
+                    const std::vector<KernelParam>& params, const Target& target) {
+  Status s = check_cubin(cubin, entry, params, target);
+  return s ? "ok" : s.error().message;
+}
+
+TEST(CheckCubin, AKernelPassesWithItsParametersAndArchAndNothingElse) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  const auto kinds = {ParamKind::pointer, ParamKind::tensor_map, ParamKind::dim};
+  const std::vector<KernelParam> right = params_of(kinds);
+  // Every arch family, and sm_90a (marked in .nv.compat).
+  for (const char* arch : {"sm_75", "sm_80", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120"}) {
+    std::string cubin = compiled_params(arch);
+    ASSERT_FALSE(cubin.empty()) << arch;
+    auto target = parse_arch(arch);
+    ASSERT_TRUE(target) << arch;
+    EXPECT_EQ(checked(cubin, "mapped", right, *target), "ok") << arch;
+  }
+  std::string cubin = compiled_params("sm_90");
+  Target sm90 = Target::cuda(90);
+  EXPECT_EQ(checked(cubin, "mapped", params_of({ParamKind::pointer, ParamKind::tensor_map}), sm90),
+            "cubin: kernel 'mapped': parameter 2 is not one of the 2 kiln passes");
+  EXPECT_EQ(checked(cubin, "mapped",
+                    params_of({ParamKind::pointer, ParamKind::tensor_map, ParamKind::dim,
+                               ParamKind::dim}),
+                    sm90),
+            "cubin: kernel 'mapped': no parameter 3");
+  EXPECT_EQ(checked(cubin, "mapped",
+                    params_of({ParamKind::pointer, ParamKind::pointer, ParamKind::dim}), sm90),
+            "cubin: kernel 'mapped': parameter 1 is 128 bytes, where kiln passes 8");
+  EXPECT_EQ(checked(cubin, "mapped",
+                    params_of({ParamKind::pointer, ParamKind::tensor_map, ParamKind::pointer}),
+                    sm90),
+            "cubin: kernel 'mapped': parameter 2 is 4 bytes, where kiln passes 8");
+  EXPECT_EQ(checked(cubin, "other", right, sm90), "cubin: no code for kernel 'other'");
+  EXPECT_EQ(checked(cubin, "mapped", right, Target::cuda(80)),
+            "cubin: built for sm_90, not for sm_80");
+  EXPECT_EQ(checked(cubin, "mapped", right, Target::cuda(90, "a")),
+            "cubin: built for sm_90, not for sm_90a");
+  EXPECT_EQ(checked(compiled_params("sm_90a"), "mapped", right, sm90),
+            "cubin: built for sm_90a, not for sm_90");
+  std::string big_endian = cubin;
+  big_endian[5] = 2;
+  EXPECT_EQ(checked(big_endian, "mapped", right, sm90), "cubin: not a little-endian ELF file");
+  EXPECT_EQ(checked("", "mapped", right, sm90), "cubin: not a 64-bit ELF file");
+  // The global .nv.info renamed as the kernel's: a reader taking the first and a check taking
+  // the last would differ.
+  uint64_t kernel_info = section_header(cubin, ".nv.info.mapped");
+  uint64_t global_info = section_header(cubin, ".nv.info");
+  ASSERT_NE(kernel_info, 0u);
+  ASSERT_NE(global_info, 0u);
+  std::string twice = cubin;
+  std::memcpy(twice.data() + global_info, cubin.data() + kernel_info, 4);
+  EXPECT_EQ(checked(twice, "mapped", right, sm90), "cubin: two sections named '.nv.info.mapped'");
+  // The kernel's attributes said to have no bytes in the file (SHT_NOBITS).
+  std::string no_bytes = cubin;
+  const uint32_t nobits = 8;
+  std::memcpy(no_bytes.data() + kernel_info + 4, &nobits, 4);
+  EXPECT_EQ(checked(no_bytes, "mapped", right, sm90),
+            "cubin: section '.nv.info.mapped' has no bytes in the file");
+}
+
+// The driver reads a cubin's size from its headers: every cut of one is refused (the headers
+// come last), and so is a segment said to reach past the end; thousands of corrupted copies are
+// checked or refused, never read past (the sanitizer runs of the suite check the "never").
+TEST(CheckCubin, EveryCutIsRefusedAndDamageIsNeverReadPast) {
+  if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
+  std::string cubin = compiled_params("sm_90");
+  ASSERT_FALSE(cubin.empty());
+  const auto params = params_of({ParamKind::pointer, ParamKind::tensor_map, ParamKind::dim});
+  Target sm90 = Target::cuda(90);
+  ASSERT_TRUE(check_cubin(cubin, "mapped", params, sm90));
+  for (size_t n = 0; n < cubin.size(); ++n) {
+    std::string cut(cubin.substr(0, n));  // its own allocation: an overread is caught
+    ASSERT_FALSE(check_cubin(cut, "mapped", params, sm90)) << n;
+  }
+  // Program header 0's file size (Elf64_Phdr.p_filesz, at 32) one past the end of the file.
+  uint64_t phoff;
+  std::memcpy(&phoff, cubin.data() + 32, 8);
+  ASSERT_LT(phoff + 40, cubin.size());
+  std::string long_segment = cubin;
+  uint64_t offset;
+  std::memcpy(&offset, cubin.data() + phoff + 8, 8);
+  uint64_t past = cubin.size() - offset + 1;
+  std::memcpy(long_segment.data() + phoff + 32, &past, 8);
+  EXPECT_EQ(checked(long_segment, "mapped", params, sm90),
+            "cubin: segment 0 past the end of the file");
+  std::mt19937 rng(11);
+  int passed = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string bad = cubin;
+    for (int j = 0; j < 4; ++j) bad[rng() % bad.size()] = static_cast<char>(rng());
+    if (check_cubin(bad, "mapped", params, sm90)) ++passed;
+  }
+  EXPECT_GT(passed, 0);  // most bytes are code or data that no header depends on
 }
 
 }  // namespace

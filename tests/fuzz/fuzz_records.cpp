@@ -4,14 +4,22 @@
 //   0: a compiled artifact (compiler::deserialize);
 //   1: an entry record (cache::decode_entry), its trailing XXH3-64 made to hold so the fuzzer
 //      reaches the fields behind it;
-//   2: a bundle (cache::parse_bundle), its file checksum made to hold.
+//   2: a bundle (cache::parse_bundle), its file checksum made to hold;
+//   3: a cubin, as the runtime checks it before the driver is handed one (compiler::check_cubin,
+//      for kernel `mapped` taking a pointer, a tensor map and an int, on sm_90). A cubin that
+//      passes must be one a reader that takes no size, as the driver's, reads within its bytes:
+//      the fake driver's reader (tests/runtime/fake_cuda/cubin.h) reads a copy of exactly its size.
 // With KILN_FUZZ_SEEDS=DIR it first writes one input of each kind to DIR (the corpus folder, so
 // the fuzzer starts from well-formed records): an emulated compile of a symbolic matmul graph,
-// that artifact as an entry with one zstd and one raw payload, and a bundle of that entry.
+// that artifact as an entry with one zstd and one raw payload, a bundle of that entry, and, where
+// NVRTC loads, a cubin of `mapped`.
 #include "cache/bundle.h"
 #include "cache/entry_codec.h"
 #include "compiler/compiler.h"
+#include "compiler/cubin_report.h"
+#include "compiler/nvrtc.h"
 #include "compiler/sizes.h"
+#include "fake_cuda/cubin.h"
 #include "ir/parse.h"
 
 #include <xxhash.h>
@@ -21,7 +29,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -69,6 +79,37 @@ void bundle(std::string_view body) {
   for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>(sum >> (8 * i)));
   auto entries = cache::parse_bundle(file, "fuzz.kbundle");
   if (!entries && entries.error().message.empty()) std::abort();
+}
+
+constexpr const char* k_cubin_source = R"(
+struct alignas(64) Map { unsigned long long opaque[16]; };
+extern "C" __global__ void mapped(float* out, const __grid_constant__ Map map, int n) {
+  if (threadIdx.x < n) out[threadIdx.x] = static_cast<float>(map.opaque[threadIdx.x % 16]);
+}
+)";
+
+// check_cubin of `bytes` as kernel `mapped` of sm_90.
+Status check_mapped(std::string_view bytes) {
+  std::vector<compiler::KernelParam> params(3);
+  params[1].kind = compiler::ParamKind::tensor_map;
+  params[2].kind = compiler::ParamKind::dim;
+  return compiler::check_cubin(bytes, "mapped", params, compiler::Target::cuda(90));
+}
+
+void cubin(std::string_view bytes) {
+  Status checked = check_mapped(bytes);
+  if (!checked) {
+    if (checked.error().message.empty()) std::abort();  // a failure must say why
+    return;
+  }
+  // Its own allocation of exactly its size: a read past it is a sanitizer report.
+  auto copy = std::make_unique<char[]>(bytes.size());
+  std::memcpy(copy.get(), bytes.data(), bytes.size());
+  auto read = fake_cuda::read_cubin(copy.get());
+  if (!read) return;
+  bool found = false;
+  for (const fake_cuda::CubinKernel& k : read->kernels) found |= k.name == "mapped";
+  if (!found) std::abort();  // check_cubin found its code
 }
 
 // The record's bytes less its trailing checksum, which the readers above append.
@@ -128,6 +169,15 @@ void write_seeds(const std::string& dir) {
   std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::remove(path.c_str());
   write_seed(dir, "seed-bundle", 2, without_checksum(file));
+
+  auto nvrtc = compiler::load_nvrtc("");
+  auto built = nvrtc ? (*nvrtc)->compile(k_cubin_source, "mapped", "sm_90") : nvrtc.error();
+  if (!built) {
+    std::fprintf(stderr, "KILN_FUZZ_SEEDS: no cubin seed: %s\n", built.error().message.c_str());
+    return;
+  }
+  if (!check_mapped(built->cubin)) std::abort();
+  write_seed(dir, "seed-cubin", 3, built->cubin);
 }
 
 }  // namespace
@@ -140,10 +190,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: artifact(bytes); break;
     case 1: entry(bytes); break;
-    default: bundle(bytes); break;
+    case 2: bundle(bytes); break;
+    default: cubin(bytes); break;
   }
   return 0;
 }

@@ -167,6 +167,40 @@ TEST_F(CachedCompile, AnEntryWhoseArtifactDoesNotDecodeIsReplacedNotKept) {
   EXPECT_EQ(warnings.size(), 1u);
 }
 
+// An entry whose checksums hold but whose cubins are another arch's (what a forged or damaged
+// build leaves): the runtime would refuse to load them (compiler::check_cubin), and `kiln verify`
+// names the entry beforehand, where its checksums alone find nothing wrong.
+TEST_F(CachedCompile, VerifyNamesAnEntryWhoseCubinsTheRuntimeWouldNotLoad) {
+  auto graph = example("mlp.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  auto first = compile_graph(*graph, options, cache.get());
+  ASSERT_TRUE(first) << first.error().message;
+  compiler::CompileOptions sm80 = options;
+  sm80.target.sm = 80;
+  auto other = compile_graph(*graph, sm80, nullptr);
+  ASSERT_TRUE(other) << other.error().message;
+  auto verified = cache->verify(cache::Fix::no, entry_problem);
+  ASSERT_TRUE(verified) << verified.error().message;
+  EXPECT_TRUE(verified->bad.empty());
+  const std::string prefix = cache::k_payload_cubin_prefix;
+  auto cubins = [&](const std::string& name) {
+    return name.compare(0, prefix.size(), prefix) == 0;
+  };
+  ASSERT_GE(cache::testing::replace_payloads(*cache, first->key, cubins,
+                                             other->artifact.kernels.front().cubin),
+            1);
+  auto checksums = cache->verify(cache::Fix::no);
+  ASSERT_TRUE(checksums) << checksums.error().message;
+  EXPECT_TRUE(checksums->bad.empty());
+  verified = cache->verify(cache::Fix::no, entry_problem);
+  ASSERT_TRUE(verified) << verified.error().message;
+  ASSERT_EQ(verified->bad.size(), 1u);
+  EXPECT_EQ(verified->bad[0].key, first->key);
+  EXPECT_EQ(verified->bad[0].reason, "kernel '" + first->artifact.kernels.front().name +
+                                         "' would not load: cubin: built for sm_80, not for sm_90")
+      << verified->bad[0].reason;
+}
+
 // --allow-fallback changes the kernels only where something falls back, so only then the key.
 TEST(CompileService, AllowingFallbacksKeysLikeRefusingWhenNothingFallsBack) {
   auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");

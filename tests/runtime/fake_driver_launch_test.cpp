@@ -117,6 +117,58 @@ void* make_stream() {
   return stream;
 }
 
+// An artifact whose cubin the driver would read past kiln's bytes is refused before the driver
+// sees it: cuModuleLoadData takes a cubin's size from its own headers, and cuLaunchKernel reads
+// as many parameters, of the sizes, as the cubin declares. Forged copies of a compiled mlp: a
+// cubin cut short; a kernel that passes one parameter fewer than its cubin takes; another arch's
+// cubin. (A parameter of the wrong size is refused too: tests/compiler/test_cubin_report.cpp.)
+TEST(FakeDriver, AForgedCubinIsRefusedBeforeTheDriverReadsIt) {
+  ASSERT_TRUE(use_fake_driver(Config{}));
+  auto graph = ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/mlp.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  auto compiled = [&](const compiler::Target& target) {
+    compiler::CompileOptions options;
+    options.target = target;
+    auto result = runtime::compile_graph(*graph, options, nullptr);
+    EXPECT_TRUE(result) << result.error().message;
+    return result ? *result : runtime::CompileResult{};
+  };
+  runtime::CompileResult sm90 = compiled(compiler::Target::cuda(90));
+  runtime::CompileResult sm80 = compiled(compiler::Target::cuda(80));
+  ASSERT_FALSE(sm90.artifact.kernels.empty());
+  ASSERT_FALSE(sm80.artifact.kernels.empty());
+  // Runs `result` and expects it refused with `expected`, no kernel launched.
+  auto refused = [&](runtime::CompileResult result, const std::string& expected) {
+    auto made = runtime::make_executable(*graph, std::move(result), 0);
+    ASSERT_TRUE(made) << made.error().message;
+    Buffers buffers(**made, 0);
+    ASSERT_TRUE(buffers.ok()) << buffers.error;
+    size_t before = fake_cuda::launches().size();
+    Status s = (*made)->run(buffers.inputs, buffers.outputs);
+    ASSERT_FALSE(s) << expected;
+    EXPECT_NE(s.error().message.find(expected), std::string::npos) << s.error().message;
+    EXPECT_EQ(fake_cuda::launches().size(), before);
+  };
+  const compiler::KernelArtifact& first = sm90.artifact.kernels.front();
+  runtime::CompileResult forged = sm90;
+  forged.artifact.kernels.front().cubin.pop_back();
+  refused(forged, "kernel '" + first.name + "': cubin: program headers past the end of the file");
+  forged = sm90;
+  forged.artifact.kernels.front().params.pop_back();
+  std::string fewer = std::to_string(first.params.size() - 1);
+  refused(forged, "cubin: kernel '" + first.entry + "': parameter " + fewer +
+                      " is not one of the " + fewer + " kiln passes");
+  forged = sm90;
+  forged.artifact.kernels.front().cubin = sm80.artifact.kernels.front().cubin;
+  forged.artifact.kernels.front().entry = sm80.artifact.kernels.front().entry;
+  refused(forged, "cubin: built for sm_80, not for sm_90");
+  // The compiled artifact itself runs.
+  auto made = runtime::make_executable(*graph, std::move(sm90), 0);
+  ASSERT_TRUE(made) << made.error().message;
+  Status s = testing_support::run_on_fresh_buffers(**made, 0);
+  EXPECT_TRUE(s) << s.error().message;
+}
+
 TEST(FakeDriver, AfterPrepareARunCanBeCapturedIntoAGraph) {
   ASSERT_TRUE(use_fake_driver({}));
   auto exe = compile_example("mlp.kg", 0);  // with a temporary
