@@ -36,7 +36,7 @@ bool read_compat(const unsigned char* data, uint64_t size, Cubin& cubin) {
     uint8_t format = data[at], attribute = data[at + 1];
     if (format < 1 || format > k_format_sized) return false;
     if (format != k_format_sized) {
-      if (attribute == k_compat_arch_specific) cubin.arch_specific = data[at + 2] != 0;
+      if (attribute == k_compat_arch_specific && data[at + 2] != 0) cubin.arch_specific = true;
       at += 4;
       continue;
     }
@@ -109,7 +109,11 @@ std::optional<Cubin> read_cubin(const void* image) {
     sections.push_back(s);
   }
   Cubin cubin;
-  cubin.sm = static_cast<int>((flags >> 8) & 0xff);
+  // ELF ABI 7 (NVRTC 12 below sm_100): the SM in e_flags' low byte, 0x800 for sm_XXa; 8: the SM
+  // in bits 8..15, 0x8 or .nv.compat's attribute 9 for sm_XXa.
+  bool abi7 = bytes[8] == 7;
+  cubin.sm = static_cast<int>(abi7 ? flags & 0xff : (flags >> 8) & 0xff);
+  cubin.arch_specific = (flags & (abi7 ? 0x800u : 0x8u)) != 0;
   for (const Section& s : sections)
     if (s.name == ".nv.compat" && !read_compat(bytes + s.offset, s.size, cubin)) return std::nullopt;
   for (const Section& text : sections) {

@@ -22,7 +22,7 @@ struct Cubin {
   int api_version = 0;  // EIATTR_CUDA_API_VERSION, e.g. 130 for CUDA 13.0; 0: none
   // An arch-specific cubin (built for sm_90a): the driver loads it on that compute capability
   // only. Read from .nv.compat, attribute 9 (NVRTC 13.0's sm_90 and sm_90a cubins of one source
-  // differ there and in the command line's text alone).
+  // differ there and in the command line's text alone), or e_flags (cubin.cpp).
   bool arch_specific = false;
   std::vector<CubinKernel> kernels;
 };
