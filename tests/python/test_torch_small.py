@@ -2347,18 +2347,49 @@ def test_triangles_eye_max_along_a_dim_clamp_to_tensors_and_aliases_run_in_kiln(
                                        msg=lambda m: f"output {i}: {m}")
 
 
-def test_a_max_along_a_dim_kiln_cannot_reduce_stays_in_pytorch(cache_dir):
+def test_a_max_or_min_along_a_dim_of_bool_runs_in_kiln(cache_dir):
+    """Whether any element is true (max) or none is false (min), and the first position of the
+    extreme: the first true (false for a min), 0 in a row of one value, as PyTorch."""
     class BoolMax(torch.nn.Module):
         def forward(self, n, x):
-            return (n > 4).max(0), x.tril(-1) * 2
+            hit = n > 4
+            return hit.max(0), hit.min(1, keepdim=True), hit.max(-1).values, x.tril(-1) * 2
+
+    S = torch.export.Dim("S", min=2, max=64)
+
+    def args(s):
+        n = torch.randint(0, 9, (4, s))
+        n[0], n[1] = 0, 9  # a row all false, a row all true
+        return n, torch.randn(4, 4)
+
+    ep = torch.export.export(BoolMax(), args(6), dynamic_shapes=({1: S}, None), strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    def leaves(outputs):  # (values, indices) pairs taken apart
+        return [t for o in outputs for t in (o if isinstance(o, tuple) else (o,))]
+
+    for s in (6, 2, 33):
+        a = args(s)
+        got, want = leaves(program(*a)), leaves(BoolMax()(*a))
+        assert len(got) == len(want) == 6
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert g.dtype == w.dtype and g.shape == w.shape, (s, i)
+            assert torch.equal(g, w), (s, i, g, w)
+
+
+def test_a_max_along_a_dim_kiln_cannot_reduce_stays_in_pytorch(cache_dir):
+    class ScalarMax(torch.nn.Module):
+        def forward(self, n, x):
+            return n.sum().max(0), x.tril(-1) * 2
 
     n, x = torch.randint(0, 9, (3, 5)), torch.randn(4, 4)
-    _, program = compiled(BoolMax(), (n, x), cache_dir)
+    _, program = compiled(ScalarMax(), (n, x), cache_dir)
     assert [(f.op, f.reason) for f in program.fallbacks] == [
-        ("aten.max.dim", "a max or min along a dim of bool")]
-    assert len(program.executables) == 1  # the compare and the tril
+        ("aten.max.dim", "a max or min along a dim of a tensor of rank 0")]
+    assert len(program.executables) == 1  # the sum and the tril
     (values, at), doubled = program(n, x)
-    (want_values, want_at), want_doubled = BoolMax()(n, x)
+    (want_values, want_at), want_doubled = ScalarMax()(n, x)
     assert torch.equal(values, want_values) and torch.equal(at, want_at)
     assert torch.equal(doubled, want_doubled)
 

@@ -3732,11 +3732,16 @@ def _first_extreme(cx, x, axis: int, keepdim: bool, lowest: bool) -> str:
     in its dtype. Integers are compared exactly, in rounds of f32 compares: a round keeps the
     positions whose value rounds to the largest (rounding never reorders), and the next compares
     what those positions hold less that largest, until the values left lie within +-2^24 (i32:
-    two rounds, i64: three; one where the ops making x keep it within +-2^24)."""
+    two rounds, i64: three; one where the ops making x keep it within +-2^24). A bool is
+    compared as 0 and 1 (of `not x` for a min)."""
     shape = cx.meta(x).shape
     k = axis - len(shape)
     dtype = cx.dtype_of(x)
     xs = cx.ref(x)
+    if dtype == "bool":
+        xv = cx.let(f"cast({f'logical_not({xs})' if lowest else xs}, to=f32)")
+        top = f"max({xv}, axis={k}, keepdim=true)"
+        return _first_hit(cx, f"eq({xv}, {top})", shape, axis, keepdim)
     if dtype in ("f32", "f16", "bf16"):
         xv = cx.let(f"neg({xs})" if lowest else xs)
         top = f"max({xv}, axis={k}, keepdim=true)"
@@ -3795,16 +3800,13 @@ def _max_dim(cx, node):
 
 
 def _max_dim_plan(cx, node):
-    """(x, axis, keepdim) of a max.dim or min.dim kiln runs: of a float or integer x, along a
-    dim of fewer than 2^24 (positions compared in f32)."""
+    """(x, axis, keepdim) of a max.dim or min.dim kiln runs: of a float, integer or bool x,
+    along a dim of fewer than 2^24 (positions compared in f32)."""
     x, dim = node.args[0], _arg(node, 1, "dim")
     keepdim = bool(_arg(node, 2, "keepdim", False))
     shape = cx.meta(x).shape
     if not shape or not isinstance(dim, int):
         raise Unsupported("a max or min along a dim of a tensor of rank 0")
-    dtype = cx.dtype_of(x)
-    if dtype == "bool":
-        raise Unsupported("a max or min along a dim of bool")
     cx.check_shape(shape)
     axis = dim % len(shape)
     _check_positions(cx, shape[axis], "a max or min")
@@ -3817,7 +3819,8 @@ def _max_dim_piece(cx, node, index: int) -> str:
     (_first_extreme). A float min is the max of -x negated; where a row's extreme is a zero held
     with both signs, its value may have the other sign than PyTorch's (the first one's). An
     integer row's value is the element at its first position: the last of the running sum of x
-    where the position is that one, 0 elsewhere (exact)."""
+    where the position is that one, 0 elsewhere (exact). A bool row's max is whether any element
+    is true, its min whether none is false."""
     x, axis, keepdim = _max_dim_plan(cx, node)
     shape = cx.meta(x).shape
     k = axis - len(shape)
@@ -3829,6 +3832,10 @@ def _max_dim_piece(cx, node, index: int) -> str:
         top = f"max({f'neg({xs})' if low else xs}, axis={k}" \
               f"{', keepdim=true' if keepdim else ''})"
         return f"neg({top})" if low else top
+    if cx.dtype_of(x) == "bool":
+        any_of = f"ne(max(cast({f'logical_not({xs})' if low else xs}, to=f32), axis={k}" \
+                 f"{', keepdim=true' if keepdim else ''}), 0.0)"
+        return f"logical_not({any_of})" if low else any_of
     n = cx.size(shape[axis])
     along = ", ".join([n] + ["1"] * (len(shape) - 1 - axis))
     at = f"eq(reshape(arange({n}), shape=[{along}]), {_first_extreme(cx, x, axis, True, low)})"
