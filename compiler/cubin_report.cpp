@@ -24,18 +24,34 @@ constexpr uint32_t k_sht_note = 7;
 constexpr uint32_t k_sht_nobits = 8;
 constexpr uint32_t k_sht_rel = 9;
 constexpr uint32_t k_sht_cuda_info = 0x70000000;  // .nv.info and .nv.info.KERNEL
+constexpr uint8_t k_format_half = 3;   // EIFMT_HVAL: a 16-bit value in the record
 constexpr uint8_t k_format_sized = 4;  // EIFMT_SVAL: a 16-bit size, then that many bytes
-constexpr uint8_t k_attr_frame_size = 0x11;  // EIATTR_FRAME_SIZE: symbol, bytes per thread
-constexpr uint8_t k_attr_kparam_info = 0x17;  // EIATTR_KPARAM_INFO: one kernel parameter
-constexpr uint8_t k_attr_regcount = 0x2f;    // EIATTR_REGCOUNT: symbol, registers per thread
-constexpr uint8_t k_attr_param_cbank = 0x0a;  // EIATTR_PARAM_CBANK: bank symbol, offset, size
-constexpr uint8_t k_attr_param_bytes = 0x19;  // EIATTR_CBANK_PARAM_SIZE: the parameters' bytes
-constexpr uint8_t k_format_half = 3;          // EIFMT_HVAL: a 16-bit value in the record
-// Attributes that list instructions of the kernel's code the driver may patch, and the bytes of
-// each entry, whose first 32 bits are the instruction's offset: EIATTR_EXIT_INSTR_OFFSETS (an
-// offset each) and EIATTR_MBARRIER_INSTR_OFFSETS (16 bytes each), as cuobjdump -elf reads the
-// cubins kiln compiles. The other *_OFFSETS attributes' layouts are not known here: unchecked.
-constexpr std::pair<uint8_t, uint64_t> k_instruction_lists[] = {{0x1c, 4}, {0x39, 16}};
+// EIATTR_* numbers, as cuobjdump -elf names them.
+constexpr uint8_t k_attr_param_cbank = 0x0a;  // PARAM_CBANK: bank symbol, offset, size
+constexpr uint8_t k_attr_externs = 0x0f;      // EXTERNS: symbols, 32 bits each
+constexpr uint8_t k_attr_frame_size = 0x11;   // FRAME_SIZE: symbol, bytes per thread
+constexpr uint8_t k_attr_kparam_info = 0x17;  // KPARAM_INFO: one kernel parameter
+constexpr uint8_t k_attr_param_bytes = 0x19;  // CBANK_PARAM_SIZE: the parameters' bytes
+constexpr uint8_t k_attr_regcount = 0x2f;     // REGCOUNT: symbol, registers per thread
+// The global .nv.info's attributes of a function: symbol, value (MIN_STACK_SIZE, CRS_STACK_SIZE
+// and MAX_STACK_SIZE besides the two above).
+constexpr uint8_t k_function_attributes[] = {k_attr_frame_size, 0x12, 0x1e, 0x23,
+                                             k_attr_regcount};
+// A kernel's attributes of one length, as NVRTC 12 and 13 write them: MAX_THREADS and REQNTID
+// (x, y, z), CRS_STACK_SIZE, SW_WAR and CUDA_API_VERSION; one of another length is refused, so
+// that a reader trusting the attribute does not read past the record.
+constexpr std::pair<uint8_t, uint64_t> k_fixed_lengths[] = {
+    {0x05, 12}, {0x10, 12}, {0x1e, 4}, {0x36, 4}, {0x37, 4}};
+// Parameter attributes kiln does not read (SMEM_PARAM_SIZE, KPARAM_INFO_V2): refused.
+constexpr uint8_t k_unread_parameter_attributes[] = {0x18, 0x45};
+// Attributes that list instructions of a kernel's code the driver may patch, and the bytes of
+// each entry, whose first 32 bits are the instruction's offset: 16 for MBARRIER_INSTR_OFFSETS, 4
+// for EXIT, S2RCTAID, LD_CACHEMOD, ATOM_SYS, COOP_GROUP, ATOMF16_EMUL, INT_WARP_WIDE, SYSCALL,
+// STACK_CANARY_TRAP, LOCAL_CTA_ASYNC_STORE and IGNOREOOB_CP_ASYNC_BULK (_INSTR_OFFSETS or
+// _OFFSETS), as cuobjdump -elf reads them.
+constexpr std::pair<uint8_t, uint64_t> k_instruction_lists[] = {
+    {0x1c, 4}, {0x1d, 4}, {0x25, 4}, {0x27, 4}, {0x28, 4}, {0x2d, 4},
+    {0x31, 4}, {0x39, 16}, {0x46, 4}, {0x57, 4}, {0x59, 4}, {0x65, 4}};
 constexpr uint8_t k_compat_arch_specific = 0x09;  // .nv.compat: 1 in an sm_XXa cubin
 constexpr uint64_t k_reserved_smem = 1024;
 constexpr uint32_t k_op_stl = 0x387;
@@ -88,21 +104,24 @@ Expected<Elf> read_elf(std::string_view cubin) {
   uint64_t shoff = load<uint64_t>(cubin, 40);
   uint16_t shentsize = load<uint16_t>(cubin, 58), shnum = load<uint16_t>(cubin, 60),
            shstrndx = load<uint16_t>(cubin, 62);
-  if (shentsize < 64 || shnum == 0 || shstrndx >= shnum || shoff > cubin.size() ||
-      uint64_t{shnum} * shentsize > cubin.size() - shoff) {
+  // Section numbers from 0xff00 are reserved (SHN_LORESERVE): a file of so many sections is not
+  // one a reader indexes alike.
+  if (shentsize != 64 || shnum == 0 || shnum >= 0xff00 || shstrndx >= shnum)
+    return bad("section headers of another size or count");
+  if (shoff > cubin.size() || uint64_t{shnum} * shentsize > cubin.size() - shoff)
     return bad("section headers past the end of the file");
-  }
   uint64_t phoff = load<uint64_t>(cubin, 32);
   uint16_t phentsize = load<uint16_t>(cubin, 54), phnum = load<uint16_t>(cubin, 56);
   if (phnum == 0xffff) return bad("program headers counted elsewhere (PN_XNUM)");
-  if (phnum != 0 && (phentsize < 56 || phoff > cubin.size() ||
+  if (phnum != 0 && (phentsize != 56 || phoff > cubin.size() ||
                      uint64_t{phnum} * phentsize > cubin.size() - phoff)) {
     return bad("program headers past the end of the file");
   }
   for (uint16_t i = 0; i < phnum; ++i) {
     uint64_t h = phoff + uint64_t{i} * phentsize;
     uint64_t offset = load<uint64_t>(cubin, h + 8), file_bytes = load<uint64_t>(cubin, h + 32);
-    if (offset > cubin.size() || file_bytes > cubin.size() - offset) {
+    if (offset > cubin.size() || file_bytes > cubin.size() - offset ||
+        file_bytes > load<uint64_t>(cubin, h + 40)) {
       return bad("segment " + std::to_string(i) + " past the end of the file");
     }
   }
@@ -334,6 +353,141 @@ std::optional<std::pair<int, bool>> built_for(std::string_view cubin, const Elf&
   return std::pair{static_cast<int>((elf.flags >> 8) & 0xff), arch_specific};
 }
 
+// One parameter of a kernel, as its attributes declare it.
+struct Parameter {
+  int64_t offset = 0, bytes = -1;
+};
+
+// Attribute section `index`: its records whole, and what they name within what they name.
+// - The global .nv.info (describing no code): each function attribute names a symbol; no
+//   parameter records.
+// - A kernel's: it describes a kernel's code and links to the symbol table; its externs name
+//   symbols; its instruction lists lie within the code; its parameters (KPARAM_INFO: a 32-bit
+//   index, then a 16-bit ordinal, a 16-bit offset and 32 bits of flags, the size in the top 14)
+//   are numbered 0 to n - 1 and lie, without overlap, within the bytes of parameters, on which
+//   CBANK_PARAM_SIZE and PARAM_CBANK agree, the latter within the kernel's .nv.constant0 section.
+//   (The offsets are ptxas's: it aligns each parameter in the constant bank, whose parameter
+//   window starts at an arch's own address.) `parameters` gets them, by ordinal.
+Status check_attributes(const std::vector<Section>& sections, size_t symtab, size_t index,
+                        std::vector<Parameter>* parameters) {
+  const Section& s = sections[index];
+  const Section& symbols = sections[symtab];
+  uint64_t symbol_count = symbols.bytes.size() / 24;
+  std::string where = "section '" + std::string(s.name) + "': ";
+  auto member = [](const auto& list, uint8_t attribute) {
+    return std::find(std::begin(list), std::end(list), attribute) != std::end(list);
+  };
+  auto parameter_record = [&](uint8_t attribute) {
+    return attribute == k_attr_param_cbank || attribute == k_attr_kparam_info ||
+           attribute == k_attr_param_bytes || member(k_unread_parameter_attributes, attribute);
+  };
+  std::string failure;
+  if (s.info == 0) {
+    bool whole = for_each_record(s.bytes, [&](uint8_t format, uint8_t attribute,
+                                              std::string_view value) {
+      if (!failure.empty()) return;
+      if (parameter_record(attribute)) {
+        failure = "a parameter record outside a kernel's attributes";
+      } else if (member(k_function_attributes, attribute) &&
+                 (format != k_format_sized || value.size() != 8 ||
+                  load<uint32_t>(value, 0) >= symbol_count)) {
+        failure = "a function attribute that names no symbol";
+      }
+    });
+    if (!whole) return bad(where + "a record of unknown format, or past its end");
+    return failure.empty() ? Status::success() : bad(where + failure);
+  }
+  const Section& code = sections[s.info];
+  if (s.link != symtab || code.name.substr(0, 6) != ".text." || code.bytes.empty() ||
+      code.bytes.size() % 16 != 0) {
+    return bad(where + "it describes no kernel's code");
+  }
+  std::string constants = ".nv.constant0." + std::string(code.name.substr(6));
+  int64_t total = -1;
+  bool banked = false;
+  // CBANK_PARAM_SIZE and PARAM_CBANK both give the parameters' bytes; they must agree.
+  auto size_of_parameters = [&](int64_t bytes) {
+    if (total >= 0 && bytes != total) failure = "two sizes of its parameters";
+    total = bytes;
+  };
+  bool whole = for_each_record(s.bytes, [&](uint8_t format, uint8_t attribute,
+                                            std::string_view value) {
+    if (!failure.empty()) return;
+    bool sized = format == k_format_sized;
+    if (member(k_unread_parameter_attributes, attribute)) {
+      failure = "a parameter record kiln does not read (attribute " +
+                std::to_string(attribute) + ")";
+    } else if (attribute == k_attr_param_bytes) {
+      if (format != k_format_half) failure = "a size of its parameters in another format";
+      else size_of_parameters(load<uint16_t>(value, 0));
+    } else if (attribute == k_attr_param_cbank) {
+      uint64_t symbol = sized && value.size() == 8 ? load<uint32_t>(value, 0) : symbol_count;
+      uint16_t bank = symbol < symbol_count ? load<uint16_t>(symbols.bytes, symbol * 24 + 6)
+                                            : uint16_t{0xffff};
+      if (bank >= sections.size() || sections[bank].name != constants ||
+          sections[bank].info != s.info) {
+        failure = "its parameters' bank is not its constant section";
+        return;
+      }
+      uint64_t bytes = load<uint16_t>(value, 6);
+      if (load<uint16_t>(value, 4) + bytes > sections[bank].bytes.size()) {
+        failure = "its parameters' bank runs past its constant section";
+        return;
+      }
+      banked = true;
+      size_of_parameters(static_cast<int64_t>(bytes));
+    } else if (attribute == k_attr_kparam_info) {
+      uint16_t ordinal = sized && value.size() >= 12 ? load<uint16_t>(value, 4) : uint16_t{0xffff};
+      if (ordinal == 0xffff) {
+        failure = "a short parameter record";
+        return;
+      }
+      if (parameters->size() <= ordinal) parameters->resize(ordinal + 1u);
+      if ((*parameters)[ordinal].bytes >= 0) {
+        failure = "two records of parameter " + std::to_string(ordinal);
+        return;
+      }
+      (*parameters)[ordinal] = {load<uint16_t>(value, 6), load<uint32_t>(value, 8) >> 18};
+    } else if (attribute == k_attr_externs) {
+      for (uint64_t at = 0; at < value.size() && failure.empty(); at += 4) {
+        if (!sized || value.size() - at < 4 || load<uint32_t>(value, at) >= symbol_count)
+          failure = "an extern that names no symbol";
+      }
+    }
+    for (auto [fixed, length] : k_fixed_lengths) {
+      if (attribute == fixed && (!sized || value.size() != length))
+        failure = "attribute " + std::to_string(attribute) + " of another length";
+    }
+    for (auto [listing, stride] : k_instruction_lists) {
+      if (attribute != listing) continue;
+      for (uint64_t at = 0; at < value.size() && failure.empty(); at += stride) {
+        if (!sized || value.size() - at < stride ||
+            load<uint32_t>(value, at) > code.bytes.size() - 16) {
+          failure = "an instruction offset past its code";
+        }
+      }
+    }
+  });
+  if (!whole) return bad(where + "a record of unknown format, or past its end");
+  if (!failure.empty()) return bad(where + failure);
+  // Each parameter within the bytes of parameters, the bank that holds them, without overlap.
+  std::vector<std::pair<int64_t, int64_t>> spans;  // [offset, end)
+  for (size_t i = 0; i < parameters->size(); ++i) {
+    const Parameter& p = (*parameters)[i];
+    if (p.bytes < 0) return bad(where + "no record of parameter " + std::to_string(i));
+    spans.push_back({p.offset, p.offset + p.bytes});
+  }
+  if (!spans.empty() && (!banked || total > static_cast<int64_t>(k_max_param_bytes)))
+    return bad(where + "no bank of its parameters, or one past " +
+               std::to_string(k_max_param_bytes) + " bytes");
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].second > total || (i + 1 < spans.size() && spans[i].second > spans[i + 1].first))
+      return bad(where + "its parameters overlap, or pass their bytes");
+  }
+  return Status::success();
+}
+
 }  // namespace
 
 Status check_cubin(std::string_view cubin, const std::string& entry,
@@ -344,11 +498,12 @@ Status check_cubin(std::string_view cubin, const std::string& entry,
   const std::vector<Section>& sections = elf->sections;
   size_t symtab = 0;
   if (Status s = check_structure(sections, &symtab); !s) return s;
-  // A section without bytes in the file is memory the driver reserves (shared, local, global);
-  // any other (code, attributes, constants, symbols) is read from the file.
+  // A section without bytes in the file is memory the driver reserves (shared, local, and
+  // uninitialised global memory: .nv.global, not .nv.global.init); any other (code, attributes,
+  // constants, symbols, initialised data) is read from the file.
   for (const Section& s : sections) {
     if (s.type == k_sht_nobits && s.name.substr(0, 11) != ".nv.shared." &&
-        s.name.substr(0, 10) != ".nv.local." && s.name.substr(0, 10) != ".nv.global") {
+        s.name.substr(0, 10) != ".nv.local." && s.name != ".nv.global") {
       return bad("section '" + std::string(s.name) + "' has no bytes in the file");
     }
   }
@@ -384,97 +539,40 @@ Status check_cubin(std::string_view cubin, const std::string& entry,
     if (*string_at(strings, load<uint32_t>(symbols.bytes, at)) != entry) continue;
     ++named;
     uint8_t type = static_cast<uint8_t>(symbols.bytes[at + 4]) & 0xf;
-    if (type != 2 || load<uint16_t>(symbols.bytes, at + 6) != text)  // STT_FUNC in its code
-      return bad(kernel + "its symbol is not a function in its code");
+    uint64_t value = load<uint64_t>(symbols.bytes, at + 8);
+    uint64_t size = load<uint64_t>(symbols.bytes, at + 16);
+    uint64_t code = sections[text].bytes.size();
+    // STT_FUNC, in its code and within it.
+    if (type != 2 || load<uint16_t>(symbols.bytes, at + 6) != text || value > code ||
+        size > code - value) {
+      return bad(kernel + "its symbol is not a function within its code");
+    }
   }
   if (named != 1) return bad(kernel + std::to_string(named) + " symbols of its name");
-  for (size_t i = 0; i < sections.size(); ++i) {
-    const Section& s = sections[i];
-    if (s.type == k_sht_cuda_info && s.info == text && i != info)
-      return bad(kernel + "section '" + std::string(s.name) + "' describes its code");
-  }
-  if (info != sections.size() &&
-      (sections[info].type != k_sht_cuda_info || sections[info].info != text ||
-       sections[info].link != symtab)) {
+  if (info != sections.size() && sections[info].info != text)
     return bad(kernel + "its attributes describe other code");
+  // Every attribute section, of every kernel of the file (the driver loads them all).
+  std::vector<Parameter> parameters;
+  for (size_t i = 0; i < sections.size(); ++i) {
+    if (sections[i].type != k_sht_cuda_info) continue;
+    if (sections[i].info == text && i != info)
+      return bad(kernel + "section '" + std::string(sections[i].name) + "' describes its code");
+    std::vector<Parameter> found;
+    if (Status s = check_attributes(sections, symtab, i, &found); !s) return s;
+    if (i == info) parameters = std::move(found);
   }
-  // The parameters: EIATTR_KPARAM_INFO records (a 32-bit index, then a 16-bit ordinal, a 16-bit
-  // offset and 32 bits of flags, the size in the top 14), within the bytes of parameters
-  // (EIATTR_CBANK_PARAM_SIZE), which lie within the constant bank's section (EIATTR_PARAM_CBANK).
-  // The offsets are ptxas's: it aligns each parameter in the constant bank, whose parameter window
-  // starts at an arch's own address.
-  struct Found {
-    int64_t bytes = -1, offset = 0;
-  };
-  std::vector<Found> found(params.size());
-  std::string failure;
-  int64_t total = -1;
-  if (info != sections.size()) {
-    for_each_record(sections[info].bytes, [&](uint8_t format, uint8_t attribute,
-                                              std::string_view value) {
-      if (!failure.empty()) return;
-      // Both give the parameters' bytes; they must agree.
-      auto size_of_parameters = [&](int64_t bytes) {
-        if (total >= 0 && bytes != total) failure = "two sizes of its parameters";
-        total = bytes;
-      };
-      if (format == k_format_half && attribute == k_attr_param_bytes) {
-        size_of_parameters(load<uint16_t>(value, 0));
-      } else if (format == k_format_sized && attribute == k_attr_param_cbank) {
-        if (value.size() != 8) {
-          failure = "a bank record of " + std::to_string(value.size()) + " bytes";
-          return;
-        }
-        uint64_t symbol = load<uint32_t>(value, 0), bytes = load<uint16_t>(value, 6);
-        uint64_t end = uint64_t{load<uint16_t>(value, 4)} + bytes;
-        uint16_t bank = symbol < symbols.bytes.size() / 24
-                            ? load<uint16_t>(symbols.bytes, symbol * 24 + 6)
-                            : uint16_t{0xffff};
-        if (bank >= sections.size() || end > sections[bank].bytes.size())
-          failure = "its parameters' bank is not within a section";
-        else
-          size_of_parameters(static_cast<int64_t>(bytes));
-      } else if (format == k_format_sized && attribute == k_attr_kparam_info) {
-        uint16_t ordinal = value.size() >= 12 ? load<uint16_t>(value, 4) : uint16_t{0xffff};
-        if (value.size() < 12) {
-          failure = "a short parameter record";
-        } else if (ordinal >= found.size() || found[ordinal].bytes >= 0) {
-          failure = "parameter " + std::to_string(ordinal) + " is not one of the " +
-                    std::to_string(params.size()) + " kiln passes";
-        } else {
-          found[ordinal] = {load<uint32_t>(value, 8) >> 18, load<uint16_t>(value, 6)};
-        }
-      }
-      for (auto [listing, stride] : k_instruction_lists) {
-        if (format != k_format_sized || attribute != listing) continue;
-        uint64_t code = sections[text].bytes.size();
-        for (uint64_t at = 0; at < value.size() && failure.empty(); at += stride) {
-          if (value.size() - at < stride || load<uint32_t>(value, at) > code - 16)
-            failure = "an instruction offset past its code";
-        }
-      }
-    });
-  }
-  if (!failure.empty()) return bad(kernel + failure);
   // kiln passes a pointer to each value, of which the driver reads as many bytes as the cubin
-  // says, into the bank at its offset.
-  std::vector<std::pair<int64_t, int64_t>> spans;  // [offset, end) of each parameter
+  // says.
+  if (parameters.size() != params.size()) {
+    return bad(kernel + "it takes " + std::to_string(parameters.size()) + " parameters, where " +
+               "kiln passes " + std::to_string(params.size()));
+  }
   for (size_t i = 0; i < params.size(); ++i) {
-    if (found[i].bytes < 0) return bad(kernel + "no parameter " + std::to_string(i));
-    if (uint32_t bytes = param_size(params[i].kind); found[i].bytes != bytes) {
+    if (uint32_t bytes = param_size(params[i].kind); parameters[i].bytes != bytes) {
       return bad(kernel + "parameter " + std::to_string(i) + " is " +
-                 std::to_string(found[i].bytes) + " bytes, where kiln passes " +
+                 std::to_string(parameters[i].bytes) + " bytes, where kiln passes " +
                  std::to_string(bytes));
     }
-    spans.push_back({found[i].offset, found[i].offset + found[i].bytes});
-  }
-  if (!params.empty() && (total < 0 || static_cast<uint64_t>(total) > k_max_param_bytes))
-    return bad(kernel + "no size of its parameters, or one past " +
-               std::to_string(k_max_param_bytes) + " bytes");
-  std::sort(spans.begin(), spans.end());
-  for (size_t i = 0; i < spans.size(); ++i) {
-    if (spans[i].second > total || (i + 1 < spans.size() && spans[i].second > spans[i + 1].first))
-      return bad(kernel + "its parameters overlap, or pass their bytes");
   }
   return Status::success();
 }

@@ -38,12 +38,13 @@ Expected<std::vector<std::pair<std::string, KernelReport>>> read_cubin_report(
 // from the ELF's own headers) and cuLaunchKernel reads each parameter's bytes as the cubin sizes
 // it, so a forged or damaged cubin could otherwise make the driver read past kiln's buffers or
 // its own. The cubin must be a 64-bit little-endian CUDA ELF whose headers, sections, segments
-// and notes lie within its bytes, and whose section links, symbols, relocations and attribute
-// records lie within what they name; built for `target` (its SM, and `a` or not, where the ELF
-// ABI is 7 or 8); with one function symbol `entry` in its code, described by one attribute
-// section; whose parameters are exactly `params`, each of the size kiln passes, within the
-// parameter bank and its constant section; whose exit and mbarrier instruction lists lie within
-// its code. Not every attribute is read (docs/cache.md, "Trust"). The error names what is wrong.
+// and notes lie within its bytes, and whose section links, symbols and relocations lie within
+// what they name; built for `target` (its SM, and `a` or not, where the ELF ABI is 7 or 8); with
+// one function symbol `entry` within its code, described by one attribute section; whose
+// parameters are exactly `params`, each of the size kiln passes, within the parameter bank and
+// its constant section. Every kernel's attribute section is read whole, and its records that
+// name symbols, list instructions or have one length checked (check_attributes). Attributes of
+// unknown layout are not read (docs/cache.md, "Trust"). The error names what is wrong.
 Status check_cubin(std::string_view cubin, const std::string& entry,
                    const std::vector<KernelParam>& params, const Target& target);
 

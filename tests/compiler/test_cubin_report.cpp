@@ -232,12 +232,14 @@ TEST(CubinReport, DamagedCubinsAreRefusedOrReadWithinTheirBytes) {
 }
 
 // check_cubin(): what the runtime checks before the driver is handed a cubin. `mapped` takes a
-// pointer, a 128-byte tensor map by value (as kiln's TMA kernels do) and an int.
+// pointer, a 128-byte tensor map by value (as kiln's TMA kernels do) and an int; `other`, loaded
+// with it, a pointer.
 constexpr const char* k_params_source = R"(
 struct alignas(64) Map { unsigned long long opaque[16]; };
 extern "C" __global__ void mapped(float* out, const __grid_constant__ Map map, int n) {
   if (threadIdx.x < n) out[threadIdx.x] = static_cast<float>(map.opaque[threadIdx.x % 16]);
 }
+extern "C" __global__ void other(int* out) { out[threadIdx.x] = threadIdx.x; }
 )";
 
 std::string compiled_params(const std::string& arch) {
@@ -284,12 +286,12 @@ TEST(CheckCubin, AKernelPassesWithItsParametersAndArchAndNothingElse) {
   std::string cubin = compiled_params("sm_90");
   Target sm90 = Target::cuda(90);
   EXPECT_EQ(checked(cubin, "mapped", params_of({ParamKind::pointer, ParamKind::tensor_map}), sm90),
-            "cubin: kernel 'mapped': parameter 2 is not one of the 2 kiln passes");
+            "cubin: kernel 'mapped': it takes 3 parameters, where kiln passes 2");
   EXPECT_EQ(checked(cubin, "mapped",
                     params_of({ParamKind::pointer, ParamKind::tensor_map, ParamKind::dim,
                                ParamKind::dim}),
                     sm90),
-            "cubin: kernel 'mapped': no parameter 3");
+            "cubin: kernel 'mapped': it takes 3 parameters, where kiln passes 4");
   EXPECT_EQ(checked(cubin, "mapped",
                     params_of({ParamKind::pointer, ParamKind::pointer, ParamKind::dim}), sm90),
             "cubin: kernel 'mapped': parameter 1 is 128 bytes, where kiln passes 8");
@@ -297,7 +299,8 @@ TEST(CheckCubin, AKernelPassesWithItsParametersAndArchAndNothingElse) {
                     params_of({ParamKind::pointer, ParamKind::tensor_map, ParamKind::pointer}),
                     sm90),
             "cubin: kernel 'mapped': parameter 2 is 4 bytes, where kiln passes 8");
-  EXPECT_EQ(checked(cubin, "other", right, sm90), "cubin: no code for kernel 'other'");
+  EXPECT_EQ(checked(cubin, "another", right, sm90), "cubin: no code for kernel 'another'");
+  EXPECT_EQ(checked(cubin, "other", params_of({ParamKind::pointer}), sm90), "ok");
   EXPECT_EQ(checked(cubin, "mapped", right, Target::cuda(80)),
             "cubin: built for sm_90, not for sm_80");
   EXPECT_EQ(checked(cubin, "mapped", right, Target::cuda(90, "a")),
@@ -410,7 +413,7 @@ TEST(CheckCubin, ForgedBindingsBanksAndCrossReferencesAreRefused) {
   auto object = [&](std::string& b) {
     b[symbol + 4] = static_cast<char>((b[symbol + 4] & 0xf0) | 1);
   };
-  EXPECT_EQ(forged(object), "cubin: kernel 'mapped': its symbol is not a function in its code");
+  EXPECT_EQ(forged(object), "cubin: kernel 'mapped': its symbol is not a function within its code");
   // The kernel's attributes said to describe no code; the global ones said to describe it.
   uint32_t text;
   std::memcpy(&text, cubin.data() + info + 44, 4);
@@ -426,14 +429,37 @@ TEST(CheckCubin, ForgedBindingsBanksAndCrossReferencesAreRefused) {
   uint16_t total;
   std::memcpy(&total, cubin.data() + bytes, 2);
   EXPECT_EQ(forged([&](std::string& b) { put<uint16_t>(b, param + 6, total - 2); }),
-            "cubin: kernel 'mapped': its parameters overlap, or pass their bytes");
+            "cubin: section '.nv.info.mapped': its parameters overlap, or pass their bytes");
   EXPECT_EQ(forged([&](std::string& b) { put<uint16_t>(b, bank + 4, 0xff00); }),
-            "cubin: kernel 'mapped': its parameters' bank is not within a section");
+            "cubin: section '.nv.info.mapped': its parameters' bank runs past its constant "
+            "section");
   // An instruction the driver may patch (EIATTR_EXIT_INSTR_OFFSETS) past the code.
   uint64_t exits = record_value(cubin, ".nv.info.mapped", 0x1c);
   ASSERT_NE(exits, 0u);
   EXPECT_EQ(forged([&](std::string& b) { put<uint32_t>(b, exits, 0x7ffffff0); }),
-            "cubin: kernel 'mapped': an instruction offset past its code");
+            "cubin: section '.nv.info.mapped': an instruction offset past its code");
+  // The same in the other kernel of the file: the driver loads every kernel of it.
+  uint64_t other_exits = record_value(cubin, ".nv.info.other", 0x1c);
+  ASSERT_NE(other_exits, 0u);
+  EXPECT_EQ(forged([&](std::string& b) { put<uint32_t>(b, other_exits, 0x7ffffff0); }),
+            "cubin: section '.nv.info.other': an instruction offset past its code");
+  // A register count (EIATTR_REGCOUNT) naming no symbol; a parameter record kiln does not read
+  // (EIATTR_KPARAM_INFO_V2) in place of one it does.
+  uint64_t registers = record_value(cubin, ".nv.info", 0x2f);
+  ASSERT_NE(registers, 0u);
+  EXPECT_EQ(forged([&](std::string& b) { put<uint32_t>(b, registers, 0x7fffffff); }),
+            "cubin: section '.nv.info': a function attribute that names no symbol");
+  EXPECT_EQ(forged([&](std::string& b) { b[param - 3] = 0x45; }),
+            "cubin: section '.nv.info.mapped': a parameter record kiln does not read "
+            "(attribute 69)");
+  // A 4-byte record renamed MAX_THREADS, which a reader takes as 12 bytes (x, y, z).
+  uint64_t version = record_value(cubin, ".nv.info.mapped", 0x37);
+  ASSERT_NE(version, 0u);
+  EXPECT_EQ(forged([&](std::string& b) { b[version - 3] = 0x05; }),
+            "cubin: section '.nv.info.mapped': attribute 5 of another length");
+  // Section headers of another size than Elf64_Shdr's.
+  EXPECT_EQ(forged([&](std::string& b) { put<uint16_t>(b, 58, 128); }),
+            "cubin: section headers of another size or count");
   // A note that says it runs past its section; a symbol table of 1-byte symbols.
   uint64_t notes;
   std::memcpy(&notes, cubin.data() + note + 24, 8);

@@ -155,9 +155,9 @@ TEST(FakeDriver, AForgedCubinIsRefusedBeforeTheDriverReadsIt) {
   refused(forged, "kernel '" + first.name + "': cubin: ");  // a header or section past the end
   forged = sm90;
   forged.artifact.kernels.front().params.pop_back();
-  std::string fewer = std::to_string(first.params.size() - 1);
-  refused(forged, "cubin: kernel '" + first.entry + "': parameter " + fewer +
-                      " is not one of the " + fewer + " kiln passes");
+  refused(forged, "cubin: kernel '" + first.entry + "': it takes " +
+                      std::to_string(first.params.size()) + " parameters, where kiln passes " +
+                      std::to_string(first.params.size() - 1));
   forged = sm90;
   forged.artifact.kernels.front().cubin = sm80.artifact.kernels.front().cubin;
   forged.artifact.kernels.front().entry = sm80.artifact.kernels.front().entry;
