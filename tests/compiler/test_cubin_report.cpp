@@ -209,7 +209,8 @@ TEST(CubinReport, NotACubinIsAnError) {
 }
 
 // Every truncation and thousands of corrupted copies of a real cubin are read or refused, never
-// read past (the sanitizer runs of the suite check the "never").
+// read past (an ASan build of these tests reports a read past; scripts/sanitize.sh does not
+// build them).
 TEST(CubinReport, DamagedCubinsAreRefusedOrReadWithinTheirBytes) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   std::string cubin = compiled(90);
@@ -471,7 +472,9 @@ TEST(CheckCubin, ForgedBindingsBanksAndCrossReferencesAreRefused) {
 
 // The driver reads a cubin's size from its headers: every cut of one is refused (the headers
 // come last), and so is a segment said to reach past the end; thousands of corrupted copies are
-// checked or refused, never read past (the sanitizer runs of the suite check the "never").
+// checked or refused, never read past (an ASan build of these tests reports a read past, and
+// fuzz_records runs check_cubin under ASan on any bytes; scripts/sanitize.sh does not build
+// these tests).
 TEST(CheckCubin, EveryCutIsRefusedAndDamageIsNeverReadPast) {
   if (!test::have_nvrtc()) GTEST_SKIP() << "no NVRTC here";
   std::string cubin = compiled_params("sm_90");
