@@ -268,8 +268,8 @@ namespace {
 // What every section of a cubin says of the others, checked as a loader would follow it: links
 // and targets name sections; string tables end in NUL; one symbol table of 24-byte symbols, each
 // named within its string table and in a section that exists; relocations within their symbol
-// table and their target section; notes and attribute sections read whole. `symtab` is set to the
-// symbol table's index.
+// table and their target section; notes and .nv.compat read whole. `symtab` is set to the symbol
+// table's index.
 Status check_structure(const std::vector<Section>& sections, size_t* symtab) {
   size_t count = sections.size();
   *symtab = count;
@@ -299,7 +299,8 @@ Status check_structure(const std::vector<Section>& sections, size_t* symtab) {
       }
       if (at != s.bytes.size()) return bad(which + ": a note runs past it");
     }
-    if ((s.type == k_sht_cuda_info || s.name == ".nv.compat") &&
+    // (The attribute sections proper are read by check_attributes.)
+    if (s.name == ".nv.compat" &&
         !for_each_record(s.bytes, [](uint8_t, uint8_t, std::string_view) {})) {
       return bad(which + ": a record of unknown format, or past its end");
     }
@@ -573,6 +574,16 @@ Status check_cubin(std::string_view cubin, const std::string& entry,
                  std::to_string(parameters[i].bytes) + " bytes, where kiln passes " +
                  std::to_string(bytes));
     }
+  }
+  return Status::success();
+}
+
+Status check_cubins(const Artifact& artifact) {
+  std::vector<size_t> owners = binary_owners(artifact.kernels);
+  for (size_t i = 0; i < artifact.kernels.size(); ++i) {
+    const KernelArtifact& binary = artifact.kernels[owners[i]];
+    Status s = check_cubin(binary.cubin, binary.entry, artifact.kernels[i].params, artifact.target);
+    if (!s) return make_error("kernel '", artifact.kernels[i].name, "': ", s.error().message);
   }
   return Status::success();
 }

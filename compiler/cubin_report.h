@@ -47,6 +47,10 @@ Expected<std::vector<std::pair<std::string, KernelReport>>> read_cubin_report(
 // unknown layout are not read (docs/cache.md, "Trust"). The error names what is wrong.
 Status check_cubin(std::string_view cubin, const std::string& entry,
                    const std::vector<KernelParam>& params, const Target& target);
+// check_cubin of every kernel of CUDA artifact `artifact`: the cubin it runs (its own, or that of
+// the kernel its binary_of names) with its own parameters. The error names the kernel:
+// "kernel 'NAME': cubin: ...".
+Status check_cubins(const Artifact& artifact);
 
 // Kernel `entry`'s report as compile_lowered keeps it: registers, frame and shared memory from
 // `cubin` (NVRTC's log can come back empty: it did on a machine with a GPU visible, compiling on

@@ -217,14 +217,8 @@ std::string entry_problem(cache::Entry entry) {
   if (!artifact) return "its artifact does not decode: " + without_key(artifact.error().message);
   // Its cubins, as the runtime checks them before the driver is handed one.
   if (artifact->target.kind == compiler::Target::Kind::cuda) {
-    const std::vector<compiler::KernelArtifact>& kernels = artifact->kernels;
-    std::vector<size_t> owners = compiler::binary_owners(kernels);
-    for (size_t i = 0; i < kernels.size(); ++i) {
-      const compiler::KernelArtifact& binary = kernels[owners[i]];
-      Status s = compiler::check_cubin(binary.cubin, binary.entry, kernels[i].params,
-                                       artifact->target);
-      if (!s) return "kernel '" + kernels[i].name + "' would not load: " + s.error().message;
-    }
+    if (Status s = compiler::check_cubins(*artifact); !s)
+      return "its cubins would not load: " + s.error().message;
   }
   // Another CPU's code, or no LLVM plugin here: decoding is all this machine can check.
   if (!artifact->is_cpu() || !compiler::cpu::runs_here(artifact->target.cpu)) return "";

@@ -278,15 +278,8 @@ private:
     std::vector<size_t> owners = compiler::binary_owners(kernels);
     // Every cubin a whole CUDA ELF of the artifact's arch whose entry takes the parameters this
     // launcher passes, before the driver reads any (compiler/cubin_report.h says why).
-    for (size_t i = 0; i < kernels.size(); ++i) {
-      const compiler::KernelArtifact& binary = kernels[owners[i]];
-      if (Status s = compiler::check_cubin(binary.cubin, binary.entry, kernels[i].params,
-                                           m_artifact.target);
-          !s) {
-        return make_error("entry ", exe().key(), ": kernel '", kernels[i].name, "': ",
-                          s.error().message);
-      }
-    }
+    if (Status s = compiler::check_cubins(m_artifact); !s)
+      return make_error("entry ", exe().key(), ": ", s.error().message);
     for (size_t i = 0; i < kernels.size(); ++i) {
       const compiler::KernelArtifact& kernel = kernels[i];
       CuModule module = nullptr;

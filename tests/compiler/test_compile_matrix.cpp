@@ -129,13 +129,8 @@ void expect_clean(const Artifact& a, const std::string& what) {
     EXPECT_FALSE(k.ptx.empty()) << what << " " << k.name;
   }
   // What the runtime checks before the driver sees a cubin holds of every kernel kiln compiles.
-  std::vector<size_t> owners = binary_owners(a.kernels);
-  for (size_t i = 0; i < a.kernels.size(); ++i) {
-    const KernelArtifact& binary = a.kernels[owners[i]];
-    Status loadable = check_cubin(binary.cubin, binary.entry, a.kernels[i].params, a.target);
-    EXPECT_TRUE(loadable.ok()) << what << " " << a.kernels[i].name << ": "
-                               << (loadable ? "" : loadable.error().message);
-  }
+  Status loadable = check_cubins(a);
+  EXPECT_TRUE(loadable.ok()) << what << ": " << (loadable ? "" : loadable.error().message);
 }
 
 // compile_lowered of each program, on as many threads as there are cores: a sweep of a few

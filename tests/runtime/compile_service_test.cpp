@@ -196,8 +196,9 @@ TEST_F(CachedCompile, VerifyNamesAnEntryWhoseCubinsTheRuntimeWouldNotLoad) {
   ASSERT_TRUE(verified) << verified.error().message;
   ASSERT_EQ(verified->bad.size(), 1u);
   EXPECT_EQ(verified->bad[0].key, first->key);
-  EXPECT_EQ(verified->bad[0].reason, "kernel '" + first->artifact.kernels.front().name +
-                                         "' would not load: cubin: built for sm_80, not for sm_90")
+  EXPECT_EQ(verified->bad[0].reason, "its cubins would not load: kernel '" +
+                                         first->artifact.kernels.front().name +
+                                         "': cubin: built for sm_80, not for sm_90")
       << verified->bad[0].reason;
 }
 
