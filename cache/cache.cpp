@@ -210,6 +210,11 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     *outcome = Outcome::other_graph;
     return std::nullopt;
   }
+  // What the cache layer cannot see (the runtime's check: cubins the driver would be handed).
+  if (m_options.check_foreign) {
+    std::string why = m_options.check_foreign(*stored);
+    if (!why.empty()) return reject(why);
+  }
   *outcome = Outcome::hit;
   if (how.check_only) return std::move(*entry);
   {
@@ -441,6 +446,17 @@ Expected<std::vector<StoredEntry>> Cache::export_entries() {
   return m_local->export_entries();
 }
 Expected<ImportReport> Cache::import_entries(const std::vector<StoredEntry>& entries) {
+  // Every entry first: a bundle holding one that fails imports nothing.
+  if (m_options.check_foreign) {
+    for (const StoredEntry& entry : entries) {
+      std::string why = m_options.check_foreign(entry);
+      if (!why.empty()) {
+        ImportReport refused;
+        refused.refused = "entry " + entry.info.key + ": " + why;
+        return refused;
+      }
+    }
+  }
   m_fill->drain();
   return m_local->import_entries(entries);
 }

@@ -160,6 +160,8 @@ public:
                               std::optional<uint64_t> older_than_s);
   Expected<PruneReport> clear();
   Expected<std::vector<StoredEntry>> export_entries();
+  // Adds the entries not present here. With Options::check_foreign, every entry is checked first,
+  // and one that fails imports nothing (the report's `refused` says which and why).
   Expected<ImportReport> import_entries(const std::vector<StoredEntry>& entries);
   // Stores the remote hits still being filled in, and merges recorded use into the local
   // database now.

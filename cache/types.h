@@ -58,6 +58,13 @@ struct Options {
   // Runs inside an insert's write transaction just before it commits. Tests use it to kill a
   // process in the middle of a write.
   std::function<void()> before_commit;
+  // Checks an entry that comes from another machine (a remote value, a bundle's entry) once its
+  // checksums, key and any signature hold, for what the cache layer cannot see: "" when it may be
+  // served and stored here, else why not. A remote value that fails is rejected as a badly signed
+  // one is (counted, reported, a miss: compiled again and overwritten); a bundle holding one is
+  // not imported (ImportReport::refused). Unset: nothing more is checked. The runtime's
+  // (runtime::cache_options) decodes the artifact and checks its cubins as the launcher does.
+  std::function<std::string(const StoredEntry&)> check_foreign;
 };
 
 // The remote tier's secret: `remote_key` if set, else $KILN_REMOTE_KEY; "" when neither is set
@@ -136,6 +143,9 @@ struct ImportReport {
   // Entries evicted to keep the cache within its size cap as the import went: the oldest used,
   // which may be entries just imported.
   uint64_t evicted = 0;
+  // Why nothing was imported: "entry KEY: <why>" for the first entry Options::check_foreign
+  // refused ("" when none was).
+  std::string refused;
 };
 
 // An entry sharing one field value with a request, and how its other fields differ.

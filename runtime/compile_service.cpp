@@ -227,6 +227,26 @@ std::string entry_problem(cache::Entry entry) {
   return "";
 }
 
+std::string foreign_entry_problem(const cache::StoredEntry& stored) {
+  if (!stored.info.field("tuning").empty()) return "";
+  auto entry = cache::verify_stored(stored, run_payloads());
+  if (!entry) return entry.error().message;
+  // An artifact that does not decode is never run: a hit compiles it again and replaces it.
+  auto artifact = from_entry(std::move(*entry));
+  if (!artifact || artifact->target.kind != compiler::Target::Kind::cuda) return "";
+  if (Status s = compiler::check_cubins(*artifact); !s)
+    return "its cubins would not load: " + s.error().message;
+  return "";
+}
+
+cache::Options cache_options(std::string dir, std::optional<std::string> remote) {
+  cache::Options options;
+  options.dir = std::move(dir);
+  options.remote = std::move(remote);
+  options.check_foreign = foreign_entry_problem;
+  return options;
+}
+
 namespace {
 
 // A schedule that chose tiles per problem names where each came from: binaries are shared by the

@@ -9,6 +9,7 @@
 #include "ir/graph.h"
 #include "support/expected.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,17 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry);
 // that hits it. Another CPU's object, or one with no LLVM plugin here, is only decoded; a tuning
 // record (no artifact) is not checked.
 std::string entry_problem(cache::Entry entry);
+
+// What the cache checks of an entry from another machine (cache::Options::check_foreign): the
+// checksums of the payloads a run reads, and a CUDA target's cubins as the runtime checks them
+// before loading them. "" when they hold, else why not. Not refused here: an artifact that does
+// not decode (never run: a hit compiles it again and replaces it), a CPU target's object (taken
+// from the remote tier only signed, from a bundle only with --allow-native-code), a tuning record.
+std::string foreign_entry_problem(const cache::StoredEntry& stored);
+
+// Cache options for the runtime, its CLI and its bindings: `dir` and `remote` as given (see
+// cache::Options), and check_foreign set to foreign_entry_problem.
+cache::Options cache_options(std::string dir, std::optional<std::string> remote);
 
 // The payloads compile_prepared reads on a hit: "artifact" and "cubin:*".
 cache::PayloadSelection run_payloads();

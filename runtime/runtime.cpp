@@ -162,14 +162,13 @@ public:
       if (!problem.empty()) m_options.log(LogLevel::warning, problem);
     }
     if (m_options.use_cache) {
-      cache::Options cache_options;
-      cache_options.dir = m_options.cache_dir;
-      cache_options.remote = m_options.remote_cache;
+      cache::Options for_cache =
+          runtime::cache_options(m_options.cache_dir, m_options.remote_cache);
       auto log = m_options.log;
-      cache_options.warn = [log](const std::string& message) {
+      for_cache.warn = [log](const std::string& message) {
         log(LogLevel::warning, "cache: " + message);
       };
-      m_cache = cache::Cache::open(std::move(cache_options));
+      m_cache = cache::Cache::open(std::move(for_cache));
     }
     m_tuning = std::make_shared<TuningState>(m_options.autotune, m_options.device, m_cache,
                                              m_options.log);

@@ -72,9 +72,7 @@ int fail(const std::string& message, int code) {
 // The opened cache, or nullptr after an error (said on stderr: by the cache when it turned itself
 // off, here when there is no cache to read).
 std::unique_ptr<cache::Cache> open_cache(const CacheArgs& args) {
-  cache::Options options;
-  options.dir = args.dir;
-  options.remote = args.remote;
+  cache::Options options = runtime::cache_options(args.dir, args.remote);
   options.create = args.create;
   // The warnings of the open wait here: a cache that cannot be used ends a cache command with an
   // error saying why, where the warning would say "continuing without a cache". Later ones print
@@ -447,6 +445,10 @@ int run_import(const CacheArgs& args) {
   if (!c) return k_exit_failure;
   auto report = c->import_entries(*entries);
   if (!report) return fail(report.error().message, k_exit_failure);
+  // An entry whose cubins the runtime would not load (runtime::foreign_entry_problem).
+  if (!report->refused.empty())
+    return fail("bad bundle '" + args.target + "': " + report->refused + "; nothing was imported",
+                k_exit_usage);
   std::printf("imported %llu entries (%llu already present)\n",
               static_cast<unsigned long long>(report->imported),
               static_cast<unsigned long long>(report->already_present));

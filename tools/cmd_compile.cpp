@@ -476,10 +476,7 @@ int run_compile(const CompileArgs& args) {
     work.emplace_back(file, std::move(*buckets));
   }
   if (!args.no_cache) {
-    cache::Options cache_options;
-    cache_options.dir = args.cache_dir;
-    cache_options.remote = args.remote;
-    cache = cache::Cache::open(std::move(cache_options));
+    cache = cache::Cache::open(runtime::cache_options(args.cache_dir, args.remote));
   }
   for (const auto& [file, buckets] : work) {
     for (const auto& bucket : buckets) {
@@ -534,9 +531,7 @@ int run_why(const CompileArgs& args) {
   auto options = options_from(args);
   if (!options) return k_exit_usage;
   if (!set_one_bucket(args, "why", *options)) return k_exit_usage;
-  cache::Options cache_options;
-  cache_options.dir = args.cache_dir;
-  cache_options.remote = args.remote;
+  cache::Options cache_options = runtime::cache_options(args.cache_dir, args.remote);
   cache_options.create = false;  // asking about a cache never makes one
   auto cache = cache::Cache::open(std::move(cache_options));
   apply_tuning_records(args.files[0], *options, cache.get());
@@ -686,10 +681,7 @@ int run_tune(const CompileArgs& args) {
   }
   std::unique_ptr<cache::Cache> cache;
   if (!args.no_cache) {
-    cache::Options cache_options;
-    cache_options.dir = args.cache_dir;
-    cache_options.remote = args.remote;
-    cache = cache::Cache::open(std::move(cache_options));
+    cache = cache::Cache::open(runtime::cache_options(args.cache_dir, args.remote));
   }
   runtime::TuneOptions tune;
   tune.repeats = args.repeats;

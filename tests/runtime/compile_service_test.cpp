@@ -3,6 +3,7 @@
 
 #include "ir/parse.h"
 #include "tests/cache/test_util.h"
+#include "tests/support/redis_server.h"
 
 #include <gtest/gtest.h>
 
@@ -165,6 +166,110 @@ TEST_F(CachedCompile, AnEntryWhoseArtifactDoesNotDecodeIsReplacedNotKept) {
   ASSERT_TRUE(third) << third.error().message;
   EXPECT_TRUE(third->hit) << "the fresh compile replaced the entry";
   EXPECT_EQ(warnings.size(), 1u);
+}
+
+// A remote value whose checksums hold but whose cubins are another arch's (what anyone who can
+// write to a tier without KILN_REMOTE_KEY can serve) is rejected before it is served or stored
+// here: counted, reported, compiled again and overwritten, so the next machine hits the good one.
+// `kiln pull` and `kiln why` reject it too, and a bundle holding it imports nothing.
+TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced) {
+  kiln::testing::RedisServer server;
+  if (!server.installed()) GTEST_SKIP() << "redis-server is not installed";
+  ASSERT_TRUE(server.started()) << server.error();
+  std::vector<std::string> warnings;
+  // A machine of the fleet: the runtime's options (the check), or plain ones (none).
+  auto machine = [&](const std::string& name, bool checked, bool remote = true) {
+    std::optional<std::string> url = remote ? server.url() : std::string();
+    cache::Options o = checked ? cache_options(dir.path() + "/" + name, url) : cache::Options();
+    if (!checked) {
+      o.dir = dir.path() + "/" + name;
+      o.remote = url;
+    }
+    o.warn = [&](const std::string& w) { warnings.push_back(w); };
+    auto opened = cache::Cache::open(o);
+    EXPECT_TRUE(opened->enabled()) << opened->disabled_reason();
+    EXPECT_EQ(opened->has_remote(), remote);
+    return opened;
+  };
+  auto graph = example("mlp.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  compiler::CompileOptions sm80 = options;
+  sm80.target.sm = 80;
+  auto other = compile_graph(*graph, sm80, nullptr);
+  ASSERT_TRUE(other) << other.error().message;
+  const std::string prefix = cache::k_payload_cubin_prefix;
+  auto cubins = [&](const std::string& name) {
+    return name.compare(0, prefix.size(), prefix) == 0;
+  };
+  // The forger: a good entry, then the same with sm_80's cubin, put to the tier unsigned.
+  auto forger = machine("forger", false);
+  auto good = compile_graph(*graph, options, forger.get());
+  ASSERT_TRUE(good) << good.error().message;
+  ASSERT_FALSE(good->hit);
+  auto forge = [&] {
+    ASSERT_GE(cache::testing::replace_payloads(*forger, good->key, cubins,
+                                               other->artifact.kernels.front().cubin),
+              1);
+    ASSERT_TRUE(forger->flush());
+  };
+  forge();
+  const std::string why = "its cubins would not load: kernel '" +
+                          good->artifact.kernels.front().name + "': cubin: ";
+  const std::string arch = "built for sm_80, not for sm_90";
+  auto request = prepare_compile(*graph, options);
+  ASSERT_TRUE(request) << request.error().message;
+  std::string verdict_why;
+  EXPECT_EQ(machine("asker", true)->remote_verdict(good->key, request->fields, verdict_why),
+            "rejected");
+  EXPECT_NE(verdict_why.find(why), std::string::npos) << verdict_why;
+
+  warnings.clear();
+  auto node = machine("node", true);
+  auto compiled = compile_graph(*graph, options, node.get());
+  ASSERT_TRUE(compiled) << compiled.error().message;
+  EXPECT_FALSE(compiled->hit);
+  EXPECT_FALSE(compiled->remote_hit);
+  EXPECT_EQ(compiled->key, good->key);
+  EXPECT_EQ(node->stats()->remote_rejected, 1u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].rfind("rejected remote entry " + good->key + ": " + why, 0), 0u)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find(arch), std::string::npos) << warnings[0];
+  ASSERT_TRUE(node->flush());
+
+  // Its compile overwrote the value: the next machine is served the good one.
+  auto next = machine("next", true);
+  auto served = compile_graph(*graph, options, next.get());
+  ASSERT_TRUE(served) << served.error().message;
+  EXPECT_TRUE(served->hit && served->remote_hit);
+  EXPECT_EQ(served->artifact.kernels.front().cubin, good->artifact.kernels.front().cubin);
+  EXPECT_EQ(next->stats()->remote_rejected, 0u);
+
+  // Forged again: a pull rejects it and stores nothing.
+  forge();
+  auto puller = machine("puller", true);
+  auto pulled = puller->pull(std::nullopt);
+  ASSERT_TRUE(pulled) << pulled.error().message;
+  EXPECT_EQ(pulled->pulled, 0u);
+  EXPECT_EQ(pulled->rejected, 1u);
+  EXPECT_TRUE(puller->list()->empty());
+
+  // A bundle holding it imports nothing; the good entry of another machine imports.
+  auto forged = forger->export_entries();
+  ASSERT_TRUE(forged && forged->size() == 1u);
+  auto importer = machine("importer", true, false);
+  auto refused = importer->import_entries(*forged);
+  ASSERT_TRUE(refused) << refused.error().message;
+  EXPECT_EQ(refused->imported, 0u);
+  EXPECT_EQ(refused->refused.rfind("entry " + good->key + ": " + why, 0), 0u) << refused->refused;
+  EXPECT_NE(refused->refused.find(arch), std::string::npos) << refused->refused;
+  EXPECT_TRUE(importer->list()->empty());
+  auto fine = node->export_entries();
+  ASSERT_TRUE(fine && fine->size() == 1u);
+  auto imported = importer->import_entries(*fine);
+  ASSERT_TRUE(imported) << imported.error().message;
+  EXPECT_EQ(imported->imported, 1u);
+  EXPECT_TRUE(imported->refused.empty());
 }
 
 // An entry whose checksums hold but whose cubins are another arch's (what a forged or damaged

@@ -299,7 +299,7 @@ TEST(GpuWgmma, Fp32AttentionInMediumHighAndTf32x3MatchesTheReference) {
   EXPECT_EQ(planned_on_wgmma(*graph, Precision::tf32x3), 0);
   if (Status gpu = gpu_status(); !gpu) GTEST_SKIP() << gpu.error().message;
   for (Precision precision : {Precision::medium, Precision::high, Precision::tf32x3}) {
-    std::string dir = testing::TempDir() + "kiln-fp32-attention-tune";
+    std::string dir = ::testing::TempDir() + "kiln-fp32-attention-tune";
     std::filesystem::remove_all(dir);
     compiler::CompileOptions o;
     o.target = compiler::Target::cuda(90, "a");

@@ -276,5 +276,51 @@ TEST_F(CacheDiskCli, VerifyNamesAnEntryWhoseArtifactDoesNotDecodeAndFixDropsIt) 
   EXPECT_NE(again.out.find("checked 0 entries, 0 bad"), std::string::npos) << again.out;
 }
 
+// A bundle whose entry's checksums hold but whose cubin the runtime would not load (cut short: a
+// forged or damaged build) imports nothing, exit 2, naming the entry; the unforged one imports.
+TEST_F(CacheDiskCli, ABundleHoldingACubinTheRuntimeWouldNotLoadImportsNothing) {
+  const std::string mlp = std::string(KILN_EXAMPLES_DIR) + "/mlp.kg";
+  CliResult compiled = kiln({"compile", mlp, "--arch", "sm_90", "--precision", "high"});
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
+  const std::string good = m_tmp + "/good.kbundle", cut = m_tmp + "/cut.kbundle";
+  ASSERT_EQ(kiln({"export", good}).exit_code, 0);
+  std::string key, kernel;
+  {
+    auto store = cache::Cache::open(cache::Options{.dir = m_dir});
+    auto listed = store->list();
+    ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+    key = listed->front().key;
+    cache::Lookup entry = store->read(key);
+    ASSERT_TRUE(entry.hit());
+    std::string half;
+    const std::string prefix = cache::k_payload_cubin_prefix;
+    for (const cache::Payload& p : entry.entry.payloads) {
+      if (p.name.compare(0, prefix.size(), prefix) != 0 || !kernel.empty()) continue;
+      kernel = p.name.substr(prefix.size());
+      half = p.bytes.substr(0, p.bytes.size() / 2);
+    }
+    ASSERT_FALSE(kernel.empty());
+    ASSERT_EQ(cache::testing::replace_payloads(
+                  *store, key, [&](const std::string& name) { return name == prefix + kernel; },
+                  half),
+              1);
+  }
+  ASSERT_EQ(kiln({"export", cut}).exit_code, 0);
+  const std::string other = m_tmp + "/other";
+  CliResult refused = run_kiln({"import", cut, "--cache-dir", other});
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("bad bundle '" + cut + "': entry " + key +
+                             ": its cubins would not load: kernel '" + kernel + "': cubin: "),
+            std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("; nothing was imported"), std::string::npos) << refused.err;
+  CliResult listed = run_kiln({"ls", "--json", "--cache-dir", other});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_EQ(json::parse(listed.out, nullptr, false)["entries"].size(), 0u) << listed.out;
+  CliResult imported = run_kiln({"import", good, "--cache-dir", other});
+  EXPECT_EQ(imported.exit_code, 0) << imported.err;
+  EXPECT_NE(imported.out.find("imported 1 entries"), std::string::npos) << imported.out;
+}
+
 }  // namespace
 }  // namespace kiln::testing
