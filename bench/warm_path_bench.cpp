@@ -46,9 +46,8 @@ Fixture& fixture() {
     f->options.precision = ir::Precision::high;
     char name[] = "/tmp/kiln-warm-bench-XXXXXX";
     f->dir = mkdtemp(name);
-    cache::Options options;
-    options.dir = f->dir;
-    f->cache = cache::Cache::open(options);
+    // The runtime's options, local only (a KILN_REMOTE_CACHE in the environment is not used).
+    f->cache = cache::Cache::open(runtime::cache_options(f->dir, std::string()));
     f->request = runtime::prepare_compile(f->graph, f->options).value();
     auto result = runtime::compile_prepared(f->graph, f->request, f->cache.get());
     if (!result) {

@@ -63,7 +63,8 @@ struct Options {
   // served and stored here, else why not. A remote value that fails is rejected as a badly signed
   // one is (counted, reported, a miss: compiled again and overwritten); a bundle holding one is
   // not imported (ImportReport::refused). Unset: nothing more is checked. The runtime's
-  // (runtime::cache_options) decodes the artifact and checks its cubins as the launcher does.
+  // (runtime::cache_options) checks what would fail every run of it: the artifact against its
+  // key, and its cubins as the launcher checks them.
   std::function<std::string(const StoredEntry&)> check_foreign;
 };
 

@@ -9,7 +9,10 @@
 #include "compiler/nvrtc.h"
 #include "compiler/pool.h"
 #include "compiler/sizes.h"
+#include "compiler/key.h"
+#include "ir/hash.h"
 #include "runtime/cpu_program.h"
+#include "runtime/executable_impl.h"
 
 #include <nlohmann/json.hpp>
 
@@ -233,9 +236,46 @@ std::string foreign_entry_problem(const cache::StoredEntry& stored) {
   if (!entry) return entry.error().message;
   // An artifact that does not decode is never run: a hit compiles it again and replaces it.
   auto artifact = from_entry(std::move(*entry));
-  if (!artifact || artifact->target.kind != compiler::Target::Kind::cuda) return "";
+  if (!artifact) return "";
+  // What its key says (the fields hash to the key): the target (a CUDA arch and its NVRTC), the
+  // bucket.
+  const cache::EntryInfo& info = stored.info;
+  const compiler::Target& target = artifact->target;
+  const bool cuda = target.kind == compiler::Target::Kind::cuda;
+  const std::string is = target.is_cpu()        ? "cpu:" + target.cpu
+                         : target.is_emulated() ? target.name()
+                                                : artifact->arch;
+  const std::string said = info.field(info.field("arch").empty() ? "target" : "arch");
+  if (cuda == info.field("arch").empty() || is != said)
+    return "its artifact is for " + is + " where its key says " + said;
+  if (cuda) {
+    const std::string nvrtc = " (" + info.field("nvrtc_version") + ")";
+    const std::string& built = artifact->nvrtc_version;
+    if (built.size() <= nvrtc.size() || built.compare(built.size() - nvrtc.size(), nvrtc.size(),
+                                                      nvrtc) != 0)
+      return "its artifact was built by NVRTC '" + built + "' where its key says '" +
+             info.field("nvrtc_version") + "'";
+  }
+  std::vector<std::array<int64_t, 2>> bucket;
+  if (std::string dims = info.field("dims"); !dims.empty()) {
+    auto ranges = compiler::parse_dims_key(dims);
+    if (!ranges) return "its key's dims do not read: " + dims;
+    for (const compiler::DimRange& r : *ranges) bucket.push_back({r.lo, r.hi});
+  }
+  if (artifact->bucket != bucket) return "its artifact's bucket is not its key's";
+  // What every backend's maker checks against the graph, which the key holds.
+  auto graph = ir::graph_from_canonical(info.field("graph"), "cache entry " + info.key);
+  if (!graph) return "its key's graph does not read: " + graph.error().message;
+  if (Status s = check_artifact_fits(*artifact, *graph); !s)
+    return "its artifact does not fit its graph: " + s.error().message;
+  if (!cuda) return "";
+  // What the CUDA launcher checks before loading anything, but the device.
   if (Status s = compiler::check_cubins(*artifact); !s)
     return "its cubins would not load: " + s.error().message;
+  std::vector<compiler::TensorMapSpec> maps;
+  for (const compiler::KernelArtifact& kernel : artifact->kernels)
+    if (Status s = check_launchable(kernel, *artifact, &maps); !s)
+      return "its kernels would not launch: " + s.error().message;
   return "";
 }
 

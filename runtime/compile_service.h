@@ -79,11 +79,15 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry);
 // record (no artifact) is not checked.
 std::string entry_problem(cache::Entry entry);
 
-// What the cache checks of an entry from another machine (cache::Options::check_foreign): the
-// checksums of the payloads a run reads, and a CUDA target's cubins as the runtime checks them
-// before loading them. "" when they hold, else why not. Not refused here: an artifact that does
-// not decode (never run: a hit compiles it again and replaces it), a CPU target's object (taken
-// from the remote tier only signed, from a bundle only with --allow-native-code), a tuning record.
+// What the cache checks of an entry from another machine (cache::Options::check_foreign), short
+// of a device: the checksums of the payloads a run reads; that its artifact is for its key's
+// target (arch and NVRTC, CPU or emulation) and bucket, and fits its key's graph
+// (check_artifact_fits); for CUDA, every kernel's cubin as the launcher checks it before loading
+// (compiler::check_cubins) and every kernel as it checks it before launching (check_launchable).
+// "" when they hold, else why not: such an entry would fail every run. Not refused here: an
+// artifact that does not decode (never run: a hit compiles it again and replaces it), a CPU
+// target's object (taken from the remote tier only signed, from a bundle only with
+// --allow-native-code; not loaded here), a tuning record.
 std::string foreign_entry_problem(const cache::StoredEntry& stored);
 
 // Cache options for the runtime, its CLI and its bindings: `dir` and `remote` as given (see

@@ -35,13 +35,8 @@ uint64_t buffer_bytes(const compiler::Artifact& a, const compiler::BufferRef& re
   return ref.index < list.size() ? list[ref.index] : 0;
 }
 
-// What this launcher cannot launch, refused by name before anything runs: a tensor map whose
-// description does not read back, breaks the driver's rules or reaches past its buffer (as the
-// artifact sizes the buffer, not as the parameter says; a symbolic graph's at the bucket's upper
-// bounds, where its size terms give the map's largest dims and the buffers their largest sizes,
-// and again at each run's sizes); a thread-block cluster (cuLaunchKernelEx comes with the kernels
-// that use one). Each map's description, read back, goes to (*maps)[param], so that a run does
-// not read its text again.
+}  // namespace
+
 Status check_launchable(const compiler::KernelArtifact& kernel, const compiler::Artifact& artifact,
                         std::vector<compiler::TensorMapSpec>* maps) {
   maps->assign(kernel.params.size(), compiler::TensorMapSpec{});
@@ -81,6 +76,8 @@ Status check_launchable(const compiler::KernelArtifact& kernel, const compiler::
   }
   return Status::success();
 }
+
+namespace {
 
 // A CUtensorMap as the driver wants it: 128 bytes aligned to 64.
 struct alignas(64) TensorMapBytes {

@@ -441,14 +441,21 @@ int run_import(const CacheArgs& args) {
                     "signature); pass --allow-native-code to import them from a source you trust",
                 k_exit_usage);
   }
+  // An entry the runtime would not load (runtime::foreign_entry_problem; the cache checks again):
+  // refused before the cache is opened, so a refused bundle leaves no trace.
+  auto refuse = [&](const std::string& why) {
+    return fail("bad bundle '" + args.target + "': " + why + "; nothing was imported (`kiln " +
+                    "verify --fix` where it was exported drops such entries)",
+                k_exit_usage);
+  };
+  for (const cache::StoredEntry& entry : *entries)
+    if (std::string why = runtime::foreign_entry_problem(entry); !why.empty())
+      return refuse("entry " + entry.info.key + ": " + why);
   auto c = open_cache(args);
   if (!c) return k_exit_failure;
   auto report = c->import_entries(*entries);
   if (!report) return fail(report.error().message, k_exit_failure);
-  // An entry whose cubins the runtime would not load (runtime::foreign_entry_problem).
-  if (!report->refused.empty())
-    return fail("bad bundle '" + args.target + "': " + report->refused + "; nothing was imported",
-                k_exit_usage);
+  if (!report->refused.empty()) return refuse(report->refused);
   std::printf("imported %llu entries (%llu already present)\n",
               static_cast<unsigned long long>(report->imported),
               static_cast<unsigned long long>(report->already_present));

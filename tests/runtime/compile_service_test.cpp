@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 
 namespace kiln::runtime {
 namespace {
@@ -171,11 +172,13 @@ TEST_F(CachedCompile, AnEntryWhoseArtifactDoesNotDecodeIsReplacedNotKept) {
 // A remote value whose checksums hold but whose cubins are another arch's (what anyone who can
 // write to a tier without KILN_REMOTE_KEY can serve) is rejected before it is served or stored
 // here: counted, reported, compiled again and overwritten, so the next machine hits the good one.
-// `kiln pull` and `kiln why` reject it too, and a bundle holding it imports nothing.
+// `kiln pull` and `kiln why` reject it too, and a bundle holding it imports nothing. A whole sm_80
+// entry under the sm_90 key (cubins and artifact agreeing) is rejected as well.
 TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced) {
   kiln::testing::RedisServer server;
   if (!server.installed()) GTEST_SKIP() << "redis-server is not installed";
   ASSERT_TRUE(server.started()) << server.error();
+  std::mutex warned;  // a cache's local fill may warn from its own thread
   std::vector<std::string> warnings;
   // A machine of the fleet: the runtime's options (the check), or plain ones (none).
   auto machine = [&](const std::string& name, bool checked, bool remote = true) {
@@ -185,7 +188,10 @@ TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced)
       o.dir = dir.path() + "/" + name;
       o.remote = url;
     }
-    o.warn = [&](const std::string& w) { warnings.push_back(w); };
+    o.warn = [&](const std::string& w) {
+      std::lock_guard lock(warned);
+      warnings.push_back(w);
+    };
     auto opened = cache::Cache::open(o);
     EXPECT_TRUE(opened->enabled()) << opened->disabled_reason();
     EXPECT_EQ(opened->has_remote(), remote);
@@ -195,7 +201,8 @@ TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced)
   ASSERT_TRUE(graph) << graph.error().message;
   compiler::CompileOptions sm80 = options;
   sm80.target.sm = 80;
-  auto other = compile_graph(*graph, sm80, nullptr);
+  auto sm80_cache = machine("sm80", false, false);
+  auto other = compile_graph(*graph, sm80, sm80_cache.get());
   ASSERT_TRUE(other) << other.error().message;
   const std::string prefix = cache::k_payload_cubin_prefix;
   auto cubins = [&](const std::string& name) {
@@ -212,7 +219,7 @@ TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced)
               1);
     ASSERT_TRUE(forger->flush());
   };
-  forge();
+  ASSERT_NO_FATAL_FAILURE(forge());
   const std::string why = "its cubins would not load: kernel '" +
                           good->artifact.kernels.front().name + "': cubin: ";
   const std::string arch = "built for sm_80, not for sm_90";
@@ -246,7 +253,7 @@ TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced)
   EXPECT_EQ(next->stats()->remote_rejected, 0u);
 
   // Forged again: a pull rejects it and stores nothing.
-  forge();
+  ASSERT_NO_FATAL_FAILURE(forge());
   auto puller = machine("puller", true);
   auto pulled = puller->pull(std::nullopt);
   ASSERT_TRUE(pulled) << pulled.error().message;
@@ -270,6 +277,30 @@ TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced)
   ASSERT_TRUE(imported) << imported.error().message;
   EXPECT_EQ(imported->imported, 1u);
   EXPECT_TRUE(imported->refused.empty());
+
+  // sm_80's whole entry (its artifact, cubins and summary) under the sm_90 key: the cubins are
+  // their artifact's arch, the artifact is not the key's.
+  cache::Lookup mine = forger->read(good->key), theirs = sm80_cache->read(other->key);
+  ASSERT_TRUE(mine.hit() && theirs.hit());
+  ASSERT_TRUE(forger->store(good->key, mine.entry.info.fields,
+                            cache::Contents{theirs.entry.info.summary, theirs.entry.payloads,
+                                            theirs.entry.info.compile_ms}));
+  ASSERT_TRUE(forger->flush());
+  {
+    std::lock_guard lock(warned);
+    warnings.clear();
+  }
+  auto late = machine("late", true);
+  auto recompiled = compile_graph(*graph, options, late.get());
+  ASSERT_TRUE(recompiled) << recompiled.error().message;
+  EXPECT_FALSE(recompiled->hit);
+  EXPECT_EQ(recompiled->artifact.arch, "sm_90");
+  EXPECT_EQ(late->stats()->remote_rejected, 1u);
+  std::lock_guard lock(warned);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "rejected remote entry " + good->key +
+                             ": its artifact is for sm_80 where its key says sm_90")
+      << warnings[0];
 }
 
 // An entry whose checksums hold but whose cubins are another arch's (what a forged or damaged
