@@ -2045,17 +2045,45 @@ def test_a_routers_topk_and_its_experts_picked_by_id_run_in_kiln(cache_dir):
 
 def test_a_topk_kiln_cannot_rank_stays_in_pytorch(cache_dir):
     class Odd(torch.nn.Module):
-        def forward(self, x, n):
-            return torch.topk(x, 2, dim=0), torch.topk(n, 1), torch.topk(x * 2, 2)
+        def forward(self, x, n, wide):
+            return torch.topk(wide, 2, dim=0), torch.topk(n, 1), torch.topk(x * 2, 2)
 
     x, n = torch.randn(3, 5), torch.randint(0, 9, (3, 5))
-    _, program = compiled(Odd(), (x, n), cache_dir)
+    wide = torch.randn(1100, 2)
+    _, program = compiled(Odd(), (x, n, wide), cache_dir)
     assert [(f.op, f.count, f.reason) for f in program.fallbacks] == [
-        ("aten.topk.default", 2, "a topk along a dim other than the last; a topk of i64 (kiln "
-         "ranks float tensors)")], program.fallbacks
+        ("aten.topk.default", 2, "a topk of 1100 elements (kiln ranks up to 1024); a topk of "
+         "i64 (kiln ranks float tensors)")], program.fallbacks
     assert len(program.executables) == 1  # the topk of x * 2
-    for got, want in zip(program(x, n), Odd()(x, n)):
+    for got, want in zip(program(x, n, wide), Odd()(x, n, wide)):
         assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+def test_a_topk_along_another_dim_than_the_last_runs_in_kiln(cache_dir):
+    """x permuted to rank along its last dim, the result permuted back: along the first dim,
+    a middle one, a negative one, a dim after a merged one (rows of [B*S, 6, 4]) and one before
+    it ([6, B*S, 4])."""
+    class Along(torch.nn.Module):
+        def forward(self, x):
+            merged = x.reshape(-1, 6, 4)
+            return (torch.topk(x, 2, dim=2), torch.topk(x, 3, dim=-1, largest=False),
+                    torch.topk(merged, 4, dim=1), torch.topk(x[0, 0], 1, dim=0),
+                    torch.topk(merged.transpose(0, 1), 2, dim=0))
+
+    B, S = torch.export.Dim("B", min=2, max=8), torch.export.Dim("S", min=2, max=16)
+    ep = torch.export.export(Along(), (torch.randn(2, 3, 6, 4),), dynamic_shapes=({0: B, 1: S},),
+                             strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    for b, s in [(2, 3), (3, 7), (8, 16)]:
+        x = torch.randn(b, s, 6, 4)  # no ties: the same values at the same positions
+        got, want = program(x), Along()(x)
+        assert len(got) == len(want) == 5
+        for g, w in zip(got, want):
+            for gi, wi in zip(g, w):
+                assert gi.dtype == wi.dtype and gi.shape == wi.shape, (b, s, gi.shape, wi.shape)
+                assert torch.equal(gi, wi), (b, s, gi, wi)
 
 
 class RouterPicks(torch.nn.Module):
@@ -2353,7 +2381,7 @@ def test_a_max_or_min_along_a_dim_of_bool_runs_in_kiln(cache_dir):
     class BoolMax(torch.nn.Module):
         def forward(self, n, x):
             hit = n > 4
-            return hit.max(0), hit.min(1, keepdim=True), hit.max(-1).values, x.tril(-1) * 2
+            return hit.max(0), hit.min(1, keepdim=True), hit.max(-1), x.tril(-1) * 2
 
     S = torch.export.Dim("S", min=2, max=64)
 
@@ -2372,7 +2400,9 @@ def test_a_max_or_min_along_a_dim_of_bool_runs_in_kiln(cache_dir):
     for s in (6, 2, 33):
         a = args(s)
         got, want = leaves(program(*a)), leaves(BoolMax()(*a))
-        assert len(got) == len(want) == 6
+        assert len(got) == len(want) == 7
+        assert not want[4][0] and want[5][0] == 0  # row 0's max: false, at 0
+        assert want[2][1].all() and want[3][1] == 0  # row 1's min: true, at 0
         for i, (g, w) in enumerate(zip(got, want)):
             assert g.dtype == w.dtype and g.shape == w.shape, (s, i)
             assert torch.equal(g, w), (s, i, g, w)

@@ -3423,19 +3423,22 @@ def _topk(cx, node):
 
 
 def _topk_plan(cx, node):
-    """(x, k, n, largest) of a topk kiln runs: of a float x along its last dim, of fixed size n
-    up to _TOPK_LIMIT."""
+    """(x, k, n, largest, axis) of a topk kiln runs: of a float x along a dim of fixed size n up
+    to _TOPK_LIMIT, kiln's axis `axis` (each merged dim before it counted as its factors)."""
     x, k = node.args[0], _arg(node, 1, "k")
     dim, largest = _arg(node, 2, "dim", -1), _arg(node, 3, "largest", True)
     shape = list(cx.meta(x).shape)
     dtype = cx.dtype_of(x)
     if dtype not in ("f32", "f16", "bf16"):
         raise Unsupported(f"a topk of {dtype} (kiln ranks float tensors)")
-    if not shape or not isinstance(dim, int) or dim % len(shape) != len(shape) - 1:
-        raise Unsupported("a topk along a dim other than the last")
-    if cx.is_symbolic(shape[-1]):
+    if not shape:
+        raise Unsupported("a topk of a tensor of rank 0")
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -len(shape) <= dim < len(shape):
+        raise Unsupported(f"a topk along dim {dim!r} of a tensor of rank {len(shape)}")
+    dim %= len(shape)
+    if cx.is_symbolic(shape[dim]):
         raise Unsupported("a topk along a symbolic dim")
-    n = int(shape[-1])
+    n = int(shape[dim])
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= n:
         raise Unsupported(f"a topk of {k!r} of {n} elements")
     if n > _TOPK_LIMIT:
@@ -3443,7 +3446,7 @@ def _topk_plan(cx, node):
     if len(_kiln_dims(cx, shape)) > 5:
         raise Unsupported("a topk of a tensor of more than 5 dims in kiln")
     cx.check_shape(shape + [n])  # the comparisons
-    return x, k, n, bool(largest)
+    return x, k, n, bool(largest), _kiln_axis(cx, shape, dim)
 
 
 def _topk_piece(cx, node, index: int) -> str:
@@ -3454,11 +3457,16 @@ def _topk_piece(cx, node, index: int) -> str:
     and at a lower position. The ranks are a permutation of 0..n-1; the element of rank r is
     the r-th of the result, its value read from x (a signed zero kept). Equal values are
     taken lowest position first, where PyTorch's order among them follows its selection
-    algorithm (the values are the same)."""
-    x, k, n, largest = _topk_plan(cx, node)
-    lead = _kiln_dims(cx, cx.meta(x).shape)[:-1]
-    shaped = lambda *dims: "[" + ", ".join(lead + [str(d) for d in dims]) + "]"
+    algorithm (the values are the same). Along another dim than the last, x is permuted to put
+    that dim last, and the result back."""
+    x, k, n, largest, axis = _topk_plan(cx, node)
+    dims = _kiln_dims(cx, cx.meta(x).shape)
+    last = len(dims) - 1
+    lead = dims[:axis] + dims[axis + 1:]
+    shaped = lambda *sizes: "[" + ", ".join(lead + [str(d) for d in sizes]) + "]"
     xs = cx.ref(x)
+    if axis != last:
+        xs = cx.let(f"permute({xs}, dims={[i for i in range(last + 1) if i != axis] + [axis]})")
     xi = cx.let(f"reshape({xs}, shape={shaped(n, 1)})")  # element i along dim -2
     xj = cx.let(f"reshape({xs}, shape={shaped(1, n)})")  # element j along dim -1
     nan_i, nan_j = f"ne({xi}, {xi})", f"ne({xj}, {xj})"
@@ -3472,8 +3480,12 @@ def _topk_piece(cx, node, index: int) -> str:
     rank = f"reshape(sum(cast({before}, to=f32), axis=-1), shape={shaped(1, n)})"
     slot = cx.let(f"eq({rank}, reshape(arange({k}, dtype=f32), shape=[{k}, 1]))")  # [.., k, n]
     if index == 0:
-        return f"max(where({slot}, {xj}, -inf), axis=-1)"
-    return f"cast(sum(where({slot}, arange({n}, dtype=f32), 0.0), axis=-1), to=i64)"
+        piece = f"max(where({slot}, {xj}, -inf), axis=-1)"
+    else:
+        piece = f"cast(sum(where({slot}, arange({n}, dtype=f32), 0.0), axis=-1), to=i64)"
+    if axis == last:
+        return piece
+    return f"permute({piece}, dims={list(range(axis)) + [last] + list(range(axis, last))})"
 
 
 @lowering(aten.embedding.default)
