@@ -205,52 +205,24 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry) {
   return artifact;
 }
 
-std::string entry_problem(cache::Entry entry) {
-  // A tuning record (`kiln tune`) holds no artifact: its checksums are all there is to check.
-  if (!entry.info.field("tuning").empty()) return "";
-  const std::string key = entry.info.key;
-  auto without_key = [&](std::string message) {
-    const std::string named = "cache entry " + key;
-    if (message.compare(0, named.size(), named) == 0) message.erase(0, named.size());
-    if (message.compare(0, 2, ": ") == 0) message.erase(0, 2);
-    if (message.compare(0, 1, " ") == 0) message.erase(0, 1);
-    return message;
-  };
-  auto artifact = from_entry(std::move(entry));
-  if (!artifact) return "its artifact does not decode: " + without_key(artifact.error().message);
-  // Its cubins, as the runtime checks them before the driver is handed one.
-  if (artifact->target.kind == compiler::Target::Kind::cuda) {
-    if (Status s = compiler::check_cubins(*artifact); !s)
-      return "its cubins would not load: " + s.error().message;
-  }
-  // Another CPU's code, or no LLVM plugin here: decoding is all this machine can check.
-  if (!artifact->is_cpu() || !compiler::cpu::runs_here(artifact->target.cpu)) return "";
-  auto program = CpuProgram::load(std::move(*artifact));
-  if (!program) return "its object does not load: " + program.error().message;
-  return "";
-}
+namespace {
 
-std::string foreign_entry_problem(const cache::StoredEntry& stored) {
-  if (!stored.info.field("tuning").empty()) return "";
-  auto entry = cache::verify_stored(stored, run_payloads());
-  if (!entry) return entry.error().message;
-  // An artifact that does not decode is never run: a hit compiles it again and replaces it.
-  auto artifact = from_entry(std::move(*entry));
-  if (!artifact) return "";
-  // What its key says (the fields hash to the key): the target (a CUDA arch and its NVRTC), the
-  // bucket.
-  const cache::EntryInfo& info = stored.info;
-  const compiler::Target& target = artifact->target;
+// What would fail every run of `artifact`, short of a device: an artifact for another target
+// (arch and NVRTC, CPU or emulation) or bucket than its key `info` says, one that does not fit
+// the key's graph, and for CUDA a cubin the launcher would not load or a kernel it would not
+// launch. "" when none.
+std::string artifact_problem(const cache::EntryInfo& info, const compiler::Artifact& artifact) {
+  const compiler::Target& target = artifact.target;
   const bool cuda = target.kind == compiler::Target::Kind::cuda;
   const std::string is = target.is_cpu()        ? "cpu:" + target.cpu
                          : target.is_emulated() ? target.name()
-                                                : artifact->arch;
+                                                : artifact.arch;
   const std::string said = info.field(info.field("arch").empty() ? "target" : "arch");
   if (cuda == info.field("arch").empty() || is != said)
     return "its artifact is for " + is + " where its key says " + said;
   if (cuda) {
     const std::string nvrtc = " (" + info.field("nvrtc_version") + ")";
-    const std::string& built = artifact->nvrtc_version;
+    const std::string& built = artifact.nvrtc_version;
     if (built.size() <= nvrtc.size() || built.compare(built.size() - nvrtc.size(), nvrtc.size(),
                                                       nvrtc) != 0)
       return "its artifact was built by NVRTC '" + built + "' where its key says '" +
@@ -262,21 +234,62 @@ std::string foreign_entry_problem(const cache::StoredEntry& stored) {
     if (!ranges) return "its key's dims do not read: " + dims;
     for (const compiler::DimRange& r : *ranges) bucket.push_back({r.lo, r.hi});
   }
-  if (artifact->bucket != bucket) return "its artifact's bucket is not its key's";
+  if (artifact.bucket != bucket) return "its artifact's bucket is not its key's";
   // What every backend's maker checks against the graph, which the key holds.
   auto graph = ir::graph_from_canonical(info.field("graph"), "cache entry " + info.key);
   if (!graph) return "its key's graph does not read: " + graph.error().message;
-  if (Status s = check_artifact_fits(*artifact, *graph); !s)
+  if (Status s = check_artifact_fits(artifact, *graph); !s)
     return "its artifact does not fit its graph: " + s.error().message;
   if (!cuda) return "";
   // What the CUDA launcher checks before loading anything, but the device.
-  if (Status s = compiler::check_cubins(*artifact); !s)
+  if (Status s = compiler::check_cubins(artifact); !s)
     return "its cubins would not load: " + s.error().message;
   std::vector<compiler::TensorMapSpec> maps;
-  for (const compiler::KernelArtifact& kernel : artifact->kernels)
-    if (Status s = check_launchable(kernel, *artifact, &maps); !s)
+  for (const compiler::KernelArtifact& kernel : artifact.kernels)
+    if (Status s = check_launchable(kernel, artifact, &maps); !s)
       return "its kernels would not launch: " + s.error().message;
   return "";
+}
+
+}  // namespace
+
+std::string entry_problem(cache::Entry entry) {
+  // A tuning record (`kiln tune`) holds no artifact: its checksums are all there is to check.
+  if (!entry.info.field("tuning").empty()) return "";
+  const std::string key = entry.info.key;
+  auto without_key = [&](std::string message) {
+    const std::string named = "cache entry " + key;
+    if (message.compare(0, named.size(), named) == 0) message.erase(0, named.size());
+    if (message.compare(0, 2, ": ") == 0) message.erase(0, 2);
+    if (message.compare(0, 1, " ") == 0) message.erase(0, 1);
+    return message;
+  };
+  const cache::EntryInfo info = entry.info;
+  auto artifact = from_entry(std::move(entry));
+  if (!artifact) return "its artifact does not decode: " + without_key(artifact.error().message);
+  // Its artifact against its key and graph, its cubins and kernels as the launcher checks them.
+  if (std::string problem = artifact_problem(info, *artifact); !problem.empty()) return problem;
+  // Another CPU's code, or no LLVM plugin here: decoding is all this machine can check.
+  if (!artifact->is_cpu() || !compiler::cpu::runs_here(artifact->target.cpu)) return "";
+  auto program = CpuProgram::load(std::move(*artifact));
+  if (!program) return "its object does not load: " + program.error().message;
+  return "";
+}
+
+std::string foreign_entry_problem(const cache::StoredEntry& stored) {
+  const cache::EntryInfo& info = stored.info;
+  if (!info.field("tuning").empty()) return "";
+  // Another kiln's entry (another codegen version) is never looked up by this one.
+  const std::string target = info.field("target");
+  std::string_view ours = target.compare(0, 4, "cpu:") == 0 ? compiler::cpu_codegen_version()
+                                                            : compiler::codegen_version();
+  if (info.field("codegen_version") != ours) return "";
+  auto entry = cache::verify_stored(stored, run_payloads());
+  if (!entry) return entry.error().message;
+  // An artifact that does not decode is never run: a hit compiles it again and replaces it.
+  auto artifact = from_entry(std::move(*entry));
+  if (!artifact) return "";
+  return artifact_problem(info, *artifact);
 }
 
 cache::Options cache_options(std::string dir, std::optional<std::string> remote) {

@@ -2066,7 +2066,7 @@ def test_a_topk_along_another_dim_than_the_last_runs_in_kiln(cache_dir):
     class Along(torch.nn.Module):
         def forward(self, x):
             merged = x.reshape(-1, 6, 4)
-            return (torch.topk(x, 2, dim=2), torch.topk(x, 3, dim=-1, largest=False),
+            return (torch.topk(x, 2, dim=2), torch.topk(x, 3, dim=-2, largest=False),
                     torch.topk(merged, 4, dim=1), torch.topk(x[0, 0], 1, dim=0),
                     torch.topk(merged.transpose(0, 1), 2, dim=0))
 

@@ -1,6 +1,7 @@
 // Compile through the cache: a hit reads only what running needs, and the rest stays in the cache.
 #include "runtime/compile_service.h"
 
+#include "compiler/artifact.h"
 #include "ir/parse.h"
 #include "tests/cache/test_util.h"
 #include "tests/support/redis_server.h"
@@ -296,11 +297,106 @@ TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced)
   EXPECT_FALSE(recompiled->hit);
   EXPECT_EQ(recompiled->artifact.arch, "sm_90");
   EXPECT_EQ(late->stats()->remote_rejected, 1u);
+  {
+    std::lock_guard lock(warned);
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_EQ(warnings[0], "rejected remote entry " + good->key +
+                               ": its artifact is for sm_80 where its key says sm_90")
+        << warnings[0];
+    warnings.clear();
+  }
+
+  // The good entry but for its artifact's toolchain (which the driver check reads).
+  cache::Lookup fresh = late->read(good->key);
+  ASSERT_TRUE(fresh.hit());
+  cache::Contents relabelled{fresh.entry.info.summary, fresh.entry.payloads,
+                             fresh.entry.info.compile_ms};
+  int relabelled_payloads = 0;
+  for (cache::Payload& p : relabelled.payloads) {
+    if (p.name != "artifact") continue;
+    auto artifact = compiler::deserialize(p.bytes);
+    ASSERT_TRUE(artifact) << artifact.error().message;
+    artifact->nvrtc_version = "99.0 (libnvrtc.so.99 1)";
+    p.bytes = compiler::serialize(*artifact);
+    ++relabelled_payloads;
+  }
+  ASSERT_EQ(relabelled_payloads, 1);
+  ASSERT_TRUE(forger->store(good->key, fresh.entry.info.fields, relabelled));
+  ASSERT_TRUE(forger->flush());
+  auto later = machine("later", true);
+  auto again = compile_graph(*graph, options, later.get());
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_FALSE(again->hit);
   std::lock_guard lock(warned);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "rejected remote entry " + good->key +
-                             ": its artifact is for sm_80 where its key says sm_90")
+  EXPECT_NE(warnings[0].find(": its artifact was built by NVRTC '99.0 (libnvrtc.so.99 1)' where "
+                             "its key says '"),
+            std::string::npos)
       << warnings[0];
+}
+
+// What kiln compiles passes the check of a foreign entry: a symbolic graph's bucket, an sm_90a
+// entry and an sm_80 one served by the remote tier; an emulated entry and each of those imported
+// from another cache. `kiln verify`'s check (entry_problem) finds nothing wrong in them either.
+TEST_F(CachedCompile, EntriesKilnCompilesPassTheForeignCheck) {
+  kiln::testing::RedisServer server;
+  if (!server.installed()) GTEST_SKIP() << "redis-server is not installed";
+  ASSERT_TRUE(server.started()) << server.error();
+  std::vector<std::string> warnings;
+  cache::Options plain;
+  plain.dir = dir.path() + "/builder";
+  plain.remote = server.url();
+  plain.warn = [&](const std::string& w) { warnings.push_back(w); };
+  auto builder = cache::Cache::open(plain);
+  struct Case {
+    const char* graph;
+    compiler::Target target;
+    std::vector<compiler::DimRange> bucket;
+  };
+  compiler::Target emulated = compiler::Target::cuda(90, "a");
+  emulated.kind = compiler::Target::Kind::emulate;
+  const std::vector<Case> cases = {{"mlp_dynamic.kg", compiler::Target::cuda(90), {{33, 64}}},
+                                   {"attention.kg", compiler::Target::cuda(90, "a"), {}},
+                                   {"mlp.kg", compiler::Target::cuda(80), {}},
+                                   {"mlp.kg", emulated, {}}};
+  std::vector<std::string> keys;
+  for (const Case& c : cases) {
+    auto graph = example(c.graph);
+    ASSERT_TRUE(graph) << graph.error().message;
+    compiler::CompileOptions o = options;
+    o.target = c.target;
+    o.bucket = c.bucket;
+    auto built = compile_graph(*graph, o, builder.get());
+    ASSERT_TRUE(built) << c.graph << ": " << built.error().message;
+    keys.push_back(built->key);
+  }
+  ASSERT_TRUE(builder->flush());
+  auto verified = builder->verify(cache::Fix::no, entry_problem);
+  ASSERT_TRUE(verified) << verified.error().message;
+  EXPECT_TRUE(verified->bad.empty()) << verified->bad.front().reason;
+  auto exported = builder->export_entries();
+  ASSERT_TRUE(exported && exported->size() == cases.size());
+  for (const cache::StoredEntry& e : *exported)
+    EXPECT_EQ(foreign_entry_problem(e), "") << e.info.field("arch") << e.info.field("target");
+
+  auto reader = cache::Cache::open(cache_options(dir.path() + "/reader", server.url()));
+  for (size_t i = 0; i + 1 < cases.size(); ++i) {  // emulated entries travel only signed
+    auto graph = example(cases[i].graph);
+    compiler::CompileOptions o = options;
+    o.target = cases[i].target;
+    o.bucket = cases[i].bucket;
+    auto served = compile_graph(*graph, o, reader.get());
+    ASSERT_TRUE(served) << cases[i].graph << ": " << served.error().message;
+    EXPECT_TRUE(served->hit && served->remote_hit) << cases[i].graph;
+    EXPECT_EQ(served->key, keys[i]);
+  }
+  EXPECT_EQ(reader->stats()->remote_rejected, 0u);
+  auto importer = cache::Cache::open(cache_options(dir.path() + "/importer", std::string()));
+  auto imported = importer->import_entries(*exported);
+  ASSERT_TRUE(imported) << imported.error().message;
+  EXPECT_TRUE(imported->refused.empty()) << imported->refused;
+  EXPECT_EQ(imported->imported, cases.size());
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
 }
 
 // An entry whose checksums hold but whose cubins are another arch's (what a forged or damaged

@@ -4502,8 +4502,9 @@ def merged_dims_reason(cx, node) -> str | None:
     elif low in (_permute, _repeat, _tile):
         ok = True  # a permute moves a merged dim's factors together; a repeat reshapes
     elif low is _getitem:
-        # Element 0 of native_layer_norm is its value, a topk's elements are made along its
-        # last dim, and a piece of a split is a slice along a dim after the merged ones.
+        # Element 0 of native_layer_norm is its value, a topk's elements are made along a dim
+        # of fixed size (not a merged one), and a piece of a split is a slice along a dim after
+        # the merged ones.
         src = node.args[0]
         ok = True
         if isinstance(src, Node) and src.target in _SPLITS:
