@@ -2714,6 +2714,41 @@ class ScatterRows(torch.nn.Module):
         return scores, first, repeated, out.sum(0), out.amax(dim=0), (at * 3).sum(1)
 
 
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
+def test_a_scatter_add_adds_in_order_as_pytorch(cache_dir):
+    """scatter_add, scatter_reduce's "sum" and scatter's reduce="add": x, then each position's
+    value added in order, one at a time (positions repeated within a row, a -0.0 no position
+    reaches kept); an "amax" stays in PyTorch, named."""
+    class Adds(torch.nn.Module):
+        def forward(self, x, i, s):
+            return (x.scatter_add(1, i, s), x.scatter_reduce(1, i, s, "sum"),
+                    x.scatter(1, i, s, reduce="add"), torch.zeros_like(x).scatter_add(-1, i, s * 3),
+                    x.scatter_reduce(1, i, s, "amax"))
+
+    B = torch.export.Dim("B", min=2, max=64)
+    x, i, s = torch.randn(4, 6), torch.randint(0, 6, (4, 5)), torch.randn(4, 5)
+    ep = torch.export.export(Adds(), (x, i, s), dynamic_shapes=({0: B}, {0: B}, {0: B}),
+                             strict=False)
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert [(f.op, f.reason) for f in program.fallbacks] == [
+        ("aten.scatter_reduce.two", "a scatter_reduce of 'amax' (kiln adds: 'sum')")]
+    for b in (2, 7, 64):
+        # Values of many magnitudes, so that the order of the additions shows in the sums.
+        x = torch.randn(b, 6) * 10.0 ** torch.randint(-3, 4, (b, 6))
+        s = torch.randn(b, 5) * 10.0 ** torch.randint(-3, 4, (b, 5))
+        i = torch.randint(0, 6, (b, 5))
+        i[0] = torch.tensor([2, 2, 2, 4, 2])  # one position four times
+        i[1] = 1  # every value to one position: positions 0 and 2..5 keep x
+        x[1, 3] = -0.0
+        got, want = program(x, i, s), Adds()(x, i, s)
+        for n, (g, w) in enumerate(zip(got, want)):
+            assert g.dtype == w.dtype and g.shape == w.shape, (b, n)
+            assert torch.equal(g, w), (b, n, (g - w).abs().max())
+            assert torch.equal(g.signbit(), w.signbit()), (b, n)
+        assert got[0][1, 3].item() == 0.0 and got[0][1, 3].signbit()
+
+
 def test_scatters_and_experts_over_merged_rows_run_in_one_kiln_graph(cache_dir):
     B, S = torch.export.Dim("B", max=8), torch.export.Dim("S", min=2, max=40)
     module = ScatterRows()

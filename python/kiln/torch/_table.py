@@ -3331,12 +3331,7 @@ def _scatter_src(cx, node):
             cx.dtype_of(src) != dtype:
         raise Unsupported(f"a scatter of a tensor into {dtype} (kiln scatters floats of the "
                           "tensor's dtype)")
-    if [_size_expr(cx, d) for d in cx.meta(src).shape] != \
-            [_size_expr(cx, d) for d in cx.meta(index).shape]:
-        raise Unsupported("a scatter of a tensor of another shape than its index")
-    axis, pairs, at = _position_pairs(
-        cx, x, dim, index, "a scatter into a tensor", "a scatter other than of a fixed number "
-        "of positions along the dim, the index of the tensor's other sizes")
+    axis, pairs, at = _src_positions(cx, x, dim, index, src, "a scatter")
     shape = cx.meta(x).shape
     rank, k = len(shape), int(cx.meta(index).shape[axis])
     along = axis - rank - 1  # the k positions' dim of the pairs, from the end
@@ -3351,6 +3346,54 @@ def _scatter_src(cx, node):
     picked = f"max(where(logical_and({at}, eq({numbers}, {last})), {values}, -inf), axis={along})"
     hit = f"reshape(ge({last}, 0.0), shape={cx.shape(node)})"
     return Expr(f"where({hit}, {picked}, {cx.ref(x)})")
+
+
+def _src_positions(cx, x, dim, index, src, what: str):
+    """_position_pairs of a scatter (`what`: "a scatter", "a scatter_add") of a tensor `src`,
+    which must have the index's shape."""
+    if [_size_expr(cx, d) for d in cx.meta(src).shape] != \
+            [_size_expr(cx, d) for d in cx.meta(index).shape]:
+        raise Unsupported(f"{what} of a tensor of another shape than its index")
+    return _position_pairs(
+        cx, x, dim, index, f"{what} into a tensor", f"{what} other than of a fixed number of "
+        "positions along the dim, the index of the tensor's other sizes")
+
+
+@lowering(aten.scatter_add.default, aten.scatter_reduce.two, aten.scatter.reduce)
+def _scatter_add(cx, node):
+    """x.scatter_add(dim, index, src) of f32 (scatter_reduce's "sum" with include_self, scatter's
+    reduce="add") where index holds k positions along dim (a fixed k) and x's other sizes, src
+    the index's shape: x, then src's value at each of the k positions that is the element's
+    added in order, one at a time, as PyTorch's CPU kernel adds them: the last of the running
+    sum (`cumsum`) of x followed by where(position matches, src, -0.0), -0.0 leaving every sum
+    as it was; x itself where no position matches. kiln's running sum starts from +0.0, so a
+    sum of -0.0s alone (x and every value added to it) comes out +0.0 where PyTorch keeps -0.0.
+    A position outside the dim adds nothing, where PyTorch raises."""
+    x, dim, index, src = node.args[:4]
+    if node.target is aten.scatter_reduce.two:
+        reduce = _arg(node, 4, "reduce")
+        if reduce != "sum":
+            raise Unsupported(f"a scatter_reduce of {reduce!r} (kiln adds: 'sum')")
+        if _arg(node, 5, "include_self", True) is not True:
+            raise Unsupported("a scatter_reduce without include_self")
+    elif node.target is aten.scatter.reduce:
+        reduce = _arg(node, 4, "reduce")
+        if reduce != "add":
+            raise Unsupported(f"a scatter with reduce={reduce!r} (kiln adds: 'add')")
+    dtype = cx.dtype_of(node)
+    if dtype != "f32" or not isinstance(src, Node) or cx.dtype_of(src) != dtype:
+        raise Unsupported(f"a scatter_add into {dtype} (kiln adds f32 into f32, in order)")
+    axis, pairs, at = _src_positions(cx, x, dim, index, src, "a scatter_add")
+    shape = cx.meta(x).shape
+    rank, k, n = len(shape), int(cx.meta(index).shape[axis]), cx.size(shape[axis])
+    along = axis - rank - 1  # the k positions' dim of the pairs, from the end
+    at = cx.let(at)
+    added = f"where({at}, reshape({cx.ref(src)}, shape={pairs(k, 1)}), -0.0)"
+    first = f"reshape({cx.ref(x)}, shape={pairs(1, n)})"
+    running = f"cumsum(concat({first}, {added}, axis={along}), axis={along})"
+    hit = f"gt(max(cast({at}, to=f32), axis={along}, keepdim=true), 0.0)"  # any of the k
+    total = f"where({hit}, {_last_along(running, along)}, {first})"
+    return Expr(f"reshape({total}, shape={cx.shape(node)})")
 
 
 _INT_RANGE = {"i32": (-2**31, 2**31 - 1), "i64": (-2**63, 2**63 - 1)}
@@ -4530,7 +4573,7 @@ def merged_dims_reason(cx, node) -> str | None:
         x = node.args[0]
         rank = len(cx.meta(x).shape)
         ok = rank > 0 and tail_free(x, rank - _arg(node, 1, "dim", 0) % rank)
-    elif low in (_gather, _scatter_value, _scatter_src):
+    elif low in (_gather, _scatter_value, _scatter_src, _scatter_add):
         # Positions along a dim after the merged ones, the index of the tensor's other sizes.
         x, dim = node.args[0], node.args[1]
         rank = len(cx.meta(x).shape)
