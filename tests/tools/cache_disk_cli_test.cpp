@@ -286,7 +286,9 @@ TEST_F(CacheDiskCli, ABundleHoldingACubinTheRuntimeWouldNotLoadImportsNothing) {
   ASSERT_EQ(kiln({"export", good}).exit_code, 0);
   std::string key, kernel;
   {
-    auto store = cache::Cache::open(cache::Options{.dir = m_dir});
+    cache::Options options;
+    options.dir = m_dir;
+    auto store = cache::Cache::open(options);
     auto listed = store->list();
     ASSERT_TRUE(listed.ok() && listed->size() == 1u);
     key = listed->front().key;
