@@ -7,8 +7,8 @@
 //                    copied out: what any verified local hit of this entry costs at least
 //   warm_process_ms  a new `kiln compile` process that hits the cache (median), interleaved with
 //   version_ms       a bare `kiln --version` process (the floor a new process cannot beat)
-//   remote_hit_us    empty local cache, warm Redis on loopback: fetch, verify (cubins checked as
-//                    the runtime and `kiln` check them), store locally
+//   remote_hit_us    empty local cache, warm Redis on loopback: fetch, verify (and check as the
+//                    runtime and `kiln` check a remote value), store locally
 //   stored_bytes     bytes the local store keeps for the entry, and stored_bytes_v1: what the
 //                    first schema kept (every payload zstd level 3)
 // and two herds of cold processes on one graph: sharing one cache directory, and as a fleet
@@ -103,7 +103,7 @@ private:
   std::string m_path;
 };
 
-// As the runtime and `kiln` open it: a remote value's cubins are checked before it is taken.
+// As the runtime and `kiln` open it: a remote value is checked before it is taken.
 std::unique_ptr<cache::Cache> open_cache(const std::string& dir, const std::string& remote = "") {
   return cache::Cache::open(runtime::cache_options(dir, remote));
 }

@@ -210,7 +210,7 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     *outcome = Outcome::other_graph;
     return std::nullopt;
   }
-  // What the cache layer cannot see (the runtime's check: cubins the driver would be handed).
+  // What the cache layer cannot see (the runtime's check: what would fail every run of it).
   if (m_options.check_foreign) {
     std::string why = m_options.check_foreign(*stored);
     if (!why.empty()) return reject(why);

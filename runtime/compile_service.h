@@ -74,9 +74,9 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry);
 // What a run that hits `entry` does past its checksums, as `kiln verify` checks it: decode the
 // artifact; check it against its key and graph, and a CUDA target's cubins and kernels as the
 // runtime does before loading and launching them, as foreign_entry_problem does; for a CPU
-// target's that this machine can run, load its object (the loader's allow-list, the link). "" when it holds, else why not: such an entry fails every run
-// that hits it. Another CPU's object, or one with no LLVM plugin here, is only decoded; a tuning
-// record (no artifact) is not checked.
+// target's that this machine can run, load its object (the loader's allow-list, the link). ""
+// when it holds, else why not: such an entry fails every run that hits it. Another CPU's object,
+// or one with no LLVM plugin here, is only decoded; a tuning record (no artifact) is not checked.
 std::string entry_problem(cache::Entry entry);
 
 // What the cache checks of an entry from another machine (cache::Options::check_foreign), short
@@ -85,9 +85,10 @@ std::string entry_problem(cache::Entry entry);
 // (check_artifact_fits); for CUDA, every kernel's cubin as the launcher checks it before loading
 // (compiler::check_cubins) and every kernel as it checks it before launching (check_launchable).
 // "" when they hold, else why not: such an entry would fail every run. Not refused here: an
-// entry of another codegen version (this kiln never looks it up), an artifact that does not decode (never run: a hit compiles it again and replaces it), a CPU
-// target's object (taken from the remote tier only signed, from a bundle only with
-// --allow-native-code; not loaded here), a tuning record.
+// entry of another codegen version (this kiln never looks it up), an artifact that does not
+// decode (never run: a hit compiles it again and replaces it), a CPU target's object (taken from
+// the remote tier only signed, from a bundle only with --allow-native-code; not loaded here), a
+// tuning record.
 std::string foreign_entry_problem(const cache::StoredEntry& stored);
 
 // Cache options for the runtime, its CLI and its bindings: `dir` and `remote` as given (see
