@@ -211,8 +211,8 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     return std::nullopt;
   }
   // What the cache layer cannot see (the runtime's check: what would fail every run of it).
-  if (m_options.check_foreign) {
-    std::string why = m_options.check_foreign(*stored);
+  if (const ForeignCheck& check = how.check ? *how.check : m_options.check_foreign) {
+    std::string why = check(*stored, &*entry);
     if (!why.empty()) return reject(why);
   }
   *outcome = Outcome::hit;
@@ -449,7 +449,7 @@ Expected<ImportReport> Cache::import_entries(const std::vector<StoredEntry>& ent
   // Every entry first: a bundle holding one that fails imports nothing.
   if (m_options.check_foreign) {
     for (const StoredEntry& entry : entries) {
-      std::string why = m_options.check_foreign(entry);
+      std::string why = m_options.check_foreign(entry, nullptr);
       if (!why.empty()) {
         ImportReport refused;
         refused.refused = "entry " + entry.info.key + ": " + why;

@@ -75,6 +75,8 @@ struct RemoteFetchHow {
   // Verify only: nothing stored here, counted or refreshed (`kiln why`).
   bool check_only = false;
   std::string* rejection = nullptr;  // why the value was rejected, when it was
+  // Run in place of Options::check_foreign when set (get_or_create's `check`).
+  const ForeignCheck* check = nullptr;
 };
 
 class Cache {
@@ -126,9 +128,13 @@ public:
   // The entry for `key`, running `producer` once across the threads, processes and (with a
   // remote tier) machines that ask at the same time. Waits at most Options::lock_wait for another
   // producer; a dead one is noticed at once on this machine and when its lease expires on
-  // another. Fails only when the producer fails. The entry holds the payloads in `want`.
+  // another. Fails only when the producer fails. The entry holds the payloads in `want`. A remote
+  // value is checked with `check` when it is set, in place of Options::check_foreign: a caller
+  // that holds more of the request than its key fields (the runtime: the graph itself) checks
+  // with it what it would otherwise read back from the entry.
   Expected<Fetched> get_or_create(const std::string& key, const std::vector<KeyField>& fields,
-                                  const Producer& producer, const PayloadSelection& want = {});
+                                  const Producer& producer, const PayloadSelection& want = {},
+                                  const ForeignCheck& check = {});
 
   // What a compile's remote lookup would make of the fleet's value of `key`, verified as a
   // compile verifies it but not taken (nothing stored here, counted or refreshed): "present",

@@ -63,7 +63,8 @@ private:
 }  // namespace
 
 Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector<KeyField>& fields,
-                                       const Producer& producer, const PayloadSelection& want) {
+                                       const Producer& producer, const PayloadSelection& want,
+                                       const ForeignCheck& check) {
   using local::Store;
   // Each call counts once: a local hit, or a local miss (served remotely or produced).
   auto local_hit = [&]() -> std::optional<Fetched> {
@@ -92,6 +93,7 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
     RemoteFetchHow how;
     how.report_rejection = !rejected;
     how.count_miss = false;
+    if (check) how.check = &check;
     auto entry = remote_fetch(key, &fields, want, &last, nullptr, how);
     rejected = rejected || last == Outcome::rejected || last == Outcome::needs_key;
     remote_miss.missed = remote_miss.missed || last == Outcome::miss;

@@ -20,6 +20,12 @@ inline constexpr uint64_t k_default_remote_max_bytes = uint64_t{64} << 20;   // 
 // The shortest secret KILN_REMOTE_KEY (or Options::remote_key) may be.
 inline constexpr size_t k_min_remote_key_bytes = 16;
 
+// Checks an entry from another machine (Options::check_foreign): `stored` as it came, and
+// `verified`, when not null, the same entry with the payloads its lookup selected decoded and
+// checked (a remote value; null for a bundle's entry), which the check may read instead of
+// decoding them again. "" when it may be taken, else why not.
+using ForeignCheck = std::function<std::string(const StoredEntry& stored, const Entry* verified)>;
+
 struct Options {
   std::string dir;  // --cache-dir; empty: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln, ~/.cache/kiln
   // False for commands that only read: a folder without a database is left alone (the cache
@@ -64,8 +70,9 @@ struct Options {
   // one is (counted, reported, a miss: compiled again and overwritten); a bundle holding one is
   // not imported (ImportReport::refused). Unset: nothing more is checked. The runtime's
   // (runtime::cache_options) checks what would fail every run of it: the artifact against its
-  // key, and its cubins as the launcher checks them.
-  std::function<std::string(const StoredEntry&)> check_foreign;
+  // key, and its cubins as the launcher checks them. Cache::get_or_create may be given a check of
+  // its own for that call.
+  ForeignCheck check_foreign;
 };
 
 // The remote tier's secret: `remote_key` if set, else $KILN_REMOTE_KEY; "" when neither is set

@@ -263,11 +263,10 @@ std::string dtype_refusal(OpKind kind, DType dtype) {
 }
 
 // A value the ops that do float arithmetic (matmul, softmax, reductions, norms, attention) read.
-Status require_float(std::string_view op, const char* role, const Node& n,
-                     const std::string& what) {
+Status require_float(std::string_view op, const char* role, const Node& n) {
   if (is_float(n.type.dtype)) return Status::success();
   return make_error(std::string(op), ": ", role, " must be a float tensor (f32, f16 or bf16), got ",
-                    what, "; cast it");
+                    describe(n), "; cast it");
 }
 
 }  // namespace
@@ -464,7 +463,7 @@ Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool 
     return make_error("matmul operands differ in dtype: ", describe(na), " and ", describe(nb),
                       "; cast one of them");
   }
-  if (Status s = require_float("matmul", "an operand", na, describe(na)); !s) return s.error();
+  if (Status s = require_float("matmul", "an operand", na); !s) return s.error();
   if (precision == Precision::automatic) {
     return make_error("precision=auto is a graph-wide mode; a matmul takes highest, high, tf32x3 "
                       "or medium");
@@ -568,7 +567,7 @@ Expected<NodeId> Builder::add_embedding(NodeId table, NodeId ids, std::string na
   if (Status s = check_operand(ids); !s) return s.error();
   const Node& nt = node(table);
   const Node& ni = node(ids);
-  if (Status s = require_float("embedding", "the table", nt, describe(nt)); !s) return s.error();
+  if (Status s = require_float("embedding", "the table", nt); !s) return s.error();
   if (nt.type.shape.rank() != 2) {
     return make_error("embedding: the table must be 2-D [V, D] (V rows of width D), got ",
                       describe(nt));
@@ -671,8 +670,7 @@ Expected<NodeId> Builder::add_cast(NodeId x, DType to, std::string name) {
 
 Expected<NodeId> Builder::add_softmax(NodeId x, int axis, std::string name) {
   if (Status s = check_operand(x); !s) return s.error();
-  if (Status s = require_float("softmax", "its operand", node(x), describe(node(x))); !s)
-    return s.error();
+  if (Status s = require_float("softmax", "its operand", node(x)); !s) return s.error();
   const TensorType& type = node(x).type;
   int rank = type.shape.rank();
   if (axis < -rank || axis >= rank) {
@@ -728,9 +726,7 @@ Expected<NodeId> Builder::add_reduce(OpKind kind, NodeId x, int axis, bool keepd
     return make_error("'", std::string(to_string(kind)), "' is not a reduction");
   }
   if (Status s = check_operand(x); !s) return s.error();
-  if (Status s = require_float(to_string(kind), "its operand", node(x), describe(node(x)));
-      !s)
-    return s.error();
+  if (Status s = require_float(to_string(kind), "its operand", node(x)); !s) return s.error();
   const Node& nx = node(x);
   const Shape& shape = nx.type.shape;
   auto a = normal_axis(axis, shape.rank());
@@ -788,7 +784,7 @@ Status check_eps(double eps, const char* op) {
 
 Expected<NodeId> Builder::add_rms_norm(NodeId x, NodeId weight, double eps, std::string name) {
   if (Status s = check_operand(x); !s) return s.error();
-  if (Status s = require_float("rms_norm", "x", node(x), describe(node(x))); !s) return s.error();
+  if (Status s = require_float("rms_norm", "x", node(x)); !s) return s.error();
   if (Status s = check_operand(weight); !s) return s.error();
   if (Status s = check_norm_param(node(x), node(weight), "rms_norm", "weight"); !s)
     return s.error();
@@ -806,7 +802,7 @@ Expected<NodeId> Builder::add_rms_norm(NodeId x, NodeId weight, double eps, std:
 Expected<NodeId> Builder::add_layer_norm(NodeId x, NodeId weight, NodeId bias, double eps,
                                          std::string name) {
   if (Status s = check_operand(x); !s) return s.error();
-  if (Status s = require_float("layer_norm", "x", node(x), describe(node(x))); !s) return s.error();
+  if (Status s = require_float("layer_norm", "x", node(x)); !s) return s.error();
   if (Status s = check_operand(weight); !s) return s.error();
   if (Status s = check_operand(bias); !s) return s.error();
   if (Status s = check_norm_param(node(x), node(weight), "layer_norm", "weight"); !s)
@@ -1184,7 +1180,7 @@ Expected<NodeId> Builder::add_attention(NodeId q, NodeId k, NodeId v, std::optio
   const Node& nk = node(k);
   const Node& nv = node(v);
   const std::pair<const char*, const Node*> roles[] = {{"q", &nq}, {"k", &nk}, {"v", &nv}};
-  if (Status s = require_float("attention", "q", nq, describe(nq)); !s) return s.error();
+  if (Status s = require_float("attention", "q", nq); !s) return s.error();
   for (const auto& [role, n] : roles) {
     int rank = n->type.shape.rank();
     if (rank < 2) {

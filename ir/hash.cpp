@@ -165,8 +165,7 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
       operands.push_back(ids[op]);
     }
     auto op_kind = static_cast<OpKind>(kind);
-    Expected<NodeId> added = make_error("canonical graph: node ", std::to_string(i),
-                                        " has the wrong operands");
+    std::optional<Expected<NodeId>> added;  // unset: the node's operands or fields are wrong
     switch (category(op_kind)) {
       case OpCategory::input:
       case OpCategory::arange: {
@@ -324,12 +323,13 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
       }
     }
     if (!r.ok()) return bad("truncated");
-    if (!added) return bad("node " + std::to_string(i) + ": " + added.error().message);
+    if (!added) return bad("node " + std::to_string(i) + " has the wrong operands");
+    if (!*added) return bad("node " + std::to_string(i) + ": " + added->error().message);
     // The type written for a computed value must be the one its op gives.
-    const TensorType& type = b.node(*added).type;
+    const TensorType& type = b.node(**added).type;
     if (type.dtype != static_cast<DType>(dtype) || encoded_dims(type.shape) != dims)
       return bad("node " + std::to_string(i) + "'s type is not what its op gives");
-    ids.push_back(*added);
+    ids.push_back(**added);
   }
   // Inputs are declared in node order (the calling convention): the list must say just that.
   uint64_t input_count = r.u32();

@@ -210,8 +210,10 @@ namespace {
 // What would fail every run of `artifact`, short of a device: an artifact for another target
 // (arch and NVRTC, CPU or emulation) or bucket than its key `info` says, one that does not fit
 // the key's graph, and for CUDA a cubin the launcher would not load or a kernel it would not
-// launch. "" when none.
-std::string artifact_problem(const cache::EntryInfo& info, const compiler::Artifact& artifact) {
+// launch. "" when none. `graph`, when given, is the key's graph (a request's whose key fields
+// the entry's equal), which is then not read back from the key.
+std::string artifact_problem(const cache::EntryInfo& info, const compiler::Artifact& artifact,
+                             const ir::Graph* graph = nullptr) {
   const compiler::Target& target = artifact.target;
   const bool cuda = target.kind == compiler::Target::Kind::cuda;
   const std::string is = target.is_cpu()        ? "cpu:" + target.cpu
@@ -236,8 +238,12 @@ std::string artifact_problem(const cache::EntryInfo& info, const compiler::Artif
   }
   if (artifact.bucket != bucket) return "its artifact's bucket is not its key's";
   // What every backend's maker checks against the graph, which the key holds.
-  auto graph = ir::graph_from_canonical(info.field("graph"), "cache entry " + info.key);
-  if (!graph) return "its key's graph does not read: " + graph.error().message;
+  std::optional<ir::Graph> read;
+  if (!graph) {
+    auto from_key = ir::graph_from_canonical(info.field("graph"), "cache entry " + info.key);
+    if (!from_key) return "its key's graph does not read: " + from_key.error().message;
+    graph = &read.emplace(std::move(*from_key));
+  }
   if (Status s = check_artifact_fits(artifact, *graph); !s)
     return "its artifact does not fit its graph: " + s.error().message;
   if (!cuda) return "";
@@ -276,7 +282,12 @@ std::string entry_problem(cache::Entry entry) {
   return "";
 }
 
-std::string foreign_entry_problem(const cache::StoredEntry& stored) {
+namespace {
+
+// foreign_entry_problem, given the request's graph when the caller holds it, and keeping in
+// `decoded` the artifact it decoded when that passed.
+std::string foreign_problem(const cache::StoredEntry& stored, const cache::Entry* verified,
+                            const ir::Graph* graph, std::optional<compiler::Artifact>* decoded) {
   const cache::EntryInfo& info = stored.info;
   if (!info.field("tuning").empty()) return "";
   // Another kiln's entry (another codegen version) is never looked up by this one.
@@ -284,12 +295,40 @@ std::string foreign_entry_problem(const cache::StoredEntry& stored) {
   std::string_view ours = target.compare(0, 4, "cpu:") == 0 ? compiler::cpu_codegen_version()
                                                             : compiler::codegen_version();
   if (info.field("codegen_version") != ours) return "";
-  auto entry = cache::verify_stored(stored, run_payloads());
-  if (!entry) return entry.error().message;
+  // The payloads a run reads, from `verified` when it holds every one of them.
+  const cache::PayloadSelection run = run_payloads();
+  std::optional<cache::Entry> entry;
+  if (verified) {
+    entry.emplace();
+    entry->info = verified->info;
+    for (const cache::StoredPayload& p : stored.payloads) {
+      if (!run.wants(p.name)) continue;
+      const cache::Payload* found = verified->find_payload(p.name);
+      if (!found) {
+        entry.reset();
+        break;
+      }
+      entry->payloads.push_back(*found);
+    }
+  }
+  if (!entry) {
+    auto checked = cache::verify_stored(stored, run);
+    if (!checked) return checked.error().message;
+    entry.emplace(std::move(*checked));
+  }
   // An artifact that does not decode is never run: a hit compiles it again and replaces it.
   auto artifact = from_entry(std::move(*entry));
   if (!artifact) return "";
-  return artifact_problem(info, *artifact);
+  std::string problem = artifact_problem(info, *artifact, graph);
+  if (problem.empty() && decoded) decoded->emplace(std::move(*artifact));
+  return problem;
+}
+
+}  // namespace
+
+std::string foreign_entry_problem(const cache::StoredEntry& stored,
+                                  const cache::Entry* verified) {
+  return foreign_problem(stored, verified, nullptr, nullptr);
 }
 
 cache::Options cache_options(std::string dir, std::optional<std::string> remote) {
@@ -375,6 +414,14 @@ Expected<CompileResult> compile_prepared_as_stored(const ir::Graph& graph,
 
   compiler::Artifact produced;
   bool have_produced = false;
+  // A remote value is checked against the graph this request holds (its key fields are the
+  // request's), and the artifact the check decoded is the one returned: neither is read twice.
+  std::optional<compiler::Artifact> checked;
+  cache::ForeignCheck check = [&](const cache::StoredEntry& stored,
+                                  const cache::Entry* verified) {
+    checked.reset();
+    return foreign_problem(stored, verified, &graph, &checked);
+  };
   auto fetched =
       cache->get_or_create(result.key, request.fields, [&]() -> Expected<cache::Contents> {
         result.lookup_us = lookup_us();
@@ -384,14 +431,16 @@ Expected<CompileResult> compile_prepared_as_stored(const ir::Graph& graph,
         have_produced = true;
         return to_contents(produced, result.graph_hash, result.cpu_ms);
       },
-      run_payloads());
+      run_payloads(), check);
   if (!fetched) return fetched.error();
   if (fetched->source != cache::FetchSource::hit && have_produced) {
     result.artifact = std::move(produced);
     return result;
   }
   int64_t compile_ms = fetched->entry.info.compile_ms;
-  auto artifact = from_entry(std::move(fetched->entry));
+  bool from_remote = fetched->source == cache::FetchSource::remote_hit;
+  auto artifact = from_remote && checked ? Expected<compiler::Artifact>(std::move(*checked))
+                                         : from_entry(std::move(fetched->entry));
   result.lookup_us = lookup_us();
   if (!artifact) {
     // Checksums held but the artifact does not decode: never run it; compile this one afresh and
@@ -411,7 +460,7 @@ Expected<CompileResult> compile_prepared_as_stored(const ir::Graph& graph,
   }
   result.artifact = std::move(*artifact);
   result.hit = true;
-  result.remote_hit = fetched->source == cache::FetchSource::remote_hit;
+  result.remote_hit = from_remote;
   result.compile_ms = result.cpu_ms = static_cast<double>(compile_ms);
   return result;
 }

@@ -88,8 +88,11 @@ std::string entry_problem(cache::Entry entry);
 // entry of another codegen version (this kiln never looks it up), an artifact that does not
 // decode (never run: a hit compiles it again and replaces it), a CPU target's object (taken from
 // the remote tier only signed, from a bundle only with --allow-native-code; not loaded here), a
-// tuning record.
-std::string foreign_entry_problem(const cache::StoredEntry& stored);
+// tuning record. `verified`, when given and holding every payload a run reads, is used in place
+// of decoding them again (cache::ForeignCheck). compile_prepared checks a remote value with the
+// request's graph in place of the key's, and returns the artifact the check decoded.
+std::string foreign_entry_problem(const cache::StoredEntry& stored,
+                                  const cache::Entry* verified = nullptr);
 
 // Cache options for the runtime, its CLI and its bindings: `dir` and `remote` as given (see
 // cache::Options), and check_foreign set to foreign_entry_problem.

@@ -71,9 +71,11 @@ int fail(const std::string& message, int code) {
 
 // The opened cache, or nullptr after an error (said on stderr: by the cache when it turned itself
 // off, here when there is no cache to read).
-std::unique_ptr<cache::Cache> open_cache(const CacheArgs& args) {
+std::unique_ptr<cache::Cache> open_cache(const CacheArgs& args, bool checked_already = false) {
   cache::Options options = runtime::cache_options(args.dir, args.remote);
   options.create = args.create;
+  // `kiln import` checks the bundle's entries before it opens the cache.
+  if (checked_already) options.check_foreign = nullptr;
   // The warnings of the open wait here: a cache that cannot be used ends a cache command with an
   // error saying why, where the warning would say "continuing without a cache". Later ones print
   // as they come.
@@ -441,8 +443,8 @@ int run_import(const CacheArgs& args) {
                     "signature); pass --allow-native-code to import them from a source you trust",
                 k_exit_usage);
   }
-  // An entry the runtime would not load (runtime::foreign_entry_problem; the cache checks again):
-  // refused before the cache is opened, so a refused bundle leaves no trace.
+  // An entry the runtime would not load (runtime::foreign_entry_problem, which the cache would
+  // run): refused before the cache is opened, so a refused bundle leaves no trace.
   auto refuse = [&](const std::string& why) {
     return fail("bad bundle '" + args.target + "': " + why + "; nothing was imported (`kiln " +
                     "verify --fix` where it was exported drops such entries)",
@@ -451,7 +453,7 @@ int run_import(const CacheArgs& args) {
   for (const cache::StoredEntry& entry : *entries)
     if (std::string why = runtime::foreign_entry_problem(entry); !why.empty())
       return refuse("entry " + entry.info.key + ": " + why);
-  auto c = open_cache(args);
+  auto c = open_cache(args, true);
   if (!c) return k_exit_failure;
   auto report = c->import_entries(*entries);
   if (!report) return fail(report.error().message, k_exit_failure);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <mutex>
 
 namespace kiln::runtime {
@@ -360,6 +361,14 @@ TEST_F(CachedCompile, EntriesKilnCompilesPassTheForeignCheck) {
                                    {"mlp.kg", compiler::Target::cuda(80), {}},
                                    {"mlp.kg", emulated, {}}};
   std::vector<std::string> keys;
+  // What a run reads of each compiled artifact, payload by payload.
+  auto run_contents = [](const compiler::Artifact& artifact) {
+    std::map<std::string, std::string> read;
+    for (cache::Payload& p : to_contents(artifact, "", 0).payloads)
+      if (run_payloads().wants(p.name)) read[p.name] = std::move(p.bytes);
+    return read;
+  };
+  std::vector<std::map<std::string, std::string>> compiled;
   for (const Case& c : cases) {
     auto graph = example(c.graph);
     ASSERT_TRUE(graph) << graph.error().message;
@@ -369,6 +378,7 @@ TEST_F(CachedCompile, EntriesKilnCompilesPassTheForeignCheck) {
     auto built = compile_graph(*graph, o, builder.get());
     ASSERT_TRUE(built) << c.graph << ": " << built.error().message;
     keys.push_back(built->key);
+    compiled.push_back(run_contents(built->artifact));
   }
   ASSERT_TRUE(builder->flush());
   auto verified = builder->verify(cache::Fix::no, entry_problem);
@@ -376,8 +386,28 @@ TEST_F(CachedCompile, EntriesKilnCompilesPassTheForeignCheck) {
   EXPECT_TRUE(verified->bad.empty()) << verified->bad.front().reason;
   auto exported = builder->export_entries();
   ASSERT_TRUE(exported && exported->size() == cases.size());
-  for (const cache::StoredEntry& e : *exported)
+  const std::string cubin = cache::k_payload_cubin_prefix;
+  for (const cache::StoredEntry& e : *exported) {
     EXPECT_EQ(foreign_entry_problem(e), "") << e.info.field("arch") << e.info.field("target");
+    // Given the entry as a lookup verified it, the check reads that, not the stored payloads:
+    // a cubin cut there is found. Given one that lacks a payload a run reads, it reads `e`.
+    auto whole = cache::verify_stored(e);
+    ASSERT_TRUE(whole) << whole.error().message;
+    EXPECT_EQ(foreign_entry_problem(e, &*whole), "");
+    auto artifact_only = cache::verify_stored(e, cache::PayloadSelection::only({"artifact"}));
+    ASSERT_TRUE(artifact_only) << artifact_only.error().message;
+    EXPECT_EQ(foreign_entry_problem(e, &*artifact_only), "");
+    bool cut = false;
+    for (cache::Payload& p : whole->payloads)
+      if (p.name.compare(0, cubin.size(), cubin) == 0) {
+        p.bytes.resize(p.bytes.size() / 2);
+        cut = true;
+      }
+    if (cut) {
+      std::string problem = foreign_entry_problem(e, &*whole);
+      EXPECT_NE(problem.find("its cubins would not load"), std::string::npos) << problem;
+    }
+  }
 
   auto reader = cache::Cache::open(cache_options(dir.path() + "/reader", server.url()));
   for (size_t i = 0; i + 1 < cases.size(); ++i) {  // emulated entries travel only signed
@@ -389,6 +419,8 @@ TEST_F(CachedCompile, EntriesKilnCompilesPassTheForeignCheck) {
     ASSERT_TRUE(served) << cases[i].graph << ": " << served.error().message;
     EXPECT_TRUE(served->hit && served->remote_hit) << cases[i].graph;
     EXPECT_EQ(served->key, keys[i]);
+    // The artifact served is the one the check decoded: what was compiled, payload by payload.
+    EXPECT_EQ(run_contents(served->artifact), compiled[i]) << cases[i].graph;
   }
   EXPECT_EQ(reader->stats()->remote_rejected, 0u);
   auto importer = cache::Cache::open(cache_options(dir.path() + "/importer", std::string()));
