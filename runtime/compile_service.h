@@ -7,6 +7,7 @@
 #include "compiler/options.h"
 #include "compiler/request.h"
 #include "ir/graph.h"
+#include "runtime/entry_artifact.h"
 #include "support/expected.h"
 
 #include <optional>
@@ -63,14 +64,6 @@ Expected<CompileResult> compile_graph(const ir::Graph& graph,
                                       const compiler::CompileOptions& options,
                                       cache::Cache* cache);
 
-// An artifact as cache contents and back: cubin and PTX per kernel, source and log become
-// their own payloads (so `kiln show --ptx` reads them), the rest one "artifact" payload.
-// from_entry needs "artifact" and every kernel's cubin; PTX, source and log are filled when the
-// entry holds them (run_payloads() leaves them out).
-cache::Contents to_contents(const compiler::Artifact& artifact, const std::string& graph_hash,
-                            double compile_ms);
-Expected<compiler::Artifact> from_entry(cache::Entry entry);
-
 // What a run that hits `entry` does past its checksums, as `kiln verify` checks it: decode the
 // artifact; check it against its key and graph, and a CUDA target's cubins and kernels as the
 // runtime does before loading and launching them, as foreign_entry_problem does; for a CPU
@@ -79,26 +72,8 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry);
 // or one with no LLVM plugin here, is only decoded; a tuning record (no artifact) is not checked.
 std::string entry_problem(cache::Entry entry);
 
-// What the cache checks of an entry from another machine (cache::Options::check_foreign), short
-// of a device: the checksums of the payloads a run reads; that its artifact is for its key's
-// target (arch and NVRTC, CPU or emulation) and bucket, and fits its key's graph
-// (check_artifact_fits); for CUDA, every kernel's cubin as the launcher checks it before loading
-// (compiler::check_cubins) and every kernel as it checks it before launching (check_launchable).
-// "" when they hold, else why not: such an entry would fail every run. Not refused here: an
-// entry of another codegen version (this kiln never looks it up), an artifact that does not
-// decode (never run: a hit compiles it again and replaces it), a CPU target's object (taken from
-// the remote tier only signed, from a bundle only with --allow-native-code; not loaded here), a
-// tuning record. `verified`, when given and holding every payload a run reads, is used in place
-// of decoding them again (cache::ForeignCheck). compile_prepared checks a remote value with the
-// request's graph in place of the key's, and returns the artifact the check decoded.
-std::string foreign_entry_problem(const cache::StoredEntry& stored,
-                                  const cache::Entry* verified = nullptr);
-
 // Cache options for the runtime, its CLI and its bindings: `dir` and `remote` as given (see
 // cache::Options), and check_foreign set to foreign_entry_problem.
 cache::Options cache_options(std::string dir, std::optional<std::string> remote);
-
-// The payloads compile_prepared reads on a hit: "artifact" and "cubin:*".
-cache::PayloadSelection run_payloads();
 
 }  // namespace kiln::runtime

@@ -26,59 +26,6 @@ namespace kiln::runtime {
 
 namespace {
 
-// The bytes the artifact says buffer `ref` holds (0 for an index out of range: bind_buffers
-// refuses those).
-uint64_t buffer_bytes(const compiler::Artifact& a, const compiler::BufferRef& ref) {
-  const std::vector<uint64_t>& list = ref.role == compiler::BufferRole::input    ? a.input_bytes
-                                      : ref.role == compiler::BufferRole::output ? a.output_bytes
-                                                                                 : a.temporary_bytes;
-  return ref.index < list.size() ? list[ref.index] : 0;
-}
-
-}  // namespace
-
-Status check_launchable(const compiler::KernelArtifact& kernel, const compiler::Artifact& artifact,
-                        std::vector<compiler::TensorMapSpec>* maps) {
-  maps->assign(kernel.params.size(), compiler::TensorMapSpec{});
-  for (size_t i = 0; i < kernel.params.size(); ++i) {
-    const compiler::KernelParam& p = kernel.params[i];
-    if (p.kind != compiler::ParamKind::tensor_map) continue;
-    std::string where = "kernel '" + kernel.name + "' parameter " + std::to_string(i) + ": ";
-    if (!p.map_terms.empty() && artifact.bucket.empty())
-      return make_error(where, "a static graph's tensor map has size terms");
-    if (p.map_terms.empty() && !artifact.bucket.empty())
-      return make_error(where, "a symbolic graph's tensor map has no size terms");
-    compiler::KernelParam at_bounds = p;
-    at_bounds.map_terms.clear();
-    auto spec = compiler::tensor_map_at(at_bounds, {});
-    if (!spec) return make_error(where, spec.error().message);
-    if (!artifact.bucket.empty()) {
-      std::vector<int64_t> hi;
-      for (const auto& range : artifact.bucket) hi.push_back(range[1]);
-      auto top = compiler::tensor_map_at(p, hi);
-      if (!top) return make_error(where, top.error().message);
-      if (*top != *spec)
-        return make_error(where, "its size terms at the bucket's upper bounds give another map "
-                          "than its description");
-    }
-    uint64_t holds = std::min(p.bytes, buffer_bytes(artifact, p.buffer));
-    if (uint64_t reach = compiler::tensor_map_extent(*spec); reach > holds)
-      return make_error(where, "its tensor map reaches ", std::to_string(reach),
-                        " bytes into a buffer of ", std::to_string(holds));
-    (*maps)[i] = *spec;
-  }
-  if (kernel.launch.clustered()) {
-    const auto& c = kernel.launch.cluster;
-    return make_error("kernel '", kernel.name, "' launches in clusters of ", std::to_string(c[0]),
-                      "x", std::to_string(c[1]), "x", std::to_string(c[2]),
-                      ", which this kiln's launcher does not do; compile the graph again with "
-                      "this kiln");
-  }
-  return Status::success();
-}
-
-namespace {
-
 // A CUtensorMap as the driver wants it: 128 bytes aligned to 64.
 struct alignas(64) TensorMapBytes {
   unsigned char bytes[128] = {};
@@ -542,77 +489,6 @@ std::vector<TensorSpec> tensor_specs(const ir::Graph& graph, const std::vector<i
     specs.push_back(std::move(spec));
   }
   return specs;
-}
-
-Status check_artifact_fits(const compiler::Artifact& a, const ir::Graph& graph) {
-  auto bad = [&](const char* what) {
-    return make_error("entry ", a.arch, " of graph '", graph.name(), "': ", what,
-                      " do not match the graph");
-  };
-  size_t symbols = graph.symbols().size();
-  if (a.bucket.size() != symbols) return bad("the bucket's dims");
-  for (size_t i = 0; i < symbols; ++i) {
-    const ir::Symbol& symbol = graph.symbols()[i];
-    if (a.bucket[i][0] < symbol.lo || a.bucket[i][0] > a.bucket[i][1] ||
-        a.bucket[i][1] > symbol.hi)
-      return bad("the bucket's dims");
-  }
-  if (a.input_bytes.size() != graph.inputs().size() ||
-      a.output_bytes.size() != graph.outputs().size())
-    return bad("the inputs and outputs");
-  if (symbols == 0) {
-    for (size_t i = 0; i < a.input_bytes.size(); ++i)
-      if (a.input_bytes[i] != static_cast<uint64_t>(graph.node(graph.inputs()[i]).type.bytes()))
-        return bad("the input sizes");
-    for (size_t i = 0; i < a.output_bytes.size(); ++i)
-      if (a.output_bytes[i] != static_cast<uint64_t>(graph.node(graph.outputs()[i]).type.bytes()))
-        return bad("the output sizes");
-  } else if (a.input_sizes.size() != a.input_bytes.size() ||
-             a.output_sizes.size() != a.output_bytes.size() ||
-             a.temporary_sizes.size() != a.temporary_bytes.size()) {
-    return bad("the buffers' size terms");
-  }
-  auto in_range = [&](const std::vector<compiler::SizeTerm>& terms) {
-    for (const compiler::SizeTerm& t : terms)
-      for (uint32_t s : t.symbols)
-        if (s >= symbols) return false;
-    return true;
-  };
-  for (const auto* terms : {&a.input_sizes, &a.output_sizes, &a.temporary_sizes})
-    if (!in_range(*terms)) return bad("the buffers' size terms");
-  if (symbols != 0) {
-    // The inputs' and outputs' bytes as the graph sizes them in this bucket: the caller's tensors
-    // are, and a tensor map's reach is held to these terms at each run.
-    std::vector<compiler::DimRange> bucket;
-    for (const auto& range : a.bucket) bucket.push_back({range[0], range[1]});
-    compiler::Sizes sizes(graph, std::move(bucket));
-    auto bytes_term = [&](ir::NodeId id) {
-      int64_t element = ir::byte_size(graph.node(id).type.dtype);
-      return (sizes.elements(id) * compiler::Extent::constant(element)).term();
-    };
-    for (size_t i = 0; i < a.input_sizes.size(); ++i)
-      if (a.input_sizes[i] != bytes_term(graph.inputs()[i])) return bad("the input sizes");
-    for (size_t i = 0; i < a.output_sizes.size(); ++i)
-      if (a.output_sizes[i] != bytes_term(graph.outputs()[i])) return bad("the output sizes");
-  }
-  for (const compiler::KernelArtifact& k : a.kernels) {
-    // Dims pass the symbols' values (each symbol's, in order, in what kiln writes).
-    size_t dims = 0;
-    for (const compiler::KernelParam& p : k.params) {
-      if (!in_range(p.map_terms)) return bad("a tensor map's size terms");
-      if (p.kind != compiler::ParamKind::dim) continue;
-      if (p.symbol >= symbols) return bad("a kernel's dims");
-      ++dims;
-    }
-    if (a.is_cpu()) {
-      if (!in_range(k.items)) return bad("a kernel's work items");
-      continue;
-    }
-    if (symbols == 0) continue;
-    if (k.grid.size() != 3 || dims != symbols) return bad("a kernel's grid or dims");
-    if (!in_range(k.grid)) return bad("a kernel's grid terms");
-  }
-  return Status::success();
 }
 
 const std::optional<ir::Graph>& Backend::graph() const { return ExecutableAccess::graph(m_exe); }

@@ -17,22 +17,6 @@ namespace kiln::runtime {
 Expected<std::shared_ptr<Executable>> make_executable(const ir::Graph& graph,
                                                       CompileResult result, int device);
 
-// What an artifact says of its buffers and kernels against the graph it claims to run: the
-// bucket's dims, buffer counts, a static graph's buffer sizes, the size terms' symbols, and per
-// kernel its grid terms and dim parameters (CUDA) or work items (CPU). Only a damaged or foreign
-// entry fails; the error names what does not match. Every backend's maker checks it.
-Status check_artifact_fits(const compiler::Artifact& a, const ir::Graph& graph);
-
-// What this launcher cannot launch, refused by name before anything runs: a tensor map whose
-// description does not read back, breaks the driver's rules or reaches past its buffer (as the
-// artifact sizes the buffer, not as the parameter says; a symbolic graph's at the bucket's upper
-// bounds, where its size terms give the map's largest dims and the buffers their largest sizes,
-// and again at each run's sizes); a thread-block cluster (cuLaunchKernelEx comes with the kernels
-// that use one). Each map's description, read back, goes to (*maps)[param], so that a run does
-// not read its text again. Needs no device.
-Status check_launchable(const compiler::KernelArtifact& kernel, const compiler::Artifact& artifact,
-                        std::vector<compiler::TensorMapSpec>* maps);
-
 // The byte offset of each temporary in the workspace (each 256-byte aligned) and the total.
 std::vector<uint64_t> temporary_offsets(const std::vector<uint64_t>& temporary_bytes,
                                         uint64_t* total);

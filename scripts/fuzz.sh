@@ -3,7 +3,8 @@
 # two targets at a time:
 #   - the graph parser, then the compiler's passes on the graphs that parse (N/2 each);
 #   - the .npy reader and the .npz reader (N/4 each), then the records a cache, a bundle or a peer
-#     hands over: artifacts, entry records, bundles and cubins (N/2).
+#     hands over: artifacts, entry records, bundles, cubins, and entries checked as the cache
+#     checks one from another machine (N/2).
 # Each target runs at least 1 s (libFuzzer reads a time of 0 as no limit). Any crash, leak or
 # sanitizer report fails the run; the crashing input is kept in build-fuzz/, each target's log is
 # build-fuzz/NAME.log.
@@ -101,7 +102,8 @@ lane() {
 # Two lanes at once, each saying what it did into a file of its own, shown after both end.
 lane "parser:$half:parser-corpus" "lower:$half:lower-corpus" >lane1.out 2>&1 &
 first=$!
-lane "npy:$quarter:npy-corpus" "npz:$quarter:npz-corpus" "records:$half:records-corpus:16384" \
+# Records up to 128 KiB: an sm_90a entry's wgmma cubin alone is about 70 KiB.
+lane "npy:$quarter:npy-corpus" "npz:$quarter:npz-corpus" "records:$half:records-corpus:131072" \
   >lane2.out 2>&1 &
 second=$!
 first_rc=0

@@ -9,18 +9,29 @@
 //      for kernel `mapped` taking a pointer, a tensor map and an int, on sm_90). A cubin that
 //      passes must be one a reader that takes no size, as the driver's, reads within its bytes:
 //      the fake driver's reader (tests/runtime/fake_cuda/cubin.h) reads a copy of exactly its size.
+//   4: an entry from another machine, as the cache checks a remote value or a bundle's entry
+//      (runtime::foreign_entry_problem): a key of a CUDA (sm_90a) or an emulated (sm_80) compile
+//      whose graph, dims and payloads are the fuzzer's bytes (foreign_input says how they are
+//      laid out), its key and checksums made to hold so the fuzzer reaches the artifact's checks.
+//      The check must say the same from the stored entry, from the entry as a lookup verified it,
+//      and with the graph read from the key handed in as a request's.
 // With KILN_FUZZ_SEEDS=DIR it first writes one input of each kind to DIR (the corpus folder, so
 // the fuzzer starts from well-formed records): an emulated compile of a symbolic matmul graph,
-// that artifact as an entry with one zstd and one raw payload, a bundle of that entry, and, where
-// NVRTC loads, a cubin of `mapped`.
+// that artifact as an entry with one zstd and one raw payload, a bundle of that entry, that
+// compile as an entry from another machine, and, where NVRTC loads, a cubin of `mapped` and an
+// sm_90a compile of a larger graph (a wgmma kernel, its operands read through tensor maps) as an
+// entry from another machine (each foreign seed must pass the check).
 #include "cache/bundle.h"
 #include "cache/entry_codec.h"
 #include "compiler/compiler.h"
 #include "compiler/cubin_report.h"
 #include "compiler/nvrtc.h"
 #include "compiler/sizes.h"
+#include "compiler/key.h"
 #include "fake_cuda/cubin.h"
+#include "ir/hash.h"
 #include "ir/parse.h"
+#include "runtime/entry_artifact.h"
 
 #include <xxhash.h>
 
@@ -32,6 +43,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -112,6 +124,116 @@ void cubin(std::string_view bytes) {
   if (!found) std::abort();  // check_cubin found its code
 }
 
+// The key fields of a compile of a seed graph (its `graph` and `dims` replaced by each input's):
+// [0] a CUDA sm_90a compile's, [1] an emulated sm_80 compile's. The toolchain is "fuzz": a CUDA
+// artifact passes when its NVRTC version ends in " (fuzz)".
+std::vector<cache::KeyField> g_key_fields[2];
+
+// Kind 4's bytes: a flags byte (bit 0: the emulated key), a u16 length and the key's canonical
+// graph, a u8 length and its "dims" field, a u32 length and the "artifact" payload, then each
+// binary in turn as a u32 length and its bytes: for the CUDA key a cubin per kernel that has its
+// own binary (as to_contents writes them), for the emulated key the kernel text. Lengths are
+// little-endian; what runs out is empty.
+struct ForeignInput {
+  bool emulated = false;
+  std::string graph, dims, artifact;
+  std::vector<std::string> binaries;
+};
+
+ForeignInput foreign_input(std::string_view bytes) {
+  ForeignInput in;
+  auto take = [&](size_t width) {
+    uint64_t length = 0;
+    for (size_t i = 0; i < width && !bytes.empty(); ++i) {
+      length |= uint64_t{static_cast<uint8_t>(bytes[0])} << (8 * i);
+      bytes.remove_prefix(1);
+    }
+    std::string part(bytes.substr(0, std::min<uint64_t>(length, bytes.size())));
+    bytes.remove_prefix(part.size());
+    return part;
+  };
+  if (!bytes.empty()) {
+    in.emulated = (bytes[0] & 1) != 0;
+    bytes.remove_prefix(1);
+  }
+  in.graph = take(2);
+  in.dims = take(1);
+  in.artifact = take(4);
+  while (!bytes.empty()) in.binaries.push_back(take(4));
+  return in;
+}
+
+std::string foreign_bytes(const ForeignInput& in) {
+  std::string out(1, in.emulated ? '\1' : '\0');
+  auto put = [&](const std::string& part, size_t width) {
+    for (size_t i = 0; i < width; ++i) out.push_back(static_cast<char>(part.size() >> (8 * i)));
+    out += part;
+  };
+  put(in.graph, 2);
+  put(in.dims, 1);
+  put(in.artifact, 4);
+  for (const std::string& b : in.binaries) put(b, 4);
+  return out;
+}
+
+// The entry `in` describes, its key made from its fields.
+cache::StoredEntry foreign_entry(const ForeignInput& in) {
+  cache::StoredEntry stored;
+  for (const cache::KeyField& field : g_key_fields[in.emulated ? 1 : 0])
+    if (field.name != "graph" && field.name != "dims") stored.info.fields.push_back(field);
+  stored.info.fields.push_back({"graph", in.graph});
+  if (!in.dims.empty()) stored.info.fields.push_back({"dims", in.dims});
+  cache::sort_fields(stored.info.fields);
+  stored.info.key = cache::make_key(stored.info.fields);
+  auto add = [&](const std::string& name, const std::string& bytes) {
+    auto encoded = cache::encode(bytes, cache::Encoding::raw);
+    if (!encoded) std::abort();
+    stored.payloads.push_back({name, *encoded});
+  };
+  add("artifact", in.artifact);
+  if (in.emulated) {
+    add("object:emulator", in.binaries.empty() ? std::string() : in.binaries[0]);
+    return stored;
+  }
+  // A cubin per kernel that has its own binary, named as the artifact names it.
+  auto artifact = compiler::deserialize(in.artifact);
+  std::set<std::string> named;
+  size_t next = 0;
+  if (artifact)
+    for (const compiler::KernelArtifact& k : artifact->kernels)
+      if (k.binary_of.empty() && named.insert(k.name).second)
+        add(cache::k_payload_cubin_prefix + k.name,
+            next < in.binaries.size() ? in.binaries[next++] : std::string());
+  return stored;
+}
+
+void foreign(std::string_view bytes) {
+  ForeignInput in = foreign_input(bytes);
+  cache::StoredEntry stored = foreign_entry(in);
+  std::string stored_says = runtime::foreign_entry_problem(stored);
+  auto verified = cache::verify_stored(stored);
+  if (!verified) {
+    std::fprintf(stderr, "a foreign entry made to hold does not verify: %s\n",
+                 verified.error().message.c_str());
+    std::abort();
+  }
+  auto differ = [&](const char* how, const std::string& says) {
+    std::fprintf(stderr, "the check of a foreign entry says '%s' from the stored entry, '%s' %s\n",
+                 stored_says.c_str(), says.c_str(), how);
+    std::abort();
+  };
+  if (std::string says = runtime::foreign_entry_problem(stored, &*verified); says != stored_says)
+    differ("from the verified one", says);
+  // The key's graph handed in as a request's (named as the check names the graph it reads).
+  auto graph = ir::graph_from_canonical(in.graph, "cache entry " + stored.info.key);
+  if (!graph) return;
+  std::optional<compiler::Artifact> decoded;
+  std::string says = runtime::foreign_entry_problem(stored, &*verified, &*graph, &decoded);
+  if (says != stored_says) differ("given the graph", says);
+  // What passes is handed over decoded, and fits the graph it was checked against.
+  if (says.empty() && decoded && !runtime::check_artifact_fits(*decoded, *graph)) std::abort();
+}
+
 // The record's bytes less its trailing checksum, which the readers above append.
 std::string without_checksum(std::string bytes) {
   if (bytes.size() < 8) std::abort();
@@ -129,20 +251,80 @@ void write_seed(const std::string& dir, const std::string& name, char kind,
   }
 }
 
-// The seeds described at the top; any failure here is the fuzzer's own fault: abort.
-void write_seeds(const std::string& dir) {
-  auto graph = ir::parse_graph(R"(graph seed {
+// The seeds' graphs, and a compile's options for them: emulated sm_80, a symbolic matmul at the
+// bucket of S = 17; CUDA sm_90a, a symbolic bf16 matmul large enough for the wgmma kernel (tensor
+// maps with size terms) at the bucket of S = 5000 (an input of about 80 KiB). Any failure here is the fuzzer's own fault:
+// abort.
+ir::Graph seed_graph(bool emulated) {
+  auto graph = ir::parse_graph(emulated ? R"(graph seed {
     dim S: 1..64
     input a: f32[S, 32]
     input b: f32[32, 16]
     x = relu(matmul(a, b))
     output x
-  })", "seed.kg");
+  })"
+                                        : R"(graph seed {
+    dim S: 1..8192
+    input a: bf16[S, 512]
+    input b: bf16[512, 512]
+    x = relu(matmul(a, b))
+    output x
+  })",
+                               "seed.kg");
   if (!graph) std::abort();
+  return std::move(*graph);
+}
+
+compiler::CompileOptions seed_options(const ir::Graph& graph, bool emulated) {
   compiler::CompileOptions options;
-  options.target = compiler::Target::cuda(80);
-  options.target.kind = compiler::Target::Kind::emulate;
-  options.bucket = {compiler::bucket_of(17, graph->symbols()[0])};
+  options.target = emulated ? compiler::Target::cuda(80) : compiler::Target::cuda(90, "a");
+  if (emulated) options.target.kind = compiler::Target::Kind::emulate;
+  options.bucket = {compiler::bucket_of(emulated ? 17 : 5000, graph.symbols()[0])};
+  return options;
+}
+
+void set_key_fields() {
+  for (bool emulated : {false, true}) {
+    ir::Graph graph = seed_graph(emulated);
+    auto request = compiler::check_request(graph, seed_options(graph, emulated));
+    if (!request) std::abort();
+    compiler::ResolvedInfo resolved{std::string(ir::to_string(request->precision.graph_mode)),
+                                    emulated ? "" : "fuzz"};
+    for (auto& [name, value] : compiler::key_fields(graph, request->options, resolved))
+      g_key_fields[emulated ? 1 : 0].push_back({name, value});
+  }
+}
+
+// Kind 4's seed of `artifact` compiled from a seed graph: it must pass the check.
+void write_foreign_seed(const std::string& dir, const std::string& name,
+                        const compiler::Artifact& artifact) {
+  ForeignInput in;
+  in.emulated = artifact.is_emulated();
+  for (const cache::KeyField& field : g_key_fields[in.emulated ? 1 : 0]) {
+    if (field.name == "graph") in.graph = field.value;
+    if (field.name == "dims") in.dims = field.value;
+  }
+  for (const cache::Payload& p : runtime::to_contents(artifact, "", 0).payloads) {
+    if (p.name == "artifact") in.artifact = p.bytes;
+    if (p.name == "object:emulator" ||
+        p.name.compare(0, std::strlen(cache::k_payload_cubin_prefix),
+                       cache::k_payload_cubin_prefix) == 0)
+      in.binaries.push_back(p.bytes);
+  }
+  std::string says = runtime::foreign_entry_problem(foreign_entry(in));
+  if (!says.empty()) {
+    std::fprintf(stderr, "KILN_FUZZ_SEEDS: the %s seed fails the check: %s\n", name.c_str(),
+                 says.c_str());
+    std::abort();
+  }
+  write_seed(dir, name, 4, foreign_bytes(in));
+}
+
+// The seeds described at the top; any failure here is the fuzzer's own fault: abort.
+void write_seeds(const std::string& dir) {
+  ir::Graph seed = seed_graph(true);
+  const ir::Graph* graph = &seed;
+  compiler::CompileOptions options = seed_options(seed, true);
   auto request = compiler::check_request(*graph, options);
   if (!request) std::abort();
   auto compiled = compiler::compile_emulated(*graph, *request);
@@ -169,6 +351,7 @@ void write_seeds(const std::string& dir) {
   std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::remove(path.c_str());
   write_seed(dir, "seed-bundle", 2, without_checksum(file));
+  write_foreign_seed(dir, "seed-foreign-emulated", *compiled);
 
   auto nvrtc = compiler::load_nvrtc("");
   auto built = nvrtc ? (*nvrtc)->compile(k_cubin_source, "mapped", "sm_90") : nvrtc.error();
@@ -178,11 +361,21 @@ void write_seeds(const std::string& dir) {
   }
   if (!check_mapped(built->cubin)) std::abort();
   write_seed(dir, "seed-cubin", 3, built->cubin);
+
+  ir::Graph large = seed_graph(false);
+  auto cuda = compiler::compile(large, seed_options(large, false));
+  if (!cuda) {
+    std::fprintf(stderr, "KILN_FUZZ_SEEDS: no CUDA compile: %s\n", cuda.error().message.c_str());
+    std::abort();
+  }
+  cuda->nvrtc_version = "13.0 (fuzz)";  // as the key's toolchain says
+  write_foreign_seed(dir, "seed-foreign-cuda", *cuda);
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  set_key_fields();
   if (const char* dir = std::getenv("KILN_FUZZ_SEEDS")) write_seeds(dir);
   return 0;
 }
@@ -190,11 +383,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0: artifact(bytes); break;
     case 1: entry(bytes); break;
     case 2: bundle(bytes); break;
-    default: cubin(bytes); break;
+    case 3: cubin(bytes); break;
+    default: foreign(bytes); break;
   }
   return 0;
 }

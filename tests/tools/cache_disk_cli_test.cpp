@@ -74,6 +74,18 @@ protected:
   uint64_t disk_bytes() const {
     return file_size(m_dir + "/kiln.db") + file_size(m_dir + "/kiln.db-wal");
   }
+  // `kiln compile` of mlp.kg for sm_90 into the cache, which then holds that one entry; its key
+  // ("" after a failure, reported).
+  std::string compile_mlp() {
+    const std::string mlp = std::string(KILN_EXAMPLES_DIR) + "/mlp.kg";
+    CliResult compiled = kiln({"compile", mlp, "--arch", "sm_90", "--precision", "high"});
+    EXPECT_EQ(compiled.exit_code, 0) << compiled.err;
+    cache::Options options;
+    options.dir = m_dir;
+    auto listed = cache::Cache::open(options)->list();
+    EXPECT_TRUE(listed.ok() && listed->size() == 1u);
+    return listed.ok() && listed->size() == 1u ? listed->front().key : std::string();
+  }
   json stats() {
     CliResult r = kiln({"stats", "--json"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -237,19 +249,14 @@ TEST_F(CacheDiskCli, ACacheCommandOnACacheItCannotUseSaysWhy) {
 // An entry whose checksums hold but whose artifact does not decode (a damaged build, or one a
 // keyholder signed) fails every run that hits it: verify names it, and --fix drops it.
 TEST_F(CacheDiskCli, VerifyNamesAnEntryWhoseArtifactDoesNotDecodeAndFixDropsIt) {
-  const std::string mlp = std::string(KILN_EXAMPLES_DIR) + "/mlp.kg";
-  CliResult compiled = kiln({"compile", mlp, "--arch", "sm_90", "--precision", "high"});
-  ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
+  const std::string key = compile_mlp();
+  ASSERT_FALSE(key.empty());
   CliResult good = kiln({"verify"});
   EXPECT_EQ(good.exit_code, 0) << good.out << good.err;
-  std::string key;
   {
     cache::Options options;
     options.dir = m_dir;
     auto store = cache::Cache::open(options);
-    auto listed = store->list();
-    ASSERT_TRUE(listed.ok() && listed->size() == 1u);
-    key = listed->front().key;
     ASSERT_EQ(cache::testing::replace_payloads(*store, key, [](const std::string& name) { return name == "artifact"; },
                                                "{\"not\": \"an artifact\"}"),
               1);
@@ -279,19 +286,15 @@ TEST_F(CacheDiskCli, VerifyNamesAnEntryWhoseArtifactDoesNotDecodeAndFixDropsIt) 
 // A bundle whose entry's checksums hold but whose cubin the runtime would not load (cut short: a
 // forged or damaged build) imports nothing, exit 2, naming the entry; the unforged one imports.
 TEST_F(CacheDiskCli, ABundleHoldingACubinTheRuntimeWouldNotLoadImportsNothing) {
-  const std::string mlp = std::string(KILN_EXAMPLES_DIR) + "/mlp.kg";
-  CliResult compiled = kiln({"compile", mlp, "--arch", "sm_90", "--precision", "high"});
-  ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
+  const std::string key = compile_mlp();
+  ASSERT_FALSE(key.empty());
   const std::string good = m_tmp + "/good.kbundle", cut = m_tmp + "/cut.kbundle";
   ASSERT_EQ(kiln({"export", good}).exit_code, 0);
-  std::string key, kernel;
+  std::string kernel;
   {
     cache::Options options;
     options.dir = m_dir;
     auto store = cache::Cache::open(options);
-    auto listed = store->list();
-    ASSERT_TRUE(listed.ok() && listed->size() == 1u);
-    key = listed->front().key;
     cache::Lookup entry = store->read(key);
     ASSERT_TRUE(entry.hit());
     std::string half;
