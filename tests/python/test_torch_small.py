@@ -2749,6 +2749,42 @@ def test_a_scatter_add_adds_in_order_as_pytorch(cache_dir):
         assert got[0][1, 3].item() == 0.0 and got[0][1, 3].signbit()
 
 
+def test_a_scatter_of_integers_or_bool_from_a_tensor_runs_in_kiln(cache_dir):
+    """scatter of an i64, i32 or bool tensor at positions along a dim (after a merged one, and
+    along dim 0): src's value where a position is the element's, the last write where positions
+    repeat, x elsewhere; i64 values past 2^53 exact."""
+    class IntScatters(torch.nn.Module):
+        def forward(self, x, i, s, m, n, f):
+            rows, at = x.reshape(-1, 6), i.reshape(-1, 3)
+            return (rows.scatter(1, at, s.reshape(-1, 3)), m.scatter(1, i[0, :2], n),
+                    f.scatter(1, i[0, :2], ~f[:, :3]),
+                    m.scatter(0, i[0, :2, :2].repeat(1, 3).remainder(2), n.repeat(1, 2)))
+
+    B, S = torch.export.Dim("B", max=16), torch.export.Dim("S", min=2, max=32)
+
+    def inputs(b, s, seed):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randint(-2**62, 2**62, (b, s, 6), generator=g)
+        i = torch.randint(0, 6, (b, s, 3), generator=g)
+        i[0, 0] = torch.tensor([4, 1, 4])  # position 4 twice: the last write wins
+        src = torch.randint(-2**62, 2**62, (b, s, 3), generator=g) | 1  # odd: never x's zeros
+        m = torch.randint(-9, 9, (2, 6), dtype=torch.int32, generator=g)
+        n = torch.randint(100, 200, (2, 3), dtype=torch.int32, generator=g)
+        f = torch.rand(2, 6, generator=g) > 0.5
+        return x, i, src, m, n, f
+
+    ep = torch.export.export(IntScatters(), inputs(2, 3, 0), strict=False, dynamic_shapes=(
+        {0: B, 1: S}, {0: B, 1: S}, {0: B, 1: S}, None, None, None))
+    program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
+                                          cache_dir=cache_dir, fallbacks="allow")
+    assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    for b, s, seed in [(2, 3, 1), (1, 2, 2), (16, 32, 3)]:
+        args = inputs(b, s, seed)
+        for n, (got, want) in enumerate(zip(program(*args), IntScatters()(*args))):
+            assert got.dtype == want.dtype and got.shape == want.shape, (b, s, n)
+            assert torch.equal(got, want), (b, s, n, got, want)
+
+
 def test_scatters_and_experts_over_merged_rows_run_in_one_kiln_graph(cache_dir):
     B, S = torch.export.Dim("B", max=8), torch.export.Dim("S", min=2, max=40)
     module = ScatterRows()

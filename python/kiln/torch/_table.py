@@ -3317,20 +3317,23 @@ def _scatter_value(cx, node):
 
 @lowering(aten.scatter.src)
 def _scatter_src(cx, node):
-    """scatter(x, dim, index, src) of floats where index holds k positions along dim (a fixed
-    k) and x's other sizes, src the index's shape (Llama 4's router scores,
+    """scatter(x, dim, index, src) where index holds k positions along dim (a fixed k) and x's
+    other sizes, src the index's shape and x's dtype (Llama 4's router scores,
     `full_like(logits, -inf).scatter_(1, top_index, top_value)`): where one of the k positions
     is the element's, src's value there, x elsewhere; where several are, the last one's, as
     PyTorch's CPU kernel writes them in order (PyTorch leaves which one wins unspecified). A
-    position outside the dim writes nothing, where PyTorch raises."""
+    position outside the dim writes nothing, where PyTorch raises. Floats are picked by a max
+    over the k positions, integers and bool (as i32) by the last of a running sum in which the
+    one position picked is the only term that is not 0: exact either way."""
     x, dim, index, src = node.args[:4]
     if _arg(node, 4, "reduce", None) is not None:
         raise Unsupported("a scatter with a reduce")
     dtype = cx.dtype_of(node)
-    if dtype not in ("f32", "f16", "bf16") or not isinstance(src, Node) or \
-            cx.dtype_of(src) != dtype:
-        raise Unsupported(f"a scatter of a tensor into {dtype} (kiln scatters floats of the "
-                          "tensor's dtype)")
+    if not isinstance(src, Node) or cx.dtype_of(src) != dtype:
+        raise Unsupported(f"a scatter of a tensor into {dtype} (kiln scatters a tensor of the "
+                          "same dtype)")
+    floats = dtype in ("f32", "f16", "bf16")
+    as_type = "i32" if dtype == "bool" else None
     axis, pairs, at = _src_positions(cx, x, dim, index, src, "a scatter")
     shape = cx.meta(x).shape
     rank, k = len(shape), int(cx.meta(index).shape[axis])
@@ -3342,10 +3345,16 @@ def _scatter_src(cx, node):
     numbers = (f"reshape(arange({k}, dtype=f32), "
                f"shape=[{', '.join(ones + [str(k), '1'] + ['1'] * (rank - 1 - axis))}])")
     last = cx.let(f"max(where({at}, {numbers}, -1.0), axis={along}, keepdim=true)")
-    values = f"reshape({cx.ref(src)}, shape={pairs(k, 1)})"
-    picked = f"max(where(logical_and({at}, eq({numbers}, {last})), {values}, -inf), axis={along})"
+    values = f"reshape({cx.ref(src, as_type)}, shape={pairs(k, 1)})"
+    chosen = f"logical_and({at}, eq({numbers}, {last}))"
+    if floats:
+        picked = f"max(where({chosen}, {values}, -inf), axis={along})"
+    else:
+        summed = _last_along(f"cumsum(where({chosen}, {values}, 0), axis={along})", along)
+        picked = f"reshape({summed}, shape={cx.shape(node)})"
     hit = f"reshape(ge({last}, 0.0), shape={cx.shape(node)})"
-    return Expr(f"where({hit}, {picked}, {cx.ref(x)})")
+    out = f"where({hit}, {picked}, {cx.ref(x, as_type)})"
+    return Expr(f"ne({out}, 0)" if dtype == "bool" else out)
 
 
 def _src_positions(cx, x, dim, index, src, what: str):
