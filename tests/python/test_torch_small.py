@@ -1934,24 +1934,39 @@ def test_writes_into_selects_and_slices_run_in_kiln_as_in_eager(cache_dir):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-class ScatterInPyTorch(torch.nn.Module):
-    def forward(self, x, v):
+class TensorsIntoSlices(torch.nn.Module):
+    """Tensors of their own written at fixed positions along a symbolic dim (`y[:, 1:3] = v`),
+    of floats from the first position and of integers, and one kiln does not write (65
+    positions: it writes up to 64 one by one)."""
+    def forward(self, x, v, ids, new, wide):
         y = x * 2
-        y[:, 1:3] = v  # a tensor of its own into a symbolic dim: kiln has no op to place it
-        return y
+        y[:, 1:3] = v
+        y[:, 0:1] = v[:, 1:] * 3
+        i = ids + 1
+        i[:, 2:5] = new
+        z = x - 1
+        z[:, 1:66] = wide
+        return y, i, z
 
 
-def test_a_write_into_a_slice_kiln_cannot_place_says_why(cache_dir):
-    B, S = torch.export.Dim("B", max=8), torch.export.Dim("S", min=3, max=40)
-    x, v = torch.randn(2, 10, 4), torch.randn(2, 2, 4)
-    ep = torch.export.export(ScatterInPyTorch(), (x, v), dynamic_shapes=({0: B, 1: S}, {0: B}),
-                             strict=False)
+def test_a_tensor_written_into_fixed_positions_of_a_symbolic_dim_runs_in_kiln(cache_dir):
+    B, S = torch.export.Dim("B", max=8), torch.export.Dim("S", min=66, max=100)
+
+    def inputs(b, s):
+        return (torch.randn(b, s, 4), torch.randn(b, 2, 4), torch.randint(-9, 9, (b, s)),
+                torch.randint(100, 200, (b, 3)), torch.randn(b, 65, 4))
+
+    ep = torch.export.export(TensorsIntoSlices(), inputs(2, 70), strict=False, dynamic_shapes=(
+        {0: B, 1: S}, {0: B}, {0: B, 1: S}, {0: B}, {0: B}))
     program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
     assert [(f.op, f.count) for f in program.fallbacks] == [("aten.slice_scatter.default", 1)]
-    assert "neither a constant nor a window" in program.fallbacks[0].reason
-    x, v = torch.randn(3, 7, 4), torch.randn(3, 2, 4)
-    torch.testing.assert_close(program(x, v), ScatterInPyTorch()(x, v), rtol=0, atol=0)
+    assert "positions 1..66 along a symbolic dim" in program.fallbacks[0].reason
+    for b, s in [(2, 70), (1, 66), (3, 100)]:
+        args = inputs(b, s)
+        for got, want in zip(program(*args), TensorsIntoSlices()(*args)):
+            assert got.dtype == want.dtype and got.shape == want.shape, (b, s)
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 class IntegerSums(torch.nn.Module):

@@ -3125,7 +3125,8 @@ def _slice_scatter(cx, node):
     src's one value where src is a constant (`x[:, -2:] = 0`), or of x rolled by start - a where
     src is a window x[.., a:b, ..] of a tensor x of base's shape (BART's shift_tokens_right,
     `shifted[:, 1:] = ids[:, :-1]`): that window, of a size kiln cannot name (S - 1), is never
-    made."""
+    made. Any other src, at fixed positions along a symbolic dim (`y[:, 1:3] = v`), is written
+    position by position (_written_one_by_one)."""
     base, src = node.args[0], node.args[1]
     dim = _arg(node, 2, "dim", 0)
     start = _bound(cx, _arg(node, 3, "start", None))
@@ -3145,7 +3146,12 @@ def _slice_scatter(cx, node):
             [cx.ref(src, work)] + \
             ([f"slice({b}, axis={axis}, start={stop}, end={size})"] if stop < size else [])
         return Expr(parts[0] if len(parts) == 1 else f"concat({', '.join(parts)}, axis={axis})")
-    value, whole = _scattered(cx, src, base, axis, start, work)
+    try:
+        value, whole = _scattered(cx, src, base, axis, start, work)
+    except Unsupported:
+        if not (start.is_Integer and stop.is_Integer):
+            raise
+        return Expr(_written_one_by_one(cx, src, base, axis, int(start), int(stop), work))
     positions = _positions_along(cx, shape, axis)
     tests = ([f"ge({positions}, {_position_text(cx, start)})"] if start != 0 else []) + \
         ([f"lt({positions}, {_position_text(cx, stop)})"] if stop != size else [])
@@ -3153,6 +3159,26 @@ def _slice_scatter(cx, node):
         return Alias(whole) if whole is not None else Expr(value)
     where = tests[0] if len(tests) == 1 else f"logical_and({tests[0]}, {tests[1]})"
     return Expr(f"where({where}, {value}, {cx.ref(base, work)})")
+
+
+def _written_one_by_one(cx, src, base, axis: int, start: int, stop: int, work: str) -> str:
+    """base with src written at the fixed positions start..stop along a symbolic dim: a where
+    per position, each reading src's slice of 1 there (up to 64 positions, within the dim's
+    smallest size, base without merged dims)."""
+    shape = cx.meta(base).shape
+    if any(cx.merged(d) for d in shape):
+        raise Unsupported("a slice_scatter of a tensor into a tensor with merged dims")
+    if stop - start > 64 or stop > cx.smallest(shape[axis]):
+        raise Unsupported(f"a slice_scatter of a tensor into positions {start}..{stop} along a "
+                          f"symbolic dim whose sizes start at {cx.smallest(shape[axis])} (kiln "
+                          "writes up to 64 positions one by one, within the smallest size)")
+    positions = cx.let(_positions_along(cx, shape, axis))
+    value = cx.let(cx.ref(src, work))
+    out = cx.ref(base, work)
+    for j in range(stop - start):
+        one = f"slice({value}, axis={axis}, start={j}, end={j + 1})"
+        out = f"where(eq({positions}, {start + j}), {one}, {out})"
+    return out
 
 
 def _scattered(cx, src, base, axis: int, start, work: str):
