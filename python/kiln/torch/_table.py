@@ -2777,13 +2777,34 @@ def _dim_value(name: str, dtype: str) -> str:
     return f"add({_last_along(arange, 0)}, 1)"
 
 
-def size_text(cx, expr) -> str:
-    """A size `expr` that is a polynomial of kiln dims with integer coefficients (`S - 1`,
-    `2 * B * S`) as a rank-0 i64 tensor: each dim's value from _dim_value, multiplied and
-    summed. Else Unsupported."""
+# PyTorch's sizes divided by a whole number (`S // 2`, `S % 3`), as its symbolic shapes write
+# them, and kiln's integer ops of the same rounding (Python's, which sizes, never negative, and
+# a positive divisor leave alike).
+_SIZE_DIVISIONS = {"FloorDiv": "floor_divide", "Mod": "remainder", "PythonMod": "remainder"}
+
+
+def size_text(cx, expr, parts=None) -> str:
+    """A size `expr` that is a polynomial with integer coefficients of kiln dims and of sizes
+    divided by a positive whole number (`S - 1`, `2 * B * S`, `S // 2 + 1`, `S % 3`) as a
+    rank-0 i64 tensor: each dim's value from _dim_value, each division kiln's floor_divide or
+    remainder of its size's value, multiplied and summed. Else Unsupported. `parts` maps the
+    symbols that stand for divisions already written to their text."""
+    parts = dict(parts or {})
+    for e in sympy.preorder_traversal(expr):  # the outermost division first
+        op = _SIZE_DIVISIONS.get(type(e).__name__)
+        if op is None or len(e.args) != 2:
+            continue
+        a, b = e.args
+        if not (b.is_Integer and int(b) > 0):
+            raise Unsupported(f"a size {expr} as a value (kiln divides sizes by a positive "
+                              "whole number)")
+        stands = sympy.Dummy()
+        parts[stands] = f"{op}({size_text(cx, a, parts)}, {int(b)})"
+        return size_text(cx, expr.xreplace({e: stands}), parts)
     syms = sorted(expr.free_symbols, key=str)
-    names = [cx.symbols.get(str(sym)) for sym in syms]
-    if any(name is None or name not in cx.dims for name in names):
+    names = [None if sym in parts else cx.symbols.get(str(sym)) for sym in syms]
+    if any(sym not in parts and (name is None or name not in cx.dims)
+           for sym, name in zip(syms, names)):
         raise Unsupported(f"a size {expr} as a value: a symbol that is no kiln dim")
     try:
         poly = sympy.Poly(sympy.expand(expr), *syms)
@@ -2793,7 +2814,8 @@ def size_text(cx, expr) -> str:
         raise Unsupported(f"a size {expr} as a value (kiln takes sums of products of dims)")
     terms, constant = [], 0
     for powers, coeff in poly.terms():
-        factors = [_dim_value(name, "i64") for name, k in zip(names, powers) for _ in range(k)]
+        factors = [parts[sym] if sym in parts else _dim_value(name, "i64")
+                   for sym, name, k in zip(syms, names, powers) for _ in range(k)]
         if not factors:
             constant = int(coeff)
             continue
