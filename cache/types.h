@@ -68,10 +68,10 @@ struct Options {
   // checksums, key and any signature hold, for what the cache layer cannot see: "" when it may be
   // served and stored here, else why not. A remote value that fails is rejected as a badly signed
   // one is (counted, reported, a miss: compiled again and overwritten); a bundle holding one is
-  // not imported (ImportReport::refused). Unset: nothing more is checked. The runtime's
-  // (runtime::cache_options) checks what would fail every run of it: the artifact against its
-  // key, and its cubins as the launcher checks them. Cache::get_or_create may be given a check of
-  // its own for that call.
+  // not imported (ImportReport::refused). Unset: nothing more is checked, but by a call given a
+  // check of its own (Cache::get_or_create's `check`, which runs in place of this one). The
+  // runtime's (runtime::cache_options) checks what would fail every run of it: the artifact
+  // against its key, and its cubins as the launcher checks them.
   ForeignCheck check_foreign;
 };
 

@@ -1,20 +1,15 @@
-// Compile through the cache: key fields, lookup, single-flight compile, artifact <-> payloads.
+// Compile through the cache: key fields, lookup, single-flight compile (the artifact <-> payloads
+// codec and the entry checks are runtime/entry_artifact.h's).
 #include "runtime/compile_service.h"
 
-#include "compiler/schedule.h"
-
 #include "compiler/compiler.h"
-#include "compiler/cubin_report.h"
 #include "compiler/cpu/compile.h"
+#include "compiler/key.h"
 #include "compiler/nvrtc.h"
 #include "compiler/pool.h"
-#include "compiler/sizes.h"
-#include "compiler/key.h"
-#include "ir/hash.h"
+#include "compiler/schedule.h"
 #include "runtime/cpu_program.h"
 #include "runtime/executable_impl.h"
-
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <optional>

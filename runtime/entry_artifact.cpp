@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <set>
+#include <string>
 #include <string_view>
 
 namespace kiln::runtime {
@@ -148,10 +150,12 @@ Expected<compiler::Artifact> from_entry(cache::Entry entry) {
   }
   return artifact;
 }
+
 uint64_t buffer_bytes(const compiler::Artifact& a, const compiler::BufferRef& ref) {
-  const std::vector<uint64_t>& list = ref.role == compiler::BufferRole::input    ? a.input_bytes
-                                      : ref.role == compiler::BufferRole::output ? a.output_bytes
-                                                                                 : a.temporary_bytes;
+  const std::vector<uint64_t>& list =
+      ref.role == compiler::BufferRole::input    ? a.input_bytes
+      : ref.role == compiler::BufferRole::output ? a.output_bytes
+                                                 : a.temporary_bytes;
   return ref.index < list.size() ? list[ref.index] : 0;
 }
 
@@ -311,11 +315,15 @@ std::string artifact_problem(const cache::EntryInfo& info, const compiler::Artif
   return "";
 }
 
-
 std::string foreign_entry_problem(const cache::StoredEntry& stored, const cache::Entry* verified,
                                   const ir::Graph* graph,
                                   std::optional<compiler::Artifact>* decoded) {
   const cache::EntryInfo& info = stored.info;
+  // Each payload once (decode_entry refuses a record that repeats one): a run takes the last of
+  // a name, and `verified`'s lookup by name the first.
+  std::set<std::string> names;
+  for (const cache::StoredPayload& p : stored.payloads)
+    if (!names.insert(p.name).second) return "it holds payload '" + p.name + "' twice";
   if (!info.field("tuning").empty()) return "";
   // Another kiln's entry (another codegen version) is never looked up by this one.
   const std::string target = info.field("target");
@@ -350,6 +358,5 @@ std::string foreign_entry_problem(const cache::StoredEntry& stored, const cache:
   if (problem.empty() && decoded) decoded->emplace(std::move(*artifact));
   return problem;
 }
-
 
 }  // namespace kiln::runtime

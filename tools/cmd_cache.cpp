@@ -457,7 +457,7 @@ int run_import(const CacheArgs& args) {
   if (!c) return k_exit_failure;
   auto report = c->import_entries(*entries);
   if (!report) return fail(report.error().message, k_exit_failure);
-  if (!report->refused.empty()) return refuse(report->refused);
+  if (!report->refused.empty()) return refuse(report->refused);  // a guard: checked above
   std::printf("imported %llu entries (%llu already present)\n",
               static_cast<unsigned long long>(report->imported),
               static_cast<unsigned long long>(report->already_present));

@@ -39,6 +39,15 @@ TEST(EntryCodec, RoundTripsEveryField) {
   EXPECT_EQ(entry->payloads[1].bytes, std::string(9000, 'p'));
 }
 
+TEST(EntryCodec, APayloadNamedTwiceIsRefused) {
+  StoredEntry e = sample();
+  e.payloads.push_back({"cubin:k0", encode(std::string(10, '\x22'), Encoding::raw).value()});
+  auto back = decode_entry(encode_entry(e));
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.error().message.find("payload 'cubin:k0' appears twice"), std::string::npos)
+      << back.error().message;
+}
+
 TEST(EntryCodec, ApartPayloadsTravelAsDescriptorsOnly) {
   StoredEntry e = sample();
   e.payloads[1].apart = true;

@@ -1,6 +1,9 @@
 // Compile through the cache: a hit reads only what running needs, and the rest stays in the cache.
 #include "runtime/compile_service.h"
 
+#include "cache/entry_codec.h"
+#include "cache/remote/envelope.h"
+#include "cache/remote/redis.h"
 #include "compiler/artifact.h"
 #include "ir/parse.h"
 #include "tests/cache/test_util.h"
@@ -333,6 +336,56 @@ TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced)
   EXPECT_NE(warnings[0].find(": its artifact was built by NVRTC '99.0 (libnvrtc.so.99 1)' where "
                              "its key says '"),
             std::string::npos)
+      << warnings[0];
+}
+
+// A value that names a payload twice: its first artifact and cubin good, then another arch's
+// artifact under the same name (the one a run reads, which takes the last). Its record is
+// refused as it is read, so it is rejected and compiled again; an entry built with the repeat
+// directly (a bundle's, say) is refused by the check, with or without the verified copy.
+TEST_F(CachedCompile, AValueNamingAPayloadTwiceIsRejected) {
+  kiln::testing::RedisServer server;
+  if (!server.installed()) GTEST_SKIP() << "redis-server is not installed";
+  ASSERT_TRUE(server.started()) << server.error();
+  auto graph = example("mlp.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  cache::Options plain;
+  plain.dir = dir.path() + "/forger";
+  auto forger = cache::Cache::open(plain);
+  auto good = compile_graph(*graph, options, forger.get());
+  ASSERT_TRUE(good) << good.error().message;
+  compiler::CompileOptions sm80 = options;
+  sm80.target.sm = 80;
+  auto other = compile_graph(*graph, sm80, nullptr);
+  ASSERT_TRUE(other) << other.error().message;
+  auto exported = forger->export_entries();
+  ASSERT_TRUE(exported && exported->size() == 1u);
+  cache::StoredEntry doubled = exported->front();
+  for (const cache::Payload& p : to_contents(other->artifact, "", 0).payloads)
+    if (p.name == "artifact")
+      doubled.payloads.push_back({p.name, cache::encode(p.bytes, cache::Encoding::raw).value()});
+  ASSERT_EQ(doubled.payloads.size(), exported->front().payloads.size() + 1);
+  EXPECT_EQ(foreign_entry_problem(doubled), "it holds payload 'artifact' twice");
+  auto verified = cache::verify_stored(doubled);
+  ASSERT_TRUE(verified) << verified.error().message;
+  EXPECT_EQ(foreign_entry_problem(doubled, &*verified), "it holds payload 'artifact' twice");
+
+  auto url = cache::remote::parse_redis_url(server.url());
+  ASSERT_TRUE(url) << url.error().message;
+  auto direct = cache::remote::make_redis_backend(*url);
+  const std::string value =
+      cache::remote::seal(good->key, cache::encode_entry(doubled), /*secret=*/"");
+  ASSERT_TRUE(direct->put(good->key, value, 0).ok());
+  std::vector<std::string> warnings;
+  cache::Options node_options = cache_options(dir.path() + "/node", server.url());
+  node_options.warn = [&](const std::string& w) { warnings.push_back(w); };
+  auto node = cache::Cache::open(node_options);
+  auto compiled = compile_graph(*graph, options, node.get());
+  ASSERT_TRUE(compiled) << compiled.error().message;
+  EXPECT_FALSE(compiled->hit || compiled->remote_hit);
+  EXPECT_EQ(node->stats()->remote_rejected, 1u);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("payload 'artifact' appears twice"), std::string::npos)
       << warnings[0];
 }
 
