@@ -1,6 +1,8 @@
 // Entry accessors and verification of a stored entry against its key and checksums.
 #include "cache/entry.h"
 
+#include <algorithm>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -36,6 +38,15 @@ bool stored_apart(const std::string& name) {
                       k_payload_ptx_prefix) == 0;
 }
 
+std::string repeated_payload(const std::vector<StoredPayload>& payloads) {
+  std::vector<std::string_view> names;
+  names.reserve(payloads.size());
+  for (const StoredPayload& p : payloads) names.push_back(p.name);
+  std::sort(names.begin(), names.end());
+  auto twice = std::adjacent_find(names.begin(), names.end());
+  return twice == names.end() ? std::string() : std::string(*twice);
+}
+
 const Payload* Entry::find_payload(const std::string& name) const {
   for (const Payload& p : payloads)
     if (p.name == name) return &p;
@@ -46,6 +57,8 @@ namespace {
 
 template <typename Stored>
 Expected<Entry> verify(Stored&& stored, const PayloadSelection& want, KeyCheck key_check) {
+  if (std::string twice = repeated_payload(stored.payloads); !twice.empty())
+    return make_error("payload '", twice, "' appears twice");
   if (key_check == KeyCheck::rehash && make_key(stored.info.fields) != stored.info.key)
     return make_error("stored key fields do not hash to the key");
   Entry entry;
@@ -71,6 +84,8 @@ Expected<Entry> verify(Stored&& stored, const PayloadSelection& want, KeyCheck k
 }  // namespace
 
 Status check_stored(const StoredEntry& stored) {
+  if (std::string twice = repeated_payload(stored.payloads); !twice.empty())
+    return make_error("payload '", twice, "' appears twice");
   uint64_t total = 0;
   for (const StoredPayload& p : stored.payloads) {
     if (p.encoded.raw_size > k_max_payload_bytes)

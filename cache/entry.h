@@ -91,6 +91,11 @@ struct StoredPayload {
 // True for the payloads the local store keeps apart: "source", "log" and "ptx:*" (FORMAT.md).
 bool stored_apart(const std::string& payload_name);
 
+// A payload name `payloads` hold twice, or "" when each is there once. An entry names each payload
+// once: a reader that takes the first of a name and one that takes the last must never differ,
+// so every reader and writer of entries refuses a repeat.
+std::string repeated_payload(const std::vector<StoredPayload>& payloads);
+
 struct StoredEntry {
   EntryInfo info;
   std::vector<StoredPayload> payloads;

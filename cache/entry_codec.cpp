@@ -4,7 +4,6 @@
 #include "support/byte_reader.h"
 #include "support/byte_writer.h"
 
-#include <set>
 #include <string>
 
 namespace kiln::cache {
@@ -91,16 +90,12 @@ Expected<StoredEntry> decode_entry(std::string_view bytes) {
   info.created_ms = info.last_used_ms = static_cast<int64_t>(created_ms);
   info.stored_bytes += info.summary.size();
   if (payload_count > r.remaining() / k_min_payload_bytes) return bad("payload count is wrong");
-  // Each payload once: a reader that takes the first of a name and one that takes the last must
-  // never see different bytes.
-  std::set<std::string> names;
   for (uint64_t i = 0; i < payload_count; ++i) {
     StoredPayload p;
     uint64_t encoding = 0, placement = 0;
     if (!r.str(p.name) || !r.u64(encoding) || !r.u64(p.encoded.raw_size) ||
         !r.u64(p.encoded.checksum) || !r.u64(placement))
       return bad("truncated payload '" + p.name + "'");
-    if (!names.insert(p.name).second) return bad("payload '" + p.name + "' appears twice");
     if (encoding > static_cast<uint64_t>(Encoding::zstd))
       return bad("payload '" + p.name + "' has an unknown encoding");
     p.encoded.encoding = static_cast<Encoding>(encoding);
@@ -121,6 +116,9 @@ Expected<StoredEntry> decode_entry(std::string_view bytes) {
     e.payloads.push_back(std::move(p));
   }
   if (r.remaining() != 0) return bad("trailing bytes");
+  // Each payload once (repeated_payload says why).
+  if (std::string twice = repeated_payload(e.payloads); !twice.empty())
+    return bad("payload '" + twice + "' appears twice");
   return e;
 }
 

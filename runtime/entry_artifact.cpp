@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <array>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 
@@ -319,11 +318,10 @@ std::string foreign_entry_problem(const cache::StoredEntry& stored, const cache:
                                   const ir::Graph* graph,
                                   std::optional<compiler::Artifact>* decoded) {
   const cache::EntryInfo& info = stored.info;
-  // Each payload once (decode_entry refuses a record that repeats one): a run takes the last of
-  // a name, and `verified`'s lookup by name the first.
-  std::set<std::string> names;
-  for (const cache::StoredPayload& p : stored.payloads)
-    if (!names.insert(p.name).second) return "it holds payload '" + p.name + "' twice";
+  // Each payload once (cache::repeated_payload): a run takes the last of a name, and
+  // `verified`'s lookup by name the first.
+  if (std::string twice = cache::repeated_payload(stored.payloads); !twice.empty())
+    return "it holds payload '" + twice + "' twice";
   if (!info.field("tuning").empty()) return "";
   // Another kiln's entry (another codegen version) is never looked up by this one.
   const std::string target = info.field("target");

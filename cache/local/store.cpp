@@ -211,6 +211,8 @@ Expected<StoredEntry> Store::encode_contents(const std::string& key, std::vector
     entry.info.raw_bytes += encoded->raw_size;
     entry.payloads.push_back({p.name, std::move(*encoded), false});
   }
+  if (std::string twice = repeated_payload(entry.payloads); !twice.empty())
+    return make_error("cache: storing ", key, ": payload '", twice, "' appears twice");
   entry.info.created_ms = entry.info.last_used_ms = now();
   return entry;
 }

@@ -46,6 +46,13 @@ TEST(EntryCodec, APayloadNamedTwiceIsRefused) {
   ASSERT_FALSE(back.ok());
   EXPECT_NE(back.error().message.find("payload 'cubin:k0' appears twice"), std::string::npos)
       << back.error().message;
+  // An entry built with the repeat, never encoded, is refused by every check too.
+  EXPECT_EQ(repeated_payload(e.payloads), "cubin:k0");
+  EXPECT_EQ(repeated_payload(sample().payloads), "");
+  EXPECT_FALSE(check_stored(e).ok());
+  auto verified = verify_stored(e);
+  ASSERT_FALSE(verified.ok());
+  EXPECT_EQ(verified.error().message, "payload 'cubin:k0' appears twice");
 }
 
 TEST(EntryCodec, ApartPayloadsTravelAsDescriptorsOnly) {

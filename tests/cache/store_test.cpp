@@ -75,6 +75,20 @@ TEST_F(CacheStore, DuplicateFieldNamesAreRejected) {
   EXPECT_FALSE(cache->store(make_key(fields), fields, contents_for("a")).ok());
 }
 
+TEST_F(CacheStore, APayloadNamedTwiceIsRejected) {
+  auto fields = fields_for("a");
+  Contents contents = contents_for("a");
+  ASSERT_FALSE(contents.payloads.empty());
+  contents.payloads.push_back({contents.payloads.front().name, "other bytes"});
+  auto stored = cache->store(make_key(fields), fields, contents);
+  ASSERT_FALSE(stored.ok());
+  EXPECT_NE(stored.error().message.find("payload '" + contents.payloads.front().name +
+                                        "' appears twice"),
+            std::string::npos)
+      << stored.error().message;
+  EXPECT_EQ(cache->stats()->entries, 0u);
+}
+
 TEST_F(CacheStore, AKeyThatIsNotTheHashOfItsFieldsIsRejected) {
   auto fields = fields_for("a");
   auto stored = cache->store(make_key(fields_for("b")), fields, contents_for("a"));

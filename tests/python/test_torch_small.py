@@ -2763,13 +2763,13 @@ def test_a_scatter_add_adds_in_order_as_pytorch(cache_dir):
 
 
 def test_a_scatter_of_integers_or_bool_from_a_tensor_runs_in_kiln(cache_dir):
-    """scatter of an i64, i32 or bool tensor at positions along a dim (after a merged one, and
-    along dim 0): src's value where a position is the element's, the last write where positions
+    """scatter of an i64, i32 or bool tensor at positions along a dim (after a merged one, as
+    dim -1, and along dim 0): src's value where a position is the element's, the last write where positions
     repeat, x elsewhere; i64 values past 2^53 exact."""
     class IntScatters(torch.nn.Module):
         def forward(self, x, i, s, m, n, f):
             rows, at = x.reshape(-1, 6), i.reshape(-1, 3)
-            return (rows.scatter(1, at, s.reshape(-1, 3)), m.scatter(1, i[0, :2], n),
+            return (rows.scatter(-1, at, s.reshape(-1, 3)), m.scatter(1, i[0, :2], n),
                     f.scatter(1, i[0, :2], ~f[:, :3]),
                     m.scatter(0, i[0, :2, :2].repeat(1, 3).remainder(2), n.repeat(1, 2)))
 

@@ -342,11 +342,8 @@ TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced)
 // A value that names a payload twice: its first artifact and cubin good, then another arch's
 // artifact under the same name (the one a run reads, which takes the last). Its record is
 // refused as it is read, so it is rejected and compiled again; an entry built with the repeat
-// directly (a bundle's, say) is refused by the check, with or without the verified copy.
+// directly is refused by verify_stored and by the check, with or without a verified copy.
 TEST_F(CachedCompile, AValueNamingAPayloadTwiceIsRejected) {
-  kiln::testing::RedisServer server;
-  if (!server.installed()) GTEST_SKIP() << "redis-server is not installed";
-  ASSERT_TRUE(server.started()) << server.error();
   auto graph = example("mlp.kg");
   ASSERT_TRUE(graph) << graph.error().message;
   cache::Options plain;
@@ -366,10 +363,16 @@ TEST_F(CachedCompile, AValueNamingAPayloadTwiceIsRejected) {
       doubled.payloads.push_back({p.name, cache::encode(p.bytes, cache::Encoding::raw).value()});
   ASSERT_EQ(doubled.payloads.size(), exported->front().payloads.size() + 1);
   EXPECT_EQ(foreign_entry_problem(doubled), "it holds payload 'artifact' twice");
-  auto verified = cache::verify_stored(doubled);
+  auto refused = cache::verify_stored(doubled);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message, "payload 'artifact' appears twice");
+  auto verified = cache::verify_stored(exported->front());  // the first copies, as a lookup's
   ASSERT_TRUE(verified) << verified.error().message;
   EXPECT_EQ(foreign_entry_problem(doubled, &*verified), "it holds payload 'artifact' twice");
 
+  kiln::testing::RedisServer server;
+  if (!server.installed()) GTEST_SKIP() << "redis-server is not installed";
+  ASSERT_TRUE(server.started()) << server.error();
   auto url = cache::remote::parse_redis_url(server.url());
   ASSERT_TRUE(url) << url.error().message;
   auto direct = cache::remote::make_redis_backend(*url);

@@ -2780,38 +2780,41 @@ def _dim_value(name: str, dtype: str) -> str:
 # PyTorch's sizes divided by a whole number (`S // 2`, `S % 3`), as its symbolic shapes write
 # them, and kiln's integer ops of the same rounding (Python's, which sizes, never negative, and
 # a positive divisor leave alike).
-_SIZE_DIVISIONS = {"FloorDiv": "floor_divide", "Mod": "remainder", "PythonMod": "remainder"}
+_SIZE_DIVISIONS = {"FloorDiv": "floor_divide", "CleanDiv": "floor_divide", "Mod": "remainder",
+                   "PythonMod": "remainder"}
 
 
-def size_text(cx, expr, parts=None) -> str:
+def size_text(cx, expr, parts=None, whole=None) -> str:
     """A size `expr` that is a polynomial with integer coefficients of kiln dims and of sizes
     divided by a positive whole number (`S - 1`, `2 * B * S`, `S // 2 + 1`, `S % 3`) as a
     rank-0 i64 tensor: each dim's value from _dim_value, each division kiln's floor_divide or
-    remainder of its size's value, multiplied and summed. Else Unsupported. `parts` maps the
-    symbols that stand for divisions already written to their text."""
+    remainder of its size's value, multiplied and summed. Else Unsupported, naming the size
+    `whole` (default `expr`). `parts` maps the symbols that stand for divisions already written
+    to their text."""
     parts = dict(parts or {})
+    whole = expr if whole is None else whole
     for e in sympy.preorder_traversal(expr):  # the outermost division first
         op = _SIZE_DIVISIONS.get(type(e).__name__)
         if op is None or len(e.args) != 2:
             continue
         a, b = e.args
         if not (b.is_Integer and int(b) > 0):
-            raise Unsupported(f"a size {expr} as a value (kiln divides sizes by a positive "
+            raise Unsupported(f"a size {whole} as a value (kiln divides sizes by a positive "
                               "whole number)")
         stands = sympy.Dummy()
-        parts[stands] = f"{op}({size_text(cx, a, parts)}, {int(b)})"
-        return size_text(cx, expr.xreplace({e: stands}), parts)
+        parts[stands] = f"{op}({size_text(cx, a, parts, whole)}, {int(b)})"
+        return size_text(cx, expr.xreplace({e: stands}), parts, whole)
     syms = sorted(expr.free_symbols, key=str)
     names = [None if sym in parts else cx.symbols.get(str(sym)) for sym in syms]
     if any(sym not in parts and (name is None or name not in cx.dims)
            for sym, name in zip(syms, names)):
-        raise Unsupported(f"a size {expr} as a value: a symbol that is no kiln dim")
+        raise Unsupported(f"a size {whole} as a value: a symbol that is no kiln dim")
     try:
         poly = sympy.Poly(sympy.expand(expr), *syms)
     except sympy.PolynomialError:
         poly = None
     if poly is None or not all(c.is_Integer for c in poly.coeffs()):
-        raise Unsupported(f"a size {expr} as a value (kiln takes sums of products of dims)")
+        raise Unsupported(f"a size {whole} as a value (kiln takes sums of products of dims)")
     terms, constant = [], 0
     for powers, coeff in poly.terms():
         factors = [parts[sym] if sym in parts else _dim_value(name, "i64")
