@@ -39,12 +39,15 @@ bool stored_apart(const std::string& name) {
 }
 
 std::string repeated_payload(const std::vector<StoredPayload>& payloads) {
-  std::vector<std::string_view> names;
+  // On every hit: the names sorted by their checksums (a model's names share long prefixes, which
+  // a sort of the strings would compare again and again), the strings compared only where two
+  // checksums are equal.
+  std::vector<std::pair<uint64_t, std::string_view>> names;
   names.reserve(payloads.size());
-  for (const StoredPayload& p : payloads) names.push_back(p.name);
+  for (const StoredPayload& p : payloads) names.push_back({checksum(p.name), p.name});
   std::sort(names.begin(), names.end());
   auto twice = std::adjacent_find(names.begin(), names.end());
-  return twice == names.end() ? std::string() : std::string(*twice);
+  return twice == names.end() ? std::string() : std::string(twice->second);
 }
 
 const Payload* Entry::find_payload(const std::string& name) const {
