@@ -240,10 +240,13 @@ Status inputs_from_directory(const ir::Graph& graph, const std::string& dir,
 
 enum class SaveAs : uint8_t {
   dtype,  // the tensor's dtype in device layout
-  fp64,   // its values as doubles ('<f8')
+  fp64,   // a float tensor's values as doubles ('<f8'); integers and bools in their dtype, exact
 };
 
 npy::Array to_array(const reference::Tensor& tensor, SaveAs as) {
+  // The reference computes integers exactly (an i64 past 2^53 too, see reference/tensor.h): as
+  // doubles they would round.
+  if (!ir::is_float(tensor.dtype)) as = SaveAs::dtype;
   npy::Array array;
   array.descr = as == SaveAs::fp64 ? npy::Descr::f8 : descr_of(tensor.dtype);
   array.shape = tensor.shape.dims();

@@ -67,7 +67,8 @@ void add_data_json(nlohmann::json& out, const ir::Graph& graph, const RunData& d
 std::optional<int64_t> parse_size(const std::string& text);
 
 // Writes each output of `graph` as DIR/NAME.npy: `outputs` to --save in their dtypes (f32 '<f4',
-// f16 '<f2', bf16 '<u2' bits), `fp64` to --save-reference as '<f8'. Returns the paths written;
+// f16 '<f2', bf16 '<u2' bits), `fp64` to --save-reference as '<f8' (its integer and bool outputs
+// in their dtype, exact as the reference computes them). Returns the paths written;
 // fails with "PATH: error: ..." when a file cannot be written.
 Expected<std::vector<std::string>> save_outputs(const ir::Graph& graph, const DataFlags& flags,
                                                 const std::vector<reference::Tensor>& outputs,

@@ -40,7 +40,8 @@ struct CpuKernel {
 };
 
 // Builds `module`'s functions for every kernel of `plan` (of `graph`, bound at the bucket's upper
-// bounds, with `sizes` its extents). Fails only for a kernel kind the CPU backend lacks.
+// bounds, with `sizes` its extents). Fails only where the module does not pass LLVM's verifier:
+// a bug of the builders (tests/fuzz/fuzz_cpu.cpp fuzzes them for it).
 Expected<std::vector<CpuKernel>> build_module(llvm::Module& module, const ir::Graph& graph,
                                               const ProgramPlan& plan, const Sizes& sizes,
                                               const CpuFacts& facts);

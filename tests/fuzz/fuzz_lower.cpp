@@ -1,12 +1,13 @@
 // libFuzzer entry: a graph that parses must lower for CUDA (three archs and modes), have its cost
 // estimated and, where that is small (1 MiB of host tensors, 2^20 multiply-adds), run on the
 // reference in fp64 and in `high`'s emulated rounding (an audit), without a crash, a sanitizer
-// report or an unbounded allocation; a lowering or a run that fails says why. The sm_80 lowering's
-// emulate artifact must write and read back the same. A symbolic graph is lowered at its smallest
-// bucket and run at its dims' smallest values.
+// report or an unbounded allocation; a lowering or a run that fails says why. sm_80 is lowered as
+// the emulate target does it, and its artifact must write and read back the same. A symbolic
+// graph is lowered at its smallest bucket and run at its dims' smallest values.
 #include "compiler/compiler.h"
 #include "compiler/sizes.h"
 #include "ir/parse.h"
+#include "tests/fuzz/graph_fuzz.h"
 #include "reference/audit.h"
 #include "reference/execute.h"
 
@@ -18,34 +19,21 @@
 namespace {
 
 using namespace kiln;
-
-// Whether `result` holds a value; a failure must say why (else the fuzzer aborts).
-template <class T>
-bool holds(const Expected<T>& result) {
-  if (!result && result.error().message.empty()) std::abort();
-  return result.ok();
-}
+using fuzz::holds;
 
 void lower_for(const ir::Graph& graph, compiler::Target target, ir::Precision precision) {
-  compiler::CompileOptions options;
-  options.target = std::move(target);
-  options.precision = precision;
-  compiler::set_fallback_policy(options, compiler::FallbackPolicy::allow, true);
-  for (const ir::Symbol& symbol : graph.symbols()) {
-    options.bucket.push_back(compiler::bucket_of(symbol.lo, symbol));
+  bool emulated = target.is_emulated();
+  auto request = fuzz::smallest_request(graph, std::move(target), precision);
+  if (!holds(request)) return;
+  if (!emulated) {
+    auto program = compiler::lower(graph, *request);
+    if (!holds(program)) return;
+    if (program->kernel_sources.size() != program->plan.kernels.size()) std::abort();
+    (void)compiler::program_source(*program, compiler::Prelude::omit);
+    return;
   }
-  auto request = compiler::check_request(graph, options);
-  if (!holds(request)) return;
-  auto program = compiler::lower(graph, *request);
-  if (!holds(program)) return;
-  if (program->kernel_sources.size() != program->plan.kernels.size()) std::abort();
-  (void)compiler::program_source(*program, compiler::Prelude::omit);
-  if (options.target != compiler::Target::cuda(80)) return;
-  // Once per graph, the emulate target's artifact (lowered again, no NVRTC) is written and read
-  // back whole.
-  options.target.kind = compiler::Target::Kind::emulate;
-  request = compiler::check_request(graph, options);
-  if (!holds(request)) return;
+  // The emulate target's artifact (lower() with its schedule, the kernels' source, no NVRTC) is
+  // written and read back whole.
   auto artifact = compiler::compile_emulated(graph, *request);
   if (!holds(artifact)) return;
   auto back = compiler::deserialize(compiler::serialize(*artifact));
@@ -75,7 +63,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto graph = ir::parse_graph(text, "fuzz.kg");
   if (!graph) return 0;
   run_reference(*graph);
-  lower_for(*graph, compiler::Target::cuda(80), ir::Precision::high);
+  compiler::Target sm80 = compiler::Target::cuda(80);
+  sm80.kind = compiler::Target::Kind::emulate;
+  lower_for(*graph, sm80, ir::Precision::high);
   lower_for(*graph, compiler::Target::cuda(90, "a"), ir::Precision::automatic);
   lower_for(*graph, compiler::Target::cuda(75), ir::Precision::tf32x3);
   return 0;

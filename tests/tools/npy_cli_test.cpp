@@ -393,9 +393,10 @@ TEST_F(NpyCli, IntegerAndBoolTensorsGoInAndOutAsNpy) {
   }
 }
 
-// i64 values past 2^53 go into the kernels, the fp64 reference and out of --save exactly,
-// wrapping as int64 does (a double held them on the way: 2^63 - 1 came back as -2^63), and the
-// check passes (the reference held them as doubles, and failed what they reached).
+// i64 values past 2^53 go into the kernels, the fp64 reference and out of --save and
+// --save-reference exactly, wrapping as int64 does (a double held them on the way: 2^63 - 1 came
+// back as -2^63), and the check passes (the reference held them as doubles, and failed what they
+// reached). The reference's integer and bool outputs are saved in their dtype, not as '<f8'.
 TEST_F(NpyCli, I64ValuesPast2To53GoInAndOutExactly) {
   std::string graph = write_text("wide.kg", R"(graph wide {
   input a: i64[5]
@@ -413,8 +414,9 @@ TEST_F(NpyCli, I64ValuesPast2To53GoInAndOutExactly) {
   for (std::vector<std::string> where : {std::vector<std::string>{"--target", "cpu"},
                                          std::vector<std::string>{"--emulate", "--arch", "sm_80"}}) {
     SCOPED_TRACE(where[0]);
-    std::vector<std::string> args = {"run", graph, "--input", "a=" + m_dir + "/a.npy", "--save",
-                                     m_dir + "/out"};
+    std::vector<std::string> args = {"run",         graph,          "--input",
+                                     "a=" + m_dir + "/a.npy", "--save", m_dir + "/out",
+                                     "--save-reference", m_dir + "/ref"};
     args.insert(args.end(), where.begin(), where.end());
     CliResult r = run_kiln(args);
     EXPECT_EQ(r.signal, 0);
@@ -432,6 +434,14 @@ TEST_F(NpyCli, I64ValuesPast2To53GoInAndOutExactly) {
     EXPECT_EQ(got[4], 12345678901234568);
     npy::Array p = read_npy(m_dir + "/out/p.npy");
     EXPECT_EQ(p.data, (std::vector<unsigned char>{1, 1, 1, 0, 1}));
+    // The reference's files: the same bytes (as '<f8', 2^53 + 2 would have read 2^53 + 2 but
+    // 2^62 + 2 as 2^62).
+    npy::Array ref_y = read_npy(m_dir + "/ref/y.npy");
+    EXPECT_EQ(ref_y.descr, npy::Descr::i8);
+    EXPECT_EQ(ref_y.data, y.data);
+    npy::Array ref_p = read_npy(m_dir + "/ref/p.npy");
+    EXPECT_EQ(ref_p.descr, npy::Descr::b1);
+    EXPECT_EQ(ref_p.data, p.data);
   }
 }
 
