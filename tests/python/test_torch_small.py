@@ -2033,6 +2033,9 @@ def test_a_routers_topk_and_its_experts_picked_by_id_run_in_kiln(cache_dir):
     program = kiln.torch.compile_exported(ep, target="cpu", precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
     assert not program.fallbacks and len(program.executables) == 1, program.fallbacks
+    # Each topk's values and indices read one ranking of its rows (the comparisons of a row's
+    # elements by position, `lt(reshape(arange(n)..`, once per topk, not once per output).
+    assert program.partitions[0].count("lt(reshape(arange(") == 3, program.partitions[0]
     for b, s in [(2, 5), (3, 7), (1, 32)]:
         # Distinct in bf16 too: 6 steps of 0.37 in a random order along each row.
         x = torch.argsort(torch.rand(b, s, 6), -1).float() * 0.37 - 1

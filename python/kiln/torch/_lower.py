@@ -328,6 +328,7 @@ class Partition:
         self.names = names            # FX node -> kiln input name (graph inputs)
         self.values: dict = {}        # FX node -> Expr/Alias/Const/Tuple0 result
         self.statements: list = []    # (kiln name, text, node)
+        self.lets: dict = {}          # the text of each let -> its name
         self.external: list = []      # FX nodes read from outside, in first-use order
         self.first_reader: dict = {}  # each of those -> the node whose lowering read it first
         self.lowering = None          # the node being lowered
@@ -391,9 +392,12 @@ class Partition:
     def let(self, text: str) -> str:
         """A name for `text`, which the node being lowered reads more than once: a statement of
         its own before the node's, so the node's text names it rather than repeating it (a
-        repeat of a repeat grows as a power). A name is itself."""
+        repeat of a repeat grows as a power). A name is itself; a text another lowering here
+        named already is that name (a topk's values and indices rank its rows once)."""
         if _NAME.match(text):
             return text
+        if text in self.lets:
+            return self.lets[text]
         # Every node's name (an input read later takes its node's) and the inputs' given names.
         taken = {self.local_name(n) for n in self.lowering.graph.nodes} | \
             set(self.names.values()) | {n for n, _, _ in self.statements}
@@ -401,6 +405,7 @@ class Partition:
         while (name := f"{self.local_name(self.lowering)}_let{k}") in taken:
             k += 1
         self.statements.append((name, text, self.lowering))
+        self.lets[text] = name
         return name
 
     def renamed(self, node: Node, value):
