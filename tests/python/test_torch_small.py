@@ -1827,6 +1827,10 @@ def test_argmax_argmin_max_and_min_of_integers_are_exact_over_their_whole_range(
     program = kiln.torch.compile_exported(ep, target=target, precision="highest",
                                           cache_dir=cache_dir, fallbacks="allow")
     assert program.fallbacks == [] and len(program.executables) == 1
+    # The first position of each extreme is found once (`neg(reshape(arange(`, the positions
+    # negated): 9 for the argmaxes and argmins, 4 for the max and min, whose values and
+    # positions read the same.
+    assert program.partitions[0].count("neg(reshape(arange(") == 13, program.partitions[0]
     for seed, (b, s) in enumerate([(3, 10), (1, 8), (4, 33), (2, 64)]):
         args = integer_argmax_inputs(b, s, seed)
         for got, want in zip(program(*args), IntegerArgmax()(*args)):

@@ -3940,8 +3940,15 @@ def _max_dim_piece(cx, node, index: int) -> str:
     shape = cx.meta(x).shape
     k = axis - len(shape)
     low = node.target is aten.min.dim
+    kept = [d for i, d in enumerate(shape) if i != axis]
     if index == 1:
-        return _first_extreme(cx, x, axis, keepdim, low)
+        if cx.dtype_of(x) in ("f32", "f16", "bf16", "bool"):
+            return _first_extreme(cx, x, axis, keepdim, low)
+        # An integer row's value reads these positions too: one let for both, so that the
+        # rounds of compares run once (reshaped, kept dim or not: a bare name only renames).
+        first = cx.let(_first_extreme(cx, x, axis, True, low))
+        out = [1 if i == axis else d for i, d in enumerate(shape)] if keepdim else kept
+        return f"reshape({first}, shape=[{', '.join(_kiln_dims(cx, out))}])"
     xs = cx.ref(x)
     if cx.dtype_of(x) in ("f32", "f16", "bf16"):
         top = f"max({f'neg({xs})' if low else xs}, axis={k}" \
@@ -3953,11 +3960,11 @@ def _max_dim_piece(cx, node, index: int) -> str:
         return f"logical_not({any_of})" if low else any_of
     n = cx.size(shape[axis])
     along = ", ".join([n] + ["1"] * (len(shape) - 1 - axis))
-    at = f"eq(reshape(arange({n}), shape=[{along}]), {_first_extreme(cx, x, axis, True, low)})"
+    first = cx.let(_first_extreme(cx, x, axis, True, low))
+    at = f"eq(reshape(arange({n}), shape=[{along}]), {first})"
     picked = _last_along(f"cumsum(where({at}, {xs}, 0), axis={k})", k)
     if keepdim:
         return picked
-    kept = [d for i, d in enumerate(shape) if i != axis]
     return f"reshape({picked}, shape=[{', '.join(_kiln_dims(cx, kept))}])"
 
 
