@@ -75,17 +75,9 @@ Expected<CacheRequest> prepare_compile(const ir::Graph& graph, compiler::Compile
 std::string entry_problem(cache::Entry entry) {
   // A tuning record (`kiln tune`) holds no artifact: its checksums are all there is to check.
   if (!entry.info.field("tuning").empty()) return "";
-  const std::string key = entry.info.key;
-  auto without_key = [&](std::string message) {
-    const std::string named = "cache entry " + key;
-    if (message.compare(0, named.size(), named) == 0) message.erase(0, named.size());
-    if (message.compare(0, 2, ": ") == 0) message.erase(0, 2);
-    if (message.compare(0, 1, " ") == 0) message.erase(0, 1);
-    return message;
-  };
   const cache::EntryInfo info = entry.info;
   auto artifact = from_entry(std::move(entry));
-  if (!artifact) return "its artifact does not decode: " + without_key(artifact.error().message);
+  if (!artifact) return undecodable(info.key, artifact.error());
   // Its artifact against its key and graph, its cubins and kernels as the launcher checks them.
   if (std::string problem = artifact_problem(info, *artifact); !problem.empty()) return problem;
   // Another CPU's code, or no LLVM plugin here: decoding is all this machine can check.

@@ -78,6 +78,16 @@ cache::PayloadSelection run_payloads() {
                                       {cache::k_payload_cubin_prefix});
 }
 
+std::string undecodable(const std::string& key, const Error& error) {
+  std::string message = error.message;
+  const std::string named = "cache entry " + key;
+  if (message.compare(0, named.size(), named) == 0) message.erase(0, named.size());
+  if (message.compare(0, 2, ": ") == 0) message.erase(0, 2);
+  if (message.compare(0, 1, " ") == 0) message.erase(0, 1);
+  if (message.compare(0, 7, "has no ") == 0) return "it " + message;  // no "artifact" payload
+  return "its artifact does not decode: " + message;
+}
+
 Expected<compiler::Artifact> from_entry(cache::Entry entry) {
   std::string* packed = nullptr;
   for (cache::Payload& p : entry.payloads)
@@ -349,9 +359,10 @@ std::string foreign_entry_problem(const cache::StoredEntry& stored, const cache:
     if (!checked) return checked.error().message;
     entry.emplace(std::move(*checked));
   }
-  // An artifact that does not decode is never run: a hit compiles it again and replaces it.
+  // Same codegen version, so the same artifact format: one that does not decode was damaged or
+  // forged (a local hit would compile it again and replace it; from elsewhere it is refused).
   auto artifact = from_entry(std::move(*entry));
-  if (!artifact) return "";
+  if (!artifact) return undecodable(info.key, artifact.error());
   std::string problem = artifact_problem(info, *artifact, graph);
   if (problem.empty() && decoded) decoded->emplace(std::move(*artifact));
   return problem;

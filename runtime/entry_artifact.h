@@ -25,6 +25,9 @@ namespace kiln::runtime {
 cache::Contents to_contents(const compiler::Artifact& artifact, const std::string& graph_hash,
                             double compile_ms);
 Expected<compiler::Artifact> from_entry(cache::Entry entry);
+// "its artifact does not decode: WHY" (or "it has no artifact payload") for from_entry's error
+// on the entry `key` (WHY without the "cache entry KEY" it starts with).
+std::string undecodable(const std::string& key, const Error& error);
 
 // The payloads a run reads, and so compile_prepared on a hit: "artifact" and "cubin:*" (the CPU
 // target's "object", the emulate target's "object:emulator").
@@ -61,10 +64,11 @@ std::string artifact_problem(const cache::EntryInfo& info, const compiler::Artif
 
 // What the cache checks of an entry from another machine (cache::Options::check_foreign), short
 // of a device: the checksums of the payloads a run reads, then artifact_problem. "" when they
-// hold, else why not: such an entry would fail every run. Not refused here: an entry of another
-// codegen version (this kiln never looks it up), an artifact that does not decode (never run: a
-// hit compiles it again and replaces it), a CPU target's object (taken from the remote tier only
-// signed, from a bundle only with --allow-native-code; not loaded here), a tuning record.
+// hold, else why not: such an entry would fail every run; an artifact of this kiln's codegen
+// version that does not decode (undecodable: damaged or forged, as `kiln verify` would call it).
+// Not refused here: an entry of another codegen version (this kiln never looks it up), a CPU
+// target's object (taken from the remote tier only signed, from a bundle only with
+// --allow-native-code; not loaded here), a tuning record.
 // `verified`, when given and holding every payload a run reads, is read in place of decoding
 // them again (cache::ForeignCheck); `graph` is passed to artifact_problem; `decoded`, when
 // given, receives the artifact when it passes (compile_prepared checks a remote value with the

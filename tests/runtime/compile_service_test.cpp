@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 
 namespace kiln::runtime {
 namespace {
@@ -46,6 +47,62 @@ protected:
   }
   static Expected<ir::Graph> example(const std::string& name) {
     return ir::parse_graph_file(std::string(KILN_EXAMPLES_DIR) + "/" + name);
+  }
+
+  // `graph` compiled in a cache of its own: its one stored entry, as another machine would
+  // serve it, and its key (empty, with a failure said, where it did not compile).
+  std::optional<cache::StoredEntry> stored_entry(const ir::Graph& graph, std::string* key) {
+    cache::Options plain;
+    plain.dir = dir.path() + "/forger";
+    auto forger = cache::Cache::open(plain);
+    auto good = compile_graph(graph, options, forger.get());
+    if (!good) {
+      ADD_FAILURE() << good.error().message;
+      return std::nullopt;
+    }
+    *key = good->key;
+    auto exported = forger->export_entries();
+    if (!exported || exported->size() != 1u) {
+      ADD_FAILURE() << "expected one entry";
+      return std::nullopt;
+    }
+    return exported->front();
+  }
+
+  // What a checked machine makes of `forged`, put unsigned under `key` in a real redis-server:
+  // its compile of `graph` must miss and compile afresh; *rejected is its `remote_rejected`,
+  // *warnings what it warned. False, the test skipped or failed, where no server runs.
+  bool serve_forged(const ir::Graph& graph, const std::string& key,
+                    const cache::StoredEntry& forged, uint64_t* rejected,
+                    std::vector<std::string>* warnings) {
+    kiln::testing::RedisServer server;
+    if (!server.installed()) {
+      [] { GTEST_SKIP() << "redis-server is not installed"; }();
+      return false;
+    }
+    if (!server.started()) {
+      ADD_FAILURE() << server.error();
+      return false;
+    }
+    auto url = cache::remote::parse_redis_url(server.url());
+    if (!url) {
+      ADD_FAILURE() << url.error().message;
+      return false;
+    }
+    auto direct = cache::remote::make_redis_backend(*url);
+    const std::string value = cache::remote::seal(key, cache::encode_entry(forged), "");
+    EXPECT_TRUE(direct->put(key, value, 0).ok());
+    cache::Options node_options = cache_options(dir.path() + "/node", server.url());
+    node_options.warn = [warnings](const std::string& w) { warnings->push_back(w); };
+    auto node = cache::Cache::open(node_options);
+    auto compiled = compile_graph(graph, options, node.get());
+    if (!compiled) {
+      ADD_FAILURE() << compiled.error().message;
+      return false;
+    }
+    EXPECT_FALSE(compiled->hit || compiled->remote_hit);
+    *rejected = node->stats()->remote_rejected;
+    return true;
   }
 
   TempCacheDir dir;
@@ -346,50 +403,63 @@ TEST_F(CachedCompile, AForeignEntryWhoseCubinsWouldNotLoadIsRejectedAndReplaced)
 TEST_F(CachedCompile, AValueNamingAPayloadTwiceIsRejected) {
   auto graph = example("mlp.kg");
   ASSERT_TRUE(graph) << graph.error().message;
-  cache::Options plain;
-  plain.dir = dir.path() + "/forger";
-  auto forger = cache::Cache::open(plain);
-  auto good = compile_graph(*graph, options, forger.get());
-  ASSERT_TRUE(good) << good.error().message;
+  std::string key;
+  std::optional<cache::StoredEntry> good = stored_entry(*graph, &key);
+  ASSERT_TRUE(good);
   compiler::CompileOptions sm80 = options;
   sm80.target.sm = 80;
   auto other = compile_graph(*graph, sm80, nullptr);
   ASSERT_TRUE(other) << other.error().message;
-  auto exported = forger->export_entries();
-  ASSERT_TRUE(exported && exported->size() == 1u);
-  cache::StoredEntry doubled = exported->front();
+  cache::StoredEntry doubled = *good;
   for (const cache::Payload& p : to_contents(other->artifact, "", 0).payloads)
     if (p.name == "artifact")
       doubled.payloads.push_back({p.name, cache::encode(p.bytes, cache::Encoding::raw).value()});
-  ASSERT_EQ(doubled.payloads.size(), exported->front().payloads.size() + 1);
+  ASSERT_EQ(doubled.payloads.size(), good->payloads.size() + 1);
   EXPECT_EQ(foreign_entry_problem(doubled), "it holds payload 'artifact' twice");
   auto refused = cache::verify_stored(doubled);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().message, "payload 'artifact' appears twice");
-  auto verified = cache::verify_stored(exported->front());  // the first copies, as a lookup's
+  auto verified = cache::verify_stored(*good);  // the first copies, as a lookup's
   ASSERT_TRUE(verified) << verified.error().message;
   EXPECT_EQ(foreign_entry_problem(doubled, &*verified), "it holds payload 'artifact' twice");
 
-  kiln::testing::RedisServer server;
-  if (!server.installed()) GTEST_SKIP() << "redis-server is not installed";
-  ASSERT_TRUE(server.started()) << server.error();
-  auto url = cache::remote::parse_redis_url(server.url());
-  ASSERT_TRUE(url) << url.error().message;
-  auto direct = cache::remote::make_redis_backend(*url);
-  const std::string value =
-      cache::remote::seal(good->key, cache::encode_entry(doubled), /*secret=*/"");
-  ASSERT_TRUE(direct->put(good->key, value, 0).ok());
+  uint64_t rejected = 0;
   std::vector<std::string> warnings;
-  cache::Options node_options = cache_options(dir.path() + "/node", server.url());
-  node_options.warn = [&](const std::string& w) { warnings.push_back(w); };
-  auto node = cache::Cache::open(node_options);
-  auto compiled = compile_graph(*graph, options, node.get());
-  ASSERT_TRUE(compiled) << compiled.error().message;
-  EXPECT_FALSE(compiled->hit || compiled->remote_hit);
-  EXPECT_EQ(node->stats()->remote_rejected, 1u);
+  if (!serve_forged(*graph, key, doubled, &rejected, &warnings)) return;
+  EXPECT_EQ(rejected, 1u);
   ASSERT_FALSE(warnings.empty());
   EXPECT_NE(warnings[0].find("payload 'artifact' appears twice"), std::string::npos)
       << warnings[0];
+}
+
+// A value whose checksums hold but whose artifact does not decode (or that has none) is refused
+// by the check: same codegen version, same format, so it was damaged or forged. It used to be
+// stored, to be compiled again at its first hit.
+TEST_F(CachedCompile, AValueWhoseArtifactDoesNotDecodeIsRejected) {
+  auto graph = example("mlp.kg");
+  ASSERT_TRUE(graph) << graph.error().message;
+  std::string key;
+  std::optional<cache::StoredEntry> good = stored_entry(*graph, &key);
+  ASSERT_TRUE(good);
+  cache::StoredEntry garbled = *good, without = *good;
+  size_t replaced = 0;
+  for (cache::StoredPayload& p : garbled.payloads)
+    if (p.name == "artifact") {
+      p = {p.name, cache::encode("not an artifact", cache::Encoding::raw).value()};
+      ++replaced;
+    }
+  ASSERT_EQ(replaced, 1u);
+  std::erase_if(without.payloads, [](const cache::StoredPayload& p) { return p.name == "artifact"; });
+  EXPECT_EQ(foreign_entry_problem(*good), "");
+  EXPECT_EQ(foreign_entry_problem(garbled), "its artifact does not decode: artifact: bad magic");
+  EXPECT_EQ(foreign_entry_problem(without), "it has no artifact payload");
+
+  uint64_t rejected = 0;
+  std::vector<std::string> warnings;
+  if (!serve_forged(*graph, key, garbled, &rejected, &warnings)) return;
+  EXPECT_EQ(rejected, 1u);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("its artifact does not decode"), std::string::npos) << warnings[0];
 }
 
 // What kiln compiles passes the check of a foreign entry: a symbolic graph's bucket, an sm_90a

@@ -247,7 +247,8 @@ TEST_F(CacheDiskCli, ACacheCommandOnACacheItCannotUseSaysWhy) {
 }
 
 // An entry whose checksums hold but whose artifact does not decode (a damaged build, or one a
-// keyholder signed) fails every run that hits it: verify names it, and --fix drops it.
+// keyholder signed) fails every run that hits it: verify names it, --fix drops it, and a bundle
+// holding it imports nothing.
 TEST_F(CacheDiskCli, VerifyNamesAnEntryWhoseArtifactDoesNotDecodeAndFixDropsIt) {
   const std::string key = compile_mlp();
   ASSERT_FALSE(key.empty());
@@ -275,6 +276,15 @@ TEST_F(CacheDiskCli, VerifyNamesAnEntryWhoseArtifactDoesNotDecodeAndFixDropsIt) 
   EXPECT_EQ(report["bad"][0]["reason"].get<std::string>().rfind("its artifact does not decode", 0),
             0u)
       << as_json.out;
+  const std::string bundle = m_tmp + "/undecodable.kbundle", other = m_tmp + "/other";
+  ASSERT_EQ(kiln({"export", bundle}).exit_code, 0);
+  CliResult refused = run_kiln({"import", bundle, "--cache-dir", other});
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("bad bundle '" + bundle + "': entry " + key +
+                             ": its artifact does not decode: "),
+            std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(other)) << "no cache made for a refused bundle";
   CliResult fixed = kiln({"verify", "--fix"});
   EXPECT_EQ(fixed.exit_code, 1) << "the entry was bad";
   EXPECT_NE(fixed.out.find("removed " + key + ": its artifact"), std::string::npos) << fixed.out;
