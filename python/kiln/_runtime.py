@@ -292,6 +292,21 @@ class Executable:
         if len(outs) != len(outputs) or len(outs) != len(self._outputs):
             raise RuntimeError(f"graph '{self.name}' has {len(self._outputs)} outputs, "
                                f"got {len(outputs)}")
+        # Kernels read inputs while they write outputs: memory that is both (an update in place,
+        # `run([x], [x])`) is read from a copy of the input, as NumPy's out= does; two outputs in
+        # the same memory are refused.
+        for i, out in enumerate(outs):
+            for j in range(i):
+                if _overlap(out, outs[j]):
+                    raise RuntimeError(f"outputs '{self._outputs[j].name}' and "
+                                       f"'{self._outputs[i].name}' share memory: kiln writes "
+                                       "each whole")
+        for k, x in enumerate(arrays):
+            if any(_overlap(x, out) for out in outs):
+                arrays[k] = x.clone() if _is_torch(x) else x.copy()
+                with self._lock:
+                    self._stats["copied_inputs"] += 1
+                    self._stats["copied_bytes"] += _nbytes(x)
         self._x.run(arrays, outs, self._stream(stream, framework, device))
 
     def prepare(self, dims: dict[str, int] | None = None, stream: int | None = None) -> None:
@@ -328,8 +343,7 @@ class Executable:
             raise RuntimeError(f"graph '{self.name}' takes {len(self._inputs)} inputs ({names}), "
                                f"got {len(inputs)}")
         framework, device = "numpy", None
-        arrays = []
-        copies = copied = 0
+        taken = []
         for spec, x in zip(self._inputs, inputs):
             if _is_torch(x):
                 framework, device = "torch", x.device
@@ -351,6 +365,17 @@ class Executable:
                 # (a symbolic dim at 0 is named with its range by the runtime)
                 raise RuntimeError(f"input '{spec.name}' has shape {list(x.shape)}, expected "
                                    f"{list(spec.shape)}: kiln's tensors have no dim of size 0")
+            if not self.dims and tuple(x.shape) != tuple(spec.shape):
+                # (the runtime's words; a symbolic graph's shapes are its outputs_for's to check)
+                raise RuntimeError(f"input '{spec.name}' has shape {list(x.shape)}, expected "
+                                   f"{list(spec.shape)}")
+            taken.append(x)
+        # Shapes first (the runtime's check, which names what is wrong), then copies: an input
+        # of a wrong shape, a broadcast view of millions of elements say, costs no copy.
+        self._output_specs([x.shape for x in taken])
+        arrays = []
+        copies = copied = 0
+        for x in taken:
             if not _is_torch(x) and not x.dtype.isnative:
                 # A byte-swapped array ('>f4' here): its values in native order, one copy.
                 x = x.astype(x.dtype.newbyteorder("="), order="C")
@@ -412,6 +437,18 @@ def _contiguous(x) -> bool:
 
 def _address(x) -> int:
     return x.data_ptr() if _is_torch(x) else x.ctypes.data
+
+
+def _nbytes(x) -> int:
+    return x.numel() * x.element_size() if _is_torch(x) else x.nbytes
+
+
+def _overlap(a, b) -> bool:
+    """Whether C-contiguous `a` and `b` share bytes (on one device: host or one CUDA device)."""
+    where = lambda x: str(x.device) if _is_torch(x) else "cpu"
+    if where(a) != where(b):
+        return False
+    return _address(a) < _address(b) + _nbytes(b) and _address(b) < _address(a) + _nbytes(a)
 
 
 def _empty(framework: str, device, dtype: str, shape, name: str):

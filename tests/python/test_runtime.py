@@ -146,6 +146,50 @@ def test_run_writes_into_the_callers_arrays_and_refuses_a_wrong_one(rt):
         exe.run(inputs, [np.zeros((768, 128), np.float32).T])
 
 
+def test_an_output_in_an_inputs_memory_reads_a_copy_and_outputs_may_not_share(rt):
+    """run([x, ...], [x, ...]) updates x in place as NumPy's out= does: the kernels read a copy
+    (a matmul written over its own operand used to read its first results back). Two outputs
+    in one buffer are refused, for NumPy arrays and torch tensors alike."""
+    exe = rt.compile("graph mm {\n  input a: f32[256, 256]\n  input b: f32[256, 256]\n"
+                     "  c = matmul(a, b)\n  output c\n}")
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+    expected = exe(a, b)
+    before = exe.stats
+    x = a.copy()
+    exe.run([x, b], [x])
+    assert np.array_equal(x, expected)
+    assert exe.stats["copied_inputs"] - before["copied_inputs"] == 1
+    t = torch.from_numpy(a.copy())
+    exe.run([t, torch.from_numpy(b)], [t])
+    assert np.array_equal(t.numpy(), expected)
+    two = rt.compile("graph two {\n  input x: f32[4, 8]\n  y = exp(x)\n  z = neg(x)\n"
+                     "  output y, z\n}")
+    out = np.full((6, 8), 7.0, np.float32)
+    with pytest.raises(kiln.RuntimeError, match="outputs 'y' and 'z' share memory"):
+        two.run([np.zeros((4, 8), np.float32)], [out[:4], out[:4]])
+    with pytest.raises(kiln.RuntimeError, match="share memory"):  # two rows in common
+        two.run([np.zeros((4, 8), np.float32)], [out[:4], out[2:]])
+    assert (out == 7.0).all()
+    two.run([np.zeros((4, 8), np.float32)], [out[:4], np.empty((4, 8), np.float32)])
+    assert (out[:4] == 1.0).all() and (out[4:] == 7.0).all()
+
+
+def test_a_wrong_shape_is_refused_before_an_input_is_copied(rt):
+    """A broadcast view of 256M elements is not copied (1 GiB) only to be refused."""
+    static = rt.compile("graph s {\n  input x: f32[4, 8]\n  y = exp(x)\n  output y\n}")
+    symbolic = rt.compile("graph d {\n  dim B: 1..8\n  input x: f32[B, 8]\n  y = exp(x)\n"
+                          "  output y\n}")
+    huge = np.broadcast_to(np.float32(0), (16384, 16384))
+    for exe, message in [(static, r"input 'x' has shape \[16384, 16384\], expected \[4, 8\]"),
+                         (symbolic, r"B = 16384 is outside its range 1\.\.8")]:
+        with pytest.raises(kiln.RuntimeError, match=message):
+            exe(huge)
+        with pytest.raises(kiln.RuntimeError, match=message):
+            exe(torch.zeros(1).expand(16384, 16384))
+        assert exe.stats["copied_inputs"] == 0
+
+
 def test_noncontiguous_and_misaligned_inputs_are_copied_and_counted(rt):
     exe = rt.compile(MLP)
     x, w1, b1, w2, b2 = mlp_inputs(seed=2)

@@ -24,6 +24,19 @@ def compiled(module, args, cache_dir):
                                            cache_dir=cache_dir, fallbacks="allow")
 
 
+class Masked(torch.nn.Module):
+    def forward(self, x, mask):
+        return x.masked_fill(mask, 0.0)
+
+
+def test_a_program_is_named_after_its_model_not_its_last_input(cache_dir):
+    x, mask = torch.randn(2, 3), torch.rand(2, 3) > 0.5
+    _, program = compiled(Masked(), (x, mask), cache_dir)
+    assert program.name == "Masked" and repr(program).startswith("<kiln.torch.Program Masked:")
+    with pytest.raises(kiln.Error, match="^Masked takes"):
+        program(x, msk=mask)
+
+
 class InPlace(torch.nn.Module):
     def forward(self, x):
         y = x.clone()

@@ -262,10 +262,10 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
         else:
             raise Error(f"an output of kind {kind} is not supported")
     input_dims = {}
-    for node, name in input_names.items():
+    for node, input_name in input_names.items():
         val = node.meta.get("val")
         if kinds.get(node.name, ("user",))[0] == "user" and isinstance(val, torch.Tensor):
-            input_dims[name] = [_dim_spec(d, symbols) for d in val.shape]
+            input_dims[input_name] = [_dim_spec(d, symbols) for d in val.shape]
     kiln_dims = {}
     for sym, dim in symbols.items():
         lo, hi = dims[dim]
