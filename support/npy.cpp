@@ -1,7 +1,9 @@
 // The strict .npy reader and numpy-compatible writer (see npy.h for what is accepted).
 #include "support/npy.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cassert>
@@ -490,15 +492,50 @@ std::string serialize(const Array& array) {
 
 Status write_file(const std::string& path, const Array& array) {
   std::string bytes = serialize(array);
-  std::FILE* file = std::fopen(path.c_str(), "wb");
-  if (!file) return make_error(path, ": error: cannot write: ", std::strerror(errno));
-  bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
-  int saved_errno = errno;
-  if (std::fclose(file) != 0 && written) {
-    written = false;
-    saved_errno = errno;
+  auto cannot = [&](int error) {
+    return make_error(path, ": error: cannot write: ", std::strerror(error));
+  };
+  auto not_regular = [&] {
+    return make_error(path, ": error: cannot write: not a regular file (a FIFO, device or "
+                            "socket is there; kiln writes .npy files only as regular files)");
+  };
+  // Opened without blocking: a FIFO there with no reader would hold the open forever (ENXIO
+  // instead); one with a reader, a device or a socket is refused below, before a byte is written.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    int error = errno;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+      return not_regular();
+    return cannot(error);
   }
-  if (!written) return make_error(path, ": error: cannot write: ", std::strerror(saved_errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int error = errno;
+    ::close(fd);
+    return cannot(error);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return not_regular();
+  }
+  if (::ftruncate(fd, 0) != 0) {
+    int error = errno;
+    ::close(fd);
+    return cannot(error);
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int error = n < 0 ? errno : EIO;
+      ::close(fd);
+      return cannot(error);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) return cannot(errno);
   return Status::success();
 }
 

@@ -96,8 +96,9 @@ Expected<Array> read_file(const std::string& path,
 // of 64 bytes). `array.data` must hold elements() * item size bytes (asserted).
 std::string serialize(const Array& array);
 
-// Writes serialize(array) to `path`, replacing it; errors are "PATH: error: ..." (the directory
-// is missing or not writable, the disk is full).
+// Writes serialize(array) to `path`, a regular file, replacing it; errors are "PATH: error: ..."
+// (the directory is missing or not writable, the disk is full, a FIFO, device or socket is there:
+// refused without waiting for a reader and before a byte is written).
 Status write_file(const std::string& path, const Array& array);
 
 }  // namespace kiln::npy

@@ -773,6 +773,28 @@ TEST_F(NpyCli, ASaveDirectoryThatCannotBeMadeExits1) {
   EXPECT_EQ(named_file.err, "kiln run: --save " + file + ": not a directory\n");
 }
 
+// An output file that is a FIFO (with no reader: the open used to wait for one forever) or a
+// device is refused, exit 1, with nothing written to it; a regular file there is replaced.
+TEST_F(NpyCli, ASaveIntoAFifoOrADeviceIsRefusedWithoutWaiting) {
+  const std::string fifo_dir = m_dir + "/fifo", device_dir = m_dir + "/device";
+  std::filesystem::create_directories(fifo_dir);
+  std::filesystem::create_directories(device_dir);
+  ASSERT_EQ(::mkfifo((fifo_dir + "/y.npy").c_str(), 0600), 0);
+  std::filesystem::create_symlink("/dev/null", device_dir + "/y.npy");
+  for (const std::string& dir : {fifo_dir, device_dir}) {
+    CliResult r = run({"--save", dir});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(dir + "/y.npy: error: cannot write: not a regular file"),
+              std::string::npos)
+        << r.err;
+  }
+  std::filesystem::create_directories(m_dir + "/regular");
+  write_text("regular/y.npy", std::string(4096, 'x'));  // longer than what replaces it
+  CliResult replaced = run({"--save", m_dir + "/regular"});
+  EXPECT_EQ(replaced.exit_code, 0) << replaced.err;
+  EXPECT_EQ(read_npy(m_dir + "/regular/y.npy").descr, npy::Descr::f4);
+}
+
 // --strict exits 1 when an output's error exceeds its tolerance, 0 otherwise, as its help says.
 TEST_F(NpyCli, AuditStrictExits1WhenAnOutputExceedsItsTolerance) {
   // 10001 - 10000: TF32 (`high`) rounds 10001 to 10000, so the product is 0, not 1.
