@@ -89,6 +89,12 @@ int run_audit(const AuditArgs& args) {
   limits.max_bytes = *max_bytes;
   // Nothing caps the work itself; a long run is announced rather than refused.
   reference::RunCost cost = reference::estimate_cost(graph);
+  if (cost.bytes > limits.max_bytes) {  // as run's --max-memory: the flag refuses it, exit 2
+    print_error("audit: graph '" + graph.name() + "' needs about " + std::to_string(cost.bytes) +
+                " bytes of host tensors, above --max-memory " + args.max_memory + " (" +
+                std::to_string(limits.max_bytes) + " bytes)");
+    return k_exit_usage;
+  }
   if (cost.multiply_adds > k_slow_multiply_adds && cost.bytes <= limits.max_bytes)
     print_warning("audit: note: the graph needs about " + std::to_string(cost.multiply_adds) +
                 " multiply-adds, run twice (fp64 and emulated) on one CPU core; this can take "

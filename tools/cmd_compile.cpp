@@ -144,6 +144,12 @@ bool set_one_bucket(const CompileArgs& args, const char* command,
 }
 
 // Builds CompileOptions from the arguments; prints the error and returns nullopt on bad input.
+// "FILE: MESSAGE", or MESSAGE where it names FILE already ("FILE:3:7: error: ...").
+std::string about(const std::string& file, const std::string& message) {
+  if (message.compare(0, file.size() + 1, file + ":") == 0) return message;
+  return file + ": " + message;
+}
+
 std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
   auto cpu = parse_cpu_target(args.target, "kiln");
   if (!cpu) return std::nullopt;
@@ -243,7 +249,7 @@ int run_emit(const CompileArgs& args) {
     auto ir = machine ? compiler::cpu::cpu_ir(*graph, *options, *machine)
                       : Expected<std::string>(machine.error());
     if (!ir) {
-      print_error("kiln: " + args.files[0] + ": " + ir.error().message);
+      print_error("kiln: " + about(args.files[0], ir.error().message));
       return k_exit_usage;
     }
     std::fputs(ir->c_str(), stdout);
@@ -251,7 +257,7 @@ int run_emit(const CompileArgs& args) {
   }
   auto program = compiler::lower(*graph, *options);
   if (!program) {
-    print_error("kiln: " + args.files[0] + ": " + program.error().message);
+    print_error("kiln: " + about(args.files[0], program.error().message));
     return k_exit_usage;
   }
   if (!args.ptx) {
@@ -261,7 +267,7 @@ int run_emit(const CompileArgs& args) {
   }
   auto artifact = compiler::compile_lowered(*program, *options);
   if (!artifact) {
-    print_error("kiln: " + args.files[0] + ": " + artifact.error().message);
+    print_error("kiln: " + about(args.files[0], artifact.error().message));
     return k_exit_failure;
   }
   for (const auto& kernel : artifact->kernels) {
@@ -650,6 +656,26 @@ int run_tune(const CompileArgs& args) {
     print_error(graph.error().message);
     return k_exit_usage;
   }
+  // The bucket (--dims, or the largest of every dim) and the request: false once said why.
+  auto planned = [&](compiler::CompileOptions& options) {
+    if (graph->symbolic() && args.dims.empty()) {
+      for (const ir::Symbol& symbol : graph->symbols())
+        options.bucket.push_back(compiler::bucket_of(symbol.hi, symbol));
+    } else if (!set_one_bucket(args, "tune", options)) {
+      return false;
+    }
+    if (auto checked = compiler::check_request(*graph, options); !checked) {
+      print_error("kiln: " + about(args.files[0], checked.error().message));
+      return false;
+    }
+    return true;
+  };
+  // Bad usage is exit 2 before the GPU is looked for (exit 3): the flags (an arch of its own
+  // where none is given), and with --arch the dims and the request too.
+  CompileArgs flags = args;
+  if (flags.arch.empty()) flags.arch = "sm_90";
+  auto early = options_from(flags);
+  if (!early || (!args.arch.empty() && !planned(*early))) return k_exit_usage;
   // Tuning needs the GPU: said before anything else is asked of the machine.
   auto identity = runtime::device_identity(0);
   if (!identity) {
@@ -668,17 +694,7 @@ int run_tune(const CompileArgs& args) {
                 " (or none), not " + options->target.arch());
     return k_exit_usage;
   }
-  if (graph->symbolic() && args.dims.empty()) {
-    // Without --dims, the largest bucket of every dim.
-    for (const ir::Symbol& symbol : graph->symbols())
-      options->bucket.push_back(compiler::bucket_of(symbol.hi, symbol));
-  } else if (!set_one_bucket(args, "tune", *options)) {
-    return k_exit_usage;
-  }
-  if (auto checked = compiler::check_request(*graph, *options); !checked) {
-    print_error("kiln: " + args.files[0] + ": " + checked.error().message);
-    return k_exit_usage;
-  }
+  if (!planned(*options)) return k_exit_usage;
   std::unique_ptr<cache::Cache> cache;
   if (!args.no_cache) {
     cache = cache::Cache::open(runtime::cache_options(args.cache_dir, args.remote));
@@ -690,7 +706,7 @@ int run_tune(const CompileArgs& args) {
   };
   auto records = runtime::tune_graph(*graph, *options, cache.get(), tune);
   if (!records) {
-    print_error("kiln: tune " + args.files[0] + ": " + records.error().message);
+    print_error("kiln: tune " + about(args.files[0], records.error().message));
     return k_exit_failure;
   }
   bool stored = cache && cache->enabled();

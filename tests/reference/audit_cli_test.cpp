@@ -167,9 +167,12 @@ TEST_F(AuditCli, MissingOrMalformedGraphIsAUsageError) {
 }
 
 TEST_F(AuditCli, MemoryLimitIsAnExplicitFailureWithTheNumbers) {
+  // A refusal by the flag is bad usage, exit 2, as run --max-memory's.
   Result r = kiln("audit " + example("mlp") + " --precision high --max-memory 1K");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("limit of 1024 bytes"), std::string::npos) << r.err;
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("bytes of host tensors, above --max-memory 1K (1024 bytes)"),
+            std::string::npos)
+      << r.err;
   Result bad = kiln("audit " + example("mlp") + " --precision high --max-memory lots");
   EXPECT_EQ(bad.exit_code, 2);
 }

@@ -423,6 +423,20 @@ TEST_F(RobustnessCli, EmptyCacheDirIsBadUsageNotTheDefaultCache) {
   }
 }
 
+// An empty value is bad usage, not the option left out (a prune past the cap of everything
+// else, a pull of every graph); nothing is removed.
+TEST_F(CompileCacheCli, AnEmptyPruneOrPullValueIsBadUsage) {
+  compile("sm_90");
+  for (std::vector<std::string> args : {std::vector<std::string>{"prune", "--older-than", ""},
+                                        std::vector<std::string>{"prune", "--max-size", ""},
+                                        std::vector<std::string>{"pull", "--graph", ""}}) {
+    CliResult r = kiln(args);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << ": " << r.err;
+    EXPECT_NE(r.err.find(args[1] + ": expected a value, got ''"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(json::parse(kiln({"ls", "--json"}).out)["entries"].size(), 1u);
+}
+
 TEST_F(RobustnessCli, ExportRefusesToOverwriteTheLiveDatabase) {
   std::string cache = m_dir + "/cache";
   ASSERT_EQ(run_kiln({"compile", k_mlp, "--arch", "sm_90", "--cache-dir", cache}).exit_code, 0);
@@ -438,14 +452,19 @@ TEST_F(RobustnessCli, ExportRefusesToOverwriteTheLiveDatabase) {
 TEST_F(RobustnessCli, HugeGraphIsRefusedBeforeTheReferenceAllocates) {
   std::string huge =
       write("huge.kg", "graph h {\n  input x: f32[2147483647]\n  y = relu(x)\n  output y\n}\n");
-  for (std::vector<std::string> args :
-       {std::vector<std::string>{"audit", huge, "--precision", "high"},
-        std::vector<std::string>{"run", huge, "--emulate", "--precision", "high"}}) {
-    CliResult r = run_kiln(args);
-    EXPECT_EQ(r.signal, 0);
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_NE(r.err.find("above the limit"), std::string::npos) << r.err;
-  }
+  // audit's --max-memory (4G by default) refuses it as run's does, exit 2; run without one
+  // is refused by the reference's own limit, exit 1.
+  CliResult audit = run_kiln({"audit", huge, "--precision", "high"});
+  EXPECT_EQ(audit.signal, 0);
+  EXPECT_EQ(audit.exit_code, 2) << audit.err;
+  EXPECT_NE(audit.err.find("needs about 34359738352 bytes of host tensors, above --max-memory 4G "
+                           "(4294967296 bytes)"),
+            std::string::npos)
+      << audit.err;
+  CliResult r = run_kiln({"run", huge, "--emulate", "--precision", "high"});
+  EXPECT_EQ(r.signal, 0);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("above the limit"), std::string::npos) << r.err;
 }
 
 TEST_F(RobustnessCli, LongFusedChainEmitsInLinearSpace) {

@@ -53,6 +53,30 @@ TEST_F(TuneCli, WithoutAGpuItSaysSoAndExitsThree) {
   EXPECT_FALSE(std::filesystem::exists(m_dir + "/cache/kiln.db")) << "nothing was stored";
 }
 
+// Bad usage is exit 2 whether or not there is a GPU: it is checked before the GPU is looked for
+// (it used to be exit 3 there), the request too where --arch is given; an error that names the
+// graph file names it once.
+TEST_F(TuneCli, BadUsageWithoutAGpuIsStillExitTwo) {
+  std::ofstream(m_dir + "/wide.kg")
+      << "graph wide {\n  input q: f32[1, 2, 16, 300]\n  input k: f32[1, 2, 16, 300]\n"
+         "  input v: f32[1, 2, 16, 300]\n  y = attention(q, k, v)\n  output y\n}\n";
+  const std::vector<std::vector<std::string>> bad = {
+      {"tune", m_graph, "--arch", "sm_12"},
+      {"tune", m_graph, "--arch", "sm_90", "--precision", "bogus"},
+      {"tune", m_graph, "--precision", "bogus"},
+      {"tune", m_graph, "--arch", "sm_90", "--dims", "B=3"},
+      {"tune", m_dir + "/wide.kg", "--arch", "sm_90"}};
+  for (std::vector<std::string> args : bad) {
+    args.insert(args.end(), {"--cache-dir", m_dir + "/cache"});
+    CliResult r = run_kiln(args, {}, {{"KILN_CUDA_DRIVER_PATH", m_dir + "/no-libcuda.so"}});
+    EXPECT_EQ(r.exit_code, 2) << args[3] << ": " << r.err;
+    EXPECT_EQ(r.err.find("there is none here"), std::string::npos) << r.err;
+  }
+  CliResult wide = run_kiln({"tune", m_dir + "/wide.kg", "--arch", "sm_90"}, {},
+                            {{"KILN_CUDA_DRIVER_PATH", m_dir + "/no-libcuda.so"}});
+  EXPECT_EQ(wide.err.rfind("kiln tune: " + m_dir + "/wide.kg:5:", 0), 0u) << wide.err;
+}
+
 TEST_F(TuneCli, BadUsageExitsTwo) {
   EXPECT_EQ(on_fake({"tune", m_graph, "--repeats", "4"}).exit_code, 2);
   CliResult fraction = on_fake({"tune", m_graph, "--repeats", "5.5"});
