@@ -5,6 +5,7 @@
 #include "cache/local/rows.h"
 #include "cache/local/sqlite.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -143,6 +144,22 @@ Status convert_1_to_2(sql::Db& db, MigrationReport& report) {
 }
 
 }  // namespace
+
+Status check_schema(sql::Db& db) {
+  auto tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'");
+  if (!tables) return tables.error();
+  std::vector<std::string> found;
+  for (;;) {
+    auto r = tables->step();
+    if (!r) return r.error();
+    if (!*r) break;
+    found.push_back(tables->column_text(0));
+  }
+  for (const char* name : {"entries", "apart", "fields", "stats"})
+    if (std::find(found.begin(), found.end(), name) == found.end())
+      return make_error("no table '", name, "'");
+  return Status::success();
+}
 
 Status migrate_schema(sql::Db& db, int64_t from, MigrationReport& report) {
   for (int64_t v = from; v < k_schema_version; ++v) {

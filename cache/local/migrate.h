@@ -22,4 +22,7 @@ struct MigrationReport {
 // write transaction. Released steps are never edited; new ones are appended.
 Status migrate_schema(sql::Db& db, int64_t from, MigrationReport& report);
 
+// Whether every table of k_schema_version is there: "no table 'fields'" when one is not.
+Status check_schema(sql::Db& db);
+
 }  // namespace kiln::cache::local

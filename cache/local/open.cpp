@@ -228,10 +228,12 @@ void Store::open_db(bool create) {
       return;
     }
     int code = m_db->last_code();
-    if (attempt == 0 && sql::is_malformed_code(code)) {
+    if (attempt == 0 && (sql::is_malformed_code(code) || !m_damaged.empty())) {
+      std::string why = m_damaged.empty() ? "SQLite: malformed" : m_damaged;
+      m_damaged.clear();
       m_db.reset();
       gate.leave();  // the repair needs the gate to itself
-      if (Status moved = move_aside_corrupt_db(opened); !moved)
+      if (Status moved = move_aside_corrupt_db(opened, Replace::move_aside, why); !moved)
         return disable(moved.error().message);
       continue;
     }
@@ -272,7 +274,15 @@ Status Store::configure_db(bool new_file) {
 Status Store::migrate() {
   auto version = m_db->query_int("PRAGMA user_version");
   if (!version) return version.error();
-  if (*version == k_schema_version) return Status::success();
+  auto damaged = [&](const std::string& why) {
+    m_damaged = why;
+    return make_error("the database's schema is damaged: ", why);
+  };
+  if (*version == k_schema_version) {
+    if (Status s = check_schema(*m_db); !s) return damaged(s.error().message);
+    return Status::success();
+  }
+  if (*version < 0) return damaged("schema version " + std::to_string(*version));
   auto txn = sql::Transaction::begin(*m_db, sql::Transaction::Kind::write);
   if (!txn) return txn.error();
   version = m_db->query_int("PRAGMA user_version");  // another process may have migrated
@@ -282,7 +292,16 @@ Status Store::migrate() {
     return make_error("the database has schema version ", std::to_string(*version),
                       ", newer than this kiln's ", std::to_string(k_schema_version));
   MigrationReport report;
-  if (Status s = migrate_schema(*m_db, *version, report); !s) return s;
+  if (Status s = migrate_schema(*m_db, *version, report); !s) {
+    // An SQL error (not a busy, full or read-only database): the tables are not what the
+    // version says (a table of the next version already there, one of this version gone).
+    if (m_db->last_code() != sql::k_error) return s;
+    // SQLite's own words, without the script before them ("sqlite: SCRIPT: WHAT").
+    const std::string& message = s.error().message;
+    size_t at = message.rfind(": ");
+    return damaged("schema version " + std::to_string(*version) + " does not migrate: " +
+                   (at == std::string::npos ? message : message.substr(at + 2)));
+  }
   if (Status s = txn->commit(); !s) return s;
   give_back_locked(GiveBack::all);  // the tables a migration dropped (auto_vacuum keeps them)
   if (report.converted || report.dropped)
@@ -327,7 +346,7 @@ Status Store::replace_malformed_db(Replace how) {
   return Status::success();
 }
 
-Status Store::move_aside_corrupt_db(const FileId& bad, Replace how) {
+Status Store::move_aside_corrupt_db(const FileId& bad, Replace how, const std::string& why) {
   // One process at a time, with no process opening the database meanwhile, and only the file
   // this process found bad: another may have moved it and created a good database already, which
   // must be left alone (and its -wal/-shm with it).
@@ -356,7 +375,7 @@ Status Store::move_aside_corrupt_db(const FileId& bad, Replace how) {
                       "' failed: ", std::strerror(errno));
   std::remove((db_path() + "-wal").c_str());
   std::remove((db_path() + "-shm").c_str());
-  warn(make_error("'", db_path(), "' is not a valid database (SQLite: malformed); moved it to '",
+  warn(make_error("'", db_path(), "' is not a valid database (", why, "); moved it to '",
                   aside, "' and started a new one")
            .message);
   return Status::success();

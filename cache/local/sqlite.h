@@ -20,6 +20,7 @@ namespace kiln::cache::sql {
 inline constexpr int k_busy = 5;
 inline constexpr int k_readonly = 8;
 inline constexpr int k_ioerr = 10;
+inline constexpr int k_error = 1;  // SQLITE_ERROR: an SQL error (no such table, ...)
 inline constexpr int k_corrupt = 11;
 inline constexpr int k_full = 13;
 inline constexpr int k_cantopen = 14;

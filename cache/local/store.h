@@ -103,6 +103,10 @@ private:
   void open_db(bool create);
   Status configure_db(bool new_file);
   Status migrate();
+  // Set by migrate() where the database's schema does not hold (a user_version below 0, a
+  // migration that fails on the tables found, a table of this version missing): why. Such a
+  // database is moved aside as a malformed one is.
+  std::string m_damaged;
   struct FileId {
     uint64_t device = 0, inode = 0;
     bool operator==(const FileId&) const = default;
@@ -111,7 +115,9 @@ private:
   // new one, with a warning), one `clear` cannot empty on a full disk is removed.
   enum class Replace { move_aside, remove };
   // `bad`: the file this process found bad.
-  Status move_aside_corrupt_db(const FileId& bad, Replace how = Replace::move_aside);
+  // `why` goes into the warning ("SQLite: malformed", or m_damaged).
+  Status move_aside_corrupt_db(const FileId& bad, Replace how = Replace::move_aside,
+                               const std::string& why = "SQLite: malformed");
   FileId m_opened;  // the database file this store opened
   // Turns the store off; the reason is warned about unless `quiet` (a read of a cache that is
   // not there, which the caller reports).

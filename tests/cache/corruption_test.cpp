@@ -170,6 +170,43 @@ TEST(CacheCorruptDatabase, GarbageFileIsMovedAsideAndRecreated) {
   EXPECT_TRUE(cache->lookup(make_key(fields), fields).hit());
 }
 
+// A database whose tables are not its version's (a table dropped, a user_version set by hand)
+// is moved aside as a malformed one is, and a new one started: every command used to fail on it
+// with raw SQL, `kiln verify --fix` and `kiln clear` included.
+TEST(CacheCorruptDatabase, ADamagedSchemaIsMovedAsideAndRecreated) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"DROP TABLE fields", "no table 'fields'"},
+      {"DROP TABLE apart", "no table 'apart'"},
+      {"PRAGMA user_version=1", "schema version 1 does not migrate: table apart already exists"},
+      {"PRAGMA user_version=-1", "schema version -1"}};
+  for (const auto& [damage, why] : cases) {
+    SCOPED_TRACE(damage);
+    TempDir tmp;
+    auto fields = fields_for("a");
+    {
+      std::vector<std::string> first;
+      auto cache = Cache::open(options_in(tmp.path(), &first));
+      ASSERT_TRUE(cache->store(make_key(fields), fields, contents_for("a")).ok());
+    }
+    {
+      auto db = sql::Db::open(tmp.sub("kiln.db"));
+      ASSERT_TRUE(db.ok());
+      ASSERT_TRUE((*db)->exec(damage).ok());
+    }
+    std::vector<std::string> warnings;
+    auto cache = Cache::open(options_in(tmp.path(), &warnings));
+    ASSERT_TRUE(cache->enabled()) << cache->disabled_reason();
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_NE(warnings[0].find("is not a valid database (" + why + "); moved it to"),
+              std::string::npos)
+        << warnings[0];
+    EXPECT_FALSE(cache->lookup(make_key(fields), fields).hit());
+    ASSERT_TRUE(cache->store(make_key(fields), fields, contents_for("a")).ok());
+    EXPECT_TRUE(cache->lookup(make_key(fields), fields).hit());
+    EXPECT_EQ(cache->stats()->entries, 1u);
+  }
+}
+
 TEST(CacheCorruptDatabase, NewerSchemaDisablesTheCacheWithAClearReason) {
   TempDir tmp;
   std::vector<std::string> warnings;
