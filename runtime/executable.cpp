@@ -537,7 +537,7 @@ Expected<std::vector<unsigned char>> read_device_ids(int device, const TensorRef
   if (!scope) return scope.error();
   int capturing = 0;
   if (runtime::CuResult r = cu.stream_is_capturing(cu_stream, &capturing); r != 0 || capturing) {
-    return make_error("RuntimeOptions::check_indices reads embedding ids from device memory "
+    return make_error("check_indices reads embedding ids from device memory "
                       "before the run, which a stream being captured cannot do; turn it off "
                       "for a captured run");
   }
@@ -641,7 +641,7 @@ Status Executable::check_indices(size_t input, const void* ids,
       }
       if (id >= 0 && id < c.rows) continue;
       return make_error(ir::embedding_id_error(spec.name, id, i, shape, c.table, c.rows),
-                        "; RuntimeOptions::check_indices");
+                        " (checked because check_indices is on)");
     }
   }
   return Status::success();

@@ -581,6 +581,55 @@ def test_saved_spans_must_add_up_to_kilns_rank(cache_dir, tmp_path):
         kiln.torch.load(tmp_path / "flat", cache_dir=cache_dir)
 
 
+class Linear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+def test_load_names_a_bad_argument_or_damaged_weights_and_checks_a_steps_outputs(cache_dir,
+                                                                                 tmp_path):
+    """A wrong argument raises as compile_exported's do, not as kiln.json's fault; weights.pt
+    cut short, of another kind or without a parameter is a kiln.Error naming it when loading (a
+    call used to fail with torch's error, or a KeyError); so is a step naming more outputs than
+    its graph has (the last name bound to nothing)."""
+    _, program = compiled(Linear(), (torch.randn(2, 4),), cache_dir)
+    with pytest.raises(TypeError, match="^compile_exported takes a torch.export"):
+        kiln.torch.compile_exported(Linear())
+    saved = tmp_path / "saved"
+    program.save(saved)
+    load = lambda **kw: kiln.torch.load(saved, cache_dir=cache_dir, **kw)
+    with pytest.raises(ValueError, match="^precision='junk'"):
+        load(precision="junk")
+    with pytest.raises(ValueError, match="^fallbacks='junk'"):
+        load(fallbacks="junk")
+    with pytest.raises(TypeError, match="^target=5"):
+        load(target=5)
+    weights = saved / "weights.pt"
+    data = weights.read_bytes()
+    for damage, message in [(lambda: weights.write_bytes(data[:100]), "cannot read the weights"),
+                            (lambda: torch.save([1], weights), "not a map of names to tensors"),
+                            (lambda: torch.save({}, weights),
+                             "no tensor for parameter 'lin.weight'")]:
+        damage()
+        with pytest.raises(kiln.Error, match=f"weights.pt: {message}"):
+            load()
+    weights.write_bytes(data)
+    meta = json.loads((saved / "kiln.json").read_text())
+    step = next(s for s in meta["steps"] if s["kind"] == "kiln")
+    step["outputs"].append("extra")
+    (saved / "kiln.json").write_text(json.dumps(meta))
+    with pytest.raises(kiln.Error, match="has 1 outputs, its step names"):
+        load()
+    step["outputs"].pop()
+    (saved / "kiln.json").write_text(json.dumps(meta))
+    x = torch.randn(2, 4)
+    assert torch.equal(load()(x), program(x))
+
+
 class Repeats(torch.nn.Module):
     """BLOOM's alibi.repeat(batch, 1, 1): a count that is a symbolic size makes a merged dim
     (4*B); a constant count along a symbolic dim (2*B) and along a merged one."""

@@ -187,6 +187,9 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
     unbounded one capped at `max_dim`), the rest run in PyTorch. target: None for "cpu", or where
     the program's tensors live ("cuda"); fallbacks: "warn" (print the list of ops kept in
     PyTorch once), "refuse" (raise kiln.Error with it) or "allow"."""
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise TypeError(f"compile_exported takes a torch.export.ExportedProgram "
+                        f"(torch.export.export(model, args)), not {type(ep).__name__}")
     if fallbacks not in ("warn", "refuse", "allow"):
         raise ValueError(f"fallbacks={fallbacks!r}: expected 'warn', 'refuse' or 'allow'")
     max_dim = _checked_max_dim(max_dim)

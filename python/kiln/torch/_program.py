@@ -476,11 +476,24 @@ def _import_spec_types(spec_text: str) -> None:
         pass
 
 
+class _ArgumentError(Exception):
+    """A caller's argument to load() that kiln refuses (raised as it is, not as kiln.json's)."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
 def load(path: str | os.PathLike, target: str | None = None, precision: str | None = None,
          cache_dir=None, remote=None, fallbacks: str = "warn", *,
          check_indices: bool = False) -> Program:
     """A saved program, in this process: its kiln graphs compiled through the cache (hits on a
     warm cache), nothing traced. target and precision default to those it was saved with."""
+    if fallbacks not in ("warn", "refuse", "allow"):
+        raise ValueError(f"fallbacks={fallbacks!r}: expected 'warn', 'refuse' or 'allow'")
+    for name, value in (("target", target), ("precision", precision)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name}={value!r}: expected a string or None")
     path = pathlib.Path(path)
     try:
         meta = json.loads((path / "kiln.json").read_text())
@@ -491,6 +504,8 @@ def load(path: str | os.PathLike, target: str | None = None, precision: str | No
         raise Error(f"{path}: kiln.json format {found!r}, this kiln reads {_FORMAT}")
     try:
         return _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_indices)
+    except _ArgumentError as e:
+        raise e.error from None
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as e:
         raise Error(f"{path}/kiln.json: malformed ({type(e).__name__}: {e})") from None
     except OSError as e:
@@ -498,11 +513,37 @@ def load(path: str | os.PathLike, target: str | None = None, precision: str | No
 
 
 def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_indices) -> Program:
+    given = target, precision
     target = target or meta["target"]
     precision = precision or meta["precision"]
-    rt = _runtime.Runtime(target=target, precision=precision, cache_dir=cache_dir, remote=remote,
-                          fallbacks=fallbacks, check_indices=check_indices)
-    values = torch.load(path / "weights.pt", weights_only=True, mmap=True)
+    try:
+        rt = _runtime.Runtime(target=target, precision=precision, cache_dir=cache_dir,
+                              remote=remote, fallbacks=fallbacks, check_indices=check_indices)
+    except (ValueError, TypeError):
+        # The caller's arguments, where they are what is wrong, raise as they are; kiln.json's
+        # target or precision, malformed.
+        try:
+            _runtime.Runtime(target=given[0] or "cpu", precision=given[1] or "high",
+                             cache_dir=cache_dir, remote=remote, fallbacks=fallbacks,
+                             check_indices=check_indices)
+        except (ValueError, TypeError) as e:
+            raise _ArgumentError(e) from None
+        raise ValueError(f"its target {meta['target']!r} or precision "
+                         f"{meta['precision']!r} is not one kiln knows") from None
+    weights = path / "weights.pt"
+    try:
+        values = torch.load(weights, weights_only=True, mmap=True)
+    except Exception as e:  # noqa: BLE001 - torch's own errors, whatever the damage
+        raise Error(f"{weights}: cannot read the weights: {type(e).__name__}: {e}") from None
+    if not isinstance(values, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in values.items()):
+        raise Error(f"{weights}: not a map of names to tensors")
+    for p in meta["placeholders"]:
+        if len(p) != 3:
+            raise ValueError(f"placeholder {p!r} is not [name, kind, target]")
+        if p[1] in ("parameter", "buffer", "constant") and p[0] not in values:
+            named = f" (as '{p[0]}')" if p[0] != p[2] else ""
+            raise Error(f"{weights}: no tensor for {p[1]} '{p[2]}'{named}")
     steps = []
     for s in meta["steps"]:
         if s["kind"] == "kiln":
@@ -511,6 +552,9 @@ def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_ind
             graph_path = path / "graphs" / f"{s['graph']}.kg"
             text = graph_path.read_text()
             exe = rt.compile(_runtime.Graph.parse(text, str(graph_path)))
+            if not isinstance(s["outputs"], list) or len(s["outputs"]) != len(exe.outputs):
+                raise Error(f"{path}/kiln.json: graph {s['graph']} has {len(exe.outputs)} "
+                            f"outputs, its step names {s['outputs']!r}")
             spans = s.get("spans", {})
             ranks = {o: len(spec.shape) for o, spec in zip(s["outputs"], exe.outputs)}
             if not (isinstance(spans, dict) and all(
