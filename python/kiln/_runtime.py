@@ -326,7 +326,7 @@ class Executable:
             if not d.lo <= v <= d.hi:
                 raise RuntimeError(f"{d.name} = {v} is outside its range {d.lo}..{d.hi}")
             values.append(int(v))
-        self._x.prepare(values, int(stream or 0))
+        self._x.prepare(values, _stream_handle(stream))
 
     def _output_specs(self, shapes) -> list[TensorSpec]:
         shapes = [tuple(int(d) for d in s) for s in shapes]
@@ -401,7 +401,7 @@ class Executable:
 
     def _stream(self, stream, framework, device) -> int:
         if stream is not None:
-            return int(getattr(stream, "cuda_stream", stream))
+            return _stream_handle(getattr(stream, "cuda_stream", stream))
         if framework == "torch" and device is not None and device.type == "cuda":
             return int(_torch().cuda.current_stream(device).cuda_stream)
         return 0
@@ -412,6 +412,18 @@ class Executable:
 
 def _torch():
     return sys.modules["torch"]
+
+
+def _stream_handle(stream) -> int:
+    """A CUstream as the int kiln takes: 0 (the default stream) for None; else a whole number
+    from 0 to 2^64 - 1 (never a float, string or bool made one)."""
+    if stream is None:
+        return 0
+    if isinstance(stream, (bool, np.bool_)) or not isinstance(stream, (int, np.integer)) or \
+            not 0 <= int(stream) < 2**64:
+        raise ValueError(f"stream={stream!r}: expected a torch.cuda.Stream or a CUstream handle "
+                         "(a whole number from 0 to 2^64 - 1)")
+    return int(stream)
 
 
 def _from_python(x, spec: TensorSpec) -> np.ndarray:

@@ -175,6 +175,20 @@ def test_an_output_in_an_inputs_memory_reads_a_copy_and_outputs_may_not_share(rt
     assert (out[:4] == 1.0).all() and (out[4:] == 7.0).all()
 
 
+def test_a_stream_that_is_no_handle_is_named(rt):
+    """stream= takes a torch.cuda.Stream or a CUstream handle: a negative, too large, fractional
+    or textual one is a ValueError naming it (nanobind's "incompatible function arguments", or a
+    fraction truncated, before)."""
+    exe = rt.compile("graph s {\n  input x: f32[4, 8]\n  y = exp(x)\n  output y\n}")
+    x = np.zeros((4, 8), np.float32)
+    for bad in (-1, 2**70, "abc", 1.5, True):
+        with pytest.raises(ValueError, match=r"^stream=.*: expected a torch\.cuda\.Stream"):
+            exe(x, stream=bad)
+    with pytest.raises(ValueError, match="^stream=-5"):
+        exe.prepare(stream=-5)
+    assert np.array_equal(exe(x, stream=0), np.ones((4, 8), np.float32))
+
+
 def test_a_wrong_shape_is_refused_before_an_input_is_copied(rt):
     """A broadcast view of 256M elements is not copied (1 GiB) only to be refused."""
     static = rt.compile("graph s {\n  input x: f32[4, 8]\n  y = exp(x)\n  output y\n}")
@@ -293,10 +307,12 @@ def test_the_gil_is_released_while_kiln_runs(rt, monkeypatch):
     # kiln computes on one thread (read at each run), so on a machine of two cores or more the
     # counter competes with the GIL only, not with kiln's workers for the cores.
     monkeypatch.setenv("KILN_CPU_THREADS", "1")
-    g = kiln.Graph.parse("graph big {\n  input a: f32[1536, 1536]\n  input b: f32[1536, 1536]\n"
+    # 2048^3: about 0.1 s a call on one core, so that each call's interior (20 ms off each end)
+    # is most of it (1536^3 took 45 ms on a fast core: too few interior ms in the second).
+    g = kiln.Graph.parse("graph big {\n  input a: f32[2048, 2048]\n  input b: f32[2048, 2048]\n"
                          "  c = matmul(a, b)\n  output c\n}")
     exe = rt.compile(g)
-    a = np.ones((1536, 1536), np.float32)
+    a = np.ones((2048, 2048), np.float32)
     exe(a, a)
 
     origin = time.perf_counter()
