@@ -69,6 +69,12 @@ class Graph:
             raise TypeError("Graph.parse takes the graph's text and a file name, both str")
         if "\0" in file:
             raise ValueError(f"Graph.parse(file={file!r}): a NUL character")
+        for name, value in (("text", text), ("file", file)):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"Graph.parse({name}=...): not valid UTF-8 at character "
+                                 f"{e.start} ({value[e.start]!r})") from None
         return Graph(_kiln._Graph.parse(text, file))
 
     @staticmethod
@@ -84,7 +90,9 @@ class Graph:
             text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise GraphError(f"{path}: cannot read the graph: {e}") from None
-        return Graph(_kiln._Graph.parse(text, str(path)))
+        # A path that is not UTF-8 (bytes a Linux name may hold) is named with escapes.
+        name = str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+        return Graph(_kiln._Graph.parse(text, name))
 
     @property
     def name(self) -> str:
@@ -149,6 +157,15 @@ class Runtime:
                 raise TypeError(f"Runtime({name}=...): expected a str, not {type(value).__name__}")
             if "\0" in value:
                 raise ValueError(f"Runtime({name}={value!r}): a NUL character")
+            if not value and name != "remote":  # remote="" is no remote tier
+                default = "None" if name == "cache_dir" else "leave it out"
+                raise ValueError(f"Runtime({name}=''): expected a value ({default} for the "
+                                 "default)")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"Runtime({name}={value!r}): not valid UTF-8 (kiln takes "
+                                 "UTF-8 text and paths)") from None
         if isinstance(device, bool) or not isinstance(device, (int, np.integer)):
             raise TypeError(f"Runtime(device=...): expected an int, not {type(device).__name__}")
         if not 0 <= device < 2**31:
@@ -279,6 +296,11 @@ class Executable:
             if not _is_torch(out) and not isinstance(out, np.ndarray):
                 raise TypeError(f"output '{spec.name}': expected a NumPy array or a torch tensor, "
                                 f"not {type(out).__name__}")
+            if _is_torch(out):
+                if out.device.type not in ("cpu", "cuda"):
+                    raise RuntimeError(f"output '{spec.name}' is on {out.device.type}: kiln "
+                                       "writes host or CUDA tensors")
+                _check_dense(out, f"output '{spec.name}'")
             if not _contiguous(out) or _address(out) % _ALIGN:
                 raise RuntimeError(f"output '{spec.name}' must be C-contiguous and 16-byte aligned")
             if not _is_torch(out) and not out.dtype.isnative:
@@ -350,11 +372,15 @@ class Executable:
                 if x.device.type not in ("cpu", "cuda"):
                     raise RuntimeError(f"input '{spec.name}' is on {x.device.type}: kiln takes "
                                        "host or CUDA tensors")
+                _check_dense(x, f"input '{spec.name}'")
                 # A view whose negative or conjugate bit is set is read through that bit by
                 # torch alone: make its values real first (no copy when neither is set).
                 x = x.detach().resolve_neg().resolve_conj()
                 got = _TORCH_NAMES.get(str(x.dtype), str(x.dtype).replace("torch.", ""))
             else:
+                if x is None:
+                    raise TypeError(f"input '{spec.name}': expected an array, a tensor or "
+                                    "numbers, not None")
                 if not isinstance(x, np.ndarray):
                     x = _from_python(x, spec)
                 got = _NUMPY_NAMES.get(x.dtype.name, x.dtype.name)
@@ -412,6 +438,14 @@ class Executable:
 
 def _torch():
     return sys.modules["torch"]
+
+
+def _check_dense(x, what: str) -> None:
+    """A torch tensor kiln can read or write: dense (strided), not sparse or nested."""
+    if x.is_nested or x.layout != _torch().strided:
+        kind = "nested" if x.is_nested else str(x.layout).replace("torch.", "")
+        raise RuntimeError(f"{what} is a {kind} tensor: kiln takes dense (strided) tensors; "
+                           "convert it with .to_dense()")
 
 
 def _stream_handle(stream) -> int:

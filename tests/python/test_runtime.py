@@ -1,6 +1,7 @@
 """kiln's Python API over the runtime: graphs, runtimes, executables, arrays in and out, errors."""
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import threading
@@ -249,6 +250,20 @@ def test_bad_inputs_are_errors_naming_the_input(rt):
     with pytest.raises(kiln.RuntimeError, match=r"input 'x' has shape \[0, 768\], expected "
                                                 r"\[128, 768\]: kiln's tensors have no dim"):
         exe(x[:0], w1, b1, w2, b2)
+    with pytest.raises(TypeError, match="input 'x': expected an array, a tensor or numbers, "
+                                        "not None"):
+        exe(None, w1, b1, w2, b2)
+    # Sparse and nested tensors, and an output on no device kiln writes, are named (torch's own
+    # internal errors before).
+    t = [torch.from_numpy(a) for a in (x, w1, b1, w2, b2)]
+    for bad, kind in [(t[0].to_sparse(), "sparse_coo"), (t[0].to_sparse_csr(), "sparse_csr"),
+                      (torch.nested.nested_tensor(list(t[0][:4])), "nested")]:
+        with pytest.raises(kiln.RuntimeError, match=f"input 'x' is a {kind} tensor"):
+            exe(bad, *t[1:])
+    with pytest.raises(kiln.RuntimeError, match="output 'y' is on meta"):
+        exe.run(t, [torch.empty(128, 768, device="meta")])
+    with pytest.raises(kiln.RuntimeError, match="output 'y' is a sparse_coo tensor"):
+        exe.run(t, [torch.zeros(128, 768).to_sparse()])
 
 
 def test_a_graph_file_name_with_a_nul_is_refused():
@@ -256,11 +271,29 @@ def test_a_graph_file_name_with_a_nul_is_refused():
         kiln.Graph.parse(MLP.read_text(), "a\0b")
 
 
+def test_text_or_names_that_are_not_utf8_are_named(tmp_path):
+    """A lone surrogate (what Python makes of bytes that are not UTF-8) in a graph's text, its
+    file name or a Runtime's argument is a ValueError naming it, not nanobind's "incompatible
+    function arguments"; a graph file whose name is not UTF-8 loads, named with escapes."""
+    with pytest.raises(ValueError, match=r"Graph.parse\(text=...\): not valid UTF-8 at "
+                                         "character 7"):
+        kiln.Graph.parse("graph g\udc80 {}")
+    with pytest.raises(ValueError, match=r"Graph.parse\(file=...\)"):
+        kiln.Graph.parse(MLP.read_text(), "f\udc80.kg")
+    odd = os.fsdecode(bytes(tmp_path) + b"/\xff.kg")
+    pathlib.Path(odd).write_text(MLP.read_text())
+    assert kiln.Graph.load(odd).name == "mlp"
+    for kwargs in ({"target": "cpu\udc80"}, {"cache_dir": bytes(tmp_path) + b"/\xff"}):
+        with pytest.raises(ValueError, match="not valid UTF-8"):
+            kiln.Runtime(**{"target": "cpu", **kwargs})
+
+
 def test_runtime_arguments_of_the_wrong_kind_are_named(cache_dir):
     for kwargs, error in (({"target": None}, TypeError), ({"precision": "high\0x"}, ValueError),
                           ({"cache_dir": str(cache_dir) + "\0junk"}, ValueError),
                           ({"device": 2**40}, ValueError), ({"device": "0"}, TypeError),
-                          ({"remote": 7}, TypeError)):
+                          ({"remote": 7}, TypeError), ({"target": ""}, ValueError),
+                          ({"precision": ""}, ValueError), ({"cache_dir": ""}, ValueError)):
         name = next(iter(kwargs))
         with pytest.raises(error, match=f"Runtime\\({name}="):
             kiln.Runtime(**{"target": "cpu", "cache_dir": cache_dir, **kwargs})
