@@ -15,7 +15,9 @@ std::optional<std::optional<compiler::cpu::CpuMachine>> parse_cpu_target(const s
                                                                          const std::string& command) {
   auto parsed = compiler::parse_target(target);
   if (!parsed) {
-    print_error(command + ": " + parsed.error().message);
+    // The forms the CLI takes (the library's cuda:sm_XX and emulate:sm_XX are flags here).
+    print_error(command + ": --target " + target + ": unknown target (expected cuda or "
+                "cpu[:NAME]; a CUDA arch is --arch sm_XX, the emulator `kiln run --emulate`)");
     return std::nullopt;
   }
   if (parsed->is_emulated()) {
