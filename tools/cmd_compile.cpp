@@ -634,8 +634,10 @@ int run_why(const CompileArgs& args) {
         if (auto c = compiler::parse_dims_key(cached))
           cached = compiler::describe_bucket(prepared->graph, *c);
       }
+      // A field one side lacks (a CPU entry has no arch) is "none" there.
       std::printf(" %s (%s here, %s cached)", d["field"].get<std::string>().c_str(),
-                  requested.c_str(), cached.c_str());
+                  requested.empty() ? "none" : requested.c_str(),
+                  cached.empty() ? "none" : cached.c_str());
     }
     std::printf("\n");
     for (const auto& d : e["differs"])

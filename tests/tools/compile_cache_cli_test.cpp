@@ -130,6 +130,16 @@ TEST_F(CompileCacheCli, WhyShowsOnlyTheOptionThatDiffers) {
   EXPECT_EQ(why.out.find("nvrtc="), std::string::npos) << why.out;
 }
 
+// A field one side lacks is "none" there: a CPU entry has no arch (it printed "sm_90 here,
+// cached", a blank).
+TEST_F(CompileCacheCli, WhyNamesAFieldTheCachedEntryLacksAsNone) {
+  ASSERT_EQ(kiln({"compile", k_mlp, "--target", "cpu", "--precision", "high"}).exit_code, 0);
+  CliResult why = kiln({"why", k_mlp, "--arch", "sm_90", "--precision", "high"});
+  EXPECT_EQ(why.exit_code, 1) << why.err;
+  EXPECT_NE(why.out.find("arch (sm_90 here, none cached)"), std::string::npos) << why.out;
+  EXPECT_EQ(why.out.find(",  cached"), std::string::npos) << why.out;
+}
+
 TEST_F(CompileCacheCli, ShowGraphPrintsTheCachedGraphsText) {
   json compiled = compile("sm_90");
   CliResult shown = kiln({"show", compiled["key"].get<std::string>().substr(0, 10), "--graph"});
