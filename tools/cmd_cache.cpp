@@ -556,8 +556,9 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
         ->type_name("DIR");
     add_remote_option(sub, args->remote);
     std::string name = command.name;
+    CLI::Option* json = nullptr;
     if (name == "stats" || name == "ls" || name == "show" || name == "verify")
-      sub->add_flag("--json", args->json, "print JSON");
+      json = sub->add_flag("--json", args->json, "print JSON");
     if (name == "stats") sub->add_flag("--zero", args->zero, "zero the counters");
     if (name == "show") {
       sub->add_option("KEY", args->target, "a key or a unique prefix of one")->required();
@@ -568,6 +569,8 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
       source->excludes(ptx)->excludes(log)->excludes(graph);
       ptx->excludes(log)->excludes(graph);
       log->excludes(graph);
+      // Those print text as it is; --json describes the entry (it was ignored beside them).
+      json->excludes(source)->excludes(ptx)->excludes(log)->excludes(graph);
     }
     if (name == "prune") {
       sub->add_option("--max-size", args->max_size,

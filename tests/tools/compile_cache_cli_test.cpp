@@ -117,6 +117,10 @@ TEST_F(CompileCacheCli, LsStatsAndShowDescribeTheEntry) {
   EXPECT_NE(ptx.out.find("mma.sync.aligned.m16n8k8"), std::string::npos);
   CliResult source = kiln({"show", key, "--source"});
   EXPECT_NE(source.out.find("__global__"), std::string::npos);
+  // --json describes the entry; beside a text it is refused (it was ignored: raw PTX, exit 0).
+  CliResult both = kiln({"show", key, "--ptx", "--json"});
+  EXPECT_EQ(both.exit_code, 2) << both.out;
+  EXPECT_NE(both.out.find("--json excludes --ptx"), std::string::npos) << both.out;
 }
 
 // `why` names only the option that differs, not the whole option list.
