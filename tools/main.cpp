@@ -137,8 +137,23 @@ int main(int argc, char** argv) {
   kiln::tools::register_cache_commands(app, exit_code);
   kiln::tools::register_compile_commands(app, exit_code);
   kiln::tools::register_completion_command(app, exit_code);
-  // CLI11 would say only "A subcommand is required" for a misspelt command.
-  if (!kiln::tools::g_command.empty()) {
+  // CLI11 would say only "A subcommand is required" for a misspelt command, an option given
+  // before any command, or none at all.
+  if (kiln::tools::g_command.empty()) {
+    bool help_or_version = false;
+    for (int i = 1; i < argc; ++i) {
+      std::string arg = argv[i];
+      help_or_version = help_or_version || arg == "--help" || arg == "-h" || arg == "--version";
+    }
+    if (!help_or_version) {
+      std::string first = argc > 1 ? argv[1] : "";
+      kiln::tools::print_error(
+          first.empty() ? "kiln: no command given (kiln --help lists the commands)"
+                        : "kiln: unknown option '" + first + "' before a command (options follow "
+                          "the command: kiln COMMAND --help lists its own)");
+      return kiln::tools::k_exit_usage;
+    }
+  } else {
     std::string unknown = kiln::tools::unknown_command(app, kiln::tools::g_command);
     if (!unknown.empty()) {
       kiln::tools::g_command.clear();  // the message names no command of kiln's

@@ -179,7 +179,14 @@ TEST(MainCli, AnUnknownCommandSuggestsTheClosestOne) {
   EXPECT_NE(error["error"].get<std::string>().find("did you mean 'compile'?"), std::string::npos);
   CliResult none = run_kiln({});
   EXPECT_EQ(none.exit_code, 2);
-  EXPECT_NE(none.err.find("A subcommand is required"), std::string::npos) << none.err;
+  EXPECT_EQ(none.err, "kiln: no command given (kiln --help lists the commands)\n");
+  // An option before any command is named (CLI11 said "A subcommand is required").
+  CliResult option = run_kiln({"--bogus"});
+  EXPECT_EQ(option.exit_code, 2);
+  EXPECT_EQ(option.err, "kiln: unknown option '--bogus' before a command (options follow the "
+                        "command: kiln COMMAND --help lists its own)\n");
+  EXPECT_EQ(run_kiln({"--version"}).exit_code, 0);
+  EXPECT_EQ(run_kiln({"--help"}).exit_code, 0);
 }
 
 }  // namespace
