@@ -273,6 +273,12 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
                                                          : DType::f32;
       for (size_t i : {size_t{1}, size_t{2}}) {
         if (!args[i].is_literal) continue;
+        if (!a && !b && args[i].kind == LiteralKind::boolean) {  // no tensor to give a dtype
+          return error_at(args[i].location,
+                          "where: two literals make an f32 result, and " +
+                              std::string(args[i].text) + " is no number; for a bool, write " +
+                              "the condition itself (or logical_not of it)");
+        }
         if (Status st = check_literal_spelling(op_token, args[i], dtype); !st) return st.error();
       }
       return located(m_builder.add_where(*cond, a, b, args[1].literal, args[2].literal));

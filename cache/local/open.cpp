@@ -162,7 +162,9 @@ Status Store::check_folder() {
     return make_error("cannot read '", locks, "': ", std::strerror(errno));
   if (S_ISLNK(st.st_mode))
     return make_error("'", locks, "' is a symbolic link; kiln follows no links in its cache folder");
-  if (!S_ISDIR(st.st_mode)) return make_error("'", locks, "' is not a directory");
+  if (!S_ISDIR(st.st_mode))
+    return make_error("'", locks, "' is not a directory (kiln keeps its locks there: is '", m_dir,
+                      "' a cache folder?)");
   if (Status s = check_private(locks, st, "lock folder"); !s) return s;
   // SQLite reads the WAL and shared-memory files beside the database, and the usage file is
   // mapped: each, when there, must be a regular file of the user's alone too (one left from a

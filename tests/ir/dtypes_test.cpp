@@ -127,6 +127,9 @@ TEST(Dtypes, RulesAreLocatedErrors) {
       {"where(b, i, f)", "where: its values differ in dtype"},
       {"where(b, i, 0.5)", "the literal 0.5 meets an i64 tensor"},
       {"where(b, f, false)", "the literal false meets an f32 tensor"},
+      // Two literals make f32 (no tensor to meet: it used to say "meets an f32 tensor").
+      {"where(b, true, false)", "6:16: error: where: two literals make an f32 result, and true is "
+                                "no number; for a bool, write the condition itself"},
       {"where(1.0, f, f)", "where operand 1 must be a tensor"},
       {"where(b, f)", "where takes 3 operands, got 2"},
       {"matmul(reshape(i, shape=[2, 2]), reshape(i, shape=[2, 2]))",
