@@ -145,7 +145,7 @@ Status convert_1_to_2(sql::Db& db, MigrationReport& report) {
 
 }  // namespace
 
-Status check_schema(sql::Db& db) {
+Expected<std::string> missing_table(sql::Db& db) {
   auto tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'");
   if (!tables) return tables.error();
   std::vector<std::string> found;
@@ -156,9 +156,8 @@ Status check_schema(sql::Db& db) {
     found.push_back(tables->column_text(0));
   }
   for (const char* name : {"entries", "apart", "fields", "stats"})
-    if (std::find(found.begin(), found.end(), name) == found.end())
-      return make_error("no table '", name, "'");
-  return Status::success();
+    if (std::find(found.begin(), found.end(), name) == found.end()) return std::string(name);
+  return std::string();
 }
 
 Status migrate_schema(sql::Db& db, int64_t from, MigrationReport& report) {

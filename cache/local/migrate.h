@@ -22,7 +22,8 @@ struct MigrationReport {
 // write transaction. Released steps are never edited; new ones are appended.
 Status migrate_schema(sql::Db& db, int64_t from, MigrationReport& report);
 
-// Whether every table of k_schema_version is there: "no table 'fields'" when one is not.
-Status check_schema(sql::Db& db);
+// The first table of k_schema_version that is not there ("" when every one is); an error when
+// the query itself fails (a busy or unreadable database, which is no sign of damage).
+Expected<std::string> missing_table(sql::Db& db);
 
 }  // namespace kiln::cache::local

@@ -195,6 +195,7 @@ void Store::open_db(bool create) {
   if (Status made = make_dir(m_dir + "/locks"); !made) return disable(made.error().message);
   if (Status trusted = check_folder(); !trusted) return disable(trusted.error().message);
   for (int attempt = 0; attempt < 2; ++attempt) {
+    m_damaged.clear();
     // Shared with other openers, never open while a repair renames the file and removes its
     // -wal and -shm: SQLite would pair the new file with the old journal.
     RepairGate gate;
@@ -274,35 +275,44 @@ Status Store::configure_db(bool new_file) {
 }
 
 Status Store::migrate() {
-  auto version = m_db->query_int("PRAGMA user_version");
-  if (!version) return version.error();
   auto damaged = [&](const std::string& why) {
     m_damaged = why;
     return make_error("the database's schema is damaged: ", why);
   };
-  if (*version == k_schema_version) {
-    if (Status s = check_schema(*m_db); !s) return damaged(s.error().message);
-    return Status::success();
+  std::optional<int64_t> version;
+  {
+    // The version and the tables from one snapshot: a newer kiln's migration committed between
+    // two reads would look like a table gone.
+    auto read = sql::Transaction::begin(*m_db, sql::Transaction::Kind::read);
+    if (!read) return read.error();
+    auto read_version = m_db->query_int("PRAGMA user_version");
+    if (!read_version) return read_version.error();
+    version = *read_version;
+    if (*version == k_schema_version) {
+      auto missing = missing_table(*m_db);
+      if (!missing) return missing.error();  // a query that failed (busy, I/O): not damage
+      if (!missing->empty()) return damaged("no table '" + *missing + "'");
+      return Status::success();
+    }
   }
   if (*version < 0) return damaged("schema version " + std::to_string(*version));
   auto txn = sql::Transaction::begin(*m_db, sql::Transaction::Kind::write);
   if (!txn) return txn.error();
-  version = m_db->query_int("PRAGMA user_version");  // another process may have migrated
-  if (!version) return version.error();
+  auto again = m_db->query_int("PRAGMA user_version");  // another process may have migrated
+  if (!again) return again.error();
+  version = *again;
   if (*version == k_schema_version) return Status::success();
   if (*version > k_schema_version)
     return make_error("the database has schema version ", std::to_string(*version),
                       ", newer than this kiln's ", std::to_string(k_schema_version));
   MigrationReport report;
+  (void)m_db->take_last_code();  // the code below is this migration's
   if (Status s = migrate_schema(*m_db, *version, report); !s) {
     // An SQL error (not a busy, full or read-only database): the tables are not what the
     // version says (a table of the next version already there, one of this version gone).
     if (m_db->last_code() != sql::k_error) return s;
-    // SQLite's own words, without the script before them ("sqlite: SCRIPT: WHAT").
-    const std::string& message = s.error().message;
-    size_t at = message.rfind(": ");
-    return damaged("schema version " + std::to_string(*version) + " does not migrate: " +
-                   (at == std::string::npos ? message : message.substr(at + 2)));
+    return damaged("schema version " + std::to_string(*version) +
+                   " does not migrate: " + m_db->last_message());
   }
   if (Status s = txn->commit(); !s) return s;
   give_back_locked(GiveBack::all);  // the tables a migration dropped (auto_vacuum keeps them)

@@ -95,6 +95,8 @@ Error Db::fail(std::string_view what) {
   return make_error("sqlite: ", what, ": ", sqlite3_errmsg(m_db));
 }
 
+std::string Db::last_message() const { return sqlite3_errmsg(m_db); }
+
 Status Db::exec(const std::string& sql) {
   if (sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) return fail(sql);
   return Status::success();

@@ -91,6 +91,9 @@ public:
   int last_code() const { return m_last_code; }
   // As last_code(), and forgets it: the next failure starts afresh.
   int take_last_code() { return std::exchange(m_last_code, 0); }
+  // SQLite's message for the last call that failed ("table apart already exists"), without
+  // the statement that failed.
+  std::string last_message() const;
   Error fail(std::string_view what);  // records the current error code and builds the message
   sqlite3* handle() { return m_db; }
 
