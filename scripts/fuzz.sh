@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets with clang and fuzzes for about N seconds (default 60; 1 to 999999),
 # two targets at a time:
 #   - the graph parser (N/4), then the compiler's passes on the graphs that parse (N/2), then the
-#     CPU target's code generation (LLVM IR and its verifier, N/2);
+#     CPU target's code generation (LLVM IR and its verifier, N/4);
 #   - the .npy reader and the .npz reader (N/4 each), then the records a cache, a bundle or a peer
 #     hands over: artifacts, entry records, bundles, cubins, and entries checked as the cache
 #     checks one from another machine (N/2).
@@ -124,7 +124,7 @@ lane() {
 }
 
 # Two lanes at once, each saying what it did into a file of its own, shown after both end.
-lane "parser:$quarter:parser-corpus" "lower:$half:lower-corpus" "cpu:$half:cpu-corpus" \
+lane "parser:$quarter:parser-corpus" "lower:$half:lower-corpus" "cpu:$quarter:cpu-corpus" \
   >lane1.out 2>&1 &
 first=$!
 # Records up to 128 KiB: an sm_90a entry's wgmma cubin alone is about 70 KiB.

@@ -499,8 +499,12 @@ Status write_file(const std::string& path, const Array& array) {
     return make_error(path, ": error: cannot write: not a regular file (a FIFO, device or "
                             "socket is there; kiln writes .npy files only as regular files)");
   };
-  // Opened without blocking: a FIFO there with no reader would hold the open forever (ENXIO
-  // instead); one with a reader, a device or a socket is refused below, before a byte is written.
+  // Whatever is there and is not a regular file is refused unopened: opening a device can act
+  // (a tape rewinds), a FIFO's reader would see an end. The open does not block either (a FIFO
+  // put there meanwhile without a reader: ENXIO), and what it opened is checked again.
+  struct stat before {};
+  if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode) && !S_ISDIR(before.st_mode))
+    return not_regular();
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0666);
   if (fd < 0) {
     int error = errno;

@@ -143,12 +143,13 @@ bool set_one_bucket(const CompileArgs& args, const char* command,
   return true;
 }
 
-// Builds CompileOptions from the arguments; prints the error and returns nullopt on bad input.
 // "FILE: MESSAGE", or MESSAGE where it names FILE already ("FILE:3:7: error: ...").
 std::string about(const std::string& file, const std::string& message) {
   if (message.compare(0, file.size() + 1, file + ":") == 0) return message;
   return file + ": " + message;
 }
+
+// Builds CompileOptions from the arguments; prints the error and returns nullopt on bad input.
 
 std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
   auto cpu = parse_cpu_target(args.target, "kiln");
@@ -658,26 +659,28 @@ int run_tune(const CompileArgs& args) {
     print_error(graph.error().message);
     return k_exit_usage;
   }
-  // The bucket (--dims, or the largest of every dim) and the request: false once said why.
+  // The bucket (--dims, or the largest of every dim), then the request (which the arch
+  // decides): false once said why.
+  auto bucketed = [&](compiler::CompileOptions& options) {
+    if (!graph->symbolic() || !args.dims.empty()) return set_one_bucket(args, "tune", options);
+    for (const ir::Symbol& symbol : graph->symbols())
+      options.bucket.push_back(compiler::bucket_of(symbol.hi, symbol));
+    return true;
+  };
   auto planned = [&](compiler::CompileOptions& options) {
-    if (graph->symbolic() && args.dims.empty()) {
-      for (const ir::Symbol& symbol : graph->symbols())
-        options.bucket.push_back(compiler::bucket_of(symbol.hi, symbol));
-    } else if (!set_one_bucket(args, "tune", options)) {
-      return false;
-    }
+    if (!bucketed(options)) return false;
     if (auto checked = compiler::check_request(*graph, options); !checked) {
       print_error("kiln: " + about(args.files[0], checked.error().message));
       return false;
     }
     return true;
   };
-  // Bad usage is exit 2 before the GPU is looked for (exit 3): the flags (an arch of its own
-  // where none is given), and with --arch the dims and the request too.
+  // Bad usage is exit 2 before the GPU is looked for (exit 3): the flags and the dims (an arch
+  // of its own where none is given), and with --arch the request too.
   CompileArgs flags = args;
   if (flags.arch.empty()) flags.arch = "sm_90";
   auto early = options_from(flags);
-  if (!early || (!args.arch.empty() && !planned(*early))) return k_exit_usage;
+  if (!early || !(args.arch.empty() ? bucketed(*early) : planned(*early))) return k_exit_usage;
   // Tuning needs the GPU: said before anything else is asked of the machine.
   auto identity = runtime::device_identity(0);
   if (!identity) {

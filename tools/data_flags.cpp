@@ -295,7 +295,8 @@ void add_data_options(CLI::App* cmd, DataFlags& flags, const std::string& saved)
       ->type_name("DIR")
       ->check(not_empty);
   cmd->add_option("--save-reference", flags.save_reference,
-                  "write the fp64 reference's outputs as DIR/NAME.npy ('<f8')")
+                  "write the fp64 reference's outputs as DIR/NAME.npy ('<f8'; integer and bool "
+                  "ones in their dtype)")
       ->type_name("DIR")
       ->check(not_empty);
 }

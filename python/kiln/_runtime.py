@@ -272,23 +272,31 @@ class Executable:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Calls, and the inputs copied because they were not C-contiguous or 16-byte aligned."""
+        """Calls, and the inputs copied: not C-contiguous or 16-byte aligned, byte-swapped, or
+        in an output's memory."""
         with self._lock:
             return dict(self._stats)
 
     # Running.
     def __call__(self, *inputs: Any, stream: int | Any | None = None):
-        arrays, framework, device = self._take_inputs(inputs)
-        specs = self._output_specs([a.shape for a in arrays])
-        outputs = [_empty(framework, device, s.dtype, s.shape, s.name) for s in specs]
-        self._x.run(arrays, outputs, self._stream(stream, framework, device))
+        with _on_stream(inputs, stream):
+            arrays, framework, device = self._take_inputs(inputs)
+            specs = self._output_specs([a.shape for a in arrays])
+            outputs = [_empty(framework, device, s.dtype, s.shape, s.name) for s in specs]
+            self._x.run(arrays, outputs, self._stream(stream, framework, device))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def run(self, inputs: Sequence[Any], outputs: Sequence[Any], stream: int | Any | None = None) -> None:
         """Runs into `outputs`: C-contiguous, 16-byte aligned arrays of the outputs' dtypes and
-        shapes (a wrong one raises kiln.RuntimeError, nothing is written)."""
+        shapes (a wrong one raises kiln.RuntimeError, nothing is written). An output may be an
+        input's memory (an update in place): that input is read from a copy. Two outputs may
+        not share memory."""
         if not isinstance(inputs, (list, tuple)) or not isinstance(outputs, (list, tuple)):
             raise TypeError("run() takes a list of inputs and a list of outputs")
+        with _on_stream(inputs, stream):
+            self._run(inputs, outputs, stream)
+
+    def _run(self, inputs, outputs, stream) -> None:
         arrays, framework, device = self._take_inputs(inputs)
         outs = []
         for spec, out in zip(self._outputs, outputs):
@@ -348,7 +356,7 @@ class Executable:
             if not d.lo <= v <= d.hi:
                 raise RuntimeError(f"{d.name} = {v} is outside its range {d.lo}..{d.hi}")
             values.append(int(v))
-        self._x.prepare(values, _stream_handle(stream))
+        self._x.prepare(values, _stream_handle(getattr(stream, "cuda_stream", stream)))
 
     def _output_specs(self, shapes) -> list[TensorSpec]:
         shapes = [tuple(int(d) for d in s) for s in shapes]
@@ -450,14 +458,49 @@ def _check_dense(x, what: str) -> None:
 
 def _stream_handle(stream) -> int:
     """A CUstream as the int kiln takes: 0 (the default stream) for None; else a whole number
-    from 0 to 2^64 - 1 (never a float, string or bool made one)."""
+    from 0 to 2^64 - 1, or an object int() makes one of (cuda-python's CUstream), never a
+    float, string or bool made one."""
     if stream is None:
         return 0
-    if isinstance(stream, (bool, np.bool_)) or not isinstance(stream, (int, np.integer)) or \
-            not 0 <= int(stream) < 2**64:
+    refused = isinstance(stream, (bool, np.bool_, float, np.floating, str, bytes))
+    try:
+        handle = None if refused else int(stream)
+    except (TypeError, ValueError):
+        handle = None
+    if handle is None or not 0 <= handle < 2**64:
         raise ValueError(f"stream={stream!r}: expected a torch.cuda.Stream or a CUstream handle "
                          "(a whole number from 0 to 2^64 - 1)")
-    return int(stream)
+    return handle
+
+
+class _on_stream:
+    """With CUDA torch tensors and a stream= given, torch's work of a call (the copies of inputs
+    that are not C-contiguous or that share an output's memory, new outputs) goes on that
+    stream: queued before kiln's kernels, and their memory reused only by later work there."""
+
+    def __init__(self, inputs, stream):
+        self._context = None
+        torch = sys.modules.get("torch")
+        if torch is None or stream is None:
+            return
+        device = next((x.device for x in inputs
+                       if _is_torch(x) and x.device.type == "cuda"), None)
+        if device is None:
+            return
+        if isinstance(stream, torch.cuda.Stream):
+            self._context = torch.cuda.stream(stream)
+            return
+        handle = _stream_handle(getattr(stream, "cuda_stream", stream))
+        if handle:
+            self._context = torch.cuda.stream(torch.cuda.ExternalStream(handle, device=device))
+
+    def __enter__(self):
+        if self._context is not None:
+            self._context.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._context.__exit__(*exc) if self._context is not None else False
 
 
 def _from_python(x, spec: TensorSpec) -> np.ndarray:

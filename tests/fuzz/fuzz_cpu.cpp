@@ -26,10 +26,19 @@ namespace {
 using namespace kiln;
 using fuzz::holds;
 
+// An x86-64 machine LLVM knows (the fuzzer is built for x86-64 hosts); anything else aborts.
+compiler::cpu::CpuMachine known_machine(const char* cpu) {
+  auto machine = compiler::cpu::impl::cpu_machine(cpu, "");
+  if (!machine) {
+    std::fprintf(stderr, "fuzz_cpu: %s: %s\n", cpu, machine.error().message.c_str());
+    std::abort();
+  }
+  return *machine;
+}
+
 const compiler::cpu::CpuMachine& machine(bool avx512) {
-  static const compiler::cpu::CpuMachine machines[2] = {
-      *compiler::cpu::impl::cpu_machine("x86-64-v3", ""),
-      *compiler::cpu::impl::cpu_machine("x86-64-v4", "")};
+  static const compiler::cpu::CpuMachine machines[2] = {known_machine("x86-64-v3"),
+                                                        known_machine("x86-64-v4")};
   return machines[avx512 ? 1 : 0];
 }
 

@@ -189,6 +189,12 @@ def test_a_stream_that_is_no_handle_is_named(rt):
         exe.prepare(stream=-5)
     assert np.array_equal(exe(x, stream=0), np.ones((4, 8), np.float32))
 
+    class Handle:  # as cuda-python's CUstream: an object int() makes a handle of
+        def __int__(self):
+            return 0
+    assert np.array_equal(exe(x, stream=Handle()), np.ones((4, 8), np.float32))
+    exe.prepare(stream=Handle())
+
 
 def test_a_wrong_shape_is_refused_before_an_input_is_copied(rt):
     """A broadcast view of 256M elements is not copied (1 GiB) only to be refused."""

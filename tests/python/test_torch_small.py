@@ -608,6 +608,8 @@ def test_load_names_a_bad_argument_or_damaged_weights_and_checks_a_steps_outputs
         load(fallbacks="junk")
     with pytest.raises(TypeError, match="^target=5"):
         load(target=5)
+    with pytest.raises(ValueError, match="^target='': expected a value"):
+        load(target="")
     weights = saved / "weights.pt"
     data = weights.read_bytes()
     for damage, message in [(lambda: weights.write_bytes(data[:100]), "cannot read the weights"),

@@ -65,6 +65,7 @@ TEST_F(TuneCli, BadUsageWithoutAGpuIsStillExitTwo) {
       {"tune", m_graph, "--arch", "sm_90", "--precision", "bogus"},
       {"tune", m_graph, "--precision", "bogus"},
       {"tune", m_graph, "--arch", "sm_90", "--dims", "B=3"},
+      {"tune", m_graph, "--dims", "B=3"},
       {"tune", m_dir + "/wide.kg", "--arch", "sm_90"}};
   for (std::vector<std::string> args : bad) {
     args.insert(args.end(), {"--cache-dir", m_dir + "/cache"});

@@ -494,6 +494,8 @@ def load(path: str | os.PathLike, target: str | None = None, precision: str | No
     for name, value in (("target", target), ("precision", precision)):
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name}={value!r}: expected a string or None")
+        if value == "":
+            raise ValueError(f"{name}='': expected a value (None for the saved one)")
     path = pathlib.Path(path)
     try:
         meta = json.loads((path / "kiln.json").read_text())
@@ -528,6 +530,8 @@ def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_ind
                              check_indices=check_indices)
         except (ValueError, TypeError) as e:
             raise _ArgumentError(e) from None
+        except Exception:  # noqa: BLE001 - another failure of the probe (no LLVM plugin, say)
+            pass
         raise ValueError(f"its target {meta['target']!r} or precision "
                          f"{meta['precision']!r} is not one kiln knows") from None
     weights = path / "weights.pt"
