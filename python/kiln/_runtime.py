@@ -418,10 +418,9 @@ class Executable:
             if not _contiguous(x) or _address(x) % _ALIGN:
                 if _is_torch(x):
                     x = x.clone(memory_format=_torch().contiguous_format)
-                    copied += x.numel() * x.element_size()
                 else:
                     x = np.array(x, order="C", copy=True)
-                    copied += x.nbytes
+                copied += _nbytes(x)
                 copies += 1
             arrays.append(x)
         with self._lock:

@@ -190,8 +190,7 @@ def compile_exported(ep: "torch.export.ExportedProgram", target: str | None = No
     if not isinstance(ep, torch.export.ExportedProgram):
         raise TypeError(f"compile_exported takes a torch.export.ExportedProgram "
                         f"(torch.export.export(model, args)), not {type(ep).__name__}")
-    if fallbacks not in ("warn", "refuse", "allow"):
-        raise ValueError(f"fallbacks={fallbacks!r}: expected 'warn', 'refuse' or 'allow'")
+    _program.check_fallbacks(fallbacks)
     max_dim = _checked_max_dim(max_dim)
     if _mutates(ep.graph):
         # torch.export keeps in-place ops (`y.add_(1)`, `y[:, 0] = 5`): functionalise them first

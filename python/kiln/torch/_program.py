@@ -476,6 +476,12 @@ def _import_spec_types(spec_text: str) -> None:
         pass
 
 
+def check_fallbacks(fallbacks) -> None:
+    """compile_exported's and load's fallbacks=: "warn", "refuse" or "allow" (else ValueError)."""
+    if fallbacks not in ("warn", "refuse", "allow"):
+        raise ValueError(f"fallbacks={fallbacks!r}: expected 'warn', 'refuse' or 'allow'")
+
+
 class _ArgumentError(Exception):
     """A caller's argument to load() that kiln refuses (raised as it is, not as kiln.json's)."""
 
@@ -489,8 +495,7 @@ def load(path: str | os.PathLike, target: str | None = None, precision: str | No
          check_indices: bool = False) -> Program:
     """A saved program, in this process: its kiln graphs compiled through the cache (hits on a
     warm cache), nothing traced. target and precision default to those it was saved with."""
-    if fallbacks not in ("warn", "refuse", "allow"):
-        raise ValueError(f"fallbacks={fallbacks!r}: expected 'warn', 'refuse' or 'allow'")
+    check_fallbacks(fallbacks)
     for name, value in (("target", target), ("precision", precision)):
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name}={value!r}: expected a string or None")
