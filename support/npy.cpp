@@ -499,44 +499,34 @@ Status write_file(const std::string& path, const Array& array) {
     return make_error(path, ": error: cannot write: not a regular file (a FIFO, device or "
                             "socket is there; kiln writes .npy files only as regular files)");
   };
+  // Something there that is neither a regular file nor a folder (which the open names).
+  auto special = [&] {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+  };
   // Whatever is there and is not a regular file is refused unopened: opening a device can act
   // (a tape rewinds), a FIFO's reader would see an end. The open does not block either (a FIFO
   // put there meanwhile without a reader: ENXIO), and what it opened is checked again.
-  struct stat before {};
-  if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode) && !S_ISDIR(before.st_mode))
-    return not_regular();
+  if (special()) return not_regular();
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0666);
   if (fd < 0) {
     int error = errno;
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-      return not_regular();
-    return cannot(error);
+    return special() ? not_regular() : cannot(error);
   }
+  // Once opened, a failure closes it first (an errno of 0: not a regular file).
+  auto fail = [&](int error) {
+    ::close(fd);
+    return error ? cannot(error) : not_regular();
+  };
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int error = errno;
-    ::close(fd);
-    return cannot(error);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return not_regular();
-  }
-  if (::ftruncate(fd, 0) != 0) {
-    int error = errno;
-    ::close(fd);
-    return cannot(error);
-  }
+  if (::fstat(fd, &st) != 0) return fail(errno);
+  if (!S_ISREG(st.st_mode)) return fail(0);
+  if (::ftruncate(fd, 0) != 0) return fail(errno);
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int error = n < 0 ? errno : EIO;
-      ::close(fd);
-      return cannot(error);
-    }
+    if (n <= 0) return fail(n < 0 ? errno : EIO);
     done += static_cast<size_t>(n);
   }
   if (::close(fd) != 0) return cannot(errno);

@@ -75,5 +75,8 @@ void print_warning(const std::string& message);
 // An error measure (relative L2, max abs, tolerance) as `kiln run` and `kiln audit` print it:
 // "%.3e".
 std::string format_error(double value);
+// A CLI11 check of an option's value that may not be empty ('' would read as the option left
+// out): "must not be empty", else "".
+std::string not_empty(const std::string& value);
 
 }  // namespace kiln::tools

@@ -64,12 +64,6 @@ bool printable(const std::string& value) {
   return true;
 }
 
-// An option's value that may not be empty: '' would read as the option left out (a prune of
-// everything past the cap, a pull of every graph).
-std::string given(const std::string& value) {
-  return value.empty() ? "expected a value, got ''" : "";
-}
-
 int fail(const std::string& message, int code) {
   print_error("kiln: " + message);
   return code;
@@ -577,17 +571,17 @@ void register_cache_commands(CLI::App& app, int& exit_code) {
                       "evict least recently used entries down to SIZE (500M, 2G, 0); "
                       "without options: down to the cache's size cap")
           ->type_name("SIZE")
-          ->check(given);
+          ->check(not_empty);
       sub->add_option("--older-than", args->older_than,
                       "evict entries unused for DURATION (30d, 12h, 15m, 45s)")
           ->type_name("DURATION")
-          ->check(given);
+          ->check(not_empty);
     }
     if (name == "verify") sub->add_flag("--fix", args->fix, "remove the bad entries");
     if (name == "pull")
       sub->add_option("--graph", args->graph, "only the entries of this graph hash")
           ->type_name("HASH")
-          ->check(given);
+          ->check(not_empty);
     if (name == "export" || name == "import")
       sub->add_option("FILE", args->target, "bundle file")->required();
     if (name == "export") sub->add_flag("--force", args->force, "replace FILE if it exists");

@@ -279,9 +279,6 @@ void add_seed_option(CLI::App* cmd, uint64_t& seed) {
 }
 
 void add_data_options(CLI::App* cmd, DataFlags& flags, const std::string& saved) {
-  auto not_empty = [](const std::string& value) {
-    return value.empty() ? std::string("must not be empty") : std::string();
-  };
   cmd->add_option("--input", flags.inputs,
                   "an input from a NumPy file, NAME=PATH.npy (repeatable; the rest are seeded)")
       ->type_name("NAME=PATH")

@@ -255,6 +255,10 @@ std::string format_error(double value) {
   return buffer;
 }
 
+std::string not_empty(const std::string& value) {
+  return value.empty() ? "must not be empty" : "";
+}
+
 void print_error(const std::string& message) {
   std::string bare;
   std::string text = with_prefix(message, &bare);

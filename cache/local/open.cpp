@@ -233,7 +233,6 @@ void Store::open_db(bool create) {
     int code = m_db->last_code();
     if (attempt == 0 && (sql::is_malformed_code(code) || !m_damaged.empty())) {
       std::string why = m_damaged.empty() ? "SQLite: malformed" : m_damaged;
-      m_damaged.clear();
       m_db.reset();
       gate.leave();  // the repair needs the gate to itself
       if (Status moved = move_aside_corrupt_db(opened, Replace::move_aside, why); !moved)
@@ -279,7 +278,7 @@ Status Store::migrate() {
     m_damaged = why;
     return make_error("the database's schema is damaged: ", why);
   };
-  std::optional<int64_t> version;
+  int64_t version = 0;
   {
     // The version and the tables from one snapshot: a newer kiln's migration committed between
     // two reads would look like a table gone.
@@ -288,36 +287,36 @@ Status Store::migrate() {
     auto read_version = m_db->query_int("PRAGMA user_version");
     if (!read_version) return read_version.error();
     version = *read_version;
-    if (*version == k_schema_version) {
+    if (version == k_schema_version) {
       auto missing = missing_table(*m_db);
       if (!missing) return missing.error();  // a query that failed (busy, I/O): not damage
       if (!missing->empty()) return damaged("no table '" + *missing + "'");
       return Status::success();
     }
   }
-  if (*version < 0) return damaged("schema version " + std::to_string(*version));
+  if (version < 0) return damaged("schema version " + std::to_string(version));
   auto txn = sql::Transaction::begin(*m_db, sql::Transaction::Kind::write);
   if (!txn) return txn.error();
   auto again = m_db->query_int("PRAGMA user_version");  // another process may have migrated
   if (!again) return again.error();
   version = *again;
-  if (*version == k_schema_version) return Status::success();
-  if (*version > k_schema_version)
-    return make_error("the database has schema version ", std::to_string(*version),
+  if (version == k_schema_version) return Status::success();
+  if (version > k_schema_version)
+    return make_error("the database has schema version ", std::to_string(version),
                       ", newer than this kiln's ", std::to_string(k_schema_version));
   MigrationReport report;
   (void)m_db->take_last_code();  // the code below is this migration's
-  if (Status s = migrate_schema(*m_db, *version, report); !s) {
+  if (Status s = migrate_schema(*m_db, version, report); !s) {
     // An SQL error (not a busy, full or read-only database): the tables are not what the
     // version says (a table of the next version already there, one of this version gone).
     if (m_db->last_code() != sql::k_error) return s;
-    return damaged("schema version " + std::to_string(*version) +
+    return damaged("schema version " + std::to_string(version) +
                    " does not migrate: " + m_db->last_message());
   }
   if (Status s = txn->commit(); !s) return s;
   give_back_locked(GiveBack::all);  // the tables a migration dropped (auto_vacuum keeps them)
   if (report.converted || report.dropped)
-    warn(make_error("migrated '", db_path(), "' from schema version ", std::to_string(*version),
+    warn(make_error("migrated '", db_path(), "' from schema version ", std::to_string(version),
                     " to ", std::to_string(k_schema_version), ": ",
                     std::to_string(report.converted), " entries kept, ",
                     std::to_string(report.dropped), " bad ones dropped")

@@ -56,8 +56,7 @@ void build_for_cpu(const ir::Graph& graph, ir::Precision precision) {
     auto kernels = compiler::cpu::build_module(module, planned->bound, planned->plan,
                                                planned->sizes, machine(avx512).facts);
     if (!holds(kernels)) {
-      // build_module fails only for IR the verifier refuses or a kind of kernel the CPU target
-      // lacks; every kind the planner makes is built, so either is a bug.
+      // build_module fails only where LLVM's verifier refuses the IR: a bug of the builders.
       std::fprintf(stderr, "%s\n", kernels.error().message.c_str());
       std::abort();
     }
