@@ -5,6 +5,7 @@ import builtins
 import re
 
 _LOCATION = re.compile(r"^(?P<file>.*?):(?P<line>\d+):(?P<col>\d+): ")
+_AFTER_FILE = re.compile(r"(?P<line>\d+):(?P<col>\d+): ")
 
 
 class Error(Exception):
@@ -14,10 +15,18 @@ class Error(Exception):
 class GraphError(Error):
     """A graph that does not parse or verify: `file`, `line` and `col` say where (None if unknown)."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, file: str | None = None):
         super().__init__(message)
-        match = _LOCATION.match(message)
-        self.file: str | None = match["file"] if match else None
+        # With the file known, the location is what follows its name; else the first
+        # "NAME:LINE:COL: " of the message.
+        if file is not None:
+            match = (_AFTER_FILE.match(message, len(file) + 1)
+                     if message.startswith(file + ":") else None)
+            found = file if match else None
+        else:
+            match = _LOCATION.match(message)
+            found = match["file"] if match else None
+        self.file: str | None = found
         self.line: int | None = int(match["line"]) if match else None
         self.col: int | None = int(match["col"]) if match else None
 

@@ -51,7 +51,10 @@ def _specs(raw) -> list[TensorSpec]:
 
 
 def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+    """A torch.Tensor, a subclass of one included (nn.Parameter, a user's own); False without
+    torch imported (then nothing passed can be one)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 class Graph:
@@ -75,7 +78,7 @@ class Graph:
             except UnicodeEncodeError as e:
                 raise ValueError(f"Graph.parse({name}=...): not valid UTF-8 at character "
                                  f"{e.start} ({value[e.start]!r})") from None
-        return Graph(_kiln._Graph.parse(text, file))
+        return Graph(_parse(text, file))
 
     @staticmethod
     def load(path: str | os.PathLike) -> Graph:
@@ -92,7 +95,7 @@ class Graph:
             raise GraphError(f"{path}: cannot read the graph: {e}") from None
         # A path that is not UTF-8 (bytes a Linux name may hold) is named with escapes.
         name = str(path).encode("utf-8", "backslashreplace").decode("utf-8")
-        return Graph(_kiln._Graph.parse(text, name))
+        return Graph(_parse(text, name))
 
     @property
     def name(self) -> str:
@@ -122,6 +125,15 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"<kiln.Graph {self.name} {self.hash}>"
+
+
+def _parse(text: str, file: str) -> _kiln._Graph:
+    """The native parse, its GraphError located with the file name known (a name that holds
+    ":N:M: " itself is not read as the location)."""
+    try:
+        return _kiln._Graph.parse(text, file)
+    except GraphError as e:
+        raise GraphError(str(e), file=file) from None
 
 
 class Runtime:
@@ -343,7 +355,14 @@ class Executable:
         """Compiles (through the cache) and loads the bucket holding `dims` ahead of the first
         run; a static graph takes no dims."""
         names = [d.name for d in self.dims]
+        if dims is not None and not isinstance(dims, dict):
+            raise TypeError(f"prepare(dims=...): expected a dict of dim names to sizes, not "
+                            f"{type(dims).__name__}")
         dims = dict(dims or {})
+        for k in dims:
+            if not isinstance(k, str):
+                raise TypeError(f"prepare(dims=...): a dim is named by its str, not "
+                                f"{type(k).__name__} {k!r}")
         unknown = set(dims) - set(names)
         if unknown or len(dims) != len(names):
             raise RuntimeError(f"graph '{self.name}' has dims {names}, got {sorted(dims)}")

@@ -88,7 +88,9 @@ bool same_dtype(kiln::DType dtype, nb::dlpack::dtype d) {
   return false;
 }
 
+// Inputs are read only; outputs must be writable (nanobind refuses a read-only array there).
 using Array = nb::ndarray<nb::ro>;
+using OutArray = nb::ndarray<>;
 
 // Whether `exe` takes host memory: the CPU target, and the emulated CUDA kernels.
 bool on_host(const kiln::Executable& exe) {
@@ -128,7 +130,8 @@ public:
 
   // Runs with inputs and outputs the caller made: C-contiguous arrays on this executable's
   // device (host memory for the CPU and emulate targets).
-  void run(const std::vector<Array>& inputs, const std::vector<Array>& outputs, uintptr_t stream) {
+  void run(const std::vector<Array>& inputs, const std::vector<OutArray>& outputs,
+           uintptr_t stream) {
     std::vector<kiln::TensorRef> in, out;
     refs(inputs, "input", m_exe->inputs(), in);
     refs(outputs, "output", m_exe->outputs(), out);
@@ -141,13 +144,14 @@ public:
   }
 
 private:
-  void refs(const std::vector<Array>& arrays, const char* role,
+  template <typename A>
+  void refs(const std::vector<A>& arrays, const char* role,
             const std::vector<kiln::TensorSpec>& specs, std::vector<kiln::TensorRef>& out) const {
     if (arrays.size() != specs.size())
       raise("RuntimeError", "the graph takes " + std::to_string(specs.size()) + " " + role +
                                 "s, got " + std::to_string(arrays.size()));
     for (size_t i = 0; i < arrays.size(); ++i) {
-      const Array& a = arrays[i];
+      const A& a = arrays[i];
       const std::string what = std::string(role) + " '" + specs[i].name + "'";
       bool host = a.device_type() == nb::device::cpu::value;
       bool cuda = a.device_type() == nb::device::cuda::value;

@@ -50,6 +50,24 @@ def test_graph_parse_reports_line_and_column():
     assert "undefined value 'b'" in str(e.value)
 
 
+def test_a_file_name_holding_a_location_is_not_read_as_one(tmp_path):
+    # The location was the message's first "NAME:N:M: ": a name holding ":1:2: " split there.
+    text = "graph g {\n  input a: f32[4]\n  output b\n}"
+    for name in ("a:1:2: b.kg", "x:7:9: "):
+        with pytest.raises(kiln.GraphError) as e:
+            kiln.Graph.parse(text, name)
+        assert (e.value.file, e.value.line, e.value.col) == (name, 3, 10)
+    odd = tmp_path / "a:1:2: b.kg"
+    odd.write_text(text)
+    with pytest.raises(kiln.GraphError) as e:
+        kiln.Graph.load(odd)
+    assert (e.value.file, e.value.line, e.value.col) == (str(odd), 3, 10)
+    # An error with no location (a file that cannot be read) has none.
+    with pytest.raises(kiln.GraphError) as e:
+        kiln.Graph.load(tmp_path / "missing.kg")
+    assert (e.value.file, e.value.line, e.value.col) == (None, None, None)
+
+
 def test_a_graph_file_past_64_mib_is_refused_unread(tmp_path, rt):
     # /dev/zero has no end: reading it whole took all the memory there was.
     for load in (kiln.Graph.load, rt.compile):
@@ -445,3 +463,38 @@ def test_prepare_takes_whole_dims_only(rt):
             exe.prepare(dims={"B": far})
     exe.prepare(dims={"B": np.int64(37)})
     exe.prepare(dims={"B": 4096})
+    # Sorting {1: 4, 'B': 4}'s keys for the message raised a TypeError of its own.
+    with pytest.raises(TypeError, match="a dim is named by its str, not int 1"):
+        exe.prepare(dims={1: 4, "B": 4})
+    with pytest.raises(TypeError, match="expected a dict of dim names to sizes, not list"):
+        exe.prepare(dims=[("B", 4)])
+
+
+def test_a_torch_tensor_subclass_is_a_tensor(rt):
+    # A subclass defined outside torch was taken for an array-like (its module's name decided).
+    class Tagged(torch.Tensor):
+        pass
+
+    exe = rt.compile("graph t {\n  input a: f32[4]\n  b = neg(a)\n  output b\n}")
+    a = torch.arange(4.0).as_subclass(Tagged)
+    assert type(a).__module__ == __name__
+    b = exe(a)
+    assert isinstance(b, torch.Tensor) and b.tolist() == [-0.0, -1.0, -2.0, -3.0]
+    out = torch.zeros(4).as_subclass(Tagged)
+    exe.run([a], [out])
+    assert out.tolist() == [-0.0, -1.0, -2.0, -3.0]
+    p = torch.nn.Parameter(torch.ones(4))
+    assert exe(p).tolist() == [-1.0] * 4
+
+
+def test_the_extension_refuses_a_read_only_output(rt):
+    # The extension's run took outputs read-only and wrote into a frozen array.
+    exe = rt.compile("graph t {\n  input a: f32[4]\n  b = neg(a)\n  output b\n}")
+    frozen = np.zeros(4, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(TypeError):
+        exe._x.run([np.ones(4, np.float32)], [frozen], 0)
+    assert (frozen == 0).all()
+    out = np.zeros(4, np.float32)
+    exe._x.run([np.ones(4, np.float32)], [out], 0)
+    assert (out == -1).all()

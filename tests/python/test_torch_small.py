@@ -8,6 +8,7 @@ import json
 import pathlib
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -75,6 +76,49 @@ def test_mutated_buffers_and_inputs_are_written_back(cache_dir):
         assert torch.equal(program(ours), eager(theirs))
         assert torch.equal(ours, theirs)  # the input doubled in place, as in eager
     assert torch.equal(ep.state_dict["n"], torch.zeros(4))  # the export's own buffer untouched
+    # A NumPy array ran kiln's graphs, then failed at the update in place (AttributeError: copy_).
+    with pytest.raises(kiln.RuntimeError, match="input 'x' is a numpy.ndarray: the program takes "
+                                                "a torch.Tensor"):
+        program(np.ones((3, 4), np.float32))
+
+
+def test_an_edited_plan_that_reads_what_nothing_makes_fails_at_load(cache_dir, tmp_path):
+    """aliases, write_back, outputs, in_spec and out_spec edited in kiln.json failed in the
+    middle of a call with a KeyError or pytree's ValueError; they are checked at load."""
+    _, program = compiled(Counter(), (torch.ones(3, 4),), cache_dir)
+    saved = tmp_path / "saved"
+    program.save(saved)
+    good = json.loads((saved / "kiln.json").read_text())
+    assert good["write_back"] and any(s["kind"] == "kiln" for s in good["steps"])
+
+    def edited(edit):
+        meta = json.loads(json.dumps(good))
+        edit(meta)
+        return meta
+
+    kiln_step = lambda m: next(s for s in m["steps"] if s["kind"] == "kiln")
+    cases = [
+        (lambda m: kiln_step(m)["aliases"].update({"z": "nowhere"}), "reads 'nowhere'"),
+        (lambda m: kiln_step(m).update(aliases=[1]), "'aliases' is not a map"),
+        (lambda m: kiln_step(m)["inputs"].__setitem__(0, "nowhere"), "reads 'nowhere'"),
+        (lambda m: m["write_back"][0].__setitem__(2, "nowhere"), "reads 'nowhere'"),
+        (lambda m: m["write_back"][0].__setitem__(0, "param"), "is not \\[\"buffer\""),
+        (lambda m: m["write_back"].append(["buffer", "x", m["write_back"][0][2]]),
+         "'x' is not a buffer"),
+        (lambda m: m.update(write_back={}), "'write_back' is not a list"),
+        (lambda m: m.update(outputs=["nowhere"]), "the program's outputs reads 'nowhere'"),
+        (lambda m: m.update(outputs=m["outputs"] * 2), "'out_spec' holds 1 values, the program "
+                                                       "has 2"),
+        (lambda m: m.update(in_spec="{"), "'in_spec' is not a saved input structure"),
+    ]
+    for edit, message in cases:
+        (saved / "kiln.json").write_text(json.dumps(edited(edit)))
+        with pytest.raises(kiln.Error, match=message):
+            kiln.torch.load(saved, cache_dir=cache_dir)
+    (saved / "kiln.json").write_text(json.dumps(good))
+    loaded, eager = kiln.torch.load(saved, cache_dir=cache_dir), Counter()
+    ours, theirs = torch.ones(3, 4), torch.ones(3, 4)
+    assert torch.equal(loaded(ours), eager(theirs)) and torch.equal(ours, theirs)
 
 
 class RepeatAlongSequence(torch.nn.Module):

@@ -124,8 +124,14 @@ class Program:
         seen, sums = {}, []
         for name, value in zip(self._users, flat):
             spec = self._input_dims.get(name)
-            if spec is None or not isinstance(value, torch.Tensor):
+            if spec is None:
                 continue
+            if not isinstance(value, torch.Tensor):
+                # (a NumPy array would run through kiln's graphs and fail at the first step in
+                # PyTorch, or at an update in place, after work was done)
+                raise KilnRuntimeError(f"input '{name}' is a {type(value).__module__}."
+                                       f"{type(value).__qualname__}: the program takes a "
+                                       "torch.Tensor there, as the exported module does")
             want = "[" + ", ".join("?" if d is None else str(d) for d in spec) + "]"
             if value.dim() != len(spec):
                 raise KilnRuntimeError(f"input '{name}' must have rank {len(spec)} "
@@ -564,6 +570,9 @@ def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_ind
             if not isinstance(s["outputs"], list) or len(s["outputs"]) != len(exe.outputs):
                 raise Error(f"{path}/kiln.json: graph {s['graph']} has {len(exe.outputs)} "
                             f"outputs, its step names {s['outputs']!r}")
+            if not isinstance(s["inputs"], list) or len(s["inputs"]) != len(exe.inputs):
+                raise Error(f"{path}/kiln.json: graph {s['graph']} has {len(exe.inputs)} "
+                            f"inputs, its step names {s['inputs']!r}")
             spans = s.get("spans", {})
             ranks = {o: len(spec.shape) for o, spec in zip(s["outputs"], exe.outputs)}
             if not (isinstance(spans, dict) and all(
@@ -594,13 +603,88 @@ def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_ind
     except (KeyError, NotImplementedError) as e:
         raise Error(f"{path}: the program's outputs have a type this process does not know "
                     f"({e}); import the module that defines it before loading") from None
+    try:
+        in_spec = pytree.treespec_loads(meta["in_spec"]) if meta["in_spec"] else None
+    except (KeyError, NotImplementedError, json.JSONDecodeError) as e:
+        raise ValueError(f"'in_spec' is not a saved input structure ({e})") from None
+    outputs = _decode(meta["outputs"])
+    write_back = meta.get("write_back", [])
+    _check_flow(meta["placeholders"], steps, outputs, write_back)
+    users = sum(1 for p in meta["placeholders"] if p[1] == "user")
+    for what, spec, count in (("in_spec", in_spec, users), ("out_spec", out_spec, len(outputs))):
+        if spec is not None and spec.num_leaves != count:
+            raise ValueError(f"'{what}' holds {spec.num_leaves} values, the program has {count}")
     return Program(name=meta["name"], placeholders=[tuple(p) for p in meta["placeholders"]],
-                   values=values, steps=steps, outputs=_decode(meta["outputs"]),
-                   in_spec=pytree.treespec_loads(meta["in_spec"]) if meta["in_spec"] else None,
+                   values=values, steps=steps, outputs=outputs, in_spec=in_spec,
                    out_spec=out_spec, fallbacks=fallback_list,
-                   write_back=[tuple(w) for w in meta.get("write_back", [])],
+                   write_back=[tuple(w) for w in write_back],
                    runtime=rt, target=target, precision=precision,
                    **_checked_shapes(meta))
+
+
+def _check_flow(placeholders, steps, outputs, write_back) -> None:
+    """Raises ValueError where a saved plan reads a value that no input, weight or earlier step
+    makes, or updates what is not a buffer or a user input: an edited kiln.json fails at load,
+    not with a KeyError in the middle of a call."""
+    kinds = {p[0]: p[1] for p in placeholders}
+    made = set(kinds)
+
+    def need(name, where):
+        if not isinstance(name, str) or name not in made:
+            raise ValueError(f"{where} reads {name!r}, which no input or earlier step makes")
+
+    def make(name, where):
+        if not isinstance(name, str):
+            raise ValueError(f"{where} makes {name!r}, which is not a name")
+        made.add(name)
+
+    def aliases(table, where):
+        if not isinstance(table, dict):
+            raise ValueError(f"{where}: 'aliases' is not a map of names to names")
+        for node, src in table.items():
+            need(src, where)
+            make(node, where)
+
+    def refs(x):
+        if isinstance(x, _Ref):
+            yield x.name
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                yield from refs(v)
+        elif isinstance(x, dict):
+            for v in x.values():
+                yield from refs(v)
+
+    for step in steps:
+        if step[0] == "kiln":
+            _, name, _, inputs, outs, table, *_ = step
+            where = f"graph {name}"
+            for i in inputs:
+                need(i, where)
+            for o in outs:
+                make(o, where)
+            aliases(table, where)
+        elif step[0] == "alias":
+            aliases(step[1], "an alias step")
+        else:
+            _, name, _, args, kwargs = step
+            for r in refs((args, kwargs)):
+                need(r, f"step {name!r}")
+            make(name, f"step {name!r}")
+    if not isinstance(outputs, list):
+        raise ValueError("'outputs' is not a list")
+    for o in outputs:
+        if isinstance(o, str):
+            need(o, "the program's outputs")
+    if not isinstance(write_back, list):
+        raise ValueError("'write_back' is not a list")
+    for w in write_back:
+        if not (isinstance(w, list) and len(w) == 3 and w[0] in ("buffer", "input")):
+            raise ValueError(f"write_back {w!r} is not [\"buffer\" or \"input\", name, value]")
+        kind, name, value = w
+        if kinds.get(name) != ("buffer" if kind == "buffer" else "user"):
+            raise ValueError(f"write_back {w!r}: '{name}' is not a {kind} of the program")
+        need(value, f"write_back {w!r}")
 
 
 def sum_text(terms) -> str:
