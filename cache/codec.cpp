@@ -81,8 +81,10 @@ Expected<std::string> decode(const Encoded& encoded) {
   if (encoded.encoding != Encoding::zstd) return make_error("unknown payload encoding");
   unsigned long long frame =
       ZSTD_getFrameContentSize(encoded.data.data(), encoded.data.size());
-  if (frame == ZSTD_CONTENTSIZE_ERROR || frame == ZSTD_CONTENTSIZE_UNKNOWN)
-    return make_error("compressed data is not a zstd frame");
+  if (frame == ZSTD_CONTENTSIZE_ERROR) return make_error("compressed data is not a zstd frame");
+  // kiln writes every frame with its size; one without cannot be bounded before it is inflated.
+  if (frame == ZSTD_CONTENTSIZE_UNKNOWN)
+    return make_error("compressed frame does not record its size (kiln's frames do)");
   if (frame != encoded.raw_size)
     return make_error("compressed frame holds ", std::to_string(frame), " bytes, expected ",
                       std::to_string(encoded.raw_size));

@@ -82,9 +82,10 @@ Expected<npy::Array> Archive::read(const Member& member, int64_t max_data_bytes,
   zip_int64_t got = zip_fread(file, bytes.data(), member.size);
   char extra = 0;
   zip_int64_t more = got == static_cast<zip_int64_t>(member.size) ? zip_fread(file, &extra, 1) : 0;
-  std::string problem = got < 0 ? zip_file_strerror(file) : "";
+  // libzip checks the member's CRC at its end: a mismatch fails the read past the last byte.
+  std::string problem = got < 0 || more < 0 ? zip_file_strerror(file) : "";
   zip_fclose(file);
-  if (got < 0) return make_error(where, ": error: cannot read: ", problem);
+  if (got < 0 || more < 0) return make_error(where, ": error: cannot read: ", problem);
   if (got != static_cast<zip_int64_t>(member.size) || more != 0)
     return make_error(where, ": error: its data does not match the archive's size of ",
                       std::to_string(member.size), " bytes");

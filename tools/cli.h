@@ -57,9 +57,11 @@ void apply_fallback_flags(const FallbackFlags& flags, compiler::CompileOptions& 
 // Adds `--target cuda|cpu|cpu:NAME` (cpu: the host's CPU; NAME an LLVM CPU such as x86-64-v3).
 void add_target_option(CLI::App* cmd, std::string& target);
 // The CPU `target` names (nullopt inside for cuda); prints "<command>: ..." and returns nullopt
-// when it names neither or an unknown CPU.
+// when it names neither or an unknown CPU (`exit_code` 2), or when the CPU plugin cannot be
+// loaded to ask (1: the machine's failure, not the user's).
 std::optional<std::optional<compiler::cpu::CpuMachine>> parse_cpu_target(const std::string& target,
-                                                                         const std::string& command);
+                                                                         const std::string& command,
+                                                                         int& exit_code);
 
 // The sizes `--dims` gives a symbolic graph for one run, one value per dim (none for a static
 // graph without --dims); prints "<command>: ..." and returns nullopt when they are missing or

@@ -149,11 +149,12 @@ std::string about(const std::string& file, const std::string& message) {
   return file + ": " + message;
 }
 
-// Builds CompileOptions from the arguments; prints the error and returns nullopt on bad input.
-
-std::optional<compiler::CompileOptions> options_from(const CompileArgs& args) {
-  auto cpu = parse_cpu_target(args.target, "kiln");
+// Builds CompileOptions from the arguments; prints the error and returns nullopt, with
+// `exit_code` 2 on bad input, 1 when the CPU plugin cannot be loaded.
+std::optional<compiler::CompileOptions> options_from(const CompileArgs& args, int& exit_code) {
+  auto cpu = parse_cpu_target(args.target, "kiln", exit_code);
   if (!cpu) return std::nullopt;
+  exit_code = k_exit_usage;
   compiler::Target cuda = compiler::Target::cuda(compiler::k_cpu_modes_as_on_sm);
   if (*cpu && !args.arch.empty()) {
     print_error("kiln: --arch names a CUDA arch; --target " + args.target + " compiles for the CPU");
@@ -229,8 +230,9 @@ std::optional<Prepared> prepare(const std::string& file, const compiler::Compile
 }
 
 int run_emit(const CompileArgs& args) {
-  auto options = options_from(args);
-  if (!options) return k_exit_usage;
+  int exit_code = k_exit_usage;
+  auto options = options_from(args, exit_code);
+  if (!options) return exit_code;
   if (!set_one_bucket(args, "emit", *options)) return k_exit_usage;
   auto graph = read_graph(args.files[0]);
   if (!graph) {
@@ -435,8 +437,9 @@ void apply_tuning_records(const std::string& file, compiler::CompileOptions& opt
 }
 
 int run_compile(const CompileArgs& args) {
-  auto options = options_from(args);
-  if (!options) return k_exit_usage;
+  int exit_code = k_exit_usage;
+  auto options = options_from(args, exit_code);
+  if (!options) return exit_code;
   std::unique_ptr<cache::Cache> cache;
   int worst = k_exit_ok;
   // Every file's bucket count first (counted, not made): how many compiles --dims asks for is
@@ -535,8 +538,9 @@ std::string arch_suffix_note(const std::string& requested, const std::string& ca
 
 // `kiln why`: the entries cached for the same graph and which key fields set them apart.
 int run_why(const CompileArgs& args) {
-  auto options = options_from(args);
-  if (!options) return k_exit_usage;
+  int exit_code = k_exit_usage;
+  auto options = options_from(args, exit_code);
+  if (!options) return exit_code;
   if (!set_one_bucket(args, "why", *options)) return k_exit_usage;
   cache::Options cache_options = runtime::cache_options(args.cache_dir, args.remote);
   cache_options.create = false;  // asking about a cache never makes one
@@ -679,8 +683,10 @@ int run_tune(const CompileArgs& args) {
   // of its own where none is given), and with --arch the request too.
   CompileArgs flags = args;
   if (flags.arch.empty()) flags.arch = "sm_90";
-  auto early = options_from(flags);
-  if (!early || !(args.arch.empty() ? bucketed(*early) : planned(*early))) return k_exit_usage;
+  int exit_code = k_exit_usage;
+  auto early = options_from(flags, exit_code);
+  if (!early) return exit_code;
+  if (!(args.arch.empty() ? bucketed(*early) : planned(*early))) return k_exit_usage;
   // Tuning needs the GPU: said before anything else is asked of the machine.
   auto identity = runtime::device_identity(0);
   if (!identity) {
@@ -688,8 +694,8 @@ int run_tune(const CompileArgs& args) {
                 identity.error().message + ")");
     return k_exit_no_gpu;
   }
-  auto options = options_from(args);
-  if (!options) return k_exit_usage;
+  auto options = options_from(args, exit_code);
+  if (!options) return exit_code;
   if (options->target.sm != identity->sm) {
     // The device's own target (sm_90a on 9.0), and the plain arch beside it.
     std::string own = compiler::device_target(identity->sm).arch();

@@ -149,8 +149,9 @@ int run_graph(const RunArgs& args) {
       return k_exit_usage;
     }
   }
-  auto cpu = parse_cpu_target(args.target, "run");
-  if (!cpu) return k_exit_usage;
+  int exit_code = k_exit_usage;
+  auto cpu = parse_cpu_target(args.target, "run", exit_code);
+  if (!cpu) return exit_code;
   if (*cpu && args.emulate) {
     print_error("run: --emulate runs CUDA kernels under emulation; --target cpu runs native ones");
     return k_exit_usage;

@@ -12,7 +12,9 @@ void add_target_option(CLI::App* cmd, std::string& target) {
 }
 
 std::optional<std::optional<compiler::cpu::CpuMachine>> parse_cpu_target(const std::string& target,
-                                                                         const std::string& command) {
+                                                                         const std::string& command,
+                                                                         int& exit_code) {
+  exit_code = k_exit_usage;
   auto parsed = compiler::parse_target(target);
   if (!parsed) {
     // The forms the CLI takes (the library's cuda:sm_XX and emulate:sm_XX are flags here).
@@ -32,6 +34,9 @@ std::optional<std::optional<compiler::cpu::CpuMachine>> parse_cpu_target(const s
   }
   auto machine = compiler::cpu::cpu_machine(parsed->cpu);
   if (!machine) {
+    // The plugin that would say whether the name is known did not load: this machine's
+    // failure (the message says which file, and KILN_CPU_PLUGIN), not the user's.
+    if (!compiler::cpu::llvm_version()) exit_code = k_exit_failure;
     print_error(command + ": --target " + target + ": " + machine.error().message);
     return std::nullopt;
   }

@@ -3,6 +3,7 @@
 #include "test_util.h"
 
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include <random>
 
@@ -97,6 +98,31 @@ TEST(EntryCodec, DeclaredSizesOverTheLimitAreRefusedBeforeDecoding) {
   back = decode_entry(encode_entry(many));
   ASSERT_FALSE(back.ok());
   EXPECT_NE(back.error().message.find("more than the limit"), std::string::npos);
+}
+
+// A payload's frame: junk is "not a zstd frame"; a real frame written without its size (kiln
+// writes every frame with it) is named as that, where it read as "not a zstd frame" too.
+TEST(EntryCodec, AFrameWithoutItsSizeIsNamedAsSuch) {
+  std::string raw(5000, 'q');
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ASSERT_NE(cctx, nullptr);
+  ASSERT_FALSE(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0)));
+  std::string frame(ZSTD_compressBound(raw.size()), '\0');
+  size_t n = ZSTD_compress2(cctx, frame.data(), frame.size(), raw.data(), raw.size());
+  ZSTD_freeCCtx(cctx);
+  ASSERT_FALSE(ZSTD_isError(n));
+  frame.resize(n);
+  Encoded sizeless = encode(raw, Encoding::zstd).value();
+  sizeless.data = frame;
+  auto decoded = decode(sizeless);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.error().message, "compressed frame does not record its size (kiln's frames do)");
+  Encoded junk = sizeless;
+  junk.data = "not zstd at all";
+  decoded = decode(junk);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.error().message, "compressed data is not a zstd frame");
+  EXPECT_EQ(decode(encode(raw, Encoding::zstd).value()).value(), raw);
 }
 
 TEST(EntryCodec, RandomBytesNeverDecode) {

@@ -301,6 +301,20 @@ TEST_F(NpyCli, InputsFromAnNpzArchiveReadEveryInputByName) {
                                "elements)"),
             std::string::npos)
       << oversized.err;
+  // A member whose bytes do not match its CRC is named as such (it read as a size mismatch).
+  {
+    std::ifstream in(m_dir + "/stored.npz", std::ios::binary);
+    std::string zip((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t at = zip.find(members[1].second);
+    ASSERT_NE(at, std::string::npos);
+    zip[at + members[1].second.size() - 1] ^= 0x01;  // w's last value, past its header
+    std::ofstream(m_dir + "/crc.npz", std::ios::binary) << zip;
+  }
+  CliResult crc = run({"--inputs", m_dir + "/crc.npz"});
+  EXPECT_EQ(crc.exit_code, 2);
+  EXPECT_NE(crc.err.find(m_dir + "/crc.npz:w.npy: error: cannot read: CRC error"),
+            std::string::npos)
+      << crc.err;
   CliResult both = run({"--inputs", m_dir + "/stored.npz", "--input", "x=" + m_dir + "/x.npy"});
   EXPECT_EQ(both.exit_code, 2);
   EXPECT_NE(both.err.find("--input and --inputs " + m_dir + "/stored.npz both give x"),

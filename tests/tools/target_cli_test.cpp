@@ -119,6 +119,23 @@ TEST_F(TargetCli, AnUnknownCpuIsOneErrorWithoutLlvmsWarning) {
   }
 }
 
+// A CPU plugin that cannot be loaded is this machine's failure (exit 1), not bad usage: the
+// message names the file tried and KILN_CPU_PLUGIN. It was exit 2, as an unknown CPU is.
+TEST_F(TargetCli, AMissingCpuPluginIsAFailureNotBadUsage) {
+  auto missing = env();
+  missing["KILN_CPU_PLUGIN"] = dir + "/no-such-plugin.so";
+  for (const char* command : {"run", "compile", "emit", "why"}) {
+    for (const char* target : {"cpu", "cpu:x86-64-v3"}) {
+      CliResult r = run_kiln({command, k_mlp, "--target", target}, {}, missing);
+      EXPECT_EQ(r.exit_code, 1) << command << " " << target << ": " << r.err;
+      EXPECT_NE(r.err.find("set KILN_CPU_PLUGIN"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("no-such-plugin.so"), std::string::npos) << r.err;
+    }
+  }
+  // With the plugin there, an unknown name is still the user's (exit 2).
+  EXPECT_EQ(run_kiln({"compile", k_mlp, "--target", "cpu:bogus"}, {}, env()).exit_code, 2);
+}
+
 // A 32-bit x86 CPU is a name LLVM knows, but kiln compiles 64-bit code: refused, as LLVM would
 // otherwise abort the process on the first compile.
 TEST_F(TargetCli, AThirtyTwoBitCpuIsRefused) {
