@@ -164,12 +164,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (kiln::tools::g_json && e.get_exit_code() != 0) {
-      kiln::tools::print_error(std::string("kiln: ") + e.what());
-      return kiln::tools::k_exit_usage;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // CLI11's own words ("FILE is required"), prefixed as kiln's errors are: "kiln run: ...".
+    kiln::tools::print_error(std::string("kiln: ") + e.what());
+    if (!kiln::tools::g_json) {
+      std::fprintf(stderr, "(kiln %s--help lists the options)\n",
+                   kiln::tools::g_command.empty() ? "" : (kiln::tools::g_command + " ").c_str());
     }
-    int code = app.exit(e);
-    return code == 0 ? 0 : kiln::tools::k_exit_usage;
+    return kiln::tools::k_exit_usage;
   } catch (const std::bad_alloc&) {
     // A last line of defence: inputs are bounded before allocating, but a report beats an abort.
     kiln::tools::print_error("kiln: out of memory");

@@ -189,5 +189,27 @@ TEST(MainCli, AnUnknownCommandSuggestsTheClosestOne) {
   EXPECT_EQ(run_kiln({"--help"}).exit_code, 0);
 }
 
+// The command line's own errors (a missing FILE, a value a flag does not take, an extra word)
+// name the command as kiln's other errors do; they read "FILE is required" with no command.
+TEST(MainCli, ParseErrorsNameTheCommand) {
+  CliResult missing = run_kiln({"compile"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(missing.err, "kiln compile: FILE is required\n(kiln compile --help lists the options)\n");
+  CliResult extra = run_kiln({"stats", "extra"});
+  EXPECT_EQ(extra.exit_code, 2);
+  EXPECT_EQ(extra.err.rfind("kiln stats: The following argument was not expected: extra\n", 0), 0u)
+      << extra.err;
+  CliResult value = run_kiln({"run", "g.kg", "--precision"});
+  EXPECT_EQ(value.exit_code, 2);
+  EXPECT_EQ(value.err.rfind("kiln run: --precision: ", 0), 0u) << value.err;
+  CliResult as_json = run_kiln({"compile", "--json"});
+  EXPECT_EQ(as_json.exit_code, 2);
+  EXPECT_EQ(as_json.err, "");
+  EXPECT_EQ(json::parse(as_json.out), json({{"command", "compile"}, {"error", "FILE is required"}}));
+  CliResult help = run_kiln({"compile", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("Usage:"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln::tools
