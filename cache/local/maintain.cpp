@@ -28,7 +28,7 @@ struct EntryAge {
 
 Expected<std::vector<EntryAge>> entries_oldest_first(sql::Db& db) {
   auto st = db.prepare(
-      "SELECT key, stored_bytes, last_used_ms FROM entries"
+      "SELECT key, " + bounded_size("stored_bytes") + ", last_used_ms FROM entries"
       " ORDER BY last_used_ms, rowid");
   if (!st) return st.error();
   std::vector<EntryAge> out;
@@ -95,13 +95,15 @@ Expected<std::vector<EntryInfo>> Store::list_locked(const KeyField* where) {
   // With `where`, the entries come from the fields_by_value index alone (an "?1 IS NULL OR"
   // form would scan both tables).
   {
+    const std::string columns = "SELECT key, summary, " + bounded_size("compile_ms") + ", " +
+                                bounded_size("stored_bytes") + ", " + bounded_size("raw_bytes") +
+                                ", created_ms, last_used_ms, " + bounded_count("hits") +
+                                " FROM entries";
     auto st = m_db->prepare(
-        where ? "SELECT key, summary, compile_ms, stored_bytes, raw_bytes, created_ms,"
-                " last_used_ms, hits FROM entries"
-                " WHERE key IN (SELECT key FROM fields WHERE name = ?1 AND value = ?2)"
-                " ORDER BY last_used_ms DESC, key"
-              : "SELECT key, summary, compile_ms, stored_bytes, raw_bytes, created_ms,"
-                " last_used_ms, hits FROM entries ORDER BY last_used_ms DESC, key");
+        where ? columns +
+                    " WHERE key IN (SELECT key FROM fields WHERE name = ?1 AND value = ?2)"
+                    " ORDER BY last_used_ms DESC, key"
+              : columns + " ORDER BY last_used_ms DESC, key");
     if (!st) return st.error();
     if (where) st->bind_text(1, where->name).bind_blob(2, where->value);
     for (;;) {
@@ -237,7 +239,7 @@ Expected<PruneReport> Store::evict_locked(uint64_t cap, const std::string& keep)
   if (Status s = flush_locked(); !s) return s.error();
   auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
   if (!txn) return txn.error();
-  auto total = m_db->query_int("SELECT coalesce(sum(stored_bytes), 0) FROM entries");
+  auto total = m_db->query_int(total_stored_sql());
   if (!total) return total.error();
   PruneReport report;
   auto bytes = static_cast<uint64_t>(*total);

@@ -17,6 +17,20 @@ Status drop_rows(sql::Db& db, const std::string& key) {
   return Status::success();
 }
 
+std::string bounded_size(const std::string& column) {
+  return "max(0, min(" + column + ", 68719476736))";
+}
+
+std::string bounded_count(const std::string& column) {
+  return "max(0, min(" + column + ", 4611686018427387904))";
+}
+
+const std::string& total_stored_sql() {
+  static const std::string sql =
+      "SELECT coalesce(sum(" + bounded_size("stored_bytes") + "), 0) FROM entries";
+  return sql;
+}
+
 Expected<bool> has_entry(sql::Db& db, const std::string& key) {
   auto st = db.prepare("SELECT 1 FROM entries WHERE key = ?");
   if (!st) return st.error();

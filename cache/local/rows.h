@@ -23,6 +23,15 @@ Status insert_rows(sql::Db& db, StoredEntry& entry);
 // `entry.info.stored_bytes` is set either way.
 Expected<bool> insert_rows_within(sql::Db& db, StoredEntry& entry, uint64_t max_bytes);
 
+// SQL reading an entry's size or time column (stored_bytes, raw_bytes, compile_ms) within 0..2^36,
+// and a count (hits, a stats counter) within 0..2^62. kiln writes nothing outside them; a value
+// edited in by hand (-1, 2^63 - 1) reads as the nearer bound, so that sums and increments of
+// such values cannot overflow (SQLite fails an integer overflow) and nothing shows as negative.
+std::string bounded_size(const std::string& column);
+std::string bounded_count(const std::string& column);
+// The entries' stored bytes, summed so bounded.
+const std::string& total_stored_sql();
+
 // Whether an entry row for `key` exists (in the caller's transaction, if any).
 Expected<bool> has_entry(sql::Db& db, const std::string& key);
 

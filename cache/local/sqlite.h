@@ -78,8 +78,10 @@ public:
   Status exec(const std::string& sql);
   // A statement from the cache, preparing it on first use.
   Expected<Statement> prepare(const char* sql);
+  Expected<Statement> prepare(const std::string& sql) { return prepare(sql.c_str()); }
   // Runs a query returning one integer (e.g. PRAGMA user_version).
   Expected<int64_t> query_int(const char* sql);
+  Expected<int64_t> query_int(const std::string& sql) { return query_int(sql.c_str()); }
   // What PRAGMA integrity_check reports (at most 20 lines); empty when the database is sound.
   Expected<std::vector<std::string>> integrity_problems();
 

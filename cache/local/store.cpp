@@ -63,8 +63,10 @@ Store::Checked Store::read_checked(const std::string& key, const PayloadSelectio
     txn.emplace(std::move(*begun));
   }
   {
-    auto st = m_db->prepare(
-        "SELECT record, last_used_ms, hits, stored_bytes FROM entries WHERE key = ?");
+    static const std::string k_sql = "SELECT record, last_used_ms, " + bounded_count("hits") +
+                                     ", " + bounded_size("stored_bytes") +
+                                     " FROM entries WHERE key = ?";
+    auto st = m_db->prepare(k_sql);
     if (!st) return failure(st.error());
     st->bind_text(1, key);
     auto row = st->step();
@@ -248,7 +250,7 @@ Status Store::insert_locked(StoredEntry entry, Checkpoint checkpoint, IfPresent 
       return Status::success();  // nothing written
     }
     if (m_max_size != 0) {
-      auto total = m_db->query_int("SELECT coalesce(sum(stored_bytes), 0) FROM entries");
+      auto total = m_db->query_int(total_stored_sql());
       if (!total) return total.error();
       auto counted = counted_bytes_locked(static_cast<uint64_t>(*total));
       if (!counted) return counted.error();
@@ -327,21 +329,24 @@ Status Store::flush_locked() {
     if (!txn) return txn.error();
     for (const Touch& t : touches) {
       // A key or the first 16 hex digits of one (from the usage file): a range on the key.
-      auto st = m_db->prepare(
-          "UPDATE entries SET hits = hits + ?, last_used_ms = max(last_used_ms, ?)"
-          " WHERE key >= ? AND key < ?");
+      static const std::string k_sql = "UPDATE entries SET hits = " + bounded_count("hits") +
+                                       " + ?, last_used_ms = max(last_used_ms, ?)"
+                                       " WHERE key >= ? AND key < ?";
+      auto st = m_db->prepare(k_sql);
       if (!st) return st.error();
-      st->bind(1, static_cast<int64_t>(t.hits)).bind(2, t.last_used_ms);
+      st->bind(1, static_cast<int64_t>(std::min<uint64_t>(t.hits, uint64_t{1} << 62))).bind(2, t.last_used_ms);
       st->bind_text(3, t.key_prefix).bind_text(4, t.key_prefix + "\x7f");
       if (Status s = st->run(); !s) return s;
     }
     for (int i = 0; i < k_counter_count; ++i) {
       if (counters[i] == 0) continue;
-      auto st = m_db->prepare(
-          "INSERT INTO stats(name, value) VALUES(?, ?)"
-          " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value");
+      static const std::string k_sql = "INSERT INTO stats(name, value) VALUES(?, ?)"
+                                       " ON CONFLICT(name) DO UPDATE SET value = " +
+                                       bounded_count("value") + " + excluded.value";
+      auto st = m_db->prepare(k_sql);
       if (!st) return st.error();
-      st->bind_text(1, counter_name(static_cast<Counter>(i))).bind(2, static_cast<int64_t>(counters[i]));
+      st->bind_text(1, counter_name(static_cast<Counter>(i)))
+          .bind(2, static_cast<int64_t>(std::min<uint64_t>(counters[i], uint64_t{1} << 62)));
       if (Status s = st->run(); !s) return s;
     }
     return txn->commit();
@@ -374,7 +379,8 @@ Expected<Stats> Store::stats() {
     if (Status s = merge_before_read(); !s) return s.error();
     Stats out;
     auto st = m_db->prepare(
-        "SELECT count(*), coalesce(sum(stored_bytes), 0), coalesce(sum(raw_bytes), 0) FROM entries");
+        "SELECT count(*), coalesce(sum(" + bounded_size("stored_bytes") + "), 0), coalesce(sum(" +
+        bounded_size("raw_bytes") + "), 0) FROM entries");
     if (!st) return st.error();
     auto row = st->step();
     if (!row) return row.error();
@@ -387,7 +393,7 @@ Expected<Stats> Store::stats() {
     DiskFiles files = disk_files();
     out.database_file_bytes = files.database;
     out.wal_file_bytes = files.wal;
-    auto counters = m_db->prepare("SELECT name, value FROM stats");
+    auto counters = m_db->prepare("SELECT name, " + bounded_count("value") + " FROM stats");
     if (!counters) return counters.error();
     uint64_t* slots[k_counter_count] = {&out.hits,          &out.misses,        &out.errors,
                                         &out.time_saved_ms, &out.remote_hits,   &out.remote_misses,

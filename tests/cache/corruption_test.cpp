@@ -150,6 +150,46 @@ TEST_F(CacheCorruption, VerifyListsBadEntriesAndFixRemovesThem) {
   EXPECT_TRUE(cache->verify(Fix::no)->bad.empty());
 }
 
+// Sizes, times and counters edited to -1 or 2^63 - 1: stats summed them (SQLite failed the sum
+// with "integer overflow"), prune printed petabytes, ls a negative compile time, and a hit's
+// count could not be added. Each now reads within its bound and every command works.
+TEST_F(CacheCorruption, CountersAndSizesEditedPastTheirRangeReadWithinBounds) {
+  auto other = fields_for("b");
+  ASSERT_TRUE(cache->store(make_key(other), other, contents_for("b", 3000)).ok());
+  run_sql("UPDATE entries SET stored_bytes = 9223372036854775807, raw_bytes = 9223372036854775807,"
+          " hits = 9223372036854775807, compile_ms = -1");
+  run_sql("INSERT INTO stats(name, value) VALUES('hits', 9223372036854775807), "
+          "('time_saved_ms', -5) ON CONFLICT(name) DO UPDATE SET value = excluded.value");
+  const uint64_t size_bound = uint64_t{1} << 36;
+  auto stats = cache->stats();
+  ASSERT_TRUE(stats.ok()) << stats.error().message;
+  EXPECT_EQ(stats->entries, 2u);
+  EXPECT_EQ(stats->bytes, 2 * size_bound);
+  EXPECT_EQ(stats->raw_bytes, 2 * size_bound);
+  EXPECT_EQ(stats->hits, uint64_t{1} << 62);
+  EXPECT_EQ(stats->time_saved_ms, 0u);
+  auto listed = cache->list();
+  ASSERT_TRUE(listed.ok()) << listed.error().message;
+  for (const EntryInfo& e : *listed) {
+    EXPECT_EQ(e.compile_ms, 0);
+    EXPECT_EQ(e.stored_bytes, size_bound);
+    EXPECT_EQ(e.hits, int64_t{1} << 62);
+  }
+  // A hit's count and the counters are added to the edited values and written.
+  ASSERT_TRUE(cache->lookup(key, fields).hit());
+  ASSERT_TRUE(cache->flush().ok());
+  EXPECT_EQ(db->query_int("SELECT value FROM stats WHERE name = 'hits'").value(),
+            (int64_t{1} << 62) + 1);
+  EXPECT_EQ(db->query_int("SELECT hits FROM entries WHERE key = '" + key + "'").value(),
+            (int64_t{1} << 62) + 1);
+  EXPECT_GE(db->query_int("SELECT value FROM stats WHERE name = 'time_saved_ms'").value(), 0);
+  auto pruned = cache->prune(uint64_t{1} << 30, std::nullopt);
+  ASSERT_TRUE(pruned.ok()) << pruned.error().message;
+  EXPECT_EQ(pruned->removed, 2u);
+  EXPECT_EQ(pruned->freed_bytes, 2 * size_bound);
+  for (const std::string& w : warnings) ADD_FAILURE() << w;
+}
+
 TEST(CacheCorruptDatabase, GarbageFileIsMovedAsideAndRecreated) {
   TempDir tmp;
   {
