@@ -218,6 +218,12 @@ Expected<VerifyReport> Store::verify(Fix fix, const EntryCheck& check) {
     ++report.checked;
     if (checked.kind == Checked::Kind::bad) {
       report.bad.push_back({v.key, checked.reason});
+      continue;
+    }
+    auto disagreement = index_disagreement(*m_db, checked.entry);
+    if (!disagreement) return disagreement.error();
+    if (!disagreement->empty()) {
+      report.bad.push_back({v.key, std::move(*disagreement)});
     } else if (check) {
       if (std::string why = check(std::move(checked.entry)); !why.empty())
         report.bad.push_back({v.key, std::move(why)});

@@ -25,6 +25,70 @@ std::string bounded_count(const std::string& column) {
   return "max(0, min(" + column + ", 4611686018427387904))";
 }
 
+namespace {
+
+// A field's value as a message shows it: printable ASCII as it is, at most 40 characters.
+std::string shown(const std::string& value) {
+  std::string out;
+  for (char c : value.substr(0, 40))
+    out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return value.size() > 40 ? out + "..." : out;
+}
+
+}  // namespace
+
+Expected<std::string> index_disagreement(sql::Db& db, const Entry& entry) {
+  const EntryInfo& info = entry.info;
+  uint64_t raw = 0;
+  for (const Payload& p : entry.payloads) raw += p.bytes.size();
+  auto st =
+      db.prepare("SELECT summary, compile_ms, created_ms, raw_bytes FROM entries WHERE key = ?");
+  if (!st) return st.error();
+  st->bind_text(1, info.key);
+  auto row = st->step();
+  if (!row) return row.error();
+  if (!*row) return std::string();  // removed meanwhile: nothing to disagree
+  if (st->column_text(0) != info.summary) return std::string("its summary column is not its record's");
+  auto column = [&](const char* name, int64_t indexed, int64_t recorded) {
+    return "its " + std::string(name) + " column says " + std::to_string(indexed) +
+           ", its record " + std::to_string(recorded);
+  };
+  if (st->column_int64(1) != info.compile_ms)
+    return column("compile_ms", st->column_int64(1), info.compile_ms);
+  if (st->column_int64(2) != info.created_ms)
+    return column("created_ms", st->column_int64(2), info.created_ms);
+  if (st->column_int64(3) != static_cast<int64_t>(raw))
+    return column("raw_bytes", st->column_int64(3), static_cast<int64_t>(raw));
+  auto fs = db.prepare("SELECT name, value FROM fields WHERE key = ? ORDER BY name");
+  if (!fs) return fs.error();
+  fs->bind_text(1, info.key);
+  std::vector<KeyField> indexed;
+  for (;;) {
+    auto r = fs->step();
+    if (!r) return r.error();
+    if (!*r) break;
+    indexed.push_back({fs->column_text(0), fs->column_blob(1)});
+  }
+  // Both sorted by name (the record's fields are kept sorted).
+  size_t i = 0;
+  for (; i < indexed.size() && i < info.fields.size(); ++i) {
+    const KeyField& a = indexed[i];
+    const KeyField& b = info.fields[i];
+    if (a.name != b.name) {
+      const std::string& first = std::min(a.name, b.name);
+      return "its index " + std::string(a.name < b.name ? "has" : "lacks") + " field '" +
+             shown(first) + "', its record " + (a.name < b.name ? "not" : "has it");
+    }
+    if (a.value != b.value)
+      return "its index says " + shown(a.name) + " = " + shown(a.value) + ", its record " +
+             shown(b.value);
+  }
+  if (i < indexed.size()) return "its index has field '" + shown(indexed[i].name) + "', its record not";
+  if (i < info.fields.size())
+    return "its index lacks field '" + shown(info.fields[i].name) + "', its record has it";
+  return std::string();
+}
+
 const std::string& total_stored_sql() {
   static const std::string sql =
       "SELECT coalesce(sum(" + bounded_size("stored_bytes") + "), 0) FROM entries";

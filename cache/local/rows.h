@@ -32,6 +32,12 @@ std::string bounded_count(const std::string& column);
 // The entries' stored bytes, summed so bounded.
 const std::string& total_stored_sql();
 
+// How the rows `ls`, `why` and `pull` read instead of the record (the key's fields rows, and the
+// entry row's summary, compile_ms, created_ms and raw_bytes) differ from `entry`, the record
+// as verified: "" when they agree, else the first difference ("its index says arch = sm_80,
+// its record sm_90"). Only a database edited by hand has one.
+Expected<std::string> index_disagreement(sql::Db& db, const Entry& entry);
+
 // Whether an entry row for `key` exists (in the caller's transaction, if any).
 Expected<bool> has_entry(sql::Db& db, const std::string& key);
 
