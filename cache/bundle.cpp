@@ -124,68 +124,208 @@ Status write_bundle(const std::string& path, const std::vector<StoredEntry>& ent
   return Status::success();
 }
 
-Expected<std::vector<StoredEntry>> read_bundle(const std::string& path) {
-  // Only a regular file, read to its stated size: a directory, a device such as /dev/zero or a
-  // pipe never drives an unbounded read.
-  std::error_code ec;
-  auto status = std::filesystem::status(path, ec);
-  if (ec) return make_error("cannot read bundle '", path, "': ", ec.message());
-  if (!std::filesystem::is_regular_file(status)) {
-    return make_error("cannot read bundle '", path, "': not a regular file");
-  }
-  uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) return make_error("cannot read bundle '", path, "': ", ec.message());
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (!file) return make_error("cannot read bundle '", path, "': ", std::strerror(errno));
-  std::string data(static_cast<size_t>(size), '\0');
-  size_t got = std::fread(data.data(), 1, data.size(), file);
-  bool failed = std::ferror(file) != 0;
-  std::fclose(file);
-  if (failed || got != data.size()) {
-    return make_error("reading bundle '", path, "' failed: read ", std::to_string(got), " of ",
-                      std::to_string(size), " bytes");
-  }
-  return parse_bundle(data, path);
+namespace {
+
+// The largest record an entry can have: its payloads' raw bytes at most k_max_entry_bytes (a
+// zstd frame of incompressible bytes is a little larger), with its names, fields and summary.
+constexpr uint64_t k_max_record_bytes = k_max_entry_bytes + (k_max_entry_bytes >> 6) + (16 << 20);
+
+uint64_t little_endian(std::string_view bytes) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8 && i < bytes.size(); ++i)
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  return v;
 }
 
-Expected<std::vector<StoredEntry>> parse_bundle(const std::string& data, const std::string& name) {
+// A version-1 bundle, whole in memory: its file checksum, then its entries.
+Expected<std::vector<StoredEntry>> parse_v1(std::string_view data, const std::string& name) {
   auto bad = [&](const std::string& why) { return make_error("bad bundle '", name, "': ", why); };
-  if (data.size() < k_bundle_magic.size() + 24 ||
-      data.compare(0, k_bundle_magic.size(), k_bundle_magic) != 0)
-    return bad("not a kiln cache bundle");
-  std::string_view body(data.data(), data.size() - 8);
-  ByteReader tail(std::string_view(data).substr(body.size()));
-  uint64_t stored_sum = 0;
-  (void)tail.u64(stored_sum);
-  if (checksum(body) != stored_sum) return bad("file checksum mismatch");
+  std::string_view body = data.substr(0, data.size() - 8);
+  if (checksum(body) != little_endian(data.substr(body.size())))
+    return bad("file checksum mismatch");
   ByteReader r(body);
-  (void)r.expect(k_bundle_magic);
   uint64_t version = 0, count = 0;
+  (void)r.expect(k_bundle_magic);
   (void)r.u64(version);
-  if (version != 1 && version != k_bundle_format_version)
-    return bad("format version " + std::to_string(version) + " is not supported");
   if (!r.u64(count) || count > r.remaining() / 48) return bad("entry count is wrong");
   std::vector<StoredEntry> entries;
   for (uint64_t i = 0; i < count; ++i) {
     std::string where = "entry " + std::to_string(i);
     StoredEntry e;
-    if (version == 1) {
-      if (!read_v1_entry(r, e)) return bad(where + " is truncated or malformed");
-    } else {
-      std::string_view record;
-      if (!r.str(record)) return bad(where + " is truncated");
-      auto decoded = decode_entry(record);
-      if (!decoded) return bad(where + ": " + decoded.error().message);
-      e = std::move(*decoded);
-      for (const StoredPayload& p : e.payloads)
-        if (p.apart) return bad(where + " lacks the bytes of payload '" + p.name + "'");
-    }
+    if (!read_v1_entry(r, e)) return bad(where + " is truncated or malformed");
     if (Status ok = check_stored(e); !ok)
       return bad(where + " (" + e.info.key + "): " + ok.error().message);
     entries.push_back(std::move(e));
   }
   if (r.remaining() != 0) return bad("trailing bytes after the last entry");
   return entries;
+}
+
+template <typename Reader>
+Expected<std::vector<StoredEntry>> read_all(Expected<std::unique_ptr<Reader>> reader) {
+  if (!reader) return reader.error();
+  std::vector<StoredEntry> entries;
+  for (;;) {
+    auto entry = (*reader)->next();
+    if (!entry) return entry.error();
+    if (!*entry) return entries;
+    entries.push_back(std::move(**entry));
+  }
+}
+
+}  // namespace
+
+Expected<std::vector<StoredEntry>> read_bundle(const std::string& path) {
+  return read_all(BundleReader::open(path));
+}
+
+Expected<std::vector<StoredEntry>> parse_bundle(const std::string& data, const std::string& name) {
+  return read_all(BundleReader::over(data, name));
+}
+
+BundleReader::~BundleReader() {
+  if (m_file != nullptr) std::fclose(m_file);
+}
+
+Error BundleReader::bad(const std::string& why) {
+  m_failed = true;
+  return make_error("bad bundle '", m_name, "': ", why);
+}
+
+bool BundleReader::read(uint64_t n, std::string& out) {
+  if (n > m_body_bytes - m_at) return false;
+  if (m_file == nullptr) {
+    out.assign(m_memory.substr(m_at, n));
+  } else {
+    out.resize(n);
+    if (std::fread(out.data(), 1, n, m_file) != n) return false;
+  }
+  m_checksum.update(out);
+  m_at += n;
+  return true;
+}
+
+Expected<std::unique_ptr<BundleReader>> BundleReader::open(const std::string& path) {
+  std::unique_ptr<BundleReader> reader(new BundleReader());
+  reader->m_name = path;
+  auto cannot = [&](const std::string& why) {
+    return make_error("cannot read bundle '", path, "': ", why);
+  };
+  // What is there is looked at before it is opened (opening a device can act on it), and what
+  // was opened is looked at again (without blocking: a FIFO put there meanwhile is refused).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return cannot(std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return cannot("not a regular file");
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return cannot(std::strerror(errno));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return cannot("not a regular file");
+  }
+  reader->m_file = ::fdopen(fd, "rb");
+  if (reader->m_file == nullptr) {
+    ::close(fd);
+    return cannot(std::strerror(errno));
+  }
+  reader->m_identity = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+                       std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+                       std::to_string(st.st_mtim.tv_nsec);
+  auto size = static_cast<uint64_t>(st.st_size);
+  if (Status s = reader->start(size); !s) return s.error();
+  return reader;
+}
+
+Expected<std::unique_ptr<BundleReader>> BundleReader::over(std::string_view data,
+                                                           const std::string& name) {
+  std::unique_ptr<BundleReader> reader(new BundleReader());
+  reader->m_name = name;
+  reader->m_memory = data;
+  if (Status s = reader->start(data.size()); !s) return s.error();
+  return reader;
+}
+
+Status BundleReader::start(uint64_t size) {
+  if (size < k_bundle_magic.size() + 24) return bad("not a kiln cache bundle");
+  m_body_bytes = size - 8;
+  std::string header;
+  if (!read(k_bundle_magic.size() + 16, header)) return io_failure();
+  if (header.compare(0, k_bundle_magic.size(), k_bundle_magic) != 0)
+    return bad("not a kiln cache bundle");
+  uint64_t version = little_endian(std::string_view(header).substr(8));
+  m_count = little_endian(std::string_view(header).substr(16));
+  if (version == 1) {
+    // Its entries are not length-prefixed: the file is read whole, as it always was.
+    std::string rest;
+    if (!read(m_body_bytes - m_at, rest) || !read_tail(rest)) return io_failure();
+    auto entries = parse_v1(header + rest, m_name);
+    if (!entries) {
+      m_failed = true;
+      return entries.error();
+    }
+    m_whole = std::move(*entries);
+    m_whole_file = true;
+    return Status::success();
+  }
+  if (version != k_bundle_format_version)
+    return bad("format version " + std::to_string(version) + " is not supported");
+  if (m_count > (m_body_bytes - m_at) / 48) return bad("entry count is wrong");
+  return Status::success();
+}
+
+bool BundleReader::read_tail(std::string& out) {
+  std::string tail;
+  if (m_file == nullptr) {
+    tail.assign(m_memory.substr(m_at, 8));
+  } else {
+    tail.resize(8);
+    if (std::fread(tail.data(), 1, 8, m_file) != 8) return false;
+  }
+  if (tail.size() != 8) return false;
+  out += tail;
+  return true;
+}
+
+Error BundleReader::io_failure() {
+  m_failed = true;
+  return make_error("reading bundle '", m_name, "' failed: ",
+                    m_file != nullptr && std::ferror(m_file) ? std::strerror(errno)
+                                                              : "the file changed while it was read");
+}
+
+Expected<std::optional<StoredEntry>> BundleReader::next() {
+  if (m_failed) return make_error("bad bundle '", m_name, "': read after a failure");
+  if (m_done) return std::optional<StoredEntry>();
+  if (m_whole_file) {
+    if (m_next == m_whole.size()) {
+      m_done = true;
+      m_whole.clear();
+      return std::optional<StoredEntry>();
+    }
+    return std::optional<StoredEntry>(std::move(m_whole[m_next++]));
+  }
+  if (m_next == m_count) {
+    if (m_at != m_body_bytes) return bad("trailing bytes after the last entry");
+    std::string tail;
+    if (!read_tail(tail)) return io_failure();
+    if (m_checksum.digest() != little_endian(tail)) return bad("file checksum mismatch");
+    m_done = true;
+    return std::optional<StoredEntry>();
+  }
+  std::string where = "entry " + std::to_string(m_next);
+  std::string length, record;
+  if (!read(8, length)) return bad(where + " is truncated");
+  uint64_t n = little_endian(length);
+  if (n > m_body_bytes - m_at) return bad(where + " is truncated");
+  if (n > k_max_record_bytes) return bad(where + " is larger than an entry can be");
+  if (!read(n, record)) return io_failure();
+  auto decoded = decode_entry(record);
+  if (!decoded) return bad(where + ": " + decoded.error().message);
+  for (const StoredPayload& p : decoded->payloads)
+    if (p.apart) return bad(where + " lacks the bytes of payload '" + p.name + "'");
+  if (Status ok = check_stored(*decoded); !ok)
+    return bad(where + " (" + decoded->info.key + "): " + ok.error().message);
+  ++m_next;
+  return std::optional<StoredEntry>(std::move(*decoded));
 }
 
 }  // namespace kiln::cache

@@ -1,9 +1,14 @@
 // Bundles: every entry of a cache in one file, to pre-warm other machines (format: FORMAT.md).
 #pragma once
 
+#include "cache/codec.h"
 #include "cache/entry.h"
 #include "support/expected.h"
 
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,5 +30,52 @@ Expected<std::vector<StoredEntry>> read_bundle(const std::string& path);
 
 // As read_bundle, for bundle bytes already in memory; `name` is used in messages.
 Expected<std::vector<StoredEntry>> parse_bundle(const std::string& data, const std::string& name);
+
+// Reads a bundle one entry at a time, holding one entry in memory rather than the file (a
+// version-1 bundle, whose entries are not length-prefixed, is read whole). Each entry is
+// checked as read_bundle checks it when next() returns it; the file checksum, which covers
+// them all, only after the last (next() fails then if it does not hold). A caller that must
+// take nothing from a bad bundle reads it through once before it uses any entry.
+class BundleReader {
+public:
+  // Only a regular file: a directory, a device such as /dev/zero or a pipe is refused.
+  static Expected<std::unique_ptr<BundleReader>> open(const std::string& path);
+  // Over bundle bytes in memory (which must outlive the reader); `name` is used in messages.
+  static Expected<std::unique_ptr<BundleReader>> over(std::string_view data, const std::string& name);
+  ~BundleReader();
+  BundleReader(const BundleReader&) = delete;
+  BundleReader& operator=(const BundleReader&) = delete;
+
+  // The next entry, checked; nullopt after the last, once the end and the file checksum held.
+  // After a failure, every call fails.
+  Expected<std::optional<StoredEntry>> next();
+  // The entries the bundle says it holds.
+  uint64_t count() const { return m_count; }
+  // Device, inode, size and modification time of the file when it was opened ("" in memory):
+  // two readers of one path that give the same read the same file, unchanged.
+  const std::string& identity() const { return m_identity; }
+
+private:
+  BundleReader() = default;
+  Status start(uint64_t size);               // reads the header of a file of `size` bytes
+  Error bad(const std::string& why);         // "bad bundle 'NAME': WHY"; every later call fails
+  Error io_failure();                        // a read that failed or fell short
+  bool read(uint64_t n, std::string& out);   // n bytes of the body, into the checksum too
+  bool read_tail(std::string& out);          // appends the file checksum's 8 bytes
+
+  std::string m_name;
+  std::FILE* m_file = nullptr;
+  std::string_view m_memory;
+  uint64_t m_at = 0;          // bytes of the file read
+  uint64_t m_body_bytes = 0;  // the file but its checksum
+  uint64_t m_count = 0;
+  uint64_t m_next = 0;
+  bool m_failed = false;
+  bool m_done = false;
+  std::string m_identity;
+  StreamingChecksum m_checksum;
+  bool m_whole_file = false;         // a version-1 bundle: its entries read at open
+  std::vector<StoredEntry> m_whole;
+};
 
 }  // namespace kiln::cache

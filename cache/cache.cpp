@@ -460,6 +460,18 @@ Expected<ImportReport> Cache::import_entries(const std::vector<StoredEntry>& ent
   m_fill->drain();
   return m_local->import_entries(entries);
 }
+
+Expected<ImportReport> Cache::import_from(const EntrySource& next) {
+  m_fill->drain();
+  if (!m_options.check_foreign) return m_local->import_from(next);
+  return m_local->import_from([&]() -> Expected<std::optional<StoredEntry>> {
+    auto got = next();
+    if (!got || !*got) return got;
+    if (std::string why = m_options.check_foreign(**got, nullptr); !why.empty())
+      return make_error("entry ", (*got)->info.key, ": ", why);
+    return got;
+  });
+}
 Status Cache::flush() {
   m_fill->drain();
   return m_local->flush();

@@ -169,6 +169,12 @@ public:
   // Adds the entries not present here. With Options::check_foreign, every entry is checked first,
   // and one that fails imports nothing (the report's `refused` says which and why).
   Expected<ImportReport> import_entries(const std::vector<StoredEntry>& entries);
+  // As import_entries, the entries taken from `next` one at a time, so that one is in memory
+  // rather than all (a bundle read by BundleReader). Each is checked with
+  // Options::check_foreign as it comes; a refusal, or a failure of `next`, stops the import
+  // there (ImportReport::stopped): the entries before stay imported. A caller that must import
+  // nothing from a bad source checks it through first.
+  Expected<ImportReport> import_from(const EntrySource& next);
   // Stores the remote hits still being filled in, and merges recorded use into the local
   // database now.
   Status flush();

@@ -10,6 +10,7 @@
 #endif
 #include <zstd.h>
 
+#include <new>
 #include <utility>
 
 namespace kiln::cache {
@@ -32,6 +33,21 @@ ZSTD_DCtx* thread_dctx() {
 }  // namespace
 
 uint64_t checksum(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+StreamingChecksum::StreamingChecksum() : m_state(XXH3_createState()) {
+  if (m_state == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(m_state));
+}
+
+StreamingChecksum::~StreamingChecksum() { XXH3_freeState(static_cast<XXH3_state_t*>(m_state)); }
+
+void StreamingChecksum::update(std::string_view bytes) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(m_state), bytes.data(), bytes.size());
+}
+
+uint64_t StreamingChecksum::digest() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(m_state));
+}
 
 Expected<Encoded> encode(const std::string& raw, Encoding encoding) {
   if (raw.size() > k_max_payload_bytes)

@@ -30,6 +30,20 @@ struct Encoded {
 // XXH3-64, with the widest vector unit the CPU has (chosen at run time; the value never changes).
 uint64_t checksum(std::string_view bytes);
 
+// The same checksum of bytes given in parts: update() with each, in order, then digest().
+class StreamingChecksum {
+public:
+  StreamingChecksum();
+  ~StreamingChecksum();
+  StreamingChecksum(const StreamingChecksum&) = delete;
+  StreamingChecksum& operator=(const StreamingChecksum&) = delete;
+  void update(std::string_view bytes);
+  uint64_t digest() const;
+
+private:
+  void* m_state;  // XXH3_state_t
+};
+
 // Fails only when the payload is too large or zstd fails.
 Expected<Encoded> encode(const std::string& raw, Encoding encoding = Encoding::zstd);
 

@@ -154,7 +154,14 @@ struct ImportReport {
   // Why nothing was imported: "entry KEY: <why>" for the first entry Options::check_foreign
   // refused ("" when none was).
   std::string refused;
+  // From a source of entries (Cache::import_from): why it stopped before its end ("" when it
+  // did not); the entries before stay imported.
+  std::string stopped;
 };
+
+// Entries one at a time: the next, nullopt after the last, or why there is none (a bundle
+// found damaged part of the way through).
+using EntrySource = std::function<Expected<std::optional<StoredEntry>>()>;
 
 // An entry sharing one field value with a request, and how its other fields differ.
 struct Nearest {

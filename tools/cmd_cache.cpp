@@ -425,17 +425,31 @@ int run_export(const CacheArgs& args) {
 }
 
 int run_import(const CacheArgs& args) {
-  auto entries = cache::read_bundle(args.target);
-  if (!entries) return fail(entries.error().message, k_exit_usage);
+  // Read through twice, one entry in memory at a time (a bundle may be as large as a cache):
+  // first to check it all, the file checksum last, so that a bundle refused leaves no trace
+  // (the cache is not opened); then to import it.
+  auto checking = cache::BundleReader::open(args.target);
+  if (!checking) return fail(checking.error().message, k_exit_usage);
   // A bundle is checksummed, not signed: its CPU-target entries are machine code that `kiln run`
   // would execute as this user, so taking them is the user's explicit decision.
   size_t native = 0;
-  for (const cache::StoredEntry& entry : *entries)
-    for (const cache::StoredPayload& p : entry.payloads)
+  // An entry the runtime would not load (runtime::foreign_entry_problem, which the cache would
+  // run).
+  std::string problem;
+  for (;;) {
+    auto entry = (*checking)->next();
+    if (!entry) return fail(entry.error().message, k_exit_usage);
+    if (!*entry) break;
+    for (const cache::StoredPayload& p : (*entry)->payloads)
       if (cache::is_native_payload(p.name)) {
         ++native;
         break;
       }
+    if (problem.empty()) {
+      if (std::string why = runtime::foreign_entry_problem(**entry); !why.empty())
+        problem = "entry " + (*entry)->info.key + ": " + why;
+    }
+  }
   if (native && !args.allow_native) {
     return fail("'" + args.target + "' holds " + std::to_string(native) +
                     " CPU-target or emulated entries (host machine code, or kernel text kiln "
@@ -443,21 +457,27 @@ int run_import(const CacheArgs& args) {
                     "signature); pass --allow-native-code to import them from a source you trust",
                 k_exit_usage);
   }
-  // An entry the runtime would not load (runtime::foreign_entry_problem, which the cache would
-  // run): refused before the cache is opened, so a refused bundle leaves no trace.
   auto refuse = [&](const std::string& why) {
     return fail("bad bundle '" + args.target + "': " + why + "; nothing was imported (`kiln " +
                     "verify --fix` where it was exported drops such entries)",
                 k_exit_usage);
   };
-  for (const cache::StoredEntry& entry : *entries)
-    if (std::string why = runtime::foreign_entry_problem(entry); !why.empty())
-      return refuse("entry " + entry.info.key + ": " + why);
+  if (!problem.empty()) return refuse(problem);
+  auto importing = cache::BundleReader::open(args.target);
+  if (!importing) return fail(importing.error().message, k_exit_usage);
+  if ((*importing)->identity() != (*checking)->identity())
+    return fail("'" + args.target + "' changed while it was checked; nothing was imported",
+                k_exit_failure);
   auto c = open_cache(args, true);
   if (!c) return k_exit_failure;
-  auto report = c->import_entries(*entries);
+  auto report = c->import_from([&] { return (*importing)->next(); });
   if (!report) return fail(report.error().message, k_exit_failure);
-  if (!report->refused.empty()) return refuse(report->refused);  // a guard: checked above
+  if (!report->stopped.empty()) {
+    // Only a file changed since it was checked, or an entry the cache's own check refuses.
+    return fail("the import stopped after " + std::to_string(report->imported) +
+                    " entries, which stay imported: " + report->stopped,
+                k_exit_failure);
+  }
   std::printf("imported %llu entries (%llu already present)\n",
               static_cast<unsigned long long>(report->imported),
               static_cast<unsigned long long>(report->already_present));

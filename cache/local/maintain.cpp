@@ -393,6 +393,14 @@ Expected<std::vector<StoredEntry>> Store::export_entries() {
 }
 
 Expected<ImportReport> Store::import_entries(const std::vector<StoredEntry>& entries) {
+  size_t at = 0;
+  return import_from([&]() -> Expected<std::optional<StoredEntry>> {
+    if (at == entries.size()) return std::optional<StoredEntry>();
+    return std::optional<StoredEntry>(entries[at++]);
+  });
+}
+
+Expected<ImportReport> Store::import_from(const EntrySource& next) {
   std::lock_guard lock(m_mutex);
   return recovering([&]() -> Expected<ImportReport> {
     if (!m_db) return disabled_error();
@@ -403,13 +411,19 @@ Expected<ImportReport> Store::import_entries(const std::vector<StoredEntry>& ent
     // WAL) before evicting anything.
     uint64_t batch_limit = k_import_batch_bytes;
     if (m_max_size != 0) batch_limit = std::max<uint64_t>(1, std::min(batch_limit, m_max_size / 4));
-    for (size_t next = 0; next < entries.size();) {
+    for (bool more = true; more;) {
       uint64_t written = 0;
       {
         auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
         if (!txn) return txn.error();
-        for (; next < entries.size() && written < batch_limit; ++next) {
-          const StoredEntry& entry = entries[next];
+        while (written < batch_limit) {
+          auto got = next();
+          if (!got || !*got) {
+            if (!got) report.stopped = got.error().message;
+            more = false;
+            break;
+          }
+          const StoredEntry& entry = **got;
           auto present = has_entry(*m_db, entry.info.key);
           if (!present) return present.error();
           if (*present) {

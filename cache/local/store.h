@@ -91,6 +91,8 @@ public:
   Expected<PruneReport> clear();
   Expected<std::vector<StoredEntry>> export_entries();
   Expected<ImportReport> import_entries(const std::vector<StoredEntry>& entries);
+  // As import_entries, taking the entries from `next` one at a time (ImportReport::stopped).
+  Expected<ImportReport> import_from(const EntrySource& next);
   // Merges recorded use (usage file and memory) into the database now.
   Status flush();
   int64_t now() const;

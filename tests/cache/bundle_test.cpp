@@ -2,6 +2,7 @@
 #include "cache/bundle.h"
 #include "cache/cache.h"
 #include "test_util.h"
+#include "support/byte_writer.h"
 
 #include <xxhash.h>
 
@@ -147,6 +148,97 @@ TEST_F(CacheBundle, DamageUnderAValidFileChecksumNeverYieldsABadEntry) {
     if (!entries) continue;
     for (const StoredEntry& e : *entries) EXPECT_TRUE(verify_stored(e).ok()) << "byte " << at;
   }
+}
+
+// BundleReader gives the entries one at a time, each checked; the file checksum is checked
+// after the last, so a damaged one fails only there (a caller reads through before it acts).
+TEST_F(CacheBundle, TheReaderGivesEntriesOneAtATimeAndTheFileChecksumLast) {
+  auto reader = BundleReader::open(bundle);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  EXPECT_EQ((*reader)->count(), 3u);
+  EXPECT_FALSE((*reader)->identity().empty());
+  std::vector<std::string> keys;
+  for (;;) {
+    auto entry = (*reader)->next();
+    ASSERT_TRUE(entry.ok()) << entry.error().message;
+    if (!*entry) break;
+    keys.push_back((*entry)->info.key);
+  }
+  EXPECT_EQ(keys.size(), 3u);
+  EXPECT_FALSE((*reader)->next().value().has_value()) << "nothing after the end";
+
+  std::string data = read_file(bundle);
+  data.back() ^= 0x01;
+  write_file(bundle, data);
+  reader = BundleReader::open(bundle);
+  ASSERT_TRUE(reader.ok());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE((*reader)->next().value().has_value()) << i;
+  auto end = (*reader)->next();
+  ASSERT_FALSE(end.ok());
+  EXPECT_EQ(end.error().message, "bad bundle '" + bundle + "': file checksum mismatch");
+  EXPECT_FALSE((*reader)->next().ok()) << "a reader that failed stays failed";
+  EXPECT_FALSE(read_bundle(bundle).ok());
+  // In memory, the same.
+  auto over = BundleReader::over(data, "b");
+  ASSERT_TRUE(over.ok());
+  EXPECT_EQ((*over)->identity(), "");
+  EXPECT_FALSE(parse_bundle(data, "b").ok());
+  // Only a regular file is opened.
+  auto folder = BundleReader::open(tmp.path());
+  ASSERT_FALSE(folder.ok());
+  EXPECT_NE(folder.error().message.find("not a regular file"), std::string::npos);
+}
+
+// A version-1 bundle (fields inline, every payload a zstd frame) is still read, whole, through
+// the reader as through read_bundle; damaged, it is refused.
+TEST_F(CacheBundle, AVersionOneBundleIsStillRead) {
+  auto entries = read_bundle(bundle);
+  ASSERT_TRUE(entries.ok());
+  ByteWriter w;
+  w.raw("KILNBNDL");
+  w.u64(1);
+  w.u64(entries->size());
+  for (const StoredEntry& e : *entries) {
+    w.str(e.info.key);
+    w.str(e.info.summary);
+    w.u64(static_cast<uint64_t>(e.info.compile_ms));
+    w.u64(static_cast<uint64_t>(e.info.created_ms));
+    w.u64(e.info.fields.size());
+    for (const KeyField& f : e.info.fields) {
+      w.str(f.name);
+      w.str(f.value);
+    }
+    w.u64(e.payloads.size());
+    for (const StoredPayload& p : e.payloads) {
+      auto raw = decode(p.encoded);
+      ASSERT_TRUE(raw.ok());
+      Encoded frame = encode(*raw, Encoding::zstd).value();
+      w.str(p.name);
+      w.u64(frame.raw_size);
+      w.u64(frame.checksum);
+      w.str(frame.data);
+    }
+  }
+  std::string data = w.take();
+  ByteWriter tail;
+  tail.u64(XXH3_64bits(data.data(), data.size()));
+  data += tail.take();
+  const std::string old = tmp.sub("old.kbundle");
+  write_file(old, data);
+  auto reread = read_bundle(old);
+  ASSERT_TRUE(reread.ok()) << reread.error().message;
+  ASSERT_EQ(reread->size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((*reread)[i].info.key, (*entries)[i].info.key);
+    auto verified = verify_stored((*reread)[i]);
+    ASSERT_TRUE(verified.ok()) << verified.error().message;
+    EXPECT_EQ(verified->payloads, verify_stored((*entries)[i]).value().payloads);
+  }
+  data[data.size() / 2] ^= 0x20;
+  write_file(old, data);
+  auto damaged = read_bundle(old);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.error().message, "bad bundle '" + old + "': file checksum mismatch");
 }
 
 TEST_F(CacheBundle, NonBundleFileIsRejected) {

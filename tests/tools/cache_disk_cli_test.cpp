@@ -15,9 +15,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -333,6 +335,57 @@ TEST_F(CacheDiskCli, ABundleHoldingACubinTheRuntimeWouldNotLoadImportsNothing) {
   CliResult imported = run_kiln({"import", good, "--cache-dir", other});
   EXPECT_EQ(imported.exit_code, 0) << imported.err;
   EXPECT_NE(imported.out.find("imported 1 entries"), std::string::npos) << imported.out;
+}
+
+// `kiln import` holds one entry in memory at a time, not the bundle: a bundle of 16 entries of
+// 8 MiB of incompressible bytes (128 MiB) imports in well under its size. (It read the file
+// whole and decoded every entry before storing any: about twice the bundle.) A file checksum
+// that fails at the end, after every entry was read, still imports nothing.
+TEST_F(CacheDiskCli, ImportHoldsOneEntryInMemoryNotTheBundle) {
+  const int count = 16;
+  const uint64_t each = 8 * k_mib;
+  std::string path = m_tmp + "/large.kbundle";
+  {
+    std::vector<cache::StoredEntry> entries;
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < count; ++i) {
+      cache::StoredEntry e = compressible_entry("large" + std::to_string(i), 1);
+      std::string noise(each, '\0');
+      for (size_t at = 0; at + 8 <= noise.size(); at += 8) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        std::memcpy(noise.data() + at, &state, 8);
+      }
+      e.payloads[0].encoded = cache::encode(noise, cache::Encoding::raw).value();
+      entries.push_back(std::move(e));
+    }
+    ASSERT_TRUE(cache::write_bundle(path, entries).ok());
+  }
+  ASSERT_GT(file_size(path), count * each);
+  // The file checksum damaged: every entry reads and checks, the end does not.
+  const std::string damaged = m_tmp + "/damaged.kbundle";
+  std::filesystem::copy_file(path, damaged);
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x5a');
+  }
+  CliResult refused = kiln({"import", damaged}, {{"KILN_CACHE_MAX_SIZE", "0"}});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_EQ(refused.err, "kiln import: bad bundle '" + damaged + "': file checksum mismatch\n");
+  EXPECT_FALSE(std::filesystem::exists(m_dir)) << "no cache made for a refused bundle";
+  // This test's children so far: the refused import, which read every entry too.
+  CliResult r = kiln({"import", path}, {{"KILN_CACHE_MAX_SIZE", "0"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("imported 16 entries (0 already present)"), std::string::npos) << r.out;
+  struct rusage usage {};
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+  const uint64_t peak = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
+  EXPECT_LT(peak, count * each * 3 / 4) << "largest resident set of the imports: " << peak;
+  std::printf("largest resident set of `kiln import` (128 MiB bundle): %.1f MiB\n",
+              static_cast<double>(peak) / k_mib);
+  CliResult stats = kiln({"stats", "--json"});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  EXPECT_EQ(json::parse(stats.out)["entries"], count);
 }
 
 }  // namespace
