@@ -58,19 +58,19 @@ bool read_v1_entry(ByteReader& r, StoredEntry& e) {
 
 Status write_bundle(const std::string& path, const std::vector<StoredEntry>& entries,
                     Replace replace) {
-  ByteWriter w;
-  w.raw(k_bundle_magic);
-  w.u64(k_bundle_format_version);
-  w.u64(entries.size());
-  for (const StoredEntry& e : entries) {
+  // Every entry is checked before anything is made.
+  for (const StoredEntry& e : entries)
     for (const StoredPayload& p : e.payloads)
       if (p.apart) return make_error("bundle: entry ", e.info.key, " lacks payload '", p.name, "'");
-    w.str(encode_entry(e));
-  }
-  std::string out = w.take();
-  ByteWriter tail;
-  tail.u64(checksum(out));
-  out += tail.take();
+  auto writer = BundleWriter::create(path, replace);
+  if (!writer) return writer.error();
+  for (const StoredEntry& e : entries)
+    if (Status s = (*writer)->add(e); !s) return s;
+  return (*writer)->finish();
+}
+
+Expected<std::unique_ptr<BundleWriter>> BundleWriter::create(const std::string& path,
+                                                             Replace replace) {
   {
     struct stat st {};
     if (::lstat(path.c_str(), &st) == 0) {
@@ -82,45 +82,113 @@ Status write_bundle(const std::string& path, const std::vector<StoredEntry>& ent
       }
     }
   }
+  std::unique_ptr<BundleWriter> writer(new BundleWriter());
+  writer->m_path = path;
+  writer->m_replace = replace;
   // A private temporary (0600, a new name made here: O_EXCL, so never through a link), renamed
   // into place.
-  std::string tmp = path + ".tmp-XXXXXX";
-  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return make_error("cannot write '", tmp, "': ", std::strerror(errno));
+  writer->m_tmp = path + ".tmp-XXXXXX";
+  writer->m_fd = ::mkostemp(writer->m_tmp.data(), O_CLOEXEC);
+  if (writer->m_fd < 0) {
+    std::string tmp = std::move(writer->m_tmp);
+    writer->m_tmp.clear();
+    return make_error("cannot write '", tmp, "': ", std::strerror(errno));
+  }
+  // The count is written as 0 here and set by finish().
+  ByteWriter header;
+  header.raw(k_bundle_magic);
+  header.u64(k_bundle_format_version);
+  header.u64(0);
+  if (Status s = writer->write(header.take()); !s) return s.error();
+  return writer;
+}
+
+BundleWriter::~BundleWriter() {
+  if (m_fd >= 0) ::close(m_fd);
+  if (!m_tmp.empty()) ::unlink(m_tmp.c_str());
+}
+
+Status BundleWriter::failed(const std::string& what) {
+  std::string why = std::strerror(errno);
+  if (m_fd >= 0) ::close(m_fd);
+  m_fd = -1;
+  std::string tmp = std::move(m_tmp);
+  m_tmp.clear();
+  if (!tmp.empty()) ::unlink(tmp.c_str());
+  return make_error(what, " '", tmp, "' failed: ", why);
+}
+
+Status BundleWriter::write(std::string_view bytes) {
+  if (m_fd < 0) return make_error("bundle: '", m_path, "' was already finished or failed");
   size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = ::write(fd, out.data() + done, out.size() - done);
+  while (done < bytes.size()) {
+    ssize_t n = ::write(m_fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::string why = n < 0 ? std::strerror(errno) : "nothing written";
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return make_error("writing '", tmp, "' failed: ", why);
-    }
+    if (n == 0) errno = EIO;
+    if (n <= 0) return failed("writing");
     done += static_cast<size_t>(n);
   }
-  if (::close(fd) != 0) {
-    std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return make_error("writing '", tmp, "' failed: ", why);
+  return Status::success();
+}
+
+Status BundleWriter::add(const StoredEntry& entry) {
+  for (const StoredPayload& p : entry.payloads)
+    if (p.apart) return make_error("bundle: entry ", entry.info.key, " lacks payload '", p.name, "'");
+  ByteWriter w;
+  w.str(encode_entry(entry));
+  if (Status s = write(w.take()); !s) return s;
+  ++m_count;
+  return Status::success();
+}
+
+Status BundleWriter::finish() {
+  if (m_fd < 0) return make_error("bundle: '", m_path, "' was already finished or failed");
+  ByteWriter count;
+  count.u64(m_count);
+  std::string bytes = count.take();
+  if (::pwrite(m_fd, bytes.data(), bytes.size(), 16) != static_cast<ssize_t>(bytes.size()))
+    return failed("writing");
+  // The file checksum covers the count: the file is read back through once for it.
+  StreamingChecksum sum;
+  std::string chunk(1 << 20, '\0');
+  for (off_t at = 0;;) {
+    ssize_t n = ::pread(m_fd, chunk.data(), chunk.size(), at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return failed("reading back");
+    if (n == 0) break;
+    sum.update(std::string_view(chunk.data(), static_cast<size_t>(n)));
+    at += n;
   }
+  ByteWriter tail;
+  tail.u64(sum.digest());
+  if (Status s = write(tail.take()); !s) return s;
+  if (::close(m_fd) != 0) {
+    m_fd = -1;
+    return failed("writing");
+  }
+  m_fd = -1;
+  const std::string tmp = m_tmp;
+  auto give_up = [&](const std::string& message) {
+    ::unlink(tmp.c_str());
+    m_tmp.clear();
+    return make_error(message);
+  };
   // Without Replace::yes, a file that appeared meanwhile is not replaced either (where the
-  // filesystem cannot rename without replacing, the check above is all there is).
-  if (replace == Replace::no) {
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0)
+  // filesystem cannot rename without replacing, the check at create() is all there is).
+  if (m_replace == Replace::no) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, m_path.c_str(), RENAME_NOREPLACE) == 0) {
+      m_tmp.clear();
       return Status::success();
+    }
     int saved = errno;
     if (saved != EINVAL && saved != ENOSYS) {
-      ::unlink(tmp.c_str());
-      if (saved == EEXIST) return make_error("'", path, "' exists");
-      return make_error("cannot rename '", tmp, "' to '", path, "': ", std::strerror(saved));
+      if (saved == EEXIST) return give_up("'" + m_path + "' exists");
+      return give_up("cannot rename '" + tmp + "' to '" + m_path + "': " + std::strerror(saved));
     }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return make_error("cannot rename '", tmp, "' to '", path, "': ", why);
-  }
+  if (std::rename(tmp.c_str(), m_path.c_str()) != 0)
+    return give_up("cannot rename '" + tmp + "' to '" + m_path + "': " + std::strerror(errno));
+  m_tmp.clear();
   return Status::success();
 }
 

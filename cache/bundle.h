@@ -23,6 +23,35 @@ enum class Replace { no, yes };
 Status write_bundle(const std::string& path, const std::vector<StoredEntry>& entries,
                     Replace replace = Replace::no);
 
+// Writes a bundle one entry at a time, as write_bundle does, holding one entry in memory: into
+// a private temporary beside `path`, which finish() completes (the entry count and the file
+// checksum) and renames into place. Dropped unfinished, it removes the temporary and leaves
+// `path` as it was.
+class BundleWriter {
+public:
+  // Fails as write_bundle does when `path` may not be replaced or the temporary cannot be made.
+  static Expected<std::unique_ptr<BundleWriter>> create(const std::string& path, Replace replace);
+  ~BundleWriter();
+  BundleWriter(const BundleWriter&) = delete;
+  BundleWriter& operator=(const BundleWriter&) = delete;
+
+  // Fails on an I/O error, or for an entry whose payloads are not all present.
+  Status add(const StoredEntry& entry);
+  Status finish();
+  uint64_t count() const { return m_count; }
+
+private:
+  BundleWriter() = default;
+  Status write(std::string_view bytes);
+  Status failed(const std::string& what);  // removes the temporary
+
+  std::string m_path;
+  std::string m_tmp;
+  Replace m_replace = Replace::no;
+  int m_fd = -1;
+  uint64_t m_count = 0;
+};
+
 // Reads a bundle and verifies it completely: the file checksum, every entry's key against its
 // fields, every payload's size and checksum. Fails with a message naming the first problem
 // (and the entry, where there is one); nothing from a bad bundle is returned.

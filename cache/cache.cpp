@@ -445,6 +445,11 @@ Expected<std::vector<StoredEntry>> Cache::export_entries() {
   m_fill->drain();
   return m_local->export_entries();
 }
+
+Expected<uint64_t> Cache::export_to(const std::function<Status(const StoredEntry&)>& take) {
+  m_fill->drain();
+  return m_local->export_to(take);
+}
 Expected<ImportReport> Cache::import_entries(const std::vector<StoredEntry>& entries) {
   // Every entry first: a bundle holding one that fails imports nothing.
   if (m_options.check_foreign) {

@@ -166,6 +166,9 @@ public:
                               std::optional<uint64_t> older_than_s);
   Expected<PruneReport> clear();
   Expected<std::vector<StoredEntry>> export_entries();
+  // The good entries one at a time to `take` (a BundleWriter's add), holding one in memory; a
+  // failure of `take` stops there and is returned. The number taken.
+  Expected<uint64_t> export_to(const std::function<Status(const StoredEntry&)>& take);
   // Adds the entries not present here. With Options::check_foreign, every entry is checked first,
   // and one that fails imports nothing (the report's `refused` says which and why).
   Expected<ImportReport> import_entries(const std::vector<StoredEntry>& entries);

@@ -410,17 +410,22 @@ int run_export(const CacheArgs& args) {
   if (std::filesystem::equivalent(args.target, c->db_path(), ec)) {
     return fail("refusing to export over the cache's own database " + c->db_path(), k_exit_usage);
   }
-  auto entries = c->export_entries();
-  if (!entries) return fail(entries.error().message, k_exit_failure);
-  Status written = cache::write_bundle(args.target, *entries,
-                                      args.force ? cache::Replace::yes : cache::Replace::no);
   const std::string exists = "'" + args.target + "' exists";
-  if (!written && written.error().message == exists)
-    return fail(exists + "; pass --force to replace it", k_exit_usage);
-  if (!written && written.error().message.find("' is not a regular file;") != std::string::npos)
-    return fail(written.error().message, k_exit_usage);
-  if (!written) return fail(written.error().message, k_exit_failure);
-  std::printf("exported %zu entries to %s\n", entries->size(), args.target.c_str());
+  auto refused = [&](const Error& error) {
+    if (error.message == exists) return fail(exists + "; pass --force to replace it", k_exit_usage);
+    if (error.message.find("' is not a regular file;") != std::string::npos)
+      return fail(error.message, k_exit_usage);
+    return fail(error.message, k_exit_failure);
+  };
+  // One entry in memory at a time, into a temporary renamed into place at the end.
+  auto writer = cache::BundleWriter::create(args.target,
+                                            args.force ? cache::Replace::yes : cache::Replace::no);
+  if (!writer) return refused(writer.error());
+  auto taken = c->export_to([&](const cache::StoredEntry& e) { return (*writer)->add(e); });
+  if (!taken) return fail(taken.error().message, k_exit_failure);
+  if (Status written = (*writer)->finish(); !written) return refused(written.error());
+  std::printf("exported %llu entries to %s\n", static_cast<unsigned long long>(*taken),
+              args.target.c_str());
   return k_exit_ok;
 }
 

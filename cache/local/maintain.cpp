@@ -374,22 +374,42 @@ Expected<PruneReport> Store::clear() {
 }
 
 Expected<std::vector<StoredEntry>> Store::export_entries() {
+  std::vector<StoredEntry> out;
+  auto taken = export_to([&](const StoredEntry& e) {
+    out.push_back(e);
+    return Status::success();
+  });
+  if (!taken) return taken.error();
+  return out;
+}
+
+Expected<uint64_t> Store::export_to(const std::function<Status(const StoredEntry&)>& take) {
   std::lock_guard lock(m_mutex);
-  return recovering([&]() -> Expected<std::vector<StoredEntry>> {
+  // A failure of `take` (the bundle's file) is not the database's: it is not for recovering()
+  // to judge.
+  std::optional<Error> taking;
+  auto result = recovering([&]() -> Expected<uint64_t> {
     if (!m_db) return disabled_error();
     if (Status s = merge_before_read(); !s) return s.error();
     auto ages = entries_oldest_first(*m_db);
     if (!ages) return ages.error();
-    std::vector<StoredEntry> out;
+    uint64_t count = 0;
     for (const EntryAge& v : *ages) {
       Checked checked = read_checked(v.key, PayloadSelection());
       if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
       if (checked.kind == Checked::Kind::bad)
         warn("not exporting bad entry " + v.key + ": " + checked.reason);
-      if (checked.kind == Checked::Kind::good) out.push_back(std::move(checked.stored));
+      if (checked.kind != Checked::Kind::good) continue;
+      if (Status s = take(checked.stored); !s) {
+        taking = s.error();
+        return count;
+      }
+      ++count;
     }
-    return out;
+    return count;
   });
+  if (taking) return *taking;
+  return result;
 }
 
 Expected<ImportReport> Store::import_entries(const std::vector<StoredEntry>& entries) {

@@ -90,6 +90,9 @@ public:
                               std::optional<uint64_t> older_than_s);
   Expected<PruneReport> clear();
   Expected<std::vector<StoredEntry>> export_entries();
+  // The good entries one at a time, oldest used first, to `take` (a failure of which stops
+  // there and is returned); a bad one is warned about and skipped. The number taken.
+  Expected<uint64_t> export_to(const std::function<Status(const StoredEntry&)>& take);
   Expected<ImportReport> import_entries(const std::vector<StoredEntry>& entries);
   // As import_entries, taking the entries from `next` one at a time (ImportReport::stopped).
   Expected<ImportReport> import_from(const EntrySource& next);
