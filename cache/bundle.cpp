@@ -146,8 +146,11 @@ Status BundleWriter::finish() {
   ByteWriter count;
   count.u64(m_count);
   std::string bytes = count.take();
-  if (::pwrite(m_fd, bytes.data(), bytes.size(), 16) != static_cast<ssize_t>(bytes.size()))
+  ssize_t wrote = ::pwrite(m_fd, bytes.data(), bytes.size(), 16);
+  if (wrote != static_cast<ssize_t>(bytes.size())) {
+    if (wrote >= 0) errno = EIO;  // short: no errno of its own
     return failed("writing");
+  }
   // The file checksum covers the count: the file is read back through once for it.
   StreamingChecksum sum;
   std::string chunk(1 << 20, '\0');
@@ -262,15 +265,21 @@ Error BundleReader::bad(const std::string& why) {
 
 bool BundleReader::read(uint64_t n, std::string& out) {
   if (n > m_body_bytes - m_at) return false;
+  size_t from = out.size();
   if (m_file == nullptr) {
-    out.assign(m_memory.substr(m_at, n));
+    out.append(m_memory.substr(m_at, n));
   } else {
-    out.resize(n);
-    if (std::fread(out.data(), 1, n, m_file) != n) return false;
+    out.resize(from + n);
+    if (std::fread(out.data() + from, 1, n, m_file) != n) return false;
   }
-  m_checksum.update(out);
+  m_checksum.update(std::string_view(out).substr(from));
   m_at += n;
   return true;
+}
+
+Error BundleReader::changed(const std::string& where) {
+  m_failed = true;
+  return make_error("bundle '", m_name, "' changed since it was checked: ", where);
 }
 
 Expected<std::unique_ptr<BundleReader>> BundleReader::open(const std::string& path) {
@@ -297,7 +306,8 @@ Expected<std::unique_ptr<BundleReader>> BundleReader::open(const std::string& pa
   }
   reader->m_identity = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
                        std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
-                       std::to_string(st.st_mtim.tv_nsec);
+                       std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_ctim.tv_sec) +
+                       "." + std::to_string(st.st_ctim.tv_nsec);
   auto size = static_cast<uint64_t>(st.st_size);
   if (Status s = reader->start(size); !s) return s.error();
   return reader;
@@ -323,9 +333,8 @@ Status BundleReader::start(uint64_t size) {
   m_count = little_endian(std::string_view(header).substr(16));
   if (version == 1) {
     // Its entries are not length-prefixed: the file is read whole, as it always was.
-    std::string rest;
-    if (!read(m_body_bytes - m_at, rest) || !read_tail(rest)) return io_failure();
-    auto entries = parse_v1(header + rest, m_name);
+    if (!read(m_body_bytes - m_at, header) || !read_tail(header)) return io_failure();
+    auto entries = parse_v1(header, m_name);
     if (!entries) {
       m_failed = true;
       return entries.error();
@@ -365,13 +374,18 @@ Expected<std::optional<StoredEntry>> BundleReader::next() {
   if (m_done) return std::optional<StoredEntry>();
   if (m_whole_file) {
     if (m_next == m_whole.size()) {
+      if (m_expecting && m_expected.size() != m_next) return changed("another number of entries");
       m_done = true;
       m_whole.clear();
       return std::optional<StoredEntry>();
     }
+    m_record_checksum = checksum(encode_entry(m_whole[m_next]));
+    if (m_expecting && (m_next >= m_expected.size() || m_expected[m_next] != m_record_checksum))
+      return changed("entry " + std::to_string(m_next) + " is another");
     return std::optional<StoredEntry>(std::move(m_whole[m_next++]));
   }
   if (m_next == m_count) {
+    if (m_expecting && m_expected.size() != m_next) return changed("another number of entries");
     if (m_at != m_body_bytes) return bad("trailing bytes after the last entry");
     std::string tail;
     if (!read_tail(tail)) return io_failure();
@@ -386,6 +400,9 @@ Expected<std::optional<StoredEntry>> BundleReader::next() {
   if (n > m_body_bytes - m_at) return bad(where + " is truncated");
   if (n > k_max_record_bytes) return bad(where + " is larger than an entry can be");
   if (!read(n, record)) return io_failure();
+  m_record_checksum = checksum(record);
+  if (m_expecting && (m_next >= m_expected.size() || m_expected[m_next] != m_record_checksum))
+    return changed(where + " is another");
   auto decoded = decode_entry(record);
   if (!decoded) return bad(where + ": " + decoded.error().message);
   for (const StoredPayload& p : decoded->payloads)

@@ -80,8 +80,18 @@ public:
   Expected<std::optional<StoredEntry>> next();
   // The entries the bundle says it holds.
   uint64_t count() const { return m_count; }
-  // Device, inode, size and modification time of the file when it was opened ("" in memory):
-  // two readers of one path that give the same read the same file, unchanged.
+  // The checksum of the record of the entry next() returned last.
+  uint64_t record_checksum() const { return m_record_checksum; }
+  // The records' checksums a first read gave (record_checksum() of each entry in turn): from
+  // now on, next() fails for an entry whose record is another ("the file changed"), and at
+  // the end if there are more or fewer.
+  void expect(std::vector<uint64_t> checksums) {
+    m_expected = std::move(checksums);
+    m_expecting = true;
+  }
+  // Device, inode, size, modification and change times of the file when it was opened ("" in
+  // memory): two readers of one path that give the same read the same file, unchanged since
+  // (expect() checks each entry besides).
   const std::string& identity() const { return m_identity; }
 
 private:
@@ -89,7 +99,8 @@ private:
   Status start(uint64_t size);               // reads the header of a file of `size` bytes
   Error bad(const std::string& why);         // "bad bundle 'NAME': WHY"; every later call fails
   Error io_failure();                        // a read that failed or fell short
-  bool read(uint64_t n, std::string& out);   // n bytes of the body, into the checksum too
+  bool read(uint64_t n, std::string& out);   // n bytes of the body (appended), into the checksum
+  Error changed(const std::string& where);   // an entry or count unlike the expected ones
   bool read_tail(std::string& out);          // appends the file checksum's 8 bytes
 
   std::string m_name;
@@ -105,6 +116,9 @@ private:
   StreamingChecksum m_checksum;
   bool m_whole_file = false;         // a version-1 bundle: its entries read at open
   std::vector<StoredEntry> m_whole;
+  uint64_t m_record_checksum = 0;
+  bool m_expecting = false;
+  std::vector<uint64_t> m_expected;
 };
 
 }  // namespace kiln::cache

@@ -167,7 +167,8 @@ public:
   Expected<PruneReport> clear();
   Expected<std::vector<StoredEntry>> export_entries();
   // The good entries one at a time to `take` (a BundleWriter's add), holding one in memory; a
-  // failure of `take` stops there and is returned. The number taken.
+  // failure of `take` stops there and is returned. The number taken. `take` runs under the
+  // store's lock and must not call this cache.
   Expected<uint64_t> export_to(const std::function<Status(const StoredEntry&)>& take);
   // Adds the entries not present here. With Options::check_foreign, every entry is checked first,
   // and one that fails imports nothing (the report's `refused` says which and why).
@@ -176,7 +177,7 @@ public:
   // rather than all (a bundle read by BundleReader). Each is checked with
   // Options::check_foreign as it comes; a refusal, or a failure of `next`, stops the import
   // there (ImportReport::stopped): the entries before stay imported. A caller that must import
-  // nothing from a bad source checks it through first.
+  // nothing from a bad source checks it through first. `next` must not call this cache.
   Expected<ImportReport> import_from(const EntrySource& next);
   // Stores the remote hits still being filled in, and merges recorded use into the local
   // database now.

@@ -432,31 +432,35 @@ int run_export(const CacheArgs& args) {
 int run_import(const CacheArgs& args) {
   // Read through twice, one entry in memory at a time (a bundle may be as large as a cache):
   // first to check it all, the file checksum last, so that a bundle refused leaves no trace
-  // (the cache is not opened); then to import it.
+  // (the cache is not opened); then to import it, each entry's record the one checked (its
+  // checksum from the first read) and checked again.
   auto checking = cache::BundleReader::open(args.target);
   if (!checking) return fail(checking.error().message, k_exit_usage);
   // A bundle is checksummed, not signed: its CPU-target entries are machine code that `kiln run`
   // would execute as this user, so taking them is the user's explicit decision.
-  size_t native = 0;
+  auto native = [](const cache::StoredEntry& entry) {
+    for (const cache::StoredPayload& p : entry.payloads)
+      if (cache::is_native_payload(p.name)) return true;
+    return false;
+  };
+  size_t natives = 0;
   // An entry the runtime would not load (runtime::foreign_entry_problem, which the cache would
   // run).
   std::string problem;
+  std::vector<uint64_t> records;
   for (;;) {
     auto entry = (*checking)->next();
     if (!entry) return fail(entry.error().message, k_exit_usage);
     if (!*entry) break;
-    for (const cache::StoredPayload& p : (*entry)->payloads)
-      if (cache::is_native_payload(p.name)) {
-        ++native;
-        break;
-      }
+    records.push_back((*checking)->record_checksum());
+    if (native(**entry)) ++natives;
     if (problem.empty()) {
       if (std::string why = runtime::foreign_entry_problem(**entry); !why.empty())
         problem = "entry " + (*entry)->info.key + ": " + why;
     }
   }
-  if (native && !args.allow_native) {
-    return fail("'" + args.target + "' holds " + std::to_string(native) +
+  if (natives && !args.allow_native) {
+    return fail("'" + args.target + "' holds " + std::to_string(natives) +
                     " CPU-target or emulated entries (host machine code, or kernel text kiln "
                     "builds into it, which kiln run executes as you; a bundle carries no "
                     "signature); pass --allow-native-code to import them from a source you trust",
@@ -473,12 +477,23 @@ int run_import(const CacheArgs& args) {
   if ((*importing)->identity() != (*checking)->identity())
     return fail("'" + args.target + "' changed while it was checked; nothing was imported",
                 k_exit_failure);
+  (*importing)->expect(std::move(records));
   auto c = open_cache(args, true);
   if (!c) return k_exit_failure;
-  auto report = c->import_from([&] { return (*importing)->next(); });
+  // The checks again, on what is stored: a file rewritten during this read stops the import at
+  // the first entry unlike the one checked, and no entry gets in unchecked.
+  auto report = c->import_from([&]() -> Expected<std::optional<cache::StoredEntry>> {
+    auto entry = (*importing)->next();
+    if (!entry || !*entry) return entry;
+    if (native(**entry) && !args.allow_native)
+      return make_error("entry ", (*entry)->info.key, " holds host code and --allow-native-code "
+                        "was not given");
+    if (std::string why = runtime::foreign_entry_problem(**entry); !why.empty())
+      return make_error("entry ", (*entry)->info.key, ": ", why);
+    return entry;
+  });
   if (!report) return fail(report.error().message, k_exit_failure);
   if (!report->stopped.empty()) {
-    // Only a file changed since it was checked, or an entry the cache's own check refuses.
     return fail("the import stopped after " + std::to_string(report->imported) +
                     " entries, which stay imported: " + report->stopped,
                 k_exit_failure);

@@ -212,6 +212,10 @@ Expected<VerifyReport> Store::verify(Fix fix, const EntryCheck& check) {
   auto ages = entries_oldest_first(*m_db);
   if (!ages) return ages.error();
   for (const EntryAge& v : *ages) {
+    // The record and the rows beside it from one snapshot: an entry another process replaces
+    // meanwhile is never compared with its successor's rows.
+    auto snapshot = Transaction::begin(*m_db, Transaction::Kind::read);
+    if (!snapshot) return snapshot.error();
     Checked checked = read_checked(v.key, PayloadSelection(), Keep::entry);
     if (checked.kind == Checked::Kind::failure) return make_error(checked.reason);
     if (checked.kind == Checked::Kind::absent) continue;  // removed meanwhile
@@ -222,6 +226,7 @@ Expected<VerifyReport> Store::verify(Fix fix, const EntryCheck& check) {
     }
     auto disagreement = index_disagreement(*m_db, checked.entry);
     if (!disagreement) return disagreement.error();
+    if (Status s = snapshot->commit(); !s) return s.error();
     if (!disagreement->empty()) {
       report.bad.push_back({v.key, std::move(*disagreement)});
     } else if (check) {
@@ -421,43 +426,56 @@ Expected<ImportReport> Store::import_entries(const std::vector<StoredEntry>& ent
 }
 
 Expected<ImportReport> Store::import_from(const EntrySource& next) {
-  std::lock_guard lock(m_mutex);
-  return recovering([&]() -> Expected<ImportReport> {
+  {
+    std::lock_guard lock(m_mutex);
     if (!m_db) return disabled_error();
-    ImportReport report;
-    // In transactions of a few MiB, each followed by eviction to the cap, giving back and
-    // emptying the WAL: entries that a bundle holds compressed may take a thousand times their
-    // size here, and one transaction for all of them would take it all on disk (twice, with the
-    // WAL) before evicting anything.
-    uint64_t batch_limit = k_import_batch_bytes;
-    if (m_max_size != 0) batch_limit = std::max<uint64_t>(1, std::min(batch_limit, m_max_size / 4));
-    for (bool more = true; more;) {
+  }
+  ImportReport report;
+  // In batches of a few MiB of raw payload bytes, each stored in one transaction followed by
+  // eviction to the cap, giving back and emptying the WAL: entries that a bundle holds
+  // compressed may take a thousand times their size here, and one transaction for all of them
+  // would take it all on disk (twice, with the WAL) before evicting anything. A batch is read
+  // from `next` (the bundle's file, decoding, checks) before its transaction begins, outside the
+  // store's lock: other writers and readers wait for the inserts alone.
+  uint64_t batch_limit = k_import_batch_bytes;
+  if (m_max_size != 0) batch_limit = std::max<uint64_t>(1, std::min(batch_limit, m_max_size / 4));
+  for (bool more = true; more;) {
+    std::vector<StoredEntry> batch;
+    uint64_t raw = 0;
+    while (raw < batch_limit) {
+      auto got = next();
+      if (!got || !*got) {
+        if (!got) report.stopped = got.error().message;
+        more = false;
+        break;
+      }
+      for (const StoredPayload& p : (*got)->payloads) raw += p.encoded.raw_size;
+      batch.push_back(std::move(**got));
+    }
+    if (batch.empty()) break;
+    std::lock_guard lock(m_mutex);
+    Status stored = recovering([&]() -> Status {
+      if (!m_db) return disabled_error();
       uint64_t written = 0;
       {
         auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
         if (!txn) return txn.error();
-        while (written < batch_limit) {
-          auto got = next();
-          if (!got || !*got) {
-            if (!got) report.stopped = got.error().message;
-            more = false;
-            break;
-          }
-          const StoredEntry& entry = **got;
+        for (StoredEntry& entry : batch) {
           auto present = has_entry(*m_db, entry.info.key);
           if (!present) return present.error();
           if (*present) {
             ++report.already_present;
             continue;
           }
-          auto fresh = prepared_for_store(entry);
+          std::string key = entry.info.key;
+          auto fresh = prepared_for_store(std::move(entry));
           if (!fresh) return fresh.error();
           fresh->info.hits = 0;
           fresh->info.last_used_ms = now();
           auto inserted = insert_rows_within(*m_db, *fresh, m_max_size);
           if (!inserted) return inserted.error();
           if (!*inserted) {
-            warn("not importing entry " + entry.info.key + ": its " +
+            warn("not importing entry " + key + ": its " +
                  std::to_string(fresh->info.stored_bytes) +
                  " bytes are more than the size cap of " + std::to_string(m_max_size));
             ++report.too_large;
@@ -468,15 +486,18 @@ Expected<ImportReport> Store::import_from(const EntrySource& next) {
         }
         if (Status s = txn->commit(); !s) return s.error();
       }
+      if (written == 0) return Status::success();
       if (m_max_size != 0) {
         auto evicted = evict_locked(m_max_size, "");
         if (!evicted) return evicted.error();
         report.evicted += evicted->removed;
       }
       settle_locked(written, Checkpoint::yes);
-    }
-    return report;
-  });
+      return Status::success();
+    });
+    if (!stored) return stored.error();
+  }
+  return report;
 }
 
 }  // namespace kiln::cache::local

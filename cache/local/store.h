@@ -95,6 +95,7 @@ public:
   Expected<uint64_t> export_to(const std::function<Status(const StoredEntry&)>& take);
   Expected<ImportReport> import_entries(const std::vector<StoredEntry>& entries);
   // As import_entries, taking the entries from `next` one at a time (ImportReport::stopped).
+  // `next` is called outside the store's lock and any transaction; it must not call the store.
   Expected<ImportReport> import_from(const EntrySource& next);
   // Merges recorded use (usage file and memory) into the database now.
   Status flush();

@@ -7,6 +7,7 @@ import os
 import pathlib
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -355,7 +356,7 @@ class Executable:
         """Compiles (through the cache) and loads the bucket holding `dims` ahead of the first
         run; a static graph takes no dims."""
         names = [d.name for d in self.dims]
-        if dims is not None and not isinstance(dims, dict):
+        if dims is not None and not isinstance(dims, Mapping):
             raise TypeError(f"prepare(dims=...): expected a dict of dim names to sizes, not "
                             f"{type(dims).__name__}")
         dims = dict(dims or {})

@@ -191,6 +191,80 @@ TEST_F(CacheBundle, TheReaderGivesEntriesOneAtATimeAndTheFileChecksumLast) {
 
 // A version-1 bundle (fields inline, every payload a zstd frame) is still read, whole, through
 // the reader as through read_bundle; damaged, it is refused.
+// A second read told the first's record checksums stops at the first entry that is another, or
+// at another number of entries: what kiln import stores is what it checked.
+TEST_F(CacheBundle, ASecondReadRefusesEntriesUnlikeTheFirstReadsOnes) {
+  std::vector<uint64_t> sums;
+  {
+    auto first = BundleReader::open(bundle);
+    ASSERT_TRUE(first.ok());
+    for (;;) {
+      auto entry = (*first)->next();
+      ASSERT_TRUE(entry.ok());
+      if (!*entry) break;
+      sums.push_back((*first)->record_checksum());
+    }
+  }
+  ASSERT_EQ(sums.size(), 3u);
+  auto same = BundleReader::open(bundle);
+  ASSERT_TRUE(same.ok());
+  (*same)->expect(sums);
+  int read = 0;
+  for (auto e = (*same)->next(); e.ok() && *e; e = (*same)->next()) ++read;
+  EXPECT_EQ(read, 3);
+  // Another bundle at the path: entry 1 replaced by another (a valid one).
+  auto entries = read_bundle(bundle);
+  ASSERT_TRUE(entries.ok());
+  auto fields = fields_for("d");
+  auto other = Cache::open(options_in(tmp.sub("d"), &warnings));
+  ASSERT_TRUE(other->store(make_key(fields), fields, contents_for("d", 100)).ok());
+  (*entries)[1] = other->export_entries().value().at(0);
+  ASSERT_TRUE(write_bundle(bundle, *entries, Replace::yes).ok());
+  auto changed = BundleReader::open(bundle);
+  ASSERT_TRUE(changed.ok());
+  (*changed)->expect(sums);
+  EXPECT_TRUE((*changed)->next().ok());
+  auto second = (*changed)->next();
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().message,
+            "bundle '" + bundle + "' changed since it was checked: entry 1 is another");
+  // One entry fewer.
+  entries->resize(1);
+  ASSERT_TRUE(write_bundle(bundle, *entries, Replace::yes).ok());
+  auto fewer = BundleReader::open(bundle);
+  ASSERT_TRUE(fewer.ok());
+  (*fewer)->expect(sums);
+  EXPECT_TRUE((*fewer)->next().ok());
+  auto end = (*fewer)->next();
+  ASSERT_FALSE(end.ok());
+  EXPECT_EQ(end.error().message,
+            "bundle '" + bundle + "' changed since it was checked: another number of entries");
+}
+
+// Cache::import_from takes entries one at a time; a source that fails part of the way stops the
+// import there, the entries before it imported, and says why.
+TEST_F(CacheBundle, AnImportFromASourceThatFailsStopsThereKeepingWhatCameBefore) {
+  auto entries = read_bundle(bundle);
+  ASSERT_TRUE(entries.ok());
+  auto to = Cache::open(options_in(tmp.sub("to"), &warnings));
+  size_t at = 0;
+  auto report = to->import_from([&]() -> Expected<std::optional<StoredEntry>> {
+    if (at == 2) return make_error("the source broke");
+    return std::optional<StoredEntry>((*entries)[at++]);
+  });
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  EXPECT_EQ(report->imported, 2u);
+  EXPECT_EQ(report->stopped, "the source broke");
+  EXPECT_EQ(to->stats()->entries, 2u);
+  // An empty source imports nothing and says nothing stopped it.
+  report = to->import_from([]() -> Expected<std::optional<StoredEntry>> {
+    return std::optional<StoredEntry>();
+  });
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->imported, 0u);
+  EXPECT_EQ(report->stopped, "");
+}
+
 TEST_F(CacheBundle, AVersionOneBundleIsStillRead) {
   auto entries = read_bundle(bundle);
   ASSERT_TRUE(entries.ok());

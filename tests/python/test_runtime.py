@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -468,6 +469,7 @@ def test_prepare_takes_whole_dims_only(rt):
         exe.prepare(dims={1: 4, "B": 4})
     with pytest.raises(TypeError, match="expected a dict of dim names to sizes, not list"):
         exe.prepare(dims=[("B", 4)])
+    exe.prepare(dims=types.MappingProxyType({"B": 5}))  # any mapping
 
 
 def test_a_torch_tensor_subclass_is_a_tensor(rt):

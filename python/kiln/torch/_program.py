@@ -623,9 +623,9 @@ def _load(path, meta, target, precision, cache_dir, remote, fallbacks, check_ind
 
 
 def _check_flow(placeholders, steps, outputs, write_back) -> None:
-    """Raises ValueError where a saved plan reads a value that no input, weight or earlier step
-    makes, or updates what is not a buffer or a user input: an edited kiln.json fails at load,
-    not with a KeyError in the middle of a call."""
+    """Raises ValueError where a saved plan's step reads a value that no input, weight or
+    earlier step makes, or updates what is not a buffer or a user input: an edited kiln.json
+    fails at load, not with a KeyError in the middle of a call."""
     kinds = {p[0]: p[1] for p in placeholders}
     made = set(kinds)
 
@@ -673,9 +673,7 @@ def _check_flow(placeholders, steps, outputs, write_back) -> None:
             make(name, f"step {name!r}")
     if not isinstance(outputs, list):
         raise ValueError("'outputs' is not a list")
-    for o in outputs:
-        if isinstance(o, str):
-            need(o, "the program's outputs")
+    # (a str output no step makes is the program's literal output, returned as it is)
     if not isinstance(write_back, list):
         raise ValueError("'write_back' is not a list")
     for w in write_back:
