@@ -74,7 +74,8 @@ int fail(const std::string& message, int code) {
 std::unique_ptr<cache::Cache> open_cache(const CacheArgs& args, bool checked_already = false) {
   cache::Options options = runtime::cache_options(args.dir, args.remote);
   options.create = args.create;
-  // `kiln import` checks the bundle's entries before it opens the cache.
+  // `kiln import` checks the bundle's entries itself, before it opens the cache and again as it
+  // stores each.
   if (checked_already) options.check_foreign = nullptr;
   // The warnings of the open wait here: a cache that cannot be used ends a cache command with an
   // error saying why, where the warning would say "continuing without a cache". Later ones print
@@ -473,7 +474,11 @@ int run_import(const CacheArgs& args) {
   };
   if (!problem.empty()) return refuse(problem);
   auto importing = cache::BundleReader::open(args.target);
-  if (!importing) return fail(importing.error().message, k_exit_usage);
+  if (!importing) {
+    return fail("'" + args.target + "' changed while it was checked (" +
+                    importing.error().message + "); nothing was imported",
+                k_exit_failure);
+  }
   if ((*importing)->identity() != (*checking)->identity())
     return fail("'" + args.target + "' changed while it was checked; nothing was imported",
                 k_exit_failure);

@@ -439,17 +439,33 @@ Expected<ImportReport> Store::import_from(const EntrySource& next) {
   // store's lock: other writers and readers wait for the inserts alone.
   uint64_t batch_limit = k_import_batch_bytes;
   if (m_max_size != 0) batch_limit = std::max<uint64_t>(1, std::min(batch_limit, m_max_size / 4));
-  for (bool more = true; more;) {
+  auto raw_of = [](const StoredEntry& e) {
+    uint64_t raw = 0;
+    for (const StoredPayload& p : e.payloads) raw += p.encoded.raw_size;
+    return raw;
+  };
+  std::optional<StoredEntry> pending;  // the entry that would have taken a batch past the limit
+  for (bool more = true; more || pending;) {
     std::vector<StoredEntry> batch;
     uint64_t raw = 0;
-    while (raw < batch_limit) {
+    if (pending) {
+      raw = raw_of(*pending);
+      batch.push_back(std::move(*pending));
+      pending.reset();
+    }
+    while (more && raw < batch_limit) {
       auto got = next();
       if (!got || !*got) {
         if (!got) report.stopped = got.error().message;
         more = false;
         break;
       }
-      for (const StoredPayload& p : (*got)->payloads) raw += p.encoded.raw_size;
+      uint64_t size = raw_of(**got);
+      if (!batch.empty() && raw + size > batch_limit) {  // in the next batch, alone if large
+        pending = std::move(**got);
+        break;
+      }
+      raw += size;
       batch.push_back(std::move(**got));
     }
     if (batch.empty()) break;
@@ -457,6 +473,7 @@ Expected<ImportReport> Store::import_from(const EntrySource& next) {
     Status stored = recovering([&]() -> Status {
       if (!m_db) return disabled_error();
       uint64_t written = 0;
+      ImportReport counted;  // this batch's, added to the report once committed
       {
         auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
         if (!txn) return txn.error();
@@ -464,7 +481,7 @@ Expected<ImportReport> Store::import_from(const EntrySource& next) {
           auto present = has_entry(*m_db, entry.info.key);
           if (!present) return present.error();
           if (*present) {
-            ++report.already_present;
+            ++counted.already_present;
             continue;
           }
           std::string key = entry.info.key;
@@ -478,14 +495,17 @@ Expected<ImportReport> Store::import_from(const EntrySource& next) {
             warn("not importing entry " + key + ": its " +
                  std::to_string(fresh->info.stored_bytes) +
                  " bytes are more than the size cap of " + std::to_string(m_max_size));
-            ++report.too_large;
+            ++counted.too_large;
             continue;
           }
           written += fresh->info.stored_bytes;
-          ++report.imported;
+          ++counted.imported;
         }
         if (Status s = txn->commit(); !s) return s.error();
       }
+      report.imported += counted.imported;
+      report.already_present += counted.already_present;
+      report.too_large += counted.too_large;
       if (written == 0) return Status::success();
       if (m_max_size != 0) {
         auto evicted = evict_locked(m_max_size, "");
@@ -495,7 +515,13 @@ Expected<ImportReport> Store::import_from(const EntrySource& next) {
       settle_locked(written, Checkpoint::yes);
       return Status::success();
     });
-    if (!stored) return stored.error();
+    if (!stored) {
+      // What earlier batches committed stays imported: said, not lost with the error.
+      if (report.imported == 0 && report.already_present == 0) return stored.error();
+      report.stopped = stored.error().message +
+                       (report.stopped.empty() ? "" : " (after: " + report.stopped + ")");
+      return report;
+    }
   }
   return report;
 }
