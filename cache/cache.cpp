@@ -256,9 +256,7 @@ void Cache::remote_rejected(const std::string& key, const std::string& why, Reje
 }
 
 Expected<bool> Cache::remote_put(const StoredEntry& entry) {
-  if (m_remote_secret.empty())
-    for (const StoredPayload& p : entry.payloads)
-      if (is_native_payload(p.name)) return false;
+  if (m_remote_secret.empty() && holds_native_code(entry)) return false;
   std::string value = remote::seal(entry.info.key, encode_entry(entry), m_remote_secret);
   std::lock_guard lock(m_remote_mutex);
   remote::Backend* backend = remote_now();

@@ -101,6 +101,13 @@ struct StoredEntry {
   std::vector<StoredPayload> payloads;
 };
 
+// Whether any payload of `entry` holds host machine code (is_native_payload).
+inline bool holds_native_code(const StoredEntry& entry) {
+  for (const StoredPayload& p : entry.payloads)
+    if (is_native_payload(p.name)) return true;
+  return false;
+}
+
 // How verify_stored establishes that an entry's fields belong to its key: by hashing them, or
 // not again because the caller found them equal to a request's whose key (make_key of those same
 // fields) is the stored key; the record's checksum, checked on decoding, covers both.

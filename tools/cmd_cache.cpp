@@ -439,11 +439,6 @@ int run_import(const CacheArgs& args) {
   if (!checking) return fail(checking.error().message, k_exit_usage);
   // A bundle is checksummed, not signed: its CPU-target entries are machine code that `kiln run`
   // would execute as this user, so taking them is the user's explicit decision.
-  auto native = [](const cache::StoredEntry& entry) {
-    for (const cache::StoredPayload& p : entry.payloads)
-      if (cache::is_native_payload(p.name)) return true;
-    return false;
-  };
   size_t natives = 0;
   // An entry the runtime would not load (runtime::foreign_entry_problem, which the cache would
   // run).
@@ -454,7 +449,7 @@ int run_import(const CacheArgs& args) {
     if (!entry) return fail(entry.error().message, k_exit_usage);
     if (!*entry) break;
     records.push_back((*checking)->record_checksum());
-    if (native(**entry)) ++natives;
+    if (cache::holds_native_code(**entry)) ++natives;
     if (problem.empty()) {
       if (std::string why = runtime::foreign_entry_problem(**entry); !why.empty())
         problem = "entry " + (*entry)->info.key + ": " + why;
@@ -490,7 +485,7 @@ int run_import(const CacheArgs& args) {
   auto report = c->import_from([&]() -> Expected<std::optional<cache::StoredEntry>> {
     auto entry = (*importing)->next();
     if (!entry || !*entry) return entry;
-    if (native(**entry) && !args.allow_native)
+    if (cache::holds_native_code(**entry) && !args.allow_native)
       return make_error("entry ", (*entry)->info.key, " holds host code and --allow-native-code "
                         "was not given");
     if (std::string why = runtime::foreign_entry_problem(**entry); !why.empty())
