@@ -2,9 +2,10 @@
 """Random graphs, run by kiln against its fp64 reference: a differential check of the fusion
 and code generation that the example graphs and the per-op tests do not reach.
 
-Each graph composes 3 to 12 ops of a well-conditioned repertoire (pointwise ops with
-broadcasting, reductions, softmax, norms, matmul, attention, layout ops, casts between float
-types) over f32, f16 or bf16 inputs, a third of them with a symbolic dim S; two in five also make
+Each graph composes 3 to 12 steps of a well-conditioned repertoire (pointwise ops with
+broadcasting, pow with a tensor exponent, reductions, softmax, norms, matmul, attention with
+masks, scales and grouped-query heads, layout ops, expand, casts between float types) over f32,
+f16 or bf16 inputs, a third of them with a symbolic dim S; two in five also make
 and use ids, masks and positions (embedding, comparisons of inputs, where, cumsum of a mask,
 integer arithmetic with floor_divide and remainder, logic, causal masks from arange, casts to
 float). Every value nothing reads is an output, and some that others read. Every graph runs
@@ -122,7 +123,8 @@ class Graph:
         rng = self.rng
         kinds = {"unary": 6, "guarded": 3, "binary": 6, "literal": 2, "reduce": 3, "softmax": 2,
                  "norm": 2, "matmul": 3, "attention": 1, "permute": 2, "slice": 2, "concat": 2,
-                 "reshape": 2, "cast": 2, "where": 2, "cumsum": 1, "roll": 1}
+                 "reshape": 2, "cast": 2, "where": 2, "cumsum": 1, "roll": 1, "expand": 2,
+                 "power": 1}
         if self.mixed:
             kinds.update({"embed": 3, "compare": 3, "mask": 1, "fill": 4, "positions": 3,
                           "integer": 5, "to_float": 3, "logic": 2, "causal": 1})
@@ -186,10 +188,19 @@ class Graph:
             if rank < 2 or not isinstance(shape[-1], int) or shape[-1] > 128:
                 return
             keys, width = self.size(), rng.choice([8, 16, 32, shape[-1]])
-            k = self.input(shape[:-2] + [keys, shape[-1]])
-            v = self.input(shape[:-2] + [keys, width])
-            causal = ", causal=true" if rng.random() < 0.3 else ""
-            self.let(f"attention({x}, {k}, {v}{causal})", shape[:-1] + [width])
+            batch = list(shape[:-2])
+            if len(batch) >= 1 and batch[-1] in (2, 4) and rng.random() < 0.4:
+                batch[-1] //= 2  # grouped-query attention: half the heads in k and v
+            k = self.input(batch + [keys, shape[-1]])
+            v = self.input(batch + [keys, width])
+            extra = ", causal=true" if rng.random() < 0.3 else ""
+            if rng.random() < 0.4:  # a mask of the keys kept (bool) or added (float)
+                kind_of = rng.choice(["bool", self.dtype])
+                mask = self.input([shape[-2], keys] if rng.random() < 0.5 else [1, keys], kind_of)
+                extra += f", mask={mask}"
+            if rng.random() < 0.3:
+                extra += f", scale={rng.choice(['0.125', '0.5', '1.0'])}"
+            self.let(f"attention({x}, {k}, {v}{extra})", shape[:-1] + [width])
         elif kind == "permute":
             if rank < 2:
                 return
@@ -210,12 +221,27 @@ class Graph:
             if not self.fixed_axes(shape):
                 return
             axis = rng.choice(self.fixed_axes(shape))
-            other_shape = list(shape)
-            other_shape[axis] = self.size()
-            other = self.operand_exact(other_shape)
+            out, operands = list(shape), [x]
+            for _ in range(rng.choice([1, 1, 2, 3])):  # two to four operands
+                other_shape = list(shape)
+                other_shape[axis] = self.size()
+                operands.append(self.operand_exact(other_shape))
+                out[axis] += other_shape[axis]
+            self.let(f"concat({', '.join(operands)}, axis={axis})", out)
+        elif kind == "expand":
+            ones = [a for a, d in enumerate(shape) if d == 1]
+            if not ones:
+                return
             out = list(shape)
-            out[axis] += other_shape[axis]
-            self.let(f"concat({x}, {other}, axis={axis})", out)
+            for a in ones:
+                if rng.random() < 0.7:
+                    out[a] = self.size()
+            if rng.random() < 0.3:
+                out = [rng.choice([2, 3])] + out  # a new leading dim
+            self.let(f"expand({x}, shape=[{', '.join(map(str, out))}])", out)
+        elif kind == "power":
+            y = self.operand_exact(list(shape))
+            self.let(f"pow(add(abs({x}), 0.5), mul(tanh({y}), 2.0))", shape)
         elif kind == "reshape":
             if rank < 2 or not all(isinstance(d, int) for d in shape[-2:]):
                 return
