@@ -379,8 +379,8 @@ Expected<std::optional<StoredEntry>> BundleReader::next() {
       m_whole.clear();
       return std::optional<StoredEntry>();
     }
-    m_record_checksum = checksum(encode_entry(m_whole[m_next]));
-    if (m_expecting && (m_next >= m_expected.size() || m_expected[m_next] != m_record_checksum))
+    m_record_fingerprint = fingerprint(encode_entry(m_whole[m_next]));
+    if (m_expecting && (m_next >= m_expected.size() || m_expected[m_next] != m_record_fingerprint))
       return changed("entry " + std::to_string(m_next) + " is another");
     return std::optional<StoredEntry>(std::move(m_whole[m_next++]));
   }
@@ -400,8 +400,8 @@ Expected<std::optional<StoredEntry>> BundleReader::next() {
   if (n > m_body_bytes - m_at) return bad(where + " is truncated");
   if (n > k_max_record_bytes) return bad(where + " is larger than an entry can be");
   if (!read(n, record)) return io_failure();
-  m_record_checksum = checksum(record);
-  if (m_expecting && (m_next >= m_expected.size() || m_expected[m_next] != m_record_checksum))
+  m_record_fingerprint = fingerprint(record);
+  if (m_expecting && (m_next >= m_expected.size() || m_expected[m_next] != m_record_fingerprint))
     return changed(where + " is another");
   auto decoded = decode_entry(record);
   if (!decoded) return bad(where + ": " + decoded.error().message);

@@ -80,13 +80,14 @@ public:
   Expected<std::optional<StoredEntry>> next();
   // The entries the bundle says it holds.
   uint64_t count() const { return m_count; }
-  // The checksum of the record of the entry next() returned last.
-  uint64_t record_checksum() const { return m_record_checksum; }
-  // The records' checksums a first read gave (record_checksum() of each entry in turn): from
-  // now on, next() fails for an entry whose record is another ("the file changed"), and at
+  // The fingerprint of the record of the entry next() returned last (codec.h: this process's
+  // seed, so a file rewritten between two reads cannot be made to match the first).
+  Fingerprint record_fingerprint() const { return m_record_fingerprint; }
+  // The records' fingerprints a first read gave (record_fingerprint() of each entry in turn):
+  // from now on, next() fails for an entry whose record is another ("the file changed"), and at
   // the end if there are more or fewer.
-  void expect(std::vector<uint64_t> checksums) {
-    m_expected = std::move(checksums);
+  void expect(std::vector<Fingerprint> fingerprints) {
+    m_expected = std::move(fingerprints);
     m_expecting = true;
   }
   // Device, inode, size, modification and change times of the file when it was opened ("" in
@@ -116,9 +117,9 @@ private:
   StreamingChecksum m_checksum;
   bool m_whole_file = false;         // a version-1 bundle: its entries read at open
   std::vector<StoredEntry> m_whole;
-  uint64_t m_record_checksum = 0;
+  Fingerprint m_record_fingerprint;
   bool m_expecting = false;
-  std::vector<uint64_t> m_expected;
+  std::vector<Fingerprint> m_expected;
 };
 
 }  // namespace kiln::cache

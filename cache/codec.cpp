@@ -10,6 +10,10 @@
 #endif
 #include <zstd.h>
 
+#include <sys/random.h>
+
+#include <chrono>
+#include <cstdint>
 #include <new>
 #include <utility>
 
@@ -33,6 +37,21 @@ ZSTD_DCtx* thread_dctx() {
 }  // namespace
 
 uint64_t checksum(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+Fingerprint fingerprint(std::string_view bytes) {
+  static const uint64_t seed = [] {
+    uint64_t drawn = 0;
+    if (::getrandom(&drawn, sizeof drawn, 0) != static_cast<ssize_t>(sizeof drawn)) {
+      // No random source (a seccomp filter, a kernel before 3.17): the clock and an address,
+      // which another process still cannot read.
+      auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+      drawn = static_cast<uint64_t>(now) ^ reinterpret_cast<uintptr_t>(&drawn);
+    }
+    return drawn;
+  }();
+  XXH128_hash_t h = XXH3_128bits_withSeed(bytes.data(), bytes.size(), seed);
+  return {h.low64, h.high64};
+}
 
 StreamingChecksum::StreamingChecksum() : m_state(XXH3_createState()) {
   if (m_state == nullptr) throw std::bad_alloc();

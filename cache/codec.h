@@ -44,6 +44,17 @@ private:
   void* m_state;  // XXH3_state_t
 };
 
+// An identity of bytes compared within one process (a record read twice, before and after
+// another process or writer may have replaced it): XXH3-128 under a seed drawn once per process
+// from the kernel's random source, so bytes made to match other bytes would need a seed that
+// never leaves the process. Never stored: a fingerprint means nothing to another process.
+struct Fingerprint {
+  uint64_t low = 0;
+  uint64_t high = 0;
+  bool operator==(const Fingerprint&) const = default;
+};
+Fingerprint fingerprint(std::string_view bytes);
+
 // Fails only when the payload is too large or zstd fails.
 Expected<Encoded> encode(const std::string& raw, Encoding encoding = Encoding::zstd);
 

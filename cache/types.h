@@ -120,6 +120,9 @@ struct Stats {
 struct BadEntry {
   std::string key;
   std::string reason;
+  // Fix::yes only: another process replaced or removed the entry after it was checked, so it
+  // was left alone (what is there now was not checked).
+  bool replaced = false;
 };
 
 struct VerifyReport {
@@ -129,7 +132,8 @@ struct VerifyReport {
   // said. Its entries are then not checked one by one; with Fix::yes the database is moved aside
   // and a new one started.
   std::string database;
-  bool removed = false;  // the bad entries (or the malformed database) were dropped
+  // The bad entries (or the malformed database) were dropped, but those `replaced` meanwhile.
+  bool removed = false;
 };
 
 struct PruneReport {

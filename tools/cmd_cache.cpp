@@ -383,8 +383,11 @@ int run_verify(const CacheArgs& args) {
   int code = report->bad.empty() && report->database.empty() ? k_exit_ok : k_exit_failure;
   if (args.json) {
     json bad = json::array();
-    for (const cache::BadEntry& b : report->bad)
-      bad.push_back({{"key", b.key}, {"reason", b.reason}});
+    for (const cache::BadEntry& b : report->bad) {
+      json item{{"key", b.key}, {"reason", b.reason}};
+      if (b.replaced) item["replaced"] = true;
+      bad.push_back(std::move(item));
+    }
     json out{{"checked", report->checked}, {"bad", bad}, {"removed", report->removed}};
     if (!report->database.empty()) out["database"] = report->database;
     std::printf("%s\n", dump(out).c_str());
@@ -396,9 +399,11 @@ int run_verify(const CacheArgs& args) {
                                 : "kiln verify --fix moves it aside and starts an empty one\n");
     return code;
   }
-  for (const cache::BadEntry& b : report->bad)
-    std::printf("%s %s: %s\n", report->removed ? "removed" : "bad", b.key.c_str(),
-                b.reason.c_str());
+  for (const cache::BadEntry& b : report->bad) {
+    std::printf("%s %s: %s%s\n", report->removed && !b.replaced ? "removed" : "bad",
+                b.key.c_str(), b.reason.c_str(),
+                b.replaced ? " (kept: another process replaced it since it was checked)" : "");
+  }
   std::printf("checked %llu entries, %zu bad\n", static_cast<unsigned long long>(report->checked),
               report->bad.size());
   return code;
@@ -443,12 +448,12 @@ int run_import(const CacheArgs& args) {
   // An entry the runtime would not load (runtime::foreign_entry_problem, which the cache would
   // run).
   std::string problem;
-  std::vector<uint64_t> records;
+  std::vector<cache::Fingerprint> records;
   for (;;) {
     auto entry = (*checking)->next();
     if (!entry) return fail(entry.error().message, k_exit_usage);
     if (!*entry) break;
-    records.push_back((*checking)->record_checksum());
+    records.push_back((*checking)->record_fingerprint());
     if (cache::holds_native_code(**entry)) ++natives;
     if (problem.empty()) {
       if (std::string why = runtime::foreign_entry_problem(**entry); !why.empty())

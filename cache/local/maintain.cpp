@@ -211,6 +211,7 @@ Expected<VerifyReport> Store::verify(Fix fix, const EntryCheck& check) {
   if (Status s = merge_before_read(); !s) return s.error();
   auto ages = entries_oldest_first(*m_db);
   if (!ages) return ages.error();
+  std::vector<RecordMark> marks;  // of report.bad's records, to drop only those
   for (const EntryAge& v : *ages) {
     // The record and the rows beside it from one snapshot: an entry another process replaces
     // meanwhile is never compared with its successor's rows.
@@ -222,25 +223,33 @@ Expected<VerifyReport> Store::verify(Fix fix, const EntryCheck& check) {
     ++report.checked;
     if (checked.kind == Checked::Kind::bad) {
       report.bad.push_back({v.key, checked.reason});
+      marks.push_back(std::move(checked.mark));
       continue;
     }
     auto disagreement = index_disagreement(*m_db, checked.entry);
     if (!disagreement) return disagreement.error();
     if (Status s = snapshot->commit(); !s) return s.error();
-    if (!disagreement->empty()) {
-      report.bad.push_back({v.key, std::move(*disagreement)});
-    } else if (check) {
-      if (std::string why = check(std::move(checked.entry)); !why.empty())
-        report.bad.push_back({v.key, std::move(why)});
+    std::string why = std::move(*disagreement);
+    if (why.empty() && check) why = check(std::move(checked.entry));
+    if (!why.empty()) {
+      report.bad.push_back({v.key, std::move(why)});
+      marks.push_back(std::move(checked.mark));
     }
   }
   if (fix == Fix::no || report.bad.empty()) return report;
+  // Only the records found bad: one that another process replaced (or removed) since it was
+  // checked is left to it, unchecked here.
   auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
   if (!txn) return txn.error();
-  for (const BadEntry& bad : report.bad)
-    if (Status s = drop(bad.key); !s) return s.error();
+  uint64_t dropped = 0;
+  for (size_t i = 0; i < report.bad.size(); ++i) {
+    auto same = drop_if_same(report.bad[i].key, marks[i]);
+    if (!same) return same.error();
+    report.bad[i].replaced = !*same;
+    dropped += *same ? 1 : 0;
+  }
   if (Status s = txn->commit(); !s) return s.error();
-  count_locked(Counter::errors, report.bad.size());
+  count_locked(Counter::errors, dropped);
   report.removed = true;
   settle_locked(0, Checkpoint::yes);
   return report;

@@ -72,7 +72,10 @@ Store::Checked Store::read_checked(const std::string& key, const PayloadSelectio
     auto row = st->step();
     if (!row) return failure(row.error());
     if (!*row) return out;
-    auto decoded = decode_entry(st->column_blob_view(0));
+    std::string_view record = st->column_blob_view(0);
+    out.mark.size = static_cast<int64_t>(record.size());
+    out.mark.tail = record.substr(record.size() > 8 ? record.size() - 8 : 0);
+    auto decoded = decode_entry(record);
     if (!decoded) return bad(decoded.error().message);
     out.stored = std::move(*decoded);
     out.stored.info.last_used_ms = st->column_int64(1);
@@ -139,7 +142,7 @@ Lookup Store::lookup(const std::string& key, const std::vector<KeyField>* fields
     return result;
   }
   if (checked.kind != Checked::Kind::good) {
-    if (checked.kind == Checked::Kind::bad) drop_bad(key, checked.reason);
+    if (checked.kind == Checked::Kind::bad) drop_bad(key, checked.mark, checked.reason);
     if (count == Count::yes) count_locked(Counter::misses);
     result.status = LookupStatus::miss;
     return result;
@@ -181,14 +184,30 @@ void Store::count_hit_locked(Entry& entry) {
 
 Status Store::drop(const std::string& key) { return drop_rows(*m_db, key); }
 
-void Store::drop_bad(const std::string& key, const std::string& reason) {
+Expected<bool> Store::drop_if_same(const std::string& key, const RecordMark& mark) {
+  {
+    auto st = m_db->prepare("SELECT length(record), substr(record, -8) FROM entries WHERE key = ?");
+    if (!st) return st.error();
+    st->bind_text(1, key);
+    auto row = st->step();
+    if (!row) return row.error();
+    if (!*row || st->column_int64(0) != mark.size || st->column_blob_view(1) != mark.tail)
+      return false;
+  }
+  if (Status s = drop(key); !s) return s.error();
+  return true;
+}
+
+void Store::drop_bad(const std::string& key, const RecordMark& mark, const std::string& reason) {
   count_locked(Counter::errors);
+  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+  Expected<bool> dropped = txn ? drop_if_same(key, mark) : Expected<bool>(txn.error());
+  Status s = dropped ? txn->commit() : Status(dropped.error());
+  if (!s) return note_write_failure(s.error());
+  // Replaced since it was read (another process compiled it again): the new one is not this one.
+  if (!*dropped) return;
   m_pending_touches.erase(key);
   warn("dropped bad entry " + key + ": " + reason);
-  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
-  Status s = txn ? drop(key) : Status(txn.error());
-  if (s) s = txn->commit();
-  if (!s) note_write_failure(s.error());
 }
 
 Expected<StoredEntry> Store::encode_contents(const std::string& key, std::vector<KeyField> fields,

@@ -155,12 +155,20 @@ private:
   void note_write_failure(const Error& error);
   Error disabled_error() const;
 
+  // Which record a read found: its length and last 8 bytes (a well-formed record's checksum of
+  // all the others). An entry found bad is dropped only while its record is still this one: another
+  // process may have replaced it since (drop_if_same).
+  struct RecordMark {
+    int64_t size = -1;
+    std::string tail;
+  };
   // One entry read and checked (see lookup); `stored` keeps the bytes as stored.
   struct Checked {
     enum class Kind { good, absent, bad, failure } kind = Kind::absent;
     StoredEntry stored;
     Entry entry;         // when good
     std::string reason;  // when bad or failure
+    RecordMark mark;     // unless absent or failure to read
   };
   // What a good read keeps: the verified entry only (its payloads moved out of the record, no
   // copy), or the stored form as well.
@@ -171,9 +179,12 @@ private:
                        Keep keep = Keep::entry_and_stored,
                        const std::vector<KeyField>* request_fields = nullptr);
   Status drop(const std::string& key);
+  // Drops the entry at `key` if its record is still the one `mark` names, in the caller's write
+  // transaction; false when it is absent or another.
+  Expected<bool> drop_if_same(const std::string& key, const RecordMark& mark);
   void count_locked(Counter counter, uint64_t value = 1);
   void count_hit_locked(Entry& entry);
-  void drop_bad(const std::string& key, const std::string& reason);
+  void drop_bad(const std::string& key, const RecordMark& mark, const std::string& reason);
   Status insert_locked(StoredEntry entry, Checkpoint checkpoint,
                        IfPresent if_present = IfPresent::replace);
   Status flush_locked();

@@ -194,7 +194,7 @@ TEST_F(CacheBundle, TheReaderGivesEntriesOneAtATimeAndTheFileChecksumLast) {
 // A second read told the first's record checksums stops at the first entry that is another, or
 // at another number of entries: what kiln import stores is what it checked.
 TEST_F(CacheBundle, ASecondReadRefusesEntriesUnlikeTheFirstReadsOnes) {
-  std::vector<uint64_t> sums;
+  std::vector<Fingerprint> sums;
   {
     auto first = BundleReader::open(bundle);
     ASSERT_TRUE(first.ok());
@@ -202,7 +202,7 @@ TEST_F(CacheBundle, ASecondReadRefusesEntriesUnlikeTheFirstReadsOnes) {
       auto entry = (*first)->next();
       ASSERT_TRUE(entry.ok());
       if (!*entry) break;
-      sums.push_back((*first)->record_checksum());
+      sums.push_back((*first)->record_fingerprint());
     }
   }
   ASSERT_EQ(sums.size(), 3u);

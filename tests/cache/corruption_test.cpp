@@ -150,6 +150,38 @@ TEST_F(CacheCorruption, VerifyListsBadEntriesAndFixRemovesThem) {
   EXPECT_TRUE(cache->verify(Fix::no)->bad.empty());
 }
 
+// An entry another process replaces between verify's check and --fix's drop is left alone: the
+// drop removed whatever was at the key then, a good entry included.
+TEST_F(CacheCorruption, VerifyFixLeavesAnEntryReplacedSinceItsCheck) {
+  auto other = fields_for("b");
+  const std::string other_key = make_key(other);
+  ASSERT_TRUE(cache->store(other_key, other, contents_for("b", 3000)).ok());
+  auto elsewhere = Cache::open(options_in(tmp.path(), &warnings));  // another process's
+  ASSERT_TRUE(elsewhere->enabled());
+  int checks = 0;
+  auto report = cache->verify(Fix::yes, [&](Entry entry) -> std::string {
+    ++checks;
+    if (entry.info.key == other_key) {
+      EXPECT_TRUE(elsewhere->store(other_key, other, contents_for("b", 4000)).ok());
+    }
+    return "refused by the check";
+  });
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  EXPECT_EQ(checks, 2);
+  ASSERT_EQ(report->bad.size(), 2u);
+  EXPECT_TRUE(report->removed);
+  for (const BadEntry& b : report->bad) {
+    EXPECT_EQ(b.replaced, b.key == other_key) << b.key;
+    EXPECT_EQ(b.reason, "refused by the check");
+  }
+  EXPECT_FALSE(cache->read(key).hit());
+  auto kept = cache->read(other_key);
+  ASSERT_TRUE(kept.hit());
+  const Payload* ptx = kept.entry.find_payload("ptx:mm_0");
+  ASSERT_NE(ptx, nullptr);
+  EXPECT_EQ(ptx->bytes.size(), 4000u) << "the replacement, not the checked entry";
+}
+
 // Sizes, times and counters edited to -1 or 2^63 - 1: stats summed them (SQLite failed the sum
 // with "integer overflow"), prune printed petabytes, ls a negative compile time, and a hit's
 // count could not be added. Each now reads within its bound and every command works.
