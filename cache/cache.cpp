@@ -135,6 +135,21 @@ void Cache::remote_failed(const std::string& what) {
                 std::to_string(m_options.remote_down_for.count() / 1000) + " s)");
 }
 
+void Cache::remote_answered(std::chrono::steady_clock::time_point started) {
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - started);
+  if (took * 2 < m_options.remote_op_timeout) {
+    m_remote_slow = 0;
+    return;
+  }
+  if (++m_remote_slow < k_slow_in_a_row) return;
+  m_remote_slow = 0;
+  remote_failed(std::to_string(k_slow_in_a_row) +
+                " operations in a row took half the operation timeout or more (the last " +
+                std::to_string(took.count()) + " ms of " +
+                std::to_string(m_options.remote_op_timeout.count()) + " ms)");
+}
+
 std::optional<Entry> Cache::remote_fetch(const std::string& key,
                                          const std::vector<KeyField>* fields,
                                          const PayloadSelection& want, Outcome* outcome,
@@ -150,7 +165,9 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     // The time to live is reset only once the entry is verified (below).
     remote::ValueLimits limits{m_remote_max_bytes,
                                m_remote_secret.empty() ? "" : remote::signed_prefix()};
+    auto started = std::chrono::steady_clock::now();
     auto got = backend->get(key, 0, limits);
+    if (got || got.failure().kind == remote::Failure::Kind::refused) remote_answered(started);
     if (!got && got.failure().kind == remote::Failure::Kind::refused) {
       *outcome = Outcome::rejected;
       // With a secret, only values that start as signed ones are asked for.
@@ -221,9 +238,13 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
     std::lock_guard lock(m_remote_mutex);
     if (remote::Backend* backend = remote_now()) {
       std::string graph = entry->info.field("graph_hash");
+      auto started = std::chrono::steady_clock::now();
       auto refreshed = backend->refresh(key, verified_bytes, m_remote_ttl_ms,
                                         graph.empty() ? std::string() : graph_marker(graph, key));
-      if (!refreshed) remote_failed(refreshed.failure().message);
+      if (!refreshed)
+        remote_failed(refreshed.failure().message);
+      else
+        remote_answered(started);
     }
   }
   m_local->count(local::Counter::remote_hits);
@@ -263,18 +284,22 @@ Expected<bool> Cache::remote_put(const StoredEntry& entry) {
   if (!backend) return make_error("the remote tier is down");
   // Without a secret, a signed value is kept: a machine that cannot sign must not replace the
   // entries of the machines that can (they would reject its value and compile again).
+  auto started = std::chrono::steady_clock::now();
   auto put = backend->put(entry.info.key, value, m_remote_ttl_ms,
                           m_remote_secret.empty() ? remote::signed_prefix() : std::string());
   if (!put) {
     remote_failed(put.failure().message);
     return make_error(put.failure().message);
   }
+  remote_answered(started);
   if (std::string graph = entry.info.field("graph_hash"); !graph.empty()) {
+    started = std::chrono::steady_clock::now();
     auto marked = backend->put(graph_marker(graph, entry.info.key), "", m_remote_ttl_ms);
     if (!marked) {
       remote_failed(marked.failure().message);
       return make_error(marked.failure().message);
     }
+    remote_answered(started);
   }
   m_local->count(local::Counter::remote_puts);
   return true;

@@ -11,6 +11,7 @@
 #include "support/expected.h"
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -189,6 +190,11 @@ private:
   // The remote backend when it is usable now (configured and not marked down).
   remote::Backend* remote_now();
   void remote_failed(const std::string& what);
+  // After an operation the backend answered, begun at `started`: one that took half the operation
+  // timeout or more is slow, and k_slow_in_a_row slow ones in a row mark the tier down as a failure
+  // would (a server that always answers just in time costs every lookup most of a second).
+  static constexpr int k_slow_in_a_row = 3;
+  void remote_answered(std::chrono::steady_clock::time_point started);
   // needs_key: host code refused for want of a secret (a rejection that is not the entry's fault).
   enum class Outcome { hit, miss, rejected, needs_key, failed, other_graph };
   // A verified remote entry for `key`, stored locally; nullopt on a miss, a rejection or a
@@ -227,6 +233,7 @@ private:
   std::unique_ptr<remote::Backend> m_remote;
   std::string m_remote_description;
   int64_t m_remote_down_until_ms = 0;
+  int m_remote_slow = 0;  // slow answers in a row
   bool m_remote_warned = false;
   std::string m_remote_failure;  // what the last remote failure was, for a later error
 };

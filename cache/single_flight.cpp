@@ -137,11 +137,14 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
       {
         std::lock_guard lock(m_remote_mutex);
         if (remote::Backend* backend = remote_now()) {
+          auto started = std::chrono::steady_clock::now();
           auto got = backend->acquire_lease(lease_name(key), owner, m_options.remote_lease.count());
-          if (got)
+          if (got) {
             taken = *got;
-          else
+            remote_answered(started);
+          } else {
             remote_failed(got.failure().message);
+          }
         }
       }
       if (!taken) break;  // the remote tier is down: produce here

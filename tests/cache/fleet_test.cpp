@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <thread>
 
 namespace kiln::cache {
 namespace {
@@ -229,6 +230,49 @@ TEST_F(Fleet, StoppedRedisTimesOutOnceThenIsSkipped) {
   server.resume();
   EXPECT_LT(elapsed, std::chrono::milliseconds(1500)) << "one op timeout (300 ms), then skipped";
   EXPECT_EQ(warnings.size(), 1u) << join(warnings);
+}
+
+// A server that answers, but only after most of the operation timeout, cost every lookup most
+// of a second and was never marked down. Three slow answers in a row now mark it down; a prompt
+// one in between starts the count again.
+TEST_F(Fleet, RedisThatAnswersSlowlyIsMarkedDownAfterThreeSlowAnswersInARow) {
+  REQUIRE_REDIS(server);
+  std::vector<std::string> warnings;
+  Options o = options_for("m", &warnings);
+  o.remote_op_timeout = std::chrono::milliseconds(1000);
+  auto cache = Cache::open(o);
+  int n = 0;
+  // A lookup of a key nobody has (a local miss, then a remote get), the server stopped for
+  // `hold` while it asks.
+  auto lookup_held = [&](std::chrono::milliseconds hold) {
+    auto f = fields_for("slow" + std::to_string(n++));
+    server.pause();
+    std::thread resume([&] {
+      std::this_thread::sleep_for(hold);
+      server.resume();
+    });
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_FALSE(cache->lookup(make_key(f), f).hit());
+    auto took = std::chrono::steady_clock::now() - start;
+    resume.join();
+    return took;
+  };
+  const auto slow = std::chrono::milliseconds(650);
+  EXPECT_GE(lookup_held(slow), slow);
+  EXPECT_GE(lookup_held(slow), slow);
+  EXPECT_LT(lookup_held(std::chrono::milliseconds(0)), std::chrono::milliseconds(400));
+  EXPECT_GE(lookup_held(slow), slow);
+  EXPECT_GE(lookup_held(slow), slow);
+  EXPECT_TRUE(warnings.empty()) << join(warnings);
+  EXPECT_EQ(cache->stats()->remote_errors, 0u);
+  EXPECT_GE(lookup_held(slow), slow);  // the third in a row
+  ASSERT_EQ(warnings.size(), 1u) << join(warnings);
+  EXPECT_NE(warnings[0].find("3 operations in a row took half the operation timeout or more"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_EQ(cache->stats()->remote_errors, 1u);
+  // Marked down: the next lookup does not ask.
+  EXPECT_LT(lookup_held(slow), std::chrono::milliseconds(400));
 }
 
 TEST_F(Fleet, AbsentRedisCostsAtMostTheConnectTimeout) {
