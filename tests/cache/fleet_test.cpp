@@ -246,12 +246,12 @@ TEST_F(Fleet, RedisThatAnswersSlowlyIsMarkedDownAfterThreeSlowAnswersInARow) {
   // `hold` while it asks.
   auto lookup_held = [&](std::chrono::milliseconds hold) {
     auto f = fields_for("slow" + std::to_string(n++));
+    auto start = std::chrono::steady_clock::now();  // before the hold begins: took >= hold
     server.pause();
     std::thread resume([&] {
       std::this_thread::sleep_for(hold);
       server.resume();
     });
-    auto start = std::chrono::steady_clock::now();
     EXPECT_FALSE(cache->lookup(make_key(f), f).hit());
     auto took = std::chrono::steady_clock::now() - start;
     resume.join();
