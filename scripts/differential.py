@@ -5,10 +5,15 @@ and code generation that the example graphs and the per-op tests do not reach.
 Each graph composes 3 to 12 steps of a well-conditioned repertoire (pointwise ops with
 broadcasting, pow with a tensor exponent, reductions, softmax, norms, matmul, attention with
 masks, scales and grouped-query heads, layout ops, expand, casts between float types) over f32,
-f16 or bf16 inputs, a third of them with a symbolic dim S; two in five also make
-and use ids, masks and positions (embedding, comparisons of inputs, where, cumsum of a mask,
-integer arithmetic with floor_divide and remainder, logic, causal masks from arange, casts to
-float). Every value nothing reads is an output, and some that others read. Every graph runs
+f16 or bf16 inputs of rank 1 to 6, a third of them with a symbolic dim S (its range starting at
+1 or up to 16, windows sliced along it within that low end); two in five also make and use ids,
+masks and positions (embedding, comparisons of inputs, where, cumsum of a mask, integer
+arithmetic with floor_divide and remainder, logic, causal masks from arange, casts to float;
+positions from arange, of S too, in integer arithmetic and compared with ids and lengths,
+padding masks of attention among them; clamped or taken mod a table's rows as embedding ids; in
+float, as rotary tables are; roll, with shifts past the dim's size, and cumsum of ids and masks,
+some in i32). Integers stay far from wrapping: an operand that may pass 2^24 is taken mod 16
+first. Every value nothing reads is an output, and some that others read. Every graph runs
 through `kiln run --json` on each target asked for, in each precision mode; the run checks every
 output against the fp64 reference within the mode's tolerance. A graph kiln refuses (exit 2) is
 counted, not a failure: the generator does not model every rule. A float output past its
@@ -46,6 +51,23 @@ GUARDED = {
     "square": "mul({x}, {x})",
 }
 BINARY = ["add", "sub", "mul", "maximum", "minimum"]
+# The steps on or making ids, masks and positions (Graph.typed_step).
+TYPED = {"embed", "compare", "mask", "fill", "positions", "integer", "to_float", "logic", "causal",
+         "arange", "arange_compare", "gather", "float_positions", "int_roll", "int_cumsum"}
+# Bounds on the magnitude of i64 values: seeded integer inputs are in [0, 16); an operand past
+# SMALL_BOUND is taken mod 16 first, so a product or a running sum stays far from 2^63 (and a
+# running sum in i32 from 2^31): integer arithmetic wraps by the IR's rules, but a wrapped value
+# tests little.
+INTEGER_INPUT_BOUND = 15
+SMALL_BOUND = 1 << 24
+INTEGER_BOUND = 1 << 62
+
+
+def combined(op: str, a: int, b: int) -> int:
+    """A bound on `op` of values bounded by `a` and `b` (a zero divisor gives 0)."""
+    bound = {"add": a + b, "sub": a + b, "mul": a * b, "floor_divide": a,
+             "remainder": max(b - 1, 0), "maximum": max(a, b), "minimum": max(a, b)}[op]
+    return max(bound, 1)
 
 
 class Graph:
@@ -62,6 +84,8 @@ class Graph:
         self.lines: list[str] = []
         self.values: list[tuple[str, list]] = []  # the float values: (name, shape)
         self.others: list[tuple[str, list, str]] = []  # i64 and bool values: (name, shape, dtype)
+        self.bounds: dict[str, int] = {}  # each i64 value's largest magnitude
+        self.s_low = 1  # the low end of S's range: a slice along S stays within it
         self.serial = 0
 
     def fresh(self, prefix: str = "v") -> str:
@@ -72,15 +96,21 @@ class Graph:
         name = self.fresh("x")
         dtype = dtype or self.dtype
         self.inputs.append((name, shape, dtype))
+        if dtype == "i64":
+            self.bounds[name] = INTEGER_INPUT_BOUND
         if dtype == self.dtype:
             self.values.append((name, shape))
         else:
             self.others.append((name, shape, dtype))
         return name
 
-    def let(self, text: str, shape: list, dtype: str | None = None) -> str:
+    def let(self, text: str, shape: list, dtype: str | None = None, bound: int = 0) -> str:
+        """A value computed by `text`; an i64 one with `bound`, its largest magnitude."""
         name = self.fresh()
         self.lines.append(f"  {name} = {text}")
+        if dtype == "i64":
+            assert 0 < bound <= INTEGER_BOUND, (text, bound)
+            self.bounds[name] = bound
         if dtype is None or dtype == self.dtype:
             self.values.append((name, shape))
         else:
@@ -96,6 +126,13 @@ class Graph:
             return self.input(shape, dtype), shape
         return self.rng.choices(choices, [1 + i for i in range(len(choices))])[0]
 
+    def small(self, name: str, shape: list, limit: int = SMALL_BOUND) -> tuple[str, int]:
+        """`name` (i64), or its remainder mod 16 where it may be larger than `limit`: the
+        operands of integer arithmetic stay small enough that no result wraps."""
+        if self.bounds[name] <= limit:
+            return name, self.bounds[name]
+        return self.let(f"remainder({name}, 16)", list(shape), "i64", 15), 15
+
     def pick(self, rank_at_least: int = 1) -> tuple[str, list[int]]:
         choices = [v for v in self.values if len(v[1]) >= rank_at_least]
         if not choices:
@@ -108,12 +145,38 @@ class Graph:
         return self.rng.choice([1, 2, 3, 5, 7, 8, 16, 17, 31, 32, 33, 48, 64, 65, 96, 130])
 
     def shape(self, rank: int | None = None) -> list:
-        rank = rank or self.rng.choice([1, 2, 2, 3, 3, 4])
-        shape = [self.rng.choice([1, 2, 3, 4]) for _ in range(rank - 2)] + \
+        rank = rank or self.rng.choice([1, 2, 2, 3, 3, 4, 5, 6])
+        batch = [1, 2, 3, 4] if rank <= 4 else [1, 1, 2, 3]  # rank 5 and 6: small batch dims
+        shape = [self.rng.choice(batch) for _ in range(rank - 2)] + \
             [self.size() for _ in range(min(rank, 2))]
         if self.symbolic and self.rng.random() < 0.7:
             shape[self.rng.randrange(len(shape))] = "S"  # rows, columns or a batch dim
         return shape
+
+    def extent(self, d) -> int:
+        """The largest size dim `d` (a number or S) takes."""
+        return S_MAX if d == "S" else d
+
+    def shift(self, n) -> int:
+        """A roll's shift along a dim of size `n`: small mostly, else past the dim's size (and
+        reduced mod n where computed), up to +-(2^31 - 1)."""
+        rng = self.rng
+        if rng.random() < 0.75:
+            return rng.randrange(-3, 4)
+        n = self.extent(n)
+        return rng.choice([n, -n, n + 1, -n - 1, 2 * n + 3, 1000003, 2**31 - 1, -(2**31 - 1)])
+
+    def arange_along(self, shape: list, axis: int, dtype: str = "i64") -> str:
+        """The positions along `axis` of `shape`, reshaped to broadcast against it: `arange(n)`
+        (or of S) as [1, .., n, .., 1], the leading ones sometimes left to broadcasting."""
+        n = shape[axis]
+        text = f"arange({n})" if dtype == "i64" else f"arange({n}, dtype={dtype})"
+        dims = [1] * len(shape)
+        dims[axis] = n
+        dims = dims[self.rng.randint(0, len(shape) + axis):]  # (axis counts from the end)
+        if len(dims) > 1:
+            text = f"reshape({text}, shape=[{', '.join(map(str, dims))}])"
+        return text
 
     def fixed_axes(self, shape: list) -> list[int]:
         """The axes (from the end) whose size is a number."""
@@ -127,10 +190,11 @@ class Graph:
                  "power": 1}
         if self.mixed:
             kinds.update({"embed": 3, "compare": 3, "mask": 1, "fill": 4, "positions": 3,
-                          "integer": 5, "to_float": 3, "logic": 2, "causal": 1})
+                          "integer": 5, "to_float": 3, "logic": 2, "causal": 1,
+                          "arange": 3, "arange_compare": 2, "gather": 2, "float_positions": 1,
+                          "int_roll": 2, "int_cumsum": 2})
         kind = rng.choices(list(kinds), list(kinds.values()))[0]
-        if kind in ("embed", "compare", "mask", "fill", "positions", "integer", "to_float",
-                    "logic", "causal"):
+        if kind in TYPED:
             self.typed_step(kind)
             return
         x, shape = self.pick()
@@ -194,7 +258,12 @@ class Graph:
             k = self.input(batch + [keys, shape[-1]])
             v = self.input(batch + [keys, width])
             extra = ", causal=true" if rng.random() < 0.3 else ""
-            if rng.random() < 0.4:  # a mask of the keys kept (bool) or added (float)
+            if self.mixed and rng.random() < 0.25:
+                # A padding mask from lengths, written in place: the keys before each query's
+                # (or every query's) length, none where it is 0 (then a row of zeros).
+                lengths = self.input([shape[-2], 1] if rng.random() < 0.5 else [1, 1], "i64")
+                extra += f", mask=lt(reshape(arange({keys}), shape=[1, {keys}]), {lengths})"
+            elif rng.random() < 0.4:  # a mask of the keys kept (bool) or added (float)
                 kind_of = rng.choice(["bool", self.dtype])
                 mask = self.input([shape[-2], keys] if rng.random() < 0.5 else [1, keys], kind_of)
                 extra += f", mask={mask}"
@@ -208,15 +277,24 @@ class Graph:
             rng.shuffle(dims)
             self.let(f"permute({x}, dims=[{', '.join(map(str, dims))}])", [shape[d] for d in dims])
         elif kind == "slice":
-            if not self.fixed_axes(shape):
+            symbolic = [a - rank for a in range(rank) if shape[a] == "S"]
+            if symbolic and (rng.random() < 0.4 or not self.fixed_axes(shape)):
+                # A window along S every size of its range holds: 0 <= start < end <= low end.
+                axis, n = symbolic[0], self.s_low
+            elif self.fixed_axes(shape):
+                axis = rng.choice(self.fixed_axes(shape))
+                n = shape[axis]
+            else:
                 return
-            axis = rng.choice(self.fixed_axes(shape))
-            n = shape[axis]
             start = rng.randrange(0, n)
             end = rng.randrange(start + 1, n + 1)
             out = list(shape)
             out[axis] = end - start
-            self.let(f"slice({x}, axis={axis}, start={start}, end={end})", out)
+            if shape[axis] == "S" or rng.random() < 0.7:
+                self.let(f"slice({x}, axis={axis}, start={start}, end={end})", out)
+            else:  # counted from the end, as in Python (an end of 0 would be empty)
+                self.let(f"slice({x}, axis={axis}, start={start - n}, "
+                         f"end={end - n if end < n else end})", out)
         elif kind == "concat":
             if not self.fixed_axes(shape):
                 return
@@ -236,16 +314,22 @@ class Graph:
             for a in ones:
                 if rng.random() < 0.7:
                     out[a] = self.size()
-            if rng.random() < 0.3:
+            if rng.random() < 0.3 and rank < 6:
                 out = [rng.choice([2, 3])] + out  # a new leading dim
             self.let(f"expand({x}, shape=[{', '.join(map(str, out))}])", out)
         elif kind == "power":
             y = self.operand_exact(list(shape))
             self.let(f"pow(add(abs({x}), 0.5), mul(tanh({y}), 2.0))", shape)
         elif kind == "reshape":
-            if rank < 2 or not all(isinstance(d, int) for d in shape[-2:]):
+            last = shape[-1] if isinstance(shape[-1], int) else 0
+            factors = [f for f in range(2, last) if last % f == 0]
+            if rank < 6 and factors and rng.random() < 0.5:  # the last dim split in two
+                f = rng.choice(factors)
+                out = shape[:-1] + [f, last // f]
+            elif rank >= 2 and all(isinstance(d, int) for d in shape[-2:]):  # the last two merged
+                out = shape[:-2] + [shape[-2] * shape[-1]]
+            else:
                 return
-            out = shape[:-2] + [shape[-2] * shape[-1]]
             self.let(f"reshape({x}, shape=[{', '.join(map(str, out))}])", out)
         elif kind == "cast":
             other = rng.choice([t for t in ("f32", "f16", "bf16") if t != self.dtype])
@@ -255,10 +339,16 @@ class Graph:
             cmp = rng.choice(["gt", "lt", "ge", "le"])
             self.let(f"where({cmp}({x}, {other}), {x}, {other})", shape)
         elif kind == "cumsum":
-            self.let(f"cumsum({x}, axis={rng.randrange(-rank, 0)})", shape)
+            axis = rng.randrange(-rank, 0)
+            if self.dtype == "f32":
+                self.let(f"cumsum({x}, axis={axis})", shape)
+            else:  # a running mean: a sum of n values rounded to 16 bits is off by n/256 of one,
+                # which a softmax or exp after it takes past the tolerance
+                n = self.extent(shape[axis])
+                self.let(f"cumsum(mul({x}, {1 / n:.6g}), axis={axis})", shape)
         elif kind == "roll":
             axis = rng.randrange(-rank, 0)
-            self.let(f"roll({x}, shift={rng.randrange(-3, 4)}, axis={axis})", shape)
+            self.let(f"roll({x}, shift={self.shift(shape[axis])}, axis={axis})", shape)
 
     def typed_step(self, kind: str) -> None:
         """An op on or making ids, masks or positions (i64 and bool values)."""
@@ -267,7 +357,7 @@ class Graph:
             ids_shape = self.shape(rng.choice([1, 2]))
             rows = rng.choice([3, 5, 17, 50])
             ids = self.other("i64") if rng.random() < 0.3 else None
-            if ids is None:
+            if ids is None or len(ids[1]) > 5:  # ids of rank 0 to 5
                 ids = (self.input(ids_shape, "i64"), ids_shape)
             table = self.input([rows, self.size()])
             self.let(f"embedding({table}, {ids[0]})", list(ids[1]) + [self.values[-1][1][-1]])
@@ -292,7 +382,8 @@ class Graph:
             m = self.other("bool")
             axis = rng.randrange(-len(m[1]), 0)
             as_int = f"cast({m[0]}, to=i64)"
-            self.let(f"sub(mul(cumsum({as_int}, axis={axis}), {as_int}), 1)", list(m[1]), "i64")
+            self.let(f"sub(mul(cumsum({as_int}, axis={axis}), {as_int}), 1)", list(m[1]), "i64",
+                     self.extent(m[1][axis]))
         elif kind == "integer":
             p = self.other("i64")
             op = rng.choice(["add", "sub", "mul", "floor_divide", "remainder", "maximum",
@@ -301,7 +392,12 @@ class Graph:
             by = rng.choice(["2", "3", "-2", "7", "0"] + same)
             if op in ("maximum", "minimum") and by.lstrip("-").isdigit():
                 by = rng.choice(same)
-            self.let(f"{op}({p[0]}, {by})", list(p[1]), "i64")
+            a, bound = self.small(p[0], p[1])
+            if by.lstrip("-").isdigit():
+                b = abs(int(by))
+            else:
+                by, b = self.small(by, p[1])
+            self.let(f"{op}({a}, {by})", list(p[1]), "i64", combined(op, bound, b))
         elif kind == "to_float":
             # Small whole numbers (products of positions grow past what exp and cos of them keep
             # well-conditioned): exact in every float type.
@@ -321,6 +417,111 @@ class Graph:
             n = self.size()
             self.let(f"lt(reshape(arange({n}), shape=[1, {n}]), reshape(arange({n}), "
                      f"shape=[{n}, 1]))", [n, n], "bool")
+        elif kind == "arange":
+            # Positions in integer arithmetic with ids: arange along one axis (of S too, some
+            # made in i32), broadcast against an i64 value.
+            p, shape = self.other("i64")
+            axis = rng.randrange(-len(shape), 0)
+            n = self.extent(shape[axis])
+            pos = self.arange_along(shape, axis, rng.choice(["i64", "i64", "i32"]))
+            if "dtype=i32" in pos:
+                pos = f"cast({pos}, to=i64)"
+            a, bound = self.small(p, shape)
+            op = rng.choice(["add", "sub", "mul", "floor_divide", "remainder", "maximum",
+                             "minimum"])
+            if op in ("floor_divide", "remainder") and rng.random() < 0.5:
+                # Divided by positions: position 0 is a zero divisor (0 for both), or from 1.
+                by = pos if rng.random() < 0.5 else f"add({pos}, 1)"
+                text, bound = f"{op}({a}, {by})", combined(op, bound, n + 1)
+            elif rng.random() < 0.5:
+                text, bound = f"{op}({pos}, {a})", combined(op, n, bound)
+            else:
+                text, bound = f"{op}({a}, {pos})", combined(op, bound, n)
+            self.let(text, list(shape), "i64", bound)
+        elif kind == "arange_compare":
+            op = rng.choice(["lt", "le", "gt", "ge", "eq", "ne"])
+            if rng.random() < 0.4:
+                # A padding mask from lengths: the positions along an axis against a length
+                # for each of the other dims' entries.
+                shape = self.shape(rng.choice([2, 2, 3]))
+                axis = rng.randrange(-len(shape), 0)
+                lengths = list(shape)
+                lengths[axis] = 1
+                lengths = self.input(lengths, "i64")
+                self.let(f"{op}({self.arange_along(shape, axis)}, {lengths})", shape, "bool")
+                return
+            # Positions against ids (of their own shape, or their remainder by the dim's size).
+            p, shape = self.other("i64")
+            axis = rng.randrange(-len(shape), 0)
+            ids = p
+            if rng.random() < 0.3:
+                ids = f"remainder({p}, {self.extent(shape[axis])})"
+            args = [self.arange_along(shape, axis), ids]
+            rng.shuffle(args)
+            self.let(f"{op}({args[0]}, {args[1]})", list(shape), "bool")
+        elif kind == "gather":
+            # An embedding whose ids are positions, clamped into the table or taken mod its
+            # rows: of a sequence (a position embedding), or positions and ids combined.
+            rows = rng.choice([3, 5, 17, 50, 128])
+            p, shape = self.other("i64") if rng.random() < 0.6 else (None, [])
+            if p is None or len(shape) > 5:
+                n = "S" if self.symbolic and rng.random() < 0.5 else self.size()
+                shape, ids = [n], f"arange({n})"
+            else:
+                axis = rng.randrange(-len(shape), 0)
+                a, _ = self.small(p, shape)
+                args = [self.arange_along(shape, axis), a]
+                rng.shuffle(args)
+                ids = f"{rng.choice(['add', 'sub', 'mul'])}({args[0]}, {args[1]})"
+            if rng.random() < 0.5:
+                ids = f"remainder({ids}, {rows})"
+            else:
+                ids = f"minimum(maximum({ids}, 0), {rows - 1})"
+            if rng.random() < 0.5:  # a value of its own, or written in place
+                ids = self.let(ids, list(shape), "i64", rows - 1)
+            table = self.input([rows, self.size()])
+            self.let(f"embedding({table}, {ids})", list(shape) + [self.values[-1][1][-1]])
+        elif kind == "float_positions":
+            # Float positions (arange in f32, or cast) scaled into [0, 1), as is or through
+            # cos or sin (rotary tables), added to or multiplying a float value.
+            x, shape = self.pick()
+            axis = rng.randrange(-len(shape), 0)
+            n = self.extent(shape[axis])
+            if rng.random() < 0.5:
+                pos = self.arange_along(shape, axis, "f32")
+            else:
+                pos = f"cast({self.arange_along(shape, axis)}, to=f32)"
+            pos = f"mul({pos}, {1 / n:.6g})"
+            if rng.random() < 0.5:
+                pos = f"{rng.choice(['cos', 'sin'])}(mul({pos}, 3.0))"
+            if self.dtype != "f32":
+                pos = f"cast({pos}, to={self.dtype})"
+            self.let(f"{rng.choice(['add', 'mul'])}({x}, {pos})", shape)
+        elif kind == "int_roll":
+            dtype = rng.choice(["i64", "i64", "bool"])
+            p, shape = self.other(dtype)
+            if dtype == "i64" and rng.random() < 0.3:
+                # Transformers' packed-sequence check: each position less the one before, the
+                # first less (its own value - 1).
+                a, bound = self.small(p, shape)
+                self.let(f"sub({a}, where(eq({self.arange_along(shape, -1)}, 0), "
+                         f"sub(slice({a}, axis=-1, start=0, end=1), 1), "
+                         f"roll({a}, shift=1, axis=-1)))", list(shape), "i64", 2 * bound + 1)
+                return
+            axis = rng.randrange(-len(shape), 0)
+            self.let(f"roll({p}, shift={self.shift(shape[axis])}, axis={axis})", list(shape),
+                     dtype, self.bounds.get(p, 1))
+        elif kind == "int_cumsum":
+            # A running sum of ids (positions, offsets), some in i32.
+            p, shape = self.other("i64")
+            axis = rng.randrange(-len(shape), 0)
+            n = self.extent(shape[axis])
+            a, bound = self.small(p, shape)
+            if bound * n < 2**31 and rng.random() < 0.3:
+                text = f"cast(cumsum(cast({a}, to=i32), axis={axis}), to=i64)"
+            else:
+                text = f"cumsum({a}, axis={axis})"
+            self.let(text, list(shape), "i64", bound * n)
 
     def operand_like(self, shape: list[int]) -> str:
         """A value broadcasting against `shape`: one of that shape, of its last dim, a row of
@@ -343,7 +544,7 @@ class Graph:
     def text(self, outputs: list[str]) -> str:
         body = [f"graph {self.name} {{"]
         if self.symbolic:
-            body.append(f"  dim S: 1..{S_MAX}")
+            body.append(f"  dim S: {self.s_low}..{S_MAX}")
         body += [f"  input {n}: {d}[{', '.join(map(str, s))}]" for n, s, d in self.inputs
                  if self.used(n)]
         body += self.lines
@@ -361,6 +562,8 @@ def make(seed: int) -> tuple[str, int | None] | None:
     rng = random.Random(seed)
     dtype = rng.choices(["f32", "f16", "bf16"], [6, 2, 2])[0]
     g = Graph(rng, f"d{seed}", dtype, symbolic=rng.random() < 0.35, mixed=rng.random() < 0.4)
+    if g.symbolic:  # S from 1 mostly; a higher low end leaves wider windows along S
+        g.s_low = rng.choice([1, 1, 2, 4, 8, 16])
     g.input(g.shape())
     for _ in range(rng.randint(3, 12)):
         g.step()
@@ -380,9 +583,13 @@ def make(seed: int) -> tuple[str, int | None] | None:
         return None
     used_s = g.symbolic and any("S" in s for n, s, _ in g.inputs if g.used(n))
     if g.symbolic and not used_s:
+        if any(re.search(r"\bS\b", line) for line in g.lines):
+            return None  # arange(S) with no input of S: kiln refuses a dim no input has
         g.symbolic = False  # (kiln refuses a dim no input has)
     text = g.text(outputs)
-    return text, (rng.choice([1, 2, 17, 37, 64, 95, S_MAX]) if g.symbolic else None)
+    sizes = [s for s in (1, 2, 17, 37, 64, 95, S_MAX) if s >= g.s_low]
+    sizes += [] if g.s_low in sizes else [g.s_low]  # the low end itself: the whole window
+    return text, (rng.choice(sizes) if g.symbolic else None)
 
 
 MODES = ["highest", "high", "tf32x3", "medium"]
