@@ -80,8 +80,8 @@ public:
   Expected<std::optional<StoredEntry>> next();
   // The entries the bundle says it holds.
   uint64_t count() const { return m_count; }
-  // The fingerprint of the record of the entry next() returned last (codec.h: this process's
-  // seed, so a file rewritten between two reads cannot be made to match the first).
+  // The fingerprint of the record of the entry next() returned last (codec.h: under this
+  // process's seed, which a file rewritten between two reads does not know).
   Fingerprint record_fingerprint() const { return m_record_fingerprint; }
   // The records' fingerprints a first read gave (record_fingerprint() of each entry in turn):
   // from now on, next() fails for an entry whose record is another ("the file changed"), and at

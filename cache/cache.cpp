@@ -127,6 +127,7 @@ remote::Backend* Cache::remote_now() {
 
 void Cache::remote_failed(const std::string& what) {
   m_local->count(local::Counter::remote_errors);
+  m_remote_slow = 0;
   m_remote_down_until_ms = m_local->now() + m_options.remote_down_for.count();
   m_remote_failure = what;
   if (m_remote_warned) return;
@@ -135,19 +136,23 @@ void Cache::remote_failed(const std::string& what) {
                 std::to_string(m_options.remote_down_for.count() / 1000) + " s)");
 }
 
-void Cache::remote_answered(std::chrono::steady_clock::time_point started) {
+void Cache::remote_answered(std::chrono::steady_clock::time_point started, uint64_t bytes,
+                            Bulk bulk) {
+  if (bulk == Bulk::yes || bytes > k_slow_exempt_bytes || m_options.remote_slow_in_a_row <= 0)
+    return;
   auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - started);
-  if (took * 2 < m_options.remote_op_timeout) {
+  auto slow = m_options.remote_slow_after.value_or(m_options.remote_op_timeout / 2);
+  if (took < slow) {
     m_remote_slow = 0;
     return;
   }
-  if (++m_remote_slow < k_slow_in_a_row) return;
-  m_remote_slow = 0;
-  remote_failed(std::to_string(k_slow_in_a_row) +
-                " operations in a row took half the operation timeout or more (the last " +
-                std::to_string(took.count()) + " ms of " +
-                std::to_string(m_options.remote_op_timeout.count()) + " ms)");
+  if (++m_remote_slow < m_options.remote_slow_in_a_row) return;
+  remote_failed(m_remote_description + " answered slowly: " +
+                std::to_string(m_options.remote_slow_in_a_row) + " operations in a row took " +
+                std::to_string(slow.count()) + " ms or more (the operation timeout is " +
+                std::to_string(m_options.remote_op_timeout.count()) + " ms; the last took " +
+                std::to_string(took.count()) + " ms)");
 }
 
 std::optional<Entry> Cache::remote_fetch(const std::string& key,
@@ -167,7 +172,9 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
                                m_remote_secret.empty() ? "" : remote::signed_prefix()};
     auto started = std::chrono::steady_clock::now();
     auto got = backend->get(key, 0, limits);
-    if (got || got.failure().kind == remote::Failure::Kind::refused) remote_answered(started);
+    if (got || got.failure().kind == remote::Failure::Kind::refused)
+      remote_answered(started, got && *got ? (*got)->size() : 0,
+                      how.pulling ? Bulk::yes : Bulk::no);
     if (!got && got.failure().kind == remote::Failure::Kind::refused) {
       *outcome = Outcome::rejected;
       // With a secret, only values that start as signed ones are asked for.
@@ -244,7 +251,7 @@ std::optional<Entry> Cache::remote_fetch(const std::string& key,
       if (!refreshed)
         remote_failed(refreshed.failure().message);
       else
-        remote_answered(started);
+        remote_answered(started, 0, how.pulling ? Bulk::yes : Bulk::no);
     }
   }
   m_local->count(local::Counter::remote_hits);
@@ -276,12 +283,12 @@ void Cache::remote_rejected(const std::string& key, const std::string& why, Reje
                 "such rejections are counted in remote_rejected, not reported)");
 }
 
-Expected<bool> Cache::remote_put(const StoredEntry& entry) {
+Expected<bool> Cache::remote_put(const StoredEntry& entry, Bulk bulk, bool leased) {
   if (m_remote_secret.empty() && holds_native_code(entry)) return false;
   std::string value = remote::seal(entry.info.key, encode_entry(entry), m_remote_secret);
   std::lock_guard lock(m_remote_mutex);
-  remote::Backend* backend = remote_now();
-  if (!backend) return make_error("the remote tier is down");
+  remote::Backend* backend = leased ? m_remote.get() : remote_now();
+  if (!backend) return make_error("the remote tier is down (", m_remote_failure, ")");
   // Without a secret, a signed value is kept: a machine that cannot sign must not replace the
   // entries of the machines that can (they would reject its value and compile again).
   auto started = std::chrono::steady_clock::now();
@@ -291,7 +298,7 @@ Expected<bool> Cache::remote_put(const StoredEntry& entry) {
     remote_failed(put.failure().message);
     return make_error(put.failure().message);
   }
-  remote_answered(started);
+  remote_answered(started, value.size(), bulk);
   if (std::string graph = entry.info.field("graph_hash"); !graph.empty()) {
     started = std::chrono::steady_clock::now();
     auto marked = backend->put(graph_marker(graph, entry.info.key), "", m_remote_ttl_ms);
@@ -299,7 +306,7 @@ Expected<bool> Cache::remote_put(const StoredEntry& entry) {
       remote_failed(marked.failure().message);
       return make_error(marked.failure().message);
     }
-    remote_answered(started);
+    remote_answered(started, 0, bulk);
   }
   m_local->count(local::Counter::remote_puts);
   return true;
@@ -371,7 +378,7 @@ Expected<PushReport> Cache::push() {
       ++report.skipped_bad;
       continue;
     }
-    auto put = remote_put(**stored);
+    auto put = remote_put(**stored, Bulk::yes);
     if (!put) return make_error("remote cache: ", put.error().message);
     ++(*put ? report.pushed : report.skipped_native);
   }

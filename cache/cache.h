@@ -190,11 +190,16 @@ private:
   // The remote backend when it is usable now (configured and not marked down).
   remote::Backend* remote_now();
   void remote_failed(const std::string& what);
-  // After an operation the backend answered, begun at `started`: one that took half the operation
-  // timeout or more is slow, and k_slow_in_a_row slow ones in a row mark the tier down as a failure
-  // would (a server that always answers just in time costs every lookup most of a second).
-  static constexpr int k_slow_in_a_row = 3;
-  void remote_answered(std::chrono::steady_clock::time_point started);
+  // After an operation the backend answered, begun at `started` and moving `bytes` of value: one
+  // that took Options::remote_slow_after (half the operation timeout) or more is slow, and
+  // Options::remote_slow_in_a_row slow
+  // ones in a row mark the tier down as a failure would (a server that always answers just in time
+  // costs every lookup most of a second); a prompt one starts the count again. A value over
+  // k_slow_exempt_bytes takes the time of its transfer and counts neither way, and neither do a
+  // bulk command's operations (push, pull: they have their own budget).
+  static constexpr uint64_t k_slow_exempt_bytes = uint64_t{1} << 20;
+  enum class Bulk { no, yes };
+  void remote_answered(std::chrono::steady_clock::time_point started, uint64_t bytes, Bulk bulk);
   // needs_key: host code refused for want of a secret (a rejection that is not the entry's fault).
   enum class Outcome { hit, miss, rejected, needs_key, failed, other_graph };
   // A verified remote entry for `key`, stored locally; nullopt on a miss, a rejection or a
@@ -209,14 +214,17 @@ private:
   // Puts `entry` (sealed) to the remote tier; a failure marks the tier down (one warning).
   // Without a secret, an entry holding host machine code is not put (answers false: no machine
   // takes it unsigned), and a signed value already there is kept.
-  Expected<bool> remote_put(const StoredEntry& entry);
+  // `leased`: this process holds the fleet's lease on the key, so the others wait for this put:
+  // it is tried even while the tier is marked down.
+  Expected<bool> remote_put(const StoredEntry& entry, Bulk bulk = Bulk::no, bool leased = false);
   // Rejects a remote value: counted and reported, except host code refused for want of a secret,
   // which is reported once per cache, with how to enable signing.
   enum class Rejection { reported, unsigned_host_code };
   void remote_rejected(const std::string& key, const std::string& why,
                        Rejection kind = Rejection::reported);
   Expected<Fetched> produce(const std::string& key, const std::vector<KeyField>& fields,
-                            const Producer& producer, bool store, const PayloadSelection& want);
+                            const Producer& producer, bool store, const PayloadSelection& want,
+                            bool leased = false);
 
   Options m_options;
   std::unique_ptr<local::Store> m_local;

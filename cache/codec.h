@@ -46,8 +46,9 @@ private:
 
 // An identity of bytes compared within one process (a record read twice, before and after
 // another process or writer may have replaced it): XXH3-128 under a seed drawn once per process
-// from the kernel's random source, so bytes made to match other bytes would need a seed that
-// never leaves the process. Never stored: a fingerprint means nothing to another process.
+// from the kernel's random source and never written anywhere. Not a MAC: it makes other bytes
+// that match hard to write without the seed, not impossible, so what it guards is checked again
+// too. Never stored: a fingerprint means nothing to another process.
 struct Fingerprint {
   uint64_t low = 0;
   uint64_t high = 0;

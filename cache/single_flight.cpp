@@ -141,7 +141,7 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
           auto got = backend->acquire_lease(lease_name(key), owner, m_options.remote_lease.count());
           if (got) {
             taken = *got;
-            remote_answered(started);
+            remote_answered(started, 0, Bulk::no);
           } else {
             remote_failed(got.failure().message);
           }
@@ -169,12 +169,12 @@ Expected<Fetched> Cache::get_or_create(const std::string& key, const std::vector
   }
   if (m_local->enabled()) m_local->count(local::Counter::misses);
   // Still holding the key's lock and lease, released on return (after the entry is stored).
-  return produce(key, fields, producer, true, want);
+  return produce(key, fields, producer, true, want, lease != nullptr);
 }
 
 Expected<Fetched> Cache::produce(const std::string& key, const std::vector<KeyField>& fields,
                                  const Producer& producer, bool store,
-                                 const PayloadSelection& want) {
+                                 const PayloadSelection& want, bool leased) {
   auto contents = producer();
   if (!contents) return contents.error();
   Fetched out;
@@ -188,7 +188,7 @@ Expected<Fetched> Cache::produce(const std::string& key, const std::vector<KeyFi
   if (store) {
     auto entry = m_local->encode_contents(key, fields, *contents);
     if (entry) {
-      if (m_remote) (void)remote_put(*entry);  // a failed put is a warning
+      if (m_remote) (void)remote_put(*entry, Bulk::no, leased);  // a failed put is a warning
       if (m_local->enabled() && m_local->insert(std::move(*entry)))
         out.source = FetchSource::produced;
     }

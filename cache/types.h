@@ -50,6 +50,10 @@ struct Options {
   std::chrono::milliseconds remote_op_timeout{1000};
   std::chrono::milliseconds remote_lease{10000};      // a compile's lease, renewed while it runs
   std::chrono::milliseconds remote_down_for{30000};   // how long a failing remote is skipped
+  // Answers in a row that each took remote_slow_after or more (unset: half remote_op_timeout)
+  // before the tier is marked down as slow (Cache::remote_answered); 0: never.
+  int remote_slow_in_a_row = 3;
+  std::optional<std::chrono::milliseconds> remote_slow_after;
   // The longest a pull fetches for: a server that answers every read just inside the operation
   // timeout cannot hold `kiln pull` for days (2^20 keys); a pull stopped there says how far it
   // got, and the next one goes on (it skips the keys already here).
@@ -120,8 +124,8 @@ struct Stats {
 struct BadEntry {
   std::string key;
   std::string reason;
-  // Fix::yes only: another process replaced or removed the entry after it was checked, so it
-  // was left alone (what is there now was not checked).
+  // Fix::yes only: another process replaced the entry after it was checked, so it was left alone
+  // (what is there now was not checked). One removed meanwhile counts as removed.
   bool replaced = false;
 };
 
@@ -132,7 +136,8 @@ struct VerifyReport {
   // said. Its entries are then not checked one by one; with Fix::yes the database is moved aside
   // and a new one started.
   std::string database;
-  // The bad entries (or the malformed database) were dropped, but those `replaced` meanwhile.
+  // Fix::yes: the malformed database was moved aside, or bad entries were dropped (every one but
+  // those `replaced` meanwhile).
   bool removed = false;
 };
 

@@ -399,13 +399,18 @@ int run_verify(const CacheArgs& args) {
                                 : "kiln verify --fix moves it aside and starts an empty one\n");
     return code;
   }
+  size_t left = 0;
   for (const cache::BadEntry& b : report->bad) {
-    std::printf("%s %s: %s%s\n", report->removed && !b.replaced ? "removed" : "bad",
-                b.key.c_str(), b.reason.c_str(),
-                b.replaced ? " (kept: another process replaced it since it was checked)" : "");
+    left += b.replaced ? 1 : 0;
+    std::printf("%s %s: %s%s\n", args.fix && !b.replaced ? "removed" : "bad", b.key.c_str(),
+                b.reason.c_str(),
+                b.replaced ? " (left alone: another process replaced it after the check)" : "");
   }
-  std::printf("checked %llu entries, %zu bad\n", static_cast<unsigned long long>(report->checked),
+  std::printf("checked %llu entries, %zu bad", static_cast<unsigned long long>(report->checked),
               report->bad.size());
+  if (args.fix && !report->bad.empty())
+    std::printf(", %zu removed, %zu left alone", report->bad.size() - left, left);
+  std::printf("\n");
   return code;
 }
 
@@ -439,7 +444,7 @@ int run_import(const CacheArgs& args) {
   // Read through twice, one entry in memory at a time (a bundle may be as large as a cache):
   // first to check it all, the file checksum last, so that a bundle refused leaves no trace
   // (the cache is not opened); then to import it, each entry's record the one checked (its
-  // checksum from the first read) and checked again.
+  // fingerprint from the first read) and checked again.
   auto checking = cache::BundleReader::open(args.target);
   if (!checking) return fail(checking.error().message, k_exit_usage);
   // A bundle is checksummed, not signed: its CPU-target entries are machine code that `kiln run`

@@ -241,16 +241,14 @@ Expected<VerifyReport> Store::verify(Fix fix, const EntryCheck& check) {
   // checked is left to it, unchecked here.
   auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
   if (!txn) return txn.error();
-  uint64_t dropped = 0;
   for (size_t i = 0; i < report.bad.size(); ++i) {
-    auto same = drop_if_same(report.bad[i].key, marks[i]);
-    if (!same) return same.error();
-    report.bad[i].replaced = !*same;
-    dropped += *same ? 1 : 0;
+    auto dropped = drop_if_same(report.bad[i].key, marks[i]);
+    if (!dropped) return dropped.error();
+    report.bad[i].replaced = *dropped == Dropped::replaced;
+    report.removed = report.removed || !report.bad[i].replaced;  // gone: removed meanwhile
   }
   if (Status s = txn->commit(); !s) return s.error();
-  count_locked(Counter::errors, dropped);
-  report.removed = true;
+  count_locked(Counter::errors, report.bad.size());
   settle_locked(0, Checkpoint::yes);
   return report;
 }

@@ -184,28 +184,38 @@ void Store::count_hit_locked(Entry& entry) {
 
 Status Store::drop(const std::string& key) { return drop_rows(*m_db, key); }
 
-Expected<bool> Store::drop_if_same(const std::string& key, const RecordMark& mark) {
+Expected<Store::Dropped> Store::drop_if_same(const std::string& key, const RecordMark& mark) {
   {
-    auto st = m_db->prepare("SELECT length(record), substr(record, -8) FROM entries WHERE key = ?");
+    // As a blob: a record stored as text (damage to its type) is measured in bytes too.
+    auto st = m_db->prepare(
+        "SELECT length(CAST(record AS BLOB)), substr(CAST(record AS BLOB), -8) FROM entries"
+        " WHERE key = ?");
     if (!st) return st.error();
     st->bind_text(1, key);
     auto row = st->step();
     if (!row) return row.error();
-    if (!*row || st->column_int64(0) != mark.size || st->column_blob_view(1) != mark.tail)
-      return false;
+    if (!*row) return Dropped::gone;
+    if (st->column_int64(0) != mark.size || st->column_blob_view(1) != mark.tail)
+      return Dropped::replaced;
   }
   if (Status s = drop(key); !s) return s.error();
-  return true;
+  return Dropped::yes;
 }
 
 void Store::drop_bad(const std::string& key, const RecordMark& mark, const std::string& reason) {
   count_locked(Counter::errors);
-  auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
-  Expected<bool> dropped = txn ? drop_if_same(key, mark) : Expected<bool>(txn.error());
-  Status s = dropped ? txn->commit() : Status(dropped.error());
-  if (!s) return note_write_failure(s.error());
-  // Replaced since it was read (another process compiled it again): the new one is not this one.
-  if (!*dropped) return;
+  Expected<Dropped> dropped = Dropped::gone;
+  {
+    auto txn = Transaction::begin(*m_db, Transaction::Kind::write);
+    dropped = txn ? drop_if_same(key, mark) : Expected<Dropped>(txn.error());
+    if (dropped) {
+      if (Status s = txn->commit(); !s) dropped = s.error();
+    }
+  }  // rolled back here unless committed: before a failure's report may close the database
+  if (!dropped) return note_write_failure(dropped.error());
+  // Replaced since it was read (another process compiled it again: not this record), or dropped
+  // by another process that read it too and said so.
+  if (*dropped != Dropped::yes) return;
   m_pending_touches.erase(key);
   warn("dropped bad entry " + key + ": " + reason);
 }

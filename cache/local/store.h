@@ -180,8 +180,9 @@ private:
                        const std::vector<KeyField>* request_fields = nullptr);
   Status drop(const std::string& key);
   // Drops the entry at `key` if its record is still the one `mark` names, in the caller's write
-  // transaction; false when it is absent or another.
-  Expected<bool> drop_if_same(const std::string& key, const RecordMark& mark);
+  // transaction: yes; replaced when the record there is another; gone when none is.
+  enum class Dropped { yes, replaced, gone };
+  Expected<Dropped> drop_if_same(const std::string& key, const RecordMark& mark);
   void count_locked(Counter counter, uint64_t value = 1);
   void count_hit_locked(Entry& entry);
   void drop_bad(const std::string& key, const RecordMark& mark, const std::string& reason);

@@ -191,7 +191,7 @@ TEST_F(CacheBundle, TheReaderGivesEntriesOneAtATimeAndTheFileChecksumLast) {
 
 // A version-1 bundle (fields inline, every payload a zstd frame) is still read, whole, through
 // the reader as through read_bundle; damaged, it is refused.
-// A second read told the first's record checksums stops at the first entry that is another, or
+// A second read told the first's record fingerprints stops at the first entry that is another, or
 // at another number of entries: what kiln import stores is what it checked.
 TEST_F(CacheBundle, ASecondReadRefusesEntriesUnlikeTheFirstReadsOnes) {
   std::vector<Fingerprint> sums;

@@ -66,6 +66,20 @@ TEST_F(CacheCorruption, FlippedByteInTheRecordIsDroppedAndReported) {
   EXPECT_EQ(cache->stats()->errors, 1u);
 }
 
+// A damaged record whose column holds text, not a blob: SQLite measures text in characters (up
+// to a NUL), so the drop compares it as bytes, or the entry would never be dropped.
+TEST_F(CacheCorruption, ADamagedRecordStoredAsTextIsDroppedToo) {
+  std::string bytes = record();
+  testing::flip(bytes, static_cast<long>(bytes.size() / 2));
+  set_record(bytes);
+  run_sql("UPDATE entries SET record = CAST(record AS TEXT) WHERE key = '" + key + "'");
+  ASSERT_EQ(db->query_int("SELECT typeof(record) = 'text' FROM entries").value(), 1);
+  EXPECT_FALSE(cache->lookup(key, fields).hit());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("dropped bad entry " + key), std::string::npos) << warnings[0];
+  EXPECT_EQ(cache->stats()->entries, 0u);
+}
+
 TEST_F(CacheCorruption, FlippedByteInAPayloadKeptApartIsDropped) {
   std::string data;
   {
