@@ -79,3 +79,32 @@ def test_unknown_options_are_refused():
     model = torch.compile(torch.nn.Linear(4, 4), backend="kiln", options={"precison": "high"})
     with torch.no_grad(), pytest.raises(Exception, match="unknown options"):
         model(torch.ones(2, 4))
+
+
+def _views_of_the_input(x):
+    b = x.shape[0]
+    return (x.view(b, 2, 2)[:, 1], x.view(b, 2, 2).transpose(0, 1), x.unflatten(1, (2, 2))[..., 0],
+            x[:, :, None].expand(b, 4, 3), x.t(), x * 2)
+
+
+def _a_view_after_an_update_in_place(x):
+    x.add_(1)
+    return x.view(x.shape[0], 2, 2)[:, :, 1:], x * 3
+
+
+@pytest.mark.parametrize("f", [_views_of_the_input, _a_view_after_an_update_in_place])
+def test_outputs_that_are_views_of_an_input_hold_its_elements(f, cache_dir):
+    """AOTAutograd makes such an output again from the input it aliases, and with symbolic sizes
+    from the layout of what the backend returned (`as_strided`): a contiguous kiln output read
+    other elements of the input ([[0, 1], [2, 3], [4, 5]] for [[2, 3], [6, 7], [10, 11]])."""
+    torch._dynamo.reset()
+    model = torch.compile(f, backend="kiln", dynamic=True,
+                          options={"target": "cpu", "cache_dir": str(cache_dir)})
+    with torch.no_grad():
+        for rows in (3, 5, 6):
+            x = torch.arange(rows * 4.0).view(rows, 4)
+            mine, eager = x.clone(), x.clone()
+            got, want = model(mine), f(eager)
+            assert torch.equal(mine, eager)
+            for g, w in zip(got, want):
+                assert g.shape == w.shape and torch.equal(g, w), (rows, g, w)

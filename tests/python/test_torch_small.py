@@ -2293,6 +2293,43 @@ def test_floor_ceil_trunc_and_rounded_divisions_by_powers_of_two_run_in_kiln(cac
         assert torch.equal(got[keep].signbit(), want[keep].signbit()), i
 
 
+POWERS = (0.5, -0.5, -1, 2, 3, -2, 1.7, -1.3, 4)
+
+
+class Powers(torch.nn.Module):
+    def forward(self, x, b, h):
+        return tuple(t ** e for t in (x, b, h) for e in POWERS)
+
+
+def test_powers_by_a_number_are_computed_as_pytorchs_kernel_computes_them(cache_dir):
+    """f32 and bf16: 0.5, -0.5 and -1 as sqrt, rsqrt and a reciprocal (-inf ** 0.5 is NaN,
+    -0.0 ** -0.5 is -inf), 2, 3 and -2 as products rounded at each step; bf16 and f16 raise to
+    the exponent rounded to their type (bf16 1000 ** 1.7 was 125952 where eager gives 128512)."""
+    special = torch.tensor([-float("inf"), -0.0, 0.0, float("inf"), -2.5, 1000.0, 7.71875, 6.625])
+    g = torch.Generator().manual_seed(3)
+    x = torch.cat([special, torch.rand(200, generator=g) * 100, torch.randn(40, generator=g)])
+    args = (x, x.bfloat16(), x.half())
+    _, program = compiled(Powers(), args, cache_dir)
+    assert not program.fallbacks, program.fallbacks
+    bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+    for i, (got, want) in enumerate(zip(program(*args), Powers()(*args))):
+        assert got.dtype == want.dtype and torch.equal(got.isnan(), want.isnan()), i
+        keep = ~want.isnan()
+        got, want = got[keep], want[keep]
+        assert torch.equal(got.signbit(), want.signbit()), i
+        # Zeros, infinities and the special inputs exact; the rest within two units in the last
+        # place (kiln's sqrt is not always the correctly rounded result). An f32 power by 1.7
+        # is by f32's 1.7 in kiln and by the double in eager: within 1e-6 of it here.
+        exact = (want == 0) | want.isinf()
+        exact[:len(special)] = True
+        assert torch.equal(got[exact], want[exact]), (i, got[exact], want[exact])
+        if got.dtype == torch.float32 and POWERS[i % len(POWERS)] in (1.7, -1.3):
+            assert torch.allclose(got, want, rtol=1e-6, atol=0), i
+            continue
+        apart = (got.view(bits[got.dtype]).long() - want.view(bits[want.dtype]).long()).abs()
+        assert int(apart.max()) <= 2, (i, got[apart > 2], want[apart > 2])
+
+
 EQUATIONS = [("bhwc,hkc->bhwk", (2, 3, 4, 5), (3, 6, 5)),  # SAM's relative positions
              ("bnqd,bnkd->bnqk", (2, 3, 4, 5), (2, 3, 6, 5)),
              ("ibh,hnd->ibnd", (4, 2, 6), (6, 3, 5)),

@@ -10,6 +10,7 @@ try:
     import torch
 except ImportError as e:  # kiln itself needs only NumPy
     raise ImportError("kiln.torch needs PyTorch 2.5 or later: pip install torch") from e
+import sympy  # PyTorch's own dependency
 from torch.fx import Graph, GraphModule
 
 from .. import _runtime
@@ -401,18 +402,132 @@ def _compile_forward(fx: GraphModule, inputs, options: dict):
     name = f"dynamo_{_counter[0]}"
     plan, fallback_list, outputs = _build(gm, input_names, symbols, dims, name, rt, fallbacks)
     names = [input_names[n] for n in placeholders]
+    layouts = _OutputLayouts(gm, placeholders)
     from ._program import run_steps
 
     def run(*args):
         env = dict(constants)
         env.update(zip(names, args))
         run_steps(plan, env)
-        return [env[o] if isinstance(o, str) and o in env else o for o in outputs]
+        return layouts.apply([env[o] if isinstance(o, str) and o in env else o for o in outputs],
+                             args)
 
     run.kiln_partitions = [s[6] for s in plan if s[0] == "kiln"]
     run.kiln_fallbacks = fallback_list
     compiled.append(run)
     return run
+
+
+class _OutputLayouts:
+    """The traced strides and storage offsets of a forward graph's outputs. AOTAutograd makes an
+    output that aliases an input (or an intermediate) again from that base, and where it cannot
+    replay the views (views of symbolic sizes) it takes `base.as_strided(out.size(), out.stride(),
+    out.storage_offset())` of the tensor the backend returned: a kiln output, contiguous, would
+    read the wrong elements of the base (`x.view(B, 2, 2)[:, 1]`). Each output whose traced layout
+    is not contiguous is returned with that layout, its sizes, strides and offset evaluated at the
+    call's sizes."""
+
+    def __init__(self, gm: GraphModule, placeholders: list):
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        outs = out_node.args[0]
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        # Where each symbol of the trace is found at a call: (argument, dim) or (argument, None).
+        self.sources: dict = {}
+        for i, p in enumerate(placeholders):
+            val = p.meta.get("val")
+            if isinstance(val, torch.SymInt) and _is_symbol(val):
+                self.sources.setdefault(val.node.expr, (i, None))
+            elif isinstance(val, torch.Tensor):
+                for d, size in enumerate(val.shape):
+                    if isinstance(size, torch.SymInt) and _is_symbol(size):
+                        self.sources.setdefault(size.node.expr, (i, d))
+        self.layouts: list = []  # per output: None, or its traced (sizes, strides, offset)
+        for o in outs:
+            val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+            if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+                self.layouts.append(None)
+                continue
+            traced = (tuple(val.shape), tuple(val.stride()), val.storage_offset())
+            if traced[2] == 0 and _contiguous_strides(traced[0], traced[1]):
+                self.layouts.append(None)  # what kiln returns
+            else:
+                self.layouts.append(traced)
+        self.cache: dict = {}
+
+    def apply(self, values: list, args) -> list:
+        if not any(self.layouts):
+            return values
+        out = list(values)
+        for i, traced in enumerate(self.layouts):
+            if traced is not None and isinstance(out[i], torch.Tensor):
+                layout = self._at(traced, args)
+                if layout is not None:
+                    out[i] = _with_layout(out[i], *layout)
+        return out
+
+    def _at(self, traced, args):
+        """(sizes, strides, offset) as ints at this call, or None where a symbol of them is
+        not found among the arguments."""
+        values = {}
+        for sym, (i, d) in self.sources.items():
+            arg = args[i]
+            values[sym] = sympy.Integer(int(arg) if d is None else int(arg.shape[d]))
+        key = (id(traced), tuple(sorted((str(k), v) for k, v in values.items())))
+        if key in self.cache:
+            return self.cache[key]
+
+        def evaluate(x):
+            if not isinstance(x, torch.SymInt):
+                return int(x)
+            expr = x.node.expr.xreplace(values)
+            if not expr.is_number:
+                raise LookupError(str(expr))
+            return int(expr)
+
+        try:
+            layout = (tuple(evaluate(s) for s in traced[0]), tuple(evaluate(s) for s in traced[1]),
+                      evaluate(traced[2]))
+        except LookupError:
+            layout = None
+        self.cache[key] = layout
+        return layout
+
+
+def _is_symbol(x) -> bool:
+    return bool(getattr(x.node.expr, "is_Symbol", False))
+
+
+def _contiguous_strides(sizes, strides) -> bool:
+    expected = 1
+    for size, stride in zip(reversed(sizes), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected = expected * size
+    return True
+
+
+def _with_layout(value: torch.Tensor, sizes, strides, offset) -> torch.Tensor:
+    """`value`'s elements in a tensor of these strides and storage offset (not a view: no `_base`);
+    `value` itself when it has them, or when its sizes are others."""
+    if tuple(value.shape) != sizes or (value.stride() == strides and value.storage_offset() == offset):
+        return value
+    if any(s == 0 for s in sizes):
+        extent = offset
+    else:
+        extent = offset + 1 + sum((s - 1) * st for s, st in zip(sizes, strides))
+    storage = torch.empty(extent, dtype=value.dtype, device=value.device).untyped_storage()
+    out = torch.empty((0,), dtype=value.dtype, device=value.device).set_(storage, offset, sizes,
+                                                                        strides)
+    # A dim of stride 0 (an `expand`) holds one element in memory: one position of it is copied.
+    dst, src = out, value
+    for d, st in enumerate(strides):
+        if st == 0 and sizes[d] > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    try:
+        dst.copy_(src)
+    except RuntimeError:  # other overlapping strides (an unfold): kept contiguous
+        return value
+    return out
 
 
 # Every forward graph the backend compiled in this process, newest last (for inspection).
