@@ -108,3 +108,23 @@ def test_outputs_that_are_views_of_an_input_hold_its_elements(f, cache_dir):
             assert torch.equal(mine, eager)
             for g, w in zip(got, want):
                 assert g.shape == w.shape and torch.equal(g, w), (rows, g, w)
+
+
+def _sizes_the_data_decides(x):
+    y = x[x > 2]
+    return x.nonzero(), y[1:], y[::2], x * 2
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_outputs_whose_sizes_the_data_decides_keep_compiling(dynamic, cache_dir):
+    """Their layouts are PyTorch's own (they come from steps left in PyTorch); reading their
+    traced layout guarded on a size only the data decides, and the graph failed to compile."""
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        model = torch.compile(_sizes_the_data_decides, backend="kiln", dynamic=dynamic,
+                              options={"target": "cpu", "cache_dir": str(cache_dir),
+                                       "fallbacks": "allow"})
+        with torch.no_grad():
+            x = torch.tensor([[0.0, 3.0, 1.0], [4.0, 0.0, 5.0]])
+            for got, want in zip(model(x), _sizes_the_data_decides(x)):
+                assert torch.equal(got, want), (got, want)

@@ -425,72 +425,99 @@ class _OutputLayouts:
     out.storage_offset())` of the tensor the backend returned: a kiln output, contiguous, would
     read the wrong elements of the base (`x.view(B, 2, 2)[:, 1]`). Each output whose traced layout
     is not contiguous is returned with that layout, its sizes, strides and offset evaluated at the
-    call's sizes."""
+    call's sizes: a view of the input it aliases (no copy), or a copy in a buffer of its own."""
 
     def __init__(self, gm: GraphModule, placeholders: list):
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+        from torch.multiprocessing.reductions import StorageWeakRef
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         outs = out_node.args[0]
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        # Where each symbol of the trace is found at a call: (argument, dim) or (argument, None).
+        # Where each symbol of the trace is found at a call: (argument, dim) or (argument, None),
+        # and which argument each traced storage is.
         self.sources: dict = {}
+        storages: dict = {}
         for i, p in enumerate(placeholders):
             val = p.meta.get("val")
             if isinstance(val, torch.SymInt) and _is_symbol(val):
                 self.sources.setdefault(val.node.expr, (i, None))
             elif isinstance(val, torch.Tensor):
+                storages.setdefault(StorageWeakRef(val.untyped_storage()), i)
                 for d, size in enumerate(val.shape):
                     if isinstance(size, torch.SymInt) and _is_symbol(size):
                         self.sources.setdefault(size.node.expr, (i, d))
-        self.layouts: list = []  # per output: None, or its traced (sizes, strides, offset)
+        # Per output: None, or its traced (sizes, strides, offset) as sympy expressions and the
+        # argument whose storage it views (None for a value of its own).
+        self.layouts: list = []
         for o in outs:
             val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
-            if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+            # A size that only the data decides (nonzero, a mask) comes from a PyTorch step,
+            # which made the layout already.
+            if not isinstance(val, torch.Tensor) or val.layout != torch.strided or \
+                    free_unbacked_symbols(val):
                 self.layouts.append(None)
                 continue
-            traced = (tuple(val.shape), tuple(val.stride()), val.storage_offset())
+            traced = (tuple(_expr(x) for x in val.shape), tuple(_expr(x) for x in val.stride()),
+                      _expr(val.storage_offset()))
             if traced[2] == 0 and _contiguous_strides(traced[0], traced[1]):
                 self.layouts.append(None)  # what kiln returns
             else:
-                self.layouts.append(traced)
+                self.layouts.append((traced, storages.get(StorageWeakRef(val.untyped_storage()))))
+        self.any = any(self.layouts)
         self.cache: dict = {}
 
     def apply(self, values: list, args) -> list:
-        if not any(self.layouts):
+        if not self.any:
             return values
+        layouts = self._at(args)
         out = list(values)
-        for i, traced in enumerate(self.layouts):
-            if traced is not None and isinstance(out[i], torch.Tensor):
-                layout = self._at(traced, args)
-                if layout is not None:
-                    out[i] = _with_layout(out[i], *layout)
+        for i, (layout, base) in enumerate(layouts):
+            if layout is None or not isinstance(out[i], torch.Tensor) or \
+                    tuple(out[i].shape) != layout[0]:
+                continue
+            if base is not None and isinstance(args[base], torch.Tensor):
+                out[i] = args[base].as_strided(*layout)  # the view itself, as eager's
+            else:
+                out[i] = _with_layout(out[i], *layout)
         return out
 
-    def _at(self, traced, args):
-        """(sizes, strides, offset) as ints at this call, or None where a symbol of them is
-        not found among the arguments."""
+    def _at(self, args) -> list:
+        """Each output's (sizes, strides, offset) as ints at this call (None where it keeps
+        kiln's layout, or a symbol of it is not among the arguments), and its base."""
         values = {}
         for sym, (i, d) in self.sources.items():
             arg = args[i]
-            values[sym] = sympy.Integer(int(arg) if d is None else int(arg.shape[d]))
-        key = (id(traced), tuple(sorted((str(k), v) for k, v in values.items())))
+            values[sym] = int(arg) if d is None else int(arg.shape[d])
+        key = tuple(values.values())
         if key in self.cache:
             return self.cache[key]
+        subs = {sym: sympy.Integer(v) for sym, v in values.items()}
 
-        def evaluate(x):
-            if not isinstance(x, torch.SymInt):
-                return int(x)
-            expr = x.node.expr.xreplace(values)
+        def evaluate(expr):
+            expr = expr.xreplace(subs)
             if not expr.is_number:
                 raise LookupError(str(expr))
             return int(expr)
 
-        try:
-            layout = (tuple(evaluate(s) for s in traced[0]), tuple(evaluate(s) for s in traced[1]),
-                      evaluate(traced[2]))
-        except LookupError:
-            layout = None
-        self.cache[key] = layout
-        return layout
+        layouts = []
+        for entry in self.layouts:
+            if entry is None:
+                layouts.append((None, None))
+                continue
+            (sizes, strides, offset), base = entry
+            try:
+                layouts.append(((tuple(evaluate(x) for x in sizes),
+                                 tuple(evaluate(x) for x in strides), evaluate(offset)), base))
+            except LookupError:
+                layouts.append((None, None))
+        if len(self.cache) < 64:
+            self.cache[key] = layouts
+        return layouts
+
+
+def _expr(x):
+    """An int or SymInt as a sympy expression (no guard is added on the symbol)."""
+    return x.node.expr if isinstance(x, torch.SymInt) else sympy.Integer(int(x))
 
 
 def _is_symbol(x) -> bool:
@@ -498,7 +525,9 @@ def _is_symbol(x) -> bool:
 
 
 def _contiguous_strides(sizes, strides) -> bool:
-    expected = 1
+    """Whether sympy `strides` are the contiguous ones of `sizes`, as written (a size that may be
+    1 at a call is taken as it is written: such a layout is given again, unchanged)."""
+    expected = sympy.Integer(1)
     for size, stride in zip(reversed(sizes), reversed(strides)):
         if size != 1 and stride != expected:
             return False

@@ -344,23 +344,26 @@ for _op, _k in [(aten.floor, "floor"), (aten.ceil, "ceil"), (aten.trunc, "trunc"
 @lowering(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow(cx, node):
     """x ** e as PyTorch's CPU kernel computes it for a number e: in f32 and bf16, e of 0.5, -0.5
-    and -1 are `sqrt`, `rsqrt` and a reciprocal (so -inf ** 0.5 is NaN and -0.0 ** -0.5 is -inf),
-    2, 3 and -2 are products (each rounded, in bf16 too); any other e in bf16, and every e in f16,
-    is first rounded to the tensor's type (1.7 is 1.703125 in bf16)."""
+    and -1 are `sqrt`, `rsqrt` and a reciprocal (so -inf ** 0.5 is NaN and -0.0 ** -0.5 is -inf);
+    then in bf16 and f16 e is rounded to the tensor's type (1.7 is 1.703125 in bf16); then in f32
+    and bf16 an e of 2, 3 or -2 (2.995 rounded to bf16 is 3) is products, each rounded."""
     x, e = node.args[0], node.args[1]
     work = cx.dtype_of(node)
     if node.target != aten.pow.Tensor_Scalar or not isinstance(e, (int, float)) or \
             isinstance(e, bool) or work not in ("f32", "f16", "bf16"):
         return _arith(cx, node, "pow", x, e)
-    if work in ("f32", "bf16"):
-        v = cx.ref(x, work)
-        special = {0.5: f"sqrt({v})", -0.5: f"rsqrt({v})", -1.0: f"div(1.0, {v})",
-                   2.0: f"mul({v}, {v})", 3.0: f"mul(mul({v}, {v}), {v})",
-                   -2.0: f"div(1.0, mul({v}, {v}))"}
-        if float(e) in special:
-            return Expr(special[float(e)])
+    v = cx.ref(x, work)
+    if work in ("f32", "bf16"):  # the exponent as given
+        roots = {0.5: f"sqrt({v})", -0.5: f"rsqrt({v})", -1.0: f"div(1.0, {v})"}
+        if float(e) in roots:
+            return Expr(roots[float(e)])
     if work in ("f16", "bf16"):
         e = float(torch.tensor(float(e), dtype=_TORCH_DTYPES[work]))
+    if work in ("f32", "bf16"):  # the exponent rounded
+        products = {2.0: f"mul({v}, {v})", 3.0: f"mul(mul({v}, {v}), {v})",
+                    -2.0: f"div(1.0, mul({v}, {v}))"}
+        if float(e) in products:
+            return Expr(products[float(e)])
     return _arith(cx, node, "pow", x, e)
 
 
