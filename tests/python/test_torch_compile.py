@@ -101,13 +101,13 @@ def test_outputs_that_are_views_of_an_input_hold_its_elements(f, cache_dir):
     model = torch.compile(f, backend="kiln", dynamic=True,
                           options={"target": "cpu", "cache_dir": str(cache_dir)})
     with torch.no_grad():
-        for rows in (3, 5, 6):
-            x = torch.arange(rows * 4.0).view(rows, 4)
-            mine, eager = x.clone(), x.clone()
+        for rows, start in ((3, 0), (5, 0), (6, 0), (5, 3), (3, 7)):
+            # From `start` on in its storage: a view's offset is the input's and the view's own.
+            mine, eager = (torch.arange(start + rows * 4.0)[start:].view(rows, 4) for _ in "ab")
             got, want = model(mine), f(eager)
             assert torch.equal(mine, eager)
             for g, w in zip(got, want):
-                assert g.shape == w.shape and torch.equal(g, w), (rows, g, w)
+                assert g.shape == w.shape and torch.equal(g, w), (rows, start, g, w)
 
 
 def _sizes_the_data_decides(x):

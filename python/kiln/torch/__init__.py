@@ -433,21 +433,30 @@ class _OutputLayouts:
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         outs = out_node.args[0]
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        # Where each symbol of the trace is found at a call: (argument, dim) or (argument, None),
-        # and which argument each traced storage is.
+        # Where each symbol of the trace is found at a call: (argument, what, dim), what one of
+        # "int" (a SymInt argument), "size", "stride" or "offset" of a tensor argument; and
+        # which argument each traced storage is.
         self.sources: dict = {}
         storages: dict = {}
+
+        def source(x, i, what, d=0):
+            if isinstance(x, torch.SymInt) and _is_symbol(x):
+                self.sources.setdefault(x.node.expr, (i, what, d))
+
         for i, p in enumerate(placeholders):
             val = p.meta.get("val")
-            if isinstance(val, torch.SymInt) and _is_symbol(val):
-                self.sources.setdefault(val.node.expr, (i, None))
-            elif isinstance(val, torch.Tensor):
-                storages.setdefault(StorageWeakRef(val.untyped_storage()), i)
+            if isinstance(val, torch.SymInt):
+                source(val, i, "int")
+            elif isinstance(val, torch.Tensor) and val.layout == torch.strided:
+                storages.setdefault(StorageWeakRef(val.untyped_storage()), (i, val))
                 for d, size in enumerate(val.shape):
-                    if isinstance(size, torch.SymInt) and _is_symbol(size):
-                        self.sources.setdefault(size.node.expr, (i, d))
+                    source(size, i, "size", d)
+                for d, stride in enumerate(val.stride()):
+                    source(stride, i, "stride", d)
+                source(val.storage_offset(), i, "offset")
         # Per output: None, or its traced (sizes, strides, offset) as sympy expressions and the
-        # argument whose storage it views (None for a value of its own).
+        # argument whose storage it views (None for a value of its own); a view's offset is from
+        # the argument's own (a call may pass another offset than the trace's).
         self.layouts: list = []
         for o in outs:
             val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
@@ -461,8 +470,11 @@ class _OutputLayouts:
                       _expr(val.storage_offset()))
             if traced[2] == 0 and _contiguous_strides(traced[0], traced[1]):
                 self.layouts.append(None)  # what kiln returns
-            else:
-                self.layouts.append((traced, storages.get(StorageWeakRef(val.untyped_storage()))))
+                continue
+            base = storages.get(StorageWeakRef(val.untyped_storage()))
+            if base is not None:
+                traced = (traced[0], traced[1], traced[2] - _expr(base[1].storage_offset()))
+            self.layouts.append((traced, None if base is None else base[0]))
         self.any = any(self.layouts)
         self.cache: dict = {}
 
@@ -476,7 +488,10 @@ class _OutputLayouts:
                     tuple(out[i].shape) != layout[0]:
                 continue
             if base is not None and isinstance(args[base], torch.Tensor):
-                out[i] = args[base].as_strided(*layout)  # the view itself, as eager's
+                # The view itself, as eager's.
+                sizes, strides, offset = layout
+                out[i] = args[base].as_strided(sizes, strides,
+                                               args[base].storage_offset() + offset)
             else:
                 out[i] = _with_layout(out[i], *layout)
         return out
@@ -485,9 +500,10 @@ class _OutputLayouts:
         """Each output's (sizes, strides, offset) as ints at this call (None where it keeps
         kiln's layout, or a symbol of it is not among the arguments), and its base."""
         values = {}
-        for sym, (i, d) in self.sources.items():
+        for sym, (i, what, d) in self.sources.items():
             arg = args[i]
-            values[sym] = int(arg) if d is None else int(arg.shape[d])
+            values[sym] = int(arg if what == "int" else arg.shape[d] if what == "size" else
+                              arg.stride(d) if what == "stride" else arg.storage_offset())
         key = tuple(values.values())
         if key in self.cache:
             return self.cache[key]
@@ -538,7 +554,8 @@ def _contiguous_strides(sizes, strides) -> bool:
 def _with_layout(value: torch.Tensor, sizes, strides, offset) -> torch.Tensor:
     """`value`'s elements in a tensor of these strides and storage offset (not a view: no `_base`);
     `value` itself when it has them, or when its sizes are others."""
-    if tuple(value.shape) != sizes or (value.stride() == strides and value.storage_offset() == offset):
+    if tuple(value.shape) != sizes or \
+            (value.stride() == strides and value.storage_offset() == offset):
         return value
     if any(s == 0 for s in sizes):
         extent = offset
