@@ -192,9 +192,9 @@ private:
   void remote_failed(const std::string& what);
   // After an operation the backend answered, begun at `started` and moving `bytes` of value: one
   // that took Options::remote_slow_after (half the operation timeout) or more is slow, and
-  // Options::remote_slow_in_a_row slow
-  // ones in a row mark the tier down as a failure would (a server that always answers just in time
-  // costs every lookup most of a second); a prompt one starts the count again. A value over
+  // Options::remote_slow_in_a_row slow ones in a row mark the tier down as a failure would (a
+  // server that always answers just in time costs every lookup most of a second); a prompt one
+  // starts the count again. A value over
   // k_slow_exempt_bytes takes the time of its transfer and counts neither way, and neither do a
   // bulk command's operations (push, pull: they have their own budget).
   static constexpr uint64_t k_slow_exempt_bytes = uint64_t{1} << 20;

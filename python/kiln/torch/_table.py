@@ -352,19 +352,18 @@ def _pow(cx, node):
     if node.target != aten.pow.Tensor_Scalar or not isinstance(e, (int, float)) or \
             isinstance(e, bool) or work not in ("f32", "f16", "bf16"):
         return _arith(cx, node, "pow", x, e)
-    v = cx.ref(x, work)
-    if work in ("f32", "bf16"):  # the exponent as given
-        roots = {0.5: f"sqrt({v})", -0.5: f"rsqrt({v})", -1.0: f"div(1.0, {v})"}
-        if float(e) in roots:
-            return Expr(roots[float(e)])
+    if work in ("f32", "bf16") and float(e) in _POW_ROOTS:  # the exponent as given
+        return Expr(_POW_ROOTS[float(e)].format(v=cx.ref(x, work)))
     if work in ("f16", "bf16"):
         e = float(torch.tensor(float(e), dtype=_TORCH_DTYPES[work]))
-    if work in ("f32", "bf16"):  # the exponent rounded
-        products = {2.0: f"mul({v}, {v})", 3.0: f"mul(mul({v}, {v}), {v})",
-                    -2.0: f"div(1.0, mul({v}, {v}))"}
-        if float(e) in products:
-            return Expr(products[float(e)])
+    if work in ("f32", "bf16") and float(e) in _POW_PRODUCTS:  # the exponent rounded
+        return Expr(_POW_PRODUCTS[float(e)].format(v=cx.ref(x, work)))
     return _arith(cx, node, "pow", x, e)
+
+
+_POW_ROOTS = {0.5: "sqrt({v})", -0.5: "rsqrt({v})", -1.0: "div(1.0, {v})"}
+_POW_PRODUCTS = {2.0: "mul({v}, {v})", 3.0: "mul(mul({v}, {v}), {v})",
+                 -2.0: "div(1.0, mul({v}, {v}))"}
 
 
 def _unary(kiln_op: str):
