@@ -24,10 +24,12 @@ infinities exactly, finite values by allclose at a tolerance set by the lowest p
 way to the output (a bf16 value cast to f32 is checked at bf16's tolerance) and, in `high` and
 `medium`, widened where a matmul or attention is on the way (TF32 or bf16 products). A
 difference is then refereed. It is `rounding` where it is in finite values or integers, a matmul
-or attention is on the way, the mode rounds products and the program gives eager's results in
-`highest`. It is `eager_differs` where every element kiln gives is eager's or the program's run
-in float64 with attention by PyTorch's math backend: eager's own rounding (a bf16 result that
-eager rounds on the way), or NaN that eager's flash attention leaves out. Both are counted and
+or attention is on the way, the mode is not `highest` and the program gives eager's results in
+`highest`. It is `split_infinity` where, in `tf32x3`, it is where NaN or an infinity is, the
+inputs hold infinities, a matmul or attention is on the way and the program gives eager's
+results in `highest` (docs/precision.md: tf32x3's split makes NaN of an infinite operand). It
+is `eager_differs` where every element kiln gives is eager's or the program's run in float64 with attention by PyTorch's math backend: eager's own rounding (a bf16 result that
+eager rounds on the way), or NaN that eager's flash attention leaves out. These are counted and
 kept in the results, not failures. A program that eager or torch.export cannot run is counted
 too. A compile error, a run error, any other difference (`mismatch`) or a timeout is a failure,
 printed with the command that reproduces it. A seed makes the same program each time, its
@@ -47,6 +49,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import copy
+import dataclasses
 import inspect
 import json
 import math
@@ -144,6 +147,7 @@ class Gen:
         self.steps = []  # (fn, argument indices, text)
         self.params = {}  # name -> tensor
         self.ops_used = []
+        self.inputs = 0  # the pool's first values, the program's inputs
 
     def dyn_axes(self, e):
         """The dims of a value that differ between the example sizes."""
@@ -797,6 +801,10 @@ def g_misc(g):
         kk = r.randint(1, t.shape[k])
         largest = r.random() < 0.7
         o = r.randrange(2)
+        if i >= g.inputs:
+            # Indices only of an input: a computed value can hold ties (relu's zeros), whose
+            # order PyTorch leaves to its selection algorithm (docs/python.md, topk).
+            o = 0
         return g.add(
             lambda x: torch.topk(x, kk, k, largest=largest)[o],
             [i],
@@ -1205,6 +1213,7 @@ def generate(seed, dynamic=None):
     examples = [realise(specs, sizes, seed, seed % 3 == 0) for sizes in EXAMPLE_SIZES[dynamic]]
     for k, (_, _, _, dt) in enumerate(specs):
         g.pool.append(Entry([ex[k] for ex in examples], f"in{k}", dt if dt in FLOATS else None))
+    g.inputs = len(specs)
     nsteps = r.randint(3, 10)
     tries = 0
     while len(g.steps) < nsteps and tries < 200:
@@ -1274,25 +1283,38 @@ def _exported(prog, model, example):
     return torch.export.export(model, tuple(example), strict=False, **shapes)
 
 
-def _compiled(prog, model, ep, mode, precision, cache_dir, saved_dir):
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """How programs are run: the way they reach kiln (MODES), the precision mode, the target
+    (cpu, cpu:NAME or emulate:sm_XX), the kiln cache and a folder for saved programs (a temporary
+    one where None)."""
+
+    mode: str = "export"
+    precision: str = "high"
+    target: str = "cpu"
+    cache_dir: str | None = None
+    saved_dir: str | None = None
+
+
+def _compiled(prog, model, ep, run):
     import kiln.torch
 
     options = {
-        "target": "cpu",
-        "precision": precision,
-        "cache_dir": cache_dir,
+        "target": run.target,
+        "precision": run.precision,
+        "cache_dir": run.cache_dir,
         "fallbacks": "allow",
     }
-    if mode == "dynamo":
+    if run.mode == "dynamo":
         torch._dynamo.reset()
         return torch.compile(model, backend="kiln", dynamic=bool(prog.dynamic), options=options)
     compiled = kiln.torch.compile_exported(ep, **options)
-    if mode != "saveload":
+    if run.mode != "saveload":
         return compiled
-    with tempfile.TemporaryDirectory(dir=saved_dir) as folder:
+    with tempfile.TemporaryDirectory(dir=run.saved_dir) as folder:
         path = pathlib.Path(folder) / "program"
         compiled.save(path)
-        return kiln.torch.load(path, cache_dir=cache_dir, fallbacks="allow")
+        return kiln.torch.load(path, cache_dir=run.cache_dir, fallbacks="allow")
 
 
 def _failed(rec, status, message):
@@ -1302,16 +1324,18 @@ def _failed(rec, status, message):
     return rec
 
 
-def check(seed, mode="export", precision="high", cache_dir=None, saved_dir=None, dynamic=None):
-    """Runs a seed's program; a record: its status (ok, empty, eager_fail, export_fail;
-    compile_error, run_error, mismatch: failures), steps and, for a failure, what and where."""
+def check(seed, run=Run(), dynamic=None):
+    """Runs a seed's program; a record: its status (ok, rounding, eager_differs; empty,
+    eager_fail, export_fail: not checked; compile_error, run_error, mismatch: failures), steps
+    and, for a failure, what and where."""
     prog = generate(seed, dynamic)
     if prog is None:
-        return {"seed": seed, "mode": mode, "status": "empty"}
+        return {"seed": seed, "mode": run.mode, "status": "empty"}
     rec = {
         "seed": seed,
-        "mode": mode,
-        "precision": precision,
+        "mode": run.mode,
+        "precision": run.precision,
+        "target": run.target,
         "dynamic": prog.dynamic,
         "steps": [s[2] for s in prog.gen.steps],
         "outputs": prog.outs,
@@ -1326,7 +1350,7 @@ def check(seed, mode="export", precision="high", cache_dir=None, saved_dir=None,
         rec["status"] = "eager_fail"
         return rec
     ep = None
-    if mode != "dynamo":
+    if run.mode != "dynamo":
         try:
             ep = _exported(prog, model, example)
         except Exception as e:  # noqa: BLE001 - torch.export's refusal comes before kiln's part
@@ -1334,7 +1358,7 @@ def check(seed, mode="export", precision="high", cache_dir=None, saved_dir=None,
             rec["message"] = f"{type(e).__name__}: {str(e)[:300]}"
             return rec
     try:
-        compiled = _compiled(prog, model, ep, mode, precision, cache_dir, saved_dir)
+        compiled = _compiled(prog, model, ep, run)
     except Exception as e:  # noqa: BLE001
         return _failed(rec, "compile_error", f"{type(e).__name__}: {str(e)[:600]}")
     for sizes in RUN_SIZES[prog.dynamic]:
@@ -1353,12 +1377,10 @@ def check(seed, mode="export", precision="high", cache_dir=None, saved_dir=None,
         if not isinstance(got, (tuple, list)):
             got = (got,)
         for k, (a, b) in enumerate(zip(got, want)):
-            tol = tolerance(prog.gen.pool[prog.outs[k]], precision)
+            tol = tolerance(prog.gen.pool[prog.outs[k]], run.precision)
             difference = compare(a, b, tol)
             if difference:
-                rec["status"] = _referee(
-                    prog, model, xs, k, a, b, difference, tol, mode, precision, cache_dir, saved_dir
-                )
+                rec["status"] = _referee(prog, model, xs, k, a, b, difference, tol, run)
                 rec["message"] = f"sizes {sizes}, output {k}: {difference}"
                 return rec
     rec["status"] = "ok"
@@ -1373,17 +1395,23 @@ def _close(got, want, tol):
     return (g.isnan() & w.isnan()) | (g == w) | ((g - w).abs() <= tol + tol * w.abs())
 
 
-def _referee(prog, model, xs, k, got, want, difference, tol, mode, precision, cache_dir, saved_dir):
-    """What a difference from eager is: `rounding` where the mode rounds products (high, medium),
-    one is on the way to the output, the difference is in finite values or integers (not where
+def _referee(prog, model, xs, k, got, want, difference, tol, run):
+    """What a difference from eager is: `rounding` where the mode is not `highest` (its
+    products are rounded, or in tf32x3 summed otherwise), one is on the way to the output, the difference is in finite values or integers (not where
     NaN or an infinity is) and the program gives eager's results in `highest`;
+    `split_infinity` where in tf32x3 the inputs hold infinities, a matmul or attention is on
+    the way, the difference is where NaN or an infinity is, and the program gives eager's
+    results in `highest` (tf32x3's split makes NaN of an infinite operand: docs/precision.md);
     `eager_differs` where each element kiln gives is eager's or the program's in float64 (its
     attention by PyTorch's math backend): eager's own rounding, or NaN where one of eager's
     attention backends drops it and the other keeps it; else `mismatch`."""
     numeric = not difference.startswith(("NaN", "an infinity"))
-    if numeric and precision in PRODUCT_TOLERANCE and prog.gen.pool[prog.outs[k]].products:
-        if check(prog.seed, mode, "highest", cache_dir, saved_dir, prog.dynamic)["status"] == "ok":
-            return "rounding"
+    products = prog.gen.pool[prog.outs[k]].products
+    split = run.precision == "tf32x3" and not numeric and prog.special
+    if products and (split or (numeric and run.precision != "highest")):
+        exact_products = dataclasses.replace(run, precision="highest")
+        if check(prog.seed, exact_products, prog.dynamic)["status"] == "ok":
+            return "split_infinity" if split else "rounding"
     try:
         wide = copy.deepcopy(model).double()
         with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
@@ -1397,7 +1425,7 @@ def _referee(prog, model, xs, k, got, want, difference, tol, mode, precision, ca
     return "mismatch"
 
 
-CHECKED = ("ok", "rounding", "eager_differs")
+CHECKED = ("ok", "rounding", "split_infinity", "eager_differs")
 FAILURES = ("compile_error", "run_error", "mismatch", "timeout", "harness_error")
 
 
@@ -1414,16 +1442,16 @@ def _worker_init():
     warnings.filterwarnings("ignore")
 
 
-def _run_one(seed, mode, precision, cache_dir, saved_dir, timeout):
+def _run_one(seed, run, timeout):
     signal.alarm(timeout)
     try:
-        return check(seed, mode, precision, cache_dir, saved_dir)
+        return check(seed, run)
     except Timeout:
-        return {"seed": seed, "mode": mode, "status": "timeout"}
+        return {"seed": seed, "mode": run.mode, "status": "timeout"}
     except Exception as e:  # noqa: BLE001
         return {
             "seed": seed,
-            "mode": mode,
+            "mode": run.mode,
             "status": "harness_error",
             "message": repr(e)[:600],
             "traceback": traceback.format_exc()[-2000:],
@@ -1442,6 +1470,9 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--mode", choices=MODES + ("all",), default="all")
     parser.add_argument("--precision", choices=PRECISIONS, default="high")
+    parser.add_argument(
+        "--target", default="cpu", help="cpu (the default), cpu:NAME or emulate:sm_XX"
+    )
     parser.add_argument(
         "--out",
         default="torch-differential",
@@ -1466,17 +1497,12 @@ def main():
             args.jobs, mp_context=context, initializer=_worker_init
         ) as pool,
     ):
+        runs = {
+            mode: Run(mode, args.precision, args.target, str(cache_dir), str(saved_dir))
+            for mode in MODES
+        }
         futures = [
-            pool.submit(
-                _run_one,
-                s,
-                mode_of(s, args.mode),
-                args.precision,
-                str(cache_dir),
-                str(saved_dir),
-                args.timeout,
-            )
-            for s in seeds
+            pool.submit(_run_one, s, runs[mode_of(s, args.mode)], args.timeout) for s in seeds
         ]
         for future in futures:
             rec = future.result()
@@ -1488,7 +1514,7 @@ def main():
                 print(f"  steps: {rec.get('steps')}", file=sys.stderr)
                 print(
                     f"  reproduce: {sys.argv[0]} --seed {rec['seed']} --count 1 --mode "
-                    f"{rec['mode']} --precision {args.precision}",
+                    f"{rec['mode']} --precision {args.precision} --target {args.target}",
                     file=sys.stderr,
                 )
     failed = sum(counts.get(s, 0) for s in FAILURES)
