@@ -213,7 +213,9 @@ void open_kernel(Code& code, const KernelContext& ctx, int threads) {
 
 std::string row_output(const KernelContext& ctx, const std::string& o, const std::string& l) {
   if (!zero_masked_rows(ctx.graph, ctx.kernel.group.attention)) return o + " / " + l;
-  return "(" + l + " > 0.0f ? " + o + " / " + l + " : 0.0f)";
+  // l is 0 exactly where every key is masked out (each exp then 0), NaN where a score is: that
+  // row stays NaN, as the reference's and PyTorch's.
+  return "(" + l + " == 0.0f ? 0.0f : " + o + " / " + l + ")";
 }
 
 void emit_output(Code& code, const KernelContext& ctx, const std::string& value) {

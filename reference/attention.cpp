@@ -101,7 +101,11 @@ void run_batch(const ir::Node& node, const AttentionGeometry& g, const Batch& b,
     T max_score = p[0];
     for (T score : p) max_score = std::max(max_score, score);
     double* out_row = b.out + i * g.width;
-    if (b.mask && max_score == -std::numeric_limits<T>::infinity()) {
+    // Every score -inf (a NaN score is not: its row is NaN, as softmax's).
+    bool masked_out = std::all_of(p.begin(), p.end(), [](T score) {
+      return score == -std::numeric_limits<T>::infinity();
+    });
+    if (b.mask && masked_out) {
       // Every key masked out: the row is zeros (the kernels' rule, where softmax gives NaN).
       std::fill(out_row, out_row + g.width, 0.0);
       continue;

@@ -272,7 +272,8 @@ WorkShape build_attention(KernelBuilder& kb) {
         llvm::Value* state = b.CreateMul(blk, kb.i64c(2 * nr));
         llvm::Value* l = vload(ml, b.CreateAdd(state, kb.i64c(nr)));
         llvm::Value* inv = b.CreateFDiv(splat(kb.f32c(1.0)), l);
-        if (zero_rows) inv = b.CreateSelect(b.CreateFCmpOGT(l, vzero), inv, vzero);
+        // l is 0 exactly where every key is masked out, NaN where a score is (that row NaN).
+        if (zero_rows) inv = b.CreateSelect(b.CreateFCmpOEQ(l, vzero), vzero, inv);
         vstore(inv, ml, state);
         llvm::Value* o_block = b.CreateGEP(fl, ot, b.CreateMul(blk, kb.i64c(dv_rows * nr)));
         kb.plain_loop(zero, min(kb.i64c(nr), b.CreateSub(sq, q0)), 1, [&](llvm::Value* lane) {

@@ -4,15 +4,20 @@
 // narrower than q, and S_q != S_k; the online softmax on scores whose maximum moves in
 // every key tile and on rows whose first key tile is masked out entirely; the explicit chain with
 // the casts mixed-precision code writes.
+#include "compiler/target.h"
 #include "emulation/check.h"
 #include "ir/parse.h"
+#include "reference/audit.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kiln::emulation {
 namespace {
@@ -67,10 +72,10 @@ std::string graph_text(const Case& c) {
   return text;
 }
 
-Expected<reference::CheckRun> emulate(const ir::Graph& graph, int sm, ir::Precision precision,
-                                      reference::InputSource inputs) {
+Expected<reference::CheckRun> emulate(const ir::Graph& graph, const compiler::Target& target,
+                                      ir::Precision precision, reference::InputSource inputs) {
   compiler::CompileOptions options;
-  options.target.sm = sm;
+  options.target = target;
   options.precision = precision;
   options.fusion_fallback = compiler::FallbackPolicy::refuse;  // fused, or the test fails
   auto program = build_program(graph, options);
@@ -88,6 +93,11 @@ Expected<reference::CheckRun> emulate(const ir::Graph& graph, int sm, ir::Precis
     if (!run || !run->report.ok) return run;
   }
   return run;
+}
+
+Expected<reference::CheckRun> emulate(const ir::Graph& graph, int sm, ir::Precision precision,
+                                      reference::InputSource inputs) {
+  return emulate(graph, compiler::Target::cuda(sm), precision, std::move(inputs));
 }
 
 void expect_within_tolerance(const Expected<reference::CheckRun>& run) {
@@ -318,6 +328,69 @@ TEST(FusedAttentionGrouped, KvHeadGroupsAndFullyMaskedRowsMatchTheReference) {
         size_t row = (e / 24) % 37;
         if (row == 3 || row == 4 || row == 20) {
           ASSERT_EQ(o[e], 0.0) << e;
+        }
+      }
+    }
+  }
+}
+
+// A NaN score makes its query row NaN, as softmax and PyTorch do, where a row whose every key the
+// mask removes is zeros (the kernels told the two apart by l > 0, which a NaN sum fails, so a
+// NaN row came out as zeros). q holds a NaN in query 5 of batch 0's head 0, k in key 7 of batch
+// 1's head 1; rows 3 and 20 lose every key, and rows 10 to 14 lose key 7: a bool mask removes it
+// (those rows finite, rows 3 and 20 zeros), an additive -inf leaves NaN + -inf, NaN (those rows
+// NaN in that head). Every mode and dtype on sm_80, the 16-bit ones on sm_90a's wgmma kernel
+// too, against the reference.
+TEST(FusedAttentionSoftmax, ANaNScoreMakesItsRowNaNWhereARowWithoutKeysIsZeros) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const Arithmetic& a : k_arithmetic) {
+    std::vector<compiler::Target> targets = {compiler::Target::cuda(80)};
+    if (std::string(a.dtype) != "f32") targets.push_back(compiler::Target::cuda(90, "a"));
+    for (bool boolean : {true, false}) {
+      std::string t = a.dtype;
+      auto graph = ir::parse_graph("graph nan {\n  input q: " + t + "[2, 2, 37, 32]\n  input k: " +
+                                       t + "[2, 2, 41, 32]\n  input v: " + t +
+                                       "[2, 2, 41, 24]\n  input m: " +
+                                       (boolean ? "bool" : "f32") +
+                                       "[2, 1, 37, 41]\n"
+                                       "  o = attention(q, k, v, mask=m, scale=0.25)\n"
+                                       "  output o\n}\n",
+                                   "nan.kg");
+      ASSERT_TRUE(graph.ok()) << graph.error().message;
+      auto drawn = reference::make_inputs(*graph, {13, {}});
+      ASSERT_TRUE(drawn.ok()) << drawn.error().message;
+      reference::Tensor q = (*drawn)[0], k = (*drawn)[1], mask = (*drawn)[3];
+      q.values[(0 * 37 + 5) * 32 + 3] = nan;        // batch 0, head 0, query 5
+      k.values[((2 + 1) * 41 + 7) * 32 + 0] = nan;  // batch 1, head 1, key 7
+      for (size_t e = 0; e < mask.values.size(); ++e) {
+        size_t row = (e / 41) % 37, key = e % 41;
+        bool masked = row == 3 || row == 20 || (key == 7 && row >= 10 && row < 15);
+        mask.values[e] = boolean ? (masked ? 0.0 : 1.0) : masked ? -inf : 0.0;
+      }
+      reference::InputSource inputs{13, {q, k, std::nullopt, mask}};
+      for (const compiler::Target& target : targets) {
+        SCOPED_TRACE(std::string(a.dtype) + " " + std::string(ir::to_string(a.precision)) + " " +
+                     target.arch() + (boolean ? " bool mask" : " f32 mask"));
+        auto run = emulate(*graph, target, a.precision, inputs);
+        expect_within_tolerance(run);
+        ASSERT_TRUE(run.ok());
+        const std::vector<double>& o = run->actual[0].values;
+        for (size_t e = 0; e < o.size(); ++e) {
+          size_t row = (e / 24) % 37, head = (e / (37 * 24)) % 2, batch = e / (2 * 37 * 24);
+          bool masked_out = row == 3 || row == 20;
+          // Key 7's NaN score reaches every row of its head but those a bool mask removes it from.
+          bool removed = boolean && (masked_out || (row >= 10 && row < 15));
+          bool nan_row = (batch == 0 && head == 0 && row == 5) ||
+                         (batch == 1 && head == 1 && !removed);
+          bool zeros = masked_out && !nan_row;
+          if (zeros) {
+            ASSERT_EQ(o[e], 0.0) << e;
+          } else if (nan_row) {
+            ASSERT_TRUE(std::isnan(o[e])) << e << ": " << o[e];
+          } else {
+            ASSERT_TRUE(std::isfinite(o[e])) << e << ": " << o[e];
+          }
         }
       }
     }
