@@ -12,7 +12,9 @@ select, flip, cat, stack, split, chunk, unbind, roll, repeat, pad), gather, scat
 embeddings, topk, cumsum, casts between every dtype, writes into slices, and steps that read a
 size at run time (positions from arange, causal masks, x[:, 1:], values scaled by S). Every third
 seed puts NaN, +-inf and +-0 into the float inputs. A seed's shapes are static, or a batch dim is
-dynamic, or a batch and a sequence dim; a dynamic program runs at several sizes.
+dynamic, or a batch and a sequence dim; a dynamic program runs at several sizes. `--wide` draws
+each float input's last dim from 8 to 64 and f16 and bf16 as often as f32: head dims the
+tensor-core attention kernels take (`--target emulate:sm_90a` runs sm_90a's wgmma kernels).
 
 A program runs in one of three ways (--mode): `torch.export` then `kiln.torch.compile_exported`
 (export), the same through `Program.save` and `kiln.torch.load` (saveload), or
@@ -1123,9 +1125,11 @@ GENS = [
 ]
 
 
-def make_inputs(r, dynamic):
+def make_inputs(r, dynamic, wide=None):
     """Input specs: (kind, shape, scale, dtype) each; a dynamic program's inputs share dim 0
-    (and dim 1)."""
+    (and dim 1). `wide` (a random.Random, or None) draws each float input's last dim from 8 to
+    64 and its dtype from f32, f16 and bf16 alike: head dims the tensor-core attention kernels
+    take."""
     specs = []
     base_rank = r.randint(2, 4)
     for _ in range(r.randint(1, 3)):
@@ -1135,6 +1139,9 @@ def make_inputs(r, dynamic):
         shape = [r.choice([1, 2, 3, 4, 5]) if r.random() < 0.85 else 1 for _ in range(rank)]
         scale = r.choice([1.0, 1.0, 3.0])
         dt = r.choice([torch.float32] * 6 + [torch.float16, torch.bfloat16])
+        if wide is not None:
+            shape[-1] = wide.choice([8, 16, 24, 32, 64])
+            dt = wide.choice(FLOATS)
         specs.append(("f", shape, scale, dt))
     if r.random() < 0.5:
         rank = r.randint(2 if dynamic == 2 else 1, 2)
@@ -1212,13 +1219,13 @@ class Program:
         return realise(self.specs, sizes, seed, self.special)
 
 
-def generate(seed, dynamic=None):
+def generate(seed, dynamic=None, wide=False):
     """The program of a seed (None where no step could be drawn); `dynamic` (0, 1 or 2 dynamic
     dims) is drawn too unless given."""
     r = random.Random(seed)
     drawn = r.choice([0, 0, 1, 2, 2])  # drawn whatever `dynamic` is: the rest follows alike
     dynamic = drawn if dynamic is None else dynamic
-    specs = make_inputs(r, dynamic)
+    specs = make_inputs(r, dynamic, random.Random(seed * 31 + 7) if wide else None)
     g = Gen(seed * 7919 + 1, dynamic)
     examples = [realise(specs, sizes, seed, seed % 3 == 0) for sizes in EXAMPLE_SIZES[dynamic]]
     for k, (_, _, _, dt) in enumerate(specs):
@@ -1306,6 +1313,7 @@ class Run:
     target: str = "cpu"
     cache_dir: str | None = None
     saved_dir: str | None = None
+    wide: bool = False  # generate(wide=True)
 
 
 def _compiled(prog, model, ep, run):
@@ -1340,7 +1348,7 @@ def check(seed, run=Run(), dynamic=None):
     """Runs a seed's program; a record: its status (ok, rounding, split_infinity, eager_differs:
     checked; empty, eager_fail, export_fail: not checked; compile_error, run_error, mismatch:
     failures), steps, kiln graphs and fallbacks and, for a difference, what and where."""
-    prog = generate(seed, dynamic)
+    prog = generate(seed, dynamic, run.wide)
     if prog is None:
         return {"seed": seed, "mode": run.mode, "status": "empty"}
     rec = {
@@ -1437,9 +1445,9 @@ def _referee(prog, model, xs, k, got, want, kind, tol, run):
             if split and _passes_in_highest(prog, run):
                 return "split_infinity"
     try:
-        wide = copy.deepcopy(model).double()
+        in_f64 = copy.deepcopy(model).double()
         with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-            exact = wide(*[x.double() if is_float(x) else x.clone() for x in xs])[k]
+            exact = in_f64(*[x.double() if is_float(x) else x.clone() for x in xs])[k]
     except Exception:  # noqa: BLE001 - the program does not run in float64
         return "mismatch"
     if exact.shape != got.shape:
@@ -1537,6 +1545,11 @@ def main():
     parser.add_argument("--mode", choices=MODES + ("all",), default="all")
     parser.add_argument("--precision", choices=PRECISIONS, default="high")
     parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="float inputs' last dims 8 to 64, f32, f16 and bf16 alike (tensor-core attention)",
+    )
+    parser.add_argument(
         "--target", default="cpu", help="cpu (the default), cpu:NAME or emulate:sm_XX"
     )
     parser.add_argument(
@@ -1557,7 +1570,7 @@ def main():
     counts: dict[str, int] = {}
     started = time.time()
     runs = {
-        mode: Run(mode, args.precision, args.target, str(cache_dir), str(saved_dir))
+        mode: Run(mode, args.precision, args.target, str(cache_dir), str(saved_dir), args.wide)
         for mode in MODES
     }
     records = _run_all(
@@ -1573,7 +1586,8 @@ def main():
                 print(f"  steps: {rec.get('steps')}", file=sys.stderr)
                 print(
                     f"  reproduce: {sys.argv[0]} --seed {rec['seed']} --count 1 --mode "
-                    f"{rec['mode']} --precision {args.precision} --target {args.target}",
+                    f"{rec['mode']} --precision {args.precision} --target {args.target}"
+                    + (" --wide" if args.wide else ""),
                     file=sys.stderr,
                 )
     failed = sum(counts.get(s, 0) for s in FAILURES)
