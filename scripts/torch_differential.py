@@ -1331,10 +1331,13 @@ def _compiled(prog, model, ep, run):
     compiled = kiln.torch.compile_exported(ep, **options)
     if run.mode != "saveload":
         return compiled
+    # Loaded through a cache of its own, which the compile did not fill: the saved graphs are
+    # compiled again from the folder, as in another process.
+    load_cache = f"{run.cache_dir}-load" if run.cache_dir else None
     with tempfile.TemporaryDirectory(dir=run.saved_dir) as folder:
         path = pathlib.Path(folder) / "program"
         compiled.save(path)
-        return kiln.torch.load(path, cache_dir=run.cache_dir, fallbacks="allow")
+        return kiln.torch.load(path, cache_dir=load_cache, fallbacks="allow")
 
 
 def _failed(rec, status, message):
