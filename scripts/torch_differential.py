@@ -1232,10 +1232,12 @@ def generate(seed, dynamic=None, wide=False):
         g.pool.append(Entry([ex[k] for ex in examples], f"in{k}", dt if dt in FLOATS else None))
     g.inputs = len(specs)
     nsteps = r.randint(3, 10)
+    # --wide is for the tensor-core attention kernels: attention drawn four times as often.
+    weights = [w * (4 if wide and maker is g_sdpa else 1) for maker, w in GENS]
     tries = 0
     while len(g.steps) < nsteps and tries < 200:
         tries += 1
-        maker = g.r.choices([x[0] for x in GENS], [x[1] for x in GENS])[0]
+        maker = g.r.choices([x[0] for x in GENS], weights)[0]
         try:
             maker(g)
         except Exception:  # noqa: BLE001 - a draw the pool cannot serve: draw again
