@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Random PyTorch programs, run through kiln.torch on the CPU target against eager PyTorch: a
+"""Random PyTorch programs, run through kiln.torch (on the CPU target, or --target) against eager: a
 differential check of the importer (export, lowering, partitioning, fallbacks, save and load,
 the torch.compile backend) that the hand-written tests and the model tests do not reach.
 
@@ -13,11 +13,13 @@ embeddings, topk, cumsum, casts between every dtype, writes into slices, and ste
 size at run time (positions from arange, causal masks, x[:, 1:], values scaled by S). Every third
 seed puts NaN, +-inf and +-0 into the float inputs. A seed's shapes are static, or a batch dim is
 dynamic, or a batch and a sequence dim; a dynamic program runs at several sizes. `--wide` draws
-each float input's last dim from 8 to 64 and f16 and bf16 as often as f32: head dims the
-tensor-core attention kernels take (`--target emulate:sm_90a` runs sm_90a's wgmma kernels).
+each float input's last dim from 8 to 64, f16 and bf16 as often as f32, and attention four times
+as often: head dims the tensor-core attention kernels take (`--target emulate:sm_90a` runs
+sm_90a's wgmma kernels).
 
 A program runs in one of three ways (--mode): `torch.export` then `kiln.torch.compile_exported`
-(export), the same through `Program.save` and `kiln.torch.load` (saveload), or
+(export), the same through `Program.save` and `kiln.torch.load` (saveload: loaded through a
+cache of its own, so compiled again from the saved folder), or
 `torch.compile(backend="kiln")` (dynamo); `all` takes them in turn by seed. Fallbacks are
 allowed: what kiln does not lower stays in PyTorch, and that is not a failure.
 
