@@ -272,16 +272,24 @@ WorkShape build_attention(KernelBuilder& kb) {
         llvm::Value* state = b.CreateMul(blk, kb.i64c(2 * nr));
         llvm::Value* l = vload(ml, b.CreateAdd(state, kb.i64c(nr)));
         llvm::Value* inv = b.CreateFDiv(splat(kb.f32c(1.0)), l);
-        // l is 0 exactly where every key is masked out, NaN where a score is (that row NaN).
-        if (zero_rows) inv = b.CreateSelect(b.CreateFCmpOEQ(l, vzero), vzero, inv);
         vstore(inv, ml, state);
         llvm::Value* o_block = b.CreateGEP(fl, ot, b.CreateMul(blk, kb.i64c(dv_rows * nr)));
         kb.plain_loop(zero, min(kb.i64c(nr), b.CreateSub(sq, q0)), 1, [&](llvm::Value* lane) {
           llvm::Value* scale = b.CreateLoad(fl, b.CreateGEP(fl, ml, b.CreateAdd(state, lane)));
+          // l is 0 exactly where every key is masked out: that row is 0 (not o * inf, nor 0 * a
+          // NaN a masked key's v put in o); NaN where a score is, and the row is NaN.
+          llvm::Value* masked_out = nullptr;
+          if (zero_rows) {
+            llvm::Value* at = b.CreateAdd(state, b.CreateAdd(lane, kb.i64c(nr)));
+            llvm::Value* lane_l = b.CreateLoad(fl, b.CreateGEP(fl, ml, at));
+            masked_out = b.CreateFCmpOEQ(lane_l, kb.f32c(0.0));
+          }
           llvm::Value* out_row = b.CreateMul(b.CreateAdd(b.CreateMul(bz, sq), b.CreateAdd(q0, lane)), dv);
           kb.plain_loop(zero, dv, 1, [&](llvm::Value* c) {
             llvm::Value* o = b.CreateLoad(fl, b.CreateGEP(fl, o_block, b.CreateAdd(b.CreateMul(c, kb.i64c(nr)), lane)));
-            kb.store_outputs(kb.round_to(g.node(m.root).type.dtype, b.CreateFMul(o, scale)),
+            llvm::Value* value = b.CreateFMul(o, scale);
+            if (masked_out) value = b.CreateSelect(masked_out, kb.f32c(0.0), value);
+            kb.store_outputs(kb.round_to(g.node(m.root).type.dtype, value),
                              b.CreateAdd(out_row, c));
           });
         });
