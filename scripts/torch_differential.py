@@ -102,7 +102,8 @@ PRODUCT_OPS = {
     "einsum",
     "flat_linear",
 }
-# Sizes a dynamic program is checked at: the batch, or the batch and the sequence.
+# The batch (and sequence) sizes a program is drawn at (each step must run at all of them; the
+# first is torch.export's example), and those it is checked at.
 EXAMPLE_SIZES = {0: [None], 1: [3, 4], 2: [(3, 4), (4, 5)]}
 RUN_SIZES = {0: [None], 1: [1, 3, 6], 2: [(1, 2), (3, 4), (2, 7), (5, 3)]}
 
@@ -1369,7 +1370,7 @@ def check(seed, run=Run(), dynamic=None):
         "inputs": [[list(shape), str(dt)] for _, shape, _, dt in prog.specs],
     }
     model = prog.module()
-    example = prog.inputs({0: None, 1: 3, 2: (3, 4)}[prog.dynamic], seed)
+    example = prog.inputs(EXAMPLE_SIZES[prog.dynamic][0], seed)
     try:
         with torch.no_grad():
             model(*example)
