@@ -142,6 +142,8 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
       code.line("const int j = kk / 8;");
       code.line("const float pv[4] = {acc[0][j][0], acc[0][j][2], acc[0][j][1], acc[0][j][3]};");
       code.open("for (int i = 0; i < 4; ++i) {");
+      // P lies in [0, 1] or is NaN: tf32x3's big part is tf32(P), as kiln_tf32x3_big's for a finite
+      // P (a NaN P's small part is NaN either way)
       code.line("pf[i] = kiln_cvt_rna_tf32(pv[i]);");
       if (x3) code.line("pf_small[i] = kiln_cvt_rna_tf32(pv[i] - kiln_as_float(pf[i]));");
       code.close();
@@ -164,7 +166,8 @@ void emit_mma_kernel(Code& code, const KernelContext& ctx) {
       code.line("const float f[2] = {vs[(kk + 2 * t4) * " + vld + " + dt * 8 + g], " +
                 "vs[(kk + 2 * t4 + 1) * " + vld + " + dt * 8 + g]};");
       code.open("for (int i = 0; i < 2; ++i) {");
-      code.line("vf[i] = kiln_cvt_rna_tf32(f[i]);");
+      code.line(std::string("vf[i] = ") + (x3 ? "kiln_tf32x3_big" : "kiln_cvt_rna_tf32") +
+                "(f[i]);");
       if (x3) code.line("vf_small[i] = kiln_cvt_rna_tf32(f[i] - kiln_as_float(vf[i]));");
       code.close();
     } else {

@@ -158,8 +158,8 @@ void emit_loading_producer(Code& code, const KernelContext& ctx) {
     std::string at = dst + " + (j >> 3) * " + to_str(rows * 128) +
                      " + r * 128 + (((j & 7) ^ (r & 7)) << 4)";
     if (x3) {
-      code.line("const uint4 big = make_uint4(kiln_cvt_rna_tf32(f.x), kiln_cvt_rna_tf32(f.y), "
-                "kiln_cvt_rna_tf32(f.z), kiln_cvt_rna_tf32(f.w));");
+      code.line("const uint4 big = make_uint4(kiln_tf32x3_big(f.x), kiln_tf32x3_big(f.y), "
+                "kiln_tf32x3_big(f.z), kiln_tf32x3_big(f.w));");
       code.line("*(uint4*)(" + at + ") = big;");
       code.line("*(uint4*)(" + at + " + " + to_str(rows * cols * 4) +
                 ") = make_uint4(kiln_cvt_rna_tf32(f.x - kiln_as_float(big.x)), "
@@ -185,7 +185,8 @@ void emit_loading_producer(Code& code, const KernelContext& ctx) {
     code.open("for (int x = 0; x < 4; ++x) {");
     code.line("const int n = 4 * j + x;");
     code.line("unsigned* to = (unsigned*)(col + n * 128 + ((((p & 31) >> 2) ^ (n & 7)) << 4));");
-    code.line("const unsigned big = kiln_cvt_rna_tf32(e[x]);");
+    code.line(std::string("const unsigned big = ") +
+              (x3 ? "kiln_tf32x3_big" : "kiln_cvt_rna_tf32") + "(e[x]);");
     code.line("*to = big;");
     if (x3) {
       code.line("to[" + to_str(bc * t.dv) + "] = kiln_cvt_rna_tf32(e[x] - kiln_as_float(big));  "

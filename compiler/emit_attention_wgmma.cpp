@@ -207,7 +207,8 @@ void emit_wgmma_kernel(Code& code, const KernelContext& ctx) {
       code.line("// columns are ordered to match), as the mma.sync kernel packs its tf32 A fragments");
       code.line("#pragma unroll");
       code.open("for (int kk = 0; kk < " + to_str(bc / 8) + "; ++kk) {");
-      // register r holds accumulator 4 kk + {0, 2, 1, 3}[r]; tf32x3 its small part beside it
+      // register r holds accumulator 4 kk + {0, 2, 1, 3}[r]; tf32x3 its small part beside it (P
+      // lies in [0, 1] or is NaN: its big part is tf32(P), as kiln_tf32x3_big's for a finite P)
       const char* const from[4] = {"acc[4 * kk]", "acc[4 * kk + 2]", "acc[4 * kk + 1]",
                                    "acc[4 * kk + 3]"};
       for (int r = 0; r < 4; ++r)

@@ -129,7 +129,7 @@ void emit_a_fragment(Code& code, const MmaGeometry& geo) {
   }
   if (path == MatmulPath::tf32x3) {
     code.open("for (int i = 0; i < 4; ++i) {");
-    code.line("af[mt][i] = kiln_cvt_rna_tf32(f[i]);");
+    code.line("af[mt][i] = kiln_tf32x3_big(f[i]);");
     code.line("as_small[mt][i] = kiln_cvt_rna_tf32(f[i] - kiln_as_float(af[mt][i]));");
     code.close();
   } else {
@@ -182,7 +182,7 @@ void emit_b_fragment(Code& code, const MmaGeometry& geo) {
   }
   if (path == MatmulPath::tf32x3) {
     code.open("for (int i = 0; i < 2; ++i) {");
-    code.line("bf[nt][i] = kiln_cvt_rna_tf32(f[i]);");
+    code.line("bf[nt][i] = kiln_tf32x3_big(f[i]);");
     code.line("bs_small[nt][i] = kiln_cvt_rna_tf32(f[i] - kiln_as_float(bf[nt][i]));");
     code.close();
   } else {
@@ -267,10 +267,12 @@ void emit_b_fragment_pair(Code& code, const MmaGeometry& geo) {
   // tf32: B(t + 4 i, g) of tile nt + j, rounded as emit_b_fragment rounds it.
   code.open("for (int i = 0; i < 4; ++i) {");
   code.line("const float f = kiln_as_float(r[i]);");
-  code.line("bf[nt + (i >> 1)][i & 1] = kiln_cvt_rna_tf32(f);");
   if (geo.s.path == MatmulPath::tf32x3) {
+    code.line("bf[nt + (i >> 1)][i & 1] = kiln_tf32x3_big(f);");
     code.line("bs_small[nt + (i >> 1)][i & 1] = "
               "kiln_cvt_rna_tf32(f - kiln_as_float(bf[nt + (i >> 1)][i & 1]));");
+  } else {
+    code.line("bf[nt + (i >> 1)][i & 1] = kiln_cvt_rna_tf32(f);");
   }
   code.close();
 }

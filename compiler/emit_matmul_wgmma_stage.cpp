@@ -89,7 +89,7 @@ void load_a_fragments(Code& code, const WgmmaMatmul& w) {
   code.line("const int m = warp * 16 + g + 8 * (r & 1), k = ks * 8 + t4 + 4 * (r >> 1);");
   code.line("const float x = fa[m * 32 + (((k >> 2) ^ (m & 7)) << 2) + (k & 3)];");
   if (w.x3) {
-    code.line("const unsigned big = kiln_cvt_rna_tf32(x);");
+    code.line("const unsigned big = kiln_tf32x3_big(x);");
     code.line("af[" + std::string(w.a_sets > 1 ? "h][" : "0][") + "ks][r] = big;");
     code.line("afs[ks][r] = kiln_cvt_rna_tf32(x - kiln_as_float(big));");
   } else {
@@ -117,7 +117,7 @@ void round_stage(Code& code, const WgmmaMatmul& w) {
       code.line(dst + " = kiln_as_float(kiln_cvt_rna_tf32(" + x + "));");
       return;
     }
-    code.line("const float big = kiln_as_float(kiln_cvt_rna_tf32(" + x + "));");
+    code.line("const float big = kiln_as_float(kiln_tf32x3_big(" + x + "));");
     code.line(small + " = kiln_as_float(kiln_cvt_rna_tf32(" + x + " - big));");
     code.line(dst + " = big;");
   };

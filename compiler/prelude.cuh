@@ -72,6 +72,19 @@ KILN_DEVICE unsigned kiln_cvt_rna_tf32(float f) {
   return __float_as_uint(f);
 #endif
 }
+// tf32x3's big part of `f` (its small part is cvt.rna(f - big)): tf32(f) for a finite f, ±1 for
+// an infinity or NaN, whose small part is then the infinity or NaN. Each cross product big * small
+// then holds a finite big part, so an infinity times a tf32-exact operand (small part 0) gives an
+// infinity as in fp32, not inf * 0 = NaN; a NaN still reaches every product through its small
+// part. The rounding is cvt.rna.tf32's own (half a tf32 ulp added to the magnitude, 13 bits
+// dropped: what ptxas makes of the cvt), with its select for non-finite values choosing ±1: one
+// instruction more than the cvt.
+KILN_DEVICE unsigned kiln_tf32x3_big(float f) {
+  const unsigned bits = __float_as_uint(f);
+  return (fabsf(f) < __int_as_float(0x7f800000) ? bits + 0x1000u
+                                                : (bits & 0x80000000u) | 0x3f800000u) &
+         0xffffe000u;
+}
 
 // ---- shared memory ------------------------------------------------------------------------
 // The block's dynamic shared memory (16-byte aligned; size given by the launch shape).

@@ -123,7 +123,7 @@ float fma_f32(float a, float b, float c) {
 
 Tf32Split split_tf32x3(float x) {
   Tf32Split split;
-  split.big = round_tf32_rna(x);
+  split.big = std::isfinite(x) ? round_tf32_rna(x) : std::copysign(1.0f, x);
   split.small = round_tf32_rna(x - split.big);
   return split;
 }

@@ -44,7 +44,10 @@ float fma_f32(float a, float b, float c);
 
 // The tf32x3 split: big = rna_tf32(x), small = rna_tf32(x - big). x - big is exact in fp32, and
 // big + small equals x to within 2^-22 relative (both halves are tf32 values, so products of
-// halves are exact in fp32).
+// halves are exact in fp32). An infinite or NaN x splits into big = ±1 and small = x (as the
+// kernels' kiln_tf32x3_big): each cross product then holds one finite big part, so an infinity
+// times a tf32-exact operand (small part 0) is an infinity as in fp32, where big = x would make
+// big * 0 NaN; a NaN reaches every product through its small part.
 struct Tf32Split {
   float big = 0.0f;
   float small = 0.0f;

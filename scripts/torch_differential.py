@@ -34,9 +34,6 @@ on the way (TF32 or bf16 products). A difference in values is then refereed:
   program gives eager's results in `highest`, and the difference is in finite values within 10x
   the tolerance, or in integers (an argmax of near ties). A bug only a rounding mode shows and
   that stays within 10x would be called this: run `--precision highest` to see past it.
-- `split_infinity`: in `tf32x3`, with a matmul or attention on the way and an infinity among the
-  inputs, kiln gives NaN at every element that differs and the same program gives eager's
-  results in `highest` (docs/precision.md: tf32x3's split makes NaN of an infinite operand).
 - `eager_differs`: every element kiln gives is eager's or the program's run in float64 (its
   attention by PyTorch's math backend): eager's own rounding (a bf16 result it rounds on the
   way), or NaN that eager's flash attention leaves out.
@@ -1353,7 +1350,7 @@ def _failed(rec, status, message):
 
 
 def check(seed, run=Run(), dynamic=None):
-    """Runs a seed's program; a record: its status (ok, rounding, split_infinity, eager_differs:
+    """Runs a seed's program; a record: its status (ok, rounding, eager_differs:
     checked; empty, eager_fail, export_fail: not checked; compile_error, run_error, mismatch:
     failures), steps, kiln graphs and fallbacks and, for a difference, what and where."""
     prog = generate(seed, dynamic, run.wide)
@@ -1440,18 +1437,12 @@ def _close(got, want, tol):
 
 def _referee(prog, model, xs, k, got, want, kind, tol, run):
     """What a difference (`kind` values or special) between kiln's output `k` and eager's is:
-    `rounding`, `split_infinity`, `eager_differs` or `mismatch`, by the rules the module's
-    docstring states."""
+    `rounding`, `eager_differs` or `mismatch`, by the rules the module's docstring states."""
     entry = prog.gen.pool[prog.outs[k]]
-    if entry.products and run.precision != "highest":
-        if kind == "values":
-            within = not want.dtype.is_floating_point or bool(_close(got, want, 10 * tol).all())
-            if within and _passes_in_highest(prog, run):
-                return "rounding"
-        elif run.precision == "tf32x3" and any(is_float(x) and bool(x.isinf().any()) for x in xs):
-            split = bool(got[~_close(got, want, tol)].isnan().all())
-            if split and _passes_in_highest(prog, run):
-                return "split_infinity"
+    if entry.products and run.precision != "highest" and kind == "values":
+        within = not want.dtype.is_floating_point or bool(_close(got, want, 10 * tol).all())
+        if within and _passes_in_highest(prog, run):
+            return "rounding"
     try:
         in_f64 = copy.deepcopy(model).double()
         with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
@@ -1471,7 +1462,7 @@ def _passes_in_highest(prog, run):
     return check(prog.seed, exact_products, prog.dynamic)["status"] == "ok"
 
 
-CHECKED = ("ok", "rounding", "split_infinity", "eager_differs")
+CHECKED = ("ok", "rounding", "eager_differs")
 FAILURES = ("compile_error", "run_error", "mismatch", "timeout", "crash", "harness_error")
 
 

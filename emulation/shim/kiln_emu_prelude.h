@@ -43,6 +43,11 @@ KILN_DEVICE unsigned kiln_cvt_rna_tf32(float f) {
   if (KILN_EMU_SM < 80) return ::kiln_emu::to_bits(f);
   return ::kiln_emu::api().tf32_rna_bits(::kiln_emu::to_bits(f));
 }
+KILN_DEVICE unsigned kiln_tf32x3_big(float f) {  // ±1 for an infinity or NaN
+  const unsigned bits = ::kiln_emu::to_bits(f);
+  return (bits & 0x7fffffffu) < 0x7f800000u ? kiln_cvt_rna_tf32(f)
+                                            : (bits & 0x80000000u) | 0x3f800000u;
+}
 
 // ---- shared memory -------------------------------------------------------------------------
 KILN_DEVICE unsigned char* kiln_dynamic_smem() { return ::kiln_emu::t_block->smem; }

@@ -460,6 +460,78 @@ TEST(CpuTarget, AttentionRowsWithoutAKeyAreZeros) {
   }
 }
 
+// tf32x3 with infinite operands gives what fp32 gives (split_tf32x3: an infinity's big part is ±1,
+// its small part the infinity): an infinity times tf32-exact values (whose small part is 0), times
+// inexact ones, times 0 and times another infinity, in A and B, beside a NaN, through the packed
+// GEMM at two sizes; and an infinity of v through attention, +inf and -inf in one column NaN.
+TEST(CpuTarget, Tf32x3InfiniteOperandsGiveWhatFp32Gives) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t scale : {1, 3}) {
+    const int64_t M = 37 * scale, K = 64 * scale, N = 45 * scale;
+    SCOPED_TRACE("M " + std::to_string(M));
+    ir::Graph graph = parse("graph g { input a: f32[" + std::to_string(M) + ", " + std::to_string(K) +
+                            "]\n input b: f32[" + std::to_string(K) + ", " + std::to_string(N) +
+                            "]\n c = matmul(a, b)\n output c }");
+    auto program = build(graph, ir::Precision::tf32x3);
+    ASSERT_TRUE(program);
+    auto inputs = seeded_inputs(graph);
+    float* a = reinterpret_cast<float*>(inputs[0].data());
+    float* b = reinterpret_cast<float*>(inputs[1].data());
+    for (int64_t n = 0; n < N; ++n) b[17 * N + n] = static_cast<float>((n % 7) - 3) / 4 + 0.125f;
+    for (int64_t m = 0; m < M; ++m) a[m * K + 40] = static_cast<float>((m % 5) - 2) / 8 + 0.0625f;
+    a[5 * K + 17] = inf;    // times B's tf32-exact row 17
+    a[9 * K + 30] = -inf;   // times inexact values
+    a[20 * K + 17] = -inf;  // and -inf x -inf at n = 3
+    b[17 * N + 3] = -inf;
+    a[11 * K + 40] = 0.0f;  // 0 x inf
+    b[40 * N + 7] = inf;    // times A's tf32-exact column 40
+    a[30 * K + 3] = std::numeric_limits<float>::quiet_NaN();  // row 30 NaN
+    auto out = program->run(inputs, {});
+    ASSERT_TRUE(out) << out.error().message;
+    const float* c = reinterpret_cast<const float*>((*out)[0].data());
+    size_t infinite = 0, wrong = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double exact = 0, size = 0;  // IEEE's infinities and NaN, as fp32 makes them
+        for (int64_t k = 0; k < K; ++k) {
+          exact += static_cast<double>(a[m * K + k]) * b[k * N + n];
+          size += std::fabs(static_cast<double>(a[m * K + k]) * b[k * N + n]);
+        }
+        double got = c[m * N + n];
+        infinite += std::isinf(exact) ? 1 : 0;
+        bool ok = std::isnan(exact)   ? std::isnan(got)
+                  : std::isinf(exact) ? got == exact
+                                      : std::fabs(got - exact) <= 1e-5 * size + 1e-30;
+        if (!ok && wrong++ < 5) ADD_FAILURE() << "(" << m << ", " << n << "): " << got << " where fp32 gives " << exact;
+      }
+    EXPECT_EQ(wrong, 0u);
+    EXPECT_GE(infinite, static_cast<size_t>(3 * N + M - 10));  // rows 5, 9 and 20, column 7
+  }
+  ir::Graph graph = parse("graph g { input q: f32[1, 2, 37, 32]\n input k: f32[1, 2, 41, 32]\n"
+                          " input v: f32[1, 2, 41, 24]\n o = attention(q, k, v, scale=0.25)\n output o }");
+  auto program = build(graph, ir::Precision::tf32x3);
+  ASSERT_TRUE(program);
+  auto inputs = seeded_inputs(graph);
+  float* v = reinterpret_cast<float*>(inputs[2].data());
+  for (int64_t key = 0; key < 41; ++key) v[(41 + key) * 24 + 3] = 0.25f * static_cast<float>(key % 3 - 1) + 0.5f;
+  v[(41 + 7) * 24 + 3] = inf;  // head 1, column 3: every row +inf
+  v[2 * 24 + 5] = -inf;        // head 0, column 5: NaN
+  v[30 * 24 + 5] = inf;
+  auto out = program->run(inputs, {});
+  ASSERT_TRUE(out) << out.error().message;
+  const float* o = reinterpret_cast<const float*>((*out)[0].data());
+  for (size_t e = 0; e < 2u * 37 * 24; ++e) {
+    size_t head = e / (37 * 24), column = e % 24;
+    if (head == 1 && column == 3) {
+      ASSERT_EQ(o[e], inf) << e;
+    } else if (head == 0 && column == 5) {
+      ASSERT_TRUE(std::isnan(o[e])) << e << ": " << o[e];
+    } else {
+      ASSERT_TRUE(std::isfinite(o[e])) << e << ": " << o[e];
+    }
+  }
+}
+
 // Keys past one chunk (512 at most): the softmax goes online, each query's max, sum and output
 // rescaled chunk by chunk. Rows whose first chunk is wholly masked and whose later keys are not
 // (their running max is -inf for a while), rows with no key at all (zeros for the attention op),

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <ostream>
 #include <set>
 #include <string>
@@ -255,6 +256,175 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param)) + "_" +
              std::string(ir::to_string(std::get<1>(info.param)));
     });
+
+// tf32x3 with infinite operands gives what fp32 gives: an infinity times a finite non-zero value
+// is an infinity, times 0 or summed with an infinity of the other sign NaN. The split's big part
+// of an infinity is ±1 and its small part the infinity (kiln_tf32x3_big). Split as tf32(x) and
+// tf32(x - tf32(x)), its small part would be inf - inf = NaN, and every product with it NaN. The
+// planted infinities meet tf32-exact operands (small part 0) and inexact ones, zeros and each
+// other, in A and in B, for both layouts of each, beside a NaN; the mma.sync kernel (sm_80) and
+// sm_90a's wgmma kernel (A from registers and staged) both run the graph.
+const char* k_infinite_operands_graph = R"(graph inf {
+  input x: f32[2, 72, 200]
+  input xt: f32[2, 200, 72]
+  input w: f32[136, 200]
+  input wn: f32[200, 136]
+  y = matmul(x, w, transpose_b=true)
+  u = matmul(x, wn)
+  t = matmul(xt, w, transpose_a=true, transpose_b=true)
+  s = matmul(xt, wn, transpose_a=true)
+  output y, u, t, s
+}
+)";
+
+// Whether `actual` is what fp32 gives where the exact sum is `exact` (its infinities and NaN as
+// IEEE arithmetic makes them; finite sums of inputs in [-1, 1] never overflow): "" or why not.
+std::string as_fp32_gives(double exact, double actual, double magnitude) {
+  if (std::isnan(exact)) return std::isnan(actual) ? "" : "not NaN";
+  if (std::isinf(exact)) return actual == exact ? "" : "not the infinity";
+  if (!std::isfinite(actual)) return "not finite";
+  return std::fabs(actual - exact) <= 1e-5 * magnitude + 1e-30 ? "" : "off";
+}
+
+using KernelOutputs = std::vector<std::pair<std::string, std::vector<reference::Tensor>>>;
+
+// `graph`'s outputs on `in` in tf32x3 from sm_90a's wgmma kernels (`wgmma` of them) and from
+// sm_80's mma.sync kernels, each named, into `runs`.
+void run_tf32x3_kernels(const ir::Graph& graph, const std::vector<reference::Tensor>& in, int wgmma,
+                        KernelOutputs& runs) {
+  auto on_wgmma = build(graph, {}, ir::Precision::tf32x3);
+  ASSERT_TRUE(on_wgmma.ok()) << on_wgmma.error().message;
+  ASSERT_EQ(wgmma_kernels(*on_wgmma), wgmma);
+  compiler::CompileOptions sm80;
+  sm80.target = compiler::Target::cuda(80);
+  sm80.precision = ir::Precision::tf32x3;
+  auto on_mma = build_program(graph, sm80);
+  ASSERT_TRUE(on_mma.ok()) << on_mma.error().message;
+  const std::pair<std::string, const Program*> programs[] = {{"wgmma (sm_90a)", &*on_wgmma},
+                                                             {"mma.sync (sm_80)", &*on_mma}};
+  for (const auto& [name, program] : programs) {
+    auto run = program->run(in, Schedule{});
+    ASSERT_TRUE(run.ok()) << name << ": " << run.error().message;
+    runs.emplace_back(name, std::move(*run));
+  }
+}
+
+TEST(EmulatedTf32x3, InfiniteOperandsGiveWhatFp32Gives) {
+  const double inf = std::numeric_limits<double>::infinity();
+  auto graph = ir::parse_graph(k_infinite_operands_graph, "inf.kg");
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  std::vector<reference::Tensor> in = reference::random_inputs(*graph, 5);
+  const int64_t M = 72, N = 136, K = 200;
+  // A(b, m, k) is x[b][m][k] and xt[b][k][m]; B(k, n) is w[n][k] and wn[k][n]: each value planted
+  // in both layouts.
+  auto set_a = [&](int64_t b, int64_t m, int64_t k, double v) {
+    in[0].values[(b * M + m) * K + k] = v;
+    in[1].values[(b * K + k) * M + m] = v;
+  };
+  auto set_b = [&](int64_t k, int64_t n, double v) {
+    in[2].values[n * K + k] = v;
+    in[3].values[k * N + n] = v;
+  };
+  for (int64_t b = 0; b < 2; ++b)  // xt and w hold x's and wn's values
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) set_a(b, m, k, in[0].values[(b * M + m) * K + k]);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) set_b(k, n, in[3].values[k * N + n]);
+  auto exact_b = [](int64_t k, int64_t n) { return static_cast<double>((n + k) % 7 - 3) / 4 + 0.125; };
+  auto exact_a = [](int64_t b, int64_t m) { return static_cast<double>((m + b) % 5 - 2) / 8 + 0.0625; };
+  for (int64_t n = 0; n < N; ++n) set_b(17, n, exact_b(17, n));  // tf32-exact, none 0
+  for (int64_t n = 0; n < N; ++n) set_b(50, n, exact_b(50, n));
+  set_a(0, 5, 17, inf);    // times column 17's tf32-exact values of B
+  set_a(1, 9, 30, -inf);   // times inexact values, and against +inf in the same sum: NaN
+  set_a(1, 9, 31, inf);
+  for (int64_t n = 0; n < N; ++n) set_b(31, n, in[3].values[30 * N + n]);  // so every sum of row 9
+  set_a(1, 20, 50, -inf);  // times tf32-exact values, and -inf x -inf at n = 3
+  set_b(50, 3, -inf);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t m = 0; m < M; ++m) set_a(b, m, 40, exact_a(b, m));  // tf32-exact, none 0 ...
+  set_a(0, 11, 40, 0.0);  // ... but one: 0 x inf is NaN
+  set_b(40, 7, inf);      // times A's column 40
+  set_b(60, 100, -inf);   // times inexact values
+  set_a(1, 60, 90, std::numeric_limits<double>::quiet_NaN());  // a NaN (split ±1 and NaN)
+  // The exact products, summed in double: IEEE's infinities and NaN, as fp32 makes them.
+  std::vector<double> exact(2 * M * N), magnitude(2 * M * N);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double sum = 0, size = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          double p = in[0].values[(b * M + m) * K + k] * in[3].values[k * N + n];
+          sum += p;
+          size += std::fabs(p);
+        }
+        exact[(b * M + m) * N + n] = sum;
+        magnitude[(b * M + m) * N + n] = size;
+      }
+  size_t infinite = 0, nan = 0;
+  for (double e : exact) {
+    infinite += std::isinf(e) ? 1 : 0;
+    nan += std::isnan(e) ? 1 : 0;
+  }
+  ASSERT_GE(infinite, 600u);  // rows 5 (b 0) and 20 (b 1), columns 7 and 100 (both batches)
+  ASSERT_GE(nan, 2 * N);      // rows 9 and 60 (b 1), and (11, 7) of b 0
+  KernelOutputs runs;
+  ASSERT_NO_FATAL_FAILURE(run_tf32x3_kernels(*graph, in, 4, runs));
+  for (const auto& [name, outputs] : runs) {
+    SCOPED_TRACE(name);
+    for (size_t o = 0; o < 4; ++o) {
+      const std::vector<double>& got = outputs[o].values;
+      ASSERT_EQ(got.size(), exact.size());
+      size_t wrong = 0;
+      std::string first;
+      for (size_t i = 0; i < got.size(); ++i) {
+        std::string why = as_fp32_gives(exact[i], got[i], magnitude[i]);
+        if (why.empty()) continue;
+        if (wrong++ == 0)
+          first = std::to_string(i) + ": " + std::to_string(got[i]) + " where fp32 gives " +
+                  std::to_string(exact[i]) + " (" + why + ")";
+      }
+      EXPECT_EQ(wrong, 0u) << "output " << o << ", first " << first;
+    }
+  }
+}
+
+// The same for attention in tf32x3: an infinity in v reaches every row through its weight (never
+// 0 here), an infinity of each sign in one column of v makes it NaN. The mma.sync kernel (sm_80)
+// and sm_90a's fp32 wgmma kernel.
+TEST(EmulatedTf32x3, AnInfiniteVGivesWhatFp32Gives) {
+  const double inf = std::numeric_limits<double>::infinity();
+  auto graph = ir::parse_graph("graph infv {\n  input q: f32[1, 2, 37, 32]\n"
+                               "  input k: f32[1, 2, 41, 32]\n  input v: f32[1, 2, 41, 24]\n"
+                               "  o = attention(q, k, v, scale=0.25)\n  output o\n}\n",
+                               "infv.kg");
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  std::vector<reference::Tensor> in = reference::random_inputs(*graph, 9);
+  std::vector<double>& v = in[2].values;
+  for (int64_t key = 0; key < 41; ++key) v[(41 + key) * 24 + 3] = 0.25 * (key % 3 - 1) + 0.5;  // tf32-exact
+  v[(41 + 7) * 24 + 3] = inf;  // head 1, column 3: every row +inf
+  v[(0 + 2) * 24 + 5] = -inf;  // head 0, column 5: NaN
+  v[(0 + 30) * 24 + 5] = inf;
+  v[(0 + 11) * 24 + 9] = -inf;  // head 0, column 9: every row -inf
+  KernelOutputs runs;
+  ASSERT_NO_FATAL_FAILURE(run_tf32x3_kernels(*graph, in, 1, runs));
+  for (const auto& [name, outputs] : runs) {
+    SCOPED_TRACE(name);
+    const std::vector<double>& o = outputs[0].values;
+    ASSERT_EQ(o.size(), 2u * 37 * 24);
+    for (size_t e = 0; e < o.size(); ++e) {
+      size_t head = e / (37 * 24), col = e % 24;
+      if (head == 1 && col == 3) {
+        ASSERT_EQ(o[e], inf) << e;
+      } else if (head == 0 && col == 5) {
+        ASSERT_TRUE(std::isnan(o[e])) << e << ": " << o[e];
+      } else if (head == 0 && col == 9) {
+        ASSERT_EQ(o[e], -inf) << e;
+      } else {
+        ASSERT_TRUE(std::isfinite(o[e])) << e << ": " << o[e];
+      }
+    }
+  }
+}
 
 // Outputs of `name` (wgmma_tf32_odd) that differ from the mma.sync kernel's in their bits, the
 // wgmma kernel's text edited (each `from`, which must occur, replaced by its `to`) and run under

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 
 namespace kiln::reference {
@@ -183,6 +184,31 @@ TEST(Tf32x3Split, RecoversBitsThatPlainTf32Loses) {
   Tf32Split one = split_tf32x3(1.0f);
   EXPECT_EQ(tf32x3_accumulate(0.0f, split, one), x);
   EXPECT_EQ(round_tf32_rna(x) * round_tf32_rna(1.0f), 1.0f);  // what plain tf32 gives
+}
+
+// An infinity splits into ±1 and itself, so that no cross product is inf x 0: times a tf32-exact
+// value (small part 0) it is the infinity, times 0 NaN, times the other infinity the product's.
+// A NaN splits into ±1 and NaN: its small part makes every product with it NaN.
+TEST(Tf32x3Split, AnInfinitySplitsIntoOneAndItselfAndMultipliesAsInFp32) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x : {inf, -inf}) {
+    Tf32Split split = split_tf32x3(x);
+    EXPECT_EQ(split.big, std::copysign(1.0f, x));
+    EXPECT_EQ(split.small, x);
+    for (float y : {0.5f, -3.0f, 1.0f + 0x1p-12f, inf, -inf}) {
+      EXPECT_EQ(tf32x3_accumulate(0.0f, split, split_tf32x3(y)), x * y) << x << " x " << y;
+      EXPECT_EQ(tf32x3_accumulate(0.0f, split_tf32x3(y), split), x * y) << y << " x " << x;
+    }
+    EXPECT_TRUE(std::isnan(tf32x3_accumulate(0.0f, split, split_tf32x3(0.0f))));
+    EXPECT_TRUE(std::isnan(tf32x3_accumulate(0.0f, split, split_tf32x3(std::nanf("")))));
+  }
+  Tf32Split nan = split_tf32x3(std::nanf(""));
+  EXPECT_EQ(nan.big, 1.0f);
+  EXPECT_TRUE(std::isnan(nan.small));
+  for (float y : {0.0f, 2.0f, 1.0f + 0x1p-12f, inf}) {
+    EXPECT_TRUE(std::isnan(tf32x3_accumulate(0.0f, nan, split_tf32x3(y)))) << y;
+    EXPECT_TRUE(std::isnan(tf32x3_accumulate(0.0f, split_tf32x3(y), nan))) << y;
+  }
 }
 
 TEST(FmaF32, RoundsOnceWhereDoubleRoundingWouldGoWrong) {
