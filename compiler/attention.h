@@ -31,10 +31,11 @@ struct AttentionMatch {
   MatmulPath path = MatmulPath::ffma;  // of QK^T and PV
 };
 
-// True when a row of `m` whose every key is masked out is zeros: an attention op with a mask (the
-// explicit chain gives NaN there, as softmax does; without a mask no row loses every key).
+// True when a row of `m` whose every score is -inf (every key masked out, or an infinite q or k)
+// is zeros: the attention op, as PyTorch's scaled_dot_product_attention (the explicit chain gives
+// NaN there, as softmax does).
 inline bool zero_masked_rows(const ir::Graph& graph, const AttentionMatch& m) {
-  return m.mask >= 0 && graph.node(m.root).kind == ir::OpKind::attention;
+  return graph.node(m.root).kind == ir::OpKind::attention;
 }
 
 struct AttentionPlan {

@@ -67,8 +67,8 @@ double multiply_add(double x, double y, double acc) { return acc + x * y; }
 float multiply_add(float x, float y, float acc) { return fma_f32(x, y, acc); }
 
 // Every query row of one batch: its scores against all keys (-inf past the query when causal),
-// their softmax (the max subtracted first; with a mask, a row whose every score is -inf is zeros:
-// the attention op's rule, where softmax would give NaN), then the probability-weighted sum of v's
+// their softmax (the max subtracted first; a row whose every score is -inf is zeros: the attention
+// op's rule, as PyTorch's scaled_dot_product_attention, where softmax would give NaN), then the probability-weighted sum of v's
 // rows, in T; stored at `dtype` when `store`.
 // `operand` rounds a value entering a product: q, k, v and the probabilities (the identity in
 // fp64, `highest` and `tf32x3`, whose split keeps about fp32's precision).
@@ -105,8 +105,9 @@ void run_batch(const ir::Node& node, const AttentionGeometry& g, const Batch& b,
     bool masked_out = std::all_of(p.begin(), p.end(), [](T score) {
       return score == -std::numeric_limits<T>::infinity();
     });
-    if (b.mask && masked_out) {
-      // Every key masked out: the row is zeros (the kernels' rule, where softmax gives NaN).
+    if (masked_out) {
+      // Every key masked out (or an infinite q or k): the row is zeros (the kernels' rule, where
+      // softmax gives NaN).
       std::fill(out_row, out_row + g.width, 0.0);
       continue;
     }

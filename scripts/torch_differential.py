@@ -45,9 +45,8 @@ printed with the command that reproduces it. Each record says how many kiln grap
 became and which ops stayed in PyTorch (export and saveload). A seed makes the same program each
 time, its parameters and inputs included.
 
-The differences from eager that docs/python.md's op table states (a row of attention scores all
--inf from infinite inputs is NaN in kiln and zeros in PyTorch, for one) are failures here too,
-to be read, not hidden.
+The differences from eager that docs/python.md's op table states (topk's order among ties, for
+one) are failures here too, to be read, not hidden.
 
     "$(scripts/python_env.sh)" scripts/torch_differential.py --count 300 --seed 1 --mode all \
         --precision high --out /tmp/torch-differential

@@ -460,6 +460,39 @@ TEST(CpuTarget, AttentionRowsWithoutAKeyAreZeros) {
   }
 }
 
+// Without a mask, a row whose every score is -inf (an infinite q) is zeros, as PyTorch's
+// scaled_dot_product_attention gives, in every mode; one with a +inf score among -inf ones NaN.
+TEST(CpuTarget, AttentionRowsWhoseScoresAreAllMinusInfinityAreZeros) {
+  ir::Graph graph = parse("graph g { input q: f32[1, 2, 5, 8]\n input k: f32[1, 2, 6, 8]\n"
+                          " input v: f32[1, 2, 6, 3]\n o = attention(q, k, v)\n output o }");
+  for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
+                             ir::Precision::medium}) {
+    SCOPED_TRACE(std::string(ir::to_string(mode)));
+    auto program = build(graph, mode);
+    ASSERT_TRUE(program);
+    auto inputs = seeded_inputs(graph);
+    float* q = reinterpret_cast<float*>(inputs[0].data());
+    float* k = reinterpret_cast<float*>(inputs[1].data());
+    for (int key = 0; key < 12; ++key) k[key * 8 + 2] = 0.5f + 0.25f * static_cast<float>(key % 3);
+    k[(6 + 4) * 8 + 2] = -0.5f;                          // head 1, key 4
+    q[3 * 8 + 2] = -std::numeric_limits<float>::infinity();  // head 0, query 3: all -inf
+    q[(5 + 1) * 8 + 2] = -std::numeric_limits<float>::infinity();  // head 1, query 1: one +inf
+    auto out = program->run(inputs, {});
+    ASSERT_TRUE(out) << out.error().message;
+    const float* o = reinterpret_cast<const float*>((*out)[0].data());
+    for (size_t e = 0; e < 2u * 5 * 3; ++e) {
+      size_t row = (e / 3) % 5, head = e / 15;
+      if (head == 0 && row == 3) {
+        EXPECT_EQ(o[e], 0.0f) << e;
+      } else if (head == 1 && row == 1) {
+        EXPECT_TRUE(std::isnan(o[e])) << e << ": " << o[e];
+      } else {
+        EXPECT_TRUE(std::isfinite(o[e])) << e << ": " << o[e];
+      }
+    }
+  }
+}
+
 // tf32x3 with infinite operands gives what fp32 gives (split_tf32x3: an infinity's big part is ±1,
 // its small part the infinity): an infinity times tf32-exact values (whose small part is 0), times
 // inexact ones, times 0 and times another infinity, in A and B, beside a NaN, through the packed

@@ -334,6 +334,32 @@ TEST(FusedAttentionGrouped, KvHeadGroupsAndFullyMaskedRowsMatchTheReference) {
   }
 }
 
+// The targets a test of `a` runs attention on: sm_80, and sm_90a for f16 and bf16.
+std::vector<compiler::Target> attention_targets(const Arithmetic& a) {
+  std::vector<compiler::Target> targets = {compiler::Target::cuda(80)};
+  if (std::string(a.dtype) != "f32") targets.push_back(compiler::Target::cuda(90, "a"));
+  return targets;
+}
+
+// `graph` (one attention) emulated on `target` in `precision`, within tolerance of the reference,
+// its output's values into `o`; on sm_90a its plan must put the attention on the wgmma kernel.
+void emulate_attention(const ir::Graph& graph, const compiler::Target& target,
+                       ir::Precision precision, const reference::InputSource& inputs,
+                       std::vector<double>& o) {
+  if (!target.suffix.empty()) {  // sm_90a: the wgmma kernel, not sm_90's
+    compiler::CompileOptions options;
+    options.target = target;
+    options.precision = precision;
+    auto program = build_program(graph, options);
+    ASSERT_TRUE(program.ok()) << program.error().message;
+    ASSERT_TRUE(program->lowered().plan.kernels.at(0).attention_tile.wgmma);
+  }
+  auto run = emulate(graph, target, precision, inputs);
+  expect_within_tolerance(run);
+  ASSERT_TRUE(run.ok());
+  o = run->actual[0].values;
+}
+
 // A NaN score makes its query row NaN, as softmax and PyTorch do, where a row whose every key the
 // mask removes is zeros (the kernels told the two apart by l > 0, which a NaN sum fails, so a
 // NaN row came out as zeros). q holds a NaN in query 5 of batch 0's head 0, k in key 7 of batch
@@ -345,8 +371,6 @@ TEST(FusedAttentionSoftmax, ANaNScoreMakesItsRowNaNWhereARowWithoutKeysIsZeros) 
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   for (const Arithmetic& a : k_arithmetic) {
-    std::vector<compiler::Target> targets = {compiler::Target::cuda(80)};
-    if (std::string(a.dtype) != "f32") targets.push_back(compiler::Target::cuda(90, "a"));
     for (bool boolean : {true, false}) {
       std::string t = a.dtype;
       auto graph = ir::parse_graph("graph nan {\n  input q: " + t + "[2, 2, 37, 32]\n  input k: " +
@@ -369,21 +393,11 @@ TEST(FusedAttentionSoftmax, ANaNScoreMakesItsRowNaNWhereARowWithoutKeysIsZeros) 
         mask.values[e] = boolean ? (masked ? 0.0 : 1.0) : masked ? -inf : 0.0;
       }
       reference::InputSource inputs{13, {q, k, std::nullopt, mask}};
-      for (const compiler::Target& target : targets) {
+      for (const compiler::Target& target : attention_targets(a)) {
         SCOPED_TRACE(std::string(a.dtype) + " " + std::string(ir::to_string(a.precision)) + " " +
                      target.arch() + (boolean ? " bool mask" : " f32 mask"));
-        if (!target.suffix.empty()) {  // sm_90a: the wgmma kernel, not sm_90's
-          compiler::CompileOptions options;
-          options.target = target;
-          options.precision = a.precision;
-          auto program = build_program(*graph, options);
-          ASSERT_TRUE(program.ok()) << program.error().message;
-          ASSERT_TRUE(program->lowered().plan.kernels.at(0).attention_tile.wgmma);
-        }
-        auto run = emulate(*graph, target, a.precision, inputs);
-        expect_within_tolerance(run);
-        ASSERT_TRUE(run.ok());
-        const std::vector<double>& o = run->actual[0].values;
+        std::vector<double> o;
+        ASSERT_NO_FATAL_FAILURE(emulate_attention(*graph, target, a.precision, inputs, o));
         for (size_t e = 0; e < o.size(); ++e) {
           size_t row = (e / 24) % 37, head = (e / (37 * 24)) % 2, batch = e / (2 * 37 * 24);
           bool masked_out = row == 3 || row == 20;
@@ -395,6 +409,49 @@ TEST(FusedAttentionSoftmax, ANaNScoreMakesItsRowNaNWhereARowWithoutKeysIsZeros) 
           if (zeros) {
             ASSERT_EQ(o[e], 0.0) << e;
           } else if (nan_row) {
+            ASSERT_TRUE(std::isnan(o[e])) << e << ": " << o[e];
+          } else {
+            ASSERT_TRUE(std::isfinite(o[e])) << e << ": " << o[e];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Without a mask, a row whose every score is -inf (an infinite q against keys that all have the
+// same sign there) is zeros, as PyTorch's scaled_dot_product_attention gives (0 / 0 would be NaN);
+// a row with a +inf and a -inf score is NaN, as there. Every mode and dtype on sm_80, causal and
+// not, and f16/bf16 on sm_90a's wgmma kernel.
+TEST(FusedAttentionSoftmax, ARowWhoseScoresAreAllMinusInfinityIsZerosWithoutAMask) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const Arithmetic& a : k_arithmetic) {
+    for (bool causal : {false, true}) {
+      std::string t = a.dtype;
+      auto graph = ir::parse_graph("graph ninf {\n  input q: " + t + "[2, 2, 37, 32]\n  input k: " +
+                                       t + "[2, 2, 41, 32]\n  input v: " + t +
+                                       "[2, 2, 41, 24]\n  o = attention(q, k, v, scale=0.25" +
+                                       (causal ? ", causal=true" : "") + ")\n  output o\n}\n",
+                                   "ninf.kg");
+      ASSERT_TRUE(graph.ok()) << graph.error().message;
+      auto drawn = reference::make_inputs(*graph, {17, {}});
+      ASSERT_TRUE(drawn.ok()) << drawn.error().message;
+      reference::Tensor q = (*drawn)[0], k = (*drawn)[1];
+      for (size_t key = 0; key < 2 * 2 * 41; ++key) k.values[key * 32 + 4] = 0.5 + (key % 3) * 0.25;
+      k.values[(2 * 41 + 9) * 32 + 4] = -0.5;  // batch 1, head 0: key 9's sign differs
+      q.values[(0 * 37 + 6) * 32 + 4] = -inf;  // batch 0, head 0, query 6: every score -inf
+      q.values[(2 * 37 + 30) * 32 + 4] = -inf;  // batch 1, head 0, query 30: key 9's +inf
+      reference::InputSource inputs{17, {q, k, std::nullopt}};
+      for (const compiler::Target& target : attention_targets(a)) {
+        SCOPED_TRACE(std::string(a.dtype) + " " + std::string(ir::to_string(a.precision)) + " " +
+                     target.arch() + (causal ? " causal" : ""));
+        std::vector<double> o;
+        ASSERT_NO_FATAL_FAILURE(emulate_attention(*graph, target, a.precision, inputs, o));
+        for (size_t e = 0; e < o.size(); ++e) {
+          size_t row = (e / 24) % 37, bh = e / (37 * 24);
+          if (bh == 0 && row == 6) {
+            ASSERT_EQ(o[e], 0.0) << e;
+          } else if (bh == 2 && row == 30) {  // causal: key 9 is among its keys
             ASSERT_TRUE(std::isnan(o[e])) << e << ": " << o[e];
           } else {
             ASSERT_TRUE(std::isfinite(o[e])) << e << ": " << o[e];
