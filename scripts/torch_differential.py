@@ -39,11 +39,13 @@ on the way (TF32 or bf16 products). A difference in values is then refereed:
   way), or NaN that eager's flash attention leaves out.
 
 These are counted and kept in the results, not failures, and the other outputs and sizes are
-still compared. A program that eager or torch.export cannot run is counted too. A compile error, a
-run error, any other difference (`mismatch`), a timeout or a crash of the worker is a failure,
-printed with the command that reproduces it. Each record says how many kiln graphs the program
-became and which ops stayed in PyTorch (export and saveload). A seed makes the same program each
-time, its parameters and inputs included.
+still compared. A program that eager (at the export size or at every run size) or torch.export
+cannot run is counted too. A compile error, a run error, any other difference (`mismatch`), a
+timeout or a crash of the worker is a failure, printed with the command that reproduces it as it
+comes (results.jsonl is written as the records come, and in seed order at the end). Each record
+says how many kiln graphs the program became and which ops stayed in PyTorch (for torch.compile:
+in the graphs it compiled during the check). A seed makes the same program each time, its
+parameters and inputs included.
 
 The differences from eager that docs/python.md's op table states (topk's order among ties, for
 one) are failures here too, to be read, not hidden.
@@ -1381,14 +1383,31 @@ def check(seed, run=Run(), dynamic=None):
             rec["status"] = "export_fail"
             rec["message"] = f"{type(e).__name__}: {str(e)[:300]}"
             return rec
+    import kiln.torch
+
+    before = len(kiln.torch.compiled)  # torch.compile's graphs: those it compiles from here on
     try:
         compiled = _compiled(prog, model, ep, run)
     except Exception as e:  # noqa: BLE001
         return _failed(rec, "compile_error", f"{type(e).__name__}: {str(e)[:600]}")
-    if run.mode != "dynamo":  # torch.compile compiles at the first call, out of sight
+    if run.mode != "dynamo":
         rec["kiln_graphs"] = len(compiled.partitions)
         rec["fallbacks"] = [f.op for f in compiled.fallbacks]
+    _compare(prog, model, compiled, rec, run)
+    if run.mode == "dynamo":  # torch.compile compiles at the first call, out of sight
+        graphs = kiln.torch.compiled[before:]
+        rec["kiln_graphs"] = sum(len(g.kiln_partitions) for g in graphs)
+        rec["fallbacks"] = [f.op for g in graphs for f in g.kiln_fallbacks]
+    return rec
+
+
+def _compare(prog, model, compiled, rec, run):
+    """Runs `compiled` and eager at each of the run sizes and sets the record's status: the first
+    failure, else the first difference the referee let pass, else ok (or eager_fail where eager
+    runs none of the sizes)."""
+    seed = prog.seed
     verdict = "ok"  # or the first difference the referee let pass
+    compared = 0
     for sizes in RUN_SIZES[prog.dynamic]:
         salt = sizes[0] * 10 + sizes[1] if isinstance(sizes, tuple) else (sizes or 0)
         xs = prog.inputs(sizes, seed + 1000 + salt)
@@ -1397,6 +1416,7 @@ def check(seed, run=Run(), dynamic=None):
                 want = model(*[x.clone() for x in xs])
         except Exception:  # noqa: BLE001 - eager cannot run this size either
             continue
+        compared += 1
         try:
             with torch.no_grad():
                 got = compiled(*[x.clone() for x in xs])
@@ -1422,6 +1442,10 @@ def check(seed, run=Run(), dynamic=None):
             if status == "mismatch":
                 rec["status"] = status
                 return rec
+    if compared == 0:
+        rec["status"] = "eager_fail"
+        rec["message"] = "eager runs none of the run sizes"
+        return rec
     rec["status"] = verdict
     return rec
 
@@ -1499,21 +1523,23 @@ def _worker_init():
     warnings.filterwarnings("ignore")
 
 
-def _run_all(seeds, runs, jobs, timeout):
-    """Each seed's record, in order. A worker that dies (a crash in native code) breaks the pool:
-    the seeds left then run again one at a time, each in a pool of its own, so that a crash is
-    the record of the seed that made it."""
+def _run_all(seeds, runs, jobs, timeout, on_record=lambda rec: None):
+    """Each seed's record, in order; `on_record` is called with each as it comes. A worker that
+    dies (a crash in native code) breaks the pool: the seeds it left without a record then run
+    again one at a time, each in a pool of its own, so that a crash is the record of the seed
+    that made it."""
     context = multiprocessing.get_context("spawn")
     records = {}
     with concurrent.futures.ProcessPoolExecutor(
         jobs, mp_context=context, initializer=_worker_init
     ) as pool:
-        futures = {s: pool.submit(check_with_timeout, s, runs[s], timeout) for s in seeds}
-        for s, future in futures.items():
+        futures = {pool.submit(check_with_timeout, s, runs[s], timeout): s for s in seeds}
+        for future in concurrent.futures.as_completed(futures):
             try:
-                records[s] = future.result()
+                records[futures[future]] = future.result()
             except concurrent.futures.process.BrokenProcessPool:
-                break
+                continue
+            on_record(records[futures[future]])
     for s in seeds:
         if s in records:
             continue
@@ -1529,6 +1555,7 @@ def _run_all(seeds, runs, jobs, timeout):
                     "status": "crash",
                     "message": "the worker died (a signal or an abort)",
                 }
+        on_record(records[s])
     return [records[s] for s in seeds]
 
 
@@ -1571,12 +1598,12 @@ def main():
         mode: Run(mode, args.precision, args.target, str(cache_dir), str(saved_dir), args.wide)
         for mode in MODES
     }
-    records = _run_all(
-        seeds, {s: runs[mode_of(s, args.mode)] for s in seeds}, args.jobs, args.timeout
-    )
-    with open(out / "results.jsonl", "w") as results:
-        for rec in records:
+    path = out / "results.jsonl"
+    with open(path, "w") as results:
+
+        def on_record(rec):  # written and reported as it comes, so that a stopped run keeps it
             results.write(json.dumps(rec) + "\n")
+            results.flush()
             counts[rec["status"]] = counts.get(rec["status"], 0) + 1
             if rec["status"] in FAILURES:
                 what = f"{rec['status']}: {rec.get('message', '')}"
@@ -1588,6 +1615,18 @@ def main():
                     + (" --wide" if args.wide else ""),
                     file=sys.stderr,
                 )
+
+        records = _run_all(
+            seeds,
+            {s: runs[mode_of(s, args.mode)] for s in seeds},
+            args.jobs,
+            args.timeout,
+            on_record,
+        )
+    # The finished file in seed order.
+    ordered = path.with_suffix(".jsonl.tmp")
+    ordered.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+    ordered.replace(path)
     failed = sum(counts.get(s, 0) for s in FAILURES)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(
