@@ -32,8 +32,11 @@ on the way (TF32 or bf16 products). A difference in values is then refereed:
 
 - `rounding`: in a mode other than `highest`, with a matmul or attention on the way, the same
   program gives eager's results in `highest`, and the difference is in finite values within 10x
-  the tolerance, or in integers (an argmax of near ties). A bug only a rounding mode shows and
-  that stays within 10x would be called this: run `--precision highest` to see past it.
+  the tolerance, in integers (an argmax of near ties), or past a step that jumps on a value the
+  products made (floor, trunc, remainder, sign, or an integer or bool made from it and used
+  again: a product's rounding can move such a step by a whole unit). A bug only a rounding mode
+  shows and that stays within 10x, or passes such a step, would be called this: run
+  `--precision highest` to see past it.
 - `eager_differs`: every element kiln gives is eager's or the program's run in float64 (its
   attention by PyTorch's math backend): eager's own rounding (a bf16 result it rounds on the
   way), or NaN that eager's flash attention leaves out.
@@ -100,6 +103,19 @@ PRODUCT_OPS = {
     "einsum",
     "flat_linear",
 }
+# Steps whose result jumps where the value crosses a boundary (besides those giving integers or
+# bools): after a product, a rounding mode can move them by a whole unit.
+JUMP_OPS = {
+    "ceil",
+    "floor",
+    "trunc",
+    "div_floor2",
+    "div_trunc",
+    "floordiv4",
+    "fmod_s",
+    "rem_s",
+    "sign",
+}
 # The batch (and sequence) sizes a program is drawn at (each step must run at all of them; the
 # first is torch.export's example), and those it is checked at.
 EXAMPLE_SIZES = {0: [None], 1: [3, 4], 2: [(3, 4), (4, 5)]}
@@ -117,13 +133,15 @@ def lower_of(a, b):
 
 class Entry:
     """A value of the program being made, at each example size; the lowest float precision on
-    the way to it and whether a matmul or attention is."""
+    the way to it, whether a matmul or attention is, and whether a step that jumps (JUMP_OPS, or
+    one giving integers or bools) does after one."""
 
-    def __init__(self, vals, src, low=None, products=False):
+    def __init__(self, vals, src, low=None, products=False, jumps=False):
         self.vals = vals
         self.src = src
         self.low = low
         self.products = products
+        self.jumps = jumps
 
     @property
     def v(self):
@@ -198,11 +216,15 @@ class Gen:
             return False
         low = o.dtype if is_float(o) else None
         products = op in PRODUCT_OPS
+        jumps = False
         for i in idx:
             if is_float(self.pool[i].v):  # a mask or ids made from floats are compared exactly
                 low = lower_of(low, self.pool[i].low)
             products = products or self.pool[i].products
-        self.pool.append(Entry(outs, src, low, products))
+            jumps = jumps or self.pool[i].jumps
+            if op in JUMP_OPS or not is_float(o):
+                jumps = jumps or self.pool[i].products
+        self.pool.append(Entry(outs, src, low, products, jumps))
         self.steps.append((fn, idx, src))
         self.ops_used.append(op)
         return True
@@ -1463,7 +1485,8 @@ def _referee(prog, model, xs, k, got, want, kind, tol, run):
     `rounding`, `eager_differs` or `mismatch`, by the rules the module's docstring states."""
     entry = prog.gen.pool[prog.outs[k]]
     if entry.products and run.precision != "highest" and kind == "values":
-        within = not want.dtype.is_floating_point or bool(_close(got, want, 10 * tol).all())
+        within = not want.dtype.is_floating_point or entry.jumps
+        within = within or bool(_close(got, want, 10 * tol).all())
         if within and _passes_in_highest(prog, run):
             return "rounding"
     try:
