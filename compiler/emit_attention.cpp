@@ -213,8 +213,8 @@ void open_kernel(Code& code, const KernelContext& ctx, int threads) {
 
 std::string row_output(const KernelContext& ctx, const std::string& o, const std::string& l) {
   if (!zero_masked_rows(ctx.graph, ctx.kernel.group.attention)) return o + " / " + l;
-  // l is 0 exactly where every key is masked out (each exp then 0), NaN where a score is: that
-  // row stays NaN, as the reference's and PyTorch's.
+  // l is 0 exactly where every score is -inf (every key masked out, or an infinite q or k: each
+  // exp then 0), NaN where a score is NaN: that row stays NaN, as the reference's and PyTorch's.
   return "(" + l + " == 0.0f ? 0.0f : " + o + " / " + l + ")";
 }
 

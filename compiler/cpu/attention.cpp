@@ -264,8 +264,8 @@ WorkShape build_attention(KernelBuilder& kb) {
       });
     });
 
-    // out[q][c] = O^T[c][q] / sum[q]; a query with no key at all is 0 (the attention op with a
-    // mask) or 0 / 0 = NaN (the explicit chain keeps softmax's NaN).
+    // out[q][c] = O^T[c][q] / sum[q]; a query whose every score is -inf is 0 (the attention op)
+    // or 0 / 0 = NaN (the explicit chain keeps softmax's NaN).
     kb.plain_loop(zero, kb.i64c(blocks), 1, [&](llvm::Value* blk) {
       llvm::Value* q0 = b.CreateAdd(q_first, b.CreateMul(blk, kb.i64c(nr)));
       kb.when(b.CreateICmpSLT(q0, sq), [&] {

@@ -205,13 +205,14 @@ llvm::Value* KernelBuilder::round_operand(Numerics numerics, llvm::Value* v) {
 }
 
 std::pair<llvm::Value*, llvm::Value*> KernelBuilder::split_tf32x3(llvm::Value* v) {
-  // An infinite v splits into ±1 and v, as the kernels' kiln_tf32x3_big: each cross product holds
-  // a finite big part, so an infinity times a tf32-exact operand (small part 0) is not inf * 0.
+  // An infinite or NaN v splits into ±1 and v, as the kernels' kiln_tf32x3_big: each cross
+  // product holds a finite big part, so an infinity times a tf32-exact operand (small part 0) is
+  // not inf * 0. (|v| >= inf, or unordered: not finite.)
   llvm::Value* one = m_b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign,
                                                llvm::ConstantFP::get(v->getType(), 1.0), v);
-  llvm::Value* infinite = m_b.CreateFCmpOEQ(m_b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, v),
-                                            llvm::ConstantFP::getInfinity(v->getType()));
-  llvm::Value* big = m_b.CreateSelect(infinite, one, round_operand(Numerics::tf32, v));
+  llvm::Value* not_finite = m_b.CreateFCmpUGE(m_b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, v),
+                                              llvm::ConstantFP::getInfinity(v->getType()));
+  llvm::Value* big = m_b.CreateSelect(not_finite, one, round_operand(Numerics::tf32, v));
   llvm::Value* small = round_operand(Numerics::tf32, m_b.CreateFSub(v, big));
   return {big, small};
 }

@@ -388,10 +388,13 @@ TEST(EmulatedTf32x3, InfiniteOperandsGiveWhatFp32Gives) {
   }
 }
 
-// The same for attention in tf32x3: an infinity in v reaches every row through its weight (never
-// 0 here), an infinity of each sign in one column of v makes it NaN. The mma.sync kernel (sm_80)
-// and sm_90a's fp32 wgmma kernel.
-TEST(EmulatedTf32x3, AnInfiniteVGivesWhatFp32Gives) {
+// The same for attention in tf32x3. An infinity in v reaches every row through its weight (never
+// 0 here); an infinity of each sign in one column of v makes it NaN. A -inf in q against keys
+// that are all positive there makes every score of its row -inf: the row is zeros (the attention
+// op's rule). A +inf in a key makes every row whose q is positive there NaN (a +inf score), as
+// softmax's, and weighs 0 in the others. The mma.sync kernel (sm_80) and sm_90a's fp32 wgmma
+// kernel, whose producer splits q and k.
+TEST(EmulatedTf32x3, InfiniteQKAndVGiveWhatFp32Gives) {
   const double inf = std::numeric_limits<double>::infinity();
   auto graph = ir::parse_graph("graph infv {\n  input q: f32[1, 2, 37, 32]\n"
                                "  input k: f32[1, 2, 41, 32]\n  input v: f32[1, 2, 41, 24]\n"
@@ -399,12 +402,21 @@ TEST(EmulatedTf32x3, AnInfiniteVGivesWhatFp32Gives) {
                                "infv.kg");
   ASSERT_TRUE(graph.ok()) << graph.error().message;
   std::vector<reference::Tensor> in = reference::random_inputs(*graph, 9);
-  std::vector<double>& v = in[2].values;
-  for (int64_t key = 0; key < 41; ++key) v[(41 + key) * 24 + 3] = 0.25 * (key % 3 - 1) + 0.5;  // tf32-exact
-  v[(41 + 7) * 24 + 3] = inf;  // head 1, column 3: every row +inf
-  v[(0 + 2) * 24 + 5] = -inf;  // head 0, column 5: NaN
+  std::vector<double>&q = in[0].values, &k = in[1].values, &v = in[2].values;
+  for (int64_t key = 0; key < 41; ++key) {
+    v[(41 + key) * 24 + 3] = 0.25 * (key % 3 - 1) + 0.5;  // tf32-exact
+    k[key * 32 + 4] = 0.5 + 0.25 * (key % 3);              // head 0: positive at 4
+  }
+  v[(41 + 7) * 24 + 3] = inf;   // head 1, column 3: every row +inf
+  v[(0 + 2) * 24 + 5] = -inf;   // head 0, column 5: NaN
   v[(0 + 30) * 24 + 5] = inf;
   v[(0 + 11) * 24 + 9] = -inf;  // head 0, column 9: every row -inf
+  q[20 * 32 + 4] = -inf;        // head 0, row 20: every score -inf
+  k[(41 + 3) * 32 + 0] = inf;   // head 1, key 3: +inf where q[0] > 0
+  size_t positive = 0;
+  for (int64_t row = 0; row < 37; ++row) positive += q[(37 + row) * 32] > 0 ? 1 : 0;
+  ASSERT_GT(positive, 5u);
+  ASSERT_LT(positive, 32u);
   KernelOutputs runs;
   ASSERT_NO_FATAL_FAILURE(run_tf32x3_kernels(*graph, in, 1, runs));
   for (const auto& [name, outputs] : runs) {
@@ -412,8 +424,12 @@ TEST(EmulatedTf32x3, AnInfiniteVGivesWhatFp32Gives) {
     const std::vector<double>& o = outputs[0].values;
     ASSERT_EQ(o.size(), 2u * 37 * 24);
     for (size_t e = 0; e < o.size(); ++e) {
-      size_t head = e / (37 * 24), col = e % 24;
-      if (head == 1 && col == 3) {
+      size_t head = e / (37 * 24), row = (e / 24) % 37, col = e % 24;
+      if (head == 0 && row == 20) {
+        ASSERT_EQ(o[e], 0.0) << e;
+      } else if (head == 1 && q[(37 + row) * 32] > 0) {
+        ASSERT_TRUE(std::isnan(o[e])) << e << ": " << o[e];
+      } else if (head == 1 && col == 3) {
         ASSERT_EQ(o[e], inf) << e;
       } else if (head == 0 && col == 5) {
         ASSERT_TRUE(std::isnan(o[e])) << e << ": " << o[e];
