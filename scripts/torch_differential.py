@@ -1415,20 +1415,24 @@ def check(seed, run=Run(), dynamic=None):
     if run.mode != "dynamo":
         rec["kiln_graphs"] = len(compiled.partitions)
         rec["fallbacks"] = [f.op for f in compiled.fallbacks]
-    _compare(prog, model, compiled, rec, run)
-    if run.mode == "dynamo":  # torch.compile compiles at the first call, out of sight
-        graphs = kiln.torch.compiled[before:]
-        rec["kiln_graphs"] = sum(len(g.kiln_partitions) for g in graphs)
-        rec["fallbacks"] = [f.op for g in graphs for f in g.kiln_fallbacks]
-    return rec
+
+    def ran():  # torch.compile compiles at the first call at each size, out of sight
+        if run.mode == "dynamo":
+            graphs = kiln.torch.compiled[before:]
+            rec["kiln_graphs"] = sum(len(g.kiln_partitions) for g in graphs)
+            rec["fallbacks"] = [f.op for g in graphs for f in g.kiln_fallbacks]
+
+    return _compare(prog, model, compiled, rec, run, ran)
 
 
-def _compare(prog, model, compiled, rec, run):
-    """Runs `compiled` and eager at each of the run sizes and sets the record's status: the first
-    failure, else the first difference the referee let pass, else ok (or eager_fail where eager
-    runs none of the sizes)."""
+def _compare(prog, model, compiled, rec, run, ran):
+    """Runs `compiled` and eager at each of the run sizes, calls `ran()`, then referees each
+    difference (the referee compiles and runs the program again: after `ran`, so that what it
+    compiles is not counted as this run's) and sets the record's status: the first failure, else
+    the first difference the referee let pass, else ok (or eager_fail where eager runs none of
+    the sizes)."""
     seed = prog.seed
-    verdict = "ok"  # or the first difference the referee let pass
+    differences = []  # (sizes, inputs, output, got, want, difference, tolerance)
     compared = 0
     for sizes in RUN_SIZES[prog.dynamic]:
         salt = sizes[0] * 10 + sizes[1] if isinstance(sizes, tuple) else (sizes or 0)
@@ -1443,31 +1447,35 @@ def _compare(prog, model, compiled, rec, run):
             with torch.no_grad():
                 got = compiled(*[x.clone() for x in xs])
         except Exception as e:  # noqa: BLE001
+            ran()
             return _failed(rec, "run_error", f"sizes {sizes}: {type(e).__name__}: {str(e)[:600]}")
         if not isinstance(got, (tuple, list)):
             got = (got,)
         if len(got) != len(want):
+            ran()
             rec["status"] = "mismatch"
             rec["message"] = f"sizes {sizes}: {len(got)} outputs, eager {len(want)}"
             return rec
         for k, (a, b) in enumerate(zip(got, want)):
             tol = tolerance(prog.gen.pool[prog.outs[k]], run.precision)
             difference = compare(a, b, tol)
-            if not difference:
-                continue
-            status = "mismatch"
-            if difference[0] != "structure":
-                status = _referee(prog, model, xs, k, a, b, difference[0], tol, run)
-            if status == "mismatch" or verdict == "ok":
-                verdict = status
-                rec["message"] = f"sizes {sizes}, output {k}: {difference[1]}"
-            if status == "mismatch":
-                rec["status"] = status
-                return rec
+            if difference:
+                differences.append((sizes, xs, k, a, b, difference, tol))
+    ran()
     if compared == 0:
         rec["status"] = "eager_fail"
         rec["message"] = "eager runs none of the run sizes"
         return rec
+    verdict = "ok"  # or the first difference the referee let pass
+    for sizes, xs, k, a, b, difference, tol in differences:
+        status = "mismatch"
+        if difference[0] != "structure":
+            status = _referee(prog, model, xs, k, a, b, difference[0], tol, run)
+        if status == "mismatch" or verdict == "ok":
+            verdict = status
+            rec["message"] = f"sizes {sizes}, output {k}: {difference[1]}"
+        if status == "mismatch":
+            break
     rec["status"] = verdict
     return rec
 

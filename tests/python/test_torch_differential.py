@@ -100,6 +100,28 @@ def test_a_tf32_rounding_moved_past_a_remainder_is_refereed_as_rounding(cache_di
     assert "max abs difference 1.4" in r["message"], r
 
 
+def test_a_dynamo_record_counts_only_its_own_kiln_graphs(cache_dir, tmp_path, monkeypatch):
+    # The referee compiles the program again in highest (torch.compile and dynamo's reset
+    # included); those graphs are not the record's. Every output planted as different, and a
+    # referee that re-checks in highest and lets the difference pass: the count stays the plain
+    # run's.
+    run = differential.Run("dynamo", "high", "cpu", str(cache_dir), str(tmp_path))
+    plain = differential.check_with_timeout(3, run, 300)
+    assert plain["status"] == "ok" and plain["kiln_graphs"] > 0, plain
+
+    def referee(prog, model, xs, k, got, want, kind, tol, run):
+        if run.precision != "highest":
+            differential._passes_in_highest(prog, run)
+        return "rounding"
+
+    monkeypatch.setattr(differential, "compare", lambda got, want, tol: ("values", "planted"))
+    monkeypatch.setattr(differential, "_referee", referee)
+    refereed = differential.check_with_timeout(3, run, 300)
+    assert refereed["status"] == "rounding", refereed
+    assert refereed["kiln_graphs"] == plain["kiln_graphs"], (refereed, plain)
+    assert refereed["fallbacks"] == plain["fallbacks"], (refereed, plain)
+
+
 def test_the_script_writes_each_record_and_orders_them_by_seed(tmp_path):
     # Four seeds, one in each way and two workers: results.jsonl holds one record a seed, in
     # seed order (the workers finish in any), each checked one with its kiln graphs.
