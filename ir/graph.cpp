@@ -334,7 +334,7 @@ Expected<NodeId> Builder::add(OpKind kind, const std::vector<NodeId>& operands,
       return make_error("an input is declared with add_input, not add");
     case OpCategory::matmul:
       return add_matmul(operands[0], operands[1], attrs.transpose_a, attrs.transpose_b,
-                        attrs.precision, std::move(name));
+                        attrs.precision, std::move(name), attrs.out_dtype);
     case OpCategory::binary:
       if (literal)
         return add_binary_literal(kind, operands[0], attrs.literal, attrs.literal_side,
@@ -448,7 +448,8 @@ Expected<NodeId> Builder::add_input(std::string name, TensorType type) {
 }
 
 Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool transpose_b,
-                                     std::optional<Precision> precision, std::string name) {
+                                     std::optional<Precision> precision, std::string name,
+                                     std::optional<DType> out_dtype) {
   if (Status s = check_operand(a); !s) return s.error();
   if (Status s = check_operand(b); !s) return s.error();
   const Node& na = node(a);
@@ -471,6 +472,14 @@ Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool 
   if (precision && na.type.dtype != DType::f32) {
     return make_error("precision= applies to f32 matmuls; this one is ",
                       std::string(to_string(na.type.dtype)));
+  }
+  if (out_dtype == na.type.dtype) out_dtype.reset();  // the default, written out
+  if (out_dtype && (*out_dtype != DType::f32 ||
+                    (na.type.dtype != DType::f16 && na.type.dtype != DType::bf16))) {
+    return make_error("matmul out_dtype=", std::string(to_string(*out_dtype)), " of ",
+                      std::string(to_string(na.type.dtype)),
+                      " operands: a matmul gives its operands' dtype, or f32 from f16 or bf16 "
+                      "operands (cast the result for any other)");
   }
   DimRef m = dim_ref(sa, sa.rank() - (transpose_a ? 1 : 2));
   DimRef ka = dim_ref(sa, sa.rank() - (transpose_a ? 2 : 1));
@@ -497,7 +506,8 @@ Expected<NodeId> Builder::add_matmul(NodeId a, NodeId b, bool transpose_a, bool 
   node.attrs.transpose_a = transpose_a;
   node.attrs.transpose_b = transpose_b;
   node.attrs.precision = precision;
-  node.type = TensorType{na.type.dtype, std::move(*shape)};
+  node.attrs.out_dtype = out_dtype;
+  node.type = TensorType{out_dtype.value_or(na.type.dtype), std::move(*shape)};
   node.name = std::move(name);
   return push(std::move(node));
 }

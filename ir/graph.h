@@ -82,6 +82,9 @@ struct Attrs {
   bool transpose_a = false;                 // matmul
   bool transpose_b = false;                 // matmul
   std::optional<Precision> precision;       // matmul: overrides the graph mode (never automatic)
+  // matmul: the result's dtype where it is not the operands' (only f32 from f16 or bf16
+  // operands: the fp32 accumulators, not rounded); unset for the operands' dtype.
+  std::optional<DType> out_dtype;
   LiteralSide literal_side = LiteralSide::none;  // binary
   double literal = 0.0;   // binary and where, when literal_side != none: the value, in the
                           // dtype of the tensor it meets (an integer, 0 or 1 for bool, +-inf)
@@ -158,10 +161,13 @@ public:
 
   // `type` may have symbolic dims naming declared symbols.
   Expected<NodeId> add_input(std::string name, TensorType type);
+  // The result has the operands' dtype, or `out_dtype` where given: the operands' own, or f32
+  // from f16 or bf16 operands (the accumulators, not rounded to the operands' dtype).
   Expected<NodeId> add_matmul(NodeId a, NodeId b, bool transpose_a = false,
                               bool transpose_b = false,
                               std::optional<Precision> precision = std::nullopt,
-                              std::string name = {});
+                              std::string name = {},
+                              std::optional<DType> out_dtype = std::nullopt);
   // A binary op (OpCategory::binary) of two tensors of one dtype, numpy broadcasting. Arithmetic
   // (add, sub, mul, maximum, minimum) takes float and integer tensors, div and pow float ones,
   // comparisons any dtype (the result is bool), logical_and/or bool ones.

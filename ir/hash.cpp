@@ -197,8 +197,10 @@ Expected<Graph> graph_from_canonical(std::string_view bytes, std::string name) {
           if (precision >= static_cast<uint64_t>(Precision::automatic)) return bad("bad precision");
           p = static_cast<Precision>(precision);
         }
+        // The node's dtype is the result's: the operands' own, or f32 from f16 or bf16.
         if (r.ok() && arity == 2 && ta <= 1 && tb <= 1)
-          added = b.add_matmul(operands[0], operands[1], ta == 1, tb == 1, p);
+          added = b.add_matmul(operands[0], operands[1], ta == 1, tb == 1, p, {},
+                               static_cast<DType>(dtype));
         break;
       }
       case OpCategory::binary: {

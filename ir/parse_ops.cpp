@@ -135,6 +135,7 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
       bool transpose_a = false;
       bool transpose_b = false;
       std::optional<Precision> precision;
+      std::optional<DType> out_dtype;
       for (const NamedArg& arg : named) {
         if (arg.name == "transpose_a" || arg.name == "transpose_b") {
           auto value = parse_bool(arg.value);
@@ -145,15 +146,21 @@ Expected<NodeId> Parser::build(const Token& op_token, const std::vector<Operand>
                           ? parse_precision(arg.value.text)
                           : std::nullopt;
           if (!precision) return bad_value(arg, "highest, high, tf32x3 or medium");
+        } else if (arg.name == "out_dtype") {
+          out_dtype = arg.value.kind == TokenKind::identifier && arg.node < 0
+                          ? parse_dtype(arg.value.text)
+                          : std::nullopt;
+          if (!out_dtype) return bad_value(arg, "a dtype (" + dtype_names() + ")");
         } else {
-          return unknown_arg(arg, "expected transpose_a, transpose_b or precision");
+          return unknown_arg(arg, "expected transpose_a, transpose_b, precision or out_dtype");
         }
       }
       auto a = tensor_arg(op_token, args[0], 0);
       if (!a) return a;
       auto b = tensor_arg(op_token, args[1], 1);
       if (!b) return b;
-      return located(m_builder.add_matmul(*a, *b, transpose_a, transpose_b, precision));
+      return located(
+          m_builder.add_matmul(*a, *b, transpose_a, transpose_b, precision, {}, out_dtype));
     }
     case OpCategory::binary: {
       if (!named.empty()) return unknown_arg(named[0], "it takes two operands only");

@@ -78,6 +78,10 @@ public:
           out += ", precision=";
           out += to_string(*attrs.precision);
         }
+        if (attrs.out_dtype) {
+          out += ", out_dtype=";
+          out += to_string(*attrs.out_dtype);
+        }
         break;
       case OpCategory::cast:
         out += ", to=";

@@ -247,6 +247,12 @@ class Graph:
             extra = ", transpose_b=true" if transpose else ""
             k = shape[-1] if isinstance(shape[-1], int) else S_MAX
             scaled = f"mul({x}, {1.0 / max(1, k) ** 0.5:.4f})"
+            if self.dtype != "f32" and rng.random() < 0.4:
+                # The fp32 sums, a bias added to them, rounded once (PyTorch's addmm).
+                b = self.input([n])
+                self.let(f"cast(add(matmul({scaled}, {w}{extra}, out_dtype=f32), "
+                         f"cast({b}, to=f32)), to={self.dtype})", batch + [shape[-2], n])
+                return
             self.let(f"matmul({scaled}, {w}{extra})", batch + [shape[-2], n])
         elif kind == "attention":
             if rank < 2 or not isinstance(shape[-1], int) or shape[-1] > 128:

@@ -8,6 +8,7 @@
 #include "reference/check.h"
 #include "reference/execute.h"
 #include "reference/metrics.h"
+#include "reference/rounding.h"
 #include "reference/tensor.h"
 #include "runtime/cpu_program.h"
 #include "tests/emulation/far_rows.h"
@@ -562,6 +563,49 @@ TEST(CpuTarget, Tf32x3InfiniteOperandsGiveWhatFp32Gives) {
     } else {
       ASSERT_TRUE(std::isfinite(o[e])) << e << ": " << o[e];
     }
+  }
+}
+
+// A matmul of bf16 or f16 operands with out_dtype=f32 gives its fp32 sums unrounded, so a bias
+// added before one cast rounds once (as PyTorch's addmm and linear): against fp64's exact sum
+// rounded once, and far from the result of rounding the product first. Both GEMM layouts of B.
+TEST(CpuTarget, AnF32MatmulOfHalfOperandsIsNotRoundedSoABiasRoundsOnce) {
+  for (const char* dtype : {"bf16", "f16"}) {
+    SCOPED_TRACE(dtype);
+    std::string t = dtype;
+    ir::Graph graph = parse("graph g { input x: " + t + "[3, 40, 160]\n input w: " + t +
+                            "[96, 160]\n input wn: " + t + "[160, 96]\n input b: " + t +
+                            "[96]\n y = cast(add(matmul(x, w, transpose_b=true, out_dtype=f32), "
+                            "cast(b, to=f32)), to=" + t + ")\n p = matmul(x, wn, out_dtype=f32)\n"
+                            " output y, p }");
+    auto program = build(graph, ir::Precision::high);
+    ASSERT_TRUE(program);
+    std::vector<reference::Tensor> in = reference::random_inputs(graph, 4);
+    for (int64_t k = 0; k < 160; ++k)  // wn holds w transposed, so p is y's product
+      for (int64_t n = 0; n < 96; ++n) in[2].values[k * 96 + n] = in[1].values[n * 160 + k];
+    Compared c = run_beside_fp64(graph, *program, in);
+    ASSERT_EQ(c.got.size(), 2u);
+    auto round = t == "bf16" ? reference::round_bf16 : reference::round_f16;
+    const std::vector<double>&y = c.got[0].values, &p = c.got[1].values, &x = in[0].values,
+                      &w = in[1].values, &b = in[3].values;
+    ASSERT_EQ(y.size(), size_t{120 * 96});
+    size_t once = 0, twice = 0, far = 0, wide = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      double dot = 0, size = 0;
+      for (size_t k = 0; k < 160; ++k) {
+        dot += x[i / 96 * 160 + k] * w[i % 96 * 160 + k];
+        size += std::fabs(x[i / 96 * 160 + k] * w[i % 96 * 160 + k]);
+      }
+      float bias = static_cast<float>(b[i % 96]);
+      once += y[i] != round(static_cast<float>(dot + bias)) ? 1 : 0;
+      twice += y[i] != round(round(static_cast<float>(dot)) + bias) ? 1 : 0;
+      far += std::fabs(p[i] - dot) > 160 * 0x1p-24 * size ? 1 : 0;
+      wide += round(static_cast<float>(p[i])) != static_cast<float>(p[i]) ? 1 : 0;
+    }
+    EXPECT_LE(once, y.size() / 100) << "of " << y.size();
+    EXPECT_GE(twice, y.size() / 10) << "of " << y.size();  // as rounding the product first would
+    EXPECT_EQ(far, 0u);
+    EXPECT_GE(wide, p.size() * 9 / 10) << "of " << p.size();
   }
 }
 

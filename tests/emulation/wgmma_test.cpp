@@ -9,6 +9,7 @@
 #include "emulation/program.h"
 #include "ir/parse.h"
 #include "reference/check.h"
+#include "reference/rounding.h"
 #include "reference/tensor.h"
 
 #include <gtest/gtest.h>
@@ -439,6 +440,93 @@ TEST(EmulatedTf32x3, InfiniteQKAndVGiveWhatFp32Gives) {
         ASSERT_TRUE(std::isfinite(o[e])) << e << ": " << o[e];
       }
     }
+  }
+}
+
+// A matmul of f16 or bf16 operands with out_dtype=f32 gives the fp32 accumulators, not rounded: a
+// bias added to it, then one cast, rounds once, as PyTorch's addmm and linear do; a bias added
+// to the operands' dtype's product rounds twice. On sm_90a's wgmma kernels and sm_80's mma.sync.
+// An attention chain whose second matmul gives f32 fuses, and stores its output unrounded.
+const char* k_unrounded_products_graph = R"(graph biased {
+  input x: bf16[2, 72, 200]
+  input w: bf16[136, 200]
+  input b: bf16[136]
+  input xh: f16[2, 72, 200]
+  input wh: f16[136, 200]
+  input bh: f16[136]
+  y = cast(add(matmul(x, w, transpose_b=true, out_dtype=f32), cast(b, to=f32)), to=bf16)
+  yh = cast(add(matmul(xh, wh, transpose_b=true, out_dtype=f32), cast(bh, to=f32)), to=f16)
+  p = matmul(x, w, transpose_b=true, out_dtype=f32)
+  input q: bf16[2, 3, 40, 32]
+  input k: bf16[2, 3, 56, 32]
+  input v: bf16[2, 3, 56, 24]
+  s = mul(matmul(q, k, transpose_b=true, out_dtype=f32), 0.125)
+  o = matmul(cast(softmax(s, axis=-1), to=bf16), v, out_dtype=f32)
+  output y, yh, p, o
+}
+)";
+
+TEST(EmulatedHalfMatmul, AnF32ResultIsNotRoundedSoABiasAfterItRoundsOnce) {
+  auto graph = ir::parse_graph(k_unrounded_products_graph, "biased.kg");
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  EXPECT_EQ(graph->node(graph->outputs()[2]).type.dtype, ir::DType::f32);
+  const std::vector<reference::Tensor> in = reference::random_inputs(*graph, 11);
+  const int64_t rows = 2 * 72, N = 136, K = 200;
+  auto on_wgmma = build(*graph);
+  ASSERT_TRUE(on_wgmma.ok()) << on_wgmma.error().message;
+  ASSERT_EQ(wgmma_kernels(*on_wgmma), 4);
+  compiler::CompileOptions sm80;
+  sm80.target = compiler::Target::cuda(80);
+  auto on_mma = build_program(*graph, sm80);
+  ASSERT_TRUE(on_mma.ok()) << on_mma.error().message;
+  for (const auto& [name, program] : {std::pair{"wgmma (sm_90a)", &*on_wgmma},
+                                      std::pair{"mma.sync (sm_80)", &*on_mma}}) {
+    SCOPED_TRACE(name);
+    auto run = program->run(in, Schedule::adversarial());
+    ASSERT_TRUE(run.ok()) << run.error().message;
+    for (int half = 0; half < 2; ++half) {
+      SCOPED_TRACE(half == 0 ? "bf16" : "f16");
+      auto round = half == 0 ? reference::round_bf16 : reference::round_f16;
+      const std::vector<double>&x = in[3 * half].values, &w = in[3 * half + 1].values,
+                        &b = in[3 * half + 2].values, &got = (*run)[half].values;
+      ASSERT_EQ(got.size(), static_cast<size_t>(rows * N));
+      size_t once = 0, twice = 0;  // elements that differ from each rounding of the exact sum
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t n = 0; n < N; ++n) {
+          double dot = 0;
+          for (int64_t k = 0; k < K; ++k) dot += x[r * K + k] * w[n * K + k];
+          double g = got[r * N + n];
+          once += g != round(static_cast<float>(dot + b[n])) ? 1 : 0;
+          twice += g != round(round(static_cast<float>(dot)) + static_cast<float>(b[n])) ? 1 : 0;
+        }
+      // fp32 sums in another order than fp64's move an element across a rounding boundary now
+      // and then; rounding the product first moves about a quarter of them.
+      EXPECT_LE(once, got.size() / 100) << "of " << got.size();
+      EXPECT_GE(twice, got.size() / 10) << "of " << got.size();
+    }
+    // p: fp32 sums, within fp32's accumulation error, most of them not bf16 values.
+    const std::vector<double>&x = in[0].values, &w = in[1].values, &p = (*run)[2].values;
+    size_t wide = 0, far = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t n = 0; n < N; ++n) {
+        double dot = 0, size = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          dot += x[r * K + k] * w[n * K + k];
+          size += std::fabs(x[r * K + k] * w[n * K + k]);
+        }
+        double g = p[r * N + n];
+        far += std::fabs(g - dot) > size * K * 0x1p-24 ? 1 : 0;
+        wide += reference::round_bf16(static_cast<float>(g)) != static_cast<float>(g) ? 1 : 0;
+      }
+    EXPECT_EQ(far, 0u);
+    EXPECT_GE(wide, p.size() * 9 / 10) << "of " << p.size();
+    const std::vector<double>& o = (*run)[3].values;
+    ASSERT_EQ(o.size(), size_t{2 * 3 * 40 * 24});
+    EXPECT_GE(std::count_if(o.begin(), o.end(), [](double g) {
+                return reference::round_bf16(static_cast<float>(g)) != static_cast<float>(g);
+              }),
+              static_cast<std::ptrdiff_t>(o.size() * 9 / 10));
+    EXPECT_EQ(check(*graph, *program, Schedule{}), "");
   }
 }
 

@@ -117,6 +117,34 @@ TEST(Hash, DtypeChangesTheHash) {
   EXPECT_EQ(hashes.size(), 3u);
 }
 
+// out_dtype=f32 on f16 or bf16 operands changes the result's dtype, so the hash; written as the
+// operands' dtype it is the default: the same graph, printed without it. The canonical bytes
+// carry it in the result's dtype, and rebuild it.
+TEST(Hash, AMatmulsOutDtypeIsItsResultsDtype) {
+  auto text = [](const std::string& args) {
+    return "graph g { input x: bf16[4, 8]\n input w: bf16[8, 16]\n y = matmul(x, w" + args +
+           ")\n output y }";
+  };
+  EXPECT_NE(hash_of(text(", out_dtype=f32")), hash_of(text("")));
+  EXPECT_EQ(hash_of(text(", out_dtype=bf16")), hash_of(text("")));
+  auto wide = parse_graph(text(", transpose_a=false, out_dtype=f32"), "g.kg");
+  ASSERT_TRUE(wide) << wide.error().message;
+  const Node& y = wide->node(wide->outputs()[0]);
+  EXPECT_EQ(y.type.dtype, DType::f32);
+  EXPECT_EQ(y.attrs.out_dtype, DType::f32);
+  EXPECT_NE(print_graph(*wide).find("y = matmul(x, w, out_dtype=f32)"), std::string::npos);
+  auto plain = parse_graph(text(", out_dtype=bf16"), "g.kg");
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_EQ(plain->node(plain->outputs()[0]).attrs.out_dtype, std::nullopt);
+  EXPECT_NE(print_graph(*plain).find("y = matmul(x, w)\n"), std::string::npos);
+  std::string bytes = canonical_bytes(*wide);
+  auto back = graph_from_canonical(bytes, "back");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->node(back->outputs()[0]).attrs.out_dtype, DType::f32);
+  EXPECT_EQ(canonical_bytes(*back), bytes);
+  EXPECT_EQ(graph_hash(*back), graph_hash(*wide));
+}
+
 TEST(Hash, CastTargetChangesTheHash) {
   std::string to_bf16 = replaced(k_base, "y = softmax(mul(h, 0.5))", "y = cast(h, to=bf16)");
   std::string to_f16 = replaced(k_base, "y = softmax(mul(h, 0.5))", "y = cast(h, to=f16)");

@@ -95,6 +95,19 @@ const BadGraph k_bad_graphs[] = {
      "graph g {\n  input a: bf16[4, 8]\n  input b: bf16[8, 4]\n"
      "  y = matmul(a, b, precision=high)\n  output y\n}\n",
      4, 7, "applies to f32 matmuls"},
+    {"OutDtypeOfF32Operands", wrap("  y = matmul(x, w, out_dtype=bf16)\n  output y\n"), 4, 7,
+     "matmul out_dtype=bf16 of f32 operands: a matmul gives its operands' dtype, or f32 from "
+     "f16 or bf16 operands"},
+    {"OutDtypeOtherHalf",
+     "graph g {\n  input a: bf16[4, 8]\n  input b: bf16[8, 4]\n"
+     "  y = matmul(a, b, out_dtype=f16)\n  output y\n}\n",
+     4, 7, "out_dtype=f16 of bf16 operands"},
+    {"OutDtypeInteger",
+     "graph g {\n  input a: f16[4, 8]\n  input b: f16[8, 4]\n"
+     "  y = matmul(a, b, out_dtype=i32)\n  output y\n}\n",
+     4, 7, "out_dtype=i32 of f16 operands"},
+    {"OutDtypeUnknown", wrap("  y = matmul(x, w, out_dtype=f64)\n  output y\n"), 4, 30,
+     "a dtype (f32, "},
     {"CastWithoutTarget", wrap("  y = cast(x)\n  output y\n"), 4, 7, "needs a target dtype"},
     {"CastToUnknownDtype", wrap("  y = cast(x, to=f8)\n  output y\n"), 4, 18, "a dtype"},
     {"SoftmaxAxisOutOfRange", wrap("  y = softmax(x, axis=2)\n  output y\n"), 4, 7,

@@ -71,13 +71,15 @@ def _fold_copy(copy: Node) -> None:
 
 
 def _fold_flattened_matmul(graph: Graph, view: Node) -> None:
-    """view(mm(view(x, [prod, K]), w), [*lead, N]) -> linear(x, W) or matmul(x, w) (+ bias)."""
+    """view(mm(view(x, [prod, K]), w), [*lead, N]) -> linear(x, W) or matmul(x, w); with a bias
+    (addmm) linear(x, W, bias), W = t(w) where w is not already a transpose, marked `kiln_addmm`:
+    eager added the bias to the fp32 sums and rounded once, whatever x's strides."""
     mm = view.args[0]
     if not isinstance(mm, Node) or mm.op != "call_function" or len(mm.users) != 1:
         return
     if mm.target is aten.mm.default:
         bias, flat, w = None, mm.args[0], mm.args[1]
-    elif mm.target is aten.addmm.default and not mm.kwargs:
+    elif mm.target is aten.addmm.default and not mm.kwargs and len(mm.args) == 3:
         bias, flat, w = mm.args
     else:
         return
@@ -91,11 +93,17 @@ def _fold_flattened_matmul(graph: Graph, view: Node) -> None:
     weight = None
     if isinstance(w, Node) and w.op == "call_function" and w.target is aten.t.default:
         weight = w.args[0]
+    wv = w.meta.get("val") if isinstance(w, Node) else None
     with graph.inserting_before(view):
+        if weight is None and bias is not None and isinstance(wv, torch.Tensor) and wv.dim() == 2:
+            weight = graph.call_function(aten.t.default, (w,))
+            weight.meta = {"val": wv.t()}
         if weight is not None:
             args = (x, weight) if bias is None else (x, weight, bias)
             new = graph.call_function(aten.linear.default, args)
             new.meta = dict(view.meta)
+            if bias is not None:
+                new.meta["kiln_addmm"] = True
         else:
             new = graph.call_function(aten.matmul.default, (x, w))
             new.meta = dict(view.meta)

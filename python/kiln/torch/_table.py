@@ -178,6 +178,7 @@ def _arith(cx, node, kiln_op: str, a, b, alpha=None) -> Expr:
 
 
 _TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
+_HALF = ("f16", "bf16")
 
 
 @lowering(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar,
@@ -908,11 +909,13 @@ def _transposed(cx, arg):
     return None
 
 
-def _matmul_text(cx, a, b, out_dtype) -> str:
+def _matmul_text(cx, a, b, out_dtype, wide: bool = False) -> str:
+    """`a @ b` in `out_dtype`, the operands' dtype; `wide`: in f32 where that is f16 or bf16 (the
+    fp32 sums, not rounded: out_dtype=f32)."""
     for x in (a, b):
         if cx.dtype_of(x) != out_dtype or out_dtype not in ("f32", "f16", "bf16"):
             raise Unsupported(f"a matmul of {cx.dtype_of(x)} into {out_dtype}")
-    flags = ""
+    flags = ", out_dtype=f32" if wide and out_dtype in _HALF else ""
     ta, tb = _transposed(cx, a), _transposed(cx, b)
     if tb is not None and len(cx.meta(b).shape) >= 2:
         b, flags = tb, flags + ", transpose_b=true"
@@ -1064,25 +1067,27 @@ def _einsum_labels(equation: str, ranks: list) -> tuple[list, list]:
 @lowering(aten.addmm.default, aten.baddbmm.default)
 def _addmm(cx, node):
     """beta * input + alpha * (a @ b); with beta 0 the input is not read (NaN included), as in
-    PyTorch."""
+    PyTorch. In f16 and bf16, as eager: the product's fp32 sums, scaled and added to in f32,
+    rounded once."""
     first = ("mat1", "mat2") if node.target is aten.addmm.default else ("batch1", "batch2")
     bias, a, b = _arg(node, 0, "self"), _arg(node, 1, first[0]), _arg(node, 2, first[1])
     beta, alpha = _arg(node, 3, "beta", 1), _arg(node, 4, "alpha", 1)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (beta, alpha)):
         raise Unsupported(f"{node.target} with a beta or alpha that is not a number")
     out = cx.dtype_of(node)
-    text = _matmul_text(cx, a, b, out)
+    wide = out in _HALF and (alpha != 1 or beta != 0)
+    text = _matmul_text(cx, a, b, out, wide)
     if alpha == 0 and node.target is aten.addmm.default:
         raise Unsupported("addmm with alpha 0 (PyTorch does not read the product: an inf in it "
                           "gives no NaN)")
     if alpha != 1:
         text = f"mul({text}, {_lit(float(alpha))})"
-    if beta == 0:
-        return Expr(text)
-    bias = cx.ref(bias, out)
-    if beta != 1:
-        bias = f"mul({bias}, {_lit(float(beta))})"
-    return Expr(f"add({text}, {bias})")
+    if beta != 0:
+        bias = cx.ref(bias, "f32" if wide else out)
+        if beta != 1:
+            bias = f"mul({bias}, {_lit(float(beta))})"
+        text = f"add({text}, {bias})"
+    return Expr(f"cast({text}, to={out})" if wide else text)
 
 
 @lowering(aten.linear.default)
@@ -1094,10 +1099,28 @@ def _linear(cx, node):
         raise Unsupported("linear with a weight that is not 2-D or a 1-D input")
     if cx.dtype_of(x) != out or cx.dtype_of(w) != out:
         raise Unsupported("linear of mixed dtypes")
-    text = f"matmul({cx.ref(x)}, {cx.ref(w)}, transpose_b=true)"
+    # Eager adds a bias to the fp32 sums and rounds once (addmm), but for an input of 3 or more
+    # dims that is not contiguous: that one it multiplies, rounds, then adds. A linear folded
+    # from an addmm (_canonical) rounds once.
+    wide = out in _HALF and bias is not None and (
+        node.meta.get("kiln_addmm", False) or len(cx.meta(x).shape) <= 2 or
+        _contiguous(cx.meta(x)))
+    flags = ", out_dtype=f32" if wide else ""
+    kn = _transposed(cx, w)  # linear(x, w.t()): w read as it is, [K, N]
+    text = (f"matmul({cx.ref(x)}, {cx.ref(kn)}{flags})" if kn is not None
+            else f"matmul({cx.ref(x)}, {cx.ref(w)}, transpose_b=true{flags})")
     if bias is not None:
-        text = f"add({text}, {cx.ref(bias, out)})"
-    return Expr(text)
+        text = f"add({text}, {cx.ref(bias, 'f32' if wide else out)})"
+    return Expr(f"cast({text}, to={out})" if wide else text)
+
+
+def _contiguous(val) -> bool:
+    """Whether eager holds the fake tensor `val` contiguous (true where its strides are not
+    known)."""
+    try:
+        return bool(val.is_contiguous())
+    except Exception:  # noqa: BLE001 - symbolic strides without a hint
+        return True
 
 
 @lowering(aten.constant_pad_nd.default, aten.pad.default)
