@@ -128,12 +128,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"batch6_odd", 80, k_high}, Case{"batch6_odd", 75, k_highest}),
     case_name);
 
-// f16/bf16 graphs: the mode does not touch their matmuls.
+// f16/bf16 graphs: the mode does not touch their matmuls (half_bias_odd's give f32).
 INSTANTIATE_TEST_SUITE_P(
     HalfGraphs, EmulatedGraph,
     ::testing::Values(Case{"gated_mlp_odd", 90, k_high}, Case{"gated_mlp_aligned", 90, k_high},
                       Case{"half_epilogue_odd", 90, k_high},
-                      Case{"half_epilogue_aligned", 90, k_high}),
+                      Case{"half_epilogue_aligned", 90, k_high},
+                      Case{"half_bias_odd", 90, k_high}, Case{"half_bias_odd", 80, k_high}),
     case_name);
 
 // sm_80 (cp.async, tf32 and bf16 mma) and sm_75 (synchronous copies, m16n8k8 f16, fp32 ffma).
