@@ -1526,6 +1526,52 @@ TEST(EmulatedWgmmaAttentionFp32, Tf32x3OperandsSplitByTheProducerMatchFp64UnderE
   expect_fp32_attention_on_wgmma("wgmma_attention_tf32x3_odd", ir::Precision::tf32x3, 3, 3);
 }
 
+// The zero-row rule on the fp32 wgmma attention kernels, whose producer rounds (high), converts
+// (medium) or splits (tf32x3) q and k: a -inf in q against keys all positive there makes every
+// score of its row -inf, and the row is zeros; against a key negative there, a +inf score makes
+// its row NaN. Causal and not, under the kind and the adversarial schedule.
+TEST(EmulatedWgmmaAttentionFp32, ARowWhoseScoresAreAllMinusInfinityIsZerosInEveryMode) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (bool causal : {false, true}) {
+    auto graph = ir::parse_graph(std::string("graph ninf {\n  input q: f32[1, 2, 37, 32]\n"
+                                             "  input k: f32[1, 2, 41, 32]\n"
+                                             "  input v: f32[1, 2, 41, 24]\n"
+                                             "  o = attention(q, k, v, scale=0.25") +
+                                     (causal ? ", causal=true" : "") + ")\n  output o\n}\n",
+                                 "ninf.kg");
+    ASSERT_TRUE(graph.ok()) << graph.error().message;
+    std::vector<reference::Tensor> in = reference::random_inputs(*graph, 23);
+    for (size_t key = 0; key < 2 * 41; ++key) in[1].values[key * 32 + 4] = 0.5 + (key % 3) * 0.25;
+    in[1].values[(41 + 9) * 32 + 4] = -0.5;  // head 1: key 9's sign differs
+    in[0].values[6 * 32 + 4] = -inf;          // head 0, query 6: every score -inf
+    in[0].values[(37 + 30) * 32 + 4] = -inf;  // head 1, query 30: key 9's score +inf
+    for (ir::Precision precision :
+         {ir::Precision::high, ir::Precision::medium, ir::Precision::tf32x3}) {
+      auto program = build(*graph, {}, precision);
+      ASSERT_TRUE(program.ok()) << program.error().message;
+      ASSERT_EQ(wgmma_kernels(*program), 1);
+      for (const Schedule& schedule : {Schedule{}, Schedule::adversarial()}) {
+        SCOPED_TRACE(std::string(ir::to_string(precision)) + (causal ? " causal " : " ") +
+                     to_string(schedule));
+        auto run = program->run(in, schedule);
+        ASSERT_TRUE(run.ok()) << run.error().message;
+        const std::vector<double>& o = (*run)[0].values;
+        ASSERT_EQ(o.size(), size_t{2 * 37 * 24});
+        for (size_t e = 0; e < o.size(); ++e) {
+          size_t row = (e / 24) % 37, head = e / (37 * 24);
+          if (head == 0 && row == 6) {
+            ASSERT_EQ(o[e], 0.0) << e;
+          } else if (head == 1 && row == 30) {  // causal: key 9 is among its keys
+            ASSERT_TRUE(std::isnan(o[e])) << e << ": " << o[e];
+          } else {
+            ASSERT_TRUE(std::isfinite(o[e])) << e << ": " << o[e];
+          }
+        }
+      }
+    }
+  }
+}
+
 // Odd numbers of 32-column blocks of fp32 in shared memory (the tf32 layout's unit; the others
 // have two or four): head dim 96 in three blocks on 64-key tiles, head dim 24 in one on 128-key
 // tiles, each with a narrow d_v padded to 64.

@@ -475,6 +475,35 @@ def test_a_half_product_and_its_bias_round_once_where_eager_rounds_once(cache_di
         assert torch.allclose(got.float(), want.float(), rtol=2**-6, atol=2**-6), i
 
 
+class OutDtype(torch.nn.Module):
+    """mm, bmm and addmm with out_dtype=torch.float32 (aten's .dtype forms, which eager runs on
+    CUDA only; baddbmm's fails to export on the CPU, in PyTorch's own decomposition)."""
+    def forward(self, a, b, bias, b1, b2):
+        return (torch.mm(a, b, out_dtype=torch.float32),
+                torch.bmm(b1, b2, out_dtype=torch.float32),
+                torch.addmm(bias, a, b, out_dtype=torch.float32),
+                torch.addmm(bias, a, b, out_dtype=torch.float32, beta=0.5, alpha=2.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_out_dtype_float32_gives_the_fp32_sums_of_half_operands(cache_dir, dtype):
+    """The products of f16 and bf16 values are exact in f32, so the result is the fp32 sum of
+    the operands' products, not rounded to their dtype: within fp32's summation error of the
+    same sums in f32 (most of them are not values of the half type)."""
+    g = torch.Generator().manual_seed(3)
+    r = lambda *s: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
+    args = (r(24, 200), r(200, 40), r(40), r(3, 24, 200), r(3, 200, 40))
+    _, program = compiled(OutDtype(), args, cache_dir)
+    assert not program.fallbacks, program.fallbacks
+    assert "\n".join(program.partitions).count("out_dtype=f32") == 4
+    a, b, bias, b1, b2 = (x.float() for x in args)
+    wants = (a @ b, b1 @ b2, bias + a @ b, 0.5 * bias + 2.0 * (a @ b))
+    for i, (got, want) in enumerate(zip(program(*args), wants)):
+        assert got.dtype == torch.float32 and got.shape == want.shape, i
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (i, (got - want).abs().max())
+        assert (got.to(dtype).float() != got).float().mean() > 0.9, i
+
+
 class Filled(torch.nn.Module):
     """Tensors of one value with a shape: ones(B, S) (OPT's mask), full_like (T5's bucket bound),
     -0.0 and inf, bool and integer fills, a bf16 fill f32 holds and one it does not (held

@@ -909,13 +909,13 @@ def _transposed(cx, arg):
     return None
 
 
-def _matmul_text(cx, a, b, out_dtype, wide: bool = False) -> str:
-    """`a @ b` in `out_dtype`, the operands' dtype; `wide`: in f32 where that is f16 or bf16 (the
-    fp32 sums, not rounded: out_dtype=f32)."""
+def _matmul_text(cx, a, b, dtype, wide: bool = False) -> str:
+    """`a @ b`, both of `dtype`, in that dtype; `wide`: in f32 where it is f16 or bf16 (the fp32
+    sums, not rounded: out_dtype=f32)."""
     for x in (a, b):
-        if cx.dtype_of(x) != out_dtype or out_dtype not in ("f32", "f16", "bf16"):
-            raise Unsupported(f"a matmul of {cx.dtype_of(x)} into {out_dtype}")
-    flags = ", out_dtype=f32" if wide and out_dtype in _HALF else ""
+        if cx.dtype_of(x) != dtype or dtype not in ("f32", "f16", "bf16"):
+            raise Unsupported(f"a matmul of {cx.dtype_of(x)} into {dtype}")
+    flags = ", out_dtype=f32" if wide and dtype in _HALF else ""
     ta, tb = _transposed(cx, a), _transposed(cx, b)
     if tb is not None and len(cx.meta(b).shape) >= 2:
         b, flags = tb, flags + ", transpose_b=true"
@@ -935,9 +935,20 @@ def _matmul_text(cx, a, b, out_dtype, wide: bool = False) -> str:
     return f"matmul({cx.ref(a)}, {b_text}{flags})"
 
 
-@lowering(aten.mm.default, aten.bmm.default, aten.matmul.default)
+def _wide_result(cx, node, operand) -> bool:
+    """Whether `node`, a product of `operand`'s dtype, gives f32 from f16 or bf16 operands
+    (mm.dtype and its kin, out_dtype=torch.float32); any other dtype but the operands' is
+    Unsupported."""
+    have, out = cx.dtype_of(operand), cx.dtype_of(node)
+    if out != have and not (out == "f32" and have in _HALF):
+        raise Unsupported(f"a matmul of {have} into {out}")
+    return out != have
+
+
+@lowering(aten.mm.default, aten.bmm.default, aten.matmul.default, aten.mm.dtype, aten.bmm.dtype)
 def _mm(cx, node):
-    return Expr(_matmul_text(cx, node.args[0], node.args[1], cx.dtype_of(node)))
+    a, b = node.args[0], node.args[1]
+    return Expr(_matmul_text(cx, a, b, cx.dtype_of(a), _wide_result(cx, node, a)))
 
 
 @lowering(aten.einsum.default)
@@ -1064,20 +1075,24 @@ def _einsum_labels(equation: str, ranks: list) -> tuple[list, list]:
     return ins, out
 
 
-@lowering(aten.addmm.default, aten.baddbmm.default)
+@lowering(aten.addmm.default, aten.baddbmm.default, aten.addmm.dtype, aten.baddbmm.dtype)
 def _addmm(cx, node):
     """beta * input + alpha * (a @ b); with beta 0 the input is not read (NaN included), as in
     PyTorch. In f16 and bf16, as eager: the product's fp32 sums, scaled and added to in f32,
-    rounded once."""
-    first = ("mat1", "mat2") if node.target is aten.addmm.default else ("batch1", "batch2")
+    rounded once (not at all with out_dtype=torch.float32)."""
+    addmm = node.target in (aten.addmm.default, aten.addmm.dtype)
+    first = ("mat1", "mat2") if addmm else ("batch1", "batch2")
     bias, a, b = _arg(node, 0, "self"), _arg(node, 1, first[0]), _arg(node, 2, first[1])
-    beta, alpha = _arg(node, 3, "beta", 1), _arg(node, 4, "alpha", 1)
+    if node.target in (aten.addmm.dtype, aten.baddbmm.dtype):  # beta and alpha keyword-only
+        beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+    else:
+        beta, alpha = _arg(node, 3, "beta", 1), _arg(node, 4, "alpha", 1)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (beta, alpha)):
         raise Unsupported(f"{node.target} with a beta or alpha that is not a number")
-    out = cx.dtype_of(node)
-    wide = out in _HALF and (alpha != 1 or beta != 0)
-    text = _matmul_text(cx, a, b, out, wide)
-    if alpha == 0 and node.target is aten.addmm.default:
+    have, out = cx.dtype_of(a), cx.dtype_of(node)
+    wide = _wide_result(cx, node, a) or (out in _HALF and (alpha != 1 or beta != 0))
+    text = _matmul_text(cx, a, b, have, wide)
+    if alpha == 0 and addmm:
         raise Unsupported("addmm with alpha 0 (PyTorch does not read the product: an inf in it "
                           "gives no NaN)")
     if alpha != 1:
@@ -1087,7 +1102,7 @@ def _addmm(cx, node):
         if beta != 1:
             bias = f"mul({bias}, {_lit(float(beta))})"
         text = f"add({text}, {bias})"
-    return Expr(f"cast({text}, to={out})" if wide else text)
+    return Expr(f"cast({text}, to={out})" if wide and out != "f32" else text)
 
 
 @lowering(aten.linear.default)
