@@ -1554,17 +1554,19 @@ def _worker_init():
     warnings.filterwarnings("ignore")
 
 
-def _run_all(seeds, runs, jobs, timeout, on_record=lambda rec: None):
+def _run_all(seeds, runs, jobs, timeout, on_record=lambda rec: None, check=None):
     """Each seed's record, in order; `on_record` is called with each as it comes. A worker that
     dies (a crash in native code) breaks the pool: the seeds it left without a record then run
     again one at a time, each in a pool of its own, so that a crash is the record of the seed
-    that made it."""
+    that made it. `check` (seed, run, timeout) -> record runs in the workers (a module-level
+    function; check_with_timeout unless given)."""
+    check = check or check_with_timeout
     context = multiprocessing.get_context("spawn")
     records = {}
     with concurrent.futures.ProcessPoolExecutor(
         jobs, mp_context=context, initializer=_worker_init
     ) as pool:
-        futures = {pool.submit(check_with_timeout, s, runs[s], timeout): s for s in seeds}
+        futures = {pool.submit(check, s, runs[s], timeout): s for s in seeds}
         for future in concurrent.futures.as_completed(futures):
             try:
                 records[futures[future]] = future.result()
@@ -1578,7 +1580,7 @@ def _run_all(seeds, runs, jobs, timeout, on_record=lambda rec: None):
             1, mp_context=context, initializer=_worker_init
         ) as pool:
             try:
-                records[s] = pool.submit(check_with_timeout, s, runs[s], timeout).result()
+                records[s] = pool.submit(check, s, runs[s], timeout).result()
             except concurrent.futures.process.BrokenProcessPool:
                 records[s] = {
                     "seed": s,

@@ -139,6 +139,24 @@ def test_the_script_writes_each_record_and_orders_them_by_seed(tmp_path):
     assert "torch_differential: 4 programs in" in done.stdout, done.stdout
 
 
+def test_a_worker_that_dies_is_the_crash_record_of_its_seed_alone(monkeypatch):
+    # Seed 2 kills its worker. The pool breaks; the seeds left without a record run again one
+    # at a time, so seed 2 alone is a crash, every seed has one record in order, and on_record
+    # saw each once. (The workers import the script by name for its initializer.)
+    import crash_worker
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+
+    seeds = range(1, 6)
+    runs = {s: crash_worker.Run("export") for s in seeds}
+    seen = []
+    records = differential._run_all(seeds, runs, 2, 60, seen.append, check=crash_worker.check)
+    assert [r["seed"] for r in records] == list(seeds), records
+    assert [r["status"] for r in records] == ["ok", "crash", "ok", "ok", "ok"], records
+    assert records[1]["mode"] == "export" and "worker died" in records[1]["message"], records
+    assert sorted(r["seed"] for r in seen) == list(seeds), seen
+
+
 def test_a_seed_makes_the_same_program_each_time():
     # A failure is reported by its seed: the seed must make the program again, parameters too.
     with_parameters = 0
