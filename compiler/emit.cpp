@@ -31,6 +31,8 @@ std::string describe(const ir::Graph& graph, const ProgramPlan& plan, const Kern
     if (n.attrs.literal_side == ir::LiteralSide::rhs) args += ", literal";
     if (n.kind == ir::OpKind::matmul && n.attrs.transpose_a) args += ", transpose_a";
     if (n.kind == ir::OpKind::matmul && n.attrs.transpose_b) args += ", transpose_b";
+    if (n.kind == ir::OpKind::matmul && n.attrs.out_dtype)
+      args += ", out_dtype=" + std::string(ir::to_string(*n.attrs.out_dtype));
     if (n.kind == ir::OpKind::cast) args += ", to=" + std::string(ir::to_string(n.type.dtype));
     if (n.kind == ir::OpKind::softmax || ir::category(n.kind) == ir::OpCategory::reduce ||
         ir::category(n.kind) == ir::OpCategory::scan ||

@@ -64,8 +64,8 @@ done
   sed -nE 's/^KILN_OP\(([a-z_0-9]+),.*/\1/p' ../ir/ops.def | while read -r op; do
     printf '"%s("\n' "$op"
   done
-  for word in approximate axis causal dims end eps keepdim mask precision scale shape shift start \
-    to transpose_a transpose_b; do
+  for word in approximate axis causal dims end eps keepdim mask out_dtype precision scale shape \
+    shift start to transpose_a transpose_b; do
     printf '"%s="\n' "$word"
   done
   for dtype in f32 f16 bf16 i32 i64 bool; do printf '"%s["\n' "$dtype"; done

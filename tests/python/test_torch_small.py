@@ -441,9 +441,11 @@ def test_arange_with_a_start_and_step_baddbmm_addmm_and_repeat_run_in_kiln(cache
 
 class HalfBiased(torch.nn.Module):
     """Products with a bias in f16 or bf16: addmm (with alpha and beta, and beta 0), baddbmm,
-    linear of a 2-D, a contiguous 3-D and a non-contiguous 3-D input, and GPT-2's Conv1D (addmm
-    over flattened rows, its weight [K, N]) and a flattened linear (addmm with w.t())."""
-    def forward(self, a, b, bias, x3, w, wkn, bb1, bb2, binp):
+    linear of a 2-D, a contiguous 3-D and a non-contiguous 3-D input, of a 3-D input with a
+    bias [16, N] (eager rounds twice) and [1, N] (once), GPT-2's Conv1D (addmm over flattened
+    rows, its weight [K, N]), a flattened linear (addmm with w.t()), and an addmm over flattened
+    rows with a bias per row (not a linear: it does not broadcast against [4, 16, N])."""
+    def forward(self, a, b, bias, x3, w, wkn, bb1, bb2, binp, b16, brows):
         n = w.shape[0]
         return (torch.addmm(bias, a, b), torch.addmm(bias, a, b, beta=0.75, alpha=0.5),
                 torch.addmm(bias, a, b, beta=0, alpha=2.0),
@@ -451,23 +453,27 @@ class HalfBiased(torch.nn.Module):
                 F.linear(a, w[:, :96], bias), F.linear(x3, w, bias),
                 F.linear(x3.transpose(0, 1), w, bias),
                 torch.addmm(bias, x3.reshape(-1, x3.shape[-1]), wkn).view(*x3.shape[:-1], n),
-                torch.addmm(bias, x3.reshape(-1, x3.shape[-1]), w.t()).view(*x3.shape[:-1], n))
+                torch.addmm(bias, x3.reshape(-1, x3.shape[-1]), w.t()).view(*x3.shape[:-1], n),
+                F.linear(x3, w, b16), F.linear(x3, w, bias.view(1, -1)),
+                torch.addmm(brows, x3.reshape(-1, x3.shape[-1]), wkn).view(*x3.shape[:-1], n))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_a_half_product_and_its_bias_round_once_where_eager_rounds_once(cache_dir, dtype):
     """Eager adds the bias to the fp32 sums and rounds once (but for linear's non-contiguous 3-D
-    input: product, round, add, round); kiln's matmul with out_dtype=f32 does the same. Rounded
+    input, or its bias of more than one row: product, round, add, round); kiln's matmul with
+    out_dtype=f32 does the same. Rounded
     twice, a quarter of the elements would be an ulp apart; summed in another order, a rare one
     is."""
     g = torch.Generator().manual_seed(7)
     r = lambda *s: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
     args = (r(64, 96), r(96, 80), r(80), r(4, 16, 128), r(80, 128), r(128, 80), r(3, 32, 96),
-            r(3, 96, 80), r(3, 32, 80))
+            r(3, 96, 80), r(3, 32, 80), r(16, 80), r(64, 80))
     _, program = compiled(HalfBiased(), args, cache_dir)
     assert not program.fallbacks, program.fallbacks
     text = "\n".join(program.partitions)
-    assert text.count("out_dtype=f32") == 9, text  # all but the non-contiguous linear
+    # all but the linears of a non-contiguous input and of a bias [16, N]
+    assert text.count("out_dtype=f32") == 11, text
     for i, (got, want) in enumerate(zip(program(*args), HalfBiased()(*args))):
         assert got.dtype == want.dtype and got.shape == want.shape, i
         apart = (got != want).float().mean().item()

@@ -90,6 +90,9 @@ def _fold_flattened_matmul(graph: Graph, view: Node) -> None:
     xv, outv = x.meta.get("val"), view.meta.get("val")
     if xv is None or outv is None or xv.dim() < 3 or list(xv.shape[:-1]) != list(outv.shape[:-1]):
         return
+    bv = bias.meta.get("val") if isinstance(bias, Node) else None
+    if bias is not None and not (isinstance(bv, torch.Tensor) and _table._row_bias(bv.shape)):
+        return  # a bias per flattened row ([B*S, N]) does not broadcast against [B, S, N]
     weight = None
     if isinstance(w, Node) and w.op == "call_function" and w.target is aten.t.default:
         weight = w.args[0]

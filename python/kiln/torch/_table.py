@@ -1114,12 +1114,14 @@ def _linear(cx, node):
         raise Unsupported("linear with a weight that is not 2-D or a 1-D input")
     if cx.dtype_of(x) != out or cx.dtype_of(w) != out:
         raise Unsupported("linear of mixed dtypes")
+    if out not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"a linear of {out}")
     # Eager adds a bias to the fp32 sums and rounds once (addmm), but for an input of 3 or more
-    # dims that is not contiguous: that one it multiplies, rounds, then adds. A linear folded
-    # from an addmm (_canonical) rounds once.
+    # dims that is not contiguous, or whose bias is not [N], [1] or [1, N]: that one it
+    # multiplies, rounds, then adds. A linear folded from an addmm (_canonical) rounds once.
     wide = out in _HALF and bias is not None and (
         node.meta.get("kiln_addmm", False) or len(cx.meta(x).shape) <= 2 or
-        _contiguous(cx.meta(x)))
+        (_contiguous(cx.meta(x)) and _row_bias(cx.meta(bias).shape)))
     flags = ", out_dtype=f32" if wide else ""
     kn = _transposed(cx, w)  # linear(x, w.t()): w read as it is, [K, N]
     text = (f"matmul({cx.ref(x)}, {cx.ref(kn)}{flags})" if kn is not None
@@ -1127,6 +1129,12 @@ def _linear(cx, node):
     if bias is not None:
         text = f"add({text}, {cx.ref(bias, 'f32' if wide else out)})"
     return Expr(f"cast({text}, to={out})" if wide else text)
+
+
+def _row_bias(shape) -> bool:
+    """Whether a bias of `shape` is one row ([N], [1] or [1, N]): what addmm adds to each row."""
+    return len(shape) == 1 or (len(shape) == 2 and not isinstance(shape[0], torch.SymInt) and
+                               int(shape[0]) == 1)
 
 
 def _contiguous(val) -> bool:
