@@ -103,7 +103,9 @@ std::string score(Code& code, const KernelContext& ctx, const std::string& dot,
                      a.mask_col.expr() + "]";
     std::string inside = row + " < " + a.sq.expr() + " && " + key + " < " + a.sk.expr();
     if (dtype == ir::DType::boolean) {
-      code.line("if (" + inside + " && !" + at + ") x = kiln_neg_inf;");  // false: masked out
+      // false: masked out by adding -inf, as PyTorch's scaled_dot_product_attention does with a
+      // bool mask, so a +inf or NaN score there still makes its row NaN.
+      code.line("if (" + inside + " && !" + at + ") x += kiln_neg_inf;");
     } else {
       // A finite mask past FLT_MAX / log2(e) (PyTorch's finfo(float32).min and finfo(bfloat16)
       // .min, which transformers writes for a padded key) overflows in base 2. Such a score

@@ -93,7 +93,7 @@ void run_batch(const ir::Node& node, const AttentionGeometry& g, const Batch& b,
         if (b.mask) {
           double mv = b.mask[i * b.mask_row + j * b.mask_col];
           if (!b.mask_is_bool) score += static_cast<T>(mv);
-          else if (mv == 0.0) score = -std::numeric_limits<T>::infinity();  // false: masked out
+          else if (mv == 0.0) score += -std::numeric_limits<T>::infinity();  // false: -inf added
         }
       }
       p[static_cast<size_t>(j)] = score;

@@ -220,9 +220,10 @@ WorkShape build_attention(KernelBuilder& kb) {
                   mv = b.CreateInsertElement(mv, kb.load_float(mask_dtype, M, index), static_cast<uint64_t>(l));
                 }
               }
-              // A bool mask keeps the keys where it is true; a float one is added.
+              // A bool mask keeps the keys where it is true and adds -inf to the others (a +inf
+              // or NaN score there stays NaN, as PyTorch's); a float one is added.
               s = mask_dtype == ir::DType::boolean
-                      ? b.CreateSelect(b.CreateFCmpONE(mv, vzero), s, vminus_inf)
+                      ? b.CreateSelect(b.CreateFCmpONE(mv, vzero), s, b.CreateFAdd(s, vminus_inf))
                       : b.CreateFAdd(s, mv);
             }
             if (m.causal) s = b.CreateSelect(b.CreateICmpSGT(splat(key), q_lanes), vminus_inf, s);

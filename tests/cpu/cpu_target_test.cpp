@@ -461,6 +461,53 @@ TEST(CpuTarget, AttentionRowsWithoutAKeyAreZeros) {
   }
 }
 
+// `graph`'s output (f32) in `mode` on seeded inputs that `plant` edits: q and k (inputs 0 and 1,
+// f32) and every input's bytes. Empty, and the test failed, where it does not build or run.
+using Plant = std::function<void(float* q, float* k, std::vector<std::vector<unsigned char>>&)>;
+std::vector<float> run_planted(const ir::Graph& graph, ir::Precision mode, const Plant& plant) {
+  auto program = build(graph, mode);
+  if (!program) return {};
+  auto inputs = seeded_inputs(graph);
+  plant(reinterpret_cast<float*>(inputs[0].data()), reinterpret_cast<float*>(inputs[1].data()),
+        inputs);
+  auto out = program->run(inputs, {});
+  EXPECT_TRUE(out) << out.error().message;
+  if (!out) return {};
+  std::vector<float> o((*out)[0].size() / sizeof(float));
+  std::memcpy(o.data(), (*out)[0].data(), (*out)[0].size());
+  return o;
+}
+
+// A bool mask adds -inf where it is false, as PyTorch's scaled_dot_product_attention does: a
+// masked key whose score is +inf makes its row NaN (+inf + -inf), one whose score is -inf
+// leaves the row finite, and a row masking every key is zeros. Key 5 holds a +inf; rows 1 and 2
+// meet it negatively (score -inf), the others positively; rows 0 to 3 mask it, row 2 masks all.
+TEST(CpuTarget, ABoolMaskAddsMinusInfinityAsPyTorchDoes) {
+  ir::Graph graph = parse(
+      "graph g { input q: f32[1, 1, 5, 8]\n input k: f32[1, 1, 6, 8]\n input v: f32[1, 1, 6, 3]\n"
+      " input m: bool[5, 6]\n o = attention(q, k, v, mask=m)\n output o }");
+  for (ir::Precision mode : {ir::Precision::highest, ir::Precision::tf32x3}) {
+    SCOPED_TRACE(std::string(ir::to_string(mode)));
+    std::vector<float> o = run_planted(graph, mode, [](float* q, float* k, auto& inputs) {
+      for (int i = 0; i < 5; ++i) q[i * 8] = i == 1 || i == 2 ? -0.5f : 0.5f;
+      k[5 * 8] = std::numeric_limits<float>::infinity();
+      for (int i = 0; i < 5; ++i)
+        for (int j = 0; j < 6; ++j) inputs[3][i * 6 + j] = i == 2 || (j == 5 && i < 4) ? 0 : 1;
+    });
+    ASSERT_EQ(o.size(), 5u * 3);
+    for (size_t e = 0; e < o.size(); ++e) {
+      size_t row = e / 3;
+      if (row == 2) {
+        EXPECT_EQ(o[e], 0.0f) << e;
+      } else if (row == 1) {
+        EXPECT_TRUE(std::isfinite(o[e]) && o[e] != 0.0f) << e << ": " << o[e];
+      } else {
+        EXPECT_TRUE(std::isnan(o[e])) << e << ": " << o[e];
+      }
+    }
+  }
+}
+
 // Without a mask, a row whose every score is -inf (an infinite q) is zeros, as PyTorch's
 // scaled_dot_product_attention gives, in every mode; one with a +inf score among -inf ones NaN.
 TEST(CpuTarget, AttentionRowsWhoseScoresAreAllMinusInfinityAreZeros) {
@@ -469,19 +516,14 @@ TEST(CpuTarget, AttentionRowsWhoseScoresAreAllMinusInfinityAreZeros) {
   for (ir::Precision mode : {ir::Precision::highest, ir::Precision::high, ir::Precision::tf32x3,
                              ir::Precision::medium}) {
     SCOPED_TRACE(std::string(ir::to_string(mode)));
-    auto program = build(graph, mode);
-    ASSERT_TRUE(program);
-    auto inputs = seeded_inputs(graph);
-    float* q = reinterpret_cast<float*>(inputs[0].data());
-    float* k = reinterpret_cast<float*>(inputs[1].data());
-    for (int key = 0; key < 12; ++key) k[key * 8 + 2] = 0.5f + 0.25f * static_cast<float>(key % 3);
-    k[(6 + 4) * 8 + 2] = -0.5f;                          // head 1, key 4
-    q[3 * 8 + 2] = -std::numeric_limits<float>::infinity();  // head 0, query 3: all -inf
-    q[(5 + 1) * 8 + 2] = -std::numeric_limits<float>::infinity();  // head 1, query 1: one +inf
-    auto out = program->run(inputs, {});
-    ASSERT_TRUE(out) << out.error().message;
-    const float* o = reinterpret_cast<const float*>((*out)[0].data());
-    for (size_t e = 0; e < 2u * 5 * 3; ++e) {
+    std::vector<float> o = run_planted(graph, mode, [](float* q, float* k, auto&) {
+      for (int key = 0; key < 12; ++key) k[key * 8 + 2] = 0.5f + 0.25f * static_cast<float>(key % 3);
+      k[(6 + 4) * 8 + 2] = -0.5f;                              // head 1, key 4
+      q[3 * 8 + 2] = -std::numeric_limits<float>::infinity();  // head 0, query 3: all -inf
+      q[(5 + 1) * 8 + 2] = -std::numeric_limits<float>::infinity();  // head 1, query 1: one +inf
+    });
+    ASSERT_EQ(o.size(), 2u * 5 * 3);
+    for (size_t e = 0; e < o.size(); ++e) {
       size_t row = (e / 3) % 5, head = e / 15;
       if (head == 0 && row == 3) {
         EXPECT_EQ(o[e], 0.0f) << e;

@@ -363,10 +363,11 @@ void emulate_attention(const ir::Graph& graph, const compiler::Target& target,
 // A NaN score makes its query row NaN, as softmax and PyTorch do, where a row whose every key the
 // mask removes is zeros (the kernels told the two apart by l > 0, which a NaN sum fails, so a
 // NaN row came out as zeros). q holds a NaN in query 5 of batch 0's head 0, k in key 7 of batch
-// 1's head 1; rows 3 and 20 lose every key, and rows 10 to 14 lose key 7: a bool mask removes it
-// (those rows finite, rows 3 and 20 zeros), an additive -inf leaves NaN + -inf, NaN (those rows
-// NaN in that head). Every mode and dtype on sm_80, the 16-bit ones on sm_90a's wgmma kernel
-// too, against the reference.
+// 1's head 1; rows 3 and 20 lose every key, and rows 10 to 14 lose key 7. A bool mask adds -inf
+// where it is false, as PyTorch's scaled_dot_product_attention does, so with either mask NaN +
+// -inf leaves key 7's score NaN: every row of that head is NaN, rows 3 and 20 of the others
+// zeros. Every mode and dtype on sm_80, the 16-bit ones on sm_90a's wgmma kernel too, against
+// the reference.
 TEST(FusedAttentionSoftmax, ANaNScoreMakesItsRowNaNWhereARowWithoutKeysIsZeros) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
@@ -401,10 +402,9 @@ TEST(FusedAttentionSoftmax, ANaNScoreMakesItsRowNaNWhereARowWithoutKeysIsZeros) 
         for (size_t e = 0; e < o.size(); ++e) {
           size_t row = (e / 24) % 37, head = (e / (37 * 24)) % 2, batch = e / (2 * 37 * 24);
           bool masked_out = row == 3 || row == 20;
-          // Key 7's NaN score reaches every row of its head but those a bool mask removes it from.
-          bool removed = boolean && (masked_out || (row >= 10 && row < 15));
-          bool nan_row = (batch == 0 && head == 0 && row == 5) ||
-                         (batch == 1 && head == 1 && !removed);
+          // Key 7's NaN score reaches every row of its head, those that lose it included: a bool
+          // mask adds -inf as the f32 one does (PyTorch's), and NaN + -inf is NaN.
+          bool nan_row = (batch == 0 && head == 0 && row == 5) || (batch == 1 && head == 1);
           bool zeros = masked_out && !nan_row;
           if (zeros) {
             ASSERT_EQ(o[e], 0.0) << e;
