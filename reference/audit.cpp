@@ -65,13 +65,20 @@ double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision
   while (!stack.empty()) {
     const ir::Node& node = graph.node(stack.back());
     stack.pop_back();
-    if (ir::is_float(node.type.dtype) && node.type.dtype != ir::DType::f32)
+    // A value computed in f16/bf16 rounds there; an f16/bf16 input is read exactly (into an
+    // out_dtype=f32 matmul's fp32 sums, or a cast to f32).
+    bool computed = node.kind != ir::OpKind::input;
+    if (ir::is_float(node.type.dtype) && node.type.dtype != ir::DType::f32 && computed)
       result = std::max(result, k_tolerance_half);
-    if (ir::is_float(node.type.dtype) && node.kind != ir::OpKind::input) float_math = true;
+    if (ir::is_float(node.type.dtype) && computed) float_math = true;
     bool products = node.kind == ir::OpKind::matmul || node.kind == ir::OpKind::attention;
-    if (products && node.type.dtype == ir::DType::f32)
-      result = std::max(result, tolerance(node.attrs.precision.value_or(precision),
+    if (products && node.type.dtype == ir::DType::f32) {
+      // f16/bf16 operands take no mode: exact products, fp32 sums.
+      bool f32_operands = graph.node(node.operands[0]).type.dtype == ir::DType::f32;
+      result = std::max(result, tolerance(f32_operands ? node.attrs.precision.value_or(precision)
+                                                       : ir::Precision::highest,
                                           longest_sum(graph, node)));
+    }
     for (ir::NodeId operand : node.operands) {
       if (seen[static_cast<size_t>(operand)]) continue;
       seen[static_cast<size_t>(operand)] = true;

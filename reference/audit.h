@@ -33,9 +33,10 @@ double tolerance(ir::Precision precision, int64_t k);
 
 // The tolerance of one output under graph-wide `precision`: the loosest among the f32 matmuls
 // and attention ops it depends on (each at its own `precision=` or the graph's, and its longest
-// sum: a matmul's contraction, an attention's head dim or key count) and
-// k_tolerance_half when any tensor it depends on is f16/bf16; k_tolerance_highest when it
-// depends on neither (fp32 elementwise only).
+// sum: a matmul's contraction, an attention's head dim or key count; an f32 matmul of f16/bf16
+// operands at `highest`'s) and k_tolerance_half when any value computed on the way is f16/bf16
+// (an f16/bf16 input alone is read exactly); k_tolerance_highest when neither (fp32
+// elementwise only).
 double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision precision);
 
 struct OutputAudit {
