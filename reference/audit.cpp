@@ -43,6 +43,11 @@ double tolerance(ir::Precision precision, int64_t k) {
   return std::max(tolerance(precision), sum);
 }
 
+double half_product_tolerance(int64_t k) {
+  return std::max(k_tolerance_highest,
+                  static_cast<double>(std::max<int64_t>(k, 1)) * std::ldexp(1.0, -24));
+}
+
 namespace {
 
 // The most terms one sum of `node` (a matmul or attention) runs over.
@@ -73,11 +78,11 @@ double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision
     if (ir::is_float(node.type.dtype) && computed) float_math = true;
     bool products = node.kind == ir::OpKind::matmul || node.kind == ir::OpKind::attention;
     if (products && node.type.dtype == ir::DType::f32) {
-      // f16/bf16 operands take no mode: exact products, fp32 sums.
-      bool f32_operands = graph.node(node.operands[0]).type.dtype == ir::DType::f32;
-      result = std::max(result, tolerance(f32_operands ? node.attrs.precision.value_or(precision)
-                                                       : ir::Precision::highest,
-                                          longest_sum(graph, node)));
+      // f16/bf16 operands take no mode: exact products, truncated fp32 sums.
+      int64_t k = longest_sum(graph, node);
+      result = std::max(result, graph.node(node.operands[0]).type.dtype == ir::DType::f32
+                                    ? tolerance(node.attrs.precision.value_or(precision), k)
+                                    : half_product_tolerance(k));
     }
     for (ir::NodeId operand : node.operands) {
       if (seen[static_cast<size_t>(operand)]) continue;

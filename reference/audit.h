@@ -25,6 +25,11 @@ inline constexpr double k_tolerance_half = 1.5e-2;
 // model"); past k of about 1,760 it loosens `highest`, past about 7,040 `tf32x3`.
 inline constexpr double k_tolerance_sum_growth = 4.0;
 
+// An f32 product of f16/bf16 operands (out_dtype=f32): exact products, but the tensor cores
+// truncate the running fp32 sum at each k step (compiler/KERNELS.md, "Accumulation model"), so
+// on data of one sign its error grows with k, not √k: k * 2^-24, at least k_tolerance_highest.
+double half_product_tolerance(int64_t k);
+
 // The tolerance of a resolved precision (asserts on `automatic`).
 double tolerance(ir::Precision precision);
 // The tolerance of a product whose sums run over `k` terms, in a resolved precision: the larger
@@ -34,7 +39,8 @@ double tolerance(ir::Precision precision, int64_t k);
 // The tolerance of one output under graph-wide `precision`: the loosest among the f32 matmuls
 // and attention ops it depends on (each at its own `precision=` or the graph's, and its longest
 // sum: a matmul's contraction, an attention's head dim or key count; an f32 matmul of f16/bf16
-// operands at `highest`'s) and k_tolerance_half when any value computed on the way is f16/bf16
+// operands at half_product_tolerance) and k_tolerance_half when any value computed on the way is
+// f16/bf16
 // (an f16/bf16 input alone is read exactly); k_tolerance_highest when neither (fp32
 // elementwise only).
 double output_tolerance(const ir::Graph& graph, ir::NodeId output, ir::Precision precision);

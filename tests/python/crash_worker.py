@@ -1,6 +1,6 @@
 """A stand-in for torch_differential's check, for the test of its pool: seed 2 kills its worker
-(as a crash in native code would), every other seed gives an `ok` record. Imports nothing heavy,
-so that each worker starts fast."""
+(as a crash in native code would), every other seed gives an `ok` record (the workers still
+import the script, and torch, for its initializer)."""
 
 from __future__ import annotations
 
