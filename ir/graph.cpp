@@ -295,9 +295,11 @@ Status Builder::check_operand(NodeId id) const {
 }
 
 Expected<NodeId> Builder::push(Node node) {
-  // Each typed add_* infers the type; it must follow the table's result rule.
+  // Each typed add_* infers the type; it must follow the table's result rule (a matmul's
+  // out_dtype=f32 in place of its operands' dtype).
   assert(result_dtype(node.kind) != ResultDType::operand ||
-         node.type.dtype == m_nodes[static_cast<size_t>(node.operands.at(0))].type.dtype);
+         node.type.dtype == node.attrs.out_dtype.value_or(
+                                m_nodes[static_cast<size_t>(node.operands.at(0))].type.dtype));
   assert(result_dtype(node.kind) != ResultDType::cast_to ||
          node.type.dtype == node.attrs.cast_to);
   assert(result_dtype(node.kind) != ResultDType::boolean || node.type.dtype == DType::boolean);
