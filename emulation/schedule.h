@@ -19,12 +19,16 @@ struct Schedule {
   Mode mode = Mode::kind;
   uint64_t seed = 0;  // seeded
   // The multiprocessors a persistent kernel (LaunchShape::persistent) is launched for: it runs
-  // min(its work tiles, sm_count) blocks, as the runtime does on a device with that many.
+  // min(its work tiles, sm_count) blocks, as the runtime does on a device with that many (an
+  // H100 SXM's 132 by default; 1 to k_max_sm_count).
   uint32_t sm_count = 132;
 
   static Schedule seeded_by(uint64_t seed) { return {Mode::seeded, seed, 132}; }
   static Schedule adversarial() { return {Mode::adversarial, 0, 132}; }
 };
+
+// The most multiprocessors an emulated device may have (Schedule::sm_count).
+constexpr uint32_t k_max_sm_count = 1024;
 
 // "kind", "adversarial", or a seed (decimal digits, below 2^64); anything else is an error that
 // names what is accepted.

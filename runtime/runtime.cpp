@@ -290,6 +290,14 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     auto schedule = emulation::parse_schedule(
         options.emulate_schedule.empty() ? "kind" : options.emulate_schedule);
     if (!schedule) return make_error("RuntimeOptions::emulate_schedule: ", schedule.error().message);
+    if (options.emulate_sm_count < 0 ||
+        options.emulate_sm_count > static_cast<int>(emulation::k_max_sm_count))
+      return make_error("RuntimeOptions::emulate_sm_count: ",
+                        std::to_string(options.emulate_sm_count),
+                        " is not a multiprocessor count from 1 to ",
+                        std::to_string(emulation::k_max_sm_count), " (or 0: 132)");
+    if (options.emulate_sm_count > 0)
+      schedule->sm_count = static_cast<uint32_t>(options.emulate_sm_count);
     compiler::Target emulated = *target;
     return std::unique_ptr<Runtime>(
         new RuntimeImpl(std::move(options), std::move(emulated), *schedule));

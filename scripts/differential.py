@@ -23,6 +23,15 @@ graphs). --max-refused and --max-loose bound both (ctest: 0), and a run where no
 checked fails. Anything else that exits 1 (an output further off, an integer or bool output that
 differs, a failed compile) or dies is a failure, and the graph is kept for a bug report.
 
+`--large` starts each graph with a large step and draws more among its steps: a matmul of at
+least 66 output tiles of 128 x 128 (so that sm_90a's model runs it on the wgmma kernel, its
+persistent grid, TMA loads and mbarrier ring; rows and columns ending anywhere in their last
+tile; A or B transposed; K mostly in whole 16-byte units), or an attention of 129 to 520
+queries and keys (its K and V ring wraps; head dims 32 to 192). Its emulated device has 1, 3,
+8, 33 or 132 multiprocessors (`kiln run --sm-count`), so that the persistent wgmma matmul's
+blocks loop over several work tiles. It says how many graphs run a wgmma kernel on sm_90a in
+`high` (`kiln emit`), and --min-wgmma bounds that from below.
+
     scripts/differential.py --count 200 --seed 1 --targets cpu,emulate:sm_80,emulate:sm_90a \
         --out /tmp/differential
 
@@ -74,8 +83,10 @@ class Graph:
     """A graph being made: its values all of one float dtype, their shapes lists of sizes and,
     in a symbolic graph, the dim S (range 1..S_MAX)."""
 
-    def __init__(self, rng: random.Random, name: str, dtype: str, symbolic: bool, mixed: bool):
+    def __init__(self, rng: random.Random, name: str, dtype: str, symbolic: bool, mixed: bool,
+                 large: bool = False):
         self.rng = rng
+        self.large = large  # large matmuls and attentions among the steps (large_step)
         self.name = name
         self.dtype = dtype
         self.symbolic = symbolic
@@ -193,7 +204,12 @@ class Graph:
                           "integer": 5, "to_float": 3, "logic": 2, "causal": 1,
                           "arange": 3, "arange_compare": 2, "gather": 2, "float_positions": 1,
                           "int_roll": 2, "int_cumsum": 2})
+        if self.large:
+            kinds["large"] = 2
         kind = rng.choices(list(kinds), list(kinds.values()))[0]
+        if kind == "large":
+            self.large_step()
+            return
         if kind in TYPED:
             self.typed_step(kind)
             return
@@ -355,6 +371,69 @@ class Graph:
         elif kind == "roll":
             axis = rng.randrange(-rank, 0)
             self.let(f"roll({x}, shift={self.shift(shape[axis])}, axis={axis})", shape)
+
+    def large_step(self) -> None:
+        """A large matmul or attention on new inputs (--large, in the module's text). 66 tiles
+        are half of an H100's SMs, where sm_90a's model takes the wgmma kernel (wgmma_fills);
+        every value stays within 2^20 elements. An unaligned row stride or K (TMA's 16-byte
+        rule) leaves the matmul to the mma.sync kernel."""
+        rng = self.rng
+        if rng.random() < 0.6:
+            a_t, b_t = rng.random() < 0.3, rng.random() < 0.3
+            # A row stride (m of a transposed A, n of B that is not) of whole 16-byte units
+            # mostly: 8 elements suit every dtype.
+            def end(stride: bool) -> int:
+                ends = [8, 64, 120, 128] if stride and rng.random() < 0.9 else [1, 8, 64, 127, 128]
+                return rng.choice(ends)
+            for _ in range(100):
+                batch = rng.choice([[], [], [2], [3], [4], [1, 2], [2, 2]])
+                count = math.prod(batch)
+                rows = rng.randint(2, 11)
+                cols = max(2, -(-66 // (count * rows)))  # ceil: 66 tiles at least
+                m = 128 * (rows - 1) + end(a_t)
+                n = 128 * (cols - 1) + end(not b_t)
+                if count * m * n <= 1 << 20:
+                    break
+            else:
+                return
+            k = rng.choice([8, 16, 24, 40, 64, 72, 136, 256] if rng.random() < 0.9 else [17, 60])
+            x = self.input(batch + ([k, m] if a_t else [m, k]))
+            bbatch = batch if batch and rng.random() < 0.5 else []
+            w = self.input(bbatch + ([n, k] if b_t else [k, n]))
+            extra = (", transpose_a=true" if a_t else "") + (", transpose_b=true" if b_t else "")
+            scale = f"{1.0 / k ** 0.5:.4f}"
+            if rng.random() < 0.5:  # the scale on A (a kernel before it) or in the epilogue
+                x = self.let(f"mul({x}, {scale})", batch + ([k, m] if a_t else [m, k]))
+                product = f"matmul({x}, {w}{extra})"
+            else:
+                product = f"mul(matmul({x}, {w}{extra}), {scale})"
+            if self.dtype != "f32" and rng.random() < 0.4:
+                b = self.input([n])
+                product = product.replace(f"{extra})", f"{extra}, out_dtype=f32)", 1)
+                product = f"cast(add({product}, cast({b}, to=f32)), to={self.dtype})"
+            elif rng.random() < 0.4:
+                product = f"add({product}, {self.input([n])})"
+            if rng.random() < 0.4:
+                product = f"{rng.choice(UNARY)}({product})"
+            self.let(product, batch + [m, n])
+            return
+        heads = rng.choice([[1], [2], [1, 2], [2, 2], [4]])
+        queries, keys = rng.choice([129, 200, 257, 384, 520]), rng.choice([129, 200, 257, 384, 520])
+        d, dv = rng.choice([32, 64, 80, 128, 192]), rng.choice([32, 64, 128])
+        kv = list(heads)
+        if kv[-1] in (2, 4) and rng.random() < 0.4:
+            kv[-1] //= 2  # grouped-query attention
+        q = self.input(heads + [queries, d])
+        k = self.input(kv + [keys, d])
+        v = self.input(kv + [keys, dv])
+        extra = ", causal=true" if rng.random() < 0.3 else ""
+        if rng.random() < 0.3:
+            kind_of = rng.choice(["bool", self.dtype])
+            mask = self.input([queries, keys] if rng.random() < 0.5 else [1, keys], kind_of)
+            extra += f", mask={mask}"
+        if rng.random() < 0.3:
+            extra += f", scale={rng.choice(['0.125', '0.5'])}"
+        self.let(f"attention({q}, {k}, {v}{extra})", heads + [queries, dv])
 
     def typed_step(self, kind: str) -> None:
         """An op on or making ids, masks or positions (i64 and bool values)."""
@@ -562,15 +641,19 @@ class Graph:
 S_MAX = 96
 
 
-def make(seed: int) -> tuple[str, int | None] | None:
+def make(seed: int, large: bool = False) -> tuple[str, int | None] | None:
     """Graph `seed`'s text and the size S is run at (None for a static graph); None when the
-    draw made nothing to output or a value too large."""
+    draw made nothing to output or a value too large. A large graph starts with a large step
+    (Graph.large_step) and may take more."""
     rng = random.Random(seed)
     dtype = rng.choices(["f32", "f16", "bf16"], [6, 2, 2])[0]
-    g = Graph(rng, f"d{seed}", dtype, symbolic=rng.random() < 0.35, mixed=rng.random() < 0.4)
+    g = Graph(rng, f"d{seed}", dtype, symbolic=rng.random() < 0.35, mixed=rng.random() < 0.4,
+              large=large)
     if g.symbolic:  # S from 1 mostly; a higher low end leaves wider windows along S
         g.s_low = rng.choice([1, 1, 2, 4, 8, 16])
     g.input(g.shape())
+    if large:
+        g.large_step()
     for _ in range(rng.randint(3, 12)):
         g.step()
     made = [n for n, _ in g.values if n.startswith("v")] + \
@@ -612,6 +695,9 @@ def run(kiln: str, path: pathlib.Path, target: str, mode: str, cache: str, timeo
         args += ["--target", "cpu"]
     elif target.startswith("emulate:"):
         args += ["--emulate", "--arch", target.split(":", 1)[1]]
+        sms = re.search(r"^# sm_count: ([0-9]+)$", path.read_text(), re.M)
+        if sms:
+            args += ["--sm-count", sms.group(1)]
     else:
         args += ["--arch", target]
     try:
@@ -645,6 +731,18 @@ def run(kiln: str, path: pathlib.Path, target: str, mode: str, cache: str, timeo
     return f"failed (exit {done.returncode})", detail
 
 
+def runs_wgmma(kiln: str, path: pathlib.Path) -> bool:
+    """Whether sm_90a's model runs one of the graph's matmuls or attentions on a wgmma kernel
+    (its name ends in _wgBMxBN) in high: the kernel text `kiln emit` prints."""
+    args = [kiln, "emit", str(path), "--arch", "sm_90a", "--precision", "high"]
+    dims = re.search(r"^# dims: (S=[0-9]+)$", path.read_text(), re.M)
+    if dims:
+        args += ["--dims", dims.group(1)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    return done.returncode == 0 and re.search(r"\bkiln_k[0-9]+_\w*_wg[0-9]+x[0-9]+\(",
+                                               done.stdout) is not None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=100)
@@ -654,6 +752,11 @@ def main() -> int:
     parser.add_argument("--out", default="differential")
     parser.add_argument("--kiln", default=str(pathlib.Path(__file__).resolve().parent.parent /
                                               "build" / "tools" / "kiln"))
+    parser.add_argument("--large", action="store_true",
+                        help="large matmuls and attentions, for sm_90a's wgmma kernels")
+    parser.add_argument("--min-wgmma", type=int, default=-1,
+                        help="fail when fewer graphs than this run a wgmma kernel on sm_90a "
+                             "in high (default: no bound)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--timeout", type=int, default=300)
     parser.add_argument("--max-refused", type=int, default=-1,
@@ -670,13 +773,22 @@ def main() -> int:
     graphs = []
     seed = args.seed
     while len(graphs) < args.count:
-        made = make(seed)
+        made = make(seed, args.large)
         if made is not None:
             text, size = made
             path = out / "graphs" / f"d{seed}.kg"
-            path.write_text((f"# dims: S={size}\n" if size else "") + text)
+            # A large graph's emulated device: a persistent kernel's blocks loop over 2 or more
+            # work tiles where it has fewer multiprocessors than 66.
+            sms = random.Random(seed).choice([1, 3, 8, 33, 132]) if args.large else None
+            path.write_text((f"# dims: S={size}\n" if size else "") +
+                            (f"# sm_count: {sms}\n" if sms else "") + text)
             graphs.append(path)
         seed += 1
+    wgmma = None
+    if args.large or args.min_wgmma >= 0:
+        wgmma = sum(map(runs_wgmma, [args.kiln] * len(graphs), graphs))
+        print(f"differential: {wgmma} of {len(graphs)} graphs run a wgmma kernel on sm_90a in high",
+              flush=True)
     jobs = [(g, t, m) for g in graphs for t in args.targets.split(",") for m in args.modes.split(",")]
     counts: dict[str, int] = {}
     failures, notes = [], []
@@ -704,6 +816,8 @@ def main() -> int:
               ("loose", counts.get("loose", 0), args.max_loose)]
     over = [f"{n} {what} runs, more than the {bound} allowed" for what, n, bound in bounds
             if bound >= 0 and n > bound]
+    if wgmma is not None and wgmma < args.min_wgmma:
+        over.append(f"{wgmma} graphs run a wgmma kernel, fewer than the {args.min_wgmma} asked for")
     if counts.get("ok", 0) + counts.get("loose", 0) == 0:
         over.append("no run was checked")
     for line in over:

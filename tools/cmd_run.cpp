@@ -45,6 +45,7 @@ struct RunArgs {
   std::string dims;  // --dims B=37,S=100 for a symbolic graph
   DataFlags data;    // --input, --save, --save-reference
   std::optional<std::string> schedule;  // --schedule SEED|kind|adversarial (with --emulate)
+  std::optional<int64_t> sm_count;      // --sm-count N (with --emulate): the device's SMs
   std::string target = "cuda";  // --target cuda|cpu|cpu:NAME
   std::optional<std::string> max_memory;  // --max-memory SIZE: refuse a run estimated above it
   int64_t repeat = 1;  // --repeat N: runs, each timed; the first one's outputs are checked
@@ -174,6 +175,19 @@ int run_graph(const RunArgs& args) {
     }
     schedule = *parsed;
   }
+  if (args.sm_count) {
+    if (!args.emulate) {
+      print_error("run: --sm-count sizes the emulated device; it needs --emulate");
+      return k_exit_usage;
+    }
+    if (*args.sm_count < 1 || *args.sm_count > emulation::k_max_sm_count) {
+      print_error("run: --sm-count " + std::to_string(*args.sm_count) +
+                  " is not a multiprocessor count from 1 to " +
+                  std::to_string(emulation::k_max_sm_count));
+      return k_exit_usage;
+    }
+    schedule.sm_count = static_cast<uint32_t>(*args.sm_count);
+  }
   if (args.repeat < 1 || args.repeat > k_max_repeat) {
     print_error("run: --repeat " + std::to_string(args.repeat) + " is not a run count from 1 to " +
                 std::to_string(k_max_repeat));
@@ -244,7 +258,10 @@ int run_graph(const RunArgs& args) {
     RuntimeOptions runtime_options;
     runtime_options.arch = args.arch_given && !*cpu && !args.emulate ? args.arch : "";
     runtime_options.target = args.emulate ? "emulate:" + sm->arch() : args.target;
-    if (args.emulate) runtime_options.emulate_schedule = emulation::to_string(schedule);
+    if (args.emulate) {
+      runtime_options.emulate_schedule = emulation::to_string(schedule);
+      runtime_options.emulate_sm_count = static_cast<int>(schedule.sm_count);
+    }
     runtime_options.precision = *precision;
     runtime_options.allow_fallback = args.fallback.allow;
     runtime_options.fallbacks =
@@ -307,7 +324,10 @@ int run_graph(const RunArgs& args) {
     out["seed"] = args.seed;
     out["fallbacks"] = fallbacks;
     out["device"] = where;
-    if (args.emulate) out["schedule"] = emulation::to_string(schedule);
+    if (args.emulate) {
+      out["schedule"] = emulation::to_string(schedule);
+      out["sm_count"] = schedule.sm_count;
+    }
     out["runs"] = run_us.size();
     out["run_us"] = median(run_us);
     if (!kernel_us.empty()) {
@@ -328,6 +348,7 @@ int run_graph(const RunArgs& args) {
     std::string at = describe_dims(*graph, *data);
     std::string device =
         args.emulate ? where + ", schedule " + emulation::to_string(schedule) : where;
+    if (args.sm_count) device += ", " + std::to_string(schedule.sm_count) + " multiprocessors";
     std::string arch = *cpu ? compiler::cpu::target_name(**cpu) : sm->arch();
     std::printf("graph %s%s on %s (%s), precision %s, seed %llu, %s\n", graph->name().c_str(),
                 at.c_str(), arch.c_str(), device.c_str(), mode.c_str(),
@@ -396,6 +417,9 @@ void register_run_commands(CLI::App& app, int& exit_code) {
   cmd->add_option("--schedule", args->schedule,
                   "with --emulate: how threads are ordered and cp.async copies land: kind (the "
                   "default), adversarial, or a seed of a random schedule");
+  cmd->add_option("--sm-count", args->sm_count,
+                  "with --emulate: the emulated device's multiprocessors, 1 to 1024 (default "
+                  "132): a persistent kernel runs min(its work tiles, N) blocks");
   cmd->add_option("--dims", args->dims,
                   "sizes of a symbolic graph's dims, e.g. B=37,S=100 (default: the --input "
                   "files')");

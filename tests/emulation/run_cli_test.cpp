@@ -1,4 +1,5 @@
-// `kiln run` end to end: exit codes, the JSON report, --schedule, the message without --emulate.
+// `kiln run` end to end: exit codes, the JSON report, --schedule, --sm-count, the message without
+// --emulate.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -60,6 +61,31 @@ TEST(KilnRunCli, ScheduleNamesHowTheEmulatorOrdersThreadsAndIsReported) {
   Result gpu = kiln("run " + k_graph + " --schedule adversarial");
   EXPECT_EQ(gpu.exit_code, 2);
   EXPECT_NE(gpu.out.find("needs --emulate"), std::string::npos) << gpu.out;
+}
+
+TEST(KilnRunCli, SmCountSizesTheEmulatedDeviceAndIsReported) {
+  Result plain = kiln("run " + k_graph + " --arch sm_80 --precision high --emulate --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["sm_count"], 132);
+  Result r = kiln("run " + k_graph + " --arch sm_80 --precision high --emulate --json --sm-count 3");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["sm_count"], 3);
+  Result text = kiln("run " + k_graph + " --arch sm_80 --precision high --emulate --sm-count 3");
+  EXPECT_NE(text.out.find("(emulated, schedule kind, 3 multiprocessors)"), std::string::npos)
+      << text.out;
+  for (const char* bad : {"0", "1025", "-2"}) {
+    Result out = kiln("run " + k_graph + " --emulate --sm-count " + bad);
+    EXPECT_EQ(out.exit_code, 2) << bad;
+    EXPECT_NE(out.out.find(std::string("--sm-count ") + bad +
+                           " is not a multiprocessor count from 1 to 1024"),
+              std::string::npos)
+        << out.out;
+  }
+  Result gpu = kiln("run " + k_graph + " --sm-count 3");
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_NE(gpu.out.find("--sm-count sizes the emulated device; it needs --emulate"),
+            std::string::npos)
+      << gpu.out;
 }
 
 TEST(KilnRunCli, WithoutEmulateRunsOnTheGpuOrSaysThereIsNone) {

@@ -200,6 +200,16 @@ TEST(EmulatedTarget, BadTargetsAndSchedulesAreClearErrors) {
   EXPECT_NE(schedule.error().message.find("emulate_schedule"), std::string::npos)
       << schedule.error().message;
   options.emulate_schedule = "adversarial";
+  for (int sms : {-1, 1025}) {
+    options.emulate_sm_count = sms;
+    auto count = Runtime::create(options);
+    ASSERT_FALSE(count) << sms;
+    EXPECT_NE(count.error().message.find("emulate_sm_count: " + std::to_string(sms) +
+                                         " is not a multiprocessor count from 1 to 1024"),
+              std::string::npos)
+        << count.error().message;
+  }
+  options.emulate_sm_count = 7;
   auto good = Runtime::create(options);
   ASSERT_TRUE(good) << good.error().message;
   EXPECT_EQ((*good)->arch(), "emulate:sm_90");

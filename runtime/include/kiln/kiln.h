@@ -71,6 +71,10 @@ struct RuntimeOptions {
   // The emulate target only: how the emulator orders each block's threads and lands cp.async
   // copies: "kind" (the default; also ""), "adversarial", or a seed (decimal digits).
   std::string emulate_schedule;
+  // The emulate target only: the multiprocessors of the emulated device, for which a persistent
+  // kernel (sm_90a's wgmma matmul) is launched with min(its work tiles, this) blocks, each
+  // looping over the rest: 1 to 1024, 0 for an H100 SXM's 132.
+  int emulate_sm_count = 0;
   int device = 0;
   // Fallbacks of any kind. The one kind taken by default is an attention kiln cannot fuse (a
   // head dim over 256, a symbolic head dim, an explicit chain whose matmuls differ): it runs as
