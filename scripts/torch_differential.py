@@ -28,7 +28,9 @@ dtypes; integer and bool outputs exactly; float outputs NaN for NaN, infinities 
 values by allclose at a tolerance set by the lowest float precision on the way to the output
 through float values (a bf16 value cast to f32 is checked at bf16's tolerance; a mask from a bf16
 comparison passes nothing on) and, in `high` and `medium`, widened where a matmul or attention is
-on the way (TF32 or bf16 products). A difference in values is then refereed:
+on the way (TF32 or bf16 products), and after a remainder or fmod by its operand's largest
+magnitude at the example sizes (CANCELLING_OPS: it keeps its operand's absolute error). A
+difference in values is then refereed:
 
 - `rounding`: in a mode other than `highest`, with a matmul or attention on the way, the same
   program gives eager's results in `highest`, and the difference is in finite values within 10x
@@ -116,6 +118,10 @@ JUMP_OPS = {
     "rem_s",
     "sign",
 }
+# Steps whose result keeps its operand's absolute error, not its relative one: a remainder of a
+# large value is its operand's small difference from a multiple of the divisor (of 3000, 2.4e-4
+# an f32 ulp).
+CANCELLING_OPS = {"fmod_s", "rem_s"}
 # The batch (and sequence) sizes a program is drawn at (each step must run at all of them; the
 # first is torch.export's example), and those it is checked at.
 EXAMPLE_SIZES = {0: [None], 1: [3, 4], 2: [(3, 4), (4, 5)]}
@@ -134,14 +140,17 @@ def lower_of(a, b):
 class Entry:
     """A value of the program being made, at each example size; the lowest float precision on
     the way to it, whether a matmul or attention is, and whether a step that jumps (JUMP_OPS, or
-    one giving integers or bools) does after one."""
+    one giving integers or bools) does after one; `spread`, the factor (1 or more) by which a
+    step on the way that cancels (CANCELLING_OPS) widens its relative tolerance: its operand's
+    largest magnitude (times 3, as the steps scale it) at the example sizes."""
 
-    def __init__(self, vals, src, low=None, products=False, jumps=False):
+    def __init__(self, vals, src, low=None, products=False, jumps=False, spread=1.0):
         self.vals = vals
         self.src = src
         self.low = low
         self.products = products
         self.jumps = jumps
+        self.spread = spread
 
     @property
     def v(self):
@@ -217,14 +226,18 @@ class Gen:
         low = o.dtype if is_float(o) else None
         products = op in PRODUCT_OPS
         jumps = False
+        spread = 1.0
         for i in idx:
             if is_float(self.pool[i].v):  # a mask or ids made from floats are compared exactly
                 low = lower_of(low, self.pool[i].low)
+                spread = max(spread, self.pool[i].spread)
+                if op in CANCELLING_OPS:
+                    spread = max([spread] + [3 * _magnitude(v) for v in self.pool[i].vals])
             products = products or self.pool[i].products
             jumps = jumps or self.pool[i].jumps
             if op in JUMP_OPS or not is_float(o):
                 jumps = jumps or self.pool[i].products
-        self.pool.append(Entry(outs, src, low, products, jumps))
+        self.pool.append(Entry(outs, src, low, products, jumps, spread if is_float(o) else 1.0))
         self.steps.append((fn, idx, src))
         self.ops_used.append(op)
         return True
@@ -1285,7 +1298,14 @@ def tolerance(entry, precision):
     t = TOLERANCE[entry.low or torch.float32]
     if entry.products:
         t = max(t, PRODUCT_TOLERANCE.get(precision, 0.0))
-    return t
+    return t * entry.spread
+
+
+def _magnitude(t):
+    """The largest finite magnitude in float tensor `t` (0 where none)."""
+    finite = t.detach().double().abs()
+    finite = finite[finite.isfinite()]
+    return float(finite.max()) if finite.numel() else 0.0
 
 
 def compare(got, want, tol):

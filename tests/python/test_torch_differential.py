@@ -90,14 +90,30 @@ def test_a_lowering_that_drops_alpha_is_found(cache_dir, tmp_path, monkeypatch):
         assert any(step in scaled for step in r["steps"]), r
 
 
-def test_a_tf32_rounding_moved_past_a_remainder_is_refereed_as_rounding(cache_dir, tmp_path):
-    # --wide seed 90003: a gram matrix in TF32, then a remainder: TF32's rounding moves an element
-    # across a multiple of the divisor, 1.49 apart where the tolerance is 0.02. It gives eager's
-    # results in highest: `rounding`, not a mismatch.
+def test_a_tf32_rounding_moved_past_a_step_that_jumps_is_refereed_as_rounding(cache_dir, tmp_path):
+    # --wide seed 90646: an attention in TF32, then ceil: TF32's rounding moves an element across
+    # an integer, 0.99 apart where the tolerance is 0.02. It gives eager's results in highest:
+    # `rounding`, not a mismatch.
     run = differential.Run("export", "high", "cpu", str(cache_dir), str(tmp_path), True)
-    r = differential.check_with_timeout(90003, run, 300)
-    assert r["status"] == "rounding" and "rem_s" in r["steps"], r
-    assert "max abs difference 1.4" in r["message"], r
+    r = differential.check_with_timeout(90646, run, 300)
+    assert r["status"] == "rounding" and "ceil" in r["steps"], r
+    assert "max abs difference 0.98" in r["message"], r
+
+
+def test_a_remainder_keeps_its_operands_absolute_error():
+    # remainder(3x, 2) of x near 1000: an ulp of 3x (2.4e-4 in f32) is 1.2e-4 of a result below 2,
+    # past f32's relative tolerance; the tolerance after it grows with 3x's magnitude, and the
+    # steps after that keep it. Without a remainder on the way it stays f32's.
+    gen = differential.Gen(1, 0)
+    x = torch.tensor([999.5, -1000.25, 3.0, float("inf")])
+    gen.pool.append(differential.Entry([x], "in0", torch.float32))
+    assert gen.add(lambda v: v + 1, [0], "add", "add_s")
+    assert gen.add(lambda v: torch.remainder(v * 3, 2.0), [0], "rem", "rem_s")
+    assert gen.add(lambda v: v * 2, [2], "twice", "mul_s")
+    base = differential.tolerance(gen.pool[1], "highest")
+    assert base == differential.TOLERANCE[torch.float32]
+    assert differential.tolerance(gen.pool[2], "highest") == pytest.approx(base * 3000.75)
+    assert differential.tolerance(gen.pool[3], "highest") == pytest.approx(base * 3000.75)
 
 
 def test_a_dynamo_record_counts_only_its_own_kiln_graphs(cache_dir, tmp_path, monkeypatch):
