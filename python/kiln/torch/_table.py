@@ -61,6 +61,9 @@ class Pieces:
 
 
 TABLE: dict[Any, Callable] = {}
+# kiln's float dtypes, and its half ones
+_FLOAT = ("f32", "f16", "bf16")
+_HALF = ("f16", "bf16")
 # Lowerings whose work is per element (made by _binary, _unary, _logical; listed by name below).
 _ROW_WISE: set = set()
 
@@ -146,7 +149,7 @@ def _arith(cx, node, kiln_op: str, a, b, alpha=None) -> Expr:
     type too) in f32. `alpha` is the node's keyword where not given."""
     work = cx.dtype_of(node)
     alpha = node.kwargs.get("alpha", 1) if alpha is None else alpha
-    half = work in ("f16", "bf16") and kiln_op != "pow"
+    half = work in _HALF and kiln_op != "pow"
     wide = half and (alpha != 1 or any(
         isinstance(x, Node) and is_size(x.meta.get("val")) for x in (a, b)))
     if half and alpha != 1:  # PyTorch's kernel takes alpha in the tensor's type
@@ -178,7 +181,6 @@ def _arith(cx, node, kiln_op: str, a, b, alpha=None) -> Expr:
 
 
 _TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
-_HALF = ("f16", "bf16")
 
 
 @lowering(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar,
@@ -296,7 +298,7 @@ def _rounded_quotient(cx, node, mode: str) -> str:
         raise Unsupported(f"div with rounding_mode={mode!r}")
     if dtype in ("i32", "i64"):
         return _integer_quotient(cx, node, a, b, mode)
-    if dtype not in ("f32", "f16", "bf16"):
+    if dtype not in _FLOAT:
         raise Unsupported(f"a {mode} division into {dtype}")
     if isinstance(b, bool) or not isinstance(b, (int, float)) or b == 0 or \
             not math.isfinite(b) or math.frexp(abs(b))[0] != 0.5 or \
@@ -330,7 +332,7 @@ def _whole(cx, x: str, mode: str) -> str:
 def _rounding(mode: str):
     def lower(cx, node):
         dtype = cx.dtype_of(node)
-        if dtype not in ("f32", "f16", "bf16"):
+        if dtype not in _FLOAT:
             raise Unsupported(f"{mode} of {dtype} (kiln rounds floats)")
         text = _whole(cx, cx.let(_as_tensor(cx.ref(node.args[0], "f32"), "f32")), mode)
         return Expr(text if dtype == "f32" else f"cast({text}, to={dtype})")
@@ -351,11 +353,11 @@ def _pow(cx, node):
     x, e = node.args[0], node.args[1]
     work = cx.dtype_of(node)
     if node.target != aten.pow.Tensor_Scalar or not isinstance(e, (int, float)) or \
-            isinstance(e, bool) or work not in ("f32", "f16", "bf16"):
+            isinstance(e, bool) or work not in _FLOAT:
         return _arith(cx, node, "pow", x, e)
     if work in ("f32", "bf16") and float(e) in _POW_ROOTS:  # the exponent as given
         return Expr(_POW_ROOTS[float(e)].format(v=cx.ref(x, work)))
-    if work in ("f16", "bf16"):
+    if work in _HALF:
         e = float(torch.tensor(float(e), dtype=_TORCH_DTYPES[work]))
     if work in ("f32", "bf16") and float(e) in _POW_PRODUCTS:  # the exponent rounded
         return Expr(_POW_PRODUCTS[float(e)].format(v=cx.ref(x, work)))
@@ -437,7 +439,7 @@ def _f32_of(cx, node, what: str, of=None):
     """(the node's float dtype, or `of`'s, and its operand 0 in f32): a half type's activation
     is computed in f32 and rounded once, as PyTorch's CPU kernels compute it."""
     out = cx.dtype_of(node if of is None else of)
-    if out not in ("f32", "f16", "bf16"):
+    if out not in _FLOAT:
         raise Unsupported(f"{what} of {out}")
     return out, _as_tensor(cx.ref(node.args[0], "f32"), "f32")
 
@@ -488,7 +490,7 @@ def _leaky_relu(cx, node):
 def _hardtanh(cx, node):
     """hardtanh (relu6: MobileNetV2's) is PyTorch's clamp (NaN kept, and -0.0 at a bound of 0)."""
     out = cx.dtype_of(node)
-    if out not in ("f32", "f16", "bf16"):
+    if out not in _FLOAT:
         raise Unsupported(f"hardtanh of {out}")
     lo, hi = (0.0, 6.0) if node.target is aten.relu6.default else \
         (_scalar_arg(node, 1, "min_val", -1.0), _scalar_arg(node, 2, "max_val", 1.0))
@@ -909,16 +911,19 @@ def _transposed(cx, arg):
     return None
 
 
-def _matmul_text(cx, a, b, dtype, wide: bool = False) -> str:
+def _matmul_text(cx, a, b, dtype, wide: bool = False, b_rows_n: bool = False) -> str:
     """`a @ b`, both of `dtype`, in that dtype; `wide`: in f32 where it is f16 or bf16 (the fp32
-    sums, not rounded: out_dtype=f32)."""
+    sums, not rounded: out_dtype=f32); `b_rows_n`: `a @ b^T`, b's rows the result's columns
+    (linear's [N, K] weight)."""
     for x in (a, b):
-        if cx.dtype_of(x) != dtype or dtype not in ("f32", "f16", "bf16"):
+        if cx.dtype_of(x) != dtype or dtype not in _FLOAT:
             raise Unsupported(f"a matmul of {cx.dtype_of(x)} into {dtype}")
     flags = ", out_dtype=f32" if wide and dtype in _HALF else ""
     ta, tb = _transposed(cx, a), _transposed(cx, b)
-    if tb is not None and len(cx.meta(b).shape) >= 2:
-        b, flags = tb, flags + ", transpose_b=true"
+    if tb is not None and len(cx.meta(b).shape) >= 2:  # a transposed view, read as it is
+        b, b_rows_n = tb, not b_rows_n
+    if b_rows_n:
+        flags += ", transpose_b=true"
     if ta is not None and len(cx.meta(a).shape) >= 2:
         a, flags = ta, ", transpose_a=true" + flags
     if len(cx.meta(a).shape) < 2 or len(cx.meta(b).shape) < 2:
@@ -967,7 +972,7 @@ def _einsum(cx, node):
         raise Unsupported("an einsum of other than one or two tensors")
     dtype = cx.dtype_of(node)
     for x in operands:
-        if cx.dtype_of(x) != dtype or dtype not in ("f32", "f16", "bf16"):
+        if cx.dtype_of(x) != dtype or dtype not in _FLOAT:
             raise Unsupported("an einsum of integers or of mixed dtypes")
         if cx.has_merged(x):
             raise Unsupported("an einsum of a tensor with merged dims")
@@ -1114,18 +1119,13 @@ def _linear(cx, node):
         raise Unsupported("linear with a weight that is not 2-D or a 1-D input")
     if cx.dtype_of(x) != out or cx.dtype_of(w) != out:
         raise Unsupported("linear of mixed dtypes")
-    if out not in ("f32", "f16", "bf16"):
-        raise Unsupported(f"a linear of {out}")
     # Eager adds a bias to the fp32 sums and rounds once (addmm), but for an input of 3 or more
     # dims that is not contiguous, or whose bias is not [N], [1] or [1, N]: that one it
     # multiplies, rounds, then adds. A linear folded from an addmm (_canonical) rounds once.
     wide = out in _HALF and bias is not None and (
         node.meta.get("kiln_addmm", False) or len(cx.meta(x).shape) <= 2 or
         (_contiguous(cx.meta(x)) and _row_bias(cx.meta(bias).shape)))
-    flags = ", out_dtype=f32" if wide else ""
-    kn = _transposed(cx, w)  # linear(x, w.t()): w read as it is, [K, N]
-    text = (f"matmul({cx.ref(x)}, {cx.ref(kn)}{flags})" if kn is not None
-            else f"matmul({cx.ref(x)}, {cx.ref(w)}, transpose_b=true{flags})")
+    text = _matmul_text(cx, x, w, out, wide, b_rows_n=True)
     if bias is not None:
         text = f"add({text}, {cx.ref(bias, 'f32' if wide else out)})"
     return Expr(f"cast({text}, to={out})" if wide else text)
@@ -1169,7 +1169,7 @@ def _constant_pad(cx, node):
     if any(p > 0 for p in pad):  # the value is read only where something is added
         if out in ("i32", "i64") and not math.isfinite(value):
             raise Unsupported(f"a pad of an integer tensor by {value}")
-        value = float(value) if out in ("f32", "f16", "bf16") else \
+        value = float(value) if out in _FLOAT else \
             bool(value) if out == "bool" else int(value)
     if not any(pad):
         return Alias(x)
@@ -1324,7 +1324,7 @@ def _upsample(cx, node):
         3 if node.target in (aten.upsample_nearest3d.vec, aten.upsample_trilinear3d.vec) else 2
     out = cx.dtype_of(x)
     if len(shape) != spatial + 2 or any(cx.is_symbolic(d) for d in shape[2:]) or \
-            cx.merged(shape[0]) or (linear and out not in ("f32", "f16", "bf16")):
+            cx.merged(shape[0]) or (linear and out not in _FLOAT):
         raise Unsupported("an upsample of a symbolic spatial dim, a batch of merged dims, or "
                           "an integer linear one")
     sizes = [int(d) for d in shape[2:]]
@@ -1494,7 +1494,7 @@ def _pooled_input(cx, x, spatial: int, what: str):
     pooled ones of fixed size."""
     shape = cx.meta(x).shape
     lead = len(shape) - spatial
-    if cx.dtype_of(x) not in ("f32", "f16", "bf16") or lead < 1 or \
+    if cx.dtype_of(x) not in _FLOAT or lead < 1 or \
             any(cx.is_symbolic(d) for d in shape[lead:]):
         raise Unsupported(f"{what} of a symbolic spatial dim, or of integers")
     if any(cx.merged(d) for d in shape[:lead]):
@@ -1749,7 +1749,7 @@ def _conv_operands(cx, node, what: str):
     x, weight = node.args[0], node.args[1]
     wshape, xshape = cx.meta(weight).shape, cx.meta(x).shape
     out = cx.dtype_of(node)
-    if out not in ("f32", "f16", "bf16") or cx.dtype_of(x) != out or cx.dtype_of(weight) != out:
+    if out not in _FLOAT or cx.dtype_of(x) != out or cx.dtype_of(weight) != out:
         raise Unsupported(f"{what} of {cx.dtype_of(x)} by {cx.dtype_of(weight)}")
     lead = len(xshape) - (len(wshape) - 2) - 1  # a batch dim, or none
     if lead not in (0, 1) or any(cx.is_symbolic(d) for d in list(xshape[lead:]) + list(wshape)):
@@ -1865,7 +1865,7 @@ def _symbolic_length_conv(cx, node, spatial, kernel, stride, dilation, before, a
         return None
     axis = symbolic[0]
     out = cx.dtype_of(node)
-    if out not in ("f32", "f16", "bf16") or cx.dtype_of(x) != out or cx.dtype_of(weight) != out:
+    if out not in _FLOAT or cx.dtype_of(x) != out or cx.dtype_of(weight) != out:
         raise Unsupported(f"a convolution of {cx.dtype_of(x)} by {cx.dtype_of(weight)}")
     if cx.is_symbolic(xshape[lead]) or any(cx.is_symbolic(d) for d in wshape):
         raise Unsupported("a convolution with a symbolic channel dim")
@@ -1925,7 +1925,7 @@ def _im2col(cx, node):
     x, kernel, dilation, padding, stride = node.args[:5]
     shape = cx.meta(x).shape
     lead = len(shape) - 3
-    if lead not in (0, 1) or cx.has_merged(x) or cx.dtype_of(x) not in ("f32", "f16", "bf16"):
+    if lead not in (0, 1) or cx.has_merged(x) or cx.dtype_of(x) not in _FLOAT:
         raise Unsupported("an im2col of that tensor")
     kernel, dilation, padding, stride = (_per_dim(v, 2) for v in (kernel, dilation, padding,
                                                                   stride))
@@ -2074,7 +2074,7 @@ def _log_softmax(cx, node):
     """x - max - log(sum(exp(x - max))) along the dim, as PyTorch's kernel: in f32 for a half
     type (a dtype= or half_to_float casts the input first, as PyTorch does)."""
     x, out = node.args[0], cx.dtype_of(node)
-    if out not in ("f32", "f16", "bf16"):
+    if out not in _FLOAT:
         raise Unsupported(f"log_softmax into {out}")
     axis = _axis(cx, node, node.args[1])
     # The input in the output's dtype first (a dtype= rounds it there, as in PyTorch), in f32.
@@ -2088,7 +2088,7 @@ def _log_softmax(cx, node):
 def _softmax(cx, node):
     # softmax(x, dtype=f32) (or half_to_float) is the softmax of x cast first, as PyTorch does.
     x, out = node.args[0], cx.dtype_of(node)
-    if out not in ("f32", "f16", "bf16"):
+    if out not in _FLOAT:
         raise Unsupported(f"softmax into {out}")
     return Expr(f"softmax({cx.ref(x, out)}, axis={_axis(cx, node, node.args[1])})")
 
@@ -2101,7 +2101,7 @@ def _reduction(kiln_op: str):
         out = cx.dtype_of(node)
         if kiln_op == "sum" and out in ("i32", "i64"):
             return Expr(_integer_sum(cx, node, x, dim, keepdim, out))
-        if cx.dtype_of(x) != out and (out not in ("f32", "f16", "bf16") or
+        if cx.dtype_of(x) != out and (out not in _FLOAT or
                                       node.kwargs.get("dtype") is None):
             raise Unsupported(f"{kiln_op} into another dtype")
         # sum(x, dtype=f32) is the sum of x cast first, as PyTorch does.
@@ -2144,7 +2144,7 @@ def _reduced(cx, node, kiln_op: str, text: str, axes: list, keepdim: bool) -> st
     if len(axes) == 1:
         return f"{kiln_op}({text}, axis={axes[0]}{', keepdim=true' if keepdim else ''})"
     out = cx.dtype_of(node)
-    wide = kiln_op != "max" and out in ("f16", "bf16")
+    wide = kiln_op != "max" and out in _HALF
     if wide:
         text = f"cast({text}, to=f32)"
     for axis in axes:
@@ -2181,7 +2181,7 @@ def _sum_all(cx, node):
     kiln_op = "sum" if node.target is aten.sum.default else "mean"
     if kiln_op == "sum" and out in ("i32", "i64"):
         return Expr(_integer_sum(cx, node, x, None, False, out))
-    if out not in ("f32", "f16", "bf16") or (cx.dtype_of(x) != out and
+    if out not in _FLOAT or (cx.dtype_of(x) != out and
                                              node.kwargs.get("dtype") is None):
         raise Unsupported(f"{kiln_op} into another dtype")
     return Expr(_reduced(cx, node, kiln_op, cx.ref(x, out), _axes(cx, x, None), False))
@@ -2194,7 +2194,7 @@ def _global_pool(cx, node):
     kept. To any other size, _adaptive."""
     x, size = node.args[0], list(node.args[1])
     shape = cx.meta(x).shape
-    if cx.dtype_of(x) not in ("f32", "f16", "bf16") or len(shape) < len(size) + 1:
+    if cx.dtype_of(x) not in _FLOAT or len(shape) < len(size) + 1:
         raise Unsupported("an adaptive average pool of that tensor")
     pooled = list(range(-len(size), 0))
     if any(n != 1 for n in size):
@@ -2218,7 +2218,7 @@ def _vector_norm(cx, node):
     p = _arg(node, 1, "ord", 2)
     dim, keepdim = _arg(node, 2, "dim", None), bool(_arg(node, 3, "keepdim", False))
     out = cx.dtype_of(node)
-    if out not in ("f32", "f16", "bf16") or cx.dtype_of(x) != out:
+    if out not in _FLOAT or cx.dtype_of(x) != out:
         raise Unsupported(f"a vector norm of {cx.dtype_of(x)} into {out}")
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
         raise Unsupported(f"a vector norm of ord {p!r} (kiln takes a positive ord)")
@@ -2377,8 +2377,8 @@ def _batch_norm(cx, node):
     stats = cx.dtype_of(mean)
     if len(shape) < 2 or not isinstance(eps, (int, float)) or \
             any(cx.dtype_of(v) != stats for v in (weight, bias, var) if v is not None) or \
-            not (out == stats or (out in ("f16", "bf16") and stats == "f32")) or \
-            stats not in ("f32", "f16", "bf16"):
+            not (out == stats or (out in _HALF and stats == "f32")) or \
+            stats not in _FLOAT:
         raise Unsupported("a batch norm of those dtypes or shapes")
     alpha = f"div(1.0, sqrt(add({cx.ref(var, 'f32')}, {_lit(float(eps))})))"
     if weight is not None:
@@ -2407,7 +2407,7 @@ def _group_norm(cx, node):
         groups, weight, bias = node.args[1], _arg(node, 2, "weight"), _arg(node, 3, "bias")
         eps = _arg(node, 4, "eps", 1e-5)
     shape, out = cx.meta(x).shape, cx.dtype_of(x)
-    if out not in ("f32", "f16", "bf16") or len(shape) < 2 or \
+    if out not in _FLOAT or len(shape) < 2 or \
             any(v is not None and cx.dtype_of(v) not in (out, "f32") for v in (weight, bias)):
         raise Unsupported(f"a group norm of {out}")
     if any(cx.is_symbolic(d) for d in shape[1:]) or cx.merged(shape[0]):
@@ -2441,7 +2441,7 @@ def _weight_norm(cx, node):
     weight (wav2vec2's positional convolution). A half v is taken in f32 and rounded once."""
     v, g, dim = node.args[0], node.args[1], _arg(node, 2, "dim", 0)
     shape, out = cx.meta(v).shape, cx.dtype_of(node)
-    if any(cx.dtype_of(t) not in ("f32", "f16", "bf16") for t in (v, g, node)) or not shape:
+    if any(cx.dtype_of(t) not in _FLOAT for t in (v, g, node)) or not shape:
         raise Unsupported(f"a weight norm of {cx.dtype_of(v)} by {cx.dtype_of(g)}")
     rank = len(shape)
     if not isinstance(dim, int) or not -1 <= dim < rank:
@@ -2464,7 +2464,7 @@ def _rms_norm_op(cx, node):
     if list(shape) != [cx.meta(x).shape[-1]]:
         raise Unsupported("rms_norm over more than the last dim")
     dtype = cx.dtype_of(x)
-    if dtype not in ("f32", "f16", "bf16"):
+    if dtype not in _FLOAT:
         raise Unsupported(f"rms_norm of {dtype}")
     if weight is None:
         weight_text = _filled(1.0, dtype, f"[{cx.size(cx.meta(x).shape[-1])}]")
@@ -2825,7 +2825,7 @@ def _sink_softmax(cx, node) -> str | None:
                  (isinstance(end, int) and not cx.is_symbolic(xs[-1]) and end == int(xs[-1]))):
         return None
     out = cx.dtype_of(src)
-    if out not in ("f32", "f16", "bf16"):
+    if out not in _FLOAT:
         raise Unsupported(f"softmax into {out}")
     # In f32 (as PyTorch's softmax of a half type is), rounded once.
     xv = cx.let(cx.ref(x, out) if out == "f32" else f"cast({cx.ref(x, out)}, to=f32)")
@@ -2924,7 +2924,7 @@ def _window(cx, node, x, axis, start) -> str:
     if cx.is_symbolic(shape[axis]):
         raise Unsupported("a slice with a symbolic start or end along a symbolic dim")
     table = None
-    if dtype not in ("f32", "f16", "bf16"):
+    if dtype not in _FLOAT:
         value = cx.constant(x)
         bounds = (int(value.min()), int(value.max())) if value is not None and \
             value.numel() else _int_range(cx, x)
@@ -2973,7 +2973,7 @@ def _window_of_window(cx, x, axis: int, ids: str, n_text: str) -> str | None:
         return None
     c = x.args[0]
     shape = cx.meta(c).shape
-    if cx.constant(c) is None or cx.dtype_of(c) not in ("f32", "f16", "bf16") or \
+    if cx.constant(c) is None or cx.dtype_of(c) not in _FLOAT or \
             cx.has_merged(c) or any(cx.is_symbolic(d) for d in shape):
         return None
     first = _arg(x, 1, "dim", 0) % len(shape)
@@ -3373,7 +3373,7 @@ def _gathered_positions(cx, node, x, dim: int, index) -> str:
     dtype = cx.dtype_of(node)
     # x with a dim of 1 for the positions: [.., 1, n, ..]
     wide = f"reshape({cx.ref(x, 'i32' if dtype == 'bool' else None)}, shape={pairs(1, n)})"
-    if dtype in ("f32", "f16", "bf16"):
+    if dtype in _FLOAT:
         return f"max(where({at}, {wide}, -inf), axis={axis - rank})"
     picked = _last_along(f"cumsum(where({at}, {wide}, 0), axis={axis - rank})", axis - rank)
     picked = f"reshape({picked}, shape={cx.shape(node)})"
@@ -3449,7 +3449,7 @@ def _scatter_src(cx, node):
     if not isinstance(src, Node) or cx.dtype_of(src) != dtype:
         raise Unsupported(f"a scatter of a tensor into {dtype} (kiln scatters a tensor of the "
                           "same dtype)")
-    floats = dtype in ("f32", "f16", "bf16")
+    floats = dtype in _FLOAT
     as_type = "i32" if dtype == "bool" else None
     axis, pairs, at = _src_positions(cx, x, dim, index, src, "a scatter")
     shape = cx.meta(x).shape
@@ -3598,7 +3598,7 @@ def _topk_plan(cx, node):
     dim, largest = _arg(node, 2, "dim", -1), _arg(node, 3, "largest", True)
     shape = list(cx.meta(x).shape)
     dtype = cx.dtype_of(x)
-    if dtype not in ("f32", "f16", "bf16"):
+    if dtype not in _FLOAT:
         raise Unsupported(f"a topk of {dtype} (kiln ranks float tensors)")
     if not shape:
         raise Unsupported("a topk of a tensor of rank 0")
@@ -3674,7 +3674,7 @@ def _index_select(cx, node):
     dtype, shape = cx.dtype_of(x), cx.meta(x).shape
     if cx.dtype_of(index) not in ("i32", "i64"):
         raise Unsupported("an index_select by indices that are not integers")
-    if dtype not in ("f32", "f16", "bf16"):
+    if dtype not in _FLOAT:
         article = "an" if dtype.startswith("i") else "a"
         raise Unsupported(f"an index_select of {article} {dtype} tensor (kiln gathers float "
                           "tensors)")
@@ -3756,7 +3756,7 @@ def _take(cx, node, x, axis, picks, ids=None) -> str:
         else:
             runs.append([p, p + 1])
     if len(runs) > 64:
-        if ids is None or cx.is_symbolic(size) or cx.dtype_of(x) not in ("f32", "f16", "bf16"):
+        if ids is None or cx.is_symbolic(size) or cx.dtype_of(x) not in _FLOAT:
             raise Unsupported("an index of more than 64 runs of positions")
         text = cx.ref(ids, "i64")  # more than 64 runs
         if len(cx.meta(ids).shape) != 1:  # positions of any shape, taken in order
@@ -3923,7 +3923,7 @@ def _first_extreme(cx, x, axis: int, keepdim: bool, lowest: bool) -> str:
         xv = cx.let(f"cast({f'logical_not({xs})' if lowest else xs}, to=f32)")
         top = f"max({xv}, axis={k}, keepdim=true)"
         return _first_hit(cx, f"eq({xv}, {top})", shape, axis, keepdim)
-    if dtype in ("f32", "f16", "bf16"):
+    if dtype in _FLOAT:
         xv = cx.let(f"neg({xs})" if lowest else xs)
         top = f"max({xv}, axis={k}, keepdim=true)"
         return _first_hit(cx, f"logical_or(eq({xv}, {top}), ne({xv}, {xv}))", shape, axis,
@@ -4016,7 +4016,7 @@ def _max_dim_piece(cx, node, index: int) -> str:
         out = [1 if i == axis else d for i, d in enumerate(shape)] if keepdim else kept
         return f"reshape({first}, shape=[{', '.join(_kiln_dims(cx, out))}])"
     xs = cx.ref(x)
-    if cx.dtype_of(x) in ("f32", "f16", "bf16"):
+    if cx.dtype_of(x) in _FLOAT:
         top = f"max({f'neg({xs})' if low else xs}, axis={k}" \
               f"{', keepdim=true' if keepdim else ''})"
         return f"neg({top})" if low else top
@@ -4092,7 +4092,7 @@ def _table_rows(cx, node) -> bool:
     xshape = cx.meta(x).shape
     fixed = not any(cx.is_symbolic(d) for d in (xshape[:1] if len(xshape) == 2 else xshape))
     return len(xshape) >= 2 and fixed and \
-        cx.dtype_of(x) in ("f32", "f16", "bf16") and cx.dtype_of(indices[0]) in ("i32", "i64")
+        cx.dtype_of(x) in _FLOAT and cx.dtype_of(indices[0]) in ("i32", "i64")
 
 
 def _kiln_dims(cx, shape) -> list:
@@ -4144,7 +4144,7 @@ def _index(cx, node):
         same = lambda d: d is xshape[0] or d == xshape[0]
         if found is not None and found[1] == 0 and same(found[0]) and same(rows) and \
                 cx.dtype_of(indices[1]) in ("i32", "i64") and not cx.merged(xshape[0]):
-            if cx.dtype_of(x) not in ("f32", "f16", "bf16"):
+            if cx.dtype_of(x) not in _FLOAT:
                 raise Unsupported(f"x[arange(B), ids] of {cx.dtype_of(x)} (kiln picks a row per "
                                   "batch entry from a float tensor)")
             return Expr(_pick(cx, x, indices[1]))
@@ -4200,7 +4200,7 @@ def _attention(cx, node, q, k, v, mask, is_causal, scale, gqa, dropout):
     if dropout not in (0, 0.0, None):
         raise Unsupported("attention with dropout")
     out = cx.dtype_of(q)
-    if out not in ("f32", "f16", "bf16") or cx.dtype_of(k) != out or cx.dtype_of(v) != out:
+    if out not in _FLOAT or cx.dtype_of(k) != out or cx.dtype_of(v) != out:
         raise Unsupported("attention of mixed or integer dtypes")
     k, v = _repeat_kv_source(cx, k), _repeat_kv_source(cx, v)
     qs, ks = list(cx.meta(q).shape), list(cx.meta(k).shape)
