@@ -375,8 +375,8 @@ class Graph:
     def large_step(self) -> None:
         """A large matmul or attention on new inputs (--large, in the module's text). 66 tiles
         are half of an H100's SMs, where sm_90a's model takes the wgmma kernel (wgmma_fills);
-        every value stays within 2^20 elements. An unaligned row stride or K (TMA's 16-byte
-        rule) leaves the matmul to the mma.sync kernel."""
+        every value stays within 2^20 elements (a draw past it is drawn again). An unaligned
+        row stride or K (TMA's 16-byte rule) leaves the matmul to the mma.sync kernel."""
         rng = self.rng
         if rng.random() < 0.6:
             a_t, b_t = rng.random() < 0.3, rng.random() < 0.3
@@ -385,6 +385,7 @@ class Graph:
             def end(stride: bool) -> int:
                 ends = [8, 64, 120, 128] if stride and rng.random() < 0.9 else [1, 8, 64, 127, 128]
                 return rng.choice(ends)
+            k = rng.choice([8, 16, 24, 40, 64, 72, 136, 256] if rng.random() < 0.9 else [17, 60])
             for _ in range(100):
                 batch = rng.choice([[], [], [2], [3], [4], [1, 2], [2, 2]])
                 count = math.prod(batch)
@@ -392,11 +393,10 @@ class Graph:
                 cols = max(2, -(-66 // (count * rows)))  # ceil: 66 tiles at least
                 m = 128 * (rows - 1) + end(a_t)
                 n = 128 * (cols - 1) + end(not b_t)
-                if count * m * n <= 1 << 20:
+                if count * max(m, k) * n <= 1 << 20 and count * m * k <= 1 << 20:
                     break
             else:
                 return
-            k = rng.choice([8, 16, 24, 40, 64, 72, 136, 256] if rng.random() < 0.9 else [17, 60])
             x = self.input(batch + ([k, m] if a_t else [m, k]))
             bbatch = batch if batch and rng.random() < 0.5 else []
             w = self.input(bbatch + ([n, k] if b_t else [k, n]))
@@ -738,7 +738,10 @@ def runs_wgmma(kiln: str, path: pathlib.Path) -> bool:
     dims = re.search(r"^# dims: (S=[0-9]+)$", path.read_text(), re.M)
     if dims:
         args += ["--dims", dims.group(1)]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return False
     return done.returncode == 0 and re.search(r"\bkiln_k[0-9]+_\w*_wg[0-9]+x[0-9]+\(",
                                                done.stdout) is not None
 
@@ -779,7 +782,9 @@ def main() -> int:
             path = out / "graphs" / f"d{seed}.kg"
             # A large graph's emulated device: a persistent kernel's blocks loop over 2 or more
             # work tiles where it has fewer multiprocessors than 66.
-            sms = random.Random(seed).choice([1, 3, 8, 33, 132]) if args.large else None
+            # (a stream of its own: the graph's first draws pick its dtype)
+            sms = random.Random(f"sm_count {seed}").choice([1, 3, 8, 33, 132]) \
+                if args.large else None
             path.write_text((f"# dims: S={size}\n" if size else "") +
                             (f"# sm_count: {sms}\n" if sms else "") + text)
             graphs.append(path)
@@ -796,6 +801,9 @@ def main() -> int:
         results = pool.map(lambda j: (j, run(args.kiln, j[0], j[1], j[2], cache, args.timeout)), jobs)
         for (g, t, m), (status, detail) in results:
             key = status.split(" ")[0]
+            sms = re.search(r"^# sm_count: ([0-9]+)$", g.read_text(), re.M)
+            if sms and t.startswith("emulate:"):
+                t += f" --sm-count {sms.group(1)}"
             counts[key] = counts.get(key, 0) + 1
             if key in ("loose", "refused"):
                 notes.append(f"{g} {t} {m}: {key}: {detail}")

@@ -45,7 +45,7 @@ struct RunArgs {
   std::string dims;  // --dims B=37,S=100 for a symbolic graph
   DataFlags data;    // --input, --save, --save-reference
   std::optional<std::string> schedule;  // --schedule SEED|kind|adversarial (with --emulate)
-  std::optional<int64_t> sm_count;      // --sm-count N (with --emulate): the device's SMs
+  std::optional<std::string> sm_count;  // --sm-count N (with --emulate): the device's SMs
   std::string target = "cuda";  // --target cuda|cpu|cpu:NAME
   std::optional<std::string> max_memory;  // --max-memory SIZE: refuse a run estimated above it
   int64_t repeat = 1;  // --repeat N: runs, each timed; the first one's outputs are checked
@@ -180,13 +180,17 @@ int run_graph(const RunArgs& args) {
       print_error("run: --sm-count sizes the emulated device; it needs --emulate");
       return k_exit_usage;
     }
-    if (*args.sm_count < 1 || *args.sm_count > emulation::k_max_sm_count) {
-      print_error("run: --sm-count " + std::to_string(*args.sm_count) +
-                  " is not a multiprocessor count from 1 to " +
+    // Decimal digits only (no sign, no space), at most 4 of them before the range check.
+    const std::string& text = *args.sm_count;
+    bool digits = !text.empty() && text.size() <= 4 &&
+                  text.find_first_not_of("0123456789") == std::string::npos;
+    uint32_t count = digits ? static_cast<uint32_t>(std::stoul(text)) : 0;
+    if (count < 1 || count > emulation::k_max_sm_count) {
+      print_error("run: --sm-count '" + text + "' is not a multiprocessor count from 1 to " +
                   std::to_string(emulation::k_max_sm_count));
       return k_exit_usage;
     }
-    schedule.sm_count = static_cast<uint32_t>(*args.sm_count);
+    schedule.sm_count = count;
   }
   if (args.repeat < 1 || args.repeat > k_max_repeat) {
     print_error("run: --repeat " + std::to_string(args.repeat) + " is not a run count from 1 to " +

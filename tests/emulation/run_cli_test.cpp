@@ -73,11 +73,11 @@ TEST(KilnRunCli, SmCountSizesTheEmulatedDeviceAndIsReported) {
   Result text = kiln("run " + k_graph + " --arch sm_80 --precision high --emulate --sm-count 3");
   EXPECT_NE(text.out.find("(emulated, schedule kind, 3 multiprocessors)"), std::string::npos)
       << text.out;
-  for (const char* bad : {"0", "1025", "-2"}) {
-    Result out = kiln("run " + k_graph + " --emulate --sm-count " + bad);
+  for (const char* bad : {"0", "1025", "-2", "", "x", "99999999999999999999", "+3"}) {
+    Result out = kiln("run " + k_graph + " --emulate --sm-count '" + bad + "'");
     EXPECT_EQ(out.exit_code, 2) << bad;
-    EXPECT_NE(out.out.find(std::string("--sm-count ") + bad +
-                           " is not a multiprocessor count from 1 to 1024"),
+    EXPECT_NE(out.out.find(std::string("--sm-count '") + bad +
+                           "' is not a multiprocessor count from 1 to 1024"),
               std::string::npos)
         << out.out;
   }
