@@ -686,18 +686,24 @@ LOOSE = 3
 LOOSE_ABS = 1e-6
 
 
+def header(path: pathlib.Path, key: str) -> str | None:
+    """The value of the graph file's `# KEY: VALUE` line (`dims`, `sm_count`), or None."""
+    found = re.search(rf"^# {key}: (\S+)$", path.read_text(), re.M)
+    return found.group(1) if found else None
+
+
 def run(kiln: str, path: pathlib.Path, target: str, mode: str, cache: str, timeout: int):
     args = [kiln, "run", str(path), "--precision", mode, "--json", "--cache-dir", cache]
-    dims = re.search(r"^# dims: (S=[0-9]+)$", path.read_text(), re.M)
+    dims = header(path, "dims")
     if dims:
-        args += ["--dims", dims.group(1)]
+        args += ["--dims", dims]
     if target == "cpu":
         args += ["--target", "cpu"]
     elif target.startswith("emulate:"):
         args += ["--emulate", "--arch", target.split(":", 1)[1]]
-        sms = re.search(r"^# sm_count: ([0-9]+)$", path.read_text(), re.M)
+        sms = header(path, "sm_count")
         if sms:
-            args += ["--sm-count", sms.group(1)]
+            args += ["--sm-count", sms]
     else:
         args += ["--arch", target]
     try:
@@ -735,9 +741,9 @@ def runs_wgmma(kiln: str, path: pathlib.Path) -> bool:
     """Whether sm_90a's model runs one of the graph's matmuls or attentions on a wgmma kernel
     (its name ends in _wgBMxBN) in high: the kernel text `kiln emit` prints."""
     args = [kiln, "emit", str(path), "--arch", "sm_90a", "--precision", "high"]
-    dims = re.search(r"^# dims: (S=[0-9]+)$", path.read_text(), re.M)
+    dims = header(path, "dims")
     if dims:
-        args += ["--dims", dims.group(1)]
+        args += ["--dims", dims]
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
@@ -801,9 +807,9 @@ def main() -> int:
         results = pool.map(lambda j: (j, run(args.kiln, j[0], j[1], j[2], cache, args.timeout)), jobs)
         for (g, t, m), (status, detail) in results:
             key = status.split(" ")[0]
-            sms = re.search(r"^# sm_count: ([0-9]+)$", g.read_text(), re.M)
+            sms = header(g, "sm_count")
             if sms and t.startswith("emulate:"):
-                t += f" --sm-count {sms.group(1)}"
+                t += f" --sm-count {sms}"
             counts[key] = counts.get(key, 0) + 1
             if key in ("loose", "refused"):
                 notes.append(f"{g} {t} {m}: {key}: {detail}")
